@@ -1,0 +1,283 @@
+// Package testenv gives integration tests their servers: the PostgreSQL, ZooKeeper and RocketMQ
+// started by `make up` (deploy/local/up), found through the environment variables that `make test`
+// sets. Each test gets a place of its own — a PostgreSQL schema, a ZooKeeper path, a RocketMQ topic,
+// each with a random suffix — so tests run in parallel and leave nothing behind.
+//
+// A test that needs a server skips only under -short. Otherwise a variable that is unset, or a
+// server that does not answer, fails the test with a message naming the variable and `make up`:
+// a skip must never hide a missing server in CI.
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/apache/rocketmq-client-go/v2/admin"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+)
+
+// The environment variables `make test` sets (deploy/local/env prints them).
+const (
+	EnvPG      = "TXKIT_PG_URL"
+	EnvZK      = "TXKIT_ZK"
+	EnvNamesrv = "TXKIT_ROCKETMQ_NAMESRV"
+	EnvBroker  = "TXKIT_ROCKETMQ_BROKER" // optional; default 127.0.0.1:20911
+)
+
+const dialTimeout = 5 * time.Second
+
+// Lookup returns the value of the environment variable name. Under -short it skips the test when
+// the variable is unset; otherwise an unset variable fails the test.
+func Lookup(t testing.TB, name string) string {
+	t.Helper()
+	v := strings.TrimSpace(os.Getenv(name))
+	if v != "" {
+		return v
+	}
+	if testing.Short() {
+		t.Skipf("%s is not set (-short): this test needs the servers from `make up`", name)
+	}
+	t.Fatalf("%s is not set: start the servers with `make up` and run the tests with `make test`", name)
+	return ""
+}
+
+// Name returns a name unique to this test run, built from the test's name: lower case letters,
+// digits and dashes, at most 40 characters before an 8-character random suffix.
+func Name(t testing.TB) string {
+	base := strings.ToLower(nonName.ReplaceAllString(t.Name(), "-"))
+	base = strings.Trim(base, "-")
+	if len(base) > 40 {
+		base = base[:40]
+	}
+	return base + "-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:8]
+}
+
+var nonName = regexp.MustCompile(`[^A-Za-z0-9]+`)
+
+// PGURL returns the PostgreSQL URL after checking that the server answers.
+func PGURL(t testing.TB) string {
+	t.Helper()
+	url := Lookup(t, EnvPG)
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("PostgreSQL at %s=%s does not answer (is `make up` running?): %v", EnvPG, url, err)
+	}
+	_ = conn.Close(ctx)
+	return url
+}
+
+// Schema is a PostgreSQL schema of the test's own, dropped when the test ends.
+type Schema struct {
+	Name string        // the schema's name
+	URL  string        // a connection URL whose search_path is the schema
+	Pool *pgxpool.Pool // a pool on URL, closed when the test ends
+}
+
+// PG creates a schema for the test and a pool whose connections use it as their search_path.
+func PG(t testing.TB) *Schema {
+	t.Helper()
+	base := PGURL(t)
+	name := "t_" + strings.ReplaceAll(Name(t), "-", "_")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("connect %s: %v", EnvPG, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "create schema "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("create schema %s: %v", name, err)
+	}
+	url := withSearchPath(base, name)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pool on %s: %v", url, err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("cleanup: connect: %v", err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "drop schema "+pgx.Identifier{name}.Sanitize()+" cascade"); err != nil {
+			t.Errorf("cleanup: drop schema %s: %v", name, err)
+		}
+	})
+	return &Schema{Name: name, URL: url, Pool: pool}
+}
+
+func withSearchPath(url, schema string) string {
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "search_path=" + schema
+}
+
+// ZK returns the ZooKeeper servers after checking that at least one answers `ruok`.
+func ZK(t testing.TB) []string {
+	t.Helper()
+	v := Lookup(t, EnvZK)
+	servers := strings.Split(v, ",")
+	var errs []error
+	for _, s := range servers {
+		if err := ruok(s); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		return servers
+	}
+	t.Fatalf("no ZooKeeper server in %s=%s answers (is `make up` running?): %v", EnvZK, v, errors.Join(errs...))
+	return nil
+}
+
+func ruok(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, dialTimeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(dialTimeout))
+	if _, err := c.Write([]byte("ruok")); err != nil {
+		return fmt.Errorf("%s: %w", addr, err)
+	}
+	buf := make([]byte, 4)
+	if _, err := c.Read(buf); err != nil || string(buf) != "imok" {
+		return fmt.Errorf("%s: answered %q to ruok (%v)", addr, buf, err)
+	}
+	return nil
+}
+
+// ZKRoot returns a ZooKeeper path of the test's own, /txkit-test/<name>, and deletes everything
+// below it when the test ends. The path itself is not created.
+func ZKRoot(t testing.TB) string {
+	t.Helper()
+	servers := ZK(t)
+	root := "/txkit-test/" + Name(t)
+	t.Cleanup(func() {
+		conn, _, err := zk.Connect(servers, 5*time.Second, zk.WithLogInfo(false))
+		if err != nil {
+			t.Errorf("cleanup: zk connect: %v", err)
+			return
+		}
+		defer conn.Close()
+		if err := DeleteTree(conn, root); err != nil {
+			t.Errorf("cleanup: delete %s: %v", root, err)
+		}
+	})
+	return root
+}
+
+// DeleteTree deletes p and everything below it. A missing node is not an error.
+func DeleteTree(conn *zk.Conn, p string) error {
+	children, _, err := conn.Children(p)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, c := range children {
+		if err := DeleteTree(conn, p+"/"+c); err != nil {
+			return err
+		}
+	}
+	if err := conn.Delete(p, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return err
+	}
+	return nil
+}
+
+// Namesrv returns the RocketMQ name server addresses after checking that one accepts connections.
+func Namesrv(t testing.TB) []string {
+	t.Helper()
+	v := Lookup(t, EnvNamesrv)
+	addrs := strings.Split(v, ",")
+	for _, a := range addrs {
+		if c, err := net.DialTimeout("tcp", a, dialTimeout); err == nil {
+			_ = c.Close()
+			return addrs
+		}
+	}
+	t.Fatalf("no RocketMQ name server in %s=%s accepts connections (is `make up` running?)", EnvNamesrv, v)
+	return nil
+}
+
+// Broker returns the RocketMQ broker's address (TXKIT_ROCKETMQ_BROKER, default 127.0.0.1:20911).
+func Broker(t testing.TB) string {
+	t.Helper()
+	if v := strings.TrimSpace(os.Getenv(EnvBroker)); v != "" {
+		return v
+	}
+	return "127.0.0.1:20911"
+}
+
+// Topic creates a RocketMQ topic of the test's own (4 queues) and deletes it when the test ends.
+func Topic(t testing.TB) string {
+	t.Helper()
+	ns := Namesrv(t)
+	broker := Broker(t)
+	topic := "txkit-test-" + Name(t)
+	if len(topic) > 120 {
+		topic = topic[:120]
+	}
+	adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(ns)))
+	if err != nil {
+		t.Fatalf("rocketmq admin: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := adm.CreateTopic(ctx, admin.WithTopicCreate(topic), admin.WithBrokerAddrCreate(broker),
+		admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
+		_ = adm.Close()
+		t.Fatalf("create topic %s on broker %s (is `make up` running?): %v", topic, broker, err)
+	}
+	t.Cleanup(func() {
+		defer adm.Close() //nolint:errcheck // test cleanup
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := adm.DeleteTopic(ctx, admin.WithTopicDelete(topic), admin.WithBrokerAddrDelete(broker),
+			admin.WithNameSrvAddr(ns)); err != nil {
+			t.Logf("cleanup: delete topic %s: %v", topic, err)
+		}
+	})
+	return topic
+}
+
+// Eventually polls cond every interval until it returns true or timeout passes, then fails the test
+// with msg. Tests wait for conditions this way instead of sleeping.
+func Eventually(t testing.TB, timeout, interval time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v: "+msg, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(interval)
+	}
+}
+
