@@ -1,0 +1,222 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Elector runs a leader election on a fair [Mutex]: the candidate holding the lock leads. Each
+// candidate's node carries its id (an address, a host name), so anyone can ask who leads.
+// Elector is safe for concurrent use by multiple goroutines; one Elector is one candidate.
+type Elector struct {
+	s    *Session
+	path string
+	id   string
+	m    *Mutex
+}
+
+// Leadership is a won election: the fencing token, and how the leader learns that it lost.
+// Leadership can be lost at any time (session expiry, node deleted); run leader-only work under
+// [Leadership.Context] and fence its writes with [Leadership.Token].
+type Leadership struct {
+	e     *Elector
+	lease *Lease
+}
+
+// NewElector returns a candidate with the given id for the election at electionPath.
+func NewElector(s *Session, electionPath, id string) (*Elector, error) {
+	if id == "" {
+		return nil, fmt.Errorf("lock: elector on %s: empty candidate id: %w", electionPath, ErrInvalidOption)
+	}
+	m, err := NewMutex(s, electionPath, WithData([]byte(id)), WithNodeWatch())
+	if err != nil {
+		return nil, err
+	}
+	return &Elector{s: s, path: electionPath, id: id, m: m}, nil
+}
+
+// ID returns the candidate's id.
+func (e *Elector) ID() string { return e.id }
+
+// Campaign blocks until the candidate leads or ctx ends (then its node is removed and ctx's error
+// returned). It returns an error wrapping [ErrSessionExpired] if the session ends while waiting.
+// ctx scopes only the wait. Campaign on a candidate that already leads returns an error.
+func (e *Elector) Campaign(ctx context.Context) (*Leadership, error) {
+	e.m.mu.Lock()
+	held := e.m.lease != nil
+	e.m.mu.Unlock()
+	if held {
+		return nil, fmt.Errorf("lock: candidate %s already campaigned on %s (resign first): %w", e.id, e.path, ErrInvalidOption)
+	}
+	l, err := e.m.Lock(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lock: campaign %s on %s: %w", e.id, e.path, err)
+	}
+	e.s.log.Info("elected leader", "path", e.path, "id", e.id, "token", l.Token().String())
+	return &Leadership{e: e, lease: l}, nil
+}
+
+// Token returns the leadership's fencing token.
+func (l *Leadership) Token() Token { return l.lease.Token() }
+
+// Done returns a channel closed when the leadership ends (lost or resigned).
+func (l *Leadership) Done() <-chan struct{} { return l.lease.Done() }
+
+// Context returns a context cancelled when the leadership ends.
+func (l *Leadership) Context() context.Context { return l.lease.Context() }
+
+// Err returns nil while leading, then why the leadership ended.
+func (l *Leadership) Err() error { return l.lease.Err() }
+
+// Resign gives up the leadership: the node is deleted (see [Mutex.Unlock]) and the next
+// candidate takes over. Calling it again does nothing.
+func (l *Leadership) Resign(ctx context.Context) error {
+	if err := l.e.m.Unlock(ctx); err != nil {
+		return fmt.Errorf("lock: resign %s: %w", l.e.id, err)
+	}
+	return nil
+}
+
+// Leader returns the id of the current leader, or an error wrapping [ErrNoLeader] when no
+// candidate is in the election. It blocks for the ZooKeeper round trips (bounded by ctx).
+func (e *Elector) Leader(ctx context.Context) (string, error) {
+	ep, err := e.s.epoch(ctx)
+	if err != nil {
+		return "", err
+	}
+	for {
+		id, _, err := e.leader(ctx, ep, false)
+		if err == nil || !errors.Is(err, zk.ErrNoNode) {
+			return id, err
+		}
+		// The leader's node went between the list and the read: list again.
+	}
+}
+
+// leader reads the lowest child's data; with watch it also returns a channel that fires when the
+// children change.
+func (e *Elector) leader(ctx context.Context, ep *epoch, watch bool) (string, <-chan zk.Event, error) {
+	var names []string
+	var ch <-chan zk.Event
+	err := ep.do(ctx, func(c *zk.Conn) error {
+		var err error
+		if watch {
+			names, _, ch, err = c.ChildrenW(e.path)
+		} else {
+			names, _, err = c.Children(e.path)
+		}
+		return err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", ch, fmt.Errorf("lock: election %s: %w", e.path, ErrNoLeader)
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("lock: election %s: %w", e.path, err)
+	}
+	children := sortChildren(names)
+	if len(children) == 0 {
+		return "", ch, fmt.Errorf("lock: election %s: %w", e.path, ErrNoLeader)
+	}
+	var data []byte
+	err = ep.do(ctx, func(c *zk.Conn) error {
+		var err error
+		data, _, err = c.Get(e.path + "/" + children[0].name)
+		return err
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return string(data), ch, nil
+}
+
+// Observe returns a channel that receives the leader's id each time it changes ("" while nobody
+// leads). The channel is closed when ctx ends; an observer must keep reading it.
+func (e *Elector) Observe(ctx context.Context) <-chan string {
+	out := make(chan string)
+	e.s.goOwned(func() {
+		defer close(out)
+		last := "\x00"
+		for ctx.Err() == nil {
+			ep, err := e.s.epoch(ctx)
+			if err != nil {
+				return
+			}
+			id, ch, err := e.leader(ctx, ep, true)
+			if errors.Is(err, zk.ErrNoNode) {
+				continue
+			}
+			if err != nil && !errors.Is(err, ErrNoLeader) {
+				if pause(ctx, 100*time.Millisecond) != nil {
+					return
+				}
+				continue
+			}
+			if id != last {
+				select {
+				case out <- id:
+					last = id
+				case <-ctx.Done():
+					return
+				}
+			}
+			if ch == nil { // the election path does not exist yet: poll for it
+				if pause(ctx, 200*time.Millisecond) != nil {
+					return
+				}
+				continue
+			}
+			select {
+			case <-ch:
+			case <-ep.done:
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	return out
+}
+
+// RunWhileLeader campaigns, runs fn while leading, and campaigns again when the leadership is
+// lost, until ctx ends; then it resigns and returns nil. fn gets a context cancelled when the
+// leadership ends and must return soon after. If fn returns an error while still leading,
+// RunWhileLeader resigns and returns that error; if fn returns nil while still leading, it
+// resigns and campaigns again. Campaign failures (a lost session) are retried with a pause.
+func (e *Elector) RunWhileLeader(ctx context.Context, fn func(ctx context.Context, l *Leadership) error) error {
+	for ctx.Err() == nil {
+		l, err := e.Campaign(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, ErrClosed) {
+				return err
+			}
+			e.s.log.Warn("campaign failed; retrying", "path", e.path, "id", e.id, "err", err)
+			if pause(ctx, 200*time.Millisecond) != nil {
+				return nil
+			}
+			continue
+		}
+		ferr := fn(l.Context(), l)
+		lost := l.Err()
+		rerr := l.Resign(context.WithoutCancel(ctx))
+		if rerr != nil {
+			e.s.log.Warn("resign failed", "path", e.path, "id", e.id, "err", rerr)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if lost != nil {
+			e.s.log.Warn("leadership lost; campaigning again", "path", e.path, "id", e.id, "err", lost)
+			continue
+		}
+		if ferr != nil {
+			return fmt.Errorf("lock: leader %s on %s: %w", e.id, e.path, ferr)
+		}
+	}
+	return nil
+}

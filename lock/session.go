@@ -1,0 +1,387 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Session is a connection to a ZooKeeper ensemble that the lock recipes share. It survives the
+// loss of a ZooKeeper session: when one expires — or is declared lost because the client has
+// heard nothing from the ensemble for most of the session timeout, so the servers may already have
+// expired it — the Session closes that connection, ends every lock and leadership that belonged to
+// it, and opens a new ZooKeeper session for whatever comes next.
+//
+// Session events are read through go-zookeeper's event callback, never its event channel (which
+// drops events when full). Session is safe for concurrent use by multiple goroutines.
+type Session struct {
+	servers []string
+	o       sessionOptions
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	cur     *epoch
+	closed  bool
+	closeCh chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup // goroutines the Session owns (lease monitors, background deletes, conn closes)
+
+	stats sessionStats
+}
+
+// Stats counts what the Session's lock recipes did. Benchmarks and tests read it.
+type Stats struct {
+	Sessions    int64 // ZooKeeper sessions established
+	Expirations int64 // ZooKeeper sessions lost (expired or declared lost)
+	Writes      int64 // ZooKeeper writes (create, delete) issued by lock recipes
+	Reads       int64 // ZooKeeper reads (children, get, exists) issued by lock recipes
+	WatchEvents int64 // watch notifications that woke a waiting Lock
+	Recovered   int64 // protected creates whose node was found again after a connection loss
+	Orphans     int64 // nodes deleted because their create's outcome was unknown or abandoned
+}
+
+type sessionStats struct {
+	sessions, expirations, writes, reads, watchEvents, recovered, orphans atomic.Int64
+}
+
+// epoch is one ZooKeeper session: its connection, its id, and a channel closed when it ends.
+type epoch struct {
+	s        *Session
+	conn     *zk.Conn
+	lastRead atomic.Int64 // unix nanos of the last byte read from a server
+
+	established chan struct{} // closed at the first StateHasSession
+	done        chan struct{} // closed when this session is over
+	ctx         context.Context
+	cancel      context.CancelFunc
+
+	mu          sync.Mutex
+	id          int64
+	err         error         // why it ended
+	lostTimer   *time.Timer   // armed while disconnected
+	reconnected chan struct{} // closed (and replaced) at every reconnection within the session
+	disconnects int
+}
+
+// NewSession connects to the ZooKeeper servers (host:port) and blocks until a session is
+// established or ctx ends; ctx scopes only the connection attempt. Close releases the Session.
+func NewSession(ctx context.Context, servers []string, opts ...SessionOption) (*Session, error) {
+	o := defaultSessionOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("lock: no zookeeper servers: %w", ErrInvalidOption)
+	}
+	s := &Session{servers: append([]string(nil), servers...), o: o, log: o.log, closeCh: make(chan struct{})}
+	s.mu.Lock()
+	err := s.startEpochLocked()
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.epoch(ctx); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("lock: connect %v: %w", servers, err)
+	}
+	return s, nil
+}
+
+func (s *Session) startEpochLocked() error {
+	e := &epoch{s: s, established: make(chan struct{}), done: make(chan struct{}), reconnected: make(chan struct{})}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	dial := func(network, address string, timeout time.Duration) (net.Conn, error) {
+		c, err := s.o.dialer(network, address, timeout)
+		if err != nil {
+			return nil, err
+		}
+		e.lastRead.Store(time.Now().UnixNano())
+		return &readClock{Conn: c, last: &e.lastRead}, nil
+	}
+	// go-zookeeper may call onEvent before Connect returns; onEvent waits for e.mu, so it sees e.conn.
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	conn, _, err := zk.Connect(s.servers, s.o.timeout,
+		zk.WithEventCallback(e.onEvent), zk.WithDialer(dial),
+		zk.WithLogger(zkLogger{s.log}), zk.WithLogInfo(false))
+	if err != nil {
+		e.cancel()
+		return fmt.Errorf("lock: connect %v: %w", s.servers, err)
+	}
+	e.conn = conn
+	s.cur = e
+	return nil
+}
+
+// readClock records when bytes last arrived from the server.
+type readClock struct {
+	net.Conn
+	last *atomic.Int64
+}
+
+func (c *readClock) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+// onEvent runs on go-zookeeper's goroutine: it must not block.
+func (e *epoch) onEvent(ev zk.Event) {
+	if ev.Type != zk.EventSession {
+		return
+	}
+	switch ev.State {
+	case zk.StateHasSession:
+		e.mu.Lock()
+		if e.lostTimer != nil {
+			e.lostTimer.Stop()
+			e.lostTimer = nil
+		}
+		first := e.id == 0
+		id := e.conn.SessionID()
+		if !first && id != e.id {
+			// A new session behind our back: the old one is gone.
+			e.mu.Unlock()
+			e.lose(fmt.Errorf("%w: session %#x replaced by %#x", ErrSessionExpired, e.id, id))
+			return
+		}
+		e.id = id
+		if !first {
+			close(e.reconnected)
+			e.reconnected = make(chan struct{})
+		}
+		e.mu.Unlock()
+		if first {
+			e.s.stats.sessions.Add(1)
+			e.s.log.Debug("zookeeper session established", "session", fmt.Sprintf("%#x", id), "server", ev.Server)
+			close(e.established)
+		} else {
+			e.s.log.Info("zookeeper session reconnected", "session", fmt.Sprintf("%#x", id), "server", ev.Server)
+		}
+	case zk.StateDisconnected:
+		e.mu.Lock()
+		if e.id != 0 && e.lostTimer == nil && !e.isDone() {
+			e.disconnects++
+			// The servers expire the session a session timeout after they last heard from us; the
+			// last bytes we read tell when that was, give or take a round trip. Declare it lost a
+			// little before that, so that a deposed holder stops before the next one starts.
+			deadline := time.Unix(0, e.lastRead.Load()).Add(e.s.o.timeout * 4 / 5)
+			wait := time.Until(deadline)
+			e.s.log.Warn("zookeeper disconnected", "session", fmt.Sprintf("%#x", e.id), "lost_in", wait.Round(time.Millisecond))
+			e.lostTimer = time.AfterFunc(max(wait, 0), func() {
+				e.lose(fmt.Errorf("%w: no answer from the ensemble for %v", ErrSessionExpired, e.s.o.timeout*4/5))
+			})
+		}
+		e.mu.Unlock()
+	case zk.StateExpired:
+		e.lose(fmt.Errorf("%w: expired by the ensemble", ErrSessionExpired))
+	}
+}
+
+func (e *epoch) isDone() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// lose ends the epoch: the Session starts a new one (unless closed), then the old one's done
+// channel is closed and its connection closed in the background.
+func (e *epoch) lose(why error) {
+	s := e.s
+	s.mu.Lock()
+	e.mu.Lock()
+	if e.isDone() {
+		e.mu.Unlock()
+		s.mu.Unlock()
+		return
+	}
+	e.err = why
+	if e.lostTimer != nil {
+		e.lostTimer.Stop()
+		e.lostTimer = nil
+	}
+	close(e.done)
+	e.cancel()
+	id := e.id
+	e.mu.Unlock()
+	if s.cur == e && !s.closed {
+		s.stats.expirations.Add(1)
+		s.log.Warn("zookeeper session lost", "session", fmt.Sprintf("%#x", id), "err", why)
+		if err := s.startEpochLocked(); err != nil {
+			s.log.Error("zookeeper reconnect failed", "err", err)
+		}
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		e.conn.Close()
+	}()
+}
+
+// Err returns why the epoch ended, or nil while it lives.
+func (e *epoch) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
+
+func (e *epoch) sessionID() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.id
+}
+
+func (e *epoch) reconnectedCh() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.reconnected
+}
+
+// epoch returns the current ZooKeeper session once it is established, waiting for it (and for
+// the next one after a loss) until ctx ends or the Session is closed.
+func (s *Session) epoch(ctx context.Context) (*epoch, error) {
+	for {
+		s.mu.Lock()
+		e, closed := s.cur, s.closed
+		s.mu.Unlock()
+		if closed {
+			return nil, ErrClosed
+		}
+		select {
+		case <-e.established:
+			if !e.isDone() {
+				return e, nil
+			}
+		case <-e.done:
+		case <-s.closeCh:
+			return nil, ErrClosed
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		// This one ended; lose() has already put the next in place.
+		if e.isDone() {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// ID returns the id of the current ZooKeeper session (0 while none is established).
+func (s *Session) ID() int64 {
+	s.mu.Lock()
+	e := s.cur
+	s.mu.Unlock()
+	return e.sessionID()
+}
+
+// Done returns a channel closed when the current ZooKeeper session ends (expiry, declared loss,
+// or Close). After such an end the Session opens a new ZooKeeper session: call Done again to
+// watch that one.
+func (s *Session) Done() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur.done
+}
+
+// Context returns a context cancelled when the current ZooKeeper session ends (see [Session.Done]).
+func (s *Session) Context() context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur.ctx
+}
+
+// Conn returns the go-zookeeper connection of the current ZooKeeper session, for reads the lock
+// recipes do not cover. Do not close it; it is replaced after a session loss.
+func (s *Session) Conn() *zk.Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur.conn
+}
+
+// Timeout returns the session timeout the Session asks for.
+func (s *Session) Timeout() time.Duration { return s.o.timeout }
+
+// Stats returns counts of what the Session's recipes did so far.
+func (s *Session) Stats() Stats {
+	return Stats{
+		Sessions:    s.stats.sessions.Load(),
+		Expirations: s.stats.expirations.Load(),
+		Writes:      s.stats.writes.Load(),
+		Reads:       s.stats.reads.Load(),
+		WatchEvents: s.stats.watchEvents.Load(),
+		Recovered:   s.stats.recovered.Load(),
+		Orphans:     s.stats.orphans.Load(),
+	}
+}
+
+// Close ends the ZooKeeper session (its ephemeral nodes, and so every lock and leadership held
+// through it, go at once), stops the Session's goroutines and waits for them. Calling it again
+// does nothing.
+func (s *Session) Close() error {
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		e := s.cur
+		close(s.closeCh)
+		s.mu.Unlock()
+		e.lose(ErrClosed)
+		s.wg.Wait()
+	})
+	return nil
+}
+
+// go runs f in a goroutine that Close waits for.
+func (s *Session) goOwned(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// do runs op on the epoch's connection and returns its error, or returns early when ctx ends or
+// the epoch is lost. go-zookeeper calls take no context and wait through a disconnection; op keeps
+// running in the background then, until the connection answers or is closed.
+func (e *epoch) do(ctx context.Context, op func(*zk.Conn) error) error {
+	ch := make(chan error, 1)
+	go func() { ch <- op(e.conn) }()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.done:
+		return e.Err()
+	}
+}
+
+type zkLogger struct{ log *slog.Logger }
+
+func (l zkLogger) Printf(format string, args ...any) {
+	l.log.Debug("zk: " + fmt.Sprintf(format, args...))
+}
+
+// retryable reports whether a ZooKeeper error means the request's outcome is unknown and it may
+// be repeated once the connection is back.
+func retryable(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer)
+}
