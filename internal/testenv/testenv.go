@@ -280,4 +280,3 @@ func Eventually(t testing.TB, timeout, interval time.Duration, cond func() bool,
 		time.Sleep(interval)
 	}
 }
-

@@ -32,12 +32,22 @@ type report struct {
 }
 
 func main() {
-	r := &report{output: map[string][]string{}}
-	if err := r.read(os.Stdin, os.Stdout); err != nil {
+	code, err := run(os.Stdin, os.Stdout)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "testreport:", err)
 		os.Exit(2)
 	}
-	os.Exit(r.finish(os.Stdout))
+	os.Exit(code)
+}
+
+// run reads `go test -json` output from in, writes the report to out and returns the exit code:
+// 0 when tests ran and every one passed, 1 otherwise. An error means in could not be read.
+func run(in io.Reader, out io.Writer) (int, error) {
+	r := &report{output: map[string][]string{}}
+	if err := r.read(in, out); err != nil {
+		return 0, err
+	}
+	return r.finish(out), nil
 }
 
 func (r *report) read(in io.Reader, out io.Writer) error {
@@ -47,12 +57,15 @@ func (r *report) read(in io.Reader, out io.Writer) error {
 		line := sc.Bytes()
 		var ev event
 		if err := json.Unmarshal(line, &ev); err != nil || ev.Action == "" {
-			// Build errors and the like arrive as plain text.
+			// Errors from go itself, make and the like arrive as plain text.
 			fmt.Fprintln(out, string(line))
 			continue
 		}
 		key := ev.Package + " " + ev.Test
 		switch ev.Action {
+		case "build-output":
+			// Compiler errors (Go 1.24+ reports them as JSON); the package's "fail" follows.
+			fmt.Fprint(out, ev.Output)
 		case "output":
 			r.output[key] = append(r.output[key], ev.Output)
 		case "pass":
