@@ -100,17 +100,8 @@ func (e *Elector) Leader(ctx context.Context) (string, error) {
 // leader reads the lowest child's data; with watch it also returns a channel that fires when the
 // children change.
 func (e *Elector) leader(ctx context.Context, ep *epoch, watch bool) (string, <-chan zk.Event, error) {
-	var names []string
-	var ch <-chan zk.Event
-	err := ep.do(ctx, func(c *zk.Conn) error {
-		var err error
-		if watch {
-			names, _, ch, err = c.ChildrenW(e.path)
-		} else {
-			names, _, err = c.Children(e.path)
-		}
-		return err
-	})
+	res, err := ep.children(ctx, e.path, watch)
+	names, ch := res.names, res.watch
 	if errors.Is(err, zk.ErrNoNode) {
 		return "", ch, fmt.Errorf("lock: election %s: %w", e.path, ErrNoLeader)
 	}
@@ -121,16 +112,11 @@ func (e *Elector) leader(ctx context.Context, ep *epoch, watch bool) (string, <-
 	if len(children) == 0 {
 		return "", ch, fmt.Errorf("lock: election %s: %w", e.path, ErrNoLeader)
 	}
-	var data []byte
-	err = ep.do(ctx, func(c *zk.Conn) error {
-		var err error
-		data, _, err = c.Get(e.path + "/" + children[0].name)
-		return err
-	})
+	r, err := ep.get(ctx, e.path+"/"+children[0].name, false)
 	if err != nil {
 		return "", nil, err
 	}
-	return string(data), ch, nil
+	return string(r.data), ch, nil
 }
 
 // Observe returns a channel that receives the leader's id each time it changes ("" while nobody

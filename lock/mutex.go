@@ -280,13 +280,8 @@ func (m *Mutex) createProtected(ctx context.Context, ep *epoch, prefix string) (
 		if err := m.ensureParent(ctx, ep); err != nil {
 			return "", err
 		}
-		var created string
 		m.s.stats.writes.Add(1)
-		err := ep.do(ctx, func(c *zk.Conn) error {
-			p, err := c.Create(m.path+"/"+prefix+"lock-", m.o.data, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
-			created = p
-			return err
-		})
+		created, err := ep.create(ctx, m.path+"/"+prefix+"lock-", m.o.data, zk.FlagEphemeral|zk.FlagSequence)
 		switch {
 		case err == nil:
 			return created, nil
@@ -316,13 +311,9 @@ func (m *Mutex) createProtected(ctx context.Context, ep *epoch, prefix string) (
 // of ours) is never adopted.
 func (m *Mutex) findOwn(ctx context.Context, ep *epoch, prefix string) (string, error) {
 	for {
-		var children []string
 		m.s.stats.reads.Add(1)
-		err := ep.do(ctx, func(c *zk.Conn) error {
-			var err error
-			children, _, err = c.Children(m.path)
-			return err
-		})
+		res, err := ep.children(ctx, m.path, false)
+		children := res.names
 		if errors.Is(err, zk.ErrNoNode) {
 			return "", nil
 		}
@@ -361,19 +352,13 @@ func (m *Mutex) findOwn(ctx context.Context, ep *epoch, prefix string) (string, 
 // ownerOf returns the ephemeral owner of node, or 0 when it does not exist.
 func (m *Mutex) ownerOf(ctx context.Context, ep *epoch, node string) (int64, error) {
 	for {
-		var st *zk.Stat
-		var ok bool
 		m.s.stats.reads.Add(1)
-		err := ep.do(ctx, func(c *zk.Conn) error {
-			var err error
-			ok, st, err = c.Exists(node)
-			return err
-		})
+		r, err := ep.exists(ctx, node, false)
 		switch {
-		case err == nil && !ok:
+		case err == nil && !r.exists:
 			return 0, nil
 		case err == nil:
-			return st.EphemeralOwner, nil
+			return r.stat.EphemeralOwner, nil
 		case retryable(err) && !ep.isDone():
 			if err := pause(ctx, 50*time.Millisecond); err != nil {
 				return 0, err
@@ -419,10 +404,7 @@ func (m *Mutex) ensureParent(ctx context.Context, ep *epoch) error {
 		cur += "/" + part
 		for {
 			m.s.stats.writes.Add(1)
-			err := ep.do(ctx, func(c *zk.Conn) error {
-				_, err := c.Create(cur, nil, 0, zk.WorldACL(zk.PermAll))
-				return err
-			})
+			_, err := ep.create(ctx, cur, nil, 0)
 			if err == nil || errors.Is(err, zk.ErrNodeExists) {
 				break
 			}
@@ -496,14 +478,9 @@ func compareInt(a, b int64) int {
 func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) (*Lease, error) {
 	var ownGone <-chan zk.Event // watch on our own node, set before the first wait
 	for {
-		var names []string
-		var parent *zk.Stat
 		m.s.stats.reads.Add(1)
-		err := ep.do(ctx, func(c *zk.Conn) error {
-			var err error
-			names, parent, err = c.Children(m.path)
-			return err
-		})
+		res, err := ep.children(ctx, m.path, false)
+		names, parent := res.names, res.stat
 		if err != nil {
 			if retryable(err) && !ep.isDone() {
 				if err := pause(ctx, 50*time.Millisecond); err != nil {
@@ -533,14 +510,11 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 		}
 		if ownGone == nil {
 			m.s.stats.reads.Add(1)
-			err := ep.do(ctx, func(c *zk.Conn) error {
-				ok, _, ch, err := c.ExistsW(m.path + "/" + own)
-				if err == nil && !ok {
-					return zk.ErrNoNode
-				}
-				ownGone = ch
-				return err
-			})
+			r, err := ep.exists(ctx, m.path+"/"+own, true)
+			if err == nil && !r.exists {
+				err = zk.ErrNoNode
+			}
+			ownGone = r.watch
 			if err != nil {
 				if errors.Is(err, zk.ErrNoNode) {
 					return nil, fmt.Errorf("lock: our node %s/%s vanished while waiting: %w", m.path, own, ErrSessionExpired)
@@ -550,23 +524,22 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 			}
 		}
 		pred := m.path + "/" + children[idx-1].name
-		var predGone <-chan zk.Event
 		m.s.stats.reads.Add(1)
-		err = ep.do(ctx, func(c *zk.Conn) error {
-			var err error
-			_, _, predGone, err = c.GetW(pred)
-			return err
-		})
+		pr, err := ep.get(ctx, pred, true)
+		predGone := pr.watch
 		if errors.Is(err, zk.ErrNoNode) {
 			continue // already gone: list again at once
 		}
 		if err != nil {
 			continue // the list above decides (and handles connection loss)
 		}
+		m.s.stats.waiting.Add(1)
 		select {
 		case <-predGone:
+			m.s.stats.waiting.Add(-1)
 			m.s.stats.watchEvents.Add(1)
 		case ev := <-ownGone:
+			m.s.stats.waiting.Add(-1)
 			if ev.Type == zk.EventNodeDeleted {
 				if ep.isDone() {
 					return nil, fmt.Errorf("lock: waiting on %s: %w", m.path, ep.Err())
@@ -575,8 +548,10 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 			}
 			ownGone = nil // fired for another reason (reconnection): set it again
 		case <-ep.done:
+			m.s.stats.waiting.Add(-1)
 			return nil, fmt.Errorf("lock: waiting on %s: %w", m.path, ep.Err())
 		case <-ctx.Done():
+			m.s.stats.waiting.Add(-1)
 			return nil, ctx.Err()
 		}
 	}
@@ -584,7 +559,8 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 
 func (m *Mutex) newLease(ep *epoch, node string, tok Token) (*Lease, error) {
 	l := &Lease{m: m, node: node, token: tok, ep: ep, done: make(chan struct{}), released: make(chan struct{})}
-	l.ctx, l.cancel = context.WithCancelCause(ep.ctx)
+	// Not derived from ep.ctx: monitor ends it, with the reason as its cause.
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	return l, nil
 }
 
@@ -601,24 +577,15 @@ func (m *Mutex) lockUnfair(ctx context.Context, wait bool) (*Lease, error) {
 			return nil, err
 		}
 		m.s.stats.writes.Add(1)
-		err := ep.do(ctx, func(c *zk.Conn) error {
-			_, err := c.Create(node, m.o.data, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
-			return err
-		})
+		_, err := ep.create(ctx, node, m.o.data, zk.FlagEphemeral)
 		if err == nil || errors.Is(err, zk.ErrNodeExists) || retryable(err) {
 			if ep.isDone() {
 				return nil, fmt.Errorf("lock: create %s: %w", node, ep.Err())
 			}
 			// Whose is it? Ours if a create of ours landed (also one whose answer was lost).
-			var st *zk.Stat
-			var exists bool
-			var gone <-chan zk.Event
 			m.s.stats.reads.Add(1)
-			xerr := ep.do(ctx, func(c *zk.Conn) error {
-				var err error
-				exists, st, gone, err = c.ExistsW(node)
-				return err
-			})
+			xr, xerr := ep.exists(ctx, node, true)
+			exists, st, gone := xr.exists, xr.stat, xr.watch
 			if xerr != nil {
 				if ctx.Err() != nil {
 					m.s.goOwned(func() { m.deleteUnfairOrphan(ep, node) })
@@ -638,12 +605,16 @@ func (m *Mutex) lockUnfair(ctx context.Context, wait bool) (*Lease, error) {
 			if !wait {
 				return nil, fmt.Errorf("lock: %s held by session %#x: %w", node, st.EphemeralOwner, ErrLocked)
 			}
+			m.s.stats.waiting.Add(1)
 			select {
 			case <-gone:
+				m.s.stats.waiting.Add(-1)
 				m.s.stats.watchEvents.Add(1)
 			case <-ep.done:
+				m.s.stats.waiting.Add(-1)
 				return nil, fmt.Errorf("lock: waiting on %s: %w", node, ep.Err())
 			case <-ctx.Done():
+				m.s.stats.waiting.Add(-1)
 				return nil, ctx.Err()
 			}
 			continue
@@ -683,14 +654,10 @@ func (l *Lease) monitor() {
 	var nodeGone <-chan zk.Event
 	for {
 		if l.m.o.nodeWatch && nodeGone == nil {
-			var ok bool
-			err := ep.do(l.ctx, func(c *zk.Conn) error {
-				var err error
-				ok, _, nodeGone, err = c.ExistsW(l.node)
-				return err
-			})
+			r, err := ep.exists(l.ctx, l.node, true)
+			nodeGone = r.watch
 			switch {
-			case err == nil && !ok:
+			case err == nil && !r.exists:
 				l.end(fmt.Errorf("%w: node %s deleted", ErrLockLost, l.node))
 				return
 			case err != nil:

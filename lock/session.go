@@ -45,10 +45,11 @@ type Stats struct {
 	WatchEvents int64 // watch notifications that woke a waiting Lock
 	Recovered   int64 // protected creates whose node was found again after a connection loss
 	Orphans     int64 // nodes deleted because their create's outcome was unknown or abandoned
+	Waiting     int64 // Lock calls waiting on a watch right now
 }
 
 type sessionStats struct {
-	sessions, expirations, writes, reads, watchEvents, recovered, orphans atomic.Int64
+	sessions, expirations, writes, reads, watchEvents, recovered, orphans, waiting atomic.Int64
 }
 
 // epoch is one ZooKeeper session: its connection, its id, and a channel closed when it ends.
@@ -330,6 +331,7 @@ func (s *Session) Stats() Stats {
 		WatchEvents: s.stats.watchEvents.Load(),
 		Recovered:   s.stats.recovered.Load(),
 		Orphans:     s.stats.orphans.Load(),
+		Waiting:     s.stats.waiting.Load(),
 	}
 }
 
@@ -358,20 +360,96 @@ func (s *Session) goOwned(f func()) {
 	}()
 }
 
-// do runs op on the epoch's connection and returns its error, or returns early when ctx ends or
-// the epoch is lost. go-zookeeper calls take no context and wait through a disconnection; op keeps
-// running in the background then, until the connection answers or is closed.
-func (e *epoch) do(ctx context.Context, op func(*zk.Conn) error) error {
-	ch := make(chan error, 1)
-	go func() { ch <- op(e.conn) }()
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-e.done:
-		return e.Err()
+// call runs op on the epoch's connection and returns its result, or returns early when ctx ends
+// or the epoch is lost. go-zookeeper calls take no context and wait through a disconnection; op
+// keeps running in the background then, until the connection answers or is closed, and its
+// result is dropped. op must not write to variables the caller reads.
+func call[T any](ctx context.Context, e *epoch, op func(*zk.Conn) (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
 	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := op(e.conn)
+		ch <- result{v, err}
+	}()
+	var zero T
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	case <-e.done:
+		return zero, e.Err()
+	}
+}
+
+// do is call for operations without a result.
+func (e *epoch) do(ctx context.Context, op func(*zk.Conn) error) error {
+	_, err := call(ctx, e, func(c *zk.Conn) (struct{}, error) { return struct{}{}, op(c) })
+	return err
+}
+
+// childrenResult is what a children listing returns.
+type childrenResult struct {
+	names []string
+	stat  *zk.Stat
+	watch <-chan zk.Event
+}
+
+func (e *epoch) children(ctx context.Context, p string, watch bool) (childrenResult, error) {
+	return call(ctx, e, func(c *zk.Conn) (childrenResult, error) {
+		var r childrenResult
+		var err error
+		if watch {
+			r.names, r.stat, r.watch, err = c.ChildrenW(p)
+		} else {
+			r.names, r.stat, err = c.Children(p)
+		}
+		return r, err
+	})
+}
+
+// nodeResult is what exists or get returns.
+type nodeResult struct {
+	exists bool
+	data   []byte
+	stat   *zk.Stat
+	watch  <-chan zk.Event
+}
+
+func (e *epoch) exists(ctx context.Context, p string, watch bool) (nodeResult, error) {
+	return call(ctx, e, func(c *zk.Conn) (nodeResult, error) {
+		var r nodeResult
+		var err error
+		if watch {
+			r.exists, r.stat, r.watch, err = c.ExistsW(p)
+		} else {
+			r.exists, r.stat, err = c.Exists(p)
+		}
+		return r, err
+	})
+}
+
+func (e *epoch) get(ctx context.Context, p string, watch bool) (nodeResult, error) {
+	return call(ctx, e, func(c *zk.Conn) (nodeResult, error) {
+		var r nodeResult
+		var err error
+		if watch {
+			r.data, r.stat, r.watch, err = c.GetW(p)
+		} else {
+			r.data, r.stat, err = c.Get(p)
+		}
+		r.exists = err == nil
+		return r, err
+	})
+}
+
+func (e *epoch) create(ctx context.Context, p string, data []byte, flags int32) (string, error) {
+	return call(ctx, e, func(c *zk.Conn) (string, error) {
+		return c.Create(p, data, flags, zk.WorldACL(zk.PermAll))
+	})
 }
 
 type zkLogger struct{ log *slog.Logger }

@@ -45,7 +45,9 @@ func (t Token) Less(u Token) bool { return t.Compare(u) < 0 }
 func (t Token) IsZero() bool { return t == Token{} }
 
 // String formats t as "<epoch>.<seq>", the form [ParseToken] reads.
-func (t Token) String() string { return strconv.FormatInt(t.Epoch, 10) + "." + strconv.FormatInt(t.Seq, 10) }
+func (t Token) String() string {
+	return strconv.FormatInt(t.Epoch, 10) + "." + strconv.FormatInt(t.Seq, 10)
+}
 
 // ParseToken reads a Token in the form [Token.String] writes.
 func ParseToken(s string) (Token, error) {

@@ -1,0 +1,110 @@
+package lock_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) != "" {
+		os.Exit(runWorker())
+	}
+	testenv.VerifyNoLeaks(m)
+}
+
+const testSessionTimeout = 3 * time.Second
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// session opens a Session for the test and closes it when the test ends.
+func session(t testing.TB, servers []string, opts ...lock.SessionOption) *lock.Session {
+	t.Helper()
+	opts = append([]lock.SessionOption{lock.WithSessionTimeout(testSessionTimeout), lock.WithLogger(testLogger(t))}, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := lock.NewSession(ctx, servers, opts...)
+	if err != nil {
+		t.Fatalf("NewSession(%v): %v", servers, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func mutex(t testing.TB, s *lock.Session, path string, opts ...lock.Option) *lock.Mutex {
+	t.Helper()
+	m, err := lock.NewMutex(s, path, opts...)
+	if err != nil {
+		t.Fatalf("NewMutex(%s): %v", path, err)
+	}
+	return m
+}
+
+// history records holds in one process and checks them: never two holders at once, tokens
+// strictly increasing from one hold to the next.
+type history struct {
+	mu      sync.Mutex
+	holding int
+	last    lock.Token
+	holds   int
+	errs    []string
+}
+
+func (h *history) enter(tok lock.Token) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.holding++
+	h.holds++
+	if h.holding > 1 {
+		h.errs = append(h.errs, fmt.Sprintf("two holders at once (token %s)", tok))
+	}
+	if !h.last.Less(tok) {
+		h.errs = append(h.errs, fmt.Sprintf("token %s does not follow %s", tok, h.last))
+	}
+	h.last = tok
+}
+
+func (h *history) exit() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.holding--
+}
+
+func (h *history) check(t testing.TB) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, e := range h.errs {
+		t.Error(e)
+	}
+	if h.holds == 0 {
+		t.Error("history: no holds recorded")
+	}
+}
+
+// children lists the lock path's children through s's connection.
+func children(t testing.TB, s *lock.Session, path string) []string {
+	t.Helper()
+	names, _, err := s.Conn().Children(path)
+	if err != nil {
+		t.Fatalf("children %s: %v", path, err)
+	}
+	return names
+}
+
+func waitChildren(t testing.TB, s *lock.Session, path string, n int) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		names, _, err := s.Conn().Children(path)
+		return err == nil && len(names) == n
+	}, "%s to have %d children", path, n)
+}
