@@ -168,7 +168,7 @@ func (e *Elector) Observe(ctx context.Context) <-chan string {
 
 // RunWhileLeader campaigns, runs fn while leading, and campaigns again when the leadership is
 // lost, until ctx ends; then it resigns and returns nil. fn gets a context cancelled when the
-// leadership ends and must return soon after. If fn returns an error while still leading,
+// leadership ends or ctx ends, and must return soon after. If fn returns an error while still leading,
 // RunWhileLeader resigns and returns that error; if fn returns nil while still leading, it
 // resigns and campaigns again. Campaign failures (a lost session) are retried with a pause.
 func (e *Elector) RunWhileLeader(ctx context.Context, fn func(ctx context.Context, l *Leadership) error) error {
@@ -187,7 +187,12 @@ func (e *Elector) RunWhileLeader(ctx context.Context, fn func(ctx context.Contex
 			}
 			continue
 		}
-		ferr := fn(l.Context(), l)
+		// fn's context ends with the leadership or with ctx, whichever comes first.
+		fctx, fcancel := context.WithCancelCause(l.Context())
+		stop := context.AfterFunc(ctx, func() { fcancel(context.Cause(ctx)) })
+		ferr := fn(fctx, l)
+		stop()
+		fcancel(nil)
 		lost := l.Err()
 		rerr := l.Resign(context.WithoutCancel(ctx))
 		if rerr != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -203,8 +204,9 @@ func TestIntegrationExclusionProcesses(t *testing.T) {
 	checkCounter(t, 4, 16, 2000, nil)
 }
 
-// TestIntegrationExclusionWhileZKServerRestarts: one ZooKeeper server of three is stopped and
-// started again while 8 processes contend; the lock keeps working and exclusion holds.
+// TestIntegrationExclusionWhileZKServerRestarts: one ZooKeeper server of three — the ensemble's
+// leader, the harder case: the others must elect a new one — is stopped and started again while 8
+// processes contend; the lock keeps working and exclusion holds.
 func TestIntegrationExclusionWhileZKServerRestarts(t *testing.T) {
 	servers := testenv.ZK(t)
 	if len(servers) < 3 {
@@ -212,12 +214,33 @@ func TestIntegrationExclusionWhileZKServerRestarts(t *testing.T) {
 	}
 	checkCounter(t, 8, 4, 800, func(progress func() int64) {
 		testenv.Eventually(t, 60*time.Second, 20*time.Millisecond, func() bool { return progress() >= 100 }, "100 increments before the stop")
-		zkNode(t, "stop", 2)
+		n := zkLeader(t, servers)
+		zkNode(t, "stop", n)
 		at := progress()
-		testenv.Eventually(t, 60*time.Second, 20*time.Millisecond, func() bool { return progress() >= at+100 }, "100 increments while zk2 is down")
-		zkNode(t, "start", 2)
-		t.Logf("zk2 stopped at %d increments and started at %d", at, progress())
+		testenv.Eventually(t, 60*time.Second, 20*time.Millisecond, func() bool { return progress() >= at+100 }, "100 increments while zk%d is down", n)
+		zkNode(t, "start", n)
+		t.Logf("zk%d (the ensemble's leader) stopped at %d increments and started at %d", n, at, progress())
 	})
+}
+
+// zkLeader returns the number (1-based position in servers) of the ensemble's leader.
+func zkLeader(t *testing.T, servers []string) int {
+	t.Helper()
+	for i, addr := range servers {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			continue
+		}
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		_, _ = c.Write([]byte("srvr"))
+		out, _ := io.ReadAll(c)
+		_ = c.Close()
+		if strings.Contains(string(out), "Mode: leader") {
+			return i + 1
+		}
+	}
+	t.Fatal("no ZooKeeper server says it leads")
+	return 0
 }
 
 // zkNode runs deploy/local/zk ACTION N.
@@ -377,5 +400,4 @@ func TestIntegrationLeaderKilled(t *testing.T) {
 		_ = w.cmd.Process.Kill()
 	}
 	fwd.Wait()
-	_ = io.Discard
 }
