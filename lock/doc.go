@@ -1,0 +1,35 @@
+// Package lock is txkit's coordination layer on ZooKeeper: a fair, Curator-compatible lock
+// ([Mutex]), leader election on it ([Elector]) that every txkit coordinator runs its recovery
+// under, fencing tokens ([Token]) that rise strictly from one holder to the next, and a
+// PostgreSQL helper that refuses the writes of a deposed holder ([Fence]).
+//
+// A [Session] is the connection all of these share. It reads ZooKeeper's session events through
+// go-zookeeper's callback, declares a session lost when the ensemble has not been heard from for
+// most of the session timeout (so a holder stops before the servers let the next one start), ends
+// every hold of that session at once, and opens a new ZooKeeper session for what comes next.
+//
+// A lock can be lost at any time. Run the work that needs it under [Lease.Context] (or
+// [Leadership.Context]) and send [Lease.Token] along with every write it makes, so that the store
+// can refuse a holder that was deposed while it was still writing:
+//
+//	sess, err := lock.NewSession(ctx, []string{"127.0.0.1:22181"}, lock.WithSessionTimeout(5*time.Second))
+//	if err != nil {
+//		return err
+//	}
+//	defer sess.Close()
+//	el, err := lock.NewElector(sess, "/myapp/relay/leader", hostname)
+//	if err != nil {
+//		return err
+//	}
+//	return el.RunWhileLeader(ctx, func(ctx context.Context, l *lock.Leadership) error {
+//		return recoverLoop(ctx, l.Token()) // ctx ends the moment leadership is lost
+//	})
+//
+// The fair recipe: each contender creates an ephemeral-sequential child "_c_<uuid>-lock-<seq>"
+// under the lock path; the lowest sequence holds the lock; every other contender watches only its
+// immediate predecessor, so a release wakes exactly one waiter. The per-attempt uuid makes the
+// create "protected": when a connection loss hides the create's answer, the contender finds its
+// node again by the uuid — and adopts it only if its session owns it — instead of leaving an
+// orphan that would block everyone. The names and ordering are those of Apache Curator's
+// InterProcessMutex, so Go and Java processes can share a lock path.
+package lock

@@ -1,0 +1,95 @@
+package lock_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/txkit/txkit/lock"
+)
+
+// exampleServers returns the ensemble from TXKIT_ZK (set by `make test`).
+func exampleServers() []string {
+	v := os.Getenv("TXKIT_ZK")
+	if v == "" {
+		panic("TXKIT_ZK is not set: start the servers with `make up` and run `make test`")
+	}
+	return strings.Split(v, ",")
+}
+
+func ExampleMutex() {
+	ctx := context.Background()
+	sess, err := lock.NewSession(ctx, exampleServers(), lock.WithSessionTimeout(5*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sess.Close()
+	path := "/txkit-example/" + uuid.NewString() + "/lock"
+	defer deleteAll(sess, path)
+
+	a, _ := lock.NewMutex(sess, path)
+	b, _ := lock.NewMutex(sess, path) // one Mutex value per contender
+
+	first, err := a.Lock(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, err = b.TryLock(ctx)
+	fmt.Println("b while a holds:", err != nil)
+	_ = a.Unlock(ctx)
+
+	second, err := b.Lock(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("token rose:", first.Token().Less(second.Token()))
+	_ = b.Unlock(ctx)
+	// Output:
+	// b while a holds: true
+	// token rose: true
+}
+
+func ExampleElector_RunWhileLeader() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sess, err := lock.NewSession(ctx, exampleServers(), lock.WithSessionTimeout(5*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sess.Close()
+	path := "/txkit-example/" + uuid.NewString() + "/leader"
+	defer deleteAll(sess, path)
+
+	el, _ := lock.NewElector(sess, path, "relay-1")
+	err = el.RunWhileLeader(ctx, func(ctx context.Context, l *lock.Leadership) error {
+		id, _ := el.Leader(ctx)
+		fmt.Println("leading:", id)
+		cancel() // a real leader works until ctx ends: leadership lost, or shutdown
+		<-ctx.Done()
+		return nil
+	})
+	fmt.Println("returned:", err)
+	// Output:
+	// leading: relay-1
+	// returned: <nil>
+}
+
+// deleteAll removes the example's nodes (the path and its parent).
+func deleteAll(sess *lock.Session, path string) {
+	c := sess.Conn()
+	for p := path; p != "/txkit-example"; p = p[:strings.LastIndex(p, "/")] {
+		children, _, _ := c.Children(p)
+		for _, ch := range children {
+			_ = c.Delete(p+"/"+ch, -1)
+		}
+		_ = c.Delete(p, -1)
+	}
+}
