@@ -38,16 +38,16 @@ const (
 
 const dialTimeout = 5 * time.Second
 
-// Lookup returns the value of the environment variable name. Under -short it skips the test when
-// the variable is unset; otherwise an unset variable fails the test.
+// Lookup returns the value of the environment variable name. Under -short it skips the test (a
+// test that needs a server is an integration test); otherwise an unset variable fails the test.
 func Lookup(t testing.TB, name string) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: this test needs the servers from `make up` (%s)", name)
+	}
 	v := strings.TrimSpace(os.Getenv(name))
 	if v != "" {
 		return v
-	}
-	if testing.Short() {
-		t.Skipf("%s is not set (-short): this test needs the servers from `make up`", name)
 	}
 	t.Fatalf("%s is not set: start the servers with `make up` and run the tests with `make test`", name)
 	return ""
