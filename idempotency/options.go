@@ -1,0 +1,109 @@
+package idempotency
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/robfig/cron/v3"
+)
+
+// Option configures a [Store]. Options are applied in order by [New], which validates the result.
+type Option func(*options)
+
+type options struct {
+	schema   string
+	table    string
+	retain   time.Duration
+	log      *slog.Logger
+	schedule string
+	batch    int
+}
+
+func defaultOptions() options {
+	return options{
+		table:    "txkit_idempotency",
+		retain:   7 * 24 * time.Hour,
+		log:      slog.New(slog.DiscardHandler),
+		schedule: "@every 1m",
+		batch:    1000,
+	}
+}
+
+// WithSchema sets the PostgreSQL schema of the table (default: none, so the connection's
+// search_path decides). [Store.Migrate] creates the schema if it does not exist.
+func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
+
+// WithTable sets the table's name (default "txkit_idempotency"). It is quoted, so it is used
+// exactly as given, case included; it may be at most [maxTableLen] bytes long so that the names
+// derived from it fit PostgreSQL's 63-byte identifiers.
+func WithTable(name string) Option { return func(o *options) { o.table = name } }
+
+// WithRetention sets how long a key is kept after it is claimed (default 7 days). A key is
+// remembered for at least this long: [Store.Purge] deletes it some time after it expires, and until
+// then it still counts as claimed. The expiry is computed by PostgreSQL (now() + retention, at the
+// claiming transaction's start), never by the client's clock. It must be at least a microsecond.
+func WithRetention(d time.Duration) Option { return func(o *options) { o.retain = d } }
+
+// WithLogger sets the logger (default: discard). The retention job logs what it deletes; the
+// robfig/cron scheduler's own messages go to it at debug level and its errors at error level.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.log = l
+		}
+	}
+}
+
+// WithPurgeSchedule sets when [Store.Run] purges expired keys, as a robfig/cron standard spec: five
+// fields ("*/5 * * * *") or a descriptor ("@hourly", "@every 30s"). The default is "@every 1m".
+func WithPurgeSchedule(spec string) Option { return func(o *options) { o.schedule = spec } }
+
+// WithPurgeBatch sets how many expired keys one purge statement deletes (default 1000). A purge
+// repeats such statements until one deletes fewer; each is short, so it never holds many row locks.
+func WithPurgeBatch(n int) Option { return func(o *options) { o.batch = n } }
+
+const (
+	maxIdentLen = 63                             // PostgreSQL's NAMEDATALEN - 1
+	indexSuffix = "_expires_at_idx"              // the expiry index is named <table>_expires_at_idx
+	maxTableLen = maxIdentLen - len(indexSuffix) // 48 bytes
+)
+
+func (o options) validate() error {
+	if o.schema != "" {
+		if err := checkIdent(o.schema, maxIdentLen); err != nil {
+			return fmt.Errorf("idempotency: schema %q: %w: %w", o.schema, err, ErrInvalidOption)
+		}
+	}
+	if err := checkIdent(o.table, maxTableLen); err != nil {
+		return fmt.Errorf("idempotency: table %q: %w: %w", o.table, err, ErrInvalidOption)
+	}
+	if o.retain < time.Microsecond {
+		return fmt.Errorf("idempotency: retention %v is below 1µs: %w", o.retain, ErrInvalidOption)
+	}
+	if o.batch < 1 {
+		return fmt.Errorf("idempotency: purge batch %d is below 1: %w", o.batch, ErrInvalidOption)
+	}
+	if _, err := cron.ParseStandard(o.schedule); err != nil {
+		return fmt.Errorf("idempotency: purge schedule %q: %w: %w", o.schedule, err, ErrInvalidOption)
+	}
+	return nil
+}
+
+// checkIdent accepts any name PostgreSQL can store unchanged once quoted.
+func checkIdent(name string, max int) error {
+	switch {
+	case name == "":
+		return errors.New("empty name")
+	case len(name) > max:
+		return fmt.Errorf("%d bytes, more than %d", len(name), max)
+	case !utf8.ValidString(name):
+		return errors.New("not valid UTF-8")
+	case strings.IndexByte(name, 0) >= 0:
+		return errors.New("contains a NUL byte")
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+package idempotency
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/robfig/cron/v3"
+)
+
+// Purge deletes the keys that expired (see [WithRetention]) in one full pass: statements of at most
+// [WithPurgeBatch] rows each, repeated until one deletes fewer. It returns how many keys it
+// deleted, including those deleted before an error. Pass a pool, so that each statement commits on
+// its own and holds its row locks briefly; rows locked by other transactions are skipped, so
+// purges running in several processes do not wait for one another.
+//
+// Purge blocks until the pass is done or ctx ends; ctx scopes only this call. It is safe for
+// concurrent use.
+func (s *Store) Purge(ctx context.Context, db DBTX) (deleted int64, err error) {
+	if isNil(db) {
+		return 0, fmt.Errorf("idempotency: purge %s: %w", s.table, ErrNilTx)
+	}
+	for {
+		tag, err := db.Exec(ctx, s.purge, s.o.batch)
+		if err != nil {
+			return deleted, fmt.Errorf("idempotency: purge %s after %d keys: %w", s.table, deleted, err)
+		}
+		n := tag.RowsAffected()
+		deleted += n
+		if n < int64(s.o.batch) {
+			return deleted, nil
+		}
+	}
+}
+
+// Run purges expired keys on the schedule set by [WithPurgeSchedule] (default every minute) until
+// ctx ends, with a robfig/cron scheduler that skips a run while the previous one is still going
+// and recovers from panics. It logs each pass's count through the [WithLogger] logger.
+//
+// Run blocks. When ctx ends it cancels a purge in flight (ctx also scopes the work), waits for the
+// scheduler to stop, and returns nil. Purging is idempotent, so every replica of a service may run
+// it; no leadership is needed. db should be a pool (see [Store.Purge]). A nil db returns an error
+// wrapping [ErrNilTx] at once.
+func (s *Store) Run(ctx context.Context, db DBTX) error {
+	if isNil(db) {
+		return fmt.Errorf("idempotency: run %s: %w", s.table, ErrNilTx)
+	}
+	l := cronLogger{s.o.log}
+	c := cron.New(cron.WithLogger(l), cron.WithChain(cron.Recover(l), cron.SkipIfStillRunning(l)))
+	if _, err := c.AddFunc(s.o.schedule, func() { s.purgeJob(ctx, db) }); err != nil {
+		// New validated the spec, so this is not expected.
+		return fmt.Errorf("idempotency: purge schedule %q: %w: %w", s.o.schedule, err, ErrInvalidOption)
+	}
+	c.Start()
+	<-ctx.Done()
+	<-c.Stop().Done()
+	return nil
+}
+
+func (s *Store) purgeJob(ctx context.Context, db DBTX) {
+	n, err := s.Purge(ctx, db)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		s.o.log.Debug("idempotency: purge interrupted by shutdown", s.logAttr, slog.Int64("deleted", n))
+	case err != nil:
+		s.o.log.Error("idempotency: purge failed", s.logAttr, slog.Int64("deleted", n), slog.Any("err", err))
+	case n > 0:
+		s.o.log.Info("idempotency: purged expired keys", s.logAttr, slog.Int64("deleted", n))
+	default:
+		s.o.log.Debug("idempotency: no expired keys", s.logAttr)
+	}
+}
+
+// cronLogger adapts a *slog.Logger to cron.Logger. The scheduler's routine messages (start, wake,
+// run, skip) go to debug level.
+type cronLogger struct{ l *slog.Logger }
+
+func (c cronLogger) Info(msg string, keysAndValues ...any) {
+	c.l.Debug("cron: "+msg, keysAndValues...)
+}
+
+func (c cronLogger) Error(err error, msg string, keysAndValues ...any) {
+	c.l.Error("cron: "+msg, append([]any{slog.Any("err", err)}, keysAndValues...)...)
+}

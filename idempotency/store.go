@@ -1,0 +1,340 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"reflect"
+	"strconv"
+	"strings"
+	"text/template"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// MaxKeyLen is the longest scope or key, in bytes, that the Store accepts.
+const MaxKeyLen = 200
+
+// DBTX is what the Store needs from PostgreSQL: pgx.Tx, *pgxpool.Pool and *pgx.Conn all satisfy it.
+// Pass the transaction that makes the business change, so that the key and the change commit or
+// roll back together. A pool or a bare connection works too, but then each call commits on its own.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Status is the state of a key. A key claimed by [Store.Claim] is [StatusCompleted] at once (the
+// effect commits with it); a key claimed by [Store.Begin] is [StatusClaimed] until
+// [Store.Complete] moves it — the only transition — to [StatusCompleted].
+type Status uint8
+
+const (
+	StatusClaimed   Status = iota + 1 // claimed by Begin; its result is not stored yet
+	StatusCompleted                   // done; Result holds what Complete stored (nil for Claim)
+)
+
+// String returns the name stored in the table's status column.
+func (s Status) String() string {
+	switch s {
+	case StatusClaimed:
+		return "claimed"
+	case StatusCompleted:
+		return "completed"
+	}
+	return "Status(" + strconv.Itoa(int(s)) + ")"
+}
+
+func parseStatus(s string) (Status, error) {
+	switch s {
+	case "claimed":
+		return StatusClaimed, nil
+	case "completed":
+		return StatusCompleted, nil
+	}
+	return 0, fmt.Errorf("idempotency: unknown status %q in the table", s)
+}
+
+// Record is what [Store.Begin] found or made for a key.
+type Record struct {
+	// New reports that this call claimed the key: execute the request, then call [Store.Complete]
+	// in the same transaction.
+	New bool
+	// Status is StatusClaimed when New, StatusCompleted otherwise.
+	Status Status
+	// Result is the result stored by [Store.Complete] for an earlier execution (nil when New).
+	Result []byte
+}
+
+// Store claims idempotency keys in a PostgreSQL table, inside the caller's transactions. A key is
+// a (scope, key) pair: the scope names the consumer or endpoint, the key the message or request.
+//
+// Store holds no connection: every method takes the [DBTX] to work in. It is safe for concurrent
+// use by multiple goroutines.
+type Store struct {
+	o       options
+	table   string // quoted, schema-qualified
+	ddl     string
+	claim   string
+	begin   string
+	lookup  string
+	done    string
+	purge   string
+	logAttr slog.Attr
+}
+
+//go:embed sql/schema.sql
+var sqlFS embed.FS
+
+// New returns a Store configured by opts. It does not touch the database: call [Store.Migrate]
+// to create the table. It returns an error wrapping [ErrInvalidOption] when an option is unusable.
+func New(opts ...Option) (*Store, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	ident := pgx.Identifier{o.table}
+	if o.schema != "" {
+		ident = pgx.Identifier{o.schema, o.table}
+	}
+	t := ident.Sanitize()
+	s := &Store{o: o, table: t, logAttr: slog.String("table", strings.Join(ident, "."))}
+
+	ddl, err := renderDDL(o, t)
+	if err != nil {
+		return nil, err
+	}
+	s.ddl = ddl
+	// The retention is a validated whole number of microseconds, so it is safe to inline; the
+	// statements then have no parameter that changes between Stores.
+	expires := "now() + interval '" + strconv.FormatInt(o.retain.Microseconds(), 10) + " microseconds'"
+	s.claim = `insert into ` + t + ` (scope, key, status, expires_at) values ($1, $2, '` +
+		StatusCompleted.String() + `', ` + expires + `) on conflict (scope, key) do nothing`
+	s.begin = `insert into ` + t + ` (scope, key, fingerprint, status, expires_at) values ($1, $2, $3, '` +
+		StatusClaimed.String() + `', ` + expires + `) on conflict (scope, key) do nothing`
+	s.lookup = `select fingerprint, status, result from ` + t + ` where scope = $1 and key = $2`
+	s.done = `update ` + t + ` set status = '` + StatusCompleted.String() + `', result = $3` +
+		` where scope = $1 and key = $2 and status = '` + StatusClaimed.String() + `'`
+	// ctid = any(array(...)) plans as a TID scan; skip locked lets purges on several replicas and
+	// in-flight claims proceed without waiting for one another.
+	s.purge = `delete from ` + t + ` where ctid = any(array(select ctid from ` + t +
+		` where expires_at < now() limit $1 for update skip locked))`
+	return s, nil
+}
+
+func renderDDL(o options, table string) (string, error) {
+	tmpl, err := template.ParseFS(sqlFS, "sql/schema.sql")
+	if err != nil {
+		return "", fmt.Errorf("idempotency: parse embedded schema.sql: %w", err)
+	}
+	h := fnv.New64a()
+	h.Write([]byte("txkit/idempotency/migrate:" + table))
+	data := struct {
+		Schema, Table, Index string
+		LockKey              int64
+	}{
+		Table:   table,
+		Index:   pgx.Identifier{o.table + indexSuffix}.Sanitize(),
+		LockKey: int64(h.Sum64()),
+	}
+	if o.schema != "" {
+		data.Schema = pgx.Identifier{o.schema}.Sanitize()
+	}
+	var b bytes.Buffer
+	if err := tmpl.Execute(&b, data); err != nil {
+		return "", fmt.Errorf("idempotency: render schema.sql: %w", err)
+	}
+	return b.String(), nil
+}
+
+// Migrate creates the schema (if one was set), the table and its expiry index when they do not
+// exist. It is idempotent and safe to run from several processes at once (an advisory lock
+// serializes them). It blocks until PostgreSQL answers; ctx scopes only this call.
+func (s *Store) Migrate(ctx context.Context, db DBTX) error {
+	if isNil(db) {
+		return fmt.Errorf("idempotency: migrate %s: %w", s.table, ErrNilTx)
+	}
+	if _, err := db.Exec(ctx, s.ddl); err != nil {
+		return fmt.Errorf("idempotency: migrate %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// Claim claims (scope, key) in tx with one write, an INSERT ... ON CONFLICT DO NOTHING. It returns
+// first == true when this call inserted the key — the caller goes on to make its change in the same
+// tx — and first == false with a nil error when the key was already claimed: a duplicate, whose
+// change is already made. Callers who prefer an error use [Store.ClaimFirst].
+//
+// The claim belongs to tx: it commits with the caller's change or rolls back with it, leaving no
+// key. A key claimed by Claim is [StatusCompleted] at once.
+//
+// Claim blocks while another transaction holds an uncommitted claim of the same key, until that
+// transaction ends: if it commits, Claim returns false; if it rolls back, Claim inserts and returns
+// true. Under REPEATABLE READ or SERIALIZABLE the waiter fails instead with a serialization failure
+// (SQLSTATE 40001) when the other transaction commits; retry the whole transaction then.
+//
+// ctx scopes only this statement. Cancelling it aborts the statement and (with pgx's default
+// settings) closes the connection, so the caller's transaction can only be rolled back. Bad input returns an error
+// wrapping [ErrInvalidKey] or [ErrNilTx]. Claim is safe for concurrent use.
+func (s *Store) Claim(ctx context.Context, tx DBTX, scope, key string) (first bool, err error) {
+	if err := check(tx, scope, key); err != nil {
+		return false, err
+	}
+	tag, err := tx.Exec(ctx, s.claim, scope, key)
+	if err != nil {
+		return false, fmt.Errorf("idempotency: claim %s/%s: %w", scope, key, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// ClaimFirst is [Store.Claim] for callers that prefer an error: it returns nil when this call
+// claimed the key and an error wrapping [ErrDuplicate] when the key was already claimed. Inside
+// pgx.BeginFunc that error rolls the transaction back, so a handler can return it and the consumer
+// acknowledge the message when errors.Is(err, ErrDuplicate).
+func (s *Store) ClaimFirst(ctx context.Context, tx DBTX, scope, key string) error {
+	first, err := s.Claim(ctx, tx, scope, key)
+	if err != nil {
+		return err
+	}
+	if !first {
+		return fmt.Errorf("idempotency: claim %s/%s: %w", scope, key, ErrDuplicate)
+	}
+	return nil
+}
+
+// maxBeginTries bounds how often Begin retries when the key it collided with is purged before it
+// can read it.
+const maxBeginTries = 3
+
+// Begin is the HTTP Idempotency-Key variant of [Store.Claim]: it claims (scope, key) in tx and
+// remembers fingerprint, a digest of the request that the caller computes (say SHA-256 of method,
+// path and body; nil is allowed). Then:
+//
+//   - The first time, it returns a Record with New == true: execute the request in tx and call
+//     [Store.Complete] with its result before committing.
+//   - On a retry of a completed request with the same fingerprint, it returns New == false and
+//     the stored Result: reply with it and do nothing else.
+//   - When the key was used with a different fingerprint, it returns an error wrapping
+//     [ErrFingerprintMismatch] (HTTP 422 in the IETF draft), whether or not that use completed.
+//   - When the key was claimed by Begin and committed without Complete, or was begun earlier in
+//     this same tx, it returns an error wrapping [ErrNotCompleted].
+//
+// A request still in progress elsewhere is never seen: its claim is an uncommitted row of another
+// transaction, so Begin blocks on it until that transaction ends. If it commits, Begin returns its
+// stored result (or a fingerprint mismatch); if it rolls back, this call becomes the first and
+// returns New == true. Under REPEATABLE READ or SERIALIZABLE the waiter gets a serialization
+// failure (SQLSTATE 40001) instead when the other commits; retry the transaction then.
+//
+// Begin needs READ COMMITTED to see the other transaction's committed row; it issues one write and,
+// only on a collision, one read. ctx scopes only this call (see [Store.Claim]). Bad input returns
+// an error wrapping [ErrInvalidKey] or [ErrNilTx]. Begin is safe for concurrent use.
+func (s *Store) Begin(ctx context.Context, tx DBTX, scope, key string, fingerprint []byte) (*Record, error) {
+	if err := check(tx, scope, key); err != nil {
+		return nil, err
+	}
+	for range maxBeginTries {
+		tag, err := tx.Exec(ctx, s.begin, scope, key, fingerprint)
+		if err != nil {
+			return nil, fmt.Errorf("idempotency: begin %s/%s: %w", scope, key, err)
+		}
+		if tag.RowsAffected() == 1 {
+			return &Record{New: true, Status: StatusClaimed}, nil
+		}
+		var (
+			fp, result []byte
+			status     string
+		)
+		err = tx.QueryRow(ctx, s.lookup, scope, key).Scan(&fp, &status, &result)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // purged between the two statements: claim again
+		}
+		if err != nil {
+			return nil, fmt.Errorf("idempotency: begin %s/%s: read existing key: %w", scope, key, err)
+		}
+		if !bytes.Equal(fp, fingerprint) {
+			return nil, fmt.Errorf("idempotency: begin %s/%s: %w", scope, key, ErrFingerprintMismatch)
+		}
+		st, err := parseStatus(status)
+		if err != nil {
+			return nil, err
+		}
+		if st != StatusCompleted {
+			return nil, fmt.Errorf("idempotency: begin %s/%s: %w", scope, key, ErrNotCompleted)
+		}
+		return &Record{Status: st, Result: result}, nil
+	}
+	return nil, fmt.Errorf("idempotency: begin %s/%s: key vanished %d times between claim and read", scope, key, maxBeginTries)
+}
+
+// Complete stores result for a key that [Store.Begin] claimed, marking it [StatusCompleted]. Call
+// it in the same transaction as Begin, after the request's change; the result becomes visible to
+// retries when that transaction commits. It returns an error wrapping [ErrNotClaimed] when tx sees
+// no claimed, uncompleted row for the key (never begun, already completed, or purged). ctx scopes
+// only this call. Complete is safe for concurrent use.
+func (s *Store) Complete(ctx context.Context, tx DBTX, scope, key string, result []byte) error {
+	if err := check(tx, scope, key); err != nil {
+		return err
+	}
+	tag, err := tx.Exec(ctx, s.done, scope, key, result)
+	if err != nil {
+		return fmt.Errorf("idempotency: complete %s/%s: %w", scope, key, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("idempotency: complete %s/%s: %w", scope, key, ErrNotClaimed)
+	}
+	return nil
+}
+
+func check(tx DBTX, scope, key string) error {
+	if isNil(tx) {
+		return ErrNilTx
+	}
+	if err := checkKey(scope); err != nil {
+		return fmt.Errorf("idempotency: scope %q: %w: %w", truncate(scope), err, ErrInvalidKey)
+	}
+	if err := checkKey(key); err != nil {
+		return fmt.Errorf("idempotency: key %q: %w: %w", truncate(key), err, ErrInvalidKey)
+	}
+	return nil
+}
+
+// checkKey accepts what a PostgreSQL text column stores unchanged, up to MaxKeyLen bytes.
+func checkKey(s string) error {
+	switch {
+	case s == "":
+		return errors.New("empty")
+	case len(s) > MaxKeyLen:
+		return fmt.Errorf("%d bytes, more than %d", len(s), MaxKeyLen)
+	case !utf8.ValidString(s):
+		return errors.New("not valid UTF-8")
+	case strings.IndexByte(s, 0) >= 0:
+		return errors.New("contains a NUL byte")
+	}
+	return nil
+}
+
+// truncate shortens s for an error message.
+func truncate(s string) string {
+	if len(s) <= 40 {
+		return s
+	}
+	return s[:40] + "…"
+}
+
+// isNil reports whether db is nil or a nil pointer in a non-nil interface (a nil *pgxpool.Pool).
+func isNil(db DBTX) bool {
+	if db == nil {
+		return true
+	}
+	v := reflect.ValueOf(db)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}

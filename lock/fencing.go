@@ -1,0 +1,221 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"reflect"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DBTX is what a [Fence] needs from PostgreSQL: pgx.Tx, *pgxpool.Pool and *pgx.Conn all satisfy
+// it. [Fence.Check] wants the transaction that makes the fenced writes.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// FenceOption configures a [Fence].
+type FenceOption func(*fenceOptions)
+
+type fenceOptions struct {
+	schema string
+	table  string
+}
+
+func defaultFenceOptions() fenceOptions { return fenceOptions{table: "txkit_fence"} }
+
+// WithFenceSchema sets the PostgreSQL schema of the fence table (default: none, so the
+// connection's search_path decides). [Fence.Migrate] creates the schema if it does not exist.
+func WithFenceSchema(name string) FenceOption { return func(o *fenceOptions) { o.schema = name } }
+
+// WithFenceTable sets the fence table's name (default "txkit_fence"). It is quoted, so it is used
+// exactly as given; it may be at most 58 bytes long, so that its primary key's name fits.
+func WithFenceTable(name string) FenceOption { return func(o *fenceOptions) { o.table = name } }
+
+const (
+	pgMaxIdent    = 63 // PostgreSQL's NAMEDATALEN - 1
+	fenceMaxTable = pgMaxIdent - len("_pkey")
+)
+
+// MaxFenceResourceLen is the longest resource name, in bytes, that [Fence.Check] accepts (the name
+// is the table's primary key, and btree entries are limited to about 2.7 kB).
+const MaxFenceResourceLen = 1024
+
+func (o fenceOptions) validate() error {
+	if o.schema != "" {
+		if err := checkPGName(o.schema, pgMaxIdent); err != nil {
+			return fmt.Errorf("lock: fence schema %q: %w: %w", o.schema, err, ErrInvalidOption)
+		}
+	}
+	if err := checkPGName(o.table, fenceMaxTable); err != nil {
+		return fmt.Errorf("lock: fence table %q: %w: %w", o.table, err, ErrInvalidOption)
+	}
+	return nil
+}
+
+// checkPGName accepts what PostgreSQL stores unchanged in a quoted identifier or a text column.
+func checkPGName(s string, max int) error {
+	switch {
+	case s == "":
+		return errors.New("empty")
+	case len(s) > max:
+		return fmt.Errorf("%d bytes, more than %d", len(s), max)
+	case !utf8.ValidString(s):
+		return errors.New("not valid UTF-8")
+	case strings.IndexByte(s, 0) >= 0:
+		return errors.New("contains a NUL byte")
+	}
+	return nil
+}
+
+// Fence refuses the writes of deposed lock holders in PostgreSQL. It keeps, per resource (any name
+// the coordinators agree on, such as a lock path or a table), the highest fencing [Token] that
+// has written to it; [Fence.Check], called inside the writer's own transaction, lets the write
+// through only when the writer's token is at least that high.
+//
+// A holder can lose its lock at any time — its ZooKeeper session can expire while it is paused —
+// and may not learn of it before its next write. The fence is what makes that late write harmless:
+// once a newer holder has passed the fence, every older token is refused.
+//
+// Fence holds no connection and is safe for concurrent use by multiple goroutines.
+type Fence struct {
+	table  string // quoted, schema-qualified
+	ddl    string
+	upsert string
+	read   string
+}
+
+// NewFence returns a Fence configured by opts. It does not touch the database: call
+// [Fence.Migrate] to create the table. It returns an error wrapping [ErrInvalidOption] when an
+// option is unusable.
+func NewFence(opts ...FenceOption) (*Fence, error) {
+	o := defaultFenceOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	ident := pgx.Identifier{o.table}
+	if o.schema != "" {
+		ident = pgx.Identifier{o.schema, o.table}
+	}
+	t := ident.Sanitize()
+	h := fnv.New64a()
+	h.Write([]byte("txkit/lock/fence/migrate:" + t))
+	// One implicit transaction: the advisory lock serializes concurrent migrations, which could
+	// otherwise fail on pg_type's unique index.
+	ddl := "select pg_advisory_xact_lock(" + strconv.FormatInt(int64(h.Sum64()), 10) + ");\n"
+	if o.schema != "" {
+		ddl += "create schema if not exists " + pgx.Identifier{o.schema}.Sanitize() + ";\n"
+	}
+	ddl += `create table if not exists ` + t + ` (
+    resource   text        primary key,
+    epoch      bigint      not null,
+    seq        bigint      not null,
+    updated_at timestamptz not null default now()
+)`
+	return &Fence{
+		table: t,
+		ddl:   ddl,
+		upsert: `insert into ` + t + ` as f (resource, epoch, seq) values ($1, $2, $3)` +
+			` on conflict (resource) do update set epoch = excluded.epoch, seq = excluded.seq, updated_at = now()` +
+			` where (f.epoch, f.seq) <= (excluded.epoch, excluded.seq) returning 1`,
+		read: `select epoch, seq from ` + t + ` where resource = $1`,
+	}, nil
+}
+
+// Migrate creates the fence table (and the schema, if one was set) when they do not exist. It is
+// idempotent and safe to run from several processes at once. It blocks until PostgreSQL answers;
+// ctx scopes only this call.
+func (f *Fence) Migrate(ctx context.Context, db DBTX) error {
+	if isNilDB(db) {
+		return fmt.Errorf("lock: migrate fence %s: nil DBTX: %w", f.table, ErrInvalidOption)
+	}
+	if _, err := db.Exec(ctx, f.ddl); err != nil {
+		return fmt.Errorf("lock: migrate fence %s: %w", f.table, err)
+	}
+	return nil
+}
+
+// Check passes tx through the fence of resource with token tok, or refuses it. Call it inside the
+// transaction that makes the holder's writes, and commit only if it returns nil.
+//
+// It is one upsert that records tok for resource unless a higher token is already recorded. Equal
+// tokens pass, since one holder writes many times. A lower token is refused with a *[FencedError]
+// wrapping [ErrFenced] that names the resource and both tokens; the refusal raises no SQL error,
+// so tx stays usable (roll it back). Tokens compare as [Token.Compare] does: the epoch first, so a
+// token from a re-created lock path ({Epoch: 2, Seq: 0}) beats any from the old one ({1, 99}).
+//
+// The upsert locks the resource's row until tx ends, so concurrent writers of one resource are
+// serialized: a second Check blocks until the first writer's transaction commits or rolls back,
+// then compares against what was committed. A deposed holder whose transaction began before the
+// new holder wrote is therefore refused once the new holder commits. Under REPEATABLE READ or
+// SERIALIZABLE such a writer may get a serialization failure (SQLSTATE 40001) instead; either way
+// its write does not commit.
+//
+// ctx scopes only this call; cancelling it aborts the statement, after which tx can only be rolled
+// back. An empty resource or one longer than [MaxFenceResourceLen] bytes, a zero or negative
+// token, or a nil tx returns an error wrapping [ErrInvalidOption]. Check is safe for concurrent use.
+func (f *Fence) Check(ctx context.Context, tx DBTX, resource string, tok Token) error {
+	if isNilDB(tx) {
+		return fmt.Errorf("lock: fence %q: nil DBTX: %w", resource, ErrInvalidOption)
+	}
+	if err := checkPGName(resource, MaxFenceResourceLen); err != nil {
+		return fmt.Errorf("lock: fence resource %q: %w: %w", resource, err, ErrInvalidOption)
+	}
+	if tok.IsZero() || tok.Epoch < 0 || tok.Seq < 0 {
+		return fmt.Errorf("lock: fence %q: token %s was not handed out by a lock: %w", resource, tok, ErrInvalidOption)
+	}
+	var one int
+	err := tx.QueryRow(ctx, f.upsert, resource, tok.Epoch, tok.Seq).Scan(&one)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("lock: fence %q with token %s: %w", resource, tok, err)
+	}
+	// Refused. Read the higher token only to explain the refusal.
+	fe := &FencedError{Resource: resource, Token: tok}
+	if err := tx.QueryRow(ctx, f.read, resource).Scan(&fe.Current.Epoch, &fe.Current.Seq); err != nil {
+		return fmt.Errorf("%w (reading the current token: %w)", fe, err)
+	}
+	return fe
+}
+
+// FencedError is the refusal [Fence.Check] returns: a write to Resource carried Token, lower than
+// Current, the highest token that has written to it. It wraps [ErrFenced]. Current is zero when it
+// could not be read.
+type FencedError struct {
+	Resource string
+	Token    Token // the refused writer's token
+	Current  Token // the higher token already recorded
+}
+
+func (e *FencedError) Error() string {
+	cur := "a higher token"
+	if !e.Current.IsZero() {
+		cur = e.Current.String()
+	}
+	return fmt.Sprintf("lock: fence %q: token %s is below %s: %v", e.Resource, e.Token, cur, ErrFenced)
+}
+
+// Unwrap returns [ErrFenced].
+func (e *FencedError) Unwrap() error { return ErrFenced }
+
+// isNilDB reports whether db is nil or a nil pointer in a non-nil interface (a nil *pgxpool.Pool).
+func isNilDB(db DBTX) bool {
+	if db == nil {
+		return true
+	}
+	v := reflect.ValueOf(db)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}

@@ -1,0 +1,363 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+)
+
+const fenceTimeout = 30 * time.Second
+
+// newFence returns a migrated Fence in the test's own schema.
+func newFence(t *testing.T, s *testenv.Schema, opts ...lock.FenceOption) *lock.Fence {
+	t.Helper()
+	f, err := lock.NewFence(opts...)
+	if err != nil {
+		t.Fatalf("NewFence: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), fenceTimeout)
+	defer cancel()
+	if err := f.Migrate(ctx, s.Pool); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return f
+}
+
+// fenceCheckTx runs Check for resource and tok in a transaction of its own, committed when Check
+// passes.
+func fenceCheckTx(ctx context.Context, f *lock.Fence, pool *pgxpool.Pool, resource string, tok lock.Token) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return f.Check(ctx, tx, resource, tok) })
+}
+
+// fenceBegin begins a transaction on its own connection, rolled back when the test ends if still
+// open.
+func fenceBegin(t *testing.T, ctx context.Context, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
+}
+
+// fenceWaitBlocked waits until the backend of tx waits on a lock.
+func fenceWaitBlocked(t *testing.T, ctx context.Context, pool *pgxpool.Pool, tx pgx.Tx) {
+	t.Helper()
+	pid := tx.Conn().PgConn().PID()
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		var ev *string
+		err := pool.QueryRow(ctx, `select wait_event_type from pg_stat_activity where pid = $1`, pid).Scan(&ev)
+		return err == nil && ev != nil && *ev == "Lock"
+	}, "backend %d to wait on a lock", pid)
+}
+
+func TestNewFenceOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []lock.FenceOption
+		ok   bool
+	}{
+		{"defaults", nil, true},
+		{"schema and table", []lock.FenceOption{lock.WithFenceSchema("app"), lock.WithFenceTable("fence")}, true},
+		{"quotes in names", []lock.FenceOption{lock.WithFenceSchema(`a "b"`), lock.WithFenceTable(`t"; drop table x; --`)}, true},
+		{"table of 58 bytes", []lock.FenceOption{lock.WithFenceTable(strings.Repeat("t", 58))}, true},
+		{"table of 59 bytes", []lock.FenceOption{lock.WithFenceTable(strings.Repeat("t", 59))}, false},
+		{"empty table", []lock.FenceOption{lock.WithFenceTable("")}, false},
+		{"table with NUL", []lock.FenceOption{lock.WithFenceTable("a\x00")}, false},
+		{"schema not UTF-8", []lock.FenceOption{lock.WithFenceSchema("\xff")}, false},
+		{"schema of 64 bytes", []lock.FenceOption{lock.WithFenceSchema(strings.Repeat("s", 64))}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := lock.NewFence(tc.opts...)
+			if tc.ok {
+				if err != nil || f == nil {
+					t.Fatalf("NewFence = %v, %v; want a Fence", f, err)
+				}
+				return
+			}
+			if !errors.Is(err, lock.ErrInvalidOption) {
+				t.Fatalf("NewFence error = %v; want ErrInvalidOption", err)
+			}
+		})
+	}
+}
+
+// fenceNoDB is a DBTX that fails every call: bad input must be refused before the database.
+type fenceNoDB struct{}
+
+var errFenceReached = errors.New("the database was reached")
+
+func (fenceNoDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errFenceReached
+}
+func (fenceNoDB) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errFenceReached
+}
+func (fenceNoDB) QueryRow(context.Context, string, ...any) pgx.Row { return fenceErrRow{} }
+
+type fenceErrRow struct{}
+
+func (fenceErrRow) Scan(...any) error { return errFenceReached }
+
+func TestFenceCheckBadInput(t *testing.T) {
+	f, err := lock.NewFence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nilPool *pgxpool.Pool
+	tests := []struct {
+		name     string
+		db       lock.DBTX
+		resource string
+		tok      lock.Token
+		want     error
+	}{
+		{"zero token", fenceNoDB{}, "r", lock.Token{}, lock.ErrInvalidOption},
+		{"negative epoch", fenceNoDB{}, "r", lock.Token{Epoch: -1, Seq: 5}, lock.ErrInvalidOption},
+		{"negative seq", fenceNoDB{}, "r", lock.Token{Epoch: 1, Seq: -1}, lock.ErrInvalidOption},
+		{"empty resource", fenceNoDB{}, "", lock.Token{Epoch: 1}, lock.ErrInvalidOption},
+		{"resource too long", fenceNoDB{}, strings.Repeat("r", lock.MaxFenceResourceLen+1), lock.Token{Epoch: 1}, lock.ErrInvalidOption},
+		{"resource with NUL", fenceNoDB{}, "a\x00", lock.Token{Epoch: 1}, lock.ErrInvalidOption},
+		{"nil tx", nil, "r", lock.Token{Epoch: 1}, lock.ErrInvalidOption},
+		{"nil pool", nilPool, "r", lock.Token{Epoch: 1}, lock.ErrInvalidOption},
+		{"good input reaches the database", fenceNoDB{}, "r", lock.Token{Seq: 1}, errFenceReached},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := f.Check(t.Context(), tc.db, tc.resource, tc.tok); !errors.Is(err, tc.want) {
+				t.Fatalf("Check error = %v; want %v", err, tc.want)
+			}
+		})
+	}
+	if err := f.Migrate(t.Context(), nil); !errors.Is(err, lock.ErrInvalidOption) {
+		t.Fatalf("Migrate(nil) error = %v; want ErrInvalidOption", err)
+	}
+}
+
+// TestIntegrationFenceOrder passes a sequence of tokens, each in a transaction of its own, through
+// the fence of one resource.
+func TestIntegrationFenceOrder(t *testing.T) {
+	t.Parallel()
+	s := testenv.PG(t)
+	f := newFence(t, s)
+	ctx, cancel := context.WithTimeout(t.Context(), fenceTimeout)
+	defer cancel()
+	if err := f.Migrate(ctx, s.Pool); err != nil { // a second Migrate is a no-op
+		t.Fatalf("second Migrate: %v", err)
+	}
+
+	steps := []struct {
+		name     string
+		resource string
+		tok      lock.Token
+		fenced   bool
+		current  lock.Token // the token named in the refusal
+	}{
+		{"first holder", "orders", lock.Token{Epoch: 1, Seq: 5}, false, lock.Token{}},
+		{"same holder writes again", "orders", lock.Token{Epoch: 1, Seq: 5}, false, lock.Token{}},
+		{"next holder", "orders", lock.Token{Epoch: 1, Seq: 6}, false, lock.Token{}},
+		{"deposed holder", "orders", lock.Token{Epoch: 1, Seq: 5}, true, lock.Token{Epoch: 1, Seq: 6}},
+		{"parent re-created: epoch beats seq", "orders", lock.Token{Epoch: 2, Seq: 0}, false, lock.Token{}},
+		{"old epoch, high seq", "orders", lock.Token{Epoch: 1, Seq: 99}, true, lock.Token{Epoch: 2, Seq: 0}},
+		{"resources are independent", "payments", lock.Token{Epoch: 1, Seq: 1}, false, lock.Token{}},
+	}
+	for _, st := range steps {
+		err := fenceCheckTx(ctx, f, s.Pool, st.resource, st.tok)
+		if !st.fenced {
+			if err != nil {
+				t.Fatalf("%s: Check(%s, %s) = %v; want nil", st.name, st.resource, st.tok, err)
+			}
+			continue
+		}
+		if !errors.Is(err, lock.ErrFenced) {
+			t.Fatalf("%s: Check(%s, %s) = %v; want ErrFenced", st.name, st.resource, st.tok, err)
+		}
+		var fe *lock.FencedError
+		if !errors.As(err, &fe) || fe.Resource != st.resource || fe.Token != st.tok || fe.Current != st.current {
+			t.Fatalf("%s: error %#v; want a FencedError for %s with %s below %s", st.name, err, st.resource, st.tok, st.current)
+		}
+		for _, part := range []string{st.resource, st.tok.String(), st.current.String(), "lock: fenced"} {
+			if !strings.Contains(err.Error(), part) {
+				t.Errorf("%s: error %q does not name %q", st.name, err, part)
+			}
+		}
+	}
+	var epoch, seq int64
+	if err := s.Pool.QueryRow(ctx, `select epoch, seq from txkit_fence where resource = 'orders'`).Scan(&epoch, &seq); err != nil {
+		t.Fatal(err)
+	}
+	if (lock.Token{Epoch: epoch, Seq: seq}) != (lock.Token{Epoch: 2, Seq: 0}) {
+		t.Fatalf("recorded token %d.%d; want 2.0", epoch, seq)
+	}
+}
+
+// TestIntegrationFenceDeposedHolder: the old holder's transaction began before the new holder
+// wrote; after the new holder commits, the old holder's write is refused, its transaction stays
+// usable and rolls back without a trace.
+func TestIntegrationFenceDeposedHolder(t *testing.T) {
+	t.Parallel()
+	s := testenv.PG(t)
+	f := newFence(t, s)
+	ctx, cancel := context.WithTimeout(t.Context(), fenceTimeout)
+	defer cancel()
+	if _, err := s.Pool.Exec(ctx, `create table orders (id int primary key, by_token text not null)`); err != nil {
+		t.Fatal(err)
+	}
+	oldTok, newTok := lock.Token{Epoch: 7, Seq: 1}, lock.Token{Epoch: 7, Seq: 2}
+	if err := fenceCheckTx(ctx, f, s.Pool, "orders", oldTok); err != nil {
+		t.Fatalf("the old holder's earlier write: %v", err)
+	}
+
+	old := fenceBegin(t, ctx, s.Pool) // the old holder starts a write, then pauses
+	if _, err := old.Exec(ctx, `insert into orders values (1, $1)`, oldTok.String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error { // the new holder writes and commits
+		if err := f.Check(ctx, tx, "orders", newTok); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `insert into orders values (2, $1)`, newTok.String())
+		return err
+	}); err != nil {
+		t.Fatalf("new holder: %v", err)
+	}
+
+	err := f.Check(ctx, old, "orders", oldTok)
+	if !errors.Is(err, lock.ErrFenced) {
+		t.Fatalf("deposed holder's Check = %v; want ErrFenced", err)
+	}
+	var one int
+	if err := old.QueryRow(ctx, `select 1`).Scan(&one); err != nil {
+		t.Fatalf("the refused transaction is not usable: %v", err)
+	}
+	if err := old.Rollback(ctx); err != nil {
+		t.Fatalf("rollback after refusal: %v", err)
+	}
+	rows, err := s.Pool.Query(ctx, `select id from orders order by id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 1 || ids[0] != 2 {
+		t.Fatalf("orders %v; want only the new holder's row 2", ids)
+	}
+}
+
+// TestIntegrationFenceConcurrentWriters runs two open transactions against one resource: the
+// second Check blocks on the first's row lock until the first ends, then compares with what was
+// committed.
+func TestIntegrationFenceConcurrentWriters(t *testing.T) {
+	t.Parallel()
+	s := testenv.PG(t)
+	f := newFence(t, s)
+	low, high := lock.Token{Epoch: 3, Seq: 10}, lock.Token{Epoch: 3, Seq: 11}
+	tests := []struct {
+		name        string
+		existing    bool       // the resource has a row before the two writers start
+		first, next lock.Token // the first writer's token, then the blocked writer's
+		firstEnds   func(pgx.Tx, context.Context) error
+		nextFenced  bool
+	}{
+		{"new holder commits, deposed waiter refused", true, high, low, pgx.Tx.Commit, true},
+		{"new holder commits, first write of the resource", false, high, low, pgx.Tx.Commit, true},
+		{"new holder rolls back, deposed waiter passes", true, high, low, pgx.Tx.Rollback, false},
+		{"deposed holder commits, new waiter passes", true, low, high, pgx.Tx.Commit, false},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), fenceTimeout)
+			defer cancel()
+			resource := "r" + string(rune('a'+i))
+			if tc.existing {
+				if err := fenceCheckTx(ctx, f, s.Pool, resource, lock.Token{Epoch: 3, Seq: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first, next := fenceBegin(t, ctx, s.Pool), fenceBegin(t, ctx, s.Pool)
+			if err := f.Check(ctx, first, resource, tc.first); err != nil {
+				t.Fatalf("first writer: %v", err)
+			}
+			done := make(chan error, 1)
+			var wg sync.WaitGroup
+			wg.Go(func() { done <- f.Check(ctx, next, resource, tc.next) })
+			defer wg.Wait()
+			fenceWaitBlocked(t, ctx, s.Pool, next)
+			select {
+			case err := <-done:
+				t.Fatalf("second writer's Check returned %v while the first transaction was open", err)
+			default:
+			}
+			if err := tc.firstEnds(first, ctx); err != nil {
+				t.Fatal(err)
+			}
+			err := <-done
+			if tc.nextFenced {
+				var fe *lock.FencedError
+				if !errors.As(err, &fe) || !errors.Is(err, lock.ErrFenced) || fe.Current != tc.first {
+					t.Fatalf("blocked writer's Check = %v; want ErrFenced naming %s", err, tc.first)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("blocked writer's Check = %v; want nil", err)
+			}
+			if err := next.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestIntegrationFenceRepeatableRead: under REPEATABLE READ a deposed writer blocked behind the new
+// holder fails with a serialization failure instead of ErrFenced; either way it cannot commit.
+func TestIntegrationFenceRepeatableRead(t *testing.T) {
+	t.Parallel()
+	s := testenv.PG(t)
+	f := newFence(t, s)
+	ctx, cancel := context.WithTimeout(t.Context(), fenceTimeout)
+	defer cancel()
+	if err := fenceCheckTx(ctx, f, s.Pool, "r", lock.Token{Epoch: 1, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	newer := fenceBegin(t, ctx, s.Pool)
+	older, err := s.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = older.Rollback(context.Background()) })
+	var one int
+	if err := older.QueryRow(ctx, `select 1`).Scan(&one); err != nil { // take the snapshot now
+		t.Fatal(err)
+	}
+	if err := f.Check(ctx, newer, "r", lock.Token{Epoch: 1, Seq: 3}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() { done <- f.Check(ctx, older, "r", lock.Token{Epoch: 1, Seq: 2}) })
+	defer wg.Wait()
+	fenceWaitBlocked(t, ctx, s.Pool, older)
+	if err := newer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+		t.Fatalf("deposed writer under REPEATABLE READ: %v; want SQLSTATE 40001", err)
+	}
+}
