@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 )
@@ -377,5 +379,66 @@ func TestIntegrationResignHandsOver(t *testing.T) {
 	}
 	ocancel()
 	for range seen { // closed when ctx ends
+	}
+}
+
+// TestIntegrationDeposedHolderFenced: a holder cut off from the ensemble loses the lock; the next
+// holder writes with its token; the old holder, writing late with its own token, is refused.
+func TestIntegrationDeposedHolderFenced(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZK(t)
+	db := testenv.PG(t)
+	path := testenv.ZKRoot(t) + "/lock"
+	ctx := t.Context()
+	fence, err := lock.NewFence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Migrate(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "create table state(id int primary key, owner text)"); err != nil {
+		t.Fatal(err)
+	}
+	write := func(owner string, tok lock.Token) error {
+		return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			if err := fence.Check(ctx, tx, "state", tok); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "insert into state values (1, $1) on conflict (id) do update set owner = excluded.owner", owner)
+			return err
+		})
+	}
+	s, p := viaProxy(t, servers)
+	a := mutex(t, s, path)
+	la, err := a.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write("a", la.Token()); err != nil {
+		t.Fatalf("the holder's write: %v", err)
+	}
+	p.Down()
+	<-la.Done()
+	b := mutex(t, session(t, servers), path)
+	lb, err := b.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write("b", lb.Token()); err != nil {
+		t.Fatalf("the new holder's write: %v", err)
+	}
+	err = write("a", la.Token()) // a wakes late and writes as if it still held the lock
+	if !errors.Is(err, lock.ErrFenced) {
+		t.Fatalf("the deposed holder's write = %v, want ErrFenced", err)
+	}
+	var owner string
+	if err := db.Pool.QueryRow(ctx, "select owner from state where id = 1").Scan(&owner); err != nil || owner != "b" {
+		t.Fatalf("owner = %q (%v), want b", owner, err)
+	}
+	p.Up()
+	_ = a.Unlock(ctx)
+	if err := b.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
