@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -67,4 +68,24 @@ func BenchmarkClaim(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
 		})
 	}
+	// ratio alternates the two in blocks, so a change of load on the shared machine weighs on
+	// both alike, and reports txkit's claims/s as a fraction of bare's.
+	b.Run("ratio", func(b *testing.B) {
+		const block = 50
+		var spent [2]time.Duration
+		for b.Loop() {
+			for i, name := range []string{"txkit", "bare"} {
+				fn := claim[name]
+				start := time.Now()
+				for j := 0; j < block; j++ {
+					key := "msg-" + strconv.FormatInt(seq.Add(1), 10)
+					if err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error { return fn(tx, key) }); err != nil {
+						b.Fatal(err)
+					}
+				}
+				spent[i] += time.Since(start)
+			}
+		}
+		b.ReportMetric(float64(spent[1])/float64(spent[0]), "txkit/bare-claims")
+	})
 }
