@@ -1,0 +1,82 @@
+// Package outbox is txkit's transactional outbox: a message is written into a PostgreSQL table in
+// the same transaction as the business change that causes it ([Outbox.Enqueue]), so it exists if
+// and only if the change committed, and a [Relay] publishes it to a broker afterwards, at least
+// once, with the same [Message.ID] every time (consumers deduplicate on it, see the idempotency
+// package).
+//
+// The recipe: migrate once, enqueue in the business transaction, run one relay per process — they
+// elect a leader in ZooKeeper, and only the leader publishes.
+//
+//	ob, err := outbox.New(outbox.WithSchema("orders"))
+//	if err != nil {
+//		return err
+//	}
+//	if err := ob.Migrate(ctx, pool); err != nil {
+//		return err
+//	}
+//	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, `insert into orders.orders (id, total) values ($1, $2)`, id, total); err != nil {
+//			return err
+//		}
+//		_, err := ob.Enqueue(ctx, tx, outbox.Message{Topic: "order-created", Key: id.String(), Body: body})
+//		return err
+//	})
+//
+//	// In every replica; pub is a Publisher, e.g. from outbox/rocketmq.
+//	el, err := lock.NewElector(sess, "/orders/outbox-relay", hostname)
+//	if err != nil {
+//		return err
+//	}
+//	relay, err := outbox.NewRelay(pool, pub, el, outbox.WithOutbox(ob), outbox.WithLogger(log))
+//	if err != nil {
+//		return err
+//	}
+//	return relay.Run(ctx) // blocks until ctx ends
+//
+// # How the relay works
+//
+// Enqueue issues pg_notify on the outbox's channel in the same statement as the insert;
+// PostgreSQL delivers the notification at commit (never on rollback), once per transaction. The
+// leading relay LISTENs on a dedicated connection and also polls on a robfig/cron schedule, the
+// safety net for notifications missed while that connection was down and the clock for retries.
+// Both only wake one drain loop, so drains never overlap.
+//
+// A drain reads the due pending rows in id order (the bigserial primary key), publishes them and
+// deletes the sent ones. Messages with the same [Message.Key] are published in id order, one at a
+// time; different keys in parallel. The read keeps per-key order with one condition: a row is
+// skipped while its key has an earlier pending row that is not yet due (it failed and is waiting
+// out its backoff):
+//
+//	where status = 'pending' and next_attempt_at <= now()
+//	  and (key is null or not exists (select 1 from t e where e.key = t.key and e.id < t.id
+//	                                  and e.status = 'pending' and e.next_attempt_at > now()))
+//	order by id limit $batch
+//
+// An earlier pending row of the key that is due has a smaller id, so it is in the same batch; the
+// relay publishes it first and leaves the rest of the key for later if it fails. So a key's
+// backlog goes out a batch at a time, not one message per round trip, and a failed message holds
+// back only its own key. A partial index on (key, id) where status = 'pending' answers the
+// "not exists". Dead messages do not hold their key back: a poison message would otherwise stop
+// its key for good. A dead message that is requeued goes out after the key's later messages.
+//
+// Sent rows are deleted, not marked sent. The table then holds only the backlog — small, its
+// indexes in memory, vacuum cheap — however many messages went through it; a mark-sent table
+// grows without bound and needs a janitor and a partial index to stay fast. The record of what was
+// sent belongs to the broker and the consumers, who keep it anyway; a row is gone only once the
+// broker acknowledged its message.
+//
+// A failed publish raises the row's attempts, stores the error, and sets next_attempt_at to now()
+// plus an exponential backoff with jitter computed by PostgreSQL ([WithBackoff]); after
+// [WithMaxAttempts] failures the row becomes [StatusDead]. [Outbox.ListDead], [Outbox.Requeue] and
+// [Outbox.Backlog] (and the txkit command's "outbox" subcommands) are for operators.
+//
+// # Leadership and fencing
+//
+// The relay publishes only while its [lock.Elector] leads, under the leadership's context: when
+// the leadership is lost the relay stops at once, and the batch in hand is neither deleted nor
+// marked failed, so the next leader publishes it again (duplicates, same IDs — never a loss). A
+// relay can be deposed without learning it in time (a long GC pause, a partition); with
+// [WithFence], its deletes and updates run in a transaction that first passes a [lock.Fence] with
+// its fencing token, so once the new leader has written, the old one can no longer change the
+// table.
+package outbox

@@ -1,0 +1,22 @@
+package outbox
+
+import "errors"
+
+// Sentinel errors. Callers match them with [errors.Is]; the errors returned wrap them with the
+// table, message id, topic or option involved, and keep PostgreSQL's error in the chain.
+var (
+	// ErrInvalidOption: [New] or [NewRelay] was given an option or argument it cannot use (a bad
+	// schema, table or channel name, a batch size, schedule, backoff or attempt limit out of range,
+	// a nil pool, publisher or elector).
+	ErrInvalidOption = errors.New("outbox: invalid option")
+	// ErrInvalidMessage: [Outbox.Enqueue] refused a message: empty topic, body larger than
+	// [WithMaxBodySize], text that PostgreSQL cannot store (invalid UTF-8, NUL bytes).
+	ErrInvalidMessage = errors.New("outbox: invalid message")
+	// ErrDuplicate: [Outbox.Enqueue] was given a message whose ID is already in the outbox. The
+	// caller's transaction is aborted then (PostgreSQL rolls back on a unique violation).
+	ErrDuplicate = errors.New("outbox: duplicate message id")
+	// ErrNilTx: a nil DBTX was passed where a transaction (or pool) is needed.
+	ErrNilTx = errors.New("outbox: nil transaction")
+	// ErrRunning: [Relay.Run] was called while another call of Run on the same Relay was running.
+	ErrRunning = errors.New("outbox: relay already running")
+)

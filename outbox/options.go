@@ -1,0 +1,223 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/txkit/txkit/lock"
+)
+
+// Option configures an [Outbox]: where its table lives and what [Outbox.Enqueue] accepts.
+// Options are applied in order by [New], which validates the result.
+type Option func(*options)
+
+type options struct {
+	schema  string
+	table   string
+	channel string // "" until New derives it from schema and table
+	maxBody int
+	notify  bool
+}
+
+// DefaultTable is the outbox table's default name.
+const DefaultTable = "txkit_outbox"
+
+// DefaultMaxBodySize is the default body size limit: 4 MiB, RocketMQ's default maxMessageSize.
+const DefaultMaxBodySize = 4 << 20
+
+func defaultOptions() options {
+	return options{table: DefaultTable, maxBody: DefaultMaxBodySize, notify: true}
+}
+
+// WithSchema sets the PostgreSQL schema of the table (default: none, so the connection's
+// search_path decides). [Outbox.Migrate] creates the schema if it does not exist.
+func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
+
+// WithTable sets the table's name (default [DefaultTable]). It is quoted, so it is used exactly as
+// given, case included; it may be at most 51 bytes long so that the index names derived from it
+// fit PostgreSQL's 63-byte identifiers.
+func WithTable(name string) Option { return func(o *options) { o.table = name } }
+
+// WithChannel sets the LISTEN/NOTIFY channel that [Outbox.Enqueue] notifies and the [Relay]
+// listens on (default: the schema-qualified table name, "txkit_outbox" or "myschema.txkit_outbox").
+// Two outboxes in one database should use different channels, or each relay also wakes for the
+// other's messages (harmless, but wasted work).
+func WithChannel(name string) Option { return func(o *options) { o.channel = name } }
+
+// WithMaxBodySize sets the largest body, in bytes, that [Outbox.Enqueue] accepts (default
+// [DefaultMaxBodySize]). Keep it at or below the broker's own limit, or a message too large for the
+// broker is accepted here and then fails every publish until it is dead.
+func WithMaxBodySize(n int) Option { return func(o *options) { o.maxBody = n } }
+
+// WithNotify turns the NOTIFY that [Outbox.Enqueue] issues on or off (default on). NOTIFY wakes
+// the relay at once, at the price of a global lock at commit in PostgreSQL; under very high enqueue
+// rates, turn it off and let the relay poll with a short [WithSchedule].
+func WithNotify(on bool) Option { return func(o *options) { o.notify = on } }
+
+const (
+	maxIdentLen  = 63 // PostgreSQL's NAMEDATALEN - 1
+	pendingIndex = "_pending_idx"
+	keyIndex     = "_key_idx"
+	maxTableLen  = maxIdentLen - len(pendingIndex) // 51 bytes
+	maxTopicLen  = 255
+)
+
+func (o *options) validate() error {
+	if o.schema != "" {
+		if err := checkText(o.schema, maxIdentLen); err != nil {
+			return fmt.Errorf("outbox: schema %q: %w: %w", o.schema, err, ErrInvalidOption)
+		}
+	}
+	if err := checkText(o.table, maxTableLen); err != nil {
+		return fmt.Errorf("outbox: table %q: %w: %w", o.table, err, ErrInvalidOption)
+	}
+	if o.channel == "" {
+		o.channel = o.table
+		if o.schema != "" && len(o.schema)+1+len(o.table) <= maxIdentLen {
+			o.channel = o.schema + "." + o.table
+		}
+	}
+	if err := checkText(o.channel, maxIdentLen); err != nil {
+		return fmt.Errorf("outbox: channel %q: %w: %w", o.channel, err, ErrInvalidOption)
+	}
+	if o.maxBody < 1 {
+		return fmt.Errorf("outbox: max body size %d: below 1: %w", o.maxBody, ErrInvalidOption)
+	}
+	return nil
+}
+
+// checkText accepts what PostgreSQL stores unchanged in a quoted identifier or a text column.
+func checkText(s string, max int) error {
+	switch {
+	case s == "":
+		return errors.New("empty")
+	case len(s) > max:
+		return fmt.Errorf("%d bytes, more than %d", len(s), max)
+	case !utf8.ValidString(s):
+		return errors.New("not valid UTF-8")
+	case strings.IndexByte(s, 0) >= 0:
+		return errors.New("contains a NUL byte")
+	}
+	return nil
+}
+
+// RelayOption configures a [Relay]. Options are applied in order by [NewRelay], which validates
+// the result.
+type RelayOption func(*relayOptions)
+
+type relayOptions struct {
+	outbox         *Outbox
+	log            *slog.Logger
+	schedule       string
+	batch          int
+	concurrency    int
+	maxAttempts    int
+	backoffBase    time.Duration
+	backoffCap     time.Duration
+	publishTimeout time.Duration
+	fence          *lock.Fence
+	retryPause     time.Duration
+}
+
+func defaultRelayOptions() relayOptions {
+	return relayOptions{
+		log:            slog.New(slog.DiscardHandler),
+		schedule:       "@every 1s",
+		batch:          128,
+		concurrency:    16,
+		maxAttempts:    16,
+		backoffBase:    time.Second,
+		backoffCap:     10 * time.Minute,
+		publishTimeout: 30 * time.Second,
+		retryPause:     time.Second,
+	}
+}
+
+// WithOutbox sets the outbox the relay drains: its table and notification channel (default: the
+// [Outbox] that New() returns with no options).
+func WithOutbox(ob *Outbox) RelayOption { return func(o *relayOptions) { o.outbox = ob } }
+
+// WithLogger sets the logger (default: discard). The relay logs each drain's progress (batches,
+// sent, failed, dead, backlog) at info level, failures at warn, and the robfig/cron scheduler's own
+// messages at debug.
+func WithLogger(l *slog.Logger) RelayOption {
+	return func(o *relayOptions) {
+		if l != nil {
+			o.log = l
+		}
+	}
+}
+
+// WithSchedule sets when the leading relay polls the table, as a robfig/cron spec: five fields
+// ("* * * * *"), six with seconds first ("*/2 * * * * *"), or a descriptor ("@every 500ms").
+// Default "@every 1s". NOTIFY wakes the relay between polls; the poll is the safety net for
+// notifications lost while the listening connection was down, and what picks up retries when
+// their backoff ends.
+func WithSchedule(spec string) RelayOption { return func(o *relayOptions) { o.schedule = spec } }
+
+// WithBatchSize sets how many due messages one drain reads at a time (default 128, at most 10000).
+func WithBatchSize(n int) RelayOption { return func(o *relayOptions) { o.batch = n } }
+
+// WithConcurrency sets how many keys of one batch are published at the same time (default 16).
+// Messages with the same key are always published one after the other, in order.
+func WithConcurrency(n int) RelayOption { return func(o *relayOptions) { o.concurrency = n } }
+
+// WithMaxAttempts sets how many failed publishes make a message dead (default 16).
+func WithMaxAttempts(n int) RelayOption { return func(o *relayOptions) { o.maxAttempts = n } }
+
+// WithBackoff sets the retry delay after a failed publish: after the n-th failure the message
+// waits a random time in [d/2, d], d = min(cap, base·2^(n-1)), computed by PostgreSQL. Defaults:
+// base 1 s, cap 10 min. base must be at least 1 ms and cap at least base.
+func WithBackoff(base, cap time.Duration) RelayOption {
+	return func(o *relayOptions) { o.backoffBase, o.backoffCap = base, cap }
+}
+
+// WithPublishTimeout bounds each [Publisher.Publish] call (default 30 s). A publish that times out
+// counts as failed; the message may still have reached the broker, and is sent again.
+func WithPublishTimeout(d time.Duration) RelayOption {
+	return func(o *relayOptions) { o.publishTimeout = d }
+}
+
+// WithFence makes every write of the relay — deleting sent rows, recording failures — pass f
+// (resource "outbox:" + the table's qualified name, token the leadership's) in the same
+// transaction, so that a relay deposed while it was publishing cannot change the table after the
+// new leader wrote to it. The relay also passes the fence as soon as it leads. f's table must
+// exist (see [lock.Fence.Migrate]).
+func WithFence(f *lock.Fence) RelayOption { return func(o *relayOptions) { o.fence = f } }
+
+// withRetryPause sets how long the relay waits before reconnecting its listening connection.
+func withRetryPause(d time.Duration) RelayOption { return func(o *relayOptions) { o.retryPause = d } }
+
+const maxBatch = 10000
+
+func (o relayOptions) validate() error {
+	switch {
+	case o.batch < 1 || o.batch > maxBatch:
+		return fmt.Errorf("outbox: batch size %d: not in [1, %d]: %w", o.batch, maxBatch, ErrInvalidOption)
+	case o.concurrency < 1:
+		return fmt.Errorf("outbox: concurrency %d: below 1: %w", o.concurrency, ErrInvalidOption)
+	case o.maxAttempts < 1:
+		return fmt.Errorf("outbox: max attempts %d: below 1: %w", o.maxAttempts, ErrInvalidOption)
+	case o.backoffBase < time.Millisecond:
+		return fmt.Errorf("outbox: backoff base %v: below 1ms: %w", o.backoffBase, ErrInvalidOption)
+	case o.backoffCap < o.backoffBase:
+		return fmt.Errorf("outbox: backoff cap %v: below base %v: %w", o.backoffCap, o.backoffBase, ErrInvalidOption)
+	case o.publishTimeout <= 0:
+		return fmt.Errorf("outbox: publish timeout %v: not positive: %w", o.publishTimeout, ErrInvalidOption)
+	case o.retryPause <= 0:
+		return fmt.Errorf("outbox: retry pause %v: not positive: %w", o.retryPause, ErrInvalidOption)
+	}
+	if _, err := cronParser.Parse(o.schedule); err != nil {
+		return fmt.Errorf("outbox: schedule %q: %w: %w", o.schedule, err, ErrInvalidOption)
+	}
+	return nil
+}
+
+// cronParser reads five-field specs, six-field specs with seconds first, and descriptors.
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)

@@ -1,0 +1,150 @@
+package outbox
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestNewOptions(t *testing.T) {
+	tests := []struct {
+		name        string
+		opts        []Option
+		wantErr     bool
+		wantTable   string
+		wantChannel string
+	}{
+		{"defaults", nil, false, "txkit_outbox", "txkit_outbox"},
+		{"schema", []Option{WithSchema("Orders")}, false, "Orders.txkit_outbox", "Orders.txkit_outbox"},
+		{"table with quote", []Option{WithTable(`we"ird`)}, false, `we"ird`, `we"ird`},
+		{"own channel", []Option{WithChannel("wake_up")}, false, "txkit_outbox", "wake_up"},
+		{"long schema: channel falls back to the table", []Option{WithSchema(strings.Repeat("s", 60))}, false,
+			strings.Repeat("s", 60) + ".txkit_outbox", "txkit_outbox"},
+		{"empty table", []Option{WithTable("")}, true, "", ""},
+		{"table too long", []Option{WithTable(strings.Repeat("t", 52))}, true, "", ""},
+		{"longest table", []Option{WithTable(strings.Repeat("t", 51))}, false, strings.Repeat("t", 51), strings.Repeat("t", 51)},
+		{"schema with NUL", []Option{WithSchema("a\x00b")}, true, "", ""},
+		{"table not UTF-8", []Option{WithTable("\xff")}, true, "", ""},
+		{"channel too long", []Option{WithChannel(strings.Repeat("c", 64))}, true, "", ""},
+		{"zero body limit", []Option{WithMaxBodySize(0)}, true, "", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ob, err := New(tc.opts...)
+			if tc.wantErr {
+				if !errors.Is(err, ErrInvalidOption) {
+					t.Fatalf("New() error = %v, want ErrInvalidOption", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("New() error = %v", err)
+			}
+			if ob.Table() != tc.wantTable || ob.Channel() != tc.wantChannel {
+				t.Fatalf("table, channel = %q, %q; want %q, %q", ob.Table(), ob.Channel(), tc.wantTable, tc.wantChannel)
+			}
+		})
+	}
+}
+
+func TestRelayOptions(t *testing.T) {
+	tests := []struct {
+		name    string
+		opts    []RelayOption
+		wantErr bool
+	}{
+		{"defaults", nil, false},
+		{"batch 1", []RelayOption{WithBatchSize(1)}, false},
+		{"batch 0", []RelayOption{WithBatchSize(0)}, true},
+		{"batch too large", []RelayOption{WithBatchSize(maxBatch + 1)}, true},
+		{"concurrency 0", []RelayOption{WithConcurrency(0)}, true},
+		{"max attempts 1", []RelayOption{WithMaxAttempts(1)}, false},
+		{"max attempts 0", []RelayOption{WithMaxAttempts(0)}, true},
+		{"backoff base below 1ms", []RelayOption{WithBackoff(time.Microsecond, time.Second)}, true},
+		{"backoff cap below base", []RelayOption{WithBackoff(time.Second, time.Millisecond)}, true},
+		{"backoff cap equals base", []RelayOption{WithBackoff(time.Second, time.Second)}, false},
+		{"publish timeout 0", []RelayOption{WithPublishTimeout(0)}, true},
+		{"schedule with seconds", []RelayOption{WithSchedule("*/2 * * * * *")}, false},
+		{"schedule standard", []RelayOption{WithSchedule("*/5 * * * *")}, false},
+		{"schedule descriptor", []RelayOption{WithSchedule("@every 250ms")}, false},
+		{"schedule garbage", []RelayOption{WithSchedule("every second")}, true},
+		{"nil logger keeps the default", []RelayOption{WithLogger(nil)}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := defaultRelayOptions()
+			for _, opt := range tc.opts {
+				opt(&o)
+			}
+			err := o.validate()
+			if tc.wantErr != (err != nil) {
+				t.Fatalf("validate() = %v, want error: %v", err, tc.wantErr)
+			}
+			if err != nil && !errors.Is(err, ErrInvalidOption) {
+				t.Fatalf("validate() = %v, want it to wrap ErrInvalidOption", err)
+			}
+			if o.log == nil {
+				t.Fatal("logger is nil")
+			}
+		})
+	}
+}
+
+func TestNewRelayNilArguments(t *testing.T) {
+	_, err := NewRelay(nil, nil, nil)
+	if !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("NewRelay(nil, nil, nil) = %v, want ErrInvalidOption", err)
+	}
+}
+
+func TestBackoffBounds(t *testing.T) {
+	const base, cap = time.Second, time.Minute
+	tests := []struct {
+		name   string
+		n      int
+		lo, hi time.Duration
+	}{
+		{"first failure", 1, 500 * time.Millisecond, time.Second},
+		{"second failure", 2, time.Second, 2 * time.Second},
+		{"sixth failure", 6, 16 * time.Second, 32 * time.Second},
+		{"capped", 7, 30 * time.Second, time.Minute},
+		{"far beyond the cap", 1000, 30 * time.Second, time.Minute},
+		{"zero treated as first", 0, 500 * time.Millisecond, time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			lo, hi := backoffBounds(base, cap, tc.n)
+			if lo != tc.lo || hi != tc.hi {
+				t.Fatalf("backoffBounds(%v, %v, %d) = [%v, %v], want [%v, %v]", base, cap, tc.n, lo, hi, tc.lo, tc.hi)
+			}
+		})
+	}
+	// The bounds never shrink from one failure to the next, and never pass the cap.
+	prevHi := time.Duration(0)
+	for n := 1; n <= 100; n++ {
+		lo, hi := backoffBounds(time.Millisecond, 10*time.Minute, n)
+		if hi < prevHi || hi > 10*time.Minute || lo != hi/2 {
+			t.Fatalf("n=%d: [%v, %v] after hi %v", n, lo, hi, prevHi)
+		}
+		prevHi = hi
+	}
+}
+
+func TestErrorText(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"plain", "broker down", "broker down"},
+		{"NUL removed", "a\x00b", "ab"},
+		{"invalid UTF-8 replaced", "a\xffb", "a\uFFFDb"},
+		{"bounded", strings.Repeat("x", maxErrorLen+10), strings.Repeat("x", maxErrorLen)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := errorText(errors.New(tc.in)); got != tc.want {
+				t.Fatalf("errorText(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}

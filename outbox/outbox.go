@@ -1,0 +1,317 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"reflect"
+	"strings"
+	"text/template"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+//go:embed sql/*.sql
+var sqlFS embed.FS
+
+// Outbox writes messages into a PostgreSQL table inside the caller's transactions, for a [Relay]
+// to deliver. It also holds the operator functions: [Outbox.Backlog], [Outbox.ListDead],
+// [Outbox.Requeue].
+//
+// Outbox holds no connection: every method takes the [DBTX] to work in. It is safe for concurrent
+// use by multiple goroutines.
+type Outbox struct {
+	o     options
+	table string // quoted, schema-qualified
+	name  string // unquoted, schema-qualified: for logs and the fence resource
+	ddl   string
+	q     queries
+}
+
+type queries struct {
+	enqueue, notify, due, deleteSent, fail, listDead, requeue, requeueAll, backlog, pending string
+}
+
+// New returns an Outbox configured by opts. It does not touch the database: call
+// [Outbox.Migrate] to create the table. It returns an error wrapping [ErrInvalidOption] when an
+// option is unusable.
+func New(opts ...Option) (*Outbox, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	ident := pgx.Identifier{o.table}
+	if o.schema != "" {
+		ident = pgx.Identifier{o.schema, o.table}
+	}
+	ob := &Outbox{o: o, table: ident.Sanitize(), name: strings.Join(ident, ".")}
+	data := map[string]any{
+		"Table":        ob.table,
+		"PendingIndex": pgx.Identifier{o.table + pendingIndex}.Sanitize(),
+		"KeyIndex":     pgx.Identifier{o.table + keyIndex}.Sanitize(),
+		"Pending":      StatusPending.String(),
+		"Dead":         StatusDead.String(),
+		"Schema":       "",
+		"LockKey":      int64(0),
+	}
+	if o.schema != "" {
+		data["Schema"] = pgx.Identifier{o.schema}.Sanitize()
+	}
+	h := fnv.New64a()
+	h.Write([]byte("txkit/outbox/migrate:" + ob.table))
+	data["LockKey"] = int64(h.Sum64())
+
+	tmpl, err := template.ParseFS(sqlFS, "sql/*.sql")
+	if err != nil {
+		return nil, fmt.Errorf("outbox: parse embedded sql: %w", err)
+	}
+	render := func(name string) string {
+		var b bytes.Buffer
+		if err == nil {
+			err = tmpl.ExecuteTemplate(&b, name, data)
+		}
+		return strings.TrimSpace(b.String())
+	}
+	ob.ddl = render("schema.sql")
+	enqueue := "enqueue"
+	if o.notify {
+		enqueue = "enqueue_notify"
+	}
+	ob.q = queries{
+		enqueue:    render(enqueue),
+		notify:     render("notify"),
+		due:        render("due"),
+		deleteSent: render("delete_sent"),
+		fail:       render("fail"),
+		listDead:   render("list_dead"),
+		requeue:    render("requeue"),
+		requeueAll: render("requeue_all"),
+		backlog:    render("backlog"),
+		pending:    render("pending"),
+	}
+	if err != nil {
+		return nil, fmt.Errorf("outbox: render embedded sql: %w", err)
+	}
+	return ob, nil
+}
+
+// Table returns the table's schema-qualified name as given to the options ("txkit_outbox",
+// "myschema.txkit_outbox"), unquoted.
+func (ob *Outbox) Table() string { return ob.name }
+
+// Channel returns the LISTEN/NOTIFY channel (see [WithChannel]).
+func (ob *Outbox) Channel() string { return ob.o.channel }
+
+// Migrate creates the schema (if one was set), the table and its indexes when they do not exist.
+// It is idempotent and safe to run from several processes at once (an advisory lock serializes
+// them). It blocks until PostgreSQL answers; ctx scopes only this call. A nil db returns an error
+// wrapping [ErrNilTx].
+func (ob *Outbox) Migrate(ctx context.Context, db DBTX) error {
+	if isNil(db) {
+		return fmt.Errorf("outbox: migrate %s: %w", ob.name, ErrNilTx)
+	}
+	if _, err := db.Exec(ctx, ob.ddl); err != nil {
+		return fmt.Errorf("outbox: migrate %s: %w", ob.name, err)
+	}
+	return nil
+}
+
+// Enqueue records msg in tx, the caller's transaction, and returns its ID: msg.ID, or a new
+// UUIDv7 (time-ordered, so the unique index stays compact) when msg.ID is zero. The message is
+// published by the [Relay] once tx commits; if tx rolls back, nothing was written and nothing is
+// published. With [WithNotify] on (the default), the same statement issues pg_notify on the
+// outbox's channel; PostgreSQL delivers it at commit, once per transaction however many messages
+// it enqueued.
+//
+// Messages with the same non-empty Key are published in the order of their Enqueue calls as far
+// as their transactions are ordered: two transactions that enqueue for one key at the same time,
+// without a lock ordering them (a row lock on the aggregate, say), have no defined order.
+//
+// Enqueue refuses, with an error wrapping [ErrInvalidMessage] and before touching tx, an empty
+// topic, a body larger than [WithMaxBodySize], and text PostgreSQL cannot store (invalid UTF-8 or
+// NUL bytes in the topic, key or headers). An ID already in the outbox returns an error wrapping
+// [ErrDuplicate] — tx is then aborted, as after any failed statement. A nil tx returns an error
+// wrapping [ErrNilTx].
+//
+// Enqueue blocks for one round trip. ctx scopes only this statement: cancelling it aborts the
+// statement and, with pgx, closes the connection, so tx can only be rolled back. Enqueue is safe
+// for concurrent use (a pgx.Tx itself is not).
+func (ob *Outbox) Enqueue(ctx context.Context, tx DBTX, msg Message) (uuid.UUID, error) {
+	if isNil(tx) {
+		return uuid.Nil, fmt.Errorf("outbox: enqueue to %s: %w", msg.Topic, ErrNilTx)
+	}
+	if err := ob.check(msg); err != nil {
+		return uuid.Nil, err
+	}
+	if msg.ID == uuid.Nil {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return uuid.Nil, fmt.Errorf("outbox: enqueue to %s: new id: %w", msg.Topic, err)
+		}
+		msg.ID = id
+	}
+	var headers any // SQL null rather than JSON null when there are none
+	if len(msg.Headers) > 0 {
+		headers = msg.Headers
+	}
+	body := msg.Body
+	if body == nil {
+		body = []byte{}
+	}
+	args := []any{msg.ID, msg.Topic, msg.Key, body, headers}
+	if ob.o.notify {
+		args = append(args, ob.o.channel)
+	}
+	if _, err := tx.Exec(ctx, ob.q.enqueue, args...); err != nil {
+		if isUniqueViolation(err) {
+			return uuid.Nil, fmt.Errorf("outbox: enqueue %s to %s: %w: %w", msg.ID, msg.Topic, ErrDuplicate, err)
+		}
+		return uuid.Nil, fmt.Errorf("outbox: enqueue %s to %s: %w", msg.ID, msg.Topic, err)
+	}
+	return msg.ID, nil
+}
+
+func (ob *Outbox) check(msg Message) error {
+	bad := func(what string, err error) error {
+		return fmt.Errorf("outbox: message %s to %q: %s: %w: %w", msg.ID, msg.Topic, what, err, ErrInvalidMessage)
+	}
+	if err := checkText(msg.Topic, maxTopicLen); err != nil {
+		return bad("topic", err)
+	}
+	if msg.Key != "" {
+		if err := checkText(msg.Key, 1<<20); err != nil {
+			return bad("key", err)
+		}
+	}
+	if len(msg.Body) > ob.o.maxBody {
+		return bad("body", fmt.Errorf("%d bytes, more than %d", len(msg.Body), ob.o.maxBody))
+	}
+	for k, v := range msg.Headers {
+		if err := checkText(k, 1<<20); err != nil {
+			return bad("header name", err)
+		}
+		if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+			return bad("header "+k, errors.New("value is not valid UTF-8 or contains a NUL byte"))
+		}
+	}
+	return nil
+}
+
+// DeadMessage is a message that failed [WithMaxAttempts] publishes, as [Outbox.ListDead] returns it.
+type DeadMessage struct {
+	Message
+	Attempts  int       // failed publishes
+	LastError string    // the last publish's error
+	CreatedAt time.Time // when it was enqueued
+}
+
+// ListDead returns up to limit dead messages, oldest first. It blocks for one query; ctx scopes
+// only this call. limit must be positive (else an error wrapping [ErrInvalidOption]). It is safe
+// for concurrent use.
+func (ob *Outbox) ListDead(ctx context.Context, db DBTX, limit int) ([]DeadMessage, error) {
+	if isNil(db) {
+		return nil, fmt.Errorf("outbox: list dead in %s: %w", ob.name, ErrNilTx)
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("outbox: list dead in %s: limit %d: %w", ob.name, limit, ErrInvalidOption)
+	}
+	rows, err := db.Query(ctx, ob.q.listDead, limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list dead in %s: %w", ob.name, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadMessage, error) {
+		var d DeadMessage
+		err := r.Scan(&d.ID, &d.Topic, &d.Key, &d.Body, &d.Headers, &d.Attempts, &d.LastError, &d.CreatedAt)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list dead in %s: %w", ob.name, err)
+	}
+	return out, nil
+}
+
+// Requeue makes the dead messages with the given IDs pending again, with no failed attempts, due
+// at once, and wakes the relay (NOTIFY, if [WithNotify] is on). IDs that are not dead messages are
+// ignored; it returns how many messages it requeued. A requeued message is published after any
+// later message of its key that was already sent: per-key order cannot be restored for it.
+//
+// Pass a pool to requeue at once, or a transaction to requeue with the caller's commit. Requeue
+// blocks for one or two round trips; ctx scopes only this call. It is safe for concurrent use.
+func (ob *Outbox) Requeue(ctx context.Context, db DBTX, ids ...uuid.UUID) (int64, error) {
+	if isNil(db) {
+		return 0, fmt.Errorf("outbox: requeue in %s: %w", ob.name, ErrNilTx)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return ob.requeue(ctx, db, ob.q.requeue, ids)
+}
+
+// RequeueAll makes every dead message pending again, as [Outbox.Requeue] does for some.
+func (ob *Outbox) RequeueAll(ctx context.Context, db DBTX) (int64, error) {
+	if isNil(db) {
+		return 0, fmt.Errorf("outbox: requeue in %s: %w", ob.name, ErrNilTx)
+	}
+	return ob.requeue(ctx, db, ob.q.requeueAll)
+}
+
+func (ob *Outbox) requeue(ctx context.Context, db DBTX, q string, args ...any) (int64, error) {
+	tag, err := db.Exec(ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: requeue in %s: %w", ob.name, err)
+	}
+	n := tag.RowsAffected()
+	if n > 0 && ob.o.notify {
+		if _, err := db.Exec(ctx, ob.q.notify, ob.o.channel); err != nil {
+			// The rows are requeued (or will be, with the caller's commit); the relay's next poll
+			// finds them.
+			return n, fmt.Errorf("outbox: requeue in %s: notify %s: %w", ob.name, ob.o.channel, err)
+		}
+	}
+	return n, nil
+}
+
+// Backlog returns how many messages are pending (waiting to be published, including those waiting
+// out a backoff) and how many are dead. It counts the table, so it costs a scan of the pending
+// index and of the dead rows; it blocks for one query and ctx scopes only this call. It is safe for
+// concurrent use.
+func (ob *Outbox) Backlog(ctx context.Context, db DBTX) (pending, dead int64, err error) {
+	if isNil(db) {
+		return 0, 0, fmt.Errorf("outbox: backlog of %s: %w", ob.name, ErrNilTx)
+	}
+	if err := db.QueryRow(ctx, ob.q.backlog).Scan(&pending, &dead); err != nil {
+		return 0, 0, fmt.Errorf("outbox: backlog of %s: %w", ob.name, err)
+	}
+	return pending, dead, nil
+}
+
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// isNil reports whether db is nil or a nil pointer in a non-nil interface (a nil *pgxpool.Pool).
+func isNil(db DBTX) bool { return isNilValue(db) }
+
+// isNilValue reports whether x is nil, or a nil pointer, map, func, channel or slice held in an
+// interface.
+func isNilValue(x any) bool {
+	if x == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(x); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}

@@ -1,0 +1,497 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/robfig/cron/v3"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txkit/txkit/lock"
+)
+
+// Relay publishes the outbox's pending messages through a [Publisher], on the leader only.
+//
+// [Relay.Run] campaigns with the [lock.Elector]; while this relay leads, a robfig/cron schedule
+// ([WithSchedule]) and a connection listening on the outbox's NOTIFY channel both wake one drain
+// loop. A wake-up that arrives while a drain runs is kept (one, however many arrive) and starts the
+// next drain, so drains never overlap and a burst of commits costs one extra drain.
+//
+// A drain reads due pending rows in id order, in batches of [WithBatchSize], publishes them — keys
+// in parallel ([WithConcurrency]), each key's messages one after the other — and then, in one
+// transaction (fenced by [WithFence]), deletes the rows it sent and records the failures: the
+// attempt count, the error, and a retry time with exponential backoff ([WithBackoff]); a message
+// that failed [WithMaxAttempts] times becomes dead ([Outbox.ListDead], [Outbox.Requeue]). When a
+// message fails, the later messages of its key wait until it is sent or dead.
+//
+// Delivery is at least once, with the same [Message.ID] every time: a message is published again
+// when its row's delete was lost (a crash, a lost leadership, a database error after the publish).
+//
+// Relay is safe for concurrent use by multiple goroutines, but Run must not run twice at once.
+type Relay struct {
+	pool     *pgxpool.Pool
+	pub      Publisher
+	el       *lock.Elector
+	ob       *Outbox
+	o        relayOptions
+	resource string
+	running  atomic.Bool
+	stats    relayStats
+}
+
+// Stats counts what a [Relay] did since it was created.
+type Stats struct {
+	Published int64 // publishes the broker acknowledged
+	Failed    int64 // publishes that failed (each failed attempt counts)
+	Dead      int64 // messages this relay made dead
+	Batches   int64 // non-empty batches read
+	Wakeups   int64 // drains started (by the schedule, a notification, or taking the lead)
+}
+
+type relayStats struct {
+	published, failed, dead, batches, wakeups atomic.Int64
+}
+
+// NewRelay returns a relay that publishes the outbox's messages through pub while el leads. pool
+// is used for the relay's queries and writes, and its configuration for the dedicated listening
+// connection. The outbox is [WithOutbox]'s, or the default one. NewRelay does not touch the
+// database or ZooKeeper. It returns an error wrapping [ErrInvalidOption] when an argument or option
+// is unusable.
+func NewRelay(pool *pgxpool.Pool, pub Publisher, el *lock.Elector, opts ...RelayOption) (*Relay, error) {
+	o := defaultRelayOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case pool == nil:
+		return nil, fmt.Errorf("outbox: relay: nil pool: %w", ErrInvalidOption)
+	case isNilValue(pub):
+		return nil, fmt.Errorf("outbox: relay: nil publisher: %w", ErrInvalidOption)
+	case el == nil:
+		return nil, fmt.Errorf("outbox: relay: nil elector: %w", ErrInvalidOption)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	ob := o.outbox
+	if ob == nil {
+		var err error
+		if ob, err = New(); err != nil {
+			return nil, err
+		}
+	}
+	return &Relay{pool: pool, pub: pub, el: el, ob: ob, o: o, resource: "outbox:" + ob.name}, nil
+}
+
+
+// Stats returns the relay's counters. It is safe to call at any time.
+func (r *Relay) Stats() Stats {
+	return Stats{
+		Published: r.stats.published.Load(),
+		Failed:    r.stats.failed.Load(),
+		Dead:      r.stats.dead.Load(),
+		Batches:   r.stats.batches.Load(),
+		Wakeups:   r.stats.wakeups.Load(),
+	}
+}
+
+// Run relays until ctx ends, then returns nil. It campaigns with the elector and relays only while
+// it leads; when the leadership is lost it stops at once — no further publish, delete or update
+// from the batch in hand, whose rows stay pending for the next leader to send again — and
+// campaigns again. Cancelling ctx does the same, resigns, and returns once every goroutine Run
+// started has exited. ctx scopes the whole work.
+//
+// Run returns an error wrapping [lock.ErrClosed] when the elector's session is closed, and
+// [ErrRunning] when another Run of this Relay is running. Failures of the database or the broker
+// are logged and retried, never returned.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("outbox: relay of %s: %w", r.ob.name, ErrRunning)
+	}
+	defer r.running.Store(false)
+	return r.el.RunWhileLeader(ctx, r.lead)
+}
+
+// lead relays while leadership l lasts (ctx ends with it). It returns nil when ctx ends, or when
+// the fence says another relay has taken over (RunWhileLeader then campaigns again).
+func (r *Relay) lead(ctx context.Context, l *lock.Leadership) error {
+	tok := l.Token()
+	log := r.o.log.With(slog.String("table", r.ob.name), slog.String("token", tok.String()))
+	log.Info("outbox: relay leads")
+	defer log.Info("outbox: relay stops leading")
+
+	if r.o.fence != nil {
+		// Pass the fence now, so a deposed relay is refused from here on even if this one has
+		// nothing to write for a while.
+		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+			return r.o.fence.Check(ctx, tx, r.resource, tok)
+		})
+		switch {
+		case errors.Is(err, lock.ErrFenced):
+			log.Warn("outbox: fenced out by a newer leader", slog.Any("err", err))
+			return nil
+		case err != nil && ctx.Err() == nil:
+			log.Warn("outbox: fence check failed; drains will check again", slog.Any("err", err))
+		}
+	}
+
+	wake := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default: // a wake-up is already pending: this one is folded into it
+		}
+	}
+	poke() // messages may have piled up while nobody led
+
+	g, gctx := errgroup.WithContext(ctx)
+	cl := cronLogger{log}
+	c := cron.New(cron.WithParser(cronParser), cron.WithLogger(cl),
+		cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
+	if _, err := c.AddFunc(r.o.schedule, func() {
+		if gctx.Err() == nil {
+			poke()
+		}
+	}); err != nil {
+		// NewRelay validated the spec, so this is not expected.
+		return fmt.Errorf("outbox: schedule %q: %w: %w", r.o.schedule, err, ErrInvalidOption)
+	}
+	c.Start()
+	g.Go(func() error {
+		<-gctx.Done()
+		<-c.Stop().Done()
+		return nil
+	})
+	if r.ob.o.notify {
+		g.Go(func() error {
+			r.listen(gctx, poke, log)
+			return nil
+		})
+	}
+	g.Go(func() error { return r.drainLoop(gctx, tok, wake, log) })
+	if err := g.Wait(); errors.Is(err, lock.ErrFenced) {
+		log.Warn("outbox: fenced out by a newer leader", slog.Any("err", err))
+	}
+	return nil
+}
+
+// listen keeps a connection LISTENing on the outbox's channel and pokes the drain loop for every
+// notification, until ctx ends. A lost connection is opened again after a pause; each (re)connect
+// pokes too, since notifications sent while nobody listened are gone.
+func (r *Relay) listen(ctx context.Context, poke func(), log *slog.Logger) {
+	for ctx.Err() == nil {
+		err := r.listenOnce(ctx, poke)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("outbox: listening connection failed; polling until it is back",
+			slog.String("channel", r.ob.o.channel), slog.Any("err", err))
+		t := time.NewTimer(r.o.retryPause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Relay) listenOnce(ctx context.Context, poke func()) error {
+	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "listen "+pgx.Identifier{r.ob.o.channel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	poke()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		poke()
+	}
+}
+
+const cleanupTimeout = 5 * time.Second
+
+// drainLoop drains each time it is woken, until ctx ends (nil) or the fence refuses this relay
+// (an error wrapping lock.ErrFenced).
+func (r *Relay) drainLoop(ctx context.Context, tok lock.Token, wake <-chan struct{}, log *slog.Logger) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		}
+		r.stats.wakeups.Add(1)
+		err := r.drain(ctx, tok, log)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, lock.ErrFenced):
+			return err
+		case err != nil:
+			log.Warn("outbox: drain failed; retrying at the next wake-up", slog.Any("err", err))
+		}
+	}
+}
+
+// row is a due message as the relay reads it.
+type row struct {
+	id       int64
+	msg      Message
+	attempts int
+}
+
+// drain publishes due messages batch after batch until a batch comes back short, ctx ends, or an
+// error (then the batch's results are not written: its rows stay pending).
+func (r *Relay) drain(ctx context.Context, tok lock.Token, log *slog.Logger) error {
+	start := time.Now()
+	var batches, sent, failed, dead int
+	defer func() {
+		if batches == 0 {
+			return
+		}
+		attrs := []slog.Attr{slog.Int("batches", batches), slog.Int("sent", sent), slog.Int("failed", failed),
+			slog.Int("dead", dead), slog.Duration("elapsed", time.Since(start))}
+		if ctx.Err() == nil && log.Enabled(ctx, slog.LevelInfo) {
+			var backlog int64
+			if err := r.pool.QueryRow(ctx, r.ob.q.pending).Scan(&backlog); err == nil {
+				attrs = append(attrs, slog.Int64("backlog", backlog))
+			}
+		}
+		log.LogAttrs(ctx, slog.LevelInfo, "outbox: drained", attrs...)
+	}()
+	for ctx.Err() == nil {
+		batch, err := r.fetch(ctx)
+		if err != nil {
+			return err
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		batches++
+		r.stats.batches.Add(1)
+		errs := r.publish(ctx, batch)
+		if ctx.Err() != nil {
+			// Leadership lost (or shutdown) mid-batch: write nothing. The rows stay pending and the
+			// next leader sends them again, with the same IDs.
+			return nil
+		}
+		s, f, d, err := r.record(ctx, tok, batch, errs, log)
+		if err != nil {
+			return err
+		}
+		sent, failed, dead = sent+s, failed+f, dead+d
+		log.Debug("outbox: batch done", slog.Int("size", len(batch)), slog.Int("sent", s),
+			slog.Int("failed", f), slog.Int("dead", d))
+		if len(batch) < r.o.batch {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (r *Relay) fetch(ctx context.Context) ([]row, error) {
+	rows, err := r.pool.Query(ctx, r.ob.q.due, r.o.batch)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read due messages of %s: %w", r.ob.name, err)
+	}
+	batch, err := pgx.CollectRows(rows, func(cr pgx.CollectableRow) (row, error) {
+		var x row
+		err := cr.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts)
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read due messages of %s: %w", r.ob.name, err)
+	}
+	return batch, nil
+}
+
+// errNotAttempted marks a message the drain did not publish: an earlier message of its key failed in
+// the same batch, or ctx ended first.
+var errNotAttempted = errors.New("not attempted")
+
+// publish publishes batch: one goroutine per key (at most WithConcurrency at a time), each
+// publishing its key's messages in order and stopping at the first failure. Messages without a key
+// are each a group of their own. It returns each message's error: nil (acknowledged), the publish
+// error, or errNotAttempted.
+func (r *Relay) publish(ctx context.Context, batch []row) []error {
+	errs := make([]error, len(batch))
+	groups := make([][]int, 0, len(batch))
+	byKey := make(map[string]int)
+	for i, x := range batch {
+		errs[i] = errNotAttempted
+		if x.msg.Key == "" {
+			groups = append(groups, []int{i})
+			continue
+		}
+		g, ok := byKey[x.msg.Key]
+		if !ok {
+			g = len(groups)
+			byKey[x.msg.Key] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	var g errgroup.Group
+	g.SetLimit(r.o.concurrency)
+	for _, grp := range groups {
+		if ctx.Err() != nil {
+			break
+		}
+		g.Go(func() error {
+			for _, i := range grp {
+				if ctx.Err() != nil {
+					return nil
+				}
+				err := r.publishOne(ctx, batch[i].msg)
+				errs[i] = err // each index is written by one goroutine, read after Wait
+				if err != nil {
+					return nil // the rest of the key waits for this one
+				}
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return errs
+}
+
+// publishOne calls the publisher with the publish timeout, turning a panic into an error.
+func (r *Relay) publishOne(ctx context.Context, msg Message) (err error) {
+	pctx, cancel := context.WithTimeout(ctx, r.o.publishTimeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("publisher panicked: %v", p)
+		}
+		if err != nil {
+			r.stats.failed.Add(1)
+		} else {
+			r.stats.published.Add(1)
+		}
+	}()
+	return r.pub.Publish(pctx, msg)
+}
+
+// maxErrorLen bounds the last_error stored for a failed publish.
+const maxErrorLen = 2000
+
+// record deletes the sent rows and records the failed ones, in one transaction that passes the
+// fence first (if one is configured). It returns how many were sent, failed and made dead.
+func (r *Relay) record(ctx context.Context, tok lock.Token, batch []row, errs []error, log *slog.Logger) (sent, failed, dead int, err error) {
+	var sentIDs, failedIDs []int64
+	var failedErrs []string
+	for i, x := range batch {
+		switch e := errs[i]; {
+		case e == nil:
+			sentIDs = append(sentIDs, x.id)
+		case errors.Is(e, errNotAttempted):
+		default:
+			failedIDs = append(failedIDs, x.id)
+			failedErrs = append(failedErrs, errorText(e))
+			lo, hi := backoffBounds(r.o.backoffBase, r.o.backoffCap, x.attempts+1)
+			log.Warn("outbox: publish failed", slog.String("msg_id", x.msg.ID.String()),
+				slog.String("topic", x.msg.Topic), slog.Int("attempt", x.attempts+1),
+				slog.Duration("retry_after_min", lo), slog.Duration("retry_after_max", hi), slog.Any("err", e))
+		}
+	}
+	if len(sentIDs) == 0 && len(failedIDs) == 0 {
+		return 0, 0, 0, nil
+	}
+	var deadIDs []uuid.UUID
+	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		deadIDs = deadIDs[:0] // BeginFunc runs this once, but keep it correct if that changes
+		if r.o.fence != nil {
+			if err := r.o.fence.Check(ctx, tx, r.resource, tok); err != nil {
+				return err
+			}
+		}
+		if len(sentIDs) > 0 {
+			if _, err := tx.Exec(ctx, r.ob.q.deleteSent, sentIDs); err != nil {
+				return fmt.Errorf("delete %d sent rows: %w", len(sentIDs), err)
+			}
+		}
+		if len(failedIDs) == 0 {
+			return nil
+		}
+		rows, err := tx.Query(ctx, r.ob.q.fail, failedIDs, failedErrs, r.o.maxAttempts,
+			r.o.backoffBase.Seconds(), r.o.backoffCap.Seconds())
+		if err != nil {
+			return fmt.Errorf("record %d failures: %w", len(failedIDs), err)
+		}
+		var (
+			id     uuid.UUID
+			isDead bool
+		)
+		_, err = pgx.ForEachRow(rows, []any{&id, &isDead}, func() error {
+			if isDead {
+				deadIDs = append(deadIDs, id)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("record %d failures: %w", len(failedIDs), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("outbox: record batch of %s: %w", r.ob.name, err)
+	}
+	if len(deadIDs) > 0 {
+		r.stats.dead.Add(int64(len(deadIDs)))
+		for _, id := range deadIDs {
+			log.Error("outbox: message dead after too many failed publishes", slog.String("msg_id", id.String()),
+				slog.Int("max_attempts", r.o.maxAttempts))
+		}
+	}
+	return len(sentIDs), len(failedIDs), len(deadIDs), nil
+}
+
+// backoffBounds returns the range of the delay the fail statement (sql/queries.sql) gives a
+// message after its n-th failed publish: [d/2, d], d = min(cap, base·2^(n-1)). Once n-1 reaches
+// 62 the exponent stops growing, as in the SQL. Attempts beyond MaxAttempts do not occur (the
+// message is dead), but the bounds stay defined.
+func backoffBounds(base, cap time.Duration, n int) (lo, hi time.Duration) {
+	e := min(max(n-1, 0), 62)
+	d := min(float64(cap), float64(base)*math.Pow(2, float64(e)))
+	return time.Duration(d / 2), time.Duration(d)
+}
+
+// errorText is err's message as PostgreSQL can store it: valid UTF-8, no NUL, bounded.
+func errorText(err error) string {
+	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) > maxErrorLen {
+		s = strings.ToValidUTF8(s[:maxErrorLen], "")
+	}
+	return s
+}
+
+// cronLogger adapts a *slog.Logger to cron.Logger. The scheduler's routine messages (start, wake,
+// run, skip) go to debug level.
+type cronLogger struct{ l *slog.Logger }
+
+func (c cronLogger) Info(msg string, keysAndValues ...any) {
+	c.l.Debug("cron: "+msg, keysAndValues...)
+}
+
+func (c cronLogger) Error(err error, msg string, keysAndValues ...any) {
+	c.l.Error("cron: "+msg, append([]any{slog.Any("err", err)}, keysAndValues...)...)
+}

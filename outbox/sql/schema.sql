@@ -1,0 +1,23 @@
+-- The outbox table. Outbox.Migrate renders this template and runs it as one implicit transaction;
+-- every statement is idempotent, and the advisory lock lets several processes migrate at once
+-- (concurrent "create table if not exists" can otherwise fail on pg_type's unique index).
+select pg_advisory_xact_lock({{.LockKey}});
+{{if .Schema}}create schema if not exists {{.Schema}};
+{{end -}}
+create table if not exists {{.Table}} (
+    id              bigserial   primary key,          -- relay order
+    msg_id          uuid        not null unique,      -- Message.ID: broker key, consumers' idempotency key
+    topic           text        not null,
+    key             text,                              -- Message.Key; null when empty (no ordering)
+    body            bytea       not null,
+    headers         jsonb,
+    status          text        not null default '{{.Pending}}' check (status in ('{{.Pending}}', '{{.Dead}}')),
+    attempts        integer     not null default 0,   -- failed publishes so far
+    next_attempt_at timestamptz not null default now(),
+    last_error      text,
+    created_at      timestamptz not null default now()
+);
+-- The relay reads pending rows in id order...
+create index if not exists {{.PendingIndex}} on {{.Table}} (id) where status = '{{.Pending}}';
+-- ...and, for per-key order, looks up earlier pending rows of the same key.
+create index if not exists {{.KeyIndex}} on {{.Table}} (key, id) where status = '{{.Pending}}';
