@@ -92,7 +92,6 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, el *lock.Elector, opts ...Relay
 	return &Relay{pool: pool, pub: pub, el: el, ob: ob, o: o, resource: "outbox:" + ob.name}, nil
 }
 
-
 // Stats returns the relay's counters. It is safe to call at any time.
 func (r *Relay) Stats() Stats {
 	return Stats{

@@ -1,0 +1,276 @@
+// Command txkit is the operator's tool for txkit's tables: the outbox's backlog and dead letters
+// for now.
+//
+//	txkit outbox backlog [-pg URL] [-schema S] [-table T]
+//	txkit outbox dead    [-pg URL] [-schema S] [-table T] [-limit N]
+//	txkit outbox requeue [-pg URL] [-schema S] [-table T] (-all | ID...)
+//
+// -pg defaults to $TXKIT_PG_URL. The exit status is 0 on success, 1 when the command failed (or
+// requeue found fewer dead messages than IDs given), and 2 on a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txkit/txkit/outbox"
+)
+
+const usage = `usage: txkit <command> ...
+
+commands:
+  outbox backlog   count pending and dead messages
+  outbox dead      list dead messages, oldest first      [-limit N] (default 50)
+  outbox requeue   make dead messages pending again      ID... | -all
+
+flags of every outbox command (before the verb or after it):
+  -pg URL       PostgreSQL URL (default $TXKIT_PG_URL)
+  -schema NAME  schema of the outbox table (default: the URL's search_path)
+  -table NAME   outbox table (default txkit_outbox)
+
+exit status: 0 success, 1 failure (or fewer dead messages requeued than IDs given), 2 usage error
+`
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// usageError is an error of the caller's: exit status 2 and the usage text.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// run is the whole command, minus the process: it returns the exit status.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	err := dispatch(ctx, args, getenv, stdout)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	case errors.As(err, new(*usageError)):
+		fmt.Fprintf(stderr, "txkit: %v\n\n%s", err, usage)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "txkit: %v\n", err)
+		return exitFail
+	}
+}
+
+func usageErr(format string, args ...any) error {
+	return &usageError{fmt.Sprintf(format, args...)}
+}
+
+// common holds the flags every outbox command takes.
+type common struct {
+	pg, schema, table string
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.pg, "pg", c.pg, "PostgreSQL URL (default $TXKIT_PG_URL)")
+	fs.StringVar(&c.schema, "schema", c.schema, "schema of the outbox table")
+	fs.StringVar(&c.table, "table", c.table, "outbox table")
+}
+
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported once, by run
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageErr("%s: %v", fs.Name(), err)
+	}
+	return nil
+}
+
+func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return usageErr("no command")
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		return flag.ErrHelp
+	case "outbox":
+	default:
+		return usageErr("unknown command %q", args[0])
+	}
+	c := common{pg: getenv("TXKIT_PG_URL"), table: outbox.DefaultTable}
+	fs := newFlagSet("outbox")
+	c.register(fs)
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return usageErr("outbox: no verb (backlog, dead, requeue)")
+	}
+	verb, rest := rest[0], rest[1:]
+	vs := newFlagSet("outbox " + verb)
+	c.register(vs)
+	var (
+		limit int
+		all   bool
+	)
+	switch verb {
+	case "backlog":
+	case "dead":
+		vs.IntVar(&limit, "limit", 50, "how many dead messages to list")
+	case "requeue":
+		vs.BoolVar(&all, "all", false, "requeue every dead message")
+	default:
+		return usageErr("outbox: unknown verb %q", verb)
+	}
+	if err := parse(vs, rest); err != nil {
+		return err
+	}
+	rest = vs.Args()
+
+	// Check the arguments before connecting.
+	var ids []uuid.UUID
+	switch verb {
+	case "backlog", "dead":
+		if len(rest) > 0 {
+			return usageErr("outbox %s: unexpected arguments %q", verb, rest)
+		}
+		if verb == "dead" && limit < 1 {
+			return usageErr("outbox dead: -limit %d: must be at least 1", limit)
+		}
+	case "requeue":
+		if all == (len(rest) > 0) {
+			return usageErr("outbox requeue: give message IDs or -all, not both or neither")
+		}
+		for _, a := range rest {
+			id, err := uuid.Parse(a)
+			if err != nil {
+				return usageErr("outbox requeue: %q is not a message ID: %v", a, err)
+			}
+			ids = append(ids, id)
+		}
+	}
+	if c.pg == "" {
+		return usageErr("no PostgreSQL URL: set -pg or TXKIT_PG_URL")
+	}
+	var opts []outbox.Option
+	if c.schema != "" {
+		opts = append(opts, outbox.WithSchema(c.schema))
+	}
+	ob, err := outbox.New(append(opts, outbox.WithTable(c.table))...)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	conn, err := pgx.Connect(ctx, c.pg)
+	if err != nil {
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+
+	switch verb {
+	case "backlog":
+		return backlog(ctx, ob, conn, stdout)
+	case "dead":
+		return dead(ctx, ob, conn, limit, stdout)
+	default:
+		return requeue(ctx, ob, conn, ids, all, stdout)
+	}
+}
+
+func backlog(ctx context.Context, ob *outbox.Outbox, db outbox.DBTX, w io.Writer) error {
+	pending, dead, err := ob.Backlog(ctx, db)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "table\t%s\n", ob.Table())
+	fmt.Fprintf(tw, "pending\t%d\n", pending)
+	fmt.Fprintf(tw, "dead\t%d\n", dead)
+	return tw.Flush()
+}
+
+func dead(ctx context.Context, ob *outbox.Outbox, db outbox.DBTX, limit int, w io.Writer) error {
+	list, err := ob.ListDead(ctx, db, limit)
+	if err != nil {
+		return err
+	}
+	if len(list) == 0 {
+		_, err := fmt.Fprintf(w, "no dead messages in %s\n", ob.Table())
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MSG_ID\tTOPIC\tKEY\tATTEMPTS\tCREATED\tBYTES\tLAST_ERROR")
+	for _, d := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\n", d.ID, oneLine(d.Topic, 40), oneLine(d.Key, 40), d.Attempts,
+			d.CreatedAt.UTC().Format(time.RFC3339), len(d.Body), oneLine(d.LastError, 100))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(list) == limit {
+		_, err := fmt.Fprintf(w, "(first %d; -limit shows more)\n", limit)
+		return err
+	}
+	return nil
+}
+
+func requeue(ctx context.Context, ob *outbox.Outbox, db outbox.DBTX, ids []uuid.UUID, all bool, w io.Writer) error {
+	if all {
+		n, err := ob.RequeueAll(ctx, db)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "requeued %d dead messages\n", n)
+		return err
+	}
+	n, err := ob.Requeue(ctx, db, ids...)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "requeued %d of %d messages\n", n, len(ids))
+	if n < int64(len(ids)) {
+		return fmt.Errorf("%d of the IDs given are not dead messages in %s", int64(len(ids))-n, ob.Table())
+	}
+	return nil
+}
+
+// oneLine shortens s to at most n runes on one line, for a table cell.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if s == "" {
+		return "-"
+	}
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
