@@ -1,0 +1,208 @@
+package rocketmq
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/google/uuid"
+
+	"github.com/txkit/txkit/outbox"
+)
+
+// The message properties this package writes. Consumers in other languages read them as plain
+// RocketMQ user properties.
+const (
+	// PropertyID carries [outbox.Message].ID in its canonical text form. The message's RocketMQ
+	// keys (KEYS) carry it as well, so it can be found with the broker's query-by-key tools.
+	PropertyID = "txkit_id"
+	// PropertyKey carries [outbox.Message].Key when it is not empty.
+	PropertyKey = "txkit_key"
+	// PropertyHeaders lists the names of the message's [outbox.Message].Headers as a JSON array;
+	// each header travels as a property of its own name. The list tells headers apart from the
+	// properties the client and the broker add, and keeps headers whose value is empty (RocketMQ
+	// drops empty properties).
+	PropertyHeaders = "txkit_headers"
+	// PropertyTxID carries the transaction id of a [TxProducer] message (the message's ID); the
+	// check-back looks it up in the TxProducer's table.
+	PropertyTxID = "txkit_tx"
+)
+
+// reservedPrefix marks property names this package keeps for itself.
+const reservedPrefix = "txkit_"
+
+// reserved holds the property names RocketMQ clients and brokers (4.x and 5.x) set or interpret
+// themselves (Java MessageConst). A header must not use one.
+var reserved = map[string]bool{}
+
+func init() {
+	for _, n := range []string{
+		"KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP",
+		"MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG",
+		"MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "UNIQ_KEY", "MAX_RECONSUME_TIMES",
+		"CONSUME_START_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "TRANSACTION_CHECK_TIMES",
+		"CHECK_IMMUNITY_TIME_IN_SECONDS", "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL",
+		"ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "SHARDING_KEY", "__transactionId__",
+		"__STARTDELIVERTIME", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_OUT_MS",
+		"TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY",
+		"__SHARDINGKEY", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET", "INNER_NUM", "bname",
+		"__BORNHOST", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "SUPPORT_BATCH", "_CONSUME_START_TIME",
+		"TRACE_CONTEXT", "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "SHARDING_KEY_LONG",
+	} {
+		reserved[n] = true
+	}
+}
+
+// maxPropertiesLen keeps the encoded properties below RocketMQ's 16-bit length field, with room
+// for what the client adds (UNIQ_KEY, TRAN_MSG, PGROUP, retry properties).
+const maxPropertiesLen = 32767 - 1024
+
+// encode turns msg into a RocketMQ message: keys = id, properties = headers plus PropertyID,
+// PropertyKey and PropertyHeaders. It refuses (with outbox.ErrInvalidMessage) what RocketMQ
+// cannot carry faithfully.
+func encode(msg outbox.Message) (*primitive.Message, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("rocketmq: message %s: "+format+": %w", append([]any{msg.ID}, append(args, outbox.ErrInvalidMessage)...)...)
+	}
+	if msg.ID == uuid.Nil {
+		return nil, bad("zero ID")
+	}
+	if err := checkName("topic", msg.Topic, maxTopicLen); err != nil {
+		return nil, bad("topic %q is not a RocketMQ topic name", msg.Topic)
+	}
+	if hasSeparator(msg.Key) {
+		return nil, bad("key contains byte 0x01 or 0x02, RocketMQ's property separators")
+	}
+	m := primitive.NewMessage(msg.Topic, msg.Body)
+	id := msg.ID.String()
+	m.WithKeys([]string{id})
+	m.WithProperty(PropertyID, id)
+	m.WithProperty(PropertyKey, msg.Key)
+	if len(msg.Headers) > 0 {
+		names := make([]string, 0, len(msg.Headers))
+		for name, value := range msg.Headers {
+			switch {
+			case name == "":
+				return nil, bad("empty header name")
+			case reserved[name] || strings.HasPrefix(name, reservedPrefix):
+				return nil, bad("header %q is a reserved RocketMQ or txkit property", name)
+			case strings.ContainsAny(name, " \t\r\n") || hasSeparator(name) || hasSeparator(value):
+				return nil, bad("header %q: names may not contain white space, names and values not bytes 0x01 or 0x02", name)
+			}
+			names = append(names, name)
+			m.WithProperty(name, value)
+		}
+		sort.Strings(names)
+		list, err := json.Marshal(names)
+		if err != nil {
+			return nil, bad("header names: %v", err)
+		}
+		m.WithProperty(PropertyHeaders, string(list))
+	}
+	if n := len(m.MarshallProperties()); n > maxPropertiesLen {
+		return nil, bad("headers and key take %d bytes, more than RocketMQ's %d", n, maxPropertiesLen)
+	}
+	return m, nil
+}
+
+func hasSeparator(s string) bool { return strings.ContainsAny(s, "\x01\x02") }
+
+var errNoID = errors.New("no txkit id: neither property " + PropertyID + " nor a key is a UUID")
+
+// decode turns a received message back into an outbox.Message. The ID comes from PropertyID, or
+// failing that from the first of the message's keys that is a UUID (a message sent by another
+// producer). A message without one cannot be deduplicated: decode reports it and the Consumer
+// treats it as poison.
+func decode(m *primitive.MessageExt) (outbox.Message, error) {
+	var msg outbox.Message
+	if v := m.GetProperty(PropertyID); v != "" {
+		id, err := uuid.Parse(v)
+		if err != nil {
+			return msg, fmt.Errorf("property %s %q: %w", PropertyID, v, err)
+		}
+		msg.ID = id
+	} else {
+		for _, k := range strings.Fields(m.GetKeys()) {
+			if id, err := uuid.Parse(k); err == nil {
+				msg.ID = id
+				break
+			}
+		}
+		if msg.ID == uuid.Nil {
+			return msg, errNoID
+		}
+	}
+	msg.Topic = m.Topic
+	msg.Key = m.GetProperty(PropertyKey)
+	msg.Body = m.Body
+	props := m.GetProperties()
+	if list, ok := props[PropertyHeaders]; ok {
+		var names []string
+		if err := json.Unmarshal([]byte(list), &names); err != nil {
+			return msg, fmt.Errorf("property %s %q: %w", PropertyHeaders, list, err)
+		}
+		if len(names) > 0 {
+			msg.Headers = make(map[string]string, len(names))
+			for _, n := range names {
+				msg.Headers[n] = props[n] // absent when the value was empty
+			}
+		}
+		return msg, nil
+	}
+	// Not sent by this package: every property that is neither RocketMQ's nor ours is a header.
+	for n, v := range props {
+		if reserved[n] || strings.HasPrefix(n, reservedPrefix) {
+			continue
+		}
+		if msg.Headers == nil {
+			msg.Headers = make(map[string]string)
+		}
+		msg.Headers[n] = v
+	}
+	return msg, nil
+}
+
+// keySelector picks the queue for a message: by FNV-1a hash of its PropertyKey, so that messages
+// with the same key go to the same queue while the topic's queues stay the same, or round robin
+// when the key is empty. It is safe for concurrent use.
+//
+// The hash indexes the queues in (broker name, queue id) order, not in the order the client lists
+// them: v2.1.2 sorts a topic's brokers with a comparator that is not an order
+// (internal/route.go, routeData2PublishInfo), so with several brokers its list may change order
+// on a route refresh, and the client's own hash selector with it.
+type keySelector struct {
+	next atomic.Uint32
+}
+
+func (s *keySelector) Select(m *primitive.Message, mqs []*primitive.MessageQueue, _ string) *primitive.MessageQueue {
+	if len(mqs) == 0 {
+		return nil
+	}
+	if k := m.GetProperty(PropertyKey); k != "" {
+		if !sort.SliceIsSorted(mqs, func(i, j int) bool { return queueLess(mqs[i], mqs[j]) }) {
+			mqs = slices.Clone(mqs) // the client's slice is shared with concurrent sends
+			sort.Slice(mqs, func(i, j int) bool { return queueLess(mqs[i], mqs[j]) })
+		}
+		return mqs[keyHash(k)%uint32(len(mqs))]
+	}
+	return mqs[(s.next.Add(1)-1)%uint32(len(mqs))]
+}
+
+func queueLess(a, b *primitive.MessageQueue) bool {
+	if a.BrokerName != b.BrokerName {
+		return a.BrokerName < b.BrokerName
+	}
+	return a.QueueId < b.QueueId
+}
+
+func keyHash(k string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(k))
+	return h.Sum32()
+}

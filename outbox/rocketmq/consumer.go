@@ -1,0 +1,286 @@
+package rocketmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rmq "github.com/apache/rocketmq-client-go/v2"
+	"github.com/apache/rocketmq-client-go/v2/consumer"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/outbox"
+)
+
+// Handler applies one message in tx, the transaction in which the [Consumer] has just claimed the
+// message's ID. Returning nil commits tx (the claim and the handler's writes together); returning
+// an error rolls both back and has the message redelivered, unless the error wraps [ErrPoison].
+// ctx ends after [WithHandlerTimeout]; it does not end when [Consumer.Run]'s ctx does, so that a
+// handler in flight can finish. The handler must not commit or roll back tx.
+type Handler func(ctx context.Context, tx pgx.Tx, msg outbox.Message) error
+
+// Consumer applies the messages of one topic exactly once to PostgreSQL: a push consumer in a
+// RocketMQ consumer group receives them at least once, and each is applied in a transaction that
+// first claims its ID in an [idempotency.Store] (scope = the group), so a redelivered or
+// republished message finds its ID claimed and is acknowledged without being applied again.
+//
+// For each message:
+//   - Undecodable (no txkit id): logged with the broker's message id, counted as poison and
+//     acknowledged, so that it never blocks its queue.
+//   - ID already claimed: committed and acknowledged, counted as a duplicate.
+//   - Otherwise the [Handler] runs; on success the transaction commits and the message is
+//     acknowledged. On any error (claim, handler, commit, timeout, panic) the transaction rolls
+//     back and the message is redelivered: later through the group's retry topic by default, in
+//     place with [WithOrderly]. After [WithMaxReconsumeTimes] redeliveries it goes to the
+//     dead-letter topic %DLQ%<group>. A handler error wrapping [ErrPoison] rolls back and
+//     acknowledges instead.
+//
+// Without [WithOrderly], messages are applied concurrently and in no particular order, even those
+// with the same key. A Consumer is safe for concurrent use; [Consumer.Run] runs at most once at a
+// time.
+type Consumer struct {
+	ns      []string
+	group   string
+	topic   string
+	pool    *pgxpool.Pool
+	store   *idempotency.Store
+	handler Handler
+	o       options
+	log     *slog.Logger
+	running atomic.Bool
+
+	applied, duplicates, failed, poison atomic.Int64
+}
+
+// Stats counts what a [Consumer] did since it was created, over all its runs.
+type Stats struct {
+	Applied    int64 // messages whose handler committed
+	Duplicates int64 // messages acknowledged because their ID was already claimed
+	Failed     int64 // attempts that failed and asked for a redelivery
+	Poison     int64 // messages acknowledged without being applied: undecodable, or ErrPoison
+}
+
+// NewConsumer returns a Consumer of topic in consumer group group. It checks its arguments and
+// does no I/O; [Consumer.Run] connects. The store's table must exist ([idempotency.Store.Migrate]).
+// It returns an error wrapping [ErrInvalidOption] for bad arguments or options.
+func NewConsumer(nameservers []string, group, topic string, pool *pgxpool.Pool, store *idempotency.Store,
+	handler Handler, opts ...Option) (*Consumer, error) {
+	if err := checkNameservers(nameservers); err != nil {
+		return nil, err
+	}
+	if err := checkName("group", group, maxGroupLen); err != nil {
+		return nil, err
+	}
+	if err := checkName("topic", topic, maxTopicLen); err != nil {
+		return nil, err
+	}
+	if pool == nil || store == nil || handler == nil {
+		return nil, fmt.Errorf("rocketmq: consumer %s: nil pool, store or handler: %w", group, ErrInvalidOption)
+	}
+	o, err := buildOptions(forConsumer, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{
+		ns: append([]string(nil), nameservers...), group: group, topic: topic,
+		pool: pool, store: store, handler: handler, o: o,
+		log: o.log.With("group", group, "topic", topic),
+	}, nil
+}
+
+// Stats returns the Consumer's counters. It is safe to call at any time.
+func (c *Consumer) Stats() Stats {
+	return Stats{
+		Applied:    c.applied.Load(),
+		Duplicates: c.duplicates.Load(),
+		Failed:     c.failed.Load(),
+		Poison:     c.poison.Load(),
+	}
+}
+
+// run is the state of one call of Run.
+type run struct {
+	ctx      context.Context // Run's ctx; handlers run under context.WithoutCancel(ctx)
+	gate     sync.RWMutex    // orders "stopping" against inflight.Add
+	stopping bool
+	inflight sync.WaitGroup
+	stopped  chan struct{} // closed once the push consumer has shut down
+}
+
+// Run starts a push consumer, subscribes it to the topic and applies messages until ctx ends.
+// Then it stops taking new messages, waits for the handlers in flight (each bounded by
+// [WithHandlerTimeout]), shuts the push consumer down and returns nil. Messages received but not
+// yet handled are left unacknowledged and redelivered to the group later.
+//
+// It returns an error at once if the push consumer cannot start — in particular when the topic
+// does not exist: rocketmq-client-go does not create topics for consumers, so create it first
+// (trap T8) — and [ErrRunning] if another Run of this Consumer is running.
+//
+// rocketmq-client-go v2.1.2 leaves some goroutines running after Shutdown (its issue #1147); Run
+// waits for every goroutine of its own.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("rocketmq: consumer %s on %s: %w", c.group, c.topic, ErrRunning)
+	}
+	defer c.running.Store(false)
+
+	from := consumer.ConsumeFromLastOffset
+	if c.o.fromFirst {
+		from = consumer.ConsumeFromFirstOffset
+	}
+	pc, err := rmq.NewPushConsumer(
+		consumer.WithNsResolver(primitive.NewPassthroughResolver(c.ns)),
+		consumer.WithGroupName(c.group),
+		consumer.WithInstance(instanceName("con")),
+		consumer.WithConsumerModel(consumer.Clustering),
+		consumer.WithConsumeFromWhere(from),
+		consumer.WithConsumerOrder(c.o.orderly),
+		consumer.WithMaxReconsumeTimes(int32(c.o.maxReconsume)),
+		consumer.WithConsumeGoroutineNums(c.o.goroutines),
+		consumer.WithConsumeMessageBatchMaxSize(1),
+	)
+	if err != nil {
+		return fmt.Errorf("rocketmq: consumer %s: new push consumer: %w", c.group, err)
+	}
+	r := &run{ctx: ctx, stopped: make(chan struct{})}
+	if err := pc.Subscribe(c.topic, consumer.MessageSelector{}, func(cbctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+		return c.consume(r, cbctx, msgs)
+	}); err != nil {
+		return fmt.Errorf("rocketmq: consumer %s: subscribe %s: %w", c.group, c.topic, err)
+	}
+	// A failed Start shuts the push consumer down itself when it got that far (missing topic);
+	// shutting down one that failed earlier would dereference its unset statistics.
+	if err := pc.Start(); err != nil {
+		return fmt.Errorf("rocketmq: consumer %s: start on %s: %w", c.group, c.topic, err)
+	}
+	c.log.Info("rocketmq: consumer started", "orderly", c.o.orderly)
+
+	<-ctx.Done()
+
+	r.gate.Lock()
+	r.stopping = true
+	r.gate.Unlock()
+	r.inflight.Wait()
+	if err := pc.Shutdown(); err != nil {
+		c.log.Warn("rocketmq: consumer shutdown", "err", err)
+	}
+	close(r.stopped)
+	c.log.Info("rocketmq: consumer stopped")
+	return nil
+}
+
+// consume is the push consumer's callback. It is never called with more than one message (batch
+// size 1) but handles any number.
+func (c *Consumer) consume(r *run, cbctx context.Context, msgs []*primitive.MessageExt) (consumer.ConsumeResult, error) {
+	retry := consumer.ConsumeRetryLater
+	if c.o.orderly {
+		retry = consumer.SuspendCurrentQueueAMoment
+		// The client's own default is -1 ms: an immediate retry in a tight loop.
+		if oc, ok := primitive.GetOrderlyCtx(cbctx); ok {
+			oc.SuspendCurrentQueueTimeMillis = int(c.o.orderlyRetry / time.Millisecond)
+		}
+	} else if cc, ok := primitive.GetConcurrentlyCtx(cbctx); ok {
+		cc.DelayLevelWhenNextConsume = c.o.retryDelayLevel
+	}
+
+	r.gate.RLock()
+	if r.stopping {
+		r.gate.RUnlock()
+		// Hold the message until the push consumer has dropped its queues: then the client
+		// ignores this result, leaves the offset where it is and the message is redelivered
+		// after a restart. Returning earlier would send it through the retry topic.
+		<-r.stopped
+		return retry, errors.New("rocketmq: consumer stopping")
+	}
+	r.inflight.Add(1)
+	r.gate.RUnlock()
+	defer r.inflight.Done()
+
+	for _, m := range msgs {
+		if err := c.handle(r.ctx, m); err != nil {
+			c.failed.Add(1)
+			c.log.Warn("rocketmq: message failed, redelivering later", "msg_id", m.GetProperty(PropertyID),
+				"mq_msg_id", m.MsgId, "reconsume_times", m.ReconsumeTimes, "err", err)
+			// Never ConsumeSuccess with an error: the client acknowledges by the result alone (T7).
+			return retry, err
+		}
+	}
+	return consumer.ConsumeSuccess, nil
+}
+
+// handle applies one message; a nil error acknowledges it.
+func (c *Consumer) handle(runCtx context.Context, m *primitive.MessageExt) (err error) {
+	msg, err := decode(m)
+	if err != nil {
+		c.poison.Add(1)
+		c.log.Error("rocketmq: undecodable message acknowledged without being applied",
+			"mq_msg_id", m.MsgId, "keys", m.GetKeys(), "queue_id", m.Queue.QueueId, "queue_offset", m.QueueOffset,
+			"err", fmt.Errorf("%w: %w", ErrPoison, err))
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), c.o.handlerTimeout)
+	defer cancel()
+
+	dup, err := c.apply(ctx, msg)
+	switch {
+	case errors.Is(err, ErrPoison):
+		c.poison.Add(1)
+		c.log.Error("rocketmq: poison message acknowledged without being applied", "msg_id", msg.ID,
+			"mq_msg_id", m.MsgId, "err", err)
+		return nil
+	case err != nil:
+		return err
+	case dup:
+		c.duplicates.Add(1)
+		c.log.Debug("rocketmq: duplicate acknowledged", "msg_id", msg.ID, "mq_msg_id", m.MsgId)
+	default:
+		c.applied.Add(1)
+	}
+	return nil
+}
+
+// apply claims msg.ID and runs the handler in one transaction.
+func (c *Consumer) apply(ctx context.Context, msg outbox.Message) (dup bool, err error) {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("rocketmq: consumer %s: message %s: begin: %w", c.group, msg.ID, err)
+	}
+	defer func() {
+		if err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = tx.Rollback(rctx) // a broken connection is closed by pgx; the server rolls back
+		}
+	}()
+	first, err := c.store.Claim(ctx, tx, c.group, msg.ID.String())
+	if err != nil {
+		return false, fmt.Errorf("rocketmq: consumer %s: message %s: %w", c.group, msg.ID, err)
+	}
+	if first {
+		if err := c.callHandler(ctx, tx, msg); err != nil {
+			return false, fmt.Errorf("rocketmq: consumer %s: message %s: handler: %w", c.group, msg.ID, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("rocketmq: consumer %s: message %s: commit: %w", c.group, msg.ID, err)
+	}
+	return !first, nil
+}
+
+// callHandler turns a panic into an error: the client would recover it itself but then neither
+// acknowledge nor redeliver the message, which would hold its queue's offset back for good.
+func (c *Consumer) callHandler(ctx context.Context, tx pgx.Tx, msg outbox.Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return c.handler(ctx, tx, msg)
+}

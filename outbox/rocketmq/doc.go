@@ -1,0 +1,52 @@
+// Package rocketmq carries outbox messages over RocketMQ (rocketmq-client-go v2.1.2, the Remoting
+// protocol of RocketMQ 4.x and 5.x brokers) and applies them exactly once on the other side.
+//
+//   - [Publisher] is the [outbox.Publisher] the outbox relay sends through: synchronous sends,
+//     the same queue for the same [outbox.Message].Key, the message ID as RocketMQ key.
+//   - [Consumer] applies a topic's messages to PostgreSQL: each in a transaction that first claims
+//     the message ID in an [idempotency.Store], so redeliveries and republished duplicates are
+//     acknowledged without effect. Failures are redelivered, then dead-lettered to %DLQ%<group>;
+//     undecodable messages are logged and acknowledged so they never block a queue.
+//   - [TxProducer] sends RocketMQ transactional (half) messages tied to a local PostgreSQL
+//     transaction, the alternative to an outbox table: the broker delivers the message if and only
+//     if the local transaction committed, asking back when the second phase is lost.
+//
+// Every Publisher, Consumer and TxProducer runs its own client with a unique instance name, which
+// sidesteps v2.1.2's process-wide client cache (check-backs lost to whichever client was created
+// first, trap T1). Topics must exist before a Consumer runs (the client creates none for
+// consumers); create them with the admin API or mqadmin.
+//
+// The client logs through a process-wide logger of its own (logrus at info, to stdout). This
+// package never replaces it; a program routes it to slog with [NewRlogAdapter] and rlog.SetLogger,
+// or quiets it with ROCKETMQ_GO_LOG_LEVEL=warn.
+//
+// Publish in the relay, consume in another service:
+//
+//	pub, err := rocketmq.NewPublisher(ctx, []string{"127.0.0.1:9876"})
+//	if err != nil { return err }
+//	defer pub.Close()
+//	relay, err := outbox.NewRelay(pool, pub, elector)
+//
+//	store, err := idempotency.New()
+//	if err != nil { return err }
+//	if err := store.Migrate(ctx, pool); err != nil { return err }
+//	c, err := rocketmq.NewConsumer([]string{"127.0.0.1:9876"}, "points-award", "user-registered", pool, store,
+//		func(ctx context.Context, tx pgx.Tx, msg outbox.Message) error {
+//			_, err := tx.Exec(ctx, `update accounts set points = points + 100 where id = $1`, msg.Key)
+//			return err // nil commits the claim and the update together; an error redelivers
+//		}, rocketmq.WithOrderly(true))
+//	if err != nil { return err }
+//	g.Go(func() error { return c.Run(ctx) }) // until ctx ends; waits for handlers in flight
+//
+// A transactional message instead of an outbox row:
+//
+//	tp, err := rocketmq.NewTxProducer(ctx, nameservers, "user-registration-tx", pool)
+//	if err != nil { return err }
+//	defer tp.Close()
+//	if err := tp.Migrate(ctx, pool); err != nil { return err }
+//	err = tp.Send(ctx, outbox.Message{ID: uuid.New(), Topic: "user-registered", Key: userID, Body: body},
+//		func(ctx context.Context, tx pgx.Tx) error {
+//			_, err := tx.Exec(ctx, `insert into users (id, name) values ($1, $2)`, userID, name)
+//			return err // nil: the message is delivered; an error: it is not, and Send returns it
+//		})
+package rocketmq
