@@ -55,10 +55,11 @@ type Stats struct {
 	Dead      int64 // messages this relay made dead
 	Batches   int64 // non-empty batches read
 	Wakeups   int64 // drains started (by the schedule, a notification, or taking the lead)
+	Fenced    int64 // writes the fence refused: a newer leader had written (see WithFence)
 }
 
 type relayStats struct {
-	published, failed, dead, batches, wakeups atomic.Int64
+	published, failed, dead, batches, wakeups, fenced atomic.Int64
 }
 
 // NewRelay returns a relay that publishes the outbox's messages through pub while el leads. pool
@@ -100,6 +101,7 @@ func (r *Relay) Stats() Stats {
 		Dead:      r.stats.dead.Load(),
 		Batches:   r.stats.batches.Load(),
 		Wakeups:   r.stats.wakeups.Load(),
+		Fenced:    r.stats.fenced.Load(),
 	}
 }
 
@@ -136,7 +138,9 @@ func (r *Relay) lead(ctx context.Context, l *lock.Leadership) error {
 		})
 		switch {
 		case errors.Is(err, lock.ErrFenced):
+			r.stats.fenced.Add(1)
 			log.Warn("outbox: fenced out by a newer leader", slog.Any("err", err))
+			r.pause(ctx) // RunWhileLeader campaigns again at once: do not spin
 			return nil
 		case err != nil && ctx.Err() == nil:
 			log.Warn("outbox: fence check failed; drains will check again", slog.Any("err", err))
@@ -178,9 +182,21 @@ func (r *Relay) lead(ctx context.Context, l *lock.Leadership) error {
 	}
 	g.Go(func() error { return r.drainLoop(gctx, tok, wake, log) })
 	if err := g.Wait(); errors.Is(err, lock.ErrFenced) {
+		r.stats.fenced.Add(1)
 		log.Warn("outbox: fenced out by a newer leader", slog.Any("err", err))
+		r.pause(ctx)
 	}
 	return nil
+}
+
+// pause waits the retry pause or until ctx ends.
+func (r *Relay) pause(ctx context.Context) {
+	t := time.NewTimer(r.o.retryPause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // listen keeps a connection LISTENing on the outbox's channel and pokes the drain loop for every
@@ -194,13 +210,7 @@ func (r *Relay) listen(ctx context.Context, poke func(), log *slog.Logger) {
 		}
 		log.Warn("outbox: listening connection failed; polling until it is back",
 			slog.String("channel", r.ob.o.channel), slog.Any("err", err))
-		t := time.NewTimer(r.o.retryPause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
+		r.pause(ctx)
 	}
 }
 
