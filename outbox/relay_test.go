@@ -37,7 +37,7 @@ type recorder struct {
 
 	mu    sync.Mutex
 	calls []call
-	fail  func(outbox.Message) error
+	fail  func(context.Context, outbox.Message) error
 }
 
 func (r *recorder) Publish(ctx context.Context, msg outbox.Message) error {
@@ -46,7 +46,7 @@ func (r *recorder) Publish(ctx context.Context, msg outbox.Message) error {
 	r.mu.Unlock()
 	var err error
 	if fail != nil {
-		err = fail(msg)
+		err = fail(ctx, msg)
 	}
 	if err == nil {
 		err = r.next.Publish(ctx, msg)
@@ -57,7 +57,7 @@ func (r *recorder) Publish(ctx context.Context, msg outbox.Message) error {
 	return err
 }
 
-func (r *recorder) setFail(f func(outbox.Message) error) {
+func (r *recorder) setFail(f func(context.Context, outbox.Message) error) {
 	r.mu.Lock()
 	r.fail = f
 	r.mu.Unlock()
@@ -257,7 +257,7 @@ func TestIntegrationRelayWakesOnNotify(t *testing.T) {
 func TestIntegrationRelayPerKeyOrder(t *testing.T) {
 	e := newRelayEnv(t)
 	rec := &recorder{next: realPublisher(t)}
-	rec.setFail(func(m outbox.Message) error {
+	rec.setFail(func(_ context.Context, m outbox.Message) error {
 		if string(m.Body) == "k1:1" {
 			return errInjected
 		}
@@ -298,7 +298,7 @@ func TestIntegrationRelayPerKeyOrder(t *testing.T) {
 func TestIntegrationRelayDeadAndRequeue(t *testing.T) {
 	e := newRelayEnv(t)
 	rec := &recorder{next: realPublisher(t)}
-	rec.setFail(func(m outbox.Message) error {
+	rec.setFail(func(_ context.Context, m outbox.Message) error {
 		if string(m.Body) == "poison" {
 			return fmt.Errorf("broker refused: %w", errInjected)
 		}
@@ -453,6 +453,54 @@ func TestIntegrationRelayLeadershipHandoff(t *testing.T) {
 	}
 }
 
+// TestIntegrationRelayLeadershipLostMidBatch: when the leader's Run ends while it is publishing a
+// batch, the publish in flight is cancelled and nothing more happens to the batch: no further
+// publish, no delete, no failure recorded. The next leader sends the batch again, from the start.
+func TestIntegrationRelayLeadershipLostMidBatch(t *testing.T) {
+	e := newRelayEnv(t)
+	for i := 1; i <= 5; i++ {
+		e.enqueue(t, "k", fmt.Sprintf("k:%d", i))
+	}
+	e.enqueue(t, "", "-:1")
+	first := &recorder{next: realPublisher(t)}
+	blocked := make(chan struct{})
+	first.setFail(func(ctx context.Context, m outbox.Message) error {
+		if string(m.Body) != "k:2" {
+			return nil
+		}
+		close(blocked)
+		<-ctx.Done() // stuck until the relay gives up
+		return ctx.Err()
+	})
+	a := e.relay(t, "relay-a", first, outbox.WithConcurrency(1))
+	stopA := run(t, a)
+	select {
+	case <-blocked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the leader never reached k:2")
+	}
+	stopA()
+
+	if got := first.sent(); !sameSet(got, []string{"k:1", "-:1"}) && !slices.Equal(got, []string{"k:1"}) {
+		t.Fatalf("the first leader published %q, want k:1 (and perhaps -:1) before k:2 blocked", got)
+	}
+	if calls, _ := first.attempts("k:3"); calls != 0 {
+		t.Fatal("the first leader went on to k:3 after losing the lead")
+	}
+	if n := count(t, e.pool, e.ob, "attempts = 0 and status = 'pending'"); n != 6 {
+		t.Fatalf("%d of 6 rows pending with no attempts: the lost leader wrote to the batch", n)
+	}
+
+	second := &recorder{next: realPublisher(t)}
+	run(t, e.relay(t, "relay-b", second))
+	e.waitEmpty(t, 30*time.Second)
+	got := second.sent()
+	if !sameSet(got, []string{"k:1", "k:2", "k:3", "k:4", "k:5", "-:1"}) {
+		t.Fatalf("the second leader published %q, want the whole batch again", got)
+	}
+	checkKeyOrder(t, got, []string{"k:1", "k:2", "k:3", "k:4", "k:5"})
+}
+
 // TestIntegrationRelayFenced: a relay whose fence was passed by a higher token (a newer leader it
 // does not know about) deletes nothing: its delete is refused, and so is every later term of its
 // own, which then never starts draining.
@@ -468,7 +516,7 @@ func TestIntegrationRelayFenced(t *testing.T) {
 	rec := &recorder{next: realPublisher(t)}
 	// Hold the publish until the fence has moved on, so the relay's delete comes after it.
 	gate := make(chan struct{})
-	rec.setFail(func(outbox.Message) error { <-gate; return nil })
+	rec.setFail(func(context.Context, outbox.Message) error { <-gate; return nil })
 	e.enqueue(t, "", "m1")
 	r := e.relay(t, "relay-1", rec, outbox.WithFence(fence))
 	run(t, r)
