@@ -1,0 +1,237 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/outbox"
+)
+
+// BenchmarkEnqueue measures business transactions per second — begin, insert a business row,
+// commit — without an outbox ("bare"), with Enqueue ("enqueue", which NOTIFYs) and with Enqueue
+// under WithNotify(false) ("enqueue-nonotify"), on one pool. "ratio" and "ratio-nonotify"
+// alternate bare and the Enqueue variant in blocks, so load changes on the shared machine weigh on
+// both alike, and report the Enqueue variant's transactions/s as a fraction of bare's.
+// "parallel-ratio" does the same with 16 goroutines, where NOTIFY's commit-time lock can show.
+//
+//	go test -run '^$' -bench Enqueue -count 3 ./outbox/
+func BenchmarkEnqueue(b *testing.B) {
+	pg := testenv.PG(b)
+	ctx := context.Background()
+	ob, err := outbox.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	quiet, err := outbox.New(outbox.WithTable("txkit_outbox_quiet"), outbox.WithNotify(false))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, o := range []*outbox.Outbox{ob, quiet} {
+		if err := o.Migrate(ctx, pg.Pool); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := pg.Pool.Exec(ctx, `create table orders (id uuid primary key, total bigint not null, created_at timestamptz not null default now())`); err != nil {
+		b.Fatal(err)
+	}
+	body := make([]byte, 256)
+	txs := map[string]func() error{}
+	for name, o := range map[string]*outbox.Outbox{"bare": nil, "enqueue": ob, "enqueue-nonotify": quiet} {
+		txs[name] = func() error {
+			return pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error {
+				id := uuid.New()
+				if _, err := tx.Exec(ctx, `insert into orders (id, total) values ($1, $2)`, id, 4200); err != nil {
+					return err
+				}
+				if o == nil {
+					return nil
+				}
+				_, err := o.Enqueue(ctx, tx, outbox.Message{Topic: "order-created", Key: id.String(), Body: body})
+				return err
+			})
+		}
+	}
+	for _, name := range []string{"bare", "enqueue", "enqueue-nonotify"} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if err := txs[name](); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tx/s")
+		})
+	}
+	ratio := func(variant string, workers int) func(b *testing.B) {
+		return func(b *testing.B) {
+			const block = 50
+			var spent [2]time.Duration
+			for b.Loop() {
+				for i, name := range []string{variant, "bare"} {
+					start := time.Now()
+					var wg sync.WaitGroup
+					errs := make(chan error, workers)
+					for range workers {
+						wg.Go(func() {
+							for range block {
+								if err := txs[name](); err != nil {
+									errs <- err
+									return
+								}
+							}
+						})
+					}
+					wg.Wait()
+					close(errs)
+					if err := <-errs; err != nil {
+						b.Fatal(err)
+					}
+					spent[i] += time.Since(start)
+				}
+			}
+			b.ReportMetric(float64(spent[1])/float64(spent[0]), variant+"/bare-tx")
+		}
+	}
+	b.Run("ratio", ratio("enqueue", 1))
+	b.Run("ratio-nonotify", ratio("enqueue-nonotify", 1))
+	b.Run("parallel-ratio", ratio("enqueue", 16))
+	b.Run("parallel-ratio-nonotify", ratio("enqueue-nonotify", 16))
+}
+
+// firstCall notes when the relay first called the publisher.
+type firstCall struct {
+	next  outbox.Publisher
+	once  sync.Once
+	start atomic.Int64
+}
+
+func (f *firstCall) Publish(ctx context.Context, msg outbox.Message) error {
+	f.once.Do(func() { f.start.Store(time.Now().UnixNano()) })
+	return f.next.Publish(ctx, msg)
+}
+
+// BenchmarkRelay measures how fast the relay empties a backlog through the real RocketMQ
+// publisher, by batch size, against the raw publisher's send rate measured in the same run: b.N
+// messages (256-byte bodies, 16 keys round robin) are loaded into the outbox, a relay (default
+// concurrency 16) is started, and the time from its first publish to the table being empty gives
+// relay-msgs/s. Then as many messages (at most 20000) are sent by calling Publish directly from 16
+// goroutines, 16 keys, which gives raw-msgs/s; relay/raw is their ratio. Both share one publisher,
+// one broker and one topic.
+//
+//	go test -run '^$' -bench Relay -benchtime 5000x -count 3 ./outbox/
+func BenchmarkRelay(b *testing.B) {
+	pub := realPublisher(b)
+	topic := testenv.Topic(b)
+	zkServers := testenv.ZK(b)
+	body := make([]byte, 256)
+	const keys, senders = 16, 16
+	// Warm the route to the topic.
+	if err := pub.Publish(context.Background(), outbox.Message{ID: uuid.New(), Topic: topic, Body: body}); err != nil {
+		b.Fatal(err)
+	}
+	raw := func(n int) float64 {
+		var next atomic.Int64
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range senders {
+			wg.Go(func() {
+				for {
+					i := next.Add(1)
+					if i > int64(n) {
+						return
+					}
+					msg := outbox.Message{ID: uuid.New(), Topic: topic, Key: fmt.Sprintf("key-%d", i%keys), Body: body}
+					if err := pub.Publish(context.Background(), msg); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return float64(n) / time.Since(start).Seconds()
+	}
+	for _, batch := range []int{1, 16, 128} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			pg := testenv.PG(b)
+			ctx := context.Background()
+			ob, err := outbox.New()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := ob.Migrate(ctx, pg.Pool); err != nil {
+				b.Fatal(err)
+			}
+			load(b, pg.Pool, ob, topic, keys, body, b.N)
+
+			sess, err := lock.NewSession(ctx, zkServers)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sess.Close()
+			el, err := lock.NewElector(sess, testenv.ZKRoot(b)+"/relay", "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			fc := &firstCall{next: pub}
+			r, err := outbox.NewRelay(pg.Pool, fc, el, outbox.WithOutbox(ob), outbox.WithBatchSize(batch),
+				outbox.WithLogger(slog.New(slog.DiscardHandler)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			b.ResetTimer()
+			go func() { done <- r.Run(rctx) }()
+			for r.Stats().Published < int64(b.N) {
+				time.Sleep(time.Millisecond) // a benchmark's own polling, not a test ordering events
+			}
+			for {
+				p, _, err := ob.Backlog(ctx, pg.Pool)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if p == 0 {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			relayRate := float64(b.N) / time.Since(time.Unix(0, fc.start.Load())).Seconds()
+			b.StopTimer()
+			cancel()
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+			st := r.Stats()
+			rawRate := raw(min(b.N, 20000))
+			b.ReportMetric(relayRate, "relay-msgs/s")
+			b.ReportMetric(rawRate, "raw-msgs/s")
+			b.ReportMetric(relayRate/rawRate, "relay/raw")
+			b.ReportMetric(float64(st.Published)/float64(max(st.Batches, 1)), "msgs/batch")
+		})
+	}
+}
+
+// load puts n messages into the outbox with COPY: the benchmark measures the relay, not Enqueue.
+func load(b *testing.B, pool *pgxpool.Pool, ob *outbox.Outbox, topic string, keys int, body []byte, n int) {
+	b.Helper()
+	rows := make([][]any, n)
+	for i := range rows {
+		id, _ := uuid.NewV7()
+		rows[i] = []any{id, topic, fmt.Sprintf("key-%d", i%keys), body}
+	}
+	if _, err := pool.CopyFrom(context.Background(), pgx.Identifier{ob.Table()}, []string{"msg_id", "topic", "key", "body"},
+		pgx.CopyFromRows(rows)); err != nil {
+		b.Fatal(err)
+	}
+}
