@@ -43,7 +43,12 @@ type Handler func(ctx context.Context, tx pgx.Tx, msg outbox.Message) error
 //     acknowledges instead.
 //
 // Without [WithOrderly], messages are applied concurrently and in no particular order, even those
-// with the same key. A Consumer is safe for concurrent use; [Consumer.Run] runs at most once at a
+// with the same key.
+//
+// The broker creates the group's retry topic, %RETRY%<group>, when a consumer of a new group first
+// connects, and the client learns its route only at its next route poll, up to 30 s later: until
+// then a new group's redeliveries wait. Creating the retry topic ahead (1 queue, like the broker)
+// avoids the wait; so does creating %DLQ%<group> for a dead-letter reader. A Consumer is safe for concurrent use; [Consumer.Run] runs at most once at a
 // time.
 type Consumer struct {
 	ns      []string
