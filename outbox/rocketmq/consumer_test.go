@@ -169,7 +169,9 @@ func TestIntegrationHandlerErrorRedelivered(t *testing.T) {
 	if s := c.Stats(); s.Failed != failures || s.Duplicates != 0 {
 		t.Errorf("stats %+v, want Failed %d and no duplicates", s, failures)
 	}
-	if n := rec.count(func(m outbox.Message) bool { return m.ID == msg.ID && m.Headers["trace"] == "abc" && m.Topic == e.topic }); n != failures+1 {
+	if n := rec.count(func(m outbox.Message) bool {
+		return m.ID == msg.ID && m.Headers["trace"] == "abc" && m.Topic == e.topic
+	}); n != failures+1 {
 		t.Errorf("handler saw the message (with its topic and headers) %d times, want %d", n, failures+1)
 	}
 	if n := rows(t, e.pool, `select count(*) from applied where id = $1`, msg.ID); n != 1 {
