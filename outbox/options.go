@@ -122,7 +122,7 @@ type relayOptions struct {
 	backoffCap     time.Duration
 	publishTimeout time.Duration
 	fence          *lock.Fence
-	retryPause     time.Duration
+	retryPause     time.Duration // before reconnecting the listener, or campaigning again when fenced
 }
 
 func defaultRelayOptions() relayOptions {
@@ -190,9 +190,6 @@ func WithPublishTimeout(d time.Duration) RelayOption {
 // new leader wrote to it. The relay also passes the fence as soon as it leads. f's table must
 // exist (see [lock.Fence.Migrate]).
 func WithFence(f *lock.Fence) RelayOption { return func(o *relayOptions) { o.fence = f } }
-
-// withRetryPause sets how long the relay waits before reconnecting its listening connection.
-func withRetryPause(d time.Duration) RelayOption { return func(o *relayOptions) { o.retryPause = d } }
 
 const maxBatch = 10000
 

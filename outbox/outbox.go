@@ -300,6 +300,11 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "23505"
 }
 
+func isUndefinedTable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01"
+}
+
 // isNil reports whether db is nil or a nil pointer in a non-nil interface (a nil *pgxpool.Pool).
 func isNil(db DBTX) bool { return isNilValue(db) }
 

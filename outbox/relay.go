@@ -111,9 +111,9 @@ func (r *Relay) Stats() Stats {
 // campaigns again. Cancelling ctx does the same, resigns, and returns once every goroutine Run
 // started has exited. ctx scopes the whole work.
 //
-// Run returns an error wrapping [lock.ErrClosed] when the elector's session is closed, and
-// [ErrRunning] when another Run of this Relay is running. Failures of the database or the broker
-// are logged and retried, never returned.
+// Run returns an error wrapping [lock.ErrClosed] when the elector's session is closed,
+// [ErrRunning] when another Run of this Relay is running, and an error when the [WithFence] fence's
+// table does not exist. Other failures of the database or the broker are logged and retried.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("outbox: relay of %s: %w", r.ob.name, ErrRunning)
@@ -131,19 +131,29 @@ func (r *Relay) lead(ctx context.Context, l *lock.Leadership) error {
 	defer log.Info("outbox: relay stops leading")
 
 	if r.o.fence != nil {
-		// Pass the fence now, so a deposed relay is refused from here on even if this one has
-		// nothing to write for a while.
-		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-			return r.o.fence.Check(ctx, tx, r.resource, tok)
-		})
-		switch {
-		case errors.Is(err, lock.ErrFenced):
-			r.stats.fenced.Add(1)
-			log.Warn("outbox: fenced out by a newer leader", slog.Any("err", err))
-			r.pause(ctx) // RunWhileLeader campaigns again at once: do not spin
-			return nil
-		case err != nil && ctx.Err() == nil:
-			log.Warn("outbox: fence check failed; drains will check again", slog.Any("err", err))
+		// Pass the fence before publishing anything: a deposed relay is refused from here on, and a
+		// fence this relay cannot pass (say its table is missing) stops it before it publishes
+		// batches whose rows it could never delete.
+		for {
+			err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+				return r.o.fence.Check(ctx, tx, r.resource, tok)
+			})
+			if err == nil {
+				break
+			}
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case errors.Is(err, lock.ErrFenced):
+				r.stats.fenced.Add(1)
+				log.Warn("outbox: fenced out by a newer leader", slog.Any("err", err))
+				r.pause(ctx) // RunWhileLeader campaigns again at once: do not spin
+				return nil
+			case isUndefinedTable(err):
+				return fmt.Errorf("outbox: fence of %s (was lock.Fence.Migrate run?): %w", r.ob.name, err)
+			}
+			log.Warn("outbox: fence check failed; retrying before relaying", slog.Any("err", err))
+			r.pause(ctx)
 		}
 	}
 

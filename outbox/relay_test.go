@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -576,4 +577,59 @@ func dedupe(s []string) []string {
 		}
 	}
 	return out
+}
+
+// TestIntegrationRelayFenceNotMigrated: a relay whose fence table is missing returns an error from
+// Run instead of publishing batches whose rows it could never delete.
+func TestIntegrationRelayFenceNotMigrated(t *testing.T) {
+	e := newRelayEnv(t)
+	fence, err := lock.NewFence(lock.WithFenceTable("not_migrated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{next: realPublisher(t)}
+	e.enqueue(t, "", "m1")
+	r := e.relay(t, "relay-1", rec, outbox.WithFence(fence))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "Fence.Migrate") {
+		t.Fatalf("Run = %v, want an error naming Fence.Migrate before the deadline", err)
+	}
+	if calls := rec.snapshot(); len(calls) != 0 {
+		t.Fatalf("published %d messages without a usable fence", len(calls))
+	}
+}
+
+// TestIntegrationRelayListenerReconnects: when the server ends the relay's listening connection,
+// the relay opens a new one, and notifications wake it again (the poll is an hour away).
+func TestIntegrationRelayListenerReconnects(t *testing.T) {
+	e := newRelayEnv(t)
+	rec := &recorder{next: realPublisher(t)}
+	r := e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 1h"))
+	run(t, r)
+	listener := func() (pid int32) {
+		err := e.pool.QueryRow(context.Background(), `select coalesce(max(pid), 0) from pg_stat_activity
+			where datname = current_database() and query = $1`, "listen "+pgx.Identifier{e.ob.Channel()}.Sanitize()).Scan(&pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	var old int32
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool { old = listener(); return old != 0 },
+		"the relay to listen")
+	w0 := r.Stats().Wakeups
+	if _, err := e.pool.Exec(t.Context(), "select pg_terminate_backend($1)", old); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool { p := listener(); return p != 0 && p != old },
+		"the relay to listen on a new connection")
+	// The relay drains once after reconnecting (notifications may have been missed meanwhile);
+	// wait for that, so that only a notification can publish the next message.
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool { return r.Stats().Wakeups > w0 },
+		"the relay to drain after reconnecting")
+	e.enqueue(t, "", "after-reconnect")
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool { return slices.Contains(rec.sent(), "after-reconnect") },
+		"the message to be published without a poll")
 }
