@@ -123,7 +123,8 @@ func (r *Relay) Run(ctx context.Context) error {
 }
 
 // lead relays while leadership l lasts (ctx ends with it). It returns nil when ctx ends, or when
-// the fence says another relay has taken over (RunWhileLeader then campaigns again).
+// the fence says another relay has taken over (RunWhileLeader then campaigns again), and an error
+// only when the fence's table is missing (RunWhileLeader then resigns and Run returns it).
 func (r *Relay) lead(ctx context.Context, l *lock.Leadership) error {
 	tok := l.Token()
 	log := r.o.log.With(slog.String("table", r.ob.name), slog.String("token", tok.String()))
