@@ -33,17 +33,20 @@ env: ## print the servers' addresses as shell assignments
 ROCKETMQ_PKGS = $$($(GO) list -test -f '{{.ImportPath}} {{join .Deps " "}}' ./... | \
 	awk '$$1 ~ /\.test$$/ && / github.com\/apache\/rocketmq-client-go\/v2 /{sub(/\.test$$/,"",$$1); print $$1}')
 
+# Tests named ...Disruptive... stop a server the other tests use (the RocketMQ broker): they run
+# last, one package at a time, after everything else.
 test: up ## the whole suite against the real servers
 	@$(WITH_ENV) mq="$(ROCKETMQ_PKGS)"; rest=$$($(GO) list ./... | grep -v -x -F -f <(printf '%s\n' $$mq)); rc=0; \
-	$(GO) test -race -count=1 -timeout 40m $(GOTESTFLAGS) $$rest || rc=1; \
-	if [ -n "$$mq" ]; then $(GO) test -count=1 -timeout 40m $(GOTESTFLAGS) $$mq || rc=1; fi; \
+	$(GO) test -race -count=1 -timeout 40m -skip Disruptive $(GOTESTFLAGS) $$rest || rc=1; \
+	if [ -n "$$mq" ]; then $(GO) test -count=1 -timeout 40m -skip Disruptive $(GOTESTFLAGS) $$mq || rc=1; fi; \
+	$(GO) test -count=1 -p 1 -timeout 20m -run Disruptive $(GOTESTFLAGS) ./... || rc=1; \
 	exit $$rc
 
 unit: ## tests that need no server
 	$(GO) test -short -race -count=1 -run '^Test' ./... # examples need the servers
 
-demo: up ## run the example end to end on the real servers
-	@$(WITH_ENV) $(GO) run ./examples/smoke
+demo: up ## run the register-points example end to end on the real servers
+	@$(WITH_ENV) $(GO) run ./examples/register-points/demo
 
 bench: up ## Go benchmarks against the real servers
 	@$(WITH_ENV) $(GO) test -run '^$$' -bench . -benchmem -count=1 $(BENCHFLAGS) ./...

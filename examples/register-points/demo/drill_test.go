@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txkit/txkit/internal/testenv"
+)
+
+func config(t *testing.T, users int) Config {
+	return Config{
+		Users: users, Instances: 2, Concurrency: 8, Mode: "outbox",
+		PG: testenv.PGURL(t), ZK: strings.Join(testenv.ZK(t), ","),
+		Namesrv: strings.Join(testenv.Namesrv(t), ","), Broker: testenv.Broker(t),
+		Dir: t.TempDir(), Log: t.Output(),
+	}
+}
+
+// TestIntegrationRegisterPointsDrill: 1000 registrations while the leading relay instance is
+// SIGKILLed twice and the points consumer is killed and restarted once: every registered user
+// ends with exactly 100 points, none with 200, nothing is left pending.
+func TestIntegrationRegisterPointsDrill(t *testing.T) {
+	cfg := config(t, 1000)
+	cfg.Drill = true
+	cfg.Rate = 80 // about 12 s of load, so both leader kills land during it
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Logf("report:\n%s", rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.OK(); err != nil {
+		t.Fatal(err)
+	}
+	if rep.LeaderKills != 2 || rep.ConsumerRestarts != 1 {
+		t.Fatalf("faults injected: %d leader kills, %d consumer restarts; want 2 and 1", rep.LeaderKills, rep.ConsumerRestarts)
+	}
+	if rep.Registered < cfg.Users {
+		t.Fatalf("%d users registered, want at least %d", rep.Registered, cfg.Users)
+	}
+}
+
+// TestIntegrationRegisterPointsTxMsg: the same promise through RocketMQ transactional messages
+// instead of the outbox table.
+func TestIntegrationRegisterPointsTxMsg(t *testing.T) {
+	cfg := config(t, 200)
+	cfg.Mode = "txmsg"
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Logf("report:\n%s", rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.OK(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIntegrationDisruptiveBrokerDown: the broker is stopped for 10 s during the load; the outbox
+// grows meanwhile, nothing is lost, and the backlog drains once the broker is back. It stops a
+// server other tests use, so `make test` runs the Disruptive tests on their own, after the rest.
+func TestIntegrationDisruptiveBrokerDown(t *testing.T) {
+	cfg := config(t, 600)
+	cfg.Rate = 40 // 15 s of load: the outage lands in its middle
+	cfg.BrokerOutage = 10 * time.Second
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Logf("report:\n%s", rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.OK(); err != nil {
+		t.Fatal(err)
+	}
+	if rep.MaxPending < 10 {
+		t.Fatalf("the outbox backlog peaked at %d during the outage: the outage did not hold messages back", rep.MaxPending)
+	}
+}

@@ -1,0 +1,649 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/admin"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txkit/txkit/examples/register-points/internal/app"
+)
+
+// Config is one run of the example.
+type Config struct {
+	Users       int    // registrations to make
+	Instances   int    // users-service instances (only the elected one relays)
+	Concurrency int    // registrations in flight at once
+	Rate        int    // registrations started per second at most (0: as fast as they go)
+	Mode        string // outbox or txmsg
+	Drill       bool   // SIGKILL the leading relay twice and the points service once during the load
+	PG, ZK      string // base PostgreSQL URL, ZooKeeper servers
+	Namesrv     string
+	Broker      string
+	Dir         string    // where binaries and logs go
+	Log         io.Writer // progress lines
+	Keep        bool      // keep the run's schemas and topic afterwards
+	// BrokerOutage stops the RocketMQ broker (deploy/local/rocketmq stop-broker) for this long at
+	// a third of the load, then starts it again. It stops a server other tests use: run it alone.
+	BrokerOutage time.Duration
+}
+
+// Report is what a run measured.
+type Report struct {
+	Requests         int           // registrations the load generator saw succeed
+	Registered       int           // users in the users database
+	Awarded          int           // users with a points row
+	Exactly100       int           // users with exactly 100 points
+	Over100          int           // users with more (a duplicate applied twice)
+	Duplicates       int64         // redeliveries the idempotency claim suppressed
+	Pending          int64         // outbox rows not yet relayed
+	P50, P99         time.Duration // registration committed → points awarded
+	LeaderKills      int
+	ConsumerRestarts int
+	MaxPending       int64 // the largest outbox backlog seen during a broker outage
+	Elapsed          time.Duration
+}
+
+// OK reports whether the run kept the example's promise: every registered user has exactly 100
+// points, none has more, nothing is left pending.
+func (r Report) OK() error {
+	var errs []error
+	if r.Registered == 0 {
+		errs = append(errs, errors.New("no user registered"))
+	}
+	if r.Exactly100 != r.Registered {
+		errs = append(errs, fmt.Errorf("%d of %d registered users have exactly 100 points", r.Exactly100, r.Registered))
+	}
+	if r.Over100 != 0 {
+		errs = append(errs, fmt.Errorf("%d users have more than 100 points", r.Over100))
+	}
+	if r.Pending != 0 {
+		errs = append(errs, fmt.Errorf("%d messages still pending in the outbox", r.Pending))
+	}
+	return errors.Join(errs...)
+}
+
+func (r Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "users registered:       %d (HTTP 201 answers: %d)\n", r.Registered, r.Requests)
+	fmt.Fprintf(&b, "points awarded:         %d users with exactly 100, %d with more\n", r.Exactly100, r.Over100)
+	fmt.Fprintf(&b, "duplicates suppressed:  %d\n", r.Duplicates)
+	fmt.Fprintf(&b, "left pending:           %d\n", r.Pending)
+	fmt.Fprintf(&b, "end-to-end latency:     p50 %v, p99 %v (commit → points awarded)\n", r.P50.Round(100*time.Microsecond), r.P99.Round(100*time.Microsecond))
+	if r.MaxPending > 0 {
+		fmt.Fprintf(&b, "broker outage:          the outbox backlog peaked at %d messages\n", r.MaxPending)
+	}
+	if r.LeaderKills+r.ConsumerRestarts > 0 {
+		fmt.Fprintf(&b, "faults injected:        %d relay leaders SIGKILLed, %d points service SIGKILLed and restarted\n", r.LeaderKills, r.ConsumerRestarts)
+	}
+	fmt.Fprintf(&b, "elapsed:                %v\n", r.Elapsed.Round(10*time.Millisecond))
+	return b.String()
+}
+
+// proc is a running service process.
+type proc struct {
+	name string
+	args []string
+	cmd  *exec.Cmd
+	addr string
+	done chan struct{}
+}
+
+type harness struct {
+	cfg    Config
+	runID  string
+	schema string
+	topic  string
+	mu     sync.Mutex
+	users  map[string]*proc // by instance id, "users-<slot>.<start>"
+	starts int              // users processes started so far
+	points *proc
+	dups   atomic.Int64 // duplicates counted by points processes that were killed
+	client *http.Client
+}
+
+func (h *harness) logf(format string, args ...any) {
+	fmt.Fprintf(h.cfg.Log, "[%s] %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+// Run builds and starts the services, registers cfg.Users users through the HTTP API (with the
+// drill's faults if asked), waits until every registered user has been awarded, and reports.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	start := time.Now()
+	runID := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	h := &harness{cfg: cfg, runID: runID, schema: "demo_" + runID, topic: "txkit-demo-" + runID,
+		users: map[string]*proc{}, client: &http.Client{Timeout: 10 * time.Second}}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return Report{}, err
+	}
+	if err := h.build(ctx); err != nil {
+		return Report{}, err
+	}
+	if err := createTopic(ctx, cfg.Namesrv, cfg.Broker, h.topic); err != nil {
+		return Report{}, err
+	}
+	h.logf("run %s: schema %s in txkit_users and txkit_points, topic %s, mode %s", runID, h.schema, h.topic, cfg.Mode)
+	if !cfg.Keep {
+		defer h.cleanup()
+	}
+	defer h.stopAll()
+	if err := h.startPoints(ctx); err != nil {
+		return Report{}, err
+	}
+	for i := 1; i <= cfg.Instances; i++ {
+		if err := h.startUsers(ctx, i); err != nil {
+			return Report{}, err
+		}
+	}
+	rep := Report{}
+	ok, err := h.load(ctx, &rep)
+	rep.Requests = ok
+	if err != nil {
+		return rep, err
+	}
+	h.logf("%d registrations answered; waiting for every award", ok)
+	if err := h.settle(ctx, &rep); err != nil {
+		return rep, err
+	}
+	rep.Elapsed = time.Since(start)
+	return rep, nil
+}
+
+func (h *harness) build(ctx context.Context) error {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return err
+	}
+	for _, svc := range []string{"users", "points"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(h.cfg.Dir, svc), "./examples/register-points/"+svc)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %w\n%s", svc, err, out)
+		}
+	}
+	return nil
+}
+
+func moduleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("run the demo inside the txkit module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+func createTopic(ctx context.Context, namesrv, broker, topic string) error {
+	adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(strings.Split(namesrv, ","))))
+	if err != nil {
+		return fmt.Errorf("rocketmq admin: %w", err)
+	}
+	defer adm.Close()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := adm.CreateTopic(cctx, admin.WithTopicCreate(topic), admin.WithBrokerAddrCreate(broker),
+		admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
+		return fmt.Errorf("create topic %s on %s: %w", topic, broker, err)
+	}
+	return nil
+}
+
+// cleanup drops the run's schemas and deletes its topic.
+func (h *harness) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, db := range []string{"txkit_users", "txkit_points"} {
+		url, err := app.DatabaseURL(h.cfg.PG, db, "")
+		if err != nil {
+			continue
+		}
+		if c, err := pgx.Connect(ctx, url); err == nil {
+			if _, err := c.Exec(ctx, "drop schema if exists "+pgx.Identifier{h.schema}.Sanitize()+" cascade"); err != nil {
+				h.logf("cleanup: drop schema %s in %s: %v", h.schema, db, err)
+			}
+			_ = c.Close(ctx)
+		}
+	}
+	if adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(strings.Split(h.cfg.Namesrv, ",")))); err == nil {
+		_ = adm.DeleteTopic(ctx, admin.WithTopicDelete(h.topic), admin.WithBrokerAddrDelete(h.cfg.Broker),
+			admin.WithNameSrvAddr(strings.Split(h.cfg.Namesrv, ",")))
+		_ = adm.Close()
+	}
+}
+
+func (h *harness) common() []string {
+	return []string{"-pg", h.cfg.PG, "-schema", h.schema, "-namesrv", h.cfg.Namesrv, "-topic", h.topic}
+}
+
+func (h *harness) startPoints(ctx context.Context) error {
+	p, err := h.start(ctx, "points", filepath.Join(h.cfg.Dir, "points"), h.common())
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.points = p
+	h.mu.Unlock()
+	return nil
+}
+
+// startUsers starts a users instance in slot; each start gets an id of its own, so the election
+// tells a restarted instance from the one it replaces.
+func (h *harness) startUsers(ctx context.Context, slot int) error {
+	h.mu.Lock()
+	h.starts++
+	id := fmt.Sprintf("users-%d.%d", slot, h.starts)
+	h.mu.Unlock()
+	args := append(h.common(), "-zk", h.cfg.ZK, "-mode", h.cfg.Mode, "-id", id)
+	p, err := h.start(ctx, id, filepath.Join(h.cfg.Dir, "users"), args)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.users[id] = p
+	h.mu.Unlock()
+	return nil
+}
+
+// start runs bin, waits for its "LISTENING <addr>" line and for /healthz.
+func (h *harness) start(ctx context.Context, name, bin string, args []string) (*proc, error) {
+	logPath := filepath.Join(h.cfg.Dir, h.runID+"-"+name+".log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, args: args, cmd: cmd, done: make(chan struct{})}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "LISTENING "); ok {
+				select {
+				case addr <- a:
+				default:
+				}
+			}
+		}
+		_ = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	select {
+	case p.addr = <-addr:
+	case <-p.done:
+		return nil, fmt.Errorf("%s exited while starting; see %s", name, logPath)
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("%s did not start within 60s; see %s", name, logPath)
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		return nil, ctx.Err()
+	}
+	h.logf("%s listening on %s (pid %d, log %s)", name, p.addr, cmd.Process.Pid, logPath)
+	return p, nil
+}
+
+func (h *harness) stopAll() {
+	h.mu.Lock()
+	procs := []*proc{h.points}
+	for _, p := range h.users {
+		procs = append(procs, p)
+	}
+	h.mu.Unlock()
+	for _, p := range procs {
+		if p == nil {
+			continue
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+}
+
+// kill SIGKILLs p and waits for it to be gone.
+func kill(p *proc) {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+func (h *harness) getJSON(ctx context.Context, url string, v any) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// leader waits until a live users instance leads the relay election (after a kill, the dead
+// leader's node stays until its session expires) and returns its id.
+func (h *harness) leader(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		h.mu.Lock()
+		var addrs []string
+		for _, p := range h.users {
+			addrs = append(addrs, p.addr)
+		}
+		h.mu.Unlock()
+		for _, a := range addrs {
+			var st struct {
+				Leader string `json:"leader"`
+			}
+			if err := h.getJSON(ctx, "http://"+a+"/stats", &st); err == nil && st.Leader != "" {
+				h.mu.Lock()
+				_, live := h.users[st.Leader]
+				h.mu.Unlock()
+				if live {
+					return st.Leader, nil
+				}
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return "", errors.New("no live users instance leads the relay election after 30s")
+}
+
+// load registers the users: Concurrency workers post to the users instances in turn, and move on
+// to another instance when one does not answer (it may have been killed by the drill).
+func (h *harness) load(ctx context.Context, rep *Report) (int, error) {
+	var next, okCount atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	var tick <-chan time.Time
+	if h.cfg.Rate > 0 {
+		t := time.NewTicker(time.Second / time.Duration(h.cfg.Rate))
+		defer t.Stop()
+		tick = t.C
+	}
+	for w := 0; w < h.cfg.Concurrency; w++ {
+		g.Go(func() error {
+			for {
+				if tick != nil {
+					select {
+					case <-tick:
+					case <-gctx.Done():
+						return gctx.Err()
+					}
+				}
+				i := next.Add(1)
+				if i > int64(h.cfg.Users) {
+					return nil
+				}
+				if err := h.register(gctx, int(i)); err != nil {
+					return err
+				}
+				okCount.Add(1)
+			}
+		})
+	}
+	if h.cfg.Drill {
+		g.Go(func() error { return h.drill(gctx, &okCount, rep) })
+	}
+	if h.cfg.BrokerOutage > 0 {
+		g.Go(func() error { return h.brokerOutage(gctx, &okCount, rep) })
+	}
+	err := g.Wait()
+	return int(okCount.Load()), err
+}
+
+func (h *harness) register(ctx context.Context, i int) error {
+	body, _ := json.Marshal(map[string]string{"name": fmt.Sprintf("user-%d", i)})
+	deadline := time.Now().Add(60 * time.Second)
+	for attempt := 0; ; attempt++ {
+		h.mu.Lock()
+		ids := make([]string, 0, len(h.users))
+		for id := range h.users {
+			ids = append(ids, id)
+		}
+		h.mu.Unlock()
+		if len(ids) == 0 {
+			return errors.New("no users instance")
+		}
+		h.mu.Lock()
+		p := h.users[ids[(i+attempt)%len(ids)]]
+		h.mu.Unlock()
+		if p != nil {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+p.addr+"/users", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := h.client.Do(req)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusCreated {
+					return nil
+				}
+				err = fmt.Errorf("POST /users: %s", resp.Status)
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("registration %d: %w", i, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// drill injects the faults as the load progresses: the leading relay instance is SIGKILLed at a
+// quarter and at 60 % of the registrations (and started again), the points service at 40 %.
+func (h *harness) drill(ctx context.Context, done *atomic.Int64, rep *Report) error {
+	steps := []struct {
+		at   float64
+		what string
+	}{{0.25, "leader"}, {0.40, "points"}, {0.60, "leader"}}
+	for _, s := range steps {
+		for float64(done.Load()) < s.at*float64(h.cfg.Users) {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		switch s.what {
+		case "leader":
+			id, err := h.leader(ctx)
+			if err != nil {
+				return err
+			}
+			h.mu.Lock()
+			p := h.users[id]
+			delete(h.users, id)
+			h.mu.Unlock()
+			h.logf("drill: SIGKILL the relay leader %s at %d registrations", id, done.Load())
+			kill(p)
+			rep.LeaderKills++
+			var slot int
+			if _, err := fmt.Sscanf(id, "users-%d.", &slot); err != nil {
+				return fmt.Errorf("instance id %q: %w", id, err)
+			}
+			if err := h.startUsers(ctx, slot); err != nil {
+				return err
+			}
+		case "points":
+			h.mu.Lock()
+			p := h.points
+			h.mu.Unlock()
+			var st struct{ Duplicates int64 }
+			_ = h.getJSON(ctx, "http://"+p.addr+"/stats", &st)
+			h.logf("drill: SIGKILL the points service at %d registrations, then start it again", done.Load())
+			kill(p)
+			h.dups.Add(st.Duplicates)
+			rep.ConsumerRestarts++
+			if err := h.startPoints(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// brokerOutage stops the broker at a third of the load for cfg.BrokerOutage, watching the outbox
+// grow, then starts it again.
+func (h *harness) brokerOutage(ctx context.Context, done *atomic.Int64, rep *Report) error {
+	for float64(done.Load()) < float64(h.cfg.Users)/3 {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return err
+	}
+	script := filepath.Join(root, "deploy", "local", "rocketmq")
+	h.logf("outage: stopping the broker at %d registrations for %v", done.Load(), h.cfg.BrokerOutage)
+	if out, err := exec.CommandContext(ctx, script, "stop-broker").CombinedOutput(); err != nil {
+		return fmt.Errorf("stop-broker: %w\n%s", err, out)
+	}
+	defer func() {
+		if out, err := exec.Command(script, "start-broker").CombinedOutput(); err != nil {
+			h.logf("start-broker: %v\n%s", err, out)
+		}
+		h.logf("outage: broker started again; outbox backlog peaked at %d", rep.MaxPending)
+	}()
+	usersURL, _ := app.DatabaseURL(h.cfg.PG, "txkit_users", h.schema)
+	c, err := pgx.Connect(ctx, usersURL)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	end := time.Now().Add(h.cfg.BrokerOutage)
+	for time.Now().Before(end) {
+		var n int64
+		if err := c.QueryRow(ctx, "select count(*) from txkit_outbox").Scan(&n); err == nil && n > rep.MaxPending {
+			rep.MaxPending = n
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// settle waits until every registered user has a points row and the outbox is empty, then fills
+// the report from the two databases.
+func (h *harness) settle(ctx context.Context, rep *Report) error {
+	usersURL, _ := app.DatabaseURL(h.cfg.PG, "txkit_users", h.schema)
+	pointsURL, _ := app.DatabaseURL(h.cfg.PG, "txkit_points", h.schema)
+	uc, err := pgx.Connect(ctx, usersURL)
+	if err != nil {
+		return err
+	}
+	defer uc.Close(context.WithoutCancel(ctx))
+	pc, err := pgx.Connect(ctx, pointsURL)
+	if err != nil {
+		return err
+	}
+	defer pc.Close(context.WithoutCancel(ctx))
+	deadline := time.Now().Add(3 * time.Minute)
+	last := time.Now()
+	for {
+		var registered, awarded int
+		if err := uc.QueryRow(ctx, "select count(*) from users").Scan(&registered); err != nil {
+			return err
+		}
+		if err := pc.QueryRow(ctx, "select count(*) from points").Scan(&awarded); err != nil {
+			return err
+		}
+		pending := int64(0)
+		if h.cfg.Mode == "outbox" {
+			if err := uc.QueryRow(ctx, "select count(*) from txkit_outbox").Scan(&pending); err != nil {
+				return err
+			}
+		}
+		if awarded >= registered && pending == 0 {
+			rep.Registered, rep.Awarded, rep.Pending = registered, awarded, pending
+			break
+		}
+		if time.Since(last) > 5*time.Second {
+			h.logf("waiting: %d registered, %d awarded, %d pending in the outbox", registered, awarded, pending)
+			last = time.Now()
+		}
+		if time.Now().After(deadline) {
+			rep.Registered, rep.Awarded, rep.Pending = registered, awarded, pending
+			return fmt.Errorf("after 3 minutes: %d registered, %d awarded, %d pending", registered, awarded, pending)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	// Let redeliveries in flight land before counting.
+	time.Sleep(time.Second)
+	if err := pc.QueryRow(ctx, `select count(*) filter (where points = 100), count(*) filter (where points > 100) from points`).
+		Scan(&rep.Exactly100, &rep.Over100); err != nil {
+		return err
+	}
+	var p50, p99 float64
+	if err := pc.QueryRow(ctx, `select
+			coalesce(percentile_cont(0.5) within group (order by extract(epoch from awarded_at - registered_at)), 0),
+			coalesce(percentile_cont(0.99) within group (order by extract(epoch from awarded_at - registered_at)), 0)
+		from points`).Scan(&p50, &p99); err != nil {
+		return err
+	}
+	rep.P50, rep.P99 = time.Duration(p50*float64(time.Second)), time.Duration(p99*float64(time.Second))
+	h.mu.Lock()
+	p := h.points
+	h.mu.Unlock()
+	var st struct{ Duplicates int64 }
+	if err := h.getJSON(ctx, "http://"+p.addr+"/stats", &st); err != nil {
+		return err
+	}
+	rep.Duplicates = h.dups.Load() + st.Duplicates
+	return nil
+}

@@ -1,0 +1,192 @@
+// Command users is the register-points example's users service: POST /users registers a user and
+// records a UserRegistered event in the same PostgreSQL transaction — in the transactional outbox
+// (-mode outbox; the elected instance relays it to RocketMQ) or as a RocketMQ transactional half
+// message (-mode txmsg). Run several instances: only the elected one relays.
+//
+//	go run ./examples/register-points/users -schema demo -topic txkit-user-registered -id users-1
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txkit/txkit/examples/register-points/internal/app"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/outbox"
+	txrocketmq "github.com/txkit/txkit/outbox/rocketmq"
+)
+
+type config struct {
+	listen, pg, db, schema, zk, namesrv, topic, mode, id, election string
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.listen, "listen", "127.0.0.1:0", "HTTP address")
+	flag.StringVar(&c.pg, "pg", app.Env("TXKIT_PG_URL", "postgres://postgres@127.0.0.1:55432/txkit_test?sslmode=disable"), "PostgreSQL URL (its database is replaced by -db)")
+	flag.StringVar(&c.db, "db", "txkit_users", "database of the users service")
+	flag.StringVar(&c.schema, "schema", "register_points", "schema of this run")
+	flag.StringVar(&c.zk, "zk", app.Env("TXKIT_ZK", "127.0.0.1:22181,127.0.0.1:22182,127.0.0.1:22183"), "ZooKeeper servers")
+	flag.StringVar(&c.namesrv, "namesrv", app.Env("TXKIT_ROCKETMQ_NAMESRV", "127.0.0.1:19876"), "RocketMQ name servers")
+	flag.StringVar(&c.topic, "topic", "txkit-user-registered", "topic of UserRegistered events (must exist)")
+	flag.StringVar(&c.mode, "mode", "outbox", "outbox or txmsg")
+	flag.StringVar(&c.id, "id", "users-"+uuid.NewString()[:8], "instance id (the relay's election id)")
+	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the relay election (default /txkit-demo/<schema>/relay)")
+	flag.Parse()
+	log := app.Logger("users").With("id", c.id)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c, log); err != nil {
+		log.Error("users service failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, c config, log *slog.Logger) error {
+	if c.mode != "outbox" && c.mode != "txmsg" {
+		return fmt.Errorf("-mode %q: want outbox or txmsg", c.mode)
+	}
+	url, err := app.DatabaseURL(c.pg, c.db, c.schema)
+	if err != nil {
+		return err
+	}
+	pool, err := app.Pool(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `create table if not exists users (
+		id uuid primary key, name text not null, registered_at timestamptz not null)`); err != nil {
+		return fmt.Errorf("create users table: %w", err)
+	}
+	ns := strings.Split(c.namesrv, ",")
+	s := &service{c: c, pool: pool, log: log}
+	g, ctx := errgroup.WithContext(ctx)
+	switch c.mode {
+	case "outbox":
+		if s.ob, err = outbox.New(); err != nil {
+			return err
+		}
+		if err := s.ob.Migrate(ctx, pool); err != nil {
+			return err
+		}
+		sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(4*time.Second), lock.WithLogger(log))
+		if err != nil {
+			return err
+		}
+		defer sess.Close()
+		election := c.election
+		if election == "" {
+			election = "/txkit-demo/" + c.schema + "/relay"
+		}
+		if s.el, err = lock.NewElector(sess, election, c.id); err != nil {
+			return err
+		}
+		pub, err := txrocketmq.NewPublisher(ctx, ns, txrocketmq.WithLogger(log))
+		if err != nil {
+			return err
+		}
+		defer pub.Close()
+		relay, err := outbox.NewRelay(pool, pub, s.el, outbox.WithOutbox(s.ob), outbox.WithLogger(log))
+		if err != nil {
+			return err
+		}
+		s.relay = relay
+		g.Go(func() error { return relay.Run(ctx) })
+	case "txmsg":
+		if s.txp, err = txrocketmq.NewTxProducer(ctx, ns, "txkit-demo-users-tx", pool, txrocketmq.WithLogger(log)); err != nil {
+			return err
+		}
+		defer s.txp.Close()
+		if err := s.txp.Migrate(ctx, pool); err != nil {
+			return err
+		}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /users", s.register)
+	mux.HandleFunc("GET /stats", s.stats)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { app.WriteJSON(w, 200, map[string]string{"status": "ok"}) })
+	g.Go(func() error { return app.Serve(ctx, c.listen, mux) })
+	log.Info("users service running", "mode", c.mode, "schema", c.schema, "topic", c.topic)
+	return g.Wait()
+}
+
+type service struct {
+	c     config
+	pool  *pgxpool.Pool
+	log   *slog.Logger
+	ob    *outbox.Outbox
+	el    *lock.Elector
+	relay *outbox.Relay
+	txp   *txrocketmq.TxProducer
+}
+
+// register: POST /users {"name": "..."} → 201 {"id": "..."}.
+func (s *service) register(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Name string `json:"name"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil || strings.TrimSpace(req.Name) == "" {
+		app.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "want a JSON body with a non-empty name"})
+		return
+	}
+	ev := app.UserRegistered{UserID: uuid.New(), Name: req.Name, RegisteredAt: time.Now().UTC()}
+	body, _ := json.Marshal(ev)
+	msg := outbox.Message{Topic: s.c.topic, Key: ev.UserID.String(), Body: body, Headers: map[string]string{"type": "UserRegistered"}}
+	insert := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `insert into users (id, name, registered_at) values ($1, $2, $3)`, ev.UserID, ev.Name, ev.RegisteredAt)
+		return err
+	}
+	var err error
+	if s.ob != nil {
+		err = pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
+			if err := insert(r.Context(), tx); err != nil {
+				return err
+			}
+			_, err := s.ob.Enqueue(r.Context(), tx, msg)
+			return err
+		})
+	} else {
+		msg.ID = uuid.New()
+		err = s.txp.Send(r.Context(), msg, insert)
+	}
+	if err != nil {
+		s.log.Error("register failed", "err", err)
+		app.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	app.WriteJSON(w, http.StatusCreated, map[string]string{"id": ev.UserID.String()})
+}
+
+// stats: GET /stats → the relay's counters, who leads, and the outbox backlog.
+func (s *service) stats(w http.ResponseWriter, r *http.Request) {
+	out := map[string]any{"id": s.c.id, "mode": s.c.mode}
+	if s.relay != nil {
+		out["relay"] = s.relay.Stats()
+		leader, err := s.el.Leader(r.Context())
+		if err != nil && !errors.Is(err, lock.ErrNoLeader) {
+			out["leader_error"] = err.Error()
+		}
+		out["leader"] = leader
+		pending, dead, err := s.ob.Backlog(r.Context(), s.pool)
+		if err == nil {
+			out["pending"], out["dead"] = pending, dead
+		}
+	}
+	app.WriteJSON(w, http.StatusOK, out)
+}
