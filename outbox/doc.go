@@ -47,17 +47,24 @@
 // skipped while its key has an earlier pending row that is not yet due (it failed and is waiting
 // out its backoff):
 //
+//	with blocked as (select key, min(id) as first from t
+//	                 where status = 'pending' and attempts > 0 and next_attempt_at > now()
+//	                 group by key)
+//	select ... from t
 //	where status = 'pending' and next_attempt_at <= now()
-//	  and (key is null or not exists (select 1 from t e where e.key = t.key and e.id < t.id
-//	                                  and e.status = 'pending' and e.next_attempt_at > now()))
+//	  and not exists (select 1 from blocked b where b.key = t.key and b.first < t.id)
 //	order by id limit $batch
 //
 // An earlier pending row of the key that is due has a smaller id, so it is in the same batch; the
 // relay publishes it first and leaves the rest of the key for later if it fails. So a key's
 // backlog goes out a batch at a time, not one message per round trip, and a failed message holds
-// back only its own key. A partial index on (key, id) where status = 'pending' answers the
-// "not exists". Dead messages do not hold their key back: a poison message would otherwise stop
-// its key for good. A dead message that is requeued goes out after the key's later messages.
+// back only its own key. Only failed rows can be waiting (Enqueue and Requeue make rows due at
+// once), so "blocked" reads a small partial index on the failed rows (which Enqueue never
+// touches), and the main scan walks the pending rows' index in id order and stops at the limit.
+// With statistics that underestimate the backlog PostgreSQL may sort all pending rows instead, but
+// it never runs a subquery per row over each key's earlier rows. Dead messages do not hold
+// their key back: a poison message would otherwise stop its key for good. A dead message that is
+// requeued goes out after the key's later messages.
 //
 // Sent rows are deleted, not marked sent. The table then holds only the backlog — small, its
 // indexes in memory, vacuum cheap — however many messages went through it; a mark-sent table

@@ -63,7 +63,7 @@ func WithNotify(on bool) Option { return func(o *options) { o.notify = on } }
 const (
 	maxIdentLen  = 63 // PostgreSQL's NAMEDATALEN - 1
 	pendingIndex = "_pending_idx"
-	keyIndex     = "_key_idx"
+	retryIndex   = "_retry_idx"
 	maxTableLen  = maxIdentLen - len(pendingIndex) // 51 bytes
 	maxTopicLen  = 255
 )

@@ -58,7 +58,7 @@ func New(opts ...Option) (*Outbox, error) {
 	data := map[string]any{
 		"Table":        ob.table,
 		"PendingIndex": pgx.Identifier{o.table + pendingIndex}.Sanitize(),
-		"KeyIndex":     pgx.Identifier{o.table + keyIndex}.Sanitize(),
+		"RetryIndex":   pgx.Identifier{o.table + retryIndex}.Sanitize(),
 		"Pending":      StatusPending.String(),
 		"Dead":         StatusDead.String(),
 		"Schema":       "",

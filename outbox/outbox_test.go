@@ -124,7 +124,7 @@ func TestIntegrationMigrateIsIdempotent(t *testing.T) {
 		pg.Name+"_own").Scan(&indexes); err != nil {
 		t.Fatal(err)
 	}
-	if indexes != 4 { // primary key, msg_id unique, pending, key
+	if indexes != 4 { // primary key, msg_id unique, pending, retry
 		t.Fatalf("%d indexes on the table, want 4", indexes)
 	}
 }

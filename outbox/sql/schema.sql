@@ -19,5 +19,7 @@ create table if not exists {{.Table}} (
 );
 -- The relay reads pending rows in id order...
 create index if not exists {{.PendingIndex}} on {{.Table}} (id) where status = '{{.Pending}}';
--- ...and, for per-key order, looks up earlier pending rows of the same key.
-create index if not exists {{.KeyIndex}} on {{.Table}} (key, id) where status = '{{.Pending}}';
+-- ...and, for per-key order, finds the rows waiting out a backoff after a failed publish. Only
+-- those have attempts > 0 and a future next_attempt_at (Enqueue and Requeue set attempts = 0 and
+-- next_attempt_at = now()), so this index stays tiny and costs Enqueue nothing.
+create index if not exists {{.RetryIndex}} on {{.Table}} (next_attempt_at) where status = '{{.Pending}}' and attempts > 0;
