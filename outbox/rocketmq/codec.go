@@ -34,6 +34,10 @@ const (
 	PropertyTxID = "txkit_tx"
 )
 
+// probeProperty marks a message that must not be sent: keySelector selects no queue for it, so
+// the client looks its topic's route up and gives up. See TxProducer.register.
+const probeProperty = "txkit_probe"
+
 // reservedPrefix marks property names this package keeps for itself.
 const reservedPrefix = "txkit_"
 
@@ -181,7 +185,7 @@ type keySelector struct {
 }
 
 func (s *keySelector) Select(m *primitive.Message, mqs []*primitive.MessageQueue, _ string) *primitive.MessageQueue {
-	if len(mqs) == 0 {
+	if len(mqs) == 0 || m.GetProperty(probeProperty) != "" {
 		return nil
 	}
 	if k := m.GetProperty(PropertyKey); k != "" {

@@ -115,7 +115,29 @@ func NewTxProducer(ctx context.Context, nameservers []string, group string, pool
 		p.cancel()
 		return nil, fmt.Errorf("rocketmq: start tx producer in group %s: %w", group, err)
 	}
+	p.register(ctx)
 	return p, nil
+}
+
+// halfTopic is where brokers keep half messages (RocketMQ's TransactionalMessageUtil).
+const halfTopic = "RMQ_SYS_TRANS_HALF_TOPIC"
+
+// register makes the client announce the group to every broker that holds half messages, so that
+// their check-backs reach this producer before it sends anything. The client heartbeats (and so
+// registers its producer groups) only to brokers it has a route to, and it learns routes only by
+// sending: a new process in the group would otherwise not be asked about its predecessor's
+// half messages until its first Send, and brokers count (and after transactionCheckMax drop) the
+// checks they could not deliver. So ask for the route of the half-message topic with a probe
+// message that keySelector refuses to place: the client looks the route up, keeps refreshing it,
+// and sends nothing. The first heartbeat follows Start by a second.
+func (p *TxProducer) register(ctx context.Context) {
+	probe := primitive.NewMessage(halfTopic, nil)
+	probe.WithProperty(probeProperty, "1")
+	ctx, cancel := context.WithTimeout(ctx, p.o.sendTimeout)
+	defer cancel()
+	if _, err := p.tp.SendMessageInTransaction(ctx, probe); err == nil {
+		p.log.Error("rocketmq: route probe was sent as a message", "topic", halfTopic)
+	}
 }
 
 func (p *TxProducer) prepareSQL() error {
