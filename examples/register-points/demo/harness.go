@@ -140,7 +140,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := createTopic(ctx, cfg.Namesrv, cfg.Broker, h.topic); err != nil {
 		return Report{}, err
 	}
-	h.logf("run %s: schema %s in txkit_users and txkit_points, topic %s, mode %s", runID, h.schema, h.topic, cfg.Mode)
+	h.logf("run %s: schema %s in txkit_users and txkit_points, topic %s, mode %s, %d users at %s",
+		runID, h.schema, h.topic, cfg.Mode, cfg.Users, rateText(cfg.Rate))
 	if !cfg.Keep {
 		defer h.cleanup()
 	}
@@ -207,6 +208,13 @@ func createTopic(ctx context.Context, namesrv, broker, topic string) error {
 		return fmt.Errorf("create topic %s on %s: %w", topic, broker, err)
 	}
 	return nil
+}
+
+func rateText(r int) string {
+	if r <= 0 {
+		return "full speed"
+	}
+	return fmt.Sprintf("%d/s", r)
 }
 
 // cleanup drops the run's schemas and deletes its topic.

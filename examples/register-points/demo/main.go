@@ -25,7 +25,7 @@ func main() {
 	flag.IntVar(&cfg.Users, "users", 300, "registrations to make")
 	flag.IntVar(&cfg.Instances, "instances", 2, "users-service instances")
 	flag.IntVar(&cfg.Concurrency, "concurrency", 8, "registrations in flight")
-	flag.IntVar(&cfg.Rate, "rate", 0, "registrations per second at most (0: unlimited; -drill defaults to 80 so the faults land under load)")
+	flag.IntVar(&cfg.Rate, "rate", 100, "registrations per second at most (0: as fast as they go; -drill lowers 100 to 80 so the faults land under load)")
 	flag.StringVar(&cfg.Mode, "mode", "outbox", "outbox (table + relay) or txmsg (RocketMQ transactional messages)")
 	flag.BoolVar(&cfg.Drill, "drill", false, "SIGKILL the relay leader twice and the points service once during the load")
 	flag.StringVar(&cfg.PG, "pg", app.Env("TXKIT_PG_URL", "postgres://postgres@127.0.0.1:55432/txkit_test?sslmode=disable"), "PostgreSQL URL")
@@ -38,7 +38,7 @@ func main() {
 	flag.Parse()
 
 	app.Logger("demo") // routes the RocketMQ client's own log lines (topic admin) to slog at warn level
-	if cfg.Drill && cfg.Rate == 0 {
+	if cfg.Drill && cfg.Rate == 100 {
 		cfg.Rate = 80
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
