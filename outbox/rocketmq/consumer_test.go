@@ -142,40 +142,52 @@ func TestIntegrationDuplicateAppliedOnce(t *testing.T) {
 	}
 }
 
-// A handler error rolls back the handler's writes and has the message redelivered (through the
-// retry topic, a delay level of 1 s) until it succeeds: applied once.
+// A handler error rolls back the handler's writes and has the message redelivered until it
+// succeeds: applied once. A concurrent consumer redelivers through the group's retry topic (here
+// after 1 s, delay level 1), an orderly one retries in place.
 func TestIntegrationHandlerErrorRedelivered(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	rec := &recorder{}
-	const failures = 2
-	h := rec.handler(func(_ outbox.Message, call int) error {
-		if call <= failures {
-			return fmt.Errorf("attempt %d: %w", call, errBoom)
-		}
-		return nil
-	})
-	c := newConsumer(t, e, group(t, "retry"), h, rocketmq.WithRetryDelayLevel(1))
-	run(t, c)
-	pub := newPublisher(t, e)
-	msg := outbox.Message{ID: uuid.New(), Topic: e.topic, Key: "k", Body: []byte("fails twice"),
-		Headers: map[string]string{"trace": "abc"}}
-	if err := pub.Publish(t.Context(), msg); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, waitFor, 50*time.Millisecond, func() bool { return c.Stats().Applied == 1 },
-		"the message applied after %d failures (stats %+v)", failures, c.Stats())
+	for _, mode := range []struct {
+		name string
+		opt  rocketmq.Option
+	}{
+		{"concurrent", rocketmq.WithRetryDelayLevel(1)},
+		{"orderly", rocketmq.WithOrderly(true)},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			rec := &recorder{}
+			const failures = 2
+			h := rec.handler(func(_ outbox.Message, call int) error {
+				if call <= failures {
+					return fmt.Errorf("attempt %d: %w", call, errBoom)
+				}
+				return nil
+			})
+			c := newConsumer(t, e, group(t, "retry"), h, mode.opt)
+			run(t, c)
+			pub := newPublisher(t, e)
+			msg := outbox.Message{ID: uuid.New(), Topic: e.topic, Key: "k", Body: []byte("fails twice"),
+				Headers: map[string]string{"trace": "abc"}}
+			if err := pub.Publish(t.Context(), msg); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, waitFor, 50*time.Millisecond, func() bool { return c.Stats().Applied == 1 },
+				"the message applied after %d failures (stats %+v)", failures, c.Stats())
 
-	if s := c.Stats(); s.Failed != failures || s.Duplicates != 0 {
-		t.Errorf("stats %+v, want Failed %d and no duplicates", s, failures)
-	}
-	if n := rec.count(func(m outbox.Message) bool {
-		return m.ID == msg.ID && m.Headers["trace"] == "abc" && m.Topic == e.topic
-	}); n != failures+1 {
-		t.Errorf("handler saw the message (with its topic and headers) %d times, want %d", n, failures+1)
-	}
-	if n := rows(t, e.pool, `select count(*) from applied where id = $1`, msg.ID); n != 1 {
-		t.Errorf("message applied %d times, want 1 (failed attempts must roll back)", n)
+			if s := c.Stats(); s.Failed != failures || s.Duplicates != 0 {
+				t.Errorf("stats %+v, want Failed %d and no duplicates", s, failures)
+			}
+			if n := rec.count(func(m outbox.Message) bool {
+				return m.ID == msg.ID && m.Headers["trace"] == "abc" && m.Topic == e.topic
+			}); n != failures+1 {
+				t.Errorf("handler saw the message (with its topic and headers) %d times, want %d", n, failures+1)
+			}
+			if n := rows(t, e.pool, `select count(*) from applied where id = $1`, msg.ID); n != 1 {
+				t.Errorf("message applied %d times, want 1 (failed attempts must roll back)", n)
+			}
+		})
 	}
 }
 
@@ -300,48 +312,65 @@ func firstQueue(t *testing.T, e *env) *primitive.MessageQueue {
 }
 
 // A message that keeps failing goes to the group's dead-letter topic after WithMaxReconsumeTimes
-// redeliveries, and the queue goes on.
+// redeliveries, and the queue goes on. (An orderly consumer of v2.1.2 tries once more than a
+// concurrent one: it dead-letters when the count of earlier attempts exceeds the maximum, the
+// broker when it reaches it.)
 func TestIntegrationDeadLetter(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	rec := &recorder{}
-	doomed := uuid.New()
-	h := rec.handler(func(m outbox.Message, _ int) error {
-		if m.ID == doomed {
-			return errBoom
-		}
-		return nil
-	})
-	g := group(t, "dlq")
-	c := newConsumer(t, e, g, h, rocketmq.WithMaxReconsumeTimes(1), rocketmq.WithRetryDelayLevel(1))
-	run(t, c)
-	pub := newPublisher(t, e)
-	if err := pub.Publish(t.Context(), outbox.Message{ID: doomed, Topic: e.topic, Body: []byte("never")}); err != nil {
-		t.Fatal(err)
-	}
-	// A consumer of the dead-letter topic, in a group of its own, applies what lands there. The
-	// broker would create the topic with the first dead letter, but the name server learns of it
-	// only at the broker's next registration (up to 30 s later), and a consumer cannot start before:
-	// create it now.
-	createTopic(t, e, "%DLQ%"+g, 1)
-	dlqRec := &recorder{}
-	dlq, err := rocketmq.NewConsumer(e.ns, group(t, "dlqreader"), "%DLQ%"+g, e.pool, e.store, dlqRec.handler(nil),
-		rocketmq.WithLogger(e.log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, dlq)
+	for _, mode := range []struct {
+		name     string
+		opt      rocketmq.Option
+		attempts int
+	}{
+		{"concurrent", rocketmq.WithRetryDelayLevel(1), 2},
+		{"orderly", rocketmq.WithOrderly(true), 3},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			rec := &recorder{}
+			doomed, after := uuid.New(), uuid.New()
+			h := rec.handler(func(m outbox.Message, _ int) error {
+				if m.ID == doomed {
+					return errBoom
+				}
+				return nil
+			})
+			g := group(t, "dlq")
+			// A consumer of the dead-letter topic, in a group of its own, applies what lands there.
+			// The broker would create the topic with the first dead letter, but the name server
+			// learns of it only at the broker's next registration (up to 30 s later), and a
+			// consumer cannot start before: create it now.
+			createTopic(t, e, "%DLQ%"+g, 1)
+			dlqRec := &recorder{}
+			dlq, err := rocketmq.NewConsumer(e.ns, group(t, "dlqreader"), "%DLQ%"+g, e.pool, e.store, dlqRec.handler(nil),
+				rocketmq.WithLogger(e.log))
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(t, dlq)
+			c := newConsumer(t, e, g, h, rocketmq.WithMaxReconsumeTimes(1), mode.opt)
+			run(t, c)
+			pub := newPublisher(t, e)
+			for _, id := range []uuid.UUID{doomed, after} {
+				if err := pub.Publish(t.Context(), outbox.Message{ID: id, Topic: e.topic, Key: "k", Body: []byte("x")}); err != nil {
+					t.Fatal(err)
+				}
+			}
 
-	testenv.Eventually(t, waitFor, 50*time.Millisecond, func() bool { return dlq.Stats().Applied == 1 },
-		"the failing message reaches %%DLQ%%%s (stats %+v, dead-letter stats %+v)", g, c.Stats(), dlq.Stats())
-	if n := dlqRec.count(func(m outbox.Message) bool { return m.ID == doomed }); n != 1 {
-		t.Errorf("dead-letter consumer saw the message %d times, want 1", n)
-	}
-	if n := rec.count(func(m outbox.Message) bool { return m.ID == doomed }); n != 2 {
-		t.Errorf("handler saw the message %d times, want 2 (first delivery + 1 redelivery)", n)
-	}
-	if s := c.Stats(); s.Failed != 2 || s.Applied != 0 {
-		t.Errorf("stats %+v, want 2 failures and nothing applied", s)
+			testenv.Eventually(t, waitFor, 50*time.Millisecond, func() bool { return dlq.Stats().Applied == 1 && c.Stats().Applied == 1 },
+				"the failing message reaches %%DLQ%%%s and the next one is applied (stats %+v, dead-letter stats %+v)",
+				g, c.Stats(), dlq.Stats())
+			if n := dlqRec.count(func(m outbox.Message) bool { return m.ID == doomed }); n != 1 {
+				t.Errorf("dead-letter consumer saw the message %d times, want 1", n)
+			}
+			if n := rec.count(func(m outbox.Message) bool { return m.ID == doomed }); n != mode.attempts {
+				t.Errorf("handler saw the message %d times, want %d", n, mode.attempts)
+			}
+			if s := c.Stats(); s.Failed != int64(mode.attempts) {
+				t.Errorf("stats %+v, want %d failures", s, mode.attempts)
+			}
+		})
 	}
 }
 
@@ -428,4 +457,32 @@ func TestIntegrationRunErrors(t *testing.T) {
 		t.Errorf("a second Run while the first runs: %v, want ErrRunning", err)
 	}
 	stop()
+}
+
+// Publish refuses what RocketMQ cannot carry, honours an ended ctx, and stops after Close.
+func TestIntegrationPublisherErrors(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pub := newPublisher(t, e)
+	if err := pub.Publish(t.Context(), outbox.Message{ID: uuid.New(), Topic: e.topic,
+		Headers: map[string]string{"UNIQ_KEY": "x"}}); !errors.Is(err, outbox.ErrInvalidMessage) {
+		t.Errorf("reserved header: %v, want ErrInvalidMessage", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := pub.Publish(ctx, outbox.Message{ID: uuid.New(), Topic: e.topic}); !errors.Is(err, context.Canceled) {
+		t.Errorf("ended ctx: %v, want context.Canceled", err)
+	}
+	if err := pub.Publish(t.Context(), outbox.Message{ID: uuid.New(), Topic: e.topic, Body: []byte("ok")}); err != nil {
+		t.Errorf("Publish: %v", err)
+	}
+	if err := pub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := pub.Publish(t.Context(), outbox.Message{ID: uuid.New(), Topic: e.topic}); !errors.Is(err, rocketmq.ErrClosed) {
+		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
 }
