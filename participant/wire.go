@@ -1,0 +1,133 @@
+package participant
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// Op is what a coordinator asks of a participant's branch.
+type Op uint8
+
+// The operations of TCC (Try, Confirm, Cancel) and of sagas (Action, Compensate).
+const (
+	OpTry Op = iota + 1
+	OpConfirm
+	OpCancel
+	OpAction
+	OpCompensate
+)
+
+var opNames = map[Op]string{OpTry: "try", OpConfirm: "confirm", OpCancel: "cancel", OpAction: "action", OpCompensate: "compensate"}
+
+func (o Op) String() string {
+	if s, ok := opNames[o]; ok {
+		return s
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// ParseOp reads an Op from its String form.
+func ParseOp(s string) (Op, error) {
+	for o, n := range opNames {
+		if n == s {
+			return o, nil
+		}
+	}
+	return 0, fmt.Errorf("participant: unknown op %q: %w", s, ErrBadRequest)
+}
+
+// MarshalText writes the op's name ("try", "confirm", ...).
+func (o Op) MarshalText() ([]byte, error) {
+	if _, ok := opNames[o]; !ok {
+		return nil, fmt.Errorf("participant: unknown op %d: %w", uint8(o), ErrBadRequest)
+	}
+	return []byte(o.String()), nil
+}
+
+// UnmarshalText reads the op's name.
+func (o *Op) UnmarshalText(b []byte) error {
+	v, err := ParseOp(string(b))
+	if err != nil {
+		return err
+	}
+	*o = v
+	return nil
+}
+
+// Request is what a coordinator sends a participant: the global transaction, the branch, the
+// operation and the branch's payload. Over HTTP it is the JSON body of a POST.
+type Request struct {
+	GID     string          `json:"gid"`
+	Branch  string          `json:"branch"`
+	Op      Op              `json:"op"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// StatusRefused is the HTTP status a participant answers for a business refusal (insufficient
+// stock, a frozen account): the coordinator rolls the global transaction back instead of retrying.
+// 2xx means success; any other status, or no answer, means "try again later".
+const StatusRefused = http.StatusConflict
+
+// Sentinel errors.
+var (
+	// ErrRefused: the participant refused for a business reason; roll back, do not retry.
+	ErrRefused = errors.New("participant: refused")
+	// ErrBadRequest: the request or reply is malformed.
+	ErrBadRequest = errors.New("participant: bad request")
+)
+
+// Participant is an in-process participant: Do carries out req and returns nil, an error wrapping
+// [ErrRefused] for a business refusal, or any other error to be retried.
+type Participant interface {
+	Do(ctx context.Context, req Request) error
+}
+
+// ParticipantFunc adapts a function to [Participant].
+type ParticipantFunc func(ctx context.Context, req Request) error
+
+// Do calls f.
+func (f ParticipantFunc) Do(ctx context.Context, req Request) error { return f(ctx, req) }
+
+// HTTP is a [Participant] reached by POSTing the JSON Request to URL.
+type HTTP struct {
+	URL    string
+	Client *http.Client // nil: http.DefaultClient
+}
+
+// Do posts req and maps the answer: 2xx → nil, [StatusRefused] → an error wrapping [ErrRefused],
+// anything else (or a transport error) → an error the coordinator retries. It blocks until the
+// answer or ctx's end.
+func (h HTTP) Do(ctx context.Context, req Request) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("participant: encode %s %s/%s: %w", req.Op, req.GID, req.Branch, err)
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("participant: %s %s: %w", req.Op, h.URL, err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	c := h.Client
+	if c == nil {
+		c = http.DefaultClient
+	}
+	resp, err := c.Do(hr)
+	if err != nil {
+		return fmt.Errorf("participant: %s %s/%s at %s: %w", req.Op, req.GID, req.Branch, h.URL, err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return nil
+	case resp.StatusCode == StatusRefused:
+		return fmt.Errorf("participant: %s %s/%s at %s: %w: %s", req.Op, req.GID, req.Branch, h.URL, ErrRefused, bytes.TrimSpace(msg))
+	default:
+		return fmt.Errorf("participant: %s %s/%s at %s: HTTP %d: %s", req.Op, req.GID, req.Branch, h.URL, resp.StatusCode, bytes.TrimSpace(msg))
+	}
+}
