@@ -83,7 +83,7 @@ func (p *Publisher) Publish(ctx context.Context, msg outbox.Message) error {
 	if err != nil {
 		return err
 	}
-	if err := send(ctx, p.o.sendTimeout, msg, func(ctx context.Context) (*primitive.SendResult, error) {
+	if err := send(ctx, "publish", p.o.sendTimeout, msg, func(ctx context.Context) (*primitive.SendResult, error) {
 		return p.p.SendSync(ctx, m)
 	}); err != nil {
 		return err
@@ -93,10 +93,10 @@ func (p *Publisher) Publish(ctx context.Context, msg outbox.Message) error {
 
 // send runs one synchronous send bounded by timeout, and maps its outcome to an error. It never
 // formats the client's SendResult with String(), which panics on partial results (trap T10).
-func send(ctx context.Context, timeout time.Duration, msg outbox.Message,
+func send(ctx context.Context, op string, timeout time.Duration, msg outbox.Message,
 	fn func(context.Context) (*primitive.SendResult, error)) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("rocketmq: publish %s to %s: %w", msg.ID, msg.Topic, err)
+		return fmt.Errorf("rocketmq: %s %s to %s: %w", op, msg.ID, msg.Topic, err)
 	}
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -104,18 +104,18 @@ func send(ctx context.Context, timeout time.Duration, msg outbox.Message,
 	if err != nil {
 		// The client reports a cancelled or expired ctx as its own "request timeout"; keep both.
 		if cerr := ctx.Err(); cerr != nil {
-			return fmt.Errorf("rocketmq: publish %s to %s: %w: %w", msg.ID, msg.Topic, cerr, err)
+			return fmt.Errorf("rocketmq: %s %s to %s: %w: %w", op, msg.ID, msg.Topic, cerr, err)
 		}
 		if errors.Is(sctx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("rocketmq: publish %s to %s: send timeout %v: %w: %w", msg.ID, msg.Topic, timeout, context.DeadlineExceeded, err)
+			return fmt.Errorf("rocketmq: %s %s to %s: send timeout %v: %w: %w", op, msg.ID, msg.Topic, timeout, context.DeadlineExceeded, err)
 		}
-		return fmt.Errorf("rocketmq: publish %s to %s: %w", msg.ID, msg.Topic, err)
+		return fmt.Errorf("rocketmq: %s %s to %s: %w", op, msg.ID, msg.Topic, err)
 	}
 	if res == nil {
-		return fmt.Errorf("rocketmq: publish %s to %s: the client returned no result", msg.ID, msg.Topic)
+		return fmt.Errorf("rocketmq: %s %s to %s: the client returned no result", op, msg.ID, msg.Topic)
 	}
 	if res.Status != primitive.SendOK {
-		return fmt.Errorf("rocketmq: publish %s to %s: status %s: %w", msg.ID, msg.Topic, sendStatus(res.Status), ErrSendStatus)
+		return fmt.Errorf("rocketmq: %s %s to %s: status %s: %w", op, msg.ID, msg.Topic, sendStatus(res.Status), ErrSendStatus)
 	}
 	return nil
 }

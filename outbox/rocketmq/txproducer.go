@@ -244,7 +244,7 @@ func (p *TxProducer) Send(ctx context.Context, msg outbox.Message, localTx func(
 	}()
 
 	var state primitive.LocalTransactionState
-	err = send(ctx, p.o.sendTimeout, msg, func(sctx context.Context) (*primitive.SendResult, error) {
+	err = send(ctx, "send", p.o.sendTimeout, msg, func(sctx context.Context) (*primitive.SendResult, error) {
 		res, err := p.tp.SendMessageInTransaction(sctx, m)
 		if err != nil || res == nil {
 			return nil, err
