@@ -1,0 +1,246 @@
+package participant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txkit/txkit/idempotency"
+)
+
+// Barrier makes each operation of a branch run at most once, in the participant's own database
+// transaction, and handles the two anomalies of TCC and sagas:
+//
+//   - The empty rollback: a cancel (compensate) arrives for a branch whose try (action) never ran —
+//     it was lost, or is still on its way. The barrier answers success without calling the
+//     business code: there is nothing to undo.
+//   - The hanging try: a try (action) arrives after that empty rollback. It must not reserve
+//     anything, because no cancel will ever come to release it. The barrier refuses it with
+//     [ErrHanging], which wraps [ErrRefused] (HTTP 409), without calling the business code.
+//
+// The barrier is a table of markers, one row per (gid, branch, op) on a unique key, kept by an
+// [idempotency.Store]. Every decision is a write on that key (INSERT ... ON CONFLICT DO NOTHING),
+// never a check followed by a write, so a concurrent try and cancel of one branch serialize on the
+// unique index: the second inserter waits for the first one's transaction to end (see
+// [Barrier.Call]). This is dtm's barrier rather than Seata's fence, which reads with SELECT ...
+// FOR UPDATE before inserting and deadlocks under contention.
+//
+// Rows are purged by age ([WithBarrierRetention], [Barrier.Run]). A Barrier holds no connection;
+// it is safe for concurrent use by multiple goroutines.
+type Barrier struct {
+	o      barrierOptions
+	store  *idempotency.Store
+	table  string // quoted, schema-qualified
+	exists string // select: is there a marker for (scope, key)?
+}
+
+// NewBarrier returns a Barrier configured by opts. It does not touch the database: call
+// [Barrier.Migrate] to create the table. It returns an error wrapping [ErrInvalidOption] when an
+// option is unusable.
+func NewBarrier(opts ...BarrierOption) (*Barrier, error) {
+	o := defaultBarrierOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	st, err := idempotency.New(o.storeOptions()...)
+	if err != nil {
+		return nil, fmt.Errorf("participant: barrier: %w: %w", ErrInvalidOption, err)
+	}
+	ident := pgx.Identifier{o.table}
+	if o.schema != "" {
+		ident = pgx.Identifier{o.schema, o.table}
+	}
+	t := ident.Sanitize()
+	return &Barrier{
+		o:     o,
+		store: st,
+		table: t,
+		// The table is the idempotency store's (sql/schema.sql of package idempotency): its
+		// primary key is (scope, key).
+		exists: `select exists (select 1 from ` + t + ` where scope = $1 and key = $2)`,
+	}, nil
+}
+
+// Migrate creates the barrier's schema (if one was set), table and index when they do not exist.
+// It is idempotent and safe to run from several processes at once. It blocks until PostgreSQL
+// answers; ctx scopes only this call.
+func (b *Barrier) Migrate(ctx context.Context, db idempotency.DBTX) error {
+	if err := b.store.Migrate(ctx, db); err != nil {
+		return fmt.Errorf("participant: barrier: %w", err)
+	}
+	return nil
+}
+
+// Purge deletes, in one pass, the barrier rows older than the retention ([WithBarrierRetention])
+// and returns how many it deleted. Pass a pool, so that each batch commits on its own. It blocks
+// until the pass is done or ctx ends; ctx scopes only this call. It is safe for concurrent use.
+func (b *Barrier) Purge(ctx context.Context, db idempotency.DBTX) (int64, error) {
+	n, err := b.store.Purge(ctx, db)
+	if err != nil {
+		return n, fmt.Errorf("participant: barrier: %w", err)
+	}
+	return n, nil
+}
+
+// Run purges expired barrier rows on the schedule of [WithBarrierPurgeSchedule] (default every
+// minute) until ctx ends. It blocks; when ctx ends it cancels a purge in flight, waits for its
+// scheduler to stop and returns nil. Every replica of a participant may run it: no leadership is
+// needed. db should be a pool.
+func (b *Barrier) Run(ctx context.Context, db idempotency.DBTX) error {
+	if err := b.store.Run(ctx, db); err != nil {
+		return fmt.Errorf("participant: barrier: %w", err)
+	}
+	return nil
+}
+
+// Call runs fn for req at most once per (GID, Branch, Op), in tx — the participant's own
+// transaction, which the caller began and must end: Call never commits or rolls it back. Commit tx
+// when Call returns nil; roll it back when Call returns an error, so that the markers Call wrote
+// vanish with fn's partial work and a retry runs again.
+//
+// Call writes markers with INSERT ... ON CONFLICT DO NOTHING on the unique key (op, gid, branch):
+//
+//   - A cancel (compensate) first inserts the marker of its try (action). If that insert wrote a
+//     row, the try never ran: this is the empty rollback. Call records the cancel's own marker and
+//     returns nil without calling fn; the try marker now blocks any try that arrives later.
+//   - Every op then inserts its own marker. If the row was already there, the op already ran (and
+//     committed): Call returns nil without calling fn. For a try (action) whose marker was written
+//     by an empty rollback — its cancel's marker exists — it returns an error wrapping [ErrHanging]
+//     (and so [ErrRefused]) instead: the hanging try is refused.
+//   - Otherwise Call calls fn(ctx, tx) and returns its error, wrapped with the gid, branch and op.
+//     A business refusal in fn should wrap [ErrRefused]; the caller rolls back, so a later cancel
+//     finds no try marker and is an empty rollback.
+//
+// A marker inserted by a transaction that has not ended yet blocks the second inserter until that
+// transaction ends, so a try and a cancel of one branch running at once serialize: either the try
+// commits first and the cancel then runs fn, or the cancel commits its empty rollback first and the
+// try is refused. A try never runs after its cancel. Run tx at READ COMMITTED (the default): under
+// REPEATABLE READ or SERIALIZABLE the waiter fails instead with a serialization failure to retry.
+// Confirm is not paired with try: a confirm only ever follows a successful try.
+//
+// ctx scopes the statements and is passed to fn. An invalid request (an unknown op, an empty GID or
+// Branch, GID and Branch together too long, text PostgreSQL cannot store) returns an error wrapping
+// [ErrBadRequest] before anything is written; a nil tx returns an error wrapping
+// idempotency.ErrNilTx. Call is safe for concurrent use, each call with its own tx.
+func (b *Barrier) Call(ctx context.Context, tx pgx.Tx, req Request, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if tx == nil || (reflect.ValueOf(tx).Kind() == reflect.Pointer && reflect.ValueOf(tx).IsNil()) {
+		return fmt.Errorf("participant: %s %s/%s: %w", req.Op, req.GID, req.Branch, idempotency.ErrNilTx)
+	}
+	if fn == nil {
+		return errors.New("participant: barrier call with a nil function")
+	}
+	key, err := barrierKey(req)
+	if err != nil {
+		return err
+	}
+	claim := func(op Op) (bool, error) {
+		first, err := b.store.Claim(ctx, tx, op.String(), key)
+		if err != nil {
+			return false, fmt.Errorf("participant: %s %s/%s: barrier: %w", req.Op, req.GID, req.Branch, err)
+		}
+		return first, nil
+	}
+
+	if origin, ok := originOf(req.Op); ok {
+		first, err := claim(origin)
+		if err != nil {
+			return err
+		}
+		if first { // the empty rollback: no try before this cancel, and none will run after it
+			if _, err := claim(req.Op); err != nil {
+				return err
+			}
+			return nil
+		}
+	}
+	first, err := claim(req.Op)
+	if err != nil {
+		return err
+	}
+	if !first {
+		if comp, ok := compensationOf(req.Op); ok {
+			// The marker was there: either this try ran before (a duplicate) or a cancel wrote it
+			// (hanging). The write decided fn is not called; this read only picks the answer. The
+			// cancel, if any, committed both its markers together, so it is visible now.
+			var cancelled bool
+			if err := tx.QueryRow(ctx, b.exists, comp.String(), key).Scan(&cancelled); err != nil {
+				return fmt.Errorf("participant: %s %s/%s: barrier: look for %s: %w", req.Op, req.GID, req.Branch, comp, err)
+			}
+			if cancelled {
+				return fmt.Errorf("participant: %s %s/%s: %w", req.Op, req.GID, req.Branch, ErrHanging)
+			}
+		}
+		return nil // a duplicate: it ran and committed before
+	}
+	if err := fn(ctx, tx); err != nil {
+		return fmt.Errorf("participant: %s %s/%s: %w", req.Op, req.GID, req.Branch, err)
+	}
+	return nil
+}
+
+// originOf returns the op whose effect op undoes: try for cancel, action for compensate.
+func originOf(op Op) (Op, bool) {
+	switch op {
+	case OpCancel:
+		return OpTry, true
+	case OpCompensate:
+		return OpAction, true
+	}
+	return 0, false
+}
+
+// compensationOf returns the op that undoes op: cancel for try, compensate for action.
+func compensationOf(op Op) (Op, bool) {
+	switch op {
+	case OpTry:
+		return OpCancel, true
+	case OpAction:
+		return OpCompensate, true
+	}
+	return 0, false
+}
+
+// barrierKey returns the key under which the markers of req's branch are stored; the op is the
+// scope. The key is "<len(gid)>:<gid>/<branch>": the decimal length prefix makes it injective —
+// ("a/b", "c") and ("a", "b/c") give "3:a/b/c" and "1:a/b/c" — whatever bytes gid and branch hold.
+// The "/" is only for people reading the table. It returns an error wrapping [ErrBadRequest] for
+// an unknown op, an empty gid or branch, text PostgreSQL cannot store, or a key longer than
+// idempotency.MaxKeyLen bytes.
+func barrierKey(req Request) (string, error) {
+	if _, ok := opNames[req.Op]; !ok {
+		return "", fmt.Errorf("participant: unknown op %s: %w", req.Op, ErrBadRequest)
+	}
+	if err := checkText("gid", req.GID); err != nil {
+		return "", err
+	}
+	if err := checkText("branch", req.Branch); err != nil {
+		return "", err
+	}
+	key := strconv.Itoa(len(req.GID)) + ":" + req.GID + "/" + req.Branch
+	if len(key) > idempotency.MaxKeyLen {
+		return "", fmt.Errorf("participant: gid and branch too long: their barrier key takes %d bytes, more than %d: %w",
+			len(key), idempotency.MaxKeyLen, ErrBadRequest)
+	}
+	return key, nil
+}
+
+func checkText(what, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("participant: empty %s: %w", what, ErrBadRequest)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("participant: %s is not valid UTF-8: %w", what, ErrBadRequest)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("participant: %s contains a NUL byte: %w", what, ErrBadRequest)
+	}
+	return nil
+}

@@ -1,0 +1,99 @@
+package participant
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/txkit/txkit/idempotency"
+)
+
+// BarrierOption configures a [Barrier]. Options are applied in order by [NewBarrier], which
+// validates the result.
+type BarrierOption func(*barrierOptions)
+
+type barrierOptions struct {
+	schema   string
+	table    string
+	retain   time.Duration
+	log      *slog.Logger
+	schedule string
+	batch    int
+	maxBody  int64
+}
+
+// DefaultBarrierRetention is how long barrier rows are kept by default: 7 days.
+const DefaultBarrierRetention = 7 * 24 * time.Hour
+
+func defaultBarrierOptions() barrierOptions {
+	return barrierOptions{
+		table:    "txkit_barrier",
+		retain:   DefaultBarrierRetention,
+		log:      slog.New(slog.DiscardHandler),
+		schedule: "@every 1m",
+		batch:    1000,
+		maxBody:  1 << 20,
+	}
+}
+
+// WithBarrierSchema sets the PostgreSQL schema of the barrier table (default: none, so the
+// connection's search_path decides). [Barrier.Migrate] creates the schema if it does not exist.
+// The table must live in the database of the business data: its rows commit in the same
+// transaction as the business change.
+func WithBarrierSchema(name string) BarrierOption { return func(o *barrierOptions) { o.schema = name } }
+
+// WithBarrierTable sets the barrier table's name (default "txkit_barrier"), used exactly as given.
+// The table belongs to the barrier: do not share it with an idempotency.Store of your own, whose
+// scopes could collide with the barrier's ("try", "cancel", ...).
+func WithBarrierTable(name string) BarrierOption { return func(o *barrierOptions) { o.table = name } }
+
+// WithBarrierRetention sets how long a barrier row is kept after it is written (default
+// [DefaultBarrierRetention], 7 days). Rows are purged by age because a participant cannot know when
+// the global transaction ended: the coordinator never tells it. Set it to the coordinator's global
+// timeout plus the longest time it may keep retrying a branch, plus a safety margin. A row purged too
+// early stops protecting its branch: a try delayed beyond it would no longer be recognised as
+// hanging, a confirm or cancel retried beyond it would run again.
+func WithBarrierRetention(d time.Duration) BarrierOption {
+	return func(o *barrierOptions) { o.retain = d }
+}
+
+// WithBarrierLogger sets the logger (default: discard). [Barrier.Handler] and [Barrier.Participant]
+// log failures with the keys gid, branch and op; [Barrier.Run] logs what it purges.
+func WithBarrierLogger(l *slog.Logger) BarrierOption {
+	return func(o *barrierOptions) {
+		if l != nil {
+			o.log = l
+		}
+	}
+}
+
+// WithBarrierPurgeSchedule sets when [Barrier.Run] purges expired rows, as a robfig/cron standard
+// spec ("*/5 * * * *", "@every 30s"). The default is "@every 1m".
+func WithBarrierPurgeSchedule(spec string) BarrierOption {
+	return func(o *barrierOptions) { o.schedule = spec }
+}
+
+// WithBarrierPurgeBatch sets how many expired rows one purge statement deletes (default 1000).
+func WithBarrierPurgeBatch(n int) BarrierOption { return func(o *barrierOptions) { o.batch = n } }
+
+// WithMaxRequestBytes sets the largest request body [Barrier.Handler] reads (default 1 MiB); a
+// larger body is answered 400.
+func WithMaxRequestBytes(n int64) BarrierOption { return func(o *barrierOptions) { o.maxBody = n } }
+
+func (o barrierOptions) validate() error {
+	if o.maxBody < 1 {
+		return fmt.Errorf("participant: max request bytes %d is below 1: %w", o.maxBody, ErrInvalidOption)
+	}
+	return nil
+}
+
+func (o barrierOptions) storeOptions() []idempotency.Option {
+	return []idempotency.Option{
+		idempotency.WithSchema(o.schema),
+		idempotency.WithTable(o.table),
+		idempotency.WithRetention(o.retain),
+		idempotency.WithLogger(o.log),
+		idempotency.WithPurgeSchedule(o.schedule),
+		idempotency.WithPurgeBatch(o.batch),
+	}
+}
