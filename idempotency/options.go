@@ -1,14 +1,13 @@
 package idempotency
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/txkit/txkit/internal/pgutil"
 )
 
 // Option configures a [Store]. Options are applied in order by [New], which validates the result.
@@ -74,11 +73,11 @@ const (
 
 func (o options) validate() error {
 	if o.schema != "" {
-		if err := checkIdent(o.schema, maxIdentLen); err != nil {
+		if err := pgutil.CheckText(o.schema, maxIdentLen); err != nil {
 			return fmt.Errorf("idempotency: schema %q: %w: %w", o.schema, err, ErrInvalidOption)
 		}
 	}
-	if err := checkIdent(o.table, maxTableLen); err != nil {
+	if err := pgutil.CheckText(o.table, maxTableLen); err != nil {
 		return fmt.Errorf("idempotency: table %q: %w: %w", o.table, err, ErrInvalidOption)
 	}
 	if o.retain < time.Microsecond {
@@ -89,21 +88,6 @@ func (o options) validate() error {
 	}
 	if _, err := cron.ParseStandard(o.schedule); err != nil {
 		return fmt.Errorf("idempotency: purge schedule %q: %w: %w", o.schedule, err, ErrInvalidOption)
-	}
-	return nil
-}
-
-// checkIdent accepts any name PostgreSQL can store unchanged once quoted.
-func checkIdent(name string, max int) error {
-	switch {
-	case name == "":
-		return errors.New("empty name")
-	case len(name) > max:
-		return fmt.Errorf("%d bytes, more than %d", len(name), max)
-	case !utf8.ValidString(name):
-		return errors.New("not valid UTF-8")
-	case strings.IndexByte(name, 0) >= 0:
-		return errors.New("contains a NUL byte")
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/txkit/txkit/internal/pgutil"
 )
 
 // Purge deletes the keys that expired (see [WithRetention]) in one full pass: statements of at most
@@ -45,7 +47,7 @@ func (s *Store) Run(ctx context.Context, db DBTX) error {
 	if isNil(db) {
 		return fmt.Errorf("idempotency: run %s: %w", s.table, ErrNilTx)
 	}
-	l := cronLogger{s.o.log}
+	l := pgutil.CronLogger{L: s.o.log}
 	c := cron.New(cron.WithLogger(l), cron.WithChain(cron.Recover(l), cron.SkipIfStillRunning(l)))
 	if _, err := c.AddFunc(s.o.schedule, func() { s.purgeJob(ctx, db) }); err != nil {
 		// New validated the spec, so this is not expected.
@@ -69,16 +71,4 @@ func (s *Store) purgeJob(ctx context.Context, db DBTX) {
 	default:
 		s.o.log.Debug("idempotency: no expired keys", s.logAttr)
 	}
-}
-
-// cronLogger adapts a *slog.Logger to cron.Logger. The scheduler's routine messages (start, wake,
-// run, skip) go to debug level.
-type cronLogger struct{ l *slog.Logger }
-
-func (c cronLogger) Info(msg string, keysAndValues ...any) {
-	c.l.Debug("cron: "+msg, keysAndValues...)
-}
-
-func (c cronLogger) Error(err error, msg string, keysAndValues ...any) {
-	c.l.Error("cron: "+msg, append([]any{slog.Any("err", err)}, keysAndValues...)...)
 }

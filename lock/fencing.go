@@ -7,11 +7,11 @@ import (
 	"hash/fnv"
 	"reflect"
 	"strconv"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txkit/txkit/internal/pgutil"
 )
 
 // DBTX is what a [Fence] needs from PostgreSQL: pgx.Tx, *pgxpool.Pool and *pgx.Conn all satisfy
@@ -51,27 +51,12 @@ const MaxFenceResourceLen = 1024
 
 func (o fenceOptions) validate() error {
 	if o.schema != "" {
-		if err := checkPGName(o.schema, pgMaxIdent); err != nil {
+		if err := pgutil.CheckText(o.schema, pgMaxIdent); err != nil {
 			return fmt.Errorf("lock: fence schema %q: %w: %w", o.schema, err, ErrInvalidOption)
 		}
 	}
-	if err := checkPGName(o.table, fenceMaxTable); err != nil {
+	if err := pgutil.CheckText(o.table, fenceMaxTable); err != nil {
 		return fmt.Errorf("lock: fence table %q: %w: %w", o.table, err, ErrInvalidOption)
-	}
-	return nil
-}
-
-// checkPGName accepts what PostgreSQL stores unchanged in a quoted identifier or a text column.
-func checkPGName(s string, max int) error {
-	switch {
-	case s == "":
-		return errors.New("empty")
-	case len(s) > max:
-		return fmt.Errorf("%d bytes, more than %d", len(s), max)
-	case !utf8.ValidString(s):
-		return errors.New("not valid UTF-8")
-	case strings.IndexByte(s, 0) >= 0:
-		return errors.New("contains a NUL byte")
 	}
 	return nil
 }
@@ -169,7 +154,7 @@ func (f *Fence) Check(ctx context.Context, tx DBTX, resource string, tok Token) 
 	if isNilDB(tx) {
 		return fmt.Errorf("lock: fence %q: nil DBTX: %w", resource, ErrInvalidOption)
 	}
-	if err := checkPGName(resource, MaxFenceResourceLen); err != nil {
+	if err := pgutil.CheckText(resource, MaxFenceResourceLen); err != nil {
 		return fmt.Errorf("lock: fence resource %q: %w: %w", resource, err, ErrInvalidOption)
 	}
 	if tok.IsZero() || tok.Epoch < 0 || tok.Seq < 0 {

@@ -1,15 +1,13 @@
 package outbox
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -70,11 +68,11 @@ const (
 
 func (o *options) validate() error {
 	if o.schema != "" {
-		if err := checkText(o.schema, maxIdentLen); err != nil {
+		if err := pgutil.CheckText(o.schema, maxIdentLen); err != nil {
 			return fmt.Errorf("outbox: schema %q: %w: %w", o.schema, err, ErrInvalidOption)
 		}
 	}
-	if err := checkText(o.table, maxTableLen); err != nil {
+	if err := pgutil.CheckText(o.table, maxTableLen); err != nil {
 		return fmt.Errorf("outbox: table %q: %w: %w", o.table, err, ErrInvalidOption)
 	}
 	if o.channel == "" {
@@ -83,26 +81,11 @@ func (o *options) validate() error {
 			o.channel = o.schema + "." + o.table
 		}
 	}
-	if err := checkText(o.channel, maxIdentLen); err != nil {
+	if err := pgutil.CheckText(o.channel, maxIdentLen); err != nil {
 		return fmt.Errorf("outbox: channel %q: %w: %w", o.channel, err, ErrInvalidOption)
 	}
 	if o.maxBody < 1 {
 		return fmt.Errorf("outbox: max body size %d: below 1: %w", o.maxBody, ErrInvalidOption)
-	}
-	return nil
-}
-
-// checkText accepts what PostgreSQL stores unchanged in a quoted identifier or a text column.
-func checkText(s string, max int) error {
-	switch {
-	case s == "":
-		return errors.New("empty")
-	case len(s) > max:
-		return fmt.Errorf("%d bytes, more than %d", len(s), max)
-	case !utf8.ValidString(s):
-		return errors.New("not valid UTF-8")
-	case strings.IndexByte(s, 0) >= 0:
-		return errors.New("contains a NUL byte")
 	}
 	return nil
 }

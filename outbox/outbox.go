@@ -16,6 +16,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txkit/txkit/internal/pgutil"
 )
 
 //go:embed sql/*.sql
@@ -185,11 +187,11 @@ func (ob *Outbox) check(msg Message) error {
 	bad := func(what string, err error) error {
 		return fmt.Errorf("outbox: message %s to %q: %s: %w: %w", msg.ID, msg.Topic, what, err, ErrInvalidMessage)
 	}
-	if err := checkText(msg.Topic, maxTopicLen); err != nil {
+	if err := pgutil.CheckText(msg.Topic, maxTopicLen); err != nil {
 		return bad("topic", err)
 	}
 	if msg.Key != "" {
-		if err := checkText(msg.Key, 1<<20); err != nil {
+		if err := pgutil.CheckText(msg.Key, 1<<20); err != nil {
 			return bad("key", err)
 		}
 	}
@@ -197,7 +199,7 @@ func (ob *Outbox) check(msg Message) error {
 		return bad("body", fmt.Errorf("%d bytes, more than %d", len(msg.Body), ob.o.maxBody))
 	}
 	for k, v := range msg.Headers {
-		if err := checkText(k, 1<<20); err != nil {
+		if err := pgutil.CheckText(k, 1<<20); err != nil {
 			return bad("header name", err)
 		}
 		if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/robfig/cron/v3"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -168,7 +169,7 @@ func (r *Relay) lead(ctx context.Context, l *lock.Leadership) error {
 	poke() // messages may have piled up while nobody led
 
 	g, gctx := errgroup.WithContext(ctx)
-	cl := cronLogger{log}
+	cl := pgutil.CronLogger{L: log}
 	c := cron.New(cron.WithParser(cronParser), cron.WithLogger(cl),
 		cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
 	if _, err := c.AddFunc(r.o.schedule, func() {
@@ -502,16 +503,4 @@ func errorText(err error) string {
 		s = strings.ToValidUTF8(s[:maxErrorLen], "")
 	}
 	return s
-}
-
-// cronLogger adapts a *slog.Logger to cron.Logger. The scheduler's routine messages (start, wake,
-// run, skip) go to debug level.
-type cronLogger struct{ l *slog.Logger }
-
-func (c cronLogger) Info(msg string, keysAndValues ...any) {
-	c.l.Debug("cron: "+msg, keysAndValues...)
-}
-
-func (c cronLogger) Error(err error, msg string, keysAndValues ...any) {
-	c.l.Error("cron: "+msg, append([]any{slog.Any("err", err)}, keysAndValues...)...)
 }

@@ -3,14 +3,14 @@ package rocketmq
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"regexp"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/txkit/txkit/internal/pgutil"
 )
 
 // Option configures a [Publisher], a [Consumer] or a [TxProducer]. Each option's doc says which of
@@ -291,11 +291,11 @@ func (o options) validate(to target) error {
 			return bad("check timeout %v is not positive", o.checkTimeout)
 		}
 		if o.schema != "" {
-			if err := checkIdent(o.schema); err != nil {
+			if err := pgutil.CheckText(o.schema, 63-len("_pkey")); err != nil {
 				return bad("schema %q: %v", o.schema, err)
 			}
 		}
-		if err := checkIdent(o.table); err != nil {
+		if err := pgutil.CheckText(o.table, 63-len("_pkey")); err != nil {
 			return bad("table %q: %v", o.table, err)
 		}
 	}
@@ -330,22 +330,6 @@ func checkNameservers(ns []string) error {
 		if strings.TrimSpace(a) == "" || !strings.Contains(a, ":") {
 			return fmt.Errorf("rocketmq: name server %q is not host:port: %w", a, ErrInvalidOption)
 		}
-	}
-	return nil
-}
-
-// checkIdent accepts any name PostgreSQL can store unchanged once quoted; the table name leaves
-// room for the "_pkey" PostgreSQL appends to name the primary key.
-func checkIdent(name string) error {
-	switch {
-	case name == "":
-		return errors.New("empty name")
-	case len(name) > 63-len("_pkey"):
-		return fmt.Errorf("%d bytes, more than %d", len(name), 63-len("_pkey"))
-	case !utf8.ValidString(name):
-		return errors.New("not valid UTF-8")
-	case strings.IndexByte(name, 0) >= 0:
-		return errors.New("contains a NUL byte")
 	}
 	return nil
 }
