@@ -1,0 +1,153 @@
+package participant_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/participant"
+)
+
+// exampleDB connects to the PostgreSQL of `make up` (TXKIT_PG_URL) and returns a pool whose
+// search_path is a schema of the example's own, and a function that drops that schema. Examples
+// cannot skip, so a missing server is a panic that says how to start one.
+func exampleDB(ctx context.Context) (*pgxpool.Pool, func()) {
+	url := os.Getenv(testenv.EnvPG)
+	if url == "" {
+		panic(testenv.EnvPG + " is not set: start the servers with `make up` and run the examples with `make test` " +
+			"(or set -a; eval \"$(deploy/local/env)\"; set +a)")
+	}
+	schema := "example_" + strings.ToLower(rand.Text()[:12])
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		panic(fmt.Sprintf("PostgreSQL at %s=%s does not answer (is `make up` running?): %v", testenv.EnvPG, url, err))
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "create schema "+schema); err != nil {
+		panic(err)
+	}
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	pool, err := pgxpool.New(ctx, url+sep+"search_path="+schema)
+	if err != nil {
+		panic(err)
+	}
+	return pool, func() {
+		pool.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			panic(err)
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "drop schema "+schema+" cascade"); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// A stock service is a TCC participant over HTTP: try reserves, confirm takes the reservation,
+// cancel releases it. The barrier makes retries harmless, answers a cancel that overtook its try
+// with success (the empty rollback) and refuses that try when it finally arrives (409).
+func ExampleBarrier_Handler() {
+	ctx := context.Background()
+	pool, drop := exampleDB(ctx)
+	defer drop()
+
+	bar, err := participant.NewBarrier() // table txkit_barrier, rows kept 7 days
+	if err != nil {
+		panic(err)
+	}
+	if err := bar.Migrate(ctx, pool); err != nil {
+		panic(err)
+	}
+	if _, err := pool.Exec(ctx, `create table stock (item text primary key, available int not null, reserved int not null);
+		insert into stock values ('apple', 10, 0)`); err != nil {
+		panic(err)
+	}
+
+	// The business code runs in the barrier's transaction, at most once per gid, branch and op.
+	stock := func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
+		var p struct {
+			Item string `json:"item"`
+			Qty  int    `json:"qty"`
+		}
+		if err := json.Unmarshal(req.Payload, &p); err != nil {
+			return fmt.Errorf("payload: %w: %w", participant.ErrBadRequest, err)
+		}
+		var sql string
+		switch req.Op {
+		case participant.OpTry:
+			sql = `update stock set available = available - $2, reserved = reserved + $2 where item = $1 and available >= $2`
+		case participant.OpConfirm:
+			sql = `update stock set reserved = reserved - $2 where item = $1`
+		case participant.OpCancel:
+			sql = `update stock set available = available + $2, reserved = reserved - $2 where item = $1`
+		default:
+			return fmt.Errorf("stock: no %s: %w", req.Op, participant.ErrBadRequest)
+		}
+		tag, err := tx.Exec(ctx, sql, p.Item, p.Qty)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("not enough %s: %w", p.Item, participant.ErrRefused)
+		}
+		return nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /stock", bar.Handler(pool, stock))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	// What a coordinator sends.
+	coord := participant.HTTP{URL: srv.URL + "/stock", Client: srv.Client()}
+	send := func(gid string, op participant.Op, qty int, note string) {
+		err := coord.Do(ctx, participant.Request{GID: gid, Branch: "stock", Op: op,
+			Payload: json.RawMessage(fmt.Sprintf(`{"item":"apple","qty":%d}`, qty))})
+		switch {
+		case errors.Is(err, participant.ErrRefused):
+			fmt.Printf("%s %-7s 409 %s\n", gid, op, note)
+		case err != nil:
+			panic(err)
+		default:
+			fmt.Printf("%s %-7s 200 %s\n", gid, op, note)
+		}
+	}
+	send("order-1", participant.OpTry, 3, "reserved 3")
+	send("order-1", participant.OpTry, 3, "retried: nothing reserved twice")
+	send("order-1", participant.OpConfirm, 3, "confirmed")
+	send("order-2", participant.OpTry, 20, "not enough apples")
+	send("order-2", participant.OpCancel, 20, "empty rollback: the refused try left nothing")
+	send("order-3", participant.OpCancel, 2, "empty rollback: the cancel overtook its try")
+	send("order-3", participant.OpTry, 2, "hanging try refused: nothing reserved")
+
+	var available, reserved int
+	if err := pool.QueryRow(ctx, `select available, reserved from stock where item = 'apple'`).Scan(&available, &reserved); err != nil {
+		panic(err)
+	}
+	fmt.Printf("apple: %d available, %d reserved\n", available, reserved)
+	// Output:
+	// order-1 try     200 reserved 3
+	// order-1 try     200 retried: nothing reserved twice
+	// order-1 confirm 200 confirmed
+	// order-2 try     409 not enough apples
+	// order-2 cancel  200 empty rollback: the refused try left nothing
+	// order-3 cancel  200 empty rollback: the cancel overtook its try
+	// order-3 try     409 hanging try refused: nothing reserved
+	// apple: 7 available, 0 reserved
+}
