@@ -1,0 +1,471 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/lock"
+)
+
+//go:embed sql/*.sql
+var sqlFS embed.FS
+
+// Log is the durable log of global transactions and their branches in PostgreSQL, shared by the
+// tcc, saga and 2pc coordinators. Every state change is one PostgreSQL transaction that
+// conditions on the old status; writes made for a leader pass the [lock.Fence] with the leader's
+// token first. Every time it stores is PostgreSQL's now(), never the coordinator's clock.
+//
+// Log is safe for concurrent use by multiple goroutines.
+type Log struct {
+	pool  *pgxpool.Pool
+	o     options
+	fence *lock.Fence
+	name  string // schema-qualified global table name, for messages and the fence resource
+	ddl   string
+	q     map[string]string
+}
+
+// Transaction is a global transaction as the log holds it.
+type Transaction struct {
+	GID         string
+	Kind        Kind
+	Status      Status
+	TimeoutAt   time.Time // a transaction still trying after it is cancelled
+	NextRetryAt time.Time // when the leader may drive it next
+	Attempts    int       // failed drives since the last status change
+	LastError   string
+	Payload     []byte
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	Branches    []Branch // in registration order; filled by Get and by the Recoverer
+}
+
+// Target is where a branch's participant is: a URL, or a name registered with the coordinator.
+type Target struct {
+	Kind TargetKind
+	Ref  string
+}
+
+// Branch is one participant's part of a global transaction.
+type Branch struct {
+	Name      string
+	Seq       int
+	Target    Target
+	Payload   []byte
+	Status    BranchStatus
+	Attempts  int // failed ops on this branch
+	LastError string
+}
+
+// New returns a Log on pool configured by opts. It does not touch the database: call
+// [Log.Migrate]. It returns an error wrapping [ErrInvalidOption] when an option is unusable.
+func New(pool *pgxpool.Pool, opts ...Option) (*Log, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if pool == nil {
+		return nil, fmt.Errorf("core: nil pool: %w", ErrInvalidOption)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	ident := func(n string) string {
+		if o.schema != "" {
+			return pgx.Identifier{o.schema, n}.Sanitize()
+		}
+		return pgx.Identifier{n}.Sanitize()
+	}
+	var fopts []lock.FenceOption
+	if o.schema != "" {
+		fopts = append(fopts, lock.WithFenceSchema(o.schema))
+	}
+	fence, err := lock.NewFence(fopts...)
+	if err != nil {
+		return nil, fmt.Errorf("core: fence: %w", err)
+	}
+	global := ident(o.prefix + "global")
+	h := fnv.New64a()
+	h.Write([]byte("txkit/core/migrate:" + global))
+	var finals []string
+	for s := range statusNames {
+		if s.Final() {
+			finals = append(finals, "'"+s.String()+"'")
+		}
+	}
+	sort.Strings(finals)
+	data := map[string]any{
+		"LockKey":       strconv.FormatInt(int64(h.Sum64()), 10),
+		"Global":        global,
+		"Branch":        ident(o.prefix + "branch"),
+		"DueIndex":      pgx.Identifier{o.prefix + "global_due"}.Sanitize(),
+		"DoneIndex":     pgx.Identifier{o.prefix + "global_done"}.Sanitize(),
+		"Finals":        strings.Join(finals, ", "),
+		"Trying":        StatusTrying.String(),
+		"Cancelling":    StatusCancelling.String(),
+		"BranchPending": BranchPending.String(),
+		"Schema":        "",
+	}
+	if o.schema != "" {
+		data["Schema"] = pgx.Identifier{o.schema}.Sanitize()
+	}
+	tpl, err := template.ParseFS(sqlFS, "sql/*.sql")
+	if err != nil {
+		return nil, fmt.Errorf("core: parse embedded sql: %w", err)
+	}
+	render := func(name string) (string, error) {
+		var b bytes.Buffer
+		err := tpl.ExecuteTemplate(&b, name, data)
+		return strings.TrimSpace(b.String()), err
+	}
+	l := &Log{pool: pool, o: o, fence: fence, name: strings.Trim(global, `"`), q: map[string]string{}}
+	if l.ddl, err = render("schema.sql"); err != nil {
+		return nil, fmt.Errorf("core: render schema: %w", err)
+	}
+	for _, n := range []string{"create", "add_branch", "decide", "status", "branches_done", "branches_failed",
+		"finish", "reschedule", "claim", "get", "list", "branches", "purge"} {
+		if l.q[n], err = render(n); err != nil {
+			return nil, fmt.Errorf("core: render %s: %w", n, err)
+		}
+	}
+	return l, nil
+}
+
+// Migrate creates the schema (if set), the tables, their indexes and the fence table when they do
+// not exist. It is idempotent and safe to run from several processes at once (an advisory lock
+// serializes them). ctx scopes only this call.
+func (l *Log) Migrate(ctx context.Context) error {
+	if _, err := l.pool.Exec(ctx, l.ddl); err != nil {
+		return fmt.Errorf("core: migrate %s: %w", l.name, err)
+	}
+	if err := l.fence.Migrate(ctx, l.pool); err != nil {
+		return fmt.Errorf("core: migrate fence: %w", err)
+	}
+	return nil
+}
+
+// Lease returns the lease a starter takes on a transaction it drives ([WithLease]).
+func (l *Log) Lease() time.Duration { return l.o.lease }
+
+// Create records a new global transaction in its kind's initial status. A transaction that is
+// trying becomes due for the leader at its timeout; one that runs (a saga) when the lease passes.
+// A gid already in the log returns an error wrapping [ErrInvalidState]. One write.
+func (l *Log) Create(ctx context.Context, gid string, kind Kind, timeout time.Duration, payload []byte) error {
+	if gid == "" || timeout <= 0 {
+		return fmt.Errorf("core: create %q with timeout %v: %w", gid, timeout, ErrInvalidOption)
+	}
+	st := kind.Initial()
+	due := timeout
+	if st != StatusTrying {
+		due = min(timeout, l.o.lease)
+	}
+	_, err := l.pool.Exec(ctx, l.q["create"], gid, kind.String(), st.String(), timeout.Seconds(), due.Seconds(), payload)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" {
+		return fmt.Errorf("core: create %s: gid exists: %w", gid, ErrInvalidState)
+	}
+	if err != nil {
+		return fmt.Errorf("core: create %s: %w", gid, err)
+	}
+	return nil
+}
+
+// AddBranch records branch b of gid while gid is in status want (trying for tcc). It returns an
+// error wrapping [ErrNotFound] for an unknown gid, [ErrInvalidState] when gid is no longer in
+// want (a decision, or the leader's timeout, came first: the branch is not recorded), and
+// [ErrInvalidBranch] for an empty name, a bad target or a name already recorded. One write.
+func (l *Log) AddBranch(ctx context.Context, gid string, want Status, b Branch) error {
+	switch {
+	case b.Name == "":
+		return fmt.Errorf("core: branch of %s: empty name: %w", gid, ErrInvalidBranch)
+	case b.Target.Ref == "" || (b.Target.Kind != TargetHTTP && b.Target.Kind != TargetInProc):
+		return fmt.Errorf("core: branch %s of %s: target %s %q: %w", b.Name, gid, b.Target.Kind, b.Target.Ref, ErrInvalidBranch)
+	}
+	var one int
+	err := l.pool.QueryRow(ctx, l.q["add_branch"], gid, b.Name, b.Seq, b.Target.Kind.String(), b.Target.Ref,
+		b.Payload, want.String()).Scan(&one)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("core: branch %s of %s: %w", b.Name, gid, err)
+	}
+	cur, err := l.status(ctx, gid)
+	if err != nil {
+		return fmt.Errorf("core: branch %s of %s: %w", b.Name, gid, err)
+	}
+	if cur != want {
+		return fmt.Errorf("core: branch %s of %s: transaction is %s, not %s: %w", b.Name, gid, cur, want, ErrInvalidState)
+	}
+	return fmt.Errorf("core: branch %s of %s: already recorded: %w", b.Name, gid, ErrInvalidBranch)
+}
+
+func (l *Log) status(ctx context.Context, gid string) (Status, error) {
+	var s string
+	err := l.pool.QueryRow(ctx, l.q["status"], gid).Scan(&s)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("core: %s: %w", gid, ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("core: status of %s: %w", gid, err)
+	}
+	return ParseStatus(s)
+}
+
+// Decide moves gid from status from to status to (a starter's decision: trying → confirming or
+// cancelling) and gives the caller the lease on it. Deciding what is already decided the same way
+// is a no-op; anything else returns an error wrapping [ErrInvalidState] naming the current status,
+// or [ErrNotFound]. One write.
+func (l *Log) Decide(ctx context.Context, gid string, from, to Status) error {
+	if !from.CanBecome(to) {
+		return fmt.Errorf("core: %s: %s → %s: %w", gid, from, to, ErrInvalidState)
+	}
+	var one int
+	err := l.pool.QueryRow(ctx, l.q["decide"], gid, from.String(), to.String(), l.o.lease.Seconds()).Scan(&one)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("core: %s: %s → %s: %w", gid, from, to, err)
+	}
+	cur, err := l.status(ctx, gid)
+	if err != nil {
+		return err
+	}
+	if cur == to {
+		return nil
+	}
+	return fmt.Errorf("core: %s: %s → %s: transaction is %s: %w", gid, from, to, cur, ErrInvalidState)
+}
+
+// BranchFailure is a branch whose op failed, and why.
+type BranchFailure struct {
+	Branch string
+	Err    error
+}
+
+// Progress is what one drive of a transaction achieved, for [Log.Record].
+type Progress struct {
+	GID    string
+	From   Status          // the driving status the drive ran in (confirming, cancelling, ...)
+	Done   []string        // branches whose op succeeded: they take From.BranchDone()
+	Failed []BranchFailure // branches whose op failed: attempts counted, error stored
+	// Next, when set, moves the transaction on (to From's outcome, or saga's compensating).
+	// When zero, the transaction is rescheduled with backoff and Err (or the first failure) stored.
+	Next Status
+	Err  error
+}
+
+// Record writes p in one PostgreSQL transaction. A non-zero tok — a leader's — passes the fence
+// first; a refusal returns an error wrapping [lock.ErrFenced] and writes nothing. Branches already
+// done are not marked again. When the transaction is no longer in p.From it returns nil if it is
+// already in p.Next (another driver finished it), otherwise an error wrapping [ErrInvalidState].
+// One write for a clean finish (plus one for the branches), two or three when something failed.
+func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
+	done, ok := p.From.BranchDone()
+	if !ok {
+		return fmt.Errorf("core: record %s: %s drives no branch: %w", p.GID, p.From, ErrInvalidState)
+	}
+	if p.Next != 0 && !p.From.CanBecome(p.Next) {
+		return fmt.Errorf("core: record %s: %s → %s: %w", p.GID, p.From, p.Next, ErrInvalidState)
+	}
+	var moved bool
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if err := l.fenceCheck(ctx, tx, tok); err != nil {
+			return err
+		}
+		if len(p.Done) > 0 {
+			if _, err := tx.Exec(ctx, l.q["branches_done"], p.GID, p.Done, done.String()); err != nil {
+				return fmt.Errorf("mark branches %s: %w", done, err)
+			}
+		}
+		if len(p.Failed) > 0 {
+			names := make([]string, len(p.Failed))
+			errs := make([]string, len(p.Failed))
+			for i, f := range p.Failed {
+				names[i], errs[i] = f.Branch, errorText(f.Err)
+			}
+			if _, err := tx.Exec(ctx, l.q["branches_failed"], p.GID, names, errs); err != nil {
+				return fmt.Errorf("count failed branches: %w", err)
+			}
+		}
+		var rows pgx.Rows
+		var err error
+		if p.Next != 0 {
+			rows, err = tx.Query(ctx, l.q["finish"], p.GID, p.From.String(), p.Next.String(), l.o.lease.Seconds())
+		} else {
+			why := p.Err
+			if why == nil && len(p.Failed) > 0 {
+				why = fmt.Errorf("branch %s: %w", p.Failed[0].Branch, p.Failed[0].Err)
+			}
+			if why == nil {
+				why = errors.New("unfinished")
+			}
+			rows, err = tx.Query(ctx, l.q["reschedule"], p.GID, p.From.String(), errorText(why),
+				l.o.backoffMin.Seconds(), l.o.backoffMax.Seconds())
+		}
+		if err != nil {
+			return err
+		}
+		moved = rows.Next()
+		rows.Close()
+		return rows.Err()
+	})
+	if err != nil {
+		return fmt.Errorf("core: record %s (%s): %w", p.GID, p.From, err)
+	}
+	if moved {
+		return nil
+	}
+	cur, err := l.status(ctx, p.GID)
+	if err != nil {
+		return err
+	}
+	if p.Next != 0 && cur == p.Next {
+		return nil
+	}
+	return fmt.Errorf("core: record %s: transaction is %s, not %s: %w", p.GID, cur, p.From, ErrInvalidState)
+}
+
+func (l *Log) fenceCheck(ctx context.Context, tx pgx.Tx, tok lock.Token) error {
+	if tok.IsZero() {
+		return nil
+	}
+	return l.fence.Check(ctx, tx, l.resource(), tok)
+}
+
+func (l *Log) resource() string { return "core:" + l.name }
+
+// Get returns gid's transaction with its branches, or an error wrapping [ErrNotFound].
+func (l *Log) Get(ctx context.Context, gid string) (*Transaction, error) {
+	rows, err := l.pool.Query(ctx, l.q["get"], gid)
+	if err != nil {
+		return nil, fmt.Errorf("core: get %s: %w", gid, err)
+	}
+	txs, err := pgx.CollectRows(rows, scanTransaction)
+	if err != nil {
+		return nil, fmt.Errorf("core: get %s: %w", gid, err)
+	}
+	if len(txs) == 0 {
+		return nil, fmt.Errorf("core: %s: %w", gid, ErrNotFound)
+	}
+	if err := l.loadBranches(ctx, l.pool, txs); err != nil {
+		return nil, err
+	}
+	return txs[0], nil
+}
+
+// Filter selects transactions for [Log.List]. Zero fields select everything.
+type Filter struct {
+	Kind       Kind
+	Status     Status
+	Unfinished bool   // only transactions not in a final status
+	After      string // gids greater than this (paging)
+	Limit      int    // default 100
+}
+
+// List returns the transactions f selects, in gid order, without their branches.
+func (l *Log) List(ctx context.Context, f Filter) ([]*Transaction, error) {
+	var kind, status string
+	if f.Kind != 0 {
+		kind = f.Kind.String()
+	}
+	if f.Status != 0 {
+		status = f.Status.String()
+	}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	rows, err := l.pool.Query(ctx, l.q["list"], kind, status, f.After, f.Unfinished, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("core: list: %w", err)
+	}
+	txs, err := pgx.CollectRows(rows, scanTransaction)
+	if err != nil {
+		return nil, fmt.Errorf("core: list: %w", err)
+	}
+	return txs, nil
+}
+
+func scanTransaction(r pgx.CollectableRow) (*Transaction, error) {
+	var t Transaction
+	var kind, status string
+	if err := r.Scan(&t.GID, &kind, &status, &t.TimeoutAt, &t.NextRetryAt, &t.Attempts, &t.LastError,
+		&t.Payload, &t.CreatedAt, &t.UpdatedAt); err != nil {
+		return nil, err
+	}
+	return parsed(&t, kind, status)
+}
+
+func parsed(t *Transaction, kind, status string) (*Transaction, error) {
+	var err error
+	if t.Kind, err = ParseKind(kind); err != nil {
+		return nil, err
+	}
+	if t.Status, err = ParseStatus(status); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (l *Log) loadBranches(ctx context.Context, db lock.DBTX, txs []*Transaction) error {
+	if len(txs) == 0 {
+		return nil
+	}
+	byGID := make(map[string]*Transaction, len(txs))
+	gids := make([]string, len(txs))
+	for i, t := range txs {
+		byGID[t.GID], gids[i] = t, t.GID
+	}
+	rows, err := db.Query(ctx, l.q["branches"], gids)
+	if err != nil {
+		return fmt.Errorf("core: branches: %w", err)
+	}
+	var (
+		gid, tk, st string
+		b           Branch
+	)
+	_, err = pgx.ForEachRow(rows, []any{&gid, &b.Name, &b.Seq, &tk, &b.Target.Ref, &b.Payload, &st, &b.Attempts, &b.LastError}, func() error {
+		var err error
+		if b.Target.Kind, err = ParseTargetKind(tk); err != nil {
+			return err
+		}
+		if b.Status, err = ParseBranchStatus(st); err != nil {
+			return err
+		}
+		t := byGID[gid]
+		t.Branches = append(t.Branches, b)
+		b.Payload = nil
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("core: branches: %w", err)
+	}
+	return nil
+}
+
+// maxErrorLen bounds the last_error stored.
+const maxErrorLen = 2000
+
+// errorText is err's message as PostgreSQL can store it: valid UTF-8, no NUL, bounded.
+func errorText(err error) string {
+	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) > maxErrorLen {
+		s = strings.ToValidUTF8(s[:maxErrorLen], "")
+	}
+	return s
+}

@@ -1,0 +1,361 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+)
+
+func httpBranch(name string) core.Branch {
+	return core.Branch{Name: name, Target: core.Target{Kind: core.TargetHTTP, Ref: "http://127.0.0.1:1/" + name}}
+}
+
+func get(t testing.TB, l *core.Log, gid string) *core.Transaction {
+	t.Helper()
+	tx, err := l.Get(t.Context(), gid)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", gid, err)
+	}
+	return tx
+}
+
+func TestIntegrationLogLifecycle(t *testing.T) {
+	ctx := t.Context()
+	l := newLog(t)
+	if err := l.Migrate(ctx); err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	const gid = "g1"
+	if err := l.Create(ctx, gid, core.KindTCC, time.Minute, []byte(`{"order":1}`)); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if err := l.Create(ctx, gid, core.KindTCC, time.Minute, nil); !errors.Is(err, core.ErrInvalidState) {
+		t.Fatalf("Create duplicate = %v, want ErrInvalidState", err)
+	}
+	for i, b := range []string{"stock", "account"} {
+		br := httpBranch(b)
+		br.Seq = i
+		if err := l.AddBranch(ctx, gid, core.StatusTrying, br); err != nil {
+			t.Fatalf("AddBranch(%s): %v", b, err)
+		}
+	}
+	tests := []struct {
+		name string
+		gid  string
+		b    core.Branch
+		want error
+	}{
+		{"empty name", gid, core.Branch{Target: core.Target{Kind: core.TargetInProc, Ref: "x"}}, core.ErrInvalidBranch},
+		{"no target", gid, core.Branch{Name: "x"}, core.ErrInvalidBranch},
+		{"duplicate", gid, httpBranch("stock"), core.ErrInvalidBranch},
+		{"unknown gid", "nope", httpBranch("stock"), core.ErrNotFound},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := l.AddBranch(ctx, tc.gid, core.StatusTrying, tc.b); !errors.Is(err, tc.want) {
+				t.Fatalf("AddBranch = %v, want %v", err, tc.want)
+			}
+		})
+	}
+
+	if err := l.Decide(ctx, gid, core.StatusTrying, core.StatusConfirming); err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	if err := l.Decide(ctx, gid, core.StatusTrying, core.StatusConfirming); err != nil {
+		t.Fatalf("Decide again (idempotent): %v", err)
+	}
+	if err := l.Decide(ctx, gid, core.StatusTrying, core.StatusCancelling); !errors.Is(err, core.ErrInvalidState) {
+		t.Fatalf("Decide cancelling after confirming = %v, want ErrInvalidState", err)
+	}
+	if err := l.Decide(ctx, gid, core.StatusConfirming, core.StatusCancelling); !errors.Is(err, core.ErrInvalidState) {
+		t.Fatalf("Decide confirming → cancelling = %v, want ErrInvalidState", err)
+	}
+	if err := l.Decide(ctx, "nope", core.StatusTrying, core.StatusConfirming); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("Decide unknown = %v, want ErrNotFound", err)
+	}
+	if err := l.AddBranch(ctx, gid, core.StatusTrying, httpBranch("late")); !errors.Is(err, core.ErrInvalidState) {
+		t.Fatalf("AddBranch after the decision = %v, want ErrInvalidState", err)
+	}
+
+	// One confirm succeeds, one fails: counted, stored, rescheduled with backoff.
+	before := get(t, l, gid)
+	err := l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusConfirming, Done: []string{"stock"},
+		Failed: []core.BranchFailure{{Branch: "account", Err: errors.New("HTTP 500")}}})
+	if err != nil {
+		t.Fatalf("Record partial: %v", err)
+	}
+	tx := get(t, l, gid)
+	if tx.Status != core.StatusConfirming || tx.Attempts != 1 || tx.LastError != "branch account: HTTP 500" {
+		t.Fatalf("after a failure: %+v", tx)
+	}
+	if !tx.NextRetryAt.After(before.UpdatedAt) {
+		t.Fatalf("next_retry_at %v not after %v", tx.NextRetryAt, before.UpdatedAt)
+	}
+	if b := tx.Branches; len(b) != 2 || b[0].Name != "stock" || b[0].Status != core.BranchConfirmed ||
+		b[1].Status != core.BranchPending || b[1].Attempts != 1 || b[1].LastError != "HTTP 500" {
+		t.Fatalf("branches after a failure: %+v", b)
+	}
+
+	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusConfirming,
+		Done: []string{"stock", "account"}, Next: core.StatusConfirmed}); err != nil {
+		t.Fatalf("Record finish: %v", err)
+	}
+	// A second driver finishing the same transaction is harmless.
+	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusConfirming,
+		Done: []string{"account"}, Next: core.StatusConfirmed}); err != nil {
+		t.Fatalf("Record finish again: %v", err)
+	}
+	tx = get(t, l, gid)
+	if tx.Status != core.StatusConfirmed || tx.Attempts != 0 || string(tx.Payload) != `{"order":1}` {
+		t.Fatalf("finished: %+v", tx)
+	}
+	for _, b := range tx.Branches {
+		if b.Status != core.BranchConfirmed {
+			t.Fatalf("branch %s is %s", b.Name, b.Status)
+		}
+	}
+	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusCancelling, Next: core.StatusCancelled}); !errors.Is(err, core.ErrInvalidState) {
+		t.Fatalf("Record cancelled on a confirmed transaction = %v, want ErrInvalidState", err)
+	}
+
+	if _, err := l.Get(ctx, "nope"); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("Get unknown = %v, want ErrNotFound", err)
+	}
+	if err := l.Create(ctx, "g2", core.KindTCC, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	all, err := l.List(ctx, core.Filter{})
+	if err != nil || len(all) != 2 {
+		t.Fatalf("List all = %d, %v", len(all), err)
+	}
+	open, err := l.List(ctx, core.Filter{Kind: core.KindTCC, Unfinished: true})
+	if err != nil || len(open) != 1 || open[0].GID != "g2" || open[0].Status != core.StatusTrying {
+		t.Fatalf("List unfinished = %+v, %v", open, err)
+	}
+	page, err := l.List(ctx, core.Filter{After: "g1", Limit: 1})
+	if err != nil || len(page) != 1 || page[0].GID != "g2" {
+		t.Fatalf("List after g1 = %+v, %v", page, err)
+	}
+}
+
+func TestIntegrationOptions(t *testing.T) {
+	s := testenv.PG(t)
+	tests := []struct {
+		name string
+		opts []core.Option
+	}{
+		{"lease", []core.Option{core.WithLease(0)}},
+		{"backoff", []core.Option{core.WithBackoff(time.Second, time.Millisecond)}},
+		{"prefix", []core.Option{core.WithTablePrefix(string(make([]byte, 60)))}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := core.New(s.Pool, tc.opts...); !errors.Is(err, core.ErrInvalidOption) {
+				t.Fatalf("New = %v, want ErrInvalidOption", err)
+			}
+		})
+	}
+	if _, err := core.New(nil); !errors.Is(err, core.ErrInvalidOption) {
+		t.Fatalf("New(nil) = %v", err)
+	}
+}
+
+// A deposed leader's record is refused by the fence and changes nothing.
+func TestIntegrationRecordFenced(t *testing.T) {
+	ctx := t.Context()
+	l := newLog(t)
+	const gid = "g"
+	if err := l.Create(ctx, gid, core.KindTCC, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AddBranch(ctx, gid, core.StatusTrying, httpBranch("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Decide(ctx, gid, core.StatusTrying, core.StatusCancelling); err != nil {
+		t.Fatal(err)
+	}
+	old, cur := lock.Token{Epoch: 7, Seq: 1}, lock.Token{Epoch: 7, Seq: 2}
+	if err := l.Record(ctx, cur, core.Progress{GID: gid, From: core.StatusCancelling,
+		Failed: []core.BranchFailure{{Branch: "a", Err: errors.New("down")}}}); err != nil {
+		t.Fatalf("Record by the current leader: %v", err)
+	}
+	before := get(t, l, gid)
+	err := l.Record(ctx, old, core.Progress{GID: gid, From: core.StatusCancelling, Done: []string{"a"}, Next: core.StatusCancelled})
+	if !errors.Is(err, lock.ErrFenced) {
+		t.Fatalf("Record by the deposed leader = %v, want lock.ErrFenced", err)
+	}
+	after := get(t, l, gid)
+	if after.Status != core.StatusCancelling || after.Attempts != before.Attempts || after.Branches[0].Status != core.BranchPending ||
+		!after.UpdatedAt.Equal(before.UpdatedAt) {
+		t.Fatalf("the fenced record changed the log: before %+v, after %+v", before, after)
+	}
+}
+
+// recorder is a Driver that records its drives and finishes each transaction, or fails while
+// fail is set.
+type recorder struct {
+	l      *core.Log
+	mu     sync.Mutex
+	drives map[string]int
+	fail   error
+}
+
+func (r *recorder) Drive(ctx context.Context, tok lock.Token, t *core.Transaction) error {
+	r.mu.Lock()
+	r.drives[t.GID]++
+	fail := r.fail
+	r.mu.Unlock()
+	if fail != nil {
+		return fail
+	}
+	var names []string
+	for _, b := range t.Branches {
+		names = append(names, b.Name)
+	}
+	next, _ := t.Status.Outcome()
+	return r.l.Record(ctx, tok, core.Progress{GID: t.GID, From: t.Status, Done: names, Next: next})
+}
+
+func (r *recorder) count(gid string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.drives[gid]
+}
+
+// The leader cancels a transaction left trying past its timeout, retries failed drives with
+// backoff (counted, stored), leaves transactions under a starter's lease alone, and the retention
+// job deletes finished transactions.
+func TestIntegrationRecoverer(t *testing.T) {
+	ctx := t.Context()
+	l := newLog(t, core.WithLease(time.Hour), core.WithBackoff(10*time.Millisecond, 20*time.Millisecond))
+	for _, gid := range []string{"timeout", "leased", "failing"} {
+		timeout := time.Hour
+		if gid == "timeout" {
+			timeout = 100 * time.Millisecond
+		}
+		if err := l.Create(ctx, gid, core.KindTCC, timeout, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.AddBranch(ctx, gid, core.StatusTrying, httpBranch("a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// "leased" is being confirmed by its starter (lease one hour): the leader must not touch it.
+	if err := l.Decide(ctx, "leased", core.StatusTrying, core.StatusConfirming); err != nil {
+		t.Fatal(err)
+	}
+	drv := &recorder{l: l, drives: map[string]int{}}
+	el := elector(t, testenv.ZKRoot(t)+"/leader", "r1")
+	r, err := core.NewRecoverer(l, el, map[core.Kind]core.Driver{core.KindTCC: drv},
+		core.WithSchedule("@every 100ms"), core.WithRetention(time.Hour, "@every 100ms"), core.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, r.Run)
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		return get(t, l, "timeout").Status == core.StatusCancelled
+	}, "the timed-out transaction is cancelled")
+	if tx := get(t, l, "timeout"); tx.Branches[0].Status != core.BranchCancelled {
+		t.Fatalf("branch of the timed-out transaction: %+v", tx.Branches)
+	}
+	if st := r.Stats(); st.TimedOut != 1 {
+		t.Fatalf("stats %+v, want TimedOut 1", st)
+	}
+	if drv.count("leased") != 0 || drv.count("failing") != 0 {
+		t.Fatalf("the leader drove transactions that were not due: %v", drv.drives)
+	}
+	if err := r.Run(ctx); !errors.Is(err, core.ErrRunning) {
+		t.Fatalf("second Run = %v, want ErrRunning", err)
+	}
+
+	// A failing drive is rescheduled with backoff and counted, never dropped.
+	drv.mu.Lock()
+	drv.fail = errors.New("participant down")
+	drv.mu.Unlock()
+	if err := l.Decide(ctx, "failing", core.StatusTrying, core.StatusCancelling); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: "failing", From: core.StatusCancelling, Err: errors.New("starter gave up")}); err != nil {
+		t.Fatal(err) // the starter's own failure makes it due soon despite the hour-long lease
+	}
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		tx := get(t, l, "failing")
+		return tx.Attempts >= 3 && tx.LastError == "participant down"
+	}, "failed drives are counted and stored")
+	drv.mu.Lock()
+	drv.fail = nil
+	drv.mu.Unlock()
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		return get(t, l, "failing").Status == core.StatusCancelled
+	}, "the failing transaction is cancelled once the participant is back")
+	if st := r.Stats(); st.Failed < 2 {
+		t.Fatalf("stats %+v, want Failed ≥ 2", st)
+	}
+}
+
+func TestIntegrationRetention(t *testing.T) {
+	ctx := t.Context()
+	l := newLog(t)
+	for _, gid := range []string{"done", "open"} {
+		if err := l.Create(ctx, gid, core.KindTCC, time.Hour, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Decide(ctx, "done", core.StatusTrying, core.StatusCancelling); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: "done", From: core.StatusCancelling, Next: core.StatusCancelled}); err != nil {
+		t.Fatal(err)
+	}
+	el := elector(t, testenv.ZKRoot(t)+"/leader", "r1")
+	r, err := core.NewRecoverer(l, el, map[core.Kind]core.Driver{core.KindTCC: core.DriverFunc(
+		func(context.Context, lock.Token, *core.Transaction) error { return nil })},
+		core.WithRetention(time.Nanosecond, "@every 100ms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, r.Run)
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		_, err := l.Get(ctx, "done")
+		return errors.Is(err, core.ErrNotFound)
+	}, "the finished transaction is purged")
+	if tx := get(t, l, "open"); tx.Status != core.StatusTrying {
+		t.Fatalf("the open transaction: %+v", tx)
+	}
+}
+
+func TestIntegrationRecovererOptions(t *testing.T) {
+	l := newLog(t)
+	el := elector(t, testenv.ZKRoot(t)+"/leader", "r1")
+	d := map[core.Kind]core.Driver{core.KindTCC: core.DriverFunc(func(context.Context, lock.Token, *core.Transaction) error { return nil })}
+	tests := []struct {
+		name    string
+		l       *core.Log
+		el      *lock.Elector
+		drivers map[core.Kind]core.Driver
+		opts    []core.RecoverOption
+	}{
+		{"nil log", nil, el, d, nil},
+		{"nil elector", l, nil, d, nil},
+		{"no driver", l, el, nil, nil},
+		{"bad kind", l, el, map[core.Kind]core.Driver{9: d[core.KindTCC]}, nil},
+		{"schedule", l, el, d, []core.RecoverOption{core.WithSchedule("every second")}},
+		{"batch", l, el, d, []core.RecoverOption{core.WithBatchSize(0)}},
+		{"concurrency", l, el, d, []core.RecoverOption{core.WithConcurrency(-1)}},
+		{"retention", l, el, d, []core.RecoverOption{core.WithRetention(0, "@every 1m")}},
+		{"logger", l, el, d, []core.RecoverOption{core.WithLogger(nil)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := core.NewRecoverer(tc.l, tc.el, tc.drivers, tc.opts...); !errors.Is(err, core.ErrInvalidOption) {
+				t.Fatalf("NewRecoverer = %v, want ErrInvalidOption", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,63 @@
+package core_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+)
+
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// newLog migrates a Log in a schema of the test's own.
+func newLog(t testing.TB, opts ...core.Option) *core.Log {
+	t.Helper()
+	s := testenv.PG(t)
+	l, err := core.New(s.Pool, append([]core.Option{core.WithSchema(s.Name)}, opts...)...)
+	if err != nil {
+		t.Fatalf("core.New: %v", err)
+	}
+	if err := l.Migrate(t.Context()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return l
+}
+
+// elector returns a candidate in an election of the test's own.
+func elector(t testing.TB, path, id string) *lock.Elector {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := lock.NewSession(ctx, testenv.ZK(t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatalf("NewSession: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	el, err := lock.NewElector(s, path, id)
+	if err != nil {
+		t.Fatalf("NewElector: %v", err)
+	}
+	return el
+}
+
+// run runs f in a goroutine until the test ends, then waits for it and reports its error.
+func run(t testing.TB, f func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}

@@ -1,0 +1,135 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/robfig/cron/v3"
+)
+
+// Option configures a [Log].
+type Option func(*options)
+
+type options struct {
+	schema     string
+	prefix     string
+	lease      time.Duration
+	backoffMin time.Duration
+	backoffMax time.Duration
+}
+
+func defaultOptions() options {
+	return options{prefix: "txkit_", lease: 30 * time.Second, backoffMin: time.Second, backoffMax: 5 * time.Minute}
+}
+
+// WithSchema sets the PostgreSQL schema of the tables (default: none, so the connection's
+// search_path decides). [Log.Migrate] creates it when it does not exist.
+func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
+
+// WithTablePrefix sets the prefix of the table names (default "txkit_": txkit_global, txkit_branch).
+func WithTablePrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithLease sets how long a starter owns a transaction it is driving (default 30s): the leader
+// leaves a confirming or cancelling transaction alone until its lease has passed.
+func WithLease(d time.Duration) Option { return func(o *options) { o.lease = d } }
+
+// WithBackoff sets the retry delay after the first failed attempt (min) and its cap (max); the
+// n-th failure waits d/2 + random()·d/2, d = min(max, min·2^(n-1)). Defaults 1s and 5m.
+func WithBackoff(min, max time.Duration) Option {
+	return func(o *options) { o.backoffMin, o.backoffMax = min, max }
+}
+
+func (o options) validate() error {
+	if o.schema != "" {
+		if err := checkName(o.schema); err != nil {
+			return fmt.Errorf("core: schema %q: %w: %w", o.schema, err, ErrInvalidOption)
+		}
+	}
+	if err := checkName(o.prefix + "global_due"); err != nil {
+		return fmt.Errorf("core: table prefix %q: %w: %w", o.prefix, err, ErrInvalidOption)
+	}
+	switch {
+	case o.lease <= 0:
+		return fmt.Errorf("core: lease %v: %w", o.lease, ErrInvalidOption)
+	case o.backoffMin <= 0 || o.backoffMax < o.backoffMin:
+		return fmt.Errorf("core: backoff %v..%v: %w", o.backoffMin, o.backoffMax, ErrInvalidOption)
+	}
+	return nil
+}
+
+// RecoverOption configures a [Recoverer].
+type RecoverOption func(*recoverOptions)
+
+type recoverOptions struct {
+	schedule       string
+	batch          int
+	concurrency    int
+	retention      time.Duration
+	retentionEvery string
+	retentionBatch int
+	log            *slog.Logger
+}
+
+func defaultRecoverOptions() recoverOptions {
+	return recoverOptions{
+		schedule: "@every 1s", batch: 100, concurrency: 16,
+		retention: 7 * 24 * time.Hour, retentionEvery: "@every 1m", retentionBatch: 1000,
+		log: slog.New(slog.DiscardHandler),
+	}
+}
+
+// WithSchedule sets the cron spec of the recovery tick (default "@every 1s").
+func WithSchedule(spec string) RecoverOption { return func(o *recoverOptions) { o.schedule = spec } }
+
+// WithBatchSize sets how many due transactions one claim takes (default 100).
+func WithBatchSize(n int) RecoverOption { return func(o *recoverOptions) { o.batch = n } }
+
+// WithConcurrency sets how many claimed transactions are driven at once (default 16).
+func WithConcurrency(n int) RecoverOption { return func(o *recoverOptions) { o.concurrency = n } }
+
+// WithRetention sets how long finished transactions are kept (default 7 days) and the cron spec
+// of the job that deletes older ones (default "@every 1m").
+func WithRetention(keep time.Duration, spec string) RecoverOption {
+	return func(o *recoverOptions) { o.retention, o.retentionEvery = keep, spec }
+}
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) RecoverOption { return func(o *recoverOptions) { o.log = l } }
+
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+func (o recoverOptions) validate() error {
+	for _, s := range []string{o.schedule, o.retentionEvery} {
+		if _, err := cronParser.Parse(s); err != nil {
+			return fmt.Errorf("core: schedule %q: %w: %w", s, err, ErrInvalidOption)
+		}
+	}
+	switch {
+	case o.batch <= 0:
+		return fmt.Errorf("core: batch size %d: %w", o.batch, ErrInvalidOption)
+	case o.concurrency <= 0:
+		return fmt.Errorf("core: concurrency %d: %w", o.concurrency, ErrInvalidOption)
+	case o.retention <= 0:
+		return fmt.Errorf("core: retention %v: %w", o.retention, ErrInvalidOption)
+	case o.log == nil:
+		return fmt.Errorf("core: nil logger: %w", ErrInvalidOption)
+	}
+	return nil
+}
+
+// checkName accepts what PostgreSQL keeps unchanged as a quoted identifier.
+func checkName(s string) error {
+	switch {
+	case s == "":
+		return errors.New("empty")
+	case len(s) > 63:
+		return fmt.Errorf("%d bytes, more than 63", len(s))
+	case !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0:
+		return errors.New("not valid UTF-8 without NUL")
+	}
+	return nil
+}

@@ -1,0 +1,282 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/robfig/cron/v3"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txkit/txkit/lock"
+)
+
+// Driver drives one claimed transaction of its kind towards its end: it calls the branches'
+// ops that the transaction's status asks for and records what happened with [Log.Record],
+// passing tok so the write is fenced. t.Status is confirming, cancelling, running or
+// compensating, and t.Branches holds the branches. Drive blocks until done or ctx ends (the
+// leadership ended); an error it returns is logged and the transaction is rescheduled with
+// backoff, never dropped.
+type Driver interface {
+	Drive(ctx context.Context, tok lock.Token, t *Transaction) error
+}
+
+// DriverFunc adapts a function to [Driver].
+type DriverFunc func(ctx context.Context, tok lock.Token, t *Transaction) error
+
+// Drive calls f.
+func (f DriverFunc) Drive(ctx context.Context, tok lock.Token, t *Transaction) error {
+	return f(ctx, tok, t)
+}
+
+// Recoverer finishes, on the leader only, the transactions whose starter vanished or whose retry
+// is due: a robfig/cron tick claims due transactions of its kinds in batches (FOR UPDATE SKIP
+// LOCKED, fenced with the leadership's token), moves those still trying after their timeout to
+// cancelling, and hands each to its kind's [Driver], a bounded number at once. A second cron job
+// deletes finished transactions older than the retention, in batches.
+//
+// Recoverer is safe for concurrent use by multiple goroutines, but Run must not run twice at once.
+type Recoverer struct {
+	log     *Log
+	el      *lock.Elector
+	drivers map[Kind]Driver
+	kinds   []string
+	o       recoverOptions
+	running atomic.Bool
+	stats   recoverStats
+}
+
+// RecoverStats counts what a [Recoverer] did.
+type RecoverStats struct {
+	Claimed  int64 // transactions claimed
+	TimedOut int64 // trying transactions moved to cancelling by the timeout
+	Failed   int64 // drives that returned an error (rescheduled)
+	Fenced   int64 // claims or records the fence refused
+	Purged   int64 // finished transactions deleted by the retention job
+}
+
+type recoverStats struct{ claimed, timedOut, failed, fenced, purged atomic.Int64 }
+
+// NewRecoverer returns a Recoverer of the transactions of the kinds in drivers, recovering while
+// el leads. It does not touch the database or ZooKeeper. It returns an error wrapping
+// [ErrInvalidOption] when an argument or option is unusable.
+func NewRecoverer(l *Log, el *lock.Elector, drivers map[Kind]Driver, opts ...RecoverOption) (*Recoverer, error) {
+	o := defaultRecoverOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case l == nil:
+		return nil, fmt.Errorf("core: recoverer: nil log: %w", ErrInvalidOption)
+	case el == nil:
+		return nil, fmt.Errorf("core: recoverer: nil elector: %w", ErrInvalidOption)
+	case len(drivers) == 0:
+		return nil, fmt.Errorf("core: recoverer: no driver: %w", ErrInvalidOption)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	r := &Recoverer{log: l, el: el, drivers: map[Kind]Driver{}, o: o}
+	for k, d := range drivers {
+		if _, ok := kindNames[k]; !ok || d == nil {
+			return nil, fmt.Errorf("core: recoverer: driver for %s: %w", k, ErrInvalidOption)
+		}
+		r.drivers[k] = d
+		r.kinds = append(r.kinds, k.String())
+	}
+	sort.Strings(r.kinds)
+	return r, nil
+}
+
+// Stats returns the recoverer's counters.
+func (r *Recoverer) Stats() RecoverStats {
+	return RecoverStats{Claimed: r.stats.claimed.Load(), TimedOut: r.stats.timedOut.Load(),
+		Failed: r.stats.failed.Load(), Fenced: r.stats.fenced.Load(), Purged: r.stats.purged.Load()}
+}
+
+// Run recovers until ctx ends, then returns nil once every goroutine it started has exited. It
+// campaigns with the elector and recovers only while it leads; when the leadership is lost its
+// drives are cancelled and it campaigns again. It returns an error wrapping [lock.ErrClosed] when
+// the elector's session is closed, and [ErrRunning] when another Run of r is running. Database
+// and participant failures are logged and retried.
+func (r *Recoverer) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("core: recoverer: %w", ErrRunning)
+	}
+	defer r.running.Store(false)
+	return r.el.RunWhileLeader(ctx, r.lead)
+}
+
+func (r *Recoverer) lead(ctx context.Context, l *lock.Leadership) error {
+	tok := l.Token()
+	log := r.o.log.With(slog.String("token", tok.String()), slog.String("kinds", strings.Join(r.kinds, ",")))
+	log.Info("core: recoverer leads")
+	defer log.Info("core: recoverer stops leading")
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	cl := cronLogger{log}
+	c := cron.New(cron.WithParser(cronParser), cron.WithLogger(cl),
+		cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
+	if _, err := c.AddFunc(r.o.schedule, func() {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := r.recoverDue(ctx, tok, log); err != nil && ctx.Err() == nil {
+			if errors.Is(err, lock.ErrFenced) {
+				r.stats.fenced.Add(1)
+				log.Warn("core: fenced out by a newer leader", slog.Any("err", err))
+				cancel(err)
+				return
+			}
+			log.Warn("core: recovery tick failed; retrying at the next tick", slog.Any("err", err))
+		}
+	}); err != nil {
+		return fmt.Errorf("core: schedule %q: %w: %w", r.o.schedule, err, ErrInvalidOption)
+	}
+	if _, err := c.AddFunc(r.o.retentionEvery, func() {
+		if ctx.Err() != nil {
+			return
+		}
+		if _, err := r.purge(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("core: retention failed; retrying at the next run", slog.Any("err", err))
+		}
+	}); err != nil {
+		return fmt.Errorf("core: schedule %q: %w: %w", r.o.retentionEvery, err, ErrInvalidOption)
+	}
+	c.Start()
+	<-ctx.Done()
+	<-c.Stop().Done()
+	if errors.Is(context.Cause(ctx), lock.ErrFenced) {
+		// Another leader has written: step down (RunWhileLeader campaigns again) after a pause,
+		// so a fenced candidate does not spin.
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		select {
+		case <-l.Context().Done():
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// recoverDue claims and drives batches until a batch comes back short or ctx ends.
+func (r *Recoverer) recoverDue(ctx context.Context, tok lock.Token, log *slog.Logger) error {
+	for ctx.Err() == nil {
+		batch, err := r.claim(ctx, tok)
+		if err != nil {
+			return err
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		var g errgroup.Group
+		g.SetLimit(r.o.concurrency)
+		var fenced atomic.Pointer[error]
+		for _, t := range batch {
+			if ctx.Err() != nil {
+				break
+			}
+			g.Go(func() error {
+				err := r.drivers[t.Kind].Drive(ctx, tok, t)
+				switch {
+				case err == nil || ctx.Err() != nil:
+				case errors.Is(err, lock.ErrFenced):
+					fenced.Store(&err)
+				default:
+					r.stats.failed.Add(1)
+					log.Warn("core: drive failed; rescheduled", slog.String("gid", t.GID),
+						slog.String("status", t.Status.String()), slog.Any("err", err))
+					r.reschedule(ctx, tok, t, err, log)
+				}
+				return nil
+			})
+		}
+		_ = g.Wait()
+		if e := fenced.Load(); e != nil {
+			return *e
+		}
+		if len(batch) < r.o.batch {
+			return nil
+		}
+	}
+	return nil
+}
+
+// reschedule records a drive's failure when the driver could not (its Record failed).
+func (r *Recoverer) reschedule(ctx context.Context, tok lock.Token, t *Transaction, cause error, log *slog.Logger) {
+	if _, ok := t.Status.BranchDone(); !ok {
+		return
+	}
+	if err := r.log.Record(ctx, tok, Progress{GID: t.GID, From: t.Status, Err: cause}); err != nil && ctx.Err() == nil {
+		// The claim's lease brings it back anyway.
+		log.Warn("core: could not record a failed drive; the lease will bring it back", slog.String("gid", t.GID), slog.Any("err", err))
+	}
+}
+
+// claim takes a batch of due transactions with their branches, in one fenced transaction.
+func (r *Recoverer) claim(ctx context.Context, tok lock.Token) ([]*Transaction, error) {
+	l := r.log
+	var batch []*Transaction
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if err := l.fence.Check(ctx, tx, l.resource(), tok); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, l.q["claim"], r.kinds, r.o.batch, l.o.lease.Seconds())
+		if err != nil {
+			return err
+		}
+		if batch, err = pgx.CollectRows(rows, func(cr pgx.CollectableRow) (*Transaction, error) {
+			var t Transaction
+			var kind, status string
+			var timedOut bool
+			if err := cr.Scan(&t.GID, &kind, &status, &t.TimeoutAt, &t.NextRetryAt, &t.Attempts, &t.LastError,
+				&t.Payload, &t.CreatedAt, &t.UpdatedAt, &timedOut); err != nil {
+				return nil, err
+			}
+			if timedOut {
+				r.stats.timedOut.Add(1)
+			}
+			return parsed(&t, kind, status)
+		}); err != nil {
+			return err
+		}
+		return l.loadBranches(ctx, tx, batch)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("core: claim: %w", err)
+	}
+	r.stats.claimed.Add(int64(len(batch)))
+	return batch, nil
+}
+
+// purge deletes finished transactions older than the retention, batch after batch.
+func (r *Recoverer) purge(ctx context.Context) (int64, error) {
+	var total int64
+	for ctx.Err() == nil {
+		tag, err := r.log.pool.Exec(ctx, r.log.q["purge"], r.o.retention.Seconds(), r.o.retentionBatch)
+		if err != nil {
+			return total, fmt.Errorf("core: purge: %w", err)
+		}
+		total += tag.RowsAffected()
+		r.stats.purged.Add(tag.RowsAffected())
+		if tag.RowsAffected() < int64(r.o.retentionBatch) {
+			break
+		}
+	}
+	return total, nil
+}
+
+// cronLogger adapts a *slog.Logger to cron.Logger; routine messages go to debug level.
+type cronLogger struct{ l *slog.Logger }
+
+func (c cronLogger) Info(msg string, keysAndValues ...any) { c.l.Debug("cron: "+msg, keysAndValues...) }
+
+func (c cronLogger) Error(err error, msg string, keysAndValues ...any) {
+	c.l.Error("cron: "+msg, append([]any{slog.Any("err", err)}, keysAndValues...)...)
+}

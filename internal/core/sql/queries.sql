@@ -1,0 +1,105 @@
+{{/* The statements of the coordinator log. New renders each once with the quoted table names and
+the status names. $n are bind parameters; all times are PostgreSQL's now(). */}}
+
+{{define "create"}}
+insert into {{.Global}} (gid, kind, status, timeout_at, next_retry_at, payload)
+values ($1, $2, $3, now() + make_interval(secs => $4::float8), now() + make_interval(secs => $5::float8), $6)
+{{end}}
+
+{{/* FOR SHARE on the global row conflicts with the update that records a decision, so a branch
+is either recorded before the decision (and the decision's driver sees it) or not at all. */}}
+{{define "add_branch"}}
+insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status)
+select g.gid, $2, $3, $4, $5, $6, '{{.BranchPending}}'
+from {{.Global}} g where g.gid = $1 and g.status = $7
+for share
+on conflict (gid, branch) do nothing
+returning 1
+{{end}}
+
+{{define "decide"}}
+update {{.Global}} set status = $3, attempts = 0, last_error = null, updated_at = now(),
+    next_retry_at = now() + make_interval(secs => $4::float8)
+where gid = $1 and status = $2
+returning 1
+{{end}}
+
+{{define "status"}}select status from {{.Global}} where gid = $1{{end}}
+
+{{define "branches_done"}}
+update {{.Branch}} set status = $3
+where gid = $1 and branch = any($2::text[]) and status <> $3
+{{end}}
+
+{{define "branches_failed"}}
+update {{.Branch}} as b set attempts = b.attempts + 1, last_error = f.err
+from unnest($2::text[], $3::text[]) as f(branch, err)
+where b.gid = $1 and b.branch = f.branch
+{{end}}
+
+{{define "finish"}}
+update {{.Global}} set status = $3, attempts = 0, last_error = null, updated_at = now(),
+    next_retry_at = case when $3 = '{{.Trying}}' then timeout_at else now() + make_interval(secs => $4::float8) end
+where gid = $1 and status = $2
+returning 1
+{{end}}
+
+{{/* After the n-th failed drive the transaction waits d/2 + random()·d/2, d = min(max, min·2^(n-1)). */}}
+{{define "reschedule"}}
+update {{.Global}} set attempts = attempts + 1, last_error = $3, updated_at = now(),
+    next_retry_at = now() + make_interval(secs =>
+        least($5::float8, $4::float8 * power(2::float8, least(attempts, 62))) * (0.5 + random() * 0.5))
+where gid = $1 and status = $2
+returning attempts, next_retry_at
+{{end}}
+
+{{/* The leader's claim: due unfinished transactions of its kinds, oldest due first, skipping rows
+a starter or another claim holds. A transaction still trying is due only at its timeout
+(next_retry_at = timeout_at), and is then decided: cancelling. The claim takes a lease so the next
+tick does not take it again while it is driven. */}}
+{{define "claim"}}
+with due as (
+    select gid, status as old_status from {{.Global}}
+    where status not in ({{.Finals}}) and kind = any($1::text[]) and next_retry_at <= now()
+    order by next_retry_at
+    limit $2
+    for update skip locked
+)
+update {{.Global}} as g set
+    status        = case when g.status = '{{.Trying}}' and g.timeout_at <= now() then '{{.Cancelling}}' else g.status end,
+    attempts      = case when g.status = '{{.Trying}}' and g.timeout_at <= now() then 0 else g.attempts end,
+    next_retry_at = case when g.status = '{{.Trying}}' and g.timeout_at > now() then g.timeout_at
+                         else now() + make_interval(secs => $3::float8) end,
+    updated_at    = now()
+from due where g.gid = due.gid
+returning g.gid, g.kind, g.status, g.timeout_at, g.next_retry_at, g.attempts, coalesce(g.last_error, ''),
+    g.payload, g.created_at, g.updated_at, due.old_status <> g.status
+{{end}}
+
+{{define "get"}}
+select gid, kind, status, timeout_at, next_retry_at, attempts, coalesce(last_error, ''), payload, created_at, updated_at
+from {{.Global}} where gid = $1
+{{end}}
+
+{{define "list"}}
+select gid, kind, status, timeout_at, next_retry_at, attempts, coalesce(last_error, ''), payload, created_at, updated_at
+from {{.Global}}
+where ($1::text = '' or kind = $1) and ($2::text = '' or status = $2) and ($3::text = '' or gid > $3)
+  and (not $4::bool or status not in ({{.Finals}}))
+order by gid
+limit $5
+{{end}}
+
+{{define "branches"}}
+select gid, branch, seq, target_kind, target, payload, status, attempts, coalesce(last_error, '')
+from {{.Branch}} where gid = any($1::text[])
+order by gid, seq, branch
+{{end}}
+
+{{define "purge"}}
+delete from {{.Global}} where gid in (
+    select gid from {{.Global}}
+    where status in ({{.Finals}}) and updated_at < now() - make_interval(secs => $1::float8)
+    limit $2
+)
+{{end}}

@@ -1,0 +1,36 @@
+-- The coordinator log. Log.Migrate renders this template and runs it as one implicit
+-- transaction; every statement is idempotent, and the advisory lock lets several processes
+-- migrate at once.
+select pg_advisory_xact_lock({{.LockKey}});
+{{if .Schema}}create schema if not exists {{.Schema}};
+{{end -}}
+create table if not exists {{.Global}} (
+    gid           text        primary key,
+    kind          text        not null,               -- Kind.String: tcc, saga, 2pc
+    status        text        not null,               -- Status.String
+    timeout_at    timestamptz not null,               -- trying past it → cancelling
+    next_retry_at timestamptz not null,               -- when the leader may drive it (lease, backoff, or timeout)
+    attempts      integer     not null default 0,     -- failed drives since the last status change
+    last_error    text,
+    payload       bytea,
+    created_at    timestamptz not null default now(),
+    updated_at    timestamptz not null default now()
+);
+-- The leader's claim walks this index: only unfinished transactions are in it.
+create index if not exists {{.DueIndex}} on {{.Global}} (next_retry_at)
+    where status not in ({{.Finals}});
+-- The retention job walks this one.
+create index if not exists {{.DoneIndex}} on {{.Global}} (updated_at)
+    where status in ({{.Finals}});
+create table if not exists {{.Branch}} (
+    gid         text    not null references {{.Global}} (gid) on delete cascade,
+    branch      text    not null,
+    seq         integer not null,                     -- order of registration (saga order)
+    target_kind text    not null,                     -- TargetKind.String: http, inproc
+    target      text    not null,                     -- URL, or registered participant name
+    payload     bytea,
+    status      text    not null,                     -- BranchStatus.String
+    attempts    integer not null default 0,           -- failed ops
+    last_error  text,
+    primary key (gid, branch)
+);

@@ -1,0 +1,233 @@
+package core
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Kind is the protocol of a global transaction. The table's kind column stores [Kind.String].
+type Kind uint8
+
+const (
+	KindTCC  Kind = iota + 1 // try, then confirm all or cancel all
+	KindSaga                 // actions in order, compensations in reverse
+	Kind2PC                  // prepare, then commit all or roll back all
+)
+
+var kindNames = map[Kind]string{KindTCC: "tcc", KindSaga: "saga", Kind2PC: "2pc"}
+
+// String returns the name stored in the kind column.
+func (k Kind) String() string {
+	if s, ok := kindNames[k]; ok {
+		return s
+	}
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// ParseKind reads the name [Kind.String] writes.
+func ParseKind(s string) (Kind, error) {
+	for k, n := range kindNames {
+		if n == s {
+			return k, nil
+		}
+	}
+	return 0, fmt.Errorf("core: unknown kind %q: %w", s, ErrInvalidOption)
+}
+
+// Status is the state of a global transaction. The status column stores [Status.String].
+type Status uint8
+
+const (
+	StatusTrying       Status = iota + 1 // tcc/2pc: branches are being tried (prepared)
+	StatusConfirming                     // decided to commit; confirms under way
+	StatusConfirmed                      // every branch confirmed (final)
+	StatusCancelling                     // decided to roll back; cancels under way
+	StatusCancelled                      // every branch cancelled (final)
+	StatusRunning                        // saga: actions under way
+	StatusCompensating                   // saga: an action failed; compensations under way
+	StatusCompensated                    // saga: every completed action compensated (final)
+	StatusSucceeded                      // saga: every action done (final)
+)
+
+var statusNames = map[Status]string{
+	StatusTrying: "trying", StatusConfirming: "confirming", StatusConfirmed: "confirmed",
+	StatusCancelling: "cancelling", StatusCancelled: "cancelled", StatusRunning: "running",
+	StatusCompensating: "compensating", StatusCompensated: "compensated", StatusSucceeded: "succeeded",
+}
+
+// String returns the name stored in the status column.
+func (s Status) String() string {
+	if n, ok := statusNames[s]; ok {
+		return n
+	}
+	return "Status(" + strconv.Itoa(int(s)) + ")"
+}
+
+// ParseStatus reads the name [Status.String] writes.
+func ParseStatus(s string) (Status, error) {
+	for st, n := range statusNames {
+		if n == s {
+			return st, nil
+		}
+	}
+	return 0, fmt.Errorf("core: unknown status %q: %w", s, ErrInvalidState)
+}
+
+// transitions lists, for each status, the statuses a transaction may move to. Every statement
+// that changes a global status is checked against it ([Status.CanBecome]) before it runs, and
+// conditions on the old status in its WHERE clause, so concurrent writers cannot skip a step.
+var transitions = map[Status][]Status{
+	StatusTrying:       {StatusConfirming, StatusCancelling},  // starter: Commit / Rollback; leader: timeout → cancel
+	StatusConfirming:   {StatusConfirmed},                     // every confirm succeeded
+	StatusCancelling:   {StatusCancelled},                     // every cancel succeeded
+	StatusRunning:      {StatusSucceeded, StatusCompensating}, // saga: all actions done / one refused
+	StatusCompensating: {StatusCompensated},                   // every compensation succeeded
+}
+
+// CanBecome reports whether a transaction in status s may move to t.
+func (s Status) CanBecome(t Status) bool {
+	for _, n := range transitions[s] {
+		if n == t {
+			return true
+		}
+	}
+	return false
+}
+
+// Final reports whether s is an end state: nothing more happens to the transaction, and the
+// retention job may delete it.
+func (s Status) Final() bool {
+	_, ok := statusNames[s]
+	return ok && len(transitions[s]) == 0
+}
+
+// Initial returns the status a new transaction of kind k starts in.
+func (k Kind) Initial() Status {
+	if k == KindSaga {
+		return StatusRunning
+	}
+	return StatusTrying
+}
+
+// Outcome returns the final status a transaction in the driving status s reaches once every
+// branch has done its op (confirming → confirmed, ...), and false for other statuses.
+func (s Status) Outcome() (Status, bool) {
+	switch s {
+	case StatusConfirming:
+		return StatusConfirmed, true
+	case StatusCancelling:
+		return StatusCancelled, true
+	case StatusRunning:
+		return StatusSucceeded, true
+	case StatusCompensating:
+		return StatusCompensated, true
+	}
+	return 0, false
+}
+
+// timeoutStatus is the status a transaction moves to when its global timeout passes, if it is
+// still in s; false when the timeout does not apply to s (the decision is already made).
+func (s Status) timeoutStatus() (Status, bool) {
+	if s == StatusTrying {
+		return StatusCancelling, true
+	}
+	return 0, false
+}
+
+// BranchStatus is the state of a branch. It records only what recovery must not do again: a
+// branch is [BranchPending] until the op of its transaction's driving status succeeded, then it
+// takes that op's done status.
+type BranchStatus uint8
+
+const (
+	BranchPending     BranchStatus = iota + 1 // recorded; try/action outcome unknown or phase two not done
+	BranchConfirmed                           // confirm succeeded
+	BranchCancelled                           // cancel succeeded
+	BranchSucceeded                           // saga action succeeded
+	BranchCompensated                         // saga compensation succeeded
+)
+
+var branchNames = map[BranchStatus]string{
+	BranchPending: "pending", BranchConfirmed: "confirmed", BranchCancelled: "cancelled",
+	BranchSucceeded: "succeeded", BranchCompensated: "compensated",
+}
+
+// String returns the name stored in the branch status column.
+func (b BranchStatus) String() string {
+	if n, ok := branchNames[b]; ok {
+		return n
+	}
+	return "BranchStatus(" + strconv.Itoa(int(b)) + ")"
+}
+
+// ParseBranchStatus reads the name [BranchStatus.String] writes.
+func ParseBranchStatus(s string) (BranchStatus, error) {
+	for b, n := range branchNames {
+		if n == s {
+			return b, nil
+		}
+	}
+	return 0, fmt.Errorf("core: unknown branch status %q: %w", s, ErrInvalidState)
+}
+
+// branchTransitions lists the branch statuses a branch may move to.
+var branchTransitions = map[BranchStatus][]BranchStatus{
+	BranchPending:   {BranchConfirmed, BranchCancelled, BranchSucceeded},
+	BranchSucceeded: {BranchCompensated},
+}
+
+// CanBecome reports whether a branch in status b may move to t.
+func (b BranchStatus) CanBecome(t BranchStatus) bool {
+	for _, n := range branchTransitions[b] {
+		if n == t {
+			return true
+		}
+	}
+	return false
+}
+
+// BranchDone returns the branch status that a successful op in the global status s records
+// (confirming → confirmed, ...), and false when s drives no branch op.
+func (s Status) BranchDone() (BranchStatus, bool) {
+	switch s {
+	case StatusConfirming:
+		return BranchConfirmed, true
+	case StatusCancelling:
+		return BranchCancelled, true
+	case StatusRunning:
+		return BranchSucceeded, true
+	case StatusCompensating:
+		return BranchCompensated, true
+	}
+	return 0, false
+}
+
+// TargetKind says how a branch's participant is reached.
+type TargetKind uint8
+
+const (
+	TargetHTTP   TargetKind = iota + 1 // Target.Ref is a URL
+	TargetInProc                       // Target.Ref is a name registered with the coordinator
+)
+
+// String returns the name stored in the target_kind column.
+func (k TargetKind) String() string {
+	switch k {
+	case TargetHTTP:
+		return "http"
+	case TargetInProc:
+		return "inproc"
+	}
+	return "TargetKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// ParseTargetKind reads the name [TargetKind.String] writes.
+func ParseTargetKind(s string) (TargetKind, error) {
+	switch s {
+	case "http":
+		return TargetHTTP, nil
+	case "inproc":
+		return TargetInProc, nil
+	}
+	return 0, fmt.Errorf("core: unknown target kind %q: %w", s, ErrInvalidBranch)
+}
