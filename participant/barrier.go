@@ -113,9 +113,11 @@ func (b *Barrier) Run(ctx context.Context, db idempotency.DBTX) error {
 //     row, the try never ran: this is the empty rollback. Call records the cancel's own marker and
 //     returns nil without calling fn; the try marker now blocks any try that arrives later.
 //   - Every op then inserts its own marker. If the row was already there, the op already ran (and
-//     committed): Call returns nil without calling fn. For a try (action) whose marker was written
-//     by an empty rollback — its cancel's marker exists — it returns an error wrapping [ErrHanging]
-//     (and so [ErrRefused]) instead: the hanging try is refused.
+//     committed): Call returns nil without calling fn. For a try (action) whose branch has been
+//     cancelled — its marker was written by an empty rollback, or the try ran and was then
+//     cancelled — it returns an error wrapping [ErrHanging] (and so [ErrRefused]) instead, still
+//     without calling fn: the hanging try is refused. Telling the two apart takes one read of the
+//     cancel marker, made only after the write has decided that fn is not called.
 //   - Otherwise Call calls fn(ctx, tx) and returns its error, wrapped with the gid, branch and op.
 //     A business refusal in fn should wrap [ErrRefused]; the caller rolls back, so a later cancel
 //     finds no try marker and is an empty rollback.

@@ -53,7 +53,9 @@ func newFixture(t testing.TB, opts ...participant.BarrierOption) *fixture {
 	return &fixture{t: t, pool: s.Pool, bar: bar, invoked: map[string]int{}}
 }
 
-func callKey(gid, branch string, op participant.Op) string { return gid + "|" + branch + "|" + op.String() }
+func callKey(gid, branch string, op participant.Op) string {
+	return gid + "|" + branch + "|" + op.String()
+}
 
 // record is the business code of every test: it counts the invocation and writes a row in tx.
 func (f *fixture) record(ctx context.Context, tx pgx.Tx, req participant.Request) error {

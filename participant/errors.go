@@ -1,16 +1,21 @@
 package participant
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors of the barrier. [ErrRefused] and [ErrBadRequest], shared with the wire protocol,
 // are declared in wire.go. Callers match them with [errors.Is].
 var (
-	// ErrHanging: a try (or a saga action) arrived after its branch was cancelled (compensated) —
-	// the cancel came first, found no try and recorded an empty rollback, which blocks the try for
-	// good. It wraps [ErrRefused], so [Barrier.Handler] answers [StatusRefused] (409) and the
-	// coordinator, already rolling back, does nothing more with the branch.
-	ErrHanging = fmt.Errorf("%w: branch already cancelled before its try arrived (hanging try)", ErrRefused)
+	// ErrHanging: a try (or a saga action) arrived after its branch was cancelled (compensated).
+	// Usually the cancel came first, found no try and recorded an empty rollback, which blocks the
+	// try for good — the hanging try; the same answer goes to a try retried after its branch was
+	// cancelled normally. Either way the business code is not called. ErrHanging wraps
+	// [ErrRefused], so [Barrier.Handler] answers [StatusRefused] (409) and the coordinator, already
+	// rolling back, does nothing more with the branch.
+	ErrHanging = fmt.Errorf("%w: branch already cancelled (hanging try)", ErrRefused)
 	// ErrInvalidOption: [NewBarrier] was given an option it cannot use. The error returned wraps it
 	// and, when the idempotency store rejected the option, idempotency.ErrInvalidOption too.
-	ErrInvalidOption = fmt.Errorf("participant: invalid option")
+	ErrInvalidOption = errors.New("participant: invalid option")
 )
