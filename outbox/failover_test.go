@@ -236,13 +236,13 @@ func consumerPool(tb testing.TB, url string) *pgxpool.Pool {
 	return pool
 }
 
-// runConsumer runs c until the returned stop is called or the test ends; stop waits for Run to
-// return and fails the test if it returned an error.
-func runConsumer(tb testing.TB, c *rocketmq.Consumer) (stop func()) {
+// background runs fn (a Run method) in a goroutine until the returned stop is called or the test
+// ends; stop cancels fn's ctx, waits for fn to return and fails the test if it returned an error.
+func background(tb testing.TB, what string, fn func(context.Context) error) (stop func()) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	go func() { done <- fn(ctx) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -250,10 +250,10 @@ func runConsumer(tb testing.TB, c *rocketmq.Consumer) (stop func()) {
 			select {
 			case err := <-done:
 				if err != nil {
-					tb.Errorf("consumer Run: %v", err)
+					tb.Errorf("%s: Run: %v", what, err)
 				}
 			case <-time.After(90 * time.Second):
-				tb.Error("consumer Run did not return within 90s of its ctx ending")
+				tb.Errorf("%s: Run did not return within 90s of its ctx ending", what)
 			}
 		})
 	}
@@ -331,7 +331,7 @@ func TestIntegrationKeyOrderAcrossRelayFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopConsumer := runConsumer(t, c)
+	stopConsumer := background(t, "consumer", c.Run)
 
 	// The relays, and an observer of their election.
 	procs := map[int]*relayProc{}
