@@ -29,7 +29,7 @@
 //	_ = l.Create(ctx, gid, core.KindTCC, time.Minute, nil)
 //	_ = l.AddBranch(ctx, gid, core.StatusTrying, core.Branch{Name: "stock", Target: core.Target{Kind: core.TargetHTTP, Ref: url}})
 //	// ... call try ...
-//	_ = l.Decide(ctx, gid, core.StatusTrying, core.StatusConfirming)
+//	_, _ = l.Decide(ctx, gid, core.StatusTrying, core.StatusConfirming)
 //	// ... call confirms ...
 //	_ = l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusConfirming, Done: []string{"stock"}, Next: core.StatusConfirmed})
 package core

@@ -226,29 +226,30 @@ func (l *Log) status(ctx context.Context, gid string) (Status, error) {
 }
 
 // Decide moves gid from status from to status to (a starter's decision: trying → confirming or
-// cancelling) and gives the caller the lease on it. Deciding what is already decided the same way
-// is a no-op; anything else returns an error wrapping [ErrInvalidState] naming the current status,
-// or [ErrNotFound]. One write.
-func (l *Log) Decide(ctx context.Context, gid string, from, to Status) error {
+// cancelling) and gives the caller the lease on it, and returns the status gid is now in.
+// Deciding what is already decided the same way is not an error: it returns to, or to's outcome
+// when the decision has been carried out already. Anything else returns an error wrapping
+// [ErrInvalidState] naming the current status, or [ErrNotFound]. One write.
+func (l *Log) Decide(ctx context.Context, gid string, from, to Status) (Status, error) {
 	if !from.CanBecome(to) {
-		return fmt.Errorf("core: %s: %s → %s: %w", gid, from, to, ErrInvalidState)
+		return 0, fmt.Errorf("core: %s: %s → %s: %w", gid, from, to, ErrInvalidState)
 	}
 	var one int
 	err := l.pool.QueryRow(ctx, l.q["decide"], gid, from.String(), to.String(), l.o.lease.Seconds()).Scan(&one)
 	if err == nil {
-		return nil
+		return to, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("core: %s: %s → %s: %w", gid, from, to, err)
+		return 0, fmt.Errorf("core: %s: %s → %s: %w", gid, from, to, err)
 	}
 	cur, err := l.status(ctx, gid)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if cur == to {
-		return nil
+	if out, _ := to.Outcome(); cur == to || cur == out {
+		return cur, nil
 	}
-	return fmt.Errorf("core: %s: %s → %s: transaction is %s: %w", gid, from, to, cur, ErrInvalidState)
+	return cur, fmt.Errorf("core: %s: %s → %s: transaction is %s: %w", gid, from, to, cur, ErrInvalidState)
 }
 
 // BranchFailure is a branch whose op failed, and why.
@@ -273,7 +274,7 @@ type Progress struct {
 // first; a refusal returns an error wrapping [lock.ErrFenced] and writes nothing. Branches already
 // done are not marked again. When the transaction is no longer in p.From it returns nil if it is
 // already in p.Next (another driver finished it), otherwise an error wrapping [ErrInvalidState].
-// One write for a clean finish (plus one for the branches), two or three when something failed.
+// A clean finish (p.Next set) is one statement; a partial one two or three.
 func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 	done, ok := p.From.BranchDone()
 	if !ok {
@@ -287,7 +288,7 @@ func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 		if err := l.fenceCheck(ctx, tx, tok); err != nil {
 			return err
 		}
-		if len(p.Done) > 0 {
+		if len(p.Done) > 0 && p.Next == 0 {
 			if _, err := tx.Exec(ctx, l.q["branches_done"], p.GID, p.Done, done.String()); err != nil {
 				return fmt.Errorf("mark branches %s: %w", done, err)
 			}
@@ -305,7 +306,8 @@ func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 		var rows pgx.Rows
 		var err error
 		if p.Next != 0 {
-			rows, err = tx.Query(ctx, l.q["finish"], p.GID, p.From.String(), p.Next.String(), l.o.lease.Seconds())
+			rows, err = tx.Query(ctx, l.q["finish"], p.GID, p.From.String(), p.Next.String(), l.o.lease.Seconds(),
+				p.Done, done.String())
 		} else {
 			why := p.Err
 			if why == nil && len(p.Failed) > 0 {

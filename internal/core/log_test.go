@@ -64,19 +64,19 @@ func TestIntegrationLogLifecycle(t *testing.T) {
 		})
 	}
 
-	if err := l.Decide(ctx, gid, core.StatusTrying, core.StatusConfirming); err != nil {
+	if _, err := l.Decide(ctx, gid, core.StatusTrying, core.StatusConfirming); err != nil {
 		t.Fatalf("Decide: %v", err)
 	}
-	if err := l.Decide(ctx, gid, core.StatusTrying, core.StatusConfirming); err != nil {
+	if _, err := l.Decide(ctx, gid, core.StatusTrying, core.StatusConfirming); err != nil {
 		t.Fatalf("Decide again (idempotent): %v", err)
 	}
-	if err := l.Decide(ctx, gid, core.StatusTrying, core.StatusCancelling); !errors.Is(err, core.ErrInvalidState) {
+	if _, err := l.Decide(ctx, gid, core.StatusTrying, core.StatusCancelling); !errors.Is(err, core.ErrInvalidState) {
 		t.Fatalf("Decide cancelling after confirming = %v, want ErrInvalidState", err)
 	}
-	if err := l.Decide(ctx, gid, core.StatusConfirming, core.StatusCancelling); !errors.Is(err, core.ErrInvalidState) {
+	if _, err := l.Decide(ctx, gid, core.StatusConfirming, core.StatusCancelling); !errors.Is(err, core.ErrInvalidState) {
 		t.Fatalf("Decide confirming → cancelling = %v, want ErrInvalidState", err)
 	}
-	if err := l.Decide(ctx, "nope", core.StatusTrying, core.StatusConfirming); !errors.Is(err, core.ErrNotFound) {
+	if _, err := l.Decide(ctx, "nope", core.StatusTrying, core.StatusConfirming); !errors.Is(err, core.ErrNotFound) {
 		t.Fatalf("Decide unknown = %v, want ErrNotFound", err)
 	}
 	if err := l.AddBranch(ctx, gid, core.StatusTrying, httpBranch("late")); !errors.Is(err, core.ErrInvalidState) {
@@ -177,16 +177,34 @@ func TestIntegrationRecordFenced(t *testing.T) {
 	if err := l.AddBranch(ctx, gid, core.StatusTrying, httpBranch("a")); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Decide(ctx, gid, core.StatusTrying, core.StatusCancelling); err != nil {
+	if _, err := l.Decide(ctx, gid, core.StatusTrying, core.StatusCancelling); err != nil {
 		t.Fatal(err)
 	}
-	old, cur := lock.Token{Epoch: 7, Seq: 1}, lock.Token{Epoch: 7, Seq: 2}
+	// Two recoverers' leaderships, one after the other: the first's token is older.
+	path := testenv.ZKRoot(t) + "/leader"
+	first, err := elector(t, path, "first").Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := first.Token()
+	if err := first.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second, err := elector(t, path, "second").Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Resign(context.WithoutCancel(ctx)) //nolint:errcheck
+	cur := second.Token()
+	if !old.Less(cur) {
+		t.Fatalf("tokens %s, %s", old, cur)
+	}
 	if err := l.Record(ctx, cur, core.Progress{GID: gid, From: core.StatusCancelling,
 		Failed: []core.BranchFailure{{Branch: "a", Err: errors.New("down")}}}); err != nil {
 		t.Fatalf("Record by the current leader: %v", err)
 	}
 	before := get(t, l, gid)
-	err := l.Record(ctx, old, core.Progress{GID: gid, From: core.StatusCancelling, Done: []string{"a"}, Next: core.StatusCancelled})
+	err = l.Record(ctx, old, core.Progress{GID: gid, From: core.StatusCancelling, Done: []string{"a"}, Next: core.StatusCancelled})
 	if !errors.Is(err, lock.ErrFenced) {
 		t.Fatalf("Record by the deposed leader = %v, want lock.ErrFenced", err)
 	}
@@ -247,7 +265,7 @@ func TestIntegrationRecoverer(t *testing.T) {
 		}
 	}
 	// "leased" is being confirmed by its starter (lease one hour): the leader must not touch it.
-	if err := l.Decide(ctx, "leased", core.StatusTrying, core.StatusConfirming); err != nil {
+	if _, err := l.Decide(ctx, "leased", core.StatusTrying, core.StatusConfirming); err != nil {
 		t.Fatal(err)
 	}
 	drv := &recorder{l: l, drives: map[string]int{}}
@@ -278,7 +296,7 @@ func TestIntegrationRecoverer(t *testing.T) {
 	drv.mu.Lock()
 	drv.fail = errors.New("participant down")
 	drv.mu.Unlock()
-	if err := l.Decide(ctx, "failing", core.StatusTrying, core.StatusCancelling); err != nil {
+	if _, err := l.Decide(ctx, "failing", core.StatusTrying, core.StatusCancelling); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: "failing", From: core.StatusCancelling, Err: errors.New("starter gave up")}); err != nil {
@@ -307,7 +325,7 @@ func TestIntegrationRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := l.Decide(ctx, "done", core.StatusTrying, core.StatusCancelling); err != nil {
+	if _, err := l.Decide(ctx, "done", core.StatusTrying, core.StatusCancelling); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: "done", From: core.StatusCancelling, Next: core.StatusCancelled}); err != nil {

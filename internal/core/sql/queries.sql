@@ -37,7 +37,13 @@ from unnest($2::text[], $3::text[]) as f(branch, err)
 where b.gid = $1 and b.branch = f.branch
 {{end}}
 
+{{/* Moves the transaction on and marks the branches done in the same statement: a clean finish
+is one round trip. */}}
 {{define "finish"}}
+with b as (
+    update {{.Branch}} set status = $6
+    where gid = $1 and branch = any($5::text[]) and status <> $6
+)
 update {{.Global}} set status = $3, attempts = 0, last_error = null, updated_at = now(),
     next_retry_at = case when $3 = '{{.Trying}}' then timeout_at else now() + make_interval(secs => $4::float8) end
 where gid = $1 and status = $2

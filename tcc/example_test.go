@@ -1,0 +1,93 @@
+package tcc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/tcc"
+)
+
+// Example places two orders with two in-process participants: the first reserves stock and
+// funds and is confirmed; the second is refused by the account and rolled back.
+func Example() {
+	ctx := context.Background()
+	url := os.Getenv("TXKIT_PG_URL") // set by `make test`
+	if url == "" {
+		fmt.Println("TXKIT_PG_URL is not set: start the servers with `make up`")
+		return
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	schema := "example_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:8]
+	defer pool.Exec(context.WithoutCancel(ctx), "drop schema if exists "+pgx.Identifier{schema}.Sanitize()+" cascade") //nolint:errcheck
+
+	// Concurrency 1 calls the confirms (cancels) one after the other, so the output is in order.
+	c, err := tcc.New(pool, tcc.WithSchema(schema), tcc.WithConcurrency(1))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := c.Migrate(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Participants print what they are asked; the account refuses amounts over 100.
+	stock, _ := c.Register("stock", participant.ParticipantFunc(func(_ context.Context, r participant.Request) error {
+		fmt.Printf("  stock %s\n", r.Op)
+		return nil
+	}))
+	account, _ := c.Register("account", participant.ParticipantFunc(func(_ context.Context, r participant.Request) error {
+		if r.Op == participant.OpTry && string(r.Payload) == `{"amount":500}` {
+			fmt.Printf("  account %s: refused\n", r.Op)
+			return participant.ErrRefused
+		}
+		fmt.Printf("  account %s\n", r.Op)
+		return nil
+	}))
+
+	order := func(amount int) {
+		g, err := c.Begin(ctx)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		err = g.Try(ctx, tcc.Branch{Name: "stock", Participant: stock})
+		if err == nil {
+			err = g.Try(ctx, tcc.Branch{Name: "account", Participant: account, Payload: fmt.Appendf(nil, `{"amount":%d}`, amount)})
+		}
+		if err != nil {
+			if rerr := g.Rollback(ctx); rerr != nil {
+				fmt.Println(rerr)
+			}
+		} else if err = g.Commit(ctx); err != nil {
+			fmt.Println(err)
+		}
+		st, _ := c.Status(ctx, g.GID())
+		fmt.Printf("order of %d: %s (refused: %v)\n", amount, st, errors.Is(err, participant.ErrRefused))
+	}
+	order(50)
+	order(500)
+	// Output:
+	//   stock try
+	//   account try
+	//   stock confirm
+	//   account confirm
+	// order of 50: confirmed (refused: false)
+	//   stock try
+	//   account try: refused
+	//   stock cancel
+	//   account cancel
+	// order of 500: cancelled (refused: true)
+}

@@ -1,0 +1,398 @@
+package tcc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/participant"
+)
+
+// Status is the state of a global transaction: trying, then confirming → confirmed or
+// cancelling → cancelled.
+type Status = core.Status
+
+// The statuses of a TCC transaction.
+const (
+	StatusTrying     = core.StatusTrying
+	StatusConfirming = core.StatusConfirming
+	StatusConfirmed  = core.StatusConfirmed
+	StatusCancelling = core.StatusCancelling
+	StatusCancelled  = core.StatusCancelled
+)
+
+// Coordinator starts TCC global transactions and, with [Coordinator.Run], finishes on the
+// elected leader those whose starter vanished. Any number of Coordinators (processes) may share
+// one schema; each may start transactions; the leader among them recovers.
+//
+// Coordinator is safe for concurrent use by multiple goroutines.
+type Coordinator struct {
+	log     *core.Log
+	o       options
+	mu      sync.RWMutex
+	parts   map[string]participant.Participant
+	running atomic.Bool
+	stats   struct{ violations, failures atomic.Int64 }
+}
+
+// New returns a Coordinator whose log lives in pool. It does not touch the database: call
+// [Coordinator.Migrate]. It returns an error wrapping [ErrInvalidOption] when an option is
+// unusable.
+func New(pool *pgxpool.Pool, opts ...Option) (*Coordinator, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	copts := []core.Option{core.WithTablePrefix(o.prefix), core.WithLease(o.lease), core.WithBackoff(o.backoffMin, o.backoffMax)}
+	if o.schema != "" {
+		copts = append(copts, core.WithSchema(o.schema))
+	}
+	l, err := core.New(pool, copts...)
+	if err != nil {
+		return nil, fmt.Errorf("tcc: %w", mapErr(err))
+	}
+	return &Coordinator{log: l, o: o, parts: map[string]participant.Participant{}}, nil
+}
+
+// Migrate creates the coordinator's tables (and the fence table) when they do not exist. It is
+// idempotent and safe to run from several processes at once; ctx scopes only this call.
+func (c *Coordinator) Migrate(ctx context.Context) error {
+	if err := c.log.Migrate(ctx); err != nil {
+		return fmt.Errorf("tcc: %w", err)
+	}
+	return nil
+}
+
+// Register makes p the in-process participant called name, and returns the participant to use
+// in [Branch.Participant]. The branch stores the name, so every Coordinator that may recover the
+// transaction (the leader may be another process) must register the same name. Registering a
+// name twice returns an error wrapping [ErrInvalidOption].
+func (c *Coordinator) Register(name string, p participant.Participant) (participant.Participant, error) {
+	if name == "" || p == nil {
+		return nil, fmt.Errorf("tcc: register %q: empty name or nil participant: %w", name, ErrInvalidOption)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.parts[name]; ok {
+		return nil, fmt.Errorf("tcc: register %q: already registered: %w", name, ErrInvalidOption)
+	}
+	c.parts[name] = p
+	return named{name: name, p: p}, nil
+}
+
+// named is a registered in-process participant: the branch stores its name.
+type named struct {
+	name string
+	p    participant.Participant
+}
+
+func (n named) Do(ctx context.Context, req participant.Request) error { return n.p.Do(ctx, req) }
+
+// Stats counts what a [Coordinator] saw.
+type Stats struct {
+	// Violations counts refusals of a confirm or cancel: a participant broke the protocol (after
+	// a successful try, confirm and cancel must succeed eventually). They are retried.
+	Violations int64
+	// Failures counts failed confirms and cancels (retried).
+	Failures int64
+}
+
+// Stats returns the coordinator's counters.
+func (c *Coordinator) Stats() Stats {
+	return Stats{Violations: c.stats.violations.Load(), Failures: c.stats.failures.Load()}
+}
+
+// Status returns gid's status, or an error wrapping [ErrNotFound].
+func (c *Coordinator) Status(ctx context.Context, gid string) (Status, error) {
+	t, err := c.log.Get(ctx, gid)
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	return t.Status, nil
+}
+
+// Begin records a new global transaction, trying, and returns it. It blocks for one write; ctx
+// scopes only this call. The transaction's timeout ([WithTimeout], default
+// [WithDefaultTimeout]) starts now: if it is neither committed nor rolled back by then, the leader
+// cancels it. A gid already used returns an error wrapping [ErrInvalidState].
+func (c *Coordinator) Begin(ctx context.Context, opts ...BeginOption) (*Global, error) {
+	o := beginOptions{timeout: c.o.timeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.gid == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("tcc: gid: %w", err)
+		}
+		o.gid = id.String()
+	}
+	if o.timeout <= 0 {
+		return nil, fmt.Errorf("tcc: begin %s: timeout %v: %w", o.gid, o.timeout, ErrInvalidOption)
+	}
+	if err := c.log.Create(ctx, o.gid, core.KindTCC, o.timeout, nil); err != nil {
+		return nil, fmt.Errorf("tcc: begin: %w", mapErr(err))
+	}
+	return &Global{c: c, gid: o.gid}, nil
+}
+
+// Branch is one participant's part in a global transaction.
+type Branch struct {
+	// Name identifies the branch within the transaction (the participant's barrier key with the gid).
+	Name string
+	// Participant is a participant.HTTP (its URL is stored) or one returned by
+	// [Coordinator.Register] (its name is stored), so a recovering coordinator can call it.
+	Participant participant.Participant
+	// Payload is sent with every op of the branch; empty or JSON.
+	Payload json.RawMessage
+}
+
+// Global is a TCC global transaction begun by [Coordinator.Begin]. Try its branches, then Commit
+// or Rollback. Global is safe for concurrent use: branches may be tried in parallel.
+type Global struct {
+	c        *Coordinator
+	gid      string
+	mu       sync.Mutex
+	seq      int
+	branches []core.Branch
+}
+
+// GID returns the transaction's id.
+func (g *Global) GID() string { return g.gid }
+
+// Try records branch b (with its participant, so its confirm or cancel can be called by whoever
+// finishes the transaction), then calls its try. It blocks for one write and the call, bounded by
+// ctx and [WithCallTimeout].
+//
+// A nil error means the try succeeded. A refused try returns a *[BranchError] wrapping
+// [participant.ErrRefused], after recording the rollback decision: call [Global.Rollback], which
+// cancels every branch (including the refused one: an empty rollback is the barrier's concern);
+// if the caller does not, the leader does once the lease passes. Any other failure (transport,
+// timeout, HTTP 500) is an unknown outcome: the transaction stays trying and the caller should
+// call Rollback; if it does not, the leader cancels the transaction at its timeout.
+//
+// An empty name, a payload that is not JSON or a participant that cannot be recorded returns an
+// error wrapping [ErrInvalidBranch], as does a name already tried; a transaction already decided
+// (or cancelled by its timeout) returns [ErrInvalidState] and calls nothing.
+func (g *Global) Try(ctx context.Context, b Branch) error {
+	target, err := targetOf(b.Participant)
+	if err != nil {
+		return fmt.Errorf("tcc: branch %q of %s: %w", b.Name, g.gid, err)
+	}
+	if len(b.Payload) > 0 && !json.Valid(b.Payload) {
+		return fmt.Errorf("tcc: branch %q of %s: payload is not JSON: %w", b.Name, g.gid, ErrInvalidBranch)
+	}
+	g.mu.Lock()
+	seq := g.seq
+	g.seq++
+	g.mu.Unlock()
+	cb := core.Branch{Name: b.Name, Seq: seq, Target: target, Payload: b.Payload}
+	if err := g.c.log.AddBranch(ctx, g.gid, core.StatusTrying, cb); err != nil {
+		return fmt.Errorf("tcc: try: %w", mapErr(err))
+	}
+	g.mu.Lock()
+	g.branches = append(g.branches, cb)
+	g.mu.Unlock()
+	err = g.c.call(ctx, b.Participant, participant.Request{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Payload: b.Payload})
+	if err == nil {
+		return nil
+	}
+	berr := &BranchError{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Err: err}
+	if errors.Is(err, participant.ErrRefused) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if _, derr := g.c.log.Decide(cctx, g.gid, core.StatusTrying, core.StatusCancelling); derr != nil {
+			return errors.Join(berr, fmt.Errorf("tcc: record rollback of %s: %w", g.gid, mapErr(derr)))
+		}
+	}
+	return berr
+}
+
+const cleanupTimeout = 5 * time.Second
+
+// targetOf says where the recovery finds p.
+func targetOf(p participant.Participant) (core.Target, error) {
+	switch p := p.(type) {
+	case participant.HTTP:
+		if p.URL != "" {
+			return core.Target{Kind: core.TargetHTTP, Ref: p.URL}, nil
+		}
+	case *participant.HTTP:
+		if p != nil && p.URL != "" {
+			return core.Target{Kind: core.TargetHTTP, Ref: p.URL}, nil
+		}
+	case named:
+		return core.Target{Kind: core.TargetInProc, Ref: p.name}, nil
+	}
+	return core.Target{}, fmt.Errorf("participant %T is neither a participant.HTTP with a URL nor registered with Coordinator.Register: %w", p, ErrInvalidBranch)
+}
+
+// Commit records the decision to confirm, then calls every branch's confirm (at most
+// [WithConcurrency] at once) and records the outcome. It blocks until then; ctx bounds the calls,
+// not the recording of their results.
+//
+// nil means every branch confirmed. An error wrapping [ErrIncomplete] means the decision is
+// recorded but some confirms failed (or ctx ended): the leader retries them until they succeed.
+// A transaction no longer trying — rolled back, refused, or cancelled by its timeout — returns an
+// error wrapping [ErrInvalidState] and confirms nothing. Committing twice is harmless.
+func (g *Global) Commit(ctx context.Context) error {
+	return g.finish(ctx, core.StatusConfirming)
+}
+
+// Rollback records the decision to cancel, then calls every recorded branch's cancel — also those
+// whose try failed, timed out or was refused: their outcome is unknown, and the participant's
+// barrier makes a cancel without a try an empty rollback — and records the outcome. Errors as for
+// [Global.Commit]; a committed transaction returns [ErrInvalidState].
+func (g *Global) Rollback(ctx context.Context) error {
+	return g.finish(ctx, core.StatusCancelling)
+}
+
+func (g *Global) finish(ctx context.Context, to Status) error {
+	cur, err := g.c.log.Decide(ctx, g.gid, core.StatusTrying, to)
+	if err != nil {
+		return fmt.Errorf("tcc: %s: %w", to, mapErr(err))
+	}
+	if cur.Final() {
+		return nil // decided and carried out already (a second Commit or Rollback)
+	}
+	g.mu.Lock()
+	branches := append([]core.Branch(nil), g.branches...)
+	g.mu.Unlock()
+	return g.c.drive(ctx, lock.Token{}, g.gid, to, branches)
+}
+
+// drive calls the op of status st on every branch not yet done and records the outcome (fenced
+// with tok when tok is a leader's). It returns nil when every branch is done, an error wrapping
+// ErrIncomplete when some failed (recorded, retried later), or the recording's error.
+func (c *Coordinator) drive(ctx context.Context, tok lock.Token, gid string, st Status, branches []core.Branch) error {
+	op := participant.OpConfirm
+	if st == core.StatusCancelling {
+		op = participant.OpCancel
+	}
+	doneStatus, _ := st.BranchDone()
+	next, _ := st.Outcome()
+	var (
+		mu     sync.Mutex
+		done   []string
+		failed []core.BranchFailure
+	)
+	var eg errgroup.Group
+	eg.SetLimit(c.o.concurrency)
+	for _, b := range branches {
+		if b.Status == doneStatus {
+			done = append(done, b.Name)
+			continue
+		}
+		eg.Go(func() error {
+			err := c.callTarget(ctx, b.Target, participant.Request{GID: gid, Branch: b.Name, Op: op, Payload: b.Payload})
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				done = append(done, b.Name)
+				return nil
+			}
+			c.stats.failures.Add(1)
+			lvl := slog.LevelWarn
+			if errors.Is(err, participant.ErrRefused) {
+				c.stats.violations.Add(1)
+				lvl = slog.LevelError
+				err = fmt.Errorf("protocol violation, %s refused (retrying): %w", op, err)
+			}
+			c.o.log.Log(ctx, lvl, "tcc: branch op failed; retrying later", slog.String("gid", gid),
+				slog.String("branch", b.Name), slog.String("op", op.String()), slog.Any("err", err))
+			failed = append(failed, core.BranchFailure{Branch: b.Name, Err: err})
+			return nil
+		})
+	}
+	_ = eg.Wait()
+	p := core.Progress{GID: gid, From: st, Done: done, Failed: failed}
+	if len(failed) == 0 {
+		p.Next = next
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := c.log.Record(rctx, tok, p); err != nil {
+		return fmt.Errorf("tcc: %s %s: %w", op, gid, mapErr(err))
+	}
+	if len(failed) > 0 {
+		errs := make([]error, len(failed))
+		for i, f := range failed {
+			errs[i] = &BranchError{GID: gid, Branch: f.Branch, Op: op, Err: f.Err}
+		}
+		return fmt.Errorf("tcc: %s %s: %w: %w", op, gid, ErrIncomplete, errors.Join(errs...))
+	}
+	return nil
+}
+
+// call calls p with the call timeout.
+func (c *Coordinator) call(ctx context.Context, p participant.Participant, req participant.Request) error {
+	cctx, cancel := context.WithTimeout(ctx, c.o.callTimeout)
+	defer cancel()
+	return p.Do(cctx, req)
+}
+
+// callTarget calls the participant a branch stored.
+func (c *Coordinator) callTarget(ctx context.Context, t core.Target, req participant.Request) error {
+	var p participant.Participant
+	switch t.Kind {
+	case core.TargetHTTP:
+		p = participant.HTTP{URL: t.Ref, Client: c.o.client}
+	case core.TargetInProc:
+		c.mu.RLock()
+		p = c.parts[t.Ref]
+		c.mu.RUnlock()
+		if p == nil {
+			return fmt.Errorf("in-process participant %q is not registered with this coordinator", t.Ref)
+		}
+	default:
+		return fmt.Errorf("unknown target %s", t.Kind)
+	}
+	return c.call(ctx, p, req)
+}
+
+// Run recovers, while this coordinator leads the election of [WithElector], the transactions whose
+// starter vanished or whose confirms/cancels failed, and cancels those left trying past their
+// timeout; it also deletes finished transactions past the retention. It blocks until ctx ends,
+// then returns nil after every goroutine it started has exited. It returns an error wrapping
+// [ErrInvalidOption] without an elector, [ErrRunning] when another Run is running, and one
+// wrapping [lock.ErrClosed] when the elector's session is closed.
+func (c *Coordinator) Run(ctx context.Context) error {
+	if c.o.elector == nil {
+		return fmt.Errorf("tcc: run: no elector (WithElector): %w", ErrInvalidOption)
+	}
+	if !c.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("tcc: run: %w", ErrRunning)
+	}
+	defer c.running.Store(false)
+	r, err := core.NewRecoverer(c.log, c.o.elector, map[core.Kind]core.Driver{core.KindTCC: core.DriverFunc(c.recoverOne)},
+		core.WithSchedule(c.o.schedule), core.WithBatchSize(c.o.batch), core.WithConcurrency(c.o.recoverConc),
+		core.WithRetention(c.o.retention, c.o.retentionSpec), core.WithLogger(c.o.log))
+	if err != nil {
+		return fmt.Errorf("tcc: run: %w", mapErr(err))
+	}
+	return r.Run(ctx)
+}
+
+// recoverOne is the recovery's driver: finish t's confirms or cancels. Failed branches are
+// recorded (and rescheduled) by drive, so only a failed recording is returned.
+func (c *Coordinator) recoverOne(ctx context.Context, tok lock.Token, t *core.Transaction) error {
+	err := c.drive(ctx, tok, t.GID, t.Status, t.Branches)
+	if errors.Is(err, ErrIncomplete) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,417 @@
+package tcc_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/tcc"
+)
+
+var errDown = errors.New("participant down")
+
+func TestIntegrationCommit(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t)
+	c := e.coordinator()
+	stock, account := newParty(nil), newParty(nil)
+	hs, ha := register(t, c, "stock", stock), register(t, c, "account", account)
+
+	g, err := c.Begin(ctx, tcc.WithGID("order-1"))
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	if err := g.Try(ctx, tcc.Branch{Name: "stock", Participant: hs, Payload: json.RawMessage(`{"sku":"A","n":2}`)}); err != nil {
+		t.Fatalf("Try stock: %v", err)
+	}
+	if err := g.Try(ctx, tcc.Branch{Name: "account", Participant: ha}); err != nil {
+		t.Fatalf("Try account: %v", err)
+	}
+	if err := g.Commit(ctx); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	if s := status(t, c, "order-1"); s != tcc.StatusConfirmed {
+		t.Fatalf("status %s, want confirmed", s)
+	}
+	for _, p := range []*party{stock, account} {
+		if p.count("try") != 1 || p.count("confirm") != 1 || p.count("cancel") != 0 {
+			t.Fatalf("calls %v", p.calls)
+		}
+	}
+	if err := g.Commit(ctx); err != nil {
+		t.Fatalf("second Commit: %v", err)
+	}
+	if stock.count("confirm") != 1 {
+		t.Fatalf("a second Commit confirmed again: %v", stock.calls)
+	}
+	if err := g.Rollback(ctx); !errors.Is(err, tcc.ErrInvalidState) {
+		t.Fatalf("Rollback after Commit = %v, want ErrInvalidState", err)
+	}
+}
+
+// A refused try rolls the transaction back: every branch, the refused one included, is cancelled.
+func TestIntegrationTryRefused(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t)
+	c := e.coordinator()
+	stock := newParty(nil)
+	account := newParty(func(req participant.Request) error {
+		if req.Op == participant.OpTry {
+			return fmt.Errorf("insufficient funds: %w", participant.ErrRefused)
+		}
+		return nil
+	})
+	hs, ha := register(t, c, "stock", stock), register(t, c, "account", account)
+	g, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Try(ctx, tcc.Branch{Name: "stock", Participant: hs}); err != nil {
+		t.Fatal(err)
+	}
+	err = g.Try(ctx, tcc.Branch{Name: "account", Participant: ha})
+	var be *tcc.BranchError
+	if !errors.Is(err, participant.ErrRefused) || !errors.As(err, &be) || be.Branch != "account" || be.Op != participant.OpTry || be.GID != g.GID() {
+		t.Fatalf("Try refused = %v, want a BranchError wrapping participant.ErrRefused", err)
+	}
+	if err := g.Commit(ctx); !errors.Is(err, tcc.ErrInvalidState) {
+		t.Fatalf("Commit after a refusal = %v, want ErrInvalidState", err)
+	}
+	if err := g.Try(ctx, tcc.Branch{Name: "late", Participant: hs}); !errors.Is(err, tcc.ErrInvalidState) {
+		t.Fatalf("Try after a refusal = %v, want ErrInvalidState", err)
+	}
+	if err := g.Rollback(ctx); err != nil {
+		t.Fatalf("Rollback: %v", err)
+	}
+	if s := status(t, c, g.GID()); s != tcc.StatusCancelled {
+		t.Fatalf("status %s", s)
+	}
+	if stock.count("cancel") != 1 || account.count("cancel") != 1 || stock.count("confirm")+account.count("confirm") != 0 ||
+		stock.count("try/late") != 0 {
+		t.Fatalf("calls: stock %v account %v", stock.calls, account.calls)
+	}
+}
+
+// A coordinator crashes after recording its decision and before any confirm: the leader, another
+// coordinator on the same database, confirms every branch. A second transaction's confirm fails
+// at its starter; the leader finishes it, calling only the branch not yet confirmed.
+func TestIntegrationRecoverAfterCrash(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t)
+	starter := e.coordinator(tcc.WithLease(200 * time.Millisecond))
+	stock, account := newParty(nil), newParty(nil)
+	hs, ha := register(t, starter, "stock", stock), register(t, starter, "account", account)
+
+	crashed, err := starter.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []tcc.Branch{{Name: "stock", Participant: hs}, {Name: "account", Participant: ha}} {
+		if err := crashed.Try(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The decision as Commit records it, and then the starter is gone: no confirm was called.
+	l, err := core.New(e.schema.Pool, core.WithSchema(e.schema.Name), core.WithLease(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Decide(ctx, crashed.GID(), core.StatusTrying, core.StatusConfirming); err != nil {
+		t.Fatal(err)
+	}
+
+	// A second transaction whose account confirm fails at the starter.
+	account.setAnswer(func(req participant.Request) error {
+		if req.Op == participant.OpConfirm {
+			return errDown
+		}
+		return nil
+	})
+	partial, err := starter.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []tcc.Branch{{Name: "stock", Participant: hs}, {Name: "account", Participant: ha}} {
+		if err := partial.Try(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = partial.Commit(ctx)
+	var be *tcc.BranchError
+	if !errors.Is(err, tcc.ErrIncomplete) || !errors.Is(err, errDown) || !errors.As(err, &be) || be.Branch != "account" {
+		t.Fatalf("Commit with a failing confirm = %v, want ErrIncomplete from branch account", err)
+	}
+	account.setAnswer(nil)
+
+	// The recovering coordinator: another instance, the same participants registered by name.
+	leader := e.coordinator(tcc.WithElector(e.elector("leader")))
+	register(t, leader, "stock", stock)
+	register(t, leader, "account", account)
+	run(t, leader)
+	for _, gid := range []string{crashed.GID(), partial.GID()} {
+		testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+			return status(t, leader, gid) == tcc.StatusConfirmed
+		}, "%s is confirmed by the leader", gid)
+	}
+	if n := stock.count("confirm/stock"); n != 2 { // once per transaction
+		t.Fatalf("stock confirmed %d times, want 2", n)
+	}
+	if n := account.count("confirm/account"); n != 3 { // crashed: 1; partial: failed, then 1
+		t.Fatalf("account confirmed %d times, want 3", n)
+	}
+	if stock.count("cancel")+account.count("cancel") != 0 {
+		t.Fatal("a confirmed transaction was cancelled")
+	}
+}
+
+// A transaction left trying past its timeout is cancelled by the leader; its starter can no
+// longer commit it.
+func TestIntegrationTimeout(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t)
+	c := e.coordinator(tcc.WithElector(e.elector("only")))
+	stock, account := newParty(nil), newParty(nil)
+	hs, ha := register(t, c, "stock", stock), register(t, c, "account", account)
+	run(t, c)
+
+	g, err := c.Begin(ctx, tcc.WithTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []tcc.Branch{{Name: "stock", Participant: hs}, {Name: "account", Participant: ha}} {
+		if err := g.Try(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, err := c.Begin(ctx, tcc.WithTimeout(time.Hour)) // not timed out: left alone
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		return status(t, c, g.GID()) == tcc.StatusCancelled
+	}, "the timed-out transaction is cancelled")
+	if stock.count("cancel") != 1 || account.count("cancel") != 1 {
+		t.Fatalf("cancels: stock %v account %v", stock.calls, account.calls)
+	}
+	if err := g.Commit(ctx); !errors.Is(err, tcc.ErrInvalidState) {
+		t.Fatalf("Commit after the timeout = %v, want ErrInvalidState", err)
+	}
+	if s := status(t, c, other.GID()); s != tcc.StatusTrying {
+		t.Fatalf("the transaction within its timeout is %s", s)
+	}
+	if stock.count("confirm") != 0 {
+		t.Fatal("confirmed after the timeout")
+	}
+}
+
+// A participant that refuses a confirm breaks the protocol: it is counted, logged and retried
+// until it confirms.
+func TestIntegrationConfirmRefusedIsRetried(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t)
+	var mu sync.Mutex
+	refusals := 3
+	p := newParty(func(req participant.Request) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if req.Op == participant.OpConfirm && refusals > 0 {
+			refusals--
+			return participant.ErrRefused
+		}
+		return nil
+	})
+	c := e.coordinator(tcc.WithElector(e.elector("only")), tcc.WithLease(100*time.Millisecond))
+	h := register(t, c, "p", p)
+	run(t, c)
+	g, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Try(ctx, tcc.Branch{Name: "p", Participant: h}); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Commit(ctx); !errors.Is(err, tcc.ErrIncomplete) || !errors.Is(err, participant.ErrRefused) {
+		t.Fatalf("Commit = %v, want ErrIncomplete wrapping the refusal", err)
+	}
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		return status(t, c, g.GID()) == tcc.StatusConfirmed
+	}, "the confirm is retried until it succeeds")
+	if st := c.Stats(); st.Violations != 3 || p.count("confirm") != 4 {
+		t.Fatalf("stats %+v, confirms %d", st, p.count("confirm"))
+	}
+}
+
+// HTTP participants: 409 on try is a refusal (rollback), 500 on confirm is retried by the
+// leader, which finds the participant by its stored URL.
+func TestIntegrationHTTP(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t)
+	var mu sync.Mutex
+	calls := map[string]int{}
+	failConfirms := 1
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req participant.Request
+		body, _ := io.ReadAll(r.Body)
+		if err := json.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		calls[req.Op.String()+"/"+req.GID]++
+		switch {
+		case req.Op == participant.OpTry && string(req.Payload) == `{"n":1000}`:
+			http.Error(w, "insufficient stock", participant.StatusRefused)
+		case req.Op == participant.OpConfirm && failConfirms > 0:
+			failConfirms--
+			http.Error(w, "database down", http.StatusInternalServerError)
+		default:
+			w.WriteHeader(http.StatusOK)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	count := func(k string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls[k]
+	}
+	hp := participant.HTTP{URL: srv.URL, Client: srv.Client()}
+	starter := e.coordinator(tcc.WithLease(100 * time.Millisecond))
+
+	refused, err := starter.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = refused.Try(ctx, tcc.Branch{Name: "stock", Participant: hp, Payload: json.RawMessage(`{"n":1000}`)})
+	if !errors.Is(err, participant.ErrRefused) {
+		t.Fatalf("Try answered 409 = %v, want participant.ErrRefused", err)
+	}
+	if err := refused.Rollback(ctx); err != nil {
+		t.Fatalf("Rollback: %v", err)
+	}
+	if count("cancel/"+refused.GID()) != 1 {
+		t.Fatalf("calls %v", calls)
+	}
+
+	g, err := starter.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Try(ctx, tcc.Branch{Name: "stock", Participant: &hp, Payload: json.RawMessage(`{"n":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Commit(ctx); !errors.Is(err, tcc.ErrIncomplete) {
+		t.Fatalf("Commit answered 500 = %v, want ErrIncomplete", err)
+	}
+	leader := e.coordinator(tcc.WithElector(e.elector("leader")), tcc.WithHTTPClient(srv.Client()))
+	run(t, leader)
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		return status(t, leader, g.GID()) == tcc.StatusConfirmed
+	}, "the leader confirms after the 500")
+	if n := count("confirm/" + g.GID()); n != 2 {
+		t.Fatalf("confirms %d, want 2 (a 500, then a 200)", n)
+	}
+}
+
+func TestIntegrationBadInput(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t)
+	c := e.coordinator()
+	h := register(t, c, "p", newParty(nil))
+	if _, err := c.Register("p", newParty(nil)); !errors.Is(err, tcc.ErrInvalidOption) {
+		t.Fatalf("Register twice = %v", err)
+	}
+	if _, err := c.Status(ctx, "no-such-gid"); !errors.Is(err, tcc.ErrNotFound) {
+		t.Fatalf("Status(unknown) = %v, want ErrNotFound", err)
+	}
+	if err := c.Run(ctx); !errors.Is(err, tcc.ErrInvalidOption) {
+		t.Fatalf("Run without an elector = %v, want ErrInvalidOption", err)
+	}
+	g, err := c.Begin(ctx, tcc.WithGID("dup"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Begin(ctx, tcc.WithGID("dup")); !errors.Is(err, tcc.ErrInvalidState) {
+		t.Fatalf("Begin with a used gid = %v, want ErrInvalidState", err)
+	}
+	if _, err := c.Begin(ctx, tcc.WithTimeout(-time.Second)); !errors.Is(err, tcc.ErrInvalidOption) {
+		t.Fatalf("Begin with a negative timeout = %v", err)
+	}
+	tests := []struct {
+		name string
+		b    tcc.Branch
+		want error
+	}{
+		{"empty name", tcc.Branch{Participant: h}, tcc.ErrInvalidBranch},
+		{"payload not JSON", tcc.Branch{Name: "b", Participant: h, Payload: json.RawMessage(`{`)}, tcc.ErrInvalidBranch},
+		{"unregistered participant", tcc.Branch{Name: "b", Participant: newParty(nil)}, tcc.ErrInvalidBranch},
+		{"nil participant", tcc.Branch{Name: "b"}, tcc.ErrInvalidBranch},
+		{"HTTP without URL", tcc.Branch{Name: "b", Participant: participant.HTTP{}}, tcc.ErrInvalidBranch},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := g.Try(ctx, tc.b); !errors.Is(err, tc.want) {
+				t.Fatalf("Try = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if err := g.Try(ctx, tcc.Branch{Name: "b", Participant: h}); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Try(ctx, tcc.Branch{Name: "b", Participant: h}); !errors.Is(err, tcc.ErrInvalidBranch) {
+		t.Fatalf("Try with a used name = %v, want ErrInvalidBranch", err)
+	}
+	if err := g.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []tcc.Option{tcc.WithConcurrency(0), tcc.WithCallTimeout(0), tcc.WithDefaultTimeout(0), tcc.WithLogger(nil),
+		tcc.WithLease(0), tcc.WithBackoff(time.Second, 0)} {
+		if _, err := tcc.New(e.schema.Pool, bad); !errors.Is(err, tcc.ErrInvalidOption) {
+			t.Fatalf("New with a bad option = %v, want ErrInvalidOption", err)
+		}
+	}
+}
+
+// A try that times out has an unknown outcome; the branch was recorded before the call, so the
+// rollback cancels it.
+func TestIntegrationTryTimeoutIsCancelled(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t)
+	c := e.coordinator(tcc.WithCallTimeout(100 * time.Millisecond))
+	slow := newParty(nil)
+	h := register(t, c, "slow", participant.ParticipantFunc(func(ctx context.Context, req participant.Request) error {
+		_ = slow.Do(ctx, req)
+		if req.Op == participant.OpTry {
+			<-ctx.Done() // the reservation may or may not have happened
+			return ctx.Err()
+		}
+		return nil
+	}))
+	g, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = g.Try(ctx, tcc.Branch{Name: "slow", Participant: h})
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, participant.ErrRefused) {
+		t.Fatalf("Try = %v, want a deadline error", err)
+	}
+	if s := status(t, c, g.GID()); s != tcc.StatusTrying {
+		t.Fatalf("status after a timed-out try: %s", s)
+	}
+	if err := g.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if slow.count("cancel/slow") != 1 || status(t, c, g.GID()) != tcc.StatusCancelled {
+		t.Fatalf("calls %v", slow.calls)
+	}
+}
