@@ -107,6 +107,11 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Log, error) {
 		}
 	}
 	sort.Strings(finals)
+	// The claim moves a trying transaction past its timeout to the status the state table says.
+	timedOut, ok := StatusTrying.timeoutStatus()
+	if !ok || !StatusTrying.CanBecome(timedOut) {
+		return nil, fmt.Errorf("core: state table: trying has no timeout status: %w", ErrInvalidState)
+	}
 	data := map[string]any{
 		"LockKey":       strconv.FormatInt(int64(h.Sum64()), 10),
 		"Global":        global,
@@ -115,7 +120,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Log, error) {
 		"DoneIndex":     pgx.Identifier{o.prefix + "global_done"}.Sanitize(),
 		"Finals":        strings.Join(finals, ", "),
 		"Trying":        StatusTrying.String(),
-		"Cancelling":    StatusCancelling.String(),
+		"Cancelling":    timedOut.String(),
 		"BranchPending": BranchPending.String(),
 		"Schema":        "",
 	}
