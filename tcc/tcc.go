@@ -196,17 +196,17 @@ func (g *Global) Try(ctx context.Context, b Branch) error {
 	if len(b.Payload) > 0 && !json.Valid(b.Payload) {
 		return fmt.Errorf("tcc: branch %q of %s: payload is not JSON: %w", b.Name, g.gid, ErrInvalidBranch)
 	}
+	// The branch joins the in-memory list before it is recorded, so a Rollback racing with this
+	// Try cancels it: the record succeeds only before the decision (see core.Log.AddBranch).
 	g.mu.Lock()
-	seq := g.seq
+	cb := core.Branch{Name: b.Name, Seq: g.seq, Target: target, Payload: b.Payload}
 	g.seq++
-	g.mu.Unlock()
-	cb := core.Branch{Name: b.Name, Seq: seq, Target: target, Payload: b.Payload}
-	if err := g.c.log.AddBranch(ctx, g.gid, core.StatusTrying, cb); err != nil {
-		return fmt.Errorf("tcc: try: %w", mapErr(err))
-	}
-	g.mu.Lock()
 	g.branches = append(g.branches, cb)
 	g.mu.Unlock()
+	if err := g.c.log.AddBranch(ctx, g.gid, core.StatusTrying, cb); err != nil {
+		g.forget(cb)
+		return fmt.Errorf("tcc: try: %w", mapErr(err))
+	}
 	err = g.c.call(ctx, b.Participant, participant.Request{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Payload: b.Payload})
 	if err == nil {
 		return nil
@@ -223,6 +223,18 @@ func (g *Global) Try(ctx context.Context, b Branch) error {
 }
 
 const cleanupTimeout = 5 * time.Second
+
+// forget removes a branch that was not recorded (its Seq is unique within g).
+func (g *Global) forget(cb core.Branch) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, b := range g.branches {
+		if b.Seq == cb.Seq {
+			g.branches = append(g.branches[:i], g.branches[i+1:]...)
+			return
+		}
+	}
+}
 
 // targetOf says where the recovery finds p.
 func targetOf(p participant.Participant) (core.Target, error) {
@@ -248,7 +260,8 @@ func targetOf(p participant.Participant) (core.Target, error) {
 // nil means every branch confirmed. An error wrapping [ErrIncomplete] means the decision is
 // recorded but some confirms failed (or ctx ended): the leader retries them until they succeed.
 // A transaction no longer trying — rolled back, refused, or cancelled by its timeout — returns an
-// error wrapping [ErrInvalidState] and confirms nothing. Committing twice is harmless.
+// error wrapping [ErrInvalidState] and confirms nothing. Committing twice is harmless. Call
+// Commit only after every Try has returned nil: a Try still running has no known outcome.
 func (g *Global) Commit(ctx context.Context) error {
 	return g.finish(ctx, core.StatusConfirming)
 }
@@ -256,7 +269,8 @@ func (g *Global) Commit(ctx context.Context) error {
 // Rollback records the decision to cancel, then calls every recorded branch's cancel — also those
 // whose try failed, timed out or was refused: their outcome is unknown, and the participant's
 // barrier makes a cancel without a try an empty rollback — and records the outcome. Errors as for
-// [Global.Commit]; a committed transaction returns [ErrInvalidState].
+// [Global.Commit]; a committed transaction returns [ErrInvalidState]. Rollback may run while Trys
+// are in flight: a branch being recorded is either cancelled or refused the record.
 func (g *Global) Rollback(ctx context.Context) error {
 	return g.finish(ctx, core.StatusCancelling)
 }

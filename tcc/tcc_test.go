@@ -471,3 +471,37 @@ func TestIntegrationConcurrencyLimit(t *testing.T) {
 		t.Fatalf("status %s", s)
 	}
 }
+
+// A Rollback while a Try is in flight cancels that branch too.
+func TestIntegrationRollbackDuringTry(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t)
+	c := e.coordinator()
+	calls := newParty(nil)
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := register(t, c, "slow", participant.ParticipantFunc(func(ctx context.Context, req participant.Request) error {
+		_ = calls.Do(ctx, req)
+		if req.Op == participant.OpTry {
+			close(entered)
+			<-release
+		}
+		return nil
+	}))
+	g, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tried := make(chan error, 1)
+	go func() { tried <- g.Try(ctx, tcc.Branch{Name: "slow", Participant: h}) }()
+	<-entered
+	if err := g.Rollback(ctx); err != nil {
+		t.Fatalf("Rollback: %v", err)
+	}
+	close(release)
+	if err := <-tried; err != nil {
+		t.Fatalf("Try: %v", err)
+	}
+	if calls.count("cancel/slow") != 1 || status(t, c, g.GID()) != tcc.StatusCancelled {
+		t.Fatalf("calls %v", calls.calls)
+	}
+}
