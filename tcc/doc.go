@@ -43,7 +43,8 @@
 //  4. One statement marks the global row confirmed (cancelled) and its branches done, so that
 //     nobody drives it again and the retention job may delete it.
 //
-// Three branches: 6 writes. Nothing else is written on the happy path: a try's success is not
+// Three branches: 6 writes (TestIntegrationWritesPerTransaction counts them with statement
+// triggers: 6 writing transactions, 6 round trips). Nothing else is written on the happy path: a try's success is not
 // recorded (Commit is called only after every try succeeded, and a cancel is due whatever the
 // try did), and the branches are not marked one by one. When confirms fail, each drive adds one
 // transaction recording the branches done, the failures (attempts, last_error) and the backoff.

@@ -505,3 +505,42 @@ func TestIntegrationRollbackDuringTry(t *testing.T) {
 		t.Fatalf("calls %v", calls.calls)
 	}
 }
+
+// A transaction of N branches finished by its starter commits N+3 PostgreSQL transactions that
+// write the log (doc.go justifies each): counted by statement triggers on the two tables.
+func TestIntegrationWritesPerTransaction(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t)
+	c := e.coordinator()
+	const n = 3
+	_, err := e.schema.Pool.Exec(ctx, `
+create table writes (xid xid8, tbl text, op text);
+create function count_write() returns trigger language plpgsql as $$
+begin insert into writes values (pg_current_xact_id(), tg_table_name, tg_op); return null; end $$;
+create trigger w after insert or update or delete on txkit_global for each statement execute function count_write();
+create trigger w after insert or update or delete on txkit_branch for each statement execute function count_write();`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := register(t, c, "p", newParty(nil))
+	g, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := g.Try(ctx, tcc.Branch{Name: fmt.Sprint("b", i), Participant: h}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var txs, stmts int
+	if err := e.schema.Pool.QueryRow(ctx, `select count(distinct xid), count(*) from writes`).Scan(&txs, &stmts); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d branches: %d writing transactions, %d statements fired", n, txs, stmts)
+	if txs != n+3 {
+		t.Fatalf("%d writing transactions, want %d", txs, n+3)
+	}
+}
