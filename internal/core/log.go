@@ -140,7 +140,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Log, error) {
 	if l.ddl, err = render("schema.sql"); err != nil {
 		return nil, fmt.Errorf("core: render schema: %w", err)
 	}
-	for _, n := range []string{"create", "add_branch", "decide", "status", "branches_done", "branches_failed",
+	for _, n := range []string{"create", "create_with_branches", "add_branch", "decide", "status", "branches_done", "branches_failed",
 		"finish", "reschedule", "claim", "get", "list", "branches", "purge"} {
 		if l.q[n], err = render(n); err != nil {
 			return nil, fmt.Errorf("core: render %s: %w", n, err)
@@ -168,7 +168,12 @@ func (l *Log) Lease() time.Duration { return l.o.lease }
 // Create records a new global transaction in its kind's initial status. A transaction that is
 // trying becomes due for the leader at its timeout; one that runs (a saga) when the lease passes.
 // A gid already in the log returns an error wrapping [ErrInvalidState]. One write.
-func (l *Log) Create(ctx context.Context, gid string, kind Kind, timeout time.Duration, payload []byte) error {
+//
+// branches, when given, are recorded with the transaction in the same statement (a saga records
+// all its steps before running any), all [BranchPending]; their Status, Attempts and LastError are
+// ignored. A branch [Log.AddBranch] would refuse (empty name, bad target), or two with one name,
+// return an error wrapping [ErrInvalidBranch] and record nothing.
+func (l *Log) Create(ctx context.Context, gid string, kind Kind, timeout time.Duration, payload []byte, branches ...Branch) error {
 	if gid == "" || timeout <= 0 {
 		return fmt.Errorf("core: create %q with timeout %v: %w", gid, timeout, ErrInvalidOption)
 	}
@@ -177,7 +182,29 @@ func (l *Log) Create(ctx context.Context, gid string, kind Kind, timeout time.Du
 	if st != StatusTrying {
 		due = min(timeout, l.o.lease)
 	}
-	_, err := l.pool.Exec(ctx, l.q["create"], gid, kind.String(), st.String(), timeout.Seconds(), due.Seconds(), payload)
+	var err error
+	if len(branches) == 0 {
+		_, err = l.pool.Exec(ctx, l.q["create"], gid, kind.String(), st.String(), timeout.Seconds(), due.Seconds(), payload)
+	} else {
+		n := len(branches)
+		names, kinds, refs := make([]string, n), make([]string, n), make([]string, n)
+		seqs, payloads := make([]int32, n), make([][]byte, n)
+		seen := make(map[string]bool, n)
+		for i, b := range branches {
+			switch {
+			case b.Name == "":
+				return fmt.Errorf("core: create %s: branch %d: empty name: %w", gid, i, ErrInvalidBranch)
+			case b.Target.Ref == "" || (b.Target.Kind != TargetHTTP && b.Target.Kind != TargetInProc):
+				return fmt.Errorf("core: create %s: branch %s: target %s %q: %w", gid, b.Name, b.Target.Kind, b.Target.Ref, ErrInvalidBranch)
+			case seen[b.Name]:
+				return fmt.Errorf("core: create %s: branch %s: name used twice: %w", gid, b.Name, ErrInvalidBranch)
+			}
+			seen[b.Name] = true
+			names[i], kinds[i], refs[i], seqs[i], payloads[i] = b.Name, b.Target.Kind.String(), b.Target.Ref, int32(b.Seq), b.Payload
+		}
+		_, err = l.pool.Exec(ctx, l.q["create_with_branches"], gid, kind.String(), st.String(), timeout.Seconds(), due.Seconds(), payload,
+			names, seqs, kinds, refs, payloads)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" {
 		return fmt.Errorf("core: create %s: gid exists: %w", gid, ErrInvalidState)

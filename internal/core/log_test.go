@@ -377,3 +377,69 @@ func TestIntegrationRecovererOptions(t *testing.T) {
 		})
 	}
 }
+
+// A saga records its steps with the transaction in one statement; a finish marks only the
+// branches done, so steps never run stay pending.
+func TestIntegrationCreateWithBranches(t *testing.T) {
+	ctx := t.Context()
+	l := newLog(t)
+	steps := []core.Branch{httpBranch("a"), httpBranch("b"), httpBranch("c")}
+	for i := range steps {
+		steps[i].Seq = i
+		steps[i].Payload = []byte(`{"step":"` + steps[i].Name + `"}`)
+	}
+	steps[2].Payload = nil
+	if err := l.Create(ctx, "s1", core.KindSaga, time.Minute, []byte(`{}`), steps...); err != nil {
+		t.Fatalf("Create with branches: %v", err)
+	}
+	tx := get(t, l, "s1")
+	if tx.Status != core.StatusRunning || len(tx.Branches) != 3 {
+		t.Fatalf("created: %+v", tx)
+	}
+	for i, b := range tx.Branches {
+		if b.Name != steps[i].Name || b.Seq != i || b.Status != core.BranchPending || string(b.Payload) != string(steps[i].Payload) {
+			t.Fatalf("branch %d: %+v", i, b)
+		}
+	}
+	tests := []struct {
+		name string
+		gid  string
+		bs   []core.Branch
+		want error
+	}{
+		{"gid exists", "s1", []core.Branch{httpBranch("x")}, core.ErrInvalidState},
+		{"empty name", "s2", []core.Branch{{Target: core.Target{Kind: core.TargetInProc, Ref: "x"}}}, core.ErrInvalidBranch},
+		{"no target", "s2", []core.Branch{{Name: "x"}}, core.ErrInvalidBranch},
+		{"duplicate", "s2", []core.Branch{httpBranch("x"), httpBranch("x")}, core.ErrInvalidBranch},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := l.Create(ctx, tc.gid, core.KindSaga, time.Minute, nil, tc.bs...); !errors.Is(err, tc.want) {
+				t.Fatalf("Create = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if _, err := l.Get(ctx, "s2"); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("a refused Create left s2 behind: %v", err)
+	}
+
+	// a succeeded, b refused: compensating; b and a compensated, c never ran and stays pending.
+	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: "s1", From: core.StatusRunning, Done: []string{"a"},
+		Failed: []core.BranchFailure{{Branch: "b", Err: errors.New("refused")}}, Next: core.StatusCompensating}); err != nil {
+		t.Fatalf("Record compensating: %v", err)
+	}
+	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: "s1", From: core.StatusCompensating, Done: []string{"b", "a"},
+		Next: core.StatusCompensated}); err != nil {
+		t.Fatalf("Record compensated: %v", err)
+	}
+	tx = get(t, l, "s1")
+	want := []core.BranchStatus{core.BranchCompensated, core.BranchCompensated, core.BranchPending}
+	for i, b := range tx.Branches {
+		if b.Status != want[i] {
+			t.Fatalf("branch %s is %s, want %s", b.Name, b.Status, want[i])
+		}
+	}
+	if tx.Status != core.StatusCompensated || tx.Branches[1].Attempts != 1 {
+		t.Fatalf("finished: %+v", tx)
+	}
+}

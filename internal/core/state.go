@@ -172,7 +172,7 @@ func ParseBranchStatus(s string) (BranchStatus, error) {
 
 // branchTransitions lists the branch statuses a branch may move to.
 var branchTransitions = map[BranchStatus][]BranchStatus{
-	BranchPending:   {BranchConfirmed, BranchCancelled, BranchSucceeded},
+	BranchPending:   {BranchConfirmed, BranchCancelled, BranchSucceeded, BranchCompensated}, // saga: a refused or unknown-outcome action is compensated too
 	BranchSucceeded: {BranchCompensated},
 }
 

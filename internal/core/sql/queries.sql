@@ -6,6 +6,19 @@ insert into {{.Global}} (gid, kind, status, timeout_at, next_retry_at, payload)
 values ($1, $2, $3, now() + make_interval(secs => $4::float8), now() + make_interval(secs => $5::float8), $6)
 {{end}}
 
+{{/* The global row and its branches in one statement (a saga's steps, recorded before any runs):
+one round trip, and a branch is never there without its transaction or the other way round. */}}
+{{define "create_with_branches"}}
+with g as (
+    insert into {{.Global}} (gid, kind, status, timeout_at, next_retry_at, payload)
+    values ($1, $2, $3, now() + make_interval(secs => $4::float8), now() + make_interval(secs => $5::float8), $6)
+    returning gid
+)
+insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status)
+select g.gid, b.branch, b.seq, b.target_kind, b.target, b.payload, '{{.BranchPending}}'
+from g, unnest($7::text[], $8::int[], $9::text[], $10::text[], $11::bytea[]) as b(branch, seq, target_kind, target, payload)
+{{end}}
+
 {{/* FOR SHARE on the global row conflicts with the update that records a decision, so a branch
 is either recorded before the decision (and the decision's driver sees it) or not at all. */}}
 {{define "add_branch"}}
