@@ -1,0 +1,242 @@
+package tcc_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/tcc"
+)
+
+// BenchmarkTCC measures global TCC transactions of three HTTP participants on localhost. Each
+// participant is an httptest server whose one handler is participant.Barrier.Handler over the
+// benchmark's PostgreSQL schema: try, confirm and cancel each run in a transaction of their own
+// that writes the barrier marker and updates the participant's counter row (reserved, used).
+//
+//   - "coordinator": Begin + 3×Try (one after the other) + Commit through tcc, with the default
+//     options (Commit calls the three confirms concurrently, WithConcurrency 8). It reports tx/s,
+//     the latency of one global transaction (p50-ms, p99-ms), and what the coordinator writes to
+//     PostgreSQL per global transaction (see writes below).
+//   - "bare": the same six participant calls — three tries, then three confirms, one after the
+//     other — with no coordinator and no log: the ceiling on this machine. It reports tx/s.
+//   - "ratio": alternates blocks of 20 coordinator and 20 bare transactions (which one goes first
+//     alternates too), so load changes on the shared machine weigh on both alike, and reports the
+//     coordinator's throughput as a fraction of bare's (coordinator/bare-throughput; target ≥ 0.5).
+//
+// Both variants use a new gid per transaction, the same participants and the same barrier table.
+//
+//	go test -run '^$' -bench TCC -benchtime 3s ./tcc/
+func BenchmarkTCC(b *testing.B) {
+	ctx := context.Background()
+	pg := testenv.PG(b)
+	bar, err := participant.NewBarrier(participant.WithBarrierLogger(testLogger(b)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := bar.Migrate(ctx, pg.Pool); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, `create table bench_counter (name text primary key, reserved bigint not null, used bigint not null);
+		insert into bench_counter values ('p0', 0, 0), ('p1', 0, 0), ('p2', 0, 0)`); err != nil {
+		b.Fatal(err)
+	}
+	parts := make([]participant.HTTP, 3)
+	for i := range parts {
+		name := fmt.Sprint("p", i)
+		srv := httptest.NewServer(bar.Handler(pg.Pool, func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
+			var sql string
+			switch req.Op {
+			case participant.OpTry:
+				sql = `update bench_counter set reserved = reserved + 1 where name = $1`
+			case participant.OpConfirm:
+				sql = `update bench_counter set reserved = reserved - 1, used = used + 1 where name = $1`
+			case participant.OpCancel:
+				sql = `update bench_counter set reserved = reserved - 1 where name = $1`
+			default:
+				return fmt.Errorf("no %s: %w", req.Op, participant.ErrBadRequest)
+			}
+			_, err := tx.Exec(ctx, sql, name)
+			return err
+		}))
+		b.Cleanup(srv.Close)
+		parts[i] = participant.HTTP{URL: srv.URL, Client: srv.Client()}
+	}
+
+	// newCoordinator returns a migrated Coordinator on a pool of its own, so that the pool's
+	// acquire count is the coordinator's alone (the participants use pg.Pool).
+	newCoordinator := func(b *testing.B) (*tcc.Coordinator, *pgxpool.Pool) {
+		pool, err := pgxpool.New(ctx, pg.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(pool.Close)
+		c, err := tcc.New(pool, tcc.WithSchema(pg.Name), tcc.WithLogger(testLogger(b)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Migrate(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return c, pool
+	}
+	coordinated := func(c *tcc.Coordinator) error {
+		g, err := c.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		for i, p := range parts {
+			if err := g.Try(ctx, tcc.Branch{Name: fmt.Sprint("b", i), Participant: p}); err != nil {
+				_ = g.Rollback(ctx)
+				return err
+			}
+		}
+		return g.Commit(ctx)
+	}
+	bare := func() error {
+		gid := uuid.Must(uuid.NewV7()).String()
+		for _, op := range []participant.Op{participant.OpTry, participant.OpConfirm} {
+			for i, p := range parts {
+				if err := p.Do(ctx, participant.Request{GID: gid, Branch: fmt.Sprint("b", i), Op: op}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+
+	b.Run("coordinator", func(b *testing.B) {
+		c, pool := newCoordinator(b)
+		// Nothing has written the coordinator's tables yet (the first sub-benchmark created them).
+		tuples0 := settledTupleWrites(b, pg)
+		acq0 := pool.Stat().AcquireCount()
+		// Warm the connections outside the timed part; its writes are counted with the rest.
+		if err := coordinated(c); err != nil {
+			b.Fatal(err)
+		}
+		var lat []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if err := coordinated(c); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		n := float64(b.N)
+		b.ReportMetric(n/b.Elapsed().Seconds(), "tx/s")
+		slices.Sort(lat)
+		b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
+		b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ms")
+
+		// writes: what the coordinator wrote to PostgreSQL per global transaction, two ways.
+		//
+		// pg-tx/gtx is the pool's acquire count per global transaction. Every coordinator
+		// statement acquires the (dedicated) pool once and runs as one PostgreSQL transaction,
+		// and on the happy path each of them writes: Begin's insert, one insert per Try, Commit's
+		// decision and its finishing statement — the N+3 = 6 of doc.go. (pg_stat_database's
+		// xact_commit would count the participants' and other sessions' commits in the same
+		// database, so it is not used.)
+		//
+		// tuple-writes/gtx is the rows those transactions wrote, from pg_stat_user_tables
+		// (n_tup_ins + n_tup_upd + n_tup_del) on the coordinator's two tables, read once the
+		// pool is closed so that every backend has flushed its statistics: 1 global + 3 branch
+		// inserts, the decision's update of the global row, and the finish's update of the
+		// global row and the 3 branches = 9.
+		//
+		// Both counts include the warm-up transaction: n+1 global transactions in all. A
+		// backend that flushed less than a second ago defers its next flush by up to 10 s, so
+		// the pool is closed first: exiting backends flush at once.
+		acq := pool.Stat().AcquireCount() - acq0
+		pool.Close()
+		tuples := settledTupleWrites(b, pg) - tuples0
+		b.ReportMetric(float64(acq)/(n+1), "pg-tx/gtx")
+		b.ReportMetric(float64(tuples)/(n+1), "tuple-writes/gtx")
+	})
+	b.Run("bare", func(b *testing.B) {
+		if err := bare(); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if err := bare(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tx/s")
+	})
+	b.Run("ratio", func(b *testing.B) {
+		c, _ := newCoordinator(b)
+		const block = 20
+		var coord, ceiling time.Duration
+		timed := func(f func() error) time.Duration {
+			start := time.Now()
+			for range block {
+				if err := f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			return time.Since(start)
+		}
+		withC := func() error { return coordinated(c) }
+		round := 0
+		for b.Loop() {
+			if round%2 == 0 {
+				coord += timed(withC)
+				ceiling += timed(bare)
+			} else {
+				ceiling += timed(bare)
+				coord += timed(withC)
+			}
+			round++
+		}
+		// The same number of each ran, so throughput ratio = time of bare / time of coordinator.
+		b.ReportMetric(float64(ceiling)/float64(coord), "coordinator/bare-throughput")
+		b.ReportMetric(float64(round*block)/coord.Seconds(), "coordinator-tx/s")
+		b.ReportMetric(float64(round*block)/ceiling.Seconds(), "bare-tx/s")
+	})
+
+	// Every global transaction confirmed: nothing is left reserved.
+	var reserved int64
+	if err := pg.Pool.QueryRow(ctx, `select sum(reserved) from bench_counter`).Scan(&reserved); err != nil {
+		b.Fatal(err)
+	}
+	if reserved != 0 {
+		b.Errorf("%d reservations left after the benchmark, want 0", reserved)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// settledTupleWrites returns n_tup_ins + n_tup_upd + n_tup_del of the coordinator's tables in
+// pg's schema once the value has stopped changing: the writers' backends have exited (and so
+// flushed their statistics) or have been idle long enough to flush. It reads until two readings
+// 1.5 s apart agree.
+func settledTupleWrites(b *testing.B, pg *testenv.Schema) int64 {
+	b.Helper()
+	read := func() int64 {
+		var n int64
+		if err := pg.Pool.QueryRow(context.Background(), `select coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint
+			from pg_stat_user_tables where schemaname = $1 and relname in ('txkit_global', 'txkit_branch')`, pg.Name).Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		return n
+	}
+	last := read()
+	for range 20 {
+		time.Sleep(1500 * time.Millisecond) // waiting for PostgreSQL's statistics flush, not ordering events
+		n := read()
+		if n == last {
+			return n
+		}
+		last = n
+	}
+	b.Fatalf("the table statistics of %s did not settle", pg.Name)
+	return 0
+}
