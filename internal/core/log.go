@@ -141,7 +141,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Log, error) {
 		return nil, fmt.Errorf("core: render schema: %w", err)
 	}
 	for _, n := range []string{"create", "create_with_branches", "add_branch", "decide", "status", "branches_done", "branches_failed",
-		"finish", "reschedule", "claim", "get", "list", "branches", "purge"} {
+		"finish", "renew", "reschedule", "claim", "get", "list", "branches", "purge"} {
 		if l.q[n], err = render(n); err != nil {
 			return nil, fmt.Errorf("core: render %s: %w", n, err)
 		}
@@ -300,6 +300,10 @@ type Progress struct {
 	// When zero, the transaction is rescheduled with backoff and Err (or the first failure) stored.
 	Next Status
 	Err  error
+	// Renew, with Next zero, records Done (and Failed) as progress of a drive that goes on: the
+	// driver's lease is renewed instead of the transaction being rescheduled, and no attempt is
+	// counted. A saga records each step's success this way before running the steps after it.
+	Renew bool
 }
 
 // Record writes p in one PostgreSQL transaction. A non-zero tok — a leader's — passes the fence
@@ -337,10 +341,13 @@ func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 		}
 		var rows pgx.Rows
 		var err error
-		if p.Next != 0 {
+		switch {
+		case p.Next != 0:
 			rows, err = tx.Query(ctx, l.q["finish"], p.GID, p.From.String(), p.Next.String(), l.o.lease.Seconds(),
 				p.Done, done.String())
-		} else {
+		case p.Renew:
+			rows, err = tx.Query(ctx, l.q["renew"], p.GID, p.From.String(), l.o.lease.Seconds())
+		default:
 			why := p.Err
 			if why == nil && len(p.Failed) > 0 {
 				why = fmt.Errorf("branch %s: %w", p.Failed[0].Branch, p.Failed[0].Err)

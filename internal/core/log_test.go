@@ -423,6 +423,20 @@ func TestIntegrationCreateWithBranches(t *testing.T) {
 		t.Fatalf("a refused Create left s2 behind: %v", err)
 	}
 
+	// Progress of a drive that goes on: a is done, the lease renewed, no attempt counted.
+	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: "s1", From: core.StatusRunning, Done: []string{"a"}, Renew: true}); err != nil {
+		t.Fatalf("Record progress: %v", err)
+	}
+	renewed := get(t, l, "s1")
+	if renewed.Status != core.StatusRunning || renewed.Attempts != 0 || renewed.LastError != "" ||
+		renewed.Branches[0].Status != core.BranchSucceeded || renewed.Branches[1].Status != core.BranchPending ||
+		!renewed.NextRetryAt.After(renewed.UpdatedAt.Add(time.Second)) || !renewed.UpdatedAt.After(tx.UpdatedAt) {
+		t.Fatalf("after progress: %+v", renewed)
+	}
+	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: "nope", From: core.StatusRunning, Renew: true}); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("progress of an unknown gid = %v, want ErrNotFound", err)
+	}
+
 	// a succeeded, b refused: compensating; b and a compensated, c never ran and stays pending.
 	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: "s1", From: core.StatusRunning, Done: []string{"a"},
 		Failed: []core.BranchFailure{{Branch: "b", Err: errors.New("refused")}}, Next: core.StatusCompensating}); err != nil {

@@ -63,6 +63,13 @@ where gid = $1 and status = $2
 returning 1
 {{end}}
 
+{{/* A driver that goes on after recording progress keeps its lease. */}}
+{{define "renew"}}
+update {{.Global}} set updated_at = now(), next_retry_at = now() + make_interval(secs => $3::float8)
+where gid = $1 and status = $2
+returning 1
+{{end}}
+
 {{/* After the n-th failed drive the transaction waits d/2 + random()·d/2, d = min(max, min·2^(n-1)). */}}
 {{define "reschedule"}}
 update {{.Global}} set attempts = attempts + 1, last_error = $3, updated_at = now(),
