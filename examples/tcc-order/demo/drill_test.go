@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txkit/txkit/internal/testenv"
+)
+
+func config(t *testing.T, orders int) Config {
+	return Config{
+		Orders: orders, Instances: 2, Concurrency: 8, Kills: 3, KillEvery: 2 * time.Second,
+		PG: testenv.PGURL(t), ZK: strings.Join(testenv.ZK(t), ","),
+		Dir: t.TempDir(), Log: t.Output(),
+	}
+}
+
+// TestIntegrationTCCOrderDemo: 50 orders without faults, some refused for lack of stock or funds:
+// every transaction ends confirmed or cancelled, stock and money are conserved, no op runs twice.
+func TestIntegrationTCCOrderDemo(t *testing.T) {
+	cfg := config(t, 50)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Logf("report:\n%s", rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.OK(); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Globals["confirmed"] == 0 || rep.Globals["cancelled"] == 0 {
+		t.Fatalf("want both confirmed and cancelled transactions, got %v", rep.Globals)
+	}
+	if rep.Unanswered != 0 {
+		t.Fatalf("%d orders unanswered without faults", rep.Unanswered)
+	}
+}
+
+// TestIntegrationTCCOrderDrill: 200 orders while stock and account inject refusals, 500s, lost
+// replies and slow calls, and the leading order instance is SIGKILLed three times: the invariants
+// hold, and each kill is followed by the next leader's recovery.
+func TestIntegrationTCCOrderDrill(t *testing.T) {
+	cfg := config(t, 200)
+	cfg.Drill = true
+	cfg.Rate = 10 // about 20 s of load, so the three kills land during it
+	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Logf("report:\n%s", rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.OK(); err != nil {
+		t.Fatal(err)
+	}
+	if rep.LeaderKills != cfg.Kills || len(rep.Failovers) != cfg.Kills {
+		t.Fatalf("%d leader kills, %d failovers measured; want %d each", rep.LeaderKills, len(rep.Failovers), cfg.Kills)
+	}
+}

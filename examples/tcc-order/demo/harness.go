@@ -1,0 +1,650 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txkit/txkit/examples/tcc-order/internal/app"
+)
+
+// Config is one run of the example.
+type Config struct {
+	Orders      int           // orders to place
+	Instances   int           // order-service instances (coordinators; only the elected one recovers)
+	Concurrency int           // orders in flight at once
+	Rate        int           // orders started per second at most (0: as fast as they go)
+	Drill       bool          // inject faults in stock and account, and SIGKILL the leading order instance during the load
+	Kills       int           // leader kills of a drill
+	KillEvery   time.Duration // at least this long between two kills (each also waits for the next leader's first recovery)
+	PG, ZK      string        // base PostgreSQL URL, ZooKeeper servers
+	Dir         string        // where binaries and logs go
+	Log         io.Writer     // progress lines
+	Keep        bool          // keep the run's schemas afterwards
+}
+
+// Databases of the three services; each holds a schema per run.
+const (
+	dbOrder   = "txkit_order"
+	dbStock   = "txkit_stock"
+	dbAccount = "txkit_account"
+)
+
+// Report is what a run measured and the invariants it checked.
+type Report struct {
+	Orders                         int // POST /orders made
+	AnsweredConfirmed              int // answered 200 confirmed
+	AnsweredCancelled              int // answered 409 cancelled (refused or failed)
+	Unanswered                     int // connection lost (starter killed) or 500: outcome left to the leader
+	Globals                        map[string]int
+	OrderRows                      map[string]int
+	Violations                     []string // broken invariants; empty when all hold
+	Checks                         []string // invariants checked, with their numbers
+	StockFaults, AccountFaults     map[string]int64
+	LeaderKills                    int
+	Failovers                      []time.Duration // leader SIGKILL → the next leader's first recovery (fenced claim)
+	Settle                         time.Duration   // last answer → every global transaction finished
+	Elapsed                        time.Duration
+	InitialStock, InitialMoney     int64
+	Available, Reserved, Sold      int64
+	Balance, Frozen, Spent         int64
+	ConfirmedQty, ConfirmedAmount  int64
+	LedgerStock, LedgerAccount     int
+	LedgerOrder                    int
+}
+
+// OK returns the broken invariants as one error, or nil.
+func (r Report) OK() error {
+	if len(r.Violations) == 0 {
+		if r.Orders == 0 {
+			return errors.New("no order placed")
+		}
+		return nil
+	}
+	errs := make([]error, len(r.Violations))
+	for i, v := range r.Violations {
+		errs[i] = errors.New(v)
+	}
+	return errors.Join(errs...)
+}
+
+// MaxFailover returns the longest measured failover.
+func (r Report) MaxFailover() time.Duration {
+	var m time.Duration
+	for _, d := range r.Failovers {
+		m = max(m, d)
+	}
+	return m
+}
+
+func (r Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "orders placed:          %d (answered: %d confirmed, %d cancelled, %d unanswered)\n",
+		r.Orders, r.AnsweredConfirmed, r.AnsweredCancelled, r.Unanswered)
+	fmt.Fprintf(&b, "global transactions:    %s\n", counts(r.Globals))
+	fmt.Fprintf(&b, "order rows:             %s\n", counts(r.OrderRows))
+	fmt.Fprintf(&b, "stock:                  initial %d = available %d + reserved %d + sold %d (confirmed orders' qty %d)\n",
+		r.InitialStock, r.Available, r.Reserved, r.Sold, r.ConfirmedQty)
+	fmt.Fprintf(&b, "money:                  initial %d = balance %d + frozen %d + spent %d (confirmed orders' amount %d)\n",
+		r.InitialMoney, r.Balance, r.Frozen, r.Spent, r.ConfirmedAmount)
+	fmt.Fprintf(&b, "ledger rows:            stock %d, account %d, order %d (each (gid, op) at most once)\n", r.LedgerStock, r.LedgerAccount, r.LedgerOrder)
+	if r.StockFaults != nil {
+		fmt.Fprintf(&b, "faults injected:        stock %s; account %s\n", faults(r.StockFaults), faults(r.AccountFaults))
+	}
+	if r.LeaderKills > 0 {
+		ds := make([]string, len(r.Failovers))
+		for i, d := range r.Failovers {
+			ds[i] = d.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(&b, "leader kills:           %d SIGKILLed and restarted; leader death → next leader's first recovery: %s (max %v)\n",
+			r.LeaderKills, strings.Join(ds, ", "), r.MaxFailover().Round(time.Millisecond))
+	}
+	fmt.Fprintf(&b, "settled:                every transaction finished %v after the last answer\n", r.Settle.Round(time.Millisecond))
+	fmt.Fprintf(&b, "elapsed:                %v\n", r.Elapsed.Round(10*time.Millisecond))
+	for _, c := range r.Checks {
+		fmt.Fprintf(&b, "  ok   %s\n", c)
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "  FAIL %s\n", v)
+	}
+	return b.String()
+}
+
+func counts(m map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func faults(m map[string]int64) string {
+	return fmt.Sprintf("%d refused, %d failed (500), %d replies lost, %d slowed", m["refused"], m["failed"], m["lost"], m["slowed"])
+}
+
+// proc is a running service process.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	addr string
+	done chan struct{}
+}
+
+type harness struct {
+	cfg     Config
+	runID   string
+	schema  string
+	skus    map[string]int64
+	accts   map[string]int64
+	mu      sync.Mutex
+	orders  map[string]*proc // live order instances by id, "order-<slot>.<start>"
+	starts  int
+	stock   *proc
+	account *proc
+	client  *http.Client
+	answers sync.Map // gid → "confirmed" | "cancelled"
+}
+
+func (h *harness) logf(format string, args ...any) {
+	fmt.Fprintf(h.cfg.Log, "[%s] %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+// Run builds and starts the services, places cfg.Orders orders through the order instances (with
+// the drill's faults if asked), waits until every global transaction has finished, and checks the
+// invariants. The error reports a run that could not complete; broken invariants are in
+// [Report.Violations] (see [Report.OK]).
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	start := time.Now()
+	if cfg.Instances < 1 || cfg.Orders < 1 || cfg.Concurrency < 1 {
+		return Report{}, errors.New("need at least one order, one instance and a concurrency of one")
+	}
+	runID := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	h := &harness{cfg: cfg, runID: runID, schema: "tcco_" + runID, orders: map[string]*proc{},
+		client: &http.Client{Timeout: 30 * time.Second}}
+	// Four SKUs with stock for about two thirds of the demand, eight accounts with funds for about
+	// two thirds of it: late orders are refused by one or the other.
+	per := max(int64(cfg.Orders)/2, 10)
+	h.skus = map[string]int64{"sku-1": per, "sku-2": per, "sku-3": per, "sku-4": per}
+	h.accts = map[string]int64{}
+	for i := 1; i <= 8; i++ {
+		h.accts[fmt.Sprintf("acct-%d", i)] = per * 5
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return Report{}, err
+	}
+	if err := h.build(ctx); err != nil {
+		return Report{}, err
+	}
+	h.logf("run %s: schema %s in %s, %s and %s; %d orders, %d order instances, drill %v",
+		runID, h.schema, dbOrder, dbStock, dbAccount, cfg.Orders, cfg.Instances, cfg.Drill)
+	if !cfg.Keep {
+		defer h.cleanup()
+	}
+	defer h.stopAll()
+	if err := h.startParticipants(ctx); err != nil {
+		return Report{}, err
+	}
+	for i := 1; i <= cfg.Instances; i++ {
+		if err := h.startOrder(ctx, i); err != nil {
+			return Report{}, err
+		}
+	}
+	if _, err := h.leader(ctx); err != nil {
+		return Report{}, err
+	}
+	rep := Report{Orders: cfg.Orders}
+	if err := h.load(ctx, &rep); err != nil {
+		return rep, err
+	}
+	answered := time.Now()
+	h.logf("%d orders answered (%d confirmed, %d cancelled, %d unanswered); waiting for every transaction to finish",
+		cfg.Orders, rep.AnsweredConfirmed, rep.AnsweredCancelled, rep.Unanswered)
+	if err := h.settle(ctx); err != nil {
+		return rep, err
+	}
+	rep.Settle = time.Since(answered)
+	if err := h.check(ctx, &rep); err != nil {
+		return rep, err
+	}
+	rep.Elapsed = time.Since(start)
+	return rep, nil
+}
+
+func (h *harness) build(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return errors.New("run the demo inside the txkit module")
+	}
+	for _, svc := range []string{"order", "stock", "account"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(h.cfg.Dir, svc), "./examples/tcc-order/"+svc)
+		cmd.Dir = filepath.Dir(mod)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %w\n%s", svc, err, out)
+		}
+	}
+	return nil
+}
+
+func seed(m map[string]int64) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (h *harness) startParticipants(ctx context.Context) error {
+	var fault []string
+	if h.cfg.Drill {
+		// Refusals, 500s, lost replies (the effect committed, the retry is a duplicate), short
+		// delays, and a few calls slower than the coordinator's call timeout (unknown outcome,
+		// so a cancel can race its own try).
+		fault = []string{"-refuse-rate", "0.03", "-fail-rate", "0.05", "-lost-rate", "0.05", "-delay", "20ms",
+			"-slow-rate", "0.005", "-slow", "2500ms"}
+	}
+	common := []string{"-pg", h.cfg.PG, "-schema", h.schema}
+	var err error
+	if h.stock, err = h.start(ctx, "stock", append(append(slices.Clone(common), "-db", dbStock, "-seed", seed(h.skus)), fault...)); err != nil {
+		return err
+	}
+	h.account, err = h.start(ctx, "account", append(append(slices.Clone(common), "-db", dbAccount, "-seed", seed(h.accts)), fault...))
+	return err
+}
+
+// startOrder starts an order instance in slot; each start gets an id of its own, so the election
+// tells a restarted instance from the one it replaces.
+func (h *harness) startOrder(ctx context.Context, slot int) error {
+	h.mu.Lock()
+	h.starts++
+	id := fmt.Sprintf("order-%d.%d", slot, h.starts)
+	h.mu.Unlock()
+	p, err := h.startAs(ctx, id, "order", []string{"-pg", h.cfg.PG, "-db", dbOrder, "-schema", h.schema, "-zk", h.cfg.ZK, "-id", id,
+		"-stock", "http://" + h.stock.addr, "-account", "http://" + h.account.addr})
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.orders[id] = p
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *harness) start(ctx context.Context, name string, args []string) (*proc, error) {
+	return h.startAs(ctx, name, name, args)
+}
+
+// startAs runs binary bin as name, and waits for its "LISTENING <addr>" line.
+func (h *harness) startAs(ctx context.Context, name, bin string, args []string) (*proc, error) {
+	logPath := filepath.Join(h.cfg.Dir, h.runID+"-"+name+".log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(h.cfg.Dir, bin), args...)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "LISTENING "); ok {
+				select {
+				case addr <- a:
+				default:
+				}
+			}
+		}
+		_ = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	select {
+	case p.addr = <-addr:
+	case <-p.done:
+		return nil, fmt.Errorf("%s exited while starting; see %s", name, logPath)
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("%s did not start within 60s; see %s", name, logPath)
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		return nil, ctx.Err()
+	}
+	h.logf("%s listening on %s (pid %d, log %s)", name, p.addr, cmd.Process.Pid, logPath)
+	return p, nil
+}
+
+func (h *harness) stopAll() {
+	h.mu.Lock()
+	procs := []*proc{h.stock, h.account}
+	for _, p := range h.orders {
+		procs = append(procs, p)
+	}
+	h.mu.Unlock()
+	for _, p := range procs {
+		if p != nil {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, p := range procs {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+}
+
+// cleanup drops the run's schemas.
+func (h *harness) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, db := range []string{dbOrder, dbStock, dbAccount} {
+		url, err := app.DatabaseURL(h.cfg.PG, db, "")
+		if err != nil {
+			continue
+		}
+		if c, err := pgx.Connect(ctx, url); err == nil {
+			if _, err := c.Exec(ctx, "drop schema if exists "+pgx.Identifier{h.schema}.Sanitize()+" cascade"); err != nil {
+				h.logf("cleanup: drop schema %s in %s: %v", h.schema, db, err)
+			}
+			_ = c.Close(ctx)
+		}
+	}
+}
+
+func (h *harness) getJSON(ctx context.Context, url string, v any) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// leader waits until a live order instance leads the recovery election (after a kill, the dead
+// leader's node stays until its ZooKeeper session expires) and returns its id.
+func (h *harness) leader(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		h.mu.Lock()
+		var addrs []string
+		for _, p := range h.orders {
+			addrs = append(addrs, p.addr)
+		}
+		h.mu.Unlock()
+		for _, a := range addrs {
+			var st struct {
+				Leader string `json:"leader"`
+			}
+			if err := h.getJSON(ctx, "http://"+a+"/stats", &st); err == nil && st.Leader != "" {
+				h.mu.Lock()
+				_, live := h.orders[st.Leader]
+				h.mu.Unlock()
+				if live {
+					return st.Leader, nil
+				}
+				break
+			}
+		}
+		if err := pause(ctx, 50*time.Millisecond); err != nil {
+			return "", err
+		}
+	}
+	return "", errors.New("no live order instance leads the recovery election after 30s")
+}
+
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// order returns the i-th order of the load: mostly ordinary ones, one in ten asking more stock
+// than exists, one in ten spending more than any account holds.
+func (h *harness) order(i int) map[string]any {
+	qty := int64(1 + rand.IntN(5))
+	amount := qty * 10
+	switch i % 10 {
+	case 3:
+		qty = 1_000_000
+	case 7:
+		amount = 1_000_000_000
+	}
+	return map[string]any{"sku": fmt.Sprintf("sku-%d", 1+i%4), "qty": qty, "account": fmt.Sprintf("acct-%d", 1+i%8), "amount": amount}
+}
+
+// load places the orders: Concurrency workers post to the live order instances in turn (with the
+// drill running beside them). An order whose instance dies under it is left to the leader.
+func (h *harness) load(ctx context.Context, rep *Report) error {
+	var next, conf, canc, lost atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	var tick <-chan time.Time
+	if h.cfg.Rate > 0 {
+		t := time.NewTicker(time.Second / time.Duration(h.cfg.Rate))
+		defer t.Stop()
+		tick = t.C
+	}
+	loadDone := make(chan struct{})
+	var workers sync.WaitGroup
+	for range h.cfg.Concurrency {
+		workers.Add(1)
+		g.Go(func() error {
+			defer workers.Done()
+			for {
+				if tick != nil {
+					select {
+					case <-tick:
+					case <-gctx.Done():
+						return gctx.Err()
+					}
+				}
+				i := int(next.Add(1))
+				if i > h.cfg.Orders {
+					return nil
+				}
+				switch h.place(gctx, i) {
+				case "confirmed":
+					conf.Add(1)
+				case "cancelled":
+					canc.Add(1)
+				default:
+					lost.Add(1)
+				}
+			}
+		})
+	}
+	go func() { workers.Wait(); close(loadDone) }()
+	if h.cfg.Drill {
+		g.Go(func() error { return h.drill(gctx, loadDone, rep) })
+	}
+	err := g.Wait()
+	rep.AnsweredConfirmed, rep.AnsweredCancelled, rep.Unanswered = int(conf.Load()), int(canc.Load()), int(lost.Load())
+	return err
+}
+
+// place posts order i to a live instance and returns the answer's status ("" when unanswered).
+func (h *harness) place(ctx context.Context, i int) string {
+	body, _ := json.Marshal(h.order(i))
+	h.mu.Lock()
+	ids := slices.Sorted(maps.Keys(h.orders))
+	var p *proc
+	if len(ids) > 0 {
+		p = h.orders[ids[i%len(ids)]]
+	}
+	h.mu.Unlock()
+	if p == nil {
+		return ""
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+p.addr+"/orders", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var out struct{ GID, Status string }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.GID == "" {
+		return ""
+	}
+	if (resp.StatusCode == http.StatusOK && out.Status == "confirmed") || (resp.StatusCode == http.StatusConflict && out.Status == "cancelled") {
+		h.answers.Store(out.GID, out.Status)
+		return out.Status
+	}
+	return ""
+}
+
+// fence reads the recovery's fencing token and when it was last written: every claim of the
+// leader passes the fence, so a new token there is the new leader's first recovery action.
+func fence(ctx context.Context, c *pgx.Conn) (tok string, at time.Time, err error) {
+	err = c.QueryRow(ctx, `select epoch || '.' || seq, updated_at from txkit_fence order by updated_at desc limit 1`).Scan(&tok, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", time.Time{}, nil
+	}
+	return tok, at, err
+}
+
+// drill SIGKILLs the leading order instance up to Kills times while the load runs, and starts it
+// again in its slot. After each kill it waits for the next leader's first recovery — a claim
+// under a new fencing token — and measures the time from the kill to it.
+func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Report) error {
+	url, _ := app.DatabaseURL(h.cfg.PG, dbOrder, h.schema)
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	for k := 0; k < h.cfg.Kills; k++ {
+		select {
+		case <-loadDone:
+			return nil
+		case <-ctx.Done():
+			return nil
+		case <-time.After(h.cfg.KillEvery):
+		}
+		id, err := h.leader(ctx)
+		if err != nil {
+			return err
+		}
+		old, _, err := fence(ctx, c)
+		if err != nil {
+			return err
+		}
+		h.mu.Lock()
+		p := h.orders[id]
+		delete(h.orders, id)
+		h.mu.Unlock()
+		killed := time.Now()
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		rep.LeaderKills++
+		h.logf("drill: SIGKILLed the leader %s (fencing token %s)", id, old)
+		var slot int
+		if _, err := fmt.Sscanf(id, "order-%d.", &slot); err != nil {
+			return fmt.Errorf("instance id %q: %w", id, err)
+		}
+		if err := h.startOrder(ctx, slot); err != nil {
+			return err
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			tok, at, err := fence(ctx, c)
+			if err != nil {
+				return err
+			}
+			if tok != old && tok != "" {
+				d := at.Sub(killed)
+				rep.Failovers = append(rep.Failovers, d)
+				lead, _ := h.leader(ctx)
+				h.logf("drill: %s leads; its first recovery (token %s) came %v after the kill", lead, tok, d.Round(time.Millisecond))
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("no new leader recovered within 60s of killing %s", id)
+			}
+			if err := pause(ctx, 20*time.Millisecond); err != nil {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// settle waits until every global transaction is confirmed or cancelled.
+func (h *harness) settle(ctx context.Context) error {
+	url, _ := app.DatabaseURL(h.cfg.PG, dbOrder, h.schema)
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	deadline := time.Now().Add(3 * time.Minute)
+	last := time.Now()
+	for {
+		var open int
+		if err := c.QueryRow(ctx, `select count(*) from txkit_global where status not in ('confirmed', 'cancelled')`).Scan(&open); err != nil {
+			return err
+		}
+		if open == 0 {
+			return nil
+		}
+		if time.Since(last) > 5*time.Second {
+			h.logf("waiting: %d global transactions not finished", open)
+			last = time.Now()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after 3 minutes %d global transactions are not finished", open)
+		}
+		if err := pause(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
