@@ -87,7 +87,9 @@ func (h *harness) check(ctx context.Context, rep *Report) error {
 	}
 	defer ac.Close(context.WithoutCancel(ctx))
 
-	fail := func(format string, args ...any) { rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...)) }
+	fail := func(format string, args ...any) {
+		rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
+	}
 	ok := func(format string, args ...any) { rep.Checks = append(rep.Checks, fmt.Sprintf(format, args...)) }
 
 	// The coordinator's log and the order rows.

@@ -52,25 +52,25 @@ const (
 
 // Report is what a run measured and the invariants it checked.
 type Report struct {
-	Orders                         int // POST /orders made
-	AnsweredConfirmed              int // answered 200 confirmed
-	AnsweredCancelled              int // answered 409 cancelled (refused or failed)
-	Unanswered                     int // connection lost (starter killed) or 500: outcome left to the leader
-	Globals                        map[string]int
-	OrderRows                      map[string]int
-	Violations                     []string // broken invariants; empty when all hold
-	Checks                         []string // invariants checked, with their numbers
-	StockFaults, AccountFaults     map[string]int64
-	LeaderKills                    int
-	Failovers                      []time.Duration // leader SIGKILL → the next leader's first recovery (fenced claim)
-	Settle                         time.Duration   // last answer → every global transaction finished
-	Elapsed                        time.Duration
-	InitialStock, InitialMoney     int64
-	Available, Reserved, Sold      int64
-	Balance, Frozen, Spent         int64
-	ConfirmedQty, ConfirmedAmount  int64
-	LedgerStock, LedgerAccount     int
-	LedgerOrder                    int
+	Orders                        int // POST /orders made
+	AnsweredConfirmed             int // answered 200 confirmed
+	AnsweredCancelled             int // answered 409 cancelled (refused or failed)
+	Unanswered                    int // connection lost (starter killed) or 500: outcome left to the leader
+	Globals                       map[string]int
+	OrderRows                     map[string]int
+	Violations                    []string // broken invariants; empty when all hold
+	Checks                        []string // invariants checked, with their numbers
+	StockFaults, AccountFaults    map[string]int64
+	LeaderKills                   int
+	Failovers                     []time.Duration // leader SIGKILL → the next leader's first recovery (fenced claim)
+	Settle                        time.Duration   // last answer → every global transaction finished
+	Elapsed                       time.Duration
+	InitialStock, InitialMoney    int64
+	Available, Reserved, Sold     int64
+	Balance, Frozen, Spent        int64
+	ConfirmedQty, ConfirmedAmount int64
+	LedgerStock, LedgerAccount    int
+	LedgerOrder                   int
 }
 
 // OK returns the broken invariants as one error, or nil.

@@ -38,7 +38,7 @@ import (
 
 type config struct {
 	listen, pg, db, schema, zk, id, election, stock, account, recovery string
-	timeout, lease, callTimeout, sessionTimeout                         time.Duration
+	timeout, lease, callTimeout, sessionTimeout                        time.Duration
 }
 
 func main() {
@@ -207,8 +207,14 @@ func (s *service) place(w http.ResponseWriter, r *http.Request) {
 		var wg sync.WaitGroup
 		var serr, aerr error
 		wg.Add(2)
-		go func() { defer wg.Done(); serr = g.Try(ctx, tcc.Branch{Name: "stock", Participant: s.stock, Payload: stockBody}) }()
-		go func() { defer wg.Done(); aerr = g.Try(ctx, tcc.Branch{Name: "account", Participant: s.account, Payload: fundsBody}) }()
+		go func() {
+			defer wg.Done()
+			serr = g.Try(ctx, tcc.Branch{Name: "stock", Participant: s.stock, Payload: stockBody})
+		}()
+		go func() {
+			defer wg.Done()
+			aerr = g.Try(ctx, tcc.Branch{Name: "account", Participant: s.account, Payload: fundsBody})
+		}()
 		wg.Wait()
 		err = errors.Join(serr, aerr)
 	}
