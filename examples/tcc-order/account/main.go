@@ -30,19 +30,20 @@ func main() {
 	db := flag.String("db", "txkit_account", "database of the account service (created if missing)")
 	schema := flag.String("schema", "tcc_order", "schema of this run")
 	seed := flag.String("seed", "", "initial balances, account=amount,... (inserted only when the account is new)")
+	noBarrier := flag.Bool("no-barrier", false, "run ops WITHOUT the participant barrier (to see the demo's checks fail)")
 	var faults app.Faults
 	app.FaultFlags(&faults, flag.CommandLine)
 	flag.Parse()
 	log := app.Logger("account")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *listen, *pg, *db, *schema, *seed, &faults, log); err != nil {
+	if err := run(ctx, *listen, *pg, *db, *schema, *seed, *noBarrier, &faults, log); err != nil {
 		log.Error("account service failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, listen, pg, db, schema, seed string, faults *app.Faults, log *slog.Logger) error {
+func run(ctx context.Context, listen, pg, db, schema, seed string, noBarrier bool, faults *app.Faults, log *slog.Logger) error {
 	initial, err := app.ParseSeed(seed)
 	if err != nil {
 		return err
@@ -69,7 +70,7 @@ func run(ctx context.Context, listen, pg, db, schema, seed string, faults *app.F
 		}
 	}
 	return app.RunParticipant(ctx, app.ParticipantConfig{
-		Name: "account", Listen: listen, Pool: pool, Log: log, Faults: faults, Do: do,
+		Name: "account", Listen: listen, Pool: pool, Log: log, Faults: faults, Do: do, NoBarrier: noBarrier,
 		Stats: func(ctx context.Context) (map[string]any, error) { return totals(ctx, pool) },
 	})
 }

@@ -60,3 +60,20 @@ func TestIntegrationTCCOrderDrill(t *testing.T) {
 		t.Fatalf("%d leader kills, %d failovers measured; want %d each", rep.LeaderKills, len(rep.Failovers), cfg.Kills)
 	}
 }
+
+// TestIntegrationTCCOrderChecksCatchNoBarrier: the same faults with the participants' barrier
+// turned off — lost replies make retried confirms and cancels apply twice, failed tries make
+// cancels release what was never reserved — and the checks must say so. This keeps the drill's
+// checks honest: a check that cannot fail proves nothing.
+func TestIntegrationTCCOrderChecksCatchNoBarrier(t *testing.T) {
+	cfg := config(t, 60)
+	cfg.Drill, cfg.Kills, cfg.NoBarrier = true, 0, true
+	cfg.SettleTimeout = 15 * time.Second // a cancel that drives reserved below zero is retried forever
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Logf("report (err %v):\n%s", err, rep)
+	if len(rep.Violations) == 0 {
+		t.Fatal("without the barrier the checks found nothing wrong")
+	}
+}

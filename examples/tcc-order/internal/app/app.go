@@ -242,6 +242,9 @@ type ParticipantConfig struct {
 	Do func(ctx context.Context, tx pgx.Tx, req participant.Request) error
 	// Stats adds the service's own numbers to GET /stats.
 	Stats func(ctx context.Context) (map[string]any, error)
+	// NoBarrier runs Do without the barrier: a duplicate is applied again, a cancel without its
+	// try releases what was never reserved. Only for showing that the demo's checks catch it.
+	NoBarrier bool
 }
 
 // RunParticipant serves POST /try, /confirm and /cancel through a [participant.Barrier] in the
@@ -256,7 +259,12 @@ func RunParticipant(ctx context.Context, c ParticipantConfig) error {
 	if err := bar.Migrate(ctx, c.Pool); err != nil {
 		return err
 	}
-	h := c.Faults.Wrap(bar.Handler(c.Pool, c.Do))
+	var h http.Handler = bar.Handler(c.Pool, c.Do)
+	if c.NoBarrier {
+		c.Log.Warn("running WITHOUT the participant barrier: duplicates and empty rollbacks will corrupt the data")
+		h = unguarded(c.Pool, c.Do)
+	}
+	h = c.Faults.Wrap(h)
 	mux := http.NewServeMux()
 	mux.Handle("POST /try", h)
 	mux.Handle("POST /confirm", h)
@@ -315,4 +323,27 @@ func ParseSeed(s string) (map[string]int64, error) {
 		out[k] = n
 	}
 	return out, nil
+}
+
+// unguarded serves the wire protocol like [participant.Barrier.Handler] but without the barrier:
+// every request runs Do.
+func unguarded(pool *pgxpool.Pool, do func(ctx context.Context, tx pgx.Tx, req participant.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req participant.Request
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		err := pgx.BeginFunc(r.Context(), pool, func(tx pgx.Tx) error { return do(r.Context(), tx, req) })
+		switch {
+		case err == nil:
+			WriteJSON(w, http.StatusOK, map[string]bool{"ok": true})
+		case errors.Is(err, participant.ErrRefused):
+			http.Error(w, err.Error(), participant.StatusRefused)
+		case errors.Is(err, participant.ErrBadRequest):
+			http.Error(w, err.Error(), http.StatusBadRequest)
+		default:
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	})
 }
