@@ -38,6 +38,8 @@ func main() {
 	flag.StringVar(&cfg.ZK, "zk", app.Env("TXKIT_ZK", app.DefaultZK), "ZooKeeper servers")
 	flag.StringVar(&cfg.Dir, "dir", filepath.Join(app.Env("TXKIT_HOME", ".txkit"), "tcc-order"), "binaries and service logs")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the run's schemas for inspection")
+	flag.BoolVar(&cfg.NoBarrier, "no-barrier", false, "run stock and account WITHOUT the participant barrier, to watch the checks fail (use with -drill)")
+	flag.DurationVar(&cfg.SettleTimeout, "settle-timeout", 3*time.Minute, "how long to wait for every transaction to finish after the load")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
 	flag.Parse()
 	if cfg.Orders == 0 {
