@@ -1,0 +1,67 @@
+// Package saga is a saga coordinator on PostgreSQL: steps run their actions in order (or as
+// their dependencies allow, several at once), and when one is refused the steps already done are
+// compensated in reverse. The saga and all its steps are written before any action runs, each
+// step's success before the steps after it start, and the elected leader ([Coordinator.Run]
+// under a [lock.Elector]) finishes whatever a starter left unfinished — running sagas forward,
+// compensating sagas backward.
+//
+//	c, _ := saga.New(pool, saga.WithSchema("shop"), saga.WithElector(el))
+//	_ = c.Migrate(ctx)
+//	go c.Run(ctx) // recovery, on the leader only
+//	stock, _ := c.Register("stock", stockParticipant) // in-process, found by name when recovering
+//	s, _ := c.Begin(ctx, saga.WithTimeout(time.Minute))
+//	_ = s.Add(saga.Step{Name: "stock", Participant: stock, Payload: body})
+//	_ = s.Add(saga.Step{Name: "pay", Participant: participant.HTTP{URL: payURL}}) // after stock
+//	err := s.Submit(ctx) // nil: succeeded; ErrRefused: compensated; ErrIncomplete: the leader carries on
+//
+// # Order
+//
+// A step depends by default on the step added before it ([Step.DependsOn] nil): the saga is
+// sequential. DependsOn names other steps (added before it, so there are no cycles), or none
+// (an empty slice); steps whose dependencies have succeeded run together, at most
+// [WithConcurrency] at once. Compensations run in reverse: a step's compensation starts only
+// after the compensations of every step that depends on it have succeeded; among those ready,
+// the step that completed last goes first (the leader, which does not know the completion order
+// of an earlier drive, takes the later step first).
+//
+// # Failures
+//
+// A participant answers an action with success, a refusal ([participant.ErrRefused], HTTP 409:
+// a business failure) or anything else (a transient failure, HTTP 500, a timeout: the outcome is
+// unknown).
+//
+//   - A refusal moves the saga to compensating at once. The steps compensated are those whose
+//     action succeeded and those whose action may have run: still pending but with every
+//     dependency succeeded — the refused step, a step that failed or was in flight. A step's
+//     success is recorded before any step after it starts, so this rule, read from the log,
+//     gives every driver the same set, and steps beyond it (never run) stay pending. A
+//     compensation may therefore reach a participant whose action never ran or never arrived:
+//     compensations must be idempotent and accept that case, which [participant.Barrier] does
+//     (and it refuses an action arriving after its compensation).
+//   - A transient failure is retried: [Saga.Submit] calls up to [WithAttempts] times with
+//     backoff, then records the failure and returns [ErrIncomplete]; the leader retries with
+//     exponential backoff and jitter, counted per step (attempts, last error), never dropped.
+//   - A failed compensation is retried the same way until it succeeds; a refused one breaks the
+//     protocol and is counted ([Stats.Violations]), logged and retried.
+//
+// # Timeout
+//
+// The saga's timeout ([WithTimeout], counted from Submit) bounds its forward phase. A saga still
+// running when it passes is compensated, as if its pending action had been refused: by Submit
+// (which cancels the actions in flight and returns [ErrTimeout]), or by the leader, which
+// compares the timeout with PostgreSQL's clock when it claims the saga and bounds its own forward
+// drive by what is left. Compensations are not bounded: they are retried until they succeed.
+//
+// # PostgreSQL writes per saga
+//
+// A sequential saga of N steps that succeeds costs N+1 writes, each its own commit: Submit
+// inserts the saga and its steps in one statement; each step's success is recorded (renewing
+// the starter's lease) before the next step starts — without it, a crash after an unrecorded
+// step would leave the leader unable to tell which steps ran; and one statement marks the saga
+// succeeded with its last steps. Steps that run in parallel share the records: independent
+// steps cost 2 writes in all. A compensated saga adds one write moving it to compensating and
+// one marking it compensated.
+//
+// Coordinator is safe for concurrent use by multiple goroutines; a [Saga] is built and
+// submitted by one goroutine.
+package saga

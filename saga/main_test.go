@@ -1,0 +1,153 @@
+package saga_test
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/saga"
+)
+
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// env is one test's database schema and election path, shared by the test's coordinators (which
+// stand for coordinator processes).
+type env struct {
+	t      *testing.T
+	schema *testenv.Schema
+	path   string
+}
+
+func newEnv(t *testing.T) *env {
+	return &env{t: t, schema: testenv.PG(t), path: testenv.ZKRoot(t) + "/saga-leader"}
+}
+
+// coordinator returns a migrated Coordinator on the test's schema.
+func (e *env) coordinator(opts ...saga.Option) *saga.Coordinator {
+	e.t.Helper()
+	return e.coordinatorOn(e.schema.Pool, opts...)
+}
+
+// coordinatorOn returns a migrated Coordinator on the test's schema, using pool.
+func (e *env) coordinatorOn(pool *pgxpool.Pool, opts ...saga.Option) *saga.Coordinator {
+	e.t.Helper()
+	opts = append([]saga.Option{saga.WithSchema(e.schema.Name), saga.WithLogger(testLogger(e.t)),
+		saga.WithBackoff(20*time.Millisecond, 100*time.Millisecond), saga.WithRecovery("@every 100ms", 100, 16)}, opts...)
+	c, err := saga.New(pool, opts...)
+	if err != nil {
+		e.t.Fatalf("saga.New: %v", err)
+	}
+	if err := c.Migrate(e.t.Context()); err != nil {
+		e.t.Fatalf("Migrate: %v", err)
+	}
+	return c
+}
+
+// elector returns a candidate in the test's election, on a session of its own.
+func (e *env) elector(id string) *lock.Elector {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := lock.NewSession(ctx, testenv.ZK(e.t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testLogger(e.t)))
+	if err != nil {
+		e.t.Fatalf("NewSession: %v", err)
+	}
+	e.t.Cleanup(func() { _ = s.Close() })
+	el, err := lock.NewElector(s, e.path, id)
+	if err != nil {
+		e.t.Fatalf("NewElector: %v", err)
+	}
+	return el
+}
+
+// run runs c.Run until the test ends, then waits for it and reports its error.
+func run(t *testing.T, c *saga.Coordinator) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+// party is an in-process participant that records, in order, the ops it is asked to do
+// ("action/step", "compensate/step"), and answers with what answer says (nil: success).
+type party struct {
+	mu     sync.Mutex
+	calls  []string
+	answer func(req participant.Request) error
+}
+
+func newParty(answer func(participant.Request) error) *party { return &party{answer: answer} }
+
+func (p *party) Do(_ context.Context, req participant.Request) error {
+	p.mu.Lock()
+	p.calls = append(p.calls, req.Op.String()+"/"+req.Branch)
+	answer := p.answer
+	p.mu.Unlock()
+	if answer != nil {
+		return answer(req)
+	}
+	return nil
+}
+
+// log returns the calls so far, in order.
+func (p *party) log() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.calls)
+}
+
+// only returns the calls of op, in order.
+func (p *party) only(op participant.Op) []string {
+	var out []string
+	for _, c := range p.log() {
+		if len(c) > len(op.String()) && c[:len(op.String())+1] == op.String()+"/" {
+			out = append(out, c[len(op.String())+1:])
+		}
+	}
+	return out
+}
+
+func (p *party) count(call string) int {
+	n := 0
+	for _, c := range p.log() {
+		if c == call {
+			n++
+		}
+	}
+	return n
+}
+
+func register(t *testing.T, c *saga.Coordinator, name string, p participant.Participant) participant.Participant {
+	t.Helper()
+	h, err := c.Register(name, p)
+	if err != nil {
+		t.Fatalf("Register(%s): %v", name, err)
+	}
+	return h
+}
+
+func status(t *testing.T, c *saga.Coordinator, gid string) saga.Status {
+	t.Helper()
+	s, err := c.Status(t.Context(), gid)
+	if err != nil {
+		t.Fatalf("Status(%s): %v", gid, err)
+	}
+	return s
+}

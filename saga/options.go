@@ -1,0 +1,133 @@
+package saga
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/txkit/txkit/lock"
+)
+
+// Option configures a [Coordinator].
+type Option func(*options)
+
+type options struct {
+	schema, prefix string
+	lease          time.Duration
+	backoffMin     time.Duration
+	backoffMax     time.Duration
+	elector        *lock.Elector
+	log            *slog.Logger
+	concurrency    int
+	attempts       int
+	callTimeout    time.Duration
+	timeout        time.Duration
+	client         *http.Client
+	schedule       string
+	batch          int
+	recoverConc    int
+	retention      time.Duration
+	retentionSpec  string
+}
+
+func defaultOptions() options {
+	return options{
+		prefix: "txkit_saga_", lease: 30 * time.Second, backoffMin: time.Second, backoffMax: 5 * time.Minute,
+		log: slog.New(slog.DiscardHandler), concurrency: 8, attempts: 3, callTimeout: 10 * time.Second,
+		timeout: 5 * time.Minute, schedule: "@every 1s", batch: 100, recoverConc: 16,
+		retention: 7 * 24 * time.Hour, retentionSpec: "@every 1m",
+	}
+}
+
+// WithSchema sets the PostgreSQL schema of the coordinator's tables (default: the connection's
+// search_path). [Coordinator.Migrate] creates it.
+func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
+
+// WithTablePrefix sets the prefix of the table names (default "txkit_saga_": txkit_saga_global,
+// txkit_saga_branch). The default keeps sagas apart from tcc's tables, so the two coordinators
+// may lead different elections without fencing each other out.
+func WithTablePrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithLease sets how long a starter owns a saga it drives (default 30s). Each recorded step
+// renews it; a starter silent for longer is presumed gone and the leader carries the saga on
+// (both driving at once is harmless — participants are idempotent — but wasteful).
+func WithLease(d time.Duration) Option { return func(o *options) { o.lease = d } }
+
+// WithBackoff sets the delay before the first retry of a failed call and its cap (defaults 1s
+// and 5m); delays double. In-process retries ([WithAttempts]) wait with it, and so does the
+// leader between drives (with jitter, computed by PostgreSQL).
+func WithBackoff(min, max time.Duration) Option {
+	return func(o *options) { o.backoffMin, o.backoffMax = min, max }
+}
+
+// WithElector sets the election under which [Coordinator.Run] recovers. Required by Run only.
+func WithElector(el *lock.Elector) Option { return func(o *options) { o.elector = el } }
+
+// WithLogger sets the logger (default: discard). Keys: gid, step, op, token.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithConcurrency bounds the actions (compensations) of one saga called at once (default 8).
+// Only steps whose dependencies are done can run together: with the default sequential
+// DependsOn, one runs at a time whatever n is.
+func WithConcurrency(n int) Option { return func(o *options) { o.concurrency = n } }
+
+// WithAttempts sets how many times [Saga.Submit] calls an action or compensation that fails
+// transiently (any error but a refusal) before it records the failure and leaves the saga to the
+// leader, which retries it with backoff (default 3). The leader calls once per drive.
+func WithAttempts(n int) Option { return func(o *options) { o.attempts = n } }
+
+// WithCallTimeout bounds each participant call (default 10s). A call that times out is an
+// unknown outcome: retried as an action; compensated if the saga is compensated.
+func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
+
+// WithDefaultTimeout sets the timeout of sagas begun without [WithTimeout] (default 5m).
+func WithDefaultTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithHTTPClient sets the client of HTTP participants called by the recovery (default
+// http.DefaultClient). Sagas submitted by this process use their own participant.HTTP's client.
+func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.client = c } }
+
+// WithRecovery sets the recovery's cron spec (default "@every 1s"), its claim batch size (100)
+// and how many sagas it drives at once (16).
+func WithRecovery(spec string, batch, concurrency int) Option {
+	return func(o *options) { o.schedule, o.batch, o.recoverConc = spec, batch, concurrency }
+}
+
+// WithRetention sets how long finished sagas are kept (default 7 days) and the cron spec of the
+// job that deletes older ones (default "@every 1m"). The job runs on the leader.
+func WithRetention(keep time.Duration, spec string) Option {
+	return func(o *options) { o.retention, o.retentionSpec = keep, spec }
+}
+
+func (o options) validate() error {
+	switch {
+	case o.log == nil:
+		return fmt.Errorf("saga: nil logger: %w", ErrInvalidOption)
+	case o.concurrency <= 0:
+		return fmt.Errorf("saga: concurrency %d: %w", o.concurrency, ErrInvalidOption)
+	case o.attempts <= 0:
+		return fmt.Errorf("saga: attempts %d: %w", o.attempts, ErrInvalidOption)
+	case o.callTimeout <= 0:
+		return fmt.Errorf("saga: call timeout %v: %w", o.callTimeout, ErrInvalidOption)
+	case o.timeout <= 0:
+		return fmt.Errorf("saga: default timeout %v: %w", o.timeout, ErrInvalidOption)
+	}
+	return nil
+}
+
+// BeginOption configures one saga.
+type BeginOption func(*beginOptions)
+
+type beginOptions struct {
+	gid     string
+	timeout time.Duration
+}
+
+// WithGID sets the saga's id (default: a new UUIDv7).
+func WithGID(gid string) BeginOption { return func(o *beginOptions) { o.gid = gid } }
+
+// WithTimeout sets how long the saga may take to run its actions, counted from Submit: past it,
+// a saga still running is compensated (by its starter, or by the leader when the starter is
+// gone). Compensations are not bounded by it: they are retried until they succeed.
+func WithTimeout(d time.Duration) BeginOption { return func(o *beginOptions) { o.timeout = d } }

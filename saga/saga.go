@@ -1,0 +1,752 @@
+package saga
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/participant"
+)
+
+// Status is the state of a saga: running, then succeeded, or compensating → compensated.
+type Status = core.Status
+
+// The statuses of a saga.
+const (
+	StatusRunning      = core.StatusRunning
+	StatusSucceeded    = core.StatusSucceeded
+	StatusCompensating = core.StatusCompensating
+	StatusCompensated  = core.StatusCompensated
+)
+
+// Coordinator runs sagas and, with [Coordinator.Run], finishes on the elected leader those whose
+// starter vanished. Any number of Coordinators (processes) may share one schema; each may submit
+// sagas; the leader among them recovers.
+//
+// Coordinator is safe for concurrent use by multiple goroutines.
+type Coordinator struct {
+	log     *core.Log
+	o       options
+	mu      sync.RWMutex
+	parts   map[string]participant.Participant
+	running atomic.Bool
+	stats   struct{ violations, failures atomic.Int64 }
+}
+
+// New returns a Coordinator whose log lives in pool. It does not touch the database: call
+// [Coordinator.Migrate]. It returns an error wrapping [ErrInvalidOption] when an option is
+// unusable.
+func New(pool *pgxpool.Pool, opts ...Option) (*Coordinator, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	copts := []core.Option{core.WithTablePrefix(o.prefix), core.WithLease(o.lease), core.WithBackoff(o.backoffMin, o.backoffMax)}
+	if o.schema != "" {
+		copts = append(copts, core.WithSchema(o.schema))
+	}
+	l, err := core.New(pool, copts...)
+	if err != nil {
+		return nil, fmt.Errorf("saga: %w", mapErr(err))
+	}
+	return &Coordinator{log: l, o: o, parts: map[string]participant.Participant{}}, nil
+}
+
+// Migrate creates the coordinator's tables (and the fence table) when they do not exist. It is
+// idempotent and safe to run from several processes at once; ctx scopes only this call.
+func (c *Coordinator) Migrate(ctx context.Context) error {
+	if err := c.log.Migrate(ctx); err != nil {
+		return fmt.Errorf("saga: %w", err)
+	}
+	return nil
+}
+
+// Register makes p the in-process participant called name, and returns the participant to use
+// in [Step.Participant]. The step stores the name, so every Coordinator that may recover the
+// saga (the leader may be another process) must register the same name. Registering a name
+// twice returns an error wrapping [ErrInvalidOption].
+func (c *Coordinator) Register(name string, p participant.Participant) (participant.Participant, error) {
+	if name == "" || p == nil {
+		return nil, fmt.Errorf("saga: register %q: empty name or nil participant: %w", name, ErrInvalidOption)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.parts[name]; ok {
+		return nil, fmt.Errorf("saga: register %q: already registered: %w", name, ErrInvalidOption)
+	}
+	c.parts[name] = p
+	return named{name: name, p: p}, nil
+}
+
+// named is a registered in-process participant: the step stores its name.
+type named struct {
+	name string
+	p    participant.Participant
+}
+
+func (n named) Do(ctx context.Context, req participant.Request) error { return n.p.Do(ctx, req) }
+
+// Stats counts what a [Coordinator] saw.
+type Stats struct {
+	// Violations counts refused compensations: a participant broke the protocol (a compensation
+	// must succeed eventually). They are retried.
+	Violations int64
+	// Failures counts failed calls other than refused actions (retried).
+	Failures int64
+}
+
+// Stats returns the coordinator's counters.
+func (c *Coordinator) Stats() Stats {
+	return Stats{Violations: c.stats.violations.Load(), Failures: c.stats.failures.Load()}
+}
+
+// Status returns gid's status, or an error wrapping [ErrNotFound].
+func (c *Coordinator) Status(ctx context.Context, gid string) (Status, error) {
+	t, err := c.log.Get(ctx, gid)
+	if err != nil {
+		return 0, fmt.Errorf("saga: status: %w", mapErr(err))
+	}
+	return t.Status, nil
+}
+
+// Step is one step of a saga: an action, and the compensation that undoes it, both carried out by
+// one participant (the requests' Op says which: [participant.OpAction], [participant.OpCompensate]).
+type Step struct {
+	// Name identifies the step within the saga (the participant's barrier key with the gid).
+	Name string
+	// Participant is a participant.HTTP (its URL is stored) or one returned by
+	// [Coordinator.Register] (its name is stored), so a recovering coordinator can call it.
+	Participant participant.Participant
+	// Payload is sent with the action and the compensation; empty or JSON.
+	Payload json.RawMessage
+	// DependsOn names the steps whose actions must succeed before this one's starts, all added
+	// before it. nil means the step added just before (a sequential saga); an empty, non-nil
+	// slice means none: the step may start at once, alongside others ([WithConcurrency]).
+	DependsOn []string
+}
+
+// Saga is a saga being built by [Coordinator.Begin]: Add its steps, then Submit it. Saga is not
+// safe for concurrent use: build and submit it from one goroutine.
+type Saga struct {
+	c         *Coordinator
+	gid       string
+	timeout   time.Duration
+	steps     []*step
+	byName    map[string]*step
+	err       error // the first Add refused: Submit refuses too
+	submitted bool
+}
+
+// step is a step as the log holds it.
+type step struct {
+	name    string
+	seq     int
+	target  core.Target
+	payload []byte
+	deps    []string
+	status  core.BranchStatus
+}
+
+// Begin returns a new saga to build. It does not block or touch the database (ctx is unused; it
+// is there so the call reads like tcc's Begin): the saga is recorded by [Saga.Submit]. The
+// saga's timeout is [WithTimeout], default [WithDefaultTimeout]; a non-positive one returns an
+// error wrapping [ErrInvalidOption].
+func (c *Coordinator) Begin(_ context.Context, opts ...BeginOption) (*Saga, error) {
+	o := beginOptions{timeout: c.o.timeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.gid == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("saga: gid: %w", err)
+		}
+		o.gid = id.String()
+	}
+	if o.timeout <= 0 {
+		return nil, fmt.Errorf("saga: begin %s: timeout %v: %w", o.gid, o.timeout, ErrInvalidOption)
+	}
+	return &Saga{c: c, gid: o.gid, timeout: o.timeout, byName: map[string]*step{}}, nil
+}
+
+// GID returns the saga's id.
+func (s *Saga) GID() string { return s.gid }
+
+// Add appends st to the saga. It checks st at once and returns an error wrapping
+// [ErrInvalidStep] for an empty or already used name, a DependsOn naming no step added before
+// (which also rules out cycles), a payload that is not JSON, or a participant that is neither a
+// participant.HTTP with a URL nor one returned by [Coordinator.Register]; a saga that refused a
+// step refuses to be submitted. After Submit, Add returns [ErrInvalidState]. It does not block.
+func (s *Saga) Add(st Step) error {
+	if err := s.add(st); err != nil {
+		if s.err == nil {
+			s.err = err
+		}
+		return err
+	}
+	return nil
+}
+
+func (s *Saga) add(st Step) error {
+	if s.submitted {
+		return fmt.Errorf("saga: add %q to %s: already submitted: %w", st.Name, s.gid, ErrInvalidState)
+	}
+	switch {
+	case st.Name == "":
+		return fmt.Errorf("saga: step %d of %s: empty name: %w", len(s.steps), s.gid, ErrInvalidStep)
+	case s.byName[st.Name] != nil:
+		return fmt.Errorf("saga: step %q of %s: name already used: %w", st.Name, s.gid, ErrInvalidStep)
+	case len(st.Payload) > 0 && !json.Valid(st.Payload):
+		return fmt.Errorf("saga: step %q of %s: payload is not JSON: %w", st.Name, s.gid, ErrInvalidStep)
+	}
+	target, err := targetOf(st.Participant)
+	if err != nil {
+		return fmt.Errorf("saga: step %q of %s: %w", st.Name, s.gid, err)
+	}
+	deps := st.DependsOn
+	if deps == nil && len(s.steps) > 0 {
+		deps = []string{s.steps[len(s.steps)-1].name}
+	}
+	seen := map[string]bool{}
+	var uniq []string
+	for _, d := range deps {
+		if s.byName[d] == nil {
+			return fmt.Errorf("saga: step %q of %s: depends on %q, which is not a step added before it: %w", st.Name, s.gid, d, ErrInvalidStep)
+		}
+		if !seen[d] {
+			seen[d] = true
+			uniq = append(uniq, d)
+		}
+	}
+	stp := &step{name: st.Name, seq: len(s.steps), target: target, payload: st.Payload, deps: uniq, status: core.BranchPending}
+	s.steps = append(s.steps, stp)
+	s.byName[st.Name] = stp
+	return nil
+}
+
+// targetOf says where the recovery finds p.
+func targetOf(p participant.Participant) (core.Target, error) {
+	switch p := p.(type) {
+	case participant.HTTP:
+		if p.URL != "" {
+			return core.Target{Kind: core.TargetHTTP, Ref: p.URL}, nil
+		}
+	case *participant.HTTP:
+		if p != nil && p.URL != "" {
+			return core.Target{Kind: core.TargetHTTP, Ref: p.URL}, nil
+		}
+	case named:
+		return core.Target{Kind: core.TargetInProc, Ref: p.name}, nil
+	}
+	return core.Target{}, fmt.Errorf("participant %T is neither a participant.HTTP with a URL nor registered with Coordinator.Register: %w", p, ErrInvalidStep)
+}
+
+// meta is the saga's own payload in the log: the dependencies, so a recovering coordinator
+// runs (and compensates) the steps in the same order.
+type meta struct {
+	Deps map[string][]string `json:"deps,omitempty"`
+}
+
+const cleanupTimeout = 5 * time.Second
+
+// Submit records the saga and all its steps in one write, before running any, then runs the
+// actions in dependency order, at most [WithConcurrency] at once, recording each step's success
+// before the steps after it start. It blocks until the saga ends or stalls; ctx bounds the calls,
+// not the recording of their outcomes.
+//
+//   - nil: every action succeeded; the saga is succeeded.
+//   - An error wrapping [participant.ErrRefused] (a *[StepError] for the refused action): a
+//     business failure. The saga is compensated: the compensations of the steps that succeeded,
+//     and of those whose outcome is unknown (the refused one included), ran in reverse order of
+//     completion — a step's compensation only after those of the steps that depend on it. If some
+//     compensations failed the error wraps [ErrIncomplete] too: the leader retries them until they
+//     succeed.
+//   - An error wrapping [ErrTimeout]: the saga's timeout passed while actions ran; it is
+//     compensated as above.
+//   - An error wrapping [ErrIncomplete] alone: an action kept failing transiently ([WithAttempts])
+//     or ctx ended. The failure is recorded and the leader carries on: forward until the timeout,
+//     then compensating.
+//
+// Bad steps ([Saga.Add] refused one) or none return [ErrInvalidStep] and record nothing; a gid
+// already used, or a second Submit, returns [ErrInvalidState].
+func (s *Saga) Submit(ctx context.Context) error {
+	switch {
+	case s.submitted:
+		return fmt.Errorf("saga: submit %s: already submitted: %w", s.gid, ErrInvalidState)
+	case s.err != nil:
+		return fmt.Errorf("saga: submit %s: a step was refused: %w", s.gid, s.err)
+	case len(s.steps) == 0:
+		return fmt.Errorf("saga: submit %s: no step: %w", s.gid, ErrInvalidStep)
+	}
+	m := meta{Deps: map[string][]string{}}
+	branches := make([]core.Branch, len(s.steps))
+	for i, st := range s.steps {
+		if len(st.deps) > 0 {
+			m.Deps[st.name] = st.deps
+		}
+		branches[i] = core.Branch{Name: st.name, Seq: st.seq, Target: st.target, Payload: st.payload}
+	}
+	payload, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("saga: submit %s: %w", s.gid, err)
+	}
+	if err := s.c.log.Create(ctx, s.gid, core.KindSaga, s.timeout, payload, branches...); err != nil {
+		return fmt.Errorf("saga: submit: %w", mapErr(err))
+	}
+	s.submitted = true
+	d := &driver{c: s.c, gid: s.gid, steps: s.steps, byName: s.byName, attempts: s.c.o.attempts,
+		log: s.c.o.log.With(slog.String("gid", s.gid))}
+	deadline, cancel := context.WithTimeoutCause(ctx, s.timeout, ErrTimeout)
+	defer cancel()
+	return d.run(ctx, deadline, core.StatusRunning)
+}
+
+// Run recovers, while this coordinator leads the election of [WithElector], the sagas whose
+// starter vanished or whose calls failed: a running saga is driven forward, or compensated once
+// its timeout has passed (by PostgreSQL's clock); a compensating saga is compensated. It also
+// deletes finished sagas past the retention. It blocks until ctx ends, then returns nil after
+// every goroutine it started has exited. It returns an error wrapping [ErrInvalidOption] without
+// an elector, [ErrRunning] when another Run is running, and one wrapping [lock.ErrClosed] when
+// the elector's session is closed.
+func (c *Coordinator) Run(ctx context.Context) error {
+	if c.o.elector == nil {
+		return fmt.Errorf("saga: run: no elector (WithElector): %w", ErrInvalidOption)
+	}
+	if !c.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("saga: run: %w", ErrRunning)
+	}
+	defer c.running.Store(false)
+	r, err := core.NewRecoverer(c.log, c.o.elector, map[core.Kind]core.Driver{core.KindSaga: core.DriverFunc(c.recoverOne)},
+		core.WithSchedule(c.o.schedule), core.WithBatchSize(c.o.batch), core.WithConcurrency(c.o.recoverConc),
+		core.WithRetention(c.o.retention, c.o.retentionSpec), core.WithLogger(c.o.log))
+	if err != nil {
+		return fmt.Errorf("saga: run: %w", mapErr(err))
+	}
+	return r.Run(ctx)
+}
+
+// recoverOne is the recovery's driver. Failures of calls are recorded (and rescheduled) by the
+// drive, so only a failed recording (or an unreadable saga) is returned.
+func (c *Coordinator) recoverOne(ctx context.Context, tok lock.Token, t *core.Transaction) error {
+	var m meta
+	if len(t.Payload) > 0 {
+		if err := json.Unmarshal(t.Payload, &m); err != nil {
+			return fmt.Errorf("saga: %s: unreadable dependencies: %w", t.GID, err)
+		}
+	}
+	d := &driver{c: c, tok: tok, gid: t.GID, byName: map[string]*step{}, attempts: 1,
+		log: c.o.log.With(slog.String("gid", t.GID), slog.String("token", tok.String()))}
+	for _, b := range t.Branches {
+		st := &step{name: b.Name, seq: b.Seq, target: b.Target, payload: b.Payload, deps: m.Deps[b.Name], status: b.Status}
+		d.steps = append(d.steps, st)
+		d.byName[b.Name] = st
+	}
+	sort.SliceStable(d.steps, func(i, j int) bool { return d.steps[i].seq < d.steps[j].seq })
+	from := t.Status
+	deadline := ctx
+	if from == core.StatusRunning {
+		// The claim set updated_at to PostgreSQL's now(): compare it, not our clock, with the timeout.
+		if !t.TimeoutAt.After(t.UpdatedAt) {
+			deadline = canceled(ctx, ErrTimeout)
+		} else {
+			var cancel context.CancelFunc
+			deadline, cancel = context.WithTimeoutCause(ctx, t.TimeoutAt.Sub(t.UpdatedAt), ErrTimeout)
+			defer cancel()
+		}
+	}
+	err := d.run(ctx, deadline, from)
+	if d.recordErr != nil {
+		return d.recordErr
+	}
+	if errors.Is(err, ErrInvalidState) {
+		return err
+	}
+	return nil // the outcome, or the failures, are recorded
+}
+
+// canceled returns a context already cancelled with cause, as a child of ctx.
+func canceled(ctx context.Context, cause error) context.Context {
+	c, cancel := context.WithCancelCause(ctx)
+	cancel(cause)
+	return c
+}
+
+// driver drives one saga, for its starter (tok zero) or the leader.
+type driver struct {
+	c        *Coordinator
+	tok      lock.Token
+	gid      string
+	steps    []*step // in seq order
+	byName   map[string]*step
+	attempts int // calls per op before the failure is recorded
+	log      *slog.Logger
+	// completed ranks the steps whose action succeeded in this drive, by completion.
+	completed map[string]int
+	recordErr error // the last recording that failed, for the recovery to report
+}
+
+// run drives the saga from status st: forward while running (its actions launched while
+// deadline lasts), then compensating if an action was refused or the deadline passed.
+func (d *driver) run(ctx, deadline context.Context, st Status) error {
+	var cause error
+	if st == core.StatusRunning {
+		var moved bool
+		var err error
+		moved, cause, err = d.forward(ctx, deadline)
+		if !moved {
+			return err
+		}
+	}
+	if st != core.StatusRunning && st != core.StatusCompensating {
+		return fmt.Errorf("saga: %s is %s: %w", d.gid, st, ErrInvalidState)
+	}
+	if err := d.compensate(ctx); err != nil {
+		return errors.Join(cause, err)
+	}
+	return cause
+}
+
+// forward runs the pending actions. It returns moved=true when the saga must now be compensated
+// (cause says why: the refusal or the timeout), or moved=false with Submit's result otherwise.
+func (d *driver) forward(ctx, deadline context.Context) (moved bool, cause, err error) {
+	var nodes []node
+	for _, st := range d.steps {
+		if st.status != core.BranchPending {
+			continue
+		}
+		n := node{name: st.name, prio: -st.seq}
+		for _, dep := range st.deps {
+			if d.byName[dep].status != core.BranchSucceeded {
+				n.blockers = append(n.blockers, dep)
+			}
+		}
+		nodes = append(nodes, n)
+	}
+	var refused *core.BranchFailure
+	res := walk(deadline, d.c.o.concurrency, nodes,
+		func(ctx context.Context, name string) error {
+			return d.call(ctx, d.byName[name], participant.OpAction)
+		},
+		func(error) bool { return true }, // stop launching at the first failure
+		func(done []string) error {
+			return d.record(ctx, core.Progress{GID: d.gid, From: core.StatusRunning, Done: done, Renew: true})
+		})
+	d.completed = map[string]int{}
+	for i, name := range res.done {
+		d.byName[name].status = core.BranchSucceeded
+		d.completed[name] = i
+	}
+	for i, f := range res.failed {
+		if errors.Is(f.Err, participant.ErrRefused) {
+			refused = &res.failed[i]
+			break
+		}
+	}
+	timedOut := ctx.Err() == nil && errors.Is(context.Cause(deadline), ErrTimeout)
+	p := core.Progress{GID: d.gid, From: core.StatusRunning, Done: res.done, Failed: res.failed}
+	switch {
+	case len(res.done) == len(nodes):
+		p.Next = core.StatusSucceeded
+	case refused != nil:
+		p.Next = core.StatusCompensating
+		cause = &StepError{GID: d.gid, Step: refused.Branch, Op: participant.OpAction, Err: refused.Err}
+	case timedOut:
+		p.Next, p.Err = core.StatusCompensating, ErrTimeout
+		cause = fmt.Errorf("saga: %s: %w", d.gid, ErrTimeout)
+	default:
+		p.Err = res.stopErr
+		if p.Err == nil && ctx.Err() != nil {
+			p.Err = context.Cause(ctx)
+		}
+	}
+	if err := d.record(ctx, p); err != nil {
+		return false, nil, fmt.Errorf("saga: %s: %w", d.gid, err)
+	}
+	switch p.Next {
+	case core.StatusSucceeded:
+		d.log.Debug("saga: succeeded")
+		return false, nil, nil
+	case core.StatusCompensating:
+		d.log.Info("saga: compensating", slog.Any("err", cause))
+		return true, cause, nil
+	}
+	errs := []error{ErrIncomplete}
+	for _, f := range res.failed {
+		errs = append(errs, &StepError{GID: d.gid, Step: f.Branch, Op: participant.OpAction, Err: f.Err})
+	}
+	if p.Err != nil {
+		errs = append(errs, p.Err)
+	}
+	return false, nil, fmt.Errorf("saga: %s: %w", d.gid, errors.Join(errs...))
+}
+
+// compensate calls the compensations of the steps to undo, reverse order, and records the outcome.
+//
+// The steps to undo are those whose action succeeded, and those still pending whose dependencies
+// all succeeded: their action may have run (refused, failed, timed out, or in flight when the
+// driver stopped). Every step started was recorded as such, since a step's success is recorded
+// before the steps that depend on it start: the rule gives the same answer to every driver, and
+// a pending step past it never ran. A compensation starts only after those of the steps that
+// depend on it; among the ready ones the last completed goes first (unknown outcomes before all,
+// then the completions of this drive, then earlier ones by step order).
+func (d *driver) compensate(ctx context.Context) error {
+	undo := map[string]bool{}
+	for _, st := range d.steps {
+		switch st.status {
+		case core.BranchSucceeded, core.BranchCompensated:
+			undo[st.name] = true
+		case core.BranchPending:
+			ran := true
+			for _, dep := range st.deps {
+				if s := d.byName[dep].status; s != core.BranchSucceeded && s != core.BranchCompensated {
+					ran = false
+				}
+			}
+			undo[st.name] = ran
+		}
+	}
+	dependents := map[string][]string{}
+	for _, st := range d.steps {
+		for _, dep := range st.deps {
+			dependents[dep] = append(dependents[dep], st.name)
+		}
+	}
+	n := len(d.steps)
+	var nodes []node
+	var already []string
+	for _, st := range d.steps {
+		if !undo[st.name] {
+			continue
+		}
+		if st.status == core.BranchCompensated {
+			already = append(already, st.name)
+			continue
+		}
+		nd := node{name: st.name, prio: st.seq}
+		if st.status == core.BranchPending {
+			nd.prio = 3*n + st.seq
+		} else if i, ok := d.completed[st.name]; ok {
+			nd.prio = n + i
+		}
+		for _, dep := range dependents[st.name] {
+			if undo[dep] && d.byName[dep].status != core.BranchCompensated {
+				nd.blockers = append(nd.blockers, dep)
+			}
+		}
+		nodes = append(nodes, nd)
+	}
+	res := walk(ctx, d.c.o.concurrency, nodes,
+		func(ctx context.Context, name string) error {
+			return d.call(ctx, d.byName[name], participant.OpCompensate)
+		}, nil, nil)
+	p := core.Progress{GID: d.gid, From: core.StatusCompensating, Done: append(already, res.done...), Failed: res.failed}
+	if len(res.done) == len(nodes) {
+		p.Next = core.StatusCompensated
+	} else if len(res.failed) == 0 {
+		p.Err = context.Cause(ctx)
+	}
+	if err := d.record(ctx, p); err != nil {
+		return fmt.Errorf("saga: %s: %w", d.gid, err)
+	}
+	if p.Next != 0 {
+		d.log.Info("saga: compensated")
+		return nil
+	}
+	errs := []error{ErrIncomplete}
+	for _, f := range res.failed {
+		errs = append(errs, &StepError{GID: d.gid, Step: f.Branch, Op: participant.OpCompensate, Err: f.Err})
+	}
+	if p.Err != nil {
+		errs = append(errs, p.Err)
+	}
+	return fmt.Errorf("saga: compensate %s: %w", d.gid, errors.Join(errs...))
+}
+
+// record writes p (fenced with the driver's token), not bounded by a cancelled ctx.
+func (d *driver) record(ctx context.Context, p core.Progress) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	err := d.c.log.Record(rctx, d.tok, p)
+	if err != nil {
+		err = mapErr(err)
+		d.recordErr = err
+	}
+	return err
+}
+
+// call calls op on st's participant up to d.attempts times while it fails transiently, waiting
+// with backoff in between. A refused action returns at once; a refused compensation breaks the
+// protocol: it is counted and retried like any failure.
+func (d *driver) call(ctx context.Context, st *step, op participant.Op) error {
+	wait := d.c.o.backoffMin
+	for attempt := 1; ; attempt++ {
+		err := d.c.callTarget(ctx, st.target, participant.Request{GID: d.gid, Branch: st.name, Op: op, Payload: st.payload})
+		if err == nil {
+			return nil
+		}
+		if op == participant.OpAction && errors.Is(err, participant.ErrRefused) {
+			d.log.Info("saga: action refused", slog.String("step", st.name), slog.Any("err", err))
+			return err
+		}
+		d.c.stats.failures.Add(1)
+		lvl := slog.LevelWarn
+		if errors.Is(err, participant.ErrRefused) {
+			d.c.stats.violations.Add(1)
+			lvl = slog.LevelError
+			err = fmt.Errorf("protocol violation, compensation refused (retrying): %w", err)
+		}
+		d.log.Log(ctx, lvl, "saga: call failed", slog.String("step", st.name), slog.String("op", op.String()),
+			slog.Int("attempt", attempt), slog.Any("err", err))
+		if attempt >= d.attempts || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, d.c.o.backoffMax)
+	}
+}
+
+// callTarget calls the participant a step stored, with the call timeout.
+func (c *Coordinator) callTarget(ctx context.Context, t core.Target, req participant.Request) error {
+	var p participant.Participant
+	switch t.Kind {
+	case core.TargetHTTP:
+		p = participant.HTTP{URL: t.Ref, Client: c.o.client}
+	case core.TargetInProc:
+		c.mu.RLock()
+		p = c.parts[t.Ref]
+		c.mu.RUnlock()
+		if p == nil {
+			return fmt.Errorf("in-process participant %q is not registered with this coordinator", t.Ref)
+		}
+	default:
+		return fmt.Errorf("unknown target %s", t.Kind)
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.o.callTimeout)
+	defer cancel()
+	return p.Do(cctx, req)
+}
+
+// node is one call of a walk.
+type node struct {
+	name     string
+	blockers []string // nodes of the walk that must succeed first
+	prio     int      // among ready nodes, the higher starts first
+}
+
+type walkResult struct {
+	done    []string // in completion order
+	failed  []core.BranchFailure
+	stopErr error // the checkpoint's failure
+}
+
+// walk calls do on every node once its blockers have succeeded, at most limit at once, until
+// none is left to start: a node whose blocker failed never starts. It stops starting nodes when
+// ctx ends or stop approves a failure, and returns after every call it started has returned.
+// checkpoint, when set, is given the successes not yet checkpointed before a node that depends
+// on one of them starts; when it fails, walk stops starting nodes.
+func walk(ctx context.Context, limit int, nodes []node, do func(context.Context, string) error,
+	stop func(error) bool, checkpoint func([]string) error) walkResult {
+	type outcome struct {
+		name string
+		err  error
+	}
+	byName := make(map[string]node, len(nodes))
+	waiting := make(map[string]int, len(nodes))
+	dependents := map[string][]string{}
+	var ready []node
+	for _, n := range nodes {
+		byName[n.name] = n
+		waiting[n.name] = len(n.blockers)
+		for _, b := range n.blockers {
+			dependents[b] = append(dependents[b], n.name)
+		}
+		if len(n.blockers) == 0 {
+			ready = append(ready, n)
+		}
+	}
+	var (
+		res        walkResult
+		unsaved    = map[string]bool{} // succeeded, not yet checkpointed
+		results    = make(chan outcome, len(nodes))
+		running    int
+		stopped    bool
+		needsSaved = func(n node) bool {
+			for _, b := range n.blockers {
+				if unsaved[b] {
+					return true
+				}
+			}
+			return false
+		}
+	)
+	for {
+		if !stopped && ctx.Err() == nil && len(ready) > 0 && running < limit {
+			sort.SliceStable(ready, func(i, j int) bool { return ready[i].prio > ready[j].prio })
+			k := min(limit-running, len(ready))
+			if checkpoint != nil && len(unsaved) > 0 && func() bool {
+				for _, n := range ready[:k] {
+					if needsSaved(n) {
+						return true
+					}
+				}
+				return false
+			}() {
+				var names []string
+				for _, name := range res.done {
+					if unsaved[name] {
+						names = append(names, name)
+					}
+				}
+				if err := checkpoint(names); err != nil {
+					res.stopErr, stopped = err, true
+					continue
+				}
+				clear(unsaved)
+			}
+			for _, n := range ready[:k] {
+				running++
+				go func() { results <- outcome{n.name, do(ctx, n.name)} }()
+			}
+			ready = ready[k:]
+		}
+		if running == 0 {
+			return res
+		}
+		o := <-results
+		running--
+		if o.err != nil {
+			res.failed = append(res.failed, core.BranchFailure{Branch: o.name, Err: o.err})
+			if stop != nil && stop(o.err) {
+				stopped = true
+			}
+			continue
+		}
+		res.done = append(res.done, o.name)
+		unsaved[o.name] = true
+		for _, dn := range dependents[o.name] {
+			if waiting[dn]--; waiting[dn] == 0 {
+				ready = append(ready, byName[dn])
+			}
+		}
+	}
+}
