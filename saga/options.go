@@ -51,7 +51,8 @@ func WithTablePrefix(p string) Option { return func(o *options) { o.prefix = p }
 
 // WithLease sets how long a starter owns a saga it drives (default 30s). Each recorded step
 // renews it; a starter silent for longer is presumed gone and the leader carries the saga on
-// (both driving at once is harmless — participants are idempotent — but wasteful).
+// (both driving at once is harmless — participants are idempotent — but wasteful). Keep it above
+// [WithCallTimeout], so that one slow call does not outlast it.
 func WithLease(d time.Duration) Option { return func(o *options) { o.lease = d } }
 
 // WithBackoff sets the delay before the first retry of a failed call and its cap (defaults 1s
