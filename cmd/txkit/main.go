@@ -1,9 +1,11 @@
-// Command txkit is the operator's tool for txkit's tables: the outbox's backlog and dead letters
-// for now.
+// Command txkit is the operator's tool for txkit's tables: the outbox's backlog and dead letters,
+// and the global transactions of the tcc and saga coordinators.
 //
 //	txkit outbox backlog [-pg URL] [-schema S] [-table T]
 //	txkit outbox dead    [-pg URL] [-schema S] [-table T] [-limit N]
 //	txkit outbox requeue [-pg URL] [-schema S] [-table T] (-all | ID...)
+//	txkit tx list        [-pg URL] [-schema S] [-prefix P] [-kind K] [-status S] [-unfinished] [-limit N]
+//	txkit tx show GID    [-pg URL] [-schema S] [-prefix P]
 //
 // -pg defaults to $TXKIT_PG_URL. The exit status is 0 on success, 1 when the command failed (or
 // requeue found fewer dead messages than IDs given), and 2 on a usage error.
@@ -39,6 +41,14 @@ flags of every outbox command (before the verb or after it):
   -pg URL       PostgreSQL URL (default $TXKIT_PG_URL)
   -schema NAME  schema of the outbox table (default: the URL's search_path)
   -table NAME   outbox table (default txkit_outbox)
+
+  tx list          global transactions, in gid order   [-kind tcc|saga] [-status S] [-unfinished] [-after GID] [-limit N]
+  tx show GID      one global transaction and its branches
+
+flags of every tx command (before the verb or after it):
+  -pg URL       PostgreSQL URL (default $TXKIT_PG_URL)
+  -schema NAME  schema of the coordinator's tables (default: the URL's search_path)
+  -prefix P     table prefix (default txkit_ for tcc; sagas use txkit_saga_)
 
 exit status: 0 success, 1 failure (or fewer dead messages requeued than IDs given), 2 usage error
 `
@@ -119,6 +129,8 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	case "-h", "-help", "--help", "help":
 		return flag.ErrHelp
 	case "outbox":
+	case "tx":
+		return txCmd(ctx, args[1:], getenv, stdout)
 	default:
 		return usageErr("unknown command %q", args[0])
 	}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/testenv"
+)
+
+func TestTxUsage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no verb", []string{"tx"}, "no verb"},
+		{"unknown verb", []string{"tx", "purge"}, `unknown verb "purge"`},
+		{"show needs a gid", []string{"tx", "show"}, "give one gid"},
+		{"bad kind", []string{"tx", "list", "-kind", "xa"}, "-kind"},
+		{"bad status", []string{"tx", "list", "-status", "sleeping"}, "-status"},
+		{"bad limit", []string{"tx", "list", "-limit", "0"}, "-limit 0"},
+		{"no url", []string{"tx", "list"}, "TXKIT_PG_URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := txkit(t, nil, tc.args...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want exit %d and %q", code, stderr, exitUsage, tc.want)
+			}
+		})
+	}
+}
+
+func TestIntegrationTxListShow(t *testing.T) {
+	s := testenv.PG(t)
+	log, err := core.New(s.Pool, core.WithSchema(s.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := log.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	gid := uuid.NewString()
+	if err := log.Create(t.Context(), gid, core.KindTCC, time.Minute, nil,
+		core.Branch{Name: "stock", Target: core.Target{Kind: core.TargetHTTP, Ref: "http://127.0.0.1:1/stock"}},
+		core.Branch{Name: "pay", Target: core.Target{Kind: core.TargetInProc, Ref: "pay"}}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"TXKIT_PG_URL": s.URL}
+
+	code, out, stderr := txkit(t, env, "tx", "list", "-schema", s.Name, "-unfinished")
+	if code != exitOK || !strings.Contains(out, gid) || !strings.Contains(out, "trying") {
+		t.Fatalf("tx list: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	code, out, stderr = txkit(t, env, "tx", "list", "-schema", s.Name, "-status", "confirmed")
+	if code != exitOK || !strings.Contains(out, "no transactions") {
+		t.Fatalf("tx list -status confirmed: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	code, out, stderr = txkit(t, env, "tx", "show", "-schema", s.Name, gid)
+	if code != exitOK || !strings.Contains(out, "stock") || !strings.Contains(out, "http://127.0.0.1:1/stock") ||
+		!strings.Contains(out, "inproc pay") {
+		t.Fatalf("tx show: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	t.Logf("tx show output:\n%s", out)
+	code, _, stderr = txkit(t, env, "tx", "show", "-schema", s.Name, uuid.NewString())
+	if code != exitFail || !strings.Contains(stderr, "not found") {
+		t.Fatalf("tx show of an unknown gid: exit %d, stderr %q", code, stderr)
+	}
+}
