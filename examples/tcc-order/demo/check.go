@@ -259,12 +259,21 @@ func (h *harness) check(ctx context.Context, rep *Report) error {
 	conserve("money", h.accts, money, spentBy, &rep.InitialMoney, &rep.Balance, &rep.Frozen, &rep.Spent)
 
 	// Faults the participants injected.
-	var sst, ast struct{ Faults map[string]int64 }
-	if err := h.getJSON(ctx, "http://"+h.stock.addr+"/stats", &sst); err == nil && h.cfg.Drill {
-		rep.StockFaults = sst.Faults
-	}
-	if err := h.getJSON(ctx, "http://"+h.account.addr+"/stats", &ast); err == nil && h.cfg.Drill {
-		rep.AccountFaults = ast.Faults
+	if h.cfg.Drill {
+		for _, svc := range []struct {
+			name string
+			dst  *map[string]int64
+		}{{"stock", &rep.StockFaults}, {"account", &rep.AccountFaults}} {
+			var st struct{ Faults map[string]int64 }
+			_ = h.getJSON(ctx, "http://"+h.participant(svc.name).addr+"/stats", &st)
+			m := map[string]int64{}
+			h.mu.Lock()
+			for _, kind := range []string{"refused", "failed", "lost", "slowed"} {
+				m[kind] = st.Faults[kind] + h.faults[svc.name+"."+kind]
+			}
+			h.mu.Unlock()
+			*svc.dst = m
+		}
 	}
 	return nil
 }

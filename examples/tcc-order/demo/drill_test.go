@@ -40,11 +40,11 @@ func TestIntegrationTCCOrderDemo(t *testing.T) {
 }
 
 // TestIntegrationTCCOrderDrill: 200 orders while stock and account inject refusals, 500s, lost
-// replies and slow calls, and the leading order instance is SIGKILLed three times: the invariants
-// hold, and each kill is followed by the next leader's recovery.
+// replies and slow calls, the leading order instance is SIGKILLed three times and stock and account
+// once each: the invariants hold, and each leader kill is followed by the next leader's recovery.
 func TestIntegrationTCCOrderDrill(t *testing.T) {
 	cfg := config(t, 200)
-	cfg.Drill = true
+	cfg.Drill, cfg.ParticipantKills = true, 2
 	cfg.Rate = 10 // about 20 s of load, so the three kills land during it
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
@@ -55,6 +55,9 @@ func TestIntegrationTCCOrderDrill(t *testing.T) {
 	}
 	if err := rep.OK(); err != nil {
 		t.Fatal(err)
+	}
+	if rep.ParticipantKills != cfg.ParticipantKills {
+		t.Fatalf("%d participant kills, want %d", rep.ParticipantKills, cfg.ParticipantKills)
 	}
 	if rep.LeaderKills != cfg.Kills || len(rep.Failovers) != cfg.Kills {
 		t.Fatalf("%d leader kills, %d failovers measured; want %d each", rep.LeaderKills, len(rep.Failovers), cfg.Kills)

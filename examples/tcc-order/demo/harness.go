@@ -30,17 +30,20 @@ import (
 
 // Config is one run of the example.
 type Config struct {
-	Orders      int           // orders to place
-	Instances   int           // order-service instances (coordinators; only the elected one recovers)
-	Concurrency int           // orders in flight at once
-	Rate        int           // orders started per second at most (0: as fast as they go)
-	Drill       bool          // inject faults in stock and account, and SIGKILL the leading order instance during the load
-	Kills       int           // leader kills of a drill
-	KillEvery   time.Duration // at least this long between two kills (each also waits for the next leader's first recovery)
-	PG, ZK      string        // base PostgreSQL URL, ZooKeeper servers
-	Dir         string        // where binaries and logs go
-	Log         io.Writer     // progress lines
-	Keep        bool          // keep the run's schemas afterwards
+	Orders      int  // orders to place
+	Instances   int  // order-service instances (coordinators; only the elected one recovers)
+	Concurrency int  // orders in flight at once
+	Rate        int  // orders started per second at most (0: as fast as they go)
+	Drill       bool // inject faults in stock and account, and SIGKILL the leading order instance during the load
+	Kills       int  // leader kills of a drill
+	// ParticipantKills is how many times a drill SIGKILLs a participant (stock, then account,
+	// alternately) and restarts it on the same address, spread over the load.
+	ParticipantKills int
+	KillEvery        time.Duration // at least this long between two kills (each also waits for the next leader's first recovery)
+	PG, ZK           string        // base PostgreSQL URL, ZooKeeper servers
+	Dir              string        // where binaries and logs go
+	Log              io.Writer     // progress lines
+	Keep             bool          // keep the run's schemas afterwards
 	// SettleTimeout bounds the wait for every transaction to finish after the load (default 3m).
 	SettleTimeout time.Duration
 	// NoBarrier runs stock and account without the participant barrier, to show that the checks
@@ -67,6 +70,7 @@ type Report struct {
 	Checks                        []string // invariants checked, with their numbers
 	StockFaults, AccountFaults    map[string]int64
 	LeaderKills                   int
+	ParticipantKills              int
 	Failovers                     []time.Duration // leader SIGKILL → the next leader's first recovery (fenced claim)
 	Settled                       bool            // every global transaction finished within the settle timeout
 	Settle                        time.Duration   // last answer → every global transaction finished
@@ -116,6 +120,9 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "ledger rows:            stock %d, account %d, order %d (each (gid, op) at most once)\n", r.LedgerStock, r.LedgerAccount, r.LedgerOrder)
 	if r.StockFaults != nil {
 		fmt.Fprintf(&b, "faults injected:        stock %s; account %s\n", faults(r.StockFaults), faults(r.AccountFaults))
+	}
+	if r.ParticipantKills > 0 {
+		fmt.Fprintf(&b, "participant kills:      %d SIGKILLed (stock and account in turn) and restarted on their address\n", r.ParticipantKills)
 	}
 	if r.LeaderKills > 0 {
 		ds := make([]string, len(r.Failovers))
@@ -172,8 +179,10 @@ type harness struct {
 	mu      sync.Mutex
 	orders  map[string]*proc // live order instances by id, "order-<slot>.<start>"
 	starts  int
-	stock   *proc
+	stock   *proc // under mu: replaced when the drill restarts it
 	account *proc
+	args    map[string][]string // how each participant was started
+	faults  map[string]int64    // faults counted by participant processes since killed, by "<service>.<kind>"
 	client  *http.Client
 	answers sync.Map // gid → "confirmed" | "cancelled"
 }
@@ -192,7 +201,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, errors.New("need at least one order, one instance and a concurrency of one")
 	}
 	runID := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
-	h := &harness{cfg: cfg, runID: runID, schema: "tcco_" + runID, orders: map[string]*proc{},
+	h := &harness{cfg: cfg, runID: runID, schema: "tcco_" + runID, orders: map[string]*proc{}, faults: map[string]int64{},
 		client: &http.Client{Timeout: 30 * time.Second}}
 	// Four SKUs with stock for about two thirds of the demand, eight accounts with funds for about
 	// two thirds of it: late orders are refused by one or the other.
@@ -282,12 +291,72 @@ func (h *harness) startParticipants(ctx context.Context) error {
 		fault = append(fault, "-no-barrier")
 	}
 	common := []string{"-pg", h.cfg.PG, "-schema", h.schema}
-	var err error
-	if h.stock, err = h.start(ctx, "stock", append(append(slices.Clone(common), "-db", dbStock, "-seed", seed(h.skus)), fault...)); err != nil {
+	h.args = map[string][]string{
+		"stock":   append(append(slices.Clone(common), "-db", dbStock, "-seed", seed(h.skus)), fault...),
+		"account": append(append(slices.Clone(common), "-db", dbAccount, "-seed", seed(h.accts)), fault...),
+	}
+	stock, err := h.start(ctx, "stock", h.args["stock"])
+	if err != nil {
 		return err
 	}
-	h.account, err = h.start(ctx, "account", append(append(slices.Clone(common), "-db", dbAccount, "-seed", seed(h.accts)), fault...))
-	return err
+	account, err := h.start(ctx, "account", h.args["account"])
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.stock, h.account = stock, account
+	h.mu.Unlock()
+	return nil
+}
+
+// participant returns the running stock or account process.
+func (h *harness) participant(name string) *proc {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if name == "stock" {
+		return h.stock
+	}
+	return h.account
+}
+
+// crashParticipants SIGKILLs stock and account in turn, cfg.ParticipantKills times spread over
+// the load, and restarts each on its address (the coordinator log holds the participants' URLs).
+func (h *harness) crashParticipants(ctx context.Context, done func() int, rep *Report) error {
+	n := h.cfg.ParticipantKills
+	for k := range n {
+		at := h.cfg.Orders * (k + 1) / (n + 1)
+		for done() < at {
+			if err := pause(ctx, 10*time.Millisecond); err != nil {
+				return nil
+			}
+		}
+		name := []string{"stock", "account"}[k%2]
+		p := h.participant(name)
+		var st struct{ Faults map[string]int64 }
+		if err := h.getJSON(ctx, "http://"+p.addr+"/stats", &st); err == nil {
+			h.mu.Lock()
+			for kind, v := range st.Faults {
+				h.faults[name+"."+kind] += v
+			}
+			h.mu.Unlock()
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		rep.ParticipantKills++
+		h.logf("drill: SIGKILLed %s at %d orders answered; restarting it on %s", name, done(), p.addr)
+		np, err := h.start(ctx, name, append(slices.Clone(h.args[name]), "-listen", p.addr))
+		if err != nil {
+			return err
+		}
+		h.mu.Lock()
+		if name == "stock" {
+			h.stock = np
+		} else {
+			h.account = np
+		}
+		h.mu.Unlock()
+	}
+	return nil
 }
 
 // startOrder starts an order instance in slot; each start gets an id of its own, so the election
@@ -298,7 +367,7 @@ func (h *harness) startOrder(ctx context.Context, slot int) error {
 	id := fmt.Sprintf("order-%d.%d", slot, h.starts)
 	h.mu.Unlock()
 	p, err := h.startAs(ctx, id, "order", []string{"-pg", h.cfg.PG, "-db", dbOrder, "-schema", h.schema, "-zk", h.cfg.ZK, "-id", id,
-		"-stock", "http://" + h.stock.addr, "-account", "http://" + h.account.addr})
+		"-stock", "http://" + h.participant("stock").addr, "-account", "http://" + h.participant("account").addr})
 	if err != nil {
 		return err
 	}
@@ -517,6 +586,10 @@ func (h *harness) load(ctx context.Context, rep *Report) error {
 	go func() { workers.Wait(); close(loadDone) }()
 	if h.cfg.Drill {
 		g.Go(func() error { return h.drill(gctx, loadDone, rep) })
+		if h.cfg.ParticipantKills > 0 {
+			done := func() int { return int(conf.Load() + canc.Load() + lost.Load()) }
+			g.Go(func() error { return h.crashParticipants(gctx, done, rep) })
+		}
 	}
 	err := g.Wait()
 	rep.AnsweredConfirmed, rep.AnsweredCancelled, rep.Unanswered = int(conf.Load()), int(canc.Load()), int(lost.Load())

@@ -33,6 +33,7 @@ func main() {
 	flag.IntVar(&cfg.Rate, "rate", -1, "orders per second at most (0: as fast as they go; default 0, 20 with -drill so the kills land under load)")
 	flag.BoolVar(&cfg.Drill, "drill", false, "inject faults in stock and account and SIGKILL the leading order instance during the load")
 	flag.IntVar(&cfg.Kills, "kills", 3, "leader kills of a drill")
+	flag.IntVar(&cfg.ParticipantKills, "participant-kills", 2, "participant kills of a drill (stock, account, stock, ...; each restarted on its address)")
 	flag.DurationVar(&cfg.KillEvery, "kill-every", 3*time.Second, "pause before each leader kill (each also waits for the previous failover)")
 	flag.StringVar(&cfg.PG, "pg", app.Env("TXKIT_PG_URL", app.DefaultPG), "PostgreSQL URL (databases txkit_order, txkit_stock, txkit_account are created if missing)")
 	flag.StringVar(&cfg.ZK, "zk", app.Env("TXKIT_ZK", app.DefaultZK), "ZooKeeper servers")
