@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,8 +37,7 @@ const (
 type Coordinator struct {
 	log     *core.Log
 	o       options
-	mu      sync.RWMutex
-	parts   map[string]participant.Participant
+	parts   *core.Participants
 	running atomic.Bool
 	stats   struct{ violations, failures atomic.Int64 }
 }
@@ -63,7 +61,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("saga: %w", mapErr(err))
 	}
-	return &Coordinator{log: l, o: o, parts: map[string]participant.Participant{}}, nil
+	return &Coordinator{log: l, o: o, parts: core.NewParticipants(o.client)}, nil
 }
 
 // Migrate creates the coordinator's tables (and the fence table) when they do not exist. It is
@@ -80,25 +78,12 @@ func (c *Coordinator) Migrate(ctx context.Context) error {
 // saga (the leader may be another process) must register the same name. Registering a name
 // twice returns an error wrapping [ErrInvalidOption].
 func (c *Coordinator) Register(name string, p participant.Participant) (participant.Participant, error) {
-	if name == "" || p == nil {
-		return nil, fmt.Errorf("saga: register %q: empty name or nil participant: %w", name, ErrInvalidOption)
+	h, err := c.parts.Register(name, p)
+	if err != nil {
+		return nil, fmt.Errorf("saga: %w", mapErr(err))
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.parts[name]; ok {
-		return nil, fmt.Errorf("saga: register %q: already registered: %w", name, ErrInvalidOption)
-	}
-	c.parts[name] = p
-	return named{name: name, p: p}, nil
+	return h, nil
 }
-
-// named is a registered in-process participant: the step stores its name.
-type named struct {
-	name string
-	p    participant.Participant
-}
-
-func (n named) Do(ctx context.Context, req participant.Request) error { return n.p.Do(ctx, req) }
 
 // Stats counts what a [Coordinator] saw.
 type Stats struct {
@@ -213,7 +198,7 @@ func (s *Saga) add(st Step) error {
 	case len(st.Payload) > 0 && !json.Valid(st.Payload):
 		return fmt.Errorf("saga: step %q of %s: payload is not JSON: %w", st.Name, s.gid, ErrInvalidStep)
 	}
-	target, err := targetOf(st.Participant)
+	target, err := s.c.targetOf(st.Participant)
 	if err != nil {
 		return fmt.Errorf("saga: step %q of %s: %w", st.Name, s.gid, err)
 	}
@@ -239,20 +224,12 @@ func (s *Saga) add(st Step) error {
 }
 
 // targetOf says where the recovery finds p.
-func targetOf(p participant.Participant) (core.Target, error) {
-	switch p := p.(type) {
-	case participant.HTTP:
-		if p.URL != "" {
-			return core.Target{Kind: core.TargetHTTP, Ref: p.URL}, nil
-		}
-	case *participant.HTTP:
-		if p != nil && p.URL != "" {
-			return core.Target{Kind: core.TargetHTTP, Ref: p.URL}, nil
-		}
-	case named:
-		return core.Target{Kind: core.TargetInProc, Ref: p.name}, nil
+func (c *Coordinator) targetOf(p participant.Participant) (core.Target, error) {
+	t, err := c.parts.Target(p)
+	if err != nil {
+		return core.Target{}, mapErr(err)
 	}
-	return core.Target{}, fmt.Errorf("participant %T is neither a participant.HTTP with a URL nor registered with Coordinator.Register: %w", p, ErrInvalidStep)
+	return t, nil
 }
 
 // meta is the saga's own payload in the log: the dependencies, so a recovering coordinator
@@ -627,19 +604,9 @@ func (d *driver) call(ctx context.Context, st *step, op participant.Op) error {
 
 // callTarget calls the participant a step stored, with the call timeout.
 func (c *Coordinator) callTarget(ctx context.Context, t core.Target, req participant.Request) error {
-	var p participant.Participant
-	switch t.Kind {
-	case core.TargetHTTP:
-		p = participant.HTTP{URL: t.Ref, Client: c.o.client}
-	case core.TargetInProc:
-		c.mu.RLock()
-		p = c.parts[t.Ref]
-		c.mu.RUnlock()
-		if p == nil {
-			return fmt.Errorf("in-process participant %q is not registered with this coordinator", t.Ref)
-		}
-	default:
-		return fmt.Errorf("unknown target %s", t.Kind)
+	p, err := c.parts.Resolve(t)
+	if err != nil {
+		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.o.callTimeout)
 	defer cancel()

@@ -40,8 +40,7 @@ const (
 type Coordinator struct {
 	log     *core.Log
 	o       options
-	mu      sync.RWMutex
-	parts   map[string]participant.Participant
+	parts   *core.Participants
 	running atomic.Bool
 	stats   struct{ violations, failures atomic.Int64 }
 }
@@ -65,7 +64,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tcc: %w", mapErr(err))
 	}
-	return &Coordinator{log: l, o: o, parts: map[string]participant.Participant{}}, nil
+	return &Coordinator{log: l, o: o, parts: core.NewParticipants(o.client)}, nil
 }
 
 // Migrate creates the coordinator's tables (and the fence table) when they do not exist. It is
@@ -82,25 +81,12 @@ func (c *Coordinator) Migrate(ctx context.Context) error {
 // transaction (the leader may be another process) must register the same name. Registering a
 // name twice returns an error wrapping [ErrInvalidOption].
 func (c *Coordinator) Register(name string, p participant.Participant) (participant.Participant, error) {
-	if name == "" || p == nil {
-		return nil, fmt.Errorf("tcc: register %q: empty name or nil participant: %w", name, ErrInvalidOption)
+	h, err := c.parts.Register(name, p)
+	if err != nil {
+		return nil, fmt.Errorf("tcc: %w", mapErr(err))
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.parts[name]; ok {
-		return nil, fmt.Errorf("tcc: register %q: already registered: %w", name, ErrInvalidOption)
-	}
-	c.parts[name] = p
-	return named{name: name, p: p}, nil
+	return h, nil
 }
-
-// named is a registered in-process participant: the branch stores its name.
-type named struct {
-	name string
-	p    participant.Participant
-}
-
-func (n named) Do(ctx context.Context, req participant.Request) error { return n.p.Do(ctx, req) }
 
 // Stats counts what a [Coordinator] saw.
 type Stats struct {
@@ -189,7 +175,7 @@ func (g *Global) GID() string { return g.gid }
 // error wrapping [ErrInvalidBranch], as does a name already tried; a transaction already decided
 // (or cancelled by its timeout) returns [ErrInvalidState] and calls nothing.
 func (g *Global) Try(ctx context.Context, b Branch) error {
-	target, err := targetOf(b.Participant)
+	target, err := g.c.targetOf(b.Participant)
 	if err != nil {
 		return fmt.Errorf("tcc: branch %q of %s: %w", b.Name, g.gid, err)
 	}
@@ -237,20 +223,12 @@ func (g *Global) forget(cb core.Branch) {
 }
 
 // targetOf says where the recovery finds p.
-func targetOf(p participant.Participant) (core.Target, error) {
-	switch p := p.(type) {
-	case participant.HTTP:
-		if p.URL != "" {
-			return core.Target{Kind: core.TargetHTTP, Ref: p.URL}, nil
-		}
-	case *participant.HTTP:
-		if p != nil && p.URL != "" {
-			return core.Target{Kind: core.TargetHTTP, Ref: p.URL}, nil
-		}
-	case named:
-		return core.Target{Kind: core.TargetInProc, Ref: p.name}, nil
+func (c *Coordinator) targetOf(p participant.Participant) (core.Target, error) {
+	t, err := c.parts.Target(p)
+	if err != nil {
+		return core.Target{}, mapErr(err)
 	}
-	return core.Target{}, fmt.Errorf("participant %T is neither a participant.HTTP with a URL nor registered with Coordinator.Register: %w", p, ErrInvalidBranch)
+	return t, nil
 }
 
 // Commit records the decision to confirm, then calls every branch's confirm (at most
@@ -361,19 +339,9 @@ func (c *Coordinator) call(ctx context.Context, p participant.Participant, req p
 
 // callTarget calls the participant a branch stored.
 func (c *Coordinator) callTarget(ctx context.Context, t core.Target, req participant.Request) error {
-	var p participant.Participant
-	switch t.Kind {
-	case core.TargetHTTP:
-		p = participant.HTTP{URL: t.Ref, Client: c.o.client}
-	case core.TargetInProc:
-		c.mu.RLock()
-		p = c.parts[t.Ref]
-		c.mu.RUnlock()
-		if p == nil {
-			return fmt.Errorf("in-process participant %q is not registered with this coordinator", t.Ref)
-		}
-	default:
-		return fmt.Errorf("unknown target %s", t.Kind)
+	p, err := c.parts.Resolve(t)
+	if err != nil {
+		return err
 	}
 	return c.call(ctx, p, req)
 }

@@ -1,0 +1,88 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/txkit/txkit/participant"
+)
+
+// Participants is a coordinator's registry of participants: in-process ones registered by name
+// (a branch stores the name, so every coordinator that may recover it registers the same name),
+// HTTP ones found by the URL a branch stores. It turns a participant into the [Target] a branch
+// records and a recorded Target back into a participant.
+//
+// Participants is safe for concurrent use by multiple goroutines.
+type Participants struct {
+	client *http.Client
+	mu     sync.RWMutex
+	byName map[string]participant.Participant
+}
+
+// NewParticipants returns an empty registry whose HTTP participants use client (nil: the default).
+func NewParticipants(client *http.Client) *Participants {
+	return &Participants{client: client, byName: map[string]participant.Participant{}}
+}
+
+// Register makes p the in-process participant called name and returns the handle to put in a
+// branch. Registering a name twice, an empty name or a nil participant returns an error wrapping
+// [ErrInvalidOption].
+func (r *Participants) Register(name string, p participant.Participant) (participant.Participant, error) {
+	if name == "" || p == nil {
+		return nil, fmt.Errorf("register %q: empty name or nil participant: %w", name, ErrInvalidOption)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.byName[name]; ok {
+		return nil, fmt.Errorf("register %q: already registered: %w", name, ErrInvalidOption)
+	}
+	r.byName[name] = p
+	return named{name: name, p: p}, nil
+}
+
+// named is a registered in-process participant: the branch stores its name.
+type named struct {
+	name string
+	p    participant.Participant
+}
+
+func (n named) Do(ctx context.Context, req participant.Request) error { return n.p.Do(ctx, req) }
+
+// Target says where the recovery finds p: the URL of a participant.HTTP, or the name of a
+// participant returned by Register. Any other participant returns an error wrapping
+// [ErrInvalidBranch].
+func (r *Participants) Target(p participant.Participant) (Target, error) {
+	switch p := p.(type) {
+	case participant.HTTP:
+		if p.URL != "" {
+			return Target{Kind: TargetHTTP, Ref: p.URL}, nil
+		}
+	case *participant.HTTP:
+		if p != nil && p.URL != "" {
+			return Target{Kind: TargetHTTP, Ref: p.URL}, nil
+		}
+	case named:
+		return Target{Kind: TargetInProc, Ref: p.name}, nil
+	}
+	return Target{}, fmt.Errorf("participant %T is neither a participant.HTTP with a URL nor registered with the coordinator: %w", p, ErrInvalidBranch)
+}
+
+// Resolve returns the participant a branch's Target names. An in-process name that is not
+// registered with this coordinator is an error (retried: another coordinator may lead later).
+func (r *Participants) Resolve(t Target) (participant.Participant, error) {
+	switch t.Kind {
+	case TargetHTTP:
+		return participant.HTTP{URL: t.Ref, Client: r.client}, nil
+	case TargetInProc:
+		r.mu.RLock()
+		p := r.byName[t.Ref]
+		r.mu.RUnlock()
+		if p == nil {
+			return nil, fmt.Errorf("in-process participant %q is not registered with this coordinator", t.Ref)
+		}
+		return p, nil
+	}
+	return nil, fmt.Errorf("unknown target %s", t.Kind)
+}
