@@ -189,24 +189,30 @@ func (b *Barrier) Call(ctx context.Context, tx pgx.Tx, req Request, fn func(ctx 
 	return nil
 }
 
-// originOf returns the op whose effect op undoes: try for cancel, action for compensate.
+// originOf returns the op whose effect op undoes: try for cancel, action for compensate, prepare
+// for abort.
 func originOf(op Op) (Op, bool) {
 	switch op {
 	case OpCancel:
 		return OpTry, true
 	case OpCompensate:
 		return OpAction, true
+	case OpAbort:
+		return OpPrepare, true
 	}
 	return 0, false
 }
 
-// compensationOf returns the op that undoes op: cancel for try, compensate for action.
+// compensationOf returns the op that undoes op: cancel for try, compensate for action, abort for
+// prepare.
 func compensationOf(op Op) (Op, bool) {
 	switch op {
 	case OpTry:
 		return OpCancel, true
 	case OpAction:
 		return OpCompensate, true
+	case OpPrepare:
+		return OpAbort, true
 	}
 	return 0, false
 }

@@ -13,16 +13,23 @@ import (
 // Op is what a coordinator asks of a participant's branch.
 type Op uint8
 
-// The operations of TCC (Try, Confirm, Cancel) and of sagas (Action, Compensate).
+// The operations of TCC (Try, Confirm, Cancel), of sagas (Action, Compensate) and of two-phase
+// commit (Prepare, Commit, Abort).
 const (
 	OpTry Op = iota + 1
 	OpConfirm
 	OpCancel
 	OpAction
 	OpCompensate
+	OpPrepare
+	OpCommit
+	OpAbort
 )
 
-var opNames = map[Op]string{OpTry: "try", OpConfirm: "confirm", OpCancel: "cancel", OpAction: "action", OpCompensate: "compensate"}
+var opNames = map[Op]string{
+	OpTry: "try", OpConfirm: "confirm", OpCancel: "cancel", OpAction: "action", OpCompensate: "compensate",
+	OpPrepare: "prepare", OpCommit: "commit", OpAbort: "abort",
+}
 
 func (o Op) String() string {
 	if s, ok := opNames[o]; ok {

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/txkit/txkit/lock"
 )
 
 // Option configures a [Log].
@@ -72,6 +75,13 @@ type recoverOptions struct {
 	retentionEvery string
 	retentionBatch int
 	log            *slog.Logger
+	jobs           []leaderJob
+}
+
+// leaderJob is extra work the leader runs on a schedule (WithLeaderJob).
+type leaderJob struct {
+	name, spec string
+	fn         func(ctx context.Context, tok lock.Token) error
 }
 
 func defaultRecoverOptions() recoverOptions {
@@ -99,6 +109,14 @@ func WithRetention(keep time.Duration, spec string) RecoverOption {
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) RecoverOption { return func(o *recoverOptions) { o.log = l } }
+
+// WithLeaderJob adds a job the leader runs on the cron spec while it leads, with the leadership's
+// ctx (cancelled when it ends) and token: twopc resolves in-doubt prepared transactions this way.
+// An error is logged and the job runs again at its next time; one wrapping lock.ErrFenced makes
+// the recoverer step down, as a fenced claim does.
+func WithLeaderJob(name, spec string, fn func(ctx context.Context, tok lock.Token) error) RecoverOption {
+	return func(o *recoverOptions) { o.jobs = append(o.jobs, leaderJob{name: name, spec: spec, fn: fn}) }
+}
 
 var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 

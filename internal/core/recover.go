@@ -149,6 +149,24 @@ func (r *Recoverer) lead(ctx context.Context, l *lock.Leadership) error {
 	}); err != nil {
 		return fmt.Errorf("core: schedule %q: %w: %w", r.o.retentionEvery, err, ErrInvalidOption)
 	}
+	for _, j := range r.o.jobs {
+		if _, err := c.AddFunc(j.spec, func() {
+			if ctx.Err() != nil {
+				return
+			}
+			if err := j.fn(ctx, tok); err != nil && ctx.Err() == nil {
+				if errors.Is(err, lock.ErrFenced) {
+					r.stats.fenced.Add(1)
+					log.Warn("core: fenced out by a newer leader", slog.String("job", j.name), slog.Any("err", err))
+					cancel(err)
+					return
+				}
+				log.Warn("core: leader job failed; retrying at its next run", slog.String("job", j.name), slog.Any("err", err))
+			}
+		}); err != nil {
+			return fmt.Errorf("core: job %s: schedule %q: %w: %w", j.name, j.spec, err, ErrInvalidOption)
+		}
+	}
 	c.Start()
 	<-ctx.Done()
 	<-c.Stop().Done()

@@ -1,0 +1,49 @@
+// Package twopc is txkit's two-phase-commit coordinator. Phase one asks every participant to
+// prepare (vote); if all vote yes the coordinator writes the decision to commit, then phase two
+// commits everywhere; otherwise it writes the decision to abort and rolls everything back.
+//
+// PostgreSQL databases take part with their own two-phase commit: the branch's work runs in a
+// transaction of the participant database that phase one ends with PREPARE TRANSACTION, and
+// phase two ends with COMMIT PREPARED or ROLLBACK PREPARED. Other resources take part through
+// [participant.Participant] — HTTP endpoints (JSON, [participant.OpPrepare], OpCommit, OpAbort;
+// 2xx yes, 409 no) or in-process implementations — and can use [participant.Barrier] so that a
+// late prepare after an abort is refused.
+//
+// The classic weaknesses of two-phase commit are the coordinator as a single point of failure
+// and participants left blocked, in doubt, when it dies between the phases. Here:
+//
+//   - The log (in PostgreSQL, shared with tcc and saga through the coordinator core) records the
+//     transaction and its branches before anything is prepared, and the decision before phase
+//     two. Any number of coordinator processes share it; the one elected leader (lock.Elector on
+//     ZooKeeper) finishes what a dead starter began, and its writes are fenced.
+//   - Presumed abort: nothing is written before [Global.Commit], so a transaction abandoned
+//     before it leaves only open database transactions, which PostgreSQL rolls back with their
+//     connections. A transaction recorded but never decided is aborted by the leader at its
+//     timeout; a prepared transaction whose gid is not in the log is rolled back.
+//   - In-doubt recovery: the leader scans pg_prepared_xacts of every registered database
+//     ([Coordinator.ResolveInDoubt]) and ends each of this coordinator's prepared transactions as
+//     the log says, so none of them — and none of the row locks they hold — outlives a failover,
+//     a PostgreSQL restart included (prepared transactions survive one).
+//
+// PostgreSQL writes per committed transaction in the coordinator's database: three — the record
+// with its branches, the decision, the outcome.
+//
+// A transfer between two databases:
+//
+//	c, _ := twopc.New(pool, twopc.WithSchema("bank"), twopc.WithElector(el))
+//	_ = c.Migrate(ctx)
+//	_ = c.RegisterDB("east", eastPool) // every coordinator registers the same names
+//	_ = c.RegisterDB("west", westPool)
+//	go c.Run(ctx) // recovery, on the leader only
+//
+//	g, _ := c.Begin(ctx)
+//	if err := g.Enlist(ctx, "east", func(ctx context.Context, tx pgx.Tx) error {
+//		_, err := tx.Exec(ctx, `update accounts set balance = balance - 10 where id = 'alice'`)
+//		return err
+//	}); err != nil {
+//		_ = g.Abort(ctx)
+//		return err
+//	}
+//	// ... the same on "west" ...
+//	return g.Commit(ctx) // PREPARE both, decide, COMMIT PREPARED both
+package twopc

@@ -1,0 +1,237 @@
+package twopc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/participant"
+)
+
+// maxPreparedID is the longest transaction id PREPARE TRANSACTION accepts (GIDSIZE 200, with
+// its terminating NUL).
+const maxPreparedID = 199
+
+// database is a registered PostgreSQL participant database.
+type database struct {
+	name   string
+	pool   *pgxpool.Pool
+	target core.Target
+}
+
+// RegisterDB makes the PostgreSQL database behind pool a participant called name, for
+// [Global.Enlist]. Its work runs in its own transaction, prepared with PREPARE TRANSACTION in
+// phase one and ended with COMMIT PREPARED or ROLLBACK PREPARED in phase two — the database's
+// own two-phase commit, so the server needs max_prepared_transactions above zero. Branches store
+// the name: every Coordinator that may recover a transaction (the leader may be another process)
+// must register the same name for the same database.
+//
+// The prepared transactions are named "txkit:<schema>.<prefix>:<length of gid>:<gid>:<name>",
+// so the leader's scan of pg_prepared_xacts ([Coordinator.ResolveInDoubt]) finds this
+// coordinator's and leaves everyone else's alone. Coordinators with different logs must
+// therefore differ in schema or table prefix.
+//
+// An empty name, a nil pool or a name registered twice returns an error wrapping
+// [ErrInvalidOption].
+func (c *Coordinator) RegisterDB(name string, pool *pgxpool.Pool) error {
+	if err := checkName("database name", name); err != nil || pool == nil {
+		return fmt.Errorf("twopc: register database %q: empty name, bad text or nil pool: %w", name, ErrInvalidOption)
+	}
+	d := &database{name: name, pool: pool}
+	h, err := c.b.Parts.Register("pg:"+name, pgParticipant{c: c, d: d})
+	if err != nil {
+		return fmt.Errorf("twopc: register database %q: %w", name, mapErr(err))
+	}
+	if d.target, err = c.b.Parts.Target(h); err != nil {
+		return fmt.Errorf("twopc: register database %q: %w", name, mapErr(err))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dbs[name] = d
+	return nil
+}
+
+func (c *Coordinator) database(name string) (*database, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	d, ok := c.dbs[name]
+	if !ok {
+		return nil, fmt.Errorf("database %q is not registered (RegisterDB): %w", name, ErrInvalidBranch)
+	}
+	return d, nil
+}
+
+// pgParticipant carries out phase two on a registered database: the prepared transaction of a
+// branch is found by its name.
+type pgParticipant struct {
+	c *Coordinator
+	d *database
+}
+
+// Do commits or rolls back the branch's prepared transaction. One that is not there any more is
+// success: it was committed (a commit is decided only after every prepare succeeded) or rolled
+// back (or, for an abort, never prepared).
+func (p pgParticipant) Do(ctx context.Context, req participant.Request) error {
+	var verb string
+	switch req.Op {
+	case participant.OpCommit:
+		verb = "COMMIT PREPARED "
+	case participant.OpAbort:
+		verb = "ROLLBACK PREPARED "
+	default:
+		return fmt.Errorf("twopc: database %s: op %s: a database is prepared by its branch's own transaction: %w",
+			p.d.name, req.Op, participant.ErrBadRequest)
+	}
+	return p.c.finishPrepared(ctx, p.d, verb, p.c.preparedID(req.GID, req.Branch))
+}
+
+// finishPrepared runs COMMIT PREPARED or ROLLBACK PREPARED of id; "does not exist" is success.
+func (c *Coordinator) finishPrepared(ctx context.Context, d *database, verb, id string) error {
+	_, err := d.pool.Exec(ctx, verb+quote(id))
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42704" { // undefined_object: no prepared transaction of that id
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("twopc: database %s: %s%s: %w", d.name, verb, id, err)
+	}
+	return nil
+}
+
+// preparedID names gid's branch's prepared transaction.
+func (c *Coordinator) preparedID(gid, branch string) string {
+	return c.preparedPrefix() + strconv.Itoa(len(gid)) + ":" + gid + ":" + branch
+}
+
+func (c *Coordinator) preparedPrefix() string { return "txkit:" + c.ns + ":" }
+
+// parsePreparedID returns the gid and branch of one of this coordinator's prepared transaction
+// ids, and false for anyone else's.
+func (c *Coordinator) parsePreparedID(id string) (gid, branch string, ok bool) {
+	rest, ok := strings.CutPrefix(id, c.preparedPrefix())
+	if !ok {
+		return "", "", false
+	}
+	n, rest, ok := strings.Cut(rest, ":")
+	if !ok {
+		return "", "", false
+	}
+	l, err := strconv.Atoi(n)
+	if err != nil || l <= 0 || len(rest) < l+2 || rest[l] != ':' {
+		return "", "", false
+	}
+	return rest[:l], rest[l+1:], true
+}
+
+// quote makes s a SQL string literal (PREPARE TRANSACTION and its kin take no parameters).
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+func checkName(what, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("empty %s", what)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%s is not valid UTF-8", what)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%s contains a NUL byte", what)
+	case len(s) > maxPreparedID:
+		return fmt.Errorf("%s longer than %d bytes", what, maxPreparedID)
+	}
+	return nil
+}
+
+// InDoubt counts what one [Coordinator.ResolveInDoubt] pass found and did.
+type InDoubt struct {
+	Found      int // this coordinator's prepared transactions older than the grace
+	Committed  int // committed: their transaction decided to commit
+	RolledBack int // rolled back: decided to abort, or not in the log (presumed abort)
+	Undecided  int // left alone: their transaction is still in phase one (its timeout will abort it)
+}
+
+// ResolveInDoubt scans pg_prepared_xacts of every registered database for this coordinator's
+// prepared transactions older than the grace of [WithInDoubtResolution] and ends each as the log
+// says: COMMIT PREPARED when its transaction decided to commit, ROLLBACK PREPARED when it decided
+// to abort or is not in the log at all (presumed abort: a transaction is recorded before any of
+// its branches is prepared, and deleted only after phase two finished). Transactions still in
+// phase one are left to their timeout. So no prepared transaction, and none of the row locks it
+// holds, outlives a failover. The leader runs it on a schedule ([Coordinator.Run]); operators may
+// run it any time: it only carries out decisions already recorded. It blocks until every
+// database was scanned or ctx ends; failures are joined and returned after the others were done.
+func (c *Coordinator) ResolveInDoubt(ctx context.Context) (InDoubt, error) {
+	c.mu.RLock()
+	dbs := make([]*database, 0, len(c.dbs))
+	for _, d := range c.dbs {
+		dbs = append(dbs, d)
+	}
+	c.mu.RUnlock()
+	var (
+		res  InDoubt
+		errs []error
+	)
+	for _, d := range dbs {
+		if err := c.resolveDB(ctx, d, &res); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.stats.resolved.Add(int64(res.Committed + res.RolledBack))
+	return res, errors.Join(errs...)
+}
+
+func (c *Coordinator) resolveDB(ctx context.Context, d *database, res *InDoubt) error {
+	rows, err := d.pool.Query(ctx, `select gid from pg_prepared_xacts
+		where database = current_database() and left(gid, length($1)) = $1
+		  and prepared < now() - make_interval(secs => $2) order by prepared`,
+		c.preparedPrefix(), c.o.resolveGrace.Seconds())
+	if err != nil {
+		return fmt.Errorf("twopc: database %s: scan pg_prepared_xacts: %w", d.name, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("twopc: database %s: scan pg_prepared_xacts: %w", d.name, err)
+	}
+	var errs []error
+	for _, id := range ids {
+		gid, _, ok := c.parsePreparedID(id)
+		if !ok {
+			continue
+		}
+		res.Found++
+		st, err := c.b.Status(ctx, gid)
+		verb := ""
+		switch {
+		case errors.Is(err, core.ErrNotFound):
+			verb = "ROLLBACK PREPARED "
+		case err != nil:
+			errs = append(errs, fmt.Errorf("twopc: in-doubt %s: %w", id, err))
+			continue
+		case st == core.StatusConfirming || st == core.StatusConfirmed:
+			verb = "COMMIT PREPARED "
+		case st == core.StatusCancelling || st == core.StatusCancelled:
+			verb = "ROLLBACK PREPARED "
+		default:
+			res.Undecided++
+			continue
+		}
+		if err := c.finishPrepared(ctx, d, verb, id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if verb == "COMMIT PREPARED " {
+			res.Committed++
+		} else {
+			res.RolledBack++
+		}
+		c.b.Cfg.Logger.Info("twopc: resolved an in-doubt prepared transaction", slog.String("gid", gid),
+			slog.String("database", d.name), slog.String("action", strings.TrimSpace(verb)))
+	}
+	return errors.Join(errs...)
+}

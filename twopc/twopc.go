@@ -1,0 +1,530 @@
+package twopc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/participant"
+)
+
+// Status is the state of a global transaction: trying (phase one), then confirming → confirmed
+// (committing, committed) or cancelling → cancelled (aborting, aborted).
+type Status = core.Status
+
+// The statuses of a two-phase commit, in the core's words.
+const (
+	StatusPreparing  = core.StatusTrying
+	StatusCommitting = core.StatusConfirming
+	StatusCommitted  = core.StatusConfirmed
+	StatusAborting   = core.StatusCancelling
+	StatusAborted    = core.StatusCancelled
+)
+
+// Coordinator runs two-phase commits over PostgreSQL databases (their own PREPARE TRANSACTION)
+// and other participants (HTTP or in-process), and, with [Coordinator.Run], finishes on the
+// elected leader those whose starter vanished. Any number of Coordinators (processes) may share
+// one schema; each may start transactions; the leader among them recovers.
+//
+// Coordinator is safe for concurrent use by multiple goroutines.
+type Coordinator struct {
+	b     *core.Base
+	o     options
+	ns    string // names this coordinator's prepared transactions: "txkit:<ns>:"
+	mu    sync.RWMutex
+	dbs   map[string]*database
+	stats struct{ committed, aborted, failures, resolved atomic.Int64 }
+}
+
+// New returns a Coordinator whose log lives in pool. It does not touch the database: call
+// [Coordinator.Migrate]. It returns an error wrapping [ErrInvalidOption] when an option is
+// unusable.
+func New(pool *pgxpool.Pool, opts ...Option) (*Coordinator, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	b, err := core.NewBase(pool, o.Config)
+	if err != nil {
+		return nil, fmt.Errorf("twopc: %w", mapErr(err))
+	}
+	ns := o.Schema
+	if ns == "" {
+		ns = "-"
+	}
+	return &Coordinator{b: b, o: o, ns: ns + "." + o.Prefix, dbs: map[string]*database{}}, nil
+}
+
+// Migrate creates the coordinator's tables (and the fence table) when they do not exist. It is
+// idempotent and safe to run from several processes at once; ctx scopes only this call.
+func (c *Coordinator) Migrate(ctx context.Context) error {
+	if err := c.b.Log.Migrate(ctx); err != nil {
+		return fmt.Errorf("twopc: %w", err)
+	}
+	return nil
+}
+
+// Register makes p the in-process participant called name, and returns the participant to use
+// in [Branch.Participant]. The branch stores the name, so every Coordinator that may recover the
+// transaction must register the same name. Registering a name twice returns an error wrapping
+// [ErrInvalidOption].
+func (c *Coordinator) Register(name string, p participant.Participant) (participant.Participant, error) {
+	h, err := c.b.Parts.Register(name, p)
+	if err != nil {
+		return nil, fmt.Errorf("twopc: %w", mapErr(err))
+	}
+	return h, nil
+}
+
+// Stats counts what a [Coordinator] did.
+type Stats struct {
+	Committed int64 // transactions this process committed (phase two done)
+	Aborted   int64 // transactions this process aborted
+	Failures  int64 // failed commits and aborts (retried)
+	Resolved  int64 // in-doubt prepared transactions resolved from pg_prepared_xacts
+}
+
+// Stats returns the coordinator's counters.
+func (c *Coordinator) Stats() Stats {
+	return Stats{Committed: c.stats.committed.Load(), Aborted: c.stats.aborted.Load(),
+		Failures: c.stats.failures.Load(), Resolved: c.stats.resolved.Load()}
+}
+
+// Status returns gid's status, or an error wrapping [ErrNotFound].
+func (c *Coordinator) Status(ctx context.Context, gid string) (Status, error) {
+	st, err := c.b.Status(ctx, gid)
+	if err != nil {
+		return 0, fmt.Errorf("twopc: status: %w", mapErr(err))
+	}
+	return st, nil
+}
+
+// Begin returns a new global transaction. It writes nothing and does not block: the log learns of
+// the transaction at [Global.Commit], when its branches are known. Until then nothing is
+// prepared anywhere, and a coordinator that dies leaves only open database transactions, which
+// PostgreSQL rolls back when their connections close. An invalid gid returns an error wrapping
+// [ErrInvalidOption].
+func (c *Coordinator) Begin(_ context.Context, opts ...BeginOption) (*Global, error) {
+	o := beginOptions{timeout: c.o.Timeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.gid == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("twopc: gid: %w", err)
+		}
+		o.gid = id.String()
+	}
+	if err := checkName("gid", o.gid); err != nil {
+		return nil, fmt.Errorf("twopc: begin: %w: %w", err, ErrInvalidOption)
+	}
+	if o.timeout <= c.o.prepareTimeout {
+		return nil, fmt.Errorf("twopc: begin %s: timeout %v not above the prepare timeout %v: %w", o.gid, o.timeout, c.o.prepareTimeout, ErrInvalidOption)
+	}
+	return &Global{c: c, gid: o.gid, timeout: o.timeout}, nil
+}
+
+// Branch is a participant other than a registered PostgreSQL database: its prepare, commit and
+// abort are calls of [participant.Participant] with [participant.OpPrepare], [participant.OpCommit]
+// and [participant.OpAbort].
+type Branch struct {
+	// Name identifies the branch within the transaction.
+	Name string
+	// Participant is a participant.HTTP (its URL is stored) or one returned by
+	// [Coordinator.Register] (its name is stored), so a recovering coordinator can call it.
+	Participant participant.Participant
+	// Payload is sent with every op of the branch; empty or JSON.
+	Payload json.RawMessage
+}
+
+// Global is a two-phase-commit transaction begun by [Coordinator.Begin]: enlist its branches,
+// then Commit or Abort. Global is safe for concurrent use: branches may be enlisted in parallel.
+// A Global that is neither committed nor aborted holds a connection of every enlisted database.
+type Global struct {
+	c        *Coordinator
+	gid      string
+	timeout  time.Duration
+	mu       sync.Mutex
+	state    globalState
+	branches []*branch
+}
+
+type globalState uint8
+
+const (
+	stateOpen       globalState = iota // enlisting
+	stateCommitting                    // Commit called
+	stateAborted                       // Abort called before Commit
+)
+
+// branch is an enlisted branch: a database's open transaction, or a participant.
+type branch struct {
+	rec  core.Branch
+	conn *pgxpool.Conn           // a database branch's connection, until phase one ends
+	tx   pgx.Tx                  // its open transaction
+	p    participant.Participant // a participant branch
+}
+
+// GID returns the transaction's id.
+func (g *Global) GID() string { return g.gid }
+
+// Enlist runs work in a new transaction of the database registered as db (see
+// [Coordinator.RegisterDB]) and keeps that transaction open — holding one of the database's
+// connections — until [Global.Commit] prepares it (PREPARE TRANSACTION) or [Global.Abort] rolls
+// it back. The branch is named db: a database takes part once per transaction. It blocks while
+// work runs; ctx scopes the connection's acquisition and is passed to work.
+//
+// An error from work (or from beginning) rolls the database transaction back and returns the
+// error: the branch is not enlisted, and the caller decides between Abort and committing the
+// other branches. A database that is not registered, or one already enlisted, returns an error
+// wrapping [ErrInvalidBranch]; a transaction already committing or aborted returns
+// [ErrInvalidState].
+func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Context, tx pgx.Tx) error) error {
+	d, err := g.c.database(db)
+	if err != nil {
+		return fmt.Errorf("twopc: enlist %q in %s: %w", db, g.gid, err)
+	}
+	if work == nil {
+		return fmt.Errorf("twopc: enlist %q in %s: nil work: %w", db, g.gid, ErrInvalidBranch)
+	}
+	if n := len(g.c.preparedID(g.gid, db)); n > maxPreparedID {
+		return fmt.Errorf("twopc: enlist %q in %s: prepared transaction id takes %d bytes, more than %d: %w",
+			db, g.gid, n, maxPreparedID, ErrInvalidBranch)
+	}
+	br := &branch{rec: core.Branch{Name: db, Target: d.target}}
+	if err := g.reserve(br); err != nil {
+		return err
+	}
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		g.forget(br)
+		return fmt.Errorf("twopc: enlist %q in %s: %w", db, g.gid, err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err == nil {
+		err = work(ctx, tx)
+	}
+	if err != nil {
+		if tx != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+			_ = tx.Rollback(rctx)
+			cancel()
+		}
+		conn.Release()
+		g.forget(br)
+		return fmt.Errorf("twopc: enlist %q in %s: %w", db, g.gid, err)
+	}
+	g.mu.Lock()
+	br.conn, br.tx = conn, tx
+	aborted := g.state != stateOpen
+	g.mu.Unlock()
+	if aborted { // Abort or Commit came while work ran: this branch is not part of them
+		g.release(ctx, br)
+		g.forget(br)
+		return fmt.Errorf("twopc: enlist %q in %s: transaction ended while the work ran: %w", db, g.gid, ErrInvalidState)
+	}
+	return nil
+}
+
+// EnlistParticipant adds a participant branch, prepared at [Global.Commit]. It does not block. An
+// empty name, one already enlisted, a payload that is not JSON or a participant that cannot be
+// recorded returns an error wrapping [ErrInvalidBranch]; a transaction already committing or
+// aborted returns [ErrInvalidState].
+func (g *Global) EnlistParticipant(b Branch) error {
+	t, err := g.c.b.Parts.Target(b.Participant)
+	if err != nil {
+		return fmt.Errorf("twopc: branch %q of %s: %w", b.Name, g.gid, mapErr(err))
+	}
+	if len(b.Payload) > 0 && !json.Valid(b.Payload) {
+		return fmt.Errorf("twopc: branch %q of %s: payload is not JSON: %w", b.Name, g.gid, ErrInvalidBranch)
+	}
+	if err := checkName("branch", b.Name); err != nil {
+		return fmt.Errorf("twopc: branch of %s: %w: %w", g.gid, err, ErrInvalidBranch)
+	}
+	return g.reserve(&branch{rec: core.Branch{Name: b.Name, Target: t, Payload: b.Payload}, p: b.Participant})
+}
+
+// reserve adds br to the branches, refusing a duplicate name or a transaction no longer open.
+func (g *Global) reserve(br *branch) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.state != stateOpen {
+		return fmt.Errorf("twopc: enlist %q in %s: %w", br.rec.Name, g.gid, ErrInvalidState)
+	}
+	for _, b := range g.branches {
+		if b.rec.Name == br.rec.Name {
+			return fmt.Errorf("twopc: enlist %q in %s: already enlisted: %w", br.rec.Name, g.gid, ErrInvalidBranch)
+		}
+	}
+	br.rec.Seq = len(g.branches)
+	g.branches = append(g.branches, br)
+	return nil
+}
+
+func (g *Global) forget(br *branch) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, b := range g.branches {
+		if b == br {
+			g.branches = append(g.branches[:i], g.branches[i+1:]...)
+			return
+		}
+	}
+}
+
+// release rolls back a database branch's open transaction (if still open) and returns its
+// connection to the pool.
+func (g *Global) release(ctx context.Context, br *branch) {
+	if br.conn == nil {
+		return
+	}
+	if br.tx != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+		_ = br.tx.Rollback(rctx)
+		cancel()
+	}
+	br.conn.Release()
+	br.conn, br.tx = nil, nil
+}
+
+// Abort rolls back a transaction that has not been committed: every enlisted database's open
+// transaction is rolled back and nothing is written to the log (presumed abort: nothing was
+// prepared). Aborting twice is harmless; aborting after [Global.Commit] was called returns an
+// error wrapping [ErrInvalidState] (Commit aborts by itself when phase one fails).
+func (g *Global) Abort(ctx context.Context) error {
+	g.mu.Lock()
+	switch g.state {
+	case stateAborted:
+		g.mu.Unlock()
+		return nil
+	case stateCommitting:
+		g.mu.Unlock()
+		return fmt.Errorf("twopc: abort %s: commit already called: %w", g.gid, ErrInvalidState)
+	}
+	g.state = stateAborted
+	branches := g.branches
+	g.mu.Unlock()
+	for _, br := range branches {
+		g.release(ctx, br)
+	}
+	g.c.stats.aborted.Add(1)
+	return nil
+}
+
+// Commit runs the two phases. It records the transaction with its branches, then phase one:
+// every database branch is prepared (PREPARE TRANSACTION) and every participant branch asked to
+// prepare, at most [WithConcurrency] at once, all within [WithPrepareTimeout]. If every branch
+// voted yes, it writes the decision to commit and runs phase two (COMMIT PREPARED, OpCommit);
+// otherwise it writes the decision to abort and rolls every branch back. The decision is written
+// before any branch learns it, so a leader can always finish what a dead starter began. It blocks
+// until phase two has been tried on every branch; ctx bounds the calls, not the recording of
+// their results.
+//
+// nil means committed everywhere. An error wrapping [ErrAborted] means the transaction aborted
+// (a branch voted no — wrapping [participant.ErrRefused] — failed, or phase one timed out); its
+// branch errors are joined to it as *[BranchError]s. An error wrapping [ErrIncomplete] means the
+// decision is recorded but phase two did not finish everywhere: the leader finishes it (use
+// [Coordinator.Status] to see which outcome). An error wrapping [ErrInDoubt] means the decision
+// could not be written or read back; the leader settles it. Calling Commit twice, or after
+// Abort, returns an error wrapping [ErrInvalidState]. A transaction with no branch commits
+// trivially and writes nothing.
+func (g *Global) Commit(ctx context.Context) error {
+	g.mu.Lock()
+	if g.state != stateOpen {
+		g.mu.Unlock()
+		return fmt.Errorf("twopc: commit %s: already committed or aborted: %w", g.gid, ErrInvalidState)
+	}
+	g.state = stateCommitting
+	branches := g.branches
+	g.mu.Unlock()
+	if len(branches) == 0 {
+		return nil
+	}
+	c := g.c
+	recs := make([]core.Branch, len(branches))
+	for i, br := range branches {
+		recs[i] = br.rec
+	}
+	// The branches are recorded before anything is prepared, so that whoever finishes the
+	// transaction knows where to look.
+	if err := c.b.Log.Create(ctx, g.gid, core.Kind2PC, g.timeout, nil, recs...); err != nil {
+		for _, br := range branches {
+			g.release(ctx, br)
+		}
+		c.stats.aborted.Add(1)
+		return fmt.Errorf("twopc: commit %s: record: %w: %w", g.gid, ErrAborted, mapErr(err))
+	}
+	votes := g.prepare(ctx, branches)
+	if len(votes) == 0 && c.o.hook != nil {
+		if err := c.o.hook(ctx, g.gid, PhasePrepared); err != nil {
+			votes = append(votes, fmt.Errorf("twopc: %s: hook at %s: %w", g.gid, PhasePrepared, err))
+		}
+	}
+	if len(votes) > 0 {
+		return g.abort(ctx, recs, votes)
+	}
+	st, err := c.b.Log.Decide(ctx, g.gid, core.StatusTrying, core.StatusConfirming)
+	if err != nil {
+		// The leader may have aborted it at its timeout; otherwise the outcome is unknown here.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+		defer cancel()
+		cur, gerr := c.b.Status(rctx, g.gid)
+		switch {
+		case gerr == nil && (cur == core.StatusCancelling || cur == core.StatusCancelled):
+			return g.abort(ctx, recs, []error{fmt.Errorf("twopc: %s: aborted by the leader before the decision: %w", g.gid, mapErr(err))})
+		case gerr == nil && (cur == core.StatusConfirming || cur == core.StatusConfirmed):
+			st = cur
+		default:
+			return fmt.Errorf("twopc: commit %s: decide: %w: %w", g.gid, ErrInDoubt, mapErr(errors.Join(err, gerr)))
+		}
+	}
+	if c.o.hook != nil {
+		_ = c.o.hook(ctx, g.gid, PhaseDecided)
+	}
+	if st.Final() {
+		c.stats.committed.Add(1)
+		return nil
+	}
+	if err := c.phaseTwo(ctx, lock.Token{}, g.gid, core.StatusConfirming, recs); err != nil {
+		return err
+	}
+	c.stats.committed.Add(1)
+	return nil
+}
+
+// prepare runs phase one and returns the errors of the branches that did not vote yes.
+func (g *Global) prepare(ctx context.Context, branches []*branch) []error {
+	c := g.c
+	pctx, cancel := context.WithTimeoutCause(ctx, c.o.prepareTimeout, fmt.Errorf("twopc: prepare timeout %v", c.o.prepareTimeout))
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		votes []error
+	)
+	var eg errgroup.Group
+	eg.SetLimit(c.o.Concurrency)
+	for _, br := range branches {
+		eg.Go(func() error {
+			err := g.prepareOne(pctx, br)
+			if err != nil {
+				if cause := context.Cause(pctx); cause != nil && pctx.Err() != nil && ctx.Err() == nil {
+					err = fmt.Errorf("%w: %w", err, cause)
+				}
+				mu.Lock()
+				votes = append(votes, &BranchError{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Err: err})
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	_ = eg.Wait()
+	return votes
+}
+
+func (g *Global) prepareOne(ctx context.Context, br *branch) error {
+	if br.p != nil {
+		return g.c.b.Call(ctx, br.p, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Payload: br.rec.Payload})
+	}
+	_, err := br.tx.Exec(ctx, "PREPARE TRANSACTION "+quote(g.c.preparedID(g.gid, br.rec.Name)))
+	if err != nil {
+		g.release(ctx, br) // rolls back what PREPARE left open; a lost connection rolled it back already
+		return err
+	}
+	// PREPARE TRANSACTION ended the session's transaction: the connection is idle again.
+	br.tx = nil
+	br.conn.Release()
+	br.conn = nil
+	return nil
+}
+
+// abort records the decision to abort and rolls every branch back. votes are the reasons.
+func (g *Global) abort(ctx context.Context, recs []core.Branch, votes []error) error {
+	c := g.c
+	cause := fmt.Errorf("twopc: %s: %w: %w", g.gid, ErrAborted, errors.Join(votes...))
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+	defer cancel()
+	// Only the starter decides to commit, and it has not: rolling back is safe even when this
+	// write fails (the leader then aborts at the timeout, presumed abort).
+	if _, err := c.b.Log.Decide(dctx, g.gid, core.StatusTrying, core.StatusCancelling); err != nil {
+		c.b.Cfg.Logger.Warn("twopc: could not record the abort; the leader will", slog.String("gid", g.gid), slog.Any("err", err))
+	}
+	c.stats.aborted.Add(1)
+	if err := c.phaseTwo(dctx, lock.Token{}, g.gid, core.StatusCancelling, recs); err != nil {
+		return errors.Join(cause, err)
+	}
+	return cause
+}
+
+// phaseTwo commits (confirming) or aborts (cancelling) every branch not yet done and records the
+// outcome, fenced with tok when it is a leader's. It returns nil when all are done, an error
+// wrapping ErrIncomplete when some failed (recorded and retried by the leader), or the
+// recording's error.
+func (c *Coordinator) phaseTwo(ctx context.Context, tok lock.Token, gid string, st Status, recs []core.Branch) error {
+	op := participant.OpCommit
+	if st == core.StatusCancelling {
+		op = participant.OpAbort
+	}
+	failed, err := c.b.PhaseTwo(ctx, tok, gid, st, op, recs, func(name string, err error) error {
+		c.stats.failures.Add(1)
+		c.b.Cfg.Logger.Warn("twopc: phase two op failed; retrying later", slog.String("gid", gid),
+			slog.String("branch", name), slog.String("op", op.String()), slog.Any("err", err))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("twopc: %s %s: record: %w", op, gid, mapErr(err))
+	}
+	if len(failed) > 0 {
+		errs := make([]error, len(failed))
+		for i, f := range failed {
+			errs[i] = &BranchError{GID: gid, Branch: f.Branch, Op: op, Err: f.Err}
+		}
+		return fmt.Errorf("twopc: %s %s: %w: %w", op, gid, ErrIncomplete, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Run recovers, while this coordinator leads the election of [WithElector]: it finishes phase
+// two of every decided transaction whose starter vanished or whose commits/aborts failed, aborts
+// those left undecided past their timeout (presumed abort), resolves every in-doubt prepared
+// transaction of the registered databases from the log ([Coordinator.ResolveInDoubt], on the
+// schedule of [WithInDoubtResolution]) and deletes finished transactions past the retention. It
+// blocks until ctx ends, then returns nil after every goroutine it started has exited. It returns
+// an error wrapping [ErrInvalidOption] without an elector, [ErrRunning] when another Run is
+// running, and one wrapping [lock.ErrClosed] when the elector's session is closed.
+func (c *Coordinator) Run(ctx context.Context) error {
+	err := c.b.Run(ctx, core.Kind2PC, core.DriverFunc(c.recoverOne),
+		core.WithLeaderJob("in-doubt", c.o.resolveSpec, func(ctx context.Context, _ lock.Token) error {
+			_, err := c.ResolveInDoubt(ctx)
+			return err
+		}))
+	if err != nil {
+		return fmt.Errorf("twopc: run: %w", mapErr(err))
+	}
+	return nil
+}
+
+// recoverOne is the recovery's driver: finish t's phase two. Failed branches are recorded (and
+// rescheduled) by phaseTwo, so only a failed recording is returned.
+func (c *Coordinator) recoverOne(ctx context.Context, tok lock.Token, t *core.Transaction) error {
+	err := c.phaseTwo(ctx, tok, t.GID, t.Status, t.Branches)
+	if errors.Is(err, ErrIncomplete) {
+		return nil
+	}
+	return err
+}
