@@ -200,8 +200,8 @@ func (c *Coordinator) resolveDB(ctx context.Context, d *database, res *InDoubt) 
 	}
 	var errs []error
 	for _, id := range ids {
-		gid, _, ok := c.parsePreparedID(id)
-		if !ok {
+		gid, branch, ok := c.parsePreparedID(id)
+		if !ok || branch != d.name { // another registered database's (they may share a server database)
 			continue
 		}
 		res.Found++

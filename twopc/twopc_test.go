@@ -1,0 +1,438 @@
+package twopc_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/twopc"
+)
+
+func TestIntegrationCommit(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	c := b.coordinator()
+	g, err := c.Begin(ctx, twopc.WithGID("transfer-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.move(ctx, g, 30); err != nil {
+		t.Fatalf("enlist: %v", err)
+	}
+	// Until Commit, the work is invisible outside its transactions.
+	b.wantBalances(startBalance, startBalance)
+	if err := g.Commit(ctx); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	b.wantBalances(startBalance-30, startBalance+30)
+	if s := status(t, c, "transfer-1"); s != twopc.StatusCommitted {
+		t.Fatalf("status %s, want committed", s)
+	}
+	b.noPrepared()
+	if err := g.Commit(ctx); !errors.Is(err, twopc.ErrInvalidState) {
+		t.Fatalf("second Commit = %v, want ErrInvalidState", err)
+	}
+	if err := g.Abort(ctx); !errors.Is(err, twopc.ErrInvalidState) {
+		t.Fatalf("Abort after Commit = %v, want ErrInvalidState", err)
+	}
+}
+
+// A participant voting no aborts all: the databases' prepared work is rolled back.
+func TestIntegrationVoteNoAbortsAll(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	c := b.coordinator()
+	var aborts atomic.Int32
+	ledger, err := c.Register("ledger", participant.ParticipantFunc(func(_ context.Context, req participant.Request) error {
+		switch req.Op {
+		case participant.OpPrepare:
+			return fmt.Errorf("ledger closed: %w", participant.ErrRefused)
+		case participant.OpAbort:
+			aborts.Add(1)
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := c.Begin(ctx)
+	if err := b.move(ctx, g, 30); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.EnlistParticipant(twopc.Branch{Name: "ledger", Participant: ledger, Payload: json.RawMessage(`{"n":30}`)}); err != nil {
+		t.Fatal(err)
+	}
+	err = g.Commit(ctx)
+	if !errors.Is(err, twopc.ErrAborted) || !errors.Is(err, participant.ErrRefused) {
+		t.Fatalf("Commit = %v, want ErrAborted wrapping ErrRefused", err)
+	}
+	var be *twopc.BranchError
+	if !errors.As(err, &be) || be.Branch != "ledger" || be.Op != participant.OpPrepare {
+		t.Fatalf("Commit's branch error = %+v, want the ledger's prepare", be)
+	}
+	b.wantBalances(startBalance, startBalance)
+	b.noPrepared()
+	if s := status(t, c, g.GID()); s != twopc.StatusAborted {
+		t.Fatalf("status %s, want aborted", s)
+	}
+	if aborts.Load() != 1 {
+		t.Fatalf("ledger aborts = %d, want 1", aborts.Load())
+	}
+}
+
+// A participant that does not vote within the prepare timeout counts as a no.
+func TestIntegrationPrepareTimeoutAborts(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	c := b.coordinator(twopc.WithPrepareTimeout(300 * time.Millisecond))
+	slow, err := c.Register("slow", participant.ParticipantFunc(func(ctx context.Context, req participant.Request) error {
+		if req.Op == participant.OpPrepare {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := c.Begin(ctx)
+	if err := b.move(ctx, g, 30); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.EnlistParticipant(twopc.Branch{Name: "slow", Participant: slow}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = g.Commit(ctx)
+	if !errors.Is(err, twopc.ErrAborted) || !strings.Contains(err.Error(), "prepare timeout") {
+		t.Fatalf("Commit = %v, want ErrAborted naming the prepare timeout", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Commit took %v with a 300ms prepare timeout", d)
+	}
+	b.wantBalances(startBalance, startBalance)
+	b.noPrepared()
+}
+
+// The starter stops after writing the decision and before phase two (a hook holds it there,
+// as a crash would); another coordinator, the leader, finishes phase two from the log.
+func TestIntegrationCrashAfterDecisionRecovered(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	held, release := make(chan string, 1), make(chan struct{})
+	starter := b.coordinator(twopc.WithLease(500*time.Millisecond), twopc.WithHook(func(_ context.Context, gid string, p twopc.Phase) error {
+		if p == twopc.PhaseDecided {
+			held <- gid
+			<-release
+		}
+		return nil
+	}))
+	g, _ := starter.Begin(ctx)
+	if err := b.move(ctx, g, 40); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Commit(ctx) }()
+	gid := <-held
+	if n := len(b.prepared(ctx)); n != 2 {
+		t.Fatalf("%d prepared transactions between the phases, want 2", n)
+	}
+	b.wantBalances(startBalance, startBalance)
+
+	leader := b.coordinator(twopc.WithElector(b.elector("leader")))
+	run(t, leader)
+	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() bool {
+		s, err := leader.Status(ctx, gid)
+		return err == nil && s == twopc.StatusCommitted
+	}, "the leader did not commit the decided transaction")
+	b.wantBalances(startBalance-40, startBalance+40)
+	b.noPrepared()
+
+	close(release) // the starter wakes; its phase two finds the work done
+	if err := <-done; err != nil {
+		t.Fatalf("starter's Commit after the leader finished: %v", err)
+	}
+	b.wantBalances(startBalance-40, startBalance+40)
+}
+
+// The starter stops after every branch prepared but before the decision: with no decision the
+// transaction is presumed aborted, and the leader rolls both databases back at its timeout.
+func TestIntegrationCrashBeforeDecisionAborts(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	held, release := make(chan string, 1), make(chan struct{})
+	starter := b.coordinator(twopc.WithPrepareTimeout(500*time.Millisecond), twopc.WithHook(func(_ context.Context, gid string, p twopc.Phase) error {
+		if p == twopc.PhasePrepared {
+			held <- gid
+			<-release
+		}
+		return nil
+	}))
+	g, _ := starter.Begin(ctx, twopc.WithTimeout(time.Second))
+	if err := b.move(ctx, g, 40); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Commit(ctx) }()
+	gid := <-held
+
+	leader := b.coordinator(twopc.WithElector(b.elector("leader")))
+	run(t, leader)
+	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() bool {
+		s, err := leader.Status(ctx, gid)
+		return err == nil && s == twopc.StatusAborted
+	}, "the leader did not abort the undecided transaction")
+	b.noPrepared()
+	b.wantBalances(startBalance, startBalance)
+
+	close(release) // the starter wakes and tries to decide: too late
+	if err := <-done; !errors.Is(err, twopc.ErrAborted) {
+		t.Fatalf("starter's Commit after the timeout = %v, want ErrAborted", err)
+	}
+	b.wantBalances(startBalance, startBalance)
+	b.noPrepared()
+}
+
+// Prepared transactions the log can explain are resolved by ResolveInDoubt: one of a decided
+// transaction is committed, one whose gid is unknown (presumed abort) is rolled back, and one of
+// a transaction still in phase one is left alone.
+func TestIntegrationResolveInDoubt(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	held, release := make(chan string, 2), make(chan struct{})
+	var phase atomic.Value
+	phase.Store(twopc.PhaseDecided)
+	starter := b.coordinator(twopc.WithHook(func(_ context.Context, gid string, p twopc.Phase) error {
+		if p == phase.Load().(twopc.Phase) {
+			held <- gid
+			<-release
+		}
+		return nil
+	}))
+	resolver := b.coordinator(twopc.WithInDoubtResolution("@every 1h", 0))
+	defer close(release)
+
+	// A decided transaction whose starter is stuck before phase two.
+	g1, _ := starter.Begin(ctx)
+	if err := g1.Enlist(ctx, "east", update("alice", -5)); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g1.Commit(ctx) }()
+	<-held
+	// One still in phase one.
+	phase.Store(twopc.PhasePrepared)
+	g2, _ := starter.Begin(ctx, twopc.WithTimeout(time.Hour))
+	if err := g2.Enlist(ctx, "west", update("bob", 7)); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g2.Commit(ctx) }()
+	<-held
+	// A prepared transaction named like ours whose gid the log has never heard of.
+	orphan, err := b.east.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := orphan.Exec(ctx, `update accounts set balance = balance + 1000 where id = 'bob'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := orphan.Exec(ctx, "prepare transaction 'txkit:"+b.log.Name+".txkit_2pc_:6:ghost1:east'"); err != nil {
+		t.Fatal(err)
+	}
+	_ = orphan.Rollback(ctx) // only returns the connection: the prepared transaction lives on
+
+	res, err := resolver.ResolveInDoubt(ctx)
+	if err != nil {
+		t.Fatalf("ResolveInDoubt: %v", err)
+	}
+	if res != (twopc.InDoubt{Found: 3, Committed: 1, RolledBack: 1, Undecided: 1}) {
+		t.Fatalf("ResolveInDoubt = %+v, want found 3, committed 1, rolled back 1, undecided 1", res)
+	}
+	if got := balance(t, b.east.Pool, "alice"); got != startBalance-5 {
+		t.Fatalf("alice = %d, want the decided transaction committed (%d)", got, startBalance-5)
+	}
+	if got := balance(t, b.east.Pool, "bob"); got != startBalance {
+		t.Fatalf("east bob = %d, want the orphan rolled back (%d)", got, startBalance)
+	}
+	if ids := b.prepared(ctx); len(ids) != 1 || !strings.HasSuffix(ids[0], ":west") {
+		t.Fatalf("prepared after the scan = %v, want only the undecided one in west", ids)
+	}
+	// Running it again changes nothing and is not an error.
+	if res, err := resolver.ResolveInDoubt(ctx); err != nil || res.Committed+res.RolledBack != 0 {
+		t.Fatalf("second ResolveInDoubt = %+v, %v", res, err)
+	}
+}
+
+// Phase two is idempotent: committing (aborting) a branch whose prepared transaction is gone
+// succeeds, so a duplicate commit or abort — a leader and a starter both finishing — is harmless.
+func TestIntegrationDuplicateCommitAndAbort(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	c := b.coordinator()
+	g, _ := c.Begin(ctx)
+	if err := b.move(ctx, g, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A second coordinator drives the committed transaction's phase two once more, as a
+	// recovering leader that read it just before it finished would.
+	other := b.coordinator(twopc.WithElector(b.elector("other")))
+	if res, err := other.ResolveInDoubt(ctx); err != nil || res.Found != 0 {
+		t.Fatalf("ResolveInDoubt after commit = %+v, %v", res, err)
+	}
+	b.wantBalances(startBalance-10, startBalance+10)
+
+	a, _ := c.Begin(ctx)
+	if err := b.move(ctx, a, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Abort(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Abort(ctx); err != nil {
+		t.Fatalf("second Abort: %v", err)
+	}
+	if err := a.Commit(ctx); !errors.Is(err, twopc.ErrInvalidState) {
+		t.Fatalf("Commit after Abort = %v, want ErrInvalidState", err)
+	}
+	b.wantBalances(startBalance-10, startBalance+10)
+	b.noPrepared()
+	// Nothing was written for the aborted one: presumed abort needs no record.
+	if _, err := c.Status(ctx, a.GID()); !errors.Is(err, twopc.ErrNotFound) {
+		t.Fatalf("Status of a transaction aborted before Commit = %v, want ErrNotFound", err)
+	}
+}
+
+// A work function that fails rolls its database transaction back and leaves the branch out.
+func TestIntegrationEnlistWorkFails(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	c := b.coordinator()
+	g, _ := c.Begin(ctx)
+	if err := g.Enlist(ctx, "east", update("alice", -startBalance-1)); err == nil {
+		t.Fatal("Enlist with a failing work (balance below zero) succeeded")
+	}
+	if err := g.Enlist(ctx, "west", update("bob", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.wantBalances(startBalance, startBalance+1)
+	b.noPrepared()
+}
+
+// Participant branches go through the barrier over HTTP: an abort that overtakes its prepare is
+// an empty rollback, and the late prepare is refused instead of holding resources forever.
+func TestIntegrationHTTPParticipantBarrier(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	srv := newHTTPParty(t, b.east.Pool)
+	c := b.coordinator()
+	g, _ := c.Begin(ctx)
+	if err := g.Enlist(ctx, "west", update("bob", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.EnlistParticipant(twopc.Branch{Name: "points", Participant: participant.HTTP{URL: srv.url}, Payload: json.RawMessage(`{"n":3}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Commit(ctx); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	if got := srv.applied(t); got != 3 {
+		t.Fatalf("points applied = %d, want 3", got)
+	}
+	// The empty rollback and the hanging prepare, by hand.
+	p := participant.HTTP{URL: srv.url}
+	if err := p.Do(ctx, participant.Request{GID: "late", Branch: "points", Op: participant.OpAbort}); err != nil {
+		t.Fatalf("abort before prepare: %v", err)
+	}
+	err := p.Do(ctx, participant.Request{GID: "late", Branch: "points", Op: participant.OpPrepare, Payload: json.RawMessage(`{"n":5}`)})
+	if !errors.Is(err, participant.ErrRefused) {
+		t.Fatalf("prepare after abort = %v, want refused", err)
+	}
+	if got := srv.pending(t); got != 0 {
+		t.Fatalf("pending points after the hanging prepare = %d, want 0", got)
+	}
+}
+
+func TestIntegrationBadInput(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	c := b.coordinator()
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"unregistered database", func() error { g, _ := c.Begin(ctx); return g.Enlist(ctx, "north", update("a", 1)) }(), twopc.ErrInvalidBranch},
+		{"nil work", func() error { g, _ := c.Begin(ctx); return g.Enlist(ctx, "east", nil) }(), twopc.ErrInvalidBranch},
+		{"enlisted twice", func() error {
+			g, _ := c.Begin(ctx)
+			defer g.Abort(ctx)
+			if err := g.Enlist(ctx, "east", update("alice", 1)); err != nil {
+				return err
+			}
+			return g.Enlist(ctx, "east", update("alice", 1))
+		}(), twopc.ErrInvalidBranch},
+		{"gid too long", func() error { _, err := c.Begin(ctx, twopc.WithGID(strings.Repeat("g", 300))); return err }(), twopc.ErrInvalidOption},
+		{"prepared id too long", func() error {
+			g, _ := c.Begin(ctx, twopc.WithGID(strings.Repeat("g", 190)))
+			return g.Enlist(ctx, "east", update("alice", 1))
+		}(), twopc.ErrInvalidBranch},
+		{"timeout not above prepare timeout", func() error { _, err := c.Begin(ctx, twopc.WithTimeout(time.Second)); return err }(), twopc.ErrInvalidOption},
+		{"participant branch without name", func() error {
+			g, _ := c.Begin(ctx)
+			return g.EnlistParticipant(twopc.Branch{Participant: participant.HTTP{URL: "http://127.0.0.1:1/x"}})
+		}(), twopc.ErrInvalidBranch},
+		{"payload not JSON", func() error {
+			g, _ := c.Begin(ctx)
+			return g.EnlistParticipant(twopc.Branch{Name: "x", Participant: participant.HTTP{URL: "http://127.0.0.1:1/x"}, Payload: json.RawMessage("{")})
+		}(), twopc.ErrInvalidBranch},
+		{"unrecordable participant", func() error {
+			g, _ := c.Begin(ctx)
+			return g.EnlistParticipant(twopc.Branch{Name: "x", Participant: participant.ParticipantFunc(nil)})
+		}(), twopc.ErrInvalidBranch},
+		{"enlist after abort", func() error {
+			g, _ := c.Begin(ctx)
+			_ = g.Abort(ctx)
+			return g.Enlist(ctx, "east", update("alice", 1))
+		}(), twopc.ErrInvalidState},
+		{"unknown transaction", func() error { _, err := c.Status(ctx, "no-such-gid"); return err }(), twopc.ErrNotFound},
+		{"register database twice", c.RegisterDB("east", b.east.Pool), twopc.ErrInvalidOption},
+		{"register nil pool", c.RegisterDB("south", nil), twopc.ErrInvalidOption},
+		{"run without elector", c.Run(ctx), twopc.ErrInvalidOption},
+		{"prepare timeout above timeout", func() error {
+			_, err := twopc.New(b.log.Pool, twopc.WithPrepareTimeout(time.Minute), twopc.WithDefaultTimeout(time.Second))
+			return err
+		}(), twopc.ErrInvalidOption},
+		{"zero concurrency", func() error { _, err := twopc.New(b.log.Pool, twopc.WithConcurrency(0)); return err }(), twopc.ErrInvalidOption},
+	} {
+		if !errors.Is(tc.err, tc.want) {
+			t.Errorf("%s: error %v, want %v", tc.name, tc.err, tc.want)
+		}
+	}
+	b.noPrepared()
+}
+
+// A transaction with no branch commits trivially and writes nothing.
+func TestIntegrationEmptyCommit(t *testing.T) {
+	b := newBank(t)
+	c := b.coordinator()
+	g, _ := c.Begin(t.Context())
+	if err := g.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := b.log.Pool.QueryRow(t.Context(), `select count(*) from txkit_2pc_global`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("rows in the log after an empty commit: %d, %v", n, err)
+	}
+}
