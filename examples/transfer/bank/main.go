@@ -1,0 +1,361 @@
+// Command bank is the transfer example's coordinator service. POST /transfers {"from", "to",
+// "amount"} moves money between two PostgreSQL databases in one two-phase commit (twopc): it
+// debits "from" in txkit_east and credits "to" in txkit_west, each in a database transaction
+// enlisted with Global.Enlist that also writes a ledger row (gid, account, delta), then commits —
+// PREPARE TRANSACTION in both, the decision in the log, COMMIT PREPARED in both. A debit that
+// would take the balance below zero fails the table's CHECK, so the transfer is aborted and
+// answered 409; an unknown account is aborted and answered 404.
+//
+// Run several instances on one schema: each serves transfers, and the one elected in ZooKeeper
+// recovers what a dead instance left between the phases (finishes decided transactions, aborts
+// undecided ones at their timeout, and ends the prepared transactions left in the databases).
+// -pause-rate and -pause make some commits sleep between the phases, so that a drill's SIGKILL
+// lands there.
+//
+//	go run ./examples/transfer/bank -schema demo -id bank-1 -seed-east alice=100 -seed-west bob=0
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txkit/txkit/examples/transfer/internal/app"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/twopc"
+)
+
+type config struct {
+	listen, pg, schema, zk, id, election, recovery, resolve, seedEast, seedWest, pauseAt string
+	timeout, prepareTimeout, lease, callTimeout, sessionTimeout, resolveGrace, pause   time.Duration
+	pauseRate                                                                          float64
+	maxConns                                                                           int
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.listen, "listen", "127.0.0.1:0", "HTTP address")
+	flag.StringVar(&c.pg, "pg", app.Env("TXKIT_PG_URL", app.DefaultPG), "PostgreSQL URL (its database is replaced by "+app.East+" and "+app.West+", created if missing)")
+	flag.StringVar(&c.schema, "schema", "transfer", "schema of this run, in both databases; the coordinators' log lives in "+app.East+"'s")
+	flag.StringVar(&c.zk, "zk", app.Env("TXKIT_ZK", app.DefaultZK), "ZooKeeper servers")
+	flag.StringVar(&c.id, "id", "bank-"+uuid.NewString()[:8], "instance id (its id in the recovery election)")
+	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the recovery election (default /txkit-demo/<schema>/2pc)")
+	flag.StringVar(&c.seedEast, "seed-east", "", "accounts in "+app.East+", id=balance,... (inserted only when the account is new)")
+	flag.StringVar(&c.seedWest, "seed-west", "", "accounts in "+app.West+", id=balance,...")
+	flag.DurationVar(&c.timeout, "timeout", 6*time.Second, "global timeout: a transaction still undecided after it is aborted by the leader")
+	flag.DurationVar(&c.prepareTimeout, "prepare-timeout", 3*time.Second, "bound of phase one (below -timeout)")
+	flag.DurationVar(&c.lease, "lease", 3*time.Second, "how long a starter owns a decided transaction before the leader may finish it")
+	flag.DurationVar(&c.callTimeout, "call-timeout", 2*time.Second, "bound of each COMMIT/ROLLBACK PREPARED")
+	flag.DurationVar(&c.sessionTimeout, "session-timeout", 4*time.Second, "ZooKeeper session timeout (how long a dead leader keeps its leadership)")
+	flag.StringVar(&c.recovery, "recovery", "@every 500ms", "cron spec of the leader's recovery pass")
+	flag.StringVar(&c.resolve, "resolve", "@every 1s", "cron spec of the leader's scan of pg_prepared_xacts")
+	flag.DurationVar(&c.resolveGrace, "resolve-grace", 2*time.Second, "age below which a prepared transaction is left to its starter")
+	flag.Float64Var(&c.pauseRate, "pause-rate", 0, "fraction of commits that sleep -pause between the phases (for drills)")
+	flag.DurationVar(&c.pause, "pause", time.Second, "the sleep of a paused commit")
+	flag.StringVar(&c.pauseAt, "pause-at", "both", "where a paused commit sleeps: prepared (before the decision), decided (after it) or both (either, at random)")
+	flag.IntVar(&c.maxConns, "max-conns", 16, "connections per database pool")
+	flag.Parse()
+	log := app.Logger("bank").With("id", c.id)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c, log); err != nil {
+		log.Error("bank service failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+type service struct {
+	c    config
+	log  *slog.Logger
+	el   *lock.Elector
+	tpc  *twopc.Coordinator
+	east *pgxpool.Pool
+	west *pgxpool.Pool
+}
+
+func run(ctx context.Context, c config, log *slog.Logger) error {
+	hook, err := pauseHook(c.pauseRate, c.pause, c.pauseAt, log)
+	if err != nil {
+		return err
+	}
+	seeds := map[string]map[string]int64{}
+	for db, s := range map[string]string{app.East: c.seedEast, app.West: c.seedWest} {
+		if seeds[db], err = parseSeed(s); err != nil {
+			return err
+		}
+	}
+	// The log has a pool of its own: a transfer holds an east connection (its enlisted
+	// transaction) while Commit writes the log, so sharing one pool could starve it.
+	logPool, err := app.Pool(ctx, c.pg, app.East, c.schema, c.maxConns)
+	if err != nil {
+		return err
+	}
+	defer logPool.Close()
+	east, err := app.Pool(ctx, c.pg, app.East, c.schema, c.maxConns)
+	if err != nil {
+		return err
+	}
+	defer east.Close()
+	west, err := app.Pool(ctx, c.pg, app.West, c.schema, c.maxConns)
+	if err != nil {
+		return err
+	}
+	defer west.Close()
+	for db, pool := range map[string]*pgxpool.Pool{app.East: east, app.West: west} {
+		if err := migrate(ctx, pool, c.schema, seeds[db]); err != nil {
+			return fmt.Errorf("%s: %w", db, err)
+		}
+	}
+	sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(c.sessionTimeout), lock.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	election := c.election
+	if election == "" {
+		election = "/txkit-demo/" + c.schema + "/2pc"
+	}
+	el, err := lock.NewElector(sess, election, c.id)
+	if err != nil {
+		return err
+	}
+	opts := []twopc.Option{twopc.WithSchema(c.schema), twopc.WithElector(el), twopc.WithLogger(log),
+		twopc.WithDefaultTimeout(c.timeout), twopc.WithPrepareTimeout(c.prepareTimeout), twopc.WithLease(c.lease),
+		twopc.WithCallTimeout(c.callTimeout), twopc.WithBackoff(200*time.Millisecond, 2*time.Second),
+		twopc.WithRecovery(c.recovery, 100, 16), twopc.WithInDoubtResolution(c.resolve, c.resolveGrace)}
+	if hook != nil {
+		opts = append(opts, twopc.WithHook(hook))
+	}
+	coord, err := twopc.New(logPool, opts...)
+	if err != nil {
+		return err
+	}
+	if err := coord.Migrate(ctx); err != nil {
+		return err
+	}
+	// Every instance registers the same names for the same databases: the branches store the
+	// names, and the leader that recovers a transaction resolves them in its own process.
+	if err := coord.RegisterDB("east", east); err != nil {
+		return err
+	}
+	if err := coord.RegisterDB("west", west); err != nil {
+		return err
+	}
+	s := &service{c: c, log: log, el: el, tpc: coord, east: east, west: west}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /transfers", s.transfer)
+	mux.HandleFunc("GET /transfers/{gid}", s.get)
+	mux.HandleFunc("GET /stats", s.stats)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { app.WriteJSON(w, 200, map[string]string{"status": "ok"}) })
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return coord.Run(ctx) })
+	g.Go(func() error { return app.Serve(ctx, c.listen, mux) })
+	log.Info("bank service running", "schema", c.schema, "election", election, "pause_rate", c.pauseRate, "pause", c.pause, "pause_at", c.pauseAt)
+	return g.Wait()
+}
+
+// migrate creates the accounts and ledger tables in the run's schema and inserts the seed's new
+// accounts. Instances starting together serialise on an advisory lock.
+func migrate(ctx context.Context, pool *pgxpool.Pool, schema string, seed map[string]int64) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('txkit/examples/transfer:' || $1))`, schema); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+			create table if not exists accounts (id text primary key, balance bigint not null check (balance >= 0));
+			create table if not exists ledger (
+				gid text not null, account text not null, delta bigint not null,
+				at timestamptz not null default clock_timestamp())`); err != nil {
+			return fmt.Errorf("create tables: %w", err)
+		}
+		for id, n := range seed {
+			if _, err := tx.Exec(ctx, `insert into accounts (id, balance) values ($1, $2) on conflict (id) do nothing`, id, n); err != nil {
+				return fmt.Errorf("seed %s: %w", id, err)
+			}
+		}
+		return nil
+	})
+}
+
+// parseSeed reads "id=n,id=n".
+func parseSeed(s string) (map[string]int64, error) {
+	out := map[string]int64{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		var n int64
+		if _, err := fmt.Sscan(v, &n); !ok || k == "" || err != nil || n < 0 {
+			return nil, fmt.Errorf("seed %q: want id=balance", kv)
+		}
+		out[k] = n
+	}
+	return out, nil
+}
+
+// pauseHook returns the hook that makes a fraction rate of the commits sleep d at phase at
+// ("prepared": every branch is prepared, the decision not yet written; "decided": written, phase
+// two not begun; "both": either, with rate/2 each), or nil when rate is 0.
+func pauseHook(rate float64, d time.Duration, at string, log *slog.Logger) (twopc.Hook, error) {
+	if rate < 0 || rate > 1 || d < 0 {
+		return nil, fmt.Errorf("-pause-rate %v (want 0..1), -pause %v", rate, d)
+	}
+	switch at {
+	case "prepared", "decided":
+	case "both":
+		rate /= 2
+	default:
+		return nil, fmt.Errorf("-pause-at %q: want prepared, decided or both", at)
+	}
+	if rate == 0 {
+		return nil, nil
+	}
+	return func(ctx context.Context, gid string, p twopc.Phase) error {
+		if (at != "both" && at != p.String()) || rand.Float64() >= rate {
+			return nil
+		}
+		log.Info("pausing between the phases", "gid", gid, "phase", p.String(), "for", d)
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		return nil
+	}, nil
+}
+
+// errNoAccount: the account named in a transfer does not exist in its database.
+var errNoAccount = errors.New("no such account")
+
+// move returns the work of one side of a transfer: add delta to account's balance and write the
+// ledger row, in the branch's transaction. A debit below zero fails the CHECK (SQLSTATE 23514).
+func move(gid, account string, delta int64) func(context.Context, pgx.Tx) error {
+	return func(ctx context.Context, tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `update accounts set balance = balance + $2 where id = $1`, account, delta)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("%s: %w", account, errNoAccount)
+		}
+		_, err = tx.Exec(ctx, `insert into ledger (gid, account, delta) values ($1, $2, $3)`, gid, account, delta)
+		return err
+	}
+}
+
+func insufficientFunds(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23514" // check_violation: balance >= 0
+}
+
+// transfer: POST /transfers → 200 committed; 409 refused (insufficient funds) or aborted (phase
+// one failed); 404 rejected (no such account); 400 for a bad body; 503 aborted when a side's work
+// failed otherwise; 500 unknown when this instance does not know the outcome (the leader settles
+// it).
+func (s *service) transfer(w http.ResponseWriter, r *http.Request) {
+	var t app.Transfer
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&t); err != nil || t.From == "" || t.To == "" || t.Amount <= 0 || len(t.GID) > 64 {
+		app.WriteJSON(w, http.StatusBadRequest, app.Answer{Status: "rejected", Error: `want {"from", "to", "amount" > 0, optional "gid" of at most 64 bytes}`})
+		return
+	}
+	// The transfer outlives a client that hangs up: its branches may already be prepared.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.c.timeout+s.c.pause+s.c.callTimeout)
+	defer cancel()
+	var bopts []twopc.BeginOption
+	if t.GID != "" {
+		bopts = append(bopts, twopc.WithGID(t.GID))
+	}
+	g, err := s.tpc.Begin(ctx, bopts...)
+	if err != nil {
+		app.WriteJSON(w, http.StatusBadRequest, app.Answer{GID: t.GID, Status: "rejected", Error: err.Error()})
+		return
+	}
+	gid := g.GID()
+	// East before west, in every transfer: each branch's row locks are taken in the same order, so
+	// two transfers cannot wait on each other across the databases (a deadlock PostgreSQL could
+	// not detect; only the prepare timeout would end it).
+	err = g.Enlist(ctx, "east", move(gid, t.From, -t.Amount))
+	if err == nil {
+		err = g.Enlist(ctx, "west", move(gid, t.To, t.Amount))
+	}
+	if err != nil {
+		if aerr := g.Abort(ctx); aerr != nil {
+			s.log.Warn("abort failed", "gid", gid, "err", aerr)
+		}
+		switch {
+		case insufficientFunds(err):
+			app.WriteJSON(w, http.StatusConflict, app.Answer{GID: gid, Status: "refused", Error: "insufficient funds: " + err.Error()})
+		case errors.Is(err, errNoAccount):
+			app.WriteJSON(w, http.StatusNotFound, app.Answer{GID: gid, Status: "rejected", Error: err.Error()})
+		default: // rolled back everywhere, nothing in the log: safe to try again
+			app.WriteJSON(w, http.StatusServiceUnavailable, app.Answer{GID: gid, Status: "aborted", Error: err.Error()})
+		}
+		return
+	}
+	switch err := g.Commit(ctx); {
+	case err == nil:
+		app.WriteJSON(w, http.StatusOK, app.Answer{GID: gid, Status: "committed"})
+	case errors.Is(err, twopc.ErrAborted):
+		app.WriteJSON(w, http.StatusConflict, app.Answer{GID: gid, Status: "aborted", Error: err.Error()})
+	case errors.Is(err, twopc.ErrIncomplete):
+		// Decided to commit; the leader finishes the COMMIT PREPARED that failed.
+		app.WriteJSON(w, http.StatusOK, app.Answer{GID: gid, Status: "committed"})
+	default: // ErrInDoubt and the like: the leader settles it
+		app.WriteJSON(w, http.StatusInternalServerError, app.Answer{GID: gid, Status: "unknown", Error: err.Error()})
+	}
+}
+
+// get: GET /transfers/{gid} → the transaction's status in the log and its ledger rows.
+func (s *service) get(w http.ResponseWriter, r *http.Request) {
+	gid := r.PathValue("gid")
+	out := map[string]any{"gid": gid}
+	st, err := s.tpc.Status(r.Context(), gid)
+	switch {
+	case errors.Is(err, twopc.ErrNotFound):
+		out["transaction"] = "not in the log (never committed, or aborted before its commit began)"
+	case err != nil:
+		app.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	default:
+		out["transaction"] = st.String()
+	}
+	for name, pool := range map[string]*pgxpool.Pool{"east": s.east, "west": s.west} {
+		var delta *int64
+		err := pool.QueryRow(r.Context(), `select sum(delta) from ledger where gid = $1`, gid).Scan(&delta)
+		if err != nil {
+			app.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			return
+		}
+		out[name] = delta
+	}
+	app.WriteJSON(w, http.StatusOK, out)
+}
+
+// stats: GET /stats → who leads the recovery election, and the coordinator's counters.
+func (s *service) stats(w http.ResponseWriter, r *http.Request) {
+	out := map[string]any{"id": s.c.id, "twopc": s.tpc.Stats()}
+	leader, err := s.el.Leader(r.Context())
+	if err != nil && !errors.Is(err, lock.ErrNoLeader) {
+		out["leader_error"] = err.Error()
+	}
+	out["leader"] = leader
+	app.WriteJSON(w, http.StatusOK, out)
+}

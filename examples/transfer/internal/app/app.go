@@ -1,0 +1,184 @@
+// Package app holds what the transfer example's bank service and demo share: configuration from
+// the environment, logging, databases and schemas of the run's own, serving HTTP, and the body of
+// a transfer. (The tcc-order example has its own copy of the generic parts: examples do not import
+// each other.)
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultPG is the PostgreSQL URL of `make up`, used when TXKIT_PG_URL is unset.
+const DefaultPG = "postgres://postgres@127.0.0.1:55432/txkit_test?sslmode=disable"
+
+// DefaultZK is the ZooKeeper ensemble of `make up`, used when TXKIT_ZK is unset.
+const DefaultZK = "127.0.0.1:22181,127.0.0.1:22182,127.0.0.1:22183"
+
+// The two banks' databases (created if missing); each run works in a schema of its own in both.
+// The coordinators' log lives in the run's schema of East.
+const (
+	East = "txkit_east"
+	West = "txkit_west"
+)
+
+// Transfer is the body of POST /transfers: Amount leaves From's account in the east database and
+// arrives in To's account in the west database. GID is optional (default: a new UUIDv7); the demo
+// sets it so that it can follow a transfer whose answer it never got.
+type Transfer struct {
+	GID    string `json:"gid,omitempty"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Amount int64  `json:"amount"`
+}
+
+// Answer is the body of every answer to POST /transfers. Status is "committed" (200), "refused"
+// (409: insufficient funds), "aborted" (409: phase one failed; 503: a side's work failed
+// otherwise), "rejected" (404: no such account; 400: bad body) or "unknown" (500: the outcome is
+// the leader's to settle).
+type Answer struct {
+	GID    string `json:"gid,omitempty"`
+	Status string `json:"status"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Env returns the environment variable name, or def when it is unset.
+func Env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// Logger returns the service's logger (text on stderr).
+func Logger(service string) *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("service", service)
+}
+
+// DatabaseURL returns base with its database replaced by db and its search_path set to schema
+// (when not empty), and pool_max_conns set when maxConns > 0.
+func DatabaseURL(base, db, schema string, maxConns int) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("database url %q: %w", base, err)
+	}
+	if db != "" {
+		u.Path = "/" + db
+	}
+	q := u.Query()
+	if schema != "" {
+		q.Set("search_path", schema)
+	}
+	if maxConns > 0 {
+		q.Set("pool_max_conns", strconv.Itoa(maxConns))
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// Connect opens one connection to db on the server of base, with search_path schema.
+func Connect(ctx context.Context, base, db, schema string) (*pgx.Conn, error) {
+	u, err := DatabaseURL(base, db, schema, 0)
+	if err != nil {
+		return nil, err
+	}
+	c, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", db, err)
+	}
+	return c, nil
+}
+
+// EnsureDatabase creates database db on the server of base when it does not exist. Several
+// processes may call it at once.
+func EnsureDatabase(ctx context.Context, base, db string) error {
+	c, err := Connect(ctx, base, "postgres", "")
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := c.QueryRow(ctx, `select exists (select 1 from pg_database where datname = $1)`, db).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		return nil
+	}
+	_, err = c.Exec(ctx, "create database "+pgx.Identifier{db}.Sanitize())
+	var pe *pgconn.PgError
+	// 42P04: created meanwhile; 23505: two concurrent creates raced on pg_database's index.
+	if errors.As(err, &pe) && (pe.Code == "42P04" || pe.Code == "23505") {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create database %s: %w", db, err)
+	}
+	return nil
+}
+
+// Pool creates database db if needed and opens a pool of at most maxConns connections on it whose
+// search_path is schema, creating the schema if it is missing.
+func Pool(ctx context.Context, base, db, schema string, maxConns int) (*pgxpool.Pool, error) {
+	if err := EnsureDatabase(ctx, base, db); err != nil {
+		return nil, err
+	}
+	rawURL, err := DatabaseURL(base, db, schema, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.New(ctx, rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", db, err)
+	}
+	if _, err := pool.Exec(ctx, "create schema if not exists "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "23505" { // a concurrent create won the race
+			pool.Close()
+			return nil, fmt.Errorf("create schema %s in %s: %w", schema, db, err)
+		}
+	}
+	return pool, nil
+}
+
+// Serve listens on addr (port 0 picks one), prints "LISTENING <addr>" on stdout for whoever
+// started the process, and serves h until ctx ends.
+func Serve(ctx context.Context, addr string, h http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	fmt.Printf("LISTENING %s\n", ln.Addr())
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-errc
+		return nil
+	}
+}
+
+// WriteJSON writes v with status code.
+func WriteJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
