@@ -43,9 +43,9 @@ import (
 
 type config struct {
 	listen, pg, schema, zk, id, election, recovery, resolve, seedEast, seedWest, pauseAt string
-	timeout, prepareTimeout, lease, callTimeout, sessionTimeout, resolveGrace, pause   time.Duration
-	pauseRate                                                                          float64
-	maxConns                                                                           int
+	timeout, prepareTimeout, lease, callTimeout, sessionTimeout, resolveGrace, pause     time.Duration
+	pauseRate                                                                            float64
+	maxConns                                                                             int
 }
 
 func main() {

@@ -1,0 +1,831 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txkit/txkit/examples/transfer/internal/app"
+)
+
+// Config is one run of the example.
+type Config struct {
+	Transfers   int // random transfers after the script (0: the script only)
+	Instances   int // bank instances (coordinators; only the elected one recovers)
+	Concurrency int // transfers in flight at once
+	Rate        int // transfers started per second at most (0: as fast as they go)
+	// Drill SIGKILLs the leading bank instance during the load, Kills times, and starts it again;
+	// each kill waits first (up to KillEvery) for the leader to be between the phases of a transfer.
+	Drill     bool
+	Kills     int
+	KillEvery time.Duration // pause before each kill (each also waits for the previous failover)
+	// PauseRate of the commits sleep Pause between the phases, at PauseAt ("prepared", "decided"
+	// or "both"): the bank's -pause-rate, -pause, -pause-at. Only with Drill.
+	PauseRate      float64
+	Pause          time.Duration
+	PauseAt        string
+	SessionTimeout time.Duration // the banks' ZooKeeper session timeout (default 4s)
+	PG, ZK         string        // base PostgreSQL URL, ZooKeeper servers
+	Dir            string        // where the binary and the logs go
+	Log            io.Writer     // progress lines
+	Keep           bool          // keep the run's schemas afterwards
+	SettleTimeout  time.Duration // bound of the wait for every transaction to finish (default 3m)
+}
+
+// Step is one transfer of the demo's script, what it should do and what it did.
+type Step struct {
+	From, To   string
+	Amount     int64
+	Want, Got  string // answer status: committed, refused, rejected, ...
+	Code       int
+	GID, Error string
+}
+
+// Report is what a run measured and the invariants it checked.
+type Report struct {
+	Script         []Step
+	Before, After  map[string]map[string]int64 // the script's accounts: database → account → balance
+	Transfers      int                         // random transfers sent
+	Answers        map[string]int              // answer status → count; "unanswered" when the instance died
+	Globals        map[string]int              // final statuses in the log
+	NotInLog       int                         // transfers sent that the log never recorded (aborted before their commit began)
+	Initial, Final int64                       // money in both databases together
+	East, West     int64                       // money in each database at the end
+	LedgerEast     int                         // ledger rows
+	LedgerWest     int
+	OtherPrepared  int // txkit prepared transactions of other runs or tests in the two databases
+	LeaderKills    int
+	Failovers      []time.Duration // leader SIGKILL → the next leader's first recovery (fence)
+	InDoubt        []int           // per kill: prepared transactions the dead leader left in the databases
+	Resolved       []time.Duration // per kill with some: SIGKILL → the last of them committed or rolled back
+	InDoubtEnd     map[string]int  // final log status of the transactions left in doubt
+	doubted        []string        // their gids
+	Settled        bool
+	Settle         time.Duration // last answer → every transaction finished, no prepared transaction left
+	Elapsed        time.Duration
+	Violations     []string // broken invariants; empty when all hold
+	Checks         []string // invariants checked, with their numbers
+}
+
+// OK returns the broken invariants as one error, or nil.
+func (r Report) OK() error {
+	if len(r.Violations) == 0 {
+		if len(r.Script) == 0 {
+			return errors.New("no transfer made")
+		}
+		return nil
+	}
+	errs := make([]error, len(r.Violations))
+	for i, v := range r.Violations {
+		errs[i] = errors.New(v)
+	}
+	return errors.Join(errs...)
+}
+
+// MaxFailover returns the longest measured failover.
+func (r Report) MaxFailover() time.Duration { return maxOf(r.Failovers) }
+
+func maxOf(ds []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m
+}
+
+func (r Report) String() string {
+	var b strings.Builder
+	if r.Before != nil {
+		fmt.Fprintf(&b, "balances before:        %s\n", balances(r.Before))
+	}
+	for i, s := range r.Script {
+		mark := ""
+		if s.Got != s.Want {
+			mark = fmt.Sprintf("  (WANTED %s)", s.Want)
+		}
+		fmt.Fprintf(&b, "transfer %d:             %s (east) → %s (west) %d: %d %s%s\n", i+1, s.From, s.To, s.Amount, s.Code, s.Got, mark)
+	}
+	if r.After != nil {
+		fmt.Fprintf(&b, "balances after:         %s\n", balances(r.After))
+	}
+	if r.Transfers > 0 {
+		fmt.Fprintf(&b, "random transfers:       %d (answers: %s)\n", r.Transfers, counts(r.Answers))
+	}
+	fmt.Fprintf(&b, "global transactions:    %s; %d transfers never in the log (aborted before their commit)\n", counts(r.Globals), r.NotInLog)
+	fmt.Fprintf(&b, "money:                  initial %d = now %d (east %d + west %d)\n", r.Initial, r.Final, r.East, r.West)
+	fmt.Fprintf(&b, "ledger rows:            east %d, west %d\n", r.LedgerEast, r.LedgerWest)
+	if r.LeaderKills > 0 {
+		fmt.Fprintf(&b, "leader kills:           %d SIGKILLed and restarted; leader death → next leader's first recovery: %s (max %v)\n",
+			r.LeaderKills, durations(r.Failovers), r.MaxFailover().Round(time.Millisecond))
+		landed := 0
+		for _, n := range r.InDoubt {
+			if n > 0 {
+				landed++
+			}
+		}
+		fmt.Fprintf(&b, "between the phases:     %d of %d kills left prepared transactions in doubt (%v); all ended %s after the kill (max %v); their outcome: %s\n",
+			landed, r.LeaderKills, r.InDoubt, durations(r.Resolved), maxOf(r.Resolved).Round(time.Millisecond), counts(r.InDoubtEnd))
+	}
+	if r.Settled {
+		fmt.Fprintf(&b, "settled:                every transaction finished %v after the last answer\n", r.Settle.Round(time.Millisecond))
+	} else {
+		fmt.Fprintf(&b, "NOT settled:            transactions still unfinished %v after the last answer\n", r.Settle.Round(time.Millisecond))
+	}
+	fmt.Fprintf(&b, "elapsed:                %v\n", r.Elapsed.Round(10*time.Millisecond))
+	for _, c := range r.Checks {
+		fmt.Fprintf(&b, "  ok   %s\n", c)
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "  FAIL %s\n", v)
+	}
+	return b.String()
+}
+
+func balances(m map[string]map[string]int64) string {
+	var parts []string
+	var total int64
+	for _, db := range []string{"east", "west"} {
+		var accts []string
+		for _, k := range slices.Sorted(maps.Keys(m[db])) {
+			accts = append(accts, fmt.Sprintf("%s %d", k, m[db][k]))
+			total += m[db][k]
+		}
+		parts = append(parts, db+" "+strings.Join(accts, ", "))
+	}
+	return strings.Join(parts, " | ") + fmt.Sprintf(" (total %d)", total)
+}
+
+func durations(ds []time.Duration) string {
+	s := make([]string, len(ds))
+	for i, d := range ds {
+		s[i] = d.Round(time.Millisecond).String()
+	}
+	return "[" + strings.Join(s, ", ") + "]"
+}
+
+func counts(m map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// The demo's script: the accounts it uses and its transfers, each with the answer it must get.
+var (
+	scriptEast = map[string]int64{"alice": 100, "bob": 50, "carol": 10}
+	scriptWest = map[string]int64{"alice": 0, "bob": 20, "carol": 5}
+	script     = []Step{
+		{From: "alice", To: "bob", Amount: 30, Want: "committed"},
+		{From: "bob", To: "carol", Amount: 50, Want: "committed"},
+		{From: "carol", To: "alice", Amount: 25, Want: "refused"}, // carol has 10 in east
+		{From: "alice", To: "carol", Amount: 70, Want: "committed"},
+		{From: "alice", To: "bob", Amount: 1, Want: "refused"},  // alice has nothing left in east
+		{From: "carol", To: "zoe", Amount: 5, Want: "rejected"}, // no zoe in west: carol's debit is rolled back
+	}
+)
+
+// sent is a transfer the harness made: where it went and what it moved.
+type sent struct {
+	t        app.Transfer
+	instance string // the bank instance it was sent to
+}
+
+// proc is a running bank process.
+type proc struct {
+	id   string
+	cmd  *exec.Cmd
+	addr string
+	done chan struct{}
+}
+
+type harness struct {
+	cfg     Config
+	runID   string
+	schema  string
+	east    map[string]int64 // initial balances
+	west    map[string]int64
+	mu      sync.Mutex
+	banks   map[string]*proc // live instances by id, "bank-<slot>.<start>"
+	starts  int
+	client  *http.Client
+	sent    sync.Map // gid → sent
+	answers sync.Map // gid → answer status
+}
+
+func (h *harness) logf(format string, args ...any) {
+	fmt.Fprintf(h.cfg.Log, "[%s] %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+// Run builds and starts the bank instances, runs the script and cfg.Transfers random transfers
+// (SIGKILLing the leader during them in a drill), waits until every global transaction has
+// finished and no prepared transaction is left, and checks the invariants. The error reports a
+// run that could not complete; broken invariants are in [Report.Violations] (see [Report.OK]).
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	start := time.Now()
+	if cfg.Instances < 1 || cfg.Concurrency < 1 || cfg.Transfers < 0 {
+		return Report{}, errors.New("need at least one instance and a concurrency of one")
+	}
+	runID := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	h := &harness{cfg: cfg, runID: runID, schema: "xfer_" + runID, banks: map[string]*proc{},
+		client: &http.Client{Timeout: 30 * time.Second}, east: maps.Clone(scriptEast), west: maps.Clone(scriptWest)}
+	// Twenty accounts for the random load, east holding about twice what it sends.
+	for i := 1; i <= 20 && cfg.Transfers > 0; i++ {
+		h.east[account(i)] = max(1000, int64(cfg.Transfers)*5)
+		h.west[account(i)] = 1000
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return Report{}, err
+	}
+	if err := h.build(ctx); err != nil {
+		return Report{}, err
+	}
+	h.logf("run %s: schema %s in %s and %s; %d bank instances, %d random transfers, drill %v",
+		runID, h.schema, app.East, app.West, cfg.Instances, cfg.Transfers, cfg.Drill)
+	if !cfg.Keep {
+		defer h.cleanup()
+	}
+	defer h.stopAll()
+	for i := 1; i <= cfg.Instances; i++ {
+		if err := h.startBank(ctx, i); err != nil {
+			return Report{}, err
+		}
+	}
+	if _, err := h.leader(ctx); err != nil {
+		return Report{}, err
+	}
+	rep := Report{Transfers: cfg.Transfers}
+	if err := h.runScript(ctx, &rep); err != nil {
+		return rep, err
+	}
+	if cfg.Transfers > 0 {
+		if err := h.load(ctx, &rep); err != nil {
+			return rep, err
+		}
+		h.logf("%d random transfers answered (%s); waiting for every transaction to finish", cfg.Transfers, counts(rep.Answers))
+	}
+	answered := time.Now()
+	// A run that does not settle is still checked: the report says what is broken.
+	settleErr := h.settle(ctx)
+	rep.Settle, rep.Settled = time.Since(answered), settleErr == nil
+	if err := h.check(context.WithoutCancel(ctx), &rep); err != nil {
+		return rep, errors.Join(settleErr, err)
+	}
+	rep.Elapsed = time.Since(start)
+	return rep, settleErr
+}
+
+func account(i int) string { return fmt.Sprintf("acct-%02d", i) }
+
+func (h *harness) build(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return errors.New("run the demo inside the txkit module")
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(h.cfg.Dir, "bank"), "./examples/transfer/bank")
+	cmd.Dir = filepath.Dir(mod)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build bank: %w\n%s", err, out)
+	}
+	return nil
+}
+
+func seed(m map[string]int64) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
+	}
+	return strings.Join(parts, ",")
+}
+
+// startBank starts a bank instance in slot; each start gets an id of its own, so the election
+// tells a restarted instance from the one it replaces.
+func (h *harness) startBank(ctx context.Context, slot int) error {
+	h.mu.Lock()
+	h.starts++
+	id := fmt.Sprintf("bank-%d.%d", slot, h.starts)
+	h.mu.Unlock()
+	st := h.cfg.SessionTimeout
+	if st <= 0 {
+		st = 4 * time.Second
+	}
+	args := []string{"-pg", h.cfg.PG, "-schema", h.schema, "-zk", h.cfg.ZK, "-id", id, "-session-timeout", st.String(),
+		"-seed-east", seed(h.east), "-seed-west", seed(h.west)}
+	if h.cfg.Drill && h.cfg.PauseRate > 0 {
+		args = append(args, "-pause-rate", strconv.FormatFloat(h.cfg.PauseRate, 'g', -1, 64), "-pause", h.cfg.Pause.String(), "-pause-at", h.cfg.PauseAt)
+	}
+	p, err := h.start(ctx, id, args)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.banks[id] = p
+	h.mu.Unlock()
+	return nil
+}
+
+// start runs the bank binary as id and waits for its "LISTENING <addr>" line.
+func (h *harness) start(ctx context.Context, id string, args []string) (*proc, error) {
+	logPath := filepath.Join(h.cfg.Dir, h.runID+"-"+id+".log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(h.cfg.Dir, "bank"), args...)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", id, err)
+	}
+	p := &proc{id: id, cmd: cmd, done: make(chan struct{})}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "LISTENING "); ok {
+				select {
+				case addr <- a:
+				default:
+				}
+			}
+		}
+		_ = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	select {
+	case p.addr = <-addr:
+	case <-p.done:
+		return nil, fmt.Errorf("%s exited while starting; see %s", id, logPath)
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		<-p.done
+		return nil, fmt.Errorf("%s did not start within 60s; see %s", id, logPath)
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		<-p.done
+		return nil, ctx.Err()
+	}
+	h.logf("%s listening on %s (pid %d, log %s)", id, p.addr, cmd.Process.Pid, logPath)
+	return p, nil
+}
+
+func (h *harness) stopAll() {
+	h.mu.Lock()
+	procs := slices.Collect(maps.Values(h.banks))
+	h.mu.Unlock()
+	for _, p := range procs {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+}
+
+// cleanup rolls back the run's prepared transactions, if a failed run left any (they would hold
+// their locks and block the drop), and drops the run's schemas.
+func (h *harness) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, db := range []string{app.East, app.West} {
+		c, err := app.Connect(ctx, h.cfg.PG, db, "")
+		if err != nil {
+			h.logf("cleanup: %v", err)
+			continue
+		}
+		ids, _ := h.prepared(ctx, c, db)
+		for _, id := range ids {
+			_, _ = c.Exec(ctx, "rollback prepared '"+strings.ReplaceAll(id, "'", "''")+"'")
+		}
+		if _, err := c.Exec(ctx, "drop schema if exists "+pgx.Identifier{h.schema}.Sanitize()+" cascade"); err != nil {
+			h.logf("cleanup: drop schema %s in %s: %v", h.schema, db, err)
+		}
+		_ = c.Close(ctx)
+	}
+}
+
+func (h *harness) getJSON(ctx context.Context, url string, v any) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// leader waits until a live bank instance leads the recovery election (after a kill, the dead
+// leader's node stays until its ZooKeeper session expires) and returns its id.
+func (h *harness) leader(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		h.mu.Lock()
+		var addrs []string
+		for _, p := range h.banks {
+			addrs = append(addrs, p.addr)
+		}
+		h.mu.Unlock()
+		for _, a := range addrs {
+			var st struct {
+				Leader string `json:"leader"`
+			}
+			if err := h.getJSON(ctx, "http://"+a+"/stats", &st); err == nil && st.Leader != "" {
+				h.mu.Lock()
+				_, live := h.banks[st.Leader]
+				h.mu.Unlock()
+				if live {
+					return st.Leader, nil
+				}
+				break
+			}
+		}
+		if err := pause(ctx, 50*time.Millisecond); err != nil {
+			return "", err
+		}
+	}
+	return "", errors.New("no live bank instance leads the recovery election after 30s")
+}
+
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// post sends t to instance p (a random live one when p is nil) and returns the answer's HTTP code
+// and body; code 0 when there was no answer (the instance died under it).
+func (h *harness) post(ctx context.Context, t app.Transfer) (int, app.Answer) {
+	h.mu.Lock()
+	ids := slices.Sorted(maps.Keys(h.banks))
+	var p *proc
+	if len(ids) > 0 {
+		p = h.banks[ids[rand.IntN(len(ids))]]
+	}
+	h.mu.Unlock()
+	if p == nil {
+		return 0, app.Answer{}
+	}
+	if t.GID == "" {
+		id, _ := uuid.NewV7()
+		t.GID = id.String()
+	}
+	h.sent.Store(t.GID, sent{t: t, instance: p.id})
+	body, _ := json.Marshal(t)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+p.addr+"/transfers", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return 0, app.Answer{GID: t.GID}
+	}
+	defer resp.Body.Close()
+	var a app.Answer
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil || a.GID != t.GID {
+		return 0, app.Answer{GID: t.GID}
+	}
+	h.answers.Store(t.GID, a.Status)
+	return resp.StatusCode, a
+}
+
+// runScript makes the script's transfers one after the other and reads the script's balances
+// before and after.
+func (h *harness) runScript(ctx context.Context, rep *Report) error {
+	var err error
+	if rep.Before, err = h.scriptBalances(ctx); err != nil {
+		return err
+	}
+	for _, s := range script {
+		code, a := h.post(ctx, app.Transfer{From: s.From, To: s.To, Amount: s.Amount})
+		s.Code, s.Got, s.GID, s.Error = code, a.Status, a.GID, a.Error
+		if s.Code == 0 {
+			s.Got = "unanswered"
+		}
+		h.logf("transfer %s (east) → %s (west) %d: %d %s", s.From, s.To, s.Amount, s.Code, strings.TrimSpace(s.Got+" "+s.Error))
+		rep.Script = append(rep.Script, s)
+	}
+	rep.After, err = h.scriptBalances(ctx)
+	return err
+}
+
+func (h *harness) scriptBalances(ctx context.Context) (map[string]map[string]int64, error) {
+	out := map[string]map[string]int64{}
+	for name, db := range map[string]string{"east": app.East, "west": app.West} {
+		c, err := app.Connect(ctx, h.cfg.PG, db, h.schema)
+		if err != nil {
+			return nil, err
+		}
+		all, err := accounts(ctx, c)
+		_ = c.Close(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = map[string]int64{}
+		for k := range scriptEast {
+			out[name][k] = all[k]
+		}
+	}
+	return out, nil
+}
+
+// transfer returns the i-th random transfer: mostly ordinary ones, one in ten asking more than
+// any account holds (refused), one in fifty to an account west does not have (rejected after the
+// debit was enlisted: Abort rolls it back).
+func transfer(i int) app.Transfer {
+	t := app.Transfer{From: account(1 + rand.IntN(20)), To: account(1 + rand.IntN(20)), Amount: 1 + rand.Int64N(100)}
+	switch {
+	case i%10 == 3:
+		t.Amount = 1_000_000_000
+	case i%50 == 25:
+		t.To = "nobody"
+	}
+	return t
+}
+
+// load makes cfg.Transfers random transfers: Concurrency workers post to random live instances
+// (with the drill running beside them). A transfer whose instance dies under it is left to the
+// leader.
+func (h *harness) load(ctx context.Context, rep *Report) error {
+	var next atomic.Int64
+	var amu sync.Mutex
+	rep.Answers = map[string]int{}
+	g, gctx := errgroup.WithContext(ctx)
+	var tick <-chan time.Time
+	if h.cfg.Rate > 0 {
+		t := time.NewTicker(time.Second / time.Duration(h.cfg.Rate))
+		defer t.Stop()
+		tick = t.C
+	}
+	loadDone := make(chan struct{})
+	var workers sync.WaitGroup
+	for range h.cfg.Concurrency {
+		workers.Add(1)
+		g.Go(func() error {
+			defer workers.Done()
+			for {
+				if tick != nil {
+					select {
+					case <-tick:
+					case <-gctx.Done():
+						return gctx.Err()
+					}
+				}
+				i := int(next.Add(1))
+				if i > h.cfg.Transfers {
+					return nil
+				}
+				code, a := h.post(gctx, transfer(i))
+				st := a.Status
+				if code == 0 {
+					st = "unanswered"
+				}
+				amu.Lock()
+				rep.Answers[st]++
+				amu.Unlock()
+			}
+		})
+	}
+	go func() { workers.Wait(); close(loadDone) }()
+	if h.cfg.Drill && h.cfg.Kills > 0 {
+		g.Go(func() error { return h.drill(gctx, loadDone, rep) })
+	}
+	return g.Wait()
+}
+
+// preparedPrefix starts the names of this run's prepared transactions: twopc names them
+// "txkit:<schema>.<table prefix>:<length of gid>:<gid>:<database>".
+func (h *harness) preparedPrefix() string { return "txkit:" + h.schema + ".txkit_2pc_:" }
+
+// prepared lists this run's prepared transactions in database db.
+func (h *harness) prepared(ctx context.Context, c *pgx.Conn, db string) ([]string, error) {
+	rows, err := c.Query(ctx, `select gid from pg_prepared_xacts where database = $1 and starts_with(gid, $2)`, db, h.preparedPrefix())
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// preparedGIDs returns the global transactions that have a prepared transaction in either
+// database now.
+func (h *harness) preparedGIDs(ctx context.Context, c *pgx.Conn) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, db := range []string{app.East, app.West} {
+		ids, err := h.prepared(ctx, c, db)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			n, rest, _ := strings.Cut(strings.TrimPrefix(id, h.preparedPrefix()), ":")
+			if l, err := strconv.Atoi(n); err == nil && l <= len(rest) {
+				out[rest[:l]] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// startedOn returns those of gids that were sent to instance id.
+func (h *harness) startedOn(gids map[string]bool, id string) []string {
+	var out []string
+	for g := range gids {
+		if s, ok := h.sent.Load(g); ok && s.(sent).instance == id {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// fence reads the recovery's fencing token and when it was last written: every claim of the
+// leader passes the fence, so a new token there is the new leader's first recovery action.
+func fence(ctx context.Context, c *pgx.Conn) (tok string, at time.Time, err error) {
+	err = c.QueryRow(ctx, `select epoch || '.' || seq, updated_at from txkit_fence order by updated_at desc limit 1`).Scan(&tok, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", time.Time{}, nil
+	}
+	return tok, at, err
+}
+
+// drill SIGKILLs the leading bank instance up to Kills times while the load runs, and starts it
+// again in its slot. Before each kill it waits (up to KillEvery) until the leader has a transfer
+// between the phases — prepared in a database, so the pause hook is holding it — so the kill
+// strands it in doubt. After the kill it measures the time to the next leader's first recovery
+// (a claim under a new fencing token) and to the end of every prepared transaction the dead
+// leader left.
+func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Report) error {
+	c, err := app.Connect(ctx, h.cfg.PG, app.East, h.schema)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	for k := 0; k < h.cfg.Kills; k++ {
+		select {
+		case <-loadDone:
+			return nil
+		case <-ctx.Done():
+			return nil
+		case <-time.After(h.cfg.KillEvery):
+		}
+		id, err := h.leader(ctx)
+		if err != nil {
+			return err
+		}
+		old, _, err := fence(ctx, c)
+		if err != nil {
+			return err
+		}
+		for aim := time.Now().Add(h.cfg.KillEvery); time.Now().Before(aim); {
+			gids, err := h.preparedGIDs(ctx, c)
+			if err != nil {
+				return err
+			}
+			if len(h.startedOn(gids, id)) > 0 {
+				break
+			}
+			if err := pause(ctx, 10*time.Millisecond); err != nil {
+				return nil
+			}
+		}
+		h.mu.Lock()
+		p := h.banks[id]
+		delete(h.banks, id)
+		h.mu.Unlock()
+		killed := time.Now()
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		rep.LeaderKills++
+		gids, err := h.preparedGIDs(ctx, c)
+		if err != nil {
+			return err
+		}
+		doubt := h.startedOn(gids, id)
+		rep.InDoubt = append(rep.InDoubt, len(doubt))
+		rep.doubted = append(rep.doubted, doubt...)
+		h.logf("drill: SIGKILLed the leader %s (fencing token %s); it left %d transfers prepared in doubt", id, old, len(doubt))
+		var slot int
+		if _, err := fmt.Sscanf(id, "bank-%d.", &slot); err != nil {
+			return fmt.Errorf("instance id %q: %w", id, err)
+		}
+		if err := h.startBank(ctx, slot); err != nil {
+			return err
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		failedOver := false
+		for len(doubt) > 0 || !failedOver {
+			if !failedOver {
+				tok, at, err := fence(ctx, c)
+				if err != nil {
+					return err
+				}
+				if tok != old && tok != "" {
+					failedOver = true
+					d := at.Sub(killed)
+					rep.Failovers = append(rep.Failovers, d)
+					lead, _ := h.leader(ctx)
+					h.logf("drill: %s leads; its first recovery (token %s) came %v after the kill", lead, tok, d.Round(time.Millisecond))
+				}
+			}
+			if len(doubt) > 0 {
+				now, err := h.preparedGIDs(ctx, c)
+				if err != nil {
+					return err
+				}
+				doubt = slices.DeleteFunc(doubt, func(g string) bool { return !now[g] })
+				if len(doubt) == 0 {
+					d := time.Since(killed)
+					rep.Resolved = append(rep.Resolved, d)
+					h.logf("drill: every prepared transaction the dead leader left has ended, %v after the kill", d.Round(time.Millisecond))
+				}
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("60s after killing %s: failed over %v, %d transfers still prepared", id, failedOver, len(doubt))
+			}
+			if err := pause(ctx, 20*time.Millisecond); err != nil {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// settle waits until every global transaction is committed or aborted and no prepared
+// transaction of the run is left in either database.
+func (h *harness) settle(ctx context.Context) error {
+	c, err := app.Connect(ctx, h.cfg.PG, app.East, h.schema)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	wait := h.cfg.SettleTimeout
+	if wait <= 0 {
+		wait = 3 * time.Minute
+	}
+	deadline := time.Now().Add(wait)
+	last := time.Now()
+	for {
+		var open int
+		if err := c.QueryRow(ctx, `select count(*) from txkit_2pc_global where status not in ('confirmed', 'cancelled')`).Scan(&open); err != nil {
+			return err
+		}
+		gids, err := h.preparedGIDs(ctx, c)
+		if err != nil {
+			return err
+		}
+		if open == 0 && len(gids) == 0 {
+			return nil
+		}
+		if time.Since(last) > 5*time.Second {
+			h.logf("waiting: %d global transactions not finished, %d with prepared transactions", open, len(gids))
+			last = time.Now()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %v, %d global transactions are not finished and %d have prepared transactions", wait, open, len(gids))
+		}
+		if err := pause(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
