@@ -185,7 +185,9 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string, seed map[st
 			return fmt.Errorf("create tables: %w", err)
 		}
 		for id, n := range seed {
-			if _, err := tx.Exec(ctx, `insert into accounts (id, balance) values ($1, $2) on conflict (id) do nothing`, id, n); err != nil {
+			// Not "on conflict do nothing": that waits for a prepared transaction holding the
+			// account's row, so an instance restarted during a drill would hang until it ends.
+			if _, err := tx.Exec(ctx, `insert into accounts (id, balance) select $1, $2 where not exists (select from accounts where id = $1)`, id, n); err != nil {
 				return fmt.Errorf("seed %s: %w", id, err)
 			}
 		}

@@ -36,7 +36,7 @@ type Config struct {
 	Concurrency int // transfers in flight at once
 	Rate        int // transfers started per second at most (0: as fast as they go)
 	// Drill SIGKILLs the leading bank instance during the load, Kills times, and starts it again;
-	// each kill waits first (up to KillEvery) for the leader to be between the phases of a transfer.
+	// each kill waits first (up to 5s) for the leader to be between the phases of a transfer.
 	Drill     bool
 	Kills     int
 	KillEvery time.Duration // pause before each kill (each also waits for the previous failover)
@@ -689,8 +689,11 @@ func fence(ctx context.Context, c *pgx.Conn) (tok string, at time.Time, err erro
 	return tok, at, err
 }
 
+// aimWindow bounds the wait of a kill for the leader to hold a transfer between the phases.
+const aimWindow = 5 * time.Second
+
 // drill SIGKILLs the leading bank instance up to Kills times while the load runs, and starts it
-// again in its slot. Before each kill it waits (up to KillEvery) until the leader has a transfer
+// again in its slot. Before each kill it waits (up to aimWindow) until the leader has a transfer
 // between the phases — prepared in a database, so the pause hook is holding it — so the kill
 // strands it in doubt. After the kill it measures the time to the next leader's first recovery
 // (a claim under a new fencing token) and to the end of every prepared transaction the dead
@@ -717,7 +720,7 @@ func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Repo
 		if err != nil {
 			return err
 		}
-		for aim := time.Now().Add(h.cfg.KillEvery); time.Now().Before(aim); {
+		for aim := time.Now().Add(aimWindow); time.Now().Before(aim); {
 			gids, err := h.preparedGIDs(ctx, c)
 			if err != nil {
 				return err
@@ -749,43 +752,54 @@ func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Repo
 		if _, err := fmt.Sscanf(id, "bank-%d.", &slot); err != nil {
 			return fmt.Errorf("instance id %q: %w", id, err)
 		}
-		if err := h.startBank(ctx, slot); err != nil {
+		// Restarted beside the polling: the fence's updated_at is rewritten by every claim, so only
+		// a poll that starts at once sees the first one.
+		restarted := make(chan error, 1)
+		go func() { restarted <- h.startBank(ctx, slot) }()
+		err = h.watchRecovery(ctx, c, id, old, killed, doubt, rep)
+		if err := errors.Join(err, <-restarted); err != nil {
 			return err
 		}
-		deadline := time.Now().Add(60 * time.Second)
-		failedOver := false
-		for len(doubt) > 0 || !failedOver {
-			if !failedOver {
-				tok, at, err := fence(ctx, c)
-				if err != nil {
-					return err
-				}
-				if tok != old && tok != "" {
-					failedOver = true
-					d := at.Sub(killed)
-					rep.Failovers = append(rep.Failovers, d)
-					lead, _ := h.leader(ctx)
-					h.logf("drill: %s leads; its first recovery (token %s) came %v after the kill", lead, tok, d.Round(time.Millisecond))
-				}
+	}
+	return nil
+}
+
+// watchRecovery polls, after the kill of leader id at killed, for the next leader's first claim
+// (a fencing token other than old) and for the end of the prepared transactions of doubt, and
+// records the time from the kill to each.
+func (h *harness) watchRecovery(ctx context.Context, c *pgx.Conn, id, old string, killed time.Time, doubt []string, rep *Report) error {
+	deadline := time.Now().Add(60 * time.Second)
+	failedOver := false
+	for len(doubt) > 0 || !failedOver {
+		if !failedOver {
+			tok, at, err := fence(ctx, c)
+			if err != nil {
+				return err
 			}
-			if len(doubt) > 0 {
-				now, err := h.preparedGIDs(ctx, c)
-				if err != nil {
-					return err
-				}
-				doubt = slices.DeleteFunc(doubt, func(g string) bool { return !now[g] })
-				if len(doubt) == 0 {
-					d := time.Since(killed)
-					rep.Resolved = append(rep.Resolved, d)
-					h.logf("drill: every prepared transaction the dead leader left has ended, %v after the kill", d.Round(time.Millisecond))
-				}
+			if tok != old && tok != "" {
+				failedOver = true
+				d := at.Sub(killed)
+				rep.Failovers = append(rep.Failovers, d)
+				h.logf("drill: a new leader's first recovery (token %s) came %v after the kill", tok, d.Round(time.Millisecond))
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("60s after killing %s: failed over %v, %d transfers still prepared", id, failedOver, len(doubt))
+		}
+		if len(doubt) > 0 {
+			now, err := h.preparedGIDs(ctx, c)
+			if err != nil {
+				return err
 			}
-			if err := pause(ctx, 20*time.Millisecond); err != nil {
-				return nil
+			doubt = slices.DeleteFunc(doubt, func(g string) bool { return !now[g] })
+			if len(doubt) == 0 {
+				d := time.Since(killed)
+				rep.Resolved = append(rep.Resolved, d)
+				h.logf("drill: every prepared transaction the dead leader left has ended, %v after the kill", d.Round(time.Millisecond))
 			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("60s after killing %s: failed over %v, %d transfers still prepared", id, failedOver, len(doubt))
+		}
+		if err := pause(ctx, 20*time.Millisecond); err != nil {
+			return nil
 		}
 	}
 	return nil

@@ -35,7 +35,7 @@ func main() {
 	flag.IntVar(&cfg.Rate, "rate", -1, "transfers per second at most (0: as fast as they go; default 0, 40 with -drill so the kills land under load)")
 	flag.BoolVar(&cfg.Drill, "drill", false, "SIGKILL the leading bank instance during the load, with some commits pausing between the phases")
 	flag.IntVar(&cfg.Kills, "kills", 3, "leader kills of a drill")
-	flag.DurationVar(&cfg.KillEvery, "kill-every", 2*time.Second, "pause before each kill, and how long it then waits for the leader to hold a transfer between the phases")
+	flag.DurationVar(&cfg.KillEvery, "kill-every", 2*time.Second, "pause before each kill (which then waits up to 5s for the leader to hold a transfer between the phases)")
 	flag.Float64Var(&cfg.PauseRate, "pause-rate", 0.2, "with -drill: fraction of commits that sleep -pause between the phases")
 	flag.DurationVar(&cfg.Pause, "pause", time.Second, "with -drill: the sleep of a paused commit")
 	flag.StringVar(&cfg.PauseAt, "pause-at", "both", "with -drill: where a paused commit sleeps: prepared, decided or both")
