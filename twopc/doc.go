@@ -18,15 +18,19 @@
 //     ZooKeeper) finishes what a dead starter began, and its writes are fenced.
 //   - Presumed abort: nothing is written before [Global.Commit], so a transaction abandoned
 //     before it leaves only open database transactions, which PostgreSQL rolls back with their
-//     connections. A transaction recorded but never decided is aborted by the leader at its
-//     timeout; a prepared transaction whose gid is not in the log is rolled back.
+//     connections. A prepared transaction whose gid is not in the log is rolled back (after the
+//     gid is recorded as aborting, so the starter cannot decide to commit it any more); a
+//     transaction recorded but never decided is aborted by the leader at its timeout.
 //   - In-doubt recovery: the leader scans pg_prepared_xacts of every registered database
 //     ([Coordinator.ResolveInDoubt]) and ends each of this coordinator's prepared transactions as
 //     the log says, so none of them — and none of the row locks they hold — outlives a failover,
 //     a PostgreSQL restart included (prepared transactions survive one).
 //
-// PostgreSQL writes per committed transaction in the coordinator's database: three — the record
-// with its branches, the decision, the outcome.
+// PostgreSQL writes per committed transaction in the coordinator's database, when every branch
+// is a database: two — the decision with its branches (one insert, nothing is written before it:
+// presumed abort), and the outcome, written while the COMMIT PREPAREDs run. With a participant
+// branch: three — the record with its branches before phase one (a participant cannot be found
+// any other way), the decision, the outcome.
 //
 // A transfer between two databases:
 //

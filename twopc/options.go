@@ -25,7 +25,7 @@ type options struct {
 func defaultOptions() options {
 	c := core.DefaultConfig("txkit_2pc_")
 	c.Timeout = 30 * time.Second
-	return options{Config: c, prepareTimeout: 10 * time.Second, resolveSpec: "@every 5s", resolveGrace: 5 * time.Second}
+	return options{Config: c, prepareTimeout: 10 * time.Second, resolveSpec: "@every 5s", resolveGrace: 15 * time.Second}
 }
 
 // WithSchema sets the PostgreSQL schema of the coordinator's tables (default: the connection's
@@ -87,8 +87,9 @@ func WithRetention(keep time.Duration, spec string) Option {
 
 // WithInDoubtResolution sets the cron spec of the leader's scan of pg_prepared_xacts in every
 // registered database (default "@every 5s") and the grace a prepared transaction is left alone
-// after it was prepared (default 5s), so that a starter between PREPARE and its decision is not
-// raced.
+// after it was prepared (default 15s). A prepared transaction the log does not know is rolled
+// back once the grace has passed, so keep the grace above [WithPrepareTimeout]: a shorter one
+// only aborts transactions whose phase one is slow (it never commits half of one).
 func WithInDoubtResolution(spec string, grace time.Duration) Option {
 	return func(o *options) { o.resolveSpec, o.resolveGrace = spec, grace }
 }

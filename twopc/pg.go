@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -160,9 +161,11 @@ type InDoubt struct {
 // ResolveInDoubt scans pg_prepared_xacts of every registered database for this coordinator's
 // prepared transactions older than the grace of [WithInDoubtResolution] and ends each as the log
 // says: COMMIT PREPARED when its transaction decided to commit, ROLLBACK PREPARED when it decided
-// to abort or is not in the log at all (presumed abort: a transaction is recorded before any of
-// its branches is prepared, and deleted only after phase two finished). Transactions still in
-// phase one are left to their timeout. So no prepared transaction, and none of the row locks it
+// to abort or is not in the log at all — presumed abort: a transaction of databases only is
+// recorded when it decides to commit, and deleted only long after phase two. Before rolling back
+// one the log does not know, it records the gid as aborting, so a starter that was about to
+// decide finds the abort instead of committing half a transaction. Transactions recorded and
+// still in phase one (those with participant branches) are left to their timeout. So no prepared transaction, and none of the row locks it
 // holds, outlives a failover. The leader runs it on a schedule ([Coordinator.Run]); operators may
 // run it any time: it only carries out decisions already recorded. It blocks until every
 // database was scanned or ctx ends; failures are joined and returned after the others were done.
@@ -206,10 +209,18 @@ func (c *Coordinator) resolveDB(ctx context.Context, d *database, res *InDoubt) 
 		}
 		res.Found++
 		st, err := c.b.Status(ctx, gid)
+		if errors.Is(err, core.ErrNotFound) {
+			// Presumed abort. Record the abort first: the starter may still be about to insert
+			// its decision to commit, and the unique gid lets only one of the two in.
+			// The tiny timeout makes the record due at once: the leader's next tick finishes it.
+			err = c.b.Log.CreateIn(ctx, gid, core.Kind2PC, core.StatusCancelling, time.Millisecond, nil,
+				core.Branch{Name: d.name, Target: d.target})
+			if err == nil || errors.Is(err, core.ErrInvalidState) {
+				st, err = c.b.Status(ctx, gid)
+			}
+		}
 		verb := ""
 		switch {
-		case errors.Is(err, core.ErrNotFound):
-			verb = "ROLLBACK PREPARED "
 		case err != nil:
 			errs = append(errs, fmt.Errorf("twopc: in-doubt %s: %w", id, err))
 			continue

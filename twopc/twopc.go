@@ -327,21 +327,29 @@ func (g *Global) Abort(ctx context.Context) error {
 	return nil
 }
 
-// Commit runs the two phases. It records the transaction with its branches, then phase one:
-// every database branch is prepared (PREPARE TRANSACTION) and every participant branch asked to
-// prepare, at most [WithConcurrency] at once, all within [WithPrepareTimeout]. If every branch
-// voted yes, it writes the decision to commit and runs phase two (COMMIT PREPARED, OpCommit);
-// otherwise it writes the decision to abort and rolls every branch back. The decision is written
-// before any branch learns it, so a leader can always finish what a dead starter began. It blocks
-// until phase two has been tried on every branch; ctx bounds the calls, not the recording of
-// their results.
+// Commit runs the two phases. Phase one: every database branch is prepared (PREPARE
+// TRANSACTION) and every participant branch asked to prepare, at most [WithConcurrency] at once,
+// all within [WithPrepareTimeout]. If every branch voted yes, Commit writes the decision to
+// commit and runs phase two (COMMIT PREPARED, OpCommit); otherwise it rolls every branch back.
+// The decision is written before any branch learns it, so a leader can always finish what a dead
+// starter began. It blocks until phase two has been tried on every branch; ctx bounds the calls,
+// not the recording of their results.
+//
+// What is written follows presumed abort. A transaction with a participant branch is recorded
+// with its branches before anything is prepared (a participant cannot be found otherwise), and
+// its decision is an update. One whose branches are all databases is written only when it
+// decides to commit — one insert of the decision with its branches — because its prepared
+// transactions are found in pg_prepared_xacts by name: one with no record is rolled back
+// ([Coordinator.ResolveInDoubt]), and the resolver's record of that abort and the starter's
+// decision insert exclude each other on the gid. Its outcome is recorded while its COMMIT
+// PREPAREDs run, since the resolver commits any of them left over.
 //
 // nil means committed everywhere. An error wrapping [ErrAborted] means the transaction aborted
 // (a branch voted no — wrapping [participant.ErrRefused] — failed, or phase one timed out); its
 // branch errors are joined to it as *[BranchError]s. An error wrapping [ErrIncomplete] means the
-// decision is recorded but phase two did not finish everywhere: the leader finishes it (use
-// [Coordinator.Status] to see which outcome). An error wrapping [ErrInDoubt] means the decision
-// could not be written or read back; the leader settles it. Calling Commit twice, or after
+// decision to commit is recorded but phase two did not finish everywhere: the leader finishes
+// it. An error wrapping [ErrInDoubt] means the decision could not be written or read back; the
+// leader settles it ([Coordinator.Status] tells which way). Calling Commit twice, or after
 // Abort, returns an error wrapping [ErrInvalidState]. A transaction with no branch commits
 // trivially and writes nothing.
 func (g *Global) Commit(ctx context.Context) error {
@@ -358,17 +366,19 @@ func (g *Global) Commit(ctx context.Context) error {
 	}
 	c := g.c
 	recs := make([]core.Branch, len(branches))
+	onlyDBs := true
 	for i, br := range branches {
 		recs[i] = br.rec
+		onlyDBs = onlyDBs && br.p == nil
 	}
-	// The branches are recorded before anything is prepared, so that whoever finishes the
-	// transaction knows where to look.
-	if err := c.b.Log.Create(ctx, g.gid, core.Kind2PC, g.timeout, nil, recs...); err != nil {
-		for _, br := range branches {
-			g.release(ctx, br)
+	if !onlyDBs {
+		if err := c.b.Log.Create(ctx, g.gid, core.Kind2PC, g.timeout, nil, recs...); err != nil {
+			for _, br := range branches {
+				g.release(ctx, br)
+			}
+			c.stats.aborted.Add(1)
+			return fmt.Errorf("twopc: commit %s: record: %w: %w", g.gid, ErrAborted, mapErr(err))
 		}
-		c.stats.aborted.Add(1)
-		return fmt.Errorf("twopc: commit %s: record: %w: %w", g.gid, ErrAborted, mapErr(err))
 	}
 	votes := g.prepare(ctx, branches)
 	if len(votes) == 0 && c.o.hook != nil {
@@ -377,34 +387,102 @@ func (g *Global) Commit(ctx context.Context) error {
 		}
 	}
 	if len(votes) > 0 {
-		return g.abort(ctx, recs, votes)
+		return g.abort(ctx, recs, !onlyDBs, votes)
 	}
-	st, err := c.b.Log.Decide(ctx, g.gid, core.StatusTrying, core.StatusConfirming)
+	st, err := g.decide(ctx, recs, onlyDBs)
 	if err != nil {
-		// The leader may have aborted it at its timeout; otherwise the outcome is unknown here.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
-		defer cancel()
-		cur, gerr := c.b.Status(rctx, g.gid)
-		switch {
-		case gerr == nil && (cur == core.StatusCancelling || cur == core.StatusCancelled):
-			return g.abort(ctx, recs, []error{fmt.Errorf("twopc: %s: aborted by the leader before the decision: %w", g.gid, mapErr(err))})
-		case gerr == nil && (cur == core.StatusConfirming || cur == core.StatusConfirmed):
-			st = cur
-		default:
-			return fmt.Errorf("twopc: commit %s: decide: %w: %w", g.gid, ErrInDoubt, mapErr(errors.Join(err, gerr)))
+		if errors.Is(err, ErrAborted) {
+			return g.abort(ctx, recs, true, []error{err})
 		}
+		return err
 	}
 	if c.o.hook != nil {
 		_ = c.o.hook(ctx, g.gid, PhaseDecided)
 	}
-	if st.Final() {
-		c.stats.committed.Add(1)
-		return nil
-	}
-	if err := c.phaseTwo(ctx, lock.Token{}, g.gid, core.StatusConfirming, recs); err != nil {
-		return err
+	if !st.Final() {
+		if onlyDBs {
+			err = c.commitDBs(ctx, g.gid, recs)
+		} else {
+			err = c.phaseTwo(ctx, lock.Token{}, g.gid, core.StatusConfirming, recs)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	c.stats.committed.Add(1)
+	return nil
+}
+
+// decide writes the decision to commit: an insert of the decided transaction when only
+// databases take part (nothing was written before), else the update of its record. It returns
+// the status the transaction is in, an error wrapping ErrAborted when the leader or the resolver
+// aborted it first, or one wrapping ErrInDoubt when the outcome cannot be known here.
+func (g *Global) decide(ctx context.Context, recs []core.Branch, onlyDBs bool) (Status, error) {
+	c := g.c
+	var err error
+	if onlyDBs {
+		err = c.b.Log.CreateIn(ctx, g.gid, core.Kind2PC, core.StatusConfirming, g.timeout, nil, recs...)
+		if err == nil {
+			return core.StatusConfirming, nil
+		}
+	} else {
+		var st Status
+		if st, err = c.b.Log.Decide(ctx, g.gid, core.StatusTrying, core.StatusConfirming); err == nil {
+			return st, nil
+		}
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+	defer cancel()
+	cur, gerr := c.b.Status(rctx, g.gid)
+	switch {
+	case gerr == nil && (cur == core.StatusCancelling || cur == core.StatusCancelled):
+		return cur, fmt.Errorf("twopc: %s: aborted by the leader before the decision: %w: %w", g.gid, ErrAborted, mapErr(err))
+	case gerr == nil && (cur == core.StatusConfirming || cur == core.StatusConfirmed):
+		return cur, nil // our write went through; its answer was lost
+	}
+	return 0, fmt.Errorf("twopc: commit %s: decide: %w: %w", g.gid, ErrInDoubt, mapErr(errors.Join(err, gerr)))
+}
+
+// commitDBs is phase two of a transaction whose branches are all databases: the COMMIT PREPAREDs
+// and the record of the outcome run at once. A commit that fails is left to the in-doubt
+// resolver, which commits every prepared transaction of a committed gid.
+func (c *Coordinator) commitDBs(ctx context.Context, gid string, recs []core.Branch) error {
+	names := make([]string, len(recs))
+	for i, r := range recs {
+		names[i] = r.Name
+	}
+	var (
+		mu     sync.Mutex
+		failed []error
+	)
+	var eg errgroup.Group
+	eg.SetLimit(c.o.Concurrency + 1)
+	eg.Go(func() error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+		defer cancel()
+		return c.b.Log.Record(rctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusConfirming, Done: names, Next: core.StatusConfirmed})
+	})
+	for _, r := range recs {
+		eg.Go(func() error {
+			if err := c.b.CallTarget(ctx, r.Target, participant.Request{GID: gid, Branch: r.Name, Op: participant.OpCommit}); err != nil {
+				c.stats.failures.Add(1)
+				c.b.Cfg.Logger.Warn("twopc: commit prepared failed; the in-doubt resolver will", slog.String("gid", gid),
+					slog.String("branch", r.Name), slog.Any("err", err))
+				mu.Lock()
+				failed = append(failed, &BranchError{GID: gid, Branch: r.Name, Op: participant.OpCommit, Err: err})
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		// The commits are done or left to the resolver; without the record the leader finishes
+		// the transaction when the lease passes.
+		failed = append(failed, fmt.Errorf("twopc: record the outcome of %s: %w", gid, mapErr(err)))
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("twopc: commit %s: %w: %w", gid, ErrIncomplete, errors.Join(failed...))
+	}
 	return nil
 }
 
@@ -453,18 +531,29 @@ func (g *Global) prepareOne(ctx context.Context, br *branch) error {
 	return nil
 }
 
-// abort records the decision to abort and rolls every branch back. votes are the reasons.
-func (g *Global) abort(ctx context.Context, recs []core.Branch, votes []error) error {
+// abort rolls every branch back; votes are the reasons. A transaction that is recorded gets the
+// decision to abort first; one that is not (only databases, undecided) needs no record: its
+// prepared transactions are rolled back here, or by the resolver if this process dies.
+func (g *Global) abort(ctx context.Context, recs []core.Branch, recorded bool, votes []error) error {
 	c := g.c
 	cause := fmt.Errorf("twopc: %s: %w: %w", g.gid, ErrAborted, errors.Join(votes...))
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
 	defer cancel()
+	c.stats.aborted.Add(1)
+	if !recorded {
+		var errs []error
+		for _, r := range recs {
+			if err := c.b.CallTarget(dctx, r.Target, participant.Request{GID: g.gid, Branch: r.Name, Op: participant.OpAbort}); err != nil {
+				errs = append(errs, &BranchError{GID: g.gid, Branch: r.Name, Op: participant.OpAbort, Err: err})
+			}
+		}
+		return errors.Join(append([]error{cause}, errs...)...)
+	}
 	// Only the starter decides to commit, and it has not: rolling back is safe even when this
 	// write fails (the leader then aborts at the timeout, presumed abort).
-	if _, err := c.b.Log.Decide(dctx, g.gid, core.StatusTrying, core.StatusCancelling); err != nil {
+	if _, err := c.b.Log.Decide(dctx, g.gid, core.StatusTrying, core.StatusCancelling); err != nil && !errors.Is(err, core.ErrInvalidState) {
 		c.b.Cfg.Logger.Warn("twopc: could not record the abort; the leader will", slog.String("gid", g.gid), slog.Any("err", err))
 	}
-	c.stats.aborted.Add(1)
 	if err := c.phaseTwo(dctx, lock.Token{}, g.gid, core.StatusCancelling, recs); err != nil {
 		return errors.Join(cause, err)
 	}

@@ -226,10 +226,17 @@ func TestIntegrationResolveInDoubt(t *testing.T) {
 	}
 	go func() { _ = g1.Commit(ctx) }()
 	<-held
-	// One still in phase one.
+	// One still in phase one; its participant branch makes it recorded before it prepares.
 	phase.Store(twopc.PhasePrepared)
 	g2, _ := starter.Begin(ctx, twopc.WithTimeout(time.Hour))
 	if err := g2.Enlist(ctx, "west", update("bob", 7)); err != nil {
+		t.Fatal(err)
+	}
+	yes, err := starter.Register("yes", participant.ParticipantFunc(func(context.Context, participant.Request) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g2.EnlistParticipant(twopc.Branch{Name: "yes", Participant: yes}); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = g2.Commit(ctx) }()

@@ -174,10 +174,23 @@ func (l *Log) Lease() time.Duration { return l.o.lease }
 // ignored. A branch [Log.AddBranch] would refuse (empty name, bad target), or two with one name,
 // return an error wrapping [ErrInvalidBranch] and record nothing.
 func (l *Log) Create(ctx context.Context, gid string, kind Kind, timeout time.Duration, payload []byte, branches ...Branch) error {
+	return l.CreateIn(ctx, gid, kind, kind.Initial(), timeout, payload, branches...)
+}
+
+// CreateIn is [Log.Create] with the status to record: the kind's initial one, or a decision
+// (confirming, cancelling) recorded together with the transaction. Two-phase commit's presumed
+// abort records a transaction whose branches are all databases only when it decides to commit;
+// the in-doubt resolver records one it rolls back as cancelling. The unique gid makes the two
+// exclusive: whichever inserts first wins, and the other gets [ErrInvalidState]. A decided
+// transaction is the caller's for the lease. A status that is neither initial nor a decision
+// returns an error wrapping [ErrInvalidState].
+func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, timeout time.Duration, payload []byte, branches ...Branch) error {
 	if gid == "" || timeout <= 0 {
 		return fmt.Errorf("core: create %q with timeout %v: %w", gid, timeout, ErrInvalidOption)
 	}
-	st := kind.Initial()
+	if _, drives := st.BranchDone(); st != kind.Initial() && !drives {
+		return fmt.Errorf("core: create %s as %s: %w", gid, st, ErrInvalidState)
+	}
 	due := timeout
 	if st != StatusTrying {
 		due = min(timeout, l.o.lease)

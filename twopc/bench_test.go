@@ -1,0 +1,195 @@
+package twopc_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/twopc"
+)
+
+// BenchmarkTransfer measures transfers — 1 taken from an account of one database, 1 given to an
+// account of another (two schemas of the test server, each a registered participant) — three
+// ways:
+//
+//   - "coordinator": Begin, Enlist east, Enlist west, Commit through twopc: the two prepares run
+//     concurrently, then the decision, then the two COMMIT PREPAREDs concurrently. It reports
+//     tx/s, p50/p99 latency, and pg-tx/gtx: the coordinator's own PostgreSQL transactions per
+//     transfer (its pool's acquire count): the record with its branches, the decision, the
+//     outcome = 3.
+//
+//   - "bare-2pc": the same updates with a hand-written sequence and no coordinator: BEGIN +
+//     UPDATE on each database, PREPARE TRANSACTION on both concurrently, COMMIT PREPARED on both
+//     concurrently — no log, so no recovery either.
+//
+//   - "single-db": both updates in one ordinary transaction of one database: the ceiling.
+//
+//   - "ratio": alternates blocks of 20 of each (the order rotates), so load changes on the shared
+//     machine weigh on all alike, and reports coordinator/bare-2pc (target ≥ 0.6) and
+//     coordinator/single-db throughput.
+//
+//     go test -run '^$' -bench Transfer -benchtime 3s ./twopc/
+func BenchmarkTransfer(b *testing.B) {
+	ctx := context.Background()
+	log, east, west := testenv.PG(b), testenv.PG(b), testenv.PG(b)
+	for _, s := range []*testenv.Schema{east, west} {
+		if _, err := s.Pool.Exec(ctx, `create table accounts (id text primary key, balance bigint not null);
+			insert into accounts values ('alice', 1000000000), ('bob', 1000000000)`); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// single-db's two accounts live in east under other ids.
+	if _, err := east.Pool.Exec(ctx, `insert into accounts values ('carol', 1000000000), ('dave', 1000000000)`); err != nil {
+		b.Fatal(err)
+	}
+	newCoordinator := func(b *testing.B) (*twopc.Coordinator, *pgxpool.Pool) {
+		pool, err := pgxpool.New(ctx, log.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(pool.Close)
+		c, err := twopc.New(pool, twopc.WithSchema(log.Name), twopc.WithLogger(testLogger(b)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Migrate(ctx); err != nil {
+			b.Fatal(err)
+		}
+		for name, s := range map[string]*testenv.Schema{"east": east, "west": west} {
+			if err := c.RegisterDB(name, s.Pool); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return c, pool
+	}
+	const debit, credit = `update accounts set balance = balance - 1 where id = 'alice'`, `update accounts set balance = balance + 1 where id = 'bob'`
+	coordinated := func(c *twopc.Coordinator) error {
+		g, err := c.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		for db, sql := range map[string]string{"east": debit, "west": credit} {
+			if err := g.Enlist(ctx, db, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, sql)
+				return err
+			}); err != nil {
+				_ = g.Abort(ctx)
+				return err
+			}
+		}
+		return g.Commit(ctx)
+	}
+	bare := func() error {
+		id := "bench:" + uuid.NewString()
+		type side struct {
+			pool *pgxpool.Pool
+			sql  string
+			conn *pgxpool.Conn
+		}
+		sides := []*side{{pool: east.Pool, sql: debit}, {pool: west.Pool, sql: credit}}
+		for _, s := range sides {
+			conn, err := s.pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			if _, err := conn.Exec(ctx, "begin; "+s.sql); err != nil {
+				return err
+			}
+			s.conn = conn
+		}
+		for _, stmt := range []string{"prepare transaction '%s:%d'", "commit prepared '%s:%d'"} {
+			var g errgroup.Group
+			for i, s := range sides {
+				g.Go(func() error { _, err := s.conn.Exec(ctx, fmt.Sprintf(stmt, id, i)); return err })
+			}
+			if err := g.Wait(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	single := func() error {
+		return pgx.BeginFunc(ctx, east.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `update accounts set balance = balance - 1 where id = 'carol'`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `update accounts set balance = balance + 1 where id = 'dave'`)
+			return err
+		})
+	}
+
+	b.Run("coordinator", func(b *testing.B) {
+		c, pool := newCoordinator(b)
+		if err := coordinated(c); err != nil { // warm the connections
+			b.Fatal(err)
+		}
+		acq0 := pool.Stat().AcquireCount()
+		var lat []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if err := coordinated(c); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tx/s")
+		slices.Sort(lat)
+		b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
+		b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ms")
+		b.ReportMetric(float64(pool.Stat().AcquireCount()-acq0)/float64(b.N), "pg-tx/gtx")
+	})
+	loop := func(name string, f func() error) {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if err := f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tx/s")
+		})
+	}
+	loop("bare-2pc", bare)
+	loop("single-db", single)
+	b.Run("ratio", func(b *testing.B) {
+		c, _ := newCoordinator(b)
+		const block = 20
+		fs := []func() error{func() error { return coordinated(c) }, bare, single}
+		took := make([]time.Duration, len(fs))
+		round := 0
+		for b.Loop() {
+			for k := range fs {
+				i := (k + round) % len(fs)
+				start := time.Now()
+				for range block {
+					if err := fs[i](); err != nil {
+						b.Fatal(err)
+					}
+				}
+				took[i] += time.Since(start)
+			}
+			round++
+		}
+		b.ReportMetric(float64(took[1])/float64(took[0]), "coordinator/bare-2pc")
+		b.ReportMetric(float64(took[2])/float64(took[0]), "coordinator/single-db")
+		b.ReportMetric(float64(round*block)/took[0].Seconds(), "coordinator-tx/s")
+	})
+
+	var prepared int
+	if err := log.Pool.QueryRow(ctx, `select count(*) from pg_prepared_xacts where database = current_database()`).Scan(&prepared); err != nil {
+		b.Fatal(err)
+	}
+	if prepared != 0 {
+		b.Errorf("%d prepared transactions left after the benchmark", prepared)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
