@@ -17,6 +17,11 @@ type orderRow struct {
 // ledger is one service's applied ops: gid → op → times applied.
 type ledger map[string]map[string]int
 
+type namedLedger struct {
+	name string
+	l    ledger
+}
+
 func (l ledger) rows() int {
 	n := 0
 	for _, ops := range l {
@@ -36,7 +41,7 @@ func connect(ctx context.Context, base, db, schema string) (*pgx.Conn, error) {
 }
 
 func readLedger(ctx context.Context, c *pgx.Conn, table string) (ledger, error) {
-	rows, err := c.Query(ctx, `select gid, op, count(*) from `+table+` group by gid, op`)
+	rows, err := c.Query(ctx, `select gid, op, count(*) from `+pgx.Identifier{table}.Sanitize()+` group by gid, op`)
 	if err != nil {
 		return nil, err
 	}
@@ -71,6 +76,7 @@ func balances(ctx context.Context, c *pgx.Conn, q string) (map[string][3]int64, 
 
 // check reads the three databases and fills rep with the numbers and the invariants.
 func (h *harness) check(ctx context.Context, rep *Report) error {
+	p := h.proto
 	oc, err := connect(ctx, h.cfg.PG, dbOrder, h.schema)
 	if err != nil {
 		return err
@@ -93,21 +99,21 @@ func (h *harness) check(ctx context.Context, rep *Report) error {
 	ok := func(format string, args ...any) { rep.Checks = append(rep.Checks, fmt.Sprintf(format, args...)) }
 
 	// The coordinator's log and the order rows.
-	globals := map[string]string{}
-	rows, err := oc.Query(ctx, `select gid, status from txkit_global`)
+	statuses := map[string]string{}
+	rows, err := oc.Query(ctx, `select gid, status from `+pgx.Identifier{p.log}.Sanitize())
 	if err != nil {
 		return err
 	}
 	var gid, st string
-	if _, err := pgx.ForEachRow(rows, []any{&gid, &st}, func() error { globals[gid] = st; return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&gid, &st}, func() error { statuses[gid] = st; return nil }); err != nil {
 		return err
 	}
 	rep.Globals = map[string]int{}
-	for _, s := range globals {
+	for _, s := range statuses {
 		rep.Globals[s]++
 	}
 	orders := map[string]orderRow{}
-	rows, err = oc.Query(ctx, `select gid, status, sku, qty, account, amount from orders`)
+	rows, err = oc.Query(ctx, `select gid, status, sku, qty, account, amount from orders where mode = $1`, p.mode.String())
 	if err != nil {
 		return err
 	}
@@ -123,35 +129,21 @@ func (h *harness) check(ctx context.Context, rep *Report) error {
 		rep.OrderRows[o.status]++
 	}
 
-	if n := len(globals) - rep.Globals["confirmed"] - rep.Globals["cancelled"]; n != 0 {
-		fail("%d global transactions neither confirmed nor cancelled", n)
+	if n := len(statuses) - rep.Globals[p.done] - rep.Globals[p.undone]; n != 0 {
+		fail("%d %s neither %s nor %s", n, p.units, p.done, p.undone)
 	} else {
-		ok("every global transaction confirmed or cancelled (%d + %d)", rep.Globals["confirmed"], rep.Globals["cancelled"])
+		ok("every %s %s or %s (%d + %d)", p.unit, p.done, p.undone, rep.Globals[p.done], rep.Globals[p.undone])
 	}
 	// The checks below look at finished transactions only; unfinished ones failed the check above.
-	final := func(gid string) bool { return globals[gid] == "confirmed" || globals[gid] == "cancelled" }
-	mismatch, settled := 0, 0
-	for g, o := range orders {
-		if !final(g) {
-			continue
-		}
-		settled++
-		if globals[g] != o.status {
-			mismatch++
-		}
-	}
-	if mismatch != 0 {
-		fail("%d order rows whose status differs from their finished transaction's", mismatch)
-	} else {
-		ok("every order row of a finished transaction (%d) has its outcome", settled)
-	}
+	final := func(gid string) bool { return p.final(statuses[gid]) }
+	h.checkOrderRows(statuses, orders, rep, ok, fail)
 	wrong, answers := 0, 0
 	h.answers.Range(func(k, v any) bool {
 		if !final(k.(string)) {
 			return true
 		}
 		answers++
-		if globals[k.(string)] != v.(string) {
+		if statuses[k.(string)] != v.(string) {
 			wrong++
 		}
 		return true
@@ -159,16 +151,15 @@ func (h *harness) check(ctx context.Context, rep *Report) error {
 	if wrong != 0 {
 		fail("%d of %d answers to the client differ from the final outcome", wrong, answers)
 	} else {
-		ok("every answer the client got about a finished transaction (%d) is its outcome", answers)
+		ok("every answer the client got about a finished %s (%d) is its outcome", p.unit, answers)
 	}
 
-	// Ledgers: each op of each branch applied at most once, never both confirm and cancel, and
-	// every confirmed (cancelled) transaction's tries confirmed (cancelled) everywhere.
-	sl, err := readLedger(ctx, sc, "stock_ledger")
+	// Ledgers: each op of each branch applied at most once, and settled with its outcome.
+	sl, err := readLedger(ctx, sc, app.Stock().Ledger())
 	if err != nil {
 		return err
 	}
-	al, err := readLedger(ctx, ac, "account_ledger")
+	al, err := readLedger(ctx, ac, app.Account().Ledger())
 	if err != nil {
 		return err
 	}
@@ -177,65 +168,36 @@ func (h *harness) check(ctx context.Context, rep *Report) error {
 		return err
 	}
 	rep.LedgerStock, rep.LedgerAccount, rep.LedgerOrder = sl.rows(), al.rows(), ol.rows()
-	for _, svc := range []struct {
-		name string
-		l    ledger
-	}{{"stock", sl}, {"account", al}, {"order", ol}} {
-		twice, both, unsettled, stray := 0, 0, 0, 0
-		for g, ops := range svc.l {
-			for _, n := range ops {
-				if n > 1 {
-					twice++
-				}
-			}
-			if ops["confirm"] > 0 && ops["cancel"] > 0 {
-				both++
-			}
-			switch globals[g] {
-			case "confirmed":
-				if ops["try"] == 0 || ops["confirm"] == 0 || ops["cancel"] > 0 {
-					stray++
-				}
-			case "cancelled":
-				if ops["try"] > 0 && ops["cancel"] == 0 {
-					unsettled++
-				}
-				if ops["confirm"] > 0 {
-					stray++
-				}
-			case "":
-				stray++ // an op for a transaction the coordinator never recorded
-			}
-		}
-		for g, s := range globals {
-			if s == "confirmed" && svc.l[g]["confirm"] == 0 {
-				unsettled++
-			}
-		}
+	ledgers := []namedLedger{{"stock", sl}, {"account", al}}
+	if p.mode == app.ModeTCC { // the order service is a branch of its own only in TCC
+		ledgers = append(ledgers, namedLedger{"order", ol})
+	}
+	for _, svc := range ledgers {
+		twice, both, unsettled, stray := p.audit(svc.l, statuses)
 		if twice+both+unsettled+stray != 0 {
-			fail("%s ledger: %d ops applied twice, %d branches both confirmed and cancelled, %d tries neither confirmed nor cancelled, %d ops against the outcome",
+			fail("%s ledger: %d ops applied twice, %d branches both completed and undone, %d branches not settled with their outcome, %d ops against the outcome",
 				svc.name, twice, both, unsettled, stray)
 		} else {
-			ok("%s: no op applied twice, no branch both confirmed and cancelled, every try confirmed or cancelled with its transaction (%d ledger rows)", svc.name, svc.l.rows())
+			ok("%s: %s (%d ledger rows)", svc.name, p.ledgerRule, svc.l.rows())
 		}
 	}
 
 	// Conservation.
-	stock, err := balances(ctx, sc, `select sku, available, reserved, sold from stock`)
+	stock, err := balances(ctx, sc, app.Stock().BalancesQuery())
 	if err != nil {
 		return err
 	}
-	money, err := balances(ctx, ac, `select id, balance, frozen, spent from account`)
+	money, err := balances(ctx, ac, app.Account().BalancesQuery())
 	if err != nil {
 		return err
 	}
 	soldBy, spentBy := map[string]int64{}, map[string]int64{}
-	for _, o := range orders {
-		if o.status == "confirmed" {
+	for g, o := range orders {
+		if statuses[g] == p.done {
 			soldBy[o.sku] += o.qty
 			spentBy[o.account] += o.amount
-			rep.ConfirmedQty += o.qty
-			rep.ConfirmedAmount += o.amount
+			rep.DoneQty += o.qty
+			rep.DoneAmount += o.amount
 		}
 	}
 	conserve := func(what string, initial map[string]int64, now map[string][3]int64, used map[string]int64, total *int64, free, held, usedSum *int64) {
@@ -248,11 +210,11 @@ func (h *harness) check(ctx context.Context, rep *Report) error {
 			*usedSum += v[2]
 			if v[0]+v[1]+v[2] != init || v[1] != 0 || v[2] != used[k] {
 				bad++
-				fail("%s %s: initial %d, now %d + held %d + used %d; confirmed orders used %d", what, k, init, v[0], v[1], v[2], used[k])
+				fail("%s %s: initial %d, now %d + held %d + used %d; %s orders used %d", what, k, init, v[0], v[1], v[2], p.done, used[k])
 			}
 		}
 		if bad == 0 {
-			ok("%s conserved for all %d keys: initial = free + held + used, held = 0, used = what confirmed orders took", what, len(initial))
+			ok("%s conserved for all %d keys: initial = free + held + used, held = 0, used = what %s orders took", what, len(initial), p.done)
 		}
 	}
 	conserve("stock", h.skus, stock, soldBy, &rep.InitialStock, &rep.Available, &rep.Reserved, &rep.Sold)
@@ -276,4 +238,46 @@ func (h *harness) check(ctx context.Context, rep *Report) error {
 		}
 	}
 	return nil
+}
+
+// checkOrderRows checks the order rows against the coordinator's statuses. In TCC the order
+// branch gives each row its transaction's outcome. A saga's order row is recorded before the
+// saga, and its outcome is the saga's: every saga must have its row, and a row without a saga is
+// an order whose starter was killed before it submitted the saga (nothing ran).
+func (h *harness) checkOrderRows(statuses map[string]string, orders map[string]orderRow, rep *Report, ok, fail func(string, ...any)) {
+	p := h.proto
+	if p.mode == app.ModeSaga {
+		missing := 0
+		for g := range statuses {
+			if _, found := orders[g]; !found {
+				missing++
+			}
+		}
+		for g := range orders {
+			if _, found := statuses[g]; !found {
+				rep.Unsubmitted++
+			}
+		}
+		if missing != 0 {
+			fail("%d sagas without their order row", missing)
+		} else {
+			ok("every saga (%d) has its order row; %d order rows without a saga (starter killed before submitting)", len(statuses), rep.Unsubmitted)
+		}
+		return
+	}
+	mismatch, settled := 0, 0
+	for g, o := range orders {
+		if !p.final(statuses[g]) {
+			continue
+		}
+		settled++
+		if statuses[g] != o.status {
+			mismatch++
+		}
+	}
+	if mismatch != 0 {
+		fail("%d order rows whose status differs from their finished transaction's", mismatch)
+	} else {
+		ok("every order row of a finished transaction (%d) has its outcome", settled)
+	}
 }

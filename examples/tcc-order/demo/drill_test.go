@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txkit/txkit/examples/tcc-order/internal/app"
 	"github.com/txkit/txkit/internal/testenv"
 )
 
@@ -42,9 +43,17 @@ func TestIntegrationTCCOrderDemo(t *testing.T) {
 // TestIntegrationTCCOrderDrill: 200 orders while stock and account inject refusals, 500s, lost
 // replies and slow calls, the leading order instance is SIGKILLed three times and stock and account
 // once each: the invariants hold, and each leader kill is followed by the next leader's recovery.
-func TestIntegrationTCCOrderDrill(t *testing.T) {
+func TestIntegrationTCCOrderDrill(t *testing.T) { drill(t, app.ModeTCC) }
+
+// TestIntegrationSagaOrderDrill: the same drill with every order a saga (deduct stock, then debit
+// money) and the saga coordinators' leader SIGKILLed: every saga succeeded or compensated, no
+// action or compensation applied twice, stock and money conserved.
+func TestIntegrationSagaOrderDrill(t *testing.T) { drill(t, app.ModeSaga) }
+
+// drill runs a short drill in mode m and checks its report.
+func drill(t *testing.T, m app.Mode) {
 	cfg := config(t, 200)
-	cfg.Drill, cfg.ParticipantKills = true, 2
+	cfg.Mode, cfg.Drill, cfg.ParticipantKills = m, true, 2
 	cfg.Rate = 10 // about 20 s of load, so the three kills land during it
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
@@ -55,6 +64,10 @@ func TestIntegrationTCCOrderDrill(t *testing.T) {
 	}
 	if err := rep.OK(); err != nil {
 		t.Fatal(err)
+	}
+	p := protocolOf(m)
+	if rep.Globals[p.done] == 0 || rep.Globals[p.undone] == 0 {
+		t.Fatalf("want both %s and %s orders, got %v", p.done, p.undone, rep.Globals)
 	}
 	if rep.ParticipantKills != cfg.ParticipantKills {
 		t.Fatalf("%d participant kills, want %d", rep.ParticipantKills, cfg.ParticipantKills)

@@ -30,12 +30,13 @@ import (
 
 // Config is one run of the example.
 type Config struct {
-	Orders      int  // orders to place
-	Instances   int  // order-service instances (coordinators; only the elected one recovers)
-	Concurrency int  // orders in flight at once
-	Rate        int  // orders started per second at most (0: as fast as they go)
-	Drill       bool // inject faults in stock and account, and SIGKILL the leading order instance during the load
-	Kills       int  // leader kills of a drill
+	Mode        app.Mode // how orders are placed: TCC global transactions or sagas (default TCC)
+	Orders      int      // orders to place
+	Instances   int      // order-service instances (coordinators; only the elected one recovers)
+	Concurrency int      // orders in flight at once
+	Rate        int      // orders started per second at most (0: as fast as they go)
+	Drill       bool     // inject faults in stock and account, and SIGKILL the mode's leading order instance during the load
+	Kills       int      // leader kills of a drill
 	// ParticipantKills is how many times a drill SIGKILLs a participant (stock, then account,
 	// alternately) and restarts it on the same address, spread over the load.
 	ParticipantKills int
@@ -60,27 +61,29 @@ const (
 
 // Report is what a run measured and the invariants it checked.
 type Report struct {
-	Orders                        int // POST /orders made
-	AnsweredConfirmed             int // answered 200 confirmed
-	AnsweredCancelled             int // answered 409 cancelled (refused or failed)
-	Unanswered                    int // connection lost (starter killed) or 500: outcome left to the leader
-	Globals                       map[string]int
-	OrderRows                     map[string]int
-	Violations                    []string // broken invariants; empty when all hold
-	Checks                        []string // invariants checked, with their numbers
-	StockFaults, AccountFaults    map[string]int64
-	LeaderKills                   int
-	ParticipantKills              int
-	Failovers                     []time.Duration // leader SIGKILL → the next leader's first recovery (fenced claim)
-	Settled                       bool            // every global transaction finished within the settle timeout
-	Settle                        time.Duration   // last answer → every global transaction finished
-	Elapsed                       time.Duration
-	InitialStock, InitialMoney    int64
-	Available, Reserved, Sold     int64
-	Balance, Frozen, Spent        int64
-	ConfirmedQty, ConfirmedAmount int64
-	LedgerStock, LedgerAccount    int
-	LedgerOrder                   int
+	Mode                       app.Mode
+	Orders                     int            // POST /orders made
+	AnsweredDone               int            // answered 200 confirmed (succeeded)
+	AnsweredUndone             int            // answered 409 cancelled (compensated): refused, failed or timed out
+	Unanswered                 int            // connection lost (starter killed) or 500: outcome left to the leader
+	Globals                    map[string]int // the coordinator log's statuses (of transactions or sagas)
+	OrderRows                  map[string]int // the order rows' statuses
+	Unsubmitted                int            // saga: order rows whose starter was killed before submitting the saga
+	Violations                 []string       // broken invariants; empty when all hold
+	Checks                     []string       // invariants checked, with their numbers
+	StockFaults, AccountFaults map[string]int64
+	LeaderKills                int
+	ParticipantKills           int
+	Failovers                  []time.Duration // leader SIGKILL → the next leader's first recovery (fenced claim)
+	Settled                    bool            // every global transaction finished within the settle timeout
+	Settle                     time.Duration   // last answer → every global transaction finished
+	Elapsed                    time.Duration
+	InitialStock, InitialMoney int64
+	Available, Reserved, Sold  int64
+	Balance, Frozen, Spent     int64
+	DoneQty, DoneAmount        int64 // what the orders that went through took
+	LedgerStock, LedgerAccount int
+	LedgerOrder                int
 }
 
 // OK returns the broken invariants as one error, or nil.
@@ -108,16 +111,21 @@ func (r Report) MaxFailover() time.Duration {
 }
 
 func (r Report) String() string {
+	p := protocolOf(r.Mode)
 	var b strings.Builder
-	fmt.Fprintf(&b, "orders placed:          %d (answered: %d confirmed, %d cancelled, %d unanswered)\n",
-		r.Orders, r.AnsweredConfirmed, r.AnsweredCancelled, r.Unanswered)
-	fmt.Fprintf(&b, "global transactions:    %s\n", counts(r.Globals))
+	fmt.Fprintf(&b, "orders placed:          %d (answered: %d %s, %d %s, %d unanswered)\n",
+		r.Orders, r.AnsweredDone, p.done, r.AnsweredUndone, p.undone, r.Unanswered)
+	fmt.Fprintf(&b, "%-24s%s\n", p.units+":", counts(r.Globals))
 	fmt.Fprintf(&b, "order rows:             %s\n", counts(r.OrderRows))
-	fmt.Fprintf(&b, "stock:                  initial %d = available %d + reserved %d + sold %d (confirmed orders' qty %d)\n",
-		r.InitialStock, r.Available, r.Reserved, r.Sold, r.ConfirmedQty)
-	fmt.Fprintf(&b, "money:                  initial %d = balance %d + frozen %d + spent %d (confirmed orders' amount %d)\n",
-		r.InitialMoney, r.Balance, r.Frozen, r.Spent, r.ConfirmedAmount)
-	fmt.Fprintf(&b, "ledger rows:            stock %d, account %d, order %d (each (gid, op) at most once)\n", r.LedgerStock, r.LedgerAccount, r.LedgerOrder)
+	fmt.Fprintf(&b, "stock:                  initial %d = available %d + reserved %d + sold %d (%s orders' qty %d)\n",
+		r.InitialStock, r.Available, r.Reserved, r.Sold, p.done, r.DoneQty)
+	fmt.Fprintf(&b, "money:                  initial %d = balance %d + frozen %d + spent %d (%s orders' amount %d)\n",
+		r.InitialMoney, r.Balance, r.Frozen, r.Spent, p.done, r.DoneAmount)
+	order := "" // the order service is a participant in TCC only
+	if r.Mode != app.ModeSaga {
+		order = fmt.Sprintf(", order %d", r.LedgerOrder)
+	}
+	fmt.Fprintf(&b, "ledger rows:            stock %d, account %d%s (each (gid, op) at most once)\n", r.LedgerStock, r.LedgerAccount, order)
 	if r.StockFaults != nil {
 		fmt.Fprintf(&b, "faults injected:        stock %s; account %s\n", faults(r.StockFaults), faults(r.AccountFaults))
 	}
@@ -133,9 +141,9 @@ func (r Report) String() string {
 			r.LeaderKills, strings.Join(ds, ", "), r.MaxFailover().Round(time.Millisecond))
 	}
 	if r.Settled {
-		fmt.Fprintf(&b, "settled:                every transaction finished %v after the last answer\n", r.Settle.Round(time.Millisecond))
+		fmt.Fprintf(&b, "settled:                every %s finished %v after the last answer\n", p.unit, r.Settle.Round(time.Millisecond))
 	} else {
-		fmt.Fprintf(&b, "NOT settled:            transactions still unfinished %v after the last answer\n", r.Settle.Round(time.Millisecond))
+		fmt.Fprintf(&b, "NOT settled:            %s still unfinished %v after the last answer\n", p.units, r.Settle.Round(time.Millisecond))
 	}
 	fmt.Fprintf(&b, "elapsed:                %v\n", r.Elapsed.Round(10*time.Millisecond))
 	for _, c := range r.Checks {
@@ -172,6 +180,7 @@ type proc struct {
 
 type harness struct {
 	cfg     Config
+	proto   protocol
 	runID   string
 	schema  string
 	skus    map[string]int64
@@ -184,7 +193,7 @@ type harness struct {
 	args    map[string][]string // how each participant was started
 	faults  map[string]int64    // faults counted by participant processes since killed, by "<service>.<kind>"
 	client  *http.Client
-	answers sync.Map // gid → "confirmed" | "cancelled"
+	answers sync.Map // gid → the outcome answered: confirmed or cancelled (succeeded or compensated)
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -200,8 +209,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Instances < 1 || cfg.Orders < 1 || cfg.Concurrency < 1 {
 		return Report{}, errors.New("need at least one order, one instance and a concurrency of one")
 	}
+	if cfg.Mode == 0 {
+		cfg.Mode = app.ModeTCC
+	}
 	runID := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
-	h := &harness{cfg: cfg, runID: runID, schema: "tcco_" + runID, orders: map[string]*proc{}, faults: map[string]int64{},
+	h := &harness{cfg: cfg, proto: protocolOf(cfg.Mode), runID: runID, schema: "tcco_" + runID, orders: map[string]*proc{}, faults: map[string]int64{},
 		client: &http.Client{Timeout: 30 * time.Second}}
 	// Four SKUs with stock for about two thirds of the demand, eight accounts with funds for about
 	// two thirds of it: late orders are refused by one or the other.
@@ -217,8 +229,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := h.build(ctx); err != nil {
 		return Report{}, err
 	}
-	h.logf("run %s: schema %s in %s, %s and %s; %d orders, %d order instances, drill %v",
-		runID, h.schema, dbOrder, dbStock, dbAccount, cfg.Orders, cfg.Instances, cfg.Drill)
+	h.logf("run %s: schema %s in %s, %s and %s; %d orders as %s, %d order instances, drill %v",
+		runID, h.schema, dbOrder, dbStock, dbAccount, cfg.Orders, h.proto.units, cfg.Instances, cfg.Drill)
 	if !cfg.Keep {
 		defer h.cleanup()
 	}
@@ -234,13 +246,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if _, err := h.leader(ctx); err != nil {
 		return Report{}, err
 	}
-	rep := Report{Orders: cfg.Orders}
+	rep := Report{Mode: cfg.Mode, Orders: cfg.Orders}
 	if err := h.load(ctx, &rep); err != nil {
 		return rep, err
 	}
 	answered := time.Now()
-	h.logf("%d orders answered (%d confirmed, %d cancelled, %d unanswered); waiting for every transaction to finish",
-		cfg.Orders, rep.AnsweredConfirmed, rep.AnsweredCancelled, rep.Unanswered)
+	h.logf("%d orders answered (%d %s, %d %s, %d unanswered); waiting for every %s to finish",
+		cfg.Orders, rep.AnsweredDone, h.proto.done, rep.AnsweredUndone, h.proto.undone, rep.Unanswered, h.proto.unit)
 	// A run that does not settle is still checked: the report says what is broken.
 	settleErr := h.settle(ctx)
 	rep.Settle, rep.Settled = time.Since(answered), settleErr == nil
@@ -366,7 +378,7 @@ func (h *harness) startOrder(ctx context.Context, slot int) error {
 	h.starts++
 	id := fmt.Sprintf("order-%d.%d", slot, h.starts)
 	h.mu.Unlock()
-	p, err := h.startAs(ctx, id, "order", []string{"-pg", h.cfg.PG, "-db", dbOrder, "-schema", h.schema, "-zk", h.cfg.ZK, "-id", id,
+	p, err := h.startAs(ctx, id, "order", []string{"-pg", h.cfg.PG, "-db", dbOrder, "-schema", h.schema, "-zk", h.cfg.ZK, "-id", id, "-mode", h.cfg.Mode.String(),
 		"-stock", "http://" + h.participant("stock").addr, "-account", "http://" + h.participant("account").addr})
 	if err != nil {
 		return err
@@ -486,8 +498,8 @@ func (h *harness) getJSON(ctx context.Context, url string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// leader waits until a live order instance leads the recovery election (after a kill, the dead
-// leader's node stays until its ZooKeeper session expires) and returns its id.
+// leader waits until a live order instance leads the recovery election of the run's mode (after
+// a kill, the dead leader's node stays until its ZooKeeper session expires) and returns its id.
 func (h *harness) leader(ctx context.Context) (string, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -498,15 +510,16 @@ func (h *harness) leader(ctx context.Context) (string, error) {
 		}
 		h.mu.Unlock()
 		for _, a := range addrs {
-			var st struct {
+			var st map[string]json.RawMessage
+			var mode struct {
 				Leader string `json:"leader"`
 			}
-			if err := h.getJSON(ctx, "http://"+a+"/stats", &st); err == nil && st.Leader != "" {
+			if err := h.getJSON(ctx, "http://"+a+"/stats", &st); err == nil && json.Unmarshal(st[h.cfg.Mode.String()], &mode) == nil && mode.Leader != "" {
 				h.mu.Lock()
-				_, live := h.orders[st.Leader]
+				_, live := h.orders[mode.Leader]
 				h.mu.Unlock()
 				if live {
-					return st.Leader, nil
+					return mode.Leader, nil
 				}
 				break
 			}
@@ -515,7 +528,7 @@ func (h *harness) leader(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
-	return "", errors.New("no live order instance leads the recovery election after 30s")
+	return "", fmt.Errorf("no live order instance leads the %s recovery election after 30s", h.cfg.Mode)
 }
 
 func pause(ctx context.Context, d time.Duration) error {
@@ -573,9 +586,9 @@ func (h *harness) load(ctx context.Context, rep *Report) error {
 					return nil
 				}
 				switch h.place(gctx, i) {
-				case "confirmed":
+				case h.proto.done:
 					conf.Add(1)
-				case "cancelled":
+				case h.proto.undone:
 					canc.Add(1)
 				default:
 					lost.Add(1)
@@ -592,7 +605,7 @@ func (h *harness) load(ctx context.Context, rep *Report) error {
 		}
 	}
 	err := g.Wait()
-	rep.AnsweredConfirmed, rep.AnsweredCancelled, rep.Unanswered = int(conf.Load()), int(canc.Load()), int(lost.Load())
+	rep.AnsweredDone, rep.AnsweredUndone, rep.Unanswered = int(conf.Load()), int(canc.Load()), int(lost.Load())
 	return err
 }
 
@@ -620,17 +633,20 @@ func (h *harness) place(ctx context.Context, i int) string {
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.GID == "" {
 		return ""
 	}
-	if (resp.StatusCode == http.StatusOK && out.Status == "confirmed") || (resp.StatusCode == http.StatusConflict && out.Status == "cancelled") {
+	if (resp.StatusCode == http.StatusOK && out.Status == h.proto.done) || (resp.StatusCode == http.StatusConflict && out.Status == h.proto.undone) {
 		h.answers.Store(out.GID, out.Status)
 		return out.Status
 	}
 	return ""
 }
 
-// fence reads the recovery's fencing token and when it was last written: every claim of the
-// leader passes the fence, so a new token there is the new leader's first recovery action.
-func fence(ctx context.Context, c *pgx.Conn) (tok string, at time.Time, err error) {
-	err = c.QueryRow(ctx, `select epoch || '.' || seq, updated_at from txkit_fence order by updated_at desc limit 1`).Scan(&tok, &at)
+// fence reads the fencing token of the recovery of p's log and when it was last written: every
+// claim of the leader passes the fence, so a new token there is the new leader's first recovery
+// action. (The tcc and saga coordinators fence their logs apart: the resource ends with the
+// log's table.)
+func (p protocol) fence(ctx context.Context, c *pgx.Conn) (tok string, at time.Time, err error) {
+	err = c.QueryRow(ctx, `select epoch || '.' || seq, updated_at from txkit_fence where right(resource, length($1)) = $1
+		order by updated_at desc limit 1`, `"`+p.log).Scan(&tok, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", time.Time{}, nil
 	}
@@ -659,7 +675,7 @@ func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Repo
 		if err != nil {
 			return err
 		}
-		old, _, err := fence(ctx, c)
+		old, _, err := h.proto.fence(ctx, c)
 		if err != nil {
 			return err
 		}
@@ -681,7 +697,7 @@ func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Repo
 		}
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			tok, at, err := fence(ctx, c)
+			tok, at, err := h.proto.fence(ctx, c)
 			if err != nil {
 				return err
 			}
@@ -703,7 +719,7 @@ func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Repo
 	return nil
 }
 
-// settle waits until every global transaction is confirmed or cancelled.
+// settle waits until every global transaction (saga) is finished.
 func (h *harness) settle(ctx context.Context) error {
 	url, _ := app.DatabaseURL(h.cfg.PG, dbOrder, h.schema)
 	c, err := pgx.Connect(ctx, url)
@@ -719,18 +735,19 @@ func (h *harness) settle(ctx context.Context) error {
 	last := time.Now()
 	for {
 		var open int
-		if err := c.QueryRow(ctx, `select count(*) from txkit_global where status not in ('confirmed', 'cancelled')`).Scan(&open); err != nil {
+		if err := c.QueryRow(ctx, `select count(*) from `+pgx.Identifier{h.proto.log}.Sanitize()+` where status not in ($1, $2)`,
+			h.proto.done, h.proto.undone).Scan(&open); err != nil {
 			return err
 		}
 		if open == 0 {
 			return nil
 		}
 		if time.Since(last) > 5*time.Second {
-			h.logf("waiting: %d global transactions not finished", open)
+			h.logf("waiting: %d %s not finished", open, h.proto.units)
 			last = time.Now()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("after %v, %d global transactions are not finished", wait, open)
+			return fmt.Errorf("after %v, %d %s are not finished", wait, open, h.proto.units)
 		}
 		if err := pause(ctx, 100*time.Millisecond); err != nil {
 			return err

@@ -1,15 +1,20 @@
 // Command demo runs the tcc-order example end to end on the servers from `make up`: it builds and
-// starts the stock and account services and two order-service instances (TCC coordinators),
-// places orders through the HTTP API — some asking more stock or money than there is, so they
-// are refused and cancelled — waits until every global transaction has finished, and checks the
-// invariants: every transaction confirmed or cancelled, stock and money conserved, no branch op
-// applied twice, no branch both confirmed and cancelled. With -drill the stock and account
-// services inject refusals, 500s, lost replies and slow calls, and the leading order instance is
-// SIGKILLed (and restarted) during the load; the report gives the time from each leader's death
-// to the next leader's first recovery. It exits 1 when an invariant breaks.
+// starts the stock and account services and two order-service instances (coordinators), places
+// orders through the HTTP API — some asking more stock or money than there is, so they are
+// refused — waits until every order has finished, and checks the invariants. With -mode tcc (the
+// default) each order is a TCC global transaction: every transaction confirmed or cancelled, no
+// branch op applied twice, no branch both confirmed and cancelled. With -mode saga each order is
+// a saga (deduct stock, then debit money): every saga succeeded or compensated, no op applied
+// twice, every action of a compensated saga compensated and of a succeeded one kept. Either way
+// stock and money are conserved. With -drill the stock and account services inject refusals,
+// 500s, lost replies and slow calls, the mode's leading order instance is SIGKILLed (and
+// restarted) during the load, and so are stock and account; the report gives the time from each
+// leader's death to the next leader's first recovery. It exits 1 when an invariant breaks.
 //
-//	go run ./examples/tcc-order/demo            # 300 orders, no faults
-//	go run ./examples/tcc-order/demo -drill     # 600 orders, faults, 3 leader kills
+//	go run ./examples/tcc-order/demo                    # 300 orders as TCC transactions, no faults
+//	go run ./examples/tcc-order/demo -mode saga         # the same orders as sagas
+//	go run ./examples/tcc-order/demo -drill             # 600 orders, faults, 3 leader kills
+//	go run ./examples/tcc-order/demo -drill -mode saga  # the drill with sagas
 package main
 
 import (
@@ -26,12 +31,13 @@ import (
 )
 
 func main() {
-	cfg := Config{Log: os.Stdout}
+	cfg := Config{Log: os.Stdout, Mode: app.ModeTCC}
+	flag.Var(&cfg.Mode, "mode", "how orders are placed: tcc (TCC global transactions) or saga")
 	flag.IntVar(&cfg.Orders, "orders", 0, "orders to place (default 300, 600 with -drill)")
 	flag.IntVar(&cfg.Instances, "instances", 2, "order-service instances")
 	flag.IntVar(&cfg.Concurrency, "concurrency", 8, "orders in flight")
 	flag.IntVar(&cfg.Rate, "rate", -1, "orders per second at most (0: as fast as they go; default 0, 20 with -drill so the kills land under load)")
-	flag.BoolVar(&cfg.Drill, "drill", false, "inject faults in stock and account and SIGKILL the leading order instance during the load")
+	flag.BoolVar(&cfg.Drill, "drill", false, "inject faults in stock and account and SIGKILL the mode's leading order instance during the load")
 	flag.IntVar(&cfg.Kills, "kills", 3, "leader kills of a drill")
 	flag.IntVar(&cfg.ParticipantKills, "participant-kills", 2, "participant kills of a drill (stock, account, stock, ...; each restarted on its address)")
 	flag.DurationVar(&cfg.KillEvery, "kill-every", 3*time.Second, "pause before each leader kill (each also waits for the previous failover)")
@@ -60,7 +66,7 @@ func main() {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	rep, err := Run(ctx, cfg)
-	fmt.Print("\ntcc-order report\n" + rep.String())
+	fmt.Printf("\ntcc-order report (%s)\n%s", cfg.Mode, rep)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
@@ -69,5 +75,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "demo broke an invariant:", err)
 		os.Exit(1)
 	}
-	fmt.Println("OK: every transaction confirmed or cancelled; stock and money conserved; no branch op applied twice")
+	p := protocolOf(cfg.Mode)
+	fmt.Printf("OK: every %s %s or %s; stock and money conserved; no op applied twice\n", p.unit, p.done, p.undone)
 }
