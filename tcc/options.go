@@ -6,98 +6,70 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/lock"
 )
 
 // Option configures a [Coordinator].
 type Option func(*options)
 
-type options struct {
-	schema, prefix string
-	lease          time.Duration
-	backoffMin     time.Duration
-	backoffMax     time.Duration
-	elector        *lock.Elector
-	log            *slog.Logger
-	concurrency    int
-	callTimeout    time.Duration
-	timeout        time.Duration
-	client         *http.Client
-	schedule       string
-	batch          int
-	recoverConc    int
-	retention      time.Duration
-	retentionSpec  string
-}
+type options struct{ core.Config }
 
-func defaultOptions() options {
-	return options{
-		prefix: "txkit_", lease: 30 * time.Second, backoffMin: time.Second, backoffMax: 5 * time.Minute,
-		log: slog.New(slog.DiscardHandler), concurrency: 8, callTimeout: 10 * time.Second, timeout: time.Minute,
-		schedule: "@every 1s", batch: 100, recoverConc: 16, retention: 7 * 24 * time.Hour, retentionSpec: "@every 1m",
-	}
-}
+func defaultOptions() options { return options{core.DefaultConfig("txkit_")} }
 
 // WithSchema sets the PostgreSQL schema of the coordinator's tables (default: the connection's
 // search_path). [Coordinator.Migrate] creates it.
-func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
+func WithSchema(name string) Option { return func(o *options) { o.Schema = name } }
 
 // WithTablePrefix sets the prefix of the table names (default "txkit_").
-func WithTablePrefix(p string) Option { return func(o *options) { o.prefix = p } }
+func WithTablePrefix(p string) Option { return func(o *options) { o.Prefix = p } }
 
 // WithLease sets how long a starter owns a transaction while it confirms or cancels (default
 // 30s); after it the leader finishes the transaction if the starter has not.
-func WithLease(d time.Duration) Option { return func(o *options) { o.lease = d } }
+func WithLease(d time.Duration) Option { return func(o *options) { o.Lease = d } }
 
 // WithBackoff sets the first retry delay after a failed confirm or cancel and its cap (defaults
 // 1s and 5m); delays double, with jitter, computed by PostgreSQL.
 func WithBackoff(min, max time.Duration) Option {
-	return func(o *options) { o.backoffMin, o.backoffMax = min, max }
+	return func(o *options) { o.BackoffMin, o.BackoffMax = min, max }
 }
 
 // WithElector sets the election under which [Coordinator.Run] recovers. Required by Run only.
-func WithElector(el *lock.Elector) Option { return func(o *options) { o.elector = el } }
+func WithElector(el *lock.Elector) Option { return func(o *options) { o.Elector = el } }
 
 // WithLogger sets the logger (default: discard). Keys: gid, branch, op, token.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.Logger = l } }
 
 // WithConcurrency bounds the confirms (cancels) of one transaction called at once (default 8).
-func WithConcurrency(n int) Option { return func(o *options) { o.concurrency = n } }
+func WithConcurrency(n int) Option { return func(o *options) { o.Concurrency = n } }
 
 // WithCallTimeout bounds each participant call (default 10s). A call that times out is an
 // unknown outcome: a try is followed by its cancel, a confirm or cancel is retried.
-func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
+func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.CallTimeout = d } }
 
 // WithDefaultTimeout sets the global timeout of transactions begun without [WithTimeout]
 // (default 1m).
-func WithDefaultTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+func WithDefaultTimeout(d time.Duration) Option { return func(o *options) { o.Timeout = d } }
 
 // WithHTTPClient sets the client of HTTP participants called by the recovery (default
 // http.DefaultClient). Branches tried by this process use their own participant.HTTP's client.
-func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.client = c } }
+func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.Client = c } }
 
 // WithRecovery sets the recovery's cron spec (default "@every 1s"), its claim batch size (100)
 // and how many transactions it drives at once (16).
 func WithRecovery(spec string, batch, concurrency int) Option {
-	return func(o *options) { o.schedule, o.batch, o.recoverConc = spec, batch, concurrency }
+	return func(o *options) { o.Schedule, o.Batch, o.RecoverConc = spec, batch, concurrency }
 }
 
 // WithRetention sets how long finished transactions are kept (default 7 days) and the cron spec
 // of the job that deletes older ones (default "@every 1m"). The job runs on the leader.
 func WithRetention(keep time.Duration, spec string) Option {
-	return func(o *options) { o.retention, o.retentionSpec = keep, spec }
+	return func(o *options) { o.Retention, o.RetentionSpec = keep, spec }
 }
 
 func (o options) validate() error {
-	switch {
-	case o.log == nil:
-		return fmt.Errorf("tcc: nil logger: %w", ErrInvalidOption)
-	case o.concurrency <= 0:
-		return fmt.Errorf("tcc: concurrency %d: %w", o.concurrency, ErrInvalidOption)
-	case o.callTimeout <= 0:
-		return fmt.Errorf("tcc: call timeout %v: %w", o.callTimeout, ErrInvalidOption)
-	case o.timeout <= 0:
-		return fmt.Errorf("tcc: default timeout %v: %w", o.timeout, ErrInvalidOption)
+	if err := o.Config.Validate(); err != nil {
+		return fmt.Errorf("tcc: %w", mapErr(err))
 	}
 	return nil
 }

@@ -8,11 +8,9 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/lock"
@@ -38,11 +36,9 @@ const (
 //
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {
-	log     *core.Log
-	o       options
-	parts   *core.Participants
-	running atomic.Bool
-	stats   struct{ violations, failures atomic.Int64 }
+	b     *core.Base
+	o     options
+	stats struct{ violations, failures atomic.Int64 }
 }
 
 // New returns a Coordinator whose log lives in pool. It does not touch the database: call
@@ -56,21 +52,17 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Coordinator, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	copts := []core.Option{core.WithTablePrefix(o.prefix), core.WithLease(o.lease), core.WithBackoff(o.backoffMin, o.backoffMax)}
-	if o.schema != "" {
-		copts = append(copts, core.WithSchema(o.schema))
-	}
-	l, err := core.New(pool, copts...)
+	b, err := core.NewBase(pool, o.Config)
 	if err != nil {
 		return nil, fmt.Errorf("tcc: %w", mapErr(err))
 	}
-	return &Coordinator{log: l, o: o, parts: core.NewParticipants(o.client)}, nil
+	return &Coordinator{b: b, o: o}, nil
 }
 
 // Migrate creates the coordinator's tables (and the fence table) when they do not exist. It is
 // idempotent and safe to run from several processes at once; ctx scopes only this call.
 func (c *Coordinator) Migrate(ctx context.Context) error {
-	if err := c.log.Migrate(ctx); err != nil {
+	if err := c.b.Log.Migrate(ctx); err != nil {
 		return fmt.Errorf("tcc: %w", err)
 	}
 	return nil
@@ -81,7 +73,7 @@ func (c *Coordinator) Migrate(ctx context.Context) error {
 // transaction (the leader may be another process) must register the same name. Registering a
 // name twice returns an error wrapping [ErrInvalidOption].
 func (c *Coordinator) Register(name string, p participant.Participant) (participant.Participant, error) {
-	h, err := c.parts.Register(name, p)
+	h, err := c.b.Parts.Register(name, p)
 	if err != nil {
 		return nil, fmt.Errorf("tcc: %w", mapErr(err))
 	}
@@ -104,11 +96,11 @@ func (c *Coordinator) Stats() Stats {
 
 // Status returns gid's status, or an error wrapping [ErrNotFound].
 func (c *Coordinator) Status(ctx context.Context, gid string) (Status, error) {
-	t, err := c.log.Get(ctx, gid)
+	st, err := c.b.Status(ctx, gid)
 	if err != nil {
-		return 0, mapErr(err)
+		return 0, fmt.Errorf("tcc: status: %w", mapErr(err))
 	}
-	return t.Status, nil
+	return st, nil
 }
 
 // Begin records a new global transaction, trying, and returns it. It blocks for one write; ctx
@@ -116,7 +108,7 @@ func (c *Coordinator) Status(ctx context.Context, gid string) (Status, error) {
 // [WithDefaultTimeout]) starts now: if it is neither committed nor rolled back by then, the leader
 // cancels it. A gid already used returns an error wrapping [ErrInvalidState].
 func (c *Coordinator) Begin(ctx context.Context, opts ...BeginOption) (*Global, error) {
-	o := beginOptions{timeout: c.o.timeout}
+	o := beginOptions{timeout: c.o.Timeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -130,7 +122,7 @@ func (c *Coordinator) Begin(ctx context.Context, opts ...BeginOption) (*Global, 
 	if o.timeout <= 0 {
 		return nil, fmt.Errorf("tcc: begin %s: timeout %v: %w", o.gid, o.timeout, ErrInvalidOption)
 	}
-	if err := c.log.Create(ctx, o.gid, core.KindTCC, o.timeout, nil); err != nil {
+	if err := c.b.Log.Create(ctx, o.gid, core.KindTCC, o.timeout, nil); err != nil {
 		return nil, fmt.Errorf("tcc: begin: %w", mapErr(err))
 	}
 	return &Global{c: c, gid: o.gid}, nil
@@ -189,26 +181,24 @@ func (g *Global) Try(ctx context.Context, b Branch) error {
 	g.seq++
 	g.branches = append(g.branches, cb)
 	g.mu.Unlock()
-	if err := g.c.log.AddBranch(ctx, g.gid, core.StatusTrying, cb); err != nil {
+	if err := g.c.b.Log.AddBranch(ctx, g.gid, core.StatusTrying, cb); err != nil {
 		g.forget(cb)
 		return fmt.Errorf("tcc: try: %w", mapErr(err))
 	}
-	err = g.c.call(ctx, b.Participant, participant.Request{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Payload: b.Payload})
+	err = g.c.b.Call(ctx, b.Participant, participant.Request{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Payload: b.Payload})
 	if err == nil {
 		return nil
 	}
 	berr := &BranchError{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Err: err}
 	if errors.Is(err, participant.ErrRefused) {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
 		defer cancel()
-		if _, derr := g.c.log.Decide(cctx, g.gid, core.StatusTrying, core.StatusCancelling); derr != nil {
+		if _, derr := g.c.b.Log.Decide(cctx, g.gid, core.StatusTrying, core.StatusCancelling); derr != nil {
 			return errors.Join(berr, fmt.Errorf("tcc: record rollback of %s: %w", g.gid, mapErr(derr)))
 		}
 	}
 	return berr
 }
-
-const cleanupTimeout = 5 * time.Second
 
 // forget removes a branch that was not recorded (its Seq is unique within g).
 func (g *Global) forget(cb core.Branch) {
@@ -224,7 +214,7 @@ func (g *Global) forget(cb core.Branch) {
 
 // targetOf says where the recovery finds p.
 func (c *Coordinator) targetOf(p participant.Participant) (core.Target, error) {
-	t, err := c.parts.Target(p)
+	t, err := c.b.Parts.Target(p)
 	if err != nil {
 		return core.Target{}, mapErr(err)
 	}
@@ -254,7 +244,7 @@ func (g *Global) Rollback(ctx context.Context) error {
 }
 
 func (g *Global) finish(ctx context.Context, to Status) error {
-	cur, err := g.c.log.Decide(ctx, g.gid, core.StatusTrying, to)
+	cur, err := g.c.b.Log.Decide(ctx, g.gid, core.StatusTrying, to)
 	if err != nil {
 		return fmt.Errorf("tcc: %s: %w", to, mapErr(err))
 	}
@@ -275,49 +265,19 @@ func (c *Coordinator) drive(ctx context.Context, tok lock.Token, gid string, st 
 	if st == core.StatusCancelling {
 		op = participant.OpCancel
 	}
-	doneStatus, _ := st.BranchDone()
-	next, _ := st.Outcome()
-	var (
-		mu     sync.Mutex
-		done   []string
-		failed []core.BranchFailure
-	)
-	var eg errgroup.Group
-	eg.SetLimit(c.o.concurrency)
-	for _, b := range branches {
-		if b.Status == doneStatus {
-			done = append(done, b.Name)
-			continue
+	failed, err := c.b.PhaseTwo(ctx, tok, gid, st, op, branches, func(name string, err error) error {
+		c.stats.failures.Add(1)
+		lvl := slog.LevelWarn
+		if errors.Is(err, participant.ErrRefused) {
+			c.stats.violations.Add(1)
+			lvl = slog.LevelError
+			err = fmt.Errorf("protocol violation, %s refused (retrying): %w", op, err)
 		}
-		eg.Go(func() error {
-			err := c.callTarget(ctx, b.Target, participant.Request{GID: gid, Branch: b.Name, Op: op, Payload: b.Payload})
-			mu.Lock()
-			defer mu.Unlock()
-			if err == nil {
-				done = append(done, b.Name)
-				return nil
-			}
-			c.stats.failures.Add(1)
-			lvl := slog.LevelWarn
-			if errors.Is(err, participant.ErrRefused) {
-				c.stats.violations.Add(1)
-				lvl = slog.LevelError
-				err = fmt.Errorf("protocol violation, %s refused (retrying): %w", op, err)
-			}
-			c.o.log.Log(ctx, lvl, "tcc: branch op failed; retrying later", slog.String("gid", gid),
-				slog.String("branch", b.Name), slog.String("op", op.String()), slog.Any("err", err))
-			failed = append(failed, core.BranchFailure{Branch: b.Name, Err: err})
-			return nil
-		})
-	}
-	_ = eg.Wait()
-	p := core.Progress{GID: gid, From: st, Done: done, Failed: failed}
-	if len(failed) == 0 {
-		p.Next = next
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	if err := c.log.Record(rctx, tok, p); err != nil {
+		c.o.Logger.Log(ctx, lvl, "tcc: branch op failed; retrying later", slog.String("gid", gid),
+			slog.String("branch", name), slog.String("op", op.String()), slog.Any("err", err))
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("tcc: %s %s: %w", op, gid, mapErr(err))
 	}
 	if len(failed) > 0 {
@@ -330,22 +290,6 @@ func (c *Coordinator) drive(ctx context.Context, tok lock.Token, gid string, st 
 	return nil
 }
 
-// call calls p with the call timeout.
-func (c *Coordinator) call(ctx context.Context, p participant.Participant, req participant.Request) error {
-	cctx, cancel := context.WithTimeout(ctx, c.o.callTimeout)
-	defer cancel()
-	return p.Do(cctx, req)
-}
-
-// callTarget calls the participant a branch stored.
-func (c *Coordinator) callTarget(ctx context.Context, t core.Target, req participant.Request) error {
-	p, err := c.parts.Resolve(t)
-	if err != nil {
-		return err
-	}
-	return c.call(ctx, p, req)
-}
-
 // Run recovers, while this coordinator leads the election of [WithElector], the transactions whose
 // starter vanished or whose confirms/cancels failed, and cancels those left trying past their
 // timeout; it also deletes finished transactions past the retention. It blocks until ctx ends,
@@ -353,20 +297,10 @@ func (c *Coordinator) callTarget(ctx context.Context, t core.Target, req partici
 // [ErrInvalidOption] without an elector, [ErrRunning] when another Run is running, and one
 // wrapping [lock.ErrClosed] when the elector's session is closed.
 func (c *Coordinator) Run(ctx context.Context) error {
-	if c.o.elector == nil {
-		return fmt.Errorf("tcc: run: no elector (WithElector): %w", ErrInvalidOption)
-	}
-	if !c.running.CompareAndSwap(false, true) {
-		return fmt.Errorf("tcc: run: %w", ErrRunning)
-	}
-	defer c.running.Store(false)
-	r, err := core.NewRecoverer(c.log, c.o.elector, map[core.Kind]core.Driver{core.KindTCC: core.DriverFunc(c.recoverOne)},
-		core.WithSchedule(c.o.schedule), core.WithBatchSize(c.o.batch), core.WithConcurrency(c.o.recoverConc),
-		core.WithRetention(c.o.retention, c.o.retentionSpec), core.WithLogger(c.o.log))
-	if err != nil {
+	if err := c.b.Run(ctx, core.KindTCC, core.DriverFunc(c.recoverOne)); err != nil {
 		return fmt.Errorf("tcc: run: %w", mapErr(err))
 	}
-	return r.Run(ctx)
+	return nil
 }
 
 // recoverOne is the recovery's driver: finish t's confirms or cancels. Failed branches are
