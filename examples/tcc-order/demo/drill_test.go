@@ -81,10 +81,19 @@ func drill(t *testing.T, m app.Mode) {
 // turned off — lost replies make retried confirms and cancels apply twice, failed tries make
 // cancels release what was never reserved — and the checks must say so. This keeps the drill's
 // checks honest: a check that cannot fail proves nothing.
-func TestIntegrationTCCOrderChecksCatchNoBarrier(t *testing.T) {
+func TestIntegrationTCCOrderChecksCatchNoBarrier(t *testing.T) { checksCatchNoBarrier(t, app.ModeTCC) }
+
+// TestIntegrationSagaOrderChecksCatchNoBarrier: the same for sagas — a lost reply makes the
+// retried action apply twice, a compensation after a refused or failed action gives back what
+// was never taken — and the saga checks must say so.
+func TestIntegrationSagaOrderChecksCatchNoBarrier(t *testing.T) {
+	checksCatchNoBarrier(t, app.ModeSaga)
+}
+
+func checksCatchNoBarrier(t *testing.T, m app.Mode) {
 	cfg := config(t, 60)
-	cfg.Drill, cfg.Kills, cfg.NoBarrier = true, 0, true
-	cfg.SettleTimeout = 15 * time.Second // a cancel that drives reserved below zero is retried forever
+	cfg.Mode, cfg.Drill, cfg.Kills, cfg.NoBarrier = m, true, 0, true
+	cfg.SettleTimeout = 15 * time.Second // an undo that would drive a column below zero is retried forever
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, cfg)
