@@ -54,13 +54,15 @@
 //
 // # PostgreSQL writes per saga
 //
-// A sequential saga of N steps that succeeds costs N+1 writes, each its own commit: Submit
-// inserts the saga and its steps in one statement; each step's success is recorded (renewing
-// the starter's lease) before the next step starts — without it, a crash after an unrecorded
-// step would leave the leader unable to tell which steps ran; and one statement marks the saga
-// succeeded with its last steps. Steps that run in parallel share the records: independent
-// steps cost 2 writes in all. A compensated saga adds one write moving it to compensating and
-// one marking it compensated.
+// A saga that succeeds costs 2 writes, each its own commit, whatever its number of steps: Submit
+// inserts the saga and its steps in one statement, and one statement marks it succeeded with
+// every step's success. Steps' successes are not recorded one by one: participants must be
+// idempotent anyway (the barrier), so a leader that recovers a saga whose starter died re-sends
+// the actions not recorded as done — duplicates answer success without effect — and, when it
+// must compensate, treats every step not recorded as possibly run: a compensation for a step that
+// never ran is an empty compensation, which the barrier answers without touching business data.
+// A drive longer than half the lease records its progress to renew the lease. A compensated saga
+// costs 3: the insert, the move to compensating (with the successes so far), and the finish.
 //
 // Coordinator is safe for concurrent use by multiple goroutines; a [Saga] is built and
 // submitted by one goroutine.

@@ -35,11 +35,9 @@ const (
 //
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {
-	log     *core.Log
-	o       options
-	parts   *core.Participants
-	running atomic.Bool
-	stats   struct{ violations, failures atomic.Int64 }
+	b     *core.Base
+	o     options
+	stats struct{ violations, failures atomic.Int64 }
 }
 
 // New returns a Coordinator whose log lives in pool. It does not touch the database: call
@@ -53,21 +51,17 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Coordinator, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	copts := []core.Option{core.WithTablePrefix(o.prefix), core.WithLease(o.lease), core.WithBackoff(o.backoffMin, o.backoffMax)}
-	if o.schema != "" {
-		copts = append(copts, core.WithSchema(o.schema))
-	}
-	l, err := core.New(pool, copts...)
+	b, err := core.NewBase(pool, o.Config)
 	if err != nil {
 		return nil, fmt.Errorf("saga: %w", mapErr(err))
 	}
-	return &Coordinator{log: l, o: o, parts: core.NewParticipants(o.client)}, nil
+	return &Coordinator{b: b, o: o}, nil
 }
 
 // Migrate creates the coordinator's tables (and the fence table) when they do not exist. It is
 // idempotent and safe to run from several processes at once; ctx scopes only this call.
 func (c *Coordinator) Migrate(ctx context.Context) error {
-	if err := c.log.Migrate(ctx); err != nil {
+	if err := c.b.Log.Migrate(ctx); err != nil {
 		return fmt.Errorf("saga: %w", err)
 	}
 	return nil
@@ -78,7 +72,7 @@ func (c *Coordinator) Migrate(ctx context.Context) error {
 // saga (the leader may be another process) must register the same name. Registering a name
 // twice returns an error wrapping [ErrInvalidOption].
 func (c *Coordinator) Register(name string, p participant.Participant) (participant.Participant, error) {
-	h, err := c.parts.Register(name, p)
+	h, err := c.b.Parts.Register(name, p)
 	if err != nil {
 		return nil, fmt.Errorf("saga: %w", mapErr(err))
 	}
@@ -101,11 +95,11 @@ func (c *Coordinator) Stats() Stats {
 
 // Status returns gid's status, or an error wrapping [ErrNotFound].
 func (c *Coordinator) Status(ctx context.Context, gid string) (Status, error) {
-	t, err := c.log.Get(ctx, gid)
+	st, err := c.b.Status(ctx, gid)
 	if err != nil {
 		return 0, fmt.Errorf("saga: status: %w", mapErr(err))
 	}
-	return t.Status, nil
+	return st, nil
 }
 
 // Step is one step of a saga: an action, and the compensation that undoes it, both carried out by
@@ -151,7 +145,7 @@ type step struct {
 // saga's timeout is [WithTimeout], default [WithDefaultTimeout]; a non-positive one returns an
 // error wrapping [ErrInvalidOption].
 func (c *Coordinator) Begin(_ context.Context, opts ...BeginOption) (*Saga, error) {
-	o := beginOptions{timeout: c.o.timeout}
+	o := beginOptions{timeout: c.o.Timeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -225,7 +219,7 @@ func (s *Saga) add(st Step) error {
 
 // targetOf says where the recovery finds p.
 func (c *Coordinator) targetOf(p participant.Participant) (core.Target, error) {
-	t, err := c.parts.Target(p)
+	t, err := c.b.Parts.Target(p)
 	if err != nil {
 		return core.Target{}, mapErr(err)
 	}
@@ -238,11 +232,9 @@ type meta struct {
 	Deps map[string][]string `json:"deps,omitempty"`
 }
 
-const cleanupTimeout = 5 * time.Second
-
 // Submit records the saga and all its steps in one write, before running any, then runs the
-// actions in dependency order, at most [WithConcurrency] at once, recording each step's success
-// before the steps after it start. It blocks until the saga ends or stalls; ctx bounds the calls,
+// actions in dependency order, at most [WithConcurrency] at once, and records the outcome with
+// every step's success in one more write. It blocks until the saga ends or stalls; ctx bounds the calls,
 // not the recording of their outcomes.
 //
 //   - nil: every action succeeded; the saga is succeeded.
@@ -281,12 +273,12 @@ func (s *Saga) Submit(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("saga: submit %s: %w", s.gid, err)
 	}
-	if err := s.c.log.Create(ctx, s.gid, core.KindSaga, s.timeout, payload, branches...); err != nil {
+	if err := s.c.b.Log.Create(ctx, s.gid, core.KindSaga, s.timeout, payload, branches...); err != nil {
 		return fmt.Errorf("saga: submit: %w", mapErr(err))
 	}
 	s.submitted = true
 	d := &driver{c: s.c, gid: s.gid, steps: s.steps, byName: s.byName, attempts: s.c.o.attempts,
-		log: s.c.o.log.With(slog.String("gid", s.gid))}
+		log: s.c.o.Logger.With(slog.String("gid", s.gid)), exact: true, recorded: time.Now()}
 	deadline, cancel := context.WithTimeoutCause(ctx, s.timeout, ErrTimeout)
 	defer cancel()
 	return d.run(ctx, deadline, core.StatusRunning)
@@ -300,20 +292,10 @@ func (s *Saga) Submit(ctx context.Context) error {
 // an elector, [ErrRunning] when another Run is running, and one wrapping [lock.ErrClosed] when
 // the elector's session is closed.
 func (c *Coordinator) Run(ctx context.Context) error {
-	if c.o.elector == nil {
-		return fmt.Errorf("saga: run: no elector (WithElector): %w", ErrInvalidOption)
-	}
-	if !c.running.CompareAndSwap(false, true) {
-		return fmt.Errorf("saga: run: %w", ErrRunning)
-	}
-	defer c.running.Store(false)
-	r, err := core.NewRecoverer(c.log, c.o.elector, map[core.Kind]core.Driver{core.KindSaga: core.DriverFunc(c.recoverOne)},
-		core.WithSchedule(c.o.schedule), core.WithBatchSize(c.o.batch), core.WithConcurrency(c.o.recoverConc),
-		core.WithRetention(c.o.retention, c.o.retentionSpec), core.WithLogger(c.o.log))
-	if err != nil {
+	if err := c.b.Run(ctx, core.KindSaga, core.DriverFunc(c.recoverOne)); err != nil {
 		return fmt.Errorf("saga: run: %w", mapErr(err))
 	}
-	return r.Run(ctx)
+	return nil
 }
 
 // recoverOne is the recovery's driver. Failures of calls are recorded (and rescheduled) by the
@@ -326,7 +308,7 @@ func (c *Coordinator) recoverOne(ctx context.Context, tok lock.Token, t *core.Tr
 		}
 	}
 	d := &driver{c: c, tok: tok, gid: t.GID, byName: map[string]*step{}, attempts: 1,
-		log: c.o.log.With(slog.String("gid", t.GID), slog.String("token", tok.String()))}
+		log: c.o.Logger.With(slog.String("gid", t.GID), slog.String("token", tok.String())), recorded: time.Now()}
 	for _, b := range t.Branches {
 		st := &step{name: b.Name, seq: b.Seq, target: b.Target, payload: b.Payload, deps: m.Deps[b.Name], status: b.Status}
 		d.steps = append(d.steps, st)
@@ -374,6 +356,12 @@ type driver struct {
 	// completed ranks the steps whose action succeeded in this drive, by completion.
 	completed map[string]int
 	recordErr error // the last recording that failed, for the recovery to report
+	// exact: the driver has seen the saga from its start (Submit), so a pending step whose
+	// dependencies did not all succeed never ran. A recovering driver cannot know it: steps'
+	// successes are recorded only when the saga moves on (or the lease needs renewing), so any
+	// pending step may have run before the starter died.
+	exact    bool
+	recorded time.Time // the last record this driver wrote (renewing its lease)
 }
 
 // run drives the saga from status st: forward while running (its actions launched while
@@ -414,12 +402,18 @@ func (d *driver) forward(ctx, deadline context.Context) (moved bool, cause, err 
 		nodes = append(nodes, n)
 	}
 	var refused *core.BranchFailure
-	res := walk(deadline, d.c.o.concurrency, nodes,
+	res := walk(deadline, d.c.o.Concurrency, nodes,
 		func(ctx context.Context, name string) error {
 			return d.call(ctx, d.byName[name], participant.OpAction)
 		},
 		func(error) bool { return true }, // stop launching at the first failure
 		func(done []string) error {
+			// Successes are recorded when the saga moves on; in between, only to renew the lease
+			// before it runs out. Re-sending an action after a crash is harmless (participants
+			// are idempotent), and compensation treats unrecorded steps as possibly run.
+			if time.Since(d.recorded) < d.c.b.Log.Lease()/2 {
+				return nil
+			}
 			return d.record(ctx, core.Progress{GID: d.gid, From: core.StatusRunning, Done: done, Renew: true})
 		})
 	d.completed = map[string]int{}
@@ -473,11 +467,11 @@ func (d *driver) forward(ctx, deadline context.Context) (moved bool, cause, err 
 
 // compensate calls the compensations of the steps to undo, reverse order, and records the outcome.
 //
-// The steps to undo are those whose action succeeded, and those still pending whose dependencies
-// all succeeded: their action may have run (refused, failed, timed out, or in flight when the
-// driver stopped). Every step started was recorded as such, since a step's success is recorded
-// before the steps that depend on it start: the rule gives the same answer to every driver, and
-// a pending step past it never ran. A compensation starts only after those of the steps that
+// The steps to undo are those whose action succeeded, and those still pending whose action may
+// have run. For the starter (exact), that is a pending step whose dependencies all succeeded
+// (refused, failed, timed out, or in flight when it stopped): one past them never started. A
+// recovering driver cannot know what an earlier drive ran without recording it, so it undoes
+// every pending step; for one that never ran that is an empty compensation. A compensation starts only after those of the steps that
 // depend on it; among the ready ones the last completed goes first (unknown outcomes before all,
 // then the completions of this drive, then earlier ones by step order).
 func (d *driver) compensate(ctx context.Context) error {
@@ -489,6 +483,9 @@ func (d *driver) compensate(ctx context.Context) error {
 		case core.BranchPending:
 			ran := true
 			for _, dep := range st.deps {
+				if !d.exact {
+					break // a recovering driver cannot tell: undo it (an empty compensation at worst)
+				}
 				if s := d.byName[dep].status; s != core.BranchSucceeded && s != core.BranchCompensated {
 					ran = false
 				}
@@ -526,7 +523,7 @@ func (d *driver) compensate(ctx context.Context) error {
 		}
 		nodes = append(nodes, nd)
 	}
-	res := walk(ctx, d.c.o.concurrency, nodes,
+	res := walk(ctx, d.c.o.Concurrency, nodes,
 		func(ctx context.Context, name string) error {
 			return d.call(ctx, d.byName[name], participant.OpCompensate)
 		}, nil, nil)
@@ -555,9 +552,10 @@ func (d *driver) compensate(ctx context.Context) error {
 
 // record writes p (fenced with the driver's token), not bounded by a cancelled ctx.
 func (d *driver) record(ctx context.Context, p core.Progress) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
 	defer cancel()
-	err := d.c.log.Record(rctx, d.tok, p)
+	err := d.c.b.Log.Record(rctx, d.tok, p)
+	d.recorded = time.Now()
 	if err != nil {
 		err = mapErr(err)
 		d.recordErr = err
@@ -569,9 +567,9 @@ func (d *driver) record(ctx context.Context, p core.Progress) error {
 // with backoff in between. A refused action returns at once; a refused compensation breaks the
 // protocol: it is counted and retried like any failure.
 func (d *driver) call(ctx context.Context, st *step, op participant.Op) error {
-	wait := d.c.o.backoffMin
+	wait := d.c.o.BackoffMin
 	for attempt := 1; ; attempt++ {
-		err := d.c.callTarget(ctx, st.target, participant.Request{GID: d.gid, Branch: st.name, Op: op, Payload: st.payload})
+		err := d.c.b.CallTarget(ctx, st.target, participant.Request{GID: d.gid, Branch: st.name, Op: op, Payload: st.payload})
 		if err == nil {
 			return nil
 		}
@@ -598,19 +596,8 @@ func (d *driver) call(ctx context.Context, st *step, op participant.Op) error {
 			return err
 		case <-t.C:
 		}
-		wait = min(2*wait, d.c.o.backoffMax)
+		wait = min(2*wait, d.c.o.BackoffMax)
 	}
-}
-
-// callTarget calls the participant a step stored, with the call timeout.
-func (c *Coordinator) callTarget(ctx context.Context, t core.Target, req participant.Request) error {
-	p, err := c.parts.Resolve(t)
-	if err != nil {
-		return err
-	}
-	cctx, cancel := context.WithTimeout(ctx, c.o.callTimeout)
-	defer cancel()
-	return p.Do(cctx, req)
 }
 
 // node is one call of a walk.
