@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The servers' addresses (deploy/local/env) exported for the command that follows.
 WITH_ENV = set -a && eval "$$(deploy/local/env)" && ROCKETMQ_GO_LOG_LEVEL=error && set +a &&
 
-.PHONY: up down status test unit demo tcc-order drill-tcc bench lint env
+.PHONY: up down status test unit demo tcc-order drill-tcc saga-order drill-saga bench lint env
 
 up: ## start PostgreSQL, the ZooKeeper ensemble and RocketMQ (installing what is missing)
 	@deploy/local/up
@@ -53,6 +53,12 @@ tcc-order: up ## run the tcc-order example (TCC over order, stock and account se
 
 drill-tcc: up ## TCC failover drill: 3 coordinators, 2000 orders, faults, leader and participant SIGKILLs
 	@$(WITH_ENV) $(GO) run ./examples/tcc-order/demo -drill -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4
+
+saga-order: up ## run the tcc-order example with every order a saga (deduct stock, then debit money) end to end
+	@$(WITH_ENV) $(GO) run ./examples/tcc-order/demo -mode saga
+
+drill-saga: up ## saga failover drill: the drill-tcc load and kills with every order a saga
+	@$(WITH_ENV) $(GO) run ./examples/tcc-order/demo -drill -mode saga -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4
 
 bench: up ## Go benchmarks against the real servers
 	@$(WITH_ENV) $(GO) test -run '^$$' -bench . -benchmem -count=1 $(BENCHFLAGS) ./...
