@@ -18,9 +18,7 @@ import (
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
 
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
+func testLogger(t testing.TB) *slog.Logger { return testenv.Logger(t) }
 
 // env is one test's database schema and election path, shared by the test's coordinators (which
 // stand for coordinator processes).
@@ -56,34 +54,10 @@ func (e *env) coordinatorOn(pool *pgxpool.Pool, opts ...saga.Option) *saga.Coord
 }
 
 // elector returns a candidate in the test's election, on a session of its own.
-func (e *env) elector(id string) *lock.Elector {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s, err := lock.NewSession(ctx, testenv.ZK(e.t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testLogger(e.t)))
-	if err != nil {
-		e.t.Fatalf("NewSession: %v", err)
-	}
-	e.t.Cleanup(func() { _ = s.Close() })
-	el, err := lock.NewElector(s, e.path, id)
-	if err != nil {
-		e.t.Fatalf("NewElector: %v", err)
-	}
-	return el
-}
+func (e *env) elector(id string) *lock.Elector { return testenv.Elector(e.t, e.path, id) }
 
 // run runs c.Run until the test ends, then waits for it and reports its error.
-func run(t *testing.T, c *saga.Coordinator) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-}
+func run(t *testing.T, c *saga.Coordinator) { testenv.Run(t, c.Run) }
 
 // party is an in-process participant that records, in order, the ops it is asked to do
 // ("action/step", "compensate/step"), and answers with what answer says (nil: success).

@@ -18,9 +18,7 @@ import (
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
 
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
+func testLogger(t testing.TB) *slog.Logger { return testenv.Logger(t) }
 
 // bank is one test's world: the coordinator's log in one schema, and two participant "databases"
 // (east, west: schemas of their own, each with an accounts table) registered with every
@@ -97,34 +95,10 @@ func (b *bank) coordinator(opts ...twopc.Option) *twopc.Coordinator {
 }
 
 // elector returns a candidate in the test's election, on a session of its own.
-func (b *bank) elector(id string) *lock.Elector {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s, err := lock.NewSession(ctx, testenv.ZK(b.t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testLogger(b.t)))
-	if err != nil {
-		b.t.Fatalf("NewSession: %v", err)
-	}
-	b.t.Cleanup(func() { _ = s.Close() })
-	el, err := lock.NewElector(s, b.path, id)
-	if err != nil {
-		b.t.Fatalf("NewElector: %v", err)
-	}
-	return el
-}
+func (b *bank) elector(id string) *lock.Elector { return testenv.Elector(b.t, b.path, id) }
 
 // run runs c.Run until the test ends, then waits for it and reports its error.
-func run(t *testing.T, c *twopc.Coordinator) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-}
+func run(t *testing.T, c *twopc.Coordinator) { testenv.Run(t, c.Run) }
 
 // move enlists, in g, n taken from alice in east and given to bob in west.
 func (b *bank) move(ctx context.Context, g *twopc.Global, n int) error {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"regexp"
@@ -23,6 +24,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/lock"
 
 	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
@@ -279,4 +282,41 @@ func Eventually(t testing.TB, timeout, interval time.Duration, cond func() bool,
 		}
 		time.Sleep(interval)
 	}
+}
+
+// Logger returns a logger that writes warnings and errors to the test's output.
+func Logger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// Elector returns a candidate called id in the election at path, on a ZooKeeper session of its
+// own (timeout 3 s) closed when the test ends: one per coordinator "process" of a test.
+func Elector(t testing.TB, path, id string) *lock.Elector {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := lock.NewSession(ctx, ZK(t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(Logger(t)))
+	if err != nil {
+		t.Fatalf("NewSession: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	el, err := lock.NewElector(s, path, id)
+	if err != nil {
+		t.Fatalf("NewElector: %v", err)
+	}
+	return el
+}
+
+// Run runs run (a Run(ctx) method) until the test ends, then cancels its ctx, waits for it and
+// reports its error.
+func Run(t testing.TB, run func(ctx context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
 }
