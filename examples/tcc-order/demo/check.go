@@ -172,7 +172,9 @@ func (h *harness) check(ctx context.Context, rep *Report) error {
 	if p.mode == app.ModeTCC { // the order service is a branch of its own only in TCC
 		ledgers = append(ledgers, namedLedger{"order", ol})
 	}
+	rep.Undone = map[string]int{}
 	for _, svc := range ledgers {
+		rep.Undone[svc.name] = p.countUndone(svc.l)
 		twice, both, unsettled, stray := p.audit(svc.l, statuses)
 		if twice+both+unsettled+stray != 0 {
 			fail("%s ledger: %d ops applied twice, %d branches both completed and undone, %d branches not settled with their outcome, %d ops against the outcome",

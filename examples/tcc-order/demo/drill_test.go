@@ -69,6 +69,9 @@ func drill(t *testing.T, m app.Mode) {
 	if rep.Globals[p.done] == 0 || rep.Globals[p.undone] == 0 {
 		t.Fatalf("want both %s and %s orders, got %v", p.done, p.undone, rep.Globals)
 	}
+	if rep.Undone["stock"] == 0 {
+		t.Fatalf("no stock branch undone (%s after an account refusal): %v", p.undo, rep.Undone)
+	}
 	if rep.ParticipantKills != cfg.ParticipantKills {
 		t.Fatalf("%d participant kills, want %d", rep.ParticipantKills, cfg.ParticipantKills)
 	}

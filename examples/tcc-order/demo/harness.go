@@ -84,6 +84,9 @@ type Report struct {
 	DoneQty, DoneAmount        int64 // what the orders that went through took
 	LedgerStock, LedgerAccount int
 	LedgerOrder                int
+	// Undone counts, per service, the branches applied and then undone (a try cancelled, an
+	// action compensated): in a saga, the stock deducted before the account refused.
+	Undone map[string]int
 }
 
 // OK returns the broken invariants as one error, or nil.
@@ -126,6 +129,10 @@ func (r Report) String() string {
 		order = fmt.Sprintf(", order %d", r.LedgerOrder)
 	}
 	fmt.Fprintf(&b, "ledger rows:            stock %d, account %d%s (each (gid, op) at most once)\n", r.LedgerStock, r.LedgerAccount, order)
+	if r.Undone != nil {
+		fmt.Fprintf(&b, "undone:                 stock %d, account %d (branches applied, then rolled back with their %s %s)\n",
+			r.Undone["stock"], r.Undone["account"], p.undone, p.unit)
+	}
 	if r.StockFaults != nil {
 		fmt.Fprintf(&b, "faults injected:        stock %s; account %s\n", faults(r.StockFaults), faults(r.AccountFaults))
 	}

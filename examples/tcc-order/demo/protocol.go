@@ -89,3 +89,14 @@ func (p protocol) audit(l ledger, statuses map[string]string) (twice, both, unse
 	}
 	return twice, both, unsettled, stray
 }
+
+// countUndone counts the branches of l applied and then undone.
+func (p protocol) countUndone(l ledger) int {
+	n := 0
+	for _, ops := range l {
+		if ops[p.apply.String()] > 0 && ops[p.undo.String()] > 0 {
+			n++
+		}
+	}
+	return n
+}
