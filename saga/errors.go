@@ -50,16 +50,6 @@ func (e *StepError) Unwrap() error { return e.Err }
 
 // mapErr puts this package's sentinel in front of the core's, keeping both in the chain.
 func mapErr(err error) error {
-	for _, m := range []struct{ from, to error }{
-		{core.ErrNotFound, ErrNotFound},
-		{core.ErrInvalidState, ErrInvalidState},
-		{core.ErrInvalidBranch, ErrInvalidStep},
-		{core.ErrInvalidOption, ErrInvalidOption},
-		{core.ErrRunning, ErrRunning},
-	} {
-		if errors.Is(err, m.from) {
-			return fmt.Errorf("%w: %w", m.to, err)
-		}
-	}
-	return err
+	return core.Sentinels{NotFound: ErrNotFound, InvalidState: ErrInvalidState, InvalidBranch: ErrInvalidStep,
+		InvalidOption: ErrInvalidOption, Running: ErrRunning}.Map(err)
 }

@@ -53,16 +53,6 @@ func (e *BranchError) Unwrap() error { return e.Err }
 
 // mapErr puts this package's sentinel in front of the core's, keeping both in the chain.
 func mapErr(err error) error {
-	for _, m := range []struct{ from, to error }{
-		{core.ErrNotFound, ErrNotFound},
-		{core.ErrInvalidState, ErrInvalidState},
-		{core.ErrInvalidBranch, ErrInvalidBranch},
-		{core.ErrInvalidOption, ErrInvalidOption},
-		{core.ErrRunning, ErrRunning},
-	} {
-		if errors.Is(err, m.from) {
-			return fmt.Errorf("%w: %w", m.to, err)
-		}
-	}
-	return err
+	return core.Sentinels{NotFound: ErrNotFound, InvalidState: ErrInvalidState, InvalidBranch: ErrInvalidBranch,
+		InvalidOption: ErrInvalidOption, Running: ErrRunning}.Map(err)
 }

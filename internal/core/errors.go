@@ -1,6 +1,9 @@
 package core
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors. Callers match them with [errors.Is]; the errors returned wrap them with the gid
 // and branch involved. A deposed leader's write fails with an error wrapping [lock.ErrFenced].
@@ -16,3 +19,23 @@ var (
 	// ErrRunning: Run was called while another Run of the same Recoverer is running.
 	ErrRunning = errors.New("core: already running")
 )
+
+// Sentinels are a coordinator package's own sentinels for the core's, in the order of the
+// fields: [Sentinels.Map] puts them in front of the core's.
+type Sentinels struct {
+	NotFound, InvalidState, InvalidBranch, InvalidOption, Running error
+}
+
+// Map returns err with the package's sentinel for the core sentinel it wraps in front, keeping
+// both in the chain; an error that wraps none is returned as it is.
+func (s Sentinels) Map(err error) error {
+	for _, m := range []struct{ from, to error }{
+		{ErrNotFound, s.NotFound}, {ErrInvalidState, s.InvalidState}, {ErrInvalidBranch, s.InvalidBranch},
+		{ErrInvalidOption, s.InvalidOption}, {ErrRunning, s.Running},
+	} {
+		if m.to != nil && errors.Is(err, m.from) {
+			return fmt.Errorf("%w: %w", m.to, err)
+		}
+	}
+	return err
+}
