@@ -7,10 +7,11 @@
 // answered 409; an unknown account is aborted and answered 404.
 //
 // Run several instances on one schema: each serves transfers, and the one elected in ZooKeeper
-// recovers what a dead instance left between the phases (finishes decided transactions, aborts
-// undecided ones at their timeout, and ends the prepared transactions left in the databases).
-// -pause-rate and -pause make some commits sleep between the phases, so that a drill's SIGKILL
-// lands there.
+// recovers what a dead instance left between the phases: it ends every prepared transaction left
+// in the two databases as the log says — COMMIT PREPARED when the transfer's decision to commit
+// is in the log, ROLLBACK PREPARED when it is not (presumed abort: twopc writes nothing for a
+// database-only transaction before its decision) once -resolve-grace has passed. -pause-rate and
+// -pause make some commits sleep between the phases, so that a drill's SIGKILL lands there.
 //
 //	go run ./examples/transfer/bank -schema demo -id bank-1 -seed-east alice=100 -seed-west bob=0
 package main
@@ -58,14 +59,14 @@ func main() {
 	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the recovery election (default /txkit-demo/<schema>/2pc)")
 	flag.StringVar(&c.seedEast, "seed-east", "", "accounts in "+app.East+", id=balance,... (inserted only when the account is new)")
 	flag.StringVar(&c.seedWest, "seed-west", "", "accounts in "+app.West+", id=balance,...")
-	flag.DurationVar(&c.timeout, "timeout", 6*time.Second, "global timeout: a transaction still undecided after it is aborted by the leader")
+	flag.DurationVar(&c.timeout, "timeout", 6*time.Second, "global timeout of a transaction (above -prepare-timeout)")
 	flag.DurationVar(&c.prepareTimeout, "prepare-timeout", 3*time.Second, "bound of phase one (below -timeout)")
 	flag.DurationVar(&c.lease, "lease", 3*time.Second, "how long a starter owns a decided transaction before the leader may finish it")
 	flag.DurationVar(&c.callTimeout, "call-timeout", 2*time.Second, "bound of each COMMIT/ROLLBACK PREPARED")
 	flag.DurationVar(&c.sessionTimeout, "session-timeout", 4*time.Second, "ZooKeeper session timeout (how long a dead leader keeps its leadership)")
 	flag.StringVar(&c.recovery, "recovery", "@every 500ms", "cron spec of the leader's recovery pass")
 	flag.StringVar(&c.resolve, "resolve", "@every 1s", "cron spec of the leader's scan of pg_prepared_xacts")
-	flag.DurationVar(&c.resolveGrace, "resolve-grace", 2*time.Second, "age below which a prepared transaction is left to its starter")
+	flag.DurationVar(&c.resolveGrace, "resolve-grace", 5*time.Second, "age below which a prepared transaction is left to its starter; keep it above -prepare-timeout plus -pause, or slow commits are aborted")
 	flag.Float64Var(&c.pauseRate, "pause-rate", 0, "fraction of commits that sleep -pause between the phases (for drills)")
 	flag.DurationVar(&c.pause, "pause", time.Second, "the sleep of a paused commit")
 	flag.StringVar(&c.pauseAt, "pause-at", "both", "where a paused commit sleeps: prepared (before the decision), decided (after it) or both (either, at random)")

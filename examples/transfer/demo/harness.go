@@ -132,7 +132,7 @@ func (r Report) String() string {
 	if r.Transfers > 0 {
 		fmt.Fprintf(&b, "random transfers:       %d (answers: %s)\n", r.Transfers, counts(r.Answers))
 	}
-	fmt.Fprintf(&b, "global transactions:    %s; %d transfers never in the log (aborted before their commit)\n", counts(r.Globals), r.NotInLog)
+	fmt.Fprintf(&b, "global transactions:    %s; %d transfers never in the log (aborted before a decision: presumed abort)\n", counts(r.Globals), r.NotInLog)
 	fmt.Fprintf(&b, "money:                  initial %d = now %d (east %d + west %d)\n", r.Initial, r.Final, r.East, r.West)
 	fmt.Fprintf(&b, "ledger rows:            east %d, west %d\n", r.LedgerEast, r.LedgerWest)
 	if r.LeaderKills > 0 {
@@ -253,9 +253,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	runID := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	h := &harness{cfg: cfg, runID: runID, schema: "xfer_" + runID, banks: map[string]*proc{},
 		client: &http.Client{Timeout: 30 * time.Second}, east: maps.Clone(scriptEast), west: maps.Clone(scriptWest)}
-	// Twenty accounts for the random load, east holding about twice what it sends.
-	for i := 1; i <= 20 && cfg.Transfers > 0; i++ {
-		h.east[account(i)] = max(1000, int64(cfg.Transfers)*5)
+	// A hundred accounts for the random load (few enough that transfers wait on each other's
+	// prepared rows), east holding about twice what it sends.
+	for i := 1; i <= accountsN && cfg.Transfers > 0; i++ {
+		h.east[account(i)] = max(1000, int64(cfg.Transfers)*100/accountsN)
 		h.west[account(i)] = 1000
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
@@ -299,7 +300,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return rep, settleErr
 }
 
-func account(i int) string { return fmt.Sprintf("acct-%02d", i) }
+const accountsN = 100
+
+func account(i int) string { return fmt.Sprintf("acct-%03d", i) }
 
 func (h *harness) build(ctx context.Context) error {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
@@ -576,7 +579,7 @@ func (h *harness) scriptBalances(ctx context.Context) (map[string]map[string]int
 // any account holds (refused), one in fifty to an account west does not have (rejected after the
 // debit was enlisted: Abort rolls it back).
 func transfer(i int) app.Transfer {
-	t := app.Transfer{From: account(1 + rand.IntN(20)), To: account(1 + rand.IntN(20)), Amount: 1 + rand.Int64N(100)}
+	t := app.Transfer{From: account(1 + rand.IntN(accountsN)), To: account(1 + rand.IntN(accountsN)), Amount: 1 + rand.Int64N(100)}
 	switch {
 	case i%10 == 3:
 		t.Amount = 1_000_000_000
