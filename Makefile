@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The servers' addresses (deploy/local/env) exported for the command that follows.
 WITH_ENV = set -a && eval "$$(deploy/local/env)" && ROCKETMQ_GO_LOG_LEVEL=error && set +a &&
 
-.PHONY: up down status test unit demo tcc-order drill-tcc saga-order drill-saga bench lint env
+.PHONY: up down status test unit demo tcc-order drill-tcc saga-order drill-saga transfer drill-2pc bench lint env
 
 up: ## start PostgreSQL, the ZooKeeper ensemble and RocketMQ (installing what is missing)
 	@deploy/local/up
@@ -59,6 +59,12 @@ saga-order: up ## run the tcc-order example with every order a saga (deduct stoc
 
 drill-saga: up ## saga failover drill: the drill-tcc load and kills with every order a saga
 	@$(WITH_ENV) $(GO) run ./examples/tcc-order/demo -drill -mode saga -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4
+
+transfer: up ## run the transfer example (two-phase commit between txkit_east and txkit_west) end to end
+	@$(WITH_ENV) $(GO) run ./examples/transfer/demo
+
+drill-2pc: up ## 2PC failover drill: 3 bank coordinators, 2000 transfers, leader SIGKILLs between the phases
+	@$(WITH_ENV) $(GO) run ./examples/transfer/demo -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s
 
 bench: up ## Go benchmarks against the real servers
 	@$(WITH_ENV) $(GO) test -run '^$$' -bench . -benchmem -count=1 $(BENCHFLAGS) ./...
