@@ -326,19 +326,24 @@ func (s *service) transfer(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// get: GET /transfers/{gid} → the transaction's status in the log and its ledger rows.
+// words names the log's statuses (the coordinator core's) in two-phase-commit terms.
+var words = map[twopc.Status]string{twopc.StatusPreparing: "preparing", twopc.StatusCommitting: "committing",
+	twopc.StatusCommitted: "committed", twopc.StatusAborting: "aborting", twopc.StatusAborted: "aborted"}
+
+// get: GET /transfers/{gid} → the transaction's status in the log and the sum of its ledger rows
+// in each database (null: none).
 func (s *service) get(w http.ResponseWriter, r *http.Request) {
 	gid := r.PathValue("gid")
 	out := map[string]any{"gid": gid}
 	st, err := s.tpc.Status(r.Context(), gid)
 	switch {
 	case errors.Is(err, twopc.ErrNotFound):
-		out["transaction"] = "not in the log (never committed, or aborted before its commit began)"
+		out["transaction"] = "not in the log: it never decided to commit (presumed abort)"
 	case err != nil:
 		app.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return
 	default:
-		out["transaction"] = st.String()
+		out["transaction"] = words[st]
 	}
 	for name, pool := range map[string]*pgxpool.Pool{"east": s.east, "west": s.west} {
 		var delta *int64
