@@ -17,10 +17,11 @@ import (
 // Barrier makes each operation of a branch run at most once, in the participant's own database
 // transaction, and handles the two anomalies of TCC and sagas:
 //
-//   - The empty rollback: a cancel (compensate) arrives for a branch whose try (action) never ran —
+//   - The empty rollback: a cancel (compensate, abort) arrives for a branch whose try (action,
+//     prepare) never ran —
 //     it was lost, or is still on its way. The barrier answers success without calling the
 //     business code: there is nothing to undo.
-//   - The hanging try: a try (action) arrives after that empty rollback. It must not reserve
+//   - The hanging try: a try (action, prepare) arrives after that empty rollback. It must not reserve
 //     anything, because no cancel will ever come to release it. The barrier refuses it with
 //     [ErrHanging], which wraps [ErrRefused] (HTTP 409), without calling the business code.
 //
@@ -109,7 +110,7 @@ func (b *Barrier) Run(ctx context.Context, db idempotency.DBTX) error {
 //
 // Call writes markers with INSERT ... ON CONFLICT DO NOTHING on the unique key (op, gid, branch):
 //
-//   - A cancel (compensate) first inserts the marker of its try (action). If that insert wrote a
+//   - A cancel (compensate, abort) first inserts the marker of its try (action, prepare). If that insert wrote a
 //     row, the try never ran: this is the empty rollback. Call records the cancel's own marker and
 //     returns nil without calling fn; the try marker now blocks any try that arrives later.
 //   - Every op then inserts its own marker. If the row was already there, the op already ran (and

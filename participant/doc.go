@@ -1,5 +1,5 @@
 // Package participant is both sides of a txkit branch: the wire protocol between a coordinator
-// (tcc, saga) and its participants, the HTTP and in-process ways to call a participant, and the
+// (tcc, saga, twopc) and its participants, the HTTP and in-process ways to call a participant, and the
 // participant barrier that makes each operation run at most once in the participant's own
 // database transaction.
 //

@@ -48,7 +48,7 @@ flags of every outbox command (before the verb or after it):
 flags of every tx command (before the verb or after it):
   -pg URL       PostgreSQL URL (default $TXKIT_PG_URL)
   -schema NAME  schema of the coordinator's tables (default: the URL's search_path)
-  -prefix P     table prefix (default txkit_ for tcc; sagas use txkit_saga_)
+  -prefix P     table prefix (default txkit_ for tcc; sagas use txkit_saga_, two-phase commits txkit_2pc_)
 
 exit status: 0 success, 1 failure (or fewer dead messages requeued than IDs given), 2 usage error
 `
