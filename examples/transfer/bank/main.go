@@ -292,9 +292,9 @@ func (s *service) transfer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	gid := g.GID()
-	// East before west, in every transfer: each branch's row locks are taken in the same order, so
-	// two transfers cannot wait on each other across the databases (a deadlock PostgreSQL could
-	// not detect; only the prepare timeout would end it).
+	// East before west, in every transfer: the row locks are taken in the same order, so transfers
+	// cannot wait for each other in a cycle across the databases (a deadlock PostgreSQL could not
+	// detect, each database seeing only half of it).
 	err = g.Enlist(ctx, "east", move(gid, t.From, -t.Amount))
 	if err == nil {
 		err = g.Enlist(ctx, "west", move(gid, t.To, t.Amount))
