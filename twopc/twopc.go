@@ -359,7 +359,14 @@ func (g *Global) Commit(ctx context.Context) error {
 		return fmt.Errorf("twopc: commit %s: already committed or aborted: %w", g.gid, ErrInvalidState)
 	}
 	g.state = stateCommitting
-	branches := g.branches
+	// An Enlist still running its work is not part of the commit: it finds the transaction
+	// committing when its work returns, rolls its work back and returns ErrInvalidState.
+	var branches []*branch
+	for _, br := range g.branches {
+		if br.p != nil || br.tx != nil {
+			branches = append(branches, br)
+		}
+	}
 	g.mu.Unlock()
 	if len(branches) == 0 {
 		return nil

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/twopc"
@@ -442,4 +443,35 @@ func TestIntegrationEmptyCommit(t *testing.T) {
 	if err := b.log.Pool.QueryRow(t.Context(), `select count(*) from txkit_2pc_global`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("rows in the log after an empty commit: %d, %v", n, err)
 	}
+}
+
+// An Enlist whose work is still running when Commit starts is left out of the commit: its work is
+// rolled back and it returns ErrInvalidState, while the branches enlisted before are committed.
+func TestIntegrationEnlistDuringCommit(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	c := b.coordinator()
+	g, _ := c.Begin(ctx)
+	if err := g.Enlist(ctx, "west", update("bob", 2)); err != nil {
+		t.Fatal(err)
+	}
+	working, finish := make(chan struct{}), make(chan struct{})
+	late := make(chan error, 1)
+	go func() {
+		late <- g.Enlist(ctx, "east", func(ctx context.Context, tx pgx.Tx) error {
+			close(working)
+			<-finish
+			return update("alice", -2)(ctx, tx)
+		})
+	}()
+	<-working
+	if err := g.Commit(ctx); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	close(finish)
+	if err := <-late; !errors.Is(err, twopc.ErrInvalidState) {
+		t.Fatalf("Enlist that outlasted Commit = %v, want ErrInvalidState", err)
+	}
+	b.wantBalances(startBalance, startBalance+2)
+	b.noPrepared()
 }
