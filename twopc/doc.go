@@ -12,10 +12,11 @@
 // The classic weaknesses of two-phase commit are the coordinator as a single point of failure
 // and participants left blocked, in doubt, when it dies between the phases. Here:
 //
-//   - The log (in PostgreSQL, shared with tcc and saga through the coordinator core) records the
-//     transaction and its branches before anything is prepared, and the decision before phase
-//     two. Any number of coordinator processes share it; the one elected leader (lock.Elector on
-//     ZooKeeper) finishes what a dead starter began, and its writes are fenced.
+//   - The log (in PostgreSQL, shared with tcc and saga through the coordinator core) holds the
+//     decision, with the branches, before phase two begins; a transaction with a participant
+//     branch is also recorded before phase one (see [Global.Commit]). Any number of coordinator
+//     processes share it; the one elected leader (lock.Elector on ZooKeeper) finishes what a dead
+//     starter began, and its writes are fenced.
 //   - Presumed abort: nothing is written before [Global.Commit], so a transaction abandoned
 //     before it leaves only open database transactions, which PostgreSQL rolls back with their
 //     connections. A prepared transaction whose gid is not in the log is rolled back (after the
