@@ -26,9 +26,10 @@ import (
 //     transfer (its pool's acquire count): the record with its branches, the decision, the
 //     outcome = 3.
 //
-//   - "bare-2pc": the same updates with a hand-written sequence and no coordinator: BEGIN +
-//     UPDATE on each database, PREPARE TRANSACTION on both concurrently, COMMIT PREPARED on both
-//     concurrently — no log, so no recovery either.
+//   - "bare-2pc": the same updates with a hand-written pgx sequence and no coordinator: a
+//     transaction on each database doing its update, PREPARE TRANSACTION on both concurrently,
+//     COMMIT PREPARED on both concurrently — the same statements the coordinator sends to the
+//     databases, without the log (so without recovery).
 //
 //   - "single-db": both updates in one ordinary transaction of one database: the ceiling.
 //
@@ -87,12 +88,14 @@ func BenchmarkTransfer(b *testing.B) {
 		}
 		return g.Commit(ctx)
 	}
+	// bare is what one writes by hand with pgx: a transaction on each database doing its update,
+	// PREPARE TRANSACTION on both at once, then COMMIT PREPARED on both at once.
 	bare := func() error {
 		id := "bench:" + uuid.NewString()
 		type side struct {
 			pool *pgxpool.Pool
 			sql  string
-			conn *pgxpool.Conn
+			tx   pgx.Tx
 		}
 		sides := []*side{{pool: east.Pool, sql: debit}, {pool: west.Pool, sql: credit}}
 		for _, s := range sides {
@@ -101,21 +104,24 @@ func BenchmarkTransfer(b *testing.B) {
 				return err
 			}
 			defer conn.Release()
-			if _, err := conn.Exec(ctx, "begin; "+s.sql); err != nil {
+			if s.tx, err = conn.Begin(ctx); err != nil {
 				return err
 			}
-			s.conn = conn
-		}
-		for _, stmt := range []string{"prepare transaction '%s:%d'", "commit prepared '%s:%d'"} {
-			var g errgroup.Group
-			for i, s := range sides {
-				g.Go(func() error { _, err := s.conn.Exec(ctx, fmt.Sprintf(stmt, id, i)); return err })
-			}
-			if err := g.Wait(); err != nil {
+			if _, err := s.tx.Exec(ctx, s.sql); err != nil {
 				return err
 			}
 		}
-		return nil
+		var g errgroup.Group
+		for i, s := range sides {
+			g.Go(func() error { _, err := s.tx.Exec(ctx, fmt.Sprintf("prepare transaction '%s:%d'", id, i)); return err })
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
+		for i, s := range sides {
+			g.Go(func() error { _, err := s.pool.Exec(ctx, fmt.Sprintf("commit prepared '%s:%d'", id, i)); return err })
+		}
+		return g.Wait()
 	}
 	single := func() error {
 		return pgx.BeginFunc(ctx, east.Pool, func(tx pgx.Tx) error {
