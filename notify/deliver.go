@@ -1,0 +1,468 @@
+package notify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/robfig/cron/v3"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/lock"
+)
+
+// Delivery is the JSON body of a delivery, and what a receiver's apply function is given.
+type Delivery struct {
+	ID        uuid.UUID       `json:"id"`
+	Receiver  string          `json:"receiver"`
+	Key       string          `json:"key"`
+	Payload   json.RawMessage `json:"payload"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// flight is the leader's view of one receiver: deliveries in flight and the circuit breaker.
+type flight struct {
+	inflight  int
+	failures  int       // consecutive failed deliveries
+	openUntil time.Time // the breaker holds deliveries back until then (zero: closed)
+}
+
+// result is one delivery's outcome.
+type result struct {
+	id       uuid.UUID
+	receiver string
+	ok       bool
+	code     int
+	latency  time.Duration
+	err      string
+}
+
+// Run delivers, while this notifier leads the election of [WithElector], every pending
+// notification whose attempt is due: woken by the cron tick ([WithTick]) and by NOTIFY from
+// [Notifier.Enqueue], it takes due notifications of each receiver — no more than the receiver's
+// free delivery slots, so a slow receiver only delays itself — posts them, and records each
+// attempt (status code, latency, error) and the notification's new state in batches, fenced with
+// the leadership's token so a deposed leader records nothing. A notification taken is left alone
+// for the claim lease ([WithClaimLease]): if this leader dies mid-delivery the next one sends it
+// again, with the same id. It also deletes delivered notifications past the retention.
+//
+// Run blocks until ctx ends, then returns nil after every goroutine it started has exited. It
+// returns an error wrapping [ErrInvalidOption] without an elector, [ErrRunning] when another Run
+// is running, and one wrapping lock.ErrClosed when the elector's session is closed.
+func (n *Notifier) Run(ctx context.Context) error {
+	if n.o.elector == nil {
+		return fmt.Errorf("notify: run: no elector (WithElector): %w", ErrInvalidOption)
+	}
+	if !n.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("notify: run: %w", ErrRunning)
+	}
+	defer n.running.Store(false)
+	return n.o.elector.RunWhileLeader(ctx, n.lead)
+}
+
+func (n *Notifier) lead(ctx context.Context, l *lock.Leadership) error {
+	tok := l.Token()
+	log := n.o.log.With(slog.String("table", n.name), slog.String("token", tok.String()))
+	log.Info("notify: leads")
+	defer log.Info("notify: stops leading")
+	if err := n.fenced(ctx, tok, func(pgx.Tx) error { return nil }); err != nil {
+		if errors.Is(err, lock.ErrFenced) {
+			n.stats.fenced.Add(1)
+			log.Warn("notify: fenced out by a newer leader", slog.Any("err", err))
+			pause(ctx, time.Second)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("notify: fence of %s: %w", n.name, err)
+	}
+	n.mu.Lock()
+	n.flights = map[string]*flight{}
+	for name := range n.receivers {
+		n.flights[name] = &flight{}
+	}
+	n.mu.Unlock()
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	wake := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	poke()
+	results := make(chan result, 1024)
+	g, gctx := errgroup.WithContext(ctx)
+	var deliveries sync.WaitGroup // every delivery goroutine; the recorder outlives them
+	cl := pgutil.CronLogger{L: log}
+	c := cron.New(cron.WithParser(cronParser), cron.WithLogger(cl), cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
+	if _, err := c.AddFunc(n.o.tick, poke); err != nil {
+		return fmt.Errorf("notify: tick %q: %w: %w", n.o.tick, err, ErrInvalidOption)
+	}
+	if _, err := c.AddFunc(n.o.retentionSpec, func() {
+		if err := n.purge(gctx, tok); err != nil && gctx.Err() == nil {
+			log.Warn("notify: retention failed; retrying at its next run", slog.Any("err", err))
+		}
+	}); err != nil {
+		return fmt.Errorf("notify: retention %q: %w: %w", n.o.retentionSpec, err, ErrInvalidOption)
+	}
+	c.Start()
+	g.Go(func() error {
+		<-gctx.Done()
+		<-c.Stop().Done()
+		return nil
+	})
+	g.Go(func() error { n.listen(gctx, poke, log); return nil })
+	recorded := make(chan struct{})
+	g.Go(func() error {
+		defer close(recorded)
+		return n.recorder(gctx, tok, results, poke, log)
+	})
+	g.Go(func() error {
+		defer func() {
+			deliveries.Wait()
+			close(results) // the recorder records what is left, then ends
+			<-recorded
+		}()
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-wake:
+			}
+			if err := n.dispatch(gctx, tok, results, &deliveries, log); err != nil {
+				if errors.Is(err, lock.ErrFenced) {
+					return err
+				}
+				if gctx.Err() == nil {
+					log.Warn("notify: taking due notifications failed; retrying at the next tick", slog.Any("err", err))
+				}
+			}
+		}
+	})
+	if err := g.Wait(); errors.Is(err, lock.ErrFenced) {
+		n.stats.fenced.Add(1)
+		log.Warn("notify: fenced out by a newer leader", slog.Any("err", err))
+		pause(l.Context(), time.Second)
+	}
+	return nil
+}
+
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// fenced runs fn in a transaction that first passes the fence with tok.
+func (n *Notifier) fenced(ctx context.Context, tok lock.Token, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, n.pool, func(tx pgx.Tx) error {
+		if err := n.fence.Check(ctx, tx, "notify:"+n.name, tok); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+// dispatch takes, for every receiver whose breaker lets it, as many due notifications as it has
+// free delivery slots, and starts their deliveries.
+func (n *Notifier) dispatch(ctx context.Context, tok lock.Token, results chan<- result, wg *sync.WaitGroup, log *slog.Logger) error {
+	names := make([]string, 0, len(n.receivers))
+	for name := range n.receivers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	now := time.Now()
+	for _, name := range names {
+		rcv := n.receivers[name]
+		n.mu.Lock()
+		f := n.flights[name]
+		free := rcv.Concurrency - f.inflight
+		if !f.openUntil.IsZero() {
+			if now.Before(f.openUntil) {
+				free = 0
+			} else {
+				free = min(free, 1-f.inflight) // half open: one probe at a time
+			}
+		}
+		n.mu.Unlock()
+		if free <= 0 {
+			continue
+		}
+		var batch []Delivery
+		err := n.fenced(ctx, tok, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `update `+n.table+` set next_attempt_at = now() + make_interval(secs => $3), updated_at = now()
+where id in (select id from `+n.table+` where status = 'pending' and receiver = $1 and next_attempt_at <= now()
+             order by next_attempt_at limit $2 for update skip locked)
+returning id, receiver, key, payload, created_at`, name, free, n.o.claimLease.Seconds())
+			if err != nil {
+				return err
+			}
+			batch, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
+				var d Delivery
+				var p []byte
+				err := r.Scan(&d.ID, &d.Receiver, &d.Key, &p, &d.CreatedAt)
+				d.Payload = p
+				return d, err
+			})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("take due notifications of %s: %w", name, err)
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		n.mu.Lock()
+		f.inflight += len(batch)
+		n.mu.Unlock()
+		for _, d := range batch {
+			wg.Go(func() { results <- n.deliver(ctx, rcv, d) })
+		}
+	}
+	return nil
+}
+
+// deliver posts d to rcv, signed, and returns the outcome.
+func (n *Notifier) deliver(ctx context.Context, rcv Receiver, d Delivery) result {
+	res := result{id: d.ID, receiver: rcv.Name}
+	body, err := json.Marshal(d)
+	if err != nil {
+		res.err = err.Error()
+		return res
+	}
+	cctx, cancel := context.WithTimeout(ctx, n.o.callTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodPost, rcv.URL, bytes.NewReader(body))
+	if err != nil {
+		res.err = err.Error()
+		return res
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderID, d.ID.String())
+	req.Header.Set(HeaderReceiver, rcv.Name)
+	signRequest(req, rcv.Secrets[0], time.Now(), body)
+	start := time.Now()
+	resp, err := n.o.client.Do(req)
+	if err != nil {
+		res.latency, res.err = time.Since(start), err.Error()
+		return res
+	}
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	_ = resp.Body.Close()
+	res.latency, res.code = time.Since(start), resp.StatusCode
+	switch {
+	case err != nil:
+		res.err = "reading the answer: " + err.Error()
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		res.err = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(answer)))
+	case rcv.Echo != "" && strings.TrimSpace(string(answer)) != rcv.Echo:
+		res.err = fmt.Sprintf("answer %q is not the acknowledgement %q", strings.TrimSpace(string(answer)), rcv.Echo)
+	default:
+		res.ok = true
+	}
+	return res
+}
+
+// recorder writes results in batches — every result already waiting, up to the batch size, in
+// one fenced statement — until results is closed (after ctx ended and every delivery returned).
+// What cannot be written is left to the claim lease: the notification is delivered again.
+func (n *Notifier) recorder(ctx context.Context, tok lock.Token, results <-chan result, poke func(), log *slog.Logger) error {
+	var fencedErr error
+	for r := range results {
+		batch := []result{r}
+	more:
+		for len(batch) < n.o.batch {
+			select {
+			case r, ok := <-results:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		n.release(batch)
+		if fencedErr != nil || ctx.Err() != nil {
+			continue // leadership over: the next leader redelivers these after the lease
+		}
+		if err := n.record(ctx, tok, batch, log); err != nil {
+			if errors.Is(err, lock.ErrFenced) {
+				fencedErr = err
+				continue
+			}
+			if ctx.Err() == nil {
+				log.Warn("notify: recording attempts failed; they will be made again after the claim lease",
+					slog.Int("results", len(batch)), slog.Any("err", err))
+			}
+		}
+		poke() // slots are free again
+	}
+	return fencedErr
+}
+
+// release frees the batch's delivery slots and updates the receivers' breakers.
+func (n *Notifier) release(batch []result) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	for _, r := range batch {
+		f := n.flights[r.receiver]
+		f.inflight--
+		if r.ok {
+			f.failures, f.openUntil = 0, time.Time{}
+			continue
+		}
+		f.failures++
+		if f.failures >= n.o.breakerFailures && (f.openUntil.IsZero() || !now.Before(f.openUntil)) {
+			f.openUntil = now.Add(n.o.breakerCooldown)
+			n.stats.breakerOpen.Add(1)
+			n.o.log.Warn("notify: receiver keeps failing; holding its deliveries back", slog.String("receiver", r.receiver),
+				slog.Int("failures", f.failures), slog.Duration("cooldown", n.o.breakerCooldown))
+		}
+	}
+}
+
+// record writes a batch of results in one fenced statement: each notification's attempt count,
+// last status and error, its new state — delivered; failed when the schedule is used up; else
+// pending, due after the schedule's next delay with jitter, computed by PostgreSQL — and one
+// attempts row each.
+func (n *Notifier) record(ctx context.Context, tok lock.Token, batch []result, log *slog.Logger) error {
+	k := len(batch)
+	ids, oks, codes, lat, errs := make([]uuid.UUID, k), make([]bool, k), make([]int32, k), make([]float64, k), make([]string, k)
+	for i, r := range batch {
+		ids[i], oks[i], codes[i], lat[i], errs[i] = r.id, r.ok, int32(r.code), float64(r.latency)/float64(time.Millisecond), r.err
+	}
+	sched := make([]float64, len(n.o.schedule))
+	for i, d := range n.o.schedule {
+		sched[i] = d.Seconds()
+	}
+	type outcome struct {
+		id       uuid.UUID
+		status   string
+		attempts int
+	}
+	var outs []outcome
+	err := n.fenced(ctx, tok, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `with r as (
+	select * from unnest($1::uuid[], $2::bool[], $3::int[], $4::float8[], $5::text[]) as r(id, ok, code, lat, err)),
+u as (
+	update `+n.table+` t set attempts = t.attempts + 1, last_status = nullif(r.code, 0), updated_at = now(),
+		last_error = case when r.ok then null else r.err end,
+		delivered_at = case when r.ok then now() end,
+		status = case when r.ok then 'delivered' when t.attempts + 1 > cardinality($6::float8[]) then 'failed' else 'pending' end,
+		next_attempt_at = case when r.ok or t.attempts + 1 > cardinality($6::float8[]) then t.next_attempt_at
+			else now() + make_interval(secs => ($6::float8[])[t.attempts + 1] * (1 - $7::float8 + 2 * $7::float8 * random())) end
+	from r where t.id = r.id and t.status = 'pending'
+	returning t.id, t.status, t.attempts),
+a as (
+	insert into `+n.attempts+` (id, n, status_code, latency_ms, error)
+	select u.id, u.attempts, r.code, r.lat, nullif(r.err, '') from u join r using (id)
+	on conflict do nothing)
+select id, status, attempts from u`, ids, oks, codes, lat, errs, sched, n.o.jitter)
+		if err != nil {
+			return err
+		}
+		outs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (outcome, error) {
+			var o outcome
+			return o, r.Scan(&o.id, &o.status, &o.attempts)
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	byID := make(map[uuid.UUID]result, k)
+	for _, r := range batch {
+		byID[r.id] = r
+	}
+	for _, o := range outs {
+		r := byID[o.id]
+		switch o.status {
+		case "delivered":
+			n.stats.delivered.Add(1)
+			log.Debug("notify: delivered", slog.String("id", o.id.String()), slog.String("receiver", r.receiver), slog.Int("attempt", o.attempts))
+		case "failed":
+			n.stats.failedAttempts.Add(1)
+			n.stats.failed.Add(1)
+			log.Error("notify: no attempt left; the notification is failed", slog.String("id", o.id.String()),
+				slog.String("receiver", r.receiver), slog.Int("attempts", o.attempts), slog.String("err", r.err))
+		default:
+			n.stats.failedAttempts.Add(1)
+			log.Info("notify: attempt failed; retrying on schedule", slog.String("id", o.id.String()),
+				slog.String("receiver", r.receiver), slog.Int("attempt", o.attempts), slog.Int("status", r.code), slog.String("err", r.err))
+		}
+	}
+	return nil
+}
+
+// purge deletes delivered notifications older than the retention (and their attempts).
+func (n *Notifier) purge(ctx context.Context, tok lock.Token) error {
+	for ctx.Err() == nil {
+		var deleted int64
+		err := n.fenced(ctx, tok, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, `delete from `+n.table+` where id in (select id from `+n.table+`
+				where status = 'delivered' and delivered_at < now() - make_interval(secs => $1) limit 1000)`, n.o.retention.Seconds())
+			deleted = tag.RowsAffected()
+			return err
+		})
+		if err != nil || deleted < 1000 {
+			return err
+		}
+	}
+	return nil
+}
+
+// listen keeps a connection LISTENing on the notifier's channel, poking the dispatcher for every
+// notification, until ctx ends; a lost connection is opened again after a pause.
+func (n *Notifier) listen(ctx context.Context, poke func(), log *slog.Logger) {
+	for ctx.Err() == nil {
+		err := n.listenOnce(ctx, poke)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("notify: listening connection failed; polling on the tick until it is back", slog.Any("err", err))
+		pause(ctx, time.Second)
+	}
+}
+
+func (n *Notifier) listenOnce(ctx context.Context, poke func()) error {
+	conn, err := pgx.ConnectConfig(ctx, n.pool.Config().ConnConfig)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "listen "+pgx.Identifier{n.channel}.Sanitize()); err != nil {
+		return err
+	}
+	poke()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		poke()
+	}
+}

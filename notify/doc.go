@@ -1,0 +1,45 @@
+// Package notify is best-effort notification: telling another system the result of something
+// that already happened (a recharge succeeded, a payment settled), the way payment platforms
+// call their merchants back.
+//
+// The sender records a notification in its own transaction, next to the result it reports
+// ([Notifier.Enqueue]), so a notification exists if and only if the result was committed. The
+// elected leader ([Notifier.Run], under a lock.Elector) delivers it by HTTP POST — a JSON
+// [Delivery], signed with HMAC-SHA256 over the timestamp, method, target and body, with the
+// notification id, receiver, timestamp and signature in headers — and retries on a schedule
+// ([DefaultSchedule]: 15s, 15s, 30s, 3m, 10m, 20m, 30m, 30m, 30m, 1h, 3h, 3h, 3h, 6h, 6h, with
+// jitter, every due time computed by PostgreSQL) until the receiver answers 2xx (with the echo
+// body it must send back, if one is set). After the last attempt the notification is failed:
+// listed for operators ([Notifier.ListFailed]) and redeliverable ([Notifier.Redeliver]). Every
+// attempt's status code, latency and error are kept ([Notifier.Attempts]). Each receiver has its
+// own bound on deliveries in flight, so a slow one never delays the others, and a circuit breaker
+// holds back a receiver that keeps failing instead of hammering it.
+//
+// Delivery is at least once. The receiving side, [Inbox], verifies signature and timestamp,
+// refuses a replayed request, and applies each notification once, claiming its id in an
+// idempotency.Store in the same transaction as the effect. A lost notification is never a lost
+// fact: the receiver asks the sender ([Notifier.QueryHandler], [Client]) and [Inbox.Reconcile]
+// applies what it never got.
+//
+// The sender:
+//
+//	n, _ := notify.New(pool, []notify.Receiver{{Name: "shop", URL: "https://shop.example/notify",
+//		Secrets: []string{secret}, Echo: "success"}}, notify.WithElector(el))
+//	_ = n.Migrate(ctx)
+//	go n.Run(ctx) // delivers on the leader only
+//	mux.Handle("GET /notifications", n.QueryHandler())
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		// ... record the recharge ...
+//		_, err := n.Enqueue(ctx, tx, notify.Notification{Receiver: "shop", Key: orderID, Payload: result})
+//		return err
+//	})
+//
+// The receiver:
+//
+//	in, _ := notify.NewInbox(pool, store, []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
+//		_, err := tx.Exec(ctx, `update orders set paid = true where id = $1`, d.Key)
+//		return err
+//	})
+//	mux.Handle("POST /notify", in)
+//	applied, err := in.Reconcile(ctx, notify.Client{URL: senderQueryURL, Receiver: "shop", Secret: secret}, unpaidOrders...)
+package notify

@@ -1,0 +1,22 @@
+package notify
+
+import "errors"
+
+// Sentinel errors. Callers match them with [errors.Is]; the errors returned wrap them with the
+// notification id, receiver or key involved.
+var (
+	// ErrInvalidOption: a constructor or call was given an option or argument it cannot use.
+	ErrInvalidOption = errors.New("notify: invalid option")
+	// ErrInvalidNotification: a notification is malformed (unknown receiver, empty or over-long
+	// key, a payload that is not JSON).
+	ErrInvalidNotification = errors.New("notify: invalid notification")
+	// ErrNotFound: no notification has the id (or the receiver and key).
+	ErrNotFound = errors.New("notify: notification not found")
+	// ErrUnauthorized: a request's signature or timestamp does not verify, or it was seen before
+	// (a replay). Receivers answer it with 401.
+	ErrUnauthorized = errors.New("notify: unauthorized")
+	// ErrNilTx: a nil transaction or connection was passed.
+	ErrNilTx = errors.New("notify: nil transaction")
+	// ErrRunning: Run was called while another Run of the same Notifier is running.
+	ErrRunning = errors.New("notify: already running")
+)

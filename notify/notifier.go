@@ -1,0 +1,416 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/url"
+	"reflect"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/lock"
+)
+
+// DBTX is what [Notifier.Enqueue] writes with: a pgx.Tx of the caller (usual), a *pgx.Conn or a
+// *pgxpool.Pool.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// MaxKeyLen is the longest business key, in bytes.
+const MaxKeyLen = 200
+
+// Receiver is a system that is told of results: where deliveries go and how they are signed.
+type Receiver struct {
+	// Name identifies the receiver in notifications, headers and queries.
+	Name string
+	// URL is where deliveries are POSTed.
+	URL string
+	// Secrets are the HMAC-SHA256 keys shared with the receiver. The first signs deliveries; all
+	// of them verify the receiver's queries. During a key rotation the receiver accepts both the
+	// old and the new key while the sender moves from one to the other.
+	Secrets []string
+	// Echo, when set, is the body a receiver must answer (with a 2xx status) to acknowledge a
+	// delivery, as payment platforms require ("success"); anything else counts as a failure.
+	Echo string
+	// Concurrency bounds the deliveries to this receiver in flight at once (default
+	// [WithConcurrency]), so that a slow receiver never holds up the others.
+	Concurrency int
+}
+
+// Notification is a result to tell a receiver.
+type Notification struct {
+	ID       uuid.UUID       // zero: a new UUIDv7
+	Receiver string          // a Receiver's Name
+	Key      string          // the business key (an order number): unique per receiver
+	Payload  json.RawMessage // the result, JSON
+}
+
+// Status is the state of a notification.
+type Status uint8
+
+// The states of a notification.
+const (
+	StatusPending   Status = iota + 1 // being delivered, or waiting for its next attempt
+	StatusDelivered                   // the receiver acknowledged it
+	StatusFailed                      // every attempt of the schedule failed; see Notifier.Redeliver
+)
+
+var statusNames = map[Status]string{StatusPending: "pending", StatusDelivered: "delivered", StatusFailed: "failed"}
+
+func (s Status) String() string {
+	if n, ok := statusNames[s]; ok {
+		return n
+	}
+	return "Status(" + strconv.Itoa(int(s)) + ")"
+}
+
+// MarshalText writes the status's name.
+func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText reads a status's name.
+func (s *Status) UnmarshalText(b []byte) error {
+	for st, n := range statusNames {
+		if n == string(b) {
+			*s = st
+			return nil
+		}
+	}
+	return fmt.Errorf("notify: unknown status %q: %w", b, ErrInvalidOption)
+}
+
+// Record is a notification as the sender keeps it.
+type Record struct {
+	Notification
+	Status         Status
+	Attempts       int        // attempts made
+	NextAttemptAt  time.Time  // when the next attempt is due (pending)
+	LastStatusCode int        // the HTTP status of the last attempt (0: no answer)
+	LastError      string     // why the last attempt failed
+	CreatedAt      time.Time  //
+	DeliveredAt    *time.Time // when it was acknowledged
+}
+
+// Attempt is one delivery attempt.
+type Attempt struct {
+	N          int           // 1 for the first
+	At         time.Time     // when its result was recorded
+	StatusCode int           // the HTTP status (0: no answer)
+	Latency    time.Duration // from sending to the answer (or the failure)
+	Error      string        // why it failed; empty for a success
+}
+
+// Notifier records notifications in the caller's transactions ([Notifier.Enqueue]) and delivers
+// them by signed HTTP POST on a schedule ([Notifier.Run], on the elected leader only), until the
+// receiver acknowledges or the schedule runs out. It also answers receivers' queries
+// ([Notifier.QueryHandler]) and gives operators the failed ones ([Notifier.ListFailed],
+// [Notifier.Redeliver]).
+//
+// Notifier is safe for concurrent use by multiple goroutines; Run must not run twice at once.
+type Notifier struct {
+	pool      *pgxpool.Pool
+	o         options
+	receivers map[string]Receiver
+	fence     *lock.Fence
+	table     string // quoted
+	attempts  string // quoted
+	name      string // unquoted, schema-qualified: the fence resource and the NOTIFY channel
+	channel   string
+	lockKey   int64
+	running   atomic.Bool
+	stats     stats
+	mu        sync.Mutex // guards the leader's per-receiver state
+	flights   map[string]*flight
+}
+
+type stats struct{ delivered, failedAttempts, failed, fenced, breakerOpen atomic.Int64 }
+
+// Stats counts what a [Notifier] did.
+type Stats struct {
+	Delivered      int64 // notifications acknowledged
+	FailedAttempts int64 // attempts that failed
+	Failed         int64 // notifications that ran out of attempts
+	Fenced         int64 // writes the fence refused (a newer leader had written)
+	BreakerOpened  int64 // times a receiver's circuit opened
+}
+
+// Stats returns the notifier's counters.
+func (n *Notifier) Stats() Stats {
+	return Stats{Delivered: n.stats.delivered.Load(), FailedAttempts: n.stats.failedAttempts.Load(),
+		Failed: n.stats.failed.Load(), Fenced: n.stats.fenced.Load(), BreakerOpened: n.stats.breakerOpen.Load()}
+}
+
+// New returns a Notifier that keeps its notifications in pool and delivers them to receivers. It
+// does not touch the database: call [Notifier.Migrate]. A receiver without a name, URL or secret,
+// two with one name, or an unusable option returns an error wrapping [ErrInvalidOption].
+func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if pool == nil {
+		return nil, fmt.Errorf("notify: nil pool: %w", ErrInvalidOption)
+	}
+	rs := map[string]Receiver{}
+	for _, r := range receivers {
+		if err := checkReceiver(r); err != nil {
+			return nil, err
+		}
+		if _, dup := rs[r.Name]; dup {
+			return nil, fmt.Errorf("notify: receiver %q twice: %w", r.Name, ErrInvalidOption)
+		}
+		if r.Concurrency == 0 {
+			r.Concurrency = o.concurrencyPerRcv
+		}
+		r.Secrets = append([]string(nil), r.Secrets...)
+		rs[r.Name] = r
+	}
+	var fopts []lock.FenceOption
+	if o.schema != "" {
+		fopts = append(fopts, lock.WithFenceSchema(o.schema))
+	}
+	fence, err := lock.NewFence(fopts...)
+	if err != nil {
+		return nil, fmt.Errorf("notify: fence: %w: %w", err, ErrInvalidOption)
+	}
+	table, name := pgutil.Table(o.schema, o.table)
+	attempts, _ := pgutil.Table(o.schema, o.table+"_attempt")
+	h := fnv.New64a()
+	h.Write([]byte("txkit-notify:" + name))
+	return &Notifier{pool: pool, o: o, receivers: rs, fence: fence, table: table, attempts: attempts, name: name,
+		channel: o.table, lockKey: int64(h.Sum64() >> 1), flights: map[string]*flight{}}, nil
+}
+
+func checkReceiver(r Receiver) error {
+	if err := pgutil.CheckText(r.Name, 200); err != nil {
+		return fmt.Errorf("notify: receiver name %q: %w: %w", r.Name, err, ErrInvalidOption)
+	}
+	if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("notify: receiver %s: URL %q is not an http(s) URL: %w", r.Name, r.URL, ErrInvalidOption)
+	}
+	if len(r.Secrets) == 0 || slicesContainsEmpty(r.Secrets) {
+		return fmt.Errorf("notify: receiver %s: no secret, or an empty one: %w", r.Name, ErrInvalidOption)
+	}
+	if r.Concurrency < 0 {
+		return fmt.Errorf("notify: receiver %s: concurrency %d: %w", r.Name, r.Concurrency, ErrInvalidOption)
+	}
+	return nil
+}
+
+func slicesContainsEmpty(ss []string) bool {
+	for _, s := range ss {
+		if s == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// Migrate creates the schema (if set), the notifications and attempts tables and the fence table
+// when they do not exist. It is idempotent and safe to run from several processes at once (an
+// advisory lock serializes them); ctx scopes only this call.
+func (n *Notifier) Migrate(ctx context.Context) error {
+	ddl := fmt.Sprintf(`select pg_advisory_xact_lock(%d);
+%s
+create table if not exists %s (
+    id              uuid        primary key,
+    receiver        text        not null,
+    key             text        not null,
+    payload         bytea       not null,
+    status          text        not null default 'pending' check (status in ('pending', 'delivered', 'failed')),
+    attempts        integer     not null default 0,
+    next_attempt_at timestamptz not null default now(),
+    last_status     integer,
+    last_error      text,
+    created_at      timestamptz not null default now(),
+    updated_at      timestamptz not null default now(),
+    delivered_at    timestamptz,
+    unique (receiver, key)
+);
+create index if not exists %s on %s (receiver, next_attempt_at) where status = 'pending';
+create table if not exists %s (
+    id          uuid             not null references %s (id) on delete cascade,
+    n           integer          not null,
+    at          timestamptz      not null default now(),
+    status_code integer          not null,
+    latency_ms  double precision not null,
+    error       text,
+    primary key (id, n)
+);`, n.lockKey, n.createSchema(), n.table, pgx.Identifier{n.o.table + "_due"}.Sanitize(), n.table, n.attempts, n.table)
+	if _, err := n.pool.Exec(ctx, ddl); err != nil {
+		return fmt.Errorf("notify: migrate %s: %w", n.name, err)
+	}
+	if err := n.fence.Migrate(ctx, n.pool); err != nil {
+		return fmt.Errorf("notify: migrate %s: %w", n.name, err)
+	}
+	return nil
+}
+
+func (n *Notifier) createSchema() string {
+	if n.o.schema == "" {
+		return ""
+	}
+	return "create schema if not exists " + pgx.Identifier{n.o.schema}.Sanitize() + ";"
+}
+
+// Enqueue records nt in tx — the caller's own transaction, so the notification exists if and only
+// if the result it reports was committed — and returns its id. The leader delivers it once tx
+// commits (woken at once through NOTIFY). Enqueuing a second notification with the receiver and
+// key of an existing one records nothing and returns the existing id: enqueuing is idempotent per
+// business key. An unknown receiver, an empty or over-long key, or a payload that is not JSON
+// returns an error wrapping [ErrInvalidNotification]; a nil tx one wrapping [ErrNilTx]. It
+// blocks for two statements.
+func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.UUID, error) {
+	if tx == nil || (reflect.ValueOf(tx).Kind() == reflect.Pointer && reflect.ValueOf(tx).IsNil()) {
+		return uuid.Nil, fmt.Errorf("notify: enqueue %s/%s: %w", nt.Receiver, nt.Key, ErrNilTx)
+	}
+	if _, ok := n.receivers[nt.Receiver]; !ok {
+		return uuid.Nil, fmt.Errorf("notify: enqueue: unknown receiver %q: %w", nt.Receiver, ErrInvalidNotification)
+	}
+	if err := pgutil.CheckText(nt.Key, MaxKeyLen); err != nil {
+		return uuid.Nil, fmt.Errorf("notify: enqueue %s: key %q: %w: %w", nt.Receiver, nt.Key, err, ErrInvalidNotification)
+	}
+	if len(nt.Payload) == 0 || !json.Valid(nt.Payload) {
+		return uuid.Nil, fmt.Errorf("notify: enqueue %s/%s: payload is not JSON: %w", nt.Receiver, nt.Key, ErrInvalidNotification)
+	}
+	id := nt.ID
+	if id == uuid.Nil {
+		var err error
+		if id, err = uuid.NewV7(); err != nil {
+			return uuid.Nil, fmt.Errorf("notify: enqueue: %w", err)
+		}
+	}
+	err := tx.QueryRow(ctx, `with ins as (
+	insert into `+n.table+` (id, receiver, key, payload) values ($1, $2, $3, $4)
+	on conflict (receiver, key) do nothing returning id)
+select id from ins union all select id from `+n.table+` where receiver = $2 and key = $3 limit 1`,
+		id, nt.Receiver, nt.Key, []byte(nt.Payload)).Scan(&id)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("notify: enqueue %s/%s: %w", nt.Receiver, nt.Key, err)
+	}
+	if _, err := tx.Exec(ctx, `select pg_notify($1, '')`, n.channel); err != nil {
+		return uuid.Nil, fmt.Errorf("notify: enqueue %s/%s: notify: %w", nt.Receiver, nt.Key, err)
+	}
+	return id, nil
+}
+
+const recordColumns = `id, receiver, key, payload, status, attempts, next_attempt_at, coalesce(last_status, 0),
+	coalesce(last_error, ''), created_at, delivered_at`
+
+func scanRecord(row pgx.CollectableRow) (*Record, error) {
+	var r Record
+	var payload []byte
+	var status string
+	if err := row.Scan(&r.ID, &r.Receiver, &r.Key, &payload, &status, &r.Attempts, &r.NextAttemptAt,
+		&r.LastStatusCode, &r.LastError, &r.CreatedAt, &r.DeliveredAt); err != nil {
+		return nil, err
+	}
+	r.Payload = payload
+	if err := r.Status.UnmarshalText([]byte(status)); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (n *Notifier) one(ctx context.Context, what, where string, args ...any) (*Record, error) {
+	rows, err := n.pool.Query(ctx, `select `+recordColumns+` from `+n.table+` where `+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("notify: %s: %w", what, err)
+	}
+	r, err := pgx.CollectExactlyOneRow(rows, scanRecord)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("notify: %s: %w", what, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("notify: %s: %w", what, err)
+	}
+	return r, nil
+}
+
+// Get returns the notification id, or an error wrapping [ErrNotFound].
+func (n *Notifier) Get(ctx context.Context, id uuid.UUID) (*Record, error) {
+	return n.one(ctx, "get "+id.String(), `id = $1`, id)
+}
+
+// ByKey returns the notification of receiver for business key, or an error wrapping
+// [ErrNotFound].
+func (n *Notifier) ByKey(ctx context.Context, receiver, key string) (*Record, error) {
+	return n.one(ctx, "get "+receiver+"/"+key, `receiver = $1 and key = $2`, receiver, key)
+}
+
+// Attempts returns the attempts of notification id, first first (none for an unknown id).
+func (n *Notifier) Attempts(ctx context.Context, id uuid.UUID) ([]Attempt, error) {
+	rows, err := n.pool.Query(ctx, `select n, at, status_code, latency_ms, coalesce(error, '') from `+n.attempts+
+		` where id = $1 order by n`, id)
+	if err != nil {
+		return nil, fmt.Errorf("notify: attempts of %s: %w", id, err)
+	}
+	as, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
+		var a Attempt
+		var ms float64
+		err := r.Scan(&a.N, &a.At, &a.StatusCode, &ms, &a.Error)
+		a.Latency = time.Duration(ms * float64(time.Millisecond))
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("notify: attempts of %s: %w", id, err)
+	}
+	return as, nil
+}
+
+// ListFailed returns up to limit failed notifications, oldest first, for operators.
+func (n *Notifier) ListFailed(ctx context.Context, limit int) ([]*Record, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := n.pool.Query(ctx, `select `+recordColumns+` from `+n.table+
+		` where status = 'failed' order by created_at limit $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("notify: list failed: %w", err)
+	}
+	rs, err := pgx.CollectRows(rows, scanRecord)
+	if err != nil {
+		return nil, fmt.Errorf("notify: list failed: %w", err)
+	}
+	return rs, nil
+}
+
+// Redeliver puts the failed notification id back on the schedule from its start: its next
+// attempt is due now, and it gets the whole schedule again. Its earlier attempts stay recorded.
+// An unknown id returns an error wrapping [ErrNotFound]; one that is not failed returns one
+// wrapping [ErrInvalidOption].
+func (n *Notifier) Redeliver(ctx context.Context, id uuid.UUID) error {
+	var status string
+	err := n.pool.QueryRow(ctx, `with u as (
+	update `+n.table+` set status = 'pending', attempts = 0, next_attempt_at = now(), updated_at = now()
+	where id = $1 and status = 'failed' returning 1)
+select coalesce((select 'redelivered' from u), (select status from `+n.table+` where id = $1), '')`, id).Scan(&status)
+	switch {
+	case err != nil:
+		return fmt.Errorf("notify: redeliver %s: %w", id, err)
+	case status == "":
+		return fmt.Errorf("notify: redeliver %s: %w", id, ErrNotFound)
+	case status != "redelivered":
+		return fmt.Errorf("notify: redeliver %s: it is %s, not failed: %w", id, status, ErrInvalidOption)
+	}
+	if _, err := n.pool.Exec(ctx, `select pg_notify($1, '')`, n.channel); err != nil {
+		return fmt.Errorf("notify: redeliver %s: notify: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+package notify
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/lock"
+)
+
+// DefaultSchedule is the delays between attempts that payment platforms use: after the first
+// attempt fails, retry after 15s, 15s, 30s, 3m, 10m, 20m, 30m, 30m, 30m, 1h, 3h, 3h, 3h, 6h and
+// 6h — about a day — then give up (the notification is failed, listed for operators, and
+// redeliverable).
+func DefaultSchedule() []time.Duration {
+	m, h := time.Minute, time.Hour
+	return []time.Duration{15 * time.Second, 15 * time.Second, 30 * time.Second, 3 * m, 10 * m, 20 * m, 30 * m,
+		30 * m, 30 * m, h, 3 * h, 3 * h, 3 * h, 6 * h, 6 * h}
+}
+
+// Option configures a [Notifier].
+type Option func(*options)
+
+type options struct {
+	schema, table     string
+	elector           *lock.Elector
+	log               *slog.Logger
+	schedule          []time.Duration
+	jitter            float64
+	tick              string
+	batch             int
+	callTimeout       time.Duration
+	claimLease        time.Duration
+	breakerFailures   int
+	breakerCooldown   time.Duration
+	client            *http.Client
+	retention         time.Duration
+	retentionSpec     string
+	concurrencyPerRcv int
+}
+
+func defaultOptions() options {
+	return options{
+		table: "txkit_notify", log: slog.New(slog.DiscardHandler), schedule: DefaultSchedule(), jitter: 0.1,
+		tick: "@every 1s", batch: 100, callTimeout: 10 * time.Second, claimLease: 2 * time.Minute,
+		breakerFailures: 5, breakerCooldown: time.Minute, client: http.DefaultClient,
+		retention: 30 * 24 * time.Hour, retentionSpec: "@every 10m", concurrencyPerRcv: 4,
+	}
+}
+
+// WithSchema sets the PostgreSQL schema of the notifier's tables (default: the connection's
+// search_path). [Notifier.Migrate] creates it.
+func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
+
+// WithTable sets the name of the notifications table (default "txkit_notify"); the attempts
+// table is its name with "_attempt".
+func WithTable(name string) Option { return func(o *options) { o.table = name } }
+
+// WithElector sets the election under which [Notifier.Run] delivers. Required by Run only.
+func WithElector(el *lock.Elector) Option { return func(o *options) { o.elector = el } }
+
+// WithLogger sets the logger (default: discard). Keys: id, receiver, key, attempt, status, token.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithSchedule sets the delays between attempts (default [DefaultSchedule]) and their jitter: each
+// delay is drawn from d·(1 ± jitter), by PostgreSQL (default 0.1). A notification gets
+// len(delays)+1 attempts; after the last one fails it is failed.
+func WithSchedule(delays []time.Duration, jitter float64) Option {
+	return func(o *options) { o.schedule, o.jitter = append([]time.Duration(nil), delays...), jitter }
+}
+
+// WithTick sets the cron spec on which the leader looks for due notifications (default "@every
+// 1s"); a notification enqueued in this database also wakes it at once (LISTEN/NOTIFY).
+func WithTick(spec string) Option { return func(o *options) { o.tick = spec } }
+
+// WithBatch sets how many results are recorded in one statement at most (default 100).
+func WithBatch(n int) Option { return func(o *options) { o.batch = n } }
+
+// WithCallTimeout bounds each delivery's HTTP call (default 10s).
+func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
+
+// WithClaimLease sets how long a notification taken for delivery is left alone by other
+// deliveries (default 2m): when the leader dies mid-delivery, the next one delivers it again
+// after the lease. Keep it above the call timeout.
+func WithClaimLease(d time.Duration) Option { return func(o *options) { o.claimLease = d } }
+
+// WithConcurrency sets how many deliveries to one receiver are in flight at once when its
+// [Receiver] does not say (default 4).
+func WithConcurrency(n int) Option { return func(o *options) { o.concurrencyPerRcv = n } }
+
+// WithBreaker sets the circuit breaker: after failures consecutive failed deliveries to one
+// receiver (default 5), none is sent to it for cooldown (default 1m); then one at a time until one
+// succeeds. The attempts the breaker holds back are not counted against the schedule.
+func WithBreaker(failures int, cooldown time.Duration) Option {
+	return func(o *options) { o.breakerFailures, o.breakerCooldown = failures, cooldown }
+}
+
+// WithHTTPClient sets the client deliveries are posted with (default http.DefaultClient).
+func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.client = c } }
+
+// WithRetention sets how long delivered notifications are kept (default 30 days) and the cron spec
+// of the leader's job that deletes older ones (default "@every 10m"). Failed ones are kept until
+// an operator redelivers them.
+func WithRetention(keep time.Duration, spec string) Option {
+	return func(o *options) { o.retention, o.retentionSpec = keep, spec }
+}
+
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+func (o options) validate() error {
+	if o.schema != "" {
+		if err := pgutil.CheckText(o.schema, 63); err != nil {
+			return fmt.Errorf("notify: schema %q: %w: %w", o.schema, err, ErrInvalidOption)
+		}
+	}
+	if err := pgutil.CheckText(o.table+"_attempt", 63); err != nil {
+		return fmt.Errorf("notify: table %q: %w: %w", o.table, err, ErrInvalidOption)
+	}
+	for _, spec := range []string{o.tick, o.retentionSpec} {
+		if _, err := cronParser.Parse(spec); err != nil {
+			return fmt.Errorf("notify: schedule %q: %w: %w", spec, err, ErrInvalidOption)
+		}
+	}
+	for _, d := range o.schedule {
+		if d < 0 {
+			return fmt.Errorf("notify: negative delay %v in the schedule: %w", d, ErrInvalidOption)
+		}
+	}
+	switch {
+	case o.log == nil:
+		return fmt.Errorf("notify: nil logger: %w", ErrInvalidOption)
+	case o.client == nil:
+		return fmt.Errorf("notify: nil HTTP client: %w", ErrInvalidOption)
+	case o.jitter < 0 || o.jitter >= 1:
+		return fmt.Errorf("notify: jitter %v not in [0, 1): %w", o.jitter, ErrInvalidOption)
+	case o.batch <= 0 || o.concurrencyPerRcv <= 0 || o.breakerFailures <= 0:
+		return fmt.Errorf("notify: batch %d, concurrency %d, breaker failures %d: must be positive: %w",
+			o.batch, o.concurrencyPerRcv, o.breakerFailures, ErrInvalidOption)
+	case o.callTimeout <= 0 || o.claimLease <= o.callTimeout:
+		return fmt.Errorf("notify: call timeout %v, claim lease %v: the lease must exceed the timeout: %w",
+			o.callTimeout, o.claimLease, ErrInvalidOption)
+	case o.breakerCooldown <= 0 || o.retention <= 0:
+		return fmt.Errorf("notify: breaker cooldown %v, retention %v: must be positive: %w", o.breakerCooldown, o.retention, ErrInvalidOption)
+	}
+	return nil
+}
