@@ -366,17 +366,17 @@ func (n *Notifier) record(ctx context.Context, tok lock.Token, batch []result, l
 		rows, err := tx.Query(ctx, `with r as (
 	select * from unnest($1::uuid[], $2::bool[], $3::int[], $4::float8[], $5::text[]) as r(id, ok, code, lat, err)),
 u as (
-	update `+n.table+` t set attempts = t.attempts + 1, last_status = nullif(r.code, 0), updated_at = now(),
+	update `+n.table+` t set attempts = t.attempts + 1, tries = t.tries + 1, last_status = nullif(r.code, 0), updated_at = now(),
 		last_error = case when r.ok then null else r.err end,
 		delivered_at = case when r.ok then now() end,
 		status = case when r.ok then 'delivered' when t.attempts + 1 > cardinality($6::float8[]) then 'failed' else 'pending' end,
 		next_attempt_at = case when r.ok or t.attempts + 1 > cardinality($6::float8[]) then t.next_attempt_at
 			else now() + make_interval(secs => ($6::float8[])[t.attempts + 1] * (1 - $7::float8 + 2 * $7::float8 * random())) end
 	from r where t.id = r.id and t.status = 'pending'
-	returning t.id, t.status, t.attempts),
+	returning t.id, t.status, t.attempts, t.tries),
 a as (
 	insert into `+n.attempts+` (id, n, status_code, latency_ms, error)
-	select u.id, u.attempts, r.code, r.lat, nullif(r.err, '') from u join r using (id)
+	select u.id, u.tries, r.code, r.lat, nullif(r.err, '') from u join r using (id)
 	on conflict do nothing)
 select id, status, attempts from u`, ids, oks, codes, lat, errs, sched, n.o.jitter)
 		if err != nil {

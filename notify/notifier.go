@@ -106,7 +106,7 @@ type Record struct {
 
 // Attempt is one delivery attempt.
 type Attempt struct {
-	N          int           // 1 for the first
+	N          int           // 1 for the first; redeliveries go on counting
 	At         time.Time     // when its result was recorded
 	StatusCode int           // the HTTP status (0: no answer)
 	Latency    time.Duration // from sending to the answer (or the failure)
@@ -234,7 +234,8 @@ create table if not exists %s (
     key             text        not null,
     payload         bytea       not null,
     status          text        not null default 'pending' check (status in ('pending', 'delivered', 'failed')),
-    attempts        integer     not null default 0,
+    attempts        integer     not null default 0, -- attempts of the current schedule (Redeliver resets it)
+    tries           integer     not null default 0, -- attempts ever made: numbers the attempts rows
     next_attempt_at timestamptz not null default now(),
     last_status     integer,
     last_error      text,
@@ -354,7 +355,8 @@ func (n *Notifier) ByKey(ctx context.Context, receiver, key string) (*Record, er
 	return n.one(ctx, "get "+receiver+"/"+key, `receiver = $1 and key = $2`, receiver, key)
 }
 
-// Attempts returns the attempts of notification id, first first (none for an unknown id).
+// Attempts returns every attempt made for notification id, first first, across redeliveries
+// (none for an unknown id).
 func (n *Notifier) Attempts(ctx context.Context, id uuid.UUID) ([]Attempt, error) {
 	rows, err := n.pool.Query(ctx, `select n, at, status_code, latency_ms, coalesce(error, '') from `+n.attempts+
 		` where id = $1 order by n`, id)

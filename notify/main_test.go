@@ -1,0 +1,146 @@
+package notify_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/notify"
+)
+
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
+
+const secret = "s3cret"
+
+// world is one test's sender (the notifier's tables in a schema of its own) and receiver (an
+// Inbox over another schema, counting what it applied), with a switch in front of the inbox to
+// make it fail, hang or go slow.
+type world struct {
+	t        *testing.T
+	sender   *testenv.Schema
+	receiver *testenv.Schema
+	path     string
+	inbox    *notify.Inbox
+	srv      *httptest.Server
+	// answer, when set, answers a delivery instead of the inbox (a receiver that is down, fails
+	// or hangs); it returns false to let the inbox answer.
+	mu     sync.Mutex
+	answer func(w http.ResponseWriter, r *http.Request) bool
+	posts  atomic.Int64
+}
+
+func newWorld(t *testing.T) *world {
+	w := &world{t: t, sender: testenv.PG(t), receiver: testenv.PG(t), path: testenv.ZKRoot(t) + "/notify-leader"}
+	ctx := t.Context()
+	if _, err := w.receiver.Pool.Exec(ctx, `create table applied (id uuid primary key, key text not null, amount int not null)`); err != nil {
+		t.Fatal(err)
+	}
+	store, err := idempotency.New(idempotency.WithSchema(w.receiver.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx, w.receiver.Pool); err != nil {
+		t.Fatal(err)
+	}
+	w.inbox, err = notify.NewInbox(w.receiver.Pool, store, []string{"old-secret", secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
+		var p struct{ Amount int }
+		if err := json.Unmarshal(d.Payload, &p); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `insert into applied values ($1, $2, $3)`, d.ID, d.Key, p.Amount)
+		return err
+	}, notify.WithInboxLogger(testenv.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		w.posts.Add(1)
+		w.mu.Lock()
+		answer := w.answer
+		w.mu.Unlock()
+		if answer != nil && answer(rw, r) {
+			return
+		}
+		w.inbox.ServeHTTP(rw, r)
+	}))
+	t.Cleanup(w.srv.Close)
+	return w
+}
+
+func (w *world) setAnswer(f func(rw http.ResponseWriter, r *http.Request) bool) {
+	w.mu.Lock()
+	w.answer = f
+	w.mu.Unlock()
+}
+
+func (w *world) receivers(extra ...notify.Receiver) []notify.Receiver {
+	return append([]notify.Receiver{{Name: "shop", URL: w.srv.URL, Secrets: []string{secret}, Echo: "success"}}, extra...)
+}
+
+// notifier returns a migrated Notifier on the sender's schema with a compressed schedule.
+func (w *world) notifier(rcvs []notify.Receiver, opts ...notify.Option) *notify.Notifier {
+	w.t.Helper()
+	opts = append([]notify.Option{notify.WithSchema(w.sender.Name), notify.WithLogger(testenv.Logger(w.t)),
+		notify.WithSchedule([]time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}, 0.1),
+		notify.WithCallTimeout(2 * time.Second), notify.WithClaimLease(3 * time.Second)}, opts...)
+	n, err := notify.New(w.sender.Pool, rcvs, opts...)
+	if err != nil {
+		w.t.Fatalf("notify.New: %v", err)
+	}
+	if err := n.Migrate(w.t.Context()); err != nil {
+		w.t.Fatalf("Migrate: %v", err)
+	}
+	return n
+}
+
+// running returns a notifier that delivers (Run, as a candidate called id) until the test ends.
+func (w *world) running(id string, rcvs []notify.Receiver, opts ...notify.Option) *notify.Notifier {
+	n := w.notifier(rcvs, append([]notify.Option{notify.WithElector(testenv.Elector(w.t, w.path, id))}, opts...)...)
+	testenv.Run(w.t, n.Run)
+	return n
+}
+
+// enqueue records a notification of amount for key in a transaction of the sender's.
+func (w *world) enqueue(n *notify.Notifier, receiver, key string, amount int) notify.Notification {
+	w.t.Helper()
+	nt := notify.Notification{Receiver: receiver, Key: key, Payload: json.RawMessage(fmt.Sprintf(`{"amount":%d}`, amount))}
+	err := pgx.BeginFunc(w.t.Context(), w.sender.Pool, func(tx pgx.Tx) error {
+		var err error
+		nt.ID, err = n.Enqueue(w.t.Context(), tx, nt)
+		return err
+	})
+	if err != nil {
+		w.t.Fatalf("Enqueue: %v", err)
+	}
+	return nt
+}
+
+// applied returns how many times key was applied by the receiver.
+func (w *world) applied(key string) int {
+	var c int
+	if err := w.receiver.Pool.QueryRow(w.t.Context(), `select count(*) from applied where key = $1`, key).Scan(&c); err != nil {
+		w.t.Fatal(err)
+	}
+	return c
+}
+
+func (w *world) waitStatus(n *notify.Notifier, nt notify.Notification, want notify.Status, within time.Duration) *notify.Record {
+	w.t.Helper()
+	var rec *notify.Record
+	testenv.Eventually(w.t, within, 20*time.Millisecond, func() bool {
+		r, err := n.Get(w.t.Context(), nt.ID)
+		rec = r
+		return err == nil && r.Status == want
+	}, "notification %s did not become %s", nt.Key, want)
+	return rec
+}

@@ -1,0 +1,357 @@
+package notify_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/notify"
+)
+
+func TestIntegrationDeliveredAndAppliedOnce(t *testing.T) {
+	w := newWorld(t)
+	n := w.running("a", w.receivers())
+	nt := w.enqueue(n, "shop", "order-1", 30)
+	rec := w.waitStatus(n, nt, notify.StatusDelivered, 10*time.Second)
+	if rec.Attempts != 1 || rec.LastStatusCode != 200 || rec.DeliveredAt == nil {
+		t.Fatalf("record %+v, want delivered at the first attempt with 200", rec)
+	}
+	if got := w.applied("order-1"); got != 1 {
+		t.Fatalf("applied %d times", got)
+	}
+	as, err := n.Attempts(t.Context(), nt.ID)
+	if err != nil || len(as) != 1 || as[0].StatusCode != 200 || as[0].Error != "" || as[0].Latency <= 0 {
+		t.Fatalf("attempts %+v, %v", as, err)
+	}
+	// Enqueuing the same business key again records nothing new.
+	again := w.enqueue(n, "shop", "order-1", 999)
+	if again.ID != nt.ID {
+		t.Fatalf("second Enqueue of the key returned %s, want the first id %s", again.ID, nt.ID)
+	}
+}
+
+// The receiver answers 503 (down), then 500, then acknowledges: the notification is delivered at
+// the third attempt, on the schedule, and every attempt's status is kept.
+func TestIntegrationReceiverDownThenBack(t *testing.T) {
+	w := newWorld(t)
+	var calls atomic.Int32
+	w.setAnswer(func(rw http.ResponseWriter, r *http.Request) bool {
+		switch calls.Add(1) {
+		case 1:
+			http.Error(rw, "down", http.StatusServiceUnavailable)
+			return true
+		case 2:
+			http.Error(rw, "boom", http.StatusInternalServerError)
+			return true
+		}
+		return false
+	})
+	n := w.running("a", w.receivers())
+	nt := w.enqueue(n, "shop", "order-2", 5)
+	rec := w.waitStatus(n, nt, notify.StatusDelivered, 15*time.Second)
+	if rec.Attempts != 3 {
+		t.Fatalf("delivered at attempt %d, want 3", rec.Attempts)
+	}
+	as, err := n.Attempts(t.Context(), nt.ID)
+	if err != nil || len(as) != 3 {
+		t.Fatalf("attempts %+v, %v", as, err)
+	}
+	if as[0].StatusCode != 503 || as[1].StatusCode != 500 || as[2].StatusCode != 200 || !strings.Contains(as[1].Error, "boom") {
+		t.Fatalf("attempts %+v, want 503, 500 (boom), 200", as)
+	}
+	// The second attempt waited for the schedule's first delay (100 ms ± 10 %), by PostgreSQL's clock.
+	if gap := as[1].At.Sub(as[0].At); gap < 85*time.Millisecond {
+		t.Fatalf("second attempt %v after the first, before the schedule's 100ms", gap)
+	}
+	if got := w.applied("order-2"); got != 1 {
+		t.Fatalf("applied %d times", got)
+	}
+}
+
+// A receiver that never recovers: after the last attempt of the schedule the notification is
+// failed and listed; an operator redelivers it once the receiver is back.
+func TestIntegrationFailedThenRedelivered(t *testing.T) {
+	w := newWorld(t)
+	w.setAnswer(func(rw http.ResponseWriter, r *http.Request) bool {
+		http.Error(rw, "still broken", http.StatusBadGateway)
+		return true
+	})
+	n := w.running("a", w.receivers())
+	nt := w.enqueue(n, "shop", "order-3", 7)
+	rec := w.waitStatus(n, nt, notify.StatusFailed, 15*time.Second)
+	if rec.Attempts != 4 || rec.LastStatusCode != 502 {
+		t.Fatalf("failed record %+v, want 4 attempts (1 + a schedule of 3), last 502", rec)
+	}
+	failed, err := n.ListFailed(t.Context(), 10)
+	if err != nil || len(failed) != 1 || failed[0].ID != nt.ID {
+		t.Fatalf("ListFailed = %v, %v", failed, err)
+	}
+	if err := n.Redeliver(t.Context(), uuid.New()); !errors.Is(err, notify.ErrNotFound) {
+		t.Fatalf("Redeliver(unknown) = %v, want ErrNotFound", err)
+	}
+	w.setAnswer(nil)
+	if err := n.Redeliver(t.Context(), nt.ID); err != nil {
+		t.Fatalf("Redeliver: %v", err)
+	}
+	rec = w.waitStatus(n, nt, notify.StatusDelivered, 10*time.Second)
+	if rec.Attempts != 1 {
+		t.Fatalf("redelivered record %+v, want delivered at the first attempt of the new schedule", rec)
+	}
+	if err := n.Redeliver(t.Context(), nt.ID); !errors.Is(err, notify.ErrInvalidOption) {
+		t.Fatalf("Redeliver(delivered) = %v, want ErrInvalidOption", err)
+	}
+	as, err := n.Attempts(t.Context(), nt.ID)
+	if err != nil || len(as) != 5 || as[3].StatusCode != 502 || as[4].N != 5 || as[4].StatusCode != 200 {
+		t.Fatalf("attempts after the redelivery %+v, %v; want the 4 failed ones and the success as the 5th", as, err)
+	}
+	if got := w.applied("order-3"); got != 1 {
+		t.Fatalf("applied %d times", got)
+	}
+}
+
+// signed builds a delivery request to the inbox, signed with key at ts.
+func signed(t *testing.T, url, key string, ts time.Time, d notify.Delivery) *http.Request {
+	body := fmt.Appendf(nil, `{"id":%q,"receiver":"shop","key":%q,"payload":{"amount":1},"created_at":"2026-01-01T00:00:00Z"}`, d.ID, d.Key)
+	r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set(notify.HeaderID, d.ID.String())
+	r.Header.Set(notify.HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
+	r.Header.Set(notify.HeaderSignature, notify.Sign(key, ts.Unix(), http.MethodPost, "/", body))
+	return r
+}
+
+func post(t *testing.T, r *http.Request) int {
+	t.Helper()
+	body, _ := r.GetBody()
+	r2 := r.Clone(t.Context())
+	r2.Body = body
+	resp, err := http.DefaultClient.Do(r2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// Bad signatures, stale timestamps and replays are refused with 401 and apply nothing; a
+// duplicate delivery (the sender's retry, signed anew) is acknowledged and applied once; the old
+// key of a rotation still verifies.
+func TestIntegrationInboxRefuses(t *testing.T) {
+	w := newWorld(t)
+	now := time.Now()
+	d := notify.Delivery{ID: uuid.New(), Key: "order-4"}
+	for name, r := range map[string]*http.Request{
+		"wrong key": signed(t, w.srv.URL, "not-the-secret", now, d),
+		"stale":     signed(t, w.srv.URL, secret, now.Add(-10*time.Minute), d),
+		"future":    signed(t, w.srv.URL, secret, now.Add(10*time.Minute), d),
+		"tampered key": func() *http.Request {
+			r := signed(t, w.srv.URL, secret, now, d)
+			r.Header.Set(notify.HeaderID, uuid.NewString())
+			return r
+		}(),
+	} {
+		if code := post(t, r); code != http.StatusUnauthorized && code != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 401 (or 400)", name, code)
+		}
+	}
+	if got := w.applied("order-4"); got != 0 {
+		t.Fatalf("refused requests applied %d", got)
+	}
+	first := signed(t, w.srv.URL, secret, now, d)
+	if code := post(t, first); code != http.StatusOK {
+		t.Fatalf("good delivery: %d", code)
+	}
+	if code := post(t, first); code != http.StatusUnauthorized {
+		t.Fatalf("replay of the same request: %d, want 401", code)
+	}
+	if code := post(t, signed(t, w.srv.URL, "old-secret", now.Add(time.Second), d)); code != http.StatusOK {
+		t.Fatalf("the sender's retry, signed with the rotation's old key: %d, want 200", code)
+	}
+	if got := w.applied("order-4"); got != 1 {
+		t.Fatalf("applied %d times, want 1", got)
+	}
+}
+
+// A slow receiver (one delivery at a time, 1.5 s each) does not delay a fast one.
+func TestIntegrationSlowReceiverDoesNotDelayFast(t *testing.T) {
+	w := newWorld(t)
+	slow := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(1500 * time.Millisecond):
+		case <-r.Context().Done():
+		}
+		_, _ = rw.Write([]byte("success"))
+	}))
+	t.Cleanup(slow.Close)
+	n := w.running("a", w.receivers(notify.Receiver{Name: "slow", URL: slow.URL, Secrets: []string{secret}, Concurrency: 1}))
+	var slows []notify.Notification
+	for i := range 4 {
+		slows = append(slows, w.enqueue(n, "slow", fmt.Sprint("s", i), 1))
+	}
+	start := time.Now()
+	var fast []notify.Notification
+	for i := range 10 {
+		fast = append(fast, w.enqueue(n, "shop", fmt.Sprint("f", i), 1))
+	}
+	for _, nt := range fast {
+		w.waitStatus(n, nt, notify.StatusDelivered, 10*time.Second)
+	}
+	took := time.Since(start)
+	pending := 0
+	for _, nt := range slows {
+		if r, _ := n.Get(t.Context(), nt.ID); r.Status == notify.StatusPending {
+			pending++
+		}
+	}
+	if took > 3*time.Second || pending < 2 {
+		t.Fatalf("fast receiver's 10 took %v with %d of the slow one's 4 still pending; want well under 3s while the slow one works", took, pending)
+	}
+}
+
+// A receiver that keeps failing is held back as a whole: after two consecutive failures its
+// circuit opens and no more attempts are made during the cool-down.
+func TestIntegrationBreaker(t *testing.T) {
+	w := newWorld(t)
+	w.setAnswer(func(rw http.ResponseWriter, r *http.Request) bool {
+		http.Error(rw, "overloaded", http.StatusServiceUnavailable)
+		return true
+	})
+	n := w.running("a", w.receivers(), notify.WithBreaker(2, time.Hour))
+	for i := range 6 {
+		w.enqueue(n, "shop", fmt.Sprint("b", i), 1)
+	}
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return n.Stats().BreakerOpened == 1 },
+		"the breaker did not open")
+	posts := w.posts.Load()
+	time.Sleep(1500 * time.Millisecond) // a window in which no post may happen: the absence is the assertion
+	if more := w.posts.Load() - posts; more != 0 {
+		t.Fatalf("%d more posts to a receiver whose circuit is open", more)
+	}
+	// The held-back notifications did not spend their attempts.
+	var spent int
+	if err := w.sender.Pool.QueryRow(t.Context(), `select coalesce(sum(attempts), 0) from txkit_notify`).Scan(&spent); err != nil {
+		t.Fatal(err)
+	}
+	if spent > 4+1 {
+		t.Fatalf("%d attempts spent with the circuit open after 2 failures (4 in flight at most)", spent)
+	}
+}
+
+// The leader loses its leadership while a delivery hangs: the next leader delivers it after the
+// claim lease, and the receiver applies it once.
+func TestIntegrationLeaderLostMidDelivery(t *testing.T) {
+	w := newWorld(t)
+	var hung atomic.Bool
+	entered := make(chan struct{}, 1)
+	w.setAnswer(func(rw http.ResponseWriter, r *http.Request) bool {
+		if hung.CompareAndSwap(false, true) {
+			entered <- struct{}{}
+			_, _ = io.Copy(io.Discard, r.Body) // the server notices a closed connection only once the body is read
+			<-r.Context().Done()               // the first delivery hangs until its leader gives up
+			return true
+		}
+		return false
+	})
+	first := w.notifier(w.receivers(), notify.WithElector(testenv.Elector(t, w.path, "first")))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+	nt := w.enqueue(first, "shop", "order-5", 9)
+	<-entered
+	second := w.running("second", w.receivers())
+	cancel() // the first leader stops mid-delivery (its Run ends, its leadership with it)
+	if err := <-done; err != nil {
+		t.Fatalf("first Run: %v", err)
+	}
+	rec := w.waitStatus(second, nt, notify.StatusDelivered, 20*time.Second)
+	if got := w.applied("order-5"); got != 1 {
+		t.Fatalf("applied %d times", got)
+	}
+	t.Logf("delivered by the second leader; attempts %d", rec.Attempts)
+}
+
+// A notification that never reached the receiver (here the sender never ran) is recovered by
+// the receiver through the query API, and applied once.
+func TestIntegrationReconcile(t *testing.T) {
+	w := newWorld(t)
+	n := w.notifier(w.receivers())
+	query := httptest.NewServer(n.QueryHandler())
+	t.Cleanup(query.Close)
+	nt := w.enqueue(n, "shop", "order-6", 11)
+	c := notify.Client{URL: query.URL, Receiver: "shop", Secret: secret}
+	res, err := c.ByKey(t.Context(), "order-6")
+	if err != nil || res.ID != nt.ID || res.Status != notify.StatusPending {
+		t.Fatalf("ByKey = %+v, %v", res, err)
+	}
+	applied, err := w.inbox.Reconcile(t.Context(), c, "order-6", "no-such-order")
+	if err != nil || applied != 1 {
+		t.Fatalf("Reconcile = %d, %v; want 1 applied", applied, err)
+	}
+	if applied, err = w.inbox.Reconcile(t.Context(), c, "order-6"); err != nil || applied != 0 {
+		t.Fatalf("second Reconcile = %d, %v; want 0", applied, err)
+	}
+	if got := w.applied("order-6"); got != 1 {
+		t.Fatalf("applied %d times", got)
+	}
+	// Queries are signed: a wrong secret is refused, an unknown id is not found.
+	if _, err := (notify.Client{URL: query.URL, Receiver: "shop", Secret: "wrong"}).ByKey(t.Context(), "order-6"); !errors.Is(err, notify.ErrUnauthorized) {
+		t.Fatalf("query with a wrong secret = %v, want ErrUnauthorized", err)
+	}
+	if _, err := c.ByID(t.Context(), uuid.New()); !errors.Is(err, notify.ErrNotFound) {
+		t.Fatalf("query of an unknown id = %v, want ErrNotFound", err)
+	}
+}
+
+func TestIntegrationBadInput(t *testing.T) {
+	w := newWorld(t)
+	n := w.notifier(w.receivers())
+	ctx := t.Context()
+	enqueue := func(nt notify.Notification) error {
+		return pgx.BeginFunc(ctx, w.sender.Pool, func(tx pgx.Tx) error { _, err := n.Enqueue(ctx, tx, nt); return err })
+	}
+	for name, tc := range map[string]struct {
+		err  error
+		want error
+	}{
+		"unknown receiver": {enqueue(notify.Notification{Receiver: "nobody", Key: "k", Payload: []byte(`{}`)}), notify.ErrInvalidNotification},
+		"empty key":        {enqueue(notify.Notification{Receiver: "shop", Payload: []byte(`{}`)}), notify.ErrInvalidNotification},
+		"long key":         {enqueue(notify.Notification{Receiver: "shop", Key: strings.Repeat("k", 300), Payload: []byte(`{}`)}), notify.ErrInvalidNotification},
+		"not JSON":         {enqueue(notify.Notification{Receiver: "shop", Key: "k", Payload: []byte(`{`)}), notify.ErrInvalidNotification},
+		"nil tx":           {func() error { _, err := n.Enqueue(ctx, nil, notify.Notification{}); return err }(), notify.ErrNilTx},
+		"no URL": {func() error {
+			_, err := notify.New(w.sender.Pool, []notify.Receiver{{Name: "x", Secrets: []string{"s"}}})
+			return err
+		}(), notify.ErrInvalidOption},
+		"no secret": {func() error {
+			_, err := notify.New(w.sender.Pool, []notify.Receiver{{Name: "x", URL: "http://x"}})
+			return err
+		}(), notify.ErrInvalidOption},
+		"twice": {func() error {
+			_, err := notify.New(w.sender.Pool, append(w.receivers(), w.receivers()...))
+			return err
+		}(), notify.ErrInvalidOption},
+		"bad jitter":          {func() error { _, err := notify.New(w.sender.Pool, nil, notify.WithSchedule(nil, 2)); return err }(), notify.ErrInvalidOption},
+		"lease below call":    {func() error { _, err := notify.New(w.sender.Pool, nil, notify.WithClaimLease(time.Second)); return err }(), notify.ErrInvalidOption},
+		"run without elector": {n.Run(ctx), notify.ErrInvalidOption},
+		"unknown id":          {func() error { _, err := n.Get(ctx, uuid.New()); return err }(), notify.ErrNotFound},
+	} {
+		if !errors.Is(tc.err, tc.want) {
+			t.Errorf("%s: %v, want %v", name, tc.err, tc.want)
+		}
+	}
+}
