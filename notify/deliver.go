@@ -23,6 +23,9 @@ import (
 	"github.com/txkit/txkit/lock"
 )
 
+// recorders_ is how many goroutines record results.
+const recorders_ = 1
+
 // Delivery is the JSON body of a delivery, and what a receiver's apply function is given.
 type Delivery struct {
 	ID        uuid.UUID       `json:"id"`
@@ -32,17 +35,23 @@ type Delivery struct {
 	CreatedAt time.Time       `json:"created_at"`
 }
 
-// flight is the leader's view of one receiver: deliveries in flight and the circuit breaker.
+// flight is the leader's view of one receiver: its queue of taken notifications, how many are
+// taken and not yet recorded, and the circuit breaker.
 type flight struct {
-	inflight  int
+	queue     chan Delivery
+	held      int       // taken and not yet attempted (queued or in flight)
 	failures  int       // consecutive failed deliveries
 	openUntil time.Time // the breaker holds deliveries back until then (zero: closed)
+	probing   bool      // half open: the one delivery allowed through is in flight
+	poke      func()    // wakes the dispatcher
+	low       int       // held at which the queue is refilled
 }
 
 // result is one delivery's outcome.
 type result struct {
 	id       uuid.UUID
 	receiver string
+	skipped  time.Duration // not sent (the breaker held it back): due again after this long
 	ok       bool
 	code     int
 	latency  time.Duration
@@ -92,8 +101,9 @@ func (n *Notifier) lead(ctx context.Context, l *lock.Leadership) error {
 	n.mu.Lock()
 	n.flights = map[string]*flight{}
 	for name := range n.receivers {
-		n.flights[name] = &flight{}
+		n.flights[name] = &flight{queue: make(chan Delivery, n.o.batch), low: n.o.batch / 2}
 	}
+	flights := n.flights
 	n.mu.Unlock()
 
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -106,6 +116,9 @@ func (n *Notifier) lead(ctx context.Context, l *lock.Leadership) error {
 		}
 	}
 	poke()
+	for _, f := range flights {
+		f.poke = poke
+	}
 	results := make(chan result, 1024)
 	g, gctx := errgroup.WithContext(ctx)
 	var deliveries sync.WaitGroup // every delivery goroutine; the recorder outlives them
@@ -128,11 +141,34 @@ func (n *Notifier) lead(ctx context.Context, l *lock.Leadership) error {
 		return nil
 	})
 	g.Go(func() error { n.listen(gctx, poke, log); return nil })
+	// Recorders write results in batches; two of them, so one batch's commit (its fsync) overlaps
+	// the next batch's statement.
 	recorded := make(chan struct{})
+	var recorders errgroup.Group
+	for range recorders_ {
+		recorders.Go(func() error { return n.recorder(gctx, tok, results, poke, log) })
+	}
 	g.Go(func() error {
 		defer close(recorded)
-		return n.recorder(gctx, tok, results, poke, log)
+		return recorders.Wait()
 	})
+	// Each receiver has its own workers, as many as its concurrency, taking from its queue: a
+	// slow receiver holds up only its own.
+	for name, f := range flights {
+		rcv := n.receivers[name]
+		for range rcv.Concurrency {
+			deliveries.Go(func() {
+				for {
+					select {
+					case <-gctx.Done():
+						return
+					case d := <-f.queue:
+						results <- n.attempt(gctx, rcv, f, d)
+					}
+				}
+			})
+		}
+	}
 	g.Go(func() error {
 		defer func() {
 			deliveries.Wait()
@@ -145,7 +181,7 @@ func (n *Notifier) lead(ctx context.Context, l *lock.Leadership) error {
 				return nil
 			case <-wake:
 			}
-			if err := n.dispatch(gctx, tok, results, &deliveries, log); err != nil {
+			if err := n.dispatch(gctx, tok, flights); err != nil {
 				if errors.Is(err, lock.ErrFenced) {
 					return err
 				}
@@ -182,33 +218,34 @@ func (n *Notifier) fenced(ctx context.Context, tok lock.Token, fn func(pgx.Tx) e
 	})
 }
 
-// dispatch takes, for every receiver whose breaker lets it, as many due notifications as it has
-// free delivery slots, and starts their deliveries.
-func (n *Notifier) dispatch(ctx context.Context, tok lock.Token, results chan<- result, wg *sync.WaitGroup, log *slog.Logger) error {
-	names := make([]string, 0, len(n.receivers))
-	for name := range n.receivers {
+// dispatch takes due notifications for every receiver whose queue is running low and whose
+// breaker is not open, up to the batch size taken and unrecorded per receiver, and queues them
+// for the receiver's workers. The claim moves their due time past the claim lease, so nobody
+// else takes them meanwhile.
+func (n *Notifier) dispatch(ctx context.Context, tok lock.Token, flights map[string]*flight) error {
+	names := make([]string, 0, len(flights))
+	for name := range flights {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	now := time.Now()
 	for _, name := range names {
-		rcv := n.receivers[name]
+		f := flights[name]
 		n.mu.Lock()
-		f := n.flights[name]
-		free := rcv.Concurrency - f.inflight
-		if !f.openUntil.IsZero() {
-			if now.Before(f.openUntil) {
-				free = 0
-			} else {
-				free = min(free, 1-f.inflight) // half open: one probe at a time
-			}
+		free := n.o.batch - f.held
+		if f.held > f.low || (!f.openUntil.IsZero() && now.Before(f.openUntil)) {
+			free = 0 // enough queued, or the breaker is open
 		}
 		n.mu.Unlock()
 		if free <= 0 {
 			continue
 		}
 		var batch []Delivery
-		err := n.fenced(ctx, tok, func(tx pgx.Tx) error {
+		// The claim is not fenced: it only moves due times by the claim lease, and a deposed
+		// leader that still claims costs a duplicate delivery (receivers apply once) and a delay,
+		// never a wrong record — every record is fenced. Left out of the fence, claims do not
+		// queue behind the records on the fence's row lock.
+		err := pgx.BeginFunc(ctx, n.pool, func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, `update `+n.table+` set next_attempt_at = now() + make_interval(secs => $3), updated_at = now()
 where id in (select id from `+n.table+` where status = 'pending' and receiver = $1 and next_attempt_at <= now()
              order by next_attempt_at limit $2 for update skip locked)
@@ -228,17 +265,74 @@ returning id, receiver, key, payload, created_at`, name, free, n.o.claimLease.Se
 		if err != nil {
 			return fmt.Errorf("take due notifications of %s: %w", name, err)
 		}
-		if len(batch) == 0 {
-			continue
-		}
 		n.mu.Lock()
-		f.inflight += len(batch)
+		f.held += len(batch)
 		n.mu.Unlock()
 		for _, d := range batch {
-			wg.Go(func() { results <- n.deliver(ctx, rcv, d) })
+			f.queue <- d // room for batch held ones: never blocks
 		}
 	}
 	return nil
+}
+
+// attempt delivers d unless the receiver's breaker holds it back: while the circuit is open
+// nothing is sent; once the cool-down has passed one delivery goes through as a probe, and the
+// others wait for its outcome.
+func (n *Notifier) attempt(ctx context.Context, rcv Receiver, f *flight, d Delivery) result {
+	n.mu.Lock()
+	now := time.Now()
+	var wait time.Duration
+	switch {
+	case f.openUntil.IsZero():
+	case now.Before(f.openUntil):
+		wait = f.openUntil.Sub(now)
+	case f.probing:
+		wait = time.Second
+	default:
+		f.probing = true
+	}
+	n.mu.Unlock()
+	if wait > 0 {
+		n.done(f)
+		return result{id: d.ID, receiver: rcv.Name, skipped: wait}
+	}
+	r := n.deliver(ctx, rcv, d)
+	n.trip(f, r)
+	n.done(f)
+	return r
+}
+
+// done frees a place in the receiver's count of taken notifications, so the dispatcher takes
+// more before the results are recorded (the recorder's backlog is bounded by the results
+// channel, which blocks the workers when full).
+func (n *Notifier) done(f *flight) {
+	n.mu.Lock()
+	f.held--
+	refill := f.held == f.low
+	n.mu.Unlock()
+	if refill {
+		f.poke()
+	}
+}
+
+// trip updates the receiver's breaker with a delivery's outcome, at once, so the receiver's other
+// workers see an opened circuit before they send anything more.
+func (n *Notifier) trip(f *flight, r result) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if r.ok {
+		f.failures, f.openUntil, f.probing = 0, time.Time{}, false
+		return
+	}
+	f.failures++
+	f.probing = false
+	now := time.Now()
+	if f.failures >= n.o.breakerFailures && (f.openUntil.IsZero() || !now.Before(f.openUntil)) {
+		f.openUntil = now.Add(n.o.breakerCooldown)
+		n.stats.breakerOpen.Add(1)
+		n.o.log.Warn("notify: receiver keeps failing; holding its deliveries back", slog.String("receiver", r.receiver),
+			slog.Int("failures", f.failures), slog.Duration("cooldown", n.o.breakerCooldown))
+	}
 }
 
 // deliver posts d to rcv, signed, and returns the outcome.
@@ -301,7 +395,6 @@ func (n *Notifier) recorder(ctx context.Context, tok lock.Token, results <-chan 
 				break more
 			}
 		}
-		n.release(batch)
 		if fencedErr != nil || ctx.Err() != nil {
 			continue // leadership over: the next leader redelivers these after the lease
 		}
@@ -315,31 +408,9 @@ func (n *Notifier) recorder(ctx context.Context, tok lock.Token, results <-chan 
 					slog.Int("results", len(batch)), slog.Any("err", err))
 			}
 		}
-		poke() // slots are free again
+		poke() // the receivers' queues have room again
 	}
 	return fencedErr
-}
-
-// release frees the batch's delivery slots and updates the receivers' breakers.
-func (n *Notifier) release(batch []result) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	now := time.Now()
-	for _, r := range batch {
-		f := n.flights[r.receiver]
-		f.inflight--
-		if r.ok {
-			f.failures, f.openUntil = 0, time.Time{}
-			continue
-		}
-		f.failures++
-		if f.failures >= n.o.breakerFailures && (f.openUntil.IsZero() || !now.Before(f.openUntil)) {
-			f.openUntil = now.Add(n.o.breakerCooldown)
-			n.stats.breakerOpen.Add(1)
-			n.o.log.Warn("notify: receiver keeps failing; holding its deliveries back", slog.String("receiver", r.receiver),
-				slog.Int("failures", f.failures), slog.Duration("cooldown", n.o.breakerCooldown))
-		}
-	}
 }
 
 // record writes a batch of results in one fenced statement: each notification's attempt count,
@@ -347,6 +418,33 @@ func (n *Notifier) release(batch []result) {
 // pending, due after the schedule's next delay with jitter, computed by PostgreSQL — and one
 // attempts row each.
 func (n *Notifier) record(ctx context.Context, tok lock.Token, batch []result, log *slog.Logger) error {
+	var held []result
+	sent := batch[:0:0]
+	for _, r := range batch {
+		if r.skipped > 0 {
+			held = append(held, r)
+		} else {
+			sent = append(sent, r)
+		}
+	}
+	if len(held) > 0 {
+		ids, waits := make([]uuid.UUID, len(held)), make([]float64, len(held))
+		for i, r := range held {
+			ids[i], waits[i] = r.id, r.skipped.Seconds()
+		}
+		// Held back by the breaker: due again when it may let them through, no attempt counted.
+		if err := n.fenced(ctx, tok, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `update `+n.table+` t set next_attempt_at = now() + make_interval(secs => w.secs), updated_at = now()
+from unnest($1::uuid[], $2::float8[]) as w(id, secs) where t.id = w.id and t.status = 'pending'`, ids, waits)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	if len(sent) == 0 {
+		return nil
+	}
+	batch = sent
 	k := len(batch)
 	ids, oks, codes, lat, errs := make([]uuid.UUID, k), make([]bool, k), make([]int32, k), make([]float64, k), make([]string, k)
 	for i, r := range batch {
@@ -420,9 +518,14 @@ func (n *Notifier) purge(ctx context.Context, tok lock.Token) error {
 	for ctx.Err() == nil {
 		var deleted int64
 		err := n.fenced(ctx, tok, func(tx pgx.Tx) error {
-			tag, err := tx.Exec(ctx, `delete from `+n.table+` where id in (select id from `+n.table+`
-				where status = 'delivered' and delivered_at < now() - make_interval(secs => $1) limit 1000)`, n.o.retention.Seconds())
-			deleted = tag.RowsAffected()
+			rows, err := tx.Query(ctx, `with d as (delete from `+n.table+` where id in (select id from `+n.table+`
+				where status = 'delivered' and delivered_at < now() - make_interval(secs => $1) limit 1000) returning id),
+			a as (delete from `+n.attempts+` where id in (select id from d))
+			select count(*) from d`, n.o.retention.Seconds())
+			if err != nil {
+				return err
+			}
+			deleted, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
 			return err
 		})
 		if err != nil || deleted < 1000 {

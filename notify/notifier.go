@@ -246,14 +246,15 @@ create table if not exists %s (
 );
 create index if not exists %s on %s (receiver, next_attempt_at) where status = 'pending';
 create table if not exists %s (
-    id          uuid             not null references %s (id) on delete cascade,
+    id          uuid             not null, -- no foreign key: its check would lock each notification again
+
     n           integer          not null,
     at          timestamptz      not null default now(),
     status_code integer          not null,
     latency_ms  double precision not null,
     error       text,
     primary key (id, n)
-);`, n.lockKey, n.createSchema(), n.table, pgx.Identifier{n.o.table + "_due"}.Sanitize(), n.table, n.attempts, n.table)
+);`, n.lockKey, n.createSchema(), n.table, pgx.Identifier{n.o.table + "_due"}.Sanitize(), n.table, n.attempts)
 	if _, err := n.pool.Exec(ctx, ddl); err != nil {
 		return fmt.Errorf("notify: migrate %s: %w", n.name, err)
 	}

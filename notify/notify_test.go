@@ -232,7 +232,7 @@ func TestIntegrationBreaker(t *testing.T) {
 		return true
 	})
 	n := w.running("a", w.receivers(), notify.WithBreaker(2, time.Hour))
-	for i := range 6 {
+	for i := range 20 {
 		w.enqueue(n, "shop", fmt.Sprint("b", i), 1)
 	}
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return n.Stats().BreakerOpened == 1 },
@@ -247,8 +247,9 @@ func TestIntegrationBreaker(t *testing.T) {
 	if err := w.sender.Pool.QueryRow(t.Context(), `select coalesce(sum(attempts), 0) from txkit_notify`).Scan(&spent); err != nil {
 		t.Fatal(err)
 	}
-	if spent > 4+1 {
-		t.Fatalf("%d attempts spent with the circuit open after 2 failures (4 in flight at most)", spent)
+	// 2 failures open it; the receiver's 4 workers may each have sent one more meanwhile.
+	if spent > 2+4 {
+		t.Fatalf("%d attempts of 20 notifications spent, with the circuit open after 2 failures", spent)
 	}
 }
 

@@ -77,7 +77,8 @@ func WithSchedule(delays []time.Duration, jitter float64) Option {
 // 1s"); a notification enqueued in this database also wakes it at once (LISTEN/NOTIFY).
 func WithTick(spec string) Option { return func(o *options) { o.tick = spec } }
 
-// WithBatch sets how many results are recorded in one statement at most (default 100).
+// WithBatch sets how many due notifications of one receiver the leader takes at once (and holds,
+// queued or in flight, at most), and how many results one statement records (default 100).
 func WithBatch(n int) Option { return func(o *options) { o.batch = n } }
 
 // WithCallTimeout bounds each delivery's HTTP call (default 10s).

@@ -1,0 +1,131 @@
+package notify_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/notify"
+)
+
+// BenchmarkDeliver measures deliveries per second to a local receiver (an httptest server that
+// answers "success"), side by side in one run:
+//
+//   - "notifier": blocks of 500 notifications are enqueued (in one transaction, not timed), then
+//     timed until the running leader has delivered and recorded them all: taking them from the
+//     table, posting each signed, and recording every attempt (status, latency) and delivery.
+//
+//   - "bare": the same 500 signed POSTs (same bodies and headers) from a plain http.Client, with
+//     the same number of requests in flight (the receiver's concurrency, 8), recording nothing.
+//
+//   - The blocks alternate (which goes first alternates too); the ratio is notifier/bare
+//     throughput, target ≥ 0.8.
+//
+//     go test -run '^$' -bench Deliver -benchtime 20x ./notify/
+func BenchmarkDeliver(b *testing.B) {
+	const block, conc = 500, 8
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = w.Write([]byte("success"))
+	}))
+	b.Cleanup(srv.Close)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	pg := testenv.PG(b)
+	n, err := notify.New(pg.Pool, []notify.Receiver{{Name: "r", URL: srv.URL, Secrets: []string{secret}, Echo: "success", Concurrency: conc}},
+		notify.WithSchema(pg.Name), notify.WithLogger(testenv.Logger(b)), notify.WithHTTPClient(client),
+		notify.WithElector(testenv.Elector(b, testenv.ZKRoot(b)+"/bench", "a")), notify.WithBatch(500))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := n.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	testenv.Run(b, n.Run)
+
+	round := 0
+	notifier := func() time.Duration {
+		round++
+		err := pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error {
+			for i := range block {
+				if _, err := n.Enqueue(ctx, tx, notify.Notification{Receiver: "r", Key: fmt.Sprintf("%d-%d", round, i),
+					Payload: json.RawMessage(`{"amount":1}`)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		want := n.Stats().Delivered + block
+		start := time.Now()
+		for n.Stats().Delivered < want {
+			time.Sleep(200 * time.Microsecond) // polling the counter, not ordering events
+			if time.Since(start) > time.Minute {
+				b.Fatalf("%d of %d delivered after a minute", n.Stats().Delivered, want)
+			}
+		}
+		return time.Since(start)
+	}
+	bare := func() time.Duration {
+		reqs := make(chan []byte, block)
+		for range block {
+			d := notify.Delivery{ID: uuid.Must(uuid.NewV7()), Receiver: "r", Key: "k", Payload: json.RawMessage(`{"amount":1}`), CreatedAt: time.Now()}
+			body, _ := json.Marshal(d)
+			reqs <- body
+		}
+		close(reqs)
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range conc {
+			wg.Go(func() {
+				for body := range reqs {
+					r, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, bytes.NewReader(body))
+					r.Header.Set("Content-Type", "application/json")
+					r.Header.Set(notify.HeaderReceiver, "r")
+					ts := time.Now().Unix()
+					r.Header.Set(notify.HeaderTimestamp, strconv.FormatInt(ts, 10))
+					r.Header.Set(notify.HeaderSignature, notify.Sign(secret, ts, http.MethodPost, "/", body))
+					resp, err := client.Do(r)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					_, _ = io.ReadAll(resp.Body)
+					resp.Body.Close()
+				}
+			})
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	notifier() // warm up: connections, statement caches
+	var tn, tb time.Duration
+	i := 0
+	for b.Loop() {
+		if i%2 == 0 {
+			tn += notifier()
+			tb += bare()
+		} else {
+			tb += bare()
+			tn += notifier()
+		}
+		i++
+	}
+	b.ReportMetric(float64(i*block)/tn.Seconds(), "notifier-deliveries/s")
+	b.ReportMetric(float64(i*block)/tb.Seconds(), "bare-posts/s")
+	b.ReportMetric(float64(tb)/float64(tn), "notifier/bare-throughput")
+}
