@@ -6,19 +6,65 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/notify"
 )
 
-func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(child())
+	}
+	testenv.VerifyNoLeaks(m)
+}
+
+// The environment of a child process that runs a notifier until it is killed.
+const (
+	childEnv      = "TXKIT_NOTIFY_CHILD"        // the schema of the notifier's tables
+	childReceiver = "TXKIT_NOTIFY_CHILD_URL"    // the receiver's URL
+	childPath     = "TXKIT_NOTIFY_CHILD_ZKPATH" // the election path
+)
+
+// child runs a notifier (the same settings as world.notifier) that leads and delivers until it is
+// killed.
+func child() int {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv(testenv.EnvPG))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	s, err := lock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), lock.WithSessionTimeout(3*time.Second))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	el, err := lock.NewElector(s, os.Getenv(childPath), "child")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	n, err := notify.New(pool, []notify.Receiver{{Name: "shop", URL: os.Getenv(childReceiver), Secrets: []string{secret}, Echo: "success"}},
+		notify.WithSchema(os.Getenv(childEnv)), notify.WithElector(el), notify.WithCallTimeout(2*time.Second),
+		notify.WithClaimLease(3*time.Second), notify.WithSchedule([]time.Duration{100 * time.Millisecond}, 0.1))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Fprintln(os.Stderr, n.Run(ctx))
+	return 1
+}
 
 const secret = "s3cret"
 

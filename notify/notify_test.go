@@ -8,9 +8,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -355,4 +358,46 @@ func TestIntegrationBadInput(t *testing.T) {
 			t.Errorf("%s: %v, want %v", name, tc.err, tc.want)
 		}
 	}
+}
+
+// The leading notifier is a child process, SIGKILLed while its delivery hangs in the receiver:
+// the next leader delivers the notification after the claim lease, and it is applied once.
+func TestIntegrationLeaderKilledMidDelivery(t *testing.T) {
+	w := newWorld(t)
+	n := w.notifier(w.receivers()) // migrates the tables the child uses
+	var hung atomic.Bool
+	entered := make(chan struct{}, 1)
+	w.setAnswer(func(rw http.ResponseWriter, r *http.Request) bool {
+		if hung.CompareAndSwap(false, true) {
+			entered <- struct{}{}
+			_, _ = io.Copy(io.Discard, r.Body)
+			<-r.Context().Done() // hangs until the killed child's connection is gone
+			return true
+		}
+		return false
+	})
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+w.sender.Name, childReceiver+"="+w.srv.URL, childPath+"="+w.path)
+	cmd.Stderr = t.Output()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	nt := w.enqueue(n, "shop", "order-7", 3)
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the child never delivered")
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	next := w.running("next", w.receivers())
+	rec := w.waitStatus(next, nt, notify.StatusDelivered, 30*time.Second)
+	if got := w.applied("order-7"); got != 1 {
+		t.Fatalf("applied %d times", got)
+	}
+	t.Logf("delivered %v after the SIGKILL (session timeout 3s, claim lease 3s); attempts recorded %d",
+		time.Since(killed).Round(time.Millisecond), rec.Attempts)
 }
