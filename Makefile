@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The servers' addresses (deploy/local/env) exported for the command that follows.
 WITH_ENV = set -a && eval "$$(deploy/local/env)" && ROCKETMQ_GO_LOG_LEVEL=error && set +a &&
 
-.PHONY: up down status test unit demo tcc-order drill-tcc saga-order drill-saga transfer drill-2pc bench lint env
+.PHONY: up down status test unit demo tcc-order drill-tcc saga-order drill-saga transfer drill-2pc bench lint env recharge
 
 up: ## start PostgreSQL, the ZooKeeper ensemble and RocketMQ (installing what is missing)
 	@deploy/local/up
@@ -73,3 +73,6 @@ lint: ## go vet, gofmt and staticcheck
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants to rewrite:"; echo "$$out"; exit 1; fi
 	$(GO) run $(STATICCHECK) ./...
+
+recharge: up ## the notify example: signed scheduled notifications, apply once, reconciliation through the query API
+	@$(WITH_ENV) $(GO) run ./examples/recharge
