@@ -132,7 +132,7 @@ func TestDecodeRequest(t *testing.T) {
 			want: Request{GID: "g", Branch: "b", Op: OpCancel}},
 		{name: "malformed", body: `{"gid":`, wantErr: true},
 		{name: "empty body", body: ``, wantErr: true},
-		{name: "unknown op", body: `{"gid":"g","branch":"b","op":"commit"}`, wantErr: true},
+		{name: "unknown op", body: `{"gid":"g","branch":"b","op":"explode"}`, wantErr: true},
 		{name: "no op", body: `{"gid":"g","branch":"b"}`, wantErr: true},
 		{name: "no gid", body: `{"branch":"b","op":"try"}`, wantErr: true},
 		{name: "two objects", body: `{"gid":"g","branch":"b","op":"try"}{}`, wantErr: true},

@@ -87,7 +87,7 @@ func TestIntegrationHandlerStatus(t *testing.T) {
 		{name: "empty rollback", body: `{"gid":"g5","branch":"b","op":"cancel"}`, want: 200, wantBody: `{"ok":true}`},
 		{name: "hanging try", body: `{"gid":"g5","branch":"b","op":"try"}`, want: 409, wantBody: "hanging"},
 		{name: "malformed JSON", body: `{"gid":"g6",`, want: 400, wantBody: "bad request"},
-		{name: "unknown op", body: `{"gid":"g6","branch":"b","op":"commit"}`, want: 400, wantBody: "unknown op"},
+		{name: "unknown op", body: `{"gid":"g6","branch":"b","op":"explode"}`, want: 400, wantBody: "unknown op"},
 		{name: "no op", body: `{"gid":"g6","branch":"b"}`, want: 400},
 		{name: "empty gid", body: `{"gid":"","branch":"b","op":"try"}`, want: 400, wantBody: "empty gid"},
 		{name: "gid too long", body: `{"gid":"` + strings.Repeat("g", 250) + `","branch":"b","op":"try"}`, want: 400},
