@@ -1,11 +1,14 @@
 // Command txkit is the operator's tool for txkit's tables: the outbox's backlog and dead letters,
-// and the global transactions of the tcc and saga coordinators.
+// the global transactions of the tcc, saga and twopc coordinators, and the failed notifications.
 //
 //	txkit outbox backlog [-pg URL] [-schema S] [-table T]
 //	txkit outbox dead    [-pg URL] [-schema S] [-table T] [-limit N]
 //	txkit outbox requeue [-pg URL] [-schema S] [-table T] (-all | ID...)
 //	txkit tx list        [-pg URL] [-schema S] [-prefix P] [-kind K] [-status S] [-unfinished] [-limit N]
 //	txkit tx show GID    [-pg URL] [-schema S] [-prefix P]
+//	txkit notify failed  [-pg URL] [-schema S] [-table T] [-limit N]
+//	txkit notify show ID [-pg URL] [-schema S] [-table T]
+//	txkit notify redeliver ID... [-pg URL] [-schema S] [-table T]
 //
 // -pg defaults to $TXKIT_PG_URL. The exit status is 0 on success, 1 when the command failed (or
 // requeue found fewer dead messages than IDs given), and 2 on a usage error.
@@ -49,6 +52,15 @@ flags of every tx command (before the verb or after it):
   -pg URL       PostgreSQL URL (default $TXKIT_PG_URL)
   -schema NAME  schema of the coordinator's tables (default: the URL's search_path)
   -prefix P     table prefix (default txkit_ for tcc; sagas use txkit_saga_, two-phase commits txkit_2pc_)
+
+  notify failed      notifications that ran out of attempts   [-limit N]
+  notify show ID     one notification and its attempts
+  notify redeliver ID...  put failed notifications back on the schedule
+
+flags of every notify command (before the verb or after it):
+  -pg URL       PostgreSQL URL (default $TXKIT_PG_URL)
+  -schema NAME  schema of the notifier's tables (default: the URL's search_path)
+  -table NAME   notifications table (default txkit_notify)
 
 exit status: 0 success, 1 failure (or fewer dead messages requeued than IDs given), 2 usage error
 `
@@ -131,6 +143,8 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	case "outbox":
 	case "tx":
 		return txCmd(ctx, args[1:], getenv, stdout)
+	case "notify":
+		return notifyCmd(ctx, args[1:], getenv, stdout)
 	default:
 		return usageErr("unknown command %q", args[0])
 	}
