@@ -39,12 +39,13 @@ type Delivery struct {
 // taken and not yet recorded, and the circuit breaker.
 type flight struct {
 	queue     chan Delivery
-	held      int       // taken and not yet attempted (queued or in flight)
-	failures  int       // consecutive failed deliveries
-	openUntil time.Time // the breaker holds deliveries back until then (zero: closed)
-	probing   bool      // half open: the one delivery allowed through is in flight
-	poke      func()    // wakes the dispatcher
-	low       int       // held at which the queue is refilled
+	held      int                // taken and not yet attempted (queued or in flight)
+	taken     map[uuid.UUID]bool // taken and not yet recorded: not to be taken again
+	failures  int                // consecutive failed deliveries
+	openUntil time.Time          // the breaker holds deliveries back until then (zero: closed)
+	probing   bool               // half open: the one delivery allowed through is in flight
+	poke      func()             // wakes the dispatcher
+	low       int                // held at which the queue is refilled
 }
 
 // result is one delivery's outcome.
@@ -63,9 +64,9 @@ type result struct {
 // [Notifier.Enqueue], it takes due notifications of each receiver — no more than the receiver's
 // free delivery slots, so a slow receiver only delays itself — posts them, and records each
 // attempt (status code, latency, error) and the notification's new state in batches, fenced with
-// the leadership's token so a deposed leader records nothing. A notification taken is left alone
-// for the claim lease ([WithClaimLease]): if this leader dies mid-delivery the next one sends it
-// again, with the same id. It also deletes delivered notifications past the retention.
+// the leadership's token so a deposed leader records nothing. Taking notifications writes
+// nothing: the leader remembers what it took until the result is recorded, and if it dies
+// mid-delivery they are still due, so the next leader sends them again, with the same id. It also deletes delivered notifications past the retention.
 //
 // Run blocks until ctx ends, then returns nil after every goroutine it started has exited. It
 // returns an error wrapping [ErrInvalidOption] without an elector, [ErrRunning] when another Run
@@ -101,7 +102,7 @@ func (n *Notifier) lead(ctx context.Context, l *lock.Leadership) error {
 	n.mu.Lock()
 	n.flights = map[string]*flight{}
 	for name := range n.receivers {
-		n.flights[name] = &flight{queue: make(chan Delivery, n.o.batch), low: n.o.batch / 2}
+		n.flights[name] = &flight{queue: make(chan Delivery, n.o.batch), low: n.o.batch / 2, taken: map[uuid.UUID]bool{}}
 	}
 	flights := n.flights
 	n.mu.Unlock()
@@ -220,8 +221,8 @@ func (n *Notifier) fenced(ctx context.Context, tok lock.Token, fn func(pgx.Tx) e
 
 // dispatch takes due notifications for every receiver whose queue is running low and whose
 // breaker is not open, up to the batch size taken and unrecorded per receiver, and queues them
-// for the receiver's workers. The claim moves their due time past the claim lease, so nobody
-// else takes them meanwhile.
+// for the receiver's workers, remembering them until their results are recorded so that it does
+// not take them twice.
 func (n *Notifier) dispatch(ctx context.Context, tok lock.Token, flights map[string]*flight) error {
 	names := make([]string, 0, len(flights))
 	for name := range flights {
@@ -240,33 +241,37 @@ func (n *Notifier) dispatch(ctx context.Context, tok lock.Token, flights map[str
 		if free <= 0 {
 			continue
 		}
-		var batch []Delivery
-		// The claim is not fenced: it only moves due times by the claim lease, and a deposed
-		// leader that still claims costs a duplicate delivery (receivers apply once) and a delay,
-		// never a wrong record — every record is fenced. Left out of the fence, claims do not
-		// queue behind the records on the fence's row lock.
-		err := pgx.BeginFunc(ctx, n.pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, `update `+n.table+` set next_attempt_at = now() + make_interval(secs => $3), updated_at = now()
-where id in (select id from `+n.table+` where status = 'pending' and receiver = $1 and next_attempt_at <= now()
-             order by next_attempt_at limit $2 for update skip locked)
-returning id, receiver, key, payload, created_at`, name, free, n.o.claimLease.Seconds())
-			if err != nil {
-				return err
-			}
-			batch, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
-				var d Delivery
-				var p []byte
-				err := r.Scan(&d.ID, &d.Receiver, &d.Key, &p, &d.CreatedAt)
-				d.Payload = p
-				return d, err
-			})
-			return err
+		n.mu.Lock()
+		skip := make([]uuid.UUID, 0, len(f.taken))
+		for id := range f.taken {
+			skip = append(skip, id)
+		}
+		n.mu.Unlock()
+		// Taking writes nothing: only the leader delivers, and it remembers what it has taken
+		// until the result is recorded. When it dies, whatever it had taken is still due and the
+		// next leader sends it again (same id; receivers apply once). A deposed leader that has
+		// not noticed yet may send a duplicate the same way; its records are refused by the fence.
+		rows, err := n.pool.Query(ctx, `select id, receiver, key, payload, created_at from `+n.table+`
+where status = 'pending' and receiver = $1 and next_attempt_at <= now() and id <> all($3::uuid[])
+order by next_attempt_at limit $2`, name, free, skip)
+		if err != nil {
+			return fmt.Errorf("take due notifications of %s: %w", name, err)
+		}
+		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
+			var d Delivery
+			var p []byte
+			err := r.Scan(&d.ID, &d.Receiver, &d.Key, &p, &d.CreatedAt)
+			d.Payload = p
+			return d, err
 		})
 		if err != nil {
 			return fmt.Errorf("take due notifications of %s: %w", name, err)
 		}
 		n.mu.Lock()
 		f.held += len(batch)
+		for _, d := range batch {
+			f.taken[d.ID] = true
+		}
 		n.mu.Unlock()
 		for _, d := range batch {
 			f.queue <- d // room for batch held ones: never blocks
@@ -300,6 +305,16 @@ func (n *Notifier) attempt(ctx context.Context, rcv Receiver, f *flight, d Deliv
 	n.trip(f, r)
 	n.done(f)
 	return r
+}
+
+// forget makes a batch's notifications takeable again once their results are recorded (the record
+// moved their due time or ended them), or could not be (then they are due again, as they should).
+func (n *Notifier) forget(batch []result) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, r := range batch {
+		delete(n.flights[r.receiver].taken, r.id)
+	}
 }
 
 // done frees a place in the receiver's count of taken notifications, so the dispatcher takes
@@ -378,7 +393,7 @@ func (n *Notifier) deliver(ctx context.Context, rcv Receiver, d Delivery) result
 
 // recorder writes results in batches — every result already waiting, up to the batch size, in
 // one fenced statement — until results is closed (after ctx ended and every delivery returned).
-// What cannot be written is left to the claim lease: the notification is delivered again.
+// What cannot be written stays due: the notification is delivered again.
 func (n *Notifier) recorder(ctx context.Context, tok lock.Token, results <-chan result, poke func(), log *slog.Logger) error {
 	var fencedErr error
 	for r := range results {
@@ -396,19 +411,22 @@ func (n *Notifier) recorder(ctx context.Context, tok lock.Token, results <-chan 
 			}
 		}
 		if fencedErr != nil || ctx.Err() != nil {
-			continue // leadership over: the next leader redelivers these after the lease
+			n.forget(batch)
+			continue // leadership over: they are still due, and the next leader sends them again
 		}
 		if err := n.record(ctx, tok, batch, log); err != nil {
 			if errors.Is(err, lock.ErrFenced) {
 				fencedErr = err
+				n.forget(batch)
 				continue
 			}
 			if ctx.Err() == nil {
-				log.Warn("notify: recording attempts failed; they will be made again after the claim lease",
+				log.Warn("notify: recording attempts failed; those notifications will be sent again",
 					slog.Int("results", len(batch)), slog.Any("err", err))
 			}
 		}
-		poke() // the receivers' queues have room again
+		n.forget(batch) // recorded (or not: then they are due again and taken again)
+		poke()          // the receivers' queues have room again
 	}
 	return fencedErr
 }

@@ -256,8 +256,8 @@ func TestIntegrationBreaker(t *testing.T) {
 	}
 }
 
-// The leader loses its leadership while a delivery hangs: the next leader delivers it after the
-// claim lease, and the receiver applies it once.
+// The leader loses its leadership while a delivery hangs: the next leader delivers it again, and
+// the receiver applies it once.
 func TestIntegrationLeaderLostMidDelivery(t *testing.T) {
 	w := newWorld(t)
 	var hung atomic.Bool
@@ -350,7 +350,7 @@ func TestIntegrationBadInput(t *testing.T) {
 			return err
 		}(), notify.ErrInvalidOption},
 		"bad jitter":          {func() error { _, err := notify.New(w.sender.Pool, nil, notify.WithSchedule(nil, 2)); return err }(), notify.ErrInvalidOption},
-		"lease below call":    {func() error { _, err := notify.New(w.sender.Pool, nil, notify.WithClaimLease(time.Second)); return err }(), notify.ErrInvalidOption},
+		"no call timeout":     {func() error { _, err := notify.New(w.sender.Pool, nil, notify.WithCallTimeout(0)); return err }(), notify.ErrInvalidOption},
 		"run without elector": {n.Run(ctx), notify.ErrInvalidOption},
 		"unknown id":          {func() error { _, err := n.Get(ctx, uuid.New()); return err }(), notify.ErrNotFound},
 	} {
@@ -361,7 +361,7 @@ func TestIntegrationBadInput(t *testing.T) {
 }
 
 // The leading notifier is a child process, SIGKILLed while its delivery hangs in the receiver:
-// the next leader delivers the notification after the claim lease, and it is applied once.
+// the next leader delivers the notification again, and it is applied once.
 func TestIntegrationLeaderKilledMidDelivery(t *testing.T) {
 	w := newWorld(t)
 	n := w.notifier(w.receivers()) // migrates the tables the child uses
@@ -398,6 +398,6 @@ func TestIntegrationLeaderKilledMidDelivery(t *testing.T) {
 	if got := w.applied("order-7"); got != 1 {
 		t.Fatalf("applied %d times", got)
 	}
-	t.Logf("delivered %v after the SIGKILL (session timeout 3s, claim lease 3s); attempts recorded %d",
+	t.Logf("delivered %v after the SIGKILL (session timeout 3s); attempts recorded %d",
 		time.Since(killed).Round(time.Millisecond), rec.Attempts)
 }

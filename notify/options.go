@@ -34,7 +34,6 @@ type options struct {
 	tick              string
 	batch             int
 	callTimeout       time.Duration
-	claimLease        time.Duration
 	breakerFailures   int
 	breakerCooldown   time.Duration
 	client            *http.Client
@@ -46,7 +45,7 @@ type options struct {
 func defaultOptions() options {
 	return options{
 		table: "txkit_notify", log: slog.New(slog.DiscardHandler), schedule: DefaultSchedule(), jitter: 0.1,
-		tick: "@every 1s", batch: 100, callTimeout: 10 * time.Second, claimLease: 2 * time.Minute,
+		tick: "@every 1s", batch: 100, callTimeout: 10 * time.Second,
 		breakerFailures: 5, breakerCooldown: time.Minute, client: http.DefaultClient,
 		retention: 30 * 24 * time.Hour, retentionSpec: "@every 10m", concurrencyPerRcv: 4,
 	}
@@ -83,11 +82,6 @@ func WithBatch(n int) Option { return func(o *options) { o.batch = n } }
 
 // WithCallTimeout bounds each delivery's HTTP call (default 10s).
 func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
-
-// WithClaimLease sets how long a notification taken for delivery is left alone by other
-// deliveries (default 2m): when the leader dies mid-delivery, the next one delivers it again
-// after the lease. Keep it above the call timeout.
-func WithClaimLease(d time.Duration) Option { return func(o *options) { o.claimLease = d } }
 
 // WithConcurrency sets how many deliveries to one receiver are in flight at once when its
 // [Receiver] does not say (default 4).
@@ -141,9 +135,8 @@ func (o options) validate() error {
 	case o.batch <= 0 || o.concurrencyPerRcv <= 0 || o.breakerFailures <= 0:
 		return fmt.Errorf("notify: batch %d, concurrency %d, breaker failures %d: must be positive: %w",
 			o.batch, o.concurrencyPerRcv, o.breakerFailures, ErrInvalidOption)
-	case o.callTimeout <= 0 || o.claimLease <= o.callTimeout:
-		return fmt.Errorf("notify: call timeout %v, claim lease %v: the lease must exceed the timeout: %w",
-			o.callTimeout, o.claimLease, ErrInvalidOption)
+	case o.callTimeout <= 0:
+		return fmt.Errorf("notify: call timeout %v: %w", o.callTimeout, ErrInvalidOption)
 	case o.breakerCooldown <= 0 || o.retention <= 0:
 		return fmt.Errorf("notify: breaker cooldown %v, retention %v: must be positive: %w", o.breakerCooldown, o.retention, ErrInvalidOption)
 	}
