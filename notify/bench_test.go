@@ -16,30 +16,59 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/notify"
 )
 
-// BenchmarkDeliver measures deliveries per second to a local receiver (an httptest server that
-// answers "success"), side by side in one run:
+// BenchmarkDeliver measures deliveries per second to a local receiver, side by side in one run:
 //
 //   - "notifier": blocks of 500 notifications are enqueued (in one transaction, not timed), then
 //     timed until the running leader has delivered and recorded them all: taking them from the
 //     table, posting each signed, and recording every attempt (status, latency) and delivery.
-//
 //   - "bare": the same 500 signed POSTs (same bodies and headers) from a plain http.Client, with
 //     the same number of requests in flight (the receiver's concurrency, 8), recording nothing.
-//
 //   - The blocks alternate (which goes first alternates too); the ratio is notifier/bare
 //     throughput, target ≥ 0.8.
 //
-//     go test -run '^$' -bench Deliver -benchtime 20x ./notify/
+// Two receivers: "ack" answers "success" and does nothing else (the strictest comparison: the
+// whole cost of the notifier's bookkeeping shows); "inbox" is a notify.Inbox that verifies the
+// signature and applies each notification once in PostgreSQL, as a real receiver does.
+//
+//	go test -run '^$' -bench Deliver -benchtime 20x ./notify/
 func BenchmarkDeliver(b *testing.B) {
+	b.Run("ack", func(b *testing.B) {
+		benchDeliver(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			_, _ = w.Write([]byte("success"))
+		}))
+	})
+	b.Run("inbox", func(b *testing.B) {
+		rcv := testenv.PG(b)
+		if _, err := rcv.Pool.Exec(context.Background(), `create table credits (id uuid primary key, amount int)`); err != nil {
+			b.Fatal(err)
+		}
+		store, err := idempotency.New(idempotency.WithSchema(rcv.Name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := store.Migrate(context.Background(), rcv.Pool); err != nil {
+			b.Fatal(err)
+		}
+		in, err := notify.NewInbox(rcv.Pool, store, []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
+			_, err := tx.Exec(ctx, `insert into credits values ($1, 1)`, d.ID)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchDeliver(b, in)
+	})
+}
+
+func benchDeliver(b *testing.B, h http.Handler) {
 	const block, conc = 500, 8
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		_, _ = w.Write([]byte("success"))
-	}))
+	srv := httptest.NewServer(h)
 	b.Cleanup(srv.Close)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	pg := testenv.PG(b)
@@ -81,20 +110,26 @@ func BenchmarkDeliver(b *testing.B) {
 		return time.Since(start)
 	}
 	bare := func() time.Duration {
-		reqs := make(chan []byte, block)
+		type req struct {
+			id   uuid.UUID
+			body []byte
+		}
+		reqs := make(chan req, block)
 		for range block {
 			d := notify.Delivery{ID: uuid.Must(uuid.NewV7()), Receiver: "r", Key: "k", Payload: json.RawMessage(`{"amount":1}`), CreatedAt: time.Now()}
 			body, _ := json.Marshal(d)
-			reqs <- body
+			reqs <- req{d.ID, body}
 		}
 		close(reqs)
 		start := time.Now()
 		var wg sync.WaitGroup
 		for range conc {
 			wg.Go(func() {
-				for body := range reqs {
+				for q := range reqs {
+					body := q.body
 					r, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, bytes.NewReader(body))
 					r.Header.Set("Content-Type", "application/json")
+					r.Header.Set(notify.HeaderID, q.id.String())
 					r.Header.Set(notify.HeaderReceiver, "r")
 					ts := time.Now().Unix()
 					r.Header.Set(notify.HeaderTimestamp, strconv.FormatInt(ts, 10))
@@ -104,8 +139,12 @@ func BenchmarkDeliver(b *testing.B) {
 						b.Error(err)
 						return
 					}
-					_, _ = io.ReadAll(resp.Body)
+					answer, _ := io.ReadAll(resp.Body)
 					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK || string(answer) != "success" {
+						b.Errorf("bare post: HTTP %d %q", resp.StatusCode, answer)
+						return
+					}
 				}
 			})
 		}
