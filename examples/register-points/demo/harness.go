@@ -22,9 +22,8 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/txkit/txkit/examples/internal/exapp"
 	"golang.org/x/sync/errgroup"
-
-	"github.com/txkit/txkit/examples/register-points/internal/app"
 )
 
 // Config is one run of the example.
@@ -222,7 +221,7 @@ func (h *harness) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, db := range []string{"txkit_users", "txkit_points"} {
-		url, err := app.DatabaseURL(h.cfg.PG, db, "")
+		url, err := exapp.DatabaseURL(h.cfg.PG, db, "", 0)
 		if err != nil {
 			continue
 		}
@@ -561,7 +560,7 @@ func (h *harness) brokerOutage(ctx context.Context, done *atomic.Int64, rep *Rep
 		}
 		h.logf("outage: broker started again; outbox backlog peaked at %d", rep.MaxPending)
 	}()
-	usersURL, _ := app.DatabaseURL(h.cfg.PG, "txkit_users", h.schema)
+	usersURL, _ := exapp.DatabaseURL(h.cfg.PG, "txkit_users", h.schema, 0)
 	c, err := pgx.Connect(ctx, usersURL)
 	if err != nil {
 		return err
@@ -585,8 +584,8 @@ func (h *harness) brokerOutage(ctx context.Context, done *atomic.Int64, rep *Rep
 // settle waits until every registered user has a points row and the outbox is empty, then fills
 // the report from the two databases.
 func (h *harness) settle(ctx context.Context, rep *Report) error {
-	usersURL, _ := app.DatabaseURL(h.cfg.PG, "txkit_users", h.schema)
-	pointsURL, _ := app.DatabaseURL(h.cfg.PG, "txkit_points", h.schema)
+	usersURL, _ := exapp.DatabaseURL(h.cfg.PG, "txkit_users", h.schema, 0)
+	pointsURL, _ := exapp.DatabaseURL(h.cfg.PG, "txkit_points", h.schema, 0)
 	uc, err := pgx.Connect(ctx, usersURL)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/register-points/internal/app"
 )
 
@@ -28,11 +29,11 @@ func main() {
 	flag.IntVar(&cfg.Rate, "rate", 100, "registrations per second at most (0: as fast as they go; -drill lowers 100 to 80 so the faults land under load)")
 	flag.StringVar(&cfg.Mode, "mode", "outbox", "outbox (table + relay) or txmsg (RocketMQ transactional messages)")
 	flag.BoolVar(&cfg.Drill, "drill", false, "SIGKILL the relay leader twice and the points service once during the load")
-	flag.StringVar(&cfg.PG, "pg", app.Env("TXKIT_PG_URL", "postgres://postgres@127.0.0.1:55432/txkit_test?sslmode=disable"), "PostgreSQL URL")
-	flag.StringVar(&cfg.ZK, "zk", app.Env("TXKIT_ZK", "127.0.0.1:22181,127.0.0.1:22182,127.0.0.1:22183"), "ZooKeeper servers")
-	flag.StringVar(&cfg.Namesrv, "namesrv", app.Env("TXKIT_ROCKETMQ_NAMESRV", "127.0.0.1:19876"), "RocketMQ name servers")
-	flag.StringVar(&cfg.Broker, "broker", app.Env("TXKIT_ROCKETMQ_BROKER", "127.0.0.1:20911"), "RocketMQ broker (topic creation)")
-	flag.StringVar(&cfg.Dir, "dir", filepath.Join(app.Env("TXKIT_HOME", ".txkit"), "demo"), "binaries and service logs")
+	flag.StringVar(&cfg.PG, "pg", exapp.Env("TXKIT_PG_URL", "postgres://postgres@127.0.0.1:55432/txkit_test?sslmode=disable"), "PostgreSQL URL")
+	flag.StringVar(&cfg.ZK, "zk", exapp.Env("TXKIT_ZK", "127.0.0.1:22181,127.0.0.1:22182,127.0.0.1:22183"), "ZooKeeper servers")
+	flag.StringVar(&cfg.Namesrv, "namesrv", exapp.Env("TXKIT_ROCKETMQ_NAMESRV", "127.0.0.1:19876"), "RocketMQ name servers")
+	flag.StringVar(&cfg.Broker, "broker", exapp.Env("TXKIT_ROCKETMQ_BROKER", "127.0.0.1:20911"), "RocketMQ broker (topic creation)")
+	flag.StringVar(&cfg.Dir, "dir", filepath.Join(exapp.Env("TXKIT_HOME", ".txkit"), "demo"), "binaries and service logs")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the run's schemas and topic for inspection")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
 	flag.Parse()

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/register-points/internal/app"
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/outbox"
@@ -31,10 +32,10 @@ import (
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "HTTP address")
-	pg := flag.String("pg", app.Env("TXKIT_PG_URL", "postgres://postgres@127.0.0.1:55432/txkit_test?sslmode=disable"), "PostgreSQL URL (its database is replaced by -db)")
+	pg := flag.String("pg", exapp.Env("TXKIT_PG_URL", "postgres://postgres@127.0.0.1:55432/txkit_test?sslmode=disable"), "PostgreSQL URL (its database is replaced by -db)")
 	db := flag.String("db", "txkit_points", "database of the points service")
 	schema := flag.String("schema", "register_points", "schema of this run")
-	namesrv := flag.String("namesrv", app.Env("TXKIT_ROCKETMQ_NAMESRV", "127.0.0.1:19876"), "RocketMQ name servers")
+	namesrv := flag.String("namesrv", exapp.Env("TXKIT_ROCKETMQ_NAMESRV", "127.0.0.1:19876"), "RocketMQ name servers")
 	topic := flag.String("topic", "txkit-user-registered", "topic of UserRegistered events (must exist)")
 	group := flag.String("group", "", "consumer group (default txkit-demo-points-<schema>)")
 	flag.Parse()
@@ -51,7 +52,7 @@ func main() {
 }
 
 func run(ctx context.Context, listen, pg, db, schema, namesrv, topic, group string, log *slog.Logger) error {
-	url, err := app.DatabaseURL(pg, db, schema)
+	url, err := exapp.DatabaseURL(pg, db, schema, 0)
 	if err != nil {
 		return err
 	}
@@ -93,26 +94,28 @@ func run(ctx context.Context, listen, pg, db, schema, namesrv, topic, group stri
 	mux.HandleFunc("GET /points/{user}", func(w http.ResponseWriter, r *http.Request) {
 		id, err := uuid.Parse(r.PathValue("user"))
 		if err != nil {
-			app.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "user must be a UUID"})
+			exapp.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "user must be a UUID"})
 			return
 		}
 		var n int
 		err = pool.QueryRow(r.Context(), `select points from points where user_id = $1`, id).Scan(&n)
 		if errors.Is(err, pgx.ErrNoRows) {
-			app.WriteJSON(w, http.StatusNotFound, map[string]any{"user": id, "points": 0})
+			exapp.WriteJSON(w, http.StatusNotFound, map[string]any{"user": id, "points": 0})
 			return
 		}
 		if err != nil {
-			app.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 			return
 		}
-		app.WriteJSON(w, http.StatusOK, map[string]any{"user": id, "points": n})
+		exapp.WriteJSON(w, http.StatusOK, map[string]any{"user": id, "points": n})
 	})
-	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) { app.WriteJSON(w, http.StatusOK, c.Stats()) })
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { app.WriteJSON(w, 200, map[string]string{"status": "ok"}) })
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) { exapp.WriteJSON(w, http.StatusOK, c.Stats()) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		exapp.WriteJSON(w, 200, map[string]string{"status": "ok"})
+	})
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return c.Run(ctx) })
-	g.Go(func() error { return app.Serve(ctx, listen, mux) })
+	g.Go(func() error { return exapp.Serve(ctx, listen, mux) })
 	log.Info("points service running", "schema", schema, "topic", topic, "group", group)
 	return g.Wait()
 }

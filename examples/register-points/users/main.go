@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/register-points/internal/app"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/outbox"
@@ -38,11 +39,11 @@ type config struct {
 func main() {
 	var c config
 	flag.StringVar(&c.listen, "listen", "127.0.0.1:0", "HTTP address")
-	flag.StringVar(&c.pg, "pg", app.Env("TXKIT_PG_URL", "postgres://postgres@127.0.0.1:55432/txkit_test?sslmode=disable"), "PostgreSQL URL (its database is replaced by -db)")
+	flag.StringVar(&c.pg, "pg", exapp.Env("TXKIT_PG_URL", "postgres://postgres@127.0.0.1:55432/txkit_test?sslmode=disable"), "PostgreSQL URL (its database is replaced by -db)")
 	flag.StringVar(&c.db, "db", "txkit_users", "database of the users service")
 	flag.StringVar(&c.schema, "schema", "register_points", "schema of this run")
-	flag.StringVar(&c.zk, "zk", app.Env("TXKIT_ZK", "127.0.0.1:22181,127.0.0.1:22182,127.0.0.1:22183"), "ZooKeeper servers")
-	flag.StringVar(&c.namesrv, "namesrv", app.Env("TXKIT_ROCKETMQ_NAMESRV", "127.0.0.1:19876"), "RocketMQ name servers")
+	flag.StringVar(&c.zk, "zk", exapp.Env("TXKIT_ZK", "127.0.0.1:22181,127.0.0.1:22182,127.0.0.1:22183"), "ZooKeeper servers")
+	flag.StringVar(&c.namesrv, "namesrv", exapp.Env("TXKIT_ROCKETMQ_NAMESRV", "127.0.0.1:19876"), "RocketMQ name servers")
 	flag.StringVar(&c.topic, "topic", "txkit-user-registered", "topic of UserRegistered events (must exist)")
 	flag.StringVar(&c.mode, "mode", "outbox", "outbox or txmsg")
 	flag.StringVar(&c.id, "id", "users-"+uuid.NewString()[:8], "instance id (the relay's election id)")
@@ -61,7 +62,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if c.mode != "outbox" && c.mode != "txmsg" {
 		return fmt.Errorf("-mode %q: want outbox or txmsg", c.mode)
 	}
-	url, err := app.DatabaseURL(c.pg, c.db, c.schema)
+	url, err := exapp.DatabaseURL(c.pg, c.db, c.schema, 0)
 	if err != nil {
 		return err
 	}
@@ -120,8 +121,10 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /users", s.register)
 	mux.HandleFunc("GET /stats", s.stats)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { app.WriteJSON(w, 200, map[string]string{"status": "ok"}) })
-	g.Go(func() error { return app.Serve(ctx, c.listen, mux) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		exapp.WriteJSON(w, 200, map[string]string{"status": "ok"})
+	})
+	g.Go(func() error { return exapp.Serve(ctx, c.listen, mux) })
 	log.Info("users service running", "mode", c.mode, "schema", c.schema, "topic", c.topic)
 	return g.Wait()
 }
@@ -142,7 +145,7 @@ func (s *service) register(w http.ResponseWriter, r *http.Request) {
 		Name string `json:"name"`
 	}
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil || strings.TrimSpace(req.Name) == "" {
-		app.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "want a JSON body with a non-empty name"})
+		exapp.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "want a JSON body with a non-empty name"})
 		return
 	}
 	ev := app.UserRegistered{UserID: uuid.New(), Name: req.Name, RegisteredAt: time.Now().UTC()}
@@ -167,10 +170,10 @@ func (s *service) register(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		s.log.Error("register failed", "err", err)
-		app.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return
 	}
-	app.WriteJSON(w, http.StatusCreated, map[string]string{"id": ev.UserID.String()})
+	exapp.WriteJSON(w, http.StatusCreated, map[string]string{"id": ev.UserID.String()})
 }
 
 // stats: GET /stats → the relay's counters, who leads, and the outbox backlog.
@@ -188,5 +191,5 @@ func (s *service) stats(w http.ResponseWriter, r *http.Request) {
 			out["pending"], out["dead"] = pending, dead
 		}
 	}
-	app.WriteJSON(w, http.StatusOK, out)
+	exapp.WriteJSON(w, http.StatusOK, out)
 }

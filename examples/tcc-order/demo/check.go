@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/tcc-order/internal/app"
 )
 
@@ -33,7 +34,7 @@ func (l ledger) rows() int {
 }
 
 func connect(ctx context.Context, base, db, schema string) (*pgx.Conn, error) {
-	url, err := app.DatabaseURL(base, db, schema)
+	url, err := exapp.DatabaseURL(base, db, schema, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/tcc-order/internal/app"
 )
 
@@ -479,7 +480,7 @@ func (h *harness) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, db := range []string{dbOrder, dbStock, dbAccount} {
-		url, err := app.DatabaseURL(h.cfg.PG, db, "")
+		url, err := exapp.DatabaseURL(h.cfg.PG, db, "", 0)
 		if err != nil {
 			continue
 		}
@@ -664,7 +665,7 @@ func (p protocol) fence(ctx context.Context, c *pgx.Conn) (tok string, at time.T
 // again in its slot. After each kill it waits for the next leader's first recovery — a claim
 // under a new fencing token — and measures the time from the kill to it.
 func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Report) error {
-	url, _ := app.DatabaseURL(h.cfg.PG, dbOrder, h.schema)
+	url, _ := exapp.DatabaseURL(h.cfg.PG, dbOrder, h.schema, 0)
 	c, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
@@ -728,7 +729,7 @@ func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Repo
 
 // settle waits until every global transaction (saga) is finished.
 func (h *harness) settle(ctx context.Context) error {
-	url, _ := app.DatabaseURL(h.cfg.PG, dbOrder, h.schema)
+	url, _ := exapp.DatabaseURL(h.cfg.PG, dbOrder, h.schema, 0)
 	c, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err

@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/tcc-order/internal/app"
 )
 
@@ -41,9 +42,9 @@ func main() {
 	flag.IntVar(&cfg.Kills, "kills", 3, "leader kills of a drill")
 	flag.IntVar(&cfg.ParticipantKills, "participant-kills", 2, "participant kills of a drill (stock, account, stock, ...; each restarted on its address)")
 	flag.DurationVar(&cfg.KillEvery, "kill-every", 3*time.Second, "pause before each leader kill (each also waits for the previous failover)")
-	flag.StringVar(&cfg.PG, "pg", app.Env("TXKIT_PG_URL", app.DefaultPG), "PostgreSQL URL (databases txkit_order, txkit_stock, txkit_account are created if missing)")
-	flag.StringVar(&cfg.ZK, "zk", app.Env("TXKIT_ZK", app.DefaultZK), "ZooKeeper servers")
-	flag.StringVar(&cfg.Dir, "dir", filepath.Join(app.Env("TXKIT_HOME", ".txkit"), "tcc-order"), "binaries and service logs")
+	flag.StringVar(&cfg.PG, "pg", exapp.Env("TXKIT_PG_URL", app.DefaultPG), "PostgreSQL URL (databases txkit_order, txkit_stock, txkit_account are created if missing)")
+	flag.StringVar(&cfg.ZK, "zk", exapp.Env("TXKIT_ZK", app.DefaultZK), "ZooKeeper servers")
+	flag.StringVar(&cfg.Dir, "dir", filepath.Join(exapp.Env("TXKIT_HOME", ".txkit"), "tcc-order"), "binaries and service logs")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the run's schemas for inspection")
 	flag.BoolVar(&cfg.NoBarrier, "no-barrier", false, "run stock and account WITHOUT the participant barrier, to watch the checks fail (use with -drill)")
 	flag.DurationVar(&cfg.SettleTimeout, "settle-timeout", 3*time.Minute, "how long to wait for every transaction to finish after the load")

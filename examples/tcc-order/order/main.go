@@ -39,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/tcc-order/internal/app"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
@@ -53,10 +54,10 @@ type config struct {
 func main() {
 	c := config{mode: app.ModeTCC}
 	flag.StringVar(&c.listen, "listen", "127.0.0.1:0", "HTTP address")
-	flag.StringVar(&c.pg, "pg", app.Env("TXKIT_PG_URL", app.DefaultPG), "PostgreSQL URL (its database is replaced by -db)")
+	flag.StringVar(&c.pg, "pg", exapp.Env("TXKIT_PG_URL", app.DefaultPG), "PostgreSQL URL (its database is replaced by -db)")
 	flag.StringVar(&c.db, "db", "txkit_order", "database of the order service and its coordinators' logs (created if missing)")
 	flag.StringVar(&c.schema, "schema", "tcc_order", "schema of this run")
-	flag.StringVar(&c.zk, "zk", app.Env("TXKIT_ZK", app.DefaultZK), "ZooKeeper servers")
+	flag.StringVar(&c.zk, "zk", exapp.Env("TXKIT_ZK", app.DefaultZK), "ZooKeeper servers")
 	flag.StringVar(&c.id, "id", "order-"+uuid.NewString()[:8], "instance id (its id in the recovery elections)")
 	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the recovery elections, one per mode below it (default /txkit-demo/<schema>)")
 	flag.Var(&c.mode, "mode", "how orders are placed when the request does not say: tcc or saga")
@@ -68,7 +69,7 @@ func main() {
 	flag.DurationVar(&c.sessionTimeout, "session-timeout", 4*time.Second, "ZooKeeper session timeout (how long a dead leader keeps its leadership)")
 	flag.StringVar(&c.recovery, "recovery", "@every 500ms", "cron spec of the leaders' recovery passes")
 	flag.Parse()
-	log := app.Logger("order").With("id", c.id)
+	log := exapp.Logger("order").With("id", c.id)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, c, log); err != nil {
@@ -132,7 +133,7 @@ type service struct {
 }
 
 func run(ctx context.Context, c config, log *slog.Logger) error {
-	pool, err := app.Pool(ctx, c.pg, c.db, c.schema)
+	pool, err := exapp.Pool(ctx, c.pg, c.db, c.schema, 0)
 	if err != nil {
 		return err
 	}
@@ -187,13 +188,15 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	mux.HandleFunc("POST /orders", s.place)
 	mux.HandleFunc("GET /orders/{gid}", s.get)
 	mux.HandleFunc("GET /stats", s.stats)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { app.WriteJSON(w, 200, map[string]string{"status": "ok"}) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		exapp.WriteJSON(w, 200, map[string]string{"status": "ok"})
+	})
 	g, ctx := errgroup.WithContext(ctx)
 	for _, f := range s.flows {
 		g.Go(func() error { return f.run(ctx) })
 	}
 	g.Go(func() error { return bar.Run(ctx, pool) })
-	g.Go(func() error { return app.Serve(ctx, c.listen, mux) })
+	g.Go(func() error { return exapp.Serve(ctx, c.listen, mux) })
 	log.Info("order service running", "schema", c.schema, "election", election, "mode", c.mode.String(), "stock", c.stock, "account", c.account)
 	return g.Wait()
 }
@@ -252,7 +255,7 @@ func record(ctx context.Context, db execer, gid string, o Order, m app.Mode, sta
 func (s *service) place(w http.ResponseWriter, r *http.Request) {
 	var o Order
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&o); err != nil || o.SKU == "" || o.Account == "" || o.Qty <= 0 || o.Amount <= 0 {
-		app.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"sku", "qty" > 0, "account", "amount" > 0, "mode": "tcc" | "saga" (optional)}`})
+		exapp.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"sku", "qty" > 0, "account", "amount" > 0, "mode": "tcc" | "saga" (optional)}`})
 		return
 	}
 	if o.Mode == 0 {
@@ -263,7 +266,7 @@ func (s *service) place(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	a := s.flows[o.Mode].place(ctx, o)
 	a.Mode = o.Mode
-	app.WriteJSON(w, a.code, a)
+	exapp.WriteJSON(w, a.code, a)
 }
 
 // get: GET /orders/{gid} → the order row and its transaction's (saga's) status.
@@ -274,21 +277,21 @@ func (s *service) get(w http.ResponseWriter, r *http.Request) {
 	err := s.pool.QueryRow(r.Context(), `select mode, sku, qty, account, amount, status from orders where gid = $1`, gid).
 		Scan(&mode, &o.SKU, &o.Qty, &o.Account, &o.Amount, &status)
 	if errors.Is(err, pgx.ErrNoRows) {
-		app.WriteJSON(w, http.StatusNotFound, map[string]string{"gid": gid, "error": "no such order"})
+		exapp.WriteJSON(w, http.StatusNotFound, map[string]string{"gid": gid, "error": "no such order"})
 		return
 	}
 	if err == nil {
 		err = o.Mode.Set(mode)
 	}
 	if err != nil {
-		app.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return
 	}
 	out := map[string]any{"gid": gid, "order": o, "status": status}
 	if st, err := s.flows[o.Mode].status(r.Context(), gid); err == nil {
 		out["transaction"] = st.String()
 	}
-	app.WriteJSON(w, http.StatusOK, out)
+	exapp.WriteJSON(w, http.StatusOK, out)
 }
 
 // stats: GET /stats → per mode, who leads its recovery election and the coordinator's counters.
@@ -303,5 +306,5 @@ func (s *service) stats(w http.ResponseWriter, r *http.Request) {
 		st["leader"] = leader
 		out[m.String()] = st
 	}
-	app.WriteJSON(w, http.StatusOK, out)
+	exapp.WriteJSON(w, http.StatusOK, out)
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/transfer/internal/app"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/twopc"
@@ -52,9 +53,9 @@ type config struct {
 func main() {
 	var c config
 	flag.StringVar(&c.listen, "listen", "127.0.0.1:0", "HTTP address")
-	flag.StringVar(&c.pg, "pg", app.Env("TXKIT_PG_URL", app.DefaultPG), "PostgreSQL URL (its database is replaced by "+app.East+" and "+app.West+", created if missing)")
+	flag.StringVar(&c.pg, "pg", exapp.Env("TXKIT_PG_URL", app.DefaultPG), "PostgreSQL URL (its database is replaced by "+app.East+" and "+app.West+", created if missing)")
 	flag.StringVar(&c.schema, "schema", "transfer", "schema of this run, in both databases; the coordinators' log lives in "+app.East+"'s")
-	flag.StringVar(&c.zk, "zk", app.Env("TXKIT_ZK", app.DefaultZK), "ZooKeeper servers")
+	flag.StringVar(&c.zk, "zk", exapp.Env("TXKIT_ZK", app.DefaultZK), "ZooKeeper servers")
 	flag.StringVar(&c.id, "id", "bank-"+uuid.NewString()[:8], "instance id (its id in the recovery election)")
 	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the recovery election (default /txkit-demo/<schema>/2pc)")
 	flag.StringVar(&c.seedEast, "seed-east", "", "accounts in "+app.East+", id=balance,... (inserted only when the account is new)")
@@ -72,7 +73,7 @@ func main() {
 	flag.StringVar(&c.pauseAt, "pause-at", "both", "where a paused commit sleeps: prepared (before the decision), decided (after it) or both (either, at random)")
 	flag.IntVar(&c.maxConns, "max-conns", 16, "connections per database pool")
 	flag.Parse()
-	log := app.Logger("bank").With("id", c.id)
+	log := exapp.Logger("bank").With("id", c.id)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, c, log); err != nil {
@@ -103,17 +104,17 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	}
 	// The log has a pool of its own: a transfer holds an east connection (its enlisted
 	// transaction) while Commit writes the log, so sharing one pool could starve it.
-	logPool, err := app.Pool(ctx, c.pg, app.East, c.schema, c.maxConns)
+	logPool, err := exapp.Pool(ctx, c.pg, app.East, c.schema, c.maxConns)
 	if err != nil {
 		return err
 	}
 	defer logPool.Close()
-	east, err := app.Pool(ctx, c.pg, app.East, c.schema, c.maxConns)
+	east, err := exapp.Pool(ctx, c.pg, app.East, c.schema, c.maxConns)
 	if err != nil {
 		return err
 	}
 	defer east.Close()
-	west, err := app.Pool(ctx, c.pg, app.West, c.schema, c.maxConns)
+	west, err := exapp.Pool(ctx, c.pg, app.West, c.schema, c.maxConns)
 	if err != nil {
 		return err
 	}
@@ -163,10 +164,12 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	mux.HandleFunc("POST /transfers", s.transfer)
 	mux.HandleFunc("GET /transfers/{gid}", s.get)
 	mux.HandleFunc("GET /stats", s.stats)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { app.WriteJSON(w, 200, map[string]string{"status": "ok"}) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		exapp.WriteJSON(w, 200, map[string]string{"status": "ok"})
+	})
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return coord.Run(ctx) })
-	g.Go(func() error { return app.Serve(ctx, c.listen, mux) })
+	g.Go(func() error { return exapp.Serve(ctx, c.listen, mux) })
 	log.Info("bank service running", "schema", c.schema, "election", election, "pause_rate", c.pauseRate, "pause", c.pause, "pause_at", c.pauseAt)
 	return g.Wait()
 }
@@ -276,7 +279,7 @@ func insufficientFunds(err error) bool {
 func (s *service) transfer(w http.ResponseWriter, r *http.Request) {
 	var t app.Transfer
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&t); err != nil || t.From == "" || t.To == "" || t.Amount <= 0 || len(t.GID) > 64 {
-		app.WriteJSON(w, http.StatusBadRequest, app.Answer{Status: "rejected", Error: `want {"from", "to", "amount" > 0, optional "gid" of at most 64 bytes}`})
+		exapp.WriteJSON(w, http.StatusBadRequest, app.Answer{Status: "rejected", Error: `want {"from", "to", "amount" > 0, optional "gid" of at most 64 bytes}`})
 		return
 	}
 	// The transfer outlives a client that hangs up: its branches may already be prepared.
@@ -288,7 +291,7 @@ func (s *service) transfer(w http.ResponseWriter, r *http.Request) {
 	}
 	g, err := s.tpc.Begin(ctx, bopts...)
 	if err != nil {
-		app.WriteJSON(w, http.StatusBadRequest, app.Answer{GID: t.GID, Status: "rejected", Error: err.Error()})
+		exapp.WriteJSON(w, http.StatusBadRequest, app.Answer{GID: t.GID, Status: "rejected", Error: err.Error()})
 		return
 	}
 	gid := g.GID()
@@ -305,24 +308,24 @@ func (s *service) transfer(w http.ResponseWriter, r *http.Request) {
 		}
 		switch {
 		case insufficientFunds(err):
-			app.WriteJSON(w, http.StatusConflict, app.Answer{GID: gid, Status: "refused", Error: "insufficient funds: " + err.Error()})
+			exapp.WriteJSON(w, http.StatusConflict, app.Answer{GID: gid, Status: "refused", Error: "insufficient funds: " + err.Error()})
 		case errors.Is(err, errNoAccount):
-			app.WriteJSON(w, http.StatusNotFound, app.Answer{GID: gid, Status: "rejected", Error: err.Error()})
+			exapp.WriteJSON(w, http.StatusNotFound, app.Answer{GID: gid, Status: "rejected", Error: err.Error()})
 		default: // rolled back everywhere, nothing in the log: safe to try again
-			app.WriteJSON(w, http.StatusServiceUnavailable, app.Answer{GID: gid, Status: "aborted", Error: err.Error()})
+			exapp.WriteJSON(w, http.StatusServiceUnavailable, app.Answer{GID: gid, Status: "aborted", Error: err.Error()})
 		}
 		return
 	}
 	switch err := g.Commit(ctx); {
 	case err == nil:
-		app.WriteJSON(w, http.StatusOK, app.Answer{GID: gid, Status: "committed"})
+		exapp.WriteJSON(w, http.StatusOK, app.Answer{GID: gid, Status: "committed"})
 	case errors.Is(err, twopc.ErrAborted):
-		app.WriteJSON(w, http.StatusConflict, app.Answer{GID: gid, Status: "aborted", Error: err.Error()})
+		exapp.WriteJSON(w, http.StatusConflict, app.Answer{GID: gid, Status: "aborted", Error: err.Error()})
 	case errors.Is(err, twopc.ErrIncomplete):
 		// Decided to commit; the leader finishes the COMMIT PREPARED that failed.
-		app.WriteJSON(w, http.StatusOK, app.Answer{GID: gid, Status: "committed"})
+		exapp.WriteJSON(w, http.StatusOK, app.Answer{GID: gid, Status: "committed"})
 	default: // ErrInDoubt and the like: the leader settles it
-		app.WriteJSON(w, http.StatusInternalServerError, app.Answer{GID: gid, Status: "unknown", Error: err.Error()})
+		exapp.WriteJSON(w, http.StatusInternalServerError, app.Answer{GID: gid, Status: "unknown", Error: err.Error()})
 	}
 }
 
@@ -340,7 +343,7 @@ func (s *service) get(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, twopc.ErrNotFound):
 		out["transaction"] = "not in the log: it never decided to commit (presumed abort)"
 	case err != nil:
-		app.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return
 	default:
 		out["transaction"] = words[st]
@@ -349,12 +352,12 @@ func (s *service) get(w http.ResponseWriter, r *http.Request) {
 		var delta *int64
 		err := pool.QueryRow(r.Context(), `select sum(delta) from ledger where gid = $1`, gid).Scan(&delta)
 		if err != nil {
-			app.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 			return
 		}
 		out[name] = delta
 	}
-	app.WriteJSON(w, http.StatusOK, out)
+	exapp.WriteJSON(w, http.StatusOK, out)
 }
 
 // stats: GET /stats → who leads the recovery election, and the coordinator's counters.
@@ -365,5 +368,5 @@ func (s *service) stats(w http.ResponseWriter, r *http.Request) {
 		out["leader_error"] = err.Error()
 	}
 	out["leader"] = leader
-	app.WriteJSON(w, http.StatusOK, out)
+	exapp.WriteJSON(w, http.StatusOK, out)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/transfer/internal/app"
 	"github.com/txkit/txkit/twopc"
 )
@@ -58,12 +59,12 @@ func ledger(ctx context.Context, c *pgx.Conn) (map[string][]entry, int, error) {
 
 // check reads both databases and the log and fills rep with the figures and the invariants.
 func (h *harness) check(ctx context.Context, rep *Report) error {
-	ec, err := app.Connect(ctx, h.cfg.PG, app.East, h.schema)
+	ec, err := exapp.Connect(ctx, h.cfg.PG, app.East, h.schema)
 	if err != nil {
 		return err
 	}
 	defer ec.Close(context.WithoutCancel(ctx))
-	wc, err := app.Connect(ctx, h.cfg.PG, app.West, h.schema)
+	wc, err := exapp.Connect(ctx, h.cfg.PG, app.West, h.schema)
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/transfer/internal/app"
 )
 
@@ -429,7 +430,7 @@ func (h *harness) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, db := range []string{app.East, app.West} {
-		c, err := app.Connect(ctx, h.cfg.PG, db, "")
+		c, err := exapp.Connect(ctx, h.cfg.PG, db, "")
 		if err != nil {
 			h.logf("cleanup: %v", err)
 			continue
@@ -558,7 +559,7 @@ func (h *harness) runScript(ctx context.Context, rep *Report) error {
 func (h *harness) scriptBalances(ctx context.Context) (map[string]map[string]int64, error) {
 	out := map[string]map[string]int64{}
 	for name, db := range map[string]string{"east": app.East, "west": app.West} {
-		c, err := app.Connect(ctx, h.cfg.PG, db, h.schema)
+		c, err := exapp.Connect(ctx, h.cfg.PG, db, h.schema)
 		if err != nil {
 			return nil, err
 		}
@@ -702,7 +703,7 @@ const aimWindow = 5 * time.Second
 // (a claim under a new fencing token) and to the end of every prepared transaction the dead
 // leader left.
 func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Report) error {
-	c, err := app.Connect(ctx, h.cfg.PG, app.East, h.schema)
+	c, err := exapp.Connect(ctx, h.cfg.PG, app.East, h.schema)
 	if err != nil {
 		return err
 	}
@@ -811,7 +812,7 @@ func (h *harness) watchRecovery(ctx context.Context, c *pgx.Conn, id, old string
 // settle waits until every global transaction is committed or aborted and no prepared
 // transaction of the run is left in either database.
 func (h *harness) settle(ctx context.Context) error {
-	c, err := app.Connect(ctx, h.cfg.PG, app.East, h.schema)
+	c, err := exapp.Connect(ctx, h.cfg.PG, app.East, h.schema)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/transfer/internal/app"
 )
 
@@ -40,9 +41,9 @@ func main() {
 	flag.DurationVar(&cfg.Pause, "pause", time.Second, "with -drill: the sleep of a paused commit")
 	flag.StringVar(&cfg.PauseAt, "pause-at", "both", "with -drill: where a paused commit sleeps: prepared, decided or both")
 	flag.DurationVar(&cfg.SessionTimeout, "session-timeout", 4*time.Second, "the banks' ZooKeeper session timeout")
-	flag.StringVar(&cfg.PG, "pg", app.Env("TXKIT_PG_URL", app.DefaultPG), "PostgreSQL URL (databases "+app.East+" and "+app.West+" are created if missing)")
-	flag.StringVar(&cfg.ZK, "zk", app.Env("TXKIT_ZK", app.DefaultZK), "ZooKeeper servers")
-	flag.StringVar(&cfg.Dir, "dir", filepath.Join(app.Env("TXKIT_HOME", ".txkit"), "transfer"), "binary and service logs")
+	flag.StringVar(&cfg.PG, "pg", exapp.Env("TXKIT_PG_URL", app.DefaultPG), "PostgreSQL URL (databases "+app.East+" and "+app.West+" are created if missing)")
+	flag.StringVar(&cfg.ZK, "zk", exapp.Env("TXKIT_ZK", app.DefaultZK), "ZooKeeper servers")
+	flag.StringVar(&cfg.Dir, "dir", filepath.Join(exapp.Env("TXKIT_HOME", ".txkit"), "transfer"), "binary and service logs")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the run's schemas for inspection")
 	flag.DurationVar(&cfg.SettleTimeout, "settle-timeout", 3*time.Minute, "how long to wait for every transaction to finish after the load")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/participant"
 )
 
@@ -40,7 +41,7 @@ type ParticipantConfig struct {
 // SIGINT or SIGTERM. It exits 1 when the service fails.
 func ParticipantMain(r Resource) {
 	listen := flag.String("listen", "127.0.0.1:0", "HTTP address")
-	pg := flag.String("pg", Env("TXKIT_PG_URL", DefaultPG), "PostgreSQL URL (its database is replaced by -db)")
+	pg := flag.String("pg", exapp.Env("TXKIT_PG_URL", DefaultPG), "PostgreSQL URL (its database is replaced by -db)")
 	db := flag.String("db", "txkit_"+r.Name, "database of the "+r.Name+" service (created if missing)")
 	schema := flag.String("schema", "tcc_order", "schema of this run")
 	seed := flag.String("seed", "", "initial rows, "+r.Key+"="+r.Free+",... (inserted only when the "+r.Key+" is new)")
@@ -48,7 +49,7 @@ func ParticipantMain(r Resource) {
 	var faults Faults
 	FaultFlags(&faults, flag.CommandLine)
 	flag.Parse()
-	log := Logger(r.Name)
+	log := exapp.Logger(r.Name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := func() error {
@@ -56,7 +57,7 @@ func ParticipantMain(r Resource) {
 		if err != nil {
 			return err
 		}
-		pool, err := Pool(ctx, *pg, *db, *schema)
+		pool, err := exapp.Pool(ctx, *pg, *db, *schema, 0)
 		if err != nil {
 			return err
 		}
@@ -97,21 +98,23 @@ func RunParticipant(ctx context.Context, c ParticipantConfig) error {
 	mux := http.NewServeMux()
 	mux.Handle("POST /tcc", c.Faults.endpoint(h, participant.OpTry, participant.OpConfirm, participant.OpCancel))
 	mux.Handle("POST /saga", c.Faults.endpoint(h, participant.OpAction, participant.OpCompensate))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { WriteJSON(w, 200, map[string]string{"status": "ok"}) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		exapp.WriteJSON(w, 200, map[string]string{"status": "ok"})
+	})
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		out, err := c.Resource.Totals(r.Context(), c.Pool)
 		if err != nil {
-			WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 			return
 		}
 		out["service"], out["faults"] = c.Resource.Name, c.Faults.Stats()
-		WriteJSON(w, http.StatusOK, out)
+		exapp.WriteJSON(w, http.StatusOK, out)
 	})
 	errc := make(chan error, 2)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { errc <- bar.Run(ctx, c.Pool) }()
-	go func() { errc <- Serve(ctx, c.Listen, mux) }()
+	go func() { errc <- exapp.Serve(ctx, c.Listen, mux) }()
 	c.Log.Info(c.Resource.Name+" service running", "faults", c.Faults.Enabled())
 	err = <-errc
 	cancel()
@@ -151,7 +154,7 @@ func unguarded(pool *pgxpool.Pool, do func(ctx context.Context, tx pgx.Tx, req p
 		err := pgx.BeginFunc(r.Context(), pool, func(tx pgx.Tx) error { return do(r.Context(), tx, req) })
 		switch {
 		case err == nil:
-			WriteJSON(w, http.StatusOK, map[string]bool{"ok": true})
+			exapp.WriteJSON(w, http.StatusOK, map[string]bool{"ok": true})
 		case errors.Is(err, participant.ErrRefused):
 			http.Error(w, err.Error(), participant.StatusRefused)
 		case errors.Is(err, participant.ErrBadRequest):

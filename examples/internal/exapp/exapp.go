@@ -1,0 +1,154 @@
+// Package exapp holds what the example services share: reading settings from the environment,
+// logging, PostgreSQL URLs, databases and pools, and serving HTTP in a way the demo harnesses can
+// start (each service prints "LISTENING <addr>").
+package exapp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Env returns the environment variable name, or def when it is unset.
+func Env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// Logger returns the service's logger (text on stderr).
+func Logger(service string) *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("service", service)
+}
+
+// DatabaseURL returns base with its database replaced by db and its search_path set to schema
+// (when not empty), and pool_max_conns set when maxConns > 0.
+func DatabaseURL(base, db, schema string, maxConns int) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("database url %q: %w", base, err)
+	}
+	if db != "" {
+		u.Path = "/" + db
+	}
+	q := u.Query()
+	if schema != "" {
+		q.Set("search_path", schema)
+	}
+	if maxConns > 0 {
+		q.Set("pool_max_conns", strconv.Itoa(maxConns))
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// Connect opens one connection to db on the server of base, with search_path schema.
+func Connect(ctx context.Context, base, db, schema string) (*pgx.Conn, error) {
+	u, err := DatabaseURL(base, db, schema, 0)
+	if err != nil {
+		return nil, err
+	}
+	c, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", db, err)
+	}
+	return c, nil
+}
+
+// EnsureDatabase creates database db on the server of base when it does not exist. Several
+// processes may call it at once.
+func EnsureDatabase(ctx context.Context, base, db string) error {
+	c, err := Connect(ctx, base, "postgres", "")
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := c.QueryRow(ctx, `select exists (select 1 from pg_database where datname = $1)`, db).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		return nil
+	}
+	_, err = c.Exec(ctx, "create database "+pgx.Identifier{db}.Sanitize())
+	var pe *pgconn.PgError
+	// 42P04: created meanwhile; 23505: two concurrent creates raced on pg_database's index.
+	if errors.As(err, &pe) && (pe.Code == "42P04" || pe.Code == "23505") {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create database %s: %w", db, err)
+	}
+	return nil
+}
+
+// Pool creates database db if needed and opens a pool of at most maxConns connections on it whose
+// search_path is schema (when not empty), creating the schema if it is missing; maxConns 0 keeps
+// pgxpool's default.
+func Pool(ctx context.Context, base, db, schema string, maxConns int) (*pgxpool.Pool, error) {
+	if err := EnsureDatabase(ctx, base, db); err != nil {
+		return nil, err
+	}
+	rawURL, err := DatabaseURL(base, db, schema, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.New(ctx, rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", db, err)
+	}
+	if schema == "" {
+		return pool, nil
+	}
+	if _, err := pool.Exec(ctx, "create schema if not exists "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "23505" { // a concurrent create won the race
+			pool.Close()
+			return nil, fmt.Errorf("create schema %s in %s: %w", schema, db, err)
+		}
+	}
+	return pool, nil
+}
+
+// Serve listens on addr (port 0 picks one), prints "LISTENING <addr>" on stdout for whoever
+// started the process, and serves h until ctx ends.
+func Serve(ctx context.Context, addr string, h http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	fmt.Printf("LISTENING %s\n", ln.Addr())
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-errc
+		return nil
+	}
+}
+
+// WriteJSON writes v with status code.
+func WriteJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
