@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -23,6 +22,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/txkit/txkit/examples/internal/exapp"
+	"github.com/txkit/txkit/examples/internal/exharness"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -275,50 +275,12 @@ func (h *harness) startUsers(ctx context.Context, slot int) error {
 // start runs bin, waits for its "LISTENING <addr>" line and for /healthz.
 func (h *harness) start(ctx context.Context, name, bin string, args []string) (*proc, error) {
 	logPath := filepath.Join(h.cfg.Dir, h.runID+"-"+name+".log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	hp, err := exharness.Start(ctx, name, bin, args, logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		logf.Close()
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, args: args, cmd: cmd, done: make(chan struct{})}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "LISTENING "); ok {
-				select {
-				case addr <- a:
-				default:
-				}
-			}
-		}
-		_ = cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
-	select {
-	case p.addr = <-addr:
-	case <-p.done:
-		return nil, fmt.Errorf("%s exited while starting; see %s", name, logPath)
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("%s did not start within 60s; see %s", name, logPath)
-	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		return nil, ctx.Err()
-	}
-	h.logf("%s listening on %s (pid %d, log %s)", name, p.addr, cmd.Process.Pid, logPath)
-	return p, nil
+	h.logf("%s listening on %s (pid %d, log %s)", name, hp.Addr, hp.Cmd.Process.Pid, logPath)
+	return &proc{name: name, args: args, cmd: hp.Cmd, addr: hp.Addr, done: hp.Done}, nil
 }
 
 func (h *harness) stopAll() {
@@ -328,24 +290,17 @@ func (h *harness) stopAll() {
 		procs = append(procs, p)
 	}
 	h.mu.Unlock()
+	var hps []*exharness.Proc
 	for _, p := range procs {
-		if p == nil {
-			continue
-		}
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		if p == nil {
-			continue
-		}
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
+		if p != nil {
+			hps = append(hps, p.hp())
 		}
 	}
+	exharness.Stop(hps...)
 }
+
+// hp is p as exharness knows it.
+func (p *proc) hp() *exharness.Proc { return &exharness.Proc{Cmd: p.cmd, Addr: p.addr, Done: p.done} }
 
 // kill SIGKILLs p and waits for it to be gone.
 func kill(p *proc) {
@@ -354,16 +309,7 @@ func kill(p *proc) {
 }
 
 func (h *harness) getJSON(ctx context.Context, url string, v any) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := h.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return exharness.GetJSON(ctx, h.client, url, v)
 }
 
 // leader waits until a live users instance leads the relay election (after a kill, the dead

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -26,6 +25,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/examples/internal/exapp"
+	"github.com/txkit/txkit/examples/internal/exharness"
 	"github.com/txkit/txkit/examples/tcc-order/internal/app"
 )
 
@@ -346,7 +346,7 @@ func (h *harness) crashParticipants(ctx context.Context, done func() int, rep *R
 	for k := range n {
 		at := h.cfg.Orders * (k + 1) / (n + 1)
 		for done() < at {
-			if err := pause(ctx, 10*time.Millisecond); err != nil {
+			if err := exharness.Pause(ctx, 10*time.Millisecond); err != nil {
 				return nil
 			}
 		}
@@ -404,50 +404,12 @@ func (h *harness) start(ctx context.Context, name string, args []string) (*proc,
 // startAs runs binary bin as name, and waits for its "LISTENING <addr>" line.
 func (h *harness) startAs(ctx context.Context, name, bin string, args []string) (*proc, error) {
 	logPath := filepath.Join(h.cfg.Dir, h.runID+"-"+name+".log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	hp, err := exharness.Start(ctx, name, filepath.Join(h.cfg.Dir, bin), args, logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(h.cfg.Dir, bin), args...)
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		logf.Close()
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "LISTENING "); ok {
-				select {
-				case addr <- a:
-				default:
-				}
-			}
-		}
-		_ = cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
-	select {
-	case p.addr = <-addr:
-	case <-p.done:
-		return nil, fmt.Errorf("%s exited while starting; see %s", name, logPath)
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("%s did not start within 60s; see %s", name, logPath)
-	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		return nil, ctx.Err()
-	}
-	h.logf("%s listening on %s (pid %d, log %s)", name, p.addr, cmd.Process.Pid, logPath)
-	return p, nil
+	h.logf("%s listening on %s (pid %d, log %s)", name, hp.Addr, hp.Cmd.Process.Pid, logPath)
+	return &proc{name: name, cmd: hp.Cmd, addr: hp.Addr, done: hp.Done}, nil
 }
 
 func (h *harness) stopAll() {
@@ -457,23 +419,17 @@ func (h *harness) stopAll() {
 		procs = append(procs, p)
 	}
 	h.mu.Unlock()
+	var hps []*exharness.Proc
 	for _, p := range procs {
 		if p != nil {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			hps = append(hps, p.hp())
 		}
 	}
-	for _, p := range procs {
-		if p == nil {
-			continue
-		}
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	}
+	exharness.Stop(hps...)
 }
+
+// hp is p as exharness knows it.
+func (p *proc) hp() *exharness.Proc { return &exharness.Proc{Cmd: p.cmd, Addr: p.addr, Done: p.done} }
 
 // cleanup drops the run's schemas.
 func (h *harness) cleanup() {
@@ -494,16 +450,7 @@ func (h *harness) cleanup() {
 }
 
 func (h *harness) getJSON(ctx context.Context, url string, v any) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := h.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return exharness.GetJSON(ctx, h.client, url, v)
 }
 
 // leader waits until a live order instance leads the recovery election of the run's mode (after
@@ -532,22 +479,11 @@ func (h *harness) leader(ctx context.Context) (string, error) {
 				break
 			}
 		}
-		if err := pause(ctx, 50*time.Millisecond); err != nil {
+		if err := exharness.Pause(ctx, 50*time.Millisecond); err != nil {
 			return "", err
 		}
 	}
 	return "", fmt.Errorf("no live order instance leads the %s recovery election after 30s", h.cfg.Mode)
-}
-
-func pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // order returns the i-th order of the load: mostly ordinary ones, one in ten asking more stock
@@ -719,7 +655,7 @@ func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Repo
 			if time.Now().After(deadline) {
 				return fmt.Errorf("no new leader recovered within 60s of killing %s", id)
 			}
-			if err := pause(ctx, 20*time.Millisecond); err != nil {
+			if err := exharness.Pause(ctx, 20*time.Millisecond); err != nil {
 				return nil
 			}
 		}
@@ -757,7 +693,7 @@ func (h *harness) settle(ctx context.Context) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("after %v, %d %s are not finished", wait, open, h.proto.units)
 		}
-		if err := pause(ctx, 100*time.Millisecond); err != nil {
+		if err := exharness.Pause(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -27,6 +26,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/examples/internal/exapp"
+	"github.com/txkit/txkit/examples/internal/exharness"
 	"github.com/txkit/txkit/examples/transfer/internal/app"
 )
 
@@ -359,70 +359,26 @@ func (h *harness) startBank(ctx context.Context, slot int) error {
 // start runs the bank binary as id and waits for its "LISTENING <addr>" line.
 func (h *harness) start(ctx context.Context, id string, args []string) (*proc, error) {
 	logPath := filepath.Join(h.cfg.Dir, h.runID+"-"+id+".log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	hp, err := exharness.Start(ctx, id, filepath.Join(h.cfg.Dir, "bank"), args, logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(h.cfg.Dir, "bank"), args...)
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		logf.Close()
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", id, err)
-	}
-	p := &proc{id: id, cmd: cmd, done: make(chan struct{})}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "LISTENING "); ok {
-				select {
-				case addr <- a:
-				default:
-				}
-			}
-		}
-		_ = cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
-	select {
-	case p.addr = <-addr:
-	case <-p.done:
-		return nil, fmt.Errorf("%s exited while starting; see %s", id, logPath)
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		<-p.done
-		return nil, fmt.Errorf("%s did not start within 60s; see %s", id, logPath)
-	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		<-p.done
-		return nil, ctx.Err()
-	}
-	h.logf("%s listening on %s (pid %d, log %s)", id, p.addr, cmd.Process.Pid, logPath)
-	return p, nil
+	h.logf("%s listening on %s (pid %d, log %s)", id, hp.Addr, hp.Cmd.Process.Pid, logPath)
+	return &proc{id: id, cmd: hp.Cmd, addr: hp.Addr, done: hp.Done}, nil
 }
 
 func (h *harness) stopAll() {
 	h.mu.Lock()
-	procs := slices.Collect(maps.Values(h.banks))
+	var hps []*exharness.Proc
+	for _, p := range h.banks {
+		hps = append(hps, p.hp())
+	}
 	h.mu.Unlock()
-	for _, p := range procs {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	}
+	exharness.Stop(hps...)
 }
+
+// hp is p as exharness knows it.
+func (p *proc) hp() *exharness.Proc { return &exharness.Proc{Cmd: p.cmd, Addr: p.addr, Done: p.done} }
 
 // cleanup rolls back the run's prepared transactions, if a failed run left any (they would hold
 // their locks and block the drop), and drops the run's schemas.
@@ -447,16 +403,7 @@ func (h *harness) cleanup() {
 }
 
 func (h *harness) getJSON(ctx context.Context, url string, v any) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := h.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return exharness.GetJSON(ctx, h.client, url, v)
 }
 
 // leader waits until a live bank instance leads the recovery election (after a kill, the dead
@@ -484,22 +431,11 @@ func (h *harness) leader(ctx context.Context) (string, error) {
 				break
 			}
 		}
-		if err := pause(ctx, 50*time.Millisecond); err != nil {
+		if err := exharness.Pause(ctx, 50*time.Millisecond); err != nil {
 			return "", err
 		}
 	}
 	return "", errors.New("no live bank instance leads the recovery election after 30s")
-}
-
-func pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // post sends t to instance p (a random live one when p is nil) and returns the answer's HTTP code
@@ -732,7 +668,7 @@ func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Repo
 			if len(h.startedOn(gids, id)) > 0 {
 				break
 			}
-			if err := pause(ctx, 10*time.Millisecond); err != nil {
+			if err := exharness.Pause(ctx, 10*time.Millisecond); err != nil {
 				return nil
 			}
 		}
@@ -802,7 +738,7 @@ func (h *harness) watchRecovery(ctx context.Context, c *pgx.Conn, id, old string
 		if time.Now().After(deadline) {
 			return fmt.Errorf("60s after killing %s: failed over %v, %d transfers still prepared", id, failedOver, len(doubt))
 		}
-		if err := pause(ctx, 20*time.Millisecond); err != nil {
+		if err := exharness.Pause(ctx, 20*time.Millisecond); err != nil {
 			return nil
 		}
 	}
@@ -842,7 +778,7 @@ func (h *harness) settle(ctx context.Context) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("after %v, %d global transactions are not finished and %d have prepared transactions", wait, open, len(gids))
 		}
-		if err := pause(ctx, 100*time.Millisecond); err != nil {
+		if err := exharness.Pause(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}

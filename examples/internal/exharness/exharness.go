@@ -1,0 +1,122 @@
+// Package exharness holds what the examples' demo harnesses share: starting a service binary and
+// waiting for the "LISTENING <addr>" line it prints, stopping services, polling their JSON
+// endpoints, and pausing without outliving a context.
+package exharness
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Proc is a started service process.
+type Proc struct {
+	Cmd  *exec.Cmd
+	Addr string        // what it printed after "LISTENING "
+	Done chan struct{} // closed once it has exited
+}
+
+// Start runs bin with args, its stderr appended to logPath, and waits (60 s at most, or until ctx
+// ends) for the "LISTENING <addr>" line it prints on stdout. name is for errors.
+func Start(ctx context.Context, name, bin string, args []string, logPath string) (*Proc, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &Proc{Cmd: cmd, Done: make(chan struct{})}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "LISTENING "); ok {
+				select {
+				case addr <- a:
+				default:
+				}
+			}
+		}
+		_ = cmd.Wait()
+		logf.Close()
+		close(p.Done)
+	}()
+	select {
+	case p.Addr = <-addr:
+		return p, nil
+	case <-p.Done:
+		return nil, fmt.Errorf("%s exited while starting; see %s", name, logPath)
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("%s did not start within 60s; see %s", name, logPath)
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		return nil, ctx.Err()
+	}
+}
+
+// Stop sends SIGTERM to every process, then waits for each, SIGKILLing one that takes more than
+// 15 s. Nil entries are skipped.
+func Stop(procs ...*Proc) {
+	for _, p := range procs {
+		if p != nil {
+			_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, p := range procs {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.Done:
+		case <-time.After(15 * time.Second):
+			_ = p.Cmd.Process.Kill()
+			<-p.Done
+		}
+	}
+}
+
+// GetJSON GETs url with c and decodes a 200 answer into v.
+func GetJSON(ctx context.Context, c *http.Client, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// Pause waits d, or less when ctx ends (then it returns ctx's error).
+func Pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
