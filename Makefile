@@ -37,6 +37,7 @@ ROCKETMQ_PKGS = $$($(GO) list -test -f '{{.ImportPath}} {{join .Deps " "}}' ./..
 # watches set (recvLoop, conn.go:849, writes it; sendSetWatches, conn.go:614, reads it). The lock
 # tests that make it reconnect — a connection cut by the test proxy, a ZooKeeper server restarted —
 # therefore run without -race, right after the RocketMQ packages; the rest of lock runs with -race.
+# Known upstream: go-zookeeper/zk pull request 35 (open), samuel/go-zookeeper issue 260 (open).
 ZK_RECONNECT_TESTS = ReplyLost|SessionExpires|ShortOutage|ElectionOutages|DeposedHolderFenced|WhileZKServerRestarts
 
 # Tests named ...Disruptive... stop a server the other tests use (the RocketMQ broker, PostgreSQL):
