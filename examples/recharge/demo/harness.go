@@ -337,12 +337,12 @@ func (h *harness) check(ctx context.Context, rep *Report) error {
 			wrongWay = append(wrongWay, o.ID+" by "+o.Via[0])
 		}
 	}
-	rep.check(len(rep.Orders) == h.cfg.Recharges && len(notOnce) == 0, "every order credited exactly once: %d orders, %d not (%s)",
-		len(rep.Orders), len(notOnce), list(notOnce))
+	rep.check(len(rep.Orders) == h.cfg.Recharges && len(notOnce) == 0, "every order credited exactly once (%d orders)%s",
+		len(rep.Orders), detail(notOnce))
 	rep.check(total == rep.Recharged.Amount && total == rep.Asked && rep.Recharged.Count == h.cfg.Recharges,
 		"balances %d = recharged %d (%d recharges) = asked %d", total, rep.Recharged.Amount, rep.Recharged.Count, rep.Asked)
-	rep.check(len(wrongWay) == 0 && rep.ByReconcile == len(h.cfg.Lost), "%d credited by notification + %d by reconcile (the lost %s) = %d (%s)",
-		rep.ByNotification, rep.ByReconcile, list(h.cfg.Lost), rep.ByNotification+rep.ByReconcile, list(wrongWay))
+	rep.check(len(wrongWay) == 0 && rep.ByReconcile == len(h.cfg.Lost), "%d credited by notification + %d by reconcile (the lost %s) = %d%s",
+		rep.ByNotification, rep.ByReconcile, list(h.cfg.Lost), rep.ByNotification+rep.ByReconcile, detail(wrongWay))
 	var codes500, timeouts, lostFailed int
 	for _, d := range rep.Deliveries {
 		for _, a := range d.Attempts {
@@ -447,6 +447,14 @@ func list(ss []string) string {
 		return "none"
 	}
 	return strings.Join(ss, ", ")
+}
+
+// detail is ": a, b" for a non-empty list, else "".
+func detail(ss []string) string {
+	if len(ss) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(ss, ", ")
 }
 
 func plural(n int, s string) string {

@@ -67,5 +67,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "demo broke a check:", err)
 		os.Exit(1)
 	}
-	fmt.Println("OK: every top-up credited exactly once; the retried ones once, the lost one through the query API")
+	lostOnes := "the lost one"
+	if len(cfg.Lost) != 1 {
+		lostOnes = "the lost ones"
+	}
+	fmt.Printf("OK: every top-up credited exactly once; the retried ones once, %s through the query API\n", lostOnes)
 }
