@@ -82,5 +82,5 @@ lint: ## go vet, gofmt and staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants to rewrite:"; echo "$$out"; exit 1; fi
 	$(GO) run $(STATICCHECK) ./...
 
-recharge: up ## the notify example: signed scheduled notifications, apply once, reconciliation through the query API
-	@$(WITH_ENV) $(GO) run ./examples/recharge
+recharge: up ## the notify example: recharge and account services, retried and lost notifications, reconciliation through the query API
+	@$(WITH_ENV) $(GO) run ./examples/recharge/demo
