@@ -30,6 +30,8 @@ import (
 //     the same number of requests in flight (the receiver's concurrency, 8), recording nothing.
 //   - The blocks alternate (which goes first alternates too); the ratio is notifier/bare
 //     throughput, target ≥ 0.8.
+//   - CPU per delivery during the timed parts, of this process and of PostgreSQL's server
+//     processes (from /proc; 0 where it cannot be read), shows where the difference goes.
 //
 // Two receivers: "ack" answers "success" and does nothing else (the strictest comparison: the
 // whole cost of the notifier's bookkeeping shows); "inbox" is a notify.Inbox that verifies the
@@ -85,6 +87,7 @@ func benchDeliver(b *testing.B, h http.Handler) {
 	testenv.Run(b, n.Run)
 
 	round := 0
+	var ncpu, bcpu cpuUse // CPU spent during the timed parts
 	notifier := func() time.Duration {
 		round++
 		err := pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error {
@@ -101,6 +104,7 @@ func benchDeliver(b *testing.B, h http.Handler) {
 		}
 		want := n.Stats().Delivered + block
 		start := time.Now()
+		defer ncpu.measure()()
 		for n.Stats().Delivered < want {
 			time.Sleep(200 * time.Microsecond) // polling the counter, not ordering events
 			if time.Since(start) > time.Minute {
@@ -110,26 +114,27 @@ func benchDeliver(b *testing.B, h http.Handler) {
 		return time.Since(start)
 	}
 	bare := func() time.Duration {
-		type req struct {
-			id   uuid.UUID
-			body []byte
-		}
-		reqs := make(chan req, block)
+		// The notifications, as they were taken from the table; their bodies are built and signed
+		// in the timed part, as the notifier does.
+		reqs := make(chan notify.Delivery, block)
 		for range block {
-			d := notify.Delivery{ID: uuid.Must(uuid.NewV7()), Receiver: "r", Key: "k", Payload: json.RawMessage(`{"amount":1}`), CreatedAt: time.Now()}
-			body, _ := json.Marshal(d)
-			reqs <- req{d.ID, body}
+			reqs <- notify.Delivery{ID: uuid.Must(uuid.NewV7()), Receiver: "r", Key: "k", Payload: json.RawMessage(`{"amount":1}`), CreatedAt: time.Now()}
 		}
 		close(reqs)
 		start := time.Now()
+		defer bcpu.measure()()
 		var wg sync.WaitGroup
 		for range conc {
 			wg.Go(func() {
-				for q := range reqs {
-					body := q.body
+				for d := range reqs {
+					body, err := json.Marshal(d)
+					if err != nil {
+						b.Error(err)
+						return
+					}
 					r, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, bytes.NewReader(body))
 					r.Header.Set("Content-Type", "application/json")
-					r.Header.Set(notify.HeaderID, q.id.String())
+					r.Header.Set(notify.HeaderID, d.ID.String())
 					r.Header.Set(notify.HeaderReceiver, "r")
 					ts := time.Now().Unix()
 					r.Header.Set(notify.HeaderTimestamp, strconv.FormatInt(ts, 10))
@@ -167,4 +172,11 @@ func benchDeliver(b *testing.B, h http.Handler) {
 	b.ReportMetric(float64(i*block)/tn.Seconds(), "notifier-deliveries/s")
 	b.ReportMetric(float64(i*block)/tb.Seconds(), "bare-posts/s")
 	b.ReportMetric(float64(tb)/float64(tn), "notifier/bare-throughput")
+	// Where the time goes: CPU per delivery of this process (HTTP client, receiver, notifier) and
+	// of the PostgreSQL server processes, in each part.
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(i*block) }
+	b.ReportMetric(per(ncpu.self), "notifier-go-µs/op")
+	b.ReportMetric(per(ncpu.pg), "notifier-pg-µs/op")
+	b.ReportMetric(per(bcpu.self), "bare-go-µs/op")
+	b.ReportMetric(per(bcpu.pg), "bare-pg-µs/op")
 }

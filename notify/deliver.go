@@ -12,10 +12,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/robfig/cron/v3"
 	"golang.org/x/sync/errgroup"
 
@@ -23,8 +25,9 @@ import (
 	"github.com/txkit/txkit/lock"
 )
 
-// recorders_ is how many goroutines record results.
-const recorders_ = 1
+// recordLinger is how long the recorder waits for more results before it writes a batch that is
+// not full: one transaction (and one WAL flush) for many results, also when deliveries are slow.
+const recordLinger = 10 * time.Millisecond
 
 // Delivery is the JSON body of a delivery, and what a receiver's apply function is given.
 type Delivery struct {
@@ -46,6 +49,30 @@ type flight struct {
 	probing   bool               // half open: the one delivery allowed through is in flight
 	poke      func()             // wakes the dispatcher
 	low       int                // held at which the queue is refilled
+	dry       uint64             // 1 + the wake generation at which a take found no more due: 0 none
+}
+
+// waker wakes the dispatcher. A take that finds fewer due notifications than it asked for marks
+// the receiver dry: the dispatcher takes for it again only after something may have made more
+// due — a NOTIFY (enqueue, redeliver), the tick, a failed attempt recorded — so that a receiver
+// whose due notifications are all taken costs no query per delivery.
+type waker struct {
+	ch  chan struct{}
+	gen atomic.Uint64 // bumped by fresh
+}
+
+// poke wakes the dispatcher because there is room in a receiver's queue.
+func (w *waker) poke() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
+
+// fresh wakes the dispatcher because more notifications may be due.
+func (w *waker) fresh() {
+	w.gen.Add(1)
+	w.poke()
 }
 
 // result is one delivery's outcome.
@@ -109,23 +136,17 @@ func (n *Notifier) lead(ctx context.Context, l *lock.Leadership) error {
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	wake := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-	poke()
+	w := &waker{ch: make(chan struct{}, 1)}
+	w.fresh()
 	for _, f := range flights {
-		f.poke = poke
+		f.poke = w.poke
 	}
 	results := make(chan result, 1024)
 	g, gctx := errgroup.WithContext(ctx)
 	var deliveries sync.WaitGroup // every delivery goroutine; the recorder outlives them
 	cl := pgutil.CronLogger{L: log}
 	c := cron.New(cron.WithParser(cronParser), cron.WithLogger(cl), cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
-	if _, err := c.AddFunc(n.o.tick, poke); err != nil {
+	if _, err := c.AddFunc(n.o.tick, w.fresh); err != nil {
 		return fmt.Errorf("notify: tick %q: %w: %w", n.o.tick, err, ErrInvalidOption)
 	}
 	if _, err := c.AddFunc(n.o.retentionSpec, func() {
@@ -141,17 +162,12 @@ func (n *Notifier) lead(ctx context.Context, l *lock.Leadership) error {
 		<-c.Stop().Done()
 		return nil
 	})
-	g.Go(func() error { n.listen(gctx, poke, log); return nil })
-	// Recorders write results in batches; two of them, so one batch's commit (its fsync) overlaps
-	// the next batch's statement.
+	g.Go(func() error { n.listen(gctx, w.fresh, log); return nil })
+	// The recorder writes results in batches.
 	recorded := make(chan struct{})
-	var recorders errgroup.Group
-	for range recorders_ {
-		recorders.Go(func() error { return n.recorder(gctx, tok, results, poke, log) })
-	}
 	g.Go(func() error {
 		defer close(recorded)
-		return recorders.Wait()
+		return n.recorder(gctx, tok, results, w.fresh, log)
 	})
 	// Each receiver has its own workers, as many as its concurrency, taking from its queue: a
 	// slow receiver holds up only its own.
@@ -180,9 +196,9 @@ func (n *Notifier) lead(ctx context.Context, l *lock.Leadership) error {
 			select {
 			case <-gctx.Done():
 				return nil
-			case <-wake:
+			case <-w.ch:
 			}
-			if err := n.dispatch(gctx, tok, flights); err != nil {
+			if err := n.dispatch(gctx, w, flights); err != nil {
 				if errors.Is(err, lock.ErrFenced) {
 					return err
 				}
@@ -223,7 +239,7 @@ func (n *Notifier) fenced(ctx context.Context, tok lock.Token, fn func(pgx.Tx) e
 // breaker is not open, up to the batch size taken and unrecorded per receiver, and queues them
 // for the receiver's workers, remembering them until their results are recorded so that it does
 // not take them twice.
-func (n *Notifier) dispatch(ctx context.Context, tok lock.Token, flights map[string]*flight) error {
+func (n *Notifier) dispatch(ctx context.Context, w *waker, flights map[string]*flight) error {
 	names := make([]string, 0, len(flights))
 	for name := range flights {
 		names = append(names, name)
@@ -232,35 +248,39 @@ func (n *Notifier) dispatch(ctx context.Context, tok lock.Token, flights map[str
 	now := time.Now()
 	for _, name := range names {
 		f := flights[name]
+		gen := w.gen.Load() // before the query: a NOTIFY during it makes the receiver wet again
 		n.mu.Lock()
 		free := n.o.batch - f.held
-		if f.held > f.low || (!f.openUntil.IsZero() && now.Before(f.openUntil)) {
-			free = 0 // enough queued, or the breaker is open
+		if f.held > f.low || (!f.openUntil.IsZero() && now.Before(f.openUntil)) || f.dry == gen+1 {
+			free = 0 // enough queued, the breaker is open, or nothing more was due
 		}
 		n.mu.Unlock()
 		if free <= 0 {
 			continue
 		}
 		n.mu.Lock()
-		skip := make([]uuid.UUID, 0, len(f.taken))
+		skip := make([]pgtype.UUID, 0, len(f.taken)) // binary; a uuid.UUID is sent as text
 		for id := range f.taken {
-			skip = append(skip, id)
+			skip = append(skip, pgtype.UUID{Bytes: id, Valid: true})
 		}
 		n.mu.Unlock()
 		// Taking writes nothing: only the leader delivers, and it remembers what it has taken
 		// until the result is recorded. When it dies, whatever it had taken is still due and the
 		// next leader sends it again (same id; receivers apply once). A deposed leader that has
 		// not noticed yet may send a duplicate the same way; its records are refused by the fence.
+		// QueryExecModeExec: planned with this call's values, so PostgreSQL hashes the skip list
+		// instead of comparing every row with each of its ids (a prepared statement's generic
+		// plan does that).
 		rows, err := n.pool.Query(ctx, `select id, receiver, key, payload, created_at from `+n.table+`
 where status = 'pending' and receiver = $1 and next_attempt_at <= now() and id <> all($3::uuid[])
-order by next_attempt_at limit $2`, name, free, skip)
+order by next_attempt_at limit $2`, pgx.QueryExecModeExec, name, free, skip)
 		if err != nil {
 			return fmt.Errorf("take due notifications of %s: %w", name, err)
 		}
 		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
 			var d Delivery
 			var p []byte
-			err := r.Scan(&d.ID, &d.Receiver, &d.Key, &p, &d.CreatedAt)
+			err := r.Scan((*[16]byte)(&d.ID), &d.Receiver, &d.Key, &p, &d.CreatedAt)
 			d.Payload = p
 			return d, err
 		})
@@ -269,6 +289,9 @@ order by next_attempt_at limit $2`, name, free, skip)
 		}
 		n.mu.Lock()
 		f.held += len(batch)
+		if len(batch) < free {
+			f.dry = gen + 1
+		}
 		for _, d := range batch {
 			f.taken[d.ID] = true
 		}
@@ -305,6 +328,19 @@ func (n *Notifier) attempt(ctx context.Context, rcv Receiver, f *flight, d Deliv
 	n.trip(f, r)
 	n.done(f)
 	return r
+}
+
+// delivering reports whether any taken notification is still queued or being delivered: whether
+// more results are coming.
+func (n *Notifier) delivering() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, f := range n.flights {
+		if f.held > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // forget makes a batch's notifications takeable again once their results are recorded (the record
@@ -391,28 +427,52 @@ func (n *Notifier) deliver(ctx context.Context, rcv Receiver, d Delivery) result
 	return res
 }
 
-// recorder writes results in batches — every result already waiting, up to the batch size, in
-// one fenced statement — until results is closed (after ctx ended and every delivery returned).
-// What cannot be written stays due: the notification is delivered again.
-func (n *Notifier) recorder(ctx context.Context, tok lock.Token, results <-chan result, poke func(), log *slog.Logger) error {
+// recorder writes results in batches — the results that arrive within recordLinger of the first
+// (while more are coming), up to the batch size, in one fenced statement — until results is closed (after ctx ended and
+// every delivery returned). What cannot be written stays due: the notification is delivered
+// again. After a batch with a failed attempt, or one it could not write, it calls fresh: those
+// notifications may be due again soon.
+func (n *Notifier) recorder(ctx context.Context, tok lock.Token, results <-chan result, fresh func(), log *slog.Logger) error {
 	var fencedErr error
+	linger := time.NewTimer(recordLinger)
+	linger.Stop()
 	for r := range results {
 		batch := []result{r}
+		linger.Reset(recordLinger)
 	more:
 		for len(batch) < n.o.batch {
+			select { // what is waiting
+			case r, ok := <-results:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+				continue
+			default:
+			}
+			if !n.delivering() {
+				break // nothing more is coming soon
+			}
 			select {
 			case r, ok := <-results:
 				if !ok {
 					break more
 				}
 				batch = append(batch, r)
-			default:
+			case <-linger.C:
+				break more
+			case <-ctx.Done():
 				break more
 			}
 		}
+		linger.Stop()
 		if fencedErr != nil || ctx.Err() != nil {
 			n.forget(batch)
 			continue // leadership over: they are still due, and the next leader sends them again
+		}
+		again := false
+		for _, r := range batch {
+			again = again || !r.ok
 		}
 		if err := n.record(ctx, tok, batch, log); err != nil {
 			if errors.Is(err, lock.ErrFenced) {
@@ -420,13 +480,16 @@ func (n *Notifier) recorder(ctx context.Context, tok lock.Token, results <-chan 
 				n.forget(batch)
 				continue
 			}
+			again = true
 			if ctx.Err() == nil {
 				log.Warn("notify: recording attempts failed; those notifications will be sent again",
 					slog.Int("results", len(batch)), slog.Any("err", err))
 			}
 		}
 		n.forget(batch) // recorded (or not: then they are due again and taken again)
-		poke()          // the receivers' queues have room again
+		if again {
+			fresh()
+		}
 	}
 	return fencedErr
 }
@@ -446,7 +509,7 @@ func (n *Notifier) record(ctx context.Context, tok lock.Token, batch []result, l
 		}
 	}
 	if len(held) > 0 {
-		ids, waits := make([]uuid.UUID, len(held)), make([]float64, len(held))
+		ids, waits := make([][16]byte, len(held)), make([]float64, len(held))
 		for i, r := range held {
 			ids[i], waits[i] = r.id, r.skipped.Seconds()
 		}
@@ -464,7 +527,7 @@ from unnest($1::uuid[], $2::float8[]) as w(id, secs) where t.id = w.id and t.sta
 	}
 	batch = sent
 	k := len(batch)
-	ids, oks, codes, lat, errs := make([]uuid.UUID, k), make([]bool, k), make([]int32, k), make([]float64, k), make([]string, k)
+	ids, oks, codes, lat, errs := make([][16]byte, k), make([]bool, k), make([]int32, k), make([]float64, k), make([]string, k)
 	for i, r := range batch {
 		ids[i], oks[i], codes[i], lat[i], errs[i] = r.id, r.ok, int32(r.code), float64(r.latency)/float64(time.Millisecond), r.err
 	}
@@ -472,12 +535,14 @@ from unnest($1::uuid[], $2::float8[]) as w(id, secs) where t.id = w.id and t.sta
 	for i, d := range n.o.schedule {
 		sched[i] = d.Seconds()
 	}
+	// The statement returns the delivered ones as a count and the others one by one (to log).
 	type outcome struct {
 		id       uuid.UUID
 		status   string
 		attempts int
 	}
 	var outs []outcome
+	var delivered int64
 	err := n.fenced(ctx, tok, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `with r as (
 	select * from unnest($1::uuid[], $2::bool[], $3::int[], $4::float8[], $5::text[]) as r(id, ok, code, lat, err)),
@@ -494,39 +559,57 @@ a as (
 	insert into `+n.attempts+` (id, n, status_code, latency_ms, error)
 	select u.id, u.tries, r.code, r.lat, nullif(r.err, '') from u join r using (id)
 	on conflict do nothing)
-select id, status, attempts from u`, ids, oks, codes, lat, errs, sched, n.o.jitter)
+select null::uuid, 'delivered', count(*)::int from u where status = 'delivered'
+union all
+select id, status, attempts from u where status <> 'delivered'`, ids, oks, codes, lat, errs, sched, n.o.jitter)
 		if err != nil {
 			return err
 		}
-		outs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (outcome, error) {
+		outs, delivered = outs[:0], 0
+		for rows.Next() {
 			var o outcome
-			return o, r.Scan(&o.id, &o.status, &o.attempts)
-		})
-		return err
+			var id pgtype.UUID
+			if err := rows.Scan(&id, &o.status, &o.attempts); err != nil {
+				rows.Close()
+				return err
+			}
+			if !id.Valid {
+				delivered = int64(o.attempts)
+				continue
+			}
+			o.id = id.Bytes
+			outs = append(outs, o)
+		}
+		return rows.Err()
 	})
 	if err != nil {
 		return err
 	}
-	byID := make(map[uuid.UUID]result, k)
+	n.stats.delivered.Add(delivered)
+	if delivered > 0 && log.Enabled(ctx, slog.LevelDebug) {
+		log.Debug("notify: delivered", slog.Int64("notifications", delivered))
+	}
+	if len(outs) == 0 {
+		return nil
+	}
+	byID := make(map[uuid.UUID]result, len(outs))
 	for _, r := range batch {
-		byID[r.id] = r
+		if !r.ok {
+			byID[r.id] = r
+		}
 	}
 	for _, o := range outs {
 		r := byID[o.id]
-		switch o.status {
-		case "delivered":
-			n.stats.delivered.Add(1)
-			log.Debug("notify: delivered", slog.String("id", o.id.String()), slog.String("receiver", r.receiver), slog.Int("attempt", o.attempts))
-		case "failed":
+		if o.status == "failed" {
 			n.stats.failedAttempts.Add(1)
 			n.stats.failed.Add(1)
 			log.Error("notify: no attempt left; the notification is failed", slog.String("id", o.id.String()),
 				slog.String("receiver", r.receiver), slog.Int("attempts", o.attempts), slog.String("err", r.err))
-		default:
-			n.stats.failedAttempts.Add(1)
-			log.Info("notify: attempt failed; retrying on schedule", slog.String("id", o.id.String()),
-				slog.String("receiver", r.receiver), slog.Int("attempt", o.attempts), slog.Int("status", r.code), slog.String("err", r.err))
+			continue
 		}
+		n.stats.failedAttempts.Add(1)
+		log.Info("notify: attempt failed; retrying on schedule", slog.String("id", o.id.String()),
+			slog.String("receiver", r.receiver), slog.Int("attempt", o.attempts), slog.Int("status", r.code), slog.String("err", r.err))
 	}
 	return nil
 }
