@@ -145,7 +145,7 @@ func (n *Notifier) lead(ctx context.Context, l *lock.Leadership) error {
 	g, gctx := errgroup.WithContext(ctx)
 	var deliveries sync.WaitGroup // every delivery goroutine; the recorder outlives them
 	cl := pgutil.CronLogger{L: log}
-	c := cron.New(cron.WithParser(cronParser), cron.WithLogger(cl), cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
+	c := cron.New(cron.WithParser(pgutil.CronParser()), cron.WithLogger(cl), cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
 	if _, err := c.AddFunc(n.o.tick, w.fresh); err != nil {
 		return fmt.Errorf("notify: tick %q: %w: %w", n.o.tick, err, ErrInvalidOption)
 	}
@@ -496,8 +496,8 @@ func (n *Notifier) recorder(ctx context.Context, tok lock.Token, results <-chan 
 
 // record writes a batch of results in one fenced statement: each notification's attempt count,
 // last status and error, its new state — delivered; failed when the schedule is used up; else
-// pending, due after the schedule's next delay with jitter, computed by PostgreSQL — and one
-// attempts row each.
+// pending, due after the schedule's next delay with jitter, computed by PostgreSQL — and an
+// attempts row for each failed attempt (a successful one stays in the notification's row).
 func (n *Notifier) record(ctx context.Context, tok lock.Token, batch []result, log *slog.Logger) error {
 	var held []result
 	sent := batch[:0:0]
@@ -549,7 +549,7 @@ from unnest($1::uuid[], $2::float8[]) as w(id, secs) where t.id = w.id and t.sta
 u as (
 	update `+n.table+` t set attempts = t.attempts + 1, tries = t.tries + 1, last_status = nullif(r.code, 0), updated_at = now(),
 		last_error = case when r.ok then null else r.err end,
-		delivered_at = case when r.ok then now() end,
+		delivered_at = case when r.ok then now() end, latency_ms = case when r.ok then r.lat end,
 		status = case when r.ok then 'delivered' when t.attempts + 1 > cardinality($6::float8[]) then 'failed' else 'pending' end,
 		next_attempt_at = case when r.ok or t.attempts + 1 > cardinality($6::float8[]) then t.next_attempt_at
 			else now() + make_interval(secs => ($6::float8[])[t.attempts + 1] * (1 - $7::float8 + 2 * $7::float8 * random())) end
@@ -557,7 +557,7 @@ u as (
 	returning t.id, t.status, t.attempts, t.tries),
 a as (
 	insert into `+n.attempts+` (id, n, status_code, latency_ms, error)
-	select u.id, u.tries, r.code, r.lat, nullif(r.err, '') from u join r using (id)
+	select u.id, u.tries, r.code, r.lat, nullif(r.err, '') from u join r using (id) where not r.ok
 	on conflict do nothing)
 select null::uuid, 'delivered', count(*)::int from u where status = 'delivered'
 union all

@@ -127,8 +127,8 @@ type Notifier struct {
 	fence     *lock.Fence
 	table     string // quoted
 	attempts  string // quoted
-	name      string // unquoted, schema-qualified: the fence resource and the NOTIFY channel
-	channel   string
+	name      string // unquoted, schema-qualified: the fence resource
+	channel   string // LISTEN/NOTIFY: the schema-qualified name, shortened to 63 bytes if need be
 	lockKey   int64
 	running   atomic.Bool
 	stats     stats
@@ -194,7 +194,7 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	h := fnv.New64a()
 	h.Write([]byte("txkit-notify:" + name))
 	return &Notifier{pool: pool, o: o, receivers: rs, fence: fence, table: table, attempts: attempts, name: name,
-		channel: o.table, lockKey: int64(h.Sum64() >> 1), flights: map[string]*flight{}}, nil
+		channel: pgutil.Channel(o.schema, o.table), lockKey: int64(h.Sum64() >> 1), flights: map[string]*flight{}}, nil
 }
 
 func checkReceiver(r Receiver) error {
@@ -235,16 +235,20 @@ create table if not exists %s (
     payload         bytea       not null,
     status          text        not null default 'pending' check (status in ('pending', 'delivered', 'failed')),
     attempts        integer     not null default 0, -- attempts of the current schedule (Redeliver resets it)
-    tries           integer     not null default 0, -- attempts ever made: numbers the attempts rows
+    tries           integer     not null default 0, -- attempts ever made: numbers the attempts
     next_attempt_at timestamptz not null default now(),
     last_status     integer,
     last_error      text,
     created_at      timestamptz not null default now(),
     updated_at      timestamptz not null default now(),
     delivered_at    timestamptz,
+    latency_ms      double precision, -- of the successful attempt
     unique (receiver, key)
 );
+alter table %s add column if not exists latency_ms double precision;
 create index if not exists %s on %s (receiver, next_attempt_at) where status = 'pending';
+-- The failed attempts; the successful one is the delivered notification's own row (tries,
+-- delivered_at, last_status, latency_ms), which saves a row per delivery.
 create table if not exists %s (
     id          uuid             not null, -- no foreign key: its check would lock each notification again
 
@@ -254,7 +258,7 @@ create table if not exists %s (
     latency_ms  double precision not null,
     error       text,
     primary key (id, n)
-);`, n.lockKey, n.createSchema(), n.table, pgx.Identifier{n.o.table + "_due"}.Sanitize(), n.table, n.attempts)
+);`, n.lockKey, n.createSchema(), n.table, n.table, pgx.Identifier{n.o.table + "_due"}.Sanitize(), n.table, n.attempts)
 	if _, err := n.pool.Exec(ctx, ddl); err != nil {
 		return fmt.Errorf("notify: migrate %s: %w", n.name, err)
 	}
@@ -303,6 +307,15 @@ func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.
 	on conflict (receiver, key) do nothing returning id)
 select id from ins union all select id from `+n.table+` where receiver = $2 and key = $3 limit 1`,
 		id, nt.Receiver, nt.Key, []byte(nt.Payload)).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Another transaction inserted this receiver and key while the statement ran: the insert
+		// waited for it to commit and did nothing, and the statement's snapshot, taken before,
+		// cannot see its row. A new statement (read committed) sees it.
+		err = tx.QueryRow(ctx, `select id from `+n.table+` where receiver = $1 and key = $2`, nt.Receiver, nt.Key).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = fmt.Errorf("another transaction enqueued it and this one cannot see it (isolation above read committed?): %w", err)
+		}
+	}
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("notify: enqueue %s/%s: %w", nt.Receiver, nt.Key, err)
 	}
@@ -359,8 +372,11 @@ func (n *Notifier) ByKey(ctx context.Context, receiver, key string) (*Record, er
 // Attempts returns every attempt made for notification id, first first, across redeliveries
 // (none for an unknown id).
 func (n *Notifier) Attempts(ctx context.Context, id uuid.UUID) ([]Attempt, error) {
-	rows, err := n.pool.Query(ctx, `select n, at, status_code, latency_ms, coalesce(error, '') from `+n.attempts+
-		` where id = $1 order by n`, id)
+	rows, err := n.pool.Query(ctx, `select n, at, status_code, latency_ms, coalesce(error, '') from `+n.attempts+` where id = $1
+union all
+select tries, delivered_at, last_status, latency_ms, '' from `+n.table+`
+where id = $1 and status = 'delivered' and latency_ms is not null
+order by 1`, id)
 	if err != nil {
 		return nil, fmt.Errorf("notify: attempts of %s: %w", id, err)
 	}

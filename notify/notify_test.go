@@ -401,3 +401,54 @@ func TestIntegrationLeaderKilledMidDelivery(t *testing.T) {
 	t.Logf("delivered %v after the SIGKILL (session timeout 3s); attempts recorded %d",
 		time.Since(killed).Round(time.Millisecond), rec.Attempts)
 }
+
+// Two transactions enqueue the same receiver and key at once: the second waits for the first,
+// records nothing and returns the first one's id.
+func TestIntegrationConcurrentEnqueueSameKey(t *testing.T) {
+	w := newWorld(t)
+	n := w.notifier(w.receivers())
+	ctx := t.Context()
+	nt := notify.Notification{Receiver: "shop", Key: "order-1", Payload: []byte(`{"amount":1}`)}
+	first, err := w.sender.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(context.WithoutCancel(ctx))
+	id1, err := n.Enqueue(ctx, first, nt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan error, 1)
+	var id2 uuid.UUID
+	go func() {
+		second <- pgx.BeginFunc(ctx, w.sender.Pool, func(tx pgx.Tx) error {
+			var err error
+			id2, err = n.Enqueue(ctx, tx, nt)
+			return err
+		})
+	}()
+	// The second enqueue waits on the first transaction's row lock; wait until PostgreSQL shows it
+	// waiting, then commit the first.
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		var waiting int
+		err := w.sender.Pool.QueryRow(ctx, `select count(*) from pg_stat_activity
+			where datname = current_database() and wait_event_type = 'Lock' and query like '%insert into%'`).Scan(&waiting)
+		return err == nil && waiting == 1
+	}, "the second enqueue never waited for the first")
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("second enqueue: %v", err)
+	}
+	if id2 != id1 {
+		t.Fatalf("second enqueue returned %s, want the first one's %s", id2, id1)
+	}
+	var rows int
+	if err := w.sender.Pool.QueryRow(ctx, `select count(*) from `+w.sender.Name+`.txkit_notify where key = 'order-1'`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 {
+		t.Fatalf("%d rows for the key, want 1", rows)
+	}
+}

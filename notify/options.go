@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/robfig/cron/v3"
-
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
@@ -104,8 +102,6 @@ func WithRetention(keep time.Duration, spec string) Option {
 	return func(o *options) { o.retention, o.retentionSpec = keep, spec }
 }
 
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
 func (o options) validate() error {
 	if o.schema != "" {
 		if err := pgutil.CheckText(o.schema, 63); err != nil {
@@ -116,7 +112,7 @@ func (o options) validate() error {
 		return fmt.Errorf("notify: table %q: %w: %w", o.table, err, ErrInvalidOption)
 	}
 	for _, spec := range []string{o.tick, o.retentionSpec} {
-		if _, err := cronParser.Parse(spec); err != nil {
+		if err := pgutil.CheckCron(spec); err != nil {
 			return fmt.Errorf("notify: schedule %q: %w: %w", spec, err, ErrInvalidOption)
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/robfig/cron/v3"
-
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
@@ -43,7 +41,8 @@ func WithSchema(name string) Option { return func(o *options) { o.schema = name 
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
 // WithChannel sets the LISTEN/NOTIFY channel that [Outbox.Enqueue] notifies and the [Relay]
-// listens on (default: the schema-qualified table name, "txkit_outbox" or "myschema.txkit_outbox").
+// listens on (default: the schema-qualified table name, "txkit_outbox" or "myschema.txkit_outbox",
+// shortened with a hash when longer than 63 bytes).
 // Two outboxes in one database should use different channels, or each relay also wakes for the
 // other's messages (harmless, but wasted work).
 func WithChannel(name string) Option { return func(o *options) { o.channel = name } }
@@ -76,10 +75,7 @@ func (o *options) validate() error {
 		return fmt.Errorf("outbox: table %q: %w: %w", o.table, err, ErrInvalidOption)
 	}
 	if o.channel == "" {
-		o.channel = o.table
-		if o.schema != "" && len(o.schema)+1+len(o.table) <= maxIdentLen {
-			o.channel = o.schema + "." + o.table
-		}
+		o.channel = pgutil.Channel(o.schema, o.table)
 	}
 	if err := pgutil.CheckText(o.channel, maxIdentLen); err != nil {
 		return fmt.Errorf("outbox: channel %q: %w: %w", o.channel, err, ErrInvalidOption)
@@ -193,11 +189,8 @@ func (o relayOptions) validate() error {
 	case o.retryPause <= 0:
 		return fmt.Errorf("outbox: retry pause %v: not positive: %w", o.retryPause, ErrInvalidOption)
 	}
-	if _, err := cronParser.Parse(o.schedule); err != nil {
+	if err := pgutil.CheckCron(o.schedule); err != nil {
 		return fmt.Errorf("outbox: schedule %q: %w: %w", o.schedule, err, ErrInvalidOption)
 	}
 	return nil
 }
-
-// cronParser reads five-field specs, six-field specs with seconds first, and descriptors.
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)

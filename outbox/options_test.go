@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/txkit/txkit/internal/pgutil"
 )
 
 func TestNewOptions(t *testing.T) {
@@ -19,8 +21,8 @@ func TestNewOptions(t *testing.T) {
 		{"schema", []Option{WithSchema("Orders")}, false, "Orders.txkit_outbox", "Orders.txkit_outbox"},
 		{"table with quote", []Option{WithTable(`we"ird`)}, false, `we"ird`, `we"ird`},
 		{"own channel", []Option{WithChannel("wake_up")}, false, "txkit_outbox", "wake_up"},
-		{"long schema: channel falls back to the table", []Option{WithSchema(strings.Repeat("s", 60))}, false,
-			strings.Repeat("s", 60) + ".txkit_outbox", "txkit_outbox"},
+		{"long schema: channel shortened with a hash", []Option{WithSchema(strings.Repeat("s", 60))}, false,
+			strings.Repeat("s", 60) + ".txkit_outbox", pgutil.Channel(strings.Repeat("s", 60), "txkit_outbox")},
 		{"empty table", []Option{WithTable("")}, true, "", ""},
 		{"table too long", []Option{WithTable(strings.Repeat("t", 52))}, true, "", ""},
 		{"longest table", []Option{WithTable(strings.Repeat("t", 51))}, false, strings.Repeat("t", 51), strings.Repeat("t", 51)},

@@ -170,7 +170,7 @@ func (r *Relay) lead(ctx context.Context, l *lock.Leadership) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	cl := pgutil.CronLogger{L: log}
-	c := cron.New(cron.WithParser(cronParser), cron.WithLogger(cl),
+	c := cron.New(cron.WithParser(pgutil.CronParser()), cron.WithLogger(cl),
 		cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
 	if _, err := c.AddFunc(r.o.schedule, func() {
 		if gctx.Err() == nil {

@@ -9,8 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/robfig/cron/v3"
-
+	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -118,11 +117,9 @@ func WithLeaderJob(name, spec string, fn func(ctx context.Context, tok lock.Toke
 	return func(o *recoverOptions) { o.jobs = append(o.jobs, leaderJob{name: name, spec: spec, fn: fn}) }
 }
 
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
 func (o recoverOptions) validate() error {
 	for _, s := range []string{o.schedule, o.retentionEvery} {
-		if _, err := cronParser.Parse(s); err != nil {
+		if err := pgutil.CheckCron(s); err != nil {
 			return fmt.Errorf("core: schedule %q: %w: %w", s, err, ErrInvalidOption)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/robfig/cron/v3"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -121,7 +122,7 @@ func (r *Recoverer) lead(ctx context.Context, l *lock.Leadership) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	cl := cronLogger{log}
-	c := cron.New(cron.WithParser(cronParser), cron.WithLogger(cl),
+	c := cron.New(cron.WithParser(pgutil.CronParser()), cron.WithLogger(cl),
 		cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
 	if _, err := c.AddFunc(r.o.schedule, func() {
 		if ctx.Err() != nil {

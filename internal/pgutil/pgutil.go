@@ -1,16 +1,19 @@
 // Package pgutil holds the PostgreSQL plumbing txkit's packages share: checking the names a user
-// may choose for schemas, tables and channels, quoting a schema-qualified table name, and the
-// adapter that gives robfig/cron a *slog.Logger.
+// may choose for schemas, tables and channels, quoting a schema-qualified table name, the cron
+// parser and checks, and the adapter that gives robfig/cron a *slog.Logger.
 package pgutil
 
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/robfig/cron/v3"
 )
 
 // CheckText accepts what PostgreSQL stores unchanged in a quoted identifier or a text column: a
@@ -51,4 +54,64 @@ func (c CronLogger) Info(msg string, keysAndValues ...any) {
 // Error logs at error level.
 func (c CronLogger) Error(err error, msg string, keysAndValues ...any) {
 	c.L.Error("cron: "+msg, append(keysAndValues, "err", err)...)
+}
+
+// CronParser reads the schedules txkit's packages accept: five fields ("* * * * *"), six with
+// seconds first ("*/2 * * * * *"), and descriptors ("@hourly", "@every 5s"). Unlike robfig/cron's
+// own parser, which rounds an "@every" to whole seconds (at least one), it keeps "@every 200ms"
+// as written: every 200 ms after the previous run.
+func CronParser() cron.ScheduleParser {
+	return cronParser{cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)}
+}
+
+type cronParser struct{ cron.Parser }
+
+func (p cronParser) Parse(spec string) (cron.Schedule, error) {
+	d, ok := strings.CutPrefix(spec, "@every ")
+	if !ok {
+		return p.Parser.Parse(spec)
+	}
+	every, err := time.ParseDuration(strings.TrimSpace(d))
+	if err != nil {
+		return nil, fmt.Errorf("%q: %w", spec, err)
+	}
+	if every <= 0 {
+		return nil, fmt.Errorf("%q: the interval must be positive", spec)
+	}
+	return everySchedule(every), nil
+}
+
+// everySchedule runs a fixed interval after the previous run.
+type everySchedule time.Duration
+
+func (e everySchedule) Next(t time.Time) time.Time { return t.Add(time.Duration(e)) }
+
+// CheckCron reports whether [CronParser] accepts spec.
+func CheckCron(spec string) error {
+	_, err := CronParser().Parse(spec)
+	return err
+}
+
+// maxIdent is the longest identifier PostgreSQL keeps (NAMEDATALEN - 1 bytes).
+const maxIdent = 63
+
+// Channel is the default LISTEN/NOTIFY channel of a table: "schema.table" (or "table" without a
+// schema) when that fits in 63 bytes, else its first bytes followed by a hash of the whole, so
+// that tables of the same name in different schemas never share a channel.
+func Channel(schema, table string) string {
+	name := table
+	if schema != "" {
+		name = schema + "." + table
+	}
+	if len(name) <= maxIdent {
+		return name
+	}
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	sum := fmt.Sprintf("%016x", h.Sum64())
+	head := name[:maxIdent-1-len(sum)]
+	for !utf8.ValidString(head) { // do not cut a character in two
+		head = head[:len(head)-1]
+	}
+	return head + "~" + sum
 }
