@@ -71,7 +71,8 @@ func WithSchedule(delays []time.Duration, jitter float64) Option {
 }
 
 // WithTick sets the cron spec on which the leader looks for due notifications (default "@every
-// 1s"); a notification enqueued in this database also wakes it at once (LISTEN/NOTIFY).
+// 1s"; a sub-second "@every 200ms" is kept as written); a notification enqueued or redelivered in
+// this database also wakes it at once (LISTEN/NOTIFY).
 func WithTick(spec string) Option { return func(o *options) { o.tick = spec } }
 
 // WithBatch sets how many due notifications of one receiver the leader takes at once (and holds,
