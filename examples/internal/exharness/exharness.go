@@ -1,12 +1,13 @@
 // Package exharness holds what the examples' demo harnesses share: starting a service binary and
 // waiting for the "LISTENING <addr>" line it prints, stopping services, polling their JSON
-// endpoints, and pausing without outliving a context.
+// endpoints, pausing without outliving a context, and dropping a run's schema.
 package exharness
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,6 +15,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txkit/txkit/examples/internal/exapp"
 )
 
 // Proc is a started service process.
@@ -119,4 +124,22 @@ func Pause(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// DropSchema drops schema, with everything in it, in each of the databases dbs of the server at
+// base (a PostgreSQL URL): a demo run's clean-up. It goes on after a failure and returns them all.
+func DropSchema(ctx context.Context, base, schema string, dbs ...string) error {
+	var errs []error
+	for _, db := range dbs {
+		c, err := exapp.Connect(ctx, base, db, "")
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, err := c.Exec(ctx, "drop schema if exists "+pgx.Identifier{schema}.Sanitize()+" cascade"); err != nil {
+			errs = append(errs, fmt.Errorf("drop schema %s in %s: %w", schema, db, err))
+		}
+		_ = c.Close(ctx)
+	}
+	return errors.Join(errs...)
 }

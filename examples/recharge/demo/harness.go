@@ -19,9 +19,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/internal/exharness"
 	"github.com/txkit/txkit/examples/recharge/internal/app"
 )
@@ -378,16 +376,8 @@ func (h *harness) check(ctx context.Context, rep *Report) error {
 func (h *harness) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, db := range []string{app.AccountDB, app.RechargeDB} {
-		c, err := exapp.Connect(ctx, h.cfg.PG, db, "")
-		if err != nil {
-			h.say("cleanup: %v", err)
-			continue
-		}
-		if _, err := c.Exec(ctx, "drop schema if exists "+pgx.Identifier{h.schema}.Sanitize()+" cascade"); err != nil {
-			h.say("cleanup: drop schema %s in %s: %v", h.schema, db, err)
-		}
-		_ = c.Close(ctx)
+	if err := exharness.DropSchema(ctx, h.cfg.PG, h.schema, app.AccountDB, app.RechargeDB); err != nil {
+		h.say("cleanup: %v", err)
 	}
 }
 

@@ -220,17 +220,8 @@ func rateText(r int) string {
 func (h *harness) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, db := range []string{"txkit_users", "txkit_points"} {
-		url, err := exapp.DatabaseURL(h.cfg.PG, db, "", 0)
-		if err != nil {
-			continue
-		}
-		if c, err := pgx.Connect(ctx, url); err == nil {
-			if _, err := c.Exec(ctx, "drop schema if exists "+pgx.Identifier{h.schema}.Sanitize()+" cascade"); err != nil {
-				h.logf("cleanup: drop schema %s in %s: %v", h.schema, db, err)
-			}
-			_ = c.Close(ctx)
-		}
+	if err := exharness.DropSchema(ctx, h.cfg.PG, h.schema, "txkit_users", "txkit_points"); err != nil {
+		h.logf("cleanup: %v", err)
 	}
 	if adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(strings.Split(h.cfg.Namesrv, ",")))); err == nil {
 		_ = adm.DeleteTopic(ctx, admin.WithTopicDelete(h.topic), admin.WithBrokerAddrDelete(h.cfg.Broker),

@@ -435,17 +435,8 @@ func (p *proc) hp() *exharness.Proc { return &exharness.Proc{Cmd: p.cmd, Addr: p
 func (h *harness) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, db := range []string{dbOrder, dbStock, dbAccount} {
-		url, err := exapp.DatabaseURL(h.cfg.PG, db, "", 0)
-		if err != nil {
-			continue
-		}
-		if c, err := pgx.Connect(ctx, url); err == nil {
-			if _, err := c.Exec(ctx, "drop schema if exists "+pgx.Identifier{h.schema}.Sanitize()+" cascade"); err != nil {
-				h.logf("cleanup: drop schema %s in %s: %v", h.schema, db, err)
-			}
-			_ = c.Close(ctx)
-		}
+	if err := exharness.DropSchema(ctx, h.cfg.PG, h.schema, dbOrder, dbStock, dbAccount); err != nil {
+		h.logf("cleanup: %v", err)
 	}
 }
 

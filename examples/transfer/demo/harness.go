@@ -395,10 +395,10 @@ func (h *harness) cleanup() {
 		for _, id := range ids {
 			_, _ = c.Exec(ctx, "rollback prepared '"+strings.ReplaceAll(id, "'", "''")+"'")
 		}
-		if _, err := c.Exec(ctx, "drop schema if exists "+pgx.Identifier{h.schema}.Sanitize()+" cascade"); err != nil {
-			h.logf("cleanup: drop schema %s in %s: %v", h.schema, db, err)
-		}
 		_ = c.Close(ctx)
+	}
+	if err := exharness.DropSchema(ctx, h.cfg.PG, h.schema, app.East, app.West); err != nil {
+		h.logf("cleanup: %v", err)
 	}
 }
 
