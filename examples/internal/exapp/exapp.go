@@ -19,6 +19,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/httpsafe"
 )
 
 // Env returns the environment variable name, or def when it is unset.
@@ -123,6 +125,15 @@ func Pool(ctx context.Context, base, db, schema string, maxConns int) (*pgxpool.
 	return pool, nil
 }
 
+// The example servers' timeouts: reading a whole request, writing an answer (longer than the
+// slowest handler: a TCC order calls three participants with 10 s call timeouts), and keeping an
+// idle connection.
+const (
+	ReadTimeout  = 15 * time.Second
+	WriteTimeout = 60 * time.Second
+	IdleTimeout  = 2 * time.Minute
+)
+
 // Serve listens on addr (port 0 picks one), prints "LISTENING <addr>" on stdout for whoever
 // started the process, and serves h until ctx ends.
 func Serve(ctx context.Context, addr string, h http.Handler) error {
@@ -131,7 +142,8 @@ func Serve(ctx context.Context, addr string, h http.Handler) error {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
 	fmt.Printf("LISTENING %s\n", ln.Addr())
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: ReadTimeout,
+		WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -151,4 +163,12 @@ func WriteJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Fail answers an error without its internal detail: err (a driver message may name the database
+// user, host and schema) is logged with a new request id, and the client gets code with
+// {"error": msg, "request_id": id}.
+func Fail(w http.ResponseWriter, log *slog.Logger, code int, msg string, err error, attrs ...any) {
+	id := httpsafe.Log(log, msg, err, attrs...)
+	WriteJSON(w, code, map[string]string{"error": msg, "request_id": id})
 }
