@@ -15,6 +15,7 @@ ZK_NODES=${TXKIT_ZK_NODES:-3}
 ZK_BASE_PORT=22180 # client port of node N is ZK_BASE_PORT+N
 NAMESRV_PORT=19876
 BROKER_PORT=20911
+ACL_BROKER_PORT=21911 # a second broker with aclEnable=true (deploy/local/rocketmq)
 ROCKETMQ_VERSION=4.9.7
 
 log() { printf '%s %s\n' "[$(date +%H:%M:%S)]" "$*" >&2; }

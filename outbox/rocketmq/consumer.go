@@ -150,6 +150,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		consumer.WithMaxReconsumeTimes(int32(c.o.maxReconsume)),
 		consumer.WithConsumeGoroutineNums(c.o.goroutines),
 		consumer.WithConsumeMessageBatchMaxSize(1),
+		consumer.WithCredentials(c.o.credentials),
 	)
 	if err != nil {
 		return fmt.Errorf("rocketmq: consumer %s: new push consumer: %w", c.group, err)

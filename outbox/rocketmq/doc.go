@@ -16,6 +16,12 @@
 // first, trap T1). Topics must exist before a Consumer runs (the client creates none for
 // consumers); create them with the admin API or mqadmin.
 //
+// On a broker with ACL on (aclEnable=true), give every Publisher, Consumer and TxProducer the
+// account's keys with [WithCredentials]: the client then signs each request (HMAC-SHA1 under the
+// secret key) and the broker checks the signature and the account's rights on the topic and
+// group. Without ACL, anyone who reaches the broker can publish to any topic and consume any
+// group's messages. deploy/local/rocketmq runs such a broker beside the plain one for the tests.
+//
 // The client logs through a process-wide logger of its own (logrus at info, to stdout). This
 // package never replaces it; a program routes it to slog with [NewRlogAdapter] and rlog.SetLogger,
 // or quiets it with ROCKETMQ_GO_LOG_LEVEL=warn.

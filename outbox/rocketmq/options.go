@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+
 	"github.com/txkit/txkit/internal/pgutil"
 )
 
@@ -44,6 +46,9 @@ type options struct {
 	used []optionUse
 
 	log *slog.Logger
+
+	// All three
+	credentials primitive.Credentials
 
 	// Publisher and TxProducer
 	group       string // Publisher only; the others take it positionally
@@ -108,6 +113,23 @@ func WithLogger(l *slog.Logger) Option {
 		if l != nil {
 			o.log = l
 		}
+	})
+}
+
+// WithCredentials sets the RocketMQ ACL account (access key and secret key, as in the broker's
+// plain_acl.yml) of a [Publisher], [Consumer] or [TxProducer]; it applies to all three. With it
+// the client signs every request it sends to name servers and brokers (HMAC-SHA1 of the request's
+// fields and body under secretKey, carried with accessKey in the AccessKey and Signature fields),
+// and a broker with aclEnable=true checks the signature and the account's rights on the topic
+// and group. Without it (the default) requests go unsigned, which such a broker refuses.
+//
+// Both keys must be given, or neither: the client silently sends unsigned requests when one of
+// them is empty, so this option refuses that with [ErrInvalidOption]. The secret key is never
+// sent and never logged. ACL authenticates and authorizes clients; it does not encrypt the
+// connection.
+func WithCredentials(accessKey, secretKey string) Option {
+	return option("WithCredentials", forAll, func(o *options) {
+		o.credentials = primitive.Credentials{AccessKey: accessKey, SecretKey: secretKey}
 	})
 }
 
@@ -250,6 +272,9 @@ func buildOptions(to target, opts []Option) (options, error) {
 func (o options) validate(to target) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("rocketmq: "+format+": %w", append(args, ErrInvalidOption)...)
+	}
+	if (o.credentials.AccessKey == "") != (o.credentials.SecretKey == "") {
+		return bad("credentials need both an access key and a secret key")
 	}
 	if to&(forPublisher|forTxProducer) != 0 {
 		if o.retries < 0 || o.retries > 100 {

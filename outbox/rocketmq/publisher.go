@@ -59,6 +59,7 @@ func NewPublisher(ctx context.Context, nameservers []string, opts ...Option) (*P
 		producer.WithRetry(o.retries),
 		producer.WithSendMsgTimeout(o.sendTimeout),
 		producer.WithQueueSelector(&keySelector{}),
+		producer.WithCredentials(o.credentials),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: new producer in group %s: %w", o.group, err)

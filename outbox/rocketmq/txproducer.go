@@ -105,6 +105,7 @@ func NewTxProducer(ctx context.Context, nameservers []string, group string, pool
 		producer.WithRetry(o.retries),
 		producer.WithSendMsgTimeout(o.sendTimeout),
 		producer.WithQueueSelector(&keySelector{}),
+		producer.WithCredentials(o.credentials),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: new tx producer in group %s: %w", group, err)

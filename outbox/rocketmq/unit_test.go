@@ -66,6 +66,14 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithGroup("a b"))
 			return err
 		}, rocketmq.ErrInvalidOption},
+		{"publisher: access key without secret key", func() error {
+			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithCredentials("ak", ""))
+			return err
+		}, rocketmq.ErrInvalidOption},
+		{"consumer: secret key without access key", func() error {
+			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithCredentials("", "secret"))
+			return err
+		}, rocketmq.ErrInvalidOption},
 		{"consumer: empty group", func() error { _, err := rocketmq.NewConsumer(ns, "", "t", pool, store, h); return err }, rocketmq.ErrInvalidOption},
 		{"consumer: bad topic", func() error { _, err := rocketmq.NewConsumer(ns, "g", "a/b", pool, store, h); return err }, rocketmq.ErrInvalidOption},
 		{"consumer: nil pool", func() error { _, err := rocketmq.NewConsumer(ns, "g", "t", nil, store, h); return err }, rocketmq.ErrInvalidOption},
