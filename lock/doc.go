@@ -31,5 +31,7 @@
 // create "protected": when a connection loss hides the create's answer, the contender finds its
 // node again by the uuid — and adopts it only if its session owns it — instead of leaving an
 // orphan that would block everyone. The names and ordering are those of Apache Curator's
-// InterProcessMutex, so Go and Java processes can share a lock path.
+// InterProcessMutex, so Go and Java processes can share a lock path. Only ephemeral children
+// count: a persistent node named like a contender (which only a stranger would create) is skipped
+// and logged, so it cannot stop every election on the path (see [Mutex]).
 package lock

@@ -108,15 +108,19 @@ func (e *Elector) leader(ctx context.Context, ep *epoch, watch bool) (string, <-
 	if err != nil {
 		return "", nil, fmt.Errorf("lock: election %s: %w", e.path, err)
 	}
-	children := sortChildren(names)
-	if len(children) == 0 {
-		return "", ch, fmt.Errorf("lock: election %s: %w", e.path, ErrNoLeader)
+	// The lowest contender leads. A child named like one that is not ephemeral is skipped (and
+	// remembered): the read that gets the leader's id returns its stat too.
+	for _, c := range e.m.contenders(names) {
+		r, err := ep.get(ctx, e.path+"/"+c.name, false)
+		if err != nil {
+			return "", nil, err
+		}
+		if isContender(r.stat) {
+			return string(r.data), ch, nil
+		}
+		e.m.ignore(c.name, r.stat)
 	}
-	r, err := ep.get(ctx, e.path+"/"+children[0].name, false)
-	if err != nil {
-		return "", nil, err
-	}
-	return string(r.data), ch, nil
+	return "", ch, fmt.Errorf("lock: election %s: %w", e.path, ErrNoLeader)
 }
 
 // Observe returns a channel that receives the leader's id each time it changes ("" while nobody

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path"
 	"slices"
 	"strconv"
@@ -23,6 +24,14 @@ import (
 // sequence holds the lock; every other contender watches only its immediate predecessor, so a
 // release wakes exactly one waiter. [WithUnfair] selects the one-node recipe instead.
 //
+// Only ephemeral children count as contenders. A child named like one that is persistent (or a
+// container or TTL node) — which anyone allowed to write under the path can create, and which
+// would otherwise hold the lock for ever — is skipped and logged once at Warn. It costs no extra
+// round trip on the waiting path: a waiter reads its predecessor (to watch it) anyway, and the read
+// returns the stat that tells. TryLock, when another child comes first, reads that child's stat (one
+// exists call) before answering [ErrLocked]. Use ACLs so that strangers cannot create
+// children at all.
+//
 // The lock can be lost at any time, whatever the code holding it believes: when the ZooKeeper
 // session ends, when the node is deleted by someone else. Work done under the lock must run under
 // [Lease.Context] and every write it makes elsewhere must carry [Lease.Token] to a [Fence].
@@ -38,10 +47,11 @@ type Mutex struct {
 
 	acquire chan struct{} // one acquisition at a time per Mutex value
 
-	mu     sync.Mutex
-	lease  *Lease
-	holds  int
-	parent bool // the parent path is known to exist
+	mu      sync.Mutex
+	lease   *Lease
+	holds   int
+	parent  bool                // the parent path is known to exist
+	ignored map[string]struct{} // children named like contenders that are not (not ephemeral)
 }
 
 // Lease is one hold of a [Mutex]: its fencing token, its node, and how the holder learns that it
@@ -464,6 +474,60 @@ func sortChildren(names []string) []child {
 	return out
 }
 
+// containerOwner is the ephemeral owner ZooKeeper reports for a container node; TTL nodes report
+// 0xff in the top byte (ZooKeeper's EphemeralType).
+const containerOwner = math.MinInt64
+
+// isContender reports whether a node with stat st can be a contender's: only an ephemeral node,
+// owned by a live session, is. A persistent, container or TTL node named like a contender — one
+// that anybody allowed to write under the lock path can create — never releases the lock, so it
+// must not count, or nobody would ever hold the lock again.
+func isContender(st *zk.Stat) bool {
+	o := st.EphemeralOwner
+	return o != 0 && o != containerOwner && uint64(o)>>56 != 0xff
+}
+
+// contenders returns the lock-named children of names in sequence order, without those found not
+// to be contenders, and forgets the ones no longer listed.
+func (m *Mutex) contenders(names []string) []child {
+	all := sortChildren(names)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.ignored) == 0 {
+		return all
+	}
+	listed := make(map[string]struct{}, len(all))
+	out := all[:0]
+	for _, c := range all {
+		listed[c.name] = struct{}{}
+		if _, skip := m.ignored[c.name]; !skip {
+			out = append(out, c)
+		}
+	}
+	for n := range m.ignored {
+		if _, ok := listed[n]; !ok {
+			delete(m.ignored, n)
+		}
+	}
+	return out
+}
+
+// ignore records that the child name is not a contender, and logs it the first time.
+func (m *Mutex) ignore(name string, st *zk.Stat) {
+	m.mu.Lock()
+	if _, seen := m.ignored[name]; seen {
+		m.mu.Unlock()
+		return
+	}
+	if m.ignored == nil {
+		m.ignored = map[string]struct{}{}
+	}
+	m.ignored[name] = struct{}{}
+	m.mu.Unlock()
+	m.s.log.Warn("ignoring a child of the lock path that is not a contender's node (not ephemeral): it was not created by a lock; delete it, and restrict the path with ACLs",
+		"path", m.path, "node", name, "owner", fmt.Sprintf("%#x", st.EphemeralOwner), "created_zxid", st.Czxid)
+}
+
 func compareInt(a, b int64) int {
 	switch {
 	case a < b:
@@ -493,7 +557,7 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 			}
 			return nil, fmt.Errorf("lock: list %s: %w", m.path, err)
 		}
-		children := sortChildren(names)
+		children := m.contenders(names)
 		idx := slices.IndexFunc(children, func(c child) bool { return c.name == own })
 		if idx < 0 {
 			// Our node is gone: our session ended, or someone deleted it.
@@ -506,6 +570,21 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 			return m.newLease(ep, m.path+"/"+own, Token{Epoch: parent.Czxid, Seq: children[0].seq})
 		}
 		if !wait {
+			// The first child holds the lock, if it is a contender at all: one read tells.
+			first := m.path + "/" + children[0].name
+			m.s.stats.reads.Add(1)
+			r, err := ep.exists(ctx, first, false)
+			switch {
+			case err == nil && !r.exists:
+				continue // released meanwhile: list again
+			case err == nil && !isContender(r.stat):
+				m.ignore(children[0].name, r.stat)
+				continue
+			case err != nil && !retryable(err) && !ep.isDone():
+				return nil, fmt.Errorf("lock: exists %s: %w", first, err)
+			case err != nil:
+				continue // the list above decides (and handles connection loss)
+			}
 			return nil, fmt.Errorf("lock: %s held by %s: %w", m.path, children[0].name, ErrLocked)
 		}
 		if ownGone == nil {
@@ -532,6 +611,10 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 		}
 		if err != nil {
 			continue // the list above decides (and handles connection loss)
+		}
+		if !isContender(pr.stat) {
+			m.ignore(children[idx-1].name, pr.stat)
+			continue
 		}
 		m.s.stats.waiting.Add(1)
 		select {

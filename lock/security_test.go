@@ -1,0 +1,147 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/google/uuid"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+)
+
+// countingHandler counts the log records whose message contains a substring.
+type countingHandler struct {
+	slog.Handler
+	substr string
+	n      *atomic.Int64
+}
+
+func (h countingHandler) Handle(ctx context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.substr) {
+		h.n.Add(1)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// rawConn is a plain go-zookeeper connection of the test's own: a stranger's client.
+func rawConn(t *testing.T, servers []string) *zk.Conn {
+	t.Helper()
+	c, _, err := zk.Connect(servers, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatalf("zk connect: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// TestIntegrationForeignPersistentChildIgnored: a stranger creates a persistent node named like
+// the first contender under an election path. It never goes away, yet candidates must still be
+// elected, TryLock must still take a free lock, and Leader must name the real leader.
+func TestIntegrationForeignPersistentChildIgnored(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZK(t)
+	path := testenv.ZKRoot(t) + "/leader"
+	stranger := rawConn(t, servers)
+	if err := createPath(stranger, path, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	foreign := "_c_" + uuid.NewString() + "-lock-0000000000"
+	if _, err := stranger.Create(path+"/"+foreign, []byte("intruder"), zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+
+	var warned atomic.Int64
+	log := slog.New(countingHandler{Handler: testLogger(t).Handler(), substr: "not a contender", n: &warned})
+	s := session(t, servers, lock.WithLogger(log))
+	el, err := lock.NewElector(s, path, "candidate-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	lead, err := el.Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign with a foreign persistent child under the path: %v", err)
+	}
+	for range 3 {
+		if id, err := el.Leader(ctx); err != nil || id != "candidate-a" {
+			t.Fatalf("Leader = %q, %v; want candidate-a", id, err)
+		}
+	}
+	if n := warned.Load(); n != 1 {
+		t.Errorf("%d warnings about the foreign node, want 1", n)
+	}
+	if err := lead.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A second candidate queued behind the first takes over when the first resigns.
+	s2 := session(t, servers)
+	a, b := testenvElector(t, s, path, "a"), testenvElector(t, s2, path, "b")
+	la, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	won := make(chan error, 1)
+	go func() {
+		lb, err := b.Campaign(ctx)
+		if err == nil {
+			err = lb.Resign(context.WithoutCancel(ctx))
+		}
+		won <- err
+	}()
+	waitChildren(t, s, path, 3) // the foreign node, a's, b's
+	if err := la.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-won; err != nil {
+		t.Fatalf("second candidate: %v", err)
+	}
+
+	// TryLock takes the free lock.
+	m := mutex(t, s2, path)
+	l, err := m.TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock of a free lock with a foreign child: %v", err)
+	}
+	if l.Token().Seq == 0 {
+		t.Errorf("token %s carries the foreign node's sequence", l.Token())
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := stranger.Get(path + "/" + foreign); err != nil {
+		t.Errorf("the foreign node was touched: %v", err)
+	}
+	if id, err := el.Leader(ctx); !errors.Is(err, lock.ErrNoLeader) {
+		t.Errorf("Leader with only the foreign node left = %q, %v; want ErrNoLeader", id, err)
+	}
+}
+
+// createPath creates p and its missing parents as persistent nodes open to all.
+func createPath(c *zk.Conn, p string, acl []zk.ACL) error {
+	cur := ""
+	for _, part := range strings.Split(strings.Trim(p, "/"), "/") {
+		cur += "/" + part
+		if _, err := c.Create(cur, nil, zk.FlagPersistent, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return err
+		}
+	}
+	return nil
+}
+
+func testenvElector(t *testing.T, s *lock.Session, path, id string) *lock.Elector {
+	t.Helper()
+	el, err := lock.NewElector(s, path, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return el
+}
