@@ -34,4 +34,32 @@
 // InterProcessMutex, so Go and Java processes can share a lock path. Only ephemeral children
 // count: a persistent node named like a contender (which only a stranger would create) is skipped
 // and logged, so it cannot stop every election on the path (see [Mutex]).
+//
+// # Security
+//
+// By default the nodes a Session creates are open to anyone who reaches the ensemble
+// (zk.WorldACL(zk.PermAll), Curator's default): a stranger can take a lock, or delete the holder's
+// node and depose it. Give every process of the application the same digest credentials and the
+// creator-only ACL, and only they can write under the lock paths they create:
+//
+//	sess, err := lock.NewSession(ctx, servers,
+//		lock.WithDigestAuth("orders", password), // on every connection and every new ZooKeeper session
+//		lock.WithACL(lock.CreatorACL(true)...))  // all for "orders", read for the world (false: nothing)
+//
+// The ACL applies to the nodes the Session creates (the lock path, its missing parents, the
+// contenders' nodes); nodes that already exist keep theirs, so create the lock paths with it, or
+// set their ACL once with zkCli's setAcl. go-zookeeper v1.0.4, the client txkit uses, has no SASL
+// (Kerberos): its source defines the SASL packet types but no call that sends them.
+//
+// Digest credentials travel in clear text. ZooKeeper 3.5+ serves TLS on its secureClientPort
+// (with the Netty connection factory); connect to it through [WithDialer] with a TLS dialer, which
+// also lets the server authenticate the client by certificate (the "x509" ACL scheme):
+//
+//	tlsDialer := &tls.Dialer{Config: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}}
+//	sess, err := lock.NewSession(ctx, []string{"zk1:2281", "zk2:2281", "zk3:2281"},
+//		lock.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
+//			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+//			defer cancel()
+//			return tlsDialer.DialContext(ctx, network, addr)
+//		}))
 package lock

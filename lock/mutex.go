@@ -29,7 +29,7 @@ import (
 // would otherwise hold the lock for ever — is skipped and logged once at Warn. It costs no extra
 // round trip on the waiting path: a waiter reads its predecessor (to watch it) anyway, and the read
 // returns the stat that tells. TryLock, when another child comes first, reads that child's stat (one
-// exists call) before answering [ErrLocked]. Use ACLs so that strangers cannot create
+// exists call) before answering [ErrLocked]. Use ACLs ([WithACL]) so that strangers cannot create
 // children at all.
 //
 // The lock can be lost at any time, whatever the code holding it believes: when the ZooKeeper

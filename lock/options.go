@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -16,6 +17,14 @@ type sessionOptions struct {
 	timeout time.Duration
 	log     *slog.Logger
 	dialer  zk.Dialer
+	auth    []authCred
+	acl     []zk.ACL
+}
+
+// authCred is one AddAuth a Session makes on every ZooKeeper connection it opens.
+type authCred struct {
+	scheme string
+	cred   []byte
 }
 
 func defaultSessionOptions() sessionOptions {
@@ -23,6 +32,7 @@ func defaultSessionOptions() sessionOptions {
 		timeout: 10 * time.Second,
 		log:     slog.New(slog.DiscardHandler),
 		dialer:  net.DialTimeout,
+		acl:     zk.WorldACL(zk.PermAll),
 	}
 }
 
@@ -43,7 +53,8 @@ func WithLogger(l *slog.Logger) SessionOption {
 }
 
 // WithDialer sets how connections to the ZooKeeper servers are made (default net.DialTimeout).
-// Tests use it to put a proxy in between.
+// A dialer that returns a *tls.Conn encrypts and authenticates the connection (see the package
+// documentation); tests use it to put a proxy in between.
 func WithDialer(d zk.Dialer) SessionOption {
 	return func(o *sessionOptions) {
 		if d != nil {
@@ -52,9 +63,70 @@ func WithDialer(d zk.Dialer) SessionOption {
 	}
 }
 
+// WithDigestAuth makes the Session authenticate as user with password (ZooKeeper's "digest"
+// scheme) on every connection and every new ZooKeeper session it opens, before any lock recipe
+// uses it. With [WithACL]([CreatorACL](...)) the nodes the Session creates are then writable only
+// by sessions that authenticate as the same user. The password travels in clear text unless the
+// connection is TLS ([WithDialer]). user must be non-empty and contain no ':'.
+func WithDigestAuth(user, password string) SessionOption {
+	return func(o *sessionOptions) {
+		o.auth = append(o.auth, authCred{scheme: "digest", cred: []byte(user + ":" + password)})
+		if user == "" || strings.Contains(user, ":") {
+			o.auth[len(o.auth)-1].scheme = "" // refused by validate
+		}
+	}
+}
+
+// WithAuth makes the Session present credentials for scheme (as go-zookeeper's Conn.AddAuth does)
+// on every connection and every new ZooKeeper session it opens, before any lock recipe uses it.
+// [WithDigestAuth] is the common case; WithAuth is for the other schemes a server is configured
+// with. go-zookeeper v1.0.4 has no SASL (Kerberos) support.
+func WithAuth(scheme string, credentials []byte) SessionOption {
+	return func(o *sessionOptions) {
+		o.auth = append(o.auth, authCred{scheme: scheme, cred: append([]byte(nil), credentials...)})
+	}
+}
+
+// WithACL sets the ACL of every node the Session's lock recipes create: the lock path and its
+// missing parents, and the contenders' nodes. The default, zk.WorldACL(zk.PermAll), is Apache
+// Curator's: anyone who reaches the ensemble may create and delete nodes under a lock path, and so
+// take or break its locks. Nodes that already exist keep their ACL. An ACL that names the "auth"
+// scheme (such as [CreatorACL]) needs credentials ([WithDigestAuth]).
+func WithACL(acl ...zk.ACL) SessionOption {
+	return func(o *sessionOptions) { o.acl = append([]zk.ACL(nil), acl...) }
+}
+
+// CreatorACL returns an ACL that gives every permission to the identities the creating session
+// authenticated as (ZooKeeper's "auth" scheme), and — with worldRead — read access to everyone, so
+// that monitoring (or [Elector.Leader] from a session without credentials) can see who holds a lock.
+// Use it with [WithACL] and [WithDigestAuth].
+func CreatorACL(worldRead bool) []zk.ACL {
+	acl := zk.AuthACL(zk.PermAll)
+	if worldRead {
+		acl = append(acl, zk.WorldACL(zk.PermRead)...)
+	}
+	return acl
+}
+
 func (o sessionOptions) validate() error {
 	if o.timeout < 100*time.Millisecond {
 		return fmt.Errorf("lock: session timeout %v is below 100ms: %w", o.timeout, ErrInvalidOption)
+	}
+	for _, a := range o.auth {
+		if a.scheme == "" {
+			return fmt.Errorf("lock: auth: empty scheme, or a digest user that is empty or contains ':': %w", ErrInvalidOption)
+		}
+	}
+	if len(o.acl) == 0 {
+		return fmt.Errorf("lock: empty ACL: %w", ErrInvalidOption)
+	}
+	for _, a := range o.acl {
+		if a.Scheme == "auth" && len(o.auth) == 0 {
+			return fmt.Errorf("lock: ACL with the \"auth\" scheme but no credentials (WithDigestAuth): %w", ErrInvalidOption)
+		}
+		if a.Perms&zk.PermAll == 0 || a.Scheme == "" {
+			return fmt.Errorf("lock: ACL entry %+v: %w", a, ErrInvalidOption)
+		}
 	}
 	return nil
 }

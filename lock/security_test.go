@@ -145,3 +145,108 @@ func testenvElector(t *testing.T, s *lock.Session, path, id string) *lock.Electo
 	}
 	return el
 }
+
+// TestIntegrationDigestAuthACL: with digest credentials and the creator-only ACL, the nodes txkit
+// creates under a lock path cannot be written by a session without the credentials — neither a
+// stranger's contender-like child nor the deletion of the leader's node — while sessions with
+// them take the lock in turn.
+func TestIntegrationDigestAuthACL(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZK(t)
+	root := testenv.ZKRoot(t)
+	path := root + "/acl/leader"
+	const user, password = "txkit", "correct horse battery staple"
+	// Runs before ZKRoot's cleanup (whose connection has no credentials and could not delete).
+	t.Cleanup(func() {
+		c, _, err := zk.Connect(servers, 5*time.Second, zk.WithLogInfo(false))
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		defer c.Close()
+		if err := c.AddAuth("digest", []byte(user+":"+password)); err != nil {
+			t.Errorf("cleanup: auth: %v", err)
+		}
+		if err := testenv.DeleteTree(c, root); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	authed := func() *lock.Session {
+		return session(t, servers, lock.WithDigestAuth(user, password), lock.WithACL(lock.CreatorACL(true)...))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+
+	s1 := authed()
+	a := testenvElector(t, s1, path, "a")
+	la, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign with credentials: %v", err)
+	}
+	acl, _, err := s1.Conn().GetACL(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acl) != 2 || acl[0].Scheme != "digest" || !strings.HasPrefix(acl[0].ID, user+":") || acl[0].Perms != zk.PermAll ||
+		acl[1] != (zk.ACL{Perms: zk.PermRead, Scheme: "world", ID: "anyone"}) {
+		t.Errorf("ACL of %s = %+v, want all for the digest user and read for the world", path, acl)
+	}
+
+	// A stranger (no credentials) can read, but not write.
+	stranger := rawConn(t, servers)
+	names, _, err := stranger.Children(path)
+	if err != nil || len(names) != 1 {
+		t.Fatalf("stranger's listing = %v, %v; want the leader's node (world read)", names, err)
+	}
+	if _, err := stranger.Create(path+"/_c_"+uuid.NewString()+"-lock-0000000000", nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("stranger's create under %s = %v, want ErrNoAuth", path, err)
+	}
+	if err := stranger.Delete(path+"/"+names[0], -1); !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("stranger's delete of the leader's node = %v, want ErrNoAuth", err)
+	}
+	// So is a txkit session without the credentials: it cannot even contend.
+	plain := mutex(t, session(t, servers), path)
+	if _, err := plain.TryLock(ctx); !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("TryLock without credentials = %v, want ErrNoAuth", err)
+	}
+	if la.Err() != nil {
+		t.Fatalf("leadership lost: %v", la.Err())
+	}
+
+	// Another session with the credentials (another process of the same application) takes over.
+	b := testenvElector(t, authed(), path, "b")
+	won := make(chan error, 1)
+	go func() {
+		lb, err := b.Campaign(ctx)
+		if err == nil {
+			err = lb.Resign(context.WithoutCancel(ctx))
+		}
+		won <- err
+	}()
+	waitChildren(t, s1, path, 2)
+	if err := la.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-won; err != nil {
+		t.Fatalf("second candidate with credentials: %v", err)
+	}
+}
+
+func TestSessionAuthOptionsValidated(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []lock.SessionOption
+	}{
+		{"creator ACL without credentials", []lock.SessionOption{lock.WithACL(lock.CreatorACL(false)...)}},
+		{"empty ACL", []lock.SessionOption{lock.WithACL()}},
+		{"digest user with a colon", []lock.SessionOption{lock.WithDigestAuth("a:b", "pw")}},
+		{"empty digest user", []lock.SessionOption{lock.WithDigestAuth("", "pw")}},
+		{"empty scheme", []lock.SessionOption{lock.WithAuth("", []byte("x"))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := lock.NewSession(t.Context(), []string{"127.0.0.1:1"}, tc.opts...); !errors.Is(err, lock.ErrInvalidOption) {
+				t.Fatalf("NewSession = %v, want ErrInvalidOption", err)
+			}
+		})
+	}
+}

@@ -58,7 +58,9 @@ type epoch struct {
 	conn     *zk.Conn
 	lastRead atomic.Int64 // unix nanos of the last byte read from a server
 
-	established chan struct{} // closed at the first StateHasSession
+	hasSession  chan struct{} // closed at the first StateHasSession
+	established chan struct{} // closed once the session exists and its credentials are added
+	authErr     error         // why adding the credentials failed; set before established closes
 	done        chan struct{} // closed when this session is over
 	ctx         context.Context
 	cancel      context.CancelFunc
@@ -99,7 +101,7 @@ func NewSession(ctx context.Context, servers []string, opts ...SessionOption) (*
 }
 
 func (s *Session) startEpochLocked() error {
-	e := &epoch{s: s, established: make(chan struct{}), done: make(chan struct{}), reconnected: make(chan struct{})}
+	e := &epoch{s: s, hasSession: make(chan struct{}), established: make(chan struct{}), done: make(chan struct{}), reconnected: make(chan struct{})}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	dial := func(network, address string, timeout time.Duration) (net.Conn, error) {
 		c, err := s.o.dialer(network, address, timeout)
@@ -121,7 +123,45 @@ func (s *Session) startEpochLocked() error {
 	}
 	e.conn = conn
 	s.cur = e
+	if len(s.o.auth) > 0 {
+		s.goOwned(e.addAuth)
+	}
 	return nil
+}
+
+// addAuth presents the Session's credentials once the ZooKeeper session exists, then lets the
+// recipes use it: their requests are queued behind the credentials. go-zookeeper presents them
+// again itself, before anything else, on every reconnection of this connection; a new ZooKeeper
+// session gets a new connection and a new addAuth.
+func (e *epoch) addAuth() {
+	select {
+	case <-e.hasSession:
+	case <-e.done:
+		return
+	}
+	defer close(e.established)
+	for _, a := range e.s.o.auth {
+		for {
+			err := e.conn.AddAuth(a.scheme, a.cred)
+			if err == nil {
+				break
+			}
+			if e.isDone() {
+				return
+			}
+			if !retryable(err) {
+				e.mu.Lock()
+				e.authErr = fmt.Errorf("lock: zookeeper auth (scheme %q): %w", a.scheme, err)
+				e.mu.Unlock()
+				return
+			}
+			select {
+			case <-e.done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
 }
 
 // readClock records when bytes last arrived from the server.
@@ -167,7 +207,10 @@ func (e *epoch) onEvent(ev zk.Event) {
 		if first {
 			e.s.stats.sessions.Add(1)
 			e.s.log.Debug("zookeeper session established", "session", fmt.Sprintf("%#x", id), "server", ev.Server)
-			close(e.established)
+			close(e.hasSession)
+			if len(e.s.o.auth) == 0 {
+				close(e.established)
+			}
 		} else {
 			e.s.log.Info("zookeeper session reconnected", "session", fmt.Sprintf("%#x", id), "server", ev.Server)
 		}
@@ -242,6 +285,12 @@ func (e *epoch) Err() error {
 	return e.err
 }
 
+func (e *epoch) authError() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.authErr
+}
+
 func (e *epoch) sessionID() int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -266,6 +315,9 @@ func (s *Session) epoch(ctx context.Context) (*epoch, error) {
 		}
 		select {
 		case <-e.established:
+			if err := e.authError(); err != nil {
+				return nil, err
+			}
 			if !e.isDone() {
 				return e, nil
 			}
@@ -448,7 +500,7 @@ func (e *epoch) get(ctx context.Context, p string, watch bool) (nodeResult, erro
 
 func (e *epoch) create(ctx context.Context, p string, data []byte, flags int32) (string, error) {
 	return call(ctx, e, func(c *zk.Conn) (string, error) {
-		return c.Create(p, data, flags, zk.WorldACL(zk.PermAll))
+		return c.Create(p, data, flags, e.s.o.acl)
 	})
 }
 
