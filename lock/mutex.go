@@ -246,6 +246,39 @@ func pause(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// backoff is a pause for retries that would otherwise spin: min, doubling to max while the
+// failures last, until reset.
+type backoff struct {
+	min, max time.Duration
+	next     time.Duration
+	n        int
+}
+
+func (b *backoff) failures() int { return b.n }
+
+func (b *backoff) reset() { b.next, b.n = 0, 0 }
+
+// wait pauses for the next interval; it returns early (nil) when done closes, and ctx's error
+// when ctx ends.
+func (b *backoff) wait(ctx context.Context, done <-chan struct{}) error {
+	if b.next == 0 {
+		b.next = b.min
+	}
+	d := b.next
+	b.next = min(2*b.next, b.max)
+	b.n++
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-done:
+		return nil
+	case <-t.C:
+		return nil
+	}
+}
+
 // lockFair is the Curator InterProcessMutex recipe.
 func (m *Mutex) lockFair(ctx context.Context, wait bool) (*Lease, error) {
 	ep, err := m.s.epoch(ctx)
@@ -541,6 +574,7 @@ func compareInt(a, b int64) int {
 // waitTurn lists the children until ours is the lowest, watching only our predecessor in between.
 func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) (*Lease, error) {
 	var ownGone <-chan zk.Event // watch on our own node, set before the first wait
+	bo := backoff{min: 50 * time.Millisecond, max: time.Second}
 	for {
 		m.s.stats.reads.Add(1)
 		res, err := ep.children(ctx, m.path, false)
@@ -610,8 +644,18 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 			continue // already gone: list again at once
 		}
 		if err != nil {
-			continue // the list above decides (and handles connection loss)
+			// Not readable (no READ permission on a stranger's node, a server error): the list
+			// above decides again, after a pause that doubles while the failures last, instead of
+			// at once — that would spin on the ensemble for as long as the node lives.
+			if bo.failures() == 0 {
+				m.s.log.Warn("cannot read the predecessor's lock node; retrying with backoff", "path", m.path, "node", pred, "err", err)
+			}
+			if err := bo.wait(ctx, ep.done); err != nil {
+				return nil, err
+			}
+			continue
 		}
+		bo.reset()
 		if !isContender(pr.stat) {
 			m.ignore(children[idx-1].name, pr.stat)
 			continue

@@ -250,3 +250,38 @@ func TestSessionAuthOptionsValidated(t *testing.T) {
 		})
 	}
 }
+
+// TestIntegrationUnreadablePredecessorBacksOff: the waiter's predecessor is a live contender's node
+// it may not read (its ACL grants nothing to the waiter). The waiter must keep waiting, but with
+// pauses, not by re-reading the ensemble as fast as it answers. The reads made in a fixed window
+// are counted (the window bounds the observation; nothing is ordered by it).
+func TestIntegrationUnreadablePredecessorBacksOff(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZK(t)
+	path := testenv.ZKRoot(t) + "/lock"
+	other := rawConn(t, servers)
+	if err := createPath(other, path, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	// Another application's contender, readable only by its own user.
+	if _, err := other.Create(path+"/_c_"+uuid.NewString()+"-lock-", nil, zk.FlagEphemeral|zk.FlagSequence,
+		zk.DigestACL(zk.PermAll, "other", "secret")); err != nil {
+		t.Fatal(err)
+	}
+	s := session(t, servers)
+	m := mutex(t, s, path)
+	const window = 2 * time.Second
+	ctx, cancel := context.WithTimeout(t.Context(), window)
+	defer cancel()
+	before := s.Stats().Reads
+	if _, err := m.Lock(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock behind an unreadable holder = %v, want the deadline", err)
+	}
+	reads := s.Stats().Reads - before
+	t.Logf("%d reads in %v while the predecessor was unreadable", reads, window)
+	// With pauses of 50 ms doubling to 1 s: about 6 rounds of a listing and a read.
+	if reads > 40 {
+		t.Fatalf("%d reads in %v: the waiter retries without pausing", reads, window)
+	}
+	waitChildren(t, s, path, 1) // our abandoned node is gone
+}
