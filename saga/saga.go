@@ -247,7 +247,9 @@ type meta struct {
 //   - An error wrapping [ErrTimeout]: the saga's timeout passed while actions ran; it is
 //     compensated as above.
 //   - An error wrapping [ErrIncomplete] alone: an action kept failing transiently ([WithAttempts])
-//     or ctx ended. The failure is recorded and the leader carries on: forward until the timeout,
+//     or ctx ended. A panic in an in-process participant is such a failure, here and in the
+//     leader's recovery: it is recovered, logged with its stack and recorded as the step's last
+//     error ("panic: <value>"). The failure is recorded and the leader carries on: forward until the timeout,
 //     then compensating.
 //
 // Bad steps ([Saga.Add] refused one) or none return [ErrInvalidStep] and record nothing; a gid
@@ -299,7 +301,8 @@ func (c *Coordinator) Run(ctx context.Context) error {
 }
 
 // recoverOne is the recovery's driver. Failures of calls are recorded (and rescheduled) by the
-// drive, so only a failed recording (or an unreadable saga) is returned.
+// drive, so only a failed recording, or an unreadable saga (dependencies that are not JSON or
+// name no step of it), is returned: the core reschedules it with backoff.
 func (c *Coordinator) recoverOne(ctx context.Context, tok lock.Token, t *core.Transaction) error {
 	var m meta
 	if len(t.Payload) > 0 {
@@ -315,6 +318,15 @@ func (c *Coordinator) recoverOne(ctx context.Context, tok lock.Token, t *core.Tr
 		d.byName[b.Name] = st
 	}
 	sort.SliceStable(d.steps, func(i, j int) bool { return d.steps[i].seq < d.steps[j].seq })
+	for _, st := range d.steps {
+		for _, dep := range st.deps {
+			if d.byName[dep] == nil {
+				// Submit never writes this; a log row written otherwise must not crash the leader.
+				return fmt.Errorf("saga: %s: step %q depends on %q, which is not a step of the saga: %w",
+					t.GID, st.name, dep, ErrInvalidState)
+			}
+		}
+	}
 	from := t.Status
 	deadline := ctx
 	if from == core.StatusRunning {

@@ -160,7 +160,8 @@ func (g *Global) GID() string { return g.gid }
 // [participant.ErrRefused], after recording the rollback decision: call [Global.Rollback], which
 // cancels every branch (including the refused one: an empty rollback is the barrier's concern);
 // if the caller does not, the leader does once the lease passes. Any other failure (transport,
-// timeout, HTTP 500) is an unknown outcome: the transaction stays trying and the caller should
+// timeout, HTTP 500, or a panic in an in-process participant — recovered, logged with its stack and
+// returned as an error whose text starts "panic: ") is an unknown outcome: the transaction stays trying and the caller should
 // call Rollback; if it does not, the leader cancels the transaction at its timeout.
 //
 // An empty name, a payload that is not JSON or a participant that cannot be recorded returns an
@@ -227,6 +228,9 @@ func (c *Coordinator) targetOf(p participant.Participant) (core.Target, error) {
 //
 // nil means every branch confirmed. An error wrapping [ErrIncomplete] means the decision is
 // recorded but some confirms failed (or ctx ended): the leader retries them until they succeed.
+// A confirm (or cancel) that panics in an in-process participant is such a failure: the panic is
+// recovered, logged with its stack, and recorded as the branch's last error ("panic: <value>"),
+// here and in the leader's recovery alike.
 // A transaction no longer trying — rolled back, refused, or cancelled by its timeout — returns an
 // error wrapping [ErrInvalidState] and confirms nothing. Committing twice is harmless. Call
 // Commit only after every Try has returned nil: a Try still running has no known outcome.

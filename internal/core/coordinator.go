@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,11 +118,26 @@ func (b *Base) Run(ctx context.Context, kind Kind, d Driver, opts ...RecoverOpti
 	return r.Run(ctx)
 }
 
-// Call calls p with the call timeout.
-func (b *Base) Call(ctx context.Context, p participant.Participant, req participant.Request) error {
+// Call calls p with the call timeout. A panic in p.Do is recovered: it is logged with its stack
+// and returned as a *[PanicError], so the caller records it on the branch and retries with
+// backoff like any failure, instead of the process (every leader in turn) crashing.
+func (b *Base) Call(ctx context.Context, p participant.Participant, req participant.Request) (err error) {
 	cctx, cancel := context.WithTimeout(ctx, b.Cfg.CallTimeout)
 	defer cancel()
+	defer func() {
+		if v := recover(); v != nil {
+			err = recovered(b.Cfg.Logger, "core: participant panicked", v, slog.String("gid", req.GID),
+				slog.String("branch", req.Branch), slog.String("op", req.Op.String()))
+		}
+	}()
 	return p.Do(cctx, req)
+}
+
+// recovered logs a recovered panic's value v with the stack of the goroutine that panicked (call
+// it from the deferred function) and returns it as a *PanicError.
+func recovered(log *slog.Logger, msg string, v any, attrs ...any) error {
+	log.Error(msg, append(attrs, slog.String("panic", fmt.Sprint(v)), slog.String("stack", string(debug.Stack())))...)
+	return &PanicError{Value: v}
 }
 
 // CallTarget calls the participant a branch recorded.

@@ -21,6 +21,9 @@
 //   - Failures are counted (attempts, per transaction and per branch), stored (last_error) and
 //     retried with exponential backoff and jitter computed in SQL; nothing is dropped. Finished
 //     transactions are deleted by the retention job ([WithRetention]).
+//   - A panic in a participant call ([Base.Call]) or in a [Driver] is recovered, logged with its
+//     stack and handled as a failure (a *[PanicError], "panic: <value>"), so a panicking
+//     in-process participant cannot crash the leader, and with it every leader in turn.
 //
 // A recipe (what tcc does):
 //

@@ -39,3 +39,14 @@ func (s Sentinels) Map(err error) error {
 	}
 	return err
 }
+
+// PanicError is what a recovered panic becomes: a participant's Do called by [Base.Call], or a
+// [Driver], panicked. It is recorded and retried with backoff like any failure: its text
+// ("panic: <value>") is the branch's or transaction's last_error; the stack is logged, not kept.
+// It does not unwrap to the panic's value, even an error: a panic is an unknown outcome, never a
+// refusal.
+type PanicError struct {
+	Value any // what was passed to panic
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }

@@ -23,7 +23,8 @@ import (
 // passing tok so the write is fenced. t.Status is confirming, cancelling, running or
 // compensating, and t.Branches holds the branches. Drive blocks until done or ctx ends (the
 // leadership ended); an error it returns is logged and the transaction is rescheduled with
-// backoff, never dropped.
+// backoff, never dropped. A Drive that panics is treated the same way, with a *[PanicError]: the
+// panic is logged with its stack and recorded as the transaction's last_error.
 type Driver interface {
 	Drive(ctx context.Context, tok lock.Token, t *Transaction) error
 }
@@ -202,7 +203,7 @@ func (r *Recoverer) recoverDue(ctx context.Context, tok lock.Token, log *slog.Lo
 				break
 			}
 			g.Go(func() error {
-				err := r.drivers[t.Kind].Drive(ctx, tok, t)
+				err := r.drive(ctx, tok, t, log)
 				switch {
 				case err == nil || ctx.Err() != nil:
 				case errors.Is(err, lock.ErrFenced):
@@ -225,6 +226,19 @@ func (r *Recoverer) recoverDue(ctx context.Context, tok lock.Token, log *slog.Lo
 		}
 	}
 	return nil
+}
+
+// drive hands t to its kind's driver. A panicking driver is recovered (logged with its stack)
+// and its *PanicError returned: the transaction is rescheduled with backoff like any failed drive,
+// instead of crashing the process, which would crash every leader in turn (the transaction stays due).
+func (r *Recoverer) drive(ctx context.Context, tok lock.Token, t *Transaction, log *slog.Logger) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = recovered(log, "core: driver panicked; rescheduled", v, slog.String("gid", t.GID),
+				slog.String("status", t.Status.String()))
+		}
+	}()
+	return r.drivers[t.Kind].Drive(ctx, tok, t)
 }
 
 // reschedule records a drive's failure when the driver could not (its Record failed).
