@@ -61,6 +61,7 @@ func BenchmarkTransfer(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		b.Cleanup(func() { _ = c.Close() })
 		if err := c.Migrate(ctx); err != nil {
 			b.Fatal(err)
 		}

@@ -27,6 +27,33 @@
 //     the log says, so none of them — and none of the row locks they hold — outlives a failover,
 //     a PostgreSQL restart included (prepared transactions survive one).
 //
+// Phase two never waits behind phase-one work. Under load — many transfers touching one hot row,
+// a database pool smaller than the transfers — every connection of a database's pool can be held
+// by work waiting for the row lock of a transaction that is already prepared; if that
+// transaction then needed a connection of the same pool for its COMMIT PREPARED, neither side
+// would ever move (and the resolver, needing one too, could not end it either). So:
+//
+//   - The starter keeps each database branch's connection from [Global.Enlist] until
+//     [Global.Commit] returns, and runs the branch's PREPARE TRANSACTION and then its COMMIT (or
+//     ROLLBACK) PREPARED on it. A transaction thus holds exactly the connections it held while
+//     working; it never asks the pool for one while it holds locks others wait for. It costs no
+//     connection more than before, and saves an acquire per branch.
+//   - The recovery and the in-doubt resolver, which have no such connection (the starter is
+//     gone), use a small pool of the coordinator's own per registered database
+//     ([WithPhaseTwoConns], default 2), built from the registered pool's configuration and closed
+//     by [Coordinator.Close]. Nothing else uses it, and its statements take no row locks, so it is
+//     free whenever a prepared transaction must end.
+//
+// The log's own writes (the decision, the outcome) need a connection of the log's pool while the
+// branches' connections are held: give the log a pool of its own (see [New]).
+//
+// Gids, database and branch names and the namespace (schema and table prefix) become the names of
+// prepared transactions, which PostgreSQL takes only as string literals, not parameters. They are
+// refused at the API boundary when they hold a backslash or a control character or pass 199
+// bytes (errors wrapping [ErrInvalidOption] or [ErrInvalidBranch]), and the literals are written
+// as E'...' with backslash and quote doubled, which reads the same whatever
+// standard_conforming_strings is.
+//
 // PostgreSQL writes per committed transaction in the coordinator's database, when every branch
 // is a database: two — the decision with its branches (one insert, nothing is written before it:
 // presumed abort), and the outcome, written while the COMMIT PREPAREDs run. With a participant
@@ -35,7 +62,8 @@
 //
 // A transfer between two databases:
 //
-//	c, _ := twopc.New(pool, twopc.WithSchema("bank"), twopc.WithElector(el))
+//	c, _ := twopc.New(logPool, twopc.WithSchema("bank"), twopc.WithElector(el))
+//	defer c.Close()
 //	_ = c.Migrate(ctx)
 //	_ = c.RegisterDB("east", eastPool) // every coordinator registers the same names
 //	_ = c.RegisterDB("west", westPool)

@@ -15,11 +15,12 @@ var (
 	// ErrInvalidState: the transaction's status does not allow the call (an Enlist after Commit,
 	// a Commit after Abort, a Commit after the leader aborted it at its timeout, ...).
 	ErrInvalidState = errors.New("twopc: invalid state")
-	// ErrInvalidBranch: a branch is malformed (empty or over-long name, a database that is not
-	// registered, a payload that is not JSON, a participant that cannot be recorded) or its name is
-	// already enlisted in the transaction.
+	// ErrInvalidBranch: a branch is malformed (empty or over-long name, a name with a backslash or
+	// a control character, a database that is not registered, a payload that is not JSON, a
+	// participant that cannot be recorded) or its name is already enlisted in the transaction.
 	ErrInvalidBranch = errors.New("twopc: invalid branch")
-	// ErrInvalidOption: a constructor or call was given an option or argument it cannot use.
+	// ErrInvalidOption: a constructor or call was given an option or argument it cannot use (among
+	// them a gid, database name, schema or table prefix with a backslash or a control character).
 	ErrInvalidOption = errors.New("twopc: invalid option")
 	// ErrAborted: phase one failed — a participant voted no, failed or did not answer within the
 	// prepare timeout — and the transaction was aborted. The error also wraps the branches' errors
@@ -31,6 +32,8 @@ var (
 	// ErrInDoubt: the decision could not be recorded or read back (the coordinator's database did
 	// not answer): the transaction may commit or abort; the recovering leader settles it.
 	ErrInDoubt = errors.New("twopc: outcome in doubt")
+	// ErrClosed: the Coordinator was closed ([Coordinator.Close]).
+	ErrClosed = errors.New("twopc: coordinator closed")
 	// ErrRunning: Run was called while another Run of the same Coordinator is running.
 	ErrRunning = errors.New("twopc: already running")
 )

@@ -52,6 +52,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
+	defer c.Close()
 	if err := c.Migrate(ctx); err != nil {
 		fmt.Println(err)
 		return

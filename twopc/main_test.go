@@ -73,8 +73,15 @@ func (b *bank) noPrepared() {
 	}
 }
 
-// coordinator returns a migrated Coordinator on the log schema with east and west registered.
+// coordinator returns a migrated Coordinator on the log schema with east and west registered,
+// closed when the test ends.
 func (b *bank) coordinator(opts ...twopc.Option) *twopc.Coordinator {
+	b.t.Helper()
+	return b.coordinatorOn(map[string]*pgxpool.Pool{"east": b.east.Pool, "west": b.west.Pool}, opts...)
+}
+
+// coordinatorOn is coordinator with the databases registered on pools (name → pool).
+func (b *bank) coordinatorOn(pools map[string]*pgxpool.Pool, opts ...twopc.Option) *twopc.Coordinator {
 	b.t.Helper()
 	opts = append([]twopc.Option{twopc.WithSchema(b.log.Name), twopc.WithLogger(testLogger(b.t)),
 		twopc.WithBackoff(20*time.Millisecond, 100*time.Millisecond), twopc.WithRecovery("@every 100ms", 100, 16),
@@ -83,15 +90,36 @@ func (b *bank) coordinator(opts ...twopc.Option) *twopc.Coordinator {
 	if err != nil {
 		b.t.Fatalf("twopc.New: %v", err)
 	}
+	b.t.Cleanup(func() { _ = c.Close() })
 	if err := c.Migrate(b.t.Context()); err != nil {
 		b.t.Fatalf("Migrate: %v", err)
 	}
-	for name, s := range map[string]*testenv.Schema{"east": b.east, "west": b.west} {
-		if err := c.RegisterDB(name, s.Pool); err != nil {
+	for name, pool := range pools {
+		if err := c.RegisterDB(name, pool); err != nil {
 			b.t.Fatalf("RegisterDB(%s): %v", name, err)
 		}
 	}
 	return c
+}
+
+// pool returns a pool of at most maxConns connections on s, closed when the test ends; config,
+// when not nil, changes its configuration first.
+func (b *bank) pool(s *testenv.Schema, maxConns int32, config func(*pgxpool.Config)) *pgxpool.Pool {
+	b.t.Helper()
+	cfg, err := pgxpool.ParseConfig(s.URL)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	if config != nil {
+		config(cfg)
+	}
+	p, err := pgxpool.NewWithConfig(b.t.Context(), cfg)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(p.Close)
+	return p
 }
 
 // elector returns a candidate in the test's election, on a session of its own.

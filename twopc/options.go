@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"time"
 
@@ -19,13 +20,15 @@ type options struct {
 	prepareTimeout time.Duration
 	resolveSpec    string
 	resolveGrace   time.Duration
+	phaseTwoConns  int
 	hook           Hook
 }
 
 func defaultOptions() options {
 	c := core.DefaultConfig("txkit_2pc_")
 	c.Timeout = 30 * time.Second
-	return options{Config: c, prepareTimeout: 10 * time.Second, resolveSpec: "@every 5s", resolveGrace: 15 * time.Second}
+	return options{Config: c, prepareTimeout: 10 * time.Second, resolveSpec: "@every 5s", resolveGrace: 15 * time.Second,
+		phaseTwoConns: 2}
 }
 
 // WithSchema sets the PostgreSQL schema of the coordinator's tables (default: the connection's
@@ -94,6 +97,13 @@ func WithInDoubtResolution(spec string, grace time.Duration) Option {
 	return func(o *options) { o.resolveSpec, o.resolveGrace = spec, grace }
 }
 
+// WithPhaseTwoConns sets the size of the pool each registered database gets for the phase two
+// of the recovery and for the in-doubt resolver (default 2; see [Coordinator.RegisterDB]). The
+// starter's own phase two runs on the connections its branches prepared on, so this pool serves
+// only the leader's work and operators' [Coordinator.ResolveInDoubt]. Below 1 is an error wrapping
+// [ErrInvalidOption].
+func WithPhaseTwoConns(n int) Option { return func(o *options) { o.phaseTwoConns = n } }
+
 // Phase is a point in [Global.Commit] where a [Hook] is called.
 type Phase uint8
 
@@ -133,6 +143,8 @@ func (o options) validate() error {
 		return fmt.Errorf("twopc: prepare timeout %v not below the global timeout %v: %w", o.prepareTimeout, o.Timeout, ErrInvalidOption)
 	case o.resolveGrace < 0:
 		return fmt.Errorf("twopc: in-doubt grace %v: %w", o.resolveGrace, ErrInvalidOption)
+	case o.phaseTwoConns < 1 || o.phaseTwoConns > math.MaxInt32:
+		return fmt.Errorf("twopc: phase-two connections %d: %w", o.phaseTwoConns, ErrInvalidOption)
 	}
 	return nil
 }
@@ -145,7 +157,9 @@ type beginOptions struct {
 	timeout time.Duration
 }
 
-// WithGID sets the transaction's id (default: a new UUIDv7).
+// WithGID sets the transaction's id (default: a new UUIDv7): at most 199 bytes of UTF-8 (less
+// the length of the prepared transactions' names, see [Coordinator.RegisterDB]), with no
+// backslash and no control character; [Coordinator.Begin] refuses anything else.
 func WithGID(gid string) BeginOption { return func(o *beginOptions) { o.gid = gid } }
 
 // WithTimeout sets the global timeout of this transaction (see [WithDefaultTimeout]).

@@ -40,17 +40,24 @@ const (
 //
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {
-	b     *core.Base
-	o     options
-	ns    string // names this coordinator's prepared transactions: "txkit:<ns>:"
-	mu    sync.RWMutex
-	dbs   map[string]*database
-	stats struct{ committed, aborted, failures, resolved atomic.Int64 }
+	b      *core.Base
+	o      options
+	ns     string // names this coordinator's prepared transactions: "txkit:<ns>:"
+	mu     sync.RWMutex
+	dbs    map[string]*database
+	closed bool
+	stats  struct{ committed, aborted, failures, resolved atomic.Int64 }
 }
 
 // New returns a Coordinator whose log lives in pool. It does not touch the database: call
-// [Coordinator.Migrate]. It returns an error wrapping [ErrInvalidOption] when an option is
-// unusable.
+// [Coordinator.Migrate], and [Coordinator.Close] when done. It returns an error wrapping
+// [ErrInvalidOption] when an option is unusable, among them a schema or table prefix with a
+// backslash or a control character (they name the prepared transactions).
+//
+// Give the log a pool of its own, not one of a registered database's: a transaction holds a
+// connection of every enlisted database while Commit writes its decision, and when work waiting
+// for row locks holds every other connection of that pool, the decision would wait for them and
+// they for it.
 func New(pool *pgxpool.Pool, opts ...Option) (*Coordinator, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
@@ -67,7 +74,11 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Coordinator, error) {
 	if ns == "" {
 		ns = "-"
 	}
-	return &Coordinator{b: b, o: o, ns: ns + "." + o.Prefix, dbs: map[string]*database{}}, nil
+	ns += "." + o.Prefix
+	if err := checkName("namespace (schema.prefix)", ns); err != nil {
+		return nil, fmt.Errorf("twopc: %w: %w", err, ErrInvalidOption)
+	}
+	return &Coordinator{b: b, o: o, ns: ns, dbs: map[string]*database{}}, nil
 }
 
 // Migrate creates the coordinator's tables (and the fence table) when they do not exist. It is
@@ -117,8 +128,8 @@ func (c *Coordinator) Status(ctx context.Context, gid string) (Status, error) {
 // Begin returns a new global transaction. It writes nothing and does not block: the log learns of
 // the transaction at [Global.Commit], when its branches are known. Until then nothing is
 // prepared anywhere, and a coordinator that dies leaves only open database transactions, which
-// PostgreSQL rolls back when their connections close. An invalid gid returns an error wrapping
-// [ErrInvalidOption].
+// PostgreSQL rolls back when their connections close. An invalid gid (see [WithGID]) returns an
+// error wrapping [ErrInvalidOption].
 func (c *Coordinator) Begin(_ context.Context, opts ...BeginOption) (*Global, error) {
 	o := beginOptions{timeout: c.o.Timeout}
 	for _, opt := range opts {
@@ -155,7 +166,8 @@ type Branch struct {
 
 // Global is a two-phase-commit transaction begun by [Coordinator.Begin]: enlist its branches,
 // then Commit or Abort. Global is safe for concurrent use: branches may be enlisted in parallel.
-// A Global that is neither committed nor aborted holds a connection of every enlisted database.
+// A Global holds a connection of every enlisted database until it is aborted or its Commit
+// returns.
 type Global struct {
 	c        *Coordinator
 	gid      string
@@ -176,7 +188,7 @@ const (
 // branch is an enlisted branch: a database's open transaction, or a participant.
 type branch struct {
 	rec  core.Branch
-	conn *pgxpool.Conn           // a database branch's connection, until phase one ends
+	conn *pgxpool.Conn           // a database branch's connection, until Commit or Abort returns
 	tx   pgx.Tx                  // its open transaction
 	p    participant.Participant // a participant branch
 }
@@ -187,7 +199,8 @@ func (g *Global) GID() string { return g.gid }
 // Enlist runs work in a new transaction of the database registered as db (see
 // [Coordinator.RegisterDB]) and keeps that transaction open — holding one of the database's
 // connections — until [Global.Commit] prepares it (PREPARE TRANSACTION) or [Global.Abort] rolls
-// it back. The branch is named db: a database takes part once per transaction. It blocks while
+// it back. Commit keeps the connection until the branch's COMMIT or ROLLBACK PREPARED, so phase
+// two never waits for the pool. The branch is named db: a database takes part once per transaction. It blocks while
 // work runs; ctx scopes the connection's acquisition and is passed to work.
 //
 // An error from work (or from beginning) rolls the database transaction back and returns the
@@ -244,8 +257,8 @@ func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Co
 
 // EnlistParticipant adds a participant branch, prepared at [Global.Commit]. It does not block. An
 // empty name, one already enlisted, a payload that is not JSON or a participant that cannot be
-// recorded returns an error wrapping [ErrInvalidBranch]; a transaction already committing or
-// aborted returns [ErrInvalidState].
+// recorded, or a name with a backslash or a control character, returns an error wrapping
+// [ErrInvalidBranch]; a transaction already committing or aborted returns [ErrInvalidState].
 func (g *Global) EnlistParticipant(b Branch) error {
 	t, err := g.c.b.Parts.Target(b.Participant)
 	if err != nil {
@@ -333,7 +346,10 @@ func (g *Global) Abort(ctx context.Context) error {
 // commit and runs phase two (COMMIT PREPARED, OpCommit); otherwise it rolls every branch back.
 // The decision is written before any branch learns it, so a leader can always finish what a dead
 // starter began. It blocks until phase two has been tried on every branch; ctx bounds the calls,
-// not the recording of their results.
+// not the recording of their results. Each database branch's phase two runs on the connection it
+// was prepared on, held from Enlist until Commit returns: it never waits for a connection of the
+// database's pool, which other transactions' work may hold while they wait for the row locks this
+// one's prepared transaction holds.
 //
 // What is written follows presumed abort. A transaction with a participant branch is recorded
 // with its branches before anything is prepared (a participant cannot be found otherwise), and
@@ -371,6 +387,11 @@ func (g *Global) Commit(ctx context.Context) error {
 	if len(branches) == 0 {
 		return nil
 	}
+	defer func() {
+		for _, br := range branches {
+			g.release(ctx, br)
+		}
+	}()
 	c := g.c
 	recs := make([]core.Branch, len(branches))
 	onlyDBs := true
@@ -380,14 +401,19 @@ func (g *Global) Commit(ctx context.Context) error {
 	}
 	if !onlyDBs {
 		if err := c.b.Log.Create(ctx, g.gid, core.Kind2PC, g.timeout, nil, recs...); err != nil {
-			for _, br := range branches {
-				g.release(ctx, br)
-			}
-			c.stats.aborted.Add(1)
+			c.stats.aborted.Add(1) // the deferred release rolls every branch back
 			return fmt.Errorf("twopc: commit %s: record: %w: %w", g.gid, ErrAborted, mapErr(err))
 		}
 	}
 	votes := g.prepare(ctx, branches)
+	// Phase two (either way) runs on the connections the branches prepared on.
+	conns := make(map[string]*pgxpool.Conn, len(branches))
+	for _, br := range branches {
+		if br.conn != nil {
+			conns[br.rec.Name] = br.conn
+		}
+	}
+	ctx = withHeld(ctx, g.gid, conns)
 	if len(votes) == 0 && c.o.hook != nil {
 		if err := c.o.hook(ctx, g.gid, PhasePrepared); err != nil {
 			votes = append(votes, fmt.Errorf("twopc: %s: hook at %s: %w", g.gid, PhasePrepared, err))
@@ -531,10 +557,9 @@ func (g *Global) prepareOne(ctx context.Context, br *branch) error {
 		g.release(ctx, br) // rolls back what PREPARE left open; a lost connection rolled it back already
 		return err
 	}
-	// PREPARE TRANSACTION ended the session's transaction: the connection is idle again.
+	// PREPARE TRANSACTION ended the session's transaction: the connection is idle again, and
+	// kept for the branch's COMMIT or ROLLBACK PREPARED (Commit releases it).
 	br.tx = nil
-	br.conn.Release()
-	br.conn = nil
 	return nil
 }
 

@@ -423,6 +423,26 @@ func TestIntegrationBadInput(t *testing.T) {
 			return err
 		}(), twopc.ErrInvalidOption},
 		{"zero concurrency", func() error { _, err := twopc.New(b.log.Pool, twopc.WithConcurrency(0)); return err }(), twopc.ErrInvalidOption},
+		{"gid with a backslash", func() error { _, err := c.Begin(ctx, twopc.WithGID(`a\b`)); return err }(), twopc.ErrInvalidOption},
+		{"gid with a newline", func() error { _, err := c.Begin(ctx, twopc.WithGID("a\nb")); return err }(), twopc.ErrInvalidOption},
+		{"gid with DEL", func() error { _, err := c.Begin(ctx, twopc.WithGID("a\x7fb")); return err }(), twopc.ErrInvalidOption},
+		{"gid with a C1 control", func() error { _, err := c.Begin(ctx, twopc.WithGID("a\u0085b")); return err }(), twopc.ErrInvalidOption},
+		{"participant branch with a backslash", func() error {
+			g, _ := c.Begin(ctx)
+			return g.EnlistParticipant(twopc.Branch{Name: `x\y`, Participant: participant.HTTP{URL: "http://127.0.0.1:1/x"}})
+		}(), twopc.ErrInvalidBranch},
+		{"participant branch with a tab", func() error {
+			g, _ := c.Begin(ctx)
+			return g.EnlistParticipant(twopc.Branch{Name: "x\ty", Participant: participant.HTTP{URL: "http://127.0.0.1:1/x"}})
+		}(), twopc.ErrInvalidBranch},
+		{"database name with a backslash", c.RegisterDB(`south\`, b.east.Pool), twopc.ErrInvalidOption},
+		{"database name with an escape", c.RegisterDB("south\x1b[2J", b.east.Pool), twopc.ErrInvalidOption},
+		{"schema with a backslash", func() error { _, err := twopc.New(b.log.Pool, twopc.WithSchema(`bank\`)); return err }(), twopc.ErrInvalidOption},
+		{"table prefix with a control character", func() error {
+			_, err := twopc.New(b.log.Pool, twopc.WithTablePrefix("p\x01_"))
+			return err
+		}(), twopc.ErrInvalidOption},
+		{"no phase-two connection", func() error { _, err := twopc.New(b.log.Pool, twopc.WithPhaseTwoConns(0)); return err }(), twopc.ErrInvalidOption},
 	} {
 		if !errors.Is(tc.err, tc.want) {
 			t.Errorf("%s: error %v, want %v", tc.name, tc.err, tc.want)
