@@ -32,6 +32,8 @@ type Handler func(ctx context.Context, tx pgx.Tx, msg outbox.Message) error
 // republished message finds its ID claimed and is acknowledged without being applied again.
 //
 // For each message:
+//   - Larger than [WithMaxMessageSize] (body plus properties): logged, counted as poison and
+//     acknowledged, before anything decodes it.
 //   - Undecodable (no txkit id): logged with the broker's message id, counted as poison and
 //     acknowledged, so that it never blocks its queue.
 //   - ID already claimed: committed and acknowledged, counted as a duplicate.
@@ -223,6 +225,13 @@ func (c *Consumer) consume(r *run, cbctx context.Context, msgs []*primitive.Mess
 
 // handle applies one message; a nil error acknowledges it.
 func (c *Consumer) handle(runCtx context.Context, m *primitive.MessageExt) (err error) {
+	if size := messageSize(m); size > c.o.maxMessageSize {
+		c.poison.Add(1)
+		c.log.Error("rocketmq: oversized message acknowledged without being applied",
+			"mq_msg_id", m.MsgId, "queue_id", m.Queue.QueueId, "queue_offset", m.QueueOffset,
+			"err", fmt.Errorf("%w: %d bytes of body and properties, more than %d", ErrPoison, size, c.o.maxMessageSize))
+		return nil
+	}
 	msg, err := decode(m)
 	if err != nil {
 		c.poison.Add(1)
@@ -250,6 +259,15 @@ func (c *Consumer) handle(runCtx context.Context, m *primitive.MessageExt) (err 
 		c.applied.Add(1)
 	}
 	return nil
+}
+
+// messageSize is the size of m's body plus its properties' names and values.
+func messageSize(m *primitive.MessageExt) int {
+	n := len(m.Body)
+	for k, v := range m.GetProperties() {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // apply claims msg.ID and runs the handler in one transaction.

@@ -22,9 +22,24 @@
 // group. Without ACL, anyone who reaches the broker can publish to any topic and consume any
 // group's messages. deploy/local/rocketmq runs such a broker beside the plain one for the tests.
 //
+// The name servers and brokers, and the network to them, must be trusted: rocketmq-client-go
+// v2.1.2 does not bound what they send. It allocates whatever frame length a peer announces
+// (up to 2 GiB per frame; a negative one panics), inflates a compressed message body with no
+// limit, and decodes pulled messages trusting their length fields (a bad one panics). Most of its
+// goroutines recover a panic only when primitive.PanicHandler is set — a program sets it with
+// [NewPanicHandler] — and the pull loop not even then. So a rogue or impersonated name server or
+// broker can exhaust the memory of, or crash, every process using this package. Keep them on a
+// private network, with ACL ([WithCredentials]) so that clients are authenticated; v2.1.2 has no
+// TLS, so where the path is not trusted, carry it over an encrypted network (a VPN or a TLS
+// tunnel). ACL does not authenticate the servers to the client.
+// [WithMaxMessageSize] bounds what a [Consumer] decodes and hands to its handler, not what the
+// client has read and inflated before.
+//
 // The client logs through a process-wide logger of its own (logrus at info, to stdout). This
 // package never replaces it; a program routes it to slog with [NewRlogAdapter] and rlog.SetLogger,
-// or quiets it with ROCKETMQ_GO_LOG_LEVEL=warn.
+// or quiets it with ROCKETMQ_GO_LOG_LEVEL=warn. Its panic hook is process-wide too: a program
+// sets it with primitive.PanicHandler = [NewPanicHandler](log), or a panic in a client goroutine
+// ends the process.
 //
 // Publish in the relay, consume in another service:
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/outbox"
 )
 
 // Option configures a [Publisher], a [Consumer] or a [TxProducer]. Each option's doc says which of
@@ -63,6 +64,7 @@ type options struct {
 	retryDelayLevel int
 	orderlyRetry    time.Duration
 	handlerTimeout  time.Duration
+	maxMessageSize  int
 
 	// TxProducer
 	checkGrace     time.Duration
@@ -90,6 +92,7 @@ func defaultOptions() options {
 		retryDelayLevel: 0,
 		orderlyRetry:    time.Second,
 		handlerTimeout:  time.Minute,
+		maxMessageSize:  DefaultMaxMessageSize,
 		checkGrace:      10 * time.Second,
 		localTxTimeout:  5 * time.Second,
 		checkTimeout:    5 * time.Second,
@@ -212,6 +215,20 @@ func WithHandlerTimeout(d time.Duration) Option {
 	return option("WithHandlerTimeout", forConsumer, func(o *options) { o.handlerTimeout = d })
 }
 
+// DefaultMaxMessageSize is the default of [WithMaxMessageSize]: the outbox's default body limit
+// ([outbox.DefaultMaxBodySize], 4 MiB) plus 64 KiB for the properties.
+const DefaultMaxMessageSize = outbox.DefaultMaxBodySize + 64<<10
+
+// WithMaxMessageSize sets the largest message a [Consumer] accepts, in bytes of body (as the
+// client hands it over, inflated when the producer compressed it) plus properties (names and
+// values) (default [DefaultMaxMessageSize]; at least 1 KiB, at most 1 GiB). A larger message is
+// poison: logged and acknowledged, never decoded nor given to the [Handler]. It bounds what this
+// package and the handler accept, not what the client reads and inflates before (see the
+// package doc).
+func WithMaxMessageSize(n int) Option {
+	return option("WithMaxMessageSize", forConsumer, func(o *options) { o.maxMessageSize = n })
+}
+
 // WithCheckGrace sets how old a half message must be — measured from its born timestamp, taken by
 // the producer's clock when it was sent — before a [TxProducer]'s check-back rolls it back for
 // want of a committed local transaction (default 10 s). Younger ones are answered "unknown", so
@@ -304,6 +321,9 @@ func (o options) validate(to target) error {
 		}
 		if o.handlerTimeout <= 0 {
 			return bad("handler timeout %v is not positive", o.handlerTimeout)
+		}
+		if o.maxMessageSize < 1<<10 || o.maxMessageSize > 1<<30 {
+			return bad("max message size %d outside [1 KiB, 1 GiB]", o.maxMessageSize)
 		}
 	case forTxProducer:
 		if o.checkGrace <= 0 {

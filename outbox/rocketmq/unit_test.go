@@ -74,6 +74,14 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithCredentials("", "secret"))
 			return err
 		}, rocketmq.ErrInvalidOption},
+		{"consumer: max message size below 1 KiB", func() error {
+			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithMaxMessageSize(1023))
+			return err
+		}, rocketmq.ErrInvalidOption},
+		{"publisher: max message size", func() error {
+			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithMaxMessageSize(1<<20))
+			return err
+		}, rocketmq.ErrInvalidOption},
 		{"consumer: empty group", func() error { _, err := rocketmq.NewConsumer(ns, "", "t", pool, store, h); return err }, rocketmq.ErrInvalidOption},
 		{"consumer: bad topic", func() error { _, err := rocketmq.NewConsumer(ns, "g", "a/b", pool, store, h); return err }, rocketmq.ErrInvalidOption},
 		{"consumer: nil pool", func() error { _, err := rocketmq.NewConsumer(ns, "g", "t", nil, store, h); return err }, rocketmq.ErrInvalidOption},
