@@ -57,7 +57,7 @@ func BenchmarkDeliver(b *testing.B) {
 		if err := store.Migrate(context.Background(), rcv.Pool); err != nil {
 			b.Fatal(err)
 		}
-		in, err := notify.NewInbox(rcv.Pool, store, []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
+		in, err := notify.NewInbox(rcv.Pool, store, "r", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
 			_, err := tx.Exec(ctx, `insert into credits values ($1, 1)`, d.ID)
 			return err
 		})
@@ -75,7 +75,7 @@ func benchDeliver(b *testing.B, h http.Handler) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	pg := testenv.PG(b)
 	n, err := notify.New(pg.Pool, []notify.Receiver{{Name: "r", URL: srv.URL, Secrets: []string{secret}, Echo: "success", Concurrency: conc}},
-		notify.WithSchema(pg.Name), notify.WithLogger(testenv.Logger(b)), notify.WithHTTPClient(client),
+		notify.WithSchema(pg.Name), notify.WithLogger(testenv.Logger(b)), notify.WithHTTPClient(client), notify.WithPlainHTTP(),
 		notify.WithElector(testenv.Elector(b, testenv.ZKRoot(b)+"/bench", "a")), notify.WithBatch(500))
 	if err != nil {
 		b.Fatal(err)

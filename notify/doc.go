@@ -16,10 +16,24 @@
 // holds back a receiver that keeps failing instead of hammering it.
 //
 // Delivery is at least once. The receiving side, [Inbox], verifies signature and timestamp,
-// refuses a replayed request, and applies each notification once, claiming its id in an
-// idempotency.Store in the same transaction as the effect. A lost notification is never a lost
-// fact: the receiver asks the sender ([Notifier.QueryHandler], [Client]) and [Inbox.Reconcile]
-// applies what it never got.
+// checks that the delivery names it, refuses a replayed request, and applies each notification
+// once, claiming its id in an idempotency.Store in the same transaction as the effect. A lost
+// notification is never a lost fact: the receiver asks the sender ([Notifier.QueryHandler],
+// [Client]) and [Inbox.Reconcile] applies what it never got. The query handler signs its answers
+// too, and the Client believes only those, so nobody between the two (nor a fake sender) can make
+// a receiver apply a result.
+//
+// What is checked, and the limits:
+//   - Secrets are at least 16 bytes (random ones, from a secret store); receivers and the query
+//     API are https:// only, unless [WithPlainHTTP] (and [Client].PlainHTTP) allows plain HTTP
+//     for tests, the loopback interface or a network that encrypts below HTTP.
+//   - Neither the notifier's default HTTP client nor the Client's follows redirects: a signed
+//     body goes to the configured URL only.
+//   - A payload is at most [MaxPayloadLen] bytes, a key [MaxKeyLen], a receiver's name
+//     [MaxReceiverLen]: Enqueue refuses more with [ErrTooLarge], and the Inbox reads a delivery of
+//     that size whole (a longer body is answered 413).
+//   - No answer of the Inbox or the query handler carries an error's text: refusals say
+//     "unauthorized", failures give a request id that names the logged error.
 //
 // The sender:
 //
@@ -36,10 +50,11 @@
 //
 // The receiver:
 //
-//	in, _ := notify.NewInbox(pool, store, []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
+//	in, _ := notify.NewInbox(pool, store, "shop", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
 //		_, err := tx.Exec(ctx, `update orders set paid = true where id = $1`, d.Key)
 //		return err
 //	})
 //	mux.Handle("POST /notify", in)
-//	applied, err := in.Reconcile(ctx, notify.Client{URL: senderQueryURL, Receiver: "shop", Secret: secret}, unpaidOrders...)
+//	sender := notify.Client{URL: senderQueryURL, Receiver: "shop", Secrets: []string{secret}}
+//	applied, err := in.Reconcile(ctx, sender, unpaidOrders...)
 package notify

@@ -10,10 +10,15 @@ var (
 	// ErrInvalidNotification: a notification is malformed (unknown receiver, empty or over-long
 	// key, a payload that is not JSON).
 	ErrInvalidNotification = errors.New("notify: invalid notification")
+	// ErrTooLarge: a notification's payload, key or receiver name is longer than its limit
+	// ([MaxPayloadLen], [MaxKeyLen], [MaxReceiverLen]). Errors wrapping it also wrap
+	// [ErrInvalidNotification].
+	ErrTooLarge = errors.New("notify: too large")
 	// ErrNotFound: no notification has the id (or the receiver and key).
 	ErrNotFound = errors.New("notify: notification not found")
-	// ErrUnauthorized: a request's signature or timestamp does not verify, or it was seen before
-	// (a replay). Receivers answer it with 401.
+	// ErrUnauthorized: a request's or an answer's signature or timestamp does not verify, a
+	// request was seen before (a replay), or a delivery or an answer is not the one asked for
+	// (another receiver's, another key's). Receivers answer it with 401.
 	ErrUnauthorized = errors.New("notify: unauthorized")
 	// ErrNilTx: a nil transaction or connection was passed.
 	ErrNilTx = errors.New("notify: nil transaction")

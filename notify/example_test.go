@@ -35,8 +35,9 @@ func Example() {
 	schema := "example_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:8]
 	defer pool.Exec(context.WithoutCancel(ctx), "drop schema if exists "+schema+" cascade") //nolint:errcheck
 
-	// The sender.
-	n, err := notify.New(pool, []notify.Receiver{{Name: "shop", URL: "http://shop.invalid/notify", Secrets: []string{"k1"}}},
+	// The sender. Secrets are at least 16 bytes; a real one comes from a secret store.
+	const secret = "example-secret-0123456789"
+	n, err := notify.New(pool, []notify.Receiver{{Name: "shop", URL: "https://shop.invalid/notify", Secrets: []string{secret}}},
 		notify.WithSchema(schema))
 	if err != nil {
 		fmt.Println(err)
@@ -68,7 +69,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	in, err := notify.NewInbox(pool, store, []string{"k1"}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
+	in, err := notify.NewInbox(pool, store, "shop", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
 		var p struct{ Amount int }
 		if err := json.Unmarshal(d.Payload, &p); err != nil {
 			return err
@@ -80,7 +81,9 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	sender := notify.Client{URL: api.URL, Receiver: "shop", Secret: "k1"}
+	// The query API here is an httptest server, plain HTTP on the loopback interface: PlainHTTP
+	// allows it. Its answers are signed, and the client believes no other.
+	sender := notify.Client{URL: api.URL, Receiver: "shop", Secrets: []string{secret}, PlainHTTP: true}
 	for range 2 {
 		applied, err := in.Reconcile(ctx, sender, "order-42")
 		fmt.Println("reconciled:", applied, err)

@@ -14,6 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/internal/httpsafe"
+	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/internal/signing"
 )
 
 // ApplyFunc applies one notification's result in tx, the receiver's transaction in which the
@@ -25,22 +28,25 @@ type ApplyFunc func(ctx context.Context, tx pgx.Tx, d Delivery) error
 // notification once, and [Inbox.Reconcile], which asks the sender for results it never got.
 //
 // For each delivery it checks the signature against its secrets (two during a key rotation)
-// and the timestamp against ±[WithWindow] of its clock, then, in one transaction of its
-// database: claims the signature as a nonce in the idempotency store (a request seen before — a
-// replay — is refused with 401 and nothing applied), claims the notification's id (a
-// notification applied before — the sender's retry after a lost acknowledgement — is
-// acknowledged without applying it again), and calls apply. A refused request answers 401, a
-// malformed one 400, a failed apply 500 (the sender retries); success answers 200 with the
-// acknowledgement body ([WithEcho]).
+// and the timestamp against ±[WithWindow] of its clock, that the delivery names this receiver,
+// then, in one transaction of its database: claims the signature as a nonce in the idempotency
+// store (a request seen before — a replay — is refused with 401 and nothing applied), claims the
+// notification's id (a notification applied before — the sender's retry after a lost
+// acknowledgement — is acknowledged without applying it again), and calls apply. A refused
+// request answers 401 with the fixed text "unauthorized" (why is logged), a body longer than a
+// delivery of [MaxPayloadLen] can be 413, a malformed one 400, a failed apply 500 with a request
+// id that names the logged error (the sender retries); success answers 200 with the
+// acknowledgement body ([WithEcho]). No answer carries an error's text.
 //
 // The store's keys expire with its retention (idempotency.WithRetention; run its Run): keep it
 // longer than the sender's schedule. Inbox is safe for concurrent use.
 type Inbox struct {
-	pool    *pgxpool.Pool
-	store   *idempotency.Store
-	secrets []string
-	apply   ApplyFunc
-	o       inboxOptions
+	pool     *pgxpool.Pool
+	store    *idempotency.Store
+	receiver string
+	secrets  []string
+	apply    ApplyFunc
+	o        inboxOptions
 }
 
 // InboxOption configures an [Inbox].
@@ -71,23 +77,29 @@ func WithInboxLogger(l *slog.Logger) InboxOption { return func(o *inboxOptions) 
 // WithInboxClock sets the clock the timestamp window is checked against (tests).
 func WithInboxClock(now func() time.Time) InboxOption { return func(o *inboxOptions) { o.now = now } }
 
-// NewInbox returns an Inbox applying notifications with apply in pool's database, claiming with
-// store (whose table Migrate must have created), verifying with secrets. Missing arguments or
-// unusable options return an error wrapping [ErrInvalidOption].
-func NewInbox(pool *pgxpool.Pool, store *idempotency.Store, secrets []string, apply ApplyFunc, opts ...InboxOption) (*Inbox, error) {
+// NewInbox returns an Inbox for receiver (this receiver's name at the sender: deliveries naming
+// another are refused) applying notifications with apply in pool's database, claiming with store
+// (whose table Migrate must have created), verifying with secrets (each at least 16 bytes; the
+// sender's current one and, during a key rotation, the other). Missing arguments, a short secret
+// or unusable options return an error wrapping [ErrInvalidOption].
+func NewInbox(pool *pgxpool.Pool, store *idempotency.Store, receiver string, secrets []string, apply ApplyFunc, opts ...InboxOption) (*Inbox, error) {
 	o := inboxOptions{window: DefaultWindow, echo: "success", scope: "notify", log: slog.New(slog.DiscardHandler), now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if err := pgutil.CheckText(receiver, MaxReceiverLen); err != nil {
+		return nil, fmt.Errorf("notify: inbox: receiver name %q: %w: %w", receiver, err, ErrInvalidOption)
+	}
+	if err := signing.CheckSecrets(secrets); err != nil {
+		return nil, fmt.Errorf("notify: inbox %s: %w: %w", receiver, err, ErrInvalidOption)
+	}
 	switch {
 	case pool == nil || store == nil || apply == nil:
 		return nil, fmt.Errorf("notify: inbox: nil pool, store or apply: %w", ErrInvalidOption)
-	case len(secrets) == 0 || slicesContainsEmpty(secrets):
-		return nil, fmt.Errorf("notify: inbox: no secret, or an empty one: %w", ErrInvalidOption)
 	case o.window <= 0 || o.scope == "" || o.log == nil || o.now == nil:
 		return nil, fmt.Errorf("notify: inbox: window %v, scope %q, logger or clock: %w", o.window, o.scope, ErrInvalidOption)
 	}
-	return &Inbox{pool: pool, store: store, secrets: append([]string(nil), secrets...), apply: apply, o: o}, nil
+	return &Inbox{pool: pool, store: store, receiver: receiver, secrets: append([]string(nil), secrets...), apply: apply, o: o}, nil
 }
 
 // ServeHTTP receives one delivery.
@@ -96,19 +108,28 @@ func (in *Inbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxDeliveryLen))
 	if err != nil {
-		http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)
+		if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
+			in.o.log.Warn("notify: delivery refused: body too large", slog.String("id", r.Header.Get(HeaderID)), slog.Int64("limit", tooLarge.Limit))
+			http.Error(w, "delivery too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		in.o.log.Warn("notify: reading a delivery failed", slog.String("id", r.Header.Get(HeaderID)), slog.Any("err", err))
+		http.Error(w, "cannot read the body", http.StatusBadRequest)
 		return
 	}
 	if err := verify(r, body, in.secrets, in.o.now(), in.o.window); err != nil {
-		in.o.log.Warn("notify: delivery refused", slog.String("id", r.Header.Get(HeaderID)), slog.Any("err", err))
-		http.Error(w, err.Error(), http.StatusUnauthorized)
+		in.refuse(w, r.Header.Get(HeaderID), err)
 		return
 	}
 	var d Delivery
 	if err := json.Unmarshal(body, &d); err != nil || d.ID.String() != r.Header.Get(HeaderID) {
 		http.Error(w, "malformed delivery", http.StatusBadRequest)
+		return
+	}
+	if d.Receiver != in.receiver {
+		in.refuse(w, d.ID.String(), fmt.Errorf("notify: delivery %s is for receiver %q, this is %q: %w", d.ID, d.Receiver, in.receiver, ErrUnauthorized))
 		return
 	}
 	err = pgx.BeginFunc(r.Context(), in.pool, func(tx pgx.Tx) error {
@@ -119,39 +140,47 @@ func (in *Inbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !fresh {
 			return fmt.Errorf("notify: delivery %s: request seen before (replay): %w", d.ID, ErrUnauthorized)
 		}
-		return in.applyOnce(r.Context(), tx, d)
+		_, err = in.applyOnce(r.Context(), tx, d)
+		return err
 	})
 	switch {
 	case errors.Is(err, ErrUnauthorized):
-		in.o.log.Warn("notify: delivery refused", slog.String("id", d.ID.String()), slog.Any("err", err))
-		http.Error(w, err.Error(), http.StatusUnauthorized)
+		in.refuse(w, d.ID.String(), err)
 		return
 	case err != nil:
-		in.o.log.Error("notify: applying a delivery failed; the sender will retry", slog.String("id", d.ID.String()), slog.Any("err", err))
-		http.Error(w, "apply failed", http.StatusInternalServerError)
+		httpsafe.Error(w, in.o.log, http.StatusInternalServerError, "apply failed", err, slog.String("id", d.ID.String()))
 		return
 	}
 	_, _ = io.WriteString(w, in.o.echo)
 }
 
-// applyOnce claims d's id in tx and applies it; a notification applied before is acknowledged
-// again without being applied.
-func (in *Inbox) applyOnce(ctx context.Context, tx pgx.Tx, d Delivery) error {
+// refuse logs why the delivery id is refused and answers 401 with a fixed text.
+func (in *Inbox) refuse(w http.ResponseWriter, id string, err error) {
+	in.o.log.Warn("notify: delivery refused", slog.String("id", id), slog.Any("err", err))
+	http.Error(w, "unauthorized", http.StatusUnauthorized)
+}
+
+// applyOnce claims d's id in tx and applies it, reporting whether it did; a notification applied
+// before is acknowledged again without being applied.
+func (in *Inbox) applyOnce(ctx context.Context, tx pgx.Tx, d Delivery) (bool, error) {
 	first, err := in.store.Claim(ctx, tx, in.o.scope, d.ID.String())
-	if err != nil {
-		return err
+	if err != nil || !first {
+		return false, err // !first: applied before, acknowledge again
 	}
-	if !first {
-		return nil // applied before: acknowledge again
-	}
-	return in.apply(ctx, tx, d)
+	return true, in.apply(ctx, tx, d)
 }
 
 // Reconcile asks the sender, through c, for the notification of each business key and applies
-// the ones found that were never applied here (a lost notification is never a lost fact). It
-// returns how many it applied now; keys the sender does not know are skipped. It blocks until
+// the ones found that were never applied here (a lost notification is never a lost fact). c must
+// ask as this Inbox's receiver (else an error wrapping [ErrInvalidOption], and nothing is asked).
+// Only answers signed by the sender are believed ([Client] verifies them), and only one about the
+// key asked, for this receiver, is applied: another returns an error wrapping [ErrUnauthorized].
+// It returns how many it applied now; keys the sender does not know are skipped. It blocks until
 // every key was asked or ctx ends; failures are joined and returned after the other keys.
 func (in *Inbox) Reconcile(ctx context.Context, c Client, keys ...string) (int, error) {
+	if c.Receiver != in.receiver {
+		return 0, fmt.Errorf("notify: reconcile: the client asks as %q, this inbox is %q: %w", c.Receiver, in.receiver, ErrInvalidOption)
+	}
 	applied := 0
 	var errs []error
 	for _, k := range keys {
@@ -163,15 +192,17 @@ func (in *Inbox) Reconcile(ctx context.Context, c Client, keys ...string) (int, 
 			errs = append(errs, err)
 			continue
 		}
+		if res.Key != k || res.Receiver != in.receiver {
+			errs = append(errs, fmt.Errorf("notify: reconcile %s: the answer is about %s/%s, not %s/%s: %w",
+				k, res.Receiver, res.Key, in.receiver, k, ErrUnauthorized))
+			continue
+		}
 		d := Delivery{ID: res.ID, Receiver: res.Receiver, Key: res.Key, Payload: res.Payload, CreatedAt: res.CreatedAt}
 		var fresh bool
 		err = pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
-			first, err := in.store.Claim(ctx, tx, in.o.scope, d.ID.String())
-			if err != nil || !first {
-				return err
-			}
-			fresh = true
-			return in.apply(ctx, tx, d)
+			var err error
+			fresh, err = in.applyOnce(ctx, tx, d)
+			return err
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("notify: reconcile %s: %w", k, err))

@@ -56,7 +56,7 @@ func child() int {
 		return 2
 	}
 	n, err := notify.New(pool, []notify.Receiver{{Name: "shop", URL: os.Getenv(childReceiver), Secrets: []string{secret}, Echo: "success"}},
-		notify.WithSchema(os.Getenv(childEnv)), notify.WithElector(el), notify.WithCallTimeout(2*time.Second),
+		notify.WithSchema(os.Getenv(childEnv)), notify.WithElector(el), notify.WithCallTimeout(2*time.Second), notify.WithPlainHTTP(),
 		notify.WithSchedule([]time.Duration{100 * time.Millisecond}, 0.1))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -66,7 +66,11 @@ func child() int {
 	return 1
 }
 
-const secret = "s3cret"
+// The receivers' secrets: the current one and the old one of a key rotation.
+const (
+	secret    = "s3cret-0123456789"
+	oldSecret = "old-secret-0123456789"
+)
 
 // world is one test's sender (the notifier's tables in a schema of its own) and receiver (an
 // Inbox over another schema, counting what it applied), with a switch in front of the inbox to
@@ -98,7 +102,7 @@ func newWorld(t *testing.T) *world {
 	if err := store.Migrate(ctx, w.receiver.Pool); err != nil {
 		t.Fatal(err)
 	}
-	w.inbox, err = notify.NewInbox(w.receiver.Pool, store, []string{"old-secret", secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
+	w.inbox, err = notify.NewInbox(w.receiver.Pool, store, "shop", []string{oldSecret, secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
 		var p struct{ Amount int }
 		if err := json.Unmarshal(d.Payload, &p); err != nil {
 			return err
@@ -136,7 +140,7 @@ func (w *world) receivers(extra ...notify.Receiver) []notify.Receiver {
 // notifier returns a migrated Notifier on the sender's schema with a compressed schedule.
 func (w *world) notifier(rcvs []notify.Receiver, opts ...notify.Option) *notify.Notifier {
 	w.t.Helper()
-	opts = append([]notify.Option{notify.WithSchema(w.sender.Name), notify.WithLogger(testenv.Logger(w.t)),
+	opts = append([]notify.Option{notify.WithSchema(w.sender.Name), notify.WithLogger(testenv.Logger(w.t)), notify.WithPlainHTTP(),
 		notify.WithSchedule([]time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}, 0.1),
 		notify.WithCallTimeout(2 * time.Second)}, opts...)
 	n, err := notify.New(w.sender.Pool, rcvs, opts...)
@@ -154,6 +158,42 @@ func (w *world) running(id string, rcvs []notify.Receiver, opts ...notify.Option
 	n := w.notifier(rcvs, append([]notify.Option{notify.WithElector(testenv.Elector(w.t, w.path, id))}, opts...)...)
 	testenv.Run(w.t, n.Run)
 	return n
+}
+
+// client returns the receiver "shop"'s client of the query handler at url (an httptest server:
+// plain HTTP on the loopback interface), signing with secret.
+func (w *world) client(url, secret string) notify.Client {
+	return notify.Client{URL: url, Receiver: "shop", Secrets: []string{secret}, PlainHTTP: true}
+}
+
+// strictClient is client without PlainHTTP: it must refuse an http:// URL.
+func (w *world) strictClient(url, secret string) notify.Client {
+	return notify.Client{URL: url, Receiver: "shop", Secrets: []string{secret}}
+}
+
+// newInbox builds another Inbox for "shop" over the receiver's schema, verifying with secrets.
+func (w *world) newInbox(secrets []string) error {
+	store, err := idempotency.New(idempotency.WithSchema(w.receiver.Name))
+	if err != nil {
+		return err
+	}
+	_, err = notify.NewInbox(w.receiver.Pool, store, "shop", secrets, func(context.Context, pgx.Tx, notify.Delivery) error { return nil })
+	return err
+}
+
+// The limits the tests check, as the package states them.
+var (
+	errTooLarge = notify.ErrTooLarge
+	maxPayload  = notify.MaxPayloadLen
+)
+
+// strictNotifier is notify.New without WithPlainHTTP, plainNotifier with it.
+func strictNotifier(w *world, rcvs []notify.Receiver) (*notify.Notifier, error) {
+	return notify.New(w.sender.Pool, rcvs, notify.WithSchema(w.sender.Name))
+}
+
+func plainNotifier(w *world, rcvs []notify.Receiver) (*notify.Notifier, error) {
+	return notify.New(w.sender.Pool, rcvs, notify.WithSchema(w.sender.Name), notify.WithPlainHTTP())
 }
 
 // enqueue records a notification of amount for key in a transaction of the sender's.

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/internal/signing"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -30,17 +31,30 @@ type DBTX interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// MaxKeyLen is the longest business key, in bytes.
-const MaxKeyLen = 200
+// The limits of a notification's fields, in bytes. [Notifier.Enqueue] refuses a longer one with
+// an error wrapping [ErrTooLarge], and an [Inbox] reads a delivery of up to MaxPayloadLen plus
+// room for the rest of its body (a longer one is answered 413), so every notification enqueued can
+// be delivered.
+const (
+	MaxPayloadLen  = 1 << 20 // the payload (JSON)
+	MaxKeyLen      = 200     // the business key
+	MaxReceiverLen = 200     // the receiver's name
+)
+
+// maxDeliveryLen bounds a delivery's JSON body, and a query's answer: the payload, the key and the
+// receiver's name even if JSON escaped every byte of them (6 bytes each), and the other fields.
+const maxDeliveryLen = MaxPayloadLen + 6*(MaxKeyLen+MaxReceiverLen) + 4096
 
 // Receiver is a system that is told of results: where deliveries go and how they are signed.
 type Receiver struct {
-	// Name identifies the receiver in notifications, headers and queries.
+	// Name identifies the receiver in notifications, headers and queries (at most
+	// [MaxReceiverLen] bytes).
 	Name string
-	// URL is where deliveries are POSTed.
+	// URL is where deliveries are POSTed: https:// (http:// only with [WithPlainHTTP]).
 	URL string
-	// Secrets are the HMAC-SHA256 keys shared with the receiver. The first signs deliveries; all
-	// of them verify the receiver's queries. During a key rotation the receiver accepts both the
+	// Secrets are the HMAC-SHA256 keys shared with the receiver, each at least 16 bytes. The
+	// first signs deliveries and the answers to the receiver's queries; all of them verify the
+	// receiver's queries. During a key rotation the receiver accepts both the
 	// old and the new key while the sender moves from one to the other.
 	Secrets []string
 	// Echo, when set, is the body a receiver must answer (with a 2xx status) to acknowledge a
@@ -154,8 +168,10 @@ func (n *Notifier) Stats() Stats {
 }
 
 // New returns a Notifier that keeps its notifications in pool and delivers them to receivers. It
-// does not touch the database: call [Notifier.Migrate]. A receiver without a name, URL or secret,
-// two with one name, or an unusable option returns an error wrapping [ErrInvalidOption].
+// does not touch the database: call [Notifier.Migrate]. A receiver without a name (or with one
+// longer than [MaxReceiverLen]), without an https:// URL (http:// only with [WithPlainHTTP]), with
+// no secret or one shorter than 16 bytes, two with one name, or an unusable option returns an
+// error wrapping [ErrInvalidOption].
 func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
@@ -169,7 +185,7 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	}
 	rs := map[string]Receiver{}
 	for _, r := range receivers {
-		if err := checkReceiver(r); err != nil {
+		if err := checkReceiver(r, o.plainHTTP); err != nil {
 			return nil, err
 		}
 		if _, dup := rs[r.Name]; dup {
@@ -197,15 +213,15 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 		channel: pgutil.Channel(o.schema, o.table), lockKey: int64(h.Sum64() >> 1), flights: map[string]*flight{}}, nil
 }
 
-func checkReceiver(r Receiver) error {
-	if err := pgutil.CheckText(r.Name, 200); err != nil {
+func checkReceiver(r Receiver, plainHTTP bool) error {
+	if err := pgutil.CheckText(r.Name, MaxReceiverLen); err != nil {
 		return fmt.Errorf("notify: receiver name %q: %w: %w", r.Name, err, ErrInvalidOption)
 	}
-	if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("notify: receiver %s: URL %q is not an http(s) URL: %w", r.Name, r.URL, ErrInvalidOption)
+	if err := checkURL(r.URL, plainHTTP); err != nil {
+		return fmt.Errorf("notify: receiver %s: %w", r.Name, err)
 	}
-	if len(r.Secrets) == 0 || slicesContainsEmpty(r.Secrets) {
-		return fmt.Errorf("notify: receiver %s: no secret, or an empty one: %w", r.Name, ErrInvalidOption)
+	if err := signing.CheckSecrets(r.Secrets); err != nil {
+		return fmt.Errorf("notify: receiver %s: %w: %w", r.Name, err, ErrInvalidOption)
 	}
 	if r.Concurrency < 0 {
 		return fmt.Errorf("notify: receiver %s: concurrency %d: %w", r.Name, r.Concurrency, ErrInvalidOption)
@@ -213,13 +229,17 @@ func checkReceiver(r Receiver) error {
 	return nil
 }
 
-func slicesContainsEmpty(ss []string) bool {
-	for _, s := range ss {
-		if s == "" {
-			return true
-		}
+// checkURL returns an error wrapping ErrInvalidOption unless raw is an https:// URL with a host,
+// or an http:// one when plainHTTP allows it.
+func checkURL(raw string, plainHTTP bool) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http"):
+		return fmt.Errorf("URL %q is not an https URL: %w", raw, ErrInvalidOption)
+	case u.Scheme == "http" && !plainHTTP:
+		return fmt.Errorf("URL %q is plain http (allow it with WithPlainHTTP or Client.PlainHTTP): %w", raw, ErrInvalidOption)
 	}
-	return false
+	return nil
 }
 
 // Migrate creates the schema (if set), the notifications and attempts tables and the fence table
@@ -279,12 +299,24 @@ func (n *Notifier) createSchema() string {
 // if the result it reports was committed — and returns its id. The leader delivers it once tx
 // commits (woken at once through NOTIFY). Enqueuing a second notification with the receiver and
 // key of an existing one records nothing and returns the existing id: enqueuing is idempotent per
-// business key. An unknown receiver, an empty or over-long key, or a payload that is not JSON
-// returns an error wrapping [ErrInvalidNotification]; a nil tx one wrapping [ErrNilTx]. It
-// blocks for two statements.
+// business key. An unknown receiver, an empty key, or a payload that is not JSON returns an error
+// wrapping [ErrInvalidNotification]; a payload, key or receiver name over its limit
+// ([MaxPayloadLen], [MaxKeyLen], [MaxReceiverLen]) one wrapping [ErrTooLarge] as well, before
+// anything is written; a nil tx one wrapping [ErrNilTx]. It blocks for two statements.
 func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.UUID, error) {
 	if tx == nil || (reflect.ValueOf(tx).Kind() == reflect.Pointer && reflect.ValueOf(tx).IsNil()) {
 		return uuid.Nil, fmt.Errorf("notify: enqueue %s/%s: %w", nt.Receiver, nt.Key, ErrNilTx)
+	}
+	switch {
+	case len(nt.Receiver) > MaxReceiverLen:
+		return uuid.Nil, fmt.Errorf("notify: enqueue: receiver name of %d bytes, more than %d: %w: %w",
+			len(nt.Receiver), MaxReceiverLen, ErrTooLarge, ErrInvalidNotification)
+	case len(nt.Key) > MaxKeyLen:
+		return uuid.Nil, fmt.Errorf("notify: enqueue %s: key of %d bytes, more than %d: %w: %w",
+			nt.Receiver, len(nt.Key), MaxKeyLen, ErrTooLarge, ErrInvalidNotification)
+	case len(nt.Payload) > MaxPayloadLen:
+		return uuid.Nil, fmt.Errorf("notify: enqueue %s/%s: payload of %d bytes, more than %d: %w: %w",
+			nt.Receiver, nt.Key, len(nt.Payload), MaxPayloadLen, ErrTooLarge, ErrInvalidNotification)
 	}
 	if _, ok := n.receivers[nt.Receiver]; !ok {
 		return uuid.Nil, fmt.Errorf("notify: enqueue: unknown receiver %q: %w", nt.Receiver, ErrInvalidNotification)

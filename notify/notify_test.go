@@ -159,7 +159,7 @@ func TestIntegrationInboxRefuses(t *testing.T) {
 	now := time.Now()
 	d := notify.Delivery{ID: uuid.New(), Key: "order-4"}
 	for name, r := range map[string]*http.Request{
-		"wrong key": signed(t, w.srv.URL, "not-the-secret", now, d),
+		"wrong key": signed(t, w.srv.URL, "not-the-secret-0123456789", now, d),
 		"stale":     signed(t, w.srv.URL, secret, now.Add(-10*time.Minute), d),
 		"future":    signed(t, w.srv.URL, secret, now.Add(10*time.Minute), d),
 		"tampered key": func() *http.Request {
@@ -182,7 +182,7 @@ func TestIntegrationInboxRefuses(t *testing.T) {
 	if code := post(t, first); code != http.StatusUnauthorized {
 		t.Fatalf("replay of the same request: %d, want 401", code)
 	}
-	if code := post(t, signed(t, w.srv.URL, "old-secret", now.Add(time.Second), d)); code != http.StatusOK {
+	if code := post(t, signed(t, w.srv.URL, oldSecret, now.Add(time.Second), d)); code != http.StatusOK {
 		t.Fatalf("the sender's retry, signed with the rotation's old key: %d, want 200", code)
 	}
 	if got := w.applied("order-4"); got != 1 {
@@ -297,7 +297,7 @@ func TestIntegrationReconcile(t *testing.T) {
 	query := httptest.NewServer(n.QueryHandler())
 	t.Cleanup(query.Close)
 	nt := w.enqueue(n, "shop", "order-6", 11)
-	c := notify.Client{URL: query.URL, Receiver: "shop", Secret: secret}
+	c := w.client(query.URL, secret)
 	res, err := c.ByKey(t.Context(), "order-6")
 	if err != nil || res.ID != nt.ID || res.Status != notify.StatusPending {
 		t.Fatalf("ByKey = %+v, %v", res, err)
@@ -313,7 +313,7 @@ func TestIntegrationReconcile(t *testing.T) {
 		t.Fatalf("applied %d times", got)
 	}
 	// Queries are signed: a wrong secret is refused, an unknown id is not found.
-	if _, err := (notify.Client{URL: query.URL, Receiver: "shop", Secret: "wrong"}).ByKey(t.Context(), "order-6"); !errors.Is(err, notify.ErrUnauthorized) {
+	if _, err := w.client(query.URL, "wrong-secret-0123456789").ByKey(t.Context(), "order-6"); !errors.Is(err, notify.ErrUnauthorized) {
 		t.Fatalf("query with a wrong secret = %v, want ErrUnauthorized", err)
 	}
 	if _, err := c.ByID(t.Context(), uuid.New()); !errors.Is(err, notify.ErrNotFound) {
@@ -338,15 +338,15 @@ func TestIntegrationBadInput(t *testing.T) {
 		"not JSON":         {enqueue(notify.Notification{Receiver: "shop", Key: "k", Payload: []byte(`{`)}), notify.ErrInvalidNotification},
 		"nil tx":           {func() error { _, err := n.Enqueue(ctx, nil, notify.Notification{}); return err }(), notify.ErrNilTx},
 		"no URL": {func() error {
-			_, err := notify.New(w.sender.Pool, []notify.Receiver{{Name: "x", Secrets: []string{"s"}}})
+			_, err := notify.New(w.sender.Pool, []notify.Receiver{{Name: "x", Secrets: []string{secret}}})
 			return err
 		}(), notify.ErrInvalidOption},
 		"no secret": {func() error {
-			_, err := notify.New(w.sender.Pool, []notify.Receiver{{Name: "x", URL: "http://x"}})
+			_, err := notify.New(w.sender.Pool, []notify.Receiver{{Name: "x", URL: "https://x"}})
 			return err
 		}(), notify.ErrInvalidOption},
 		"twice": {func() error {
-			_, err := notify.New(w.sender.Pool, append(w.receivers(), w.receivers()...))
+			_, err := notify.New(w.sender.Pool, append(w.receivers(), w.receivers()...), notify.WithPlainHTTP())
 			return err
 		}(), notify.ErrInvalidOption},
 		"bad jitter":          {func() error { _, err := notify.New(w.sender.Pool, nil, notify.WithSchedule(nil, 2)); return err }(), notify.ErrInvalidOption},

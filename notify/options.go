@@ -38,13 +38,14 @@ type options struct {
 	retention         time.Duration
 	retentionSpec     string
 	concurrencyPerRcv int
+	plainHTTP         bool
 }
 
 func defaultOptions() options {
 	return options{
 		table: "txkit_notify", log: slog.New(slog.DiscardHandler), schedule: DefaultSchedule(), jitter: 0.1,
 		tick: "@every 1s", batch: 100, callTimeout: 10 * time.Second,
-		breakerFailures: 5, breakerCooldown: time.Minute, client: http.DefaultClient,
+		breakerFailures: 5, breakerCooldown: time.Minute, client: newHTTPClient(),
 		retention: 30 * 24 * time.Hour, retentionSpec: "@every 10m", concurrencyPerRcv: 4,
 	}
 }
@@ -93,8 +94,23 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 	return func(o *options) { o.breakerFailures, o.breakerCooldown = failures, cooldown }
 }
 
-// WithHTTPClient sets the client deliveries are posted with (default http.DefaultClient).
+// WithHTTPClient sets the client deliveries are posted with (default: a client of its own that
+// does not follow redirects). A client that follows redirects re-posts a signed delivery wherever
+// a 307 or 308 points; set its CheckRedirect to return http.ErrUseLastResponse, as the default
+// client does, unless every receiver is trusted with that.
 func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.client = c } }
+
+// WithPlainHTTP lets receivers' URLs be plain http:// (default: only https:// is accepted, and
+// [New] refuses an http:// URL with [ErrInvalidOption]). Deliveries are signed either way, but
+// over plain HTTP anyone on the path reads them. Use it for tests, for receivers on the loopback
+// interface, or on a network that encrypts below HTTP (a service mesh's sidecars).
+func WithPlainHTTP() Option { return func(o *options) { o.plainHTTP = true } }
+
+// newHTTPClient returns a client that does not follow redirects: a 3xx answer is the answer (a
+// failed attempt), and a signed body is never posted anywhere but the receiver's URL.
+func newHTTPClient() *http.Client {
+	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
 
 // WithRetention sets how long delivered notifications are kept (default 30 days) and the cron spec
 // of the leader's job that deletes older ones (default "@every 10m"). Failed ones are kept until

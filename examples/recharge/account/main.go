@@ -17,7 +17,11 @@
 //
 //   - GET /orders and GET /balances show the state.
 //
-//     go run ./examples/recharge/account -recharge http://127.0.0.1:8080 -listen 127.0.0.1:8081 -schema demo
+// The HMAC key shared with the recharge service comes from $TXKIT_RECHARGE_SECRET, or from the file
+// -secret-file names (at least 16 bytes; there is no default: without it the service exits).
+// Plain http:// to the recharge service is allowed on the loopback interface only.
+//
+//	TXKIT_RECHARGE_SECRET=$(openssl rand -hex 16) go run ./examples/recharge/account -recharge http://127.0.0.1:8080 -listen 127.0.0.1:8081 -schema demo
 package main
 
 import (
@@ -45,6 +49,7 @@ import (
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/recharge/internal/app"
 	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/internal/httpsafe"
 	"github.com/txkit/txkit/notify"
 )
 
@@ -59,10 +64,15 @@ func main() {
 	flag.StringVar(&c.pg, "pg", exapp.Env("TXKIT_PG_URL", app.DefaultPG), "PostgreSQL URL (its database is replaced by "+app.AccountDB+", created if missing)")
 	flag.StringVar(&c.schema, "schema", "account", "schema of the balances, the orders and the idempotency keys")
 	flag.StringVar(&c.recharge, "recharge", "", "the recharge service's base URL (required), e.g. http://127.0.0.1:8080")
-	flag.StringVar(&c.secret, "secret", exapp.Env("TXKIT_RECHARGE_SECRET", app.DefaultSecret), "HMAC key shared with the recharge service")
 	flag.IntVar(&c.failFirst, "fail-first", 0, "deliveries answered 500 before the notifications are applied (demo fault)")
+	secretFile := flag.String("secret-file", "", "file holding the HMAC key shared with the other service (default: $"+app.SecretEnv+")")
 	flag.Parse()
 	log := exapp.Logger("account")
+	var err error
+	if c.secret, err = app.Secret(*secretFile); err != nil {
+		fmt.Fprintln(os.Stderr, "account:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, c, log); err != nil {
@@ -112,9 +122,12 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err := store.Migrate(ctx, pool); err != nil {
 		return err
 	}
-	s := &service{c: c, pool: pool, log: log, http: &http.Client{Timeout: 10 * time.Second}}
-	s.client = notify.Client{URL: c.recharge + "/notifications", Receiver: app.Receiver, Secret: c.secret, HTTP: s.http}
-	if s.inbox, err = notify.NewInbox(pool, store, []string{c.secret}, s.credit, notify.WithInboxLogger(log)); err != nil {
+	// The client follows no redirect: a signed query goes to the recharge service only.
+	s := &service{c: c, pool: pool, log: log, http: &http.Client{Timeout: 10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	s.client = notify.Client{URL: c.recharge + "/notifications", Receiver: app.Receiver, Secrets: []string{c.secret}, HTTP: s.http,
+		PlainHTTP: app.PlainHTTP(c.recharge)}
+	if s.inbox, err = notify.NewInbox(pool, store, app.Receiver, []string{c.secret}, s.credit, notify.WithInboxLogger(log)); err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
@@ -158,7 +171,7 @@ func (s *service) topup(w http.ResponseWriter, r *http.Request) {
 		return tx.QueryRow(r.Context(), `select account, amount from orders where id = $1`, req.Order).Scan(&account, &amount)
 	})
 	if err != nil {
-		exapp.WriteJSON(w, http.StatusInternalServerError, app.Answer{Order: req.Order, Status: "failed", Error: err.Error()})
+		exapp.Fail(w, s.log, http.StatusInternalServerError, "recording the order failed", err, "order", req.Order)
 		return
 	}
 	if account != req.Account || amount != req.Amount {
@@ -170,7 +183,7 @@ func (s *service) topup(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			err = fmt.Errorf("recharge service answered %d: %s", code, ans.Error)
 		}
-		exapp.WriteJSON(w, http.StatusBadGateway, app.Answer{Order: req.Order, Status: "failed", Error: err.Error()})
+		exapp.Fail(w, s.log, http.StatusBadGateway, "the recharge service did not take the order", err, "order", req.Order)
 		return
 	}
 	exapp.WriteJSON(w, http.StatusOK, app.Answer{Order: req.Order, Status: "asked", Notification: ans.Notification})
@@ -271,18 +284,18 @@ func (s *service) reconcile(w http.ResponseWriter, r *http.Request) {
 	if len(out.Asked) == 0 {
 		var err error
 		if out.Asked, err = s.pending(r.Context()); err != nil {
-			exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			exapp.Fail(w, s.log, http.StatusInternalServerError, "listing the pending orders failed", err)
 			return
 		}
 	}
 	n, err := s.inbox.Reconcile(context.WithValue(r.Context(), viaKey{}, "reconcile"), s.client, out.Asked...)
 	out.Credited = n
 	if err != nil {
-		out.Error = err.Error()
+		out.Error = "asking the recharge service failed for some orders (request id " + httpsafe.Log(s.log, "reconcile failed", err) + ")"
 	}
 	pending, perr := s.pending(r.Context())
 	if perr != nil {
-		exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": perr.Error()})
+		exapp.Fail(w, s.log, http.StatusInternalServerError, "listing the pending orders failed", perr)
 		return
 	}
 	out.Pending = pending
@@ -311,7 +324,7 @@ func (s *service) orders(w http.ResponseWriter, r *http.Request) {
 	extract(epoch from o.credited_at - o.asked_at)::float8, count(c.order_id)::int, coalesce(array_agg(c.via order by c.at) filter (where c.via is not null), '{}')
 from orders o left join credits c on c.order_id = o.id group by o.id order by o.id`)
 	if err != nil {
-		exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		exapp.Fail(w, s.log, http.StatusInternalServerError, "reading the database failed", err)
 		return
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (app.Order, error) {
@@ -320,7 +333,7 @@ from orders o left join credits c on c.order_id = o.id group by o.id order by o.
 		return o, err
 	})
 	if err != nil {
-		exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		exapp.Fail(w, s.log, http.StatusInternalServerError, "reading the database failed", err)
 		return
 	}
 	exapp.WriteJSON(w, http.StatusOK, out)
@@ -330,7 +343,7 @@ from orders o left join credits c on c.order_id = o.id group by o.id order by o.
 func (s *service) balances(w http.ResponseWriter, r *http.Request) {
 	rows, err := s.pool.Query(r.Context(), `select account, amount from balances order by account`)
 	if err != nil {
-		exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		exapp.Fail(w, s.log, http.StatusInternalServerError, "reading the database failed", err)
 		return
 	}
 	out := map[string]int64{}
@@ -341,7 +354,7 @@ func (s *service) balances(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	if err != nil {
-		exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		exapp.Fail(w, s.log, http.StatusInternalServerError, "reading the database failed", err)
 		return
 	}
 	exapp.WriteJSON(w, http.StatusOK, out)

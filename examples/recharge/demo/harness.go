@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -79,6 +81,7 @@ func (r *Report) check(ok bool, format string, args ...any) {
 type harness struct {
 	cfg      Config
 	schema   string
+	secret   string // the file holding the run's shared secret
 	client   *http.Client
 	recharge string // base URLs
 	account  string
@@ -110,6 +113,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if !cfg.Keep {
 		defer h.cleanup()
 	}
+	// A fresh random secret for the two services, in a file only this user reads: never a
+	// default, never on a command line.
+	var err error
+	if h.secret, err = writeSecret(cfg.Dir, runID); err != nil {
+		return rep, err
+	}
+	defer os.Remove(h.secret)
 	procs, err := h.start(ctx, runID)
 	defer exharness.Stop(procs...)
 	if err != nil {
@@ -211,7 +221,7 @@ func (h *harness) start(ctx context.Context, runID string) ([]*exharness.Proc, e
 	for i, d := range h.cfg.Schedule {
 		sched[i] = d.String()
 	}
-	rargs := []string{"-pg", h.cfg.PG, "-zk", h.cfg.ZK, "-schema", h.schema, "-id", "recharge-1",
+	rargs := []string{"-pg", h.cfg.PG, "-zk", h.cfg.ZK, "-schema", h.schema, "-id", "recharge-1", "-secret-file", h.secret,
 		"-account", "http://" + accountAddr + "/notify", "-schedule", strings.Join(sched, ","),
 		"-call-timeout", h.cfg.CallTimeout.String(), "-breaker-failures", "50", "-breaker-cooldown", "1s",
 		"-drop", strings.Join(h.cfg.Lost, ","), "-slow-first", strconv.Itoa(h.cfg.SlowFirst), "-slow", h.cfg.Slow.String()}
@@ -225,7 +235,7 @@ func (h *harness) start(ctx context.Context, runID string) ([]*exharness.Proc, e
 	h.say("recharge service on %s (database %s, schema %s, log %s)", rp.Addr, app.RechargeDB, h.schema, logPath)
 	h.say("  schedule %s (looking for due ones every second): %d attempts; deliveries of %s lost on the way; the first %d held back %v (call timeout %v)",
 		strings.Join(sched, ", "), len(sched)+1, list(h.cfg.Lost), h.cfg.SlowFirst, h.cfg.Slow, h.cfg.CallTimeout)
-	aargs := []string{"-pg", h.cfg.PG, "-schema", h.schema, "-listen", accountAddr, "-recharge", h.recharge,
+	aargs := []string{"-pg", h.cfg.PG, "-schema", h.schema, "-listen", accountAddr, "-recharge", h.recharge, "-secret-file", h.secret,
 		"-fail-first", strconv.Itoa(h.cfg.FailFirst)}
 	logPath = filepath.Join(h.cfg.Dir, runID+"-account.log")
 	ap, err := exharness.Start(ctx, "account", filepath.Join(h.cfg.Dir, "account"), aargs, logPath)
@@ -249,6 +259,20 @@ func (h *harness) start(ctx context.Context, runID string) ([]*exharness.Proc, e
 			return procs, err
 		}
 	}
+}
+
+// writeSecret writes a new random secret (32 hex digits) to a file in dir readable by this user
+// only, and returns the file's path.
+func writeSecret(dir, runID string) (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, runID+"-secret")
+	if err := os.WriteFile(path, []byte(hex.EncodeToString(b[:])), 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
 }
 
 // freePort returns a TCP port that was free a moment ago.

@@ -12,7 +12,11 @@
 // the query API knows it); -slow-first and -slow hold the first deliveries back, past
 // -call-timeout when -slow is longer.
 //
-//	go run ./examples/recharge/recharge -account http://127.0.0.1:8081/notify -schema demo
+// The HMAC key shared with the account service comes from $TXKIT_RECHARGE_SECRET, or from the file
+// -secret-file names (at least 16 bytes; there is no default: without it the service exits).
+// Plain http:// to the account service is allowed on the loopback interface only.
+//
+//	TXKIT_RECHARGE_SECRET=$(openssl rand -hex 16) go run ./examples/recharge/recharge -account http://127.0.0.1:8081/notify -schema demo
 package main
 
 import (
@@ -39,6 +43,7 @@ import (
 
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/recharge/internal/app"
+	"github.com/txkit/txkit/internal/httpsafe"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/notify"
 )
@@ -59,7 +64,6 @@ func main() {
 	flag.StringVar(&c.id, "id", "recharge-"+uuid.NewString()[:8], "instance id (its id in the delivery election)")
 	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the delivery election (default /txkit-demo/<schema>/notify)")
 	flag.StringVar(&c.account, "account", "", "the account service's notification URL (required), e.g. http://127.0.0.1:8081/notify")
-	flag.StringVar(&c.secret, "secret", exapp.Env("TXKIT_RECHARGE_SECRET", app.DefaultSecret), "HMAC key shared with the account service")
 	flag.StringVar(&c.schedule, "schedule", "", "delays between attempts, comma-separated (default notify.DefaultSchedule: 15s, 15s, 30s, 3m, ... about a day)")
 	flag.StringVar(&c.tick, "tick", "@every 1s", "cron spec on which the leader looks for due notifications")
 	flag.DurationVar(&c.callTimeout, "call-timeout", 10*time.Second, "bound of each delivery's HTTP call")
@@ -71,8 +75,14 @@ func main() {
 	flag.Float64Var(&c.dropRate, "drop-rate", 0, "fraction of the orders whose deliveries are lost on the way, chosen by a hash of the order (demo fault)")
 	flag.IntVar(&c.slowFirst, "slow-first", 0, "deliveries held back by -slow before they are sent, the first ones (demo fault)")
 	flag.DurationVar(&c.slow, "slow", 0, "how long -slow-first holds a delivery back; longer than -call-timeout, it fails")
+	secretFile := flag.String("secret-file", "", "file holding the HMAC key shared with the other service (default: $"+app.SecretEnv+")")
 	flag.Parse()
 	log := exapp.Logger("recharge").With("id", c.id)
+	var err error
+	if c.secret, err = app.Secret(*secretFile); err != nil {
+		fmt.Fprintln(os.Stderr, "recharge:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, c, log); err != nil {
@@ -132,11 +142,16 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 			f.drop[o] = true
 		}
 	}
-	n, err := notify.New(pool, []notify.Receiver{{Name: app.Receiver, URL: c.account, Secrets: []string{c.secret},
-		Echo: "success", Concurrency: c.concurrency}},
-		notify.WithElector(el), notify.WithLogger(log), notify.WithSchema(c.schema),
+	opts := []notify.Option{notify.WithElector(el), notify.WithLogger(log), notify.WithSchema(c.schema),
 		notify.WithSchedule(schedule, 0.1), notify.WithTick(c.tick), notify.WithCallTimeout(c.callTimeout),
-		notify.WithBreaker(c.breakerFailures, c.breakerCooldown), notify.WithHTTPClient(&http.Client{Transport: f}))
+		notify.WithBreaker(c.breakerFailures, c.breakerCooldown),
+		// No redirects: a signed delivery goes to the account service only.
+		notify.WithHTTPClient(&http.Client{Transport: f, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }})}
+	if app.PlainHTTP(c.account) {
+		opts = append(opts, notify.WithPlainHTTP()) // loopback only; anywhere else https://
+	}
+	n, err := notify.New(pool, []notify.Receiver{{Name: app.Receiver, URL: c.account, Secrets: []string{c.secret},
+		Echo: "success", Concurrency: c.concurrency}}, opts...)
 	if err != nil {
 		return err
 	}
@@ -170,7 +185,7 @@ func (s *service) recharge(w http.ResponseWriter, r *http.Request) {
 	}
 	payload, err := json.Marshal(app.Result{Account: req.Account, Amount: req.Amount, Status: "succeeded"})
 	if err != nil {
-		exapp.WriteJSON(w, http.StatusInternalServerError, app.Answer{Order: req.Order, Status: "failed", Error: err.Error()})
+		exapp.Fail(w, s.log, http.StatusInternalServerError, "recharge failed", err, "order", req.Order)
 		return
 	}
 	var id uuid.UUID
@@ -197,10 +212,9 @@ func (s *service) recharge(w http.ResponseWriter, r *http.Request) {
 	})
 	switch {
 	case errors.Is(err, errConflict):
-		exapp.WriteJSON(w, http.StatusConflict, app.Answer{Order: req.Order, Status: "rejected", Error: err.Error()})
+		exapp.WriteJSON(w, http.StatusConflict, app.Answer{Order: req.Order, Status: "rejected", Error: errConflict.Error()})
 	case err != nil:
-		s.log.Error("recharge failed", "key", req.Order, "err", err)
-		exapp.WriteJSON(w, http.StatusInternalServerError, app.Answer{Order: req.Order, Status: "failed", Error: err.Error()})
+		exapp.Fail(w, s.log, http.StatusInternalServerError, "recharge failed", err, "order", req.Order)
 	default:
 		exapp.WriteJSON(w, http.StatusOK, app.Answer{Order: req.Order, Status: "recharged", Notification: id.String()})
 	}
@@ -210,7 +224,7 @@ func (s *service) recharge(w http.ResponseWriter, r *http.Request) {
 func (s *service) totals(w http.ResponseWriter, r *http.Request) {
 	var t app.Totals
 	if err := s.pool.QueryRow(r.Context(), `select count(*), coalesce(sum(amount), 0) from recharges`).Scan(&t.Count, &t.Amount); err != nil {
-		exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		exapp.Fail(w, s.log, http.StatusInternalServerError, "reading the totals failed", err)
 		return
 	}
 	exapp.WriteJSON(w, http.StatusOK, t)
@@ -222,7 +236,7 @@ func (s *service) attempts(w http.ResponseWriter, r *http.Request) {
 	order := r.PathValue("order")
 	rec, err := s.n.ByKey(r.Context(), app.Receiver, order)
 	if errors.Is(err, notify.ErrNotFound) {
-		exapp.WriteJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+		exapp.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "no notification for order " + order})
 		return
 	}
 	var as []notify.Attempt
@@ -230,7 +244,7 @@ func (s *service) attempts(w http.ResponseWriter, r *http.Request) {
 		as, err = s.n.Attempts(r.Context(), rec.ID)
 	}
 	if err != nil {
-		exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		exapp.Fail(w, s.log, http.StatusInternalServerError, "reading the attempts failed", err, "order", order)
 		return
 	}
 	out := app.Delivery{Order: order, ID: rec.ID.String(), Status: rec.Status.String(), Attempts: []app.Attempt{}}
@@ -247,7 +261,7 @@ func (s *service) health(w http.ResponseWriter, r *http.Request) {
 	out := map[string]any{"id": s.id, "stats": s.n.Stats()}
 	leader, err := s.el.Leader(r.Context())
 	if err != nil && !errors.Is(err, lock.ErrNoLeader) {
-		out["leader_error"] = err.Error()
+		out["leader_error"] = "leader unknown (request id " + httpsafe.Log(s.log, "reading the leader failed", err) + ")"
 	}
 	out["leader"] = leader
 	exapp.WriteJSON(w, http.StatusOK, out)

@@ -2,7 +2,14 @@
 // the databases, and the JSON bodies that go between them.
 package app
 
-import "time"
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
 
 // DefaultPG is the PostgreSQL URL of `make up`, used when TXKIT_PG_URL is unset.
 const DefaultPG = "postgres://postgres@127.0.0.1:55432/txkit_test?sslmode=disable"
@@ -21,9 +28,44 @@ const (
 // signed headers, and in its queries.
 const Receiver = "account"
 
-// DefaultSecret is the key the two services share when -secret is not given. A real deployment
+// SecretEnv names the environment variable holding the HMAC key the two services share (at
+// least 16 bytes), unless -secret-file names a file holding it. There is no default: a service
+// started without either exits, and the demo generates a random key for each run. Neither is a
+// flag holding the key itself, so that it does not show in the process list; a real deployment
 // takes it from a secret store.
-const DefaultSecret = "recharge-example-secret"
+const SecretEnv = "TXKIT_RECHARGE_SECRET"
+
+// Secret returns the shared secret: the content of file (surrounding white space trimmed) when
+// file is not empty, else $TXKIT_RECHARGE_SECRET; or an error saying how to set it.
+func Secret(file string) (string, error) {
+	s, from := os.Getenv(SecretEnv), "$"+SecretEnv
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("-secret-file: %w", err)
+		}
+		s, from = strings.TrimSpace(string(b)), file
+	}
+	if len(s) < 16 {
+		return "", fmt.Errorf("no shared secret: %s holds %d bytes; set %s (or -secret-file) to a secret of at least 16 bytes shared by both services, e.g. export %s=$(openssl rand -hex 16)",
+			from, len(s), SecretEnv, SecretEnv)
+	}
+	return s, nil
+}
+
+// PlainHTTP reports whether rawURL may be plain http://: only on the loopback interface, where
+// the demo and a session by hand run both services. Anywhere else the services speak https://.
+func PlainHTTP(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != "http" {
+		return false
+	}
+	if u.Hostname() == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(u.Hostname())
+	return ip != nil && ip.IsLoopback()
+}
 
 // Recharge is the body of the recharge service's POST /recharges, and of the account service's
 // POST /topups (where Order is optional).
