@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"reflect"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -76,6 +77,8 @@ type Fence struct {
 	ddl    string
 	upsert string
 	read   string
+	list   string
+	reset  string
 }
 
 // NewFence returns a Fence configured by opts. It does not touch the database: call
@@ -111,6 +114,8 @@ func NewFence(opts ...FenceOption) (*Fence, error) {
 	return &Fence{
 		table: t,
 		ddl:   ddl,
+		list:  `select resource, epoch, seq, updated_at from ` + t + ` where $1 = '' or resource = $1 order by resource`,
+		reset: `delete from ` + t + ` where resource = $1 and epoch > $2 returning epoch, seq, updated_at`,
 		upsert: `insert into ` + t + ` as f (resource, epoch, seq) values ($1, $2, $3)` +
 			` on conflict (resource) do update set epoch = excluded.epoch, seq = excluded.seq, updated_at = now()` +
 			` where (f.epoch, f.seq) <= (excluded.epoch, excluded.seq) returning 1`,
@@ -174,6 +179,65 @@ func (f *Fence) Check(ctx context.Context, tx DBTX, resource string, tok Token) 
 		return fmt.Errorf("%w (reading the current token: %w)", fe, err)
 	}
 	return fe
+}
+
+// FenceEntry is what a [Fence] records for one resource: the highest token that has written to it.
+type FenceEntry struct {
+	Resource  string
+	Token     Token
+	UpdatedAt time.Time
+}
+
+// Entries returns what the fence records, in resource order: for every resource, or for resource
+// alone when it is not empty. It is for operators (txkit fence show). It blocks until PostgreSQL
+// answers; ctx scopes only this call.
+func (f *Fence) Entries(ctx context.Context, db DBTX, resource string) ([]FenceEntry, error) {
+	if isNilDB(db) {
+		return nil, fmt.Errorf("lock: fence %s entries: nil DBTX: %w", f.table, ErrInvalidOption)
+	}
+	rows, err := db.Query(ctx, f.list, resource)
+	if err != nil {
+		return nil, fmt.Errorf("lock: fence %s entries: %w", f.table, err)
+	}
+	es, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FenceEntry, error) {
+		var e FenceEntry
+		err := r.Scan(&e.Resource, &e.Token.Epoch, &e.Token.Seq, &e.UpdatedAt)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lock: fence %s entries: %w", f.table, err)
+	}
+	return es, nil
+}
+
+// Reset forgets the token recorded for resource if its epoch is above epoch, and returns what it
+// forgot (ok false when nothing was above). Pass the epoch of the lock path whose holders write to
+// resource ([Session.LockEpoch]).
+//
+// A token's epoch is the lock path's ZooKeeper creation zxid. Deleting and re-creating the path on
+// the same ensemble raises it, so holders keep passing; but an ensemble rebuilt from empty data
+// numbers its transactions from zero again, so every holder's token is then below the one recorded
+// and every write is refused, for ever. Reset is the way out: after it, the next holder's
+// [Fence.Check] records its token. A recorded epoch at or below the path's is left alone, since
+// forgetting it would let a deposed holder of the current path write once more. Run it only when no
+// holder of the old ensemble can still write. It blocks until PostgreSQL answers; ctx scopes only
+// this call.
+func (f *Fence) Reset(ctx context.Context, db DBTX, resource string, epoch int64) (FenceEntry, bool, error) {
+	if isNilDB(db) {
+		return FenceEntry{}, false, fmt.Errorf("lock: reset fence %q: nil DBTX: %w", resource, ErrInvalidOption)
+	}
+	if err := pgutil.CheckText(resource, MaxFenceResourceLen); err != nil {
+		return FenceEntry{}, false, fmt.Errorf("lock: reset fence resource %q: %w: %w", resource, err, ErrInvalidOption)
+	}
+	e := FenceEntry{Resource: resource}
+	err := db.QueryRow(ctx, f.reset, resource, epoch).Scan(&e.Token.Epoch, &e.Token.Seq, &e.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return FenceEntry{}, false, nil
+	}
+	if err != nil {
+		return FenceEntry{}, false, fmt.Errorf("lock: reset fence %q: %w", resource, err)
+	}
+	return e, true, nil
 }
 
 // FencedError is the refusal [Fence.Check] returns: a write to Resource carried Token, lower than

@@ -46,12 +46,7 @@ func rawConn(t *testing.T, servers []string) *zk.Conn {
 // elected, TryLock must still take a free lock, and Leader must name the real leader.
 func TestIntegrationForeignPersistentChildIgnored(t *testing.T) {
 	t.Parallel()
-	servers := testenv.ZK(t)
-	path := testenv.ZKRoot(t) + "/leader"
-	stranger := rawConn(t, servers)
-	if err := createPath(stranger, path, zk.WorldACL(zk.PermAll)); err != nil {
-		t.Fatal(err)
-	}
+	servers, path, stranger := openPath(t, "leader")
 	foreign := "_c_" + uuid.NewString() + "-lock-0000000000"
 	if _, err := stranger.Create(path+"/"+foreign, []byte("intruder"), zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
@@ -89,21 +84,7 @@ func TestIntegrationForeignPersistentChildIgnored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	won := make(chan error, 1)
-	go func() {
-		lb, err := b.Campaign(ctx)
-		if err == nil {
-			err = lb.Resign(context.WithoutCancel(ctx))
-		}
-		won <- err
-	}()
-	waitChildren(t, s, path, 3) // the foreign node, a's, b's
-	if err := la.Resign(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-won; err != nil {
-		t.Fatalf("second candidate: %v", err)
-	}
+	takeOver(t, ctx, s, path, 3, la, b) // 3 children: the foreign node, a's, b's
 
 	// TryLock takes the free lock.
 	m := mutex(t, s2, path)
@@ -125,7 +106,20 @@ func TestIntegrationForeignPersistentChildIgnored(t *testing.T) {
 	}
 }
 
-// createPath creates p and its missing parents as persistent nodes open to all.
+// openPath creates the lock path <test root>/leaf open to all, as txkit's default ACL leaves it,
+// and returns the servers, the path and a stranger's connection.
+func openPath(t *testing.T, leaf string) ([]string, string, *zk.Conn) {
+	t.Helper()
+	servers := testenv.ZK(t)
+	path := testenv.ZKRoot(t) + "/" + leaf
+	stranger := rawConn(t, servers)
+	if err := createPath(stranger, path, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	return servers, path, stranger
+}
+
+// createPath creates p and its missing parents as persistent nodes with acl.
 func createPath(c *zk.Conn, p string, acl []zk.ACL) error {
 	cur := ""
 	for _, part := range strings.Split(strings.Trim(p, "/"), "/") {
@@ -135,6 +129,27 @@ func createPath(c *zk.Conn, p string, acl []zk.ACL) error {
 		}
 	}
 	return nil
+}
+
+// takeOver checks that candidate b, queued behind the leadership la, leads once la resigns: b
+// campaigns, and when path has n children (b's node is in) la resigns.
+func takeOver(t *testing.T, ctx context.Context, s *lock.Session, path string, n int, la *lock.Leadership, b *lock.Elector) {
+	t.Helper()
+	won := make(chan error, 1)
+	go func() {
+		lb, err := b.Campaign(ctx)
+		if err == nil {
+			err = lb.Resign(context.WithoutCancel(ctx))
+		}
+		won <- err
+	}()
+	waitChildren(t, s, path, n)
+	if err := la.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-won; err != nil {
+		t.Fatalf("candidate %s after %s resigned: %v", b.ID(), path, err)
+	}
 }
 
 func testenvElector(t *testing.T, s *lock.Session, path, id string) *lock.Elector {
@@ -215,21 +230,7 @@ func TestIntegrationDigestAuthACL(t *testing.T) {
 
 	// Another session with the credentials (another process of the same application) takes over.
 	b := testenvElector(t, authed(), path, "b")
-	won := make(chan error, 1)
-	go func() {
-		lb, err := b.Campaign(ctx)
-		if err == nil {
-			err = lb.Resign(context.WithoutCancel(ctx))
-		}
-		won <- err
-	}()
-	waitChildren(t, s1, path, 2)
-	if err := la.Resign(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-won; err != nil {
-		t.Fatalf("second candidate with credentials: %v", err)
-	}
+	takeOver(t, ctx, s1, path, 2, la, b)
 }
 
 func TestSessionAuthOptionsValidated(t *testing.T) {
@@ -257,12 +258,7 @@ func TestSessionAuthOptionsValidated(t *testing.T) {
 // are counted (the window bounds the observation; nothing is ordered by it).
 func TestIntegrationUnreadablePredecessorBacksOff(t *testing.T) {
 	t.Parallel()
-	servers := testenv.ZK(t)
-	path := testenv.ZKRoot(t) + "/lock"
-	other := rawConn(t, servers)
-	if err := createPath(other, path, zk.WorldACL(zk.PermAll)); err != nil {
-		t.Fatal(err)
-	}
+	servers, path, other := openPath(t, "lock")
 	// Another application's contender, readable only by its own user.
 	if _, err := other.Create(path+"/_c_"+uuid.NewString()+"-lock-", nil, zk.FlagEphemeral|zk.FlagSequence,
 		zk.DigestACL(zk.PermAll, "other", "secret")); err != nil {

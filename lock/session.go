@@ -370,6 +370,29 @@ func (s *Session) Conn() *zk.Conn {
 	return s.cur.conn
 }
 
+// LockEpoch returns the epoch of the fencing tokens that a lock on lockPath hands out now: the
+// path's creation zxid (see [Token]). It returns an error wrapping zk.ErrNoNode when the path does
+// not exist (the first Lock creates it). It blocks for one ZooKeeper round trip, bounded by ctx,
+// and needs no permission on the path.
+func (s *Session) LockEpoch(ctx context.Context, lockPath string) (int64, error) {
+	if err := validPath(lockPath); err != nil {
+		return 0, err
+	}
+	ep, err := s.epoch(ctx)
+	if err != nil {
+		return 0, err
+	}
+	s.stats.reads.Add(1)
+	r, err := ep.exists(ctx, lockPath, false)
+	if err == nil && !r.exists {
+		err = zk.ErrNoNode
+	}
+	if err != nil {
+		return 0, fmt.Errorf("lock: epoch of %s: %w", lockPath, err)
+	}
+	return r.stat.Czxid, nil
+}
+
 // Timeout returns the session timeout the Session asks for.
 func (s *Session) Timeout() time.Duration { return s.o.timeout }
 

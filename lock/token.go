@@ -18,6 +18,13 @@ import (
 //
 // Tokens compare lexicographically: first Epoch, then Seq. The zero Token is lower than every
 // token a lock hands out.
+//
+// The epoch is the lock path's ZooKeeper creation id, so it belongs to the ensemble. An ensemble
+// rebuilt from empty data (a new cluster, lost data directories) numbers its transactions from
+// zero again: every token it hands out is below the ones a [Fence] recorded from the old ensemble,
+// and every holder is fenced until the fence's entries are reset ([Fence.Reset]; operators run
+// `txkit fence reset -resource R -path P`). Deleting and re-creating a lock path on the same
+// ensemble is harmless: the new path's epoch is higher.
 type Token struct {
 	Epoch int64 // czxid of the lock path node
 	Seq   int64 // sequence number of the holder's node
