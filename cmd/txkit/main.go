@@ -10,8 +10,17 @@
 //	txkit notify show ID [-pg URL] [-schema S] [-table T]
 //	txkit notify redeliver ID... [-pg URL] [-schema S] [-table T]
 //
-// -pg defaults to $TXKIT_PG_URL. The exit status is 0 on success, 1 when the command failed (or
-// requeue found fewer dead messages than IDs given), and 2 on a usage error.
+//	txkit fence show     [-pg URL] [-schema S] [-table T] [-resource R] [-path P [-zk ADDRS]]
+//	txkit fence reset    -resource R -path P [-zk ADDRS] [-pg URL] [-schema S] [-table T]
+//
+// The PostgreSQL URL comes from -pg, or from the file named by -pg-file, or from $TXKIT_PG_URL. A
+// URL with a password given with -pg shows in the process list to every user of the machine: use
+// $TXKIT_PG_URL or -pg-file (readable only by you) for one. ZooKeeper addresses come from -zk or
+// $TXKIT_ZK. Text read from the tables (errors, keys, payloads) is printed with control
+// characters escaped (), so that it cannot drive the terminal.
+//
+// The exit status is 0 on success, 1 when the command failed (or requeue found fewer dead messages
+// than IDs given, or reset found nothing to reset), and 2 on a usage error.
 package main
 
 import (
@@ -41,7 +50,9 @@ commands:
   outbox requeue   make dead messages pending again      ID... | -all
 
 flags of every outbox command (before the verb or after it):
-  -pg URL       PostgreSQL URL (default $TXKIT_PG_URL)
+  -pg URL       PostgreSQL URL (default $TXKIT_PG_URL; shows in the process list: prefer
+                $TXKIT_PG_URL or -pg-file for a URL with a password)
+  -pg-file F    file holding the PostgreSQL URL
   -schema NAME  schema of the outbox table (default: the URL's search_path)
   -table NAME   outbox table (default txkit_outbox)
 
@@ -49,7 +60,7 @@ flags of every outbox command (before the verb or after it):
   tx show GID      one global transaction and its branches
 
 flags of every tx command (before the verb or after it):
-  -pg URL       PostgreSQL URL (default $TXKIT_PG_URL)
+  -pg URL, -pg-file F   as above
   -schema NAME  schema of the coordinator's tables (default: the URL's search_path)
   -prefix P     table prefix (default txkit_ for tcc; sagas use txkit_saga_, two-phase commits txkit_2pc_)
 
@@ -58,9 +69,21 @@ flags of every tx command (before the verb or after it):
   notify redeliver ID...  put failed notifications back on the schedule
 
 flags of every notify command (before the verb or after it):
-  -pg URL       PostgreSQL URL (default $TXKIT_PG_URL)
+  -pg URL, -pg-file F   as above
   -schema NAME  schema of the notifier's tables (default: the URL's search_path)
   -table NAME   notifications table (default txkit_notify)
+
+  fence show       the highest fencing token recorded per resource   [-resource R] [-path P]
+                   with -path: the lock path's current epoch, and the resources whose recorded
+                   epoch is above it (every holder of P is refused there)
+  fence reset      forget resource R's token if its epoch is above lock path P's   -resource R -path P
+                   (after the ensemble was rebuilt from empty data, which fences every leader)
+
+flags of every fence command (before the verb or after it):
+  -pg URL, -pg-file F   as above
+  -schema NAME  schema of the fence table (default: the URL's search_path)
+  -table NAME   fence table (default txkit_fence)
+  -zk ADDRS     ZooKeeper servers, host:port,... (default $TXKIT_ZK)
 
 exit status: 0 success, 1 failure (or fewer dead messages requeued than IDs given), 2 usage error
 `
@@ -97,7 +120,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "txkit: %v\n\n%s", err, usage)
 		return exitUsage
 	default:
-		fmt.Fprintf(stderr, "txkit: %v\n", err)
+		fmt.Fprintf(stderr, "txkit: %s\n", printable(err.Error()))
 		return exitFail
 	}
 }
@@ -108,11 +131,12 @@ func usageErr(format string, args ...any) error {
 
 // common holds the flags every outbox command takes.
 type common struct {
-	pg, schema, table string
+	pg            pgFlags
+	schema, table string
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.pg, "pg", c.pg, "PostgreSQL URL (default $TXKIT_PG_URL)")
+	c.pg.register(fs)
 	fs.StringVar(&c.schema, "schema", c.schema, "schema of the outbox table")
 	fs.StringVar(&c.table, "table", c.table, "outbox table")
 }
@@ -133,6 +157,38 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// subcommand parses a command's flags up to its verb, and returns the verb, a flag set for what
+// follows it (with the same flags registered, so they may come before the verb or after it) and
+// the arguments after the verb.
+func subcommand(name string, args []string, register func(*flag.FlagSet), verbs string) (string, *flag.FlagSet, []string, error) {
+	fs := newFlagSet(name)
+	register(fs)
+	if err := parse(fs, args); err != nil {
+		return "", nil, nil, err
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return "", nil, nil, usageErr("%s: no verb (%s)", name, verbs)
+	}
+	vs := newFlagSet(name + " " + rest[0])
+	register(vs)
+	return rest[0], vs, rest[1:], nil
+}
+
+// connect opens one PostgreSQL connection and returns it with the function that closes it (with a
+// context of its own, so that it runs after ctx ends).
+func connect(ctx context.Context, url string) (*pgx.Conn, func(), error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	return conn, func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}, nil
+}
+
 func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) == 0 {
 		return usageErr("no command")
@@ -145,22 +201,16 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return txCmd(ctx, args[1:], getenv, stdout)
 	case "notify":
 		return notifyCmd(ctx, args[1:], getenv, stdout)
+	case "fence":
+		return fenceCmd(ctx, args[1:], getenv, stdout)
 	default:
 		return usageErr("unknown command %q", args[0])
 	}
-	c := common{pg: getenv("TXKIT_PG_URL"), table: outbox.DefaultTable}
-	fs := newFlagSet("outbox")
-	c.register(fs)
-	if err := parse(fs, args[1:]); err != nil {
+	c := common{table: outbox.DefaultTable}
+	verb, vs, rest, err := subcommand("outbox", args[1:], c.register, "backlog, dead, requeue")
+	if err != nil {
 		return err
 	}
-	rest := fs.Args()
-	if len(rest) == 0 {
-		return usageErr("outbox: no verb (backlog, dead, requeue)")
-	}
-	verb, rest := rest[0], rest[1:]
-	vs := newFlagSet("outbox " + verb)
-	c.register(vs)
 	var (
 		limit int
 		all   bool
@@ -201,8 +251,9 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 			ids = append(ids, id)
 		}
 	}
-	if c.pg == "" {
-		return usageErr("no PostgreSQL URL: set -pg or TXKIT_PG_URL")
+	pgURL, err := c.pg.resolve(getenv)
+	if err != nil {
+		return err
 	}
 	var opts []outbox.Option
 	if c.schema != "" {
@@ -212,15 +263,11 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	conn, err := pgx.Connect(ctx, c.pg)
+	conn, closeConn, err := connect(ctx, pgURL)
 	if err != nil {
-		return fmt.Errorf("connect to PostgreSQL: %w", err)
+		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
+	defer closeConn()
 
 	switch verb {
 	case "backlog":
@@ -289,14 +336,15 @@ func requeue(ctx context.Context, ob *outbox.Outbox, db outbox.DBTX, ids []uuid.
 	return nil
 }
 
-// oneLine shortens s to at most n runes on one line, for a table cell.
+// oneLine shortens s to at most n runes on one line, for a table cell, and escapes what a
+// terminal would act on (see printable).
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if s == "" {
 		return "-"
 	}
 	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
+		s = string(r[:n-1]) + "…"
 	}
-	return s
+	return printable(s)
 }

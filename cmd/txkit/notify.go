@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -15,26 +16,17 @@ import (
 // notifyCmd runs `txkit notify failed|show|redeliver`: the notifications that ran out of attempts,
 // one notification with its attempts, and putting failed ones back on the schedule.
 func notifyCmd(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	pg, schema, table := getenv("TXKIT_PG_URL"), "", "txkit_notify"
-	register := func(fs interface {
-		StringVar(*string, string, string, string)
-	}) {
-		fs.StringVar(&pg, "pg", pg, "PostgreSQL URL")
+	var pg pgFlags
+	schema, table := "", "txkit_notify"
+	register := func(fs *flag.FlagSet) {
+		pg.register(fs)
 		fs.StringVar(&schema, "schema", schema, "schema of the notifier's tables")
 		fs.StringVar(&table, "table", table, "notifications table")
 	}
-	fs := newFlagSet("notify")
-	register(fs)
-	if err := parse(fs, args); err != nil {
+	verb, vs, rest, err := subcommand("notify", args, register, "failed, show, redeliver")
+	if err != nil {
 		return err
 	}
-	rest := fs.Args()
-	if len(rest) == 0 {
-		return usageErr("notify: no verb (failed, show, redeliver)")
-	}
-	verb, rest := rest[0], rest[1:]
-	vs := newFlagSet("notify " + verb)
-	register(vs)
 	limit := 50
 	switch verb {
 	case "failed":
@@ -63,14 +55,15 @@ func notifyCmd(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		ids = append(ids, id)
 	}
-	if pg == "" {
-		return usageErr("no PostgreSQL URL: set -pg or TXKIT_PG_URL")
+	pgURL, err := pg.resolve(getenv)
+	if err != nil {
+		return err
 	}
 	opts := []notify.Option{notify.WithTable(table)}
 	if schema != "" {
 		opts = append(opts, notify.WithSchema(schema))
 	}
-	pool, err := pgxpool.New(ctx, pg)
+	pool, err := pgxpool.New(ctx, pgURL)
 	if err != nil {
 		return fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
@@ -93,7 +86,7 @@ func notifyCmd(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		fmt.Fprintln(w, "ID\tRECEIVER\tKEY\tATTEMPTS\tLAST STATUS\tLAST ERROR")
 		for _, r := range rs {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, r.Receiver, r.Key, r.Attempts, r.LastStatusCode, oneLine(r.LastError, 60))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, printable(r.Receiver), printable(r.Key), r.Attempts, r.LastStatusCode, oneLine(r.LastError, 60))
 		}
 	case "show":
 		r, err := n.Get(ctx, ids[0])
@@ -101,7 +94,7 @@ func notifyCmd(ctx context.Context, args []string, getenv func(string) string, s
 			return err
 		}
 		fmt.Fprintf(w, "id\t%s\nreceiver\t%s\nkey\t%s\nstatus\t%s\nattempts\t%d\ncreated\t%s\npayload\t%s\n",
-			r.ID, r.Receiver, r.Key, r.Status, r.Attempts, r.CreatedAt.Format("2006-01-02 15:04:05.000"), oneLine(string(r.Payload), 200))
+			r.ID, printable(r.Receiver), printable(r.Key), r.Status, r.Attempts, r.CreatedAt.Format("2006-01-02 15:04:05.000"), oneLine(string(r.Payload), 200))
 		as, err := n.Attempts(ctx, r.ID)
 		if err != nil {
 			return err

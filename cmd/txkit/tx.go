@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -14,26 +15,17 @@ import (
 
 // txCmd runs `txkit tx list|show`: what the tcc and saga coordinators' log holds, for operators.
 func txCmd(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	pg, schema, prefix := getenv("TXKIT_PG_URL"), "", "txkit_"
-	register := func(fs interface {
-		StringVar(*string, string, string, string)
-	}) {
-		fs.StringVar(&pg, "pg", pg, "PostgreSQL URL")
+	var pg pgFlags
+	schema, prefix := "", "txkit_"
+	register := func(fs *flag.FlagSet) {
+		pg.register(fs)
 		fs.StringVar(&schema, "schema", schema, "schema of the coordinator's tables")
 		fs.StringVar(&prefix, "prefix", prefix, "table prefix")
 	}
-	fs := newFlagSet("tx")
-	register(fs)
-	if err := parse(fs, args); err != nil {
+	verb, vs, rest, err := subcommand("tx", args, register, "list, show")
+	if err != nil {
 		return err
 	}
-	rest := fs.Args()
-	if len(rest) == 0 {
-		return usageErr("tx: no verb (list, show)")
-	}
-	verb, rest := rest[0], rest[1:]
-	vs := newFlagSet("tx " + verb)
-	register(vs)
 	var (
 		kind, status, after string
 		unfinished          bool
@@ -82,14 +74,15 @@ func txCmd(ctx context.Context, args []string, getenv func(string) string, stdou
 			return usageErr("tx show: give one gid")
 		}
 	}
-	if pg == "" {
-		return usageErr("no PostgreSQL URL: set -pg or TXKIT_PG_URL")
+	pgURL, err := pg.resolve(getenv)
+	if err != nil {
+		return err
 	}
 	opts := []core.Option{core.WithTablePrefix(prefix)}
 	if schema != "" {
 		opts = append(opts, core.WithSchema(schema))
 	}
-	pool, err := pgxpool.New(ctx, pg)
+	pool, err := pgxpool.New(ctx, pgURL)
 	if err != nil {
 		return fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
@@ -116,14 +109,14 @@ func txCmd(ctx context.Context, args []string, getenv func(string) string, stdou
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "GID\tKIND\tSTATUS\tATTEMPTS\tCREATED\tNEXT_RETRY\tLAST_ERROR")
 	for _, t := range txs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", t.GID, t.Kind, t.Status, t.Attempts,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", printable(t.GID), t.Kind, t.Status, t.Attempts,
 			t.CreatedAt.UTC().Format(time.RFC3339), t.NextRetryAt.UTC().Format(time.RFC3339), oneLine(t.LastError, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if len(txs) == limit {
-		_, err := fmt.Fprintf(stdout, "(first %d; -after %s shows the next)\n", limit, txs[len(txs)-1].GID)
+		_, err := fmt.Fprintf(stdout, "(first %d; -after %s shows the next)\n", limit, printable(txs[len(txs)-1].GID))
 		return err
 	}
 	return nil
@@ -131,7 +124,7 @@ func txCmd(ctx context.Context, args []string, getenv func(string) string, stdou
 
 func showTx(t *core.Transaction, w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "gid\t%s\n", t.GID)
+	fmt.Fprintf(tw, "gid\t%s\n", printable(t.GID))
 	fmt.Fprintf(tw, "kind\t%s\n", t.Kind)
 	fmt.Fprintf(tw, "status\t%s\n", t.Status)
 	fmt.Fprintf(tw, "created\t%s\n", t.CreatedAt.UTC().Format(time.RFC3339Nano))
@@ -145,7 +138,7 @@ func showTx(t *core.Transaction, w io.Writer) error {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nBRANCH\tSTATUS\tTARGET\tATTEMPTS\tLAST_ERROR")
 	for _, b := range t.Branches {
-		fmt.Fprintf(tw, "%s\t%s\t%s %s\t%d\t%s\n", b.Name, b.Status, b.Target.Kind, oneLine(b.Target.Ref, 60), b.Attempts, oneLine(b.LastError, 80))
+		fmt.Fprintf(tw, "%s\t%s\t%s %s\t%d\t%s\n", printable(b.Name), b.Status, b.Target.Kind, oneLine(b.Target.Ref, 60), b.Attempts, oneLine(b.LastError, 80))
 	}
 	return tw.Flush()
 }
