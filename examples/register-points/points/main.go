@@ -21,6 +21,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/examples/internal/exapp"
@@ -91,7 +92,23 @@ func run(ctx context.Context, listen, pg, db, schema, namesrv, topic, group stri
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /points/{user}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /points/{user}", userPoints(pool, log))
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) { exapp.WriteJSON(w, http.StatusOK, c.Stats()) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		exapp.WriteJSON(w, 200, map[string]string{"status": "ok"})
+	})
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return c.Run(ctx) })
+	g.Go(func() error { return exapp.Serve(ctx, listen, mux) })
+	log.Info("points service running", "schema", schema, "topic", topic, "group", group)
+	return g.Wait()
+}
+
+// userPoints answers GET /points/{user}: 200 {"user", "points"}, 404 with 0 points for a user
+// not awarded yet, and 500 {"error", "request_id"} when the database fails (its detail is logged
+// under that request id, not answered).
+func userPoints(pool *pgxpool.Pool, log *slog.Logger) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		id, err := uuid.Parse(r.PathValue("user"))
 		if err != nil {
 			exapp.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "user must be a UUID"})
@@ -104,18 +121,9 @@ func run(ctx context.Context, listen, pg, db, schema, namesrv, topic, group stri
 			return
 		}
 		if err != nil {
-			exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			exapp.Fail(w, log, http.StatusInternalServerError, "reading the points failed", err, "user", id.String())
 			return
 		}
 		exapp.WriteJSON(w, http.StatusOK, map[string]any{"user": id, "points": n})
-	})
-	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) { exapp.WriteJSON(w, http.StatusOK, c.Stats()) })
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		exapp.WriteJSON(w, 200, map[string]string{"status": "ok"})
-	})
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return c.Run(ctx) })
-	g.Go(func() error { return exapp.Serve(ctx, listen, mux) })
-	log.Info("points service running", "schema", schema, "topic", topic, "group", group)
-	return g.Wait()
+	}
 }

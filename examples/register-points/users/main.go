@@ -27,6 +27,7 @@ import (
 
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/register-points/internal/app"
+	"github.com/txkit/txkit/internal/httpsafe"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/outbox"
 	txrocketmq "github.com/txkit/txkit/outbox/rocketmq"
@@ -139,7 +140,8 @@ type service struct {
 	txp   *txrocketmq.TxProducer
 }
 
-// register: POST /users {"name": "..."} → 201 {"id": "..."}.
+// register: POST /users {"name": "..."} → 201 {"id": "..."}; a failure → 500 {"error": "registration
+// failed", "request_id": "..."}, its detail in the log under that request id.
 func (s *service) register(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Name string `json:"name"`
@@ -169,8 +171,8 @@ func (s *service) register(w http.ResponseWriter, r *http.Request) {
 		err = s.txp.Send(r.Context(), msg, insert)
 	}
 	if err != nil {
-		s.log.Error("register failed", "err", err)
-		exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		// The error may name the database, its user and host: logged with a request id, not answered.
+		exapp.Fail(w, s.log, http.StatusInternalServerError, "registration failed", err)
 		return
 	}
 	exapp.WriteJSON(w, http.StatusCreated, map[string]string{"id": ev.UserID.String()})
@@ -183,7 +185,7 @@ func (s *service) stats(w http.ResponseWriter, r *http.Request) {
 		out["relay"] = s.relay.Stats()
 		leader, err := s.el.Leader(r.Context())
 		if err != nil && !errors.Is(err, lock.ErrNoLeader) {
-			out["leader_error"] = err.Error()
+			out["leader_error"] = "leader unknown (request id " + httpsafe.Log(s.log, "reading the leader failed", err) + ")"
 		}
 		out["leader"] = leader
 		pending, dead, err := s.ob.Backlog(r.Context(), s.pool)
