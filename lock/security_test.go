@@ -171,21 +171,7 @@ func TestIntegrationDigestAuthACL(t *testing.T) {
 	root := testenv.ZKRoot(t)
 	path := root + "/acl/leader"
 	const user, password = "txkit", "correct horse battery staple"
-	// Runs before ZKRoot's cleanup (whose connection has no credentials and could not delete).
-	t.Cleanup(func() {
-		c, _, err := zk.Connect(servers, 5*time.Second, zk.WithLogInfo(false))
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		defer c.Close()
-		if err := c.AddAuth("digest", []byte(user+":"+password)); err != nil {
-			t.Errorf("cleanup: auth: %v", err)
-		}
-		if err := testenv.DeleteTree(c, root); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	cleanupWithAuth(t, servers, root, user, password)
 	authed := func() *lock.Session {
 		return session(t, servers, lock.WithDigestAuth(user, password), lock.WithACL(lock.CreatorACL(true)...))
 	}
@@ -231,6 +217,72 @@ func TestIntegrationDigestAuthACL(t *testing.T) {
 	// Another session with the credentials (another process of the same application) takes over.
 	b := testenvElector(t, authed(), path, "b")
 	takeOver(t, ctx, s1, path, 2, la, b)
+}
+
+// TestIntegrationAuthAfterSessionExpires: the credentials are presented again on a reconnection
+// within the ZooKeeper session (go-zookeeper resends them) and on the new ZooKeeper session the
+// Session opens after losing one (the Session adds them): under a creator-only ACL, either gap
+// would make every later Lock fail with ErrNoAuth. It cuts the connection through a proxy, so it
+// runs without -race (Makefile ZK_RECONNECT_TESTS matches SessionExpires).
+func TestIntegrationAuthAfterSessionExpires(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZK(t)
+	root := testenv.ZKRoot(t)
+	path := root + "/lock"
+	const user, password = "txkit", "another long password"
+	cleanupWithAuth(t, servers, root, user, password)
+	p := testenv.NewProxy(t, servers[0])
+	s := session(t, []string{p.Addr()}, lock.WithDigestAuth(user, password), lock.WithACL(lock.CreatorACL(false)...))
+	m := mutex(t, s, path)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	lockUnlock := func(what string) {
+		t.Helper()
+		if _, err := m.Lock(ctx); err != nil {
+			t.Fatalf("Lock %s: %v", what, err)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock %s: %v", what, err)
+		}
+	}
+	lockUnlock("on the first session")
+	if _, _, err := rawConn(t, servers).Children(path); !errors.Is(err, zk.ErrNoAuth) {
+		t.Fatalf("listing %s without credentials = %v, want ErrNoAuth", path, err)
+	}
+
+	p.Cut() // a reconnection within the same ZooKeeper session
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		return s.Conn().State() == zk.StateHasSession
+	}, "the session to reconnect")
+	lockUnlock("after a reconnection")
+
+	p.Down() // longer than the session timeout: the Session gives the ZooKeeper session up
+	testenv.Eventually(t, 2*testSessionTimeout, 10*time.Millisecond, func() bool { return s.Stats().Expirations == 1 },
+		"the session to be declared lost")
+	p.Up()
+	lockUnlock("on a new ZooKeeper session")
+	if st := s.Stats(); st.Sessions < 2 {
+		t.Fatalf("stats %+v: want a second ZooKeeper session", st)
+	}
+}
+
+// cleanupWithAuth deletes root with the credentials when the test ends, before ZKRoot's own
+// cleanup, whose connection has none and could not.
+func cleanupWithAuth(t *testing.T, servers []string, root, user, password string) {
+	t.Cleanup(func() {
+		c, _, err := zk.Connect(servers, 5*time.Second, zk.WithLogInfo(false))
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		defer c.Close()
+		if err := c.AddAuth("digest", []byte(user+":"+password)); err != nil {
+			t.Errorf("cleanup: auth: %v", err)
+		}
+		if err := testenv.DeleteTree(c, root); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
 }
 
 func TestSessionAuthOptionsValidated(t *testing.T) {
