@@ -1,11 +1,13 @@
 package rocketmq_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testenv"
@@ -17,14 +19,28 @@ import (
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
 
-// Results published to a topic become notifications, once each however often a message is
-// published; a message for an unknown receiver is poison, acknowledged and dropped.
-func TestIntegrationTopicToNotifications(t *testing.T) {
+const (
+	secret         = "receiver-secret-0123456789"
+	producerSecret = "producer-secret-0123456789"
+)
+
+// intake is one test's notifier (receivers "shop" and "admin"), migrated, with a consumer of a
+// topic of its own feeding it through handler h(n), and a publisher to that topic.
+type intake struct {
+	n     *notify.Notifier
+	c     *obrocketmq.Consumer
+	pub   *obrocketmq.Publisher
+	topic string
+}
+
+func newIntake(t *testing.T, h func(*notify.Notifier) obrocketmq.Handler) *intake {
 	ctx := t.Context()
 	pg := testenv.PG(t)
 	ns, topic := testenv.Namesrv(t), testenv.Topic(t)
-	n, err := notify.New(pg.Pool, []notify.Receiver{{Name: "shop", URL: "http://127.0.0.1:1/notify", Secrets: []string{"k"}}},
-		notify.WithSchema(pg.Name))
+	n, err := notify.New(pg.Pool, []notify.Receiver{
+		{Name: "shop", URL: "https://shop.invalid/notify", Secrets: []string{secret}},
+		{Name: "admin", URL: "https://admin.invalid/notify", Secrets: []string{secret}},
+	}, notify.WithSchema(pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +54,7 @@ func TestIntegrationTopicToNotifications(t *testing.T) {
 	if err := store.Migrate(ctx, pg.Pool); err != nil {
 		t.Fatal(err)
 	}
-	c, err := obrocketmq.NewConsumer(ns, "txkit-notify-"+testenv.Name(t), topic, pg.Pool, store, rocketmq.Handler(n, rocketmq.JSON),
+	c, err := obrocketmq.NewConsumer(ns, "txkit-notify-"+testenv.Name(t), topic, pg.Pool, store, h(n),
 		obrocketmq.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -48,28 +64,142 @@ func TestIntegrationTopicToNotifications(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pub.Close()
-	ids := make([]uuid.UUID, 3)
-	for i := range ids {
-		ids[i] = uuid.New()
-		msg := outbox.Message{ID: ids[i], Topic: topic, Body: fmt.Appendf(nil, `{"receiver":"shop","key":"order-%d","payload":{"amount":%d}}`, i, i)}
-		for range 2 { // published twice: a relay that lost its delete
-			if err := pub.Publish(ctx, msg); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := pub.Publish(ctx, outbox.Message{ID: uuid.New(), Topic: topic, Body: []byte(`{"receiver":"nobody","key":"x","payload":{}}`)}); err != nil {
+	t.Cleanup(func() { pub.Close() })
+	return &intake{n: n, c: c, pub: pub, topic: topic}
+}
+
+func (in *intake) publish(t *testing.T, msg outbox.Message) {
+	t.Helper()
+	if err := in.pub.Publish(t.Context(), msg); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// result is a message's body naming receiver and key.
+func (in *intake) result(receiver, key string) outbox.Message {
+	return outbox.Message{ID: uuid.New(), Topic: in.topic,
+		Body: fmt.Appendf(nil, `{"receiver":%q,"key":%q,"payload":{"amount":1}}`, receiver, key)}
+}
+
+// enqueued reports whether receiver has a notification for key.
+func (in *intake) enqueued(t *testing.T, receiver, key string) bool {
+	t.Helper()
+	_, err := in.n.ByKey(t.Context(), receiver, key)
+	if err != nil && !errors.Is(err, notify.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// Results published to a topic become notifications, once each however often a message is
+// published; a message for an unknown receiver is poison, acknowledged and dropped.
+func TestIntegrationTopicToNotifications(t *testing.T) {
+	in := newIntake(t, func(n *notify.Notifier) obrocketmq.Handler {
+		h, err := rocketmq.NewHandler(n, rocketmq.JSON, rocketmq.WithAnyReceiver())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	})
+	ids := make([]uuid.UUID, 3)
+	for i := range ids {
+		msg := in.result("shop", fmt.Sprint("order-", i))
+		ids[i] = msg.ID
+		for range 2 { // published twice: a relay that lost its delete
+			in.publish(t, msg)
+		}
+	}
+	in.publish(t, in.result("nobody", "x"))
 	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool {
-		st := c.Stats()
+		st := in.c.Stats()
 		return st.Applied == 3 && st.Duplicates == 3 && st.Poison == 1
-	}, "3 applied, 3 duplicates, 1 poison (stats %+v)", c.Stats())
+	}, "3 applied, 3 duplicates, 1 poison (stats %+v)", in.c.Stats())
 	for i, id := range ids {
-		rec, err := n.Get(ctx, id)
+		rec, err := in.n.Get(t.Context(), id)
 		if err != nil || rec.Key != fmt.Sprint("order-", i) || rec.Status != notify.StatusPending {
 			t.Fatalf("notification of message %d: %+v, %v", i, rec, err)
 		}
+	}
+}
+
+// An intake allowed to feed "shop" only refuses a message naming "admin" — a receiver the
+// notifier knows, and would sign a delivery to — as poison: it is never enqueued, so never
+// delivered; the message for "shop" is enqueued.
+func TestIntegrationIntakeAllowList(t *testing.T) {
+	in := newIntake(t, shopOnly(t))
+	in.publish(t, in.result("admin", "grant-1"))
+	in.publish(t, in.result("shop", "order-1"))
+	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool {
+		st := in.c.Stats()
+		return st.Applied+st.Poison == 2
+	}, "both messages consumed (stats %+v)", in.c.Stats())
+	if st := in.c.Stats(); st.Applied != 1 || st.Poison != 1 {
+		t.Errorf("stats %+v, want 1 applied (shop) and 1 poison (admin)", st)
+	}
+	if in.enqueued(t, "admin", "grant-1") {
+		t.Error("a message naming a receiver not on the allow-list was enqueued")
+	}
+	if !in.enqueued(t, "shop", "order-1") {
+		t.Error("the message naming the allowed receiver was not enqueued")
+	}
+}
+
+// An intake that requires the producer's signature enqueues a signed message and refuses, as
+// poison, an unsigned one and one signed with another key.
+func TestIntegrationIntakeProducerSignature(t *testing.T) {
+	in := newIntake(t, func(n *notify.Notifier) obrocketmq.Handler {
+		h, err := rocketmq.NewHandler(n, rocketmq.JSON, rocketmq.WithReceivers("shop"), rocketmq.WithProducerSecrets(producerSecret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	})
+	in.publish(t, in.result("shop", "unsigned"))
+	in.publish(t, rocketmq.SignMessage("another-secret-0123456789", in.result("shop", "forged")))
+	in.publish(t, rocketmq.SignMessage(producerSecret, in.result("shop", "signed")))
+	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool {
+		st := in.c.Stats()
+		return st.Applied+st.Poison == 3
+	}, "all three messages consumed (stats %+v)", in.c.Stats())
+	if st := in.c.Stats(); st.Applied != 1 || st.Poison != 2 {
+		t.Errorf("stats %+v, want 1 applied and 2 poison", st)
+	}
+	for key, want := range map[string]bool{"unsigned": false, "forged": false, "signed": true} {
+		if got := in.enqueued(t, "shop", key); got != want {
+			t.Errorf("message %s enqueued: %v, want %v", key, got, want)
+		}
+	}
+}
+
+// NewHandler must be told which receivers messages may name.
+func TestNewHandlerOptions(t *testing.T) {
+	pool, err := pgxpool.New(t.Context(), "postgres://unused@127.0.0.1:1/unused") // never connects
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	n, err := notify.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		opts []rocketmq.Option
+		ok   bool
+	}{
+		{"no allow-list", nil, false},
+		{"allow-list", []rocketmq.Option{rocketmq.WithReceivers("shop")}, true},
+		{"any receiver, explicitly", []rocketmq.Option{rocketmq.WithAnyReceiver()}, true},
+		{"both", []rocketmq.Option{rocketmq.WithReceivers("shop"), rocketmq.WithAnyReceiver()}, false},
+		{"empty name", []rocketmq.Option{rocketmq.WithReceivers("")}, false},
+		{"short producer secret", []rocketmq.Option{rocketmq.WithReceivers("shop"), rocketmq.WithProducerSecrets("short")}, false},
+		{"producer secret", []rocketmq.Option{rocketmq.WithReceivers("shop"), rocketmq.WithProducerSecrets(producerSecret)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := rocketmq.NewHandler(n, rocketmq.JSON, tc.opts...)
+			if (err == nil) != tc.ok || (err != nil && !errors.Is(err, rocketmq.ErrInvalidOption)) {
+				t.Fatalf("NewHandler = %v, want ok %v", err, tc.ok)
+			}
+		})
 	}
 }
