@@ -222,7 +222,8 @@ func TestIntegrationDigestAuthACL(t *testing.T) {
 // TestIntegrationAuthAfterSessionExpires: the credentials are presented again on a reconnection
 // within the ZooKeeper session (go-zookeeper resends them) and on the new ZooKeeper session the
 // Session opens after losing one (the Session adds them): under a creator-only ACL, either gap
-// would make every later Lock fail with ErrNoAuth. It cuts the connection through a proxy, so it
+// would make every later Lock fail (the server refuses the "auth" ACL of an unauthenticated
+// connection with ErrInvalidACL, and its writes with ErrNoAuth). It cuts the connection through a proxy, so it
 // runs without -race (Makefile ZK_RECONNECT_TESTS matches SessionExpires).
 func TestIntegrationAuthAfterSessionExpires(t *testing.T) {
 	t.Parallel()
