@@ -126,8 +126,8 @@ type Client struct {
 
 // ByKey asks for the notification of business key. It blocks until the answer or ctx's end. A
 // notification the sender does not have returns an error wrapping [ErrNotFound]; a refused
-// query, or an answer whose signature does not verify, one wrapping [ErrUnauthorized]; an unusable
-// URL or secret one wrapping [ErrInvalidOption].
+// query, an answer whose signature does not verify, or one about another receiver or key, one
+// wrapping [ErrUnauthorized]; an unusable URL or secret one wrapping [ErrInvalidOption].
 func (c Client) ByKey(ctx context.Context, key string) (*Result, error) {
 	return c.get(ctx, url.Values{"key": {key}})
 }
@@ -190,6 +190,10 @@ func (c Client) get(ctx context.Context, q url.Values) (*Result, error) {
 	var res Result
 	if err := json.Unmarshal(body, &res); err != nil {
 		return nil, fmt.Errorf("notify: query %s: malformed answer: %w", u.RawQuery, err)
+	}
+	if res.Receiver != c.Receiver || (q.Has("key") && res.Key != q.Get("key")) || (q.Has("id") && res.ID.String() != q.Get("id")) {
+		return nil, fmt.Errorf("notify: query %s: the answer is about %s/%s (%s), not what was asked: %w",
+			u.RawQuery, res.Receiver, res.Key, res.ID, ErrUnauthorized)
 	}
 	return &res, nil
 }

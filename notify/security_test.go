@@ -85,6 +85,12 @@ func TestIntegrationReconcileBelievesOnlyTheSender(t *testing.T) {
 		t.Errorf("forged answers applied %d times", got)
 	}
 
+	// A Client checks what it is told too: an answer to ByID about another notification.
+	other := fake("order-9", "shop", secret) // answers with an id of its own
+	if _, err := w.client(other.URL, secret).ByID(t.Context(), uuid.New()); !errors.Is(err, notify.ErrUnauthorized) {
+		t.Errorf("ByID answered about another id = %v, want ErrUnauthorized", err)
+	}
+
 	// The real sender's answers verify.
 	n := w.notifier(w.receivers())
 	query := httptest.NewServer(n.QueryHandler())
