@@ -171,6 +171,63 @@ func TestIntegrationIntakeProducerSignature(t *testing.T) {
 	}
 }
 
+// The ACL broker: deploy/local/rocketmq starts a broker with aclEnable=true on the same name
+// server, with this topic and an account that may publish to it and subscribe to it (the test
+// account of that local broker, as in outbox/rocketmq's acl_test.go).
+const (
+	aclTopic      = "txkit-acl"
+	aclUserKey    = "txkit-acl-user"
+	aclUserSecret = "txkit-acl-user-secret"
+)
+
+// An intake on a broker with ACL on: the consumer and the producer get the account's credentials
+// as their own obrocketmq options, and the message is enqueued. The topic is shared by every run:
+// messages of other runs and tests are consumed too (poison, or enqueued under their own keys);
+// the test waits for its own.
+func TestIntegrationIntakeWithCredentials(t *testing.T) {
+	ctx := t.Context()
+	pg := testenv.PG(t)
+	ns := testenv.Namesrv(t)
+	n, err := notify.New(pg.Pool, []notify.Receiver{
+		{Name: "shop", URL: "https://shop.invalid/notify", Secrets: []string{secret}},
+		{Name: "admin", URL: "https://admin.invalid/notify", Secrets: []string{secret}},
+	}, notify.WithSchema(pg.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	store, err := idempotency.New(idempotency.WithSchema(pg.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx, pg.Pool); err != nil {
+		t.Fatal(err)
+	}
+	h, err := rocketmq.NewHandler(n, rocketmq.JSON, rocketmq.WithReceivers("shop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := obrocketmq.WithCredentials(aclUserKey, aclUserSecret)
+	c, err := obrocketmq.NewConsumer(ns, "txkit-notify-acl-"+testenv.Name(t), aclTopic, pg.Pool, store, h,
+		creds, obrocketmq.WithLogger(testenv.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Run(t, c.Run)
+	pub, err := obrocketmq.NewPublisher(ctx, ns, creds, obrocketmq.WithLogger(testenv.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	key := "acl-" + uuid.NewString()
+	in := &intake{n: n, c: c, pub: pub, topic: aclTopic}
+	in.publish(t, in.result("shop", key))
+	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool { return in.enqueued(t, "shop", key) },
+		"the message published with credentials was not enqueued (is the ACL broker up? make up)")
+}
+
 // NewHandler must be told which receivers messages may name.
 func TestNewHandlerOptions(t *testing.T) {
 	pool, err := pgxpool.New(t.Context(), "postgres://unused@127.0.0.1:1/unused") // never connects
