@@ -39,6 +39,7 @@ import (
 
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/transfer/internal/app"
+	"github.com/txkit/txkit/internal/httpsafe"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/twopc"
 )
@@ -148,6 +149,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	defer coord.Close() // after Run has returned (the errgroup below)
 	if err := coord.Migrate(ctx); err != nil {
 		return err
 	}
@@ -273,9 +275,11 @@ func insufficientFunds(err error) bool {
 }
 
 // transfer: POST /transfers → 200 committed; 409 refused (insufficient funds) or aborted (phase
-// one failed); 404 rejected (no such account); 400 for a bad body; 503 aborted when a side's work
-// failed otherwise; 500 unknown when this instance does not know the outcome (the leader settles
-// it).
+// one failed); 404 rejected (no such account); 400 for a bad body or gid; 503 aborted when a
+// side's work failed otherwise; 500 unknown when this instance does not know the outcome (the
+// leader settles it). A 4xx answer describes only the request; anything else this side did wrong
+// is logged with a request id, and the answer carries a short message and that id, never the
+// error's text (driver messages name the database, its user and host).
 func (s *service) transfer(w http.ResponseWriter, r *http.Request) {
 	var t app.Transfer
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&t); err != nil || t.From == "" || t.To == "" || t.Amount <= 0 || len(t.GID) > 64 {
@@ -290,16 +294,22 @@ func (s *service) transfer(w http.ResponseWriter, r *http.Request) {
 		bopts = append(bopts, twopc.WithGID(t.GID))
 	}
 	g, err := s.tpc.Begin(ctx, bopts...)
+	if errors.Is(err, twopc.ErrInvalidOption) { // the gid
+		exapp.WriteJSON(w, http.StatusBadRequest, app.Answer{Status: "rejected", Error: `"gid" must be UTF-8 without backslash or control characters`})
+		return
+	}
 	if err != nil {
-		exapp.WriteJSON(w, http.StatusBadRequest, app.Answer{GID: t.GID, Status: "rejected", Error: err.Error()})
+		s.fail(w, http.StatusServiceUnavailable, app.Answer{GID: t.GID, Status: "aborted"}, "could not begin the transfer; try again", err)
 		return
 	}
 	gid := g.GID()
 	// East before west, in every transfer: the row locks are taken in the same order, so transfers
 	// cannot wait for each other in a cycle across the databases (a deadlock PostgreSQL could not
 	// detect, each database seeing only half of it).
+	account := t.From
 	err = g.Enlist(ctx, "east", move(gid, t.From, -t.Amount))
 	if err == nil {
+		account = t.To
 		err = g.Enlist(ctx, "west", move(gid, t.To, t.Amount))
 	}
 	if err != nil {
@@ -308,11 +318,11 @@ func (s *service) transfer(w http.ResponseWriter, r *http.Request) {
 		}
 		switch {
 		case insufficientFunds(err):
-			exapp.WriteJSON(w, http.StatusConflict, app.Answer{GID: gid, Status: "refused", Error: "insufficient funds: " + err.Error()})
+			exapp.WriteJSON(w, http.StatusConflict, app.Answer{GID: gid, Status: "refused", Error: "insufficient funds in " + t.From})
 		case errors.Is(err, errNoAccount):
-			exapp.WriteJSON(w, http.StatusNotFound, app.Answer{GID: gid, Status: "rejected", Error: err.Error()})
+			exapp.WriteJSON(w, http.StatusNotFound, app.Answer{GID: gid, Status: "rejected", Error: "no such account: " + account})
 		default: // rolled back everywhere, nothing in the log: safe to try again
-			exapp.WriteJSON(w, http.StatusServiceUnavailable, app.Answer{GID: gid, Status: "aborted", Error: err.Error()})
+			s.fail(w, http.StatusServiceUnavailable, app.Answer{GID: gid, Status: "aborted"}, "the transfer failed and was rolled back; try again", err)
 		}
 		return
 	}
@@ -320,13 +330,23 @@ func (s *service) transfer(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		exapp.WriteJSON(w, http.StatusOK, app.Answer{GID: gid, Status: "committed"})
 	case errors.Is(err, twopc.ErrAborted):
-		exapp.WriteJSON(w, http.StatusConflict, app.Answer{GID: gid, Status: "aborted", Error: err.Error()})
+		// Phase one failed (a database did not prepare in time): nothing about the request, so
+		// the reason is logged, not answered.
+		s.fail(w, http.StatusConflict, app.Answer{GID: gid, Status: "aborted"}, "a database could not prepare the transfer; it was rolled back", err)
 	case errors.Is(err, twopc.ErrIncomplete):
 		// Decided to commit; the leader finishes the COMMIT PREPARED that failed.
 		exapp.WriteJSON(w, http.StatusOK, app.Answer{GID: gid, Status: "committed"})
 	default: // ErrInDoubt and the like: the leader settles it
-		exapp.WriteJSON(w, http.StatusInternalServerError, app.Answer{GID: gid, Status: "unknown", Error: err.Error()})
+		s.fail(w, http.StatusInternalServerError, app.Answer{GID: gid, Status: "unknown"}, "outcome not known yet; the recovery settles it (GET /transfers/{gid})", err)
 	}
+}
+
+// fail answers a with code and the short message msg: err goes only to the log, under a new
+// request id that the answer carries (as exapp.Fail does, in the transfer's own answer, so that
+// clients still get its gid and status).
+func (s *service) fail(w http.ResponseWriter, code int, a app.Answer, msg string, err error) {
+	a.Error, a.RequestID = msg, httpsafe.Log(s.log, msg, err, "gid", a.GID)
+	exapp.WriteJSON(w, code, a)
 }
 
 // words names the log's statuses (the coordinator core's) in two-phase-commit terms.
@@ -343,7 +363,7 @@ func (s *service) get(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, twopc.ErrNotFound):
 		out["transaction"] = "not in the log: it never decided to commit (presumed abort)"
 	case err != nil:
-		exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		exapp.Fail(w, s.log, http.StatusInternalServerError, "could not read the transaction's status", err, "gid", gid)
 		return
 	default:
 		out["transaction"] = words[st]
@@ -352,7 +372,7 @@ func (s *service) get(w http.ResponseWriter, r *http.Request) {
 		var delta *int64
 		err := pool.QueryRow(r.Context(), `select sum(delta) from ledger where gid = $1`, gid).Scan(&delta)
 		if err != nil {
-			exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			exapp.Fail(w, s.log, http.StatusInternalServerError, "could not read the ledger of "+name, err, "gid", gid)
 			return
 		}
 		out[name] = delta
@@ -365,7 +385,7 @@ func (s *service) stats(w http.ResponseWriter, r *http.Request) {
 	out := map[string]any{"id": s.c.id, "twopc": s.tpc.Stats()}
 	leader, err := s.el.Leader(r.Context())
 	if err != nil && !errors.Is(err, lock.ErrNoLeader) {
-		out["leader_error"] = err.Error()
+		out["leader_error"] = "unavailable (request id " + httpsafe.Log(s.log, "read the election's leader", err) + ")"
 	}
 	out["leader"] = leader
 	exapp.WriteJSON(w, http.StatusOK, out)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/url"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -58,6 +61,22 @@ func ledger(ctx context.Context, c *pgx.Conn) (map[string][]entry, int, error) {
 }
 
 // check reads both databases and the log and fills rep with the figures and the invariants.
+// internalDetail returns what in msg, an answer's error message, is the bank's internal detail
+// (the text of twopc's or the driver's errors, the databases, the run's schema, the server's
+// address), or "".
+func (h *harness) internalDetail(msg string) string {
+	var host string
+	if u, err := url.Parse(h.cfg.PG); err == nil {
+		host = u.Host
+	}
+	for _, d := range []string{"twopc:", "SQLSTATE", "ERROR:", "FATAL:", "failed to connect", app.East, app.West, h.schema, host} {
+		if d != "" && strings.Contains(msg, d) {
+			return d
+		}
+	}
+	return ""
+}
+
 func (h *harness) check(ctx context.Context, rep *Report) error {
 	ec, err := exapp.Connect(ctx, h.cfg.PG, app.East, h.schema)
 	if err != nil {
@@ -273,6 +292,23 @@ func (h *harness) check(ctx context.Context, rep *Report) error {
 		fail("the script's transfers: %d answers or balances differ from what they should be", bad)
 	} else {
 		ok("the script's %d transfers got the answers they should and left the balances they should", len(rep.Script))
+	}
+
+	// No answer carries internal detail: the bank logs it and answers a short message.
+	var leaks []string
+	withError := 0
+	h.errs.Range(func(k, v any) bool {
+		withError++
+		if d := h.internalDetail(v.(string)); d != "" {
+			leaks = append(leaks, fmt.Sprintf("%s (%q in %q)", k, d, v))
+		}
+		return true
+	})
+	if len(leaks) > 0 {
+		slices.Sort(leaks)
+		fail("%d answers carry internal detail, e.g. %s", len(leaks), leaks[0])
+	} else {
+		ok("no answer carries internal detail (%d answers with an error message)", withError)
 	}
 
 	if len(rep.doubted) > 0 {

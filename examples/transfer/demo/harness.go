@@ -236,6 +236,7 @@ type harness struct {
 	client  *http.Client
 	sent    sync.Map // gid → sent
 	answers sync.Map // gid → answer status
+	errs    sync.Map // gid → the error text of its answer, when it had one
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -469,6 +470,9 @@ func (h *harness) post(ctx context.Context, t app.Transfer) (int, app.Answer) {
 		return 0, app.Answer{GID: t.GID}
 	}
 	h.answers.Store(t.GID, a.Status)
+	if a.Error != "" {
+		h.errs.Store(t.GID, a.Error)
+	}
 	return resp.StatusCode, a
 }
 

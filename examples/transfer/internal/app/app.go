@@ -29,10 +29,12 @@ type Transfer struct {
 
 // Answer is the body of every answer to POST /transfers. Status is "committed" (200), "refused"
 // (409: insufficient funds), "aborted" (409: phase one failed; 503: a side's work failed
-// otherwise), "rejected" (404: no such account; 400: bad body) or "unknown" (500: the outcome is
-// the leader's to settle).
+// otherwise), "rejected" (404: no such account; 400: bad body or gid) or "unknown" (500: the
+// outcome is the leader's to settle). Error is a short message: what is wrong with the request
+// (4xx), or what failed, with RequestID naming the bank's log line that has the detail.
 type Answer struct {
-	GID    string `json:"gid,omitempty"`
-	Status string `json:"status"`
-	Error  string `json:"error,omitempty"`
+	GID       string `json:"gid,omitempty"`
+	Status    string `json:"status"`
+	Error     string `json:"error,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
 }
