@@ -200,8 +200,9 @@ func (g *Global) GID() string { return g.gid }
 // [Coordinator.RegisterDB]) and keeps that transaction open — holding one of the database's
 // connections — until [Global.Commit] prepares it (PREPARE TRANSACTION) or [Global.Abort] rolls
 // it back. Commit keeps the connection until the branch's COMMIT or ROLLBACK PREPARED, so phase
-// two never waits for the pool. The branch is named db: a database takes part once per transaction. It blocks while
-// work runs; ctx scopes the connection's acquisition and is passed to work.
+// two never waits for the pool. The branch is named db: a database takes part once per
+// transaction. It blocks while work runs; ctx scopes the connection's acquisition and is passed
+// to work.
 //
 // An error from work (or from beginning) rolls the database transaction back and returns the
 // error: the branch is not enlisted, and the caller decides between Abort and committing the
