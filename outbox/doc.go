@@ -4,6 +4,11 @@
 // once, with the same [Message.ID] every time (consumers deduplicate on it, see the idempotency
 // package).
 //
+// Enqueue checks every field against a limit ([MaxTopicLen], [MaxKeyLen], [MaxHeaders],
+// [MaxHeaderNameLen], [MaxHeaderValueLen], [MaxHeadersSize], [WithMaxBodySize]) and refuses a
+// message over one with an error wrapping [ErrTooLarge], before it writes anything. The limits
+// keep every accepted message within what RocketMQ carries; topics are at most 127 bytes.
+//
 // The recipe: migrate once, enqueue in the business transaction, run one relay per process — they
 // elect a leader in ZooKeeper, and only the leader publishes.
 //
@@ -55,6 +60,9 @@
 //	  and not exists (select 1 from blocked b where b.key = t.key and b.first < t.id)
 //	order by id limit $batch
 //
+// and of those, the first ones up to [WithBatchBytes] bytes (always at least one), so a batch
+// of large messages does not hold [WithBatchSize] of them in memory at once.
+//
 // An earlier pending row of the key that is due has a smaller id, so it is in the same batch; the
 // relay publishes it first and leaves the rest of the key for later if it fails. So a key's
 // backlog goes out a batch at a time, not one message per round trip, and a failed message holds
@@ -74,7 +82,9 @@
 //
 // A failed publish raises the row's attempts, stores the error, and sets next_attempt_at to now()
 // plus an exponential backoff with jitter computed by PostgreSQL ([WithBackoff]); after
-// [WithMaxAttempts] failures the row becomes [StatusDead]. [Outbox.ListDead], [Outbox.Requeue] and
+// [WithMaxAttempts] failures the row becomes [StatusDead], and so does at once a message whose
+// publish error wraps [ErrInvalidMessage] (the broker can never carry it: a topic name RocketMQ
+// does not allow, say). [Outbox.ListDead], [Outbox.Requeue] and
 // [Outbox.Backlog] (and the txkit command's "outbox" subcommands) are for operators.
 //
 // # Leadership and fencing

@@ -9,9 +9,17 @@ var (
 	// schema, table or channel name, a batch size, schedule, backoff or attempt limit out of range,
 	// a nil pool, publisher or elector).
 	ErrInvalidOption = errors.New("outbox: invalid option")
-	// ErrInvalidMessage: [Outbox.Enqueue] refused a message: empty topic, body larger than
-	// [WithMaxBodySize], text that PostgreSQL cannot store (invalid UTF-8, NUL bytes).
+	// ErrInvalidMessage: [Outbox.Enqueue] refused a message: empty topic, a field over its limit
+	// (then the error wraps [ErrTooLarge] too), text that PostgreSQL cannot store (invalid UTF-8,
+	// NUL bytes). A [Publisher] returns an error wrapping it for a message its broker can never
+	// carry; the [Relay] then makes the message dead at once instead of retrying it.
 	ErrInvalidMessage = errors.New("outbox: invalid message")
+	// ErrTooLarge: [Outbox.Enqueue] refused a message with a field over its limit: the topic
+	// ([MaxTopicLen]), the key ([MaxKeyLen]), a header name or value ([MaxHeaderNameLen],
+	// [MaxHeaderValueLen]), the number or total size of the headers ([MaxHeaders],
+	// [MaxHeadersSize]) or the body ([WithMaxBodySize]). The error names the field, its size and
+	// the limit, and wraps [ErrInvalidMessage] as well.
+	ErrTooLarge = errors.New("outbox: message too large")
 	// ErrDuplicate: [Outbox.Enqueue] was given a message whose ID is already in the outbox. The
 	// caller's transaction is aborted then (PostgreSQL rolls back on a unique violation).
 	ErrDuplicate = errors.New("outbox: duplicate message id")

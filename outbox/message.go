@@ -27,7 +27,9 @@ type Message struct {
 
 // Publisher delivers messages to a broker. Publish blocks until the broker has acknowledged msg
 // (then it returns nil) or the send failed or ctx ended (then the message may or may not have
-// been delivered: the relay will send it again, with the same ID). Implementations must be safe
+// been delivered: the relay will send it again, with the same ID). An error wrapping
+// [ErrInvalidMessage] says the broker can never carry msg (a topic name it does not allow, say):
+// the relay makes the message dead at once instead of retrying it. Implementations must be safe
 // for concurrent use. outbox/rocketmq provides the RocketMQ one.
 type Publisher interface {
 	Publish(ctx context.Context, msg Message) error

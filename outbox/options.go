@@ -48,8 +48,9 @@ func WithTable(name string) Option { return func(o *options) { o.table = name } 
 func WithChannel(name string) Option { return func(o *options) { o.channel = name } }
 
 // WithMaxBodySize sets the largest body, in bytes, that [Outbox.Enqueue] accepts (default
-// [DefaultMaxBodySize]). Keep it at or below the broker's own limit, or a message too large for the
-// broker is accepted here and then fails every publish until it is dead.
+// [DefaultMaxBodySize]); a larger one is refused with an error wrapping [ErrTooLarge]. Keep it at
+// or below the broker's own limit, or a message too large for the broker is accepted here and then
+// fails every publish until it is dead.
 func WithMaxBodySize(n int) Option { return func(o *options) { o.maxBody = n } }
 
 // WithNotify turns the NOTIFY that [Outbox.Enqueue] issues on or off (default on). NOTIFY wakes
@@ -62,7 +63,21 @@ const (
 	pendingIndex = "_pending_idx"
 	retryIndex   = "_retry_idx"
 	maxTableLen  = maxIdentLen - len(pendingIndex) // 51 bytes
-	maxTopicLen  = 255
+)
+
+// Limits on what [Outbox.Enqueue] accepts, besides the body's ([WithMaxBodySize]). They hold any
+// message Enqueue accepts within what RocketMQ carries — the smallest limits among the brokers a
+// relay commonly feeds: a topic of at most 127 characters (Kafka allows 249), and at most 32 KiB
+// of properties, where the key and the headers travel. A message over one of them is refused with
+// an error wrapping [ErrTooLarge] rather than accepted and then retried by the [Relay] until it is
+// dead.
+const (
+	MaxTopicLen       = 127      // bytes of Message.Topic
+	MaxKeyLen         = 1024     // bytes of Message.Key
+	MaxHeaders        = 64       // entries of Message.Headers
+	MaxHeaderNameLen  = 256      // bytes of one header name
+	MaxHeaderValueLen = 4096     // bytes of one header value
+	MaxHeadersSize    = 16 << 10 // bytes of all header names and values together
 )
 
 func (o *options) validate() error {
@@ -95,6 +110,7 @@ type relayOptions struct {
 	log            *slog.Logger
 	schedule       string
 	batch          int
+	batchBytes     int
 	concurrency    int
 	maxAttempts    int
 	backoffBase    time.Duration
@@ -109,6 +125,7 @@ func defaultRelayOptions() relayOptions {
 		log:            slog.New(slog.DiscardHandler),
 		schedule:       "@every 1s",
 		batch:          128,
+		batchBytes:     DefaultBatchBytes,
 		concurrency:    16,
 		maxAttempts:    16,
 		backoffBase:    time.Second,
@@ -141,13 +158,25 @@ func WithLogger(l *slog.Logger) RelayOption {
 func WithSchedule(spec string) RelayOption { return func(o *relayOptions) { o.schedule = spec } }
 
 // WithBatchSize sets how many due messages one drain reads at a time (default 128, at most 10000).
+// [WithBatchBytes] bounds the batch too.
 func WithBatchSize(n int) RelayOption { return func(o *relayOptions) { o.batch = n } }
+
+// DefaultBatchBytes is the default of [WithBatchBytes]: 16 MiB.
+const DefaultBatchBytes = 16 << 20
+
+// WithBatchBytes bounds the size of one batch (default [DefaultBatchBytes]; at least 1 KiB, at most
+// 1 GiB): a drain reads due messages until [WithBatchSize] of them or n bytes of them — topic, key,
+// body and headers as stored — whichever comes first, and always at least one message, however
+// large. It bounds what the relay holds in memory at once.
+func WithBatchBytes(n int) RelayOption { return func(o *relayOptions) { o.batchBytes = n } }
 
 // WithConcurrency sets how many keys of one batch are published at the same time (default 16).
 // Messages with the same key are always published one after the other, in order.
 func WithConcurrency(n int) RelayOption { return func(o *relayOptions) { o.concurrency = n } }
 
-// WithMaxAttempts sets how many failed publishes make a message dead (default 16).
+// WithMaxAttempts sets how many failed publishes make a message dead (default 16). A publish
+// whose error wraps [ErrInvalidMessage] — the broker can never carry the message — makes it dead at
+// once.
 func WithMaxAttempts(n int) RelayOption { return func(o *relayOptions) { o.maxAttempts = n } }
 
 // WithBackoff sets the retry delay after a failed publish: after the n-th failure the message
@@ -176,6 +205,8 @@ func (o relayOptions) validate() error {
 	switch {
 	case o.batch < 1 || o.batch > maxBatch:
 		return fmt.Errorf("outbox: batch size %d: not in [1, %d]: %w", o.batch, maxBatch, ErrInvalidOption)
+	case o.batchBytes < 1<<10 || o.batchBytes > 1<<30:
+		return fmt.Errorf("outbox: batch bytes %d: not in [1 KiB, 1 GiB]: %w", o.batchBytes, ErrInvalidOption)
 	case o.concurrency < 1:
 		return fmt.Errorf("outbox: concurrency %d: below 1: %w", o.concurrency, ErrInvalidOption)
 	case o.maxAttempts < 1:

@@ -140,8 +140,10 @@ func (ob *Outbox) Migrate(ctx context.Context, db DBTX) error {
 // without a lock ordering them (a row lock on the aggregate, say), have no defined order.
 //
 // Enqueue refuses, with an error wrapping [ErrInvalidMessage] and before touching tx, an empty
-// topic, a body larger than [WithMaxBodySize], and text PostgreSQL cannot store (invalid UTF-8 or
-// NUL bytes in the topic, key or headers). An ID already in the outbox returns an error wrapping
+// topic, a field over its limit (the error wraps [ErrTooLarge] too and names the field, its size
+// and the limit: [MaxTopicLen], [MaxKeyLen], [MaxHeaders], [MaxHeaderNameLen],
+// [MaxHeaderValueLen], [MaxHeadersSize], [WithMaxBodySize]), and text PostgreSQL cannot store
+// (invalid UTF-8 or NUL bytes in the topic, key or headers). An ID already in the outbox returns an error wrapping
 // [ErrDuplicate] — tx is then aborted, as after any failed statement. A nil tx returns an error
 // wrapping [ErrNilTx].
 //
@@ -184,27 +186,50 @@ func (ob *Outbox) Enqueue(ctx context.Context, tx DBTX, msg Message) (uuid.UUID,
 }
 
 func (ob *Outbox) check(msg Message) error {
+	// %.64q: an oversized topic is named by its first 64 characters.
 	bad := func(what string, err error) error {
-		return fmt.Errorf("outbox: message %s to %q: %s: %w: %w", msg.ID, msg.Topic, what, err, ErrInvalidMessage)
+		return fmt.Errorf("outbox: message %s to %.64q: %s: %w: %w", msg.ID, msg.Topic, what, err, ErrInvalidMessage)
 	}
-	if err := pgutil.CheckText(msg.Topic, maxTopicLen); err != nil {
+	tooLarge := func(what string, n, max int, unit string) error {
+		return fmt.Errorf("outbox: message %s to %.64q: %s: %d %s, more than %d: %w: %w",
+			msg.ID, msg.Topic, what, n, unit, max, ErrTooLarge, ErrInvalidMessage)
+	}
+	switch {
+	case len(msg.Topic) > MaxTopicLen:
+		return tooLarge("topic", len(msg.Topic), MaxTopicLen, "bytes")
+	case len(msg.Key) > MaxKeyLen:
+		return tooLarge("key", len(msg.Key), MaxKeyLen, "bytes")
+	case len(msg.Body) > ob.o.maxBody:
+		return tooLarge("body", len(msg.Body), ob.o.maxBody, "bytes")
+	case len(msg.Headers) > MaxHeaders:
+		return tooLarge("headers", len(msg.Headers), MaxHeaders, "entries")
+	}
+	if err := pgutil.CheckText(msg.Topic, MaxTopicLen); err != nil {
 		return bad("topic", err)
 	}
 	if msg.Key != "" {
-		if err := pgutil.CheckText(msg.Key, 1<<20); err != nil {
+		if err := pgutil.CheckText(msg.Key, MaxKeyLen); err != nil {
 			return bad("key", err)
 		}
 	}
-	if len(msg.Body) > ob.o.maxBody {
-		return bad("body", fmt.Errorf("%d bytes, more than %d", len(msg.Body), ob.o.maxBody))
-	}
+	total := 0
 	for k, v := range msg.Headers {
-		if err := pgutil.CheckText(k, 1<<20); err != nil {
+		switch {
+		case len(k) > MaxHeaderNameLen:
+			return tooLarge(fmt.Sprintf("header name %.32q", k), len(k), MaxHeaderNameLen, "bytes")
+		case len(v) > MaxHeaderValueLen:
+			return tooLarge(fmt.Sprintf("header %.32q value", k), len(v), MaxHeaderValueLen, "bytes")
+		}
+		total += len(k) + len(v)
+		if err := pgutil.CheckText(k, MaxHeaderNameLen); err != nil {
 			return bad("header name", err)
 		}
 		if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
 			return bad("header "+k, errors.New("value is not valid UTF-8 or contains a NUL byte"))
 		}
+	}
+	if total > MaxHeadersSize {
+		return tooLarge("headers (names and values)", total, MaxHeadersSize, "bytes")
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -91,6 +92,61 @@ func TestEnqueueRefusesInvalidMessages(t *testing.T) {
 	var nilPool *pgxpool.Pool
 	if _, err := ob.Enqueue(t.Context(), nilPool, outbox.Message{Topic: "t"}); !errors.Is(err, outbox.ErrNilTx) {
 		t.Fatalf("Enqueue(nil pool) = %v, want ErrNilTx", err)
+	}
+}
+
+// Each field over its limit is refused at Enqueue with an error wrapping ErrTooLarge (and
+// ErrInvalidMessage) that names the field, its size and the limit, and nothing is written: not in
+// a transaction the test then commits, and Enqueue does not even touch the database.
+func TestIntegrationEnqueueRefusesOversizedFields(t *testing.T) {
+	ob, pool := newOutbox(t, outbox.WithMaxBodySize(1000))
+	manyHeaders := map[string]string{}
+	for i := range 65 {
+		manyHeaders[fmt.Sprintf("h%d", i)] = "v"
+	}
+	bigHeaders := map[string]string{}
+	for i := range 5 {
+		bigHeaders[fmt.Sprintf("h%d", i)] = strings.Repeat("v", 4000)
+	}
+	tests := []struct {
+		name string
+		msg  outbox.Message
+		want string // in the error: the field, its size and the limit
+	}{
+		{"topic", outbox.Message{Topic: strings.Repeat("t", 128)}, "topic: 128 bytes, more than 127"},
+		{"key", outbox.Message{Topic: "t", Key: strings.Repeat("k", 1025)}, "key: 1025 bytes, more than 1024"},
+		{"body", outbox.Message{Topic: "t", Body: make([]byte, 1001)}, "body: 1001 bytes, more than 1000"},
+		{"header name", outbox.Message{Topic: "t", Headers: map[string]string{strings.Repeat("n", 257): "v"}}, "bytes, more than 256"},
+		{"header value", outbox.Message{Topic: "t", Headers: map[string]string{"h": strings.Repeat("v", 4097)}}, `header "h" value: 4097 bytes, more than 4096`},
+		{"header count", outbox.Message{Topic: "t", Headers: manyHeaders}, "headers: 65 entries, more than 64"},
+		{"headers total", outbox.Message{Topic: "t", Headers: bigHeaders}, "headers (names and values): 20010 bytes, more than 16384"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ob.Enqueue(t.Context(), refuseDB{t}, tc.msg)
+			if !errors.Is(err, outbox.ErrTooLarge) || !errors.Is(err, outbox.ErrInvalidMessage) {
+				t.Fatalf("Enqueue = %v; want an error wrapping ErrTooLarge and ErrInvalidMessage", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Enqueue = %v; want it to say %q", err, tc.want)
+			}
+			err = pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+				_, _ = ob.Enqueue(t.Context(), tx, tc.msg) // refused: the commit writes nothing
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := count(t, pool, ob, ""); n != 0 {
+				t.Fatalf("%d rows written", n)
+			}
+		})
+	}
+	// At the limits, accepted.
+	limits := outbox.Message{Topic: strings.Repeat("t", 127), Key: strings.Repeat("k", 1024), Body: make([]byte, 1000),
+		Headers: map[string]string{strings.Repeat("n", 256): strings.Repeat("v", 4096)}}
+	if _, err := ob.Enqueue(t.Context(), pool, limits); err != nil {
+		t.Fatalf("Enqueue at the limits: %v", err)
 	}
 }
 

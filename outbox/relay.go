@@ -27,12 +27,14 @@ import (
 // loop. A wake-up that arrives while a drain runs is kept (one, however many arrive) and starts the
 // next drain, so drains never overlap and a burst of commits costs one extra drain.
 //
-// A drain reads due pending rows in id order, in batches of [WithBatchSize], publishes them — keys
+// A drain reads due pending rows in id order, in batches of [WithBatchSize] messages and at most
+// [WithBatchBytes] bytes (always at least one message), publishes them — keys
 // in parallel ([WithConcurrency]), each key's messages one after the other — and then, in one
 // transaction (fenced by [WithFence]), deletes the rows it sent and records the failures: the
 // attempt count, the error, and a retry time with exponential backoff ([WithBackoff]); a message
-// that failed [WithMaxAttempts] times becomes dead ([Outbox.ListDead], [Outbox.Requeue]). When a
-// message fails, the later messages of its key wait until it is sent or dead.
+// that failed [WithMaxAttempts] times becomes dead ([Outbox.ListDead], [Outbox.Requeue]), and so
+// does at once one whose publish error wraps [ErrInvalidMessage] (the broker can never carry it).
+// When a message fails, the later messages of its key wait until it is sent or dead.
 //
 // Delivery is at least once, with the same [Message.ID] every time: a message is published again
 // when its row's delete was lost (a crash, a lost leadership, a database error after the publish).
@@ -299,7 +301,7 @@ func (r *Relay) drain(ctx context.Context, tok lock.Token, log *slog.Logger) err
 		log.LogAttrs(ctx, slog.LevelInfo, "outbox: drained", attrs...)
 	}()
 	for ctx.Err() == nil {
-		batch, err := r.fetch(ctx)
+		batch, more, err := r.fetch(ctx)
 		if err != nil {
 			return err
 		}
@@ -321,27 +323,36 @@ func (r *Relay) drain(ctx context.Context, tok lock.Token, log *slog.Logger) err
 		sent, failed, dead = sent+s, failed+f, dead+d
 		log.Debug("outbox: batch done", slog.Int("size", len(batch)), slog.Int("sent", s),
 			slog.Int("failed", f), slog.Int("dead", d))
-		if len(batch) < r.o.batch {
+		if !more {
 			return nil
 		}
 	}
 	return nil
 }
 
-func (r *Relay) fetch(ctx context.Context) ([]row, error) {
-	rows, err := r.pool.Query(ctx, r.ob.q.due, r.o.batch)
+// fetch reads the next batch: at most WithBatchSize due rows and, past the first, at most
+// WithBatchBytes bytes of them. more reports whether more rows may be due: the batch is full, or
+// the byte bound cut it short.
+func (r *Relay) fetch(ctx context.Context) (batch []row, more bool, err error) {
+	rows, err := r.pool.Query(ctx, r.ob.q.due, r.o.batch, r.o.batchBytes)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: read due messages of %s: %w", r.ob.name, err)
+		return nil, false, fmt.Errorf("outbox: read due messages of %s: %w", r.ob.name, err)
 	}
-	batch, err := pgx.CollectRows(rows, func(cr pgx.CollectableRow) (row, error) {
+	cut := false
+	batch, err = pgx.CollectRows(rows, func(cr pgx.CollectableRow) (row, error) {
 		var x row
-		err := cr.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts)
+		var c bool
+		err := cr.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &c)
+		cut = cut || c
 		return x, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("outbox: read due messages of %s: %w", r.ob.name, err)
+		return nil, false, fmt.Errorf("outbox: read due messages of %s: %w", r.ob.name, err)
 	}
-	return batch, nil
+	if cut { // the last row only marks where the byte bound cut the batch
+		return batch[:len(batch)-1], true, nil
+	}
+	return batch, len(batch) == r.o.batch, nil
 }
 
 // errNotAttempted marks a message the drain did not publish: an earlier message of its key failed in
@@ -419,6 +430,7 @@ const maxErrorLen = 2000
 func (r *Relay) record(ctx context.Context, tok lock.Token, batch []row, errs []error, log *slog.Logger) (sent, failed, dead int, err error) {
 	var sentIDs, failedIDs []int64
 	var failedErrs []string
+	var permanent []bool
 	for i, x := range batch {
 		switch e := errs[i]; {
 		case e == nil:
@@ -427,9 +439,10 @@ func (r *Relay) record(ctx context.Context, tok lock.Token, batch []row, errs []
 		default:
 			failedIDs = append(failedIDs, x.id)
 			failedErrs = append(failedErrs, errorText(e))
+			permanent = append(permanent, errors.Is(e, ErrInvalidMessage))
 			lo, hi := backoffBounds(r.o.backoffBase, r.o.backoffCap, x.attempts+1)
 			log.Warn("outbox: publish failed", slog.String("msg_id", x.msg.ID.String()),
-				slog.String("topic", x.msg.Topic), slog.Int("attempt", x.attempts+1),
+				slog.String("topic", x.msg.Topic), slog.Int("attempt", x.attempts+1), slog.Bool("permanent", permanent[len(permanent)-1]),
 				slog.Duration("retry_after_min", lo), slog.Duration("retry_after_max", hi), slog.Any("err", e))
 		}
 	}
@@ -453,7 +466,7 @@ func (r *Relay) record(ctx context.Context, tok lock.Token, batch []row, errs []
 			return nil
 		}
 		rows, err := tx.Query(ctx, r.ob.q.fail, failedIDs, failedErrs, r.o.maxAttempts,
-			r.o.backoffBase.Seconds(), r.o.backoffCap.Seconds())
+			r.o.backoffBase.Seconds(), r.o.backoffCap.Seconds(), permanent)
 		if err != nil {
 			return fmt.Errorf("record %d failures: %w", len(failedIDs), err)
 		}
@@ -478,7 +491,7 @@ func (r *Relay) record(ctx context.Context, tok lock.Token, batch []row, errs []
 	if len(deadIDs) > 0 {
 		r.stats.dead.Add(int64(len(deadIDs)))
 		for _, id := range deadIDs {
-			log.Error("outbox: message dead after too many failed publishes", slog.String("msg_id", id.String()),
+			log.Error("outbox: message dead: too many failed publishes, or the publisher can never carry it", slog.String("msg_id", id.String()),
 				slog.Int("max_attempts", r.o.maxAttempts))
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/testenv"
 )
@@ -37,16 +38,18 @@ func TestIntegrationFailStatement(t *testing.T) {
 		max       = 64
 	)
 	tests := []struct {
-		name     string
-		before   int // attempts before this failure
-		wantDead bool
+		name      string
+		before    int // attempts before this failure
+		permanent bool
+		wantDead  bool
 	}{
-		{"first failure", 0, false},
-		{"second failure", 1, false},
-		{"eighth failure", 7, false},
-		{"past the cap", 20, false},
-		{"exponent clamped", 62, false},
-		{"last allowed failure", max - 1, true},
+		{"first failure", 0, false, false},
+		{"second failure", 1, false, false},
+		{"eighth failure", 7, false, false},
+		{"past the cap", 20, false, false},
+		{"exponent clamped", 62, false, false},
+		{"last allowed failure", max - 1, false, true},
+		{"permanent first failure", 0, true, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,7 +63,7 @@ func TestIntegrationFailStatement(t *testing.T) {
 						gotID uuid.UUID
 						dead  bool
 					)
-					if err := tx.QueryRow(ctx, ob.q.fail, []int64{id}, []string{"boom"}, max, base.Seconds(), cap.Seconds()).
+					if err := tx.QueryRow(ctx, ob.q.fail, []int64{id}, []string{"boom"}, max, base.Seconds(), cap.Seconds(), []bool{tc.permanent}).
 						Scan(&gotID, &dead); err != nil {
 						return err
 					}
@@ -115,7 +118,7 @@ func TestIntegrationDueStatement(t *testing.T) {
 		}
 	}
 	due := func(limit int) []string {
-		rows, err := pg.Pool.Query(ctx, ob.q.due, limit)
+		rows, err := pg.Pool.Query(ctx, ob.q.due, limit, 1<<30)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +126,8 @@ func TestIntegrationDueStatement(t *testing.T) {
 		var prev int64
 		for rows.Next() {
 			var x row
-			if err := rows.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts); err != nil {
+			var cut bool
+			if err := rows.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &cut); err != nil {
 				t.Fatal(err)
 			}
 			if x.id <= prev {
@@ -162,4 +166,148 @@ func TestIntegrationDueStatement(t *testing.T) {
 
 	set(k1a, "next_attempt_at = now()")
 	check("k1:1 due again", 100, "k1:1", "k1:2", "k2:1", "-:1", "k1:3", "k3:2")
+}
+
+// migratedOutbox returns an outbox without NOTIFY, migrated in the test's own schema.
+func migratedOutbox(t *testing.T) (*testenv.Schema, *Outbox) {
+	t.Helper()
+	pg := testenv.PG(t)
+	ob, err := New(WithSchema(pg.Name), WithNotify(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Migrate(t.Context(), pg.Pool); err != nil {
+		t.Fatal(err)
+	}
+	return pg, ob
+}
+
+// storedSize is a message's size as the due statement counts it: topic, key and body, and the
+// headers' stored size.
+func storedSize(t *testing.T, pool *pgxpool.Pool, ob *Outbox, id uuid.UUID) int {
+	t.Helper()
+	var n int
+	err := pool.QueryRow(t.Context(), `select octet_length(topic) + coalesce(octet_length(key), 0) + octet_length(body)
+		+ coalesce(pg_column_size(headers), 0) from `+ob.table+` where msg_id = $1`, id).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestIntegrationBatchBytes drains an outbox the way the relay does, batch after batch through
+// fetch, and checks that no batch of more than one message holds more than the byte bound
+// (WithBatchBytes, here the default) and that nothing is left behind.
+func TestIntegrationBatchBytes(t *testing.T) {
+	pg, ob := migratedOutbox(t)
+	ctx := t.Context()
+	const bound = 16 << 20 // DefaultBatchBytes
+	sizes := map[uuid.UUID]int{}
+	for i := range 12 {
+		body := make([]byte, 3<<20) // 36 MiB in all: the count bound (128) alone takes them at once
+		if i == 5 {
+			body = make([]byte, 4<<20)
+		}
+		id, err := ob.Enqueue(ctx, pg.Pool, Message{Topic: "t", Key: "k", Body: body, Headers: map[string]string{"i": "x"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes[id] = storedSize(t, pg.Pool, ob, id)
+	}
+	o := defaultRelayOptions()
+	r := &Relay{pool: pg.Pool, ob: ob, o: o}
+	batches, seen := 0, 0
+	for {
+		batch, more, err := r.fetch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(batch) == 0 {
+			break
+		}
+		batches++
+		total := 0
+		ids := make([]int64, 0, len(batch))
+		for _, x := range batch {
+			total += sizes[x.msg.ID]
+			ids = append(ids, x.id)
+		}
+		if len(batch) > 1 && total > bound {
+			t.Fatalf("batch %d: %d messages, %d bytes, more than the bound %d", batches, len(batch), total, bound)
+		}
+		seen += len(batch)
+		if _, err := pg.Pool.Exec(ctx, ob.q.deleteSent, ids); err != nil {
+			t.Fatal(err)
+		}
+		if !more && seen < len(sizes) {
+			t.Fatalf("batch %d: fetch said nothing more after %d of %d messages", batches, seen, len(sizes))
+		}
+	}
+	if seen != len(sizes) || batches < 3 {
+		t.Fatalf("%d messages in %d batches; want all %d, in at least 3", seen, batches, len(sizes))
+	}
+}
+
+// TestIntegrationDueStatementByteBound: full rows come until the byte bound, always at least
+// one; the first row that does not fit comes back as a marker (cut, no body), and nothing after it.
+func TestIntegrationDueStatementByteBound(t *testing.T) {
+	pg, ob := migratedOutbox(t)
+	ctx := t.Context()
+	var ids []uuid.UUID
+	for _, n := range []int{5000, 1000, 1000, 1000} {
+		id, err := ob.Enqueue(ctx, pg.Pool, Message{Topic: "t", Body: make([]byte, n)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	size := func(i int) int { return storedSize(t, pg.Pool, ob, ids[i]) }
+	tests := []struct {
+		name     string
+		limit    int
+		bytes    int
+		wantRows int  // full rows
+		wantCut  bool // followed by a marker
+	}{
+		{"first row over the bound comes alone", 100, 1024, 1, true},
+		{"exactly two rows", 100, size(0) + size(1), 2, true},
+		{"one byte short of three", 100, size(0) + size(1) + size(2) - 1, 2, true},
+		{"all", 100, 1 << 20, 4, false},
+		{"count limit first", 3, 1 << 20, 3, false},
+		{"count limit and a cut", 2, 1024, 1, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rows, err := pg.Pool.Query(ctx, ob.q.due, tc.limit, tc.bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, cut := 0, false
+			for rows.Next() {
+				var x row
+				var c bool
+				if err := rows.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &c); err != nil {
+					t.Fatal(err)
+				}
+				switch {
+				case cut:
+					t.Fatalf("row %s after the marker", x.msg.ID)
+				case x.msg.ID != ids[n]:
+					t.Fatalf("row %d is %s, want %s", n, x.msg.ID, ids[n])
+				case c && x.msg.Body != nil:
+					t.Fatalf("the marker %s carries a body of %d bytes", x.msg.ID, len(x.msg.Body))
+				case c:
+					cut = true
+				default:
+					n++
+				}
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if n != tc.wantRows || cut != tc.wantCut {
+				t.Fatalf("%d full rows (cut %v), want %d (cut %v)", n, cut, tc.wantRows, tc.wantCut)
+			}
+		})
+	}
 }

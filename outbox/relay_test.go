@@ -182,6 +182,15 @@ func (e *relayEnv) backlog(t *testing.T) (pending, dead int64) {
 	return p, d
 }
 
+// waitOneDead waits until nothing is pending and one message is dead.
+func (e *relayEnv) waitOneDead(t *testing.T, what string) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
+		p, d := e.backlog(t)
+		return p == 0 && d == 1
+	}, "%s", what)
+}
+
 func (e *relayEnv) waitEmpty(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	testenv.Eventually(t, timeout, 20*time.Millisecond, func() bool {
@@ -312,10 +321,7 @@ func TestIntegrationRelayDeadAndRequeue(t *testing.T) {
 	r := e.relay(t, "relay-1", rec, outbox.WithMaxAttempts(maxAttempts), outbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
 	run(t, r)
 
-	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
-		p, d := e.backlog(t)
-		return p == 0 && d == 1
-	}, "the poison message to be dead and the others sent")
+	e.waitOneDead(t, "the poison message to be dead and the others sent")
 	if calls, failed := rec.attempts("poison"); calls != maxAttempts || failed != maxAttempts {
 		t.Fatalf("poison: %d calls, %d failed; want %d of each", calls, failed, maxAttempts)
 	}
@@ -341,6 +347,38 @@ func TestIntegrationRelayDeadAndRequeue(t *testing.T) {
 	e.waitEmpty(t, 30*time.Second)
 	if calls, failed := rec.attempts("poison"); calls != maxAttempts+1 || failed != maxAttempts {
 		t.Fatalf("poison after requeue: %d calls, %d failed", calls, failed)
+	}
+}
+
+// TestIntegrationRelayRefusedForGoodDeadAtOnce: a message the broker can never carry — a topic
+// name RocketMQ does not allow, which the real publisher refuses with an error wrapping
+// ErrInvalidMessage — is dead after its first failed publish instead of being retried
+// WithMaxAttempts times while its key's later messages wait.
+func TestIntegrationRelayRefusedForGoodDeadAtOnce(t *testing.T) {
+	e := newRelayEnv(t)
+	rec := &recorder{next: realPublisher(t)}
+	bad, err := e.ob.Enqueue(t.Context(), e.pool, outbox.Message{Topic: "txkit.dotted.topic", Key: "k", Body: []byte("bad-topic")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(t, "k", "after")
+	const maxAttempts = 5
+	r := e.relay(t, "relay-1", rec, outbox.WithMaxAttempts(maxAttempts), outbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
+	run(t, r)
+
+	e.waitOneDead(t, "the bad-topic message to be dead and the next one sent")
+	if calls, failed := rec.attempts("bad-topic"); calls != 1 || failed != 1 {
+		t.Fatalf("bad-topic: %d calls, %d failed; want 1 of each (dead at once, not %d attempts)", calls, failed, maxAttempts)
+	}
+	dead, err := e.ob.ListDead(t.Context(), e.pool, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 1 || dead[0].ID != bad || dead[0].Attempts != 1 || !strings.Contains(dead[0].LastError, "invalid message") {
+		t.Fatalf("ListDead = %+v", dead)
+	}
+	if sent := rec.sent(); !sameSet(sent, []string{"after"}) {
+		t.Fatalf("published %q, want after", sent)
 	}
 }
 

@@ -31,37 +31,59 @@ visits every earlier pending row of the key: with stale statistics PostgreSQL ev
 the whole backlog, 54 ms per batch at 2,500 pending rows against 2 ms for this form.)
 An earlier pending row of the key that is due has a smaller id, so it is in the same batch; the
 relay publishes it first and skips the rest of the key when it fails. Rows without a key are
-never held back. */}}
+never held back.
+
+The batch is bounded twice: at most $1 rows, and past the first row at most $2 bytes (topic, key
+and body as octet_length gives them, which reads a stored value's size without decompressing it,
+plus the headers' stored size). The running sum streams with the index scan, so the limit still
+stops it. The first row that does not fit comes back as a marker — cut true, body and headers
+null, never read whole — telling the relay that the byte bound, not the backlog, ended the batch;
+the rows after it are not returned. */}}
 {{define "due"}}
 with blocked as materialized (
     select key, min(id) as first
     from {{.Table}}
     where status = '{{.Pending}}' and attempts > 0 and next_attempt_at > now() and key is not null
     group by key
+),
+sized as (
+    select t.id, t.msg_id, t.topic, t.key, t.body, t.headers, t.attempts,
+           octet_length(t.topic) + coalesce(octet_length(t.key), 0) + octet_length(t.body)
+               + coalesce(pg_column_size(t.headers), 0) as size,
+           sum(octet_length(t.topic) + coalesce(octet_length(t.key), 0) + octet_length(t.body)
+               + coalesce(pg_column_size(t.headers), 0)) over w as running,
+           row_number() over w as n
+    from {{.Table}} t
+    where t.status = '{{.Pending}}'
+      and t.next_attempt_at <= now()
+      and not exists (select 1 from blocked b where b.key = t.key and b.first < t.id)
+    window w as (order by t.id rows unbounded preceding)
+    order by t.id
+    limit $1
 )
-select t.id, t.msg_id, t.topic, coalesce(t.key, ''), t.body, t.headers, t.attempts
-from {{.Table}} t
-where t.status = '{{.Pending}}'
-  and t.next_attempt_at <= now()
-  and not exists (select 1 from blocked b where b.key = t.key and b.first < t.id)
-order by t.id
-limit $1
+select s.id, s.msg_id, s.topic, coalesce(s.key, ''),
+       case when s.cut then null else s.body end, case when s.cut then null else s.headers end,
+       s.attempts, s.cut
+from (select sized.*, sized.running > $2 and sized.n > 1 as cut from sized) s
+where s.running - s.size <= $2 or s.n <= 2
+order by s.id
 {{end}}
 
 {{define "delete_sent"}}delete from {{.Table}} where id = any($1::bigint[]){{end}}
 
 {{/* Records failed publishes: $1 row ids, $2 errors, $3 max attempts, $4 backoff base and $5 cap
-in seconds. After the n-th failure the row waits d/2 + random()·d/2, d = min(cap, base·2^(n-1)).
+in seconds, $6 whether each failure is permanent (the message goes dead at once). After the n-th
+failure the row waits d/2 + random()·d/2, d = min(cap, base·2^(n-1)).
 The exponent is clamped and computed in double precision, so no interval overflows. */}}
 {{define "fail"}}
 update {{.Table}} as t set
     attempts        = t.attempts + 1,
     last_error      = f.err,
-    status          = case when t.attempts + 1 >= $3 then '{{.Dead}}' else '{{.Pending}}' end,
+    status          = case when t.attempts + 1 >= $3 or f.permanent then '{{.Dead}}' else '{{.Pending}}' end,
     next_attempt_at = now() + make_interval(secs =>
                           least($5::float8, $4::float8 * power(2::float8, least(t.attempts, 62)))
                           * (0.5 + random() * 0.5))
-from unnest($1::bigint[], $2::text[]) as f(id, err)
+from unnest($1::bigint[], $2::text[], $6::bool[]) as f(id, err, permanent)
 where t.id = f.id and t.status = '{{.Pending}}'
 returning t.msg_id, t.status = '{{.Dead}}'
 {{end}}
