@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/txkit/txkit/idempotency"
 )
@@ -168,6 +169,14 @@ func TestNewBarrierOptions(t *testing.T) {
 		{name: "bad schedule", opts: []BarrierOption{WithBarrierPurgeSchedule("often")}, wantErr: true},
 		{name: "zero batch", opts: []BarrierOption{WithBarrierPurgeBatch(0)}, wantErr: true},
 		{name: "zero body", opts: []BarrierOption{WithMaxRequestBytes(0)}, wantErr: true},
+		{name: "two secrets", opts: []BarrierOption{WithSecrets("0123456789abcdef", "fedcba9876543210"), WithSignatureWindow(time.Minute)}},
+		{name: "unsigned", opts: []BarrierOption{WithUnsignedRequests()}},
+		{name: "short secret", opts: []BarrierOption{WithSecrets("0123456789abcdef", "short")}, wantErr: true},
+		{name: "empty secret list", opts: []BarrierOption{WithSecrets()}, wantErr: true},
+		{name: "secrets and unsigned", opts: []BarrierOption{WithSecrets("0123456789abcdef"), WithUnsignedRequests()}, wantErr: true},
+		{name: "zero window", opts: []BarrierOption{WithSignatureWindow(0)}, wantErr: true},
+		{name: "window beyond retention", opts: []BarrierOption{WithSecrets("0123456789abcdef"), WithBarrierRetention(time.Minute),
+			WithSignatureWindow(time.Hour)}, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := NewBarrier(tc.opts...)

@@ -3,23 +3,66 @@
 // participant barrier that makes each operation run at most once in the participant's own
 // database transaction.
 //
-// The protocol: the coordinator POSTs a JSON [Request] {"gid", "branch", "op", "payload"}; the
-// participant answers 2xx for success, 409 ([StatusRefused]) for a business refusal — the global
-// transaction is rolled back, never retried — and anything else means "try again later".
+// The protocol: the coordinator POSTs a JSON [Request] {"gid", "branch", "op", "payload"} (plus a
+// random "nonce" that participants ignore) to the branch's URL — every op of a branch to the same
+// URL; the participant answers 2xx for success, 409 ([StatusRefused]) for a business refusal —
+// the global transaction is rolled back, never retried — and anything else means "try again
+// later".
 //
 // The barrier makes a participant safe against retries and reordering with a few lines:
 //
-//	bar, _ := participant.NewBarrier()
+//	bar, _ := participant.NewBarrier(participant.WithSecrets(secret))
 //	_ = bar.Migrate(ctx, pool)
 //	go bar.Run(ctx, pool) // purges old barrier rows
-//	mux.Handle("POST /stock/try", bar.Handler(pool, reserve))
-//	mux.Handle("POST /stock/confirm", bar.Handler(pool, commit))
-//	mux.Handle("POST /stock/cancel", bar.Handler(pool, release))
+//	mux.Handle("POST /stock/tcc", bar.Handler(pool, stock,
+//		participant.WithAllowedOps(participant.OpTry, participant.OpConfirm, participant.OpCancel)))
 //
 // Inside the participant's own transaction, each operation of a branch runs at most once; a cancel
 // that arrives before its try (the empty rollback) succeeds without touching business data and
 // blocks that try for good: a try arriving after its cancel (a hanging try) is answered 409
 // ([ErrHanging]) instead of reserving what nobody will ever release. All of it is done with
 // inserts on a unique key, never check-then-write, so a concurrent try and cancel serialise on the
-// index instead of deadlocking.
+// index instead of deadlocking. The transaction is always ended — a panic in the business
+// function is recovered, rolled back and answered 500 — so no connection is left checked out.
+//
+// # Authentication
+//
+// Anyone who can reach a participant could otherwise try, confirm or cancel any branch, so
+// [Barrier.Handler] authenticates every request. By default it verifies a signature: the
+// coordinator signs each request with a shared secret — HMAC-SHA256 over the timestamp, the
+// method, the target (path and query) and the body, in [HeaderTimestamp] and [HeaderSignature],
+// as package notify signs its deliveries — and the handler checks it against its secrets
+// ([WithSecrets]; two during a key rotation), refuses a timestamp more than
+// [WithSignatureWindow] (5 minutes) from its clock, and claims the signature as a nonce in the
+// barrier table in the same transaction as the op, so a replayed request is refused. A refused
+// request is answered 401 ([ErrUnauthorized]) before anything runs or is written. A barrier given
+// no secret refuses every request, unless built with [WithUnsignedRequests].
+//
+// The coordinator side is one client, from [NewSigningClient], used both for the participant.HTTP
+// of the branches a process begins and for the recovery (tcc.WithHTTPClient,
+// saga.WithHTTPClient, twopc.WithHTTPClient):
+//
+//	client, _ := participant.NewSigningClient(secret, &http.Client{Timeout: 10 * time.Second})
+//	c, _ := tcc.New(pool, tcc.WithHTTPClient(client), ...)
+//	err := g.Try(ctx, tcc.Branch{Name: "stock", Participant: participant.HTTP{URL: stockURL, Client: client}})
+//
+// To rotate the key: give every participant both secrets (WithSecrets(newSecret, oldSecret)),
+// then sign with the new one in every coordinator, then drop the old one from the participants.
+// Neither the signing client nor an HTTP with a nil Client follows redirects, which would re-post
+// a signed request wherever a Location header points.
+//
+// Signing proves who sent a request, not that nobody read it: it does not encrypt the payload,
+// and the participant's answer is not signed. Where the network between coordinators and
+// participants is not trusted, use TLS as well, or mutual TLS instead of signing: serve the
+// handler from an http.Server whose tls.Config has ClientAuth: tls.RequireAndVerifyClientCert and
+// ClientCAs holding the coordinators' CA, build the barrier with [WithUnsignedRequests], and give
+// the coordinators an http.Client whose transport presents their certificate:
+//
+//	tlsClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+//		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{coordCert}, RootCAs: participantCAs}},
+//		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+//	c, _ := tcc.New(pool, tcc.WithHTTPClient(tlsClient), ...) // and participant.HTTP{URL: "https://...", Client: tlsClient}
+//
+// (or both: NewSigningClient(secret, tlsClient) signs over mutual TLS). In-process participants
+// ([Barrier.Participant]) are not called over the network and are not signed.
 package participant

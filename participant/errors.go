@@ -18,4 +18,9 @@ var (
 	// ErrInvalidOption: [NewBarrier] was given an option it cannot use. The error returned wraps it
 	// and, when the idempotency store rejected the option, idempotency.ErrInvalidOption too.
 	ErrInvalidOption = errors.New("participant: invalid option")
+	// ErrUnauthorized: [Barrier.Handler] refused a request (HTTP 401) whose signature is missing,
+	// does not verify against its secrets ([WithSecrets]), carries a timestamp outside the window
+	// or was seen before (a replay); or the handler has no secret at all. Nothing was run or
+	// written.
+	ErrUnauthorized = errors.New("participant: unauthorized")
 )

@@ -68,7 +68,10 @@ func ExampleBarrier_Handler() {
 	pool, drop := exampleDB(ctx)
 	defer drop()
 
-	bar, err := participant.NewBarrier() // table txkit_barrier, rows kept 7 days
+	// The secret shared with the coordinators (at least 16 bytes; from your secret store, never
+	// from the code). The handler refuses requests not signed with it.
+	secret := rand.Text()
+	bar, err := participant.NewBarrier(participant.WithSecrets(secret)) // table txkit_barrier, rows kept 7 days
 	if err != nil {
 		panic(err)
 	}
@@ -110,12 +113,20 @@ func ExampleBarrier_Handler() {
 		return nil
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /stock", bar.Handler(pool, stock))
+	// The coordinator posts every TCC op of the branch to this one route; the handler takes no
+	// other op.
+	mux.Handle("POST /stock", bar.Handler(pool, stock,
+		participant.WithAllowedOps(participant.OpTry, participant.OpConfirm, participant.OpCancel)))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	// What a coordinator sends.
-	coord := participant.HTTP{URL: srv.URL + "/stock", Client: srv.Client()}
+	// What a coordinator sends, signed with the shared secret (give the coordinator the same
+	// client: tcc.WithHTTPClient).
+	client, err := participant.NewSigningClient(secret, srv.Client())
+	if err != nil {
+		panic(err)
+	}
+	coord := participant.HTTP{URL: srv.URL + "/stock", Client: client}
 	send := func(gid string, op participant.Op, qty int, note string) {
 		err := coord.Do(ctx, participant.Request{GID: gid, Branch: "stock", Op: op,
 			Payload: json.RawMessage(fmt.Sprintf(`{"item":"apple","qty":%d}`, qty))})

@@ -10,9 +10,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txkit/txkit/internal/signing"
 	"github.com/txkit/txkit/participant"
 )
 
@@ -53,6 +55,7 @@ func post(t *testing.T, url, method, body string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	signing.SignRequest(hr, testSecret, time.Now(), []byte(body))
 	resp, err := http.DefaultClient.Do(hr)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
@@ -66,7 +69,7 @@ func post(t *testing.T, url, method, body string) (int, string) {
 }
 
 func TestIntegrationHandlerStatus(t *testing.T) {
-	f := newFixture(t, participant.WithMaxRequestBytes(1024))
+	f := newFixture(t, participant.WithMaxRequestBytes(1024), participant.WithSecrets(testSecret))
 	srv := newServer(t, f)
 	for _, tc := range []struct {
 		name     string
@@ -77,11 +80,11 @@ func TestIntegrationHandlerStatus(t *testing.T) {
 		invoked  bool   // whether the business code ran
 	}{
 		{name: "ok", body: `{"gid":"g1","branch":"b","op":"try"}`, want: 200, wantBody: `{"ok":true}`, invoked: true},
-		{name: "duplicate", body: `{"gid":"g1","branch":"b","op":"try"}`, want: 200, wantBody: `{"ok":true}`},
+		{name: "duplicate", body: `{"gid":"g1","branch":"b","op":"try","nonce":"retry"}`, want: 200, wantBody: `{"ok":true}`},
 		{name: "refused", body: `{"gid":"g2","branch":"b","op":"try","payload":{"mode":"refuse"}}`, want: 409,
 			wantBody: "out of stock", invoked: true},
 		{name: "transient failure", body: `{"gid":"g3","branch":"b","op":"try","payload":{"mode":"fail"}}`, want: 500,
-			wantBody: "warehouse system unavailable", invoked: true},
+			wantBody: "participant: internal error (request id ", invoked: true},
 		{name: "bad payload", body: `{"gid":"g4","branch":"b","op":"try","payload":{"mode":"bad"}}`, want: 400,
 			wantBody: "no item", invoked: true},
 		{name: "empty rollback", body: `{"gid":"g5","branch":"b","op":"cancel"}`, want: 200, wantBody: `{"ok":true}`},
@@ -114,18 +117,25 @@ func TestIntegrationHandlerStatus(t *testing.T) {
 			}
 		})
 	}
-	if n := f.markers("txkit_barrier"); n != 3 {
-		t.Fatalf("%d barrier rows; want 3 (g1's try, g5's try and cancel): failures must leave none", n)
+	var markers, nonces int
+	if err := f.pool.QueryRow(t.Context(), `select count(*) filter (where scope <> 'nonce'), count(*) filter (where scope = 'nonce')
+		from txkit_barrier`).Scan(&markers, &nonces); err != nil {
+		t.Fatal(err)
+	}
+	if markers != 3 || nonces != 3 {
+		t.Fatalf("%d barrier markers, %d nonces; want 3 markers (g1's try, g5's try and cancel) and the nonces of the 3 requests answered 200: failures must leave none",
+			markers, nonces)
 	}
 }
 
 // The coordinator's HTTP client and the handler agree: 2xx is success, 409 a refusal, the rest a
 // failure to retry — and a retried failure runs the business code again.
 func TestIntegrationHandlerWithHTTPClient(t *testing.T) {
-	f := newFixture(t)
+	f := newFixture(t, participant.WithSecrets(testSecret))
 	srv := newServer(t, f)
 	ctx := t.Context()
-	c := participant.HTTP{URL: srv.URL + "/stock", Client: srv.Client()}
+	// Retries within one second are signed alike but carry different nonces: none is a replay.
+	c := participant.HTTP{URL: srv.URL + "/stock", Client: signingClient(t, testSecret, srv.Client())}
 	r := func(gid string, op participant.Op, mode string) participant.Request {
 		return participant.Request{GID: gid, Branch: "stock", Op: op, Payload: json.RawMessage(`{"mode":"` + mode + `"}`)}
 	}

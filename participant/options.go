@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/internal/signing"
 )
 
 // BarrierOption configures a [Barrier]. Options are applied in order by [NewBarrier], which
@@ -20,6 +21,9 @@ type barrierOptions struct {
 	schedule string
 	batch    int
 	maxBody  int64
+	secrets  []string
+	unsigned bool
+	window   time.Duration
 }
 
 // DefaultBarrierRetention is how long barrier rows are kept by default: 7 days.
@@ -33,7 +37,38 @@ func defaultBarrierOptions() barrierOptions {
 		schedule: "@every 1m",
 		batch:    1000,
 		maxBody:  1 << 20,
+		window:   DefaultSignatureWindow,
 	}
+}
+
+// DefaultSignatureWindow is how far a signed request's timestamp may be from the participant's
+// clock by default: 5 minutes.
+const DefaultSignatureWindow = 5 * time.Minute
+
+// WithSecrets sets the HMAC-SHA256 keys [Barrier.Handler] verifies requests with: a request
+// whose signature (see [NewSigningClient]) matches none of them, whose timestamp is outside
+// [WithSignatureWindow] or which was seen before (a replay) is answered 401 without running
+// anything. Give two secrets during a key rotation — the new one and the old one — until every
+// coordinator signs with the new one. Each secret must be at least 16 bytes; [NewBarrier] returns
+// an error wrapping [ErrInvalidOption] otherwise. Without WithSecrets (or [WithUnsignedRequests])
+// the handler refuses every request. [Barrier.Participant] and [Barrier.Call] are not affected:
+// they are called in-process.
+func WithSecrets(secrets ...string) BarrierOption {
+	return func(o *barrierOptions) { o.secrets = append([]string{}, secrets...) }
+}
+
+// WithUnsignedRequests lets [Barrier.Handler] serve requests that are not signed. It is the
+// explicit opt-out of request signing, for deployments where only coordinators can reach the
+// participant through another authenticated channel — mutual TLS (see the package
+// documentation), or a loopback-only listener. Anyone who can reach a handler without signing can
+// try, confirm or cancel any branch. It cannot be combined with [WithSecrets].
+func WithUnsignedRequests() BarrierOption { return func(o *barrierOptions) { o.unsigned = true } }
+
+// WithSignatureWindow sets how far a signed request's timestamp may be from this participant's
+// clock (default [DefaultSignatureWindow]). Signatures are remembered as nonces for the barrier's
+// retention, which must be longer than the window.
+func WithSignatureWindow(d time.Duration) BarrierOption {
+	return func(o *barrierOptions) { o.window = d }
 }
 
 // WithBarrierSchema sets the PostgreSQL schema of the barrier table (default: none, so the
@@ -83,6 +118,18 @@ func WithMaxRequestBytes(n int64) BarrierOption { return func(o *barrierOptions)
 func (o barrierOptions) validate() error {
 	if o.maxBody < 1 {
 		return fmt.Errorf("participant: max request bytes %d is below 1: %w", o.maxBody, ErrInvalidOption)
+	}
+	if o.unsigned && len(o.secrets) > 0 {
+		return fmt.Errorf("participant: both WithSecrets and WithUnsignedRequests: %w", ErrInvalidOption)
+	}
+	if o.secrets != nil {
+		if err := signing.CheckSecrets(o.secrets); err != nil {
+			return fmt.Errorf("participant: secrets: %w: %w", err, ErrInvalidOption)
+		}
+	}
+	if o.window <= 0 || (len(o.secrets) > 0 && o.window >= o.retain) {
+		return fmt.Errorf("participant: signature window %v must be positive and shorter than the retention %v: %w",
+			o.window, o.retain, ErrInvalidOption)
 	}
 	return nil
 }

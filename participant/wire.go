@@ -3,6 +3,7 @@ package participant
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,16 +102,30 @@ type ParticipantFunc func(ctx context.Context, req Request) error
 func (f ParticipantFunc) Do(ctx context.Context, req Request) error { return f(ctx, req) }
 
 // HTTP is a [Participant] reached by POSTing the JSON Request to URL.
+//
+// Client signs the requests when it was built by [NewSigningClient], as a [Barrier.Handler] with
+// [WithSecrets] requires; a nil Client sends them unsigned, for a participant built with
+// [WithUnsignedRequests] (behind mutual TLS, say — then give a Client with the TLS settings). A
+// nil Client does not follow redirects; a client of your own should not either (see
+// [NewSigningClient]): a 307 or 308 would re-post the request to wherever it points.
 type HTTP struct {
 	URL    string
-	Client *http.Client // nil: http.DefaultClient
+	Client *http.Client // nil: a client with http.DefaultTransport that follows no redirect
+}
+
+// wireRequest is the body HTTP.Do posts: the Request, and a random nonce that makes two sends of
+// one request differ, so that a participant refusing replayed signatures does not refuse a
+// coordinator's retry signed within the same second. Participants ignore it.
+type wireRequest struct {
+	Request
+	Nonce string `json:"nonce"`
 }
 
 // Do posts req and maps the answer: 2xx → nil, [StatusRefused] → an error wrapping [ErrRefused],
 // anything else (or a transport error) → an error the coordinator retries. It blocks until the
 // answer or ctx's end.
 func (h HTTP) Do(ctx context.Context, req Request) error {
-	body, err := json.Marshal(req)
+	body, err := json.Marshal(wireRequest{Request: req, Nonce: rand.Text()})
 	if err != nil {
 		return fmt.Errorf("participant: encode %s %s/%s: %w", req.Op, req.GID, req.Branch, err)
 	}
@@ -121,7 +136,7 @@ func (h HTTP) Do(ctx context.Context, req Request) error {
 	hr.Header.Set("Content-Type", "application/json")
 	c := h.Client
 	if c == nil {
-		c = http.DefaultClient
+		c = noRedirectClient(nil)
 	}
 	resp, err := c.Do(hr)
 	if err != nil {

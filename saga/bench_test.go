@@ -36,7 +36,8 @@ import (
 func BenchmarkSaga(b *testing.B) {
 	ctx := context.Background()
 	pg := testenv.PG(b)
-	bar, err := participant.NewBarrier(participant.WithBarrierLogger(testLogger(b)))
+	const secret = "bench-secret-0123456789abcdef" // participants verify signatures, as by default
+	bar, err := participant.NewBarrier(participant.WithBarrierLogger(testLogger(b)), participant.WithSecrets(secret))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -45,6 +46,11 @@ func BenchmarkSaga(b *testing.B) {
 	}
 	if _, err := pg.Pool.Exec(ctx, `create table bench_counter (name text primary key, done bigint not null);
 		insert into bench_counter values ('p0', 0), ('p1', 0), ('p2', 0)`); err != nil {
+		b.Fatal(err)
+	}
+	// One signing client for the branches and the coordinator's own calls (WithHTTPClient).
+	client, err := participant.NewSigningClient(secret, nil)
+	if err != nil {
 		b.Fatal(err)
 	}
 	parts := make([]participant.HTTP, 3)
@@ -61,9 +67,9 @@ func BenchmarkSaga(b *testing.B) {
 			}
 			_, err := tx.Exec(ctx, `update bench_counter set done = done + $1 where name = $2`, delta, name)
 			return err
-		}))
+		}, participant.WithAllowedOps(participant.OpAction, participant.OpCompensate)))
 		b.Cleanup(srv.Close)
-		parts[i] = participant.HTTP{URL: srv.URL, Client: srv.Client()}
+		parts[i] = participant.HTTP{URL: srv.URL, Client: client}
 	}
 	newCoordinator := func(b *testing.B) (*saga.Coordinator, *pgxpool.Pool) {
 		pool, err := pgxpool.New(ctx, pg.URL)
@@ -71,7 +77,7 @@ func BenchmarkSaga(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(pool.Close)
-		c, err := saga.New(pool, saga.WithSchema(pg.Name), saga.WithLogger(testLogger(b)))
+		c, err := saga.New(pool, saga.WithSchema(pg.Name), saga.WithLogger(testLogger(b)), saga.WithHTTPClient(client))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -5,13 +5,14 @@
 // under a [lock.Elector]) finishes whatever a starter left unfinished — running sagas forward,
 // compensating sagas backward.
 //
-//	c, _ := saga.New(pool, saga.WithSchema("shop"), saga.WithElector(el))
+//	client, _ := participant.NewSigningClient(secret, nil) // signs for the participants' barrier
+//	c, _ := saga.New(pool, saga.WithSchema("shop"), saga.WithElector(el), saga.WithHTTPClient(client))
 //	_ = c.Migrate(ctx)
 //	go c.Run(ctx) // recovery, on the leader only
 //	stock, _ := c.Register("stock", stockParticipant) // in-process, found by name when recovering
 //	s, _ := c.Begin(ctx, saga.WithTimeout(time.Minute))
 //	_ = s.Add(saga.Step{Name: "stock", Participant: stock, Payload: body})
-//	_ = s.Add(saga.Step{Name: "pay", Participant: participant.HTTP{URL: payURL}}) // after stock
+//	_ = s.Add(saga.Step{Name: "pay", Participant: participant.HTTP{URL: payURL, Client: client}}) // after stock
 //	err := s.Submit(ctx) // nil: succeeded; ErrRefused: compensated; ErrIncomplete: the leader carries on
 //
 // # Order

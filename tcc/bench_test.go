@@ -38,7 +38,8 @@ import (
 func BenchmarkTCC(b *testing.B) {
 	ctx := context.Background()
 	pg := testenv.PG(b)
-	bar, err := participant.NewBarrier(participant.WithBarrierLogger(testLogger(b)))
+	const secret = "bench-secret-0123456789abcdef" // participants verify signatures, as by default
+	bar, err := participant.NewBarrier(participant.WithBarrierLogger(testLogger(b)), participant.WithSecrets(secret))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,6 +48,11 @@ func BenchmarkTCC(b *testing.B) {
 	}
 	if _, err := pg.Pool.Exec(ctx, `create table bench_counter (name text primary key, reserved bigint not null, used bigint not null);
 		insert into bench_counter values ('p0', 0, 0), ('p1', 0, 0), ('p2', 0, 0)`); err != nil {
+		b.Fatal(err)
+	}
+	// One signing client for the branches and the coordinator's own calls (WithHTTPClient).
+	client, err := participant.NewSigningClient(secret, nil)
+	if err != nil {
 		b.Fatal(err)
 	}
 	parts := make([]participant.HTTP, 3)
@@ -66,9 +72,9 @@ func BenchmarkTCC(b *testing.B) {
 			}
 			_, err := tx.Exec(ctx, sql, name)
 			return err
-		}))
+		}, participant.WithAllowedOps(participant.OpTry, participant.OpConfirm, participant.OpCancel)))
 		b.Cleanup(srv.Close)
-		parts[i] = participant.HTTP{URL: srv.URL, Client: srv.Client()}
+		parts[i] = participant.HTTP{URL: srv.URL, Client: client}
 	}
 
 	// newCoordinator returns a migrated Coordinator on a pool of its own, so that the pool's
@@ -79,7 +85,7 @@ func BenchmarkTCC(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(pool.Close)
-		c, err := tcc.New(pool, tcc.WithSchema(pg.Name), tcc.WithLogger(testLogger(b)))
+		c, err := tcc.New(pool, tcc.WithSchema(pg.Name), tcc.WithLogger(testLogger(b)), tcc.WithHTTPClient(client))
 		if err != nil {
 			b.Fatal(err)
 		}

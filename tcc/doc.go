@@ -4,14 +4,15 @@
 // starter left unfinished — confirms and cancels that failed, starters that crashed, transactions
 // left trying past their timeout.
 //
-//	c, _ := tcc.New(pool, tcc.WithSchema("shop"), tcc.WithElector(el))
+//	client, _ := participant.NewSigningClient(secret, nil) // signs for the participants' barrier
+//	c, _ := tcc.New(pool, tcc.WithSchema("shop"), tcc.WithElector(el), tcc.WithHTTPClient(client))
 //	_ = c.Migrate(ctx)
 //	go c.Run(ctx) // recovery, on the leader only
 //	stock, _ := c.Register("stock", stockParticipant) // in-process, found by name when recovering
 //	g, _ := c.Begin(ctx, tcc.WithTimeout(30*time.Second))
 //	err := g.Try(ctx, tcc.Branch{Name: "stock", Participant: stock, Payload: body})
 //	if err == nil {
-//		err = g.Try(ctx, tcc.Branch{Name: "pay", Participant: participant.HTTP{URL: payURL}})
+//		err = g.Try(ctx, tcc.Branch{Name: "pay", Participant: participant.HTTP{URL: payURL, Client: client}})
 //	}
 //	if err != nil {
 //		return g.Rollback(ctx) // cancels every recorded branch, even the one that failed

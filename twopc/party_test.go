@@ -28,7 +28,9 @@ func newHTTPParty(t *testing.T, pool *pgxpool.Pool) *httpParty {
 		create table points (id int primary key, n int not null); insert into points values (1, 0)`); err != nil {
 		t.Fatal(err)
 	}
-	bar, err := participant.NewBarrier()
+	// The tests post to it with participant.HTTP{URL: p.url} and no client, so unsigned: this
+	// party opts out of signing (participant's own tests cover signed calls).
+	bar, err := participant.NewBarrier(participant.WithUnsignedRequests())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +55,7 @@ func newHTTPParty(t *testing.T, pool *pgxpool.Pool) *httpParty {
 			return err
 		}
 		return fmt.Errorf("op %s: %w", req.Op, participant.ErrBadRequest)
-	})
+	}, participant.WithAllowedOps(participant.OpPrepare, participant.OpCommit, participant.OpAbort))
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &httpParty{url: srv.URL, pool: pool}

@@ -1,0 +1,51 @@
+package participant_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/participant"
+)
+
+// The secrets of the tests: coordinators sign with testSecret; a participant in a key rotation
+// also accepts oldSecret.
+const (
+	testSecret  = "test-secret-0123456789abcdef"
+	oldSecret   = "old-secret-0123456789abcdef"
+	wrongSecret = "wrong-secret-0123456789abcdef"
+)
+
+// The helpers below are the only places the security tests name the signing API, so that the
+// tests also compile against the code before it (with these helpers doing what that code could).
+
+// withSecrets returns the barrier options that make its handlers verify signatures.
+func withSecrets(secrets ...string) []participant.BarrierOption {
+	return []participant.BarrierOption{participant.WithSecrets(secrets...)}
+}
+
+// withUnsigned returns the barrier options of the explicit opt-out of signing.
+func withUnsigned() []participant.BarrierOption {
+	return []participant.BarrierOption{participant.WithUnsignedRequests()}
+}
+
+// handler serves fn behind bar, restricted to ops when any are given.
+func handler(bar *participant.Barrier, pool *pgxpool.Pool, fn func(context.Context, pgx.Tx, participant.Request) error, ops ...participant.Op) http.Handler {
+	if len(ops) == 0 {
+		return bar.Handler(pool, fn)
+	}
+	return bar.Handler(pool, fn, participant.WithAllowedOps(ops...))
+}
+
+// signingClient returns a client signing with secret on top of base.
+func signingClient(t testing.TB, secret string, base *http.Client) *http.Client {
+	t.Helper()
+	c, err := participant.NewSigningClient(secret, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
