@@ -7,7 +7,9 @@
 // phase two ends with COMMIT PREPARED or ROLLBACK PREPARED. Other resources take part through
 // [participant.Participant] — HTTP endpoints (JSON, [participant.OpPrepare], OpCommit, OpAbort;
 // 2xx yes, 409 no) or in-process implementations — and can use [participant.Barrier] so that a
-// late prepare after an abort is refused.
+// late prepare after an abort is refused. A barrier's handler serves only signed calls unless it
+// opts out: give the branches' participant.HTTP and [WithHTTPClient] the client of
+// [participant.NewSigningClient].
 //
 // The classic weaknesses of two-phase commit are the coordinator as a single point of failure
 // and participants left blocked, in doubt, when it dies between the phases. Here:

@@ -72,8 +72,11 @@ func WithPrepareTimeout(d time.Duration) Option { return func(o *options) { o.pr
 // vanished during phase one) is aborted by the leader — presumed abort.
 func WithDefaultTimeout(d time.Duration) Option { return func(o *options) { o.Timeout = d } }
 
-// WithHTTPClient sets the client of HTTP participants called by the recovery (default
-// http.DefaultClient).
+// WithHTTPClient sets the client of HTTP participants called by the recovery (default: that of a
+// participant.HTTP without Client, which signs nothing and follows no redirect). A participant's
+// barrier handler serves only signed calls unless built with participant.WithUnsignedRequests:
+// give the client of [participant.NewSigningClient], the same one the branches' participant.HTTP
+// values carry, since branches committed by this process use their own participant.HTTP's client.
 func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.Client = c } }
 
 // WithRecovery sets the recovery's cron spec (default "@every 1s"), its claim batch size (100)
