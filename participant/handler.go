@@ -68,9 +68,10 @@ func WithAllowedOps(ops ...Op) HandlerOption {
 //     coordinator rolls back) or for a hanging try ([ErrHanging]);
 //   - 500 for any other error, and when fn panics (the coordinator retries).
 //
-// Every answer but 200 leaves nothing behind: a 401 or 400 is decided before the transaction
-// begins, and any other failure rolls it back — the transaction is always rolled back when it was
-// not committed, even when fn panics, so no connection stays checked out or idle in transaction.
+// Every answer but 200 leaves nothing behind: a bad signature, body or op is refused before a
+// transaction begins, and a transaction that was not committed is always rolled back — a replay
+// refused by its nonce, a refusal or failure of fn, a panic in fn — so no connection stays
+// checked out or idle in transaction.
 // A 400 or 409 carries the error's text, which describes the caller's request or the business
 // refusal: do not wrap internal errors (driver messages) with [ErrBadRequest] or [ErrRefused]. A
 // 500 carries only "participant: internal error (request id ID)"; the error, and the stack of a

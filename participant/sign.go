@@ -92,7 +92,7 @@ func (b *Barrier) authenticate(r *http.Request, body []byte) (string, error) {
 		return "", fmt.Errorf("participant: this handler has no secret to verify requests with (WithSecrets): %w", ErrUnauthorized)
 	}
 	if err := signing.VerifyRequest(r, body, b.o.secrets, time.Now(), b.o.window); err != nil {
-		return "", fmt.Errorf("participant: %w: %w", ErrUnauthorized, err)
+		return "", fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
 	return r.Header.Get(HeaderSignature), nil
 }
