@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -234,6 +235,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return Report{}, err
 	}
+	if err := shareSecret(); err != nil {
+		return Report{}, err
+	}
 	if err := h.build(ctx); err != nil {
 		return Report{}, err
 	}
@@ -269,6 +273,18 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	rep.Elapsed = time.Since(start)
 	return rep, settleErr
+}
+
+// shareSecret makes sure the services started from here share an HMAC key: the order service
+// signs its participant calls with it, stock and account refuse calls not signed with it. The key
+// goes to them through the environment they inherit (app.EnvSecret), never on a command line;
+// one already set is kept, otherwise a random one is generated for this process's runs.
+func shareSecret() error {
+	if os.Getenv(app.EnvSecret) != "" {
+		_, err := app.Secret()
+		return err
+	}
+	return os.Setenv(app.EnvSecret, crand.Text())
 }
 
 func (h *harness) build(ctx context.Context) error {

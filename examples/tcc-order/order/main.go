@@ -41,6 +41,7 @@ import (
 
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/tcc-order/internal/app"
+	"github.com/txkit/txkit/internal/httpsafe"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
 )
@@ -72,7 +73,11 @@ func main() {
 	log := exapp.Logger("order").With("id", c.id)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, c, log); err != nil {
+	secret, err := app.Secret()
+	if err == nil {
+		err = run(ctx, c, secret, log)
+	}
+	if err != nil {
 		log.Error("order service failed", "err", err)
 		os.Exit(1)
 	}
@@ -87,30 +92,35 @@ type Order struct {
 	Mode    app.Mode `json:"mode,omitzero"` // default: the service's -mode
 }
 
-// answer is the reply to POST /orders.
+// answer is the reply to POST /orders. It never carries an error's text, which names the
+// services' addresses and may quote a driver: the error is logged with the answer's request id.
 type answer struct {
-	code   int
-	GID    string   `json:"gid,omitempty"`
-	Mode   app.Mode `json:"mode"`
-	Status string   `json:"status"`           // the outcome: confirmed, succeeded; cancelled, compensated; unknown
-	Reason string   `json:"reason,omitempty"` // why it was cancelled or compensated: refused, failed, timeout
-	Error  string   `json:"error,omitempty"`
+	code      int
+	GID       string   `json:"gid,omitempty"`
+	Mode      app.Mode `json:"mode"`
+	Status    string   `json:"status"`           // the outcome: confirmed, succeeded; cancelled, compensated; unknown
+	Reason    string   `json:"reason,omitempty"` // why it was cancelled or compensated: refused, failed, timeout
+	RequestID string   `json:"request_id,omitempty"`
 }
 
 // failed is the answer of an order whose outcome this instance does not know (500): the leader
-// finishes it.
-func failed(gid string, err error) answer {
-	return answer{code: http.StatusInternalServerError, GID: gid, Status: "unknown", Error: err.Error()}
+// finishes it. err is logged with the answer's request id.
+func (s *service) failed(gid string, err error) answer {
+	id := httpsafe.Log(s.log, "order outcome unknown; the leader finishes it", err, "gid", gid)
+	return answer{code: http.StatusInternalServerError, GID: gid, Status: "unknown", RequestID: id}
 }
 
 // undone is the answer of an order rolled back (409): cancelled, or compensated. Its reason is
-// "refused" when a participant refused, otherwise the caller's.
-func undone(gid, status string, err error, otherwise string) answer {
+// "refused" when a participant refused, otherwise the caller's; err is logged with the answer's
+// request id.
+func (s *service) undone(gid, status string, err error, otherwise string) answer {
 	reason := otherwise
 	if errors.Is(err, participant.ErrRefused) {
 		reason = "refused"
 	}
-	return answer{code: http.StatusConflict, GID: gid, Status: status, Reason: reason, Error: err.Error()}
+	id := httpsafe.RequestID()
+	s.log.Info("order "+status, "request_id", id, "gid", gid, "reason", reason, "err", err)
+	return answer{code: http.StatusConflict, GID: gid, Status: status, Reason: reason, RequestID: id}
 }
 
 // flow is how the service places orders in one mode, with one coordinator.
@@ -132,7 +142,12 @@ type service struct {
 	account app.Resource
 }
 
-func run(ctx context.Context, c config, log *slog.Logger) error {
+func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
+	// One client signs every participant call: the orders this instance places and its recovery.
+	client, err := participant.NewSigningClient(secret, &http.Client{Timeout: c.callTimeout + time.Second})
+	if err != nil {
+		return err
+	}
 	pool, err := exapp.Pool(ctx, c.pg, c.db, c.schema, 0)
 	if err != nil {
 		return err
@@ -163,7 +178,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err := bar.Migrate(ctx, pool); err != nil {
 		return err
 	}
-	s := &service{c: c, pool: pool, log: log, client: &http.Client{Timeout: c.callTimeout + time.Second},
+	s := &service{c: c, pool: pool, log: log, client: client,
 		flows: map[app.Mode]*flow{}, stock: app.Stock(), account: app.Account()}
 	// Each coordinator recovers under an election of its own: their logs and fences are apart, so
 	// the two leaders may be different instances.
@@ -284,7 +299,7 @@ func (s *service) get(w http.ResponseWriter, r *http.Request) {
 		err = o.Mode.Set(mode)
 	}
 	if err != nil {
-		exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		exapp.Fail(w, s.log, http.StatusInternalServerError, "reading the order failed", err, "gid", gid)
 		return
 	}
 	out := map[string]any{"gid": gid, "order": o, "status": status}
@@ -301,7 +316,7 @@ func (s *service) stats(w http.ResponseWriter, r *http.Request) {
 		st := map[string]any{"coordinator": f.stats()}
 		leader, err := f.el.Leader(r.Context())
 		if err != nil && !errors.Is(err, lock.ErrNoLeader) {
-			st["leader_error"] = err.Error()
+			st["leader_error"] = "unknown (request id " + httpsafe.Log(s.log, "reading the leader failed", err, "mode", m.String()) + ")"
 		}
 		st["leader"] = leader
 		out[m.String()] = st

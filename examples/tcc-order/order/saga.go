@@ -40,12 +40,12 @@ type sagaOrders struct {
 func (t *sagaOrders) place(ctx context.Context, o Order) answer {
 	sg, err := t.coord.Begin(ctx)
 	if err != nil {
-		return failed("", err)
+		return t.s.failed("", err)
 	}
 	gid := sg.GID()
 	// Recorded before the saga: a starter killed in between leaves an order that never ran.
 	if err := record(ctx, t.s.pool, gid, o, app.ModeSaga, "placed"); err != nil {
-		return failed(gid, err)
+		return t.s.failed(gid, err)
 	}
 	err = errors.Join(
 		sg.Add(saga.Step{Name: "stock", Participant: t.stock, Payload: t.s.stock.Payload(o.SKU, o.Qty)}),
@@ -59,10 +59,10 @@ func (t *sagaOrders) place(ctx context.Context, o Order) answer {
 	case errors.Is(err, participant.ErrRefused) || errors.Is(err, saga.ErrTimeout):
 		// Decided: compensations that failed (ErrIncomplete too) are retried by the leader until
 		// they succeed.
-		return undone(gid, saga.StatusCompensated.String(), err, "timeout")
+		return t.s.undone(gid, saga.StatusCompensated.String(), err, "timeout")
 	default:
 		// Recorded but not finished (ErrIncomplete): the leader carries it forward until its
 		// timeout, then compensates.
-		return failed(gid, err)
+		return t.s.failed(gid, err)
 	}
 }

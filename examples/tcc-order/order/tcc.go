@@ -51,7 +51,7 @@ type tccOrders struct {
 func (t *tccOrders) place(ctx context.Context, o Order) answer {
 	g, err := t.coord.Begin(ctx)
 	if err != nil {
-		return failed("", err)
+		return t.s.failed("", err)
 	}
 	gid := g.GID()
 	body, _ := json.Marshal(o)
@@ -71,9 +71,9 @@ func (t *tccOrders) place(ctx context.Context, o Order) answer {
 	if err != nil {
 		if rerr := g.Rollback(ctx); rerr != nil && !errors.Is(rerr, tcc.ErrIncomplete) {
 			t.s.log.Warn("rollback failed; the leader cancels at the timeout", "gid", gid, "err", rerr)
-			return failed(gid, rerr)
+			return t.s.failed(gid, rerr)
 		}
-		return undone(gid, tcc.StatusCancelled.String(), err, "failed")
+		return t.s.undone(gid, tcc.StatusCancelled.String(), err, "failed")
 	}
 	switch err := g.Commit(ctx); {
 	case err == nil || errors.Is(err, tcc.ErrIncomplete):
@@ -81,9 +81,9 @@ func (t *tccOrders) place(ctx context.Context, o Order) answer {
 		return answer{code: http.StatusOK, GID: gid, Status: tcc.StatusConfirmed.String()}
 	case errors.Is(err, tcc.ErrInvalidState):
 		// Cancelled by its timeout before the commit was recorded.
-		return undone(gid, tcc.StatusCancelled.String(), err, "timeout")
+		return t.s.undone(gid, tcc.StatusCancelled.String(), err, "timeout")
 	default:
-		return failed(gid, err)
+		return t.s.failed(gid, err)
 	}
 }
 

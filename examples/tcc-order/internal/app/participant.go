@@ -30,6 +30,9 @@ type ParticipantConfig struct {
 	Pool     *pgxpool.Pool
 	Log      *slog.Logger
 	Faults   *Faults
+	// Secret is the HMAC key the order service signs its calls with: the barrier's handlers
+	// answer 401, and run nothing, for a request not signed with it.
+	Secret string
 	// NoBarrier applies ops without the barrier: a duplicate is applied again, a cancel or
 	// compensation without its try or action gives back what was never taken. Only for showing
 	// that the demo's checks catch it.
@@ -53,6 +56,10 @@ func ParticipantMain(r Resource) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := func() error {
+		secret, err := Secret()
+		if err != nil {
+			return err
+		}
 		initial, err := parseSeed(*seed)
 		if err != nil {
 			return err
@@ -68,7 +75,8 @@ func ParticipantMain(r Resource) {
 		if err := r.Seed(ctx, pool, initial); err != nil {
 			return err
 		}
-		return RunParticipant(ctx, ParticipantConfig{Resource: r, Listen: *listen, Pool: pool, Log: log, Faults: &faults, NoBarrier: *noBarrier})
+		return RunParticipant(ctx, ParticipantConfig{Resource: r, Listen: *listen, Pool: pool, Log: log, Faults: &faults,
+			Secret: secret, NoBarrier: *noBarrier})
 	}()
 	if err != nil {
 		log.Error(r.Name+" service failed", "err", err)
@@ -79,32 +87,37 @@ func ParticipantMain(r Resource) {
 
 // RunParticipant serves c.Resource's ops through a [participant.Barrier] in the pool's database
 // (so duplicates, empty rollbacks and hanging tries or actions are handled in the business
-// transaction), with c.Faults in front: POST /tcc takes try, confirm and cancel, POST /saga
-// action and compensate (the op is in the request; another one is answered 400). It serves GET
-// /healthz and GET /stats too, runs the barrier's purge, and blocks until ctx ends.
+// transaction, and requests not signed with c.Secret are refused), with c.Faults in front: POST
+// /tcc takes try, confirm and cancel, POST /saga action and compensate (the op is in the request;
+// another one is answered 400). It serves GET /healthz and GET /stats too, runs the barrier's
+// purge, and blocks until ctx ends.
 func RunParticipant(ctx context.Context, c ParticipantConfig) error {
-	bar, err := participant.NewBarrier(participant.WithBarrierLogger(c.Log))
+	bar, err := participant.NewBarrier(participant.WithBarrierLogger(c.Log), participant.WithSecrets(c.Secret))
 	if err != nil {
 		return err
 	}
 	if err := bar.Migrate(ctx, c.Pool); err != nil {
 		return err
 	}
-	var h http.Handler = bar.Handler(c.Pool, c.Resource.Apply)
+	tccOps := []participant.Op{participant.OpTry, participant.OpConfirm, participant.OpCancel}
+	sagaOps := []participant.Op{participant.OpAction, participant.OpCompensate}
+	tccH := bar.Handler(c.Pool, c.Resource.Apply, participant.WithAllowedOps(tccOps...))
+	sagaH := bar.Handler(c.Pool, c.Resource.Apply, participant.WithAllowedOps(sagaOps...))
 	if c.NoBarrier {
-		c.Log.Warn("running WITHOUT the participant barrier: duplicates and empty rollbacks will corrupt the data")
-		h = unguarded(c.Pool, c.Resource.Apply)
+		c.Log.Warn("running WITHOUT the participant barrier (and without checking signatures): duplicates and empty rollbacks will corrupt the data")
+		tccH = unguarded(c.Log, c.Pool, c.Resource.Apply)
+		sagaH = tccH
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /tcc", c.Faults.endpoint(h, participant.OpTry, participant.OpConfirm, participant.OpCancel))
-	mux.Handle("POST /saga", c.Faults.endpoint(h, participant.OpAction, participant.OpCompensate))
+	mux.Handle("POST /tcc", c.Faults.endpoint(tccH, tccOps...))
+	mux.Handle("POST /saga", c.Faults.endpoint(sagaH, sagaOps...))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		exapp.WriteJSON(w, 200, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		out, err := c.Resource.Totals(r.Context(), c.Pool)
 		if err != nil {
-			exapp.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			exapp.Fail(w, c.Log, http.StatusInternalServerError, "reading the totals failed", err)
 			return
 		}
 		out["service"], out["faults"] = c.Resource.Name, c.Faults.Stats()
@@ -142,9 +155,9 @@ func (f *Faults) endpoint(h http.Handler, ops ...participant.Op) http.Handler {
 	})
 }
 
-// unguarded serves the wire protocol like [participant.Barrier.Handler] but without the barrier:
-// every request runs do.
-func unguarded(pool *pgxpool.Pool, do func(ctx context.Context, tx pgx.Tx, req participant.Request) error) http.Handler {
+// unguarded serves the wire protocol like [participant.Barrier.Handler] but without the barrier
+// (nor signatures): every request runs do.
+func unguarded(log *slog.Logger, pool *pgxpool.Pool, do func(ctx context.Context, tx pgx.Tx, req participant.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req participant.Request
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -160,7 +173,7 @@ func unguarded(pool *pgxpool.Pool, do func(ctx context.Context, tx pgx.Tx, req p
 		case errors.Is(err, participant.ErrBadRequest):
 			http.Error(w, err.Error(), http.StatusBadRequest)
 		default:
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+			exapp.Fail(w, log, http.StatusInternalServerError, "applying the op failed", err, "gid", req.GID, "branch", req.Branch, "op", req.Op.String())
 		}
 	})
 }
