@@ -264,9 +264,11 @@ func record(ctx context.Context, db execer, gid string, o Order, m app.Mode, sta
 }
 
 // place: POST /orders → 200 {"gid", "mode", "status": "confirmed" | "succeeded"}, 409 {"gid",
-// "mode", "status": "cancelled" | "compensated", "reason", "error"}, 400 for a bad body, 500
-// when the outcome is not known to this instance (the leader finishes the order: a transaction
-// is cancelled at its timeout or confirmed; a saga carried forward or compensated).
+// "mode", "status": "cancelled" | "compensated", "reason", "request_id"}, 400 for a bad body,
+// 500 {"gid", "mode", "status": "unknown", "request_id"} when the outcome is not known to this
+// instance (the leader finishes the order: a transaction is cancelled at its timeout or
+// confirmed; a saga carried forward or compensated). The error behind a 409 or 500 is logged
+// with its request id.
 func (s *service) place(w http.ResponseWriter, r *http.Request) {
 	var o Order
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&o); err != nil || o.SKU == "" || o.Account == "" || o.Qty <= 0 || o.Amount <= 0 {
