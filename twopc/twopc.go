@@ -230,18 +230,20 @@ func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Co
 		g.forget(br)
 		return fmt.Errorf("twopc: enlist %q in %s: %w", db, g.gid, err)
 	}
-	tx, err := conn.Begin(ctx)
+	var tx pgx.Tx
+	ran := false
+	defer func() {
+		if !ran { // work panicked: undo before the panic goes on to the caller (as pgx.BeginFunc does)
+			g.undoEnlist(ctx, br, conn, tx)
+		}
+	}()
+	tx, err = conn.Begin(ctx)
 	if err == nil {
 		err = work(ctx, tx)
 	}
+	ran = true
 	if err != nil {
-		if tx != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
-			_ = tx.Rollback(rctx)
-			cancel()
-		}
-		conn.Release()
-		g.forget(br)
+		g.undoEnlist(ctx, br, conn, tx)
 		return fmt.Errorf("twopc: enlist %q in %s: %w", db, g.gid, err)
 	}
 	g.mu.Lock()
@@ -300,6 +302,18 @@ func (g *Global) forget(br *branch) {
 			return
 		}
 	}
+}
+
+// undoEnlist ends an Enlist whose work failed or panicked: its transaction (if begun) is rolled
+// back, its connection released and its branch forgotten.
+func (g *Global) undoEnlist(ctx context.Context, br *branch, conn *pgxpool.Conn, tx pgx.Tx) {
+	if tx != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+		_ = tx.Rollback(rctx)
+		cancel()
+	}
+	conn.Release()
+	g.forget(br)
 }
 
 // release rolls back a database branch's open transaction (if still open) and returns its

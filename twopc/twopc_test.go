@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/twopc"
@@ -493,5 +494,47 @@ func TestIntegrationEnlistDuringCommit(t *testing.T) {
 		t.Fatalf("Enlist that outlasted Commit = %v, want ErrInvalidState", err)
 	}
 	b.wantBalances(startBalance, startBalance+2)
+	b.noPrepared()
+}
+
+// A panic in an Enlist's work goes on to the caller, as in pgx.BeginFunc, but only after the
+// branch's transaction was rolled back, its connection released and its name freed: nothing is
+// left holding a connection "idle in transaction" or the rows the work touched.
+func TestIntegrationEnlistWorkPanics(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	east := b.pool(b.east, 2, nil)
+	c := b.coordinatorOn(map[string]*pgxpool.Pool{"east": east, "west": b.west.Pool})
+	g, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	panicked := func() (v any) {
+		defer func() { v = recover() }()
+		_ = g.Enlist(ctx, "east", func(ctx context.Context, tx pgx.Tx) error {
+			if err := update("alice", -10)(ctx, tx); err != nil {
+				return err
+			}
+			panic("work blew up")
+		})
+		return nil
+	}()
+	if panicked != "work blew up" {
+		t.Fatalf("Enlist's work panic reached the caller as %v", panicked)
+	}
+	if n := east.Stat().AcquiredConns(); n != 0 {
+		t.Fatalf("%d connections still acquired after the panic, want 0", n)
+	}
+	// The row the work locked is free: the same branch enlists again and commits.
+	if err := g.Enlist(ctx, "east", update("alice", -10)); err != nil {
+		t.Fatalf("Enlist after the panic: %v", err)
+	}
+	if err := g.Enlist(ctx, "west", update("bob", 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Commit(ctx); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	b.wantBalances(startBalance-10, startBalance+10)
 	b.noPrepared()
 }
