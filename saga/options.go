@@ -69,8 +69,11 @@ func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.CallT
 // WithDefaultTimeout sets the timeout of sagas begun without [WithTimeout] (default 5m).
 func WithDefaultTimeout(d time.Duration) Option { return func(o *options) { o.Timeout = d } }
 
-// WithHTTPClient sets the client of HTTP participants called by the recovery (default
-// http.DefaultClient). Sagas submitted by this process use their own participant.HTTP's client.
+// WithHTTPClient sets the client of every call to an HTTP step, action or compensation, whether
+// this process or the recovery makes it: a step is called at the URL it recorded, with this client
+// (default: that of a participant.HTTP without Client, which signs nothing and follows no
+// redirect). A participant's barrier handler serves only signed calls unless built with
+// participant.WithUnsignedRequests: give the client of [participant.NewSigningClient].
 func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.Client = c } }
 
 // WithRecovery sets the recovery's cron spec (default "@every 1s"), its claim batch size (100)

@@ -51,8 +51,11 @@ func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.CallT
 // (default 1m).
 func WithDefaultTimeout(d time.Duration) Option { return func(o *options) { o.Timeout = d } }
 
-// WithHTTPClient sets the client of HTTP participants called by the recovery (default
-// http.DefaultClient). Branches tried by this process use their own participant.HTTP's client.
+// WithHTTPClient sets the client of the confirms and cancels of HTTP participants, whether this
+// process or the recovery calls them (default: that of a participant.HTTP without Client, which
+// signs nothing and follows no redirect); a Try uses its branch's own participant.HTTP's client.
+// A participant's barrier handler serves only signed calls unless built with
+// participant.WithUnsignedRequests: give both the client of [participant.NewSigningClient].
 func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.Client = c } }
 
 // WithRecovery sets the recovery's cron spec (default "@every 1s"), its claim batch size (100)
