@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,11 +26,13 @@ type UserRegistered struct {
 	RegisteredAt time.Time `json:"registered_at"`
 }
 
-// Logger returns the service's logger, and routes rocketmq-client-go's own log lines into it at
-// warn level (a main package may set that process-wide logger; library code never does).
+// Logger returns the service's logger, routes rocketmq-client-go's own log lines into it at warn
+// level, and has a panic in one of the client's goroutines logged there instead of ending the
+// process (a main package may set those process-wide hooks; library code never does).
 func Logger(service string) *slog.Logger {
 	log := exapp.Logger(service)
 	rlog.SetLogger(txrocketmq.NewRlogAdapter(log, slog.LevelWarn))
+	primitive.PanicHandler = txrocketmq.NewPanicHandler(log)
 	return log
 }
 
