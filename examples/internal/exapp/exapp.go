@@ -134,6 +134,14 @@ const (
 	IdleTimeout  = 2 * time.Minute
 )
 
+// NewServer returns the server Serve runs: h with every timeout set, so that a client that sends
+// its headers or body slowly, never reads the answer, or keeps an idle connection open cannot hold
+// a connection (and its goroutine) for ever.
+func NewServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: ReadTimeout,
+		WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout}
+}
+
 // Serve listens on addr (port 0 picks one), prints "LISTENING <addr>" on stdout for whoever
 // started the process, and serves h until ctx ends.
 func Serve(ctx context.Context, addr string, h http.Handler) error {
@@ -142,8 +150,7 @@ func Serve(ctx context.Context, addr string, h http.Handler) error {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
 	fmt.Printf("LISTENING %s\n", ln.Addr())
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: ReadTimeout,
-		WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout}
+	srv := NewServer(h)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

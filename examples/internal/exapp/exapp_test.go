@@ -1,0 +1,32 @@
+package exapp
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// Every example server bounds how long a client may take to send a request, read the answer and
+// keep an idle connection (only ReadHeaderTimeout was set before).
+func TestNewServerSetsEveryTimeout(t *testing.T) {
+	srv := NewServer(http.NotFoundHandler())
+	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 {
+		t.Fatalf("timeouts: header %v, read %v, write %v, idle %v; want all set", srv.ReadHeaderTimeout,
+			srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout)
+	}
+}
+
+// Fail answers a short message and a request id, never the error's text.
+func TestFailHidesTheError(t *testing.T) {
+	w := httptest.NewRecorder()
+	Fail(w, nil, http.StatusInternalServerError, "registration failed", errTest("user=app host=db.internal"))
+	if w.Code != http.StatusInternalServerError || strings.Contains(w.Body.String(), "db.internal") ||
+		!strings.Contains(w.Body.String(), `"request_id"`) {
+		t.Fatalf("answer %d %s", w.Code, w.Body)
+	}
+}
+
+type errTest string
+
+func (e errTest) Error() string { return string(e) }
