@@ -1,7 +1,8 @@
 // Package lock is txkit's coordination layer on ZooKeeper: a fair, Curator-compatible lock
 // ([Mutex]), leader election on it ([Elector]) that every txkit coordinator runs its recovery
-// under, fencing tokens ([Token]) that rise strictly from one holder to the next, and a
-// PostgreSQL helper that refuses the writes of a deposed holder ([Fence]).
+// under, fencing tokens ([Token]) that rise strictly from one holder to the next. The PostgreSQL
+// fence that refuses the writes of a deposed holder is package fence (github.com/txkit/txkit/fence),
+// so this package links no database driver.
 //
 // A [Session] is the connection all of these share. It reads ZooKeeper's session events through
 // go-zookeeper's callback, declares a session lost when the ensemble has not been heard from for

@@ -21,7 +21,7 @@ var (
 	// ErrNotLeader: the caller does not (or no longer) lead.
 	ErrNotLeader = errors.New("lock: not leader")
 	// ErrFenced: a write carried a fencing token lower than one already seen for the resource: its
-	// writer was deposed.
+	// writer was deposed. Package fence's refusals wrap it.
 	ErrFenced = errors.New("lock: fenced")
 	// ErrInvalidOption: a constructor was given an option or argument it cannot use.
 	ErrInvalidOption = errors.New("lock: invalid option")

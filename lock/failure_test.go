@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 )
@@ -390,7 +391,7 @@ func TestIntegrationDeposedHolderFenced(t *testing.T) {
 	db := testenv.PG(t)
 	path := testenv.ZKRoot(t) + "/lock"
 	ctx := t.Context()
-	fence, err := lock.NewFence()
+	fence, err := fence.New()
 	if err != nil {
 		t.Fatal(err)
 	}

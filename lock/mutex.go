@@ -34,7 +34,7 @@ import (
 //
 // The lock can be lost at any time, whatever the code holding it believes: when the ZooKeeper
 // session ends, when the node is deleted by someone else. Work done under the lock must run under
-// [Lease.Context] and every write it makes elsewhere must carry [Lease.Token] to a [Fence].
+// [Lease.Context] and every write it makes elsewhere must carry [Lease.Token] to a fence (package fence).
 //
 // A Mutex value is reentrant: Lock on a Mutex that already holds the lock returns the same Lease
 // and counts the hold; each Lock needs its Unlock. Goroutines that must exclude each other need a

@@ -7,7 +7,7 @@ import (
 )
 
 // Token is a fencing token: it increases strictly from one holder of a lock path to the next, so
-// a store can refuse writes from a deposed holder (see [Fence]).
+// a store can refuse writes from a deposed holder (see package fence).
 //
 // A token is the pair (Epoch, Seq): Epoch is the czxid of the lock path's parent node — the zxid
 // of the transaction that created it, which ZooKeeper makes monotonic across the whole ensemble —
@@ -21,8 +21,8 @@ import (
 //
 // The epoch is the lock path's ZooKeeper creation id, so it belongs to the ensemble. An ensemble
 // rebuilt from empty data (a new cluster, lost data directories) numbers its transactions from
-// zero again: every token it hands out is below the ones a [Fence] recorded from the old ensemble,
-// and every holder is fenced until the fence's entries are reset ([Fence.Reset]; operators run
+// zero again: every token it hands out is below the ones package fence recorded from the old ensemble,
+// and every holder is fenced until the fence's entries are reset (fence.Fence.Reset; operators run
 // `txkit fence reset -resource R -path P`). Deleting and re-creating a lock path on the same
 // ensemble is harmless: the new path's epoch is higher.
 type Token struct {

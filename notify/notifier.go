@@ -18,9 +18,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/signing"
-	"github.com/txkit/txkit/lock"
 )
 
 // DBTX is what [Notifier.Enqueue] writes with: a pgx.Tx of the caller (usual), a *pgx.Conn or a
@@ -138,7 +138,7 @@ type Notifier struct {
 	pool      *pgxpool.Pool
 	o         options
 	receivers map[string]Receiver
-	fence     *lock.Fence
+	fence     *fence.Fence
 	table     string // quoted
 	attempts  string // quoted
 	name      string // unquoted, schema-qualified: the fence resource
@@ -197,11 +197,11 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 		r.Secrets = append([]string(nil), r.Secrets...)
 		rs[r.Name] = r
 	}
-	var fopts []lock.FenceOption
+	var fopts []fence.Option
 	if o.schema != "" {
-		fopts = append(fopts, lock.WithFenceSchema(o.schema))
+		fopts = append(fopts, fence.WithSchema(o.schema))
 	}
-	fence, err := lock.NewFence(fopts...)
+	fc, err := fence.New(fopts...)
 	if err != nil {
 		return nil, fmt.Errorf("notify: fence: %w: %w", err, ErrInvalidOption)
 	}
@@ -209,7 +209,7 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	attempts, _ := pgutil.Table(o.schema, o.table+"_attempt")
 	h := fnv.New64a()
 	h.Write([]byte("txkit-notify:" + name))
-	return &Notifier{pool: pool, o: o, receivers: rs, fence: fence, table: table, attempts: attempts, name: name,
+	return &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, name: name,
 		channel: pgutil.Channel(o.schema, o.table), lockKey: int64(h.Sum64() >> 1), flights: map[string]*flight{}}, nil
 }
 

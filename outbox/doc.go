@@ -93,7 +93,7 @@
 // the leadership is lost the relay stops at once, and the batch in hand is neither deleted nor
 // marked failed, so the next leader publishes it again (duplicates, same IDs — never a loss). A
 // relay can be deposed without learning it in time (a long GC pause, a partition); with
-// [WithFence], its deletes and updates run in a transaction that first passes a [lock.Fence] with
+// [WithFence], its deletes and updates run in a transaction that first passes a [fence.Fence] with
 // its fencing token, so once the new leader has written, the old one can no longer change the
 // table.
 package outbox

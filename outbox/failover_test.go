@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
@@ -90,7 +91,7 @@ func relayWorker(ctx context.Context, c relayWorkerConfig) error {
 	}
 	opts := []outbox.RelayOption{outbox.WithOutbox(ob), outbox.WithBatchSize(c.Batch), outbox.WithLogger(log)}
 	if c.Fence {
-		f, err := lock.NewFence(lock.WithFenceSchema(c.Schema))
+		f, err := fence.New(fence.WithSchema(c.Schema))
 		if err != nil {
 			return err
 		}
@@ -291,7 +292,7 @@ func TestIntegrationKeyOrderAcrossRelayFailover(t *testing.T) {
 	if err := ob.Migrate(ctx, pg.Pool); err != nil {
 		t.Fatal(err)
 	}
-	fence, err := lock.NewFence(lock.WithFenceSchema(pg.Name))
+	fence, err := fence.New(fence.WithSchema(pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/pgutil"
-	"github.com/txkit/txkit/lock"
 )
 
 // Option configures an [Outbox]: where its table lives and what [Outbox.Enqueue] accepts.
@@ -116,7 +116,7 @@ type relayOptions struct {
 	backoffBase    time.Duration
 	backoffCap     time.Duration
 	publishTimeout time.Duration
-	fence          *lock.Fence
+	fence          *fence.Fence
 	retryPause     time.Duration // before reconnecting the listener, or campaigning again when fenced
 }
 
@@ -196,8 +196,8 @@ func WithPublishTimeout(d time.Duration) RelayOption {
 // (resource "outbox:" + the table's qualified name, token the leadership's) in the same
 // transaction, so that a relay deposed while it was publishing cannot change the table after the
 // new leader wrote to it. The relay also passes the fence as soon as it leads. f's table must
-// exist (see [lock.Fence.Migrate]).
-func WithFence(f *lock.Fence) RelayOption { return func(o *relayOptions) { o.fence = f } }
+// exist (see [fence.Fence.Migrate]).
+func WithFence(f *fence.Fence) RelayOption { return func(o *relayOptions) { o.fence = f } }
 
 const maxBatch = 10000
 

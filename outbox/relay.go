@@ -154,7 +154,7 @@ func (r *Relay) lead(ctx context.Context, l *lock.Leadership) error {
 				r.pause(ctx) // RunWhileLeader campaigns again at once: do not spin
 				return nil
 			case isUndefinedTable(err):
-				return fmt.Errorf("outbox: fence of %s (was lock.Fence.Migrate run?): %w", r.ob.name, err)
+				return fmt.Errorf("outbox: fence of %s (was fence.Fence.Migrate run?): %w", r.ob.name, err)
 			}
 			log.Warn("outbox: fence check failed; retrying before relaying", slog.Any("err", err))
 			r.pause(ctx)

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/outbox"
@@ -387,7 +388,7 @@ func TestIntegrationRelayRefusedForGoodDeadAtOnce(t *testing.T) {
 // perhaps twice: those whose delete the first leader did not get to).
 func TestIntegrationRelayLeadershipHandoff(t *testing.T) {
 	e := newRelayEnv(t)
-	fence, err := lock.NewFence()
+	fence, err := fence.New()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,7 +546,7 @@ func TestIntegrationRelayLeadershipLostMidBatch(t *testing.T) {
 // own, which then never starts draining.
 func TestIntegrationRelayFenced(t *testing.T) {
 	e := newRelayEnv(t)
-	fence, err := lock.NewFence()
+	fence, err := fence.New()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -621,7 +622,7 @@ func dedupe(s []string) []string {
 // Run instead of publishing batches whose rows it could never delete.
 func TestIntegrationRelayFenceNotMigrated(t *testing.T) {
 	e := newRelayEnv(t)
-	fence, err := lock.NewFence(lock.WithFenceTable("not_migrated"))
+	fence, err := fence.New(fence.WithTable("not_migrated"))
 	if err != nil {
 		t.Fatal(err)
 	}

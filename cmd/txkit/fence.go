@@ -12,11 +12,12 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/lock"
 )
 
-// fenceCmd runs `txkit fence show|reset`: the tokens a lock.Fence recorded, and forgetting one
-// that fences every holder because it came from an ensemble since rebuilt (see lock.Fence.Reset).
+// fenceCmd runs `txkit fence show|reset`: the tokens a fence.Fence recorded, and forgetting one
+// that fences every holder because it came from an ensemble since rebuilt (see fence.Fence.Reset).
 func fenceCmd(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	var pg pgFlags
 	schema, table, zkAddrs := "", "txkit_fence", getenv("TXKIT_ZK")
@@ -50,11 +51,11 @@ func fenceCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if lockPath != "" && zkAddrs == "" {
 		return usageErr("fence %s: -path needs ZooKeeper: set -zk or TXKIT_ZK", verb)
 	}
-	opts := []lock.FenceOption{lock.WithFenceTable(table)}
+	opts := []fence.Option{fence.WithTable(table)}
 	if schema != "" {
-		opts = append(opts, lock.WithFenceSchema(schema))
+		opts = append(opts, fence.WithSchema(schema))
 	}
-	f, err := lock.NewFence(opts...)
+	f, err := fence.New(opts...)
 	if err != nil {
 		return usageErr("%v", err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 )
@@ -27,7 +28,7 @@ func TestIntegrationFenceReset(t *testing.T) {
 	pg := testenv.PG(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	fence, err := lock.NewFence(lock.WithFenceSchema(pg.Name))
+	fence, err := fence.New(fence.WithSchema(pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}

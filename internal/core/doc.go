@@ -15,7 +15,7 @@
 //     now() + the lease ([WithLease]). A transaction still trying has next_retry_at = timeout_at.
 //     The leader claims only transactions whose next_retry_at has passed: starter vanished,
 //     backoff over, or timeout reached (then trying → cancelling).
-//   - The leader's writes pass the [lock.Fence] (resource "core:<schema.table>") with its
+//   - The leader's writes pass the [fence.Fence] (resource "core:<schema.table>") with its
 //     leadership token, so a deposed leader changes nothing.
 //   - All due times are computed by PostgreSQL (now() in the statement), never the Go clock.
 //   - Failures are counted (attempts, per transaction and per branch), stored (last_error) and

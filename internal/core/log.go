@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -25,14 +26,14 @@ var sqlFS embed.FS
 
 // Log is the durable log of global transactions and their branches in PostgreSQL, shared by the
 // tcc, saga and 2pc coordinators. Every state change is one PostgreSQL transaction that
-// conditions on the old status; writes made for a leader pass the [lock.Fence] with the leader's
+// conditions on the old status; writes made for a leader pass the [fence.Fence] with the leader's
 // token first. Every time it stores is PostgreSQL's now(), never the coordinator's clock.
 //
 // Log is safe for concurrent use by multiple goroutines.
 type Log struct {
 	pool  *pgxpool.Pool
 	o     options
-	fence *lock.Fence
+	fence *fence.Fence
 	name  string // schema-qualified global table name, for messages and the fence resource
 	ddl   string
 	q     map[string]string
@@ -89,11 +90,11 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Log, error) {
 		}
 		return pgx.Identifier{n}.Sanitize()
 	}
-	var fopts []lock.FenceOption
+	var fopts []fence.Option
 	if o.schema != "" {
-		fopts = append(fopts, lock.WithFenceSchema(o.schema))
+		fopts = append(fopts, fence.WithSchema(o.schema))
 	}
-	fence, err := lock.NewFence(fopts...)
+	fence, err := fence.New(fopts...)
 	if err != nil {
 		return nil, fmt.Errorf("core: fence: %w", err)
 	}
@@ -493,7 +494,7 @@ func parsed(t *Transaction, kind, status string) (*Transaction, error) {
 	return t, nil
 }
 
-func (l *Log) loadBranches(ctx context.Context, db lock.DBTX, txs []*Transaction) error {
+func (l *Log) loadBranches(ctx context.Context, db fence.DBTX, txs []*Transaction) error {
 	if len(txs) == 0 {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package lock_test
+package fence_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 )
@@ -19,9 +20,9 @@ import (
 const fenceTimeout = 30 * time.Second
 
 // newFence returns a migrated Fence in the test's own schema.
-func newFence(t *testing.T, s *testenv.Schema, opts ...lock.FenceOption) *lock.Fence {
+func newFence(t *testing.T, s *testenv.Schema, opts ...fence.Option) *fence.Fence {
 	t.Helper()
-	f, err := lock.NewFence(opts...)
+	f, err := fence.New(opts...)
 	if err != nil {
 		t.Fatalf("NewFence: %v", err)
 	}
@@ -35,7 +36,7 @@ func newFence(t *testing.T, s *testenv.Schema, opts ...lock.FenceOption) *lock.F
 
 // fenceCheckTx runs Check for resource and tok in a transaction of its own, committed when Check
 // passes.
-func fenceCheckTx(ctx context.Context, f *lock.Fence, pool *pgxpool.Pool, resource string, tok lock.Token) error {
+func fenceCheckTx(ctx context.Context, f *fence.Fence, pool *pgxpool.Pool, resource string, tok lock.Token) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return f.Check(ctx, tx, resource, tok) })
 }
 
@@ -62,33 +63,33 @@ func fenceWaitBlocked(t *testing.T, ctx context.Context, pool *pgxpool.Pool, tx 
 	}, "backend %d to wait on a lock", pid)
 }
 
-func TestNewFenceOptions(t *testing.T) {
+func TestNewOptions(t *testing.T) {
 	tests := []struct {
 		name string
-		opts []lock.FenceOption
+		opts []fence.Option
 		ok   bool
 	}{
 		{"defaults", nil, true},
-		{"schema and table", []lock.FenceOption{lock.WithFenceSchema("app"), lock.WithFenceTable("fence")}, true},
-		{"quotes in names", []lock.FenceOption{lock.WithFenceSchema(`a "b"`), lock.WithFenceTable(`t"; drop table x; --`)}, true},
-		{"table of 58 bytes", []lock.FenceOption{lock.WithFenceTable(strings.Repeat("t", 58))}, true},
-		{"table of 59 bytes", []lock.FenceOption{lock.WithFenceTable(strings.Repeat("t", 59))}, false},
-		{"empty table", []lock.FenceOption{lock.WithFenceTable("")}, false},
-		{"table with NUL", []lock.FenceOption{lock.WithFenceTable("a\x00")}, false},
-		{"schema not UTF-8", []lock.FenceOption{lock.WithFenceSchema("\xff")}, false},
-		{"schema of 64 bytes", []lock.FenceOption{lock.WithFenceSchema(strings.Repeat("s", 64))}, false},
+		{"schema and table", []fence.Option{fence.WithSchema("app"), fence.WithTable("fence")}, true},
+		{"quotes in names", []fence.Option{fence.WithSchema(`a "b"`), fence.WithTable(`t"; drop table x; --`)}, true},
+		{"table of 58 bytes", []fence.Option{fence.WithTable(strings.Repeat("t", 58))}, true},
+		{"table of 59 bytes", []fence.Option{fence.WithTable(strings.Repeat("t", 59))}, false},
+		{"empty table", []fence.Option{fence.WithTable("")}, false},
+		{"table with NUL", []fence.Option{fence.WithTable("a\x00")}, false},
+		{"schema not UTF-8", []fence.Option{fence.WithSchema("\xff")}, false},
+		{"schema of 64 bytes", []fence.Option{fence.WithSchema(strings.Repeat("s", 64))}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f, err := lock.NewFence(tc.opts...)
+			f, err := fence.New(tc.opts...)
 			if tc.ok {
 				if err != nil || f == nil {
 					t.Fatalf("NewFence = %v, %v; want a Fence", f, err)
 				}
 				return
 			}
-			if !errors.Is(err, lock.ErrInvalidOption) {
-				t.Fatalf("NewFence error = %v; want ErrInvalidOption", err)
+			if !errors.Is(err, fence.ErrInvalidOption) {
+				t.Fatalf("New error = %v; want ErrInvalidOption", err)
 			}
 		})
 	}
@@ -112,26 +113,26 @@ type fenceErrRow struct{}
 func (fenceErrRow) Scan(...any) error { return errFenceReached }
 
 func TestFenceCheckBadInput(t *testing.T) {
-	f, err := lock.NewFence()
+	f, err := fence.New()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var nilPool *pgxpool.Pool
 	tests := []struct {
 		name     string
-		db       lock.DBTX
+		db       fence.DBTX
 		resource string
 		tok      lock.Token
 		want     error
 	}{
-		{"zero token", fenceNoDB{}, "r", lock.Token{}, lock.ErrInvalidOption},
-		{"negative epoch", fenceNoDB{}, "r", lock.Token{Epoch: -1, Seq: 5}, lock.ErrInvalidOption},
-		{"negative seq", fenceNoDB{}, "r", lock.Token{Epoch: 1, Seq: -1}, lock.ErrInvalidOption},
-		{"empty resource", fenceNoDB{}, "", lock.Token{Epoch: 1}, lock.ErrInvalidOption},
-		{"resource too long", fenceNoDB{}, strings.Repeat("r", lock.MaxFenceResourceLen+1), lock.Token{Epoch: 1}, lock.ErrInvalidOption},
-		{"resource with NUL", fenceNoDB{}, "a\x00", lock.Token{Epoch: 1}, lock.ErrInvalidOption},
-		{"nil tx", nil, "r", lock.Token{Epoch: 1}, lock.ErrInvalidOption},
-		{"nil pool", nilPool, "r", lock.Token{Epoch: 1}, lock.ErrInvalidOption},
+		{"zero token", fenceNoDB{}, "r", lock.Token{}, fence.ErrInvalidOption},
+		{"negative epoch", fenceNoDB{}, "r", lock.Token{Epoch: -1, Seq: 5}, fence.ErrInvalidOption},
+		{"negative seq", fenceNoDB{}, "r", lock.Token{Epoch: 1, Seq: -1}, fence.ErrInvalidOption},
+		{"empty resource", fenceNoDB{}, "", lock.Token{Epoch: 1}, fence.ErrInvalidOption},
+		{"resource too long", fenceNoDB{}, strings.Repeat("r", fence.MaxResourceLen+1), lock.Token{Epoch: 1}, fence.ErrInvalidOption},
+		{"resource with NUL", fenceNoDB{}, "a\x00", lock.Token{Epoch: 1}, fence.ErrInvalidOption},
+		{"nil tx", nil, "r", lock.Token{Epoch: 1}, fence.ErrInvalidOption},
+		{"nil pool", nilPool, "r", lock.Token{Epoch: 1}, fence.ErrInvalidOption},
 		{"good input reaches the database", fenceNoDB{}, "r", lock.Token{Seq: 1}, errFenceReached},
 	}
 	for _, tc := range tests {
@@ -141,7 +142,7 @@ func TestFenceCheckBadInput(t *testing.T) {
 			}
 		})
 	}
-	if err := f.Migrate(t.Context(), nil); !errors.Is(err, lock.ErrInvalidOption) {
+	if err := f.Migrate(t.Context(), nil); !errors.Is(err, fence.ErrInvalidOption) {
 		t.Fatalf("Migrate(nil) error = %v; want ErrInvalidOption", err)
 	}
 }
@@ -184,7 +185,7 @@ func TestIntegrationFenceOrder(t *testing.T) {
 		if !errors.Is(err, lock.ErrFenced) {
 			t.Fatalf("%s: Check(%s, %s) = %v; want ErrFenced", st.name, st.resource, st.tok, err)
 		}
-		var fe *lock.FencedError
+		var fe *fence.FencedError
 		if !errors.As(err, &fe) || fe.Resource != st.resource || fe.Token != st.tok || fe.Current != st.current {
 			t.Fatalf("%s: error %#v; want a FencedError for %s with %s below %s", st.name, err, st.resource, st.tok, st.current)
 		}
@@ -307,7 +308,7 @@ func TestIntegrationFenceConcurrentWriters(t *testing.T) {
 			}
 			err := <-done
 			if tc.nextFenced {
-				var fe *lock.FencedError
+				var fe *fence.FencedError
 				if !errors.As(err, &fe) || !errors.Is(err, lock.ErrFenced) || fe.Current != tc.first {
 					t.Fatalf("blocked writer's Check = %v; want ErrFenced naming %s", err, tc.first)
 				}

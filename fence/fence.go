@@ -1,4 +1,21 @@
-package lock
+// Package fence refuses the writes of deposed leaders in PostgreSQL. A [Fence] keeps, per
+// resource, the highest fencing token (a [lock.Token]) that has written to it; [Fence.Check], called
+// inside the writer's own transaction, lets the write through only when the writer's token is at
+// least that high, and otherwise returns a [*FencedError] wrapping [lock.ErrFenced].
+//
+// The fence is its own package so that the lock backends need no PostgreSQL driver and the fence
+// needs no ZooKeeper: any lock that hands out [lock.Token]s can be fenced here.
+//
+//	f, _ := fence.New(fence.WithSchema("app"))
+//	_ = f.Migrate(ctx, pool)
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		if err := f.Check(ctx, tx, "orders-recovery", lead.Token()); err != nil {
+//			return err // errors.Is(err, lock.ErrFenced): a newer leader has written
+//		}
+//		// ... the leader's writes ...
+//		return nil
+//	})
+package fence
 
 import (
 	"context"
@@ -13,7 +30,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/lock"
 )
+
+// ErrInvalidOption: [New] or a method was given an argument it cannot use.
+var ErrInvalidOption = errors.New("fence: invalid option")
 
 // DBTX is what a [Fence] needs from PostgreSQL: pgx.Tx, *pgxpool.Pool and *pgx.Conn all satisfy
 // it. [Fence.Check] wants the transaction that makes the fenced writes.
@@ -23,47 +44,47 @@ type DBTX interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// FenceOption configures a [Fence].
-type FenceOption func(*fenceOptions)
+// Option configures a [Fence].
+type Option func(*options)
 
-type fenceOptions struct {
+type options struct {
 	schema string
 	table  string
 }
 
-func defaultFenceOptions() fenceOptions { return fenceOptions{table: "txkit_fence"} }
+func defaultOptions() options { return options{table: "txkit_fence"} }
 
 // WithFenceSchema sets the PostgreSQL schema of the fence table (default: none, so the
 // connection's search_path decides). [Fence.Migrate] creates the schema if it does not exist.
-func WithFenceSchema(name string) FenceOption { return func(o *fenceOptions) { o.schema = name } }
+func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
 
 // WithFenceTable sets the fence table's name (default "txkit_fence"). It is quoted, so it is used
 // exactly as given; it may be at most 58 bytes long, so that its primary key's name fits.
-func WithFenceTable(name string) FenceOption { return func(o *fenceOptions) { o.table = name } }
+func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
 const (
-	pgMaxIdent    = 63 // PostgreSQL's NAMEDATALEN - 1
-	fenceMaxTable = pgMaxIdent - len("_pkey")
+	pgMaxIdent = 63 // PostgreSQL's NAMEDATALEN - 1
+	maxTable   = pgMaxIdent - len("_pkey")
 )
 
-// MaxFenceResourceLen is the longest resource name, in bytes, that [Fence.Check] accepts (the name
+// MaxResourceLen is the longest resource name, in bytes, that [Fence.Check] accepts (the name
 // is the table's primary key, and btree entries are limited to about 2.7 kB).
-const MaxFenceResourceLen = 1024
+const MaxResourceLen = 1024
 
-func (o fenceOptions) validate() error {
+func (o options) validate() error {
 	if o.schema != "" {
 		if err := pgutil.CheckText(o.schema, pgMaxIdent); err != nil {
-			return fmt.Errorf("lock: fence schema %q: %w: %w", o.schema, err, ErrInvalidOption)
+			return fmt.Errorf("fence: schema %q: %w: %w", o.schema, err, ErrInvalidOption)
 		}
 	}
-	if err := pgutil.CheckText(o.table, fenceMaxTable); err != nil {
-		return fmt.Errorf("lock: fence table %q: %w: %w", o.table, err, ErrInvalidOption)
+	if err := pgutil.CheckText(o.table, maxTable); err != nil {
+		return fmt.Errorf("fence: table %q: %w: %w", o.table, err, ErrInvalidOption)
 	}
 	return nil
 }
 
 // Fence refuses the writes of deposed lock holders in PostgreSQL. It keeps, per resource (any name
-// the coordinators agree on, such as a lock path or a table), the highest fencing [Token] that
+// the coordinators agree on, such as a lock path or a table), the highest fencing [lock.Token] that
 // has written to it; [Fence.Check], called inside the writer's own transaction, lets the write
 // through only when the writer's token is at least that high.
 //
@@ -81,11 +102,11 @@ type Fence struct {
 	reset  string
 }
 
-// NewFence returns a Fence configured by opts. It does not touch the database: call
+// New returns a Fence configured by opts. It does not touch the database: call
 // [Fence.Migrate] to create the table. It returns an error wrapping [ErrInvalidOption] when an
 // option is unusable.
-func NewFence(opts ...FenceOption) (*Fence, error) {
-	o := defaultFenceOptions()
+func New(opts ...Option) (*Fence, error) {
+	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -128,10 +149,10 @@ func NewFence(opts ...FenceOption) (*Fence, error) {
 // ctx scopes only this call.
 func (f *Fence) Migrate(ctx context.Context, db DBTX) error {
 	if isNilDB(db) {
-		return fmt.Errorf("lock: migrate fence %s: nil DBTX: %w", f.table, ErrInvalidOption)
+		return fmt.Errorf("fence: migrate %s: nil DBTX: %w", f.table, ErrInvalidOption)
 	}
 	if _, err := db.Exec(ctx, f.ddl); err != nil {
-		return fmt.Errorf("lock: migrate fence %s: %w", f.table, err)
+		return fmt.Errorf("fence: migrate %s: %w", f.table, err)
 	}
 	return nil
 }
@@ -141,8 +162,8 @@ func (f *Fence) Migrate(ctx context.Context, db DBTX) error {
 //
 // It is one upsert that records tok for resource unless a higher token is already recorded. Equal
 // tokens pass, since one holder writes many times. A lower token is refused with a *[FencedError]
-// wrapping [ErrFenced] that names the resource and both tokens; the refusal raises no SQL error,
-// so tx stays usable (roll it back). Tokens compare as [Token.Compare] does: the epoch first, so a
+// wrapping [lock.ErrFenced] that names the resource and both tokens; the refusal raises no SQL error,
+// so tx stays usable (roll it back). Tokens compare as [lock.Token.Compare] does: the epoch first, so a
 // token from a re-created lock path ({Epoch: 2, Seq: 0}) beats any from the old one ({1, 99}).
 //
 // The upsert locks the resource's row until tx ends, so concurrent writers of one resource are
@@ -153,17 +174,17 @@ func (f *Fence) Migrate(ctx context.Context, db DBTX) error {
 // its write does not commit.
 //
 // ctx scopes only this call; cancelling it aborts the statement, after which tx can only be rolled
-// back. An empty resource or one longer than [MaxFenceResourceLen] bytes, a zero or negative
+// back. An empty resource or one longer than [MaxResourceLen] bytes, a zero or negative
 // token, or a nil tx returns an error wrapping [ErrInvalidOption]. Check is safe for concurrent use.
-func (f *Fence) Check(ctx context.Context, tx DBTX, resource string, tok Token) error {
+func (f *Fence) Check(ctx context.Context, tx DBTX, resource string, tok lock.Token) error {
 	if isNilDB(tx) {
-		return fmt.Errorf("lock: fence %q: nil DBTX: %w", resource, ErrInvalidOption)
+		return fmt.Errorf("fence: %q: nil DBTX: %w", resource, ErrInvalidOption)
 	}
-	if err := pgutil.CheckText(resource, MaxFenceResourceLen); err != nil {
-		return fmt.Errorf("lock: fence resource %q: %w: %w", resource, err, ErrInvalidOption)
+	if err := pgutil.CheckText(resource, MaxResourceLen); err != nil {
+		return fmt.Errorf("fence: resource %q: %w: %w", resource, err, ErrInvalidOption)
 	}
 	if tok.IsZero() || tok.Epoch < 0 || tok.Seq < 0 {
-		return fmt.Errorf("lock: fence %q: token %s was not handed out by a lock: %w", resource, tok, ErrInvalidOption)
+		return fmt.Errorf("fence: %q: token %s was not handed out by a lock: %w", resource, tok, ErrInvalidOption)
 	}
 	var one int
 	err := tx.QueryRow(ctx, f.upsert, resource, tok.Epoch, tok.Seq).Scan(&one)
@@ -171,7 +192,7 @@ func (f *Fence) Check(ctx context.Context, tx DBTX, resource string, tok Token) 
 		return nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("lock: fence %q with token %s: %w", resource, tok, err)
+		return fmt.Errorf("fence: %q with token %s: %w", resource, tok, err)
 	}
 	// Refused. Read the higher token only to explain the refusal.
 	fe := &FencedError{Resource: resource, Token: tok}
@@ -181,38 +202,38 @@ func (f *Fence) Check(ctx context.Context, tx DBTX, resource string, tok Token) 
 	return fe
 }
 
-// FenceEntry is what a [Fence] records for one resource: the highest token that has written to it.
-type FenceEntry struct {
+// Entry is what a [Fence] records for one resource: the highest token that has written to it.
+type Entry struct {
 	Resource  string
-	Token     Token
+	Token     lock.Token
 	UpdatedAt time.Time
 }
 
 // Entries returns what the fence records, in resource order: for every resource, or for resource
 // alone when it is not empty. It is for operators (txkit fence show). It blocks until PostgreSQL
 // answers; ctx scopes only this call.
-func (f *Fence) Entries(ctx context.Context, db DBTX, resource string) ([]FenceEntry, error) {
+func (f *Fence) Entries(ctx context.Context, db DBTX, resource string) ([]Entry, error) {
 	if isNilDB(db) {
-		return nil, fmt.Errorf("lock: fence %s entries: nil DBTX: %w", f.table, ErrInvalidOption)
+		return nil, fmt.Errorf("fence: %s entries: nil DBTX: %w", f.table, ErrInvalidOption)
 	}
 	rows, err := db.Query(ctx, f.list, resource)
 	if err != nil {
-		return nil, fmt.Errorf("lock: fence %s entries: %w", f.table, err)
+		return nil, fmt.Errorf("fence: %s entries: %w", f.table, err)
 	}
-	es, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FenceEntry, error) {
-		var e FenceEntry
+	es, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) {
+		var e Entry
 		err := r.Scan(&e.Resource, &e.Token.Epoch, &e.Token.Seq, &e.UpdatedAt)
 		return e, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("lock: fence %s entries: %w", f.table, err)
+		return nil, fmt.Errorf("fence: %s entries: %w", f.table, err)
 	}
 	return es, nil
 }
 
 // Reset forgets the token recorded for resource if its epoch is above epoch, and returns what it
 // forgot (ok false when nothing was above). Pass the epoch of the lock path whose holders write to
-// resource ([Session.LockEpoch]).
+// resource (lock.Session.LockEpoch).
 //
 // A token's epoch is the lock path's ZooKeeper creation zxid. Deleting and re-creating the path on
 // the same ensemble raises it, so holders keep passing; but an ensemble rebuilt from empty data
@@ -222,31 +243,31 @@ func (f *Fence) Entries(ctx context.Context, db DBTX, resource string) ([]FenceE
 // forgetting it would let a deposed holder of the current path write once more. Run it only when no
 // holder of the old ensemble can still write. It blocks until PostgreSQL answers; ctx scopes only
 // this call.
-func (f *Fence) Reset(ctx context.Context, db DBTX, resource string, epoch int64) (FenceEntry, bool, error) {
+func (f *Fence) Reset(ctx context.Context, db DBTX, resource string, epoch int64) (Entry, bool, error) {
 	if isNilDB(db) {
-		return FenceEntry{}, false, fmt.Errorf("lock: reset fence %q: nil DBTX: %w", resource, ErrInvalidOption)
+		return Entry{}, false, fmt.Errorf("fence: reset %q: nil DBTX: %w", resource, ErrInvalidOption)
 	}
-	if err := pgutil.CheckText(resource, MaxFenceResourceLen); err != nil {
-		return FenceEntry{}, false, fmt.Errorf("lock: reset fence resource %q: %w: %w", resource, err, ErrInvalidOption)
+	if err := pgutil.CheckText(resource, MaxResourceLen); err != nil {
+		return Entry{}, false, fmt.Errorf("fence: reset resource %q: %w: %w", resource, err, ErrInvalidOption)
 	}
-	e := FenceEntry{Resource: resource}
+	e := Entry{Resource: resource}
 	err := db.QueryRow(ctx, f.reset, resource, epoch).Scan(&e.Token.Epoch, &e.Token.Seq, &e.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return FenceEntry{}, false, nil
+		return Entry{}, false, nil
 	}
 	if err != nil {
-		return FenceEntry{}, false, fmt.Errorf("lock: reset fence %q: %w", resource, err)
+		return Entry{}, false, fmt.Errorf("fence: reset %q: %w", resource, err)
 	}
 	return e, true, nil
 }
 
 // FencedError is the refusal [Fence.Check] returns: a write to Resource carried Token, lower than
-// Current, the highest token that has written to it. It wraps [ErrFenced]. Current is zero when it
+// Current, the highest token that has written to it. It wraps [lock.ErrFenced]. Current is zero when it
 // could not be read.
 type FencedError struct {
 	Resource string
-	Token    Token // the refused writer's token
-	Current  Token // the higher token already recorded
+	Token    lock.Token // the refused writer's token
+	Current  lock.Token // the higher token already recorded
 }
 
 func (e *FencedError) Error() string {
@@ -254,11 +275,11 @@ func (e *FencedError) Error() string {
 	if !e.Current.IsZero() {
 		cur = e.Current.String()
 	}
-	return fmt.Sprintf("lock: fence %q: token %s is below %s: %v", e.Resource, e.Token, cur, ErrFenced)
+	return fmt.Sprintf("fence: %q: token %s is below %s: %v", e.Resource, e.Token, cur, lock.ErrFenced)
 }
 
-// Unwrap returns [ErrFenced].
-func (e *FencedError) Unwrap() error { return ErrFenced }
+// Unwrap returns [lock.ErrFenced].
+func (e *FencedError) Unwrap() error { return lock.ErrFenced }
 
 // isNilDB reports whether db is nil or a nil pointer in a non-nil interface (a nil *pgxpool.Pool).
 func isNilDB(db DBTX) bool {
