@@ -1,9 +1,9 @@
 // Package saga is a saga coordinator on PostgreSQL: steps run their actions in order (or as
 // their dependencies allow, several at once), and when one is refused the steps already done are
-// compensated in reverse. The saga and all its steps are written before any action runs, each
-// step's success before the steps after it start, and the elected leader ([Coordinator.Run]
-// under a [lock.Elector]) finishes whatever a starter left unfinished — running sagas forward,
-// compensating sagas backward.
+// compensated in reverse. The saga and all its steps are written before any action runs, the
+// steps' successes when the saga moves on (succeeded, compensating, or stalled) or its lease needs
+// renewing, and the elected leader ([Coordinator.Run] under a [lock.Elector]) finishes whatever a
+// starter left unfinished — running sagas forward, compensating sagas backward.
 //
 //	client, _ := participant.NewSigningClient(secret, nil) // signs for the participants' barrier
 //	c, _ := saga.New(pool, saga.WithSchema("shop"), saga.WithElector(el), saga.WithHTTPClient(client))
@@ -31,14 +31,15 @@
 // a business failure) or anything else (a transient failure, HTTP 500, a timeout: the outcome is
 // unknown).
 //
-//   - A refusal moves the saga to compensating at once. The steps compensated are those whose
-//     action succeeded and those whose action may have run: still pending but with every
-//     dependency succeeded — the refused step, a step that failed or was in flight. A step's
-//     success is recorded before any step after it starts, so this rule, read from the log,
-//     gives every driver the same set, and steps beyond it (never run) stay pending. A
-//     compensation may therefore reach a participant whose action never ran or never arrived:
-//     compensations must be idempotent and accept that case, which [participant.Barrier] does
-//     (and it refuses an action arriving after its compensation).
+//   - A refusal moves the saga to compensating at once, recording the successes so far. The
+//     steps compensated are those whose action succeeded and those whose action may have run.
+//     Submit, which saw the whole drive, adds the pending steps with every dependency succeeded
+//     — the refused step, a step that failed or was in flight — and leaves the steps beyond them
+//     (never run) alone. A leader recovering the saga cannot know which unrecorded steps ran
+//     (successes are not recorded one by one, see below), so it compensates every step not
+//     recorded as compensated. A compensation may therefore reach a participant whose action never
+//     ran or never arrived: compensations must be idempotent and accept that case, which
+//     [participant.Barrier] does (and it refuses an action arriving after its compensation).
 //   - A transient failure is retried: [Saga.Submit] calls up to [WithAttempts] times with
 //     backoff, then records the failure and returns [ErrIncomplete]; the leader retries with
 //     exponential backoff and jitter, counted per step (attempts, last error), never dropped.
