@@ -27,7 +27,7 @@
 //		return err
 //	})
 //
-//	// In every replica; pub is a Publisher, e.g. from outbox/rocketmq.
+//	// In every replica; pub is a Publisher, e.g. from package rocketmq (github.com/txkit/txkit/rocketmq).
 //	el, err := lock.NewElector(sess, "/orders/outbox-relay", hostname)
 //	if err != nil {
 //		return err

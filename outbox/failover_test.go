@@ -27,7 +27,7 @@ import (
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/outbox"
-	"github.com/txkit/txkit/outbox/rocketmq"
+	"github.com/txkit/txkit/rocketmq"
 )
 
 // Relay worker processes: the test binary runs itself with relayWorkerEnv set to a JSON

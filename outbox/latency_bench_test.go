@@ -15,7 +15,7 @@ import (
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/outbox"
-	"github.com/txkit/txkit/outbox/rocketmq"
+	"github.com/txkit/txkit/rocketmq"
 )
 
 // BenchmarkEndToEndLatency measures the latency from a business transaction's commit (one

@@ -30,7 +30,7 @@ type Message struct {
 // been delivered: the relay will send it again, with the same ID). An error wrapping
 // [ErrInvalidMessage] says the broker can never carry msg (a topic name it does not allow, say):
 // the relay makes the message dead at once instead of retrying it. Implementations must be safe
-// for concurrent use. outbox/rocketmq provides the RocketMQ one.
+// for concurrent use. Package github.com/txkit/txkit/rocketmq provides the RocketMQ one.
 type Publisher interface {
 	Publish(ctx context.Context, msg Message) error
 }

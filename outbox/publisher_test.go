@@ -7,7 +7,7 @@ import (
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/outbox"
-	"github.com/txkit/txkit/outbox/rocketmq"
+	"github.com/txkit/txkit/rocketmq"
 )
 
 // realPublisher returns the RocketMQ publisher on the test name servers, closed when the test ends.

@@ -5,7 +5,7 @@ import (
 
 	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/notify/rocketmq"
-	obrocketmq "github.com/txkit/txkit/outbox/rocketmq"
+	obrocketmq "github.com/txkit/txkit/rocketmq"
 )
 
 // shopOnly builds the handler of an intake that allows the receiver "shop" only.

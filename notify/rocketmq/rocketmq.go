@@ -1,5 +1,5 @@
 // Package rocketmq feeds a notify.Notifier from a RocketMQ topic: each message becomes a
-// notification, enqueued in the transaction in which the outbox/rocketmq Consumer has claimed the
+// notification, enqueued in the transaction in which the rocketmq Consumer has claimed the
 // message's id, so a redelivered message enqueues nothing twice.
 //
 // Whoever can write to the topic chooses the receiver a message names, and the notifier signs
@@ -26,7 +26,7 @@
 // (obrocketmq.WithCredentials, for the Consumer as for the producers' Publisher or TxProducer)
 // are passed like any other option. With ACL on, let only the producers that may ask for
 // notifications write to the topic. The broker and name server network must be trusted all the
-// same (see outbox/rocketmq): ACLs decide who may write to the topic, the allow-list and the
+// same (see package github.com/txkit/txkit/rocketmq): ACLs decide who may write to the topic, the allow-list and the
 // producer's HMAC what a message may ask for.
 //
 // The messages' producers need not know the notifier's tables: they publish a result, and the
@@ -47,7 +47,7 @@ import (
 	"github.com/txkit/txkit/internal/signing"
 	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/outbox"
-	obrocketmq "github.com/txkit/txkit/outbox/rocketmq"
+	obrocketmq "github.com/txkit/txkit/rocketmq"
 )
 
 // HeaderSignature is the message header that carries the producer's signature of the body

@@ -14,7 +14,7 @@ import (
 	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/notify/rocketmq"
 	"github.com/txkit/txkit/outbox"
-	obrocketmq "github.com/txkit/txkit/outbox/rocketmq"
+	obrocketmq "github.com/txkit/txkit/rocketmq"
 )
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
@@ -173,7 +173,7 @@ func TestIntegrationIntakeProducerSignature(t *testing.T) {
 
 // The ACL broker: deploy/local/rocketmq starts a broker with aclEnable=true on the same name
 // server, with this topic and an account that may publish to it and subscribe to it (the test
-// account of that local broker, as in outbox/rocketmq's acl_test.go).
+// account of that local broker, as in rocketmq's acl_test.go).
 const (
 	aclTopic      = "txkit-acl"
 	aclUserKey    = "txkit-acl-user"

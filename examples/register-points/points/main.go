@@ -28,7 +28,7 @@ import (
 	"github.com/txkit/txkit/examples/register-points/internal/app"
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/outbox"
-	txrocketmq "github.com/txkit/txkit/outbox/rocketmq"
+	txrocketmq "github.com/txkit/txkit/rocketmq"
 )
 
 func main() {

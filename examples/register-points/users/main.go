@@ -30,7 +30,7 @@ import (
 	"github.com/txkit/txkit/internal/httpsafe"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/outbox"
-	txrocketmq "github.com/txkit/txkit/outbox/rocketmq"
+	txrocketmq "github.com/txkit/txkit/rocketmq"
 )
 
 type config struct {

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/examples/internal/exapp"
-	txrocketmq "github.com/txkit/txkit/outbox/rocketmq"
+	txrocketmq "github.com/txkit/txkit/rocketmq"
 )
 
 // UserRegistered is the event the users service emits and the points service consumes.

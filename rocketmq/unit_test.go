@@ -18,7 +18,7 @@ import (
 
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/outbox"
-	"github.com/txkit/txkit/outbox/rocketmq"
+	"github.com/txkit/txkit/rocketmq"
 )
 
 var ns = []string{"127.0.0.1:1"} // never contacted: every case fails before the client starts

@@ -11,7 +11,7 @@ import (
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/outbox"
-	"github.com/txkit/txkit/outbox/rocketmq"
+	"github.com/txkit/txkit/rocketmq"
 )
 
 // BenchmarkPublish sends 256-byte messages with a key and two headers, one at a time, to a topic

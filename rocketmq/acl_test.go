@@ -9,7 +9,7 @@ import (
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/outbox"
-	"github.com/txkit/txkit/outbox/rocketmq"
+	"github.com/txkit/txkit/rocketmq"
 )
 
 // The ACL broker: deploy/local/rocketmq starts a second broker with aclEnable=true (make up, or

@@ -20,7 +20,7 @@ import (
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/outbox"
-	"github.com/txkit/txkit/outbox/rocketmq"
+	"github.com/txkit/txkit/rocketmq"
 )
 
 func newPublisher(t *testing.T, e *env, opts ...rocketmq.Option) *rocketmq.Publisher {

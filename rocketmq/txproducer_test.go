@@ -16,7 +16,7 @@ import (
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/outbox"
-	"github.com/txkit/txkit/outbox/rocketmq"
+	"github.com/txkit/txkit/rocketmq"
 )
 
 func newTxProducer(t *testing.T, e *env, g string, opts ...rocketmq.Option) *rocketmq.TxProducer {

@@ -1,5 +1,12 @@
-// Package rocketmq carries outbox messages over RocketMQ (rocketmq-client-go v2.1.2, the Remoting
-// protocol of RocketMQ 4.x and 5.x brokers) and applies them exactly once on the other side.
+// Package rocketmq is txkit's RocketMQ adapter (rocketmq-client-go v2.1.2, the Remoting protocol
+// of RocketMQ 4.x and 5.x brokers): it carries messages over RocketMQ and applies them exactly
+// once on the other side.
+//
+// It is a top-level package, not a part of outbox, because several patterns use it: the outbox
+// relay publishes through its [Publisher], transactional messages are its [TxProducer] (an
+// alternative to an outbox table), and notify/rocketmq feeds a notifier through its [Consumer].
+// None of them owns it, and a program that uses only transactional messages or only consumes
+// need not think of an outbox.
 //
 //   - [Publisher] is the [outbox.Publisher] the outbox relay sends through: synchronous sends,
 //     the same queue for the same [outbox.Message].Key, the message ID as RocketMQ key.

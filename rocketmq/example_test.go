@@ -18,7 +18,7 @@ import (
 
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/outbox"
-	"github.com/txkit/txkit/outbox/rocketmq"
+	"github.com/txkit/txkit/rocketmq"
 )
 
 // Publish one message and apply it once in PostgreSQL. The servers come from TXKIT_ROCKETMQ_NAMESRV,
