@@ -17,9 +17,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txkit/txkit/internal/locktest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
-	"github.com/txkit/txkit/lock/locktest"
 )
 
 // curatorNode is the name of an InterProcessMutex contender's node: a protected (uuid-prefixed)
