@@ -3,27 +3,17 @@ package outbox
 import (
 	"context"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txkit/txkit/message"
 )
 
 // Message is one message in the outbox: recorded in the caller's transaction by Enqueue, then
-// delivered at least once by the Relay through a [Publisher].
-type Message struct {
-	// ID identifies the message everywhere: the outbox row, the broker's message key, the
-	// consumer's idempotency key. Enqueue assigns it when it is zero. Duplicates carry the same ID.
-	ID uuid.UUID
-	// Topic is the broker topic the message goes to.
-	Topic string
-	// Key orders and groups messages: messages with the same key are delivered in the order they
-	// were enqueued, and go to the same broker queue. Empty means no ordering.
-	Key string
-	// Body is the payload, delivered as is.
-	Body []byte
-	// Headers are delivered as message properties.
-	Headers map[string]string
-}
+// delivered at least once by the Relay through a [Publisher]. It is [message.Message], shared with
+// transactional messages and consumers (see package message for why it lives there); its Tags
+// are stored with the row and sent as the message's RocketMQ tag.
+type Message = message.Message
 
 // Publisher delivers messages to a broker. Publish blocks until the broker has acknowledged msg
 // (then it returns nil) or the send failed or ctx ended (then the message may or may not have

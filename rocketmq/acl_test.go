@@ -57,10 +57,10 @@ func TestIntegrationCredentials(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		opts []rocketmq.Option
+		opts []rocketmq.PublisherOption
 	}{
 		{"no credentials", nil},
-		{"wrong secret key", []rocketmq.Option{rocketmq.WithCredentials(aclUserKey, "not-the-secret-key")}},
+		{"wrong secret key", []rocketmq.PublisherOption{rocketmq.WithCredentials(aclUserKey, "not-the-secret-key")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPublisher(t, e, append(tc.opts, rocketmq.WithRetries(0), rocketmq.WithSendTimeout(10*time.Second))...)

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/google/uuid"
 
+	"github.com/txkit/txkit/message"
 	"github.com/txkit/txkit/outbox"
 )
 
@@ -70,7 +71,7 @@ const maxPropertiesLen = 32767 - 1024
 // encode turns msg into a RocketMQ message: keys = id, properties = headers plus PropertyID,
 // PropertyKey and PropertyHeaders. It refuses (with outbox.ErrInvalidMessage) what RocketMQ
 // cannot carry faithfully.
-func encode(msg outbox.Message) (*primitive.Message, error) {
+func encode(msg message.Message) (*primitive.Message, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("rocketmq: message %s: "+format+": %w", append([]any{msg.ID}, append(args, outbox.ErrInvalidMessage)...)...)
 	}
@@ -83,11 +84,17 @@ func encode(msg outbox.Message) (*primitive.Message, error) {
 	if hasSeparator(msg.Key) {
 		return nil, bad("key contains byte 0x01 or 0x02, RocketMQ's property separators")
 	}
+	if err := CheckTag(msg.Tags); err != nil {
+		return nil, bad("%v", err)
+	}
 	m := primitive.NewMessage(msg.Topic, msg.Body)
 	id := msg.ID.String()
 	m.WithKeys([]string{id})
 	m.WithProperty(PropertyID, id)
 	m.WithProperty(PropertyKey, msg.Key)
+	if msg.Tags != "" {
+		m.WithTag(msg.Tags)
+	}
 	if len(msg.Headers) > 0 {
 		names := make([]string, 0, len(msg.Headers))
 		for name, value := range msg.Headers {
@@ -115,6 +122,24 @@ func encode(msg outbox.Message) (*primitive.Message, error) {
 	return m, nil
 }
 
+// CheckTag reports why tag cannot be a message's RocketMQ tag ([message.Message].Tags), or nil
+// when it can (the empty tag, no tag, can). A tag may not contain "||", the separator of tag
+// expressions, nor bytes 0x01 or 0x02, RocketMQ's property separators, nor begin or end with
+// white space, which subscriptions trim; the outbox checks it in Enqueue the same way.
+func CheckTag(tag string) error {
+	switch {
+	case tag == "":
+		return nil
+	case strings.Contains(tag, "||"):
+		return fmt.Errorf("tag %q contains \"||\", the separator of tag expressions", tag)
+	case hasSeparator(tag):
+		return fmt.Errorf("tag %q contains byte 0x01 or 0x02", tag)
+	case strings.TrimSpace(tag) != tag:
+		return fmt.Errorf("tag %q begins or ends with white space", tag)
+	}
+	return nil
+}
+
 func hasSeparator(s string) bool { return strings.ContainsAny(s, "\x01\x02") }
 
 var errNoID = errors.New("no txkit id: neither property " + PropertyID + " nor a key is a UUID")
@@ -123,8 +148,8 @@ var errNoID = errors.New("no txkit id: neither property " + PropertyID + " nor a
 // failing that from the first of the message's keys that is a UUID (a message sent by another
 // producer). A message without one cannot be deduplicated: decode reports it and the Consumer
 // treats it as poison.
-func decode(m *primitive.MessageExt) (outbox.Message, error) {
-	var msg outbox.Message
+func decode(m *primitive.MessageExt) (message.Message, error) {
+	var msg message.Message
 	if v := m.GetProperty(PropertyID); v != "" {
 		id, err := uuid.Parse(v)
 		if err != nil {
@@ -144,6 +169,7 @@ func decode(m *primitive.MessageExt) (outbox.Message, error) {
 	}
 	msg.Topic = m.Topic
 	msg.Key = m.GetProperty(PropertyKey)
+	msg.Tags = m.GetTags()
 	msg.Body = m.Body
 	props := m.GetProperties()
 	if list, ok := props[PropertyHeaders]; ok {

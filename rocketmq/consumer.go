@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/idempotency"
-	"github.com/txkit/txkit/outbox"
+	"github.com/txkit/txkit/message"
 )
 
 // Handler applies one message in tx, the transaction in which the [Consumer] has just claimed the
@@ -24,7 +24,7 @@ import (
 // an error rolls both back and has the message redelivered, unless the error wraps [ErrPoison].
 // ctx ends after [WithHandlerTimeout]; it does not end when [Consumer.Run]'s ctx does, so that a
 // handler in flight can finish. The handler must not commit or roll back tx.
-type Handler func(ctx context.Context, tx pgx.Tx, msg outbox.Message) error
+type Handler func(ctx context.Context, tx pgx.Tx, msg message.Message) error
 
 // Consumer applies the messages of one topic exactly once to PostgreSQL: a push consumer in a
 // RocketMQ consumer group receives them at least once, and each is applied in a transaction that
@@ -59,7 +59,7 @@ type Consumer struct {
 	pool    *pgxpool.Pool
 	store   *idempotency.Store
 	handler Handler
-	o       options
+	o       consumerOptions
 	log     *slog.Logger
 	running atomic.Bool
 
@@ -78,7 +78,7 @@ type Stats struct {
 // does no I/O; [Consumer.Run] connects. The store's table must exist ([idempotency.Store.Migrate]).
 // It returns an error wrapping [ErrInvalidOption] for bad arguments or options.
 func NewConsumer(nameservers []string, group, topic string, pool *pgxpool.Pool, store *idempotency.Store,
-	handler Handler, opts ...Option) (*Consumer, error) {
+	handler Handler, opts ...ConsumerOption) (*Consumer, error) {
 	if err := checkNameservers(nameservers); err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func NewConsumer(nameservers []string, group, topic string, pool *pgxpool.Pool, 
 	if pool == nil || store == nil || handler == nil {
 		return nil, fmt.Errorf("rocketmq: consumer %s: nil pool, store or handler: %w", group, ErrInvalidOption)
 	}
-	o, err := buildOptions(forConsumer, opts)
+	o, err := buildConsumerOptions(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return fmt.Errorf("rocketmq: consumer %s: new push consumer: %w", c.group, err)
 	}
 	r := &run{ctx: ctx, stopped: make(chan struct{})}
-	if err := pc.Subscribe(c.topic, consumer.MessageSelector{}, func(cbctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+	if err := pc.Subscribe(c.topic, c.selector(), func(cbctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		return c.consume(r, cbctx, msgs)
 	}); err != nil {
 		return fmt.Errorf("rocketmq: consumer %s: subscribe %s: %w", c.group, c.topic, err)
@@ -182,6 +182,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	close(r.stopped)
 	c.log.Info("rocketmq: consumer stopped")
 	return nil
+}
+
+// selector is the subscription's filter: every message, or those whose tag matches WithTagExpression.
+func (c *Consumer) selector() consumer.MessageSelector {
+	if c.o.tagExpression == "" || c.o.tagExpression == "*" {
+		return consumer.MessageSelector{}
+	}
+	return consumer.MessageSelector{Type: consumer.TAG, Expression: c.o.tagExpression}
 }
 
 // consume is the push consumer's callback. It is never called with more than one message (batch
@@ -271,7 +279,7 @@ func messageSize(m *primitive.MessageExt) int {
 }
 
 // apply claims msg.ID and runs the handler in one transaction.
-func (c *Consumer) apply(ctx context.Context, msg outbox.Message) (dup bool, err error) {
+func (c *Consumer) apply(ctx context.Context, msg message.Message) (dup bool, err error) {
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("rocketmq: consumer %s: message %s: begin: %w", c.group, msg.ID, err)
@@ -300,7 +308,7 @@ func (c *Consumer) apply(ctx context.Context, msg outbox.Message) (dup bool, err
 
 // callHandler turns a panic into an error: the client would recover it itself but then neither
 // acknowledge nor redeliver the message, which would hold its queue's offset back for good.
-func (c *Consumer) callHandler(ctx context.Context, tx pgx.Tx, msg outbox.Message) (err error) {
+func (c *Consumer) callHandler(ctx context.Context, tx pgx.Tx, msg message.Message) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)

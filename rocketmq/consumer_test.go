@@ -23,9 +23,9 @@ import (
 	"github.com/txkit/txkit/rocketmq"
 )
 
-func newPublisher(t *testing.T, e *env, opts ...rocketmq.Option) *rocketmq.Publisher {
+func newPublisher(t *testing.T, e *env, opts ...rocketmq.PublisherOption) *rocketmq.Publisher {
 	t.Helper()
-	pub, err := rocketmq.NewPublisher(t.Context(), e.ns, append([]rocketmq.Option{rocketmq.WithLogger(e.log)}, opts...)...)
+	pub, err := rocketmq.NewPublisher(t.Context(), e.ns, append([]rocketmq.PublisherOption{rocketmq.WithLogger(e.log)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,10 +33,10 @@ func newPublisher(t *testing.T, e *env, opts ...rocketmq.Option) *rocketmq.Publi
 	return pub
 }
 
-func newConsumer(t *testing.T, e *env, g string, h rocketmq.Handler, opts ...rocketmq.Option) *rocketmq.Consumer {
+func newConsumer(t *testing.T, e *env, g string, h rocketmq.Handler, opts ...rocketmq.ConsumerOption) *rocketmq.Consumer {
 	t.Helper()
 	c, err := rocketmq.NewConsumer(e.ns, g, e.topic, e.pool, e.store, h,
-		append([]rocketmq.Option{rocketmq.WithLogger(e.log)}, opts...)...)
+		append([]rocketmq.ConsumerOption{rocketmq.WithLogger(e.log)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestIntegrationHandlerErrorRedelivered(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []struct {
 		name string
-		opt  rocketmq.Option
+		opt  rocketmq.ConsumerOption
 	}{
 		{"concurrent", rocketmq.WithRetryDelayLevel(1)},
 		{"orderly", rocketmq.WithOrderly(true)},
@@ -319,7 +319,7 @@ func TestIntegrationDeadLetter(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []struct {
 		name     string
-		opt      rocketmq.Option
+		opt      rocketmq.ConsumerOption
 		attempts int
 	}{
 		{"concurrent", rocketmq.WithRetryDelayLevel(1), 2},

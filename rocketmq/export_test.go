@@ -1,10 +1,29 @@
 package rocketmq
 
-import "github.com/apache/rocketmq-client-go/v2/primitive"
+import (
+	"context"
 
-// WithheldSecondPhase makes a TxProducer commit the local transaction and then answer UNKNOW, so
-// that the broker delivers the message only after a check-back. For tests of the check-back path.
-func WithheldSecondPhase() Option { return withheldSecondPhase() }
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// NewWithheldTxProducer returns a TxProducer that commits the local transaction and then answers
+// UNKNOW instead of COMMIT, so that the broker delivers the message only after a check-back. For
+// tests of the check-back path; production code has no such switch.
+func NewWithheldTxProducer(ctx context.Context, nameservers []string, group string, pool *pgxpool.Pool, opts ...TxProducerOption) (*TxProducer, error) {
+	return newTxProducer(ctx, nameservers, group, pool, func(l primitive.TransactionListener) primitive.TransactionListener {
+		return withheldListener{l}
+	}, opts)
+}
+
+type withheldListener struct{ primitive.TransactionListener }
+
+func (l withheldListener) ExecuteLocalTransaction(m *primitive.Message) primitive.LocalTransactionState {
+	if s := l.TransactionListener.ExecuteLocalTransaction(m); s != primitive.CommitMessageState {
+		return s
+	}
+	return primitive.UnknowState
+}
 
 // Encode and Decode expose the codec to the external test package.
 var (

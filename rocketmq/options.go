@@ -16,47 +16,60 @@ import (
 	"github.com/txkit/txkit/outbox"
 )
 
-// Option configures a [Publisher], a [Consumer] or a [TxProducer]. Each option's doc says which of
-// them it applies to; a constructor given an option meant for another type returns an error
-// wrapping [ErrInvalidOption] rather than ignore it. Options are applied in order.
-type Option func(*options)
-
-// target is the set of types an option applies to.
-type target uint8
-
-const (
-	forPublisher target = 1 << iota
-	forConsumer
-	forTxProducer
-	forAll = forPublisher | forConsumer | forTxProducer
-)
-
-func (t target) String() string {
-	switch t {
-	case forPublisher:
-		return "Publisher"
-	case forConsumer:
-		return "Consumer"
-	case forTxProducer:
-		return "TxProducer"
-	}
-	return fmt.Sprintf("target(%d)", uint8(t))
+// PublisherOption configures a [Publisher]. ConsumerOption and TxProducerOption do the same for a
+// [Consumer] and a [TxProducer]. Each option returns the types it fits, so an option meant for
+// another constructor does not compile: [WithOrderly] is a ConsumerOption only, [WithRetries] a
+// [SendOption] (Publisher and TxProducer), [WithLogger] an [Option] (all three). Options are
+// applied in order; a nil option is ignored.
+type PublisherOption interface {
+	applyPublisher(*publisherOptions)
 }
 
-type options struct {
-	used []optionUse
+// ConsumerOption configures a [Consumer]; see [PublisherOption].
+type ConsumerOption interface {
+	applyConsumer(*consumerOptions)
+}
 
-	log *slog.Logger
+// TxProducerOption configures a [TxProducer]; see [PublisherOption].
+type TxProducerOption interface {
+	applyTxProducer(*txProducerOptions)
+}
 
-	// All three
+// Option is an option that fits a [Publisher], a [Consumer] and a [TxProducer] alike:
+// [WithLogger] and [WithCredentials].
+type Option interface {
+	PublisherOption
+	ConsumerOption
+	TxProducerOption
+}
+
+// SendOption is an option of the sending side, fitting a [Publisher] and a [TxProducer]:
+// [WithRetries] and [WithSendTimeout].
+type SendOption interface {
+	PublisherOption
+	TxProducerOption
+}
+
+// commonOptions are the settings every client has.
+type commonOptions struct {
+	log         *slog.Logger
 	credentials primitive.Credentials
+}
 
-	// Publisher and TxProducer
-	group       string // Publisher only; the others take it positionally
+// sendOptions are the settings of a producing client.
+type sendOptions struct {
 	retries     int
 	sendTimeout time.Duration
+}
 
-	// Consumer
+type publisherOptions struct {
+	commonOptions
+	sendOptions
+	group string // the Consumer and TxProducer take theirs positionally
+}
+
+type consumerOptions struct {
+	commonOptions
 	maxReconsume    int
 	fromFirst       bool
 	orderly         bool
@@ -65,27 +78,30 @@ type options struct {
 	orderlyRetry    time.Duration
 	handlerTimeout  time.Duration
 	maxMessageSize  int
+	tagExpression   string
+}
 
-	// TxProducer
+type txProducerOptions struct {
+	commonOptions
+	sendOptions
 	checkGrace     time.Duration
 	localTxTimeout time.Duration
 	checkTimeout   time.Duration
 	schema         string
 	table          string
-	withhold       bool // tests only: commit locally, then answer UNKNOW (see export_test.go)
 }
 
-type optionUse struct {
-	name string
-	to   target
+func defaultCommon() commonOptions { return commonOptions{log: slog.New(slog.DiscardHandler)} }
+
+func defaultSend() sendOptions { return sendOptions{retries: 2, sendTimeout: 10 * time.Second} }
+
+func defaultPublisherOptions() publisherOptions {
+	return publisherOptions{commonOptions: defaultCommon(), sendOptions: defaultSend(), group: "txkit-outbox"}
 }
 
-func defaultOptions() options {
-	return options{
-		log:             slog.New(slog.DiscardHandler),
-		group:           "txkit-outbox",
-		retries:         2,
-		sendTimeout:     10 * time.Second,
+func defaultConsumerOptions() consumerOptions {
+	return consumerOptions{
+		commonOptions:   defaultCommon(),
 		maxReconsume:    16,
 		fromFirst:       true,
 		goroutines:      20,
@@ -93,26 +109,50 @@ func defaultOptions() options {
 		orderlyRetry:    time.Second,
 		handlerTimeout:  time.Minute,
 		maxMessageSize:  DefaultMaxMessageSize,
-		checkGrace:      10 * time.Second,
-		localTxTimeout:  5 * time.Second,
-		checkTimeout:    5 * time.Second,
-		table:           "txkit_rmq_tx",
 	}
 }
 
-// option records which types an option applies to, so that constructors can refuse misplaced ones.
-func option(name string, to target, apply func(*options)) Option {
-	return func(o *options) {
-		o.used = append(o.used, optionUse{name: name, to: to})
-		apply(o)
+func defaultTxProducerOptions() txProducerOptions {
+	return txProducerOptions{
+		commonOptions:  defaultCommon(),
+		sendOptions:    defaultSend(),
+		checkGrace:     10 * time.Second,
+		localTxTimeout: 5 * time.Second,
+		checkTimeout:   5 * time.Second,
+		table:          "txkit_rmq_tx",
 	}
 }
 
-// WithLogger sets the logger (default: discard). Applies to all three types. Only this package's
-// own lines go to it; rocketmq-client-go logs through its process-wide rlog logger, which
-// [NewRlogAdapter] can route to slog from main.
+// commonOption sets a commonOptions field; it fits all three constructors.
+type commonOption func(*commonOptions)
+
+func (f commonOption) applyPublisher(o *publisherOptions)   { f(&o.commonOptions) }
+func (f commonOption) applyConsumer(o *consumerOptions)     { f(&o.commonOptions) }
+func (f commonOption) applyTxProducer(o *txProducerOptions) { f(&o.commonOptions) }
+
+// sendOption sets a sendOptions field; it fits the Publisher and the TxProducer.
+type sendOption func(*sendOptions)
+
+func (f sendOption) applyPublisher(o *publisherOptions)   { f(&o.sendOptions) }
+func (f sendOption) applyTxProducer(o *txProducerOptions) { f(&o.sendOptions) }
+
+type publisherOption func(*publisherOptions)
+
+func (f publisherOption) applyPublisher(o *publisherOptions) { f(o) }
+
+type consumerOption func(*consumerOptions)
+
+func (f consumerOption) applyConsumer(o *consumerOptions) { f(o) }
+
+type txProducerOption func(*txProducerOptions)
+
+func (f txProducerOption) applyTxProducer(o *txProducerOptions) { f(o) }
+
+// WithLogger sets the logger (default: discard). It fits all three constructors. Only this
+// package's own lines go to it; rocketmq-client-go logs through its process-wide rlog logger,
+// which [SetClientLogger] routes to slog from main.
 func WithLogger(l *slog.Logger) Option {
-	return option("WithLogger", forAll, func(o *options) {
+	return commonOption(func(o *commonOptions) {
 		if l != nil {
 			o.log = l
 		}
@@ -120,18 +160,18 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithCredentials sets the RocketMQ ACL account (access key and secret key, as in the broker's
-// plain_acl.yml) of a [Publisher], [Consumer] or [TxProducer]; it applies to all three. With it
+// plain_acl.yml) of a [Publisher], [Consumer] or [TxProducer]; it fits all three. With it
 // the client signs every request it sends to name servers and brokers (HMAC-SHA1 of the request's
 // fields and body under secretKey, carried with accessKey in the AccessKey and Signature fields),
 // and a broker with aclEnable=true checks the signature and the account's rights on the topic
 // and group. Without it (the default) requests go unsigned, which such a broker refuses.
 //
 // Both keys must be given, or neither: the client silently sends unsigned requests when one of
-// them is empty, so this option refuses that with [ErrInvalidOption]. The secret key is never
+// them is empty, so the constructor refuses that with [ErrInvalidOption]. The secret key is never
 // sent and never logged. ACL authenticates and authorizes clients; it does not encrypt the
 // connection.
 func WithCredentials(accessKey, secretKey string) Option {
-	return option("WithCredentials", forAll, func(o *options) {
+	return commonOption(func(o *commonOptions) {
 		o.credentials = primitive.Credentials{AccessKey: accessKey, SecretKey: secretKey}
 	})
 }
@@ -139,37 +179,37 @@ func WithCredentials(accessKey, secretKey string) Option {
 // WithGroup sets the producer group of a [Publisher] (default "txkit-outbox"). The group of a
 // plain producer matters little to the broker; it must not be the group of a [TxProducer],
 // because the broker sends transaction check-backs to any producer of the group.
-func WithGroup(name string) Option {
-	return option("WithGroup", forPublisher, func(o *options) { o.group = name })
+func WithGroup(name string) PublisherOption {
+	return publisherOption(func(o *publisherOptions) { o.group = name })
 }
 
 // WithRetries sets how many times a send is retried after a failed attempt (default 2, so up to
-// 3 attempts). Applies to [Publisher] and [TxProducer]. A retry after a timeout may store the
+// 3 attempts). It fits a [Publisher] and a [TxProducer]. A retry after a timeout may store the
 // message twice; consumers deduplicate by id.
-func WithRetries(n int) Option {
-	return option("WithRetries", forPublisher|forTxProducer, func(o *options) { o.retries = n })
+func WithRetries(n int) SendOption {
+	return sendOption(func(o *sendOptions) { o.retries = n })
 }
 
 // WithSendTimeout bounds one Publish or the broker half of one Send, all attempts included
-// (default 10 s). Each attempt is also bounded by the client's own 3 s. Applies to [Publisher]
-// and [TxProducer].
-func WithSendTimeout(d time.Duration) Option {
-	return option("WithSendTimeout", forPublisher|forTxProducer, func(o *options) { o.sendTimeout = d })
+// (default 10 s). Each attempt is also bounded by the client's own 3 s. It fits a [Publisher]
+// and a [TxProducer].
+func WithSendTimeout(d time.Duration) SendOption {
+	return sendOption(func(o *sendOptions) { o.sendTimeout = d })
 }
 
 // WithMaxReconsumeTimes sets how many times a [Consumer] has a failed message redelivered before
 // the broker moves it to the dead-letter topic %DLQ%<group> (default 16; 0 sends it there after
 // the first failure).
-func WithMaxReconsumeTimes(n int) Option {
-	return option("WithMaxReconsumeTimes", forConsumer, func(o *options) { o.maxReconsume = n })
+func WithMaxReconsumeTimes(n int) ConsumerOption {
+	return consumerOption(func(o *consumerOptions) { o.maxReconsume = n })
 }
 
 // WithConsumeFromFirstOffset sets where a [Consumer] whose group has no committed offset yet
 // starts: at the first message the broker still holds (true, the default — nothing published
 // before the group's first start is missed) or at the end of each queue (false). A group that has
 // committed offsets always resumes from them.
-func WithConsumeFromFirstOffset(first bool) Option {
-	return option("WithConsumeFromFirstOffset", forConsumer, func(o *options) { o.fromFirst = first })
+func WithConsumeFromFirstOffset(first bool) ConsumerOption {
+	return consumerOption(func(o *consumerOptions) { o.fromFirst = first })
 }
 
 // WithOrderly makes a [Consumer] apply the messages of each queue one at a time, in queue order
@@ -182,37 +222,37 @@ func WithConsumeFromFirstOffset(first bool) Option {
 // Without it, a Consumer applies up to [WithConsumeGoroutines] messages at once, even messages of
 // the same queue, and a failed message is retried later through the group's retry topic: faster,
 // but in no particular order.
-func WithOrderly(orderly bool) Option {
-	return option("WithOrderly", forConsumer, func(o *options) { o.orderly = orderly })
+func WithOrderly(orderly bool) ConsumerOption {
+	return consumerOption(func(o *consumerOptions) { o.orderly = orderly })
 }
 
 // WithConsumeGoroutines sets how many messages of the topic a concurrent [Consumer] applies at
 // once (default 20; the pool must have room for as many transactions). Orderly consumers apply
 // one message per queue at a time whatever this says.
-func WithConsumeGoroutines(n int) Option {
-	return option("WithConsumeGoroutines", forConsumer, func(o *options) { o.goroutines = n })
+func WithConsumeGoroutines(n int) ConsumerOption {
+	return consumerOption(func(o *consumerOptions) { o.goroutines = n })
 }
 
 // WithRetryDelayLevel sets the broker delay level after which a concurrent [Consumer]'s failed
 // message is redelivered: 1 to 18 index the broker's messageDelayLevel list (by default 1s 5s 10s
 // 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h). The default, 0, lets the broker choose
 // level 3 + the number of earlier redeliveries (10 s, 30 s, 1 min, ...).
-func WithRetryDelayLevel(level int) Option {
-	return option("WithRetryDelayLevel", forConsumer, func(o *options) { o.retryDelayLevel = level })
+func WithRetryDelayLevel(level int) ConsumerOption {
+	return consumerOption(func(o *consumerOptions) { o.retryDelayLevel = level })
 }
 
 // WithOrderlyRetryInterval sets how long an orderly [Consumer] waits before it retries a failed
 // message (default 1 s; at least 10 ms, at most 30 s).
-func WithOrderlyRetryInterval(d time.Duration) Option {
-	return option("WithOrderlyRetryInterval", forConsumer, func(o *options) { o.orderlyRetry = d })
+func WithOrderlyRetryInterval(d time.Duration) ConsumerOption {
+	return consumerOption(func(o *consumerOptions) { o.orderlyRetry = d })
 }
 
 // WithHandlerTimeout bounds the transaction in which a [Consumer] applies one message: the claim,
 // the handler and the commit (default 1 min). When it passes, the transaction is rolled back and
 // the message redelivered. It also bounds how long [Consumer.Run] waits for handlers in flight
 // when its ctx ends.
-func WithHandlerTimeout(d time.Duration) Option {
-	return option("WithHandlerTimeout", forConsumer, func(o *options) { o.handlerTimeout = d })
+func WithHandlerTimeout(d time.Duration) ConsumerOption {
+	return consumerOption(func(o *consumerOptions) { o.handlerTimeout = d })
 }
 
 // DefaultMaxMessageSize is the default of [WithMaxMessageSize]: the outbox's default body limit
@@ -225,8 +265,34 @@ const DefaultMaxMessageSize = outbox.DefaultMaxBodySize + 64<<10
 // poison: logged and acknowledged, never decoded nor given to the [Handler]. It bounds what this
 // package and the handler accept, not what the client reads and inflates before (see the
 // package doc).
-func WithMaxMessageSize(n int) Option {
-	return option("WithMaxMessageSize", forConsumer, func(o *options) { o.maxMessageSize = n })
+func WithMaxMessageSize(n int) ConsumerOption {
+	return consumerOption(func(o *consumerOptions) { o.maxMessageSize = n })
+}
+
+// WithTagExpression subscribes a [Consumer] to the messages of its topic whose tag
+// ([message.Message].Tags, RocketMQ's TAGS) matches expr: one tag, or several separated by "||"
+// ("created || cancelled"), or "*" for every message (the default, like ""). The broker filters
+// by tag before it delivers, so messages of other tags never reach the Consumer and need no
+// claim; they count as consumed for the group. All consumers of one group must subscribe with the
+// same expression, or the broker's view of the group flips between them.
+func WithTagExpression(expr string) ConsumerOption {
+	return consumerOption(func(o *consumerOptions) { o.tagExpression = expr })
+}
+
+// checkTagExpression refuses an expression RocketMQ cannot carry or that names an empty tag.
+func checkTagExpression(expr string) error {
+	if expr == "" || expr == "*" {
+		return nil
+	}
+	if hasSeparator(expr) {
+		return badOption("tag expression %q contains byte 0x01 or 0x02", expr)
+	}
+	for _, tag := range strings.Split(expr, "||") {
+		if strings.TrimSpace(tag) == "" {
+			return badOption("tag expression %q names an empty tag", expr)
+		}
+	}
+	return nil
 }
 
 // WithCheckGrace sets how old a half message must be — measured from its born timestamp, taken by
@@ -235,116 +301,129 @@ func WithMaxMessageSize(n int) Option {
 // that a local transaction still running is not overtaken. The rollback is fenced: the check-back
 // records the transaction id as rolled back, so a local transaction that tries to commit later
 // fails instead of committing an effect whose message is gone.
-func WithCheckGrace(d time.Duration) Option {
-	return option("WithCheckGrace", forTxProducer, func(o *options) { o.checkGrace = d })
+func WithCheckGrace(d time.Duration) TxProducerOption {
+	return txProducerOption(func(o *txProducerOptions) { o.checkGrace = d })
 }
 
 // WithLocalTxTimeout bounds the local transaction of one [TxProducer.Send] (default 5 s), on top
 // of the ctx passed to Send.
-func WithLocalTxTimeout(d time.Duration) Option {
-	return option("WithLocalTxTimeout", forTxProducer, func(o *options) { o.localTxTimeout = d })
+func WithLocalTxTimeout(d time.Duration) TxProducerOption {
+	return txProducerOption(func(o *txProducerOptions) { o.localTxTimeout = d })
 }
 
 // WithCheckTimeout bounds the database work of one check-back (default 5 s). The client handles
 // check-backs one at a time, so a slow one delays the others; one that times out answers
 // "unknown" and the broker asks again.
-func WithCheckTimeout(d time.Duration) Option {
-	return option("WithCheckTimeout", forTxProducer, func(o *options) { o.checkTimeout = d })
+func WithCheckTimeout(d time.Duration) TxProducerOption {
+	return txProducerOption(func(o *txProducerOptions) { o.checkTimeout = d })
 }
 
 // WithSchema sets the PostgreSQL schema of a [TxProducer]'s table (default: none, so the
 // connection's search_path decides). [TxProducer.Migrate] creates it if it does not exist.
-func WithSchema(name string) Option {
-	return option("WithSchema", forTxProducer, func(o *options) { o.schema = name })
+func WithSchema(name string) TxProducerOption {
+	return txProducerOption(func(o *txProducerOptions) { o.schema = name })
 }
 
 // WithTable sets the name of a [TxProducer]'s table of transaction ids (default "txkit_rmq_tx").
 // It is quoted, so it is used exactly as given.
-func WithTable(name string) Option {
-	return option("WithTable", forTxProducer, func(o *options) { o.table = name })
+func WithTable(name string) TxProducerOption {
+	return txProducerOption(func(o *txProducerOptions) { o.table = name })
 }
 
-// withheldSecondPhase makes ExecuteLocalTransaction commit the local transaction and then answer
-// UNKNOW instead of COMMIT, so that the message is delivered only through a check-back. Tests
-// reach it through export_test.go.
-func withheldSecondPhase() Option {
-	return option("withheldSecondPhase", forTxProducer, func(o *options) { o.withhold = true })
-}
-
-func buildOptions(to target, opts []Option) (options, error) {
-	o := defaultOptions()
+func buildPublisherOptions(opts []PublisherOption) (publisherOptions, error) {
+	o := defaultPublisherOptions()
 	for _, opt := range opts {
 		if opt != nil {
-			opt(&o)
+			opt.applyPublisher(&o)
 		}
 	}
-	for _, u := range o.used {
-		if u.to&to == 0 {
-			return o, fmt.Errorf("rocketmq: %s does not apply to a %s: %w", u.name, to, ErrInvalidOption)
-		}
+	if err := o.commonOptions.validate(); err != nil {
+		return o, err
 	}
-	return o, o.validate(to)
+	if err := o.sendOptions.validate(); err != nil {
+		return o, err
+	}
+	return o, checkName("group", o.group, maxGroupLen)
 }
 
-func (o options) validate(to target) error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("rocketmq: "+format+": %w", append(args, ErrInvalidOption)...)
+func buildConsumerOptions(opts []ConsumerOption) (consumerOptions, error) {
+	o := defaultConsumerOptions()
+	for _, opt := range opts {
+		if opt != nil {
+			opt.applyConsumer(&o)
+		}
 	}
+	if err := o.commonOptions.validate(); err != nil {
+		return o, err
+	}
+	switch {
+	case o.maxReconsume < 0 || o.maxReconsume > 10000:
+		return o, badOption("max reconsume times %d outside [0, 10000]", o.maxReconsume)
+	case o.goroutines < 1 || o.goroutines > 1000:
+		return o, badOption("consume goroutines %d outside [1, 1000]", o.goroutines)
+	case o.retryDelayLevel < 0 || o.retryDelayLevel > 18:
+		return o, badOption("retry delay level %d outside [0, 18]", o.retryDelayLevel)
+	case o.orderlyRetry < 10*time.Millisecond || o.orderlyRetry > 30*time.Second:
+		return o, badOption("orderly retry interval %v outside [10ms, 30s]", o.orderlyRetry)
+	case o.handlerTimeout <= 0:
+		return o, badOption("handler timeout %v is not positive", o.handlerTimeout)
+	case o.maxMessageSize < 1<<10 || o.maxMessageSize > 1<<30:
+		return o, badOption("max message size %d outside [1 KiB, 1 GiB]", o.maxMessageSize)
+	}
+	return o, checkTagExpression(o.tagExpression)
+}
+
+func buildTxProducerOptions(opts []TxProducerOption) (txProducerOptions, error) {
+	o := defaultTxProducerOptions()
+	for _, opt := range opts {
+		if opt != nil {
+			opt.applyTxProducer(&o)
+		}
+	}
+	if err := o.commonOptions.validate(); err != nil {
+		return o, err
+	}
+	if err := o.sendOptions.validate(); err != nil {
+		return o, err
+	}
+	switch {
+	case o.checkGrace <= 0:
+		return o, badOption("check grace %v is not positive", o.checkGrace)
+	case o.localTxTimeout <= 0:
+		return o, badOption("local transaction timeout %v is not positive", o.localTxTimeout)
+	case o.checkTimeout <= 0:
+		return o, badOption("check timeout %v is not positive", o.checkTimeout)
+	}
+	if o.schema != "" {
+		if err := pgutil.CheckText(o.schema, 63-len("_pkey")); err != nil {
+			return o, badOption("schema %q: %v", o.schema, err)
+		}
+	}
+	if err := pgutil.CheckText(o.table, 63-len("_pkey")); err != nil {
+		return o, badOption("table %q: %v", o.table, err)
+	}
+	return o, nil
+}
+
+func (o commonOptions) validate() error {
 	if (o.credentials.AccessKey == "") != (o.credentials.SecretKey == "") {
-		return bad("credentials need both an access key and a secret key")
-	}
-	if to&(forPublisher|forTxProducer) != 0 {
-		if o.retries < 0 || o.retries > 100 {
-			return bad("retries %d outside [0, 100]", o.retries)
-		}
-		if o.sendTimeout <= 0 {
-			return bad("send timeout %v is not positive", o.sendTimeout)
-		}
-	}
-	switch to {
-	case forPublisher:
-		if err := checkName("group", o.group, maxGroupLen); err != nil {
-			return err
-		}
-	case forConsumer:
-		if o.maxReconsume < 0 || o.maxReconsume > 10000 {
-			return bad("max reconsume times %d outside [0, 10000]", o.maxReconsume)
-		}
-		if o.goroutines < 1 || o.goroutines > 1000 {
-			return bad("consume goroutines %d outside [1, 1000]", o.goroutines)
-		}
-		if o.retryDelayLevel < 0 || o.retryDelayLevel > 18 {
-			return bad("retry delay level %d outside [0, 18]", o.retryDelayLevel)
-		}
-		if o.orderlyRetry < 10*time.Millisecond || o.orderlyRetry > 30*time.Second {
-			return bad("orderly retry interval %v outside [10ms, 30s]", o.orderlyRetry)
-		}
-		if o.handlerTimeout <= 0 {
-			return bad("handler timeout %v is not positive", o.handlerTimeout)
-		}
-		if o.maxMessageSize < 1<<10 || o.maxMessageSize > 1<<30 {
-			return bad("max message size %d outside [1 KiB, 1 GiB]", o.maxMessageSize)
-		}
-	case forTxProducer:
-		if o.checkGrace <= 0 {
-			return bad("check grace %v is not positive", o.checkGrace)
-		}
-		if o.localTxTimeout <= 0 {
-			return bad("local transaction timeout %v is not positive", o.localTxTimeout)
-		}
-		if o.checkTimeout <= 0 {
-			return bad("check timeout %v is not positive", o.checkTimeout)
-		}
-		if o.schema != "" {
-			if err := pgutil.CheckText(o.schema, 63-len("_pkey")); err != nil {
-				return bad("schema %q: %v", o.schema, err)
-			}
-		}
-		if err := pgutil.CheckText(o.table, 63-len("_pkey")); err != nil {
-			return bad("table %q: %v", o.table, err)
-		}
+		return badOption("credentials need both an access key and a secret key")
 	}
 	return nil
+}
+
+func (o sendOptions) validate() error {
+	if o.retries < 0 || o.retries > 100 {
+		return badOption("retries %d outside [0, 100]", o.retries)
+	}
+	if o.sendTimeout <= 0 {
+		return badOption("send timeout %v is not positive", o.sendTimeout)
+	}
+	return nil
+}
+
+func badOption(format string, args ...any) error {
+	return fmt.Errorf("rocketmq: "+format+": %w", append(args, ErrInvalidOption)...)
 }
 
 // RocketMQ's own limits on names (Java client Validators and TopicValidator).

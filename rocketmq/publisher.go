@@ -14,6 +14,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
 
+	"github.com/txkit/txkit/message"
 	"github.com/txkit/txkit/outbox"
 )
 
@@ -29,7 +30,7 @@ import (
 // concurrent use by multiple goroutines.
 type Publisher struct {
 	p      rmq.Producer
-	o      options
+	o      publisherOptions
 	log    *slog.Logger
 	closed atomic.Bool
 	once   sync.Once
@@ -41,14 +42,14 @@ var _ outbox.Publisher = (*Publisher)(nil)
 // It does not block on the network: the producer fetches a topic's route on the first Publish to
 // it. ctx is checked but not kept. It returns an error wrapping [ErrInvalidOption] for bad
 // arguments or options. Call [Publisher.Close] to stop the producer.
-func NewPublisher(ctx context.Context, nameservers []string, opts ...Option) (*Publisher, error) {
+func NewPublisher(ctx context.Context, nameservers []string, opts ...PublisherOption) (*Publisher, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("rocketmq: new publisher: %w", err)
 	}
 	if err := checkNameservers(nameservers); err != nil {
 		return nil, err
 	}
-	o, err := buildOptions(forPublisher, opts)
+	o, err := buildPublisherOptions(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +77,7 @@ func NewPublisher(ctx context.Context, nameservers []string, opts ...Option) (*P
 // message RocketMQ cannot carry (zero ID, bad topic name, reserved or malformed header),
 // [ErrSendStatus] for a stored message whose status was not SEND_OK, [ErrClosed] after Close,
 // and ctx's error when ctx ended. Publish is safe for concurrent use.
-func (p *Publisher) Publish(ctx context.Context, msg outbox.Message) error {
+func (p *Publisher) Publish(ctx context.Context, msg message.Message) error {
 	if p.closed.Load() {
 		return fmt.Errorf("rocketmq: publish %s to %s: %w", msg.ID, msg.Topic, ErrClosed)
 	}
@@ -94,7 +95,7 @@ func (p *Publisher) Publish(ctx context.Context, msg outbox.Message) error {
 
 // send runs one synchronous send bounded by timeout, and maps its outcome to an error. It never
 // formats the client's SendResult with String(), which panics on partial results (trap T10).
-func send(ctx context.Context, op string, timeout time.Duration, msg outbox.Message,
+func send(ctx context.Context, op string, timeout time.Duration, msg message.Message,
 	fn func(context.Context) (*primitive.SendResult, error)) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("rocketmq: %s %s to %s: %w", op, msg.ID, msg.Topic, err)

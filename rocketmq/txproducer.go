@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/message"
 	"github.com/txkit/txkit/outbox"
 )
 
@@ -47,7 +48,7 @@ type TxProducer struct {
 	tp    rmq.TransactionProducer
 	pool  *pgxpool.Pool
 	group string
-	o     options
+	o     txProducerOptions
 	log   *slog.Logger
 
 	ddl, insert, lookup, fence, purge string
@@ -77,7 +78,14 @@ var sqlFS embed.FS
 // broker may send it check-backs, answered from pool. ctx is checked but not kept: Start does not
 // block on the network. It returns an error wrapping [ErrInvalidOption] for bad arguments or
 // options. Call [TxProducer.Migrate] once to create the table, and [TxProducer.Close] to stop.
-func NewTxProducer(ctx context.Context, nameservers []string, group string, pool *pgxpool.Pool, opts ...Option) (*TxProducer, error) {
+func NewTxProducer(ctx context.Context, nameservers []string, group string, pool *pgxpool.Pool, opts ...TxProducerOption) (*TxProducer, error) {
+	return newTxProducer(ctx, nameservers, group, pool, nil, opts)
+}
+
+// newTxProducer is NewTxProducer with a hook for tests (export_test.go): wrap, when not nil,
+// wraps the listener the client calls for local transactions and check-backs.
+func newTxProducer(ctx context.Context, nameservers []string, group string, pool *pgxpool.Pool,
+	wrap func(primitive.TransactionListener) primitive.TransactionListener, opts []TxProducerOption) (*TxProducer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("rocketmq: new tx producer: %w", err)
 	}
@@ -90,7 +98,7 @@ func NewTxProducer(ctx context.Context, nameservers []string, group string, pool
 	if pool == nil {
 		return nil, fmt.Errorf("rocketmq: tx producer %s: nil pool: %w", group, ErrInvalidOption)
 	}
-	o, err := buildOptions(forTxProducer, opts)
+	o, err := buildTxProducerOptions(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +106,11 @@ func NewTxProducer(ctx context.Context, nameservers []string, group string, pool
 	if err := p.prepareSQL(); err != nil {
 		return nil, err
 	}
-	tp, err := rmq.NewTransactionProducer(txListener{p},
+	var listener primitive.TransactionListener = txListener{p}
+	if wrap != nil {
+		listener = wrap(listener)
+	}
+	tp, err := rmq.NewTransactionProducer(listener,
 		producer.WithNsResolver(primitive.NewPassthroughResolver(nameservers)),
 		producer.WithGroupName(group),
 		producer.WithInstanceName(instanceName("tx")),
@@ -216,7 +228,7 @@ func (p *TxProducer) Purge(ctx context.Context, db outbox.DBTX, age time.Duratio
 // commit's outcome is unknown; the broker then delivers the message if and only if it committed.
 // Errors wrap [outbox.ErrInvalidMessage] for a message RocketMQ cannot carry and [ErrClosed]
 // after Close.
-func (p *TxProducer) Send(ctx context.Context, msg outbox.Message, localTx func(ctx context.Context, tx pgx.Tx) error) error {
+func (p *TxProducer) Send(ctx context.Context, msg message.Message, localTx func(ctx context.Context, tx pgx.Tx) error) error {
 	if localTx == nil {
 		return fmt.Errorf("rocketmq: send %s: nil local transaction: %w", msg.ID, ErrInvalidOption)
 	}
@@ -283,9 +295,6 @@ func (p *TxProducer) executeLocal(m *primitive.Message) primitive.LocalTransacti
 	state, err := p.runLocal(pt, id)
 	if err != nil {
 		pt.err = fmt.Errorf("rocketmq: send %s to %s: %w", id, m.Topic, err)
-	}
-	if state == primitive.CommitMessageState && p.o.withhold {
-		return primitive.UnknowState
 	}
 	return state
 }

@@ -13,15 +13,29 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/rocketmq"
 )
 
-func newTxProducer(t *testing.T, e *env, g string, opts ...rocketmq.Option) *rocketmq.TxProducer {
+func newTxProducer(t *testing.T, e *env, g string, opts ...rocketmq.TxProducerOption) *rocketmq.TxProducer {
 	t.Helper()
-	tp, err := rocketmq.NewTxProducer(t.Context(), e.ns, g, e.pool, append([]rocketmq.Option{rocketmq.WithLogger(e.log)}, opts...)...)
+	return startTxProducer(t, e, rocketmq.NewTxProducer, g, opts...)
+}
+
+// newWithheldTxProducer returns a TxProducer whose messages are delivered only after a check-back.
+func newWithheldTxProducer(t *testing.T, e *env, g string) *rocketmq.TxProducer {
+	t.Helper()
+	return startTxProducer(t, e, rocketmq.NewWithheldTxProducer, g)
+}
+
+func startTxProducer(t *testing.T, e *env,
+	newTP func(context.Context, []string, string, *pgxpool.Pool, ...rocketmq.TxProducerOption) (*rocketmq.TxProducer, error),
+	g string, opts ...rocketmq.TxProducerOption) *rocketmq.TxProducer {
+	t.Helper()
+	tp, err := newTP(t.Context(), e.ns, g, e.pool, append([]rocketmq.TxProducerOption{rocketmq.WithLogger(e.log)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +143,7 @@ func TestIntegrationTxRollback(t *testing.T) {
 	c := newConsumer(t, e, group(t, "txc"), rec.handler(nil))
 	run(t, c)
 	tp := newTxProducer(t, e, group(t, "txp"))
-	withheld := newTxProducer(t, e, group(t, "txw"), rocketmq.WithheldSecondPhase())
+	withheld := newWithheldTxProducer(t, e, group(t, "txw"))
 
 	user := uuid.New()
 	doomed := outbox.Message{ID: uuid.New(), Topic: e.topic, Body: []byte("never")}
@@ -196,7 +210,7 @@ func TestIntegrationTxCheckBack(t *testing.T) {
 	rec := &recorder{}
 	c := newConsumer(t, e, group(t, "txc"), rec.handler(nil))
 	run(t, c)
-	tp := newTxProducer(t, e, group(t, "txp"), rocketmq.WithheldSecondPhase())
+	tp := newWithheldTxProducer(t, e, group(t, "txp"))
 
 	user := uuid.New()
 	msg := outbox.Message{ID: uuid.New(), Topic: e.topic, Key: "k", Body: []byte("checked back")}
@@ -266,7 +280,7 @@ func TestIntegrationTxOrphanRolledBackAndFenced(t *testing.T) {
 	}
 	// A message checked back after the orphan's rollback proves the consumer would have seen it.
 	control := outbox.Message{ID: uuid.New(), Topic: e.topic, Body: []byte("control")}
-	withheld := newTxProducer(t, e, group(t, "txw"), rocketmq.WithheldSecondPhase())
+	withheld := newWithheldTxProducer(t, e, group(t, "txw"))
 	if err := withheld.Send(t.Context(), control, insertUser(uuid.New())); err != nil {
 		t.Fatal(err)
 	}

@@ -46,14 +46,6 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 		{"publisher: no name server", func() error { _, err := rocketmq.NewPublisher(ctx, nil); return err }, rocketmq.ErrInvalidOption},
 		{"publisher: bad name server", func() error { _, err := rocketmq.NewPublisher(ctx, []string{"localhost"}); return err }, rocketmq.ErrInvalidOption},
 		{"publisher: ended ctx", func() error { _, err := rocketmq.NewPublisher(cancelled, ns); return err }, context.Canceled},
-		{"publisher: consumer option", func() error {
-			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithOrderly(true))
-			return err
-		}, rocketmq.ErrInvalidOption},
-		{"publisher: tx option", func() error {
-			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithCheckGrace(time.Second))
-			return err
-		}, rocketmq.ErrInvalidOption},
 		{"publisher: negative retries", func() error {
 			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithRetries(-1))
 			return err
@@ -78,21 +70,13 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithMaxMessageSize(1023))
 			return err
 		}, rocketmq.ErrInvalidOption},
-		{"publisher: max message size", func() error {
-			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithMaxMessageSize(1<<20))
-			return err
-		}, rocketmq.ErrInvalidOption},
 		{"consumer: empty group", func() error { _, err := rocketmq.NewConsumer(ns, "", "t", pool, store, h); return err }, rocketmq.ErrInvalidOption},
 		{"consumer: bad topic", func() error { _, err := rocketmq.NewConsumer(ns, "g", "a/b", pool, store, h); return err }, rocketmq.ErrInvalidOption},
 		{"consumer: nil pool", func() error { _, err := rocketmq.NewConsumer(ns, "g", "t", nil, store, h); return err }, rocketmq.ErrInvalidOption},
 		{"consumer: nil store", func() error { _, err := rocketmq.NewConsumer(ns, "g", "t", pool, nil, h); return err }, rocketmq.ErrInvalidOption},
 		{"consumer: nil handler", func() error { _, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, nil); return err }, rocketmq.ErrInvalidOption},
-		{"consumer: publisher option", func() error {
-			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithGroup("x"))
-			return err
-		}, rocketmq.ErrInvalidOption},
-		{"consumer: send option", func() error {
-			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithRetries(1))
+		{"consumer: tag expression with an empty tag", func() error {
+			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithTagExpression("a || "))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"consumer: delay level 19", func() error {
@@ -117,8 +101,8 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 		}, rocketmq.ErrInvalidOption},
 		{"tx: nil pool", func() error { _, err := rocketmq.NewTxProducer(ctx, ns, "g", nil); return err }, rocketmq.ErrInvalidOption},
 		{"tx: bad group", func() error { _, err := rocketmq.NewTxProducer(ctx, ns, "g!", pool); return err }, rocketmq.ErrInvalidOption},
-		{"tx: consumer option", func() error {
-			_, err := rocketmq.NewTxProducer(ctx, ns, "g", pool, rocketmq.WithOrderly(false))
+		{"tx: negative retries", func() error {
+			_, err := rocketmq.NewTxProducer(ctx, ns, "g", pool, rocketmq.WithRetries(-1))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"tx: zero grace", func() error {
@@ -152,6 +136,39 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 	}
 }
 
+// Each option fits the constructors its doc names and no other: passing it to another one does
+// not compile, which this test states through the interfaces each option's value implements.
+func TestOptionsFit(t *testing.T) {
+	tests := []struct {
+		name                string
+		opt                 any
+		pub, con, txp, send bool
+	}{
+		{"WithLogger", rocketmq.WithLogger(nil), true, true, true, true},
+		{"WithCredentials", rocketmq.WithCredentials("a", "s"), true, true, true, true},
+		{"WithRetries", rocketmq.WithRetries(1), true, false, true, true},
+		{"WithSendTimeout", rocketmq.WithSendTimeout(time.Second), true, false, true, true},
+		{"WithGroup", rocketmq.WithGroup("g"), true, false, false, false},
+		{"WithOrderly", rocketmq.WithOrderly(true), false, true, false, false},
+		{"WithMaxMessageSize", rocketmq.WithMaxMessageSize(1 << 20), false, true, false, false},
+		{"WithTagExpression", rocketmq.WithTagExpression("a"), false, true, false, false},
+		{"WithCheckGrace", rocketmq.WithCheckGrace(time.Second), false, false, true, false},
+		{"WithTable", rocketmq.WithTable("t"), false, false, true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, pub := tc.opt.(rocketmq.PublisherOption)
+			_, con := tc.opt.(rocketmq.ConsumerOption)
+			_, txp := tc.opt.(rocketmq.TxProducerOption)
+			_, send := tc.opt.(rocketmq.SendOption)
+			if pub != tc.pub || con != tc.con || txp != tc.txp || send != tc.send {
+				t.Fatalf("fits publisher %v, consumer %v, tx producer %v, send %v; want %v %v %v %v",
+					pub, con, txp, send, tc.pub, tc.con, tc.txp, tc.send)
+			}
+		})
+	}
+}
+
 func TestEncodeRefuses(t *testing.T) {
 	id := uuid.New()
 	ok := outbox.Message{ID: id, Topic: "t"}
@@ -172,6 +189,9 @@ func TestEncodeRefuses(t *testing.T) {
 		{"header name with a space", with(func(m *outbox.Message) { m.Headers = map[string]string{"a b": "v"} })},
 		{"header value with a separator", with(func(m *outbox.Message) { m.Headers = map[string]string{"h": "a\x02"} })},
 		{"headers too long", with(func(m *outbox.Message) { m.Headers = map[string]string{"h": strings.Repeat("v", 32000)} })},
+		{"tag with ||", with(func(m *outbox.Message) { m.Tags = "a||b" })},
+		{"tag with a separator", with(func(m *outbox.Message) { m.Tags = "a\x01" })},
+		{"tag with a leading space", with(func(m *outbox.Message) { m.Tags = " a" })},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -204,7 +224,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		msg  outbox.Message
 	}{
 		{"bare", outbox.Message{ID: uuid.New(), Topic: "t"}},
-		{"full", outbox.Message{ID: uuid.New(), Topic: "t-1", Key: "user-42", Body: []byte{0, 1, 2, 0xff},
+		{"full", outbox.Message{ID: uuid.New(), Topic: "t-1", Key: "user-42", Tags: "created", Body: []byte{0, 1, 2, 0xff},
 			Headers: map[string]string{"Content-Type": "application/json", "trace": "abc", "empty": "", "ünïcode": "✓"}}},
 		{"empty headers map", outbox.Message{ID: uuid.New(), Topic: "t", Headers: map[string]string{}}},
 	}
@@ -225,7 +245,10 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			if len(want.Headers) == 0 {
 				want.Headers = nil
 			}
-			if got.ID != want.ID || got.Topic != want.Topic || got.Key != want.Key || !bytes.Equal(got.Body, want.Body) ||
+			if m.GetTags() != tc.msg.Tags {
+				t.Fatalf("TAGS %q, want %q", m.GetTags(), tc.msg.Tags)
+			}
+			if got.ID != want.ID || got.Topic != want.Topic || got.Key != want.Key || got.Tags != want.Tags || !bytes.Equal(got.Body, want.Body) ||
 				!maps.Equal(got.Headers, want.Headers) || (got.Headers == nil) != (want.Headers == nil) {
 				t.Fatalf("decoded %+v, want %+v", got, want)
 			}
