@@ -101,7 +101,7 @@ func (e *Elector) Leader(ctx context.Context) (string, error) {
 // children change.
 func (e *Elector) leader(ctx context.Context, ep *epoch, watch bool) (string, <-chan zk.Event, error) {
 	res, err := ep.children(ctx, e.path, watch)
-	names, ch := res.names, res.watch
+	names, ch := res.val, res.watch
 	if errors.Is(err, zk.ErrNoNode) {
 		return "", ch, fmt.Errorf("lock: election %s: %w", e.path, ErrNoLeader)
 	}
@@ -116,7 +116,7 @@ func (e *Elector) leader(ctx context.Context, ep *epoch, watch bool) (string, <-
 			return "", nil, err
 		}
 		if isContender(r.stat) {
-			return string(r.data), ch, nil
+			return string(r.val), ch, nil
 		}
 		e.m.ignore(c.name, r.stat)
 	}
@@ -140,7 +140,7 @@ func (e *Elector) Observe(ctx context.Context) <-chan string {
 				continue
 			}
 			if err != nil && !errors.Is(err, ErrNoLeader) {
-				if pause(ctx, 100*time.Millisecond) != nil {
+				if pause(ctx, nil, 100*time.Millisecond) != nil {
 					return
 				}
 				continue
@@ -154,7 +154,7 @@ func (e *Elector) Observe(ctx context.Context) <-chan string {
 				}
 			}
 			if ch == nil { // the election path does not exist yet: poll for it
-				if pause(ctx, 200*time.Millisecond) != nil {
+				if pause(ctx, nil, 200*time.Millisecond) != nil {
 					return
 				}
 				continue
@@ -186,7 +186,7 @@ func (e *Elector) RunWhileLeader(ctx context.Context, fn func(ctx context.Contex
 				return err
 			}
 			e.s.log.Warn("campaign failed; retrying", "path", e.path, "id", e.id, "err", err)
-			if pause(ctx, 200*time.Millisecond) != nil {
+			if pause(ctx, nil, 200*time.Millisecond) != nil {
 				return nil
 			}
 			continue

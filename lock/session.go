@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -155,10 +154,8 @@ func (e *epoch) addAuth() {
 				e.mu.Unlock()
 				return
 			}
-			select {
-			case <-e.done:
+			if pause(e.ctx, nil, retryPause) != nil { // e.ctx ends with the session
 				return
-			case <-time.After(50 * time.Millisecond):
 			}
 		}
 	}
@@ -384,7 +381,7 @@ func (s *Session) LockEpoch(ctx context.Context, lockPath string) (int64, error)
 	}
 	s.stats.reads.Add(1)
 	r, err := ep.exists(ctx, lockPath, false)
-	if err == nil && !r.exists {
+	if err == nil && !r.val {
 		err = zk.ErrNoNode
 	}
 	if err != nil {
@@ -466,59 +463,42 @@ func (e *epoch) do(ctx context.Context, op func(*zk.Conn) error) error {
 	return err
 }
 
-// childrenResult is what a children listing returns.
-type childrenResult struct {
-	names []string
+// readResult is what a read returns: the value (children's names, whether the node exists, its
+// data), the node's stat, and with a watch the channel that fires at the next change.
+type readResult[T any] struct {
+	val   T
 	stat  *zk.Stat
 	watch <-chan zk.Event
 }
 
-func (e *epoch) children(ctx context.Context, p string, watch bool) (childrenResult, error) {
-	return call(ctx, e, func(c *zk.Conn) (childrenResult, error) {
-		var r childrenResult
-		var err error
+// read runs the watching form of a read (watched) when watch is set, the plain one otherwise.
+func read[T any](ctx context.Context, e *epoch, p string, watch bool,
+	plain func(*zk.Conn, string) (T, *zk.Stat, error),
+	watched func(*zk.Conn, string) (T, *zk.Stat, <-chan zk.Event, error),
+) (readResult[T], error) {
+	return call(ctx, e, func(c *zk.Conn) (r readResult[T], err error) {
 		if watch {
-			r.names, r.stat, r.watch, err = c.ChildrenW(p)
+			r.val, r.stat, r.watch, err = watched(c, p)
 		} else {
-			r.names, r.stat, err = c.Children(p)
+			r.val, r.stat, err = plain(c, p)
 		}
 		return r, err
 	})
 }
 
-// nodeResult is what exists or get returns.
-type nodeResult struct {
-	exists bool
-	data   []byte
-	stat   *zk.Stat
-	watch  <-chan zk.Event
+// children lists the children of p; val is their names.
+func (e *epoch) children(ctx context.Context, p string, watch bool) (readResult[[]string], error) {
+	return read(ctx, e, p, watch, (*zk.Conn).Children, (*zk.Conn).ChildrenW)
 }
 
-func (e *epoch) exists(ctx context.Context, p string, watch bool) (nodeResult, error) {
-	return call(ctx, e, func(c *zk.Conn) (nodeResult, error) {
-		var r nodeResult
-		var err error
-		if watch {
-			r.exists, r.stat, r.watch, err = c.ExistsW(p)
-		} else {
-			r.exists, r.stat, err = c.Exists(p)
-		}
-		return r, err
-	})
+// exists reads the stat of p; val tells whether p exists.
+func (e *epoch) exists(ctx context.Context, p string, watch bool) (readResult[bool], error) {
+	return read(ctx, e, p, watch, (*zk.Conn).Exists, (*zk.Conn).ExistsW)
 }
 
-func (e *epoch) get(ctx context.Context, p string, watch bool) (nodeResult, error) {
-	return call(ctx, e, func(c *zk.Conn) (nodeResult, error) {
-		var r nodeResult
-		var err error
-		if watch {
-			r.data, r.stat, r.watch, err = c.GetW(p)
-		} else {
-			r.data, r.stat, err = c.Get(p)
-		}
-		r.exists = err == nil
-		return r, err
-	})
+// get reads the data and stat of p; val is the data.
+func (e *epoch) get(ctx context.Context, p string, watch bool) (readResult[[]byte], error) {
+	return read(ctx, e, p, watch, (*zk.Conn).Get, (*zk.Conn).GetW)
 }
 
 func (e *epoch) create(ctx context.Context, p string, data []byte, flags int32) (string, error) {
@@ -531,10 +511,4 @@ type zkLogger struct{ log *slog.Logger }
 
 func (l zkLogger) Printf(format string, args ...any) {
 	l.log.Debug("zk: " + fmt.Sprintf(format, args...))
-}
-
-// retryable reports whether a ZooKeeper error means the request's outcome is unknown and it may
-// be repeated once the connection is back.
-func retryable(err error) bool {
-	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer)
 }

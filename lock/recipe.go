@@ -1,0 +1,507 @@
+package lock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/google/uuid"
+)
+
+// The recipes behind [Mutex]: the fair one (Apache Curator's InterProcessMutex: node naming,
+// sequence order, watching only the predecessor), the unfair one-node recipe, and the deletion of
+// the nodes they leave. A failed request is repeated, or ends the attempt, through epoch.retry
+// (retry.go); the reads of waitTurn whose failure the next listing judges anyway list again instead.
+
+// lockFair is the Curator InterProcessMutex recipe.
+func (m *Mutex) lockFair(ctx context.Context, wait bool) (*Lease, error) {
+	ep, err := m.s.epoch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	prefix := "_c_" + uuid.NewString() + "-"
+	node, err := m.createProtected(ctx, ep, prefix)
+	if err != nil {
+		return nil, err
+	}
+	own := path.Base(node)
+	l, err := m.waitTurn(ctx, ep, own, wait)
+	if err != nil {
+		if errors.Is(err, ErrLocked) || ctx.Err() != nil || !ep.isDone() {
+			// Abandoned: remove our node so nobody waits on it.
+			if derr := m.deleteNode(ctx, ep, node); derr != nil {
+				m.s.log.Warn("abandoned lock node not yet deleted", "node", node, "err", derr)
+			}
+		}
+		return nil, err
+	}
+	return l, nil
+}
+
+// createProtected creates our ephemeral-sequential node. When the outcome of a create is unknown
+// (connection lost before the answer), it looks for a child carrying our per-attempt prefix
+// before creating another, and adopts it only if it is owned by the current session.
+func (m *Mutex) createProtected(ctx context.Context, ep *epoch, prefix string) (string, error) {
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			found, err := m.findOwn(ctx, ep, prefix)
+			if err != nil {
+				return "", err
+			}
+			if found != "" {
+				m.s.stats.recovered.Add(1)
+				m.s.log.Debug("protected create recovered its node", "node", found)
+				return found, nil
+			}
+		}
+		if err := m.ensureParent(ctx, ep); err != nil {
+			return "", err
+		}
+		m.s.stats.writes.Add(1)
+		created, err := ep.create(ctx, m.path+"/"+prefix+"lock-", m.o.data, zk.FlagEphemeral|zk.FlagSequence)
+		switch {
+		case err == nil:
+			return created, nil
+		case errors.Is(err, zk.ErrNoNode): // parent deleted meanwhile
+			m.forgetParent()
+			continue
+		}
+		if err := ep.retry(ctx, err, "create under "+m.path); err != nil {
+			if ctx.Err() != nil && !ep.isDone() {
+				// The create may still land: find it and delete it once the connection answers.
+				m.s.goOwned(func() { m.deleteOrphan(ep, prefix) })
+			}
+			return "", err
+		}
+	}
+}
+
+// findOwn lists the lock path for a child with our prefix owned by this session. A child with
+// our prefix owned by another session (impossible unless ids collide, or left by an older session
+// of ours) is never adopted.
+func (m *Mutex) findOwn(ctx context.Context, ep *epoch, prefix string) (string, error) {
+	for {
+		m.s.stats.reads.Add(1)
+		res, err := ep.children(ctx, m.path, false)
+		children := res.val
+		if errors.Is(err, zk.ErrNoNode) {
+			return "", nil
+		}
+		if err != nil {
+			if err := ep.retry(ctx, err, "list "+m.path); err != nil {
+				return "", err
+			}
+			continue
+		}
+		for _, ch := range children {
+			if !strings.HasPrefix(ch, prefix) {
+				continue
+			}
+			node := m.path + "/" + ch
+			owner, err := m.ownerOf(ctx, ep, node)
+			if err != nil {
+				return "", err
+			}
+			if owner == ep.sessionID() {
+				return node, nil
+			}
+			if owner != 0 {
+				m.s.log.Warn("ignoring a node with our prefix owned by another session", "node", node, "owner", fmt.Sprintf("%#x", owner))
+			}
+		}
+		return "", nil
+	}
+}
+
+// ownerOf returns the ephemeral owner of node, or 0 when it does not exist.
+func (m *Mutex) ownerOf(ctx context.Context, ep *epoch, node string) (int64, error) {
+	for {
+		m.s.stats.reads.Add(1)
+		r, err := ep.exists(ctx, node, false)
+		switch {
+		case err == nil && !r.val:
+			return 0, nil
+		case err == nil:
+			return r.stat.EphemeralOwner, nil
+		}
+		if err := ep.retry(ctx, err, "exists "+node); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func (m *Mutex) ensureParent(ctx context.Context, ep *epoch) error {
+	m.mu.Lock()
+	ok := m.parent
+	m.mu.Unlock()
+	if ok {
+		return nil
+	}
+	cur := ""
+	for _, part := range strings.Split(strings.Trim(m.path, "/"), "/") {
+		cur += "/" + part
+		for {
+			m.s.stats.writes.Add(1)
+			_, err := ep.create(ctx, cur, nil, 0)
+			if err == nil || errors.Is(err, zk.ErrNodeExists) {
+				break
+			}
+			if err := ep.retry(ctx, err, "create "+cur); err != nil {
+				return err
+			}
+		}
+	}
+	m.mu.Lock()
+	m.parent = true
+	m.mu.Unlock()
+	return nil
+}
+
+// forgetParent records that the lock path was deleted: the next create makes it again.
+func (m *Mutex) forgetParent() {
+	m.mu.Lock()
+	m.parent = false
+	m.mu.Unlock()
+}
+
+// deleteOrphan removes the node of an abandoned create, if it landed, while the session lives.
+func (m *Mutex) deleteOrphan(ep *epoch, prefix string) {
+	ctx, cancel := context.WithTimeout(ep.ctx, m.s.o.timeout)
+	defer cancel()
+	for !ep.isDone() {
+		node, err := m.findOwn(ctx, ep, prefix)
+		if err != nil {
+			m.s.log.Debug("orphan search ended", "prefix", prefix, "err", err)
+			return
+		}
+		if node == "" {
+			return
+		}
+		if err := m.deleteLoop(ctx, ep, node); err != nil {
+			return
+		}
+		m.s.stats.orphans.Add(1)
+		m.s.log.Info("deleted the node of an abandoned lock attempt", "node", node)
+	}
+}
+
+// child is a contender's node under the lock path.
+type child struct {
+	name string
+	seq  int64
+}
+
+// sortChildren keeps the children that follow the lock naming ("...lock-<seq>") in sequence
+// order; others are ignored. Sequence numbers are signed 32-bit counters printed in ten digits;
+// after 2^31-1 they wrap to negative numbers, which are read as their unsigned value so order holds.
+func sortChildren(names []string) []child {
+	out := make([]child, 0, len(names))
+	for _, n := range names {
+		i := strings.LastIndex(n, "lock-")
+		if i < 0 {
+			continue
+		}
+		digits := n[i+len("lock-"):]
+		if len(digits) < 10 || len(digits) > 11 {
+			continue
+		}
+		seq, err := strconv.ParseInt(digits, 10, 64)
+		if err != nil || seq < -(1<<31) || seq > 1<<31-1 {
+			continue
+		}
+		if seq < 0 {
+			seq += 1 << 32
+		}
+		out = append(out, child{name: n, seq: seq})
+	}
+	slices.SortFunc(out, func(a, b child) int {
+		return cmp.Or(cmp.Compare(a.seq, b.seq), strings.Compare(a.name, b.name))
+	})
+	return out
+}
+
+// containerOwner is the ephemeral owner ZooKeeper reports for a container node; TTL nodes report
+// 0xff in the top byte (ZooKeeper's EphemeralType).
+const containerOwner = math.MinInt64
+
+// isContender reports whether a node with stat st can be a contender's: only an ephemeral node,
+// owned by a live session, is. A persistent, container or TTL node named like a contender — one
+// that anybody allowed to write under the lock path can create — never releases the lock, so it
+// must not count, or nobody would ever hold the lock again.
+func isContender(st *zk.Stat) bool {
+	o := st.EphemeralOwner
+	return o != 0 && o != containerOwner && uint64(o)>>56 != 0xff
+}
+
+// contenders returns the lock-named children of names in sequence order, without those found not
+// to be contenders, and forgets the ones no longer listed.
+func (m *Mutex) contenders(names []string) []child {
+	all := sortChildren(names)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.ignored) == 0 {
+		return all
+	}
+	listed := make(map[string]struct{}, len(all))
+	out := all[:0]
+	for _, c := range all {
+		listed[c.name] = struct{}{}
+		if _, skip := m.ignored[c.name]; !skip {
+			out = append(out, c)
+		}
+	}
+	for n := range m.ignored {
+		if _, ok := listed[n]; !ok {
+			delete(m.ignored, n)
+		}
+	}
+	return out
+}
+
+// ignore records that the child name is not a contender, and logs it the first time.
+func (m *Mutex) ignore(name string, st *zk.Stat) {
+	m.mu.Lock()
+	if _, seen := m.ignored[name]; seen {
+		m.mu.Unlock()
+		return
+	}
+	if m.ignored == nil {
+		m.ignored = map[string]struct{}{}
+	}
+	m.ignored[name] = struct{}{}
+	m.mu.Unlock()
+	m.s.log.Warn("ignoring a child of the lock path that is not a contender's node (not ephemeral): it was not created by a lock; delete it, and restrict the path with ACLs",
+		"path", m.path, "node", name, "owner", fmt.Sprintf("%#x", st.EphemeralOwner), "created_zxid", st.Czxid)
+}
+
+// waitTurn lists the children until ours is the lowest, watching only our predecessor in between.
+func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) (*Lease, error) {
+	var ownGone <-chan zk.Event // watch on our own node, set before the first wait
+	bo := backoff{min: 50 * time.Millisecond, max: time.Second}
+	for {
+		m.s.stats.reads.Add(1)
+		res, err := ep.children(ctx, m.path, false)
+		names, parent := res.val, res.stat
+		if err != nil {
+			if err := ep.retry(ctx, err, "list "+m.path); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		children := m.contenders(names)
+		idx := slices.IndexFunc(children, func(c child) bool { return c.name == own })
+		if idx < 0 {
+			// Our node is gone: our session ended, or someone deleted it.
+			if ep.isDone() {
+				return nil, fmt.Errorf("lock: waiting on %s: %w", m.path, ep.Err())
+			}
+			return nil, fmt.Errorf("lock: our node %s/%s vanished while waiting: %w", m.path, own, ErrSessionExpired)
+		}
+		if idx == 0 {
+			return m.newLease(ep, m.path+"/"+own, Token{Epoch: parent.Czxid, Seq: children[0].seq})
+		}
+		if !wait {
+			// The first child holds the lock, if it is a contender at all: one read tells.
+			first := m.path + "/" + children[0].name
+			m.s.stats.reads.Add(1)
+			r, err := ep.exists(ctx, first, false)
+			switch {
+			case err != nil:
+				if err := ep.retry(ctx, err, "exists "+first); err != nil {
+					return nil, err
+				}
+				continue
+			case !r.val:
+				continue // released meanwhile: list again
+			case !isContender(r.stat):
+				m.ignore(children[0].name, r.stat)
+				continue
+			}
+			return nil, fmt.Errorf("lock: %s held by %s: %w", m.path, children[0].name, ErrLocked)
+		}
+		if ownGone == nil {
+			m.s.stats.reads.Add(1)
+			r, err := ep.exists(ctx, m.path+"/"+own, true)
+			if err == nil && !r.val {
+				err = zk.ErrNoNode
+			}
+			ownGone = r.watch
+			if err != nil {
+				if errors.Is(err, zk.ErrNoNode) {
+					return nil, fmt.Errorf("lock: our node %s/%s vanished while waiting: %w", m.path, own, ErrSessionExpired)
+				}
+				ownGone = nil
+				continue // the list above decides again
+			}
+		}
+		pred := m.path + "/" + children[idx-1].name
+		m.s.stats.reads.Add(1)
+		pr, err := ep.get(ctx, pred, true)
+		predGone := pr.watch
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // already gone: list again at once
+		}
+		if err != nil {
+			// Not readable (no READ permission on a stranger's node, a server error): the list
+			// above decides again, after a pause that doubles while the failures last, instead of
+			// at once — that would spin on the ensemble for as long as the node lives.
+			if bo.failures() == 0 {
+				m.s.log.Warn("cannot read the predecessor's lock node; retrying with backoff", "path", m.path, "node", pred, "err", err)
+			}
+			if err := bo.wait(ctx, ep.done); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		bo.reset()
+		if !isContender(pr.stat) {
+			m.ignore(children[idx-1].name, pr.stat)
+			continue
+		}
+		m.s.stats.waiting.Add(1)
+		select {
+		case <-predGone:
+			m.s.stats.waiting.Add(-1)
+			m.s.stats.watchEvents.Add(1)
+		case ev := <-ownGone:
+			m.s.stats.waiting.Add(-1)
+			if ev.Type == zk.EventNodeDeleted {
+				if ep.isDone() {
+					return nil, fmt.Errorf("lock: waiting on %s: %w", m.path, ep.Err())
+				}
+				return nil, fmt.Errorf("lock: our node %s/%s was deleted while waiting: %w", m.path, own, ErrSessionExpired)
+			}
+			ownGone = nil // fired for another reason (reconnection): set it again
+		case <-ep.done:
+			m.s.stats.waiting.Add(-1)
+			return nil, fmt.Errorf("lock: waiting on %s: %w", m.path, ep.Err())
+		case <-ctx.Done():
+			m.s.stats.waiting.Add(-1)
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// lockUnfair is the one-node recipe: create "<path>/lock"; if it exists, watch it and try again
+// when it changes. Every waiter wakes on every release.
+func (m *Mutex) lockUnfair(ctx context.Context, wait bool) (*Lease, error) {
+	ep, err := m.s.epoch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	node := m.path + "/lock"
+	for {
+		if err := m.ensureParent(ctx, ep); err != nil {
+			return nil, err
+		}
+		m.s.stats.writes.Add(1)
+		_, err := ep.create(ctx, node, m.o.data, zk.FlagEphemeral)
+		if err == nil || errors.Is(err, zk.ErrNodeExists) || retryable(err) {
+			if ep.isDone() {
+				return nil, fmt.Errorf("lock: create %s: %w", node, ep.Err())
+			}
+			// Whose is it? Ours if a create of ours landed (also one whose answer was lost).
+			m.s.stats.reads.Add(1)
+			xr, xerr := ep.exists(ctx, node, true)
+			exists, st, gone := xr.val, xr.stat, xr.watch
+			if xerr != nil {
+				if ctx.Err() != nil {
+					m.s.goOwned(func() { m.deleteUnfairOrphan(ep, node) })
+					return nil, ctx.Err()
+				}
+				if ep.isDone() {
+					return nil, fmt.Errorf("lock: exists %s: %w", node, ep.Err())
+				}
+				continue
+			}
+			if exists && st.EphemeralOwner == ep.sessionID() {
+				return m.newLease(ep, node, Token{Epoch: st.Czxid})
+			}
+			if !exists {
+				continue
+			}
+			if !wait {
+				return nil, fmt.Errorf("lock: %s held by session %#x: %w", node, st.EphemeralOwner, ErrLocked)
+			}
+			m.s.stats.waiting.Add(1)
+			select {
+			case <-gone:
+				m.s.stats.waiting.Add(-1)
+				m.s.stats.watchEvents.Add(1)
+			case <-ep.done:
+				m.s.stats.waiting.Add(-1)
+				return nil, fmt.Errorf("lock: waiting on %s: %w", node, ep.Err())
+			case <-ctx.Done():
+				m.s.stats.waiting.Add(-1)
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		if errors.Is(err, zk.ErrNoNode) { // parent deleted meanwhile
+			m.forgetParent()
+			continue
+		}
+		if err := ep.retry(ctx, err, "create "+node); err != nil {
+			if ctx.Err() != nil && !ep.isDone() {
+				// The create may still land: delete it once the connection answers, if it is ours.
+				m.s.goOwned(func() { m.deleteUnfairOrphan(ep, node) })
+			}
+			return nil, err
+		}
+	}
+}
+
+func (m *Mutex) deleteUnfairOrphan(ep *epoch, node string) {
+	ctx, cancel := context.WithTimeout(ep.ctx, m.s.o.timeout)
+	defer cancel()
+	owner, err := m.ownerOf(ctx, ep, node)
+	if err != nil || owner != ep.sessionID() {
+		return
+	}
+	if m.deleteLoop(ctx, ep, node) == nil {
+		m.s.stats.orphans.Add(1)
+	}
+}
+
+// deleteNode deletes node, retrying through connection losses; a node already gone is success,
+// and so is a lost session (its ephemeral nodes go with it).
+func (m *Mutex) deleteNode(ctx context.Context, ep *epoch, node string) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.s.o.timeout)
+	defer cancel()
+	err := m.deleteLoop(cctx, ep, node)
+	if err == nil {
+		return nil
+	}
+	m.s.log.Warn("lock node delete continues in the background", "node", node, "err", err)
+	m.s.goOwned(func() {
+		// Until the node is gone or the session ends (then ZooKeeper removes it).
+		if err := m.deleteLoop(ep.ctx, ep, node); err != nil {
+			m.s.log.Debug("background delete ended", "node", node, "err", err)
+		}
+	})
+	return fmt.Errorf("lock: delete %s: continuing in the background: %w", node, err)
+}
+
+func (m *Mutex) deleteLoop(ctx context.Context, ep *epoch, node string) error {
+	for {
+		m.s.stats.writes.Add(1)
+		err := ep.do(ctx, func(c *zk.Conn) error { return c.Delete(node, -1) })
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNoNode):
+			return nil
+		case ep.isDone():
+			return nil // ephemeral: gone with the session
+		}
+		if err := ep.retry(ctx, err, "delete "+node); err != nil {
+			return err
+		}
+	}
+}
