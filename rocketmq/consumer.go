@@ -127,8 +127,9 @@ type run struct {
 // yet handled are left unacknowledged and redelivered to the group later.
 //
 // It returns an error at once if the push consumer cannot start — in particular when the topic
-// does not exist: rocketmq-client-go does not create topics for consumers, so create it first
-// (trap T8) — and [ErrRunning] if another Run of this Consumer is running.
+// does not exist: rocketmq-client-go does not create topics for consumers (its Start fails with
+// "route info not found"), so create it first — and [ErrRunning] if another Run of this Consumer
+// is running.
 //
 // rocketmq-client-go v2.1.2 leaves some goroutines running after Shutdown (its issue #1147); Run
 // waits for every goroutine of its own.
@@ -224,7 +225,8 @@ func (c *Consumer) consume(r *run, cbctx context.Context, msgs []*primitive.Mess
 			c.failed.Add(1)
 			c.log.Warn("rocketmq: message failed, redelivering later", "msg_id", m.GetProperty(PropertyID),
 				"mq_msg_id", m.MsgId, "reconsume_times", m.ReconsumeTimes, "err", err)
-			// Never ConsumeSuccess with an error: the client acknowledges by the result alone (T7).
+			// Never ConsumeSuccess with an error: the client acknowledges by the result alone and only
+			// logs the error, so (ConsumeSuccess, err) would acknowledge a failed message.
 			return retry, err
 		}
 	}

@@ -19,8 +19,9 @@
 //     if the local transaction committed, asking back when the second phase is lost.
 //
 // Every Publisher, Consumer and TxProducer runs its own client with a unique instance name, which
-// sidesteps v2.1.2's process-wide client cache (check-backs lost to whichever client was created
-// first, trap T1). Topics must exist before a Consumer runs (the client creates none for
+// sidesteps v2.1.2's process-wide client cache: clients that share an instance name share one
+// client, whose check-back handler is the first creator's, so a transactional producer created
+// after a consumer or a plain producer would lose its check-backs. Topics must exist before a Consumer runs (the client creates none for
 // consumers); create them with the admin API or mqadmin.
 //
 // On a broker with ACL on (aclEnable=true), give every Publisher, Consumer and TxProducer the

@@ -460,8 +460,9 @@ func checkNameservers(ns []string) error {
 
 // instanceName returns a client instance name unique in the process and across processes on the
 // host: rocketmq-client-go keys its process-global client cache by ClientIP@InstanceName, and
-// clients that share an entry share a check-back handler (trap T1) and a producer/consumer
-// registry ("the producer group has been created").
+// clients that share an entry share a check-back handler (the first creator's: a transactional
+// producer created after a consumer or a plain producer loses its check-backs) and a
+// producer/consumer registry ("the producer group has been created").
 func instanceName(role string) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])

@@ -94,7 +94,8 @@ func (p *Publisher) Publish(ctx context.Context, msg message.Message) error {
 }
 
 // send runs one synchronous send bounded by timeout, and maps its outcome to an error. It never
-// formats the client's SendResult with String(), which panics on partial results (trap T10).
+// formats the client's SendResult with String(), which in rocketmq-client-go v2.1.2 panics on a nil
+// or partial result (fixed upstream after that release).
 func send(ctx context.Context, op string, timeout time.Duration, msg message.Message,
 	fn func(context.Context) (*primitive.SendResult, error)) error {
 	if err := ctx.Err(); err != nil {

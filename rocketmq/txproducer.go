@@ -32,7 +32,7 @@ import (
 //
 // The local transaction also inserts the message's ID into a table of its own ([TxProducer.Migrate]),
 // so that the answer survives a lost second phase (the client sends it one-way and ignores its
-// failure, trap T4): the broker then asks back (check-back) and the TxProducer answers from the
+// failure): the broker then asks back (check-back) and the TxProducer answers from the
 // table — commit if the row is there; rollback once the half message is older than
 // [WithCheckGrace] and the row is not (the check-back records the rollback so that the local
 // transaction can no longer commit); "unknown", to be asked again, otherwise.
@@ -40,8 +40,9 @@ import (
 // The group must belong to TxProducers alone: the broker sends check-backs to any producer of the
 // group, and a plain producer or another application in it would swallow them. TxProducers of one
 // group in several processes are fine — they share the table. Each TxProducer runs its own
-// rocketmq-client-go client (a unique instance name): a client shared with a consumer or another
-// producer would drop or block its check-backs (trap T1).
+// rocketmq-client-go client (a unique instance name): v2.1.2 hands a shared client's check-backs
+// to whichever producer or consumer created it first, where a consumer's nil channel blocks them
+// and a plain producer's channel is never read.
 //
 // A TxProducer is safe for concurrent use by multiple goroutines.
 type TxProducer struct {
@@ -63,7 +64,7 @@ type TxProducer struct {
 }
 
 // pendingTx is a Send in progress, found by ExecuteLocalTransaction through the message's id
-// (the client passes it no ctx, trap T3).
+// (the client's ExecuteLocalTransaction gets no ctx and returns no error).
 type pendingTx struct {
 	ctx     context.Context
 	localTx func(ctx context.Context, tx pgx.Tx) error

@@ -179,7 +179,8 @@ func TestIntegrationTxRollback(t *testing.T) {
 	}
 }
 
-// The check-back path, and trap T1: a consumer is created first — in this process a plain
+// The check-back path, and v2.1.2's shared-client trap (the first client created in a process owns
+// the check-back handler): a consumer is created first — in this process a plain
 // rocketmq-client-go consumer with the client's DEFAULT instance name, which would own the shared
 // client and its check-back handler — then a txkit Consumer, then the TxProducer. Its second phase
 // is withheld after the local commit, so the message arrives only if the broker's check-back
