@@ -2,6 +2,9 @@ package outbox
 
 import (
 	"context"
+	"errors"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -14,6 +17,25 @@ import (
 // transactional messages and consumers (see package message for why it lives there); its Tags
 // are stored with the row and sent as the message's RocketMQ tag.
 type Message = message.Message
+
+// MaxTagsLen is the largest [Message].Tags [Outbox.Enqueue] accepts, in bytes.
+const MaxTagsLen = 255
+
+// checkTags refuses tags PostgreSQL cannot store or a RocketMQ subscription cannot match: what
+// rocketmq.CheckTag refuses, plus invalid UTF-8 and NUL bytes.
+func checkTags(tags string) error {
+	switch {
+	case !utf8.ValidString(tags) || strings.IndexByte(tags, 0) >= 0:
+		return errors.New("not valid UTF-8 or contains a NUL byte")
+	case strings.Contains(tags, "||"):
+		return errors.New(`contains "||", the separator of tag expressions`)
+	case strings.ContainsAny(tags, "\x01\x02"):
+		return errors.New("contains byte 0x01 or 0x02")
+	case strings.TrimSpace(tags) != tags:
+		return errors.New("begins or ends with white space")
+	}
+	return nil
+}
 
 // Publisher delivers messages to a broker. Publish blocks until the broker has acknowledged msg
 // (then it returns nil) or the send failed or ctx ended (then the message may or may not have

@@ -141,9 +141,10 @@ func (ob *Outbox) Migrate(ctx context.Context, db DBTX) error {
 //
 // Enqueue refuses, with an error wrapping [ErrInvalidMessage] and before touching tx, an empty
 // topic, a field over its limit (the error wraps [ErrTooLarge] too and names the field, its size
-// and the limit: [MaxTopicLen], [MaxKeyLen], [MaxHeaders], [MaxHeaderNameLen],
-// [MaxHeaderValueLen], [MaxHeadersSize], [WithMaxBodySize]), and text PostgreSQL cannot store
-// (invalid UTF-8 or NUL bytes in the topic, key or headers). An ID already in the outbox returns an error wrapping
+// and the limit: [MaxTopicLen], [MaxKeyLen], [MaxTagsLen], [MaxHeaders], [MaxHeaderNameLen],
+// [MaxHeaderValueLen], [MaxHeadersSize], [WithMaxBodySize]), text PostgreSQL cannot store
+// (invalid UTF-8 or NUL bytes in the topic, key, tags or headers), and tags a RocketMQ
+// subscription cannot match (see [Message].Tags). An ID already in the outbox returns an error wrapping
 // [ErrDuplicate] — tx is then aborted, as after any failed statement. A nil tx returns an error
 // wrapping [ErrNilTx].
 //
@@ -172,7 +173,7 @@ func (ob *Outbox) Enqueue(ctx context.Context, tx DBTX, msg Message) (uuid.UUID,
 	if body == nil {
 		body = []byte{}
 	}
-	args := []any{msg.ID, msg.Topic, msg.Key, body, headers}
+	args := []any{msg.ID, msg.Topic, msg.Key, body, headers, msg.Tags}
 	if ob.o.notify {
 		args = append(args, ob.o.channel)
 	}
@@ -199,6 +200,8 @@ func (ob *Outbox) check(msg Message) error {
 		return tooLarge("topic", len(msg.Topic), MaxTopicLen, "bytes")
 	case len(msg.Key) > MaxKeyLen:
 		return tooLarge("key", len(msg.Key), MaxKeyLen, "bytes")
+	case len(msg.Tags) > MaxTagsLen:
+		return tooLarge("tags", len(msg.Tags), MaxTagsLen, "bytes")
 	case len(msg.Body) > ob.o.maxBody:
 		return tooLarge("body", len(msg.Body), ob.o.maxBody, "bytes")
 	case len(msg.Headers) > MaxHeaders:
@@ -210,6 +213,11 @@ func (ob *Outbox) check(msg Message) error {
 	if msg.Key != "" {
 		if err := pgutil.CheckText(msg.Key, MaxKeyLen); err != nil {
 			return bad("key", err)
+		}
+	}
+	if msg.Tags != "" {
+		if err := checkTags(msg.Tags); err != nil {
+			return bad("tags", err)
 		}
 	}
 	total := 0
@@ -258,7 +266,7 @@ func (ob *Outbox) ListDead(ctx context.Context, db DBTX, limit int) ([]DeadMessa
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadMessage, error) {
 		var d DeadMessage
-		err := r.Scan(&d.ID, &d.Topic, &d.Key, &d.Body, &d.Headers, &d.Attempts, &d.LastError, &d.CreatedAt)
+		err := r.Scan(&d.ID, &d.Topic, &d.Key, &d.Body, &d.Headers, &d.Attempts, &d.LastError, &d.CreatedAt, &d.Tags)
 		return d, err
 	})
 	if err != nil {

@@ -342,7 +342,7 @@ func (r *Relay) fetch(ctx context.Context) (batch []row, more bool, err error) {
 	batch, err = pgx.CollectRows(rows, func(cr pgx.CollectableRow) (row, error) {
 		var x row
 		var c bool
-		err := cr.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &c)
+		err := cr.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &c, &x.msg.Tags)
 		cut = cut || c
 		return x, err
 	})

@@ -127,7 +127,7 @@ func TestIntegrationDueStatement(t *testing.T) {
 		for rows.Next() {
 			var x row
 			var cut bool
-			if err := rows.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &cut); err != nil {
+			if err := rows.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &cut, &x.msg.Tags); err != nil {
 				t.Fatal(err)
 			}
 			if x.id <= prev {
@@ -286,7 +286,7 @@ func TestIntegrationDueStatementByteBound(t *testing.T) {
 			for rows.Next() {
 				var x row
 				var c bool
-				if err := rows.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &c); err != nil {
+				if err := rows.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &c, &x.msg.Tags); err != nil {
 					t.Fatal(err)
 				}
 				switch {

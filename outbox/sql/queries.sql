@@ -5,19 +5,19 @@ cached by pgx like any other. $n are bind parameters.
 */}}
 
 {{define "enqueue"}}
-insert into {{.Table}} (msg_id, topic, key, body, headers)
-values ($1, $2, nullif($3, ''), $4, $5)
+insert into {{.Table}} (msg_id, topic, key, body, headers, tags)
+values ($1, $2, nullif($3, ''), $4, $5, nullif($6, ''))
 {{end}}
 
 {{/* One statement, so Enqueue costs one round trip. PostgreSQL folds identical notifications
 (same channel, same payload) of one transaction into one, delivered at commit. */}}
 {{define "enqueue_notify"}}
 with m as (
-    insert into {{.Table}} (msg_id, topic, key, body, headers)
-    values ($1, $2, nullif($3, ''), $4, $5)
+    insert into {{.Table}} (msg_id, topic, key, body, headers, tags)
+    values ($1, $2, nullif($3, ''), $4, $5, nullif($6, ''))
     returning 1
 )
-select pg_notify($6, '') from m
+select pg_notify($7, '') from m
 {{end}}
 
 {{define "notify"}}select pg_notify($1, ''){{end}}
@@ -47,11 +47,11 @@ with blocked as materialized (
     group by key
 ),
 sized as (
-    select t.id, t.msg_id, t.topic, t.key, t.body, t.headers, t.attempts,
+    select t.id, t.msg_id, t.topic, t.key, t.body, t.headers, t.attempts, t.tags,
            octet_length(t.topic) + coalesce(octet_length(t.key), 0) + octet_length(t.body)
-               + coalesce(pg_column_size(t.headers), 0) as size,
+               + coalesce(pg_column_size(t.headers), 0) + coalesce(octet_length(t.tags), 0) as size,
            sum(octet_length(t.topic) + coalesce(octet_length(t.key), 0) + octet_length(t.body)
-               + coalesce(pg_column_size(t.headers), 0)) over w as running,
+               + coalesce(pg_column_size(t.headers), 0) + coalesce(octet_length(t.tags), 0)) over w as running,
            row_number() over w as n
     from {{.Table}} t
     where t.status = '{{.Pending}}'
@@ -63,7 +63,7 @@ sized as (
 )
 select s.id, s.msg_id, s.topic, coalesce(s.key, ''),
        case when s.cut then null else s.body end, case when s.cut then null else s.headers end,
-       s.attempts, s.cut
+       s.attempts, s.cut, coalesce(s.tags, '')
 from (select sized.*, sized.running > $2 and sized.n > 1 as cut from sized) s
 where s.running - s.size <= $2 or s.n <= 2
 order by s.id
@@ -89,7 +89,8 @@ returning t.msg_id, t.status = '{{.Dead}}'
 {{end}}
 
 {{define "list_dead"}}
-select msg_id, topic, coalesce(key, ''), body, headers, attempts, coalesce(last_error, ''), created_at
+select msg_id, topic, coalesce(key, ''), body, headers, attempts, coalesce(last_error, ''), created_at,
+       coalesce(tags, '')
 from {{.Table}}
 where status = '{{.Dead}}'
 order by id
