@@ -18,10 +18,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/robfig/cron/v3"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -58,7 +57,7 @@ type flight struct {
 // whose due notifications are all taken costs no query per delivery.
 type waker struct {
 	ch  chan struct{}
-	gen atomic.Uint64 // bumped by fresh
+	gen atomic.Uint64 // bumped by fresh, and by the dispatcher for each of the leader job's wake-ups
 }
 
 // poke wakes the dispatcher because there is room in a receiver's queue.
@@ -93,39 +92,45 @@ type result struct {
 // attempt (status code, latency, error) and the notification's new state in batches, fenced with
 // the leadership's token so a deposed leader records nothing. Taking notifications writes
 // nothing: the leader remembers what it took until the result is recorded, and if it dies
-// mid-delivery they are still due, so the next leader sends them again, with the same id. It also deletes delivered notifications past the retention.
+// mid-delivery they are still due, so the next leader sends them again, with the same id. It also
+// deletes delivered notifications past the retention. It runs as a fenced leader job
+// (internal/leader): it passes the fence on taking the lead, and pauses 1 s after being fenced out
+// before it campaigns again.
 //
 // Run blocks until ctx ends, then returns nil after every goroutine it started has exited. It
 // returns an error wrapping [ErrInvalidOption] without an elector, [ErrRunning] when another Run
-// is running, and one wrapping lock.ErrClosed when the elector's session is closed.
+// is running, one wrapping lock.ErrClosed when the elector's session is closed, and one naming
+// Fence.Migrate when the fence table does not exist.
 func (n *Notifier) Run(ctx context.Context) error {
-	if n.o.elector == nil {
+	if n.job == nil {
 		return fmt.Errorf("notify: run: no elector (WithElector): %w", ErrInvalidOption)
 	}
 	if !n.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("notify: run: %w", ErrRunning)
 	}
 	defer n.running.Store(false)
-	return n.o.elector.RunWhileLeader(ctx, n.lead)
+	return n.job.Run(ctx)
 }
 
-func (n *Notifier) lead(ctx context.Context, l *lock.Leadership) error {
-	tok := l.Token()
-	log := n.o.log.With(slog.String("table", n.name), slog.String("token", tok.String()))
-	log.Info("notify: leads")
-	defer log.Info("notify: stops leading")
-	if err := n.fenced(ctx, tok, func(pgx.Tx) error { return nil }); err != nil {
-		if errors.Is(err, lock.ErrFenced) {
-			n.stats.fenced.Add(1)
-			log.Warn("notify: fenced out by a newer leader", slog.Any("err", err))
-			pause(ctx, time.Second)
-			return nil
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("notify: fence of %s: %w", n.name, err)
+// newJob returns the leader job that runs [Notifier.lead], or nil without an elector.
+func (n *Notifier) newJob() (*leader.Job, error) {
+	if n.o.elector == nil {
+		return nil, nil
 	}
+	job, err := leader.New(n.o.elector, n.pool, n.fence, "notify:"+n.name, n.lead,
+		leader.WithName("notify"), leader.WithLogger(n.o.log.With(slog.String("table", n.name))),
+		leader.WithSchedule(n.o.tick), leader.WithChannel(n.channel),
+		leader.WithCron("retention", n.o.retentionSpec, n.purge))
+	if err != nil {
+		return nil, fmt.Errorf("notify: %w: %w", err, ErrInvalidOption)
+	}
+	return job, nil
+}
+
+// lead is the notifier's leader work: it delivers while leadership term t lasts (ctx ends with it).
+// It returns nil when ctx ends, or an error wrapping lock.ErrFenced when the fence refuses a record.
+func (n *Notifier) lead(ctx context.Context, t *leader.Term) error {
+	tok, log := t.Token(), t.Log()
 	n.mu.Lock()
 	n.flights = map[string]*flight{}
 	for name := range n.receivers {
@@ -134,35 +139,13 @@ func (n *Notifier) lead(ctx context.Context, l *lock.Leadership) error {
 	flights := n.flights
 	n.mu.Unlock()
 
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	w := &waker{ch: make(chan struct{}, 1)}
-	w.fresh()
 	for _, f := range flights {
 		f.poke = w.poke
 	}
 	results := make(chan result, 1024)
 	g, gctx := errgroup.WithContext(ctx)
 	var deliveries sync.WaitGroup // every delivery goroutine; the recorder outlives them
-	cl := pgutil.CronLogger{L: log}
-	c := cron.New(cron.WithParser(pgutil.CronParser()), cron.WithLogger(cl), cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
-	if _, err := c.AddFunc(n.o.tick, w.fresh); err != nil {
-		return fmt.Errorf("notify: tick %q: %w: %w", n.o.tick, err, ErrInvalidOption)
-	}
-	if _, err := c.AddFunc(n.o.retentionSpec, func() {
-		if err := n.purge(gctx, tok); err != nil && gctx.Err() == nil {
-			log.Warn("notify: retention failed; retrying at its next run", slog.Any("err", err))
-		}
-	}); err != nil {
-		return fmt.Errorf("notify: retention %q: %w: %w", n.o.retentionSpec, err, ErrInvalidOption)
-	}
-	c.Start()
-	g.Go(func() error {
-		<-gctx.Done()
-		<-c.Stop().Done()
-		return nil
-	})
-	g.Go(func() error { n.listen(gctx, w.fresh, log); return nil })
 	// The recorder writes results in batches.
 	recorded := make(chan struct{})
 	g.Go(func() error {
@@ -196,6 +179,8 @@ func (n *Notifier) lead(ctx context.Context, l *lock.Leadership) error {
 			select {
 			case <-gctx.Done():
 				return nil
+			case <-t.Wake(): // the tick, a NOTIFY, the start of the term: more may be due
+				w.gen.Add(1)
 			case <-w.ch:
 			}
 			if err := n.dispatch(gctx, w, flights); err != nil {
@@ -208,21 +193,7 @@ func (n *Notifier) lead(ctx context.Context, l *lock.Leadership) error {
 			}
 		}
 	})
-	if err := g.Wait(); errors.Is(err, lock.ErrFenced) {
-		n.stats.fenced.Add(1)
-		log.Warn("notify: fenced out by a newer leader", slog.Any("err", err))
-		pause(l.Context(), time.Second)
-	}
-	return nil
-}
-
-func pause(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+	return g.Wait()
 }
 
 // fenced runs fn in a transaction that first passes the fence with tok.
@@ -634,39 +605,4 @@ func (n *Notifier) purge(ctx context.Context, tok lock.Token) error {
 		}
 	}
 	return nil
-}
-
-// listen keeps a connection LISTENing on the notifier's channel, poking the dispatcher for every
-// notification, until ctx ends; a lost connection is opened again after a pause.
-func (n *Notifier) listen(ctx context.Context, poke func(), log *slog.Logger) {
-	for ctx.Err() == nil {
-		err := n.listenOnce(ctx, poke)
-		if ctx.Err() != nil {
-			return
-		}
-		log.Warn("notify: listening connection failed; polling on the tick until it is back", slog.Any("err", err))
-		pause(ctx, time.Second)
-	}
-}
-
-func (n *Notifier) listenOnce(ctx context.Context, poke func()) error {
-	conn, err := pgx.ConnectConfig(ctx, n.pool.Config().ConnConfig)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	if _, err := conn.Exec(ctx, "listen "+pgx.Identifier{n.channel}.Sanitize()); err != nil {
-		return err
-	}
-	poke()
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
-		}
-		poke()
-	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/fence"
+	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/signing"
 )
@@ -148,23 +149,28 @@ type Notifier struct {
 	stats     stats
 	mu        sync.Mutex // guards the leader's per-receiver state
 	flights   map[string]*flight
+	job       *leader.Job // nil without an elector
 }
 
-type stats struct{ delivered, failedAttempts, failed, fenced, breakerOpen atomic.Int64 }
+type stats struct{ delivered, failedAttempts, failed, breakerOpen atomic.Int64 }
 
 // Stats counts what a [Notifier] did.
 type Stats struct {
 	Delivered      int64 // notifications acknowledged
 	FailedAttempts int64 // attempts that failed
 	Failed         int64 // notifications that ran out of attempts
-	Fenced         int64 // writes the fence refused (a newer leader had written)
+	Fenced         int64 // leadership terms the fence ended (a newer leader had written)
 	BreakerOpened  int64 // times a receiver's circuit opened
 }
 
 // Stats returns the notifier's counters.
 func (n *Notifier) Stats() Stats {
-	return Stats{Delivered: n.stats.delivered.Load(), FailedAttempts: n.stats.failedAttempts.Load(),
-		Failed: n.stats.failed.Load(), Fenced: n.stats.fenced.Load(), BreakerOpened: n.stats.breakerOpen.Load()}
+	st := Stats{Delivered: n.stats.delivered.Load(), FailedAttempts: n.stats.failedAttempts.Load(),
+		Failed: n.stats.failed.Load(), BreakerOpened: n.stats.breakerOpen.Load()}
+	if n.job != nil {
+		st.Fenced = n.job.Fenced()
+	}
+	return st
 }
 
 // New returns a Notifier that keeps its notifications in pool and delivers them to receivers. It
@@ -209,8 +215,12 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	attempts, _ := pgutil.Table(o.schema, o.table+"_attempt")
 	h := fnv.New64a()
 	h.Write([]byte("txkit-notify:" + name))
-	return &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, name: name,
-		channel: pgutil.Channel(o.schema, o.table), lockKey: int64(h.Sum64() >> 1), flights: map[string]*flight{}}, nil
+	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, name: name,
+		channel: pgutil.Channel(o.schema, o.table), lockKey: int64(h.Sum64() >> 1), flights: map[string]*flight{}}
+	if n.job, err = n.newJob(); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 func checkReceiver(r Receiver, plainHTTP bool) error {

@@ -81,7 +81,9 @@
 // broker acknowledged its message.
 //
 // A failed publish raises the row's attempts, stores the error, and sets next_attempt_at to now()
-// plus an exponential backoff with jitter computed by PostgreSQL ([WithBackoff]); after
+// plus an exponential backoff with jitter computed by PostgreSQL ([WithBackoff]) — except that
+// after an outage (publishes of several keys failed and none succeeded), the first acknowledged
+// publish makes the messages that failed during it due at once; after
 // [WithMaxAttempts] failures the row becomes [StatusDead], and so does at once a message whose
 // publish error wraps [ErrInvalidMessage] (the broker can never carry it: a topic name RocketMQ
 // does not allow, say). [Outbox.ListDead], [Outbox.Requeue] and
@@ -92,8 +94,10 @@
 // The relay publishes only while its [lock.Elector] leads, under the leadership's context: when
 // the leadership is lost the relay stops at once, and the batch in hand is neither deleted nor
 // marked failed, so the next leader publishes it again (duplicates, same IDs — never a loss). A
-// relay can be deposed without learning it in time (a long GC pause, a partition); with
-// [WithFence], its deletes and updates run in a transaction that first passes a [fence.Fence] with
-// its fencing token, so once the new leader has written, the old one can no longer change the
-// table.
+// relay can be deposed without learning it in time (a long GC pause, a partition), so its deletes
+// and updates run in a transaction that first passes a [fence.Fence] with its fencing token: once
+// the new leader has written, the old one can no longer change the table. The fence is the table
+// "txkit_fence" in the outbox's schema, which [Outbox.Migrate] creates, or [WithFence]'s. The
+// relay passes it as soon as it leads and relays nothing until it has; fenced out, it waits a
+// second and campaigns again.
 package outbox

@@ -22,7 +22,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
@@ -44,7 +43,6 @@ type relayWorkerConfig struct {
 	Schema         string        // the outbox's schema (outbox.WithSchema)
 	Election       string        // the ZooKeeper election path
 	Batch          int           // outbox.WithBatchSize
-	Fence          bool          // fence the relay's writes with the txkit_fence table of Schema
 	SessionTimeout time.Duration // the ZooKeeper session timeout
 }
 
@@ -89,15 +87,8 @@ func relayWorker(ctx context.Context, c relayWorkerConfig) error {
 	if err != nil {
 		return err
 	}
-	opts := []outbox.RelayOption{outbox.WithOutbox(ob), outbox.WithBatchSize(c.Batch), outbox.WithLogger(log)}
-	if c.Fence {
-		f, err := fence.New(fence.WithSchema(c.Schema))
-		if err != nil {
-			return err
-		}
-		opts = append(opts, outbox.WithFence(f))
-	}
-	r, err := outbox.NewRelay(pool, pub, el, opts...)
+	// The relay fences its writes with the txkit_fence table of Schema (its default fence).
+	r, err := outbox.NewRelay(pool, pub, el, outbox.WithOutbox(ob), outbox.WithBatchSize(c.Batch), outbox.WithLogger(log))
 	if err != nil {
 		return err
 	}
@@ -289,14 +280,7 @@ func TestIntegrationKeyOrderAcrossRelayFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ob.Migrate(ctx, pg.Pool); err != nil {
-		t.Fatal(err)
-	}
-	fence, err := fence.New(fence.WithSchema(pg.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fence.Migrate(ctx, pg.Pool); err != nil {
+	if err := ob.Migrate(ctx, pg.Pool); err != nil { // also the relays' fence table
 		t.Fatal(err)
 	}
 	store, err := idempotency.New(idempotency.WithSchema(pg.Name))
@@ -338,7 +322,7 @@ func TestIntegrationKeyOrderAcrossRelayFailover(t *testing.T) {
 	procs := map[int]*relayProc{}
 	for range workers {
 		p := startRelayWorker(t, relayWorkerConfig{PG: pg.URL, Schema: pg.Name, Election: election, Batch: 16,
-			Fence: true, SessionTimeout: sessionTimeout})
+			SessionTimeout: sessionTimeout})
 		procs[p.pid] = p
 	}
 	obsCtx, cancel := context.WithTimeout(ctx, 20*time.Second)

@@ -117,7 +117,7 @@ type relayOptions struct {
 	backoffCap     time.Duration
 	publishTimeout time.Duration
 	fence          *fence.Fence
-	retryPause     time.Duration // before reconnecting the listener, or campaigning again when fenced
+	retryPause     time.Duration // after being fenced, and before retrying the fence check or the listener
 }
 
 func defaultRelayOptions() relayOptions {
@@ -139,9 +139,10 @@ func defaultRelayOptions() relayOptions {
 // [Outbox] that New() returns with no options).
 func WithOutbox(ob *Outbox) RelayOption { return func(o *relayOptions) { o.outbox = ob } }
 
-// WithLogger sets the logger (default: discard). The relay logs each drain's progress (batches,
-// sent, failed, dead, backlog) at info level, failures at warn, and the robfig/cron scheduler's own
-// messages at debug.
+// WithLogger sets the logger (default: discard). The relay logs what a person should see at info
+// level and above — taking and losing the lead, publishing working again after an outage — failures
+// at warn, dead messages at error, and routine work (each drain's batches, sent, failed, dead,
+// backlog; the robfig/cron scheduler's own messages) at debug.
 func WithLogger(l *slog.Logger) RelayOption {
 	return func(o *relayOptions) {
 		if l != nil {
@@ -192,11 +193,14 @@ func WithPublishTimeout(d time.Duration) RelayOption {
 	return func(o *relayOptions) { o.publishTimeout = d }
 }
 
-// WithFence makes every write of the relay — deleting sent rows, recording failures — pass f
-// (resource "outbox:" + the table's qualified name, token the leadership's) in the same
-// transaction, so that a relay deposed while it was publishing cannot change the table after the
-// new leader wrote to it. The relay also passes the fence as soon as it leads. f's table must
-// exist (see [fence.Fence.Migrate]).
+// WithFence sets the fence the relay passes (default: the table "txkit_fence" in the outbox's
+// schema, which [Outbox.Migrate] creates). Every write of the relay — deleting sent rows,
+// recording failures — passes it (resource "outbox:" + the table's qualified name, token the
+// leadership's) in the same transaction, so that a relay deposed while it was publishing cannot
+// change the table after the new leader wrote to it. The relay also passes the fence as soon as it
+// leads, and does nothing until it has. f's table must exist (see [fence.Fence.Migrate]); a fence
+// shared with other components (a coordinator's, a notifier's) works, since each has its own
+// resource.
 func WithFence(f *fence.Fence) RelayOption { return func(o *relayOptions) { o.fence = f } }
 
 const maxBatch = 10000

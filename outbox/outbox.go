@@ -114,8 +114,9 @@ func (ob *Outbox) Table() string { return ob.name }
 // Channel returns the LISTEN/NOTIFY channel (see [WithChannel]).
 func (ob *Outbox) Channel() string { return ob.o.channel }
 
-// Migrate creates the schema (if one was set), the table and its indexes when they do not exist.
-// It is idempotent and safe to run from several processes at once (an advisory lock serializes
+// Migrate creates the schema (if one was set), the table and its indexes, and the fence table
+// "txkit_fence" in the same schema that a [Relay] passes by default, when they do not exist. It
+// is idempotent and safe to run from several processes at once (an advisory lock serializes
 // them). It blocks until PostgreSQL answers; ctx scopes only this call. A nil db returns an error
 // wrapping [ErrNilTx].
 func (ob *Outbox) Migrate(ctx context.Context, db DBTX) error {
@@ -123,6 +124,13 @@ func (ob *Outbox) Migrate(ctx context.Context, db DBTX) error {
 		return fmt.Errorf("outbox: migrate %s: %w", ob.name, ErrNilTx)
 	}
 	if _, err := db.Exec(ctx, ob.ddl); err != nil {
+		return fmt.Errorf("outbox: migrate %s: %w", ob.name, err)
+	}
+	f, err := ob.relayFence()
+	if err == nil {
+		err = f.Migrate(ctx, db)
+	}
+	if err != nil {
 		return fmt.Errorf("outbox: migrate %s: %w", ob.name, err)
 	}
 	return nil
@@ -333,11 +341,6 @@ func (ob *Outbox) Backlog(ctx context.Context, db DBTX) (pending, dead int64, er
 func isUniqueViolation(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505"
-}
-
-func isUndefinedTable(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "42P01"
 }
 
 // isNil reports whether db is nil or a nil pointer in a non-nil interface (a nil *pgxpool.Pool).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -13,28 +14,33 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/robfig/cron/v3"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/fence"
+	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/lock"
 )
 
 // Relay publishes the outbox's pending messages through a [Publisher], on the leader only.
 //
-// [Relay.Run] campaigns with the [lock.Elector]; while this relay leads, a robfig/cron schedule
-// ([WithSchedule]) and a connection listening on the outbox's NOTIFY channel both wake one drain
-// loop. A wake-up that arrives while a drain runs is kept (one, however many arrive) and starts the
-// next drain, so drains never overlap and a burst of commits costs one extra drain.
+// [Relay.Run] runs the relay as a fenced leader job (internal/leader): it campaigns with the
+// [lock.Elector], passes the fence on taking the lead, and while this relay leads, a robfig/cron
+// schedule ([WithSchedule]) and a connection listening on the outbox's NOTIFY channel both wake one
+// drain loop. A wake-up that arrives while a drain runs is kept (one, however many arrive) and
+// starts the next drain, so drains never overlap and a burst of commits costs one extra drain.
 //
 // A drain reads due pending rows in id order, in batches of [WithBatchSize] messages and at most
 // [WithBatchBytes] bytes (always at least one message), publishes them — keys
 // in parallel ([WithConcurrency]), each key's messages one after the other — and then, in one
-// transaction (fenced by [WithFence]), deletes the rows it sent and records the failures: the
+// transaction that passes the fence ([WithFence]), deletes the rows it sent and records the
+// failures: the
 // attempt count, the error, and a retry time with exponential backoff ([WithBackoff]); a message
 // that failed [WithMaxAttempts] times becomes dead ([Outbox.ListDead], [Outbox.Requeue]), and so
 // does at once one whose publish error wraps [ErrInvalidMessage] (the broker can never carry it).
-// When a message fails, the later messages of its key wait until it is sent or dead.
+// When a message fails, the later messages of its key wait until it is sent or dead. When
+// publishes of several keys failed while none succeeded (the broker looked down), the first
+// acknowledged publish after them makes those messages due at once, rather than each waiting out
+// the backoff it gathered during the outage.
 //
 // Delivery is at least once, with the same [Message.ID] every time: a message is published again
 // when its row's delete was lost (a crash, a lost leadership, a database error after the publish).
@@ -43,10 +49,11 @@ import (
 type Relay struct {
 	pool     *pgxpool.Pool
 	pub      Publisher
-	el       *lock.Elector
 	ob       *Outbox
 	o        relayOptions
+	fence    *fence.Fence
 	resource string
+	job      *leader.Job
 	running  atomic.Bool
 	stats    relayStats
 }
@@ -58,18 +65,20 @@ type Stats struct {
 	Dead      int64 // messages this relay made dead
 	Batches   int64 // non-empty batches read
 	Wakeups   int64 // drains started (by the schedule, a notification, or taking the lead)
-	Fenced    int64 // writes the fence refused: a newer leader had written (see WithFence)
+	Fenced    int64 // terms the fence ended: a newer leader had written (see WithFence)
+	Rescued   int64 // messages made due at once when publishing worked again after an outage
 }
 
 type relayStats struct {
-	published, failed, dead, batches, wakeups, fenced atomic.Int64
+	published, failed, dead, batches, wakeups, rescued atomic.Int64
 }
 
 // NewRelay returns a relay that publishes the outbox's messages through pub while el leads. pool
 // is used for the relay's queries and writes, and its configuration for the dedicated listening
-// connection. The outbox is [WithOutbox]'s, or the default one. NewRelay does not touch the
-// database or ZooKeeper. It returns an error wrapping [ErrInvalidOption] when an argument or option
-// is unusable.
+// connection. The outbox is [WithOutbox]'s, or the default one. The relay's writes pass a fence:
+// [WithFence]'s, or by default the fence table "txkit_fence" in the outbox's schema, which
+// [Outbox.Migrate] creates. NewRelay does not touch the database or ZooKeeper. It returns an error
+// wrapping [ErrInvalidOption] when an argument or option is unusable.
 func NewRelay(pool *pgxpool.Pool, pub Publisher, el *lock.Elector, opts ...RelayOption) (*Relay, error) {
 	o := defaultRelayOptions()
 	for _, opt := range opts {
@@ -93,7 +102,39 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, el *lock.Elector, opts ...Relay
 			return nil, err
 		}
 	}
-	return &Relay{pool: pool, pub: pub, el: el, ob: ob, o: o, resource: "outbox:" + ob.name}, nil
+	f := o.fence
+	if f == nil {
+		var err error
+		if f, err = ob.relayFence(); err != nil {
+			return nil, err
+		}
+	}
+	r := &Relay{pool: pool, pub: pub, ob: ob, o: o, fence: f, resource: "outbox:" + ob.name}
+	lopts := []leader.Option{leader.WithName("outbox: relay"), leader.WithSchedule(o.schedule),
+		leader.WithPause(o.retryPause), leader.WithLogger(o.log.With(slog.String("table", ob.name)))}
+	if ob.o.notify {
+		lopts = append(lopts, leader.WithChannel(ob.o.channel))
+	}
+	job, err := leader.New(el, pool, f, r.resource, r.drainLoop, lopts...)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: relay: %w: %w", err, ErrInvalidOption)
+	}
+	r.job = job
+	return r, nil
+}
+
+// relayFence is the fence a [Relay] of ob passes by default: the table "txkit_fence" in ob's
+// schema, created by [Outbox.Migrate].
+func (ob *Outbox) relayFence() (*fence.Fence, error) {
+	var opts []fence.Option
+	if ob.o.schema != "" {
+		opts = append(opts, fence.WithSchema(ob.o.schema))
+	}
+	f, err := fence.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: fence: %w: %w", err, ErrInvalidOption)
+	}
+	return f, nil
 }
 
 // Stats returns the relay's counters. It is safe to call at any time.
@@ -104,7 +145,8 @@ func (r *Relay) Stats() Stats {
 		Dead:      r.stats.dead.Load(),
 		Batches:   r.stats.batches.Load(),
 		Wakeups:   r.stats.wakeups.Load(),
-		Fenced:    r.stats.fenced.Load(),
+		Fenced:    r.job.Fenced(),
+		Rescued:   r.stats.rescued.Load(),
 	}
 }
 
@@ -115,154 +157,30 @@ func (r *Relay) Stats() Stats {
 // started has exited. ctx scopes the whole work.
 //
 // Run returns an error wrapping [lock.ErrClosed] when the elector's session is closed,
-// [ErrRunning] when another Run of this Relay is running, and an error when the [WithFence] fence's
-// table does not exist. Other failures of the database or the broker are logged and retried.
+// [ErrRunning] when another Run of this Relay is running, and an error naming Fence.Migrate when
+// the fence's table does not exist. Other failures of the database or the broker are logged and
+// retried.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("outbox: relay of %s: %w", r.ob.name, ErrRunning)
 	}
 	defer r.running.Store(false)
-	return r.el.RunWhileLeader(ctx, r.lead)
+	return r.job.Run(ctx)
 }
 
-// lead relays while leadership l lasts (ctx ends with it). It returns nil when ctx ends, or when
-// the fence says another relay has taken over (RunWhileLeader then campaigns again), and an error
-// only when the fence's table is missing (RunWhileLeader then resigns and Run returns it).
-func (r *Relay) lead(ctx context.Context, l *lock.Leadership) error {
-	tok := l.Token()
-	log := r.o.log.With(slog.String("table", r.ob.name), slog.String("token", tok.String()))
-	log.Info("outbox: relay leads")
-	defer log.Info("outbox: relay stops leading")
-
-	if r.o.fence != nil {
-		// Pass the fence before publishing anything: a deposed relay is refused from here on, and a
-		// fence this relay cannot pass (say its table is missing) stops it before it publishes
-		// batches whose rows it could never delete.
-		for {
-			err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-				return r.o.fence.Check(ctx, tx, r.resource, tok)
-			})
-			if err == nil {
-				break
-			}
-			switch {
-			case ctx.Err() != nil:
-				return nil
-			case errors.Is(err, lock.ErrFenced):
-				r.stats.fenced.Add(1)
-				log.Warn("outbox: fenced out by a newer leader", slog.Any("err", err))
-				r.pause(ctx) // RunWhileLeader campaigns again at once: do not spin
-				return nil
-			case isUndefinedTable(err):
-				return fmt.Errorf("outbox: fence of %s (was fence.Fence.Migrate run?): %w", r.ob.name, err)
-			}
-			log.Warn("outbox: fence check failed; retrying before relaying", slog.Any("err", err))
-			r.pause(ctx)
-		}
-	}
-
-	wake := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case wake <- struct{}{}:
-		default: // a wake-up is already pending: this one is folded into it
-		}
-	}
-	poke() // messages may have piled up while nobody led
-
-	g, gctx := errgroup.WithContext(ctx)
-	cl := pgutil.CronLogger{L: log}
-	c := cron.New(cron.WithParser(pgutil.CronParser()), cron.WithLogger(cl),
-		cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
-	if _, err := c.AddFunc(r.o.schedule, func() {
-		if gctx.Err() == nil {
-			poke()
-		}
-	}); err != nil {
-		// NewRelay validated the spec, so this is not expected.
-		return fmt.Errorf("outbox: schedule %q: %w: %w", r.o.schedule, err, ErrInvalidOption)
-	}
-	c.Start()
-	g.Go(func() error {
-		<-gctx.Done()
-		<-c.Stop().Done()
-		return nil
-	})
-	if r.ob.o.notify {
-		g.Go(func() error {
-			r.listen(gctx, poke, log)
-			return nil
-		})
-	}
-	g.Go(func() error { return r.drainLoop(gctx, tok, wake, log) })
-	if err := g.Wait(); errors.Is(err, lock.ErrFenced) {
-		r.stats.fenced.Add(1)
-		log.Warn("outbox: fenced out by a newer leader", slog.Any("err", err))
-		r.pause(ctx)
-	}
-	return nil
-}
-
-// pause waits the retry pause or until ctx ends.
-func (r *Relay) pause(ctx context.Context) {
-	t := time.NewTimer(r.o.retryPause)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
-// listen keeps a connection LISTENing on the outbox's channel and pokes the drain loop for every
-// notification, until ctx ends. A lost connection is opened again after a pause; each (re)connect
-// pokes too, since notifications sent while nobody listened are gone.
-func (r *Relay) listen(ctx context.Context, poke func(), log *slog.Logger) {
-	for ctx.Err() == nil {
-		err := r.listenOnce(ctx, poke)
-		if ctx.Err() != nil {
-			return
-		}
-		log.Warn("outbox: listening connection failed; polling until it is back",
-			slog.String("channel", r.ob.o.channel), slog.Any("err", err))
-		r.pause(ctx)
-	}
-}
-
-func (r *Relay) listenOnce(ctx context.Context, poke func()) error {
-	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	if _, err := conn.Exec(ctx, "listen "+pgx.Identifier{r.ob.o.channel}.Sanitize()); err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	poke()
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return fmt.Errorf("wait for notification: %w", err)
-		}
-		poke()
-	}
-}
-
-const cleanupTimeout = 5 * time.Second
-
-// drainLoop drains each time it is woken, until ctx ends (nil) or the fence refuses this relay
-// (an error wrapping lock.ErrFenced).
-func (r *Relay) drainLoop(ctx context.Context, tok lock.Token, wake <-chan struct{}, log *slog.Logger) error {
+// drainLoop is the relay's leader work: it drains each time it is woken, until ctx ends (nil) or
+// the fence refuses this relay (an error wrapping lock.ErrFenced).
+func (r *Relay) drainLoop(ctx context.Context, t *leader.Term) error {
+	log := t.Log()
+	var out outage
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-wake:
+		case <-t.Wake():
 		}
 		r.stats.wakeups.Add(1)
-		err := r.drain(ctx, tok, log)
+		err := r.drain(ctx, t.Token(), &out, log)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -282,23 +200,24 @@ type row struct {
 }
 
 // drain publishes due messages batch after batch until a batch comes back short, ctx ends, or an
-// error (then the batch's results are not written: its rows stay pending).
-func (r *Relay) drain(ctx context.Context, tok lock.Token, log *slog.Logger) error {
+// error (then the batch's results are not written: its rows stay pending). It logs what it did at
+// debug level: draining is routine.
+func (r *Relay) drain(ctx context.Context, tok lock.Token, out *outage, log *slog.Logger) error {
 	start := time.Now()
 	var batches, sent, failed, dead int
 	defer func() {
-		if batches == 0 {
+		if batches == 0 || !log.Enabled(ctx, slog.LevelDebug) {
 			return
 		}
 		attrs := []slog.Attr{slog.Int("batches", batches), slog.Int("sent", sent), slog.Int("failed", failed),
 			slog.Int("dead", dead), slog.Duration("elapsed", time.Since(start))}
-		if ctx.Err() == nil && log.Enabled(ctx, slog.LevelInfo) {
+		if ctx.Err() == nil {
 			var backlog int64
 			if err := r.pool.QueryRow(ctx, r.ob.q.pending).Scan(&backlog); err == nil {
 				attrs = append(attrs, slog.Int64("backlog", backlog))
 			}
 		}
-		log.LogAttrs(ctx, slog.LevelInfo, "outbox: drained", attrs...)
+		log.LogAttrs(ctx, slog.LevelDebug, "outbox: drained", attrs...)
 	}()
 	for ctx.Err() == nil {
 		batch, more, err := r.fetch(ctx)
@@ -316,14 +235,14 @@ func (r *Relay) drain(ctx context.Context, tok lock.Token, log *slog.Logger) err
 			// next leader sends them again, with the same IDs.
 			return nil
 		}
-		s, f, d, err := r.record(ctx, tok, batch, errs, log)
+		s, f, d, rescued, err := r.record(ctx, tok, batch, errs, out, log)
 		if err != nil {
 			return err
 		}
 		sent, failed, dead = sent+s, failed+f, dead+d
 		log.Debug("outbox: batch done", slog.Int("size", len(batch)), slog.Int("sent", s),
 			slog.Int("failed", f), slog.Int("dead", d))
-		if !more {
+		if !more && rescued == 0 {
 			return nil
 		}
 	}
@@ -426,8 +345,10 @@ func (r *Relay) publishOne(ctx context.Context, msg Message) (err error) {
 const maxErrorLen = 2000
 
 // record deletes the sent rows and records the failed ones, in one transaction that passes the
-// fence first (if one is configured). It returns how many were sent, failed and made dead.
-func (r *Relay) record(ctx context.Context, tok lock.Token, batch []row, errs []error, log *slog.Logger) (sent, failed, dead int, err error) {
+// fence first. When the batch has an acknowledged publish after an outage (see [outage]), the same
+// transaction makes the rows that failed during the outage due at once. It returns how many were
+// sent, failed, made dead and made due again.
+func (r *Relay) record(ctx context.Context, tok lock.Token, batch []row, errs []error, out *outage, log *slog.Logger) (sent, failed, dead, rescued int, err error) {
 	var sentIDs, failedIDs []int64
 	var failedErrs []string
 	var permanent []bool
@@ -447,20 +368,30 @@ func (r *Relay) record(ctx context.Context, tok lock.Token, batch []row, errs []
 		}
 	}
 	if len(sentIDs) == 0 && len(failedIDs) == 0 {
-		return 0, 0, 0, nil
+		return 0, 0, 0, 0, nil
+	}
+	var rescue []int64
+	if len(sentIDs) > 0 {
+		rescue = out.over()
 	}
 	var deadIDs []uuid.UUID
 	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		deadIDs = deadIDs[:0] // BeginFunc runs this once, but keep it correct if that changes
-		if r.o.fence != nil {
-			if err := r.o.fence.Check(ctx, tx, r.resource, tok); err != nil {
-				return err
-			}
+		deadIDs, rescued = deadIDs[:0], 0 // BeginFunc runs this once, but keep it correct if that changes
+		if err := r.fence.Check(ctx, tx, r.resource, tok); err != nil {
+			return err
 		}
 		if len(sentIDs) > 0 {
 			if _, err := tx.Exec(ctx, r.ob.q.deleteSent, sentIDs); err != nil {
 				return fmt.Errorf("delete %d sent rows: %w", len(sentIDs), err)
 			}
+		}
+		if len(rescue) > 0 {
+			tag, err := tx.Exec(ctx, `update `+r.ob.table+` set next_attempt_at = now()
+where id = any($1::bigint[]) and status = '`+StatusPending.String()+`' and attempts > 0 and next_attempt_at > now()`, rescue)
+			if err != nil {
+				return fmt.Errorf("make %d rows due again: %w", len(rescue), err)
+			}
+			rescued = int(tag.RowsAffected())
 		}
 		if len(failedIDs) == 0 {
 			return nil
@@ -486,7 +417,22 @@ func (r *Relay) record(ctx context.Context, tok lock.Token, batch []row, errs []
 		return nil
 	})
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("outbox: record batch of %s: %w", r.ob.name, err)
+		return 0, 0, 0, 0, fmt.Errorf("outbox: record batch of %s: %w", r.ob.name, err)
+	}
+	switch {
+	case len(sentIDs) > 0:
+		out.reset()
+	default:
+		for i, x := range batch {
+			if e := errs[i]; e != nil && !errors.Is(e, errNotAttempted) && !errors.Is(e, ErrInvalidMessage) {
+				out.add(x.id, x.msg.Key)
+			}
+		}
+	}
+	if rescued > 0 {
+		r.stats.rescued.Add(int64(rescued))
+		log.Info("outbox: publishing works again; the messages that failed meanwhile are due at once",
+			slog.Int("messages", rescued))
 	}
 	if len(deadIDs) > 0 {
 		r.stats.dead.Add(int64(len(deadIDs)))
@@ -495,8 +441,46 @@ func (r *Relay) record(ctx context.Context, tok lock.Token, batch []row, errs []
 				slog.Int("max_attempts", r.o.maxAttempts))
 		}
 	}
-	return len(sentIDs), len(failedIDs), len(deadIDs), nil
+	return len(sentIDs), len(failedIDs), len(deadIDs), rescued, nil
 }
+
+// maxOutageRows bounds the rows an [outage] remembers; those that failed beyond it wait out their
+// backoff.
+const maxOutageRows = 100_000
+
+// outage remembers the rows whose publish failed while no publish succeeded, in one leadership
+// term. When they are of at least two keys (a message of its own that keeps failing is not an
+// outage: it keeps its backoff), the broker looked down, and the first acknowledged publish after
+// them makes them due at once: they do not wait out a backoff that kept doubling while the
+// broker was away. It is used by the drain loop's goroutine only.
+type outage struct {
+	ids  []int64
+	keys map[string]struct{}
+}
+
+func (o *outage) add(id int64, key string) {
+	if len(o.ids) >= maxOutageRows {
+		return
+	}
+	if o.keys == nil {
+		o.keys = map[string]struct{}{}
+	}
+	if key == "" {
+		key = "\x00" + strconv.FormatInt(id, 10) // a message without a key is a group of its own
+	}
+	o.ids = append(o.ids, id)
+	o.keys[key] = struct{}{}
+}
+
+// over returns the rows to make due now that a publish succeeded: those of an outage, or none.
+func (o *outage) over() []int64 {
+	if len(o.keys) < 2 {
+		return nil
+	}
+	return o.ids
+}
+
+func (o *outage) reset() { o.ids, o.keys = o.ids[:0], nil }
 
 // backoffBounds returns the range of the delay the fail statement (sql/queries.sql) gives a
 // message after its n-th failed publish: [d/2, d], d = min(cap, base·2^(n-1)). Once n-1 reaches

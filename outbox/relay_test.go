@@ -543,14 +543,13 @@ func TestIntegrationRelayLeadershipLostMidBatch(t *testing.T) {
 
 // TestIntegrationRelayFenced: a relay whose fence was passed by a higher token (a newer leader it
 // does not know about) deletes nothing: its delete is refused, and so is every later term of its
-// own, which then never starts draining.
+// own, which then never starts draining. The relay fences by default, with the txkit_fence table
+// of the outbox's schema that Outbox.Migrate created.
 func TestIntegrationRelayFenced(t *testing.T) {
 	e := newRelayEnv(t)
-	fence, err := fence.New()
+	schema, _, _ := strings.Cut(e.ob.Table(), ".")
+	fence, err := fence.New(fence.WithSchema(schema))
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fence.Migrate(t.Context(), e.pool); err != nil {
 		t.Fatal(err)
 	}
 	rec := &recorder{next: realPublisher(t)}
@@ -558,7 +557,7 @@ func TestIntegrationRelayFenced(t *testing.T) {
 	gate := make(chan struct{})
 	rec.setFail(func(context.Context, outbox.Message) error { <-gate; return nil })
 	e.enqueue(t, "", "m1")
-	r := e.relay(t, "relay-1", rec, outbox.WithFence(fence))
+	r := e.relay(t, "relay-1", rec)
 	run(t, r)
 	testenv.Eventually(t, 20*time.Second, 5*time.Millisecond, func() bool { return r.Stats().Batches >= 1 },
 		"the relay to read the message")
@@ -671,4 +670,59 @@ func TestIntegrationRelayListenerReconnects(t *testing.T) {
 	e.enqueue(t, "", "after-reconnect")
 	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool { return slices.Contains(rec.sent(), "after-reconnect") },
 		"the message to be published without a poll")
+}
+
+// TestIntegrationRelayOutageOver: while every publish fails (the broker is away), the messages of
+// several keys gather a long backoff; the first publish acknowledged after that makes them due at
+// once, so they go out without waiting their backoff out. A message that fails on its own while
+// others go through keeps its backoff.
+func TestIntegrationRelayOutageOver(t *testing.T) {
+	e := newRelayEnv(t)
+	rec := &recorder{next: realPublisher(t)}
+	var down sync.Mutex // guards isDown: while it is true, the broker is away
+	isDown := true
+	rec.setFail(func(_ context.Context, m outbox.Message) error {
+		down.Lock()
+		defer down.Unlock()
+		if isDown || string(m.Body) == "poison" {
+			return errInjected
+		}
+		return nil
+	})
+	for _, k := range []string{"a", "b", "c"} {
+		e.enqueue(t, k, k+":1")
+	}
+	// A backoff far longer than the test: only the end of the outage can make them due again.
+	r := e.relay(t, "relay-1", rec, outbox.WithBackoff(time.Hour, time.Hour), outbox.WithSchedule("@every 100ms"))
+	run(t, r)
+	testenv.Eventually(t, 20*time.Second, 5*time.Millisecond, func() bool { return r.Stats().Failed >= 3 },
+		"the three messages to fail")
+	down.Lock()
+	isDown = false
+	down.Unlock()
+	e.enqueue(t, "d", "d:1")
+	e.waitEmpty(t, 20*time.Second)
+	if st := r.Stats(); st.Rescued != 3 {
+		t.Fatalf("Stats = %+v, want 3 rescued", st)
+	}
+	if sent := rec.sent(); !sameSet(sent, []string{"a:1", "b:1", "c:1", "d:1"}) || sent[0] != "d:1" {
+		t.Fatalf("published %q, want d:1 first, then a:1, b:1, c:1", sent)
+	}
+
+	// One message failing while others go through is not an outage: it waits its backoff.
+	e.enqueue(t, "p", "poison")
+	testenv.Eventually(t, 20*time.Second, 5*time.Millisecond, func() bool { _, f := rec.attempts("poison"); return f == 1 },
+		"the poison message to fail once")
+	e.enqueue(t, "e", "e:1")
+	testenv.Eventually(t, 20*time.Second, 5*time.Millisecond, func() bool { return slices.Contains(rec.sent(), "e:1") },
+		"e:1 to be published")
+	e.enqueue(t, "f", "f:1")
+	testenv.Eventually(t, 20*time.Second, 5*time.Millisecond, func() bool { return slices.Contains(rec.sent(), "f:1") },
+		"f:1 to be published")
+	if calls, _ := rec.attempts("poison"); calls != 1 {
+		t.Fatalf("the poison message was tried %d times within its hour of backoff", calls)
+	}
+	if st := r.Stats(); st.Rescued != 3 {
+		t.Fatalf("Stats = %+v, want still 3 rescued", st)
+	}
 }

@@ -8,13 +8,11 @@ import (
 	"sort"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/robfig/cron/v3"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -38,15 +36,17 @@ func (f DriverFunc) Drive(ctx context.Context, tok lock.Token, t *Transaction) e
 }
 
 // Recoverer finishes, on the leader only, the transactions whose starter vanished or whose retry
-// is due: a robfig/cron tick claims due transactions of its kinds in batches (FOR UPDATE SKIP
-// LOCKED, fenced with the leadership's token), moves those still trying after their timeout to
-// cancelling, and hands each to its kind's [Driver], a bounded number at once. A second cron job
-// deletes finished transactions older than the retention, in batches.
+// is due. It runs as a fenced leader job (internal/leader): on taking the lead it passes the
+// fence, then at once and on every robfig/cron tick it claims due transactions of its kinds in
+// batches (FOR UPDATE SKIP LOCKED, fenced with the leadership's token), moves those still trying
+// after their timeout to cancelling, and hands each to its kind's [Driver], a bounded number at
+// once. A second cron job deletes finished transactions older than the retention, in batches.
+// Fenced out, it pauses 1 s before it campaigns again.
 //
 // Recoverer is safe for concurrent use by multiple goroutines, but Run must not run twice at once.
 type Recoverer struct {
 	log     *Log
-	el      *lock.Elector
+	job     *leader.Job
 	drivers map[Kind]Driver
 	kinds   []string
 	o       recoverOptions
@@ -59,11 +59,11 @@ type RecoverStats struct {
 	Claimed  int64 // transactions claimed
 	TimedOut int64 // trying transactions moved to cancelling by the timeout
 	Failed   int64 // drives that returned an error (rescheduled)
-	Fenced   int64 // claims or records the fence refused
+	Fenced   int64 // leadership terms the fence ended: a claim, a record or a leader job refused
 	Purged   int64 // finished transactions deleted by the retention job
 }
 
-type recoverStats struct{ claimed, timedOut, failed, fenced, purged atomic.Int64 }
+type recoverStats struct{ claimed, timedOut, failed, purged atomic.Int64 }
 
 // NewRecoverer returns a Recoverer of the transactions of the kinds in drivers, recovering while
 // el leads. It does not touch the database or ZooKeeper. It returns an error wrapping
@@ -84,7 +84,7 @@ func NewRecoverer(l *Log, el *lock.Elector, drivers map[Kind]Driver, opts ...Rec
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	r := &Recoverer{log: l, el: el, drivers: map[Kind]Driver{}, o: o}
+	r := &Recoverer{log: l, drivers: map[Kind]Driver{}, o: o}
 	for k, d := range drivers {
 		if _, ok := kindNames[k]; !ok || d == nil {
 			return nil, fmt.Errorf("core: recoverer: driver for %s: %w", k, ErrInvalidOption)
@@ -93,96 +93,63 @@ func NewRecoverer(l *Log, el *lock.Elector, drivers map[Kind]Driver, opts ...Rec
 		r.kinds = append(r.kinds, k.String())
 	}
 	sort.Strings(r.kinds)
+	lopts := []leader.Option{leader.WithName("core: recoverer"), leader.WithSchedule(o.schedule),
+		leader.WithLogger(o.log.With(slog.String("kinds", strings.Join(r.kinds, ",")))),
+		leader.WithCron("retention", o.retentionEvery, func(ctx context.Context, _ lock.Token) error {
+			_, err := r.purge(ctx)
+			return err
+		})}
+	for _, j := range o.jobs {
+		lopts = append(lopts, leader.WithCron(j.name, j.spec, j.fn))
+	}
+	job, err := leader.New(el, l.pool, l.fence, l.resource(), r.recoverLoop, lopts...)
+	if err != nil {
+		return nil, fmt.Errorf("core: recoverer: %w: %w", err, ErrInvalidOption)
+	}
+	r.job = job
 	return r, nil
 }
 
 // Stats returns the recoverer's counters.
 func (r *Recoverer) Stats() RecoverStats {
 	return RecoverStats{Claimed: r.stats.claimed.Load(), TimedOut: r.stats.timedOut.Load(),
-		Failed: r.stats.failed.Load(), Fenced: r.stats.fenced.Load(), Purged: r.stats.purged.Load()}
+		Failed: r.stats.failed.Load(), Fenced: r.job.Fenced(), Purged: r.stats.purged.Load()}
 }
 
 // Run recovers until ctx ends, then returns nil once every goroutine it started has exited. It
 // campaigns with the elector and recovers only while it leads; when the leadership is lost its
 // drives are cancelled and it campaigns again. It returns an error wrapping [lock.ErrClosed] when
-// the elector's session is closed, and [ErrRunning] when another Run of r is running. Database
-// and participant failures are logged and retried.
+// the elector's session is closed, [ErrRunning] when another Run of r is running, and one naming
+// Fence.Migrate when the fence table does not exist. Database and participant failures are logged
+// and retried.
 func (r *Recoverer) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("core: recoverer: %w", ErrRunning)
 	}
 	defer r.running.Store(false)
-	return r.el.RunWhileLeader(ctx, r.lead)
+	return r.job.Run(ctx)
 }
 
-func (r *Recoverer) lead(ctx context.Context, l *lock.Leadership) error {
-	tok := l.Token()
-	log := r.o.log.With(slog.String("token", tok.String()), slog.String("kinds", strings.Join(r.kinds, ",")))
-	log.Info("core: recoverer leads")
-	defer log.Info("core: recoverer stops leading")
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	cl := cronLogger{log}
-	c := cron.New(cron.WithParser(pgutil.CronParser()), cron.WithLogger(cl),
-		cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
-	if _, err := c.AddFunc(r.o.schedule, func() {
-		if ctx.Err() != nil {
-			return
+// recoverLoop is the recoverer's leader work: it recovers due transactions each time it is woken
+// (on taking the lead and on every tick), until ctx ends (nil) or the fence refuses a claim or a
+// record (an error wrapping lock.ErrFenced).
+func (r *Recoverer) recoverLoop(ctx context.Context, t *leader.Term) error {
+	log := t.Log()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.Wake():
 		}
-		if err := r.recoverDue(ctx, tok, log); err != nil && ctx.Err() == nil {
-			if errors.Is(err, lock.ErrFenced) {
-				r.stats.fenced.Add(1)
-				log.Warn("core: fenced out by a newer leader", slog.Any("err", err))
-				cancel(err)
-				return
-			}
+		err := r.recoverDue(ctx, t.Token(), log)
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, lock.ErrFenced):
+			return err
+		default:
 			log.Warn("core: recovery tick failed; retrying at the next tick", slog.Any("err", err))
 		}
-	}); err != nil {
-		return fmt.Errorf("core: schedule %q: %w: %w", r.o.schedule, err, ErrInvalidOption)
 	}
-	if _, err := c.AddFunc(r.o.retentionEvery, func() {
-		if ctx.Err() != nil {
-			return
-		}
-		if _, err := r.purge(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("core: retention failed; retrying at the next run", slog.Any("err", err))
-		}
-	}); err != nil {
-		return fmt.Errorf("core: schedule %q: %w: %w", r.o.retentionEvery, err, ErrInvalidOption)
-	}
-	for _, j := range r.o.jobs {
-		if _, err := c.AddFunc(j.spec, func() {
-			if ctx.Err() != nil {
-				return
-			}
-			if err := j.fn(ctx, tok); err != nil && ctx.Err() == nil {
-				if errors.Is(err, lock.ErrFenced) {
-					r.stats.fenced.Add(1)
-					log.Warn("core: fenced out by a newer leader", slog.String("job", j.name), slog.Any("err", err))
-					cancel(err)
-					return
-				}
-				log.Warn("core: leader job failed; retrying at its next run", slog.String("job", j.name), slog.Any("err", err))
-			}
-		}); err != nil {
-			return fmt.Errorf("core: job %s: schedule %q: %w: %w", j.name, j.spec, err, ErrInvalidOption)
-		}
-	}
-	c.Start()
-	<-ctx.Done()
-	<-c.Stop().Done()
-	if errors.Is(context.Cause(ctx), lock.ErrFenced) {
-		// Another leader has written: step down (RunWhileLeader campaigns again) after a pause,
-		// so a fenced candidate does not spin.
-		t := time.NewTimer(time.Second)
-		defer t.Stop()
-		select {
-		case <-l.Context().Done():
-		case <-t.C:
-		}
-	}
-	return nil
 }
 
 // recoverDue claims and drives batches until a batch comes back short or ctx ends.
@@ -303,13 +270,4 @@ func (r *Recoverer) purge(ctx context.Context) (int64, error) {
 		}
 	}
 	return total, nil
-}
-
-// cronLogger adapts a *slog.Logger to cron.Logger; routine messages go to debug level.
-type cronLogger struct{ l *slog.Logger }
-
-func (c cronLogger) Info(msg string, keysAndValues ...any) { c.l.Debug("cron: "+msg, keysAndValues...) }
-
-func (c cronLogger) Error(err error, msg string, keysAndValues ...any) {
-	c.l.Error("cron: "+msg, append([]any{slog.Any("err", err)}, keysAndValues...)...)
 }
