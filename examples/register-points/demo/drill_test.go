@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -80,4 +81,8 @@ func TestIntegrationDisruptiveBrokerDown(t *testing.T) {
 	if rep.MaxPending < 10 {
 		t.Fatalf("the outbox backlog peaked at %d during the outage: the outage did not hold messages back", rep.MaxPending)
 	}
+	t.Logf("outage → drained: %v (broker back → drained %v); commit → points awarded p99 %v",
+		rep.OutageDrained.Round(10*time.Millisecond), rep.BackDrained.Round(10*time.Millisecond), rep.P99.Round(10*time.Millisecond))
+	fmt.Printf("outage → drained: %v (broker back → drained %v)\n", rep.OutageDrained.Round(10*time.Millisecond),
+		rep.BackDrained.Round(10*time.Millisecond))
 }

@@ -57,7 +57,9 @@ type Report struct {
 	P50, P99         time.Duration // registration committed → points awarded
 	LeaderKills      int
 	ConsumerRestarts int
-	MaxPending       int64 // the largest outbox backlog seen during a broker outage
+	MaxPending       int64         // the largest outbox backlog seen during a broker outage
+	OutageDrained    time.Duration // broker stopped → every message enqueued before it was back relayed
+	BackDrained      time.Duration // broker back → the same
 	Elapsed          time.Duration
 }
 
@@ -89,6 +91,8 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "end-to-end latency:     p50 %v, p99 %v (commit → points awarded)\n", r.P50.Round(100*time.Microsecond), r.P99.Round(100*time.Microsecond))
 	if r.MaxPending > 0 {
 		fmt.Fprintf(&b, "broker outage:          the outbox backlog peaked at %d messages\n", r.MaxPending)
+		fmt.Fprintf(&b, "outage → drained:       %v (broker back → drained %v)\n", r.OutageDrained.Round(10*time.Millisecond),
+			r.BackDrained.Round(10*time.Millisecond))
 	}
 	if r.LeaderKills+r.ConsumerRestarts > 0 {
 		fmt.Fprintf(&b, "faults injected:        %d relay leaders SIGKILLed, %d points service SIGKILLed and restarted\n", r.LeaderKills, r.ConsumerRestarts)
@@ -473,7 +477,8 @@ func (h *harness) drill(ctx context.Context, done *atomic.Int64, rep *Report) er
 }
 
 // brokerOutage stops the broker at a third of the load for cfg.BrokerOutage, watching the outbox
-// grow, then starts it again.
+// grow, then starts it again and measures how long the relay takes to send every message enqueued
+// before the broker was back (outage → drained).
 func (h *harness) brokerOutage(ctx context.Context, done *atomic.Int64, rep *Report) error {
 	for float64(done.Load()) < float64(h.cfg.Users)/3 {
 		select {
@@ -488,14 +493,22 @@ func (h *harness) brokerOutage(ctx context.Context, done *atomic.Int64, rep *Rep
 	}
 	script := filepath.Join(root, "deploy", "local", "rocketmq")
 	h.logf("outage: stopping the broker at %d registrations for %v", done.Load(), h.cfg.BrokerOutage)
+	stopped := time.Now()
 	if out, err := exec.CommandContext(ctx, script, "stop-broker").CombinedOutput(); err != nil {
 		return fmt.Errorf("stop-broker: %w\n%s", err, out)
 	}
-	defer func() {
+	started := false
+	startBroker := func() {
+		started = true
 		if out, err := exec.Command(script, "start-broker").CombinedOutput(); err != nil {
 			h.logf("start-broker: %v\n%s", err, out)
 		}
 		h.logf("outage: broker started again; outbox backlog peaked at %d", rep.MaxPending)
+	}
+	defer func() {
+		if !started {
+			startBroker()
+		}
 	}()
 	usersURL, _ := exapp.DatabaseURL(h.cfg.PG, "txkit_users", h.schema, 0)
 	c, err := pgx.Connect(ctx, usersURL)
@@ -515,6 +528,22 @@ func (h *harness) brokerOutage(ctx context.Context, done *atomic.Int64, rep *Rep
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	startBroker()
+	back := time.Now()
+	for {
+		var n int64
+		if err := c.QueryRow(ctx, "select count(*) from txkit_outbox where created_at < $1", back).Scan(&n); err == nil && n == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	rep.OutageDrained, rep.BackDrained = time.Since(stopped), time.Since(back)
+	h.logf("outage → drained: %v (broker back → drained %v)", rep.OutageDrained.Round(10*time.Millisecond),
+		rep.BackDrained.Round(10*time.Millisecond))
 	return nil
 }
 
