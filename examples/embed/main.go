@@ -38,7 +38,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/outbox"
@@ -144,11 +143,7 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 	}
 
 	// 2. The components. New* only checks options; Migrate creates the tables (idempotent).
-	ob, err := outbox.New(outbox.WithSchema(c.Schema)) // txkit_outbox
-	if err != nil {
-		return res, err
-	}
-	relayFence, err := fence.New(fence.WithSchema(c.Schema)) // txkit_fence, shared with the saga's
+	ob, err := outbox.New(outbox.WithSchema(c.Schema)) // txkit_outbox, and txkit_fence for the relay
 	if err != nil {
 		return res, err
 	}
@@ -160,14 +155,13 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 	if err != nil {
 		return res, err
 	}
-	sagas, err := saga.New(pool, saga.WithSchema(c.Schema), saga.WithElector(sagaElector), // txkit_saga_global, _branch, txkit_fence
+	sagas, err := saga.New(pool, saga.WithSchema(c.Schema), saga.WithElector(sagaElector), // txkit_saga_global, _branch; txkit_fence, the same
 		saga.WithHTTPClient(signing), saga.WithLogger(log))
 	if err != nil {
 		return res, err
 	}
 	for _, m := range []func(context.Context) error{
 		func(ctx context.Context) error { return ob.Migrate(ctx, pool) },
-		func(ctx context.Context) error { return relayFence.Migrate(ctx, pool) },
 		func(ctx context.Context) error { return store.Migrate(ctx, pool) },
 		func(ctx context.Context) error { return bar.Migrate(ctx, pool) },
 		sagas.Migrate,
@@ -184,7 +178,7 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 		return res, err
 	}
 	defer pub.Close()
-	relay, err := outbox.NewRelay(pool, pub, relayElector, outbox.WithOutbox(ob), outbox.WithFence(relayFence), outbox.WithLogger(log))
+	relay, err := outbox.NewRelay(pool, pub, relayElector, outbox.WithOutbox(ob), outbox.WithLogger(log)) // fenced in txkit_fence
 	if err != nil {
 		return res, err
 	}
