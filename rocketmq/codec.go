@@ -19,13 +19,21 @@ import (
 
 // The message properties this package writes. Consumers in other languages read them as plain
 // RocketMQ user properties.
+//
+// A message's identity is its txkit id: the KEYS of the RocketMQ message and [PropertyID]. The
+// broker's message id (msgId, the UNIQ_KEY the client sets at each send) is not: the same message
+// published again — by the outbox relay after a failover or a lost acknowledgement, or by a send
+// retry — keeps its txkit id and gets a new msgId. A consumer in any language de-duplicates by
+// KEYS or txkit_id, as [Consumer] does, never by msgId.
 const (
-	// PropertyID carries [outbox.Message].ID in its canonical text form. The message's RocketMQ
-	// keys (KEYS) carry it as well, so it can be found with the broker's query-by-key tools.
+	// PropertyID carries [message.Message].ID in its canonical text form: the message's identity,
+	// the same in every copy of it. The message's RocketMQ keys (KEYS) carry it as well, so it
+	// can be found with the broker's query-by-key tools.
 	PropertyID = "txkit_id"
-	// PropertyKey carries [outbox.Message].Key when it is not empty.
+	// PropertyKey carries [message.Message].Key when it is not empty. (Tags travel as the
+	// RocketMQ message's own tag, TAGS, not as a property.)
 	PropertyKey = "txkit_key"
-	// PropertyHeaders lists the names of the message's [outbox.Message].Headers as a JSON array;
+	// PropertyHeaders lists the names of the message's [message.Message].Headers as a JSON array;
 	// each header travels as a property of its own name. The list tells headers apart from the
 	// properties the client and the broker add, and keeps headers whose value is empty (RocketMQ
 	// drops empty properties).
@@ -68,8 +76,8 @@ func init() {
 // for what the client adds (UNIQ_KEY, TRAN_MSG, PGROUP, retry properties).
 const maxPropertiesLen = 32767 - 1024
 
-// encode turns msg into a RocketMQ message: keys = id, properties = headers plus PropertyID,
-// PropertyKey and PropertyHeaders. It refuses (with outbox.ErrInvalidMessage) what RocketMQ
+// encode turns msg into a RocketMQ message: keys = id, tag = tags, properties = headers plus
+// PropertyID, PropertyKey and PropertyHeaders. It refuses (with outbox.ErrInvalidMessage) what RocketMQ
 // cannot carry faithfully.
 func encode(msg message.Message) (*primitive.Message, error) {
 	bad := func(format string, args ...any) error {
@@ -144,7 +152,7 @@ func hasSeparator(s string) bool { return strings.ContainsAny(s, "\x01\x02") }
 
 var errNoID = errors.New("no txkit id: neither property " + PropertyID + " nor a key is a UUID")
 
-// decode turns a received message back into an outbox.Message. The ID comes from PropertyID, or
+// decode turns a received message back into a message.Message. The ID comes from PropertyID, or
 // failing that from the first of the message's keys that is a UUID (a message sent by another
 // producer). A message without one cannot be deduplicated: decode reports it and the Consumer
 // treats it as poison.

@@ -29,7 +29,10 @@ type Handler func(ctx context.Context, tx pgx.Tx, msg message.Message) error
 // Consumer applies the messages of one topic exactly once to PostgreSQL: a push consumer in a
 // RocketMQ consumer group receives them at least once, and each is applied in a transaction that
 // first claims its ID in an [idempotency.Store] (scope = the group), so a redelivered or
-// republished message finds its ID claimed and is acknowledged without being applied again.
+// republished message finds its ID claimed and is acknowledged without being applied again. The
+// ID is the txkit id the message's KEYS and txkit_id property carry ([PropertyID]), not the
+// broker's msgId, which a republished copy does not share: a consumer written against another
+// RocketMQ client de-duplicates by the same id.
 //
 // For each message:
 //   - Larger than [WithMaxMessageSize] (body plus properties): logged, counted as poison and
@@ -49,9 +52,9 @@ type Handler func(ctx context.Context, tx pgx.Tx, msg message.Message) error
 //
 // The broker creates the group's retry topic, %RETRY%<group>, when a consumer of a new group first
 // connects, and the client learns its route only at its next route poll, up to 30 s later: until
-// then a new group's redeliveries wait. Creating the retry topic ahead (1 queue, like the broker)
-// avoids the wait; so does creating %DLQ%<group> for a dead-letter reader. A Consumer is safe for concurrent use; [Consumer.Run] runs at most once at a
-// time.
+// then a new group's redeliveries wait. Creating the retry topic ahead ([EnsureTopic] with
+// [WithRetryTopicsFor]) avoids the wait; so does creating %DLQ%<group> for a dead-letter reader.
+// A Consumer is safe for concurrent use; [Consumer.Run] runs at most once at a time.
 type Consumer struct {
 	ns      []string
 	group   string
@@ -128,7 +131,7 @@ type run struct {
 //
 // It returns an error at once if the push consumer cannot start — in particular when the topic
 // does not exist: rocketmq-client-go does not create topics for consumers (its Start fails with
-// "route info not found"), so create it first — and [ErrRunning] if another Run of this Consumer
+// "route info not found"), so create it first with [EnsureTopic] — and [ErrRunning] if another Run of this Consumer
 // is running.
 //
 // rocketmq-client-go v2.1.2 leaves some goroutines running after Shutdown (its issue #1147); Run

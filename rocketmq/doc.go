@@ -9,11 +9,13 @@
 // need not think of an outbox.
 //
 //   - [Publisher] is the [outbox.Publisher] the outbox relay sends through: synchronous sends,
-//     the same queue for the same [outbox.Message].Key, the message ID as RocketMQ key.
+//     the same queue for the same [message.Message].Key, the message ID as RocketMQ key, its
+//     Tags as RocketMQ tag.
 //   - [Consumer] applies a topic's messages to PostgreSQL: each in a transaction that first claims
 //     the message ID in an [idempotency.Store], so redeliveries and republished duplicates are
 //     acknowledged without effect. Failures are redelivered, then dead-lettered to %DLQ%<group>;
 //     undecodable messages are logged and acknowledged so they never block a queue.
+//     [WithTagExpression] has the broker deliver only the messages of some tags.
 //   - [TxProducer] sends RocketMQ transactional (half) messages tied to a local PostgreSQL
 //     transaction, the alternative to an outbox table: the broker delivers the message if and only
 //     if the local transaction committed, asking back when the second phase is lost.
@@ -21,8 +23,29 @@
 // Every Publisher, Consumer and TxProducer runs its own client with a unique instance name, which
 // sidesteps v2.1.2's process-wide client cache: clients that share an instance name share one
 // client, whose check-back handler is the first creator's, so a transactional producer created
-// after a consumer or a plain producer would lose its check-backs. Topics must exist before a Consumer runs (the client creates none for
-// consumers); create them with the admin API or mqadmin.
+// after a consumer or a plain producer would lose its check-backs.
+//
+// Each constructor has its own option type ([PublisherOption], [ConsumerOption],
+// [TxProducerOption]); an option that fits several, such as [WithLogger] or [WithCredentials],
+// is of each type it fits, so an option given to a constructor it does not fit does not compile.
+//
+// The message type is [message.Message] (outbox.Message is the same type): it lives in package
+// message because the outbox, transactional messages and consumers all use it.
+//
+// A message's identity is its txkit id, [message.Message].ID: the message's RocketMQ keys (KEYS)
+// and its [PropertyID] property (txkit_id) carry it, and the [Consumer] claims it. It is not the
+// broker's message id (msgId, the client's UNIQ_KEY): a message published again — by the outbox
+// relay after a failover or a failed acknowledgement, or by a send retry — is the same message
+// with the same txkit id but a new msgId. A consumer written against another client (Java, C++,
+// Python) must de-duplicate by KEYS or the txkit_id property, never by msgId, or it applies such
+// a message twice.
+//
+// Topics: a Publisher's first send to a missing topic creates it only on a broker with
+// autoCreateTopicEnable=true (the local test broker has it; production brokers usually do not),
+// and a Consumer cannot start on a missing topic at all (the client creates none for consumers).
+// Create topics ahead with [EnsureTopic] — which also creates the consumer groups' retry topics
+// %RETRY%<group>, so that a new consumer neither logs "topic not exist" warnings nor waits up to
+// 30 s to redeliver — or with mqadmin (deploy/local/rocketmq topic NAME).
 //
 // On a broker with ACL on (aclEnable=true), give every Publisher, Consumer and TxProducer the
 // account's keys with [WithCredentials]: the client then signs each request (HMAC-SHA1 under the
@@ -35,23 +58,29 @@
 // (up to 2 GiB per frame; a negative one panics), inflates a compressed message body with no
 // limit, and decodes pulled messages trusting their length fields (a bad one panics). Most of its
 // goroutines recover a panic only when primitive.PanicHandler is set — a program sets it with
-// [NewPanicHandler] — and the pull loop not even then. So a rogue or impersonated name server or
-// broker can exhaust the memory of, or crash, every process using this package. Keep them on a
+// [SetClientLogger] or [NewPanicHandler] — and the pull loop not even then. So a rogue or
+// impersonated name server or broker can exhaust the memory of, or crash, every process using this package. Keep them on a
 // private network, with ACL ([WithCredentials]) so that clients are authenticated; v2.1.2 has no
 // TLS, so where the path is not trusted, carry it over an encrypted network (a VPN or a TLS
 // tunnel). ACL does not authenticate the servers to the client.
 // [WithMaxMessageSize] bounds what a [Consumer] decodes and hands to its handler, not what the
 // client has read and inflated before.
 //
-// The client logs through a process-wide logger of its own (logrus at info, to stdout). This
-// package never replaces it; a program routes it to slog with [NewRlogAdapter] and rlog.SetLogger,
-// or quiets it with ROCKETMQ_GO_LOG_LEVEL=warn. Its panic hook is process-wide too: a program
-// sets it with primitive.PanicHandler = [NewPanicHandler](log), or a panic in a client goroutine
-// ends the process.
+// The client logs through a process-wide logger of its own (logrus at info, to stdout), and its
+// panic hook is process-wide too: unset, a panic in a client goroutine ends the process. This
+// package never changes either on its own; a program's main sets both in one call,
+//
+//	rocketmq.SetClientLogger(log.With("component", "rocketmq-client"), slog.LevelWarn)
+//
+// so that it need not import the client's rlog package ([NewRlogAdapter] and [NewPanicHandler]
+// set one of them alone), or quiets the client with ROCKETMQ_GO_LOG_LEVEL=warn.
 //
 // Publish in the relay, consume in another service:
 //
-//	pub, err := rocketmq.NewPublisher(ctx, []string{"127.0.0.1:9876"})
+//	err := rocketmq.EnsureTopic(ctx, nameservers, brokerAddr, "user-registered",
+//		rocketmq.WithRetryTopicsFor("points-award"))
+//	if err != nil { return err }
+//	pub, err := rocketmq.NewPublisher(ctx, nameservers)
 //	if err != nil { return err }
 //	defer pub.Close()
 //	relay, err := outbox.NewRelay(pool, pub, elector)
@@ -59,8 +88,8 @@
 //	store, err := idempotency.New()
 //	if err != nil { return err }
 //	if err := store.Migrate(ctx, pool); err != nil { return err }
-//	c, err := rocketmq.NewConsumer([]string{"127.0.0.1:9876"}, "points-award", "user-registered", pool, store,
-//		func(ctx context.Context, tx pgx.Tx, msg outbox.Message) error {
+//	c, err := rocketmq.NewConsumer(nameservers, "points-award", "user-registered", pool, store,
+//		func(ctx context.Context, tx pgx.Tx, msg message.Message) error {
 //			_, err := tx.Exec(ctx, `update accounts set points = points + 100 where id = $1`, msg.Key)
 //			return err // nil commits the claim and the update together; an error redelivers
 //		}, rocketmq.WithOrderly(true))
@@ -73,7 +102,7 @@
 //	if err != nil { return err }
 //	defer tp.Close()
 //	if err := tp.Migrate(ctx, pool); err != nil { return err }
-//	err = tp.Send(ctx, outbox.Message{ID: uuid.New(), Topic: "user-registered", Key: userID, Body: body},
+//	err = tp.Send(ctx, message.Message{ID: uuid.New(), Topic: "user-registered", Key: userID, Body: body},
 //		func(ctx context.Context, tx pgx.Tx) error {
 //			_, err := tx.Exec(ctx, `insert into users (id, name) values ($1, $2)`, userID, name)
 //			return err // nil: the message is delivered; an error: it is not, and Send returns it

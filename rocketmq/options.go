@@ -213,7 +213,7 @@ func WithConsumeFromFirstOffset(first bool) ConsumerOption {
 }
 
 // WithOrderly makes a [Consumer] apply the messages of each queue one at a time, in queue order
-// (default false). Messages with the same [outbox.Message].Key go to the same queue (see
+// (default false). Messages with the same [message.Message].Key go to the same queue (see
 // [Publisher]), so orderly consumption applies them in the order they were published. A failed
 // message is retried in place, every [WithOrderlyRetryInterval], holding back the rest of its
 // queue, until it succeeds or has failed more than [WithMaxReconsumeTimes] times; then it goes to

@@ -19,8 +19,9 @@ import (
 // reader panic in make (internal/remote/remote_client.go, receiveResponse).
 //
 // The hook is one process-wide variable, so setting it is a program's decision, like the client's
-// logger ([NewRlogAdapter]): this package never sets it. Set it once in main, before creating any
-// Publisher, Consumer or TxProducer (the client reads it without synchronization):
+// logger ([NewRlogAdapter]): this package never sets it on its own. [SetClientLogger] sets both
+// from main; to set this one alone, once in main, before creating any Publisher, Consumer or
+// TxProducer (the client reads it without synchronization):
 //
 //	primitive.PanicHandler = rocketmq.NewPanicHandler(log.With("component", "rocketmq-client"))
 //

@@ -19,7 +19,7 @@ import (
 )
 
 // Publisher is the RocketMQ [outbox.Publisher]: it sends each message synchronously and returns
-// once the broker has stored it. Messages with the same [outbox.Message].Key go to the same queue
+// once the broker has stored it. Messages with the same [message.Message].Key go to the same queue
 // (by hash of the key, while the topic's queues stay the same); messages without a key are spread
 // round robin. The message's ID becomes its RocketMQ key and the [PropertyID] property, its key
 // the [PropertyKey] property, and each header a property of its own name ([PropertyHeaders] lists

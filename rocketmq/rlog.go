@@ -6,8 +6,32 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 )
+
+// SetClientLogger points rocketmq-client-go's two process-wide hooks at l, in one call for a
+// program's main, so that it need not import the client's rlog and primitive packages:
+//
+//   - its logger: the client's own lines go to l at level and above ([NewRlogAdapter]; warn is a
+//     good level — the client is chatty at info), instead of logrus at info to stdout;
+//   - its panic hook: a panic in one of the client's goroutines is logged to l at error level and
+//     ends that goroutine instead of the process ([NewPanicHandler] says what this does and does
+//     not cover).
+//
+// Both go together because both decide where the client's own diagnostics go, and a program that
+// routes the client's lines to its logger wants the client's panics there too. A program that
+// wants one without the other uses NewRlogAdapter or NewPanicHandler alone.
+//
+//	rocketmq.SetClientLogger(log.With("component", "rocketmq-client"), slog.LevelWarn)
+//
+// Call it once, before creating any [Publisher], [Consumer] or [TxProducer]: the client reads both
+// hooks without synchronization. Library code never calls it (it changes process-wide state); a
+// nil l discards the client's lines and still recovers its panics.
+func SetClientLogger(l *slog.Logger, level slog.Level) {
+	rlog.SetLogger(NewRlogAdapter(l, level))
+	primitive.PanicHandler = NewPanicHandler(l)
+}
 
 // NewRlogAdapter returns an [rlog.Logger] that writes rocketmq-client-go's own log lines to l, at
 // level and above (the client is chatty at info: offsets, rebalances, heartbeats). Each line's
@@ -16,8 +40,8 @@ import (
 // changes the threshold; OutputPath is ignored (l's handler decides where lines go).
 //
 // rocketmq-client-go logs through one process-wide logger, so installing the adapter is a
-// program's decision, not a library's: this package never calls rlog.SetLogger. Call it from
-// main (or an example), before creating any Publisher, Consumer or TxProducer:
+// program's decision, not a library's: this package never calls rlog.SetLogger itself. A main
+// calls [SetClientLogger], or, to install the adapter alone:
 //
 //	rlog.SetLogger(rocketmq.NewRlogAdapter(log.With("component", "rocketmq-client"), slog.LevelWarn))
 //

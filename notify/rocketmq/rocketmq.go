@@ -19,7 +19,7 @@
 // and a producer:
 //
 //	pub, err := obrocketmq.NewPublisher(ctx, nameservers, obrocketmq.WithCredentials(producerKey, producerSecretKey))
-//	err = pub.Publish(ctx, rocketmq.SignMessage(producerSecret, outbox.Message{ID: uuid.New(),
+//	err = pub.Publish(ctx, rocketmq.SignMessage(producerSecret, message.Message{ID: uuid.New(),
 //		Topic: "recharge-results", Body: []byte(`{"receiver":"shop","key":"order-42","payload":{"amount":100}}`)}))
 //
 // The consumer is the caller's: its options are obrocketmq's, so RocketMQ ACL credentials
@@ -45,8 +45,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txkit/txkit/internal/signing"
+	"github.com/txkit/txkit/message"
 	"github.com/txkit/txkit/notify"
-	"github.com/txkit/txkit/outbox"
 	obrocketmq "github.com/txkit/txkit/rocketmq"
 )
 
@@ -55,11 +55,11 @@ import (
 const HeaderSignature = "notify-signature"
 
 // Decode turns a message into the notification to enqueue.
-type Decode func(msg outbox.Message) (notify.Notification, error)
+type Decode func(msg message.Message) (notify.Notification, error)
 
 // JSON decodes a message whose body is {"receiver": ..., "key": ..., "payload": {...}}. The
 // notification's id is the message's id, so the notification can be traced to the message.
-func JSON(msg outbox.Message) (notify.Notification, error) {
+func JSON(msg message.Message) (notify.Notification, error) {
 	var b struct {
 		Receiver string          `json:"receiver"`
 		Key      string          `json:"key"`
@@ -108,7 +108,7 @@ func WithProducerSecrets(secrets ...string) Option {
 // SignMessage returns msg with its body's signature, keyed by secret, in [HeaderSignature]: what a
 // producer publishes to an intake built [WithProducerSecrets]. msg's headers are copied, not
 // changed.
-func SignMessage(secret string, msg outbox.Message) outbox.Message {
+func SignMessage(secret string, msg message.Message) message.Message {
 	h := make(map[string]string, len(msg.Headers)+1)
 	maps.Copy(h, msg.Headers)
 	h[HeaderSignature] = signBody(secret, msg.Body)
@@ -122,7 +122,7 @@ func signBody(secret string, body []byte) string {
 	return signing.Sign(secret, 0, "MESSAGE", "notify/rocketmq", body)
 }
 
-func (o options) verify(msg outbox.Message) error {
+func (o options) verify(msg message.Message) error {
 	if len(o.secrets) == 0 {
 		return nil
 	}
@@ -165,7 +165,7 @@ func NewHandler(n *notify.Notifier, decode Decode, opts ...Option) (obrocketmq.H
 			return nil, fmt.Errorf("notify/rocketmq: producer secrets: %w: %w", err, ErrInvalidOption)
 		}
 	}
-	return func(ctx context.Context, tx pgx.Tx, msg outbox.Message) error {
+	return func(ctx context.Context, tx pgx.Tx, msg message.Message) error {
 		if err := o.verify(msg); err != nil {
 			return fmt.Errorf("%w: %w", obrocketmq.ErrPoison, err)
 		}

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/apache/rocketmq-client-go/v2/primitive"
-	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -31,8 +29,7 @@ type UserRegistered struct {
 // process (a main package may set those process-wide hooks; library code never does).
 func Logger(service string) *slog.Logger {
 	log := exapp.Logger(service)
-	rlog.SetLogger(txrocketmq.NewRlogAdapter(log, slog.LevelWarn))
-	primitive.PanicHandler = txrocketmq.NewPanicHandler(log)
+	txrocketmq.SetClientLogger(log, slog.LevelWarn)
 	return log
 }
 
