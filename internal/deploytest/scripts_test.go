@@ -141,6 +141,63 @@ func TestIntegrationStatusCreatesNothing(t *testing.T) {
 	}
 }
 
+// TestIntegrationUpLeavesThisCheckoutsServersAlone: deploy/local/up with the TXKIT_HOME the
+// servers were started from succeeds at once and leaves every server running as it was (same pids):
+// the port checks accept this checkout's own servers. It runs a copy of the scripts in which
+// starting anything (start_daemon, without_fds, apt_install) fails, so that even a server found
+// down is not started behind the other tests' backs.
+func TestIntegrationUpLeavesThisCheckoutsServersAlone(t *testing.T) {
+	p := serverPorts(t)
+	home := homeOf(t, listeners(t, p.pg))
+	all := []int{p.pg, p.namesrv, p.broker, aclBrokerPort}
+	all = append(all, p.zk...)
+	before := map[int][]int{}
+	for _, port := range all {
+		before[port] = listeners(t, port)
+	}
+
+	src := filepath.Join(repoDir(t), "deploy", "local")
+	dir := filepath.Join(t.TempDir(), "deploy", "local")
+	if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "lib.sh"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.WriteString(`
+start_daemon() { die "would start a daemon: $*"; }
+without_fds() { die "would run: $*"; }
+apt_install() { die "would install: $*"; }
+`)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"up", "postgres", "zk", "rocketmq", "env"} {
+		if err := os.Chmod(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	out, err := runScriptIn(t, dir, home, p, nil, "up")
+	took := time.Since(start)
+	t.Logf("TXKIT_HOME=%s deploy/local/up (%v):\n%s", home, took.Round(time.Millisecond), out)
+	if err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	if took > failFast {
+		t.Errorf("up took %v with every server up, want within %v", took, failFast)
+	}
+	for _, port := range all {
+		if now := listeners(t, port); !slices.Equal(now, before[port]) {
+			t.Errorf("port %d: held by %v before up, by %v after", port, before[port], now)
+		}
+	}
+}
+
 // TestIntegrationDaemonsInheritNoDescriptors: a daemon started through deploy/local/lib.sh, as every
 // server is (start_daemon for the Java servers, without_fds around pg_ctl, which forks the
 // postmaster), holds none of its caller's descriptors above 2: neither the write end of a pipe the
@@ -462,9 +519,15 @@ func runScript(t *testing.T, home string, p ports, args ...string) (string, erro
 // runScriptFiles is runScript with files open in the script as descriptors 3, 4, ...
 func runScriptFiles(t *testing.T, home string, p ports, files []*os.File, args ...string) (string, error) {
 	t.Helper()
+	return runScriptIn(t, filepath.Join(repoDir(t), "deploy", "local"), home, p, files, args...)
+}
+
+// runScriptIn is runScriptFiles with the scripts in dir.
+func runScriptIn(t *testing.T, dir, home string, p ports, files []*os.File, args ...string) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // also from t.Cleanup
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(repoDir(t), "deploy", "local", args[0]), args[1:]...)
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, args[0]), args[1:]...)
 	cmd.Env = append(os.Environ(), "TXKIT_HOME="+home, fmt.Sprintf("TXKIT_PG_PORT=%d", p.pg),
 		fmt.Sprintf("TXKIT_ZK_NODES=%d", len(p.zk)))
 	cmd.ExtraFiles = files
