@@ -8,16 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/rocketmq-client-go/v2/rlog"
-
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/rocketmq"
 )
 
 func TestMain(m *testing.M) {
-	// What main does with the client's process-wide logger, quieter: errors only.
-	rlog.SetLogger(rocketmq.NewRlogAdapter(slog.New(slog.NewTextHandler(os.Stderr, nil)), slog.LevelError))
+	// What main does with the client's process-wide hooks, quieter: errors only.
+	rocketmq.SetClientLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)), slog.LevelError)
 	testenv.VerifyNoLeaks(m)
 }
 

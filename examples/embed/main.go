@@ -25,14 +25,10 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/apache/rocketmq-client-go/v2/admin"
-	"github.com/apache/rocketmq-client-go/v2/primitive"
-	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -88,8 +84,7 @@ func main() {
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	// rocketmq-client-go logs and recovers panics through process-wide hooks: only main sets them.
-	rlog.SetLogger(rocketmq.NewRlogAdapter(log, slog.LevelWarn))
-	primitive.PanicHandler = rocketmq.NewPanicHandler(log)
+	rocketmq.SetClientLogger(log, slog.LevelWarn)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -113,7 +108,9 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 		return res, err
 	}
 	defer pool.Close()
-	if err := ensureTopic(ctx, c.Namesrv, c.Broker, c.Topic); err != nil {
+	group := "embed-" + c.Schema // the consumer group
+	// A consumer cannot start on a missing topic; its group's retry topic too, or the client warns.
+	if err := rocketmq.EnsureTopic(ctx, c.Namesrv, c.Broker, c.Topic, rocketmq.WithRetryTopicsFor(group)); err != nil {
 		return res, err
 	}
 	secret, err := newSecret() // in a real service: from your secret store, the same on both sides
@@ -183,7 +180,7 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 		return res, err
 	}
 	welcomes := pgx.Identifier{c.Schema, "welcomes"}.Sanitize()
-	consumer, err := rocketmq.NewConsumer(c.Namesrv, "embed-"+c.Schema, c.Topic, pool, store,
+	consumer, err := rocketmq.NewConsumer(c.Namesrv, group, c.Topic, pool, store,
 		func(ctx context.Context, tx pgx.Tx, msg outbox.Message) error {
 			// Runs in the transaction that claims msg.ID: a redelivery does nothing.
 			_, err := tx.Exec(ctx, `insert into `+welcomes+` (user_id) values ($1)`, msg.Key)
@@ -339,28 +336,6 @@ func migrateApp(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 		create table if not exists `+s+`.credits (gid text primary key, amount int not null);
 		create table if not exists `+s+`.compensations (gid text not null)`)
 	return err
-}
-
-// ensureTopic creates topic on broker with 4 queues unless the name servers know it: a consumer
-// cannot start on a missing topic.
-func ensureTopic(ctx context.Context, namesrv []string, broker, topic string) error {
-	adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(namesrv)))
-	if err != nil {
-		return fmt.Errorf("rocketmq admin: %w", err)
-	}
-	defer adm.Close()
-	list, err := adm.FetchAllTopicList(ctx)
-	if err != nil {
-		return fmt.Errorf("list topics: %w", err)
-	}
-	if slices.Contains(list.TopicList, topic) {
-		return nil
-	}
-	if err := adm.CreateTopic(ctx, admin.WithTopicCreate(topic), admin.WithBrokerAddrCreate(broker),
-		admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
-		return fmt.Errorf("create topic %s on %s: %w", topic, broker, err)
-	}
-	return nil
 }
 
 func newSecret() (string, error) {
