@@ -39,11 +39,10 @@
 // no secret refuses every request, unless built with [WithUnsignedRequests].
 //
 // The coordinator side is one client, from [NewSigningClient], used both for the participant.HTTP
-// of the branches a process begins and for the recovery (tcc.WithHTTPClient,
-// saga.WithHTTPClient, twopc.WithHTTPClient):
+// of the branches a process begins and for the recovery (coordinator.WithHTTPClient):
 //
 //	client, _ := participant.NewSigningClient(secret, &http.Client{Timeout: 10 * time.Second})
-//	c, _ := tcc.New(pool, tcc.WithHTTPClient(client), ...)
+//	c, _ := tcc.New(pool, coordinator.WithHTTPClient(client), ...)
 //	err := g.Try(ctx, tcc.Branch{Name: "stock", Participant: participant.HTTP{URL: stockURL, Client: client}})
 //
 // To rotate the key: give every participant both secrets (WithSecrets(newSecret, oldSecret)),
@@ -61,7 +60,7 @@
 //	tlsClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 //		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{coordCert}, RootCAs: participantCAs}},
 //		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-//	c, _ := tcc.New(pool, tcc.WithHTTPClient(tlsClient), ...) // and participant.HTTP{URL: "https://...", Client: tlsClient}
+//	c, _ := tcc.New(pool, coordinator.WithHTTPClient(tlsClient), ...) // and participant.HTTP{URL: "https://...", Client: tlsClient}
 //
 // (or both: NewSigningClient(secret, tlsClient) signs over mutual TLS). In-process participants
 // ([Barrier.Participant]) are not called over the network and are not signed.

@@ -3,6 +3,7 @@ package participant
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors of the barrier. [ErrRefused] and [ErrBadRequest], shared with the wire protocol,
@@ -24,3 +25,30 @@ var (
 	// written.
 	ErrUnauthorized = errors.New("participant: unauthorized")
 )
+
+// refusal is the text [Barrier.Handler] answers with a 409 for the refusal err of req:
+// [ErrRefused]'s text and the reason the business code gave, without the op, gid and branch that
+// the caller sent (HTTP.Do says them, once, with the URL).
+func refusal(req Request, err error) string {
+	msg := strings.TrimPrefix(err.Error(), fmt.Sprintf("participant: %s %s/%s: ", req.Op, req.GID, req.Branch))
+	if reason := refusalReason(msg); reason != "" {
+		return ErrRefused.Error() + ": " + reason
+	}
+	return ErrRefused.Error()
+}
+
+// refusalReason returns what msg, the text of a refusal, says beyond [ErrRefused]'s own text:
+// "insufficient stock" of "insufficient stock: participant: refused", "" of "participant: refused".
+func refusalReason(msg string) string {
+	r := ErrRefused.Error()
+	msg = strings.TrimSpace(msg)
+	switch {
+	case msg == r:
+		return ""
+	case strings.HasPrefix(msg, r+": "):
+		return msg[len(r)+2:]
+	case strings.HasSuffix(msg, ": "+r):
+		return msg[:len(msg)-len(r)-2]
+	}
+	return msg
+}

@@ -121,7 +121,7 @@ func ExampleBarrier_Handler() {
 	defer srv.Close()
 
 	// What a coordinator sends, signed with the shared secret (give the coordinator the same
-	// client: tcc.WithHTTPClient).
+	// client: coordinator.WithHTTPClient).
 	client, err := participant.NewSigningClient(secret, srv.Client())
 	if err != nil {
 		panic(err)

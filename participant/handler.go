@@ -113,6 +113,8 @@ func (b *Barrier) Handler(pool *pgxpool.Pool, fn func(ctx context.Context, tx pg
 			b.unauthorized(w, r, err)
 		case code == http.StatusInternalServerError:
 			httpsafe.Error(w, b.o.log, code, "participant: internal error", err, reqAttrs(req, err)...)
+		case code == StatusRefused:
+			http.Error(w, refusal(req, err), code) // HTTP.Do adds the op, gid, branch and URL
 		default:
 			http.Error(w, err.Error(), code)
 		}

@@ -148,7 +148,10 @@ func (h HTTP) Do(ctx context.Context, req Request) error {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return nil
 	case resp.StatusCode == StatusRefused:
-		return fmt.Errorf("participant: %s %s/%s at %s: %w: %s", req.Op, req.GID, req.Branch, h.URL, ErrRefused, bytes.TrimSpace(msg))
+		if reason := refusalReason(string(msg)); reason != "" {
+			return fmt.Errorf("participant: %s %s/%s at %s: %w: %s", req.Op, req.GID, req.Branch, h.URL, ErrRefused, reason)
+		}
+		return fmt.Errorf("participant: %s %s/%s at %s: %w", req.Op, req.GID, req.Branch, h.URL, ErrRefused)
 	default:
 		return fmt.Errorf("participant: %s %s/%s at %s: HTTP %d: %s", req.Op, req.GID, req.Branch, h.URL, resp.StatusCode, bytes.TrimSpace(msg))
 	}

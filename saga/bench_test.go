@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/saga"
@@ -77,7 +78,7 @@ func BenchmarkSaga(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(pool.Close)
-		c, err := saga.New(pool, saga.WithSchema(pg.Name), saga.WithLogger(testLogger(b)), saga.WithHTTPClient(client))
+		c, err := saga.New(pool, coordinator.WithSchema(pg.Name), coordinator.WithLogger(testLogger(b)), coordinator.WithHTTPClient(client))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -87,7 +88,7 @@ func BenchmarkSaga(b *testing.B) {
 		return c, pool
 	}
 	coordinated := func(c *saga.Coordinator) error {
-		s, err := c.Begin(ctx)
+		s, err := c.Begin()
 		if err != nil {
 			return err
 		}

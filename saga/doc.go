@@ -6,21 +6,51 @@
 // starter left unfinished — running sagas forward, compensating sagas backward.
 //
 //	client, _ := participant.NewSigningClient(secret, nil) // signs for the participants' barrier
-//	c, _ := saga.New(pool, saga.WithSchema("shop"), saga.WithElector(el), saga.WithHTTPClient(client))
+//	c, _ := saga.New(pool, coordinator.WithSchema("shop"), coordinator.WithElector(el), coordinator.WithHTTPClient(client))
 //	_ = c.Migrate(ctx)
 //	go c.Run(ctx) // recovery, on the leader only
 //	stock, _ := c.Register("stock", stockParticipant) // in-process, found by name when recovering
-//	s, _ := c.Begin(ctx, saga.WithTimeout(time.Minute))
+//	s, _ := c.Begin(coordinator.WithTimeout(time.Minute))
 //	_ = s.Add(saga.Step{Name: "stock", Participant: stock, Payload: body})
 //	_ = s.Add(saga.Step{Name: "pay", Participant: participant.HTTP{URL: payURL, Client: client}}) // after stock
-//	err := s.Submit(ctx) // nil: succeeded; ErrRefused: compensated; ErrIncomplete: the leader carries on
+//	err := s.Submit(ctx) // nil: succeeded; ErrRefused: compensated; coordinator.ErrIncomplete: the leader carries on
+//
+// # A step over HTTP
+//
+// A step is one participant and so one URL: the action and the compensation are POSTed to it,
+// and the handler switches on the request's Op. Behind [participant.Barrier.Handler] (which
+// makes both idempotent, and a compensation without its action an empty one):
+//
+//	bar, _ := participant.NewBarrier(participant.WithSecrets(secret))
+//	_ = bar.Migrate(ctx, pool)
+//	http.Handle("/pay", bar.Handler(pool, func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
+//		switch req.Op {
+//		case participant.OpAction: // debit; a business "no" wraps participant.ErrRefused (HTTP 409)
+//			tag, err := tx.Exec(ctx, `update wallet set balance = balance - 10 where id = $1 and balance >= 10`, user)
+//			if err == nil && tag.RowsAffected() == 0 {
+//				return fmt.Errorf("insufficient funds: %w", participant.ErrRefused)
+//			}
+//			return err
+//		case participant.OpCompensate: // credit back
+//			_, err := tx.Exec(ctx, `update wallet set balance = balance + 10 where id = $1`, user)
+//			return err
+//		}
+//		return fmt.Errorf("op %s: %w", req.Op, participant.ErrBadRequest)
+//	}, participant.WithAllowedOps(participant.OpAction, participant.OpCompensate)))
+//
+// When pay refuses, Submit returns "saga: step pay: participant: action <gid>/pay at <URL>:
+// participant: refused: insufficient funds" (a *[coordinator.BranchError] wrapping
+// [participant.ErrRefused]), after compensating stock — and pay itself: the refused step's own
+// compensation is called too (every step whose action may have run is compensated, see
+// Failures). Its action rolled back, so the barrier finds nothing to undo and answers success
+// without calling the function: an empty rollback.
 //
 // # Order
 //
 // A step depends by default on the step added before it ([Step.DependsOn] nil): the saga is
 // sequential. DependsOn names other steps (added before it, so there are no cycles), or none
 // (an empty slice); steps whose dependencies have succeeded run together, at most
-// [WithConcurrency] at once. Compensations run in reverse: a step's compensation starts only
+// [coordinator.WithConcurrency] at once. Compensations run in reverse: a step's compensation starts only
 // after the compensations of every step that depends on it have succeeded; among those ready,
 // the step that completed last goes first (the leader, which does not know the completion order
 // of an earlier drive, takes the later step first).
@@ -41,16 +71,16 @@
 //     ran or never arrived: compensations must be idempotent and accept that case, which
 //     [participant.Barrier] does (and it refuses an action arriving after its compensation).
 //   - A transient failure is retried: [Saga.Submit] calls up to [WithAttempts] times with
-//     backoff, then records the failure and returns [ErrIncomplete]; the leader retries with
+//     backoff, then records the failure and returns [coordinator.ErrIncomplete]; the leader retries with
 //     exponential backoff and jitter, counted per step (attempts, last error), never dropped.
 //   - A failed compensation is retried the same way until it succeeds; a refused one breaks the
-//     protocol and is counted ([Stats.Violations]), logged and retried.
+//     protocol and is counted ([coordinator.Stats] Violations), logged and retried.
 //
 // # Timeout
 //
-// The saga's timeout ([WithTimeout], counted from Submit) bounds its forward phase. A saga still
+// The saga's timeout ([coordinator.WithTimeout], counted from Submit) bounds its forward phase. A saga still
 // running when it passes is compensated, as if its pending action had been refused: by Submit
-// (which cancels the actions in flight and returns [ErrTimeout]), or by the leader, which
+// (which cancels the actions in flight and returns [coordinator.ErrTimeout]), or by the leader, which
 // compares the timeout with PostgreSQL's clock when it claims the saga and bounds its own forward
 // drive by what is left. Compensations are not bounded: they are retried until they succeed.
 //

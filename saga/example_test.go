@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/saga"
 )
@@ -33,7 +34,7 @@ func Example() {
 	schema := "example_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:8]
 	defer pool.Exec(context.WithoutCancel(ctx), "drop schema if exists "+pgx.Identifier{schema}.Sanitize()+" cascade") //nolint:errcheck
 
-	c, err := saga.New(pool, saga.WithSchema(schema))
+	c, err := saga.New(pool, coordinator.WithSchema(schema))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -57,7 +58,7 @@ func Example() {
 	order, stock, account := printer("order"), printer("stock"), printer("account")
 
 	place := func(amount int) {
-		s, err := c.Begin(ctx)
+		s, err := c.Begin()
 		if err != nil {
 			fmt.Println(err)
 			return

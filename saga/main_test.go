@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
@@ -33,16 +34,16 @@ func newEnv(t *testing.T) *env {
 }
 
 // coordinator returns a migrated Coordinator on the test's schema.
-func (e *env) coordinator(opts ...saga.Option) *saga.Coordinator {
+func (e *env) coordinator(opts ...coordinator.Option) *saga.Coordinator {
 	e.t.Helper()
 	return e.coordinatorOn(e.schema.Pool, opts...)
 }
 
 // coordinatorOn returns a migrated Coordinator on the test's schema, using pool.
-func (e *env) coordinatorOn(pool *pgxpool.Pool, opts ...saga.Option) *saga.Coordinator {
+func (e *env) coordinatorOn(pool *pgxpool.Pool, opts ...coordinator.Option) *saga.Coordinator {
 	e.t.Helper()
-	opts = append([]saga.Option{saga.WithSchema(e.schema.Name), saga.WithLogger(testLogger(e.t)),
-		saga.WithBackoff(20*time.Millisecond, 100*time.Millisecond), saga.WithRecovery("@every 100ms", 100, 16)}, opts...)
+	opts = append([]coordinator.Option{coordinator.WithSchema(e.schema.Name), coordinator.WithLogger(testLogger(e.t)),
+		coordinator.WithBackoff(20*time.Millisecond, 100*time.Millisecond), coordinator.WithRecovery("@every 100ms", 100, 16)}, opts...)
 	c, err := saga.New(pool, opts...)
 	if err != nil {
 		e.t.Fatalf("saga.New: %v", err)
@@ -117,7 +118,7 @@ func register(t *testing.T, c *saga.Coordinator, name string, p participant.Part
 	return h
 }
 
-func status(t *testing.T, c *saga.Coordinator, gid string) saga.Status {
+func status(t *testing.T, c *saga.Coordinator, gid string) coordinator.Status {
 	t.Helper()
 	s, err := c.Status(t.Context(), gid)
 	if err != nil {

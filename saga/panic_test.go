@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testenv"
@@ -17,7 +18,7 @@ import (
 // sagaLog opens the test's saga tables as a core.Log, with lease (zero: the default).
 func sagaLog(t *testing.T, e *env, lease time.Duration) *core.Log {
 	t.Helper()
-	opts := []core.Option{core.WithSchema(e.schema.Name), core.WithTablePrefix("txkit_saga_")}
+	opts := []core.LogOption{core.WithSchema(e.schema.Name), core.WithTablePrefix("txkit_saga_")}
 	if lease > 0 {
 		opts = append(opts, core.WithLease(lease))
 	}
@@ -37,8 +38,8 @@ func sagaLog(t *testing.T, e *env, lease time.Duration) *core.Log {
 func TestIntegrationPanickingParticipant(t *testing.T) {
 	e := newEnv(t)
 	el := e.elector("leader")
-	c := e.coordinator(saga.WithElector(el), saga.WithBackoff(100*time.Millisecond, 10*time.Second),
-		saga.WithRecovery("@every 20ms", 100, 16), saga.WithAttempts(2))
+	c := e.coordinator(coordinator.WithElector(el), coordinator.WithBackoff(100*time.Millisecond, 10*time.Second),
+		coordinator.WithRecovery("@every 20ms", 100, 16), saga.WithAttempts(2))
 	var panics atomic.Bool
 	panics.Store(true)
 	p := newParty(func(req participant.Request) error {
@@ -51,8 +52,8 @@ func TestIntegrationPanickingParticipant(t *testing.T) {
 	run(t, c)
 
 	gid, err := submit(t, c, sequential(h, 3))
-	var se *saga.StepError
-	if !errors.Is(err, saga.ErrIncomplete) || !errors.As(err, &se) || se.Step != "s2" ||
+	var se *coordinator.BranchError
+	if !errors.Is(err, coordinator.ErrIncomplete) || !errors.As(err, &se) || se.Branch != "s2" ||
 		!strings.Contains(err.Error(), "panic: boom in action") || errors.Is(err, participant.ErrRefused) {
 		t.Fatalf("Submit = %v, want ErrIncomplete with a StepError of s2 naming the panic", err)
 	}
@@ -101,7 +102,7 @@ func TestIntegrationUnknownDependencyDoesNotCrashLeader(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
 	el := e.elector("leader")
-	c := e.coordinator(saga.WithElector(el), saga.WithRecovery("@every 20ms", 100, 16))
+	c := e.coordinator(coordinator.WithElector(el), coordinator.WithRecovery("@every 20ms", 100, 16))
 	p := newParty(nil)
 	register(t, c, "p", p)
 	// A short lease: the leader finds the sagas due at once, as if their starter had died.

@@ -7,100 +7,47 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
-)
-
-// Status is the state of a saga: running, then succeeded, or compensating → compensated.
-type Status = core.Status
-
-// The statuses of a saga.
-const (
-	StatusRunning      = core.StatusRunning
-	StatusSucceeded    = core.StatusSucceeded
-	StatusCompensating = core.StatusCompensating
-	StatusCompensated  = core.StatusCompensated
 )
 
 // Coordinator runs sagas and, with [Coordinator.Run], finishes on the elected leader those whose
 // starter vanished. Any number of Coordinators (processes) may share one schema; each may submit
 // sagas; the leader among them recovers.
 //
+// Migrate, Register and Status are those of [coordinator.Shell].
+//
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {
-	b     *core.Base
-	o     options
-	stats struct{ violations, failures atomic.Int64 }
+	coordinator.Shell
+	b *core.Base
+	o *options // saga's own settings
 }
 
-// New returns a Coordinator whose log lives in pool. It does not touch the database: call
-// [Coordinator.Migrate]. It returns an error wrapping [ErrInvalidOption] when an option is
-// unusable.
-func New(pool *pgxpool.Pool, opts ...Option) (*Coordinator, error) {
-	o := defaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if err := o.validate(); err != nil {
+// New returns a Coordinator whose log lives in pool, configured by the options of package
+// coordinator and [WithAttempts]. Sagas' tables are "txkit_saga_global" and "txkit_saga_branch"
+// unless [coordinator.WithTablePrefix] says otherwise, and their default timeout is 5m. New does
+// not touch the database: call Migrate ([coordinator.Shell]). It returns an error wrapping
+// [coordinator.ErrInvalidOption] when an option is unusable.
+func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
+	o := &options{attempts: 3}
+	b, err := core.NewBase(pool, core.Protocol{Name: "saga", Kind: core.KindSaga, Prefix: "txkit_saga_", Timeout: 5 * time.Minute, Own: o}, opts)
+	if err != nil {
 		return nil, err
 	}
-	b, err := core.NewBase(pool, o.Config)
-	if err != nil {
-		return nil, fmt.Errorf("saga: %w", mapErr(err))
-	}
-	return &Coordinator{b: b, o: o}, nil
+	return &Coordinator{Shell: b, b: b, o: o}, nil
 }
 
-// Migrate creates the coordinator's tables (and the fence table) when they do not exist. It is
-// idempotent and safe to run from several processes at once; ctx scopes only this call.
-func (c *Coordinator) Migrate(ctx context.Context) error {
-	if err := c.b.Log.Migrate(ctx); err != nil {
-		return fmt.Errorf("saga: %w", err)
-	}
-	return nil
-}
-
-// Register makes p the in-process participant called name, and returns the participant to use
-// in [Step.Participant]. The step stores the name, so every Coordinator that may recover the
-// saga (the leader may be another process) must register the same name. Registering a name
-// twice returns an error wrapping [ErrInvalidOption].
-func (c *Coordinator) Register(name string, p participant.Participant) (participant.Participant, error) {
-	h, err := c.b.Parts.Register(name, p)
-	if err != nil {
-		return nil, fmt.Errorf("saga: %w", mapErr(err))
-	}
-	return h, nil
-}
-
-// Stats counts what a [Coordinator] saw.
-type Stats struct {
-	// Violations counts refused compensations: a participant broke the protocol (a compensation
-	// must succeed eventually). They are retried.
-	Violations int64
-	// Failures counts failed calls other than refused actions (retried).
-	Failures int64
-}
-
-// Stats returns the coordinator's counters.
-func (c *Coordinator) Stats() Stats {
-	return Stats{Violations: c.stats.violations.Load(), Failures: c.stats.failures.Load()}
-}
-
-// Status returns gid's status, or an error wrapping [ErrNotFound].
-func (c *Coordinator) Status(ctx context.Context, gid string) (Status, error) {
-	st, err := c.b.Status(ctx, gid)
-	if err != nil {
-		return 0, fmt.Errorf("saga: status: %w", mapErr(err))
-	}
-	return st, nil
-}
+// Stats returns the coordinator's counters: Violations counts refused compensations (a
+// participant broke the protocol: a compensation must succeed eventually), Failures the failed
+// calls other than refused actions; both are retried.
+func (c *Coordinator) Stats() coordinator.Stats { return c.b.Stats() }
 
 // Step is one step of a saga: an action, and the compensation that undoes it, both carried out by
 // one participant (the requests' Op says which: [participant.OpAction], [participant.OpCompensate]).
@@ -108,13 +55,13 @@ type Step struct {
 	// Name identifies the step within the saga (the participant's barrier key with the gid).
 	Name string
 	// Participant is a participant.HTTP (its URL is stored) or one returned by
-	// [Coordinator.Register] (its name is stored), so a recovering coordinator can call it.
+	// Register (its name is stored), so a recovering coordinator can call it.
 	Participant participant.Participant
 	// Payload is sent with the action and the compensation; empty or JSON.
 	Payload json.RawMessage
 	// DependsOn names the steps whose actions must succeed before this one's starts, all added
 	// before it. nil means the step added just before (a sequential saga); an empty, non-nil
-	// slice means none: the step may start at once, alongside others ([WithConcurrency]).
+	// slice means none: the step may start at once, alongside others ([coordinator.WithConcurrency]).
 	DependsOn []string
 }
 
@@ -140,36 +87,26 @@ type step struct {
 	status  core.BranchStatus
 }
 
-// Begin returns a new saga to build. It does not block or touch the database (ctx is unused; it
-// is there so the call reads like tcc's Begin): the saga is recorded by [Saga.Submit]. The
-// saga's timeout is [WithTimeout], default [WithDefaultTimeout]; a non-positive one returns an
-// error wrapping [ErrInvalidOption].
-func (c *Coordinator) Begin(_ context.Context, opts ...BeginOption) (*Saga, error) {
-	o := beginOptions{timeout: c.o.Timeout}
-	for _, opt := range opts {
-		opt(&o)
+// Begin returns a new saga to build. It does not block or touch the database, so it takes no
+// ctx: the saga is recorded by [Saga.Submit]. The saga's timeout is [coordinator.WithTimeout],
+// default [coordinator.WithDefaultTimeout]; a non-positive one returns an error wrapping
+// [coordinator.ErrInvalidOption].
+func (c *Coordinator) Begin(opts ...coordinator.BeginOption) (*Saga, error) {
+	o, err := c.b.Begin(opts)
+	if err != nil {
+		return nil, err
 	}
-	if o.gid == "" {
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, fmt.Errorf("saga: gid: %w", err)
-		}
-		o.gid = id.String()
-	}
-	if o.timeout <= 0 {
-		return nil, fmt.Errorf("saga: begin %s: timeout %v: %w", o.gid, o.timeout, ErrInvalidOption)
-	}
-	return &Saga{c: c, gid: o.gid, timeout: o.timeout, byName: map[string]*step{}}, nil
+	return &Saga{c: c, gid: o.GID, timeout: o.Timeout, byName: map[string]*step{}}, nil
 }
 
 // GID returns the saga's id.
 func (s *Saga) GID() string { return s.gid }
 
 // Add appends st to the saga. It checks st at once and returns an error wrapping
-// [ErrInvalidStep] for an empty or already used name, a DependsOn naming no step added before
+// [coordinator.ErrInvalidBranch] for an empty or already used name, a DependsOn naming no step added before
 // (which also rules out cycles), a payload that is not JSON, or a participant that is neither a
-// participant.HTTP with a URL nor one returned by [Coordinator.Register]; a saga that refused a
-// step refuses to be submitted. After Submit, Add returns [ErrInvalidState]. It does not block.
+// participant.HTTP with a URL nor one returned by Register ([coordinator.Shell]); a saga that refused a
+// step refuses to be submitted. After Submit, Add returns [coordinator.ErrInvalidState]. It does not block.
 func (s *Saga) Add(st Step) error {
 	if err := s.add(st); err != nil {
 		if s.err == nil {
@@ -182,17 +119,17 @@ func (s *Saga) Add(st Step) error {
 
 func (s *Saga) add(st Step) error {
 	if s.submitted {
-		return fmt.Errorf("saga: add %q to %s: already submitted: %w", st.Name, s.gid, ErrInvalidState)
+		return fmt.Errorf("saga: add %q to %s: already submitted: %w", st.Name, s.gid, coordinator.ErrInvalidState)
 	}
 	switch {
 	case st.Name == "":
-		return fmt.Errorf("saga: step %d of %s: empty name: %w", len(s.steps), s.gid, ErrInvalidStep)
+		return fmt.Errorf("saga: step %d of %s: empty name: %w", len(s.steps), s.gid, coordinator.ErrInvalidBranch)
 	case s.byName[st.Name] != nil:
-		return fmt.Errorf("saga: step %q of %s: name already used: %w", st.Name, s.gid, ErrInvalidStep)
+		return fmt.Errorf("saga: step %q of %s: name already used: %w", st.Name, s.gid, coordinator.ErrInvalidBranch)
 	case len(st.Payload) > 0 && !json.Valid(st.Payload):
-		return fmt.Errorf("saga: step %q of %s: payload is not JSON: %w", st.Name, s.gid, ErrInvalidStep)
+		return fmt.Errorf("saga: step %q of %s: payload is not JSON: %w", st.Name, s.gid, coordinator.ErrInvalidBranch)
 	}
-	target, err := s.c.targetOf(st.Participant)
+	target, err := s.c.b.Target(st.Participant)
 	if err != nil {
 		return fmt.Errorf("saga: step %q of %s: %w", st.Name, s.gid, err)
 	}
@@ -204,7 +141,7 @@ func (s *Saga) add(st Step) error {
 	var uniq []string
 	for _, d := range deps {
 		if s.byName[d] == nil {
-			return fmt.Errorf("saga: step %q of %s: depends on %q, which is not a step added before it: %w", st.Name, s.gid, d, ErrInvalidStep)
+			return fmt.Errorf("saga: step %q of %s: depends on %q, which is not a step added before it: %w", st.Name, s.gid, d, coordinator.ErrInvalidBranch)
 		}
 		if !seen[d] {
 			seen[d] = true
@@ -217,15 +154,6 @@ func (s *Saga) add(st Step) error {
 	return nil
 }
 
-// targetOf says where the recovery finds p.
-func (c *Coordinator) targetOf(p participant.Participant) (core.Target, error) {
-	t, err := c.b.Parts.Target(p)
-	if err != nil {
-		return core.Target{}, mapErr(err)
-	}
-	return t, nil
-}
-
 // meta is the saga's own payload in the log: the dependencies, so a recovering coordinator
 // runs (and compensates) the steps in the same order.
 type meta struct {
@@ -233,35 +161,35 @@ type meta struct {
 }
 
 // Submit records the saga and all its steps in one write, before running any, then runs the
-// actions in dependency order, at most [WithConcurrency] at once, and records the outcome with
+// actions in dependency order, at most [coordinator.WithConcurrency] at once, and records the outcome with
 // every step's success in one more write. It blocks until the saga ends or stalls; ctx bounds the calls,
 // not the recording of their outcomes.
 //
 //   - nil: every action succeeded; the saga is succeeded.
-//   - An error wrapping [participant.ErrRefused] (a *[StepError] for the refused action): a
+//   - An error wrapping [participant.ErrRefused] (a *[coordinator.BranchError] for the refused action): a
 //     business failure. The saga is compensated: the compensations of the steps that succeeded,
 //     and of those whose outcome is unknown (the refused one included), ran in reverse order of
 //     completion — a step's compensation only after those of the steps that depend on it. If some
-//     compensations failed the error wraps [ErrIncomplete] too: the leader retries them until they
+//     compensations failed the error wraps [coordinator.ErrIncomplete] too: the leader retries them until they
 //     succeed.
-//   - An error wrapping [ErrTimeout]: the saga's timeout passed while actions ran; it is
+//   - An error wrapping [coordinator.ErrTimeout]: the saga's timeout passed while actions ran; it is
 //     compensated as above.
-//   - An error wrapping [ErrIncomplete] alone: an action kept failing transiently ([WithAttempts])
+//   - An error wrapping [coordinator.ErrIncomplete] alone: an action kept failing transiently ([WithAttempts])
 //     or ctx ended. A panic in an in-process participant is such a failure, here and in the
 //     leader's recovery: it is recovered, logged with its stack and recorded as the step's last
 //     error ("panic: <value>"). The failure is recorded and the leader carries on: forward until the timeout,
 //     then compensating.
 //
-// Bad steps ([Saga.Add] refused one) or none return [ErrInvalidStep] and record nothing; a gid
-// already used, or a second Submit, returns [ErrInvalidState].
+// Bad steps ([Saga.Add] refused one) or none return [coordinator.ErrInvalidBranch] and record nothing; a gid
+// already used, or a second Submit, returns [coordinator.ErrInvalidState].
 func (s *Saga) Submit(ctx context.Context) error {
 	switch {
 	case s.submitted:
-		return fmt.Errorf("saga: submit %s: already submitted: %w", s.gid, ErrInvalidState)
+		return fmt.Errorf("saga: submit %s: already submitted: %w", s.gid, coordinator.ErrInvalidState)
 	case s.err != nil:
 		return fmt.Errorf("saga: submit %s: a step was refused: %w", s.gid, s.err)
 	case len(s.steps) == 0:
-		return fmt.Errorf("saga: submit %s: no step: %w", s.gid, ErrInvalidStep)
+		return fmt.Errorf("saga: submit %s: no step: %w", s.gid, coordinator.ErrInvalidBranch)
 	}
 	m := meta{Deps: map[string][]string{}}
 	branches := make([]core.Branch, len(s.steps))
@@ -276,28 +204,25 @@ func (s *Saga) Submit(ctx context.Context) error {
 		return fmt.Errorf("saga: submit %s: %w", s.gid, err)
 	}
 	if err := s.c.b.Log.Create(ctx, s.gid, core.KindSaga, s.timeout, payload, branches...); err != nil {
-		return fmt.Errorf("saga: submit: %w", mapErr(err))
+		return fmt.Errorf("saga: submit: %w", err)
 	}
 	s.submitted = true
 	d := &driver{c: s.c, gid: s.gid, steps: s.steps, byName: s.byName, attempts: s.c.o.attempts,
-		log: s.c.o.Logger.With(slog.String("gid", s.gid)), exact: true, recorded: time.Now()}
-	deadline, cancel := context.WithTimeoutCause(ctx, s.timeout, ErrTimeout)
+		log: s.c.b.Cfg.Logger.With(slog.String("gid", s.gid)), exact: true, recorded: time.Now()}
+	deadline, cancel := context.WithTimeoutCause(ctx, s.timeout, coordinator.ErrTimeout)
 	defer cancel()
 	return d.run(ctx, deadline, core.StatusRunning)
 }
 
-// Run recovers, while this coordinator leads the election of [WithElector], the sagas whose
+// Run recovers, while this coordinator leads the election of [coordinator.WithElector], the sagas whose
 // starter vanished or whose calls failed: a running saga is driven forward, or compensated once
 // its timeout has passed (by PostgreSQL's clock); a compensating saga is compensated. It also
 // deletes finished sagas past the retention. It blocks until ctx ends, then returns nil after
-// every goroutine it started has exited. It returns an error wrapping [ErrInvalidOption] without
-// an elector, [ErrRunning] when another Run is running, and one wrapping [lock.ErrClosed] when
+// every goroutine it started has exited. It returns an error wrapping [coordinator.ErrInvalidOption] without
+// an elector, [coordinator.ErrRunning] when another Run is running, and one wrapping [lock.ErrClosed] when
 // the elector's session is closed.
 func (c *Coordinator) Run(ctx context.Context) error {
-	if err := c.b.Run(ctx, core.KindSaga, core.DriverFunc(c.recoverOne)); err != nil {
-		return fmt.Errorf("saga: run: %w", mapErr(err))
-	}
-	return nil
+	return c.b.Run(ctx, core.DriverFunc(c.recoverOne))
 }
 
 // recoverOne is the recovery's driver. Failures of calls are recorded (and rescheduled) by the
@@ -311,7 +236,7 @@ func (c *Coordinator) recoverOne(ctx context.Context, tok lock.Token, t *core.Tr
 		}
 	}
 	d := &driver{c: c, tok: tok, gid: t.GID, byName: map[string]*step{}, attempts: 1,
-		log: c.o.Logger.With(slog.String("gid", t.GID), slog.String("token", tok.String())), recorded: time.Now()}
+		log: c.b.Cfg.Logger.With(slog.String("gid", t.GID), slog.String("token", tok.String())), recorded: time.Now()}
 	for _, b := range t.Branches {
 		st := &step{name: b.Name, seq: b.Seq, target: b.Target, payload: b.Payload, deps: m.Deps[b.Name], status: b.Status}
 		d.steps = append(d.steps, st)
@@ -323,7 +248,7 @@ func (c *Coordinator) recoverOne(ctx context.Context, tok lock.Token, t *core.Tr
 			if d.byName[dep] == nil {
 				// Submit never writes this; a log row written otherwise must not crash the leader.
 				return fmt.Errorf("saga: %s: step %q depends on %q, which is not a step of the saga: %w",
-					t.GID, st.name, dep, ErrInvalidState)
+					t.GID, st.name, dep, coordinator.ErrInvalidState)
 			}
 		}
 	}
@@ -332,10 +257,10 @@ func (c *Coordinator) recoverOne(ctx context.Context, tok lock.Token, t *core.Tr
 	if from == core.StatusRunning {
 		// The claim set updated_at to PostgreSQL's now(): compare it, not our clock, with the timeout.
 		if !t.TimeoutAt.After(t.UpdatedAt) {
-			deadline = canceled(ctx, ErrTimeout)
+			deadline = canceled(ctx, coordinator.ErrTimeout)
 		} else {
 			var cancel context.CancelFunc
-			deadline, cancel = context.WithTimeoutCause(ctx, t.TimeoutAt.Sub(t.UpdatedAt), ErrTimeout)
+			deadline, cancel = context.WithTimeoutCause(ctx, t.TimeoutAt.Sub(t.UpdatedAt), coordinator.ErrTimeout)
 			defer cancel()
 		}
 	}
@@ -343,7 +268,7 @@ func (c *Coordinator) recoverOne(ctx context.Context, tok lock.Token, t *core.Tr
 	if d.recordErr != nil {
 		return d.recordErr
 	}
-	if errors.Is(err, ErrInvalidState) {
+	if errors.Is(err, coordinator.ErrInvalidState) {
 		return err
 	}
 	return nil // the outcome, or the failures, are recorded
@@ -378,7 +303,7 @@ type driver struct {
 
 // run drives the saga from status st: forward while running (its actions launched while
 // deadline lasts), then compensating if an action was refused or the deadline passed.
-func (d *driver) run(ctx, deadline context.Context, st Status) error {
+func (d *driver) run(ctx, deadline context.Context, st coordinator.Status) error {
 	var cause error
 	if st == core.StatusRunning {
 		var moved bool
@@ -389,7 +314,7 @@ func (d *driver) run(ctx, deadline context.Context, st Status) error {
 		}
 	}
 	if st != core.StatusRunning && st != core.StatusCompensating {
-		return fmt.Errorf("saga: %s is %s: %w", d.gid, st, ErrInvalidState)
+		return fmt.Errorf("saga: %s is %s: %w", d.gid, st, coordinator.ErrInvalidState)
 	}
 	if err := d.compensate(ctx); err != nil {
 		return errors.Join(cause, err)
@@ -414,7 +339,7 @@ func (d *driver) forward(ctx, deadline context.Context) (moved bool, cause, err 
 		nodes = append(nodes, n)
 	}
 	var refused *core.BranchFailure
-	res := walk(deadline, d.c.o.Concurrency, nodes,
+	res := walk(deadline, d.c.b.Cfg.Concurrency, nodes,
 		func(ctx context.Context, name string) error {
 			return d.call(ctx, d.byName[name], participant.OpAction)
 		},
@@ -439,17 +364,17 @@ func (d *driver) forward(ctx, deadline context.Context) (moved bool, cause, err 
 			break
 		}
 	}
-	timedOut := ctx.Err() == nil && errors.Is(context.Cause(deadline), ErrTimeout)
+	timedOut := ctx.Err() == nil && errors.Is(context.Cause(deadline), coordinator.ErrTimeout)
 	p := core.Progress{GID: d.gid, From: core.StatusRunning, Done: res.done, Failed: res.failed}
 	switch {
 	case len(res.done) == len(nodes):
 		p.Next = core.StatusSucceeded
 	case refused != nil:
 		p.Next = core.StatusCompensating
-		cause = &StepError{GID: d.gid, Step: refused.Branch, Op: participant.OpAction, Err: refused.Err}
+		cause = fmt.Errorf("saga: %w", &coordinator.BranchError{GID: d.gid, Branch: refused.Branch, Op: participant.OpAction, Err: refused.Err})
 	case timedOut:
-		p.Next, p.Err = core.StatusCompensating, ErrTimeout
-		cause = fmt.Errorf("saga: %s: %w", d.gid, ErrTimeout)
+		p.Next, p.Err = core.StatusCompensating, coordinator.ErrTimeout
+		cause = fmt.Errorf("saga: %s: %w", d.gid, coordinator.ErrTimeout)
 	default:
 		p.Err = res.stopErr
 		if p.Err == nil && ctx.Err() != nil {
@@ -467,9 +392,9 @@ func (d *driver) forward(ctx, deadline context.Context) (moved bool, cause, err 
 		d.log.Info("saga: compensating", slog.Any("err", cause))
 		return true, cause, nil
 	}
-	errs := []error{ErrIncomplete}
+	errs := []error{coordinator.ErrIncomplete}
 	for _, f := range res.failed {
-		errs = append(errs, &StepError{GID: d.gid, Step: f.Branch, Op: participant.OpAction, Err: f.Err})
+		errs = append(errs, &coordinator.BranchError{GID: d.gid, Branch: f.Branch, Op: participant.OpAction, Err: f.Err})
 	}
 	if p.Err != nil {
 		errs = append(errs, p.Err)
@@ -535,7 +460,7 @@ func (d *driver) compensate(ctx context.Context) error {
 		}
 		nodes = append(nodes, nd)
 	}
-	res := walk(ctx, d.c.o.Concurrency, nodes,
+	res := walk(ctx, d.c.b.Cfg.Concurrency, nodes,
 		func(ctx context.Context, name string) error {
 			return d.call(ctx, d.byName[name], participant.OpCompensate)
 		}, nil, nil)
@@ -552,9 +477,9 @@ func (d *driver) compensate(ctx context.Context) error {
 		d.log.Info("saga: compensated")
 		return nil
 	}
-	errs := []error{ErrIncomplete}
+	errs := []error{coordinator.ErrIncomplete}
 	for _, f := range res.failed {
-		errs = append(errs, &StepError{GID: d.gid, Step: f.Branch, Op: participant.OpCompensate, Err: f.Err})
+		errs = append(errs, &coordinator.BranchError{GID: d.gid, Branch: f.Branch, Op: participant.OpCompensate, Err: f.Err})
 	}
 	if p.Err != nil {
 		errs = append(errs, p.Err)
@@ -569,7 +494,6 @@ func (d *driver) record(ctx context.Context, p core.Progress) error {
 	err := d.c.b.Log.Record(rctx, d.tok, p)
 	d.recorded = time.Now()
 	if err != nil {
-		err = mapErr(err)
 		d.recordErr = err
 	}
 	return err
@@ -579,7 +503,7 @@ func (d *driver) record(ctx context.Context, p core.Progress) error {
 // with backoff in between. A refused action returns at once; a refused compensation breaks the
 // protocol: it is counted and retried like any failure.
 func (d *driver) call(ctx context.Context, st *step, op participant.Op) error {
-	wait := d.c.o.BackoffMin
+	wait := d.c.b.Cfg.BackoffMin
 	for attempt := 1; ; attempt++ {
 		err := d.c.b.CallTarget(ctx, st.target, participant.Request{GID: d.gid, Branch: st.name, Op: op, Payload: st.payload})
 		if err == nil {
@@ -589,10 +513,10 @@ func (d *driver) call(ctx context.Context, st *step, op participant.Op) error {
 			d.log.Info("saga: action refused", slog.String("step", st.name), slog.Any("err", err))
 			return err
 		}
-		d.c.stats.failures.Add(1)
+		d.c.b.Failures.Add(1)
 		lvl := slog.LevelWarn
 		if errors.Is(err, participant.ErrRefused) {
-			d.c.stats.violations.Add(1)
+			d.c.b.Violations.Add(1)
 			lvl = slog.LevelError
 			err = fmt.Errorf("protocol violation, compensation refused (retrying): %w", err)
 		}
@@ -608,7 +532,7 @@ func (d *driver) call(ctx context.Context, st *step, op participant.Op) error {
 			return err
 		case <-t.C:
 		}
-		wait = min(2*wait, d.c.o.BackoffMax)
+		wait = min(2*wait, d.c.b.Cfg.BackoffMax)
 	}
 }
 

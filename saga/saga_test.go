@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
@@ -25,9 +27,9 @@ import (
 var errDown = errors.New("participant down")
 
 // submit builds a saga of the given steps on c and submits it.
-func submit(t *testing.T, c *saga.Coordinator, steps []saga.Step, opts ...saga.BeginOption) (string, error) {
+func submit(t *testing.T, c *saga.Coordinator, steps []saga.Step, opts ...coordinator.BeginOption) (string, error) {
 	t.Helper()
-	s, err := c.Begin(t.Context(), opts...)
+	s, err := c.Begin(opts...)
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
@@ -71,7 +73,7 @@ func TestIntegrationSucceeded(t *testing.T) {
 	c := e.coordinator()
 	p := newParty(nil)
 	h := register(t, c, "p", p)
-	s, err := c.Begin(t.Context(), saga.WithGID("order-1"))
+	s, err := c.Begin(coordinator.WithGID("order-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,10 +96,10 @@ func TestIntegrationSucceeded(t *testing.T) {
 			t.Fatalf("step %s is %s", name, st)
 		}
 	}
-	if err := s.Submit(t.Context()); !errors.Is(err, saga.ErrInvalidState) {
+	if err := s.Submit(t.Context()); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("second Submit = %v, want ErrInvalidState", err)
 	}
-	if err := s.Add(saga.Step{Name: "late", Participant: h}); !errors.Is(err, saga.ErrInvalidState) {
+	if err := s.Add(saga.Step{Name: "late", Participant: h}); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("Add after Submit = %v, want ErrInvalidState", err)
 	}
 	if len(p.log()) != 4 {
@@ -118,11 +120,11 @@ func TestIntegrationRefusedCompensatesInReverse(t *testing.T) {
 	})
 	h := register(t, c, "p", p)
 	gid, err := submit(t, c, sequential(h, 4))
-	var se *saga.StepError
-	if !errors.Is(err, participant.ErrRefused) || !errors.As(err, &se) || se.Step != "s3" || se.Op != participant.OpAction || se.GID != gid {
+	var se *coordinator.BranchError
+	if !errors.Is(err, participant.ErrRefused) || !errors.As(err, &se) || se.Branch != "s3" || se.Op != participant.OpAction || se.GID != gid {
 		t.Fatalf("Submit = %v, want a StepError of s3 wrapping participant.ErrRefused", err)
 	}
-	if errors.Is(err, saga.ErrIncomplete) {
+	if errors.Is(err, coordinator.ErrIncomplete) {
 		t.Fatalf("Submit = %v: compensated, not incomplete", err)
 	}
 	want := []string{"action/s1", "action/s2", "action/s3", "compensate/s3", "compensate/s2", "compensate/s1"}
@@ -141,7 +143,7 @@ func TestIntegrationRefusedCompensatesInReverse(t *testing.T) {
 // a → (b, c) → d with c refused: b and c are compensated before a; d never runs.
 func TestIntegrationDependenciesCompensation(t *testing.T) {
 	e := newEnv(t)
-	c := e.coordinator(saga.WithConcurrency(4))
+	c := e.coordinator(coordinator.WithConcurrency(4))
 	bDone := make(chan struct{})
 	p := newParty(func(req participant.Request) error {
 		switch {
@@ -176,7 +178,7 @@ func TestIntegrationDependenciesCompensation(t *testing.T) {
 func TestIntegrationConcurrencyLimit(t *testing.T) {
 	e := newEnv(t)
 	const limit, steps = 2, 8
-	c := e.coordinator(saga.WithConcurrency(limit))
+	c := e.coordinator(coordinator.WithConcurrency(limit))
 	var (
 		mu             sync.Mutex
 		inflight, peak int
@@ -196,7 +198,7 @@ func TestIntegrationConcurrencyLimit(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}))
-	s, err := c.Begin(t.Context())
+	s, err := c.Begin()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +230,7 @@ func TestIntegrationConcurrencyLimit(t *testing.T) {
 // leader, which retries it with backoff until it succeeds.
 func TestIntegrationTransientFailureRetried(t *testing.T) {
 	e := newEnv(t)
-	c := e.coordinator(saga.WithAttempts(3), saga.WithLease(100*time.Millisecond))
+	c := e.coordinator(saga.WithAttempts(3), coordinator.WithLease(100*time.Millisecond))
 	var mu sync.Mutex
 	failures := map[string]int{"s2": 2}
 	p := newParty(func(req participant.Request) error {
@@ -257,7 +259,7 @@ func TestIntegrationTransientFailureRetried(t *testing.T) {
 	}
 
 	// Five failures: Submit gives up after three, the leader calls until the sixth succeeds.
-	s, err := c.Begin(t.Context(), saga.WithGID("stubborn"))
+	s, err := c.Begin(coordinator.WithGID("stubborn"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,13 +272,13 @@ func TestIntegrationTransientFailureRetried(t *testing.T) {
 		}
 	}
 	err = s.Submit(t.Context())
-	if !errors.Is(err, saga.ErrIncomplete) || !errors.Is(err, errDown) || errors.Is(err, participant.ErrRefused) {
+	if !errors.Is(err, coordinator.ErrIncomplete) || !errors.Is(err, errDown) || errors.Is(err, participant.ErrRefused) {
 		t.Fatalf("Submit = %v, want ErrIncomplete wrapping the failure", err)
 	}
 	if st := status(t, c, "stubborn"); st != saga.StatusRunning {
 		t.Fatalf("status %s, want running", st)
 	}
-	leader := e.coordinator(saga.WithElector(e.elector("leader")))
+	leader := e.coordinator(coordinator.WithElector(e.elector("leader")))
 	register(t, leader, "p", p)
 	run(t, leader)
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
@@ -310,7 +312,7 @@ func TestIntegrationStarterVanished(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(pool.Close)
-		c := e.coordinatorOn(pool, saga.WithLease(200*time.Millisecond), saga.WithAttempts(1))
+		c := e.coordinatorOn(pool, coordinator.WithLease(200*time.Millisecond), saga.WithAttempts(1))
 		return c, register(t, c, "p", participant.ParticipantFunc(func(_ context.Context, req participant.Request) error {
 			return answer(pool, req)
 		}))
@@ -344,7 +346,7 @@ func TestIntegrationStarterVanished(t *testing.T) {
 		t.Fatalf("Submit = %v, want the refusal", err)
 	}
 
-	leader := e.coordinator(saga.WithElector(e.elector("leader")))
+	leader := e.coordinator(coordinator.WithElector(e.elector("leader")))
 	if st := status(t, leader, forward); st != saga.StatusRunning {
 		t.Fatalf("forward saga is %s", st)
 	}
@@ -402,8 +404,8 @@ func TestIntegrationTimeout(t *testing.T) {
 		_ = p.Do(ctx, req)
 		return hang(ctx, req)
 	}))
-	gid, err := submit(t, c, sequential(h, 3), saga.WithTimeout(300*time.Millisecond))
-	if !errors.Is(err, saga.ErrTimeout) || errors.Is(err, saga.ErrIncomplete) {
+	gid, err := submit(t, c, sequential(h, 3), coordinator.WithTimeout(300*time.Millisecond))
+	if !errors.Is(err, coordinator.ErrTimeout) || errors.Is(err, coordinator.ErrIncomplete) {
 		t.Fatalf("Submit = %v, want ErrTimeout", err)
 	}
 	if got, want := p.log(), []string{"action/s1", "action/s2", "compensate/s2", "compensate/s1"}; !slices.Equal(got, want) {
@@ -420,7 +422,7 @@ func TestIntegrationTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	dying := e.coordinatorOn(pool, saga.WithLease(100*time.Millisecond), saga.WithAttempts(1))
+	dying := e.coordinatorOn(pool, coordinator.WithLease(100*time.Millisecond), saga.WithAttempts(1))
 	hd := register(t, dying, "p", participant.ParticipantFunc(func(ctx context.Context, req participant.Request) error {
 		if req.Branch == "s2" {
 			pool.Close()
@@ -428,11 +430,11 @@ func TestIntegrationTimeout(t *testing.T) {
 		}
 		return nil
 	}))
-	gid, err = submit(t, dying, sequential(hd, 3), saga.WithTimeout(time.Second))
+	gid, err = submit(t, dying, sequential(hd, 3), coordinator.WithTimeout(time.Second))
 	if err == nil {
 		t.Fatal("Submit succeeded without a database")
 	}
-	leader := e.coordinator(saga.WithElector(e.elector("leader")))
+	leader := e.coordinator(coordinator.WithElector(e.elector("leader")))
 	lp := newParty(nil)
 	register(t, leader, "p", participant.ParticipantFunc(func(ctx context.Context, req participant.Request) error {
 		_ = lp.Do(ctx, req)
@@ -485,7 +487,7 @@ func TestIntegrationHTTP(t *testing.T) {
 		return slices.Clone(calls[gid])
 	}
 	hp := participant.HTTP{URL: srv.URL, Client: srv.Client()}
-	c := e.coordinator(saga.WithAttempts(2), saga.WithLease(100*time.Millisecond))
+	c := e.coordinator(saga.WithAttempts(2), coordinator.WithLease(100*time.Millisecond))
 
 	refused, err := submit(t, c, []saga.Step{
 		{Name: "stock", Participant: hp, Payload: json.RawMessage(`{"n":1}`)},
@@ -498,7 +500,7 @@ func TestIntegrationHTTP(t *testing.T) {
 		t.Fatalf("calls %v, want %v", got, want)
 	}
 
-	s, err := c.Begin(t.Context(), saga.WithGID("flaky"))
+	s, err := c.Begin(coordinator.WithGID("flaky"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,10 +510,10 @@ func TestIntegrationHTTP(t *testing.T) {
 	if err := s.Add(saga.Step{Name: "stock", Participant: hp}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Submit(t.Context()); !errors.Is(err, saga.ErrIncomplete) {
+	if err := s.Submit(t.Context()); !errors.Is(err, coordinator.ErrIncomplete) {
 		t.Fatalf("Submit answered 500 = %v, want ErrIncomplete", err)
 	}
-	leader := e.coordinator(saga.WithElector(e.elector("leader")), saga.WithHTTPClient(srv.Client()))
+	leader := e.coordinator(coordinator.WithElector(e.elector("leader")), coordinator.WithHTTPClient(srv.Client()))
 	run(t, leader)
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
 		return status(t, leader, "flaky") == saga.StatusSucceeded
@@ -521,28 +523,96 @@ func TestIntegrationHTTP(t *testing.T) {
 	}
 }
 
+// A step refused over HTTP by a participant's barrier: one URL serves the step, switching on
+// req.Op; the error says each thing once (the saga the step, participant.HTTP the op, gid, branch
+// and URL, the participant its refusal), and the refused step's own compensate is called — an
+// empty rollback, which the barrier answers without calling the business code.
+func TestIntegrationHTTPRefusedStepText(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t)
+	const secret = "saga-test-secret-0123456789abcdef"
+	bar, err := participant.NewBarrier(participant.WithBarrierSchema(e.schema.Name), participant.WithBarrierLogger(testLogger(t)),
+		participant.WithSecrets(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bar.Migrate(ctx, e.schema.Pool); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var sent, ran []string // the ops the coordinator sent, and those the business code ran
+	h := bar.Handler(e.schema.Pool, func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
+		mu.Lock()
+		ran = append(ran, req.Op.String()+"/"+req.Branch)
+		mu.Unlock()
+		switch req.Op {
+		case participant.OpAction:
+			return participant.ErrRefused // no funds
+		case participant.OpCompensate:
+			return nil
+		}
+		return fmt.Errorf("op %s: %w", req.Op, participant.ErrBadRequest)
+	}, participant.WithAllowedOps(participant.OpAction, participant.OpCompensate))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req participant.Request
+		_ = json.Unmarshal(body, &req)
+		mu.Lock()
+		sent = append(sent, req.Op.String()+"/"+req.Branch)
+		mu.Unlock()
+		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	client, err := participant.NewSigningClient(secret, srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.coordinator(coordinator.WithHTTPClient(client))
+	url := srv.URL + "/pay"
+	gid, err := submit(t, c, []saga.Step{{Name: "pay", Participant: participant.HTTP{URL: url, Client: client}}})
+	want := "saga: step pay: participant: action " + gid + "/pay at " + url + ": participant: refused"
+	if err == nil || err.Error() != want || !errors.Is(err, participant.ErrRefused) {
+		t.Fatalf("Submit = %v,\nwant %s", err, want)
+	}
+	var be *coordinator.BranchError
+	if !errors.As(err, &be) || be.GID != gid || be.Branch != "pay" || be.Op != participant.OpAction {
+		t.Fatalf("Submit = %#v, want a *coordinator.BranchError of action pay of %s", be, gid)
+	}
+	if st := status(t, c, gid); st != saga.StatusCompensated {
+		t.Fatalf("status %s, want compensated", st)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The compensate of pay reached the barrier, which found no action done: an empty rollback,
+	// without calling the business code.
+	if !slices.Equal(sent, []string{"action/pay", "compensate/pay"}) || !slices.Equal(ran, []string{"action/pay"}) {
+		t.Fatalf("sent %v, business code ran %v; want action and compensate sent, only the action run", sent, ran)
+	}
+}
+
 func TestIntegrationBadInput(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
 	c := e.coordinator()
 	h := register(t, c, "p", newParty(nil))
-	if _, err := c.Register("p", newParty(nil)); !errors.Is(err, saga.ErrInvalidOption) {
+	if _, err := c.Register("p", newParty(nil)); !errors.Is(err, coordinator.ErrInvalidOption) {
 		t.Fatalf("Register twice = %v", err)
 	}
-	if _, err := c.Status(ctx, "no-such-gid"); !errors.Is(err, saga.ErrNotFound) {
+	if _, err := c.Status(ctx, "no-such-gid"); !errors.Is(err, coordinator.ErrNotFound) {
 		t.Fatalf("Status(unknown) = %v, want ErrNotFound", err)
 	}
-	if err := c.Run(ctx); !errors.Is(err, saga.ErrInvalidOption) {
+	if err := c.Run(ctx); !errors.Is(err, coordinator.ErrInvalidOption) {
 		t.Fatalf("Run without an elector = %v, want ErrInvalidOption", err)
 	}
-	if _, err := c.Begin(ctx, saga.WithTimeout(-time.Second)); !errors.Is(err, saga.ErrInvalidOption) {
+	if _, err := c.Begin(coordinator.WithTimeout(-time.Second)); !errors.Is(err, coordinator.ErrInvalidOption) {
 		t.Fatalf("Begin with a negative timeout = %v", err)
 	}
-	empty, err := c.Begin(ctx)
+	empty, err := c.Begin()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := empty.Submit(ctx); !errors.Is(err, saga.ErrInvalidStep) {
+	if err := empty.Submit(ctx); !errors.Is(err, coordinator.ErrInvalidBranch) {
 		t.Fatalf("Submit without steps = %v, want ErrInvalidStep", err)
 	}
 	tests := []struct {
@@ -560,33 +630,33 @@ func TestIntegrationBadInput(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := c.Begin(ctx)
+			s, err := c.Begin()
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := s.Add(saga.Step{Name: "a", Participant: h}); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Add(tc.st); !errors.Is(err, saga.ErrInvalidStep) {
+			if err := s.Add(tc.st); !errors.Is(err, coordinator.ErrInvalidBranch) {
 				t.Fatalf("Add = %v, want ErrInvalidStep", err)
 			}
-			if err := s.Submit(ctx); !errors.Is(err, saga.ErrInvalidStep) {
+			if err := s.Submit(ctx); !errors.Is(err, coordinator.ErrInvalidBranch) {
 				t.Fatalf("Submit after a refused Add = %v, want ErrInvalidStep", err)
 			}
-			if _, err := c.Status(ctx, s.GID()); !errors.Is(err, saga.ErrNotFound) {
+			if _, err := c.Status(ctx, s.GID()); !errors.Is(err, coordinator.ErrNotFound) {
 				t.Fatalf("a refused saga was recorded: %v", err)
 			}
 		})
 	}
-	if _, err := submit(t, c, []saga.Step{{Name: "a", Participant: h}}, saga.WithGID("dup")); err != nil {
+	if _, err := submit(t, c, []saga.Step{{Name: "a", Participant: h}}, coordinator.WithGID("dup")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := submit(t, c, []saga.Step{{Name: "a", Participant: h}}, saga.WithGID("dup")); !errors.Is(err, saga.ErrInvalidState) {
+	if _, err := submit(t, c, []saga.Step{{Name: "a", Participant: h}}, coordinator.WithGID("dup")); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("Submit with a used gid = %v, want ErrInvalidState", err)
 	}
-	for _, bad := range []saga.Option{saga.WithConcurrency(0), saga.WithAttempts(0), saga.WithCallTimeout(0),
-		saga.WithDefaultTimeout(0), saga.WithLogger(nil), saga.WithLease(0), saga.WithBackoff(time.Second, 0)} {
-		if _, err := saga.New(e.schema.Pool, bad); !errors.Is(err, saga.ErrInvalidOption) {
+	for _, bad := range []coordinator.Option{coordinator.WithConcurrency(0), saga.WithAttempts(0), coordinator.WithCallTimeout(0),
+		coordinator.WithDefaultTimeout(0), coordinator.WithLogger(nil), coordinator.WithLease(0), coordinator.WithBackoff(time.Second, 0)} {
+		if _, err := saga.New(e.schema.Pool, bad); !errors.Is(err, coordinator.ErrInvalidOption) {
 			t.Fatalf("New with a bad option = %v, want ErrInvalidOption", err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/tcc"
@@ -85,7 +86,7 @@ func BenchmarkTCC(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(pool.Close)
-		c, err := tcc.New(pool, tcc.WithSchema(pg.Name), tcc.WithLogger(testLogger(b)), tcc.WithHTTPClient(client))
+		c, err := tcc.New(pool, coordinator.WithSchema(pg.Name), coordinator.WithLogger(testLogger(b)), coordinator.WithHTTPClient(client))
 		if err != nil {
 			b.Fatal(err)
 		}

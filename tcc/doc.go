@@ -5,11 +5,11 @@
 // left trying past their timeout.
 //
 //	client, _ := participant.NewSigningClient(secret, nil) // signs for the participants' barrier
-//	c, _ := tcc.New(pool, tcc.WithSchema("shop"), tcc.WithElector(el), tcc.WithHTTPClient(client))
+//	c, _ := tcc.New(pool, coordinator.WithSchema("shop"), coordinator.WithElector(el), coordinator.WithHTTPClient(client))
 //	_ = c.Migrate(ctx)
 //	go c.Run(ctx) // recovery, on the leader only
 //	stock, _ := c.Register("stock", stockParticipant) // in-process, found by name when recovering
-//	g, _ := c.Begin(ctx, tcc.WithTimeout(30*time.Second))
+//	g, _ := c.Begin(ctx, coordinator.WithTimeout(30*time.Second))
 //	err := g.Try(ctx, tcc.Branch{Name: "stock", Participant: stock, Payload: body})
 //	if err == nil {
 //		err = g.Try(ctx, tcc.Branch{Name: "pay", Participant: participant.HTTP{URL: payURL, Client: client}})
@@ -17,17 +17,17 @@
 //	if err != nil {
 //		return g.Rollback(ctx) // cancels every recorded branch, even the one that failed
 //	}
-//	return g.Commit(ctx) // nil, or ErrIncomplete: decided, the leader finishes the confirms
+//	return g.Commit(ctx) // nil, or coordinator.ErrIncomplete: decided, the leader finishes the confirms
 //
 // # Refusals and failures
 //
 // A try refused by the participant ([participant.ErrRefused], HTTP 409) records the rollback
-// decision at once and returns a [BranchError]; the caller calls Rollback (and if it does not, the
+// decision at once and returns a [coordinator.BranchError]; the caller calls Rollback (and if it does not, the
 // leader cancels after the lease). Any other try failure is an unknown outcome: the branch is
 // recorded before its try is called, so Rollback (or the timeout) cancels it too — the
 // participant's barrier turns a cancel without a try into an empty rollback. Confirms and
 // cancels are retried until they succeed, with backoff computed by PostgreSQL; a refusal there
-// breaks the protocol and is counted ([Stats.Violations]), logged and retried.
+// breaks the protocol and is counted ([coordinator.Stats] Violations), logged and retried.
 //
 // # PostgreSQL writes per global transaction
 //

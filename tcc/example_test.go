@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/tcc"
 )
@@ -34,7 +35,7 @@ func Example() {
 	defer pool.Exec(context.WithoutCancel(ctx), "drop schema if exists "+pgx.Identifier{schema}.Sanitize()+" cascade") //nolint:errcheck
 
 	// Concurrency 1 calls the confirms (cancels) one after the other, so the output is in order.
-	c, err := tcc.New(pool, tcc.WithSchema(schema), tcc.WithConcurrency(1))
+	c, err := tcc.New(pool, coordinator.WithSchema(schema), coordinator.WithConcurrency(1))
 	if err != nil {
 		fmt.Println(err)
 		return

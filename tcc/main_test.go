@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
@@ -30,10 +31,10 @@ func newEnv(t *testing.T) *env {
 }
 
 // coordinator returns a migrated Coordinator on the test's schema.
-func (e *env) coordinator(opts ...tcc.Option) *tcc.Coordinator {
+func (e *env) coordinator(opts ...coordinator.Option) *tcc.Coordinator {
 	e.t.Helper()
-	opts = append([]tcc.Option{tcc.WithSchema(e.schema.Name), tcc.WithLogger(testLogger(e.t)),
-		tcc.WithBackoff(20*time.Millisecond, 100*time.Millisecond), tcc.WithRecovery("@every 100ms", 100, 16)}, opts...)
+	opts = append([]coordinator.Option{coordinator.WithSchema(e.schema.Name), coordinator.WithLogger(testLogger(e.t)),
+		coordinator.WithBackoff(20*time.Millisecond, 100*time.Millisecond), coordinator.WithRecovery("@every 100ms", 100, 16)}, opts...)
 	c, err := tcc.New(e.schema.Pool, opts...)
 	if err != nil {
 		e.t.Fatalf("tcc.New: %v", err)
@@ -95,7 +96,7 @@ func register(t *testing.T, c *tcc.Coordinator, name string, p participant.Parti
 	return h
 }
 
-func status(t *testing.T, c *tcc.Coordinator, gid string) tcc.Status {
+func status(t *testing.T, c *tcc.Coordinator, gid string) coordinator.Status {
 	t.Helper()
 	s, err := c.Status(t.Context(), gid)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testenv"
@@ -24,8 +25,8 @@ func TestIntegrationPanickingParticipant(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
 	el := e.elector("leader")
-	c := e.coordinator(tcc.WithElector(el), tcc.WithBackoff(100*time.Millisecond, 10*time.Second),
-		tcc.WithRecovery("@every 20ms", 100, 16))
+	c := e.coordinator(coordinator.WithElector(el), coordinator.WithBackoff(100*time.Millisecond, 10*time.Second),
+		coordinator.WithRecovery("@every 20ms", 100, 16))
 	var panics atomic.Bool
 	panics.Store(true)
 	p := newParty(func(req participant.Request) error {
@@ -43,7 +44,7 @@ func TestIntegrationPanickingParticipant(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = g1.Try(ctx, tcc.Branch{Name: "try-panics", Participant: h})
-	var be *tcc.BranchError
+	var be *coordinator.BranchError
 	if !errors.As(err, &be) || be.Op != participant.OpTry || !strings.Contains(err.Error(), "panic: boom in try") ||
 		errors.Is(err, participant.ErrRefused) {
 		t.Fatalf("Try = %v, want a *BranchError naming the panic, not a refusal", err)
@@ -63,7 +64,7 @@ func TestIntegrationPanickingParticipant(t *testing.T) {
 	if err := g.Try(ctx, tcc.Branch{Name: "b", Participant: h}); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Commit(ctx); !errors.Is(err, tcc.ErrIncomplete) || !strings.Contains(err.Error(), "panic: boom in confirm") {
+	if err := g.Commit(ctx); !errors.Is(err, coordinator.ErrIncomplete) || !strings.Contains(err.Error(), "panic: boom in confirm") {
 		t.Fatalf("Commit = %v, want ErrIncomplete naming the panic", err)
 	}
 

@@ -12,10 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/saga"
 	"github.com/txkit/txkit/tcc"
+	"github.com/txkit/txkit/twopc"
 )
 
 var errDown = errors.New("participant down")
@@ -27,7 +30,7 @@ func TestIntegrationCommit(t *testing.T) {
 	stock, account := newParty(nil), newParty(nil)
 	hs, ha := register(t, c, "stock", stock), register(t, c, "account", account)
 
-	g, err := c.Begin(ctx, tcc.WithGID("order-1"))
+	g, err := c.Begin(ctx, coordinator.WithGID("order-1"))
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
@@ -54,7 +57,7 @@ func TestIntegrationCommit(t *testing.T) {
 	if stock.count("confirm") != 1 {
 		t.Fatalf("a second Commit confirmed again: %v", stock.calls)
 	}
-	if err := g.Rollback(ctx); !errors.Is(err, tcc.ErrInvalidState) {
+	if err := g.Rollback(ctx); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("Rollback after Commit = %v, want ErrInvalidState", err)
 	}
 }
@@ -80,14 +83,14 @@ func TestIntegrationTryRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = g.Try(ctx, tcc.Branch{Name: "account", Participant: ha})
-	var be *tcc.BranchError
+	var be *coordinator.BranchError
 	if !errors.Is(err, participant.ErrRefused) || !errors.As(err, &be) || be.Branch != "account" || be.Op != participant.OpTry || be.GID != g.GID() {
 		t.Fatalf("Try refused = %v, want a BranchError wrapping participant.ErrRefused", err)
 	}
-	if err := g.Commit(ctx); !errors.Is(err, tcc.ErrInvalidState) {
+	if err := g.Commit(ctx); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("Commit after a refusal = %v, want ErrInvalidState", err)
 	}
-	if err := g.Try(ctx, tcc.Branch{Name: "late", Participant: hs}); !errors.Is(err, tcc.ErrInvalidState) {
+	if err := g.Try(ctx, tcc.Branch{Name: "late", Participant: hs}); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("Try after a refusal = %v, want ErrInvalidState", err)
 	}
 	if err := g.Rollback(ctx); err != nil {
@@ -108,7 +111,7 @@ func TestIntegrationTryRefused(t *testing.T) {
 func TestIntegrationRecoverAfterCrash(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
-	starter := e.coordinator(tcc.WithLease(200 * time.Millisecond))
+	starter := e.coordinator(coordinator.WithLease(200 * time.Millisecond))
 	stock, account := newParty(nil), newParty(nil)
 	hs, ha := register(t, starter, "stock", stock), register(t, starter, "account", account)
 
@@ -147,14 +150,14 @@ func TestIntegrationRecoverAfterCrash(t *testing.T) {
 		}
 	}
 	err = partial.Commit(ctx)
-	var be *tcc.BranchError
-	if !errors.Is(err, tcc.ErrIncomplete) || !errors.Is(err, errDown) || !errors.As(err, &be) || be.Branch != "account" {
+	var be *coordinator.BranchError
+	if !errors.Is(err, coordinator.ErrIncomplete) || !errors.Is(err, errDown) || !errors.As(err, &be) || be.Branch != "account" {
 		t.Fatalf("Commit with a failing confirm = %v, want ErrIncomplete from branch account", err)
 	}
 	account.setAnswer(nil)
 
 	// The recovering coordinator: another instance, the same participants registered by name.
-	leader := e.coordinator(tcc.WithElector(e.elector("leader")))
+	leader := e.coordinator(coordinator.WithElector(e.elector("leader")))
 	register(t, leader, "stock", stock)
 	register(t, leader, "account", account)
 	run(t, leader)
@@ -179,12 +182,12 @@ func TestIntegrationRecoverAfterCrash(t *testing.T) {
 func TestIntegrationTimeout(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
-	c := e.coordinator(tcc.WithElector(e.elector("only")))
+	c := e.coordinator(coordinator.WithElector(e.elector("only")))
 	stock, account := newParty(nil), newParty(nil)
 	hs, ha := register(t, c, "stock", stock), register(t, c, "account", account)
 	run(t, c)
 
-	g, err := c.Begin(ctx, tcc.WithTimeout(300*time.Millisecond))
+	g, err := c.Begin(ctx, coordinator.WithTimeout(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +196,7 @@ func TestIntegrationTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	other, err := c.Begin(ctx, tcc.WithTimeout(time.Hour)) // not timed out: left alone
+	other, err := c.Begin(ctx, coordinator.WithTimeout(time.Hour)) // not timed out: left alone
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +206,7 @@ func TestIntegrationTimeout(t *testing.T) {
 	if stock.count("cancel") != 1 || account.count("cancel") != 1 {
 		t.Fatalf("cancels: stock %v account %v", stock.calls, account.calls)
 	}
-	if err := g.Commit(ctx); !errors.Is(err, tcc.ErrInvalidState) {
+	if err := g.Commit(ctx); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("Commit after the timeout = %v, want ErrInvalidState", err)
 	}
 	if s := status(t, c, other.GID()); s != tcc.StatusTrying {
@@ -230,7 +233,7 @@ func TestIntegrationConfirmRefusedIsRetried(t *testing.T) {
 		}
 		return nil
 	})
-	c := e.coordinator(tcc.WithElector(e.elector("only")), tcc.WithLease(100*time.Millisecond))
+	c := e.coordinator(coordinator.WithElector(e.elector("only")), coordinator.WithLease(100*time.Millisecond))
 	h := register(t, c, "p", p)
 	run(t, c)
 	g, err := c.Begin(ctx)
@@ -240,7 +243,7 @@ func TestIntegrationConfirmRefusedIsRetried(t *testing.T) {
 	if err := g.Try(ctx, tcc.Branch{Name: "p", Participant: h}); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Commit(ctx); !errors.Is(err, tcc.ErrIncomplete) || !errors.Is(err, participant.ErrRefused) {
+	if err := g.Commit(ctx); !errors.Is(err, coordinator.ErrIncomplete) || !errors.Is(err, participant.ErrRefused) {
 		t.Fatalf("Commit = %v, want ErrIncomplete wrapping the refusal", err)
 	}
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
@@ -286,7 +289,7 @@ func TestIntegrationHTTP(t *testing.T) {
 		return calls[k]
 	}
 	hp := participant.HTTP{URL: srv.URL, Client: srv.Client()}
-	starter := e.coordinator(tcc.WithLease(100 * time.Millisecond))
+	starter := e.coordinator(coordinator.WithLease(100 * time.Millisecond))
 
 	refused, err := starter.Begin(ctx)
 	if err != nil {
@@ -310,10 +313,10 @@ func TestIntegrationHTTP(t *testing.T) {
 	if err := g.Try(ctx, tcc.Branch{Name: "stock", Participant: &hp, Payload: json.RawMessage(`{"n":1}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Commit(ctx); !errors.Is(err, tcc.ErrIncomplete) {
+	if err := g.Commit(ctx); !errors.Is(err, coordinator.ErrIncomplete) {
 		t.Fatalf("Commit answered 500 = %v, want ErrIncomplete", err)
 	}
-	leader := e.coordinator(tcc.WithElector(e.elector("leader")), tcc.WithHTTPClient(srv.Client()))
+	leader := e.coordinator(coordinator.WithElector(e.elector("leader")), coordinator.WithHTTPClient(srv.Client()))
 	run(t, leader)
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
 		return status(t, leader, g.GID()) == tcc.StatusConfirmed
@@ -328,23 +331,23 @@ func TestIntegrationBadInput(t *testing.T) {
 	e := newEnv(t)
 	c := e.coordinator()
 	h := register(t, c, "p", newParty(nil))
-	if _, err := c.Register("p", newParty(nil)); !errors.Is(err, tcc.ErrInvalidOption) {
+	if _, err := c.Register("p", newParty(nil)); !errors.Is(err, coordinator.ErrInvalidOption) {
 		t.Fatalf("Register twice = %v", err)
 	}
-	if _, err := c.Status(ctx, "no-such-gid"); !errors.Is(err, tcc.ErrNotFound) {
+	if _, err := c.Status(ctx, "no-such-gid"); !errors.Is(err, coordinator.ErrNotFound) {
 		t.Fatalf("Status(unknown) = %v, want ErrNotFound", err)
 	}
-	if err := c.Run(ctx); !errors.Is(err, tcc.ErrInvalidOption) {
+	if err := c.Run(ctx); !errors.Is(err, coordinator.ErrInvalidOption) {
 		t.Fatalf("Run without an elector = %v, want ErrInvalidOption", err)
 	}
-	g, err := c.Begin(ctx, tcc.WithGID("dup"))
+	g, err := c.Begin(ctx, coordinator.WithGID("dup"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Begin(ctx, tcc.WithGID("dup")); !errors.Is(err, tcc.ErrInvalidState) {
+	if _, err := c.Begin(ctx, coordinator.WithGID("dup")); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("Begin with a used gid = %v, want ErrInvalidState", err)
 	}
-	if _, err := c.Begin(ctx, tcc.WithTimeout(-time.Second)); !errors.Is(err, tcc.ErrInvalidOption) {
+	if _, err := c.Begin(ctx, coordinator.WithTimeout(-time.Second)); !errors.Is(err, coordinator.ErrInvalidOption) {
 		t.Fatalf("Begin with a negative timeout = %v", err)
 	}
 	tests := []struct {
@@ -352,11 +355,11 @@ func TestIntegrationBadInput(t *testing.T) {
 		b    tcc.Branch
 		want error
 	}{
-		{"empty name", tcc.Branch{Participant: h}, tcc.ErrInvalidBranch},
-		{"payload not JSON", tcc.Branch{Name: "b", Participant: h, Payload: json.RawMessage(`{`)}, tcc.ErrInvalidBranch},
-		{"unregistered participant", tcc.Branch{Name: "b", Participant: newParty(nil)}, tcc.ErrInvalidBranch},
-		{"nil participant", tcc.Branch{Name: "b"}, tcc.ErrInvalidBranch},
-		{"HTTP without URL", tcc.Branch{Name: "b", Participant: participant.HTTP{}}, tcc.ErrInvalidBranch},
+		{"empty name", tcc.Branch{Participant: h}, coordinator.ErrInvalidBranch},
+		{"payload not JSON", tcc.Branch{Name: "b", Participant: h, Payload: json.RawMessage(`{`)}, coordinator.ErrInvalidBranch},
+		{"unregistered participant", tcc.Branch{Name: "b", Participant: newParty(nil)}, coordinator.ErrInvalidBranch},
+		{"nil participant", tcc.Branch{Name: "b"}, coordinator.ErrInvalidBranch},
+		{"HTTP without URL", tcc.Branch{Name: "b", Participant: participant.HTTP{}}, coordinator.ErrInvalidBranch},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -368,17 +371,24 @@ func TestIntegrationBadInput(t *testing.T) {
 	if err := g.Try(ctx, tcc.Branch{Name: "b", Participant: h}); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Try(ctx, tcc.Branch{Name: "b", Participant: h}); !errors.Is(err, tcc.ErrInvalidBranch) {
+	if err := g.Try(ctx, tcc.Branch{Name: "b", Participant: h}); !errors.Is(err, coordinator.ErrInvalidBranch) {
 		t.Fatalf("Try with a used name = %v, want ErrInvalidBranch", err)
 	}
 	if err := g.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []tcc.Option{tcc.WithConcurrency(0), tcc.WithCallTimeout(0), tcc.WithDefaultTimeout(0), tcc.WithLogger(nil),
-		tcc.WithLease(0), tcc.WithBackoff(time.Second, 0)} {
-		if _, err := tcc.New(e.schema.Pool, bad); !errors.Is(err, tcc.ErrInvalidOption) {
+	for _, bad := range []coordinator.Option{coordinator.WithConcurrency(0), coordinator.WithCallTimeout(0),
+		coordinator.WithDefaultTimeout(0), coordinator.WithLogger(nil), coordinator.WithLease(0),
+		coordinator.WithBackoff(time.Second, 0)} {
+		if _, err := tcc.New(e.schema.Pool, bad); !errors.Is(err, coordinator.ErrInvalidOption) {
 			t.Fatalf("New with a bad option = %v, want ErrInvalidOption", err)
 		}
+	}
+	// Another protocol's own options are refused, by name.
+	_, err = tcc.New(e.schema.Pool, saga.WithAttempts(2), twopc.WithPrepareTimeout(time.Second))
+	if want := "tcc: option saga.WithAttempts, twopc.WithPrepareTimeout is not for this coordinator: coordinator: invalid option"; err == nil ||
+		err.Error() != want || !errors.Is(err, coordinator.ErrInvalidOption) {
+		t.Fatalf("New with saga's and twopc's options = %v, want %s", err, want)
 	}
 }
 
@@ -387,7 +397,7 @@ func TestIntegrationBadInput(t *testing.T) {
 func TestIntegrationTryTimeoutIsCancelled(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
-	c := e.coordinator(tcc.WithCallTimeout(100 * time.Millisecond))
+	c := e.coordinator(coordinator.WithCallTimeout(100 * time.Millisecond))
 	slow := newParty(nil)
 	h := register(t, c, "slow", participant.ParticipantFunc(func(ctx context.Context, req participant.Request) error {
 		_ = slow.Do(ctx, req)
@@ -421,7 +431,7 @@ func TestIntegrationConcurrencyLimit(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
 	const limit, branches = 2, 8
-	c := e.coordinator(tcc.WithConcurrency(limit))
+	c := e.coordinator(coordinator.WithConcurrency(limit))
 	var (
 		mu             sync.Mutex
 		inflight, peak int

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/twopc"
 )
@@ -57,7 +58,7 @@ func BenchmarkTransfer(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(pool.Close)
-		c, err := twopc.New(pool, twopc.WithSchema(log.Name), twopc.WithLogger(testLogger(b)))
+		c, err := twopc.New(pool, coordinator.WithSchema(log.Name), coordinator.WithLogger(testLogger(b)))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -8,7 +8,7 @@
 // [participant.Participant] — HTTP endpoints (JSON, [participant.OpPrepare], OpCommit, OpAbort;
 // 2xx yes, 409 no) or in-process implementations — and can use [participant.Barrier] so that a
 // late prepare after an abort is refused. A barrier's handler serves only signed calls unless it
-// opts out: give the branches' participant.HTTP and [WithHTTPClient] the client of
+// opts out: give the branches' participant.HTTP and [coordinator.WithHTTPClient] the client of
 // [participant.NewSigningClient].
 //
 // The classic weaknesses of two-phase commit are the coordinator as a single point of failure
@@ -52,7 +52,7 @@
 // Gids, database and branch names and the namespace (schema and table prefix) become the names of
 // prepared transactions, which PostgreSQL takes only as string literals, not parameters. They are
 // refused at the API boundary when they hold a backslash or a control character or pass 199
-// bytes (errors wrapping [ErrInvalidOption] or [ErrInvalidBranch]), and the literals are written
+// bytes (errors wrapping [coordinator.ErrInvalidOption] or [coordinator.ErrInvalidBranch]), and the literals are written
 // as E'...' with backslash and quote doubled, which reads the same whatever
 // standard_conforming_strings is.
 //
@@ -64,7 +64,7 @@
 //
 // A transfer between two databases:
 //
-//	c, _ := twopc.New(logPool, twopc.WithSchema("bank"), twopc.WithElector(el))
+//	c, _ := twopc.New(logPool, coordinator.WithSchema("bank"), coordinator.WithElector(el))
 //	defer c.Close()
 //	_ = c.Migrate(ctx)
 //	_ = c.RegisterDB("east", eastPool) // every coordinator registers the same names

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/twopc"
 )
 
@@ -47,7 +48,7 @@ func Example() {
 		}
 	}()
 
-	c, err := twopc.New(pool, twopc.WithSchema(logSchema))
+	c, err := twopc.New(pool, coordinator.WithSchema(logSchema))
 	if err != nil {
 		fmt.Println(err)
 		return

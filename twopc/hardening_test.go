@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txkit/txkit/twopc"
+	"github.com/txkit/txkit/coordinator"
 )
 
 // TestIntegrationHotRowSmallPool: 64 transfers at once, every one taking 1 from alice in east and
@@ -29,7 +29,7 @@ func TestIntegrationHotRowSmallPool(t *testing.T) {
 	)
 	b := newBank(t)
 	c := b.coordinatorOn(map[string]*pgxpool.Pool{"east": b.pool(b.east, conns, nil), "west": b.pool(b.west, conns, nil)},
-		twopc.WithCallTimeout(2*time.Second))
+		coordinator.WithCallTimeout(2*time.Second))
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
 	transfer := func() error {
@@ -128,10 +128,10 @@ func TestIntegrationBackslashGIDDoesNothing(t *testing.T) {
 		return names
 	}
 	before := tables()
-	c := b.coordinatorOn(map[string]*pgxpool.Pool{"east": off}, twopc.WithCallTimeout(2*time.Second))
+	c := b.coordinatorOn(map[string]*pgxpool.Pool{"east": off}, coordinator.WithCallTimeout(2*time.Second))
 	const gid = `\'; create table pwned(); --`
-	g, err := c.Begin(ctx, twopc.WithGID(gid))
-	if !errors.Is(err, twopc.ErrInvalidOption) || !strings.Contains(fmt.Sprint(err), "backslash") {
+	g, err := c.Begin(ctx, coordinator.WithGID(gid))
+	if !errors.Is(err, coordinator.ErrInvalidOption) || !strings.Contains(fmt.Sprint(err), "backslash") {
 		t.Errorf("Begin(WithGID(%q)) = %v, want an error naming the backslash, wrapping ErrInvalidOption", gid, err)
 	}
 	if err == nil { // go on as a caller would, to see what the gid does

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/twopc"
@@ -75,16 +76,16 @@ func (b *bank) noPrepared() {
 
 // coordinator returns a migrated Coordinator on the log schema with east and west registered,
 // closed when the test ends.
-func (b *bank) coordinator(opts ...twopc.Option) *twopc.Coordinator {
+func (b *bank) coordinator(opts ...coordinator.Option) *twopc.Coordinator {
 	b.t.Helper()
 	return b.coordinatorOn(map[string]*pgxpool.Pool{"east": b.east.Pool, "west": b.west.Pool}, opts...)
 }
 
 // coordinatorOn is coordinator with the databases registered on pools (name → pool).
-func (b *bank) coordinatorOn(pools map[string]*pgxpool.Pool, opts ...twopc.Option) *twopc.Coordinator {
+func (b *bank) coordinatorOn(pools map[string]*pgxpool.Pool, opts ...coordinator.Option) *twopc.Coordinator {
 	b.t.Helper()
-	opts = append([]twopc.Option{twopc.WithSchema(b.log.Name), twopc.WithLogger(testLogger(b.t)),
-		twopc.WithBackoff(20*time.Millisecond, 100*time.Millisecond), twopc.WithRecovery("@every 100ms", 100, 16),
+	opts = append([]coordinator.Option{coordinator.WithSchema(b.log.Name), coordinator.WithLogger(testLogger(b.t)),
+		coordinator.WithBackoff(20*time.Millisecond, 100*time.Millisecond), coordinator.WithRecovery("@every 100ms", 100, 16),
 		twopc.WithInDoubtResolution("@every 200ms", 0)}, opts...)
 	c, err := twopc.New(b.log.Pool, opts...)
 	if err != nil {
@@ -167,7 +168,7 @@ func (b *bank) wantBalances(alice, bob int) {
 	}
 }
 
-func status(t *testing.T, c *twopc.Coordinator, gid string) twopc.Status {
+func status(t *testing.T, c *twopc.Coordinator, gid string) coordinator.Status {
 	t.Helper()
 	s, err := c.Status(t.Context(), gid)
 	if err != nil {

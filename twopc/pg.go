@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/participant"
 )
@@ -49,14 +50,14 @@ type database struct {
 // therefore differ in schema or table prefix.
 //
 // An empty name, one with a backslash or a control character or longer than 199 bytes, a nil
-// pool or a name registered twice returns an error wrapping [ErrInvalidOption]; after
+// pool or a name registered twice returns an error wrapping [coordinator.ErrInvalidOption]; after
 // [Coordinator.Close], one wrapping [ErrClosed].
 func (c *Coordinator) RegisterDB(name string, pool *pgxpool.Pool) error {
 	if err := checkName("database name", name); err != nil {
-		return fmt.Errorf("twopc: register database: %w: %w", err, ErrInvalidOption)
+		return fmt.Errorf("twopc: register database: %w: %w", err, coordinator.ErrInvalidOption)
 	}
 	if pool == nil {
-		return fmt.Errorf("twopc: register database %q: nil pool: %w", name, ErrInvalidOption)
+		return fmt.Errorf("twopc: register database %q: nil pool: %w", name, coordinator.ErrInvalidOption)
 	}
 	cfg := pool.Config() // a copy
 	cfg.MaxConns, cfg.MinConns, cfg.MinIdleConns = int32(c.o.phaseTwoConns), 0, 0
@@ -77,7 +78,7 @@ func (c *Coordinator) RegisterDB(name string, pool *pgxpool.Pool) error {
 	}
 	if err != nil {
 		p2.Close()
-		return fmt.Errorf("twopc: register database %q: %w", name, mapErr(err))
+		return fmt.Errorf("twopc: register database %q: %w", name, err)
 	}
 	c.dbs[name] = d
 	return nil
@@ -111,7 +112,7 @@ func (c *Coordinator) database(name string) (*database, error) {
 	defer c.mu.RUnlock()
 	d, ok := c.dbs[name]
 	if !ok {
-		return nil, fmt.Errorf("database %q is not registered (RegisterDB): %w", name, ErrInvalidBranch)
+		return nil, fmt.Errorf("database %q is not registered (RegisterDB): %w", name, coordinator.ErrInvalidBranch)
 	}
 	return d, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/twopc"
 )
@@ -19,7 +20,7 @@ func TestIntegrationDisruptivePGRestart(t *testing.T) {
 	ctx := t.Context()
 	b := newBank(t)
 	held, release := make(chan string, 1), make(chan struct{})
-	starter := b.coordinator(twopc.WithLease(500*time.Millisecond), twopc.WithHook(func(_ context.Context, gid string, p twopc.Phase) error {
+	starter := b.coordinator(coordinator.WithLease(500*time.Millisecond), twopc.WithHook(func(_ context.Context, gid string, p twopc.Phase) error {
 		if p == twopc.PhaseDecided {
 			held <- gid
 			<-release
@@ -59,7 +60,7 @@ func TestIntegrationDisruptivePGRestart(t *testing.T) {
 	}
 	b.wantBalances(startBalance, startBalance)
 
-	leader := b.coordinator(twopc.WithElector(b.elector("leader")))
+	leader := b.coordinator(coordinator.WithElector(b.elector("leader")))
 	run(t, leader)
 	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
 		s, err := leader.Status(ctx, gid)

@@ -10,27 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
-)
-
-// Status is the state of a global transaction: trying (phase one), then confirming → confirmed
-// (committing, committed) or cancelling → cancelled (aborting, aborted).
-type Status = core.Status
-
-// The statuses of a two-phase commit, in the core's words.
-const (
-	StatusPreparing  = core.StatusTrying
-	StatusCommitting = core.StatusConfirming
-	StatusCommitted  = core.StatusConfirmed
-	StatusAborting   = core.StatusCancelling
-	StatusAborted    = core.StatusCancelled
 )
 
 // Coordinator runs two-phase commits over PostgreSQL databases (their own PREPARE TRANSACTION)
@@ -38,68 +25,47 @@ const (
 // elected leader those whose starter vanished. Any number of Coordinators (processes) may share
 // one schema; each may start transactions; the leader among them recovers.
 //
+// Migrate, Register and Status are those of [coordinator.Shell].
+//
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {
+	coordinator.Shell
 	b      *core.Base
-	o      options
-	ns     string // names this coordinator's prepared transactions: "txkit:<ns>:"
+	o      *options // twopc's own settings
+	ns     string   // names this coordinator's prepared transactions: "txkit:<ns>:"
 	mu     sync.RWMutex
 	dbs    map[string]*database
 	closed bool
-	stats  struct{ committed, aborted, failures, resolved atomic.Int64 }
+	stats  struct{ committed, aborted, resolved atomic.Int64 }
 }
 
-// New returns a Coordinator whose log lives in pool. It does not touch the database: call
-// [Coordinator.Migrate], and [Coordinator.Close] when done. It returns an error wrapping
-// [ErrInvalidOption] when an option is unusable, among them a schema or table prefix with a
-// backslash or a control character (they name the prepared transactions).
+// New returns a Coordinator whose log lives in pool, configured by the options of package
+// coordinator and this package's own (WithPrepareTimeout, WithInDoubtResolution,
+// WithPhaseTwoConns, WithHook). Its tables are "txkit_2pc_global" and "txkit_2pc_branch" unless
+// [coordinator.WithTablePrefix] says otherwise, and its default timeout is 30s. It does not touch
+// the database: call Migrate ([coordinator.Shell]), and [Coordinator.Close] when done. It returns an
+// error wrapping [coordinator.ErrInvalidOption] when an option is unusable, among them a schema
+// or table prefix with a backslash or a control character (they name the prepared transactions).
 //
 // Give the log a pool of its own, not one of a registered database's: a transaction holds a
 // connection of every enlisted database while Commit writes its decision, and when work waiting
 // for row locks holds every other connection of that pool, the decision would wait for them and
 // they for it.
-func New(pool *pgxpool.Pool, opts ...Option) (*Coordinator, error) {
+func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 	o := defaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if err := o.validate(); err != nil {
+	b, err := core.NewBase(pool, core.Protocol{Name: "twopc", Kind: core.Kind2PC, Prefix: "txkit_2pc_", Timeout: 30 * time.Second, Own: o}, opts)
+	if err != nil {
 		return nil, err
 	}
-	b, err := core.NewBase(pool, o.Config)
-	if err != nil {
-		return nil, fmt.Errorf("twopc: %w", mapErr(err))
-	}
-	ns := o.Schema
+	ns := b.Cfg.Schema
 	if ns == "" {
 		ns = "-"
 	}
-	ns += "." + o.Prefix
+	ns += "." + b.Cfg.Prefix
 	if err := checkName("namespace (schema.prefix)", ns); err != nil {
-		return nil, fmt.Errorf("twopc: %w: %w", err, ErrInvalidOption)
+		return nil, fmt.Errorf("twopc: %w: %w", err, coordinator.ErrInvalidOption)
 	}
-	return &Coordinator{b: b, o: o, ns: ns, dbs: map[string]*database{}}, nil
-}
-
-// Migrate creates the coordinator's tables (and the fence table) when they do not exist. It is
-// idempotent and safe to run from several processes at once; ctx scopes only this call.
-func (c *Coordinator) Migrate(ctx context.Context) error {
-	if err := c.b.Log.Migrate(ctx); err != nil {
-		return fmt.Errorf("twopc: %w", err)
-	}
-	return nil
-}
-
-// Register makes p the in-process participant called name, and returns the participant to use
-// in [Branch.Participant]. The branch stores the name, so every Coordinator that may recover the
-// transaction must register the same name. Registering a name twice returns an error wrapping
-// [ErrInvalidOption].
-func (c *Coordinator) Register(name string, p participant.Participant) (participant.Participant, error) {
-	h, err := c.b.Parts.Register(name, p)
-	if err != nil {
-		return nil, fmt.Errorf("twopc: %w", mapErr(err))
-	}
-	return h, nil
+	return &Coordinator{Shell: b, b: b, o: o, ns: ns, dbs: map[string]*database{}}, nil
 }
 
 // Stats counts what a [Coordinator] did.
@@ -113,42 +79,27 @@ type Stats struct {
 // Stats returns the coordinator's counters.
 func (c *Coordinator) Stats() Stats {
 	return Stats{Committed: c.stats.committed.Load(), Aborted: c.stats.aborted.Load(),
-		Failures: c.stats.failures.Load(), Resolved: c.stats.resolved.Load()}
-}
-
-// Status returns gid's status, or an error wrapping [ErrNotFound].
-func (c *Coordinator) Status(ctx context.Context, gid string) (Status, error) {
-	st, err := c.b.Status(ctx, gid)
-	if err != nil {
-		return 0, fmt.Errorf("twopc: status: %w", mapErr(err))
-	}
-	return st, nil
+		Failures: c.b.Failures.Load(), Resolved: c.stats.resolved.Load()}
 }
 
 // Begin returns a new global transaction. It writes nothing and does not block: the log learns of
 // the transaction at [Global.Commit], when its branches are known. Until then nothing is
 // prepared anywhere, and a coordinator that dies leaves only open database transactions, which
-// PostgreSQL rolls back when their connections close. An invalid gid (see [WithGID]) returns an
-// error wrapping [ErrInvalidOption].
-func (c *Coordinator) Begin(_ context.Context, opts ...BeginOption) (*Global, error) {
-	o := beginOptions{timeout: c.o.Timeout}
-	for _, opt := range opts {
-		opt(&o)
+// PostgreSQL rolls back when their connections close. An invalid gid (see
+// [coordinator.WithGID]), or a timeout not above the prepare timeout, returns an error wrapping
+// [coordinator.ErrInvalidOption].
+func (c *Coordinator) Begin(_ context.Context, opts ...coordinator.BeginOption) (*Global, error) {
+	o, err := c.b.Begin(opts)
+	if err != nil {
+		return nil, err
 	}
-	if o.gid == "" {
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, fmt.Errorf("twopc: gid: %w", err)
-		}
-		o.gid = id.String()
+	if err := checkName("gid", o.GID); err != nil {
+		return nil, fmt.Errorf("twopc: begin: %w: %w", err, coordinator.ErrInvalidOption)
 	}
-	if err := checkName("gid", o.gid); err != nil {
-		return nil, fmt.Errorf("twopc: begin: %w: %w", err, ErrInvalidOption)
+	if o.Timeout <= c.o.prepareTimeout {
+		return nil, fmt.Errorf("twopc: begin %s: timeout %v not above the prepare timeout %v: %w", o.GID, o.Timeout, c.o.prepareTimeout, coordinator.ErrInvalidOption)
 	}
-	if o.timeout <= c.o.prepareTimeout {
-		return nil, fmt.Errorf("twopc: begin %s: timeout %v not above the prepare timeout %v: %w", o.gid, o.timeout, c.o.prepareTimeout, ErrInvalidOption)
-	}
-	return &Global{c: c, gid: o.gid, timeout: o.timeout}, nil
+	return &Global{c: c, gid: o.GID, timeout: o.Timeout}, nil
 }
 
 // Branch is a participant other than a registered PostgreSQL database: its prepare, commit and
@@ -158,7 +109,7 @@ type Branch struct {
 	// Name identifies the branch within the transaction.
 	Name string
 	// Participant is a participant.HTTP (its URL is stored) or one returned by
-	// [Coordinator.Register] (its name is stored), so a recovering coordinator can call it.
+	// Register (its name is stored), so a recovering coordinator can call it.
 	Participant participant.Participant
 	// Payload is sent with every op of the branch; empty or JSON.
 	Payload json.RawMessage
@@ -207,19 +158,19 @@ func (g *Global) GID() string { return g.gid }
 // An error from work (or from beginning) rolls the database transaction back and returns the
 // error: the branch is not enlisted, and the caller decides between Abort and committing the
 // other branches. A database that is not registered, or one already enlisted, returns an error
-// wrapping [ErrInvalidBranch]; a transaction already committing or aborted returns
-// [ErrInvalidState].
+// wrapping [coordinator.ErrInvalidBranch]; a transaction already committing or aborted returns
+// [coordinator.ErrInvalidState].
 func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Context, tx pgx.Tx) error) error {
 	d, err := g.c.database(db)
 	if err != nil {
 		return fmt.Errorf("twopc: enlist %q in %s: %w", db, g.gid, err)
 	}
 	if work == nil {
-		return fmt.Errorf("twopc: enlist %q in %s: nil work: %w", db, g.gid, ErrInvalidBranch)
+		return fmt.Errorf("twopc: enlist %q in %s: nil work: %w", db, g.gid, coordinator.ErrInvalidBranch)
 	}
 	if n := len(g.c.preparedID(g.gid, db)); n > maxPreparedID {
 		return fmt.Errorf("twopc: enlist %q in %s: prepared transaction id takes %d bytes, more than %d: %w",
-			db, g.gid, n, maxPreparedID, ErrInvalidBranch)
+			db, g.gid, n, maxPreparedID, coordinator.ErrInvalidBranch)
 	}
 	br := &branch{rec: core.Branch{Name: db, Target: d.target}}
 	if err := g.reserve(br); err != nil {
@@ -253,7 +204,7 @@ func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Co
 	if aborted { // Abort or Commit came while work ran: this branch is not part of them
 		g.release(ctx, br)
 		g.forget(br)
-		return fmt.Errorf("twopc: enlist %q in %s: transaction ended while the work ran: %w", db, g.gid, ErrInvalidState)
+		return fmt.Errorf("twopc: enlist %q in %s: transaction ended while the work ran: %w", db, g.gid, coordinator.ErrInvalidState)
 	}
 	return nil
 }
@@ -261,17 +212,17 @@ func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Co
 // EnlistParticipant adds a participant branch, prepared at [Global.Commit]. It does not block. An
 // empty name, one already enlisted, a payload that is not JSON or a participant that cannot be
 // recorded, or a name with a backslash or a control character, returns an error wrapping
-// [ErrInvalidBranch]; a transaction already committing or aborted returns [ErrInvalidState].
+// [coordinator.ErrInvalidBranch]; a transaction already committing or aborted returns [coordinator.ErrInvalidState].
 func (g *Global) EnlistParticipant(b Branch) error {
-	t, err := g.c.b.Parts.Target(b.Participant)
+	t, err := g.c.b.Target(b.Participant)
 	if err != nil {
-		return fmt.Errorf("twopc: branch %q of %s: %w", b.Name, g.gid, mapErr(err))
+		return fmt.Errorf("twopc: branch %q of %s: %w", b.Name, g.gid, err)
 	}
 	if len(b.Payload) > 0 && !json.Valid(b.Payload) {
-		return fmt.Errorf("twopc: branch %q of %s: payload is not JSON: %w", b.Name, g.gid, ErrInvalidBranch)
+		return fmt.Errorf("twopc: branch %q of %s: payload is not JSON: %w", b.Name, g.gid, coordinator.ErrInvalidBranch)
 	}
 	if err := checkName("branch", b.Name); err != nil {
-		return fmt.Errorf("twopc: branch of %s: %w: %w", g.gid, err, ErrInvalidBranch)
+		return fmt.Errorf("twopc: branch of %s: %w: %w", g.gid, err, coordinator.ErrInvalidBranch)
 	}
 	return g.reserve(&branch{rec: core.Branch{Name: b.Name, Target: t, Payload: b.Payload}, p: b.Participant})
 }
@@ -281,11 +232,11 @@ func (g *Global) reserve(br *branch) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.state != stateOpen {
-		return fmt.Errorf("twopc: enlist %q in %s: %w", br.rec.Name, g.gid, ErrInvalidState)
+		return fmt.Errorf("twopc: enlist %q in %s: %w", br.rec.Name, g.gid, coordinator.ErrInvalidState)
 	}
 	for _, b := range g.branches {
 		if b.rec.Name == br.rec.Name {
-			return fmt.Errorf("twopc: enlist %q in %s: already enlisted: %w", br.rec.Name, g.gid, ErrInvalidBranch)
+			return fmt.Errorf("twopc: enlist %q in %s: already enlisted: %w", br.rec.Name, g.gid, coordinator.ErrInvalidBranch)
 		}
 	}
 	br.rec.Seq = len(g.branches)
@@ -334,7 +285,7 @@ func (g *Global) release(ctx context.Context, br *branch) {
 // Abort rolls back a transaction that has not been committed: every enlisted database's open
 // transaction is rolled back and nothing is written to the log (presumed abort: nothing was
 // prepared). Aborting twice is harmless; aborting after [Global.Commit] was called returns an
-// error wrapping [ErrInvalidState] (Commit aborts by itself when phase one fails).
+// error wrapping [coordinator.ErrInvalidState] (Commit aborts by itself when phase one fails).
 func (g *Global) Abort(ctx context.Context) error {
 	g.mu.Lock()
 	switch g.state {
@@ -343,7 +294,7 @@ func (g *Global) Abort(ctx context.Context) error {
 		return nil
 	case stateCommitting:
 		g.mu.Unlock()
-		return fmt.Errorf("twopc: abort %s: commit already called: %w", g.gid, ErrInvalidState)
+		return fmt.Errorf("twopc: abort %s: commit already called: %w", g.gid, coordinator.ErrInvalidState)
 	}
 	g.state = stateAborted
 	branches := g.branches
@@ -356,7 +307,7 @@ func (g *Global) Abort(ctx context.Context) error {
 }
 
 // Commit runs the two phases. Phase one: every database branch is prepared (PREPARE
-// TRANSACTION) and every participant branch asked to prepare, at most [WithConcurrency] at once,
+// TRANSACTION) and every participant branch asked to prepare, at most [coordinator.WithConcurrency] at once,
 // all within [WithPrepareTimeout]. If every branch voted yes, Commit writes the decision to
 // commit and runs phase two (COMMIT PREPARED, OpCommit); otherwise it rolls every branch back.
 // The decision is written before any branch learns it, so a leader can always finish what a dead
@@ -377,21 +328,21 @@ func (g *Global) Abort(ctx context.Context) error {
 //
 // nil means committed everywhere. An error wrapping [ErrAborted] means the transaction aborted
 // (a branch voted no — wrapping [participant.ErrRefused] — failed, or phase one timed out); its
-// branch errors are joined to it as *[BranchError]s. An error wrapping [ErrIncomplete] means the
+// branch errors are joined to it as *[coordinator.BranchError]s. An error wrapping [coordinator.ErrIncomplete] means the
 // decision to commit is recorded but phase two did not finish everywhere: the leader finishes
 // it. An error wrapping [ErrInDoubt] means the decision could not be written or read back; the
-// leader settles it ([Coordinator.Status] tells which way). Calling Commit twice, or after
-// Abort, returns an error wrapping [ErrInvalidState]. A transaction with no branch commits
+// leader settles it (Status tells which way). Calling Commit twice, or after
+// Abort, returns an error wrapping [coordinator.ErrInvalidState]. A transaction with no branch commits
 // trivially and writes nothing.
 func (g *Global) Commit(ctx context.Context) error {
 	g.mu.Lock()
 	if g.state != stateOpen {
 		g.mu.Unlock()
-		return fmt.Errorf("twopc: commit %s: already committed or aborted: %w", g.gid, ErrInvalidState)
+		return fmt.Errorf("twopc: commit %s: already committed or aborted: %w", g.gid, coordinator.ErrInvalidState)
 	}
 	g.state = stateCommitting
 	// An Enlist still running its work is not part of the commit: it finds the transaction
-	// committing when its work returns, rolls its work back and returns ErrInvalidState.
+	// committing when its work returns, rolls its work back and returns coordinator.ErrInvalidState.
 	var branches []*branch
 	for _, br := range g.branches {
 		if br.p != nil || br.tx != nil {
@@ -417,7 +368,7 @@ func (g *Global) Commit(ctx context.Context) error {
 	if !onlyDBs {
 		if err := c.b.Log.Create(ctx, g.gid, core.Kind2PC, g.timeout, nil, recs...); err != nil {
 			c.stats.aborted.Add(1) // the deferred release rolls every branch back
-			return fmt.Errorf("twopc: commit %s: record: %w: %w", g.gid, ErrAborted, mapErr(err))
+			return fmt.Errorf("twopc: commit %s: record: %w: %w", g.gid, ErrAborted, err)
 		}
 	}
 	votes := g.prepare(ctx, branches)
@@ -451,7 +402,7 @@ func (g *Global) Commit(ctx context.Context) error {
 		if onlyDBs {
 			err = c.commitDBs(ctx, g.gid, recs)
 		} else {
-			err = c.phaseTwo(ctx, lock.Token{}, g.gid, core.StatusConfirming, recs)
+			err = c.b.PhaseTwo(ctx, lock.Token{}, g.gid, core.StatusConfirming, recs)
 		}
 		if err != nil {
 			return err
@@ -465,7 +416,7 @@ func (g *Global) Commit(ctx context.Context) error {
 // databases take part (nothing was written before), else the update of its record. It returns
 // the status the transaction is in, an error wrapping ErrAborted when the leader or the resolver
 // aborted it first, or one wrapping ErrInDoubt when the outcome cannot be known here.
-func (g *Global) decide(ctx context.Context, recs []core.Branch, onlyDBs bool) (Status, error) {
+func (g *Global) decide(ctx context.Context, recs []core.Branch, onlyDBs bool) (coordinator.Status, error) {
 	c := g.c
 	var err error
 	if onlyDBs {
@@ -474,7 +425,7 @@ func (g *Global) decide(ctx context.Context, recs []core.Branch, onlyDBs bool) (
 			return core.StatusConfirming, nil
 		}
 	} else {
-		var st Status
+		var st coordinator.Status
 		if st, err = c.b.Log.Decide(ctx, g.gid, core.StatusTrying, core.StatusConfirming); err == nil {
 			return st, nil
 		}
@@ -484,11 +435,11 @@ func (g *Global) decide(ctx context.Context, recs []core.Branch, onlyDBs bool) (
 	cur, gerr := c.b.Status(rctx, g.gid)
 	switch {
 	case gerr == nil && (cur == core.StatusCancelling || cur == core.StatusCancelled):
-		return cur, fmt.Errorf("twopc: %s: aborted by the leader before the decision: %w: %w", g.gid, ErrAborted, mapErr(err))
+		return cur, fmt.Errorf("twopc: %s: aborted by the leader before the decision: %w: %w", g.gid, ErrAborted, err)
 	case gerr == nil && (cur == core.StatusConfirming || cur == core.StatusConfirmed):
 		return cur, nil // our write went through; its answer was lost
 	}
-	return 0, fmt.Errorf("twopc: commit %s: decide: %w: %w", g.gid, ErrInDoubt, mapErr(errors.Join(err, gerr)))
+	return 0, fmt.Errorf("twopc: commit %s: decide: %w: %w", g.gid, ErrInDoubt, errors.Join(err, gerr))
 }
 
 // commitDBs is phase two of a transaction whose branches are all databases: the COMMIT PREPAREDs
@@ -504,7 +455,7 @@ func (c *Coordinator) commitDBs(ctx context.Context, gid string, recs []core.Bra
 		failed []error
 	)
 	var eg errgroup.Group
-	eg.SetLimit(c.o.Concurrency + 1)
+	eg.SetLimit(c.b.Cfg.Concurrency + 1)
 	eg.Go(func() error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
 		defer cancel()
@@ -513,11 +464,11 @@ func (c *Coordinator) commitDBs(ctx context.Context, gid string, recs []core.Bra
 	for _, r := range recs {
 		eg.Go(func() error {
 			if err := c.b.CallTarget(ctx, r.Target, participant.Request{GID: gid, Branch: r.Name, Op: participant.OpCommit}); err != nil {
-				c.stats.failures.Add(1)
+				c.b.Failures.Add(1)
 				c.b.Cfg.Logger.Warn("twopc: commit prepared failed; the in-doubt resolver will", slog.String("gid", gid),
 					slog.String("branch", r.Name), slog.Any("err", err))
 				mu.Lock()
-				failed = append(failed, &BranchError{GID: gid, Branch: r.Name, Op: participant.OpCommit, Err: err})
+				failed = append(failed, &coordinator.BranchError{GID: gid, Branch: r.Name, Op: participant.OpCommit, Err: err})
 				mu.Unlock()
 			}
 			return nil
@@ -526,10 +477,10 @@ func (c *Coordinator) commitDBs(ctx context.Context, gid string, recs []core.Bra
 	if err := eg.Wait(); err != nil {
 		// The commits are done or left to the resolver; without the record the leader finishes
 		// the transaction when the lease passes.
-		failed = append(failed, fmt.Errorf("twopc: record the outcome of %s: %w", gid, mapErr(err)))
+		failed = append(failed, fmt.Errorf("twopc: record the outcome of %s: %w", gid, err))
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("twopc: commit %s: %w: %w", gid, ErrIncomplete, errors.Join(failed...))
+		return fmt.Errorf("twopc: commit %s: %w: %w", gid, coordinator.ErrIncomplete, errors.Join(failed...))
 	}
 	return nil
 }
@@ -544,7 +495,7 @@ func (g *Global) prepare(ctx context.Context, branches []*branch) []error {
 		votes []error
 	)
 	var eg errgroup.Group
-	eg.SetLimit(c.o.Concurrency)
+	eg.SetLimit(c.b.Cfg.Concurrency)
 	for _, br := range branches {
 		eg.Go(func() error {
 			err := g.prepareOne(pctx, br)
@@ -553,7 +504,7 @@ func (g *Global) prepare(ctx context.Context, branches []*branch) []error {
 					err = fmt.Errorf("%w: %w", err, cause)
 				}
 				mu.Lock()
-				votes = append(votes, &BranchError{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Err: err})
+				votes = append(votes, &coordinator.BranchError{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Err: err})
 				mu.Unlock()
 			}
 			return nil
@@ -591,7 +542,7 @@ func (g *Global) abort(ctx context.Context, recs []core.Branch, recorded bool, v
 		var errs []error
 		for _, r := range recs {
 			if err := c.b.CallTarget(dctx, r.Target, participant.Request{GID: g.gid, Branch: r.Name, Op: participant.OpAbort}); err != nil {
-				errs = append(errs, &BranchError{GID: g.gid, Branch: r.Name, Op: participant.OpAbort, Err: err})
+				errs = append(errs, &coordinator.BranchError{GID: g.gid, Branch: r.Name, Op: participant.OpAbort, Err: err})
 			}
 		}
 		return errors.Join(append([]error{cause}, errs...)...)
@@ -601,66 +552,24 @@ func (g *Global) abort(ctx context.Context, recs []core.Branch, recorded bool, v
 	if _, err := c.b.Log.Decide(dctx, g.gid, core.StatusTrying, core.StatusCancelling); err != nil && !errors.Is(err, core.ErrInvalidState) {
 		c.b.Cfg.Logger.Warn("twopc: could not record the abort; the leader will", slog.String("gid", g.gid), slog.Any("err", err))
 	}
-	if err := c.phaseTwo(dctx, lock.Token{}, g.gid, core.StatusCancelling, recs); err != nil {
+	if err := c.b.PhaseTwo(dctx, lock.Token{}, g.gid, core.StatusCancelling, recs); err != nil {
 		return errors.Join(cause, err)
 	}
 	return cause
 }
 
-// phaseTwo commits (confirming) or aborts (cancelling) every branch not yet done and records the
-// outcome, fenced with tok when it is a leader's. It returns nil when all are done, an error
-// wrapping ErrIncomplete when some failed (recorded and retried by the leader), or the
-// recording's error.
-func (c *Coordinator) phaseTwo(ctx context.Context, tok lock.Token, gid string, st Status, recs []core.Branch) error {
-	op := participant.OpCommit
-	if st == core.StatusCancelling {
-		op = participant.OpAbort
-	}
-	failed, err := c.b.PhaseTwo(ctx, tok, gid, st, op, recs, func(name string, err error) error {
-		c.stats.failures.Add(1)
-		c.b.Cfg.Logger.Warn("twopc: phase two op failed; retrying later", slog.String("gid", gid),
-			slog.String("branch", name), slog.String("op", op.String()), slog.Any("err", err))
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("twopc: %s %s: record: %w", op, gid, mapErr(err))
-	}
-	if len(failed) > 0 {
-		errs := make([]error, len(failed))
-		for i, f := range failed {
-			errs[i] = &BranchError{GID: gid, Branch: f.Branch, Op: op, Err: f.Err}
-		}
-		return fmt.Errorf("twopc: %s %s: %w: %w", op, gid, ErrIncomplete, errors.Join(errs...))
-	}
-	return nil
-}
-
-// Run recovers, while this coordinator leads the election of [WithElector]: it finishes phase
+// Run recovers, while this coordinator leads the election of [coordinator.WithElector]: it finishes phase
 // two of every decided transaction whose starter vanished or whose commits/aborts failed, aborts
 // those left undecided past their timeout (presumed abort), resolves every in-doubt prepared
 // transaction of the registered databases from the log ([Coordinator.ResolveInDoubt], on the
 // schedule of [WithInDoubtResolution]) and deletes finished transactions past the retention. It
 // blocks until ctx ends, then returns nil after every goroutine it started has exited. It returns
-// an error wrapping [ErrInvalidOption] without an elector, [ErrRunning] when another Run is
+// an error wrapping [coordinator.ErrInvalidOption] without an elector, [coordinator.ErrRunning] when another Run is
 // running, and one wrapping [lock.ErrClosed] when the elector's session is closed.
 func (c *Coordinator) Run(ctx context.Context) error {
-	err := c.b.Run(ctx, core.Kind2PC, core.DriverFunc(c.recoverOne),
+	return c.b.Run(ctx, c.b.PhaseTwoDriver(),
 		core.WithLeaderJob("in-doubt", c.o.resolveSpec, func(ctx context.Context, _ lock.Token) error {
 			_, err := c.ResolveInDoubt(ctx)
 			return err
 		}))
-	if err != nil {
-		return fmt.Errorf("twopc: run: %w", mapErr(err))
-	}
-	return nil
-}
-
-// recoverOne is the recovery's driver: finish t's phase two. Failed branches are recorded (and
-// rescheduled) by phaseTwo, so only a failed recording is returned.
-func (c *Coordinator) recoverOne(ctx context.Context, tok lock.Token, t *core.Transaction) error {
-	err := c.phaseTwo(ctx, tok, t.GID, t.Status, t.Branches)
-	if errors.Is(err, ErrIncomplete) {
-		return nil
-	}
-	return err
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/twopc"
@@ -21,7 +22,7 @@ func TestIntegrationCommit(t *testing.T) {
 	ctx := t.Context()
 	b := newBank(t)
 	c := b.coordinator()
-	g, err := c.Begin(ctx, twopc.WithGID("transfer-1"))
+	g, err := c.Begin(ctx, coordinator.WithGID("transfer-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,10 +39,10 @@ func TestIntegrationCommit(t *testing.T) {
 		t.Fatalf("status %s, want committed", s)
 	}
 	b.noPrepared()
-	if err := g.Commit(ctx); !errors.Is(err, twopc.ErrInvalidState) {
+	if err := g.Commit(ctx); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("second Commit = %v, want ErrInvalidState", err)
 	}
-	if err := g.Abort(ctx); !errors.Is(err, twopc.ErrInvalidState) {
+	if err := g.Abort(ctx); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("Abort after Commit = %v, want ErrInvalidState", err)
 	}
 }
@@ -75,7 +76,7 @@ func TestIntegrationVoteNoAbortsAll(t *testing.T) {
 	if !errors.Is(err, twopc.ErrAborted) || !errors.Is(err, participant.ErrRefused) {
 		t.Fatalf("Commit = %v, want ErrAborted wrapping ErrRefused", err)
 	}
-	var be *twopc.BranchError
+	var be *coordinator.BranchError
 	if !errors.As(err, &be) || be.Branch != "ledger" || be.Op != participant.OpPrepare {
 		t.Fatalf("Commit's branch error = %+v, want the ledger's prepare", be)
 	}
@@ -129,7 +130,7 @@ func TestIntegrationCrashAfterDecisionRecovered(t *testing.T) {
 	ctx := t.Context()
 	b := newBank(t)
 	held, release := make(chan string, 1), make(chan struct{})
-	starter := b.coordinator(twopc.WithLease(500*time.Millisecond), twopc.WithHook(func(_ context.Context, gid string, p twopc.Phase) error {
+	starter := b.coordinator(coordinator.WithLease(500*time.Millisecond), twopc.WithHook(func(_ context.Context, gid string, p twopc.Phase) error {
 		if p == twopc.PhaseDecided {
 			held <- gid
 			<-release
@@ -148,7 +149,7 @@ func TestIntegrationCrashAfterDecisionRecovered(t *testing.T) {
 	}
 	b.wantBalances(startBalance, startBalance)
 
-	leader := b.coordinator(twopc.WithElector(b.elector("leader")))
+	leader := b.coordinator(coordinator.WithElector(b.elector("leader")))
 	run(t, leader)
 	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() bool {
 		s, err := leader.Status(ctx, gid)
@@ -177,7 +178,7 @@ func TestIntegrationCrashBeforeDecisionAborts(t *testing.T) {
 		}
 		return nil
 	}))
-	g, _ := starter.Begin(ctx, twopc.WithTimeout(time.Second))
+	g, _ := starter.Begin(ctx, coordinator.WithTimeout(time.Second))
 	if err := b.move(ctx, g, 40); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestIntegrationCrashBeforeDecisionAborts(t *testing.T) {
 	go func() { done <- g.Commit(ctx) }()
 	gid := <-held
 
-	leader := b.coordinator(twopc.WithElector(b.elector("leader")))
+	leader := b.coordinator(coordinator.WithElector(b.elector("leader")))
 	run(t, leader)
 	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() bool {
 		s, err := leader.Status(ctx, gid)
@@ -230,7 +231,7 @@ func TestIntegrationResolveInDoubt(t *testing.T) {
 	<-held
 	// One still in phase one; its participant branch makes it recorded before it prepares.
 	phase.Store(twopc.PhasePrepared)
-	g2, _ := starter.Begin(ctx, twopc.WithTimeout(time.Hour))
+	g2, _ := starter.Begin(ctx, coordinator.WithTimeout(time.Hour))
 	if err := g2.Enlist(ctx, "west", update("bob", 7)); err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +294,7 @@ func TestIntegrationDuplicateCommitAndAbort(t *testing.T) {
 	}
 	// A second coordinator drives the committed transaction's phase two once more, as a
 	// recovering leader that read it just before it finished would.
-	other := b.coordinator(twopc.WithElector(b.elector("other")))
+	other := b.coordinator(coordinator.WithElector(b.elector("other")))
 	if res, err := other.ResolveInDoubt(ctx); err != nil || res.Found != 0 {
 		t.Fatalf("ResolveInDoubt after commit = %+v, %v", res, err)
 	}
@@ -309,13 +310,13 @@ func TestIntegrationDuplicateCommitAndAbort(t *testing.T) {
 	if err := a.Abort(ctx); err != nil {
 		t.Fatalf("second Abort: %v", err)
 	}
-	if err := a.Commit(ctx); !errors.Is(err, twopc.ErrInvalidState) {
+	if err := a.Commit(ctx); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("Commit after Abort = %v, want ErrInvalidState", err)
 	}
 	b.wantBalances(startBalance-10, startBalance+10)
 	b.noPrepared()
 	// Nothing was written for the aborted one: presumed abort needs no record.
-	if _, err := c.Status(ctx, a.GID()); !errors.Is(err, twopc.ErrNotFound) {
+	if _, err := c.Status(ctx, a.GID()); !errors.Is(err, coordinator.ErrNotFound) {
 		t.Fatalf("Status of a transaction aborted before Commit = %v, want ErrNotFound", err)
 	}
 }
@@ -382,8 +383,8 @@ func TestIntegrationBadInput(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"unregistered database", func() error { g, _ := c.Begin(ctx); return g.Enlist(ctx, "north", update("a", 1)) }(), twopc.ErrInvalidBranch},
-		{"nil work", func() error { g, _ := c.Begin(ctx); return g.Enlist(ctx, "east", nil) }(), twopc.ErrInvalidBranch},
+		{"unregistered database", func() error { g, _ := c.Begin(ctx); return g.Enlist(ctx, "north", update("a", 1)) }(), coordinator.ErrInvalidBranch},
+		{"nil work", func() error { g, _ := c.Begin(ctx); return g.Enlist(ctx, "east", nil) }(), coordinator.ErrInvalidBranch},
 		{"enlisted twice", func() error {
 			g, _ := c.Begin(ctx)
 			defer g.Abort(ctx)
@@ -391,59 +392,59 @@ func TestIntegrationBadInput(t *testing.T) {
 				return err
 			}
 			return g.Enlist(ctx, "east", update("alice", 1))
-		}(), twopc.ErrInvalidBranch},
-		{"gid too long", func() error { _, err := c.Begin(ctx, twopc.WithGID(strings.Repeat("g", 300))); return err }(), twopc.ErrInvalidOption},
+		}(), coordinator.ErrInvalidBranch},
+		{"gid too long", func() error { _, err := c.Begin(ctx, coordinator.WithGID(strings.Repeat("g", 300))); return err }(), coordinator.ErrInvalidOption},
 		{"prepared id too long", func() error {
-			g, _ := c.Begin(ctx, twopc.WithGID(strings.Repeat("g", 190)))
+			g, _ := c.Begin(ctx, coordinator.WithGID(strings.Repeat("g", 190)))
 			return g.Enlist(ctx, "east", update("alice", 1))
-		}(), twopc.ErrInvalidBranch},
-		{"timeout not above prepare timeout", func() error { _, err := c.Begin(ctx, twopc.WithTimeout(time.Second)); return err }(), twopc.ErrInvalidOption},
+		}(), coordinator.ErrInvalidBranch},
+		{"timeout not above prepare timeout", func() error { _, err := c.Begin(ctx, coordinator.WithTimeout(time.Second)); return err }(), coordinator.ErrInvalidOption},
 		{"participant branch without name", func() error {
 			g, _ := c.Begin(ctx)
 			return g.EnlistParticipant(twopc.Branch{Participant: participant.HTTP{URL: "http://127.0.0.1:1/x"}})
-		}(), twopc.ErrInvalidBranch},
+		}(), coordinator.ErrInvalidBranch},
 		{"payload not JSON", func() error {
 			g, _ := c.Begin(ctx)
 			return g.EnlistParticipant(twopc.Branch{Name: "x", Participant: participant.HTTP{URL: "http://127.0.0.1:1/x"}, Payload: json.RawMessage("{")})
-		}(), twopc.ErrInvalidBranch},
+		}(), coordinator.ErrInvalidBranch},
 		{"unrecordable participant", func() error {
 			g, _ := c.Begin(ctx)
 			return g.EnlistParticipant(twopc.Branch{Name: "x", Participant: participant.ParticipantFunc(nil)})
-		}(), twopc.ErrInvalidBranch},
+		}(), coordinator.ErrInvalidBranch},
 		{"enlist after abort", func() error {
 			g, _ := c.Begin(ctx)
 			_ = g.Abort(ctx)
 			return g.Enlist(ctx, "east", update("alice", 1))
-		}(), twopc.ErrInvalidState},
-		{"unknown transaction", func() error { _, err := c.Status(ctx, "no-such-gid"); return err }(), twopc.ErrNotFound},
-		{"register database twice", c.RegisterDB("east", b.east.Pool), twopc.ErrInvalidOption},
-		{"register nil pool", c.RegisterDB("south", nil), twopc.ErrInvalidOption},
-		{"run without elector", c.Run(ctx), twopc.ErrInvalidOption},
+		}(), coordinator.ErrInvalidState},
+		{"unknown transaction", func() error { _, err := c.Status(ctx, "no-such-gid"); return err }(), coordinator.ErrNotFound},
+		{"register database twice", c.RegisterDB("east", b.east.Pool), coordinator.ErrInvalidOption},
+		{"register nil pool", c.RegisterDB("south", nil), coordinator.ErrInvalidOption},
+		{"run without elector", c.Run(ctx), coordinator.ErrInvalidOption},
 		{"prepare timeout above timeout", func() error {
-			_, err := twopc.New(b.log.Pool, twopc.WithPrepareTimeout(time.Minute), twopc.WithDefaultTimeout(time.Second))
+			_, err := twopc.New(b.log.Pool, twopc.WithPrepareTimeout(time.Minute), coordinator.WithDefaultTimeout(time.Second))
 			return err
-		}(), twopc.ErrInvalidOption},
-		{"zero concurrency", func() error { _, err := twopc.New(b.log.Pool, twopc.WithConcurrency(0)); return err }(), twopc.ErrInvalidOption},
-		{"gid with a backslash", func() error { _, err := c.Begin(ctx, twopc.WithGID(`a\b`)); return err }(), twopc.ErrInvalidOption},
-		{"gid with a newline", func() error { _, err := c.Begin(ctx, twopc.WithGID("a\nb")); return err }(), twopc.ErrInvalidOption},
-		{"gid with DEL", func() error { _, err := c.Begin(ctx, twopc.WithGID("a\x7fb")); return err }(), twopc.ErrInvalidOption},
-		{"gid with a C1 control", func() error { _, err := c.Begin(ctx, twopc.WithGID("a\u0085b")); return err }(), twopc.ErrInvalidOption},
+		}(), coordinator.ErrInvalidOption},
+		{"zero concurrency", func() error { _, err := twopc.New(b.log.Pool, coordinator.WithConcurrency(0)); return err }(), coordinator.ErrInvalidOption},
+		{"gid with a backslash", func() error { _, err := c.Begin(ctx, coordinator.WithGID(`a\b`)); return err }(), coordinator.ErrInvalidOption},
+		{"gid with a newline", func() error { _, err := c.Begin(ctx, coordinator.WithGID("a\nb")); return err }(), coordinator.ErrInvalidOption},
+		{"gid with DEL", func() error { _, err := c.Begin(ctx, coordinator.WithGID("a\x7fb")); return err }(), coordinator.ErrInvalidOption},
+		{"gid with a C1 control", func() error { _, err := c.Begin(ctx, coordinator.WithGID("a\u0085b")); return err }(), coordinator.ErrInvalidOption},
 		{"participant branch with a backslash", func() error {
 			g, _ := c.Begin(ctx)
 			return g.EnlistParticipant(twopc.Branch{Name: `x\y`, Participant: participant.HTTP{URL: "http://127.0.0.1:1/x"}})
-		}(), twopc.ErrInvalidBranch},
+		}(), coordinator.ErrInvalidBranch},
 		{"participant branch with a tab", func() error {
 			g, _ := c.Begin(ctx)
 			return g.EnlistParticipant(twopc.Branch{Name: "x\ty", Participant: participant.HTTP{URL: "http://127.0.0.1:1/x"}})
-		}(), twopc.ErrInvalidBranch},
-		{"database name with a backslash", c.RegisterDB(`south\`, b.east.Pool), twopc.ErrInvalidOption},
-		{"database name with an escape", c.RegisterDB("south\x1b[2J", b.east.Pool), twopc.ErrInvalidOption},
-		{"schema with a backslash", func() error { _, err := twopc.New(b.log.Pool, twopc.WithSchema(`bank\`)); return err }(), twopc.ErrInvalidOption},
+		}(), coordinator.ErrInvalidBranch},
+		{"database name with a backslash", c.RegisterDB(`south\`, b.east.Pool), coordinator.ErrInvalidOption},
+		{"database name with an escape", c.RegisterDB("south\x1b[2J", b.east.Pool), coordinator.ErrInvalidOption},
+		{"schema with a backslash", func() error { _, err := twopc.New(b.log.Pool, coordinator.WithSchema(`bank\`)); return err }(), coordinator.ErrInvalidOption},
 		{"table prefix with a control character", func() error {
-			_, err := twopc.New(b.log.Pool, twopc.WithTablePrefix("p\x01_"))
+			_, err := twopc.New(b.log.Pool, coordinator.WithTablePrefix("p\x01_"))
 			return err
-		}(), twopc.ErrInvalidOption},
-		{"no phase-two connection", func() error { _, err := twopc.New(b.log.Pool, twopc.WithPhaseTwoConns(0)); return err }(), twopc.ErrInvalidOption},
+		}(), coordinator.ErrInvalidOption},
+		{"no phase-two connection", func() error { _, err := twopc.New(b.log.Pool, twopc.WithPhaseTwoConns(0)); return err }(), coordinator.ErrInvalidOption},
 	} {
 		if !errors.Is(tc.err, tc.want) {
 			t.Errorf("%s: error %v, want %v", tc.name, tc.err, tc.want)
@@ -490,7 +491,7 @@ func TestIntegrationEnlistDuringCommit(t *testing.T) {
 		t.Fatalf("Commit: %v", err)
 	}
 	close(finish)
-	if err := <-late; !errors.Is(err, twopc.ErrInvalidState) {
+	if err := <-late; !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("Enlist that outlasted Commit = %v, want ErrInvalidState", err)
 	}
 	b.wantBalances(startBalance, startBalance+2)

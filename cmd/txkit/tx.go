@@ -78,7 +78,7 @@ func txCmd(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	opts := []core.Option{core.WithTablePrefix(prefix)}
+	opts := []core.LogOption{core.WithTablePrefix(prefix)}
 	if schema != "" {
 		opts = append(opts, core.WithSchema(schema))
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/outbox"
@@ -152,8 +153,8 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 	if err != nil {
 		return res, err
 	}
-	sagas, err := saga.New(pool, saga.WithSchema(c.Schema), saga.WithElector(sagaElector), // txkit_saga_global, _branch; txkit_fence, the same
-		saga.WithHTTPClient(signing), saga.WithLogger(log))
+	sagas, err := saga.New(pool, coordinator.WithSchema(c.Schema), coordinator.WithElector(sagaElector), // txkit_saga_global, _branch; txkit_fence, the same
+		coordinator.WithHTTPClient(signing), coordinator.WithLogger(log))
 	if err != nil {
 		return res, err
 	}
@@ -257,7 +258,7 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 		res.User, res.Delivered = user, took
 		walletURL := "http://" + ln.Addr().String() + "/wallet/saga"
 		for _, amount := range []int{100, 5000} {
-			s, err := sagas.Begin(gctx, saga.WithTimeout(30*time.Second))
+			s, err := sagas.Begin(coordinator.WithTimeout(30 * time.Second))
 			if err != nil {
 				return err
 			}
@@ -266,7 +267,7 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 				Participant: participant.HTTP{URL: walletURL, Client: signing}}); err != nil {
 				return err
 			}
-			err = s.Submit(gctx) // nil: succeeded; participant.ErrRefused: compensated; saga.ErrIncomplete: the leader carries on
+			err = s.Submit(gctx) // nil: succeeded; participant.ErrRefused: compensated; coordinator.ErrIncomplete: the leader carries on
 			if amount == 100 {
 				res.Accepted = err
 			} else {

@@ -2,14 +2,17 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
@@ -17,8 +20,8 @@ import (
 	"github.com/txkit/txkit/participant"
 )
 
-// Config is what every coordinator built on the core (tcc, saga, twopc) is configured with. Each
-// coordinator package keeps its own exported options, which set these fields.
+// Config is what every coordinator built on the core (tcc, saga, twopc) is configured with: the
+// options of package coordinator ([Option]) set its fields, and a protocol's own options set Own.
 type Config struct {
 	Schema, Prefix         string        // where the log's tables live (WithSchema, WithTablePrefix)
 	Lease                  time.Duration // a starter's ownership of a transaction it drives
@@ -33,6 +36,28 @@ type Config struct {
 	Batch, RecoverConc     int           // recovery claim size and drives at once
 	Retention              time.Duration // how long finished transactions are kept
 	RetentionSpec          string        // cron spec of the retention job
+	// Own points to the protocol's own settings (nil for a protocol without any), which its
+	// options ([OwnOption]) set.
+	Own any
+
+	misfits []string // protocol options given to another protocol's coordinator
+}
+
+// Option sets a coordinator's [Config]. Package coordinator offers the options every protocol
+// takes; a protocol's own options are built with [OwnOption].
+type Option func(*Config)
+
+// OwnOption returns the option called name that sets a protocol's own settings S through set.
+// Given to the coordinator of another protocol (whose Config.Own is not an *S), it is refused by
+// [NewBase] with an error wrapping [ErrInvalidOption] naming it.
+func OwnOption[S any](name string, set func(*S)) Option {
+	return func(c *Config) {
+		if s, ok := c.Own.(*S); ok {
+			set(s)
+			return
+		}
+		c.misfits = append(c.misfits, name)
+	}
 }
 
 // DefaultConfig returns the defaults shared by the coordinators; prefix names their tables.
@@ -47,6 +72,8 @@ func DefaultConfig(prefix string) Config {
 // Validate returns an error wrapping [ErrInvalidOption] naming the first unusable field.
 func (c Config) Validate() error {
 	switch {
+	case len(c.misfits) > 0:
+		return fmt.Errorf("option %s is not for this coordinator: %w", strings.Join(c.misfits, ", "), ErrInvalidOption)
 	case c.Logger == nil:
 		return fmt.Errorf("nil logger: %w", ErrInvalidOption)
 	case c.Concurrency <= 0:
@@ -59,48 +86,156 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Base is the part every coordinator shares: its log, its participant registry, its
-// configuration, the guard against two Runs, and the calls of branch ops. A coordinator embeds
-// it and wraps its methods with its own errors and docs.
+// Base is the shell every coordinator shares: its log, its participant registry, its
+// configuration, its counters, the guard against two Runs, and the calls of branch ops. A
+// coordinator holds one and exposes Migrate, Register, Status, Stats and Run through one-line
+// methods of its own (with its own docs); the errors they return start with the coordinator's
+// name.
 //
 // Base is safe for concurrent use by multiple goroutines.
 type Base struct {
-	Log     *Log
-	Parts   *Participants
-	Cfg     Config
-	running atomic.Bool
+	Log   *Log
+	Parts *Participants
+	Cfg   Config
+	// Failures and Violations count failed branch ops and refusals that break the protocol
+	// ([Stats]); the coordinator adds to them.
+	Failures, Violations atomic.Int64
+	name                 string // "tcc", "saga", "twopc": the prefix of the errors
+	kind                 Kind
+	running              atomic.Bool
 }
 
-// NewBase validates cfg and returns a Base whose log lives in pool. It does not touch the
-// database. Errors wrap [ErrInvalidOption].
-func NewBase(pool *pgxpool.Pool, cfg Config) (*Base, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
+// Stats counts what a coordinator saw.
+type Stats struct {
+	// Violations counts refusals of ops that must succeed eventually (a confirm, cancel or
+	// compensation): a participant broke the protocol. They are retried.
+	Violations int64
+	// Failures counts failed calls other than refused tries and actions (retried).
+	Failures int64
+}
+
+// Protocol is what a coordinator package tells [NewBase] about itself.
+type Protocol struct {
+	Name    string        // prefixes its errors: "tcc", "saga", "twopc"
+	Kind    Kind          // of the transactions it logs
+	Prefix  string        // default table prefix
+	Timeout time.Duration // default global timeout
+	Own     Settings      // its own settings (a pointer set by its [OwnOption]s), or nil
+}
+
+// Settings are a protocol's own settings: [NewBase] validates them, with the shared
+// configuration, once every option is applied; an error wraps [ErrInvalidOption].
+type Settings interface {
+	Validate(cfg Config) error
+}
+
+// NewBase applies opts to the defaults of protocol p, validates the result and returns a Base
+// whose log of p's transactions lives in pool. It does not touch the database. Errors wrap
+// [ErrInvalidOption].
+func NewBase(pool *pgxpool.Pool, p Protocol, opts []Option) (*Base, error) {
+	cfg := DefaultConfig(p.Prefix)
+	cfg.Timeout, cfg.Own = p.Timeout, p.Own
+	for _, opt := range opts {
+		opt(&cfg)
 	}
-	opts := []Option{WithTablePrefix(cfg.Prefix), WithLease(cfg.Lease), WithBackoff(cfg.BackoffMin, cfg.BackoffMax)}
-	if cfg.Schema != "" {
-		opts = append(opts, WithSchema(cfg.Schema))
+	err := cfg.Validate()
+	if err == nil && p.Own != nil {
+		err = p.Own.Validate(cfg)
 	}
-	l, err := New(pool, opts...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", p.Name, err)
 	}
-	return &Base{Log: l, Parts: NewParticipants(cfg.Client), Cfg: cfg}, nil
+	lopts := []LogOption{WithTablePrefix(cfg.Prefix), WithLease(cfg.Lease), WithBackoff(cfg.BackoffMin, cfg.BackoffMax)}
+	if cfg.Schema != "" {
+		lopts = append(lopts, WithSchema(cfg.Schema))
+	}
+	l, err := New(pool, lopts...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p.Name, err)
+	}
+	return &Base{Log: l, Parts: NewParticipants(cfg.Client), Cfg: cfg, name: p.Name, kind: p.Kind}, nil
+}
+
+// Errorf returns the error of format and args with the coordinator's name in front.
+func (b *Base) Errorf(format string, args ...any) error {
+	return fmt.Errorf(b.name+": "+format, args...)
+}
+
+// Migrate creates the log's tables (and the fence table) when they do not exist.
+func (b *Base) Migrate(ctx context.Context) error {
+	if err := b.Log.Migrate(ctx); err != nil {
+		return b.Errorf("%w", err)
+	}
+	return nil
+}
+
+// Register makes p the in-process participant called name (see [Participants.Register]).
+func (b *Base) Register(name string, p participant.Participant) (participant.Participant, error) {
+	h, err := b.Parts.Register(name, p)
+	if err != nil {
+		return nil, b.Errorf("%w", err)
+	}
+	return h, nil
+}
+
+// Target says where the recovery finds p (see [Participants.Target]).
+func (b *Base) Target(p participant.Participant) (Target, error) { return b.Parts.Target(p) }
+
+// Stats returns the counters.
+func (b *Base) Stats() Stats {
+	return Stats{Violations: b.Violations.Load(), Failures: b.Failures.Load()}
 }
 
 // Status returns gid's status, or an error wrapping [ErrNotFound].
 func (b *Base) Status(ctx context.Context, gid string) (Status, error) {
 	t, err := b.Log.Get(ctx, gid)
 	if err != nil {
-		return 0, err
+		return 0, b.Errorf("status: %w", err)
 	}
 	return t.Status, nil
 }
 
-// Run runs a [Recoverer] of kind's transactions with driver d under the configured elector until
-// ctx ends; opts add to the recoverer's options (a leader job). It returns an error wrapping [ErrInvalidOption] without an elector and [ErrRunning]
-// when another Run of b is running.
-func (b *Base) Run(ctx context.Context, kind Kind, d Driver, opts ...RecoverOption) error {
+// BeginOption sets a transaction's [BeginConfig].
+type BeginOption func(*BeginConfig)
+
+// BeginConfig is what a transaction is begun with.
+type BeginConfig struct {
+	GID     string        // default: a new UUIDv7
+	Timeout time.Duration // default: Config.Timeout
+}
+
+// Begin applies opts to the defaults: a new UUIDv7 gid and the configured timeout. A timeout
+// that is not positive returns an error wrapping [ErrInvalidOption].
+func (b *Base) Begin(opts []BeginOption) (BeginConfig, error) {
+	c := BeginConfig{Timeout: b.Cfg.Timeout}
+	for _, opt := range opts {
+		opt(&c)
+	}
+	if c.GID == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return c, b.Errorf("gid: %w", err)
+		}
+		c.GID = id.String()
+	}
+	if c.Timeout <= 0 {
+		return c, b.Errorf("begin %s: timeout %v: %w", c.GID, c.Timeout, ErrInvalidOption)
+	}
+	return c, nil
+}
+
+// Run runs a [Recoverer] of the coordinator's transactions with driver d under the configured
+// elector until ctx ends; opts add to the recoverer's options (a leader job). It returns an error
+// wrapping [ErrInvalidOption] without an elector and [ErrRunning] when another Run of b is
+// running.
+func (b *Base) Run(ctx context.Context, d Driver, opts ...RecoverOption) error {
+	if err := b.run(ctx, d, opts); err != nil {
+		return b.Errorf("run: %w", err)
+	}
+	return nil
+}
+
+func (b *Base) run(ctx context.Context, d Driver, opts []RecoverOption) error {
 	if b.Cfg.Elector == nil {
 		return fmt.Errorf("no elector (WithElector): %w", ErrInvalidOption)
 	}
@@ -111,7 +246,7 @@ func (b *Base) Run(ctx context.Context, kind Kind, d Driver, opts ...RecoverOpti
 	ropts := append([]RecoverOption{WithSchedule(b.Cfg.Schedule), WithBatchSize(b.Cfg.Batch),
 		WithConcurrency(b.Cfg.RecoverConc), WithRetention(b.Cfg.Retention, b.Cfg.RetentionSpec),
 		WithLogger(b.Cfg.Logger)}, opts...)
-	r, err := NewRecoverer(b.Log, b.Cfg.Elector, map[Kind]Driver{kind: d}, ropts...)
+	r, err := NewRecoverer(b.Log, b.Cfg.Elector, map[Kind]Driver{b.kind: d}, ropts...)
 	if err != nil {
 		return err
 	}
@@ -152,12 +287,70 @@ func (b *Base) CallTarget(ctx context.Context, t Target, req participant.Request
 // CleanupTimeout bounds the writes made after the caller's ctx ended (recording what happened).
 const CleanupTimeout = 5 * time.Second
 
-// PhaseTwo calls op on every branch of gid not yet done in the driving status st (at most
-// Cfg.Concurrency at once), records the outcome with [Log.Record] (fenced with tok when it is a
-// leader's) and returns the failures. onFail, when not nil, is told of each failure before it is
-// recorded and may replace the error stored. A failed recording is returned as the error.
-func (b *Base) PhaseTwo(ctx context.Context, tok lock.Token, gid string, st Status, op participant.Op,
-	branches []Branch, onFail func(branch string, err error) error) ([]BranchFailure, error) {
+// PhaseTwo carries out the decision st (confirming or cancelling) of gid — op, the one of
+// [PhaseTwoOp], on every branch not yet done, at most Cfg.Concurrency at once — records the
+// outcome with [Log.Record] (fenced with tok when it is a leader's), and returns nil when every
+// branch is done, an error wrapping [ErrIncomplete] and each failure as a *[BranchError] when some
+// failed (recorded, retried later), or the recording's error. A failure counts in Failures and is
+// logged; a refusal breaks the protocol (a decision must be carried out): it also counts in
+// Violations, is logged as an error and recorded as a protocol violation.
+func (b *Base) PhaseTwo(ctx context.Context, tok lock.Token, gid string, st Status, branches []Branch) error {
+	op := PhaseTwoOp(b.kind, st)
+	failed, err := b.phaseTwo(ctx, tok, gid, st, op, branches)
+	if err != nil {
+		return b.Errorf("%s %s: record: %w", op, gid, err)
+	}
+	if len(failed) > 0 {
+		errs := make([]error, len(failed))
+		for i, f := range failed {
+			errs[i] = &BranchError{GID: gid, Branch: f.Branch, Op: op, Err: f.Err}
+		}
+		return b.Errorf("%s %s: %w: %w", op, gid, ErrIncomplete, errors.Join(errs...))
+	}
+	return nil
+}
+
+// PhaseTwoOp is the op that carries out the decision st of a transaction of kind k: confirm or
+// cancel (TCC), commit or abort (two-phase commit).
+func PhaseTwoOp(k Kind, st Status) participant.Op {
+	switch {
+	case k == Kind2PC && st == StatusCancelling:
+		return participant.OpAbort
+	case k == Kind2PC:
+		return participant.OpCommit
+	case st == StatusCancelling:
+		return participant.OpCancel
+	}
+	return participant.OpConfirm
+}
+
+// PhaseTwoDriver is the recovery's [Driver] of a coordinator whose recovery is [Base.PhaseTwo]:
+// failed branches are recorded (and rescheduled) by it, so only a failed recording is returned.
+func (b *Base) PhaseTwoDriver() Driver {
+	return DriverFunc(func(ctx context.Context, tok lock.Token, t *Transaction) error {
+		if err := b.PhaseTwo(ctx, tok, t.GID, t.Status, t.Branches); !errors.Is(err, ErrIncomplete) {
+			return err
+		}
+		return nil
+	})
+}
+
+// onFail counts and logs the failure err of op on branch of gid, and returns the error to record.
+func (b *Base) onFail(ctx context.Context, gid, branch string, op participant.Op, err error) error {
+	b.Failures.Add(1)
+	lvl := slog.LevelWarn
+	if errors.Is(err, participant.ErrRefused) {
+		b.Violations.Add(1)
+		lvl = slog.LevelError
+		err = fmt.Errorf("protocol violation, %s refused (retrying): %w", op, err)
+	}
+	b.Cfg.Logger.Log(ctx, lvl, b.name+": branch op failed; retrying later", slog.String("gid", gid),
+		slog.String("branch", branch), slog.String("op", op.String()), slog.Any("err", err))
+	return err
+}
+
+func (b *Base) phaseTwo(ctx context.Context, tok lock.Token, gid string, st Status, op participant.Op,
+	branches []Branch) ([]BranchFailure, error) {
 	doneStatus, _ := st.BranchDone()
 	next, _ := st.Outcome()
 	var (
@@ -174,8 +367,8 @@ func (b *Base) PhaseTwo(ctx context.Context, tok lock.Token, gid string, st Stat
 		}
 		eg.Go(func() error {
 			err := b.CallTarget(ctx, br.Target, participant.Request{GID: gid, Branch: br.Name, Op: op, Payload: br.Payload})
-			if err != nil && onFail != nil {
-				err = onFail(br.Name, err)
+			if err != nil {
+				err = b.onFail(ctx, gid, br.Name, op, err)
 			}
 			mu.Lock()
 			defer mu.Unlock()

@@ -3,42 +3,31 @@ package core
 import (
 	"errors"
 	"fmt"
+
+	"github.com/txkit/txkit/participant"
 )
 
-// Sentinel errors. Callers match them with [errors.Is]; the errors returned wrap them with the gid
-// and branch involved. A deposed leader's write fails with an error wrapping [lock.ErrFenced].
+// Sentinel errors, exported to users by package coordinator (coordinator.ErrNotFound is
+// ErrNotFound), so that one value means the same whatever the coordinator: tcc, saga and twopc
+// return errors wrapping these. Callers match them with [errors.Is]; the errors returned wrap
+// them with the gid and branch involved. A deposed leader's write fails with an error wrapping
+// [lock.ErrFenced].
 var (
 	// ErrNotFound: no global transaction has the gid.
-	ErrNotFound = errors.New("core: transaction not found")
-	// ErrInvalidState: the transaction is not in a status that allows the change (see state.go).
-	ErrInvalidState = errors.New("core: invalid state")
-	// ErrInvalidBranch: a branch is malformed (empty name, unknown target) or already registered.
-	ErrInvalidBranch = errors.New("core: invalid branch")
-	// ErrInvalidOption: a constructor was given an option or argument it cannot use.
-	ErrInvalidOption = errors.New("core: invalid option")
-	// ErrRunning: Run was called while another Run of the same Recoverer is running.
-	ErrRunning = errors.New("core: already running")
+	ErrNotFound = errors.New("coordinator: transaction not found")
+	// ErrInvalidState: the transaction is not in a status that allows the call (see state.go).
+	ErrInvalidState = errors.New("coordinator: invalid state")
+	// ErrInvalidBranch: a branch (a saga's step) is malformed or its name is already used.
+	ErrInvalidBranch = errors.New("coordinator: invalid branch")
+	// ErrInvalidOption: a constructor or call was given an option or argument it cannot use.
+	ErrInvalidOption = errors.New("coordinator: invalid option")
+	// ErrIncomplete: the transaction is recorded but not finished; the leader carries it on.
+	ErrIncomplete = errors.New("coordinator: not finished; the leader carries on")
+	// ErrRunning: Run was called while another Run of the same coordinator is running.
+	ErrRunning = errors.New("coordinator: already running")
+	// ErrTimeout: the transaction's timeout passed before it was decided.
+	ErrTimeout = errors.New("coordinator: timed out")
 )
-
-// Sentinels are a coordinator package's own sentinels for the core's, in the order of the
-// fields: [Sentinels.Map] puts them in front of the core's.
-type Sentinels struct {
-	NotFound, InvalidState, InvalidBranch, InvalidOption, Running error
-}
-
-// Map returns err with the package's sentinel for the core sentinel it wraps in front, keeping
-// both in the chain; an error that wraps none is returned as it is.
-func (s Sentinels) Map(err error) error {
-	for _, m := range []struct{ from, to error }{
-		{ErrNotFound, s.NotFound}, {ErrInvalidState, s.InvalidState}, {ErrInvalidBranch, s.InvalidBranch},
-		{ErrInvalidOption, s.InvalidOption}, {ErrRunning, s.Running},
-	} {
-		if m.to != nil && errors.Is(err, m.from) {
-			return fmt.Errorf("%w: %w", m.to, err)
-		}
-	}
-	return err
-}
 
 // PanicError is what a recovered panic becomes: a participant's Do called by [Base.Call], or a
 // [Driver], panicked. It is recorded and retried with backoff like any failure: its text
@@ -50,3 +39,23 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// BranchError is the error of one branch's operation (exported by package coordinator, which
+// documents it).
+type BranchError struct {
+	GID    string
+	Branch string
+	Op     participant.Op
+	Err    error
+}
+
+func (e *BranchError) Error() string {
+	noun := "branch"
+	if e.Op == participant.OpAction || e.Op == participant.OpCompensate {
+		noun = "step"
+	}
+	return fmt.Sprintf("%s %s: %v", noun, e.Branch, e.Err)
+}
+
+// Unwrap returns the participant's error.
+func (e *BranchError) Unwrap() error { return e.Err }

@@ -73,7 +73,7 @@ type Branch struct {
 
 // New returns a Log on pool configured by opts. It does not touch the database: call
 // [Log.Migrate]. It returns an error wrapping [ErrInvalidOption] when an option is unusable.
-func New(pool *pgxpool.Pool, opts ...Option) (*Log, error) {
+func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)

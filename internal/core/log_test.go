@@ -148,11 +148,11 @@ func TestIntegrationOptions(t *testing.T) {
 	s := testenv.PG(t)
 	tests := []struct {
 		name string
-		opts []core.Option
+		opts []core.LogOption
 	}{
-		{"lease", []core.Option{core.WithLease(0)}},
-		{"backoff", []core.Option{core.WithBackoff(time.Second, time.Millisecond)}},
-		{"prefix", []core.Option{core.WithTablePrefix(string(make([]byte, 60)))}},
+		{"lease", []core.LogOption{core.WithLease(0)}},
+		{"backoff", []core.LogOption{core.WithBackoff(time.Second, time.Millisecond)}},
+		{"prefix", []core.LogOption{core.WithTablePrefix(string(make([]byte, 60)))}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

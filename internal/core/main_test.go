@@ -18,10 +18,10 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // newLog migrates a Log in a schema of the test's own.
-func newLog(t testing.TB, opts ...core.Option) *core.Log {
+func newLog(t testing.TB, opts ...core.LogOption) *core.Log {
 	t.Helper()
 	s := testenv.PG(t)
-	l, err := core.New(s.Pool, append([]core.Option{core.WithSchema(s.Name)}, opts...)...)
+	l, err := core.New(s.Pool, append([]core.LogOption{core.WithSchema(s.Name)}, opts...)...)
 	if err != nil {
 		t.Fatalf("core.New: %v", err)
 	}

@@ -13,8 +13,8 @@ import (
 	"github.com/txkit/txkit/lock"
 )
 
-// Option configures a [Log].
-type Option func(*options)
+// LogOption configures a [Log].
+type LogOption func(*options)
 
 type options struct {
 	schema     string
@@ -30,18 +30,18 @@ func defaultOptions() options {
 
 // WithSchema sets the PostgreSQL schema of the tables (default: none, so the connection's
 // search_path decides). [Log.Migrate] creates it when it does not exist.
-func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
+func WithSchema(name string) LogOption { return func(o *options) { o.schema = name } }
 
 // WithTablePrefix sets the prefix of the table names (default "txkit_": txkit_global, txkit_branch).
-func WithTablePrefix(p string) Option { return func(o *options) { o.prefix = p } }
+func WithTablePrefix(p string) LogOption { return func(o *options) { o.prefix = p } }
 
 // WithLease sets how long a starter owns a transaction it is driving (default 30s): the leader
 // leaves a confirming or cancelling transaction alone until its lease has passed.
-func WithLease(d time.Duration) Option { return func(o *options) { o.lease = d } }
+func WithLease(d time.Duration) LogOption { return func(o *options) { o.lease = d } }
 
 // WithBackoff sets the retry delay after the first failed attempt (min) and its cap (max); the
 // n-th failure waits d/2 + random()·d/2, d = min(max, min·2^(n-1)). Defaults 1s and 5m.
-func WithBackoff(min, max time.Duration) Option {
+func WithBackoff(min, max time.Duration) LogOption {
 	return func(o *options) { o.backoffMin, o.backoffMax = min, max }
 }
 

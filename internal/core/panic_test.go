@@ -23,9 +23,8 @@ func (panicking) Do(context.Context, participant.Request) error { panic("partici
 // never a refusal, and logs the panic with the stack of the panicking goroutine.
 func TestIntegrationCallRecoversPanic(t *testing.T) {
 	var logs coretest.LogBuffer
-	cfg := core.DefaultConfig("txkit_")
-	cfg.Logger = logs.Logger()
-	b, err := core.NewBase(testenv.PG(t).Pool, cfg)
+	b, err := core.NewBase(testenv.PG(t).Pool, core.Protocol{Name: "tcc", Kind: core.KindTCC, Prefix: "txkit_", Timeout: time.Minute},
+		[]core.Option{func(c *core.Config) { c.Logger = logs.Logger() }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/examples/tcc-order/internal/app"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
@@ -14,10 +15,10 @@ import (
 
 // sagaFlow places orders as sagas, with a saga.Coordinator recovering under el.
 func (s *service) sagaFlow(ctx context.Context, el *lock.Elector) (*flow, error) {
-	coord, err := newCoordinator(ctx, s, el, saga.New, coordinatorOptions[saga.Option]{
-		schema: saga.WithSchema, elector: saga.WithElector, logger: saga.WithLogger, timeout: saga.WithDefaultTimeout,
-		lease: saga.WithLease, callTimeout: saga.WithCallTimeout, backoff: saga.WithBackoff, recovery: saga.WithRecovery,
-		client: saga.WithHTTPClient})
+	coord, err := newCoordinator(ctx, s, el, saga.New, coordinatorOptions[coordinator.Option]{
+		schema: coordinator.WithSchema, elector: coordinator.WithElector, logger: coordinator.WithLogger, timeout: coordinator.WithDefaultTimeout,
+		lease: coordinator.WithLease, callTimeout: coordinator.WithCallTimeout, backoff: coordinator.WithBackoff, recovery: coordinator.WithRecovery,
+		client: coordinator.WithHTTPClient})
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +39,7 @@ type sagaOrders struct {
 // reverse: the account's refusal gives the stock back. The order row keeps status "placed": its
 // outcome is the saga's, in the coordinator's log (GET /orders/{gid} shows both).
 func (t *sagaOrders) place(ctx context.Context, o Order) answer {
-	sg, err := t.coord.Begin(ctx)
+	sg, err := t.coord.Begin()
 	if err != nil {
 		return t.s.failed("", err)
 	}
@@ -56,7 +57,7 @@ func (t *sagaOrders) place(ctx context.Context, o Order) answer {
 	switch {
 	case err == nil:
 		return answer{code: http.StatusOK, GID: gid, Status: saga.StatusSucceeded.String()}
-	case errors.Is(err, participant.ErrRefused) || errors.Is(err, saga.ErrTimeout):
+	case errors.Is(err, participant.ErrRefused) || errors.Is(err, coordinator.ErrTimeout):
 		// Decided: compensations that failed (ErrIncomplete too) are retried by the leader until
 		// they succeed.
 		return t.s.undone(gid, saga.StatusCompensated.String(), err, "timeout")

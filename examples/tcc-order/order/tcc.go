@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/examples/tcc-order/internal/app"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
@@ -19,10 +20,10 @@ import (
 // tccFlow places orders as TCC global transactions, with a tcc.Coordinator recovering under el.
 // The order service's own branch runs in-process behind bar.
 func (s *service) tccFlow(ctx context.Context, el *lock.Elector, bar *participant.Barrier) (*flow, error) {
-	coord, err := newCoordinator(ctx, s, el, tcc.New, coordinatorOptions[tcc.Option]{
-		schema: tcc.WithSchema, elector: tcc.WithElector, logger: tcc.WithLogger, timeout: tcc.WithDefaultTimeout,
-		lease: tcc.WithLease, callTimeout: tcc.WithCallTimeout, backoff: tcc.WithBackoff, recovery: tcc.WithRecovery,
-		client: tcc.WithHTTPClient})
+	coord, err := newCoordinator(ctx, s, el, tcc.New, coordinatorOptions[coordinator.Option]{
+		schema: coordinator.WithSchema, elector: coordinator.WithElector, logger: coordinator.WithLogger, timeout: coordinator.WithDefaultTimeout,
+		lease: coordinator.WithLease, callTimeout: coordinator.WithCallTimeout, backoff: coordinator.WithBackoff, recovery: coordinator.WithRecovery,
+		client: coordinator.WithHTTPClient})
 	if err != nil {
 		return nil, err
 	}
@@ -69,17 +70,17 @@ func (t *tccOrders) place(ctx context.Context, o Order) answer {
 		err = errors.Join(serr, aerr)
 	}
 	if err != nil {
-		if rerr := g.Rollback(ctx); rerr != nil && !errors.Is(rerr, tcc.ErrIncomplete) {
+		if rerr := g.Rollback(ctx); rerr != nil && !errors.Is(rerr, coordinator.ErrIncomplete) {
 			t.s.log.Warn("rollback failed; the leader cancels at the timeout", "gid", gid, "err", rerr)
 			return t.s.failed(gid, rerr)
 		}
 		return t.s.undone(gid, tcc.StatusCancelled.String(), err, "failed")
 	}
 	switch err := g.Commit(ctx); {
-	case err == nil || errors.Is(err, tcc.ErrIncomplete):
+	case err == nil || errors.Is(err, coordinator.ErrIncomplete):
 		// Decided: confirms that failed are retried by the leader.
 		return answer{code: http.StatusOK, GID: gid, Status: tcc.StatusConfirmed.String()}
-	case errors.Is(err, tcc.ErrInvalidState):
+	case errors.Is(err, coordinator.ErrInvalidState):
 		// Cancelled by its timeout before the commit was recorded.
 		return t.s.undone(gid, tcc.StatusCancelled.String(), err, "timeout")
 	default:
@@ -113,7 +114,7 @@ func orderBranch(ctx context.Context, tx pgx.Tx, req participant.Request) error 
 }
 
 // settle gives the order row of gid its transaction's outcome.
-func settle(ctx context.Context, tx pgx.Tx, gid string, st tcc.Status) error {
+func settle(ctx context.Context, tx pgx.Tx, gid string, st coordinator.Status) error {
 	_, err := tx.Exec(ctx, `update orders set status = $2, updated_at = clock_timestamp() where gid = $1`, gid, st.String())
 	return err
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/transfer/internal/app"
 	"github.com/txkit/txkit/internal/httpsafe"
@@ -138,10 +139,10 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	opts := []twopc.Option{twopc.WithSchema(c.schema), twopc.WithElector(el), twopc.WithLogger(log),
-		twopc.WithDefaultTimeout(c.timeout), twopc.WithPrepareTimeout(c.prepareTimeout), twopc.WithLease(c.lease),
-		twopc.WithCallTimeout(c.callTimeout), twopc.WithBackoff(200*time.Millisecond, 2*time.Second),
-		twopc.WithRecovery(c.recovery, 100, 16), twopc.WithInDoubtResolution(c.resolve, c.resolveGrace)}
+	opts := []coordinator.Option{coordinator.WithSchema(c.schema), coordinator.WithElector(el), coordinator.WithLogger(log),
+		coordinator.WithDefaultTimeout(c.timeout), twopc.WithPrepareTimeout(c.prepareTimeout), coordinator.WithLease(c.lease),
+		coordinator.WithCallTimeout(c.callTimeout), coordinator.WithBackoff(200*time.Millisecond, 2*time.Second),
+		coordinator.WithRecovery(c.recovery, 100, 16), twopc.WithInDoubtResolution(c.resolve, c.resolveGrace)}
 	if hook != nil {
 		opts = append(opts, twopc.WithHook(hook))
 	}
@@ -289,12 +290,12 @@ func (s *service) transfer(w http.ResponseWriter, r *http.Request) {
 	// The transfer outlives a client that hangs up: its branches may already be prepared.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.c.timeout+s.c.pause+s.c.callTimeout)
 	defer cancel()
-	var bopts []twopc.BeginOption
+	var bopts []coordinator.BeginOption
 	if t.GID != "" {
-		bopts = append(bopts, twopc.WithGID(t.GID))
+		bopts = append(bopts, coordinator.WithGID(t.GID))
 	}
 	g, err := s.tpc.Begin(ctx, bopts...)
-	if errors.Is(err, twopc.ErrInvalidOption) { // the gid
+	if errors.Is(err, coordinator.ErrInvalidOption) { // the gid
 		exapp.WriteJSON(w, http.StatusBadRequest, app.Answer{Status: "rejected", Error: `"gid" must be UTF-8 without backslash or control characters`})
 		return
 	}
@@ -333,7 +334,7 @@ func (s *service) transfer(w http.ResponseWriter, r *http.Request) {
 		// Phase one failed (a database did not prepare in time): nothing about the request, so
 		// the reason is logged, not answered.
 		s.fail(w, http.StatusConflict, app.Answer{GID: gid, Status: "aborted"}, "a database could not prepare the transfer; it was rolled back", err)
-	case errors.Is(err, twopc.ErrIncomplete):
+	case errors.Is(err, coordinator.ErrIncomplete):
 		// Decided to commit; the leader finishes the COMMIT PREPARED that failed.
 		exapp.WriteJSON(w, http.StatusOK, app.Answer{GID: gid, Status: "committed"})
 	default: // ErrInDoubt and the like: the leader settles it
@@ -350,7 +351,7 @@ func (s *service) fail(w http.ResponseWriter, code int, a app.Answer, msg string
 }
 
 // words names the log's statuses (the coordinator core's) in two-phase-commit terms.
-var words = map[twopc.Status]string{twopc.StatusPreparing: "preparing", twopc.StatusCommitting: "committing",
+var words = map[coordinator.Status]string{twopc.StatusPreparing: "preparing", twopc.StatusCommitting: "committing",
 	twopc.StatusCommitted: "committed", twopc.StatusAborting: "aborting", twopc.StatusAborted: "aborted"}
 
 // get: GET /transfers/{gid} → the transaction's status in the log and the sum of its ledger rows
@@ -360,7 +361,7 @@ func (s *service) get(w http.ResponseWriter, r *http.Request) {
 	out := map[string]any{"gid": gid}
 	st, err := s.tpc.Status(r.Context(), gid)
 	switch {
-	case errors.Is(err, twopc.ErrNotFound):
+	case errors.Is(err, coordinator.ErrNotFound):
 		out["transaction"] = "not in the log: it never decided to commit (presumed abort)"
 	case err != nil:
 		exapp.Fail(w, s.log, http.StatusInternalServerError, "could not read the transaction's status", err, "gid", gid)

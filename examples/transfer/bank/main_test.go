@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/twopc"
@@ -40,7 +41,7 @@ func TestIntegrationAnswersCarryNoInternalDetail(t *testing.T) {
 		return p
 	}
 	logPool, east, west := pool(), pool(), pool()
-	coord, err := twopc.New(logPool, twopc.WithSchema("bank_answers"))
+	coord, err := twopc.New(logPool, coordinator.WithSchema("bank_answers"))
 	if err != nil {
 		t.Fatal(err)
 	}

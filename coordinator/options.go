@@ -1,0 +1,93 @@
+package coordinator
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/lock"
+)
+
+// Option configures a coordinator: tcc.New, saga.New and twopc.New take these, and their own
+// (saga.WithAttempts, twopc.WithPrepareTimeout, ...), which another protocol's New refuses with
+// an error wrapping [ErrInvalidOption]. New validates them all.
+type Option = core.Option
+
+// WithSchema sets the PostgreSQL schema of the coordinator's tables (default: the connection's
+// search_path); the coordinator's Migrate creates it. twopc's schema also names its prepared
+// transactions in the participant databases.
+func WithSchema(name string) Option { return func(c *core.Config) { c.Schema = name } }
+
+// WithTablePrefix sets the prefix of the table names: "txkit_" (txkit_global, txkit_branch) for
+// tcc, "txkit_saga_" for saga and "txkit_2pc_" for twopc by default, which keeps the coordinators'
+// logs apart, so that they may lead different elections without fencing each other out.
+func WithTablePrefix(p string) Option { return func(c *core.Config) { c.Prefix = p } }
+
+// WithLease sets how long a starter owns a transaction it drives (default 30s): after it, the
+// leader finishes the transaction if the starter has not. A saga's drive renews it once half of it
+// has passed: keep it above [WithCallTimeout], so that one slow call does not outlast it (both
+// driving at once is harmless — participants are idempotent — but wasteful).
+func WithLease(d time.Duration) Option { return func(c *core.Config) { c.Lease = d } }
+
+// WithBackoff sets the delay before the first retry of a failed call and its cap (defaults 1s and
+// 5m); delays double, with jitter, computed by PostgreSQL when the leader retries (and without,
+// between a saga's in-process attempts, saga.WithAttempts).
+func WithBackoff(min, max time.Duration) Option {
+	return func(c *core.Config) { c.BackoffMin, c.BackoffMax = min, max }
+}
+
+// WithElector sets the election under which the coordinator's Run recovers. Required by Run only.
+func WithElector(el *lock.Elector) Option { return func(c *core.Config) { c.Elector = el } }
+
+// WithLogger sets the logger (default: discard). Keys: gid, branch (step), op, token.
+func WithLogger(l *slog.Logger) Option { return func(c *core.Config) { c.Logger = l } }
+
+// WithConcurrency bounds the branch ops of one transaction called at once (default 8): confirms
+// or cancels (tcc), prepares, commits or aborts (twopc), actions or compensations (saga, where only
+// steps whose dependencies are done can run together).
+func WithConcurrency(n int) Option { return func(c *core.Config) { c.Concurrency = n } }
+
+// WithCallTimeout bounds each participant call (default 10s). A call that times out is an unknown
+// outcome: a try is followed by its cancel, an action retried (and compensated if the saga is),
+// a confirm, cancel, commit or abort retried.
+func WithCallTimeout(d time.Duration) Option { return func(c *core.Config) { c.CallTimeout = d } }
+
+// WithDefaultTimeout sets the timeout of transactions begun without [WithTimeout]: 1m for tcc, 5m
+// for saga, 30s for twopc by default.
+func WithDefaultTimeout(d time.Duration) Option { return func(c *core.Config) { c.Timeout = d } }
+
+// WithHTTPClient sets the client of the calls to HTTP participants made from what the log
+// records — the recovery's, a saga's every call, the confirms and cancels of tcc and the phase two
+// of twopc — while a tcc Try or a twopc prepare uses its branch's own participant.HTTP's client
+// (default: that of a participant.HTTP without Client, which signs nothing and follows no
+// redirect). A participant's barrier handler serves only signed calls unless built with
+// participant.WithUnsignedRequests: give it, and the branches' participant.HTTP, the client of
+// participant.NewSigningClient.
+func WithHTTPClient(cl *http.Client) Option { return func(c *core.Config) { c.Client = cl } }
+
+// WithRecovery sets the recovery's cron spec (default "@every 1s"), its claim batch size (100)
+// and how many transactions it drives at once (16).
+func WithRecovery(spec string, batch, concurrency int) Option {
+	return func(c *core.Config) { c.Schedule, c.Batch, c.RecoverConc = spec, batch, concurrency }
+}
+
+// WithRetention sets how long finished transactions are kept (default 7 days) and the cron spec of
+// the job that deletes older ones (default "@every 1m"). The job runs on the leader.
+func WithRetention(keep time.Duration, spec string) Option {
+	return func(c *core.Config) { c.Retention, c.RetentionSpec = keep, spec }
+}
+
+// BeginOption configures one transaction (saga) at its coordinator's Begin.
+type BeginOption = core.BeginOption
+
+// WithGID sets the transaction's id (default: a new UUIDv7). twopc refuses a gid with a backslash
+// or a control character, or longer than its prepared transactions' names allow.
+func WithGID(gid string) BeginOption { return func(c *core.BeginConfig) { c.GID = gid } }
+
+// WithTimeout sets the transaction's timeout (default [WithDefaultTimeout]): a tcc transaction
+// still trying after it (neither committed nor rolled back) is cancelled by the leader; a saga
+// still running its actions after it, counted from Submit, is compensated (compensations are not
+// bounded: they are retried until they succeed); a two-phase commit still undecided after it,
+// counted from Commit, is aborted.
+func WithTimeout(d time.Duration) BeginOption { return func(c *core.BeginConfig) { c.Timeout = d } }

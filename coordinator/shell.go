@@ -1,0 +1,30 @@
+package coordinator
+
+import (
+	"context"
+
+	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/participant"
+)
+
+// Shell is the part every coordinator shares: tcc.Coordinator, saga.Coordinator and
+// twopc.Coordinator embed it, so these are their methods. Each is safe for concurrent use by
+// multiple goroutines. Only the coordinators of this module implement it.
+type Shell interface {
+	// Migrate creates the coordinator's tables (and the fence table) when they do not exist. It
+	// is idempotent and safe to run from several processes at once; ctx scopes only this call.
+	Migrate(ctx context.Context) error
+	// Register makes p the in-process participant called name, and returns the participant to
+	// put in a branch (a saga's step). The branch stores the name, so every coordinator that may
+	// recover the transaction (the leader may be another process) must register the same name.
+	// An empty name, a nil participant or a name registered before returns an error wrapping
+	// [ErrInvalidOption].
+	Register(name string, p participant.Participant) (participant.Participant, error)
+	// Status returns gid's status, or an error wrapping [ErrNotFound]. It blocks for one read;
+	// ctx scopes only this call.
+	Status(ctx context.Context, gid string) (Status, error)
+}
+
+// Status is the state of a global transaction (a saga); each coordinator package names the
+// statuses of its protocol (tcc.StatusConfirmed, saga.StatusCompensated, twopc.StatusCommitted).
+type Status = core.Status
