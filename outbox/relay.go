@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
@@ -375,47 +376,37 @@ func (r *Relay) record(ctx context.Context, tok lock.Token, batch []row, errs []
 		rescue = out.over()
 	}
 	var deadIDs []uuid.UUID
-	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		deadIDs, rescued = deadIDs[:0], 0 // BeginFunc runs this once, but keep it correct if that changes
-		if err := r.fence.Check(ctx, tx, r.resource, tok); err != nil {
-			return err
-		}
-		if len(sentIDs) > 0 {
-			if _, err := tx.Exec(ctx, r.ob.q.deleteSent, sentIDs); err != nil {
-				return fmt.Errorf("delete %d sent rows: %w", len(sentIDs), err)
-			}
-		}
-		if len(rescue) > 0 {
-			tag, err := tx.Exec(ctx, `update `+r.ob.table+` set next_attempt_at = now()
-where id = any($1::bigint[]) and status = '`+StatusPending.String()+`' and attempts > 0 and next_attempt_at > now()`, rescue)
-			if err != nil {
-				return fmt.Errorf("make %d rows due again: %w", len(rescue), err)
-			}
-			rescued = int(tag.RowsAffected())
-		}
-		if len(failedIDs) == 0 {
-			return nil
-		}
-		rows, err := tx.Query(ctx, r.ob.q.fail, failedIDs, failedErrs, r.o.maxAttempts,
-			r.o.backoffBase.Seconds(), r.o.backoffCap.Seconds(), permanent)
-		if err != nil {
-			return fmt.Errorf("record %d failures: %w", len(failedIDs), err)
-		}
-		var (
-			id     uuid.UUID
-			isDead bool
-		)
-		_, err = pgx.ForEachRow(rows, []any{&id, &isDead}, func() error {
-			if isDead {
-				deadIDs = append(deadIDs, id)
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("record %d failures: %w", len(failedIDs), err)
-		}
-		return nil
-	})
+	// The writes and the commit go out as one pipeline once the fence has passed: three round
+	// trips (begin, fence, writes + commit), as many as an unfenced transaction.
+	b := &pgx.Batch{}
+	if len(sentIDs) > 0 {
+		b.Queue(r.ob.q.deleteSent, sentIDs).Exec(func(pgconn.CommandTag) error { return nil })
+	}
+	if len(rescue) > 0 {
+		b.Queue(`update `+r.ob.table+` set next_attempt_at = now()
+where id = any($1::bigint[]) and status = '`+StatusPending.String()+`' and attempts > 0 and next_attempt_at > now()`, rescue).
+			Exec(func(tag pgconn.CommandTag) error {
+				rescued = int(tag.RowsAffected())
+				return nil
+			})
+	}
+	if len(failedIDs) > 0 {
+		b.Queue(r.ob.q.fail, failedIDs, failedErrs, r.o.maxAttempts, r.o.backoffBase.Seconds(), r.o.backoffCap.Seconds(), permanent).
+			Query(func(rows pgx.Rows) error {
+				var (
+					id     uuid.UUID
+					isDead bool
+				)
+				_, err := pgx.ForEachRow(rows, []any{&id, &isDead}, func() error {
+					if isDead {
+						deadIDs = append(deadIDs, id)
+					}
+					return nil
+				})
+				return err
+			})
+	}
+	err = r.fencedTx(ctx, tok, b)
 	if err != nil {
 		return 0, 0, 0, 0, fmt.Errorf("outbox: record batch of %s: %w", r.ob.name, err)
 	}
@@ -443,6 +434,107 @@ where id = any($1::bigint[]) and status = '`+StatusPending.String()+`' and attem
 	}
 	return len(sentIDs), len(failedIDs), len(deadIDs), rescued, nil
 }
+
+// fencedTx runs b in one transaction that first passes the fence with tok, in two round trips:
+// "begin" with the fence check, then b's statements with "commit". It rolls back (with a context
+// of its own) when anything fails, and returns an error wrapping lock.ErrFenced when the fence
+// refuses tok.
+func (r *Relay) fencedTx(ctx context.Context, tok lock.Token, b *pgx.Batch) (err error) {
+	c, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release() // the pool closes a connection released in a transaction
+	defer func() {
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			_, _ = c.Exec(cctx, "rollback") // a warning only, when no transaction is open
+		}
+	}()
+	if err := r.fence.Check(ctx, &beginFirst{c: c}, r.resource, tok); err != nil {
+		return err
+	}
+	b.Queue("commit")
+	return c.SendBatch(ctx, b).Close()
+}
+
+// beginFirst is a fence.DBTX on a connection that sends "begin" in one pipeline with the first
+// statement run through it, so that opening the transaction costs no round trip of its own.
+type beginFirst struct {
+	c     *pgxpool.Conn
+	begun bool
+}
+
+func (t *beginFirst) batch(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	t.begun = true
+	b := &pgx.Batch{}
+	b.Queue("begin")
+	b.Queue(sql, args...)
+	br := t.c.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return br, nil
+}
+
+func (t *beginFirst) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.begun {
+		return t.c.Exec(ctx, sql, args...)
+	}
+	br, err := t.batch(ctx, sql, args)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+func (t *beginFirst) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if !t.begun { // not the fence's first statement today: open the transaction on its own
+		t.begun = true
+		if _, err := t.c.Exec(ctx, "begin"); err != nil {
+			return nil, err
+		}
+	}
+	return t.c.Query(ctx, sql, args...)
+}
+
+func (t *beginFirst) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.begun {
+		return t.c.QueryRow(ctx, sql, args...)
+	}
+	br, err := t.batch(ctx, sql, args)
+	if err != nil {
+		return errRow{err}
+	}
+	return batchRow{row: br.QueryRow(), br: br}
+}
+
+// batchRow is the row of a pipeline's last statement: scanning it ends the pipeline.
+type batchRow struct {
+	row pgx.Row
+	br  pgx.BatchResults
+}
+
+func (r batchRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// cleanupTimeout bounds a rollback once ctx has ended.
+const cleanupTimeout = 5 * time.Second
 
 // maxOutageRows bounds the rows an [outage] remembers; those that failed beyond it wait out their
 // backoff.
