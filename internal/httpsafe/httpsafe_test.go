@@ -26,7 +26,7 @@ func TestErrorHidesDetailAndLogsIt(t *testing.T) {
 	if !strings.Contains(logs.String(), "request_id="+id) || !strings.Contains(logs.String(), "10.0.0.7") {
 		t.Errorf("log %q lacks the id or the error", logs.String())
 	}
-	if RequestID() == RequestID() {
+	if a, b := RequestID(), RequestID(); a == b {
 		t.Error("two request ids are equal")
 	}
 }
