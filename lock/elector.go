@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -11,7 +12,15 @@ import (
 
 // Elector runs a leader election on a fair [Mutex]: the candidate holding the lock leads. Each
 // candidate's node carries its id (an address, a host name), so anyone can ask who leads.
-// Elector is safe for concurrent use by multiple goroutines; one Elector is one candidate.
+//
+// One Elector is one candidate: one node in the election. Several components of one process may
+// share it (an outbox relay and a coordinator's recovery, say): each [Elector.Campaign] on an
+// Elector that leads, or that is already waiting, joins that candidacy, and every Leadership it
+// returns carries the same token and ends together; the node is deleted when the last of them
+// resigns. Components that share an Elector lead together, on the same process; give a component
+// an Elector of its own (its own election path) when it should be able to lead elsewhere. Ids
+// need not be unique (they are what [Elector.Leader] reports), but an id per process makes that
+// answer useful. Elector is safe for concurrent use by multiple goroutines.
 type Elector struct {
 	s    *Session
 	path string
@@ -25,6 +34,9 @@ type Elector struct {
 type Leadership struct {
 	e     *Elector
 	lease *Lease
+
+	resign    sync.Once
+	resignErr error
 }
 
 // NewElector returns a candidate with the given id for the election at electionPath.
@@ -44,14 +56,11 @@ func (e *Elector) ID() string { return e.id }
 
 // Campaign blocks until the candidate leads or ctx ends (then its node is removed and ctx's error
 // returned). It returns an error wrapping [ErrSessionExpired] if the session ends while waiting.
-// ctx scopes only the wait. Campaign on a candidate that already leads returns an error.
+// ctx scopes only the wait. Campaign on a candidate that already leads returns at once with a
+// Leadership sharing the lead (the same token); each Leadership must be resigned. After a
+// leadership is lost, Campaign returns an error until every Leadership of the lost term has
+// resigned ([Elector.RunWhileLeader] does this).
 func (e *Elector) Campaign(ctx context.Context) (*Leadership, error) {
-	e.m.mu.Lock()
-	held := e.m.lease != nil
-	e.m.mu.Unlock()
-	if held {
-		return nil, fmt.Errorf("lock: candidate %s already campaigned on %s (resign first): %w", e.id, e.path, ErrInvalidOption)
-	}
 	l, err := e.m.Lock(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("lock: campaign %s on %s: %w", e.id, e.path, err)
@@ -72,13 +81,17 @@ func (l *Leadership) Context() context.Context { return l.lease.Context() }
 // Err returns nil while leading, then why the leadership ended.
 func (l *Leadership) Err() error { return l.lease.Err() }
 
-// Resign gives up the leadership: the node is deleted (see [Mutex.Unlock]) and the next
-// candidate takes over. Calling it again does nothing.
+// Resign gives up this Leadership. When it was the last one sharing the candidate's lead, the node
+// is deleted (see [Mutex.Unlock]) and the next candidate takes over; while others still share it,
+// the candidate goes on leading for them. Calling it again does nothing and returns the first
+// call's result.
 func (l *Leadership) Resign(ctx context.Context) error {
-	if err := l.e.m.Unlock(ctx); err != nil {
-		return fmt.Errorf("lock: resign %s: %w", l.e.id, err)
-	}
-	return nil
+	l.resign.Do(func() {
+		if err := l.e.m.Unlock(ctx); err != nil {
+			l.resignErr = fmt.Errorf("lock: resign %s: %w", l.e.id, err)
+		}
+	})
+	return l.resignErr
 }
 
 // Leader returns the id of the current leader, or an error wrapping [ErrNoLeader] when no
