@@ -6,8 +6,8 @@
 // The fence is its own package so that the lock backends need no PostgreSQL driver and the fence
 // needs no ZooKeeper: any lock that hands out [lock.Token]s can be fenced here.
 //
-//	f, _ := fence.New(fence.WithSchema("app"))
-//	_ = f.Migrate(ctx, pool)
+//	f, _ := fence.New(pool, fence.WithSchema("app"))
+//	_ = f.Migrate(ctx)
 //	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 //		if err := f.Check(ctx, tx, "orders-recovery", lead.Token()); err != nil {
 //			return err // errors.Is(err, lock.ErrFenced): a newer leader has written
@@ -28,6 +28,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
@@ -92,9 +93,10 @@ func (o options) validate() error {
 // and may not learn of it before its next write. The fence is what makes that late write harmless:
 // once a newer holder has passed the fence, every older token is refused.
 //
-// Fence holds no connection and is safe for concurrent use by multiple goroutines.
+// Fence is safe for concurrent use by multiple goroutines.
 type Fence struct {
-	table  string // quoted, schema-qualified
+	pool   *pgxpool.Pool // Migrate's; Check runs in the caller's transaction
+	table  string        // quoted, schema-qualified
 	ddl    string
 	upsert string
 	read   string
@@ -102,10 +104,13 @@ type Fence struct {
 	reset  string
 }
 
-// New returns a Fence configured by opts. It does not touch the database: call
-// [Fence.Migrate] to create the table. It returns an error wrapping [ErrInvalidOption] when an
-// option is unusable.
-func New(opts ...Option) (*Fence, error) {
+// New returns a Fence on pool configured by opts. It does not touch the database: call
+// [Fence.Migrate] to create the table. It returns an error wrapping [ErrInvalidOption] when pool
+// is nil or an option is unusable.
+func New(pool *pgxpool.Pool, opts ...Option) (*Fence, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("fence: nil pool: %w", ErrInvalidOption)
+	}
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
@@ -133,6 +138,7 @@ func New(opts ...Option) (*Fence, error) {
     updated_at timestamptz not null default now()
 )`
 	return &Fence{
+		pool:  pool,
 		table: t,
 		ddl:   ddl,
 		list:  `select resource, epoch, seq, updated_at from ` + t + ` where $1 = '' or resource = $1 order by resource`,
@@ -147,11 +153,8 @@ func New(opts ...Option) (*Fence, error) {
 // Migrate creates the fence table (and the schema, if one was set) when they do not exist. It is
 // idempotent and safe to run from several processes at once. It blocks until PostgreSQL answers;
 // ctx scopes only this call.
-func (f *Fence) Migrate(ctx context.Context, db DBTX) error {
-	if isNilDB(db) {
-		return fmt.Errorf("fence: migrate %s: nil DBTX: %w", f.table, ErrInvalidOption)
-	}
-	if _, err := db.Exec(ctx, f.ddl); err != nil {
+func (f *Fence) Migrate(ctx context.Context) error {
+	if _, err := f.pool.Exec(ctx, f.ddl); err != nil {
 		return fmt.Errorf("fence: migrate %s: %w", f.table, err)
 	}
 	return nil

@@ -22,13 +22,13 @@ const fenceTimeout = 30 * time.Second
 // newFence returns a migrated Fence in the test's own schema.
 func newFence(t *testing.T, s *testenv.Schema, opts ...fence.Option) *fence.Fence {
 	t.Helper()
-	f, err := fence.New(opts...)
+	f, err := fence.New(s.Pool, opts...)
 	if err != nil {
 		t.Fatalf("NewFence: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), fenceTimeout)
 	defer cancel()
-	if err := f.Migrate(ctx, s.Pool); err != nil {
+	if err := f.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	return f
@@ -81,7 +81,7 @@ func TestNewOptions(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f, err := fence.New(tc.opts...)
+			f, err := fence.New(unusedPool(t), tc.opts...)
 			if tc.ok {
 				if err != nil || f == nil {
 					t.Fatalf("NewFence = %v, %v; want a Fence", f, err)
@@ -113,7 +113,7 @@ type fenceErrRow struct{}
 func (fenceErrRow) Scan(...any) error { return errFenceReached }
 
 func TestFenceCheckBadInput(t *testing.T) {
-	f, err := fence.New()
+	f, err := fence.New(unusedPool(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,9 +142,21 @@ func TestFenceCheckBadInput(t *testing.T) {
 			}
 		})
 	}
-	if err := f.Migrate(t.Context(), nil); !errors.Is(err, fence.ErrInvalidOption) {
-		t.Fatalf("Migrate(nil) error = %v; want ErrInvalidOption", err)
+	if _, err := fence.New(nil); !errors.Is(err, fence.ErrInvalidOption) {
+		t.Fatalf("New(nil) error = %v; want ErrInvalidOption", err)
 	}
+}
+
+// unusedPool is a pool that never connects (pgxpool connects lazily): for what must be refused
+// before the database.
+func unusedPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	p, err := pgxpool.New(t.Context(), "postgres://txkit@127.0.0.1:1/unused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
 }
 
 // TestIntegrationFenceOrder passes a sequence of tokens, each in a transaction of its own, through
@@ -155,7 +167,7 @@ func TestIntegrationFenceOrder(t *testing.T) {
 	f := newFence(t, s)
 	ctx, cancel := context.WithTimeout(t.Context(), fenceTimeout)
 	defer cancel()
-	if err := f.Migrate(ctx, s.Pool); err != nil { // a second Migrate is a no-op
+	if err := f.Migrate(ctx); err != nil { // a second Migrate is a no-op
 		t.Fatalf("second Migrate: %v", err)
 	}
 

@@ -388,11 +388,11 @@ func TestIntegrationDeposedHolderFenced(t *testing.T) {
 	db := testenv.PG(t)
 	path := testenv.ZKRoot(t) + "/lock"
 	ctx := t.Context()
-	fence, err := fence.New()
+	fence, err := fence.New(db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fence.Migrate(ctx, db.Pool); err != nil {
+	if err := fence.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Pool.Exec(ctx, "create table state(id int primary key, owner text)"); err != nil {

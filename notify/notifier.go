@@ -207,7 +207,7 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	if o.schema != "" {
 		fopts = append(fopts, fence.WithSchema(o.schema))
 	}
-	fc, err := fence.New(fopts...)
+	fc, err := fence.New(pool, fopts...)
 	if err != nil {
 		return nil, fmt.Errorf("notify: fence: %w: %w", err, ErrInvalidOption)
 	}
@@ -292,7 +292,7 @@ create table if not exists %s (
 	if _, err := n.pool.Exec(ctx, ddl); err != nil {
 		return fmt.Errorf("notify: migrate %s: %w", n.name, err)
 	}
-	if err := n.fence.Migrate(ctx, n.pool); err != nil {
+	if err := n.fence.Migrate(ctx); err != nil {
 		return fmt.Errorf("notify: migrate %s: %w", n.name, err)
 	}
 	return nil

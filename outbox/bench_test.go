@@ -29,16 +29,16 @@ import (
 func BenchmarkEnqueue(b *testing.B) {
 	pg := testenv.PG(b)
 	ctx := context.Background()
-	ob, err := outbox.New()
+	ob, err := outbox.New(pg.Pool)
 	if err != nil {
 		b.Fatal(err)
 	}
-	quiet, err := outbox.New(outbox.WithTable("txkit_outbox_quiet"), outbox.WithNotify(false))
+	quiet, err := outbox.New(pg.Pool, outbox.WithTable("txkit_outbox_quiet"), outbox.WithNotify(false))
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, o := range []*outbox.Outbox{ob, quiet} {
-		if err := o.Migrate(ctx, pg.Pool); err != nil {
+		if err := o.Migrate(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -165,11 +165,11 @@ func BenchmarkRelay(b *testing.B) {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			pg := testenv.PG(b)
 			ctx := context.Background()
-			ob, err := outbox.New()
+			ob, err := outbox.New(pg.Pool)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := ob.Migrate(ctx, pg.Pool); err != nil {
+			if err := ob.Migrate(ctx); err != nil {
 				b.Fatal(err)
 			}
 			load(b, pg.Pool, ob, topic, keys, body, b.N)
@@ -184,7 +184,7 @@ func BenchmarkRelay(b *testing.B) {
 				b.Fatal(err)
 			}
 			fc := &firstCall{next: pub}
-			r, err := outbox.NewRelay(pg.Pool, fc, el, outbox.WithOutbox(ob), outbox.WithBatchSize(batch),
+			r, err := outbox.NewRelay(ob, fc, outbox.WithElector(el), outbox.WithBatchSize(batch),
 				outbox.WithLogger(slog.New(slog.DiscardHandler)))
 			if err != nil {
 				b.Fatal(err)

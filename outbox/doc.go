@@ -12,11 +12,11 @@
 // The recipe: migrate once, enqueue in the business transaction, run one relay per process — they
 // elect a leader in ZooKeeper, and only the leader publishes.
 //
-//	ob, err := outbox.New(outbox.WithSchema("orders"))
+//	ob, err := outbox.New(pool, outbox.WithSchema("orders"))
 //	if err != nil {
 //		return err
 //	}
-//	if err := ob.Migrate(ctx, pool); err != nil {
+//	if err := ob.Migrate(ctx); err != nil {
 //		return err
 //	}
 //	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -32,7 +32,7 @@
 //	if err != nil {
 //		return err
 //	}
-//	relay, err := outbox.NewRelay(pool, pub, el, outbox.WithOutbox(ob), outbox.WithLogger(log))
+//	relay, err := outbox.NewRelay(ob, pub, outbox.WithElector(el), outbox.WithLogger(log))
 //	if err != nil {
 //		return err
 //	}

@@ -7,7 +7,8 @@ import "errors"
 var (
 	// ErrInvalidOption: [New] or [NewRelay] was given an option or argument it cannot use (a bad
 	// schema, table or channel name, a batch size, schedule, backoff or attempt limit out of range,
-	// a nil pool, publisher or elector).
+	// a nil pool, outbox, publisher or elector), or [Relay.Run] was called on a relay built without
+	// [WithElector].
 	ErrInvalidOption = errors.New("outbox: invalid option")
 	// ErrInvalidMessage: [Outbox.Enqueue] refused a message: empty topic, a field over its limit
 	// (then the error wraps [ErrTooLarge] too), text that PostgreSQL cannot store (invalid UTF-8,

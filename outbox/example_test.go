@@ -35,12 +35,12 @@ func Example() {
 	defer pool.Exec(context.WithoutCancel(ctx), "drop schema if exists "+pgx.Identifier{schema}.Sanitize()+" cascade") //nolint:errcheck
 	users := pgx.Identifier{schema, "users"}.Sanitize()
 
-	ob, err := outbox.New(outbox.WithSchema(schema))
+	ob, err := outbox.New(pool, outbox.WithSchema(schema))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	if err := ob.Migrate(ctx, pool); err != nil { // creates the schema and the table
+	if err := ob.Migrate(ctx); err != nil { // creates the schema and the table
 		fmt.Println(err)
 		return
 	}

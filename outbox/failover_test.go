@@ -83,12 +83,12 @@ func relayWorker(ctx context.Context, c relayWorkerConfig) error {
 		return err
 	}
 	defer pub.Close()
-	ob, err := outbox.New(outbox.WithSchema(c.Schema))
+	ob, err := outbox.New(pool, outbox.WithSchema(c.Schema))
 	if err != nil {
 		return err
 	}
 	// The relay fences its writes with the txkit_fence table of Schema (its default fence).
-	r, err := outbox.NewRelay(pool, pub, el, outbox.WithOutbox(ob), outbox.WithBatchSize(c.Batch), outbox.WithLogger(log))
+	r, err := outbox.NewRelay(ob, pub, outbox.WithElector(el), outbox.WithBatchSize(c.Batch), outbox.WithLogger(log))
 	if err != nil {
 		return err
 	}
@@ -276,11 +276,11 @@ func TestIntegrationKeyOrderAcrossRelayFailover(t *testing.T) {
 	killAfter := map[int]bool{2: true, 6: true} // bursts after which the leader is killed
 	ctx := t.Context()
 	pg := testenv.PG(t)
-	ob, err := outbox.New(outbox.WithSchema(pg.Name))
+	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ob.Migrate(ctx, pg.Pool); err != nil { // also the relays' fence table
+	if err := ob.Migrate(ctx); err != nil { // also the relays' fence table
 		t.Fatal(err)
 	}
 	store, err := idempotency.New(idempotency.WithSchema(pg.Name))

@@ -47,11 +47,11 @@ func endToEndLatency(b *testing.B, notify bool) {
 	)
 	ctx := context.Background()
 	pg := testenv.PG(b)
-	ob, err := outbox.New(outbox.WithSchema(pg.Name), outbox.WithNotify(notify))
+	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithNotify(notify))
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := ob.Migrate(ctx, pg.Pool); err != nil {
+	if err := ob.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
 	store, err := idempotency.New(idempotency.WithSchema(pg.Name))
@@ -102,7 +102,7 @@ func endToEndLatency(b *testing.B, notify bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, err := outbox.NewRelay(pg.Pool, realPublisher(b), el, outbox.WithOutbox(ob), outbox.WithSchedule("@every 1s"))
+	r, err := outbox.NewRelay(ob, realPublisher(b), outbox.WithElector(el), outbox.WithSchedule("@every 1s"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -59,11 +59,11 @@ func timeoutBelow(d time.Duration) bool {
 func backlogMemory(b *testing.B, rows int) {
 	ctx := context.Background()
 	pg := testenv.PG(b)
-	ob, err := outbox.New(outbox.WithSchema(pg.Name))
+	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name))
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := ob.Migrate(ctx, pg.Pool); err != nil {
+	if err := ob.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
 	topic := testenv.Topic(b)

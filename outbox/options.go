@@ -7,6 +7,7 @@ import (
 
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/lock"
 )
 
 // Option configures an [Outbox]: where its table lives and what [Outbox.Enqueue] accepts.
@@ -106,7 +107,8 @@ func (o *options) validate() error {
 type RelayOption func(*relayOptions)
 
 type relayOptions struct {
-	outbox         *Outbox
+	elector        *lock.Elector
+	electorSet     bool // WithElector was given, maybe with nil
 	log            *slog.Logger
 	schedule       string
 	batch          int
@@ -135,9 +137,12 @@ func defaultRelayOptions() relayOptions {
 	}
 }
 
-// WithOutbox sets the outbox the relay drains: its table and notification channel (default: the
-// [Outbox] that New() returns with no options).
-func WithOutbox(ob *Outbox) RelayOption { return func(o *relayOptions) { o.outbox = ob } }
+// WithElector sets the election the relay runs under: it drains only while el leads, and its
+// writes carry el's fencing token. It is required by [Relay.Run]; one elector may be shared by
+// several leader jobs of a process (see [lock.Elector]). [NewRelay] refuses a nil el.
+func WithElector(el *lock.Elector) RelayOption {
+	return func(o *relayOptions) { o.elector, o.electorSet = el, true }
+}
 
 // WithLogger sets the logger (default: discard). The relay logs what a person should see at info
 // level and above — taking and losing the lead, publishing working again after an outage — failures
@@ -207,6 +212,8 @@ const maxBatch = 10000
 
 func (o relayOptions) validate() error {
 	switch {
+	case o.electorSet && o.elector == nil:
+		return fmt.Errorf("outbox: relay: nil elector: %w", ErrInvalidOption)
 	case o.batch < 1 || o.batch > maxBatch:
 		return fmt.Errorf("outbox: batch size %d: not in [1, %d]: %w", o.batch, maxBatch, ErrInvalidOption)
 	case o.batchBytes < 1<<10 || o.batchBytes > 1<<30:

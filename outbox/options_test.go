@@ -1,10 +1,13 @@
 package outbox
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/pgutil"
 )
@@ -33,7 +36,7 @@ func TestNewOptions(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ob, err := New(tc.opts...)
+			ob, err := New(&pgxpool.Pool{}, tc.opts...)
 			if tc.wantErr {
 				if !errors.Is(err, ErrInvalidOption) {
 					t.Fatalf("New() error = %v, want ErrInvalidOption", err)
@@ -97,9 +100,26 @@ func TestRelayOptions(t *testing.T) {
 }
 
 func TestNewRelayNilArguments(t *testing.T) {
-	_, err := NewRelay(nil, nil, nil)
+	_, err := NewRelay(nil, nil)
 	if !errors.Is(err, ErrInvalidOption) {
-		t.Fatalf("NewRelay(nil, nil, nil) = %v, want ErrInvalidOption", err)
+		t.Fatalf("NewRelay(nil, nil) = %v, want ErrInvalidOption", err)
+	}
+	if _, err := New(nil); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("New(nil) = %v, want ErrInvalidOption", err)
+	}
+	ob, err := New(&pgxpool.Pool{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewRelay(ob, fakePublisher{}, WithElector(nil)); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("NewRelay(WithElector(nil)) = %v, want ErrInvalidOption", err)
+	}
+	r, err := NewRelay(ob, fakePublisher{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(t.Context()); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("Run without an elector = %v, want ErrInvalidOption", err)
 	}
 }
 
@@ -153,3 +173,8 @@ func TestErrorText(t *testing.T) {
 		})
 	}
 }
+
+// fakePublisher is a Publisher that is never called.
+type fakePublisher struct{}
+
+func (fakePublisher) Publish(context.Context, Message) error { return nil }

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/pgutil"
 )
@@ -27,9 +28,11 @@ var sqlFS embed.FS
 // to deliver. It also holds the operator functions: [Outbox.Backlog], [Outbox.ListDead],
 // [Outbox.Requeue].
 //
-// Outbox holds no connection: every method takes the [DBTX] to work in. It is safe for concurrent
-// use by multiple goroutines.
+// Outbox uses its pool for [Outbox.Migrate] and its [Relay]; every other method takes the [DBTX]
+// to work in, so that it runs in the caller's transaction. It is safe for concurrent use by
+// multiple goroutines.
 type Outbox struct {
+	pool  *pgxpool.Pool
 	o     options
 	table string // quoted, schema-qualified
 	name  string // unquoted, schema-qualified: for logs and the fence resource
@@ -41,10 +44,13 @@ type queries struct {
 	enqueue, notify, due, deleteSent, fail, listDead, requeue, requeueAll, backlog, pending string
 }
 
-// New returns an Outbox configured by opts. It does not touch the database: call
-// [Outbox.Migrate] to create the table. It returns an error wrapping [ErrInvalidOption] when an
-// option is unusable.
-func New(opts ...Option) (*Outbox, error) {
+// New returns an Outbox on pool configured by opts. It does not touch the database: call
+// [Outbox.Migrate] to create the table. It returns an error wrapping [ErrInvalidOption] when pool
+// is nil or an option is unusable.
+func New(pool *pgxpool.Pool, opts ...Option) (*Outbox, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("outbox: nil pool: %w", ErrInvalidOption)
+	}
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
@@ -56,7 +62,7 @@ func New(opts ...Option) (*Outbox, error) {
 	if o.schema != "" {
 		ident = pgx.Identifier{o.schema, o.table}
 	}
-	ob := &Outbox{o: o, table: ident.Sanitize(), name: strings.Join(ident, ".")}
+	ob := &Outbox{pool: pool, o: o, table: ident.Sanitize(), name: strings.Join(ident, ".")}
 	data := map[string]any{
 		"Table":        ob.table,
 		"PendingIndex": pgx.Identifier{o.table + pendingIndex}.Sanitize(),
@@ -117,18 +123,14 @@ func (ob *Outbox) Channel() string { return ob.o.channel }
 // Migrate creates the schema (if one was set), the table and its indexes, and the fence table
 // "txkit_fence" in the same schema that a [Relay] passes by default, when they do not exist. It
 // is idempotent and safe to run from several processes at once (an advisory lock serializes
-// them). It blocks until PostgreSQL answers; ctx scopes only this call. A nil db returns an error
-// wrapping [ErrNilTx].
-func (ob *Outbox) Migrate(ctx context.Context, db DBTX) error {
-	if isNil(db) {
-		return fmt.Errorf("outbox: migrate %s: %w", ob.name, ErrNilTx)
-	}
-	if _, err := db.Exec(ctx, ob.ddl); err != nil {
+// them). It blocks until PostgreSQL answers; ctx scopes only this call.
+func (ob *Outbox) Migrate(ctx context.Context) error {
+	if _, err := ob.pool.Exec(ctx, ob.ddl); err != nil {
 		return fmt.Errorf("outbox: migrate %s: %w", ob.name, err)
 	}
 	f, err := ob.relayFence()
 	if err == nil {
-		err = f.Migrate(ctx, db)
+		err = f.Migrate(ctx)
 	}
 	if err != nil {
 		return fmt.Errorf("outbox: migrate %s: %w", ob.name, err)

@@ -20,11 +20,11 @@ import (
 func newOutbox(t testing.TB, opts ...outbox.Option) (*outbox.Outbox, *pgxpool.Pool) {
 	t.Helper()
 	pg := testenv.PG(t)
-	ob, err := outbox.New(append([]outbox.Option{outbox.WithSchema(pg.Name)}, opts...)...)
+	ob, err := outbox.New(pg.Pool, append([]outbox.Option{outbox.WithSchema(pg.Name)}, opts...)...)
 	if err != nil {
 		t.Fatalf("outbox.New: %v", err)
 	}
-	if err := ob.Migrate(t.Context(), pg.Pool); err != nil {
+	if err := ob.Migrate(t.Context()); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	return ob, pg.Pool
@@ -62,7 +62,7 @@ func (d refuseDB) QueryRow(context.Context, string, ...any) pgx.Row {
 }
 
 func TestEnqueueRefusesInvalidMessages(t *testing.T) {
-	ob, err := outbox.New(outbox.WithMaxBodySize(8))
+	ob, err := outbox.New(&pgxpool.Pool{}, outbox.WithMaxBodySize(8))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestIntegrationEnqueueRefusesOversizedFields(t *testing.T) {
 
 func TestIntegrationMigrateIsIdempotent(t *testing.T) {
 	pg := testenv.PG(t)
-	ob, err := outbox.New(outbox.WithSchema(pg.Name+"_own"), outbox.WithTable("Events"))
+	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name+"_own"), outbox.WithTable("Events"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,14 +162,14 @@ func TestIntegrationMigrateIsIdempotent(t *testing.T) {
 	// Concurrent migrations from several "processes" must all succeed.
 	errs := make(chan error, 4)
 	for range 4 {
-		go func() { errs <- ob.Migrate(t.Context(), pg.Pool) }()
+		go func() { errs <- ob.Migrate(t.Context()) }()
 	}
 	for range 4 {
 		if err := <-errs; err != nil {
 			t.Fatalf("Migrate: %v", err)
 		}
 	}
-	if err := ob.Migrate(t.Context(), pg.Pool); err != nil {
+	if err := ob.Migrate(t.Context()); err != nil {
 		t.Fatalf("Migrate again: %v", err)
 	}
 	if _, err := ob.Enqueue(t.Context(), pg.Pool, outbox.Message{Topic: "t"}); err != nil {
@@ -264,17 +264,17 @@ func TestIntegrationEnqueueNotifies(t *testing.T) {
 		}
 		return c
 	}
-	ob, err := outbox.New(outbox.WithSchema(pg.Name), outbox.WithChannel("ch_"+pg.Name))
+	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithChannel("ch_"+pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet, err := outbox.New(outbox.WithSchema(pg.Name), outbox.WithTable("quiet"), outbox.WithNotify(false),
+	quiet, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithTable("quiet"), outbox.WithNotify(false),
 		outbox.WithChannel("ch_"+pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range []*outbox.Outbox{ob, quiet} {
-		if err := o.Migrate(ctx, pg.Pool); err != nil {
+		if err := o.Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -74,35 +74,27 @@ type relayStats struct {
 	published, failed, dead, batches, wakeups, rescued atomic.Int64
 }
 
-// NewRelay returns a relay that publishes the outbox's messages through pub while el leads. pool
-// is used for the relay's queries and writes, and its configuration for the dedicated listening
-// connection. The outbox is [WithOutbox]'s, or the default one. The relay's writes pass a fence:
+// NewRelay returns a relay that publishes ob's messages through pub while the elector of
+// [WithElector] leads. ob's pool is used for the relay's queries and writes, and its
+// configuration for the dedicated listening connection. The relay's writes pass a fence:
 // [WithFence]'s, or by default the fence table "txkit_fence" in the outbox's schema, which
 // [Outbox.Migrate] creates. NewRelay does not touch the database or ZooKeeper. It returns an error
 // wrapping [ErrInvalidOption] when an argument or option is unusable.
-func NewRelay(pool *pgxpool.Pool, pub Publisher, el *lock.Elector, opts ...RelayOption) (*Relay, error) {
+func NewRelay(ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 	o := defaultRelayOptions()
 	for _, opt := range opts {
 		opt(&o)
 	}
 	switch {
-	case pool == nil:
-		return nil, fmt.Errorf("outbox: relay: nil pool: %w", ErrInvalidOption)
+	case ob == nil:
+		return nil, fmt.Errorf("outbox: relay: nil outbox: %w", ErrInvalidOption)
 	case isNilValue(pub):
 		return nil, fmt.Errorf("outbox: relay: nil publisher: %w", ErrInvalidOption)
-	case el == nil:
-		return nil, fmt.Errorf("outbox: relay: nil elector: %w", ErrInvalidOption)
 	}
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	ob := o.outbox
-	if ob == nil {
-		var err error
-		if ob, err = New(); err != nil {
-			return nil, err
-		}
-	}
+	pool := ob.pool
 	f := o.fence
 	if f == nil {
 		var err error
@@ -116,7 +108,15 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, el *lock.Elector, opts ...Relay
 	if ob.o.notify {
 		lopts = append(lopts, leader.WithChannel(ob.o.channel))
 	}
-	job, err := leader.New(el, pool, f, r.resource, r.drainLoop, lopts...)
+	if o.elector == nil {
+		// Run reports the missing elector; New also checks the rest without one.
+		el := &lock.Elector{}
+		if _, err := leader.New(el, pool, f, r.resource, r.drainLoop, lopts...); err != nil {
+			return nil, fmt.Errorf("outbox: relay: %w: %w", err, ErrInvalidOption)
+		}
+		return r, nil
+	}
+	job, err := leader.New(o.elector, pool, f, r.resource, r.drainLoop, lopts...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: relay: %w: %w", err, ErrInvalidOption)
 	}
@@ -131,7 +131,7 @@ func (ob *Outbox) relayFence() (*fence.Fence, error) {
 	if ob.o.schema != "" {
 		opts = append(opts, fence.WithSchema(ob.o.schema))
 	}
-	f, err := fence.New(opts...)
+	f, err := fence.New(ob.pool, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: fence: %w: %w", err, ErrInvalidOption)
 	}
@@ -146,7 +146,7 @@ func (r *Relay) Stats() Stats {
 		Dead:      r.stats.dead.Load(),
 		Batches:   r.stats.batches.Load(),
 		Wakeups:   r.stats.wakeups.Load(),
-		Fenced:    r.job.Fenced(),
+		Fenced:    r.fenced(),
 		Rescued:   r.stats.rescued.Load(),
 	}
 }
@@ -157,16 +157,28 @@ func (r *Relay) Stats() Stats {
 // campaigns again. Cancelling ctx does the same, resigns, and returns once every goroutine Run
 // started has exited. ctx scopes the whole work.
 //
-// Run returns an error wrapping [lock.ErrClosed] when the elector's session is closed,
+// Run returns at once an error wrapping [ErrInvalidOption] when the relay was built without
+// [WithElector], an error wrapping [lock.ErrClosed] when the elector's session is closed,
 // [ErrRunning] when another Run of this Relay is running, and an error naming Fence.Migrate when
 // the fence's table does not exist. Other failures of the database or the broker are logged and
 // retried.
 func (r *Relay) Run(ctx context.Context) error {
+	if r.job == nil {
+		return fmt.Errorf("outbox: relay of %s: no elector (WithElector): %w", r.ob.name, ErrInvalidOption)
+	}
 	if !r.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("outbox: relay of %s: %w", r.ob.name, ErrRunning)
 	}
 	defer r.running.Store(false)
 	return r.job.Run(ctx)
+}
+
+// fenced is how many terms the fence ended (zero without an elector: the relay never ran).
+func (r *Relay) fenced() int64 {
+	if r.job == nil {
+		return 0
+	}
+	return r.job.Fenced()
 }
 
 // drainLoop is the relay's leader work: it drains each time it is woken, until ctx ends (nil) or

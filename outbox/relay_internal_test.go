@@ -18,11 +18,11 @@ import (
 func TestIntegrationFailStatement(t *testing.T) {
 	pg := testenv.PG(t)
 	ctx := t.Context()
-	ob, err := New(WithSchema(pg.Name))
+	ob, err := New(pg.Pool, WithSchema(pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ob.Migrate(ctx, pg.Pool); err != nil {
+	if err := ob.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	msgID, err := ob.Enqueue(ctx, pg.Pool, Message{Topic: "t"})
@@ -98,11 +98,11 @@ func TestIntegrationFailStatement(t *testing.T) {
 func TestIntegrationDueStatement(t *testing.T) {
 	pg := testenv.PG(t)
 	ctx := t.Context()
-	ob, err := New()
+	ob, err := New(pg.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ob.Migrate(ctx, pg.Pool); err != nil {
+	if err := ob.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	enq := func(key, name string) uuid.UUID {
@@ -172,11 +172,11 @@ func TestIntegrationDueStatement(t *testing.T) {
 func migratedOutbox(t *testing.T) (*testenv.Schema, *Outbox) {
 	t.Helper()
 	pg := testenv.PG(t)
-	ob, err := New(WithSchema(pg.Name), WithNotify(false))
+	ob, err := New(pg.Pool, WithSchema(pg.Name), WithNotify(false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ob.Migrate(t.Context(), pg.Pool); err != nil {
+	if err := ob.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	return pg, ob

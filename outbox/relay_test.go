@@ -131,8 +131,8 @@ func (e *relayEnv) relay(t *testing.T, id string, pub outbox.Publisher, opts ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts = append([]outbox.RelayOption{outbox.WithOutbox(e.ob), outbox.WithLogger(testLogger(t).With("relay", id))}, opts...)
-	r, err := outbox.NewRelay(e.pool, pub, el, opts...)
+	opts = append([]outbox.RelayOption{outbox.WithElector(el), outbox.WithLogger(testLogger(t).With("relay", id))}, opts...)
+	r, err := outbox.NewRelay(e.ob, pub, opts...)
 	if err != nil {
 		t.Fatalf("NewRelay: %v", err)
 	}
@@ -388,11 +388,11 @@ func TestIntegrationRelayRefusedForGoodDeadAtOnce(t *testing.T) {
 // perhaps twice: those whose delete the first leader did not get to).
 func TestIntegrationRelayLeadershipHandoff(t *testing.T) {
 	e := newRelayEnv(t)
-	fence, err := fence.New()
+	fence, err := fence.New(e.pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fence.Migrate(t.Context(), e.pool); err != nil {
+	if err := fence.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	recs := map[string]*recorder{"relay-a": {next: realPublisher(t)}, "relay-b": {next: realPublisher(t)}}
@@ -548,7 +548,7 @@ func TestIntegrationRelayLeadershipLostMidBatch(t *testing.T) {
 func TestIntegrationRelayFenced(t *testing.T) {
 	e := newRelayEnv(t)
 	schema, _, _ := strings.Cut(e.ob.Table(), ".")
-	fence, err := fence.New(fence.WithSchema(schema))
+	fence, err := fence.New(e.pool, fence.WithSchema(schema))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -621,7 +621,7 @@ func dedupe(s []string) []string {
 // Run instead of publishing batches whose rows it could never delete.
 func TestIntegrationRelayFenceNotMigrated(t *testing.T) {
 	e := newRelayEnv(t)
-	fence, err := fence.New(fence.WithTable("not_migrated"))
+	fence, err := fence.New(e.pool, fence.WithTable("not_migrated"))
 	if err != nil {
 		t.Fatal(err)
 	}

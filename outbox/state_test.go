@@ -3,6 +3,8 @@ package outbox
 import (
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestStatusString(t *testing.T) {
@@ -58,7 +60,7 @@ func TestStatusTransitions(t *testing.T) {
 // transitions table: each names the status it moves from in its where clause and only statuses
 // that status may become in its set clause.
 func TestStatementsFollowTransitions(t *testing.T) {
-	ob, err := New()
+	ob, err := New(&pgxpool.Pool{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/outbox"
@@ -15,7 +16,7 @@ import (
 // Enqueue refuses tags a RocketMQ subscription cannot match or PostgreSQL cannot store, before
 // touching the database.
 func TestEnqueueRefusesBadTags(t *testing.T) {
-	ob, err := outbox.New()
+	ob, err := outbox.New(&pgxpool.Pool{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,12 +44,12 @@ func TestIntegrationMigrateAddsTagsColumn(t *testing.T) {
 	if _, err := pg.Pool.Exec(t.Context(), `insert into `+table+` (msg_id, topic, body) values (gen_random_uuid(), 'old', '')`); err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(outbox.WithSchema(pg.Name))
+	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if err := ob.Migrate(t.Context(), pg.Pool); err != nil {
+		if err := ob.Migrate(t.Context()); err != nil {
 			t.Fatalf("Migrate: %v", err)
 		}
 	}

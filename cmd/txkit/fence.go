@@ -55,13 +55,18 @@ func fenceCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if schema != "" {
 		opts = append(opts, fence.WithSchema(schema))
 	}
-	f, err := fence.New(opts...)
-	if err != nil {
-		return usageErr("%v", err)
-	}
 	pgURL, err := pg.resolve(getenv)
 	if err != nil {
 		return err
+	}
+	pool, err := newPool(ctx, pgURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	f, err := fence.New(pool, opts...)
+	if err != nil {
+		return usageErr("%v", err)
 	}
 
 	// The lock path's epoch first: it decides what reset may forget.
@@ -71,11 +76,10 @@ func fenceCmd(ctx context.Context, args []string, getenv func(string) string, st
 			return err
 		}
 	}
-	conn, closeConn, err := connect(ctx, pgURL)
-	if err != nil {
+	if err := connect(ctx, pool); err != nil {
 		return err
 	}
-	defer closeConn()
+	conn := pool
 
 	if verb == "reset" {
 		e, ok, err := f.Reset(ctx, conn, resource, epoch)

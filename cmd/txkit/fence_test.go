@@ -28,11 +28,11 @@ func TestIntegrationFenceReset(t *testing.T) {
 	pg := testenv.PG(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	fence, err := fence.New(fence.WithSchema(pg.Name))
+	fence, err := fence.New(pg.Pool, fence.WithSchema(pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fence.Migrate(ctx, pg.Pool); err != nil {
+	if err := fence.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	sess, err := lock.NewSession(ctx, servers, lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testenv.Logger(t)))

@@ -37,7 +37,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/outbox"
 )
@@ -175,18 +175,27 @@ func subcommand(name string, args []string, register func(*flag.FlagSet), verbs 
 	return rest[0], vs, rest[1:], nil
 }
 
-// connect opens one PostgreSQL connection and returns it with the function that closes it (with a
-// context of its own, so that it runs after ctx ends).
-func connect(ctx context.Context, url string) (*pgx.Conn, func(), error) {
-	conn, err := pgx.Connect(ctx, url)
+// newPool returns a pool of at most one PostgreSQL connection to url. It does not connect (the
+// components given it check their options first); [connect] does.
+func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
-	return conn, func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}, nil
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	return pool, nil
+}
+
+// connect opens pool's connection, so that an unreachable server is reported as such.
+func connect(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	return nil
 }
 
 func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -259,15 +268,19 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	if c.schema != "" {
 		opts = append(opts, outbox.WithSchema(c.schema))
 	}
-	ob, err := outbox.New(append(opts, outbox.WithTable(c.table))...)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	conn, closeConn, err := connect(ctx, pgURL)
+	pool, err := newPool(ctx, pgURL)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
+	defer pool.Close()
+	ob, err := outbox.New(pool, append(opts, outbox.WithTable(c.table))...)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	if err := connect(ctx, pool); err != nil {
+		return err
+	}
+	conn := pool
 
 	switch verb {
 	case "backlog":

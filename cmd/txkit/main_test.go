@@ -66,11 +66,11 @@ func TestUsage(t *testing.T) {
 func TestIntegrationOutboxCommands(t *testing.T) {
 	pg := testenv.PG(t)
 	ctx := t.Context()
-	ob, err := outbox.New(outbox.WithSchema(pg.Name), outbox.WithTable("events"))
+	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithTable("events"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ob.Migrate(ctx, pg.Pool); err != nil {
+	if err := ob.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var ids []uuid.UUID

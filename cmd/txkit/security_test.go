@@ -36,11 +36,11 @@ func TestPrintable(t *testing.T) {
 func TestIntegrationStoredTextIsEscaped(t *testing.T) {
 	pg := testenv.PG(t)
 	ctx := t.Context()
-	ob, err := outbox.New(outbox.WithSchema(pg.Name))
+	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ob.Migrate(ctx, pg.Pool); err != nil {
+	if err := ob.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	id, err := ob.Enqueue(ctx, pg.Pool, outbox.Message{Topic: "orders", Key: "k", Body: []byte("{}")})
@@ -69,11 +69,11 @@ func TestIntegrationStoredTextIsEscaped(t *testing.T) {
 // command line, where every user of the machine sees it.
 func TestIntegrationPGURLFromFile(t *testing.T) {
 	pg := testenv.PG(t)
-	ob, err := outbox.New(outbox.WithSchema(pg.Name))
+	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ob.Migrate(t.Context(), pg.Pool); err != nil {
+	if err := ob.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "pg-url")

@@ -141,7 +141,7 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 	}
 
 	// 2. The components. New* only checks options; Migrate creates the tables (idempotent).
-	ob, err := outbox.New(outbox.WithSchema(c.Schema)) // txkit_outbox, and txkit_fence for the relay
+	ob, err := outbox.New(pool, outbox.WithSchema(c.Schema)) // txkit_outbox, and txkit_fence for the relay
 	if err != nil {
 		return res, err
 	}
@@ -159,7 +159,7 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 		return res, err
 	}
 	for _, m := range []func(context.Context) error{
-		func(ctx context.Context) error { return ob.Migrate(ctx, pool) },
+		ob.Migrate,
 		func(ctx context.Context) error { return store.Migrate(ctx, pool) },
 		func(ctx context.Context) error { return bar.Migrate(ctx, pool) },
 		sagas.Migrate,
@@ -176,7 +176,7 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 		return res, err
 	}
 	defer pub.Close()
-	relay, err := outbox.NewRelay(pool, pub, relayElector, outbox.WithOutbox(ob), outbox.WithLogger(log)) // fenced in txkit_fence
+	relay, err := outbox.NewRelay(ob, pub, outbox.WithElector(relayElector), outbox.WithLogger(log)) // fenced in txkit_fence
 	if err != nil {
 		return res, err
 	}

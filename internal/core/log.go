@@ -94,7 +94,7 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 	if o.schema != "" {
 		fopts = append(fopts, fence.WithSchema(o.schema))
 	}
-	fence, err := fence.New(fopts...)
+	fence, err := fence.New(pool, fopts...)
 	if err != nil {
 		return nil, fmt.Errorf("core: fence: %w", err)
 	}
@@ -157,7 +157,7 @@ func (l *Log) Migrate(ctx context.Context) error {
 	if _, err := l.pool.Exec(ctx, l.ddl); err != nil {
 		return fmt.Errorf("core: migrate %s: %w", l.name, err)
 	}
-	if err := l.fence.Migrate(ctx, l.pool); err != nil {
+	if err := l.fence.Migrate(ctx); err != nil {
 		return fmt.Errorf("core: migrate fence: %w", err)
 	}
 	return nil

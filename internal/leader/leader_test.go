@@ -19,7 +19,7 @@ import (
 func TestNewRefusesUnusableArguments(t *testing.T) {
 	el := &lock.Elector{} // never campaigns here
 	pool := &pgxpool.Pool{}
-	f, err := fence.New()
+	f, err := fence.New(pool)
 	if err != nil {
 		t.Fatal(err)
 	}

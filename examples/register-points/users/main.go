@@ -81,10 +81,10 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	g, ctx := errgroup.WithContext(ctx)
 	switch c.mode {
 	case "outbox":
-		if s.ob, err = outbox.New(); err != nil {
+		if s.ob, err = outbox.New(pool); err != nil {
 			return err
 		}
-		if err := s.ob.Migrate(ctx, pool); err != nil {
+		if err := s.ob.Migrate(ctx); err != nil {
 			return err
 		}
 		sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(4*time.Second), lock.WithLogger(log))
@@ -104,7 +104,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 			return err
 		}
 		defer pub.Close()
-		relay, err := outbox.NewRelay(pool, pub, s.el, outbox.WithOutbox(s.ob), outbox.WithLogger(log))
+		relay, err := outbox.NewRelay(s.ob, pub, outbox.WithElector(s.el), outbox.WithLogger(log))
 		if err != nil {
 			return err
 		}

@@ -15,7 +15,7 @@ import (
 // the log under the request id.
 func TestRegisterFailureAnswersNoInternalDetail(t *testing.T) {
 	pool, host := apptest.DownPool(t)
-	ob, err := outbox.New()
+	ob, err := outbox.New(pool)
 	if err != nil {
 		t.Fatal(err)
 	}
