@@ -35,11 +35,11 @@ create index on bare_keys (expires_at)`
 func BenchmarkClaim(b *testing.B) {
 	s := testenv.PG(b)
 	ctx := context.Background()
-	st, err := idempotency.New()
+	st, err := idempotency.New(s.Pool)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := st.Migrate(ctx, s.Pool); err != nil {
+	if err := st.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := s.Pool.Exec(ctx, bareDDL); err != nil {

@@ -11,10 +11,10 @@
 //
 // A consumer's handler:
 //
-//	store, err := idempotency.New(idempotency.WithRetention(72 * time.Hour))
+//	store, err := idempotency.New(pool, idempotency.WithRetention(72 * time.Hour))
 //	if err != nil { return err }
-//	if err := store.Migrate(ctx, pool); err != nil { return err }
-//	g.Go(func() error { return store.Run(ctx, pool) }) // purge expired keys until ctx ends
+//	if err := store.Migrate(ctx); err != nil { return err }
+//	g.Go(func() error { return store.Run(ctx) }) // purge expired keys until ctx ends
 //
 //	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 //		first, err := store.Claim(ctx, tx, "points", msg.ID)

@@ -65,11 +65,11 @@ func Example() {
 	pool, drop := exampleDB(ctx)
 	defer drop()
 
-	store, err := idempotency.New()
+	store, err := idempotency.New(pool)
 	if err != nil {
 		panic(err)
 	}
-	if err := store.Migrate(ctx, pool); err != nil {
+	if err := store.Migrate(ctx); err != nil {
 		panic(err)
 	}
 	if _, err := pool.Exec(ctx, `create table accounts (id text primary key, points int not null)`); err != nil {
@@ -118,11 +118,11 @@ func ExampleStore_Begin() {
 	pool, drop := exampleDB(ctx)
 	defer drop()
 
-	store, err := idempotency.New(idempotency.WithRetention(24 * time.Hour))
+	store, err := idempotency.New(pool, idempotency.WithRetention(24*time.Hour))
 	if err != nil {
 		panic(err)
 	}
-	if err := store.Migrate(ctx, pool); err != nil {
+	if err := store.Migrate(ctx); err != nil {
 		panic(err)
 	}
 
@@ -173,11 +173,11 @@ func ExampleStore_Purge() {
 	pool, drop := exampleDB(ctx)
 	defer drop()
 
-	store, err := idempotency.New(idempotency.WithRetention(time.Microsecond), idempotency.WithPurgeBatch(2))
+	store, err := idempotency.New(pool, idempotency.WithRetention(time.Microsecond), idempotency.WithPurgeBatch(2))
 	if err != nil {
 		panic(err)
 	}
-	if err := store.Migrate(ctx, pool); err != nil {
+	if err := store.Migrate(ctx); err != nil {
 		panic(err)
 	}
 	for _, key := range []string{"a", "b", "c"} {

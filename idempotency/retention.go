@@ -41,15 +41,11 @@ func (s *Store) Purge(ctx context.Context, db DBTX) (deleted int64, err error) {
 //
 // Run blocks. When ctx ends it cancels a purge in flight (ctx also scopes the work), waits for the
 // scheduler to stop, and returns nil. Purging is idempotent, so every replica of a service may run
-// it; no leadership is needed. db should be a pool (see [Store.Purge]). A nil db returns an error
-// wrapping [ErrNilTx] at once.
-func (s *Store) Run(ctx context.Context, db DBTX) error {
-	if isNil(db) {
-		return fmt.Errorf("idempotency: run %s: %w", s.table, ErrNilTx)
-	}
+// it; no leadership is needed. It purges through the pool given to [New].
+func (s *Store) Run(ctx context.Context) error {
 	l := pgutil.CronLogger{L: s.o.log}
 	c := cron.New(cron.WithLogger(l), cron.WithChain(cron.Recover(l), cron.SkipIfStillRunning(l)))
-	if _, err := c.AddFunc(s.o.schedule, func() { s.purgeJob(ctx, db) }); err != nil {
+	if _, err := c.AddFunc(s.o.schedule, func() { s.purgeJob(ctx, s.pool) }); err != nil {
 		// New validated the spec, so this is not expected.
 		return fmt.Errorf("idempotency: purge schedule %q: %w: %w", s.o.schedule, err, ErrInvalidOption)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // MaxKeyLen is the longest scope or key, in bytes, that the Store accepts.
@@ -75,9 +76,11 @@ type Record struct {
 // Store claims idempotency keys in a PostgreSQL table, inside the caller's transactions. A key is
 // a (scope, key) pair: the scope names the consumer or endpoint, the key the message or request.
 //
-// Store holds no connection: every method takes the [DBTX] to work in. It is safe for concurrent
-// use by multiple goroutines.
+// Store uses its pool for [Store.Migrate] and [Store.Run]; every other method takes the [DBTX] to
+// work in, so that it runs in the caller's transaction. It is safe for concurrent use by multiple
+// goroutines.
 type Store struct {
+	pool    *pgxpool.Pool
 	o       options
 	table   string // quoted, schema-qualified
 	ddl     string
@@ -92,9 +95,13 @@ type Store struct {
 //go:embed sql/schema.sql
 var sqlFS embed.FS
 
-// New returns a Store configured by opts. It does not touch the database: call [Store.Migrate]
-// to create the table. It returns an error wrapping [ErrInvalidOption] when an option is unusable.
-func New(opts ...Option) (*Store, error) {
+// New returns a Store on pool configured by opts. It does not touch the database: call
+// [Store.Migrate] to create the table. It returns an error wrapping [ErrInvalidOption] when pool
+// is nil or an option is unusable.
+func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("idempotency: nil pool: %w", ErrInvalidOption)
+	}
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
@@ -107,7 +114,7 @@ func New(opts ...Option) (*Store, error) {
 		ident = pgx.Identifier{o.schema, o.table}
 	}
 	t := ident.Sanitize()
-	s := &Store{o: o, table: t, logAttr: slog.String("table", strings.Join(ident, "."))}
+	s := &Store{pool: pool, o: o, table: t, logAttr: slog.String("table", strings.Join(ident, "."))}
 
 	ddl, err := renderDDL(o, t)
 	if err != nil {
@@ -159,11 +166,8 @@ func renderDDL(o options, table string) (string, error) {
 // Migrate creates the schema (if one was set), the table and its expiry index when they do not
 // exist. It is idempotent and safe to run from several processes at once (an advisory lock
 // serializes them). It blocks until PostgreSQL answers; ctx scopes only this call.
-func (s *Store) Migrate(ctx context.Context, db DBTX) error {
-	if isNil(db) {
-		return fmt.Errorf("idempotency: migrate %s: %w", s.table, ErrNilTx)
-	}
-	if _, err := db.Exec(ctx, s.ddl); err != nil {
+func (s *Store) Migrate(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, s.ddl); err != nil {
 		return fmt.Errorf("idempotency: migrate %s: %w", s.table, err)
 	}
 	return nil

@@ -49,13 +49,13 @@ func testLogger(t testing.TB) *slog.Logger {
 func newStore(t testing.TB, s *testenv.Schema, opts ...idempotency.Option) *idempotency.Store {
 	t.Helper()
 	opts = append([]idempotency.Option{idempotency.WithLogger(testLogger(t))}, opts...)
-	st, err := idempotency.New(opts...)
+	st, err := idempotency.New(s.Pool, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	if err := st.Migrate(ctx, s.Pool); err != nil {
+	if err := st.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	return st
@@ -122,7 +122,7 @@ func TestOptions(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			st, err := idempotency.New(tc.opts...)
+			st, err := idempotency.New(&pgxpool.Pool{}, tc.opts...)
 			if tc.ok {
 				if err != nil || st == nil {
 					t.Fatalf("New = %v, %v; want a Store", st, err)
@@ -155,7 +155,7 @@ type errRow struct{}
 func (errRow) Scan(...any) error { return errReached }
 
 func TestBadInput(t *testing.T) {
-	st, err := idempotency.New()
+	st, err := idempotency.New(&pgxpool.Pool{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,13 +194,8 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
-	for name, err := range map[string]error{
-		"Migrate": st.Migrate(ctx, nil),
-		"Run":     st.Run(ctx, nilPool),
-	} {
-		if !errors.Is(err, idempotency.ErrNilTx) {
-			t.Errorf("%s(nil) error = %v; want ErrNilTx", name, err)
-		}
+	if _, err := idempotency.New(nil); !errors.Is(err, idempotency.ErrInvalidOption) {
+		t.Errorf("New(nil) error = %v; want ErrInvalidOption", err)
 	}
 	if _, err := st.Purge(ctx, nil); !errors.Is(err, idempotency.ErrNilTx) {
 		t.Errorf("Purge(nil) error = %v; want ErrNilTx", err)
@@ -228,7 +223,7 @@ func TestIntegrationClaimFirstThenDuplicate(t *testing.T) {
 	st := newStore(t, s)
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
-	if err := st.Migrate(ctx, s.Pool); err != nil { // a second Migrate is a no-op
+	if err := st.Migrate(ctx); err != nil { // a second Migrate is a no-op
 		t.Fatalf("second Migrate: %v", err)
 	}
 
@@ -730,7 +725,7 @@ func TestIntegrationRunPurgesUntilCancelled(t *testing.T) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- st.Run(runCtx, s.Pool) }()
+	go func() { done <- st.Run(runCtx) }()
 	testenv.Eventually(t, 15*time.Second, 20*time.Millisecond, func() bool {
 		var n int
 		err := s.Pool.QueryRow(ctx, `select count(*) from txkit_idempotency`).Scan(&n)
@@ -753,7 +748,7 @@ func TestIntegrationRunReturnsOnCancel(t *testing.T) {
 	st := newStore(t, s, idempotency.WithPurgeSchedule("@hourly"))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- st.Run(ctx, s.Pool) }()
+	go func() { done <- st.Run(ctx) }()
 	cancel()
 	select {
 	case err := <-done:
@@ -778,18 +773,18 @@ func TestIntegrationNamesAndConcurrentMigrate(t *testing.T) {
 			t.Errorf("drop schema: %v", err)
 		}
 	})
-	st, err := idempotency.New(idempotency.WithSchema(schema), idempotency.WithTable(`Keys"; drop table x; --`),
+	pool := bigPool(t, s, 8)
+	st, err := idempotency.New(pool, idempotency.WithSchema(schema), idempotency.WithTable(`Keys"; drop table x; --`),
 		idempotency.WithRetention(time.Microsecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
-	pool := bigPool(t, s, 8)
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for range 8 {
-		wg.Go(func() { errs <- st.Migrate(ctx, pool) })
+		wg.Go(func() { errs <- st.Migrate(ctx) })
 	}
 	wg.Wait()
 	close(errs)

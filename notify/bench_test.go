@@ -50,11 +50,11 @@ func BenchmarkDeliver(b *testing.B) {
 		if _, err := rcv.Pool.Exec(context.Background(), `create table credits (id uuid primary key, amount int)`); err != nil {
 			b.Fatal(err)
 		}
-		store, err := idempotency.New(idempotency.WithSchema(rcv.Name))
+		store, err := idempotency.New(rcv.Pool, idempotency.WithSchema(rcv.Name))
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := store.Migrate(context.Background(), rcv.Pool); err != nil {
+		if err := store.Migrate(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 		in, err := notify.NewInbox(rcv.Pool, store, "r", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {

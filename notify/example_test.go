@@ -64,8 +64,8 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	store, _ := idempotency.New(idempotency.WithSchema(schema))
-	if err := store.Migrate(ctx, pool); err != nil {
+	store, _ := idempotency.New(pool, idempotency.WithSchema(schema))
+	if err := store.Migrate(ctx); err != nil {
 		fmt.Println(err)
 		return
 	}

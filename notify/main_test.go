@@ -95,11 +95,11 @@ func newWorld(t *testing.T) *world {
 	if _, err := w.receiver.Pool.Exec(ctx, `create table applied (id uuid primary key, key text not null, amount int not null)`); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.New(idempotency.WithSchema(w.receiver.Name))
+	store, err := idempotency.New(w.receiver.Pool, idempotency.WithSchema(w.receiver.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Migrate(ctx, w.receiver.Pool); err != nil {
+	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	w.inbox, err = notify.NewInbox(w.receiver.Pool, store, "shop", []string{oldSecret, secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
@@ -173,7 +173,7 @@ func (w *world) strictClient(url, secret string) notify.Client {
 
 // newInbox builds another Inbox for "shop" over the receiver's schema, verifying with secrets.
 func (w *world) newInbox(secrets []string) error {
-	store, err := idempotency.New(idempotency.WithSchema(w.receiver.Name))
+	store, err := idempotency.New(w.receiver.Pool, idempotency.WithSchema(w.receiver.Name))
 	if err != nil {
 		return err
 	}

@@ -283,11 +283,11 @@ func TestIntegrationKeyOrderAcrossRelayFailover(t *testing.T) {
 	if err := ob.Migrate(ctx); err != nil { // also the relays' fence table
 		t.Fatal(err)
 	}
-	store, err := idempotency.New(idempotency.WithSchema(pg.Name))
+	store, err := idempotency.New(pg.Pool, idempotency.WithSchema(pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Migrate(ctx, pg.Pool); err != nil {
+	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pg.Pool.Exec(ctx, `create table applied (

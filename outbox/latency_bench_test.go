@@ -54,11 +54,11 @@ func endToEndLatency(b *testing.B, notify bool) {
 	if err := ob.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
-	store, err := idempotency.New(idempotency.WithSchema(pg.Name))
+	store, err := idempotency.New(pg.Pool, idempotency.WithSchema(pg.Name))
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := store.Migrate(ctx, pg.Pool); err != nil {
+	if err := store.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
 	topic := testenv.Topic(b)

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/idempotency"
 )
@@ -32,19 +33,24 @@ import (
 // [Barrier.Call]). This is dtm's barrier rather than Seata's fence, which reads with SELECT ...
 // FOR UPDATE before inserting and deadlocks under contention.
 //
-// Rows are purged by age ([WithBarrierRetention], [Barrier.Run]). A Barrier holds no connection;
-// it is safe for concurrent use by multiple goroutines.
+// Rows are purged by age ([WithBarrierRetention], [Barrier.Run]). The pool given to [NewBarrier]
+// serves Migrate, Run and the transactions of [Barrier.Handler] and [Barrier.Participant];
+// [Barrier.Call] runs in the caller's. A Barrier is safe for concurrent use by multiple goroutines.
 type Barrier struct {
+	pool   *pgxpool.Pool
 	o      barrierOptions
 	store  *idempotency.Store
 	table  string // quoted, schema-qualified
 	exists string // select: is there a marker for (scope, key)?
 }
 
-// NewBarrier returns a Barrier configured by opts. It does not touch the database: call
-// [Barrier.Migrate] to create the table. It returns an error wrapping [ErrInvalidOption] when an
-// option is unusable.
-func NewBarrier(opts ...BarrierOption) (*Barrier, error) {
+// NewBarrier returns a Barrier on pool configured by opts. It does not touch the database: call
+// [Barrier.Migrate] to create the table. It returns an error wrapping [ErrInvalidOption] when pool
+// is nil or an option is unusable.
+func NewBarrier(pool *pgxpool.Pool, opts ...BarrierOption) (*Barrier, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("participant: barrier: nil pool: %w", ErrInvalidOption)
+	}
 	o := defaultBarrierOptions()
 	for _, opt := range opts {
 		opt(&o)
@@ -52,7 +58,7 @@ func NewBarrier(opts ...BarrierOption) (*Barrier, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	st, err := idempotency.New(o.storeOptions()...)
+	st, err := idempotency.New(pool, o.storeOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("participant: barrier: %w: %w", ErrInvalidOption, err)
 	}
@@ -62,6 +68,7 @@ func NewBarrier(opts ...BarrierOption) (*Barrier, error) {
 	}
 	t := ident.Sanitize()
 	return &Barrier{
+		pool:  pool,
 		o:     o,
 		store: st,
 		table: t,
@@ -74,8 +81,8 @@ func NewBarrier(opts ...BarrierOption) (*Barrier, error) {
 // Migrate creates the barrier's schema (if one was set), table and index when they do not exist.
 // It is idempotent and safe to run from several processes at once. It blocks until PostgreSQL
 // answers; ctx scopes only this call.
-func (b *Barrier) Migrate(ctx context.Context, db idempotency.DBTX) error {
-	if err := b.store.Migrate(ctx, db); err != nil {
+func (b *Barrier) Migrate(ctx context.Context) error {
+	if err := b.store.Migrate(ctx); err != nil {
 		return fmt.Errorf("participant: barrier: %w", err)
 	}
 	return nil
@@ -95,9 +102,9 @@ func (b *Barrier) Purge(ctx context.Context, db idempotency.DBTX) (int64, error)
 // Run purges expired barrier rows on the schedule of [WithBarrierPurgeSchedule] (default every
 // minute) until ctx ends. It blocks; when ctx ends it cancels a purge in flight, waits for its
 // scheduler to stop and returns nil. Every replica of a participant may run it: no leadership is
-// needed. db should be a pool.
-func (b *Barrier) Run(ctx context.Context, db idempotency.DBTX) error {
-	if err := b.store.Run(ctx, db); err != nil {
+// needed. It purges through the pool given to [NewBarrier].
+func (b *Barrier) Run(ctx context.Context) error {
+	if err := b.store.Run(ctx); err != nil {
 		return fmt.Errorf("participant: barrier: %w", err)
 	}
 	return nil

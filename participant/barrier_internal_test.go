@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/txkit/txkit/idempotency"
 )
 
@@ -179,7 +181,7 @@ func TestNewBarrierOptions(t *testing.T) {
 			WithSignatureWindow(time.Hour)}, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := NewBarrier(tc.opts...)
+			b, err := NewBarrier(&pgxpool.Pool{}, tc.opts...)
 			if tc.wantErr {
 				if !errors.Is(err, ErrInvalidOption) {
 					t.Fatalf("NewBarrier = %v, %v; want an error wrapping ErrInvalidOption", b, err)

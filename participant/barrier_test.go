@@ -38,13 +38,13 @@ func newFixture(t testing.TB, opts ...participant.BarrierOption) *fixture {
 	t.Helper()
 	s := testenv.PG(t)
 	opts = append([]participant.BarrierOption{participant.WithBarrierLogger(testLogger(t))}, opts...)
-	bar, err := participant.NewBarrier(opts...)
+	bar, err := participant.NewBarrier(s.Pool, opts...)
 	if err != nil {
 		t.Fatalf("NewBarrier: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	if err := bar.Migrate(ctx, s.Pool); err != nil {
+	if err := bar.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	if _, err := s.Pool.Exec(ctx, `create table calls (id bigserial primary key, gid text, branch text, op text)`); err != nil {
@@ -114,7 +114,7 @@ func req(gid, branch string, op participant.Op) participant.Request {
 func TestIntegrationBarrierRunsEachOpOnce(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
-	p := f.bar.Participant(f.pool, f.record)
+	p := f.bar.Participant(f.record)
 	const (
 		T = participant.OpTry
 		C = participant.OpConfirm
@@ -152,7 +152,7 @@ func TestIntegrationBarrierRunsEachOpOnce(t *testing.T) {
 func TestIntegrationBarrierEmptyRollbackBlocksHangingTry(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
-	p := f.bar.Participant(f.pool, f.record)
+	p := f.bar.Participant(f.record)
 	for _, tc := range []struct{ try, cancel participant.Op }{
 		{participant.OpTry, participant.OpCancel},
 		{participant.OpAction, participant.OpCompensate},
@@ -179,7 +179,7 @@ func TestIntegrationBarrierEmptyRollbackBlocksHangingTry(t *testing.T) {
 func TestIntegrationBarrierRefusedTryRollsBack(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
-	p := f.bar.Participant(f.pool, func(ctx context.Context, tx pgx.Tx, r participant.Request) error {
+	p := f.bar.Participant(func(ctx context.Context, tx pgx.Tx, r participant.Request) error {
 		if err := f.record(ctx, tx, r); err != nil {
 			return err
 		}
@@ -375,7 +375,7 @@ func TestIntegrationBarrierConcurrentTryAndCancelSerialize(t *testing.T) {
 		}
 		f.expect("g2", "b", T, 1, 0)
 		f.expect("g2", "b", X, 0, 0)
-		if err := f.bar.Participant(f.pool, f.record).Do(t.Context(), req("g2", "b", T)); !errors.Is(err, participant.ErrHanging) {
+		if err := f.bar.Participant(f.record).Do(t.Context(), req("g2", "b", T)); !errors.Is(err, participant.ErrHanging) {
 			t.Fatalf("late try = %v; want ErrHanging", err)
 		}
 	})
@@ -402,7 +402,7 @@ func TestIntegrationBarrierConcurrentTryAndCancelRace(t *testing.T) {
 	const branches = 60
 	f := newFixture(t)
 	ctx := t.Context()
-	p := f.bar.Participant(f.pool, f.record)
+	p := f.bar.Participant(f.record)
 	type result struct{ try, cancel error }
 	results := make([]result, branches)
 	start := make(chan struct{})
@@ -448,16 +448,16 @@ func TestIntegrationBarrierConcurrentTryAndCancelRace(t *testing.T) {
 
 func TestIntegrationBarrierPurge(t *testing.T) {
 	f := newFixture(t, participant.WithBarrierRetention(time.Microsecond), participant.WithBarrierPurgeBatch(2))
-	keep, err := participant.NewBarrier(participant.WithBarrierTable("kept_barrier"))
+	keep, err := participant.NewBarrier(f.pool, participant.WithBarrierTable("kept_barrier"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	if err := keep.Migrate(ctx, f.pool); err != nil {
+	if err := keep.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, bar := range []*participant.Barrier{f.bar, keep} {
-		p := bar.Participant(f.pool, f.record)
+		p := bar.Participant(f.record)
 		for _, r := range []participant.Request{req("g", "b1", participant.OpTry), req("g", "b1", participant.OpConfirm),
 			req("g", "b2", participant.OpCancel)} {
 			if err := p.Do(ctx, r); err != nil {
@@ -488,14 +488,14 @@ func TestIntegrationBarrierRunPurgesUntilCancelled(t *testing.T) {
 	f := newFixture(t, participant.WithBarrierRetention(time.Microsecond), participant.WithBarrierPurgeSchedule("@every 1s"))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- f.bar.Run(ctx, f.pool) }()
+	go func() { done <- f.bar.Run(ctx) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	if err := f.bar.Participant(f.pool, f.record).Do(ctx, req("g", "b", participant.OpCancel)); err != nil {
+	if err := f.bar.Participant(f.record).Do(ctx, req("g", "b", participant.OpCancel)); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 10*time.Second, 50*time.Millisecond, func() bool { return f.markers("txkit_barrier") == 0 },

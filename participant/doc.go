@@ -11,10 +11,10 @@
 //
 // The barrier makes a participant safe against retries and reordering with a few lines:
 //
-//	bar, _ := participant.NewBarrier(participant.WithSecrets(secret))
-//	_ = bar.Migrate(ctx, pool)
-//	go bar.Run(ctx, pool) // purges old barrier rows
-//	mux.Handle("POST /stock/tcc", bar.Handler(pool, stock,
+//	bar, _ := participant.NewBarrier(pool, participant.WithSecrets(secret))
+//	_ = bar.Migrate(ctx)
+//	go bar.Run(ctx) // purges old barrier rows
+//	mux.Handle("POST /stock/tcc", bar.Handler(stock,
 //		participant.WithAllowedOps(participant.OpTry, participant.OpConfirm, participant.OpCancel)))
 //
 // Inside the participant's own transaction, each operation of a branch runs at most once; a cancel

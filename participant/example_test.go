@@ -71,11 +71,11 @@ func ExampleBarrier_Handler() {
 	// The secret shared with the coordinators (at least 16 bytes; from your secret store, never
 	// from the code). The handler refuses requests not signed with it.
 	secret := rand.Text()
-	bar, err := participant.NewBarrier(participant.WithSecrets(secret)) // table txkit_barrier, rows kept 7 days
+	bar, err := participant.NewBarrier(pool, participant.WithSecrets(secret)) // table txkit_barrier, rows kept 7 days
 	if err != nil {
 		panic(err)
 	}
-	if err := bar.Migrate(ctx, pool); err != nil {
+	if err := bar.Migrate(ctx); err != nil {
 		panic(err)
 	}
 	if _, err := pool.Exec(ctx, `create table stock (item text primary key, available int not null, reserved int not null);
@@ -115,7 +115,7 @@ func ExampleBarrier_Handler() {
 	mux := http.NewServeMux()
 	// The coordinator posts every TCC op of the branch to this one route; the handler takes no
 	// other op.
-	mux.Handle("POST /stock", bar.Handler(pool, stock,
+	mux.Handle("POST /stock", bar.Handler(stock,
 		participant.WithAllowedOps(participant.OpTry, participant.OpConfirm, participant.OpCancel)))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/httpsafe"
 )
@@ -40,16 +39,16 @@ func WithAllowedOps(ops ...Op) HandlerOption {
 
 // Handler returns an http.Handler that serves the operations of a participant over the wire
 // protocol: it reads a POST's body, checks its signature ([WithSecrets]), decodes the JSON
-// [Request], begins a transaction on pool, claims the signature as a nonce, runs fn through
+// [Request], begins a transaction on the barrier's pool, claims the signature as a nonce, runs fn through
 // [Barrier.Call] (so at most once, with empty rollbacks and hanging tries handled), and commits.
 // A coordinator posts every op of a branch to the branch's one URL, so a participant serves
 // each protocol on a route of its own, restricted to that protocol's ops, with fn switching on
 // req.Op:
 //
-//	bar, _ := participant.NewBarrier(participant.WithSecrets(secret))
-//	mux.Handle("POST /stock/tcc", bar.Handler(pool, stockTCC,
+//	bar, _ := participant.NewBarrier(pool, participant.WithSecrets(secret))
+//	mux.Handle("POST /stock/tcc", bar.Handler(stockTCC,
 //		participant.WithAllowedOps(participant.OpTry, participant.OpConfirm, participant.OpCancel)))
-//	mux.Handle("POST /stock/saga", bar.Handler(pool, stockSaga,
+//	mux.Handle("POST /stock/saga", bar.Handler(stockSaga,
 //		participant.WithAllowedOps(participant.OpAction, participant.OpCompensate)))
 //
 // A client of your own that posts each op to a route of its own restricts each route to its op
@@ -77,7 +76,7 @@ func WithAllowedOps(ops ...Op) HandlerOption {
 // 500 carries only "participant: internal error (request id ID)"; the error, and the stack of a
 // panic, are logged with that id (key request_id). fn runs under the request's ctx. The handler
 // is safe for concurrent use.
-func (b *Barrier) Handler(pool *pgxpool.Pool, fn func(ctx context.Context, tx pgx.Tx, req Request) error, opts ...HandlerOption) http.Handler {
+func (b *Barrier) Handler(fn func(ctx context.Context, tx pgx.Tx, req Request) error, opts ...HandlerOption) http.Handler {
 	var ho handlerOptions
 	for _, opt := range opts {
 		opt(&ho)
@@ -103,7 +102,7 @@ func (b *Barrier) Handler(pool *pgxpool.Pool, fn func(ctx context.Context, tx pg
 			err = fmt.Errorf("participant: op %s is not served here (this handler takes %v): %w", req.Op, ho.ops, ErrBadRequest)
 		}
 		if err == nil {
-			err = b.do(r.Context(), pool, req, nonce, fn)
+			err = b.do(r.Context(), req, nonce, fn)
 		}
 		switch code := statusOf(err); {
 		case err == nil:
@@ -133,7 +132,7 @@ func (b *Barrier) unauthorized(w http.ResponseWriter, r *http.Request, err error
 }
 
 // Participant returns an in-process [Participant] doing what [Barrier.Handler] does, without HTTP
-// (and so without signatures): Do validates req, begins a transaction on pool, runs fn through
+// (and so without signatures): Do validates req, begins a transaction on the barrier's pool, runs fn through
 // [Barrier.Call] and commits. It returns nil on success (including a skipped duplicate or an
 // empty rollback), an error wrapping [ErrRefused] for a business refusal or a hanging try
 // ([ErrHanging]), an error wrapping [ErrBadRequest] for an invalid request, and any other error
@@ -141,9 +140,9 @@ func (b *Barrier) unauthorized(w http.ResponseWriter, r *http.Request, err error
 // rolled back, and the panic logged with its stack and returned as an error. Do blocks until the
 // transaction ends; ctx scopes the whole call, fn included. The Participant is safe for
 // concurrent use.
-func (b *Barrier) Participant(pool *pgxpool.Pool, fn func(ctx context.Context, tx pgx.Tx, req Request) error) Participant {
+func (b *Barrier) Participant(fn func(ctx context.Context, tx pgx.Tx, req Request) error) Participant {
 	return ParticipantFunc(func(ctx context.Context, req Request) error {
-		err := b.do(ctx, pool, req, "", fn)
+		err := b.do(ctx, req, "", fn)
 		if err != nil && statusOf(err) == http.StatusInternalServerError {
 			b.o.log.Error("participant: request failed", append(reqAttrs(req, err), slog.Any("err", err))...)
 		}
@@ -151,14 +150,11 @@ func (b *Barrier) Participant(pool *pgxpool.Pool, fn func(ctx context.Context, t
 	})
 }
 
-// do runs req in a transaction of its own on pool. A non-empty nonce (the request's signature)
+// do runs req in a transaction of its own on b's pool. A non-empty nonce (the request's signature)
 // is claimed in that transaction first: a nonce claimed before is a replay, refused with
 // ErrUnauthorized. The transaction is always ended: committed on success, rolled back otherwise,
 // a panic in fn included, which is recovered and returned as a *panicError.
-func (b *Barrier) do(ctx context.Context, pool *pgxpool.Pool, req Request, nonce string, fn func(ctx context.Context, tx pgx.Tx, req Request) error) (err error) {
-	if pool == nil {
-		return fmt.Errorf("participant: %s %s/%s: nil pool", req.Op, req.GID, req.Branch)
-	}
+func (b *Barrier) do(ctx context.Context, req Request, nonce string, fn func(ctx context.Context, tx pgx.Tx, req Request) error) (err error) {
 	if fn == nil {
 		return fmt.Errorf("participant: %s %s/%s: nil function", req.Op, req.GID, req.Branch)
 	}
@@ -166,7 +162,7 @@ func (b *Barrier) do(ctx context.Context, pool *pgxpool.Pool, req Request, nonce
 	if _, err := barrierKey(req); err != nil {
 		return err
 	}
-	tx, err := pool.Begin(ctx)
+	tx, err := b.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("participant: %s %s/%s: begin: %w", req.Op, req.GID, req.Branch, err)
 	}

@@ -24,7 +24,7 @@ import (
 func newServer(t *testing.T, f *fixture) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
-	mux.Handle("POST /stock", f.bar.Handler(f.pool, func(ctx context.Context, tx pgx.Tx, r participant.Request) error {
+	mux.Handle("POST /stock", f.bar.Handler(func(ctx context.Context, tx pgx.Tx, r participant.Request) error {
 		if err := f.record(ctx, tx, r); err != nil {
 			return err
 		}
@@ -192,7 +192,7 @@ func TestIntegrationParticipantErrors(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
 	boom := errors.New("boom")
-	p := f.bar.Participant(f.pool, func(ctx context.Context, tx pgx.Tx, r participant.Request) error {
+	p := f.bar.Participant(func(ctx context.Context, tx pgx.Tx, r participant.Request) error {
 		if err := f.record(ctx, tx, r); err != nil {
 			return err
 		}

@@ -57,7 +57,7 @@ func signAs(secret string, skew time.Duration, signedBody string) func(*http.Req
 // secrets, is stale, was altered or replayed, and writes nothing either.
 func TestIntegrationHandlerRefusesUnauthenticated(t *testing.T) {
 	f := newFixture(t, withSecrets(testSecret)...)
-	srv := httptest.NewServer(handler(f.bar, f.pool, f.record))
+	srv := httptest.NewServer(handler(f.bar, f.record))
 	t.Cleanup(srv.Close)
 	const body = `{"gid":"g1","branch":"stock","op":"try"}`
 	for _, tc := range []struct {
@@ -118,7 +118,7 @@ func TestIntegrationHandlerRefusesUnauthenticated(t *testing.T) {
 func TestIntegrationHandlerSecureByDefault(t *testing.T) {
 	const body = `{"gid":"g1","branch":"stock","op":"try"}`
 	f := newFixture(t)
-	srv := httptest.NewServer(handler(f.bar, f.pool, f.record))
+	srv := httptest.NewServer(handler(f.bar, f.record))
 	t.Cleanup(srv.Close)
 	for _, prepare := range []func(*http.Request){nil, signAs(testSecret, 0, body)} {
 		if code, answer := send(t, nil, srv.URL, body, prepare); code != http.StatusUnauthorized {
@@ -128,7 +128,7 @@ func TestIntegrationHandlerSecureByDefault(t *testing.T) {
 	f.expect("g1", "stock", participant.OpTry, 0, 0)
 
 	open := newFixture(t, withUnsigned()...)
-	osrv := httptest.NewServer(handler(open.bar, open.pool, open.record))
+	osrv := httptest.NewServer(handler(open.bar, open.record))
 	t.Cleanup(osrv.Close)
 	if code, answer := send(t, nil, osrv.URL, body, nil); code != http.StatusOK {
 		t.Errorf("WithUnsignedRequests: an unsigned request → %d %q; want 200", code, answer)
@@ -139,7 +139,7 @@ func TestIntegrationHandlerSecureByDefault(t *testing.T) {
 // During a key rotation the participant accepts both keys.
 func TestIntegrationHandlerKeyRotation(t *testing.T) {
 	f := newFixture(t, withSecrets(testSecret, oldSecret)...)
-	srv := httptest.NewServer(handler(f.bar, f.pool, f.record))
+	srv := httptest.NewServer(handler(f.bar, f.record))
 	t.Cleanup(srv.Close)
 	for i, secret := range []string{oldSecret, testSecret} {
 		p := participant.HTTP{URL: srv.URL, Client: signingClient(t, secret, srv.Client())}
@@ -158,8 +158,8 @@ func TestIntegrationHandlerKeyRotation(t *testing.T) {
 func TestIntegrationHandlerAllowedOps(t *testing.T) {
 	f := newFixture(t, withSecrets(testSecret)...)
 	mux := http.NewServeMux()
-	mux.Handle("POST /try", handler(f.bar, f.pool, f.record, participant.OpTry))
-	mux.Handle("POST /confirm", handler(f.bar, f.pool, f.record, participant.OpConfirm))
+	mux.Handle("POST /try", handler(f.bar, f.record, participant.OpTry))
+	mux.Handle("POST /confirm", handler(f.bar, f.record, participant.OpConfirm))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	client := signingClient(t, testSecret, srv.Client())
@@ -223,18 +223,18 @@ func TestIntegrationHandlerPanicLeaksNothing(t *testing.T) {
 	})
 	var logs coretest.LogBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	bar, err := participant.NewBarrier(append(withSecrets(testSecret), participant.WithBarrierLogger(log))...)
+	bar, err := participant.NewBarrier(pool, append(withSecrets(testSecret), participant.WithBarrierLogger(log))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bar.Migrate(ctx, pool); err != nil {
+	if err := bar.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `create table held (gid text, branch text)`); err != nil {
 		t.Fatal(err)
 	}
 	var cancels atomic.Int32
-	srv := httptest.NewServer(handler(bar, pool, func(ctx context.Context, tx pgx.Tx, r participant.Request) error {
+	srv := httptest.NewServer(handler(bar, func(ctx context.Context, tx pgx.Tx, r participant.Request) error {
 		if r.Op == participant.OpCancel {
 			cancels.Add(1)
 			return nil
@@ -296,7 +296,7 @@ func TestIntegrationHandlerHidesInternalErrors(t *testing.T) {
 	var logs coretest.LogBuffer
 	f := newFixture(t, append(withSecrets(testSecret), participant.WithBarrierLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
 	const internal = "connect to db-internal.example as user txkit_admin: password authentication failed"
-	srv := httptest.NewServer(handler(f.bar, f.pool, func(ctx context.Context, tx pgx.Tx, r participant.Request) error {
+	srv := httptest.NewServer(handler(f.bar, func(ctx context.Context, tx pgx.Tx, r participant.Request) error {
 		return errors.New(internal)
 	}))
 	t.Cleanup(srv.Close)

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/participant"
 )
@@ -33,11 +32,11 @@ func withUnsigned() []participant.BarrierOption {
 }
 
 // handler serves fn behind bar, restricted to ops when any are given.
-func handler(bar *participant.Barrier, pool *pgxpool.Pool, fn func(context.Context, pgx.Tx, participant.Request) error, ops ...participant.Op) http.Handler {
+func handler(bar *participant.Barrier, fn func(context.Context, pgx.Tx, participant.Request) error, ops ...participant.Op) http.Handler {
 	if len(ops) == 0 {
-		return bar.Handler(pool, fn)
+		return bar.Handler(fn)
 	}
-	return bar.Handler(pool, fn, participant.WithAllowedOps(ops...))
+	return bar.Handler(fn, participant.WithAllowedOps(ops...))
 }
 
 // signingClient returns a client signing with secret on top of base.

@@ -85,9 +85,9 @@
 //	defer pub.Close()
 //	relay, err := outbox.NewRelay(pool, pub, elector)
 //
-//	store, err := idempotency.New()
+//	store, err := idempotency.New(pool)
 //	if err != nil { return err }
-//	if err := store.Migrate(ctx, pool); err != nil { return err }
+//	if err := store.Migrate(ctx); err != nil { return err }
 //	c, err := rocketmq.NewConsumer(nameservers, "points-award", "user-registered", pool, store,
 //		func(ctx context.Context, tx pgx.Tx, msg message.Message) error {
 //			_, err := tx.Exec(ctx, `update accounts set points = points + 100 where id = $1`, msg.Key)

@@ -77,11 +77,11 @@ func newEnv(t *testing.T) *env {
 	e := &env{ns: testenv.Namesrv(t), topic: testenv.Topic(t), schema: testenv.PG(t)}
 	e.pool = e.schema.Pool
 	e.log, e.logs = testLogger(t)
-	st, err := idempotency.New()
+	st, err := idempotency.New(e.pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Migrate(t.Context(), e.pool); err != nil {
+	if err := st.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	e.store = st

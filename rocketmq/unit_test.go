@@ -30,7 +30,7 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	store, err := idempotency.New()
+	store, err := idempotency.New(pool)
 	if err != nil {
 		t.Fatal(err)
 	}

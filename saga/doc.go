@@ -21,9 +21,9 @@
 // and the handler switches on the request's Op. Behind [participant.Barrier.Handler] (which
 // makes both idempotent, and a compensation without its action an empty one):
 //
-//	bar, _ := participant.NewBarrier(participant.WithSecrets(secret))
-//	_ = bar.Migrate(ctx, pool)
-//	http.Handle("/pay", bar.Handler(pool, func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
+//	bar, _ := participant.NewBarrier(pool, participant.WithSecrets(secret))
+//	_ = bar.Migrate(ctx)
+//	http.Handle("/pay", bar.Handler(func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
 //		switch req.Op {
 //		case participant.OpAction: // debit; a business "no" wraps participant.ErrRefused (HTTP 409)
 //			tag, err := tx.Exec(ctx, `update wallet set balance = balance - 10 where id = $1 and balance >= 10`, user)

@@ -531,17 +531,17 @@ func TestIntegrationHTTPRefusedStepText(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
 	const secret = "saga-test-secret-0123456789abcdef"
-	bar, err := participant.NewBarrier(participant.WithBarrierSchema(e.schema.Name), participant.WithBarrierLogger(testLogger(t)),
+	bar, err := participant.NewBarrier(e.schema.Pool, participant.WithBarrierSchema(e.schema.Name), participant.WithBarrierLogger(testLogger(t)),
 		participant.WithSecrets(secret))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bar.Migrate(ctx, e.schema.Pool); err != nil {
+	if err := bar.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
 	var sent, ran []string // the ops the coordinator sent, and those the business code ran
-	h := bar.Handler(e.schema.Pool, func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
+	h := bar.Handler(func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
 		mu.Lock()
 		ran = append(ran, req.Op.String()+"/"+req.Branch)
 		mu.Unlock()

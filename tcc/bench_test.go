@@ -40,11 +40,11 @@ func BenchmarkTCC(b *testing.B) {
 	ctx := context.Background()
 	pg := testenv.PG(b)
 	const secret = "bench-secret-0123456789abcdef" // participants verify signatures, as by default
-	bar, err := participant.NewBarrier(participant.WithBarrierLogger(testLogger(b)), participant.WithSecrets(secret))
+	bar, err := participant.NewBarrier(pg.Pool, participant.WithBarrierLogger(testLogger(b)), participant.WithSecrets(secret))
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := bar.Migrate(ctx, pg.Pool); err != nil {
+	if err := bar.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := pg.Pool.Exec(ctx, `create table bench_counter (name text primary key, reserved bigint not null, used bigint not null);
@@ -59,7 +59,7 @@ func BenchmarkTCC(b *testing.B) {
 	parts := make([]participant.HTTP, 3)
 	for i := range parts {
 		name := fmt.Sprint("p", i)
-		srv := httptest.NewServer(bar.Handler(pg.Pool, func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
+		srv := httptest.NewServer(bar.Handler(func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
 			var sql string
 			switch req.Op {
 			case participant.OpTry:

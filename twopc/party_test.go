@@ -30,14 +30,14 @@ func newHTTPParty(t *testing.T, pool *pgxpool.Pool) *httpParty {
 	}
 	// The tests post to it with participant.HTTP{URL: p.url} and no client, so unsigned: this
 	// party opts out of signing (participant's own tests cover signed calls).
-	bar, err := participant.NewBarrier(participant.WithUnsignedRequests())
+	bar, err := participant.NewBarrier(pool, participant.WithUnsignedRequests())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bar.Migrate(ctx, pool); err != nil {
+	if err := bar.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h := bar.Handler(pool, func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
+	h := bar.Handler(func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
 		switch req.Op {
 		case participant.OpPrepare:
 			var p struct{ N int }

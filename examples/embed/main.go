@@ -145,11 +145,11 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 	if err != nil {
 		return res, err
 	}
-	store, err := idempotency.New(idempotency.WithSchema(c.Schema)) // txkit_idempotency
+	store, err := idempotency.New(pool, idempotency.WithSchema(c.Schema)) // txkit_idempotency
 	if err != nil {
 		return res, err
 	}
-	bar, err := participant.NewBarrier(participant.WithBarrierSchema(c.Schema), participant.WithSecrets(secret)) // txkit_barrier
+	bar, err := participant.NewBarrier(pool, participant.WithBarrierSchema(c.Schema), participant.WithSecrets(secret)) // txkit_barrier
 	if err != nil {
 		return res, err
 	}
@@ -160,8 +160,8 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 	}
 	for _, m := range []func(context.Context) error{
 		ob.Migrate,
-		func(ctx context.Context) error { return store.Migrate(ctx, pool) },
-		func(ctx context.Context) error { return bar.Migrate(ctx, pool) },
+		store.Migrate,
+		bar.Migrate,
 		sagas.Migrate,
 		func(ctx context.Context) error { return migrateApp(ctx, pool, c.Schema) }, // this service's own tables
 	} {
@@ -219,7 +219,7 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 		return fmt.Errorf("%w: op %s", participant.ErrBadRequest, req.Op)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /wallet/saga", bar.Handler(pool, wallet,
+	mux.Handle("POST /wallet/saga", bar.Handler(wallet,
 		participant.WithAllowedOps(participant.OpAction, participant.OpCompensate)))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -235,8 +235,8 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 	g.Go(func() error { return relay.Run(gctx) })    // relays while relayElector leads
 	g.Go(func() error { return consumer.Run(gctx) }) // until gctx ends
 	g.Go(func() error { return sagas.Run(gctx) })    // recovery while sagaElector leads
-	g.Go(func() error { return store.Run(gctx, pool) })
-	g.Go(func() error { return bar.Run(gctx, pool) })
+	g.Go(func() error { return store.Run(gctx) })
+	g.Go(func() error { return bar.Run(gctx) })
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err

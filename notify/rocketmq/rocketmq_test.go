@@ -47,11 +47,11 @@ func newIntake(t *testing.T, h func(*notify.Notifier) obrocketmq.Handler) *intak
 	if err := n.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.New(idempotency.WithSchema(pg.Name))
+	store, err := idempotency.New(pg.Pool, idempotency.WithSchema(pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Migrate(ctx, pg.Pool); err != nil {
+	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	c, err := obrocketmq.NewConsumer(ns, "txkit-notify-"+testenv.Name(t), topic, pg.Pool, store, h(n),
@@ -198,11 +198,11 @@ func TestIntegrationIntakeWithCredentials(t *testing.T) {
 	if err := n.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.New(idempotency.WithSchema(pg.Name))
+	store, err := idempotency.New(pg.Pool, idempotency.WithSchema(pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Migrate(ctx, pg.Pool); err != nil {
+	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	h, err := rocketmq.NewHandler(n, rocketmq.JSON, rocketmq.WithReceivers("shop"))

@@ -115,11 +115,11 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	}
 	// The Inbox claims each notification's id in this store, in the credit's transaction. Its keys
 	// must outlive the sender's schedule (about a day by default): the retention is a week.
-	store, err := idempotency.New(idempotency.WithSchema(c.schema), idempotency.WithRetention(7*24*time.Hour), idempotency.WithLogger(log))
+	store, err := idempotency.New(pool, idempotency.WithSchema(c.schema), idempotency.WithRetention(7*24*time.Hour), idempotency.WithLogger(log))
 	if err != nil {
 		return err
 	}
-	if err := store.Migrate(ctx, pool); err != nil {
+	if err := store.Migrate(ctx); err != nil {
 		return err
 	}
 	// The client follows no redirect: a signed query goes to the recharge service only.
@@ -137,7 +137,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	mux.HandleFunc("GET /orders", s.orders)
 	mux.HandleFunc("GET /balances", s.balances)
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return store.Run(ctx, pool) })
+	g.Go(func() error { return store.Run(ctx) })
 	g.Go(func() error { return exapp.Serve(ctx, c.listen, mux) })
 	log.Info("account service running", "schema", c.schema, "recharge", c.recharge, "fail_first", c.failFirst)
 	return g.Wait()

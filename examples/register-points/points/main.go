@@ -69,11 +69,11 @@ func run(ctx context.Context, listen, pg, db, schema, namesrv, topic, group stri
 		awarded_at timestamptz not null default clock_timestamp())`); err != nil {
 		return fmt.Errorf("create points table: %w", err)
 	}
-	store, err := idempotency.New(idempotency.WithLogger(log))
+	store, err := idempotency.New(pool, idempotency.WithLogger(log))
 	if err != nil {
 		return err
 	}
-	if err := store.Migrate(ctx, pool); err != nil {
+	if err := store.Migrate(ctx); err != nil {
 		return err
 	}
 	award := func(ctx context.Context, tx pgx.Tx, msg outbox.Message) error {

@@ -171,11 +171,11 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 	if election == "" {
 		election = "/txkit-demo/" + c.schema
 	}
-	bar, err := participant.NewBarrier(participant.WithBarrierLogger(log))
+	bar, err := participant.NewBarrier(pool, participant.WithBarrierLogger(log))
 	if err != nil {
 		return err
 	}
-	if err := bar.Migrate(ctx, pool); err != nil {
+	if err := bar.Migrate(ctx); err != nil {
 		return err
 	}
 	s := &service{c: c, pool: pool, log: log, client: client,
@@ -210,7 +210,7 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 	for _, f := range s.flows {
 		g.Go(func() error { return f.run(ctx) })
 	}
-	g.Go(func() error { return bar.Run(ctx, pool) })
+	g.Go(func() error { return bar.Run(ctx) })
 	g.Go(func() error { return exapp.Serve(ctx, c.listen, mux) })
 	log.Info("order service running", "schema", c.schema, "election", election, "mode", c.mode.String(), "stock", c.stock, "account", c.account)
 	return g.Wait()

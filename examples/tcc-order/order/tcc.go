@@ -29,7 +29,7 @@ func (s *service) tccFlow(ctx context.Context, el *lock.Elector, bar *participan
 	}
 	// Every instance registers the order branch under the same name: the leader that recovers a
 	// transaction calls it in its own process.
-	self, err := coord.Register("order", bar.Participant(s.pool, orderBranch))
+	self, err := coord.Register("order", bar.Participant(orderBranch))
 	if err != nil {
 		return nil, err
 	}

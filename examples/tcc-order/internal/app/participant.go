@@ -92,17 +92,17 @@ func ParticipantMain(r Resource) {
 // another one is answered 400). It serves GET /healthz and GET /stats too, runs the barrier's
 // purge, and blocks until ctx ends.
 func RunParticipant(ctx context.Context, c ParticipantConfig) error {
-	bar, err := participant.NewBarrier(participant.WithBarrierLogger(c.Log), participant.WithSecrets(c.Secret))
+	bar, err := participant.NewBarrier(c.Pool, participant.WithBarrierLogger(c.Log), participant.WithSecrets(c.Secret))
 	if err != nil {
 		return err
 	}
-	if err := bar.Migrate(ctx, c.Pool); err != nil {
+	if err := bar.Migrate(ctx); err != nil {
 		return err
 	}
 	tccOps := []participant.Op{participant.OpTry, participant.OpConfirm, participant.OpCancel}
 	sagaOps := []participant.Op{participant.OpAction, participant.OpCompensate}
-	tccH := bar.Handler(c.Pool, c.Resource.Apply, participant.WithAllowedOps(tccOps...))
-	sagaH := bar.Handler(c.Pool, c.Resource.Apply, participant.WithAllowedOps(sagaOps...))
+	tccH := bar.Handler(c.Resource.Apply, participant.WithAllowedOps(tccOps...))
+	sagaH := bar.Handler(c.Resource.Apply, participant.WithAllowedOps(sagaOps...))
 	if c.NoBarrier {
 		c.Log.Warn("running WITHOUT the participant barrier (and without checking signatures): duplicates and empty rollbacks will corrupt the data")
 		tccH = unguarded(c.Log, c.Pool, c.Resource.Apply)
@@ -126,7 +126,7 @@ func RunParticipant(ctx context.Context, c ParticipantConfig) error {
 	errc := make(chan error, 2)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { errc <- bar.Run(ctx, c.Pool) }()
+	go func() { errc <- bar.Run(ctx) }()
 	go func() { errc <- exapp.Serve(ctx, c.Listen, mux) }()
 	c.Log.Info(c.Resource.Name+" service running", "faults", c.Faults.Enabled())
 	err = <-errc
