@@ -26,6 +26,7 @@ type Option func(*options)
 type options struct {
 	schema, table     string
 	elector           *lock.Elector
+	electorSet        bool // WithElector was given, maybe with nil
 	log               *slog.Logger
 	schedule          []time.Duration
 	jitter            float64
@@ -58,8 +59,11 @@ func WithSchema(name string) Option { return func(o *options) { o.schema = name 
 // table is its name with "_attempt".
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
-// WithElector sets the election under which [Notifier.Run] delivers. Required by Run only.
-func WithElector(el *lock.Elector) Option { return func(o *options) { o.elector = el } }
+// WithElector sets the election under which [Notifier.Run] delivers. Required by Run only; [New]
+// refuses a nil el.
+func WithElector(el *lock.Elector) Option {
+	return func(o *options) { o.elector, o.electorSet = el, true }
+}
 
 // WithLogger sets the logger (default: discard). Keys: id, receiver, key, attempt, status, token.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
@@ -120,6 +124,9 @@ func WithRetention(keep time.Duration, spec string) Option {
 }
 
 func (o options) validate() error {
+	if o.electorSet && o.elector == nil {
+		return fmt.Errorf("notify: nil elector: %w", ErrInvalidOption)
+	}
 	if o.schema != "" {
 		if err := pgutil.CheckText(o.schema, 63); err != nil {
 			return fmt.Errorf("notify: schema %q: %w: %w", o.schema, err, ErrInvalidOption)
