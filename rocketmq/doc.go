@@ -83,7 +83,7 @@
 //	pub, err := rocketmq.NewPublisher(ctx, nameservers)
 //	if err != nil { return err }
 //	defer pub.Close()
-//	relay, err := outbox.NewRelay(pool, pub, elector)
+//	relay, err := outbox.NewRelay(ob, pub, outbox.WithElector(elector))
 //
 //	store, err := idempotency.New(pool)
 //	if err != nil { return err }
