@@ -21,13 +21,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"reflect"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/pgutil"
@@ -39,11 +36,7 @@ var ErrInvalidOption = errors.New("fence: invalid option")
 
 // DBTX is what a [Fence] needs from PostgreSQL: pgx.Tx, *pgxpool.Pool and *pgx.Conn all satisfy
 // it. [Fence.Check] wants the transaction that makes the fenced writes.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DBTX = pgutil.DBTX // the one interface of every txkit package (Exec, Query, QueryRow)
 
 // Option configures a [Fence].
 type Option func(*options)
@@ -118,16 +111,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Fence, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	ident := pgx.Identifier{o.table}
-	if o.schema != "" {
-		ident = pgx.Identifier{o.schema, o.table}
-	}
-	t := ident.Sanitize()
-	h := fnv.New64a()
-	h.Write([]byte("txkit/lock/fence/migrate:" + t))
+	t, _ := pgutil.Table(o.schema, o.table)
 	// One implicit transaction: the advisory lock serializes concurrent migrations, which could
 	// otherwise fail on pg_type's unique index.
-	ddl := "select pg_advisory_xact_lock(" + strconv.FormatInt(int64(h.Sum64()), 10) + ");\n"
+	ddl := "select pg_advisory_xact_lock(" + strconv.FormatInt(pgutil.MigrateLockKey("txkit/lock/fence/migrate:"+t), 10) + ");\n"
 	if o.schema != "" {
 		ddl += "create schema if not exists " + pgx.Identifier{o.schema}.Sanitize() + ";\n"
 	}
@@ -180,7 +167,7 @@ func (f *Fence) Migrate(ctx context.Context) error {
 // back. An empty resource or one longer than [MaxResourceLen] bytes, a zero or negative
 // token, or a nil tx returns an error wrapping [ErrInvalidOption]. Check is safe for concurrent use.
 func (f *Fence) Check(ctx context.Context, tx DBTX, resource string, tok lock.Token) error {
-	if isNilDB(tx) {
+	if pgutil.IsNil(tx) {
 		return fmt.Errorf("fence: %q: nil DBTX: %w", resource, ErrInvalidOption)
 	}
 	if err := pgutil.CheckText(resource, MaxResourceLen); err != nil {
@@ -216,7 +203,7 @@ type Entry struct {
 // alone when it is not empty. It is for operators (txkit fence show). It blocks until PostgreSQL
 // answers; ctx scopes only this call.
 func (f *Fence) Entries(ctx context.Context, db DBTX, resource string) ([]Entry, error) {
-	if isNilDB(db) {
+	if pgutil.IsNil(db) {
 		return nil, fmt.Errorf("fence: %s entries: nil DBTX: %w", f.table, ErrInvalidOption)
 	}
 	rows, err := db.Query(ctx, f.list, resource)
@@ -247,7 +234,7 @@ func (f *Fence) Entries(ctx context.Context, db DBTX, resource string) ([]Entry,
 // holder of the old ensemble can still write. It blocks until PostgreSQL answers; ctx scopes only
 // this call.
 func (f *Fence) Reset(ctx context.Context, db DBTX, resource string, epoch int64) (Entry, bool, error) {
-	if isNilDB(db) {
+	if pgutil.IsNil(db) {
 		return Entry{}, false, fmt.Errorf("fence: reset %q: nil DBTX: %w", resource, ErrInvalidOption)
 	}
 	if err := pgutil.CheckText(resource, MaxResourceLen); err != nil {
@@ -283,12 +270,3 @@ func (e *FencedError) Error() string {
 
 // Unwrap returns [lock.ErrFenced].
 func (e *FencedError) Unwrap() error { return lock.ErrFenced }
-
-// isNilDB reports whether db is nil or a nil pointer in a non-nil interface (a nil *pgxpool.Pool).
-func isNilDB(db DBTX) bool {
-	if db == nil {
-		return true
-	}
-	v := reflect.ValueOf(db)
-	return v.Kind() == reflect.Pointer && v.IsNil()
-}

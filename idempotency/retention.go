@@ -19,7 +19,7 @@ import (
 // Purge blocks until the pass is done or ctx ends; ctx scopes only this call. It is safe for
 // concurrent use.
 func (s *Store) Purge(ctx context.Context, db DBTX) (deleted int64, err error) {
-	if isNil(db) {
+	if pgutil.IsNil(db) {
 		return 0, fmt.Errorf("idempotency: purge %s: %w", s.table, ErrNilTx)
 	}
 	for {

@@ -6,17 +6,14 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
-	"reflect"
 	"strconv"
-	"strings"
 	"text/template"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/pgutil"
 )
 
 // MaxKeyLen is the longest scope or key, in bytes, that the Store accepts.
@@ -25,11 +22,7 @@ const MaxKeyLen = 200
 // DBTX is what the Store needs from PostgreSQL: pgx.Tx, *pgxpool.Pool and *pgx.Conn all satisfy it.
 // Pass the transaction that makes the business change, so that the key and the change commit or
 // roll back together. A pool or a bare connection works too, but then each call commits on its own.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DBTX = pgutil.DBTX // the one interface of every txkit package (Exec, Query, QueryRow)
 
 // Status is the state of a key. A key claimed by [Store.Claim] is [StatusCompleted] at once (the
 // effect commits with it); a key claimed by [Store.Begin] is [StatusClaimed] until
@@ -109,12 +102,8 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	ident := pgx.Identifier{o.table}
-	if o.schema != "" {
-		ident = pgx.Identifier{o.schema, o.table}
-	}
-	t := ident.Sanitize()
-	s := &Store{pool: pool, o: o, table: t, logAttr: slog.String("table", strings.Join(ident, "."))}
+	t, name := pgutil.Table(o.schema, o.table)
+	s := &Store{pool: pool, o: o, table: t, logAttr: slog.String("table", name)}
 
 	ddl, err := renderDDL(o, t)
 	if err != nil {
@@ -143,15 +132,13 @@ func renderDDL(o options, table string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("idempotency: parse embedded schema.sql: %w", err)
 	}
-	h := fnv.New64a()
-	h.Write([]byte("txkit/idempotency/migrate:" + table))
 	data := struct {
 		Schema, Table, Index string
 		LockKey              int64
 	}{
 		Table:   table,
 		Index:   pgx.Identifier{o.table + indexSuffix}.Sanitize(),
-		LockKey: int64(h.Sum64()),
+		LockKey: pgutil.MigrateLockKey("txkit/idempotency/migrate:" + table),
 	}
 	if o.schema != "" {
 		data.Schema = pgx.Identifier{o.schema}.Sanitize()
@@ -299,29 +286,14 @@ func (s *Store) Complete(ctx context.Context, tx DBTX, scope, key string, result
 }
 
 func check(tx DBTX, scope, key string) error {
-	if isNil(tx) {
+	if pgutil.IsNil(tx) {
 		return ErrNilTx
 	}
-	if err := checkKey(scope); err != nil {
+	if err := pgutil.CheckText(scope, MaxKeyLen); err != nil {
 		return fmt.Errorf("idempotency: scope %q: %w: %w", truncate(scope), err, ErrInvalidKey)
 	}
-	if err := checkKey(key); err != nil {
+	if err := pgutil.CheckText(key, MaxKeyLen); err != nil {
 		return fmt.Errorf("idempotency: key %q: %w: %w", truncate(key), err, ErrInvalidKey)
-	}
-	return nil
-}
-
-// checkKey accepts what a PostgreSQL text column stores unchanged, up to MaxKeyLen bytes.
-func checkKey(s string) error {
-	switch {
-	case s == "":
-		return errors.New("empty")
-	case len(s) > MaxKeyLen:
-		return fmt.Errorf("%d bytes, more than %d", len(s), MaxKeyLen)
-	case !utf8.ValidString(s):
-		return errors.New("not valid UTF-8")
-	case strings.IndexByte(s, 0) >= 0:
-		return errors.New("contains a NUL byte")
 	}
 	return nil
 }
@@ -332,13 +304,4 @@ func truncate(s string) string {
 		return s
 	}
 	return s[:40] + "…"
-}
-
-// isNil reports whether db is nil or a nil pointer in a non-nil interface (a nil *pgxpool.Pool).
-func isNil(db DBTX) bool {
-	if db == nil {
-		return true
-	}
-	v := reflect.ValueOf(db)
-	return v.Kind() == reflect.Pointer && v.IsNil()
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net/url"
 	"reflect"
 	"strconv"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/fence"
@@ -26,11 +24,7 @@ import (
 
 // DBTX is what [Notifier.Enqueue] writes with: a pgx.Tx of the caller (usual), a *pgx.Conn or a
 // *pgxpool.Pool.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DBTX = pgutil.DBTX // the one interface of every txkit package (Exec, Query, QueryRow)
 
 // The limits of a notification's fields, in bytes. [Notifier.Enqueue] refuses a longer one with
 // an error wrapping [ErrTooLarge], and an [Inbox] reads a delivery of up to MaxPayloadLen plus
@@ -213,10 +207,8 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	}
 	table, name := pgutil.Table(o.schema, o.table)
 	attempts, _ := pgutil.Table(o.schema, o.table+"_attempt")
-	h := fnv.New64a()
-	h.Write([]byte("txkit-notify:" + name))
 	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, name: name,
-		channel: pgutil.Channel(o.schema, o.table), lockKey: int64(h.Sum64() >> 1), flights: map[string]*flight{}}
+		channel: pgutil.Channel(o.schema, o.table), lockKey: pgutil.MigrateLockKey("txkit-notify:" + name), flights: map[string]*flight{}}
 	if n.job, err = n.newJob(); err != nil {
 		return nil, err
 	}

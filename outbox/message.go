@@ -6,9 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
+	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/message"
 )
 
@@ -49,8 +47,4 @@ type Publisher interface {
 
 // DBTX is what Enqueue and the operator functions need from the database: satisfied by pgx.Tx,
 // *pgx.Conn and *pgxpool.Pool, so they run in the caller's transaction.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DBTX = pgutil.DBTX // the one interface of every txkit package (Exec, Query, QueryRow)

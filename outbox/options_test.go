@@ -156,24 +156,6 @@ func TestBackoffBounds(t *testing.T) {
 	}
 }
 
-func TestErrorText(t *testing.T) {
-	tests := []struct {
-		name, in, want string
-	}{
-		{"plain", "broker down", "broker down"},
-		{"NUL removed", "a\x00b", "ab"},
-		{"invalid UTF-8 replaced", "a\xffb", "a\uFFFDb"},
-		{"bounded", strings.Repeat("x", maxErrorLen+10), strings.Repeat("x", maxErrorLen)},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := errorText(errors.New(tc.in)); got != tc.want {
-				t.Fatalf("errorText(%q) = %q, want %q", tc.in, got, tc.want)
-			}
-		})
-	}
-}
-
 // fakePublisher is a Publisher that is never called.
 type fakePublisher struct{}
 

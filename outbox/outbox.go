@@ -6,8 +6,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"reflect"
 	"strings"
 	"text/template"
 	"time"
@@ -58,11 +56,8 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Outbox, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	ident := pgx.Identifier{o.table}
-	if o.schema != "" {
-		ident = pgx.Identifier{o.schema, o.table}
-	}
-	ob := &Outbox{pool: pool, o: o, table: ident.Sanitize(), name: strings.Join(ident, ".")}
+	t, name := pgutil.Table(o.schema, o.table)
+	ob := &Outbox{pool: pool, o: o, table: t, name: name}
 	data := map[string]any{
 		"Table":        ob.table,
 		"PendingIndex": pgx.Identifier{o.table + pendingIndex}.Sanitize(),
@@ -75,9 +70,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Outbox, error) {
 	if o.schema != "" {
 		data["Schema"] = pgx.Identifier{o.schema}.Sanitize()
 	}
-	h := fnv.New64a()
-	h.Write([]byte("txkit/outbox/migrate:" + ob.table))
-	data["LockKey"] = int64(h.Sum64())
+	data["LockKey"] = pgutil.MigrateLockKey("txkit/outbox/migrate:" + ob.table)
 
 	tmpl, err := template.ParseFS(sqlFS, "sql/*.sql")
 	if err != nil {
@@ -162,7 +155,7 @@ func (ob *Outbox) Migrate(ctx context.Context) error {
 // statement and, with pgx, closes the connection, so tx can only be rolled back. Enqueue is safe
 // for concurrent use (a pgx.Tx itself is not).
 func (ob *Outbox) Enqueue(ctx context.Context, tx DBTX, msg Message) (uuid.UUID, error) {
-	if isNil(tx) {
+	if pgutil.IsNil(tx) {
 		return uuid.Nil, fmt.Errorf("outbox: enqueue to %s: %w", msg.Topic, ErrNilTx)
 	}
 	if err := ob.check(msg); err != nil {
@@ -264,7 +257,7 @@ type DeadMessage struct {
 // only this call. limit must be positive (else an error wrapping [ErrInvalidOption]). It is safe
 // for concurrent use.
 func (ob *Outbox) ListDead(ctx context.Context, db DBTX, limit int) ([]DeadMessage, error) {
-	if isNil(db) {
+	if pgutil.IsNil(db) {
 		return nil, fmt.Errorf("outbox: list dead in %s: %w", ob.name, ErrNilTx)
 	}
 	if limit < 1 {
@@ -293,7 +286,7 @@ func (ob *Outbox) ListDead(ctx context.Context, db DBTX, limit int) ([]DeadMessa
 // Pass a pool to requeue at once, or a transaction to requeue with the caller's commit. Requeue
 // blocks for one or two round trips; ctx scopes only this call. It is safe for concurrent use.
 func (ob *Outbox) Requeue(ctx context.Context, db DBTX, ids ...uuid.UUID) (int64, error) {
-	if isNil(db) {
+	if pgutil.IsNil(db) {
 		return 0, fmt.Errorf("outbox: requeue in %s: %w", ob.name, ErrNilTx)
 	}
 	if len(ids) == 0 {
@@ -304,7 +297,7 @@ func (ob *Outbox) Requeue(ctx context.Context, db DBTX, ids ...uuid.UUID) (int64
 
 // RequeueAll makes every dead message pending again, as [Outbox.Requeue] does for some.
 func (ob *Outbox) RequeueAll(ctx context.Context, db DBTX) (int64, error) {
-	if isNil(db) {
+	if pgutil.IsNil(db) {
 		return 0, fmt.Errorf("outbox: requeue in %s: %w", ob.name, ErrNilTx)
 	}
 	return ob.requeue(ctx, db, ob.q.requeueAll)
@@ -331,7 +324,7 @@ func (ob *Outbox) requeue(ctx context.Context, db DBTX, q string, args ...any) (
 // index and of the dead rows; it blocks for one query and ctx scopes only this call. It is safe for
 // concurrent use.
 func (ob *Outbox) Backlog(ctx context.Context, db DBTX) (pending, dead int64, err error) {
-	if isNil(db) {
+	if pgutil.IsNil(db) {
 		return 0, 0, fmt.Errorf("outbox: backlog of %s: %w", ob.name, ErrNilTx)
 	}
 	if err := db.QueryRow(ctx, ob.q.backlog).Scan(&pending, &dead); err != nil {
@@ -343,20 +336,4 @@ func (ob *Outbox) Backlog(ctx context.Context, db DBTX) (pending, dead int64, er
 func isUniqueViolation(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505"
-}
-
-// isNil reports whether db is nil or a nil pointer in a non-nil interface (a nil *pgxpool.Pool).
-func isNil(db DBTX) bool { return isNilValue(db) }
-
-// isNilValue reports whether x is nil, or a nil pointer, map, func, channel or slice held in an
-// interface.
-func isNilValue(x any) bool {
-	if x == nil {
-		return true
-	}
-	switch v := reflect.ValueOf(x); v.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface:
-		return v.IsNil()
-	}
-	return false
 }

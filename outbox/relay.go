@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -88,7 +88,7 @@ func NewRelay(ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 	switch {
 	case ob == nil:
 		return nil, fmt.Errorf("outbox: relay: nil outbox: %w", ErrInvalidOption)
-	case isNilValue(pub):
+	case pgutil.IsNil(pub):
 		return nil, fmt.Errorf("outbox: relay: nil publisher: %w", ErrInvalidOption)
 	}
 	if err := o.validate(); err != nil {
@@ -372,7 +372,7 @@ func (r *Relay) record(ctx context.Context, tok lock.Token, batch []row, errs []
 		case errors.Is(e, errNotAttempted):
 		default:
 			failedIDs = append(failedIDs, x.id)
-			failedErrs = append(failedErrs, errorText(e))
+			failedErrs = append(failedErrs, pgutil.ErrorText(e, maxErrorLen))
 			permanent = append(permanent, errors.Is(e, ErrInvalidMessage))
 			lo, hi := backoffBounds(r.o.backoffBase, r.o.backoffCap, x.attempts+1)
 			log.Warn("outbox: publish failed", slog.String("msg_id", x.msg.ID.String()),
@@ -594,14 +594,4 @@ func backoffBounds(base, cap time.Duration, n int) (lo, hi time.Duration) {
 	e := min(max(n-1, 0), 62)
 	d := min(float64(cap), float64(base)*math.Pow(2, float64(e)))
 	return time.Duration(d / 2), time.Duration(d)
-}
-
-// errorText is err's message as PostgreSQL can store it: valid UTF-8, no NUL, bounded.
-func errorText(err error) string {
-	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "")
-	if len(s) > maxErrorLen {
-		s = strings.ToValidUTF8(s[:maxErrorLen], "")
-	}
-	return s
 }

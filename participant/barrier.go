@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/internal/pgutil"
 )
 
 // Barrier makes each operation of a branch run at most once, in the participant's own database
@@ -62,11 +63,7 @@ func NewBarrier(pool *pgxpool.Pool, opts ...BarrierOption) (*Barrier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("participant: barrier: %w: %w", ErrInvalidOption, err)
 	}
-	ident := pgx.Identifier{o.table}
-	if o.schema != "" {
-		ident = pgx.Identifier{o.schema, o.table}
-	}
-	t := ident.Sanitize()
+	t, _ := pgutil.Table(o.schema, o.table)
 	return &Barrier{
 		pool:  pool,
 		o:     o,

@@ -6,7 +6,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/message"
 	"github.com/txkit/txkit/outbox"
 )
@@ -155,21 +155,15 @@ func (p *TxProducer) register(ctx context.Context) {
 }
 
 func (p *TxProducer) prepareSQL() error {
-	ident := pgx.Identifier{p.o.table}
-	if p.o.schema != "" {
-		ident = pgx.Identifier{p.o.schema, p.o.table}
-	}
-	t := ident.Sanitize()
+	t, _ := pgutil.Table(p.o.schema, p.o.table)
 	tmpl, err := template.ParseFS(sqlFS, "sql/schema.sql")
 	if err != nil {
 		return fmt.Errorf("rocketmq: parse embedded schema.sql: %w", err)
 	}
-	h := fnv.New64a()
-	h.Write([]byte("txkit/outbox/rocketmq/migrate:" + t))
 	data := struct {
 		Schema, Table string
 		LockKey       int64
-	}{Table: t, LockKey: int64(h.Sum64())}
+	}{Table: t, LockKey: pgutil.MigrateLockKey("txkit/outbox/rocketmq/migrate:" + t)}
 	if p.o.schema != "" {
 		data.Schema = pgx.Identifier{p.o.schema}.Sanitize()
 	}

@@ -6,7 +6,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/fence"
+	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -99,8 +99,6 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 		return nil, fmt.Errorf("core: fence: %w", err)
 	}
 	global := ident(o.prefix + "global")
-	h := fnv.New64a()
-	h.Write([]byte("txkit/core/migrate:" + global))
 	var finals []string
 	for s := range statusNames {
 		if s.Final() {
@@ -114,7 +112,7 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 		return nil, fmt.Errorf("core: state table: trying has no timeout status: %w", ErrInvalidState)
 	}
 	data := map[string]any{
-		"LockKey":       strconv.FormatInt(int64(h.Sum64()), 10),
+		"LockKey":       strconv.FormatInt(pgutil.MigrateLockKey("txkit/core/migrate:"+global), 10),
 		"Global":        global,
 		"Branch":        ident(o.prefix + "branch"),
 		"DueIndex":      pgx.Identifier{o.prefix + "global_due"}.Sanitize(),
@@ -379,7 +377,7 @@ func (l *Log) recordTx(ctx context.Context, tok lock.Token, p Progress, done Bra
 			names := make([]string, len(p.Failed))
 			errs := make([]string, len(p.Failed))
 			for i, f := range p.Failed {
-				names[i], errs[i] = f.Branch, errorText(f.Err)
+				names[i], errs[i] = f.Branch, pgutil.ErrorText(f.Err, maxErrorLen)
 			}
 			if _, err := tx.Exec(ctx, l.q["branches_failed"], p.GID, names, errs); err != nil {
 				return fmt.Errorf("count failed branches: %w", err)
@@ -401,7 +399,7 @@ func (l *Log) recordTx(ctx context.Context, tok lock.Token, p Progress, done Bra
 			if why == nil {
 				why = errors.New("unfinished")
 			}
-			rows, err = tx.Query(ctx, l.q["reschedule"], p.GID, p.From.String(), errorText(why),
+			rows, err = tx.Query(ctx, l.q["reschedule"], p.GID, p.From.String(), pgutil.ErrorText(why, maxErrorLen),
 				l.o.backoffMin.Seconds(), l.o.backoffMax.Seconds())
 		}
 		if err != nil {
@@ -532,13 +530,3 @@ func (l *Log) loadBranches(ctx context.Context, db fence.DBTX, txs []*Transactio
 
 // maxErrorLen bounds the last_error stored.
 const maxErrorLen = 2000
-
-// errorText is err's message as PostgreSQL can store it: valid UTF-8, no NUL, bounded.
-func errorText(err error) string {
-	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "")
-	if len(s) > maxErrorLen {
-		s = strings.ToValidUTF8(s[:maxErrorLen], "")
-	}
-	return s
-}

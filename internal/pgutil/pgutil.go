@@ -1,6 +1,8 @@
-// Package pgutil holds the PostgreSQL plumbing txkit's packages share: checking the names a user
-// may choose for schemas, tables and channels, quoting a schema-qualified table name, the cron
-// parser and checks, and the adapter that gives robfig/cron a *slog.Logger.
+// Package pgutil holds the PostgreSQL plumbing txkit's packages share, written once: the DBTX
+// interface every package names as its own, the nil check of a DBTX, checking the names a user may
+// choose for schemas, tables and channels, quoting a schema-qualified table name, the key of the
+// advisory lock that serialises a migration, error text fit for a text column, the cron parser and
+// checks, and the adapter that gives robfig/cron a *slog.Logger.
 package pgutil
 
 import (
