@@ -101,7 +101,7 @@
 //	tp, err := rocketmq.NewTxProducer(ctx, nameservers, "user-registration-tx", pool)
 //	if err != nil { return err }
 //	defer tp.Close()
-//	if err := tp.Migrate(ctx, pool); err != nil { return err }
+//	if err := tp.Migrate(ctx); err != nil { return err }
 //	err = tp.Send(ctx, message.Message{ID: uuid.New(), Topic: "user-registered", Key: userID, Body: body},
 //		func(ctx context.Context, tx pgx.Tx) error {
 //			_, err := tx.Exec(ctx, `insert into users (id, name) values ($1, $2)`, userID, name)

@@ -182,11 +182,8 @@ func (p *TxProducer) prepareSQL() error {
 // Migrate creates the table of transaction ids (and the schema, if [WithSchema] set one) when
 // they do not exist. It is idempotent and safe to run from several processes at once. It blocks
 // until PostgreSQL answers; ctx scopes only this call.
-func (p *TxProducer) Migrate(ctx context.Context, db outbox.DBTX) error {
-	if db == nil {
-		return fmt.Errorf("rocketmq: migrate: nil db: %w", ErrInvalidOption)
-	}
-	if _, err := db.Exec(ctx, p.ddl); err != nil {
+func (p *TxProducer) Migrate(ctx context.Context) error {
+	if _, err := p.pool.Exec(ctx, p.ddl); err != nil {
 		return fmt.Errorf("rocketmq: migrate %s table: %w", p.group, err)
 	}
 	return nil

@@ -40,7 +40,7 @@ func startTxProducer(t *testing.T, e *env,
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tp.Close() })
-	if err := tp.Migrate(t.Context(), e.pool); err != nil {
+	if err := tp.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	return tp
@@ -316,7 +316,7 @@ func TestIntegrationTxConcurrentSendsMigratePurge(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := tp.Migrate(t.Context(), e.pool); err != nil {
+			if err := tp.Migrate(t.Context()); err != nil {
 				errs <- err
 			}
 		}()

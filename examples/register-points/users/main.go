@@ -115,7 +115,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 			return err
 		}
 		defer s.txp.Close()
-		if err := s.txp.Migrate(ctx, pool); err != nil {
+		if err := s.txp.Migrate(ctx); err != nil {
 			return err
 		}
 	}
