@@ -37,8 +37,9 @@ func WithBackoff(min, max time.Duration) Option {
 	return func(c *core.Config) { c.BackoffMin, c.BackoffMax = min, max }
 }
 
-// WithElector sets the election under which the coordinator's Run recovers. Required by Run only.
-func WithElector(el *lock.Elector) Option { return func(c *core.Config) { c.Elector = el } }
+// WithElector sets the election under which the coordinator's Run recovers. Required by Run only;
+// New refuses a nil one with an error wrapping [ErrInvalidOption].
+func WithElector(el *lock.Elector) Option { return func(c *core.Config) { c.SetElector(el) } }
 
 // WithLogger sets the logger (default: discard). Keys: gid, branch (step), op, token.
 func WithLogger(l *slog.Logger) Option { return func(c *core.Config) { c.Logger = l } }

@@ -40,8 +40,13 @@ type Config struct {
 	// options ([OwnOption]) set.
 	Own any
 
-	misfits []string // protocol options given to another protocol's coordinator
+	misfits    []string // protocol options given to another protocol's coordinator
+	nilElector bool     // WithElector(nil)
 }
+
+// SetElector sets Elector; a nil one is refused by [Config.Validate] (a Run without an election is
+// refused by Run itself).
+func (c *Config) SetElector(el *lock.Elector) { c.Elector, c.nilElector = el, el == nil }
 
 // Option sets a coordinator's [Config]. Package coordinator offers the options every protocol
 // takes; a protocol's own options are built with [OwnOption].
@@ -74,6 +79,8 @@ func (c Config) Validate() error {
 	switch {
 	case len(c.misfits) > 0:
 		return fmt.Errorf("option %s is not for this coordinator: %w", strings.Join(c.misfits, ", "), ErrInvalidOption)
+	case c.nilElector:
+		return fmt.Errorf("nil elector: %w", ErrInvalidOption)
 	case c.Logger == nil:
 		return fmt.Errorf("nil logger: %w", ErrInvalidOption)
 	case c.Concurrency <= 0:

@@ -1,0 +1,45 @@
+package coordinator_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/saga"
+	"github.com/txkit/txkit/tcc"
+	"github.com/txkit/txkit/twopc"
+)
+
+// Every coordinator's New refuses the same bad shared options the same way, WithElector(nil)
+// included (it used to be accepted and refused only by Run).
+func TestIntegrationNewRefusesBadSharedOptions(t *testing.T) {
+	pool := testenv.PG(t).Pool
+	news := map[string]func(*pgxpool.Pool, ...coordinator.Option) error{
+		"tcc":   func(p *pgxpool.Pool, o ...coordinator.Option) error { _, err := tcc.New(p, o...); return err },
+		"saga":  func(p *pgxpool.Pool, o ...coordinator.Option) error { _, err := saga.New(p, o...); return err },
+		"twopc": func(p *pgxpool.Pool, o ...coordinator.Option) error { c, err := twopc.New(p, o...); closeIf(c); return err },
+	}
+	for name, newC := range news {
+		for what, opt := range map[string]coordinator.Option{
+			"nil elector":  coordinator.WithElector(nil),
+			"nil logger":   coordinator.WithLogger(nil),
+			"zero timeout": coordinator.WithCallTimeout(0),
+		} {
+			if err := newC(pool, opt); !errors.Is(err, coordinator.ErrInvalidOption) {
+				t.Errorf("%s.New with %s = %v, want ErrInvalidOption", name, what, err)
+			}
+		}
+		if err := newC(pool); err != nil {
+			t.Errorf("%s.New with the defaults: %v", name, err)
+		}
+	}
+}
+
+func closeIf(c *twopc.Coordinator) {
+	if c != nil {
+		_ = c.Close()
+	}
+}
