@@ -1,6 +1,7 @@
 // Package exharness holds what the examples' demo harnesses share: starting a service binary and
 // waiting for the "LISTENING <addr>" line it prints, stopping services, polling their JSON
-// endpoints, pausing without outliving a context, and dropping a run's schema.
+// endpoints, pausing without outliving a context, driving a load of numbered requests (with a
+// drill beside it), and dropping a run's schema.
 package exharness
 
 import (
@@ -13,10 +14,13 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/examples/internal/exapp"
 )
@@ -124,6 +128,53 @@ func Pause(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// Load runs job for 1..n on workers goroutines, each worker taking the next number until none is
+// left; when rate > 0 the workers together start at most rate jobs a second. A job's error ends
+// the load: the other workers and beside see their ctx end. Each of beside runs in a goroutine of
+// its own during the load (a drill injecting faults) and gets a channel closed once every worker
+// has returned. Load blocks until the workers and beside have all returned, and returns the first
+// error (ctx's when it ends first), or nil.
+func Load(ctx context.Context, n, workers, rate int, job func(ctx context.Context, i int) error,
+	beside ...func(ctx context.Context, loadDone <-chan struct{}) error) error {
+	var next atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	var tick <-chan time.Time
+	if rate > 0 {
+		t := time.NewTicker(time.Second / time.Duration(rate))
+		defer t.Stop()
+		tick = t.C
+	}
+	loadDone := make(chan struct{})
+	var running sync.WaitGroup
+	for range workers {
+		running.Add(1)
+		g.Go(func() error {
+			defer running.Done()
+			for {
+				if tick != nil {
+					select {
+					case <-tick:
+					case <-gctx.Done():
+						return gctx.Err()
+					}
+				}
+				i := int(next.Add(1))
+				if i > n {
+					return nil
+				}
+				if err := job(gctx, i); err != nil {
+					return err
+				}
+			}
+		})
+	}
+	go func() { running.Wait(); close(loadDone) }()
+	for _, f := range beside {
+		g.Go(func() error { return f(gctx, loadDone) })
+	}
+	return g.Wait()
 }
 
 // DropSchema drops schema, with everything in it, in each of the databases dbs of the server at

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/txkit/txkit/examples/internal/drilltest"
 	"github.com/txkit/txkit/examples/internal/exharness"
 	"github.com/txkit/txkit/examples/recharge/internal/app"
 	"github.com/txkit/txkit/internal/testenv"
@@ -31,15 +32,7 @@ func TestIntegrationRechargeDemo(t *testing.T) {
 	cfg := Config{Recharges: 12, Lost: []string{"order-005"}, FailFirst: 3, SlowFirst: 2, Slow: 1500 * time.Millisecond,
 		CallTimeout: time.Second, Schedule: []time.Duration{time.Second, time.Second, 2 * time.Second},
 		PG: testenv.PGURL(t), ZK: strings.Join(testenv.ZK(t), ","), Dir: t.TempDir(), Log: t.Output()}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rep.OK(); err != nil {
-		t.Fatal(err)
-	}
+	rep := drilltest.Run(t, 2*time.Minute, Run, cfg)
 	if rep.ByNotification != 11 || rep.ByReconcile != 1 || rep.Reconcile.Credited != 1 {
 		t.Fatalf("%d credited by notification, %d by reconcile (reconcile said %d); want 11, 1, 1",
 			rep.ByNotification, rep.ByReconcile, rep.Reconcile.Credited)

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/txkit/txkit/examples/internal/drilltest"
 	"github.com/txkit/txkit/internal/testenv"
 )
 
@@ -26,16 +26,7 @@ func TestIntegrationRegisterPointsDrill(t *testing.T) {
 	cfg := config(t, 1000)
 	cfg.Drill = true
 	cfg.Rate = 80 // about 12 s of load, so both leader kills land during it
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	t.Logf("report:\n%s", rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rep.OK(); err != nil {
-		t.Fatal(err)
-	}
+	rep := drilltest.Run(t, 8*time.Minute, Run, cfg)
 	if rep.LeaderKills != 2 || rep.ConsumerRestarts != 1 {
 		t.Fatalf("faults injected: %d leader kills, %d consumer restarts; want 2 and 1", rep.LeaderKills, rep.ConsumerRestarts)
 	}
@@ -49,16 +40,7 @@ func TestIntegrationRegisterPointsDrill(t *testing.T) {
 func TestIntegrationRegisterPointsTxMsg(t *testing.T) {
 	cfg := config(t, 200)
 	cfg.Mode = "txmsg"
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	t.Logf("report:\n%s", rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rep.OK(); err != nil {
-		t.Fatal(err)
-	}
+	drilltest.Run(t, 5*time.Minute, Run, cfg)
 }
 
 // TestIntegrationDisruptiveBrokerDown: the broker is stopped for 10 s during the load; the outbox
@@ -68,16 +50,7 @@ func TestIntegrationDisruptiveBrokerDown(t *testing.T) {
 	cfg := config(t, 600)
 	cfg.Rate = 40 // 15 s of load: the outage lands in its middle
 	cfg.BrokerOutage = 10 * time.Second
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	t.Logf("report:\n%s", rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rep.OK(); err != nil {
-		t.Fatal(err)
-	}
+	rep := drilltest.Run(t, 8*time.Minute, Run, cfg)
 	if rep.MaxPending < 10 {
 		t.Fatalf("the outbox backlog peaked at %d during the outage: the outage did not hold messages back", rep.MaxPending)
 	}

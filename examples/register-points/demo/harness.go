@@ -23,7 +23,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/internal/exharness"
-	"golang.org/x/sync/errgroup"
 )
 
 // Config is one run of the example.
@@ -344,42 +343,21 @@ func (h *harness) leader(ctx context.Context) (string, error) {
 // load registers the users: Concurrency workers post to the users instances in turn, and move on
 // to another instance when one does not answer (it may have been killed by the drill).
 func (h *harness) load(ctx context.Context, rep *Report) (int, error) {
-	var next, okCount atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
-	var tick <-chan time.Time
-	if h.cfg.Rate > 0 {
-		t := time.NewTicker(time.Second / time.Duration(h.cfg.Rate))
-		defer t.Stop()
-		tick = t.C
-	}
-	for w := 0; w < h.cfg.Concurrency; w++ {
-		g.Go(func() error {
-			for {
-				if tick != nil {
-					select {
-					case <-tick:
-					case <-gctx.Done():
-						return gctx.Err()
-					}
-				}
-				i := next.Add(1)
-				if i > int64(h.cfg.Users) {
-					return nil
-				}
-				if err := h.register(gctx, int(i)); err != nil {
-					return err
-				}
-				okCount.Add(1)
-			}
-		})
-	}
+	var okCount atomic.Int64
+	var beside []func(context.Context, <-chan struct{}) error
 	if h.cfg.Drill {
-		g.Go(func() error { return h.drill(gctx, &okCount, rep) })
+		beside = append(beside, func(ctx context.Context, _ <-chan struct{}) error { return h.drill(ctx, &okCount, rep) })
 	}
 	if h.cfg.BrokerOutage > 0 {
-		g.Go(func() error { return h.brokerOutage(gctx, &okCount, rep) })
+		beside = append(beside, func(ctx context.Context, _ <-chan struct{}) error { return h.brokerOutage(ctx, &okCount, rep) })
 	}
-	err := g.Wait()
+	err := exharness.Load(ctx, h.cfg.Users, h.cfg.Concurrency, h.cfg.Rate, func(ctx context.Context, i int) error {
+		if err := h.register(ctx, i); err != nil {
+			return err
+		}
+		okCount.Add(1)
+		return nil
+	}, beside...)
 	return int(okCount.Load()), err
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txkit/txkit/examples/internal/drilltest"
 	"github.com/txkit/txkit/examples/tcc-order/internal/app"
 	"github.com/txkit/txkit/internal/testenv"
 )
@@ -22,16 +23,7 @@ func config(t *testing.T, orders int) Config {
 // every transaction ends confirmed or cancelled, stock and money are conserved, no op runs twice.
 func TestIntegrationTCCOrderDemo(t *testing.T) {
 	cfg := config(t, 50)
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	t.Logf("report:\n%s", rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rep.OK(); err != nil {
-		t.Fatal(err)
-	}
+	rep := drilltest.Run(t, 4*time.Minute, Run, cfg)
 	if rep.Globals["confirmed"] == 0 || rep.Globals["cancelled"] == 0 {
 		t.Fatalf("want both confirmed and cancelled transactions, got %v", rep.Globals)
 	}
@@ -55,16 +47,7 @@ func drill(t *testing.T, m app.Mode) {
 	cfg := config(t, 200)
 	cfg.Mode, cfg.Drill, cfg.ParticipantKills = m, true, 2
 	cfg.Rate = 10 // about 20 s of load, so the three kills land during it
-	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	t.Logf("report:\n%s", rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rep.OK(); err != nil {
-		t.Fatal(err)
-	}
+	rep := drilltest.Run(t, 6*time.Minute, Run, cfg)
 	p := protocolOf(m)
 	if rep.Globals[p.done] == 0 || rep.Globals[p.undone] == 0 {
 		t.Fatalf("want both %s and %s orders, got %v", p.done, p.undone, rep.Globals)

@@ -23,7 +23,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/internal/exharness"
@@ -510,52 +509,26 @@ func (h *harness) order(i int) map[string]any {
 // load places the orders: Concurrency workers post to the live order instances in turn (with the
 // drill running beside them). An order whose instance dies under it is left to the leader.
 func (h *harness) load(ctx context.Context, rep *Report) error {
-	var next, conf, canc, lost atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
-	var tick <-chan time.Time
-	if h.cfg.Rate > 0 {
-		t := time.NewTicker(time.Second / time.Duration(h.cfg.Rate))
-		defer t.Stop()
-		tick = t.C
-	}
-	loadDone := make(chan struct{})
-	var workers sync.WaitGroup
-	for range h.cfg.Concurrency {
-		workers.Add(1)
-		g.Go(func() error {
-			defer workers.Done()
-			for {
-				if tick != nil {
-					select {
-					case <-tick:
-					case <-gctx.Done():
-						return gctx.Err()
-					}
-				}
-				i := int(next.Add(1))
-				if i > h.cfg.Orders {
-					return nil
-				}
-				switch h.place(gctx, i) {
-				case h.proto.done:
-					conf.Add(1)
-				case h.proto.undone:
-					canc.Add(1)
-				default:
-					lost.Add(1)
-				}
-			}
-		})
-	}
-	go func() { workers.Wait(); close(loadDone) }()
+	var conf, canc, lost atomic.Int64
+	var beside []func(context.Context, <-chan struct{}) error
 	if h.cfg.Drill {
-		g.Go(func() error { return h.drill(gctx, loadDone, rep) })
+		beside = append(beside, func(ctx context.Context, loadDone <-chan struct{}) error { return h.drill(ctx, loadDone, rep) })
 		if h.cfg.ParticipantKills > 0 {
 			done := func() int { return int(conf.Load() + canc.Load() + lost.Load()) }
-			g.Go(func() error { return h.crashParticipants(gctx, done, rep) })
+			beside = append(beside, func(ctx context.Context, _ <-chan struct{}) error { return h.crashParticipants(ctx, done, rep) })
 		}
 	}
-	err := g.Wait()
+	err := exharness.Load(ctx, h.cfg.Orders, h.cfg.Concurrency, h.cfg.Rate, func(ctx context.Context, i int) error {
+		switch h.place(ctx, i) {
+		case h.proto.done:
+			conf.Add(1)
+		case h.proto.undone:
+			canc.Add(1)
+		default:
+			lost.Add(1)
+		}
+		return nil
+	}, beside...)
 	rep.AnsweredDone, rep.AnsweredUndone, rep.Unanswered = int(conf.Load()), int(canc.Load()), int(lost.Load())
 	return err
 }

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/txkit/txkit/examples/internal/drilltest"
 	"github.com/txkit/txkit/internal/testenv"
 )
 
@@ -24,16 +24,7 @@ func config(t *testing.T) Config {
 // the balances it should leave, money conserved and no prepared transaction left.
 func TestIntegrationTransferDemo(t *testing.T) {
 	cfg := config(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	t.Logf("report:\n%s", rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rep.OK(); err != nil {
-		t.Fatal(err)
-	}
+	rep := drilltest.Run(t, 2*time.Minute, Run, cfg)
 	if rep.Globals["committed"] != 3 || rep.NotInLog != 3 {
 		t.Fatalf("log: %v and %d transfers not in it; want 3 committed and 3 never recorded", rep.Globals, rep.NotInLog)
 	}
@@ -47,16 +38,7 @@ func TestIntegrationTransferDrill(t *testing.T) {
 	cfg := config(t)
 	cfg.Transfers, cfg.Rate, cfg.Drill, cfg.Kills, cfg.KillEvery = 200, 8, true, 2, time.Second
 	cfg.PauseRate, cfg.Pause = 0.2, time.Second
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	t.Logf("report:\n%s", rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rep.OK(); err != nil {
-		t.Fatal(err)
-	}
+	rep := drilltest.Run(t, 3*time.Minute, Run, cfg)
 	if rep.LeaderKills != cfg.Kills || len(rep.Failovers) != cfg.Kills {
 		t.Fatalf("%d leader kills, %d failovers measured; want %d each", rep.LeaderKills, len(rep.Failovers), cfg.Kills)
 	}

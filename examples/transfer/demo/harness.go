@@ -17,13 +17,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/internal/exharness"
@@ -534,50 +532,23 @@ func transfer(i int) app.Transfer {
 // (with the drill running beside them). A transfer whose instance dies under it is left to the
 // leader.
 func (h *harness) load(ctx context.Context, rep *Report) error {
-	var next atomic.Int64
 	var amu sync.Mutex
 	rep.Answers = map[string]int{}
-	g, gctx := errgroup.WithContext(ctx)
-	var tick <-chan time.Time
-	if h.cfg.Rate > 0 {
-		t := time.NewTicker(time.Second / time.Duration(h.cfg.Rate))
-		defer t.Stop()
-		tick = t.C
-	}
-	loadDone := make(chan struct{})
-	var workers sync.WaitGroup
-	for range h.cfg.Concurrency {
-		workers.Add(1)
-		g.Go(func() error {
-			defer workers.Done()
-			for {
-				if tick != nil {
-					select {
-					case <-tick:
-					case <-gctx.Done():
-						return gctx.Err()
-					}
-				}
-				i := int(next.Add(1))
-				if i > h.cfg.Transfers {
-					return nil
-				}
-				code, a := h.post(gctx, transfer(i))
-				st := a.Status
-				if code == 0 {
-					st = "unanswered"
-				}
-				amu.Lock()
-				rep.Answers[st]++
-				amu.Unlock()
-			}
-		})
-	}
-	go func() { workers.Wait(); close(loadDone) }()
+	var beside []func(context.Context, <-chan struct{}) error
 	if h.cfg.Drill && h.cfg.Kills > 0 {
-		g.Go(func() error { return h.drill(gctx, loadDone, rep) })
+		beside = append(beside, func(ctx context.Context, loadDone <-chan struct{}) error { return h.drill(ctx, loadDone, rep) })
 	}
-	return g.Wait()
+	return exharness.Load(ctx, h.cfg.Transfers, h.cfg.Concurrency, h.cfg.Rate, func(ctx context.Context, i int) error {
+		code, a := h.post(ctx, transfer(i))
+		st := a.Status
+		if code == 0 {
+			st = "unanswered"
+		}
+		amu.Lock()
+		rep.Answers[st]++
+		amu.Unlock()
+		return nil
+	}, beside...)
 }
 
 // preparedPrefix starts the names of this run's prepared transactions: twopc names them
