@@ -3,16 +3,14 @@ package saga_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
-	"slices"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/saga"
@@ -37,27 +35,13 @@ import (
 func BenchmarkSaga(b *testing.B) {
 	ctx := context.Background()
 	pg := testenv.PG(b)
-	const secret = "bench-secret-0123456789abcdef" // participants verify signatures, as by default
-	bar, err := participant.NewBarrier(pg.Pool, participant.WithBarrierLogger(testLogger(b)), participant.WithSecrets(secret))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := bar.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
 	if _, err := pg.Pool.Exec(ctx, `create table bench_counter (name text primary key, done bigint not null);
 		insert into bench_counter values ('p0', 0), ('p1', 0), ('p2', 0)`); err != nil {
 		b.Fatal(err)
 	}
 	// One signing client for the branches and the coordinator's own calls (WithHTTPClient).
-	client, err := participant.NewSigningClient(secret, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	parts := make([]participant.HTTP, 3)
-	for i := range parts {
-		name := fmt.Sprint("p", i)
-		srv := httptest.NewServer(bar.Handler(func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
+	parts, client := coretest.BenchParticipants(b, pg, "bench-secret-0123456789abcdef", 3, // participants verify signatures, as by default
+		func(ctx context.Context, tx pgx.Tx, name string, req participant.Request) error {
 			delta := 1
 			switch req.Op {
 			case participant.OpAction:
@@ -68,24 +52,9 @@ func BenchmarkSaga(b *testing.B) {
 			}
 			_, err := tx.Exec(ctx, `update bench_counter set done = done + $1 where name = $2`, delta, name)
 			return err
-		}, participant.WithAllowedOps(participant.OpAction, participant.OpCompensate)))
-		b.Cleanup(srv.Close)
-		parts[i] = participant.HTTP{URL: srv.URL, Client: client}
-	}
+		}, participant.OpAction, participant.OpCompensate)
 	newCoordinator := func(b *testing.B) (*saga.Coordinator, *pgxpool.Pool) {
-		pool, err := pgxpool.New(ctx, pg.URL)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(pool.Close)
-		c, err := saga.New(pool, coordinator.WithSchema(pg.Name), coordinator.WithLogger(testLogger(b)), coordinator.WithHTTPClient(client))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := c.Migrate(ctx); err != nil {
-			b.Fatal(err)
-		}
-		return c, pool
+		return coretest.BenchCoordinator(b, saga.New, pg, coordinator.WithHTTPClient(client))
 	}
 	coordinated := func(c *saga.Coordinator) error {
 		s, err := c.Begin()
@@ -115,18 +84,7 @@ func BenchmarkSaga(b *testing.B) {
 			b.Fatal(err)
 		}
 		acq0 := pool.Stat().AcquireCount()
-		var lat []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			if err := coordinated(c); err != nil {
-				b.Fatal(err)
-			}
-			lat = append(lat, time.Since(start))
-		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "sagas/s")
-		slices.Sort(lat)
-		b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
-		b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ms")
+		coretest.Timed(b, "sagas/s", func() error { return coordinated(c) })
 		b.ReportMetric(float64(pool.Stat().AcquireCount()-acq0)/float64(b.N), "pg-tx/saga")
 	})
 	b.Run("bare", func(b *testing.B) {
@@ -139,31 +97,7 @@ func BenchmarkSaga(b *testing.B) {
 	})
 	b.Run("ratio", func(b *testing.B) {
 		c, _ := newCoordinator(b)
-		const block = 20
-		var coord, ceiling time.Duration
-		timed := func(f func() error) time.Duration {
-			start := time.Now()
-			for range block {
-				if err := f(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			return time.Since(start)
-		}
-		withC := func() error { return coordinated(c) }
-		round := 0
-		for b.Loop() {
-			if round%2 == 0 {
-				coord += timed(withC)
-				ceiling += timed(bare)
-			} else {
-				ceiling += timed(bare)
-				coord += timed(withC)
-			}
-			round++
-		}
-		b.ReportMetric(float64(ceiling)/float64(coord), "coordinator/bare-throughput")
+		took, _ := coretest.Rotate(b, 20, func() error { return coordinated(c) }, bare)
+		b.ReportMetric(float64(took[1])/float64(took[0]), "coordinator/bare-throughput")
 	})
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

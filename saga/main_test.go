@@ -6,11 +6,11 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
@@ -42,16 +42,7 @@ func (e *env) coordinator(opts ...coordinator.Option) *saga.Coordinator {
 // coordinatorOn returns a migrated Coordinator on the test's schema, using pool.
 func (e *env) coordinatorOn(pool *pgxpool.Pool, opts ...coordinator.Option) *saga.Coordinator {
 	e.t.Helper()
-	opts = append([]coordinator.Option{coordinator.WithSchema(e.schema.Name), coordinator.WithLogger(testLogger(e.t)),
-		coordinator.WithBackoff(20*time.Millisecond, 100*time.Millisecond), coordinator.WithRecovery("@every 100ms", 100, 16)}, opts...)
-	c, err := saga.New(pool, opts...)
-	if err != nil {
-		e.t.Fatalf("saga.New: %v", err)
-	}
-	if err := c.Migrate(e.t.Context()); err != nil {
-		e.t.Fatalf("Migrate: %v", err)
-	}
-	return c
+	return coretest.New(e.t, saga.New, pool, e.schema.Name, opts...)
 }
 
 // elector returns a candidate in the test's election, on a session of its own.
@@ -110,19 +101,9 @@ func (p *party) count(call string) int {
 }
 
 func register(t *testing.T, c *saga.Coordinator, name string, p participant.Participant) participant.Participant {
-	t.Helper()
-	h, err := c.Register(name, p)
-	if err != nil {
-		t.Fatalf("Register(%s): %v", name, err)
-	}
-	return h
+	return coretest.Register(t, c, name, p)
 }
 
 func status(t *testing.T, c *saga.Coordinator, gid string) coordinator.Status {
-	t.Helper()
-	s, err := c.Status(t.Context(), gid)
-	if err != nil {
-		t.Fatalf("Status(%s): %v", gid, err)
-	}
-	return s
+	return coretest.Status(t, c, gid)
 }

@@ -3,8 +3,6 @@ package tcc_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
-	"slices"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/tcc"
@@ -39,27 +38,13 @@ import (
 func BenchmarkTCC(b *testing.B) {
 	ctx := context.Background()
 	pg := testenv.PG(b)
-	const secret = "bench-secret-0123456789abcdef" // participants verify signatures, as by default
-	bar, err := participant.NewBarrier(pg.Pool, participant.WithBarrierLogger(testLogger(b)), participant.WithSecrets(secret))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := bar.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
 	if _, err := pg.Pool.Exec(ctx, `create table bench_counter (name text primary key, reserved bigint not null, used bigint not null);
 		insert into bench_counter values ('p0', 0, 0), ('p1', 0, 0), ('p2', 0, 0)`); err != nil {
 		b.Fatal(err)
 	}
 	// One signing client for the branches and the coordinator's own calls (WithHTTPClient).
-	client, err := participant.NewSigningClient(secret, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	parts := make([]participant.HTTP, 3)
-	for i := range parts {
-		name := fmt.Sprint("p", i)
-		srv := httptest.NewServer(bar.Handler(func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
+	parts, client := coretest.BenchParticipants(b, pg, "bench-secret-0123456789abcdef", 3, // participants verify signatures, as by default
+		func(ctx context.Context, tx pgx.Tx, name string, req participant.Request) error {
 			var sql string
 			switch req.Op {
 			case participant.OpTry:
@@ -73,27 +58,12 @@ func BenchmarkTCC(b *testing.B) {
 			}
 			_, err := tx.Exec(ctx, sql, name)
 			return err
-		}, participant.WithAllowedOps(participant.OpTry, participant.OpConfirm, participant.OpCancel)))
-		b.Cleanup(srv.Close)
-		parts[i] = participant.HTTP{URL: srv.URL, Client: client}
-	}
+		}, participant.OpTry, participant.OpConfirm, participant.OpCancel)
 
 	// newCoordinator returns a migrated Coordinator on a pool of its own, so that the pool's
 	// acquire count is the coordinator's alone (the participants use pg.Pool).
 	newCoordinator := func(b *testing.B) (*tcc.Coordinator, *pgxpool.Pool) {
-		pool, err := pgxpool.New(ctx, pg.URL)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(pool.Close)
-		c, err := tcc.New(pool, coordinator.WithSchema(pg.Name), coordinator.WithLogger(testLogger(b)), coordinator.WithHTTPClient(client))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := c.Migrate(ctx); err != nil {
-			b.Fatal(err)
-		}
-		return c, pool
+		return coretest.BenchCoordinator(b, tcc.New, pg, coordinator.WithHTTPClient(client))
 	}
 	coordinated := func(c *tcc.Coordinator) error {
 		g, err := c.Begin(ctx)
@@ -129,19 +99,8 @@ func BenchmarkTCC(b *testing.B) {
 		if err := coordinated(c); err != nil {
 			b.Fatal(err)
 		}
-		var lat []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			if err := coordinated(c); err != nil {
-				b.Fatal(err)
-			}
-			lat = append(lat, time.Since(start))
-		}
+		coretest.Timed(b, "tx/s", func() error { return coordinated(c) })
 		n := float64(b.N)
-		b.ReportMetric(n/b.Elapsed().Seconds(), "tx/s")
-		slices.Sort(lat)
-		b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
-		b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ms")
 
 		// writes: what the coordinator wrote to PostgreSQL per global transaction, two ways.
 		//
@@ -181,32 +140,11 @@ func BenchmarkTCC(b *testing.B) {
 	b.Run("ratio", func(b *testing.B) {
 		c, _ := newCoordinator(b)
 		const block = 20
-		var coord, ceiling time.Duration
-		timed := func(f func() error) time.Duration {
-			start := time.Now()
-			for range block {
-				if err := f(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			return time.Since(start)
-		}
-		withC := func() error { return coordinated(c) }
-		round := 0
-		for b.Loop() {
-			if round%2 == 0 {
-				coord += timed(withC)
-				ceiling += timed(bare)
-			} else {
-				ceiling += timed(bare)
-				coord += timed(withC)
-			}
-			round++
-		}
-		// The same number of each ran, so throughput ratio = time of bare / time of coordinator.
+		took, rounds := coretest.Rotate(b, block, func() error { return coordinated(c) }, bare)
+		coord, ceiling := took[0], took[1]
 		b.ReportMetric(float64(ceiling)/float64(coord), "coordinator/bare-throughput")
-		b.ReportMetric(float64(round*block)/coord.Seconds(), "coordinator-tx/s")
-		b.ReportMetric(float64(round*block)/ceiling.Seconds(), "bare-tx/s")
+		b.ReportMetric(float64(rounds*block)/coord.Seconds(), "coordinator-tx/s")
+		b.ReportMetric(float64(rounds*block)/ceiling.Seconds(), "bare-tx/s")
 	})
 
 	// Every global transaction confirmed: nothing is left reserved.
@@ -218,8 +156,6 @@ func BenchmarkTCC(b *testing.B) {
 		b.Errorf("%d reservations left after the benchmark, want 0", reserved)
 	}
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // settledTupleWrites returns n_tup_ins + n_tup_upd + n_tup_del of the coordinator's tables in
 // pg's schema once the value has stopped changing: the writers' backends have exited (and so

@@ -4,14 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
-
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/tcc"
 )
@@ -20,19 +15,12 @@ import (
 // funds and is confirmed; the second is refused by the account and rolled back.
 func Example() {
 	ctx := context.Background()
-	url := os.Getenv("TXKIT_PG_URL") // set by `make test`
-	if url == "" {
-		fmt.Println("TXKIT_PG_URL is not set: start the servers with `make up`")
+	pool, schemas, done, ok := testenv.ExampleDB(ctx, "example_")
+	if !ok {
 		return
 	}
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer pool.Close()
-	schema := "example_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:8]
-	defer pool.Exec(context.WithoutCancel(ctx), "drop schema if exists "+pgx.Identifier{schema}.Sanitize()+" cascade") //nolint:errcheck
+	defer done()
+	schema := schemas[0]
 
 	// Concurrency 1 calls the confirms (cancels) one after the other, so the output is in order.
 	c, err := tcc.New(pool, coordinator.WithSchema(schema), coordinator.WithConcurrency(1))

@@ -5,9 +5,9 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
@@ -33,16 +33,7 @@ func newEnv(t *testing.T) *env {
 // coordinator returns a migrated Coordinator on the test's schema.
 func (e *env) coordinator(opts ...coordinator.Option) *tcc.Coordinator {
 	e.t.Helper()
-	opts = append([]coordinator.Option{coordinator.WithSchema(e.schema.Name), coordinator.WithLogger(testLogger(e.t)),
-		coordinator.WithBackoff(20*time.Millisecond, 100*time.Millisecond), coordinator.WithRecovery("@every 100ms", 100, 16)}, opts...)
-	c, err := tcc.New(e.schema.Pool, opts...)
-	if err != nil {
-		e.t.Fatalf("tcc.New: %v", err)
-	}
-	if err := c.Migrate(e.t.Context()); err != nil {
-		e.t.Fatalf("Migrate: %v", err)
-	}
-	return c
+	return coretest.New(e.t, tcc.New, e.schema.Pool, e.schema.Name, opts...)
 }
 
 // elector returns a candidate in the test's election, on a session of its own.
@@ -88,19 +79,9 @@ func (p *party) setAnswer(f func(participant.Request) error) {
 }
 
 func register(t *testing.T, c *tcc.Coordinator, name string, p participant.Participant) participant.Participant {
-	t.Helper()
-	h, err := c.Register(name, p)
-	if err != nil {
-		t.Fatalf("Register(%s): %v", name, err)
-	}
-	return h
+	return coretest.Register(t, c, name, p)
 }
 
 func status(t *testing.T, c *tcc.Coordinator, gid string) coordinator.Status {
-	t.Helper()
-	s, err := c.Status(t.Context(), gid)
-	if err != nil {
-		t.Fatalf("Status(%s): %v", gid, err)
-	}
-	return s
+	return coretest.Status(t, c, gid)
 }

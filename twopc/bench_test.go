@@ -3,16 +3,14 @@ package twopc_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/twopc"
 )
@@ -53,19 +51,8 @@ func BenchmarkTransfer(b *testing.B) {
 		b.Fatal(err)
 	}
 	newCoordinator := func(b *testing.B) (*twopc.Coordinator, *pgxpool.Pool) {
-		pool, err := pgxpool.New(ctx, log.URL)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(pool.Close)
-		c, err := twopc.New(pool, coordinator.WithSchema(log.Name), coordinator.WithLogger(testLogger(b)))
-		if err != nil {
-			b.Fatal(err)
-		}
+		c, pool := coretest.BenchCoordinator(b, twopc.New, log)
 		b.Cleanup(func() { _ = c.Close() })
-		if err := c.Migrate(ctx); err != nil {
-			b.Fatal(err)
-		}
 		for name, s := range map[string]*testenv.Schema{"east": east, "west": west} {
 			if err := c.RegisterDB(name, s.Pool); err != nil {
 				b.Fatal(err)
@@ -141,18 +128,7 @@ func BenchmarkTransfer(b *testing.B) {
 			b.Fatal(err)
 		}
 		acq0 := pool.Stat().AcquireCount()
-		var lat []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			if err := coordinated(c); err != nil {
-				b.Fatal(err)
-			}
-			lat = append(lat, time.Since(start))
-		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tx/s")
-		slices.Sort(lat)
-		b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
-		b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ms")
+		coretest.Timed(b, "tx/s", func() error { return coordinated(c) })
 		b.ReportMetric(float64(pool.Stat().AcquireCount()-acq0)/float64(b.N), "pg-tx/gtx")
 	})
 	loop := func(name string, f func() error) {
@@ -170,22 +146,7 @@ func BenchmarkTransfer(b *testing.B) {
 	b.Run("ratio", func(b *testing.B) {
 		c, _ := newCoordinator(b)
 		const block = 20
-		fs := []func() error{func() error { return coordinated(c) }, bare, single}
-		took := make([]time.Duration, len(fs))
-		round := 0
-		for b.Loop() {
-			for k := range fs {
-				i := (k + round) % len(fs)
-				start := time.Now()
-				for range block {
-					if err := fs[i](); err != nil {
-						b.Fatal(err)
-					}
-				}
-				took[i] += time.Since(start)
-			}
-			round++
-		}
+		took, round := coretest.Rotate(b, block, func() error { return coordinated(c) }, bare, single)
 		b.ReportMetric(float64(took[1])/float64(took[0]), "coordinator/bare-2pc")
 		b.ReportMetric(float64(took[2])/float64(took[0]), "coordinator/single-db")
 		b.ReportMetric(float64(round*block)/took[0].Seconds(), "coordinator-tx/s")
@@ -199,5 +160,3 @@ func BenchmarkTransfer(b *testing.B) {
 		b.Errorf("%d prepared transactions left after the benchmark", prepared)
 	}
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

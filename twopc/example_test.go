@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/twopc"
 )
 
@@ -20,19 +18,12 @@ import (
 // constraint), is aborted, and changes neither side.
 func Example() {
 	ctx := context.Background()
-	url := os.Getenv("TXKIT_PG_URL") // set by `make test`
-	if url == "" {
-		fmt.Println("TXKIT_PG_URL is not set: start the servers with `make up`")
+	pool, schemas, done, ok := testenv.ExampleDB(ctx, "east_", "west_", "bank_")
+	if !ok {
 		return
 	}
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer pool.Close()
-	id := strings.ReplaceAll(uuid.NewString(), "-", "")[:8]
-	east, west, logSchema := "east_"+id, "west_"+id, "bank_"+id
+	defer done()
+	east, west, logSchema := schemas[0], schemas[1], schemas[2]
 	for _, s := range []string{east, west} {
 		_, err := pool.Exec(ctx, fmt.Sprintf(`create schema %[1]s;
 			create table %[1]s.accounts (id text primary key, balance bigint not null check (balance >= 0));
@@ -42,11 +33,6 @@ func Example() {
 			return
 		}
 	}
-	defer func() {
-		for _, s := range []string{east, west, logSchema} {
-			_, _ = pool.Exec(context.WithoutCancel(ctx), "drop schema if exists "+pgx.Identifier{s}.Sanitize()+" cascade")
-		}
-	}()
 
 	c, err := twopc.New(pool, coordinator.WithSchema(logSchema))
 	if err != nil {

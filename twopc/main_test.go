@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/twopc"
@@ -84,9 +85,7 @@ func (b *bank) coordinator(opts ...coordinator.Option) *twopc.Coordinator {
 // coordinatorOn is coordinator with the databases registered on pools (name → pool).
 func (b *bank) coordinatorOn(pools map[string]*pgxpool.Pool, opts ...coordinator.Option) *twopc.Coordinator {
 	b.t.Helper()
-	opts = append([]coordinator.Option{coordinator.WithSchema(b.log.Name), coordinator.WithLogger(testLogger(b.t)),
-		coordinator.WithBackoff(20*time.Millisecond, 100*time.Millisecond), coordinator.WithRecovery("@every 100ms", 100, 16),
-		twopc.WithInDoubtResolution("@every 200ms", 0)}, opts...)
+	opts = coretest.Options(b.t, b.log.Name, append([]coordinator.Option{twopc.WithInDoubtResolution("@every 200ms", 0)}, opts...)...)
 	c, err := twopc.New(b.log.Pool, opts...)
 	if err != nil {
 		b.t.Fatalf("twopc.New: %v", err)
@@ -169,10 +168,5 @@ func (b *bank) wantBalances(alice, bob int) {
 }
 
 func status(t *testing.T, c *twopc.Coordinator, gid string) coordinator.Status {
-	t.Helper()
-	s, err := c.Status(t.Context(), gid)
-	if err != nil {
-		t.Fatalf("Status(%s): %v", gid, err)
-	}
-	return s
+	return coretest.Status(t, c, gid)
 }

@@ -320,3 +320,31 @@ func Run(t testing.TB, run func(ctx context.Context) error) {
 		}
 	})
 }
+
+// ExampleDB is the set-up of an Example function, which has no *testing.T: a pool on the server
+// named by TXKIT_PG_URL and, for each prefix, a schema name made of it and the same 8 random hex
+// digits (the schemas are not created). done drops those schemas, then closes the pool. When
+// TXKIT_PG_URL is unset or the pool cannot be made it prints why (so the example's output does
+// not match) and returns ok false.
+func ExampleDB(ctx context.Context, prefixes ...string) (pool *pgxpool.Pool, schemas []string, done func(), ok bool) {
+	url := os.Getenv(EnvPG) // set by `make test`
+	if url == "" {
+		fmt.Println(EnvPG + " is not set: start the servers with `make up`")
+		return nil, nil, nil, false
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		fmt.Println(err)
+		return nil, nil, nil, false
+	}
+	id := strings.ReplaceAll(uuid.NewString(), "-", "")[:8]
+	for _, p := range prefixes {
+		schemas = append(schemas, p+id)
+	}
+	return pool, schemas, func() {
+		for _, s := range schemas {
+			_, _ = pool.Exec(context.WithoutCancel(ctx), "drop schema if exists "+pgx.Identifier{s}.Sanitize()+" cascade")
+		}
+		pool.Close()
+	}, true
+}

@@ -1,6 +1,7 @@
 // Package coretest holds test helpers shared by the tests of the coordinators built on the core
-// (core, tcc, saga): checking that the leader backs off a transaction it keeps failing, and
-// collecting a logger's output. It serves this repository's tests only.
+// (core, tcc, saga, twopc): building a migrated coordinator with the options the tests start
+// from, registering participants and reading statuses, checking that the leader backs off a
+// transaction it keeps failing, and collecting a logger's output. It serves this repository's tests only.
 package coretest
 
 import (
@@ -11,10 +12,57 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/participant"
 )
+
+// Options returns the options a coordinator test starts from — the test's schema, its logger, a
+// 20-100 ms backoff and a recovery pass every 100 ms — followed by opts, which win.
+func Options(t testing.TB, schema string, opts ...coordinator.Option) []coordinator.Option {
+	return append([]coordinator.Option{coordinator.WithSchema(schema), coordinator.WithLogger(testenv.Logger(t)),
+		coordinator.WithBackoff(20*time.Millisecond, 100*time.Millisecond), coordinator.WithRecovery("@every 100ms", 100, 16)}, opts...)
+}
+
+// New returns a migrated coordinator made by newFn (tcc.New, saga.New, twopc.New) on pool with
+// Options(t, schema, opts...), failing the test when either step fails.
+func New[C coordinator.Shell](t testing.TB, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
+	pool *pgxpool.Pool, schema string, opts ...coordinator.Option) C {
+	t.Helper()
+	c, err := newFn(pool, Options(t, schema, opts...)...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := c.Migrate(t.Context()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return c
+}
+
+// Register registers p as name with c and returns the participant to put in a branch, failing
+// the test when c refuses it.
+func Register(t testing.TB, c coordinator.Shell, name string, p participant.Participant) participant.Participant {
+	t.Helper()
+	h, err := c.Register(name, p)
+	if err != nil {
+		t.Fatalf("Register(%s): %v", name, err)
+	}
+	return h
+}
+
+// Status returns gid's status in c, failing the test when it cannot be read.
+func Status(t testing.TB, c coordinator.Shell, gid string) coordinator.Status {
+	t.Helper()
+	s, err := c.Status(t.Context(), gid)
+	if err != nil {
+		t.Fatalf("Status(%s): %v", gid, err)
+	}
+	return s
+}
 
 // Get returns gid's transaction with its branches, failing the test when it cannot.
 func Get(t testing.TB, l *core.Log, gid string) *core.Transaction {

@@ -1,0 +1,113 @@
+package coretest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/participant"
+)
+
+// BenchParticipants starts n HTTP participants named p0, p1, … for a coordinator benchmark: each
+// an httptest server (closed when b ends) whose one handler is the Handler of one barrier over
+// pg, verifying signatures with secret, accepting only ops, and running fn(ctx, tx, name, req) in
+// the barrier's transaction. It returns them, each using the signing client it also returns for
+// the coordinator's own calls (coordinator.WithHTTPClient).
+func BenchParticipants(b *testing.B, pg *testenv.Schema, secret string, n int,
+	fn func(ctx context.Context, tx pgx.Tx, name string, req participant.Request) error, ops ...participant.Op) ([]participant.HTTP, *http.Client) {
+	b.Helper()
+	bar, err := participant.NewBarrier(pg.Pool, participant.WithBarrierLogger(testenv.Logger(b)), participant.WithSecrets(secret))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := bar.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	client, err := participant.NewSigningClient(secret, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	parts := make([]participant.HTTP, n)
+	for i := range parts {
+		name := fmt.Sprint("p", i)
+		srv := httptest.NewServer(bar.Handler(func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
+			return fn(ctx, tx, name, req)
+		}, participant.WithAllowedOps(ops...)))
+		b.Cleanup(srv.Close)
+		parts[i] = participant.HTTP{URL: srv.URL, Client: client}
+	}
+	return parts, client
+}
+
+// BenchCoordinator returns a migrated coordinator made by newFn (tcc.New, saga.New, twopc.New)
+// on a pool of its own on pg's schema — so that the pool's acquire count is the coordinator's
+// alone — with the benchmark's logger and opts. The pool closes when b ends.
+func BenchCoordinator[C coordinator.Shell](b *testing.B, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
+	pg *testenv.Schema, opts ...coordinator.Option) (C, *pgxpool.Pool) {
+	b.Helper()
+	pool, err := pgxpool.New(context.Background(), pg.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	c, err := newFn(pool, append([]coordinator.Option{coordinator.WithSchema(pg.Name), coordinator.WithLogger(testenv.Logger(b))}, opts...)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return c, pool
+}
+
+// Timed calls f once per b.Loop iteration, failing the benchmark on its error, and reports the
+// throughput under unit ("tx/s", "sagas/s") and the p50-ms and p99-ms latency of one call.
+func Timed(b *testing.B, unit string, f func() error) {
+	b.Helper()
+	var lat []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
+	slices.Sort(lat)
+	b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
+	b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ms")
+}
+
+// Rotate times blocks of block calls of each of fs, once per b.Loop iteration, the order rotating
+// by one each iteration (so load changes on a shared machine weigh on all alike), failing the
+// benchmark on an error. It returns the time each of fs took in all and the iterations run (each
+// ran rounds*block calls).
+func Rotate(b *testing.B, block int, fs ...func() error) (took []time.Duration, rounds int) {
+	b.Helper()
+	took = make([]time.Duration, len(fs))
+	for b.Loop() {
+		for k := range fs {
+			i := (k + rounds) % len(fs)
+			start := time.Now()
+			for range block {
+				if err := fs[i](); err != nil {
+					b.Fatal(err)
+				}
+			}
+			took[i] += time.Since(start)
+		}
+		rounds++
+	}
+	return took, rounds
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
