@@ -46,6 +46,19 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // newStore returns a migrated Store in the test's own schema.
+// begin starts an integration test that needs one store: in parallel with the others, in a
+// schema of its own, with a migrated store on it (opts added to newStore's) and a ctx that ends
+// with the test or after testTimeout.
+func begin(t *testing.T, opts ...idempotency.Option) (*testenv.Schema, *idempotency.Store, context.Context) {
+	t.Helper()
+	t.Parallel()
+	s := testenv.PG(t)
+	st := newStore(t, s, opts...)
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	t.Cleanup(cancel)
+	return s, st, ctx
+}
+
 func newStore(t testing.TB, s *testenv.Schema, opts ...idempotency.Option) *idempotency.Store {
 	t.Helper()
 	opts = append([]idempotency.Option{idempotency.WithLogger(testLogger(t))}, opts...)
@@ -218,11 +231,7 @@ func TestStatusString(t *testing.T) {
 }
 
 func TestIntegrationClaimFirstThenDuplicate(t *testing.T) {
-	t.Parallel()
-	s := testenv.PG(t)
-	st := newStore(t, s)
-	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
-	defer cancel()
+	s, st, ctx := begin(t)
 	if err := st.Migrate(ctx); err != nil { // a second Migrate is a no-op
 		t.Fatalf("second Migrate: %v", err)
 	}
@@ -251,11 +260,7 @@ func TestIntegrationClaimFirstThenDuplicate(t *testing.T) {
 }
 
 func TestIntegrationClaimRolledBackLeavesNoKey(t *testing.T) {
-	t.Parallel()
-	s := testenv.PG(t)
-	st := newStore(t, s)
-	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
-	defer cancel()
+	s, st, ctx := begin(t)
 	if _, err := s.Pool.Exec(ctx, `create table points (account text primary key, points int not null)`); err != nil {
 		t.Fatal(err)
 	}
@@ -421,11 +426,7 @@ func TestIntegrationConcurrentBeginOneExecutes(t *testing.T) {
 }
 
 func TestIntegrationBeginReturnsStoredResult(t *testing.T) {
-	t.Parallel()
-	s := testenv.PG(t)
-	st := newStore(t, s)
-	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
-	defer cancel()
+	s, st, ctx := begin(t)
 
 	for _, fp := range [][]byte{[]byte("sha256:abc"), nil} {
 		key := fmt.Sprintf("req-%x", fp)
@@ -461,11 +462,7 @@ func TestIntegrationBeginReturnsStoredResult(t *testing.T) {
 }
 
 func TestIntegrationBeginErrors(t *testing.T) {
-	t.Parallel()
-	s := testenv.PG(t)
-	st := newStore(t, s)
-	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
-	defer cancel()
+	s, st, ctx := begin(t)
 	run := func(fn func(tx pgx.Tx) error) error { return inTx(ctx, s.Pool, fn) }
 
 	// A completed request, and one committed without Complete.
@@ -723,40 +720,39 @@ func TestIntegrationRunPurgesUntilCancelled(t *testing.T) {
 		}
 	}
 
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- st.Run(runCtx) }()
+	stop := startRun(t, ctx, st)
 	testenv.Eventually(t, 15*time.Second, 20*time.Millisecond, func() bool {
 		var n int
 		err := s.Pool.QueryRow(ctx, `select count(*) from txkit_idempotency`).Scan(&n)
 		return err == nil && n == 0
 	}, "Run to purge the 10 expired keys")
 	stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run returned %v; want nil", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return within 10s of its ctx ending")
-	}
 }
 
 func TestIntegrationRunReturnsOnCancel(t *testing.T) {
 	t.Parallel()
 	s := testenv.PG(t)
 	st := newStore(t, s, idempotency.WithPurgeSchedule("@hourly"))
-	ctx, cancel := context.WithCancel(t.Context())
+	startRun(t, t.Context(), st)()
+}
+
+// startRun runs st.Run under a ctx derived from ctx; the stop it returns cancels that ctx and
+// fails the test unless Run returns nil within 10s.
+func startRun(t *testing.T, ctx context.Context, st *idempotency.Store) (stop func()) {
+	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- st.Run(ctx) }()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run returned %v; want nil", err)
+	go func() { done <- st.Run(runCtx) }()
+	return func() {
+		t.Helper()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run returned %v; want nil", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return within 10s of its ctx ending")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return within 10s of its ctx ending")
 	}
 }
 
@@ -804,11 +800,7 @@ func TestIntegrationNamesAndConcurrentMigrate(t *testing.T) {
 // TestIntegrationRepeatableReadWaiterFails: under REPEATABLE READ a claimer blocked behind another
 // transaction's claim gets a serialization failure when that transaction commits, as documented.
 func TestIntegrationRepeatableReadWaiterFails(t *testing.T) {
-	t.Parallel()
-	s := testenv.PG(t)
-	st := newStore(t, s)
-	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
-	defer cancel()
+	s, st, ctx := begin(t)
 	first := openTxs(t, ctx, s.Pool, 1)[0]
 	second, err := s.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
