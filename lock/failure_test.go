@@ -16,6 +16,27 @@ import (
 
 // viaProxy returns a Session whose only connection to the ensemble goes through a proxy the test
 // controls, and the proxy.
+// proxied starts a failure test in parallel with the others: the servers, the test's lock path,
+// and a session through a proxy to the first server, which the test cuts.
+func proxied(t *testing.T) (servers []string, path string, s *lock.Session, p *testenv.Proxy) {
+	t.Helper()
+	t.Parallel()
+	servers = testenv.ZK(t)
+	path = testenv.ZKRoot(t) + "/lock"
+	s, p = viaProxy(t, servers)
+	return servers, path, s, p
+}
+
+// held returns m's lease, failing the test unless Lock succeeds.
+func held(t *testing.T, m *lock.Mutex) *lock.Lease {
+	t.Helper()
+	l, err := m.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 func viaProxy(t *testing.T, servers []string) (*lock.Session, *testenv.Proxy) {
 	t.Helper()
 	p := testenv.NewProxy(t, servers[0])
@@ -25,10 +46,7 @@ func viaProxy(t *testing.T, servers []string) (*lock.Session, *testenv.Proxy) {
 // TestIntegrationCreateReplyLost: the answer to the lock node's create is lost with the
 // connection; the protected create finds its node again: no orphan, the lock is acquired once.
 func TestIntegrationCreateReplyLost(t *testing.T) {
-	t.Parallel()
-	servers := testenv.ZK(t)
-	path := testenv.ZKRoot(t) + "/lock"
-	s, p := viaProxy(t, servers)
+	servers, path, s, p := proxied(t)
 	observer := session(t, servers)
 	m := mutex(t, s, path)
 	// A first round creates the lock path, so the next create is the lock node's.
@@ -39,10 +57,7 @@ func TestIntegrationCreateReplyLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.DropNextReply()
-	l, err := m.Lock(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := held(t, m)
 	if p.Dropped() != 1 {
 		t.Fatalf("%d replies dropped, want 1", p.Dropped())
 	}
@@ -62,10 +77,7 @@ func TestIntegrationCreateReplyLost(t *testing.T) {
 // TestIntegrationUnlockReplyLost: the answer to the holder's delete is lost; Unlock still
 // succeeds, and the retried delete never touches the next holder's node.
 func TestIntegrationUnlockReplyLost(t *testing.T) {
-	t.Parallel()
-	servers := testenv.ZK(t)
-	path := testenv.ZKRoot(t) + "/lock"
-	s, p := viaProxy(t, servers)
+	servers, path, s, p := proxied(t)
 	a := mutex(t, s, path)
 	b := mutex(t, session(t, servers), path)
 	if _, err := a.Lock(t.Context()); err != nil {
@@ -109,15 +121,9 @@ func TestIntegrationUnlockReplyLost(t *testing.T) {
 // TestIntegrationHolderSessionExpires: the holder is cut off from the ensemble; it learns that it
 // lost the lock within the session timeout, and another session takes the lock.
 func TestIntegrationHolderSessionExpires(t *testing.T) {
-	t.Parallel()
-	servers := testenv.ZK(t)
-	path := testenv.ZKRoot(t) + "/lock"
-	s, p := viaProxy(t, servers)
+	servers, path, s, p := proxied(t)
 	a := mutex(t, s, path)
-	la, err := a.Lock(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := held(t, a)
 	b := mutex(t, session(t, servers), path)
 	cut := time.Now()
 	p.Down()
@@ -133,10 +139,7 @@ func TestIntegrationHolderSessionExpires(t *testing.T) {
 	if la.Context().Err() == nil {
 		t.Fatal("the holder's context was not cancelled")
 	}
-	lb, err := b.Lock(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	lb := held(t, b)
 	took := time.Since(cut)
 	t.Logf("holder told after %v; next holder acquired after %v (session timeout %v)", told.Round(time.Millisecond), took.Round(time.Millisecond), testSessionTimeout)
 	if told > took {
@@ -206,15 +209,9 @@ func TestIntegrationWaiterSessionExpires(t *testing.T) {
 // TestIntegrationShortOutageKeepsLock: an outage shorter than the session timeout keeps the lock;
 // the holder re-verifies its node when the connection comes back.
 func TestIntegrationShortOutageKeepsLock(t *testing.T) {
-	t.Parallel()
-	servers := testenv.ZK(t)
-	path := testenv.ZKRoot(t) + "/lock"
-	s, p := viaProxy(t, servers)
+	servers, path, s, p := proxied(t)
 	a := mutex(t, s, path)
-	la, err := a.Lock(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := held(t, a)
 	p.Down()
 	time.Sleep(testSessionTimeout / 4) // the outage itself
 	p.Up()
