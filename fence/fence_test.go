@@ -20,6 +20,18 @@ import (
 const fenceTimeout = 30 * time.Second
 
 // newFence returns a migrated Fence in the test's own schema.
+// begin starts a fence test in parallel with the others: a schema of its own, a migrated fence
+// on it with opts, and a ctx that ends with the test or after fenceTimeout.
+func begin(t *testing.T, opts ...fence.Option) (*testenv.Schema, *fence.Fence, context.Context) {
+	t.Helper()
+	t.Parallel()
+	s := testenv.PG(t)
+	f := newFence(t, s, opts...)
+	ctx, cancel := context.WithTimeout(t.Context(), fenceTimeout)
+	t.Cleanup(cancel)
+	return s, f, ctx
+}
+
 func newFence(t *testing.T, s *testenv.Schema, opts ...fence.Option) *fence.Fence {
 	t.Helper()
 	f, err := fence.New(s.Pool, opts...)
@@ -162,11 +174,7 @@ func unusedPool(t *testing.T) *pgxpool.Pool {
 // TestIntegrationFenceOrder passes a sequence of tokens, each in a transaction of its own, through
 // the fence of one resource.
 func TestIntegrationFenceOrder(t *testing.T) {
-	t.Parallel()
-	s := testenv.PG(t)
-	f := newFence(t, s)
-	ctx, cancel := context.WithTimeout(t.Context(), fenceTimeout)
-	defer cancel()
+	s, f, ctx := begin(t)
 	if err := f.Migrate(ctx); err != nil { // a second Migrate is a no-op
 		t.Fatalf("second Migrate: %v", err)
 	}
@@ -220,11 +228,7 @@ func TestIntegrationFenceOrder(t *testing.T) {
 // wrote; after the new holder commits, the old holder's write is refused, its transaction stays
 // usable and rolls back without a trace.
 func TestIntegrationFenceDeposedHolder(t *testing.T) {
-	t.Parallel()
-	s := testenv.PG(t)
-	f := newFence(t, s)
-	ctx, cancel := context.WithTimeout(t.Context(), fenceTimeout)
-	defer cancel()
+	s, f, ctx := begin(t)
 	if _, err := s.Pool.Exec(ctx, `create table orders (id int primary key, by_token text not null)`); err != nil {
 		t.Fatal(err)
 	}
@@ -339,11 +343,7 @@ func TestIntegrationFenceConcurrentWriters(t *testing.T) {
 // TestIntegrationFenceRepeatableRead: under REPEATABLE READ a deposed writer blocked behind the new
 // holder fails with a serialization failure instead of ErrFenced; either way it cannot commit.
 func TestIntegrationFenceRepeatableRead(t *testing.T) {
-	t.Parallel()
-	s := testenv.PG(t)
-	f := newFence(t, s)
-	ctx, cancel := context.WithTimeout(t.Context(), fenceTimeout)
-	defer cancel()
+	s, f, ctx := begin(t)
 	if err := fenceCheckTx(ctx, f, s.Pool, "r", lock.Token{Epoch: 1, Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
