@@ -1,6 +1,7 @@
 // Package exharness holds what the examples' demo harnesses share: starting a service binary and
 // waiting for the "LISTENING <addr>" line it prints, stopping services, polling their JSON
-// endpoints, pausing without outliving a context, driving a load of numbered requests (with a
+// endpoints, pausing without outliving a context, running a demo from its main, finding the
+// leader of an election among live instances, driving a load of numbered requests (with a
 // drill beside it), and dropping a run's schema.
 package exharness
 
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,6 +129,85 @@ func Pause(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
+	}
+}
+
+// RunDemo runs a demo from its main: run(ctx, cfg) with a ctx that ends on SIGINT or SIGTERM or
+// after timeout. It prints the report under title when the report prints itself (fmt.Stringer);
+// then, on stderr, "demo failed: <err>" when run fails, or "demo broke <broke>: <err>" when the
+// report's OK does not hold, and returns false in those two cases (main exits 1).
+func RunDemo[C any, R interface{ OK() error }](timeout time.Duration, title string, run func(context.Context, C) (R, error),
+	cfg C, broke string) (R, bool) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	rep, err := run(ctx, cfg)
+	if s, ok := any(rep).(fmt.Stringer); ok {
+		fmt.Print("\n" + title + "\n" + s.String())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo failed:", err)
+		return rep, false
+	}
+	if err := rep.OK(); err != nil {
+		fmt.Fprintf(os.Stderr, "demo broke %s: %v\n", broke, err)
+		return rep, false
+	}
+	return rep, true
+}
+
+// Leader waits, 30 s at most, until a live instance leads an election and returns its id. Each
+// round it asks the instances of procs (id → instance, read under mu; addr gives an instance's
+// address) in turn who leads, through leaderOf, until one answers with an id; that id counts only
+// when it is in procs then, since after a kill the dead leader's node stays until its ZooKeeper
+// session expires. It returns ctx's error when ctx ends first, and an error saying "no live
+// <what> after 30s" when no live instance leads by then.
+func Leader[P any](ctx context.Context, what string, mu sync.Locker, procs map[string]P, addr func(P) string,
+	leaderOf func(ctx context.Context, addr string) (string, error)) (string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		var addrs []string
+		for _, p := range procs {
+			addrs = append(addrs, addr(p))
+		}
+		mu.Unlock()
+		for _, a := range addrs {
+			if id, err := leaderOf(ctx, a); err == nil && id != "" {
+				mu.Lock()
+				_, live := procs[id]
+				mu.Unlock()
+				if live {
+					return id, nil
+				}
+				break
+			}
+		}
+		if err := Pause(ctx, 50*time.Millisecond); err != nil {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("no live %s after 30s", what)
+}
+
+// StatsLeader returns a leaderOf for [Leader]: it reads GET http://<addr>/stats with c and returns
+// its "leader" field, or, when section is not empty, the "leader" field of its section object.
+func StatsLeader(c *http.Client, section string) func(ctx context.Context, addr string) (string, error) {
+	return func(ctx context.Context, addr string) (string, error) {
+		var st map[string]json.RawMessage
+		if err := GetJSON(ctx, c, "http://"+addr+"/stats", &st); err != nil {
+			return "", err
+		}
+		var lead struct {
+			Leader string `json:"leader"`
+		}
+		if section == "" {
+			err := json.Unmarshal(st["leader"], &lead.Leader)
+			return lead.Leader, err
+		}
+		err := json.Unmarshal(st[section], &lead)
+		return lead.Leader, err
 	}
 }
 

@@ -12,17 +12,15 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/txkit/txkit/examples/internal/exapp"
+	"github.com/txkit/txkit/examples/internal/exharness"
 	"github.com/txkit/txkit/examples/recharge/internal/app"
 )
 
@@ -54,17 +52,7 @@ func main() {
 		}
 		cfg.Schedule = append(cfg.Schedule, d)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo failed:", err)
-		os.Exit(1)
-	}
-	if err := rep.OK(); err != nil {
-		fmt.Fprintln(os.Stderr, "demo broke a check:", err)
+	if _, ok := exharness.RunDemo(*timeout, "recharge report", Run, cfg, "a check"); !ok {
 		os.Exit(1)
 	}
 	lostOnes := "the lost one"

@@ -293,6 +293,9 @@ func (h *harness) stopAll() {
 	exharness.Stop(hps...)
 }
 
+// address returns p's address, for exharness.Leader.
+func (p *proc) address() string { return p.addr }
+
 // hp is p as exharness knows it.
 func (p *proc) hp() *exharness.Proc { return &exharness.Proc{Cmd: p.cmd, Addr: p.addr, Done: p.done} }
 
@@ -309,35 +312,7 @@ func (h *harness) getJSON(ctx context.Context, url string, v any) error {
 // leader waits until a live users instance leads the relay election (after a kill, the dead
 // leader's node stays until its session expires) and returns its id.
 func (h *harness) leader(ctx context.Context) (string, error) {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		h.mu.Lock()
-		var addrs []string
-		for _, p := range h.users {
-			addrs = append(addrs, p.addr)
-		}
-		h.mu.Unlock()
-		for _, a := range addrs {
-			var st struct {
-				Leader string `json:"leader"`
-			}
-			if err := h.getJSON(ctx, "http://"+a+"/stats", &st); err == nil && st.Leader != "" {
-				h.mu.Lock()
-				_, live := h.users[st.Leader]
-				h.mu.Unlock()
-				if live {
-					return st.Leader, nil
-				}
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return "", errors.New("no live users instance leads the relay election after 30s")
+	return exharness.Leader(ctx, "users instance leads the relay election", &h.mu, h.users, (*proc).address, exharness.StatsLeader(h.client, ""))
 }
 
 // load registers the users: Concurrency workers post to the users instances in turn, and move on

@@ -8,16 +8,14 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/txkit/txkit/examples/internal/exapp"
+	"github.com/txkit/txkit/examples/internal/exharness"
 	"github.com/txkit/txkit/examples/register-points/internal/app"
 )
 
@@ -42,18 +40,7 @@ func main() {
 	if cfg.Drill && cfg.Rate == 100 {
 		cfg.Rate = 80
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	fmt.Print("\nregister-points report\n" + rep.String())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo failed:", err)
-		os.Exit(1)
-	}
-	if err := rep.OK(); err != nil {
-		fmt.Fprintln(os.Stderr, "demo broke its promise:", err)
+	if _, ok := exharness.RunDemo(*timeout, "register-points report", Run, cfg, "its promise"); !ok {
 		os.Exit(1)
 	}
 	fmt.Println("OK: every registered user has exactly 100 points")

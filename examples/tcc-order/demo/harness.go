@@ -443,6 +443,9 @@ func (h *harness) stopAll() {
 	exharness.Stop(hps...)
 }
 
+// address returns p's address, for exharness.Leader.
+func (p *proc) address() string { return p.addr }
+
 // hp is p as exharness knows it.
 func (p *proc) hp() *exharness.Proc { return &exharness.Proc{Cmd: p.cmd, Addr: p.addr, Done: p.done} }
 
@@ -462,34 +465,9 @@ func (h *harness) getJSON(ctx context.Context, url string, v any) error {
 // leader waits until a live order instance leads the recovery election of the run's mode (after
 // a kill, the dead leader's node stays until its ZooKeeper session expires) and returns its id.
 func (h *harness) leader(ctx context.Context) (string, error) {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		h.mu.Lock()
-		var addrs []string
-		for _, p := range h.orders {
-			addrs = append(addrs, p.addr)
-		}
-		h.mu.Unlock()
-		for _, a := range addrs {
-			var st map[string]json.RawMessage
-			var mode struct {
-				Leader string `json:"leader"`
-			}
-			if err := h.getJSON(ctx, "http://"+a+"/stats", &st); err == nil && json.Unmarshal(st[h.cfg.Mode.String()], &mode) == nil && mode.Leader != "" {
-				h.mu.Lock()
-				_, live := h.orders[mode.Leader]
-				h.mu.Unlock()
-				if live {
-					return mode.Leader, nil
-				}
-				break
-			}
-		}
-		if err := exharness.Pause(ctx, 50*time.Millisecond); err != nil {
-			return "", err
-		}
-	}
-	return "", fmt.Errorf("no live order instance leads the %s recovery election after 30s", h.cfg.Mode)
+	mode := h.cfg.Mode.String()
+	return exharness.Leader(ctx, "order instance leads the "+mode+" recovery election", &h.mu, h.orders, (*proc).address,
+		exharness.StatsLeader(h.client, mode))
 }
 
 // order returns the i-th order of the load: mostly ordinary ones, one in ten asking more stock

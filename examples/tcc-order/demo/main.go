@@ -18,16 +18,14 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/txkit/txkit/examples/internal/exapp"
+	"github.com/txkit/txkit/examples/internal/exharness"
 	"github.com/txkit/txkit/examples/tcc-order/internal/app"
 )
 
@@ -62,18 +60,7 @@ func main() {
 			cfg.Rate = 20
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	fmt.Printf("\ntcc-order report (%s)\n%s", cfg.Mode, rep)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo failed:", err)
-		os.Exit(1)
-	}
-	if err := rep.OK(); err != nil {
-		fmt.Fprintln(os.Stderr, "demo broke an invariant:", err)
+	if _, ok := exharness.RunDemo(*timeout, fmt.Sprintf("tcc-order report (%s)", cfg.Mode), Run, cfg, "an invariant"); !ok {
 		os.Exit(1)
 	}
 	p := protocolOf(cfg.Mode)

@@ -376,6 +376,9 @@ func (h *harness) stopAll() {
 	exharness.Stop(hps...)
 }
 
+// address returns p's address, for exharness.Leader.
+func (p *proc) address() string { return p.addr }
+
 // hp is p as exharness knows it.
 func (p *proc) hp() *exharness.Proc { return &exharness.Proc{Cmd: p.cmd, Addr: p.addr, Done: p.done} }
 
@@ -408,33 +411,7 @@ func (h *harness) getJSON(ctx context.Context, url string, v any) error {
 // leader waits until a live bank instance leads the recovery election (after a kill, the dead
 // leader's node stays until its ZooKeeper session expires) and returns its id.
 func (h *harness) leader(ctx context.Context) (string, error) {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		h.mu.Lock()
-		var addrs []string
-		for _, p := range h.banks {
-			addrs = append(addrs, p.addr)
-		}
-		h.mu.Unlock()
-		for _, a := range addrs {
-			var st struct {
-				Leader string `json:"leader"`
-			}
-			if err := h.getJSON(ctx, "http://"+a+"/stats", &st); err == nil && st.Leader != "" {
-				h.mu.Lock()
-				_, live := h.banks[st.Leader]
-				h.mu.Unlock()
-				if live {
-					return st.Leader, nil
-				}
-				break
-			}
-		}
-		if err := exharness.Pause(ctx, 50*time.Millisecond); err != nil {
-			return "", err
-		}
-	}
-	return "", errors.New("no live bank instance leads the recovery election after 30s")
+	return exharness.Leader(ctx, "bank instance leads the recovery election", &h.mu, h.banks, (*proc).address, exharness.StatsLeader(h.client, ""))
 }
 
 // post sends t to instance p (a random live one when p is nil) and returns the answer's HTTP code

@@ -15,16 +15,14 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/txkit/txkit/examples/internal/exapp"
+	"github.com/txkit/txkit/examples/internal/exharness"
 	"github.com/txkit/txkit/examples/transfer/internal/app"
 )
 
@@ -60,18 +58,7 @@ func main() {
 			cfg.Rate = 40
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	fmt.Print("\ntransfer report\n" + rep.String())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo failed:", err)
-		os.Exit(1)
-	}
-	if err := rep.OK(); err != nil {
-		fmt.Fprintln(os.Stderr, "demo broke an invariant:", err)
+	if _, ok := exharness.RunDemo(*timeout, "transfer report", Run, cfg, "an invariant"); !ok {
 		os.Exit(1)
 	}
 	fmt.Println("OK: money conserved; every transfer on both sides or on neither, as the log says; no prepared transaction left; no global transaction unfinished")
