@@ -24,12 +24,8 @@ const fenceTimeout = 30 * time.Second
 // on it with opts, and a ctx that ends with the test or after fenceTimeout.
 func begin(t *testing.T, opts ...fence.Option) (*testenv.Schema, *fence.Fence, context.Context) {
 	t.Helper()
-	t.Parallel()
-	s := testenv.PG(t)
-	f := newFence(t, s, opts...)
-	ctx, cancel := context.WithTimeout(t.Context(), fenceTimeout)
-	t.Cleanup(cancel)
-	return s, f, ctx
+	s, ctx := testenv.Parallel(t, fenceTimeout)
+	return s, newFence(t, s, opts...), ctx
 }
 
 func newFence(t *testing.T, s *testenv.Schema, opts ...fence.Option) *fence.Fence {

@@ -51,12 +51,8 @@ func testLogger(t testing.TB) *slog.Logger {
 // with the test or after testTimeout.
 func begin(t *testing.T, opts ...idempotency.Option) (*testenv.Schema, *idempotency.Store, context.Context) {
 	t.Helper()
-	t.Parallel()
-	s := testenv.PG(t)
-	st := newStore(t, s, opts...)
-	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
-	t.Cleanup(cancel)
-	return s, st, ctx
+	s, ctx := testenv.Parallel(t, testTimeout)
+	return s, newStore(t, s, opts...), ctx
 }
 
 func newStore(t testing.TB, s *testenv.Schema, opts ...idempotency.Option) *idempotency.Store {

@@ -321,6 +321,18 @@ func Run(t testing.TB, run func(ctx context.Context) error) {
 	})
 }
 
+// Parallel starts an integration test that works in one schema: it runs in parallel with the
+// others, and gets a schema of its own (see [PG]) and a ctx that ends with the test or after
+// timeout.
+func Parallel(t *testing.T, timeout time.Duration) (*Schema, context.Context) {
+	t.Helper()
+	t.Parallel()
+	s := PG(t)
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	t.Cleanup(cancel)
+	return s, ctx
+}
+
 // ExampleDB is the set-up of an Example function, which has no *testing.T: a pool on the server
 // named by TXKIT_PG_URL and, for each prefix, a schema name made of it and the same 8 random hex
 // digits (the schemas are not created). done drops those schemas, then closes the pool. When
