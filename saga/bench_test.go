@@ -80,12 +80,7 @@ func BenchmarkSaga(b *testing.B) {
 
 	b.Run("coordinator", func(b *testing.B) {
 		c, pool := newCoordinator(b)
-		if err := coordinated(c); err != nil { // warm the connections
-			b.Fatal(err)
-		}
-		acq0 := pool.Stat().AcquireCount()
-		coretest.Timed(b, "sagas/s", func() error { return coordinated(c) })
-		b.ReportMetric(float64(pool.Stat().AcquireCount()-acq0)/float64(b.N), "pg-tx/saga")
+		coretest.TimedOnPool(b, "sagas/s", "saga", pool, func() error { return coordinated(c) })
 	})
 	b.Run("bare", func(b *testing.B) {
 		for b.Loop() {

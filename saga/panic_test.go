@@ -18,11 +18,11 @@ import (
 // sagaLog opens the test's saga tables as a core.Log, with lease (zero: the default).
 func sagaLog(t *testing.T, e *env, lease time.Duration) *core.Log {
 	t.Helper()
-	opts := []core.LogOption{core.WithSchema(e.schema.Name), core.WithTablePrefix("txkit_saga_")}
+	opts := []core.LogOption{core.WithSchema(e.Schema.Name), core.WithTablePrefix("txkit_saga_")}
 	if lease > 0 {
 		opts = append(opts, core.WithLease(lease))
 	}
-	l, err := core.New(e.schema.Pool, opts...)
+	l, err := core.New(e.Schema.Pool, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func sagaLog(t *testing.T, e *env, lease time.Duration) *core.Log {
 // crashed.)
 func TestIntegrationPanickingParticipant(t *testing.T) {
 	e := newEnv(t)
-	el := e.elector("leader")
+	el := e.Elector("leader")
 	c := e.coordinator(coordinator.WithElector(el), coordinator.WithBackoff(100*time.Millisecond, 10*time.Second),
 		coordinator.WithRecovery("@every 20ms", 100, 16), saga.WithAttempts(2))
 	var panics atomic.Bool
@@ -101,7 +101,7 @@ func TestIntegrationPanickingParticipant(t *testing.T) {
 func TestIntegrationUnknownDependencyDoesNotCrashLeader(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
-	el := e.elector("leader")
+	el := e.Elector("leader")
 	c := e.coordinator(coordinator.WithElector(el), coordinator.WithRecovery("@every 20ms", 100, 16))
 	p := newParty(nil)
 	register(t, c, "p", p)

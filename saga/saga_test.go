@@ -53,7 +53,7 @@ func sequential(p participant.Participant, n int) []saga.Step {
 // branches returns the steps' statuses as the log holds them.
 func branches(t *testing.T, e *env, gid string) map[string]core.BranchStatus {
 	t.Helper()
-	l, err := core.New(e.schema.Pool, core.WithSchema(e.schema.Name), core.WithTablePrefix("txkit_saga_"))
+	l, err := core.New(e.Schema.Pool, core.WithSchema(e.Schema.Name), core.WithTablePrefix("txkit_saga_"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestIntegrationTransientFailureRetried(t *testing.T) {
 	if st := status(t, c, "stubborn"); st != saga.StatusRunning {
 		t.Fatalf("status %s, want running", st)
 	}
-	leader := e.coordinator(coordinator.WithElector(e.elector("leader")))
+	leader := e.coordinator(coordinator.WithElector(e.Elector("leader")))
 	register(t, leader, "p", p)
 	run(t, leader)
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
@@ -307,7 +307,7 @@ func TestIntegrationStarterVanished(t *testing.T) {
 	e := newEnv(t)
 	// The starter of each saga is a coordinator on a pool of its own, which "crashes" by closing it.
 	starter := func(answer func(pool *pgxpool.Pool, req participant.Request) error) (*saga.Coordinator, participant.Participant) {
-		pool, err := pgxpool.New(t.Context(), e.schema.URL)
+		pool, err := pgxpool.New(t.Context(), e.Schema.URL)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -346,7 +346,7 @@ func TestIntegrationStarterVanished(t *testing.T) {
 		t.Fatalf("Submit = %v, want the refusal", err)
 	}
 
-	leader := e.coordinator(coordinator.WithElector(e.elector("leader")))
+	leader := e.coordinator(coordinator.WithElector(e.Elector("leader")))
 	if st := status(t, leader, forward); st != saga.StatusRunning {
 		t.Fatalf("forward saga is %s", st)
 	}
@@ -417,7 +417,7 @@ func TestIntegrationTimeout(t *testing.T) {
 
 	// The starter dies in s2 (its pool closes); the leader resumes s2 within the timeout, which
 	// passes while s2 hangs: the leader compensates.
-	pool, err := pgxpool.New(t.Context(), e.schema.URL)
+	pool, err := pgxpool.New(t.Context(), e.Schema.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +434,7 @@ func TestIntegrationTimeout(t *testing.T) {
 	if err == nil {
 		t.Fatal("Submit succeeded without a database")
 	}
-	leader := e.coordinator(coordinator.WithElector(e.elector("leader")))
+	leader := e.coordinator(coordinator.WithElector(e.Elector("leader")))
 	lp := newParty(nil)
 	register(t, leader, "p", participant.ParticipantFunc(func(ctx context.Context, req participant.Request) error {
 		_ = lp.Do(ctx, req)
@@ -513,7 +513,7 @@ func TestIntegrationHTTP(t *testing.T) {
 	if err := s.Submit(t.Context()); !errors.Is(err, coordinator.ErrIncomplete) {
 		t.Fatalf("Submit answered 500 = %v, want ErrIncomplete", err)
 	}
-	leader := e.coordinator(coordinator.WithElector(e.elector("leader")), coordinator.WithHTTPClient(srv.Client()))
+	leader := e.coordinator(coordinator.WithElector(e.Elector("leader")), coordinator.WithHTTPClient(srv.Client()))
 	run(t, leader)
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
 		return status(t, leader, "flaky") == saga.StatusSucceeded
@@ -531,7 +531,7 @@ func TestIntegrationHTTPRefusedStepText(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
 	const secret = "saga-test-secret-0123456789abcdef"
-	bar, err := participant.NewBarrier(e.schema.Pool, participant.WithBarrierSchema(e.schema.Name), participant.WithBarrierLogger(testLogger(t)),
+	bar, err := participant.NewBarrier(e.Schema.Pool, participant.WithBarrierSchema(e.Schema.Name), participant.WithBarrierLogger(testLogger(t)),
 		participant.WithSecrets(secret))
 	if err != nil {
 		t.Fatal(err)
@@ -656,7 +656,7 @@ func TestIntegrationBadInput(t *testing.T) {
 	}
 	for _, bad := range []coordinator.Option{coordinator.WithConcurrency(0), saga.WithAttempts(0), coordinator.WithCallTimeout(0),
 		coordinator.WithDefaultTimeout(0), coordinator.WithLogger(nil), coordinator.WithLease(0), coordinator.WithBackoff(time.Second, 0)} {
-		if _, err := saga.New(e.schema.Pool, bad); !errors.Is(err, coordinator.ErrInvalidOption) {
+		if _, err := saga.New(e.Schema.Pool, bad); !errors.Is(err, coordinator.ErrInvalidOption) {
 			t.Fatalf("New with a bad option = %v, want ErrInvalidOption", err)
 		}
 	}
@@ -669,7 +669,7 @@ func TestIntegrationWritesPerSaga(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
 	c := e.coordinator()
-	_, err := e.schema.Pool.Exec(ctx, `
+	_, err := e.Schema.Pool.Exec(ctx, `
 create table writes (gid text, xid xid8);
 create function count_write() returns trigger language plpgsql as $$
 begin insert into writes select null, pg_current_xact_id(); return null; end $$;
@@ -686,10 +686,10 @@ create trigger w after insert or update or delete on txkit_saga_branch for each 
 	}))
 	count := func() int {
 		var n int
-		if err := e.schema.Pool.QueryRow(ctx, `select count(distinct xid) from writes`).Scan(&n); err != nil {
+		if err := e.Schema.Pool.QueryRow(ctx, `select count(distinct xid) from writes`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		_, _ = e.schema.Pool.Exec(ctx, `delete from writes`)
+		_, _ = e.Schema.Pool.Exec(ctx, `delete from writes`)
 		return n
 	}
 	const n = 3

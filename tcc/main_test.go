@@ -9,7 +9,6 @@ import (
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testenv"
-	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/tcc"
 )
@@ -18,26 +17,16 @@ func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
 
 func testLogger(t testing.TB) *slog.Logger { return testenv.Logger(t) }
 
-// env is one test's database schema and election path, shared by the test's coordinators (which
-// stand for coordinator processes).
-type env struct {
-	t      *testing.T
-	schema *testenv.Schema
-	path   string
-}
+// env is one test's database schema and election path (see coretest.Env).
+type env struct{ *coretest.Env }
 
-func newEnv(t *testing.T) *env {
-	return &env{t: t, schema: testenv.PG(t), path: testenv.ZKRoot(t) + "/tcc-leader"}
-}
+func newEnv(t *testing.T) *env { return &env{coretest.NewEnv(t, "tcc-leader")} }
 
 // coordinator returns a migrated Coordinator on the test's schema.
 func (e *env) coordinator(opts ...coordinator.Option) *tcc.Coordinator {
-	e.t.Helper()
-	return coretest.New(e.t, tcc.New, e.schema.Pool, e.schema.Name, opts...)
+	e.T.Helper()
+	return coretest.New(e.T, tcc.New, e.Schema.Pool, e.Schema.Name, opts...)
 }
-
-// elector returns a candidate in the test's election, on a session of its own.
-func (e *env) elector(id string) *lock.Elector { return testenv.Elector(e.t, e.path, id) }
 
 // run runs c.Run until the test ends, then waits for it and reports its error.
 func run(t *testing.T, c *tcc.Coordinator) { testenv.Run(t, c.Run) }

@@ -24,7 +24,7 @@ import (
 func TestIntegrationPanickingParticipant(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
-	el := e.elector("leader")
+	el := e.Elector("leader")
 	c := e.coordinator(coordinator.WithElector(el), coordinator.WithBackoff(100*time.Millisecond, 10*time.Second),
 		coordinator.WithRecovery("@every 20ms", 100, 16))
 	var panics atomic.Bool
@@ -69,7 +69,7 @@ func TestIntegrationPanickingParticipant(t *testing.T) {
 	}
 
 	// The leader's recovery.
-	l, err := core.New(e.schema.Pool, core.WithSchema(e.schema.Name))
+	l, err := core.New(e.Schema.Pool, core.WithSchema(e.Schema.Name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,7 +125,7 @@ func TestIntegrationRecoverAfterCrash(t *testing.T) {
 		}
 	}
 	// The decision as Commit records it, and then the starter is gone: no confirm was called.
-	l, err := core.New(e.schema.Pool, core.WithSchema(e.schema.Name), core.WithLease(200*time.Millisecond))
+	l, err := core.New(e.Schema.Pool, core.WithSchema(e.Schema.Name), core.WithLease(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestIntegrationRecoverAfterCrash(t *testing.T) {
 	account.setAnswer(nil)
 
 	// The recovering coordinator: another instance, the same participants registered by name.
-	leader := e.coordinator(coordinator.WithElector(e.elector("leader")))
+	leader := e.coordinator(coordinator.WithElector(e.Elector("leader")))
 	register(t, leader, "stock", stock)
 	register(t, leader, "account", account)
 	run(t, leader)
@@ -182,7 +182,7 @@ func TestIntegrationRecoverAfterCrash(t *testing.T) {
 func TestIntegrationTimeout(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
-	c := e.coordinator(coordinator.WithElector(e.elector("only")))
+	c := e.coordinator(coordinator.WithElector(e.Elector("only")))
 	stock, account := newParty(nil), newParty(nil)
 	hs, ha := register(t, c, "stock", stock), register(t, c, "account", account)
 	run(t, c)
@@ -233,7 +233,7 @@ func TestIntegrationConfirmRefusedIsRetried(t *testing.T) {
 		}
 		return nil
 	})
-	c := e.coordinator(coordinator.WithElector(e.elector("only")), coordinator.WithLease(100*time.Millisecond))
+	c := e.coordinator(coordinator.WithElector(e.Elector("only")), coordinator.WithLease(100*time.Millisecond))
 	h := register(t, c, "p", p)
 	run(t, c)
 	g, err := c.Begin(ctx)
@@ -316,7 +316,7 @@ func TestIntegrationHTTP(t *testing.T) {
 	if err := g.Commit(ctx); !errors.Is(err, coordinator.ErrIncomplete) {
 		t.Fatalf("Commit answered 500 = %v, want ErrIncomplete", err)
 	}
-	leader := e.coordinator(coordinator.WithElector(e.elector("leader")), coordinator.WithHTTPClient(srv.Client()))
+	leader := e.coordinator(coordinator.WithElector(e.Elector("leader")), coordinator.WithHTTPClient(srv.Client()))
 	run(t, leader)
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
 		return status(t, leader, g.GID()) == tcc.StatusConfirmed
@@ -380,12 +380,12 @@ func TestIntegrationBadInput(t *testing.T) {
 	for _, bad := range []coordinator.Option{coordinator.WithConcurrency(0), coordinator.WithCallTimeout(0),
 		coordinator.WithDefaultTimeout(0), coordinator.WithLogger(nil), coordinator.WithLease(0),
 		coordinator.WithBackoff(time.Second, 0)} {
-		if _, err := tcc.New(e.schema.Pool, bad); !errors.Is(err, coordinator.ErrInvalidOption) {
+		if _, err := tcc.New(e.Schema.Pool, bad); !errors.Is(err, coordinator.ErrInvalidOption) {
 			t.Fatalf("New with a bad option = %v, want ErrInvalidOption", err)
 		}
 	}
 	// Another protocol's own options are refused, by name.
-	_, err = tcc.New(e.schema.Pool, saga.WithAttempts(2), twopc.WithPrepareTimeout(time.Second))
+	_, err = tcc.New(e.Schema.Pool, saga.WithAttempts(2), twopc.WithPrepareTimeout(time.Second))
 	if want := "tcc: option saga.WithAttempts, twopc.WithPrepareTimeout is not for this coordinator: coordinator: invalid option"; err == nil ||
 		err.Error() != want || !errors.Is(err, coordinator.ErrInvalidOption) {
 		t.Fatalf("New with saga's and twopc's options = %v, want %s", err, want)
@@ -523,7 +523,7 @@ func TestIntegrationWritesPerTransaction(t *testing.T) {
 	e := newEnv(t)
 	c := e.coordinator()
 	const n = 3
-	_, err := e.schema.Pool.Exec(ctx, `
+	_, err := e.Schema.Pool.Exec(ctx, `
 create table writes (xid xid8, tbl text, op text);
 create function count_write() returns trigger language plpgsql as $$
 begin insert into writes values (pg_current_xact_id(), tg_table_name, tg_op); return null; end $$;
@@ -546,7 +546,7 @@ create trigger w after insert or update or delete on txkit_branch for each state
 		t.Fatal(err)
 	}
 	var txs, stmts int
-	if err := e.schema.Pool.QueryRow(ctx, `select count(distinct xid), count(*) from writes`).Scan(&txs, &stmts); err != nil {
+	if err := e.Schema.Pool.QueryRow(ctx, `select count(distinct xid), count(*) from writes`).Scan(&txs, &stmts); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d branches: %d writing transactions, %d statements fired", n, txs, stmts)

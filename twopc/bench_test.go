@@ -124,12 +124,7 @@ func BenchmarkTransfer(b *testing.B) {
 
 	b.Run("coordinator", func(b *testing.B) {
 		c, pool := newCoordinator(b)
-		if err := coordinated(c); err != nil { // warm the connections
-			b.Fatal(err)
-		}
-		acq0 := pool.Stat().AcquireCount()
-		coretest.Timed(b, "tx/s", func() error { return coordinated(c) })
-		b.ReportMetric(float64(pool.Stat().AcquireCount()-acq0)/float64(b.N), "pg-tx/gtx")
+		coretest.TimedOnPool(b, "tx/s", "gtx", pool, func() error { return coordinated(c) })
 	})
 	loop := func(name string, f func() error) {
 		b.Run(name, func(b *testing.B) {

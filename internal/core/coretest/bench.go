@@ -87,6 +87,19 @@ func Timed(b *testing.B, unit string, f func() error) {
 	b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ms")
 }
 
+// TimedOnPool is Timed after one call of f that warms the connections, and also reports pool's
+// acquire count per timed call under "pg-tx/"+per: pool is the coordinator's own, and each of its
+// statements acquires it once and runs as one PostgreSQL transaction.
+func TimedOnPool(b *testing.B, unit, per string, pool *pgxpool.Pool, f func() error) {
+	b.Helper()
+	if err := f(); err != nil {
+		b.Fatal(err)
+	}
+	acq0 := pool.Stat().AcquireCount()
+	Timed(b, unit, f)
+	b.ReportMetric(float64(pool.Stat().AcquireCount()-acq0)/float64(b.N), "pg-tx/"+per)
+}
+
 // Rotate times blocks of block calls of each of fs, once per b.Loop iteration, the order rotating
 // by one each iteration (so load changes on a shared machine weigh on all alike), failing the
 // benchmark on an error. It returns the time each of fs took in all and the iterations run (each

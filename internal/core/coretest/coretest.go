@@ -21,6 +21,23 @@ import (
 	"github.com/txkit/txkit/participant"
 )
 
+// Env is one coordinator test's database schema and election path, shared by the test's
+// coordinators (which stand for coordinator processes).
+type Env struct {
+	T      *testing.T
+	Schema *testenv.Schema
+	Path   string
+}
+
+// NewEnv returns t's Env: a schema of its own and the election path leader under the test's
+// ZooKeeper root.
+func NewEnv(t *testing.T, leader string) *Env {
+	return &Env{T: t, Schema: testenv.PG(t), Path: testenv.ZKRoot(t) + "/" + leader}
+}
+
+// Elector returns a candidate called id in the test's election, on a session of its own.
+func (e *Env) Elector(id string) *lock.Elector { return testenv.Elector(e.T, e.Path, id) }
+
 // Options returns the options a coordinator test starts from — the test's schema, its logger, a
 // 20-100 ms backoff and a recovery pass every 100 ms — followed by opts, which win.
 func Options(t testing.TB, schema string, opts ...coordinator.Option) []coordinator.Option {
