@@ -2,7 +2,6 @@ package tcc_test
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"testing"
 
@@ -14,8 +13,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
-
-func testLogger(t testing.TB) *slog.Logger { return testenv.Logger(t) }
 
 // env is one test's database schema and election path (see coretest.Env).
 type env struct{ *coretest.Env }

@@ -3,7 +3,6 @@ package twopc_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +18,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
-
-func testLogger(t testing.TB) *slog.Logger { return testenv.Logger(t) }
 
 // bank is one test's world: the coordinator's log in one schema, and two participant "databases"
 // (east, west: schemas of their own, each with an accounts table) registered with every

@@ -404,10 +404,6 @@ func (h *harness) cleanup() {
 	}
 }
 
-func (h *harness) getJSON(ctx context.Context, url string, v any) error {
-	return exharness.GetJSON(ctx, h.client, url, v)
-}
-
 // leader waits until a live bank instance leads the recovery election (after a kill, the dead
 // leader's node stays until its ZooKeeper session expires) and returns its id.
 func (h *harness) leader(ctx context.Context) (string, error) {
