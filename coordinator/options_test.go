@@ -18,9 +18,13 @@ import (
 func TestIntegrationNewRefusesBadSharedOptions(t *testing.T) {
 	pool := testenv.PG(t).Pool
 	news := map[string]func(*pgxpool.Pool, ...coordinator.Option) error{
-		"tcc":   func(p *pgxpool.Pool, o ...coordinator.Option) error { _, err := tcc.New(p, o...); return err },
-		"saga":  func(p *pgxpool.Pool, o ...coordinator.Option) error { _, err := saga.New(p, o...); return err },
-		"twopc": func(p *pgxpool.Pool, o ...coordinator.Option) error { c, err := twopc.New(p, o...); closeIf(c); return err },
+		"tcc":  func(p *pgxpool.Pool, o ...coordinator.Option) error { _, err := tcc.New(p, o...); return err },
+		"saga": func(p *pgxpool.Pool, o ...coordinator.Option) error { _, err := saga.New(p, o...); return err },
+		"twopc": func(p *pgxpool.Pool, o ...coordinator.Option) error {
+			c, err := twopc.New(p, o...)
+			closeIf(c)
+			return err
+		},
 	}
 	for name, newC := range news {
 		for what, opt := range map[string]coordinator.Option{

@@ -49,7 +49,8 @@ func TestIsNil(t *testing.T) {
 }
 
 func TestMigrateLockKey(t *testing.T) {
-	if MigrateLockKey("a") == MigrateLockKey("b") || MigrateLockKey("a") != MigrateLockKey("a") {
-		t.Fatal("keys of different names are equal, or of one name differ")
+	a1, a2, b := MigrateLockKey("txkit/outbox/migrate:a"), MigrateLockKey("txkit/outbox/migrate:a"), MigrateLockKey("txkit/outbox/migrate:b")
+	if a1 != a2 || a1 == b {
+		t.Fatalf("keys %d, %d (one name), %d (another): want the first two equal, the third different", a1, a2, b)
 	}
 }
