@@ -33,10 +33,10 @@ type intake struct {
 	topic string
 }
 
-func newIntake(t *testing.T, h func(*notify.Notifier) obrocketmq.Handler) *intake {
-	ctx := t.Context()
-	pg := testenv.PG(t)
-	ns, topic := testenv.Namesrv(t), testenv.Topic(t)
+// notifierAndStore returns a migrated Notifier with the receivers shop and admin and a migrated
+// idempotency store, both in pg's schema.
+func notifierAndStore(t *testing.T, pg *testenv.Schema) (*notify.Notifier, *idempotency.Store) {
+	t.Helper()
 	n, err := notify.New(pg.Pool, []notify.Receiver{
 		{Name: "shop", URL: "https://shop.invalid/notify", Secrets: []string{secret}},
 		{Name: "admin", URL: "https://admin.invalid/notify", Secrets: []string{secret}},
@@ -44,16 +44,24 @@ func newIntake(t *testing.T, h func(*notify.Notifier) obrocketmq.Handler) *intak
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Migrate(ctx); err != nil {
+	if err := n.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	store, err := idempotency.New(pg.Pool, idempotency.WithSchema(pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Migrate(ctx); err != nil {
+	if err := store.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	return n, store
+}
+
+func newIntake(t *testing.T, h func(*notify.Notifier) obrocketmq.Handler) *intake {
+	ctx := t.Context()
+	pg := testenv.PG(t)
+	ns, topic := testenv.Namesrv(t), testenv.Topic(t)
+	n, store := notifierAndStore(t, pg)
 	c, err := obrocketmq.NewConsumer(ns, "txkit-notify-"+testenv.Name(t), topic, pg.Pool, store, h(n),
 		obrocketmq.WithLogger(testenv.Logger(t)))
 	if err != nil {
@@ -188,23 +196,7 @@ func TestIntegrationIntakeWithCredentials(t *testing.T) {
 	ctx := t.Context()
 	pg := testenv.PG(t)
 	ns := testenv.Namesrv(t)
-	n, err := notify.New(pg.Pool, []notify.Receiver{
-		{Name: "shop", URL: "https://shop.invalid/notify", Secrets: []string{secret}},
-		{Name: "admin", URL: "https://admin.invalid/notify", Secrets: []string{secret}},
-	}, notify.WithSchema(pg.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	store, err := idempotency.New(pg.Pool, idempotency.WithSchema(pg.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	n, store := notifierAndStore(t, pg)
 	h, err := rocketmq.NewHandler(n, rocketmq.JSON, rocketmq.WithReceivers("shop"))
 	if err != nil {
 		t.Fatal(err)
