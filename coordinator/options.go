@@ -39,7 +39,7 @@ func WithBackoff(min, max time.Duration) Option {
 
 // WithElector sets the election under which the coordinator's Run recovers. Required by Run only;
 // New refuses a nil one with an error wrapping [ErrInvalidOption].
-func WithElector(el *lock.Elector) Option { return func(c *core.Config) { c.SetElector(el) } }
+func WithElector(el lock.Elector) Option { return func(c *core.Config) { c.SetElector(el) } }
 
 // WithLogger sets the logger (default: discard). Keys: gid, branch (step), op, token.
 func WithLogger(l *slog.Logger) Option { return func(c *core.Config) { c.Logger = l } }

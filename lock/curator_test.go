@@ -191,7 +191,7 @@ func holdOnce(ctx context.Context, s *lock.Session, m *lock.Mutex, marker lockte
 	if err := marker.Enter(); err != nil {
 		return h, err
 	}
-	h.node = path.Base(lease.Node())
+	h.node = path.Base(m.Node())
 	names, _, lerr := s.Conn().Children(m.Path()) // the same session: at least as recent as Lock's view
 	if lerr != nil {
 		err = fmt.Errorf("list %s: %w", m.Path(), lerr)

@@ -22,7 +22,7 @@
 //	if err != nil {
 //		return err
 //	}
-//	return el.RunWhileLeader(ctx, func(ctx context.Context, l *lock.Leadership) error {
+//	return el.RunWhileLeader(ctx, func(ctx context.Context, l lock.Leadership) error {
 //		return recoverLoop(ctx, l.Token()) // ctx ends the moment leadership is lost
 //	})
 //

@@ -82,11 +82,11 @@ func TestIntegrationSharedElectorRunWhileLeader(t *testing.T) {
 	el := testenv.Elector(t, testenv.ZKRoot(t)+"/e", "p1")
 	var a, b atomic.Bool
 	testenv.Run(t, func(ctx context.Context) error {
-		return el.RunWhileLeader(ctx, func(ctx context.Context, _ *lock.Leadership) error { a.Store(true); <-ctx.Done(); return nil })
+		return el.RunWhileLeader(ctx, func(ctx context.Context, _ lock.Leadership) error { a.Store(true); <-ctx.Done(); return nil })
 	})
 	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, a.Load, "the first component leads")
 	testenv.Run(t, func(ctx context.Context) error {
-		return el.RunWhileLeader(ctx, func(ctx context.Context, _ *lock.Leadership) error { b.Store(true); <-ctx.Done(); return nil })
+		return el.RunWhileLeader(ctx, func(ctx context.Context, _ lock.Leadership) error { b.Store(true); <-ctx.Done(); return nil })
 	})
 	testenv.Eventually(t, 5*time.Second, 10*time.Millisecond, b.Load, "the second component leads on the shared Elector")
 }

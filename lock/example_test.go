@@ -69,7 +69,7 @@ func ExampleElector_RunWhileLeader() {
 	defer deleteAll(sess, path)
 
 	el, _ := lock.NewElector(sess, path, "relay-1")
-	err = el.RunWhileLeader(ctx, func(ctx context.Context, l *lock.Leadership) error {
+	err = el.RunWhileLeader(ctx, func(ctx context.Context, l lock.Leadership) error {
 		id, _ := el.Leader(ctx)
 		fmt.Println("leading:", id)
 		cancel() // a real leader works until ctx ends: leadership lost, or shutdown

@@ -28,7 +28,7 @@ func proxied(t *testing.T) (servers []string, path string, s *lock.Session, p *t
 }
 
 // held returns m's lease, failing the test unless Lock succeeds.
-func held(t *testing.T, m *lock.Mutex) *lock.Lease {
+func held(t *testing.T, m *lock.Mutex) lock.Lease {
 	t.Helper()
 	l, err := m.Lock(t.Context())
 	if err != nil {
@@ -57,7 +57,7 @@ func TestIntegrationCreateReplyLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.DropNextReply()
-	l := held(t, m)
+	held(t, m)
 	if p.Dropped() != 1 {
 		t.Fatalf("%d replies dropped, want 1", p.Dropped())
 	}
@@ -65,8 +65,8 @@ func TestIntegrationCreateReplyLost(t *testing.T) {
 	if st.Recovered != 1 {
 		t.Fatalf("Stats.Recovered = %d, want 1 (the create's node found again)", st.Recovered)
 	}
-	if names := children(t, observer, path); len(names) != 1 || path+"/"+names[0] != l.Node() {
-		t.Fatalf("children %v, want only our node %s", names, l.Node())
+	if names := children(t, observer, path); len(names) != 1 || path+"/"+names[0] != m.Node() {
+		t.Fatalf("children %v, want only our node %s", names, m.Node())
 	}
 	if err := m.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestIntegrationUnlockReplyLost(t *testing.T) {
 	if _, err := a.Lock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	bl := make(chan *lock.Lease, 1)
+	bl := make(chan lock.Lease, 1)
 	go func() {
 		l, err := b.Lock(t.Context())
 		if err != nil {
@@ -107,8 +107,8 @@ func TestIntegrationUnlockReplyLost(t *testing.T) {
 	if err := a.Unlock(t.Context()); err != nil { // again: nothing happens
 		t.Fatal(err)
 	}
-	if ok, _, err := observer.Conn().Exists(l.Node()); err != nil || !ok {
-		t.Fatalf("the next holder's node %s: exists=%v err=%v", l.Node(), ok, err)
+	if ok, _, err := observer.Conn().Exists(b.Node()); err != nil || !ok {
+		t.Fatalf("the next holder's node %s: exists=%v err=%v", b.Node(), ok, err)
 	}
 	if l.Err() != nil {
 		t.Fatalf("the next holder lost its lock: %v", l.Err())
@@ -252,8 +252,8 @@ func TestIntegrationElectionOutages(t *testing.T) {
 	var leading atomic.Int32 // candidates inside fn right now
 	var maxLeading atomic.Int32
 	var terms atomic.Int32
-	run := func(e *lock.Elector) func(ctx context.Context, l *lock.Leadership) error {
-		return func(ctx context.Context, l *lock.Leadership) error {
+	run := func(e lock.Elector) func(ctx context.Context, l lock.Leadership) error {
+		return func(ctx context.Context, l lock.Leadership) error {
 			n := leading.Add(1)
 			terms.Add(1)
 			if n > maxLeading.Load() {
@@ -338,7 +338,7 @@ func TestIntegrationResignHandsOver(t *testing.T) {
 	if id := <-seen; id != "a" {
 		t.Fatalf("observed %q, want a", id)
 	}
-	bc := make(chan *lock.Leadership, 1)
+	bc := make(chan lock.Leadership, 1)
 	go func() {
 		l, err := eb.Campaign(t.Context())
 		if err != nil {

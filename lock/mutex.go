@@ -42,15 +42,15 @@ type Mutex struct {
 	acquire chan struct{} // one acquisition at a time per Mutex value
 
 	mu      sync.Mutex
-	lease   *Lease
+	lease   *zkLease
 	holds   int
 	parent  bool                // the parent path is known to exist
 	ignored map[string]struct{} // children named like contenders that are not (not ephemeral)
 }
 
-// Lease is one hold of a [Mutex]: its fencing token, its node, and how the holder learns that it
-// lost the lock. Its methods are safe for concurrent use.
-type Lease struct {
+// zkLease is one hold of a [Mutex]: its fencing token, its node, and how the holder learns that
+// it lost the lock.
+type zkLease struct {
 	m     *Mutex
 	node  string // full path of our node
 	token Token
@@ -87,6 +87,24 @@ func validPath(p string) error {
 	return nil
 }
 
+// nilLease keeps a nil *zkLease from becoming a non-nil Lease.
+func nilLease(l *zkLease, err error) (Lease, error) {
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Node returns the path of the node of the current hold, or "" when the Mutex holds nothing.
+func (m *Mutex) Node() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lease == nil {
+		return ""
+	}
+	return m.lease.node
+}
+
 // Path returns the lock path.
 func (m *Mutex) Path() string { return m.path }
 
@@ -95,17 +113,17 @@ func (m *Mutex) Path() string { return m.path }
 // returned; nothing is left behind. If the ZooKeeper session ends while waiting, Lock returns an
 // error wrapping [ErrSessionExpired] at once. ctx scopes only the wait: the hold lasts until
 // Unlock, or until the lock is lost ([Lease.Done]).
-func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
-	return m.lock(ctx, true)
+func (m *Mutex) Lock(ctx context.Context) (Lease, error) {
+	return nilLease(m.lock(ctx, true))
 }
 
 // TryLock takes the lock if it is free and returns at once: an error wrapping [ErrLocked] when
 // another owner holds it. ctx bounds the ZooKeeper round trips.
-func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
-	return m.lock(ctx, false)
+func (m *Mutex) TryLock(ctx context.Context) (Lease, error) {
+	return nilLease(m.lock(ctx, false))
 }
 
-func (m *Mutex) lock(ctx context.Context, wait bool) (*Lease, error) {
+func (m *Mutex) lock(ctx context.Context, wait bool) (*zkLease, error) {
 	if l := m.reenter(); l != nil {
 		return l, nil
 	}
@@ -122,7 +140,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool) (*Lease, error) {
 		return nil, err
 	}
 	var (
-		l   *Lease
+		l   *zkLease
 		err error
 	)
 	if m.o.unfair {
@@ -141,7 +159,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool) (*Lease, error) {
 }
 
 // reenter counts another hold when the lock is held and not lost.
-func (m *Mutex) reenter() *Lease {
+func (m *Mutex) reenter() *zkLease {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.lease == nil {
@@ -191,8 +209,8 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	return m.deleteNode(ctx, l.ep, l.node)
 }
 
-func (m *Mutex) newLease(ep *epoch, node string, tok Token) (*Lease, error) {
-	l := &Lease{m: m, node: node, token: tok, ep: ep, done: make(chan struct{}), released: make(chan struct{})}
+func (m *Mutex) newLease(ep *epoch, node string, tok Token) (*zkLease, error) {
+	l := &zkLease{m: m, node: node, token: tok, ep: ep, done: make(chan struct{}), released: make(chan struct{})}
 	// Not derived from ep.ctx: monitor ends it, with the reason as its cause.
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	return l, nil
@@ -200,7 +218,7 @@ func (m *Mutex) newLease(ep *epoch, node string, tok Token) (*Lease, error) {
 
 // monitor ends the lease when its session ends, when (with WithNodeWatch) its node is deleted,
 // or when after a reconnection the node is found gone or owned by another session.
-func (l *Lease) monitor() {
+func (l *zkLease) monitor() {
 	ep := l.ep
 	var nodeGone <-chan zk.Event
 	for {
@@ -242,7 +260,7 @@ func (l *Lease) monitor() {
 }
 
 // end marks the lease over with cause.
-func (l *Lease) end(cause error) {
+func (l *zkLease) end(cause error) {
 	l.once.Do(func() {
 		l.cancel(cause)
 		close(l.done)
@@ -253,20 +271,17 @@ func (l *Lease) end(cause error) {
 }
 
 // Token returns the fencing token of this hold.
-func (l *Lease) Token() Token { return l.token }
-
-// Node returns the path of the holder's node.
-func (l *Lease) Node() string { return l.node }
+func (l *zkLease) Token() Token { return l.token }
 
 // Done returns a channel closed when the hold ends: lost (session ended, node deleted) or released.
-func (l *Lease) Done() <-chan struct{} { return l.done }
+func (l *zkLease) Done() <-chan struct{} { return l.done }
 
 // Context returns a context cancelled when the hold ends; run the work that needs the lock under
 // it. [context.Cause] tells why.
-func (l *Lease) Context() context.Context { return l.ctx }
+func (l *zkLease) Context() context.Context { return l.ctx }
 
 // Err returns nil while the hold lasts, then why it ended (wrapping [ErrLockLost] or [ErrNotHeld]).
-func (l *Lease) Err() error {
+func (l *zkLease) Err() error {
 	select {
 	case <-l.done:
 		return context.Cause(l.ctx)
@@ -274,3 +289,5 @@ func (l *Lease) Err() error {
 		return nil
 	}
 }
+
+var _ Locker = (*Mutex)(nil)

@@ -142,7 +142,7 @@ func electWorker(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return e.RunWhileLeader(ctx, func(ctx context.Context, l *lock.Leadership) error {
+	return e.RunWhileLeader(ctx, func(ctx context.Context, l lock.Leadership) error {
 		fmt.Printf("LEADER %s %s\n", e.ID(), l.Token())
 		<-ctx.Done()
 		fmt.Printf("LOST %s\n", e.ID())

@@ -22,7 +22,7 @@ import (
 // (retry.go); the reads of waitTurn whose failure the next listing judges anyway list again instead.
 
 // lockFair is the Curator InterProcessMutex recipe.
-func (m *Mutex) lockFair(ctx context.Context, wait bool) (*Lease, error) {
+func (m *Mutex) lockFair(ctx context.Context, wait bool) (*zkLease, error) {
 	ep, err := m.s.epoch(ctx)
 	if err != nil {
 		return nil, err
@@ -283,7 +283,7 @@ func (m *Mutex) ignore(name string, st *zk.Stat) {
 }
 
 // waitTurn lists the children until ours is the lowest, watching only our predecessor in between.
-func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) (*Lease, error) {
+func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) (*zkLease, error) {
 	var ownGone <-chan zk.Event // watch on our own node, set before the first wait
 	bo := backoff{min: 50 * time.Millisecond, max: time.Second}
 	for {
@@ -392,7 +392,7 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 
 // lockUnfair is the one-node recipe: create "<path>/lock"; if it exists, watch it and try again
 // when it changes. Every waiter wakes on every release.
-func (m *Mutex) lockUnfair(ctx context.Context, wait bool) (*Lease, error) {
+func (m *Mutex) lockUnfair(ctx context.Context, wait bool) (*zkLease, error) {
 	ep, err := m.s.epoch(ctx)
 	if err != nil {
 		return nil, err

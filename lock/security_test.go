@@ -133,7 +133,7 @@ func createPath(c *zk.Conn, p string, acl []zk.ACL) error {
 
 // takeOver checks that candidate b, queued behind the leadership la, leads once la resigns: b
 // campaigns, and when path has n children (b's node is in) la resigns.
-func takeOver(t *testing.T, ctx context.Context, s *lock.Session, path string, n int, la *lock.Leadership, b *lock.Elector) {
+func takeOver(t *testing.T, ctx context.Context, s *lock.Session, path string, n int, la lock.Leadership, b lock.Elector) {
 	t.Helper()
 	won := make(chan error, 1)
 	go func() {
@@ -152,7 +152,7 @@ func takeOver(t *testing.T, ctx context.Context, s *lock.Session, path string, n
 	}
 }
 
-func testenvElector(t *testing.T, s *lock.Session, path, id string) *lock.Elector {
+func testenvElector(t *testing.T, s *lock.Session, path, id string) lock.Elector {
 	t.Helper()
 	el, err := lock.NewElector(s, path, id)
 	if err != nil {

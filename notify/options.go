@@ -25,7 +25,7 @@ type Option func(*options)
 
 type options struct {
 	schema, table     string
-	elector           *lock.Elector
+	elector           lock.Elector
 	electorSet        bool // WithElector was given, maybe with nil
 	log               *slog.Logger
 	schedule          []time.Duration
@@ -61,7 +61,7 @@ func WithTable(name string) Option { return func(o *options) { o.table = name } 
 
 // WithElector sets the election under which [Notifier.Run] delivers. Required by Run only; [New]
 // refuses a nil el.
-func WithElector(el *lock.Elector) Option {
+func WithElector(el lock.Elector) Option {
 	return func(o *options) { o.elector, o.electorSet = el, true }
 }
 

@@ -107,7 +107,7 @@ func (o *options) validate() error {
 type RelayOption func(*relayOptions)
 
 type relayOptions struct {
-	elector        *lock.Elector
+	elector        lock.Elector
 	electorSet     bool // WithElector was given, maybe with nil
 	log            *slog.Logger
 	schedule       string
@@ -140,7 +140,7 @@ func defaultRelayOptions() relayOptions {
 // WithElector sets the election the relay runs under: it drains only while el leads, and its
 // writes carry el's fencing token. It is required by [Relay.Run]; one elector may be shared by
 // several leader jobs of a process (see [lock.Elector]). [NewRelay] refuses a nil el.
-func WithElector(el *lock.Elector) RelayOption {
+func WithElector(el lock.Elector) RelayOption {
 	return func(o *relayOptions) { o.elector, o.electorSet = el, true }
 }
 

@@ -110,7 +110,7 @@ func NewRelay(ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 	}
 	if o.elector == nil {
 		// Run reports the missing elector; New also checks the rest without one.
-		el := &lock.Elector{}
+		el := &lock.Election{}
 		if _, err := leader.New(el, pool, f, r.resource, r.drainLoop, lopts...); err != nil {
 			return nil, fmt.Errorf("outbox: relay: %w: %w", err, ErrInvalidOption)
 		}

@@ -120,7 +120,7 @@ func (b *bank) pool(s *testenv.Schema, maxConns int32, config func(*pgxpool.Conf
 }
 
 // elector returns a candidate in the test's election, on a session of its own.
-func (b *bank) elector(id string) *lock.Elector { return testenv.Elector(b.t, b.path, id) }
+func (b *bank) elector(id string) lock.Elector { return testenv.Elector(b.t, b.path, id) }
 
 // run runs c.Run until the test ends, then waits for it and reports its error.
 func run(t *testing.T, c *twopc.Coordinator) { testenv.Run(t, c.Run) }

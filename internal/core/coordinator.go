@@ -26,7 +26,7 @@ type Config struct {
 	Schema, Prefix         string        // where the log's tables live (WithSchema, WithTablePrefix)
 	Lease                  time.Duration // a starter's ownership of a transaction it drives
 	BackoffMin, BackoffMax time.Duration // retry delays, computed by PostgreSQL
-	Elector                *lock.Elector // the election Run recovers under
+	Elector                lock.Elector // the election Run recovers under
 	Logger                 *slog.Logger
 	Concurrency            int           // branch ops of one transaction called at once
 	CallTimeout            time.Duration // each participant call
@@ -46,7 +46,7 @@ type Config struct {
 
 // SetElector sets Elector; a nil one is refused by [Config.Validate] (a Run without an election is
 // refused by Run itself).
-func (c *Config) SetElector(el *lock.Elector) { c.Elector, c.nilElector = el, el == nil }
+func (c *Config) SetElector(el lock.Elector) { c.Elector, c.nilElector = el, el == nil }
 
 // Option sets a coordinator's [Config]. Package coordinator offers the options every protocol
 // takes; a protocol's own options are built with [OwnOption].

@@ -355,7 +355,7 @@ func TestIntegrationRecovererOptions(t *testing.T) {
 	tests := []struct {
 		name    string
 		l       *core.Log
-		el      *lock.Elector
+		el      lock.Elector
 		drivers map[core.Kind]core.Driver
 		opts    []core.RecoverOption
 	}{

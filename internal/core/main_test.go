@@ -32,7 +32,7 @@ func newLog(t testing.TB, opts ...core.LogOption) *core.Log {
 }
 
 // elector returns a candidate in an election of the test's own.
-func elector(t testing.TB, path, id string) *lock.Elector {
+func elector(t testing.TB, path, id string) lock.Elector {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -68,7 +68,7 @@ type recoverStats struct{ claimed, timedOut, failed, purged atomic.Int64 }
 // NewRecoverer returns a Recoverer of the transactions of the kinds in drivers, recovering while
 // el leads. It does not touch the database or ZooKeeper. It returns an error wrapping
 // [ErrInvalidOption] when an argument or option is unusable.
-func NewRecoverer(l *Log, el *lock.Elector, drivers map[Kind]Driver, opts ...RecoverOption) (*Recoverer, error) {
+func NewRecoverer(l *Log, el lock.Elector, drivers map[Kind]Driver, opts ...RecoverOption) (*Recoverer, error) {
 	o := defaultRecoverOptions()
 	for _, opt := range opts {
 		opt(&o)

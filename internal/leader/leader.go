@@ -171,7 +171,7 @@ func (o options) validate() error {
 // Job runs [Work] on the elected leader only, fenced (see the package doc). It is safe for
 // concurrent use by multiple goroutines; its owner must not call Run twice at once.
 type Job struct {
-	el       *lock.Elector
+	el       lock.Elector
 	pool     *pgxpool.Pool
 	fence    *fence.Fence
 	resource string
@@ -184,7 +184,7 @@ type Job struct {
 // the lead. pool is used for that check and, with [WithChannel], its configuration for the
 // listening connection. New does not touch the database or ZooKeeper. It returns an error wrapping
 // [ErrInvalidOption] when an argument or option is unusable.
-func New(el *lock.Elector, pool *pgxpool.Pool, f *fence.Fence, resource string, work Work, opts ...Option) (*Job, error) {
+func New(el lock.Elector, pool *pgxpool.Pool, f *fence.Fence, resource string, work Work, opts ...Option) (*Job, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
@@ -225,7 +225,7 @@ func (j *Job) Run(ctx context.Context) error {
 }
 
 // lead runs one term: ctx ends with leadership l (or Run's ctx).
-func (j *Job) lead(ctx context.Context, l *lock.Leadership) error {
+func (j *Job) lead(ctx context.Context, l lock.Leadership) error {
 	tok := l.Token()
 	log := j.o.log.With(slog.String("token", tok.String()))
 	log.Info(j.o.name + " leads")

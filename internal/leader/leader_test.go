@@ -17,7 +17,7 @@ import (
 // TestNewRefusesUnusableArguments: New checks every argument and option without touching a
 // server, and refuses what it cannot use with ErrInvalidOption.
 func TestNewRefusesUnusableArguments(t *testing.T) {
-	el := &lock.Elector{} // never campaigns here
+	el := &lock.Election{} // never campaigns here
 	pool := &pgxpool.Pool{}
 	f, err := fence.New(pool)
 	if err != nil {
@@ -27,7 +27,7 @@ func TestNewRefusesUnusableArguments(t *testing.T) {
 	cronFn := func(context.Context, lock.Token) error { return nil }
 	tests := []struct {
 		name     string
-		el       *lock.Elector
+		el       lock.Elector
 		pool     *pgxpool.Pool
 		f        *fence.Fence
 		resource string

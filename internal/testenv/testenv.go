@@ -291,7 +291,7 @@ func Logger(t testing.TB) *slog.Logger {
 
 // Elector returns a candidate called id in the election at path, on a ZooKeeper session of its
 // own (timeout 3 s) closed when the test ends: one per coordinator "process" of a test.
-func Elector(t testing.TB, path, id string) *lock.Elector {
+func Elector(t testing.TB, path, id string) lock.Elector {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -94,7 +94,7 @@ func main() {
 type service struct {
 	pool *pgxpool.Pool
 	n    *notify.Notifier
-	el   *lock.Elector
+	el   lock.Elector
 	id   string
 	log  *slog.Logger
 }

@@ -135,7 +135,7 @@ type service struct {
 	pool  *pgxpool.Pool
 	log   *slog.Logger
 	ob    *outbox.Outbox
-	el    *lock.Elector
+	el    lock.Elector
 	relay *outbox.Relay
 	txp   *txrocketmq.TxProducer
 }

@@ -125,7 +125,7 @@ func (s *service) undone(gid, status string, err error, otherwise string) answer
 
 // flow is how the service places orders in one mode, with one coordinator.
 type flow struct {
-	el     *lock.Elector                   // the mode's recovery election
+	el     lock.Elector                   // the mode's recovery election
 	run    func(ctx context.Context) error // the coordinator's recovery: it works while el elects this instance
 	place  func(ctx context.Context, o Order) answer
 	status func(ctx context.Context, gid string) (fmt.Stringer, error)
@@ -220,7 +220,7 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 // alike, each with its own Option type. build gives both coordinators the same settings.
 type coordinatorOptions[O any] struct {
 	schema                      func(string) O
-	elector                     func(*lock.Elector) O
+	elector                     func(lock.Elector) O
 	logger                      func(*slog.Logger) O
 	timeout, lease, callTimeout func(time.Duration) O
 	backoff                     func(min, max time.Duration) O
@@ -228,7 +228,7 @@ type coordinatorOptions[O any] struct {
 	client                      func(*http.Client) O
 }
 
-func (b coordinatorOptions[O]) build(s *service, el *lock.Elector) []O {
+func (b coordinatorOptions[O]) build(s *service, el lock.Elector) []O {
 	c := s.c
 	return []O{b.schema(c.schema), b.elector(el), b.logger(s.log), b.timeout(c.timeout), b.lease(c.lease),
 		b.callTimeout(c.callTimeout), b.backoff(200*time.Millisecond, 2*time.Second), b.recovery(c.recovery, 100, 16), b.client(s.client)}
@@ -236,7 +236,7 @@ func (b coordinatorOptions[O]) build(s *service, el *lock.Elector) []O {
 
 // newCoordinator creates a coordinator of package newC with opts built for this service, and
 // migrates its log.
-func newCoordinator[C interface{ Migrate(context.Context) error }, O any](ctx context.Context, s *service, el *lock.Elector,
+func newCoordinator[C interface{ Migrate(context.Context) error }, O any](ctx context.Context, s *service, el lock.Elector,
 	newC func(*pgxpool.Pool, ...O) (C, error), opts coordinatorOptions[O]) (C, error) {
 	c, err := newC(s.pool, opts.build(s, el)...)
 	if err == nil {

@@ -14,7 +14,7 @@ import (
 )
 
 // sagaFlow places orders as sagas, with a saga.Coordinator recovering under el.
-func (s *service) sagaFlow(ctx context.Context, el *lock.Elector) (*flow, error) {
+func (s *service) sagaFlow(ctx context.Context, el lock.Elector) (*flow, error) {
 	coord, err := newCoordinator(ctx, s, el, saga.New, coordinatorOptions[coordinator.Option]{
 		schema: coordinator.WithSchema, elector: coordinator.WithElector, logger: coordinator.WithLogger, timeout: coordinator.WithDefaultTimeout,
 		lease: coordinator.WithLease, callTimeout: coordinator.WithCallTimeout, backoff: coordinator.WithBackoff, recovery: coordinator.WithRecovery,

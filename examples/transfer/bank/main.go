@@ -87,7 +87,7 @@ func main() {
 type service struct {
 	c    config
 	log  *slog.Logger
-	el   *lock.Elector
+	el   lock.Elector
 	tpc  *twopc.Coordinator
 	east *pgxpool.Pool
 	west *pgxpool.Pool

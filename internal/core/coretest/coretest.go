@@ -36,7 +36,7 @@ func NewEnv(t *testing.T, leader string) *Env {
 }
 
 // Elector returns a candidate called id in the test's election, on a session of its own.
-func (e *Env) Elector(id string) *lock.Elector { return testenv.Elector(e.T, e.Path, id) }
+func (e *Env) Elector(id string) lock.Elector { return testenv.Elector(e.T, e.Path, id) }
 
 // Options returns the options a coordinator test starts from — the test's schema, its logger, a
 // 20-100 ms backoff and a recovery pass every 100 ms — followed by opts, which win.
@@ -93,7 +93,7 @@ func Get(t testing.TB, l *core.Log, gid string) *core.Transaction {
 
 // Leads fails the test unless the candidate called id leads el's election: the leader a
 // failure test ran is still alive and leading.
-func Leads(t testing.TB, el *lock.Elector, id string) {
+func Leads(t testing.TB, el lock.Elector, id string) {
 	t.Helper()
 	if got, err := el.Leader(t.Context()); err != nil || got != id {
 		t.Fatalf("Leader = %q, %v: %s should still lead", got, err, id)
