@@ -26,7 +26,7 @@ type Config struct {
 	Schema, Prefix         string        // where the log's tables live (WithSchema, WithTablePrefix)
 	Lease                  time.Duration // a starter's ownership of a transaction it drives
 	BackoffMin, BackoffMax time.Duration // retry delays, computed by PostgreSQL
-	Elector                lock.Elector // the election Run recovers under
+	Elector                lock.Elector  // the election Run recovers under
 	Logger                 *slog.Logger
 	Concurrency            int           // branch ops of one transaction called at once
 	CallTimeout            time.Duration // each participant call

@@ -125,7 +125,7 @@ func (s *service) undone(gid, status string, err error, otherwise string) answer
 
 // flow is how the service places orders in one mode, with one coordinator.
 type flow struct {
-	el     lock.Elector                   // the mode's recovery election
+	el     lock.Elector                    // the mode's recovery election
 	run    func(ctx context.Context) error // the coordinator's recovery: it works while el elects this instance
 	place  func(ctx context.Context, o Order) answer
 	status func(ctx context.Context, gid string) (fmt.Stringer, error)
