@@ -1,8 +1,15 @@
-// Package lock is txkit's coordination layer on ZooKeeper: a fair, Curator-compatible lock
-// ([Mutex]), leader election on it ([Elector]) that every txkit coordinator runs its recovery
-// under, fencing tokens ([Token]) that rise strictly from one holder to the next. The PostgreSQL
-// fence that refuses the writes of a deposed holder is package fence (github.com/txkit/txkit/fence),
-// so this package links no database driver.
+// Package lock is txkit's coordination layer: the interfaces every txkit component depends on for
+// mutual exclusion and leader election — [Locker] (Lock, TryLock, Unlock), [Lease] (a hold with its
+// fencing [Token], Done and Context), [Elector] and [Leadership] — the one elector built on any
+// Locker ([Election]), and the ZooKeeper backend: a fair, Curator-compatible lock ([Mutex]) and
+// leader election on it ([NewElector]) that every txkit coordinator runs its recovery under by
+// default. The other backends live beside it: lock/pglock (PostgreSQL lease rows, or advisory
+// locks) and lock/redislock (Redis SET NX PX with a watchdog, and Redlock); lock/locktest is the
+// conformance suite all of them pass. Fencing tokens rise strictly from one holder to the next on
+// every backend; tokens of different backends are not comparable, so a resource fenced under one
+// backend is reset (`txkit fence reset`) before its leaders move to another. The PostgreSQL fence
+// that refuses the writes of a deposed holder is package fence (github.com/txkit/txkit/fence), so
+// this package links no database driver.
 //
 // A [Session] is the connection all of these share. It reads ZooKeeper's session events through
 // go-zookeeper's callback, declares a session lost when the ensemble has not been heard from for
