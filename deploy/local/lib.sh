@@ -23,6 +23,11 @@ NAMESRV_PORT=19876
 BROKER_PORT=20911
 ACL_BROKER_PORT=21911 # a second broker with aclEnable=true (deploy/local/rocketmq)
 ROCKETMQ_VERSION=4.9.7
+# Redis (deploy/local/redis): six independent servers.
+REDIS_PORT=26379         # single: the single-node lock
+REDLOCK_BASE_PORT=26379  # redlockN (N=1..3) on REDLOCK_BASE_PORT+N: 26380-26382, for Redlock
+REDIS_PRIMARY_PORT=26383 # primary, and
+REDIS_REPLICA_PORT=26384 # replica (replicaof 127.0.0.1 26383): the failover test
 
 log() { printf '%s %s\n' "[$(date +%H:%M:%S)]" "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -148,8 +153,9 @@ port_holders() {
 }
 
 # home_of_pid PID: the TXKIT_HOME a server of these scripts was started from, read from its command
-# line (postgres -D HOME/pg/data, HOME/zk/N/zoo.cfg, -Drocketmq.home.dir=HOME/rocketmq). Fails
-# when the command line shows none.
+# line (postgres -D HOME/pg/data, HOME/zk/N/zoo.cfg, -Drocketmq.home.dir=HOME/rocketmq, and
+# redis-server's process title ending in HOME/redis/NAME/redis.conf). Fails when the command line
+# shows none.
 home_of_pid() {
   local a
   [ -r "/proc/$1/cmdline" ] || return 1
@@ -158,6 +164,7 @@ home_of_pid() {
       */pg/data) echo "${a%/pg/data}"; return 0 ;;
       */zk/[0-9]*/zoo.cfg) echo "${a%/zk/*}"; return 0 ;;
       -Drocketmq.home.dir=*/rocketmq) a=${a#-Drocketmq.home.dir=}; echo "${a%/rocketmq}"; return 0 ;;
+      *' '/*/redis/*/redis.conf) a=${a##* }; echo "${a%/redis/*/redis.conf}"; return 0 ;;
     esac
   done <"/proc/$1/cmdline"
   return 1
