@@ -32,12 +32,23 @@ REDIS_REPLICA_PORT=26384 # replica (replicaof 127.0.0.1 26383): the failover tes
 log() { printf '%s %s\n' "[$(date +%H:%M:%S)]" "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
+# running PID: PID is a running process. One that has exited but is not reaped yet (a zombie: the
+# servers' parent is init, which may take a second or two) is not: its ports are free, and a start
+# must not take it for a server already up.
+running() {
+  local stat
+  kill -0 "$1" 2>/dev/null || return 1
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) } # the state follows the command name, which may hold spaces and parentheses
+  [ "${stat:0:1}" != Z ]
+}
+
 # pid_alive FILE: true when FILE names a running process.
 pid_alive() {
   local f=$1 pid
   [ -f "$f" ] || return 1
   pid=$(cat "$f" 2>/dev/null) || return 1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+  [ -n "$pid" ] && running "$pid"
 }
 
 # stop_pid NAME FILE: TERM the process in FILE, KILL it after 15 s, remove FILE.
@@ -52,7 +63,7 @@ stop_pid() {
   log "stopping $name (pid $pid)"
   kill -TERM "$pid" 2>/dev/null || true
   for i in $(seq 1 150); do
-    kill -0 "$pid" 2>/dev/null || { rm -f "$f"; return 0; }
+    running "$pid" || { rm -f "$f"; return 0; }
     sleep 0.1
   done
   log "$name did not stop in 15 s; killing it"
