@@ -1,5 +1,5 @@
-// Package testenv gives integration tests their servers: the PostgreSQL, ZooKeeper and RocketMQ
-// started by `make up` (deploy/local/up), found through the environment variables that `make test`
+// Package testenv gives integration tests their servers: the PostgreSQL, ZooKeeper, Redis and
+// RocketMQ started by `make up` (deploy/local/up), found through the environment variables that `make test`
 // sets. Each test gets a place of its own — a PostgreSQL schema, a ZooKeeper path, a RocketMQ topic,
 // each with a random suffix — so tests run in parallel and leave nothing behind.
 //
@@ -37,6 +37,11 @@ const (
 	EnvZK      = "TXKIT_ZK"
 	EnvNamesrv = "TXKIT_ROCKETMQ_NAMESRV"
 	EnvBroker  = "TXKIT_ROCKETMQ_BROKER" // optional; default 127.0.0.1:20911
+
+	EnvRedis        = "TXKIT_REDIS"         // the single Redis server (the single-node lock)
+	EnvRedlock      = "TXKIT_REDLOCK"       // three independent Redis servers for Redlock, comma-separated
+	EnvRedisPrimary = "TXKIT_REDIS_PRIMARY" // a Redis primary...
+	EnvRedisReplica = "TXKIT_REDIS_REPLICA" // ...and its replica, for failover tests
 )
 
 const dialTimeout = 5 * time.Second
