@@ -1,0 +1,194 @@
+package exapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/txkit/txkit/lock"
+)
+
+// The environment variables [OpenLocks] reads its servers from (deploy/local/env prints them).
+const (
+	EnvZK      = "TXKIT_ZK"      // ZooKeeper servers, comma-separated (zk, zk-unfair)
+	EnvPG      = "TXKIT_PG_URL"  // PostgreSQL URL (pg)
+	EnvRedis   = "TXKIT_REDIS"   // one Redis address (redis)
+	EnvRedlock = "TXKIT_REDLOCK" // independent Redis addresses, comma-separated (redlock)
+)
+
+// LockKinds returns the lock backends [OpenLocks] knows, in the order the examples run them.
+func LockKinds() []string { return []string{"zk", "zk-unfair", "pg", "redis", "redlock"} }
+
+// LocksOption configures [OpenLocks].
+type LocksOption func(*locksOptions)
+
+type locksOptions struct {
+	ttl      time.Duration
+	pgSchema string
+	pgConns  int
+}
+
+func defaultLocksOptions() locksOptions {
+	return locksOptions{ttl: 2 * time.Second, pgSchema: "txkit_locks", pgConns: 16}
+}
+
+// WithLockTTL sets how long a dead holder keeps its locks (default 2 s): the ZooKeeper session
+// timeout, or the lease TTL of PostgreSQL, Redis and Redlock.
+func WithLockTTL(d time.Duration) LocksOption { return func(o *locksOptions) { o.ttl = d } }
+
+// WithLockSchema sets the PostgreSQL schema of the pg backend's tables (default "txkit_locks",
+// created if missing in the database of TXKIT_PG_URL).
+func WithLockSchema(name string) LocksOption { return func(o *locksOptions) { o.pgSchema = name } }
+
+// Locks is one process's connection to a lock backend, chosen by name, from which an example
+// takes its [lock.Locker]s and [lock.Elector]s. A lock name is a slash-separated relative name
+// such as "stock/sku-1"; ZooKeeper locks it at /txkit/stock/sku-1, the other backends under the
+// key txkit/stock/sku-1. Locks is safe for concurrent use by multiple goroutines.
+type Locks struct {
+	kind  string
+	log   *slog.Logger
+	close []func() error // in reverse order of opening
+	newMu func(name string) (lock.Locker, error)
+	newEl func(name, id string) (lock.Elector, error)
+}
+
+// OpenLocks connects to the backend kind — zk (ZooKeeper's fair, Curator-compatible lock),
+// zk-unfair (its one-node recipe), pg (PostgreSQL lease rows), redis (one Redis node) or redlock
+// (Redlock over independent Redis nodes) — with the servers named by the TXKIT_* variables
+// ([EnvZK], [EnvPG], [EnvRedis], [EnvRedlock]). It blocks until the backend answers or ctx ends; ctx
+// scopes only the connection. Another kind, or an unset variable, is an error saying which. Close
+// the Locks when done.
+func OpenLocks(ctx context.Context, kind string, log *slog.Logger, opts ...LocksOption) (*Locks, error) {
+	o := defaultLocksOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.ttl <= 0 {
+		return nil, fmt.Errorf("locks: ttl %v: want > 0: %w", o.ttl, lock.ErrInvalidOption)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	l := &Locks{kind: kind, log: log}
+	var err error
+	switch kind {
+	case "zk", "zk-unfair":
+		err = l.openZK(ctx, kind == "zk-unfair", o)
+	case "pg":
+		err = l.openPG(ctx, o)
+	case "redis":
+		err = l.openRedis(ctx, o)
+	case "redlock":
+		err = l.openRedlock(ctx, o)
+	default:
+		return nil, fmt.Errorf("locks: unknown lock backend %q: want one of %s: %w", kind,
+			strings.Join(LockKinds(), ", "), lock.ErrInvalidOption)
+	}
+	if err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("locks: open %s: %w", kind, err)
+	}
+	return l, nil
+}
+
+// Kind returns the backend's name as given to [OpenLocks].
+func (l *Locks) Kind() string { return l.kind }
+
+// Locker returns a new lock on name (see [Locks] for names). It does not touch the server. Each
+// value is reentrant, so goroutines that must exclude each other need one each; a value may be
+// used again after its Unlock.
+func (l *Locks) Locker(name string) (lock.Locker, error) {
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	return l.newMu(name)
+}
+
+// Elector returns a candidate with the given id in the election name (see [Locks] for names).
+func (l *Locks) Elector(name, id string) (lock.Elector, error) {
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	return l.newEl(name, id)
+}
+
+// Close releases the backend's connections (every hold through them ends). Calling it again does
+// nothing.
+func (l *Locks) Close() error {
+	var errs []error
+	for i := len(l.close) - 1; i >= 0; i-- {
+		errs = append(errs, l.close[i]())
+	}
+	l.close = nil
+	return errors.Join(errs...)
+}
+
+func validName(name string) error {
+	if name == "" || strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") || strings.Contains(name, "//") {
+		return fmt.Errorf("locks: lock name %q: want a relative name such as stock/sku-1: %w", name, lock.ErrInvalidOption)
+	}
+	return nil
+}
+
+// servers returns the comma-separated list in the environment variable name.
+func servers(name string) ([]string, error) {
+	var out []string
+	for _, s := range strings.Split(Env(name, ""), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s is not set: start the servers with `make up` and export what deploy/local/env prints: %w",
+			name, lock.ErrInvalidOption)
+	}
+	return out, nil
+}
+
+func (l *Locks) openZK(ctx context.Context, unfair bool, o locksOptions) error {
+	srv, err := servers(EnvZK)
+	if err != nil {
+		return err
+	}
+	s, err := lock.NewSession(ctx, srv, lock.WithSessionTimeout(o.ttl), lock.WithLogger(l.log))
+	if err != nil {
+		return err
+	}
+	l.close = append(l.close, s.Close)
+	var mopts []lock.Option
+	if unfair {
+		mopts = append(mopts, lock.WithUnfair())
+	}
+	l.newMu = func(name string) (lock.Locker, error) { return lock.NewMutex(s, "/txkit/"+name, mopts...) }
+	l.newEl = func(name, id string) (lock.Elector, error) { return lock.NewElector(s, "/txkit/"+name, id) }
+	return nil
+}
+
+// pgDatabase returns the database named in a PostgreSQL URL.
+func pgDatabase(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", EnvPG, err)
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if db == "" {
+		return "", fmt.Errorf("%s names no database: %w", EnvPG, lock.ErrInvalidOption)
+	}
+	return db, nil
+}
+
+func (l *Locks) openPG(context.Context, locksOptions) error {
+	return fmt.Errorf("the pg backend (package lock/pglock) is not built yet: %w", lock.ErrInvalidOption)
+}
+
+func (l *Locks) openRedis(context.Context, locksOptions) error {
+	return fmt.Errorf("the redis backend (package lock/redislock) is not built yet: %w", lock.ErrInvalidOption)
+}
+
+func (l *Locks) openRedlock(context.Context, locksOptions) error {
+	return fmt.Errorf("the redlock backend (package lock/redislock) is not built yet: %w", lock.ErrInvalidOption)
+}
