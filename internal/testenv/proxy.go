@@ -14,7 +14,9 @@ import (
 // Proxy is a TCP proxy on loopback that tests put between a client and one server to cut,
 // refuse or blackhole its connections. It understands just enough of ZooKeeper's framing to drop
 // one reply (DropNextReply), which is how a test loses a create's or a delete's answer.
+// [NewRawProxy] makes one that copies bytes unread, for any other protocol (PostgreSQL, Redis).
 type Proxy struct {
+	raw    bool // copy the replies unread: not ZooKeeper's framing
 	t      testing.TB
 	target string
 	ln     net.Listener
@@ -28,14 +30,26 @@ type Proxy struct {
 	wg        sync.WaitGroup
 }
 
-// NewProxy starts a proxy to target and stops it when the test ends.
+// NewProxy starts a proxy to the ZooKeeper server target and stops it when the test ends.
 func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	return newProxy(t, target, false)
+}
+
+// NewRawProxy starts a proxy to target that copies bytes both ways without reading them (any
+// protocol; DropNextReply does nothing), and stops it when the test ends.
+func NewRawProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	return newProxy(t, target, true)
+}
+
+func newProxy(t testing.TB, target string, raw bool) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("proxy listen: %v", err)
 	}
-	p := &Proxy{t: t, target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{t: t, target: target, ln: ln, conns: map[net.Conn]struct{}{}, raw: raw}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
@@ -122,7 +136,7 @@ func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 		delete(p.conns, src)
 		p.mu.Unlock()
 	}()
-	if !replies {
+	if !replies || p.raw {
 		_, _ = io.Copy(dst, src)
 		return
 	}

@@ -1,0 +1,227 @@
+package pglock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/lock"
+)
+
+// AdvisoryKey returns the 64-bit key of the PostgreSQL advisory lock an [AdvisoryMutex] on name
+// takes: FNV-1a of "txkit/lock/pglock:" followed by name, as a bigint. Advisory locks belong to
+// the database, not to a schema, so two names (or another application's key) that hash alike
+// exclude each other; with 64 bits that takes about 4 billion names for a one-in-two chance.
+// pg_locks shows it as classid (high 32 bits) and objid (low 32 bits) with objsubid 1.
+func AdvisoryKey(name string) int64 { return pgutil.MigrateLockKey("txkit/lock/pglock:" + name) }
+
+// AdvisoryMutex is a session lock on one name: pg_advisory_lock on [AdvisoryKey](name), held by
+// one pool connection for as long as the hold lasts. It is the simplest form, with the limits the
+// package doc lists: the hold is lost with its connection (checked every [WithRenewEvery]), it
+// breaks behind a transaction-pooling proxy, waiters get no order, and every hold keeps a pool
+// connection busy.
+//
+// An AdvisoryMutex value is reentrant like a [Mutex] (holds counted on the one connection). It is
+// safe for concurrent use by multiple goroutines (they share its hold).
+type AdvisoryMutex struct {
+	c   *Client
+	key int64
+	r   reentrant
+}
+
+// NewAdvisoryMutex returns an AdvisoryMutex on name (at most [MaxNameLen] bytes of valid UTF-8,
+// without NUL). It does not touch the database. Bad input returns an error wrapping
+// [lock.ErrInvalidOption].
+func (c *Client) NewAdvisoryMutex(name string) (*AdvisoryMutex, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	return &AdvisoryMutex{c: c, key: AdvisoryKey(name), r: newReentrant(name)}, nil
+}
+
+// Name returns the lock's name.
+func (m *AdvisoryMutex) Name() string { return m.r.name }
+
+// Lock blocks until the lock is held or ctx ends, and returns the Lease of the hold. It takes a
+// pool connection and waits in pg_advisory_lock; when ctx ends, the wait is cancelled on the
+// server (a cancel request) and, if the lock was granted meanwhile, it is unlocked before the
+// connection goes back to the pool: nothing is left behind, and ctx's error is returned. ctx
+// scopes only the wait: the hold lasts until Unlock, or until its connection is lost.
+func (m *AdvisoryMutex) Lock(ctx context.Context) (lock.Lease, error) {
+	return m.r.lock(ctx, func(ctx context.Context) (held, error) { return m.take(ctx, true) })
+}
+
+// TryLock takes the lock if it is free (pg_try_advisory_lock) and returns at once: an error
+// wrapping [lock.ErrLocked] when another session holds it. ctx bounds the round trips.
+func (m *AdvisoryMutex) TryLock(ctx context.Context) (lock.Lease, error) {
+	return m.r.lock(ctx, func(ctx context.Context) (held, error) { return m.take(ctx, false) })
+}
+
+// Unlock releases one hold; the last one runs pg_advisory_unlock and gives the connection back to
+// the pool. Unlock of an AdvisoryMutex that holds nothing returns nil. A hold whose connection was
+// lost has nothing to unlock: the server released it with the session.
+func (m *AdvisoryMutex) Unlock(ctx context.Context) error { return m.r.unlock(ctx) }
+
+func (m *AdvisoryMutex) take(ctx context.Context, wait bool) (held, error) {
+	c, name := m.c, m.r.name
+	if c.ctx.Err() != nil {
+		return nil, c.errClosed(name)
+	}
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("pglock: advisory lock %s: %w", name, err)
+	}
+	ok, err := m.acquire(ctx, conn, wait)
+	if err == nil && !ok {
+		conn.Release()
+		return nil, fmt.Errorf("pglock: advisory lock %s: %w", name, lock.ErrLocked)
+	}
+	var tok int64
+	if err == nil {
+		err = conn.QueryRow(ctx, `select nextval(`+c.seqLit+`)`).Scan(&tok)
+	}
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err() // granted as ctx ended: give it back
+	}
+	if err != nil {
+		m.giveBack(ctx, conn)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("pglock: advisory lock %s: %w", name, err)
+	}
+	l := &advisoryLease{hold: newHold(name, lock.Token{Seq: tok}, c.log), m: m, conn: conn}
+	if !c.goOwned(l.check) {
+		m.giveBack(ctx, conn)
+		return nil, c.errClosed(name)
+	}
+	return l, nil
+}
+
+// acquire runs pg_advisory_lock (wait) or pg_try_advisory_lock on conn. The statement itself runs
+// under a context that ctx does not cancel: when ctx ends, a cancel request stops the wait on the
+// server and the connection stays usable; only if the server does not answer it in time is the
+// statement's context cancelled, which closes the connection (and ends its session, and the lock).
+func (m *AdvisoryMutex) acquire(ctx context.Context, conn *pgxpool.Conn, wait bool) (bool, error) {
+	if !wait {
+		var ok bool
+		err := conn.QueryRow(ctx, `select pg_try_advisory_lock($1)`, m.key).Scan(&ok)
+		return ok, err
+	}
+	qctx, qcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer qcancel()
+	qdone := make(chan struct{})
+	canceled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(canceled)
+		cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		_ = conn.Conn().PgConn().CancelRequest(cctx)
+		t := time.NewTimer(cleanupTimeout)
+		defer t.Stop()
+		select {
+		case <-qdone:
+		case <-t.C:
+			qcancel()
+		}
+	})
+	_, err := conn.Exec(qctx, `select pg_advisory_lock($1)`, m.key)
+	close(qdone)
+	if !stop() { // the cancel has started: wait for it to be done with conn
+		<-canceled
+	}
+	return err == nil, err
+}
+
+// giveBack unlocks the key on conn (if it is held) and releases conn to the pool; a connection
+// that fails to unlock is closed, which ends its session and its locks.
+func (m *AdvisoryMutex) giveBack(ctx context.Context, conn *pgxpool.Conn) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if _, err := conn.Exec(cctx, `select pg_advisory_unlock_all()`); err != nil {
+		_ = conn.Conn().Close(cctx)
+	}
+	conn.Release()
+}
+
+// advisoryLease is one hold of an [AdvisoryMutex]: the connection whose session holds the lock.
+type advisoryLease struct {
+	*hold
+	m *AdvisoryMutex
+
+	mu   sync.Mutex
+	conn *pgxpool.Conn // used by check until it returns, then by unlock; nil once given back
+}
+
+func (l *advisoryLease) base() *hold { return l.hold }
+
+// takeConn returns the held connection, or nil when it was given back already; the caller gives
+// it back.
+func (l *advisoryLease) takeConn() *pgxpool.Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	conn := l.conn
+	l.conn = nil
+	return conn
+}
+
+func (l *advisoryLease) unlock(ctx context.Context) error {
+	<-l.stopped // check no longer uses the connection
+	conn := l.takeConn()
+	if conn == nil {
+		return nil // lost, or the Client closed: the connection went back with the lock
+	}
+	defer conn.Release()
+	var ok bool
+	if err := conn.QueryRow(ctx, `select pg_advisory_unlock($1)`, l.m.key).Scan(&ok); err != nil {
+		_ = conn.Conn().Close(ctx) // its session ends, and the lock with it
+		return fmt.Errorf("pglock: advisory unlock %s: %w", l.name, err)
+	}
+	if !ok {
+		return fmt.Errorf("pglock: advisory unlock %s: the session did not hold the lock: %w", l.name, lock.ErrNotHeld)
+	}
+	return nil
+}
+
+// check pings the held connection every renew interval until the hold is released; a failed ping
+// (the connection or its session is gone) ends the hold.
+func (l *advisoryLease) check() {
+	defer close(l.stopped)
+	c := l.m.c
+	for {
+		t := time.NewTimer(c.o.renew)
+		select {
+		case <-l.released:
+			t.Stop()
+			return
+		case <-c.ctx.Done():
+			t.Stop()
+			l.end(fmt.Errorf("%w: %s: %w", lock.ErrLockLost, l.name, lock.ErrClosed))
+			l.m.giveBack(context.Background(), l.takeConn())
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.o.renew)
+		_, err := l.conn.Exec(ctx, `select 1`)
+		cancel()
+		if err != nil {
+			if c.ctx.Err() != nil {
+				continue // Close: the select above ends the hold
+			}
+			l.end(fmt.Errorf("%w: %s: the connection holding the advisory lock failed: %w", lock.ErrLockLost, l.name, err))
+			conn := l.takeConn()
+			_ = conn.Conn().Close(context.Background()) // make sure its session, and the lock, are gone
+			conn.Release()
+			return
+		}
+	}
+}
+
+var _ lock.Locker = (*AdvisoryMutex)(nil)

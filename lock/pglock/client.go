@@ -1,0 +1,279 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/lock"
+)
+
+// cleanupTimeout bounds the statements that clean up after a cancelled or failed call (deleting
+// a row whose acquisition may have run, closing the listening connection).
+const cleanupTimeout = 5 * time.Second
+
+// Client is the PostgreSQL side of every lock it makes: the pool, the table and sequence, and
+// the one connection that LISTENs for releases on behalf of all its waiters. Make one per
+// process (or per schema) and share it. Client is safe for concurrent use by multiple goroutines.
+type Client struct {
+	pool  *pgxpool.Pool
+	o     options
+	log   *slog.Logger
+	table string // plain, for messages
+
+	ddl, peek, acquire, token, renew, release, holderOf string
+	seqLit                                              string // the token sequence as a regclass literal
+
+	ctx    context.Context // ended by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	close  sync.Once
+
+	mu        sync.Mutex
+	closed    bool
+	channel   string // LISTEN/NOTIFY channel; "" until resolved
+	listening bool   // the listener goroutine runs
+	waiters   map[string]map[*waiter]struct{}
+}
+
+// New returns a Client on pool. It does not touch the database: call [Client.Migrate] once to
+// create the table and the sequence. It returns an error wrapping [lock.ErrInvalidOption] when
+// pool is nil or an option is unusable.
+func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("pglock: nil pool: %w", lock.ErrInvalidOption)
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	t, plain := pgutil.Table(o.schema, table)
+	s, _ := pgutil.Table(o.schema, sequence)
+	seqLit := "'" + strings.ReplaceAll(s, "'", "''") + "'" // the sequence's name as a regclass literal
+	ttl := "interval '" + strconv.FormatInt(o.ttl.Microseconds(), 10) + " microseconds'"
+	// One implicit transaction: the advisory lock serializes concurrent migrations, which could
+	// otherwise fail on pg_type's unique index.
+	ddl := "select pg_advisory_xact_lock(" + strconv.FormatInt(pgutil.MigrateLockKey("txkit/lock/pglock/migrate:"+plain), 10) + ");\n"
+	if o.schema != "" {
+		ddl += "create schema if not exists " + pgx.Identifier{o.schema}.Sanitize() + ";\n"
+	}
+	ddl += "create sequence if not exists " + s + ";\n"
+	ddl += `create table if not exists ` + t + ` (
+    name       text        primary key,
+    holder     uuid        not null,
+    data       text        not null default '',
+    token      bigint      not null,
+    expires_at timestamptz not null
+)`
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		pool: pool, o: o, log: o.log, table: plain, ddl: ddl, seqLit: seqLit,
+		ctx: ctx, cancel: cancel, waiters: map[string]map[*waiter]struct{}{},
+		// How long the current row has left (null: no row), read before the upsert.
+		peek: `select extract(epoch from expires_at - now())::float8 from ` + t + ` where name = $1`,
+		// PostgreSQL's clock decides expiry. The token of the insert is a placeholder...
+		acquire: `insert into ` + t + ` as l (name, holder, data, token, expires_at) values ($1, $2, $3, 0, now() + ` + ttl + `)` +
+			` on conflict (name) do update set holder = excluded.holder, data = excluded.data, token = 0, expires_at = excluded.expires_at` +
+			` where l.expires_at < now()`,
+		// ...drawn here, once the row is ours: see the package doc.
+		token:    `update ` + t + ` set token = nextval(` + seqLit + `) where name = $1 and holder = $2 returning token`,
+		renew:    `update ` + t + ` set expires_at = now() + ` + ttl + ` where name = $1 and holder = $2`,
+		release:  `with d as (delete from ` + t + ` where name = $1 and holder = $2 returning name) select pg_notify($3, name) from d`,
+		holderOf: `select data from ` + t + ` where name = $1 and expires_at > now()`,
+	}
+	if o.schema != "" {
+		c.channel = pgutil.Channel(o.schema, table)
+	}
+	return c, nil
+}
+
+// Migrate creates the lock table and the token sequence (and the schema, if one was set) when
+// they do not exist. It is idempotent and safe to run from several processes at once. It blocks
+// until PostgreSQL answers; ctx scopes only this call.
+func (c *Client) Migrate(ctx context.Context) error {
+	if _, err := c.pool.Exec(ctx, c.ddl); err != nil {
+		return fmt.Errorf("pglock: migrate %s: %w", c.table, err)
+	}
+	return nil
+}
+
+// Close ends every hold of the Client's locks (their leases end with an error wrapping
+// [lock.ErrLockLost] and [lock.ErrClosed]; their rows are deleted when PostgreSQL can be reached
+// within a few seconds, otherwise they expire), stops the listening connection and waits for every
+// goroutine the Client started. Waiting Lock calls return an error wrapping [lock.ErrClosed]. It
+// does not close the pool. Close is idempotent and returns nil.
+func (c *Client) Close() error {
+	c.close.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+		c.cancel()
+		c.wg.Wait()
+	})
+	return nil
+}
+
+// errClosed is the error of a call on a closed Client.
+func (c *Client) errClosed(name string) error {
+	return fmt.Errorf("pglock: %s: %w", name, lock.ErrClosed)
+}
+
+// goOwned runs f in a goroutine that Close waits for; it returns false when the Client is closed.
+func (c *Client) goOwned(f func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// channelName returns the LISTEN/NOTIFY channel: the one of the schema-qualified table, the
+// schema being WithSchema's or, without it, the one the connections' search_path resolves to
+// (asked once).
+func (c *Client) channelName(ctx context.Context, q pgutil.DBTX) (string, error) {
+	c.mu.Lock()
+	ch := c.channel
+	c.mu.Unlock()
+	if ch != "" {
+		return ch, nil
+	}
+	var schema *string
+	if err := q.QueryRow(ctx, `select current_schema()`).Scan(&schema); err != nil {
+		return "", fmt.Errorf("pglock: current schema: %w", err)
+	}
+	ch = pgutil.Channel("", table)
+	if schema != nil {
+		ch = pgutil.Channel(*schema, table)
+	}
+	c.mu.Lock()
+	c.channel = ch
+	c.mu.Unlock()
+	return ch, nil
+}
+
+// waiter is one Lock call waiting for its name's release.
+type waiter struct {
+	name string
+	wake chan struct{} // buffered: a wake-up is never lost, never blocks the listener
+}
+
+// watch registers a waiter for name and starts the listener if it does not run yet. Call stop
+// when done waiting.
+func (c *Client) watch(name string) (w *waiter, stop func()) {
+	w = &waiter{name: name, wake: make(chan struct{}, 1)}
+	c.mu.Lock()
+	if c.waiters[name] == nil {
+		c.waiters[name] = map[*waiter]struct{}{}
+	}
+	c.waiters[name][w] = struct{}{}
+	start := !c.listening && !c.closed
+	if start {
+		c.listening = true
+		c.wg.Add(1)
+	}
+	c.mu.Unlock()
+	if start {
+		go func() {
+			defer c.wg.Done()
+			c.listen()
+		}()
+	}
+	return w, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.waiters[name], w)
+		if len(c.waiters[name]) == 0 {
+			delete(c.waiters, name)
+		}
+	}
+}
+
+// wake signals the waiters of name, or every waiter when all is set.
+func (c *Client) wake(name string, all bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for n, ws := range c.waiters {
+		if !all && n != name {
+			continue
+		}
+		for w := range ws {
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// listen keeps one connection LISTENing on the Client's channel until Close, and dispatches each
+// release notification to the waiters of its lock name. After every (re)connection it wakes every
+// waiter, since a release may have been missed meanwhile.
+func (c *Client) listen() {
+	pause := 50 * time.Millisecond
+	for c.ctx.Err() == nil {
+		err := c.listenOnce(func() { pause = 50 * time.Millisecond })
+		if c.ctx.Err() != nil {
+			return
+		}
+		c.log.Warn("pglock: listening connection lost; reconnecting", "table", c.table, "err", err, "pause", pause)
+		c.wake("", true)
+		t := time.NewTimer(pause)
+		select {
+		case <-c.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		pause = min(2*pause, 5*time.Second)
+	}
+}
+
+// listenOnce connects, LISTENs and dispatches notifications until the connection fails or Close.
+func (c *Client) listenOnce(listening func()) error {
+	conn, err := pgx.ConnectConfig(c.ctx, c.pool.Config().ConnConfig)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		_ = conn.Close(ctx)
+	}()
+	ch, err := c.channelName(c.ctx, conn)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(c.ctx, "listen "+pgx.Identifier{ch}.Sanitize()); err != nil {
+		return fmt.Errorf("listen %s: %w", ch, err)
+	}
+	listening()
+	c.wake("", true) // a release before LISTEN took effect was missed
+	for {
+		n, err := conn.WaitForNotification(c.ctx)
+		if err != nil {
+			if errors.Is(err, context.Canceled) && c.ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		c.wake(n.Payload, false)
+	}
+}

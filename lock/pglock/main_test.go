@@ -1,0 +1,11 @@
+package pglock_test
+
+import (
+	"testing"
+
+	"github.com/txkit/txkit/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	testenv.VerifyNoLeaks(m)
+}

@@ -1,0 +1,241 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/lock"
+)
+
+// Mutex is a lease lock on one name: a row in the Client's table, held while its holder renews it
+// (see the package doc for the recipe, the clock assumptions and the order waiters get).
+//
+// The lock can be lost at any time, whatever the code holding it believes: when renewals fail
+// until the holder's deadline (PostgreSQL down, connection cut, the process paused), or when the
+// row is found taken. The holder is told ([lock.Lease.Done], [lock.Lease.Context]) before
+// PostgreSQL can let another holder in. Work done under the lock must run under Context and every
+// write it makes elsewhere must carry [lock.Lease.Token] to a fence (package fence).
+//
+// A Mutex value is reentrant: Lock or TryLock on a Mutex that already holds the lock returns the
+// same Lease and counts the hold; each needs its Unlock, and the last Unlock releases. Goroutines
+// that must exclude each other need a Mutex value each. After a hold is lost, Lock returns an
+// error until the lost hold is released with Unlock. Mutex is safe for concurrent use by multiple
+// goroutines (they share its hold).
+type Mutex struct {
+	c    *Client
+	name string
+	data string
+	r    reentrant
+}
+
+// NewMutex returns a lease Mutex on name (at most [MaxNameLen] bytes of valid UTF-8, without
+// NUL). It does not touch the database. Bad input returns an error wrapping [lock.ErrInvalidOption].
+func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	var o mutexOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.data != "" {
+		if err := pgutil.CheckText(o.data, MaxNameLen); err != nil {
+			return nil, fmt.Errorf("pglock: lock %s: data %q: %w: %w", name, o.data, err, lock.ErrInvalidOption)
+		}
+	}
+	return &Mutex{c: c, name: name, data: o.data, r: newReentrant(name)}, nil
+}
+
+// Name returns the lock's name.
+func (m *Mutex) Name() string { return m.name }
+
+// Lock blocks until the lock is held or ctx ends, and returns the Lease of the hold. While it
+// waits, it tries again when the holder's release is notified (LISTEN/NOTIFY), when the holder's
+// row expires, and at the fallback interval ([WithFallbackCheck]). If ctx ends first, ctx's error
+// is returned and nothing is left behind: when ctx ended during an attempt that may have taken the
+// row, the row is deleted with a fresh, bounded context. A failed statement returns its error (the
+// same clean-up applies); a closed Client returns an error wrapping [lock.ErrClosed]. ctx scopes
+// only the wait: the hold lasts until Unlock, or until it is lost.
+func (m *Mutex) Lock(ctx context.Context) (lock.Lease, error) {
+	return m.r.lock(ctx, func(ctx context.Context) (held, error) { return m.take(ctx, true) })
+}
+
+// TryLock takes the lock if it is free (or its holder's row has expired) in one round trip, and
+// returns at once: an error wrapping [lock.ErrLocked] when another owner holds it. ctx bounds the
+// round trip; when it ends, nothing is left behind, as for Lock.
+func (m *Mutex) TryLock(ctx context.Context) (lock.Lease, error) {
+	return m.r.lock(ctx, func(ctx context.Context) (held, error) { return m.take(ctx, false) })
+}
+
+// Unlock releases one hold; the last one deletes the row (only this hold's row, never a newer
+// holder's) and notifies the waiters, in one statement. Unlock of a Mutex that holds nothing
+// returns nil. The delete runs with a fresh context bounded by a few seconds, so a cancelled ctx
+// does not stop it; if it fails, the row expires at its TTL and Unlock returns the error.
+func (m *Mutex) Unlock(ctx context.Context) error { return m.r.unlock(ctx) }
+
+// take tries to take the row until it succeeds, ctx ends, or (without wait) once.
+func (m *Mutex) take(ctx context.Context, wait bool) (held, error) {
+	c := m.c
+	if c.ctx.Err() != nil {
+		return nil, c.errClosed(m.name)
+	}
+	var w *waiter
+	if wait {
+		var stop func()
+		w, stop = c.watch(m.name) // before the first attempt: a release after it wakes us
+		defer stop()
+	}
+	holder := uuid.New()
+	for {
+		sent := time.Now()
+		tok, left, ok, err := c.tryAcquire(ctx, m.name, holder, m.data)
+		if err != nil {
+			c.abandon(ctx, m.name, holder) // the attempt may have taken the row
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("pglock: lock %s: %w", m.name, err)
+		}
+		if ok {
+			l := &lease{hold: newHold(m.name, lock.Token{Seq: tok}, c.log), c: c, holder: holder}
+			if !c.goOwned(func() { l.renew(sent) }) {
+				c.abandon(ctx, m.name, holder)
+				return nil, c.errClosed(m.name)
+			}
+			return l, nil
+		}
+		if !wait {
+			return nil, fmt.Errorf("pglock: lock %s: %w", m.name, lock.ErrLocked)
+		}
+		d := c.o.fallback
+		if left != nil {
+			d = min(d, max(time.Duration(*left*float64(time.Second)), 0)+time.Millisecond)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-w.wake:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-c.ctx.Done():
+			t.Stop()
+			return nil, c.errClosed(m.name)
+		}
+		t.Stop()
+	}
+}
+
+// tryAcquire runs one attempt: in one round trip and one transaction, how long the current row
+// has left, the upsert that takes a free or expired row, and the token drawn once the row is ours.
+// ok reports whether the row is now ours; left is the current row's remaining time in seconds when
+// it is not (nil: no row was seen).
+func (c *Client) tryAcquire(ctx context.Context, name string, holder uuid.UUID, data string) (tok int64, left *float64, ok bool, err error) {
+	b := &pgx.Batch{}
+	b.Queue(c.peek, name)
+	b.Queue(c.acquire, name, holder.String(), data)
+	b.Queue(c.token, name, holder.String())
+	br := c.pool.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	if err := br.QueryRow().Scan(&left); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil, false, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return 0, nil, false, err
+	}
+	switch err := br.QueryRow().Scan(&tok); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, left, false, nil
+	case err != nil:
+		return 0, nil, false, err
+	}
+	return tok, nil, true, nil
+}
+
+// releaseRow deletes holder's row of name, if it is still there, and notifies the waiters.
+func (c *Client) releaseRow(ctx context.Context, name string, holder uuid.UUID) error {
+	ch, err := c.channelName(ctx, c.pool)
+	if err != nil {
+		return err
+	}
+	if _, err := c.pool.Exec(ctx, c.release, name, holder.String(), ch); err != nil {
+		return fmt.Errorf("pglock: release %s: %w", name, err)
+	}
+	return nil
+}
+
+// abandon deletes the row an interrupted attempt may have taken, with a fresh bounded context.
+func (c *Client) abandon(ctx context.Context, name string, holder uuid.UUID) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := c.releaseRow(cctx, name, holder); err != nil {
+		c.log.Warn("pglock: could not delete the row of an abandoned attempt; it expires at its TTL", "lock", name, "err", err)
+	}
+}
+
+// lease is one hold of a [Mutex]: the row's holder id, renewed in the background.
+type lease struct {
+	*hold
+	c      *Client
+	holder uuid.UUID
+}
+
+func (l *lease) base() *hold { return l.hold }
+
+func (l *lease) unlock(ctx context.Context) error { return l.c.releaseRow(ctx, l.name, l.holder) }
+
+// renew renews the row every renew interval until the hold is released or lost. The hold's
+// deadline is the local (monotonic) time at which the last successful acquire or renew statement
+// was sent, plus the TTL minus the margin: PostgreSQL computed its expiry from its own now(), which
+// is later. When the deadline passes without a renewal, the hold ends, before the row can expire.
+func (l *lease) renew(sent time.Time) {
+	defer close(l.stopped)
+	c := l.c
+	life := c.o.ttl - c.o.margin()
+	deadline, next := sent.Add(life), sent.Add(c.o.renew)
+	retry := max(c.o.renew/4, time.Millisecond)
+	for {
+		t := time.NewTimer(min(time.Until(next), time.Until(deadline)))
+		select {
+		case <-l.released:
+			t.Stop()
+			return
+		case <-c.ctx.Done():
+			t.Stop()
+			l.end(fmt.Errorf("%w: %s: %w", lock.ErrLockLost, l.name, lock.ErrClosed))
+			l.c.abandon(context.Background(), l.name, l.holder)
+			return
+		case <-t.C:
+		}
+		if !time.Now().Before(deadline) {
+			l.end(fmt.Errorf("%w: %s: lease not renewed before its deadline", lock.ErrLockLost, l.name))
+			return
+		}
+		s := time.Now()
+		ctx, cancel := context.WithDeadline(c.ctx, deadline)
+		tag, err := c.pool.Exec(ctx, c.renew, l.name, l.holder.String())
+		cancel()
+		switch {
+		case err == nil && tag.RowsAffected() == 0:
+			l.end(fmt.Errorf("%w: %s: the lease row is no longer ours", lock.ErrLockLost, l.name))
+			return
+		case err == nil && time.Now().Before(deadline):
+			deadline, next = s.Add(life), s.Add(c.o.renew)
+		case err != nil:
+			c.log.Debug("pglock: renewal failed; retrying", "lock", l.name, "err", err, "deadline_in", time.Until(deadline))
+			next = time.Now().Add(retry)
+		}
+	}
+}
+
+var _ lock.Locker = (*Mutex)(nil)
