@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/pglock"
 )
 
 // The environment variables [OpenLocks] reads its servers from (deploy/local/env prints them).
@@ -47,7 +48,8 @@ func WithLockSchema(name string) LocksOption { return func(o *locksOptions) { o.
 // Locks is one process's connection to a lock backend, chosen by name, from which an example
 // takes its [lock.Locker]s and [lock.Elector]s. A lock name is a slash-separated relative name
 // such as "stock/sku-1"; ZooKeeper locks it at /txkit/stock/sku-1, the other backends under the
-// key txkit/stock/sku-1. Locks is safe for concurrent use by multiple goroutines.
+// name txkit/stock/sku-1 (PostgreSQL's lease row in the txkit_locks schema; Redis's key
+// txkit:lock:{txkit/stock/sku-1}). Locks is safe for concurrent use by multiple goroutines.
 type Locks struct {
 	kind  string
 	log   *slog.Logger
@@ -181,8 +183,32 @@ func pgDatabase(raw string) (string, error) {
 	return db, nil
 }
 
-func (l *Locks) openPG(context.Context, locksOptions) error {
-	return fmt.Errorf("the pg backend (package lock/pglock) is not built yet: %w", lock.ErrInvalidOption)
+func (l *Locks) openPG(ctx context.Context, o locksOptions) error {
+	base := Env(EnvPG, "")
+	if base == "" {
+		return fmt.Errorf("%s is not set: start the servers with `make up` and export what deploy/local/env prints: %w",
+			EnvPG, lock.ErrInvalidOption)
+	}
+	db, err := pgDatabase(base)
+	if err != nil {
+		return err
+	}
+	pool, err := Pool(ctx, base, db, o.pgSchema, o.pgConns)
+	if err != nil {
+		return err
+	}
+	l.close = append(l.close, func() error { pool.Close(); return nil })
+	c, err := pglock.New(pool, pglock.WithSchema(o.pgSchema), pglock.WithTTL(o.ttl), pglock.WithLogger(l.log))
+	if err != nil {
+		return err
+	}
+	l.close = append(l.close, c.Close)
+	if err := c.Migrate(ctx); err != nil {
+		return err
+	}
+	l.newMu = func(name string) (lock.Locker, error) { return c.NewMutex("txkit/" + name) }
+	l.newEl = func(name, id string) (lock.Elector, error) { return c.NewElector("txkit/"+name, id) }
+	return nil
 }
 
 func (l *Locks) openRedis(context.Context, locksOptions) error {

@@ -292,13 +292,15 @@ func (h *harness) crash(ctx context.Context, rep *Report) error {
 	var counts outcomes
 	var n atomic.Int64
 	start := time.Now()
-	err := exharness.Load(ctx, 1<<30, crashBuyers, crashRate, func(ctx context.Context, _ int) error {
+	err := exharness.Load(ctx, 1<<30, crashBuyers, crashRate, func(context.Context, int) error {
 		select {
 		case <-done:
 			return errKillsDone
 		default:
 		}
 		n.Add(1)
+		// Under the phase's ctx, not the load's: the orders in flight when the kills are done
+		// (and the load ends) are finished, not abandoned.
 		st, _ := h.place(ctx, fmt.Sprintf("crash-%d", 1+rand.IntN(h.cfg.SKUs)), 1+rand.Int64N(3))
 		counts.add(st)
 		return nil
