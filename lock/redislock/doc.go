@@ -1,0 +1,101 @@
+// Package redislock is txkit's lock and leader election on Redis: [Client] on one server and
+// [Redlock] on several independent ones, both behind [lock.Locker] and [lock.Elector] so that
+// every txkit coordinator can lead on Redis instead of ZooKeeper. It uses go-redis v9; the caller
+// makes and closes the go-redis clients.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	defer rdb.Close()
+//	locks, err := redislock.New(rdb, redislock.WithTTL(10*time.Second))
+//	if err != nil {
+//		return err
+//	}
+//	defer locks.Close()
+//	el, err := locks.NewElector("orders-recovery", hostname)
+//	if err != nil {
+//		return err
+//	}
+//	return el.RunWhileLeader(ctx, func(ctx context.Context, l lock.Leadership) error {
+//		return recoverLoop(ctx, l.Token()) // ctx ends the moment the hold is lost; fence writes with the token
+//	})
+//
+// # The recipe
+//
+// The older recipe, SETNX key <expiry time> and, when the stored expiry has passed, GETSET key
+// <new expiry time>, breaks three ways. The expiry is computed by the clients' clocks, so a client
+// whose clock runs ahead takes a lock that has not expired. GETSET overwrites whatever is there:
+// two clients that both see the expired value both GETSET it, and the loser has already replaced
+// the winner's expiry with its own, so the key no longer says whose it is. And the release is a
+// plain DEL, with no check of the owner: a holder that was paused past its expiry deletes the next
+// holder's lock.
+//
+// This package takes the lock with one command, SET key <value> NX PX <ttl>: the expiry is the
+// server's, and the value is a random uuid per hold (followed by a space and the holder data, such
+// as an elector's candidate id, which everything after the first space is). Release and extension
+// are Lua scripts that compare the value first (compare-and-delete, compare-and-PEXPIRE), so only
+// the hold that set the key ever removes or extends it. The acquisition is one script too: when,
+// and only when, the SET succeeded, it advances the lock's fencing counter (key "<prefix>{name}:fence",
+// no TTL) and returns it; the hold's [lock.Token] is {Seq: counter}. Keys are "<prefix>{name}" and
+// "<prefix>{name}:fence": the braces keep both in one Redis Cluster slot.
+//
+// A watchdog (Redisson's) renews the TTL every renewal interval ([WithRenewEvery], default TTL/3)
+// while the lock is held. The holder learns of a loss at once: a renewal that finds the key gone
+// or not ours ends the hold; so does its local deadline — the monotonic time when the last
+// successful SET or PEXPIRE was sent, plus the TTL, minus the clock drift allowance
+// ([WithClockDrift]) — passing without a successful renewal. Redis counts the TTL from when the
+// command arrived, later than when it was sent, so the holder stops before anyone else can take
+// the key, as long as the server's clock does not run faster than the holder's by more than the
+// allowance. Its lease's Done is closed and its Context cancelled with a cause wrapping
+// [lock.ErrLockLost].
+//
+// Waiters do not spin. Each [Client] has one subscription to the release channel
+// ("<prefix>released", whose messages carry the lock's name); the release script publishes
+// there. A waiter subscribes before its attempt, then sleeps until a release message for its lock,
+// the expiry of the holder's key (the failed attempt returns its PTTL), or the fallback check
+// ([WithFallbackCheck], for messages lost while the subscription reconnects), whichever is first.
+// Waiters are not served in order: after a release, whoever's SET arrives first wins, and a new
+// contender can beat one that has waited long. Use the ZooKeeper lock when you need FIFO.
+//
+// # Fencing tokens and failover
+//
+// Redis replicates asynchronously. If the primary fails after granting a lock and before the
+// replica received that write, the promoted replica does not know the lock is held, and grants it
+// to a second client: two holders at once (the test TestIntegrationDisruptiveRedisFailoverTwoHolders
+// shows it). Nothing in the lock prevents this; the fencing token makes it harmless where the
+// writes go through a store that checks it (package fence refuses a token below the highest it has
+// seen).
+//
+// The token must therefore rise across such a failover although the promoted replica also missed
+// the counter's last increments. The script makes the counter a hybrid logical clock:
+// n = max(counter + 1, the server's TIME in microseconds). On one server it rises strictly on
+// every acquisition. After a failover that lost increments, the new primary hands out at least its
+// own clock's time, which is above the lost counter as long as the new primary's clock is not
+// behind the old primary's by more than the time between the two acquisitions (and the old
+// counter was itself made of time, not of many increments per microsecond). That is the
+// assumption: the servers' clocks agree, within the failover time, such as NTP keeps them. A
+// clock stepped backwards on a single server does no harm (the counter's + 1 wins).
+//
+// # Redlock
+//
+// [Redlock] runs antirez's algorithm over N independent instances: send SET NX PX to all in
+// parallel, each with an instance timeout much smaller than the TTL (a tenth of it, at most
+// 1 s); the lock is held when a majority (N/2+1) took it and its validity, TTL − elapsed − drift,
+// is positive; otherwise release on all and retry after a random pause or a release message.
+// Renewals go to all with the same majority rule, release to all. Its token is the highest counter
+// among the instances that granted the hold. It rises from holder to holder: any two majorities
+// share an instance, and that instance's counter is monotonic, so the next holder's maximum is at
+// least one above the previous holder's value there; but the previous maximum may come from an
+// instance the next majority lacks, and then it is exceeded only because the counters are made of
+// the instances' clocks — so Redlock's tokens, too, rest on the servers' clocks agreeing within the
+// drift allowance.
+//
+// Redlock's safety rests on timing assumptions (Martin Kleppmann's "How to do distributed
+// locking", and antirez's answer): bounded network delay, bounded process pauses, and clocks
+// that advance at about the same rate. A process paused (GC, swap, SIGSTOP) after its lock
+// expired still believes it holds it until the local deadline check runs; only a fencing token
+// checked by the store protects against it, which is why every txkit leader sends one. An
+// instance restarted without persistence (or with everysec fsync that lost the last second)
+// forgets the keys it held, and a majority can then form for a second holder: restart such an
+// instance only after a TTL has passed (a delayed restart), or run it with appendfsync always.
+//
+// Each Mutex, Client and Redlock is safe for concurrent use by multiple goroutines.
+package redislock

@@ -1,0 +1,388 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/txkit/txkit/lock"
+)
+
+// group is what a [Client] (one instance) and a [Redlock] (N instances) share: the instances, the
+// majority a step needs on them, the options, the holds to end on Close and the goroutines to wait
+// for. With one instance the majority is that instance, and Redlock's rules reduce to the
+// single-node recipe.
+type group struct {
+	what   string // "redislock" or "redislock: redlock", for messages
+	inst   []*instance
+	quorum int
+	o      options
+
+	ctx    context.Context // cancelled by close: ends watchdogs and cleanups
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	leases map[*lease]struct{}
+}
+
+func newGroup(what string, inst []*instance, o options) *group {
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &group{what: what, inst: inst, quorum: len(inst)/2 + 1, o: o, ctx: ctx, cancel: cancel, leases: map[*lease]struct{}{}}
+	for _, in := range inst {
+		in.sub = newSubscription(in.rdb, g.channel(), o.log, &g.wg)
+	}
+	return g
+}
+
+// keys returns the lock key and its fencing counter's key. Both carry the name as a Redis Cluster
+// hash tag ({name}) so that the scripts, which touch both, run on one slot.
+func (g *group) keys(name string) (key, counter string) {
+	key = g.o.prefix + "{" + name + "}"
+	return key, key + ":fence"
+}
+
+// channel is the pub/sub channel releases are published on; the payload is the lock's name.
+func (g *group) channel() string { return g.o.prefix + "released" }
+
+func (g *group) isClosed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}
+
+// fanout runs call on every instance in parallel and returns the replies that came within the
+// instance timeout (or before ctx ended); the others are left unanswered. A call that answers
+// after that is handed to late, in its own goroutine (the group waits for it on close).
+func (g *group) fanout(ctx context.Context, call func(ctx context.Context, in *instance) reply, late func(in *instance, r reply)) []reply {
+	var (
+		mu        sync.Mutex
+		out       = make([]reply, len(g.inst))
+		collected bool
+		left      = len(g.inst)
+		running   = len(g.inst)
+		all       = make(chan struct{})
+	)
+	// The calls outlive ctx (their outcome must be known to clean up after them) but not the group;
+	// the last one to return cancels their context.
+	var calls struct{ cancel context.CancelFunc }
+	cctx, cancel := context.WithTimeout(g.ctx, g.o.ttl)
+	calls.cancel = cancel
+	for i, in := range g.inst {
+		r := reply{err: lock.ErrClosed}
+		started := g.goOwned(func() {
+			r := call(cctx, in)
+			mu.Lock()
+			if running--; running == 0 {
+				defer calls.cancel()
+			}
+			if collected {
+				mu.Unlock()
+				if late != nil {
+					late(in, r)
+				}
+				return
+			}
+			out[i] = r
+			if left--; left == 0 {
+				close(all)
+			}
+			mu.Unlock()
+		})
+		if !started { // closed: answer for the call that did not run
+			mu.Lock()
+			out[i] = r
+			running--
+			if left--; left == 0 {
+				close(all)
+			}
+			if running == 0 {
+				calls.cancel()
+			}
+			mu.Unlock()
+		}
+	}
+	t := time.NewTimer(g.o.instanceTimeout())
+	defer t.Stop()
+	select {
+	case <-all:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	collected = true
+	for i := range out {
+		if !out[i].answered && out[i].err == nil {
+			out[i].err = fmt.Errorf("no answer within %v", g.o.instanceTimeout())
+		}
+	}
+	return slices.Clone(out)
+}
+
+// attempt is the outcome of one acquisition on the group.
+type attempt struct {
+	ok    bool
+	token lock.Token
+	start time.Time     // when the SETs were sent: the hold's deadline counts from here
+	wait  time.Duration // not ok: how long until a majority's keys expire, as the instances said
+	split bool          // not ok, and no other owner holds a majority: contention, retry after a random pause
+	err   error         // not ok, and too few instances answered for a majority
+}
+
+// acquire tries once to take the lock on a majority of the instances, within the hold's validity
+// (TTL minus the time the attempt took minus the drift allowance). When it fails it releases what
+// it took (and what it may have taken, on the instances that did not answer) with a fresh,
+// bounded context.
+func (g *group) acquire(ctx context.Context, m *mutex, value string) attempt {
+	key, counter := g.keys(m.name)
+	start := time.Now()
+	replies := g.fanout(ctx, func(ctx context.Context, in *instance) reply {
+		return in.acquire(ctx, key, counter, value, g.o.ttl)
+	}, func(in *instance, r reply) {
+		if r.ok { // took the lock after we stopped waiting: let it go
+			g.releaseOne(in, m.name, value)
+		}
+	})
+	elapsed := time.Since(start)
+	a := attempt{start: start}
+	var (
+		taken, heldByOthers int
+		errs                []error
+		free                []time.Duration // per answering instance: how long until its key is free
+	)
+	for i, r := range replies {
+		switch {
+		case r.err != nil:
+			errs = append(errs, fmt.Errorf("instance %d: %w", i, r.err))
+		case r.ok:
+			taken++
+			free = append(free, 0)
+			if t := (lock.Token{Seq: r.n}); a.token.Less(t) {
+				a.token = t
+			}
+		default:
+			heldByOthers++
+			switch {
+			case r.n == -2: // expired between the SET and the PTTL
+				free = append(free, 0)
+			case r.n >= 0:
+				free = append(free, time.Duration(r.n)*time.Millisecond)
+			}
+		}
+	}
+	validity := g.o.ttl - elapsed - g.o.drift
+	if taken >= g.quorum && validity > 0 {
+		a.ok = true
+		return a
+	}
+	if taken > 0 || len(errs) > 0 {
+		g.release(ctx, m.name, value, replies)
+	}
+	switch {
+	case taken >= g.quorum: // took too long: the hold would be invalid at once
+		a.split = true
+	case len(errs) > len(g.inst)-g.quorum:
+		a.err = fmt.Errorf("%d of %d instances failed, a majority needs %d: %w", len(errs), len(g.inst), g.quorum, errors.Join(errs...))
+	case heldByOthers < g.quorum:
+		a.split = true
+	}
+	a.wait = g.o.fallback
+	if slices.Sort(free); len(free) >= g.quorum {
+		a.wait = min(a.wait, free[g.quorum-1])
+	}
+	if a.split {
+		a.wait = min(a.wait, 5*time.Millisecond+rand.N(45*time.Millisecond))
+	}
+	return a
+}
+
+// extend renews the TTL of a hold on every instance. It returns whether a majority renewed it,
+// and whether the hold is certainly lost: so many instances said the key is gone or not ours
+// that no majority can hold it.
+func (g *group) extend(ctx context.Context, m *mutex, value string) (ok, lost bool, err error) {
+	key, _ := g.keys(m.name)
+	replies := g.fanout(ctx, func(ctx context.Context, in *instance) reply {
+		return in.extend(ctx, key, value, g.o.ttl)
+	}, nil)
+	var renewed, gone int
+	var errs []error
+	for i, r := range replies {
+		switch {
+		case r.err != nil:
+			errs = append(errs, fmt.Errorf("instance %d: %w", i, r.err))
+		case r.ok:
+			renewed++
+		default:
+			gone++
+		}
+	}
+	return renewed >= g.quorum, len(g.inst)-gone < g.quorum, errors.Join(errs...)
+}
+
+// release deletes the hold's key on every instance whose reply does not say it was held by
+// another (nil replies: on all), with a fresh context bounded by the instance timeout, and
+// publishes the release. It returns the instances' errors.
+func (g *group) release(ctx context.Context, name, value string, replies []reply) error {
+	key, _ := g.keys(name)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(g.o.instanceTimeout(), time.Second))
+	defer cancel()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for i, in := range g.inst {
+		if replies != nil && replies[i].answered && !replies[i].ok {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r := in.release(ctx, key, value, g.channel(), name); r.err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("instance %d: %w", i, r.err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// releaseOne deletes a hold's key on one instance, in the background of a late answer.
+func (g *group) releaseOne(in *instance, name, value string) {
+	key, _ := g.keys(name)
+	ctx, cancel := context.WithTimeout(g.ctx, max(g.o.instanceTimeout(), time.Second))
+	defer cancel()
+	if r := in.release(ctx, key, value, g.channel(), name); r.err != nil {
+		g.o.log.Warn("could not release a late acquisition; it expires with its TTL", "name", name, "err", r.err)
+	}
+}
+
+// holder returns the holder data of the hold that a majority of instances agree on.
+func (g *group) holder(ctx context.Context, name string) (string, error) {
+	key, _ := g.keys(name)
+	replies := g.fanout(ctx, func(ctx context.Context, in *instance) reply { return in.get(ctx, key) }, nil)
+	count := map[string]int{}
+	var errs []error
+	for i, r := range replies {
+		switch {
+		case r.err != nil:
+			errs = append(errs, fmt.Errorf("instance %d: %w", i, r.err))
+		case r.ok:
+			if count[r.data]++; count[r.data] >= g.quorum {
+				return holderData(r.data), nil
+			}
+		}
+	}
+	if len(errs) > len(g.inst)-g.quorum {
+		return "", fmt.Errorf("%s: holder of %s: %w", g.what, name, errors.Join(errs...))
+	}
+	return "", fmt.Errorf("%s: holder of %s: %w", g.what, name, lock.ErrNoLeader)
+}
+
+// subscribe makes c receive a signal for every release of name on any instance, and waits (at
+// most the fallback check, or until ctx ends) until the subscriptions of a majority are active,
+// so that a release right after the caller's next attempt is not missed. It returns the function
+// that stops the signals.
+func (g *group) subscribe(ctx context.Context, name string, c chan struct{}) (stop func()) {
+	ready := make([]<-chan struct{}, len(g.inst))
+	for i, in := range g.inst {
+		ready[i] = in.sub.watch(name, c)
+	}
+	stop = func() {
+		for _, in := range g.inst {
+			in.sub.unwatch(name, c)
+		}
+	}
+	deadline := time.NewTimer(g.o.fallback)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n := 0
+		for _, r := range ready {
+			select {
+			case <-r:
+				n++
+			default:
+			}
+		}
+		if n >= g.quorum {
+			return stop
+		}
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return stop
+		case <-ctx.Done():
+			return stop
+		case <-g.ctx.Done():
+			return stop
+		}
+	}
+}
+
+// goOwned runs f in a goroutine that close waits for; it returns false (and does not run f) once
+// the group is closed.
+func (g *group) goOwned(f func()) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.wg.Go(f)
+	return true
+}
+
+// track registers a hold for close to end; it returns false when the group is closed.
+func (g *group) track(l *lease) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.leases[l] = struct{}{}
+	return true
+}
+
+func (g *group) untrack(l *lease) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.leases, l)
+}
+
+// close ends every hold (releasing its keys), the subscriptions and the goroutines. It does not
+// close the caller's Redis clients.
+func (g *group) close() error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed = true
+	leases := make([]*lease, 0, len(g.leases))
+	for l := range g.leases {
+		leases = append(leases, l)
+	}
+	g.mu.Unlock()
+	var errs []error
+	for _, l := range leases {
+		l.end(fmt.Errorf("%w: %w", lock.ErrLockLost, lock.ErrClosed))
+		if err := g.release(context.Background(), l.m.name, l.value, nil); err != nil {
+			errs = append(errs, fmt.Errorf("%s: release %s on close: %w", g.what, l.m.name, err))
+		}
+	}
+	g.cancel()
+	for _, in := range g.inst {
+		in.sub.close()
+	}
+	g.wg.Wait()
+	return errors.Join(errs...)
+}

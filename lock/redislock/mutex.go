@@ -1,0 +1,339 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/txkit/txkit/lock"
+)
+
+// mutex is the lock recipe behind [Mutex] and [RedlockMutex]: reentrant holds counted per value,
+// one acquisition at a time per value, waits on the release channel, a lease per hold.
+type mutex struct {
+	g    *group
+	name string
+	data string
+
+	acquire chan struct{} // one acquisition at a time per mutex value
+
+	mu    sync.Mutex
+	lease *lease
+	holds int
+}
+
+func (g *group) newMutex(name string, opts ...MutexOption) (*mutex, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	var o mutexOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.bad != "" {
+		return nil, fmt.Errorf("%s: lock %s: %s: %w", g.what, name, o.bad, lock.ErrInvalidOption)
+	}
+	return &mutex{g: g, name: name, data: o.data, acquire: make(chan struct{}, 1)}, nil
+}
+
+// Lock, TryLock and Unlock make *mutex a [lock.Locker] (the one the electors use); [Mutex] and
+// [RedlockMutex] document them.
+
+func (m *mutex) Lock(ctx context.Context) (lock.Lease, error) { return nilLease(m.lock(ctx, true)) }
+
+func (m *mutex) TryLock(ctx context.Context) (lock.Lease, error) { return nilLease(m.lock(ctx, false)) }
+
+// nilLease keeps a nil *lease from becoming a non-nil lock.Lease.
+func nilLease(l *lease, err error) (lock.Lease, error) {
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (m *mutex) lock(ctx context.Context, wait bool) (*lease, error) {
+	if l := m.reenter(); l != nil {
+		return l, nil
+	}
+	select {
+	case m.acquire <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-m.acquire }()
+	if l := m.reenter(); l != nil { // another goroutine sharing this value took it meanwhile
+		return l, nil
+	}
+	if err := m.lostHold(); err != nil {
+		return nil, err
+	}
+	l, err := m.take(ctx, wait)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	m.lease, m.holds = l, 1
+	m.mu.Unlock()
+	return l, nil
+}
+
+// reenter counts another hold when the lock is held and not lost.
+func (m *mutex) reenter() *lease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lease == nil || m.lease.Err() != nil {
+		return nil
+	}
+	m.holds++
+	return m.lease
+}
+
+// lostHold returns the error of a hold that was lost and not yet unlocked.
+func (m *mutex) lostHold() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lease == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %s: a lost hold was not unlocked yet (%w): call Unlock first", m.g.what, m.name, m.lease.Err())
+}
+
+// take acquires the lock: once (TryLock), or until it is held or ctx ends (Lock). A waiter
+// subscribes to the release channel before its first attempt, so a release after a failed attempt
+// always wakes it; it also tries again when the keys it waits for expire, and at the latest after
+// the fallback check.
+func (m *mutex) take(ctx context.Context, wait bool) (*lease, error) {
+	g := m.g
+	var wake chan struct{}
+	if wait {
+		wake = make(chan struct{}, 1)
+		stop := g.subscribe(ctx, m.name, wake)
+		defer stop()
+	}
+	unavailable := backoff{min: 50 * time.Millisecond, max: time.Second}
+	for {
+		if g.isClosed() {
+			return nil, fmt.Errorf("%s: lock %s: %w", g.what, m.name, lock.ErrClosed)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		value := newValue(uuid.NewString(), m.data)
+		a := g.acquire(ctx, m, value)
+		if a.ok {
+			return m.newLease(value, a)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var d time.Duration
+		switch {
+		case a.err != nil && !wait:
+			return nil, fmt.Errorf("%s: lock %s: %w", g.what, m.name, a.err)
+		case a.err != nil:
+			if unavailable.n == 0 {
+				g.o.log.Warn("lock: Redis unavailable; retrying", "name", m.name, "err", a.err)
+			}
+			d = unavailable.next()
+		case !wait:
+			return nil, fmt.Errorf("%s: lock %s: %w", g.what, m.name, lock.ErrLocked)
+		default:
+			unavailable.reset()
+			d = a.wait
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-wake:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-g.ctx.Done():
+		}
+		t.Stop()
+	}
+}
+
+// backoff doubles a pause from min to max.
+type backoff struct {
+	min, max time.Duration
+	cur      time.Duration
+	n        int
+}
+
+func (b *backoff) reset() { b.cur, b.n = 0, 0 }
+
+func (b *backoff) next() time.Duration {
+	b.n++
+	b.cur = min(max(2*b.cur, b.min), b.max)
+	return b.cur
+}
+
+// Unlock releases one hold; see [Mutex.Unlock].
+func (m *mutex) Unlock(ctx context.Context) error {
+	m.mu.Lock()
+	l := m.lease
+	if l == nil {
+		m.mu.Unlock()
+		return nil
+	}
+	m.holds--
+	if m.holds > 0 {
+		m.mu.Unlock()
+		return nil
+	}
+	m.lease = nil
+	m.mu.Unlock()
+	l.end(fmt.Errorf("%w: released by Unlock", lock.ErrNotHeld))
+	if err := m.g.release(ctx, m.name, l.value, nil); err != nil {
+		return fmt.Errorf("%s: unlock %s (the key expires with its TTL): %w", m.g.what, m.name, err)
+	}
+	return nil
+}
+
+// lease is one hold: its value, its fencing token, its local deadline and its watchdog.
+type lease struct {
+	m     *mutex
+	value string
+	token lock.Token
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	once   sync.Once
+
+	dmu      sync.Mutex
+	deadline time.Time // monotonic: when the last successful SET/PEXPIRE was sent + TTL − drift
+	timer    *time.Timer
+	ended    bool
+}
+
+// newLease starts the hold's deadline and watchdog.
+func (m *mutex) newLease(value string, a attempt) (*lease, error) {
+	g := m.g
+	l := &lease{m: m, value: value, token: a.token, done: make(chan struct{})}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	if !g.track(l) {
+		_ = g.release(context.Background(), m.name, value, nil)
+		return nil, fmt.Errorf("%s: lock %s: %w", g.what, m.name, lock.ErrClosed)
+	}
+	l.dmu.Lock()
+	l.deadline = a.start.Add(g.o.ttl - g.o.drift)
+	l.timer = time.AfterFunc(time.Until(l.deadline), l.expire)
+	l.dmu.Unlock()
+	g.goOwned(l.watchdog) // false only when closed: close ends the hold
+	return l, nil
+}
+
+// watchdog renews the hold every renewal interval (Redisson's watchdog) until it ends. A renewal
+// that finds the key gone or not ours on so many instances that no majority holds it ends the hold
+// at once; failed renewals are retried sooner, and if none succeeds before the local deadline,
+// expire ends the hold then.
+func (l *lease) watchdog() {
+	g := l.m.g
+	t := time.NewTimer(g.o.renewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+		}
+		sent := time.Now()
+		ctx, cancel := context.WithDeadline(l.ctx, l.currentDeadline())
+		ok, lost, err := g.extend(ctx, l.m, l.value)
+		cancel()
+		next := g.o.renewEvery
+		switch {
+		case ok:
+			l.renewed(sent)
+		case lost:
+			l.end(fmt.Errorf("%w: %s: renewal found the key gone or held by another owner", lock.ErrLockLost, l.m.name))
+			return
+		default:
+			g.o.log.Warn("lock: renewal failed; retrying until the local deadline", "name", l.m.name,
+				"token", l.token.String(), "deadline_in", time.Until(l.currentDeadline()).Round(time.Millisecond), "err", err)
+			next = max(g.o.renewEvery/10, 10*time.Millisecond)
+		}
+		t.Reset(next)
+	}
+}
+
+func (l *lease) currentDeadline() time.Time {
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	return l.deadline
+}
+
+// renewed moves the local deadline to sent + TTL − drift.
+func (l *lease) renewed(sent time.Time) {
+	o := l.m.g.o
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	if l.ended {
+		return
+	}
+	if d := sent.Add(o.ttl - o.drift); d.After(l.deadline) {
+		l.deadline = d
+		l.timer.Reset(time.Until(d))
+	}
+}
+
+// expire ends the hold when its local deadline has passed without a renewal.
+func (l *lease) expire() {
+	l.dmu.Lock()
+	if l.ended {
+		l.dmu.Unlock()
+		return
+	}
+	if left := time.Until(l.deadline); left > 0 { // renewed meanwhile
+		l.timer.Reset(left)
+		l.dmu.Unlock()
+		return
+	}
+	l.dmu.Unlock()
+	l.end(fmt.Errorf("%w: %s: not renewed before the local deadline (TTL %v minus drift %v after the last renewal was sent)",
+		lock.ErrLockLost, l.m.name, l.m.g.o.ttl, l.m.g.o.drift))
+}
+
+// end marks the hold over with cause.
+func (l *lease) end(cause error) {
+	l.once.Do(func() {
+		l.dmu.Lock()
+		l.ended = true
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+		l.dmu.Unlock()
+		l.cancel(cause)
+		close(l.done)
+		l.m.g.untrack(l)
+		if !errors.Is(cause, lock.ErrNotHeld) {
+			l.m.g.o.log.Warn("lock lost", "name", l.m.name, "token", l.token.String(), "err", cause)
+		}
+	})
+}
+
+// Token returns the fencing token of this hold.
+func (l *lease) Token() lock.Token { return l.token }
+
+// Done returns a channel closed when the hold ends: lost or released.
+func (l *lease) Done() <-chan struct{} { return l.done }
+
+// Context returns a context cancelled when the hold ends; [context.Cause] tells why.
+func (l *lease) Context() context.Context { return l.ctx }
+
+// Err returns nil while the hold lasts, then why it ended (wrapping [lock.ErrLockLost] or
+// [lock.ErrNotHeld]).
+func (l *lease) Err() error {
+	select {
+	case <-l.done:
+		return context.Cause(l.ctx)
+	default:
+		return nil
+	}
+}
+
+var _ lock.Locker = (*mutex)(nil)
