@@ -79,6 +79,10 @@ func (m *AdvisoryMutex) take(ctx context.Context, wait bool) (held, error) {
 		return nil, fmt.Errorf("pglock: advisory lock %s: %w", name, err)
 	}
 	ok, err := m.acquire(ctx, conn, wait)
+	if err != nil && c.ctx.Err() != nil && ctx.Err() == nil {
+		m.giveBack(ctx, conn)
+		return nil, c.errClosed(name)
+	}
 	if err == nil && !ok {
 		conn.Release()
 		return nil, fmt.Errorf("pglock: advisory lock %s: %w", name, lock.ErrLocked)
@@ -115,11 +119,16 @@ func (m *AdvisoryMutex) acquire(ctx context.Context, conn *pgxpool.Conn, wait bo
 		err := conn.QueryRow(ctx, `select pg_try_advisory_lock($1)`, m.key).Scan(&ok)
 		return ok, err
 	}
+	// The wait ends with ctx or with Close.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	stopClose := context.AfterFunc(m.c.ctx, wcancel)
+	defer stopClose()
 	qctx, qcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer qcancel()
 	qdone := make(chan struct{})
 	canceled := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
+	stop := context.AfterFunc(wctx, func() {
 		defer close(canceled)
 		cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()

@@ -149,3 +149,46 @@ func TestIntegrationAdvisoryConnectionLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestIntegrationAdvisoryClose: Close ends a waiting Lock with ErrClosed and a hold with
+// ErrLockLost, and gives every connection back.
+func TestIntegrationAdvisoryClose(t *testing.T) {
+	s, ctx := testenv.Parallel(t, time.Minute)
+	name := "advisory-" + testenv.Name(t)
+	pa, pb := pool(t, s.URL), pool(t, s.URL)
+	ca, err := pglock.New(pa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := pglock.New(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, b := advisory(t, ca, name), advisory(t, cb, name)
+	la := held(t, ctx, a)
+	got := make(chan error, 1)
+	go func() {
+		_, err := b.Lock(ctx)
+		got <- err
+	}()
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		return len(advisoryPIDs(t, s, name, false)) == 1
+	}, "b to wait on the server")
+	_ = cb.Close()
+	if err := <-got; !errors.Is(err, lock.ErrClosed) {
+		t.Fatalf("b.Lock waiting at Close: %v, want ErrClosed", err)
+	}
+	_ = ca.Close()
+	if !errors.Is(la.Err(), lock.ErrClosed) || !errors.Is(la.Err(), lock.ErrLockLost) {
+		t.Fatalf("a's lease after Close: %v", la.Err())
+	}
+	if w, h := advisoryPIDs(t, s, name, false), advisoryPIDs(t, s, name, true); len(w)+len(h) != 0 {
+		t.Fatalf("after Close: waiting %v, holding %v", w, h)
+	}
+	if n, m := pa.Stat().AcquiredConns(), pb.Stat().AcquiredConns(); n+m != 0 {
+		t.Fatalf("connections still acquired after Close: %d, %d", n, m)
+	}
+}

@@ -40,9 +40,9 @@ type Client struct {
 
 	mu        sync.Mutex
 	closed    bool
-	channel   string // LISTEN/NOTIFY channel; "" until resolved
-	listening bool   // the listener goroutine runs
-	waiters   map[string]map[*waiter]struct{}
+	channel   string               // LISTEN/NOTIFY channel; "" until resolved
+	listening bool                 // the listener goroutine runs
+	waiters   map[string][]*waiter // by lock name, in arrival order
 }
 
 // New returns a Client on pool. It does not touch the database: call [Client.Migrate] once to
@@ -80,7 +80,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
 		pool: pool, o: o, log: o.log, table: plain, ddl: ddl, seqLit: seqLit,
-		ctx: ctx, cancel: cancel, waiters: map[string]map[*waiter]struct{}{},
+		ctx: ctx, cancel: cancel, waiters: map[string][]*waiter{},
 		// How long the current row has left (null: no row), read before the upsert.
 		peek: `select extract(epoch from expires_at - now())::float8 from ` + t + ` where name = $1`,
 		// PostgreSQL's clock decides expiry. The token of the insert is a placeholder...
@@ -171,19 +171,15 @@ func (c *Client) channelName(ctx context.Context, q pgutil.DBTX) (string, error)
 
 // waiter is one Lock call waiting for its name's release.
 type waiter struct {
-	name string
 	wake chan struct{} // buffered: a wake-up is never lost, never blocks the listener
 }
 
 // watch registers a waiter for name and starts the listener if it does not run yet. Call stop
 // when done waiting.
 func (c *Client) watch(name string) (w *waiter, stop func()) {
-	w = &waiter{name: name, wake: make(chan struct{}, 1)}
+	w = &waiter{wake: make(chan struct{}, 1)}
 	c.mu.Lock()
-	if c.waiters[name] == nil {
-		c.waiters[name] = map[*waiter]struct{}{}
-	}
-	c.waiters[name][w] = struct{}{}
+	c.waiters[name] = append(c.waiters[name], w)
 	start := !c.listening && !c.closed
 	if start {
 		c.listening = true
@@ -196,29 +192,59 @@ func (c *Client) watch(name string) (w *waiter, stop func()) {
 			c.listen()
 		}()
 	}
-	return w, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		delete(c.waiters[name], w)
-		if len(c.waiters[name]) == 0 {
-			delete(c.waiters, name)
+	return w, func() { c.unwatch(name, w) }
+}
+
+// unwatch removes w from name's waiters. A wake-up w received and did not use goes to the next
+// waiter, since a release wakes only one waiter per name.
+func (c *Client) unwatch(name string, w *waiter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ws := c.waiters[name]
+	for i, x := range ws {
+		if x == w {
+			ws = append(ws[:i:i], ws[i+1:]...)
+			break
 		}
+	}
+	if len(ws) == 0 {
+		delete(c.waiters, name)
+		return
+	}
+	c.waiters[name] = ws
+	select {
+	case <-w.wake:
+		signal(ws[0])
+	default:
 	}
 }
 
-// wake signals the waiters of name, or every waiter when all is set.
-func (c *Client) wake(name string, all bool) {
+func signal(w *waiter) {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wakeOne signals the waiter of name that has waited longest in this Client: a release frees the
+// lock once, so one waiter per process tries again (those of other processes are woken by their
+// own Client).
+func (c *Client) wakeOne(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for n, ws := range c.waiters {
-		if !all && n != name {
-			continue
-		}
-		for w := range ws {
-			select {
-			case w.wake <- struct{}{}:
-			default:
-			}
+	if ws := c.waiters[name]; len(ws) > 0 {
+		signal(ws[0])
+	}
+}
+
+// wakeAll signals every waiter: a release may have been missed while the listener was not
+// listening.
+func (c *Client) wakeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ws := range c.waiters {
+		for _, w := range ws {
+			signal(w)
 		}
 	}
 }
@@ -234,7 +260,7 @@ func (c *Client) listen() {
 			return
 		}
 		c.log.Warn("pglock: listening connection lost; reconnecting", "table", c.table, "err", err, "pause", pause)
-		c.wake("", true)
+		c.wakeAll()
 		t := time.NewTimer(pause)
 		select {
 		case <-c.ctx.Done():
@@ -265,7 +291,7 @@ func (c *Client) listenOnce(listening func()) error {
 		return fmt.Errorf("listen %s: %w", ch, err)
 	}
 	listening()
-	c.wake("", true) // a release before LISTEN took effect was missed
+	c.wakeAll() // a release before LISTEN took effect was missed
 	for {
 		n, err := conn.WaitForNotification(c.ctx)
 		if err != nil {
@@ -274,6 +300,6 @@ func (c *Client) listenOnce(listening func()) error {
 			}
 			return fmt.Errorf("wait for notification: %w", err)
 		}
-		c.wake(n.Payload, false)
+		c.wakeOne(n.Payload)
 	}
 }

@@ -58,10 +58,11 @@ func (m *Mutex) Name() string { return m.name }
 // Lock blocks until the lock is held or ctx ends, and returns the Lease of the hold. While it
 // waits, it tries again when the holder's release is notified (LISTEN/NOTIFY), when the holder's
 // row expires, and at the fallback interval ([WithFallbackCheck]). If ctx ends first, ctx's error
-// is returned and nothing is left behind: when ctx ended during an attempt that may have taken the
-// row, the row is deleted with a fresh, bounded context. A failed statement returns its error (the
-// same clean-up applies); a closed Client returns an error wrapping [lock.ErrClosed]. ctx scopes
-// only the wait: the hold lasts until Unlock, or until it is lost.
+// is returned and nothing is left behind: an attempt already sent is waited for (one round trip)
+// and, if it took the row, the row is deleted with a fresh, bounded context. A failed statement
+// returns its error after the same clean-up (if the connection failed while the server may still
+// commit the attempt, such a row expires at its TTL); a closed Client returns an error wrapping
+// [lock.ErrClosed]. ctx scopes only the wait: the hold lasts until Unlock, or until it is lost.
 func (m *Mutex) Lock(ctx context.Context) (lock.Lease, error) {
 	return m.r.lock(ctx, func(ctx context.Context) (held, error) { return m.take(ctx, true) })
 }
@@ -102,6 +103,10 @@ func (m *Mutex) take(ctx context.Context, wait bool) (held, error) {
 			}
 			return nil, fmt.Errorf("pglock: lock %s: %w", m.name, err)
 		}
+		if ok && ctx.Err() != nil { // taken as ctx ended: give it back
+			c.abandon(ctx, m.name, holder)
+			return nil, ctx.Err()
+		}
 		if ok {
 			l := &lease{hold: newHold(m.name, lock.Token{Seq: tok}, c.log), c: c, holder: holder}
 			if !c.goOwned(func() { l.renew(sent) }) {
@@ -136,12 +141,23 @@ func (m *Mutex) take(ctx context.Context, wait bool) (held, error) {
 // has left, the upsert that takes a free or expired row, and the token drawn once the row is ours.
 // ok reports whether the row is now ours; left is the current row's remaining time in seconds when
 // it is not (nil: no row was seen).
+//
+// ctx bounds the wait for a pool connection only. Once the attempt is sent, it runs to its answer
+// (bounded by cleanupTimeout) whatever ctx does: cancelling it on the wire would cut the
+// connection while the server may still commit the insert, after a clean-up delete had run.
 func (c *Client) tryAcquire(ctx context.Context, name string, holder uuid.UUID, data string) (tok int64, left *float64, ok bool, err error) {
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	defer conn.Release()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
 	b := &pgx.Batch{}
 	b.Queue(c.peek, name)
 	b.Queue(c.acquire, name, holder.String(), data)
 	b.Queue(c.token, name, holder.String())
-	br := c.pool.SendBatch(ctx, b)
+	br := conn.SendBatch(sctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
 			err = cerr

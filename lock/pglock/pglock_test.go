@@ -193,6 +193,40 @@ func TestIntegrationCancelLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// ctx ends while the attempt waits on the server (on another transaction's uncommitted row,
+	// expired): the attempt takes the row once that transaction commits, and gives it back.
+	tx, err := s.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // committed below
+	if _, err := tx.Exec(ctx, `insert into txkit_locks (name, holder, data, token, expires_at)
+		values ('cancel', gen_random_uuid(), 'expired', nextval('txkit_lock_tokens'), now() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	bctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Lock(bctx)
+		errc <- err
+	}()
+	<-bctx.Done()
+	select {
+	case err := <-errc:
+		t.Fatalf("b.Lock returned %v while its attempt waits on the server", err)
+	default:
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("b.Lock whose ctx ended mid-statement: %v, want DeadlineExceeded", err)
+	}
+	if got := rows(t, s, "cancel"); len(got) != 0 {
+		t.Fatalf("rows after an attempt cancelled mid-statement: %v", got)
+	}
+
 	// Free lock, ctx ending somewhere between before the send and after the answer.
 	var won, lost int
 	for i := range 60 {

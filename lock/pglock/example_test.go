@@ -1,0 +1,106 @@
+package pglock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/pglock"
+)
+
+func ExampleClient_NewMutex() {
+	ctx := context.Background()
+	pool, schemas, done, ok := testenv.ExampleDB(ctx, "pglock_example_")
+	if !ok {
+		return
+	}
+	defer done()
+	c, err := pglock.New(pool, pglock.WithSchema(schemas[0]), pglock.WithTTL(5*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	if err := c.Migrate(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	a, _ := c.NewMutex("orders/recovery")
+	b, _ := c.NewMutex("orders/recovery") // one Mutex value per contender
+
+	first, err := a.Lock(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, err = b.TryLock(ctx)
+	fmt.Println("b while a holds:", errors.Is(err, lock.ErrLocked))
+	_ = a.Unlock(ctx) // deletes the row and notifies the waiters
+
+	second, err := b.Lock(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("token rose:", first.Token().Less(second.Token()))
+	fmt.Println("first lease over:", errors.Is(first.Err(), lock.ErrNotHeld))
+	_ = b.Unlock(ctx)
+	// Output:
+	// b while a holds: true
+	// token rose: true
+	// first lease over: true
+}
+
+func ExampleClient_NewElector() {
+	ctx := context.Background()
+	pool, schemas, done, ok := testenv.ExampleDB(ctx, "pglock_example_")
+	if !ok {
+		return
+	}
+	defer done()
+	c, err := pglock.New(pool, pglock.WithSchema(schemas[0]))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	if err := c.Migrate(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	one, _ := c.NewElector("relay/leader", "host-1")
+	two, _ := c.NewElector("relay/leader", "host-2")
+
+	lead, err := one.Campaign(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	id, _ := two.Leader(ctx)
+	fmt.Println("leader:", id)
+
+	next := make(chan lock.Leadership)
+	go func() {
+		l, err := two.Campaign(ctx) // waits until host-1 resigns
+		if err != nil {
+			fmt.Println(err)
+		}
+		next <- l
+	}()
+	_ = lead.Resign(ctx)
+	lead2 := <-next
+	id, _ = one.Leader(ctx)
+	fmt.Println("leader:", id, "newer term:", lead.Token().Less(lead2.Token()))
+	_ = lead2.Resign(ctx)
+	_, err = one.Leader(ctx)
+	fmt.Println("no leader:", errors.Is(err, lock.ErrNoLeader))
+	// Output:
+	// leader: host-1
+	// leader: host-2 newer term: true
+	// no leader: true
+}
