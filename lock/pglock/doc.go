@@ -55,16 +55,24 @@
 // with the lock name as payload.
 //
 // Waiters do not poll one another's rows. Each Client has one connection that LISTENs on the
-// channel (opened at the first wait, shared by all its locks, re-opened after a failure) and wakes
-// the waiters of the released name; a waiter also tries again at the current holder's expiry (a
-// crashed holder) and at the fallback interval [WithFallbackCheck] (default 1 s, for a
-// notification missed while the listening connection was down). The order is not fair: after a
-// release every waiter tries again and whichever insert PostgreSQL runs first wins; a waiter can
-// be overtaken by a newcomer any number of times. Use the ZooKeeper lock (package lock) when
-// waiters must be served in order.
+// channel (opened at the first wait, kept until Close, shared by all its locks, re-opened after a
+// failure). A release wakes, in each Client that has waiters on the name, the one that has waited
+// there longest; it tries again, and if it gives up (ctx) the wake-up passes to the next. A waiter
+// also tries again at the current holder's expiry (a crashed holder) and at the fallback interval
+// [WithFallbackCheck] (default 1 s, for a notification missed while the listening connection was
+// down; after it reconnects every waiter tries once). So a release costs one attempt per waiting
+// process, not one per waiter.
 //
-// Lock with a ctx that ends leaves nothing behind: if ctx ended while an attempt was on the wire,
-// the row that attempt may have taken is deleted with a fresh, bounded context.
+// The order is not fair, and not FIFO: after a release, whichever attempt PostgreSQL runs first
+// wins — the woken waiter of any process, or a newcomer's Lock or TryLock — and a waiter can be
+// overtaken any number of times. Use the ZooKeeper lock (package lock) when waiters must be served
+// in order.
+//
+// Lock with a ctx that ends leaves nothing behind. An attempt already sent is not cut off (a cut
+// connection could let the server commit the insert after a clean-up ran): its answer is awaited,
+// one round trip, and a row it took is deleted with a fresh, bounded context before ctx's error is
+// returned. Only when the connection itself fails mid-attempt can such a row remain, until its
+// TTL.
 //
 // # The session recipe (advisory locks)
 //
