@@ -149,14 +149,14 @@ func (m *AdvisoryMutex) acquire(ctx context.Context, conn *pgxpool.Conn, wait bo
 	return err == nil, err
 }
 
-// giveBack unlocks the key on conn (if it is held) and releases conn to the pool; a connection
-// that fails to unlock is closed, which ends its session and its locks.
+// giveBack closes conn, which ends its session and every lock it holds or waits for (and makes
+// a cancel request still on its way harmless), and releases it to the pool, which drops it. It
+// serves the paths where the lock's state on conn is unknown: a failed or cancelled acquisition,
+// Close.
 func (m *AdvisoryMutex) giveBack(ctx context.Context, conn *pgxpool.Conn) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if _, err := conn.Exec(cctx, `select pg_advisory_unlock_all()`); err != nil {
-		_ = conn.Conn().Close(cctx)
-	}
+	_ = conn.Conn().Close(cctx)
 	conn.Release()
 }
 
