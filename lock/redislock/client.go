@@ -218,7 +218,9 @@ func (m *RedlockMutex) Lock(ctx context.Context) (lock.Lease, error) { return m.
 func (m *RedlockMutex) TryLock(ctx context.Context) (lock.Lease, error) { return m.m.TryLock(ctx) }
 
 // Unlock releases one hold; the last one deletes the key on every instance where it still holds
-// this hold's value; see [Mutex.Unlock].
+// this hold's value; see [Mutex.Unlock]. It returns an error only when fewer than a majority of
+// the instances answered (the lock may then stay taken until the TTL); the keys left on the
+// others expire with their TTL, and are logged.
 func (m *RedlockMutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
 
 var (

@@ -374,7 +374,7 @@ func (g *group) close() error {
 	g.mu.Unlock()
 	var errs []error
 	for _, l := range leases {
-		l.end(fmt.Errorf("%w: %w", lock.ErrLockLost, lock.ErrClosed))
+		l.end(fmt.Errorf("%w: %s closed (%w)", lock.ErrLockLost, g.what, lock.ErrClosed))
 		if err := g.release(context.Background(), l.m.name, l.value, nil); err != nil {
 			errs = append(errs, fmt.Errorf("%s: release %s on close: %w", g.what, l.m.name, err))
 		}

@@ -187,10 +187,25 @@ func (m *mutex) Unlock(ctx context.Context) error {
 	m.lease = nil
 	m.mu.Unlock()
 	l.end(fmt.Errorf("%w: released by Unlock", lock.ErrNotHeld))
-	if err := m.g.release(ctx, m.name, l.value, nil); err != nil {
+	err := m.g.release(ctx, m.name, l.value, nil)
+	if err == nil {
+		return nil
+	}
+	// The key expires with its TTL where the release failed. While a majority released it, no
+	// majority can hold it: the lock is free, and Redlock's Unlock succeeds.
+	if failed := len(multi(err)); failed > len(m.g.inst)-m.g.quorum {
 		return fmt.Errorf("%s: unlock %s (the key expires with its TTL): %w", m.g.what, m.name, err)
 	}
+	m.g.o.log.Warn("lock: released on a majority; the other keys expire with their TTL", "name", m.name, "err", err)
 	return nil
+}
+
+// multi returns the errors joined in err (err alone when it is not a join).
+func multi(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // lease is one hold: its value, its fencing token, its local deadline and its watchdog.

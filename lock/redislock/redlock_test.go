@@ -1,0 +1,206 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/redislock"
+)
+
+// newRedlock returns a Redlock on a go-redis client per address, closed when the test ends.
+func newRedlock(t testing.TB, addrs []string, opts ...redislock.Option) (*redislock.Redlock, []*redis.Client) {
+	t.Helper()
+	rdbs := make([]*redis.Client, len(addrs))
+	clients := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		rdbs[i] = newRedis(t, a)
+		clients[i] = rdbs[i]
+	}
+	r, err := redislock.NewRedlock(clients, append([]redislock.Option{redislock.WithLogger(testenv.Logger(t))}, opts...)...)
+	if err != nil {
+		t.Fatalf("NewRedlock: %v", err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r, rdbs
+}
+
+func newRedlockMutex(t testing.TB, r *redislock.Redlock, name string) *redislock.RedlockMutex {
+	t.Helper()
+	m, err := r.NewMutex(name)
+	if err != nil {
+		t.Fatalf("NewMutex(%s): %v", name, err)
+	}
+	return m
+}
+
+// proxied puts a proxy in front of each address and returns the proxies.
+func proxied(t testing.TB, addrs []string) ([]*proxy, []string) {
+	ps := make([]*proxy, len(addrs))
+	via := make([]string, len(addrs))
+	for i, a := range addrs {
+		ps[i] = newProxy(t, a)
+		via[i] = ps[i].Addr()
+	}
+	return ps, via
+}
+
+// TestIntegrationRedlockAcquireRelease: a hold sets the same value on all three instances, its
+// token is the highest of their counters, and Unlock deletes the key on all three.
+func TestIntegrationRedlockAcquireRelease(t *testing.T) {
+	t.Parallel()
+	addrs := testenv.Redlock(t)
+	r, rdbs := newRedlock(t, addrs)
+	name := lockName(t)
+	a, b := newRedlockMutex(t, r, name), newRedlockMutex(t, r, name)
+	ctx := t.Context()
+	l, err := a.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var value string
+	var highest int64
+	for i, rdb := range rdbs {
+		v, err := rdb.Get(ctx, key(name)).Result()
+		if err != nil {
+			t.Fatalf("instance %d: %v", i, err)
+		}
+		if i > 0 && v != value {
+			t.Errorf("instance %d holds %q, instance 0 %q", i, v, value)
+		}
+		value = v
+		n, err := rdb.Get(ctx, key(name)+":fence").Int64()
+		if err != nil {
+			t.Fatalf("instance %d counter: %v", i, err)
+		}
+		highest = max(highest, n)
+	}
+	if l.Token() != (lock.Token{Seq: highest}) {
+		t.Errorf("token %s, want the highest counter %d", l.Token(), highest)
+	}
+	if _, err := b.TryLock(ctx); !errors.Is(err, lock.ErrLocked) {
+		t.Fatalf("TryLock while held: %v, want ErrLocked", err)
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, rdb := range rdbs {
+		if n, err := rdb.Exists(ctx, key(name)).Result(); err != nil || n != 0 {
+			t.Errorf("instance %d: key after Unlock: %d (%v)", i, n, err)
+		}
+	}
+	lb, err := b.TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Token().Less(lb.Token()) {
+		t.Errorf("token %s after %s", lb.Token(), l.Token())
+	}
+	if err := b.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIntegrationRedlockOneOfThreeDown: with one instance of three cut off, a hold survives its
+// renewals, contenders exclude one another with rising tokens, and the elector reports the leader.
+func TestIntegrationRedlockOneOfThreeDown(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Second
+	ps, via := proxied(t, testenv.Redlock(t))
+	r, _ := newRedlock(t, via, redislock.WithTTL(ttl))
+	name := lockName(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+
+	// A hold taken on three keeps going when one goes down.
+	holder := newRedlockMutex(t, r, name)
+	l, err := holder.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps[1].Down()
+	select {
+	case <-l.Done():
+		t.Fatalf("hold lost with one instance of three down: %v", l.Err())
+	case <-time.After(3 * ttl):
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Logf("Unlock with one instance down: %v", err)
+	}
+
+	var h history
+	start := time.Now()
+	err = contend(ctx, 4, 10, func() (lock.Locker, error) { return r.NewMutex(name) }, &h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.check(t, 40)
+	t.Logf("40 holds by 4 contenders with one instance down in %v", time.Since(start).Round(time.Millisecond))
+	if !l.Token().Less(h.last) {
+		t.Errorf("tokens fell: %s after %s", h.last, l.Token())
+	}
+
+	e, err := r.NewElector(name+"-election", "candidate-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := e.Leader(ctx); err != nil || id != "candidate-1" {
+		t.Errorf("Leader with one instance down = %q, %v; want candidate-1", id, err)
+	}
+	if err := lead.Resign(ctx); err != nil {
+		t.Logf("Resign with one instance down: %v", err)
+	}
+}
+
+// TestIntegrationRedlockTwoOfThreeDown: with two instances of three cut off, no lock can be taken
+// (TryLock fails, Lock waits until its ctx ends), and a hold taken before is lost before its TTL
+// could have let anyone else in.
+func TestIntegrationRedlockTwoOfThreeDown(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Second
+	ps, via := proxied(t, testenv.Redlock(t))
+	r, _ := newRedlock(t, via, redislock.WithTTL(ttl))
+	name := lockName(t)
+	ctx := t.Context()
+	holder, other := newRedlockMutex(t, r, name), newRedlockMutex(t, r, name)
+	l, err := holder.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	ps[0].Down()
+	ps[2].Down()
+	select {
+	case <-l.Done():
+		if d := time.Since(cut); d > ttl {
+			t.Errorf("hold lost %v after the cut, want within the TTL %v", d, ttl)
+		}
+		if !errors.Is(l.Err(), lock.ErrLockLost) {
+			t.Errorf("lease ended with %v, want ErrLockLost", l.Err())
+		}
+	case <-time.After(5 * ttl):
+		t.Fatal("hold not lost with two instances of three down")
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Logf("Unlock with two instances down: %v", err)
+	}
+	_, err = other.TryLock(ctx)
+	if err == nil {
+		t.Fatal("TryLock succeeded with two instances of three down")
+	}
+	t.Logf("TryLock with two instances down: %v", err)
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := other.Lock(wctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with two instances down: %v, want DeadlineExceeded", err)
+	}
+}
