@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The servers' addresses (deploy/local/env) exported for the command that follows.
 WITH_ENV = set -a && eval "$$(deploy/local/env)" && ROCKETMQ_GO_LOG_LEVEL=error && set +a &&
 
-.PHONY: up down status test unit demo tcc-order drill-tcc saga-order drill-saga transfer drill-2pc bench lint env recharge
+.PHONY: up down status test unit demo tcc-order drill-tcc saga-order drill-saga transfer drill-2pc bench lint env recharge stock
 
 up: ## start PostgreSQL, the ZooKeeper ensemble and RocketMQ (installing what is missing)
 	@deploy/local/up
@@ -84,3 +84,10 @@ lint: ## go vet, gofmt and staticcheck
 
 recharge: up ## the notify example: recharge and account services, retried and lost notifications, reconciliation through the query API
 	@$(WITH_ENV) $(GO) run ./examples/recharge/demo
+
+stock: up ## the stock-deduction example (per-SKU lock, operation ids, SIGKILLed holders) on every lock backend, then without a lock (its checks must fail); prints backend | orders/s | p99 | checks
+	@$(WITH_ENV) mkdir -p $(TXKIT_HOME)/stock && $(GO) build -o $(TXKIT_HOME)/stock/demo ./examples/stock/demo && \
+	sum=$$(mktemp) && rc=0; \
+	for l in zk zk-unfair pg redis redlock; do $(TXKIT_HOME)/stock/demo -lock $$l -summary $$sum || rc=1; done; \
+	$(TXKIT_HOME)/stock/demo -lock none -expect-fail -summary $$sum || rc=1; \
+	printf '\n%-10s | %8s | %8s | %s\n' backend orders/s p99 checks; cat $$sum; rm -f $$sum; exit $$rc

@@ -36,7 +36,7 @@ import (
 func main() {
 	cfg := Config{Log: os.Stdout}
 	flag.StringVar(&cfg.Lock, "lock", "zk", "lock backend: "+strings.Join(exapp.LockKinds(), ", ")+", or none (no lock: the checks must fail)")
-	flag.IntVar(&cfg.Orders, "orders", 400, "orders of the load phase")
+	flag.IntVar(&cfg.Orders, "orders", 2000, "orders of the load phase")
 	flag.IntVar(&cfg.Buyers, "buyers", 32, "concurrent buyers of the load phase")
 	flag.IntVar(&cfg.SKUs, "skus", 4, "SKUs of the load phase (and of the crash phase)")
 	flag.Int64Var(&cfg.Stock, "stock", 50, "initial stock of each SKU")
