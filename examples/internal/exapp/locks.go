@@ -9,8 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/pglock"
+	"github.com/txkit/txkit/lock/redislock"
 )
 
 // The environment variables [OpenLocks] reads its servers from (deploy/local/env prints them).
@@ -211,10 +214,54 @@ func (l *Locks) openPG(ctx context.Context, o locksOptions) error {
 	return nil
 }
 
-func (l *Locks) openRedis(context.Context, locksOptions) error {
-	return fmt.Errorf("the redis backend (package lock/redislock) is not built yet: %w", lock.ErrInvalidOption)
+// redisClient opens a go-redis client on addr and checks that the server answers.
+func (l *Locks) redisClient(ctx context.Context, addr string) (*redis.Client, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	l.close = append(l.close, rdb.Close)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("redis %s: %w", addr, err)
+	}
+	return rdb, nil
 }
 
-func (l *Locks) openRedlock(context.Context, locksOptions) error {
-	return fmt.Errorf("the redlock backend (package lock/redislock) is not built yet: %w", lock.ErrInvalidOption)
+func (l *Locks) openRedis(ctx context.Context, o locksOptions) error {
+	addrs, err := servers(EnvRedis)
+	if err != nil {
+		return err
+	}
+	rdb, err := l.redisClient(ctx, addrs[0])
+	if err != nil {
+		return err
+	}
+	c, err := redislock.New(rdb, redislock.WithTTL(o.ttl), redislock.WithLogger(l.log))
+	if err != nil {
+		return err
+	}
+	l.close = append(l.close, c.Close)
+	l.newMu = func(name string) (lock.Locker, error) { return c.NewMutex("txkit/" + name) }
+	l.newEl = func(name, id string) (lock.Elector, error) { return c.NewElector("txkit/"+name, id) }
+	return nil
+}
+
+func (l *Locks) openRedlock(ctx context.Context, o locksOptions) error {
+	addrs, err := servers(EnvRedlock)
+	if err != nil {
+		return err
+	}
+	clients := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		rdb, err := l.redisClient(ctx, a)
+		if err != nil {
+			return err
+		}
+		clients[i] = rdb
+	}
+	r, err := redislock.NewRedlock(clients, redislock.WithTTL(o.ttl), redislock.WithLogger(l.log))
+	if err != nil {
+		return err
+	}
+	l.close = append(l.close, r.Close)
+	l.newMu = func(name string) (lock.Locker, error) { return r.NewMutex("txkit/" + name) }
+	l.newEl = func(name, id string) (lock.Elector, error) { return r.NewElector("txkit/"+name, id) }
+	return nil
 }

@@ -23,12 +23,12 @@ func config(t *testing.T, lock string) Config {
 	}
 }
 
-// TestIntegrationStockDemo: on ZooKeeper and on PostgreSQL, the documents' scenario serves
+// TestIntegrationStockDemo: on ZooKeeper, PostgreSQL and Redis, the documents' scenario serves
 // exactly one buyer, the load never oversells, each operation is applied once, stock + sold =
 // initial, and each SIGKILLed holder's deduction is answered once its lock expires.
 func TestIntegrationStockDemo(t *testing.T) {
 	testenv.ZK(t)
-	for _, lock := range []string{"zk", "pg"} {
+	for _, lock := range []string{"zk", "pg", "redis"} {
 		t.Run(lock, func(t *testing.T) {
 			rep := drilltest.Run(t, 2*time.Minute, Run, config(t, lock))
 			if rep.Load.Deducted == 0 || rep.Load.Refused == 0 {

@@ -17,11 +17,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/signal"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -48,19 +45,10 @@ func main() {
 	flag.DurationVar(&c.giveUp, "give-up", time.Minute, "stop retrying an order after this long (it is answered undecided)")
 	flag.Parse()
 	log := exapp.Logger("order")
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, c, log); err != nil {
-		log.Error("order service failed", "err", err)
-		stop()
-		os.Exit(1)
-	}
+	shop.Main(log, "order service", func(ctx context.Context) error { return run(ctx, c, log) })
 }
 
 func run(ctx context.Context, c config, log *slog.Logger) error {
-	if c.pg == "" {
-		return fmt.Errorf("no PostgreSQL URL: set %s or -pg", exapp.EnvPG)
-	}
 	var stock []string
 	for _, u := range strings.Split(c.stock, ",") {
 		if u = strings.TrimSpace(u); u != "" {
@@ -70,7 +58,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if len(stock) == 0 {
 		return errors.New("no stock service: set -stock")
 	}
-	pool, err := exapp.Pool(ctx, c.pg, c.db, c.schema, 8)
+	pool, err := shop.Pool(ctx, c.pg, c.db, c.schema)
 	if err != nil {
 		return err
 	}

@@ -31,11 +31,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,20 +66,11 @@ func main() {
 	flag.BoolVar(&c.killHook, "kill-hook", false, "serve POST /hold (the demo's kill while holding a lock)")
 	flag.Parse()
 	log := exapp.Logger("stock").With("id", c.id)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, c, log); err != nil {
-		log.Error("stock service failed", "err", err)
-		stop()
-		os.Exit(1)
-	}
+	shop.Main(log, "stock service", func(ctx context.Context) error { return run(ctx, c, log) })
 }
 
 func run(ctx context.Context, c config, log *slog.Logger) error {
-	if c.pg == "" {
-		return fmt.Errorf("no PostgreSQL URL: set %s or -pg", exapp.EnvPG)
-	}
-	pool, err := exapp.Pool(ctx, c.pg, c.db, c.schema, 8)
+	pool, err := shop.Pool(ctx, c.pg, c.db, c.schema)
 	if err != nil {
 		return err
 	}

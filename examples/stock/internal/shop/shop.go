@@ -5,10 +5,16 @@ package shop
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
+	"os"
+	"os/signal"
 	"slices"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/examples/internal/exapp"
 )
 
 // DB is the database the example's schemas live in (created if missing).
@@ -111,4 +117,25 @@ func Seed(ctx context.Context, pool *pgxpool.Pool, stock map[string]int64) error
 		}
 	}
 	return nil
+}
+
+// Main runs a service: run with a ctx that ends on SIGINT or SIGTERM. When run fails, it logs
+// "<what> failed" and exits 1.
+func Main(log *slog.Logger, what string, run func(ctx context.Context) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		log.Error(what+" failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+// Pool opens a pool of at most 8 connections on database db (created if missing) of the server of
+// pg, whose search_path is schema (created if missing).
+func Pool(ctx context.Context, pg, db, schema string) (*pgxpool.Pool, error) {
+	if pg == "" {
+		return nil, fmt.Errorf("no PostgreSQL URL: set %s or -pg", exapp.EnvPG)
+	}
+	return exapp.Pool(ctx, pg, db, schema, 8)
 }

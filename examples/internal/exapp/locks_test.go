@@ -1,0 +1,124 @@
+package exapp
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+)
+
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
+
+// OpenLocks names what it cannot use: an unknown backend (listing the known ones), a TTL that is
+// not positive, a server variable that is not set.
+func TestOpenLocksRefusesBadInput(t *testing.T) {
+	t.Setenv(EnvRedis, "")
+	for _, tc := range []struct {
+		name, kind string
+		opts       []LocksOption
+		want       string
+	}{
+		{"unknown backend", "etcd", nil, "zk, zk-unfair, pg, redis, redlock"},
+		{"empty backend", "", nil, `unknown lock backend ""`},
+		{"zero ttl", "zk", []LocksOption{WithLockTTL(0)}, "ttl 0s"},
+		{"unset variable", "redis", nil, EnvRedis + " is not set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := OpenLocks(t.Context(), tc.kind, nil, tc.opts...)
+			if err == nil {
+				l.Close()
+				t.Fatal("OpenLocks succeeded")
+			}
+			if !errors.Is(err, lock.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v; want one wrapping lock.ErrInvalidOption that says %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLockNames(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"stock/sku-1", true},
+		{"relay", true},
+		{"", false},
+		{"/stock/sku-1", false},
+		{"stock/", false},
+		{"stock//sku-1", false},
+	} {
+		if err := validName(tc.name); (err == nil) != tc.ok {
+			t.Errorf("validName(%q) = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+// TestIntegrationOpenLocks: on every backend, two processes' Locks (two connections) exclude each
+// other on one name, the next holder's token is higher, and an Elector leads and says so.
+func TestIntegrationOpenLocks(t *testing.T) {
+	testenv.ZK(t)
+	testenv.PGURL(t)
+	testenv.Redis(t)
+	testenv.Redlock(t)
+	for _, kind := range LockKinds() {
+		t.Run(kind, func(t *testing.T) {
+			ctx := t.Context()
+			var locks [2]*Locks
+			for i := range locks {
+				l, err := OpenLocks(ctx, kind, testenv.Logger(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { l.Close() })
+				locks[i] = l
+			}
+			name := "exapp-test/" + testenv.Name(t)
+			a, err := locks[0].Locker(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := locks[1].Locker(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			la, err := a.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.TryLock(ctx); !errors.Is(err, lock.ErrLocked) {
+				t.Fatalf("TryLock while the other Locks holds %s: %v, want lock.ErrLocked", name, err)
+			}
+			if err := a.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			lb, err := b.TryLock(ctx)
+			if err != nil {
+				t.Fatalf("TryLock after the release: %v", err)
+			}
+			if !la.Token().Less(lb.Token()) {
+				t.Fatalf("next holder's token %v is not above %v", lb.Token(), la.Token())
+			}
+			if err := b.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			el, err := locks[0].Elector(name+"-leader", "candidate-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lead, err := el.Campaign(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id, err := el.Leader(ctx); err != nil || id != "candidate-a" {
+				t.Fatalf("Leader = %q, %v; want candidate-a", id, err)
+			}
+			if err := lead.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
