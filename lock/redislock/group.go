@@ -125,6 +125,17 @@ func (g *group) fanout(ctx context.Context, call func(ctx context.Context, in *i
 	return slices.Clone(out)
 }
 
+// failures returns the errors of the replies that failed, each naming its instance.
+func failures(replies []reply) []error {
+	var errs []error
+	for i, r := range replies {
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("instance %d: %w", i, r.err))
+		}
+	}
+	return errs
+}
+
 // attempt is the outcome of one acquisition on the group.
 type attempt struct {
 	ok    bool
@@ -153,13 +164,12 @@ func (g *group) acquire(ctx context.Context, m *mutex, value string) attempt {
 	a := attempt{start: start}
 	var (
 		taken, heldByOthers int
-		errs                []error
+		errs                = failures(replies)
 		free                []time.Duration // per answering instance: how long until its key is free
 	)
-	for i, r := range replies {
+	for _, r := range replies {
 		switch {
 		case r.err != nil:
-			errs = append(errs, fmt.Errorf("instance %d: %w", i, r.err))
 		case r.ok:
 			taken++
 			free = append(free, 0)
@@ -211,18 +221,16 @@ func (g *group) extend(ctx context.Context, m *mutex, value string) (ok, lost bo
 		return in.extend(ctx, key, value, g.o.ttl)
 	}, nil)
 	var renewed, gone int
-	var errs []error
-	for i, r := range replies {
+	for _, r := range replies {
 		switch {
 		case r.err != nil:
-			errs = append(errs, fmt.Errorf("instance %d: %w", i, r.err))
 		case r.ok:
 			renewed++
 		default:
 			gone++
 		}
 	}
-	return renewed >= g.quorum, len(g.inst)-gone < g.quorum, errors.Join(errs...)
+	return renewed >= g.quorum, len(g.inst)-gone < g.quorum, errors.Join(failures(replies)...)
 }
 
 // release deletes the hold's key on every instance whose reply does not say it was held by
@@ -270,18 +278,14 @@ func (g *group) holder(ctx context.Context, name string) (string, error) {
 	key, _ := g.keys(name)
 	replies := g.fanout(ctx, func(ctx context.Context, in *instance) reply { return in.get(ctx, key) }, nil)
 	count := map[string]int{}
-	var errs []error
-	for i, r := range replies {
-		switch {
-		case r.err != nil:
-			errs = append(errs, fmt.Errorf("instance %d: %w", i, r.err))
-		case r.ok:
+	for _, r := range replies {
+		if r.ok {
 			if count[r.data]++; count[r.data] >= g.quorum {
 				return holderData(r.data), nil
 			}
 		}
 	}
-	if len(errs) > len(g.inst)-g.quorum {
+	if errs := failures(replies); len(errs) > len(g.inst)-g.quorum {
 		return "", fmt.Errorf("%s: holder of %s: %w", g.what, name, errors.Join(errs...))
 	}
 	return "", fmt.Errorf("%s: holder of %s: %w", g.what, name, lock.ErrNoLeader)

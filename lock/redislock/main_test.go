@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,82 +61,57 @@ func lockName(t testing.TB) string { return "test-" + testenv.Name(t) }
 // key is the lock key of name under the default prefix.
 func key(name string) string { return "txkit:lock:{" + name + "}" }
 
-// history records holds and checks them: never two holders at once, tokens strictly increasing
-// from one hold to the next.
-type history struct {
-	mu      sync.Mutex
-	holding int
-	last    lock.Token
-	holds   int
-	errs    []string
-}
-
-func (h *history) enter(tok lock.Token) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.holding++
-	h.holds++
-	if h.holding > 1 {
-		h.errs = append(h.errs, fmt.Sprintf("two holders at once (token %s)", tok))
-	}
-	if !h.last.Less(tok) {
-		h.errs = append(h.errs, fmt.Sprintf("token %s does not follow %s", tok, h.last))
-	}
-	h.last = tok
-}
-
-func (h *history) exit() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.holding--
-}
-
-func (h *history) check(t testing.TB, want int) {
-	t.Helper()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, e := range h.errs {
-		t.Error(e)
-	}
-	if h.holds != want {
-		t.Errorf("history: %d holds, want %d", h.holds, want)
-	}
-}
-
 // contend runs goroutines goroutines, each with its own Locker from newLocker, each making holds
-// holds, recording them in h; it returns the first error.
-func contend(ctx context.Context, goroutines, holds int, newLocker func() (lock.Locker, error), h *history) error {
-	errc := make(chan error, goroutines)
-	var wg sync.WaitGroup
+// holds. It returns the tokens of the holds in the order they were taken, and an error when a
+// hold began while another was running, when a hold was lost before its work, or when a call
+// failed.
+func contend(ctx context.Context, goroutines, holds int, newLocker func() (lock.Locker, error)) ([]lock.Token, error) {
+	var (
+		inside atomic.Int32 // holds running now
+		mu     sync.Mutex
+		tokens []lock.Token
+		errs   []error
+		wg     sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
 	for range goroutines {
 		l, err := newLocker()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		wg.Go(func() {
 			for range holds {
 				lease, err := l.Lock(ctx)
 				if err != nil {
-					errc <- err
+					fail(err)
 					return
 				}
-				h.enter(lease.Token())
-				if lease.Err() != nil {
-					errc <- fmt.Errorf("hold %s lost before its work: %w", lease.Token(), lease.Err())
+				if n := inside.Add(1); n > 1 {
+					fail(fmt.Errorf("%d holders at once (token %s)", n, lease.Token()))
 				}
-				h.exit()
+				mu.Lock()
+				tokens = append(tokens, lease.Token())
+				mu.Unlock()
+				if lease.Err() != nil {
+					fail(fmt.Errorf("hold %s lost before its work: %w", lease.Token(), lease.Err()))
+				}
+				inside.Add(-1)
 				if err := l.Unlock(ctx); err != nil {
-					errc <- err
+					fail(err)
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	close(errc)
-	var errs []error
-	for err := range errc {
-		errs = append(errs, err)
+	for i := 1; i < len(tokens); i++ {
+		if !tokens[i-1].Less(tokens[i]) {
+			errs = append(errs, fmt.Errorf("hold %d has token %s, not above the one before, %s", i, tokens[i], tokens[i-1]))
+		}
 	}
-	return errors.Join(errs...)
+	return tokens, errors.Join(errs...)
 }

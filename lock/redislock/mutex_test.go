@@ -180,15 +180,16 @@ func TestIntegrationTokensIncrease(t *testing.T) {
 	rdb := newRedis(t, testenv.Redis(t))
 	c := newClient(t, rdb)
 	name := lockName(t)
-	var h history
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	start := time.Now()
-	err := contend(ctx, 8, 25, func() (lock.Locker, error) { return c.NewMutex(name) }, &h)
+	tokens, err := contend(ctx, 8, 25, func() (lock.Locker, error) { return c.NewMutex(name) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.check(t, 200)
+	if len(tokens) != 200 {
+		t.Fatalf("%d holds, want 200", len(tokens))
+	}
 	t.Logf("200 holds by 8 contenders in %v", time.Since(start).Round(time.Millisecond))
 }
 
