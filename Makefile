@@ -85,9 +85,9 @@ lint: ## go vet, gofmt and staticcheck
 recharge: up ## the notify example: recharge and account services, retried and lost notifications, reconciliation through the query API
 	@$(WITH_ENV) $(GO) run ./examples/recharge/demo
 
-stock: up ## the stock-deduction example (per-SKU lock, operation ids, SIGKILLed holders) on every lock backend, then without a lock (its checks must fail); prints backend | orders/s | p99 | checks
+stock: up ## the stock-deduction example (per-SKU lock, operation ids, SIGKILLed holders) on every lock backend, then without a lock (its checks must fail); prints backend | orders/s | p99 | kill->answer | checks
 	@$(WITH_ENV) mkdir -p $(TXKIT_HOME)/stock && $(GO) build -o $(TXKIT_HOME)/stock/demo ./examples/stock/demo && \
 	sum=$$(mktemp) && rc=0; \
 	for l in zk zk-unfair pg redis redlock; do $(TXKIT_HOME)/stock/demo -lock $$l -summary $$sum || rc=1; done; \
 	$(TXKIT_HOME)/stock/demo -lock none -expect-fail -summary $$sum || rc=1; \
-	printf '\n%-10s | %8s | %8s | %s\n' backend orders/s p99 checks; cat $$sum; rm -f $$sum; exit $$rc
+	printf '\n%-10s | %8s | %8s | %12s | %s\n' backend orders/s p99 'kill->answer' checks; cat $$sum; rm -f $$sum; exit $$rc

@@ -48,7 +48,7 @@ func main() {
 	flag.StringVar(&cfg.Dir, "dir", filepath.Join(exapp.Env("TXKIT_HOME", ".txkit"), "stock"), "binaries and service logs")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the run's schema for inspection")
 	expectFail := flag.Bool("expect-fail", false, "exit 0 only when a check fails (for -lock none)")
-	summary := flag.String("summary", "", "append a row \"backend | orders/s | p99 | checks\" to this file")
+	summary := flag.String("summary", "", "append a row \"backend | orders/s | p99 | kill->answer | checks\" to this file")
 	timeout := flag.Duration("timeout", 5*time.Minute, "give up after this long")
 	flag.Parse()
 	if cfg.PG == "" {
@@ -71,7 +71,8 @@ func main() {
 		}
 	}
 	if *summary != "" {
-		row := fmt.Sprintf("%-10s | %8.0f | %8v | %s\n", cfg.Lock, rep.Load.PerSecond(), rep.Load.P99.Round(100*time.Microsecond), checks)
+		row := fmt.Sprintf("%-10s | %8.0f | %8v | %12v | %s\n", cfg.Lock, rep.Load.PerSecond(), rep.Load.P99.Round(100*time.Microsecond),
+			rep.MaxRecovery().Round(10*time.Millisecond), checks)
 		if err := appendFile(*summary, row); err != nil {
 			fmt.Fprintln(os.Stderr, "summary:", err)
 			os.Exit(1)
