@@ -34,7 +34,7 @@
 // are Lua scripts that compare the value first (compare-and-delete, compare-and-PEXPIRE), so only
 // the hold that set the key ever removes or extends it. The acquisition is one script too: when,
 // and only when, the SET succeeded, it advances the lock's fencing counter (key "<prefix>{name}:fence",
-// no TTL) and returns it; the hold's [lock.Token] is {Seq: counter}. Keys are "<prefix>{name}" and
+// no TTL) and returns it; the hold's [lock.Token] is {Seq: counter} (Epoch is always 0). Keys are "<prefix>{name}" and
 // "<prefix>{name}:fence": the braces keep both in one Redis Cluster slot.
 //
 // A watchdog (Redisson's) renews the TTL every renewal interval ([WithRenewEvery], default TTL/3)

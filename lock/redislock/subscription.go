@@ -50,10 +50,9 @@ func (s *subscription) watch(name string, c chan struct{}) <-chan struct{} {
 	}
 	set[c] = struct{}{}
 	if s.ps == nil {
-		s.ps = s.rdb.Subscribe(context.Background(), s.channel)
-		msgs := s.ps.ChannelWithSubscriptions()
+		s.ps = s.rdb.Subscribe(context.Background()) // no channel yet: no round trip under s.mu
 		s.wg.Add(1)
-		go s.dispatch(msgs)
+		go s.dispatch(s.ps)
 	}
 	return s.ready
 }
@@ -69,8 +68,14 @@ func (s *subscription) unwatch(name string, c chan struct{}) {
 	}
 }
 
-func (s *subscription) dispatch(msgs <-chan any) {
+func (s *subscription) dispatch(ps *redis.PubSub) {
 	defer s.wg.Done()
+	// When Redis does not answer, SUBSCRIBE fails but go-redis keeps the channel and subscribes
+	// again each time it reconnects; the confirmation then comes through msgs.
+	if err := ps.Subscribe(context.Background(), s.channel); err != nil {
+		s.log.Debug("subscribing to the release channel", "channel", s.channel, "err", err)
+	}
+	msgs := ps.ChannelWithSubscriptions()
 	confirmed := false
 	for m := range msgs {
 		switch m := m.(type) {
