@@ -11,11 +11,12 @@ import (
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/locktest"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(workerEnv) != "" {
-		os.Exit(runWorker())
+	if locktest.IsWorker() {
+		os.Exit(locktest.RunWorker(zkBackend))
 	}
 	testenv.VerifyNoLeaks(m)
 }

@@ -1,0 +1,72 @@
+package lock_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/locktest"
+)
+
+// zkBackend builds the ZooKeeper backend called name — "zk" (the fair recipe, with its Elector)
+// or "zk-unfair" ([lock.WithUnfair]; no Elector: elections always use the fair recipe) — on the
+// configuration "<root path> <server>,<server>,...". Lock names become children of the root.
+// Worker processes build it through TestMain.
+func zkBackend(name, config string) (locktest.Backend, error) {
+	root, list, ok := strings.Cut(config, " ")
+	if !ok {
+		return locktest.Backend{}, fmt.Errorf("zk backend config %q: want \"<root> <servers>\"", config)
+	}
+	servers := strings.Split(list, ",")
+	var opts []lock.Option
+	switch name {
+	case "zk":
+	case "zk-unfair":
+		opts = append(opts, lock.WithUnfair())
+	default:
+		return locktest.Backend{}, fmt.Errorf("no ZooKeeper backend called %q", name)
+	}
+	return locktest.Backend{
+		Name:   name,
+		Config: config,
+		Expiry: testSessionTimeout,
+		Connect: func(ctx context.Context) (*locktest.Conn, error) {
+			s, err := lock.NewSession(ctx, servers, lock.WithSessionTimeout(testSessionTimeout))
+			if err != nil {
+				return nil, err
+			}
+			c := &locktest.Conn{
+				Locker: func(n string) (lock.Locker, error) { return lock.NewMutex(s, root+"/"+n, opts...) },
+				Close:  s.Close,
+			}
+			if name == "zk" {
+				c.Elector = func(n, id string) (lock.Elector, error) { return lock.NewElector(s, root+"/"+n, id) }
+			}
+			return c, nil
+		},
+	}, nil
+}
+
+// zkConformance returns the ZooKeeper backend called name for the test, under a path of its own.
+func zkConformance(t *testing.T, name string) locktest.Backend {
+	t.Helper()
+	b, err := zkBackend(name, testenv.ZKRoot(t)+" "+strings.Join(testenv.ZK(t), ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestIntegrationConformance runs the lock conformance suite (package lock/locktest) against the
+// ZooKeeper lock, fair and unfair.
+func TestIntegrationConformance(t *testing.T) {
+	for _, name := range []string{"zk", "zk-unfair"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			locktest.Run(t, zkConformance(t, name))
+		})
+	}
+}

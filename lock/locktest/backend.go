@@ -1,0 +1,67 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/txkit/txkit/lock"
+)
+
+// Backend is a lock backend under test. Its fields are read, never changed, by the suite.
+type Backend struct {
+	// Name names the backend in subtests and tells [RunWorker]'s build function which backend to
+	// build ("zk", "pglock-lease", "redlock", ...).
+	Name string
+	// Config is everything beside Name that a worker process needs to build the same Backend: a
+	// URL, server addresses, a key prefix or path root unique to the test. Worker processes get
+	// it in their environment, so it must be a string an environment variable can carry.
+	Config string
+	// Expiry is how long after its holder dies (SIGKILL: no release, no goodbye) another owner can
+	// take the lock: the lease TTL, or the ZooKeeper session timeout. Tests that wait for an
+	// expiry allow Expiry + 1 s. Keep it short in tests (2-3 s).
+	Expiry time.Duration
+	// Connect opens what one process would have: a connection (pool, client, session) to the
+	// server, from which that process's Lockers and Electors are made.
+	Connect func(ctx context.Context) (*Conn, error)
+}
+
+// Conn is one process's connection to a backend, as [Backend.Connect] opens it.
+type Conn struct {
+	// Locker returns a new Locker on the lock called name, on this connection. Each call returns
+	// a distinct owner: two Lockers of one Conn exclude each other.
+	Locker func(name string) (lock.Locker, error)
+	// Elector returns a new candidate with the given id in the election called name, on this
+	// connection. When nil, the elector tests are not run for the backend.
+	Elector func(name, id string) (lock.Elector, error)
+	// Close closes the connection. Holds made through it end (they are lost, or released).
+	Close func() error
+}
+
+func (b Backend) validate() error {
+	switch {
+	case b.Name == "":
+		return errors.New("locktest: Backend.Name is empty")
+	case b.Connect == nil:
+		return fmt.Errorf("locktest: backend %s: Backend.Connect is nil", b.Name)
+	case b.Expiry <= 0:
+		return fmt.Errorf("locktest: backend %s: Backend.Expiry %v is not positive", b.Name, b.Expiry)
+	}
+	return nil
+}
+
+// connect opens a Conn and checks that it is complete.
+func (b Backend) connect(ctx context.Context) (*Conn, error) {
+	c, err := b.Connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("locktest: connect %s: %w", b.Name, err)
+	}
+	if c == nil || c.Locker == nil || c.Close == nil {
+		if c != nil && c.Close != nil {
+			_ = c.Close()
+		}
+		return nil, fmt.Errorf("locktest: backend %s: Connect returned a Conn without Locker or Close", b.Name)
+	}
+	return c, nil
+}
