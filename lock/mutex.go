@@ -62,6 +62,7 @@ type zkLease struct {
 	once     sync.Once
 	released chan struct{}
 	relOnce  sync.Once
+	unclaim  func() // the unfair recipe: lets go of the Session's claim on the node (see Session.claimUnfair)
 }
 
 // NewMutex returns a Mutex on lockPath (an absolute ZooKeeper path; missing parents are created
@@ -206,7 +207,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	m.mu.Unlock()
 	l.relOnce.Do(func() { close(l.released) })
 	l.end(fmt.Errorf("%w: released by Unlock", ErrNotHeld))
-	return m.deleteNode(ctx, l.ep, l.node)
+	return m.deleteNode(ctx, l.ep, l.node, l.unclaim)
 }
 
 func (m *Mutex) newLease(ep *epoch, node string, tok Token) (*zkLease, error) {

@@ -37,7 +37,7 @@ func (m *Mutex) lockFair(ctx context.Context, wait bool) (*zkLease, error) {
 	if err != nil {
 		if errors.Is(err, ErrLocked) || ctx.Err() != nil || !ep.isDone() {
 			// Abandoned: remove our node so nobody waits on it.
-			if derr := m.deleteNode(ctx, ep, node); derr != nil {
+			if derr := m.deleteNode(ctx, ep, node, nil); derr != nil {
 				m.s.log.Warn("abandoned lock node not yet deleted", "node", node, "err", derr)
 			}
 		}
@@ -398,6 +398,27 @@ func (m *Mutex) lockUnfair(ctx context.Context, wait bool) (*zkLease, error) {
 		return nil, err
 	}
 	node := m.path + "/lock"
+	release, err := m.s.claimUnfair(ctx, node, wait)
+	if err != nil {
+		return nil, err
+	}
+	l, err := m.lockUnfairClaimed(ctx, ep, node, wait, release)
+	if err != nil {
+		return nil, err
+	}
+	l.unclaim = release
+	return l, nil
+}
+
+// lockUnfairClaimed runs the unfair recipe once this Mutex holds the Session's claim on node. It
+// lets go of the claim when it fails, after any orphan of its own is deleted.
+func (m *Mutex) lockUnfairClaimed(ctx context.Context, ep *epoch, node string, wait bool, release func()) (l *zkLease, err error) {
+	orphan := false
+	defer func() {
+		if err != nil && !orphan {
+			release()
+		}
+	}()
 	for {
 		if err := m.ensureParent(ctx, ep); err != nil {
 			return nil, err
@@ -414,7 +435,8 @@ func (m *Mutex) lockUnfair(ctx context.Context, wait bool) (*zkLease, error) {
 			exists, st, gone := xr.val, xr.stat, xr.watch
 			if xerr != nil {
 				if ctx.Err() != nil {
-					m.s.goOwned(func() { m.deleteUnfairOrphan(ep, node) })
+					orphan = true
+					m.s.goOwned(func() { defer release(); m.deleteUnfairOrphan(ep, node) })
 					return nil, ctx.Err()
 				}
 				if ep.isDone() {
@@ -452,7 +474,8 @@ func (m *Mutex) lockUnfair(ctx context.Context, wait bool) (*zkLease, error) {
 		if err := ep.retry(ctx, err, "create "+node); err != nil {
 			if ctx.Err() != nil && !ep.isDone() {
 				// The create may still land: delete it once the connection answers, if it is ours.
-				m.s.goOwned(func() { m.deleteUnfairOrphan(ep, node) })
+				orphan = true
+				m.s.goOwned(func() { defer release(); m.deleteUnfairOrphan(ep, node) })
 			}
 			return nil, err
 		}
@@ -473,15 +496,21 @@ func (m *Mutex) deleteUnfairOrphan(ep *epoch, node string) {
 
 // deleteNode deletes node, retrying through connection losses; a node already gone is success,
 // and so is a lost session (its ephemeral nodes go with it).
-func (m *Mutex) deleteNode(ctx context.Context, ep *epoch, node string) error {
+// after, when not nil, runs once the node is gone (or the delete has given up with the session).
+func (m *Mutex) deleteNode(ctx context.Context, ep *epoch, node string, after func()) error {
+	if after == nil {
+		after = func() {}
+	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.s.o.timeout)
 	defer cancel()
 	err := m.deleteLoop(cctx, ep, node)
 	if err == nil {
+		after()
 		return nil
 	}
 	m.s.log.Warn("lock node delete continues in the background", "node", node, "err", err)
 	m.s.goOwned(func() {
+		defer after()
 		// Until the node is gone or the session ends (then ZooKeeper removes it).
 		if err := m.deleteLoop(ep.ctx, ep, node); err != nil {
 			m.s.log.Debug("background delete ended", "node", node, "err", err)

@@ -31,6 +31,10 @@ type Session struct {
 	closeCh chan struct{}
 	once    sync.Once
 	wg      sync.WaitGroup // goroutines the Session owns (lease monitors, background deletes, conn closes)
+	// unfair: the unfair recipe's node paths that a Mutex of this Session is taking or holds, each
+	// with a channel closed when it lets go. ZooKeeper tells sessions apart, not Mutex values, so
+	// Mutex values of one Session take turns here before they reach ZooKeeper.
+	unfair map[string]chan struct{}
 
 	stats sessionStats
 }
@@ -511,4 +515,39 @@ type zkLogger struct{ log *slog.Logger }
 
 func (l zkLogger) Printf(format string, args ...any) {
 	l.log.Debug("zk: " + fmt.Sprintf(format, args...))
+}
+
+// claimUnfair waits until no other Mutex of the Session is taking or holding the unfair node,
+// then claims it; the returned func lets go. With wait false it returns ErrLocked at once.
+func (s *Session) claimUnfair(ctx context.Context, node string, wait bool) (func(), error) {
+	for {
+		s.mu.Lock()
+		held, busy := s.unfair[node]
+		if !busy {
+			if s.unfair == nil {
+				s.unfair = map[string]chan struct{}{}
+			}
+			ch := make(chan struct{})
+			s.unfair[node] = ch
+			s.mu.Unlock()
+			var once sync.Once
+			return func() {
+				once.Do(func() {
+					s.mu.Lock()
+					delete(s.unfair, node)
+					s.mu.Unlock()
+					close(ch)
+				})
+			}, nil
+		}
+		s.mu.Unlock()
+		if !wait {
+			return nil, fmt.Errorf("lock: %s held by another Mutex of this session: %w", node, ErrLocked)
+		}
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
