@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,19 +16,28 @@ import (
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/locktest"
 	"github.com/txkit/txkit/lock/redislock"
 )
 
 func TestMain(m *testing.M) {
+	if locktest.IsWorker() {
+		os.Exit(locktest.RunWorker(conformanceBackend))
+	}
 	testenv.VerifyNoLeaks(m)
 }
 
 // newRedis returns a go-redis client on addr, closed when the test ends. Its timeouts are short
 // and honour ctx deadlines, as the package documentation advises.
-func newRedis(t testing.TB, addr string) *redis.Client {
+func newRedis(t testing.TB, addr string) *redis.Client { return newNamedRedis(t, addr, "") }
+
+// newNamedRedis is newRedis with a client name (CLIENT SETNAME) on every connection, so that
+// CLIENT LIST shows what the client's connections do (see [waiterState]).
+func newNamedRedis(t testing.TB, addr, name string) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{
 		Addr:                  addr,
+		ClientName:            name,
 		DialTimeout:           time.Second,
 		ReadTimeout:           time.Second,
 		WriteTimeout:          time.Second,
@@ -33,6 +45,24 @@ func newRedis(t testing.TB, addr string) *redis.Client {
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// waiterState reads CLIENT LIST on admin's server: whether a connection named name is subscribed
+// (a waiter's release subscription) and whether one last ran a script (its attempt).
+func waiterState(ctx context.Context, admin *redis.Client, name string) (subscribed, attempted bool) {
+	list, err := admin.ClientList(ctx).Result()
+	if err != nil {
+		return false, false
+	}
+	for line := range strings.Lines(list) {
+		f := strings.Fields(line)
+		if !slices.Contains(f, "name="+name) {
+			continue
+		}
+		subscribed = subscribed || slices.Contains(f, "sub=1")
+		attempted = attempted || slices.Contains(f, "cmd=evalsha") || slices.Contains(f, "cmd=eval")
+	}
+	return subscribed, attempted
 }
 
 // newClient returns a Client on rdb with the test's logger, closed when the test ends (before rdb).

@@ -198,10 +198,11 @@ func TestIntegrationTokensIncrease(t *testing.T) {
 func TestIntegrationWokenByRelease(t *testing.T) {
 	t.Parallel()
 	addr := testenv.Redis(t)
-	rdb := newRedis(t, addr)
-	c := newClient(t, rdb, redislock.WithFallbackCheck(30*time.Second), redislock.WithTTL(30*time.Second))
+	long := []redislock.Option{redislock.WithFallbackCheck(30 * time.Second), redislock.WithTTL(30 * time.Second)}
 	name := lockName(t)
-	a, b := newMutex(t, c, name), newMutex(t, c, name)
+	ca := newClient(t, newRedis(t, addr), long...)
+	cb := newClient(t, newNamedRedis(t, addr, name), long...)
+	a, b := newMutex(t, ca, name), newMutex(t, cb, name)
 	ctx := t.Context()
 	if _, err := a.Lock(ctx); err != nil {
 		t.Fatal(err)
@@ -215,11 +216,11 @@ func TestIntegrationWokenByRelease(t *testing.T) {
 		}
 		got <- time.Now()
 	}()
-	// The waiter has subscribed, and its attempt found the key held.
+	admin := newRedis(t, addr)
 	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
-		n, err := rdb.PubSubNumSub(ctx, "txkit:lock:released").Result()
-		return err == nil && n["txkit:lock:released"] > 0
-	}, "the waiter to subscribe")
+		sub, tried := waiterState(ctx, admin, name)
+		return sub && tried
+	}, "the waiter to subscribe and find the lock held")
 	rel := time.Now()
 	if err := a.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -235,6 +236,56 @@ func TestIntegrationWokenByRelease(t *testing.T) {
 		t.Fatal(err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiter not woken within 10 s of the release")
+	}
+	if err := b.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIntegrationWokenAfterResubscribe: the release message is lost while the waiter's
+// connections are cut; when its subscription comes back, go-redis subscribes again and the waiter
+// tries at once, long before its 30 s fallback check.
+func TestIntegrationWokenAfterResubscribe(t *testing.T) {
+	t.Parallel()
+	addr := testenv.Redis(t)
+	p := newProxy(t, addr)
+	long := []redislock.Option{redislock.WithFallbackCheck(30 * time.Second), redislock.WithTTL(30 * time.Second)}
+	name := lockName(t)
+	ca := newClient(t, newRedis(t, addr), long...)
+	cb := newClient(t, newNamedRedis(t, p.Addr(), name), long...)
+	a, b := newMutex(t, ca, name), newMutex(t, cb, name)
+	ctx := t.Context()
+	if _, err := a.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := b.Lock(ctx)
+		got <- err
+	}()
+	admin := newRedis(t, addr)
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		sub, tried := waiterState(ctx, admin, name)
+		return sub && tried
+	}, "the waiter to subscribe and find the lock held")
+	p.Down()
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		sub, _ := waiterState(ctx, admin, name)
+		return !sub
+	}, "the waiter's subscription to drop")
+	if err := a.Unlock(ctx); err != nil { // the message reaches no waiter
+		t.Fatal(err)
+	}
+	up := time.Now()
+	p.Up()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("waiter took the lock %v after its connections came back", time.Since(up).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken within 10 s of its subscription's return (fallback 30 s)")
 	}
 	if err := b.Unlock(ctx); err != nil {
 		t.Fatal(err)
