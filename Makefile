@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The servers' addresses (deploy/local/env) exported for the command that follows.
 WITH_ENV = set -a && eval "$$(deploy/local/env)" && ROCKETMQ_GO_LOG_LEVEL=error && set +a &&
 
-.PHONY: up down status test unit demo tcc-order drill-tcc saga-order drill-saga transfer drill-2pc bench lint env recharge stock
+.PHONY: bench-locks up down status test unit demo tcc-order drill-tcc saga-order drill-saga transfer drill-2pc bench lint env recharge stock
 
 up: ## start PostgreSQL, the ZooKeeper ensemble and RocketMQ (installing what is missing)
 	@deploy/local/up
@@ -74,8 +74,16 @@ transfer: up ## run the transfer example (two-phase commit between txkit_east an
 drill-2pc: up ## 2PC failover drill: 3 bank coordinators, 2000 transfers, leader SIGKILLs between the phases
 	@$(WITH_ENV) $(GO) run ./examples/transfer/demo -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s
 
-bench: up ## Go benchmarks against the real servers
-	@$(WITH_ENV) $(GO) test -run '^$$' -bench . -benchmem -count=1 $(BENCHFLAGS) ./...
+bench: up ## Go benchmarks against the real servers (not the ones that restart servers: see bench-locks)
+	@$(WITH_ENV) $(GO) test -run '^$$' -bench . -skip Disruptive -benchmem -count=1 $(BENCHFLAGS) ./...
+
+# The lock backends side by side, in one run on the same servers: throughput, hand-off latency and
+# round trips (BenchmarkLocks), SIGKILLed holder to next holder (BenchmarkLocksKill), and what a
+# server restart does to a held lock (BenchmarkDisruptiveLocksRestart restarts a ZooKeeper node,
+# PostgreSQL and Redis: run it when nothing else uses them). benchtable prints the table.
+bench-locks: up ## compare the lock backends (ZooKeeper, PostgreSQL, Redis, Redlock) and print the table
+	@set -o pipefail; $(WITH_ENV) { $(GO) test -run '^$$' -bench 'BenchmarkLocks$$' -count=1 $(BENCHFLAGS) ./internal/lockbench/ && \
+	  $(GO) test -run '^$$' -bench 'BenchmarkLocksKill|BenchmarkDisruptiveLocksRestart' -benchtime=3x -count=1 ./internal/lockbench/; } 2>&1 | $(GO) run ./internal/tools/benchtable
 
 lint: ## go vet, gofmt and staticcheck
 	$(GO) vet ./...
