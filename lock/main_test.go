@@ -2,10 +2,8 @@ package lock_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -50,43 +48,23 @@ func mutex(t testing.TB, s *lock.Session, path string, opts ...lock.Option) *loc
 	return m
 }
 
-// history records holds in one process and checks them: never two holders at once, tokens
-// strictly increasing from one hold to the next.
+// history is the [locktest.History] of the in-process tests, with the number of holds.
 type history struct {
-	mu      sync.Mutex
-	holding int
-	last    lock.Token
-	holds   int
-	errs    []string
+	all   locktest.History
+	holds int // set by check
 }
 
-func (h *history) enter(tok lock.Token) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.holding++
-	h.holds++
-	if h.holding > 1 {
-		h.errs = append(h.errs, fmt.Sprintf("two holders at once (token %s)", tok))
-	}
-	if !h.last.Less(tok) {
-		h.errs = append(h.errs, fmt.Sprintf("token %s does not follow %s", tok, h.last))
-	}
-	h.last = tok
-}
+func (h *history) enter(tok lock.Token) { h.all.Enter(tok) }
 
-func (h *history) exit() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.holding--
-}
+func (h *history) exit() { h.all.Exit() }
 
+// check reports what went wrong, and sets holds.
 func (h *history) check(t testing.TB) {
 	t.Helper()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, e := range h.errs {
-		t.Error(e)
+	if err := h.all.Err(); err != nil {
+		t.Error(err)
 	}
+	h.holds = h.all.Holds()
 	if h.holds == 0 {
 		t.Error("history: no holds recorded")
 	}

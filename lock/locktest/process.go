@@ -130,7 +130,7 @@ func incrementUnderLock(ctx context.Context, l lock.Locker, pool *pgxpool.Pool) 
 			if ctx.Err() == nil && (errors.Is(err, lock.ErrSessionExpired) || errors.Is(err, lock.ErrLockLost)) {
 				continue // the backend's session was lost and is being replaced: try again
 			}
-			return fmt.Errorf("Lock: %w", err)
+			return fmt.Errorf("lock: %w", err)
 		}
 		var v int64
 		err = pool.QueryRow(lease.Context(), "select v from counter where id = 1").Scan(&v)
@@ -149,7 +149,7 @@ func incrementUnderLock(ctx context.Context, l lock.Locker, pool *pgxpool.Pool) 
 			return err
 		}
 		if uerr != nil {
-			return fmt.Errorf("Unlock: %w", uerr)
+			return fmt.Errorf("unlock: %w", uerr)
 		}
 		return nil
 	}
@@ -422,18 +422,7 @@ func RunHolderKilled(t *testing.T, b Backend) time.Duration {
 	next := newLocker(t, open(t, b), name)
 	wantLocked(t, next, "while a worker process holds the lock")
 
-	type result struct {
-		l   lock.Lease
-		err error
-		at  time.Time
-	}
-	got := make(chan result, 1)
-	ctx, cancel := context.WithTimeout(t.Context(), b.Expiry+waitLimit)
-	defer cancel()
-	go func() {
-		l, err := next.Lock(ctx)
-		got <- result{l, err, time.Now()}
-	}()
+	got := lockLater(t, next, b.Expiry+waitLimit, nil)
 	killed := time.Now()
 	if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)

@@ -175,8 +175,11 @@ func wantEnded(t testing.TB, l lock.Lease, what string, want ...error) {
 	t.Fatalf("%s: Err = %v, want an error wrapping one of %v", what, err, want)
 }
 
-// history checks holds made in one process: never two holders at once, tokens strictly rising.
-type history struct {
+// History checks the holds of one lock made by the goroutines of one process: call Enter with
+// the hold's token right after taking the lock, and Exit right before releasing it. It records two
+// holders at once, and a token not above the previous hold's. The zero History is ready to use;
+// it is safe for concurrent use by multiple goroutines.
+type History struct {
 	mu      sync.Mutex
 	holding int
 	holds   int
@@ -184,24 +187,40 @@ type history struct {
 	errs    []error
 }
 
-func (h *history) enter(tok lock.Token) {
+// Enter records the start of a hold with token tok.
+func (h *History) Enter(tok lock.Token) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.holding++
 	h.holds++
 	if h.holding > 1 {
-		h.errs = append(h.errs, fmt.Errorf("two holders at once (token %s)", tok))
+		h.errs = append(h.errs, fmt.Errorf("locktest: %d holders at once (token %s)", h.holding, tok))
 	}
 	if !h.last.Less(tok) {
-		h.errs = append(h.errs, fmt.Errorf("token %s does not follow %s", tok, h.last))
+		h.errs = append(h.errs, fmt.Errorf("locktest: token %s does not follow the previous hold's %s", tok, h.last))
 	}
 	h.last = tok
 }
 
-func (h *history) exit() {
+// Exit records the end of the current hold.
+func (h *History) Exit() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.holding--
+}
+
+// Holds returns the number of holds recorded.
+func (h *History) Holds() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.holds
+}
+
+// Err returns what went wrong (every overlap and every token out of order, joined), or nil.
+func (h *History) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return errors.Join(h.errs...)
 }
 
 // testExclusion: goroutines, each with its own Locker, over two connections, take turns.
@@ -209,7 +228,7 @@ func testExclusion(t *testing.T, b Backend) {
 	const goroutines, each = 8, 20
 	conns := []*Conn{open(t, b), open(t, b)}
 	name := testenv.Name(t)
-	var h history
+	var h History
 	errc := make(chan error, goroutines)
 	var wg sync.WaitGroup
 	for i := range goroutines {
@@ -218,17 +237,17 @@ func testExclusion(t *testing.T, b Backend) {
 			for range each {
 				lease, err := l.Lock(t.Context())
 				if err != nil {
-					errc <- fmt.Errorf("Lock: %w", err)
+					errc <- fmt.Errorf("lock: %w", err)
 					return
 				}
-				h.enter(lease.Token())
+				h.Enter(lease.Token())
 				time.Sleep(time.Millisecond) // hold it for a moment, so that an overlap would show
 				if err := lease.Err(); err != nil {
 					errc <- fmt.Errorf("lease of token %s ended while held: %w", lease.Token(), err)
 				}
-				h.exit()
+				h.Exit()
 				if err := l.Unlock(t.Context()); err != nil {
-					errc <- fmt.Errorf("Unlock: %w", err)
+					errc <- fmt.Errorf("unlock: %w", err)
 					return
 				}
 			}
@@ -239,11 +258,11 @@ func testExclusion(t *testing.T, b Backend) {
 	for err := range errc {
 		t.Error(err)
 	}
-	for _, err := range h.errs {
+	if err := h.Err(); err != nil {
 		t.Error(err)
 	}
-	if h.holds != goroutines*each {
-		t.Errorf("%d holds, want %d", h.holds, goroutines*each)
+	if h.Holds() != goroutines*each {
+		t.Errorf("%d holds, want %d", h.Holds(), goroutines*each)
 	}
 }
 
@@ -393,19 +412,8 @@ func testLost(t *testing.T, b Backend) {
 	next := newLocker(t, open(t, b), name)
 	la := mustLock(t, a)
 
-	type result struct {
-		l      lock.Lease
-		err    error
-		doneA  bool
-		locked time.Time
-	}
-	got := make(chan result, 1)
-	ctx, cancel := context.WithTimeout(t.Context(), b.Expiry+waitLimit)
-	defer cancel()
-	go func() {
-		l, err := next.Lock(ctx)
-		got <- result{l: l, err: err, doneA: isClosed(la.Done()), locked: time.Now()}
-	}()
+	var doneA bool // la's Done was closed when next got the lock
+	got := lockLater(t, next, b.Expiry+waitLimit, func() { doneA = isClosed(la.Done()) })
 	closed := time.Now()
 	if err := ca.Close(); err != nil {
 		t.Logf("closing the holder's connection: %v", err)
@@ -420,9 +428,9 @@ func testLost(t *testing.T, b Backend) {
 	if r.err != nil {
 		t.Fatalf("next owner's Lock: %v", r.err)
 	}
-	took := r.locked.Sub(closed)
+	took := r.at.Sub(closed)
 	t.Logf("holder's connection closed: its lease ended with %v; the next owner got in after %v (Expiry %v)", la.Err(), took.Round(time.Millisecond), b.Expiry)
-	if !r.doneA {
+	if !doneA {
 		t.Error("the next owner got the lock while the lost lease's Done was still open")
 	}
 	if took > b.Expiry+time.Second {
@@ -435,6 +443,30 @@ func testLost(t *testing.T, b Backend) {
 	if err := a.Unlock(context.Background()); err != nil {
 		t.Logf("Unlock of the lost hold on a closed connection: %v", err)
 	}
+}
+
+// lockResult is what a Lock run by [lockLater] returned, and when.
+type lockResult struct {
+	l   lock.Lease
+	err error
+	at  time.Time
+}
+
+// lockLater runs l.Lock in a goroutine with a ctx that ends after limit (or with the test), and
+// sends its result on the returned channel; then, when set, runs first, as soon as Lock returns.
+func lockLater(t testing.TB, l lock.Locker, limit time.Duration, then func()) <-chan lockResult {
+	got := make(chan lockResult, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
+	t.Cleanup(cancel)
+	go func() {
+		lease, err := l.Lock(ctx)
+		at := time.Now()
+		if then != nil {
+			then()
+		}
+		got <- lockResult{lease, err, at}
+	}()
+	return got
 }
 
 // testElector: Campaign, Leader, Resign and RunWhileLeader, handing the lead between candidates
