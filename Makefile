@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The servers' addresses (deploy/local/env) exported for the command that follows.
 WITH_ENV = set -a && eval "$$(deploy/local/env)" && ROCKETMQ_GO_LOG_LEVEL=error && set +a &&
 
-.PHONY: bench-locks up down status test unit demo tcc-order drill-tcc saga-order drill-saga transfer drill-2pc bench lint env recharge stock
+.PHONY: bench-locks up down status test unit demo tcc-order drill-tcc drill-tcc-locks saga-order drill-saga transfer drill-2pc bench lint env recharge stock
 
 up: ## start PostgreSQL, the ZooKeeper ensemble and RocketMQ (installing what is missing)
 	@deploy/local/up
@@ -61,6 +61,10 @@ tcc-order: up ## run the tcc-order example (TCC over order, stock and account se
 
 drill-tcc: up ## TCC failover drill: 3 coordinators, 2000 orders, faults, leader and participant SIGKILLs
 	@$(WITH_ENV) $(GO) run ./examples/tcc-order/demo -drill -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4
+
+drill-tcc-locks: up ## the drill-tcc load and kills twice more: recovery elections on PostgreSQL lease rows, then on Redis
+	@$(WITH_ENV) for l in pg redis; do echo "== drill-tcc with -lock $$l"; \
+	  $(GO) run ./examples/tcc-order/demo -drill -lock $$l -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4 || exit 1; done
 
 saga-order: up ## run the tcc-order example with every order a saga (deduct stock, then debit money) end to end
 	@$(WITH_ENV) $(GO) run ./examples/tcc-order/demo -mode saga

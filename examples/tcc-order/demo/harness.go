@@ -43,9 +43,12 @@ type Config struct {
 	ParticipantKills int
 	KillEvery        time.Duration // at least this long between two kills (each also waits for the next leader's first recovery)
 	PG, ZK           string        // base PostgreSQL URL, ZooKeeper servers
-	Dir              string        // where binaries and logs go
-	Log              io.Writer     // progress lines
-	Keep             bool          // keep the run's schemas afterwards
+	// Lock is the lock backend of the order instances' recovery elections: zk (default), pg,
+	// redis or redlock (see exapp.OpenLocks; the other backends' servers come from TXKIT_*).
+	Lock string
+	Dir  string    // where binaries and logs go
+	Log  io.Writer // progress lines
+	Keep bool      // keep the run's schemas afterwards
 	// SettleTimeout bounds the wait for every transaction to finish after the load (default 3m).
 	SettleTimeout time.Duration
 	// NoBarrier runs stock and account without the participant barrier, to show that the checks
@@ -63,6 +66,7 @@ const (
 // Report is what a run measured and the invariants it checked.
 type Report struct {
 	Mode                       app.Mode
+	Lock                       string         // the lock backend of the recovery elections
 	Orders                     int            // POST /orders made
 	AnsweredDone               int            // answered 200 confirmed (succeeded)
 	AnsweredUndone             int            // answered 409 cancelled (compensated): refused, failed or timed out
@@ -105,6 +109,14 @@ func (r Report) OK() error {
 	return errors.Join(errs...)
 }
 
+// lockKind returns the lock backend of the run, zk when Lock is empty.
+func (c Config) lockKind() string {
+	if c.Lock == "" {
+		return "zk"
+	}
+	return c.Lock
+}
+
 // MaxFailover returns the longest measured failover.
 func (r Report) MaxFailover() time.Duration {
 	var m time.Duration
@@ -145,8 +157,8 @@ func (r Report) String() string {
 		for i, d := range r.Failovers {
 			ds[i] = d.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(&b, "leader kills:           %d SIGKILLed and restarted; leader death → next leader's first recovery: %s (max %v)\n",
-			r.LeaderKills, strings.Join(ds, ", "), r.MaxFailover().Round(time.Millisecond))
+		fmt.Fprintf(&b, "leader kills:           %d SIGKILLed and restarted (leadership on %s); leader death → next leader's first recovery: %s (max %v)\n",
+			r.LeaderKills, r.Lock, strings.Join(ds, ", "), r.MaxFailover().Round(time.Millisecond))
 	}
 	if r.Settled {
 		fmt.Fprintf(&b, "settled:                every %s finished %v after the last answer\n", p.unit, r.Settle.Round(time.Millisecond))
@@ -257,7 +269,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if _, err := h.leader(ctx); err != nil {
 		return Report{}, err
 	}
-	rep := Report{Mode: cfg.Mode, Orders: cfg.Orders}
+	rep := Report{Mode: cfg.Mode, Lock: cfg.lockKind(), Orders: cfg.Orders}
 	if err := h.load(ctx, &rep); err != nil {
 		return rep, err
 	}
@@ -401,7 +413,7 @@ func (h *harness) startOrder(ctx context.Context, slot int) error {
 	h.starts++
 	id := fmt.Sprintf("order-%d.%d", slot, h.starts)
 	h.mu.Unlock()
-	p, err := h.startAs(ctx, id, "order", []string{"-pg", h.cfg.PG, "-db", dbOrder, "-schema", h.schema, "-zk", h.cfg.ZK, "-id", id, "-mode", h.cfg.Mode.String(),
+	p, err := h.startAs(ctx, id, "order", []string{"-pg", h.cfg.PG, "-db", dbOrder, "-schema", h.schema, "-zk", h.cfg.ZK, "-lock", h.cfg.lockKind(), "-id", id, "-mode", h.cfg.Mode.String(),
 		"-stock", "http://" + h.participant("stock").addr, "-account", "http://" + h.participant("account").addr})
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@
 //	go run ./examples/tcc-order/demo -mode saga         # the same orders as sagas
 //	go run ./examples/tcc-order/demo -drill             # 600 orders, faults, 3 leader kills
 //	go run ./examples/tcc-order/demo -drill -mode saga  # the drill with sagas
+//	go run ./examples/tcc-order/demo -drill -lock pg    # the drill with the recovery elections on PostgreSQL (or redis, redlock)
 package main
 
 import (
@@ -42,6 +43,7 @@ func main() {
 	flag.DurationVar(&cfg.KillEvery, "kill-every", 3*time.Second, "pause before each leader kill (each also waits for the previous failover)")
 	flag.StringVar(&cfg.PG, "pg", exapp.Env("TXKIT_PG_URL", app.DefaultPG), "PostgreSQL URL (databases txkit_order, txkit_stock, txkit_account are created if missing)")
 	flag.StringVar(&cfg.ZK, "zk", exapp.Env("TXKIT_ZK", app.DefaultZK), "ZooKeeper servers")
+	flag.StringVar(&cfg.Lock, "lock", "zk", "lock backend of the recovery elections: zk, pg, redis or redlock (servers from TXKIT_ZK, TXKIT_PG_URL, TXKIT_REDIS, TXKIT_REDLOCK)")
 	flag.StringVar(&cfg.Dir, "dir", filepath.Join(exapp.Env("TXKIT_HOME", ".txkit"), "tcc-order"), "binaries and service logs")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the run's schemas for inspection")
 	flag.BoolVar(&cfg.NoBarrier, "no-barrier", false, "run stock and account WITHOUT the participant barrier, to watch the checks fail (use with -drill)")

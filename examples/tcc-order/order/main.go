@@ -47,9 +47,9 @@ import (
 )
 
 type config struct {
-	listen, pg, db, schema, zk, id, election, stock, account, recovery string
-	mode                                                               app.Mode
-	timeout, lease, callTimeout, sessionTimeout                        time.Duration
+	listen, pg, db, schema, zk, lockKind, id, election, stock, account, recovery string
+	mode                                                                         app.Mode
+	timeout, lease, callTimeout, sessionTimeout                                  time.Duration
 }
 
 func main() {
@@ -59,15 +59,16 @@ func main() {
 	flag.StringVar(&c.db, "db", "txkit_order", "database of the order service and its coordinators' logs (created if missing)")
 	flag.StringVar(&c.schema, "schema", "tcc_order", "schema of this run")
 	flag.StringVar(&c.zk, "zk", exapp.Env("TXKIT_ZK", app.DefaultZK), "ZooKeeper servers")
+	flag.StringVar(&c.lockKind, "lock", "zk", "lock backend of the recovery elections: zk (the -zk ensemble), pg (PostgreSQL lease rows in the database of TXKIT_PG_URL), redis (TXKIT_REDIS) or redlock (TXKIT_REDLOCK)")
 	flag.StringVar(&c.id, "id", "order-"+uuid.NewString()[:8], "instance id (its id in the recovery elections)")
-	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the recovery elections, one per mode below it (default /txkit-demo/<schema>)")
+	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the recovery elections, one per mode below it (default /txkit-demo/<schema>; with another -lock, the name txkit-demo/<schema>)")
 	flag.Var(&c.mode, "mode", "how orders are placed when the request does not say: tcc or saga")
 	flag.StringVar(&c.stock, "stock", "http://127.0.0.1:8081", "base URL of the stock service")
 	flag.StringVar(&c.account, "account", "http://127.0.0.1:8082", "base URL of the account service")
 	flag.DurationVar(&c.timeout, "timeout", 5*time.Second, "global timeout: a transaction still trying (a saga still running) after it is cancelled (compensated)")
 	flag.DurationVar(&c.lease, "lease", 3*time.Second, "how long a starter owns what it drives before the leader may finish it")
 	flag.DurationVar(&c.callTimeout, "call-timeout", 2*time.Second, "bound of each participant call")
-	flag.DurationVar(&c.sessionTimeout, "session-timeout", 4*time.Second, "ZooKeeper session timeout (how long a dead leader keeps its leadership)")
+	flag.DurationVar(&c.sessionTimeout, "session-timeout", 4*time.Second, "ZooKeeper session timeout, or the lease TTL of the other -lock backends (how long a dead leader keeps its leadership)")
 	flag.StringVar(&c.recovery, "recovery", "@every 500ms", "cron spec of the leaders' recovery passes")
 	flag.Parse()
 	log := exapp.Logger("order").With("id", c.id)
@@ -162,15 +163,11 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 			gid text not null, branch text not null, op text not null, at timestamptz not null default clock_timestamp())`); err != nil {
 		return fmt.Errorf("create order tables: %w", err)
 	}
-	sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(c.sessionTimeout), lock.WithLogger(log))
+	electors, closeElectors, err := c.electors(ctx, log)
 	if err != nil {
 		return err
 	}
-	defer sess.Close()
-	election := c.election
-	if election == "" {
-		election = "/txkit-demo/" + c.schema
-	}
+	defer closeElectors()
 	bar, err := participant.NewBarrier(pool, participant.WithBarrierLogger(log))
 	if err != nil {
 		return err
@@ -183,7 +180,7 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 	// Each coordinator recovers under an election of its own: their logs and fences are apart, so
 	// the two leaders may be different instances.
 	for _, m := range app.Modes() {
-		el, err := lock.NewElector(sess, election+"/"+m.String(), c.id)
+		el, err := electors(m.String())
 		if err != nil {
 			return err
 		}
@@ -212,7 +209,7 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 	}
 	g.Go(func() error { return bar.Run(ctx) })
 	g.Go(func() error { return exapp.Serve(ctx, c.listen, mux) })
-	log.Info("order service running", "schema", c.schema, "election", election, "mode", c.mode.String(), "stock", c.stock, "account", c.account)
+	log.Info("order service running", "schema", c.schema, "lock", c.lockKind, "election", c.electionName(), "mode", c.mode.String(), "stock", c.stock, "account", c.account)
 	return g.Wait()
 }
 
@@ -324,4 +321,37 @@ func (s *service) stats(w http.ResponseWriter, r *http.Request) {
 		out[m.String()] = st
 	}
 	exapp.WriteJSON(w, http.StatusOK, out)
+}
+
+// electionName is the -election flag, or its default: a ZooKeeper path for zk, a lock name for
+// the other backends.
+func (c config) electionName() string {
+	switch {
+	case c.election != "":
+		return c.election
+	case c.lockKind == "zk":
+		return "/txkit-demo/" + c.schema
+	}
+	return "txkit-demo/" + c.schema
+}
+
+// electors returns how this instance makes the candidate of each mode's recovery election, on the
+// -lock backend, and what closes that backend's connections.
+func (c config) electors(ctx context.Context, log *slog.Logger) (func(mode string) (lock.Elector, error), func(), error) {
+	if c.lockKind == "zk" {
+		sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(c.sessionTimeout), lock.WithLogger(log))
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(mode string) (lock.Elector, error) {
+			return lock.NewElector(sess, c.electionName()+"/"+mode, c.id)
+		}, func() { _ = sess.Close() }, nil
+	}
+	locks, err := exapp.OpenLocks(ctx, c.lockKind, log, exapp.WithLockTTL(c.sessionTimeout))
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(mode string) (lock.Elector, error) {
+		return locks.Elector(c.electionName()+"/"+mode, c.id)
+	}, func() { _ = locks.Close() }, nil
 }
