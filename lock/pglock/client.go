@@ -22,8 +22,11 @@ import (
 const cleanupTimeout = 5 * time.Second
 
 // Client is the PostgreSQL side of every lock it makes: the pool, the table and sequence, and
-// the one connection that LISTENs for releases on behalf of all its waiters. Make one per
-// process (or per schema) and share it. Client is safe for concurrent use by multiple goroutines.
+// the one connection that LISTENs for releases on behalf of all its waiters. That connection is
+// opened with the pool's configuration but outside the pool, at the first Lock that waits, and
+// kept until Close. Make one Client per process (or per schema) and share it; close it before
+// the pool (an [AdvisoryMutex] hold keeps a pool connection, which pgxpool's Close waits for).
+// Client is safe for concurrent use by multiple goroutines.
 type Client struct {
 	pool  *pgxpool.Pool
 	o     options

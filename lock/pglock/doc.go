@@ -60,8 +60,8 @@
 // there longest; it tries again, and if it gives up (ctx) the wake-up passes to the next. A waiter
 // also tries again at the current holder's expiry (a crashed holder) and at the fallback interval
 // [WithFallbackCheck] (default 1 s, for a notification missed while the listening connection was
-// down; after it reconnects every waiter tries once). So a release costs one attempt per waiting
-// process, not one per waiter.
+// down; when it fails and again when it has reconnected, every waiter tries once). So a release
+// costs one attempt per waiting process, not one per waiter.
 //
 // The order is not fair, and not FIFO: after a release, whichever attempt PostgreSQL runs first
 // wins — the woken waiter of any process, or a newcomer's Lock or TryLock — and a waiter can be

@@ -431,6 +431,48 @@ func TestIntegrationNotifyWakesWaiter(t *testing.T) {
 	_ = b.Unlock(ctx)
 }
 
+// TestIntegrationListenerReconnects: a release while the listening connection is down is not
+// lost: after reconnecting, the listener wakes every waiter (the fallback is 30 s here).
+func TestIntegrationListenerReconnects(t *testing.T) {
+	s, ctx := testenv.Parallel(t, time.Minute)
+	app := "pglock-waiter-" + testenv.Name(t)
+	waiterPool := pool(t, s.URL, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["application_name"] = app })
+	ca := client(t, s.Pool, pglock.WithTTL(20*time.Second))
+	cb := client(t, waiterPool, pglock.WithTTL(20*time.Second), pglock.WithFallbackCheck(30*time.Second))
+	a := mutex(t, ca, "reconnect")
+	b := mutex(t, cb, "reconnect")
+
+	held(t, ctx, a)
+	got := make(chan error, 1)
+	go func() {
+		_, err := b.Lock(ctx)
+		got <- err
+	}()
+	var listener int32
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		err := s.Pool.QueryRow(ctx, `select pid from pg_stat_activity where application_name = $1 and query ilike 'listen %'`,
+			app).Scan(&listener)
+		return err == nil
+	}, "the waiter's client to listen")
+	if _, err := s.Pool.Exec(ctx, `select pg_terminate_backend($1, 5000)`, listener); err != nil { // returns once it has exited
+		t.Fatal(err)
+	}
+	released := time.Now()
+	if err := a.Unlock(ctx); err != nil { // most likely while nobody listens
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("b.Lock: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not woken within 5 s of a release made while its listener was down")
+	}
+	t.Logf("listener killed, lock released: the waiter got in after %v", time.Since(released).Round(time.Millisecond))
+	_ = b.Unlock(ctx)
+}
+
 func TestIntegrationRenewalKeepsHold(t *testing.T) {
 	s, ctx := testenv.Parallel(t, time.Minute)
 	const ttl = 500 * time.Millisecond
