@@ -1,0 +1,163 @@
+package leader_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/txkit/txkit/fence"
+	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/pglock"
+	"github.com/txkit/txkit/lock/redislock"
+)
+
+// electorOn returns a candidate called id in the election name on the lock backend kind, with
+// connections of its own (as another process would have), closed when the test ends.
+func electorOn(t *testing.T, kind, name, id string, db *testenv.Schema) lock.Elector {
+	t.Helper()
+	const ttl = 2 * time.Second
+	ctx := t.Context()
+	switch kind {
+	case "zk":
+		return testenv.Elector(t, testenv.ZKRoot(t)+"/"+name, id)
+	case "pg":
+		pool, err := pgxpool.New(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		c, err := pglock.New(pool, pglock.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if err := c.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		el, err := c.NewElector(name, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return el
+	case "redis", "redlock":
+		addrs := []string{testenv.Redis(t)}
+		if kind == "redlock" {
+			addrs = testenv.Redlock(t)
+		}
+		clients := make([]redis.UniversalClient, len(addrs))
+		for i, a := range addrs {
+			rc := redis.NewClient(&redis.Options{Addr: a})
+			t.Cleanup(func() { _ = rc.Close() })
+			clients[i] = rc
+		}
+		prefix := redislock.WithPrefix("txkit:test:" + db.Name + ":")
+		var (
+			el  lock.Elector
+			err error
+		)
+		if kind == "redis" {
+			var c *redislock.Client
+			if c, err = redislock.New(clients[0], redislock.WithTTL(ttl), prefix); err == nil {
+				t.Cleanup(func() { _ = c.Close() })
+				el, err = c.NewElector(name, id)
+			}
+		} else {
+			var r *redislock.Redlock
+			if r, err = redislock.NewRedlock(clients, redislock.WithTTL(ttl), prefix); err == nil {
+				t.Cleanup(func() { _ = r.Close() })
+				el, err = r.NewElector(name, id)
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return el
+	}
+	t.Fatalf("unknown backend %q", kind)
+	return nil
+}
+
+// TestIntegrationFencedOnEveryBackend: the leader job runs the same on every lock backend. Leader
+// A takes the lead and writes through the fence; it steps down, B leads and writes; then A's late
+// write, with the token of its term, is refused with lock.ErrFenced — on ZooKeeper, PostgreSQL
+// lease rows, Redis and Redlock.
+func TestIntegrationFencedOnEveryBackend(t *testing.T) {
+	for _, kind := range []string{"zk", "pg", "redis", "redlock"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			db := testenv.PG(t)
+			ctx := t.Context()
+			f, err := fence.New(db.Pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			const resource = "job"
+			// term runs a leader job for candidate id and reports each term's token once its first
+			// fenced write is done.
+			term := func(id string) (tokens chan lock.Token, stop func()) {
+				el := electorOn(t, kind, "leader", id, db)
+				tokens = make(chan lock.Token, 4)
+				job, err := leader.New(el, db.Pool, f, resource, func(ctx context.Context, tm *leader.Term) error {
+					err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return f.Check(ctx, tx, resource, tm.Token()) })
+					if err != nil {
+						return err
+					}
+					tokens <- tm.Token()
+					<-ctx.Done()
+					return nil
+				}, leader.WithPause(50*time.Millisecond), leader.WithLogger(testenv.Logger(t)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				jctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- job.Run(jctx) }()
+				var once bool
+				stop = func() {
+					if once {
+						return
+					}
+					once = true
+					cancel()
+					if err := <-done; err != nil {
+						t.Errorf("%s: Run: %v", id, err)
+					}
+				}
+				t.Cleanup(stop)
+				return tokens, stop
+			}
+			wait := func(who string, ch chan lock.Token) lock.Token {
+				select {
+				case tok := <-ch:
+					return tok
+				case <-time.After(30 * time.Second):
+					t.Fatalf("%s did not lead within 30 s", who)
+					return lock.Token{}
+				}
+			}
+			aTokens, stopA := term("a")
+			tokA := wait("a", aTokens)
+			bTokens, _ := term("b")
+			stopA() // A steps down: B takes over
+			tokB := wait("b", bTokens)
+			if !tokA.Less(tokB) {
+				t.Fatalf("B's token %s is not above A's %s", tokB, tokA)
+			}
+			err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return f.Check(ctx, tx, resource, tokA) })
+			if !errors.Is(err, lock.ErrFenced) {
+				t.Fatalf("A's late write with token %s after B's %s: %v, want lock.ErrFenced", tokA, tokB, err)
+			}
+			t.Logf("%s: A led with %s, B with %s; A's late write refused: %v", kind, tokA, tokB, err)
+		})
+	}
+}
