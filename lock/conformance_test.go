@@ -3,8 +3,10 @@ package lock_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
@@ -33,8 +35,13 @@ func zkBackend(name, config string) (locktest.Backend, error) {
 		Name:   name,
 		Config: config,
 		Expiry: testSessionTimeout,
-		Connect: func(ctx context.Context) (*locktest.Conn, error) {
-			s, err := lock.NewSession(ctx, servers, lock.WithSessionTimeout(testSessionTimeout))
+		ConnectVia: func(ctx context.Context, dial locktest.DialFunc) (*locktest.Conn, error) {
+			s, err := lock.NewSession(ctx, servers, lock.WithSessionTimeout(testSessionTimeout),
+				lock.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
+					ctx, cancel := context.WithTimeout(context.Background(), timeout)
+					defer cancel()
+					return dial(ctx, network, addr)
+				}))
 			if err != nil {
 				return nil, err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/txkit/txkit/lock"
@@ -23,8 +24,15 @@ type Backend struct {
 	// expiry allow Expiry + 1 s. Keep it short in tests (2-3 s).
 	Expiry time.Duration
 	// Connect opens what one process would have: a connection (pool, client, session) to the
-	// server, from which that process's Lockers and Electors are made.
+	// server, from which that process's Lockers and Electors are made. It may be left nil when
+	// ConnectVia is set (then Connect is ConnectVia with a plain dialer).
 	Connect func(ctx context.Context) (*Conn, error)
+	// ConnectVia, when set, opens a Conn as Connect does, with every connection to the server
+	// made by dial (pgx: ConnConfig.DialFunc; go-redis: Options.Dialer; ZooKeeper:
+	// lock.WithDialer). The Partition subtest uses it to cut a holder off from the server. Leave
+	// it nil for a backend whose server cannot tell a silent client from a live one within
+	// Expiry (a session lock, which the server holds until TCP keepalives give up on the client).
+	ConnectVia func(ctx context.Context, dial DialFunc) (*Conn, error)
 }
 
 // Conn is one process's connection to a backend, as [Backend.Connect] opens it.
@@ -43,8 +51,8 @@ func (b Backend) validate() error {
 	switch {
 	case b.Name == "":
 		return errors.New("locktest: Backend.Name is empty")
-	case b.Connect == nil:
-		return fmt.Errorf("locktest: backend %s: Backend.Connect is nil", b.Name)
+	case b.Connect == nil && b.ConnectVia == nil:
+		return fmt.Errorf("locktest: backend %s: Backend.Connect and ConnectVia are nil", b.Name)
 	case b.Expiry <= 0:
 		return fmt.Errorf("locktest: backend %s: Backend.Expiry %v is not positive", b.Name, b.Expiry)
 	}
@@ -53,7 +61,14 @@ func (b Backend) validate() error {
 
 // connect opens a Conn and checks that it is complete.
 func (b Backend) connect(ctx context.Context) (*Conn, error) {
-	c, err := b.Connect(ctx)
+	var c *Conn
+	var err error
+	if b.Connect != nil {
+		c, err = b.Connect(ctx)
+	} else {
+		var d net.Dialer
+		c, err = b.ConnectVia(ctx, d.DialContext)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("locktest: connect %s: %w", b.Name, err)
 	}

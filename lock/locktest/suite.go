@@ -21,8 +21,8 @@ const shortWait = 300 * time.Millisecond
 
 // Run runs the whole conformance suite against b, one subtest each (see the package
 // documentation): Exclusion, Reentrancy, TryLock, CancelLeavesNothing, UnlockNotHeld, Tokens,
-// Released, Lost, Elector (when b's Conn has an Elector), Counter, HolderKilled and LeaderKilled
-// (with an Elector). The subtests run one after the other; callers may run several backends in
+// Released, Lost, Partition (when b has ConnectVia), Elector (when b's Conn has an Elector),
+// Counter, HolderKilled and LeaderKilled (with an Elector). The subtests run one after the other; callers may run several backends in
 // parallel. Under -short, Run skips (the suite needs the servers).
 func Run(t *testing.T, b Backend) {
 	t.Helper()
@@ -42,6 +42,9 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Tokens", func(t *testing.T) { testTokens(t, b) })
 	t.Run("Released", func(t *testing.T) { testReleased(t, b) })
 	t.Run("Lost", func(t *testing.T) { testLost(t, b) })
+	if b.ConnectVia != nil {
+		t.Run("Partition", func(t *testing.T) { testPartition(t, b) })
+	}
 	if hasElector {
 		t.Run("Elector", func(t *testing.T) { testElector(t, b) })
 	}

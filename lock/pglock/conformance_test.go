@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/testenv"
@@ -26,40 +27,52 @@ func conformanceBackend(name, config string) (locktest.Backend, error) {
 	if name != "pglock-lease" && name != "pglock-advisory" {
 		return locktest.Backend{}, fmt.Errorf("no PostgreSQL backend called %q", name)
 	}
-	return locktest.Backend{
-		Name:   name,
-		Config: config,
-		Expiry: conformanceTTL,
-		Connect: func(ctx context.Context) (*locktest.Conn, error) {
-			pool, err := pgxpool.New(ctx, config)
-			if err != nil {
-				return nil, err
+	connect := func(ctx context.Context, dial locktest.DialFunc) (*locktest.Conn, error) {
+		cfg, err := pgxpool.ParseConfig(config)
+		if err != nil {
+			return nil, err
+		}
+		if dial != nil {
+			cfg.ConnConfig.DialFunc = pgconn.DialFunc(dial)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		c, err := pglock.New(pool, pglock.WithTTL(conformanceTTL))
+		if err == nil {
+			err = c.Migrate(ctx)
+		}
+		if err != nil {
+			if c != nil {
+				_ = c.Close()
 			}
-			c, err := pglock.New(pool, pglock.WithTTL(conformanceTTL))
-			if err == nil {
-				err = c.Migrate(ctx)
-			}
-			if err != nil {
-				if c != nil {
-					_ = c.Close()
-				}
-				pool.Close()
-				return nil, err
-			}
-			conn := &locktest.Conn{Close: func() error {
-				err := c.Close()
-				pool.Close()
-				return err
-			}}
-			if name == "pglock-lease" {
-				conn.Locker = func(n string) (lock.Locker, error) { return c.NewMutex(n) }
-				conn.Elector = func(n, id string) (lock.Elector, error) { return c.NewElector(n, id) }
-			} else {
-				conn.Locker = func(n string) (lock.Locker, error) { return c.NewAdvisoryMutex(n) }
-			}
-			return conn, nil
-		},
-	}, nil
+			pool.Close()
+			return nil, err
+		}
+		conn := &locktest.Conn{Close: func() error {
+			err := c.Close()
+			pool.Close()
+			return err
+		}}
+		if name == "pglock-lease" {
+			conn.Locker = func(n string) (lock.Locker, error) { return c.NewMutex(n) }
+			conn.Elector = func(n, id string) (lock.Elector, error) { return c.NewElector(n, id) }
+		} else {
+			conn.Locker = func(n string) (lock.Locker, error) { return c.NewAdvisoryMutex(n) }
+		}
+		return conn, nil
+	}
+	b := locktest.Backend{Name: name, Config: config, Expiry: conformanceTTL}
+	if name == "pglock-lease" {
+		b.ConnectVia = connect
+	} else {
+		// No ConnectVia: a session lock is held by the server until it learns that the
+		// client's connection is dead, which a silent network hides for as long as TCP
+		// keepalives allow (see the package documentation).
+		b.Connect = func(ctx context.Context) (*locktest.Conn, error) { return connect(ctx, nil) }
+	}
+	return b, nil
 }
 
 // TestIntegrationConformance runs the lock conformance suite (package lock/locktest) against

@@ -36,7 +36,7 @@ func conformanceBackend(name, config string) (locktest.Backend, error) {
 		Name:   name,
 		Config: config,
 		Expiry: conformanceTTL,
-		Connect: func(ctx context.Context) (*locktest.Conn, error) {
+		ConnectVia: func(ctx context.Context, dial locktest.DialFunc) (*locktest.Conn, error) {
 			var rdbs []redis.UniversalClient
 			closeAll := func() {
 				for _, r := range rdbs {
@@ -50,6 +50,7 @@ func conformanceBackend(name, config string) (locktest.Backend, error) {
 					ReadTimeout:           time.Second,
 					WriteTimeout:          time.Second,
 					ContextTimeoutEnabled: true,
+					Dialer:                dial,
 				}))
 			}
 			opts := []redislock.Option{redislock.WithTTL(conformanceTTL), redislock.WithPrefix(prefix)}
