@@ -3,9 +3,11 @@ package pglock
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/pgutil"
@@ -18,6 +20,26 @@ import (
 // exclude each other; with 64 bits that takes about 4 billion names for a one-in-two chance.
 // pg_locks shows it as classid (high 32 bits) and objid (low 32 bits) with objsubid 1.
 func AdvisoryKey(name string) int64 { return pgutil.MigrateLockKey("txkit/lock/pglock:" + name) }
+
+// keepaliveSQL sets, for the session that holds an advisory lock, how soon the server gives up on
+// a connection that went silent (and so ends the session and releases the lock): TCP keepalive
+// probes after $1 idle seconds, every second, twice; unacknowledged data for at most $2 ms. They
+// apply to TCP connections only (a Unix socket ignores them). keepaliveReset puts the session's
+// defaults back before the connection returns to the pool.
+const (
+	keepaliveSQL = `select set_config('tcp_keepalives_idle', $1, false), set_config('tcp_keepalives_interval', '1', false),` +
+		` set_config('tcp_keepalives_count', '2', false), set_config('tcp_user_timeout', $2, false)`
+	keepaliveReset = `select set_config(name, reset_val, false) from pg_settings` +
+		` where name in ('tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_keepalives_count', 'tcp_user_timeout')`
+)
+
+// keepalive returns the settings of keepaliveSQL for a check interval: the server gives up on a
+// silent connection no sooner than 3 intervals + 1 s after the last packet it got (whole seconds),
+// while the holder, which pings every interval with a timeout of one interval, gives up within 2.
+func keepalive(check time.Duration) (idle, userTimeout string) {
+	secs := int64((3*check + time.Second + time.Second - 1) / time.Second)
+	return strconv.FormatInt(max(1, secs-2), 10), strconv.FormatInt(secs*1000, 10)
+}
 
 // AdvisoryMutex is a session lock on one name: pg_advisory_lock on [AdvisoryKey](name), held by
 // one pool connection for as long as the hold lasts. It is the simplest form, with the limits the
@@ -77,6 +99,13 @@ func (m *AdvisoryMutex) take(ctx context.Context, wait bool) (held, error) {
 			return nil, ctx.Err()
 		}
 		return nil, fmt.Errorf("pglock: advisory lock %s: %w", name, err)
+	}
+	if _, err := conn.Exec(ctx, keepaliveSQL, c.keepIdle, c.userTimeout); err != nil {
+		m.giveBack(ctx, conn)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("pglock: advisory lock %s: keepalive settings: %w", name, err)
 	}
 	ok, err := m.acquire(ctx, conn, wait)
 	if err != nil && c.ctx.Err() != nil && ctx.Err() == nil {
@@ -188,8 +217,19 @@ func (l *advisoryLease) unlock(ctx context.Context) error {
 		return nil // lost, or the Client closed: the connection went back with the lock
 	}
 	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue(`select pg_advisory_unlock($1)`, l.m.key)
+	b.Queue(keepaliveReset)
+	br := conn.SendBatch(ctx, b)
 	var ok bool
-	if err := conn.QueryRow(ctx, `select pg_advisory_unlock($1)`, l.m.key).Scan(&ok); err != nil {
+	err := br.QueryRow().Scan(&ok)
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		_ = conn.Conn().Close(ctx) // its session ends, and the lock with it
 		return fmt.Errorf("pglock: advisory unlock %s: %w", l.name, err)
 	}

@@ -3,10 +3,12 @@ package pglock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
@@ -190,5 +192,33 @@ func TestIntegrationAdvisoryClose(t *testing.T) {
 	}
 	if n, m := pa.Stat().AcquiredConns(), pb.Stat().AcquiredConns(); n+m != 0 {
 		t.Fatalf("connections still acquired after Close: %d, %d", n, m)
+	}
+}
+
+// TestIntegrationAdvisoryKeepaliveReset: the keepalive settings a hold puts on its session are
+// reset before the connection goes back to the pool.
+func TestIntegrationAdvisoryKeepaliveReset(t *testing.T) {
+	s, ctx := testenv.Parallel(t, time.Minute)
+	one := pool(t, s.URL, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
+	c := client(t, one)
+	settings := func() []string {
+		var v []string
+		for _, n := range []string{"tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count", "tcp_user_timeout"} {
+			var x string
+			if err := one.QueryRow(ctx, "select current_setting($1)", n).Scan(&x); err != nil {
+				t.Fatal(err)
+			}
+			v = append(v, x)
+		}
+		return v
+	}
+	before := settings()
+	m := advisory(t, c, "advisory-"+testenv.Name(t))
+	held(t, ctx, m)
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after := settings(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("settings after a hold: %v, before: %v", after, before)
 	}
 }

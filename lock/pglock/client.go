@@ -35,6 +35,7 @@ type Client struct {
 
 	ddl, peek, acquire, token, renew, release, holderOf string
 	seqLit                                              string // the token sequence as a regclass literal
+	keepIdle, userTimeout                               string // keepaliveSQL's settings
 
 	ctx    context.Context // ended by Close
 	cancel context.CancelFunc
@@ -99,6 +100,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 	if o.schema != "" {
 		c.channel = pgutil.Channel(o.schema, table)
 	}
+	c.keepIdle, c.userTimeout = keepalive(o.renew)
 	return c, nil
 }
 

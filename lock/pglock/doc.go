@@ -84,11 +84,12 @@
 //     The server releases the lock at once then, and the holder learns of it only at its next check
 //     of the connection (every [WithRenewEvery]), so another holder can get in before the old one
 //     is told: fence every write with the token. The other way round, when the network between
-//     them fails silently, the holder's check fails (and it closes its side) within twice the
-//     check interval, but the server keeps the lock until it notices that the connection is dead:
-//     with PostgreSQL's defaults, when TCP keepalive gives up (hours). Set the server's
-//     tcp_keepalives_idle, tcp_keepalives_interval and tcp_keepalives_count (or
-//     tcp_user_timeout) to bound that.
+//     them goes silent, the holder's check fails within two check intervals (it then closes its
+//     side), and the server would keep the lock until TCP told it the connection was dead — hours,
+//     by default. So each hold sets its session's tcp_keepalives_idle/interval/count and
+//     tcp_user_timeout (PostgreSQL 12 or later; TCP connections only, a Unix socket ignores them)
+//     so that the server gives up no sooner than three check intervals + 1 s after the last packet
+//     it got — after the holder — and not much later; Unlock resets them.
 //   - It breaks behind a transaction-pooling proxy (PgBouncer in transaction mode): the session that
 //     holds the lock is not the one the next statement runs on. Connect the pool directly to
 //     PostgreSQL, or through a session-pooling proxy.
