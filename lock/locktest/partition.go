@@ -22,7 +22,9 @@ var errPartitioned = errors.New("locktest: partitioned from the server")
 // partition is a network partition between one process's connections and the server: until
 // cut, its dial makes ordinary connections; from cut on, everything written to them is dropped,
 // nothing more is read from them (a read waits for its deadline or for Close, as on a network
-// that lost every packet), and new dials fail.
+// that lost every packet), and new dials fail. It is made in the client process: the sockets stay
+// healthy and the kernel still answers TCP keepalives, so it stands for a partition only to a
+// server that notices a silent client by the absence of its messages (a session timeout, a TTL).
 type partition struct {
 	d    net.Dialer
 	cut  chan struct{}
