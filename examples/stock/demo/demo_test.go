@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txkit/txkit/examples/internal/drilltest"
+	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/internal/testenv"
 )
 
@@ -23,12 +24,14 @@ func config(t *testing.T, lock string) Config {
 	}
 }
 
-// TestIntegrationStockDemo: on ZooKeeper, PostgreSQL and Redis, the documents' scenario serves
+// TestIntegrationStockDemo: on every lock backend, the documents' scenario serves
 // exactly one buyer, the load never oversells, each operation is applied once, stock + sold =
 // initial, and each SIGKILLed holder's deduction is answered once its lock expires.
 func TestIntegrationStockDemo(t *testing.T) {
 	testenv.ZK(t)
-	for _, lock := range []string{"zk", "pg", "redis"} {
+	testenv.Redis(t)
+	testenv.Redlock(t)
+	for _, lock := range exapp.LockKinds() {
 		t.Run(lock, func(t *testing.T) {
 			rep := drilltest.Run(t, 2*time.Minute, Run, config(t, lock))
 			if rep.Load.Deducted == 0 || rep.Load.Refused == 0 {
