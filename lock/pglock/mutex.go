@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
@@ -220,6 +221,7 @@ func (l *lease) renew(sent time.Time) {
 	life := c.o.ttl - c.o.margin()
 	deadline, next := sent.Add(life), sent.Add(c.o.renew)
 	retry := max(c.o.renew/4, time.Millisecond)
+	failing := false // renewals have failed since the last success
 	for {
 		t := time.NewTimer(min(time.Until(next), time.Until(deadline)))
 		select {
@@ -247,9 +249,16 @@ func (l *lease) renew(sent time.Time) {
 			return
 		case err == nil && time.Now().Before(deadline):
 			deadline, next = s.Add(life), s.Add(c.o.renew)
+			failing = false
 		case err != nil:
-			c.log.Debug("pglock: renewal failed; retrying", "lock", l.name, "err", err, "deadline_in", time.Until(deadline))
+			level := slog.LevelDebug
+			if !failing {
+				level = slog.LevelWarn // the first failure of a streak
+			}
+			c.log.Log(context.Background(), level, "pglock: renewal failed; retrying", "lock", l.name, "err", err, "deadline_in", time.Until(deadline))
+			failing = true
 			next = time.Now().Add(retry)
+			continue
 		}
 	}
 }
