@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,20 +27,26 @@ var errPartitioned = errors.New("locktest: partitioned from the server")
 // healthy and the kernel still answers TCP keepalives, so it stands for a partition only to a
 // server that notices a silent client by the absence of its messages (a session timeout, a TTL).
 type partition struct {
-	d    net.Dialer
-	cut  chan struct{}
-	once sync.Once
+	d   net.Dialer
+	cut atomic.Bool
 
 	mu    sync.Mutex
 	conns []net.Conn
 }
 
-func newPartition() *partition { return &partition{cut: make(chan struct{})} }
+func newPartition() *partition { return &partition{} }
 
-func (p *partition) isCut() bool { return isClosed(p.cut) }
+func (p *partition) isCut() bool { return p.cut.Load() }
 
 // start cuts the process off from the server.
-func (p *partition) start() { p.once.Do(func() { close(p.cut) }) }
+func (p *partition) start() { p.cut.Store(true) }
+
+// heal ends the partition. The connections it made are reset (what was dropped meanwhile left
+// them in no state to go on), so the clients connect again.
+func (p *partition) heal() {
+	p.reset()
+	p.cut.Store(false)
+}
 
 func (p *partition) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	if p.isCut() {
@@ -63,6 +70,7 @@ func (p *partition) reset() {
 	for _, c := range p.conns {
 		_ = c.Close()
 	}
+	p.conns = nil
 }
 
 // partitionedConn is a connection that goes silent both ways when its partition is cut.
@@ -97,7 +105,9 @@ func (c *partitionedConn) Write(b []byte) (int, error) {
 // testPartition: a holder is cut off from the server (every packet lost, no connection closed),
 // so it can neither renew nor release. Its Lease must end — Done closed, Err wrapping
 // ErrLockLost — before another owner, already waiting, gets the lock, which must happen within
-// Expiry + 1 s of the cut.
+// Expiry + 1 s of the cut. Then the network comes back: the holder's Locker refuses to Lock until
+// its lost hold is unlocked, that Unlock leaves the next owner's hold alone, and once the next
+// owner releases, the Locker takes the lock again with a higher token.
 func testPartition(t *testing.T, b Backend) {
 	name := testenv.Name(t)
 	p := newPartition()
@@ -164,5 +174,40 @@ func testPartition(t *testing.T, b Backend) {
 	if !la.Token().Less(r.l.Token()) {
 		t.Errorf("next owner's token %s is not above the cut-off holder's %s", r.l.Token(), la.Token())
 	}
+
+	p.heal()
+	lctx, lcancel := context.WithTimeout(t.Context(), 5*time.Second)
+	_, err = a.Lock(lctx)
+	lcancel()
+	switch {
+	case err == nil:
+		t.Fatal("Lock on a Locker whose hold was lost and not unlocked succeeded while another owner holds the lock")
+	case errors.Is(err, context.DeadlineExceeded):
+		t.Fatal("Lock on a Locker whose hold was lost and not unlocked waited, instead of returning an error")
+	}
+	if err := a.Unlock(t.Context()); err != nil {
+		t.Logf("Unlock of the lost hold: %v", err)
+	}
+	// The Locker reconnects; until it can ask the server, TryLock fails otherwise than ErrLocked.
+	var last error
+	for deadline := time.Now().Add(waitLimit); ; {
+		l, err := a.TryLock(t.Context())
+		if err == nil {
+			t.Fatalf("TryLock took the lock (token %s) while the next owner holds it: the lost hold's Unlock released a newer hold", l.Token())
+		}
+		if errors.Is(err, lock.ErrLocked) {
+			break
+		}
+		if last = err; time.Now().After(deadline) {
+			t.Fatalf("TryLock after the network came back: %v", last)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the reconnection, bounded by the deadline
+	}
+	wantHeld(t, r.l, "the next owner's hold after the lost hold's Unlock")
 	mustUnlock(t, next)
+	again := mustLock(t, a)
+	if !r.l.Token().Less(again.Token()) {
+		t.Errorf("the reconnected Locker's token %s is not above the next owner's %s", again.Token(), r.l.Token())
+	}
+	mustUnlock(t, a)
 }
