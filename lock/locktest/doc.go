@@ -18,7 +18,9 @@
 //     connection is closed under it (then Done comes no later than the next holder).
 //   - Partition: a holder is cut off from the server (every packet lost, no connection closed),
 //     so it can neither renew nor release: its Lease ends before another owner gets in, and
-//     that owner gets in within [Backend.Expiry] + 1 s (only when [Backend.ConnectVia] is set).
+//     that owner gets in within [Backend.Expiry] + 1 s. When the network comes back, the cut-off
+//     Locker refuses to Lock until its lost hold is unlocked, and that Unlock leaves the newer
+//     hold alone (only when [Backend.ConnectVia] is set).
 //   - Elector: Campaign, Leader, Resign, RunWhileLeader and the handoff between candidates
 //     (only when [Conn.Elector] is set).
 //   - Counter: 4 worker processes × 16 goroutines increment a counter in PostgreSQL with a read
