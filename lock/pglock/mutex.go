@@ -98,7 +98,9 @@ func (m *Mutex) take(ctx context.Context, wait bool) (held, error) {
 		sent := time.Now()
 		tok, left, ok, err := c.tryAcquire(ctx, m.name, holder, m.data)
 		if err != nil {
-			c.abandon(ctx, m.name, holder) // the attempt may have taken the row
+			if !errors.Is(err, errNotSent) {
+				c.abandon(ctx, m.name, holder) // the attempt may have taken the row
+			}
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -138,6 +140,10 @@ func (m *Mutex) take(ctx context.Context, wait bool) (held, error) {
 	}
 }
 
+// errNotSent: an attempt failed before anything was sent (no pool connection), so it left nothing
+// to clean up.
+var errNotSent = errors.New("no connection")
+
 // tryAcquire runs one attempt: in one round trip and one transaction, how long the current row
 // has left, the upsert that takes a free or expired row, and the token drawn once the row is ours.
 // ok reports whether the row is now ours; left is the current row's remaining time in seconds when
@@ -149,7 +155,7 @@ func (m *Mutex) take(ctx context.Context, wait bool) (held, error) {
 func (c *Client) tryAcquire(ctx context.Context, name string, holder uuid.UUID, data string) (tok int64, left *float64, ok bool, err error) {
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
-		return 0, nil, false, err
+		return 0, nil, false, fmt.Errorf("%w: %w", errNotSent, err)
 	}
 	defer conn.Release()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)

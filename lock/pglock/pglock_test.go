@@ -256,6 +256,34 @@ func TestIntegrationCancelLeavesNothing(t *testing.T) {
 
 // TestIntegrationTokensIncrease: tokens rise strictly across holders, across the row's deletion
 // at every release, and across a row taken over after expiry.
+// TestIntegrationCancelWithoutConnection: a Lock whose ctx ends while it waits for a pool
+// connection returns at once (it sent nothing, so it has nothing to clean up).
+func TestIntegrationCancelWithoutConnection(t *testing.T) {
+	s, ctx := testenv.Parallel(t, time.Minute)
+	one := pool(t, s.URL, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
+	c := client(t, one)
+	m := mutex(t, c, "no-connection")
+	busy, err := one.Acquire(ctx) // the pool's only connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = m.Lock(lctx)
+	took := time.Since(start)
+	busy.Release()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock without a free connection: %v, want DeadlineExceeded", err)
+	}
+	if took > time.Second {
+		t.Fatalf("Lock returned %v after a 100 ms ctx ended", took)
+	}
+	if got := rows(t, s, "no-connection"); len(got) != 0 {
+		t.Fatalf("rows: %v", got)
+	}
+}
+
 func TestIntegrationTokensIncrease(t *testing.T) {
 	s, ctx := testenv.Parallel(t, time.Minute)
 	c1 := client(t, s.Pool)
