@@ -50,6 +50,13 @@
 // (a step forward of PostgreSQL's clock by more than the margin could let the next holder in
 // early). A renewal that finds the row gone or taken ends the lease at once.
 //
+// Failover: with asynchronous replication, a promoted replica may lack the last acquisitions and
+// sequence values of the old primary. A holder whose row was lost that way learns it at its next
+// renewal (the update finds no row: the lease ends at once), but until then another owner can take
+// the lock, and its token may repeat one already handed out — and so may be refused, or worse
+// accepted, by a fence that lives elsewhere. Use synchronous replication (or keep the fence in the
+// same database, whose lost writes go with the lost tokens) where that matters.
+//
 // Unlock deletes the row where name and holder match and, in the same statement, calls pg_notify
 // on the Client's channel (the schema-qualified table's, as package notify names its channels)
 // with the lock name as payload.
