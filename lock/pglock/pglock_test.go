@@ -501,6 +501,34 @@ func TestIntegrationListenerReconnects(t *testing.T) {
 	_ = b.Unlock(ctx)
 }
 
+// TestIntegrationRowTakenEndsLease: a renewal that finds the row no longer its holder's ends the
+// lease at once, well before its deadline, and the lost hold's Unlock leaves the new row alone.
+func TestIntegrationRowTakenEndsLease(t *testing.T) {
+	s, ctx := testenv.Parallel(t, time.Minute)
+	c := client(t, s.Pool, pglock.WithTTL(5*time.Second), pglock.WithRenewEvery(200*time.Millisecond))
+	m := mutex(t, c, "taken", pglock.WithData("a"))
+	l := held(t, ctx, m)
+	taken := time.Now()
+	if _, err := s.Pool.Exec(ctx, `update txkit_locks set holder = gen_random_uuid(), data = 'intruder' where name = 'taken'`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("lease still open 2 s after its row was taken (renewal every 200 ms, deadline 4.5 s)")
+	}
+	t.Logf("row taken: lease ended after %v: %v", time.Since(taken).Round(time.Millisecond), l.Err())
+	if !errors.Is(l.Err(), lock.ErrLockLost) {
+		t.Fatalf("lease error %v, want ErrLockLost", l.Err())
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rows(t, s, "taken"); len(got) != 1 || got[0] != "intruder" {
+		t.Fatalf("rows after the lost hold's Unlock: %v, want [intruder]", got)
+	}
+}
+
 func TestIntegrationRenewalKeepsHold(t *testing.T) {
 	s, ctx := testenv.Parallel(t, time.Minute)
 	const ttl = 500 * time.Millisecond
