@@ -28,6 +28,14 @@ func advisoryPIDs(t *testing.T, s *testenv.Schema, name string, granted bool) []
 	return pids
 }
 
+// waitOnServer waits until one backend waits for the advisory lock of name.
+func waitOnServer(t *testing.T, s *testenv.Schema, name string) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		return len(advisoryPIDs(t, s, name, false)) == 1
+	}, "a waiter on the server")
+}
+
 func TestIntegrationAdvisoryExclusion(t *testing.T) {
 	s, ctx := testenv.Parallel(t, time.Minute)
 	name := "advisory-" + testenv.Name(t) // advisory keys are per database, not per schema
@@ -93,9 +101,7 @@ func TestIntegrationAdvisoryHandoff(t *testing.T) {
 		_, err := b.Lock(ctx)
 		got <- err
 	}()
-	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
-		return len(advisoryPIDs(t, s, name, false)) == 1
-	}, "b to wait on the server")
+	waitOnServer(t, s, name)
 	if err := a.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -176,9 +182,7 @@ func TestIntegrationAdvisoryClose(t *testing.T) {
 		_, err := b.Lock(ctx)
 		got <- err
 	}()
-	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
-		return len(advisoryPIDs(t, s, name, false)) == 1
-	}, "b to wait on the server")
+	waitOnServer(t, s, name)
 	_ = cb.Close()
 	if err := <-got; !errors.Is(err, lock.ErrClosed) {
 		t.Fatalf("b.Lock waiting at Close: %v, want ErrClosed", err)

@@ -11,23 +11,32 @@ import (
 	"github.com/txkit/txkit/lock/pglock"
 )
 
+// exampleClient returns a Client on a schema of its own, migrated; done closes it and drops the
+// schema. It prints why when it cannot (so that the example's output does not match).
+func exampleClient(ctx context.Context) (c *pglock.Client, done func(), ok bool) {
+	pool, schemas, drop, ok := testenv.ExampleDB(ctx, "pglock_example_")
+	if !ok {
+		return nil, nil, false
+	}
+	c, err := pglock.New(pool, pglock.WithSchema(schemas[0]), pglock.WithTTL(5*time.Second))
+	if err == nil {
+		err = c.Migrate(ctx) // creates the schema, the table and the sequence
+	}
+	if err != nil {
+		fmt.Println(err)
+		drop()
+		return nil, nil, false
+	}
+	return c, func() { _ = c.Close(); drop() }, true
+}
+
 func ExampleClient_NewMutex() {
 	ctx := context.Background()
-	pool, schemas, done, ok := testenv.ExampleDB(ctx, "pglock_example_")
+	c, done, ok := exampleClient(ctx)
 	if !ok {
 		return
 	}
 	defer done()
-	c, err := pglock.New(pool, pglock.WithSchema(schemas[0]), pglock.WithTTL(5*time.Second))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer c.Close()
-	if err := c.Migrate(ctx); err != nil {
-		fmt.Println(err)
-		return
-	}
 
 	a, _ := c.NewMutex("orders/recovery")
 	b, _ := c.NewMutex("orders/recovery") // one Mutex value per contender
@@ -57,21 +66,11 @@ func ExampleClient_NewMutex() {
 
 func ExampleClient_NewElector() {
 	ctx := context.Background()
-	pool, schemas, done, ok := testenv.ExampleDB(ctx, "pglock_example_")
+	c, done, ok := exampleClient(ctx)
 	if !ok {
 		return
 	}
 	defer done()
-	c, err := pglock.New(pool, pglock.WithSchema(schemas[0]))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer c.Close()
-	if err := c.Migrate(ctx); err != nil {
-		fmt.Println(err)
-		return
-	}
 
 	one, _ := c.NewElector("relay/leader", "host-1")
 	two, _ := c.NewElector("relay/leader", "host-2")

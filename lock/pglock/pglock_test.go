@@ -88,6 +88,47 @@ func rows(t *testing.T, s *testenv.Schema, name string) []string {
 	return out
 }
 
+// lockResult is what a Lock run in the background returned, and when.
+type lockResult struct {
+	at    time.Time
+	lease lock.Lease
+	err   error
+}
+
+// lockLater runs l.Lock(ctx) in the background.
+func lockLater(ctx context.Context, l lock.Locker) <-chan lockResult {
+	got := make(chan lockResult, 1)
+	go func() {
+		ls, err := l.Lock(ctx)
+		got <- lockResult{time.Now(), ls, err}
+	}()
+	return got
+}
+
+// waiting sets up a holder a (holding name) and a waiter b (its Lock running, on a Client of its
+// own whose connections are called app in pg_stat_activity), TTL 20 s and a 30 s fallback: a wait
+// shorter than those was ended by a notification. It returns once b has tried once and its Client
+// listens.
+func waiting(t *testing.T, ctx context.Context, s *testenv.Schema, name string) (a, b *pglock.Mutex, got <-chan lockResult, app string) {
+	t.Helper()
+	app = "pglock-waiter-" + testenv.Name(t)
+	waiterPool := pool(t, s.URL, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["application_name"] = app })
+	a = mutex(t, client(t, s.Pool, pglock.WithTTL(20*time.Second)), name)
+	b = mutex(t, client(t, waiterPool, pglock.WithTTL(20*time.Second), pglock.WithFallbackCheck(30*time.Second)), name)
+	held(t, ctx, a)
+	got = lockLater(ctx, b)
+	// b has tried once (its last statement drew no token) and its client listens.
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		var listening, tried bool
+		err := s.Pool.QueryRow(ctx, `select
+			coalesce(bool_or(query ilike 'listen %'), false),
+			coalesce(bool_or(query ilike 'update % set token = nextval%' and state = 'idle'), false)
+			from pg_stat_activity where application_name = $1`, app).Scan(&listening, &tried)
+		return err == nil && listening && tried
+	}, "the waiter to try once and listen")
+	return a, b, got, app
+}
+
 func isDone(l lock.Lease) bool {
 	select {
 	case <-l.Done():
@@ -342,16 +383,7 @@ func TestIntegrationExpiredHolderToldFirst(t *testing.T) {
 	b := mutex(t, cb, "expiry", pglock.WithData("b"))
 
 	la := held(t, ctx, a)
-	type result struct {
-		at    time.Time
-		lease lock.Lease
-		err   error
-	}
-	got := make(chan result, 1)
-	go func() {
-		l, err := b.Lock(ctx)
-		got <- result{time.Now(), l, err}
-	}()
+	got := lockLater(ctx, b)
 	aDone := make(chan time.Time, 1)
 	go func() {
 		select {
@@ -364,7 +396,7 @@ func TestIntegrationExpiredHolderToldFirst(t *testing.T) {
 	cut := time.Now()
 	proxy.Down()
 
-	var rb result
+	var rb lockResult
 	select {
 	case rb = <-got:
 	case <-ctx.Done():
@@ -412,42 +444,12 @@ func TestIntegrationExpiredHolderToldFirst(t *testing.T) {
 // only be this quick because the release's notification woke it.
 func TestIntegrationNotifyWakesWaiter(t *testing.T) {
 	s, ctx := testenv.Parallel(t, time.Minute)
-	app := "pglock-waiter-" + testenv.Name(t)
-	waiterPool := pool(t, s.URL, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["application_name"] = app })
-	ca := client(t, s.Pool, pglock.WithTTL(20*time.Second))
-	cb := client(t, waiterPool, pglock.WithTTL(20*time.Second), pglock.WithFallbackCheck(30*time.Second))
-	a := mutex(t, ca, "notify")
-	b := mutex(t, cb, "notify")
-
-	held(t, ctx, a)
-	type result struct {
-		at  time.Time
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		_, err := b.Lock(ctx)
-		got <- result{time.Now(), err}
-	}()
-	// b has tried once (its last statement drew no token) and its client listens.
-	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
-		var listening, tried bool
-		err := s.Pool.QueryRow(ctx, `select
-			coalesce(bool_or(query ilike 'listen %'), false),
-			coalesce(bool_or(query ilike 'update % set token = nextval%' and state = 'idle'), false)
-			from pg_stat_activity where application_name = $1`, app).Scan(&listening, &tried)
-		return err == nil && listening && tried
-	}, "the waiter to try once and listen")
+	a, b, got, _ := waiting(t, ctx, s, "notify")
 	released := time.Now()
 	if err := a.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var r result
-	select {
-	case r = <-got:
-	case <-ctx.Done():
-		t.Fatal("b never took the lock")
-	}
+	r := <-got
 	if r.err != nil {
 		t.Fatalf("b.Lock: %v", r.err)
 	}
@@ -463,25 +465,12 @@ func TestIntegrationNotifyWakesWaiter(t *testing.T) {
 // lost: after reconnecting, the listener wakes every waiter (the fallback is 30 s here).
 func TestIntegrationListenerReconnects(t *testing.T) {
 	s, ctx := testenv.Parallel(t, time.Minute)
-	app := "pglock-waiter-" + testenv.Name(t)
-	waiterPool := pool(t, s.URL, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["application_name"] = app })
-	ca := client(t, s.Pool, pglock.WithTTL(20*time.Second))
-	cb := client(t, waiterPool, pglock.WithTTL(20*time.Second), pglock.WithFallbackCheck(30*time.Second))
-	a := mutex(t, ca, "reconnect")
-	b := mutex(t, cb, "reconnect")
-
-	held(t, ctx, a)
-	got := make(chan error, 1)
-	go func() {
-		_, err := b.Lock(ctx)
-		got <- err
-	}()
+	a, b, got, app := waiting(t, ctx, s, "reconnect")
 	var listener int32
-	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
-		err := s.Pool.QueryRow(ctx, `select pid from pg_stat_activity where application_name = $1 and query ilike 'listen %'`,
-			app).Scan(&listener)
-		return err == nil
-	}, "the waiter's client to listen")
+	if err := s.Pool.QueryRow(ctx, `select pid from pg_stat_activity where application_name = $1 and query ilike 'listen %'`,
+		app).Scan(&listener); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.Pool.Exec(ctx, `select pg_terminate_backend($1, 5000)`, listener); err != nil { // returns once it has exited
 		t.Fatal(err)
 	}
@@ -490,9 +479,9 @@ func TestIntegrationListenerReconnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("b.Lock: %v", err)
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("b.Lock: %v", r.err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter was not woken within 5 s of a release made while its listener was down")
