@@ -70,7 +70,8 @@ func (m *Mutex) Lock(ctx context.Context) (lock.Lease, error) {
 
 // TryLock takes the lock if it is free (or its holder's row has expired) in one round trip, and
 // returns at once: an error wrapping [lock.ErrLocked] when another owner holds it. ctx bounds the
-// round trip; when it ends, nothing is left behind, as for Lock.
+// wait for a pool connection; once sent, the attempt is awaited (see Lock), and if ctx has ended
+// by then, a row it took is deleted and ctx's error returned: nothing is left behind.
 func (m *Mutex) TryLock(ctx context.Context) (lock.Lease, error) {
 	return m.r.lock(ctx, func(ctx context.Context) (held, error) { return m.take(ctx, false) })
 }
