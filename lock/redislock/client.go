@@ -149,10 +149,10 @@ func (g *group) newElector(name, id string) (*lock.Election, error) {
 //
 //   - Lock blocks until the lock is held or ctx ends; if ctx ends first nothing is left behind
 //     (an attempt whose outcome is unknown is undone by compare-and-delete with a fresh, bounded
-//     context) and ctx's error is returned. A waiter wakes on the release message, when the
-//     holder's key expires, or at the latest after the fallback check; it never spins. While
-//     Redis does not answer, Lock retries with a backoff. The wait order is not FIFO: whoever
-//     sends the next SET after a release wins.
+//     context) and ctx's error is returned. A waiter wakes on a release message (one waiter per
+//     Client and lock: the longest waiting), when the holder's key expires, or at the latest
+//     after the fallback check; it never spins. While Redis does not answer, Lock retries with a
+//     backoff. The wait order is not FIFO: whoever sends the next SET after a release wins.
 //   - TryLock takes the lock if it is free: an error wrapping [lock.ErrLocked] when another owner
 //     holds it, or the Redis error.
 //   - A Mutex value is reentrant: Lock or TryLock on a value that holds the lock returns the same
@@ -187,19 +187,22 @@ func (m *Mutex) TryLock(ctx context.Context) (lock.Lease, error) { return m.m.Tr
 // this hold's value (compare-and-delete, never a newer holder's key), then publishes the release.
 // It uses a context derived from ctx without its cancellation, bounded to a second, so a
 // cancelled ctx does not leave the key behind; if Redis does not answer, the error says so and
-// the key expires with its TTL. Unlock of a Mutex that holds nothing returns nil.
+// the key expires with its TTL. Unlock of a Mutex that holds nothing returns nil; after
+// [Client.Close] (which released the keys) Unlock only forgets the hold.
 func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
 
 // RedlockMutex is a lock on one name on the instances of a [Redlock]. It keeps the contract of
 // [Mutex] with majorities: Lock sends SET NX PX to every instance in parallel (each bounded by an
 // instance timeout of a tenth of the TTL, at most 1 s) and holds the lock when a majority took it
-// and the validity (TTL − elapsed − drift) is positive; otherwise it releases on all and tries
-// again when a release message comes, when the keys of a majority expire, or after a random pause
-// of up to 50 ms when the attempt split the instances. The watchdog renews on all instances, and
-// the hold is lost when a majority no longer confirms it before the local deadline, or at once
-// when so many instances say the key is gone that no majority can hold it. Unlock releases on all.
-// The token is the highest of the fencing counters of the instances that granted the hold.
-// TryLock with too few instances answering returns their errors (not [lock.ErrLocked]).
+// and the validity (TTL − elapsed − drift) is positive; it stops waiting for the others as soon
+// as a majority has answered either way. Otherwise it releases on all and tries again when a
+// release message comes, when the keys of another owner's majority expire, or, when contenders
+// split the instances, at once if it took the first instance to answer and after a random pause
+// of 5–50 ms if not. The watchdog renews on all instances, and the hold is lost when a majority no
+// longer confirms it before the local deadline, or at once when so many instances say the key is
+// gone that no majority can hold it. Unlock releases on all and returns once a majority answered.
+// The token is the highest of the fencing counters of the majority that granted the hold. TryLock
+// with too few instances answering returns their errors (not [lock.ErrLocked]).
 //
 // RedlockMutex is safe for concurrent use by multiple goroutines (they share its hold).
 type RedlockMutex struct {

@@ -49,11 +49,17 @@
 //
 // Waiters do not spin. Each [Client] has one subscription to the release channel
 // ("<prefix>released", whose messages carry the lock's name); the release script publishes
-// there. A waiter subscribes before its attempt, then sleeps until a release message for its lock,
+// there. A waiter queues before its attempt, then sleeps until a release message for its lock,
 // the expiry of the holder's key (the failed attempt returns its PTTL), or the fallback check
 // ([WithFallbackCheck], for messages lost while the subscription reconnects), whichever is first.
-// Waiters are not served in order: after a release, whoever's SET arrives first wins, and a new
+// A release message wakes one waiter per Client — the one of that lock that has waited longest —
+// not all of them, so a release sets off one attempt per process rather than a herd. Waiters are
+// not served in order across Clients: after a release, whoever's SET arrives first wins, and a new
 // contender can beat one that has waited long. Use the ZooKeeper lock when you need FIFO.
+//
+// A command whose connection drops before its reply is repeated by go-redis (Options.MaxRetries):
+// a repeated acquisition finds its own value in the key and answers as the first run did, a
+// repeated release or extension finds the work done.
 //
 // # Fencing tokens and failover
 //

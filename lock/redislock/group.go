@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/txkit/txkit/lock"
@@ -22,20 +23,23 @@ type group struct {
 	quorum int
 	o      options
 
+	waiting waiters // the mutexes waiting for a release message
+
 	ctx    context.Context // cancelled by close: ends watchdogs and cleanups
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	closed bool
-	leases map[*lease]struct{}
+	mu      sync.Mutex
+	closing bool // close has begun: no new holds
+	closed  bool // close is waiting for the goroutines: no new ones
+	leases  map[*lease]struct{}
 }
 
 func newGroup(what string, inst []*instance, o options) *group {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &group{what: what, inst: inst, quorum: len(inst)/2 + 1, o: o, ctx: ctx, cancel: cancel, leases: map[*lease]struct{}{}}
 	for _, in := range inst {
-		in.sub = newSubscription(in.rdb, g.channel(), o.log, &g.wg)
+		in.sub = newSubscription(in.rdb, g.channel(), o.log, &g.wg, g.waiting.wake)
 	}
 	return g
 }
@@ -53,76 +57,98 @@ func (g *group) channel() string { return g.o.prefix + "released" }
 func (g *group) isClosed() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.closed
+	return g.closing
 }
 
-// fanout runs call on every instance in parallel and returns the replies that came within the
-// instance timeout (or before ctx ended); the others are left unanswered. A call that answers
-// after that is handed to late, in its own goroutine (the group waits for it on close).
-func (g *group) fanout(ctx context.Context, call func(ctx context.Context, in *instance) reply, late func(in *instance, r reply)) []reply {
+// fanout runs call on every instance in parallel. It returns when every instance has answered,
+// when enough (if not nil) says the replies in so far decide the step, when wait has passed, or
+// when ctx ends; a reply not in by then is an error ("no answer"). A reply that
+// comes later is handed to late (if not nil) in its call's goroutine, which the group waits for on
+// close. The calls run under the group's context, not ctx: their outcome must be known to clean
+// up after them.
+func (g *group) fanout(ctx context.Context, wait time.Duration, call func(ctx context.Context, in *instance) reply,
+	enough func(replies []reply) bool, late func(in *instance, r reply)) []reply {
 	var (
 		mu        sync.Mutex
 		out       = make([]reply, len(g.inst))
 		collected bool
-		left      = len(g.inst)
-		running   = len(g.inst)
-		all       = make(chan struct{})
+		left      = len(g.inst) // replies not in yet
+		running   = len(g.inst) // calls not returned yet
+		decided   = make(chan struct{})
 	)
-	// The calls outlive ctx (their outcome must be known to clean up after them) but not the group;
-	// the last one to return cancels their context.
+	// The last call to return cancels the calls' context.
 	var calls struct{ cancel context.CancelFunc }
 	cctx, cancel := context.WithTimeout(g.ctx, g.o.ttl)
 	calls.cancel = cancel
+	settle := func(i int, r reply) { // under mu
+		out[i] = r
+		left--
+		if running--; running == 0 {
+			calls.cancel()
+		}
+		if !collected && (left == 0 || (enough != nil && enough(out))) {
+			collected = true
+			close(decided)
+		}
+	}
 	for i, in := range g.inst {
-		r := reply{err: lock.ErrClosed}
 		started := g.goOwned(func() {
 			r := call(cctx, in)
 			mu.Lock()
-			if running--; running == 0 {
-				defer calls.cancel()
-			}
 			if collected {
+				if running--; running == 0 {
+					calls.cancel()
+				}
 				mu.Unlock()
 				if late != nil {
 					late(in, r)
 				}
 				return
 			}
-			out[i] = r
-			if left--; left == 0 {
-				close(all)
-			}
+			settle(i, r)
 			mu.Unlock()
 		})
 		if !started { // closed: answer for the call that did not run
 			mu.Lock()
-			out[i] = r
-			running--
-			if left--; left == 0 {
-				close(all)
-			}
-			if running == 0 {
-				calls.cancel()
-			}
+			settle(i, reply{err: lock.ErrClosed})
 			mu.Unlock()
 		}
 	}
-	t := time.NewTimer(g.o.instanceTimeout())
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
-	case <-all:
+	case <-decided:
 	case <-t.C:
 	case <-ctx.Done():
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	collected = true
-	for i := range out {
-		if !out[i].answered && out[i].err == nil {
-			out[i].err = fmt.Errorf("no answer within %v", g.o.instanceTimeout())
+	if !collected {
+		collected = true
+		close(decided)
+	}
+	res := slices.Clone(out)
+	for i := range res {
+		if !res[i].in() {
+			res[i].err = fmt.Errorf("no answer within %v", wait)
 		}
 	}
-	return slices.Clone(out)
+	return res
+}
+
+// majorityDecided reports whether the replies in so far decide a step that needs a majority of
+// ok replies: a majority said ok, or so many did not that no majority can.
+func (g *group) majorityDecided(replies []reply) bool {
+	var ok, not int
+	for _, r := range replies {
+		switch {
+		case r.ok:
+			ok++
+		case r.in():
+			not++
+		}
+	}
+	return ok >= g.quorum || not > len(g.inst)-g.quorum
 }
 
 // failures returns the errors of the replies that failed, each naming its instance.
@@ -153,21 +179,39 @@ type attempt struct {
 func (g *group) acquire(ctx context.Context, m *mutex, value string) attempt {
 	key, counter := g.keys(m.name)
 	start := time.Now()
-	replies := g.fanout(ctx, func(ctx context.Context, in *instance) reply {
+	// A SET that succeeds after the step was decided is kept if the attempt won (the key is ours,
+	// renewed and released with the others) and deleted if it lost.
+	var won atomic.Bool
+	decided := make(chan struct{})
+	defer close(decided)
+	replies := g.fanout(ctx, g.o.instanceTimeout(), func(ctx context.Context, in *instance) reply {
 		return in.acquire(ctx, key, counter, value, g.o.ttl)
-	}, func(in *instance, r reply) {
-		if r.ok { // took the lock after we stopped waiting: let it go
+	}, g.majorityDecided, func(in *instance, r reply) {
+		if !r.ok {
+			return
+		}
+		select {
+		case <-decided:
+		case <-g.ctx.Done():
+			return
+		}
+		if !won.Load() {
 			g.releaseOne(in, m.name, value)
 		}
 	})
 	elapsed := time.Since(start)
 	a := attempt{start: start}
 	var (
-		taken, heldByOthers int
-		errs                = failures(replies)
-		free                []time.Duration // per answering instance: how long until its key is free
+		taken  int
+		owners = map[string]int{} // other holders' values: on how many instances each holds the key
+		errs   = failures(replies)
+		free   []time.Duration // per answering instance: how long until its key is free
+		first  = -1            // the first instance that answered
 	)
-	for _, r := range replies {
+	for i, r := range replies {
+		if r.err == nil && first < 0 {
+			first = i
+		}
 		switch {
 		case r.err != nil:
 		case r.ok:
@@ -177,7 +221,7 @@ func (g *group) acquire(ctx context.Context, m *mutex, value string) attempt {
 				a.token = t
 			}
 		default:
-			heldByOthers++
+			owners[r.data]++
 			switch {
 			case r.n == -2: // expired between the SET and the PTTL
 				free = append(free, 0)
@@ -189,17 +233,25 @@ func (g *group) acquire(ctx context.Context, m *mutex, value string) attempt {
 	validity := g.o.ttl - elapsed - g.o.drift
 	if taken >= g.quorum && validity > 0 {
 		a.ok = true
+		won.Store(true)
 		return a
 	}
 	if taken > 0 || len(errs) > 0 {
-		g.release(ctx, m.name, value, replies)
+		// Publish only when we held a majority (too long): otherwise nobody waits for these keys.
+		// Waiters after a split retry by themselves; a message from every contender that lost a
+		// split would wake them all into the next one.
+		_ = g.release(ctx, m.name, value, replies, taken >= g.quorum)
+	}
+	held := false // another owner holds a majority
+	for _, n := range owners {
+		held = held || n >= g.quorum
 	}
 	switch {
 	case taken >= g.quorum: // took too long: the hold would be invalid at once
 		a.split = true
 	case len(errs) > len(g.inst)-g.quorum:
 		a.err = fmt.Errorf("%d of %d instances failed, a majority needs %d: %w", len(errs), len(g.inst), g.quorum, errors.Join(errs...))
-	case heldByOthers < g.quorum:
+	case !held:
 		a.split = true
 	}
 	a.wait = g.o.fallback
@@ -207,7 +259,14 @@ func (g *group) acquire(ctx context.Context, m *mutex, value string) attempt {
 		a.wait = min(a.wait, free[g.quorum-1])
 	}
 	if a.split {
-		a.wait = min(a.wait, 5*time.Millisecond+rand.N(45*time.Millisecond))
+		// Contenders split the instances and released them. The one that took the first
+		// instance to answer tries again at once; the others after a random pause, so that one
+		// attempt usually finds every instance free.
+		if first >= 0 && replies[first].ok {
+			a.wait = 0
+		} else {
+			a.wait = min(a.wait, 5*time.Millisecond+rand.N(45*time.Millisecond))
+		}
 	}
 	return a
 }
@@ -217,9 +276,9 @@ func (g *group) acquire(ctx context.Context, m *mutex, value string) attempt {
 // that no majority can hold it.
 func (g *group) extend(ctx context.Context, m *mutex, value string) (ok, lost bool, err error) {
 	key, _ := g.keys(m.name)
-	replies := g.fanout(ctx, func(ctx context.Context, in *instance) reply {
+	replies := g.fanout(ctx, g.o.instanceTimeout(), func(ctx context.Context, in *instance) reply {
 		return in.extend(ctx, key, value, g.o.ttl)
-	}, nil)
+	}, g.majorityDecided, nil)
 	var renewed, gone int
 	for _, r := range replies {
 		switch {
@@ -234,33 +293,39 @@ func (g *group) extend(ctx context.Context, m *mutex, value string) (ok, lost bo
 }
 
 // release deletes the hold's key on every instance whose reply does not say it was held by
-// another (nil replies: on all), with a fresh context bounded by the instance timeout, and
-// publishes the release. It returns the instances' errors.
-func (g *group) release(ctx context.Context, name, value string, replies []reply) error {
-	key, _ := g.keys(name)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(g.o.instanceTimeout(), time.Second))
-	defer cancel()
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for i, in := range g.inst {
-		if replies != nil && replies[i].answered && !replies[i].ok {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if r := in.release(ctx, key, value, g.channel(), name); r.err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("instance %d: %w", i, r.err))
-				mu.Unlock()
-			}
-		}()
+// another (nil replies: on all) and, with publish, publishes the release. It waits, with ctx's
+// values but not its cancellation, at most max(instance timeout, 1 s), and only until a majority
+// has answered: the other calls finish in the background. It returns an error, with the instances'
+// errors, only when no majority answered (the lock may then stay taken until the keys expire).
+func (g *group) release(ctx context.Context, name, value string, replies []reply, publish bool) error {
+	channel := ""
+	if publish {
+		channel = g.channel()
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	key, _ := g.keys(name)
+	answered := func(rs []reply) bool {
+		n := 0
+		for _, r := range rs {
+			if r.answered {
+				n++
+			}
+		}
+		return n >= g.quorum
+	}
+	out := g.fanout(context.WithoutCancel(ctx), max(g.o.instanceTimeout(), time.Second), func(ctx context.Context, in *instance) reply {
+		i := slices.Index(g.inst, in)
+		if replies != nil && replies[i].answered && !replies[i].ok {
+			return reply{answered: true} // held by another: nothing of ours there
+		}
+		return in.release(ctx, key, value, channel, name)
+	}, answered, nil)
+	if !answered(out) {
+		return errors.Join(failures(out)...)
+	}
+	if errs := failures(out); len(errs) > 0 {
+		g.o.log.Debug("released on a majority; where the release failed, the key expires with its TTL", "name", name, "err", errors.Join(errs...))
+	}
+	return nil
 }
 
 // releaseOne deletes a hold's key on one instance, in the background of a late answer.
@@ -268,7 +333,7 @@ func (g *group) releaseOne(in *instance, name, value string) {
 	key, _ := g.keys(name)
 	ctx, cancel := context.WithTimeout(g.ctx, max(g.o.instanceTimeout(), time.Second))
 	defer cancel()
-	if r := in.release(ctx, key, value, g.channel(), name); r.err != nil {
+	if r := in.release(ctx, key, value, "", name); r.err != nil {
 		g.o.log.Warn("could not release a late acquisition; it expires with its TTL", "name", name, "err", r.err)
 	}
 }
@@ -276,7 +341,7 @@ func (g *group) releaseOne(in *instance, name, value string) {
 // holder returns the holder data of the hold that a majority of instances agree on.
 func (g *group) holder(ctx context.Context, name string) (string, error) {
 	key, _ := g.keys(name)
-	replies := g.fanout(ctx, func(ctx context.Context, in *instance) reply { return in.get(ctx, key) }, nil)
+	replies := g.fanout(ctx, g.o.instanceTimeout(), func(ctx context.Context, in *instance) reply { return in.get(ctx, key) }, nil, nil)
 	count := map[string]int{}
 	for _, r := range replies {
 		if r.ok {
@@ -291,19 +356,16 @@ func (g *group) holder(ctx context.Context, name string) (string, error) {
 	return "", fmt.Errorf("%s: holder of %s: %w", g.what, name, lock.ErrNoLeader)
 }
 
-// subscribe makes c receive a signal for every release of name on any instance, and waits (at
-// most the fallback check, or until ctx ends) until the subscriptions of a majority are active,
+// subscribe queues c for the release messages of name on any instance (see [waiters]), and waits
+// (at most the fallback check, or until ctx ends) until the subscriptions of a majority are active,
 // so that a release right after the caller's next attempt is not missed. It returns the function
 // that stops the signals.
 func (g *group) subscribe(ctx context.Context, name string, c chan struct{}) (stop func()) {
+	g.waiting.add(name, c)
+	stop = func() { g.waiting.remove(name, c) }
 	ready := make([]<-chan struct{}, len(g.inst))
 	for i, in := range g.inst {
-		ready[i] = in.sub.watch(name, c)
-	}
-	stop = func() {
-		for _, in := range g.inst {
-			in.sub.unwatch(name, c)
-		}
+		ready[i] = in.sub.start()
 	}
 	deadline := time.NewTimer(g.o.fallback)
 	defer deadline.Stop()
@@ -349,7 +411,7 @@ func (g *group) goOwned(f func()) bool {
 func (g *group) track(l *lease) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed {
+	if g.closing {
 		return false
 	}
 	g.leases[l] = struct{}{}
@@ -366,11 +428,11 @@ func (g *group) untrack(l *lease) {
 // close the caller's Redis clients.
 func (g *group) close() error {
 	g.mu.Lock()
-	if g.closed {
+	if g.closing {
 		g.mu.Unlock()
 		return nil
 	}
-	g.closed = true
+	g.closing = true // no new holds; goroutines may still start, for the releases below
 	leases := make([]*lease, 0, len(g.leases))
 	for l := range g.leases {
 		leases = append(leases, l)
@@ -379,10 +441,13 @@ func (g *group) close() error {
 	var errs []error
 	for _, l := range leases {
 		l.end(fmt.Errorf("%w: %s closed (%w)", lock.ErrLockLost, g.what, lock.ErrClosed))
-		if err := g.release(context.Background(), l.m.name, l.value, nil); err != nil {
+		if err := g.release(context.Background(), l.m.name, l.value, nil, true); err != nil {
 			errs = append(errs, fmt.Errorf("%s: release %s on close: %w", g.what, l.m.name, err))
 		}
 	}
+	g.mu.Lock()
+	g.closed = true // no goroutine starts after this: wg.Wait below sees every one
+	g.mu.Unlock()
 	g.cancel()
 	for _, in := range g.inst {
 		in.sub.close()

@@ -187,25 +187,13 @@ func (m *mutex) Unlock(ctx context.Context) error {
 	m.lease = nil
 	m.mu.Unlock()
 	l.end(fmt.Errorf("%w: released by Unlock", lock.ErrNotHeld))
-	err := m.g.release(ctx, m.name, l.value, nil)
-	if err == nil {
-		return nil
+	if m.g.isClosed() {
+		return nil // Close released the hold's keys (or they expire, if it was lost)
 	}
-	// The key expires with its TTL where the release failed. While a majority released it, no
-	// majority can hold it: the lock is free, and Redlock's Unlock succeeds.
-	if failed := len(multi(err)); failed > len(m.g.inst)-m.g.quorum {
+	if err := m.g.release(ctx, m.name, l.value, nil, true); err != nil {
 		return fmt.Errorf("%s: unlock %s (the key expires with its TTL): %w", m.g.what, m.name, err)
 	}
-	m.g.o.log.Warn("lock: released on a majority; the other keys expire with their TTL", "name", m.name, "err", err)
 	return nil
-}
-
-// multi returns the errors joined in err (err alone when it is not a join).
-func multi(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
 }
 
 // lease is one hold: its value, its fencing token, its local deadline and its watchdog.
@@ -231,7 +219,7 @@ func (m *mutex) newLease(value string, a attempt) (*lease, error) {
 	l := &lease{m: m, value: value, token: a.token, done: make(chan struct{})}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	if !g.track(l) {
-		_ = g.release(context.Background(), m.name, value, nil)
+		_ = g.release(context.Background(), m.name, value, nil, true)
 		return nil, fmt.Errorf("%s: lock %s: %w", g.what, m.name, lock.ErrClosed)
 	}
 	l.dmu.Lock()

@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -64,7 +65,7 @@ func TestIntegrationRedlockAcquireRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	var value string
-	var highest int64
+	var counters []int64
 	for i, rdb := range rdbs {
 		v, err := rdb.Get(ctx, key(name)).Result()
 		if err != nil {
@@ -78,10 +79,13 @@ func TestIntegrationRedlockAcquireRelease(t *testing.T) {
 		if err != nil {
 			t.Fatalf("instance %d counter: %v", i, err)
 		}
-		highest = max(highest, n)
+		counters = append(counters, n)
 	}
-	if l.Token() != (lock.Token{Seq: highest}) {
-		t.Errorf("token %s, want the highest counter %d", l.Token(), highest)
+	// The token is the highest counter of the majority that answered first: one of the three, at
+	// least the median.
+	slices.Sort(counters)
+	if !slices.Contains(counters, l.Token().Seq) || l.Token().Seq < counters[1] {
+		t.Errorf("token %s, want the highest counter of a majority of %v", l.Token(), counters)
 	}
 	if _, err := b.TryLock(ctx); !errors.Is(err, lock.ErrLocked) {
 		t.Fatalf("TryLock while held: %v, want ErrLocked", err)
@@ -89,10 +93,12 @@ func TestIntegrationRedlockAcquireRelease(t *testing.T) {
 	if err := a.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Unlock returns once a majority released; the third release may still be on its way.
 	for i, rdb := range rdbs {
-		if n, err := rdb.Exists(ctx, key(name)).Result(); err != nil || n != 0 {
-			t.Errorf("instance %d: key after Unlock: %d (%v)", i, n, err)
-		}
+		testenv.Eventually(t, 5*time.Second, 5*time.Millisecond, func() bool {
+			n, err := rdb.Exists(ctx, key(name)).Result()
+			return err == nil && n == 0
+		}, "the key to be gone from instance %d after Unlock", i)
 	}
 	lb, err := b.TryLock(ctx)
 	if err != nil {

@@ -17,13 +17,22 @@ import (
 // acquireScript takes the lock with SET NX PX and, only when the SET succeeded, advances the
 // fencing counter: n = max(counter + 1, the server's TIME in microseconds), a hybrid logical
 // clock that rises on every acquisition and keeps rising when a failover loses the last
-// increments (see the package documentation). It returns {1, n} when it took the lock and
-// {0, PTTL} when someone holds it. The counter has no TTL.
+// increments (see the package documentation). It returns {1, n} when it took the lock, and
+// {0, PTTL, value} when someone holds it (value: the holder's, so that Redlock can tell one holder
+// of a majority from contenders that split the instances). The counter has no TTL.
+//
+// A key that already holds our value means this is a repeat of a run whose reply was lost (go-redis
+// retries a command when its connection drops): the script answers as the first run did, with
+// the counter that run set (nobody else can have advanced it while the key was ours).
 //
 // Redis replicates a script by its effects (the SETs), so TIME is allowed before a write.
 var acquireScript = redis.NewScript(`
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-	return {0, redis.call('PTTL', KEYS[1])}
+	local holder = redis.call('GET', KEYS[1])
+	if holder == ARGV[1] then
+		return {1, tonumber(redis.call('GET', KEYS[2]))}
+	end
+	return {0, redis.call('PTTL', KEYS[1]), holder or ''}
 end
 local t = redis.call('TIME')
 local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -43,12 +52,12 @@ return 0
 `)
 
 // releaseScript deletes the lock key only if it holds our value, and then publishes the lock's
-// name on the release channel (ARGV[2]) so that waiters try again at once. 1 if it deleted, 0
-// when the key was gone or held another value (nothing is published then).
+// name on the release channel (ARGV[2], unless it is empty) so that waiters try again at once. 1 if
+// it deleted, 0 when the key was gone or held another value (nothing is published then).
 var releaseScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
 	redis.call('DEL', KEYS[1])
-	redis.call('PUBLISH', ARGV[2], ARGV[3])
+	if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
 	return 1
 end
 return 0
@@ -73,9 +82,12 @@ type reply struct {
 	answered bool   // false: no answer within the instance timeout, or the call failed (err)
 	ok       bool   // acquired, extended, released
 	n        int64  // acquire: the fencing counter when ok, the key's PTTL (ms) when not
-	data     string // get: the key's value when ok
+	data     string // get: the key's value when ok; acquire: the holder's value when not ok
 	err      error
 }
+
+// in reports whether the reply is in: answered, or failed.
+func (r reply) in() bool { return r.answered || r.err != nil }
 
 // instance is one Redis server of a [Client] (one) or a [Redlock] (several), with its release
 // subscription.
@@ -85,14 +97,27 @@ type instance struct {
 }
 
 func (in *instance) acquire(ctx context.Context, key, counter, value string, ttl time.Duration) reply {
-	v, err := acquireScript.Run(ctx, in.rdb, []string{key, counter}, value, ttl.Milliseconds()).Int64Slice()
+	v, err := acquireScript.Run(ctx, in.rdb, []string{key, counter}, value, ttl.Milliseconds()).Slice()
 	if err != nil {
 		return reply{err: err}
 	}
-	if len(v) != 2 {
-		return reply{err: fmt.Errorf("acquire script returned %v", v)}
+	bad := reply{err: fmt.Errorf("acquire script returned %v", v)}
+	if len(v) < 2 {
+		return bad
 	}
-	return reply{answered: true, ok: v[0] == 1, n: v[1]}
+	ok, okType := v[0].(int64)
+	n, nType := v[1].(int64)
+	if !okType || !nType {
+		return bad
+	}
+	r := reply{answered: true, ok: ok == 1, n: n}
+	if !r.ok {
+		if len(v) != 3 {
+			return bad
+		}
+		r.data, _ = v[2].(string)
+	}
+	return r
 }
 
 func (in *instance) extend(ctx context.Context, key, value string, ttl time.Duration) reply {
