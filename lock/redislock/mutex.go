@@ -148,6 +148,9 @@ func (m *mutex) take(ctx context.Context, wait bool) (*lease, error) {
 		t := time.NewTimer(d)
 		select {
 		case <-wake:
+			if ctx.Err() != nil || g.isClosed() {
+				signal(wake) // unused: stop hands it to the next waiter
+			}
 		case <-t.C:
 		case <-ctx.Done():
 		case <-g.ctx.Done():
