@@ -91,6 +91,24 @@ func lockName(t testing.TB) string { return "test-" + testenv.Name(t) }
 // key is the lock key of name under the default prefix.
 func key(name string) string { return "txkit:lock:{" + name + "}" }
 
+// mustContend runs contend for at most a minute, fails the test on its error or a missing hold,
+// logs how long it took, and returns the tokens.
+func mustContend(t *testing.T, goroutines, holds int, newLocker func() (lock.Locker, error)) []lock.Token {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	tokens, err := contend(ctx, goroutines, holds, newLocker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tokens) != goroutines*holds {
+		t.Fatalf("%d holds, want %d", len(tokens), goroutines*holds)
+	}
+	t.Logf("%d holds by %d contenders in %v", len(tokens), goroutines, time.Since(start).Round(time.Millisecond))
+	return tokens
+}
+
 // contend runs goroutines goroutines, each with its own Locker from newLocker, each making holds
 // holds. It returns the tokens of the holds in the order they were taken, and an error when a
 // hold began while another was running, when a hold was lost before its work, or when a call

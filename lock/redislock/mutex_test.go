@@ -180,17 +180,7 @@ func TestIntegrationTokensIncrease(t *testing.T) {
 	rdb := newRedis(t, testenv.Redis(t))
 	c := newClient(t, rdb)
 	name := lockName(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	start := time.Now()
-	tokens, err := contend(ctx, 8, 25, func() (lock.Locker, error) { return c.NewMutex(name) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(tokens) != 200 {
-		t.Fatalf("%d holds, want 200", len(tokens))
-	}
-	t.Logf("200 holds by 8 contenders in %v", time.Since(start).Round(time.Millisecond))
+	mustContend(t, 8, 25, func() (lock.Locker, error) { return c.NewMutex(name) })
 }
 
 // TestIntegrationWokenByRelease: with the fallback check at 30 s, a waiter takes the lock within a
@@ -198,47 +188,15 @@ func TestIntegrationTokensIncrease(t *testing.T) {
 func TestIntegrationWokenByRelease(t *testing.T) {
 	t.Parallel()
 	addr := testenv.Redis(t)
-	long := []redislock.Option{redislock.WithFallbackCheck(30 * time.Second), redislock.WithTTL(30 * time.Second)}
-	name := lockName(t)
-	ca := newClient(t, newRedis(t, addr), long...)
-	cb := newClient(t, newNamedRedis(t, addr, name), long...)
-	a, b := newMutex(t, ca, name), newMutex(t, cb, name)
-	ctx := t.Context()
-	if _, err := a.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan time.Time, 1)
-	errc := make(chan error, 1)
-	go func() {
-		if _, err := b.Lock(ctx); err != nil {
-			errc <- err
-			return
-		}
-		got <- time.Now()
-	}()
-	admin := newRedis(t, addr)
-	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
-		sub, tried := waiterState(ctx, admin, name)
-		return sub && tried
-	}, "the waiter to subscribe and find the lock held")
+	a, waiter := holderAndWaiter(t, addr, addr)
 	rel := time.Now()
-	if err := a.Unlock(ctx); err != nil {
+	if err := a.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case at := <-got:
-		d := at.Sub(rel)
-		t.Logf("waiter took the lock %v after the release", d.Round(time.Microsecond))
-		if d > 500*time.Millisecond {
-			t.Errorf("waiter took the lock %v after the release, want within 500ms", d)
-		}
-	case err := <-errc:
-		t.Fatal(err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter not woken within 10 s of the release")
-	}
-	if err := b.Unlock(ctx); err != nil {
-		t.Fatal(err)
+	d := waiter.took(t, "the release").Sub(rel)
+	t.Logf("waiter took the lock %v after the release", d.Round(time.Microsecond))
+	if d > 500*time.Millisecond {
+		t.Errorf("waiter took the lock %v after the release, want within 500ms", d)
 	}
 }
 
@@ -249,46 +207,67 @@ func TestIntegrationWokenAfterResubscribe(t *testing.T) {
 	t.Parallel()
 	addr := testenv.Redis(t)
 	p := newProxy(t, addr)
-	long := []redislock.Option{redislock.WithFallbackCheck(30 * time.Second), redislock.WithTTL(30 * time.Second)}
-	name := lockName(t)
-	ca := newClient(t, newRedis(t, addr), long...)
-	cb := newClient(t, newNamedRedis(t, p.Addr(), name), long...)
-	a, b := newMutex(t, ca, name), newMutex(t, cb, name)
-	ctx := t.Context()
-	if _, err := a.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		_, err := b.Lock(ctx)
-		got <- err
-	}()
-	admin := newRedis(t, addr)
-	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
-		sub, tried := waiterState(ctx, admin, name)
-		return sub && tried
-	}, "the waiter to subscribe and find the lock held")
+	a, waiter := holderAndWaiter(t, addr, p.Addr())
 	p.Down()
 	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
-		sub, _ := waiterState(ctx, admin, name)
+		sub, _ := waiterState(t.Context(), waiter.admin, waiter.name)
 		return !sub
 	}, "the waiter's subscription to drop")
-	if err := a.Unlock(ctx); err != nil { // the message reaches no waiter
+	if err := a.Unlock(t.Context()); err != nil { // the message reaches no waiter
 		t.Fatal(err)
 	}
 	up := time.Now()
 	p.Up()
+	t.Logf("waiter took the lock %v after its connections came back", waiter.took(t, "its subscription's return").Sub(up).Round(time.Millisecond))
+}
+
+// waiter is a Lock running in a goroutine.
+type waiter struct {
+	name  string
+	admin *redis.Client
+	done  chan error
+	at    time.Time // when Lock returned; read after done
+}
+
+// holderAndWaiter takes a lock on a Client on holderAddr, then starts a Lock on a Client on
+// waiterAddr (both with a 30 s TTL and fallback check) and returns once the waiter has subscribed
+// and found the lock held (CLIENT LIST on holderAddr's server shows it).
+func holderAndWaiter(t *testing.T, holderAddr, waiterAddr string) (*redislock.Mutex, *waiter) {
+	t.Helper()
+	long := []redislock.Option{redislock.WithFallbackCheck(30 * time.Second), redislock.WithTTL(30 * time.Second)}
+	name := lockName(t)
+	a := newMutex(t, newClient(t, newRedis(t, holderAddr), long...), name)
+	b := newMutex(t, newClient(t, newNamedRedis(t, waiterAddr, name), long...), name)
+	ctx := t.Context()
+	if _, err := a.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := &waiter{name: name, admin: newRedis(t, holderAddr), done: make(chan error, 1)}
+	go func() {
+		_, err := b.Lock(ctx)
+		w.at = time.Now()
+		w.done <- err
+	}()
+	t.Cleanup(func() { _ = b.Unlock(context.Background()) })
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		sub, tried := waiterState(ctx, w.admin, name)
+		return sub && tried
+	}, "the waiter to subscribe and find the lock held")
+	return a, w
+}
+
+// took waits up to 10 s for the waiter's Lock and returns when it took the lock.
+func (w *waiter) took(t *testing.T, after string) time.Time {
+	t.Helper()
 	select {
-	case err := <-got:
+	case err := <-w.done:
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("waiter took the lock %v after its connections came back", time.Since(up).Round(time.Millisecond))
+		return w.at
 	case <-time.After(10 * time.Second):
-		t.Fatal("waiter not woken within 10 s of its subscription's return (fallback 30 s)")
-	}
-	if err := b.Unlock(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatalf("waiter not woken within 10 s of %s (fallback check 30 s)", after)
+		return time.Time{}
 	}
 }
 
@@ -419,64 +398,6 @@ func TestIntegrationClose(t *testing.T) {
 	}
 	if _, err := m.TryLock(ctx); !errors.Is(err, lock.ErrClosed) {
 		t.Errorf("TryLock after Close: %v, want ErrClosed", err)
-	}
-}
-
-// TestIntegrationElector: two candidates; the leader is the one whose hold carries its id; when
-// it resigns, the other leads with a higher token.
-func TestIntegrationElector(t *testing.T) {
-	t.Parallel()
-	rdb := newRedis(t, testenv.Redis(t))
-	c := newClient(t, rdb)
-	name := lockName(t)
-	e1, err := c.NewElector(name, "candidate-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e2, err := c.NewElector(name, "candidate-2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	if _, err := e1.Leader(ctx); !errors.Is(err, lock.ErrNoLeader) {
-		t.Fatalf("Leader before any campaign: %v, want ErrNoLeader", err)
-	}
-	l1, err := e1.Campaign(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if id, err := e2.Leader(ctx); err != nil || id != "candidate-1" {
-		t.Fatalf("Leader = %q, %v; want candidate-1", id, err)
-	}
-	got := make(chan lock.Leadership, 1)
-	errc := make(chan error, 1)
-	go func() {
-		l, err := e2.Campaign(ctx)
-		if err != nil {
-			errc <- err
-			return
-		}
-		got <- l
-	}()
-	if err := l1.Resign(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var l2 lock.Leadership
-	select {
-	case l2 = <-got:
-	case err := <-errc:
-		t.Fatal(err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("candidate-2 does not lead 10 s after candidate-1 resigned")
-	}
-	if !l1.Token().Less(l2.Token()) {
-		t.Errorf("token %s after %s", l2.Token(), l1.Token())
-	}
-	if id, err := e1.Leader(ctx); err != nil || id != "candidate-2" {
-		t.Errorf("Leader = %q, %v; want candidate-2", id, err)
-	}
-	if err := l2.Resign(ctx); err != nil {
-		t.Fatal(err)
 	}
 }
 
