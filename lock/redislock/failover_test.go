@@ -45,7 +45,7 @@ func TestIntegrationDisruptiveRedisFailoverTwoHolders(t *testing.T) {
 	})
 
 	// The replica replicates the primary through a proxy.
-	p := newProxy(t, primary)
+	p := testenv.NewRawProxy(t, primary)
 	_, port, _ := net.SplitHostPort(p.Addr())
 	rep := newRedis(t, replica)
 	if err := rep.ReplicaOf(ctx, "127.0.0.1", port).Err(); err != nil {

@@ -206,7 +206,7 @@ func TestIntegrationWokenByRelease(t *testing.T) {
 func TestIntegrationWokenAfterResubscribe(t *testing.T) {
 	t.Parallel()
 	addr := testenv.Redis(t)
-	p := newProxy(t, addr)
+	p := testenv.NewRawProxy(t, addr)
 	a, waiter := holderAndWaiter(t, addr, p.Addr())
 	p.Down()
 	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
@@ -315,7 +315,7 @@ func TestIntegrationRenewalFailureReportedFirst(t *testing.T) {
 	t.Parallel()
 	const ttl = 3 * time.Second // drift allowance 32 ms: how much earlier A must learn
 	addr := testenv.Redis(t)
-	p := newProxy(t, addr)
+	p := testenv.NewRawProxy(t, addr)
 	ca := newClient(t, newRedis(t, p.Addr()), redislock.WithTTL(ttl))
 	cb := newClient(t, newRedis(t, addr), redislock.WithTTL(ttl))
 	name := lockName(t)
@@ -357,9 +357,7 @@ func TestIntegrationRenewalFailureReportedFirst(t *testing.T) {
 	if _, err := a.TryLock(ctx); err == nil || errors.Is(err, lock.ErrLocked) {
 		t.Errorf("TryLock on A's lost hold: %v, want the lost-hold error", err)
 	}
-	if err := a.Unlock(ctx); err == nil {
-		t.Log("A's Unlock succeeded through a cut proxy?")
-	}
+	_ = a.Unlock(ctx) // through the cut proxy it cannot reach Redis; B's key is not A's to delete anyway
 	if err := b.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -41,11 +41,11 @@ func newRedlockMutex(t testing.TB, r *redislock.Redlock, name string) *redislock
 }
 
 // proxied puts a proxy in front of each address and returns the proxies.
-func proxied(t testing.TB, addrs []string) ([]*proxy, []string) {
-	ps := make([]*proxy, len(addrs))
+func proxied(t testing.TB, addrs []string) ([]*testenv.Proxy, []string) {
+	ps := make([]*testenv.Proxy, len(addrs))
 	via := make([]string, len(addrs))
 	for i, a := range addrs {
-		ps[i] = newProxy(t, a)
+		ps[i] = testenv.NewRawProxy(t, a)
 		via[i] = ps[i].Addr()
 	}
 	return ps, via
