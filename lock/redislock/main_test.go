@@ -86,7 +86,28 @@ func newMutex(t testing.TB, c *redislock.Client, name string, opts ...redislock.
 }
 
 // lockName returns a lock name of the test's own.
-func lockName(t testing.TB) string { return "test-" + testenv.Name(t) }
+// lockName returns a lock name of the test's own. When the test ends, its keys — the fencing
+// counter has no TTL — are deleted from every Redis server of `make up` (the replica follows its
+// primary).
+func lockName(t testing.TB) string {
+	name := "test-" + testenv.Name(t)
+	t.Cleanup(func() {
+		var addrs []string
+		for _, env := range []string{testenv.EnvRedis, testenv.EnvRedlock, testenv.EnvRedisPrimary} {
+			if v := os.Getenv(env); v != "" {
+				addrs = append(addrs, strings.Split(v, ",")...)
+			}
+		}
+		for _, a := range addrs {
+			rdb := redis.NewClient(&redis.Options{Addr: a, DialTimeout: time.Second, ReadTimeout: time.Second})
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = rdb.Del(ctx, key(name), key(name)+":fence", key(name+"-election"), key(name+"-election")+":fence").Err()
+			cancel()
+			_ = rdb.Close()
+		}
+	})
+	return name
+}
 
 // key is the lock key of name under the default prefix.
 func key(name string) string { return "txkit:lock:{" + name + "}" }

@@ -103,7 +103,6 @@ func TestIntegrationTryLock(t *testing.T) {
 	if err != nil || ttl != -1 {
 		t.Errorf("fencing counter PTTL %v (%v), want -1 (no TTL)", ttl, err)
 	}
-	t.Cleanup(func() { rdb.Del(context.Background(), key(name)+":fence") })
 }
 
 // TestIntegrationCancelLeavesNothing: a Lock whose ctx ends while it waits returns ctx's error,
