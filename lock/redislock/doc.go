@@ -29,8 +29,8 @@
 // holder's lock.
 //
 // This package takes the lock with one command, SET key <value> NX PX <ttl>: the expiry is the
-// server's, and the value is a random uuid per hold (followed by a space and the holder data, such
-// as an elector's candidate id, which everything after the first space is). Release and extension
+// server's, and the value is a random uuid per hold, a space, and the holder data (such as an
+// elector's candidate id): everything after the first space, since a uuid has none. Release and extension
 // are Lua scripts that compare the value first (compare-and-delete, compare-and-PEXPIRE), so only
 // the hold that set the key ever removes or extends it. The acquisition is one script too: when,
 // and only when, the SET succeeded, it advances the lock's fencing counter (key "<prefix>{name}:fence",
@@ -85,9 +85,10 @@
 // [Redlock] runs antirez's algorithm over N independent instances: send SET NX PX to all in
 // parallel, each with an instance timeout much smaller than the TTL (a tenth of it, at most
 // 1 s); the lock is held when a majority (N/2+1) took it and its validity, TTL − elapsed − drift,
-// is positive; otherwise release on all and retry after a random pause or a release message.
-// Renewals go to all with the same majority rule, release to all. Its token is the highest counter
-// among the instances that granted the hold. It rises from holder to holder: any two majorities
+// is positive; otherwise release on all and retry after a random pause or a release message. A
+// step stops waiting as soon as a majority has answered either way. Renewals go to all with the
+// same majority rule, release to all. Its token is the highest counter among the majority that
+// granted the hold. It rises from holder to holder: any two majorities
 // share an instance, and that instance's counter is monotonic, so the next holder's maximum is at
 // least one above the previous holder's value there; but the previous maximum may come from an
 // instance the next majority lacks, and then it is exceeded only because the counters are made of
