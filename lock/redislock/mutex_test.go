@@ -324,7 +324,7 @@ func TestIntegrationRenewalFailureReportedFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	aDone := make(chan time.Time, 1)
+	aDone := make(chan time.Time, 1) // when A's Done was seen closed, for the log
 	go func() {
 		<-la.Done()
 		aDone <- time.Now()
@@ -336,15 +336,12 @@ func TestIntegrationRenewalFailureReportedFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var aAt time.Time
 	select {
-	case aAt = <-aDone:
+	case <-la.Done():
 	default:
-		t.Fatalf("B holds the lock (after %v) and A's lease has not ended", bAt.Sub(cut))
+		t.Fatalf("B holds the lock (%v after the cut) and A's lease has not ended", bAt.Sub(cut))
 	}
-	if !aAt.Before(bAt) {
-		t.Fatalf("A's lease ended %v after B took the lock", aAt.Sub(bAt))
-	}
+	aAt := <-aDone
 	if !errors.Is(la.Err(), lock.ErrLockLost) {
 		t.Errorf("A's lease ended with %v, want ErrLockLost", la.Err())
 	}
