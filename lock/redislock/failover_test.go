@@ -70,8 +70,9 @@ func TestIntegrationDisruptiveRedisFailoverTwoHolders(t *testing.T) {
 	}
 	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
 		n, err := rep.Get(ctx, key(name)+":fence").Int64()
-		return err == nil && n == l0.Token().Seq
-	}, "the replica to have the counter of the first hold")
+		gone, gerr := rep.Exists(ctx, key(name)).Result()
+		return err == nil && n == l0.Token().Seq && gerr == nil && gone == 0
+	}, "the replica to have the counter of the first hold, and its release")
 
 	// Replication stops; A takes the lock on the primary.
 	p.Down()
