@@ -39,11 +39,9 @@ type Mutex struct {
 	path string
 	o    options
 
-	acquire chan struct{} // one acquisition at a time per Mutex value
+	r *Reentrant // the holds of this Mutex value
 
 	mu      sync.Mutex
-	lease   *zkLease
-	holds   int
 	parent  bool                // the parent path is known to exist
 	ignored map[string]struct{} // children named like contenders that are not (not ephemeral)
 }
@@ -51,15 +49,11 @@ type Mutex struct {
 // zkLease is one hold of a [Mutex]: its fencing token, its node, and how the holder learns that
 // it lost the lock.
 type zkLease struct {
-	m     *Mutex
-	node  string // full path of our node
-	token Token
-	ep    *epoch
+	*Hold
+	m    *Mutex
+	node string // full path of our node
+	ep   *epoch
 
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	done     chan struct{}
-	once     sync.Once
 	released chan struct{}
 	relOnce  sync.Once
 	unclaim  func() // the unfair recipe: lets go of the Session's claim on the node (see Session.claimUnfair)
@@ -78,7 +72,7 @@ func NewMutex(s *Session, lockPath string, opts ...Option) (*Mutex, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Mutex{s: s, path: lockPath, o: o, acquire: make(chan struct{}, 1)}, nil
+	return &Mutex{s: s, path: lockPath, o: o, r: NewReentrant(lockPath)}, nil
 }
 
 func validPath(p string) error {
@@ -88,22 +82,12 @@ func validPath(p string) error {
 	return nil
 }
 
-// nilLease keeps a nil *zkLease from becoming a non-nil Lease.
-func nilLease(l *zkLease, err error) (Lease, error) {
-	if err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
 // Node returns the path of the node of the current hold, or "" when the Mutex holds nothing.
 func (m *Mutex) Node() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lease == nil {
-		return ""
+	if l, ok := m.r.Current().(*zkLease); ok {
+		return l.node
 	}
-	return m.lease.node
+	return ""
 }
 
 // Path returns the lock path.
@@ -115,31 +99,17 @@ func (m *Mutex) Path() string { return m.path }
 // error wrapping [ErrSessionExpired] at once. ctx scopes only the wait: the hold lasts until
 // Unlock, or until the lock is lost ([Lease.Done]).
 func (m *Mutex) Lock(ctx context.Context) (Lease, error) {
-	return nilLease(m.lock(ctx, true))
+	return m.r.Lock(ctx, func(ctx context.Context) (Lease, error) { return m.take(ctx, true) })
 }
 
 // TryLock takes the lock if it is free and returns at once: an error wrapping [ErrLocked] when
 // another owner holds it. ctx bounds the ZooKeeper round trips.
 func (m *Mutex) TryLock(ctx context.Context) (Lease, error) {
-	return nilLease(m.lock(ctx, false))
+	return m.r.Lock(ctx, func(ctx context.Context) (Lease, error) { return m.take(ctx, false) })
 }
 
-func (m *Mutex) lock(ctx context.Context, wait bool) (*zkLease, error) {
-	if l := m.reenter(); l != nil {
-		return l, nil
-	}
-	select {
-	case m.acquire <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { <-m.acquire }()
-	if l := m.reenter(); l != nil { // another goroutine sharing this Mutex took it meanwhile
-		return l, nil
-	}
-	if err := m.lostHold(); err != nil {
-		return nil, err
-	}
+// take runs the recipe and starts the new hold's monitor.
+func (m *Mutex) take(ctx context.Context, wait bool) (Lease, error) {
 	var (
 		l   *zkLease
 		err error
@@ -152,37 +122,8 @@ func (m *Mutex) lock(ctx context.Context, wait bool) (*zkLease, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	m.lease, m.holds = l, 1
-	m.mu.Unlock()
 	m.s.goOwned(l.monitor)
 	return l, nil
-}
-
-// reenter counts another hold when the lock is held and not lost.
-func (m *Mutex) reenter() *zkLease {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lease == nil {
-		return nil
-	}
-	select {
-	case <-m.lease.done:
-		return nil // lost: lock() refuses until the lost hold is unlocked
-	default:
-	}
-	m.holds++
-	return m.lease
-}
-
-// lostHold returns the error of a hold that was lost and not yet unlocked.
-func (m *Mutex) lostHold() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lease == nil {
-		return nil
-	}
-	return fmt.Errorf("lock: %s: a lost hold was not unlocked yet (%w): call Unlock first", m.path, m.lease.Err())
 }
 
 // Unlock releases one hold; the last one deletes the node. Unlock of a Mutex that holds nothing
@@ -192,29 +133,17 @@ func (m *Mutex) lostHold() error {
 // ZooKeeper session lives, and Unlock returns an error saying so. Only this hold's own node is
 // ever deleted, never a newer holder's.
 func (m *Mutex) Unlock(ctx context.Context) error {
-	m.mu.Lock()
-	l := m.lease
-	if l == nil {
-		m.mu.Unlock()
+	l, ok := m.r.Release().(*zkLease)
+	if !ok {
 		return nil
 	}
-	m.holds--
-	if m.holds > 0 {
-		m.mu.Unlock()
-		return nil
-	}
-	m.lease = nil
-	m.mu.Unlock()
 	l.relOnce.Do(func() { close(l.released) })
 	l.end(fmt.Errorf("%w: released by Unlock", ErrNotHeld))
 	return m.deleteNode(ctx, l.ep, l.node, l.unclaim)
 }
 
 func (m *Mutex) newLease(ep *epoch, node string, tok Token) (*zkLease, error) {
-	l := &zkLease{m: m, node: node, token: tok, ep: ep, done: make(chan struct{}), released: make(chan struct{})}
-	// Not derived from ep.ctx: monitor ends it, with the reason as its cause.
-	l.ctx, l.cancel = context.WithCancelCause(context.Background())
-	return l, nil
+	return &zkLease{Hold: NewHold(tok), m: m, node: node, ep: ep, released: make(chan struct{})}, nil
 }
 
 // monitor ends the lease when its session ends, when (with WithNodeWatch) its node is deleted,
@@ -224,7 +153,7 @@ func (l *zkLease) monitor() {
 	var nodeGone <-chan zk.Event
 	for {
 		if l.m.o.nodeWatch && nodeGone == nil {
-			r, err := ep.exists(l.ctx, l.node, true)
+			r, err := ep.exists(l.Context(), l.node, true)
 			nodeGone = r.watch
 			switch {
 			case err == nil && !r.val:
@@ -248,7 +177,7 @@ func (l *zkLease) monitor() {
 			nodeGone = nil
 		case <-ep.reconnectedCh():
 			// Same session after a disconnection: check that the node is still ours.
-			ctx, cancel := context.WithTimeout(l.ctx, l.m.s.o.timeout)
+			ctx, cancel := context.WithTimeout(l.Context(), l.m.s.o.timeout)
 			owner, err := l.m.ownerOf(ctx, ep, l.node)
 			cancel()
 			if err == nil && owner != ep.sessionID() {
@@ -262,32 +191,8 @@ func (l *zkLease) monitor() {
 
 // end marks the lease over with cause.
 func (l *zkLease) end(cause error) {
-	l.once.Do(func() {
-		l.cancel(cause)
-		close(l.done)
-		if !errors.Is(cause, ErrNotHeld) {
-			l.m.s.log.Warn("lock lost", "path", l.m.path, "node", l.node, "token", l.token.String(), "err", cause)
-		}
-	})
-}
-
-// Token returns the fencing token of this hold.
-func (l *zkLease) Token() Token { return l.token }
-
-// Done returns a channel closed when the hold ends: lost (session ended, node deleted) or released.
-func (l *zkLease) Done() <-chan struct{} { return l.done }
-
-// Context returns a context cancelled when the hold ends; run the work that needs the lock under
-// it. [context.Cause] tells why.
-func (l *zkLease) Context() context.Context { return l.ctx }
-
-// Err returns nil while the hold lasts, then why it ended (wrapping [ErrLockLost] or [ErrNotHeld]).
-func (l *zkLease) Err() error {
-	select {
-	case <-l.done:
-		return context.Cause(l.ctx)
-	default:
-		return nil
+	if l.End(cause) && !errors.Is(cause, ErrNotHeld) {
+		l.m.s.log.Warn("lock lost", "path", l.m.path, "node", l.node, "token", l.Token().String(), "err", cause)
 	}
 }
 

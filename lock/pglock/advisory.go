@@ -50,9 +50,10 @@ func keepalive(check time.Duration) (idle, userTimeout string) {
 // An AdvisoryMutex value is reentrant like a [Mutex] (holds counted on the one connection). It is
 // safe for concurrent use by multiple goroutines (they share its hold).
 type AdvisoryMutex struct {
-	c   *Client
-	key int64
-	r   reentrant
+	c    *Client
+	name string
+	key  int64
+	r    *lock.Reentrant
 }
 
 // NewAdvisoryMutex returns an AdvisoryMutex on name (at most [MaxNameLen] bytes of valid UTF-8,
@@ -62,11 +63,11 @@ func (c *Client) NewAdvisoryMutex(name string) (*AdvisoryMutex, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	return &AdvisoryMutex{c: c, key: AdvisoryKey(name), r: newReentrant(name)}, nil
+	return &AdvisoryMutex{c: c, name: name, key: AdvisoryKey(name), r: lock.NewReentrant(name)}, nil
 }
 
 // Name returns the lock's name.
-func (m *AdvisoryMutex) Name() string { return m.r.name }
+func (m *AdvisoryMutex) Name() string { return m.name }
 
 // Lock blocks until the lock is held or ctx ends, and returns the Lease of the hold. It takes a
 // pool connection and waits in pg_advisory_lock; when ctx ends, the wait is cancelled on the
@@ -74,22 +75,22 @@ func (m *AdvisoryMutex) Name() string { return m.r.name }
 // connection goes back to the pool: nothing is left behind, and ctx's error is returned. ctx
 // scopes only the wait: the hold lasts until Unlock, or until its connection is lost.
 func (m *AdvisoryMutex) Lock(ctx context.Context) (lock.Lease, error) {
-	return m.r.lock(ctx, func(ctx context.Context) (held, error) { return m.take(ctx, true) })
+	return m.r.Lock(ctx, take(m.take, true))
 }
 
 // TryLock takes the lock if it is free (pg_try_advisory_lock) and returns at once: an error
 // wrapping [lock.ErrLocked] when another session holds it. ctx bounds the round trips.
 func (m *AdvisoryMutex) TryLock(ctx context.Context) (lock.Lease, error) {
-	return m.r.lock(ctx, func(ctx context.Context) (held, error) { return m.take(ctx, false) })
+	return m.r.Lock(ctx, take(m.take, false))
 }
 
 // Unlock releases one hold; the last one runs pg_advisory_unlock and gives the connection back to
 // the pool. Unlock of an AdvisoryMutex that holds nothing returns nil. A hold whose connection was
 // lost has nothing to unlock: the server released it with the session.
-func (m *AdvisoryMutex) Unlock(ctx context.Context) error { return m.r.unlock(ctx) }
+func (m *AdvisoryMutex) Unlock(ctx context.Context) error { return unlock(ctx, m.r) }
 
 func (m *AdvisoryMutex) take(ctx context.Context, wait bool) (held, error) {
-	c, name := m.c, m.r.name
+	c, name := m.c, m.name
 	if c.ctx.Err() != nil {
 		return nil, c.errClosed(name)
 	}

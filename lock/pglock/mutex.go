@@ -32,7 +32,7 @@ type Mutex struct {
 	c    *Client
 	name string
 	data string
-	r    reentrant
+	r    *lock.Reentrant
 }
 
 // NewMutex returns a lease Mutex on name (at most [MaxNameLen] bytes of valid UTF-8, without
@@ -50,7 +50,7 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 			return nil, fmt.Errorf("pglock: lock %s: data %q: %w: %w", name, o.data, err, lock.ErrInvalidOption)
 		}
 	}
-	return &Mutex{c: c, name: name, data: o.data, r: newReentrant(name)}, nil
+	return &Mutex{c: c, name: name, data: o.data, r: lock.NewReentrant(name)}, nil
 }
 
 // Name returns the lock's name.
@@ -65,7 +65,7 @@ func (m *Mutex) Name() string { return m.name }
 // commit the attempt, such a row expires at its TTL); a closed Client returns an error wrapping
 // [lock.ErrClosed]. ctx scopes only the wait: the hold lasts until Unlock, or until it is lost.
 func (m *Mutex) Lock(ctx context.Context) (lock.Lease, error) {
-	return m.r.lock(ctx, func(ctx context.Context) (held, error) { return m.take(ctx, true) })
+	return m.r.Lock(ctx, take(m.take, true))
 }
 
 // TryLock takes the lock if it is free (or its holder's row has expired) in one round trip, and
@@ -73,14 +73,14 @@ func (m *Mutex) Lock(ctx context.Context) (lock.Lease, error) {
 // wait for a pool connection; once sent, the attempt is awaited (see Lock), and if ctx has ended
 // by then, a row it took is deleted and ctx's error returned: nothing is left behind.
 func (m *Mutex) TryLock(ctx context.Context) (lock.Lease, error) {
-	return m.r.lock(ctx, func(ctx context.Context) (held, error) { return m.take(ctx, false) })
+	return m.r.Lock(ctx, take(m.take, false))
 }
 
 // Unlock releases one hold; the last one deletes the row (only this hold's row, never a newer
 // holder's) and notifies the waiters, in one statement. Unlock of a Mutex that holds nothing
 // returns nil. The delete runs with a fresh context bounded by a few seconds, so a cancelled ctx
 // does not stop it; if it fails, the row expires at its TTL and Unlock returns the error.
-func (m *Mutex) Unlock(ctx context.Context) error { return m.r.unlock(ctx) }
+func (m *Mutex) Unlock(ctx context.Context) error { return unlock(ctx, m.r) }
 
 // take tries to take the row until it succeeds, ctx ends, or (without wait) once.
 func (m *Mutex) take(ctx context.Context, wait bool) (held, error) {
