@@ -52,7 +52,8 @@ func proxied(t testing.TB, addrs []string) ([]*testenv.Proxy, []string) {
 }
 
 // TestIntegrationRedlockAcquireRelease: a hold sets the same value on all three instances, its
-// token is the highest of their counters, and Unlock deletes the key on all three.
+// token is the highest counter of the majority that granted it, and Unlock deletes the key on all
+// three.
 func TestIntegrationRedlockAcquireRelease(t *testing.T) {
 	t.Parallel()
 	addrs := testenv.Redlock(t)
@@ -64,17 +65,16 @@ func TestIntegrationRedlockAcquireRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var value string
+	// Lock returned once a majority granted it; the third SET may still be on its way, and is kept.
+	values := make([]string, len(rdbs))
+	testenv.Eventually(t, 5*time.Second, 5*time.Millisecond, func() bool {
+		for i, rdb := range rdbs {
+			values[i], _ = rdb.Get(ctx, key(name)).Result()
+		}
+		return values[0] != "" && values[1] == values[0] && values[2] == values[0]
+	}, "the same value on the three instances")
 	var counters []int64
 	for i, rdb := range rdbs {
-		v, err := rdb.Get(ctx, key(name)).Result()
-		if err != nil {
-			t.Fatalf("instance %d: %v", i, err)
-		}
-		if i > 0 && v != value {
-			t.Errorf("instance %d holds %q, instance 0 %q", i, v, value)
-		}
-		value = v
 		n, err := rdb.Get(ctx, key(name)+":fence").Int64()
 		if err != nil {
 			t.Fatalf("instance %d counter: %v", i, err)
