@@ -1,8 +1,8 @@
-// Package exharness holds what the examples' demo harnesses share: starting a service binary and
-// waiting for the "LISTENING <addr>" line it prints, stopping services, polling their JSON
-// endpoints, pausing without outliving a context, running a demo from its main, finding the
-// leader of an election among live instances, driving a load of numbered requests (with a
-// drill beside it), and dropping a run's schema.
+// Package exharness holds what the examples' demo harnesses share: building the services of an
+// example, starting a service binary and waiting for the "LISTENING <addr>" line it prints,
+// stopping services, polling their JSON endpoints, pausing without outliving a context, running a
+// demo from its main, finding the leader of an election among live instances, driving a load of
+// numbered requests (with a drill beside it), and dropping a run's schema.
 package exharness
 
 import (
@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,39 @@ import (
 
 	"github.com/txkit/txkit/examples/internal/exapp"
 )
+
+// ModuleRoot returns the directory of the txkit module's go.mod, as `go env GOMOD` run in the
+// current directory reports it (ctx bounds that command), or an error when the current directory
+// is outside a module.
+func ModuleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("run the demo inside the txkit module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// Build compiles each of services, the commands ./examples/<example>/<service> of the module at
+// [ModuleRoot], into dir/<service>. It blocks until they are built, one after the other; ctx
+// ends the go commands. It stops at the first failure, with the compiler's output in the error.
+func Build(ctx context.Context, dir, example string, services ...string) error {
+	root, err := ModuleRoot(ctx)
+	if err != nil {
+		return err
+	}
+	for _, svc := range services {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, svc), "./examples/"+example+"/"+svc)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %w\n%s", svc, err, out)
+		}
+	}
+	return nil
+}
 
 // Proc is a started service process.
 type Proc struct {

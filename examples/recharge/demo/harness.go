@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -190,22 +189,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 // build compiles the two services into dir.
 func build(ctx context.Context, dir string) error {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return errors.New("run the demo inside the txkit module")
-	}
-	for _, svc := range []string{"recharge", "account"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, svc), "./examples/recharge/"+svc)
-		cmd.Dir = filepath.Dir(mod)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %w\n%s", svc, err, out)
-		}
-	}
-	return nil
+	return exharness.Build(ctx, dir, "recharge", "recharge", "account")
 }
 
 // start starts the recharge service, then the account service, and waits until the recharge

@@ -136,7 +136,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return Report{}, err
 	}
-	if err := h.build(ctx); err != nil {
+	if err := exharness.Build(ctx, h.cfg.Dir, "register-points", "users", "points"); err != nil {
 		return Report{}, err
 	}
 	if err := createTopic(ctx, cfg.Namesrv, cfg.Broker, h.topic); err != nil {
@@ -168,33 +168,6 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
-}
-
-func (h *harness) build(ctx context.Context) error {
-	root, err := moduleRoot(ctx)
-	if err != nil {
-		return err
-	}
-	for _, svc := range []string{"users", "points"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(h.cfg.Dir, svc), "./examples/register-points/"+svc)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %w\n%s", svc, err, out)
-		}
-	}
-	return nil
-}
-
-func moduleRoot(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", errors.New("run the demo inside the txkit module")
-	}
-	return filepath.Dir(mod), nil
 }
 
 func createTopic(ctx context.Context, namesrv, broker, topic string) error {
@@ -440,7 +413,7 @@ func (h *harness) brokerOutage(ctx context.Context, done *atomic.Int64, rep *Rep
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	root, err := moduleRoot(ctx)
+	root, err := exharness.ModuleRoot(ctx)
 	if err != nil {
 		return err
 	}

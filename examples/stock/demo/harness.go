@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -99,7 +98,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return rep, err
 	}
-	if err := h.build(ctx); err != nil {
+	if err := exharness.Build(ctx, cfg.Dir, "stock", "order", "stock"); err != nil {
 		return rep, err
 	}
 	pool, err := exapp.Pool(ctx, cfg.PG, shop.DB, h.schema, 4)
@@ -147,25 +146,6 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
-}
-
-func (h *harness) build(ctx context.Context) error {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return errors.New("run the demo inside the txkit module")
-	}
-	for _, svc := range []string{"order", "stock"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(h.cfg.Dir, svc), "./examples/stock/"+svc)
-		cmd.Dir = filepath.Dir(mod)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %w\n%s", svc, err, out)
-		}
-	}
-	return nil
 }
 
 // startAll starts the stock instances, then the order service pointing at them.

@@ -298,23 +298,9 @@ func shareSecret() error {
 	return os.Setenv(app.EnvSecret, crand.Text())
 }
 
+// build compiles the three services into the run's directory.
 func (h *harness) build(ctx context.Context) error {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return errors.New("run the demo inside the txkit module")
-	}
-	for _, svc := range []string{"order", "stock", "account"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(h.cfg.Dir, svc), "./examples/tcc-order/"+svc)
-		cmd.Dir = filepath.Dir(mod)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %w\n%s", svc, err, out)
-		}
-	}
-	return nil
+	return exharness.Build(ctx, h.cfg.Dir, "tcc-order", "order", "stock", "account")
 }
 
 func seed(m map[string]int64) string {

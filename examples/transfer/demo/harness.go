@@ -262,7 +262,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return Report{}, err
 	}
-	if err := h.build(ctx); err != nil {
+	if err := exharness.Build(ctx, h.cfg.Dir, "transfer", "bank"); err != nil {
 		return Report{}, err
 	}
 	h.logf("run %s: schema %s in %s and %s; %d bank instances, %d random transfers, drill %v",
@@ -303,23 +303,6 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 const accountsN = 100
 
 func account(i int) string { return fmt.Sprintf("acct-%03d", i) }
-
-func (h *harness) build(ctx context.Context) error {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return errors.New("run the demo inside the txkit module")
-	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(h.cfg.Dir, "bank"), "./examples/transfer/bank")
-	cmd.Dir = filepath.Dir(mod)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build bank: %w\n%s", err, out)
-	}
-	return nil
-}
 
 func seed(m map[string]int64) string {
 	var parts []string
