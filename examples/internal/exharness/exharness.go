@@ -1,7 +1,7 @@
 // Package exharness holds what the examples' demo harnesses share: building the services of an
 // example, starting a service binary and waiting for the "LISTENING <addr>" line it prints,
 // stopping services, polling their JSON endpoints, pausing without outliving a context, running a
-// demo from its main, finding the leader of an election among live instances, driving a load of
+// demo from its main and judging its report, finding the leader of an election among live instances, driving a load of
 // numbered requests (with a drill beside it), and dropping a run's schema.
 package exharness
 
@@ -59,6 +59,21 @@ func Build(ctx context.Context, dir, example string, services ...string) error {
 		}
 	}
 	return nil
+}
+
+// Verdict is a demo report's OK: the violations (broken checks) joined into one error, one
+// error per violation, when there are any; otherwise nothing, which the caller sets to an error
+// saying that the run did not get to what it checks ("nothing checked") when that is so, or to
+// nil when the run did.
+func Verdict(violations []string, nothing error) error {
+	if len(violations) == 0 {
+		return nothing
+	}
+	errs := make([]error, len(violations))
+	for i, v := range violations {
+		errs[i] = errors.New(v)
+	}
+	return errors.Join(errs...)
 }
 
 // Proc is a started service process.

@@ -57,16 +57,13 @@ type Report struct {
 	Violations     []string      // checks that broke; empty when all hold
 }
 
-// OK returns the broken checks as one error, or nil.
+// OK returns the broken checks as one error, an error when nothing was checked, or nil.
 func (r Report) OK() error {
-	if len(r.Checks) == 0 && len(r.Violations) == 0 {
-		return errors.New("nothing checked")
+	var nothing error
+	if len(r.Checks) == 0 {
+		nothing = errors.New("nothing checked")
 	}
-	errs := make([]error, len(r.Violations))
-	for i, v := range r.Violations {
-		errs[i] = errors.New(v)
-	}
-	return errors.Join(errs...)
+	return exharness.Verdict(r.Violations, nothing)
 }
 
 func (r *Report) check(ok bool, format string, args ...any) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txkit/txkit/examples/internal/exharness"
 	"github.com/txkit/txkit/examples/stock/internal/shop"
 )
 
@@ -59,19 +60,13 @@ type Report struct {
 	Elapsed    time.Duration
 }
 
-// OK returns the broken checks as one error, or nil.
+// OK returns the broken checks as one error, an error when nothing was checked, or nil.
 func (r Report) OK() error {
-	if len(r.Violations) == 0 {
-		if len(r.Checks) == 0 {
-			return errors.New("nothing checked")
-		}
-		return nil
+	var nothing error
+	if len(r.Checks) == 0 {
+		nothing = errors.New("nothing checked")
 	}
-	errs := make([]error, len(r.Violations))
-	for i, v := range r.Violations {
-		errs[i] = errors.New(v)
-	}
-	return errors.Join(errs...)
+	return exharness.Verdict(r.Violations, nothing)
 }
 
 // scenarioOutcome says how the scenario's rounds went.

@@ -94,19 +94,13 @@ type Report struct {
 	Undone map[string]int
 }
 
-// OK returns the broken invariants as one error, or nil.
+// OK returns the broken invariants as one error, an error when nothing ran, or nil.
 func (r Report) OK() error {
-	if len(r.Violations) == 0 {
-		if r.Orders == 0 {
-			return errors.New("no order placed")
-		}
-		return nil
+	var nothing error
+	if r.Orders == 0 {
+		nothing = errors.New("no order placed")
 	}
-	errs := make([]error, len(r.Violations))
-	for i, v := range r.Violations {
-		errs[i] = errors.New(v)
-	}
-	return errors.Join(errs...)
+	return exharness.Verdict(r.Violations, nothing)
 }
 
 // lockKind returns the lock backend of the run, zk when Lock is empty.

@@ -87,19 +87,13 @@ type Report struct {
 	Checks         []string // invariants checked, with their numbers
 }
 
-// OK returns the broken invariants as one error, or nil.
+// OK returns the broken invariants as one error, an error when nothing ran, or nil.
 func (r Report) OK() error {
-	if len(r.Violations) == 0 {
-		if len(r.Script) == 0 {
-			return errors.New("no transfer made")
-		}
-		return nil
+	var nothing error
+	if len(r.Script) == 0 {
+		nothing = errors.New("no transfer made")
 	}
-	errs := make([]error, len(r.Violations))
-	for i, v := range r.Violations {
-		errs[i] = errors.New(v)
-	}
-	return errors.Join(errs...)
+	return exharness.Verdict(r.Violations, nothing)
 }
 
 // MaxFailover returns the longest measured failover.
