@@ -19,11 +19,7 @@ type mutex struct {
 	name string
 	data string
 
-	acquire chan struct{} // one acquisition at a time per mutex value
-
-	mu    sync.Mutex
-	lease *lease
-	holds int
+	r *lock.Reentrant // the holds of this value
 }
 
 func (g *group) newMutex(name string, opts ...MutexOption) (*mutex, error) {
@@ -37,15 +33,19 @@ func (g *group) newMutex(name string, opts ...MutexOption) (*mutex, error) {
 	if o.bad != "" {
 		return nil, fmt.Errorf("%s: lock %s: %s: %w", g.what, name, o.bad, lock.ErrInvalidOption)
 	}
-	return &mutex{g: g, name: name, data: o.data, acquire: make(chan struct{}, 1)}, nil
+	return &mutex{g: g, name: name, data: o.data, r: lock.NewReentrant(name)}, nil
 }
 
 // Lock, TryLock and Unlock make *mutex a [lock.Locker] (the one the electors use); [Mutex] and
 // [RedlockMutex] document them.
 
-func (m *mutex) Lock(ctx context.Context) (lock.Lease, error) { return nilLease(m.lock(ctx, true)) }
+func (m *mutex) Lock(ctx context.Context) (lock.Lease, error) {
+	return m.r.Lock(ctx, func(ctx context.Context) (lock.Lease, error) { return nilLease(m.take(ctx, true)) })
+}
 
-func (m *mutex) TryLock(ctx context.Context) (lock.Lease, error) { return nilLease(m.lock(ctx, false)) }
+func (m *mutex) TryLock(ctx context.Context) (lock.Lease, error) {
+	return m.r.Lock(ctx, func(ctx context.Context) (lock.Lease, error) { return nilLease(m.take(ctx, false)) })
+}
 
 // nilLease keeps a nil *lease from becoming a non-nil lock.Lease.
 func nilLease(l *lease, err error) (lock.Lease, error) {
@@ -53,53 +53,6 @@ func nilLease(l *lease, err error) (lock.Lease, error) {
 		return nil, err
 	}
 	return l, nil
-}
-
-func (m *mutex) lock(ctx context.Context, wait bool) (*lease, error) {
-	if l := m.reenter(); l != nil {
-		return l, nil
-	}
-	select {
-	case m.acquire <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { <-m.acquire }()
-	if l := m.reenter(); l != nil { // another goroutine sharing this value took it meanwhile
-		return l, nil
-	}
-	if err := m.lostHold(); err != nil {
-		return nil, err
-	}
-	l, err := m.take(ctx, wait)
-	if err != nil {
-		return nil, err
-	}
-	m.mu.Lock()
-	m.lease, m.holds = l, 1
-	m.mu.Unlock()
-	return l, nil
-}
-
-// reenter counts another hold when the lock is held and not lost.
-func (m *mutex) reenter() *lease {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lease == nil || m.lease.Err() != nil {
-		return nil
-	}
-	m.holds++
-	return m.lease
-}
-
-// lostHold returns the error of a hold that was lost and not yet unlocked.
-func (m *mutex) lostHold() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lease == nil {
-		return nil
-	}
-	return fmt.Errorf("%s: %s: a lost hold was not unlocked yet (%w): call Unlock first", m.g.what, m.name, m.lease.Err())
 }
 
 // take acquires the lock: once (TryLock), or until it is held or ctx ends (Lock). A waiter
@@ -176,19 +129,10 @@ func (b *backoff) next() time.Duration {
 
 // Unlock releases one hold; see [Mutex.Unlock].
 func (m *mutex) Unlock(ctx context.Context) error {
-	m.mu.Lock()
-	l := m.lease
-	if l == nil {
-		m.mu.Unlock()
+	l, ok := m.r.Release().(*lease)
+	if !ok {
 		return nil
 	}
-	m.holds--
-	if m.holds > 0 {
-		m.mu.Unlock()
-		return nil
-	}
-	m.lease = nil
-	m.mu.Unlock()
 	l.end(fmt.Errorf("%w: released by Unlock", lock.ErrNotHeld))
 	if m.g.isClosed() {
 		return nil // Close released the hold's keys (or they expire, if it was lost)
@@ -201,14 +145,9 @@ func (m *mutex) Unlock(ctx context.Context) error {
 
 // lease is one hold: its value, its fencing token, its local deadline and its watchdog.
 type lease struct {
+	*lock.Hold
 	m     *mutex
 	value string
-	token lock.Token
-
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	done   chan struct{}
-	once   sync.Once
 
 	dmu      sync.Mutex
 	deadline time.Time // monotonic: when the last successful SET/PEXPIRE was sent + TTL − drift
@@ -219,8 +158,7 @@ type lease struct {
 // newLease starts the hold's deadline and watchdog.
 func (m *mutex) newLease(value string, a attempt) (*lease, error) {
 	g := m.g
-	l := &lease{m: m, value: value, token: a.token, done: make(chan struct{})}
-	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	l := &lease{Hold: lock.NewHold(a.token), m: m, value: value}
 	if !g.track(l) {
 		_ = g.release(context.Background(), m.name, value, nil, true)
 		return nil, fmt.Errorf("%s: lock %s: %w", g.what, m.name, lock.ErrClosed)
@@ -243,12 +181,12 @@ func (l *lease) watchdog() {
 	defer t.Stop()
 	for {
 		select {
-		case <-l.done:
+		case <-l.Done():
 			return
 		case <-t.C:
 		}
 		sent := time.Now()
-		ctx, cancel := context.WithDeadline(l.ctx, l.currentDeadline())
+		ctx, cancel := context.WithDeadline(l.Context(), l.currentDeadline())
 		ok, lost, err := g.extend(ctx, l.m, l.value)
 		cancel()
 		next := g.o.renewEvery
@@ -260,7 +198,7 @@ func (l *lease) watchdog() {
 			return
 		default:
 			g.o.log.Warn("lock: renewal failed; retrying until the local deadline", "name", l.m.name,
-				"token", l.token.String(), "deadline_in", time.Until(l.currentDeadline()).Round(time.Millisecond), "err", err)
+				"token", l.Token().String(), "deadline_in", time.Until(l.currentDeadline()).Round(time.Millisecond), "err", err)
 			next = max(g.o.renewEvery/10, 10*time.Millisecond)
 		}
 		t.Reset(next)
@@ -306,39 +244,18 @@ func (l *lease) expire() {
 
 // end marks the hold over with cause.
 func (l *lease) end(cause error) {
-	l.once.Do(func() {
-		l.dmu.Lock()
-		l.ended = true
-		if l.timer != nil {
-			l.timer.Stop()
-		}
-		l.dmu.Unlock()
-		l.cancel(cause)
-		close(l.done)
-		l.m.g.untrack(l)
-		if !errors.Is(cause, lock.ErrNotHeld) {
-			l.m.g.o.log.Warn("lock lost", "name", l.m.name, "token", l.token.String(), "err", cause)
-		}
-	})
-}
-
-// Token returns the fencing token of this hold.
-func (l *lease) Token() lock.Token { return l.token }
-
-// Done returns a channel closed when the hold ends: lost or released.
-func (l *lease) Done() <-chan struct{} { return l.done }
-
-// Context returns a context cancelled when the hold ends; [context.Cause] tells why.
-func (l *lease) Context() context.Context { return l.ctx }
-
-// Err returns nil while the hold lasts, then why it ended (wrapping [lock.ErrLockLost] or
-// [lock.ErrNotHeld]).
-func (l *lease) Err() error {
-	select {
-	case <-l.done:
-		return context.Cause(l.ctx)
-	default:
-		return nil
+	l.dmu.Lock()
+	l.ended = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.dmu.Unlock()
+	if !l.End(cause) {
+		return
+	}
+	l.m.g.untrack(l)
+	if !errors.Is(cause, lock.ErrNotHeld) {
+		l.m.g.o.log.Warn("lock lost", "name", l.m.name, "token", l.Token().String(), "err", cause)
 	}
 }
 
