@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/txkit/txkit/lock"
@@ -34,10 +35,11 @@ type locksOptions struct {
 	ttl      time.Duration
 	pgSchema string
 	pgConns  int
+	zkRoot   string
 }
 
 func defaultLocksOptions() locksOptions {
-	return locksOptions{ttl: 2 * time.Second, pgSchema: "txkit_locks", pgConns: 16}
+	return locksOptions{ttl: 2 * time.Second, pgSchema: "txkit_locks", pgConns: 16, zkRoot: "/txkit"}
 }
 
 // WithLockTTL sets how long a dead holder keeps its locks (default 2 s): the ZooKeeper session
@@ -48,14 +50,23 @@ func WithLockTTL(d time.Duration) LocksOption { return func(o *locksOptions) { o
 // created if missing in the database of TXKIT_PG_URL).
 func WithLockSchema(name string) LocksOption { return func(o *locksOptions) { o.pgSchema = name } }
 
+// WithZKRoot sets the ZooKeeper path the zk and zk-unfair backends put their locks under (default
+// "/txkit"): an absolute path such as /txkit-test/run-1, without a trailing slash. A test gives
+// each run a root of its own and deletes it at the end ([Locks.DeleteTree] on "", or the test's
+// own clean-up). The other backends ignore it.
+func WithZKRoot(path string) LocksOption { return func(o *locksOptions) { o.zkRoot = path } }
+
 // Locks is one process's connection to a lock backend, chosen by name, from which an example
 // takes its [lock.Locker]s and [lock.Elector]s. A lock name is a slash-separated relative name
-// such as "stock/sku-1"; ZooKeeper locks it at /txkit/stock/sku-1, the other backends under the
+// such as "stock/sku-1"; ZooKeeper locks it at /txkit/stock/sku-1 (under the root of
+// [WithZKRoot]), the other backends under the
 // name txkit/stock/sku-1 (PostgreSQL's lease row in the txkit_locks schema; Redis's key
 // txkit:lock:{txkit/stock/sku-1}). Locks is safe for concurrent use by multiple goroutines.
 type Locks struct {
 	kind  string
 	log   *slog.Logger
+	zk    *lock.Session  // zk and zk-unfair only
+	root  string         // the ZooKeeper root
 	close []func() error // in reverse order of opening
 	newMu func(name string) (lock.Locker, error)
 	newEl func(name, id string) (lock.Elector, error)
@@ -75,10 +86,13 @@ func OpenLocks(ctx context.Context, kind string, log *slog.Logger, opts ...Locks
 	if o.ttl <= 0 {
 		return nil, fmt.Errorf("locks: ttl %v: want > 0: %w", o.ttl, lock.ErrInvalidOption)
 	}
+	if !strings.HasPrefix(o.zkRoot, "/") || validName(strings.TrimPrefix(o.zkRoot, "/")) != nil {
+		return nil, fmt.Errorf("locks: zk root %q: want an absolute path such as /txkit: %w", o.zkRoot, lock.ErrInvalidOption)
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	l := &Locks{kind: kind, log: log}
+	l := &Locks{kind: kind, log: log, root: o.zkRoot}
 	var err error
 	switch kind {
 	case "zk", "zk-unfair":
@@ -119,6 +133,51 @@ func (l *Locks) Elector(name, id string) (lock.Elector, error) {
 		return nil, err
 	}
 	return l.newEl(name, id)
+}
+
+// DeleteTree deletes the ZooKeeper nodes of the lock or election name and of every name below it
+// (name "" deletes the whole root, see [WithZKRoot]): a run's clean-up, once nobody uses those
+// locks any more (a node created meanwhile makes it fail). A missing node is not an error. It
+// blocks for a ZooKeeper round trip per node, and stops with ctx's error when ctx ends. On the
+// other backends it does nothing: their rows and keys go when the locks are released or expire.
+func (l *Locks) DeleteTree(ctx context.Context, name string) error {
+	if l.zk == nil {
+		return nil
+	}
+	p := l.root
+	if name != "" {
+		if err := validName(name); err != nil {
+			return err
+		}
+		p += "/" + name
+	}
+	if err := deleteTree(ctx, l.zk.Conn(), p); err != nil {
+		return fmt.Errorf("locks: delete %s: %w", p, err)
+	}
+	return nil
+}
+
+// deleteTree deletes p after its children, depth first.
+func deleteTree(ctx context.Context, conn *zk.Conn, p string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	kids, _, err := conn.Children(p)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return nil
+	case err != nil:
+		return err
+	}
+	for _, k := range kids {
+		if err := deleteTree(ctx, conn, p+"/"+k); err != nil {
+			return err
+		}
+	}
+	if err := conn.Delete(p, -1); !errors.Is(err, zk.ErrNoNode) {
+		return err
+	}
+	return nil
 }
 
 // Close releases the backend's connections (every hold through them ends). Calling it again does
@@ -164,12 +223,13 @@ func (l *Locks) openZK(ctx context.Context, unfair bool, o locksOptions) error {
 		return err
 	}
 	l.close = append(l.close, s.Close)
+	l.zk = s
 	var mopts []lock.Option
 	if unfair {
 		mopts = append(mopts, lock.WithUnfair())
 	}
-	l.newMu = func(name string) (lock.Locker, error) { return lock.NewMutex(s, "/txkit/"+name, mopts...) }
-	l.newEl = func(name, id string) (lock.Elector, error) { return lock.NewElector(s, "/txkit/"+name, id) }
+	l.newMu = func(name string) (lock.Locker, error) { return lock.NewMutex(s, o.zkRoot+"/"+name, mopts...) }
+	l.newEl = func(name, id string) (lock.Elector, error) { return lock.NewElector(s, o.zkRoot+"/"+name, id) }
 	return nil
 }
 

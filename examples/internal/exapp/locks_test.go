@@ -23,6 +23,8 @@ func TestOpenLocksRefusesBadInput(t *testing.T) {
 		{"unknown backend", "etcd", nil, "zk, zk-unfair, pg, redis, redlock"},
 		{"empty backend", "", nil, `unknown lock backend ""`},
 		{"zero ttl", "zk", []LocksOption{WithLockTTL(0)}, "ttl 0s"},
+		{"relative zk root", "zk", []LocksOption{WithZKRoot("txkit")}, `zk root "txkit"`},
+		{"zk root with a trailing slash", "zk", []LocksOption{WithZKRoot("/txkit/")}, `zk root "/txkit/"`},
 		{"unset variable", "redis", nil, EnvRedis + " is not set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,7 +59,9 @@ func TestLockNames(t *testing.T) {
 }
 
 // TestIntegrationOpenLocks: on every backend, two processes' Locks (two connections) exclude each
-// other on one name, the next holder's token is higher, and an Elector leads and says so.
+// other on one name, the next holder's token is higher, and an Elector leads and says so. On
+// ZooKeeper the locks are under the test's own root, which DeleteTree empties (and testenv.ZKRoot
+// deletes at the end).
 func TestIntegrationOpenLocks(t *testing.T) {
 	testenv.ZK(t)
 	testenv.PGURL(t)
@@ -66,9 +70,10 @@ func TestIntegrationOpenLocks(t *testing.T) {
 	for _, kind := range LockKinds() {
 		t.Run(kind, func(t *testing.T) {
 			ctx := t.Context()
+			root := testenv.ZKRoot(t)
 			var locks [2]*Locks
 			for i := range locks {
-				l, err := OpenLocks(ctx, kind, testenv.Logger(t))
+				l, err := OpenLocks(ctx, kind, testenv.Logger(t), WithZKRoot(root))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -118,6 +123,15 @@ func TestIntegrationOpenLocks(t *testing.T) {
 			}
 			if err := lead.Resign(ctx); err != nil {
 				t.Fatal(err)
+			}
+
+			if err := locks[1].DeleteTree(ctx, "exapp-test"); err != nil {
+				t.Fatal(err)
+			}
+			if kind == "zk" || kind == "zk-unfair" {
+				if ok, _, err := locks[1].zk.Conn().Exists(root + "/exapp-test"); err != nil || ok {
+					t.Fatalf("%s/exapp-test after DeleteTree: exists %v, %v; want gone", root, ok, err)
+				}
 			}
 		})
 	}

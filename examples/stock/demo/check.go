@@ -48,6 +48,7 @@ type skuState struct {
 // Report is what a run measured and the checks it made.
 type Report struct {
 	Lock       string
+	Schema     string           // the run's schema; its locks are named stock/<Schema>/<sku>
 	Scenario   [][2]shop.Status // each round's answers to buyer A and buyer B
 	Load       Phase
 	Crash      Phase

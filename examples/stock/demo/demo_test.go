@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/txkit/txkit/examples/internal/drilltest"
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/internal/testenv"
@@ -26,7 +28,8 @@ func config(t *testing.T, lock string) Config {
 
 // TestIntegrationStockDemo: on every lock backend, the documents' scenario serves
 // exactly one buyer, the load never oversells, each operation is applied once, stock + sold =
-// initial, and each SIGKILLed holder's deduction is answered once its lock expires.
+// initial, and each SIGKILLed holder's deduction is answered once its lock expires. On ZooKeeper
+// the run leaves no lock node behind.
 func TestIntegrationStockDemo(t *testing.T) {
 	testenv.ZK(t)
 	testenv.Redis(t)
@@ -39,6 +42,9 @@ func TestIntegrationStockDemo(t *testing.T) {
 			}
 			if len(rep.Recoveries) != 2 {
 				t.Fatalf("%d recoveries measured, want 2", len(rep.Recoveries))
+			}
+			if lock == "zk" || lock == "zk-unfair" {
+				noZKNode(t, "/txkit/"+lockPrefix(rep.Schema))
 			}
 		})
 	}
@@ -58,5 +64,18 @@ func TestIntegrationStockChecksCatchNoLock(t *testing.T) {
 	}
 	if !slices.ContainsFunc(rep.Violations, func(v string) bool { return strings.HasPrefix(v, "oversold:") }) {
 		t.Fatalf("without a lock the checks found no oversell: %v", rep.Violations)
+	}
+}
+
+// noZKNode fails t when ZooKeeper has the node p.
+func noZKNode(t *testing.T, p string) {
+	t.Helper()
+	conn, _, err := zk.Connect(testenv.ZK(t), 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if ok, _, err := conn.Exists(p); err != nil || ok {
+		t.Fatalf("%s after the run: exists %v, %v; want it deleted", p, ok, err)
 	}
 }

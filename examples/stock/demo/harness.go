@@ -40,7 +40,7 @@ type Config struct {
 	PG        string        // base PostgreSQL URL
 	Dir       string        // where binaries and logs go
 	Log       io.Writer     // progress lines
-	Keep      bool          // keep the run's schema
+	Keep      bool          // keep the run's schema and its locks' ZooKeeper nodes
 }
 
 // The scenario of the documents: 4 in stock, buyer A asks 3 and buyer B asks 2 at once. It is
@@ -95,6 +95,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	tr.MaxIdleConnsPerHost = 2 * cfg.Buyers
 	h := &harness{cfg: cfg, runID: runID, schema: "stock_" + runID, seen: map[string]shop.Status{},
 		client: &http.Client{Timeout: 2 * time.Minute, Transport: tr}}
+	rep.Schema = h.schema
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return rep, err
 	}
@@ -153,7 +154,7 @@ func (h *harness) startAll(ctx context.Context) error {
 	var urls []string
 	for slot := range h.cfg.Instances {
 		args := []string{"-pg", h.cfg.PG, "-schema", h.schema, "-lock", h.cfg.Lock, "-ttl", h.cfg.TTL.String(),
-			"-window", h.cfg.Window.String(), "-lock-prefix", "stock/" + h.schema, "-id", fmt.Sprintf("stock-%d", slot+1), "-kill-hook"}
+			"-window", h.cfg.Window.String(), "-lock-prefix", lockPrefix(h.schema), "-id", fmt.Sprintf("stock-%d", slot+1), "-kill-hook"}
 		p, err := h.start(ctx, fmt.Sprintf("stock-%d", slot+1), "stock", args)
 		if err != nil {
 			return err
@@ -190,11 +191,28 @@ func (h *harness) stopAll() {
 	exharness.Stop(procs...)
 }
 
-// cleanup drops the run's schema.
+// lockPrefix returns the prefix of the lock names of the run whose schema is schema: the stock
+// instances lock <prefix>/<sku>.
+func lockPrefix(schema string) string { return "stock/" + schema }
+
+// cleanup drops the run's schema and, on ZooKeeper, deletes its locks' nodes (the other
+// backends keep nothing once the locks are released). It runs after the services have stopped.
 func (h *harness) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := exharness.DropSchema(ctx, h.cfg.PG, h.schema, shop.DB); err != nil {
+		h.logf("cleanup: %v", err)
+	}
+	if h.cfg.Lock != "zk" && h.cfg.Lock != "zk-unfair" {
+		return
+	}
+	locks, err := exapp.OpenLocks(ctx, h.cfg.Lock, nil)
+	if err != nil {
+		h.logf("cleanup: %v", err)
+		return
+	}
+	defer locks.Close()
+	if err := locks.DeleteTree(ctx, lockPrefix(h.schema)); err != nil {
 		h.logf("cleanup: %v", err)
 	}
 }

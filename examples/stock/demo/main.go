@@ -46,7 +46,7 @@ func main() {
 	flag.DurationVar(&cfg.Window, "window", 2*time.Millisecond, "the stock service's pause between reading the stock and writing it")
 	flag.StringVar(&cfg.PG, "pg", exapp.Env(exapp.EnvPG, ""), "PostgreSQL URL (the stock tables go to a schema of the run in database txkit_stock)")
 	flag.StringVar(&cfg.Dir, "dir", filepath.Join(exapp.Env("TXKIT_HOME", ".txkit"), "stock"), "binaries and service logs")
-	flag.BoolVar(&cfg.Keep, "keep", false, "keep the run's schema for inspection")
+	flag.BoolVar(&cfg.Keep, "keep", false, "keep the run's schema and its locks' ZooKeeper nodes for inspection")
 	expectFail := flag.Bool("expect-fail", false, "exit 0 only when a check fails (for -lock none)")
 	summary := flag.String("summary", "", "append a row \"backend | orders/s | p99 | kill->answer | checks\" to this file")
 	timeout := flag.Duration("timeout", 5*time.Minute, "give up after this long")
