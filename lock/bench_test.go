@@ -2,16 +2,12 @@ package lock_test
 
 import (
 	"context"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/txkit/txkit/internal/testenv"
-	"github.com/txkit/txkit/lock"
 )
 
 // BenchmarkUncontended: Lock+Unlock with nobody else contending, txkit's fair Mutex and
@@ -88,79 +84,4 @@ func BenchmarkUncontended(b *testing.B) {
 		// Throughput ratio = time per zk.Lock acquisition / time per txkit acquisition.
 		b.ReportMetric(float64(zz)/float64(tx), "txkit/zklock-throughput")
 	})
-}
-
-// BenchmarkHandoff: 16 contenders, each on its own session, pass the lock around; the latency from
-// a holder's Unlock to the next holder's Lock returning, p50 and p99, fair against unfair, and the
-// ZooKeeper writes and watch notifications per acquisition.
-func BenchmarkHandoff(b *testing.B) {
-	for _, mode := range []struct {
-		name string
-		opts []lock.Option
-	}{{"fair", nil}, {"unfair", []lock.Option{lock.WithUnfair()}}} {
-		b.Run(mode.name, func(b *testing.B) {
-			servers := testenv.ZK(b)
-			path := testenv.ZKRoot(b) + "/lock"
-			const contenders = 16
-			sessions := make([]*lock.Session, contenders)
-			mutexes := make([]*lock.Mutex, contenders)
-			for i := range sessions {
-				sessions[i] = session(b, servers)
-				mutexes[i] = mutex(b, sessions[i], path, mode.opts...)
-			}
-			var (
-				released atomic.Int64 // unix nanos of the last Unlock's start
-				mu       sync.Mutex
-				lat      []time.Duration
-				left     atomic.Int64
-			)
-			left.Store(int64(b.N))
-			before := sum(sessions)
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			for _, m := range mutexes {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for left.Add(-1) >= 0 {
-						if _, err := m.Lock(context.Background()); err != nil {
-							b.Error(err)
-							return
-						}
-						if r := released.Load(); r != 0 {
-							d := time.Since(time.Unix(0, r))
-							mu.Lock()
-							lat = append(lat, d)
-							mu.Unlock()
-						}
-						released.Store(time.Now().UnixNano())
-						if err := m.Unlock(context.Background()); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			b.StopTimer()
-			after := sum(sessions)
-			if len(lat) > 0 {
-				slices.Sort(lat)
-				b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
-			}
-			b.ReportMetric(float64(after.Writes-before.Writes)/float64(b.N), "zk-writes/acquire")
-			b.ReportMetric(float64(after.WatchEvents-before.WatchEvents)/float64(b.N), "wakeups/acquire")
-		})
-	}
-}
-
-func sum(ss []*lock.Session) lock.Stats {
-	var t lock.Stats
-	for _, s := range ss {
-		st := s.Stats()
-		t.Writes += st.Writes
-		t.WatchEvents += st.WatchEvents
-	}
-	return t
 }

@@ -117,7 +117,7 @@ func startRelayWorker(tb testing.TB, c relayWorkerConfig) *relayProc {
 		// rocketmq-client-go's process-wide logger reads this at start; its default is info.
 		cmd.Env = append(cmd.Env, "ROCKETMQ_GO_LOG_LEVEL=error")
 	}
-	out := &workerOutput{tb: tb}
+	out := testenv.LogWriter(tb, "relay worker: ")
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("start relay worker: %v", err)
@@ -175,19 +175,6 @@ func (p *relayProc) peakRSS() int64 {
 		return 0
 	}
 	return ru.Maxrss * 1024 // KiB on Linux
-}
-
-// workerOutput passes a worker's output to the test log.
-type workerOutput struct {
-	tb testing.TB
-	mu sync.Mutex
-}
-
-func (w *workerOutput) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.tb.Logf("relay worker: %s", strings.TrimRight(string(b), "\n"))
-	return len(b), nil
 }
 
 // consumerGroup returns a RocketMQ consumer group name of the test's own and deletes the group's

@@ -65,12 +65,14 @@ type counter struct {
 	zk          *lock.Session // ZooKeeper counts in the Session's Stats
 }
 
-func (c *counter) snapshot() (rtt, writes int64) {
+// snapshot returns the counts so far; wakeups (watch notifications that woke a waiting Lock) only
+// on ZooKeeper, whose Session counts them.
+func (c *counter) snapshot() (rtt, writes, wakeups int64) {
 	if c.zk != nil {
 		st := c.zk.Stats()
-		return st.Reads + st.Writes, st.Writes
+		return st.Reads + st.Writes, st.Writes, st.WatchEvents
 	}
-	return c.rtt.Load(), c.writes.Load()
+	return c.rtt.Load(), c.writes.Load(), 0
 }
 
 // newContender builds a Locker on name for kind.

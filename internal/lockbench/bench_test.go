@@ -88,7 +88,9 @@ func contenderFor(b *testing.B, e env, kind, name string) *contender {
 //     and writes it sent per acquisition (counted at the client: ZooKeeper Session.Stats, a pgx
 //     tracer, a go-redis hook);
 //   - handoff: 16 contenders, each with its own connections, pass the lock around; the latency
-//     from a holder's Unlock to the next holder's Lock returning, p50 and p99.
+//     from a holder's Unlock to the next holder's Lock returning, p50 and p99, the round trips per
+//     acquisition, and on ZooKeeper the watch notifications that woke a waiter (one per release
+//     on the fair lock, a herd on the unfair one).
 func BenchmarkLocks(b *testing.B) {
 	e := servers(b)
 	b.Run("uncontended", func(b *testing.B) {
@@ -105,11 +107,11 @@ func BenchmarkLocks(b *testing.B) {
 					}
 				}
 				cycle() // paths, rows and scripts exist before the timed part
-				r0, w0 := c.count.snapshot()
+				r0, w0, _ := c.count.snapshot()
 				for b.Loop() {
 					cycle()
 				}
-				r1, w1 := c.count.snapshot()
+				r1, w1, _ := c.count.snapshot()
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "acquires/s")
 				b.ReportMetric(float64(r1-r0)/float64(b.N), "rtt/acquire")
 				b.ReportMetric(float64(w1-w0)/float64(b.N), "writes/acquire")
@@ -134,11 +136,11 @@ func handoff(b *testing.B, e env, kind string, n int) {
 		mu       sync.Mutex
 		lat      []time.Duration
 		left     atomic.Int64
-		r0, w0   int64
+		r0, k0   int64
 	)
 	for _, c := range cs {
-		r, w := c.count.snapshot()
-		r0, w0 = r0+r, w0+w
+		r, _, k := c.count.snapshot()
+		r0, k0 = r0+r, k0+k
 	}
 	left.Store(int64(b.N))
 	b.ResetTimer()
@@ -171,10 +173,10 @@ func handoff(b *testing.B, e env, kind string, n int) {
 	for err := range errs {
 		b.Fatal(err)
 	}
-	var r1, w1 int64
+	var r1, k1 int64
 	for _, c := range cs {
-		r, w := c.count.snapshot()
-		r1, w1 = r1+r, w1+w
+		r, _, k := c.count.snapshot()
+		r1, k1 = r1+r, k1+k
 	}
 	if len(lat) > 0 {
 		slices.Sort(lat)
@@ -182,6 +184,9 @@ func handoff(b *testing.B, e env, kind string, n int) {
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 	}
 	b.ReportMetric(float64(r1-r0)/float64(b.N), "rtt/acquire")
+	if cs[0].count.zk != nil {
+		b.ReportMetric(float64(k1-k0)/float64(b.N), "wakeups/acquire")
+	}
 }
 
 // BenchmarkLocksKill: a holder process is SIGKILLed while a contender waits; the time from the

@@ -12,11 +12,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -364,4 +366,22 @@ func ExampleDB(ctx context.Context, prefixes ...string) (pool *pgxpool.Pool, sch
 		}
 		pool.Close()
 	}, true
+}
+
+// LogWriter returns a writer that sends each write, trimmed of its trailing newlines and after
+// prefix, to the test's log: for the output of a process the test starts. It is safe for
+// concurrent use.
+func LogWriter(tb testing.TB, prefix string) io.Writer { return &logWriter{tb: tb, prefix: prefix} }
+
+type logWriter struct {
+	tb     testing.TB
+	prefix string
+	mu     sync.Mutex
+}
+
+func (w *logWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.tb.Logf("%s%s", w.prefix, strings.TrimRight(string(b), "\n"))
+	return len(b), nil
 }

@@ -208,7 +208,7 @@ func startWorker(t *testing.T, b Backend, mode string, env ...string) *worker {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envWorker+"="+mode, envBackend+"="+b.Name, envConfig+"="+b.Config)
 	cmd.Env = append(cmd.Env, env...)
-	cmd.Stderr = &logWriter{t: t}
+	cmd.Stderr = testenv.LogWriter(t, "worker stderr: ")
 	stdin, err := cmd.StdinPipe() // held open while the test runs; its end tells the worker to go
 	if err != nil {
 		t.Fatal(err)
@@ -275,19 +275,6 @@ func (w *worker) wait(timeout time.Duration) error {
 			return fmt.Errorf("worker did not finish within %v", timeout)
 		}
 	}
-}
-
-// logWriter sends a worker's standard error to the test log.
-type logWriter struct {
-	t  *testing.T
-	mu sync.Mutex
-}
-
-func (p *logWriter) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.t.Logf("worker stderr: %s", strings.TrimRight(string(b), "\n"))
-	return len(b), nil
 }
 
 // Counter configures [RunCounter]. Zero fields take the defaults.

@@ -26,6 +26,8 @@ var columns = []column{
 	{"writes/acquire", "Locks/uncontended", "writes/acquire", "%.1f"},
 	{"handoff p50 ms (16)", "Locks/handoff16", "p50-ms", "%.1f"},
 	{"handoff p99 ms (16)", "Locks/handoff16", "p99-ms", "%.1f"},
+	{"round trips/acquire (16)", "Locks/handoff16", "rtt/acquire", "%.1f"},
+	{"wake-ups/acquire (16)", "Locks/handoff16", "wakeups/acquire", "%.1f"},
 	{"SIGKILL → next holder ms", "LocksKill", "kill-to-next-ms", "%.0f"},
 }
 
@@ -47,7 +49,7 @@ func main() {
 
 func run(in io.Reader, out io.Writer) error {
 	figures := map[string]map[string]float64{} // "Locks/uncontended/zk" → unit → value
-	var order []string                          // backends and servers in the order they ran
+	var order []string                         // backends and servers in the order they ran
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(in)
 	failed := false

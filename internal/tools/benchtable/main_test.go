@@ -20,8 +20,8 @@ BenchmarkLocksKill/zk-2 3 1 ns/op 3300 kill-to-next-ms
 BenchmarkDisruptiveLocksRestart/redis-2 1 1 ns/op 1 holder-lost 1 overlap 1200 stop-to-next-ms
 ok`,
 			want: []string{
-				"| zk | 480 | 3.0 | 2.0 | 2.4 | 10.8 | 3300 |",
-				"| pg | 900 | 2.0 | 2.0 | — | — | — |",
+				"| zk | 480 | 3.0 | 2.0 | 2.4 | 10.8 | 2.0 | — | 3300 |",
+				"| pg | 900 | 2.0 | 2.0 | — | — | — | — | — |",
 				"| redis | 1 | 1 | 1200 |",
 			},
 		},
