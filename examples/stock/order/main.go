@@ -30,16 +30,14 @@ import (
 )
 
 type config struct {
-	listen, pg, db, schema, stock string
-	callTimeout, giveUp           time.Duration
+	shop.Service
+	stock               string
+	callTimeout, giveUp time.Duration
 }
 
 func main() {
 	var c config
-	flag.StringVar(&c.listen, "listen", "127.0.0.1:0", "HTTP address")
-	flag.StringVar(&c.pg, "pg", exapp.Env(exapp.EnvPG, ""), "PostgreSQL URL (its database is replaced by -db)")
-	flag.StringVar(&c.db, "db", shop.DB, "database of the orders table (created if missing)")
-	flag.StringVar(&c.schema, "schema", "txkit_stock", "schema of the orders table")
+	c.Flags("orders table")
 	flag.StringVar(&c.stock, "stock", "http://127.0.0.1:8081", "base URLs of the stock-service instances, comma-separated")
 	flag.DurationVar(&c.callTimeout, "call-timeout", 5*time.Second, "bound of each stock-service call")
 	flag.DurationVar(&c.giveUp, "give-up", time.Minute, "stop retrying an order after this long (it is answered undecided)")
@@ -58,7 +56,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if len(stock) == 0 {
 		return errors.New("no stock service: set -stock")
 	}
-	pool, err := shop.Pool(ctx, c.pg, c.db, c.schema)
+	pool, err := c.Pool(ctx)
 	if err != nil {
 		return err
 	}
@@ -69,8 +67,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		client: &http.Client{Timeout: c.callTimeout, Transport: tr}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /orders", s.order)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	return exapp.Serve(ctx, c.listen, mux)
+	return c.Serve(ctx, mux)
 }
 
 // service places orders; it is safe for concurrent use.
@@ -85,8 +82,7 @@ type service struct {
 
 func (s *service) order(w http.ResponseWriter, r *http.Request) {
 	var req shop.OrderRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
-		exapp.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "bad request body"})
+	if !shop.Decode(w, r, &req) {
 		return
 	}
 	if err := shop.Check(req.SKU, req.Qty); err != nil {

@@ -25,7 +25,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,17 +46,15 @@ import (
 )
 
 type config struct {
-	listen, pg, db, schema, lock, prefix, id string
-	ttl, window                              time.Duration
-	killHook                                 bool
+	shop.Service
+	lock, prefix, id string
+	ttl, window      time.Duration
+	killHook         bool
 }
 
 func main() {
 	var c config
-	flag.StringVar(&c.listen, "listen", "127.0.0.1:0", "HTTP address")
-	flag.StringVar(&c.pg, "pg", exapp.Env(exapp.EnvPG, ""), "PostgreSQL URL (its database is replaced by -db)")
-	flag.StringVar(&c.db, "db", shop.DB, "database of the stock tables (created if missing)")
-	flag.StringVar(&c.schema, "schema", "txkit_stock", "schema of the stock tables")
+	c.Flags("stock tables")
 	flag.StringVar(&c.lock, "lock", "zk", "lock backend: zk, zk-unfair, pg, redis, redlock, or none (no lock: oversells)")
 	flag.StringVar(&c.prefix, "lock-prefix", "stock", "lock names are <prefix>/<sku>")
 	flag.StringVar(&c.id, "id", "stock", "instance id in the logs")
@@ -70,7 +67,7 @@ func main() {
 }
 
 func run(ctx context.Context, c config, log *slog.Logger) error {
-	pool, err := shop.Pool(ctx, c.pg, c.db, c.schema)
+	pool, err := c.Pool(ctx)
 	if err != nil {
 		return err
 	}
@@ -82,7 +79,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 			return err
 		}
 		defer locks.Close()
-		f, err := fence.New(pool, fence.WithSchema(c.schema))
+		f, err := fence.New(pool, fence.WithSchema(c.Schema))
 		if err != nil {
 			return err
 		}
@@ -94,15 +91,14 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /deduct", s.deduct)
 	mux.HandleFunc("GET /stats", s.stats)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	if c.killHook {
 		mux.HandleFunc("POST /hold", func(w http.ResponseWriter, _ *http.Request) {
 			s.armed.Store(true)
 			w.WriteHeader(http.StatusNoContent)
 		})
 	}
-	log.Info("stock service starting", "lock", c.lock, "schema", c.schema, "window", c.window)
-	return exapp.Serve(ctx, c.listen, mux)
+	log.Info("stock service starting", "lock", c.lock, "schema", c.Schema, "window", c.window)
+	return c.Serve(ctx, mux)
 }
 
 // service deducts stock. It is safe for concurrent use: each request takes a Locker value of its
@@ -153,8 +149,7 @@ func (s *service) idle(sku string, l lock.Locker) {
 
 func (s *service) deduct(w http.ResponseWriter, r *http.Request) {
 	var req shop.DeductRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
-		exapp.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "bad request body"})
+	if !shop.Decode(w, r, &req) {
 		return
 	}
 	if err := shop.Check(req.SKU, req.Qty); err != nil || req.OpID == "" || len(req.OpID) > 64 {

@@ -1,12 +1,16 @@
 // Package shop holds what the stock example's order service, stock service and demo share: the
-// tables (in a schema of the run's own), the JSON of their HTTP calls, and the outcomes.
+// tables (in a schema of the run's own), the JSON of their HTTP calls, the outcomes, and the
+// services' start-up ([Service]).
 package shop
 
 import (
 	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -131,11 +135,44 @@ func Main(log *slog.Logger, what string, run func(ctx context.Context) error) {
 	}
 }
 
-// Pool opens a pool of at most 8 connections on database db (created if missing) of the server of
-// pg, whose search_path is schema (created if missing).
-func Pool(ctx context.Context, pg, db, schema string) (*pgxpool.Pool, error) {
-	if pg == "" {
+// Service is what the order and the stock service both take from their command line: where they
+// listen and where their tables are.
+type Service struct {
+	Listen, PG, DB, Schema string
+}
+
+// Flags defines -listen, -pg, -db and -schema on the command line's flag set, into s; tables
+// names the service's tables in their help ("orders table").
+func (s *Service) Flags(tables string) {
+	flag.StringVar(&s.Listen, "listen", "127.0.0.1:0", "HTTP address")
+	flag.StringVar(&s.PG, "pg", exapp.Env(exapp.EnvPG, ""), "PostgreSQL URL (its database is replaced by -db)")
+	flag.StringVar(&s.DB, "db", DB, "database of the "+tables+" (created if missing)")
+	flag.StringVar(&s.Schema, "schema", "txkit_stock", "schema of the "+tables)
+}
+
+// Pool opens a pool of at most 8 connections on database s.DB (created if missing) of the server
+// of s.PG, whose search_path is s.Schema (created if missing). It blocks until the server answers
+// or ctx ends.
+func (s Service) Pool(ctx context.Context) (*pgxpool.Pool, error) {
+	if s.PG == "" {
 		return nil, fmt.Errorf("no PostgreSQL URL: set %s or -pg", exapp.EnvPG)
 	}
-	return exapp.Pool(ctx, pg, db, schema, 8)
+	return exapp.Pool(ctx, s.PG, s.DB, s.Schema, 8)
+}
+
+// Serve adds GET /healthz (204) to mux and serves it on s.Listen until ctx ends (see
+// [exapp.Serve]).
+func (s Service) Serve(ctx context.Context, mux *http.ServeMux) error {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	return exapp.Serve(ctx, s.Listen, mux)
+}
+
+// Decode decodes the JSON body of r, 4 KiB at most, into v. When it cannot, it answers 400 "bad
+// request body" and returns false.
+func Decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(v); err != nil {
+		exapp.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "bad request body"})
+		return false
+	}
+	return true
 }
