@@ -75,7 +75,14 @@ func NewMutex(s *Session, lockPath string, opts ...Option) (*Mutex, error) {
 	return &Mutex{s: s, path: lockPath, o: o, r: NewReentrant(lockPath)}, nil
 }
 
+// MaxPathLen is the longest lock path [NewMutex] and [NewElector] accept, in bytes: a contender's
+// node name adds about 50 bytes to it, and every request carries the whole path.
+const MaxPathLen = 1024
+
 func validPath(p string) error {
+	if len(p) > MaxPathLen {
+		return fmt.Errorf("lock: path of %d bytes: at most %d: %w", len(p), MaxPathLen, ErrInvalidOption)
+	}
 	if p == "" || p[0] != '/' || (len(p) > 1 && strings.HasSuffix(p, "/")) || strings.Contains(p, "//") || p == "/" {
 		return fmt.Errorf("lock: path %q: want an absolute ZooKeeper path such as /app/lock: %w", p, ErrInvalidOption)
 	}

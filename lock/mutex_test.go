@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 )
 
 func TestNewMutexRejectsBadInput(t *testing.T) {
-	for _, p := range []string{"", "relative", "/", "/trailing/", "/a//b"} {
+	for _, p := range []string{"", "relative", "/", "/trailing/", "/a//b", "/" + strings.Repeat("x", lock.MaxPathLen)} {
 		if _, err := lock.NewMutex(&lock.Session{}, p); !errors.Is(err, lock.ErrInvalidOption) {
 			t.Errorf("NewMutex(%q) error = %v, want ErrInvalidOption", p, err)
 		}
@@ -25,8 +26,16 @@ func TestNewMutexRejectsBadInput(t *testing.T) {
 	if _, err := lock.NewSession(t.Context(), nil); !errors.Is(err, lock.ErrInvalidOption) {
 		t.Errorf("NewSession(no servers) error = %v, want ErrInvalidOption", err)
 	}
-	if _, err := lock.NewSession(t.Context(), []string{"127.0.0.1:1"}, lock.WithSessionTimeout(time.Millisecond)); !errors.Is(err, lock.ErrInvalidOption) {
-		t.Errorf("NewSession(1ms timeout) error = %v, want ErrInvalidOption", err)
+	for _, d := range []time.Duration{-time.Second, 0, time.Millisecond} {
+		if _, err := lock.NewSession(t.Context(), []string{"127.0.0.1:1"}, lock.WithSessionTimeout(d)); !errors.Is(err, lock.ErrInvalidOption) {
+			t.Errorf("NewSession(timeout %v) error = %v, want ErrInvalidOption", d, err)
+		}
+	}
+	if _, err := lock.NewElector(&lock.Session{}, "/ok", ""); !errors.Is(err, lock.ErrInvalidOption) {
+		t.Errorf("NewElector(empty id) error = %v, want ErrInvalidOption", err)
+	}
+	if _, err := lock.NewElection(nil, "x", "id", func(context.Context) (string, error) { return "", nil }); !errors.Is(err, lock.ErrInvalidOption) {
+		t.Errorf("NewElection(nil Locker) error = %v, want ErrInvalidOption", err)
 	}
 }
 
