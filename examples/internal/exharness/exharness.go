@@ -1,7 +1,7 @@
 // Package exharness holds what the examples' demo harnesses share: building the services of an
 // example, starting a service binary and waiting for the "LISTENING <addr>" line it prints,
 // stopping services, polling their JSON endpoints, pausing without outliving a context, running a
-// demo from its main and judging its report, finding the leader of an election among live instances, driving a load of
+// demo from its main and judging and printing its report, finding the leader of an election among live instances, driving a load of
 // numbered requests (with a drill beside it), and dropping a run's schema.
 package exharness
 
@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -74,6 +75,26 @@ func Verdict(violations []string, nothing error) error {
 		errs[i] = errors.New(v)
 	}
 	return errors.Join(errs...)
+}
+
+// WriteChecks writes a report's checks to w, a line each: "  ok   <check>" for those that hold,
+// then "  FAIL <violation>" for those that do not.
+func WriteChecks(w io.Writer, checks, violations []string) {
+	for _, c := range checks {
+		fmt.Fprintf(w, "  ok   %s\n", c)
+	}
+	for _, v := range violations {
+		fmt.Fprintf(w, "  FAIL %s\n", v)
+	}
+}
+
+// Longest returns the longest of ds, or 0 when ds is empty.
+func Longest(ds []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m
 }
 
 // Proc is a started service process.

@@ -93,13 +93,7 @@ func (r Report) scenarioOutcome() string {
 }
 
 // MaxRecovery returns the longest recovery after a kill.
-func (r Report) MaxRecovery() time.Duration {
-	var m time.Duration
-	for _, d := range r.Recoveries {
-		m = max(m, d)
-	}
-	return m
-}
+func (r Report) MaxRecovery() time.Duration { return exharness.Longest(r.Recoveries) }
 
 func (r Report) String() string {
 	var b strings.Builder
@@ -121,12 +115,7 @@ func (r Report) String() string {
 		fmt.Fprintf(&b, "  %-10s %7d %7d %7d  %9d\n", k, s.initial, s.stock, s.sold, s.rows)
 	}
 	fmt.Fprintf(&b, "elapsed:     %v\n", r.Elapsed.Round(10*time.Millisecond))
-	for _, c := range r.Checks {
-		fmt.Fprintf(&b, "  ok   %s\n", c)
-	}
-	for _, v := range r.Violations {
-		fmt.Fprintf(&b, "  FAIL %s\n", v)
-	}
+	exharness.WriteChecks(&b, r.Checks, r.Violations)
 	return b.String()
 }
 

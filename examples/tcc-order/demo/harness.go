@@ -112,13 +112,7 @@ func (c Config) lockKind() string {
 }
 
 // MaxFailover returns the longest measured failover.
-func (r Report) MaxFailover() time.Duration {
-	var m time.Duration
-	for _, d := range r.Failovers {
-		m = max(m, d)
-	}
-	return m
-}
+func (r Report) MaxFailover() time.Duration { return exharness.Longest(r.Failovers) }
 
 func (r Report) String() string {
 	p := protocolOf(r.Mode)
@@ -160,12 +154,7 @@ func (r Report) String() string {
 		fmt.Fprintf(&b, "NOT settled:            %s still unfinished %v after the last answer\n", p.units, r.Settle.Round(time.Millisecond))
 	}
 	fmt.Fprintf(&b, "elapsed:                %v\n", r.Elapsed.Round(10*time.Millisecond))
-	for _, c := range r.Checks {
-		fmt.Fprintf(&b, "  ok   %s\n", c)
-	}
-	for _, v := range r.Violations {
-		fmt.Fprintf(&b, "  FAIL %s\n", v)
-	}
+	exharness.WriteChecks(&b, r.Checks, r.Violations)
 	return b.String()
 }
 

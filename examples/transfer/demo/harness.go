@@ -97,15 +97,7 @@ func (r Report) OK() error {
 }
 
 // MaxFailover returns the longest measured failover.
-func (r Report) MaxFailover() time.Duration { return maxOf(r.Failovers) }
-
-func maxOf(ds []time.Duration) time.Duration {
-	var m time.Duration
-	for _, d := range ds {
-		m = max(m, d)
-	}
-	return m
-}
+func (r Report) MaxFailover() time.Duration { return exharness.Longest(r.Failovers) }
 
 func (r Report) String() string {
 	var b strings.Builder
@@ -138,7 +130,7 @@ func (r Report) String() string {
 			}
 		}
 		fmt.Fprintf(&b, "between the phases:     %d of %d kills left prepared transactions in doubt (%v); all ended %s after the kill (max %v); their outcome: %s\n",
-			landed, r.LeaderKills, r.InDoubt, durations(r.Resolved), maxOf(r.Resolved).Round(time.Millisecond), counts(r.InDoubtEnd))
+			landed, r.LeaderKills, r.InDoubt, durations(r.Resolved), exharness.Longest(r.Resolved).Round(time.Millisecond), counts(r.InDoubtEnd))
 	}
 	if r.Settled {
 		fmt.Fprintf(&b, "settled:                every transaction finished %v after the last answer\n", r.Settle.Round(time.Millisecond))
@@ -146,12 +138,7 @@ func (r Report) String() string {
 		fmt.Fprintf(&b, "NOT settled:            transactions still unfinished %v after the last answer\n", r.Settle.Round(time.Millisecond))
 	}
 	fmt.Fprintf(&b, "elapsed:                %v\n", r.Elapsed.Round(10*time.Millisecond))
-	for _, c := range r.Checks {
-		fmt.Fprintf(&b, "  ok   %s\n", c)
-	}
-	for _, v := range r.Violations {
-		fmt.Fprintf(&b, "  FAIL %s\n", v)
-	}
+	exharness.WriteChecks(&b, r.Checks, r.Violations)
 	return b.String()
 }
 
