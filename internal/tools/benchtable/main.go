@@ -33,9 +33,10 @@ var columns = []column{
 
 // restart rows are keyed by the server restarted, not by the backend kind.
 var restartColumns = []column{
-	{"holder lost", "DisruptiveLocksRestart", "holder-lost", "%.0f"},
-	{"two holders at once", "DisruptiveLocksRestart", "overlap", "%.0f"},
-	{"stop → next holder ms", "DisruptiveLocksRestart", "stop-to-next-ms", "%.0f"},
+	{"restart ms", "DisruptiveLocksRestart", "restart-ms", "%.0f"},
+	{"holder lost (share of runs)", "DisruptiveLocksRestart", "holder-lost", "%.2f"},
+	{"stop → holder told ms", "DisruptiveLocksRestart", "lost-learned-ms", "%.0f"},
+	{"two holders at once (share of runs)", "DisruptiveLocksRestart", "overlap", "%.2f"},
 }
 
 var line = regexp.MustCompile(`^Benchmark(\S+?)(-\d+)?\s+\d+\s+(.*)$`)

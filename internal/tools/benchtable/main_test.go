@@ -17,12 +17,12 @@ func TestRun(t *testing.T) {
 BenchmarkLocks/handoff16/zk-2   100  2000 ns/op  2.40 p50-ms  10.8 p99-ms  2.0 rtt/acquire
 BenchmarkLocks/uncontended/pg-2   100  2000 ns/op  900.0 acquires/s  2.000 rtt/acquire  2.000 writes/acquire
 BenchmarkLocksKill/zk-2 3 1 ns/op 3300 kill-to-next-ms
-BenchmarkDisruptiveLocksRestart/redis-2 1 1 ns/op 1 holder-lost 1 overlap 1200 stop-to-next-ms
+BenchmarkDisruptiveLocksRestart/redis-2 1 1 ns/op 300 restart-ms 1 holder-lost 900 lost-learned-ms 1 overlap
 ok`,
 			want: []string{
 				"| zk | 480 | 3.0 | 2.0 | 2.4 | 10.8 | 2.0 | — | 3300 |",
 				"| pg | 900 | 2.0 | 2.0 | — | — | — | — | — |",
-				"| redis | 1 | 1 | 1200 |",
+				"| redis | 300 | 1.00 | 900 | 1.00 |",
 			},
 		},
 		{name: "a failed benchmark gives no table", in: "--- FAIL: BenchmarkLocks\nFAIL", wantErr: true},
