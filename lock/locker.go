@@ -89,7 +89,6 @@ type ElectionOption func(*electionOptions)
 
 type electionOptions struct {
 	log     *slog.Logger
-	name    string
 	observe func(ctx context.Context) <-chan string
 	poll    time.Duration
 }
