@@ -55,6 +55,8 @@ func TestIntegrationStartFailsFastOnTakenPort(t *testing.T) {
 		{"rocketmq start", []string{"rocketmq", "start"}, ports.namesrv},
 		{"rocketmq start-broker", []string{"rocketmq", "start-broker"}, ports.broker},
 		{"rocketmq start-acl-broker", []string{"rocketmq", "start-acl-broker"}, aclBrokerPort},
+		{"redis start", []string{"redis", "start"}, ports.redis["single"]},
+		{"redis start replica", []string{"redis", "start", "replica"}, ports.redis["replica"]},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -151,6 +153,9 @@ func TestIntegrationUpLeavesThisCheckoutsServersAlone(t *testing.T) {
 	home := homeOf(t, listeners(t, p.pg))
 	all := []int{p.pg, p.namesrv, p.broker, aclBrokerPort}
 	all = append(all, p.zk...)
+	for _, name := range redisNames {
+		all = append(all, p.redis[name])
+	}
 	before := map[int][]int{}
 	for _, port := range all {
 		before[port] = listeners(t, port)
@@ -176,7 +181,7 @@ apt_install() { die "would install: $*"; }
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"up", "postgres", "zk", "rocketmq", "env"} {
+	for _, name := range []string{"up", "postgres", "zk", "rocketmq", "redis", "env"} {
 		if err := os.Chmod(filepath.Join(dir, name), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -429,7 +434,11 @@ func checkEOF(t *testing.T, r *os.File) {
 type ports struct {
 	pg, namesrv, broker int
 	zk                  []int
+	redis               map[string]int // by instance name (redisNames)
 }
+
+// redisNames are deploy/local/redis's instances, as status names them after "redis ".
+var redisNames = []string{"single", "redlock1", "redlock2", "redlock3", "primary", "replica"}
 
 func serverPorts(t *testing.T) ports {
 	t.Helper()
@@ -440,6 +449,12 @@ func serverPorts(t *testing.T) ports {
 	p := ports{pg: port(t, u.Host), namesrv: port(t, testenv.Namesrv(t)[0]), broker: port(t, testenv.Broker(t))}
 	for _, a := range testenv.ZK(t) {
 		p.zk = append(p.zk, port(t, a))
+	}
+	primary, replica := testenv.RedisPair(t)
+	addrs := append(append([]string{testenv.Redis(t)}, testenv.Redlock(t)...), primary, replica)
+	p.redis = map[string]int{}
+	for i, name := range redisNames {
+		p.redis[name] = port(t, addrs[i])
 	}
 	return p
 }
@@ -458,6 +473,8 @@ func (p ports) of(name string) int {
 	case strings.HasPrefix(name, "zk"):
 		n, _ := strconv.Atoi(strings.TrimPrefix(name, "zk"))
 		return p.zk[n-1]
+	case strings.HasPrefix(name, "redis "):
+		return p.redis[strings.TrimPrefix(name, "redis ")]
 	}
 	return 0
 }
@@ -482,6 +499,9 @@ func statusLines(t *testing.T, out string, p ports) map[string]string {
 	names := []string{"postgres", "namesrv", "broker", "acl broker"}
 	for i := range p.zk {
 		names = append(names, fmt.Sprintf("zk%d", i+1))
+	}
+	for _, name := range redisNames {
+		names = append(names, "redis "+name)
 	}
 	lines := map[string]string{}
 	for _, line := range strings.Split(out, "\n") {
