@@ -285,7 +285,7 @@ func (m *Mutex) ignore(name string, st *zk.Stat) {
 // waitTurn lists the children until ours is the lowest, watching only our predecessor in between.
 func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) (*zkLease, error) {
 	var ownGone <-chan zk.Event // watch on our own node, set before the first wait
-	bo := backoff{min: 50 * time.Millisecond, max: time.Second}
+	bo := Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
 		m.s.stats.reads.Add(1)
 		res, err := ep.children(ctx, m.path, false)
@@ -353,7 +353,7 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 			// Not readable (no READ permission on a stranger's node, a server error): the list
 			// above decides again, after a pause that doubles while the failures last, instead of
 			// at once — that would spin on the ensemble for as long as the node lives.
-			if bo.failures() == 0 {
+			if bo.Failures() == 0 {
 				m.s.log.Warn("cannot read the predecessor's lock node; retrying with backoff", "path", m.path, "node", pred, "err", err)
 			}
 			if err := bo.wait(ctx, ep.done); err != nil {
@@ -361,7 +361,7 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		if !isContender(pr.stat) {
 			m.ignore(children[idx-1].name, pr.stat)
 			continue

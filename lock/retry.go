@@ -51,26 +51,34 @@ func pause(ctx context.Context, done <-chan struct{}, d time.Duration) error {
 	}
 }
 
-// backoff is a pause for retries that would otherwise spin: min, doubling to max while the
-// failures last, until reset.
-type backoff struct {
-	min, max time.Duration
+// Backoff is a pause for retries that would otherwise spin, such as a waiter's attempts while its
+// server cannot be reached: Min, doubling up to Max while the failures last, until Reset. Lock
+// backends share it. It is not safe for concurrent use; keep one per retry loop.
+type Backoff struct {
+	Min, Max time.Duration
 	next     time.Duration
 	n        int
 }
 
-func (b *backoff) failures() int { return b.n }
+// Failures returns how many pauses were taken since the last Reset.
+func (b *Backoff) Failures() int { return b.n }
 
-func (b *backoff) reset() { b.next, b.n = 0, 0 }
+// Reset starts again from Min.
+func (b *Backoff) Reset() { b.next, b.n = 0, 0 }
+
+// Next counts a failure and returns how long to pause before the next try.
+func (b *Backoff) Next() time.Duration {
+	if b.next == 0 {
+		b.next = b.Min
+	}
+	d := b.next
+	b.next = min(2*b.next, b.Max)
+	b.n++
+	return d
+}
 
 // wait pauses for the next interval; it returns early (nil) when done closes, and ctx's error
 // when ctx ends.
-func (b *backoff) wait(ctx context.Context, done <-chan struct{}) error {
-	if b.next == 0 {
-		b.next = b.min
-	}
-	d := b.next
-	b.next = min(2*b.next, b.max)
-	b.n++
-	return pause(ctx, done, d)
+func (b *Backoff) wait(ctx context.Context, done <-chan struct{}) error {
+	return pause(ctx, done, b.Next())
 }

@@ -258,22 +258,18 @@ func (c *Client) wakeAll() {
 // release notification to the waiters of its lock name. After every (re)connection it wakes every
 // waiter, since a release may have been missed meanwhile.
 func (c *Client) listen() {
-	pause := 50 * time.Millisecond
+	bo := lock.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second}
 	for c.ctx.Err() == nil {
-		err := c.listenOnce(func() { pause = 50 * time.Millisecond })
+		err := c.listenOnce(bo.Reset)
 		if c.ctx.Err() != nil {
 			return
 		}
+		pause := bo.Next()
 		c.log.Warn("pglock: listening connection lost; reconnecting", "table", c.table, "err", err, "pause", pause)
 		c.wakeAll()
-		t := time.NewTimer(pause)
-		select {
-		case <-c.ctx.Done():
-			t.Stop()
+		if sleep(c.ctx, c.ctx, pause) != nil {
 			return
-		case <-t.C:
 		}
-		pause = min(2*pause, 5*time.Second)
 	}
 }
 

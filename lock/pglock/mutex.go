@@ -61,9 +61,10 @@ func (m *Mutex) Name() string { return m.name }
 // row expires, and at the fallback interval ([WithFallbackCheck]). If ctx ends first, ctx's error
 // is returned and nothing is left behind: an attempt already sent is waited for (one round trip)
 // and, if it took the row, the row is deleted with a fresh, bounded context. A failed statement
-// returns its error after the same clean-up (if the connection failed while the server may still
-// commit the attempt, such a row expires at its TTL); a closed Client returns an error wrapping
-// [lock.ErrClosed]. ctx scopes only the wait: the hold lasts until Unlock, or until it is lost.
+// gets the same clean-up (if the connection failed while the server may still commit the attempt,
+// such a row expires at its TTL), and Lock goes on trying while PostgreSQL cannot be reached — a
+// restart, a cut connection — pausing 50 ms, doubling up to 1 s, and logging the outage once; a
+// closed Client returns an error wrapping [lock.ErrClosed]. ctx scopes only the wait: the hold lasts until Unlock, or until it is lost.
 func (m *Mutex) Lock(ctx context.Context) (lock.Lease, error) {
 	return m.r.Lock(ctx, take(m.take, true))
 }
@@ -95,6 +96,7 @@ func (m *Mutex) take(ctx context.Context, wait bool) (held, error) {
 		defer stop()
 	}
 	holder := uuid.New()
+	unavailable := lock.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
 		sent := time.Now()
 		tok, left, ok, err := c.tryAcquire(ctx, m.name, holder, m.data)
@@ -102,11 +104,28 @@ func (m *Mutex) take(ctx context.Context, wait bool) (held, error) {
 			if !errors.Is(err, errNotSent) {
 				c.abandon(ctx, m.name, holder) // the attempt may have taken the row
 			}
-			if ctx.Err() != nil {
+			switch {
+			case ctx.Err() != nil:
 				return nil, ctx.Err()
+			case c.ctx.Err() != nil:
+				return nil, c.errClosed(m.name)
+			case !wait:
+				return nil, fmt.Errorf("pglock: lock %s: %w", m.name, err)
 			}
-			return nil, fmt.Errorf("pglock: lock %s: %w", m.name, err)
+			// Lock waits through an outage: PostgreSQL restarting, a connection cut.
+			if unavailable.Failures() == 0 {
+				c.log.Warn("pglock: PostgreSQL unavailable; retrying", "lock", m.name, "err", err)
+			}
+			if err := sleep(ctx, c.ctx, unavailable.Next()); err != nil {
+				if c.ctx.Err() != nil {
+					return nil, c.errClosed(m.name)
+				}
+				return nil, err
+			}
+			holder = uuid.New() // a fresh holder: an attempt whose answer was lost never counts as ours
+			continue
 		}
+		unavailable.Reset()
 		if ok && ctx.Err() != nil { // taken as ctx ended: give it back
 			c.abandon(ctx, m.name, holder)
 			return nil, ctx.Err()
@@ -271,3 +290,18 @@ func (l *lease) renew(sent time.Time) {
 }
 
 var _ lock.Locker = (*Mutex)(nil)
+
+// sleep waits for d; it returns ctx's error when ctx ends first, and nil when d has passed or
+// closed ends (the caller checks which).
+func sleep(ctx, closed context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-closed.Done():
+		return nil
+	}
+}

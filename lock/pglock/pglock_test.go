@@ -440,6 +440,61 @@ func TestIntegrationExpiredHolderToldFirst(t *testing.T) {
 	_ = b.Unlock(ctx)
 }
 
+// TestIntegrationLockWaitsThroughOutage: a waiter whose connections to PostgreSQL are cut goes on
+// waiting instead of failing, and takes the lock once it can reach the server again and the holder
+// has released; TryLock, by contrast, reports the outage at once.
+func TestIntegrationLockWaitsThroughOutage(t *testing.T) {
+	s, ctx := testenv.Parallel(t, time.Minute)
+	direct, err := pgxpool.ParseConfig(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.NewRawProxy(t, net.JoinHostPort(direct.ConnConfig.Host, itoa(direct.ConnConfig.Port)))
+	host, port, _ := net.SplitHostPort(proxy.Addr())
+	viaProxy := pool(t, s.URL, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.Host = host
+		cfg.ConnConfig.Port = uint16(atoi(port))
+		cfg.ConnConfig.ConnectTimeout = time.Second
+	})
+	ca := client(t, s.Pool, pglock.WithTTL(5*time.Second))
+	cb := client(t, viaProxy, pglock.WithTTL(5*time.Second), pglock.WithFallbackCheck(200*time.Millisecond))
+	a := mutex(t, ca, "outage")
+	b := mutex(t, cb, "outage")
+	held(t, ctx, a)
+	got := lockLater(ctx, b)
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool { return len(rows(t, s, "outage")) == 1 },
+		"a's row is there")
+	proxy.Down()
+	if _, err := mutex(t, cb, "outage-try").TryLock(ctx); err == nil || errors.Is(err, lock.ErrLocked) {
+		t.Fatalf("TryLock while PostgreSQL cannot be reached: %v, want the connection's error", err)
+	}
+	if err := a.Unlock(ctx); err != nil { // released while b cannot see it (nor its notification)
+		t.Fatal(err)
+	}
+	// b keeps failing to reach the server for a while: it must still be waiting, not failed.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case r := <-got:
+			t.Fatalf("b's Lock returned during the outage: %v", r.err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	up := time.Now()
+	proxy.Up()
+	var r lockResult
+	select {
+	case r = <-got:
+	case <-ctx.Done():
+		t.Fatal("b never took the lock after the outage")
+	}
+	if r.err != nil {
+		t.Fatalf("b.Lock after the outage: %v", r.err)
+	}
+	t.Logf("b took the lock %v after the connection came back", r.at.Sub(up).Round(time.Millisecond))
+	_ = b.Unlock(ctx)
+}
+
 // TestIntegrationNotifyWakesWaiter: with a fallback period of 30 s and a TTL of 20 s, a waiter can
 // only be this quick because the release's notification woke it.
 func TestIntegrationNotifyWakesWaiter(t *testing.T) {

@@ -67,7 +67,7 @@ func (m *mutex) take(ctx context.Context, wait bool) (*lease, error) {
 		stop := g.subscribe(ctx, m.name, wake)
 		defer stop()
 	}
-	unavailable := backoff{min: 50 * time.Millisecond, max: time.Second}
+	unavailable := lock.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
 		if g.isClosed() {
 			return nil, fmt.Errorf("%s: lock %s: %w", g.what, m.name, lock.ErrClosed)
@@ -88,14 +88,14 @@ func (m *mutex) take(ctx context.Context, wait bool) (*lease, error) {
 		case a.err != nil && !wait:
 			return nil, fmt.Errorf("%s: lock %s: %w", g.what, m.name, a.err)
 		case a.err != nil:
-			if unavailable.n == 0 {
+			if unavailable.Failures() == 0 {
 				g.o.log.Warn("lock: Redis unavailable; retrying", "name", m.name, "err", a.err)
 			}
-			d = unavailable.next()
+			d = unavailable.Next()
 		case !wait:
 			return nil, fmt.Errorf("%s: lock %s: %w", g.what, m.name, lock.ErrLocked)
 		default:
-			unavailable.reset()
+			unavailable.Reset()
 			d = a.wait
 		}
 		t := time.NewTimer(d)
@@ -110,21 +110,6 @@ func (m *mutex) take(ctx context.Context, wait bool) (*lease, error) {
 		}
 		t.Stop()
 	}
-}
-
-// backoff doubles a pause from min to max.
-type backoff struct {
-	min, max time.Duration
-	cur      time.Duration
-	n        int
-}
-
-func (b *backoff) reset() { b.cur, b.n = 0, 0 }
-
-func (b *backoff) next() time.Duration {
-	b.n++
-	b.cur = min(max(2*b.cur, b.min), b.max)
-	return b.cur
 }
 
 // Unlock releases one hold; see [Mutex.Unlock].
