@@ -298,15 +298,23 @@ func testReentrancy(t *testing.T, b Backend) {
 // testTryLock: TryLock takes a free lock at once and fails with ErrLocked on a held one.
 func testTryLock(t *testing.T, b Backend) {
 	name := testenv.Name(t)
-	a, other := newLocker(t, open(t, b), name), newLocker(t, open(t, b), name)
+	Handoff(t, newLocker(t, open(t, b), name), newLocker(t, open(t, b), name))
+}
+
+// Handoff checks a hand-over between two owners of one lock name (Lockers on connections of
+// their own): a's TryLock takes the free lock, b's TryLock fails with [lock.ErrLocked] while a
+// holds, and once a unlocks, b's TryLock takes it with a higher token and a is refused in turn.
+// Both end unlocked. Backends' and applications' own tests call it on their Lockers.
+func Handoff(t testing.TB, a, b lock.Locker) {
+	t.Helper()
 	l := mustTryLock(t, a)
 	wantHeld(t, l, "TryLock on a free lock")
-	wantLocked(t, other, "by another owner")
-	wantLocked(t, other, "by another owner, again")
+	wantLocked(t, b, "by another owner")
+	wantLocked(t, b, "by another owner, again")
 	mustUnlock(t, a)
-	l2 := mustTryLock(t, other)
+	l2 := mustTryLock(t, b)
 	wantLocked(t, a, "by the first owner after it released")
-	mustUnlock(t, other)
+	mustUnlock(t, b)
 	if !l.Token().Less(l2.Token()) {
 		t.Fatalf("second token %s is not above %s", l2.Token(), l.Token())
 	}

@@ -77,6 +77,23 @@ func pool(t *testing.T, url string, opts ...func(*pgxpool.Config)) *pgxpool.Pool
 	return p
 }
 
+// poolViaProxy returns a pool on the test's schema whose connections go through a proxy the test
+// can cut (testenv.NewRawProxy), with a 1 s connect timeout.
+func poolViaProxy(t *testing.T, s *testenv.Schema) (*pgxpool.Pool, *testenv.Proxy) {
+	t.Helper()
+	direct, err := pgxpool.ParseConfig(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.NewRawProxy(t, net.JoinHostPort(direct.ConnConfig.Host, itoa(direct.ConnConfig.Port)))
+	host, port, _ := net.SplitHostPort(proxy.Addr())
+	return pool(t, s.URL, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.Host = host
+		cfg.ConnConfig.Port = uint16(atoi(port))
+		cfg.ConnConfig.ConnectTimeout = time.Second
+	}), proxy
+}
+
 // rows returns the holders' data of the rows of name, live or expired.
 func rows(t *testing.T, s *testenv.Schema, name string) []string {
 	t.Helper()
@@ -365,17 +382,7 @@ func TestIntegrationTokensIncrease(t *testing.T) {
 // proxy), so A cannot renew: A's lease must end before B, on a direct pool, takes the lock.
 func TestIntegrationExpiredHolderToldFirst(t *testing.T) {
 	s, ctx := testenv.Parallel(t, time.Minute)
-	direct, err := pgxpool.ParseConfig(s.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewRawProxy(t, net.JoinHostPort(direct.ConnConfig.Host, itoa(direct.ConnConfig.Port)))
-	host, port, _ := net.SplitHostPort(proxy.Addr())
-	viaProxy := pool(t, s.URL, func(cfg *pgxpool.Config) {
-		cfg.ConnConfig.Host = host
-		cfg.ConnConfig.Port = uint16(atoi(port))
-		cfg.ConnConfig.ConnectTimeout = time.Second
-	})
+	viaProxy, proxy := poolViaProxy(t, s)
 	const ttl = 2 * time.Second
 	ca := client(t, viaProxy, pglock.WithTTL(ttl), pglock.WithRenewEvery(400*time.Millisecond))
 	cb := client(t, s.Pool, pglock.WithTTL(ttl), pglock.WithFallbackCheck(30*time.Second))
@@ -445,17 +452,7 @@ func TestIntegrationExpiredHolderToldFirst(t *testing.T) {
 // has released; TryLock, by contrast, reports the outage at once.
 func TestIntegrationLockWaitsThroughOutage(t *testing.T) {
 	s, ctx := testenv.Parallel(t, time.Minute)
-	direct, err := pgxpool.ParseConfig(s.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewRawProxy(t, net.JoinHostPort(direct.ConnConfig.Host, itoa(direct.ConnConfig.Port)))
-	host, port, _ := net.SplitHostPort(proxy.Addr())
-	viaProxy := pool(t, s.URL, func(cfg *pgxpool.Config) {
-		cfg.ConnConfig.Host = host
-		cfg.ConnConfig.Port = uint16(atoi(port))
-		cfg.ConnConfig.ConnectTimeout = time.Second
-	})
+	viaProxy, proxy := poolViaProxy(t, s)
 	ca := client(t, s.Pool, pglock.WithTTL(5*time.Second))
 	cb := client(t, viaProxy, pglock.WithTTL(5*time.Second), pglock.WithFallbackCheck(200*time.Millisecond))
 	a := mutex(t, ca, "outage")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/locktest"
 	"github.com/txkit/txkit/lock/redislock"
 )
 
@@ -70,36 +71,16 @@ func TestIntegrationReentrant(t *testing.T) {
 	}
 }
 
-// TestIntegrationTryLock: TryLock refuses with ErrLocked while another value holds, and takes the
-// lock once it is released. The counter key stays, with no TTL.
+// TestIntegrationTryLock: a hand-over between two values (locktest.Handoff: refused with
+// ErrLocked while the other holds, taken with a higher token once it is released); the fencing
+// counter key stays afterwards, with no TTL.
 func TestIntegrationTryLock(t *testing.T) {
 	t.Parallel()
 	rdb := newRedis(t, testenv.Redis(t))
 	c := newClient(t, rdb)
 	name := lockName(t)
-	a, b := newMutex(t, c, name), newMutex(t, c, name)
-	ctx := t.Context()
-	la, err := a.TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.TryLock(ctx); !errors.Is(err, lock.ErrLocked) {
-		t.Fatalf("TryLock of a held lock: %v, want ErrLocked", err)
-	}
-	if err := a.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	lb, err := b.TryLock(ctx)
-	if err != nil {
-		t.Fatalf("TryLock after the release: %v", err)
-	}
-	if !la.Token().Less(lb.Token()) {
-		t.Errorf("token %s after %s", lb.Token(), la.Token())
-	}
-	if err := b.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ttl, err := rdb.PTTL(ctx, key(name)+":fence").Result()
+	locktest.Handoff(t, newMutex(t, c, name), newMutex(t, c, name))
+	ttl, err := rdb.PTTL(t.Context(), key(name)+":fence").Result()
 	if err != nil || ttl != -1 {
 		t.Errorf("fencing counter PTTL %v (%v), want -1 (no TTL)", ttl, err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/locktest"
 )
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
@@ -89,26 +90,7 @@ func TestIntegrationOpenLocks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			la, err := a.Lock(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := b.TryLock(ctx); !errors.Is(err, lock.ErrLocked) {
-				t.Fatalf("TryLock while the other Locks holds %s: %v, want lock.ErrLocked", name, err)
-			}
-			if err := a.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
-			lb, err := b.TryLock(ctx)
-			if err != nil {
-				t.Fatalf("TryLock after the release: %v", err)
-			}
-			if !la.Token().Less(lb.Token()) {
-				t.Fatalf("next holder's token %v is not above %v", lb.Token(), la.Token())
-			}
-			if err := b.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
+			locktest.Handoff(t, a, b)
 
 			el, err := locks[0].Elector(name+"-leader", "candidate-a")
 			if err != nil {
