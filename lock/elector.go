@@ -35,11 +35,21 @@ type zkElection struct {
 }
 
 // Leader returns the id of the current leader, or an error wrapping [ErrNoLeader] when no
-// candidate is in the election. It blocks for the ZooKeeper round trips (bounded by ctx).
+// candidate is in the election. It syncs the election path first (a server may lag behind
+// writes made through another), then reads; it blocks for the round trips (bounded by ctx).
 func (e *zkElection) Leader(ctx context.Context) (string, error) {
 	ep, err := e.s.epoch(ctx)
 	if err != nil {
 		return "", err
+	}
+	// A ZooKeeper server may answer a read before it has applied the latest writes of other
+	// sessions: sync the path first, so that a leader elected through another server is seen.
+	e.s.stats.reads.Add(1)
+	switch err := ep.do(ctx, func(c *zk.Conn) error { _, err := c.Sync(e.path); return err }); {
+	case errors.Is(err, zk.ErrNoNode):
+		return "", fmt.Errorf("lock: election %s: %w", e.path, ErrNoLeader)
+	case err != nil:
+		return "", fmt.Errorf("lock: election %s: sync: %w", e.path, err)
 	}
 	for {
 		id, _, err := e.leader(ctx, ep, false)
