@@ -114,7 +114,7 @@ func (b *Barrier) Run(ctx context.Context) error {
 //
 // Call writes markers with INSERT ... ON CONFLICT DO NOTHING on the unique key (op, gid, branch):
 //
-//   - A cancel (compensate, abort) first inserts the marker of its try (action, prepare). If that insert wrote a
+//   - A cancel (compensate, abort) first inserts the marker of its try (action, prepare or precommit). If that insert wrote a
 //     row, the try never ran: this is the empty rollback. Call records the cancel's own marker and
 //     returns nil without calling fn; the try marker now blocks any try that arrives later.
 //   - Every op then inserts its own marker. If the row was already there, the op already ran (and
@@ -134,6 +134,12 @@ func (b *Barrier) Run(ctx context.Context) error {
 // REPEATABLE READ or SERIALIZABLE the waiter fails instead with a serialization failure to retry.
 // Confirm is not paired with try: a confirm only ever follows a successful try.
 //
+// Three-phase commit: [OpCanCommit] writes no marker and calls fn every time (a read-only vote
+// may be asked again). [OpPreCommit] is marked under prepare's scope, so it pairs with
+// [OpAbort] as prepare does: an abort before the precommit is an empty rollback and the
+// precommit arriving after it is refused with [ErrHanging]. [OpDoCommit] is marked like commit:
+// at most once, unpaired.
+//
 // ctx scopes the statements and is passed to fn. An invalid request (an unknown op, an empty GID or
 // Branch, GID and Branch together too long, text PostgreSQL cannot store) returns an error wrapping
 // [ErrBadRequest] before anything is written; a nil tx returns an error wrapping
@@ -149,8 +155,14 @@ func (b *Barrier) Call(ctx context.Context, tx pgx.Tx, req Request, fn func(ctx 
 	if err != nil {
 		return err
 	}
+	if req.Op == OpCanCommit { // a read-only vote: no marker, fn every time
+		if err := fn(ctx, tx); err != nil {
+			return fmt.Errorf("participant: %s %s/%s: %w", req.Op, req.GID, req.Branch, err)
+		}
+		return nil
+	}
 	claim := func(op Op) (bool, error) {
-		first, err := b.store.Claim(ctx, tx, op.String(), key)
+		first, err := b.store.Claim(ctx, tx, markerOf(op).String(), key)
 		if err != nil {
 			return false, fmt.Errorf("participant: %s %s/%s: barrier: %w", req.Op, req.GID, req.Branch, err)
 		}
@@ -194,8 +206,18 @@ func (b *Barrier) Call(ctx context.Context, tx pgx.Tx, req Request, fn func(ctx 
 	return nil
 }
 
+// markerOf returns the op under whose scope op's marker is stored: prepare for 3PC's precommit,
+// so that abort's pairing with prepare (empty rollback, hanging prepare) covers it; op itself
+// otherwise.
+func markerOf(op Op) Op {
+	if op == OpPreCommit {
+		return OpPrepare
+	}
+	return op
+}
+
 // originOf returns the op whose effect op undoes: try for cancel, action for compensate, prepare
-// for abort.
+// (or precommit, marked as prepare) for abort.
 func originOf(op Op) (Op, bool) {
 	switch op {
 	case OpCancel:
@@ -209,14 +231,14 @@ func originOf(op Op) (Op, bool) {
 }
 
 // compensationOf returns the op that undoes op: cancel for try, compensate for action, abort for
-// prepare.
+// prepare and precommit.
 func compensationOf(op Op) (Op, bool) {
 	switch op {
 	case OpTry:
 		return OpCancel, true
 	case OpAction:
 		return OpCompensate, true
-	case OpPrepare:
+	case OpPrepare, OpPreCommit:
 		return OpAbort, true
 	}
 	return 0, false

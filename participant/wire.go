@@ -14,8 +14,9 @@ import (
 // Op is what a coordinator asks of a participant's branch.
 type Op uint8
 
-// The operations of TCC (Try, Confirm, Cancel), of sagas (Action, Compensate) and of two-phase
-// commit (Prepare, Commit, Abort).
+// The operations of TCC (Try, Confirm, Cancel), of sagas (Action, Compensate), of two-phase
+// commit (Prepare, Commit, Abort) and of three-phase commit (CanCommit, PreCommit, DoCommit, and
+// Abort, shared with two-phase commit).
 const (
 	OpTry Op = iota + 1
 	OpConfirm
@@ -25,11 +26,20 @@ const (
 	OpPrepare
 	OpCommit
 	OpAbort
+	// OpCanCommit is 3PC's vote: a read-only check that the branch could commit; nothing is
+	// executed, locked or written. A "no" wraps [ErrRefused].
+	OpCanCommit
+	// OpPreCommit is 3PC's second phase: the branch executes its work reversibly and remembers it
+	// durably (see [Agent]).
+	OpPreCommit
+	// OpDoCommit is 3PC's decision to commit: the branch makes its pre-committed work final.
+	OpDoCommit
 )
 
 var opNames = map[Op]string{
 	OpTry: "try", OpConfirm: "confirm", OpCancel: "cancel", OpAction: "action", OpCompensate: "compensate",
 	OpPrepare: "prepare", OpCommit: "commit", OpAbort: "abort",
+	OpCanCommit: "cancommit", OpPreCommit: "precommit", OpDoCommit: "docommit",
 }
 
 func (o Op) String() string {

@@ -1,0 +1,79 @@
+package participant
+
+import (
+	"context"
+	"fmt"
+)
+
+// Termination is how a 3PC participant's [Agent] ends a pre-committed branch that heard neither
+// DoCommit nor abort within its timeout.
+type Termination uint8
+
+const (
+	// TerminationTextbook commits, as the protocol's documents prescribe. Under a network
+	// partition it can commit a branch whose coordinator aborted.
+	TerminationTextbook Termination = iota + 1
+	// TerminationConsultLog asks the coordinator's decision log through a [Decider] and follows
+	// it; only when the log cannot be reached does it commit, as [TerminationTextbook] does.
+	TerminationConsultLog
+)
+
+// String returns "textbook" or "consult-log".
+func (m Termination) String() string {
+	switch m {
+	case TerminationTextbook:
+		return "textbook"
+	case TerminationConsultLog:
+		return "consult-log"
+	}
+	return fmt.Sprintf("termination(%d)", uint8(m))
+}
+
+// ParseTermination reads a Termination from its String form ("textbook", "consult-log"); any
+// other text returns an error wrapping [ErrInvalidOption].
+func ParseTermination(s string) (Termination, error) {
+	for _, m := range []Termination{TerminationTextbook, TerminationConsultLog} {
+		if m.String() == s {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("participant: unknown termination mode %q (want \"textbook\" or \"consult-log\"): %w", s, ErrInvalidOption)
+}
+
+// Outcome is the fate of a 3PC global transaction: commit or abort.
+type Outcome uint8
+
+const (
+	// OutcomeCommit: the transaction commits.
+	OutcomeCommit Outcome = iota + 1
+	// OutcomeAbort: the transaction aborts.
+	OutcomeAbort
+)
+
+// String returns "commit" or "abort".
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeCommit:
+		return "commit"
+	case OutcomeAbort:
+		return "abort"
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// Decider tells a 3PC participant's [Agent] the fate of a global transaction, in
+// [TerminationConsultLog] mode: Decide returns what the coordinator's decision log says — or, for
+// a transaction still undecided, the abort the Decider has just recorded there (a conditional
+// write, so that exactly one of it and the coordinator's own decision stands). A transaction
+// absent from the log is [OutcomeAbort] (presumed abort). An error means the log could not be
+// reached or read; the agent then falls back to the textbook commit. Decide blocks until the log
+// answers or ctx ends. Implementations (threepc.Coordinator) must be safe for concurrent use.
+type Decider interface {
+	Decide(ctx context.Context, gid string) (Outcome, error)
+}
+
+// DeciderFunc adapts a function to [Decider].
+type DeciderFunc func(ctx context.Context, gid string) (Outcome, error)
+
+// Decide calls f.
+func (f DeciderFunc) Decide(ctx context.Context, gid string) (Outcome, error) { return f(ctx, gid) }
