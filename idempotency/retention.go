@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/robfig/cron/v3"
-
 	"github.com/txkit/txkit/internal/pgutil"
 )
 
@@ -43,15 +41,10 @@ func (s *Store) Purge(ctx context.Context, db DBTX) (deleted int64, err error) {
 // scheduler to stop, and returns nil. Purging is idempotent, so every replica of a service may run
 // it; no leadership is needed. It purges through the pool given to [New].
 func (s *Store) Run(ctx context.Context) error {
-	l := pgutil.CronLogger{L: s.o.log}
-	c := cron.New(cron.WithLogger(l), cron.WithChain(cron.Recover(l), cron.SkipIfStillRunning(l)))
-	if _, err := c.AddFunc(s.o.schedule, func() { s.purgeJob(ctx, s.pool) }); err != nil {
+	if err := pgutil.RunSchedule(ctx, s.o.schedule, s.o.log, func(ctx context.Context) { s.purgeJob(ctx, s.pool) }); err != nil {
 		// New validated the spec, so this is not expected.
-		return fmt.Errorf("idempotency: purge schedule %q: %w: %w", s.o.schedule, err, ErrInvalidOption)
+		return fmt.Errorf("idempotency: purge %w: %w", err, ErrInvalidOption)
 	}
-	c.Start()
-	<-ctx.Done()
-	<-c.Stop().Done()
 	return nil
 }
 

@@ -318,13 +318,15 @@ func (b *Base) PhaseTwo(ctx context.Context, tok lock.Token, gid string, st Stat
 }
 
 // PhaseTwoOp is the op that carries out the decision st of a transaction of kind k: confirm or
-// cancel (TCC), commit or abort (two-phase commit).
+// cancel (TCC), commit or abort (two-phase commit), do-commit or abort (three-phase commit).
 func PhaseTwoOp(k Kind, st Status) participant.Op {
 	switch {
-	case k == Kind2PC && st == StatusCancelling:
+	case (k == Kind2PC || k == Kind3PC) && st == StatusCancelling:
 		return participant.OpAbort
 	case k == Kind2PC:
 		return participant.OpCommit
+	case k == Kind3PC:
+		return participant.OpDoCommit
 	case st == StatusCancelling:
 		return participant.OpCancel
 	}

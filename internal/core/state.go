@@ -12,9 +12,10 @@ const (
 	KindTCC  Kind = iota + 1 // try, then confirm all or cancel all
 	KindSaga                 // actions in order, compensations in reverse
 	Kind2PC                  // prepare, then commit all or roll back all
+	Kind3PC                  // can-commit, pre-commit, then do-commit all or abort all
 )
 
-var kindNames = map[Kind]string{KindTCC: "tcc", KindSaga: "saga", Kind2PC: "2pc"}
+var kindNames = map[Kind]string{KindTCC: "tcc", KindSaga: "saga", Kind2PC: "2pc", Kind3PC: "3pc"}
 
 // String returns the name stored in the kind column.
 func (k Kind) String() string {

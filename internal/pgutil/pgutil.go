@@ -2,10 +2,12 @@
 // interface every package names as its own, the nil check of a DBTX, checking the names a user may
 // choose for schemas, tables and channels, quoting a schema-qualified table name, the key of the
 // advisory lock that serialises a migration, error text fit for a text column, the cron parser and
-// checks, and the adapter that gives robfig/cron a *slog.Logger.
+// checks, the adapter that gives robfig/cron a *slog.Logger, and the scheduler loop of the jobs
+// every replica runs ([RunSchedule]).
 package pgutil
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -87,6 +89,23 @@ func (p cronParser) Parse(spec string) (cron.Schedule, error) {
 type everySchedule time.Duration
 
 func (e everySchedule) Next(t time.Time) time.Time { return t.Add(time.Duration(e)) }
+
+// RunSchedule runs job on the schedule spec ([CronParser]'s syntax) until ctx ends, with a
+// robfig/cron scheduler that skips a run while the previous one is still going and recovers from
+// a panic in job, logging both through log. job gets ctx: it scopes the work too. RunSchedule
+// blocks; when ctx ends it waits for a run in flight to return and returns nil. A spec the parser
+// refuses returns its error before anything runs.
+func RunSchedule(ctx context.Context, spec string, log *slog.Logger, job func(ctx context.Context)) error {
+	l := CronLogger{L: log}
+	c := cron.New(cron.WithParser(CronParser()), cron.WithLogger(l), cron.WithChain(cron.Recover(l), cron.SkipIfStillRunning(l)))
+	if _, err := c.AddFunc(spec, func() { job(ctx) }); err != nil {
+		return fmt.Errorf("schedule %q: %w", spec, err)
+	}
+	c.Start()
+	<-ctx.Done()
+	<-c.Stop().Done()
+	return nil
+}
 
 // CheckCron reports whether [CronParser] accepts spec.
 func CheckCron(spec string) error {
