@@ -5,30 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/prepared"
 	"github.com/txkit/txkit/participant"
 )
 
-// maxPreparedID is the longest transaction id PREPARE TRANSACTION accepts (GIDSIZE 200, with
-// its terminating NUL).
-const maxPreparedID = 199
-
 // database is a registered PostgreSQL participant database.
 type database struct {
-	name   string
-	pool   *pgxpool.Pool // the caller's: the branches' work and PREPARE TRANSACTION
-	p2     *pgxpool.Pool // the coordinator's: phase two of branches whose connection is gone, the resolver
+	*prepared.DB
 	target core.Target
 }
 
@@ -53,23 +43,15 @@ type database struct {
 // pool or a name registered twice returns an error wrapping [coordinator.ErrInvalidOption]; after
 // [Coordinator.Close], one wrapping [ErrClosed].
 func (c *Coordinator) RegisterDB(name string, pool *pgxpool.Pool) error {
-	if err := checkName("database name", name); err != nil {
+	db, err := prepared.NewDB(name, pool, c.o.phaseTwoConns)
+	if err != nil {
 		return fmt.Errorf("twopc: register database: %w: %w", err, coordinator.ErrInvalidOption)
 	}
-	if pool == nil {
-		return fmt.Errorf("twopc: register database %q: nil pool: %w", name, coordinator.ErrInvalidOption)
-	}
-	cfg := pool.Config() // a copy
-	cfg.MaxConns, cfg.MinConns, cfg.MinIdleConns = int32(c.o.phaseTwoConns), 0, 0
-	p2, err := pgxpool.NewWithConfig(context.Background(), cfg) // connects on first use
-	if err != nil {
-		return fmt.Errorf("twopc: register database %q: phase-two pool: %w", name, err)
-	}
-	d := &database{name: name, pool: pool, p2: p2}
+	d := &database{DB: db}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		p2.Close()
+		d.Close()
 		return fmt.Errorf("twopc: register database %q: %w", name, ErrClosed)
 	}
 	h, err := c.b.Parts.Register("pg:"+name, pgParticipant{c: c, d: d})
@@ -77,7 +59,7 @@ func (c *Coordinator) RegisterDB(name string, pool *pgxpool.Pool) error {
 		d.target, err = c.b.Parts.Target(h)
 	}
 	if err != nil {
-		p2.Close()
+		d.Close()
 		return fmt.Errorf("twopc: register database %q: %w", name, err)
 	}
 	c.dbs[name] = d
@@ -102,7 +84,7 @@ func (c *Coordinator) Close() error {
 	}
 	c.mu.Unlock()
 	for _, d := range dbs {
-		d.p2.Close()
+		d.Close()
 	}
 	return nil
 }
@@ -129,129 +111,28 @@ type pgParticipant struct {
 // back (or, for an abort, never prepared). The starter's phase two runs on the connection the
 // branch prepared on (see withHeld); everyone else's on the database's phase-two pool.
 func (p pgParticipant) Do(ctx context.Context, req participant.Request) error {
-	var verb string
+	var verb prepared.Verb
 	switch req.Op {
 	case participant.OpCommit:
-		verb = "COMMIT PREPARED "
+		verb = prepared.Commit
 	case participant.OpAbort:
-		verb = "ROLLBACK PREPARED "
+		verb = prepared.Rollback
 	default:
 		return fmt.Errorf("twopc: database %s: op %s: a database is prepared by its branch's own transaction: %w",
-			p.d.name, req.Op, participant.ErrBadRequest)
+			p.d.Name, req.Op, participant.ErrBadRequest)
 	}
-	var db execer = p.d.p2
-	if conn := heldConn(ctx, req.GID, req.Branch); conn != nil {
+	var db prepared.Execer = p.d.P2
+	if conn := prepared.HeldConn(ctx, req.GID, req.Branch); conn != nil {
 		db = conn
 	}
-	return p.c.finishPrepared(ctx, db, p.d, verb, p.c.preparedID(req.GID, req.Branch))
+	return finish(ctx, db, p.d, verb, p.c.ns.ID(req.GID, req.Branch))
 }
 
-// execer runs one statement: a pool, or a connection taken from one.
-type execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-// finishPrepared runs COMMIT PREPARED or ROLLBACK PREPARED of id on db, one of d's; "does not
-// exist" is success.
-func (c *Coordinator) finishPrepared(ctx context.Context, db execer, d *database, verb, id string) error {
-	_, err := db.Exec(ctx, verb+quote(id))
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42704" { // undefined_object: no prepared transaction of that id
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("twopc: database %s: %s%s: %w", d.name, verb, id, err)
-	}
-	return nil
-}
-
-// heldKey is the context key of the connections a starter's phase two runs on (withHeld).
-type heldKey struct{}
-
-// held are the connections gid's database branches prepared on, by branch name.
-type held struct {
-	gid   string
-	conns map[string]*pgxpool.Conn
-}
-
-// withHeld returns ctx carrying conns, the connections gid's branches prepared on, for
-// pgParticipant.Do: the starter's phase two goes through the core's calls (the same as the
-// leader's), which know branches only by their recorded target, and this is how it reaches the
-// connection each branch kept. Phase two must not wait for a connection of the database's pool:
-// under load every one of them may be held by work waiting for the row locks this very prepared
-// transaction holds.
-func withHeld(ctx context.Context, gid string, conns map[string]*pgxpool.Conn) context.Context {
-	if len(conns) == 0 {
-		return ctx
-	}
-	return context.WithValue(ctx, heldKey{}, &held{gid: gid, conns: conns})
-}
-
-func heldConn(ctx context.Context, gid, branch string) *pgxpool.Conn {
-	h, ok := ctx.Value(heldKey{}).(*held)
-	if !ok || h.gid != gid {
-		return nil
-	}
-	return h.conns[branch]
-}
-
-// preparedID names gid's branch's prepared transaction.
-func (c *Coordinator) preparedID(gid, branch string) string {
-	return c.preparedPrefix() + strconv.Itoa(len(gid)) + ":" + gid + ":" + branch
-}
-
-func (c *Coordinator) preparedPrefix() string { return "txkit:" + c.ns + ":" }
-
-// parsePreparedID returns the gid and branch of one of this coordinator's prepared transaction
-// ids, and false for anyone else's.
-func (c *Coordinator) parsePreparedID(id string) (gid, branch string, ok bool) {
-	rest, ok := strings.CutPrefix(id, c.preparedPrefix())
-	if !ok {
-		return "", "", false
-	}
-	n, rest, ok := strings.Cut(rest, ":")
-	if !ok {
-		return "", "", false
-	}
-	l, err := strconv.Atoi(n)
-	if err != nil || l <= 0 || len(rest) < l+2 || rest[l] != ':' {
-		return "", "", false
-	}
-	gid, branch = rest[:l], rest[l+1:]
-	if checkName("gid", gid) != nil || checkName("branch", branch) != nil {
-		return "", "", false // not a name this package makes: someone else's
-	}
-	return gid, branch, true
-}
-
-// quote makes s a SQL string literal (PREPARE TRANSACTION and its kin take no parameters) that
-// means s whatever standard_conforming_strings is: an escape string, E'...', in which both the
-// backslash and the quote are doubled. (A plain '...' with only the quote doubled is read
-// differently when standard_conforming_strings is off: a backslash then escapes the quote that
-// follows it, and the rest of s runs as SQL.) s holds no NUL: checkName refuses it, and so does
-// PostgreSQL in any text.
-func quote(s string) string {
-	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
-}
-
-// checkName validates a gid, a branch or database name or the namespace at the API boundary:
-// they end up in the names of prepared transactions, which PostgreSQL takes only as string
-// literals. Beyond what PostgreSQL accepts at all (valid UTF-8, no NUL, 199 bytes), it refuses
-// the backslash (an escape character in some settings) and every control character, so a name
-// cannot mean anything but itself in a statement, a log line or a terminal. Callers wrap the
-// error with their sentinel.
-func checkName(what, s string) error {
-	switch {
-	case s == "":
-		return fmt.Errorf("empty %s", what)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("%s is not valid UTF-8", what)
-	case len(s) > maxPreparedID:
-		return fmt.Errorf("%s longer than %d bytes", what, maxPreparedID)
-	case strings.IndexByte(s, '\\') >= 0:
-		return fmt.Errorf("%s %q contains a backslash", what, s)
-	case strings.IndexFunc(s, unicode.IsControl) >= 0:
-		return fmt.Errorf("%s %q contains a control character", what, s)
+// finish runs COMMIT PREPARED or ROLLBACK PREPARED of id on db, one of d's; "does not exist" is
+// success.
+func finish(ctx context.Context, db prepared.Execer, d *database, verb prepared.Verb, id string) error {
+	if err := prepared.Finish(ctx, db, verb, id); err != nil {
+		return fmt.Errorf("twopc: database %s: %w", d.Name, err)
 	}
 	return nil
 }
@@ -298,21 +179,14 @@ func (c *Coordinator) ResolveInDoubt(ctx context.Context) (InDoubt, error) {
 }
 
 func (c *Coordinator) resolveDB(ctx context.Context, d *database, res *InDoubt) error {
-	rows, err := d.p2.Query(ctx, `select gid from pg_prepared_xacts
-		where database = current_database() and left(gid, length($1)) = $1
-		  and prepared < now() - make_interval(secs => $2) order by prepared`,
-		c.preparedPrefix(), c.o.resolveGrace.Seconds())
+	found, err := prepared.Scan(ctx, d.P2, c.ns, c.o.resolveGrace)
 	if err != nil {
-		return fmt.Errorf("twopc: database %s: scan pg_prepared_xacts: %w", d.name, err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("twopc: database %s: scan pg_prepared_xacts: %w", d.name, err)
+		return fmt.Errorf("twopc: database %s: %w", d.Name, err)
 	}
 	var errs []error
-	for _, id := range ids {
-		gid, branch, ok := c.parsePreparedID(id)
-		if !ok || branch != d.name { // another registered database's (they may share a server database)
+	for _, p := range found {
+		gid, id := p.GID, p.ID
+		if p.Branch != d.Name { // another registered database's (they may share a server database)
 			continue
 		}
 		res.Found++
@@ -322,35 +196,35 @@ func (c *Coordinator) resolveDB(ctx context.Context, d *database, res *InDoubt) 
 			// its decision to commit, and the unique gid lets only one of the two in.
 			// The tiny timeout makes the record due at once: the leader's next tick finishes it.
 			err = c.b.Log.CreateIn(ctx, gid, core.Kind2PC, core.StatusCancelling, time.Millisecond, nil,
-				core.Branch{Name: d.name, Target: d.target})
+				core.Branch{Name: d.Name, Target: d.target})
 			if err == nil || errors.Is(err, core.ErrInvalidState) {
 				st, err = c.b.Status(ctx, gid)
 			}
 		}
-		verb := ""
+		var verb prepared.Verb
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("twopc: in-doubt %s: %w", id, err))
 			continue
 		case st == core.StatusConfirming || st == core.StatusConfirmed:
-			verb = "COMMIT PREPARED "
+			verb = prepared.Commit
 		case st == core.StatusCancelling || st == core.StatusCancelled:
-			verb = "ROLLBACK PREPARED "
+			verb = prepared.Rollback
 		default:
 			res.Undecided++
 			continue
 		}
-		if err := c.finishPrepared(ctx, d.p2, d, verb, id); err != nil {
+		if err := finish(ctx, d.P2, d, verb, id); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if verb == "COMMIT PREPARED " {
+		if verb == prepared.Commit {
 			res.Committed++
 		} else {
 			res.RolledBack++
 		}
 		c.b.Cfg.Logger.Info("twopc: resolved an in-doubt prepared transaction", slog.String("gid", gid),
-			slog.String("database", d.name), slog.String("action", strings.TrimSpace(verb)))
+			slog.String("database", d.Name), slog.String("action", strings.TrimSpace(string(verb))))
 	}
 	return errors.Join(errs...)
 }

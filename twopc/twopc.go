@@ -16,6 +16,7 @@ import (
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/prepared"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
 )
@@ -31,8 +32,8 @@ import (
 type Coordinator struct {
 	coordinator.Shell
 	b      *core.Base
-	o      *options // twopc's own settings
-	ns     string   // names this coordinator's prepared transactions: "txkit:<ns>:"
+	o      *options           // twopc's own settings
+	ns     prepared.Namespace // names this coordinator's prepared transactions
 	mu     sync.RWMutex
 	dbs    map[string]*database
 	closed bool
@@ -57,12 +58,8 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns := b.Cfg.Schema
-	if ns == "" {
-		ns = "-"
-	}
-	ns += "." + b.Cfg.Prefix
-	if err := checkName("namespace (schema.prefix)", ns); err != nil {
+	ns, err := prepared.NewNamespace(b.Cfg.Schema, b.Cfg.Prefix)
+	if err != nil {
 		return nil, fmt.Errorf("twopc: %w: %w", err, coordinator.ErrInvalidOption)
 	}
 	return &Coordinator{Shell: b, b: b, o: o, ns: ns, dbs: map[string]*database{}}, nil
@@ -93,7 +90,7 @@ func (c *Coordinator) Begin(_ context.Context, opts ...coordinator.BeginOption) 
 	if err != nil {
 		return nil, err
 	}
-	if err := checkName("gid", o.GID); err != nil {
+	if err := prepared.CheckName("gid", o.GID); err != nil {
 		return nil, fmt.Errorf("twopc: begin: %w: %w", err, coordinator.ErrInvalidOption)
 	}
 	if o.Timeout <= c.o.prepareTimeout {
@@ -168,15 +165,15 @@ func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Co
 	if work == nil {
 		return fmt.Errorf("twopc: enlist %q in %s: nil work: %w", db, g.gid, coordinator.ErrInvalidBranch)
 	}
-	if n := len(g.c.preparedID(g.gid, db)); n > maxPreparedID {
+	if n := len(g.c.ns.ID(g.gid, db)); n > prepared.MaxID {
 		return fmt.Errorf("twopc: enlist %q in %s: prepared transaction id takes %d bytes, more than %d: %w",
-			db, g.gid, n, maxPreparedID, coordinator.ErrInvalidBranch)
+			db, g.gid, n, prepared.MaxID, coordinator.ErrInvalidBranch)
 	}
 	br := &branch{rec: core.Branch{Name: db, Target: d.target}}
 	if err := g.reserve(br); err != nil {
 		return err
 	}
-	conn, err := d.pool.Acquire(ctx)
+	conn, err := d.Pool.Acquire(ctx)
 	if err != nil {
 		g.forget(br)
 		return fmt.Errorf("twopc: enlist %q in %s: %w", db, g.gid, err)
@@ -221,7 +218,7 @@ func (g *Global) EnlistParticipant(b Branch) error {
 	if len(b.Payload) > 0 && !json.Valid(b.Payload) {
 		return fmt.Errorf("twopc: branch %q of %s: payload is not JSON: %w", b.Name, g.gid, coordinator.ErrInvalidBranch)
 	}
-	if err := checkName("branch", b.Name); err != nil {
+	if err := prepared.CheckName("branch", b.Name); err != nil {
 		return fmt.Errorf("twopc: branch of %s: %w: %w", g.gid, err, coordinator.ErrInvalidBranch)
 	}
 	return g.reserve(&branch{rec: core.Branch{Name: b.Name, Target: t, Payload: b.Payload}, p: b.Participant})
@@ -379,7 +376,7 @@ func (g *Global) Commit(ctx context.Context) error {
 			conns[br.rec.Name] = br.conn
 		}
 	}
-	ctx = withHeld(ctx, g.gid, conns)
+	ctx = prepared.WithHeld(ctx, g.gid, conns)
 	if len(votes) == 0 && c.o.hook != nil {
 		if err := c.o.hook(ctx, g.gid, PhasePrepared); err != nil {
 			votes = append(votes, fmt.Errorf("twopc: %s: hook at %s: %w", g.gid, PhasePrepared, err))
@@ -518,7 +515,7 @@ func (g *Global) prepareOne(ctx context.Context, br *branch) error {
 	if br.p != nil {
 		return g.c.b.Call(ctx, br.p, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Payload: br.rec.Payload})
 	}
-	_, err := br.tx.Exec(ctx, "PREPARE TRANSACTION "+quote(g.c.preparedID(g.gid, br.rec.Name)))
+	_, err := br.tx.Exec(ctx, "PREPARE TRANSACTION "+prepared.Quote(g.c.ns.ID(g.gid, br.rec.Name)))
 	if err != nil {
 		g.release(ctx, br) // rolls back what PREPARE left open; a lost connection rolled it back already
 		return err

@@ -1,14 +1,15 @@
-package twopc
+package prepared_test
 
 import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txkit/txkit/internal/prepared"
 	"github.com/txkit/txkit/internal/testenv"
 )
 
-// quoteCases are names of prepared transactions quote must keep intact, the hostile ones
+// quoteCases are names of prepared transactions Quote must keep intact, the hostile ones
 // included (they are refused at the API boundary, but a name read back from pg_prepared_xacts
 // is whatever someone prepared).
 var quoteCases = []struct{ name, in, want string }{
@@ -26,8 +27,8 @@ var quoteCases = []struct{ name, in, want string }{
 func TestQuote(t *testing.T) {
 	for _, tc := range quoteCases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := quote(tc.in); got != tc.want {
-				t.Fatalf("quote(%q) = %s, want %s", tc.in, got, tc.want)
+			if got := prepared.Quote(tc.in); got != tc.want {
+				t.Fatalf("Quote(%q) = %s, want %s", tc.in, got, tc.want)
 			}
 		})
 	}
@@ -57,14 +58,14 @@ func TestIntegrationQuoteBothSettings(t *testing.T) {
 				t.Fatalf("standard_conforming_strings = %q, want %q", got, scs)
 			}
 			for _, tc := range quoteCases {
-				res, err := conn.PgConn().Exec(ctx, "select "+quote(tc.in)).ReadAll()
+				res, err := conn.PgConn().Exec(ctx, "select "+prepared.Quote(tc.in)).ReadAll()
 				switch {
 				case err != nil:
-					t.Errorf("%s: select %s: %v", tc.name, quote(tc.in), err)
+					t.Errorf("%s: select %s: %v", tc.name, prepared.Quote(tc.in), err)
 				case len(res) != 1 || len(res[0].Rows) != 1:
-					t.Errorf("%s: select %s ran %d statements, want 1", tc.name, quote(tc.in), len(res))
+					t.Errorf("%s: select %s ran %d statements, want 1", tc.name, prepared.Quote(tc.in), len(res))
 				case string(res[0].Rows[0][0]) != tc.in:
-					t.Errorf("%s: select %s = %q, want %q", tc.name, quote(tc.in), res[0].Rows[0][0], tc.in)
+					t.Errorf("%s: select %s = %q, want %q", tc.name, prepared.Quote(tc.in), res[0].Rows[0][0], tc.in)
 				}
 			}
 			res, err := conn.PgConn().Exec(ctx, "select to_regclass('pwned')::text").ReadAll()
