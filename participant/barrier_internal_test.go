@@ -83,6 +83,12 @@ func TestOpPairing(t *testing.T) {
 		{op: OpCancel, origin: OpTry},
 		{op: OpAction, compensation: OpCompensate},
 		{op: OpCompensate, origin: OpAction},
+		{op: OpPrepare, compensation: OpAbort},
+		{op: OpCommit},
+		{op: OpAbort, origin: OpPrepare},
+		{op: OpCanCommit},
+		{op: OpPreCommit, compensation: OpAbort},
+		{op: OpDoCommit},
 	} {
 		t.Run(tc.op.String(), func(t *testing.T) {
 			o, ok := originOf(tc.op)
@@ -94,7 +100,7 @@ func TestOpPairing(t *testing.T) {
 				t.Errorf("compensationOf(%s) = %s, %v; want %s", tc.op, c, ok, tc.compensation)
 			}
 			if ok {
-				if back, _ := originOf(c); back != tc.op {
+				if back, _ := originOf(c); back != markerOf(tc.op) { // precommit is marked as prepare
 					t.Errorf("originOf(compensationOf(%s)) = %s", tc.op, back)
 				}
 			}

@@ -16,7 +16,7 @@ var (
 	// [ErrRefused], so [Barrier.Handler] answers [StatusRefused] (409) and the coordinator, already
 	// rolling back, does nothing more with the branch.
 	ErrHanging = fmt.Errorf("%w: branch already cancelled (hanging try)", ErrRefused)
-	// ErrInvalidOption: [NewBarrier] was given an option it cannot use. The error returned wraps it
+	// ErrInvalidOption: [NewBarrier] or [NewAgent] was given an option it cannot use. The error returned wraps it
 	// and, when the idempotency store rejected the option, idempotency.ErrInvalidOption too.
 	ErrInvalidOption = errors.New("participant: invalid option")
 	// ErrUnauthorized: [Barrier.Handler] refused a request (HTTP 401) whose signature is missing,
@@ -24,6 +24,15 @@ var (
 	// or was seen before (a replay); or the handler has no secret at all. Nothing was run or
 	// written.
 	ErrUnauthorized = errors.New("participant: unauthorized")
+	// ErrHeuristic: a 3PC coordinator's DoCommit or abort arrived for a branch that the [Agent]
+	// had already ended the other way alone, after its timeout (committed by the textbook rule,
+	// or aborted by the decision log). The two sides disagree and a person must reconcile them;
+	// the agent logs it at error level and counts it ([AgentStats].Heuristic). It wraps
+	// [ErrRefused], so [Agent.Handler] answers 409.
+	ErrHeuristic = fmt.Errorf("%w: heuristic outcome (the branch was already ended the other way by its participant's timeout)", ErrRefused)
+	// ErrUnknownTransaction: a 3PC DoCommit (or abort) named a branch that was never pre-committed
+	// at this [Agent]. It wraps [ErrBadRequest], so [Agent.Handler] answers 400.
+	ErrUnknownTransaction = fmt.Errorf("%w: unknown transaction", ErrBadRequest)
 )
 
 // refusal is the text [Barrier.Handler] answers with a 409 for the refusal err of req:

@@ -1,0 +1,380 @@
+package participant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txkit/txkit/internal/pgutil"
+)
+
+// threePCOps are the ops an [Agent] serves.
+var threePCOps = []Op{OpCanCommit, OpPreCommit, OpDoCommit, OpAbort}
+
+// The states of a branch in the agent's table, and who ended it.
+const (
+	statePreCommitted = "precommitted"
+	stateCommitted    = "committed"
+	stateAborted      = "aborted"
+
+	byCoordinator = "coordinator"
+	byTimeout     = "timeout"
+
+	agentIndexSuffix = "_due"
+)
+
+// agentLease is how long a timed-out branch claimed by an agent is left to it: other agents pass
+// it by meanwhile, and take it again after an agent died (or failed) before ending it. Half of it
+// bounds the question to the decision log.
+const agentLease = 30 * time.Second
+
+// errSettled: the branch an agent was about to end by its timeout was ended by the coordinator in
+// the meantime; the agent's transaction is rolled back and nothing is counted.
+var errSettled = errors.New("participant: branch already ended by the coordinator")
+
+// Agent is the participant side of three-phase commit: it serves a branch's four 3PC ops through
+// a [Barrier] and ends, alone, the pre-committed branches whose coordinator went silent.
+//
+// fn, given to [NewAgent], is the business code; it switches on req.Op and runs in the barrier's
+// transaction:
+//
+//   - [OpCanCommit]: a read-only check whether the branch could commit; a "no" wraps [ErrRefused].
+//     It writes nothing, may be asked any number of times, and fn is called every time.
+//   - [OpPreCommit]: the work, done reversibly (reserve, freeze, write pending rows). The agent
+//     records the branch (gid, branch, payload, deadline = now + [WithAgentTimeout] on the
+//     database's clock) in its table in the same transaction, so a pre-committed branch is never
+//     forgotten.
+//   - [OpDoCommit]: make the pre-committed work final.
+//   - [OpAbort]: undo the pre-committed work. An abort before any PreCommit is an empty rollback
+//     (fn is not called) and refuses that PreCommit for good ([ErrHanging], 409).
+//
+// The coordinator's DoCommit of a branch whose PreCommit never reached this agent is answered with
+// [ErrUnknownTransaction] (400). When a pre-committed branch hears neither DoCommit nor abort
+// within its timeout, [Agent.Run] ends it by the termination mode ([WithTermination]): textbook
+// commits; consult-log asks the coordinator's decision log ([WithDecider]) and follows it,
+// committing only when the log cannot be reached. It applies the decision through the barrier
+// with the same op the coordinator would send, so the coordinator's later op of that kind is a
+// duplicate (fn is not called again), while a later op of the other kind is refused with
+// [ErrHeuristic].
+//
+// An Agent is safe for concurrent use by multiple goroutines, and several agents — the replicas
+// of a participant service — may share one table: each timed-out branch is claimed by one of them.
+type Agent struct {
+	bar  *Barrier
+	fn   func(ctx context.Context, tx pgx.Tx, req Request) error
+	o    agentOptions
+	name string // schema-qualified, for messages
+	ddl  string
+
+	insert, settle, lookup, claim, purge string
+
+	committed, aborted, fallbacks, heuristic atomic.Int64
+}
+
+// AgentStats counts what an [Agent] did since it was built.
+type AgentStats struct {
+	Committed int64 // branches committed alone after their timeout
+	Aborted   int64 // branches aborted alone after their timeout (the decision log said abort)
+	Fallbacks int64 // timeouts decided by the textbook rule because the decision log could not be reached
+	Heuristic int64 // coordinator ops refused with ErrHeuristic (each retry counts)
+}
+
+// AgentPass is what one [Agent.Pass] did.
+type AgentPass struct {
+	Found     int   // timed-out branches claimed
+	Committed int   // of them, committed
+	Aborted   int   // of them, aborted
+	Settled   int   // of them, ended by the coordinator while the agent was deciding
+	Fallbacks int   // decisions by the textbook rule because the decision log could not be reached
+	Purged    int64 // rows of ended branches older than the barrier's retention, deleted
+}
+
+// NewAgent returns an Agent serving fn through bar, configured by opts. It does not touch the
+// database: call [Agent.Migrate]. It returns an error wrapping [ErrInvalidOption] when bar or fn
+// is nil or an option is unusable ([TerminationConsultLog], the default, needs [WithDecider]).
+func NewAgent(bar *Barrier, fn func(ctx context.Context, tx pgx.Tx, req Request) error, opts ...AgentOption) (*Agent, error) {
+	if bar == nil {
+		return nil, fmt.Errorf("participant: agent: nil barrier: %w", ErrInvalidOption)
+	}
+	if fn == nil {
+		return nil, fmt.Errorf("participant: agent: nil function: %w", ErrInvalidOption)
+	}
+	o := defaultAgentOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	t, name := pgutil.Table(bar.o.schema, o.table)
+	micros := func(n int64) string { return "interval '" + strconv.FormatInt(n, 10) + " microseconds'" }
+	deadline := "now() + " + micros(o.timeout.Microseconds())
+	schema := ""
+	if bar.o.schema != "" {
+		schema = `create schema if not exists ` + pgx.Identifier{bar.o.schema}.Sanitize() + `;`
+	}
+	a := &Agent{bar: bar, fn: fn, o: o, name: name}
+	a.ddl = `select pg_advisory_xact_lock(` + strconv.FormatInt(pgutil.MigrateLockKey("txkit/participant/agent/migrate:"+t), 10) + `);` +
+		schema + `
+create table if not exists ` + t + ` (
+    gid        text        not null,
+    branch     text        not null,
+    payload    bytea,
+    state      text        not null check (state in ('precommitted', 'committed', 'aborted')),
+    decided_by text        check (decided_by in ('coordinator', 'timeout')),
+    deadline   timestamptz not null,
+    created_at timestamptz not null default now(),
+    updated_at timestamptz not null default now(),
+    primary key (gid, branch)
+);
+create index if not exists ` + pgx.Identifier{o.table + agentIndexSuffix}.Sanitize() + ` on ` + t + ` (deadline) where state = 'precommitted';`
+	a.insert = `insert into ` + t + ` (gid, branch, payload, state, deadline) values ($1, $2, $3, '` + statePreCommitted + `', ` +
+		deadline + `) on conflict (gid, branch) do nothing`
+	a.settle = `update ` + t + ` set state = $3, decided_by = $4, updated_at = now() where gid = $1 and branch = $2 and state = '` +
+		statePreCommitted + `'`
+	a.lookup = `select state, coalesce(decided_by, '') from ` + t + ` where gid = $1 and branch = $2`
+	// The claim moves the deadline on by the lease, so that other agents pass the row by while this
+	// one decides it, and take it again if this one dies before ending it.
+	a.claim = `update ` + t + ` a set deadline = now() + ` + micros(agentLease.Microseconds()) + ` from (select gid, branch from ` + t +
+		` where state = '` + statePreCommitted + `' and deadline <= now() order by deadline limit $1 for update skip locked) d` +
+		` where a.gid = d.gid and a.branch = d.branch returning a.gid, a.branch, a.payload`
+	a.purge = `delete from ` + t + ` where ctid = any(array(select ctid from ` + t + ` where state <> '` + statePreCommitted +
+		`' and updated_at < now() - ` + micros(bar.o.retain.Microseconds()) + ` limit $1 for update skip locked))`
+	return a, nil
+}
+
+// Migrate creates the barrier's table ([Barrier.Migrate]) and the agent's — and the barrier's
+// schema, if one was set — when they do not exist. It is idempotent and safe to run from several
+// processes at once. It blocks until PostgreSQL answers; ctx scopes only this call.
+func (a *Agent) Migrate(ctx context.Context) error {
+	if err := a.bar.Migrate(ctx); err != nil {
+		return err
+	}
+	if _, err := a.bar.pool.Exec(ctx, a.ddl); err != nil {
+		return fmt.Errorf("participant: agent: migrate %s: %w", a.name, err)
+	}
+	return nil
+}
+
+// Handler returns the [Barrier.Handler] of the agent's business code, restricted to the four 3PC
+// ops ([OpCanCommit], [OpPreCommit], [OpDoCommit], [OpAbort]; [WithAllowedOps] among opts narrows
+// them further): authenticated as the barrier says ([WithSecrets]), every other op answered 400.
+// Besides the barrier's answers it answers 409 ([ErrHeuristic]) to an op contradicting what the
+// agent decided alone, and 400 ([ErrUnknownTransaction]) to a DoCommit of a branch never
+// pre-committed here. The handler is safe for concurrent use.
+func (a *Agent) Handler(opts ...HandlerOption) http.Handler {
+	var ho handlerOptions
+	for _, opt := range opts {
+		opt(&ho)
+	}
+	ops := threePCOps
+	if ho.ops != nil {
+		ops = slices.DeleteFunc(slices.Clone(ho.ops), func(op Op) bool { return !slices.Contains(threePCOps, op) })
+	}
+	return a.bar.Handler(a.serve(byCoordinator), WithAllowedOps(ops...))
+}
+
+// Participant returns the in-process [Participant] of the agent ([Barrier.Participant]), serving
+// the four 3PC ops; another op returns an error wrapping [ErrBadRequest]. Do blocks until its
+// transaction ends; ctx scopes the whole call. It is safe for concurrent use.
+func (a *Agent) Participant() Participant { return a.bar.Participant(a.serve(byCoordinator)) }
+
+// Stats returns the agent's counters. It is safe for concurrent use.
+func (a *Agent) Stats() AgentStats {
+	return AgentStats{Committed: a.committed.Load(), Aborted: a.aborted.Load(), Fallbacks: a.fallbacks.Load(), Heuristic: a.heuristic.Load()}
+}
+
+// Run ends timed-out branches, one [Agent.Pass] every [WithAgentPoll] (skipping a pass while the
+// previous one still runs), until ctx ends. It blocks; when ctx ends it cancels the pass in flight
+// (ctx scopes the work too), waits for it and returns nil. Every replica of a participant service
+// may run it on the same table: no leadership is needed.
+func (a *Agent) Run(ctx context.Context) error {
+	err := pgutil.RunSchedule(ctx, "@every "+a.o.poll.String(), a.o.log, func(ctx context.Context) {
+		if _, err := a.Pass(ctx); err != nil && ctx.Err() == nil {
+			a.o.log.Error("participant: 3pc agent pass failed", slog.Any("err", err))
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("participant: agent: %w", err)
+	}
+	return nil
+}
+
+// Pass claims the pre-committed branches whose timeout has passed, batch after batch, and ends
+// each by the termination mode: it decides (asking the [Decider] in consult-log mode) and applies
+// [OpDoCommit] or [OpAbort] through the barrier in a transaction of its own, as the coordinator
+// would. A branch the coordinator ends in the meantime is left as the coordinator ended it. It
+// then deletes the rows of ended branches older than the barrier's retention.
+//
+// A claimed branch is left to this agent for 30 seconds: other agents pass it by meanwhile. One
+// that could not be ended (a database error) is claimed again after that; its error is returned,
+// joined with the others, once the pass has gone through every claimed branch. A decision log
+// that does not answer within 15 seconds counts as unreachable (the textbook fallback).
+//
+// Pass blocks until done or ctx ends; ctx scopes the work. It is safe for concurrent use, also by
+// agents in other processes sharing the table.
+func (a *Agent) Pass(ctx context.Context) (AgentPass, error) {
+	var p AgentPass
+	var errs []error
+	for {
+		due, err := a.claimDue(ctx)
+		if err != nil {
+			return p, errors.Join(append(errs, err)...)
+		}
+		p.Found += len(due)
+		for _, r := range due {
+			if ctx.Err() != nil {
+				return p, errors.Join(append(errs, ctx.Err())...)
+			}
+			if err := a.end(ctx, r, &p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(due) < a.o.batch {
+			break
+		}
+	}
+	n, err := a.bar.pool.Exec(ctx, a.purge, a.o.batch)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("participant: agent: purge %s: %w", a.name, err))
+	} else {
+		p.Purged = n.RowsAffected()
+	}
+	return p, errors.Join(errs...)
+}
+
+func (a *Agent) claimDue(ctx context.Context) ([]Request, error) {
+	rows, err := a.bar.pool.Query(ctx, a.claim, a.o.batch)
+	if err != nil {
+		return nil, fmt.Errorf("participant: agent: claim timed-out branches in %s: %w", a.name, err)
+	}
+	due, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Request, error) {
+		var r Request
+		var payload []byte
+		err := row.Scan(&r.GID, &r.Branch, &payload)
+		if len(payload) > 0 {
+			r.Payload = payload
+		}
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("participant: agent: claim timed-out branches in %s: %w", a.name, err)
+	}
+	return due, nil
+}
+
+// end decides the timed-out branch r and applies the decision.
+func (a *Agent) end(ctx context.Context, r Request, p *AgentPass) error {
+	attrs := []any{slog.String("gid", r.GID), slog.String("branch", r.Branch), slog.String("mode", a.o.mode.String())}
+	outcome := OutcomeCommit
+	if a.o.mode == TerminationConsultLog {
+		dctx, cancel := context.WithTimeout(ctx, agentLease/2)
+		o, err := a.o.decider.Decide(dctx, r.GID)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return fmt.Errorf("participant: agent: decide %s/%s: %w", r.GID, r.Branch, err)
+		case err != nil:
+			a.o.log.Warn("participant: 3pc agent cannot reach the decision log; committing by the textbook rule",
+				append(attrs, slog.Any("err", err))...)
+			p.Fallbacks++
+			a.fallbacks.Add(1)
+		case o == OutcomeCommit || o == OutcomeAbort:
+			outcome = o
+		default:
+			return fmt.Errorf("participant: agent: decide %s/%s: the decision log answered %s", r.GID, r.Branch, o)
+		}
+	}
+	r.Op = OpDoCommit
+	if outcome == OutcomeAbort {
+		r.Op = OpAbort
+	}
+	var ran bool
+	serve := a.serve(byTimeout)
+	err := a.bar.do(ctx, r, "", func(ctx context.Context, tx pgx.Tx, req Request) error {
+		ran = true
+		return serve(ctx, tx, req)
+	})
+	switch {
+	case errors.Is(err, errSettled) || (err == nil && !ran):
+		p.Settled++
+		a.o.log.Info("participant: 3pc branch ended by its coordinator while its timeout was being handled",
+			append(attrs, slog.String("wanted", outcome.String()))...)
+		return nil
+	case err != nil:
+		return fmt.Errorf("participant: agent: %s %s/%s after its timeout: %w", r.Op, r.GID, r.Branch, err)
+	case outcome == OutcomeCommit:
+		p.Committed++
+		a.committed.Add(1)
+	default:
+		p.Aborted++
+		a.aborted.Add(1)
+	}
+	a.o.log.Info("participant: 3pc branch ended alone after its timeout", append(attrs, slog.String("outcome", outcome.String()))...)
+	return nil
+}
+
+// serve returns the function the barrier runs for a 3PC op, which keeps the agent's table in step
+// with fn; by says who sent the op (the coordinator, or the agent's timeout).
+func (a *Agent) serve(by string) func(ctx context.Context, tx pgx.Tx, req Request) error {
+	return func(ctx context.Context, tx pgx.Tx, req Request) error {
+		switch req.Op {
+		case OpCanCommit:
+			return a.fn(ctx, tx, req)
+		case OpPreCommit:
+			tag, err := tx.Exec(ctx, a.insert, req.GID, req.Branch, []byte(req.Payload))
+			if err != nil {
+				return fmt.Errorf("record the precommit in %s: %w", a.name, err)
+			}
+			if tag.RowsAffected() == 0 {
+				return fmt.Errorf("precommit for gid %s branch %s, which %s already holds: %w", req.GID, req.Branch, a.name, ErrRefused)
+			}
+			return a.fn(ctx, tx, req)
+		case OpDoCommit, OpAbort:
+			state := stateCommitted
+			if req.Op == OpAbort {
+				state = stateAborted
+			}
+			tag, err := tx.Exec(ctx, a.settle, req.GID, req.Branch, state, by)
+			if err != nil {
+				return fmt.Errorf("record the %s in %s: %w", req.Op, a.name, err)
+			}
+			if tag.RowsAffected() == 0 {
+				return a.settled(ctx, tx, req, state, by)
+			}
+			return a.fn(ctx, tx, req)
+		}
+		return fmt.Errorf("op %s is not a three-phase commit op: %w", req.Op, ErrBadRequest)
+	}
+}
+
+// settled answers an op (DoCommit or abort) for a branch that is not pre-committed: a duplicate, a
+// branch never pre-committed here, or one ended the other way.
+func (a *Agent) settled(ctx context.Context, tx pgx.Tx, req Request, want, by string) error {
+	var state, decidedBy string
+	err := tx.QueryRow(ctx, a.lookup, req.GID, req.Branch).Scan(&state, &decidedBy)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%s for gid %s branch %s that was never pre-committed here: %w", req.Op, req.GID, req.Branch, ErrUnknownTransaction)
+	case err != nil:
+		return fmt.Errorf("look up the branch in %s: %w", a.name, err)
+	case by == byTimeout:
+		return errSettled // the coordinator ended it first: its decision stands
+	case state == want:
+		return nil // a duplicate
+	case decidedBy == byTimeout:
+		a.heuristic.Add(1)
+		a.o.log.Error("participant: 3pc coordinator's decision contradicts the one this agent took alone after its timeout",
+			slog.String("gid", req.GID), slog.String("branch", req.Branch), slog.String("op", req.Op.String()), slog.String("state", state))
+		return fmt.Errorf("%s for gid %s branch %s that this participant %s alone after its timeout: %w", req.Op, req.GID, req.Branch, state, ErrHeuristic)
+	}
+	return fmt.Errorf("%s for gid %s branch %s that the coordinator already %s: %w", req.Op, req.GID, req.Branch, state, ErrRefused)
+}

@@ -1,0 +1,462 @@
+package participant_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/participant"
+)
+
+// Ops of three-phase commit, short.
+const (
+	canCommit = participant.OpCanCommit
+	preCommit = participant.OpPreCommit
+	doCommit  = participant.OpDoCommit
+	abort     = participant.OpAbort
+)
+
+// Timeouts of the tests' agents: a branch is due at once, or never within a test.
+const (
+	dueAtOnce = time.Microsecond
+	neverDue  = time.Hour
+)
+
+// newAgent is an agent on f's barrier with f.record as its business code, migrated.
+func newAgent(t *testing.T, f *fixture, opts ...participant.AgentOption) *participant.Agent {
+	t.Helper()
+	opts = append([]participant.AgentOption{participant.WithAgentLogger(testLogger(t))}, opts...)
+	a, err := participant.NewAgent(f.bar, f.record, opts...)
+	if err != nil {
+		t.Fatalf("NewAgent: %v", err)
+	}
+	if err := a.Migrate(t.Context()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return a
+}
+
+// textbook is the option of an agent that commits alone, with timeout d.
+func textbook(d time.Duration) []participant.AgentOption {
+	return []participant.AgentOption{participant.WithTermination(participant.TerminationTextbook), participant.WithAgentTimeout(d)}
+}
+
+// agentRow is a branch's row in the agent's table ("", "" when there is none).
+func (f *fixture) agentRow(gid, branch string) (state, decidedBy string) {
+	f.t.Helper()
+	err := f.pool.QueryRow(context.Background(), `select state, coalesce(decided_by, '') from txkit_3pc_agent where gid = $1 and branch = $2`,
+		gid, branch).Scan(&state, &decidedBy)
+	if err != nil && !strings.Contains(err.Error(), "no rows") {
+		f.t.Fatalf("agent row %s/%s: %v", gid, branch, err)
+	}
+	return state, decidedBy
+}
+
+func (f *fixture) wantRow(gid, branch, state, decidedBy string) {
+	f.t.Helper()
+	if s, d := f.agentRow(gid, branch); s != state || d != decidedBy {
+		f.t.Errorf("%s/%s: agent row (%q, %q), want (%q, %q)", gid, branch, s, d, state, decidedBy)
+	}
+}
+
+func do(t *testing.T, p participant.Participant, gid, branch string, op participant.Op) error {
+	t.Helper()
+	return p.Do(t.Context(), participant.Request{GID: gid, Branch: branch, Op: op, Payload: []byte(`{"qty":1}`)})
+}
+
+func mustDo(t *testing.T, p participant.Participant, gid, branch string, op participant.Op) {
+	t.Helper()
+	if err := do(t, p, gid, branch, op); err != nil {
+		t.Fatalf("%s %s/%s: %v", op, gid, branch, err)
+	}
+}
+
+func TestIntegrationAgentPreCommitThenDoCommit(t *testing.T) {
+	f := newFixture(t)
+	a := newAgent(t, f, textbook(neverDue)...)
+	p := a.Participant()
+	mustDo(t, p, "g1", "b", canCommit)
+	mustDo(t, p, "g1", "b", canCommit) // a vote may be asked again: it runs again
+	f.wantRow("g1", "b", "", "")       // and records nothing
+	mustDo(t, p, "g1", "b", preCommit)
+	mustDo(t, p, "g1", "b", preCommit) // duplicates
+	f.wantRow("g1", "b", "precommitted", "")
+	mustDo(t, p, "g1", "b", doCommit)
+	mustDo(t, p, "g1", "b", doCommit)
+	f.expect("g1", "b", canCommit, 2, 2)
+	f.expect("g1", "b", preCommit, 1, 1)
+	f.expect("g1", "b", doCommit, 1, 1)
+	f.wantRow("g1", "b", "committed", "coordinator")
+
+	mustDo(t, p, "g2", "b", preCommit)
+	mustDo(t, p, "g2", "b", abort)
+	mustDo(t, p, "g2", "b", abort)
+	f.expect("g2", "b", abort, 1, 1)
+	f.wantRow("g2", "b", "aborted", "coordinator")
+
+	pass, err := a.Pass(t.Context())
+	if err != nil || pass != (participant.AgentPass{}) {
+		t.Fatalf("Pass = %+v, %v; want nothing found: no branch is pre-committed past its timeout", pass, err)
+	}
+	if err := do(t, p, "g1", "b", participant.OpTry); !errors.Is(err, participant.ErrBadRequest) {
+		t.Fatalf("try through an agent = %v; want an error wrapping ErrBadRequest", err)
+	}
+}
+
+func TestIntegrationAgentEmptyRollbackRefusesLatePreCommit(t *testing.T) {
+	f := newFixture(t)
+	a := newAgent(t, f, textbook(dueAtOnce)...)
+	p := a.Participant()
+	mustDo(t, p, "g1", "b", abort) // before its precommit: the empty rollback
+	err := do(t, p, "g1", "b", preCommit)
+	if !errors.Is(err, participant.ErrHanging) || !errors.Is(err, participant.ErrRefused) {
+		t.Fatalf("precommit after its abort = %v; want an error wrapping ErrHanging", err)
+	}
+	f.expect("g1", "b", abort, 0, 0)
+	f.expect("g1", "b", preCommit, 0, 0)
+	f.wantRow("g1", "b", "", "")
+	if pass, err := a.Pass(t.Context()); err != nil || pass.Found != 0 {
+		t.Fatalf("Pass = %+v, %v; want nothing to end", pass, err)
+	}
+}
+
+func TestIntegrationAgentDoCommitOfUnknownBranch(t *testing.T) {
+	f := newFixture(t)
+	a := newAgent(t, f, textbook(neverDue)...)
+	err := do(t, a.Participant(), "g1", "b", doCommit)
+	if !errors.Is(err, participant.ErrUnknownTransaction) || !errors.Is(err, participant.ErrBadRequest) {
+		t.Fatalf("docommit of a branch never pre-committed = %v; want ErrUnknownTransaction", err)
+	}
+	if !strings.Contains(err.Error(), "docommit for gid g1 branch b that was never pre-committed here") {
+		t.Fatalf("error %q does not say what happened", err)
+	}
+	f.expect("g1", "b", doCommit, 0, 0)
+	// Nothing was kept: the barrier's marker rolled back with the refusal, so a precommit is
+	// still possible (the coordinator's messages were reordered).
+	mustDo(t, a.Participant(), "g1", "b", preCommit)
+	mustDo(t, a.Participant(), "g1", "b", doCommit)
+	f.expect("g1", "b", doCommit, 1, 1)
+}
+
+func TestIntegrationAgentTextbookTimeoutCommits(t *testing.T) {
+	f := newFixture(t)
+	a := newAgent(t, f, textbook(dueAtOnce)...)
+	p := a.Participant()
+	mustDo(t, p, "g1", "b", preCommit)
+	pass, err := a.Pass(t.Context())
+	if err != nil || pass.Found != 1 || pass.Committed != 1 {
+		t.Fatalf("Pass = %+v, %v; want the branch found and committed", pass, err)
+	}
+	f.expect("g1", "b", doCommit, 1, 1)
+	f.wantRow("g1", "b", "committed", "timeout")
+
+	// The coordinator comes back: its docommit is a duplicate, its abort contradicts the agent.
+	mustDo(t, p, "g1", "b", doCommit)
+	f.expect("g1", "b", doCommit, 1, 1)
+	err = do(t, p, "g1", "b", abort)
+	if !errors.Is(err, participant.ErrHeuristic) || !errors.Is(err, participant.ErrRefused) {
+		t.Fatalf("abort after the timeout's commit = %v; want an error wrapping ErrHeuristic", err)
+	}
+	f.expect("g1", "b", abort, 0, 0) // refused before the business code
+	f.wantRow("g1", "b", "committed", "timeout")
+	if got, want := a.Stats(), (participant.AgentStats{Committed: 1, Heuristic: 1}); got != want {
+		t.Fatalf("Stats = %+v, want %+v", got, want)
+	}
+	if pass, err := a.Pass(t.Context()); err != nil || pass.Found != 0 {
+		t.Fatalf("second Pass = %+v, %v; want nothing left", pass, err)
+	}
+}
+
+func TestIntegrationAgentConsultLog(t *testing.T) {
+	f := newFixture(t)
+	var asked sync.Map
+	decider := participant.DeciderFunc(func(ctx context.Context, gid string) (participant.Outcome, error) {
+		asked.Store(gid, true)
+		switch gid {
+		case "g-commit":
+			return participant.OutcomeCommit, nil
+		case "g-abort":
+			return participant.OutcomeAbort, nil
+		}
+		return 0, errors.New("decision log: connection refused")
+	})
+	a := newAgent(t, f, participant.WithDecider(decider), participant.WithAgentTimeout(dueAtOnce)) // consult-log: the default
+	p := a.Participant()
+	for _, gid := range []string{"g-commit", "g-abort", "g-unreachable"} {
+		mustDo(t, p, gid, "b", preCommit)
+	}
+	pass, err := a.Pass(t.Context())
+	if want := (participant.AgentPass{Found: 3, Committed: 2, Aborted: 1, Fallbacks: 1}); err != nil || pass != want {
+		t.Fatalf("Pass = %+v, %v; want %+v", pass, err, want)
+	}
+	for _, gid := range []string{"g-commit", "g-abort", "g-unreachable"} {
+		if _, ok := asked.Load(gid); !ok {
+			t.Errorf("the decider was not asked about %s", gid)
+		}
+	}
+	f.expect("g-commit", "b", doCommit, 1, 1)
+	f.wantRow("g-commit", "b", "committed", "timeout")
+	f.expect("g-abort", "b", abort, 1, 1)
+	f.expect("g-abort", "b", doCommit, 0, 0)
+	f.wantRow("g-abort", "b", "aborted", "timeout")
+	f.expect("g-unreachable", "b", doCommit, 1, 1) // the textbook fallback
+	f.wantRow("g-unreachable", "b", "committed", "timeout")
+	if got, want := a.Stats(), (participant.AgentStats{Committed: 2, Aborted: 1, Fallbacks: 1}); got != want {
+		t.Fatalf("Stats = %+v, want %+v", got, want)
+	}
+	// A coordinator that commits what its log says is aborted contradicts the agent.
+	if err := do(t, p, "g-abort", "b", doCommit); !errors.Is(err, participant.ErrHeuristic) {
+		t.Fatalf("docommit after the log's abort = %v; want ErrHeuristic", err)
+	}
+	mustDo(t, p, "g-abort", "b", abort) // the coordinator's abort: a duplicate
+	f.expect("g-abort", "b", abort, 1, 1)
+}
+
+// A coordinator that ends a branch while the agent is deciding it wins; the agent then does nothing.
+func TestIntegrationAgentCoordinatorEndsBranchWhileDeciding(t *testing.T) {
+	f := newFixture(t)
+	var p participant.Participant
+	decider := participant.DeciderFunc(func(ctx context.Context, gid string) (participant.Outcome, error) {
+		// The coordinator's op arrives while the agent asks the log.
+		op := map[string]participant.Op{"g-same": doCommit, "g-other": abort}[gid]
+		if err := p.Do(ctx, participant.Request{GID: gid, Branch: "b", Op: op}); err != nil {
+			return 0, err
+		}
+		return participant.OutcomeCommit, nil
+	})
+	a := newAgent(t, f, participant.WithDecider(decider), participant.WithAgentTimeout(dueAtOnce))
+	p = a.Participant()
+	mustDo(t, p, "g-same", "b", preCommit)
+	mustDo(t, p, "g-other", "b", preCommit)
+	pass, err := a.Pass(t.Context())
+	if want := (participant.AgentPass{Found: 2, Settled: 2}); err != nil || pass != want {
+		t.Fatalf("Pass = %+v, %v; want %+v", pass, err, want)
+	}
+	f.expect("g-same", "b", doCommit, 1, 1)
+	f.wantRow("g-same", "b", "committed", "coordinator")
+	f.expect("g-other", "b", abort, 1, 1)
+	f.expect("g-other", "b", doCommit, 0, 0) // the agent's docommit found the abort and rolled back
+	f.wantRow("g-other", "b", "aborted", "coordinator")
+	if got := a.Stats(); got != (participant.AgentStats{}) {
+		t.Fatalf("Stats = %+v; want nothing counted", got)
+	}
+}
+
+func TestIntegrationAgentsShareTheTable(t *testing.T) {
+	f := newFixture(t)
+	var decisions atomic.Int64
+	decider := participant.DeciderFunc(func(ctx context.Context, gid string) (participant.Outcome, error) {
+		decisions.Add(1)
+		return participant.OutcomeCommit, nil
+	})
+	opts := []participant.AgentOption{participant.WithDecider(decider), participant.WithAgentTimeout(dueAtOnce), participant.WithAgentBatch(7)}
+	agents := []*participant.Agent{newAgent(t, f, opts...), newAgent(t, f, opts...)}
+	const n = 60
+	for i := range n {
+		mustDo(t, agents[i%2].Participant(), fmt.Sprintf("g%d", i), "b", preCommit)
+	}
+	passes := make([]participant.AgentPass, len(agents))
+	errs := make([]error, len(agents))
+	var wg sync.WaitGroup
+	for i, a := range agents {
+		wg.Go(func() { passes[i], errs[i] = a.Pass(t.Context()) })
+	}
+	wg.Wait()
+	found, committed := 0, 0
+	for i := range agents {
+		if errs[i] != nil {
+			t.Fatalf("agent %d: Pass: %v", i, errs[i])
+		}
+		found += passes[i].Found
+		committed += passes[i].Committed
+	}
+	if found != n || committed != n || decisions.Load() != n {
+		t.Fatalf("agents found %d and committed %d branches, asked the log %d times (passes %+v); want %d each", found, committed,
+			decisions.Load(), passes, n)
+	}
+	for i := range n {
+		f.expect(fmt.Sprintf("g%d", i), "b", doCommit, 1, 1)
+	}
+}
+
+func TestIntegrationAgentRunEndsTimedOutBranches(t *testing.T) {
+	f := newFixture(t)
+	a := newAgent(t, f, append(textbook(50*time.Millisecond), participant.WithAgentPoll(10*time.Millisecond))...)
+	testenv.Run(t, a.Run)
+	mustDo(t, a.Participant(), "g1", "b", preCommit)
+	testenv.Eventually(t, testTimeout, 10*time.Millisecond, func() bool {
+		s, _ := f.agentRow("g1", "b")
+		return s == "committed"
+	}, "the branch was not committed by its timeout")
+	f.expect("g1", "b", doCommit, 1, 1)
+	f.wantRow("g1", "b", "committed", "timeout")
+}
+
+// Rows of ended branches are deleted once older than the barrier's retention.
+func TestIntegrationAgentPurgesEndedBranches(t *testing.T) {
+	f := newFixture(t, participant.WithBarrierRetention(time.Millisecond))
+	a := newAgent(t, f, textbook(neverDue)...)
+	mustDo(t, a.Participant(), "g1", "b", preCommit)
+	mustDo(t, a.Participant(), "g1", "b", doCommit)
+	mustDo(t, a.Participant(), "g2", "b", preCommit) // pre-committed: kept
+	testenv.Eventually(t, testTimeout, 10*time.Millisecond, func() bool {
+		pass, err := a.Pass(t.Context())
+		if err != nil {
+			t.Fatalf("Pass: %v", err)
+		}
+		return pass.Purged == 1
+	}, "the ended branch's row was not purged")
+	f.wantRow("g1", "b", "", "")
+	f.wantRow("g2", "b", "precommitted", "")
+}
+
+func TestIntegrationAgentHandler(t *testing.T) {
+	f := newFixture(t, participant.WithSecrets(testSecret))
+	a := newAgent(t, f, textbook(neverDue)...)
+	mux := http.NewServeMux()
+	mux.Handle("POST /stock/3pc", a.Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	url := srv.URL + "/stock/3pc"
+	for _, tc := range []struct {
+		name     string
+		body     string
+		want     int
+		wantBody string
+	}{
+		{"cancommit", `{"gid":"g1","branch":"b","op":"cancommit"}`, 200, `{"ok":true}`},
+		{"precommit", `{"gid":"g1","branch":"b","op":"precommit"}`, 200, `{"ok":true}`},
+		{"docommit", `{"gid":"g1","branch":"b","op":"docommit"}`, 200, `{"ok":true}`},
+		{"docommit again", `{"gid":"g1","branch":"b","op":"docommit","nonce":"2"}`, 200, `{"ok":true}`},
+		{"unknown branch", `{"gid":"g2","branch":"b","op":"docommit"}`, 400, "docommit for gid g2 branch b that was never pre-committed here"},
+		{"empty rollback", `{"gid":"g3","branch":"b","op":"abort"}`, 200, `{"ok":true}`},
+		{"hanging precommit", `{"gid":"g3","branch":"b","op":"precommit"}`, 409, "hanging"},
+		{"try", `{"gid":"g4","branch":"b","op":"try"}`, 400, "not served here"},
+		{"prepare", `{"gid":"g4","branch":"b","op":"prepare"}`, 400, "not served here"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if code, body := post(t, url, http.MethodPost, tc.body); code != tc.want || !strings.Contains(body, tc.wantBody) {
+				t.Fatalf("%s → %d %q; want %d with %q", tc.body, code, body, tc.want, tc.wantBody)
+			}
+		})
+	}
+	f.expect("g1", "b", doCommit, 1, 1)
+	f.expect("g4", "b", participant.OpTry, 0, 0)
+
+	// Unsigned requests are refused; the signing client of a coordinator is served.
+	if err := (participant.HTTP{URL: url}).Do(t.Context(), participant.Request{GID: "g5", Branch: "b", Op: canCommit}); err == nil ||
+		!strings.Contains(err.Error(), "HTTP 401") {
+		t.Fatalf("unsigned cancommit = %v; want HTTP 401", err)
+	}
+	client, err := participant.NewSigningClient(testSecret, srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := participant.HTTP{URL: url, Client: client}
+	mustDo(t, h, "g5", "b", preCommit)
+	mustDo(t, h, "g5", "b", doCommit)
+	f.expect("g5", "b", doCommit, 1, 1)
+
+	// WithAllowedOps narrows the 3PC ops; it cannot add others.
+	narrow := httptest.NewServer(a.Handler(participant.WithAllowedOps(canCommit, participant.OpTry)))
+	t.Cleanup(narrow.Close)
+	for body, want := range map[string]int{
+		`{"gid":"g6","branch":"b","op":"cancommit"}`: 200,
+		`{"gid":"g6","branch":"b","op":"precommit"}`: 400,
+		`{"gid":"g6","branch":"b","op":"try"}`:       400,
+	} {
+		if code, msg := post(t, narrow.URL, http.MethodPost, body); code != want {
+			t.Errorf("%s → %d %q; want %d", body, code, msg, want)
+		}
+	}
+}
+
+func TestNewAgentOptions(t *testing.T) {
+	bar, err := participant.NewBarrier(&pgxpool.Pool{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := (&fixture{}).record
+	decider := participant.DeciderFunc(func(context.Context, string) (participant.Outcome, error) { return participant.OutcomeAbort, nil })
+	for _, tc := range []struct {
+		name    string
+		bar     *participant.Barrier
+		noFn    bool
+		opts    []participant.AgentOption
+		wantErr string // a substring; "" for success
+	}{
+		{name: "consult-log", bar: bar, opts: []participant.AgentOption{participant.WithDecider(decider)}},
+		{name: "textbook", bar: bar, opts: textbook(time.Second)},
+		{name: "all set", bar: bar, opts: []participant.AgentOption{participant.WithDecider(decider), participant.WithAgentTimeout(time.Minute),
+			participant.WithAgentPoll(time.Second), participant.WithAgentBatch(5), participant.WithAgentTable("agent"), participant.WithAgentLogger(nil)}},
+		{name: "nil barrier", wantErr: "nil barrier"},
+		{name: "nil function", bar: bar, noFn: true, opts: textbook(time.Second), wantErr: "nil function"},
+		{name: "consult-log without decider", bar: bar, wantErr: "needs a decision log (WithDecider)"},
+		{name: "nil decider func", bar: bar, opts: []participant.AgentOption{participant.WithDecider(participant.DeciderFunc(nil))},
+			wantErr: "WithDecider"},
+		{name: "unknown mode", bar: bar, opts: []participant.AgentOption{participant.WithTermination(9)}, wantErr: "unknown termination mode"},
+		{name: "zero timeout", bar: bar, opts: textbook(0), wantErr: "agent timeout 0s"},
+		{name: "negative timeout", bar: bar, opts: textbook(-time.Second), wantErr: "agent timeout -1s"},
+		{name: "zero poll", bar: bar, opts: append(textbook(time.Second), participant.WithAgentPoll(0)), wantErr: "poll interval"},
+		{name: "zero batch", bar: bar, opts: append(textbook(time.Second), participant.WithAgentBatch(0)), wantErr: "batch 0"},
+		{name: "empty table", bar: bar, opts: append(textbook(time.Second), participant.WithAgentTable("")), wantErr: "agent table"},
+		{name: "long table", bar: bar, opts: append(textbook(time.Second), participant.WithAgentTable(strings.Repeat("t", 60))),
+			wantErr: "agent table"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := fn
+			if tc.noFn {
+				f = nil
+			}
+			a, err := participant.NewAgent(tc.bar, f, tc.opts...)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("NewAgent: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, participant.ErrInvalidOption) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("NewAgent = %v, %v; want an error wrapping ErrInvalidOption with %q", a, err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseTermination(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want participant.Termination
+	}{
+		{"textbook", participant.TerminationTextbook},
+		{"consult-log", participant.TerminationConsultLog},
+		{"", 0},
+		{"Textbook", 0},
+		{"consult", 0},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := participant.ParseTermination(tc.in)
+			if tc.want == 0 {
+				if !errors.Is(err, participant.ErrInvalidOption) {
+					t.Fatalf("ParseTermination(%q) = %v, %v; want an error wrapping ErrInvalidOption", tc.in, got, err)
+				}
+				return
+			}
+			if err != nil || got != tc.want || got.String() != tc.in {
+				t.Fatalf("ParseTermination(%q) = %v, %v", tc.in, got, err)
+			}
+		})
+	}
+	if s := participant.OutcomeCommit.String() + " " + participant.OutcomeAbort.String() + " " + participant.Outcome(0).String(); s != "commit abort outcome(0)" {
+		t.Fatalf("Outcome strings: %q", s)
+	}
+}
