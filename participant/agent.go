@@ -48,8 +48,8 @@ var errSettled = errors.New("participant: branch already ended by the coordinato
 //
 //   - [OpCanCommit]: a read-only check whether the branch could commit; a "no" wraps [ErrRefused].
 //     It writes nothing, may be asked any number of times, and fn is called every time.
-//   - [OpPreCommit]: the work, done reversibly (reserve, freeze, write pending rows). The agent
-//     records the branch (gid, branch, payload, deadline = now + [WithAgentTimeout] on the
+//   - [OpPreCommit]: the work, done reversibly (reserve, freeze, write pending rows). After fn the
+//     agent records the branch (gid, branch, payload, deadline = now + [WithAgentTimeout] on the
 //     database's clock) in its table in the same transaction, so a pre-committed branch is never
 //     forgotten.
 //   - [OpDoCommit]: make the pre-committed work final.
@@ -116,7 +116,7 @@ func NewAgent(bar *Barrier, fn func(ctx context.Context, tx pgx.Tx, req Request)
 	}
 	t, name := pgutil.Table(bar.o.schema, o.table)
 	micros := func(n int64) string { return "interval '" + strconv.FormatInt(n, 10) + " microseconds'" }
-	deadline := "now() + " + micros(o.timeout.Microseconds())
+	deadline := "clock_timestamp() + " + micros(o.timeout.Microseconds())
 	schema := ""
 	if bar.o.schema != "" {
 		schema = `create schema if not exists ` + pgx.Identifier{bar.o.schema}.Sanitize() + `;`
@@ -330,6 +330,10 @@ func (a *Agent) serve(by string) func(ctx context.Context, tx pgx.Tx, req Reques
 		case OpCanCommit:
 			return a.fn(ctx, tx, req)
 		case OpPreCommit:
+			if err := a.fn(ctx, tx, req); err != nil {
+				return err
+			}
+			// After the work, so that the timeout runs from (nearly) the commit.
 			tag, err := tx.Exec(ctx, a.insert, req.GID, req.Branch, []byte(req.Payload))
 			if err != nil {
 				return fmt.Errorf("record the precommit in %s: %w", a.name, err)
@@ -337,7 +341,7 @@ func (a *Agent) serve(by string) func(ctx context.Context, tx pgx.Tx, req Reques
 			if tag.RowsAffected() == 0 {
 				return fmt.Errorf("precommit for gid %s branch %s, which %s already holds: %w", req.GID, req.Branch, a.name, ErrRefused)
 			}
-			return a.fn(ctx, tx, req)
+			return nil
 		case OpDoCommit, OpAbort:
 			state := stateCommitted
 			if req.Op == OpAbort {

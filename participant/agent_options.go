@@ -43,8 +43,9 @@ func defaultAgentOptions() agentOptions {
 
 // WithAgentTimeout sets how long a pre-committed branch waits for the coordinator's DoCommit or
 // abort before the agent acts alone (default [DefaultAgentTimeout], 10 s), measured on the
-// database's clock from the PreCommit's commit. Configure it as the 3PC coordinator's participant
-// timeout says: longer than its CanCommit and PreCommit timeouts, shorter than its global timeout.
+// database's clock from the end of the PreCommit's work. Set it to the 3PC coordinator's
+// participant timeout: longer than its CanCommit and PreCommit timeouts, shorter than its global
+// timeout.
 func WithAgentTimeout(d time.Duration) AgentOption { return func(o *agentOptions) { o.timeout = d } }
 
 // WithTermination sets how a timed-out branch ends (default [TerminationConsultLog], which needs

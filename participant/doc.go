@@ -1,7 +1,8 @@
 // Package participant is both sides of a txkit branch: the wire protocol between a coordinator
-// (tcc, saga, twopc) and its participants, the HTTP and in-process ways to call a participant, and the
-// participant barrier that makes each operation run at most once in the participant's own
-// database transaction.
+// (tcc, saga, twopc, threepc) and its participants, the HTTP and in-process ways to call a
+// participant, the participant barrier that makes each operation run at most once in the
+// participant's own database transaction, and the agent that ends a three-phase-commit branch
+// whose coordinator went silent.
 //
 // The protocol: the coordinator POSTs a JSON [Request] {"gid", "branch", "op", "payload"} (plus a
 // random "nonce" that participants ignore) to the branch's URL — every op of a branch to the same
@@ -24,6 +25,36 @@
 // inserts on a unique key, never check-then-write, so a concurrent try and cancel serialise on the
 // index instead of deadlocking. The transaction is always ended — a panic in the business
 // function is recovered, rolled back and answered 500 — so no connection is left checked out.
+//
+// # Three-phase commit
+//
+// A 3PC participant (package threepc's coordinator) is an [Agent] on a barrier. The coordinator
+// asks [OpCanCommit] (a read-only vote: the barrier writes nothing and calls the business code
+// every time), then [OpPreCommit] (the work, done reversibly; the barrier pairs it with
+// [OpAbort] as it pairs prepare with abort, so an abort that overtakes its precommit is an empty
+// rollback and the late precommit is refused with [ErrHanging]), then [OpDoCommit] or [OpAbort].
+// The agent records each pre-committed branch in its table (txkit_3pc_agent) in the PreCommit's
+// own transaction; a branch that hears neither DoCommit nor abort within [WithAgentTimeout]
+// (10 s) is ended by [Agent.Run] alone, by its [Termination] mode:
+//
+//   - [TerminationTextbook] commits, as the protocol's documents say — and so commits a branch
+//     whose coordinator aborted when a partition cut it off after the PreCommit;
+//   - [TerminationConsultLog] (the default) asks the coordinator's decision log through a
+//     [Decider] (threepc.Coordinator is one) and follows it: committed → commit, aborted or
+//     absent → abort, undecided → the Decider records the abort and the agent aborts. Only when
+//     the log cannot be reached does it commit by the textbook rule ([AgentStats].Fallbacks).
+//
+// The agent applies its decision through the barrier as the coordinator's op, so the
+// coordinator's later op of the same kind is a duplicate; one of the other kind is refused with
+// [ErrHeuristic] (409) and logged at error level. A DoCommit for a branch never pre-committed
+// here is refused with [ErrUnknownTransaction] (400).
+//
+//	bar, _ := participant.NewBarrier(pool, participant.WithSecrets(secret))
+//	agent, _ := participant.NewAgent(bar, pay, participant.WithDecider(coord),
+//		participant.WithAgentTimeout(20*time.Second)) // the coordinator's participant timeout
+//	_ = agent.Migrate(ctx)
+//	go agent.Run(ctx) // ends timed-out branches; every replica may run it
+//	mux.Handle("POST /pay/3pc", agent.Handler())
 //
 // # Authentication
 //
