@@ -460,3 +460,23 @@ func TestParseTermination(t *testing.T) {
 		t.Fatalf("Outcome strings: %q", s)
 	}
 }
+
+// An agent on a barrier with a schema of its own keeps its table there, created by Migrate.
+func TestIntegrationAgentInBarrierSchema(t *testing.T) {
+	schema := "t_" + strings.ReplaceAll(testenv.Name(t), "-", "_") + "_3pc"
+	f := newFixture(t, participant.WithBarrierSchema(schema))
+	t.Cleanup(func() {
+		if _, err := f.pool.Exec(context.WithoutCancel(t.Context()), `drop schema if exists `+schema+` cascade`); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	a := newAgent(t, f, append(textbook(dueAtOnce), participant.WithAgentTable("pay_agent"))...)
+	mustDo(t, a.Participant(), "g1", "b", preCommit)
+	if pass, err := a.Pass(t.Context()); err != nil || pass.Committed != 1 {
+		t.Fatalf("Pass = %+v, %v; want one branch committed", pass, err)
+	}
+	var state string
+	if err := f.pool.QueryRow(t.Context(), `select state from `+schema+`.pay_agent where gid = 'g1'`).Scan(&state); err != nil || state != "committed" {
+		t.Fatalf("%s.pay_agent: state %q, %v; want committed", schema, state, err)
+	}
+}
