@@ -24,7 +24,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -42,14 +44,16 @@ import (
 	"github.com/txkit/txkit/examples/transfer/internal/app"
 	"github.com/txkit/txkit/internal/httpsafe"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/threepc"
 	"github.com/txkit/txkit/twopc"
 )
 
 type config struct {
-	listen, pg, schema, zk, id, election, recovery, resolve, seedEast, seedWest, pauseAt string
-	timeout, prepareTimeout, lease, callTimeout, sessionTimeout, resolveGrace, pause     time.Duration
-	pauseRate                                                                            float64
-	maxConns                                                                             int
+	listen, pg, schema, zk, id, election, recovery, resolve, seedEast, seedWest, pauseAt, protocol, westAddr string
+	timeout, prepareTimeout, lease, callTimeout, sessionTimeout, resolveGrace, pause                         time.Duration
+	canCommitTimeout, preCommitTimeout, participantTimeout                                                   time.Duration
+	pauseRate                                                                                                float64
+	maxConns                                                                                                 int
 }
 
 func main() {
@@ -59,11 +63,16 @@ func main() {
 	flag.StringVar(&c.schema, "schema", "transfer", "schema of this run, in both databases; the coordinators' log lives in "+app.East+"'s")
 	flag.StringVar(&c.zk, "zk", exapp.Env("TXKIT_ZK", app.DefaultZK), "ZooKeeper servers")
 	flag.StringVar(&c.id, "id", "bank-"+uuid.NewString()[:8], "instance id (its id in the recovery election)")
-	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the recovery election (default /txkit-demo/<schema>/2pc)")
+	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the recovery election (default /txkit-demo/<schema>/<protocol>)")
+	flag.StringVar(&c.protocol, "protocol", "2pc", "2pc (twopc: PREPARE, decision, COMMIT PREPARED) or 3pc (threepc: CanCommit, PreCommit = the work + PREPARE, decision, DoCommit; run examples/transfer/agent beside each database)")
+	flag.StringVar(&c.westAddr, "west-addr", "", "host:port the coordinator's "+app.West+" pools connect to instead of -pg's (a drill's partition proxy)")
 	flag.StringVar(&c.seedEast, "seed-east", "", "accounts in "+app.East+", id=balance,... (inserted only when the account is new)")
 	flag.StringVar(&c.seedWest, "seed-west", "", "accounts in "+app.West+", id=balance,...")
-	flag.DurationVar(&c.timeout, "timeout", 6*time.Second, "global timeout of a transaction (above -prepare-timeout)")
-	flag.DurationVar(&c.prepareTimeout, "prepare-timeout", 3*time.Second, "bound of phase one (below -timeout)")
+	flag.DurationVar(&c.timeout, "timeout", 6*time.Second, "global timeout of a transaction (above -prepare-timeout; with 3pc above -participant-timeout)")
+	flag.DurationVar(&c.prepareTimeout, "prepare-timeout", 3*time.Second, "2pc: bound of phase one (below -timeout)")
+	flag.DurationVar(&c.canCommitTimeout, "cancommit-timeout", 500*time.Millisecond, "3pc: bound of the CanCommit phase")
+	flag.DurationVar(&c.preCommitTimeout, "precommit-timeout", 2*time.Second, "3pc: bound of the PreCommit phase (the work and PREPARE TRANSACTION)")
+	flag.DurationVar(&c.participantTimeout, "participant-timeout", 3*time.Second, "3pc: the agents' timeout (what examples/transfer/agent runs with); above -cancommit-timeout plus -precommit-timeout, below -timeout")
 	flag.DurationVar(&c.lease, "lease", 3*time.Second, "how long a starter owns a decided transaction before the leader may finish it")
 	flag.DurationVar(&c.callTimeout, "call-timeout", 2*time.Second, "bound of each COMMIT/ROLLBACK PREPARED")
 	flag.DurationVar(&c.sessionTimeout, "session-timeout", 4*time.Second, "ZooKeeper session timeout (how long a dead leader keeps its leadership)")
@@ -72,7 +81,7 @@ func main() {
 	flag.DurationVar(&c.resolveGrace, "resolve-grace", 5*time.Second, "age below which a prepared transaction is left to its starter; keep it above -prepare-timeout plus -pause, or slow commits are aborted")
 	flag.Float64Var(&c.pauseRate, "pause-rate", 0, "fraction of commits that sleep -pause between the phases (for drills)")
 	flag.DurationVar(&c.pause, "pause", time.Second, "the sleep of a paused commit")
-	flag.StringVar(&c.pauseAt, "pause-at", "both", "where a paused commit sleeps: prepared (before the decision), decided (after it) or both (either, at random)")
+	flag.StringVar(&c.pauseAt, "pause-at", "both", "where a paused commit sleeps: prepared (2pc) or precommitted (3pc), before the decision; decided, after it; or both (either, at random)")
 	flag.IntVar(&c.maxConns, "max-conns", 16, "connections per database pool")
 	flag.Parse()
 	log := exapp.Logger("bank").With("id", c.id)
@@ -85,22 +94,39 @@ func main() {
 }
 
 type service struct {
-	c    config
-	log  *slog.Logger
-	el   lock.Elector
-	tpc  *twopc.Coordinator
-	east *pgxpool.Pool
-	west *pgxpool.Pool
+	c     config
+	log   *slog.Logger
+	el    lock.Elector
+	tpc   *twopc.Coordinator   // -protocol 2pc
+	three *threepc.Coordinator // -protocol 3pc
+	east  *pgxpool.Pool
+	west  *pgxpool.Pool
+}
+
+// coordinatorRun is what run needs of either coordinator.
+type coordinatorRun interface {
+	Run(ctx context.Context) error
+	Close() error
+	RegisterDB(name string, pool *pgxpool.Pool) error
 }
 
 func run(ctx context.Context, c config, log *slog.Logger) error {
-	hook, err := pauseHook(c.pauseRate, c.pause, c.pauseAt, log)
+	if c.protocol != "2pc" && c.protocol != "3pc" {
+		return fmt.Errorf("-protocol %q: want 2pc or 3pc", c.protocol)
+	}
+	hook, err := pauseHook(c.protocol, c.pauseRate, c.pause, c.pauseAt, log)
 	if err != nil {
 		return err
 	}
 	seeds := map[string]map[string]int64{}
 	for db, s := range map[string]string{app.East: c.seedEast, app.West: c.seedWest} {
 		if seeds[db], err = parseSeed(s); err != nil {
+			return err
+		}
+	}
+	westBase := c.pg
+	if c.westAddr != "" {
+		if westBase, err = withHost(c.pg, c.westAddr); err != nil {
 			return err
 		}
 	}
@@ -116,7 +142,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		return err
 	}
 	defer east.Close()
-	west, err := exapp.Pool(ctx, c.pg, app.West, c.schema, c.maxConns)
+	west, err := exapp.Pool(ctx, westBase, app.West, c.schema, c.maxConns)
 	if err != nil {
 		return err
 	}
@@ -133,27 +159,29 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	defer sess.Close()
 	election := c.election
 	if election == "" {
-		election = "/txkit-demo/" + c.schema + "/2pc"
+		election = "/txkit-demo/" + c.schema + "/" + c.protocol
 	}
 	el, err := lock.NewElector(sess, election, c.id)
 	if err != nil {
 		return err
 	}
 	opts := []coordinator.Option{coordinator.WithSchema(c.schema), coordinator.WithElector(el), coordinator.WithLogger(log),
-		coordinator.WithDefaultTimeout(c.timeout), twopc.WithPrepareTimeout(c.prepareTimeout), coordinator.WithLease(c.lease),
+		coordinator.WithDefaultTimeout(c.timeout), coordinator.WithLease(c.lease),
 		coordinator.WithCallTimeout(c.callTimeout), coordinator.WithBackoff(200*time.Millisecond, 2*time.Second),
-		coordinator.WithRecovery(c.recovery, 100, 16), twopc.WithInDoubtResolution(c.resolve, c.resolveGrace)}
-	if hook != nil {
-		opts = append(opts, twopc.WithHook(hook))
+		coordinator.WithRecovery(c.recovery, 100, 16)}
+	s := &service{c: c, log: log, el: el, east: east, west: west}
+	var coord coordinatorRun
+	if c.protocol == "3pc" {
+		s.three, err = newThreePC(ctx, c, logPool, hook, opts)
+		coord = s.three
+	} else {
+		s.tpc, err = newTwoPC(ctx, c, logPool, hook, opts)
+		coord = s.tpc
 	}
-	coord, err := twopc.New(logPool, opts...)
 	if err != nil {
 		return err
 	}
 	defer coord.Close() // after Run has returned (the errgroup below)
-	if err := coord.Migrate(ctx); err != nil {
-		return err
-	}
 	// Every instance registers the same names for the same databases: the branches store the
 	// names, and the leader that recovers a transaction resolves them in its own process.
 	if err := coord.RegisterDB("east", east); err != nil {
@@ -162,7 +190,6 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err := coord.RegisterDB("west", west); err != nil {
 		return err
 	}
-	s := &service{c: c, log: log, el: el, tpc: coord, east: east, west: west}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /transfers", s.transfer)
 	mux.HandleFunc("GET /transfers/{gid}", s.get)
@@ -173,8 +200,41 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return coord.Run(ctx) })
 	g.Go(func() error { return exapp.Serve(ctx, c.listen, mux) })
-	log.Info("bank service running", "schema", c.schema, "election", election, "pause_rate", c.pauseRate, "pause", c.pause, "pause_at", c.pauseAt)
+	log.Info("bank service running", "protocol", c.protocol, "schema", c.schema, "election", election, "west", c.westAddr,
+		"pause_rate", c.pauseRate, "pause", c.pause, "pause_at", c.pauseAt)
 	return g.Wait()
+}
+
+// newTwoPC builds the 2pc coordinator on the log's pool and migrates its tables.
+func newTwoPC(ctx context.Context, c config, logPool *pgxpool.Pool, hook phaseHook, opts []coordinator.Option) (*twopc.Coordinator, error) {
+	opts = append(opts, twopc.WithPrepareTimeout(c.prepareTimeout), twopc.WithInDoubtResolution(c.resolve, c.resolveGrace))
+	if hook != nil {
+		opts = append(opts, twopc.WithHook(func(ctx context.Context, gid string, p twopc.Phase) error {
+			return hook(ctx, gid, p.String())
+		}))
+	}
+	coord, err := twopc.New(logPool, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := coord.Migrate(ctx); err != nil {
+		_ = coord.Close()
+		return nil, err
+	}
+	return coord, nil
+}
+
+// withHost returns the PostgreSQL URL base with its host and port replaced by addr.
+func withHost(base, addr string) (string, error) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", fmt.Errorf("-west-addr %q: want host:port", addr)
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("-pg: %w", err)
+	}
+	u.Host = addr
+	return u.String(), nil
 }
 
 // migrate creates the accounts and ledger tables in the run's schema and inserts the seed's new
@@ -219,28 +279,37 @@ func parseSeed(s string) (map[string]int64, error) {
 	return out, nil
 }
 
-// pauseHook returns the hook that makes a fraction rate of the commits sleep d at phase at
-// ("prepared": every branch is prepared, the decision not yet written; "decided": written, phase
-// two not begun; "both": either, with rate/2 each), or nil when rate is 0.
-func pauseHook(rate float64, d time.Duration, at string, log *slog.Logger) (twopc.Hook, error) {
+// phaseHook is the pause hook of either protocol, the phase given by its name.
+type phaseHook func(ctx context.Context, gid, phase string) error
+
+// pauseHook returns the hook that makes a fraction rate of the commits sleep d at phase at: with
+// 2pc "prepared" (every branch is prepared, the decision not yet written), with 3pc
+// "precommitted" (every branch pre-committed: prepared in its database, the decision not yet
+// written); "decided" (written, the last phase not begun); "both": either, with rate/2 each. It
+// returns nil when rate is 0.
+func pauseHook(protocol string, rate float64, d time.Duration, at string, log *slog.Logger) (phaseHook, error) {
 	if rate < 0 || rate > 1 || d < 0 {
 		return nil, fmt.Errorf("-pause-rate %v (want 0..1), -pause %v", rate, d)
 	}
+	before := "prepared"
+	if protocol == "3pc" {
+		before = "precommitted"
+	}
 	switch at {
-	case "prepared", "decided":
+	case before, "decided":
 	case "both":
 		rate /= 2
 	default:
-		return nil, fmt.Errorf("-pause-at %q: want prepared, decided or both", at)
+		return nil, fmt.Errorf("-pause-at %q: want %s, decided or both", at, before)
 	}
 	if rate == 0 {
 		return nil, nil
 	}
-	return func(ctx context.Context, gid string, p twopc.Phase) error {
-		if (at != "both" && at != p.String()) || rand.Float64() >= rate {
+	return func(ctx context.Context, gid, phase string) error {
+		if (phase != before && phase != "decided") || (at != "both" && at != phase) || rand.Float64() >= rate {
 			return nil
 		}
-		log.Info("pausing between the phases", "gid", gid, "phase", p.String(), "for", d)
+		log.Info("pausing between the phases", "gid", gid, "phase", phase, "for", d)
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -294,13 +363,12 @@ func (s *service) transfer(w http.ResponseWriter, r *http.Request) {
 	if t.GID != "" {
 		bopts = append(bopts, coordinator.WithGID(t.GID))
 	}
-	g, err := s.tpc.Begin(ctx, bopts...)
-	if errors.Is(err, coordinator.ErrInvalidOption) { // the gid
-		exapp.WriteJSON(w, http.StatusBadRequest, app.Answer{Status: "rejected", Error: `"gid" must be UTF-8 without backslash or control characters`})
+	if s.three != nil {
+		s.transfer3PC(ctx, w, t, bopts)
 		return
 	}
-	if err != nil {
-		s.fail(w, http.StatusServiceUnavailable, app.Answer{GID: t.GID, Status: "aborted"}, "could not begin the transfer; try again", err)
+	g, err := s.tpc.Begin(ctx, bopts...)
+	if s.beginFailed(w, t, err) {
 		return
 	}
 	gid := g.GID()
@@ -342,6 +410,19 @@ func (s *service) transfer(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// beginFailed answers the failure of Begin, when err is one, and reports whether it was.
+func (s *service) beginFailed(w http.ResponseWriter, t app.Transfer, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, coordinator.ErrInvalidOption): // the gid
+		exapp.WriteJSON(w, http.StatusBadRequest, app.Answer{Status: "rejected", Error: `"gid" must be UTF-8 without backslash or control characters`})
+	default:
+		s.fail(w, http.StatusServiceUnavailable, app.Answer{GID: t.GID, Status: "aborted"}, "could not begin the transfer; try again", err)
+	}
+	return true
+}
+
 // fail answers a with code and the short message msg: err goes only to the log, under a new
 // request id that the answer carries (as exapp.Fail does, in the transfer's own answer, so that
 // clients still get its gid and status).
@@ -350,24 +431,42 @@ func (s *service) fail(w http.ResponseWriter, code int, a app.Answer, msg string
 	exapp.WriteJSON(w, code, a)
 }
 
-// words names the log's statuses (the coordinator core's) in two-phase-commit terms.
-var words = map[coordinator.Status]string{twopc.StatusPreparing: "preparing", twopc.StatusCommitting: "committing",
-	twopc.StatusCommitted: "committed", twopc.StatusAborting: "aborting", twopc.StatusAborted: "aborted"}
+// words names the log's statuses (the coordinator core's) in two-phase-commit terms, words3PC
+// in three-phase-commit terms.
+var (
+	words = map[coordinator.Status]string{twopc.StatusPreparing: "preparing", twopc.StatusCommitting: "committing",
+		twopc.StatusCommitted: "committed", twopc.StatusAborting: "aborting", twopc.StatusAborted: "aborted"}
+	words3PC = map[coordinator.Status]string{threepc.StatusPreCommitting: "precommitting", threepc.StatusCommitting: "committing",
+		threepc.StatusCommitted: "committed", threepc.StatusAborting: "aborting", threepc.StatusAborted: "aborted"}
+)
+
+// status returns gid's status in the log, in the protocol's words.
+func (s *service) status(ctx context.Context, gid string) (string, error) {
+	if s.three != nil {
+		st, err := s.three.Status(ctx, gid)
+		return words3PC[st], err
+	}
+	st, err := s.tpc.Status(ctx, gid)
+	return words[st], err
+}
 
 // get: GET /transfers/{gid} → the transaction's status in the log and the sum of its ledger rows
 // in each database (null: none).
 func (s *service) get(w http.ResponseWriter, r *http.Request) {
 	gid := r.PathValue("gid")
 	out := map[string]any{"gid": gid}
-	st, err := s.tpc.Status(r.Context(), gid)
+	st, err := s.status(r.Context(), gid)
 	switch {
 	case errors.Is(err, coordinator.ErrNotFound):
 		out["transaction"] = "not in the log: it never decided to commit (presumed abort)"
+		if s.three != nil {
+			out["transaction"] = "not in the log: aborted before any PreCommit (presumed abort)"
+		}
 	case err != nil:
 		exapp.Fail(w, s.log, http.StatusInternalServerError, "could not read the transaction's status", err, "gid", gid)
 		return
 	default:
-		out["transaction"] = words[st]
+		out["transaction"] = st
 	}
 	for name, pool := range map[string]*pgxpool.Pool{"east": s.east, "west": s.west} {
 		var delta *int64
@@ -383,7 +482,12 @@ func (s *service) get(w http.ResponseWriter, r *http.Request) {
 
 // stats: GET /stats → who leads the recovery election, and the coordinator's counters.
 func (s *service) stats(w http.ResponseWriter, r *http.Request) {
-	out := map[string]any{"id": s.c.id, "twopc": s.tpc.Stats()}
+	out := map[string]any{"id": s.c.id, "protocol": s.c.protocol}
+	if s.three != nil {
+		out["threepc"] = s.three.Stats()
+	} else {
+		out["twopc"] = s.tpc.Stats()
+	}
 	leader, err := s.el.Leader(r.Context())
 	if err != nil && !errors.Is(err, lock.ErrNoLeader) {
 		out["leader_error"] = "unavailable (request id " + httpsafe.Log(s.log, "read the election's leader", err) + ")"

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -26,6 +27,7 @@ import (
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/internal/exharness"
 	"github.com/txkit/txkit/examples/transfer/internal/app"
+	"github.com/txkit/txkit/internal/tcpproxy"
 )
 
 // Config is one run of the example.
@@ -50,6 +52,18 @@ type Config struct {
 	Log            io.Writer     // progress lines
 	Keep           bool          // keep the run's schemas afterwards
 	SettleTimeout  time.Duration // bound of the wait for every transaction to finish (default 3m)
+	// Protocol is the banks' -protocol: "2pc" (the default) or "3pc". With 3pc the harness also
+	// starts one agent (examples/transfer/agent) beside each database, in Termination mode
+	// ("consult-log", the default, or "textbook"), with ParticipantTimeout (default 3s) as their
+	// timeout and the banks' -participant-timeout.
+	Protocol           string
+	Termination        string
+	ParticipantTimeout time.Duration
+	// Partitions is the number of partition trials run one after the other once the load is over:
+	// each arms the west proxy (between the banks and txkit_west) to partition the link as soon
+	// as a PREPARE TRANSACTION has gone through, sends a transfer, heals after the participant
+	// timeout plus 1s, waits until the transfer has settled, and classifies it by its ledger rows.
+	Partitions int
 }
 
 // Step is one transfer of the demo's script, what it should do and what it did.
@@ -74,10 +88,29 @@ type Report struct {
 	LedgerEast     int                         // ledger rows
 	LedgerWest     int
 	OtherPrepared  int // txkit prepared transactions of other runs or tests in the two databases
+	Protocol       string
+	Termination    string // 3pc: the agents' mode
 	LeaderKills    int
 	Failovers      []time.Duration // leader SIGKILL → the next leader's first recovery (fence)
 	InDoubt        []int           // per kill: prepared transactions the dead leader left in the databases
 	Resolved       []time.Duration // per kill with some: SIGKILL → the last of them committed or rolled back
+	// Blocking: per transfer a killed leader left prepared, the time from the SIGKILL until its
+	// last prepared transaction ended (its row locks released).
+	Blocking []time.Duration
+	// Partition trials: how many ran, how many of them partitioned (a PREPARE went through to
+	// west and its answer was lost), the answers the trials' transfers got, and how they ended by
+	// their ledger rows ("aborted on both sides", "committed on both sides", "committed in west
+	// only", "committed in east only").
+	PartitionTrials, Partitioned int
+	PartitionAnswers             map[string]int
+	PartitionEnds                map[string]int
+	// Anomalies: transfers committed on one side and aborted on the other (ledger rows on one
+	// side only); AgainstLog: transfers whose ledger rows disagree with the log's outcome. Both
+	// are violations, except in textbook mode for the trials' and the kills' transfers, where the
+	// agents' commits are the protocol's documented anomaly and are counted here instead.
+	Anomalies, AgainstLog int
+	Created               int64          // money the anomalies created (or destroyed) in textbook mode
+	Agents                map[string]any // the agents' /stats at the end, by database
 	InDoubtEnd     map[string]int  // final log status of the transactions left in doubt
 	doubted        []string        // their gids
 	Settled        bool
@@ -94,6 +127,37 @@ func (r Report) OK() error {
 		nothing = errors.New("no transfer made")
 	}
 	return exharness.Verdict(r.Violations, nothing)
+}
+
+// BlockingP returns the q-th percentile (nearest rank) of Blocking, or 0 when it is empty.
+func (r Report) BlockingP(q float64) time.Duration {
+	if len(r.Blocking) == 0 {
+		return 0
+	}
+	ds := slices.Sorted(slices.Values(r.Blocking))
+	i := int(math.Ceil(q/100*float64(len(ds)))) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+// mode names the run's protocol and, with 3pc, its termination mode.
+func (r Report) mode() string {
+	if r.Protocol == "3pc" {
+		return "3pc " + r.Termination
+	}
+	return r.Protocol
+}
+
+// agentsLine prints the agents' counters.
+func agentsLine(agents map[string]any) string {
+	var parts []string
+	for _, db := range slices.Sorted(maps.Keys(agents)) {
+		b, _ := json.Marshal(agents[db])
+		parts = append(parts, db+" "+string(b))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // MaxFailover returns the longest measured failover.
@@ -117,9 +181,20 @@ func (r Report) String() string {
 	if r.Transfers > 0 {
 		fmt.Fprintf(&b, "random transfers:       %d (answers: %s)\n", r.Transfers, counts(r.Answers))
 	}
-	fmt.Fprintf(&b, "global transactions:    %s; %d transfers never in the log (aborted before a decision: presumed abort)\n", counts(r.Globals), r.NotInLog)
-	fmt.Fprintf(&b, "money:                  initial %d = now %d (east %d + west %d)\n", r.Initial, r.Final, r.East, r.West)
+	never := "aborted before a decision: presumed abort"
+	if r.Protocol == "3pc" {
+		never = "aborted at CanCommit, before any PreCommit: presumed abort"
+	}
+	fmt.Fprintf(&b, "global transactions:    %s; %d transfers never in the log (%s)\n", counts(r.Globals), r.NotInLog, never)
+	if r.Created != 0 {
+		fmt.Fprintf(&b, "money:                  initial %d %+d from the one-sided transfers = now %d (east %d + west %d)\n", r.Initial, r.Created, r.Final, r.East, r.West)
+	} else {
+		fmt.Fprintf(&b, "money:                  initial %d = now %d (east %d + west %d)\n", r.Initial, r.Final, r.East, r.West)
+	}
 	fmt.Fprintf(&b, "ledger rows:            east %d, west %d\n", r.LedgerEast, r.LedgerWest)
+	if r.Protocol == "3pc" {
+		fmt.Fprintf(&b, "agents:                 %s, %s\n", r.Termination, agentsLine(r.Agents))
+	}
 	if r.LeaderKills > 0 {
 		fmt.Fprintf(&b, "leader kills:           %d SIGKILLed and restarted; leader death → next leader's first recovery: %s (max %v)\n",
 			r.LeaderKills, durations(r.Failovers), r.MaxFailover().Round(time.Millisecond))
@@ -131,6 +206,14 @@ func (r Report) String() string {
 		}
 		fmt.Fprintf(&b, "between the phases:     %d of %d kills left prepared transactions in doubt (%v); all ended %s after the kill (max %v); their outcome: %s\n",
 			landed, r.LeaderKills, r.InDoubt, durations(r.Resolved), exharness.Longest(r.Resolved).Round(time.Millisecond), counts(r.InDoubtEnd))
+		fmt.Fprintf(&b, "blocking (%s):         %d transfers left prepared by a killed leader held their rows locked from the SIGKILL for p50 %v, p99 %v (max %v)\n",
+			r.Protocol, len(r.Blocking), r.BlockingP(50).Round(time.Millisecond), r.BlockingP(99).Round(time.Millisecond), exharness.Longest(r.Blocking).Round(time.Millisecond))
+	}
+	if r.PartitionTrials > 0 {
+		fmt.Fprintf(&b, "partitions:             %d trials, %d partitioned after a PREPARE reached west (answers: %s); ended: %s\n",
+			r.PartitionTrials, r.Partitioned, counts(r.PartitionAnswers), counts(r.PartitionEnds))
+		fmt.Fprintf(&b, "anomalies:              %s: %d transfers committed on one side and aborted on the other, %d whose ledgers disagree with the log\n",
+			r.mode(), r.Anomalies, r.AgainstLog)
 	}
 	if r.Settled {
 		fmt.Fprintf(&b, "settled:                every transaction finished %v after the last answer\n", r.Settle.Round(time.Millisecond))
@@ -205,6 +288,8 @@ type proc struct {
 
 type harness struct {
 	cfg     Config
+	proxy   *tcpproxy.Proxy  // between the banks and txkit_west, with Partitions
+	agents  map[string]*proc // 3pc: by database, east and west
 	runID   string
 	schema  string
 	east    map[string]int64 // initial balances
@@ -216,6 +301,9 @@ type harness struct {
 	sent    sync.Map // gid → sent
 	answers sync.Map // gid → answer status
 	errs    sync.Map // gid → the error text of its answer, when it had one
+	// expected: gid → true for the transfers a textbook agent may end against the coordinator
+	// (the partition trials' and those a killed leader left prepared).
+	expected sync.Map
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -228,11 +316,26 @@ func (h *harness) logf(format string, args ...any) {
 // run that could not complete; broken invariants are in [Report.Violations] (see [Report.OK]).
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	start := time.Now()
-	if cfg.Instances < 1 || cfg.Concurrency < 1 || cfg.Transfers < 0 {
+	if cfg.Instances < 1 || cfg.Concurrency < 1 || cfg.Transfers < 0 || cfg.Partitions < 0 {
 		return Report{}, errors.New("need at least one instance and a concurrency of one")
 	}
+	if cfg.Protocol == "" {
+		cfg.Protocol = "2pc"
+	}
+	if cfg.Termination == "" {
+		cfg.Termination = "consult-log"
+	}
+	if cfg.ParticipantTimeout <= 0 {
+		cfg.ParticipantTimeout = 3 * time.Second
+	}
+	if cfg.Protocol != "2pc" && cfg.Protocol != "3pc" {
+		return Report{}, fmt.Errorf("protocol %q: want 2pc or 3pc", cfg.Protocol)
+	}
+	if cfg.Termination != "consult-log" && cfg.Termination != "textbook" {
+		return Report{}, fmt.Errorf("termination %q: want consult-log or textbook", cfg.Termination)
+	}
 	runID := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
-	h := &harness{cfg: cfg, runID: runID, schema: "xfer_" + runID, banks: map[string]*proc{},
+	h := &harness{cfg: cfg, runID: runID, schema: "xfer_" + runID, banks: map[string]*proc{}, agents: map[string]*proc{},
 		client: &http.Client{Timeout: 30 * time.Second}, east: maps.Clone(scriptEast), west: maps.Clone(scriptWest)}
 	// A hundred accounts for the random load (few enough that transfers wait on each other's
 	// prepared rows), east holding about twice what it sends.
@@ -243,15 +346,39 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return Report{}, err
 	}
-	if err := exharness.Build(ctx, h.cfg.Dir, "transfer", "bank"); err != nil {
+	if cfg.Partitions > 0 {
+		h.east[partFrom], h.west[partTo] = int64(cfg.Partitions), 0
+	}
+	services := []string{"bank"}
+	if cfg.Protocol == "3pc" {
+		services = append(services, "agent")
+	}
+	if err := exharness.Build(ctx, h.cfg.Dir, "transfer", services...); err != nil {
 		return Report{}, err
 	}
-	h.logf("run %s: schema %s in %s and %s; %d bank instances, %d random transfers, drill %v",
-		runID, h.schema, app.East, app.West, cfg.Instances, cfg.Transfers, cfg.Drill)
+	mode := cfg.Protocol
+	if cfg.Protocol == "3pc" {
+		mode += " (agents: " + cfg.Termination + ", timeout " + cfg.ParticipantTimeout.String() + ")"
+	}
+	h.logf("run %s: %s; schema %s in %s and %s; %d bank instances, %d random transfers, drill %v, %d partition trials",
+		runID, mode, h.schema, app.East, app.West, cfg.Instances, cfg.Transfers, cfg.Drill, cfg.Partitions)
 	if !cfg.Keep {
 		defer h.cleanup()
 	}
+	if cfg.Partitions > 0 {
+		if err := h.startProxy(); err != nil {
+			return Report{}, err
+		}
+		defer h.proxy.Close() // after the banks have stopped
+	}
 	defer h.stopAll()
+	if cfg.Protocol == "3pc" {
+		for _, db := range []string{"east", "west"} {
+			if err := h.startAgent(ctx, db); err != nil {
+				return Report{}, err
+			}
+		}
+	}
 	for i := 1; i <= cfg.Instances; i++ {
 		if err := h.startBank(ctx, i); err != nil {
 			return Report{}, err
@@ -260,7 +387,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if _, err := h.leader(ctx); err != nil {
 		return Report{}, err
 	}
-	rep := Report{Transfers: cfg.Transfers}
+	rep := Report{Transfers: cfg.Transfers, Protocol: cfg.Protocol}
+	if cfg.Protocol == "3pc" {
+		rep.Termination = cfg.Termination
+	}
 	if err := h.runScript(ctx, &rep); err != nil {
 		return rep, err
 	}
@@ -270,6 +400,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 		h.logf("%d random transfers answered (%s); waiting for every transaction to finish", cfg.Transfers, counts(rep.Answers))
 	}
+	if cfg.Partitions > 0 {
+		if err := h.partitions(ctx, &rep); err != nil {
+			return rep, err
+		}
+	}
 	answered := time.Now()
 	// A run that does not settle is still checked: the report says what is broken.
 	settleErr := h.settle(ctx)
@@ -277,6 +412,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := h.check(context.WithoutCancel(ctx), &rep); err != nil {
 		return rep, errors.Join(settleErr, err)
 	}
+	h.readAgents(context.WithoutCancel(ctx), &rep)
 	rep.Elapsed = time.Since(start)
 	return rep, settleErr
 }
@@ -305,11 +441,21 @@ func (h *harness) startBank(ctx context.Context, slot int) error {
 		st = 4 * time.Second
 	}
 	args := []string{"-pg", h.cfg.PG, "-schema", h.schema, "-zk", h.cfg.ZK, "-id", id, "-session-timeout", st.String(),
-		"-seed-east", seed(h.east), "-seed-west", seed(h.west)}
-	if h.cfg.Drill && h.cfg.PauseRate > 0 {
-		args = append(args, "-pause-rate", strconv.FormatFloat(h.cfg.PauseRate, 'g', -1, 64), "-pause", h.cfg.Pause.String(), "-pause-at", h.cfg.PauseAt)
+		"-seed-east", seed(h.east), "-seed-west", seed(h.west), "-protocol", h.cfg.Protocol}
+	if h.proxy != nil {
+		args = append(args, "-west-addr", h.proxy.Addr())
 	}
-	p, err := h.start(ctx, id, args)
+	if h.cfg.Protocol == "3pc" {
+		args = append(args, "-participant-timeout", h.cfg.ParticipantTimeout.String())
+	}
+	if h.cfg.Drill && h.cfg.PauseRate > 0 {
+		at := h.cfg.PauseAt
+		if h.cfg.Protocol == "3pc" && at == "prepared" {
+			at = "precommitted"
+		}
+		args = append(args, "-pause-rate", strconv.FormatFloat(h.cfg.PauseRate, 'g', -1, 64), "-pause", h.cfg.Pause.String(), "-pause-at", at)
+	}
+	p, err := h.start(ctx, "bank", id, args)
 	if err != nil {
 		return err
 	}
@@ -319,10 +465,44 @@ func (h *harness) startBank(ctx context.Context, slot int) error {
 	return nil
 }
 
-// start runs the bank binary as id and waits for its "LISTENING <addr>" line.
-func (h *harness) start(ctx context.Context, id string, args []string) (*proc, error) {
+// startAgent starts the 3pc agent beside database db (east or west): it connects to the
+// database directly, never through the west proxy — a partition cuts the coordinators off, not
+// the agents from their own database or from the log.
+func (h *harness) startAgent(ctx context.Context, db string) error {
+	id := "agent-" + db
+	p, err := h.start(ctx, "agent", id, []string{"-pg", h.cfg.PG, "-schema", h.schema, "-db", db,
+		"-termination", h.cfg.Termination, "-timeout", h.cfg.ParticipantTimeout.String(), "-poll", "200ms"})
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.agents[db] = p
+	h.mu.Unlock()
+	return nil
+}
+
+// readAgents puts the agents' /stats in rep.
+func (h *harness) readAgents(ctx context.Context, rep *Report) {
+	h.mu.Lock()
+	agents := maps.Clone(h.agents)
+	h.mu.Unlock()
+	for db, p := range agents {
+		var st map[string]any
+		if err := exharness.GetJSON(ctx, h.client, "http://"+p.addr+"/stats", &st); err != nil {
+			h.logf("agent %s: %v", db, err)
+			continue
+		}
+		if rep.Agents == nil {
+			rep.Agents = map[string]any{}
+		}
+		rep.Agents[db] = st["agent"]
+	}
+}
+
+// start runs the service binary as id and waits for its "LISTENING <addr>" line.
+func (h *harness) start(ctx context.Context, service, id string, args []string) (*proc, error) {
 	logPath := filepath.Join(h.cfg.Dir, h.runID+"-"+id+".log")
-	hp, err := exharness.Start(ctx, id, filepath.Join(h.cfg.Dir, "bank"), args, logPath)
+	hp, err := exharness.Start(ctx, id, filepath.Join(h.cfg.Dir, service), args, logPath)
 	if err != nil {
 		return nil, err
 	}
@@ -336,8 +516,13 @@ func (h *harness) stopAll() {
 	for _, p := range h.banks {
 		hps = append(hps, p.hp())
 	}
+	var agents []*exharness.Proc
+	for _, p := range h.agents {
+		agents = append(agents, p.hp())
+	}
 	h.mu.Unlock()
 	exharness.Stop(hps...)
+	exharness.Stop(agents...)
 }
 
 // address returns p's address, for exharness.Leader.
@@ -488,9 +673,13 @@ func (h *harness) load(ctx context.Context, rep *Report) error {
 	}, beside...)
 }
 
-// preparedPrefix starts the names of this run's prepared transactions: twopc names them
-// "txkit:<schema>.<table prefix>:<length of gid>:<gid>:<database>".
-func (h *harness) preparedPrefix() string { return "txkit:" + h.schema + ".txkit_2pc_:" }
+// preparedPrefix starts the names of this run's prepared transactions: twopc and threepc name
+// them "txkit:<schema>.<table prefix>:<length of gid>:<gid>:<database>", the table prefix being
+// txkit_2pc_ or txkit_3pc_.
+func (h *harness) preparedPrefix() string { return "txkit:" + h.schema + "." + h.tablePrefix() + ":" }
+
+// tablePrefix is the coordinators' table prefix, txkit_2pc_ or txkit_3pc_.
+func (h *harness) tablePrefix() string { return "txkit_" + h.cfg.Protocol + "_" }
 
 // prepared lists this run's prepared transactions in database db.
 func (h *harness) prepared(ctx context.Context, c *pgx.Conn, db string) ([]string, error) {
@@ -599,6 +788,9 @@ func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Repo
 		doubt := h.startedOn(gids, id)
 		rep.InDoubt = append(rep.InDoubt, len(doubt))
 		rep.doubted = append(rep.doubted, doubt...)
+		for _, g := range doubt {
+			h.expected.Store(g, true)
+		}
 		h.logf("drill: SIGKILLed the leader %s (fencing token %s); it left %d transfers prepared in doubt", id, old, len(doubt))
 		var slot int
 		if _, err := fmt.Sscanf(id, "bank-%d.", &slot); err != nil {
@@ -640,7 +832,13 @@ func (h *harness) watchRecovery(ctx context.Context, c *pgx.Conn, id, old string
 			if err != nil {
 				return err
 			}
-			doubt = slices.DeleteFunc(doubt, func(g string) bool { return !now[g] })
+			doubt = slices.DeleteFunc(doubt, func(g string) bool {
+				if now[g] {
+					return false
+				}
+				rep.Blocking = append(rep.Blocking, time.Since(killed))
+				return true
+			})
 			if len(doubt) == 0 {
 				d := time.Since(killed)
 				rep.Resolved = append(rep.Resolved, d)
@@ -673,7 +871,7 @@ func (h *harness) settle(ctx context.Context) error {
 	last := time.Now()
 	for {
 		var open int
-		if err := c.QueryRow(ctx, `select count(*) from txkit_2pc_global where status not in ('confirmed', 'cancelled')`).Scan(&open); err != nil {
+		if err := c.QueryRow(ctx, `select count(*) from `+h.tablePrefix()+`global where status not in ('confirmed', 'cancelled')`).Scan(&open); err != nil {
 			return err
 		}
 		gids, err := h.preparedGIDs(ctx, c)

@@ -44,6 +44,10 @@ func main() {
 	flag.StringVar(&cfg.Dir, "dir", filepath.Join(exapp.Env("TXKIT_HOME", ".txkit"), "transfer"), "binary and service logs")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the run's schemas for inspection")
 	flag.DurationVar(&cfg.SettleTimeout, "settle-timeout", 3*time.Minute, "how long to wait for every transaction to finish after the load")
+	flag.StringVar(&cfg.Protocol, "protocol", "2pc", "the banks' protocol: 2pc or 3pc (then an agent runs beside each database)")
+	flag.StringVar(&cfg.Termination, "termination", "consult-log", "3pc: the agents' termination mode, consult-log or textbook")
+	flag.DurationVar(&cfg.ParticipantTimeout, "participant-timeout", 3*time.Second, "3pc: the agents' timeout (the banks' -participant-timeout)")
+	flag.IntVar(&cfg.Partitions, "partitions", 0, "partition trials after the load: the banks' link to "+app.West+" partitioned right after a PREPARE reached it, healed after the participant timeout + 1s")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
 	flag.Parse()
 	if cfg.Transfers < 0 {
@@ -58,8 +62,13 @@ func main() {
 			cfg.Rate = 40
 		}
 	}
-	if _, ok := exharness.RunDemo(*timeout, "transfer report", Run, cfg, "an invariant"); !ok {
+	rep, ok := exharness.RunDemo(*timeout, "transfer report", Run, cfg, "an invariant")
+	if !ok {
 		os.Exit(1)
+	}
+	if rep.Anomalies > 0 {
+		fmt.Printf("OK (%s): %d transfers committed on one side only — the textbook mode's anomaly, expected; everything else as the log says; no prepared transaction left; no global transaction unfinished\n", rep.mode(), rep.Anomalies)
+		return
 	}
 	fmt.Println("OK: money conserved; every transfer on both sides or on neither, as the log says; no prepared transaction left; no global transaction unfinished")
 }
