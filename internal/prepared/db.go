@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,6 +60,11 @@ const (
 	Rollback Verb = "ROLLBACK PREPARED "
 )
 
+// ErrBusy: another session is ending the prepared transaction at this very moment (SQLSTATE
+// 55000, "prepared transaction ... is busy"); it is gone or back once that session is done, so
+// try again later.
+var ErrBusy = errors.New("prepared transaction busy")
+
 // Execer runs one statement: a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -66,7 +72,8 @@ type Execer interface {
 
 // Finish runs COMMIT PREPARED or ROLLBACK PREPARED (v) of the prepared transaction id on db. A
 // prepared transaction that does not exist is success: it was ended before (by anyone) or, for a
-// rollback, never prepared; so Finish may be repeated. It blocks for the statement; ctx bounds
+// rollback, never prepared; so Finish may be repeated. One another session is ending at the same
+// moment returns an error wrapping [ErrBusy]. It blocks for the statement; ctx bounds
 // it. Other failures return an error naming the statement, which callers prefix with the
 // database's name.
 func Finish(ctx context.Context, db Execer, v Verb, id string) error {
@@ -74,6 +81,9 @@ func Finish(ctx context.Context, db Execer, v Verb, id string) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42704" { // undefined_object: no prepared transaction of that id
 		return nil
+	}
+	if errors.As(err, &pe) && pe.Code == "55000" && strings.Contains(pe.Message, "is busy") {
+		return fmt.Errorf("%s%s: %w: %w", v, id, ErrBusy, err)
 	}
 	if err != nil {
 		return fmt.Errorf("%s%s: %w", v, id, err)

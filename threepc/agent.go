@@ -1,0 +1,188 @@
+package threepc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/internal/prepared"
+	"github.com/txkit/txkit/participant"
+)
+
+// PGAgent is the participant side of three-phase commit for a PostgreSQL database whose branches
+// are prepared transactions ([Coordinator.RegisterDB]): it runs beside the database — in the
+// service that owns it, or a small process of its own — and ends the coordinator's prepared
+// transactions that have waited longer than its timeout for DoCommit or abort, so that their row
+// locks do not wait for a dead coordinator's recovery. What it does with one is its termination
+// mode ([WithAgentTermination]):
+//
+//   - [participant.TerminationTextbook]: COMMIT PREPARED, as the three-phase-commit documents
+//     prescribe for a participant that has pre-committed. When the coordinator aborted meanwhile
+//     (it lost this database's acknowledgement to a network partition, say) the transaction ends
+//     committed here and rolled back elsewhere: the protocol's known anomaly.
+//   - [participant.TerminationConsultLog] (the default): what the coordinator's log decided
+//     ([Coordinator.Decide]; an undecided transaction is aborted there, by the same conditional
+//     write as the coordinator's decision, so both sides agree), and the textbook rule only when
+//     the log cannot be reached.
+//
+// Several agents may watch one database (every replica of a service): ending a prepared
+// transaction that another agent has just ended is success. PGAgent is safe for concurrent use.
+type PGAgent struct {
+	c     *Coordinator
+	name  string
+	pool  *pgxpool.Pool
+	o     agentOptions
+	stats struct{ committed, rolledBack, fallbacks atomic.Int64 }
+}
+
+type agentOptions struct {
+	timeout time.Duration
+	mode    participant.Termination
+	poll    time.Duration
+	log     *slog.Logger
+}
+
+// AgentOption configures a [PGAgent].
+type AgentOption func(*agentOptions)
+
+// WithAgentTimeout sets how long a prepared transaction waits for the coordinator before the
+// agent ends it (default 20s, the default of [WithParticipantTimeout]: give both the same value).
+// It is measured by the database's clock from the PREPARE TRANSACTION.
+func WithAgentTimeout(d time.Duration) AgentOption { return func(o *agentOptions) { o.timeout = d } }
+
+// WithAgentTermination sets the termination mode (default [participant.TerminationConsultLog]).
+func WithAgentTermination(m participant.Termination) AgentOption {
+	return func(o *agentOptions) { o.mode = m }
+}
+
+// WithAgentPoll sets how often [PGAgent.Run] scans pg_prepared_xacts (default 500ms).
+func WithAgentPoll(d time.Duration) AgentOption { return func(o *agentOptions) { o.poll = d } }
+
+// WithAgentLogger sets the logger (default: discard). Keys: gid, branch, action.
+func WithAgentLogger(l *slog.Logger) AgentOption { return func(o *agentOptions) { o.log = l } }
+
+// NewPGAgent returns the agent of the database behind db, registered with the coordinators as
+// name ([Coordinator.RegisterDB]), for the prepared transactions of c: c's schema and table prefix
+// name them, and c answers the consult-log questions, so it must be built on the log's pool — it
+// needs no elector, no registered database and no Run. It does not touch the database. A nil c or
+// db, an invalid name, or an unusable option (a timeout or poll not above zero, an unknown mode)
+// returns an error wrapping [coordinator.ErrInvalidOption].
+func NewPGAgent(c *Coordinator, name string, db *pgxpool.Pool, opts ...AgentOption) (*PGAgent, error) {
+	if c == nil || db == nil {
+		return nil, fmt.Errorf("threepc: agent: nil coordinator or pool: %w", coordinator.ErrInvalidOption)
+	}
+	if err := prepared.CheckName("database name", name); err != nil {
+		return nil, fmt.Errorf("threepc: agent: %w: %w", err, coordinator.ErrInvalidOption)
+	}
+	o := agentOptions{timeout: 20 * time.Second, mode: participant.TerminationConsultLog, poll: 500 * time.Millisecond,
+		log: slog.New(slog.DiscardHandler)}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case o.timeout <= 0:
+		return nil, fmt.Errorf("threepc: agent: timeout %v: %w", o.timeout, coordinator.ErrInvalidOption)
+	case o.poll <= 0:
+		return nil, fmt.Errorf("threepc: agent: poll %v: %w", o.poll, coordinator.ErrInvalidOption)
+	case o.mode != participant.TerminationTextbook && o.mode != participant.TerminationConsultLog:
+		return nil, fmt.Errorf("threepc: agent: termination mode %v: %w", o.mode, coordinator.ErrInvalidOption)
+	case o.log == nil:
+		return nil, fmt.Errorf("threepc: agent: nil logger: %w", coordinator.ErrInvalidOption)
+	}
+	return &PGAgent{c: c, name: name, pool: db, o: o}, nil
+}
+
+// AgentPass is what one [PGAgent.Pass] found and did.
+type AgentPass struct {
+	Found      int // the coordinator's prepared transactions older than the timeout
+	Committed  int // committed (textbook, or the log's decision)
+	RolledBack int // rolled back (the log's decision)
+	Fallbacks  int // of those committed, by the textbook rule because the log could not be reached
+}
+
+// AgentStats counts what a [PGAgent] did since it was made.
+type AgentStats struct {
+	Committed, RolledBack, Fallbacks int64
+}
+
+// Stats returns the agent's counters.
+func (a *PGAgent) Stats() AgentStats {
+	return AgentStats{Committed: a.stats.committed.Load(), RolledBack: a.stats.rolledBack.Load(), Fallbacks: a.stats.fallbacks.Load()}
+}
+
+// Pass scans the database once and ends every prepared transaction of the coordinator's branches
+// on this database older than the timeout, as the termination mode says. It blocks until each was tried or ctx ends; failures
+// are joined and returned after the others were done (the next pass tries them again).
+func (a *PGAgent) Pass(ctx context.Context) (AgentPass, error) {
+	var res AgentPass
+	found, err := prepared.Scan(ctx, a.pool, a.c.ns, a.o.timeout)
+	if err != nil {
+		return res, fmt.Errorf("threepc: agent: %w", err)
+	}
+	var errs []error
+	for _, p := range found {
+		if p.Branch != a.name { // another registered database's: they may share a server database
+			continue
+		}
+		res.Found++
+		out, fallback := participant.OutcomeCommit, false
+		if a.o.mode == participant.TerminationConsultLog {
+			var derr error
+			if out, derr = a.c.Decide(ctx, p.GID); derr != nil {
+				if ctx.Err() != nil {
+					return res, errors.Join(append(errs, ctx.Err())...)
+				}
+				out, fallback = participant.OutcomeCommit, true
+				a.o.log.Warn("threepc: agent: the decision log cannot be reached; committing by the textbook rule",
+					slog.String("gid", p.GID), slog.String("branch", p.Branch), slog.Any("err", derr))
+			}
+		}
+		verb := prepared.Commit
+		if out == participant.OutcomeAbort {
+			verb = prepared.Rollback
+		}
+		if err := prepared.Finish(ctx, a.pool, verb, p.ID); errors.Is(err, prepared.ErrBusy) {
+			continue // another agent is ending it; the next pass finds it gone, or tries again
+		} else if err != nil {
+			errs = append(errs, fmt.Errorf("threepc: agent: database %s: %w", a.name, err))
+			continue
+		}
+		if out == participant.OutcomeAbort {
+			res.RolledBack++
+			a.stats.rolledBack.Add(1)
+		} else {
+			res.Committed++
+			a.stats.committed.Add(1)
+		}
+		if fallback {
+			res.Fallbacks++
+			a.stats.fallbacks.Add(1)
+		}
+		a.o.log.Info("threepc: agent ended a prepared transaction the coordinator left", slog.String("gid", p.GID),
+			slog.String("branch", p.Branch), slog.String("action", out.String()), slog.String("mode", a.o.mode.String()),
+			slog.Duration("waited", time.Since(p.At)))
+	}
+	return res, errors.Join(errs...)
+}
+
+// Run calls Pass every poll interval ([WithAgentPoll]) until ctx ends, logging failures. It needs
+// no leadership: every replica may run it. It blocks; when ctx ends it waits for a pass in flight
+// and returns nil.
+func (a *PGAgent) Run(ctx context.Context) error {
+	err := pgutil.RunSchedule(ctx, fmt.Sprintf("@every %v", a.o.poll), a.o.log, func(ctx context.Context) {
+		if _, err := a.Pass(ctx); err != nil && ctx.Err() == nil {
+			a.o.log.Error("threepc: agent pass failed", slog.Any("err", err))
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("threepc: agent: %w: %w", err, coordinator.ErrInvalidOption)
+	}
+	return nil
+}

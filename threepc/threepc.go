@@ -1,0 +1,565 @@
+package threepc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/prepared"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/participant"
+)
+
+// Coordinator runs three-phase commits over PostgreSQL databases (their own PREPARE TRANSACTION)
+// and other participants (HTTP or in-process, each behind a [participant.Agent]), and, with
+// [Coordinator.Run], finishes on the elected leader those whose starter vanished. Any number of
+// Coordinators (processes) may share one schema; each may start transactions; the leader among
+// them recovers. It is also the [participant.Decider] of the agents in consult-log mode
+// ([Coordinator.Decide]).
+//
+// Migrate, Register and Status are those of [coordinator.Shell].
+//
+// Coordinator is safe for concurrent use by multiple goroutines.
+type Coordinator struct {
+	coordinator.Shell
+	b      *core.Base
+	o      *options // threepc's own settings
+	ns     prepared.Namespace
+	mu     sync.RWMutex
+	dbs    map[string]*database
+	closed bool
+	stats  struct{ committed, aborted, agentAborts atomic.Int64 }
+}
+
+// New returns a Coordinator whose log lives in pool, configured by the options of package
+// coordinator and this package's own (WithCanCommitTimeout, WithPreCommitTimeout,
+// WithParticipantTimeout, WithPhaseTwoConns, WithHook). Its tables are "txkit_3pc_global" and
+// "txkit_3pc_branch" unless [coordinator.WithTablePrefix] says otherwise, and its default global
+// timeout is 1m. It does not touch the database: call Migrate ([coordinator.Shell]), and
+// [Coordinator.Close] when done. It returns an error wrapping [coordinator.ErrInvalidOption] when
+// an option is unusable — among them a participant timeout that is not between the phases'
+// timeouts and the global timeout, and a schema or table prefix with a backslash or a control
+// character (they name the prepared transactions).
+//
+// Give the log a pool of its own, not one of a registered database's: a transaction holds a
+// connection of every database it pre-committed while Commit writes its decision.
+func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
+	o := defaultOptions()
+	b, err := core.NewBase(pool, core.Protocol{Name: "threepc", Kind: core.Kind3PC, Prefix: "txkit_3pc_", Timeout: time.Minute, Own: o}, opts)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := prepared.NewNamespace(b.Cfg.Schema, b.Cfg.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("threepc: %w: %w", err, coordinator.ErrInvalidOption)
+	}
+	return &Coordinator{Shell: b, b: b, o: o, ns: ns, dbs: map[string]*database{}}, nil
+}
+
+// Stats counts what a [Coordinator] did.
+type Stats struct {
+	Committed   int64 // transactions this process committed (DoCommit done)
+	Aborted     int64 // transactions this process aborted (at CanCommit, at PreCommit, or found aborted)
+	Failures    int64 // failed branch calls of phase two (retried)
+	AgentAborts int64 // undecided transactions whose abort [Coordinator.Decide] recorded for an agent
+}
+
+// Stats returns the coordinator's counters.
+func (c *Coordinator) Stats() Stats {
+	return Stats{Committed: c.stats.committed.Load(), Aborted: c.stats.aborted.Load(),
+		Failures: c.b.Failures.Load(), AgentAborts: c.stats.agentAborts.Load()}
+}
+
+// Begin returns a new global transaction. It writes nothing and does not block. An invalid gid
+// (see [coordinator.WithGID]; it names prepared transactions, so a backslash or a control
+// character is refused too), or a timeout not above the participant timeout
+// ([WithParticipantTimeout]), returns an error wrapping [coordinator.ErrInvalidOption].
+func (c *Coordinator) Begin(_ context.Context, opts ...coordinator.BeginOption) (*Global, error) {
+	o, err := c.b.Begin(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := prepared.CheckName("gid", o.GID); err != nil {
+		return nil, fmt.Errorf("threepc: begin: %w: %w", err, coordinator.ErrInvalidOption)
+	}
+	if o.Timeout <= c.o.participantTimeout {
+		return nil, fmt.Errorf("threepc: begin %s: timeout %v not above the participant timeout %v: %w", o.GID, o.Timeout, c.o.participantTimeout, coordinator.ErrInvalidOption)
+	}
+	return &Global{c: c, gid: o.GID, timeout: o.Timeout}, nil
+}
+
+// DBWork is a database branch's part of a transaction ([Global.Enlist]).
+type DBWork struct {
+	// CanCommit, if set, is the branch's vote at phase one: a check that executes nothing (does
+	// this account exist and hold enough?). It runs in a READ ONLY transaction that is rolled
+	// back. nil or an error wrapping [participant.ErrRefused] are a "yes" and a "no"; any other
+	// error is a failure, which counts as a "no" too. The database must also be able to prepare
+	// (max_prepared_transactions above zero), which phase one checks in the same transaction.
+	CanCommit func(ctx context.Context, tx pgx.Tx) error
+	// PreCommit is the branch's work, run at phase two in a transaction that is then prepared
+	// (PREPARE TRANSACTION): executed, holding its row locks, not committed. Required.
+	PreCommit func(ctx context.Context, tx pgx.Tx) error
+}
+
+// Branch is a participant other than a registered PostgreSQL database: its ops are calls of
+// [participant.Participant] with [participant.OpCanCommit], [participant.OpPreCommit],
+// [participant.OpDoCommit] and [participant.OpAbort]. Behind it there should be a
+// [participant.Agent], which remembers pre-committed branches and acts when the coordinator falls
+// silent.
+type Branch struct {
+	// Name identifies the branch within the transaction.
+	Name string
+	// Participant is a participant.HTTP (its URL is stored) or one returned by Register (its
+	// name is stored), so a recovering coordinator can call it.
+	Participant participant.Participant
+	// Payload is sent with every op of the branch; empty or JSON.
+	Payload json.RawMessage
+}
+
+// Global is a three-phase-commit transaction begun by [Coordinator.Begin]: enlist its branches,
+// then Commit (or Abort, which before Commit has nothing to undo). Global is safe for concurrent
+// use: branches may be enlisted in parallel.
+type Global struct {
+	c        *Coordinator
+	gid      string
+	timeout  time.Duration
+	mu       sync.Mutex
+	state    globalState
+	branches []*branch
+}
+
+type globalState uint8
+
+const (
+	stateOpen       globalState = iota // enlisting
+	stateCommitting                    // Commit called
+	stateAborted                       // Abort called before Commit
+)
+
+// branch is an enlisted branch: a database's work, or a participant.
+type branch struct {
+	rec  core.Branch
+	db   *database
+	work DBWork
+	p    participant.Participant
+	conn *pgxpool.Conn // a database branch's connection, from its PreCommit until Commit returns
+}
+
+// GID returns the transaction's id.
+func (g *Global) GID() string { return g.gid }
+
+// Enlist adds the database registered as db (see [Coordinator.RegisterDB]) as a branch named db:
+// w runs at [Global.Commit] — w.CanCommit at phase one, w.PreCommit at phase two — not now, so
+// Enlist does not block. A database takes part once per transaction. Database branches are
+// pre-committed one after the other in the order they were enlisted, so that transactions that
+// write rows in several databases take their locks in one order and cannot wait for each other in
+// a cycle across the databases (a deadlock no database could see).
+//
+// A database that is not registered, one already enlisted or a nil w.PreCommit returns an error
+// wrapping [coordinator.ErrInvalidBranch]; a transaction already committing or aborted returns
+// one wrapping [coordinator.ErrInvalidState] — a branch cannot join a commit that has begun.
+func (g *Global) Enlist(db string, w DBWork) error {
+	d, err := g.c.database(db)
+	if err != nil {
+		return fmt.Errorf("threepc: enlist %q in %s: %w", db, g.gid, err)
+	}
+	if w.PreCommit == nil {
+		return fmt.Errorf("threepc: enlist %q in %s: nil PreCommit: %w", db, g.gid, coordinator.ErrInvalidBranch)
+	}
+	if n := len(g.c.ns.ID(g.gid, db)); n > prepared.MaxID {
+		return fmt.Errorf("threepc: enlist %q in %s: prepared transaction id takes %d bytes, more than %d: %w",
+			db, g.gid, n, prepared.MaxID, coordinator.ErrInvalidBranch)
+	}
+	return g.add(&branch{rec: core.Branch{Name: db, Target: d.target}, db: d, work: w})
+}
+
+// EnlistParticipant adds a participant branch. It does not block. An empty name, one already
+// enlisted, a name with a backslash or a control character, a payload that is not JSON or a
+// participant that cannot be recorded returns an error wrapping [coordinator.ErrInvalidBranch]; a
+// transaction already committing or aborted returns one wrapping [coordinator.ErrInvalidState].
+func (g *Global) EnlistParticipant(b Branch) error {
+	t, err := g.c.b.Target(b.Participant)
+	if err != nil {
+		return fmt.Errorf("threepc: branch %q of %s: %w", b.Name, g.gid, err)
+	}
+	if len(b.Payload) > 0 && !json.Valid(b.Payload) {
+		return fmt.Errorf("threepc: branch %q of %s: payload is not JSON: %w", b.Name, g.gid, coordinator.ErrInvalidBranch)
+	}
+	if err := prepared.CheckName("branch", b.Name); err != nil {
+		return fmt.Errorf("threepc: branch of %s: %w: %w", g.gid, err, coordinator.ErrInvalidBranch)
+	}
+	return g.add(&branch{rec: core.Branch{Name: b.Name, Target: t, Payload: b.Payload}, p: b.Participant})
+}
+
+func (g *Global) add(br *branch) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.state != stateOpen {
+		return fmt.Errorf("threepc: enlist %q in %s: commit already begun or transaction aborted: %w", br.rec.Name, g.gid, coordinator.ErrInvalidState)
+	}
+	for _, b := range g.branches {
+		if b.rec.Name == br.rec.Name {
+			return fmt.Errorf("threepc: enlist %q in %s: branch already enlisted: %w", br.rec.Name, g.gid, coordinator.ErrInvalidBranch)
+		}
+	}
+	g.branches = append(g.branches, br)
+	return nil
+}
+
+// Abort gives the transaction up before [Global.Commit]: nothing has been executed or recorded
+// anywhere (branches run only at Commit), so it only makes a later Commit or Enlist fail. It does
+// not block. After Commit began it returns an error wrapping [coordinator.ErrInvalidState]; a
+// second Abort is nil.
+func (g *Global) Abort(_ context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch g.state {
+	case stateCommitting:
+		return fmt.Errorf("threepc: abort %s: commit already begun: %w", g.gid, coordinator.ErrInvalidState)
+	case stateOpen:
+		g.state = stateAborted
+		g.c.stats.aborted.Add(1)
+	}
+	return nil
+}
+
+// Commit runs the three phases:
+//
+//  1. CanCommit: every branch votes, within [WithCanCommitTimeout]; nothing is executed or
+//     written. A "no", a failure or the timeout aborts with nothing done anywhere (participant
+//     branches are sent an abort, so that their barriers refuse a late PreCommit).
+//  2. The transaction is recorded in the log with its branches, then PreCommit: database
+//     branches run their work and PREPARE TRANSACTION (one after the other, in enlistment order),
+//     participants execute theirs reversibly and remember it (at most
+//     [coordinator.WithConcurrency] at once), all within [WithPreCommitTimeout]. A failure or the
+//     timeout records the decision to abort and rolls every branch back.
+//  3. Every branch acknowledged: the decision to commit is recorded, then DoCommit everywhere
+//     (COMMIT PREPARED, [participant.OpDoCommit]) and the outcome.
+//
+// Three log writes per committed transaction, none for one refused at CanCommit. The record
+// comes before any PreCommit, so a pre-committed branch's gid is always in the log, and an agent
+// that asks the log ([Coordinator.Decide]) can rely on presumed abort. The decision is a
+// conditional write (pre-committing → committing) that an agent in consult-log mode may have
+// beaten with its abort: Commit then aborts. It blocks until DoCommit was tried everywhere; ctx
+// bounds the calls, not the recording of their results. Each database branch's COMMIT or
+// ROLLBACK PREPARED runs on the connection it prepared on, held until Commit returns: it never
+// waits for the database's pool.
+//
+// nil means committed everywhere. An error wrapping [ErrAborted] means the transaction aborted;
+// the branches' errors are joined to it as *[coordinator.BranchError]s (a "no" wraps
+// [participant.ErrRefused], a timeout [ErrPhaseTimeout]). An error wrapping
+// [coordinator.ErrIncomplete] means the decision is recorded but phase two did not finish
+// everywhere: the leader (and the agents) finish it. An error wrapping [ErrInDoubt] means the
+// decision could not be written or read back. Calling Commit twice, or after Abort, returns an
+// error wrapping [coordinator.ErrInvalidState]. A transaction with no branch commits trivially
+// and writes nothing.
+func (g *Global) Commit(ctx context.Context) error {
+	g.mu.Lock()
+	if g.state != stateOpen {
+		g.mu.Unlock()
+		return fmt.Errorf("threepc: commit %s: already committed or aborted: %w", g.gid, coordinator.ErrInvalidState)
+	}
+	g.state = stateCommitting
+	branches := g.branches
+	g.mu.Unlock()
+	if len(branches) == 0 {
+		return nil
+	}
+	c := g.c
+	defer func() {
+		for _, br := range branches {
+			if br.conn != nil {
+				br.conn.Release()
+			}
+		}
+	}()
+	recs := make([]core.Branch, len(branches))
+	for i, br := range branches {
+		recs[i] = br.rec
+	}
+	// Phase one: CanCommit. Nothing is executed, nothing written.
+	votes := g.phase(ctx, participant.OpCanCommit, c.o.canCommitTimeout, branches, g.canCommit)
+	if len(votes) == 0 {
+		votes = g.hook(ctx, PhaseCanCommitted)
+	}
+	if len(votes) == 0 {
+		if err := c.b.Log.Create(ctx, g.gid, core.Kind3PC, g.timeout, nil, recs...); err != nil {
+			votes = append(votes, fmt.Errorf("threepc: %s: record: %w", g.gid, err))
+		}
+	}
+	if len(votes) > 0 {
+		return g.abortUnrecorded(ctx, branches, votes)
+	}
+	// Phase two: PreCommit.
+	votes = g.phase(ctx, participant.OpPreCommit, c.o.preCommitTimeout, branches, g.preCommit)
+	conns := make(map[string]*pgxpool.Conn, len(branches))
+	for _, br := range branches {
+		if br.conn != nil {
+			conns[br.rec.Name] = br.conn
+		}
+	}
+	ctx = prepared.WithHeld(ctx, g.gid, conns)
+	if len(votes) == 0 {
+		votes = g.hook(ctx, PhasePreCommitted)
+	}
+	if len(votes) > 0 {
+		return g.abort(ctx, recs, votes)
+	}
+	// Phase three: the decision, then DoCommit.
+	st, err := c.b.Log.Decide(ctx, g.gid, core.StatusTrying, core.StatusConfirming)
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+		defer cancel()
+		cur, gerr := c.b.Status(rctx, g.gid)
+		switch {
+		case gerr == nil && (cur == core.StatusCancelling || cur == core.StatusCancelled):
+			return g.abort(ctx, recs, []error{fmt.Errorf("threepc: %s: aborted by a participant's agent or the leader before the decision: %w", g.gid, err)})
+		case gerr == nil && (cur == core.StatusConfirming || cur == core.StatusConfirmed):
+			st = cur // our write went through; its answer was lost
+		default:
+			return fmt.Errorf("threepc: commit %s: decide: %w: %w", g.gid, ErrInDoubt, errors.Join(err, gerr))
+		}
+	}
+	_ = g.hook(ctx, PhaseDecided)
+	if !st.Final() {
+		if err := c.b.PhaseTwo(ctx, lock.Token{}, g.gid, core.StatusConfirming, recs); err != nil {
+			return err
+		}
+	}
+	c.stats.committed.Add(1)
+	return nil
+}
+
+// hook calls the hook at p and returns its error as the one vote against, if any.
+func (g *Global) hook(ctx context.Context, p Phase) []error {
+	if g.c.o.hook == nil {
+		return nil
+	}
+	if err := g.c.o.hook(ctx, g.gid, p); err != nil {
+		return []error{fmt.Errorf("threepc: %s: hook at %s: %w", g.gid, p, err)}
+	}
+	return nil
+}
+
+// phase runs one op on every branch within timeout, participants at most Concurrency at once and
+// the database branches one after the other in enlistment order (in one of those slots), and
+// returns the errors of the branches that did not succeed as *coordinator.BranchErrors.
+func (g *Global) phase(ctx context.Context, op participant.Op, timeout time.Duration, branches []*branch,
+	do func(ctx context.Context, br *branch) error) []error {
+	cause := fmt.Errorf("threepc: %s timeout %v: %w", op, timeout, ErrPhaseTimeout)
+	pctx, cancel := context.WithTimeoutCause(ctx, timeout, cause)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		votes []error
+	)
+	run := func(br *branch) bool {
+		err := do(pctx, br)
+		if err == nil {
+			return true
+		}
+		if pctx.Err() != nil && ctx.Err() == nil && !errors.Is(err, ErrPhaseTimeout) {
+			err = fmt.Errorf("%w: %w", err, context.Cause(pctx))
+		}
+		mu.Lock()
+		votes = append(votes, &coordinator.BranchError{GID: g.gid, Branch: br.rec.Name, Op: op, Err: err})
+		mu.Unlock()
+		return false
+	}
+	var dbs []*branch
+	var eg errgroup.Group
+	eg.SetLimit(g.c.b.Cfg.Concurrency)
+	for _, br := range branches {
+		if br.db != nil {
+			dbs = append(dbs, br)
+			continue
+		}
+		eg.Go(func() error { run(br); return nil })
+	}
+	if len(dbs) > 0 {
+		eg.Go(func() error {
+			for _, br := range dbs {
+				if !run(br) && op == participant.OpPreCommit {
+					break // the transaction aborts: locking more rows would only make others wait
+				}
+			}
+			return nil
+		})
+	}
+	_ = eg.Wait()
+	return votes
+}
+
+// canCommit is one branch's vote.
+func (g *Global) canCommit(ctx context.Context, br *branch) error {
+	if br.p != nil {
+		return g.c.b.Call(ctx, br.p, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpCanCommit, Payload: br.rec.Payload})
+	}
+	tx, err := br.db.db.Pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
+	var n int
+	if err := tx.QueryRow(ctx, `select current_setting('max_prepared_transactions')::int`).Scan(&n); err != nil {
+		return err
+	}
+	if n <= 0 {
+		return fmt.Errorf("database %s cannot prepare transactions (max_prepared_transactions = 0): %w", br.db.db.Name, participant.ErrRefused)
+	}
+	if br.work.CanCommit != nil {
+		return br.work.CanCommit(ctx, tx)
+	}
+	return nil
+}
+
+// preCommit is one branch's PreCommit: a participant's call, or a database branch's work and
+// PREPARE TRANSACTION on a connection kept for its phase two.
+func (g *Global) preCommit(ctx context.Context, br *branch) error {
+	if br.p != nil {
+		return g.c.b.Call(ctx, br.p, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPreCommit, Payload: br.rec.Payload})
+	}
+	conn, err := br.db.db.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	done := false
+	defer func() {
+		if !done { // a failure or a panic in the work: roll back before the connection goes back
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+			defer cancel()
+			if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
+				_ = conn.Conn().Close(rctx) // the pool drops a closed connection
+			}
+			conn.Release()
+		}
+	}()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := br.work.PreCommit(ctx, tx); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, "PREPARE TRANSACTION "+prepared.Quote(g.c.ns.ID(g.gid, br.rec.Name))); err != nil {
+		return err
+	}
+	// PREPARE TRANSACTION ended the session's transaction: the connection is idle again, and kept
+	// for the branch's COMMIT or ROLLBACK PREPARED (Commit releases it).
+	done = true
+	br.conn = conn
+	return nil
+}
+
+// abortUnrecorded aborts a transaction that was never recorded (refused at CanCommit, or its
+// record failed): nothing was executed anywhere. Participant branches still get an abort, so that
+// a PreCommit still on its way (a retry) is refused by their barrier.
+func (g *Global) abortUnrecorded(ctx context.Context, branches []*branch, votes []error) error {
+	c := g.c
+	c.stats.aborted.Add(1)
+	cause := fmt.Errorf("threepc: %s: %w: %w", g.gid, ErrAborted, errors.Join(votes...))
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+	defer cancel()
+	var errs []error
+	for _, br := range branches {
+		if br.p == nil {
+			continue
+		}
+		if err := c.b.Call(dctx, br.p, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpAbort, Payload: br.rec.Payload}); err != nil {
+			errs = append(errs, &coordinator.BranchError{GID: g.gid, Branch: br.rec.Name, Op: participant.OpAbort, Err: err})
+		}
+	}
+	return errors.Join(append([]error{cause}, errs...)...)
+}
+
+// abort records the decision to abort (unless an agent or the leader did) and rolls every branch
+// back; votes are the reasons.
+func (g *Global) abort(ctx context.Context, recs []core.Branch, votes []error) error {
+	c := g.c
+	c.stats.aborted.Add(1)
+	cause := fmt.Errorf("threepc: %s: %w: %w", g.gid, ErrAborted, errors.Join(votes...))
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+	defer cancel()
+	// Only the starter decides to commit, and it has not: rolling back is safe even when this write
+	// fails (the agents and the leader then abort at their timeouts).
+	if _, err := c.b.Log.Decide(dctx, g.gid, core.StatusTrying, core.StatusCancelling); err != nil && !errors.Is(err, core.ErrInvalidState) {
+		c.b.Cfg.Logger.Warn("threepc: could not record the abort; the agents and the leader will", slog.String("gid", g.gid), slog.Any("err", err))
+	}
+	if err := c.b.PhaseTwo(dctx, lock.Token{}, g.gid, core.StatusCancelling, recs); err != nil {
+		return errors.Join(cause, err)
+	}
+	return cause
+}
+
+// Decide is the coordinator's answer to a participant's agent whose pre-committed branch of gid
+// heard nothing within its timeout, in consult-log mode ([participant.Decider]): what the log
+// says, and for a transaction still undecided the abort it records on the spot.
+//
+//   - committing or committed: [participant.OutcomeCommit];
+//   - aborting or aborted: [participant.OutcomeAbort];
+//   - not in the log: OutcomeAbort — presumed abort is sound because [Global.Commit] records a
+//     transaction before any of its PreCommits, and the log keeps it far longer than any agent's
+//     timeout (retention);
+//   - still pre-committing: it records the abort (pre-committing → aborting), the same
+//     conditional write as the starter's decision to commit, so exactly one of the two wins, and
+//     answers with the decision that stands. The starter, if alive, then finds the abort and
+//     rolls every branch back; if not, the other branches' agents find it too, and the leader
+//     finishes it once the lease ([coordinator.WithLease]) has passed.
+//
+// An error means the log could not be read or written: the agent falls back to the textbook
+// rule. It blocks for one or two statements; ctx bounds them. Any process may call it: a
+// Coordinator built with New on the log's pool and schema needs no elector, registered database
+// or Run to answer.
+func (c *Coordinator) Decide(ctx context.Context, gid string) (participant.Outcome, error) {
+	st, err := c.b.Status(ctx, gid)
+	if errors.Is(err, core.ErrNotFound) {
+		return participant.OutcomeAbort, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if st == core.StatusTrying {
+		st, err = c.b.Log.Decide(ctx, gid, core.StatusTrying, core.StatusCancelling)
+		switch {
+		case err == nil:
+			c.stats.agentAborts.Add(1)
+			c.b.Cfg.Logger.Info("threepc: recorded the abort of an undecided transaction for a participant's agent", slog.String("gid", gid))
+		case errors.Is(err, core.ErrInvalidState): // the starter decided first: st is its decision
+		default:
+			return 0, fmt.Errorf("threepc: decide %s: %w", gid, err)
+		}
+	}
+	switch st {
+	case core.StatusConfirming, core.StatusConfirmed:
+		return participant.OutcomeCommit, nil
+	case core.StatusCancelling, core.StatusCancelled:
+		return participant.OutcomeAbort, nil
+	}
+	return 0, fmt.Errorf("threepc: decide %s: unexpected status %s: %w", gid, st, coordinator.ErrInvalidState)
+}
+
+// Run recovers, while this coordinator leads the election of [coordinator.WithElector]: it
+// carries out the phase two of every decided transaction whose starter vanished or whose calls
+// failed, aborts those still undecided after their global timeout, and deletes finished
+// transactions past the retention. It blocks until ctx ends, then returns nil after every
+// goroutine it started has exited. It returns an error wrapping [coordinator.ErrInvalidOption]
+// without an elector, [coordinator.ErrRunning] when another Run is running, and one wrapping
+// [lock.ErrClosed] when the elector's session is closed.
+func (c *Coordinator) Run(ctx context.Context) error {
+	return c.b.Run(ctx, c.b.PhaseTwoDriver())
+}
