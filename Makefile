@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The servers' addresses (deploy/local/env) exported for the command that follows.
 WITH_ENV = set -a && eval "$$(deploy/local/env)" && ROCKETMQ_GO_LOG_LEVEL=error && set +a &&
 
-.PHONY: bench-locks up down status test unit demo tcc-order drill-tcc drill-tcc-locks saga-order drill-saga transfer drill-2pc bench lint env recharge stock
+.PHONY: bench-locks up down status test unit demo tcc-order drill-tcc drill-tcc-locks saga-order drill-saga transfer drill-2pc drill-3pc bench lint env recharge stock
 
 up: ## start PostgreSQL, the ZooKeeper ensemble and RocketMQ (installing what is missing)
 	@deploy/local/up
@@ -80,6 +80,9 @@ transfer: up ## run the transfer example (two-phase commit between txkit_east an
 
 drill-2pc: up ## 2PC failover drill: 3 bank coordinators, 2000 transfers, leader SIGKILLs between the phases
 	@$(WITH_ENV) $(GO) run ./examples/transfer/demo -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s
+
+drill-3pc: up ## 2PC vs 3PC on the transfer drill: blocking after leader SIGKILLs (p50/p99), partition anomalies (textbook vs consult-log)
+	@$(WITH_ENV) $(GO) run ./examples/transfer/demo -compare -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s -partitions 5 -timeout 15m
 
 bench: up ## Go benchmarks against the real servers (not the ones that restart servers: see bench-locks)
 	@$(WITH_ENV) $(GO) test -run '^$$' -bench . -skip Disruptive -benchmem -count=1 $(BENCHFLAGS) ./...

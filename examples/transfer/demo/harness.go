@@ -111,13 +111,13 @@ type Report struct {
 	Anomalies, AgainstLog int
 	Created               int64          // money the anomalies created (or destroyed) in textbook mode
 	Agents                map[string]any // the agents' /stats at the end, by database
-	InDoubtEnd     map[string]int  // final log status of the transactions left in doubt
-	doubted        []string        // their gids
-	Settled        bool
-	Settle         time.Duration // last answer → every transaction finished, no prepared transaction left
-	Elapsed        time.Duration
-	Violations     []string // broken invariants; empty when all hold
-	Checks         []string // invariants checked, with their numbers
+	InDoubtEnd            map[string]int // final log status of the transactions left in doubt
+	doubted               []string       // their gids
+	Settled               bool
+	Settle                time.Duration // last answer → every transaction finished, no prepared transaction left
+	Elapsed               time.Duration
+	Violations            []string // broken invariants; empty when all hold
+	Checks                []string // invariants checked, with their numbers
 }
 
 // OK returns the broken invariants as one error, an error when nothing ran, or nil.
@@ -733,6 +733,9 @@ func fence(ctx context.Context, c *pgx.Conn) (tok string, at time.Time, err erro
 // aimWindow bounds the wait of a kill for the leader to hold a transfer between the phases.
 const aimWindow = 5 * time.Second
 
+// aimHeld is how long a kill's aim waits to see a transfer stay prepared before it fires.
+const aimHeld = 50 * time.Millisecond
+
 // drill SIGKILLs the leading bank instance up to Kills times while the load runs, and starts it
 // again in its slot. Before each kill it waits (up to aimWindow) until the leader has a transfer
 // between the phases — prepared in a database, so the pause hook is holding it — so the kill
@@ -761,13 +764,22 @@ func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Repo
 		if err != nil {
 			return err
 		}
+		// A transfer prepared for aimHeld is one the pause hook holds (an ordinary commit ends its
+		// prepared transactions within milliseconds): kill then, so that it is stranded.
+		firstSeen := map[string]time.Time{}
+	aim:
 		for aim := time.Now().Add(aimWindow); time.Now().Before(aim); {
 			gids, err := h.preparedGIDs(ctx, c)
 			if err != nil {
 				return err
 			}
-			if len(h.startedOn(gids, id)) > 0 {
-				break
+			for _, g := range h.startedOn(gids, id) {
+				if _, ok := firstSeen[g]; !ok {
+					firstSeen[g] = time.Now()
+				}
+				if time.Since(firstSeen[g]) >= aimHeld {
+					break aim
+				}
 			}
 			if err := exharness.Pause(ctx, 10*time.Millisecond); err != nil {
 				return nil

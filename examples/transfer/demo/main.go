@@ -1,17 +1,25 @@
 // Command demo runs the transfer example end to end on the servers from `make up`: it builds and
-// starts bank instances (two-phase-commit coordinators sharing one log), makes a short script of
-// transfers from txkit_east to txkit_west — some committed, one refused for insufficient funds,
-// one to an account that does not exist — printing the balances before and after and the outcome
-// of each, then any random transfers asked for; it waits until every global transaction has
-// finished and no prepared transaction is left, and checks the invariants: money conserved, every
-// transfer on both sides or on neither as the log says, no prepared transaction left, no global
-// transaction unfinished. With -drill the leading bank instance is SIGKILLed (and restarted)
-// during the load, preferably while it holds a transfer between the phases (the banks' pause
-// hook); the report gives the time from each leader's death to the next leader's first recovery
-// and to the end of the prepared transactions it left. It exits 1 when an invariant breaks.
+// starts bank instances (two-phase-commit coordinators sharing one log, or with -protocol 3pc
+// three-phase-commit ones with an agent beside each database), makes a short script of transfers
+// from txkit_east to txkit_west — some committed, one refused for insufficient funds, one to an
+// account that does not exist — printing the balances before and after and the outcome of each,
+// then any random transfers asked for; it waits until every global transaction has finished and
+// no prepared transaction is left, and checks the invariants: money conserved, every transfer on
+// both sides or on neither as the log says, no prepared transaction left, no global transaction
+// unfinished. With -drill the leading bank instance is SIGKILLed (and restarted) during the load,
+// preferably while it holds a transfer between the phases (the banks' pause hook); the report
+// gives the time from each leader's death to the next leader's first recovery and, per transfer
+// it left prepared, until its row locks were released (blocking, p50/p99). With -partitions N,
+// N partition trials follow the load: the banks' link to txkit_west is partitioned right after a
+// PREPARE TRANSACTION reached it, and the report counts transfers that ended committed on one
+// side and aborted on the other (3pc textbook mode: expected; anywhere else: a violation).
+// -compare runs the drill three times — 2pc, 3pc consult-log, 3pc textbook (partitions only) —
+// and prints their figures side by side. It exits 1 when an invariant breaks.
 //
 //	go run ./examples/transfer/demo                                    # the script, 2 instances
 //	go run ./examples/transfer/demo -drill -instances 3 -transfers 2000 # the failover drill
+//	go run ./examples/transfer/demo -protocol 3pc -partitions 3        # 3PC, partition trials
+//	go run ./examples/transfer/demo -compare -drill -partitions 5       # make drill-3pc
 package main
 
 import (
@@ -48,7 +56,8 @@ func main() {
 	flag.StringVar(&cfg.Termination, "termination", "consult-log", "3pc: the agents' termination mode, consult-log or textbook")
 	flag.DurationVar(&cfg.ParticipantTimeout, "participant-timeout", 3*time.Second, "3pc: the agents' timeout (the banks' -participant-timeout)")
 	flag.IntVar(&cfg.Partitions, "partitions", 0, "partition trials after the load: the banks' link to "+app.West+" partitioned right after a PREPARE reached it, healed after the participant timeout + 1s")
-	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
+	compare := flag.Bool("compare", false, "run three times — -protocol 2pc, 3pc consult-log, 3pc textbook (the script and the partition trials only) — and print their blocking and anomaly figures side by side")
+	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long (each run, with -compare)")
 	flag.Parse()
 	if cfg.Transfers < 0 {
 		cfg.Transfers = 0
@@ -62,6 +71,12 @@ func main() {
 			cfg.Rate = 40
 		}
 	}
+	if *compare {
+		if !runCompare(*timeout, cfg) {
+			os.Exit(1)
+		}
+		return
+	}
 	rep, ok := exharness.RunDemo(*timeout, "transfer report", Run, cfg, "an invariant")
 	if !ok {
 		os.Exit(1)
@@ -71,4 +86,47 @@ func main() {
 		return
 	}
 	fmt.Println("OK: money conserved; every transfer on both sides or on neither, as the log says; no prepared transaction left; no global transaction unfinished")
+}
+
+// runCompare runs cfg as a 2pc drill, as a 3pc consult-log drill and as 3pc textbook partition
+// trials (no random load, no kills: only the partitions, where textbook mode differs), printing
+// each report, then a table of their figures. It reports whether every run held its checks.
+func runCompare(timeout time.Duration, cfg Config) bool {
+	textbook := cfg
+	textbook.Protocol, textbook.Termination, textbook.Transfers, textbook.Drill = "3pc", "textbook", 0, false
+	consult := cfg
+	consult.Protocol, consult.Termination = "3pc", "consult-log"
+	two := cfg
+	two.Protocol = "2pc"
+	runs := []struct {
+		name string
+		cfg  Config
+	}{{"2pc", two}, {"3pc consult-log", consult}, {"3pc textbook", textbook}}
+	reps := make([]Report, len(runs))
+	all := true
+	for i, r := range runs {
+		fmt.Printf("\n== %s\n", r.name)
+		rep, ok := exharness.RunDemo(timeout, "transfer report ("+r.name+")", Run, r.cfg, "an invariant")
+		reps[i], all = rep, all && ok
+	}
+	fmt.Printf("\n%-16s | %5s | %8s | %12s | %12s | %10s | %9s | %s\n", "protocol", "kills", "stranded", "blocking p50", "blocking p99", "partitions", "one-sided", "checks")
+	for i, r := range runs {
+		rep := reps[i]
+		stranded := 0
+		for _, n := range rep.InDoubt {
+			stranded += n
+		}
+		kills, p50, p99 := "-", "-", "-"
+		if r.cfg.Drill {
+			kills, p50, p99 = fmt.Sprint(rep.LeaderKills), rep.BlockingP(50).Round(10*time.Millisecond).String(), rep.BlockingP(99).Round(10*time.Millisecond).String()
+		}
+		checks := "ok"
+		if err := rep.OK(); err != nil {
+			checks = "FAILED: " + err.Error()
+		} else if rep.Anomalies > 0 {
+			checks = "ok (one-sided transfers expected in textbook mode)"
+		}
+		fmt.Printf("%-16s | %5s | %8d | %12s | %12s | %10d | %9d | %s\n", r.name, kills, stranded, p50, p99, rep.Partitioned, rep.Anomalies, checks)
+	}
+	return all
 }
