@@ -15,6 +15,7 @@ import (
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/threepc"
 	"github.com/txkit/txkit/twopc"
 )
 
@@ -26,6 +27,12 @@ func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
 // short message with a request id that names the log line holding the detail, and the refusal of
 // a bad gid (4xx) describes the gid only.
 func TestIntegrationAnswersCarryNoInternalDetail(t *testing.T) {
+	for _, protocol := range []string{"2pc", "3pc"} {
+		t.Run(protocol, func(t *testing.T) { answersCarryNoInternalDetail(t, protocol) })
+	}
+}
+
+func answersCarryNoInternalDetail(t *testing.T, protocol string) {
 	u, err := url.Parse(testenv.PGURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +48,18 @@ func TestIntegrationAnswersCarryNoInternalDetail(t *testing.T) {
 		return p
 	}
 	logPool, east, west := pool(), pool(), pool()
-	coord, err := twopc.New(logPool, coordinator.WithSchema("bank_answers"))
+	var logs coretest.LogBuffer
+	s := &service{c: config{timeout: 6 * time.Second, callTimeout: 2 * time.Second, protocol: protocol}, log: logs.Logger(),
+		east: east, west: west}
+	var coord coordinatorRun
+	if protocol == "3pc" {
+		s.three, err = threepc.New(logPool, coordinator.WithSchema("bank_answers"), coordinator.WithDefaultTimeout(s.c.timeout),
+			threepc.WithCanCommitTimeout(500*time.Millisecond), threepc.WithPreCommitTimeout(2*time.Second), threepc.WithParticipantTimeout(3*time.Second))
+		coord = s.three
+	} else {
+		s.tpc, err = twopc.New(logPool, coordinator.WithSchema("bank_answers"))
+		coord = s.tpc
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,16 +69,13 @@ func TestIntegrationAnswersCarryNoInternalDetail(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var logs coretest.LogBuffer
-	s := &service{c: config{timeout: 6 * time.Second, callTimeout: 2 * time.Second}, log: logs.Logger(),
-		tpc: coord, east: east, west: west}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /transfers", s.transfer)
 	mux.HandleFunc("GET /transfers/{gid}", s.get)
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	detail := []string{role, u.Hostname(), u.Port(), strings.TrimPrefix(u.Path, "/"), "SQLSTATE", "twopc:", "failed to connect", "bank_answers"}
+	detail := []string{role, u.Hostname(), u.Port(), strings.TrimPrefix(u.Path, "/"), "SQLSTATE", "twopc:", "threepc:", "failed to connect", "bank_answers"}
 	for _, tc := range []struct {
 		name, method, path, body string
 		code                     int

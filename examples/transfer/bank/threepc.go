@@ -99,9 +99,12 @@ func (s *service) transfer3PC(ctx context.Context, w http.ResponseWriter, t app.
 		exapp.WriteJSON(w, http.StatusConflict, app.Answer{GID: gid, Status: "refused", Error: "insufficient funds in " + t.From})
 	case errors.As(err, &missing):
 		exapp.WriteJSON(w, http.StatusNotFound, app.Answer{GID: gid, Status: "rejected", Error: "no such account: " + missing.account})
+	case errors.Is(err, threepc.ErrAborted) && errors.Is(err, threepc.ErrPhaseTimeout):
+		// A database did not answer a phase in time (overloaded, partitioned): rolled back.
+		s.fail(w, http.StatusConflict, app.Answer{GID: gid, Status: "aborted"}, "a database did not answer in time; the transfer was rolled back", err)
 	case errors.Is(err, threepc.ErrAborted):
-		// A phase failed or timed out (a database unreachable, a partition): rolled back.
-		s.fail(w, http.StatusConflict, app.Answer{GID: gid, Status: "aborted"}, "a database could not pre-commit the transfer; it was rolled back", err)
+		// A phase failed otherwise (a database down): rolled back everywhere, safe to try again.
+		s.fail(w, http.StatusServiceUnavailable, app.Answer{GID: gid, Status: "aborted"}, "the transfer failed and was rolled back; try again", err)
 	case errors.Is(err, coordinator.ErrIncomplete):
 		// Decided to commit; DoCommit failed somewhere: the leader (or the agent) finishes it.
 		exapp.WriteJSON(w, http.StatusOK, app.Answer{GID: gid, Status: "committed"})

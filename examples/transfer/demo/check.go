@@ -84,7 +84,7 @@ func (h *harness) internalDetail(msg string) string {
 	if u, err := url.Parse(h.cfg.PG); err == nil {
 		host = u.Host
 	}
-	for _, d := range []string{"twopc:", "SQLSTATE", "ERROR:", "FATAL:", "failed to connect", app.East, app.West, h.schema, host} {
+	for _, d := range []string{"twopc:", "threepc:", "SQLSTATE", "ERROR:", "FATAL:", "failed to connect", app.East, app.West, h.schema, host} {
 		if d != "" && strings.Contains(msg, d) {
 			return d
 		}
