@@ -28,3 +28,10 @@ type Shell interface {
 // Status is the state of a global transaction (a saga); each coordinator package names the
 // statuses of its protocol (tcc.StatusConfirmed, saga.StatusCompensated, twopc.StatusCommitted).
 type Status = core.Status
+
+// Branch is a participant's part in a global transaction of tcc, twopc or threepc (tcc.Branch,
+// twopc.Branch and threepc.Branch are this type): its name within the transaction (with the gid,
+// the participant's barrier key), the participant — a participant.HTTP, whose URL is stored, or
+// one returned by Register, whose name is stored, so a recovering coordinator can call it — and
+// the payload sent with every op of the branch (empty or JSON).
+type Branch = core.BranchSpec

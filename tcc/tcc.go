@@ -2,7 +2,6 @@ package tcc
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -61,16 +60,9 @@ func (c *Coordinator) Begin(ctx context.Context, opts ...coordinator.BeginOption
 	return &Global{c: c, gid: o.GID}, nil
 }
 
-// Branch is one participant's part in a global transaction.
-type Branch struct {
-	// Name identifies the branch within the transaction (the participant's barrier key with the gid).
-	Name string
-	// Participant is a participant.HTTP (its URL is stored) or one returned by
-	// Register (its name is stored), so a recovering coordinator can call it.
-	Participant participant.Participant
-	// Payload is sent with every op of the branch; empty or JSON.
-	Payload json.RawMessage
-}
+// Branch is one participant's part in a global transaction: its name, participant and payload
+// ([coordinator.Branch]).
+type Branch = coordinator.Branch
 
 // Global is a TCC global transaction begun by [Coordinator.Begin]. Try its branches, then Commit
 // or Rollback. Global is safe for concurrent use: branches may be tried in parallel.
@@ -101,17 +93,14 @@ func (g *Global) GID() string { return g.gid }
 // error wrapping [coordinator.ErrInvalidBranch], as does a name already tried; a transaction already decided
 // (or cancelled by its timeout) returns [coordinator.ErrInvalidState] and calls nothing.
 func (g *Global) Try(ctx context.Context, b Branch) error {
-	target, err := g.c.b.Target(b.Participant)
+	cb, err := g.c.b.Branch(g.gid, b)
 	if err != nil {
-		return fmt.Errorf("tcc: branch %q of %s: %w", b.Name, g.gid, err)
-	}
-	if len(b.Payload) > 0 && !json.Valid(b.Payload) {
-		return fmt.Errorf("tcc: branch %q of %s: payload is not JSON: %w", b.Name, g.gid, coordinator.ErrInvalidBranch)
+		return err
 	}
 	// The branch joins the in-memory list before it is recorded, so a Rollback racing with this
 	// Try cancels it: the record succeeds only before the decision (see core.Log.AddBranch).
 	g.mu.Lock()
-	cb := core.Branch{Name: b.Name, Seq: g.seq, Target: target, Payload: b.Payload}
+	cb.Seq = g.seq
 	g.seq++
 	g.branches = append(g.branches, cb)
 	g.mu.Unlock()

@@ -56,9 +56,10 @@
 // databases only), and, in textbook mode, the anomaly above. The README's "2PC or 3PC" table
 // has the figures of `make drill-3pc` and BenchmarkProtocols.
 //
-// Database branches are pre-committed one after the other in the order they were enlisted, so
-// that transactions touching rows in several databases lock them in one order and cannot
-// deadlock across databases; each keeps its connection from PreCommit until Commit returns, and
+// The database branches' PreCommit work runs one after the other in the order they were enlisted
+// (their PREPAREs then run at once), so that transactions touching rows in several databases lock
+// them in one order and cannot deadlock across databases; CanCommit votes, which lock nothing,
+// run at once. Each database branch keeps its connection from PreCommit until Commit returns, and
 // its COMMIT or ROLLBACK PREPARED runs on it (see package twopc on why phase two must not wait
 // for the pool). Gids, database and branch names and the namespace name prepared transactions,
 // as in twopc, and are checked the same way.

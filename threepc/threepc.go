@@ -2,7 +2,6 @@ package threepc
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,13 +32,11 @@ import (
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {
 	coordinator.Shell
-	b      *core.Base
-	o      *options // threepc's own settings
-	ns     prepared.Namespace
-	mu     sync.RWMutex
-	dbs    map[string]*database
-	closed bool
-	stats  struct{ committed, aborted, agentAborts atomic.Int64 }
+	b     *core.Base
+	o     *options // threepc's own settings
+	ns    prepared.Namespace
+	dbs   *prepared.Registry // the registered databases
+	stats struct{ committed, aborted, agentAborts atomic.Int64 }
 }
 
 // New returns a Coordinator whose log lives in pool, configured by the options of package
@@ -64,7 +61,8 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("threepc: %w: %w", err, coordinator.ErrInvalidOption)
 	}
-	return &Coordinator{Shell: b, b: b, o: o, ns: ns, dbs: map[string]*database{}}, nil
+	return &Coordinator{Shell: b, b: b, o: o, ns: ns,
+		dbs: prepared.NewRegistry("threepc", ns, o.phaseTwoConns, participant.OpDoCommit, b.Parts, ErrClosed)}, nil
 }
 
 // Stats counts what a [Coordinator] did.
@@ -112,20 +110,12 @@ type DBWork struct {
 	PreCommit func(ctx context.Context, tx pgx.Tx) error
 }
 
-// Branch is a participant other than a registered PostgreSQL database: its ops are calls of
-// [participant.Participant] with [participant.OpCanCommit], [participant.OpPreCommit],
-// [participant.OpDoCommit] and [participant.OpAbort]. Behind it there should be a
-// [participant.Agent], which remembers pre-committed branches and acts when the coordinator falls
-// silent.
-type Branch struct {
-	// Name identifies the branch within the transaction.
-	Name string
-	// Participant is a participant.HTTP (its URL is stored) or one returned by Register (its
-	// name is stored), so a recovering coordinator can call it.
-	Participant participant.Participant
-	// Payload is sent with every op of the branch; empty or JSON.
-	Payload json.RawMessage
-}
+// Branch is a participant other than a registered PostgreSQL database ([coordinator.Branch]): its
+// ops are calls of [participant.Participant] with [participant.OpCanCommit],
+// [participant.OpPreCommit], [participant.OpDoCommit] and [participant.OpAbort]. Behind it there
+// should be a [participant.Agent], which remembers pre-committed branches and acts when the
+// coordinator falls silent.
+type Branch = coordinator.Branch
 
 // Global is a three-phase-commit transaction begun by [Coordinator.Begin]: enlist its branches,
 // then Commit (or Abort, which before Commit has nothing to undo). Global is safe for concurrent
@@ -150,7 +140,7 @@ const (
 // branch is an enlisted branch: a database's work, or a participant.
 type branch struct {
 	rec  core.Branch
-	db   *database
+	db   *prepared.Registered
 	work DBWork
 	p    participant.Participant
 	conn *pgxpool.Conn // a database branch's connection, from its PreCommit until Commit returns
@@ -161,16 +151,17 @@ func (g *Global) GID() string { return g.gid }
 
 // Enlist adds the database registered as db (see [Coordinator.RegisterDB]) as a branch named db:
 // w runs at [Global.Commit] — w.CanCommit at phase one, w.PreCommit at phase two — not now, so
-// Enlist does not block. A database takes part once per transaction. Database branches are
-// pre-committed one after the other in the order they were enlisted, so that transactions that
-// write rows in several databases take their locks in one order and cannot wait for each other in
-// a cycle across the databases (a deadlock no database could see).
+// Enlist does not block. A database takes part once per transaction. The database
+// branches' PreCommit work runs one after the other in the order they were enlisted (their
+// PREPAREs then run at once), so that transactions that write rows in several databases take
+// their locks in one order and cannot wait for each other in a cycle across the databases (a
+// deadlock no database could see).
 //
 // A database that is not registered, one already enlisted or a nil w.PreCommit returns an error
 // wrapping [coordinator.ErrInvalidBranch]; a transaction already committing or aborted returns
 // one wrapping [coordinator.ErrInvalidState] — a branch cannot join a commit that has begun.
 func (g *Global) Enlist(db string, w DBWork) error {
-	d, err := g.c.database(db)
+	d, err := g.c.dbs.Get(db)
 	if err != nil {
 		return fmt.Errorf("threepc: enlist %q in %s: %w", db, g.gid, err)
 	}
@@ -181,7 +172,7 @@ func (g *Global) Enlist(db string, w DBWork) error {
 		return fmt.Errorf("threepc: enlist %q in %s: prepared transaction id takes %d bytes, more than %d: %w",
 			db, g.gid, n, prepared.MaxID, coordinator.ErrInvalidBranch)
 	}
-	return g.add(&branch{rec: core.Branch{Name: db, Target: d.target}, db: d, work: w})
+	return g.add(&branch{rec: core.Branch{Name: db, Target: d.Target}, db: d, work: w})
 }
 
 // EnlistParticipant adds a participant branch. It does not block. An empty name, one already
@@ -189,17 +180,14 @@ func (g *Global) Enlist(db string, w DBWork) error {
 // participant that cannot be recorded returns an error wrapping [coordinator.ErrInvalidBranch]; a
 // transaction already committing or aborted returns one wrapping [coordinator.ErrInvalidState].
 func (g *Global) EnlistParticipant(b Branch) error {
-	t, err := g.c.b.Target(b.Participant)
+	rec, err := g.c.b.Branch(g.gid, b)
 	if err != nil {
-		return fmt.Errorf("threepc: branch %q of %s: %w", b.Name, g.gid, err)
-	}
-	if len(b.Payload) > 0 && !json.Valid(b.Payload) {
-		return fmt.Errorf("threepc: branch %q of %s: payload is not JSON: %w", b.Name, g.gid, coordinator.ErrInvalidBranch)
+		return err
 	}
 	if err := prepared.CheckName("branch", b.Name); err != nil {
 		return fmt.Errorf("threepc: branch of %s: %w: %w", g.gid, err, coordinator.ErrInvalidBranch)
 	}
-	return g.add(&branch{rec: core.Branch{Name: b.Name, Target: t, Payload: b.Payload}, p: b.Participant})
+	return g.add(&branch{rec: rec, p: b.Participant})
 }
 
 func (g *Global) add(br *branch) error {
@@ -240,8 +228,8 @@ func (g *Global) Abort(_ context.Context) error {
 //     written. A "no", a failure or the timeout aborts with nothing done anywhere (participant
 //     branches are sent an abort, so that their barriers refuse a late PreCommit).
 //  2. The transaction is recorded in the log with its branches, then PreCommit: database
-//     branches run their work and PREPARE TRANSACTION (one after the other, in enlistment order),
-//     participants execute theirs reversibly and remember it (at most
+//     branches run their work (one after the other, in enlistment order) and PREPARE TRANSACTION
+//     (at once), participants execute theirs reversibly and remember it (at most
 //     [coordinator.WithConcurrency] at once), all within [WithPreCommitTimeout]. A failure or the
 //     timeout records the decision to abort and rolls every branch back.
 //  3. Every branch acknowledged: the decision to commit is recorded, then DoCommit everywhere
@@ -289,7 +277,7 @@ func (g *Global) Commit(ctx context.Context) error {
 		recs[i] = br.rec
 	}
 	// Phase one: CanCommit. Nothing is executed, nothing written.
-	votes := g.phase(ctx, participant.OpCanCommit, c.o.canCommitTimeout, branches, g.canCommit)
+	votes := g.phase(ctx, participant.OpCanCommit, c.o.canCommitTimeout, branches, g.canCommit, nil)
 	if len(votes) == 0 {
 		votes = g.hook(ctx, PhaseCanCommitted)
 	}
@@ -302,7 +290,7 @@ func (g *Global) Commit(ctx context.Context) error {
 		return g.abortUnrecorded(ctx, branches, votes)
 	}
 	// Phase two: PreCommit.
-	votes = g.phase(ctx, participant.OpPreCommit, c.o.preCommitTimeout, branches, g.preCommit)
+	votes = g.phase(ctx, participant.OpPreCommit, c.o.preCommitTimeout, branches, g.preCommit, g.work)
 	conns := make(map[string]*pgxpool.Conn, len(branches))
 	for _, br := range branches {
 		if br.conn != nil {
@@ -319,17 +307,14 @@ func (g *Global) Commit(ctx context.Context) error {
 	// Phase three: the decision, then DoCommit.
 	st, err := c.b.Log.Decide(ctx, g.gid, core.StatusTrying, core.StatusConfirming)
 	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
-		defer cancel()
-		cur, gerr := c.b.Status(rctx, g.gid)
+		cur, aborted, rerr := c.b.ReadBack(ctx, g.gid, err)
 		switch {
-		case gerr == nil && (cur == core.StatusCancelling || cur == core.StatusCancelled):
+		case aborted:
 			return g.abort(ctx, recs, []error{fmt.Errorf("threepc: %s: aborted by a participant's agent or the leader before the decision: %w", g.gid, err)})
-		case gerr == nil && (cur == core.StatusConfirming || cur == core.StatusConfirmed):
-			st = cur // our write went through; its answer was lost
-		default:
-			return fmt.Errorf("threepc: commit %s: decide: %w: %w", g.gid, ErrInDoubt, errors.Join(err, gerr))
+		case rerr != nil:
+			return fmt.Errorf("threepc: commit %s: decide: %w: %w", g.gid, ErrInDoubt, rerr)
 		}
+		st = cur // our write went through; its answer was lost
 	}
 	_ = g.hook(ctx, PhaseDecided)
 	if !st.Final() {
@@ -352,11 +337,14 @@ func (g *Global) hook(ctx context.Context, p Phase) []error {
 	return nil
 }
 
-// phase runs one op on every branch within timeout, participants at most Concurrency at once and
-// the database branches one after the other in enlistment order (in one of those slots), and
-// returns the errors of the branches that did not succeed as *coordinator.BranchErrors.
+// phase runs one op on every branch within timeout, at most Concurrency calls at once, and
+// returns the errors of the branches that did not succeed as *coordinator.BranchErrors. do runs a
+// branch's op; ordered, when not nil, runs first on the database branches one after the other in
+// enlistment order (in one of the slots), stopping at the first failure, and do then runs only on
+// those it succeeded for: PreCommit's work takes its row locks in one order, and its PREPAREs
+// (each an fsync) then run at once.
 func (g *Global) phase(ctx context.Context, op participant.Op, timeout time.Duration, branches []*branch,
-	do func(ctx context.Context, br *branch) error) []error {
+	do, ordered func(ctx context.Context, br *branch) error) []error {
 	cause := fmt.Errorf("threepc: %s timeout %v: %w", op, timeout, ErrPhaseTimeout)
 	pctx, cancel := context.WithTimeoutCause(ctx, timeout, cause)
 	defer cancel()
@@ -364,8 +352,7 @@ func (g *Global) phase(ctx context.Context, op participant.Op, timeout time.Dura
 		mu    sync.Mutex
 		votes []error
 	)
-	run := func(br *branch) bool {
-		err := do(pctx, br)
+	vote := func(br *branch, err error) bool {
 		if err == nil {
 			return true
 		}
@@ -377,36 +364,49 @@ func (g *Global) phase(ctx context.Context, op participant.Op, timeout time.Dura
 		mu.Unlock()
 		return false
 	}
-	var dbs []*branch
 	var eg errgroup.Group
 	eg.SetLimit(g.c.b.Cfg.Concurrency)
+	var dbs []*branch
 	for _, br := range branches {
-		if br.db != nil {
+		if ordered != nil && br.db != nil {
 			dbs = append(dbs, br)
 			continue
 		}
-		eg.Go(func() error { run(br); return nil })
+		eg.Go(func() error { vote(br, do(pctx, br)); return nil })
 	}
 	if len(dbs) > 0 {
 		eg.Go(func() error {
+			var ready []*branch
 			for _, br := range dbs {
-				if !run(br) && op == participant.OpPreCommit {
+				if !vote(br, ordered(pctx, br)) {
 					break // the transaction aborts: locking more rows would only make others wait
 				}
+				ready = append(ready, br)
 			}
-			return nil
+			var inner errgroup.Group
+			for _, br := range ready {
+				inner.Go(func() error { vote(br, do(pctx, br)); return nil })
+			}
+			return inner.Wait()
 		})
 	}
 	_ = eg.Wait()
 	return votes
 }
 
-// canCommit is one branch's vote.
+// canCommit is one branch's vote: a participant's call, or a database's check in a read-only
+// transaction that is rolled back (and the database's ability to prepare, checked once).
 func (g *Global) canCommit(ctx context.Context, br *branch) error {
 	if br.p != nil {
 		return g.c.b.Call(ctx, br.p, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpCanCommit, Payload: br.rec.Payload})
 	}
-	tx, err := br.db.db.Pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err := br.db.CheckPrepare(ctx); err != nil {
+		return err
+	}
+	if br.work.CanCommit == nil {
+		return nil
+	}
+	tx, err := br.db.Pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return err
 	}
@@ -415,38 +415,38 @@ func (g *Global) canCommit(ctx context.Context, br *branch) error {
 		defer cancel()
 		_ = tx.Rollback(rctx)
 	}()
-	var n int
-	if err := tx.QueryRow(ctx, `select current_setting('max_prepared_transactions')::int`).Scan(&n); err != nil {
-		return err
-	}
-	if n <= 0 {
-		return fmt.Errorf("database %s cannot prepare transactions (max_prepared_transactions = 0): %w", br.db.db.Name, participant.ErrRefused)
-	}
-	if br.work.CanCommit != nil {
-		return br.work.CanCommit(ctx, tx)
-	}
-	return nil
+	return br.work.CanCommit(ctx, tx)
 }
 
-// preCommit is one branch's PreCommit: a participant's call, or a database branch's work and
-// PREPARE TRANSACTION on a connection kept for its phase two.
+// preCommit is one branch's PreCommit: a participant's call, or a database branch's PREPARE
+// TRANSACTION after its work (work) ran; the connection is kept for its phase two.
 func (g *Global) preCommit(ctx context.Context, br *branch) error {
 	if br.p != nil {
 		return g.c.b.Call(ctx, br.p, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPreCommit, Payload: br.rec.Payload})
 	}
-	conn, err := br.db.db.Pool.Acquire(ctx)
+	_, err := br.conn.Exec(ctx, "PREPARE TRANSACTION "+prepared.Quote(g.c.ns.ID(g.gid, br.rec.Name)))
+	if err != nil {
+		g.release(ctx, br)
+		return err
+	}
+	// PREPARE TRANSACTION ended the session's transaction: the connection is idle again, and kept
+	// for the branch's COMMIT or ROLLBACK PREPARED (Commit releases it).
+	return nil
+}
+
+// work runs a database branch's PreCommit work in a new transaction on a connection of its pool,
+// which it keeps in br.conn, the transaction open, for preCommit's PREPARE TRANSACTION. On a
+// failure (or a panic in the work) it rolls back and releases the connection.
+func (g *Global) work(ctx context.Context, br *branch) error {
+	conn, err := br.db.Pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	done := false
+	ok := false
+	br.conn = conn
 	defer func() {
-		if !done { // a failure or a panic in the work: roll back before the connection goes back
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
-			defer cancel()
-			if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
-				_ = conn.Conn().Close(rctx) // the pool drops a closed connection
-			}
-			conn.Release()
+		if !ok {
+			g.release(ctx, br)
 		}
 	}()
 	tx, err := conn.Begin(ctx)
@@ -456,14 +456,24 @@ func (g *Global) preCommit(ctx context.Context, br *branch) error {
 	if err := br.work.PreCommit(ctx, tx); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, "PREPARE TRANSACTION "+prepared.Quote(g.c.ns.ID(g.gid, br.rec.Name))); err != nil {
-		return err
-	}
-	// PREPARE TRANSACTION ended the session's transaction: the connection is idle again, and kept
-	// for the branch's COMMIT or ROLLBACK PREPARED (Commit releases it).
-	done = true
-	br.conn = conn
+	ok = true
 	return nil
+}
+
+// release rolls back whatever br's connection has open and gives it back to the pool (closing it
+// when the rollback fails: the pool then drops it).
+func (g *Global) release(ctx context.Context, br *branch) {
+	conn := br.conn
+	if conn == nil {
+		return
+	}
+	br.conn = nil
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+	defer cancel()
+	if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
+		_ = conn.Conn().Close(rctx)
+	}
+	conn.Release()
 }
 
 // abortUnrecorded aborts a transaction that was never recorded (refused at CanCommit, or its
@@ -493,14 +503,7 @@ func (g *Global) abort(ctx context.Context, recs []core.Branch, votes []error) e
 	c := g.c
 	c.stats.aborted.Add(1)
 	cause := fmt.Errorf("threepc: %s: %w: %w", g.gid, ErrAborted, errors.Join(votes...))
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
-	defer cancel()
-	// Only the starter decides to commit, and it has not: rolling back is safe even when this write
-	// fails (the agents and the leader then abort at their timeouts).
-	if _, err := c.b.Log.Decide(dctx, g.gid, core.StatusTrying, core.StatusCancelling); err != nil && !errors.Is(err, core.ErrInvalidState) {
-		c.b.Cfg.Logger.Warn("threepc: could not record the abort; the agents and the leader will", slog.String("gid", g.gid), slog.Any("err", err))
-	}
-	if err := c.b.PhaseTwo(dctx, lock.Token{}, g.gid, core.StatusCancelling, recs); err != nil {
+	if err := c.b.Abort(ctx, g.gid, recs); err != nil {
 		return errors.Join(cause, err)
 	}
 	return cause
@@ -534,11 +537,13 @@ func (c *Coordinator) Decide(ctx context.Context, gid string) (participant.Outco
 		return 0, err
 	}
 	if st == core.StatusTrying {
-		st, err = c.b.Log.Decide(ctx, gid, core.StatusTrying, core.StatusCancelling)
+		var wrote bool
+		st, wrote, err = c.b.Log.DecideWrote(ctx, gid, core.StatusTrying, core.StatusCancelling)
 		switch {
-		case err == nil:
+		case err == nil && wrote:
 			c.stats.agentAborts.Add(1)
 			c.b.Cfg.Logger.Info("threepc: recorded the abort of an undecided transaction for a participant's agent", slog.String("gid", gid))
+		case err == nil: // another agent recorded the same abort first
 		case errors.Is(err, core.ErrInvalidState): // the starter decided first: st is its decision
 		default:
 			return 0, fmt.Errorf("threepc: decide %s: %w", gid, err)

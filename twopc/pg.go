@@ -10,18 +10,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/prepared"
-	"github.com/txkit/txkit/participant"
 )
 
 // database is a registered PostgreSQL participant database.
-type database struct {
-	*prepared.DB
-	target core.Target
-}
-
 // RegisterDB makes the PostgreSQL database behind pool a participant called name, for
 // [Global.Enlist]. Its work runs in its own transaction, prepared with PREPARE TRANSACTION in
 // phase one and ended with COMMIT PREPARED or ROLLBACK PREPARED in phase two — the database's
@@ -43,27 +36,7 @@ type database struct {
 // pool or a name registered twice returns an error wrapping [coordinator.ErrInvalidOption]; after
 // [Coordinator.Close], one wrapping [ErrClosed].
 func (c *Coordinator) RegisterDB(name string, pool *pgxpool.Pool) error {
-	db, err := prepared.NewDB(name, pool, c.o.phaseTwoConns)
-	if err != nil {
-		return fmt.Errorf("twopc: register database: %w: %w", err, coordinator.ErrInvalidOption)
-	}
-	d := &database{DB: db}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		d.Close()
-		return fmt.Errorf("twopc: register database %q: %w", name, ErrClosed)
-	}
-	h, err := c.b.Parts.Register("pg:"+name, pgParticipant{c: c, d: d})
-	if err == nil {
-		d.target, err = c.b.Parts.Target(h)
-	}
-	if err != nil {
-		d.Close()
-		return fmt.Errorf("twopc: register database %q: %w", name, err)
-	}
-	c.dbs[name] = d
-	return nil
+	return c.dbs.Register(name, pool)
 }
 
 // Close closes the pools the coordinator made for phase two and the resolver (one per
@@ -72,68 +45,7 @@ func (c *Coordinator) RegisterDB(name string, pool *pgxpool.Pool) error {
 // that needs one of these pools afterwards fails (the leader retries it). It does not block on the
 // network; calling it again does nothing and returns nil.
 func (c *Coordinator) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	c.closed = true
-	dbs := make([]*database, 0, len(c.dbs))
-	for _, d := range c.dbs {
-		dbs = append(dbs, d)
-	}
-	c.mu.Unlock()
-	for _, d := range dbs {
-		d.Close()
-	}
-	return nil
-}
-
-func (c *Coordinator) database(name string) (*database, error) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	d, ok := c.dbs[name]
-	if !ok {
-		return nil, fmt.Errorf("database %q is not registered (RegisterDB): %w", name, coordinator.ErrInvalidBranch)
-	}
-	return d, nil
-}
-
-// pgParticipant carries out phase two on a registered database: the prepared transaction of a
-// branch is found by its name.
-type pgParticipant struct {
-	c *Coordinator
-	d *database
-}
-
-// Do commits or rolls back the branch's prepared transaction. One that is not there any more is
-// success: it was committed (a commit is decided only after every prepare succeeded) or rolled
-// back (or, for an abort, never prepared). The starter's phase two runs on the connection the
-// branch prepared on (see withHeld); everyone else's on the database's phase-two pool.
-func (p pgParticipant) Do(ctx context.Context, req participant.Request) error {
-	var verb prepared.Verb
-	switch req.Op {
-	case participant.OpCommit:
-		verb = prepared.Commit
-	case participant.OpAbort:
-		verb = prepared.Rollback
-	default:
-		return fmt.Errorf("twopc: database %s: op %s: a database is prepared by its branch's own transaction: %w",
-			p.d.Name, req.Op, participant.ErrBadRequest)
-	}
-	var db prepared.Execer = p.d.P2
-	if conn := prepared.HeldConn(ctx, req.GID, req.Branch); conn != nil {
-		db = conn
-	}
-	return finish(ctx, db, p.d, verb, p.c.ns.ID(req.GID, req.Branch))
-}
-
-// finish runs COMMIT PREPARED or ROLLBACK PREPARED of id on db, one of d's; "does not exist" is
-// success.
-func finish(ctx context.Context, db prepared.Execer, d *database, verb prepared.Verb, id string) error {
-	if err := prepared.Finish(ctx, db, verb, id); err != nil {
-		return fmt.Errorf("twopc: database %s: %w", d.Name, err)
-	}
+	c.dbs.Close()
 	return nil
 }
 
@@ -159,12 +71,7 @@ type InDoubt struct {
 // time: it only carries out decisions already recorded. It blocks until every
 // database was scanned or ctx ends; failures are joined and returned after the others were done.
 func (c *Coordinator) ResolveInDoubt(ctx context.Context) (InDoubt, error) {
-	c.mu.RLock()
-	dbs := make([]*database, 0, len(c.dbs))
-	for _, d := range c.dbs {
-		dbs = append(dbs, d)
-	}
-	c.mu.RUnlock()
+	dbs := c.dbs.All()
 	var (
 		res  InDoubt
 		errs []error
@@ -178,7 +85,7 @@ func (c *Coordinator) ResolveInDoubt(ctx context.Context) (InDoubt, error) {
 	return res, errors.Join(errs...)
 }
 
-func (c *Coordinator) resolveDB(ctx context.Context, d *database, res *InDoubt) error {
+func (c *Coordinator) resolveDB(ctx context.Context, d *prepared.Registered, res *InDoubt) error {
 	found, err := prepared.Scan(ctx, d.P2, c.ns, c.o.resolveGrace)
 	if err != nil {
 		return fmt.Errorf("twopc: database %s: %w", d.Name, err)
@@ -196,7 +103,7 @@ func (c *Coordinator) resolveDB(ctx context.Context, d *database, res *InDoubt) 
 			// its decision to commit, and the unique gid lets only one of the two in.
 			// The tiny timeout makes the record due at once: the leader's next tick finishes it.
 			err = c.b.Log.CreateIn(ctx, gid, core.Kind2PC, core.StatusCancelling, time.Millisecond, nil,
-				core.Branch{Name: d.Name, Target: d.target})
+				core.Branch{Name: d.Name, Target: d.Target})
 			if err == nil || errors.Is(err, core.ErrInvalidState) {
 				st, err = c.b.Status(ctx, gid)
 			}
@@ -214,7 +121,7 @@ func (c *Coordinator) resolveDB(ctx context.Context, d *database, res *InDoubt) 
 			res.Undecided++
 			continue
 		}
-		if err := finish(ctx, d.P2, d, verb, id); err != nil {
+		if err := c.dbs.Finish(ctx, d.P2, d, verb, id); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -2,7 +2,6 @@ package twopc
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,13 +30,11 @@ import (
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {
 	coordinator.Shell
-	b      *core.Base
-	o      *options           // twopc's own settings
-	ns     prepared.Namespace // names this coordinator's prepared transactions
-	mu     sync.RWMutex
-	dbs    map[string]*database
-	closed bool
-	stats  struct{ committed, aborted, resolved atomic.Int64 }
+	b     *core.Base
+	o     *options           // twopc's own settings
+	ns    prepared.Namespace // names this coordinator's prepared transactions
+	dbs   *prepared.Registry // the registered databases
+	stats struct{ committed, aborted, resolved atomic.Int64 }
 }
 
 // New returns a Coordinator whose log lives in pool, configured by the options of package
@@ -62,7 +59,8 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("twopc: %w: %w", err, coordinator.ErrInvalidOption)
 	}
-	return &Coordinator{Shell: b, b: b, o: o, ns: ns, dbs: map[string]*database{}}, nil
+	return &Coordinator{Shell: b, b: b, o: o, ns: ns,
+		dbs: prepared.NewRegistry("twopc", ns, o.phaseTwoConns, participant.OpCommit, b.Parts, ErrClosed)}, nil
 }
 
 // Stats counts what a [Coordinator] did.
@@ -99,18 +97,10 @@ func (c *Coordinator) Begin(_ context.Context, opts ...coordinator.BeginOption) 
 	return &Global{c: c, gid: o.GID, timeout: o.Timeout}, nil
 }
 
-// Branch is a participant other than a registered PostgreSQL database: its prepare, commit and
-// abort are calls of [participant.Participant] with [participant.OpPrepare], [participant.OpCommit]
-// and [participant.OpAbort].
-type Branch struct {
-	// Name identifies the branch within the transaction.
-	Name string
-	// Participant is a participant.HTTP (its URL is stored) or one returned by
-	// Register (its name is stored), so a recovering coordinator can call it.
-	Participant participant.Participant
-	// Payload is sent with every op of the branch; empty or JSON.
-	Payload json.RawMessage
-}
+// Branch is a participant other than a registered PostgreSQL database ([coordinator.Branch]): its
+// prepare, commit and abort are calls of [participant.Participant] with [participant.OpPrepare],
+// [participant.OpCommit] and [participant.OpAbort].
+type Branch = coordinator.Branch
 
 // Global is a two-phase-commit transaction begun by [Coordinator.Begin]: enlist its branches,
 // then Commit or Abort. Global is safe for concurrent use: branches may be enlisted in parallel.
@@ -158,7 +148,7 @@ func (g *Global) GID() string { return g.gid }
 // wrapping [coordinator.ErrInvalidBranch]; a transaction already committing or aborted returns
 // [coordinator.ErrInvalidState].
 func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Context, tx pgx.Tx) error) error {
-	d, err := g.c.database(db)
+	d, err := g.c.dbs.Get(db)
 	if err != nil {
 		return fmt.Errorf("twopc: enlist %q in %s: %w", db, g.gid, err)
 	}
@@ -169,7 +159,7 @@ func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Co
 		return fmt.Errorf("twopc: enlist %q in %s: prepared transaction id takes %d bytes, more than %d: %w",
 			db, g.gid, n, prepared.MaxID, coordinator.ErrInvalidBranch)
 	}
-	br := &branch{rec: core.Branch{Name: db, Target: d.target}}
+	br := &branch{rec: core.Branch{Name: db, Target: d.Target}}
 	if err := g.reserve(br); err != nil {
 		return err
 	}
@@ -211,17 +201,14 @@ func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Co
 // recorded, or a name with a backslash or a control character, returns an error wrapping
 // [coordinator.ErrInvalidBranch]; a transaction already committing or aborted returns [coordinator.ErrInvalidState].
 func (g *Global) EnlistParticipant(b Branch) error {
-	t, err := g.c.b.Target(b.Participant)
+	rec, err := g.c.b.Branch(g.gid, b)
 	if err != nil {
-		return fmt.Errorf("twopc: branch %q of %s: %w", b.Name, g.gid, err)
-	}
-	if len(b.Payload) > 0 && !json.Valid(b.Payload) {
-		return fmt.Errorf("twopc: branch %q of %s: payload is not JSON: %w", b.Name, g.gid, coordinator.ErrInvalidBranch)
+		return err
 	}
 	if err := prepared.CheckName("branch", b.Name); err != nil {
 		return fmt.Errorf("twopc: branch of %s: %w: %w", g.gid, err, coordinator.ErrInvalidBranch)
 	}
-	return g.reserve(&branch{rec: core.Branch{Name: b.Name, Target: t, Payload: b.Payload}, p: b.Participant})
+	return g.reserve(&branch{rec: rec, p: b.Participant})
 }
 
 // reserve adds br to the branches, refusing a duplicate name or a transaction no longer open.
@@ -427,16 +414,14 @@ func (g *Global) decide(ctx context.Context, recs []core.Branch, onlyDBs bool) (
 			return st, nil
 		}
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
-	defer cancel()
-	cur, gerr := c.b.Status(rctx, g.gid)
+	cur, aborted, rerr := c.b.ReadBack(ctx, g.gid, err)
 	switch {
-	case gerr == nil && (cur == core.StatusCancelling || cur == core.StatusCancelled):
+	case aborted:
 		return cur, fmt.Errorf("twopc: %s: aborted by the leader before the decision: %w: %w", g.gid, ErrAborted, err)
-	case gerr == nil && (cur == core.StatusConfirming || cur == core.StatusConfirmed):
-		return cur, nil // our write went through; its answer was lost
+	case rerr != nil:
+		return 0, fmt.Errorf("twopc: commit %s: decide: %w: %w", g.gid, ErrInDoubt, rerr)
 	}
-	return 0, fmt.Errorf("twopc: commit %s: decide: %w: %w", g.gid, ErrInDoubt, errors.Join(err, gerr))
+	return cur, nil // our write went through; its answer was lost
 }
 
 // commitDBs is phase two of a transaction whose branches are all databases: the COMMIT PREPAREDs
@@ -544,12 +529,7 @@ func (g *Global) abort(ctx context.Context, recs []core.Branch, recorded bool, v
 		}
 		return errors.Join(append([]error{cause}, errs...)...)
 	}
-	// Only the starter decides to commit, and it has not: rolling back is safe even when this
-	// write fails (the leader then aborts at the timeout, presumed abort).
-	if _, err := c.b.Log.Decide(dctx, g.gid, core.StatusTrying, core.StatusCancelling); err != nil && !errors.Is(err, core.ErrInvalidState) {
-		c.b.Cfg.Logger.Warn("twopc: could not record the abort; the leader will", slog.String("gid", g.gid), slog.Any("err", err))
-	}
-	if err := c.b.PhaseTwo(dctx, lock.Token{}, g.gid, core.StatusCancelling, recs); err != nil {
+	if err := c.b.Abort(ctx, g.gid, recs); err != nil {
 		return errors.Join(cause, err)
 	}
 	return cause

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -400,4 +401,63 @@ func (b *Base) phaseTwo(ctx context.Context, tok lock.Token, gid string, st Stat
 		return failed, err
 	}
 	return failed, nil
+}
+
+// BranchSpec is a participant branch as a protocol's caller describes it (tcc.Branch,
+// twopc.Branch and threepc.Branch are coordinator.Branch, this type).
+type BranchSpec struct {
+	// Name identifies the branch within the transaction (the participant's barrier key with the gid).
+	Name string
+	// Participant is a participant.HTTP (its URL is stored) or one returned by Register (its name
+	// is stored), so a recovering coordinator can call it.
+	Participant participant.Participant
+	// Payload is sent with every op of the branch; empty or JSON.
+	Payload json.RawMessage
+}
+
+// Branch returns the record of the branch s of gid: where the recovery finds its participant,
+// and its payload. A participant that cannot be recorded or a payload that is not JSON returns
+// an error wrapping [ErrInvalidBranch] naming the branch and gid.
+func (b *Base) Branch(gid string, s BranchSpec) (Branch, error) {
+	t, err := b.Target(s.Participant)
+	if err != nil {
+		return Branch{}, b.Errorf("branch %q of %s: %w", s.Name, gid, err)
+	}
+	if len(s.Payload) > 0 && !json.Valid(s.Payload) {
+		return Branch{}, b.Errorf("branch %q of %s: payload is not JSON: %w", s.Name, gid, ErrInvalidBranch)
+	}
+	return Branch{Name: s.Name, Target: t, Payload: s.Payload}, nil
+}
+
+// Abort records the starter's decision to abort gid (trying → cancelling; one already
+// cancelling, by the leader's timeout or an agent, is fine) and carries it out on branches
+// ([Base.PhaseTwo]). The decision is written with ctx's values but not its cancellation (bounded
+// by [CleanupTimeout]), and rolling back is safe even when that write fails: only the starter
+// decides to commit, and the leader aborts an undecided transaction at its timeout. It returns
+// PhaseTwo's error.
+func (b *Base) Abort(ctx context.Context, gid string, branches []Branch) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	defer cancel()
+	if _, err := b.Log.Decide(dctx, gid, StatusTrying, StatusCancelling); err != nil && !errors.Is(err, ErrInvalidState) {
+		b.Cfg.Logger.Warn(b.name+": could not record the abort; the leader will", slog.String("gid", gid), slog.Any("err", err))
+	}
+	return b.PhaseTwo(dctx, lock.Token{}, gid, StatusCancelling, branches)
+}
+
+// ReadBack reads gid's status after the starter's decision to commit failed with werr (the write
+// may have gone through with its answer lost, or the leader's timeout or an agent may have
+// aborted first), with ctx's values but not its cancellation. It returns the status when it is
+// committing or committed (the decision stands), aborted = true when it is cancelling or
+// cancelled, and otherwise an error joining werr and the read's.
+func (b *Base) ReadBack(ctx context.Context, gid string, werr error) (st Status, aborted bool, err error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	defer cancel()
+	cur, gerr := b.Status(rctx, gid)
+	switch {
+	case gerr == nil && (cur == StatusCancelling || cur == StatusCancelled):
+		return cur, true, nil
+	case gerr == nil && (cur == StatusConfirming || cur == StatusConfirmed):
+		return cur, false, nil
+	}
+	return 0, false, errors.Join(werr, gerr)
 }

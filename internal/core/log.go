@@ -275,25 +275,33 @@ func (l *Log) status(ctx context.Context, gid string) (Status, error) {
 // when the decision has been carried out already. Anything else returns an error wrapping
 // [ErrInvalidState] naming the current status, or [ErrNotFound]. One write.
 func (l *Log) Decide(ctx context.Context, gid string, from, to Status) (Status, error) {
+	st, _, err := l.DecideWrote(ctx, gid, from, to)
+	return st, err
+}
+
+// DecideWrote is [Log.Decide] that also reports whether this call made the decision (false when
+// it found the transaction already decided the same way, by someone else or by an earlier call
+// whose answer was lost).
+func (l *Log) DecideWrote(ctx context.Context, gid string, from, to Status) (Status, bool, error) {
 	if !from.CanBecome(to) {
-		return 0, fmt.Errorf("core: %s: %s → %s: %w", gid, from, to, ErrInvalidState)
+		return 0, false, fmt.Errorf("core: %s: %s → %s: %w", gid, from, to, ErrInvalidState)
 	}
 	var one int
 	err := l.pool.QueryRow(ctx, l.q["decide"], gid, from.String(), to.String(), l.o.lease.Seconds()).Scan(&one)
 	if err == nil {
-		return to, nil
+		return to, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("core: %s: %s → %s: %w", gid, from, to, err)
+		return 0, false, fmt.Errorf("core: %s: %s → %s: %w", gid, from, to, err)
 	}
 	cur, err := l.status(ctx, gid)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if out, _ := to.Outcome(); cur == to || cur == out {
-		return cur, nil
+		return cur, false, nil
 	}
-	return cur, fmt.Errorf("core: %s: %s → %s: transaction is %s: %w", gid, from, to, cur, ErrInvalidState)
+	return cur, false, fmt.Errorf("core: %s: %s → %s: transaction is %s: %w", gid, from, to, cur, ErrInvalidState)
 }
 
 // BranchFailure is a branch whose op failed, and why.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,9 +20,10 @@ import (
 // not wait for a connection of Pool: under load every one of them may be held by work waiting for
 // the row locks a prepared transaction holds. DB is safe for concurrent use.
 type DB struct {
-	Name string
-	Pool *pgxpool.Pool // the caller's: the branches' work and PREPARE TRANSACTION
-	P2   *pgxpool.Pool // the coordinator's: phase two of branches whose connection is gone, the scan
+	Name       string
+	Pool       *pgxpool.Pool // the caller's: the branches' work and PREPARE TRANSACTION
+	P2         *pgxpool.Pool // the coordinator's: phase two of branches whose connection is gone, the scan
+	canPrepare atomic.Bool   // CheckPrepare succeeded once
 }
 
 // NewDB returns the database behind pool registered as name, with P2 built from pool's
@@ -45,6 +47,26 @@ func NewDB(name string, pool *pgxpool.Pool, phaseTwoConns int) (*DB, error) {
 		return nil, fmt.Errorf("database %q: phase-two pool: %w", name, err)
 	}
 	return &DB{Name: name, Pool: pool, P2: p2}, nil
+}
+
+// CheckPrepare returns nil when the server lets the database prepare transactions
+// (max_prepared_transactions above zero), an error saying so when it does not, or the query's
+// error. A success is remembered: later calls return nil without a round trip (a server
+// restarted without prepared transactions then fails at PREPARE TRANSACTION instead). It asks
+// through P2; ctx bounds the query.
+func (d *DB) CheckPrepare(ctx context.Context) error {
+	if d.canPrepare.Load() {
+		return nil
+	}
+	var n int
+	if err := d.P2.QueryRow(ctx, `select current_setting('max_prepared_transactions')::int`).Scan(&n); err != nil {
+		return fmt.Errorf("database %s: max_prepared_transactions: %w", d.Name, err)
+	}
+	if n <= 0 {
+		return fmt.Errorf("database %s cannot prepare transactions (max_prepared_transactions = 0)", d.Name)
+	}
+	d.canPrepare.Store(true)
+	return nil
 }
 
 // Close closes P2 (the caller's Pool stays open), waiting for its connections to be returned

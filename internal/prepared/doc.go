@@ -9,6 +9,8 @@
 //     so that its scan finds its own and leaves everyone else's alone;
 //   - a registered database ([DB]): the caller's pool and the coordinator's small phase-two pool,
 //     which phase two and the scan use so they never wait behind work holding the caller's pool;
+//     and a coordinator's set of them ([Registry]: RegisterDB, Close, and the participant of the
+//     coordinator core that ends a branch's prepared transaction);
 //   - phase two ([Finish]: COMMIT PREPARED or ROLLBACK PREPARED, a prepared transaction that is
 //     not there counting as done) and the scan of pg_prepared_xacts ([Scan]);
 //   - the connections a starter's branches prepared on, carried by a context to the code that
