@@ -40,7 +40,7 @@ func signing(t *testing.T) (string, *http.Client) {
 }
 
 func (w *world) wallet(c *threepc.Coordinator, mode participant.Termination, secret string, client *http.Client) *wallet {
-	t := w.t
+	t := w.T
 	s := testenv.PG(t)
 	if _, err := s.Pool.Exec(t.Context(), `create table wallet (id text primary key, balance int not null, frozen int not null);
 		insert into wallet values ('carol', 100, 0)`); err != nil {
@@ -114,7 +114,7 @@ func TestIntegrationHTTPAgentCommit(t *testing.T) {
 	if err := g.Commit(ctx); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
-	w.wantBalances(startBalance-30, startBalance+30)
+	w.WantBalances(startBalance-30, startBalance+30)
 	if b, f := wl.balances(t); b != 70 || f != 0 {
 		t.Fatalf("wallet balance %d frozen %d, want 70 and 0", b, f)
 	}
@@ -134,7 +134,7 @@ func TestIntegrationHTTPAgentCommit(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "HTTP 400") || !strings.Contains(err.Error(), "never pre-committed") {
 		t.Fatalf("docommit of an unknown gid = %v, want a 400 saying it was never pre-committed", err)
 	}
-	w.noPrepared()
+	w.NoPrepared()
 }
 
 // The starter stops after PreCommit (its hook never returns, as if it had died): the wallet's
@@ -168,9 +168,9 @@ func TestIntegrationHTTPAgentStarterGoneConsultLog(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { _, f := wl.balances(t); return f == 25 }, "the wallet did not pre-commit")
 	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool {
 		_, f := wl.balances(t)
-		return f == 0 && len(w.prepared(ctx)) == 0
+		return f == 0 && len(w.Prepared(ctx)) == 0
 	}, "the agents did not end the branches")
-	w.wantBalances(startBalance, startBalance)
+	w.WantBalances(startBalance, startBalance)
 	if b, _ := wl.balances(t); b != 100 {
 		t.Fatalf("wallet balance %d, want 100 (rolled back)", b)
 	}
@@ -181,5 +181,5 @@ func TestIntegrationHTTPAgentStarterGoneConsultLog(t *testing.T) {
 	if err := <-done; !errors.Is(err, threepc.ErrAborted) {
 		t.Fatalf("the starter's Commit = %v, want ErrAborted", err)
 	}
-	w.noPrepared()
+	w.NoPrepared()
 }

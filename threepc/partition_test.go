@@ -24,17 +24,17 @@ import (
 func partitionTrials(t *testing.T, mode participant.Termination, trials int) int {
 	ctx := t.Context()
 	w := newWorld(t)
-	proxy, err := tcpproxy.New(w.west.Pool.Config().ConnConfig.Host + ":" + itoa(w.west.Pool.Config().ConnConfig.Port))
+	proxy, err := tcpproxy.New(w.West.Pool.Config().ConnConfig.Host + ":" + itoa(w.West.Pool.Config().ConnConfig.Port))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
-	westVia := w.poolOf(w.west, proxy.Addr())
-	opts := coretest.Options(t, w.log.Name, threepc.WithCanCommitTimeout(500*time.Millisecond), threepc.WithPreCommitTimeout(time.Second),
+	westVia := w.poolOf(w.West, proxy.Addr())
+	opts := coretest.Options(t, w.Log.Name, threepc.WithCanCommitTimeout(500*time.Millisecond), threepc.WithPreCommitTimeout(time.Second),
 		threepc.WithParticipantTimeout(participantTimeout), coordinator.WithDefaultTimeout(6*time.Second),
 		coordinator.WithCallTimeout(time.Second), coordinator.WithLease(200*time.Millisecond),
-		coordinator.WithBackoff(100*time.Millisecond, 500*time.Millisecond), coordinator.WithElector(testenv.Elector(t, w.path, "leader")))
-	c, err := threepc.New(w.log.Pool, opts...)
+		coordinator.WithBackoff(100*time.Millisecond, 500*time.Millisecond), coordinator.WithElector(testenv.Elector(t, w.Path, "leader")))
+	c, err := threepc.New(w.Log.Pool, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func partitionTrials(t *testing.T, mode participant.Termination, trials int) int
 	if err := c.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for name, p := range map[string]*pgxpool.Pool{"east": w.east.Pool, "west": westVia} {
+	for name, p := range map[string]*pgxpool.Pool{"east": w.East.Pool, "west": westVia} {
 		if err := c.RegisterDB(name, p); err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func partitionTrials(t *testing.T, mode participant.Termination, trials int) int
 	testenv.Run(t, c.Run)
 	anomalies := 0
 	for i := range trials {
-		alice0, bob0 := w.balances()
+		alice0, bob0 := w.Balances()
 		proxy.PartitionAfter([]byte("PREPARE TRANSACTION"))
 		g, err := c.Begin(ctx)
 		if err != nil {
@@ -68,20 +68,20 @@ func partitionTrials(t *testing.T, mode participant.Termination, trials int) int
 			t.Fatalf("trial %d: the partition did not happen", i)
 		}
 		// The partition outlasts the agents' timeout, then heals; the leader finishes the record.
-		testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() bool { return len(w.prepared(ctx)) == 0 },
+		testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() bool { return len(w.Prepared(ctx)) == 0 },
 			"trial %d: prepared transactions left during the partition", i)
 		proxy.Heal()
 		testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() bool {
 			st, err := c.Status(ctx, g.GID())
 			return err == nil && st == threepc.StatusAborted
 		}, "trial %d: the leader did not finish the aborted transaction", i)
-		alice, bob := w.balances()
+		alice, bob := w.Balances()
 		if da, db := alice-alice0, bob-bob0; da != -db {
 			anomalies++
 			t.Logf("trial %d (%s): east %+d, west %+d: committed on one side, aborted on the other", i, g.GID(), da, db)
 		}
 	}
-	w.noPrepared()
+	w.NoPrepared()
 	return anomalies
 }
 

@@ -35,7 +35,7 @@ func TestIntegrationCommit(t *testing.T) {
 	if err := g.Commit(ctx); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
-	w.wantBalances(startBalance-40, startBalance+40)
+	w.WantBalances(startBalance-40, startBalance+40)
 	if got := rec.seen(); got != "cancommit,precommit,docommit" {
 		t.Fatalf("participant saw %s", got)
 	}
@@ -45,7 +45,7 @@ func TestIntegrationCommit(t *testing.T) {
 	if s := c.Stats(); s.Committed != 1 || s.Aborted != 0 {
 		t.Fatalf("stats %+v", s)
 	}
-	w.noPrepared()
+	w.NoPrepared()
 }
 
 // A "no" at CanCommit: nothing is executed anywhere, nothing recorded; the participant gets the
@@ -70,14 +70,14 @@ func TestIntegrationNoAtCanCommit(t *testing.T) {
 	if !strings.Contains(err.Error(), "less than") {
 		t.Fatalf("the error does not say why: %v", err)
 	}
-	w.wantBalances(startBalance, startBalance)
+	w.WantBalances(startBalance, startBalance)
 	if got := rec.seen(); got != "cancommit,abort" {
 		t.Fatalf("participant saw %s, want cancommit,abort", got)
 	}
 	if _, err := c.Status(ctx, g.GID()); !errors.Is(err, coordinator.ErrNotFound) {
 		t.Fatalf("a transaction refused at CanCommit is in the log: %v", err)
 	}
-	w.noPrepared()
+	w.NoPrepared()
 }
 
 // A failure at PreCommit (west's account does not exist... after east pre-committed) aborts
@@ -103,14 +103,14 @@ func TestIntegrationPreCommitFailureAbortsAll(t *testing.T) {
 	if !errors.As(err, &be) || be.Branch != "points" || be.Op != participant.OpPreCommit {
 		t.Fatalf("the error does not name the failed branch and op: %v", err)
 	}
-	w.wantBalances(startBalance, startBalance)
+	w.WantBalances(startBalance, startBalance)
 	if got := rec.seen(); got != "cancommit,precommit,abort" {
 		t.Fatalf("participant saw %s", got)
 	}
 	if st := status(t, c, g.GID()); st != threepc.StatusAborted {
 		t.Fatalf("status %v, want aborted", st)
 	}
-	w.noPrepared()
+	w.NoPrepared()
 
 	// A database's own work failing at PreCommit does the same.
 	g, _ = c.Begin(ctx)
@@ -123,8 +123,8 @@ func TestIntegrationPreCommitFailureAbortsAll(t *testing.T) {
 	if err := g.Commit(ctx); !errors.Is(err, threepc.ErrAborted) || !strings.Contains(err.Error(), "no account zoe") {
 		t.Fatalf("Commit = %v, want ErrAborted naming zoe", err)
 	}
-	w.wantBalances(startBalance, startBalance)
-	w.noPrepared()
+	w.WantBalances(startBalance, startBalance)
+	w.NoPrepared()
 }
 
 // A phase timeout shorter than a participant's answer aborts, and the error names the phase and
@@ -153,8 +153,8 @@ func TestIntegrationPhaseTimeout(t *testing.T) {
 	if took := time.Since(start); took > 1500*time.Millisecond {
 		t.Fatalf("Commit took %v; the phase timeout is 500ms", took)
 	}
-	w.wantBalances(startBalance, startBalance)
-	w.noPrepared()
+	w.WantBalances(startBalance, startBalance)
+	w.NoPrepared()
 }
 
 // The starter is SIGKILLed after every branch pre-committed, before the decision. Textbook agents
@@ -166,15 +166,15 @@ func TestIntegrationKilledAfterPreCommitTextbook(t *testing.T) {
 	w := newWorld(t)
 	c := w.coordinator()
 	w.killedStarter("killed-textbook", threepc.PhasePreCommitted)
-	if n := len(w.prepared(t.Context())); n != 2 {
+	if n := len(w.Prepared(t.Context())); n != 2 {
 		t.Fatalf("%d prepared transactions after the kill, want 2", n)
 	}
 	killed := time.Now()
 	agents := w.agents(c, threepc.WithAgentTermination(participant.TerminationTextbook))
-	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool { return len(w.prepared(t.Context())) == 0 },
+	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool { return len(w.Prepared(t.Context())) == 0 },
 		"the textbook agents did not end the prepared transactions")
 	t.Logf("row locks held %v after the kill (participant timeout %v)", time.Since(killed).Round(time.Millisecond), participantTimeout)
-	w.wantBalances(startBalance-40, startBalance+40)
+	w.WantBalances(startBalance-40, startBalance+40)
 	if a, b := agents[0].Stats(), agents[1].Stats(); a.Committed != 1 || b.Committed != 1 || a.RolledBack+b.RolledBack != 0 {
 		t.Fatalf("agents %+v %+v, want one commit each", a, b)
 	}
@@ -187,12 +187,12 @@ func TestIntegrationKilledAfterPreCommitTextbook(t *testing.T) {
 // abort and both roll back; the transfer never happened, in the data and in the log.
 func TestIntegrationKilledAfterPreCommitConsultLog(t *testing.T) {
 	w := newWorld(t)
-	c := w.coordinator(coordinator.WithElector(testenv.Elector(t, w.path, "leader")), coordinator.WithLease(200*time.Millisecond))
+	c := w.coordinator(coordinator.WithElector(testenv.Elector(t, w.Path, "leader")), coordinator.WithLease(200*time.Millisecond))
 	w.killedStarter("killed-consult", threepc.PhasePreCommitted)
 	agents := w.agents(c)
-	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool { return len(w.prepared(t.Context())) == 0 },
+	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool { return len(w.Prepared(t.Context())) == 0 },
 		"the consult-log agents did not end the prepared transactions")
-	w.wantBalances(startBalance, startBalance)
+	w.WantBalances(startBalance, startBalance)
 	if a, b := agents[0].Stats(), agents[1].Stats(); a.RolledBack != 1 || b.RolledBack != 1 || a.Fallbacks+b.Fallbacks != 0 {
 		t.Fatalf("agents %+v %+v, want one rollback each by the log", a, b)
 	}
@@ -209,12 +209,12 @@ func TestIntegrationKilledAfterPreCommitConsultLog(t *testing.T) {
 // Killed after the decision: consult-log agents commit by the log's decision.
 func TestIntegrationKilledAfterDecisionConsultLog(t *testing.T) {
 	w := newWorld(t)
-	c := w.coordinator(coordinator.WithElector(testenv.Elector(t, w.path, "leader")), coordinator.WithLease(200*time.Millisecond))
+	c := w.coordinator(coordinator.WithElector(testenv.Elector(t, w.Path, "leader")), coordinator.WithLease(200*time.Millisecond))
 	w.killedStarter("killed-decided", threepc.PhaseDecided)
 	agents := w.agents(c)
-	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool { return len(w.prepared(t.Context())) == 0 },
+	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool { return len(w.Prepared(t.Context())) == 0 },
 		"the consult-log agents did not end the prepared transactions")
-	w.wantBalances(startBalance-40, startBalance+40)
+	w.WantBalances(startBalance-40, startBalance+40)
 	if a, b := agents[0].Stats(), agents[1].Stats(); a.Committed != 1 || b.Committed != 1 || a.Fallbacks+b.Fallbacks != 0 {
 		t.Fatalf("agents %+v %+v, want one commit each by the log", a, b)
 	}
@@ -233,7 +233,7 @@ func TestIntegrationAgentFallsBackWhenLogUnreachable(t *testing.T) {
 	// A coordinator whose log pool points nowhere: every Decide fails.
 	dead := newDeadCoordinator(t, w)
 	testenv.Eventually(t, 15*time.Second, 100*time.Millisecond, func() bool {
-		a, err := threepc.NewPGAgent(dead, "east", w.east.Pool, threepc.WithAgentTimeout(participantTimeout))
+		a, err := threepc.NewPGAgent(dead, "east", w.East.Pool, threepc.WithAgentTimeout(participantTimeout))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,7 +249,7 @@ func TestIntegrationAgentFallsBackWhenLogUnreachable(t *testing.T) {
 		}
 		return true
 	}, "the agent found nothing to do")
-	if a := balance(t, w.east.Pool, "alice"); a != startBalance-40 {
+	if a := balance(t, w.East.Pool, "alice"); a != startBalance-40 {
 		t.Fatalf("alice %d after the fallback commit", a)
 	}
 	_ = c
@@ -260,7 +260,7 @@ func newDeadCoordinator(t *testing.T, w *world) *threepc.Coordinator {
 	ln := testenv.NewRawProxy(t, "127.0.0.1:1")
 	ln.Down()
 	pool := w.poolVia(ln.Addr())
-	dead, err := threepc.New(pool, coordinator.WithSchema(w.log.Name), threepc.WithCanCommitTimeout(500*time.Millisecond),
+	dead, err := threepc.New(pool, coordinator.WithSchema(w.Log.Name), threepc.WithCanCommitTimeout(500*time.Millisecond),
 		threepc.WithPreCommitTimeout(time.Second), threepc.WithParticipantTimeout(participantTimeout), coordinator.WithDefaultTimeout(6*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -280,11 +280,11 @@ func TestIntegrationBadInput(t *testing.T) {
 		"zero phase-two conns":                     {threepc.WithPhaseTwoConns(0)},
 		"backslash schema":                         {coordinator.WithSchema(`a\b`)},
 	} {
-		if _, err := threepc.New(w.log.Pool, opts...); !errors.Is(err, coordinator.ErrInvalidOption) {
+		if _, err := threepc.New(w.Log.Pool, opts...); !errors.Is(err, coordinator.ErrInvalidOption) {
 			t.Errorf("%s: New = %v, want ErrInvalidOption", name, err)
 		}
 	}
-	if _, err := threepc.New(w.log.Pool, threepc.WithCanCommitTimeout(time.Second), threepc.WithPreCommitTimeout(2*time.Second),
+	if _, err := threepc.New(w.Log.Pool, threepc.WithCanCommitTimeout(time.Second), threepc.WithPreCommitTimeout(2*time.Second),
 		threepc.WithParticipantTimeout(3*time.Second)); err == nil || !strings.Contains(err.Error(), "agents would decide while the coordinator may still be in phase two") {
 		t.Errorf("the error for a participant timeout below the phases does not say why: %v", err)
 	}
@@ -331,8 +331,8 @@ func TestIntegrationBadInput(t *testing.T) {
 	if err := g.Abort(ctx); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Errorf("Abort after Commit = %v", err)
 	}
-	w.wantBalances(startBalance-1, startBalance)
-	w.noPrepared()
+	w.WantBalances(startBalance-1, startBalance)
+	w.NoPrepared()
 }
 
 // A transaction with no branch commits trivially and writes nothing; Abort before Commit runs
@@ -358,5 +358,5 @@ func TestIntegrationEmptyAndAbort(t *testing.T) {
 	if err := g.Commit(ctx); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("Commit after Abort = %v", err)
 	}
-	w.wantBalances(startBalance, startBalance)
+	w.WantBalances(startBalance, startBalance)
 }

@@ -22,13 +22,13 @@ const envWorker = "TXKIT_3PC_KILLED_STARTER"
 // killedStarter runs, in a process of its own, a transfer of 40 from alice to bob with gid that
 // SIGKILLs itself at phase p, and waits for it to die.
 func (w *world) killedStarter(gid string, p threepc.Phase) {
-	w.t.Helper()
-	cmd := exec.CommandContext(w.t.Context(), os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envWorker+"="+strings.Join([]string{p.String(), gid, w.log.URL, w.log.Name, w.east.URL, w.west.URL}, "|"))
+	w.T.Helper()
+	cmd := exec.CommandContext(w.T.Context(), os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envWorker+"="+strings.Join([]string{p.String(), gid, w.Log.URL, w.Log.Name, w.East.URL, w.West.URL}, "|"))
 	out, err := cmd.CombinedOutput()
 	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		w.t.Fatalf("the starter was not SIGKILLed at %s: %v\n%s", p, err, out)
+		w.T.Fatalf("the starter was not SIGKILLed at %s: %v\n%s", p, err, out)
 	}
 }
 

@@ -28,7 +28,7 @@ func TestIntegrationHotRowSmallPool(t *testing.T) {
 		bound     = 30 * time.Second
 	)
 	b := newBank(t)
-	c := b.coordinatorOn(map[string]*pgxpool.Pool{"east": b.pool(b.east, conns, nil), "west": b.pool(b.west, conns, nil)},
+	c := b.coordinatorOn(map[string]*pgxpool.Pool{"east": b.pool(b.East, conns, nil), "west": b.pool(b.West, conns, nil)},
 		coordinator.WithCallTimeout(2*time.Second))
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
@@ -59,8 +59,8 @@ func TestIntegrationHotRowSmallPool(t *testing.T) {
 	if len(failed) > 0 {
 		t.Errorf("%d of %d transfers did not commit within %v; the first: %v", len(failed), transfers, bound, failed[0])
 	}
-	b.noPrepared()
-	b.wantBalances(startBalance-transfers, startBalance+transfers)
+	b.NoPrepared()
+	b.WantBalances(startBalance-transfers, startBalance+transfers)
 }
 
 // TestIntegrationResolveInDoubtPoolExhausted: the in-doubt resolver ends a prepared transaction
@@ -69,14 +69,14 @@ func TestIntegrationHotRowSmallPool(t *testing.T) {
 func TestIntegrationResolveInDoubtPoolExhausted(t *testing.T) {
 	ctx := t.Context()
 	b := newBank(t)
-	east := b.pool(b.east, 2, nil)
+	east := b.pool(b.East, 2, nil)
 	c := b.coordinatorOn(map[string]*pgxpool.Pool{"east": east})
 	// A prepared transaction named like ours whose gid the log has never heard of.
-	orphan, err := b.log.Pool.Begin(ctx)
+	orphan, err := b.Log.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := orphan.Exec(ctx, "prepare transaction 'txkit:"+b.log.Name+".txkit_2pc_:6:ghost1:east'"); err != nil {
+	if _, err := orphan.Exec(ctx, "prepare transaction 'txkit:"+b.Log.Name+".txkit_2pc_:6:ghost1:east'"); err != nil {
 		t.Fatal(err)
 	}
 	_ = orphan.Rollback(ctx) // only returns the connection: the prepared transaction lives on
@@ -93,7 +93,7 @@ func TestIntegrationResolveInDoubtPoolExhausted(t *testing.T) {
 	if err != nil || res.RolledBack != 1 {
 		t.Fatalf("ResolveInDoubt with the registered pool exhausted = %+v, %v; want the orphan rolled back within 10s", res, err)
 	}
-	b.noPrepared()
+	b.NoPrepared()
 }
 
 // TestIntegrationBackslashGIDDoesNothing: on a pool whose connections run with
@@ -103,7 +103,7 @@ func TestIntegrationResolveInDoubtPoolExhausted(t *testing.T) {
 func TestIntegrationBackslashGIDDoesNothing(t *testing.T) {
 	ctx := t.Context()
 	b := newBank(t)
-	off := b.pool(b.east, 4, func(cfg *pgxpool.Config) {
+	off := b.pool(b.East, 4, func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.RuntimeParams["standard_conforming_strings"] = "off"
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	})
@@ -117,7 +117,7 @@ func TestIntegrationBackslashGIDDoesNothing(t *testing.T) {
 		t.Fatalf("standard_conforming_strings = %q on the pool, want off", scs)
 	}
 	tables := func() []string {
-		rows, err := b.east.Pool.Query(ctx, `select table_name::text from information_schema.tables where table_schema = $1 order by 1`, b.east.Name)
+		rows, err := b.East.Pool.Query(ctx, `select table_name::text from information_schema.tables where table_schema = $1 order by 1`, b.East.Name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,5 +149,5 @@ func TestIntegrationBackslashGIDDoesNothing(t *testing.T) {
 	if after := tables(); !slices.Equal(after, before) {
 		t.Errorf("tables of the participant's schema: %v before, %v after the backslash gid", before, after)
 	}
-	b.wantBalances(startBalance, startBalance)
+	b.WantBalances(startBalance, startBalance)
 }

@@ -49,22 +49,22 @@ func TestIntegrationDisruptivePGRestart(t *testing.T) {
 	}
 	t.Logf("PostgreSQL restarted in %v", time.Since(start).Round(time.Millisecond))
 	// The pools' connections died with the old server: drop them, and wait until new ones work.
-	for _, p := range []*testenv.Schema{b.log, b.east, b.west} {
+	for _, p := range []*testenv.Schema{b.Log, b.East, b.West} {
 		p.Pool.Reset()
 	}
 	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() bool {
-		return b.log.Pool.Ping(ctx) == nil
+		return b.Log.Pool.Ping(ctx) == nil
 	}, "PostgreSQL did not answer after the restart")
-	if n := len(b.prepared(ctx)); n != 2 {
+	if n := len(b.Prepared(ctx)); n != 2 {
 		t.Fatalf("%d prepared transactions after the restart, want the 2 of %s", n, gid)
 	}
-	b.wantBalances(startBalance, startBalance)
+	b.WantBalances(startBalance, startBalance)
 
 	leader := b.coordinator(coordinator.WithElector(b.elector("leader")))
 	run(t, leader)
 	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
 		s, err := leader.Status(ctx, gid)
-		return err == nil && s == twopc.StatusCommitted && len(b.prepared(ctx)) == 0
+		return err == nil && s == twopc.StatusCommitted && len(b.Prepared(ctx)) == 0
 	}, "the leader did not commit the prepared transactions after the restart")
-	b.wantBalances(startBalance-25, startBalance+25)
+	b.WantBalances(startBalance-25, startBalance+25)
 }

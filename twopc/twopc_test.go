@@ -31,15 +31,15 @@ func TestIntegrationCommit(t *testing.T) {
 		t.Fatalf("enlist: %v", err)
 	}
 	// Until Commit, the work is invisible outside its transactions.
-	b.wantBalances(startBalance, startBalance)
+	b.WantBalances(startBalance, startBalance)
 	if err := g.Commit(ctx); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
-	b.wantBalances(startBalance-30, startBalance+30)
+	b.WantBalances(startBalance-30, startBalance+30)
 	if s := status(t, c, "transfer-1"); s != twopc.StatusCommitted {
 		t.Fatalf("status %s, want committed", s)
 	}
-	b.noPrepared()
+	b.NoPrepared()
 	if err := g.Commit(ctx); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("second Commit = %v, want ErrInvalidState", err)
 	}
@@ -81,8 +81,8 @@ func TestIntegrationVoteNoAbortsAll(t *testing.T) {
 	if !errors.As(err, &be) || be.Branch != "ledger" || be.Op != participant.OpPrepare {
 		t.Fatalf("Commit's branch error = %+v, want the ledger's prepare", be)
 	}
-	b.wantBalances(startBalance, startBalance)
-	b.noPrepared()
+	b.WantBalances(startBalance, startBalance)
+	b.NoPrepared()
 	if s := status(t, c, g.GID()); s != twopc.StatusAborted {
 		t.Fatalf("status %s, want aborted", s)
 	}
@@ -121,8 +121,8 @@ func TestIntegrationPrepareTimeoutAborts(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("Commit took %v with a 300ms prepare timeout", d)
 	}
-	b.wantBalances(startBalance, startBalance)
-	b.noPrepared()
+	b.WantBalances(startBalance, startBalance)
+	b.NoPrepared()
 }
 
 // The starter stops after writing the decision and before phase two (a hook holds it there,
@@ -145,10 +145,10 @@ func TestIntegrationCrashAfterDecisionRecovered(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- g.Commit(ctx) }()
 	gid := <-held
-	if n := len(b.prepared(ctx)); n != 2 {
+	if n := len(b.Prepared(ctx)); n != 2 {
 		t.Fatalf("%d prepared transactions between the phases, want 2", n)
 	}
-	b.wantBalances(startBalance, startBalance)
+	b.WantBalances(startBalance, startBalance)
 
 	leader := b.coordinator(coordinator.WithElector(b.elector("leader")))
 	run(t, leader)
@@ -156,14 +156,14 @@ func TestIntegrationCrashAfterDecisionRecovered(t *testing.T) {
 		s, err := leader.Status(ctx, gid)
 		return err == nil && s == twopc.StatusCommitted
 	}, "the leader did not commit the decided transaction")
-	b.wantBalances(startBalance-40, startBalance+40)
-	b.noPrepared()
+	b.WantBalances(startBalance-40, startBalance+40)
+	b.NoPrepared()
 
 	close(release) // the starter wakes; its phase two finds the work done
 	if err := <-done; err != nil {
 		t.Fatalf("starter's Commit after the leader finished: %v", err)
 	}
-	b.wantBalances(startBalance-40, startBalance+40)
+	b.WantBalances(startBalance-40, startBalance+40)
 }
 
 // The starter stops after every branch prepared but before the decision: with no decision the
@@ -193,15 +193,15 @@ func TestIntegrationCrashBeforeDecisionAborts(t *testing.T) {
 		s, err := leader.Status(ctx, gid)
 		return err == nil && s == twopc.StatusAborted
 	}, "the leader did not abort the undecided transaction")
-	b.noPrepared()
-	b.wantBalances(startBalance, startBalance)
+	b.NoPrepared()
+	b.WantBalances(startBalance, startBalance)
 
 	close(release) // the starter wakes and tries to decide: too late
 	if err := <-done; !errors.Is(err, twopc.ErrAborted) {
 		t.Fatalf("starter's Commit after the timeout = %v, want ErrAborted", err)
 	}
-	b.wantBalances(startBalance, startBalance)
-	b.noPrepared()
+	b.WantBalances(startBalance, startBalance)
+	b.NoPrepared()
 }
 
 // Prepared transactions the log can explain are resolved by ResolveInDoubt: one of a decided
@@ -246,14 +246,14 @@ func TestIntegrationResolveInDoubt(t *testing.T) {
 	go func() { _ = g2.Commit(ctx) }()
 	<-held
 	// A prepared transaction named like ours whose gid the log has never heard of.
-	orphan, err := b.east.Pool.Begin(ctx)
+	orphan, err := b.East.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := orphan.Exec(ctx, `update accounts set balance = balance + 1000 where id = 'bob'`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := orphan.Exec(ctx, "prepare transaction 'txkit:"+b.log.Name+".txkit_2pc_:6:ghost1:east'"); err != nil {
+	if _, err := orphan.Exec(ctx, "prepare transaction 'txkit:"+b.Log.Name+".txkit_2pc_:6:ghost1:east'"); err != nil {
 		t.Fatal(err)
 	}
 	_ = orphan.Rollback(ctx) // only returns the connection: the prepared transaction lives on
@@ -265,13 +265,13 @@ func TestIntegrationResolveInDoubt(t *testing.T) {
 	if res != (twopc.InDoubt{Found: 3, Committed: 1, RolledBack: 1, Undecided: 1}) {
 		t.Fatalf("ResolveInDoubt = %+v, want found 3, committed 1, rolled back 1, undecided 1", res)
 	}
-	if got := balance(t, b.east.Pool, "alice"); got != startBalance-5 {
+	if got := balance(t, b.East.Pool, "alice"); got != startBalance-5 {
 		t.Fatalf("alice = %d, want the decided transaction committed (%d)", got, startBalance-5)
 	}
-	if got := balance(t, b.east.Pool, "bob"); got != startBalance {
+	if got := balance(t, b.East.Pool, "bob"); got != startBalance {
 		t.Fatalf("east bob = %d, want the orphan rolled back (%d)", got, startBalance)
 	}
-	if ids := b.prepared(ctx); len(ids) != 1 || !strings.HasSuffix(ids[0], ":west") {
+	if ids := b.Prepared(ctx); len(ids) != 1 || !strings.HasSuffix(ids[0], ":west") {
 		t.Fatalf("prepared after the scan = %v, want only the undecided one in west", ids)
 	}
 	// Running it again changes nothing and is not an error.
@@ -299,7 +299,7 @@ func TestIntegrationDuplicateCommitAndAbort(t *testing.T) {
 	if res, err := other.ResolveInDoubt(ctx); err != nil || res.Found != 0 {
 		t.Fatalf("ResolveInDoubt after commit = %+v, %v", res, err)
 	}
-	b.wantBalances(startBalance-10, startBalance+10)
+	b.WantBalances(startBalance-10, startBalance+10)
 
 	a, _ := c.Begin(ctx)
 	if err := b.move(ctx, a, 10); err != nil {
@@ -314,8 +314,8 @@ func TestIntegrationDuplicateCommitAndAbort(t *testing.T) {
 	if err := a.Commit(ctx); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("Commit after Abort = %v, want ErrInvalidState", err)
 	}
-	b.wantBalances(startBalance-10, startBalance+10)
-	b.noPrepared()
+	b.WantBalances(startBalance-10, startBalance+10)
+	b.NoPrepared()
 	// Nothing was written for the aborted one: presumed abort needs no record.
 	if _, err := c.Status(ctx, a.GID()); !errors.Is(err, coordinator.ErrNotFound) {
 		t.Fatalf("Status of a transaction aborted before Commit = %v, want ErrNotFound", err)
@@ -337,8 +337,8 @@ func TestIntegrationEnlistWorkFails(t *testing.T) {
 	if err := g.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b.wantBalances(startBalance, startBalance+1)
-	b.noPrepared()
+	b.WantBalances(startBalance, startBalance+1)
+	b.NoPrepared()
 }
 
 // Participant branches go through the barrier over HTTP: an abort that overtakes its prepare is
@@ -346,7 +346,7 @@ func TestIntegrationEnlistWorkFails(t *testing.T) {
 func TestIntegrationHTTPParticipantBarrier(t *testing.T) {
 	ctx := t.Context()
 	b := newBank(t)
-	srv := newHTTPParty(t, b.east.Pool)
+	srv := newHTTPParty(t, b.East.Pool)
 	c := b.coordinator()
 	g, _ := c.Begin(ctx)
 	if err := g.Enlist(ctx, "west", update("bob", 3)); err != nil {
@@ -418,14 +418,14 @@ func TestIntegrationBadInput(t *testing.T) {
 			return g.Enlist(ctx, "east", update("alice", 1))
 		}(), coordinator.ErrInvalidState},
 		{"unknown transaction", func() error { _, err := c.Status(ctx, "no-such-gid"); return err }(), coordinator.ErrNotFound},
-		{"register database twice", c.RegisterDB("east", b.east.Pool), coordinator.ErrInvalidOption},
+		{"register database twice", c.RegisterDB("east", b.East.Pool), coordinator.ErrInvalidOption},
 		{"register nil pool", c.RegisterDB("south", nil), coordinator.ErrInvalidOption},
 		{"run without elector", c.Run(ctx), coordinator.ErrInvalidOption},
 		{"prepare timeout above timeout", func() error {
-			_, err := twopc.New(b.log.Pool, twopc.WithPrepareTimeout(time.Minute), coordinator.WithDefaultTimeout(time.Second))
+			_, err := twopc.New(b.Log.Pool, twopc.WithPrepareTimeout(time.Minute), coordinator.WithDefaultTimeout(time.Second))
 			return err
 		}(), coordinator.ErrInvalidOption},
-		{"zero concurrency", func() error { _, err := twopc.New(b.log.Pool, coordinator.WithConcurrency(0)); return err }(), coordinator.ErrInvalidOption},
+		{"zero concurrency", func() error { _, err := twopc.New(b.Log.Pool, coordinator.WithConcurrency(0)); return err }(), coordinator.ErrInvalidOption},
 		{"gid with a backslash", func() error { _, err := c.Begin(ctx, coordinator.WithGID(`a\b`)); return err }(), coordinator.ErrInvalidOption},
 		{"gid with a newline", func() error { _, err := c.Begin(ctx, coordinator.WithGID("a\nb")); return err }(), coordinator.ErrInvalidOption},
 		{"gid with DEL", func() error { _, err := c.Begin(ctx, coordinator.WithGID("a\x7fb")); return err }(), coordinator.ErrInvalidOption},
@@ -438,20 +438,20 @@ func TestIntegrationBadInput(t *testing.T) {
 			g, _ := c.Begin(ctx)
 			return g.EnlistParticipant(twopc.Branch{Name: "x\ty", Participant: participant.HTTP{URL: "http://127.0.0.1:1/x"}})
 		}(), coordinator.ErrInvalidBranch},
-		{"database name with a backslash", c.RegisterDB(`south\`, b.east.Pool), coordinator.ErrInvalidOption},
-		{"database name with an escape", c.RegisterDB("south\x1b[2J", b.east.Pool), coordinator.ErrInvalidOption},
-		{"schema with a backslash", func() error { _, err := twopc.New(b.log.Pool, coordinator.WithSchema(`bank\`)); return err }(), coordinator.ErrInvalidOption},
+		{"database name with a backslash", c.RegisterDB(`south\`, b.East.Pool), coordinator.ErrInvalidOption},
+		{"database name with an escape", c.RegisterDB("south\x1b[2J", b.East.Pool), coordinator.ErrInvalidOption},
+		{"schema with a backslash", func() error { _, err := twopc.New(b.Log.Pool, coordinator.WithSchema(`bank\`)); return err }(), coordinator.ErrInvalidOption},
 		{"table prefix with a control character", func() error {
-			_, err := twopc.New(b.log.Pool, coordinator.WithTablePrefix("p\x01_"))
+			_, err := twopc.New(b.Log.Pool, coordinator.WithTablePrefix("p\x01_"))
 			return err
 		}(), coordinator.ErrInvalidOption},
-		{"no phase-two connection", func() error { _, err := twopc.New(b.log.Pool, twopc.WithPhaseTwoConns(0)); return err }(), coordinator.ErrInvalidOption},
+		{"no phase-two connection", func() error { _, err := twopc.New(b.Log.Pool, twopc.WithPhaseTwoConns(0)); return err }(), coordinator.ErrInvalidOption},
 	} {
 		if !errors.Is(tc.err, tc.want) {
 			t.Errorf("%s: error %v, want %v", tc.name, tc.err, tc.want)
 		}
 	}
-	b.noPrepared()
+	b.NoPrepared()
 }
 
 // A transaction with no branch commits trivially and writes nothing.
@@ -463,7 +463,7 @@ func TestIntegrationEmptyCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n int
-	if err := b.log.Pool.QueryRow(t.Context(), `select count(*) from txkit_2pc_global`).Scan(&n); err != nil || n != 0 {
+	if err := b.Log.Pool.QueryRow(t.Context(), `select count(*) from txkit_2pc_global`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("rows in the log after an empty commit: %d, %v", n, err)
 	}
 }
@@ -495,8 +495,8 @@ func TestIntegrationEnlistDuringCommit(t *testing.T) {
 	if err := <-late; !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("Enlist that outlasted Commit = %v, want ErrInvalidState", err)
 	}
-	b.wantBalances(startBalance, startBalance+2)
-	b.noPrepared()
+	b.WantBalances(startBalance, startBalance+2)
+	b.NoPrepared()
 }
 
 // A panic in an Enlist's work goes on to the caller, as in pgx.BeginFunc, but only after the
@@ -505,8 +505,8 @@ func TestIntegrationEnlistDuringCommit(t *testing.T) {
 func TestIntegrationEnlistWorkPanics(t *testing.T) {
 	ctx := t.Context()
 	b := newBank(t)
-	east := b.pool(b.east, 2, nil)
-	c := b.coordinatorOn(map[string]*pgxpool.Pool{"east": east, "west": b.west.Pool})
+	east := b.pool(b.East, 2, nil)
+	c := b.coordinatorOn(map[string]*pgxpool.Pool{"east": east, "west": b.West.Pool})
 	g, err := c.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -537,6 +537,6 @@ func TestIntegrationEnlistWorkPanics(t *testing.T) {
 	if err := g.Commit(ctx); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
-	b.wantBalances(startBalance-10, startBalance+10)
-	b.noPrepared()
+	b.WantBalances(startBalance-10, startBalance+10)
+	b.NoPrepared()
 }
