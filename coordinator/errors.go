@@ -2,7 +2,7 @@ package coordinator
 
 import "github.com/txkit/txkit/internal/core"
 
-// Sentinel errors shared by every coordinator: tcc, saga and twopc return errors wrapping these
+// Sentinel errors shared by every coordinator: tcc, saga, twopc and threepc return errors wrapping these
 // very values. Callers match them with [errors.Is]. A refused try, action or vote returns an
 // error wrapping [github.com/txkit/txkit/participant.ErrRefused]; a deposed leader's write, one
 // wrapping lock.ErrFenced.

@@ -1,5 +1,5 @@
 // Command txkit is the operator's tool for txkit's tables: the outbox's backlog and dead letters,
-// the global transactions of the tcc, saga and twopc coordinators, and the failed notifications.
+// the global transactions of the tcc, saga, twopc and threepc coordinators, and the failed notifications.
 //
 //	txkit outbox backlog [-pg URL] [-schema S] [-table T]
 //	txkit outbox dead    [-pg URL] [-schema S] [-table T] [-limit N]
@@ -62,7 +62,8 @@ flags of every outbox command (before the verb or after it):
 flags of every tx command (before the verb or after it):
   -pg URL, -pg-file F   as above
   -schema NAME  schema of the coordinator's tables (default: the URL's search_path)
-  -prefix P     table prefix (default txkit_ for tcc; sagas use txkit_saga_, two-phase commits txkit_2pc_)
+  -prefix P     table prefix (default txkit_ for tcc; sagas use txkit_saga_, two-phase commits txkit_2pc_,
+                three-phase commits txkit_3pc_)
 
   notify failed      notifications that ran out of attempts   [-limit N]
   notify show ID     one notification and its attempts

@@ -21,7 +21,7 @@ import (
 	"github.com/txkit/txkit/participant"
 )
 
-// Config is what every coordinator built on the core (tcc, saga, twopc) is configured with: the
+// Config is what every coordinator built on the core (tcc, saga, twopc, threepc) is configured with: the
 // options of package coordinator ([Option]) set its fields, and a protocol's own options set Own.
 type Config struct {
 	Schema, Prefix         string        // where the log's tables live (WithSchema, WithTablePrefix)

@@ -1,4 +1,4 @@
-// Package core is the coordinator core shared by tcc, saga and twopc: the durable log of
+// Package core is the coordinator core shared by tcc, saga, twopc and threepc: the durable log of
 // global transactions and their branches in PostgreSQL ([Log]), their typed states and the one
 // table of allowed transitions (state.go), and the [Recoverer] that, on the elected leader only,
 // drives to their end the transactions whose starter vanished.

@@ -8,7 +8,7 @@ import (
 )
 
 // Sentinel errors, exported to users by package coordinator (coordinator.ErrNotFound is
-// ErrNotFound), so that one value means the same whatever the coordinator: tcc, saga and twopc
+// ErrNotFound), so that one value means the same whatever the coordinator: tcc, saga, twopc and threepc
 // return errors wrapping these. Callers match them with [errors.Is]; the errors returned wrap
 // them with the gid and branch involved. A deposed leader's write fails with an error wrapping
 // [lock.ErrFenced].
