@@ -1,7 +1,8 @@
 // Package coordinator holds what every txkit coordinator — [github.com/txkit/txkit/tcc],
-// [github.com/txkit/txkit/saga] and [github.com/txkit/txkit/twopc] — shares in its API: the
-// options of their New ([Option]) and Begin ([BeginOption]), the sentinel errors, [BranchError]
-// and [Stats]. Each coordinator package holds only what is specific to its protocol (its
+// [github.com/txkit/txkit/saga], [github.com/txkit/txkit/twopc] and
+// [github.com/txkit/txkit/threepc] — shares in its API: the options of their New ([Option]) and
+// Begin ([BeginOption]), the sentinel errors, a participant branch ([Branch]), [BranchError] and
+// [Stats]. Each coordinator package holds only what is specific to its protocol (its
 // Coordinator, its statuses, its own options such as saga.WithAttempts or
 // twopc.WithPrepareTimeout, its own sentinels such as twopc.ErrAborted).
 //
@@ -10,14 +11,14 @@
 //	...
 //	if errors.Is(err, coordinator.ErrIncomplete) { ... } // the same value whichever coordinator returned it
 //
-// Why a package of its own: the three coordinators are built on one shell (internal/core), and
-// one public place lets a user match an error (coordinator.ErrTimeout) and write an option the
-// same way whatever the coordinator, and lets a new coordinator (3PC) take them without
+// Why a package of its own: the coordinators are built on one shell (internal/core), and one
+// public place lets a user match an error (coordinator.ErrTimeout) and write an option the same
+// way whatever the coordinator, and let a new coordinator (threepc, the fourth) take them without
 // writing them again. Re-exporting them from each coordinator package would repeat every
 // option, sentinel and doc comment once per protocol. The types here are the core's, through
 // aliases; the option functions and docs are written here once.
 //
-// The price of one option type for three constructors: a protocol's own option given to another
+// The price of one option type for four constructors: a protocol's own option given to another
 // protocol's New (saga.WithAttempts to tcc.New) compiles, and New refuses it with an error
 // wrapping [ErrInvalidOption] that names it.
 package coordinator

@@ -9,8 +9,8 @@ import (
 	"github.com/txkit/txkit/lock"
 )
 
-// Option configures a coordinator: tcc.New, saga.New and twopc.New take these, and their own
-// (saga.WithAttempts, twopc.WithPrepareTimeout, ...), which another protocol's New refuses with
+// Option configures a coordinator: tcc.New, saga.New, twopc.New and threepc.New take these, and
+// their own (saga.WithAttempts, twopc.WithPrepareTimeout, threepc.WithPreCommitTimeout, ...), which another protocol's New refuses with
 // an error wrapping [ErrInvalidOption]. New validates them all.
 type Option = core.Option
 
@@ -20,8 +20,8 @@ type Option = core.Option
 func WithSchema(name string) Option { return func(c *core.Config) { c.Schema = name } }
 
 // WithTablePrefix sets the prefix of the table names: "txkit_" (txkit_global, txkit_branch) for
-// tcc, "txkit_saga_" for saga and "txkit_2pc_" for twopc by default, which keeps the coordinators'
-// logs apart, so that they may lead different elections without fencing each other out.
+// tcc, "txkit_saga_" for saga, "txkit_2pc_" for twopc and "txkit_3pc_" for threepc by default,
+// which keeps the coordinators' logs apart, so that they may lead different elections without fencing each other out.
 func WithTablePrefix(p string) Option { return func(c *core.Config) { c.Prefix = p } }
 
 // WithLease sets how long a starter owns a transaction it drives (default 30s): after it, the
@@ -55,12 +55,13 @@ func WithConcurrency(n int) Option { return func(c *core.Config) { c.Concurrency
 func WithCallTimeout(d time.Duration) Option { return func(c *core.Config) { c.CallTimeout = d } }
 
 // WithDefaultTimeout sets the timeout of transactions begun without [WithTimeout]: 1m for tcc, 5m
-// for saga, 30s for twopc by default.
+// for saga, 30s for twopc, 1m for threepc by default.
 func WithDefaultTimeout(d time.Duration) Option { return func(c *core.Config) { c.Timeout = d } }
 
 // WithHTTPClient sets the client of the calls to HTTP participants made from what the log
-// records — the recovery's, a saga's every call, the confirms and cancels of tcc and the phase two
-// of twopc — while a tcc Try or a twopc prepare uses its branch's own participant.HTTP's client
+// records — the recovery's, a saga's every call, the confirms and cancels of tcc, the phase two
+// of twopc and threepc's DoCommit and aborts — while a tcc Try, a twopc prepare or a threepc
+// CanCommit or PreCommit uses its branch's own participant.HTTP's client
 // (default: that of a participant.HTTP without Client, which signs nothing and follows no
 // redirect). A participant's barrier handler serves only signed calls unless built with
 // participant.WithUnsignedRequests: give it, and the branches' participant.HTTP, the client of
@@ -89,6 +90,6 @@ func WithGID(gid string) BeginOption { return func(c *core.BeginConfig) { c.GID 
 // WithTimeout sets the transaction's timeout (default [WithDefaultTimeout]): a tcc transaction
 // still trying after it (neither committed nor rolled back) is cancelled by the leader; a saga
 // still running its actions after it, counted from Submit, is compensated (compensations are not
-// bounded: they are retried until they succeed); a two-phase commit still undecided after it,
-// counted from Commit, is aborted.
+// bounded: they are retried until they succeed); a two- or three-phase commit still undecided
+// after it, counted from Commit, is aborted.
 func WithTimeout(d time.Duration) BeginOption { return func(c *core.BeginConfig) { c.Timeout = d } }
