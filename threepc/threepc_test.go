@@ -252,7 +252,16 @@ func TestIntegrationAgentFallsBackWhenLogUnreachable(t *testing.T) {
 	if a := balance(t, w.East.Pool, "alice"); a != startBalance-40 {
 		t.Fatalf("alice %d after the fallback commit", a)
 	}
-	_ = c
+	// West's agent, with the log back, ends its half by the log (undecided → aborted): the two
+	// halves disagree, which is what a fallback risks when the log is unreachable.
+	west, err := threepc.NewPGAgent(c, "west", w.West.Pool, threepc.WithAgentTimeout(participantTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := west.Pass(t.Context()); err != nil || res.RolledBack != 1 {
+		t.Fatalf("west's pass with the log reachable = %+v, %v; want one rollback", res, err)
+	}
+	w.NoPrepared()
 }
 
 func newDeadCoordinator(t *testing.T, w *world) *threepc.Coordinator {

@@ -221,14 +221,23 @@ func TestIntegrationResolveInDoubt(t *testing.T) {
 		return nil
 	}))
 	resolver := b.coordinator(twopc.WithInDoubtResolution("@every 1h", 0))
-	defer close(release)
+	commits, pending := make(chan error, 2), 2
+	released := false
+	defer func() { // a failing test still lets its starters go, and waits for them
+		if !released {
+			close(release)
+		}
+		for ; pending > 0; pending-- {
+			<-commits
+		}
+	}()
 
 	// A decided transaction whose starter is stuck before phase two.
 	g1, _ := starter.Begin(ctx)
 	if err := g1.Enlist(ctx, "east", update("alice", -5)); err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = g1.Commit(ctx) }()
+	go func() { commits <- g1.Commit(ctx) }()
 	<-held
 	// One still in phase one; its participant branch makes it recorded before it prepares.
 	phase.Store(twopc.PhasePrepared)
@@ -243,7 +252,7 @@ func TestIntegrationResolveInDoubt(t *testing.T) {
 	if err := g2.EnlistParticipant(twopc.Branch{Name: "yes", Participant: yes}); err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = g2.Commit(ctx) }()
+	go func() { commits <- g2.Commit(ctx) }()
 	<-held
 	// A prepared transaction named like ours whose gid the log has never heard of.
 	orphan, err := b.East.Pool.Begin(ctx)
@@ -278,6 +287,15 @@ func TestIntegrationResolveInDoubt(t *testing.T) {
 	if res, err := resolver.ResolveInDoubt(ctx); err != nil || res.Committed+res.RolledBack != 0 {
 		t.Fatalf("second ResolveInDoubt = %+v, %v", res, err)
 	}
+	// The starters wake and finish: both commit, and nothing is left prepared.
+	close(release)
+	released = true
+	for ; pending > 0; pending-- {
+		if err := <-commits; err != nil {
+			t.Errorf("a starter's Commit after the scan: %v", err)
+		}
+	}
+	b.NoPrepared()
 }
 
 // Phase two is idempotent: committing (aborting) a branch whose prepared transaction is gone

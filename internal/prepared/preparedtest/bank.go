@@ -29,9 +29,9 @@ type Bank struct {
 	Path       string
 }
 
-// NewBank makes the world of t. Before its schemas are dropped, a cleanup rolls back any
-// prepared transaction of the test's coordinators (named after the log schema) a failed test left:
-// it would hold its locks and block the drop.
+// NewBank makes the world of t. When the test ends, a cleanup fails it if a prepared transaction
+// of its coordinators (named after the log schema) is left behind, and rolls each back before the
+// schemas are dropped (it would hold its locks and block the drop).
 func NewBank(t *testing.T) *Bank {
 	b := &Bank{T: t, Log: testenv.PG(t), East: testenv.PG(t), West: testenv.PG(t), Path: testenv.ZKRoot(t) + "/leader"}
 	for _, s := range []*testenv.Schema{b.East, b.West} {
@@ -43,7 +43,11 @@ func NewBank(t *testing.T) *Bank {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		for _, id := range b.Prepared(ctx) {
+		left := b.Prepared(ctx)
+		if len(left) > 0 && !t.Failed() {
+			t.Errorf("prepared transactions left behind by the test (rolled back now): %v", left)
+		}
+		for _, id := range left {
 			_, _ = b.Log.Pool.Exec(ctx, "rollback prepared '"+strings.ReplaceAll(id, "'", "''")+"'")
 		}
 	})
