@@ -56,7 +56,7 @@ flags of every outbox command (before the verb or after it):
   -schema NAME  schema of the outbox table (default: the URL's search_path)
   -table NAME   outbox table (default txkit_outbox)
 
-  tx list          global transactions, in gid order   [-kind tcc|saga] [-status S] [-unfinished] [-after GID] [-limit N]
+  tx list          global transactions, in gid order   [-kind tcc|saga|2pc|3pc] [-status S] [-unfinished] [-after GID] [-limit N]
   tx show GID      one global transaction and its branches
 
 flags of every tx command (before the verb or after it):

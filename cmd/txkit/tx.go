@@ -33,7 +33,7 @@ func txCmd(ctx context.Context, args []string, getenv func(string) string, stdou
 	)
 	switch verb {
 	case "list":
-		vs.StringVar(&kind, "kind", "", "tcc or saga")
+		vs.StringVar(&kind, "kind", "", "tcc, saga, 2pc or 3pc")
 		vs.StringVar(&status, "status", "", "only this status")
 		vs.BoolVar(&unfinished, "unfinished", false, "only transactions not finished")
 		vs.StringVar(&after, "after", "", "gids after this one (paging)")

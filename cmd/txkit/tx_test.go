@@ -70,3 +70,29 @@ func TestIntegrationTxListShow(t *testing.T) {
 		t.Fatalf("tx show of an unknown gid: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// A three-phase commit's log (prefix txkit_3pc_) lists and shows like the others.
+func TestIntegrationTxListThreePC(t *testing.T) {
+	s := testenv.PG(t)
+	log, err := core.New(s.Pool, core.WithSchema(s.Name), core.WithTablePrefix("txkit_3pc_"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := log.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	gid := uuid.NewString()
+	if err := log.Create(t.Context(), gid, core.Kind3PC, time.Minute, nil,
+		core.Branch{Name: "east", Target: core.Target{Kind: core.TargetInProc, Ref: "pg:east"}}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"TXKIT_PG_URL": s.URL}
+	code, out, stderr := txkit(t, env, "tx", "list", "-schema", s.Name, "-prefix", "txkit_3pc_", "-kind", "3pc")
+	if code != exitOK || !strings.Contains(out, gid) || !strings.Contains(out, "3pc") {
+		t.Fatalf("tx list -kind 3pc: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	code, out, stderr = txkit(t, env, "tx", "show", "-schema", s.Name, "-prefix", "txkit_3pc_", gid)
+	if code != exitOK || !strings.Contains(out, "inproc pg:east") {
+		t.Fatalf("tx show: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+}
