@@ -13,7 +13,16 @@
 // database-only transaction before its decision) once -resolve-grace has passed. -pause-rate and
 // -pause make some commits sleep between the phases, so that a drill's SIGKILL lands there.
 //
+// With -protocol 3pc the same transfer is a three-phase commit (threepc): CanCommit asks both
+// databases read-only whether the accounts exist and east's balance covers the amount (a "no" is
+// answered at once, nothing executed or logged), the transaction is recorded, PreCommit runs each
+// side's move and PREPARE TRANSACTION, then the decision and COMMIT PREPARED (DoCommit). Run an
+// examples/transfer/agent beside each database, with -timeout equal to -participant-timeout: it
+// ends the prepared transactions a dead or cut-off coordinator left. -west-addr makes the
+// coordinator's txkit_west pools connect through another address (the demo's partition proxy).
+//
 //	go run ./examples/transfer/bank -schema demo -id bank-1 -seed-east alice=100 -seed-west bob=0
+//	go run ./examples/transfer/bank -protocol 3pc -schema demo3 -id bank-1 -seed-east alice=100 -seed-west bob=0
 package main
 
 import (
