@@ -64,6 +64,7 @@ func partitionTrials(t *testing.T, mode participant.Termination, trials int) int
 		if !errors.Is(err, threepc.ErrAborted) || !errors.Is(err, threepc.ErrPhaseTimeout) {
 			t.Fatalf("trial %d: Commit = %v, want an abort after west's precommit timed out", i, err)
 		}
+		t.Logf("trial %d: Commit: %v", i, err)
 		if !proxy.Partitioned() {
 			t.Fatalf("trial %d: the partition did not happen", i)
 		}
