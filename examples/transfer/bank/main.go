@@ -222,13 +222,23 @@ func newTwoPC(ctx context.Context, c config, logPool *pgxpool.Pool, hook phaseHo
 			return hook(ctx, gid, p.String())
 		}))
 	}
-	coord, err := twopc.New(logPool, opts...)
+	return migrated(ctx, twopc.New, logPool, opts)
+}
+
+// migrated returns the coordinator newFn (twopc.New, threepc.New) builds on logPool with opts,
+// its tables migrated; a failed migration closes it.
+func migrated[C interface {
+	Migrate(context.Context) error
+	Close() error
+}](ctx context.Context, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error), logPool *pgxpool.Pool, opts []coordinator.Option) (C, error) {
+	var none C
+	coord, err := newFn(logPool, opts...)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	if err := coord.Migrate(ctx); err != nil {
 		_ = coord.Close()
-		return nil, err
+		return none, err
 	}
 	return coord, nil
 }

@@ -26,15 +26,7 @@ func newThreePC(ctx context.Context, c config, logPool *pgxpool.Pool, hook phase
 			return hook(ctx, gid, p.String())
 		}))
 	}
-	coord, err := threepc.New(logPool, opts...)
-	if err != nil {
-		return nil, err
-	}
-	if err := coord.Migrate(ctx); err != nil {
-		_ = coord.Close()
-		return nil, err
-	}
-	return coord, nil
+	return migrated(ctx, threepc.New, logPool, opts)
 }
 
 // errInsufficientFunds: east's CanCommit found the balance below the amount.
