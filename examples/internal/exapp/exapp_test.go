@@ -1,10 +1,13 @@
 package exapp
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Every example server bounds how long a client may take to send a request, read the answer and
@@ -30,3 +33,26 @@ func TestFailHidesTheError(t *testing.T) {
 type errTest string
 
 func (e errTest) Error() string { return string(e) }
+
+// Metrics serves the registry it returns on GET /metrics, with the Go and process collectors.
+func TestMetricsServesTheRegistry(t *testing.T) {
+	mux := http.NewServeMux()
+	reg := Metrics(mux)
+	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "txkit_exapp_test_total", Help: "A test counter."}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"txkit_exapp_test_total 0", "go_goroutines", "process_cpu_seconds_total"} {
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), name) {
+			t.Fatalf("GET /metrics: %s, body without %q:\n%s", resp.Status, name, body)
+		}
+	}
+}

@@ -115,6 +115,9 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	}
 	// The Inbox claims each notification's id in this store, in the credit's transaction. Its keys
 	// must outlive the sender's schedule (about a day by default): the retention is a week.
+	mux := http.NewServeMux()
+	reg := exapp.Metrics(mux)
+	_ = reg
 	store, err := idempotency.New(pool, idempotency.WithSchema(c.schema), idempotency.WithRetention(7*24*time.Hour), idempotency.WithLogger(log))
 	if err != nil {
 		return err
@@ -130,7 +133,6 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if s.inbox, err = notify.NewInbox(pool, store, app.Receiver, []string{c.secret}, s.credit, notify.WithInboxLogger(log)); err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
 	mux.HandleFunc("POST /topups", s.topup)
 	mux.HandleFunc("POST /notify", s.notify)
 	mux.HandleFunc("POST /reconcile", s.reconcile)

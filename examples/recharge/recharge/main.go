@@ -123,6 +123,9 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		at timestamptz not null default now())`); err != nil {
 		return fmt.Errorf("create table recharges: %w", err)
 	}
+	mux := http.NewServeMux()
+	reg := exapp.Metrics(mux)
+	_ = reg
 	sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(c.sessionTimeout), lock.WithLogger(log))
 	if err != nil {
 		return err
@@ -159,7 +162,6 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		return err
 	}
 	s := &service{pool: pool, n: n, el: el, id: c.id, log: log}
-	mux := http.NewServeMux()
 	mux.HandleFunc("POST /recharges", s.recharge)
 	mux.HandleFunc("GET /recharges", s.totals)
 	mux.Handle("GET /notifications", n.QueryHandler())

@@ -42,6 +42,10 @@ type Config struct {
 	// BrokerOutage stops the RocketMQ broker (deploy/local/rocketmq stop-broker) for this long at
 	// a third of the load, then starts it again. It stops a server other tests use: run it alone.
 	BrokerOutage time.Duration
+	// Settled, when set, is called once every registered user has been awarded and nothing is
+	// pending, before the services stop, with the addresses (host:port) of the live users instances
+	// and of the points service: a test scrapes their GET /metrics there. Its error ends the run.
+	Settled func(ctx context.Context, users []string, points string) error
 }
 
 // Report is what a run measured.
@@ -165,6 +169,18 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	h.logf("%d registrations answered; waiting for every award", ok)
 	if err := h.settle(ctx, &rep); err != nil {
 		return rep, err
+	}
+	if cfg.Settled != nil {
+		h.mu.Lock()
+		var users []string
+		for _, p := range h.users {
+			users = append(users, p.addr)
+		}
+		points := h.points.addr
+		h.mu.Unlock()
+		if err := cfg.Settled(ctx, users, points); err != nil {
+			return rep, err
+		}
 	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil

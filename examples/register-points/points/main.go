@@ -69,6 +69,9 @@ func run(ctx context.Context, listen, pg, db, schema, namesrv, topic, group stri
 		awarded_at timestamptz not null default clock_timestamp())`); err != nil {
 		return fmt.Errorf("create points table: %w", err)
 	}
+	mux := http.NewServeMux()
+	reg := exapp.Metrics(mux)
+	_ = reg
 	store, err := idempotency.New(pool, idempotency.WithLogger(log))
 	if err != nil {
 		return err
@@ -91,7 +94,6 @@ func run(ctx context.Context, listen, pg, db, schema, namesrv, topic, group stri
 	if err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
 	mux.HandleFunc("GET /points/{user}", userPoints(pool, log))
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) { exapp.WriteJSON(w, http.StatusOK, c.Stats()) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

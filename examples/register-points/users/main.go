@@ -77,6 +77,9 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		return fmt.Errorf("create users table: %w", err)
 	}
 	ns := strings.Split(c.namesrv, ",")
+	mux := http.NewServeMux()
+	reg := exapp.Metrics(mux)
+	_ = reg
 	s := &service{c: c, pool: pool, log: log}
 	g, ctx := errgroup.WithContext(ctx)
 	switch c.mode {
@@ -119,7 +122,6 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 			return err
 		}
 	}
-	mux := http.NewServeMux()
 	mux.HandleFunc("POST /users", s.register)
 	mux.HandleFunc("GET /stats", s.stats)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -66,6 +66,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	s := &service{pool: pool, log: log, stock: stock, giveUp: c.giveUp,
 		client: &http.Client{Timeout: c.callTimeout, Transport: tr}}
 	mux := http.NewServeMux()
+	exapp.Metrics(mux)
 	mux.HandleFunc("POST /orders", s.order)
 	return c.Serve(ctx, mux)
 }

@@ -72,6 +72,9 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		return err
 	}
 	defer pool.Close()
+	mux := http.NewServeMux()
+	reg := exapp.Metrics(mux)
+	_ = reg
 	s := &service{pool: pool, log: log, window: c.window, prefix: c.prefix, free: map[string][]lock.Locker{}}
 	if c.lock != "none" {
 		locks, err := exapp.OpenLocks(ctx, c.lock, log, exapp.WithLockTTL(c.ttl))
@@ -88,7 +91,6 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		}
 		s.locks, s.fence = locks, f
 	}
-	mux := http.NewServeMux()
 	mux.HandleFunc("POST /deduct", s.deduct)
 	mux.HandleFunc("GET /stats", s.stats)
 	if c.killHook {

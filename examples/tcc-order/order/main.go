@@ -163,6 +163,9 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 			gid text not null, branch text not null, op text not null, at timestamptz not null default clock_timestamp())`); err != nil {
 		return fmt.Errorf("create order tables: %w", err)
 	}
+	mux := http.NewServeMux()
+	reg := exapp.Metrics(mux)
+	_ = reg
 	electors, closeElectors, err := c.electors(ctx, log)
 	if err != nil {
 		return err
@@ -196,7 +199,6 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 		}
 		s.flows[m] = f
 	}
-	mux := http.NewServeMux()
 	mux.HandleFunc("POST /orders", s.place)
 	mux.HandleFunc("GET /orders/{gid}", s.get)
 	mux.HandleFunc("GET /stats", s.stats)

@@ -84,6 +84,9 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	defer pool.Close()
 	// A coordinator that never runs its recovery: the agent uses it only to read and write the
 	// decision log (Decide) and to name the run's prepared transactions.
+	mux := http.NewServeMux()
+	reg := exapp.Metrics(mux)
+	_ = reg
 	coord, err := threepc.New(logPool, coordinator.WithSchema(c.schema), coordinator.WithLogger(log))
 	if err != nil {
 		return err
@@ -97,7 +100,6 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
 		exapp.WriteJSON(w, http.StatusOK, map[string]any{"db": c.db, "termination": mode.String(), "agent": agent.Stats()})
 	})

@@ -161,6 +161,9 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 			return fmt.Errorf("%s: %w", db, err)
 		}
 	}
+	mux := http.NewServeMux()
+	reg := exapp.Metrics(mux)
+	_ = reg
 	sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(c.sessionTimeout), lock.WithLogger(log))
 	if err != nil {
 		return err
@@ -199,7 +202,6 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err := coord.RegisterDB("west", west); err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
 	mux.HandleFunc("POST /transfers", s.transfer)
 	mux.HandleFunc("GET /transfers/{gid}", s.get)
 	mux.HandleFunc("GET /stats", s.stats)

@@ -92,6 +92,9 @@ func ParticipantMain(r Resource) {
 // another one is answered 400). It serves GET /healthz and GET /stats too, runs the barrier's
 // purge, and blocks until ctx ends.
 func RunParticipant(ctx context.Context, c ParticipantConfig) error {
+	mux := http.NewServeMux()
+	reg := exapp.Metrics(mux)
+	_ = reg
 	bar, err := participant.NewBarrier(c.Pool, participant.WithBarrierLogger(c.Log), participant.WithSecrets(c.Secret))
 	if err != nil {
 		return err
@@ -108,7 +111,6 @@ func RunParticipant(ctx context.Context, c ParticipantConfig) error {
 		tccH = unguarded(c.Log, c.Pool, c.Resource.Apply)
 		sagaH = tccH
 	}
-	mux := http.NewServeMux()
 	mux.Handle("POST /tcc", c.Faults.endpoint(tccH, tccOps...))
 	mux.Handle("POST /saga", c.Faults.endpoint(sagaH, sagaOps...))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
