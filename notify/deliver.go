@@ -49,6 +49,7 @@ type flight struct {
 	poke      func()             // wakes the dispatcher
 	low       int                // held at which the queue is refilled
 	dry       uint64             // 1 + the wake generation at which a take found no more due: 0 none
+	shownOpen bool               // the circuit gauge counts this receiver's circuit as open
 }
 
 // waker wakes the dispatcher. A take that finds fewer due notifications than it asked for marks
@@ -117,10 +118,13 @@ func (n *Notifier) newJob() (*leader.Job, error) {
 	if n.o.elector == nil {
 		return nil, nil
 	}
-	job, err := leader.New(n.o.elector, n.pool, n.fence, "notify:"+n.name, n.lead,
-		leader.WithName("notify"), leader.WithLogger(n.o.log.With(slog.String("table", n.name))),
+	opts := []leader.Option{leader.WithName("notify"), leader.WithLogger(n.o.log.With(slog.String("table", n.name))),
 		leader.WithSchedule(n.o.tick), leader.WithChannel(n.channel),
-		leader.WithCron("retention", n.o.retentionSpec, n.purge))
+		leader.WithCron("retention", n.o.retentionSpec, n.purge)}
+	if n.o.reg != nil { // nobody reads the due gauge otherwise: spare the query
+		opts = append(opts, leader.WithCron("due count", n.o.tick, n.countDue))
+	}
+	job, err := leader.New(n.o.elector, n.pool, n.fence, "notify:"+n.name, n.lead, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("notify: %w: %w", err, ErrInvalidOption)
 	}
@@ -138,6 +142,18 @@ func (n *Notifier) lead(ctx context.Context, t *leader.Term) error {
 	}
 	flights := n.flights
 	n.mu.Unlock()
+	n.metrics.term(true)
+	defer func() {
+		n.metrics.term(false)
+		n.mu.Lock() // the next term starts with every circuit closed
+		for name, f := range flights {
+			if f.shownOpen {
+				f.shownOpen = false
+				n.metrics.circuitClosed(name)
+			}
+		}
+		n.mu.Unlock()
+	}()
 
 	w := &waker{ch: make(chan struct{}, 1)}
 	for _, f := range flights {
@@ -292,6 +308,7 @@ func (n *Notifier) attempt(ctx context.Context, rcv Receiver, f *flight, d Deliv
 	}
 	n.mu.Unlock()
 	if wait > 0 {
+		n.metrics.attempts.WithLabelValues(attemptCircuitOpen).Inc()
 		n.done(f)
 		return result{id: d.ID, receiver: rcv.Name, skipped: wait}
 	}
@@ -344,6 +361,10 @@ func (n *Notifier) trip(f *flight, r result) {
 	defer n.mu.Unlock()
 	if r.ok {
 		f.failures, f.openUntil, f.probing = 0, time.Time{}, false
+		if f.shownOpen {
+			f.shownOpen = false
+			n.metrics.circuitClosed(r.receiver)
+		}
 		return
 	}
 	f.failures++
@@ -352,13 +373,31 @@ func (n *Notifier) trip(f *flight, r result) {
 	if f.failures >= n.o.breakerFailures && (f.openUntil.IsZero() || !now.Before(f.openUntil)) {
 		f.openUntil = now.Add(n.o.breakerCooldown)
 		n.stats.breakerOpen.Add(1)
+		if !f.shownOpen {
+			f.shownOpen = true
+			n.metrics.circuitOpened(r.receiver)
+		}
 		n.o.log.Warn("notify: receiver keeps failing; holding its deliveries back", slog.String("receiver", r.receiver),
 			slog.Int("failures", f.failures), slog.Duration("cooldown", n.o.breakerCooldown))
 	}
 }
 
-// deliver posts d to rcv, signed, and returns the outcome.
+// deliver posts d to rcv, signed, and returns the outcome, counted in the metrics.
 func (n *Notifier) deliver(ctx context.Context, rcv Receiver, d Delivery) result {
+	res := n.post(ctx, rcv, d)
+	switch {
+	case res.ok:
+		n.metrics.attempts.WithLabelValues(attemptOK).Inc()
+	case res.code != 0:
+		n.metrics.attempts.WithLabelValues(attemptRefused).Inc()
+	default:
+		n.metrics.attempts.WithLabelValues(attemptError).Inc()
+	}
+	return res
+}
+
+// post posts d to rcv, signed, and returns the outcome; it observes the round trip's latency.
+func (n *Notifier) post(ctx context.Context, rcv Receiver, d Delivery) result {
 	res := result{id: d.ID, receiver: rcv.Name}
 	body, err := json.Marshal(d)
 	if err != nil {
@@ -380,11 +419,13 @@ func (n *Notifier) deliver(ctx context.Context, rcv Receiver, d Delivery) result
 	resp, err := n.o.client.Do(req)
 	if err != nil {
 		res.latency, res.err = time.Since(start), err.Error()
+		n.metrics.latency.Observe(res.latency.Seconds())
 		return res
 	}
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	_ = resp.Body.Close()
 	res.latency, res.code = time.Since(start), resp.StatusCode
+	n.metrics.latency.Observe(res.latency.Seconds())
 	switch {
 	case err != nil:
 		res.err = "reading the answer: " + err.Error()
@@ -557,6 +598,7 @@ select id, status, attempts from u where status <> 'delivered'`, ids, oks, codes
 		return err
 	}
 	n.stats.delivered.Add(delivered)
+	n.metrics.delivered.Add(float64(delivered))
 	if delivered > 0 && log.Enabled(ctx, slog.LevelDebug) {
 		log.Debug("notify: delivered", slog.Int64("notifications", delivered))
 	}
@@ -574,6 +616,7 @@ select id, status, attempts from u where status <> 'delivered'`, ids, oks, codes
 		if o.status == "failed" {
 			n.stats.failedAttempts.Add(1)
 			n.stats.failed.Add(1)
+			n.metrics.givenUp.Inc()
 			log.Error("notify: no attempt left; the notification is failed", slog.String("id", o.id.String()),
 				slog.String("receiver", r.receiver), slog.Int("attempts", o.attempts), slog.String("err", r.err))
 			continue

@@ -48,6 +48,10 @@
 //		return err
 //	})
 //
+// Metrics: [WithRegisterer] registers the notifier's Prometheus metrics (due notifications,
+// delivered, given up, attempts by result, delivery latency, and each receiver's circuit state
+// for the first [WithMetricReceivers] receivers) on the caller's registry.
+//
 // The receiver:
 //
 //	in, _ := notify.NewInbox(pool, store, "shop", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {

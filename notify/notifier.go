@@ -144,6 +144,7 @@ type Notifier struct {
 	mu        sync.Mutex // guards the leader's per-receiver state
 	flights   map[string]*flight
 	job       *leader.Job // nil without an elector
+	metrics   *metrics
 }
 
 type stats struct{ delivered, failedAttempts, failed, breakerOpen atomic.Int64 }
@@ -197,6 +198,10 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 		r.Secrets = append([]string(nil), r.Secrets...)
 		rs[r.Name] = r
 	}
+	m, err := newMetrics(o.reg, receivers, o.metricReceivers)
+	if err != nil {
+		return nil, err
+	}
 	var fopts []fence.Option
 	if o.schema != "" {
 		fopts = append(fopts, fence.WithSchema(o.schema))
@@ -208,7 +213,8 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	table, name := pgutil.Table(o.schema, o.table)
 	attempts, _ := pgutil.Table(o.schema, o.table+"_attempt")
 	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, name: name,
-		channel: pgutil.Channel(o.schema, o.table), lockKey: pgutil.MigrateLockKey("txkit-notify:" + name), flights: map[string]*flight{}}
+		channel: pgutil.Channel(o.schema, o.table), lockKey: pgutil.MigrateLockKey("txkit-notify:" + name), flights: map[string]*flight{},
+		metrics: m}
 	if n.job, err = n.newJob(); err != nil {
 		return nil, err
 	}

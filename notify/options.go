@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
@@ -40,6 +42,8 @@ type options struct {
 	retentionSpec     string
 	concurrencyPerRcv int
 	plainHTTP         bool
+	reg               prometheus.Registerer
+	metricReceivers   int
 }
 
 func defaultOptions() options {
@@ -48,6 +52,7 @@ func defaultOptions() options {
 		tick: "@every 1s", batch: 100, callTimeout: 10 * time.Second,
 		breakerFailures: 5, breakerCooldown: time.Minute, client: newHTTPClient(),
 		retention: 30 * 24 * time.Hour, retentionSpec: "@every 10m", concurrencyPerRcv: 4,
+		metricReceivers: 50,
 	}
 }
 
@@ -123,6 +128,32 @@ func WithRetention(keep time.Duration, spec string) Option {
 	return func(o *options) { o.retention, o.retentionSpec = keep, spec }
 }
 
+// WithRegisterer registers the notifier's Prometheus metrics on reg (default: none; the metrics
+// are still kept, and not exposed). Notifiers given one registry share the series.
+//
+//   - txkit_notify_due (gauge): notifications due for delivery, counted by the leader on every
+//     tick ([WithTick]); 0 on a notifier that does not lead.
+//   - txkit_notify_delivered_total (counter): notifications the receiver acknowledged.
+//   - txkit_notify_given_up_total (counter): notifications failed, every attempt of the schedule
+//     used up.
+//   - txkit_notify_attempts_total{result} (counter): delivery attempts by result: ok, error (no
+//     answer: the connection failed or timed out), refused (an answer that is not an
+//     acknowledgement: a non-2xx status or the wrong echo), circuit_open (held back by the
+//     receiver's circuit breaker, nothing sent).
+//   - txkit_notify_delivery_seconds (histogram): one attempt's HTTP round trip.
+//   - txkit_notify_circuit_open{receiver} (gauge): 1 while the receiver's circuit breaker is
+//     open ([WithBreaker]), 0 when closed, for the first [WithMetricReceivers] receivers given
+//     to [New]; the others are summed under receiver="other".
+//
+// A metric of the same name already registered with another type or labels makes [New] return
+// an error wrapping [ErrInvalidOption].
+func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
+
+// WithMetricReceivers sets how many receivers get a txkit_notify_circuit_open series of their own
+// (default 50): the first n given to [New], in order; the others share receiver="other", so the
+// number of series stays bounded however many receivers are configured. n must not be negative.
+func WithMetricReceivers(n int) Option { return func(o *options) { o.metricReceivers = n } }
+
 func (o options) validate() error {
 	if o.electorSet && o.elector == nil {
 		return fmt.Errorf("notify: nil elector: %w", ErrInvalidOption)
@@ -155,6 +186,8 @@ func (o options) validate() error {
 	case o.batch <= 0 || o.concurrencyPerRcv <= 0 || o.breakerFailures <= 0:
 		return fmt.Errorf("notify: batch %d, concurrency %d, breaker failures %d: must be positive: %w",
 			o.batch, o.concurrencyPerRcv, o.breakerFailures, ErrInvalidOption)
+	case o.metricReceivers < 0:
+		return fmt.Errorf("notify: metric receivers %d: negative: %w", o.metricReceivers, ErrInvalidOption)
 	case o.callTimeout <= 0:
 		return fmt.Errorf("notify: call timeout %v: %w", o.callTimeout, ErrInvalidOption)
 	case o.breakerCooldown <= 0 || o.retention <= 0:

@@ -1,0 +1,217 @@
+package notify_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/notify"
+)
+
+// series returns the value of the series of name on reg whose labels include labels (name, value
+// pairs): a counter's or gauge's value, a histogram's sample count; 0 when none matches.
+func series(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
+				}
+				if !found {
+					continue metrics
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+// failing returns a receiver that answers every delivery with status (closed when the test ends).
+func failing(t *testing.T, status int) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		http.Error(rw, "broken", status)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// runUntil runs n until the returned stop is called (or the test ends); stop waits for Run.
+func runUntil(t *testing.T, n *notify.Notifier) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// Deliveries that succeed, fail and give up move the counters and the latency histogram; the due
+// gauge counts what waits behind a busy receiver, and goes back to 0 when the notifier stops
+// leading.
+func TestIntegrationMetricsDeliveries(t *testing.T) {
+	w := newWorld(t)
+	reg := prometheus.NewRegistry()
+	broken := failing(t, http.StatusBadGateway)
+	release := make(chan struct{})
+	busy := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		_, _ = rw.Write([]byte("ok"))
+	}))
+	t.Cleanup(busy.Close)
+	n := w.notifier(w.receivers(notify.Receiver{Name: "broken", URL: broken.URL, Secrets: []string{secret}},
+		notify.Receiver{Name: "busy", URL: busy.URL, Secrets: []string{secret}, Concurrency: 1}),
+		notify.WithElector(testenv.Elector(t, w.path, "a")), notify.WithRegisterer(reg), notify.WithTick("@every 100ms"))
+	stop := runUntil(t, n)
+
+	ok1, ok2 := w.enqueue(n, "shop", "m1", 1), w.enqueue(n, "shop", "m2", 1)
+	bad := w.enqueue(n, "broken", "m3", 1)
+	w.waitStatus(n, ok1, notify.StatusDelivered, 10*time.Second)
+	w.waitStatus(n, ok2, notify.StatusDelivered, 10*time.Second)
+	w.waitStatus(n, bad, notify.StatusFailed, 15*time.Second)
+	checks := []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"txkit_notify_delivered_total", nil, 2},
+		{"txkit_notify_given_up_total", nil, 1},
+		{"txkit_notify_attempts_total", []string{"result", "ok"}, 2},
+		{"txkit_notify_attempts_total", []string{"result", "refused"}, 4}, // 1 + a schedule of 3
+		{"txkit_notify_attempts_total", []string{"result", "error"}, 0},
+		{"txkit_notify_delivery_seconds", nil, 6},
+	}
+	for _, c := range checks {
+		testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() bool { return series(t, reg, c.name, c.labels...) == c.want },
+			"%s%v = %v, want %v", c.name, c.labels, series(t, reg, c.name, c.labels...), c.want)
+	}
+
+	// Three notifications to a receiver that takes one at a time and hangs: all three are due.
+	for i := range 3 {
+		w.enqueue(n, "busy", fmt.Sprint("q", i), 1)
+	}
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return series(t, reg, "txkit_notify_due") == 3 },
+		"txkit_notify_due = %v, want 3", series(t, reg, "txkit_notify_due"))
+	close(release)
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return series(t, reg, "txkit_notify_due") == 0 },
+		"txkit_notify_due = %v after the deliveries, want 0", series(t, reg, "txkit_notify_due"))
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return series(t, reg, "txkit_notify_delivered_total") == 5 },
+		"txkit_notify_delivered_total = %v, want 5", series(t, reg, "txkit_notify_delivered_total"))
+	stop()
+	if got := series(t, reg, "txkit_notify_due"); got != 0 {
+		t.Fatalf("txkit_notify_due = %v after Run returned, want 0", got)
+	}
+}
+
+// Failing receivers open their circuits: the gauge shows each of the first WithMetricReceivers
+// receivers by name and sums the rest under "other"; held-back deliveries count as circuit_open
+// attempts; every circuit shows closed once the notifier stops leading.
+func TestIntegrationMetricsCircuitBoundedReceivers(t *testing.T) {
+	w := newWorld(t)
+	reg := prometheus.NewRegistry()
+	broken := failing(t, http.StatusServiceUnavailable)
+	rcvs := w.receivers(notify.Receiver{Name: "broken1", URL: broken.URL, Secrets: []string{secret}, Concurrency: 1},
+		notify.Receiver{Name: "broken2", URL: broken.URL, Secrets: []string{secret}, Concurrency: 1})
+	n := w.notifier(rcvs, notify.WithElector(testenv.Elector(t, w.path, "a")), notify.WithRegisterer(reg),
+		notify.WithMetricReceivers(2), notify.WithBreaker(2, time.Hour))
+	// shop and broken1 are the first two: series of their own; broken2 is "other".
+	if got, err := testutil.GatherAndCount(reg, "txkit_notify_circuit_open"); err != nil || got != 3 {
+		t.Fatalf("circuit_open series = %d, %v; want 3 (shop, broken1, other)", got, err)
+	}
+	stop := runUntil(t, n)
+	for i := range 5 {
+		w.enqueue(n, "broken1", fmt.Sprint("a", i), 1)
+		w.enqueue(n, "broken2", fmt.Sprint("b", i), 1)
+	}
+	ok := w.enqueue(n, "shop", "fine", 1)
+	w.waitStatus(n, ok, notify.StatusDelivered, 10*time.Second)
+	for _, c := range []struct{ receiver string }{{"broken1"}, {"other"}} {
+		testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+			return series(t, reg, "txkit_notify_circuit_open", "receiver", c.receiver) == 1
+		}, "circuit_open{receiver=%q} = %v, want 1", c.receiver, series(t, reg, "txkit_notify_circuit_open", "receiver", c.receiver))
+	}
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		return series(t, reg, "txkit_notify_attempts_total", "result", "circuit_open") > 0
+	}, "no attempt counted as circuit_open")
+	if got := series(t, reg, "txkit_notify_circuit_open", "receiver", "shop"); got != 0 {
+		t.Fatalf("circuit_open{receiver=shop} = %v, want 0", got)
+	}
+	if got, err := testutil.GatherAndCount(reg, "txkit_notify_circuit_open"); err != nil || got != 3 {
+		t.Fatalf("circuit_open series = %d, %v; want 3", got, err)
+	}
+	stop()
+	for _, r := range []string{"shop", "broken1", "other"} {
+		if got := series(t, reg, "txkit_notify_circuit_open", "receiver", r); got != 0 {
+			t.Fatalf("circuit_open{receiver=%q} = %v after Run returned, want 0", r, got)
+		}
+	}
+}
+
+// Two notifiers on one registry share the series; a name taken by another kind of metric, or a
+// negative receiver bound, fails New with ErrInvalidOption.
+func TestIntegrationMetricsRegistry(t *testing.T) {
+	w := newWorld(t)
+	reg := prometheus.NewRegistry()
+	a := w.running("a", w.receivers(), notify.WithRegisterer(reg))
+	other := testenv.PG(t)
+	b, err := notify.New(other.Pool, w.receivers(), notify.WithSchema(other.Name), notify.WithPlainHTTP(), notify.WithRegisterer(reg),
+		notify.WithElector(testenv.Elector(t, testenv.ZKRoot(t)+"/other", "b")))
+	if err != nil {
+		t.Fatalf("a second notifier on the registry: %v", err)
+	}
+	if err := b.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Run(t, b.Run)
+	w.waitStatus(a, w.enqueue(a, "shop", "x", 1), notify.StatusDelivered, 10*time.Second)
+	w.waitStatus(b, w.enqueue(b, "shop", "y", 1), notify.StatusDelivered, 10*time.Second)
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() bool { return series(t, reg, "txkit_notify_delivered_total") == 2 },
+		"txkit_notify_delivered_total = %v, want 2 (one per notifier)", series(t, reg, "txkit_notify_delivered_total"))
+
+	clash := prometheus.NewRegistry()
+	clash.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "txkit_notify_delivered_total", Help: "not a counter"}))
+	if _, err := notify.New(w.sender.Pool, w.receivers(), notify.WithPlainHTTP(), notify.WithRegisterer(clash)); !errors.Is(err, notify.ErrInvalidOption) {
+		t.Fatalf("New on a clashing registry = %v, want ErrInvalidOption", err)
+	}
+	if _, err := notify.New(w.sender.Pool, w.receivers(), notify.WithPlainHTTP(), notify.WithMetricReceivers(-1)); !errors.Is(err, notify.ErrInvalidOption) {
+		t.Fatalf("WithMetricReceivers(-1) = %v, want ErrInvalidOption", err)
+	}
+}
