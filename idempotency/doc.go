@@ -25,6 +25,9 @@
 //		return err
 //	})
 //
+// Metrics: [WithRegisterer] registers txkit_idempotency_claims_total{result="first"|"duplicate"}
+// on the caller's Prometheus registry.
+//
 // Keys are transaction-scoped. While one transaction holds an uncommitted claim, another claimer of
 // the same key blocks on it until the first transaction ends, then sees the outcome: a duplicate if
 // it committed, a fresh claim if it rolled back. Run the transactions at READ COMMITTED (the

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 
 	"github.com/txkit/txkit/internal/pgutil"
@@ -20,6 +21,7 @@ type options struct {
 	log      *slog.Logger
 	schedule string
 	batch    int
+	reg      prometheus.Registerer
 }
 
 func defaultOptions() options {
@@ -64,6 +66,19 @@ func WithPurgeSchedule(spec string) Option { return func(o *options) { o.schedul
 // WithPurgeBatch sets how many expired keys one purge statement deletes (default 1000). A purge
 // repeats such statements until one deletes fewer; each is short, so it never holds many row locks.
 func WithPurgeBatch(n int) Option { return func(o *options) { o.batch = n } }
+
+// WithRegisterer registers the Store's Prometheus metric on reg (default: none; it is still
+// kept, and not exposed). Stores given one registry share the series.
+//
+//   - txkit_idempotency_claims_total{result} (counter): claims by [Store.Claim], [Store.ClaimFirst]
+//     and [Store.Begin], by result: first (this call claimed the key) or duplicate (the key was
+//     already claimed and completed). A Begin refused with [ErrFingerprintMismatch] or
+//     [ErrNotCompleted] is not counted. A claim counts when it is made, whether or not its
+//     transaction then commits.
+//
+// A metric of the same name already registered with another type or labels makes [New] return an
+// error wrapping [ErrInvalidOption].
+func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
 
 const (
 	maxIdentLen = 63                             // PostgreSQL's NAMEDATALEN - 1

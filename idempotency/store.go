@@ -12,7 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 )
 
@@ -83,6 +85,8 @@ type Store struct {
 	done    string
 	purge   string
 	logAttr slog.Attr
+	first   prometheus.Counter // txkit_idempotency_claims_total{result="first"}
+	dup     prometheus.Counter // txkit_idempotency_claims_total{result="duplicate"}
 }
 
 //go:embed sql/schema.sql
@@ -102,8 +106,15 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	claims, err := obs.Register(o.reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: obs.Namespace,
+		Name: "idempotency_claims_total", Help: "Idempotency keys claimed, by result: first (claimed by this call) or duplicate (already claimed)."},
+		[]string{"result"}))
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: metrics: %w: %w", err, ErrInvalidOption)
+	}
 	t, name := pgutil.Table(o.schema, o.table)
-	s := &Store{pool: pool, o: o, table: t, logAttr: slog.String("table", name)}
+	s := &Store{pool: pool, o: o, table: t, logAttr: slog.String("table", name),
+		first: claims.WithLabelValues("first"), dup: claims.WithLabelValues("duplicate")}
 
 	ddl, err := renderDDL(o, t)
 	if err != nil {
@@ -184,7 +195,9 @@ func (s *Store) Claim(ctx context.Context, tx DBTX, scope, key string) (first bo
 	if err != nil {
 		return false, fmt.Errorf("idempotency: claim %s/%s: %w", scope, key, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	first = tag.RowsAffected() == 1
+	s.count(first)
+	return first, nil
 }
 
 // ClaimFirst is [Store.Claim] for callers that prefer an error: it returns nil when this call
@@ -238,6 +251,7 @@ func (s *Store) Begin(ctx context.Context, tx DBTX, scope, key string, fingerpri
 			return nil, fmt.Errorf("idempotency: begin %s/%s: %w", scope, key, err)
 		}
 		if tag.RowsAffected() == 1 {
+			s.count(true)
 			return &Record{New: true, Status: StatusClaimed}, nil
 		}
 		var (
@@ -261,6 +275,7 @@ func (s *Store) Begin(ctx context.Context, tx DBTX, scope, key string, fingerpri
 		if st != StatusCompleted {
 			return nil, fmt.Errorf("idempotency: begin %s/%s: %w", scope, key, ErrNotCompleted)
 		}
+		s.count(false)
 		return &Record{Status: st, Result: result}, nil
 	}
 	return nil, fmt.Errorf("idempotency: begin %s/%s: key vanished %d times between claim and read", scope, key, maxBeginTries)
@@ -283,6 +298,15 @@ func (s *Store) Complete(ctx context.Context, tx DBTX, scope, key string, result
 		return fmt.Errorf("idempotency: complete %s/%s: %w", scope, key, ErrNotClaimed)
 	}
 	return nil
+}
+
+// count counts a claim: first, or a duplicate.
+func (s *Store) count(first bool) {
+	if first {
+		s.first.Inc()
+	} else {
+		s.dup.Inc()
+	}
 }
 
 func check(tx DBTX, scope, key string) error {
