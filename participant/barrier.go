@@ -43,6 +43,7 @@ type Barrier struct {
 	store  *idempotency.Store
 	table  string // quoted, schema-qualified
 	exists string // select: is there a marker for (scope, key)?
+	m      *barrierMetrics
 }
 
 // NewBarrier returns a Barrier on pool configured by opts. It does not touch the database: call
@@ -63,8 +64,13 @@ func NewBarrier(pool *pgxpool.Pool, opts ...BarrierOption) (*Barrier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("participant: barrier: %w: %w", ErrInvalidOption, err)
 	}
+	m, err := newBarrierMetrics(o.reg)
+	if err != nil {
+		return nil, err
+	}
 	t, _ := pgutil.Table(o.schema, o.table)
 	return &Barrier{
+		m:     m,
 		pool:  pool,
 		o:     o,
 		store: st,
@@ -156,6 +162,7 @@ func (b *Barrier) Call(ctx context.Context, tx pgx.Tx, req Request, fn func(ctx 
 		return err
 	}
 	if req.Op == OpCanCommit { // a read-only vote: no marker, fn every time
+		b.m.count(req.Op, barrierRan)
 		if err := fn(ctx, tx); err != nil {
 			return fmt.Errorf("participant: %s %s/%s: %w", req.Op, req.GID, req.Branch, err)
 		}
@@ -178,6 +185,7 @@ func (b *Barrier) Call(ctx context.Context, tx pgx.Tx, req Request, fn func(ctx 
 			if _, err := claim(req.Op); err != nil {
 				return err
 			}
+			b.m.count(req.Op, barrierEmptyRollback)
 			return nil
 		}
 	}
@@ -195,11 +203,14 @@ func (b *Barrier) Call(ctx context.Context, tx pgx.Tx, req Request, fn func(ctx 
 				return fmt.Errorf("participant: %s %s/%s: barrier: look for %s: %w", req.Op, req.GID, req.Branch, comp, err)
 			}
 			if cancelled {
+				b.m.count(req.Op, barrierHangingRefused)
 				return fmt.Errorf("participant: %s %s/%s: %w", req.Op, req.GID, req.Branch, ErrHanging)
 			}
 		}
+		b.m.count(req.Op, barrierDuplicate)
 		return nil // a duplicate: it ran and committed before
 	}
+	b.m.count(req.Op, barrierRan)
 	if err := fn(ctx, tx); err != nil {
 		return fmt.Errorf("participant: %s %s/%s: %w", req.Op, req.GID, req.Branch, err)
 	}

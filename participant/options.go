@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/signing"
 )
@@ -24,6 +26,7 @@ type barrierOptions struct {
 	secrets  []string
 	unsigned bool
 	window   time.Duration
+	reg      prometheus.Registerer
 }
 
 // DefaultBarrierRetention is how long barrier rows are kept by default: 7 days.
@@ -114,6 +117,23 @@ func WithBarrierPurgeBatch(n int) BarrierOption { return func(o *barrierOptions)
 // WithMaxRequestBytes sets the largest request body [Barrier.Handler] reads (default 1 MiB); a
 // larger body is answered 400.
 func WithMaxRequestBytes(n int64) BarrierOption { return func(o *barrierOptions) { o.maxBody = n } }
+
+// WithBarrierRegisterer registers the barrier's Prometheus metric on reg (default: none; it is
+// still kept, and not exposed). Barriers given one registry share the series.
+//
+//   - txkit_barrier_ops_total{op,result} (counter): [Barrier.Call]s (and so the requests of
+//     [Barrier.Handler] and [Barrier.Participant]) by op (try, confirm, cancel, action, ...) and
+//     result: ran (the business function was called, whatever it returned), duplicate (the op had
+//     run before: not called again), empty_rollback (a cancel, compensate or abort whose try never
+//     ran: answered success without calling it), hanging_refused (a try, action, prepare or
+//     precommit arriving after its branch was cancelled: refused with [ErrHanging]). A call
+//     counts when it is decided, whether or not the caller's transaction then commits.
+//
+// A metric of the same name already registered with another type or labels makes [NewBarrier]
+// return an error wrapping [ErrInvalidOption].
+func WithBarrierRegisterer(reg prometheus.Registerer) BarrierOption {
+	return func(o *barrierOptions) { o.reg = reg }
+}
 
 func (o barrierOptions) validate() error {
 	if o.maxBody < 1 {
