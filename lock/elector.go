@@ -14,8 +14,8 @@ import (
 // need not be unique (they are what [Election.Leader] reports), but an id per process makes that
 // answer useful. Components that share the Election lead together, on the same process; give a
 // component an Election of its own (its own election path) when it should be able to lead
-// elsewhere.
-func NewElector(s *Session, electionPath, id string) (*Election, error) {
+// elsewhere. opts configure the Election (such as [WithElectionRegisterer]).
+func NewElector(s *Session, electionPath, id string, opts ...ElectionOption) (*Election, error) {
 	if id == "" {
 		return nil, fmt.Errorf("lock: elector on %s: empty candidate id: %w", electionPath, ErrInvalidOption)
 	}
@@ -24,7 +24,7 @@ func NewElector(s *Session, electionPath, id string) (*Election, error) {
 		return nil, err
 	}
 	z := &zkElection{s: s, path: electionPath, m: m}
-	return NewElection(m, electionPath, id, z.Leader, WithElectionLogger(s.log), WithObserver(z.Observe))
+	return NewElection(m, electionPath, id, z.Leader, append([]ElectionOption{WithElectionLogger(s.log), WithObserver(z.Observe)}, opts...)...)
 }
 
 // zkElection reads who leads a ZooKeeper election: the data of the lowest contender's node.

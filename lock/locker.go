@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Locker is a lock on one name, on any backend: ZooKeeper ([Mutex]), PostgreSQL (package
@@ -91,6 +93,7 @@ type electionOptions struct {
 	log     *slog.Logger
 	observe func(ctx context.Context) <-chan string
 	poll    time.Duration
+	reg     prometheus.Registerer // WithElectionRegisterer
 }
 
 // WithElectionLogger sets the logger of an [Election] (default: discard).
@@ -122,10 +125,13 @@ type Election struct {
 	name   string
 	holder HolderFunc
 	o      electionOptions
+	m      *electionMetrics
 }
 
-// NewElection returns a candidate with the given id on l. name names the election in errors
-// and logs (a lock path or name); holder reports who leads.
+// NewElection returns a candidate with the given id on l. name names the election in errors,
+// logs and metrics (a lock path or name); holder reports who leads. A nil l or holder, an empty
+// id, or a metrics registration clash ([WithElectionRegisterer]) returns an error wrapping
+// [ErrInvalidOption].
 func NewElection(l Locker, name, id string, holder HolderFunc, opts ...ElectionOption) (*Election, error) {
 	if l == nil {
 		return nil, fmt.Errorf("lock: election %s: nil Locker: %w", name, ErrInvalidOption)
@@ -140,7 +146,11 @@ func NewElection(l Locker, name, id string, holder HolderFunc, opts ...ElectionO
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Election{l: l, id: id, name: name, holder: holder, o: o}, nil
+	m, err := newElectionMetrics(o.reg, name)
+	if err != nil {
+		return nil, err
+	}
+	return &Election{l: l, id: id, name: name, holder: holder, o: o, m: m}, nil
 }
 
 // ID returns the candidate's id.
@@ -158,6 +168,7 @@ func (e *Election) Campaign(ctx context.Context) (Leadership, error) {
 		return nil, fmt.Errorf("lock: campaign %s on %s: %w", e.id, e.name, err)
 	}
 	e.o.log.Info("elected leader", "path", e.name, "id", e.id, "token", l.Token().String())
+	e.m.elected(l)
 	return &leadership{Lease: l, e: e}, nil
 }
 

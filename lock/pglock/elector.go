@@ -13,9 +13,10 @@ import (
 // NewElector returns a candidate with the given id for the election called name: a
 // [lock.Election] on a lease [Mutex] whose row carries the id as its data, so that
 // [lock.Election.Leader] reads who leads from the live (unexpired) row. Ids need not be unique,
-// but an id per process makes that answer useful. It does not touch the database. An empty id or
-// a bad name returns an error wrapping [lock.ErrInvalidOption].
-func (c *Client) NewElector(name, id string) (*lock.Election, error) {
+// but an id per process makes that answer useful. opts configure the Election (such as
+// lock.WithElectionRegisterer). It does not touch the database. An empty id or a bad name returns
+// an error wrapping [lock.ErrInvalidOption].
+func (c *Client) NewElector(name, id string, opts ...lock.ElectionOption) (*lock.Election, error) {
 	if id == "" {
 		return nil, fmt.Errorf("pglock: elector on %s: empty candidate id: %w", name, lock.ErrInvalidOption)
 	}
@@ -24,7 +25,7 @@ func (c *Client) NewElector(name, id string) (*lock.Election, error) {
 		return nil, err
 	}
 	return lock.NewElection(m, name, id, func(ctx context.Context) (string, error) { return c.holder(ctx, name) },
-		lock.WithElectionLogger(c.log))
+		append([]lock.ElectionOption{lock.WithElectionLogger(c.log)}, opts...)...)
 }
 
 // holder returns the data of name's live row, or an error wrapping [lock.ErrNoLeader].

@@ -64,8 +64,11 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 
 // NewElector returns a candidate with the given id (not empty, at most [MaxDataLen] bytes) in the
 // election name: a [lock.Election] on a [Mutex] whose holds carry the id, so that Leader reads
-// it from the key. It does not talk to Redis.
-func (c *Client) NewElector(name, id string) (*lock.Election, error) { return c.g.newElector(name, id) }
+// it from the key. opts configure the Election (such as lock.WithElectionRegisterer). It does not
+// talk to Redis.
+func (c *Client) NewElector(name, id string, opts ...lock.ElectionOption) (*lock.Election, error) {
+	return c.g.newElector(name, id, opts)
+}
 
 // Close ends every hold of the Client's mutexes (their leases end with an error wrapping
 // [lock.ErrLockLost] and [lock.ErrClosed], and their keys are released), stops the release
@@ -124,16 +127,17 @@ func (r *Redlock) NewMutex(name string, opts ...MutexOption) (*RedlockMutex, err
 }
 
 // NewElector returns a candidate with the given id in the election name, on a [RedlockMutex]
-// whose holds carry the id; Leader reports the id a majority of the instances agree on.
-func (r *Redlock) NewElector(name, id string) (*lock.Election, error) {
-	return r.g.newElector(name, id)
+// whose holds carry the id; Leader reports the id a majority of the instances agree on. opts
+// configure the Election (such as lock.WithElectionRegisterer).
+func (r *Redlock) NewElector(name, id string, opts ...lock.ElectionOption) (*lock.Election, error) {
+	return r.g.newElector(name, id, opts)
 }
 
 // Close ends every hold of the Redlock's mutexes and releases their keys, stops the
 // subscriptions and every goroutine; as [Client.Close]. It does not close the go-redis clients.
 func (r *Redlock) Close() error { return r.g.close() }
 
-func (g *group) newElector(name, id string) (*lock.Election, error) {
+func (g *group) newElector(name, id string, opts []lock.ElectionOption) (*lock.Election, error) {
 	if id == "" {
 		return nil, fmt.Errorf("%s: elector on %s: empty candidate id: %w", g.what, name, lock.ErrInvalidOption)
 	}
@@ -142,7 +146,7 @@ func (g *group) newElector(name, id string) (*lock.Election, error) {
 		return nil, err
 	}
 	holder := func(ctx context.Context) (string, error) { return g.holder(ctx, name) }
-	return lock.NewElection(m, name, id, holder, lock.WithElectionLogger(g.o.log))
+	return lock.NewElection(m, name, id, holder, append([]lock.ElectionOption{lock.WithElectionLogger(g.o.log)}, opts...)...)
 }
 
 // Mutex is a lock on one name on a single Redis server ([Client]). It implements [lock.Locker]:

@@ -1,0 +1,261 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/pglock"
+)
+
+// instrument is lock.Instrument, failing the test on an error.
+func instrument(t *testing.T, l lock.Locker, backend string, reg prometheus.Registerer) lock.Locker {
+	t.Helper()
+	il, err := lock.Instrument(l, backend, reg)
+	if err != nil {
+		t.Fatalf("Instrument: %v", err)
+	}
+	return il
+}
+
+// waitHistogram returns the sample count and sum of the wait histogram of backend on reg.
+func waitHistogram(t *testing.T, reg *prometheus.Registry, backend string) (uint64, float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "txkit_lock_wait_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == backend {
+				return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	t.Fatalf("no txkit_lock_wait_seconds{backend=%q}", backend)
+	return 0, 0
+}
+
+func counterOf(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetName() == label && m.GetLabel()[0].GetValue() == value {
+				if m.GetGauge() != nil {
+					return m.GetGauge().GetValue()
+				}
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// Two instrumented ZooKeeper mutexes on one registry count every acquisition (a reentrant one
+// too) in shared series, and the second one's wait for the first; releases are not losses.
+func TestIntegrationInstrumentZooKeeper(t *testing.T) {
+	servers, path := testenv.ZK(t), testenv.ZKRoot(t)+"/metrics"
+	reg := prometheus.NewRegistry()
+	a := instrument(t, mutex(t, session(t, servers), path), "zookeeper", reg)
+	b := instrument(t, mutex(t, session(t, servers), path), "zookeeper", reg)
+	if _, err := a.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.TryLock(t.Context()); err != nil { // reentrant
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	got := make(chan error, 1)
+	go func() {
+		close(started)
+		_, err := b.Lock(t.Context())
+		got <- err
+	}()
+	<-started
+	const hold = 300 * time.Millisecond
+	time.Sleep(hold) // the wait being measured, not an ordering: b waits at least this long
+	for range 2 {
+		if err := a.Unlock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("b.Lock: %v", err)
+	}
+	if err := b.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := counterOf(t, reg, "txkit_lock_acquisitions_total", "backend", "zookeeper"); got != 3 {
+		t.Fatalf("acquisitions = %v, want 3", got)
+	}
+	if n, sum := waitHistogram(t, reg, "zookeeper"); n != 3 || sum < (hold-50*time.Millisecond).Seconds() {
+		t.Fatalf("wait histogram: %d samples, %.3fs in all; want 3 and b's wait of at least %v", n, sum, hold)
+	}
+	if got := counterOf(t, reg, "txkit_lock_session_losses_total", "backend", "zookeeper"); got != 0 {
+		t.Fatalf("session losses = %v after releases, want 0", got)
+	}
+}
+
+// A pglock lease whose connection is cut is lost before its Unlock: it counts as a loss.
+func TestIntegrationInstrumentPostgresLeaseLost(t *testing.T) {
+	s := testenv.PG(t)
+	cfg, err := pgxpool.ParseConfig(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.NewRawProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	host, port, _ := net.SplitHostPort(proxy.Addr())
+	p, _ := strconv.Atoi(port)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.ConnectTimeout = host, uint16(p), time.Second
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	c, err := pglock.New(pool, pglock.WithTTL(2*time.Second), pglock.WithRenewEvery(400*time.Millisecond), pglock.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.NewMutex("metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	l := instrument(t, m, "postgres", reg)
+	if _, err := l.Lock(t.Context()); err != nil { // a hold released normally first
+		t.Fatal(err)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Down()
+	select {
+	case <-lease.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease outlived its connection by 10s")
+	}
+	testenv.Eventually(t, 5*time.Second, 10*time.Millisecond, func() bool {
+		return counterOf(t, reg, "txkit_lock_session_losses_total", "backend", "postgres") == 1
+	}, "session losses = %v, want 1", counterOf(t, reg, "txkit_lock_session_losses_total", "backend", "postgres"))
+	proxy.Up()
+	_ = l.Unlock(t.Context())
+	if got := counterOf(t, reg, "txkit_lock_acquisitions_total", "backend", "postgres"); got != 2 {
+		t.Fatalf("acquisitions = %v, want 2", got)
+	}
+	if got, _ := waitHistogram(t, reg, "postgres"); got != 2 {
+		t.Fatalf("wait samples = %d, want 2", got)
+	}
+	if got := counterOf(t, reg, "txkit_lock_session_losses_total", "backend", "postgres"); got != 1 {
+		t.Fatalf("session losses = %v after the Unlock, want still 1", got)
+	}
+}
+
+// An election counts the terms it wins, once per term however many components join it, and
+// shows 1 while it leads; resigning brings the gauge back to 0. The backends' constructors pass
+// the option on.
+func TestIntegrationElectionMetrics(t *testing.T) {
+	path := testenv.ZKRoot(t) + "/leader"
+	reg := prometheus.NewRegistry()
+	el, err := lock.NewElector(session(t, testenv.ZK(t)), path, "a", lock.WithElectionRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	isLeader := func() float64 { return counterOf(t, reg, "txkit_lock_is_leader", "election", path) }
+	changes := func() float64 { return counterOf(t, reg, "txkit_lock_leadership_changes_total", "election", path) }
+	if n, err := testutil.GatherAndCount(reg, "txkit_lock_is_leader"); err != nil || n != 1 || isLeader() != 0 {
+		t.Fatalf("before the campaign: %d is_leader series (%v), value %v; want one at 0", n, err, isLeader())
+	}
+	l1, err := el.Campaign(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := el.Campaign(t.Context()) // another component joins the term
+	if err != nil {
+		t.Fatal(err)
+	}
+	if isLeader() != 1 || changes() != 1 {
+		t.Fatalf("leading: is_leader %v, changes %v; want 1 and 1", isLeader(), changes())
+	}
+	for _, l := range []lock.Leadership{l1, l2} {
+		if err := l.Resign(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 5*time.Second, 10*time.Millisecond, func() bool { return isLeader() == 0 },
+		"is_leader = %v after resigning, want 0", isLeader())
+	if changes() != 1 {
+		t.Fatalf("changes = %v after resigning, want 1", changes())
+	}
+
+	// PostgreSQL: the option reaches the Election through pglock's constructor.
+	c, err := pglock.New(testenv.PG(t).Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	pel, err := c.NewElector("pg-leader", "b", lock.WithElectionRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := pel.Campaign(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := counterOf(t, reg, "txkit_lock_is_leader", "election", "pg-leader"); got != 1 {
+		t.Fatalf("pglock election is_leader = %v, want 1", got)
+	}
+	if err := pl.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Bad arguments and a clashing registry fail with ErrInvalidOption.
+func TestIntegrationInstrumentRefuses(t *testing.T) {
+	if _, err := lock.Instrument(nil, "zookeeper", nil); !errors.Is(err, lock.ErrInvalidOption) {
+		t.Fatalf("Instrument(nil) = %v, want ErrInvalidOption", err)
+	}
+	l := mutex(t, session(t, testenv.ZK(t)), testenv.ZKRoot(t)+"/refused")
+	if _, err := lock.Instrument(l, "etcd", nil); !errors.Is(err, lock.ErrInvalidOption) {
+		t.Fatalf("Instrument(backend etcd) = %v, want ErrInvalidOption", err)
+	}
+	clash := prometheus.NewRegistry()
+	clash.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "txkit_lock_acquisitions_total", Help: "not a counter"}))
+	if _, err := lock.Instrument(l, "redis", clash); !errors.Is(err, lock.ErrInvalidOption) {
+		t.Fatalf("Instrument on a clashing registry = %v, want ErrInvalidOption", err)
+	}
+	clash.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "txkit_lock_leadership_changes_total", Help: "not a counter"}))
+	if _, err := lock.NewElection(l, "e", "a", func(context.Context) (string, error) { return "", nil },
+		lock.WithElectionRegisterer(clash)); !errors.Is(err, lock.ErrInvalidOption) {
+		t.Fatalf("NewElection on a clashing registry = %v, want ErrInvalidOption", err)
+	}
+}
