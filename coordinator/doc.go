@@ -21,4 +21,12 @@
 // The price of one option type for four constructors: a protocol's own option given to another
 // protocol's New (saga.WithAttempts to tcc.New) compiles, and New refuses it with an error
 // wrapping [ErrInvalidOption] that names it.
+//
+// # Metrics
+//
+// Given [WithRegisterer], a coordinator registers Prometheus metrics labelled by protocol (tcc,
+// saga, 2pc, 3pc): transactions begun and finished by outcome, branch calls by op and result and
+// their durations, and, on the recovering leader, the due backlog, the oldest unfinished
+// transaction's age, the recovery attempts and the timeouts. Labels never carry a gid or branch
+// name. docs/coordinators.md tabulates them.
 package coordinator

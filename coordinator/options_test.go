@@ -10,6 +10,7 @@ import (
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/saga"
 	"github.com/txkit/txkit/tcc"
+	"github.com/txkit/txkit/threepc"
 	"github.com/txkit/txkit/twopc"
 )
 
@@ -17,16 +18,7 @@ import (
 // included (it used to be accepted and refused only by Run).
 func TestIntegrationNewRefusesBadSharedOptions(t *testing.T) {
 	pool := testenv.PG(t).Pool
-	news := map[string]func(*pgxpool.Pool, ...coordinator.Option) error{
-		"tcc":  func(p *pgxpool.Pool, o ...coordinator.Option) error { _, err := tcc.New(p, o...); return err },
-		"saga": func(p *pgxpool.Pool, o ...coordinator.Option) error { _, err := saga.New(p, o...); return err },
-		"twopc": func(p *pgxpool.Pool, o ...coordinator.Option) error {
-			c, err := twopc.New(p, o...)
-			closeIf(c)
-			return err
-		},
-	}
-	for name, newC := range news {
+	for name, newC := range constructors() {
 		for what, opt := range map[string]coordinator.Option{
 			"nil elector":  coordinator.WithElector(nil),
 			"nil logger":   coordinator.WithLogger(nil),
@@ -42,8 +34,25 @@ func TestIntegrationNewRefusesBadSharedOptions(t *testing.T) {
 	}
 }
 
-func closeIf(c *twopc.Coordinator) {
-	if c != nil {
-		_ = c.Close()
+// constructors returns every coordinator's New, by package name, as a function returning only
+// its error (the coordinators that hold resources are closed).
+func constructors() map[string]func(*pgxpool.Pool, ...coordinator.Option) error {
+	return map[string]func(*pgxpool.Pool, ...coordinator.Option) error{
+		"tcc":  func(p *pgxpool.Pool, o ...coordinator.Option) error { _, err := tcc.New(p, o...); return err },
+		"saga": func(p *pgxpool.Pool, o ...coordinator.Option) error { _, err := saga.New(p, o...); return err },
+		"twopc": func(p *pgxpool.Pool, o ...coordinator.Option) error {
+			c, err := twopc.New(p, o...)
+			if c != nil {
+				_ = c.Close()
+			}
+			return err
+		},
+		"threepc": func(p *pgxpool.Pool, o ...coordinator.Option) error {
+			c, err := threepc.New(p, o...)
+			if c != nil {
+				_ = c.Close()
+			}
+			return err
+		},
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/lock"
@@ -37,6 +38,9 @@ type Config struct {
 	Batch, RecoverConc     int           // recovery claim size and drives at once
 	Retention              time.Duration // how long finished transactions are kept
 	RetentionSpec          string        // cron spec of the retention job
+	// Registerer is where [NewBase] registers the coordinator's metrics (WithRegisterer); nil
+	// registers none (they are still counted).
+	Registerer prometheus.Registerer
 	// Own points to the protocol's own settings (nil for a protocol without any), which its
 	// options ([OwnOption]) set.
 	Own any
@@ -111,6 +115,8 @@ type Base struct {
 	name                 string // "tcc", "saga", "twopc": the prefix of the errors
 	kind                 Kind
 	running              atomic.Bool
+	metrics              *metrics
+	m                    *kindMetrics // the series of kind, also the Log's
 }
 
 // Stats counts what a coordinator saw.
@@ -138,8 +144,9 @@ type Settings interface {
 }
 
 // NewBase applies opts to the defaults of protocol p, validates the result and returns a Base
-// whose log of p's transactions lives in pool. It does not touch the database. Errors wrap
-// [ErrInvalidOption].
+// whose log of p's transactions lives in pool. It does not touch the database. It builds the
+// coordinator's metrics and registers them on Config.Registerer. Errors wrap [ErrInvalidOption],
+// among them a registration's (a metric name taken by another collector with other labels).
 func NewBase(pool *pgxpool.Pool, p Protocol, opts []Option) (*Base, error) {
 	cfg := DefaultConfig(p.Prefix)
 	cfg.Timeout, cfg.Own = p.Timeout, p.Own
@@ -161,7 +168,13 @@ func NewBase(pool *pgxpool.Pool, p Protocol, opts []Option) (*Base, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p.Name, err)
 	}
-	return &Base{Log: l, Parts: NewParticipants(cfg.Client), Cfg: cfg, name: p.Name, kind: p.Kind}, nil
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", p.Name, err, ErrInvalidOption)
+	}
+	km := m.forKind(p.Kind)
+	l.m = km
+	return &Base{Log: l, Parts: NewParticipants(cfg.Client), Cfg: cfg, name: p.Name, kind: p.Kind, metrics: m, m: km}, nil
 }
 
 // Errorf returns the error of format and args with the coordinator's name in front.
@@ -253,7 +266,7 @@ func (b *Base) run(ctx context.Context, d Driver, opts []RecoverOption) error {
 	defer b.running.Store(false)
 	ropts := append([]RecoverOption{WithSchedule(b.Cfg.Schedule), WithBatchSize(b.Cfg.Batch),
 		WithConcurrency(b.Cfg.RecoverConc), WithRetention(b.Cfg.Retention, b.Cfg.RetentionSpec),
-		WithLogger(b.Cfg.Logger)}, opts...)
+		WithLogger(b.Cfg.Logger), withMetrics(b.metrics)}, opts...)
 	r, err := NewRecoverer(b.Log, b.Cfg.Elector, map[Kind]Driver{b.kind: d}, ropts...)
 	if err != nil {
 		return err
@@ -263,15 +276,18 @@ func (b *Base) run(ctx context.Context, d Driver, opts []RecoverOption) error {
 
 // Call calls p with the call timeout. A panic in p.Do is recovered: it is logged with its stack
 // and returned as a *[PanicError], so the caller records it on the branch and retries with
-// backoff like any failure, instead of the process (every leader in turn) crashing.
+// backoff like any failure, instead of the process (every leader in turn) crashing. Every branch
+// call goes through Call: it counts the call by op and result and observes its duration.
 func (b *Base) Call(ctx context.Context, p participant.Participant, req participant.Request) (err error) {
 	cctx, cancel := context.WithTimeout(ctx, b.Cfg.CallTimeout)
 	defer cancel()
+	start := time.Now()
 	defer func() {
 		if v := recover(); v != nil {
 			err = recovered(b.Cfg.Logger, "core: participant panicked", v, slog.String("gid", req.GID),
 				slog.String("branch", req.Branch), slog.String("op", req.Op.String()))
 		}
+		b.m.called(req.Op, time.Since(start), err)
 	}()
 	return p.Do(cctx, req)
 }

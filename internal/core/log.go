@@ -37,6 +37,7 @@ type Log struct {
 	name  string // schema-qualified global table name, for messages and the fence resource
 	ddl   string
 	q     map[string]string
+	m     *kindMetrics // the coordinator's that made the log (NewBase), or nil
 }
 
 // Transaction is a global transaction as the log holds it.
@@ -140,7 +141,7 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 		return nil, fmt.Errorf("core: render schema: %w", err)
 	}
 	for _, n := range []string{"create", "create_with_branches", "add_branch", "decide", "status", "branches_done", "branches_failed",
-		"finish", "renew", "reschedule", "claim", "get", "list", "branches", "purge"} {
+		"finish", "renew", "reschedule", "claim", "backlog", "get", "list", "branches", "purge"} {
 		if l.q[n], err = render(n); err != nil {
 			return nil, fmt.Errorf("core: render %s: %w", n, err)
 		}
@@ -171,7 +172,8 @@ func (l *Log) Lease() time.Duration { return l.o.lease }
 // branches, when given, are recorded with the transaction in the same statement (a saga records
 // all its steps before running any), all [BranchPending]; their Status, Attempts and LastError are
 // ignored. A branch [Log.AddBranch] would refuse (empty name, bad target), or two with one name,
-// return an error wrapping [ErrInvalidBranch] and record nothing.
+// return an error wrapping [ErrInvalidBranch] and record nothing. A coordinator's log counts the
+// transactions it records (CreateIn too) in txkit_coordinator_transactions_begun_total.
 func (l *Log) Create(ctx context.Context, gid string, kind Kind, timeout time.Duration, payload []byte, branches ...Branch) error {
 	return l.CreateIn(ctx, gid, kind, kind.Initial(), timeout, payload, branches...)
 }
@@ -224,6 +226,7 @@ func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, ti
 	if err != nil {
 		return fmt.Errorf("core: create %s: %w", gid, err)
 	}
+	l.m.began()
 	return nil
 }
 
@@ -330,7 +333,9 @@ type Progress struct {
 // first; a refusal returns an error wrapping [lock.ErrFenced] and writes nothing. Branches already
 // done are not marked again. When the transaction is no longer in p.From it returns nil if it is
 // already in p.Next (another driver finished it), otherwise an error wrapping [ErrInvalidState].
-// A clean finish (p.Next set) is one statement; a partial one two or three.
+// A clean finish (p.Next set) is one statement; a partial one two or three. A coordinator's log
+// counts the transactions this call moved to a final status in
+// txkit_coordinator_transactions_finished_total (not those another driver finished).
 func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 	done, ok := p.From.BranchDone()
 	if !ok {
@@ -357,6 +362,9 @@ func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 		return fmt.Errorf("core: record %s (%s): %w", p.GID, p.From, err)
 	}
 	if moved {
+		if p.Next.Final() {
+			l.m.finished(p.Next)
+		}
 		return nil
 	}
 	cur, err := l.status(ctx, p.GID)

@@ -75,6 +75,7 @@ type recoverOptions struct {
 	retentionBatch int
 	log            *slog.Logger
 	jobs           []leaderJob
+	metrics        *metrics // the coordinator's (NewBase); nil: unregistered ones of the recoverer's own
 }
 
 // leaderJob is extra work the leader runs on a schedule (WithLeaderJob).
@@ -108,6 +109,9 @@ func WithRetention(keep time.Duration, spec string) RecoverOption {
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) RecoverOption { return func(o *recoverOptions) { o.log = l } }
+
+// withMetrics makes the recoverer count on m (a coordinator's metrics).
+func withMetrics(m *metrics) RecoverOption { return func(o *recoverOptions) { o.metrics = m } }
 
 // WithLeaderJob adds a job the leader runs on the cron spec while it leads, with the leadership's
 // ctx (cancelled when it ends) and token: twopc resolves in-doubt prepared transactions this way.

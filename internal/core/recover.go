@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/internal/leader"
@@ -52,7 +53,11 @@ type Recoverer struct {
 	o       recoverOptions
 	running atomic.Bool
 	stats   recoverStats
+	m       map[Kind]*recoverMetrics
 }
+
+// recoverMetrics are the recovery counters of one kind, resolved once.
+type recoverMetrics struct{ ok, failed, timedOut prometheus.Counter }
 
 // RecoverStats counts what a [Recoverer] did.
 type RecoverStats struct {
@@ -84,13 +89,23 @@ func NewRecoverer(l *Log, el lock.Elector, drivers map[Kind]Driver, opts ...Reco
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	r := &Recoverer{log: l, drivers: map[Kind]Driver{}, o: o}
+	if o.metrics == nil {
+		m, err := newMetrics(nil)
+		if err != nil {
+			return nil, fmt.Errorf("core: recoverer: %w", err)
+		}
+		o.metrics = m
+	}
+	r := &Recoverer{log: l, drivers: map[Kind]Driver{}, o: o, m: map[Kind]*recoverMetrics{}}
 	for k, d := range drivers {
 		if _, ok := kindNames[k]; !ok || d == nil {
 			return nil, fmt.Errorf("core: recoverer: driver for %s: %w", k, ErrInvalidOption)
 		}
 		r.drivers[k] = d
 		r.kinds = append(r.kinds, k.String())
+		r.m[k] = &recoverMetrics{ok: o.metrics.attempts.WithLabelValues(k.String(), "ok"),
+			failed:   o.metrics.attempts.WithLabelValues(k.String(), "error"),
+			timedOut: o.metrics.timedOut.WithLabelValues(k.String())}
 	}
 	sort.Strings(r.kinds)
 	lopts := []leader.Option{leader.WithName("core: recoverer"), leader.WithSchedule(o.schedule),
@@ -135,6 +150,7 @@ func (r *Recoverer) Run(ctx context.Context) error {
 // record (an error wrapping lock.ErrFenced).
 func (r *Recoverer) recoverLoop(ctx context.Context, t *leader.Term) error {
 	log := t.Log()
+	defer r.dropGauges()
 	for {
 		select {
 		case <-ctx.Done():
@@ -152,8 +168,10 @@ func (r *Recoverer) recoverLoop(ctx context.Context, t *leader.Term) error {
 	}
 }
 
-// recoverDue claims and drives batches until a batch comes back short or ctx ends.
+// recoverDue measures the backlog, then claims and drives batches until a batch comes back short
+// or ctx ends.
 func (r *Recoverer) recoverDue(ctx context.Context, tok lock.Token, log *slog.Logger) error {
+	r.measure(ctx, log)
 	for ctx.Err() == nil {
 		batch, err := r.claim(ctx, tok)
 		if err != nil {
@@ -172,10 +190,14 @@ func (r *Recoverer) recoverDue(ctx context.Context, tok lock.Token, log *slog.Lo
 			g.Go(func() error {
 				err := r.drive(ctx, tok, t, log)
 				switch {
-				case err == nil || ctx.Err() != nil:
+				case err == nil:
+					r.m[t.Kind].ok.Inc()
+				case ctx.Err() != nil:
 				case errors.Is(err, lock.ErrFenced):
+					r.m[t.Kind].failed.Inc()
 					fenced.Store(&err)
 				default:
+					r.m[t.Kind].failed.Inc()
 					r.stats.failed.Add(1)
 					log.Warn("core: drive failed; rescheduled", slog.String("gid", t.GID),
 						slog.String("status", t.Status.String()), slog.Any("err", err))
@@ -239,10 +261,12 @@ func (r *Recoverer) claim(ctx context.Context, tok lock.Token) ([]*Transaction, 
 				&t.Payload, &t.CreatedAt, &t.UpdatedAt, &timedOut); err != nil {
 				return nil, err
 			}
-			if timedOut {
+			tx, err := parsed(&t, kind, status)
+			if err == nil && timedOut {
 				r.stats.timedOut.Add(1)
+				r.m[tx.Kind].timedOut.Inc()
 			}
-			return parsed(&t, kind, status)
+			return tx, err
 		}); err != nil {
 			return err
 		}
@@ -270,4 +294,44 @@ func (r *Recoverer) purge(ctx context.Context) (int64, error) {
 		}
 	}
 	return total, nil
+}
+
+// measure sets the backlog gauges of r's kinds — due transactions and the oldest unfinished
+// one's age — with one query, when the metrics are registered. A failure is logged: the pass goes
+// on.
+func (r *Recoverer) measure(ctx context.Context, log *slog.Logger) {
+	m := r.o.metrics
+	if !m.exposed {
+		return
+	}
+	due, oldest := make(map[string]float64, len(r.kinds)), make(map[string]float64, len(r.kinds))
+	rows, err := r.log.pool.Query(ctx, r.log.q["backlog"], r.kinds)
+	if err == nil {
+		var kind string
+		var n int64
+		var age float64
+		_, err = pgx.ForEachRow(rows, []any{&kind, &n, &age}, func() error {
+			due[kind], oldest[kind] = float64(n), age
+			return nil
+		})
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("core: could not measure the recovery backlog", slog.Any("err", err))
+		}
+		return
+	}
+	for _, k := range r.kinds {
+		m.backlog.WithLabelValues(k).Set(due[k])
+		m.oldest.WithLabelValues(k).Set(oldest[k])
+	}
+}
+
+// dropGauges removes the backlog gauges of r's kinds when the leadership ends: only the leader
+// exposes them, so that a former leader's last values do not linger.
+func (r *Recoverer) dropGauges() {
+	for _, k := range r.kinds {
+		r.o.metrics.backlog.DeleteLabelValues(k)
+		r.o.metrics.oldest.DeleteLabelValues(k)
+	}
 }

@@ -102,6 +102,17 @@ returning g.gid, g.kind, g.status, g.timeout_at, g.next_retry_at, g.attempts, co
     g.payload, g.created_at, g.updated_at, due.old_status <> g.status
 {{end}}
 
+{{/* The leader's measure of its backlog, once per recovery pass: per kind, the unfinished
+transactions due now and the age in seconds of the oldest unfinished one. It reads the rows of the
+due index, which holds only unfinished transactions. */}}
+{{define "backlog"}}
+select kind, count(*) filter (where next_retry_at <= now()),
+    coalesce(extract(epoch from now() - min(created_at)), 0)::float8
+from {{.Global}}
+where status not in ({{.Finals}}) and kind = any($1::text[])
+group by kind
+{{end}}
+
 {{define "get"}}
 select gid, kind, status, timeout_at, next_retry_at, attempts, coalesce(last_error, ''), payload, created_at, updated_at
 from {{.Global}} where gid = $1
