@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
@@ -128,7 +129,13 @@ func (f *firstCall) Publish(ctx context.Context, msg outbox.Message) error {
 // goroutines, 16 keys, which gives raw-msgs/s; relay/raw is their ratio. Both share one publisher,
 // one broker and one topic.
 //
+// "metrics-ratio" measures the cost of the relay's Prometheus metrics ([outbox.WithRegisterer]):
+// each iteration drains 2000 messages (batch 128) with a registry and 2000 without, in turn (which
+// goes first alternates), and
+// it reports the first's msgs/s as a fraction of the second's (1 is no cost), and both rates.
+//
 //	go test -run '^$' -bench Relay -benchtime 5000x -count 3 ./outbox/
+//	go test -run '^$' -bench 'Relay/metrics-ratio' -benchtime 10x -count 3 ./outbox/
 func BenchmarkRelay(b *testing.B) {
 	pub := realPublisher(b)
 	topic := testenv.Topic(b)
@@ -161,58 +168,67 @@ func BenchmarkRelay(b *testing.B) {
 		wg.Wait()
 		return float64(n) / time.Since(start).Seconds()
 	}
+	// newOutbox returns an empty outbox in the sub-benchmark's schema.
+	newOutbox := func(b *testing.B) (*outbox.Outbox, *pgxpool.Pool) {
+		pg := testenv.PG(b)
+		ob, err := outbox.New(pg.Pool)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ob.Migrate(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		return ob, pg.Pool
+	}
+	// drain loads n messages into ob and relays them with a relay of its own; it returns the
+	// relay's rate, from its first publish to the table being empty, and its stats.
+	drain := func(b *testing.B, ob *outbox.Outbox, pool *pgxpool.Pool, n int, opts ...outbox.RelayOption) (float64, outbox.Stats) {
+		ctx := context.Background()
+		load(b, pool, ob, topic, keys, body, n)
+		sess, err := lock.NewSession(ctx, zkServers)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sess.Close()
+		el, err := lock.NewElector(sess, testenv.ZKRoot(b)+"/relay", "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		fc := &firstCall{next: pub}
+		r, err := outbox.NewRelay(ob, fc, append([]outbox.RelayOption{outbox.WithElector(el),
+			outbox.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(rctx) }()
+		for r.Stats().Published < int64(n) {
+			time.Sleep(time.Millisecond) // a benchmark's own polling, not a test ordering events
+		}
+		for {
+			p, _, err := ob.Backlog(ctx, pool)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if p == 0 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		rate := float64(n) / time.Since(time.Unix(0, fc.start.Load())).Seconds()
+		cancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		return rate, r.Stats()
+	}
 	for _, batch := range []int{1, 16, 128} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
-			pg := testenv.PG(b)
-			ctx := context.Background()
-			ob, err := outbox.New(pg.Pool)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := ob.Migrate(ctx); err != nil {
-				b.Fatal(err)
-			}
-			load(b, pg.Pool, ob, topic, keys, body, b.N)
-
-			sess, err := lock.NewSession(ctx, zkServers)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer sess.Close()
-			el, err := lock.NewElector(sess, testenv.ZKRoot(b)+"/relay", "bench")
-			if err != nil {
-				b.Fatal(err)
-			}
-			fc := &firstCall{next: pub}
-			r, err := outbox.NewRelay(ob, fc, outbox.WithElector(el), outbox.WithBatchSize(batch),
-				outbox.WithLogger(slog.New(slog.DiscardHandler)))
-			if err != nil {
-				b.Fatal(err)
-			}
-			rctx, cancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
+			ob, pool := newOutbox(b)
 			b.ResetTimer()
-			go func() { done <- r.Run(rctx) }()
-			for r.Stats().Published < int64(b.N) {
-				time.Sleep(time.Millisecond) // a benchmark's own polling, not a test ordering events
-			}
-			for {
-				p, _, err := ob.Backlog(ctx, pg.Pool)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if p == 0 {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
-			relayRate := float64(b.N) / time.Since(time.Unix(0, fc.start.Load())).Seconds()
+			relayRate, st := drain(b, ob, pool, b.N, outbox.WithBatchSize(batch))
 			b.StopTimer()
-			cancel()
-			if err := <-done; err != nil {
-				b.Fatal(err)
-			}
-			st := r.Stats()
 			rawRate := raw(min(b.N, 20000))
 			b.ReportMetric(relayRate, "relay-msgs/s")
 			b.ReportMetric(rawRate, "raw-msgs/s")
@@ -220,6 +236,36 @@ func BenchmarkRelay(b *testing.B) {
 			b.ReportMetric(float64(st.Published)/float64(max(st.Batches, 1)), "msgs/batch")
 		})
 	}
+	b.Run("metrics-ratio", func(b *testing.B) {
+		const n = 2000
+		ob, pool := newOutbox(b)
+		reg := prometheus.NewRegistry()
+		var on, off []float64
+		first := true // which goes first alternates, so that neither always follows the other
+		for b.Loop() {
+			for _, metrics := range []bool{first, !first} {
+				if metrics {
+					rate, _ := drain(b, ob, pool, n, outbox.WithBatchSize(128), outbox.WithRegisterer(reg))
+					on = append(on, rate)
+				} else {
+					rate, _ := drain(b, ob, pool, n, outbox.WithBatchSize(128))
+					off = append(off, rate)
+				}
+			}
+			first = !first
+		}
+		// The harmonic means: total messages over total time, per variant.
+		hmean := func(rates []float64) float64 {
+			var inv float64
+			for _, r := range rates {
+				inv += 1 / r
+			}
+			return float64(len(rates)) / inv
+		}
+		b.ReportMetric(hmean(on), "metrics-msgs/s")
+		b.ReportMetric(hmean(off), "plain-msgs/s")
+		b.ReportMetric(hmean(on)/hmean(off), "metrics/plain")
+	})
 }
 
 // load puts n messages into the outbox with COPY: the benchmark measures the relay, not Enqueue.

@@ -57,6 +57,7 @@ type Relay struct {
 	job      *leader.Job
 	running  atomic.Bool
 	stats    relayStats
+	m        *relayMetrics
 }
 
 // Stats counts what a [Relay] did since it was created.
@@ -94,15 +95,18 @@ func NewRelay(ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	m, err := newRelayMetrics(o.reg)
+	if err != nil {
+		return nil, err
+	}
 	pool := ob.pool
 	f := o.fence
 	if f == nil {
-		var err error
 		if f, err = ob.relayFence(); err != nil {
 			return nil, err
 		}
 	}
-	r := &Relay{pool: pool, pub: pub, ob: ob, o: o, fence: f, resource: "outbox:" + ob.name}
+	r := &Relay{pool: pool, pub: pub, ob: ob, o: o, fence: f, resource: "outbox:" + ob.name, m: m}
 	lopts := []leader.Option{leader.WithName("outbox: relay"), leader.WithSchedule(o.schedule),
 		leader.WithPause(o.retryPause), leader.WithLogger(o.log.With(slog.String("table", ob.name)))}
 	if ob.o.notify {
@@ -186,6 +190,7 @@ func (r *Relay) fenced() int64 {
 func (r *Relay) drainLoop(ctx context.Context, t *leader.Term) error {
 	log := t.Log()
 	var out outage
+	defer r.m.setBacklog(0, 0) // the gauges are the leader's: a relay that does not lead shows 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -210,29 +215,38 @@ type row struct {
 	id       int64
 	msg      Message
 	attempts int
+	created  time.Time // the row's created_at, on the relay's clock
 }
 
 // drain publishes due messages batch after batch until a batch comes back short, ctx ends, or an
-// error (then the batch's results are not written: its rows stay pending). It logs what it did at
-// debug level: draining is routine.
+// error (then the batch's results are not written: its rows stay pending). With a registerer it
+// then counts the backlog for the gauges (also every gaugeInterval during a long drain). It logs
+// what it did at debug level: draining is routine.
 func (r *Relay) drain(ctx context.Context, tok lock.Token, out *outage, log *slog.Logger) error {
 	start := time.Now()
+	measured := start
 	var batches, sent, failed, dead int
 	defer func() {
-		if batches == 0 || !log.Enabled(ctx, slog.LevelDebug) {
+		debug := batches > 0 && log.Enabled(ctx, slog.LevelDebug)
+		backlog := int64(-1)
+		if ctx.Err() == nil && (debug || r.m.gauges) {
+			backlog = r.measure(ctx)
+		}
+		if !debug {
 			return
 		}
 		attrs := []slog.Attr{slog.Int("batches", batches), slog.Int("sent", sent), slog.Int("failed", failed),
 			slog.Int("dead", dead), slog.Duration("elapsed", time.Since(start))}
-		if ctx.Err() == nil {
-			var backlog int64
-			if err := r.pool.QueryRow(ctx, r.ob.q.pending).Scan(&backlog); err == nil {
-				attrs = append(attrs, slog.Int64("backlog", backlog))
-			}
+		if backlog >= 0 {
+			attrs = append(attrs, slog.Int64("backlog", backlog))
 		}
 		log.LogAttrs(ctx, slog.LevelDebug, "outbox: drained", attrs...)
 	}()
 	for ctx.Err() == nil {
+		if r.m.gauges && time.Since(measured) >= gaugeInterval {
+			r.measure(ctx)
+			measured = time.Now()
+		}
 		batch, more, err := r.fetch(ctx)
 		if err != nil {
 			return err
@@ -242,6 +256,7 @@ func (r *Relay) drain(ctx context.Context, tok lock.Token, out *outage, log *slo
 		}
 		batches++
 		r.stats.batches.Add(1)
+		r.m.batchSize.Observe(float64(len(batch)))
 		errs := r.publish(ctx, batch)
 		if ctx.Err() != nil {
 			// Leadership lost (or shutdown) mid-batch: write nothing. The rows stay pending and the
@@ -262,19 +277,35 @@ func (r *Relay) drain(ctx context.Context, tok lock.Token, out *outage, log *slo
 	return nil
 }
 
+// gaugeInterval is how often a drain that goes on counts the backlog for the gauges.
+const gaugeInterval = 5 * time.Second
+
+// measure counts the pending rows and the age of the oldest, sets the gauges, and returns the
+// count (-1 when the query failed: the gauges keep their values until the next pass).
+func (r *Relay) measure(ctx context.Context) int64 {
+	var (
+		pending int64
+		age     float64
+	)
+	if err := r.pool.QueryRow(ctx, r.ob.q.pending).Scan(&pending, &age); err != nil {
+		return -1
+	}
+	r.m.setBacklog(pending, time.Duration(age*float64(time.Second)))
+	return pending
+}
+
 // fetch reads the next batch: at most WithBatchSize due rows and, past the first, at most
 // WithBatchBytes bytes of them. more reports whether more rows may be due: the batch is full, or
 // the byte bound cut it short.
 func (r *Relay) fetch(ctx context.Context) (batch []row, more bool, err error) {
+	sent := time.Now() // no later than the statement's now(), from which the rows' ages are taken
 	rows, err := r.pool.Query(ctx, r.ob.q.due, r.o.batch, r.o.batchBytes)
 	if err != nil {
 		return nil, false, fmt.Errorf("outbox: read due messages of %s: %w", r.ob.name, err)
 	}
 	cut := false
 	batch, err = pgx.CollectRows(rows, func(cr pgx.CollectableRow) (row, error) {
-		var x row
-		var c bool
-		err := cr.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &c, &x.msg.Tags)
+		x, c, err := scanDue(cr, sent)
 		cut = cut || c
 		return x, err
 	})
@@ -285,6 +316,15 @@ func (r *Relay) fetch(ctx context.Context) (batch []row, more bool, err error) {
 		return batch[:len(batch)-1], true, nil
 	}
 	return batch, len(batch) == r.o.batch, nil
+}
+
+// scanDue scans a row of the due statement (sql/queries.sql) sent at sent; cut reports the
+// marker row where the byte bound cut the batch.
+func scanDue(r pgx.Row, sent time.Time) (x row, cut bool, err error) {
+	var age float64 // seconds since created_at, by the database's clock
+	err = r.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &cut, &x.msg.Tags, &age)
+	x.created = sent.Add(-time.Duration(age * float64(time.Second)))
+	return x, cut, err
 }
 
 // errNotAttempted marks a message the drain did not publish: an earlier message of its key failed in
@@ -324,7 +364,7 @@ func (r *Relay) publish(ctx context.Context, batch []row) []error {
 				if ctx.Err() != nil {
 					return nil
 				}
-				err := r.publishOne(ctx, batch[i].msg)
+				err := r.publishOne(ctx, batch[i])
 				errs[i] = err // each index is written by one goroutine, read after Wait
 				if err != nil {
 					return nil // the rest of the key waits for this one
@@ -338,7 +378,7 @@ func (r *Relay) publish(ctx context.Context, batch []row) []error {
 }
 
 // publishOne calls the publisher with the publish timeout, turning a panic into an error.
-func (r *Relay) publishOne(ctx context.Context, msg Message) (err error) {
+func (r *Relay) publishOne(ctx context.Context, x row) (err error) {
 	pctx, cancel := context.WithTimeout(ctx, r.o.publishTimeout)
 	defer cancel()
 	defer func() {
@@ -347,11 +387,14 @@ func (r *Relay) publishOne(ctx context.Context, msg Message) (err error) {
 		}
 		if err != nil {
 			r.stats.failed.Add(1)
+			r.m.failures.Inc()
 		} else {
 			r.stats.published.Add(1)
+			r.m.published.Inc()
+			r.m.commitToPublish.Observe(time.Since(x.created).Seconds())
 		}
 	}()
-	return r.pub.Publish(pctx, msg)
+	return r.pub.Publish(pctx, x.msg)
 }
 
 // maxErrorLen bounds the last_error stored for a failed publish.
@@ -439,6 +482,7 @@ where id = any($1::bigint[]) and status = '`+StatusPending.String()+`' and attem
 	}
 	if len(deadIDs) > 0 {
 		r.stats.dead.Add(int64(len(deadIDs)))
+		r.m.dead.Add(float64(len(deadIDs)))
 		for _, id := range deadIDs {
 			log.Error("outbox: message dead: too many failed publishes, or the publisher can never carry it", slog.String("msg_id", id.String()),
 				slog.Int("max_attempts", r.o.maxAttempts))

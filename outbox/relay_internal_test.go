@@ -125,10 +125,12 @@ func TestIntegrationDueStatement(t *testing.T) {
 		var names []string
 		var prev int64
 		for rows.Next() {
-			var x row
-			var cut bool
-			if err := rows.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &cut, &x.msg.Tags); err != nil {
+			x, _, err := scanDue(rows, time.Now())
+			if err != nil {
 				t.Fatal(err)
+			}
+			if x.created.After(time.Now()) || time.Since(x.created) > time.Minute {
+				t.Fatalf("row %d: created %v ago, want a few milliseconds", x.id, time.Since(x.created))
 			}
 			if x.id <= prev {
 				t.Fatalf("row %d after %d: not in id order", x.id, prev)
@@ -284,9 +286,8 @@ func TestIntegrationDueStatementByteBound(t *testing.T) {
 			}
 			n, cut := 0, false
 			for rows.Next() {
-				var x row
-				var c bool
-				if err := rows.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &c, &x.msg.Tags); err != nil {
+				x, c, err := scanDue(rows, time.Now())
+				if err != nil {
 					t.Fatal(err)
 				}
 				switch {

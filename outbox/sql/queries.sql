@@ -38,7 +38,8 @@ and body as octet_length gives them, which reads a stored value's size without d
 plus the headers' stored size). The running sum streams with the index scan, so the limit still
 stops it. The first row that does not fit comes back as a marker — cut true, body and headers
 null, never read whole — telling the relay that the byte bound, not the backlog, ended the batch;
-the rows after it are not returned. */}}
+the rows after it are not returned. The last column is each row's age in seconds by the
+database's clock, from which the relay measures enqueue → publish on its own clock. */}}
 {{define "due"}}
 with blocked as materialized (
     select key, min(id) as first
@@ -47,7 +48,7 @@ with blocked as materialized (
     group by key
 ),
 sized as (
-    select t.id, t.msg_id, t.topic, t.key, t.body, t.headers, t.attempts, t.tags,
+    select t.id, t.msg_id, t.topic, t.key, t.body, t.headers, t.attempts, t.tags, t.created_at,
            octet_length(t.topic) + coalesce(octet_length(t.key), 0) + octet_length(t.body)
                + coalesce(pg_column_size(t.headers), 0) + coalesce(octet_length(t.tags), 0) as size,
            sum(octet_length(t.topic) + coalesce(octet_length(t.key), 0) + octet_length(t.body)
@@ -63,7 +64,7 @@ sized as (
 )
 select s.id, s.msg_id, s.topic, coalesce(s.key, ''),
        case when s.cut then null else s.body end, case when s.cut then null else s.headers end,
-       s.attempts, s.cut, coalesce(s.tags, '')
+       s.attempts, s.cut, coalesce(s.tags, ''), greatest(extract(epoch from now() - s.created_at)::float8, 0)
 from (select sized.*, sized.running > $2 and sized.n > 1 as cut from sized) s
 where s.running - s.size <= $2 or s.n <= 2
 order by s.id
@@ -112,4 +113,9 @@ select count(*) filter (where status = '{{.Pending}}'), count(*) filter (where s
 from {{.Table}}
 {{end}}
 
-{{define "pending"}}select count(*) from {{.Table}} where status = '{{.Pending}}'{{end}}
+{{/* The relay's gauges: the pending rows and the age in seconds of the oldest, in one scan of them. */}}
+{{define "pending"}}
+select count(*), coalesce(greatest(extract(epoch from now() - min(created_at))::float8, 0), 0)
+from {{.Table}}
+where status = '{{.Pending}}'
+{{end}}
