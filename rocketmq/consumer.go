@@ -65,6 +65,7 @@ type Consumer struct {
 	o       consumerOptions
 	log     *slog.Logger
 	running atomic.Bool
+	m       *consumerMetrics
 
 	applied, duplicates, failed, poison atomic.Int64
 }
@@ -98,9 +99,13 @@ func NewConsumer(nameservers []string, group, topic string, pool *pgxpool.Pool, 
 	if err != nil {
 		return nil, err
 	}
+	m, err := newConsumerMetrics(o.reg)
+	if err != nil {
+		return nil, fmt.Errorf("rocketmq: consumer %s: %w", group, err)
+	}
 	return &Consumer{
 		ns: append([]string(nil), nameservers...), group: group, topic: topic,
-		pool: pool, store: store, handler: handler, o: o,
+		pool: pool, store: store, handler: handler, o: o, m: m,
 		log: o.log.With("group", group, "topic", topic),
 	}, nil
 }
@@ -226,6 +231,7 @@ func (c *Consumer) consume(r *run, cbctx context.Context, msgs []*primitive.Mess
 	for _, m := range msgs {
 		if err := c.handle(r.ctx, m); err != nil {
 			c.failed.Add(1)
+			c.m.retry.Inc()
 			c.log.Warn("rocketmq: message failed, redelivering later", "msg_id", m.GetProperty(PropertyID),
 				"mq_msg_id", m.MsgId, "reconsume_times", m.ReconsumeTimes, "err", err)
 			// Never ConsumeSuccess with an error: the client acknowledges by the result alone and only
@@ -240,6 +246,7 @@ func (c *Consumer) consume(r *run, cbctx context.Context, msgs []*primitive.Mess
 func (c *Consumer) handle(runCtx context.Context, m *primitive.MessageExt) (err error) {
 	if size := messageSize(m); size > c.o.maxMessageSize {
 		c.poison.Add(1)
+		c.m.poison.Inc()
 		c.log.Error("rocketmq: oversized message acknowledged without being applied",
 			"mq_msg_id", m.MsgId, "queue_id", m.Queue.QueueId, "queue_offset", m.QueueOffset,
 			"err", fmt.Errorf("%w: %d bytes of body and properties, more than %d", ErrPoison, size, c.o.maxMessageSize))
@@ -248,6 +255,7 @@ func (c *Consumer) handle(runCtx context.Context, m *primitive.MessageExt) (err 
 	msg, err := decode(m)
 	if err != nil {
 		c.poison.Add(1)
+		c.m.poison.Inc()
 		c.log.Error("rocketmq: undecodable message acknowledged without being applied",
 			"mq_msg_id", m.MsgId, "keys", m.GetKeys(), "queue_id", m.Queue.QueueId, "queue_offset", m.QueueOffset,
 			"err", fmt.Errorf("%w: %w", ErrPoison, err))
@@ -256,10 +264,13 @@ func (c *Consumer) handle(runCtx context.Context, m *primitive.MessageExt) (err 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), c.o.handlerTimeout)
 	defer cancel()
 
+	start := time.Now()
 	dup, err := c.apply(ctx, msg)
+	c.m.handler.Observe(time.Since(start).Seconds())
 	switch {
 	case errors.Is(err, ErrPoison):
 		c.poison.Add(1)
+		c.m.poison.Inc()
 		c.log.Error("rocketmq: poison message acknowledged without being applied", "msg_id", msg.ID,
 			"mq_msg_id", m.MsgId, "err", err)
 		return nil
@@ -267,9 +278,11 @@ func (c *Consumer) handle(runCtx context.Context, m *primitive.MessageExt) (err 
 		return err
 	case dup:
 		c.duplicates.Add(1)
+		c.m.duplicate.Inc()
 		c.log.Debug("rocketmq: duplicate acknowledged", "msg_id", msg.ID, "mq_msg_id", m.MsgId)
 	default:
 		c.applied.Add(1)
+		c.m.handled.Inc()
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/outbox"
@@ -36,7 +37,7 @@ type TxProducerOption interface {
 }
 
 // Option is an option that fits a [Publisher], a [Consumer] and a [TxProducer] alike:
-// [WithLogger] and [WithCredentials].
+// [WithLogger], [WithCredentials] and [WithRegisterer].
 type Option interface {
 	PublisherOption
 	ConsumerOption
@@ -54,6 +55,7 @@ type SendOption interface {
 type commonOptions struct {
 	log         *slog.Logger
 	credentials primitive.Credentials
+	reg         prometheus.Registerer // nil: metrics are kept but not exposed
 }
 
 // sendOptions are the settings of a producing client.

@@ -39,8 +39,9 @@ func TestIntegrationOversizedMessagePoison(t *testing.T) {
 			t.Fatalf("publish %d bytes: %v", len(m.Body), err)
 		}
 	}
+	// The handler's call is recorded before its transaction commits and Stats counts it: wait for both.
 	testenv.Eventually(t, waitFor, 50*time.Millisecond, func() bool {
-		return rec.count(func(m outbox.Message) bool { return m.ID == small.ID }) == 1
+		return rec.count(func(m outbox.Message) bool { return m.ID == small.ID }) == 1 && c.Stats().Applied == 1
 	}, "the small message after the large one was not applied")
 	if n := rec.count(func(m outbox.Message) bool { return m.ID == big.ID }); n != 0 {
 		t.Fatalf("the handler was given the %d-byte message %d times; want it refused as poison", len(big.Body), n)

@@ -51,6 +51,7 @@ type TxProducer struct {
 	group string
 	o     txProducerOptions
 	log   *slog.Logger
+	m     *txProducerMetrics
 
 	ddl, insert, lookup, fence, purge string
 
@@ -103,7 +104,11 @@ func newTxProducer(ctx context.Context, nameservers []string, group string, pool
 	if err != nil {
 		return nil, err
 	}
-	p := &TxProducer{pool: pool, group: group, o: o, log: o.log.With("group", group), pending: map[uuid.UUID]*pendingTx{}}
+	m, err := newTxProducerMetrics(o.reg)
+	if err != nil {
+		return nil, fmt.Errorf("rocketmq: tx producer %s: %w", group, err)
+	}
+	p := &TxProducer{pool: pool, group: group, o: o, log: o.log.With("group", group), m: m, pending: map[uuid.UUID]*pendingTx{}}
 	if err := p.prepareSQL(); err != nil {
 		return nil, err
 	}
@@ -437,5 +442,7 @@ func (l txListener) ExecuteLocalTransaction(m *primitive.Message) primitive.Loca
 }
 
 func (l txListener) CheckLocalTransaction(m *primitive.MessageExt) primitive.LocalTransactionState {
-	return l.p.checkLocal(m)
+	s := l.p.checkLocal(m)
+	l.p.m.checkback(s)
+	return s
 }

@@ -1,0 +1,121 @@
+package rocketmq
+
+import (
+	"fmt"
+
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/txkit/txkit/internal/obs"
+	"github.com/txkit/txkit/internal/pgutil"
+)
+
+// WithRegisterer registers Prometheus metrics on reg (default: none; the counts are still kept,
+// and [Consumer.Stats] reports the consumer's, but nothing exposes them). It fits all three
+// constructors, so that one list of options can configure every client of a service; a
+// [Publisher] has no metrics of its own — the outbox relay that publishes through it counts
+// its publishes (outbox.WithRegisterer) — and registers nothing.
+//
+// A [Consumer] registers:
+//   - txkit_rocketmq_consumed_total{result} (counter): messages it dealt with, by result:
+//     "handled" (the handler committed), "duplicate" (its ID was already claimed: acknowledged
+//     without effect), "retry" (an attempt failed — claim, handler, commit, timeout or panic —
+//     and the message is redelivered), "poison" (acknowledged without being applied: oversized,
+//     undecodable, or the handler's [ErrPoison]). A message that fails twice and then succeeds
+//     counts twice as retry and once as handled.
+//   - txkit_rocketmq_handler_seconds (histogram): the time of the transaction that applies one
+//     message — begin, claim, handler, commit or rollback — whatever its result (what
+//     [WithHandlerTimeout] bounds); poison caught before it (oversized, undecodable) is not timed.
+//
+// A [TxProducer] registers:
+//   - txkit_rocketmq_checkbacks_total{result} (counter): broker check-backs it answered, by
+//     answer: "commit", "rollback" or "unknown" (asked again later).
+//
+// Consumers (or TxProducers) on one registry add to the same series; to tell them apart, give
+// each prometheus.WrapRegistererWith(prometheus.Labels{...}, reg) with a label of a bounded set
+// (the group, say). The constructor fails with an error wrapping [ErrInvalidOption] when one of
+// these names is registered on reg as another kind of metric or with other labels.
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return commonOption(func(o *commonOptions) { o.reg = reg })
+}
+
+// consumerMetrics are a [Consumer]'s collectors, with the series of each result made at
+// construction (so that they exist, at 0, before the first message).
+type consumerMetrics struct {
+	handled, duplicate, retry, poison prometheus.Counter
+	handler                           prometheus.Histogram
+}
+
+// register registers c on reg (nil: nowhere) through obs.Register, which reuses an equal collector
+// registered before, and wraps a clash in ErrInvalidOption.
+func register[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
+	if pgutil.IsNil(reg) { // a nil *prometheus.Registry, say
+		reg = nil
+	}
+	c, err := obs.Register(reg, c)
+	if err != nil {
+		return c, fmt.Errorf("%w: %w", err, ErrInvalidOption)
+	}
+	return c, nil
+}
+
+// resultCounters registers the counter vector name, labelled by result, on reg and returns its
+// series for results, in order.
+func resultCounters(reg prometheus.Registerer, name, help string, results ...string) ([]prometheus.Counter, error) {
+	vec, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: obs.Namespace, Subsystem: "rocketmq", Name: name, Help: help,
+	}, []string{"result"}))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]prometheus.Counter, len(results))
+	for i, r := range results {
+		out[i] = vec.WithLabelValues(r)
+	}
+	return out, nil
+}
+
+func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
+	consumed, err := resultCounters(reg, "consumed_total",
+		"Messages a txkit RocketMQ consumer dealt with, by result: handled, duplicate (already claimed), retry (failed attempt, redelivered), poison (acknowledged without being applied).",
+		"handled", "duplicate", "retry", "poison")
+	if err != nil {
+		return nil, err
+	}
+	handler, err := register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: obs.Namespace, Subsystem: "rocketmq", Name: "handler_seconds",
+		Help:    "Time of the transaction in which a txkit RocketMQ consumer applies one message: claim, handler, commit or rollback.",
+		Buckets: obs.DurationBuckets(),
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return &consumerMetrics{handled: consumed[0], duplicate: consumed[1], retry: consumed[2], poison: consumed[3], handler: handler}, nil
+}
+
+// txProducerMetrics are a [TxProducer]'s collectors.
+type txProducerMetrics struct {
+	commit, rollback, unknown prometheus.Counter
+}
+
+func newTxProducerMetrics(reg prometheus.Registerer) (*txProducerMetrics, error) {
+	c, err := resultCounters(reg, "checkbacks_total",
+		"Transaction check-backs a txkit RocketMQ transactional producer answered, by answer: commit, rollback, unknown.",
+		"commit", "rollback", "unknown")
+	if err != nil {
+		return nil, err
+	}
+	return &txProducerMetrics{commit: c[0], rollback: c[1], unknown: c[2]}, nil
+}
+
+// checkback counts one check-back's answer.
+func (m *txProducerMetrics) checkback(s primitive.LocalTransactionState) {
+	switch s {
+	case primitive.CommitMessageState:
+		m.commit.Inc()
+	case primitive.RollbackMessageState:
+		m.rollback.Inc()
+	default:
+		m.unknown.Inc()
+	}
+}
