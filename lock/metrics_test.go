@@ -3,11 +3,13 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -258,4 +260,51 @@ func TestIntegrationInstrumentRefuses(t *testing.T) {
 		lock.WithElectionRegisterer(clash)); !errors.Is(err, lock.ErrInvalidOption) {
 		t.Fatalf("NewElection on a clashing registry = %v, want ErrInvalidOption", err)
 	}
+}
+
+// Instrument a ZooKeeper mutex and an election, on the service's own registry.
+func ExampleInstrument() {
+	ctx := context.Background()
+	sess, err := lock.NewSession(ctx, exampleServers(), lock.WithSessionTimeout(5*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sess.Close()
+	root := "/txkit-example/" + uuid.NewString()
+	defer deleteAll(sess, root+"/lock")
+	defer deleteAll(sess, root+"/leader")
+
+	reg := prometheus.NewRegistry() // served on /metrics with promhttp.HandlerFor(reg, ...)
+	m, _ := lock.NewMutex(sess, root+"/lock")
+	l, err := lock.Instrument(m, "zookeeper", reg)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := l.Lock(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = l.Unlock(ctx)
+
+	el, _ := lock.NewElector(sess, root+"/leader", "host-1", lock.WithElectionRegisterer(reg))
+	lead, err := el.Campaign(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	mfs, _ := reg.Gather() // sorted by name
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "txkit_lock_acquisitions_total":
+			fmt.Println("acquisitions:", mf.GetMetric()[0].GetCounter().GetValue())
+		case "txkit_lock_is_leader":
+			fmt.Println("leading:", mf.GetMetric()[0].GetGauge().GetValue())
+		}
+	}
+	_ = lead.Resign(ctx)
+	// Output:
+	// acquisitions: 1
+	// leading: 1
 }

@@ -2,17 +2,23 @@ package notify_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/notify"
 )
 
@@ -214,4 +220,70 @@ func TestIntegrationMetricsRegistry(t *testing.T) {
 	if _, err := notify.New(w.sender.Pool, w.receivers(), notify.WithPlainHTTP(), notify.WithMetricReceivers(-1)); !errors.Is(err, notify.ErrInvalidOption) {
 		t.Fatalf("WithMetricReceivers(-1) = %v, want ErrInvalidOption", err)
 	}
+}
+
+// ExampleWithRegisterer exposes a notifier's metrics on the service's own registry: one delivery,
+// counted once acknowledged.
+func ExampleWithRegisterer() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, schemas, done, ok := testenv.ExampleDB(ctx, "example_")
+	if !ok {
+		return
+	}
+	defer done()
+	schema := schemas[0]
+	sess, err := lock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sess.Close()
+	path := "/txkit-example/" + schema
+	el, _ := lock.NewElector(sess, path+"/notify", "host-1")
+	shop := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { _, _ = rw.Write([]byte("success")) }))
+	defer shop.Close()
+
+	reg := prometheus.NewRegistry() // served on /metrics with promhttp.HandlerFor(reg, ...)
+	n, err := notify.New(pool, []notify.Receiver{{Name: "shop", URL: shop.URL, Secrets: []string{"example-secret-0123456789"}, Echo: "success"}},
+		notify.WithSchema(schema), notify.WithElector(el), notify.WithPlainHTTP(), notify.WithRegisterer(reg))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := n.Migrate(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	rctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- n.Run(rctx) }()
+	defer func() {
+		stop()
+		<-ran
+		_ = sess.Conn().Delete(path+"/notify", -1) // the election's nodes
+		_ = sess.Conn().Delete(path, -1)
+	}()
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := n.Enqueue(ctx, tx, notify.Notification{Receiver: "shop", Key: "order-7", Payload: json.RawMessage(`{"amount":1}`)})
+		return err
+	}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	delivered := func() float64 {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "txkit_notify_delivered_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		return 0
+	}
+	for delivered() < 1 && ctx.Err() == nil { // the leader delivers and records it
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Println("delivered:", delivered())
+	// Output:
+	// delivered: 1
 }
