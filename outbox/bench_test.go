@@ -135,7 +135,7 @@ func (f *firstCall) Publish(ctx context.Context, msg outbox.Message) error {
 // it reports the first's msgs/s as a fraction of the second's (1 is no cost), and both rates.
 //
 //	go test -run '^$' -bench Relay -benchtime 5000x -count 3 ./outbox/
-//	go test -run '^$' -bench 'Relay/metrics-ratio' -benchtime 10x -count 3 ./outbox/
+//	go test -run '^$' -bench '^BenchmarkRelay$/metrics-ratio' -benchtime 30x -count 3 ./outbox/
 func BenchmarkRelay(b *testing.B) {
 	pub := realPublisher(b)
 	topic := testenv.Topic(b)

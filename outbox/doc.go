@@ -38,6 +38,11 @@
 //	}
 //	return relay.Run(ctx) // blocks until ctx ends
 //
+// Metrics: [WithRegisterer] registers the relay's Prometheus metrics on the caller's registry —
+// the backlog and the age of the oldest pending message (gauges the leader sets each drain),
+// messages published, failed attempts and dead messages (counters), the batch size and the
+// commit-to-publish latency (histograms), all named txkit_outbox_*.
+//
 // # How the relay works
 //
 // Enqueue issues pg_notify on the outbox's channel in the same statement as the insert;

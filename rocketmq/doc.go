@@ -29,6 +29,12 @@
 // [TxProducerOption]); an option that fits several, such as [WithLogger] or [WithCredentials],
 // is of each type it fits, so an option given to a constructor it does not fit does not compile.
 //
+// Metrics: [WithRegisterer] registers Prometheus metrics on the caller's registry: a [Consumer]'s
+// txkit_rocketmq_consumed_total{result="handled"|"duplicate"|"retry"|"poison"} and
+// txkit_rocketmq_handler_seconds, a [TxProducer]'s
+// txkit_rocketmq_checkbacks_total{result="commit"|"rollback"|"unknown"}. The outbox relay counts
+// what it publishes through a [Publisher].
+//
 // The message type is [message.Message] (outbox.Message is the same type): it lives in package
 // message because the outbox, transactional messages and consumers all use it.
 //
