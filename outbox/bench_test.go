@@ -130,9 +130,9 @@ func (f *firstCall) Publish(ctx context.Context, msg outbox.Message) error {
 // one broker and one topic.
 //
 // "metrics-ratio" measures the cost of the relay's Prometheus metrics ([outbox.WithRegisterer]):
-// each iteration drains 2000 messages (batch 128) with a registry and 2000 without, in turn (which
-// goes first alternates), and
-// it reports the first's msgs/s as a fraction of the second's (1 is no cost), and both rates.
+// each iteration drains 2000 messages (batch 128) with a registry and 2000 without, in turn
+// (which goes first alternates), and it reports the first's msgs/s as a fraction of the second's
+// (1 is no cost), and both rates.
 //
 //	go test -run '^$' -bench Relay -benchtime 5000x -count 3 ./outbox/
 //	go test -run '^$' -bench '^BenchmarkRelay$/metrics-ratio' -benchtime 30x -count 3 ./outbox/
