@@ -13,6 +13,7 @@ import (
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/core/coretest"
+	"github.com/txkit/txkit/internal/obs/obstest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/saga"
@@ -24,7 +25,7 @@ import (
 // want checks the metric series name{labels} of reg against v.
 func want(t *testing.T, reg *prometheus.Registry, v float64, name string, labels ...string) {
 	t.Helper()
-	if got := coretest.Metric(t, reg, name, labels...); got != v {
+	if got := obstest.Value(t, reg, name, labels...); got != v {
 		t.Errorf("%s%v = %v, want %v", name, labels, got, v)
 	}
 }
@@ -213,18 +214,18 @@ func TestIntegrationMetricsRecovery(t *testing.T) {
 	testenv.Run(t, leader.Run)
 	const backlog, oldest = "txkit_recovery_backlog", "txkit_recovery_oldest_unfinished_seconds"
 	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		return coretest.Metric(t, reg, backlog, "protocol", "tcc") >= 1 && coretest.Metric(t, reg, oldest, "protocol", "tcc") > 0
+		return obstest.Value(t, reg, backlog, "protocol", "tcc") >= 1 && obstest.Value(t, reg, oldest, "protocol", "tcc") > 0
 	}, "the leader measures its backlog while it drives the decided transaction")
 	free()
 	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
 		return coretest.Status(t, leader, decided.GID()) == tcc.StatusConfirmed &&
 			coretest.Status(t, leader, late.GID()) == tcc.StatusCancelled &&
-			coretest.Metric(t, reg, backlog, "protocol", "tcc") == 0 && coretest.Metric(t, reg, oldest, "protocol", "tcc") == 0
+			obstest.Value(t, reg, backlog, "protocol", "tcc") == 0 && obstest.Value(t, reg, oldest, "protocol", "tcc") == 0
 	}, "the leader finishes both transactions and its backlog is empty")
 	if n, err := testutil.GatherAndCount(reg, backlog, oldest); err != nil || n != 2 {
 		t.Errorf("backlog and oldest series: %d, %v; want 2", n, err)
 	}
-	if n := coretest.Metric(t, reg, "txkit_recovery_attempts_total", "protocol", "tcc", "result", "ok"); n < 2 {
+	if n := obstest.Value(t, reg, "txkit_recovery_attempts_total", "protocol", "tcc", "result", "ok"); n < 2 {
 		t.Errorf("recovery attempts ok = %v, want at least 2", n)
 	}
 	want(t, reg, 1, "txkit_recovery_timed_out_total", "protocol", "tcc")

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/txkit/txkit/internal/obs/obstest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/pglock"
@@ -27,49 +28,6 @@ func instrument(t *testing.T, l lock.Locker, backend string, reg prometheus.Regi
 		t.Fatalf("Instrument: %v", err)
 	}
 	return il
-}
-
-// waitHistogram returns the sample count and sum of the wait histogram of backend on reg.
-func waitHistogram(t *testing.T, reg *prometheus.Registry, backend string) (uint64, float64) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "txkit_lock_wait_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == backend {
-				return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
-			}
-		}
-	}
-	t.Fatalf("no txkit_lock_wait_seconds{backend=%q}", backend)
-	return 0, 0
-}
-
-func counterOf(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetName() == label && m.GetLabel()[0].GetValue() == value {
-				if m.GetGauge() != nil {
-					return m.GetGauge().GetValue()
-				}
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }
 
 // Two instrumented ZooKeeper mutexes on one registry count every acquisition (a reentrant one
@@ -106,13 +64,13 @@ func TestIntegrationInstrumentZooKeeper(t *testing.T) {
 	if err := b.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if got := counterOf(t, reg, "txkit_lock_acquisitions_total", "backend", "zookeeper"); got != 3 {
+	if got := obstest.Value(t, reg, "txkit_lock_acquisitions_total", "backend", "zookeeper"); got != 3 {
 		t.Fatalf("acquisitions = %v, want 3", got)
 	}
-	if n, sum := waitHistogram(t, reg, "zookeeper"); n != 3 || sum < (hold-50*time.Millisecond).Seconds() {
+	if sum, n := obstest.Histogram(t, reg, "txkit_lock_wait_seconds", "backend", "zookeeper"); n != 3 || sum < (hold-50*time.Millisecond).Seconds() {
 		t.Fatalf("wait histogram: %d samples, %.3fs in all; want 3 and b's wait of at least %v", n, sum, hold)
 	}
-	if got := counterOf(t, reg, "txkit_lock_session_losses_total", "backend", "zookeeper"); got != 0 {
+	if got := obstest.Value(t, reg, "txkit_lock_session_losses_total", "backend", "zookeeper"); got != 0 {
 		t.Fatalf("session losses = %v after releases, want 0", got)
 	}
 }
@@ -164,17 +122,17 @@ func TestIntegrationInstrumentPostgresLeaseLost(t *testing.T) {
 		t.Fatal("the lease outlived its connection by 10s")
 	}
 	testenv.Eventually(t, 5*time.Second, 10*time.Millisecond, func() bool {
-		return counterOf(t, reg, "txkit_lock_session_losses_total", "backend", "postgres") == 1
-	}, "session losses = %v, want 1", counterOf(t, reg, "txkit_lock_session_losses_total", "backend", "postgres"))
+		return obstest.Value(t, reg, "txkit_lock_session_losses_total", "backend", "postgres") == 1
+	}, "session losses = %v, want 1", obstest.Value(t, reg, "txkit_lock_session_losses_total", "backend", "postgres"))
 	proxy.Up()
 	_ = l.Unlock(t.Context())
-	if got := counterOf(t, reg, "txkit_lock_acquisitions_total", "backend", "postgres"); got != 2 {
+	if got := obstest.Value(t, reg, "txkit_lock_acquisitions_total", "backend", "postgres"); got != 2 {
 		t.Fatalf("acquisitions = %v, want 2", got)
 	}
-	if got, _ := waitHistogram(t, reg, "postgres"); got != 2 {
+	if _, got := obstest.Histogram(t, reg, "txkit_lock_wait_seconds", "backend", "postgres"); got != 2 {
 		t.Fatalf("wait samples = %d, want 2", got)
 	}
-	if got := counterOf(t, reg, "txkit_lock_session_losses_total", "backend", "postgres"); got != 1 {
+	if got := obstest.Value(t, reg, "txkit_lock_session_losses_total", "backend", "postgres"); got != 1 {
 		t.Fatalf("session losses = %v after the Unlock, want still 1", got)
 	}
 }
@@ -189,8 +147,8 @@ func TestIntegrationElectionMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	isLeader := func() float64 { return counterOf(t, reg, "txkit_lock_is_leader", "election", path) }
-	changes := func() float64 { return counterOf(t, reg, "txkit_lock_leadership_changes_total", "election", path) }
+	isLeader := func() float64 { return obstest.Value(t, reg, "txkit_lock_is_leader", "election", path) }
+	changes := func() float64 { return obstest.Value(t, reg, "txkit_lock_leadership_changes_total", "election", path) }
 	if n, err := testutil.GatherAndCount(reg, "txkit_lock_is_leader"); err != nil || n != 1 || isLeader() != 0 {
 		t.Fatalf("before the campaign: %d is_leader series (%v), value %v; want one at 0", n, err, isLeader())
 	}
@@ -233,7 +191,7 @@ func TestIntegrationElectionMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := counterOf(t, reg, "txkit_lock_is_leader", "election", "pg-leader"); got != 1 {
+	if got := obstest.Value(t, reg, "txkit_lock_is_leader", "election", "pg-leader"); got != 1 {
 		t.Fatalf("pglock election is_leader = %v, want 1", got)
 	}
 	if err := pl.Resign(t.Context()); err != nil {

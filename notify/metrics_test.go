@@ -17,46 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/txkit/txkit/internal/obs/obstest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/notify"
 )
-
-// series returns the value of the series of name on reg whose labels include labels (name, value
-// pairs): a counter's or gauge's value, a histogram's sample count; 0 when none matches.
-func series(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("Gather: %v", err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					found = found || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
-				}
-				if !found {
-					continue metrics
-				}
-			}
-			switch {
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue()
-			case m.GetHistogram() != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return 0
-}
 
 // failing returns a receiver that answers every delivery with status (closed when the test ends).
 func failing(t *testing.T, status int) *httptest.Server {
@@ -126,23 +91,23 @@ func TestIntegrationMetricsDeliveries(t *testing.T) {
 		{"txkit_notify_delivery_seconds", nil, 6},
 	}
 	for _, c := range checks {
-		testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() bool { return series(t, reg, c.name, c.labels...) == c.want },
-			"%s%v = %v, want %v", c.name, c.labels, series(t, reg, c.name, c.labels...), c.want)
+		testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() bool { return obstest.Value(t, reg, c.name, c.labels...) == c.want },
+			"%s%v = %v, want %v", c.name, c.labels, obstest.Value(t, reg, c.name, c.labels...), c.want)
 	}
 
 	// Three notifications to a receiver that takes one at a time and hangs: all three are due.
 	for i := range 3 {
 		w.enqueue(n, "busy", fmt.Sprint("q", i), 1)
 	}
-	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return series(t, reg, "txkit_notify_due") == 3 },
-		"txkit_notify_due = %v, want 3", series(t, reg, "txkit_notify_due"))
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return obstest.Value(t, reg, "txkit_notify_due") == 3 },
+		"txkit_notify_due = %v, want 3", obstest.Value(t, reg, "txkit_notify_due"))
 	close(release)
-	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return series(t, reg, "txkit_notify_due") == 0 },
-		"txkit_notify_due = %v after the deliveries, want 0", series(t, reg, "txkit_notify_due"))
-	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return series(t, reg, "txkit_notify_delivered_total") == 5 },
-		"txkit_notify_delivered_total = %v, want 5", series(t, reg, "txkit_notify_delivered_total"))
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return obstest.Value(t, reg, "txkit_notify_due") == 0 },
+		"txkit_notify_due = %v after the deliveries, want 0", obstest.Value(t, reg, "txkit_notify_due"))
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return obstest.Value(t, reg, "txkit_notify_delivered_total") == 5 },
+		"txkit_notify_delivered_total = %v, want 5", obstest.Value(t, reg, "txkit_notify_delivered_total"))
 	stop()
-	if got := series(t, reg, "txkit_notify_due"); got != 0 {
+	if got := obstest.Value(t, reg, "txkit_notify_due"); got != 0 {
 		t.Fatalf("txkit_notify_due = %v after Run returned, want 0", got)
 	}
 }
@@ -171,13 +136,13 @@ func TestIntegrationMetricsCircuitBoundedReceivers(t *testing.T) {
 	w.waitStatus(n, ok, notify.StatusDelivered, 10*time.Second)
 	for _, c := range []struct{ receiver string }{{"broken1"}, {"other"}} {
 		testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
-			return series(t, reg, "txkit_notify_circuit_open", "receiver", c.receiver) == 1
-		}, "circuit_open{receiver=%q} = %v, want 1", c.receiver, series(t, reg, "txkit_notify_circuit_open", "receiver", c.receiver))
+			return obstest.Value(t, reg, "txkit_notify_circuit_open", "receiver", c.receiver) == 1
+		}, "circuit_open{receiver=%q} = %v, want 1", c.receiver, obstest.Value(t, reg, "txkit_notify_circuit_open", "receiver", c.receiver))
 	}
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
-		return series(t, reg, "txkit_notify_attempts_total", "result", "circuit_open") > 0
+		return obstest.Value(t, reg, "txkit_notify_attempts_total", "result", "circuit_open") > 0
 	}, "no attempt counted as circuit_open")
-	if got := series(t, reg, "txkit_notify_circuit_open", "receiver", "shop"); got != 0 {
+	if got := obstest.Value(t, reg, "txkit_notify_circuit_open", "receiver", "shop"); got != 0 {
 		t.Fatalf("circuit_open{receiver=shop} = %v, want 0", got)
 	}
 	if got, err := testutil.GatherAndCount(reg, "txkit_notify_circuit_open"); err != nil || got != 3 {
@@ -185,7 +150,7 @@ func TestIntegrationMetricsCircuitBoundedReceivers(t *testing.T) {
 	}
 	stop()
 	for _, r := range []string{"shop", "broken1", "other"} {
-		if got := series(t, reg, "txkit_notify_circuit_open", "receiver", r); got != 0 {
+		if got := obstest.Value(t, reg, "txkit_notify_circuit_open", "receiver", r); got != 0 {
 			t.Fatalf("circuit_open{receiver=%q} = %v after Run returned, want 0", r, got)
 		}
 	}
@@ -209,8 +174,8 @@ func TestIntegrationMetricsRegistry(t *testing.T) {
 	testenv.Run(t, b.Run)
 	w.waitStatus(a, w.enqueue(a, "shop", "x", 1), notify.StatusDelivered, 10*time.Second)
 	w.waitStatus(b, w.enqueue(b, "shop", "y", 1), notify.StatusDelivered, 10*time.Second)
-	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() bool { return series(t, reg, "txkit_notify_delivered_total") == 2 },
-		"txkit_notify_delivered_total = %v, want 2 (one per notifier)", series(t, reg, "txkit_notify_delivered_total"))
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() bool { return obstest.Value(t, reg, "txkit_notify_delivered_total") == 2 },
+		"txkit_notify_delivered_total = %v, want 2 (one per notifier)", obstest.Value(t, reg, "txkit_notify_delivered_total"))
 
 	clash := prometheus.NewRegistry()
 	clash.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "txkit_notify_delivered_total", Help: "not a counter"}))

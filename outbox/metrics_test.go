@@ -12,41 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/txkit/txkit/internal/obs/obstest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/outbox"
 )
-
-// gathered returns what reg exposes of the metric name (one series, no labels): a counter's or a
-// gauge's value, or a histogram's sample sum and count.
-func gathered(t *testing.T, reg *prometheus.Registry, name string) (v float64, samples uint64) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name || len(mf.GetMetric()) != 1 {
-			continue
-		}
-		switch m := mf.GetMetric()[0]; {
-		case m.GetCounter() != nil:
-			return m.GetCounter().GetValue(), 0
-		case m.GetGauge() != nil:
-			return m.GetGauge().GetValue(), 0
-		case m.GetHistogram() != nil:
-			return m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount()
-		}
-	}
-	t.Fatalf("no metric %s with one series in the registry", name)
-	return 0, 0
-}
-
-// value is gathered's value of a counter or gauge.
-func value(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	v, _ := gathered(t, reg, name)
-	return v
-}
 
 // TestIntegrationRelayMetrics: N messages relayed through the real broker move the counters and
 // histograms by N, and leave the backlog gauges at 0.
@@ -61,24 +30,24 @@ func TestIntegrationRelayMetrics(t *testing.T) {
 	run(t, r)
 	e.waitEmpty(t, 30*time.Second)
 	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		return value(t, reg, "txkit_outbox_published_total") == n && r.Stats().Wakeups >= 1
+		return obstest.Value(t, reg, "txkit_outbox_published_total") == n && r.Stats().Wakeups >= 1
 	}, "published_total to reach %d", n)
 	// The gauges are set after the drain that emptied the table; the next pass (a tick) sets them
 	// again, so wait for a pass after the table was empty.
 	w := r.Stats().Wakeups
 	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool { return r.Stats().Wakeups > w+1 },
 		"two more passes")
-	if b, age := value(t, reg, "txkit_outbox_backlog"), value(t, reg, "txkit_outbox_oldest_pending_seconds"); b != 0 || age != 0 {
+	if b, age := obstest.Value(t, reg, "txkit_outbox_backlog"), obstest.Value(t, reg, "txkit_outbox_oldest_pending_seconds"); b != 0 || age != 0 {
 		t.Errorf("backlog %v, oldest pending %v s after the drain; want 0, 0", b, age)
 	}
-	if sum, c := gathered(t, reg, "txkit_outbox_batch_size"); c < 3 || sum != n {
+	if sum, c := obstest.Histogram(t, reg, "txkit_outbox_batch_size"); c < 3 || sum != n {
 		t.Errorf("batch_size: %d batches of %v messages in all; want at least 3 (batch size 8) and %d", c, sum, n)
 	}
-	if sum, c := gathered(t, reg, "txkit_outbox_commit_to_publish_seconds"); c != n || sum <= 0 {
+	if sum, c := obstest.Histogram(t, reg, "txkit_outbox_commit_to_publish_seconds"); c != n || sum <= 0 {
 		t.Errorf("commit_to_publish_seconds: %d samples, sum %v; want %d, positive", c, sum, n)
 	}
 	for _, name := range []string{"txkit_outbox_publish_failures_total", "txkit_outbox_dead_total"} {
-		if v := value(t, reg, name); v != 0 {
+		if v := obstest.Value(t, reg, name); v != 0 {
 			t.Errorf("%s = %v, want 0", name, v)
 		}
 	}
@@ -115,9 +84,9 @@ func TestIntegrationRelayMetricsFailures(t *testing.T) {
 	stop1 := run(t, r1)
 	e.waitOneDead(t, "the poison message to be dead")
 	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		return value(t, reg, "txkit_outbox_dead_total") == 1
+		return obstest.Value(t, reg, "txkit_outbox_dead_total") == 1
 	}, "dead_total to reach 1")
-	if f := value(t, reg, "txkit_outbox_publish_failures_total"); f != maxAttempts {
+	if f := obstest.Value(t, reg, "txkit_outbox_publish_failures_total"); f != maxAttempts {
 		t.Errorf("publish_failures_total = %v, want %d", f, maxAttempts)
 	}
 	stop1()
@@ -127,11 +96,11 @@ func TestIntegrationRelayMetricsFailures(t *testing.T) {
 	r2 := relay("relay-2", 1000)
 	stop2 := run(t, r2)
 	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
-		return r2.Stats().Failed >= 2 && value(t, reg, "txkit_outbox_backlog") == 1 &&
-			value(t, reg, "txkit_outbox_oldest_pending_seconds") > 0
+		return r2.Stats().Failed >= 2 && obstest.Value(t, reg, "txkit_outbox_backlog") == 1 &&
+			obstest.Value(t, reg, "txkit_outbox_oldest_pending_seconds") > 0
 	}, "the stuck message failing and shown by the gauges")
 	stop2()
-	if b, age := value(t, reg, "txkit_outbox_backlog"), value(t, reg, "txkit_outbox_oldest_pending_seconds"); b != 0 || age != 0 {
+	if b, age := obstest.Value(t, reg, "txkit_outbox_backlog"), obstest.Value(t, reg, "txkit_outbox_oldest_pending_seconds"); b != 0 || age != 0 {
 		t.Errorf("backlog %v, oldest pending %v s once the relay stopped leading; want 0, 0", b, age)
 	}
 
@@ -140,13 +109,13 @@ func TestIntegrationRelayMetricsFailures(t *testing.T) {
 	run(t, r3)
 	e.waitOneDead(t, "the stuck message to be published")
 	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		return value(t, reg, "txkit_outbox_published_total") == 1
+		return obstest.Value(t, reg, "txkit_outbox_published_total") == 1
 	}, "published_total to reach 1")
 	failed := r1.Stats().Failed + r2.Stats().Failed + r3.Stats().Failed
-	if f := value(t, reg, "txkit_outbox_publish_failures_total"); f != float64(failed) {
+	if f := obstest.Value(t, reg, "txkit_outbox_publish_failures_total"); f != float64(failed) {
 		t.Errorf("publish_failures_total = %v, the relays' Stats().Failed add up to %d", f, failed)
 	}
-	if d := value(t, reg, "txkit_outbox_dead_total"); d != 1 {
+	if d := obstest.Value(t, reg, "txkit_outbox_dead_total"); d != 1 {
 		t.Errorf("dead_total = %v, want 1", d)
 	}
 }
@@ -167,7 +136,7 @@ func TestIntegrationRelayMetricsShared(t *testing.T) {
 	}
 	e.waitEmpty(t, 30*time.Second)
 	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		return value(t, reg, "txkit_outbox_published_total") == n
+		return obstest.Value(t, reg, "txkit_outbox_published_total") == n
 	}, "published_total to reach %d", n)
 	if p := r1.Stats().Published + r2.Stats().Published; p != n {
 		t.Errorf("the relays published %d, want %d", p, n)

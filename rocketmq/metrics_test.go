@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/internal/obs/obstest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/rocketmq"
@@ -84,7 +85,7 @@ func TestIntegrationConsumerMetrics(t *testing.T) {
 	if s := c.Stats(); s != (rocketmq.Stats{Applied: 2, Duplicates: 1, Poison: 1, Failed: 1}) {
 		t.Errorf("stats %+v disagree with the metrics", s)
 	}
-	if n := gathered(t, reg, "txkit_rocketmq_handler_seconds", ""); n != 5 {
+	if n := obstest.Value(t, reg, "txkit_rocketmq_handler_seconds"); n != 5 {
 		t.Errorf("handler_seconds has %v samples, want 5 (one per transaction)", n)
 	}
 	if n, err := testutil.GatherAndCount(reg); err != nil || n != 5 {
@@ -116,7 +117,7 @@ func TestIntegrationConsumersShareMetrics(t *testing.T) {
 	testenv.Eventually(t, waitFor, 50*time.Millisecond, func() bool {
 		return counts(reg, "txkit_rocketmq_consumed_total", map[string]int{"handled": 2 * n, "duplicate": 0, "poison": 0, "retry": 0}) == nil
 	}, "each group handles each message (stats %+v, %+v)", c1.Stats(), c2.Stats())
-	if got := gathered(t, reg, "txkit_rocketmq_handler_seconds", ""); got != 2*n {
+	if got := obstest.Value(t, reg, "txkit_rocketmq_handler_seconds"); got != 2*n {
 		t.Errorf("handler_seconds has %v samples, want %d", got, 2*n)
 	}
 }
@@ -152,36 +153,11 @@ func TestIntegrationTxProducerCheckbackMetrics(t *testing.T) {
 	}
 	testenv.Eventually(t, waitFor, 100*time.Millisecond, func() bool {
 		const name = "txkit_rocketmq_checkbacks_total"
-		return gathered(t, reg, name, "commit") >= 1 && gathered(t, reg, name, "rollback") >= 1 && gathered(t, reg, name, "unknown") >= 1
+		return obstest.Value(t, reg, name, "result", "commit") >= 1 && obstest.Value(t, reg, name, "result", "rollback") >= 1 && obstest.Value(t, reg, name, "result", "unknown") >= 1
 	}, "check-backs answered commit, rollback and unknown")
 	if s := txState(t, e, orphan.ID); s != "rolled back" {
 		t.Errorf("the orphan's transaction id is %s, want rolled back", s)
 	}
-}
-
-// gathered returns what reg exposes of the series of name whose result label is result ("": a
-// series without labels): a counter's value, or a histogram's sample count.
-func gathered(t *testing.T, reg prometheus.Gatherer, name, result string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if l := m.GetLabel(); result == "" && len(l) == 0 || len(l) == 1 && l[0].GetValue() == result {
-				if h := m.GetHistogram(); h != nil {
-					return float64(h.GetSampleCount())
-				}
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("no series %s{result=%q} in the registry", name, result)
-	return 0
 }
 
 // TestRegistererClash: a metric name of the Consumer's or the TxProducer's registered as another
