@@ -43,6 +43,14 @@
 // count: a persistent node named like a contender (which only a stranger would create) is skipped
 // and logged, so it cannot stop every election on the path (see [Mutex]).
 //
+// # Metrics
+//
+// [Instrument] wraps any [Locker] to count, on the caller's Prometheus registerer,
+// acquisitions and their wait and holds lost before Unlock (txkit_lock_acquisitions_total,
+// txkit_lock_wait_seconds, txkit_lock_session_losses_total, by backend);
+// [WithElectionRegisterer] makes an election expose txkit_lock_is_leader and
+// txkit_lock_leadership_changes_total by election (docs/lock.md has the table).
+//
 // # Security
 //
 // By default the nodes a Session creates are open to anyone who reaches the ensemble

@@ -56,6 +56,12 @@
 //	go agent.Run(ctx) // ends timed-out branches; every replica may run it
 //	mux.Handle("POST /pay/3pc", agent.Handler())
 //
+// # Metrics
+//
+// Given [WithBarrierRegisterer], a barrier counts its decisions on the caller's Prometheus
+// registerer: txkit_barrier_ops_total{op, result} with result ran, duplicate, empty_rollback or
+// hanging_refused (docs/coordinators.md has the table).
+//
 // # Authentication
 //
 // Anyone who can reach a participant could otherwise try, confirm or cancel any branch, so
