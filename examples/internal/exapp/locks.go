@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/txkit/txkit/lock"
@@ -36,6 +37,7 @@ type locksOptions struct {
 	pgSchema string
 	pgConns  int
 	zkRoot   string
+	reg      prometheus.Registerer
 }
 
 func defaultLocksOptions() locksOptions {
@@ -56,6 +58,16 @@ func WithLockSchema(name string) LocksOption { return func(o *locksOptions) { o.
 // own clean-up). The other backends ignore it.
 func WithZKRoot(path string) LocksOption { return func(o *locksOptions) { o.zkRoot = path } }
 
+// WithLocksRegisterer registers the metrics of the Locks' lockers and electors on reg (default:
+// none): each [Locks.Locker] is wrapped by [lock.Instrument] (txkit_lock_acquisitions_total,
+// txkit_lock_wait_seconds and txkit_lock_session_losses_total, labelled with the backend:
+// zookeeper, postgres, redis or redlock), and each [Locks.Elector] gets
+// [lock.WithElectionRegisterer] (txkit_lock_is_leader and txkit_lock_leadership_changes_total,
+// labelled with the election's name).
+func WithLocksRegisterer(reg prometheus.Registerer) LocksOption {
+	return func(o *locksOptions) { o.reg = reg }
+}
+
 // Locks is one process's connection to a lock backend, chosen by name, from which an example
 // takes its [lock.Locker]s and [lock.Elector]s. A lock name is a slash-separated relative name
 // such as "stock/sku-1"; ZooKeeper locks it at /txkit/stock/sku-1 (under the root of
@@ -69,7 +81,8 @@ type Locks struct {
 	root  string         // the ZooKeeper root
 	close []func() error // in reverse order of opening
 	newMu func(name string) (lock.Locker, error)
-	newEl func(name, id string) (lock.Elector, error)
+	newEl func(name, id string, opts ...lock.ElectionOption) (lock.Elector, error)
+	reg   prometheus.Registerer // WithLocksRegisterer's
 }
 
 // OpenLocks connects to the backend kind — zk (ZooKeeper's fair, Curator-compatible lock),
@@ -92,7 +105,7 @@ func OpenLocks(ctx context.Context, kind string, log *slog.Logger, opts ...Locks
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	l := &Locks{kind: kind, log: log, root: o.zkRoot}
+	l := &Locks{kind: kind, log: log, root: o.zkRoot, reg: o.reg}
 	var err error
 	switch kind {
 	case "zk", "zk-unfair":
@@ -124,7 +137,22 @@ func (l *Locks) Locker(name string) (lock.Locker, error) {
 	if err := validName(name); err != nil {
 		return nil, err
 	}
-	return l.newMu(name)
+	m, err := l.newMu(name)
+	if err != nil || l.reg == nil {
+		return m, err
+	}
+	return lock.Instrument(m, metricsBackend(l.kind), l.reg)
+}
+
+// metricsBackend is the backend label of kind's lock metrics.
+func metricsBackend(kind string) string {
+	switch kind {
+	case "zk", "zk-unfair":
+		return "zookeeper"
+	case "pg":
+		return "postgres"
+	}
+	return kind // redis, redlock
 }
 
 // Elector returns a candidate with the given id in the election name (see [Locks] for names).
@@ -132,7 +160,10 @@ func (l *Locks) Elector(name, id string) (lock.Elector, error) {
 	if err := validName(name); err != nil {
 		return nil, err
 	}
-	return l.newEl(name, id)
+	if l.reg == nil {
+		return l.newEl(name, id)
+	}
+	return l.newEl(name, id, lock.WithElectionRegisterer(l.reg))
 }
 
 // DeleteTree deletes the ZooKeeper nodes of the lock or election name and of every name below it
@@ -229,7 +260,9 @@ func (l *Locks) openZK(ctx context.Context, unfair bool, o locksOptions) error {
 		mopts = append(mopts, lock.WithUnfair())
 	}
 	l.newMu = func(name string) (lock.Locker, error) { return lock.NewMutex(s, o.zkRoot+"/"+name, mopts...) }
-	l.newEl = func(name, id string) (lock.Elector, error) { return lock.NewElector(s, o.zkRoot+"/"+name, id) }
+	l.newEl = func(name, id string, opts ...lock.ElectionOption) (lock.Elector, error) {
+		return lock.NewElector(s, o.zkRoot+"/"+name, id, opts...)
+	}
 	return nil
 }
 
@@ -270,7 +303,9 @@ func (l *Locks) openPG(ctx context.Context, o locksOptions) error {
 		return err
 	}
 	l.newMu = func(name string) (lock.Locker, error) { return c.NewMutex("txkit/" + name) }
-	l.newEl = func(name, id string) (lock.Elector, error) { return c.NewElector("txkit/"+name, id) }
+	l.newEl = func(name, id string, opts ...lock.ElectionOption) (lock.Elector, error) {
+		return c.NewElector("txkit/"+name, id, opts...)
+	}
 	return nil
 }
 
@@ -299,7 +334,9 @@ func (l *Locks) openRedis(ctx context.Context, o locksOptions) error {
 	}
 	l.close = append(l.close, c.Close)
 	l.newMu = func(name string) (lock.Locker, error) { return c.NewMutex("txkit/" + name) }
-	l.newEl = func(name, id string) (lock.Elector, error) { return c.NewElector("txkit/"+name, id) }
+	l.newEl = func(name, id string, opts ...lock.ElectionOption) (lock.Elector, error) {
+		return c.NewElector("txkit/"+name, id, opts...)
+	}
 	return nil
 }
 
@@ -322,6 +359,8 @@ func (l *Locks) openRedlock(ctx context.Context, o locksOptions) error {
 	}
 	l.close = append(l.close, r.Close)
 	l.newMu = func(name string) (lock.Locker, error) { return r.NewMutex("txkit/" + name) }
-	l.newEl = func(name, id string) (lock.Elector, error) { return r.NewElector("txkit/"+name, id) }
+	l.newEl = func(name, id string, opts ...lock.ElectionOption) (lock.Elector, error) {
+		return r.NewElector("txkit/"+name, id, opts...)
+	}
 	return nil
 }

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
@@ -62,7 +65,9 @@ func TestLockNames(t *testing.T) {
 // TestIntegrationOpenLocks: on every backend, two processes' Locks (two connections) exclude each
 // other on one name, the next holder's token is higher, and an Elector leads and says so. On
 // ZooKeeper the locks are under the test's own root, which DeleteTree empties (and testenv.ZKRoot
-// deletes at the end).
+// deletes at the end). The first Locks registers its metrics (WithLocksRegisterer): the
+// acquisitions counted under the backend's label, the election's leader gauge up while it leads
+// and down after its resignation.
 func TestIntegrationOpenLocks(t *testing.T) {
 	testenv.ZK(t)
 	testenv.PGURL(t)
@@ -72,9 +77,14 @@ func TestIntegrationOpenLocks(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			ctx := t.Context()
 			root := testenv.ZKRoot(t)
+			reg := prometheus.NewRegistry()
 			var locks [2]*Locks
 			for i := range locks {
-				l, err := OpenLocks(ctx, kind, testenv.Logger(t), WithZKRoot(root))
+				opts := []LocksOption{WithZKRoot(root)}
+				if i == 0 {
+					opts = append(opts, WithLocksRegisterer(reg))
+				}
+				l, err := OpenLocks(ctx, kind, testenv.Logger(t), opts...)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -91,6 +101,9 @@ func TestIntegrationOpenLocks(t *testing.T) {
 				t.Fatal(err)
 			}
 			locktest.Handoff(t, a, b)
+			if n := gathered(t, reg, "txkit_lock_acquisitions_total", "backend", metricsBackend(kind)); n < 1 {
+				t.Fatalf("txkit_lock_acquisitions_total{backend=%q} = %v after a handoff, want >= 1", metricsBackend(kind), n)
+			}
 
 			el, err := locks[0].Elector(name+"-leader", "candidate-a")
 			if err != nil {
@@ -103,8 +116,17 @@ func TestIntegrationOpenLocks(t *testing.T) {
 			if id, err := el.Leader(ctx); err != nil || id != "candidate-a" {
 				t.Fatalf("Leader = %q, %v; want candidate-a", id, err)
 			}
+			if n := gathered(t, reg, "txkit_lock_is_leader", "", ""); n != 1 {
+				t.Fatalf("txkit_lock_is_leader = %v while leading, want 1", n)
+			}
 			if err := lead.Resign(ctx); err != nil {
 				t.Fatal(err)
+			}
+			testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+				return gathered(t, reg, "txkit_lock_is_leader", "", "") == 0
+			}, "txkit_lock_is_leader back to 0 after Resign")
+			if n := gathered(t, reg, "txkit_lock_leadership_changes_total", "", ""); n != 1 {
+				t.Fatalf("txkit_lock_leadership_changes_total = %v, want 1", n)
 			}
 
 			if err := locks[1].DeleteTree(ctx, "exapp-test"); err != nil {
@@ -117,4 +139,30 @@ func TestIntegrationOpenLocks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gathered sums the values of the counter or gauge name's series on reg whose label (when not "")
+// has value.
+func gathered(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			match := label == ""
+			for _, l := range m.GetLabel() {
+				match = match || (l.GetName() == label && l.GetValue() == value)
+			}
+			if match {
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
 }

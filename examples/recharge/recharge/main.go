@@ -125,7 +125,6 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	}
 	mux := http.NewServeMux()
 	reg := exapp.Metrics(mux)
-	_ = reg
 	sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(c.sessionTimeout), lock.WithLogger(log))
 	if err != nil {
 		return err
@@ -135,7 +134,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if election == "" {
 		election = "/txkit-demo/" + c.schema + "/notify"
 	}
-	el, err := lock.NewElector(sess, election, c.id)
+	el, err := lock.NewElector(sess, election, c.id, lock.WithElectionRegisterer(reg))
 	if err != nil {
 		return err
 	}
@@ -147,7 +146,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	}
 	opts := []notify.Option{notify.WithElector(el), notify.WithLogger(log), notify.WithSchema(c.schema),
 		notify.WithSchedule(schedule, 0.1), notify.WithTick(c.tick), notify.WithCallTimeout(c.callTimeout),
-		notify.WithBreaker(c.breakerFailures, c.breakerCooldown),
+		notify.WithBreaker(c.breakerFailures, c.breakerCooldown), notify.WithRegisterer(reg),
 		// No redirects: a signed delivery goes to the account service only.
 		notify.WithHTTPClient(&http.Client{Transport: f, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }})}
 	if app.PlainHTTP(c.account) {

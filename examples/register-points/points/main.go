@@ -71,8 +71,7 @@ func run(ctx context.Context, listen, pg, db, schema, namesrv, topic, group stri
 	}
 	mux := http.NewServeMux()
 	reg := exapp.Metrics(mux)
-	_ = reg
-	store, err := idempotency.New(pool, idempotency.WithLogger(log))
+	store, err := idempotency.New(pool, idempotency.WithLogger(log), idempotency.WithRegisterer(reg))
 	if err != nil {
 		return err
 	}
@@ -90,7 +89,7 @@ func run(ctx context.Context, listen, pg, db, schema, namesrv, topic, group stri
 			on conflict (user_id) do update set points = points.points + 100`, ev.UserID, ev.RegisteredAt)
 		return err
 	}
-	c, err := txrocketmq.NewConsumer(strings.Split(namesrv, ","), group, topic, pool, store, award, txrocketmq.WithLogger(log))
+	c, err := txrocketmq.NewConsumer(strings.Split(namesrv, ","), group, topic, pool, store, award, txrocketmq.WithLogger(log), txrocketmq.WithRegisterer(reg))
 	if err != nil {
 		return err
 	}

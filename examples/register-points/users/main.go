@@ -79,7 +79,6 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	ns := strings.Split(c.namesrv, ",")
 	mux := http.NewServeMux()
 	reg := exapp.Metrics(mux)
-	_ = reg
 	s := &service{c: c, pool: pool, log: log}
 	g, ctx := errgroup.WithContext(ctx)
 	switch c.mode {
@@ -99,7 +98,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		if election == "" {
 			election = "/txkit-demo/" + c.schema + "/relay"
 		}
-		if s.el, err = lock.NewElector(sess, election, c.id); err != nil {
+		if s.el, err = lock.NewElector(sess, election, c.id, lock.WithElectionRegisterer(reg)); err != nil {
 			return err
 		}
 		pub, err := txrocketmq.NewPublisher(ctx, ns, txrocketmq.WithLogger(log))
@@ -107,14 +106,14 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 			return err
 		}
 		defer pub.Close()
-		relay, err := outbox.NewRelay(s.ob, pub, outbox.WithElector(s.el), outbox.WithLogger(log))
+		relay, err := outbox.NewRelay(s.ob, pub, outbox.WithElector(s.el), outbox.WithLogger(log), outbox.WithRegisterer(reg))
 		if err != nil {
 			return err
 		}
 		s.relay = relay
 		g.Go(func() error { return relay.Run(ctx) })
 	case "txmsg":
-		if s.txp, err = txrocketmq.NewTxProducer(ctx, ns, "txkit-demo-users-tx", pool, txrocketmq.WithLogger(log)); err != nil {
+		if s.txp, err = txrocketmq.NewTxProducer(ctx, ns, "txkit-demo-users-tx", pool, txrocketmq.WithLogger(log), txrocketmq.WithRegisterer(reg)); err != nil {
 			return err
 		}
 		defer s.txp.Close()

@@ -74,10 +74,9 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	defer pool.Close()
 	mux := http.NewServeMux()
 	reg := exapp.Metrics(mux)
-	_ = reg
 	s := &service{pool: pool, log: log, window: c.window, prefix: c.prefix, free: map[string][]lock.Locker{}}
 	if c.lock != "none" {
-		locks, err := exapp.OpenLocks(ctx, c.lock, log, exapp.WithLockTTL(c.ttl))
+		locks, err := exapp.OpenLocks(ctx, c.lock, log, exapp.WithLockTTL(c.ttl), exapp.WithLocksRegisterer(reg))
 		if err != nil {
 			return err
 		}

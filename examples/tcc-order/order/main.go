@@ -37,6 +37,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/examples/internal/exapp"
@@ -138,6 +139,7 @@ type service struct {
 	pool    *pgxpool.Pool
 	log     *slog.Logger
 	client  *http.Client
+	reg     prometheus.Registerer // the service's registry (exapp.Metrics), for every component's metrics
 	flows   map[app.Mode]*flow
 	stock   app.Resource
 	account app.Resource
@@ -165,20 +167,19 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 	}
 	mux := http.NewServeMux()
 	reg := exapp.Metrics(mux)
-	_ = reg
-	electors, closeElectors, err := c.electors(ctx, log)
+	electors, closeElectors, err := c.electors(ctx, log, reg)
 	if err != nil {
 		return err
 	}
 	defer closeElectors()
-	bar, err := participant.NewBarrier(pool, participant.WithBarrierLogger(log))
+	bar, err := participant.NewBarrier(pool, participant.WithBarrierLogger(log), participant.WithBarrierRegisterer(reg))
 	if err != nil {
 		return err
 	}
 	if err := bar.Migrate(ctx); err != nil {
 		return err
 	}
-	s := &service{c: c, pool: pool, log: log, client: client,
+	s := &service{c: c, pool: pool, log: log, client: client, reg: reg,
 		flows: map[app.Mode]*flow{}, stock: app.Stock(), account: app.Account()}
 	// Each coordinator recovers under an election of its own: their logs and fences are apart, so
 	// the two leaders may be different instances.
@@ -225,12 +226,13 @@ type coordinatorOptions[O any] struct {
 	backoff                     func(min, max time.Duration) O
 	recovery                    func(spec string, batch, concurrency int) O
 	client                      func(*http.Client) O
+	registerer                  func(prometheus.Registerer) O
 }
 
 func (b coordinatorOptions[O]) build(s *service, el lock.Elector) []O {
 	c := s.c
 	return []O{b.schema(c.schema), b.elector(el), b.logger(s.log), b.timeout(c.timeout), b.lease(c.lease),
-		b.callTimeout(c.callTimeout), b.backoff(200*time.Millisecond, 2*time.Second), b.recovery(c.recovery, 100, 16), b.client(s.client)}
+		b.callTimeout(c.callTimeout), b.backoff(200*time.Millisecond, 2*time.Second), b.recovery(c.recovery, 100, 16), b.client(s.client), b.registerer(s.reg)}
 }
 
 // newCoordinator creates a coordinator of package newC with opts built for this service, and
@@ -339,17 +341,17 @@ func (c config) electionName() string {
 
 // electors returns how this instance makes the candidate of each mode's recovery election, on the
 // -lock backend, and what closes that backend's connections.
-func (c config) electors(ctx context.Context, log *slog.Logger) (func(mode string) (lock.Elector, error), func(), error) {
+func (c config) electors(ctx context.Context, log *slog.Logger, reg prometheus.Registerer) (func(mode string) (lock.Elector, error), func(), error) {
 	if c.lockKind == "zk" {
 		sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(c.sessionTimeout), lock.WithLogger(log))
 		if err != nil {
 			return nil, nil, err
 		}
 		return func(mode string) (lock.Elector, error) {
-			return lock.NewElector(sess, c.electionName()+"/"+mode, c.id)
+			return lock.NewElector(sess, c.electionName()+"/"+mode, c.id, lock.WithElectionRegisterer(reg))
 		}, func() { _ = sess.Close() }, nil
 	}
-	locks, err := exapp.OpenLocks(ctx, c.lockKind, log, exapp.WithLockTTL(c.sessionTimeout))
+	locks, err := exapp.OpenLocks(ctx, c.lockKind, log, exapp.WithLockTTL(c.sessionTimeout), exapp.WithLocksRegisterer(reg))
 	if err != nil {
 		return nil, nil, err
 	}

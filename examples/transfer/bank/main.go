@@ -163,7 +163,6 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	}
 	mux := http.NewServeMux()
 	reg := exapp.Metrics(mux)
-	_ = reg
 	sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(c.sessionTimeout), lock.WithLogger(log))
 	if err != nil {
 		return err
@@ -173,14 +172,14 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if election == "" {
 		election = "/txkit-demo/" + c.schema + "/" + c.protocol
 	}
-	el, err := lock.NewElector(sess, election, c.id)
+	el, err := lock.NewElector(sess, election, c.id, lock.WithElectionRegisterer(reg))
 	if err != nil {
 		return err
 	}
 	opts := []coordinator.Option{coordinator.WithSchema(c.schema), coordinator.WithElector(el), coordinator.WithLogger(log),
 		coordinator.WithDefaultTimeout(c.timeout), coordinator.WithLease(c.lease),
 		coordinator.WithCallTimeout(c.callTimeout), coordinator.WithBackoff(200*time.Millisecond, 2*time.Second),
-		coordinator.WithRecovery(c.recovery, 100, 16)}
+		coordinator.WithRecovery(c.recovery, 100, 16), coordinator.WithRegisterer(reg)}
 	s := &service{c: c, log: log, el: el, east: east, west: west}
 	var coord coordinatorRun
 	if c.protocol == "3pc" {

@@ -94,8 +94,8 @@ func ParticipantMain(r Resource) {
 func RunParticipant(ctx context.Context, c ParticipantConfig) error {
 	mux := http.NewServeMux()
 	reg := exapp.Metrics(mux)
-	_ = reg
-	bar, err := participant.NewBarrier(c.Pool, participant.WithBarrierLogger(c.Log), participant.WithSecrets(c.Secret))
+	bar, err := participant.NewBarrier(c.Pool, participant.WithBarrierLogger(c.Log), participant.WithSecrets(c.Secret),
+		participant.WithBarrierRegisterer(reg))
 	if err != nil {
 		return err
 	}
