@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core/coretest"
@@ -136,6 +137,15 @@ func BenchmarkTCC(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tx/s")
+	})
+	// metrics-ratio: the same coordinator with its metrics on a registry (coordinator.WithRegisterer)
+	// and without, in rotating blocks of 20: the throughput with metrics over the one without.
+	b.Run("metrics-ratio", func(b *testing.B) {
+		plain, _ := newCoordinator(b)
+		measured, _ := coretest.BenchCoordinator(b, tcc.New, pg, coordinator.WithHTTPClient(client),
+			coordinator.WithRegisterer(prometheus.NewRegistry()))
+		took, _ := coretest.Rotate(b, 20, func() error { return coordinated(measured) }, func() error { return coordinated(plain) })
+		b.ReportMetric(float64(took[1])/float64(took[0]), "with/without-metrics")
 	})
 	b.Run("ratio", func(b *testing.B) {
 		c, _ := newCoordinator(b)
