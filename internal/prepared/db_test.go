@@ -33,10 +33,7 @@ func TestNewDBRefuses(t *testing.T) {
 // finds only the first, with its gid and branch, and that Finish commits it once and then finds
 // nothing to do.
 func TestIntegrationFinishScan(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test")
-	}
-	s := testenv.PG(t)
+	s := testenv.PG(t) // skips under -short, fails when PostgreSQL is missing
 	ctx := t.Context()
 	if _, err := s.Pool.Exec(ctx, `create table items (id text primary key)`); err != nil {
 		t.Fatal(err)
