@@ -11,8 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 )
 
@@ -44,6 +46,7 @@ type Barrier struct {
 	table  string // quoted, schema-qualified
 	exists string // select: is there a marker for (scope, key)?
 	m      *barrierMetrics
+	tracer trace.Tracer
 }
 
 // NewBarrier returns a Barrier on pool configured by opts. It does not touch the database: call
@@ -70,11 +73,12 @@ func NewBarrier(pool *pgxpool.Pool, opts ...BarrierOption) (*Barrier, error) {
 	}
 	t, _ := pgutil.Table(o.schema, o.table)
 	return &Barrier{
-		m:     m,
-		pool:  pool,
-		o:     o,
-		store: st,
-		table: t,
+		m:      m,
+		tracer: obs.TracerProvider(o.tp).Tracer(tracerName),
+		pool:   pool,
+		o:      o,
+		store:  st,
+		table:  t,
 		// The table is the idempotency store's (sql/schema.sql of package idempotency): its
 		// primary key is (scope, key).
 		exists: `select exists (select 1 from ` + t + ` where scope = $1 and key = $2)`,

@@ -74,8 +74,9 @@ func WithAllowedOps(ops ...Op) HandlerOption {
 // A 400 or 409 carries the error's text, which describes the caller's request or the business
 // refusal: do not wrap internal errors (driver messages) with [ErrBadRequest] or [ErrRefused]. A
 // 500 carries only "participant: internal error (request id ID)"; the error, and the stack of a
-// panic, are logged with that id (key request_id). fn runs under the request's ctx. The handler
-// is safe for concurrent use.
+// panic, are logged with that id (key request_id). fn runs under the request's ctx, which carries
+// the request's server span "participant <op>" (see [WithBarrierTracerProvider]). The handler is
+// safe for concurrent use.
 func (b *Barrier) Handler(fn func(ctx context.Context, tx pgx.Tx, req Request) error, opts ...HandlerOption) http.Handler {
 	var ho handlerOptions
 	for _, opt := range opts {
@@ -102,7 +103,7 @@ func (b *Barrier) Handler(fn func(ctx context.Context, tx pgx.Tx, req Request) e
 			err = fmt.Errorf("participant: op %s is not served here (this handler takes %v): %w", req.Op, ho.ops, ErrBadRequest)
 		}
 		if err == nil {
-			err = b.do(r.Context(), req, nonce, fn)
+			err = b.traced(r, req, func(ctx context.Context) error { return b.do(ctx, req, nonce, fn) })
 		}
 		switch code := statusOf(err); {
 		case err == nil:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/signing"
@@ -27,6 +28,7 @@ type barrierOptions struct {
 	unsigned bool
 	window   time.Duration
 	reg      prometheus.Registerer
+	tp       trace.TracerProvider // nil: the global provider
 }
 
 // DefaultBarrierRetention is how long barrier rows are kept by default: 7 days.

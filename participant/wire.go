@@ -132,8 +132,9 @@ type wireRequest struct {
 }
 
 // Do posts req and maps the answer: 2xx → nil, [StatusRefused] → an error wrapping [ErrRefused],
-// anything else (or a transport error) → an error the coordinator retries. It blocks until the
-// answer or ctx's end.
+// anything else (or a transport error) → an error the coordinator retries. When ctx carries a
+// span, Do sends its W3C trace context (traceparent, tracestate headers), so that the
+// participant's span ([Barrier.Handler]) joins the trace. It blocks until the answer or ctx's end.
 func (h HTTP) Do(ctx context.Context, req Request) error {
 	body, err := json.Marshal(wireRequest{Request: req, Nonce: rand.Text()})
 	if err != nil {
@@ -144,6 +145,7 @@ func (h HTTP) Do(ctx context.Context, req Request) error {
 		return fmt.Errorf("participant: %s %s: %w", req.Op, h.URL, err)
 	}
 	hr.Header.Set("Content-Type", "application/json")
+	injectTrace(ctx, hr.Header)
 	c := h.Client
 	if c == nil {
 		c = noRedirectClient(nil)
