@@ -29,4 +29,17 @@
 // their durations, and, on the recovering leader, the due backlog, the oldest unfinished
 // transaction's age, the recovery attempts and the timeouts. Labels never carry a gid or branch
 // name. docs/coordinators.md tabulates them.
+//
+// # Tracing
+//
+// Given [WithTracerProvider] (default: the application's global OpenTelemetry provider), a
+// coordinator records a span "<protocol> begin" where it records a transaction, a client span
+// "<protocol> <op>" around each branch call (attributes txkit.gid, txkit.branch, txkit.op; errors
+// recorded), and, on the leader, a span "recovery pass" per pass and "recovery drive" per
+// transaction driven. The trace context of Begin's ctx (its "begin" span) is stored with the
+// transaction (column trace_context). A drive starts as a CHILD of that stored context, with a link
+// to the pass's span: the work the leader does for a transaction, possibly long after its starter
+// died, lands in the trace of the request that began it — where someone debugging that request
+// looks — while the link still leads from the drive to the pass (and from the pass to its other
+// drives). A drive of a transaction stored without a trace context is a child of the pass.
 package coordinator

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/lock"
@@ -106,6 +107,22 @@ func WithRetention(keep time.Duration, spec string) Option {
 //     timeout.
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(c *core.Config) { c.Registerer = reg }
+}
+
+// WithTracerProvider sets where the coordinator's tracer ("github.com/txkit/txkit/<package>")
+// comes from (default: the application's global provider, otel.GetTracerProvider). Spans:
+//
+//   - "<protocol> begin" (protocol tcc, saga, 2pc, 3pc) around the recording of a transaction,
+//     whose trace context is stored with it (column trace_context of the global table);
+//   - "<protocol> <op>" (client) around each branch call, op the participant op (try, confirm,
+//     action, prepare, precommit, ...), attributes txkit.gid, txkit.branch, txkit.op; a failed
+//     call records its error and status Error;
+//   - on the leader (Run), "recovery pass" around each pass, and "recovery drive" around each
+//     transaction it drives: a CHILD of the context stored with the transaction — so the drive and
+//     its branch calls join the trace of the process that began it, even one that died — with a
+//     link to the pass's span.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *core.Config) { c.TracerProvider = tp }
 }
 
 // BeginOption configures one transaction (saga) at its coordinator's Begin.

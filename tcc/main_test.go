@@ -2,6 +2,7 @@ package tcc_test
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 
@@ -12,7 +13,12 @@ import (
 	"github.com/txkit/txkit/tcc"
 )
 
-func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(envTracedWorker) != "" {
+		os.Exit(tracedWorker())
+	}
+	testenv.VerifyNoLeaks(m)
+}
 
 // env is one test's database schema and election path (see coretest.Env).
 type env struct{ *coretest.Env }

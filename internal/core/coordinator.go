@@ -18,6 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
 )
@@ -41,6 +44,9 @@ type Config struct {
 	// Registerer is where [NewBase] registers the coordinator's metrics (WithRegisterer); nil
 	// registers none (they are still counted).
 	Registerer prometheus.Registerer
+	// TracerProvider is where the coordinator's tracer comes from (WithTracerProvider); nil: the
+	// application's global provider.
+	TracerProvider trace.TracerProvider
 	// Own points to the protocol's own settings (nil for a protocol without any), which its
 	// options ([OwnOption]) set.
 	Own any
@@ -117,6 +123,7 @@ type Base struct {
 	running              atomic.Bool
 	metrics              *metrics
 	m                    *kindMetrics // the series of kind, also the Log's
+	tr                   trace.Tracer // "github.com/txkit/txkit/<name>", also the Log's
 }
 
 // Stats counts what a coordinator saw.
@@ -173,8 +180,9 @@ func NewBase(pool *pgxpool.Pool, p Protocol, opts []Option) (*Base, error) {
 		return nil, fmt.Errorf("%s: %w: %w", p.Name, err, ErrInvalidOption)
 	}
 	km := m.forKind(p.Kind)
-	l.m = km
-	return &Base{Log: l, Parts: NewParticipants(cfg.Client), Cfg: cfg, name: p.Name, kind: p.Kind, metrics: m, m: km}, nil
+	tr := tracer(cfg.TracerProvider, p.Name)
+	l.m, l.tr = km, tr
+	return &Base{Log: l, Parts: NewParticipants(cfg.Client), Cfg: cfg, name: p.Name, kind: p.Kind, metrics: m, m: km, tr: tr}, nil
 }
 
 // Errorf returns the error of format and args with the coordinator's name in front.
@@ -266,7 +274,7 @@ func (b *Base) run(ctx context.Context, d Driver, opts []RecoverOption) error {
 	defer b.running.Store(false)
 	ropts := append([]RecoverOption{WithSchedule(b.Cfg.Schedule), WithBatchSize(b.Cfg.Batch),
 		WithConcurrency(b.Cfg.RecoverConc), WithRetention(b.Cfg.Retention, b.Cfg.RetentionSpec),
-		WithLogger(b.Cfg.Logger), withMetrics(b.metrics)}, opts...)
+		WithLogger(b.Cfg.Logger), withMetrics(b.metrics), withTracer(b.tr)}, opts...)
 	r, err := NewRecoverer(b.Log, b.Cfg.Elector, map[Kind]Driver{b.kind: d}, ropts...)
 	if err != nil {
 		return err
@@ -277,8 +285,14 @@ func (b *Base) run(ctx context.Context, d Driver, opts []RecoverOption) error {
 // Call calls p with the call timeout. A panic in p.Do is recovered: it is logged with its stack
 // and returned as a *[PanicError], so the caller records it on the branch and retries with
 // backoff like any failure, instead of the process (every leader in turn) crashing. Every branch
-// call goes through Call: it counts the call by op and result and observes its duration.
+// call goes through Call: it counts the call by op and result and observes its duration, and
+// records it in a client span "<protocol> <op>" (attributes txkit.gid, txkit.branch, txkit.op;
+// a failure recorded as its error), a child of ctx's span, whose context p receives (an HTTP
+// participant sends it with the request).
 func (b *Base) Call(ctx context.Context, p participant.Participant, req participant.Request) (err error) {
+	ctx, span := b.tr.Start(ctx, b.kind.String()+" "+req.Op.String(), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String(AttrGID, req.GID), attribute.String(AttrBranch, req.Branch),
+			attribute.String(AttrOp, req.Op.String())))
 	cctx, cancel := context.WithTimeout(ctx, b.Cfg.CallTimeout)
 	defer cancel()
 	start := time.Now()
@@ -288,6 +302,7 @@ func (b *Base) Call(ctx context.Context, p participant.Participant, req particip
 				slog.String("branch", req.Branch), slog.String("op", req.Op.String()))
 		}
 		b.m.called(req.Op, time.Since(start), err)
+		endSpan(span, err)
 	}()
 	return p.Do(cctx, req)
 }

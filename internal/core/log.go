@@ -16,7 +16,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/txkit/txkit/fence"
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
@@ -38,6 +42,7 @@ type Log struct {
 	ddl   string
 	q     map[string]string
 	m     *kindMetrics // the coordinator's that made the log (NewBase), or nil
+	tr    trace.Tracer // the coordinator's (NewBase), or the global provider's
 }
 
 // Transaction is a global transaction as the log holds it.
@@ -52,7 +57,10 @@ type Transaction struct {
 	Payload     []byte
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
-	Branches    []Branch // in registration order; filled by Get and by the Recoverer
+	// TraceContext is the trace context of the ctx that began the transaction ([obs.EncodeTrace]),
+	// "" when it carried none: the leader's drive of the transaction continues that trace.
+	TraceContext string
+	Branches     []Branch // in registration order; filled by Get and by the Recoverer
 }
 
 // Target is where a branch's participant is: a URL, or a name registered with the coordinator.
@@ -136,7 +144,7 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 		err := tpl.ExecuteTemplate(&b, name, data)
 		return strings.TrimSpace(b.String()), err
 	}
-	l := &Log{pool: pool, o: o, fence: fence, name: strings.Trim(global, `"`), q: map[string]string{}}
+	l := &Log{pool: pool, o: o, fence: fence, name: strings.Trim(global, `"`), q: map[string]string{}, tr: tracer(nil)}
 	if l.ddl, err = render("schema.sql"); err != nil {
 		return nil, fmt.Errorf("core: render schema: %w", err)
 	}
@@ -185,7 +193,12 @@ func (l *Log) Create(ctx context.Context, gid string, kind Kind, timeout time.Du
 // exclusive: whichever inserts first wins, and the other gets [ErrInvalidState]. A decided
 // transaction is the caller's for the lease. A status that is neither initial nor a decision
 // returns an error wrapping [ErrInvalidState].
-func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, timeout time.Duration, payload []byte, branches ...Branch) error {
+//
+// It records the write in a span "<kind> begin" (attribute txkit.gid) and stores the trace context
+// of that span, a child of ctx's, with the transaction ([Transaction.TraceContext]).
+func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, timeout time.Duration, payload []byte, branches ...Branch) (err error) {
+	ctx, span := l.tr.Start(ctx, kind.String()+" begin", trace.WithAttributes(attribute.String(AttrGID, gid)))
+	defer func() { endSpan(span, err) }()
 	if gid == "" || timeout <= 0 {
 		return fmt.Errorf("core: create %q with timeout %v: %w", gid, timeout, ErrInvalidOption)
 	}
@@ -196,9 +209,9 @@ func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, ti
 	if st != StatusTrying {
 		due = min(timeout, l.o.lease)
 	}
-	var err error
+	tc := obs.EncodeTrace(ctx)
 	if len(branches) == 0 {
-		_, err = l.pool.Exec(ctx, l.q["create"], gid, kind.String(), st.String(), timeout.Seconds(), due.Seconds(), payload)
+		_, err = l.pool.Exec(ctx, l.q["create"], gid, kind.String(), st.String(), timeout.Seconds(), due.Seconds(), payload, tc)
 	} else {
 		n := len(branches)
 		names, kinds, refs := make([]string, n), make([]string, n), make([]string, n)
@@ -217,7 +230,7 @@ func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, ti
 			names[i], kinds[i], refs[i], seqs[i], payloads[i] = b.Name, b.Target.Kind.String(), b.Target.Ref, int32(b.Seq), b.Payload
 		}
 		_, err = l.pool.Exec(ctx, l.q["create_with_branches"], gid, kind.String(), st.String(), timeout.Seconds(), due.Seconds(), payload,
-			names, seqs, kinds, refs, payloads)
+			names, seqs, kinds, refs, payloads, tc)
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" {
@@ -491,7 +504,7 @@ func scanTransaction(r pgx.CollectableRow) (*Transaction, error) {
 	var t Transaction
 	var kind, status string
 	if err := r.Scan(&t.GID, &kind, &status, &t.TimeoutAt, &t.NextRetryAt, &t.Attempts, &t.LastError,
-		&t.Payload, &t.CreatedAt, &t.UpdatedAt); err != nil {
+		&t.Payload, &t.CreatedAt, &t.UpdatedAt, &t.TraceContext); err != nil {
 		return nil, err
 	}
 	return parsed(&t, kind, status)

@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
@@ -75,7 +77,8 @@ type recoverOptions struct {
 	retentionBatch int
 	log            *slog.Logger
 	jobs           []leaderJob
-	metrics        *metrics // the coordinator's (NewBase); nil: unregistered ones of the recoverer's own
+	metrics        *metrics     // the coordinator's (NewBase); nil: unregistered ones of the recoverer's own
+	tr             trace.Tracer // the coordinator's (NewBase); nil: the global provider's
 }
 
 // leaderJob is extra work the leader runs on a schedule (WithLeaderJob).
@@ -112,6 +115,9 @@ func WithLogger(l *slog.Logger) RecoverOption { return func(o *recoverOptions) {
 
 // withMetrics makes the recoverer count on m (a coordinator's metrics).
 func withMetrics(m *metrics) RecoverOption { return func(o *recoverOptions) { o.metrics = m } }
+
+// withTracer makes the recoverer trace with tr (a coordinator's tracer).
+func withTracer(tr trace.Tracer) RecoverOption { return func(o *recoverOptions) { o.tr = tr } }
 
 // WithLeaderJob adds a job the leader runs on the cron spec while it leads, with the leadership's
 // ctx (cancelled when it ends) and token: twopc resolves in-doubt prepared transactions this way.

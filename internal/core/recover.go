@@ -13,7 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -88,6 +92,9 @@ func NewRecoverer(l *Log, el lock.Elector, drivers map[Kind]Driver, opts ...Reco
 	}
 	if err := o.validate(); err != nil {
 		return nil, err
+	}
+	if o.tr == nil {
+		o.tr = tracer(nil)
 	}
 	if o.metrics == nil {
 		m, err := newMetrics(nil)
@@ -169,8 +176,10 @@ func (r *Recoverer) recoverLoop(ctx context.Context, t *leader.Term) error {
 }
 
 // recoverDue measures the backlog, then claims and drives batches until a batch comes back short
-// or ctx ends.
-func (r *Recoverer) recoverDue(ctx context.Context, tok lock.Token, log *slog.Logger) error {
+// or ctx ends, in a span "recovery pass".
+func (r *Recoverer) recoverDue(ctx context.Context, tok lock.Token, log *slog.Logger) (err error) {
+	ctx, span := r.o.tr.Start(ctx, "recovery pass")
+	defer func() { endSpan(span, err) }()
 	r.measure(ctx, log)
 	for ctx.Err() == nil {
 		batch, err := r.claim(ctx, tok)
@@ -220,12 +229,20 @@ func (r *Recoverer) recoverDue(ctx context.Context, tok lock.Token, log *slog.Lo
 // drive hands t to its kind's driver. A panicking driver is recovered (logged with its stack)
 // and its *PanicError returned: the transaction is rescheduled with backoff like any failed drive,
 // instead of crashing the process, which would crash every leader in turn (the transaction stays due).
+//
+// The drive is a span "recovery drive", a child of the context stored with the transaction (the
+// trace of the process that began it, so the branch calls made here join that trace) with a link
+// to the pass's span; a child of the pass's span when none was stored.
 func (r *Recoverer) drive(ctx context.Context, tok lock.Token, t *Transaction, log *slog.Logger) (err error) {
+	ctx, span := r.o.tr.Start(obs.DecodeTrace(ctx, t.TraceContext), "recovery drive",
+		trace.WithLinks(trace.LinkFromContext(ctx)),
+		trace.WithAttributes(attribute.String(AttrGID, t.GID), attribute.String("txkit.status", t.Status.String())))
 	defer func() {
 		if v := recover(); v != nil {
 			err = recovered(log, "core: driver panicked; rescheduled", v, slog.String("gid", t.GID),
 				slog.String("status", t.Status.String()))
 		}
+		endSpan(span, err)
 	}()
 	return r.drivers[t.Kind].Drive(ctx, tok, t)
 }
@@ -258,7 +275,7 @@ func (r *Recoverer) claim(ctx context.Context, tok lock.Token) ([]*Transaction, 
 			var kind, status string
 			var timedOut bool
 			if err := cr.Scan(&t.GID, &kind, &status, &t.TimeoutAt, &t.NextRetryAt, &t.Attempts, &t.LastError,
-				&t.Payload, &t.CreatedAt, &t.UpdatedAt, &timedOut); err != nil {
+				&t.Payload, &t.CreatedAt, &t.UpdatedAt, &t.TraceContext, &timedOut); err != nil {
 				return nil, err
 			}
 			tx, err := parsed(&t, kind, status)

@@ -2,16 +2,16 @@
 the status names. $n are bind parameters; all times are PostgreSQL's now(). */}}
 
 {{define "create"}}
-insert into {{.Global}} (gid, kind, status, timeout_at, next_retry_at, payload)
-values ($1, $2, $3, now() + make_interval(secs => $4::float8), now() + make_interval(secs => $5::float8), $6)
+insert into {{.Global}} (gid, kind, status, timeout_at, next_retry_at, payload, trace_context)
+values ($1, $2, $3, now() + make_interval(secs => $4::float8), now() + make_interval(secs => $5::float8), $6, nullif($7, ''))
 {{end}}
 
 {{/* The global row and its branches in one statement (a saga's steps, recorded before any runs):
 one round trip, and a branch is never there without its transaction or the other way round. */}}
 {{define "create_with_branches"}}
 with g as (
-    insert into {{.Global}} (gid, kind, status, timeout_at, next_retry_at, payload)
-    values ($1, $2, $3, now() + make_interval(secs => $4::float8), now() + make_interval(secs => $5::float8), $6)
+    insert into {{.Global}} (gid, kind, status, timeout_at, next_retry_at, payload, trace_context)
+    values ($1, $2, $3, now() + make_interval(secs => $4::float8), now() + make_interval(secs => $5::float8), $6, nullif($12, ''))
     returning gid
 )
 insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status)
@@ -99,7 +99,7 @@ update {{.Global}} as g set
     updated_at    = now()
 from due where g.gid = due.gid
 returning g.gid, g.kind, g.status, g.timeout_at, g.next_retry_at, g.attempts, coalesce(g.last_error, ''),
-    g.payload, g.created_at, g.updated_at, due.old_status <> g.status
+    g.payload, g.created_at, g.updated_at, coalesce(g.trace_context, ''), due.old_status <> g.status
 {{end}}
 
 {{/* The leader's measure of its backlog, once per recovery pass: per kind, the unfinished
@@ -114,12 +114,14 @@ group by kind
 {{end}}
 
 {{define "get"}}
-select gid, kind, status, timeout_at, next_retry_at, attempts, coalesce(last_error, ''), payload, created_at, updated_at
+select gid, kind, status, timeout_at, next_retry_at, attempts, coalesce(last_error, ''), payload, created_at, updated_at,
+    coalesce(trace_context, '')
 from {{.Global}} where gid = $1
 {{end}}
 
 {{define "list"}}
-select gid, kind, status, timeout_at, next_retry_at, attempts, coalesce(last_error, ''), payload, created_at, updated_at
+select gid, kind, status, timeout_at, next_retry_at, attempts, coalesce(last_error, ''), payload, created_at, updated_at,
+    coalesce(trace_context, '')
 from {{.Global}}
 where ($1::text = '' or kind = $1) and ($2::text = '' or status = $2) and ($3::text = '' or gid > $3)
   and (not $4::bool or status not in ({{.Finals}}))

@@ -16,6 +16,9 @@ create table if not exists {{.Global}} (
     created_at    timestamptz not null default now(),
     updated_at    timestamptz not null default now()
 );
+-- The W3C trace context of the ctx that began the transaction (obs.EncodeTrace), so that a
+-- recovery drive continues its trace; added to existing deployments here.
+alter table {{.Global}} add column if not exists trace_context text;
 -- The leader's claim walks this index: only unfinished transactions are in it.
 create index if not exists {{.DueIndex}} on {{.Global}} (next_retry_at)
     where status not in ({{.Finals}});
