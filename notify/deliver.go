@@ -18,9 +18,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -37,10 +42,17 @@ type Delivery struct {
 	CreatedAt time.Time       `json:"created_at"`
 }
 
+// due is a notification taken for delivery: the delivery, and what its attempt's span needs.
+type due struct {
+	Delivery
+	trace   string // the trace context Enqueue stored (obs.EncodeTrace); "" none
+	attempt int    // this attempt's number: 1 + the attempts ever made (redeliveries go on counting)
+}
+
 // flight is the leader's view of one receiver: its queue of taken notifications, how many are
 // taken and not yet recorded, and the circuit breaker.
 type flight struct {
-	queue     chan Delivery
+	queue     chan due
 	held      int                // taken and not yet attempted (queued or in flight)
 	taken     map[uuid.UUID]bool // taken and not yet recorded: not to be taken again
 	failures  int                // consecutive failed deliveries
@@ -84,6 +96,7 @@ type result struct {
 	code     int
 	latency  time.Duration
 	err      string
+	span     trace.SpanContext // the attempt's span: its log lines carry its ids
 }
 
 // Run delivers, while this notifier leads the election of [WithElector], every pending
@@ -138,7 +151,7 @@ func (n *Notifier) lead(ctx context.Context, t *leader.Term) error {
 	n.mu.Lock()
 	n.flights = map[string]*flight{}
 	for name := range n.receivers {
-		n.flights[name] = &flight{queue: make(chan Delivery, n.o.batch), low: n.o.batch / 2, taken: map[uuid.UUID]bool{}}
+		n.flights[name] = &flight{queue: make(chan due, n.o.batch), low: n.o.batch / 2, taken: map[uuid.UUID]bool{}}
 	}
 	flights := n.flights
 	n.mu.Unlock()
@@ -204,7 +217,7 @@ func (n *Notifier) lead(ctx context.Context, t *leader.Term) error {
 					return err
 				}
 				if gctx.Err() == nil {
-					log.Warn("notify: taking due notifications failed; retrying at the next tick", slog.Any("err", err))
+					log.WarnContext(gctx, "notify: taking due notifications failed; retrying at the next tick", slog.Any("err", err))
 				}
 			}
 		}
@@ -258,16 +271,16 @@ func (n *Notifier) dispatch(ctx context.Context, w *waker, flights map[string]*f
 		// QueryExecModeExec: planned with this call's values, so PostgreSQL hashes the skip list
 		// instead of comparing every row with each of its ids (a prepared statement's generic
 		// plan does that).
-		rows, err := n.pool.Query(ctx, `select id, receiver, key, payload, created_at from `+n.table+`
+		rows, err := n.pool.Query(ctx, `select id, receiver, key, payload, created_at, coalesce(trace_context, ''), tries + 1 from `+n.table+`
 where status = 'pending' and receiver = $1 and next_attempt_at <= now() and id <> all($3::uuid[])
 order by next_attempt_at limit $2`, pgx.QueryExecModeExec, name, free, skip)
 		if err != nil {
 			return fmt.Errorf("take due notifications of %s: %w", name, err)
 		}
-		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
-			var d Delivery
+		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
+			var d due
 			var p []byte
-			err := r.Scan((*[16]byte)(&d.ID), &d.Receiver, &d.Key, &p, &d.CreatedAt)
+			err := r.Scan((*[16]byte)(&d.ID), &d.Receiver, &d.Key, &p, &d.CreatedAt, &d.trace, &d.attempt)
 			d.Payload = p
 			return d, err
 		})
@@ -293,7 +306,7 @@ order by next_attempt_at limit $2`, pgx.QueryExecModeExec, name, free, skip)
 // attempt delivers d unless the receiver's breaker holds it back: while the circuit is open
 // nothing is sent; once the cool-down has passed one delivery goes through as a probe, and the
 // others wait for its outcome.
-func (n *Notifier) attempt(ctx context.Context, rcv Receiver, f *flight, d Delivery) result {
+func (n *Notifier) attempt(ctx context.Context, rcv Receiver, f *flight, d due) result {
 	n.mu.Lock()
 	now := time.Now()
 	var wait time.Duration
@@ -313,7 +326,7 @@ func (n *Notifier) attempt(ctx context.Context, rcv Receiver, f *flight, d Deliv
 		return result{id: d.ID, receiver: rcv.Name, skipped: wait}
 	}
 	r := n.deliver(ctx, rcv, d)
-	n.trip(f, r)
+	n.trip(trace.ContextWithSpanContext(ctx, r.span), f, r)
 	n.done(f)
 	return r
 }
@@ -356,7 +369,7 @@ func (n *Notifier) done(f *flight) {
 
 // trip updates the receiver's breaker with a delivery's outcome, at once, so the receiver's other
 // workers see an opened circuit before they send anything more.
-func (n *Notifier) trip(f *flight, r result) {
+func (n *Notifier) trip(ctx context.Context, f *flight, r result) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if r.ok {
@@ -377,21 +390,41 @@ func (n *Notifier) trip(f *flight, r result) {
 			f.shownOpen = true
 			n.metrics.circuitOpened(r.receiver)
 		}
-		n.o.log.Warn("notify: receiver keeps failing; holding its deliveries back", slog.String("receiver", r.receiver),
+		n.o.log.WarnContext(ctx, "notify: receiver keeps failing; holding its deliveries back", slog.String("receiver", r.receiver),
 			slog.Int("failures", f.failures), slog.Duration("cooldown", n.o.breakerCooldown))
 	}
 }
 
-// deliver posts d to rcv, signed, and returns the outcome, counted in the metrics.
-func (n *Notifier) deliver(ctx context.Context, rcv Receiver, d Delivery) result {
-	res := n.post(ctx, rcv, d)
+// deliver posts d to rcv, signed, under a span "notify deliver" that continues the trace of the
+// enqueuing request (a child of the stored context, linked to the span ctx carries, if any), and
+// returns the outcome, counted in the metrics and set on the span.
+func (n *Notifier) deliver(ctx context.Context, rcv Receiver, d due) result {
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("txkit.notification", d.ID.String()), attribute.String("txkit.receiver", rcv.Name),
+		attribute.Int("txkit.attempt", d.attempt))}
+	if d.trace != "" && trace.SpanContextFromContext(ctx).IsValid() {
+		opts = append(opts, trace.WithLinks(trace.LinkFromContext(ctx)))
+	}
+	ctx, span := n.tracer.Start(obs.DecodeTrace(ctx, d.trace), "notify deliver", opts...)
+	defer span.End()
+	res := n.post(ctx, rcv, d.Delivery)
+	res.span = span.SpanContext()
+	outcome := attemptOK
 	switch {
 	case res.ok:
-		n.metrics.attempts.WithLabelValues(attemptOK).Inc()
 	case res.code != 0:
-		n.metrics.attempts.WithLabelValues(attemptRefused).Inc()
+		outcome = attemptRefused
 	default:
-		n.metrics.attempts.WithLabelValues(attemptError).Inc()
+		outcome = attemptError
+	}
+	n.metrics.attempts.WithLabelValues(outcome).Inc()
+	span.SetAttributes(attribute.String("txkit.result", outcome))
+	if res.code != 0 {
+		span.SetAttributes(attribute.Int("http.response.status_code", res.code))
+	}
+	if !res.ok {
+		span.RecordError(errors.New(res.err))
+		span.SetStatus(codes.Error, res.err)
 	}
 	return res
 }
@@ -414,6 +447,7 @@ func (n *Notifier) post(ctx context.Context, rcv Receiver, d Delivery) result {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(HeaderID, d.ID.String())
 	req.Header.Set(HeaderReceiver, rcv.Name)
+	obs.Propagator().Inject(ctx, propagation.HeaderCarrier(req.Header)) // the attempt's span
 	signRequest(req, rcv.Secrets[0], time.Now(), body)
 	start := time.Now()
 	resp, err := n.o.client.Do(req)
@@ -494,7 +528,7 @@ func (n *Notifier) recorder(ctx context.Context, tok lock.Token, results <-chan 
 			}
 			again = true
 			if ctx.Err() == nil {
-				log.Warn("notify: recording attempts failed; those notifications will be sent again",
+				log.WarnContext(ctx, "notify: recording attempts failed; those notifications will be sent again",
 					slog.Int("results", len(batch)), slog.Any("err", err))
 			}
 		}
@@ -600,7 +634,7 @@ select id, status, attempts from u where status <> 'delivered'`, ids, oks, codes
 	n.stats.delivered.Add(delivered)
 	n.metrics.delivered.Add(float64(delivered))
 	if delivered > 0 && log.Enabled(ctx, slog.LevelDebug) {
-		log.Debug("notify: delivered", slog.Int64("notifications", delivered))
+		log.DebugContext(ctx, "notify: delivered", slog.Int64("notifications", delivered))
 	}
 	if len(outs) == 0 {
 		return nil
@@ -613,16 +647,17 @@ select id, status, attempts from u where status <> 'delivered'`, ids, oks, codes
 	}
 	for _, o := range outs {
 		r := byID[o.id]
+		rctx := trace.ContextWithSpanContext(ctx, r.span) // the log line carries the attempt's trace and span ids
 		if o.status == "failed" {
 			n.stats.failedAttempts.Add(1)
 			n.stats.failed.Add(1)
 			n.metrics.givenUp.Inc()
-			log.Error("notify: no attempt left; the notification is failed", slog.String("id", o.id.String()),
+			log.ErrorContext(rctx, "notify: no attempt left; the notification is failed", slog.String("id", o.id.String()),
 				slog.String("receiver", r.receiver), slog.Int("attempts", o.attempts), slog.String("err", r.err))
 			continue
 		}
 		n.stats.failedAttempts.Add(1)
-		log.Info("notify: attempt failed; retrying on schedule", slog.String("id", o.id.String()),
+		log.InfoContext(rctx, "notify: attempt failed; retrying on schedule", slog.String("id", o.id.String()),
 			slog.String("receiver", r.receiver), slog.Int("attempt", o.attempts), slog.Int("status", r.code), slog.String("err", r.err))
 	}
 	return nil

@@ -52,6 +52,17 @@
 // delivered, given up, attempts by result, delivery latency, and each receiver's circuit state
 // for the first [WithMetricReceivers] receivers) on the caller's registry.
 //
+// Tracing: [Notifier.Enqueue] stores the trace context of its ctx with the notification (a
+// trace_context column), and each delivery attempt, made later by whichever process leads, is a
+// span "notify deliver" that is a CHILD of that stored context — so every attempt, across retries,
+// leader changes and restarts, shows in the trace of the request that enqueued the notification,
+// where one looks for it — rather than the root of a trace of its own (when the leader's ctx carries
+// a span, the attempt is linked to it). The attempt's span is sent to the receiver in the W3C
+// headers (traceparent, tracestate), so the receiver's work joins the same trace. Spans go to
+// [WithTracerProvider]'s provider (default the global one). The notifier logs what happens to an
+// attempt with the attempt's context (InfoContext and the like), so a logger whose handler adds
+// trace and span ids gives them.
+//
 // The receiver:
 //
 //	in, _ := notify.NewInbox(pool, store, "shop", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {

@@ -15,9 +15,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/signing"
 )
@@ -145,6 +147,7 @@ type Notifier struct {
 	flights   map[string]*flight
 	job       *leader.Job // nil without an elector
 	metrics   *metrics
+	tracer    trace.Tracer
 }
 
 type stats struct{ delivered, failedAttempts, failed, breakerOpen atomic.Int64 }
@@ -214,7 +217,7 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	attempts, _ := pgutil.Table(o.schema, o.table+"_attempt")
 	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, name: name,
 		channel: pgutil.Channel(o.schema, o.table), lockKey: pgutil.MigrateLockKey("txkit-notify:" + name), flights: map[string]*flight{},
-		metrics: m}
+		metrics: m, tracer: obs.TracerProvider(o.tp).Tracer("github.com/txkit/txkit/notify")}
 	if n.job, err = n.newJob(); err != nil {
 		return nil, err
 	}
@@ -271,9 +274,11 @@ create table if not exists %s (
     updated_at      timestamptz not null default now(),
     delivered_at    timestamptz,
     latency_ms      double precision, -- of the successful attempt
+    trace_context   text,             -- obs.EncodeTrace of the enqueuing ctx: deliveries join its trace
     unique (receiver, key)
 );
 alter table %s add column if not exists latency_ms double precision;
+alter table %s add column if not exists trace_context text;
 create index if not exists %s on %s (receiver, next_attempt_at) where status = 'pending';
 -- The failed attempts; the successful one is the delivered notification's own row (tries,
 -- delivered_at, last_status, latency_ms), which saves a row per delivery.
@@ -286,7 +291,7 @@ create table if not exists %s (
     latency_ms  double precision not null,
     error       text,
     primary key (id, n)
-);`, n.lockKey, n.createSchema(), n.table, n.table, pgx.Identifier{n.o.table + "_due"}.Sanitize(), n.table, n.attempts)
+);`, n.lockKey, n.createSchema(), n.table, n.table, n.table, pgx.Identifier{n.o.table + "_due"}.Sanitize(), n.table, n.attempts)
 	if _, err := n.pool.Exec(ctx, ddl); err != nil {
 		return fmt.Errorf("notify: migrate %s: %w", n.name, err)
 	}
@@ -310,7 +315,9 @@ func (n *Notifier) createSchema() string {
 // business key. An unknown receiver, an empty key, or a payload that is not JSON returns an error
 // wrapping [ErrInvalidNotification]; a payload, key or receiver name over its limit
 // ([MaxPayloadLen], [MaxKeyLen], [MaxReceiverLen]) one wrapping [ErrTooLarge] as well, before
-// anything is written; a nil tx one wrapping [ErrNilTx]. It blocks for two statements.
+// anything is written; a nil tx one wrapping [ErrNilTx]. It blocks for two statements. The trace
+// context of ctx (its span, if any) is stored with the notification: every delivery attempt is a
+// span in that trace ([WithTracerProvider]).
 func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.UUID, error) {
 	if tx == nil || (reflect.ValueOf(tx).Kind() == reflect.Pointer && reflect.ValueOf(tx).IsNil()) {
 		return uuid.Nil, fmt.Errorf("notify: enqueue %s/%s: %w", nt.Receiver, nt.Key, ErrNilTx)
@@ -343,10 +350,10 @@ func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.
 		}
 	}
 	err := tx.QueryRow(ctx, `with ins as (
-	insert into `+n.table+` (id, receiver, key, payload) values ($1, $2, $3, $4)
+	insert into `+n.table+` (id, receiver, key, payload, trace_context) values ($1, $2, $3, $4, nullif($5, ''))
 	on conflict (receiver, key) do nothing returning id)
 select id from ins union all select id from `+n.table+` where receiver = $2 and key = $3 limit 1`,
-		id, nt.Receiver, nt.Key, []byte(nt.Payload)).Scan(&id)
+		id, nt.Receiver, nt.Key, []byte(nt.Payload), obs.EncodeTrace(ctx)).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another transaction inserted this receiver and key while the statement ran: the insert
 		// waited for it to commit and did nothing, and the statement's snapshot, taken before,

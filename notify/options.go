@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
@@ -44,6 +45,7 @@ type options struct {
 	plainHTTP         bool
 	reg               prometheus.Registerer
 	metricReceivers   int
+	tp                trace.TracerProvider // nil: the global provider
 }
 
 func defaultOptions() options {
@@ -153,6 +155,15 @@ func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) 
 // (default 50): the first n given to [New], in order; the others share receiver="other", so the
 // number of series stays bounded however many receivers are configured. n must not be negative.
 func WithMetricReceivers(n int) Option { return func(o *options) { o.metricReceivers = n } }
+
+// WithTracerProvider sets the OpenTelemetry provider of the notifier's spans (default, or nil:
+// the application's global provider, read when [New] runs). Each delivery attempt is a span
+// "notify deliver" — a child of the trace context that [Notifier.Enqueue] stored with the
+// notification, so the attempts join the trace of the request that enqueued it — with the
+// attributes txkit.notification (the id), txkit.receiver, txkit.attempt (1 for the first) and
+// txkit.result (ok, error, refused), and the error recorded when it failed; the W3C trace
+// context of that span is sent with the delivery (traceparent, tracestate headers).
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tp = tp } }
 
 func (o options) validate() error {
 	if o.electorSet && o.elector == nil {
