@@ -105,4 +105,15 @@
 // "txkit_fence" in the outbox's schema, which [Outbox.Migrate] creates, or [WithFence]'s. The
 // relay passes it as soon as it leads and relays nothing until it has; fenced out, it waits a
 // second and campaigns again.
+//
+// # Tracing
+//
+// [Outbox.Enqueue] stores the W3C trace context of its ctx with the row (column trace_context,
+// added by [Outbox.Migrate] to existing tables). The relay publishes the message under a span
+// "outbox relay publish" that is a CHILD of that stored context, and passes the span to the
+// [Publisher] in ctx ([WithTracerProvider]). The message belongs to the request that wrote it,
+// not to the relay pass that happens to carry it later (on whichever process leads): as a child,
+// the request's trace continues through the broker to the consumers (package rocketmq
+// propagates it in the message's traceparent and tracestate properties). A relay ctx that itself
+// carries a span is linked from the publish span, not its parent.
 package outbox

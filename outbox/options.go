@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/pgutil"
@@ -122,7 +123,8 @@ type relayOptions struct {
 	publishTimeout time.Duration
 	fence          *fence.Fence
 	reg            prometheus.Registerer
-	retryPause     time.Duration // after being fenced, and before retrying the fence check or the listener
+	tp             trace.TracerProvider // nil: the global provider
+	retryPause     time.Duration        // after being fenced, and before retrying the fence check or the listener
 }
 
 func defaultRelayOptions() relayOptions {

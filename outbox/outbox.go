@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 )
 
@@ -151,6 +152,9 @@ func (ob *Outbox) Migrate(ctx context.Context) error {
 // [ErrDuplicate] — tx is then aborted, as after any failed statement. A nil tx returns an error
 // wrapping [ErrNilTx].
 //
+// When ctx carries a span, its trace context is stored with the message (column trace_context), and
+// the relay publishes the message under a span that is its child (see [WithTracerProvider]).
+//
 // Enqueue blocks for one round trip. ctx scopes only this statement: cancelling it aborts the
 // statement and, with pgx, closes the connection, so tx can only be rolled back. Enqueue is safe
 // for concurrent use (a pgx.Tx itself is not).
@@ -176,7 +180,7 @@ func (ob *Outbox) Enqueue(ctx context.Context, tx DBTX, msg Message) (uuid.UUID,
 	if body == nil {
 		body = []byte{}
 	}
-	args := []any{msg.ID, msg.Topic, msg.Key, body, headers, msg.Tags}
+	args := []any{msg.ID, msg.Topic, msg.Key, body, headers, msg.Tags, obs.EncodeTrace(ctx)}
 	if ob.o.notify {
 		args = append(args, ob.o.channel)
 	}

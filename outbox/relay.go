@@ -14,10 +14,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
@@ -58,6 +60,7 @@ type Relay struct {
 	running  atomic.Bool
 	stats    relayStats
 	m        *relayMetrics
+	tracer   trace.Tracer
 }
 
 // Stats counts what a [Relay] did since it was created.
@@ -106,7 +109,8 @@ func NewRelay(ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 			return nil, err
 		}
 	}
-	r := &Relay{pool: pool, pub: pub, ob: ob, o: o, fence: f, resource: "outbox:" + ob.name, m: m}
+	r := &Relay{pool: pool, pub: pub, ob: ob, o: o, fence: f, resource: "outbox:" + ob.name, m: m,
+		tracer: obs.TracerProvider(o.tp).Tracer(tracerName)}
 	lopts := []leader.Option{leader.WithName("outbox: relay"), leader.WithSchedule(o.schedule),
 		leader.WithPause(o.retryPause), leader.WithLogger(o.log.With(slog.String("table", ob.name)))}
 	if ob.o.notify {
@@ -216,6 +220,7 @@ type row struct {
 	msg      Message
 	attempts int
 	created  time.Time // the row's created_at, on the relay's clock
+	trace    string    // the trace context stored by Enqueue (obs.EncodeTrace), "" when none
 }
 
 // drain publishes due messages batch after batch until a batch comes back short, ctx ends, or an
@@ -322,7 +327,7 @@ func (r *Relay) fetch(ctx context.Context) (batch []row, more bool, err error) {
 // marker row where the byte bound cut the batch.
 func scanDue(r pgx.Row, sent time.Time) (x row, cut bool, err error) {
 	var age float64 // seconds since created_at, by the database's clock
-	err = r.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &cut, &x.msg.Tags, &age)
+	err = r.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &cut, &x.msg.Tags, &age, &x.trace)
 	x.created = sent.Add(-time.Duration(age * float64(time.Second)))
 	return x, cut, err
 }
@@ -377,10 +382,13 @@ func (r *Relay) publish(ctx context.Context, batch []row) []error {
 	return errs
 }
 
-// publishOne calls the publisher with the publish timeout, turning a panic into an error.
+// publishOne calls the publisher with the publish timeout under the message's publish span,
+// turning a panic into an error.
 func (r *Relay) publishOne(ctx context.Context, x row) (err error) {
 	pctx, cancel := context.WithTimeout(ctx, r.o.publishTimeout)
 	defer cancel()
+	pctx, span := r.startPublish(pctx, x)
+	defer func() { endSpan(span, err) }() // after the recovery below: a panic is recorded too
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("publisher panicked: %v", p)

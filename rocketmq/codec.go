@@ -195,8 +195,8 @@ func decode(m *primitive.MessageExt) (message.Message, error) {
 	}
 	// Not sent by this package: every property that is neither RocketMQ's nor ours is a header.
 	for n, v := range props {
-		if reserved[n] || strings.HasPrefix(n, reservedPrefix) {
-			continue
+		if reserved[n] || strings.HasPrefix(n, reservedPrefix) || n == PropertyTraceParent || n == PropertyTraceState {
+			continue // the trace context is the Consumer's span's parent, not a header
 		}
 		if msg.Headers == nil {
 			msg.Headers = make(map[string]string)

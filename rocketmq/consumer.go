@@ -14,8 +14,12 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/message"
 )
 
@@ -23,7 +27,8 @@ import (
 // message's ID. Returning nil commits tx (the claim and the handler's writes together); returning
 // an error rolls both back and has the message redelivered, unless the error wraps [ErrPoison].
 // ctx ends after [WithHandlerTimeout]; it does not end when [Consumer.Run]'s ctx does, so that a
-// handler in flight can finish. The handler must not commit or roll back tx.
+// handler in flight can finish; it carries the "rocketmq consume" span (see [WithTracerProvider]).
+// The handler must not commit or roll back tx.
 type Handler func(ctx context.Context, tx pgx.Tx, msg message.Message) error
 
 // Consumer applies the messages of one topic exactly once to PostgreSQL: a push consumer in a
@@ -66,6 +71,7 @@ type Consumer struct {
 	log     *slog.Logger
 	running atomic.Bool
 	m       *consumerMetrics
+	tracer  trace.Tracer
 
 	applied, duplicates, failed, poison atomic.Int64
 }
@@ -106,7 +112,8 @@ func NewConsumer(nameservers []string, group, topic string, pool *pgxpool.Pool, 
 	return &Consumer{
 		ns: append([]string(nil), nameservers...), group: group, topic: topic,
 		pool: pool, store: store, handler: handler, o: o, m: m,
-		log: o.log.With("group", group, "topic", topic),
+		log:    o.log.With("group", group, "topic", topic),
+		tracer: obs.TracerProvider(o.tp).Tracer(tracerName),
 	}, nil
 }
 
@@ -263,16 +270,21 @@ func (c *Consumer) handle(runCtx context.Context, m *primitive.MessageExt) (err 
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), c.o.handlerTimeout)
 	defer cancel()
+	ctx, span := c.startConsume(ctx, m, msg)
+	defer func() { endSpan(span, err) }()
 
 	start := time.Now()
 	dup, err := c.apply(ctx, msg)
 	c.m.handler.Observe(time.Since(start).Seconds())
+	span.SetAttributes(attribute.Bool("txkit.duplicate", dup))
 	switch {
 	case errors.Is(err, ErrPoison):
 		c.poison.Add(1)
 		c.m.poison.Inc()
 		c.log.Error("rocketmq: poison message acknowledged without being applied", "msg_id", msg.ID,
 			"mq_msg_id", m.MsgId, "err", err)
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
 		return nil
 	case err != nil:
 		return err

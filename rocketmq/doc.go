@@ -113,4 +113,12 @@
 //			_, err := tx.Exec(ctx, `insert into users (id, name) values ($1, $2)`, userID, name)
 //			return err // nil: the message is delivered; an error: it is not, and Send returns it
 //		})
+//
+// # Tracing
+//
+// A [Publisher] sends the W3C trace context of the ctx it is given in the message properties
+// [PropertyTraceParent] and [PropertyTraceState] (the outbox relay gives the context stored with
+// the message's row, so the trace is that of the request that enqueued it); a [Consumer] runs
+// each message under a span "rocketmq consume", their child, which the [Handler]'s ctx carries
+// ([WithTracerProvider]).
 package rocketmq

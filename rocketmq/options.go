@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/outbox"
@@ -37,7 +38,7 @@ type TxProducerOption interface {
 }
 
 // Option is an option that fits a [Publisher], a [Consumer] and a [TxProducer] alike:
-// [WithLogger], [WithCredentials] and [WithRegisterer].
+// [WithLogger], [WithCredentials], [WithRegisterer] and [WithTracerProvider].
 type Option interface {
 	PublisherOption
 	ConsumerOption
@@ -56,6 +57,7 @@ type commonOptions struct {
 	log         *slog.Logger
 	credentials primitive.Credentials
 	reg         prometheus.Registerer // nil: metrics are kept but not exposed
+	tp          trace.TracerProvider  // nil: the global provider
 }
 
 // sendOptions are the settings of a producing client.

@@ -76,7 +76,8 @@ func NewPublisher(ctx context.Context, nameservers []string, opts ...PublisherOp
 // publish it again (consumers deduplicate by ID). Errors wrap [outbox.ErrInvalidMessage] for a
 // message RocketMQ cannot carry (zero ID, bad topic name, reserved or malformed header),
 // [ErrSendStatus] for a stored message whose status was not SEND_OK, [ErrClosed] after Close,
-// and ctx's error when ctx ended. Publish is safe for concurrent use.
+// and ctx's error when ctx ended. When ctx carries a span, its trace context travels in the
+// [PropertyTraceParent] and [PropertyTraceState] properties. Publish is safe for concurrent use.
 func (p *Publisher) Publish(ctx context.Context, msg message.Message) error {
 	if p.closed.Load() {
 		return fmt.Errorf("rocketmq: publish %s to %s: %w", msg.ID, msg.Topic, ErrClosed)
@@ -85,6 +86,7 @@ func (p *Publisher) Publish(ctx context.Context, msg message.Message) error {
 	if err != nil {
 		return err
 	}
+	injectTrace(ctx, m)
 	if err := send(ctx, "publish", p.o.sendTimeout, msg, func(ctx context.Context) (*primitive.SendResult, error) {
 		return p.p.SendSync(ctx, m)
 	}); err != nil {

@@ -5,19 +5,19 @@ cached by pgx like any other. $n are bind parameters.
 */}}
 
 {{define "enqueue"}}
-insert into {{.Table}} (msg_id, topic, key, body, headers, tags)
-values ($1, $2, nullif($3, ''), $4, $5, nullif($6, ''))
+insert into {{.Table}} (msg_id, topic, key, body, headers, tags, trace_context)
+values ($1, $2, nullif($3, ''), $4, $5, nullif($6, ''), nullif($7, ''))
 {{end}}
 
 {{/* One statement, so Enqueue costs one round trip. PostgreSQL folds identical notifications
 (same channel, same payload) of one transaction into one, delivered at commit. */}}
 {{define "enqueue_notify"}}
 with m as (
-    insert into {{.Table}} (msg_id, topic, key, body, headers, tags)
-    values ($1, $2, nullif($3, ''), $4, $5, nullif($6, ''))
+    insert into {{.Table}} (msg_id, topic, key, body, headers, tags, trace_context)
+    values ($1, $2, nullif($3, ''), $4, $5, nullif($6, ''), nullif($7, ''))
     returning 1
 )
-select pg_notify($7, '') from m
+select pg_notify($8, '') from m
 {{end}}
 
 {{define "notify"}}select pg_notify($1, ''){{end}}
@@ -38,8 +38,9 @@ and body as octet_length gives them, which reads a stored value's size without d
 plus the headers' stored size). The running sum streams with the index scan, so the limit still
 stops it. The first row that does not fit comes back as a marker — cut true, body and headers
 null, never read whole — telling the relay that the byte bound, not the backlog, ended the batch;
-the rows after it are not returned. The last column is each row's age in seconds by the
-database's clock, from which the relay measures enqueue → publish on its own clock. */}}
+the rows after it are not returned. The last columns are each row's age in seconds by the
+database's clock, from which the relay measures enqueue → publish on its own clock, and the trace
+context stored by Enqueue ('' when none). */}}
 {{define "due"}}
 with blocked as materialized (
     select key, min(id) as first
@@ -48,7 +49,7 @@ with blocked as materialized (
     group by key
 ),
 sized as (
-    select t.id, t.msg_id, t.topic, t.key, t.body, t.headers, t.attempts, t.tags, t.created_at,
+    select t.id, t.msg_id, t.topic, t.key, t.body, t.headers, t.attempts, t.tags, t.created_at, t.trace_context,
            octet_length(t.topic) + coalesce(octet_length(t.key), 0) + octet_length(t.body)
                + coalesce(pg_column_size(t.headers), 0) + coalesce(octet_length(t.tags), 0) as size,
            sum(octet_length(t.topic) + coalesce(octet_length(t.key), 0) + octet_length(t.body)
@@ -64,7 +65,8 @@ sized as (
 )
 select s.id, s.msg_id, s.topic, coalesce(s.key, ''),
        case when s.cut then null else s.body end, case when s.cut then null else s.headers end,
-       s.attempts, s.cut, coalesce(s.tags, ''), greatest(extract(epoch from now() - s.created_at)::float8, 0)
+       s.attempts, s.cut, coalesce(s.tags, ''), greatest(extract(epoch from now() - s.created_at)::float8, 0),
+       coalesce(s.trace_context, '')
 from (select sized.*, sized.running > $2 and sized.n > 1 as cut from sized) s
 where s.running - s.size <= $2 or s.n <= 2
 order by s.id

@@ -21,6 +21,9 @@ create table if not exists {{.Table}} (
 -- Message.Tags (the RocketMQ tag; null when empty), added to tables created before it existed.
 -- Adding a nullable column without a default rewrites nothing.
 alter table {{.Table}} add column if not exists tags text;
+-- The W3C trace context of the ctx that enqueued the message (obs.EncodeTrace; null without one):
+-- the relay's publish span is its child. Added to tables created before it existed.
+alter table {{.Table}} add column if not exists trace_context text;
 create index if not exists {{.PendingIndex}} on {{.Table}} (id) where status = '{{.Pending}}';
 -- ...and, for per-key order, finds the rows waiting out a backoff after a failed publish. Only
 -- those have attempts > 0 and a future next_attempt_at (Enqueue and Requeue set attempts = 0 and
