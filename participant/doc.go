@@ -62,6 +62,14 @@
 // registerer: txkit_barrier_ops_total{op, result} with result ran, duplicate, empty_rollback or
 // hanging_refused (docs/coordinators.md has the table).
 //
+// # Tracing
+//
+// [HTTP.Do] sends the W3C trace context (traceparent, tracestate) of its ctx, and
+// [Barrier.Handler] runs each op under a server span "participant <op>" continuing it, with the
+// op's function getting the span in its ctx ([WithBarrierTracerProvider]; the application's
+// global provider by default). So a branch retried by a recovering leader in another process is
+// in the trace of the request that began the transaction.
+//
 // # Authentication
 //
 // Anyone who can reach a participant could otherwise try, confirm or cancel any branch, so
