@@ -96,7 +96,13 @@ func (i *instrumented) acquired(start time.Time) func(Lease, error) (Lease, erro
 		i.mu.Unlock()
 		if fresh { // a reentrant hold is the same Lease: watched once
 			context.AfterFunc(l.Context(), func() {
-				if err := l.Err(); errors.Is(err, ErrLockLost) && !errors.Is(err, ErrClosed) {
+				// The lease's context is cancelled with the cause just before its Done closes, so
+				// Err may still be nil here: the cause is the reason.
+				err := l.Err()
+				if err == nil {
+					err = context.Cause(l.Context())
+				}
+				if errors.Is(err, ErrLockLost) && !errors.Is(err, ErrClosed) {
 					i.losses.Inc()
 				}
 			})
