@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
@@ -136,6 +138,7 @@ func (f *firstCall) Publish(ctx context.Context, msg outbox.Message) error {
 //
 //	go test -run '^$' -bench Relay -benchtime 5000x -count 3 ./outbox/
 //	go test -run '^$' -bench '^BenchmarkRelay$/metrics-ratio' -benchtime 30x -count 3 ./outbox/
+//	go test -run '^$' -bench '^BenchmarkRelay$/observed-ratio' -benchtime 30x -count 3 ./outbox/
 func BenchmarkRelay(b *testing.B) {
 	pub := realPublisher(b)
 	topic := testenv.Topic(b)
@@ -236,16 +239,18 @@ func BenchmarkRelay(b *testing.B) {
 			b.ReportMetric(float64(st.Published)/float64(max(st.Batches, 1)), "msgs/batch")
 		})
 	}
-	b.Run("metrics-ratio", func(b *testing.B) {
+	// ratio drains n messages with opts and n without, in turn (which goes first alternates, so
+	// that neither always follows the other), and reports the first's msgs/s as a fraction of the
+	// second's under unit.
+	ratio := func(b *testing.B, unit string, opts ...outbox.RelayOption) {
 		const n = 2000
 		ob, pool := newOutbox(b)
-		reg := prometheus.NewRegistry()
 		var on, off []float64
-		first := true // which goes first alternates, so that neither always follows the other
+		first := true
 		for b.Loop() {
-			for _, metrics := range []bool{first, !first} {
-				if metrics {
-					rate, _ := drain(b, ob, pool, n, outbox.WithBatchSize(128), outbox.WithRegisterer(reg))
+			for _, with := range []bool{first, !first} {
+				if with {
+					rate, _ := drain(b, ob, pool, n, append([]outbox.RelayOption{outbox.WithBatchSize(128)}, opts...)...)
 					on = append(on, rate)
 				} else {
 					rate, _ := drain(b, ob, pool, n, outbox.WithBatchSize(128))
@@ -262,9 +267,17 @@ func BenchmarkRelay(b *testing.B) {
 			}
 			return float64(len(rates)) / inv
 		}
-		b.ReportMetric(hmean(on), "metrics-msgs/s")
+		b.ReportMetric(hmean(on), unit+"-msgs/s")
 		b.ReportMetric(hmean(off), "plain-msgs/s")
-		b.ReportMetric(hmean(on)/hmean(off), "metrics/plain")
+		b.ReportMetric(hmean(on)/hmean(off), unit+"/plain")
+	}
+	b.Run("metrics-ratio", func(b *testing.B) { ratio(b, "metrics", outbox.WithRegisterer(prometheus.NewRegistry())) })
+	// observed-ratio: metrics and tracing through the OpenTelemetry SDK with a batch exporter to a
+	// sink that drops the spans, against neither.
+	b.Run("observed-ratio", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		ratio(b, "observed", outbox.WithRegisterer(prometheus.NewRegistry()), outbox.WithTracerProvider(tp))
 	})
 }
 
