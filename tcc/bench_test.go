@@ -9,9 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core/coretest"
@@ -140,27 +137,8 @@ func BenchmarkTCC(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tx/s")
 	})
-	// metrics-ratio: the same coordinator with its metrics on a registry (coordinator.WithRegisterer)
-	// and without, in rotating blocks of 20: the throughput with metrics over the one without.
-	b.Run("metrics-ratio", func(b *testing.B) {
-		plain, _ := newCoordinator(b)
-		measured, _ := coretest.BenchCoordinator(b, tcc.New, pg, coordinator.WithHTTPClient(client),
-			coordinator.WithRegisterer(prometheus.NewRegistry()))
-		took, _ := coretest.Rotate(b, 20, func() error { return coordinated(measured) }, func() error { return coordinated(plain) })
-		b.ReportMetric(float64(took[1])/float64(took[0]), "with/without-metrics")
-	})
-	// observed-ratio: metrics on a registry and tracing through the OpenTelemetry SDK with a batch
-	// exporter to a sink that drops the spans, against neither (the default global provider is a
-	// no-op), in rotating blocks of 20.
-	b.Run("observed-ratio", func(b *testing.B) {
-		plain, _ := newCoordinator(b)
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
-		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-		observed, _ := coretest.BenchCoordinator(b, tcc.New, pg, coordinator.WithHTTPClient(client),
-			coordinator.WithRegisterer(prometheus.NewRegistry()), coordinator.WithTracerProvider(tp))
-		took, _ := coretest.Rotate(b, 20, func() error { return coordinated(observed) }, func() error { return coordinated(plain) })
-		b.ReportMetric(float64(took[1])/float64(took[0]), "observed/plain")
-	})
+	// metrics-ratio and observed-ratio: the cost of metrics, and of metrics with tracing.
+	coretest.OverheadRatios(b, tcc.New, pg, coordinated, coordinator.WithHTTPClient(client))
 	b.Run("ratio", func(b *testing.B) {
 		c, _ := newCoordinator(b)
 		const block = 20

@@ -11,6 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/testenv"
@@ -124,3 +127,28 @@ func Rotate(b *testing.B, block int, fs ...func() error) (took []time.Duration, 
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// OverheadRatios runs the sub-benchmarks "metrics-ratio" and "observed-ratio" of a coordinator
+// benchmark: run (one global transaction) through a coordinator made by newFn on pg with opts and
+// its metrics on a registry — and, for "observed", tracing through the OpenTelemetry SDK with a
+// batch exporter to a sink that drops the spans — against one with neither (the default global
+// tracer provider is a no-op), in rotating blocks of 20. Each reports the throughput with over
+// the one without ("with/without-metrics", "observed/plain").
+func OverheadRatios[C coordinator.Shell](b *testing.B, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
+	pg *testenv.Schema, run func(C) error, opts ...coordinator.Option) {
+	b.Helper()
+	ratio := func(b *testing.B, unit string, extra ...coordinator.Option) {
+		plain, _ := BenchCoordinator(b, newFn, pg, opts...)
+		with, _ := BenchCoordinator(b, newFn, pg, append(append([]coordinator.Option{}, opts...), extra...)...)
+		took, _ := Rotate(b, 20, func() error { return run(with) }, func() error { return run(plain) })
+		b.ReportMetric(float64(took[1])/float64(took[0]), unit)
+	}
+	b.Run("metrics-ratio", func(b *testing.B) {
+		ratio(b, "with/without-metrics", coordinator.WithRegisterer(prometheus.NewRegistry()))
+	})
+	b.Run("observed-ratio", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		ratio(b, "observed/plain", coordinator.WithRegisterer(prometheus.NewRegistry()), coordinator.WithTracerProvider(tp))
+	})
+}
