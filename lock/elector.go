@@ -42,22 +42,14 @@ func (e *zkElection) Leader(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// A ZooKeeper server may answer a read before it has applied the latest writes of other
-	// sessions: sync the path first, so that a leader elected through another server is seen.
-	e.s.stats.reads.Add(1)
-	switch err := ep.do(ctx, func(c *zk.Conn) error { _, err := c.Sync(e.path); return err }); {
+	switch err := e.s.sync(ctx, ep, e.path); {
 	case errors.Is(err, zk.ErrNoNode):
 		return "", fmt.Errorf("lock: election %s: %w", e.path, ErrNoLeader)
 	case err != nil:
 		return "", fmt.Errorf("lock: election %s: sync: %w", e.path, err)
 	}
-	for {
-		id, _, err := e.leader(ctx, ep, false)
-		if err == nil || !errors.Is(err, zk.ErrNoNode) {
-			return id, err
-		}
-		// The leader's node went between the list and the read: list again.
-	}
+	id, _, err := e.leader(ctx, ep, false)
+	return id, err
 }
 
 // leader reads the lowest child's data; with watch it also returns a channel that fires when the
@@ -73,17 +65,14 @@ func (e *zkElection) leader(ctx context.Context, ep *epoch, watch bool) (string,
 	}
 	// The lowest contender leads. A child named like one that is not ephemeral is skipped (and
 	// remembered): the read that gets the leader's id returns its stat too.
-	for _, c := range e.m.contenders(names) {
-		r, err := ep.get(ctx, e.path+"/"+c.name, false)
-		if err != nil {
-			return "", nil, err
-		}
-		if isContender(r.stat) {
-			return string(r.val), ch, nil
-		}
-		e.m.ignore(c.name, r.stat)
+	nodes, err := e.s.readNodes(ctx, ep, e.path, e.m.contenders(names), 1, e.m.ignore)
+	if err != nil {
+		return "", nil, err
 	}
-	return "", ch, fmt.Errorf("lock: election %s: %w", e.path, ErrNoLeader)
+	if len(nodes) == 0 {
+		return "", ch, fmt.Errorf("lock: election %s: %w", e.path, ErrNoLeader)
+	}
+	return string(nodes[0].data), ch, nil
 }
 
 // Observe returns a channel that receives the leader's id each time it changes ("" while nobody
@@ -99,9 +88,6 @@ func (e *zkElection) Observe(ctx context.Context) <-chan string {
 				return
 			}
 			id, ch, err := e.leader(ctx, ep, true)
-			if errors.Is(err, zk.ErrNoNode) {
-				continue
-			}
 			if err != nil && !errors.Is(err, ErrNoLeader) {
 				if pause(ctx, nil, 100*time.Millisecond) != nil {
 					return

@@ -1,0 +1,165 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Contender is one process taking part in a lock or an election, as an [Inspector] reads it.
+type Contender struct {
+	// ID is the data the contender stored with its hold or its place in the queue: the candidate
+	// id of an [Elector], the data of a lock taken with [WithData] (or a backend's own WithData);
+	// "" when none was given.
+	ID string
+	// Token is the fencing token the contender holds (the holder) or will hold when its turn
+	// comes (ZooKeeper's waiters); the zero Token when the backend cannot tell.
+	Token Token
+	// Holder is true for the contender that holds the lock (or leads the election).
+	Holder bool
+	// Since is when the contender joined the queue or took the lock, by the server's clock; the
+	// zero time when the backend does not record it.
+	Since time.Time
+}
+
+// Inspector reads a lock's holder and waiters without taking part in it: it creates nothing,
+// watches nothing and changes nothing. Every backend has one: [Session.Inspector] for ZooKeeper,
+// and the Inspector methods of lock/pglock's and lock/redislock's clients. Implementations are
+// safe for concurrent use by multiple goroutines.
+type Inspector interface {
+	// Contenders returns the holder of the lock called name (a lock path for ZooKeeper, the
+	// name given to the backend's NewMutex or NewElector otherwise) first, if anyone holds it,
+	// then the waiters in the order they will get the lock. waitersKnown is false for backends
+	// whose waiters queue inside their own processes (the PostgreSQL lease, Redis, ZooKeeper's
+	// unfair recipe): then only the holder is listed. A lock nobody holds returns (nil,
+	// waitersKnown, nil). It blocks for the backend's round trips, bounded by ctx; when ctx ends
+	// first, its error is returned. A name the backend cannot use returns an error wrapping
+	// [ErrInvalidOption]. What it returns is a snapshot: the lock may change hands right after.
+	Contenders(ctx context.Context, name string) (cs []Contender, waitersKnown bool, err error)
+}
+
+// Inspector returns the [Inspector] of the locks and elections on this Session's ensemble. Its
+// names are lock paths: the path of a [Mutex] (fair or unfair) or of an election ([NewElector]).
+//
+// For the fair recipe it lists the contenders' nodes in sequence order, as the recipe ranks them
+// (children that are not contenders' nodes are skipped, as the recipe skips them), with the
+// node's data as ID, the Token each one holds or will hold (the lock path's epoch and the node's
+// sequence number) and the node's creation time as Since; waitersKnown is true. For the unfair
+// recipe it lists the holder of the one lock node, and waitersKnown is false (its waiters only
+// watch the node). It syncs the path first, so what it reads is at least as recent as the writes
+// any server had applied when it was called. A lost connection is waited out, and a lost
+// ZooKeeper session is replaced, until ctx ends; after [Session.Close] it returns an error
+// wrapping [ErrClosed].
+func (s *Session) Inspector() Inspector { return zkInspector{s: s} }
+
+type zkInspector struct{ s *Session }
+
+func (i zkInspector) Contenders(ctx context.Context, lockPath string) ([]Contender, bool, error) {
+	if err := validPath(lockPath); err != nil {
+		return nil, false, err
+	}
+	for {
+		ep, err := i.s.epoch(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		cs, known, err := i.read(ctx, ep, lockPath)
+		if err == nil {
+			return cs, known, nil
+		}
+		if ep.isDone() && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
+			continue // the session was lost: read again on the next one
+		}
+		if err := ep.retry(ctx, err, "inspect "+lockPath); err != nil {
+			return nil, false, err
+		}
+	}
+}
+
+// read lists the contenders of lockPath once, on ep.
+func (i zkInspector) read(ctx context.Context, ep *epoch, lockPath string) ([]Contender, bool, error) {
+	switch err := i.s.sync(ctx, ep, lockPath); {
+	case errors.Is(err, zk.ErrNoNode):
+		return nil, true, nil
+	case err != nil:
+		return nil, false, err
+	}
+	i.s.stats.reads.Add(1)
+	res, err := ep.children(ctx, lockPath, false)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return nil, true, nil
+	case err != nil:
+		return nil, false, err
+	}
+	if slices.Contains(res.val, "lock") { // the unfair recipe's node
+		cs, err := i.s.readNodes(ctx, ep, lockPath, []child{{name: "lock"}}, 1, nil)
+		if err != nil || len(cs) == 0 {
+			return nil, false, err
+		}
+		cs[0].Token = Token{Epoch: cs[0].stat.Czxid}
+		return []Contender{cs[0].contender(true)}, false, nil
+	}
+	nodes, err := i.s.readNodes(ctx, ep, lockPath, sortChildren(res.val), 0, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	var out []Contender
+	for k, n := range nodes {
+		n.Token = Token{Epoch: res.stat.Czxid, Seq: n.seq}
+		out = append(out, n.contender(k == 0))
+	}
+	return out, true, nil
+}
+
+// contenderNode is a contender's node as read: its place in the order, its data and stat.
+type contenderNode struct {
+	child
+	Token Token
+	data  []byte
+	stat  *zk.Stat
+}
+
+func (n contenderNode) contender(holder bool) Contender {
+	return Contender{ID: string(n.data), Token: n.Token, Holder: holder, Since: time.UnixMilli(n.stat.Ctime)}
+}
+
+// readNodes reads the nodes of children (children of dir, in the recipe's order) and returns the
+// contenders' among them, the first max of them (0: all). A node gone since the listing is
+// skipped (what a new listing would show: later nodes get higher sequence numbers); a node that
+// is not a contender's ([isContender]) is skipped, and handed to notContender when that is not nil.
+func (s *Session) readNodes(ctx context.Context, ep *epoch, dir string, children []child, max int, notContender func(name string, st *zk.Stat)) ([]contenderNode, error) {
+	var out []contenderNode
+	for _, c := range children {
+		if max > 0 && len(out) == max {
+			break
+		}
+		s.stats.reads.Add(1)
+		r, err := ep.get(ctx, dir+"/"+c.name, false)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			continue
+		case err != nil:
+			return nil, err
+		case !isContender(r.stat):
+			if notContender != nil {
+				notContender(c.name, r.stat)
+			}
+			continue
+		}
+		out = append(out, contenderNode{child: c, data: r.val, stat: r.stat})
+	}
+	return out, nil
+}
+
+// sync makes the server of ep catch up with the leader on p before a read: a ZooKeeper server may
+// answer a read before it has applied the latest writes of other sessions, so a holder that took
+// a lock through another server would not be seen. It returns an error wrapping zk.ErrNoNode when
+// p does not exist.
+func (s *Session) sync(ctx context.Context, ep *epoch, p string) error {
+	s.stats.reads.Add(1)
+	return ep.do(ctx, func(c *zk.Conn) error { _, err := c.Sync(p); return err })
+}
