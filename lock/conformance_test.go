@@ -46,8 +46,9 @@ func zkBackend(name, config string) (locktest.Backend, error) {
 				return nil, err
 			}
 			c := &locktest.Conn{
-				Locker: func(n string) (lock.Locker, error) { return lock.NewMutex(s, root+"/"+n, opts...) },
-				Close:  s.Close,
+				Locker:    func(n string) (lock.Locker, error) { return lock.NewMutex(s, root+"/"+n, opts...) },
+				Close:     s.Close,
+				Inspector: rootedInspector{root: root, in: s.Inspector(opts...)},
 			}
 			if name == "zk" {
 				c.Elector = func(n, id string) (lock.Elector, error) { return lock.NewElector(s, root+"/"+n, id) }
@@ -76,4 +77,15 @@ func TestIntegrationConformance(t *testing.T) {
 			locktest.Run(t, zkConformance(t, name))
 		})
 	}
+}
+
+// rootedInspector reads the suite's locks by name: the paths under root that the backend's Lockers
+// and Electors use.
+type rootedInspector struct {
+	root string
+	in   lock.Inspector
+}
+
+func (r rootedInspector) Contenders(ctx context.Context, name string) ([]lock.Contender, bool, error) {
+	return r.in.Contenders(ctx, r.root+"/"+name)
 }

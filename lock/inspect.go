@@ -49,13 +49,24 @@ type Inspector interface {
 // node's data as ID, the Token each one holds or will hold (the lock path's epoch and the node's
 // sequence number) and the node's creation time as Since; waitersKnown is true. For the unfair
 // recipe it lists the holder of the one lock node, and waitersKnown is false (its waiters only
-// watch the node). It syncs the path first, so what it reads is at least as recent as the writes
+// watch the node): pass [WithUnfair] for an Inspector of unfair locks, which says so also while
+// the lock is free (without it, a free lock's waitersKnown is true; the other options are
+// ignored). It syncs the path first, so what it reads is at least as recent as the writes
 // any server had applied when it was called. A lost connection is waited out, and a lost
 // ZooKeeper session is replaced, until ctx ends; after [Session.Close] it returns an error
 // wrapping [ErrClosed].
-func (s *Session) Inspector() Inspector { return zkInspector{s: s} }
+func (s *Session) Inspector(opts ...Option) Inspector {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return zkInspector{s: s, unfair: o.unfair}
+}
 
-type zkInspector struct{ s *Session }
+type zkInspector struct {
+	s      *Session
+	unfair bool // waitersKnown is always false
+}
 
 func (i zkInspector) Contenders(ctx context.Context, lockPath string) ([]Contender, bool, error) {
 	if err := validPath(lockPath); err != nil {
@@ -83,7 +94,7 @@ func (i zkInspector) Contenders(ctx context.Context, lockPath string) ([]Contend
 func (i zkInspector) read(ctx context.Context, ep *epoch, lockPath string) ([]Contender, bool, error) {
 	switch err := i.s.sync(ctx, ep, lockPath); {
 	case errors.Is(err, zk.ErrNoNode):
-		return nil, true, nil
+		return nil, !i.unfair, nil
 	case err != nil:
 		return nil, false, err
 	}
@@ -91,14 +102,17 @@ func (i zkInspector) read(ctx context.Context, ep *epoch, lockPath string) ([]Co
 	res, err := ep.children(ctx, lockPath, false)
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
-		return nil, true, nil
+		return nil, !i.unfair, nil
 	case err != nil:
 		return nil, false, err
 	}
 	if slices.Contains(res.val, "lock") { // the unfair recipe's node
 		cs, err := i.s.readNodes(ctx, ep, lockPath, []child{{name: "lock"}}, 1, nil)
-		if err != nil || len(cs) == 0 {
+		if err != nil {
 			return nil, false, err
+		}
+		if len(cs) == 0 {
+			return nil, !i.unfair, nil
 		}
 		cs[0].Token = Token{Epoch: cs[0].stat.Czxid}
 		return []Contender{cs[0].contender(true)}, false, nil
@@ -112,7 +126,7 @@ func (i zkInspector) read(ctx context.Context, ep *epoch, lockPath string) ([]Co
 		n.Token = Token{Epoch: res.stat.Czxid, Seq: n.seq}
 		out = append(out, n.contender(k == 0))
 	}
-	return out, true, nil
+	return out, !i.unfair, nil
 }
 
 // contenderNode is a contender's node as read: its place in the order, its data and stat.

@@ -44,6 +44,10 @@ type Conn struct {
 	// Elector returns a new candidate with the given id in the election called name, on this
 	// connection. When nil, the elector tests are not run for the backend.
 	Elector func(name, id string) (lock.Elector, error)
+	// Inspector reads the holder and waiters of this connection's locks and elections, by the
+	// names Locker and Elector take (map them as they do). When nil, the Inspector test is not
+	// run for the backend.
+	Inspector lock.Inspector
 	// Close closes the connection. Holds made through it end (they are lost, or released).
 	Close func() error
 }

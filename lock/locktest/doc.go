@@ -23,6 +23,11 @@
 //     hold alone (only when [Backend.ConnectVia] is set).
 //   - Elector: Campaign, Leader, Resign, RunWhileLeader and the handoff between candidates
 //     (only when [Conn.Elector] is set).
+//   - Inspector: the Conn's [lock.Inspector] lists nobody on a free lock, the holder with its
+//     Lease's token (and a leader with its candidate id), the waiters in queue order with the
+//     tokens they then get when the backend knows its waiters (ZooKeeper's fair recipe), only the
+//     holder otherwise, and nobody after the last Unlock; the empty name is an error wrapping
+//     [lock.ErrInvalidOption]; an ended ctx ends the call (only when [Conn.Inspector] is set).
 //   - Counter: 4 worker processes × 16 goroutines increment a counter in PostgreSQL with a read
 //     and a write in separate statements outside any transaction, so only the lock keeps updates
 //     from being lost; no update is lost, every value is written once, and the tokens that wrote

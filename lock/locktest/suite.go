@@ -22,7 +22,7 @@ const shortWait = 300 * time.Millisecond
 // Run runs the whole conformance suite against b, one subtest each (see the package
 // documentation): Exclusion, Reentrancy, TryLock, CancelLeavesNothing, UnlockNotHeld, Tokens,
 // Released, Lost, Partition (when b has ConnectVia), Elector (when b's Conn has an Elector),
-// Counter, HolderKilled and LeaderKilled (with an Elector). The subtests run one after the other; callers may run several backends in
+// Inspector (when b's Conn has an Inspector), Counter, HolderKilled and LeaderKilled (with an Elector). The subtests run one after the other; callers may run several backends in
 // parallel. Under -short, Run skips (the suite needs the servers).
 func Run(t *testing.T, b Backend) {
 	t.Helper()
@@ -33,7 +33,7 @@ func Run(t *testing.T, b Backend) {
 		t.Fatal(err)
 	}
 	c := open(t, b)
-	hasElector := c.Elector != nil
+	hasElector, hasInspector := c.Elector != nil, c.Inspector != nil
 	t.Run("Exclusion", func(t *testing.T) { testExclusion(t, b) })
 	t.Run("Reentrancy", func(t *testing.T) { testReentrancy(t, b) })
 	t.Run("TryLock", func(t *testing.T) { testTryLock(t, b) })
@@ -47,6 +47,9 @@ func Run(t *testing.T, b Backend) {
 	}
 	if hasElector {
 		t.Run("Elector", func(t *testing.T) { testElector(t, b) })
+	}
+	if hasInspector {
+		t.Run("Inspector", func(t *testing.T) { testInspector(t, b) })
 	}
 	t.Run("Counter", func(t *testing.T) { RunCounter(t, b, Counter{}) })
 	t.Run("HolderKilled", func(t *testing.T) { RunHolderKilled(t, b) })
@@ -76,7 +79,7 @@ func open(t testing.TB, b Backend) *Conn {
 			t.Errorf("close %s connection: %v", b.Name, err)
 		}
 	})
-	return &Conn{Locker: c.Locker, Elector: c.Elector, Close: closeOnce}
+	return &Conn{Locker: c.Locker, Elector: c.Elector, Inspector: c.Inspector, Close: closeOnce}
 }
 
 func newLocker(t testing.TB, c *Conn, name string) lock.Locker {
