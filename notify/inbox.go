@@ -12,9 +12,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/httpsafe"
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/signing"
 )
@@ -47,6 +51,7 @@ type Inbox struct {
 	secrets  []string
 	apply    ApplyFunc
 	o        inboxOptions
+	tracer   trace.Tracer
 }
 
 // InboxOption configures an [Inbox].
@@ -58,6 +63,7 @@ type inboxOptions struct {
 	scope  string
 	log    *slog.Logger
 	now    func() time.Time
+	tp     trace.TracerProvider
 }
 
 // WithWindow sets how far a delivery's timestamp may be from this receiver's clock (default
@@ -73,6 +79,16 @@ func WithScope(s string) InboxOption { return func(o *inboxOptions) { o.scope = 
 
 // WithInboxLogger sets the logger (default: discard).
 func WithInboxLogger(l *slog.Logger) InboxOption { return func(o *inboxOptions) { o.log = l } }
+
+// WithInboxTracerProvider sets the OpenTelemetry tracer provider of the inbox (default: the
+// application's global provider). Each authenticated delivery is applied under a server span
+// "notify receive" (attributes txkit.notification and txkit.receiver), the child of the W3C
+// trace context (traceparent, tracestate) the notifier sends with every attempt — the trace of
+// the request that enqueued the notification — so the apply function's ctx carries that trace. A
+// delivery refused before it is authenticated gets no span.
+func WithInboxTracerProvider(tp trace.TracerProvider) InboxOption {
+	return func(o *inboxOptions) { o.tp = tp }
+}
 
 // WithInboxClock sets the clock the timestamp window is checked against (tests).
 func WithInboxClock(now func() time.Time) InboxOption { return func(o *inboxOptions) { o.now = now } }
@@ -99,7 +115,8 @@ func NewInbox(pool *pgxpool.Pool, store *idempotency.Store, receiver string, sec
 	case o.window <= 0 || o.scope == "" || o.log == nil || o.now == nil:
 		return nil, fmt.Errorf("notify: inbox: window %v, scope %q, logger or clock: %w", o.window, o.scope, ErrInvalidOption)
 	}
-	return &Inbox{pool: pool, store: store, receiver: receiver, secrets: append([]string(nil), secrets...), apply: apply, o: o}, nil
+	return &Inbox{pool: pool, store: store, receiver: receiver, secrets: append([]string(nil), secrets...), apply: apply, o: o,
+		tracer: obs.TracerProvider(o.tp).Tracer(tracerName)}, nil
 }
 
 // ServeHTTP receives one delivery.
@@ -111,16 +128,16 @@ func (in *Inbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxDeliveryLen))
 	if err != nil {
 		if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
-			in.o.log.Warn("notify: delivery refused: body too large", slog.String("id", r.Header.Get(HeaderID)), slog.Int64("limit", tooLarge.Limit))
+			in.o.log.WarnContext(r.Context(), "notify: delivery refused: body too large", slog.String("id", r.Header.Get(HeaderID)), slog.Int64("limit", tooLarge.Limit))
 			http.Error(w, "delivery too large", http.StatusRequestEntityTooLarge)
 			return
 		}
-		in.o.log.Warn("notify: reading a delivery failed", slog.String("id", r.Header.Get(HeaderID)), slog.Any("err", err))
+		in.o.log.WarnContext(r.Context(), "notify: reading a delivery failed", slog.String("id", r.Header.Get(HeaderID)), slog.Any("err", err))
 		http.Error(w, "cannot read the body", http.StatusBadRequest)
 		return
 	}
 	if err := verify(r, body, in.secrets, in.o.now(), in.o.window); err != nil {
-		in.refuse(w, r.Header.Get(HeaderID), err)
+		in.refuse(r.Context(), w, r.Header.Get(HeaderID), err)
 		return
 	}
 	var d Delivery
@@ -129,23 +146,28 @@ func (in *Inbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if d.Receiver != in.receiver {
-		in.refuse(w, d.ID.String(), fmt.Errorf("notify: delivery %s is for receiver %q, this is %q: %w", d.ID, d.Receiver, in.receiver, ErrUnauthorized))
+		in.refuse(r.Context(), w, d.ID.String(), fmt.Errorf("notify: delivery %s is for receiver %q, this is %q: %w", d.ID, d.Receiver, in.receiver, ErrUnauthorized))
 		return
 	}
-	err = pgx.BeginFunc(r.Context(), in.pool, func(tx pgx.Tx) error {
-		fresh, err := in.store.Claim(r.Context(), tx, in.o.scope+":nonce", r.Header.Get(HeaderSignature))
+	ctx, span := in.tracer.Start(obs.Propagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header)), "notify receive",
+		trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("txkit.notification", d.ID.String()),
+			attribute.String("txkit.receiver", d.Receiver)))
+	err = pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
+		fresh, err := in.store.Claim(ctx, tx, in.o.scope+":nonce", r.Header.Get(HeaderSignature))
 		if err != nil {
 			return err
 		}
 		if !fresh {
 			return fmt.Errorf("notify: delivery %s: request seen before (replay): %w", d.ID, ErrUnauthorized)
 		}
-		_, err = in.applyOnce(r.Context(), tx, d)
+		_, err = in.applyOnce(ctx, tx, d)
 		return err
 	})
+	obs.EndSpan(span, err)
 	switch {
 	case errors.Is(err, ErrUnauthorized):
-		in.refuse(w, d.ID.String(), err)
+		in.refuse(ctx, w, d.ID.String(), err)
 		return
 	case err != nil:
 		httpsafe.Error(w, in.o.log, http.StatusInternalServerError, "apply failed", err, slog.String("id", d.ID.String()))
@@ -155,8 +177,8 @@ func (in *Inbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // refuse logs why the delivery id is refused and answers 401 with a fixed text.
-func (in *Inbox) refuse(w http.ResponseWriter, id string, err error) {
-	in.o.log.Warn("notify: delivery refused", slog.String("id", id), slog.Any("err", err))
+func (in *Inbox) refuse(ctx context.Context, w http.ResponseWriter, id string, err error) {
+	in.o.log.WarnContext(ctx, "notify: delivery refused", slog.String("id", id), slog.Any("err", err))
 	http.Error(w, "unauthorized", http.StatusUnauthorized)
 }
 
@@ -210,7 +232,7 @@ func (in *Inbox) Reconcile(ctx context.Context, c Client, keys ...string) (int, 
 		}
 		if fresh {
 			applied++
-			in.o.log.Info("notify: reconciled a notification never received", slog.String("id", d.ID.String()), slog.String("key", k))
+			in.o.log.InfoContext(ctx, "notify: reconciled a notification never received", slog.String("id", d.ID.String()), slog.String("key", k))
 		}
 	}
 	return applied, errors.Join(errs...)

@@ -124,6 +124,9 @@ type Attempt struct {
 	Error      string        // why it failed; empty for a success
 }
 
+// tracerName is the instrumentation scope of the notifier's and the inbox's spans.
+const tracerName = "github.com/txkit/txkit/notify"
+
 // Notifier records notifications in the caller's transactions ([Notifier.Enqueue]) and delivers
 // them by signed HTTP POST on a schedule ([Notifier.Run], on the elected leader only), until the
 // receiver acknowledges or the schedule runs out. It also answers receivers' queries
@@ -217,7 +220,7 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	attempts, _ := pgutil.Table(o.schema, o.table+"_attempt")
 	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, name: name,
 		channel: pgutil.Channel(o.schema, o.table), lockKey: pgutil.MigrateLockKey("txkit-notify:" + name), flights: map[string]*flight{},
-		metrics: m, tracer: obs.TracerProvider(o.tp).Tracer("github.com/txkit/txkit/notify")}
+		metrics: m, tracer: obs.TracerProvider(o.tp).Tracer(tracerName)}
 	if n.job, err = n.newJob(); err != nil {
 		return nil, err
 	}

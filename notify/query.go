@@ -52,12 +52,12 @@ func (n *Notifier) QueryHandler() http.Handler {
 		name := r.Header.Get(HeaderReceiver)
 		rcv, ok := n.receivers[name]
 		if !ok {
-			n.o.log.Warn("notify: query refused: unknown receiver", slog.String("receiver", name))
+			n.o.log.WarnContext(r.Context(), "notify: query refused: unknown receiver", slog.String("receiver", name))
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
 		if err := verify(r, nil, rcv.Secrets, time.Now(), DefaultWindow); err != nil {
-			n.o.log.Warn("notify: query refused", slog.String("receiver", rcv.Name), slog.Any("err", err))
+			n.o.log.WarnContext(r.Context(), "notify: query refused", slog.String("receiver", rcv.Name), slog.Any("err", err))
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}

@@ -18,11 +18,13 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/core/coretest"
-	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/notify"
+	"github.com/txkit/txkit/tracelog"
 )
 
 // attr returns the span's attribute key ("" when absent).
@@ -38,8 +40,10 @@ func attr(s sdktrace.ReadOnlySpan, key string) attribute.Value {
 // A notification's delivery attempts are linked to the enqueuing request: enqueued under a
 // "business request" span, refused twice then delivered, it gives three "notify deliver" spans in
 // the request's trace, children of the request's span, numbered 1, 2, 3; the receiver got each
-// attempt's own traceparent; the notifier's log lines about those attempts carry their ids. A
-// table migrated before tracing existed gains the trace_context column.
+// attempt's own traceparent; the notifier's log lines about those attempts carry their ids; the
+// receiver's Inbox applies the delivered attempt under a "notify receive" span, the child of that
+// attempt's span, and the apply function's ctx carries it. A table migrated before tracing existed
+// gains the trace_context column.
 func TestIntegrationTraceDeliveryAttempts(t *testing.T) {
 	w := newWorld(t)
 	exp := tracetest.NewInMemoryExporter()
@@ -50,6 +54,21 @@ func TestIntegrationTraceDeliveryAttempts(t *testing.T) {
 		headers = map[string][]string{} // the traceparent header of each attempt, by notification id
 		calls   atomic.Int32
 	)
+	store, err := idempotency.New(w.receiver.Pool, idempotency.WithSchema(w.receiver.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	appliedIn := map[string]trace.SpanContext{} // the span context of apply's ctx, by notification id
+	traced, err := notify.NewInbox(w.receiver.Pool, store, "shop", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
+		mu.Lock()
+		appliedIn[d.ID.String()] = trace.SpanContextFromContext(ctx)
+		mu.Unlock()
+		_, err := tx.Exec(ctx, `insert into applied values ($1, $2, 1)`, d.ID, d.Key)
+		return err
+	}, notify.WithInboxTracerProvider(tp), notify.WithInboxLogger(testenv.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	w.setAnswer(func(rw http.ResponseWriter, r *http.Request) bool {
 		id := r.Header.Get(notify.HeaderID)
 		mu.Lock()
@@ -59,11 +78,12 @@ func TestIntegrationTraceDeliveryAttempts(t *testing.T) {
 			http.Error(rw, "down", http.StatusServiceUnavailable)
 			return true
 		}
-		return false
+		traced.ServeHTTP(rw, r)
+		return true
 	})
 	logs := &coretest.LogBuffer{}
 	n := w.notifier(w.receivers(), notify.WithTracerProvider(tp), notify.WithElector(testenv.Elector(t, w.path, "a")),
-		notify.WithLogger(slog.New(obs.LogHandler(slog.NewJSONHandler(logs, nil)))))
+		notify.WithLogger(slog.New(tracelog.Handler(slog.NewJSONHandler(logs, nil)))))
 	// An existing deployment: its table has no trace_context column; Migrate adds it.
 	table := pgx.Identifier{w.sender.Name, "txkit_notify"}.Sanitize()
 	if _, err := w.sender.Pool.Exec(t.Context(), `alter table `+table+` drop column trace_context`); err != nil {
@@ -138,6 +158,28 @@ func TestIntegrationTraceDeliveryAttempts(t *testing.T) {
 		want := fmt.Sprintf(`"trace_id":"%s","span_id":"%s"`, s.SpanContext().TraceID(), s.SpanContext().SpanID())
 		testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() bool { return strings.Contains(logs.String(), want) },
 			"no log line carries %s:\n%s", want, logs.String())
+	}
+	// The receiver continued the delivered attempt's trace.
+	var recv sdktrace.ReadOnlySpan
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() bool {
+		for _, s := range exp.GetSpans().Snapshots() {
+			if s.Name() == "notify receive" && attr(s, "txkit.notification").AsString() == nt.ID.String() {
+				recv = s
+				return true
+			}
+		}
+		return false
+	}, "no notify receive span for %s", nt.ID)
+	delivered := spans[2].SpanContext()
+	if recv.SpanContext().TraceID() != rsc.TraceID() || recv.Parent().SpanID() != delivered.SpanID() || recv.SpanKind() != trace.SpanKindServer {
+		t.Fatalf("notify receive: trace %s parent %s kind %v, want a server span, child of the delivered attempt %s/%s",
+			recv.SpanContext().TraceID(), recv.Parent().SpanID(), recv.SpanKind(), delivered.TraceID(), delivered.SpanID())
+	}
+	mu.Lock()
+	inApply := appliedIn[nt.ID.String()]
+	mu.Unlock()
+	if inApply.SpanID() != recv.SpanContext().SpanID() {
+		t.Fatalf("apply ran under span %s, want the notify receive span %s", inApply.SpanID(), recv.SpanContext().SpanID())
 	}
 	var ps []sdktrace.ReadOnlySpan
 	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() bool { ps = deliveries(plain.ID.String()); return len(ps) == 1 },

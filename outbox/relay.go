@@ -209,7 +209,7 @@ func (r *Relay) drainLoop(ctx context.Context, t *leader.Term) error {
 		case errors.Is(err, lock.ErrFenced):
 			return err
 		case err != nil:
-			log.Warn("outbox: drain failed; retrying at the next wake-up", slog.Any("err", err))
+			log.WarnContext(ctx, "outbox: drain failed; retrying at the next wake-up", slog.Any("err", err))
 		}
 	}
 }
@@ -262,7 +262,7 @@ func (r *Relay) drain(ctx context.Context, tok lock.Token, out *outage, log *slo
 		batches++
 		r.stats.batches.Add(1)
 		r.m.batchSize.Observe(float64(len(batch)))
-		errs := r.publish(ctx, batch)
+		errs := r.publish(ctx, batch, log)
 		if ctx.Err() != nil {
 			// Leadership lost (or shutdown) mid-batch: write nothing. The rows stay pending and the
 			// next leader sends them again, with the same IDs.
@@ -273,7 +273,7 @@ func (r *Relay) drain(ctx context.Context, tok lock.Token, out *outage, log *slo
 			return err
 		}
 		sent, failed, dead = sent+s, failed+f, dead+d
-		log.Debug("outbox: batch done", slog.Int("size", len(batch)), slog.Int("sent", s),
+		log.DebugContext(ctx, "outbox: batch done", slog.Int("size", len(batch)), slog.Int("sent", s),
 			slog.Int("failed", f), slog.Int("dead", d))
 		if !more && rescued == 0 {
 			return nil
@@ -340,7 +340,7 @@ var errNotAttempted = errors.New("not attempted")
 // publishing its key's messages in order and stopping at the first failure. Messages without a key
 // are each a group of their own. It returns each message's error: nil (acknowledged), the publish
 // error, or errNotAttempted.
-func (r *Relay) publish(ctx context.Context, batch []row) []error {
+func (r *Relay) publish(ctx context.Context, batch []row, log *slog.Logger) []error {
 	errs := make([]error, len(batch))
 	groups := make([][]int, 0, len(batch))
 	byKey := make(map[string]int)
@@ -369,7 +369,7 @@ func (r *Relay) publish(ctx context.Context, batch []row) []error {
 				if ctx.Err() != nil {
 					return nil
 				}
-				err := r.publishOne(ctx, batch[i])
+				err := r.publishOne(ctx, batch[i], log)
 				errs[i] = err // each index is written by one goroutine, read after Wait
 				if err != nil {
 					return nil // the rest of the key waits for this one
@@ -384,11 +384,14 @@ func (r *Relay) publish(ctx context.Context, batch []row) []error {
 
 // publishOne calls the publisher with the publish timeout under the message's publish span,
 // turning a panic into an error.
-func (r *Relay) publishOne(ctx context.Context, x row) (err error) {
+//
+// A failed publish is logged here, under the publish span, so that the log line carries the trace
+// of the request that enqueued the message.
+func (r *Relay) publishOne(ctx context.Context, x row, log *slog.Logger) (err error) {
 	pctx, cancel := context.WithTimeout(ctx, r.o.publishTimeout)
 	defer cancel()
 	pctx, span := r.startPublish(pctx, x)
-	defer func() { endSpan(span, err) }() // after the recovery below: a panic is recorded too
+	defer func() { obs.EndSpan(span, err) }() // after the recovery below: a panic is recorded too
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("publisher panicked: %v", p)
@@ -396,6 +399,13 @@ func (r *Relay) publishOne(ctx context.Context, x row) (err error) {
 		if err != nil {
 			r.stats.failed.Add(1)
 			r.m.failures.Inc()
+			if ctx.Err() == nil {
+				permanent := errors.Is(err, ErrInvalidMessage)
+				lo, hi := backoffBounds(r.o.backoffBase, r.o.backoffCap, x.attempts+1)
+				log.WarnContext(pctx, "outbox: publish failed", slog.String("msg_id", x.msg.ID.String()),
+					slog.String("topic", x.msg.Topic), slog.Int("attempt", x.attempts+1), slog.Bool("permanent", permanent),
+					slog.Duration("retry_after_min", lo), slog.Duration("retry_after_max", hi), slog.Any("err", err))
+			}
 		} else {
 			r.stats.published.Add(1)
 			r.m.published.Inc()
@@ -424,11 +434,7 @@ func (r *Relay) record(ctx context.Context, tok lock.Token, batch []row, errs []
 		default:
 			failedIDs = append(failedIDs, x.id)
 			failedErrs = append(failedErrs, pgutil.ErrorText(e, maxErrorLen))
-			permanent = append(permanent, errors.Is(e, ErrInvalidMessage))
-			lo, hi := backoffBounds(r.o.backoffBase, r.o.backoffCap, x.attempts+1)
-			log.Warn("outbox: publish failed", slog.String("msg_id", x.msg.ID.String()),
-				slog.String("topic", x.msg.Topic), slog.Int("attempt", x.attempts+1), slog.Bool("permanent", permanent[len(permanent)-1]),
-				slog.Duration("retry_after_min", lo), slog.Duration("retry_after_max", hi), slog.Any("err", e))
+			permanent = append(permanent, errors.Is(e, ErrInvalidMessage)) // publishOne logged it
 		}
 	}
 	if len(sentIDs) == 0 && len(failedIDs) == 0 {
@@ -485,14 +491,18 @@ where id = any($1::bigint[]) and status = '`+StatusPending.String()+`' and attem
 	}
 	if rescued > 0 {
 		r.stats.rescued.Add(int64(rescued))
-		log.Info("outbox: publishing works again; the messages that failed meanwhile are due at once",
+		log.InfoContext(ctx, "outbox: publishing works again; the messages that failed meanwhile are due at once",
 			slog.Int("messages", rescued))
 	}
 	if len(deadIDs) > 0 {
 		r.stats.dead.Add(int64(len(deadIDs)))
 		r.m.dead.Add(float64(len(deadIDs)))
-		for _, id := range deadIDs {
-			log.Error("outbox: message dead: too many failed publishes, or the publisher can never carry it", slog.String("msg_id", id.String()),
+		traces := make(map[uuid.UUID]string, len(batch))
+		for _, x := range batch {
+			traces[x.msg.ID] = x.trace
+		}
+		for _, id := range deadIDs { // logged in the trace of the request that enqueued it
+			log.ErrorContext(obs.DecodeTrace(ctx, traces[id]), "outbox: message dead: too many failed publishes, or the publisher can never carry it", slog.String("msg_id", id.String()),
 				slog.Int("max_attempts", r.o.maxAttempts))
 		}
 	}

@@ -4,20 +4,10 @@ import (
 	"context"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/internal/obs"
 )
-
-// endSpan records err (if any) on span and ends it.
-func endSpan(span trace.Span, err error) {
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
-}
 
 // tracerName is the instrumentation scope of the relay's spans.
 const tracerName = "github.com/txkit/txkit/outbox"

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
 )
@@ -298,19 +299,19 @@ func (b *Base) Call(ctx context.Context, p participant.Participant, req particip
 	start := time.Now()
 	defer func() {
 		if v := recover(); v != nil {
-			err = recovered(b.Cfg.Logger, "core: participant panicked", v, slog.String("gid", req.GID),
+			err = recovered(ctx, b.Cfg.Logger, "core: participant panicked", v, slog.String("gid", req.GID),
 				slog.String("branch", req.Branch), slog.String("op", req.Op.String()))
 		}
 		b.m.called(req.Op, time.Since(start), err)
-		endSpan(span, err)
+		obs.EndSpan(span, err)
 	}()
 	return p.Do(cctx, req)
 }
 
 // recovered logs a recovered panic's value v with the stack of the goroutine that panicked (call
 // it from the deferred function) and returns it as a *PanicError.
-func recovered(log *slog.Logger, msg string, v any, attrs ...any) error {
-	log.Error(msg, append(attrs, slog.String("panic", fmt.Sprint(v)), slog.String("stack", string(debug.Stack())))...)
+func recovered(ctx context.Context, log *slog.Logger, msg string, v any, attrs ...any) error {
+	log.ErrorContext(ctx, msg, append(attrs, slog.String("panic", fmt.Sprint(v)), slog.String("stack", string(debug.Stack())))...)
 	return &PanicError{Value: v}
 }
 
@@ -470,7 +471,7 @@ func (b *Base) Abort(ctx context.Context, gid string, branches []Branch) error {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
 	defer cancel()
 	if _, err := b.Log.Decide(dctx, gid, StatusTrying, StatusCancelling); err != nil && !errors.Is(err, ErrInvalidState) {
-		b.Cfg.Logger.Warn(b.name+": could not record the abort; the leader will", slog.String("gid", gid), slog.Any("err", err))
+		b.Cfg.Logger.WarnContext(ctx, b.name+": could not record the abort; the leader will", slog.String("gid", gid), slog.Any("err", err))
 	}
 	return b.PhaseTwo(dctx, lock.Token{}, gid, StatusCancelling, branches)
 }

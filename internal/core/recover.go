@@ -170,7 +170,7 @@ func (r *Recoverer) recoverLoop(ctx context.Context, t *leader.Term) error {
 		case errors.Is(err, lock.ErrFenced):
 			return err
 		default:
-			log.Warn("core: recovery tick failed; retrying at the next tick", slog.Any("err", err))
+			log.WarnContext(ctx, "core: recovery tick failed; retrying at the next tick", slog.Any("err", err))
 		}
 	}
 }
@@ -179,7 +179,7 @@ func (r *Recoverer) recoverLoop(ctx context.Context, t *leader.Term) error {
 // or ctx ends, in a span "recovery pass".
 func (r *Recoverer) recoverDue(ctx context.Context, tok lock.Token, log *slog.Logger) (err error) {
 	ctx, span := r.o.tr.Start(ctx, "recovery pass")
-	defer func() { endSpan(span, err) }()
+	defer func() { obs.EndSpan(span, err) }()
 	r.measure(ctx, log)
 	for ctx.Err() == nil {
 		batch, err := r.claim(ctx, tok)
@@ -205,11 +205,9 @@ func (r *Recoverer) recoverDue(ctx context.Context, tok lock.Token, log *slog.Lo
 				case errors.Is(err, lock.ErrFenced):
 					r.m[t.Kind].failed.Inc()
 					fenced.Store(&err)
-				default:
+				default: // drive logged it, in the transaction's trace
 					r.m[t.Kind].failed.Inc()
 					r.stats.failed.Add(1)
-					log.Warn("core: drive failed; rescheduled", slog.String("gid", t.GID),
-						slog.String("status", t.Status.String()), slog.Any("err", err))
 					r.reschedule(ctx, tok, t, err, log)
 				}
 				return nil
@@ -232,17 +230,21 @@ func (r *Recoverer) recoverDue(ctx context.Context, tok lock.Token, log *slog.Lo
 //
 // The drive is a span "recovery drive", a child of the context stored with the transaction (the
 // trace of the process that began it, so the branch calls made here join that trace) with a link
-// to the pass's span; a child of the pass's span when none was stored.
+// to the pass's span; a child of the pass's span when none was stored. A failed drive is logged
+// here, under that span, so that its log line carries the transaction's trace id.
 func (r *Recoverer) drive(ctx context.Context, tok lock.Token, t *Transaction, log *slog.Logger) (err error) {
 	ctx, span := r.o.tr.Start(obs.DecodeTrace(ctx, t.TraceContext), "recovery drive",
 		trace.WithLinks(trace.LinkFromContext(ctx)),
 		trace.WithAttributes(attribute.String(AttrGID, t.GID), attribute.String("txkit.status", t.Status.String())))
 	defer func() {
 		if v := recover(); v != nil {
-			err = recovered(log, "core: driver panicked; rescheduled", v, slog.String("gid", t.GID),
+			err = recovered(ctx, log, "core: driver panicked; rescheduled", v, slog.String("gid", t.GID),
 				slog.String("status", t.Status.String()))
+		} else if err != nil && ctx.Err() == nil && !errors.Is(err, lock.ErrFenced) {
+			log.WarnContext(ctx, "core: drive failed; rescheduled", slog.String("gid", t.GID),
+				slog.String("status", t.Status.String()), slog.Any("err", err))
 		}
-		endSpan(span, err)
+		obs.EndSpan(span, err)
 	}()
 	return r.drivers[t.Kind].Drive(ctx, tok, t)
 }
@@ -254,7 +256,7 @@ func (r *Recoverer) reschedule(ctx context.Context, tok lock.Token, t *Transacti
 	}
 	if err := r.log.Record(ctx, tok, Progress{GID: t.GID, From: t.Status, Err: cause}); err != nil && ctx.Err() == nil {
 		// The claim's lease brings it back anyway.
-		log.Warn("core: could not record a failed drive; the lease will bring it back", slog.String("gid", t.GID), slog.Any("err", err))
+		log.WarnContext(ctx, "core: could not record a failed drive; the lease will bring it back", slog.String("gid", t.GID), slog.Any("err", err))
 	}
 }
 
@@ -334,7 +336,7 @@ func (r *Recoverer) measure(ctx context.Context, log *slog.Logger) {
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			log.Warn("core: could not measure the recovery backlog", slog.Any("err", err))
+			log.WarnContext(ctx, "core: could not measure the recovery backlog", slog.Any("err", err))
 		}
 		return
 	}

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/internal/obs"
@@ -25,13 +24,4 @@ func tracer(tp trace.TracerProvider, pkg ...string) trace.Tracer {
 		name = tracerName + pkg[0]
 	}
 	return obs.TracerProvider(tp).Tracer(name)
-}
-
-// endSpan records err on span (status Error) when it is not nil, and ends span.
-func endSpan(span trace.Span, err error) {
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -49,4 +50,14 @@ func DecodeTrace(ctx context.Context, s string) context.Context {
 		return ctx
 	}
 	return Propagator().Extract(ctx, c)
+}
+
+// EndSpan records err (if any) on span, with status Error, and ends the span: the one way every
+// component ends a span that can fail.
+func EndSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }

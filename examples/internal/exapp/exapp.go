@@ -21,7 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/httpsafe"
-	"github.com/txkit/txkit/internal/obs"
+	"github.com/txkit/txkit/tracelog"
 )
 
 // Env returns the environment variable name, or def when it is unset.
@@ -34,9 +34,9 @@ func Env(name, def string) string {
 
 // Logger returns the service's logger (text on stderr). A record logged with a context that
 // carries a span (InfoContext and the like, as txkit's components log) also carries its trace_id
-// and span_id (obs.LogHandler), so a log line leads to its trace.
+// and span_id (tracelog.Handler), so a log line leads to its trace.
 func Logger(service string) *slog.Logger {
-	return slog.New(obs.LogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))).With("service", service)
+	return slog.New(tracelog.Handler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))).With("service", service)
 }
 
 // DatabaseURL returns base with its database replaced by db and its search_path set to schema

@@ -1,4 +1,4 @@
-package obs
+package tracelog
 
 import (
 	"bytes"
@@ -12,13 +12,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-func TestLogHandler(t *testing.T) {
+func TestHandler(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewInMemoryExporter()))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	spanCtx, span := tp.Tracer("test").Start(context.Background(), "request")
 	defer span.End()
 	sc := span.SpanContext()
-	stored := DecodeTrace(context.Background(), EncodeTrace(spanCtx)) // a remote parent, as resumed work has
+	stored := trace.ContextWithRemoteSpanContext(context.Background(), sc) // a remote parent, as resumed work has
 	for _, c := range []struct {
 		name    string
 		ctx     context.Context
@@ -35,7 +35,7 @@ func TestLogHandler(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			c.log(slog.New(LogHandler(slog.NewJSONHandler(&buf, nil))), c.ctx)
+			c.log(slog.New(Handler(slog.NewJSONHandler(&buf, nil))), c.ctx)
 			var rec map[string]any
 			if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
 				t.Fatalf("%q: %v", buf.String(), err)
@@ -54,8 +54,8 @@ func TestLogHandler(t *testing.T) {
 		})
 	}
 	// Levels are the wrapped handler's.
-	h := LogHandler(slog.NewJSONHandler(&bytes.Buffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	h := Handler(slog.NewJSONHandler(&bytes.Buffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if h.Enabled(spanCtx, slog.LevelInfo) || !h.Enabled(spanCtx, slog.LevelWarn) {
-		t.Fatal("LogHandler does not follow the wrapped handler's level")
+		t.Fatal("Handler does not follow the wrapped handler's level")
 	}
 }
