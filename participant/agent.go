@@ -199,7 +199,7 @@ func (a *Agent) Stats() AgentStats {
 func (a *Agent) Run(ctx context.Context) error {
 	err := pgutil.RunSchedule(ctx, "@every "+a.o.poll.String(), a.o.log, func(ctx context.Context) {
 		if _, err := a.Pass(ctx); err != nil && ctx.Err() == nil {
-			a.o.log.Error("participant: 3pc agent pass failed", slog.Any("err", err))
+			a.o.log.ErrorContext(ctx, "participant: 3pc agent pass failed", slog.Any("err", err))
 		}
 	})
 	if err != nil {
@@ -283,7 +283,7 @@ func (a *Agent) end(ctx context.Context, r Request, p *AgentPass) error {
 		case err != nil && ctx.Err() != nil:
 			return fmt.Errorf("participant: agent: decide %s/%s: %w", r.GID, r.Branch, err)
 		case err != nil:
-			a.o.log.Warn("participant: 3pc agent cannot reach the decision log; committing by the textbook rule",
+			a.o.log.WarnContext(ctx, "participant: 3pc agent cannot reach the decision log; committing by the textbook rule",
 				append(attrs, slog.Any("err", err))...)
 			p.Fallbacks++
 			a.fallbacks.Add(1)
@@ -306,7 +306,7 @@ func (a *Agent) end(ctx context.Context, r Request, p *AgentPass) error {
 	switch {
 	case errors.Is(err, errSettled) || (err == nil && !ran):
 		p.Settled++
-		a.o.log.Info("participant: 3pc branch ended by its coordinator while its timeout was being handled",
+		a.o.log.InfoContext(ctx, "participant: 3pc branch ended by its coordinator while its timeout was being handled",
 			append(attrs, slog.String("wanted", outcome.String()))...)
 		return nil
 	case err != nil:
@@ -318,7 +318,7 @@ func (a *Agent) end(ctx context.Context, r Request, p *AgentPass) error {
 		p.Aborted++
 		a.aborted.Add(1)
 	}
-	a.o.log.Info("participant: 3pc branch ended alone after its timeout", append(attrs, slog.String("outcome", outcome.String()))...)
+	a.o.log.InfoContext(ctx, "participant: 3pc branch ended alone after its timeout", append(attrs, slog.String("outcome", outcome.String()))...)
 	return nil
 }
 
@@ -376,7 +376,7 @@ func (a *Agent) settled(ctx context.Context, tx pgx.Tx, req Request, want, by st
 		return nil // a duplicate
 	case decidedBy == byTimeout:
 		a.heuristic.Add(1)
-		a.o.log.Error("participant: 3pc coordinator's decision contradicts the one this agent took alone after its timeout",
+		a.o.log.ErrorContext(ctx, "participant: 3pc coordinator's decision contradicts the one this agent took alone after its timeout",
 			slog.String("gid", req.GID), slog.String("branch", req.Branch), slog.String("op", req.Op.String()), slog.String("state", state))
 		return fmt.Errorf("%s for gid %s branch %s that this participant %s alone after its timeout: %w", req.Op, req.GID, req.Branch, state, ErrHeuristic)
 	}

@@ -65,10 +65,15 @@
 // # Tracing
 //
 // [HTTP.Do] sends the W3C trace context (traceparent, tracestate) of its ctx, and
-// [Barrier.Handler] runs each op under a server span "participant <op>" continuing it, with the
-// op's function getting the span in its ctx ([WithBarrierTracerProvider]; the application's
-// global provider by default). So a branch retried by a recovering leader in another process is
-// in the trace of the request that began the transaction.
+// [Barrier.Handler] runs each op under a server span "participant <op>" continuing it. The
+// in-process [Barrier.Participant] runs each op under the same span "participant <op>", of kind
+// internal, the child of the span in Do's ctx (the coordinator's client span of the branch call).
+// Both spans carry txkit.gid, txkit.branch and txkit.op, record a failure (status Error), and
+// are in the ctx the op's function gets ([WithBarrierTracerProvider]; the application's global
+// provider by default). So a branch retried by a recovering leader in another process is in the
+// trace of the request that began the transaction. The barrier and the agent log with the ctx at
+// hand (InfoContext, ...), the op's span when there is one, so a handler that reads the span
+// from the ctx adds the trace and span ids to the line.
 //
 // # Authentication
 //

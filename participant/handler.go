@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/internal/httpsafe"
 )
@@ -102,8 +103,11 @@ func (b *Barrier) Handler(fn func(ctx context.Context, tx pgx.Tx, req Request) e
 		if err == nil && ho.ops != nil && !slices.Contains(ho.ops, req.Op) {
 			err = fmt.Errorf("participant: op %s is not served here (this handler takes %v): %w", req.Op, ho.ops, ErrBadRequest)
 		}
+		ctx := r.Context() // the op's span context, once it ran
 		if err == nil {
-			err = b.traced(r, req, func(ctx context.Context) error { return b.do(ctx, req, nonce, fn) })
+			ctx, err = b.traced(extractTrace(r), trace.SpanKindServer, req, func(ctx context.Context) error {
+				return b.do(ctx, req, nonce, fn)
+			})
 		}
 		switch code := statusOf(err); {
 		case err == nil:
@@ -112,7 +116,11 @@ func (b *Barrier) Handler(fn func(ctx context.Context, tx pgx.Tx, req Request) e
 		case code == http.StatusUnauthorized:
 			b.unauthorized(w, r, err)
 		case code == http.StatusInternalServerError:
-			httpsafe.Error(w, b.o.log, code, "participant: internal error", err, reqAttrs(req, err)...)
+			// httpsafe.Error's answer, logged with the span's ctx (trace_id, span_id).
+			id := httpsafe.RequestID()
+			b.o.log.ErrorContext(ctx, "participant: internal error",
+				append([]any{slog.String("request_id", id), slog.Any("err", err)}, reqAttrs(req, err)...)...)
+			http.Error(w, "participant: internal error (request id "+id+")", code)
 		case code == StatusRefused:
 			http.Error(w, refusal(req, err), code) // HTTP.Do adds the op, gid, branch and URL
 		default:
@@ -138,14 +146,17 @@ func (b *Barrier) unauthorized(w http.ResponseWriter, r *http.Request, err error
 // empty rollback), an error wrapping [ErrRefused] for a business refusal or a hanging try
 // ([ErrHanging]), an error wrapping [ErrBadRequest] for an invalid request, and any other error
 // for the coordinator to retry — a panic in fn among them: it is recovered, the transaction
-// rolled back, and the panic logged with its stack and returned as an error. Do blocks until the
-// transaction ends; ctx scopes the whole call, fn included. The Participant is safe for
-// concurrent use.
+// rolled back, and the panic logged with its stack and returned as an error. Do runs under an
+// internal span "participant <op>", the child of ctx's span, which fn's ctx carries (see
+// [WithBarrierTracerProvider]). Do blocks until the transaction ends; ctx scopes the whole call,
+// fn included. The Participant is safe for concurrent use.
 func (b *Barrier) Participant(fn func(ctx context.Context, tx pgx.Tx, req Request) error) Participant {
 	return ParticipantFunc(func(ctx context.Context, req Request) error {
-		err := b.do(ctx, req, "", fn)
+		ctx, err := b.traced(ctx, trace.SpanKindInternal, req, func(ctx context.Context) error {
+			return b.do(ctx, req, "", fn)
+		})
 		if err != nil && statusOf(err) == http.StatusInternalServerError {
-			b.o.log.Error("participant: request failed", append(reqAttrs(req, err), slog.Any("err", err))...)
+			b.o.log.ErrorContext(ctx, "participant: request failed", append(reqAttrs(req, err), slog.Any("err", err))...)
 		}
 		return err
 	})
@@ -177,7 +188,7 @@ func (b *Barrier) do(ctx context.Context, req Request, nonce string, fn func(ctx
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		if rerr := tx.Rollback(cctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) {
-			b.o.log.Warn("participant: rollback failed", append(reqAttrs(req, rerr), slog.Any("err", rerr))...)
+			b.o.log.WarnContext(ctx, "participant: rollback failed", append(reqAttrs(req, rerr), slog.Any("err", rerr))...)
 		}
 		if p == http.ErrAbortHandler { //nolint:errorlint // the sentinel panic value, compared as net/http does
 			panic(p)

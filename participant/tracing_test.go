@@ -10,22 +10,21 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/participant"
 )
 
 // An HTTP participant call made under a client span arrives in the handler's server span: same
 // trace, the client span as parent, fn's ctx carrying the server span. A refusal is recorded.
 func TestIntegrationHandlerTracing(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	f := newFixture(t, participant.WithSecrets(testSecret), participant.WithBarrierTracerProvider(tp))
+	exp, tp := coretest.Tracing(t)
+	var logs coretest.LogBuffer
+	f := newFixture(t, participant.WithSecrets(testSecret), participant.WithBarrierTracerProvider(tp),
+		participant.WithBarrierLogger(logs.TraceLogger()))
 	var (
 		mu   sync.Mutex
 		inFn trace.SpanContext
@@ -69,23 +68,12 @@ func TestIntegrationHandlerTracing(t *testing.T) {
 		t.Errorf("fn's ctx carries span %s, want the server span %s", inFn.SpanID(), server.SpanContext.SpanID())
 	}
 	mu.Unlock()
-	want := map[attribute.Key]string{"txkit.gid": "g-trace", "txkit.branch": "b1", "txkit.op": "try"}
-	for _, kv := range server.Attributes {
-		if w, ok := want[kv.Key]; ok {
-			if kv.Value.AsString() != w {
-				t.Errorf("attribute %s = %q, want %q", kv.Key, kv.Value.AsString(), w)
-			}
-			delete(want, kv.Key)
-		}
-	}
-	if len(want) > 0 {
-		t.Errorf("server span lacks attributes %v", want)
-	}
+	checkAttrs(t, server, "g-trace", "b1", "try")
 	if server.Status.Code != codes.Unset {
 		t.Errorf("successful try: status %v", server.Status)
 	}
 
-	// A failing op: the error is recorded on the span.
+	// A failing op: the error is recorded on the span, and the 500's log line carries its ids.
 	if err := p.Do(t.Context(), participant.Request{GID: "g-trace", Branch: "b1", Op: participant.OpCancel}); err == nil {
 		t.Fatal("cancel: no error, want the handler's failure")
 	}
@@ -95,6 +83,72 @@ func TestIntegrationHandlerTracing(t *testing.T) {
 	}
 	if failed.Parent.IsValid() {
 		t.Errorf("a call without a span: the server span has parent %s, want a root", failed.Parent.SpanID())
+	}
+	if !logs.Logged("participant: internal error", failed.SpanContext) {
+		t.Errorf("no internal-error line with the span's trace_id and span_id:\n%s", logs.String())
+	}
+}
+
+// The in-process participant runs each op as the handler does, under an internal span
+// "participant <op>" that is the child of the caller's span, with the same attributes; fn's ctx
+// carries it, and a failure is recorded on it and logged with its trace and span ids.
+func TestIntegrationParticipantTracing(t *testing.T) {
+	exp, tp := coretest.Tracing(t)
+	var logs coretest.LogBuffer
+	f := newFixture(t, participant.WithBarrierTracerProvider(tp), participant.WithBarrierLogger(logs.TraceLogger()))
+	var inFn trace.SpanContext // Do calls fn in the caller's goroutine
+	p := f.bar.Participant(func(ctx context.Context, tx pgx.Tx, r participant.Request) error {
+		inFn = trace.SpanContextFromContext(ctx)
+		if r.Op == participant.OpCancel {
+			return errors.New("warehouse system unavailable")
+		}
+		return f.record(ctx, tx, r)
+	})
+
+	ctx, caller := tp.Tracer("test").Start(t.Context(), "coordinator call", trace.WithSpanKind(trace.SpanKindClient))
+	err := p.Do(ctx, participant.Request{GID: "g-inproc", Branch: "b1", Op: participant.OpTry, Payload: json.RawMessage(`{}`)})
+	caller.End()
+	if err != nil {
+		t.Fatalf("try: %v", err)
+	}
+	s := findSpan(t, exp, "participant try")
+	switch c := caller.SpanContext(); {
+	case s.SpanContext.TraceID() != c.TraceID():
+		t.Errorf("span trace %s, want the caller's %s", s.SpanContext.TraceID(), c.TraceID())
+	case s.Parent.SpanID() != c.SpanID() || s.Parent.IsRemote():
+		t.Errorf("span parent %s (remote %v), want the caller's span %s, local", s.Parent.SpanID(), s.Parent.IsRemote(), c.SpanID())
+	case s.SpanKind != trace.SpanKindInternal:
+		t.Errorf("span kind %v, want internal", s.SpanKind)
+	case inFn.SpanID() != s.SpanContext.SpanID():
+		t.Errorf("fn's ctx carries span %s, want %s", inFn.SpanID(), s.SpanContext.SpanID())
+	case s.Status.Code != codes.Unset:
+		t.Errorf("successful try: status %v", s.Status)
+	}
+	checkAttrs(t, s, "g-inproc", "b1", "try")
+
+	ctx, caller = tp.Tracer("test").Start(t.Context(), "coordinator call")
+	err = p.Do(ctx, participant.Request{GID: "g-inproc", Branch: "b1", Op: participant.OpCancel})
+	caller.End()
+	if err == nil {
+		t.Fatal("cancel: no error, want fn's failure")
+	}
+	failed := findSpan(t, exp, "participant cancel")
+	if failed.Status.Code != codes.Error || len(failed.Events) == 0 || failed.Parent.SpanID() != caller.SpanContext().SpanID() {
+		t.Errorf("failed cancel: status %v, %d events, parent %s; want Error, the recorded error, the caller's span %s",
+			failed.Status, len(failed.Events), failed.Parent.SpanID(), caller.SpanContext().SpanID())
+	}
+	if !logs.Logged("participant: request failed", failed.SpanContext) {
+		t.Errorf("no failure line with the span's trace_id and span_id:\n%s", logs.String())
+	}
+}
+
+// checkAttrs checks the span's txkit.gid, txkit.branch and txkit.op.
+func checkAttrs(t *testing.T, s tracetest.SpanStub, gid, branch, op string) {
+	t.Helper()
+	for k, want := range map[string]string{"txkit.gid": gid, "txkit.branch": branch, "txkit.op": op} {
+		if got := coretest.Attr(s, k); got != want {
+			t.Errorf("span %q: attribute %s = %q, want %q", s.Name, k, got, want)
+		}
 	}
 }
 

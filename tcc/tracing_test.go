@@ -13,49 +13,19 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/tcc"
 )
 
-// tracing returns an in-memory exporter and a provider that exports to it as each span ends.
-func tracing(t *testing.T) (*tracetest.InMemoryExporter, trace.TracerProvider) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	return exp, tp
-}
-
-// attr returns the string attribute key of s ("" when absent).
-func attr(s tracetest.SpanStub, key string) string {
-	for _, kv := range s.Attributes {
-		if kv.Key == attribute.Key(key) {
-			return kv.Value.AsString()
-		}
-	}
-	return ""
-}
-
-// named returns the spans called name.
-func named(spans tracetest.SpanStubs, name string) []tracetest.SpanStub {
-	var out []tracetest.SpanStub
-	for _, s := range spans {
-		if s.Name == name {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 func TestIntegrationTracing(t *testing.T) {
-	exp, tp := tracing(t)
+	exp, tp := coretest.Tracing(t)
 	e := newEnv(t)
 	c := e.coordinator(coordinator.WithTracerProvider(tp))
 	h := register(t, c, "p", newParty(func(req participant.Request) error {
@@ -83,16 +53,16 @@ func TestIntegrationTracing(t *testing.T) {
 	tid := root.SpanContext().TraceID()
 	spans := exp.GetSpans()
 	for name, n := range map[string]int{"tcc begin": 1, "tcc try": 2, "tcc confirm": 2} {
-		got := named(spans, name)
+		got := coretest.Named(spans, name)
 		if len(got) != n {
 			t.Fatalf("%d spans %q, want %d: %v", len(got), name, n, spans)
 		}
 		for _, s := range got {
-			if s.SpanContext.TraceID() != tid || attr(s, "txkit.gid") != "traced-1" {
-				t.Errorf("span %q: trace %s gid %q, want trace %s gid traced-1", name, s.SpanContext.TraceID(), attr(s, "txkit.gid"), tid)
+			if s.SpanContext.TraceID() != tid || coretest.Attr(s, "txkit.gid") != "traced-1" {
+				t.Errorf("span %q: trace %s gid %q, want trace %s gid traced-1", name, s.SpanContext.TraceID(), coretest.Attr(s, "txkit.gid"), tid)
 			}
-			if op := strings.TrimPrefix(name, "tcc "); op != "begin" && (attr(s, "txkit.op") != op || attr(s, "txkit.branch") == "") {
-				t.Errorf("span %q: op %q branch %q", name, attr(s, "txkit.op"), attr(s, "txkit.branch"))
+			if op := strings.TrimPrefix(name, "tcc "); op != "begin" && (coretest.Attr(s, "txkit.op") != op || coretest.Attr(s, "txkit.branch") == "") {
+				t.Errorf("span %q: op %q branch %q", name, coretest.Attr(s, "txkit.op"), coretest.Attr(s, "txkit.branch"))
 			}
 			if s.InstrumentationScope.Name != "github.com/txkit/txkit/tcc" {
 				t.Errorf("span %q: scope %q", name, s.InstrumentationScope.Name)
@@ -109,7 +79,7 @@ func TestIntegrationTracing(t *testing.T) {
 	if err := g.Try(t.Context(), tcc.Branch{Name: "refusing", Participant: h}); !errors.Is(err, participant.ErrRefused) {
 		t.Fatalf("Try = %v, want ErrRefused", err)
 	}
-	tries := named(exp.GetSpans(), "tcc try")
+	tries := coretest.Named(exp.GetSpans(), "tcc try")
 	if len(tries) != 1 || tries[0].Status.Code != codes.Error || len(tries[0].Events) == 0 {
 		t.Fatalf("refused try spans %+v, want one with status Error and the error recorded", tries)
 	}
@@ -123,7 +93,7 @@ const envTracedWorker = "TXKIT_TCC_TRACED_STARTER"
 // TestIntegrationTracingAcrossProcesses: the leader's drive of a transaction whose starter died
 // continues the starter's trace.
 func TestIntegrationTracingAcrossProcesses(t *testing.T) {
-	exp, tp := tracing(t)
+	exp, tp := coretest.Tracing(t)
 	e := newEnv(t)
 	const gid = "traced-killed"
 	leader := e.coordinator(coordinator.WithTracerProvider(tp), coordinator.WithElector(e.Elector("leader")),
@@ -140,21 +110,23 @@ func TestIntegrationTracingAcrossProcesses(t *testing.T) {
 	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("the starter was not SIGKILLed: %v\n%s%s", err, out, stderr.String())
 	}
-	// The worker's lines: "<trace id> <span id> <name>", its root span first.
+	// The worker's lines: "<trace id> <span id> <parent span id> <name>", its root span first.
 	var root, begin string
 	var tries int
+	var tree []treeSpan
 	sc := bufio.NewScanner(strings.NewReader(string(out)))
 	for sc.Scan() {
-		f := strings.SplitN(sc.Text(), " ", 3)
-		if len(f) != 3 {
+		f := strings.SplitN(sc.Text(), " ", 4)
+		if len(f) != 4 {
 			continue
 		}
+		tree = append(tree, treeSpan{id: f[1], parent: f[2], name: f[3], where: "starter (SIGKILLed)"})
 		switch {
-		case f[2] == "order":
+		case f[3] == "order":
 			root = f[0]
-		case f[2] == "tcc begin" && f[0] == root:
+		case f[3] == "tcc begin" && f[0] == root:
 			begin = f[1]
-		case f[2] == "tcc try" && f[0] == root:
+		case f[3] == "tcc try" && f[0] == root:
 			tries++
 		}
 	}
@@ -164,16 +136,16 @@ func TestIntegrationTracingAcrossProcesses(t *testing.T) {
 
 	run(t, leader)
 	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
-		return status(t, leader, gid) == tcc.StatusCancelled && len(named(exp.GetSpans(), "recovery pass")) > 0
+		return status(t, leader, gid) == tcc.StatusCancelled && len(coretest.Named(exp.GetSpans(), "recovery pass")) > 0
 	}, "the leader did not cancel %s", gid)
 	var drive tracetest.SpanStub
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
 		spans := exp.GetSpans()
-		for _, d := range named(spans, "recovery drive") {
-			if attr(d, "txkit.gid") != gid || d.Status.Code == codes.Error || len(d.Links) != 1 {
+		for _, d := range coretest.Named(spans, "recovery drive") {
+			if coretest.Attr(d, "txkit.gid") != gid || d.Status.Code == codes.Error || len(d.Links) != 1 {
 				continue
 			}
-			for _, p := range named(spans, "recovery pass") {
+			for _, p := range coretest.Named(spans, "recovery pass") {
 				if p.SpanContext.SpanID() == d.Links[0].SpanContext.SpanID() {
 					drive = d
 					return true
@@ -190,17 +162,50 @@ func TestIntegrationTracingAcrossProcesses(t *testing.T) {
 		t.Fatalf("the pass span is in the worker's trace")
 	}
 	var cancels int
-	for _, s := range named(exp.GetSpans(), "tcc cancel") {
+	for _, s := range coretest.Named(exp.GetSpans(), "tcc cancel") {
 		if s.Parent.SpanID() == drive.SpanContext.SpanID() {
 			cancels++
-			if s.SpanContext.TraceID().String() != root || attr(s, "txkit.gid") != gid {
-				t.Errorf("cancel span trace %s gid %q, want %s %s", s.SpanContext.TraceID(), attr(s, "txkit.gid"), root, gid)
+			if s.SpanContext.TraceID().String() != root || coretest.Attr(s, "txkit.gid") != gid {
+				t.Errorf("cancel span trace %s gid %q, want %s %s", s.SpanContext.TraceID(), coretest.Attr(s, "txkit.gid"), root, gid)
 			}
 		}
 	}
 	if cancels != 2 || party.count("cancel") != 2 {
 		t.Fatalf("%d cancel spans under the drive, %d cancels, want 2", cancels, party.count("cancel"))
 	}
+	for _, s := range exp.GetSpans() {
+		if s.SpanContext.TraceID().String() == root {
+			where := "leader"
+			if len(s.Links) > 0 {
+				where += ", linked to its recovery pass " + s.Links[0].SpanContext.SpanID().String()
+			}
+			tree = append(tree, treeSpan{id: s.SpanContext.SpanID().String(), parent: s.Parent.SpanID().String(), name: s.Name, where: where})
+		}
+	}
+	t.Logf("trace %s across both processes:\n%s", root, formatTree(tree))
+}
+
+// treeSpan is one span of a trace printed by formatTree.
+type treeSpan struct{ id, parent, name, where string }
+
+// formatTree draws spans as an indented tree, children in the order given, with where each ran.
+func formatTree(spans []treeSpan) string {
+	ids := map[string]bool{}
+	for _, s := range spans {
+		ids[s.id] = true
+	}
+	var b strings.Builder
+	var draw func(parent string, depth int)
+	draw = func(parent string, depth int) {
+		for _, s := range spans {
+			if s.parent == parent || (parent == "" && !ids[s.parent]) {
+				fmt.Fprintf(&b, "%s%-*s %s  [%s]\n", strings.Repeat("  ", depth), 28-2*depth, s.name, s.id, s.where)
+				draw(s.id, depth+1)
+			}
+		}
+	}
+	draw("", 0)
+	return b.String()
 }
 
 // tracedWorker is the starter's process of TestIntegrationTracingAcrossProcesses (see
@@ -213,7 +218,7 @@ func tracedWorker() int {
 
 // tracedStarter, given "<log URL>|<log schema>|<gid>", begins gid (timeout 1s) under a root span
 // "order" and tries two branches, prints every span it ended and the root's ("<trace id> <span
-// id> <name>" lines on stdout), then SIGKILLs its process.
+// id> <parent span id> <name>" lines on stdout; the root's parent is "-"), then SIGKILLs its process.
 func tracedStarter(arg string) error {
 	url, rest, _ := strings.Cut(arg, "|")
 	schema, gid, ok := strings.Cut(rest, "|")
@@ -248,9 +253,9 @@ func tracedStarter(arg string) error {
 			return err
 		}
 	}
-	fmt.Println(root.SpanContext().TraceID(), root.SpanContext().SpanID(), "order")
+	fmt.Println(root.SpanContext().TraceID(), root.SpanContext().SpanID(), "-", "order")
 	for _, s := range exp.GetSpans() {
-		fmt.Println(s.SpanContext.TraceID(), s.SpanContext.SpanID(), s.Name)
+		fmt.Println(s.SpanContext.TraceID(), s.SpanContext.SpanID(), s.Parent.SpanID(), s.Name)
 	}
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	time.Sleep(time.Minute)

@@ -1,7 +1,8 @@
 // Package coretest holds test helpers shared by the tests of the coordinators built on the core
 // (core, tcc, saga, twopc): building a migrated coordinator with the options the tests start
 // from, registering participants and reading statuses, checking that the leader backs off a
-// transaction it keeps failing, and collecting a logger's output. It serves this repository's tests only.
+// transaction it keeps failing, collecting a logger's output, and reading the spans of an
+// in-memory OpenTelemetry exporter. It serves this repository's tests only.
 package coretest
 
 import (

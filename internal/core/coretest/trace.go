@@ -1,0 +1,77 @@
+package coretest
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/txkit/txkit/internal/obs"
+)
+
+// Tracing returns an in-memory exporter and a tracer provider that exports each span to it as
+// the span ends (give it to coordinator.WithTracerProvider and the other components' options;
+// never set it as the global provider). The provider is shut down when t ends.
+func Tracing(t testing.TB) (*tracetest.InMemoryExporter, trace.TracerProvider) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return exp, tp
+}
+
+// Attr returns the string attribute key of s ("" when s has none).
+func Attr(s tracetest.SpanStub, key string) string {
+	for _, kv := range s.Attributes {
+		if kv.Key == attribute.Key(key) {
+			return kv.Value.AsString()
+		}
+	}
+	return ""
+}
+
+// Named returns the spans called name, in the order given.
+func Named(spans tracetest.SpanStubs, name string) []tracetest.SpanStub {
+	var out []tracetest.SpanStub
+	for _, s := range spans {
+		if s.Name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Names returns the names of spans with their branch (txkit.branch) when they have one, for a
+// test's failure message: "saga action/pay".
+func Names(spans []tracetest.SpanStub) []string {
+	out := make([]string, len(spans))
+	for i, s := range spans {
+		out[i] = s.Name
+		if b := Attr(s, "txkit.branch"); b != "" {
+			out[i] += "/" + b
+		}
+	}
+	return out
+}
+
+// TraceLogger returns a text logger of every level writing to l through obs.LogHandler, so that
+// a line logged with a ctx carrying a span has that span's trace_id and span_id.
+func (l *LogBuffer) TraceLogger() *slog.Logger {
+	return slog.New(obs.LogHandler(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug})))
+}
+
+// Logged reports whether l holds a line containing msg (its quoted text, as the text handler
+// writes it: msg="...") that carries the trace and span ids of sc.
+func (l *LogBuffer) Logged(msg string, sc trace.SpanContext) bool {
+	for _, line := range strings.Split(l.String(), "\n") {
+		if strings.Contains(line, "msg=\""+msg+"\"") && strings.Contains(line, "trace_id="+sc.TraceID().String()) &&
+			strings.Contains(line, "span_id="+sc.SpanID().String()) {
+			return true
+		}
+	}
+	return false
+}
