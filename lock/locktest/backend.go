@@ -34,6 +34,10 @@ type Backend struct {
 	// still answered). Leave it nil for a backend whose server learns of a silent client only
 	// from TCP (a session lock such as pg_advisory_lock).
 	ConnectVia func(ctx context.Context, dial DialFunc) (*Conn, error)
+	// InspectorTokenAbove, when set, lets [Conn.Inspector] list a holder with a token above its
+	// Lease's (Redlock: an instance that granted a hold after the majority had decided it may
+	// hold a higher counter); by default the two must be equal.
+	InspectorTokenAbove bool
 }
 
 // Conn is one process's connection to a backend, as [Backend.Connect] opens it.

@@ -95,7 +95,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 		token:    `update ` + t + ` set token = nextval(` + seqLit + `) where name = $1 and holder = $2 returning token`,
 		renew:    `update ` + t + ` set expires_at = now() + ` + ttl + ` where name = $1 and holder = $2`,
 		release:  `with d as (delete from ` + t + ` where name = $1 and holder = $2 returning name) select pg_notify($3, name) from d`,
-		holderOf: `select data from ` + t + ` where name = $1 and expires_at > now()`,
+		holderOf: `select data, token from ` + t + ` where name = $1 and expires_at > now()`,
 	}
 	if o.schema != "" {
 		c.channel = pgutil.Channel(o.schema, table)

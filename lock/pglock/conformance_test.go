@@ -58,6 +58,7 @@ func conformanceBackend(name, config string) (locktest.Backend, error) {
 		if name == "pglock-lease" {
 			conn.Locker = func(n string) (lock.Locker, error) { return c.NewMutex(n) }
 			conn.Elector = func(n, id string) (lock.Elector, error) { return c.NewElector(n, id) }
+			conn.Inspector = c.Inspector()
 		} else {
 			conn.Locker = func(n string) (lock.Locker, error) { return c.NewAdvisoryMutex(n) }
 		}

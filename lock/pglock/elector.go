@@ -2,10 +2,7 @@ package pglock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/txkit/txkit/lock"
 )
@@ -30,12 +27,12 @@ func (c *Client) NewElector(name, id string, opts ...lock.ElectionOption) (*lock
 
 // holder returns the data of name's live row, or an error wrapping [lock.ErrNoLeader].
 func (c *Client) holder(ctx context.Context, name string) (string, error) {
-	var data string
-	switch err := c.pool.QueryRow(ctx, c.holderOf, name).Scan(&data); {
-	case errors.Is(err, pgx.ErrNoRows):
-		return "", fmt.Errorf("pglock: election %s: %w", name, lock.ErrNoLeader)
+	cs, _, err := inspector{c: c}.Contenders(ctx, name)
+	switch {
 	case err != nil:
-		return "", fmt.Errorf("pglock: election %s: %w", name, err)
+		return "", err
+	case len(cs) == 0:
+		return "", fmt.Errorf("pglock: election %s: %w", name, lock.ErrNoLeader)
 	}
-	return data, nil
+	return cs[0].ID, nil
 }

@@ -33,9 +33,10 @@ func conformanceBackend(name, config string) (locktest.Backend, error) {
 		return locktest.Backend{}, fmt.Errorf("no Redis backend called %q", name)
 	}
 	return locktest.Backend{
-		Name:   name,
-		Config: config,
-		Expiry: conformanceTTL,
+		Name:                name,
+		Config:              config,
+		Expiry:              conformanceTTL,
+		InspectorTokenAbove: name == "redlock", // see Redlock.Inspector
 		ConnectVia: func(ctx context.Context, dial locktest.DialFunc) (*locktest.Conn, error) {
 			var rdbs []redis.UniversalClient
 			closeAll := func() {
@@ -61,8 +62,9 @@ func conformanceBackend(name, config string) (locktest.Backend, error) {
 					return nil, err
 				}
 				return &locktest.Conn{
-					Locker:  func(n string) (lock.Locker, error) { return c.NewMutex(n) },
-					Elector: func(n, id string) (lock.Elector, error) { return c.NewElector(n, id) },
+					Locker:    func(n string) (lock.Locker, error) { return c.NewMutex(n) },
+					Elector:   func(n, id string) (lock.Elector, error) { return c.NewElector(n, id) },
+					Inspector: c.Inspector(),
 					Close: func() error {
 						err := c.Close()
 						closeAll()
@@ -76,8 +78,9 @@ func conformanceBackend(name, config string) (locktest.Backend, error) {
 				return nil, err
 			}
 			return &locktest.Conn{
-				Locker:  func(n string) (lock.Locker, error) { return r.NewMutex(n) },
-				Elector: func(n, id string) (lock.Elector, error) { return r.NewElector(n, id) },
+				Locker:    func(n string) (lock.Locker, error) { return r.NewMutex(n) },
+				Elector:   func(n, id string) (lock.Elector, error) { return r.NewElector(n, id) },
+				Inspector: r.Inspector(),
 				Close: func() error {
 					err := r.Close()
 					closeAll()

@@ -340,20 +340,14 @@ func (g *group) releaseOne(in *instance, name, value string) {
 
 // holder returns the holder data of the hold that a majority of instances agree on.
 func (g *group) holder(ctx context.Context, name string) (string, error) {
-	key, _ := g.keys(name)
-	replies := g.fanout(ctx, g.o.instanceTimeout(), func(ctx context.Context, in *instance) reply { return in.get(ctx, key) }, nil, nil)
-	count := map[string]int{}
-	for _, r := range replies {
-		if r.ok {
-			if count[r.data]++; count[r.data] >= g.quorum {
-				return holderData(r.data), nil
-			}
-		}
+	cs, _, err := inspector{g: g}.Contenders(ctx, name)
+	switch {
+	case err != nil:
+		return "", err
+	case len(cs) == 0:
+		return "", fmt.Errorf("%s: holder of %s: %w", g.what, name, lock.ErrNoLeader)
 	}
-	if errs := failures(replies); len(errs) > len(g.inst)-g.quorum {
-		return "", fmt.Errorf("%s: holder of %s: %w", g.what, name, errors.Join(errs...))
-	}
-	return "", fmt.Errorf("%s: holder of %s: %w", g.what, name, lock.ErrNoLeader)
+	return cs[0].ID, nil
 }
 
 // subscribe queues c for the release messages of name on any instance (see [waiters]), and waits

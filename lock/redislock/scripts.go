@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -134,16 +133,4 @@ func (in *instance) release(ctx context.Context, key, value, channel, name strin
 		return reply{err: err}
 	}
 	return reply{answered: true, ok: n == 1}
-}
-
-// get returns the lock key's value; ok is false when there is none.
-func (in *instance) get(ctx context.Context, key string) reply {
-	v, err := in.rdb.Get(ctx, key).Result()
-	if errors.Is(err, redis.Nil) {
-		return reply{answered: true}
-	}
-	if err != nil {
-		return reply{err: err}
-	}
-	return reply{answered: true, ok: true, data: v}
 }
