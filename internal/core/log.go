@@ -198,7 +198,7 @@ func (l *Log) Create(ctx context.Context, gid string, kind Kind, timeout time.Du
 // of that span, a child of ctx's, with the transaction ([Transaction.TraceContext]).
 func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, timeout time.Duration, payload []byte, branches ...Branch) (err error) {
 	ctx, span := l.tr.Start(ctx, kind.String()+" begin", trace.WithAttributes(attribute.String(AttrGID, gid)))
-	defer func() { endSpan(span, err) }()
+	defer func() { obs.EndSpan(span, err) }()
 	if gid == "" || timeout <= 0 {
 		return fmt.Errorf("core: create %q with timeout %v: %w", gid, timeout, ErrInvalidOption)
 	}
@@ -475,6 +475,9 @@ type Filter struct {
 	Unfinished bool   // only transactions not in a final status
 	After      string // gids greater than this (paging)
 	Limit      int    // default 100
+	// OlderThan, when positive, selects only transactions created more than OlderThan ago, by
+	// PostgreSQL's clock (created_at < now() - OlderThan). Zero selects every age.
+	OlderThan time.Duration
 }
 
 // List returns the transactions f selects, in gid order, without their branches.
@@ -489,7 +492,7 @@ func (l *Log) List(ctx context.Context, f Filter) ([]*Transaction, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	rows, err := l.pool.Query(ctx, l.q["list"], kind, status, f.After, f.Unfinished, f.Limit)
+	rows, err := l.pool.Query(ctx, l.q["list"], kind, status, f.After, f.Unfinished, f.Limit, f.OlderThan.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("core: list: %w", err)
 	}

@@ -142,6 +142,15 @@ func TestIntegrationLogLifecycle(t *testing.T) {
 	if err != nil || len(page) != 1 || page[0].GID != "g2" {
 		t.Fatalf("List after g1 = %+v, %v", page, err)
 	}
+	// OlderThan compares created_at with PostgreSQL's clock: nothing here is an hour old, and
+	// both transactions soon are a millisecond old.
+	if old, err := l.List(ctx, core.Filter{OlderThan: time.Hour}); err != nil || len(old) != 0 {
+		t.Fatalf("List older than 1h = %+v, %v", old, err)
+	}
+	testenv.Eventually(t, 5*time.Second, 10*time.Millisecond, func() bool {
+		old, err := l.List(ctx, core.Filter{OlderThan: time.Millisecond})
+		return err == nil && len(old) == 2
+	}, "List older than 1ms does not return both transactions")
 }
 
 func TestIntegrationOptions(t *testing.T) {

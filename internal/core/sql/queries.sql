@@ -125,6 +125,7 @@ select gid, kind, status, timeout_at, next_retry_at, attempts, coalesce(last_err
 from {{.Global}}
 where ($1::text = '' or kind = $1) and ($2::text = '' or status = $2) and ($3::text = '' or gid > $3)
   and (not $4::bool or status not in ({{.Finals}}))
+  and ($6::float8 = 0 or created_at < now() - make_interval(secs => $6::float8))
 order by gid
 limit $5
 {{end}}

@@ -1,0 +1,50 @@
+// Package admin is the operator's view of txkit's tables: global transactions with their branches,
+// the outbox's backlog and dead messages, failed notifications, the leaders of elections and the
+// holders of locks — and the operator's few actions on them: requeue a dead message, redeliver a
+// failed notification. Its [Admin] methods are the one implementation of each query: the JSON API
+// ([Admin.Handler]), the web console (package admin/console) and the txkit command (`txkit tx`,
+// `txkit outbox`, `txkit notify`, `txkit serve`) all call them.
+//
+// A recipe: an Admin on the service's pool, with a token for the on-call engineer and the
+// ZooKeeper election of the tcc coordinator, served on loopback.
+//
+//	a, err := admin.New(pool,
+//		admin.WithTokens(map[string]string{"oncall": token}),
+//		admin.WithElections(admin.Election{Name: "tcc recovery", Path: "/txkit/tcc/leader", Inspector: sess.Inspector()}))
+//	if err != nil { return err }
+//	if err := a.Migrate(ctx); err != nil { return err } // the audit table
+//	srv := &http.Server{Addr: "127.0.0.1:8089", Handler: a.Handler()}
+//
+// # The JSON API
+//
+//	method  path                                  answer
+//	GET     /api/overview                         Overview: leaders, backlog, oldest unfinished, last hour's failures, figures
+//	GET     /api/transactions?kind=&status=&unfinished=1&older_than=10m&after=&limit=
+//	                                              TxPage: {items, next}; next is the after= of the next page
+//	GET     /api/transactions/{gid}               Transaction with its branches; 404 for an unknown gid
+//	GET     /api/outbox                           OutboxState: pending, dead, oldest pending age
+//	GET     /api/outbox/dead?limit=&after=        []DeadMessage, oldest first; after= is a message id
+//	POST    /api/outbox/dead/{id}/requeue         requeue a dead message; 409 when it is not dead
+//	GET     /api/notifications/failed?limit=      []Notification that ran out of attempts
+//	GET     /api/notifications/{id}               Notification with its attempts (tries)
+//	POST    /api/notifications/{id}/redeliver     put a failed notification back on its schedule; 409 when not failed
+//	GET     /api/leaders                          []Leader: each election's leader and fencing token
+//	GET     /api/locks                            []LockState: each lock's holder and waiters
+//	GET     /api/audit?limit=                     []AuditEntry, newest first
+//
+// Errors are {"error": "..."} with 400 (a bad filter, limit or id; the text says what is wrong),
+// 401 (a POST without valid credentials), 404, 405, 409 or 500. A 500's body names a request id
+// and never the internal error, which is logged with that id.
+//
+// # Safety
+//
+// POST calls need "Authorization: Bearer <token>" ([WithTokens]) or an HMAC signature made as
+// txkit's participant requests are signed ([WithHMACSecrets]); without either configured the API
+// is read-only ([Admin.ReadOnly]). A POST with an "Idempotency-Key" header is done once: a repeat
+// answers what the first answered, with "Idempotent-Replay: true"; without a key, a repeat of a
+// done requeue is refused with 409 (the message is pending now) and has no second effect. Every
+// POST — refused ones too — is recorded in the audit table (actor, time, action, target, result,
+// remote address). No SQL is built from request text: table names come from options, checked by
+// [New] with the owning packages' checks, and every value is a bind parameter. GET calls change
+// nothing; request bodies are bounded.
+package admin

@@ -1,0 +1,287 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/txkit/txkit/internal/httpsafe"
+)
+
+// answerBody is the JSON body of the answer to c ending with err.
+func (a *Admin) answerBody(c call, err error) []byte {
+	var v any
+	switch result, status := outcome(err); {
+	case err == nil:
+		v = map[string]any{"result": ResultOK, "action": c.action, "target": c.target}
+	case status == http.StatusInternalServerError:
+		id := httpsafe.Log(a.o.log, "admin: "+c.action+" failed", err, "target", c.target, "actor", c.actor)
+		v = map[string]string{"error": "internal error (request id " + id + ")", "result": result}
+	default:
+		v = map[string]string{"error": message(err), "result": result}
+	}
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// message is err's text for an operator: without the package prefix and the sentinel's text at its
+// end (the status code says that).
+func message(err error) string {
+	s := err.Error()
+	for _, sentinel := range []error{ErrNotFound, ErrConflict, ErrBadRequest, ErrUnauthorized} {
+		if errors.Is(err, sentinel) {
+			s = strings.TrimSuffix(s, ": "+sentinel.Error())
+		}
+	}
+	return strings.TrimPrefix(s, "admin: ")
+}
+
+// maxRequestBody bounds what a mutating request's body may hold (they carry none).
+const maxRequestBody = 4 << 10
+
+// Handler returns the JSON API, with its routes under /api/ (mount it at the server's root, or
+// beside other handlers on a mux: every pattern starts with /api/):
+//
+//	GET  /api/overview
+//	GET  /api/transactions?kind=&status=&unfinished=1&older_than=10m&after=&limit=
+//	GET  /api/transactions/{gid}
+//	GET  /api/outbox
+//	GET  /api/outbox/dead?limit=&after=
+//	POST /api/outbox/dead/{id}/requeue
+//	GET  /api/notifications/failed?limit=
+//	GET  /api/notifications/{id}
+//	POST /api/notifications/{id}/redeliver
+//	GET  /api/leaders
+//	GET  /api/locks
+//	GET  /api/audit?limit=
+//
+// Answers are JSON; errors are {"error": "..."} with 400 (a bad filter or id, saying what is
+// wrong), 401 (a mutating call without valid credentials), 404, 405, 409 (the row is not in a state
+// the action applies to) or 500 (whose body names a request id and never the internal error, which
+// is logged with that id). POST calls need "Authorization: Bearer <token>" ([WithTokens]) or an
+// HMAC signature ([WithHMACSecrets]); an "Idempotency-Key" header makes a repeat answer what the
+// first call answered, with the header "Idempotent-Replay: true". Every POST is recorded in the
+// audit table, refused ones included. GET calls change nothing.
+//
+// The handler is safe for concurrent use.
+func (a *Admin) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/overview", a.get(func(r *http.Request) (any, error) { return a.Overview(r.Context()) }))
+	mux.HandleFunc("GET /api/transactions", a.get(func(r *http.Request) (any, error) {
+		f, err := parseTxFilter(r)
+		if err != nil {
+			return nil, err
+		}
+		return a.Transactions(r.Context(), f)
+	}))
+	mux.HandleFunc("GET /api/transactions/{gid}", a.get(func(r *http.Request) (any, error) {
+		return a.Transaction(r.Context(), r.PathValue("gid"))
+	}))
+	mux.HandleFunc("GET /api/outbox", a.get(func(r *http.Request) (any, error) { return a.Outbox(r.Context()) }))
+	mux.HandleFunc("GET /api/outbox/dead", a.get(func(r *http.Request) (any, error) {
+		limit, err := queryLimit(r)
+		if err != nil {
+			return nil, err
+		}
+		var after uuid.UUID
+		if s := r.URL.Query().Get("after"); s != "" {
+			if after, err = parseID("after", s); err != nil {
+				return nil, err
+			}
+		}
+		return a.DeadMessages(r.Context(), limit, after)
+	}))
+	mux.HandleFunc("GET /api/notifications/failed", a.get(func(r *http.Request) (any, error) {
+		limit, err := queryLimit(r)
+		if err != nil {
+			return nil, err
+		}
+		return a.FailedNotifications(r.Context(), limit)
+	}))
+	mux.HandleFunc("GET /api/notifications/{id}", a.get(func(r *http.Request) (any, error) {
+		id, err := parseID("notification id", r.PathValue("id"))
+		if err != nil {
+			return nil, err
+		}
+		return a.Notification(r.Context(), id)
+	}))
+	mux.HandleFunc("GET /api/leaders", a.get(func(r *http.Request) (any, error) { return a.Leaders(r.Context()) }))
+	mux.HandleFunc("GET /api/locks", a.get(func(r *http.Request) (any, error) { return a.Locks(r.Context()) }))
+	mux.HandleFunc("GET /api/audit", a.get(func(r *http.Request) (any, error) {
+		limit, err := queryLimit(r)
+		if err != nil {
+			return nil, err
+		}
+		return a.Audit(r.Context(), limit)
+	}))
+	mux.HandleFunc("POST /api/outbox/dead/{id}/requeue", a.post(ActionRequeue, "message id", a.requeue))
+	mux.HandleFunc("POST /api/notifications/{id}/redeliver", a.post(ActionRedeliver, "notification id", a.redeliver))
+	return jsonErrors(mux)
+}
+
+// jsonErrors turns the mux's own plain-text 404 and 405 answers (no route; a route for another
+// method) into JSON ones.
+func jsonErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			w = &plainErrors{ResponseWriter: w}
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// plainErrors replaces the body of a 404 or 405 answer with JSON.
+type plainErrors struct {
+	http.ResponseWriter
+	replaced bool
+}
+
+func (p *plainErrors) WriteHeader(code int) {
+	if code != http.StatusNotFound && code != http.StatusMethodNotAllowed {
+		p.ResponseWriter.WriteHeader(code)
+		return
+	}
+	p.replaced = true
+	msg := "no such API route"
+	if code == http.StatusMethodNotAllowed {
+		msg = "method not allowed (allowed: " + p.Header().Get("Allow") + ")"
+	}
+	p.Header().Del("Content-Length")
+	writeJSON(p.ResponseWriter, code, map[string]string{"error": msg})
+}
+
+func (p *plainErrors) Write(b []byte) (int, error) {
+	if p.replaced {
+		return len(b), nil
+	}
+	return p.ResponseWriter.Write(b)
+}
+
+// get adapts a read to a handler: its value as JSON, or its error.
+func (a *Admin) get(read func(*http.Request) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, err := read(r)
+		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	}
+}
+
+// post adapts an action on the id in the path to an authenticated, idempotent, audited handler.
+func (a *Admin) post(action, what string, do func(ctx context.Context, id uuid.UUID) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
+		body, err := readAll(r)
+		c := call{action: action, target: r.PathValue("id"), remote: r.RemoteAddr}
+		if err != nil {
+			a.writeAnswer(w, a.refuse(r.Context(), c, fmt.Errorf("admin: request body: %w: %w", err, ErrBadRequest)))
+			return
+		}
+		actor, err := a.authenticate(r, body)
+		if err != nil {
+			a.writeAnswer(w, a.refuse(r.Context(), c, err))
+			return
+		}
+		c.actor, c.key = actor, r.Header.Get("Idempotency-Key")
+		if len(c.key) > maxKeyLen {
+			a.writeAnswer(w, a.refuse(r.Context(), c.withoutKey(), fmt.Errorf("admin: Idempotency-Key of %d bytes: at most %d: %w", len(c.key), maxKeyLen, ErrBadRequest)))
+			return
+		}
+		id, err := parseID(what, c.target)
+		if err != nil {
+			a.writeAnswer(w, a.refuse(r.Context(), c.withoutKey(), err))
+			return
+		}
+		ans, _ := a.mutate(r.Context(), c, func(ctx context.Context) error { return do(ctx, id) })
+		if ans.replay {
+			w.Header().Set("Idempotent-Replay", "true")
+		}
+		a.writeAnswer(w, ans)
+	}
+}
+
+const maxKeyLen = 255
+
+func (c call) withoutKey() call { c.key = ""; return c }
+
+func (a *Admin) writeAnswer(w http.ResponseWriter, ans answer) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(ans.status)
+	_, _ = w.Write(append(ans.body, '\n'))
+}
+
+// writeError answers err: its sentinel's status and message, or a 500 naming a request id.
+func (a *Admin) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	_, status := outcome(err)
+	if status == http.StatusInternalServerError {
+		id := httpsafe.Log(a.o.log, "admin: "+r.Method+" "+r.URL.Path+" failed", err)
+		writeJSON(w, status, map[string]string{"error": "internal error (request id " + id + ")"})
+		return
+	}
+	writeJSON(w, status, map[string]string{"error": message(err)})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"internal error"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// parseTxFilter reads the filter of GET /api/transactions.
+func parseTxFilter(r *http.Request) (TxFilter, error) {
+	q := r.URL.Query()
+	f := TxFilter{Kind: q.Get("kind"), Status: q.Get("status"), After: q.Get("after")}
+	switch u := q.Get("unfinished"); u {
+	case "", "0", "false":
+	case "1", "true":
+		f.Unfinished = true
+	default:
+		return f, fmt.Errorf("admin: unfinished=%q: want 1, true, 0 or false: %w", u, ErrBadRequest)
+	}
+	if s := q.Get("older_than"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return f, fmt.Errorf("admin: older_than=%q: want a duration such as 90s, 10m or 2h: %w", s, ErrBadRequest)
+		}
+		f.OlderThan = d
+	}
+	var err error
+	f.Limit, err = queryLimit(r)
+	return f, err
+}
+
+func queryLimit(r *http.Request) (int, error) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return DefaultLimit, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > MaxLimit {
+		return 0, fmt.Errorf("admin: limit=%q: want a number from 1 to %d: %w", s, MaxLimit, ErrBadRequest)
+	}
+	return n, nil
+}
+
+func parseID(what, s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("admin: %s %q: not a UUID: %w", what, s, ErrBadRequest)
+	}
+	return id, nil
+}

@@ -1,0 +1,209 @@
+package admin
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/internal/signing"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/outbox"
+)
+
+// Option configures an [Admin]. Options are applied in order by [New], which validates the result.
+type Option func(*options)
+
+// LogSource names a coordinator log: the tables Prefix+"global" and Prefix+"branch" of package
+// core. Name shows in every [Transaction] read from it.
+type LogSource struct {
+	Name   string // "tcc", "saga", "2pc", "3pc", or a name of the caller's
+	Prefix string // the coordinator's table prefix, as given to its WithTablePrefix
+}
+
+// StandardLogs returns the logs of the four coordinators at their default table prefixes: tcc
+// "txkit_", saga "txkit_saga_", 2pc "txkit_2pc_" and 3pc "txkit_3pc_".
+func StandardLogs() []LogSource {
+	return []LogSource{
+		{Name: "tcc", Prefix: "txkit_"},
+		{Name: "saga", Prefix: "txkit_saga_"},
+		{Name: "2pc", Prefix: "txkit_2pc_"},
+		{Name: "3pc", Prefix: "txkit_3pc_"},
+	}
+}
+
+// Election is a leader election whose current leader [Admin.Leaders] reports: the coordinator's,
+// relay's or notifier's election path, read through a [lock.Inspector] of its backend.
+type Election struct {
+	Name      string         // shown to operators ("tcc recovery", "outbox relay")
+	Path      string         // the election's path (ZooKeeper) or name (PostgreSQL, Redis)
+	Inspector lock.Inspector // reads the path's holder without taking part
+}
+
+// Lock is a lock whose holder and waiters [Admin.Locks] reports.
+type Lock struct {
+	Name      string
+	Path      string
+	Inspector lock.Inspector
+}
+
+// DefaultAuditTable is the audit table's name unless [WithAuditTable] says otherwise.
+const DefaultAuditTable = "txkit_admin_audit"
+
+// DefaultNotifyTable is the notifications table's name unless [WithNotifyTable] says otherwise
+// (notify's own default).
+const DefaultNotifyTable = "txkit_notify"
+
+// DefaultHMACWindow is how far a signed request's timestamp may be from the server's clock.
+const DefaultHMACWindow = 5 * time.Minute
+
+type options struct {
+	schema      string
+	logs        []LogSource
+	outboxTable string
+	notifyTable string
+	auditTable  string
+	elections   []Election
+	locks       []Lock
+	tokens      map[string]string   // actor -> bearer token
+	hmac        map[string][]string // actor -> secrets
+	hmacWindow  time.Duration
+	log         *slog.Logger
+	gatherer    prometheus.Gatherer
+	now         func() time.Time
+}
+
+func defaultOptions() options {
+	return options{
+		logs:        StandardLogs(),
+		outboxTable: outbox.DefaultTable,
+		notifyTable: DefaultNotifyTable,
+		auditTable:  DefaultAuditTable,
+		tokens:      map[string]string{},
+		hmac:        map[string][]string{},
+		hmacWindow:  DefaultHMACWindow,
+		log:         slog.New(slog.DiscardHandler),
+		now:         time.Now,
+	}
+}
+
+// WithSchema sets the PostgreSQL schema of every table read and of the audit table (default: none,
+// so the connections' search_path decides).
+func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
+
+// WithLogs sets the coordinator logs read by [Admin.Transactions] and [Admin.Transaction]
+// (default [StandardLogs]). A log whose tables do not exist is skipped, not an error.
+func WithLogs(logs ...LogSource) Option {
+	return func(o *options) { o.logs = append([]LogSource(nil), logs...) }
+}
+
+// WithOutboxTable sets the outbox table (default outbox.DefaultTable).
+func WithOutboxTable(t string) Option { return func(o *options) { o.outboxTable = t } }
+
+// WithNotifyTable sets the notifications table (default [DefaultNotifyTable]).
+func WithNotifyTable(t string) Option { return func(o *options) { o.notifyTable = t } }
+
+// WithAuditTable sets the table that records mutating calls (default [DefaultAuditTable]).
+func WithAuditTable(t string) Option { return func(o *options) { o.auditTable = t } }
+
+// WithElections adds elections whose leaders [Admin.Leaders] reports.
+func WithElections(es ...Election) Option {
+	return func(o *options) { o.elections = append(o.elections, es...) }
+}
+
+// WithLocks adds locks whose holders and waiters [Admin.Locks] reports.
+func WithLocks(ls ...Lock) Option { return func(o *options) { o.locks = append(o.locks, ls...) } }
+
+// WithTokens sets the bearer tokens of the actors allowed to mutate: actor name -> token. A
+// request carrying "Authorization: Bearer <token>" acts as that token's actor. Tokens are
+// compared in constant time. Without tokens and HMAC secrets the API is read-only.
+func WithTokens(tokens map[string]string) Option {
+	return func(o *options) {
+		for a, t := range tokens {
+			o.tokens[a] = t
+		}
+	}
+}
+
+// WithHMACSecrets lets actor sign mutating requests the way txkit's participant requests are
+// signed (headers X-Txkit-Timestamp and X-Txkit-Signature over the timestamp, method, target and
+// body; see [DefaultHMACWindow]) with any of secrets (two during a rotation; each at least 16
+// bytes).
+func WithHMACSecrets(actor string, secrets ...string) Option {
+	return func(o *options) { o.hmac[actor] = append([]string(nil), secrets...) }
+}
+
+// WithLogger sets the logger (default: discard). Internal errors behind a 500 answer are logged
+// here with the request id the answer names.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithGatherer sets where [Admin.Overview] takes its Figures from: the txkit_ metrics the
+// gatherer (a prometheus.Registry, or one reading a /metrics page) returns. Optional.
+func WithGatherer(g prometheus.Gatherer) Option { return func(o *options) { o.gatherer = g } }
+
+// WithClock sets the clock that checks signed requests' timestamps (default time.Now). For tests.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+func (o *options) validate() error {
+	if o.schema != "" {
+		if err := pgutil.CheckText(o.schema, maxIdent); err != nil {
+			return fmt.Errorf("admin: schema %q: %w: %w", o.schema, err, ErrInvalidOption)
+		}
+	}
+	if err := pgutil.CheckText(o.auditTable+"_key", maxIdent); err != nil {
+		return fmt.Errorf("admin: audit table %q: %w: %w", o.auditTable, err, ErrInvalidOption)
+	}
+	names := map[string]bool{}
+	for _, l := range o.logs {
+		if l.Name == "" || names[l.Name] {
+			return fmt.Errorf("admin: log name %q empty or used twice: %w", l.Name, ErrInvalidOption)
+		}
+		names[l.Name] = true
+	}
+	seen := map[string]bool{}
+	for a, t := range o.tokens {
+		switch {
+		case a == "":
+			return fmt.Errorf("admin: token of an empty actor name: %w", ErrInvalidOption)
+		case len(t) < minTokenLen:
+			return fmt.Errorf("admin: token of %s: %d bytes, shorter than %d: %w", a, len(t), minTokenLen, ErrInvalidOption)
+		case seen[t]:
+			return fmt.Errorf("admin: token of %s: given to another actor too: %w", a, ErrInvalidOption)
+		}
+		seen[t] = true
+	}
+	for a, s := range o.hmac {
+		if a == "" {
+			return fmt.Errorf("admin: HMAC secrets of an empty actor name: %w", ErrInvalidOption)
+		}
+		if err := signing.CheckSecrets(s); err != nil {
+			return fmt.Errorf("admin: HMAC secrets of %s: %w: %w", a, err, ErrInvalidOption)
+		}
+	}
+	for _, e := range o.elections {
+		if e.Name == "" || e.Path == "" || e.Inspector == nil {
+			return fmt.Errorf("admin: election %q at %q: name, path and inspector are needed: %w", e.Name, e.Path, ErrInvalidOption)
+		}
+	}
+	for _, l := range o.locks {
+		if l.Name == "" || l.Path == "" || l.Inspector == nil {
+			return fmt.Errorf("admin: lock %q at %q: name, path and inspector are needed: %w", l.Name, l.Path, ErrInvalidOption)
+		}
+	}
+	switch {
+	case o.log == nil:
+		return fmt.Errorf("admin: nil logger: %w", ErrInvalidOption)
+	case o.now == nil:
+		return fmt.Errorf("admin: nil clock: %w", ErrInvalidOption)
+	case o.hmacWindow <= 0:
+		return fmt.Errorf("admin: HMAC window %v: %w", o.hmacWindow, ErrInvalidOption)
+	}
+	return nil
+}
+
+const (
+	maxIdent    = 63 // PostgreSQL's NAMEDATALEN - 1
+	minTokenLen = 16 // bytes of a bearer token
+)

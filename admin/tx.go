@@ -1,0 +1,172 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/txkit/txkit/internal/core"
+)
+
+// TxFilter selects global transactions for [Admin.Transactions]. Zero fields select everything.
+type TxFilter struct {
+	Kind       string        // "tcc", "saga", "2pc" or "3pc"
+	Status     string        // a status name: trying, confirming, confirmed, cancelling, cancelled, running, compensating, compensated, succeeded
+	Unfinished bool          // only transactions not in a final status
+	OlderThan  time.Duration // only transactions created longer ago than this (PostgreSQL's clock)
+	After      string        // the cursor: gids after this one ([TxPage.Next] of the page before)
+	Limit      int           // 1..[MaxLimit]; 0 means [DefaultLimit]
+}
+
+// Page sizes of the list calls.
+const (
+	DefaultLimit = 50
+	MaxLimit     = 500
+)
+
+// TxPage is one page of [Admin.Transactions]: Items in gid order, and Next, the cursor of the
+// following page ("" when this page is the last).
+type TxPage struct {
+	Items []Transaction `json:"items"`
+	Next  string        `json:"next,omitempty"`
+}
+
+// Transaction is a global transaction. Branches is filled by [Admin.Transaction] only.
+type Transaction struct {
+	GID         string    `json:"gid"`
+	Log         string    `json:"log"`  // the LogSource it was read from
+	Kind        string    `json:"kind"` // tcc, saga, 2pc, 3pc
+	Status      string    `json:"status"`
+	Final       bool      `json:"final"`    // nothing more will happen to it
+	Attempts    int       `json:"attempts"` // failed drives since its last status change
+	LastError   string    `json:"last_error,omitempty"`
+	Payload     []byte    `json:"payload,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	TimeoutAt   time.Time `json:"timeout_at"`
+	NextRetryAt time.Time `json:"next_retry_at"`
+	Branches    []Branch  `json:"branches,omitempty"`
+}
+
+// Branch is one participant's part of a [Transaction], in registration (saga) order.
+type Branch struct {
+	Name       string `json:"name"`
+	Seq        int    `json:"seq"`
+	Status     string `json:"status"`      // pending, confirmed, cancelled, succeeded, compensated
+	TargetKind string `json:"target_kind"` // http or inproc
+	Target     string `json:"target"`      // the URL or the registered participant's name
+	Attempts   int    `json:"attempts"`    // failed calls of the branch
+	LastError  string `json:"last_error,omitempty"`
+}
+
+// checkFilter turns f into core's filter, or an error wrapping ErrBadRequest.
+func checkFilter(f TxFilter) (core.Filter, error) {
+	cf := core.Filter{After: f.After, Unfinished: f.Unfinished, Limit: f.Limit, OlderThan: f.OlderThan}
+	if f.Kind != "" {
+		k, err := core.ParseKind(f.Kind)
+		if err != nil {
+			return cf, fmt.Errorf("admin: kind %q: want tcc, saga, 2pc or 3pc: %w", f.Kind, ErrBadRequest)
+		}
+		cf.Kind = k
+	}
+	if f.Status != "" {
+		s, err := core.ParseStatus(f.Status)
+		if err != nil {
+			return cf, fmt.Errorf("admin: status %q: want one of %s: %w", f.Status, statusNames(), ErrBadRequest)
+		}
+		cf.Status = s
+	}
+	if f.OlderThan < 0 {
+		return cf, fmt.Errorf("admin: older than %v: must not be negative: %w", f.OlderThan, ErrBadRequest)
+	}
+	if cf.Limit == 0 {
+		cf.Limit = DefaultLimit
+	}
+	if err := checkLimit(cf.Limit); err != nil {
+		return cf, err
+	}
+	return cf, nil
+}
+
+func checkLimit(n int) error {
+	if n < 1 || n > MaxLimit {
+		return fmt.Errorf("admin: limit %d: must be 1..%d: %w", n, MaxLimit, ErrBadRequest)
+	}
+	return nil
+}
+
+func statusNames() string {
+	var s string
+	for st := core.Status(1); st.String() != fmt.Sprintf("Status(%d)", st); st++ {
+		if s != "" {
+			s += ", "
+		}
+		s += st.String()
+	}
+	return s
+}
+
+// Transactions returns the page of global transactions f selects, from every log, merged in gid
+// order. A filter out of range returns an error wrapping [ErrBadRequest] that says what is wrong.
+// A log whose tables do not exist is skipped. It blocks for one query per log; ctx scopes the call.
+func (a *Admin) Transactions(ctx context.Context, f TxFilter) (TxPage, error) {
+	cf, err := checkFilter(f)
+	if err != nil {
+		return TxPage{}, err
+	}
+	var all []Transaction
+	for _, l := range a.logs {
+		txs, err := l.log.List(ctx, cf)
+		if missing(err) {
+			continue
+		}
+		if err != nil {
+			return TxPage{}, fmt.Errorf("admin: transactions of log %s: %w", l.src.Name, err)
+		}
+		for _, t := range txs {
+			all = append(all, fromCore(l.src.Name, t))
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].GID < all[j].GID })
+	p := TxPage{Items: all}
+	if len(all) > cf.Limit {
+		p.Items = all[:cf.Limit]
+	}
+	if len(all) >= cf.Limit && len(p.Items) > 0 {
+		p.Next = p.Items[len(p.Items)-1].GID
+	}
+	if p.Items == nil {
+		p.Items = []Transaction{}
+	}
+	return p, nil
+}
+
+// Transaction returns the global transaction gid with its branches, from the first log that has
+// it, or an error wrapping [ErrNotFound]. It blocks for two queries per log searched.
+func (a *Admin) Transaction(ctx context.Context, gid string) (*Transaction, error) {
+	for _, l := range a.logs {
+		t, err := l.log.Get(ctx, gid)
+		if missing(err) || errors.Is(err, core.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("admin: transaction %s: %w", gid, err)
+		}
+		tx := fromCore(l.src.Name, t)
+		tx.Branches = make([]Branch, 0, len(t.Branches))
+		for _, b := range t.Branches {
+			tx.Branches = append(tx.Branches, Branch{Name: b.Name, Seq: b.Seq, Status: b.Status.String(),
+				TargetKind: b.Target.Kind.String(), Target: b.Target.Ref, Attempts: b.Attempts, LastError: b.LastError})
+		}
+		return &tx, nil
+	}
+	return nil, fmt.Errorf("admin: transaction %q: %w", gid, ErrNotFound)
+}
+
+func fromCore(log string, t *core.Transaction) Transaction {
+	return Transaction{GID: t.GID, Log: log, Kind: t.Kind.String(), Status: t.Status.String(), Final: t.Status.Final(),
+		Attempts: t.Attempts, LastError: t.LastError, Payload: t.Payload, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+		TimeoutAt: t.TimeoutAt, NextRetryAt: t.NextRetryAt}
+}
