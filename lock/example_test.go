@@ -93,3 +93,59 @@ func deleteAll(sess *lock.Session, path string) {
 		_ = c.Delete(p, -1)
 	}
 }
+
+func ExampleSession_Inspector() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sess, err := lock.NewSession(ctx, exampleServers(), lock.WithSessionTimeout(5*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sess.Close()
+	path := "/txkit-example/" + uuid.NewString() + "/lock"
+	defer deleteAll(sess, path)
+
+	a, _ := lock.NewMutex(sess, path, lock.WithData([]byte("worker-1")))
+	b, _ := lock.NewMutex(sess, path, lock.WithData([]byte("worker-2")))
+	held, err := a.Lock(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	next := make(chan lock.Lease, 1)
+	go func() {
+		l, _ := b.Lock(ctx) // queues behind worker-1
+		next <- l
+	}()
+
+	in := sess.Inspector() // reads the lock path; takes no part in the lock
+	var cs []lock.Contender
+	var known bool
+	for len(cs) < 2 { // until worker-2's node is there (or ctx ends)
+		if cs, known, err = in.Contenders(ctx, path); err != nil {
+			fmt.Println(err)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, c := range cs {
+		fmt.Printf("%s holder=%v\n", c.ID, c.Holder)
+	}
+	fmt.Println("waiters known:", known)
+	fmt.Println("holder's token is its lease's:", cs[0].Token == held.Token())
+
+	_ = a.Unlock(ctx)
+	l := <-next
+	fmt.Println("worker-2 got the token it was listed with:", l.Token() == cs[1].Token)
+	_ = b.Unlock(ctx)
+	cs, _, _ = in.Contenders(ctx, path)
+	fmt.Println("contenders after the unlocks:", len(cs))
+	// Output:
+	// worker-1 holder=true
+	// worker-2 holder=false
+	// waiters known: true
+	// holder's token is its lease's: true
+	// worker-2 got the token it was listed with: true
+	// contenders after the unlocks: 0
+}

@@ -103,3 +103,34 @@ func ExampleClient_NewElector() {
 	// leader: host-2 newer term: true
 	// no leader: true
 }
+
+func ExampleClient_Inspector() {
+	ctx := context.Background()
+	c, done, ok := exampleClient(ctx)
+	if !ok {
+		return
+	}
+	defer done()
+
+	el, _ := c.NewElector("relay/leader", "host-1")
+	lead, err := el.Campaign(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	in := c.Inspector()
+	cs, known, err := in.Contenders(ctx, "relay/leader")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s holder=%v token is its lease's: %v\n", cs[0].ID, cs[0].Holder, cs[0].Token == lead.Token())
+	fmt.Println("waiters known:", known) // they wait in their own processes
+	_ = lead.Resign(ctx)
+	cs, _, _ = in.Contenders(ctx, "relay/leader")
+	fmt.Println("contenders after the resignation:", len(cs))
+	// Output:
+	// host-1 holder=true token is its lease's: true
+	// waiters known: false
+	// contenders after the resignation: 0
+}

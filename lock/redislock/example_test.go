@@ -153,3 +153,85 @@ func ExampleClient_NewElector() {
 	// leader: node-1
 	// returned: <nil>
 }
+
+func ExampleClient_Inspector() {
+	ctx := context.Background()
+	addrs := exampleAddrs("TXKIT_REDIS")
+	if addrs == nil {
+		return
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	locks, err := redislock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locks.Close()
+
+	name := "example-inspect-" + uuid.NewString()
+	defer rdb.Del(ctx, "txkit:lock:{"+name+"}:fence")
+	m, _ := locks.NewMutex(name, redislock.WithData("worker-1"))
+	l, err := m.Lock(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	in := locks.Inspector()
+	cs, known, err := in.Contenders(ctx, name) // one MGET of the key and its fencing counter
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s holder=%v token is its lease's: %v\n", cs[0].ID, cs[0].Holder, cs[0].Token == l.Token())
+	fmt.Println("waiters known:", known)
+	_ = m.Unlock(ctx)
+	cs, _, _ = in.Contenders(ctx, name)
+	fmt.Println("contenders after the unlock:", len(cs))
+	// Output:
+	// worker-1 holder=true token is its lease's: true
+	// waiters known: false
+	// contenders after the unlock: 0
+}
+
+func ExampleRedlock_Inspector() {
+	ctx := context.Background()
+	addrs := exampleAddrs("TXKIT_REDLOCK")
+	if addrs == nil {
+		return
+	}
+	var clients []redis.UniversalClient
+	for _, a := range addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true})
+		defer rdb.Close()
+		clients = append(clients, rdb)
+	}
+	rl, err := redislock.NewRedlock(clients)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer rl.Close()
+
+	name := "example-inspect-" + uuid.NewString()
+	defer func() {
+		for _, c := range clients {
+			c.Del(ctx, "txkit:lock:{"+name+"}:fence")
+		}
+	}()
+	el, _ := rl.NewElector(name, "node-1")
+	lead, err := el.Campaign(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	cs, _, err := rl.Inspector().Contenders(ctx, name) // the value a majority of the instances hold
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s holder=%v token at least its lease's: %v\n", cs[0].ID, cs[0].Holder, !cs[0].Token.Less(lead.Token()))
+	_ = lead.Resign(ctx)
+	// Output:
+	// node-1 holder=true token at least its lease's: true
+}
