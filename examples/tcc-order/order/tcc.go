@@ -71,7 +71,7 @@ func (t *tccOrders) place(ctx context.Context, o Order) answer {
 	}
 	if err != nil {
 		if rerr := g.Rollback(ctx); rerr != nil && !errors.Is(rerr, coordinator.ErrIncomplete) {
-			t.s.log.Warn("rollback failed; the leader cancels at the timeout", "gid", gid, "err", rerr)
+			t.s.log.WarnContext(ctx, "rollback failed; the leader cancels at the timeout", "gid", gid, "err", rerr)
 			return t.s.failed(gid, rerr)
 		}
 		return t.s.undone(gid, tcc.StatusCancelled.String(), err, "failed")
