@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/idempotency"
@@ -184,7 +183,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := pc.Start(); err != nil {
 		return fmt.Errorf("rocketmq: consumer %s: start on %s: %w", c.group, c.topic, err)
 	}
-	c.log.Info("rocketmq: consumer started", "orderly", c.o.orderly)
+	c.log.InfoContext(ctx, "rocketmq: consumer started", "orderly", c.o.orderly)
 
 	<-ctx.Done()
 
@@ -193,10 +192,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 	r.gate.Unlock()
 	r.inflight.Wait()
 	if err := pc.Shutdown(); err != nil {
-		c.log.Warn("rocketmq: consumer shutdown", "err", err)
+		c.log.WarnContext(ctx, "rocketmq: consumer shutdown", "err", err)
 	}
 	close(r.stopped)
-	c.log.Info("rocketmq: consumer stopped")
+	c.log.InfoContext(ctx, "rocketmq: consumer stopped")
 	return nil
 }
 
@@ -239,8 +238,6 @@ func (c *Consumer) consume(r *run, cbctx context.Context, msgs []*primitive.Mess
 		if err := c.handle(r.ctx, m); err != nil {
 			c.failed.Add(1)
 			c.m.retry.Inc()
-			c.log.Warn("rocketmq: message failed, redelivering later", "msg_id", m.GetProperty(PropertyID),
-				"mq_msg_id", m.MsgId, "reconsume_times", m.ReconsumeTimes, "err", err)
 			// Never ConsumeSuccess with an error: the client acknowledges by the result alone and only
 			// logs the error, so (ConsumeSuccess, err) would acknowledge a failed message.
 			return retry, err
@@ -249,29 +246,35 @@ func (c *Consumer) consume(r *run, cbctx context.Context, msgs []*primitive.Mess
 	return consumer.ConsumeSuccess, nil
 }
 
-// handle applies one message; a nil error acknowledges it.
+// handle applies one message; a nil error acknowledges it. Its log lines carry the message's
+// span in their ctx.
 func (c *Consumer) handle(runCtx context.Context, m *primitive.MessageExt) (err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), c.o.handlerTimeout)
+	defer cancel()
+	ctx, span := c.startConsume(ctx, m)
+	defer func() { obs.EndSpan(span, err) }()
+
 	if size := messageSize(m); size > c.o.maxMessageSize {
+		perr := fmt.Errorf("%w: %d bytes of body and properties, more than %d", ErrPoison, size, c.o.maxMessageSize)
 		c.poison.Add(1)
 		c.m.poison.Inc()
-		c.log.Error("rocketmq: oversized message acknowledged without being applied",
-			"mq_msg_id", m.MsgId, "queue_id", m.Queue.QueueId, "queue_offset", m.QueueOffset,
-			"err", fmt.Errorf("%w: %d bytes of body and properties, more than %d", ErrPoison, size, c.o.maxMessageSize))
+		c.log.ErrorContext(ctx, "rocketmq: oversized message acknowledged without being applied",
+			"mq_msg_id", m.MsgId, "queue_id", m.Queue.QueueId, "queue_offset", m.QueueOffset, "err", perr)
+		failSpan(span, perr)
 		return nil
 	}
 	msg, err := decode(m)
 	if err != nil {
+		perr := fmt.Errorf("%w: %w", ErrPoison, err)
 		c.poison.Add(1)
 		c.m.poison.Inc()
-		c.log.Error("rocketmq: undecodable message acknowledged without being applied",
+		c.log.ErrorContext(ctx, "rocketmq: undecodable message acknowledged without being applied",
 			"mq_msg_id", m.MsgId, "keys", m.GetKeys(), "queue_id", m.Queue.QueueId, "queue_offset", m.QueueOffset,
-			"err", fmt.Errorf("%w: %w", ErrPoison, err))
+			"err", perr)
+		failSpan(span, perr)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), c.o.handlerTimeout)
-	defer cancel()
-	ctx, span := c.startConsume(ctx, m, msg)
-	defer func() { endSpan(span, err) }()
+	span.SetAttributes(attribute.String("messaging.message.id", msg.ID.String()))
 
 	start := time.Now()
 	dup, err := c.apply(ctx, msg)
@@ -281,17 +284,18 @@ func (c *Consumer) handle(runCtx context.Context, m *primitive.MessageExt) (err 
 	case errors.Is(err, ErrPoison):
 		c.poison.Add(1)
 		c.m.poison.Inc()
-		c.log.Error("rocketmq: poison message acknowledged without being applied", "msg_id", msg.ID,
+		c.log.ErrorContext(ctx, "rocketmq: poison message acknowledged without being applied", "msg_id", msg.ID,
 			"mq_msg_id", m.MsgId, "err", err)
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		failSpan(span, err)
 		return nil
 	case err != nil:
+		c.log.WarnContext(ctx, "rocketmq: message failed, redelivering later", "msg_id", msg.ID,
+			"mq_msg_id", m.MsgId, "reconsume_times", m.ReconsumeTimes, "err", err)
 		return err
 	case dup:
 		c.duplicates.Add(1)
 		c.m.duplicate.Inc()
-		c.log.Debug("rocketmq: duplicate acknowledged", "msg_id", msg.ID, "mq_msg_id", m.MsgId)
+		c.log.DebugContext(ctx, "rocketmq: duplicate acknowledged", "msg_id", msg.ID, "mq_msg_id", m.MsgId)
 	default:
 		c.applied.Add(1)
 		c.m.handled.Inc()

@@ -116,9 +116,30 @@
 //
 // # Tracing
 //
-// A [Publisher] sends the W3C trace context of the ctx it is given in the message properties
-// [PropertyTraceParent] and [PropertyTraceState] (the outbox relay gives the context stored with
-// the message's row, so the trace is that of the request that enqueued it); a [Consumer] runs
-// each message under a span "rocketmq consume", their child, which the [Handler]'s ctx carries
-// ([WithTracerProvider]).
+// With [WithTracerProvider] (default: the application's global provider), one trace runs from the
+// request that sends a message to the transaction that applies it:
+//
+//   - A [Publisher] sends the W3C trace context of the ctx it is given in the message properties
+//     [PropertyTraceParent] and [PropertyTraceState] (the outbox relay gives the context stored
+//     with the message's row, under its "outbox relay publish" span, so the trace is that of the
+//     request that enqueued it). It starts no span of its own.
+//   - [TxProducer.Send] runs under a span "rocketmq send" (kind producer), the child of ctx's span,
+//     and sends that span's context in the same two properties of the half message; the local
+//     transaction runs under its child "rocketmq local transaction", which localTx's ctx carries.
+//   - A check-back runs under a span "rocketmq check-back", the child of the trace context the
+//     half message carries, not of anything in the answering process: the broker asks later, and
+//     may ask another producer of the group because the sender died, and the question belongs to
+//     the request that sent the message, so its span joins that request's trace, as the outbox
+//     relay's publish span and the coordinators' recovery spans do (the client's callback has no
+//     context of the answering process to link to). Its attribute txkit.checkback.result is the
+//     answer.
+//   - A [Consumer] runs each message under a span "rocketmq consume" (kind consumer), the child of
+//     the properties' context — the relay's publish span or the send span — which the [Handler]'s
+//     ctx carries. A message acknowledged without being applied (poison) has the span too, with
+//     status Error.
+//
+// Errors are recorded on the spans (status Error). The package logs with the slog *Context
+// methods under the span it is in (a client callback without a ctx, under the trace context of
+// the message it is about), so a handler that reads the span from the record's ctx (such as
+// package tracelog's) adds trace_id and span_id to every line.
 package rocketmq

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -14,9 +15,10 @@ import (
 )
 
 // The message properties that carry the W3C trace context: a [Publisher] sets them from the ctx
-// it is given (the outbox relay passes the context stored with the message's row), and a
-// [Consumer] starts its span as their child. A message header of either name is replaced by the
-// publisher's trace context when that ctx carries a span.
+// it is given (the outbox relay passes the context stored with the message's row), a
+// [TxProducer] from its "rocketmq send" span, and a [Consumer] and a TxProducer's check-back start
+// their spans as their child. A message header of either name is replaced by the sender's trace
+// context when there is one.
 const (
 	PropertyTraceParent = "traceparent"
 	PropertyTraceState  = "tracestate"
@@ -26,11 +28,23 @@ const (
 const tracerName = "github.com/txkit/txkit/rocketmq"
 
 // WithTracerProvider sets the OpenTelemetry tracer provider (default: the application's global
-// provider). It fits all three constructors. A [Consumer] runs each message's transaction under a
-// span "rocketmq consume" (kind consumer), the child of the trace context the message's
-// [PropertyTraceParent] and [PropertyTraceState] properties carry, and passes the span in the
-// [Handler]'s ctx; a [Publisher] starts no span of its own: it only propagates ctx's trace context
-// into those properties (the outbox relay's "outbox relay publish" span is the producer span).
+// provider). It fits all three constructors.
+//
+// A [Consumer] runs each message's transaction under a span "rocketmq consume" (kind consumer),
+// the child of the trace context the message's [PropertyTraceParent] and [PropertyTraceState]
+// properties carry, and passes the span in the [Handler]'s ctx; a message it acknowledges without
+// applying (oversized, undecodable, [ErrPoison]) has the span too, with status Error.
+//
+// A [Publisher] starts no span of its own: it only propagates ctx's trace context into those
+// properties (the outbox relay's "outbox relay publish" span is the producer span).
+//
+// A [TxProducer]'s Send runs under a span "rocketmq send" (kind producer), the child of ctx's
+// span, whose context goes into the half message's properties, so that the consumer's span is its
+// child; the local transaction runs under its child "rocketmq local transaction", which
+// localTx's ctx carries. A check-back, which the broker sends later and possibly to another
+// producer of the group (the sender may have died), runs under a span "rocketmq check-back" (kind
+// server), the child of the trace context the half message carries — the same trace as the Send,
+// whichever process answers — with the answer in the attribute txkit.checkback.result.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return commonOption(func(o *commonOptions) { o.tp = tp })
 }
@@ -61,26 +75,78 @@ func injectTrace(ctx context.Context, m *primitive.Message) {
 	}
 }
 
-// startConsume starts the "rocketmq consume" span of msg, the child of the trace context m
-// carries; the returned ctx carries the span.
-func (c *Consumer) startConsume(ctx context.Context, m *primitive.MessageExt, msg message.Message) (context.Context, trace.Span) {
+// messagingAttrs are the attributes every span of this package has.
+func messagingAttrs(topic string) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		attribute.String("messaging.system", "rocketmq"),
+		attribute.String("messaging.destination.name", topic),
+	}
+}
+
+// startConsume starts the "rocketmq consume" span of m, the child of the trace context m
+// carries; the returned ctx carries the span. The txkit id is added once m is decoded.
+func (c *Consumer) startConsume(ctx context.Context, m *primitive.MessageExt) (context.Context, trace.Span) {
 	ctx = obs.Propagator().Extract(ctx, propertyCarrier{&m.Message})
 	return c.tracer.Start(ctx, "rocketmq consume", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(messagingAttrs(c.topic)...),
 		trace.WithAttributes(
-			attribute.String("messaging.system", "rocketmq"),
 			attribute.String("messaging.operation.type", "process"),
-			attribute.String("messaging.destination.name", c.topic),
 			attribute.String("messaging.consumer.group.name", c.group),
-			attribute.String("messaging.message.id", msg.ID.String()),
+			attribute.String("txkit.mq_msg_id", m.MsgId),
 			attribute.Int("messaging.rocketmq.message.reconsume_times", int(m.ReconsumeTimes)),
 		))
 }
 
-// endSpan records err (if any) on span and ends it.
-func endSpan(span trace.Span, err error) {
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+// startSend starts the "rocketmq send" span of a [TxProducer.Send] of msg, the child of ctx's
+// span; the returned ctx carries it.
+func (p *TxProducer) startSend(ctx context.Context, msg message.Message) (context.Context, trace.Span) {
+	return p.tracer.Start(ctx, "rocketmq send", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(messagingAttrs(msg.Topic)...),
+		trace.WithAttributes(
+			attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.rocketmq.client_group", p.group),
+			attribute.String("messaging.rocketmq.message.type", "transaction"),
+			attribute.String("messaging.message.id", msg.ID.String()),
+		))
+}
+
+// startLocal starts the "rocketmq local transaction" span, the child of the send span ctx carries.
+func (p *TxProducer) startLocal(ctx context.Context, id uuid.UUID) (context.Context, trace.Span) {
+	return p.tracer.Start(ctx, "rocketmq local transaction",
+		trace.WithAttributes(attribute.String("messaging.message.id", id.String())))
+}
+
+// startCheckBack starts the "rocketmq check-back" span of the half message m, the child of the
+// trace context m carries (the Send's span, possibly in a process that has died since), or a
+// new trace when it carries none; the returned ctx, derived from ctx, carries the span.
+func (p *TxProducer) startCheckBack(ctx context.Context, m *primitive.MessageExt) (context.Context, trace.Span) {
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(messagingAttrs(m.Topic)...),
+		trace.WithAttributes(
+			attribute.String("messaging.rocketmq.client_group", p.group),
+			attribute.String("txkit.mq_msg_id", m.MsgId),
+			attribute.String("messaging.message.id", m.GetProperty(PropertyTxID)),
+		),
 	}
-	span.End()
+	// ctx descends from NewTxProducer's ctx, whose span (if any) has nothing to do with m.
+	if sc := trace.SpanContextFromContext(obs.Propagator().Extract(context.Background(), propertyCarrier{&m.Message})); sc.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	} else {
+		opts = append(opts, trace.WithNewRoot())
+	}
+	return p.tracer.Start(ctx, "rocketmq check-back", opts...)
+}
+
+// messageContext returns ctx carrying the trace context m's properties carry (ctx unchanged
+// when they carry none), for the log lines of a client callback that has no ctx of its own.
+func messageContext(ctx context.Context, m *primitive.Message) context.Context {
+	return obs.Propagator().Extract(ctx, propertyCarrier{m})
+}
+
+// failSpan records err on span and sets its status to Error, for a span that ends without an
+// error to return (a poison message is acknowledged).
+func failSpan(span trace.Span, err error) {
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
 }

@@ -19,7 +19,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/message"
 	"github.com/txkit/txkit/outbox"
@@ -46,12 +49,13 @@ import (
 //
 // A TxProducer is safe for concurrent use by multiple goroutines.
 type TxProducer struct {
-	tp    rmq.TransactionProducer
-	pool  *pgxpool.Pool
-	group string
-	o     txProducerOptions
-	log   *slog.Logger
-	m     *txProducerMetrics
+	tp     rmq.TransactionProducer
+	pool   *pgxpool.Pool
+	group  string
+	o      txProducerOptions
+	log    *slog.Logger
+	m      *txProducerMetrics
+	tracer trace.Tracer
 
 	ddl, insert, lookup, fence, purge string
 
@@ -108,7 +112,8 @@ func newTxProducer(ctx context.Context, nameservers []string, group string, pool
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: tx producer %s: %w", group, err)
 	}
-	p := &TxProducer{pool: pool, group: group, o: o, log: o.log.With("group", group), m: m, pending: map[uuid.UUID]*pendingTx{}}
+	p := &TxProducer{pool: pool, group: group, o: o, log: o.log.With("group", group), m: m,
+		tracer: obs.TracerProvider(o.tp).Tracer(tracerName), pending: map[uuid.UUID]*pendingTx{}}
 	if err := p.prepareSQL(); err != nil {
 		return nil, err
 	}
@@ -155,7 +160,7 @@ func (p *TxProducer) register(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, p.o.sendTimeout)
 	defer cancel()
 	if _, err := p.tp.SendMessageInTransaction(ctx, probe); err == nil {
-		p.log.Error("rocketmq: route probe was sent as a message", "topic", halfTopic)
+		p.log.ErrorContext(ctx, "rocketmq: route probe was sent as a message", "topic", halfTopic)
 	}
 }
 
@@ -225,7 +230,19 @@ func (p *TxProducer) Purge(ctx context.Context, db outbox.DBTX, age time.Duratio
 // commit's outcome is unknown; the broker then delivers the message if and only if it committed.
 // Errors wrap [outbox.ErrInvalidMessage] for a message RocketMQ cannot carry and [ErrClosed]
 // after Close.
+//
+// Send runs under a span "rocketmq send" and sends its trace context in the [PropertyTraceParent]
+// and [PropertyTraceState] properties (replacing headers of those names), so that the consumer's
+// span and any check-back's span are in ctx's trace (see [WithTracerProvider]).
 func (p *TxProducer) Send(ctx context.Context, msg message.Message, localTx func(ctx context.Context, tx pgx.Tx) error) error {
+	sctx, span := p.startSend(ctx, msg)
+	err := p.send(sctx, ctx, msg, localTx)
+	obs.EndSpan(span, err)
+	return err
+}
+
+// send is Send under the send span, which ctx carries; parent is Send's ctx.
+func (p *TxProducer) send(ctx, parent context.Context, msg message.Message, localTx func(ctx context.Context, tx pgx.Tx) error) error {
 	if localTx == nil {
 		return fmt.Errorf("rocketmq: send %s: nil local transaction: %w", msg.ID, ErrInvalidOption)
 	}
@@ -234,6 +251,11 @@ func (p *TxProducer) Send(ctx context.Context, msg message.Message, localTx func
 		return err
 	}
 	m.WithProperty(PropertyTxID, msg.ID.String())
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		injectTrace(ctx, m)
+	} else {
+		injectTrace(parent, m) // this producer's provider does not record: pass the caller's trace on
+	}
 
 	pt := &pendingTx{ctx: ctx, localTx: localTx}
 	p.mu.Lock()
@@ -278,26 +300,29 @@ func (p *TxProducer) Send(ctx context.Context, msg message.Message, localTx func
 func (p *TxProducer) executeLocal(m *primitive.Message) primitive.LocalTransactionState {
 	id, err := uuid.Parse(m.GetProperty(PropertyTxID))
 	if err != nil {
-		p.log.Error("rocketmq: local transaction for a message without a txkit tx id", "err", err)
+		p.log.ErrorContext(messageContext(p.life, m), "rocketmq: local transaction for a message without a txkit tx id", "err", err)
 		return primitive.UnknowState
 	}
 	p.mu.Lock()
 	pt := p.pending[id]
 	p.mu.Unlock()
 	if pt == nil {
-		p.log.Error("rocketmq: local transaction for no pending Send; leaving it to the check-back", "msg_id", id)
+		p.log.ErrorContext(messageContext(p.life, m), "rocketmq: local transaction for no pending Send; leaving it to the check-back", "msg_id", id)
 		return primitive.UnknowState
 	}
 	pt.ran = true
-	state, err := p.runLocal(pt, id)
+	ctx, span := p.startLocal(pt.ctx, id)
+	state, err := p.runLocal(ctx, pt, id)
+	span.SetAttributes(attribute.String("txkit.local_tx.state", stateName(state)))
+	obs.EndSpan(span, err)
 	if err != nil {
 		pt.err = fmt.Errorf("rocketmq: send %s to %s: %w", id, m.Topic, err)
 	}
 	return state
 }
 
-func (p *TxProducer) runLocal(pt *pendingTx, id uuid.UUID) (primitive.LocalTransactionState, error) {
-	ctx, cancel := context.WithTimeout(pt.ctx, p.o.localTxTimeout)
+func (p *TxProducer) runLocal(ctx context.Context, pt *pendingTx, id uuid.UUID) (primitive.LocalTransactionState, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.o.localTxTimeout)
 	defer cancel()
 	tx, err := p.pool.Begin(ctx)
 	if err != nil {
@@ -348,47 +373,60 @@ func commitSurelyFailed(err error) bool {
 	return errors.Is(err, pgx.ErrTxCommitRollback) || errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
 }
 
-// checkLocal answers a check-back from the table. The client calls it from a single goroutine, so
-// it is bounded by WithCheckTimeout.
+// checkLocal answers a check-back from the table, under the check-back's span. The client calls
+// it from a single goroutine, so it is bounded by WithCheckTimeout.
 func (p *TxProducer) checkLocal(m *primitive.MessageExt) primitive.LocalTransactionState {
+	ctx, cancel := context.WithTimeout(p.life, p.o.checkTimeout)
+	defer cancel()
+	ctx, span := p.startCheckBack(ctx, m)
+	state, err := p.answerCheck(ctx, m)
+	span.SetAttributes(attribute.String("txkit.checkback.result", stateName(state)))
+	obs.EndSpan(span, err)
+	return state
+}
+
+// answerCheck decides the answer to a check-back; an error comes with "unknown" (the broker asks
+// again) and is logged here.
+func (p *TxProducer) answerCheck(ctx context.Context, m *primitive.MessageExt) (primitive.LocalTransactionState, error) {
 	raw := m.GetProperty(PropertyTxID)
 	id, err := uuid.Parse(raw)
 	if err != nil {
 		// Not one of ours (only Send makes half messages in this group): do not decide for it.
-		p.log.Error("rocketmq: check-back for a message without a txkit tx id", "mq_msg_id", m.MsgId, "tx_id", raw)
-		return primitive.UnknowState
+		p.log.ErrorContext(ctx, "rocketmq: check-back for a message without a txkit tx id", "mq_msg_id", m.MsgId, "tx_id", raw)
+		return primitive.UnknowState, fmt.Errorf("rocketmq: check-back for %s: no txkit tx id: %w", m.MsgId, err)
 	}
-	ctx, cancel := context.WithTimeout(p.life, p.o.checkTimeout)
-	defer cancel()
 	log := p.log.With("msg_id", id, "topic", m.Topic)
 
 	state, found, err := p.lookupState(ctx, id)
 	if err != nil {
-		log.Warn("rocketmq: check-back lookup failed; the broker will ask again", "err", err)
-		return primitive.UnknowState
+		log.WarnContext(ctx, "rocketmq: check-back lookup failed; the broker will ask again", "err", err)
+		return primitive.UnknowState, fmt.Errorf("rocketmq: check-back for %s: lookup: %w", id, err)
 	}
 	if found {
-		log.Info("rocketmq: check-back answered from the table", "state", stateName(state))
-		return state
+		log.InfoContext(ctx, "rocketmq: check-back answered from the table", "state", stateName(state))
+		return state, nil
 	}
 	age := time.Since(time.UnixMilli(m.BornTimestamp))
 	if age < p.o.checkGrace {
-		log.Debug("rocketmq: check-back for a transaction that may still run", "age", age)
-		return primitive.UnknowState
+		log.DebugContext(ctx, "rocketmq: check-back for a transaction that may still run", "age", age)
+		return primitive.UnknowState, nil
 	}
 	// Fence: record the rollback unless the local transaction's row gets in first. A local
 	// transaction still running holds its row and makes this insert wait for its outcome.
 	if _, err := p.pool.Exec(ctx, p.fence, id); err != nil {
-		log.Warn("rocketmq: check-back fence failed; the broker will ask again", "err", err)
-		return primitive.UnknowState
+		log.WarnContext(ctx, "rocketmq: check-back fence failed; the broker will ask again", "err", err)
+		return primitive.UnknowState, fmt.Errorf("rocketmq: check-back for %s: fence: %w", id, err)
 	}
 	state, found, err = p.lookupState(ctx, id)
 	if err != nil || !found {
-		log.Warn("rocketmq: check-back lookup after fence failed; the broker will ask again", "err", err, "found", found)
-		return primitive.UnknowState
+		log.WarnContext(ctx, "rocketmq: check-back lookup after fence failed; the broker will ask again", "err", err, "found", found)
+		if err == nil {
+			err = errors.New("no row")
+		}
+		return primitive.UnknowState, fmt.Errorf("rocketmq: check-back for %s: lookup after fence: %w", id, err)
 	}
-	log.Info("rocketmq: check-back decided", "state", stateName(state), "age", age)
-	return state
+	log.InfoContext(ctx, "rocketmq: check-back decided", "state", stateName(state), "age", age)
+	return state, nil
 }
 
 func (p *TxProducer) lookupState(ctx context.Context, id uuid.UUID) (primitive.LocalTransactionState, bool, error) {
