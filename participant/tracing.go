@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -53,12 +52,9 @@ func (b *Barrier) traced(ctx context.Context, kind trace.SpanKind, req Request, 
 			attribute.String("txkit.branch", req.Branch),
 			attribute.String("txkit.op", req.Op.String()),
 		))
-	defer span.End()
-	err := do(ctx)
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
+	var err error
+	defer func() { obs.EndSpan(span, err) }() // also when do re-panics (http.ErrAbortHandler)
+	err = do(ctx)
 	return ctx, err
 }
 

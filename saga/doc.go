@@ -96,6 +96,22 @@
 // A drive longer than half the lease records its progress to renew the lease. A compensated saga
 // costs 3: the insert, the move to compensating (with the successes so far), and the finish.
 //
+// # Tracing
+//
+// Given [coordinator.WithTracerProvider] (default: the application's global OpenTelemetry
+// provider), [Saga.Submit] records the saga under a span "saga begin" (attribute txkit.gid), the
+// child of Submit's ctx, and stores that span's trace context with the saga; each call is a
+// client span "saga action" or "saga compensate" (txkit.gid, txkit.branch, txkit.op; a refusal
+// or failure recorded, status Error), also a child of Submit's ctx. The participant continues
+// it: an HTTP participant behind [participant.Barrier.Handler] in a server span "participant
+// <op>", an in-process one from [participant.Barrier.Participant] in an internal span of that
+// name. A saga the leader finishes is driven under a span "recovery drive", the child of the
+// stored context — so the leader's actions and compensations, hours later and in another
+// process, are in the trace of the request that submitted the saga — with a link to the leader's
+// "recovery pass" span (see package coordinator). The drive logs with its ctx and Submit with
+// its own (InfoContext, ...): "saga: compensating" and the others carry trace_id and span_id
+// under a handler that reads them (tracelog.Handler).
+//
 // Coordinator is safe for concurrent use by multiple goroutines; a [Saga] is built and
 // submitted by one goroutine.
 package saga

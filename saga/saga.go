@@ -386,10 +386,10 @@ func (d *driver) forward(ctx, deadline context.Context) (moved bool, cause, err 
 	}
 	switch p.Next {
 	case core.StatusSucceeded:
-		d.log.Debug("saga: succeeded")
+		d.log.DebugContext(ctx, "saga: succeeded")
 		return false, nil, nil
 	case core.StatusCompensating:
-		d.log.Info("saga: compensating", slog.Any("err", cause))
+		d.log.InfoContext(ctx, "saga: compensating", slog.Any("err", cause))
 		return true, cause, nil
 	}
 	errs := []error{coordinator.ErrIncomplete}
@@ -474,7 +474,7 @@ func (d *driver) compensate(ctx context.Context) error {
 		return fmt.Errorf("saga: %s: %w", d.gid, err)
 	}
 	if p.Next != 0 {
-		d.log.Info("saga: compensated")
+		d.log.InfoContext(ctx, "saga: compensated")
 		return nil
 	}
 	errs := []error{coordinator.ErrIncomplete}
@@ -510,7 +510,7 @@ func (d *driver) call(ctx context.Context, st *step, op participant.Op) error {
 			return nil
 		}
 		if op == participant.OpAction && errors.Is(err, participant.ErrRefused) {
-			d.log.Info("saga: action refused", slog.String("step", st.name), slog.Any("err", err))
+			d.log.InfoContext(ctx, "saga: action refused", slog.String("step", st.name), slog.Any("err", err))
 			return err
 		}
 		d.c.b.Failures.Add(1)

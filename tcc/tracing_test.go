@@ -138,22 +138,7 @@ func TestIntegrationTracingAcrossProcesses(t *testing.T) {
 	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
 		return status(t, leader, gid) == tcc.StatusCancelled && len(coretest.Named(exp.GetSpans(), "recovery pass")) > 0
 	}, "the leader did not cancel %s", gid)
-	var drive tracetest.SpanStub
-	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
-		spans := exp.GetSpans()
-		for _, d := range coretest.Named(spans, "recovery drive") {
-			if coretest.Attr(d, "txkit.gid") != gid || d.Status.Code == codes.Error || len(d.Links) != 1 {
-				continue
-			}
-			for _, p := range coretest.Named(spans, "recovery pass") {
-				if p.SpanContext.SpanID() == d.Links[0].SpanContext.SpanID() {
-					drive = d
-					return true
-				}
-			}
-		}
-		return false
-	}, "no successful drive of %s linked to an ended recovery pass: %v", gid, exp.GetSpans())
+	drive := coretest.LinkedDrive(t, exp, gid)
 	if drive.SpanContext.TraceID().String() != root || drive.Parent.SpanID().String() != begin || !drive.Parent.IsRemote() {
 		t.Fatalf("drive span trace %s parent %s, want the worker's trace %s and its begin span %s",
 			drive.SpanContext.TraceID(), drive.Parent.SpanID(), root, begin)

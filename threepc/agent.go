@@ -140,7 +140,7 @@ func (a *PGAgent) Pass(ctx context.Context) (AgentPass, error) {
 					return res, errors.Join(append(errs, ctx.Err())...)
 				}
 				out, fallback = participant.OutcomeCommit, true
-				a.o.log.Warn("threepc: agent: the decision log cannot be reached; committing by the textbook rule",
+				a.o.log.WarnContext(ctx, "threepc: agent: the decision log cannot be reached; committing by the textbook rule",
 					slog.String("gid", p.GID), slog.String("branch", p.Branch), slog.Any("err", derr))
 			}
 		}
@@ -165,7 +165,7 @@ func (a *PGAgent) Pass(ctx context.Context) (AgentPass, error) {
 			res.Fallbacks++
 			a.stats.fallbacks.Add(1)
 		}
-		a.o.log.Info("threepc: agent ended a prepared transaction the coordinator left", slog.String("gid", p.GID),
+		a.o.log.InfoContext(ctx, "threepc: agent ended a prepared transaction the coordinator left", slog.String("gid", p.GID),
 			slog.String("branch", p.Branch), slog.String("action", out.String()), slog.String("mode", a.o.mode.String()),
 			slog.Duration("waited", time.Since(p.At)))
 	}
@@ -178,7 +178,7 @@ func (a *PGAgent) Pass(ctx context.Context) (AgentPass, error) {
 func (a *PGAgent) Run(ctx context.Context) error {
 	err := pgutil.RunSchedule(ctx, fmt.Sprintf("@every %v", a.o.poll), a.o.log, func(ctx context.Context) {
 		if _, err := a.Pass(ctx); err != nil && ctx.Err() == nil {
-			a.o.log.Error("threepc: agent pass failed", slog.Any("err", err))
+			a.o.log.ErrorContext(ctx, "threepc: agent pass failed", slog.Any("err", err))
 		}
 	})
 	if err != nil {

@@ -542,7 +542,7 @@ func (c *Coordinator) Decide(ctx context.Context, gid string) (participant.Outco
 		switch {
 		case err == nil && wrote:
 			c.stats.agentAborts.Add(1)
-			c.b.Cfg.Logger.Info("threepc: recorded the abort of an undecided transaction for a participant's agent", slog.String("gid", gid))
+			c.b.Cfg.Logger.InfoContext(ctx, "threepc: recorded the abort of an undecided transaction for a participant's agent", slog.String("gid", gid))
 		case err == nil: // another agent recorded the same abort first
 		case errors.Is(err, core.ErrInvalidState): // the starter decided first: st is its decision
 		default:

@@ -62,6 +62,18 @@
 // branch: three — the record with its branches before phase one (a participant cannot be found
 // any other way), the decision, the outcome.
 //
+// Tracing: given [coordinator.WithTracerProvider] (default: the application's global
+// OpenTelemetry provider), [Global.Commit] records the transaction under a span "2pc begin"
+// (attribute txkit.gid), the child of its ctx, whose trace context is stored with it — before
+// phase one when a participant takes part, with the decision to commit when only databases do (a
+// transaction of databases that aborts before deciding is never recorded, so has none). Each
+// call is a client span, a child of Commit's ctx: "2pc prepare" for a participant branch (a
+// database's PREPARE TRANSACTION is not a call), "2pc commit" or "2pc abort" for every branch,
+// database or participant (txkit.gid, txkit.branch, txkit.op; a refusal or failure recorded,
+// status Error). A participant continues it: [participant.Barrier.Handler] in a server span
+// "participant <op>", [participant.Barrier.Participant] in an internal one. The leader's phase
+// two runs under "recovery drive", the child of the stored context (see package coordinator).
+//
 // A transfer between two databases:
 //
 //	c, _ := twopc.New(logPool, coordinator.WithSchema("bank"), coordinator.WithElector(el))

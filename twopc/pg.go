@@ -130,7 +130,7 @@ func (c *Coordinator) resolveDB(ctx context.Context, d *prepared.Registered, res
 		} else {
 			res.RolledBack++
 		}
-		c.b.Cfg.Logger.Info("twopc: resolved an in-doubt prepared transaction", slog.String("gid", gid),
+		c.b.Cfg.Logger.InfoContext(ctx, "twopc: resolved an in-doubt prepared transaction", slog.String("gid", gid),
 			slog.String("database", d.Name), slog.String("action", strings.TrimSpace(string(verb))))
 	}
 	return errors.Join(errs...)

@@ -447,7 +447,7 @@ func (c *Coordinator) commitDBs(ctx context.Context, gid string, recs []core.Bra
 		eg.Go(func() error {
 			if err := c.b.CallTarget(ctx, r.Target, participant.Request{GID: gid, Branch: r.Name, Op: participant.OpCommit}); err != nil {
 				c.b.Failures.Add(1)
-				c.b.Cfg.Logger.Warn("twopc: commit prepared failed; the in-doubt resolver will", slog.String("gid", gid),
+				c.b.Cfg.Logger.WarnContext(ctx, "twopc: commit prepared failed; the in-doubt resolver will", slog.String("gid", gid),
 					slog.String("branch", r.Name), slog.Any("err", err))
 				mu.Lock()
 				failed = append(failed, &coordinator.BranchError{GID: gid, Branch: r.Name, Op: participant.OpCommit, Err: err})
