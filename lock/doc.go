@@ -5,11 +5,12 @@
 // leader election on it ([NewElector]) that every txkit coordinator runs its recovery under by
 // default. The other backends live beside it: lock/pglock (PostgreSQL lease rows, or advisory
 // locks) and lock/redislock (Redis SET NX PX with a watchdog, and Redlock); lock/locktest is the
-// conformance suite all of them pass. Fencing tokens rise strictly from one holder to the next on
-// every backend; tokens of different backends are not comparable, so a resource fenced under one
-// backend is reset (`txkit fence reset`) before its leaders move to another. The PostgreSQL fence
-// that refuses the writes of a deposed holder is package fence (github.com/txkit/txkit/fence), so
-// this package links no database driver.
+// conformance suite all of them pass. An [Inspector] reads who holds a lock and who waits, on any
+// backend, without taking part ([Session.Inspector] for ZooKeeper). Fencing tokens rise strictly
+// from one holder to the next on every backend; tokens of different backends are not comparable, so
+// a resource fenced under one backend is reset (`txkit fence reset`) before its leaders move to
+// another. The PostgreSQL fence that refuses the writes of a deposed holder is package fence
+// (github.com/txkit/txkit/fence), so this package links no database driver.
 //
 // A [Session] is the connection all of these share. It reads ZooKeeper's session events through
 // go-zookeeper's callback, declares a session lost when the ensemble has not been heard from for

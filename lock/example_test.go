@@ -23,14 +23,11 @@ func exampleServers() []string {
 
 func ExampleMutex() {
 	ctx := context.Background()
-	sess, err := lock.NewSession(ctx, exampleServers(), lock.WithSessionTimeout(5*time.Second))
-	if err != nil {
-		fmt.Println(err)
+	sess, path, done, ok := exampleSession(ctx, "lock")
+	if !ok {
 		return
 	}
-	defer sess.Close()
-	path := "/txkit-example/" + uuid.NewString() + "/lock"
-	defer deleteAll(sess, path)
+	defer done()
 
 	a, _ := lock.NewMutex(sess, path)
 	b, _ := lock.NewMutex(sess, path) // one Mutex value per contender
@@ -59,17 +56,14 @@ func ExampleMutex() {
 func ExampleElector_RunWhileLeader() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sess, err := lock.NewSession(ctx, exampleServers(), lock.WithSessionTimeout(5*time.Second))
-	if err != nil {
-		fmt.Println(err)
+	sess, path, done, ok := exampleSession(ctx, "leader")
+	if !ok {
 		return
 	}
-	defer sess.Close()
-	path := "/txkit-example/" + uuid.NewString() + "/leader"
-	defer deleteAll(sess, path)
+	defer done()
 
 	el, _ := lock.NewElector(sess, path, "relay-1")
-	err = el.RunWhileLeader(ctx, func(ctx context.Context, l lock.Leadership) error {
+	err := el.RunWhileLeader(ctx, func(ctx context.Context, l lock.Leadership) error {
 		id, _ := el.Leader(ctx)
 		fmt.Println("leading:", id)
 		cancel() // a real leader works until ctx ends: leadership lost, or shutdown
@@ -80,6 +74,19 @@ func ExampleElector_RunWhileLeader() {
 	// Output:
 	// leading: relay-1
 	// returned: <nil>
+}
+
+// exampleSession opens a Session and picks a lock path ending in leaf, under a parent of its own;
+// done deletes the nodes and closes the Session. It prints why when it cannot (so that the
+// example's output does not match).
+func exampleSession(ctx context.Context, leaf string) (sess *lock.Session, path string, done func(), ok bool) {
+	sess, err := lock.NewSession(ctx, exampleServers(), lock.WithSessionTimeout(5*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return nil, "", nil, false
+	}
+	path = "/txkit-example/" + uuid.NewString() + "/" + leaf
+	return sess, path, func() { deleteAll(sess, path); _ = sess.Close() }, true
 }
 
 // deleteAll removes the example's nodes (the path and its parent).
@@ -97,14 +104,11 @@ func deleteAll(sess *lock.Session, path string) {
 func ExampleSession_Inspector() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sess, err := lock.NewSession(ctx, exampleServers(), lock.WithSessionTimeout(5*time.Second))
-	if err != nil {
-		fmt.Println(err)
+	sess, path, done, ok := exampleSession(ctx, "lock")
+	if !ok {
 		return
 	}
-	defer sess.Close()
-	path := "/txkit-example/" + uuid.NewString() + "/lock"
-	defer deleteAll(sess, path)
+	defer done()
 
 	a, _ := lock.NewMutex(sess, path, lock.WithData([]byte("worker-1")))
 	b, _ := lock.NewMutex(sess, path, lock.WithData([]byte("worker-2")))

@@ -505,18 +505,8 @@ func testElector(t *testing.T, b Backend) {
 			t.Fatalf("Leader() = %q, %v; want %q", id, err, want)
 		}
 	}
-	campaign := func(e lock.Elector) lock.Leadership {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
-		defer cancel()
-		l, err := e.Campaign(ctx)
-		if err != nil {
-			t.Fatalf("Campaign(%s): %v", e.ID(), err)
-		}
-		return l
-	}
 	wantLeader(e2, "")
-	l1 := campaign(e1)
+	l1 := campaignNow(t, e1)
 	wantLeader(e2, "candidate-a")
 	wantLeader(e1, "candidate-a")
 

@@ -3,7 +3,8 @@
 // [AdvisoryMutex] on pg_advisory_lock for those who want the simplest form; and leader election
 // on the lease lock ([Client.NewElector]). Both locks implement [lock.Locker], and the elector is
 // a [lock.Election], so every txkit coordinator, the outbox relay and the notifier can run on
-// PostgreSQL instead of ZooKeeper.
+// PostgreSQL instead of ZooKeeper. [Client.Inspector] tells who holds a lease lock (or leads an
+// election), with its token, for operators (the admin API).
 //
 //	c, err := pglock.New(pool, pglock.WithTTL(10*time.Second))
 //	if err != nil {

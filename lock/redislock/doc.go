@@ -1,7 +1,8 @@
 // Package redislock is txkit's lock and leader election on Redis: [Client] on one server and
 // [Redlock] on several independent ones, both behind [lock.Locker] and [lock.Elector] so that
 // every txkit coordinator can lead on Redis instead of ZooKeeper. It uses go-redis v9; the caller
-// makes and closes the go-redis clients.
+// makes and closes the go-redis clients. [Client.Inspector] and [Redlock.Inspector] tell who holds
+// a lock (or leads an election), with its token, for operators (the admin API).
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 //	defer rdb.Close()

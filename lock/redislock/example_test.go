@@ -26,20 +26,55 @@ func exampleAddrs(env string) []string {
 	return strings.Split(v, ",")
 }
 
-func ExampleClient_NewMutex() {
-	ctx := context.Background()
+// exampleClient returns a Client on the server of TXKIT_REDIS (set by `make test`) and its go-redis
+// client; done closes both, the Client first. It prints why when it cannot (so that the example's
+// output does not match).
+func exampleClient(opts ...redislock.Option) (locks *redislock.Client, rdb *redis.Client, done func(), ok bool) {
 	addrs := exampleAddrs("TXKIT_REDIS")
 	if addrs == nil {
-		return
+		return nil, nil, nil, false
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	locks, err := redislock.New(rdb, redislock.WithTTL(5*time.Second))
+	rdb = redis.NewClient(&redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true})
+	locks, err := redislock.New(rdb, opts...)
 	if err != nil {
 		fmt.Println(err)
+		_ = rdb.Close()
+		return nil, nil, nil, false
+	}
+	return locks, rdb, func() { _ = locks.Close(); _ = rdb.Close() }, true
+}
+
+// exampleRedlock returns a Redlock on the servers of TXKIT_REDLOCK and their go-redis clients;
+// done closes them all, the Redlock first. It prints why when it cannot.
+func exampleRedlock(opts ...redislock.Option) (rl *redislock.Redlock, clients []redis.UniversalClient, done func(), ok bool) {
+	addrs := exampleAddrs("TXKIT_REDLOCK")
+	if addrs == nil {
+		return nil, nil, nil, false
+	}
+	closeAll := func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}
+	for _, a := range addrs {
+		clients = append(clients, redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true}))
+	}
+	rl, err := redislock.NewRedlock(clients, opts...)
+	if err != nil {
+		fmt.Println(err)
+		closeAll()
+		return nil, nil, nil, false
+	}
+	return rl, clients, func() { _ = rl.Close(); closeAll() }, true
+}
+
+func ExampleClient_NewMutex() {
+	ctx := context.Background()
+	locks, rdb, done, ok := exampleClient(redislock.WithTTL(5 * time.Second))
+	if !ok {
 		return
 	}
-	defer locks.Close() // before rdb.Close: the deferred calls run in reverse order
+	defer done()
 
 	name := "example-" + uuid.NewString()
 	defer rdb.Del(ctx, "txkit:lock:{"+name+"}:fence")
@@ -71,22 +106,11 @@ func ExampleClient_NewMutex() {
 
 func ExampleRedlock_NewMutex() {
 	ctx := context.Background()
-	addrs := exampleAddrs("TXKIT_REDLOCK") // three independent servers
-	if addrs == nil {
+	rl, clients, done, ok := exampleRedlock(redislock.WithTTL(5 * time.Second)) // three independent servers
+	if !ok {
 		return
 	}
-	var clients []redis.UniversalClient
-	for _, a := range addrs {
-		rdb := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true})
-		defer rdb.Close()
-		clients = append(clients, rdb)
-	}
-	rl, err := redislock.NewRedlock(clients, redislock.WithTTL(5*time.Second))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer rl.Close()
+	defer done()
 
 	name := "example-" + uuid.NewString()
 	defer func() {
@@ -122,18 +146,11 @@ func ExampleRedlock_NewMutex() {
 func ExampleClient_NewElector() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addrs := exampleAddrs("TXKIT_REDIS")
-	if addrs == nil {
+	locks, rdb, done, ok := exampleClient()
+	if !ok {
 		return
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	locks, err := redislock.New(rdb)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer locks.Close()
+	defer done()
 
 	name := "example-election-" + uuid.NewString()
 	defer rdb.Del(ctx, "txkit:lock:{"+name+"}:fence")
@@ -156,18 +173,11 @@ func ExampleClient_NewElector() {
 
 func ExampleClient_Inspector() {
 	ctx := context.Background()
-	addrs := exampleAddrs("TXKIT_REDIS")
-	if addrs == nil {
+	locks, rdb, done, ok := exampleClient()
+	if !ok {
 		return
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	locks, err := redislock.New(rdb)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer locks.Close()
+	defer done()
 
 	name := "example-inspect-" + uuid.NewString()
 	defer rdb.Del(ctx, "txkit:lock:{"+name+"}:fence")
@@ -196,22 +206,11 @@ func ExampleClient_Inspector() {
 
 func ExampleRedlock_Inspector() {
 	ctx := context.Background()
-	addrs := exampleAddrs("TXKIT_REDLOCK")
-	if addrs == nil {
+	rl, clients, done, ok := exampleRedlock() // three independent servers
+	if !ok {
 		return
 	}
-	var clients []redis.UniversalClient
-	for _, a := range addrs {
-		rdb := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true})
-		defer rdb.Close()
-		clients = append(clients, rdb)
-	}
-	rl, err := redislock.NewRedlock(clients)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer rl.Close()
+	defer done()
 
 	name := "example-inspect-" + uuid.NewString()
 	defer func() {
