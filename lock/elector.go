@@ -72,6 +72,9 @@ func (e *zkElection) leader(ctx context.Context, ep *epoch, watch bool) (string,
 	if len(nodes) == 0 {
 		return "", ch, fmt.Errorf("lock: election %s: %w", e.path, ErrNoLeader)
 	}
+	if nodes[0].unreadable {
+		return "", nil, fmt.Errorf("lock: election %s: the leader's node %s: %w", e.path, nodes[0].name, zk.ErrNoAuth)
+	}
 	return string(nodes[0].data), ch, nil
 }
 

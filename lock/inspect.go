@@ -46,8 +46,9 @@ type Inspector interface {
 //
 // For the fair recipe it lists the contenders' nodes in sequence order, as the recipe ranks them
 // (children that are not contenders' nodes are skipped, as the recipe skips them), with the
-// node's data as ID, the Token each one holds or will hold (the lock path's epoch and the node's
-// sequence number) and the node's creation time as Since; waitersKnown is true. For the unfair
+// node's data as ID ("" when its ACL does not let this Session read it), the Token each one holds
+// or will hold (the lock path's epoch and the node's sequence number) and the node's creation time
+// as Since; waitersKnown is true. For the unfair
 // recipe it lists the holder of the one lock node, and waitersKnown is false (its waiters only
 // watch the node): pass [WithUnfair] for an Inspector of unfair locks, which says so also while
 // the lock is free (without it, a free lock's waitersKnown is true; the other options are
@@ -132,9 +133,10 @@ func (i zkInspector) read(ctx context.Context, ep *epoch, lockPath string) ([]Co
 // contenderNode is a contender's node as read: its place in the order, its data and stat.
 type contenderNode struct {
 	child
-	Token Token
-	data  []byte
-	stat  *zk.Stat
+	Token      Token
+	data       []byte
+	stat       *zk.Stat
+	unreadable bool // no permission to read the data (data is nil)
 }
 
 func (n contenderNode) contender(holder bool) Contender {
@@ -145,14 +147,26 @@ func (n contenderNode) contender(holder bool) Contender {
 // contenders' among them, the first max of them (0: all). A node gone since the listing is
 // skipped (what a new listing would show: later nodes get higher sequence numbers); a node that
 // is not a contender's ([isContender]) is skipped, and handed to notContender when that is not nil.
+// A node whose data we may not read (its ACL) is returned with its stat, marked unreadable.
 func (s *Session) readNodes(ctx context.Context, ep *epoch, dir string, children []child, max int, notContender func(name string, st *zk.Stat)) ([]contenderNode, error) {
 	var out []contenderNode
 	for _, c := range children {
 		if max > 0 && len(out) == max {
 			break
 		}
+		node := dir + "/" + c.name
 		s.stats.reads.Add(1)
-		r, err := ep.get(ctx, dir+"/"+c.name, false)
+		r, err := ep.get(ctx, node, false)
+		unreadable := errors.Is(err, zk.ErrNoAuth)
+		if unreadable { // its ACL lets us not read it: its stat needs no permission
+			s.stats.reads.Add(1)
+			var x readResult[bool]
+			x, err = ep.exists(ctx, node, false)
+			if err == nil && !x.val {
+				err = zk.ErrNoNode
+			}
+			r = readResult[[]byte]{stat: x.stat}
+		}
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
 			continue
@@ -164,7 +178,7 @@ func (s *Session) readNodes(ctx context.Context, ep *epoch, dir string, children
 			}
 			continue
 		}
-		out = append(out, contenderNode{child: c, data: r.val, stat: r.stat})
+		out = append(out, contenderNode{child: c, data: r.val, stat: r.stat, unreadable: unreadable})
 	}
 	return out, nil
 }
