@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -31,16 +30,10 @@ func (a *Admin) answerBody(c call, err error) []byte {
 	return b
 }
 
-// message is err's text for an operator: without the package prefix and the sentinel's text at its
-// end (the status code says that).
+// message is err's text for an operator: without the "admin: " prefixes (the one in front and
+// the sentinel's at the end, "...: admin: not found" reads "...: not found").
 func message(err error) string {
-	s := err.Error()
-	for _, sentinel := range []error{ErrNotFound, ErrConflict, ErrBadRequest, ErrUnauthorized} {
-		if errors.Is(err, sentinel) {
-			s = strings.TrimSuffix(s, ": "+sentinel.Error())
-		}
-	}
-	return strings.TrimPrefix(s, "admin: ")
+	return strings.ReplaceAll(err.Error(), "admin: ", "")
 }
 
 // maxRequestBody bounds what a mutating request's body may hold (they carry none).

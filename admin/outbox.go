@@ -134,3 +134,7 @@ func (a *Admin) RequeueAll(ctx context.Context, actor string) (int64, error) {
 	})
 	return n, err
 }
+
+// OutboxTable returns the outbox table's schema-qualified name, unquoted ("txkit_outbox",
+// "shop.txkit_outbox"). It does not block.
+func (a *Admin) OutboxTable() string { return a.ob.Table() }

@@ -59,6 +59,14 @@ type Branch struct {
 	Target     string `json:"target"`      // the URL or the registered participant's name
 	Attempts   int    `json:"attempts"`    // failed calls of the branch
 	LastError  string `json:"last_error,omitempty"`
+	Payload    []byte `json:"payload,omitempty"` // what the participant is sent
+}
+
+// Check returns nil when [Admin.Transactions] accepts f, or an error wrapping [ErrBadRequest] that
+// says which field is wrong and what it may be. It does not block.
+func (f TxFilter) Check() error {
+	_, err := checkFilter(f)
+	return err
 }
 
 // checkFilter turns f into core's filter, or an error wrapping ErrBadRequest.
@@ -158,7 +166,7 @@ func (a *Admin) Transaction(ctx context.Context, gid string) (*Transaction, erro
 		tx.Branches = make([]Branch, 0, len(t.Branches))
 		for _, b := range t.Branches {
 			tx.Branches = append(tx.Branches, Branch{Name: b.Name, Seq: b.Seq, Status: b.Status.String(),
-				TargetKind: b.Target.Kind.String(), Target: b.Target.Ref, Attempts: b.Attempts, LastError: b.LastError})
+				TargetKind: b.Target.Kind.String(), Target: b.Target.Ref, Attempts: b.Attempts, LastError: b.LastError, Payload: b.Payload})
 		}
 		return &tx, nil
 	}

@@ -39,6 +39,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/admin"
 	"github.com/txkit/txkit/outbox"
 )
 
@@ -265,53 +266,55 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	var opts []outbox.Option
+	opts := []admin.Option{admin.WithOutboxTable(c.table)}
 	if c.schema != "" {
-		opts = append(opts, outbox.WithSchema(c.schema))
+		opts = append(opts, admin.WithSchema(c.schema))
 	}
 	pool, err := newPool(ctx, pgURL)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	ob, err := outbox.New(pool, append(opts, outbox.WithTable(c.table))...)
+	a, err := admin.New(pool, opts...)
 	if err != nil {
 		return usageErr("%v", err)
 	}
 	if err := connect(ctx, pool); err != nil {
 		return err
 	}
-	conn := pool
 
 	switch verb {
 	case "backlog":
-		return backlog(ctx, ob, conn, stdout)
+		return backlog(ctx, a, stdout)
 	case "dead":
-		return dead(ctx, ob, conn, limit, stdout)
+		return dead(ctx, a, limit, stdout)
 	default:
-		return requeue(ctx, ob, conn, ids, all, stdout)
+		if err := a.Migrate(ctx); err != nil { // the audit table
+			return err
+		}
+		return requeue(ctx, a, cliActor(getenv), ids, all, stdout)
 	}
 }
 
-func backlog(ctx context.Context, ob *outbox.Outbox, db outbox.DBTX, w io.Writer) error {
-	pending, dead, err := ob.Backlog(ctx, db)
+func backlog(ctx context.Context, a *admin.Admin, w io.Writer) error {
+	s, err := a.Outbox(ctx)
 	if err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "table\t%s\n", ob.Table())
-	fmt.Fprintf(tw, "pending\t%d\n", pending)
-	fmt.Fprintf(tw, "dead\t%d\n", dead)
+	fmt.Fprintf(tw, "table\t%s\n", s.Table)
+	fmt.Fprintf(tw, "pending\t%d\n", s.Pending)
+	fmt.Fprintf(tw, "dead\t%d\n", s.Dead)
 	return tw.Flush()
 }
 
-func dead(ctx context.Context, ob *outbox.Outbox, db outbox.DBTX, limit int, w io.Writer) error {
-	list, err := ob.ListDead(ctx, db, limit)
+func dead(ctx context.Context, a *admin.Admin, limit int, w io.Writer) error {
+	list, err := a.DeadMessages(ctx, limit, uuid.Nil)
 	if err != nil {
 		return err
 	}
 	if len(list) == 0 {
-		_, err := fmt.Fprintf(w, "no dead messages in %s\n", ob.Table())
+		_, err := fmt.Fprintf(w, "no dead messages in %s\n", a.OutboxTable())
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -330,22 +333,31 @@ func dead(ctx context.Context, ob *outbox.Outbox, db outbox.DBTX, limit int, w i
 	return nil
 }
 
-func requeue(ctx context.Context, ob *outbox.Outbox, db outbox.DBTX, ids []uuid.UUID, all bool, w io.Writer) error {
+// requeue requeues the dead messages ids (or all of them) through admin, which records each in
+// its audit table. An ID that is not a dead message is counted, not fatal.
+func requeue(ctx context.Context, a *admin.Admin, actor string, ids []uuid.UUID, all bool, w io.Writer) error {
 	if all {
-		n, err := ob.RequeueAll(ctx, db)
+		n, err := a.RequeueAll(ctx, actor)
 		if err != nil {
 			return err
 		}
 		_, err = fmt.Fprintf(w, "requeued %d dead messages\n", n)
 		return err
 	}
-	n, err := ob.Requeue(ctx, db, ids...)
-	if err != nil {
-		return err
+	var n int
+	for _, id := range ids {
+		err := a.Requeue(ctx, actor, id)
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, admin.ErrConflict), errors.Is(err, admin.ErrNotFound):
+		default:
+			return err
+		}
 	}
 	fmt.Fprintf(w, "requeued %d of %d messages\n", n, len(ids))
-	if n < int64(len(ids)) {
-		return fmt.Errorf("%d of the IDs given are not dead messages in %s", int64(len(ids))-n, ob.Table())
+	if n < len(ids) {
+		return fmt.Errorf("%d of the IDs given are not dead messages in %s", len(ids)-n, a.OutboxTable())
 	}
 	return nil
 }

@@ -10,14 +10,15 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txkit/txkit/notify"
+	"github.com/txkit/txkit/admin"
 )
 
 // notifyCmd runs `txkit notify failed|show|redeliver`: the notifications that ran out of attempts,
-// one notification with its attempts, and putting failed ones back on the schedule.
+// one notification with its attempts, and putting failed ones back on the schedule — through the
+// admin package (redeliveries are recorded in its audit table).
 func notifyCmd(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	var pg pgFlags
-	schema, table := "", "txkit_notify"
+	schema, table := "", admin.DefaultNotifyTable
 	register := func(fs *flag.FlagSet) {
 		pg.register(fs)
 		fs.StringVar(&schema, "schema", schema, "schema of the notifier's tables")
@@ -43,8 +44,8 @@ func notifyCmd(ctx context.Context, args []string, getenv func(string) string, s
 	switch {
 	case verb == "failed" && len(rest) > 0:
 		return usageErr("notify failed: unexpected arguments %q", rest)
-	case verb == "failed" && limit < 1:
-		return usageErr("notify failed: -limit %d: must be at least 1", limit)
+	case verb == "failed" && (limit < 1 || limit > admin.MaxLimit):
+		return usageErr("notify failed: -limit %d: must be 1..%d", limit, admin.MaxLimit)
 	case verb == "show" && len(rest) != 1, verb == "redeliver" && len(rest) == 0:
 		return usageErr("notify %s: give notification ids (show: one)", verb)
 	}
@@ -59,16 +60,16 @@ func notifyCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	opts := []notify.Option{notify.WithTable(table)}
+	opts := []admin.Option{admin.WithNotifyTable(table)}
 	if schema != "" {
-		opts = append(opts, notify.WithSchema(schema))
+		opts = append(opts, admin.WithSchema(schema))
 	}
 	pool, err := pgxpool.New(ctx, pgURL)
 	if err != nil {
 		return fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	defer pool.Close()
-	n, err := notify.New(pool, nil, opts...) // operator calls need no receiver
+	a, err := admin.New(pool, opts...)
 	if err != nil {
 		return usageErr("%v", err)
 	}
@@ -76,7 +77,7 @@ func notifyCmd(ctx context.Context, args []string, getenv func(string) string, s
 	defer w.Flush()
 	switch verb {
 	case "failed":
-		rs, err := n.ListFailed(ctx, limit)
+		rs, err := a.FailedNotifications(ctx, limit)
 		if err != nil {
 			return err
 		}
@@ -89,27 +90,36 @@ func notifyCmd(ctx context.Context, args []string, getenv func(string) string, s
 			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, printable(r.Receiver), printable(r.Key), r.Attempts, r.LastStatusCode, oneLine(r.LastError, 60))
 		}
 	case "show":
-		r, err := n.Get(ctx, ids[0])
+		r, err := a.Notification(ctx, ids[0])
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "id\t%s\nreceiver\t%s\nkey\t%s\nstatus\t%s\nattempts\t%d\ncreated\t%s\npayload\t%s\n",
 			r.ID, printable(r.Receiver), printable(r.Key), r.Status, r.Attempts, r.CreatedAt.Format("2006-01-02 15:04:05.000"), oneLine(string(r.Payload), 200))
-		as, err := n.Attempts(ctx, r.ID)
-		if err != nil {
-			return err
-		}
 		fmt.Fprintln(w, "\nATTEMPT\tAT\tSTATUS\tLATENCY\tERROR")
-		for _, a := range as {
+		for _, a := range r.Tries {
 			fmt.Fprintf(w, "%d\t%s\t%d\t%v\t%s\n", a.N, a.At.Format("15:04:05.000"), a.StatusCode, a.Latency.Round(100_000), oneLine(a.Error, 60))
 		}
 	case "redeliver":
+		if err := a.Migrate(ctx); err != nil { // the audit table
+			return err
+		}
 		for _, id := range ids {
-			if err := n.Redeliver(ctx, id); err != nil {
+			if err := a.Redeliver(ctx, cliActor(getenv), id); err != nil {
 				return err
 			}
 			fmt.Fprintf(w, "%s\tback on the schedule\n", id)
 		}
 	}
 	return nil
+}
+
+// cliActor is who the audit table records for a mutating command: "cli:" and the user's name.
+func cliActor(getenv func(string) string) string {
+	for _, v := range []string{"TXKIT_ACTOR", "USER", "LOGNAME"} {
+		if u := getenv(v); u != "" {
+			return "cli:" + u
+		}
+	}
+	return "cli:unknown"
 }
