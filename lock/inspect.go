@@ -9,20 +9,21 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// Contender is one process taking part in a lock or an election, as an [Inspector] reads it.
+// Contender is one process taking part in a lock or an election, as an [Inspector] reads it. Its
+// JSON form has lower-case keys (since omitted when zero), as the admin API serves it.
 type Contender struct {
 	// ID is the data the contender stored with its hold or its place in the queue: the candidate
 	// id of an [Elector], the data of a lock taken with [WithData] (or a backend's own WithData);
 	// "" when none was given.
-	ID string
+	ID string `json:"id"`
 	// Token is the fencing token the contender holds (the holder) or will hold when its turn
 	// comes (ZooKeeper's waiters); the zero Token when the backend cannot tell.
-	Token Token
+	Token Token `json:"token"`
 	// Holder is true for the contender that holds the lock (or leads the election).
-	Holder bool
+	Holder bool `json:"holder"`
 	// Since is when the contender joined the queue or took the lock, by the server's clock; the
 	// zero time when the backend does not record it.
-	Since time.Time
+	Since time.Time `json:"since,omitzero"`
 }
 
 // Inspector reads a lock's holder and waiters without taking part in it: it creates nothing,
