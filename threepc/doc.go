@@ -86,4 +86,17 @@
 //		}})
 //	// ... the same on "west" ...
 //	return g.Commit(ctx) // CanCommit both, record, PreCommit both, decide, DoCommit both
+//
+// # Tracing
+//
+// Given [coordinator.WithTracerProvider] (default: the application's global OpenTelemetry
+// provider), [Global.Commit] records the transaction (before PreCommit) under a span "3pc begin"
+// (attribute txkit.gid), the child of its ctx, whose trace context is stored with it; a
+// transaction refused at CanCommit is never recorded, so has none. Each participant call is a
+// client span, a child of Commit's ctx: "3pc cancommit", "3pc precommit", "3pc docommit" or "3pc
+// abort"; a database branch gets "3pc docommit" or "3pc abort" (its vote and its PREPARE
+// TRANSACTION are not calls). Attributes txkit.gid, txkit.branch, txkit.op; a refusal or failure
+// is recorded, status Error. A participant continues the trace in its barrier's span "participant
+// <op>" (server for [participant.Barrier.Handler], internal for [participant.Barrier.Participant]).
+// The leader's phase two runs under "recovery drive", the child of the stored context.
 package threepc
