@@ -15,8 +15,9 @@ import (
 // election) and the counter as Token, the one its Lease carries. Since is the zero time (Redis
 // does not record when a key was set). Waiters queue inside their own processes, so waitersKnown
 // is always false and only the holder is listed. A bad name returns an error wrapping
-// [lock.ErrInvalidOption]; ctx bounds the round trip. It needs the go-redis client only, not
-// the Client's subscription, and is safe for concurrent use.
+// [lock.ErrInvalidOption]; ctx bounds the round trip (its end returns an error wrapping ctx's).
+// After [Client.Close] it returns an error wrapping [lock.ErrClosed]. It is safe for concurrent
+// use.
 func (c *Client) Inspector() lock.Inspector { return inspector{g: c.g} }
 
 // Inspector returns the [lock.Inspector] of the Redlock's locks and elections, by lock name:
