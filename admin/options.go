@@ -152,7 +152,7 @@ func (o *options) validate() error {
 			return fmt.Errorf("admin: schema %q: %w: %w", o.schema, err, ErrInvalidOption)
 		}
 	}
-	if err := pgutil.CheckText(o.auditTable+"_key", maxIdent); err != nil {
+	if err := pgutil.CheckText(o.auditTable, maxIdent-len("_key")); err != nil {
 		return fmt.Errorf("admin: audit table %q: %w: %w", o.auditTable, err, ErrInvalidOption)
 	}
 	names := map[string]bool{}

@@ -27,12 +27,12 @@ import (
 // messages a relay whose publisher refuses made dead plus one pending, and a notification a
 // refusing receiver made fail.
 type world struct {
-	s                              *testenv.Schema
-	confirmed, cancelled, trying   string // tcc gids
-	compensated                    string // saga gid
-	dead                           []uuid.UUID
-	pending                        uuid.UUID
-	failed                         uuid.UUID // notification
+	s                            *testenv.Schema
+	confirmed, cancelled, trying string // tcc gids
+	compensated                  string // saga gid
+	dead                         []uuid.UUID
+	pending                      uuid.UUID
+	failed                       uuid.UUID // notification
 }
 
 // refusingPublisher fails every publish, so that the relay makes each message dead.

@@ -1,0 +1,93 @@
+package admin_test
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/admin"
+	"github.com/txkit/txkit/lock"
+)
+
+func TestNewOptions(t *testing.T) {
+	pool, err := pgxpool.New(t.Context(), "postgres://nobody@127.0.0.1:1/none") // never connects
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var insp lock.Inspector
+	for _, tc := range []struct {
+		name string
+		opts []admin.Option
+		want string // "" for no error
+	}{
+		{"defaults", nil, ""},
+		{"everything", []admin.Option{admin.WithSchema("ops"), admin.WithLogs(admin.LogSource{Name: "orders", Prefix: "orders_"}),
+			admin.WithOutboxTable("events"), admin.WithNotifyTable("callbacks"), admin.WithAuditTable("audit"),
+			admin.WithTokens(map[string]string{"oncall": "0123456789abcdef"}), admin.WithHMACSecrets("robot", "0123456789abcdef"),
+			admin.WithLogger(slog.Default())}, ""},
+		{"bad schema", []admin.Option{admin.WithSchema("")}, ""}, // "" means the search_path
+		{"long schema", []admin.Option{admin.WithSchema(strings.Repeat("s", 64))}, "schema"},
+		{"bad outbox table", []admin.Option{admin.WithOutboxTable("")}, "outbox: table"},
+		{"bad notify table", []admin.Option{admin.WithNotifyTable(strings.Repeat("n", 60))}, "notify: table"},
+		{"bad audit table", []admin.Option{admin.WithAuditTable("")}, "audit table"},
+		{"bad log prefix", []admin.Option{admin.WithLogs(admin.LogSource{Name: "x", Prefix: strings.Repeat("p", 60)})}, "log x"},
+		{"two logs one name", []admin.Option{admin.WithLogs(admin.LogSource{Name: "x", Prefix: "a_"}, admin.LogSource{Name: "x", Prefix: "b_"})}, "used twice"},
+		{"short token", []admin.Option{admin.WithTokens(map[string]string{"oncall": "short"})}, "shorter than 16"},
+		{"shared token", []admin.Option{admin.WithTokens(map[string]string{"a": "0123456789abcdef", "b": "0123456789abcdef"})}, "another actor"},
+		{"short secret", []admin.Option{admin.WithHMACSecrets("robot", "short")}, "HMAC secrets of robot"},
+		{"no secret", []admin.Option{admin.WithHMACSecrets("robot")}, "no secret"},
+		{"election without inspector", []admin.Option{admin.WithElections(admin.Election{Name: "tcc", Path: "/tcc", Inspector: insp})}, "election"},
+		{"lock without path", []admin.Option{admin.WithLocks(admin.Lock{Name: "jobs"})}, "lock"},
+		{"nil logger", []admin.Option{admin.WithLogger(nil)}, "nil logger"},
+		{"nil clock", []admin.Option{admin.WithClock(nil)}, "nil clock"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := admin.New(pool, tc.opts...)
+			if tc.want == "" {
+				if err != nil || a == nil {
+					t.Fatalf("New = %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, admin.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New = %v; want ErrInvalidOption saying %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := admin.New(nil); !errors.Is(err, admin.ErrInvalidOption) {
+		t.Fatalf("New(nil) = %v", err)
+	}
+}
+
+func TestTxFilterCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    admin.TxFilter
+		want string
+	}{
+		{"zero", admin.TxFilter{}, ""},
+		{"all set", admin.TxFilter{Kind: "saga", Status: "compensated", Unfinished: true, OlderThan: 1, After: "g", Limit: 500}, ""},
+		{"kind", admin.TxFilter{Kind: "xa"}, `kind "xa": want tcc, saga, 2pc or 3pc`},
+		{"status", admin.TxFilter{Status: "done"}, `status "done": want one of trying, confirming`},
+		{"limit", admin.TxFilter{Limit: 501}, "limit 501: must be 1..500"},
+		{"negative limit", admin.TxFilter{Limit: -1}, "limit -1"},
+		{"negative age", admin.TxFilter{OlderThan: -1}, "must not be negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.f.Check()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Check = %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, admin.ErrBadRequest) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Check = %v; want ErrBadRequest saying %q", err, tc.want)
+			}
+		})
+	}
+}
