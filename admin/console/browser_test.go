@@ -1,0 +1,380 @@
+package console_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txkit/txkit/admin"
+	"github.com/txkit/txkit/admin/console"
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/notify"
+	"github.com/txkit/txkit/outbox"
+	"github.com/txkit/txkit/rocketmq"
+)
+
+var update = flag.Bool("update", false, "copy the browser test's overview screenshot to docs/console.png")
+
+// browserFlags are the flags the browser runs with: headless, no sandbox (containers and root),
+// and nothing that talks to the network on its own.
+func browserFlags(path, dir string) []chromedp.ExecAllocatorOption {
+	return []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(dir),
+		chromedp.WindowSize(1360, 860),
+	}
+}
+
+// browser starts a headless Chromium of the test's own (a fresh profile) and returns a chromedp
+// context on one tab of it. Every JavaScript dialog is accepted, a prompt with promptText; the
+// dialogs' messages go to the returned function. The browser is stopped when the test ends.
+func browser(t *testing.T, promptText string) (ctx context.Context, dialogs func() []string) {
+	t.Helper()
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), browserFlags(testenv.Chromium(t), t.TempDir())...)
+	ctx, cancel := chromedp.NewContext(alloc)
+	var (
+		mu   sync.Mutex
+		seen []string
+		wg   sync.WaitGroup
+	)
+	opening := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	wg.Go(func() {
+		for ev, err := range opening {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			seen = append(seen, string(ev.Type)+": "+ev.Message)
+			mu.Unlock()
+			p := page.HandleJavaScriptDialogParams{Accept: true}
+			if ev.Type == page.DialogTypePrompt {
+				p.PromptText = promptText
+			}
+			if _, err := chromedp.Call(ctx, page.HandleJavaScriptDialog, p); err != nil && ctx.Err() == nil {
+				mu.Lock()
+				seen = append(seen, "ERROR handling the dialog: "+err.Error())
+				mu.Unlock()
+			}
+		}
+	})
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+		wg.Wait()
+	})
+	return ctx, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
+	}
+}
+
+// do runs steps in the browser within limit, failing the test with what.
+func do(t *testing.T, ctx context.Context, limit time.Duration, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	if err := chromedp.Do(sctx, steps...); err != nil {
+		t.Fatalf("browser: %s: %v", what, err)
+	}
+}
+
+// shot takes a full-page PNG screenshot and saves it as name (see saveShot). A capture that fails
+// or hangs (a page reloading under it) is tried again, three times at most.
+func shot(t *testing.T, ctx context.Context, name string) string {
+	t.Helper()
+	var errs []error
+	for range 3 {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
+		cancel()
+		if err == nil {
+			p := saveShot(t, name, png)
+			t.Logf("screenshot %s", p)
+			return p
+		}
+		errs = append(errs, err)
+	}
+	t.Fatalf("screenshot %s: %v", name, errors.Join(errs...))
+	return ""
+}
+
+// eval evaluates a JavaScript expression in the page.
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(sctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// failingPublisher is the broker of the first relay: it refuses every message, so the relay
+// retries and then gives the message up as dead.
+type failingPublisher struct{}
+
+func (failingPublisher) Publish(context.Context, outbox.Message) error {
+	return errors.New("broker unreachable: connection refused (the test's first relay)")
+}
+
+// relayOn runs a relay of ob publishing through pub under an election at path, until the returned
+// stop is called (or the test ends). stop waits for Run to return.
+func relayOn(t *testing.T, ob *outbox.Outbox, pub outbox.Publisher, path, id string, opts ...outbox.RelayOption) (*outbox.Relay, func()) {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	sess, err := lock.NewSession(sctx, testenv.ZK(t), lock.WithSessionTimeout(4*time.Second))
+	must(t, err, "lock.NewSession")
+	el, err := lock.NewElector(sess, path, id)
+	must(t, err, "lock.NewElector")
+	r, err := outbox.NewRelay(ob, pub, append([]outbox.RelayOption{outbox.WithElector(el)}, opts...)...)
+	must(t, err, "outbox.NewRelay")
+	ctx, stopRun := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			stopRun()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("relay %s: Run returned %v", id, err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("relay %s: Run did not return within 30s of its ctx ending", id)
+			}
+			_ = sess.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return r, stop
+}
+
+// TestIntegrationConsoleBrowser drives the console in a real headless Chromium while the tcc-order
+// example runs on the real servers: it finds a cancelled order's transaction in the list, opens
+// its detail page and sees its branches; it presses Requeue on a dead outbox message (made dead by
+// a relay whose publishes fail), accepts the confirmation, gives the token at the prompt, and sees
+// the message leave the dead list and get published to RocketMQ by a second relay. Screenshots go
+// to $TXKIT_HOME/artifacts/console (and the test's ArtifactDir); with -update the overview is
+// copied to docs/console.png for the README.
+func TestIntegrationConsoleBrowser(t *testing.T) {
+	svc := startTCCOrder(t)
+	ctx := t.Context()
+
+	// Orders: confirmed ones, a TCC order refused for lack of stock (cancelled), and a saga whose
+	// debit is refused (its stock step compensated).
+	for i := range 3 {
+		if _, st := svc.place(t, map[string]any{"sku": "sku-1", "qty": 1 + i, "account": "alice", "amount": 10}); st != "confirmed" {
+			t.Fatalf("order %d: %s, want confirmed", i, st)
+		}
+	}
+	cancelled, st := svc.place(t, map[string]any{"sku": "sku-2", "qty": 1_000_000, "account": "bob", "amount": 10})
+	if st != "cancelled" {
+		t.Fatalf("order of too much stock: %s, want cancelled", st)
+	}
+	if _, st := svc.place(t, map[string]any{"sku": "sku-2", "qty": 1, "account": "bob", "amount": 1_000_000, "mode": "saga"}); st != "compensated" {
+		t.Fatalf("saga order beyond the balance: %s, want compensated", st)
+	}
+
+	// The outbox and the notifications of the same schema, and a message the first relay cannot
+	// publish.
+	ob, err := outbox.New(svc.Pool, outbox.WithSchema(svc.Schema))
+	must(t, err, "outbox.New")
+	must(t, ob.Migrate(ctx), "outbox Migrate")
+	nt, err := notify.New(svc.Pool, nil, notify.WithSchema(svc.Schema))
+	must(t, err, "notify.New")
+	must(t, nt.Migrate(ctx), "notify Migrate")
+	topic := testenv.Topic(t)
+	msgID, err := ob.Enqueue(ctx, svc.Pool, outbox.Message{Topic: topic, Key: cancelled,
+		Body: []byte(`{"event":"order.cancelled","gid":"` + cancelled + `"}`)})
+	must(t, err, "Enqueue")
+	relayPath := svc.Root + "/relay"
+	first, stopFirst := relayOn(t, ob, failingPublisher{}, relayPath, "relay-failing",
+		outbox.WithMaxAttempts(3), outbox.WithBackoff(10*time.Millisecond, 50*time.Millisecond), outbox.WithSchedule("@every 100ms"))
+
+	sess, err := lock.NewSession(ctx, testenv.ZK(t))
+	must(t, err, "lock.NewSession")
+	t.Cleanup(func() { _ = sess.Close() })
+	token := "console-browser-" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	a, err := admin.New(svc.Pool, admin.WithSchema(svc.Schema), admin.WithTokens(map[string]string{"browser-test": token}),
+		admin.WithElections(
+			admin.Election{Name: "tcc recovery", Path: svc.Election + "/tcc", Inspector: sess.Inspector()},
+			admin.Election{Name: "saga recovery", Path: svc.Election + "/saga", Inspector: sess.Inspector()},
+			admin.Election{Name: "outbox relay", Path: relayPath, Inspector: sess.Inspector()}))
+	must(t, err, "admin.New")
+	must(t, a.Migrate(ctx), "admin Migrate")
+	pages, err := console.Handler(a)
+	must(t, err, "console.Handler")
+	mux := http.NewServeMux()
+	mux.Handle("/api/", a.Handler())
+	mux.Handle("/", pages)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
+		dead, err := a.DeadMessages(ctx, 10, uuid.Nil)
+		return err == nil && len(dead) == 1 && dead[0].ID == msgID
+	}, "message %s dead after the failing relay's attempts", msgID)
+	stopFirst()
+	if s := first.Stats(); s.Dead != 1 || s.Published != 0 {
+		t.Fatalf("failing relay: %+v, want 1 dead and nothing published", s)
+	}
+	pub, err := rocketmq.NewPublisher(ctx, testenv.Namesrv(t))
+	must(t, err, "rocketmq.NewPublisher")
+	t.Cleanup(func() { _ = pub.Close() })
+	second, _ := relayOn(t, ob, pub, relayPath, "relay-rocketmq", outbox.WithSchedule("@every 200ms"),
+		outbox.WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
+		ls, err := a.Leaders(ctx)
+		if err != nil {
+			return false
+		}
+		for _, l := range ls {
+			if l.Election == "outbox relay" && l.ID == "relay-rocketmq" {
+				return true
+			}
+		}
+		return false
+	}, "the RocketMQ relay leads")
+
+	b, dialogs := browser(t, token)
+
+	// The overview: the dead message shows in the outbox card.
+	do(t, b, 60*time.Second, "open the overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.ID("card-outbox")))
+	if got := eval[string](t, b, `document.getElementById('outbox-dead').textContent`); !strings.HasPrefix(got, "1 ") {
+		t.Fatalf("overview: outbox dead %q, want 1", got)
+	}
+	overview := shot(t, b, "overview.png")
+	// The page reloads itself (every 5 s by default): wait for one reload, then switch it off
+	// with the page's checkbox, which holds for the tab's other pages, so that none reloads under
+	// the test's clicks.
+	at := eval[string](t, b, `document.getElementById('updated').dataset.at`)
+	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() bool {
+		sctx, cancel := context.WithTimeout(b, 5*time.Second)
+		defer cancel()
+		now, err := chromedp.Run(sctx, chromedp.Evaluate[string](`document.getElementById('updated').dataset.at`))
+		return err == nil && now != at
+	}, "the overview to reload itself")
+	do(t, b, 10*time.Second, "switch auto-refresh off", chromedp.WaitVisible(chromedp.ID("autorefresh")), chromedp.Click(chromedp.ID("autorefresh")))
+	if off := eval[string](t, b, `sessionStorage.getItem('txkit-console-refresh-off') || ''`); off != "1" {
+		t.Fatalf("auto-refresh not switched off (sessionStorage %q)", off)
+	}
+
+	// The transactions list, filtered by the form to the cancelled ones, holds the cancelled order.
+	row := fmt.Sprintf(`tr.tx[data-gid=%q]`, cancelled)
+	do(t, b, 30*time.Second, "filter the transactions",
+		chromedp.Navigate(srv.URL+"/transactions"), chromedp.WaitVisible(chromedp.ID("tx-filter")),
+		chromedp.SetValue(chromedp.CSS(`#tx-filter select[name=status]`), "cancelled"),
+		chromedp.Click(chromedp.CSS(`#tx-filter button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.CSS(row)))
+	shot(t, b, "transactions.png")
+	statuses := eval[[]string](t, b, `[...document.querySelectorAll('tr.tx')].map(r => r.dataset.status)`)
+	for _, s := range statuses {
+		if s != "cancelled" {
+			t.Fatalf("filtered list shows statuses %v, want only cancelled", statuses)
+		}
+	}
+
+	// Its detail page: the branch timeline.
+	do(t, b, 30*time.Second, "open the cancelled transaction",
+		chromedp.Click(chromedp.CSS(row+` a.gid`)), chromedp.WaitVisible(chromedp.ID("branches")))
+	if got := eval[string](t, b, `document.getElementById('tx').dataset.gid`); got != cancelled {
+		t.Fatalf("detail page of %q, want %q", got, cancelled)
+	}
+	branches := eval[[]string](t, b, `[...document.querySelectorAll('#branches li.branch')].map(li => li.dataset.branch + ' ' + li.dataset.status)`)
+	want := map[string]bool{}
+	for _, s := range branches {
+		want[strings.Fields(s)[0]] = true
+	}
+	if !want["stock"] || !want["account"] || len(branches) < 2 {
+		t.Fatalf("branches shown %q, want stock and account", branches)
+	}
+	t.Logf("transaction %s: branches %q", cancelled, branches)
+	shot(t, b, "transaction.png")
+
+	// The outbox page: Requeue the dead message, confirm, give the token.
+	deadRow := "dead-" + msgID.String()
+	do(t, b, 30*time.Second, "open the outbox", chromedp.Navigate(srv.URL+"/outbox"), chromedp.WaitVisible(chromedp.ID(deadRow)))
+	shot(t, b, "outbox-dead.png")
+	do(t, b, 30*time.Second, "press Requeue", chromedp.Click(chromedp.CSS(`#`+deadRow+` button[data-action=requeue]`)))
+	// The page reloads after the API answers; the message is then pending or already published,
+	// and gone from the dead list either way.
+	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() bool {
+		sctx, cancel := context.WithTimeout(b, 5*time.Second)
+		defer cancel()
+		gone, err := chromedp.Run(sctx, chromedp.Evaluate[bool](`document.getElementById('no-dead') !== null && document.getElementById('`+deadRow+`') === null`))
+		return err == nil && gone
+	}, "the outbox page to show no dead message after Requeue (dialogs: %q)", dialogs())
+	ds := dialogs()
+	if len(ds) != 2 || !strings.HasPrefix(ds[0], "confirm: Requeue message "+msgID.String()) || !strings.HasPrefix(ds[1], "prompt: ") {
+		t.Fatalf("dialogs %q, want the confirmation then the token prompt", ds)
+	}
+	// Published by the RocketMQ relay: the row is gone from the table (the relay deletes what it
+	// sent) and the relay counted it.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var row string
+		err := svc.Pool.QueryRow(ctx, `select coalesce(string_agg(status || ' ' || attempts || ' ' || coalesce(last_error, ''), ''), '') from `+
+			pgx.Identifier{svc.Schema, outbox.DefaultTable}.Sanitize()+` where msg_id = $1`, msgID).Scan(&row)
+		if err == nil && row == "" && second.Stats().Published >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("message %s not published by the RocketMQ relay within 30s: its row %q (%v); relay %+v", msgID, row, err, second.Stats())
+		}
+		must(t, testPause(ctx, 50*time.Millisecond), "wait")
+	}
+	do(t, b, 30*time.Second, "reload the outbox", chromedp.Navigate(srv.URL+"/outbox"), chromedp.WaitVisible(chromedp.ID("no-dead")))
+	if got := eval[string](t, b, `document.getElementById('outbox-pending').textContent`); got != "0" {
+		t.Fatalf("outbox pending %q after the publish, want 0", got)
+	}
+	shot(t, b, "outbox-requeued.png")
+
+	// The audit page records who requeued it.
+	audit, err := a.Audit(ctx, 10)
+	must(t, err, "Audit")
+	var recorded bool
+	for _, e := range audit {
+		recorded = recorded || (e.Actor == "browser-test" && e.Action == admin.ActionRequeue && e.Target == msgID.String() && e.Result == admin.ResultOK)
+	}
+	if !recorded {
+		t.Fatalf("audit %+v, want the browser's requeue of %s", audit, msgID)
+	}
+	do(t, b, 30*time.Second, "open the audit", chromedp.Navigate(srv.URL+"/audit"), chromedp.WaitVisible(chromedp.ID("audit")))
+
+	if *update {
+		png, err := os.ReadFile(overview)
+		must(t, err, "read %s", overview)
+		dst := filepath.Join(moduleRoot(t), "docs", "console.png")
+		must(t, os.WriteFile(dst, png, 0o644), "write %s", dst)
+		t.Logf("updated %s", dst)
+	}
+}

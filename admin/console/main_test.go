@@ -1,0 +1,9 @@
+package console_test
+
+import (
+	"testing"
+
+	"github.com/txkit/txkit/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
