@@ -4,7 +4,7 @@
 //	txkit outbox backlog [-pg URL] [-schema S] [-table T]
 //	txkit outbox dead    [-pg URL] [-schema S] [-table T] [-limit N]
 //	txkit outbox requeue [-pg URL] [-schema S] [-table T] (-all | ID...)
-//	txkit tx list        [-pg URL] [-schema S] [-prefix P] [-kind K] [-status S] [-unfinished] [-limit N]
+//	txkit tx list        [-pg URL] [-schema S] [-prefix P] [-kind K] [-status S] [-unfinished] [-older-than D] [-limit N]
 //	txkit tx show GID    [-pg URL] [-schema S] [-prefix P]
 //	txkit notify failed  [-pg URL] [-schema S] [-table T] [-limit N]
 //	txkit notify show ID [-pg URL] [-schema S] [-table T]
@@ -12,6 +12,13 @@
 //
 //	txkit fence show     [-pg URL] [-schema S] [-table T] [-resource R] [-path P [-zk ADDRS]]
 //	txkit fence reset    -resource R -path P [-zk ADDRS] [-pg URL] [-schema S] [-table T]
+//
+//	txkit serve [-listen 127.0.0.1:8089] [-listen-public] [-pg-file F] [-schema S] [-token-file F]
+//	            [-zk ADDRS] [-election name=path ...] [-lock name=path ...] [-metrics-url URL]
+//
+// The tx, outbox and notify commands and serve's JSON API and console share one implementation
+// of every query: package admin. Requeue and redeliver are recorded in admin's audit table (actor
+// "cli:$USER", or "cli:$TXKIT_ACTOR").
 //
 // The PostgreSQL URL comes from -pg, or from the file named by -pg-file, or from $TXKIT_PG_URL. A
 // URL with a password given with -pg shows in the process list to every user of the machine: use
@@ -57,14 +64,15 @@ flags of every outbox command (before the verb or after it):
   -schema NAME  schema of the outbox table (default: the URL's search_path)
   -table NAME   outbox table (default txkit_outbox)
 
-  tx list          global transactions, in gid order   [-kind tcc|saga|2pc|3pc] [-status S] [-unfinished] [-after GID] [-limit N]
+  tx list          global transactions, in gid order   [-kind tcc|saga|2pc|3pc] [-status S] [-unfinished]
+                   [-older-than 10m] [-after GID] [-limit N]
   tx show GID      one global transaction and its branches
 
 flags of every tx command (before the verb or after it):
   -pg URL, -pg-file F   as above
   -schema NAME  schema of the coordinator's tables (default: the URL's search_path)
-  -prefix P     table prefix (default txkit_ for tcc; sagas use txkit_saga_, two-phase commits txkit_2pc_,
-                three-phase commits txkit_3pc_)
+  -prefix P     table prefix of one log (default: all four, tcc txkit_, saga txkit_saga_, two-phase
+                commit txkit_2pc_, three-phase commit txkit_3pc_)
 
   notify failed      notifications that ran out of attempts   [-limit N]
   notify show ID     one notification and its attempts
@@ -86,6 +94,13 @@ flags of every fence command (before the verb or after it):
   -schema NAME  schema of the fence table (default: the URL's search_path)
   -table NAME   fence table (default txkit_fence)
   -zk ADDRS     ZooKeeper servers, host:port,... (default $TXKIT_ZK)
+
+  serve            the admin JSON API (/api/) and the web console (/) on one listener, until SIGTERM
+  -listen ADDR     default 127.0.0.1:8089; a non-loopback address needs -listen-public
+  -token-file F    "actor token" lines (mode 600); without it the API and console are read-only
+  -zk ADDRS, -election name=path, -lock name=path   leaders and lock holders to show
+  -metrics-url URL a /metrics page whose txkit_ figures the overview shows
+  -pg URL, -pg-file F, -schema NAME   as above
 
 exit status: 0 success, 1 failure (or fewer dead messages requeued than IDs given), 2 usage error
 `
@@ -111,7 +126,7 @@ func (e *usageError) Error() string { return e.msg }
 
 // run is the whole command, minus the process: it returns the exit status.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	err := dispatch(ctx, args, getenv, stdout)
+	err := dispatch(ctx, args, getenv, stdout, stderr)
 	switch {
 	case err == nil:
 		return exitOK
@@ -177,14 +192,18 @@ func subcommand(name string, args []string, register func(*flag.FlagSet), verbs 
 	return rest[0], vs, rest[1:], nil
 }
 
-// newPool returns a pool of at most one PostgreSQL connection to url. It does not connect (the
-// components given it check their options first); [connect] does.
-func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// newPool returns a pool of at most one PostgreSQL connection to url (a command's calls are one
+// after another). It does not connect (the components given it check their options first);
+// [connect] does.
+func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) { return newPoolOf(ctx, url, 1) }
+
+// newPoolOf is newPool with at most max connections.
+func newPoolOf(ctx context.Context, url string, max int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
-	cfg.MaxConns = 1
+	cfg.MaxConns = max
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
@@ -200,7 +219,22 @@ func connect(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+// openAdmin returns an Admin with opts on a new pool of at most conns connections to url, and the
+// pool (the caller closes it). It does not connect; [connect] does. Bad options are a usage error.
+func openAdmin(ctx context.Context, url string, conns int32, opts ...admin.Option) (*admin.Admin, *pgxpool.Pool, error) {
+	pool, err := newPoolOf(ctx, url, conns)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := admin.New(pool, opts...)
+	if err != nil {
+		pool.Close()
+		return nil, nil, usageErr("%v", err)
+	}
+	return a, pool, nil
+}
+
+func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usageErr("no command")
 	}
@@ -214,6 +248,8 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return notifyCmd(ctx, args[1:], getenv, stdout)
 	case "fence":
 		return fenceCmd(ctx, args[1:], getenv, stdout)
+	case "serve":
+		return serveCmd(ctx, args[1:], getenv, stdout, stderr)
 	default:
 		return usageErr("unknown command %q", args[0])
 	}
@@ -270,15 +306,11 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	if c.schema != "" {
 		opts = append(opts, admin.WithSchema(c.schema))
 	}
-	pool, err := newPool(ctx, pgURL)
+	a, pool, err := openAdmin(ctx, pgURL, 1, opts...)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	a, err := admin.New(pool, opts...)
-	if err != nil {
-		return usageErr("%v", err)
-	}
 	if err := connect(ctx, pool); err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/admin"
 )
@@ -64,15 +63,11 @@ func notifyCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if schema != "" {
 		opts = append(opts, admin.WithSchema(schema))
 	}
-	pool, err := pgxpool.New(ctx, pgURL)
+	a, pool, err := openAdmin(ctx, pgURL, 1, opts...)
 	if err != nil {
-		return fmt.Errorf("connect to PostgreSQL: %w", err)
+		return err
 	}
 	defer pool.Close()
-	a, err := admin.New(pool, opts...)
-	if err != nil {
-		return usageErr("%v", err)
-	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	defer w.Flush()
 	switch verb {

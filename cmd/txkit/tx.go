@@ -10,8 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/txkit/txkit/admin"
 )
 
@@ -77,15 +75,11 @@ func txCmd(ctx context.Context, args []string, getenv func(string) string, stdou
 	if schema != "" {
 		opts = append(opts, admin.WithSchema(schema))
 	}
-	pool, err := pgxpool.New(ctx, pgURL)
+	a, pool, err := openAdmin(ctx, pgURL, 1, opts...)
 	if err != nil {
-		return fmt.Errorf("connect to PostgreSQL: %w", err)
+		return err
 	}
 	defer pool.Close()
-	a, err := admin.New(pool, opts...)
-	if err != nil {
-		return usageErr("%v", err)
-	}
 	if verb == "show" {
 		t, err := a.Transaction(ctx, rest[0])
 		if err != nil {

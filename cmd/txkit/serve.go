@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/txkit/txkit/admin"
+	"github.com/txkit/txkit/admin/console"
+	"github.com/txkit/txkit/lock"
+)
+
+// serveCmd runs `txkit serve`: the admin JSON API under /api/ and the web console at / on one
+// listener, until ctx ends (SIGINT, SIGTERM).
+func serveCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var (
+		pg                pgFlags
+		schema, zkAddrs   string
+		listen, tokenFile string
+		metricsURL        string
+		public            bool
+		elections, locks  namedPaths
+		outboxT, notifyT  string
+		refresh           time.Duration
+	)
+	fs := newFlagSet("serve")
+	pg.register(fs)
+	fs.StringVar(&schema, "schema", "", "schema of txkit's tables (default: the URL's search_path)")
+	fs.StringVar(&listen, "listen", "127.0.0.1:8089", "address to listen on (loopback unless -listen-public)")
+	fs.BoolVar(&public, "listen-public", false, "allow a -listen address that is not loopback")
+	fs.StringVar(&zkAddrs, "zk", "", "ZooKeeper servers for -election and -lock (default $TXKIT_ZK)")
+	fs.Var(&elections, "election", "name=path of an election whose leader to show (repeatable)")
+	fs.Var(&locks, "lock", "name=path of a lock whose holder and waiters to show (repeatable)")
+	fs.StringVar(&tokenFile, "token-file", "", "file of bearer tokens, one \"actor token\" per line (without: read-only)")
+	fs.StringVar(&metricsURL, "metrics-url", "", "a Prometheus /metrics page whose txkit_ figures the overview shows")
+	fs.StringVar(&outboxT, "outbox-table", "", "outbox table (default txkit_outbox)")
+	fs.StringVar(&notifyT, "notify-table", "", "notifications table (default txkit_notify)")
+	fs.DurationVar(&refresh, "refresh", 5*time.Second, "how often the console's pages refresh")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErr("serve: unexpected arguments %q", fs.Args())
+	}
+	if err := checkListen(listen, public); err != nil {
+		return err
+	}
+	if zkAddrs == "" {
+		zkAddrs = getenv("TXKIT_ZK")
+	}
+	if (len(elections) > 0 || len(locks) > 0) && zkAddrs == "" {
+		return usageErr("serve: -election and -lock need ZooKeeper: give -zk or set TXKIT_ZK")
+	}
+	var tokens map[string]string
+	if tokenFile != "" {
+		var err error
+		if tokens, err = readTokens(tokenFile); err != nil {
+			return err
+		}
+	}
+	pgURL, err := pg.resolve(getenv)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+
+	opts := []admin.Option{admin.WithLogger(log)}
+	if schema != "" {
+		opts = append(opts, admin.WithSchema(schema))
+	}
+	if outboxT != "" {
+		opts = append(opts, admin.WithOutboxTable(outboxT))
+	}
+	if notifyT != "" {
+		opts = append(opts, admin.WithNotifyTable(notifyT))
+	}
+	if len(tokens) > 0 {
+		opts = append(opts, admin.WithTokens(tokens))
+	}
+	if metricsURL != "" {
+		opts = append(opts, admin.WithGatherer(&urlGatherer{url: metricsURL, client: &http.Client{Timeout: 3 * time.Second}}))
+	}
+	if len(elections) > 0 || len(locks) > 0 {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		sess, err := lock.NewSession(sctx, strings.Split(zkAddrs, ","), lock.WithLogger(log))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("connect to ZooKeeper: %w", err)
+		}
+		defer sess.Close()
+		insp := sess.Inspector()
+		for _, e := range elections {
+			opts = append(opts, admin.WithElections(admin.Election{Name: e.name, Path: e.path, Inspector: insp}))
+		}
+		for _, l := range locks {
+			opts = append(opts, admin.WithLocks(admin.Lock{Name: l.name, Path: l.path, Inspector: insp}))
+		}
+	}
+	a, pool, err := openAdmin(ctx, pgURL, serveConns, opts...)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := connect(ctx, pool); err != nil {
+		return err
+	}
+	if a.ReadOnly() {
+		log.Warn("txkit serve: read-only: no -token-file, so requeue and redeliver are refused (401)")
+	} else if err := a.Migrate(ctx); err != nil { // the audit table
+		return err
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("/api/", a.Handler())
+	ui, err := console.Handler(a, console.WithRefresh(refresh), console.WithLogger(log)) // the web console (package admin/console)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	mux.Handle("/", ui)
+
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", listen, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	fmt.Fprintf(stdout, "txkit serve: listening on http://%s\n", ln.Addr())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if serr := <-done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("serve: shut down: %w", err)
+	}
+	return nil
+}
+
+// serveConns bounds serve's PostgreSQL connections: requests beyond it wait for one.
+const serveConns = 8
+
+// checkListen refuses an address that is not loopback (an empty host listens on every
+// interface), unless public.
+func checkListen(addr string, public bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usageErr("serve: -listen %q: %v", addr, err)
+	}
+	if public || host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return usageErr("serve: -listen %q is not a loopback address: the console would be reachable from other machines; add -listen-public to mean it", addr)
+}
+
+// readTokens reads "actor token" lines (blank lines and # comments skipped) from file, which must
+// not be readable by others.
+func readTokens(file string) (map[string]string, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("-token-file: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("-token-file %s: mode %v: readable by others; chmod 600 it", file, st.Mode().Perm())
+	}
+	tokens := map[string]string{}
+	sc := bufio.NewScanner(io.LimitReader(f, maxURLFile))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("-token-file %s: line %d: want \"actor token\"", file, n)
+		}
+		if _, dup := tokens[fields[0]]; dup {
+			return nil, fmt.Errorf("-token-file %s: line %d: actor %s given twice", file, n, fields[0])
+		}
+		tokens[fields[0]] = fields[1]
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("-token-file %s: %w", file, err)
+	}
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("-token-file %s: no token in it", file)
+	}
+	return tokens, nil
+}
+
+// namedPaths is a repeatable name=path flag.
+type namedPaths []struct{ name, path string }
+
+func (n *namedPaths) String() string {
+	var s []string
+	for _, x := range *n {
+		s = append(s, x.name+"="+x.path)
+	}
+	return strings.Join(s, ",")
+}
+
+func (n *namedPaths) Set(v string) error {
+	name, path, ok := strings.Cut(v, "=")
+	if !ok || name == "" || !strings.HasPrefix(path, "/") {
+		return fmt.Errorf("%q: want name=/zookeeper/path", v)
+	}
+	*n = append(*n, struct{ name, path string }{name, path})
+	return nil
+}
+
+// urlGatherer reads a Prometheus text /metrics page: the figures of another process (the
+// coordinator's, the relay's) for the overview.
+type urlGatherer struct {
+	url    string
+	client *http.Client
+}
+
+func (g *urlGatherer) Gather() ([]*dto.MetricFamily, error) {
+	resp, err := g.client.Get(g.url)
+	if err != nil {
+		return nil, fmt.Errorf("metrics %s: %w", g.url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("metrics %s: HTTP %d", g.url, resp.StatusCode)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("metrics %s: %w", g.url, err)
+	}
+	names := make([]string, 0, len(fams))
+	for n := range fams {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]*dto.MetricFamily, 0, len(names))
+	for _, n := range names {
+		out = append(out, fams[n])
+	}
+	return out, nil
+}
