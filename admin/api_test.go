@@ -174,7 +174,8 @@ func TestIntegrationAPIReads(t *testing.T) {
 	r.decode(t, &tx)
 	if tx.Kind != "saga" || tx.Status != "compensated" || !tx.Final || len(tx.Branches) != 2 ||
 		tx.Branches[0].Name != "order" || tx.Branches[0].Status != "compensated" || tx.Branches[1].Name != "account" ||
-		tx.Branches[0].TargetKind != "inproc" || tx.Branches[0].Target != "order" {
+		tx.Branches[0].TargetKind != "inproc" || tx.Branches[0].Target != "order" ||
+		tx.Branches[0].UpdatedAt.Before(tx.CreatedAt) || tx.Branches[0].UpdatedAt.After(tx.UpdatedAt) {
 		t.Fatalf("saga detail: %+v", tx)
 	}
 	r = c.do("GET", "/api/transactions/"+w.trying)

@@ -52,14 +52,15 @@ type Transaction struct {
 
 // Branch is one participant's part of a [Transaction], in registration (saga) order.
 type Branch struct {
-	Name       string `json:"name"`
-	Seq        int    `json:"seq"`
-	Status     string `json:"status"`      // pending, confirmed, cancelled, succeeded, compensated
-	TargetKind string `json:"target_kind"` // http or inproc
-	Target     string `json:"target"`      // the URL or the registered participant's name
-	Attempts   int    `json:"attempts"`    // failed calls of the branch
-	LastError  string `json:"last_error,omitempty"`
-	Payload    []byte `json:"payload,omitempty"` // what the participant is sent
+	Name       string    `json:"name"`
+	Seq        int       `json:"seq"`
+	Status     string    `json:"status"`      // pending, confirmed, cancelled, succeeded, compensated
+	TargetKind string    `json:"target_kind"` // http or inproc
+	Target     string    `json:"target"`      // the URL or the registered participant's name
+	Attempts   int       `json:"attempts"`    // failed calls of the branch
+	LastError  string    `json:"last_error,omitempty"`
+	Payload    []byte    `json:"payload,omitempty"` // what the participant is sent
+	UpdatedAt  time.Time `json:"updated_at"`        // when its status, attempts or last error last changed
 }
 
 // Check returns nil when [Admin.Transactions] accepts f, or an error wrapping [ErrBadRequest] that
@@ -166,7 +167,7 @@ func (a *Admin) Transaction(ctx context.Context, gid string) (*Transaction, erro
 		tx.Branches = make([]Branch, 0, len(t.Branches))
 		for _, b := range t.Branches {
 			tx.Branches = append(tx.Branches, Branch{Name: b.Name, Seq: b.Seq, Status: b.Status.String(),
-				TargetKind: b.Target.Kind.String(), Target: b.Target.Ref, Attempts: b.Attempts, LastError: b.LastError, Payload: b.Payload})
+				TargetKind: b.Target.Kind.String(), Target: b.Target.Ref, Attempts: b.Attempts, LastError: b.LastError, Payload: b.Payload, UpdatedAt: b.UpdatedAt})
 		}
 		return &tx, nil
 	}

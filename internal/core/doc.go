@@ -12,7 +12,7 @@
 // Tables (in the schema of [WithSchema]):
 //
 //	txkit_global  gid pk, kind, status, timeout_at, next_retry_at, attempts, last_error, payload, created_at, updated_at
-//	txkit_branch  (gid, branch) pk, seq, target_kind, target, payload, status, attempts, last_error
+//	txkit_branch  (gid, branch) pk, seq, target_kind, target, payload, status, attempts, last_error, updated_at
 //
 // The rules:
 //   - Every decision is written before it is acted on, and every state change is one PostgreSQL

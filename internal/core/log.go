@@ -78,6 +78,7 @@ type Branch struct {
 	Status    BranchStatus
 	Attempts  int // failed ops on this branch
 	LastError string
+	UpdatedAt time.Time // when Status, Attempts or LastError last changed (PostgreSQL's clock); filled by Get and the Recoverer
 }
 
 // New returns a Log on pool configured by opts. It does not touch the database: call
@@ -541,7 +542,7 @@ func (l *Log) loadBranches(ctx context.Context, db fence.DBTX, txs []*Transactio
 		gid, tk, st string
 		b           Branch
 	)
-	_, err = pgx.ForEachRow(rows, []any{&gid, &b.Name, &b.Seq, &tk, &b.Target.Ref, &b.Payload, &st, &b.Attempts, &b.LastError}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&gid, &b.Name, &b.Seq, &tk, &b.Target.Ref, &b.Payload, &st, &b.Attempts, &b.LastError, &b.UpdatedAt}, func() error {
 		var err error
 		if b.Target.Kind, err = ParseTargetKind(tk); err != nil {
 			return err

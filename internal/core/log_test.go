@@ -101,6 +101,12 @@ func TestIntegrationLogLifecycle(t *testing.T) {
 		b[1].Status != core.BranchPending || b[1].Attempts != 1 || b[1].LastError != "HTTP 500" {
 		t.Fatalf("branches after a failure: %+v", b)
 	}
+	// Both branches changed (one done, one failed): their updated_at moved past their recording.
+	for i, b := range tx.Branches {
+		if !b.UpdatedAt.After(before.Branches[i].UpdatedAt) {
+			t.Fatalf("branch %s: updated_at %v not after %v", b.Name, b.UpdatedAt, before.Branches[i].UpdatedAt)
+		}
+	}
 
 	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusConfirming,
 		Done: []string{"stock", "account"}, Next: core.StatusConfirmed}); err != nil {

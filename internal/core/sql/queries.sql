@@ -40,12 +40,12 @@ returning 1
 {{define "status"}}select status from {{.Global}} where gid = $1{{end}}
 
 {{define "branches_done"}}
-update {{.Branch}} set status = $3
+update {{.Branch}} set status = $3, updated_at = now()
 where gid = $1 and branch = any($2::text[]) and status <> $3
 {{end}}
 
 {{define "branches_failed"}}
-update {{.Branch}} as b set attempts = b.attempts + 1, last_error = f.err
+update {{.Branch}} as b set attempts = b.attempts + 1, last_error = f.err, updated_at = now()
 from unnest($2::text[], $3::text[]) as f(branch, err)
 where b.gid = $1 and b.branch = f.branch
 {{end}}
@@ -54,7 +54,7 @@ where b.gid = $1 and b.branch = f.branch
 is one round trip. */}}
 {{define "finish"}}
 with b as (
-    update {{.Branch}} set status = $6
+    update {{.Branch}} set status = $6, updated_at = now()
     where gid = $1 and branch = any($5::text[]) and status <> $6
 )
 update {{.Global}} set status = $3, attempts = 0, last_error = null, updated_at = now(),
@@ -131,7 +131,7 @@ limit $5
 {{end}}
 
 {{define "branches"}}
-select gid, branch, seq, target_kind, target, payload, status, attempts, coalesce(last_error, '')
+select gid, branch, seq, target_kind, target, payload, status, attempts, coalesce(last_error, ''), updated_at
 from {{.Branch}} where gid = any($1::text[])
 order by gid, seq, branch
 {{end}}

@@ -37,3 +37,7 @@ create table if not exists {{.Branch}} (
     last_error  text,
     primary key (gid, branch)
 );
+-- When the branch's status, attempts or last error last changed (its recording, before that): the
+-- operator console's branch timeline. Added to existing deployments here; their rows get the time
+-- of this migration.
+alter table {{.Branch}} add column if not exists updated_at timestamptz not null default now();
