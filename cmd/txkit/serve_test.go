@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/txkit/txkit/admin"
 	"github.com/txkit/txkit/internal/testenv"
@@ -185,5 +188,25 @@ func TestIntegrationServe(t *testing.T) {
 		_ = cmd.Process.Kill()
 		<-exited
 		t.Fatal("txkit serve does not stop on SIGTERM")
+	}
+}
+
+// -metrics-url reads another process's /metrics page.
+func TestURLGatherer(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "txkit_relay_published_total", Help: "h"})
+	reg.MustRegister(c)
+	c.Add(5)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	g := &urlGatherer{url: srv.URL, client: srv.Client()}
+	fams, err := g.Gather()
+	if err != nil || len(fams) != 1 || fams[0].GetName() != "txkit_relay_published_total" || fams[0].GetMetric()[0].GetCounter().GetValue() != 5 {
+		t.Fatalf("Gather = %v, %v", fams, err)
+	}
+	g.url = srv.URL + "/nothing"
+	srv.Config.Handler = http.NotFoundHandler()
+	if _, err := g.Gather(); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
+		t.Fatalf("Gather of a 404 = %v", err)
 	}
 }
