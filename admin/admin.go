@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -35,7 +36,7 @@ type Admin struct {
 	audit  string // quoted audit table
 	auditN string // plain audit table name, for messages
 	ddl    string
-	finals []string // the final statuses' names
+	finals string // the final statuses' names as a SQL list, as core's partial indexes write it
 }
 
 type txLog struct {
@@ -90,11 +91,16 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Admin, error) {
 	a.obT, _ = pgutil.Table(o.schema, o.outboxTable)
 	a.ntT, _ = pgutil.Table(o.schema, o.notifyTable)
 	a.audit, a.auditN = pgutil.Table(o.schema, o.auditTable)
+	// The literal list (sorted, quoted, as core renders its indexes' predicates) lets the
+	// overview's queries use core's partial indexes of unfinished and finished transactions.
+	var finals []string
 	for s := core.Status(1); !strings.HasPrefix(s.String(), "Status("); s++ {
 		if s.Final() {
-			a.finals = append(a.finals, s.String())
+			finals = append(finals, "'"+s.String()+"'")
 		}
 	}
+	sort.Strings(finals)
+	a.finals = strings.Join(finals, ", ")
 	a.ddl = auditDDL(o.schema, a.audit, o.auditTable)
 	return a, nil
 }

@@ -359,7 +359,14 @@ func TestIntegrationAPIHMACAndReadOnly(t *testing.T) {
 	}
 	c.want(signed(w.dead[0], "another-secret-0123456789", time.Now()), 401, "signature does not verify")
 	c.want(signed(w.dead[0], secret, time.Now().Add(-time.Hour)), 401, "timestamp")
-	c.want(signed(w.dead[0], secret, time.Now()), 200)
+	now := time.Now()
+	c.want(signed(w.dead[0], secret, now), 200)
+	// The same signed request again (a replay): the first answer, not a second requeue.
+	if r := signed(w.dead[0], secret, now); r.status != 200 || r.header.Get("Idempotent-Replay") != "true" {
+		t.Fatalf("replayed signed request: %d %v %s", r.status, r.header, r.body)
+	}
+	// Signed later, it is a new request: the message is pending now.
+	c.want(signed(w.dead[0], secret, now.Add(time.Second)), 409, "is pending, not dead")
 
 	ro, err := admin.New(w.s.Pool, admin.WithSchema(w.s.Name))
 	if err != nil {

@@ -41,7 +41,8 @@
 // POST calls need "Authorization: Bearer <token>" ([WithTokens]) or an HMAC signature made as
 // txkit's participant requests are signed ([WithHMACSecrets]); without either configured the API
 // is read-only ([Admin.ReadOnly]). A POST with an "Idempotency-Key" header is done once: a repeat
-// answers what the first answered, with "Idempotent-Replay: true"; without a key, a repeat of a
+// answers what the first answered, with "Idempotent-Replay: true" (a signed request is keyed by its
+// signature when it carries no key); without a key, a repeat of a
 // done requeue is refused with 409 (the message is pending now) and has no second effect. Every
 // POST — refused ones too — is recorded in the audit table (actor, time, action, target, result,
 // remote address). No SQL is built from request text: table names come from options, checked by

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/txkit/txkit/internal/httpsafe"
+	"github.com/txkit/txkit/internal/signing"
 )
 
 // answerBody is the JSON body of the answer to c ending with err.
@@ -60,7 +61,8 @@ const maxRequestBody = 4 << 10
 // the action applies to) or 500 (whose body names a request id and never the internal error, which
 // is logged with that id). POST calls need "Authorization: Bearer <token>" ([WithTokens]) or an
 // HMAC signature ([WithHMACSecrets]); an "Idempotency-Key" header makes a repeat answer what the
-// first call answered, with the header "Idempotent-Replay: true". Every POST is recorded in the
+// first call answered, with the header "Idempotent-Replay: true" (a signed request without one is
+// keyed by its signature, so a replay of it within the timestamp window is answered the same way). Every POST is recorded in the
 // audit table, refused ones included. GET calls change nothing.
 //
 // The handler is safe for concurrent use.
@@ -185,6 +187,11 @@ func (a *Admin) post(action, what string, do func(ctx context.Context, id uuid.U
 			return
 		}
 		c.actor, c.key = actor, r.Header.Get("Idempotency-Key")
+		if sig := r.Header.Get(signing.HeaderSignature); c.key == "" && sig != "" && r.Header.Get("Authorization") == "" {
+			// A signed request replayed within the signature's window gets the first answer: its
+			// signature is its idempotency key.
+			c.key = "signature:" + sig
+		}
 		if len(c.key) > maxKeyLen {
 			a.writeAnswer(w, a.refuse(r.Context(), c.withoutKey(), fmt.Errorf("admin: Idempotency-Key of %d bytes: at most %d: %w", len(c.key), maxKeyLen, ErrBadRequest)))
 			return

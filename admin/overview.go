@@ -7,6 +7,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/txkit/txkit/internal/core"
 )
 
 // Overview is the state of things at a glance: what the console's first page shows.
@@ -84,15 +86,17 @@ where status = 'failed'`).Scan(&ov.FailedNotifications, &ov.LastHour.FailedNotif
 			gid, kind, stat *string
 			age             *float64
 		)
+		// The finals list is core's constant status names, never request text.
 		err := a.pool.QueryRow(ctx, `with open as (
-    select gid, kind, status, created_at from `+l.global+` where status <> all($1::text[])
+    select gid, kind, status, created_at from `+l.global+` where status not in (`+a.finals+`)
 ), oldest as (
     select gid, kind, status, extract(epoch from now() - created_at)::float8 as age from open order by created_at, gid limit 1
 )
 select (select count(*) from open),
-    (select count(*) from `+l.global+` where status = any($2::text[]) and updated_at > now() - interval '1 hour'),
+    (select count(*) from `+l.global+` where status in (`+a.finals+`) and status = any($1::text[])
+        and updated_at > now() - interval '1 hour'),
     o.gid, o.kind, o.status, o.age
-from (select 1) one left join oldest o on true`, a.finals, []string{"cancelled", "compensated"}).
+from (select 1) one left join oldest o on true`, []string{core.StatusCancelled.String(), core.StatusCompensated.String()}).
 			Scan(&n, &aborted, &gid, &kind, &stat, &age)
 		if missing(err) {
 			continue
