@@ -264,6 +264,8 @@ func TestIntegrationAPIMutations(t *testing.T) {
 	c.want(c.do("POST", requeue(w.pending), bearer...), 409, "message "+w.pending.String()+" is pending, not dead")
 	c.want(c.do("POST", requeue(uuid.New()), bearer...), 404, "not found")
 	c.want(c.do("POST", "/api/outbox/dead/xyz/requeue", bearer...), 400, `message id \"xyz\": not a UUID`)
+	c.want(c.do("POST", "/api/outbox/dead/%ff%00/requeue", bearer...), 400, "not a UUID")
+	c.want(c.do("POST", requeue(w.dead[1]), append(bearer, "Idempotency-Key", strings.Repeat("k", 256))...), 400, "Idempotency-Key: 256 bytes")
 	// The key of the first requeue, for another message: refused.
 	c.want(c.do("POST", requeue(w.dead[1]), k...), 409, `Idempotency-Key \"requeue-1\" was used for outbox.requeue`)
 
@@ -304,7 +306,7 @@ func TestIntegrationAPIMutations(t *testing.T) {
 		"oncall outbox.requeue ok":          1, // the replay is not a second row
 		"oncall outbox.requeue conflict":    3, // the repeat, the pending one, the reused key
 		"oncall outbox.requeue not_found":   1,
-		"oncall outbox.requeue bad_request": 1,
+		"oncall outbox.requeue bad_request": 3,
 		"oncall notify.redeliver ok":        1,
 		"oncall notify.redeliver conflict":  1,
 		"oncall notify.redeliver not_found": 1,

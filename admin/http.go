@@ -8,10 +8,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
 	"github.com/txkit/txkit/internal/httpsafe"
+	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/signing"
 )
 
@@ -176,7 +178,9 @@ func (a *Admin) post(action, what string, do func(ctx context.Context, id uuid.U
 	return func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
 		body, err := readAll(r)
-		c := call{action: action, target: r.PathValue("id"), remote: r.RemoteAddr}
+		// The id is kept as text even when it is not an id (a refused request's is recorded too).
+		target := strings.ToValidUTF8(strings.ReplaceAll(clip(r.PathValue("id"), maxTargetLen), "\x00", ""), "\uFFFD")
+		c := call{action: action, target: target, remote: r.RemoteAddr}
 		if err != nil {
 			a.writeAnswer(w, a.refuse(r.Context(), c, fmt.Errorf("admin: request body: %w: %w", err, ErrBadRequest)))
 			return
@@ -192,8 +196,8 @@ func (a *Admin) post(action, what string, do func(ctx context.Context, id uuid.U
 			// signature is its idempotency key.
 			c.key = "signature:" + sig
 		}
-		if len(c.key) > maxKeyLen {
-			a.writeAnswer(w, a.refuse(r.Context(), c.withoutKey(), fmt.Errorf("admin: Idempotency-Key of %d bytes: at most %d: %w", len(c.key), maxKeyLen, ErrBadRequest)))
+		if err := pgutil.CheckText(c.key, maxKeyLen); c.key != "" && err != nil {
+			a.writeAnswer(w, a.refuse(r.Context(), c.withoutKey(), fmt.Errorf("admin: Idempotency-Key: %v: %w", err, ErrBadRequest)))
 			return
 		}
 		id, err := parseID(what, c.target)
@@ -209,7 +213,22 @@ func (a *Admin) post(action, what string, do func(ctx context.Context, id uuid.U
 	}
 }
 
-const maxKeyLen = 255
+// Bounds on what a request puts in the audit table.
+const (
+	maxKeyLen    = 255 // bytes of an Idempotency-Key
+	maxTargetLen = 100 // bytes of the id in the path kept for a refused request
+)
+
+// clip cuts s to at most n bytes, on a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
 
 func (c call) withoutKey() call { c.key = ""; return c }
 
