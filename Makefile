@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The servers' addresses (deploy/local/env) exported for the command that follows.
 WITH_ENV = set -a && eval "$$(deploy/local/env)" && ROCKETMQ_GO_LOG_LEVEL=error && set +a &&
 
-.PHONY: bench-locks up down status test unit demo tcc-order drill-tcc drill-tcc-locks saga-order drill-saga transfer drill-2pc drill-3pc bench lint env recharge stock
+.PHONY: bench-locks up down status test unit demo tcc-order drill-tcc drill-tcc-locks saga-order drill-saga transfer drill-2pc drill-3pc bench lint env recharge stock console console-screenshot
 
 up: ## start PostgreSQL, the ZooKeeper ensemble and RocketMQ (installing what is missing)
 	@deploy/local/up
@@ -109,3 +109,10 @@ stock: up ## the stock-deduction example (per-SKU lock, operation ids, SIGKILLed
 	for l in zk zk-unfair pg redis redlock; do $(TXKIT_HOME)/stock/demo -lock $$l -summary $$sum || rc=1; done; \
 	$(TXKIT_HOME)/stock/demo -lock none -expect-fail -summary $$sum || rc=1; \
 	printf '\n%-10s | %8s | %8s | %12s | %s\n' backend orders/s p99 'kill->answer' checks; cat $$sum; rm -f $$sum; exit $$rc
+
+CONSOLE_LISTEN ?= 127.0.0.1:8089
+console: up ## the tcc-order example with orders, a dead outbox message and `txkit serve` (admin API + web console) on $(CONSOLE_LISTEN); prints the URL and the token; Ctrl-C stops it
+	@$(WITH_ENV) $(GO) run ./examples/console -listen $(CONSOLE_LISTEN)
+
+console-screenshot: up ## run the console's browser test (headless Chromium) and copy its overview screenshot to docs/console.png
+	@$(WITH_ENV) $(GO) test -count=1 -run 'TestIntegrationConsoleBrowser$$' ./admin/console/ -args -update

@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txkit/txkit/admin"
 	"github.com/txkit/txkit/admin/console"
@@ -218,7 +219,8 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 		Body: []byte(`{"event":"order.cancelled","gid":"` + cancelled + `"}`)})
 	must(t, err, "Enqueue")
 	relayPath := svc.Root + "/relay"
-	first, stopFirst := relayOn(t, ob, failingPublisher{}, relayPath, "relay-failing",
+	reg := prometheus.NewRegistry() // both relays' metrics, the overview's figures
+	first, stopFirst := relayOn(t, ob, failingPublisher{}, relayPath, "relay-failing", outbox.WithRegisterer(reg),
 		outbox.WithMaxAttempts(3), outbox.WithBackoff(10*time.Millisecond, 50*time.Millisecond), outbox.WithSchedule("@every 100ms"))
 
 	sess, err := lock.NewSession(ctx, testenv.ZK(t))
@@ -229,7 +231,8 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 		admin.WithElections(
 			admin.Election{Name: "tcc recovery", Path: svc.Election + "/tcc", Inspector: sess.Inspector()},
 			admin.Election{Name: "saga recovery", Path: svc.Election + "/saga", Inspector: sess.Inspector()},
-			admin.Election{Name: "outbox relay", Path: relayPath, Inspector: sess.Inspector()}))
+			admin.Election{Name: "outbox relay", Path: relayPath, Inspector: sess.Inspector()}),
+		admin.WithGatherer(reg))
 	must(t, err, "admin.New")
 	must(t, a.Migrate(ctx), "admin Migrate")
 	pages, err := console.Handler(a)
@@ -251,7 +254,7 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	pub, err := rocketmq.NewPublisher(ctx, testenv.Namesrv(t))
 	must(t, err, "rocketmq.NewPublisher")
 	t.Cleanup(func() { _ = pub.Close() })
-	second, _ := relayOn(t, ob, pub, relayPath, "relay-rocketmq", outbox.WithSchedule("@every 200ms"),
+	second, _ := relayOn(t, ob, pub, relayPath, "relay-rocketmq", outbox.WithSchedule("@every 200ms"), outbox.WithRegisterer(reg),
 		outbox.WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
 	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
 		ls, err := a.Leaders(ctx)
@@ -357,6 +360,12 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 		t.Fatalf("outbox pending %q after the publish, want 0", got)
 	}
 	shot(t, b, "outbox-requeued.png")
+	// The overview's figures, from the relays' metrics: the dead message and its publish.
+	do(t, b, 30*time.Second, "open the overview again", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.ID("figures")))
+	figures := eval[map[string]string](t, b, `Object.fromEntries([...document.querySelectorAll('#figures tr')].map(r => [r.dataset.metric, r.cells[1].textContent]))`)
+	if figures["txkit_outbox_dead_total"] != "1" || figures["txkit_outbox_published_total"] != "1" {
+		t.Fatalf("overview figures %v, want txkit_outbox_dead_total 1 and txkit_outbox_published_total 1", figures)
+	}
 
 	// The audit page records who requeued it.
 	audit, err := a.Audit(ctx, 10)
