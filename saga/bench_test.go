@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core/coretest"
@@ -40,34 +41,40 @@ func BenchmarkSaga(b *testing.B) {
 		b.Fatal(err)
 	}
 	// One signing client for the branches and the coordinator's own calls (WithHTTPClient).
-	parts, client := coretest.BenchParticipants(b, pg, "bench-secret-0123456789abcdef", 3, // participants verify signatures, as by default
-		func(ctx context.Context, tx pgx.Tx, name string, req participant.Request) error {
-			delta := 1
-			switch req.Op {
-			case participant.OpAction:
-			case participant.OpCompensate:
-				delta = -1
-			default:
-				return fmt.Errorf("no %s: %w", req.Op, participant.ErrBadRequest)
-			}
-			_, err := tx.Exec(ctx, `update bench_counter set done = done + $1 where name = $2`, delta, name)
-			return err
-		}, participant.OpAction, participant.OpCompensate)
+	const secret = "bench-secret-0123456789abcdef" // participants verify signatures, as by default
+	ops := []participant.Op{participant.OpAction, participant.OpCompensate}
+	apply := func(ctx context.Context, tx pgx.Tx, name string, req participant.Request) error {
+		delta := 1
+		switch req.Op {
+		case participant.OpAction:
+		case participant.OpCompensate:
+			delta = -1
+		default:
+			return fmt.Errorf("no %s: %w", req.Op, participant.ErrBadRequest)
+		}
+		_, err := tx.Exec(ctx, `update bench_counter set done = done + $1 where name = $2`, delta, name)
+		return err
+	}
+	parts, client := coretest.BenchParticipants(b, pg, secret, 3, apply, ops)
 	newCoordinator := func(b *testing.B) (*saga.Coordinator, *pgxpool.Pool) {
 		return coretest.BenchCoordinator(b, saga.New, pg, coordinator.WithHTTPClient(client))
 	}
-	coordinated := func(c *saga.Coordinator) error {
-		s, err := c.Begin()
-		if err != nil {
-			return err
-		}
-		for i, p := range parts {
-			if err := s.Add(saga.Step{Name: fmt.Sprint("s", i), Participant: p}); err != nil {
+	// coordinatedOn is one transaction through c over ps.
+	coordinatedOn := func(ps []participant.HTTP) func(*saga.Coordinator) error {
+		return func(c *saga.Coordinator) error {
+			s, err := c.Begin()
+			if err != nil {
 				return err
 			}
+			for i, p := range ps {
+				if err := s.Add(saga.Step{Name: fmt.Sprint("s", i), Participant: p}); err != nil {
+					return err
+				}
+			}
+			return s.Submit(ctx)
 		}
-		return s.Submit(ctx)
 	}
+	coordinated := coordinatedOn(parts)
 	bare := func() error {
 		gid := uuid.Must(uuid.NewV7()).String()
 		for i, p := range parts {
@@ -91,7 +98,10 @@ func BenchmarkSaga(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "sagas/s")
 	})
 	// metrics-ratio and observed-ratio: the cost of metrics, and of metrics with tracing.
-	coretest.OverheadRatios(b, saga.New, pg, coordinated, coordinator.WithHTTPClient(client))
+	coretest.OverheadRatios(b, saga.New, pg, coordinated, func(b *testing.B, tp trace.TracerProvider) func(*saga.Coordinator) error {
+		ps, _ := coretest.BenchParticipants(b, pg, secret, 3, apply, ops, participant.WithBarrierTracerProvider(tp))
+		return coordinatedOn(ps)
+	}, coordinator.WithHTTPClient(client))
 	b.Run("ratio", func(b *testing.B) {
 		c, _ := newCoordinator(b)
 		took, _ := coretest.Rotate(b, 20, func() error { return coordinated(c) }, bare)

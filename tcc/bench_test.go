@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core/coretest"
@@ -43,41 +44,47 @@ func BenchmarkTCC(b *testing.B) {
 		b.Fatal(err)
 	}
 	// One signing client for the branches and the coordinator's own calls (WithHTTPClient).
-	parts, client := coretest.BenchParticipants(b, pg, "bench-secret-0123456789abcdef", 3, // participants verify signatures, as by default
-		func(ctx context.Context, tx pgx.Tx, name string, req participant.Request) error {
-			var sql string
-			switch req.Op {
-			case participant.OpTry:
-				sql = `update bench_counter set reserved = reserved + 1 where name = $1`
-			case participant.OpConfirm:
-				sql = `update bench_counter set reserved = reserved - 1, used = used + 1 where name = $1`
-			case participant.OpCancel:
-				sql = `update bench_counter set reserved = reserved - 1 where name = $1`
-			default:
-				return fmt.Errorf("no %s: %w", req.Op, participant.ErrBadRequest)
-			}
-			_, err := tx.Exec(ctx, sql, name)
-			return err
-		}, participant.OpTry, participant.OpConfirm, participant.OpCancel)
+	const secret = "bench-secret-0123456789abcdef" // participants verify signatures, as by default
+	ops := []participant.Op{participant.OpTry, participant.OpConfirm, participant.OpCancel}
+	apply := func(ctx context.Context, tx pgx.Tx, name string, req participant.Request) error {
+		var sql string
+		switch req.Op {
+		case participant.OpTry:
+			sql = `update bench_counter set reserved = reserved + 1 where name = $1`
+		case participant.OpConfirm:
+			sql = `update bench_counter set reserved = reserved - 1, used = used + 1 where name = $1`
+		case participant.OpCancel:
+			sql = `update bench_counter set reserved = reserved - 1 where name = $1`
+		default:
+			return fmt.Errorf("no %s: %w", req.Op, participant.ErrBadRequest)
+		}
+		_, err := tx.Exec(ctx, sql, name)
+		return err
+	}
+	parts, client := coretest.BenchParticipants(b, pg, secret, 3, apply, ops)
 
 	// newCoordinator returns a migrated Coordinator on a pool of its own, so that the pool's
 	// acquire count is the coordinator's alone (the participants use pg.Pool).
 	newCoordinator := func(b *testing.B) (*tcc.Coordinator, *pgxpool.Pool) {
 		return coretest.BenchCoordinator(b, tcc.New, pg, coordinator.WithHTTPClient(client))
 	}
-	coordinated := func(c *tcc.Coordinator) error {
-		g, err := c.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		for i, p := range parts {
-			if err := g.Try(ctx, tcc.Branch{Name: fmt.Sprint("b", i), Participant: p}); err != nil {
-				_ = g.Rollback(ctx)
+	// coordinatedOn is one transaction through c over ps.
+	coordinatedOn := func(ps []participant.HTTP) func(*tcc.Coordinator) error {
+		return func(c *tcc.Coordinator) error {
+			g, err := c.Begin(ctx)
+			if err != nil {
 				return err
 			}
+			for i, p := range ps {
+				if err := g.Try(ctx, tcc.Branch{Name: fmt.Sprint("b", i), Participant: p}); err != nil {
+					_ = g.Rollback(ctx)
+					return err
+				}
+			}
+			return g.Commit(ctx)
 		}
-		return g.Commit(ctx)
 	}
+	coordinated := coordinatedOn(parts)
 	bare := func() error {
 		gid := uuid.Must(uuid.NewV7()).String()
 		for _, op := range []participant.Op{participant.OpTry, participant.OpConfirm} {
@@ -138,7 +145,10 @@ func BenchmarkTCC(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tx/s")
 	})
 	// metrics-ratio and observed-ratio: the cost of metrics, and of metrics with tracing.
-	coretest.OverheadRatios(b, tcc.New, pg, coordinated, coordinator.WithHTTPClient(client))
+	coretest.OverheadRatios(b, tcc.New, pg, coordinated, func(b *testing.B, tp trace.TracerProvider) func(*tcc.Coordinator) error {
+		ps, _ := coretest.BenchParticipants(b, pg, secret, 3, apply, ops, participant.WithBarrierTracerProvider(tp))
+		return coordinatedOn(ps)
+	}, coordinator.WithHTTPClient(client))
 	b.Run("ratio", func(b *testing.B) {
 		c, _ := newCoordinator(b)
 		const block = 20

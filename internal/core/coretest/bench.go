@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/testenv"
@@ -22,13 +23,15 @@ import (
 
 // BenchParticipants starts n HTTP participants named p0, p1, … for a coordinator benchmark: each
 // an httptest server (closed when b ends) whose one handler is the Handler of one barrier over
-// pg, verifying signatures with secret, accepting only ops, and running fn(ctx, tx, name, req) in
-// the barrier's transaction. It returns them, each using the signing client it also returns for
-// the coordinator's own calls (coordinator.WithHTTPClient).
+// pg (with opts), verifying signatures with secret, accepting only ops, and running fn(ctx, tx,
+// name, req) in the barrier's transaction. It returns them, each using the signing client it also
+// returns for the coordinator's own calls (coordinator.WithHTTPClient).
 func BenchParticipants(b *testing.B, pg *testenv.Schema, secret string, n int,
-	fn func(ctx context.Context, tx pgx.Tx, name string, req participant.Request) error, ops ...participant.Op) ([]participant.HTTP, *http.Client) {
+	fn func(ctx context.Context, tx pgx.Tx, name string, req participant.Request) error, ops []participant.Op,
+	opts ...participant.BarrierOption) ([]participant.HTTP, *http.Client) {
 	b.Helper()
-	bar, err := participant.NewBarrier(pg.Pool, participant.WithBarrierLogger(testenv.Logger(b)), participant.WithSecrets(secret))
+	bar, err := participant.NewBarrier(pg.Pool, append([]participant.BarrierOption{participant.WithBarrierLogger(testenv.Logger(b)),
+		participant.WithSecrets(secret)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -129,26 +132,28 @@ func Rotate(b *testing.B, block int, fs ...func() error) (took []time.Duration, 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // OverheadRatios runs the sub-benchmarks "metrics-ratio" and "observed-ratio" of a coordinator
-// benchmark: run (one global transaction) through a coordinator made by newFn on pg with opts and
-// its metrics on a registry — and, for "observed", tracing through the OpenTelemetry SDK with a
-// batch exporter to a sink that drops the spans — against one with neither (the default global
-// tracer provider is a no-op), in rotating blocks of 20. Each reports the throughput with over
-// the one without ("with/without-metrics", "observed/plain").
+// benchmark: one global transaction through a coordinator made by newFn on pg with opts and its
+// metrics on a registry — and, for "observed", tracing through the OpenTelemetry SDK with a batch
+// exporter to a sink that drops the spans, in the coordinator and in its participants' barriers —
+// against one with neither (the default global tracer provider is a no-op), in rotating blocks of
+// 20. run is the transaction on the plain participants; traced(b, tp) returns it on participants
+// whose barriers trace with tp. Each reports the throughput with over the one without
+// ("with/without-metrics", "observed/plain").
 func OverheadRatios[C coordinator.Shell](b *testing.B, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
-	pg *testenv.Schema, run func(C) error, opts ...coordinator.Option) {
+	pg *testenv.Schema, run func(C) error, traced func(b *testing.B, tp trace.TracerProvider) func(C) error, opts ...coordinator.Option) {
 	b.Helper()
-	ratio := func(b *testing.B, unit string, extra ...coordinator.Option) {
+	ratio := func(b *testing.B, unit string, runWith func(C) error, extra ...coordinator.Option) {
 		plain, _ := BenchCoordinator(b, newFn, pg, opts...)
 		with, _ := BenchCoordinator(b, newFn, pg, append(append([]coordinator.Option{}, opts...), extra...)...)
-		took, _ := Rotate(b, 20, func() error { return run(with) }, func() error { return run(plain) })
+		took, _ := Rotate(b, 20, func() error { return runWith(with) }, func() error { return run(plain) })
 		b.ReportMetric(float64(took[1])/float64(took[0]), unit)
 	}
 	b.Run("metrics-ratio", func(b *testing.B) {
-		ratio(b, "with/without-metrics", coordinator.WithRegisterer(prometheus.NewRegistry()))
+		ratio(b, "with/without-metrics", run, coordinator.WithRegisterer(prometheus.NewRegistry()))
 	})
 	b.Run("observed-ratio", func(b *testing.B) {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-		ratio(b, "observed/plain", coordinator.WithRegisterer(prometheus.NewRegistry()), coordinator.WithTracerProvider(tp))
+		ratio(b, "observed/plain", traced(b, tp), coordinator.WithRegisterer(prometheus.NewRegistry()), coordinator.WithTracerProvider(tp))
 	})
 }
