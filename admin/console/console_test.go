@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/txkit/txkit/admin/console"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/outbox"
 )
 
@@ -95,6 +97,20 @@ func TestIntegrationConsoleEscapes(t *testing.T) {
 		` set status = 'dead', attempts = 3, last_error = $2 where msg_id = $1`, id, "broker said "+hostileImg)
 	must(t, err, "make the message dead")
 
+	nt, err := notify.New(s.Pool, []notify.Receiver{{Name: "shop", URL: "https://shop.example/notify", Secrets: []string{"0123456789abcdef0123"}}},
+		notify.WithSchema(s.Name))
+	must(t, err, "notify.New")
+	must(t, nt.Migrate(ctx), "notify Migrate")
+	nid, err := nt.Enqueue(ctx, s.Pool, notify.Notification{Receiver: "shop", Key: "k-" + hostileImg,
+		Payload: json.RawMessage(`{"note":"` + strings.ReplaceAll(hostileScript, `"`, `\"`) + `"}`)})
+	must(t, err, "notify Enqueue")
+	_, err = s.Pool.Exec(ctx, `update `+pgx.Identifier{s.Name, "txkit_notify"}.Sanitize()+
+		` set status = 'failed', attempts = 1, tries = 1, last_status = 502, last_error = $2 where id = $1`, nid, "answered "+hostileScript)
+	must(t, err, "make the notification fail")
+	_, err = s.Pool.Exec(ctx, `insert into `+pgx.Identifier{s.Name, "txkit_notify_attempt"}.Sanitize()+
+		` (id, n, status_code, latency_ms, error) values ($1, 1, 502, 12.5, $2)`, nid, "answered "+hostileScript)
+	must(t, err, "record the attempt")
+
 	a, err := admin.New(s.Pool, admin.WithSchema(s.Name))
 	must(t, err, "admin.New")
 	h, err := console.Handler(a)
@@ -127,6 +143,9 @@ func TestIntegrationConsoleEscapes(t *testing.T) {
 			`http://stock/tcc?x=&lt;script&gt;`,
 			`<pre class="payload" id="tx-payload">&lt;script&gt;alert(&#34;txkit&#34;)&lt;/script&gt;</pre>`}},
 		{"/outbox", []string{`broker said &lt;img src=x onerror=alert(1)&gt;`, `&lt;script&gt;alert(&#34;txkit&#34;)&lt;/script&gt;`, `id="dead-` + id.String() + `"`}},
+		{"/notifications", []string{`id="notification-` + nid.String() + `"`, `k-&lt;img src=x onerror=alert(1)&gt;`, `answered &lt;script&gt;`}},
+		{"/notifications/" + nid.String(), []string{`answered &lt;script&gt;alert(&#34;txkit&#34;)&lt;/script&gt;`, `&lt;script&gt;alert(\&#34;txkit\&#34;)&lt;/script&gt;`,
+			`data-url="/api/notifications/` + nid.String() + `/redeliver"`, `<tr data-n="1">`}},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
 			code, hdr, body := get(tc.path)
