@@ -112,7 +112,8 @@ stock: up ## the stock-deduction example (per-SKU lock, operation ids, SIGKILLed
 
 CONSOLE_LISTEN ?= 127.0.0.1:8089
 console: up ## the tcc-order example with orders, a dead outbox message and `txkit serve` (admin API + web console) on $(CONSOLE_LISTEN); prints the URL and the token; Ctrl-C stops it
-	@$(WITH_ENV) $(GO) run ./examples/console -listen $(CONSOLE_LISTEN)
+	@$(WITH_ENV) mkdir -p $(TXKIT_HOME)/console && $(GO) build -o $(TXKIT_HOME)/console/demo ./examples/console && \
+	$(TXKIT_HOME)/console/demo -listen $(CONSOLE_LISTEN)
 
 console-screenshot: up ## run the console's browser test (headless Chromium) and copy its overview screenshot to docs/console.png
 	@$(WITH_ENV) $(GO) test -count=1 -run 'TestIntegrationConsoleBrowser$$' ./admin/console/ -args -update

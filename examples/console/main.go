@@ -18,11 +18,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -135,7 +137,11 @@ func run(ctx context.Context, c config) error {
 	}
 	logf("services up in schema %s (logs in %s)", schema, c.dir)
 	counts := placeOrders(ctx, order, c.orders)
-	logf("orders placed: %v", counts)
+	var placed []string
+	for _, st := range slices.Sorted(maps.Keys(counts)) {
+		placed = append(placed, fmt.Sprintf("%d %s", counts[st], st))
+	}
+	logf("%d orders placed: %s", c.orders, strings.Join(placed, ", "))
 
 	pool, err := exapp.Pool(ctx, c.pg, dbOrder, schema, 4)
 	if err != nil {
