@@ -395,7 +395,7 @@ func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 // whether the transaction was in p.From.
 func (l *Log) recordTx(ctx context.Context, tok lock.Token, p Progress, done BranchStatus, moved *bool) error {
 	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		if err := l.fenceCheck(ctx, tx, tok); err != nil {
+		if err := l.fenceCheck(ctx, tx, tok, p.GID); err != nil {
 			return err
 		}
 		if len(p.Done) > 0 && p.Next == 0 {
@@ -441,11 +441,12 @@ func (l *Log) recordTx(ctx context.Context, tok lock.Token, p Progress, done Bra
 	})
 }
 
-func (l *Log) fenceCheck(ctx context.Context, tx pgx.Tx, tok lock.Token) error {
+// fenceCheck passes the fence of gid's recovery partition (partition.go) with a leader's tok.
+func (l *Log) fenceCheck(ctx context.Context, tx pgx.Tx, tok lock.Token, gid string) error {
 	if tok.IsZero() {
 		return nil
 	}
-	return l.fence.Check(ctx, tx, l.resource(), tok)
+	return l.fence.Check(ctx, tx, l.resourceOf(gid), tok)
 }
 
 func (l *Log) resource() string { return "core:" + l.name }

@@ -24,10 +24,11 @@ type options struct {
 	lease      time.Duration
 	backoffMin time.Duration
 	backoffMax time.Duration
+	partitions int // recovery partitions (WithPartitions, partition.go)
 }
 
 func defaultOptions() options {
-	return options{prefix: "txkit_", lease: 30 * time.Second, backoffMin: time.Second, backoffMax: 5 * time.Minute}
+	return options{prefix: "txkit_", lease: 30 * time.Second, backoffMin: time.Second, backoffMax: 5 * time.Minute, partitions: 1}
 }
 
 // WithSchema sets the PostgreSQL schema of the tables (default: none, so the connection's
@@ -61,6 +62,8 @@ func (o options) validate() error {
 		return fmt.Errorf("core: lease %v: %w", o.lease, ErrInvalidOption)
 	case o.backoffMin <= 0 || o.backoffMax < o.backoffMin:
 		return fmt.Errorf("core: backoff %v..%v: %w", o.backoffMin, o.backoffMax, ErrInvalidOption)
+	case o.partitions < 1 || o.partitions > MaxPartitions:
+		return fmt.Errorf("core: %d partitions: not in 1..%d: %w", o.partitions, MaxPartitions, ErrInvalidOption)
 	}
 	return nil
 }
