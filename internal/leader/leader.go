@@ -66,12 +66,17 @@ type CronFunc func(ctx context.Context, tok lock.Token) error
 // Term is one leadership term as [Work] sees it. It is safe for concurrent use.
 type Term struct {
 	tok  lock.Token
+	part int
 	log  *slog.Logger
 	wake chan struct{}
 }
 
 // Token returns the term's fencing token: pass it to the fence with every write.
 func (t *Term) Token() lock.Token { return t.tok }
+
+// Partition returns the partition the term leads: 0 for a [Job], the partition's number
+// (0 ≤ p < parts) for a [Shards].
+func (t *Term) Partition() int { return t.part }
 
 // Log returns the job's logger with the term's token.
 func (t *Term) Log() *slog.Logger { return t.log }
@@ -100,6 +105,8 @@ type options struct {
 	channel  string
 	crons    []cronJob
 	pause    time.Duration
+	members  Membership    // Shards only (WithMembership)
+	balance  time.Duration // Shards only (WithBalanceEvery)
 }
 
 type cronJob struct {
@@ -108,7 +115,7 @@ type cronJob struct {
 }
 
 func defaultOptions() options {
-	return options{name: "leader", log: slog.New(slog.DiscardHandler), pause: time.Second}
+	return options{name: "leader", log: slog.New(slog.DiscardHandler), pause: time.Second, balance: time.Second}
 }
 
 // WithName sets the prefix of the job's log messages (default "leader"), such as "outbox: relay":
@@ -146,6 +153,8 @@ func (o options) validate() error {
 		return fmt.Errorf("leader: nil logger: %w", ErrInvalidOption)
 	case o.pause <= 0:
 		return fmt.Errorf("leader: pause %v: not positive: %w", o.pause, ErrInvalidOption)
+	case o.balance <= 0:
+		return fmt.Errorf("leader: balance interval %v: not positive: %w", o.balance, ErrInvalidOption)
 	}
 	if o.schedule != "" {
 		if err := pgutil.CheckCron(o.schedule); err != nil {
@@ -178,6 +187,10 @@ type Job struct {
 	work     Work
 	o        options
 	fenced   atomic.Int64
+
+	// Set by NewShards for a partition's job: its number, and the terms the shared listener pokes.
+	part  int
+	terms *termSet
 }
 
 // New returns a job that runs work while el leads, passing f with the resource's name on taking
@@ -254,8 +267,12 @@ func (j *Job) lead(ctx context.Context, l lock.Leadership) error {
 		break
 	}
 
-	term := &Term{tok: tok, log: log, wake: make(chan struct{}, 1)}
+	term := &Term{tok: tok, part: j.part, log: log, wake: make(chan struct{}, 1)}
 	term.Poke() // work may have piled up while nobody led
+	if j.terms != nil {
+		j.terms.add(term)
+		defer j.terms.remove(term)
+	}
 
 	tctx, end := context.WithCancelCause(ctx)
 	defer end(nil)

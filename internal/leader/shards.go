@@ -1,0 +1,377 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txkit/txkit/fence"
+	"github.com/txkit/txkit/lock"
+)
+
+// ElectorFunc returns this instance's candidate in the election of partition p (0 ≤ p < parts),
+// such as lock.NewElector(sess, PartitionName(base, p), id). Every instance must use the same
+// election per partition, and each partition an election of its own (one Election value per
+// partition: an Election shared by two partitions would lead both together). The candidate id
+// should name the instance: a [Membership] built on an Inspector counts instances by it.
+type ElectorFunc func(p int) (lock.Elector, error)
+
+// Membership counts the live instances that share a [Shards]' partitions, so that each can
+// take its share: ceil(parts/N). [ContenderMembership] counts the candidates of the partitions'
+// elections (ZooKeeper, whose elections list their waiters). A Membership that also has a
+// Run(ctx context.Context) error method (a heartbeat) is run by [Shards.Run] alongside the
+// partitions.
+type Membership interface {
+	// Members returns how many instances are live now (at least 1: the caller). It blocks for
+	// the round trips, bounded by ctx.
+	Members(ctx context.Context) (int, error)
+}
+
+// WithMembership sets how a [Shards] counts the instances sharing its partitions (default: none,
+// so each instance counts itself alone and leads whatever partitions it wins: no balancing).
+// Ignored by a [Job].
+func WithMembership(m Membership) Option { return func(o *options) { o.members = m } }
+
+// WithBalanceEvery sets how often a [Shards] counts the instances and gives up the partitions it
+// leads beyond its share (default 1 s). Ignored by a [Job].
+func WithBalanceEvery(d time.Duration) Option { return func(o *options) { o.balance = d } }
+
+// ContenderMembership returns a [Membership] that counts the distinct candidate ids among the
+// contenders (holders and waiters) of the locks called names, read with insp: for ZooKeeper,
+// insp = sess.Inspector() and names the partitions' election paths. Every instance of a
+// [Shards] campaigns in every partition, so any one election lists them all; reading all of them
+// also counts an instance that has just resigned one. A dead instance drops out when its
+// ZooKeeper session expires, which is also when its partitions move. Contenders without an id
+// are not counted. A backend that does not list its waiters (PostgreSQL leases, Redis) would only
+// count the leaders: use a heartbeat Membership there.
+func ContenderMembership(insp lock.Inspector, names ...string) Membership {
+	return contenderMembership{insp: insp, names: names}
+}
+
+type contenderMembership struct {
+	insp  lock.Inspector
+	names []string
+}
+
+func (m contenderMembership) Members(ctx context.Context) (int, error) {
+	ids := map[string]bool{}
+	for _, n := range m.names {
+		cs, _, err := m.insp.Contenders(ctx, n)
+		if err != nil {
+			return 0, fmt.Errorf("leader: contenders of %s: %w", n, err)
+		}
+		for _, c := range cs {
+			if c.ID != "" {
+				ids[c.ID] = true
+			}
+		}
+	}
+	return max(1, len(ids)), nil
+}
+
+// errResigned ends a term the instance gives up to balance the partitions.
+var errResigned = errors.New("leader: partition given up to balance the load")
+
+// Shards runs one job split into partitions: partition p has its own election (from the
+// [ElectorFunc]) and its own fence resource, PartitionName(resource, p), and while this instance
+// leads it the [Work] runs under that partition's term ([Term.Partition], [Term.Token]), exactly
+// as a [Job] runs it (fence check on taking the lead, wake-ups, pause when fenced).
+//
+// Every instance campaigns in every partition. With a [Membership] ([WithMembership]) each
+// instance leads at most ceil(parts/N) partitions, N the live instances: a partition won beyond
+// that share is resigned at once (before its fence check), and every [WithBalanceEvery] the
+// instance counts again and resigns the partitions it leads beyond its share (the highest
+// numbered), then waits [WithPause] before campaigning for them again, so a waiting instance
+// takes them. When an instance dies its partitions go to the next candidates in their elections as
+// soon as the backend ends its holds (the ZooKeeper session timeout).
+//
+// [WithChannel] opens one listening connection per instance, which wakes every term it leads;
+// [WithSchedule] wakes each term; [WithCron] jobs run only on the leader of partition 0, with its
+// term's context and token.
+//
+// Shards is safe for concurrent use by multiple goroutines; its owner must not call Run twice at
+// once.
+type Shards struct {
+	jobs  []*Job
+	els   []lock.Elector
+	base  *Job // the listener's
+	o     options
+	terms *termSet
+
+	mu  sync.Mutex
+	led map[int]context.CancelCauseFunc // partitions led now, and how to end their terms
+	n   int                             // instances, as last counted
+
+	running atomic.Bool
+}
+
+// NewShards returns a [Shards] of parts partitions (1 ≤ parts ≤ [MaxPartitions]) of work, the
+// elections from electors, fenced by f on the resources PartitionName(resource, p). It calls
+// electors once per partition and touches neither the database nor the lock backend. It returns
+// an error wrapping [ErrInvalidOption] when an argument, an option or an elector is unusable.
+func NewShards(parts int, electors ElectorFunc, pool *pgxpool.Pool, f *fence.Fence, resource string, work Work, opts ...Option) (*Shards, error) {
+	if parts < 1 || parts > MaxPartitions {
+		return nil, fmt.Errorf("leader: %d partitions: not in 1..%d: %w", parts, MaxPartitions, ErrInvalidOption)
+	}
+	if electors == nil {
+		return nil, fmt.Errorf("leader: nil elector func: %w", ErrInvalidOption)
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	base, err := New(&nopElector{}, pool, f, PartitionName(resource, parts-1), work, opts...)
+	if err != nil {
+		return nil, err
+	}
+	s := &Shards{base: base, o: o, terms: &termSet{}, led: map[int]context.CancelCauseFunc{}, n: 1}
+	part := o
+	part.channel = "" // one listener for the instance (base's), not one per partition
+	for p := range parts {
+		el, err := electors(p)
+		if err != nil {
+			return nil, fmt.Errorf("leader: elector of partition %d: %w: %w", p, err, ErrInvalidOption)
+		}
+		if el == nil {
+			return nil, fmt.Errorf("leader: elector of partition %d: nil: %w", p, ErrInvalidOption)
+		}
+		po := part
+		po.log = o.log.With(slog.Int("partition", p))
+		if p > 0 {
+			po.crons = nil
+		}
+		s.jobs = append(s.jobs, &Job{el: el, pool: pool, fence: f, resource: PartitionName(resource, p), work: work,
+			o: po, part: p, terms: s.terms})
+		s.els = append(s.els, el)
+	}
+	return s, nil
+}
+
+// Partitions returns the number of partitions.
+func (s *Shards) Partitions() int { return len(s.jobs) }
+
+// Led returns the partitions this instance leads now, in order.
+func (s *Shards) Led() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]int, 0, len(s.led))
+	for p := range s.led {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Fenced returns how many terms of the partitions were fenced out.
+func (s *Shards) Fenced() int64 {
+	var n int64
+	for _, j := range s.jobs {
+		n += j.Fenced()
+	}
+	return n
+}
+
+// Run campaigns in every partition and runs the work for each partition it leads, balancing as
+// the type's doc says, until ctx ends; then it resigns everything and returns nil once every
+// goroutine it started has exited. ctx scopes the whole work.
+//
+// Run returns an error wrapping [lock.ErrClosed] when an elector's session is closed, one naming
+// Fence.Migrate when the fence's table does not exist, and the work's error when it returns one
+// not wrapping [lock.ErrFenced] (the other partitions are stopped then). Other failures are
+// logged and retried. A second Run while one runs returns an error wrapping [ErrInvalidOption].
+func (s *Shards) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("leader: %s: Run called twice: %w", s.o.name, ErrInvalidOption)
+	}
+	defer s.running.Store(false)
+	g, gctx := errgroup.WithContext(ctx)
+	if r, ok := s.o.members.(interface{ Run(context.Context) error }); ok {
+		g.Go(func() error { return r.Run(gctx) })
+	}
+	if s.o.members != nil {
+		g.Go(func() error {
+			s.balanceLoop(gctx)
+			return nil
+		})
+	}
+	if s.o.channel != "" {
+		g.Go(func() error {
+			s.base.listen(gctx, s.terms.pokeAll, s.o.log)
+			return nil
+		})
+	}
+	for p := range s.jobs {
+		g.Go(func() error { return s.runPartition(gctx, p) })
+	}
+	return g.Wait()
+}
+
+// runPartition campaigns for partition p and leads it while it may, until ctx ends: the loop of
+// lock.Election.RunWhileLeader, with the share check before each term and a pause after giving a
+// partition up.
+func (s *Shards) runPartition(ctx context.Context, p int) error {
+	j, el := s.jobs[p], s.els[p]
+	for ctx.Err() == nil {
+		l, err := el.Campaign(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, lock.ErrClosed) {
+				return fmt.Errorf("%s: partition %d: %w", s.o.name, p, err)
+			}
+			j.o.log.Warn(s.o.name+": campaign failed; retrying", slog.Any("err", err))
+			pause(ctx, 200*time.Millisecond)
+			continue
+		}
+		tctx, end := context.WithCancelCause(l.Context())
+		stop := context.AfterFunc(ctx, func() { end(context.Cause(ctx)) })
+		var werr error
+		gaveUp := !s.take(ctx, p, end)
+		if !gaveUp {
+			werr = j.lead(tctx, l)
+			s.drop(p)
+			gaveUp = errors.Is(context.Cause(tctx), errResigned)
+		}
+		stop()
+		end(nil)
+		lost := l.Err()
+		if err := l.Resign(context.WithoutCancel(ctx)); err != nil {
+			j.o.log.Warn(s.o.name+": resign failed", slog.Any("err", err))
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case lost != nil:
+			j.o.log.Warn(s.o.name+": leadership lost; campaigning again", slog.Any("err", lost))
+		case werr != nil:
+			return fmt.Errorf("%s: partition %d: %w", s.o.name, p, werr)
+		case gaveUp:
+			j.o.log.Info(s.o.name + ": partition given up to balance the load")
+			pause(ctx, s.o.pause) // let a waiting instance take it
+		}
+	}
+	return nil
+}
+
+// take reserves partition p for a term ended by end, unless this instance already leads its
+// share; it counts the instances again before refusing, so that a partition freed by a dead
+// instance is not refused on an old count.
+func (s *Shards) take(ctx context.Context, p int, end context.CancelCauseFunc) bool {
+	if s.o.members != nil && s.full() {
+		s.count(ctx)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.led) >= s.share() {
+		return false
+	}
+	s.led[p] = end
+	return true
+}
+
+func (s *Shards) drop(p int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.led, p)
+}
+
+func (s *Shards) full() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.led) >= s.share()
+}
+
+// share returns ceil(parts/N). s.mu is held.
+func (s *Shards) share() int { return (len(s.jobs) + s.n - 1) / s.n }
+
+// count asks the membership how many instances there are; a failure keeps the last count.
+func (s *Shards) count(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := s.o.members.Members(cctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.o.log.Warn(s.o.name+": could not count the instances; keeping the last count", slog.Any("err", err))
+		}
+		return
+	}
+	s.mu.Lock()
+	s.n = max(1, n)
+	s.mu.Unlock()
+}
+
+// balanceLoop counts the instances every balance interval and gives up the partitions led beyond
+// this instance's share, the highest numbered first.
+func (s *Shards) balanceLoop(ctx context.Context) {
+	t := time.NewTicker(s.o.balance)
+	defer t.Stop()
+	for {
+		s.count(ctx)
+		s.mu.Lock()
+		var led []int
+		for p := range s.led {
+			led = append(led, p)
+		}
+		slices.Sort(led)
+		for _, p := range led[min(len(led), s.share()):] {
+			s.led[p](errResigned)
+		}
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// termSet holds the terms an instance's partitions lead now, for the shared listener.
+type termSet struct {
+	mu sync.Mutex
+	ts map[*Term]bool
+}
+
+func (ts *termSet) add(t *Term) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.ts == nil {
+		ts.ts = map[*Term]bool{}
+	}
+	ts.ts[t] = true
+}
+
+func (ts *termSet) remove(t *Term) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	delete(ts.ts, t)
+}
+
+func (ts *termSet) pokeAll() {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for t := range ts.ts {
+		t.Poke()
+	}
+}
+
+// nopElector stands in for the elector of the job NewShards builds to validate its arguments and
+// to run the shared listener; it never campaigns.
+type nopElector struct{}
+
+func (*nopElector) ID() string { return "" }
+func (*nopElector) Campaign(ctx context.Context) (lock.Leadership, error) {
+	return nil, errors.New("leader: not an election")
+}
+func (*nopElector) Leader(ctx context.Context) (string, error) { return "", lock.ErrNoLeader }
+func (*nopElector) RunWhileLeader(ctx context.Context, fn func(ctx context.Context, l lock.Leadership) error) error {
+	return errors.New("leader: not an election")
+}

@@ -1,0 +1,323 @@
+package leader_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/fence"
+	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+)
+
+// Shard worker processes: the test binary runs itself with shardWorkerEnv set to a JSON
+// shardWorkerConfig, and TestMain runs runShardWorker instead of the tests. A worker is an
+// instance as a deployment runs it: its own ZooKeeper session (its candidate id is its pid), its
+// own pool, a leader.Shards whose work writes a row through the fence of its partition every
+// 50 ms. It runs until SIGTERM (then it resigns and exits 0) or SIGKILL.
+const shardWorkerEnv = "TXKIT_LEADER_SHARD_WORKER"
+
+type shardWorkerConfig struct {
+	PG             string // its search_path is the test's schema (the fence and writes tables)
+	Election       string // base path of the partitions' elections
+	Parts          int
+	SessionTimeout time.Duration
+}
+
+// shardResource is the fence resource of the workers' partitions.
+const shardResource = "shard-test"
+
+func runShardWorker(cfg string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	var c shardWorkerConfig
+	err := json.Unmarshal([]byte(cfg), &c)
+	if err == nil {
+		err = shardWorker(ctx, c)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "shard worker %d: %v\n", os.Getpid(), err)
+		return 1
+	}
+	return 0
+}
+
+func shardWorker(ctx context.Context, c shardWorkerConfig) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", os.Getpid())
+	pool, err := pgxpool.New(ctx, c.PG)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	sess, err := lock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","),
+		lock.WithSessionTimeout(c.SessionTimeout), lock.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	f, err := fence.New(pool)
+	if err != nil {
+		return err
+	}
+	id := strconv.Itoa(os.Getpid())
+	var names []string
+	for p := range c.Parts {
+		names = append(names, leader.PartitionName(c.Election, p))
+	}
+	s, err := leader.NewShards(c.Parts, func(p int) (lock.Elector, error) {
+		return lock.NewElector(sess, leader.PartitionName(c.Election, p), id)
+	}, pool, f, shardResource, func(ctx context.Context, t *leader.Term) error {
+		return writeLoop(ctx, pool, f, t, os.Getpid())
+	}, leader.WithMembership(leader.ContenderMembership(sess.Inspector(), names...)),
+		leader.WithBalanceEvery(200*time.Millisecond), leader.WithPause(300*time.Millisecond),
+		leader.WithLogger(log), leader.WithName("shard worker"))
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}
+
+// writeLoop records a write of the term's partition through its fence every 50 ms until ctx ends
+// or the fence refuses one.
+func writeLoop(ctx context.Context, pool *pgxpool.Pool, f *fence.Fence, t *leader.Term, pid int) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := f.Check(ctx, tx, leader.PartitionName(shardResource, t.Partition()), t.Token()); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `insert into writes (part, epoch, seq, pid) values ($1, $2, $3, $4)`,
+				t.Partition(), t.Token().Epoch, t.Token().Seq, pid)
+			return err
+		})
+		if errors.Is(err, lock.ErrFenced) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// shardProc is a running shard worker process.
+type shardProc struct {
+	cmd  *exec.Cmd
+	pid  int
+	done chan struct{}
+	err  error
+}
+
+func startShardWorker(tb testing.TB, c shardWorkerConfig) *shardProc {
+	tb.Helper()
+	cfg, err := json.Marshal(c)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), shardWorkerEnv+"="+string(cfg))
+	out := testenv.LogWriter(tb, "shard worker: ")
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start shard worker: %v", err)
+	}
+	p := &shardProc{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	tb.Cleanup(func() {
+		if err := p.stop(); err != nil {
+			tb.Errorf("shard worker %d: %v", p.pid, err)
+		}
+	})
+	return p
+}
+
+func (p *shardProc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+func (p *shardProc) stop() error {
+	select {
+	case <-p.done:
+		return nil // killed or exited already
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(30 * time.Second):
+		p.kill()
+		return errors.New("did not exit within 30s of SIGTERM")
+	}
+}
+
+// TestIntegrationShardsBalanceTakeoverAndExclusion runs shard worker processes (P = 12, ZooKeeper
+// session timeout 2 s) and checks, from the fenced writes they record:
+//   - balance: one worker leads all 12; a second joins → 6 and 6; a third → 4, 4, 4;
+//   - takeover: a SIGKILLed worker's partitions are written by the others within the session
+//     timeout + 1 s of the kill (the times are logged), and the two left lead 6 and 6;
+//   - a worker that leaves with SIGTERM hands its partitions over; the last one leads all 12;
+//   - exclusion: in each partition's commit order the tokens never go back, and each token
+//     belongs to one process — no partition was written by two leaders at once.
+func TestIntegrationShardsBalanceTakeoverAndExclusion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	db := testenv.PG(t)
+	ctx := t.Context()
+	f, err := fence.New(db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `create table writes (id bigserial primary key, part int not null,
+		epoch bigint not null, seq bigint not null, pid int not null, at timestamptz not null default clock_timestamp())`); err != nil {
+		t.Fatal(err)
+	}
+	const parts = 12
+	const sessionTimeout = 2 * time.Second
+	cfg := shardWorkerConfig{PG: db.URL, Election: testenv.ZKRoot(t) + "/shards", Parts: parts, SessionTimeout: sessionTimeout}
+
+	// leaders returns, per partition written in the last 300 ms, the pid of its latest write.
+	leaders := func() map[int]int {
+		rows, err := db.Pool.Query(ctx, `select distinct on (part) part, pid from writes
+			where at > clock_timestamp() - interval '300 milliseconds' order by part, id desc`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int]int{}
+		var part, pid int
+		if _, err := pgx.ForEachRow(rows, []any{&part, &pid}, func() error { out[part] = pid; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// balanced waits until every partition is written by one of live, each leading its share.
+	balanced := func(live ...*shardProc) {
+		t.Helper()
+		share := (parts + len(live) - 1) / len(live)
+		var last map[int]int
+		start := time.Now()
+		testenv.Eventually(t, 60*time.Second, 100*time.Millisecond, func() bool {
+			last = leaders()
+			per := map[int]int{}
+			for _, pid := range last {
+				per[pid]++
+			}
+			if len(last) != parts {
+				return false
+			}
+			for _, p := range live {
+				if per[p.pid] == 0 || per[p.pid] > share {
+					return false
+				}
+			}
+			return len(per) == len(live)
+		}, "partitions not balanced over %d workers: %v", len(live), &last)
+		t.Logf("%d worker(s): balanced in %v: %v", len(live), time.Since(start).Round(time.Millisecond), last)
+	}
+
+	a := startShardWorker(t, cfg)
+	balanced(a)
+	b := startShardWorker(t, cfg)
+	balanced(a, b)
+	c := startShardWorker(t, cfg)
+	balanced(a, b, c)
+
+	// SIGKILL b: its partitions must be written by a or c within the session timeout + 1 s.
+	before := leaders()
+	var killedParts []int
+	for p, pid := range before {
+		if pid == b.pid {
+			killedParts = append(killedParts, p)
+		}
+	}
+	slices.Sort(killedParts)
+	b.kill()
+	var killedAt time.Time
+	if err := db.Pool.QueryRow(ctx, `select clock_timestamp()`).Scan(&killedAt); err != nil {
+		t.Fatal(err)
+	}
+	balanced(a, c)
+	var worst time.Duration
+	for _, p := range killedParts {
+		var first time.Time
+		if err := db.Pool.QueryRow(ctx, `select min(at) from writes where part = $1 and pid <> $2 and at > $3`,
+			p, b.pid, killedAt).Scan(&first); err != nil {
+			t.Fatal(err)
+		}
+		d := first.Sub(killedAt)
+		worst = max(worst, d)
+		t.Logf("partition %d: taken over %v after the SIGKILL", p, d.Round(time.Millisecond))
+	}
+	if worst > sessionTimeout+time.Second {
+		t.Errorf("takeover after a SIGKILL took up to %v, more than the session timeout %v + 1 s", worst, sessionTimeout)
+	}
+	t.Logf("SIGKILL: %d partitions taken over within %v (session timeout %v)", len(killedParts), worst.Round(time.Millisecond), sessionTimeout)
+
+	// c leaves in order (SIGTERM: it resigns), then a leads everything.
+	if err := c.stop(); err != nil {
+		t.Fatalf("worker c: %v", err)
+	}
+	balanced(a)
+	if err := a.stop(); err != nil {
+		t.Fatalf("worker a: %v", err)
+	}
+
+	// Exclusion: per partition, in commit order (the fence row lock orders a partition's writes,
+	// and id is taken after it), tokens never go back and each token is one process's.
+	rows, err := db.Pool.Query(ctx, `select part, epoch, seq, pid from writes order by part, id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct {
+		part int
+		tok  lock.Token
+	}
+	owner := map[key]int{}
+	last := map[int]lock.Token{}
+	var n, terms int
+	var part, pid int
+	var tok lock.Token
+	if _, err := pgx.ForEachRow(rows, []any{&part, &tok.Epoch, &tok.Seq, &pid}, func() error {
+		n++
+		if tok.Less(last[part]) {
+			t.Errorf("partition %d: a write with token %s after one with %s", part, tok, last[part])
+		}
+		last[part] = tok
+		k := key{part, tok}
+		if o, ok := owner[k]; ok && o != pid {
+			t.Errorf("partition %d: token %s used by processes %d and %d", part, tok, o, pid)
+		} else if !ok {
+			owner[k] = pid
+			terms++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d fenced writes in %d terms over %d partitions: no token went back, none shared by two processes", n, terms, parts)
+}
