@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -43,6 +42,7 @@ type Log struct {
 	q     map[string]string
 	m     *kindMetrics // the coordinator's that made the log (NewBase), or nil
 	tr    trace.Tracer // the coordinator's (NewBase), or the global provider's
+	gw    *groupWriter // WithGroupCommit (groupcommit.go), or nil
 }
 
 // Transaction is a global transaction as the log holds it.
@@ -150,10 +150,14 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 		return nil, fmt.Errorf("core: render schema: %w", err)
 	}
 	for _, n := range []string{"create", "create_with_branches", "add_branch", "decide", "status", "branches_done", "branches_failed",
-		"finish", "renew", "reschedule", "claim", "backlog", "get", "list", "branches", "purge"} {
+		"finish", "renew", "reschedule", "claim", "backlog", "get", "list", "branches", "purge",
+		"group_create", "group_branch", "group_decide", "group_finish"} {
 		if l.q[n], err = render(n); err != nil {
 			return nil, fmt.Errorf("core: render %s: %w", n, err)
 		}
+	}
+	if o.groupWindow > 0 {
+		l.gw = &groupWriter{l: l, window: o.groupWindow}
 	}
 	return l, nil
 }
@@ -210,13 +214,11 @@ func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, ti
 	if st != StatusTrying {
 		due = min(timeout, l.o.lease)
 	}
-	tc := obs.EncodeTrace(ctx)
-	if len(branches) == 0 {
-		_, err = l.pool.Exec(ctx, l.q["create"], gid, kind.String(), st.String(), timeout.Seconds(), due.Seconds(), payload, tc)
-	} else {
-		n := len(branches)
-		names, kinds, refs := make([]string, n), make([]string, n), make([]string, n)
-		seqs, payloads := make([]int32, n), make([][]byte, n)
+	w := &write{kind: writeCreate, gid: gid, txKind: kind.String(), status: st.String(), timeout: timeout.Seconds(),
+		due: due.Seconds(), payload: payload, trace: obs.EncodeTrace(ctx)}
+	if n := len(branches); n > 0 {
+		w.names, w.targetKinds, w.refs = make([]string, n), make([]string, n), make([]string, n)
+		w.seqs, w.payloads = make([]int32, n), make([][]byte, n)
 		seen := make(map[string]bool, n)
 		for i, b := range branches {
 			switch {
@@ -228,17 +230,15 @@ func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, ti
 				return fmt.Errorf("core: create %s: branch %s: name used twice: %w", gid, b.Name, ErrInvalidBranch)
 			}
 			seen[b.Name] = true
-			names[i], kinds[i], refs[i], seqs[i], payloads[i] = b.Name, b.Target.Kind.String(), b.Target.Ref, int32(b.Seq), b.Payload
+			w.names[i], w.targetKinds[i], w.refs[i], w.seqs[i], w.payloads[i] = b.Name, b.Target.Kind.String(), b.Target.Ref, int32(b.Seq), b.Payload
 		}
-		_, err = l.pool.Exec(ctx, l.q["create_with_branches"], gid, kind.String(), st.String(), timeout.Seconds(), due.Seconds(), payload,
-			names, seqs, kinds, refs, payloads, tc)
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23505" {
-		return fmt.Errorf("core: create %s: gid exists: %w", gid, ErrInvalidState)
-	}
+	created, err := l.write(ctx, w)
 	if err != nil {
 		return fmt.Errorf("core: create %s: %w", gid, err)
+	}
+	if !created {
+		return fmt.Errorf("core: create %s: gid exists: %w", gid, ErrInvalidState)
 	}
 	l.m.began()
 	return nil
@@ -255,14 +255,12 @@ func (l *Log) AddBranch(ctx context.Context, gid string, want Status, b Branch) 
 	case b.Target.Ref == "" || (b.Target.Kind != TargetHTTP && b.Target.Kind != TargetInProc):
 		return fmt.Errorf("core: branch %s of %s: target %s %q: %w", b.Name, gid, b.Target.Kind, b.Target.Ref, ErrInvalidBranch)
 	}
-	var one int
-	err := l.pool.QueryRow(ctx, l.q["add_branch"], gid, b.Name, b.Seq, b.Target.Kind.String(), b.Target.Ref,
-		b.Payload, want.String()).Scan(&one)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	added, err := l.write(ctx, &write{kind: writeBranch, gid: gid, branch: b, from: want.String()})
+	if err != nil {
 		return fmt.Errorf("core: branch %s of %s: %w", b.Name, gid, err)
+	}
+	if added {
+		return nil
 	}
 	cur, err := l.status(ctx, gid)
 	if err != nil {
@@ -303,13 +301,12 @@ func (l *Log) DecideWrote(ctx context.Context, gid string, from, to Status) (Sta
 	if !from.CanBecome(to) {
 		return 0, false, fmt.Errorf("core: %s: %s → %s: %w", gid, from, to, ErrInvalidState)
 	}
-	var one int
-	err := l.pool.QueryRow(ctx, l.q["decide"], gid, from.String(), to.String(), l.o.lease.Seconds()).Scan(&one)
-	if err == nil {
-		return to, true, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	decided, err := l.write(ctx, &write{kind: writeDecide, gid: gid, from: from.String(), to: to.String()})
+	if err != nil {
 		return 0, false, fmt.Errorf("core: %s: %s → %s: %w", gid, from, to, err)
+	}
+	if decided {
+		return to, true, nil
 	}
 	cur, err := l.status(ctx, gid)
 	if err != nil {
@@ -363,12 +360,8 @@ func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 	if tok.IsZero() && p.Next != 0 && len(p.Failed) == 0 {
 		// A starter's clean finish is one statement: no fence to pass, nothing else to write, so
 		// it runs on its own (autocommit) instead of inside BEGIN ... COMMIT — one round trip.
-		err = l.pool.QueryRow(ctx, l.q["finish"], p.GID, p.From.String(), p.Next.String(), l.o.lease.Seconds(),
-			p.Done, done.String()).Scan(new(int))
-		moved = err == nil
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = nil
-		}
+		moved, err = l.write(ctx, &write{kind: writeFinish, gid: p.GID, from: p.From.String(), to: p.Next.String(),
+			done: p.Done, doneStatus: done.String()})
 	} else {
 		err = l.recordTx(ctx, tok, p, done, &moved)
 	}

@@ -19,12 +19,13 @@ import (
 type LogOption func(*options)
 
 type options struct {
-	schema     string
-	prefix     string
-	lease      time.Duration
-	backoffMin time.Duration
-	backoffMax time.Duration
-	partitions int // recovery partitions (WithPartitions, partition.go)
+	schema      string
+	prefix      string
+	lease       time.Duration
+	backoffMin  time.Duration
+	backoffMax  time.Duration
+	partitions  int           // recovery partitions (WithPartitions, partition.go)
+	groupWindow time.Duration // WithGroupCommit (groupcommit.go); 0: off
 }
 
 func defaultOptions() options {
@@ -62,6 +63,8 @@ func (o options) validate() error {
 		return fmt.Errorf("core: lease %v: %w", o.lease, ErrInvalidOption)
 	case o.backoffMin <= 0 || o.backoffMax < o.backoffMin:
 		return fmt.Errorf("core: backoff %v..%v: %w", o.backoffMin, o.backoffMax, ErrInvalidOption)
+	case o.groupWindow < 0:
+		return fmt.Errorf("core: group commit window %v: %w", o.groupWindow, ErrInvalidOption)
 	case o.partitions < 1 || o.partitions > MaxPartitions:
 		return fmt.Errorf("core: %d partitions: not in 1..%d: %w", o.partitions, MaxPartitions, ErrInvalidOption)
 	}

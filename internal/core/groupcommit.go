@@ -1,0 +1,432 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Group commit: the starters' writes of concurrent transactions in one process — recording a
+// transaction (CreateIn), a branch (AddBranch), a decision (Decide) and a clean finish (Record
+// without a token) — share PostgreSQL round trips and commits, as a database's group commit
+// shares WAL flushes.
+//
+// A write that finds no flush of its log in flight is sent at once, alone, by its own goroutine,
+// with the same statement as without group commit: a lone transaction waits for no partner. A
+// write that arrives while a flush is in flight queues. When a flush ends, the writes queued
+// meanwhile (up to maxGroup, one per gid) are handed to the first of them, which sends them as one
+// batch: one statement per kind of write (unnest arrays), all in one implicit transaction — one
+// round trip, one commit. A queued write never waits longer than the window: then it sends what
+// is queued itself, beside the flush in flight. No goroutine is started: the writers take turns.
+//
+// Each write keeps its condition (the gid not taken, the status expected): a batch statement
+// returns the gids it changed and each caller learns its own outcome, as from its own statement.
+// When PostgreSQL refuses a batch (one bad row fails the whole transaction, which rolls back),
+// each of its writes is made again alone by its own caller, so that the others are unaffected.
+// Fenced writes (a leader's) and partial records are never grouped: they run as before.
+
+// maxGroup bounds the writes of one batch.
+const maxGroup = 128
+
+// WithGroupCommit makes the log group the writes of concurrent transactions (see [Log]): a write
+// arriving while another is being flushed waits at most window for it to end, then it is flushed
+// with the other writes that queued meanwhile. A write that finds nothing in flight is flushed at
+// once. Zero (the default) disables it: every write is its own statement. A negative window is
+// refused with an error wrapping [ErrInvalidOption].
+func WithGroupCommit(window time.Duration) LogOption {
+	return func(o *options) { o.groupWindow = window }
+}
+
+// GroupCommitStats counts a log's group commit ([WithGroupCommit]); all zero without it.
+type GroupCommitStats struct {
+	Flushes   int64 // round trips made: batches and writes sent alone
+	Writes    int64 // writes they carried
+	Immediate int64 // flushes sent at once by a write that found no flush in flight
+	Windowed  int64 // flushes sent by a write whose window ran out
+	Fallbacks int64 // batches PostgreSQL refused, whose writes were then made one by one
+	Queued    int   // writes waiting now
+}
+
+// GroupCommitStats returns the counts of the log's group commit.
+func (l *Log) GroupCommitStats() GroupCommitStats {
+	if l.gw == nil {
+		return GroupCommitStats{}
+	}
+	l.gw.mu.Lock()
+	defer l.gw.mu.Unlock()
+	s := l.gw.stats
+	s.Queued = len(l.gw.queue)
+	return s
+}
+
+// writeKind is what a [write] records.
+type writeKind uint8
+
+const (
+	writeCreate writeKind = iota // a transaction, with its branches if any (CreateIn)
+	writeBranch                  // a branch while the transaction is in a status (AddBranch)
+	writeDecide                  // a starter's decision (DecideWrote)
+	writeFinish                  // a starter's clean finish (Record without a token)
+)
+
+// write is one of the log's conditional writes of one gid: it takes effect (ok) or finds its
+// condition unmet (the gid is taken; the transaction is not in the status expected).
+type write struct {
+	kind writeKind
+	gid  string
+	// writeCreate
+	txKind, status string
+	timeout, due   float64 // seconds
+	payload        []byte
+	trace          string
+	names          []string
+	seqs           []int32
+	targetKinds    []string
+	refs           []string
+	payloads       [][]byte
+	// writeBranch
+	branch Branch
+	// writeBranch (from: the status required), writeDecide, writeFinish
+	from, to string
+	// writeFinish
+	done       []string
+	doneStatus string
+}
+
+// write makes w, through the group writer when the log has one.
+func (l *Log) write(ctx context.Context, w *write) (bool, error) {
+	if l.gw == nil {
+		return l.writeOne(ctx, w)
+	}
+	return l.gw.do(ctx, w)
+}
+
+// writeOne makes w with a statement of its own.
+func (l *Log) writeOne(ctx context.Context, w *write) (bool, error) {
+	var err error
+	switch w.kind {
+	case writeCreate:
+		if len(w.names) == 0 {
+			_, err = l.pool.Exec(ctx, l.q["create"], w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace)
+		} else {
+			_, err = l.pool.Exec(ctx, l.q["create_with_branches"], w.gid, w.txKind, w.status, w.timeout, w.due, w.payload,
+				w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.trace)
+		}
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "23505" {
+			return false, nil
+		}
+		return err == nil, err
+	case writeBranch:
+		b := w.branch
+		err = l.pool.QueryRow(ctx, l.q["add_branch"], w.gid, b.Name, b.Seq, b.Target.Kind.String(), b.Target.Ref,
+			b.Payload, w.from).Scan(new(int))
+	case writeDecide:
+		err = l.pool.QueryRow(ctx, l.q["decide"], w.gid, w.from, w.to, l.o.lease.Seconds()).Scan(new(int))
+	case writeFinish:
+		err = l.pool.QueryRow(ctx, l.q["finish"], w.gid, w.from, w.to, l.o.lease.Seconds(), w.done, w.doneStatus).Scan(new(int))
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// writeBatch makes ws (distinct gids) in one round trip and one PostgreSQL transaction: a
+// statement per kind of write present, each returning the gids it changed. An error means
+// nothing was written when it is a *pgconn.PgError (the transaction rolled back); otherwise the
+// outcome is unknown.
+func (l *Log) writeBatch(ctx context.Context, ws []*write) ([]bool, error) {
+	var byKind [writeFinish + 1][]int
+	for i, w := range ws {
+		byKind[w.kind] = append(byKind[w.kind], i)
+	}
+	var b pgx.Batch
+	var parts [][]int
+	for k, idx := range byKind {
+		if len(idx) == 0 {
+			continue
+		}
+		// Rows in gid order, so that concurrent batches lock rows in one order.
+		slices.SortFunc(idx, func(i, j int) int { return strings.Compare(ws[i].gid, ws[j].gid) })
+		parts = append(parts, idx)
+		gids := make([]string, len(idx))
+		for n, i := range idx {
+			gids[n] = ws[i].gid
+		}
+		switch writeKind(k) {
+		case writeCreate:
+			n := len(idx)
+			kinds, sts, tcs := make([]string, n), make([]string, n), make([]string, n)
+			timeouts, dues, payloads := make([]float64, n), make([]float64, n), make([][]byte, n)
+			var bg, bn, bk, br []string
+			var bs []int32
+			var bp [][]byte
+			for n, i := range idx {
+				w := ws[i]
+				kinds[n], sts[n], timeouts[n], dues[n], payloads[n], tcs[n] = w.txKind, w.status, w.timeout, w.due, w.payload, w.trace
+				for j := range w.names {
+					bg = append(bg, w.gid)
+					bn, bs, bk, br, bp = append(bn, w.names[j]), append(bs, w.seqs[j]), append(bk, w.targetKinds[j]),
+						append(br, w.refs[j]), append(bp, w.payloads[j])
+				}
+			}
+			b.Queue(l.q["group_create"], gids, kinds, sts, timeouts, dues, payloads, tcs, bg, bn, bs, bk, br, bp)
+		case writeBranch:
+			n := len(idx)
+			names, kinds, refs, want := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+			seqs, payloads := make([]int32, n), make([][]byte, n)
+			for n, i := range idx {
+				br := ws[i].branch
+				names[n], seqs[n], kinds[n], refs[n], payloads[n], want[n] = br.Name, int32(br.Seq), br.Target.Kind.String(),
+					br.Target.Ref, br.Payload, ws[i].from
+			}
+			b.Queue(l.q["group_branch"], gids, names, seqs, kinds, refs, payloads, want)
+		case writeDecide, writeFinish:
+			from, to := make([]string, len(idx)), make([]string, len(idx))
+			var dg, dn, ds []string
+			for n, i := range idx {
+				w := ws[i]
+				from[n], to[n] = w.from, w.to
+				for _, name := range w.done {
+					dg, dn, ds = append(dg, w.gid), append(dn, name), append(ds, w.doneStatus)
+				}
+			}
+			if writeKind(k) == writeDecide {
+				b.Queue(l.q["group_decide"], gids, from, to, l.o.lease.Seconds())
+			} else {
+				b.Queue(l.q["group_finish"], gids, from, to, l.o.lease.Seconds(), dg, dn, ds)
+			}
+		}
+	}
+	res := l.pool.SendBatch(ctx, &b)
+	ok := make([]bool, len(ws))
+	for _, idx := range parts {
+		rows, err := res.Query()
+		if err == nil {
+			var changed []string
+			if changed, err = pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
+				for _, i := range idx {
+					ok[i] = slices.Contains(changed, ws[i].gid)
+				}
+				continue
+			}
+		}
+		_ = res.Close()
+		return nil, err
+	}
+	if err := res.Close(); err != nil {
+		return nil, err
+	}
+	return ok, nil
+}
+
+// groupWriter groups a log's writes (see the top of this file).
+type groupWriter struct {
+	l        *Log
+	window   time.Duration
+	mu       sync.Mutex
+	queue    []*pending
+	inflight int // flushes being made
+	stats    GroupCommitStats
+}
+
+type pendingState uint8
+
+const (
+	queued  pendingState = iota // in the queue
+	batched                     // taken into a batch another writer flushes
+	leading                     // flushing a batch (its own among them)
+)
+
+// pending is a write waiting for its outcome.
+type pending struct {
+	w     *write
+	ctx   context.Context
+	state pendingState    // guarded by groupWriter.mu
+	lead  chan []*pending // the batch this writer is to flush (buffered)
+	done  chan result     // its outcome (buffered)
+}
+
+type result struct {
+	ok   bool
+	err  error
+	solo bool // the batch was refused: make the write alone
+}
+
+// do makes w with the writes of other goroutines, and returns its own outcome.
+func (g *groupWriter) do(ctx context.Context, w *write) (bool, error) {
+	p := &pending{w: w, ctx: ctx, lead: make(chan []*pending, 1), done: make(chan result, 1)}
+	var r result
+	g.mu.Lock()
+	if g.inflight == 0 {
+		g.inflight++
+		g.stats.Immediate++
+		p.state = leading
+		g.mu.Unlock()
+		r = g.lead(ctx, p, []*pending{p})
+	} else {
+		g.queue = append(g.queue, p)
+		g.mu.Unlock()
+		r = g.wait(ctx, p)
+	}
+	if r.solo {
+		return g.l.writeOne(ctx, w)
+	}
+	return r.ok, r.err
+}
+
+// wait waits for p's outcome, or for its turn to flush: when a flush hands it the queue, or when
+// its window runs out. When ctx ends first, p leaves the queue (nothing written) or, already
+// taken into a batch, returns ctx's error (its outcome unknown).
+func (g *groupWriter) wait(ctx context.Context, p *pending) result {
+	timer := time.NewTimer(g.window)
+	defer timer.Stop()
+	expired := timer.C
+	for {
+		select {
+		case r := <-p.done:
+			return r
+		case batch := <-p.lead:
+			return g.lead(ctx, p, batch)
+		case <-expired:
+			expired = nil
+			g.mu.Lock()
+			if p.state == queued {
+				batch := g.takeLocked(p)
+				g.inflight++
+				g.stats.Windowed++
+				g.mu.Unlock()
+				return g.lead(ctx, p, batch)
+			}
+			g.mu.Unlock()
+		case <-ctx.Done():
+			g.mu.Lock()
+			st := p.state
+			if st == queued {
+				g.queue = slices.DeleteFunc(g.queue, func(q *pending) bool { return q == p })
+			}
+			g.mu.Unlock()
+			if st != leading {
+				return result{err: ctx.Err()}
+			}
+			return g.lead(ctx, p, <-p.lead) // handed the queue: flush it for the others
+		}
+	}
+}
+
+// takeLocked takes first and up to maxGroup-1 other queued writes, of distinct gids, out of the
+// queue; first is to flush them.
+func (g *groupWriter) takeLocked(first *pending) []*pending {
+	batch := []*pending{first}
+	first.state = leading
+	seen := map[string]bool{first.w.gid: true}
+	rest := g.queue[:0]
+	for _, q := range g.queue {
+		switch {
+		case q == first:
+		case len(batch) < maxGroup && !seen[q.w.gid]:
+			seen[q.w.gid] = true
+			q.state = batched
+			batch = append(batch, q)
+		default:
+			rest = append(rest, q)
+		}
+	}
+	clear(g.queue[len(rest):])
+	g.queue = rest
+	return batch
+}
+
+// lead flushes batch (p's write among them), hands the queue to its next writer, delivers the
+// others' outcomes and returns p's.
+func (g *groupWriter) lead(ctx context.Context, p *pending, batch []*pending) result {
+	rs := g.flush(ctx, batch)
+	g.mu.Lock()
+	if len(g.queue) == 0 {
+		g.inflight--
+	} else {
+		next := g.queue[0]
+		next.lead <- g.takeLocked(next)
+	}
+	g.mu.Unlock()
+	var own result
+	for i, q := range batch {
+		if q == p {
+			own = rs[i]
+		} else {
+			q.done <- rs[i]
+		}
+	}
+	return own
+}
+
+// flush makes the writes of batch whose callers still wait: one alone with its caller's ctx,
+// several in one batch with ctx's values, bounded by the latest of their deadlines.
+func (g *groupWriter) flush(ctx context.Context, batch []*pending) []result {
+	rs := make([]result, len(batch))
+	var live []int
+	var deadline time.Time
+	unbounded := false
+	for i, q := range batch {
+		if err := q.ctx.Err(); err != nil {
+			rs[i] = result{err: err}
+			continue
+		}
+		live = append(live, i)
+		if d, ok := q.ctx.Deadline(); !ok {
+			unbounded = true
+		} else if d.After(deadline) {
+			deadline = d
+		}
+	}
+	if len(live) == 0 {
+		return rs
+	}
+	g.mu.Lock()
+	g.stats.Flushes++
+	g.stats.Writes += int64(len(live))
+	g.mu.Unlock()
+	if len(live) == 1 {
+		q := batch[live[0]]
+		ok, err := g.l.writeOne(q.ctx, q.w)
+		rs[live[0]] = result{ok: ok, err: err}
+		return rs
+	}
+	fctx := context.WithoutCancel(ctx)
+	if !unbounded {
+		var cancel context.CancelFunc
+		fctx, cancel = context.WithDeadline(fctx, deadline)
+		defer cancel()
+	}
+	ws := make([]*write, len(live))
+	for j, i := range live {
+		ws[j] = batch[i].w
+	}
+	oks, err := g.l.writeBatch(fctx, ws)
+	var pe *pgconn.PgError
+	refused := errors.As(err, &pe)
+	if refused {
+		g.mu.Lock()
+		g.stats.Fallbacks++
+		g.mu.Unlock()
+	}
+	for j, i := range live {
+		switch {
+		case err == nil:
+			rs[i] = result{ok: oks[j]}
+		case refused:
+			rs[i] = result{solo: true}
+		default:
+			rs[i] = result{err: fmt.Errorf("group commit of %d writes: %w", len(ws), err)}
+		}
+	}
+	return rs
+}
