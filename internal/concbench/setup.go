@@ -1,0 +1,108 @@
+package concbench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/admin"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/rocketmq"
+)
+
+// Publisher returns a RocketMQ publisher on the test name servers, closed when tb ends (the setup
+// of outbox's benchmarks, importable). It blocks for nothing: the route is fetched on first use.
+func Publisher(tb testing.TB) *rocketmq.Publisher {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := rocketmq.NewPublisher(ctx, testenv.Namesrv(tb))
+	if err != nil {
+		tb.Fatalf("rocketmq.NewPublisher: %v", err)
+	}
+	tb.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// ConsumerGroup returns a RocketMQ consumer group name of tb's own and deletes the group's retry
+// and dead-letter topics, which the broker creates, when tb ends.
+func ConsumerGroup(tb testing.TB) string {
+	tb.Helper()
+	g := "txkit-" + testenv.Name(tb)
+	ns, broker := testenv.Namesrv(tb), testenv.Broker(tb)
+	tb.Cleanup(func() {
+		adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(ns)))
+		if err != nil {
+			return
+		}
+		defer adm.Close() //nolint:errcheck // cleanup
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, topic := range []string{"%RETRY%" + g, "%DLQ%" + g} {
+			_ = adm.DeleteTopic(ctx, admin.WithTopicDelete(topic), admin.WithBrokerAddrDelete(broker), admin.WithNameSrvAddr(ns))
+		}
+	})
+	return g
+}
+
+// Waiters lets a client wait until an asynchronous path (a consumer, a receiver) has seen the
+// message or notification it sent. Safe for concurrent use; the zero value is not: use NewWaiters.
+type Waiters struct {
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+// NewWaiters returns an empty Waiters.
+func NewWaiters() *Waiters { return &Waiters{m: map[string]chan struct{}{}} }
+
+// Expect registers id; Wait(id) returns once Done(id) is called, even if Done came first after
+// Expect.
+func (w *Waiters) Expect(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.m[id]; !ok {
+		w.m[id] = make(chan struct{})
+	}
+}
+
+// Done marks id as seen; an id not expected (a warm-up, a redelivery) is ignored.
+func (w *Waiters) Done(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch, ok := w.m[id]; ok {
+		select {
+		case <-ch:
+		default:
+			close(ch)
+		}
+	}
+}
+
+// Wait blocks until Done(id) for an expected id, ctx ends, or timeout passes (an error naming id).
+func (w *Waiters) Wait(ctx context.Context, id string, timeout time.Duration) error {
+	w.mu.Lock()
+	ch, ok := w.m[id]
+	w.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("concbench: %s was not expected", id)
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	defer func() {
+		w.mu.Lock()
+		delete(w.m, id)
+		w.mu.Unlock()
+	}()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("concbench: %s not seen within %v", id, timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
