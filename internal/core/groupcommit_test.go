@@ -1,0 +1,282 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/lock"
+)
+
+// groupLog is a migrated Log with group commit (a window long enough that no queued write ever
+// sends itself in a test) on a pool of its own, so that the pool's acquire count is the log's
+// statements; and the test's schema, whose pool the test uses for everything else.
+func groupLog(t *testing.T) (*core.Log, *pgxpool.Pool, *testenv.Schema) {
+	t.Helper()
+	s := testenv.PG(t)
+	pool, err := pgxpool.New(t.Context(), s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l, err := core.New(pool, core.WithSchema(s.Name), core.WithGroupCommit(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return l, pool, s
+}
+
+// holdRow locks gid's global row in a transaction of its own until the returned func commits it:
+// a write of gid through the log blocks meanwhile, its flush in flight.
+func holdRow(t *testing.T, s *testenv.Schema, gid string) (release func()) {
+	t.Helper()
+	tx, err := s.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), `select 1 from txkit_global where gid = $1 for update`, gid); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := tx.Commit(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// goWrite runs write in a goroutine; the returned channel delivers its error.
+func goWrite(write func() error) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- write() }()
+	return ch
+}
+
+// A write that finds nothing in flight is flushed at once, alone, by its caller: it waits for
+// no partner (the window is a minute, and nothing else writes).
+func TestIntegrationGroupCommitLoneWrite(t *testing.T) {
+	ctx := t.Context()
+	l, pool, _ := groupLog(t)
+	acq0 := pool.Stat().AcquireCount()
+	if err := l.Create(ctx, "g1", core.KindTCC, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := core.GroupCommitStats{Flushes: 1, Writes: 1, Immediate: 1}
+	if got := l.GroupCommitStats(); got != want {
+		t.Fatalf("after a lone write: %+v, want %+v", got, want)
+	}
+	if err := l.AddBranch(ctx, "g1", core.StatusTrying, httpBranch("a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Decide(ctx, "g1", core.StatusTrying, core.StatusConfirming); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: "g1", From: core.StatusConfirming, Done: []string{"a"},
+		Next: core.StatusConfirmed}); err != nil {
+		t.Fatal(err)
+	}
+	want = core.GroupCommitStats{Flushes: 4, Writes: 4, Immediate: 4}
+	if got := l.GroupCommitStats(); got != want {
+		t.Fatalf("after four lone writes: %+v, want %+v", got, want)
+	}
+	if n := pool.Stat().AcquireCount() - acq0; n != 4 {
+		t.Fatalf("%d statements for four lone writes, want 4", n)
+	}
+	if tx := get(t, l, "g1"); tx.Status != core.StatusConfirmed || tx.Branches[0].Status != core.BranchConfirmed {
+		t.Fatalf("g1: %+v", tx)
+	}
+}
+
+// Writes of concurrent transactions that arrive while a flush is in flight share the next one:
+// one statement per kind, one round trip; each caller gets its own outcome, and a write whose
+// condition fails (a gid taken, a status already moved) fails alone.
+func TestIntegrationGroupCommitShares(t *testing.T) {
+	ctx := t.Context()
+	l, pool, s := groupLog(t)
+	const n = 8
+	// Setup, one lone write at a time: blocker; d0..d7 trying (to decide); f0..f7 confirming
+	// with branch a (to finish); b0..b7 trying (to get a branch); moved, already confirming.
+	for _, gid := range []string{"blocker", "moved"} {
+		if err := l.Create(ctx, gid, core.KindTCC, time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.Decide(ctx, "moved", core.StatusTrying, core.StatusConfirming); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		for _, gid := range []string{fmt.Sprint("d", i), fmt.Sprint("b", i)} {
+			if err := l.Create(ctx, gid, core.KindTCC, time.Minute, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.CreateIn(ctx, fmt.Sprint("f", i), core.KindTCC, core.StatusConfirming, time.Minute, nil, httpBranch("a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := l.GroupCommitStats()
+
+	release := holdRow(t, s, "blocker")
+	acq0 := pool.Stat().AcquireCount()
+	blocked := goWrite(func() error {
+		_, err := l.Decide(ctx, "blocker", core.StatusTrying, core.StatusConfirming)
+		return err
+	})
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		return l.GroupCommitStats().Immediate == before.Immediate+1
+	}, "the blocked decision is in flight")
+
+	var writes []<-chan error
+	for i := range n {
+		writes = append(writes,
+			goWrite(func() error {
+				_, err := l.Decide(ctx, fmt.Sprint("d", i), core.StatusTrying, core.StatusConfirming)
+				return err
+			}),
+			goWrite(func() error {
+				return l.Record(ctx, lock.Token{}, core.Progress{GID: fmt.Sprint("f", i), From: core.StatusConfirming,
+					Done: []string{"a"}, Next: core.StatusConfirmed})
+			}),
+			goWrite(func() error { return l.AddBranch(ctx, fmt.Sprint("b", i), core.StatusTrying, httpBranch("a")) }),
+			goWrite(func() error {
+				return l.Create(ctx, fmt.Sprint("c", i), core.KindSaga, time.Minute, nil, httpBranch("x"), httpBranch("y"))
+			}))
+	}
+	// Their own failures: a gid taken, a decision on a transaction no longer trying.
+	taken := goWrite(func() error { return l.Create(ctx, "d0", core.KindTCC, time.Minute, nil) })
+	late := goWrite(func() error {
+		_, err := l.Decide(ctx, "moved", core.StatusTrying, core.StatusCancelling)
+		return err
+	})
+	// A second branch of b0 waits for the next flush: one write per gid per flush.
+	second := goWrite(func() error { return l.AddBranch(ctx, "b0", core.StatusTrying, httpBranch("z")) })
+	// A write whose caller gives up while queued leaves the queue and is never made.
+	gone, cancel := context.WithCancel(ctx)
+	abandoned := goWrite(func() error { return l.Create(gone, "abandoned", core.KindTCC, time.Minute, nil) })
+	queued := 4*n + 4
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool { return l.GroupCommitStats().Queued == queued },
+		"%d writes queued behind the blocked one", queued)
+	cancel()
+	if err := <-abandoned; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned write = %v, want context.Canceled", err)
+	}
+	if q := l.GroupCommitStats().Queued; q != queued-1 {
+		t.Fatalf("%d queued after the abandoned write left, want %d", q, queued-1)
+	}
+
+	release()
+	for _, ch := range append(writes, blocked) {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-taken; !errors.Is(err, core.ErrInvalidState) {
+		t.Fatalf("create of a gid taken = %v, want ErrInvalidState", err)
+	}
+	if err := <-late; !errors.Is(err, core.ErrInvalidState) {
+		t.Fatalf("a late decision = %v, want ErrInvalidState", err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	got := l.GroupCommitStats()
+	// The blocked flush, then one batch of 4n+2 writes handed over when it ended, then b0's
+	// second branch (handed over when the batch ended).
+	want := core.GroupCommitStats{Flushes: before.Flushes + 3, Writes: before.Writes + 1 + 4*n + 2 + 1,
+		Immediate: before.Immediate + 1}
+	if got != want {
+		t.Fatalf("stats %+v, want %+v", got, want)
+	}
+	// Statements: the blocked one, the batch, b0's second branch, and the status read of the
+	// late decision (which reports the status it found).
+	if a := pool.Stat().AcquireCount() - acq0; a != 4 {
+		t.Fatalf("%d statements for %d writes, want 4", a, queued)
+	}
+
+	for i := range n {
+		for gid, st := range map[string]core.Status{fmt.Sprint("d", i): core.StatusConfirming, fmt.Sprint("f", i): core.StatusConfirmed,
+			fmt.Sprint("b", i): core.StatusTrying, fmt.Sprint("c", i): core.StatusRunning} {
+			tx := get(t, l, gid)
+			nb := map[byte]int{'d': 0, 'f': 1, 'b': 1, 'c': 2}[gid[0]]
+			if gid == "b0" {
+				nb = 2
+			}
+			if tx.Status != st || len(tx.Branches) != nb {
+				t.Fatalf("%s: %s with %d branches, want %s with %d", gid, tx.Status, len(tx.Branches), st, nb)
+			}
+			if gid[0] == 'f' && tx.Branches[0].Status != core.BranchConfirmed {
+				t.Fatalf("%s: branch %+v not confirmed", gid, tx.Branches[0])
+			}
+		}
+	}
+	if tx := get(t, l, "moved"); tx.Status != core.StatusConfirming {
+		t.Fatalf("moved: %s", tx.Status)
+	}
+	if _, err := l.Get(ctx, "abandoned"); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("the abandoned write was made: %v", err)
+	}
+}
+
+// A row PostgreSQL refuses fails its batch's transaction: the batch's writes are then made one
+// by one, so only the bad one fails.
+func TestIntegrationGroupCommitBadRow(t *testing.T) {
+	ctx := t.Context()
+	l, _, s := groupLog(t)
+	for _, gid := range []string{"blocker", "d"} {
+		if err := l.Create(ctx, gid, core.KindTCC, time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := holdRow(t, s, "blocker")
+	blocked := goWrite(func() error {
+		_, err := l.Decide(ctx, "blocker", core.StatusTrying, core.StatusCancelling)
+		return err
+	})
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool { return l.GroupCommitStats().Immediate == 3 },
+		"the blocked decision is in flight")
+	good1 := goWrite(func() error { return l.Create(ctx, "good1", core.KindTCC, time.Minute, nil) })
+	bad := goWrite(func() error { return l.Create(ctx, "bad\x00gid", core.KindTCC, time.Minute, nil) }) // NUL: not valid text
+	good2 := goWrite(func() error { return l.Create(ctx, "good2", core.KindSaga, time.Minute, nil, httpBranch("x")) })
+	decided := goWrite(func() error {
+		_, err := l.Decide(ctx, "d", core.StatusTrying, core.StatusConfirming)
+		return err
+	})
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool { return l.GroupCommitStats().Queued == 4 },
+		"four writes queued")
+	release()
+	for _, ch := range []<-chan error{blocked, good1, good2, decided} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := <-bad
+	if err == nil || errors.Is(err, core.ErrInvalidState) {
+		t.Fatalf("the bad row's write = %v, want PostgreSQL's refusal", err)
+	}
+	if st := l.GroupCommitStats(); st.Fallbacks != 1 {
+		t.Fatalf("stats %+v, want one fallback", st)
+	}
+	// Each good write made once (a second insert would have failed with the gid taken).
+	for gid, want := range map[string]core.Status{"good1": core.StatusTrying, "good2": core.StatusRunning, "d": core.StatusConfirming} {
+		if tx := get(t, l, gid); tx.Status != want {
+			t.Fatalf("%s: %s, want %s", gid, tx.Status, want)
+		}
+	}
+	if tx := get(t, l, "good2"); len(tx.Branches) != 1 {
+		t.Fatalf("good2's branches: %+v", tx.Branches)
+	}
+}
+
+func TestGroupCommitOption(t *testing.T) {
+	if _, err := core.New(&pgxpool.Pool{}, core.WithGroupCommit(-time.Millisecond)); !errors.Is(err, core.ErrInvalidOption) {
+		t.Fatalf("negative window = %v, want ErrInvalidOption", err)
+	}
+}
