@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The servers' addresses (deploy/local/env) exported for the command that follows.
 WITH_ENV = set -a && eval "$$(deploy/local/env)" && ROCKETMQ_GO_LOG_LEVEL=error && set +a &&
 
-.PHONY: bench-locks up down status test unit demo tcc-order drill-tcc drill-tcc-locks saga-order drill-saga transfer drill-2pc drill-3pc bench lint env recharge stock console console-screenshot
+.PHONY: bench-locks bench-concurrency up down status test unit demo tcc-order drill-tcc drill-tcc-locks saga-order drill-saga transfer drill-2pc drill-3pc bench lint env recharge stock console console-screenshot
 
 up: ## start PostgreSQL, the ZooKeeper ensemble and RocketMQ (installing what is missing)
 	@deploy/local/up
@@ -84,8 +84,23 @@ drill-2pc: up ## 2PC failover drill: 3 bank coordinators, 2000 transfers, leader
 drill-3pc: up ## 2PC vs 3PC on the transfer drill: blocking after leader SIGKILLs (p50/p99), partition anomalies (textbook vs consult-log)
 	@$(WITH_ENV) $(GO) run ./examples/transfer/demo -compare -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s -partitions 5 -timeout 15m
 
-bench: up ## Go benchmarks against the real servers (not the ones that restart servers: see bench-locks)
-	@$(WITH_ENV) $(GO) test -run '^$$' -bench . -skip Disruptive -benchmem -count=1 $(BENCHFLAGS) ./...
+bench: up ## Go benchmarks against the real servers (not the ones that restart servers: see bench-locks), then the concurrency table
+	@$(WITH_ENV) $(GO) test -run '^$$' -bench . -skip 'Disruptive|^BenchmarkConcurrency$$' -benchmem -count=1 $(BENCHFLAGS) ./...
+	@$(MAKE) --no-print-directory bench-concurrency
+
+# Every recipe (TCC, saga, 2PC, relay, idempotent consumer, notify, idempotency claim, lock
+# hand-off) at 1, 16 and 64 concurrent clients against its bare baseline, in rotating blocks of
+# CONCBENCH_BLOCK per side, CONCBENCH_ROUNDS rounds, and pgbench's ceiling for the same writes
+# (CONCBENCH_PGBENCH per client count); benchtable prints the table. About 4 minutes with the
+# defaults (docs/benchmarks.md). CONCBENCH_RUN narrows it, e.g. CONCBENCH_RUN='Concurrency/saga/'.
+CONCBENCH_BLOCK ?= 1s
+CONCBENCH_ROUNDS ?= 3
+CONCBENCH_PGBENCH ?= 2s
+CONCBENCH_RUN ?= ^BenchmarkConcurrency$$
+bench-concurrency: up ## the recipes at 1/16/64 clients against their bare baselines, with PostgreSQL's ceiling: one table
+	@set -o pipefail; $(WITH_ENV) TXKIT_CONCBENCH_BLOCK=$(CONCBENCH_BLOCK) TXKIT_CONCBENCH_PGBENCH=$(CONCBENCH_PGBENCH) \
+	  $(GO) test -run '^$$' -bench '$(CONCBENCH_RUN)' -benchtime=$(CONCBENCH_ROUNDS)x -count=1 -timeout 30m ./internal/concbench/ 2>&1 | \
+	  $(GO) run ./internal/tools/benchtable
 
 # The lock backends side by side, in one run on the same servers: throughput, hand-off latency and
 # round trips (BenchmarkLocks), SIGKILLed holder to next holder (BenchmarkLocksKill), and what a

@@ -1,8 +1,16 @@
-// Command benchtable reads the output of internal/lockbench's benchmarks (go test -bench) on
-// standard input, copies it to standard output, and then prints the comparison table of the lock
-// backends in Markdown: one row per backend, one column per figure. `make bench-locks` runs it.
+// Command benchtable reads benchmark output (go test -bench) on standard input, copies it to
+// standard output, and then prints in Markdown the tables it has figures for:
 //
-//	go test -run '^$' -bench . ./internal/lockbench/ | go run ./internal/tools/benchtable
+//   - the comparison of the lock backends (internal/lockbench's benchmarks): one row per backend,
+//     one column per figure; `make bench-locks` runs it;
+//
+//   - the recipes at concurrency (internal/concbench's BenchmarkConcurrency): one row per recipe
+//     and client count — txkit/s, bare/s, ratio, p50 and p99 ms, PostgreSQL commits per operation
+//     (txkit / bare) and pgbench's ceiling for the same writes; `make bench-concurrency` and
+//     `make bench` run it.
+//
+//     go test -run '^$' -bench . ./internal/lockbench/ | go run ./internal/tools/benchtable
+//     go test -run '^$' -bench Concurrency -benchtime 3x ./internal/concbench/ | go run ./internal/tools/benchtable
 package main
 
 import (
@@ -41,6 +49,23 @@ var restartColumns = []column{
 
 var line = regexp.MustCompile(`^Benchmark(\S+?)(-\d+)?\s+\d+\s+(.*)$`)
 
+// concurrency matches a BenchmarkConcurrency row's name: the recipe and the client count.
+var concurrency = regexp.MustCompile(`^Concurrency/([^/]+)/clients=(\d+)$`)
+
+// concColumns are the concurrency table's figures after the recipe and clients columns; a pair
+// of units is printed "txkit / bare".
+var concColumns = []struct {
+	title, unit, pair, format string
+}{
+	{"txkit/s", "txkit/s", "", "%.0f"},
+	{"bare/s", "bare/s", "", "%.0f"},
+	{"ratio", "ratio", "", "%.2f"},
+	{"p50 ms", "p50-ms", "", "%.1f"},
+	{"p99 ms", "p99-ms", "", "%.1f"},
+	{"PG commits/op (txkit / bare)", "pg-commits/op", "bare-pg-commits/op", "%.1f"},
+	{"PG ceiling/s (pgbench)", "pg-ceiling/s", "", "%.0f"},
+}
+
 func main() {
 	if err := run(os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
@@ -51,6 +76,7 @@ func main() {
 func run(in io.Reader, out io.Writer) error {
 	figures := map[string]map[string]float64{} // "Locks/uncontended/zk" → unit → value
 	var order []string                         // backends and servers in the order they ran
+	var concRows []string                      // BenchmarkConcurrency rows in the order they ran
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(in)
 	failed := false
@@ -75,6 +101,10 @@ func run(in io.Reader, out io.Writer) error {
 			vals[fields[i+1]] = v
 		}
 		figures[name] = vals
+		if concurrency.MatchString(name) {
+			concRows = append(concRows, name)
+			continue
+		}
 		if i := strings.LastIndex(name, "/"); i >= 0 && !seen[name[i+1:]] {
 			seen[name[i+1:]] = true
 			order = append(order, name[i+1:])
@@ -86,14 +116,49 @@ func run(in io.Reader, out io.Writer) error {
 	if failed {
 		return fmt.Errorf("a benchmark failed: no table")
 	}
-	fmt.Fprintln(out)
 	table(out, "backend", order, columns, figures)
-	fmt.Fprintln(out)
 	table(out, "server restarted", order, restartColumns, figures)
+	concTable(out, concRows, figures)
 	return nil
 }
 
-// table prints the rows of keys that have at least one figure in cols.
+// concTable prints the concurrency table: one row per recipe and client count, "—" for a figure
+// the row lacks.
+func concTable(out io.Writer, rows []string, figures map[string]map[string]float64) {
+	if len(rows) == 0 {
+		return
+	}
+	titles := []string{"recipe", "clients"}
+	for _, c := range concColumns {
+		titles = append(titles, c.title)
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "| "+strings.Join(titles, " | ")+" |")
+	fmt.Fprintln(out, "|"+strings.Repeat(" --- |", len(titles)))
+	for _, name := range rows {
+		m := concurrency.FindStringSubmatch(name)
+		vals := figures[name]
+		row := []string{m[1], m[2]}
+		for _, c := range concColumns {
+			cell := "—"
+			if v, ok := vals[c.unit]; ok {
+				cell = fmt.Sprintf(c.format, v)
+			}
+			if c.pair != "" {
+				p := "—"
+				if v, ok := vals[c.pair]; ok {
+					p = fmt.Sprintf(c.format, v)
+				}
+				cell += " / " + p
+			}
+			row = append(row, cell)
+		}
+		fmt.Fprintln(out, "| "+strings.Join(row, " | ")+" |")
+	}
+}
+
+// table prints the rows of keys that have at least one figure in cols, after an empty line;
+// nothing when no key has one.
 func table(out io.Writer, head string, keys []string, cols []column, figures map[string]map[string]float64) {
 	var rows [][]string
 	for _, k := range keys {
@@ -119,6 +184,7 @@ func table(out io.Writer, head string, keys []string, cols []column, figures map
 	for _, c := range cols {
 		titles = append(titles, c.title)
 	}
+	fmt.Fprintln(out)
 	fmt.Fprintln(out, "| "+strings.Join(titles, " | ")+" |")
 	fmt.Fprintln(out, "|"+strings.Repeat(" --- |", len(titles)))
 	for _, r := range rows {
