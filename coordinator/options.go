@@ -125,6 +125,22 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *core.Config) { c.TracerProvider = tp }
 }
 
+// WithGroupCommit makes the coordinator's log group the writes of the transactions it runs at
+// the same time (default 0: off) — recording a transaction, a tcc branch, a decision, a clean
+// finish — into one PostgreSQL round trip and transaction, as a database's group commit shares
+// its WAL flushes. A write that finds no other in flight is sent at once, alone, with the same
+// statement as without the option: a lone transaction waits for no partner. A write arriving
+// while another is being sent waits for it to end, then goes in one batch with the writes that
+// queued meanwhile — but never waits longer than window: then it sends the queue itself. Each
+// transaction still gets its own outcome: a batch's statements keep each write's condition (the
+// gid not taken, the status expected), and a batch PostgreSQL refuses (one bad row) is made again
+// one write at a time. A leader's fenced writes and partial records are not grouped. A window
+// outside 0..1s is refused by New with an error wrapping [ErrInvalidOption].
+// docs/coordinators.md ("Group commit") has the figures.
+func WithGroupCommit(window time.Duration) Option {
+	return func(c *core.Config) { c.GroupCommit = window }
+}
+
 // BeginOption configures one transaction (saga) at its coordinator's Begin.
 type BeginOption = core.BeginOption
 

@@ -48,6 +48,8 @@ type Config struct {
 	// TracerProvider is where the coordinator's tracer comes from (WithTracerProvider); nil: the
 	// application's global provider.
 	TracerProvider trace.TracerProvider
+	// GroupCommit is the log's group commit window (WithGroupCommit, see [WithGroupCommit]); 0: off.
+	GroupCommit time.Duration
 	// Own points to the protocol's own settings (nil for a protocol without any), which its
 	// options ([OwnOption]) set.
 	Own any
@@ -101,6 +103,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("call timeout %v: %w", c.CallTimeout, ErrInvalidOption)
 	case c.Timeout <= 0:
 		return fmt.Errorf("default timeout %v: %w", c.Timeout, ErrInvalidOption)
+	case c.GroupCommit < 0 || c.GroupCommit > MaxGroupCommitWindow:
+		return fmt.Errorf("group commit window %v: not in 0..%v: %w", c.GroupCommit, MaxGroupCommitWindow, ErrInvalidOption)
 	}
 	return nil
 }
@@ -171,6 +175,9 @@ func NewBase(pool *pgxpool.Pool, p Protocol, opts []Option) (*Base, error) {
 	lopts := []LogOption{WithTablePrefix(cfg.Prefix), WithLease(cfg.Lease), WithBackoff(cfg.BackoffMin, cfg.BackoffMax)}
 	if cfg.Schema != "" {
 		lopts = append(lopts, WithSchema(cfg.Schema))
+	}
+	if cfg.GroupCommit > 0 {
+		lopts = append(lopts, WithGroupCommit(cfg.GroupCommit))
 	}
 	l, err := New(pool, lopts...)
 	if err != nil {

@@ -35,6 +35,10 @@ import (
 // maxGroup bounds the writes of one batch.
 const maxGroup = 128
 
+// MaxGroupCommitWindow bounds a coordinator's group commit window (Config.GroupCommit): the
+// longest a write may wait for a flush in flight before it sends itself.
+const MaxGroupCommitWindow = time.Second
+
 // WithGroupCommit makes the log group the writes of concurrent transactions (see [Log]): a write
 // arriving while another is being flushed waits at most window for it to end, then it is flushed
 // with the other writes that queued meanwhile. A write that finds nothing in flight is flushed at
