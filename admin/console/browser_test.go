@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 
 	"github.com/txkit/txkit/admin"
 	"github.com/txkit/txkit/admin/console"
+	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/notify"
@@ -150,43 +153,74 @@ func (failingPublisher) Publish(context.Context, outbox.Message) error {
 // stop is called (or the test ends). stop waits for Run to return.
 func relayOn(t *testing.T, ob *outbox.Outbox, pub outbox.Publisher, path, id string, opts ...outbox.RelayOption) (*outbox.Relay, func()) {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	sess, err := lock.NewSession(sctx, testenv.ZK(t), lock.WithSessionTimeout(4*time.Second))
-	must(t, err, "lock.NewSession")
-	el, err := lock.NewElector(sess, path, id)
-	must(t, err, "lock.NewElector")
-	r, err := outbox.NewRelay(ob, pub, append([]outbox.RelayOption{outbox.WithElector(el)}, opts...)...)
+	r, err := outbox.NewRelay(ob, pub, append([]outbox.RelayOption{outbox.WithElector(testenv.Elector(t, path, id))}, opts...)...)
 	must(t, err, "outbox.NewRelay")
-	ctx, stopRun := context.WithCancel(context.Background())
+	return r, runInBackground(t, "relay "+id, r.Run)
+}
+
+// runInBackground runs run (a Run(ctx) method) until the returned stop is called (or the test
+// ends); stop waits for it to return and fails the test when it returned an error.
+func runInBackground(t *testing.T, what string, run func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	go func() { done <- run(ctx) }()
 	var once sync.Once
-	stop := func() {
+	stop = func() {
 		once.Do(func() {
-			stopRun()
+			cancel()
 			select {
 			case err := <-done:
 				if err != nil {
-					t.Errorf("relay %s: Run returned %v", id, err)
+					t.Errorf("%s: Run returned %v", what, err)
 				}
 			case <-time.After(30 * time.Second):
-				t.Errorf("relay %s: Run did not return within 30s of its ctx ending", id)
+				t.Errorf("%s: Run did not return within 30s of its ctx ending", what)
 			}
-			_ = sess.Close()
 		})
 	}
 	t.Cleanup(stop)
-	return r, stop
+	return stop
+}
+
+// notifier runs a notifier of the schema's notifications with one receiver, "shop", whose
+// endpoint is a real notify.Inbox (its own idempotency store) that answers 503 while down is
+// true. Each notification gets one attempt (no retries), so one sent while the shop is down
+// fails at once.
+func notifier(t *testing.T, svc *tccOrder, down *atomic.Bool) *notify.Notifier {
+	t.Helper()
+	const secret = "console-browser-secret-0123456789"
+	store, err := idempotency.New(svc.Pool, idempotency.WithSchema(svc.Schema))
+	must(t, err, "idempotency.New")
+	must(t, store.Migrate(t.Context()), "idempotency Migrate")
+	in, err := notify.NewInbox(svc.Pool, store, "shop", []string{secret}, func(context.Context, pgx.Tx, notify.Delivery) error { return nil })
+	must(t, err, "notify.NewInbox")
+	shop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "shop down for maintenance", http.StatusServiceUnavailable)
+			return
+		}
+		in.ServeHTTP(w, r)
+	}))
+	t.Cleanup(shop.Close)
+	n, err := notify.New(svc.Pool, []notify.Receiver{{Name: "shop", URL: shop.URL, Secrets: []string{secret}}},
+		notify.WithSchema(svc.Schema), notify.WithPlainHTTP(), notify.WithSchedule([]time.Duration{}, 0),
+		notify.WithTick("@every 100ms"), notify.WithElector(testenv.Elector(t, svc.Root+"/notify", "notifier-1")))
+	must(t, err, "notify.New")
+	must(t, n.Migrate(t.Context()), "notify Migrate")
+	runInBackground(t, "notifier", n.Run)
+	return n
 }
 
 // TestIntegrationConsoleBrowser drives the console in a real headless Chromium while the tcc-order
-// example runs on the real servers: it finds a cancelled order's transaction in the list, opens
-// its detail page and sees its branches; it presses Requeue on a dead outbox message (made dead by
-// a relay whose publishes fail), accepts the confirmation, gives the token at the prompt, and sees
-// the message leave the dead list and get published to RocketMQ by a second relay. Screenshots go
-// to $TXKIT_HOME/artifacts/console (and the test's ArtifactDir); with -update the overview is
-// copied to docs/console.png for the README.
+// example runs on the real servers: it sees the overview reload itself and switches that off;
+// finds a cancelled order's transaction through the list's filter form, opens its detail page and
+// sees its branches; presses Requeue on a dead outbox message (made dead by a relay whose
+// publishes fail), accepts the confirmation, gives the token at the prompt, and sees the message
+// leave the dead list and get published to RocketMQ by a second relay; presses Redeliver on a
+// notification that failed while its receiver (a real notify.Inbox) was down and sees it
+// delivered, the token kept from the first prompt; and finds both actions in the audit table.
+// Screenshots go to $TXKIT_HOME/artifacts/console (and the test's ArtifactDir); with -update the
+// overview is copied to docs/console.png for the README.
 func TestIntegrationConsoleBrowser(t *testing.T) {
 	svc := startTCCOrder(t)
 	ctx := t.Context()
@@ -211,9 +245,16 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	ob, err := outbox.New(svc.Pool, outbox.WithSchema(svc.Schema))
 	must(t, err, "outbox.New")
 	must(t, ob.Migrate(ctx), "outbox Migrate")
-	nt, err := notify.New(svc.Pool, nil, notify.WithSchema(svc.Schema))
-	must(t, err, "notify.New")
-	must(t, nt.Migrate(ctx), "notify Migrate")
+	// A notification the shop refuses (down): failed after its one attempt.
+	var shopDown atomic.Bool
+	shopDown.Store(true)
+	nt := notifier(t, svc, &shopDown)
+	var nid uuid.UUID
+	must(t, pgx.BeginFunc(ctx, svc.Pool, func(tx pgx.Tx) (err error) {
+		nid, err = nt.Enqueue(ctx, tx, notify.Notification{Receiver: "shop", Key: cancelled,
+			Payload: json.RawMessage(`{"order":"` + cancelled + `","status":"cancelled"}`)})
+		return err
+	}), "notify Enqueue")
 	topic := testenv.Topic(t)
 	msgID, err := ob.Enqueue(ctx, svc.Pool, outbox.Message{Topic: topic, Key: cancelled,
 		Body: []byte(`{"event":"order.cancelled","gid":"` + cancelled + `"}`)})
@@ -231,7 +272,8 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 		admin.WithElections(
 			admin.Election{Name: "tcc recovery", Path: svc.Election + "/tcc", Inspector: sess.Inspector()},
 			admin.Election{Name: "saga recovery", Path: svc.Election + "/saga", Inspector: sess.Inspector()},
-			admin.Election{Name: "outbox relay", Path: relayPath, Inspector: sess.Inspector()}),
+			admin.Election{Name: "outbox relay", Path: relayPath, Inspector: sess.Inspector()},
+			admin.Election{Name: "notifier", Path: svc.Root + "/notify", Inspector: sess.Inspector()}),
 		admin.WithGatherer(reg))
 	must(t, err, "admin.New")
 	must(t, a.Migrate(ctx), "admin Migrate")
@@ -248,6 +290,10 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 		return err == nil && len(dead) == 1 && dead[0].ID == msgID
 	}, "message %s dead after the failing relay's attempts", msgID)
 	stopFirst()
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
+		r, err := nt.Get(ctx, nid)
+		return err == nil && r.Status == notify.StatusFailed
+	}, "notification %s failed (the shop answers 503)", nid)
 	if s := first.Stats(); s.Dead != 1 || s.Published != 0 {
 		t.Fatalf("failing relay: %+v, want 1 dead and nothing published", s)
 	}
@@ -273,8 +319,8 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 
 	// The overview: the dead message shows in the outbox card.
 	do(t, b, 60*time.Second, "open the overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.ID("card-outbox")))
-	if got := eval[string](t, b, `document.getElementById('outbox-dead').textContent`); !strings.HasPrefix(got, "1 ") {
-		t.Fatalf("overview: outbox dead %q, want 1", got)
+	if got := eval[string](t, b, `document.getElementById('outbox-dead').textContent + ', ' + document.getElementById('notify-failed').textContent`); got != "1 dead, 1 failed" {
+		t.Fatalf("overview: %q, want 1 dead message, 1 failed notification", got)
 	}
 	overview := shot(t, b, "overview.png")
 	// The page reloads itself (every 5 s by default): wait for one reload, then switch it off
@@ -367,15 +413,46 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 		t.Fatalf("overview figures %v, want txkit_outbox_dead_total 1 and txkit_outbox_published_total 1", figures)
 	}
 
+	// The notifications page: the shop is up again; Redeliver the failed notification, confirm
+	// (the token is kept in the tab: no prompt this time), and see it delivered.
+	shopDown.Store(false)
+	notifRow := "notification-" + nid.String()
+	do(t, b, 30*time.Second, "open the notifications", chromedp.Navigate(srv.URL+"/notifications"), chromedp.WaitVisible(chromedp.ID(notifRow)))
+	shot(t, b, "notifications-failed.png")
+	do(t, b, 30*time.Second, "press Redeliver", chromedp.Click(chromedp.CSS(`#`+notifRow+` button[data-action=redeliver]`)))
+	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() bool {
+		sctx, cancel := context.WithTimeout(b, 5*time.Second)
+		defer cancel()
+		gone, err := chromedp.Run(sctx, chromedp.Evaluate[bool](`document.getElementById('no-failed') !== null`))
+		return err == nil && gone
+	}, "the notifications page to show no failed notification after Redeliver (dialogs: %q)", dialogs())
+	if ds := dialogs(); len(ds) != 3 || !strings.HasPrefix(ds[2], "confirm: Redeliver notification "+nid.String()) {
+		t.Fatalf("dialogs %q, want a third one, the Redeliver confirmation, and no second prompt", ds)
+	}
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
+		r, err := nt.Get(ctx, nid)
+		return err == nil && r.Status == notify.StatusDelivered
+	}, "notification %s delivered after Redeliver", nid)
+	do(t, b, 30*time.Second, "open the notification", chromedp.Navigate(srv.URL+"/notifications/"+nid.String()),
+		chromedp.WaitVisible(chromedp.ID("tries")))
+	status := eval[string](t, b, `document.getElementById('notification').dataset.status`)
+	answers := eval[[]string](t, b, `[...document.querySelectorAll('#tries tbody tr')].map(r => r.cells[2].textContent.trim())`)
+	if status != "delivered" || len(answers) != 2 || answers[0] != "503" || !strings.HasPrefix(answers[1], "2") {
+		t.Fatalf("notification page: %s, attempts answered %q; want delivered after a 503 and a 2xx", status, answers)
+	}
+	shot(t, b, "notification-delivered.png")
+
 	// The audit page records who requeued it.
 	audit, err := a.Audit(ctx, 10)
 	must(t, err, "Audit")
-	var recorded bool
-	for _, e := range audit {
-		recorded = recorded || (e.Actor == "browser-test" && e.Action == admin.ActionRequeue && e.Target == msgID.String() && e.Result == admin.ResultOK)
-	}
-	if !recorded {
-		t.Fatalf("audit %+v, want the browser's requeue of %s", audit, msgID)
+	for _, want := range []struct{ action, target string }{{admin.ActionRequeue, msgID.String()}, {admin.ActionRedeliver, nid.String()}} {
+		var recorded bool
+		for _, e := range audit {
+			recorded = recorded || (e.Actor == "browser-test" && e.Action == want.action && e.Target == want.target && e.Result == admin.ResultOK)
+		}
+		if !recorded {
+			t.Fatalf("audit %+v, want the browser's %s of %s", audit, want.action, want.target)
+		}
 	}
 	do(t, b, 30*time.Second, "open the audit", chromedp.Navigate(srv.URL+"/audit"), chromedp.WaitVisible(chromedp.ID("audit")))
 
