@@ -31,25 +31,41 @@
 //
 // # PostgreSQL writes per global transaction
 //
-// A transaction of N branches that its starter finishes costs N+3 writes, each its own commit:
+// A transaction of N branches that its starter finishes costs N+2 writes, each its own commit,
+// and each one the protocol needs:
 //
-//  1. Begin inserts the global row (status trying, timeout_at): from here a crashed starter's
-//     transaction is found and cancelled at its timeout.
-//  2. Each Try inserts its branch row — participant URL or registered name, payload — before the
-//     try is called, so a try whose outcome is unknown can still be cancelled. (The insert reads
-//     the global row FOR SHARE: a branch is recorded before the decision or not at all.)
+//  1. The first Try inserts the global row (status trying; timeout_at counted from Begin) and
+//     its branch row in one statement. Begin itself writes nothing — unless given
+//     [coordinator.WithGID], to refuse a gid already used at once: until a branch is tried there
+//     is nothing to cancel, so a starter that dies before its first Try leaves nothing that
+//     needs the leader. (A Commit or Rollback with no Try records the transaction decided, then
+//     finishes it: 2 writes.)
+//  2. Each further Try inserts its branch row — participant URL or registered name, payload —
+//     before the try is called: the leader cancels only the branches it finds, so a branch
+//     recorded after its try would leak the reservation of a starter that dies in between. (The
+//     insert reads the global row FOR SHARE: a branch is recorded before the decision or not at
+//     all.) The tries cannot share one write as a saga's steps do: a saga knows all its steps
+//     before the first action, while Try is called branch by branch, each after the last
+//     succeeded.
 //  3. Commit or Rollback updates the global status to confirming or cancelling before the first
-//     confirm or cancel. Without it a crash after some confirms would leave a trying transaction
-//     that the timeout cancels: half confirmed, half cancelled.
-//  4. One statement marks the global row confirmed (cancelled) and its branches done, so that
-//     nobody drives it again and the retention job may delete it.
+//     confirm or cancel, and takes the starter's lease. Without it a crash after some confirms
+//     would leave a trying transaction that the timeout cancels: half confirmed, half cancelled.
+//  4. One statement marks the global row confirmed (cancelled) and its branches done. Without it
+//     the leader, finding the transaction still confirming once the lease passed, would call
+//     every confirm again; with it the retention job may delete the transaction.
 //
-// Three branches: 6 writes (TestIntegrationWritesPerTransaction counts them with statement
-// triggers: 6 writing transactions, 6 round trips). Nothing else is written on the happy path: a try's success is not
-// recorded (Commit is called only after every try succeeded, and a cancel is due whatever the
-// try did), and the branches are not marked one by one. When confirms fail, each drive adds one
-// transaction recording the branches done, the failures (attempts, last_error) and the backoff.
-// The leader adds one transaction per claimed batch (fence check and claim).
+// Three branches: 5 writes (TestIntegrationWritesPerTransaction counts them with statement
+// triggers), where Begin's insert of the global row on its own made it N+3 = 6 before. Nothing
+// else is written on the happy path: a try's success is not recorded (Commit is called only after
+// every try succeeded, and a cancel is due whatever the try did), and the branches are not marked
+// one by one. When confirms fail, each drive adds one transaction recording the branches done, the
+// failures (attempts, last_error) and the backoff. The leader adds one transaction per claimed
+// batch (fence check and claim).
+//
+// Given [coordinator.WithGroupCommit], these writes of the transactions a process runs at the same
+// time share round trips and commits (one batch of a Try's inserts, decisions and finishes of
+// different transactions), while a lone transaction's writes go at once as above; the figures are
+// in docs/coordinators.md ("Group commit").
 //
 // Coordinator and Global are safe for concurrent use by multiple goroutines.
 package tcc

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -44,20 +45,34 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 // eventually), Failures the failed confirms and cancels; both are retried.
 func (c *Coordinator) Stats() coordinator.Stats { return c.b.Stats() }
 
-// Begin records a new global transaction, trying, and returns it. It blocks for one write; ctx
-// scopes only this call. The transaction's timeout ([coordinator.WithTimeout], default
-// [coordinator.WithDefaultTimeout]) starts now: if it is neither committed nor rolled back by
-// then, the leader cancels it. A gid already used returns an error wrapping
-// [coordinator.ErrInvalidState].
+// Begin starts a new global transaction, trying, and returns it. The transaction's timeout
+// ([coordinator.WithTimeout], default [coordinator.WithDefaultTimeout]) starts now: if it is
+// neither committed nor rolled back by then, the leader cancels it.
+//
+// With a gid of its own making (a new UUIDv7, which nobody else holds), Begin writes nothing and
+// does not block: the first [Global.Try] records the transaction together with its branch (a
+// transaction without a branch has nothing to cancel, so nothing is lost if the process dies
+// before), and until then [Coordinator.Status] of its gid returns an error wrapping
+// [coordinator.ErrNotFound]. Given [coordinator.WithGID], Begin records the transaction at once
+// — one write, ctx scoping only this call — so that a gid already used is refused here, with an
+// error wrapping [coordinator.ErrInvalidState].
 func (c *Coordinator) Begin(ctx context.Context, opts ...coordinator.BeginOption) (*Global, error) {
 	o, err := c.b.Begin(opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.b.Log.Create(ctx, o.GID, core.KindTCC, o.Timeout, nil); err != nil {
-		return nil, fmt.Errorf("tcc: begin: %w", err)
+	g := &Global{c: c, gid: o.GID, timeout: o.Timeout, begun: time.Now(), first: make(chan struct{}, 1)}
+	var given core.BeginConfig
+	for _, opt := range opts {
+		opt(&given)
 	}
-	return &Global{c: c, gid: o.GID}, nil
+	if given.GID != "" {
+		if err := c.b.Log.Create(ctx, o.GID, core.KindTCC, o.Timeout, nil); err != nil {
+			return nil, fmt.Errorf("tcc: begin: %w", err)
+		}
+		g.recorded.Store(true)
+	}
+	return g, nil
 }
 
 // Branch is one participant's part in a global transaction: its name, participant and payload
@@ -69,6 +84,10 @@ type Branch = coordinator.Branch
 type Global struct {
 	c        *Coordinator
 	gid      string
+	timeout  time.Duration
+	begun    time.Time     // the timeout counts from here
+	first    chan struct{} // held (sent to) while the transaction itself is being recorded
+	recorded atomic.Bool   // the transaction is in the log
 	mu       sync.Mutex
 	seq      int
 	branches []core.Branch
@@ -78,8 +97,9 @@ type Global struct {
 func (g *Global) GID() string { return g.gid }
 
 // Try records branch b (with its participant, so its confirm or cancel can be called by whoever
-// finishes the transaction), then calls its try. It blocks for one write and the call, bounded by
-// ctx and [coordinator.WithCallTimeout].
+// finishes the transaction; the first Try of a transaction [Coordinator.Begin] did not record
+// records the transaction with it), then calls its try. It blocks for one write and the call,
+// bounded by ctx and [coordinator.WithCallTimeout].
 //
 // A nil error means the try succeeded. A refused try returns a *[coordinator.BranchError] wrapping
 // [participant.ErrRefused], after recording the rollback decision: call [Global.Rollback], which
@@ -104,7 +124,7 @@ func (g *Global) Try(ctx context.Context, b Branch) error {
 	g.seq++
 	g.branches = append(g.branches, cb)
 	g.mu.Unlock()
-	if err := g.c.b.Log.AddBranch(ctx, g.gid, core.StatusTrying, cb); err != nil {
+	if err := g.record(ctx, cb); err != nil {
 		g.forget(cb)
 		return fmt.Errorf("tcc: try: %w", err)
 	}
@@ -121,6 +141,37 @@ func (g *Global) Try(ctx context.Context, b Branch) error {
 		}
 	}
 	return berr
+}
+
+// record records branch cb: with the transaction itself when nothing is recorded yet, otherwise
+// alone. Trys racing to be first wait for the one recording the transaction.
+func (g *Global) record(ctx context.Context, cb core.Branch) error {
+	if !g.recorded.Load() {
+		select {
+		case g.first <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		defer func() { <-g.first }()
+		if !g.recorded.Load() {
+			err := g.c.b.Log.CreateIn(ctx, g.gid, core.KindTCC, core.StatusTrying, g.remaining(), nil, cb)
+			if !errors.Is(err, core.ErrInvalidState) {
+				g.recorded.Store(err == nil)
+				return err
+			}
+			// Begin made the gid, so it is taken only by an earlier attempt of ours whose answer
+			// was lost: the transaction is recorded (and perhaps cb with it: then AddBranch
+			// refuses the name, as for a lost answer of AddBranch itself).
+			g.recorded.Store(true)
+		}
+	}
+	return g.c.b.Log.AddBranch(ctx, g.gid, core.StatusTrying, cb)
+}
+
+// remaining returns what is left of the timeout (at least a millisecond: a transaction recorded
+// past it is cancelled by the leader's next pass).
+func (g *Global) remaining() time.Duration {
+	return max(g.timeout-time.Since(g.begun), time.Millisecond)
 }
 
 // forget removes a branch that was not recorded (its Seq is unique within g).
@@ -161,6 +212,11 @@ func (g *Global) Rollback(ctx context.Context) error {
 }
 
 func (g *Global) finish(ctx context.Context, to coordinator.Status) error {
+	if !g.recorded.Load() {
+		if done, err := g.finishUnrecorded(ctx, to); done {
+			return err
+		}
+	}
 	cur, err := g.c.b.Log.Decide(ctx, g.gid, core.StatusTrying, to)
 	if err != nil {
 		return fmt.Errorf("tcc: %s: %w", to, err)
@@ -172,6 +228,32 @@ func (g *Global) finish(ctx context.Context, to coordinator.Status) error {
 	branches := append([]core.Branch(nil), g.branches...)
 	g.mu.Unlock()
 	return g.c.b.PhaseTwo(ctx, lock.Token{}, g.gid, to, branches)
+}
+
+// finishUnrecorded records the decision to of a transaction no Try recorded, together with the
+// transaction, and finishes it (there is no branch to call): two writes. It reports false, having
+// done nothing, when the transaction turns out to be recorded (by a Try it waited for, or by an
+// earlier attempt whose answer was lost): the caller decides as usual.
+func (g *Global) finishUnrecorded(ctx context.Context, to coordinator.Status) (bool, error) {
+	select {
+	case g.first <- struct{}{}:
+	case <-ctx.Done():
+		return true, fmt.Errorf("tcc: %s: %w", to, ctx.Err())
+	}
+	defer func() { <-g.first }()
+	if g.recorded.Load() {
+		return false, nil
+	}
+	err := g.c.b.Log.CreateIn(ctx, g.gid, core.KindTCC, to, g.remaining(), nil)
+	if errors.Is(err, core.ErrInvalidState) {
+		g.recorded.Store(true)
+		return false, nil
+	}
+	if err != nil {
+		return true, fmt.Errorf("tcc: %s: %w", to, err)
+	}
+	g.recorded.Store(true)
+	return true, g.c.b.PhaseTwo(ctx, lock.Token{}, g.gid, to, nil)
 }
 
 // Run recovers, while this coordinator leads the election of [coordinator.WithElector], the transactions whose

@@ -200,6 +200,9 @@ func TestIntegrationTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := other.Try(ctx, tcc.Branch{Name: "account", Participant: ha}); err != nil {
+		t.Fatal(err)
+	}
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
 		return status(t, c, g.GID()) == tcc.StatusCancelled
 	}, "the timed-out transaction is cancelled")
@@ -550,7 +553,131 @@ create trigger w after insert or update or delete on txkit_branch for each state
 		t.Fatal(err)
 	}
 	t.Logf("%d branches: %d writing transactions, %d statements fired", n, txs, stmts)
-	if txs != n+3 {
-		t.Fatalf("%d writing transactions, want %d", txs, n+3)
+	if txs != n+2 {
+		t.Fatalf("%d writing transactions, want %d", txs, n+2)
+	}
+}
+
+// Begin without WithGID records nothing: the first Try records the transaction with its branch
+// (racing first Trys wait for it), and a Commit or Rollback without any Try records the
+// transaction decided and finishes it.
+func TestIntegrationFirstTryRecords(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t)
+	c := e.coordinator()
+	p := newParty(nil)
+	h := register(t, c, "p", p)
+
+	g, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Status(ctx, g.GID()); !errors.Is(err, coordinator.ErrNotFound) {
+		t.Fatalf("Status before the first Try = %v, want ErrNotFound", err)
+	}
+	const n = 8
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- g.Try(ctx, tcc.Branch{Name: fmt.Sprint("b", i), Participant: h}) }()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("Try: %v", err)
+		}
+	}
+	if s := status(t, c, g.GID()); s != tcc.StatusTrying {
+		t.Fatalf("after the Trys: %s", s)
+	}
+	if err := g.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s, n := status(t, c, g.GID()), p.count("confirm"); s != tcc.StatusConfirmed || n != 8 {
+		t.Fatalf("after Commit: %s, %d confirms", s, n)
+	}
+
+	for _, tc := range []struct {
+		name string
+		end  func(*tcc.Global, context.Context) error
+		want coordinator.Status
+	}{{"commit", (*tcc.Global).Commit, tcc.StatusConfirmed}, {"rollback", (*tcc.Global).Rollback, tcc.StatusCancelled}} {
+		t.Run("empty "+tc.name, func(t *testing.T) {
+			g, err := c.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.end(g, ctx); err != nil {
+				t.Fatal(err)
+			}
+			if s := status(t, c, g.GID()); s != tc.want {
+				t.Fatalf("status %s, want %s", s, tc.want)
+			}
+			if err := tc.end(g, ctx); err != nil {
+				t.Fatalf("twice: %v", err)
+			}
+			if err := g.Try(ctx, tcc.Branch{Name: "late", Participant: h}); !errors.Is(err, coordinator.ErrInvalidState) {
+				t.Fatalf("Try after the end = %v, want ErrInvalidState", err)
+			}
+		})
+	}
+}
+
+// Concurrent transactions through a coordinator with group commit all end as their starters
+// decided, sharing statements.
+func TestIntegrationGroupCommit(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t)
+	c := e.coordinator(coordinator.WithGroupCommit(time.Millisecond))
+	p := newParty(func(req participant.Request) error {
+		if req.Op == participant.OpTry && req.Branch == "refused" {
+			return participant.ErrRefused
+		}
+		return nil
+	})
+	h := register(t, c, "p", p)
+	const n = 32
+	type outcome struct {
+		gid  string
+		want coordinator.Status
+		err  error
+	}
+	out := make(chan outcome, n)
+	for i := range n {
+		go func() {
+			g, err := c.Begin(ctx)
+			if err != nil {
+				out <- outcome{err: err}
+				return
+			}
+			names := []string{"a", "b", "c"}
+			if i%4 == 0 {
+				names[2] = "refused"
+			}
+			for _, name := range names {
+				if err := g.Try(ctx, tcc.Branch{Name: name, Participant: h}); err != nil {
+					if !errors.Is(err, participant.ErrRefused) {
+						out <- outcome{err: err}
+						return
+					}
+					out <- outcome{g.GID(), tcc.StatusCancelled, g.Rollback(ctx)}
+					return
+				}
+			}
+			out <- outcome{g.GID(), tcc.StatusConfirmed, g.Commit(ctx)}
+		}()
+	}
+	for range n {
+		o := <-out
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		if s := status(t, c, o.gid); s != o.want {
+			t.Fatalf("%s: %s, want %s", o.gid, s, o.want)
+		}
+	}
+	if got, want := p.count("confirm"), 3*(n-n/4); got != want {
+		t.Fatalf("%d confirms, want %d", got, want)
+	}
+	if got, want := p.count("cancel"), 3*n/4; got != want {
+		t.Fatalf("%d cancels, want %d", got, want)
 	}
 }
