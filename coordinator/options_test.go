@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -20,9 +21,11 @@ func TestIntegrationNewRefusesBadSharedOptions(t *testing.T) {
 	pool := testenv.PG(t).Pool
 	for name, newC := range constructors() {
 		for what, opt := range map[string]coordinator.Option{
-			"nil elector":  coordinator.WithElector(nil),
-			"nil logger":   coordinator.WithLogger(nil),
-			"zero timeout": coordinator.WithCallTimeout(0),
+			"nil elector":                  coordinator.WithElector(nil),
+			"nil logger":                   coordinator.WithLogger(nil),
+			"zero timeout":                 coordinator.WithCallTimeout(0),
+			"negative group commit window": coordinator.WithGroupCommit(-time.Millisecond),
+			"group commit window over 1s":  coordinator.WithGroupCommit(2 * time.Second),
 		} {
 			if err := newC(pool, opt); !errors.Is(err, coordinator.ErrInvalidOption) {
 				t.Errorf("%s.New with %s = %v, want ErrInvalidOption", name, what, err)
@@ -30,6 +33,9 @@ func TestIntegrationNewRefusesBadSharedOptions(t *testing.T) {
 		}
 		if err := newC(pool); err != nil {
 			t.Errorf("%s.New with the defaults: %v", name, err)
+		}
+		if err := newC(pool, coordinator.WithGroupCommit(time.Millisecond)); err != nil {
+			t.Errorf("%s.New with group commit: %v", name, err)
 		}
 	}
 }
