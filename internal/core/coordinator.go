@@ -50,6 +50,9 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// GroupCommit is the log's group commit window (WithGroupCommit, see [WithGroupCommit]); 0: off.
 	GroupCommit time.Duration
+	// Partitions splits the recovery into partitions led separately (WithPartitions, see
+	// partition.go); the zero value is one partition, led under Elector.
+	Partitions Partitioning
 	// Own points to the protocol's own settings (nil for a protocol without any), which its
 	// options ([OwnOption]) set.
 	Own any
@@ -106,7 +109,7 @@ func (c Config) Validate() error {
 	case c.GroupCommit < 0 || c.GroupCommit > MaxGroupCommitWindow:
 		return fmt.Errorf("group commit window %v: not in 0..%v: %w", c.GroupCommit, MaxGroupCommitWindow, ErrInvalidOption)
 	}
-	return nil
+	return c.Partitions.validate()
 }
 
 // Base is the shell every coordinator shares: its log, its participant registry, its
@@ -178,6 +181,9 @@ func NewBase(pool *pgxpool.Pool, p Protocol, opts []Option) (*Base, error) {
 	}
 	if cfg.GroupCommit > 0 {
 		lopts = append(lopts, WithGroupCommit(cfg.GroupCommit))
+	}
+	if cfg.Partitions.Parts > 1 {
+		lopts = append(lopts, WithPartitions(cfg.Partitions.Parts))
 	}
 	l, err := New(pool, lopts...)
 	if err != nil {
@@ -273,7 +279,7 @@ func (b *Base) Run(ctx context.Context, d Driver, opts ...RecoverOption) error {
 }
 
 func (b *Base) run(ctx context.Context, d Driver, opts []RecoverOption) error {
-	if b.Cfg.Elector == nil {
+	if b.Cfg.Elector == nil && b.Cfg.Partitions.Electors == nil {
 		return fmt.Errorf("no elector (WithElector): %w", ErrInvalidOption)
 	}
 	if !b.running.CompareAndSwap(false, true) {
@@ -283,7 +289,19 @@ func (b *Base) run(ctx context.Context, d Driver, opts []RecoverOption) error {
 	ropts := append([]RecoverOption{WithSchedule(b.Cfg.Schedule), WithBatchSize(b.Cfg.Batch),
 		WithConcurrency(b.Cfg.RecoverConc), WithRetention(b.Cfg.Retention, b.Cfg.RetentionSpec),
 		WithLogger(b.Cfg.Logger), withMetrics(b.metrics), withTracer(b.tr)}, opts...)
-	r, err := NewRecoverer(b.Log, b.Cfg.Elector, map[Kind]Driver{b.kind: d}, ropts...)
+	var r *Recoverer
+	var err error
+	if pc := b.Cfg.Partitions; pc.Parts > 1 {
+		r, err = NewPartitionedRecoverer(b.Log, pc.Electors, pc.Members, map[Kind]Driver{b.kind: d}, ropts...)
+	} else {
+		el := b.Cfg.Elector
+		if el == nil && pc.Electors != nil { // WithPartitions(1, ...): partition 0's election
+			if el, err = pc.Electors(0); err != nil {
+				return fmt.Errorf("elector of partition 0: %w: %w", err, ErrInvalidOption)
+			}
+		}
+		r, err = NewRecoverer(b.Log, el, map[Kind]Driver{b.kind: d}, ropts...)
+	}
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -11,7 +12,12 @@ import (
 	"github.com/txkit/txkit/lock"
 )
 
-func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
+func TestMain(m *testing.M) {
+	if cfg := os.Getenv(recoveryWorkerEnv); cfg != "" {
+		os.Exit(runRecoveryWorker(cfg)) // a recovery process started by startRecoveryWorker (partition_test.go)
+	}
+	testenv.VerifyNoLeaks(m)
+}
 
 func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -51,7 +51,8 @@ func (f DriverFunc) Drive(ctx context.Context, tok lock.Token, t *Transaction) e
 // Recoverer is safe for concurrent use by multiple goroutines, but Run must not run twice at once.
 type Recoverer struct {
 	log     *Log
-	job     *leader.Job
+	job     recoveryJob
+	claimQ  string // the claim, with the partition's condition when the log is partitioned
 	drivers map[Kind]Driver
 	kinds   []string
 	o       recoverOptions
@@ -76,8 +77,29 @@ type recoverStats struct{ claimed, timedOut, failed, purged atomic.Int64 }
 
 // NewRecoverer returns a Recoverer of the transactions of the kinds in drivers, recovering while
 // el leads. It does not touch the database or ZooKeeper. It returns an error wrapping
-// [ErrInvalidOption] when an argument or option is unusable.
+// [ErrInvalidOption] when an argument or option is unusable, or when the log is partitioned
+// ([WithPartitions]: use [NewPartitionedRecoverer]).
 func NewRecoverer(l *Log, el lock.Elector, drivers map[Kind]Driver, opts ...RecoverOption) (*Recoverer, error) {
+	if el == nil {
+		return nil, fmt.Errorf("core: recoverer: nil elector: %w", ErrInvalidOption)
+	}
+	if l != nil && l.Partitions() > 1 {
+		return nil, fmt.Errorf("core: recoverer: the log has %d partitions: one elector cannot lead them (NewPartitionedRecoverer): %w",
+			l.Partitions(), ErrInvalidOption)
+	}
+	return newRecoverer(l, drivers, opts, func(r *Recoverer, lopts []leader.Option) (recoveryJob, error) {
+		return leader.New(el, l.pool, l.fence, l.resource(), r.recoverLoop, lopts...)
+	})
+}
+
+// recoveryJob is what a Recoverer runs: a leader.Job, or a leader.Shards for a partitioned log.
+type recoveryJob interface {
+	Run(ctx context.Context) error
+	Fenced() int64
+}
+
+func newRecoverer(l *Log, drivers map[Kind]Driver, opts []RecoverOption,
+	newJob func(r *Recoverer, lopts []leader.Option) (recoveryJob, error)) (*Recoverer, error) {
 	o := defaultRecoverOptions()
 	for _, opt := range opts {
 		opt(&o)
@@ -85,8 +107,6 @@ func NewRecoverer(l *Log, el lock.Elector, drivers map[Kind]Driver, opts ...Reco
 	switch {
 	case l == nil:
 		return nil, fmt.Errorf("core: recoverer: nil log: %w", ErrInvalidOption)
-	case el == nil:
-		return nil, fmt.Errorf("core: recoverer: nil elector: %w", ErrInvalidOption)
 	case len(drivers) == 0:
 		return nil, fmt.Errorf("core: recoverer: no driver: %w", ErrInvalidOption)
 	}
@@ -115,6 +135,15 @@ func NewRecoverer(l *Log, el lock.Elector, drivers map[Kind]Driver, opts ...Reco
 			timedOut: o.metrics.timedOut.WithLabelValues(k.String())}
 	}
 	sort.Strings(r.kinds)
+	if l.Partitions() > 1 {
+		q, err := partitionedClaim(l.q["claim"], l.Partitions())
+		if err != nil {
+			return nil, err
+		}
+		r.claimQ = q
+	} else {
+		r.claimQ = l.q["claim"]
+	}
 	lopts := []leader.Option{leader.WithName("core: recoverer"), leader.WithSchedule(o.schedule),
 		leader.WithLogger(o.log.With(slog.String("kinds", strings.Join(r.kinds, ",")))),
 		leader.WithCron("retention", o.retentionEvery, func(ctx context.Context, _ lock.Token) error {
@@ -124,7 +153,7 @@ func NewRecoverer(l *Log, el lock.Elector, drivers map[Kind]Driver, opts ...Reco
 	for _, j := range o.jobs {
 		lopts = append(lopts, leader.WithCron(j.name, j.spec, j.fn))
 	}
-	job, err := leader.New(el, l.pool, l.fence, l.resource(), r.recoverLoop, lopts...)
+	job, err := newJob(r, lopts)
 	if err != nil {
 		return nil, fmt.Errorf("core: recoverer: %w: %w", err, ErrInvalidOption)
 	}
@@ -149,6 +178,9 @@ func (r *Recoverer) Run(ctx context.Context) error {
 		return fmt.Errorf("core: recoverer: %w", ErrRunning)
 	}
 	defer r.running.Store(false)
+	if err := r.log.checkPartitions(ctx); err != nil {
+		return err
+	}
 	return r.job.Run(ctx)
 }
 
@@ -157,14 +189,16 @@ func (r *Recoverer) Run(ctx context.Context) error {
 // record (an error wrapping lock.ErrFenced).
 func (r *Recoverer) recoverLoop(ctx context.Context, t *leader.Term) error {
 	log := t.Log()
-	defer r.dropGauges()
+	if t.Partition() == 0 { // partition 0's leader measures the whole backlog
+		defer r.dropGauges()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.Wake():
 		}
-		err := r.recoverDue(ctx, t.Token(), log)
+		err := r.recoverDue(ctx, t.Token(), t.Partition(), log)
 		switch {
 		case err == nil || ctx.Err() != nil:
 		case errors.Is(err, lock.ErrFenced):
@@ -177,12 +211,14 @@ func (r *Recoverer) recoverLoop(ctx context.Context, t *leader.Term) error {
 
 // recoverDue measures the backlog, then claims and drives batches until a batch comes back short
 // or ctx ends, in a span "recovery pass".
-func (r *Recoverer) recoverDue(ctx context.Context, tok lock.Token, log *slog.Logger) (err error) {
+func (r *Recoverer) recoverDue(ctx context.Context, tok lock.Token, part int, log *slog.Logger) (err error) {
 	ctx, span := r.o.tr.Start(ctx, "recovery pass")
 	defer func() { obs.EndSpan(span, err) }()
-	r.measure(ctx, log)
+	if part == 0 {
+		r.measure(ctx, log)
+	}
 	for ctx.Err() == nil {
-		batch, err := r.claim(ctx, tok)
+		batch, err := r.claim(ctx, tok, part)
 		if err != nil {
 			return err
 		}
@@ -260,15 +296,22 @@ func (r *Recoverer) reschedule(ctx context.Context, tok lock.Token, t *Transacti
 	}
 }
 
-// claim takes a batch of due transactions with their branches, in one fenced transaction.
-func (r *Recoverer) claim(ctx context.Context, tok lock.Token) ([]*Transaction, error) {
+// claim takes a batch of due transactions of partition part with their branches, in one
+// transaction fenced with the partition's resource.
+func (r *Recoverer) claim(ctx context.Context, tok lock.Token, part int) ([]*Transaction, error) {
 	l := r.log
 	var batch []*Transaction
+	args := []any{r.kinds, r.o.batch, l.o.lease.Seconds()}
+	resource := l.resource()
+	if l.Partitions() > 1 {
+		args = append(args, part)
+		resource = leader.PartitionName(resource, part)
+	}
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		if err := l.fence.Check(ctx, tx, l.resource(), tok); err != nil {
+		if err := l.fence.Check(ctx, tx, resource, tok); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, l.q["claim"], r.kinds, r.o.batch, l.o.lease.Seconds())
+		rows, err := tx.Query(ctx, r.claimQ, args...)
 		if err != nil {
 			return err
 		}

@@ -375,3 +375,9 @@ func (*nopElector) Leader(ctx context.Context) (string, error) { return "", lock
 func (*nopElector) RunWhileLeader(ctx context.Context, fn func(ctx context.Context, l lock.Leadership) error) error {
 	return errors.New("leader: not an election")
 }
+
+// MembersFunc adapts a function to [Membership].
+type MembersFunc func(ctx context.Context) (int, error)
+
+// Members calls f.
+func (f MembersFunc) Members(ctx context.Context) (int, error) { return f(ctx) }

@@ -1,0 +1,46 @@
+package coordinator
+
+import (
+	"context"
+
+	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/lock"
+)
+
+// WithPartitions splits the coordinator's recovery into parts partitions (1..1024) by a hash of
+// the gid, each with its own election and fencing token, so that N instances share it: electors
+// returns this instance's candidate in partition p's election (an election per partition, such
+// as lock.NewElector(sess, fmt.Sprintf("/txkit/tcc/recovery/p%d", p), instanceID)), and count,
+// when not nil, returns how many instances are live ([ContenderCount] for ZooKeeper). Each
+// instance then leads at most ceil(parts/N) partitions and gives up the rest to the others; when
+// an instance dies its partitions move to the others as soon as the lock backend ends its holds
+// (the ZooKeeper session timeout). Without count, each instance leads whatever it wins. Run
+// recovers under these elections instead of [WithElector]'s.
+//
+// A partition's leader claims only its gids' due transactions and fences its writes with its own
+// token (fence resource "core:<schema>.<prefix>global/p<i>"); partition 0's leader also runs the
+// retention job, twopc's in-doubt resolver and sets the backlog gauges. The number is stored in
+// the table <prefix>partitions the first time a recoverer runs; Run with another number returns an
+// error wrapping [ErrInvalidOption]: changing it on a live system is refused, because recoverers
+// with different numbers would guard one transaction with different fences (two leaders could
+// drive it at once). Stop every instance, delete that row, and start them with the new number.
+// Starters (Begin, Commit, ...) do not depend on it. New refuses parts outside 1..1024 or nil
+// electors with an error wrapping [ErrInvalidOption].
+func WithPartitions(parts int, electors func(p int) (lock.Elector, error), count func(ctx context.Context) (int, error)) Option {
+	return func(c *core.Config) {
+		c.Partitions = core.Partitioning{Parts: parts, Electors: electors}
+		if count != nil {
+			c.Partitions.Members = leader.MembersFunc(count)
+		}
+	}
+}
+
+// ContenderCount returns a count of the live instances for [WithPartitions] on ZooKeeper: the
+// distinct candidate ids among the contenders (leaders and waiters) of the elections at paths,
+// read with insp (sess.Inspector()). Give every instance its own candidate id. It blocks for the
+// round trips, bounded by its ctx. For backends whose waiters are not listed (lock/pglock,
+// lock/redislock) count the instances some other way, such as rows of a heartbeat table.
+func ContenderCount(insp lock.Inspector, paths ...string) func(ctx context.Context) (int, error) {
+	return leader.ContenderMembership(insp, paths...).Members
+}
