@@ -107,4 +107,7 @@ func BenchmarkSaga(b *testing.B) {
 		took, _ := coretest.Rotate(b, 20, func() error { return coordinated(c) }, bare)
 		b.ReportMetric(float64(took[1])/float64(took[0]), "coordinator/bare-throughput")
 	})
+	// group-commit/clients=N: coordinator.WithGroupCommit on against off at 1, 16 and 64
+	// concurrent sagas.
+	coretest.GroupCommit(b, "group-commit", saga.New, pg, coretest.GroupWindow, coordinated, coordinator.WithHTTPClient(client))
 }

@@ -3,6 +3,7 @@ package tcc_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -158,6 +159,40 @@ func BenchmarkTCC(b *testing.B) {
 		b.ReportMetric(float64(rounds*block)/coord.Seconds(), "coordinator-tx/s")
 		b.ReportMetric(float64(rounds*block)/ceiling.Seconds(), "bare-tx/s")
 	})
+
+	// group-commit/clients=N: coordinator.WithGroupCommit on against off at 1, 16 and 64
+	// concurrent transactions.
+	coretest.GroupCommit(b, "group-commit", tcc.New, pg, coretest.GroupWindow, coordinated, coordinator.WithHTTPClient(client))
+	// group-commit-inproc/clients=N: the same with three in-process participants that do
+	// nothing, so that the coordinator's log writes are most of the work.
+	var mu sync.Mutex
+	noops := map[*tcc.Coordinator][]participant.Participant{}
+	noop := participant.ParticipantFunc(func(context.Context, participant.Request) error { return nil })
+	inproc := func(c *tcc.Coordinator) error {
+		mu.Lock()
+		ps, ok := noops[c]
+		for i := 0; !ok && i < 3; i++ {
+			p, err := c.Register(fmt.Sprint("noop", i), noop)
+			if err != nil {
+				mu.Unlock()
+				return err
+			}
+			ps = append(ps, p)
+		}
+		noops[c] = ps
+		mu.Unlock()
+		g, err := c.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		for i, p := range ps {
+			if err := g.Try(ctx, tcc.Branch{Name: fmt.Sprint("b", i), Participant: p}); err != nil {
+				return err
+			}
+		}
+		return g.Commit(ctx)
+	}
+	coretest.GroupCommit(b, "group-commit-inproc", tcc.New, pg, coretest.GroupWindow, inproc)
 
 	// Every global transaction confirmed: nothing is left reserved.
 	var reserved int64

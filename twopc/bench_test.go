@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/twopc"
@@ -146,6 +147,23 @@ func BenchmarkTransfer(b *testing.B) {
 		b.ReportMetric(float64(took[2])/float64(took[0]), "coordinator/single-db")
 		b.ReportMetric(float64(round*block)/took[0].Seconds(), "coordinator-tx/s")
 	})
+
+	// group-commit/clients=N: coordinator.WithGroupCommit on against off at 1, 16 and 64
+	// concurrent transfers (all on the same two rows: they queue on the row locks).
+	withDBs := func(p *pgxpool.Pool, opts ...coordinator.Option) (*twopc.Coordinator, error) {
+		c, err := twopc.New(p, opts...)
+		if err != nil {
+			return nil, err
+		}
+		b.Cleanup(func() { _ = c.Close() })
+		for name, s := range map[string]*testenv.Schema{"east": east, "west": west} {
+			if err := c.RegisterDB(name, s.Pool); err != nil {
+				return nil, err
+			}
+		}
+		return c, nil
+	}
+	coretest.GroupCommit(b, "group-commit", withDBs, log, coretest.GroupWindow, coordinated)
 
 	var prepared int
 	if err := log.Pool.QueryRow(ctx, `select count(*) from pg_prepared_xacts where database = current_database()`).Scan(&prepared); err != nil {
