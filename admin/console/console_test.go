@@ -135,7 +135,7 @@ func TestIntegrationConsoleEscapes(t *testing.T) {
 		path string
 		want []string // escaped texts the page must show
 	}{
-		{"/", []string{"1 unfinished in all", "1 dead"}},
+		{"/", []string{"1 unfinished in all", "1 dead", `href="/transactions/gid-%3cimg%20src=x%20onerror=alert%281%29%3e"`}},
 		{"/transactions", []string{`gid-&lt;img src=x onerror=alert(1)&gt;`, `refused: &lt;script&gt;alert(&#34;txkit&#34;)&lt;/script&gt;`}},
 		{"/transactions/" + url.PathEscape(gid), []string{
 			`stock&lt;img src=x onerror=alert(1)&gt;`,

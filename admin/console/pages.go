@@ -199,6 +199,17 @@ var funcs = map[string]any{
 		return age(time.Since(t)) + " ago"
 	},
 	"age": age,
+	// dur rounds a latency for display: 802µs, 2.9ms, 1.25s.
+	"dur": func(d time.Duration) string {
+		switch {
+		case d < time.Millisecond:
+			return d.Round(time.Microsecond).String()
+		case d < time.Second:
+			return d.Round(100 * time.Microsecond).String()
+		default:
+			return d.Round(10 * time.Millisecond).String()
+		}
+	},
 	// short cuts s to n characters (runes), with an ellipsis when it cut.
 	"short": func(n int, s string) string {
 		rs := []rune(s)
