@@ -523,7 +523,8 @@ func relayRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool
 
 // consumer: a message published to RocketMQ and applied (one row inserted) by a rocketmq.Consumer,
 // which claims its ID in the same transaction, against a plain rocketmq-client-go push consumer
-// applying it without the claim. Each operation waits until its message reached the handler.
+// applying it without the claim. Each operation waits until its message reached the handler
+// (inside the handler's transaction, before its commit, on both sides).
 func consumerRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool) {
 	ctx := context.Background()
 	s, pool := e.schema(b)
@@ -543,12 +544,16 @@ func consumerRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, b
 	topic, bareTopic := testenv.Topic(b), testenv.Topic(b)
 	w := concbench.NewWaiters()
 	consumerFor(b, pub, pool, store, topic, w, apply)
+	// Both handlers mark the message done in the transaction, before its commit, as the txkit
+	// Handler must (it cannot see the Consumer's commit): each operation ends at the handler.
 	plainConsumer(b, bareTopic, func(ctx context.Context, id uuid.UUID) error {
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return apply(ctx, tx, id) }); err != nil {
-			return err
-		}
-		w.Done(id.String())
-		return nil
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := apply(ctx, tx, id); err != nil {
+				return err
+			}
+			w.Done(id.String())
+			return nil
+		})
 	})
 	warm(b, w, func(ctx context.Context, id uuid.UUID) error {
 		return pub.Publish(ctx, outbox.Message{ID: id, Topic: bareTopic, Key: id.String(), Body: []byte("warm")})

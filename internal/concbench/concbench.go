@@ -205,8 +205,13 @@ func (c *Commits) TraceCopyFromEnd(_ context.Context, conn *pgx.Conn, d pgx.Trac
 	c.ended(conn, d.Err, "")
 }
 
-// Pool returns a pool on url of at most maxConns connections whose transactions c counts. It
-// blocks for nothing (pgxpool connects lazily); ctx is pgxpool's. The caller closes the pool.
+// AppName is the application_name of the connections of Commits.Pool: pg_stat_activity's rows
+// of a benchmark run (for sampling its wait events) are those with it.
+const AppName = "txkit-concbench"
+
+// Pool returns a pool on url of at most maxConns connections, named AppName, whose transactions
+// c counts. It blocks for nothing (pgxpool connects lazily); ctx is pgxpool's. The caller closes
+// the pool.
 func (c *Commits) Pool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -214,6 +219,7 @@ func (c *Commits) Pool(ctx context.Context, url string, maxConns int32) (*pgxpoo
 	}
 	cfg.MaxConns = maxConns
 	cfg.ConnConfig.Tracer = c
+	cfg.ConnConfig.RuntimeParams["application_name"] = AppName
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("concbench: %w", err)
