@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -49,6 +50,9 @@ const (
 const (
 	envBlock   = "TXKIT_CONCBENCH_BLOCK"   // each side's block per round (default 1s)
 	envPGBench = "TXKIT_CONCBENCH_PGBENCH" // pgbench's run per client count (default 2s)
+	// envOnly, "txkit" or "bare", runs that side alone (the other's figures are empty): for
+	// profiling one side (go test -cpuprofile) or sampling its wait events.
+	envOnly = "TXKIT_CONCBENCH_ONLY"
 )
 
 // recipe is one row group of the table: setup builds its components on pools that count commits
@@ -130,7 +134,14 @@ func BenchmarkConcurrency(b *testing.B) {
 			}
 			for _, n := range clients {
 				b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
-					rot := concbench.NewRotation(n, block, e.commits.Load, txkit, bare)
+					sides := []concbench.Op{txkit, bare}
+					switch os.Getenv(envOnly) {
+					case "txkit":
+						sides[1] = nil
+					case "bare":
+						sides[0] = nil
+					}
+					rot := concbench.NewRotation(n, block, e.commits.Load, sides...)
 					for b.Loop() {
 						if err := rot.Round(ctx); err != nil {
 							b.Fatal(err)

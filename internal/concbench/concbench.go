@@ -97,7 +97,7 @@ func NewRotation(clients int, block time.Duration, commits func() int64, sides .
 	return &Rotation{clients: max(clients, 1), block: block, commits: commits, sides: sides, figs: make([]Figures, len(sides))}
 }
 
-// Round runs one block of each side, the first side rotating by one each call. A block starts
+// Round runs one block of each side (a nil side is skipped: its figures stay empty), the first side rotating by one each call. A block starts
 // its clients together and ends when every client has finished the operation in progress at the
 // block's deadline. It blocks for about len(sides) × block and returns the first operation error
 // (wrapped with the side's index), after which the figures are incomplete. ctx cancels the
@@ -105,6 +105,9 @@ func NewRotation(clients int, block time.Duration, commits func() int64, sides .
 func (r *Rotation) Round(ctx context.Context) error {
 	for k := range r.sides {
 		i := (k + r.round) % len(r.sides)
+		if r.sides[i] == nil {
+			continue
+		}
 		if err := r.block1(ctx, i); err != nil {
 			return fmt.Errorf("side %d: %w", i, err)
 		}
