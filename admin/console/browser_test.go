@@ -149,37 +149,12 @@ func (failingPublisher) Publish(context.Context, outbox.Message) error {
 	return errors.New("broker unreachable: connection refused (the test's first relay)")
 }
 
-// relayOn runs a relay of ob publishing through pub under an election at path, until the returned
-// stop is called (or the test ends). stop waits for Run to return.
-func relayOn(t *testing.T, ob *outbox.Outbox, pub outbox.Publisher, path, id string, opts ...outbox.RelayOption) (*outbox.Relay, func()) {
+// relayOn returns a relay of ob publishing through pub under an election at path, as id.
+func relayOn(t *testing.T, ob *outbox.Outbox, pub outbox.Publisher, path, id string, opts ...outbox.RelayOption) *outbox.Relay {
 	t.Helper()
 	r, err := outbox.NewRelay(ob, pub, append([]outbox.RelayOption{outbox.WithElector(testenv.Elector(t, path, id))}, opts...)...)
 	must(t, err, "outbox.NewRelay")
-	return r, runInBackground(t, "relay "+id, r.Run)
-}
-
-// runInBackground runs run (a Run(ctx) method) until the returned stop is called (or the test
-// ends); stop waits for it to return and fails the test when it returned an error.
-func runInBackground(t *testing.T, what string, run func(context.Context) error) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("%s: Run returned %v", what, err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("%s: Run did not return within 30s of its ctx ending", what)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return r
 }
 
 // notifier runs a notifier of the schema's notifications with one receiver, "shop", whose
@@ -207,7 +182,7 @@ func notifier(t *testing.T, svc *tccOrder, down *atomic.Bool) *notify.Notifier {
 		notify.WithTick("@every 100ms"), notify.WithElector(testenv.Elector(t, svc.Root+"/notify", "notifier-1")))
 	must(t, err, "notify.New")
 	must(t, n.Migrate(t.Context()), "notify Migrate")
-	runInBackground(t, "notifier", n.Run)
+	testenv.Run(t, n.Run)
 	return n
 }
 
@@ -261,8 +236,11 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	must(t, err, "Enqueue")
 	relayPath := svc.Root + "/relay"
 	reg := prometheus.NewRegistry() // both relays' metrics, the overview's figures
-	first, stopFirst := relayOn(t, ob, failingPublisher{}, relayPath, "relay-failing", outbox.WithRegisterer(reg),
+	first := relayOn(t, ob, failingPublisher{}, relayPath, "relay-failing", outbox.WithRegisterer(reg),
 		outbox.WithMaxAttempts(3), outbox.WithBackoff(10*time.Millisecond, 50*time.Millisecond), outbox.WithSchedule("@every 100ms"))
+	firstCtx, stopFirst := context.WithCancel(context.Background())
+	testenv.Run(t, func(context.Context) error { return first.Run(firstCtx) }) // until stopFirst (it resigns)
+	t.Cleanup(stopFirst)
 
 	sess, err := lock.NewSession(ctx, testenv.ZK(t))
 	must(t, err, "lock.NewSession")
@@ -300,8 +278,9 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	pub, err := rocketmq.NewPublisher(ctx, testenv.Namesrv(t))
 	must(t, err, "rocketmq.NewPublisher")
 	t.Cleanup(func() { _ = pub.Close() })
-	second, _ := relayOn(t, ob, pub, relayPath, "relay-rocketmq", outbox.WithSchedule("@every 200ms"), outbox.WithRegisterer(reg),
+	second := relayOn(t, ob, pub, relayPath, "relay-rocketmq", outbox.WithSchedule("@every 200ms"), outbox.WithRegisterer(reg),
 		outbox.WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
+	testenv.Run(t, second.Run)
 	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
 		ls, err := a.Leaders(ctx)
 		if err != nil {
