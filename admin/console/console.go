@@ -127,12 +127,16 @@ type view struct {
 	Data    any
 	Error   string // an error page's message
 	Code    int    // an error page's status
+	// ReadOnly: the Admin has no credentials, so the API refuses every action; the buttons are
+	// disabled and the header says so.
+	ReadOnly bool
 }
 
 // render executes page with data into a buffer, then writes it: a template that fails answers 500
 // instead of half a page.
 func (c *console) render(w http.ResponseWriter, r *http.Request, code int, page, nav, title string, data any) {
-	v := view{Title: c.o.title, Page: title, Nav: nav, Refresh: int(c.o.refresh / time.Second), Now: time.Now().UTC(), Data: data}
+	v := view{Title: c.o.title, Page: title, Nav: nav, Refresh: int(c.o.refresh / time.Second), Now: time.Now().UTC(), Data: data,
+		ReadOnly: c.a.ReadOnly()}
 	if page == "error" {
 		v.Refresh = 0
 	}

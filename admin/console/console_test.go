@@ -142,7 +142,8 @@ func TestIntegrationConsoleEscapes(t *testing.T) {
 			`<pre class="err">refused: &lt;script&gt;alert(&#34;txkit&#34;)&lt;/script&gt;</pre>`,
 			`http://stock/tcc?x=&lt;script&gt;`,
 			`<pre class="payload" id="tx-payload">&lt;script&gt;alert(&#34;txkit&#34;)&lt;/script&gt;</pre>`}},
-		{"/outbox", []string{`broker said &lt;img src=x onerror=alert(1)&gt;`, `&lt;script&gt;alert(&#34;txkit&#34;)&lt;/script&gt;`, `id="dead-` + id.String() + `"`}},
+		{"/outbox", []string{`broker said &lt;img src=x onerror=alert(1)&gt;`, `&lt;script&gt;alert(&#34;txkit&#34;)&lt;/script&gt;`, `id="dead-` + id.String() + `"`,
+			`id="read-only"`, `<button type="button" class="act" disabled`}}, // no tokens: the buttons are off
 		{"/notifications", []string{`id="notification-` + nid.String() + `"`, `k-&lt;img src=x onerror=alert(1)&gt;`, `answered &lt;script&gt;`}},
 		{"/notifications/" + nid.String(), []string{`answered &lt;script&gt;alert(&#34;txkit&#34;)&lt;/script&gt;`, `&lt;script&gt;alert(\&#34;txkit\&#34;)&lt;/script&gt;`,
 			`data-url="/api/notifications/` + nid.String() + `/redeliver"`, `<tr data-n="1">`}},
