@@ -117,18 +117,22 @@ type result struct {
 // Fence.Migrate when the fence table does not exist.
 func (n *Notifier) Run(ctx context.Context) error {
 	if n.job == nil {
-		return fmt.Errorf("notify: run: no elector (WithElector): %w", ErrInvalidOption)
+		return fmt.Errorf("notify: run: no elector (WithElector or WithPartitions): %w", ErrInvalidOption)
 	}
 	if !n.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("notify: run: %w", ErrRunning)
 	}
 	defer n.running.Store(false)
+	if err := n.checkPartitions(ctx); err != nil {
+		return err
+	}
 	return n.job.Run(ctx)
 }
 
-// newJob returns the leader job that runs [Notifier.lead], or nil without an elector.
-func (n *Notifier) newJob() (*leader.Job, error) {
-	if n.o.elector == nil {
+// newJob returns the leader job that runs [Notifier.lead] — a leader.Shards with WithPartitions —
+// or nil without an elector.
+func (n *Notifier) newJob() (leaderJob, error) {
+	if n.o.elector == nil && n.o.partElectors == nil {
 		return nil, nil
 	}
 	opts := []leader.Option{leader.WithName("notify"), leader.WithLogger(n.o.log.With(slog.String("table", n.name))),
@@ -137,7 +141,7 @@ func (n *Notifier) newJob() (*leader.Job, error) {
 	if n.o.reg != nil { // nobody reads the due gauge otherwise: spare the query
 		opts = append(opts, leader.WithCron("due count", n.o.tick, n.countDue))
 	}
-	job, err := leader.New(n.o.elector, n.pool, n.fence, "notify:"+n.name, n.lead, opts...)
+	job, err := n.newLeader(opts)
 	if err != nil {
 		return nil, fmt.Errorf("notify: %w: %w", err, ErrInvalidOption)
 	}
@@ -146,18 +150,28 @@ func (n *Notifier) newJob() (*leader.Job, error) {
 
 // lead is the notifier's leader work: it delivers while leadership term t lasts (ctx ends with it).
 // It returns nil when ctx ends, or an error wrapping lock.ErrFenced when the fence refuses a record.
+//
+// With partitions ([WithPartitions]) each partition's term delivers to the receivers of its
+// partition only (leader.Partition of the receiver's name) and fences its writes with its own
+// resource; the terms of the partitions one process leads run side by side.
 func (n *Notifier) lead(ctx context.Context, t *leader.Term) error {
-	tok, log := t.Token(), t.Log()
+	fk, log := fenceKey{tok: t.Token(), resource: n.resource(t.Partition())}, t.Log()
+	flights := map[string]*flight{}
 	n.mu.Lock()
-	n.flights = map[string]*flight{}
 	for name := range n.receivers {
-		n.flights[name] = &flight{queue: make(chan due, n.o.batch), low: n.o.batch / 2, taken: map[uuid.UUID]bool{}}
+		if leader.Partition(name, n.o.parts) == t.Partition() {
+			flights[name] = &flight{queue: make(chan due, n.o.batch), low: n.o.batch / 2, taken: map[uuid.UUID]bool{}}
+		}
 	}
-	flights := n.flights
 	n.mu.Unlock()
-	n.metrics.term(true)
+	due := t.Partition() == 0 // partition 0's leader sets the due gauge (countDue, a cron job of its term)
+	if due {
+		n.metrics.term(true)
+	}
 	defer func() {
-		n.metrics.term(false)
+		if due {
+			n.metrics.term(false)
+		}
 		n.mu.Lock() // the next term starts with every circuit closed
 		for name, f := range flights {
 			if f.shownOpen {
@@ -179,7 +193,7 @@ func (n *Notifier) lead(ctx context.Context, t *leader.Term) error {
 	recorded := make(chan struct{})
 	g.Go(func() error {
 		defer close(recorded)
-		return n.recorder(gctx, tok, results, w.fresh, log)
+		return n.recorder(gctx, fk, flights, results, w.fresh, log)
 	})
 	// Each receiver has its own workers, as many as its concurrency, taking from its queue: a
 	// slow receiver holds up only its own.
@@ -225,10 +239,16 @@ func (n *Notifier) lead(ctx context.Context, t *leader.Term) error {
 	return g.Wait()
 }
 
-// fenced runs fn in a transaction that first passes the fence with tok.
-func (n *Notifier) fenced(ctx context.Context, tok lock.Token, fn func(pgx.Tx) error) error {
+// fenceKey is what a term's writes pass the fence with: its token and its partition's resource.
+type fenceKey struct {
+	tok      lock.Token
+	resource string
+}
+
+// fenced runs fn in a transaction that first passes the fence with fk.
+func (n *Notifier) fenced(ctx context.Context, fk fenceKey, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, n.pool, func(tx pgx.Tx) error {
-		if err := n.fence.Check(ctx, tx, "notify:"+n.name, tok); err != nil {
+		if err := n.fence.Check(ctx, tx, fk.resource, fk.tok); err != nil {
 			return err
 		}
 		return fn(tx)
@@ -331,12 +351,12 @@ func (n *Notifier) attempt(ctx context.Context, rcv Receiver, f *flight, d due) 
 	return r
 }
 
-// delivering reports whether any taken notification is still queued or being delivered: whether
-// more results are coming.
-func (n *Notifier) delivering() bool {
+// delivering reports whether any notification a term took (its flights) is still queued or being
+// delivered: whether more results are coming.
+func (n *Notifier) delivering(flights map[string]*flight) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, f := range n.flights {
+	for _, f := range flights {
 		if f.held > 0 {
 			return true
 		}
@@ -346,11 +366,11 @@ func (n *Notifier) delivering() bool {
 
 // forget makes a batch's notifications takeable again once their results are recorded (the record
 // moved their due time or ended them), or could not be (then they are due again, as they should).
-func (n *Notifier) forget(batch []result) {
+func (n *Notifier) forget(flights map[string]*flight, batch []result) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, r := range batch {
-		delete(n.flights[r.receiver].taken, r.id)
+		delete(flights[r.receiver].taken, r.id)
 	}
 }
 
@@ -478,7 +498,7 @@ func (n *Notifier) post(ctx context.Context, rcv Receiver, d Delivery) result {
 // every delivery returned). What cannot be written stays due: the notification is delivered
 // again. After a batch with a failed attempt, or one it could not write, it calls fresh: those
 // notifications may be due again soon.
-func (n *Notifier) recorder(ctx context.Context, tok lock.Token, results <-chan result, fresh func(), log *slog.Logger) error {
+func (n *Notifier) recorder(ctx context.Context, fk fenceKey, flights map[string]*flight, results <-chan result, fresh func(), log *slog.Logger) error {
 	var fencedErr error
 	linger := time.NewTimer(recordLinger)
 	linger.Stop()
@@ -496,7 +516,7 @@ func (n *Notifier) recorder(ctx context.Context, tok lock.Token, results <-chan 
 				continue
 			default:
 			}
-			if !n.delivering() {
+			if !n.delivering(flights) {
 				break // nothing more is coming soon
 			}
 			select {
@@ -513,17 +533,17 @@ func (n *Notifier) recorder(ctx context.Context, tok lock.Token, results <-chan 
 		}
 		linger.Stop()
 		if fencedErr != nil || ctx.Err() != nil {
-			n.forget(batch)
+			n.forget(flights, batch)
 			continue // leadership over: they are still due, and the next leader sends them again
 		}
 		again := false
 		for _, r := range batch {
 			again = again || !r.ok
 		}
-		if err := n.record(ctx, tok, batch, log); err != nil {
+		if err := n.record(ctx, fk, batch, log); err != nil {
 			if errors.Is(err, lock.ErrFenced) {
 				fencedErr = err
-				n.forget(batch)
+				n.forget(flights, batch)
 				continue
 			}
 			again = true
@@ -532,7 +552,7 @@ func (n *Notifier) recorder(ctx context.Context, tok lock.Token, results <-chan 
 					slog.Int("results", len(batch)), slog.Any("err", err))
 			}
 		}
-		n.forget(batch) // recorded (or not: then they are due again and taken again)
+		n.forget(flights, batch) // recorded (or not: then they are due again and taken again)
 		if again {
 			fresh()
 		}
@@ -544,7 +564,7 @@ func (n *Notifier) recorder(ctx context.Context, tok lock.Token, results <-chan 
 // last status and error, its new state — delivered; failed when the schedule is used up; else
 // pending, due after the schedule's next delay with jitter, computed by PostgreSQL — and an
 // attempts row for each failed attempt (a successful one stays in the notification's row).
-func (n *Notifier) record(ctx context.Context, tok lock.Token, batch []result, log *slog.Logger) error {
+func (n *Notifier) record(ctx context.Context, fk fenceKey, batch []result, log *slog.Logger) error {
 	var held []result
 	sent := batch[:0:0]
 	for _, r := range batch {
@@ -560,7 +580,7 @@ func (n *Notifier) record(ctx context.Context, tok lock.Token, batch []result, l
 			ids[i], waits[i] = r.id, r.skipped.Seconds()
 		}
 		// Held back by the breaker: due again when it may let them through, no attempt counted.
-		if err := n.fenced(ctx, tok, func(tx pgx.Tx) error {
+		if err := n.fenced(ctx, fk, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `update `+n.table+` t set next_attempt_at = now() + make_interval(secs => w.secs), updated_at = now()
 from unnest($1::uuid[], $2::float8[]) as w(id, secs) where t.id = w.id and t.status = 'pending'`, ids, waits)
 			return err
@@ -589,7 +609,7 @@ from unnest($1::uuid[], $2::float8[]) as w(id, secs) where t.id = w.id and t.sta
 	}
 	var outs []outcome
 	var delivered int64
-	err := n.fenced(ctx, tok, func(tx pgx.Tx) error {
+	err := n.fenced(ctx, fk, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `with r as (
 	select * from unnest($1::uuid[], $2::bool[], $3::int[], $4::float8[], $5::text[]) as r(id, ok, code, lat, err)),
 u as (
@@ -663,11 +683,13 @@ select id, status, attempts from u where status <> 'delivered'`, ids, oks, codes
 	return nil
 }
 
-// purge deletes delivered notifications older than the retention (and their attempts).
+// purge deletes delivered notifications older than the retention (and their attempts). It runs
+// on the leader of partition 0 (all of them with one partition).
 func (n *Notifier) purge(ctx context.Context, tok lock.Token) error {
+	fk := fenceKey{tok: tok, resource: n.resource(0)}
 	for ctx.Err() == nil {
 		var deleted int64
-		err := n.fenced(ctx, tok, func(tx pgx.Tx) error {
+		err := n.fenced(ctx, fk, func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, `with d as (delete from `+n.table+` where id in (select id from `+n.table+`
 				where status = 'delivered' and delivered_at < now() - make_interval(secs => $1) limit 1000) returning id),
 			a as (delete from `+n.attempts+` where id in (select id from d))

@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(child())
 	}
+	if cfg := os.Getenv(partWorkerEnv); cfg != "" {
+		os.Exit(runPartWorker(cfg)) // a notifier started by startPartWorker (partition_test.go)
+	}
 	testenv.VerifyNoLeaks(m)
 }
 

@@ -35,7 +35,7 @@ type metrics struct {
 	labels    map[string]string // receiver name → its circuit label: its name, or "other"
 
 	mu      sync.Mutex
-	leading bool    // a term is on: the due gauge may be set
+	terms   int     // terms on (one per partition led): the due gauge may be set while any is
 	lastDue float64 // this notifier's part of the due gauge
 }
 
@@ -94,7 +94,7 @@ func (m *metrics) circuitClosed(receiver string) { m.circuit.WithLabelValues(m.l
 func (m *metrics) setDue(v float64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.leading {
+	if m.terms > 0 {
 		m.due.Add(v - m.lastDue)
 		m.lastDue = v
 	}
@@ -105,8 +105,12 @@ func (m *metrics) setDue(v float64) {
 func (m *metrics) term(leading bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.leading = leading
-	if !leading {
+	if leading {
+		m.terms++
+	} else {
+		m.terms--
+	}
+	if m.terms == 0 {
 		m.due.Sub(m.lastDue)
 		m.lastDue = 0
 	}

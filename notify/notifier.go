@@ -18,7 +18,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/fence"
-	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/signing"
@@ -146,9 +145,8 @@ type Notifier struct {
 	lockKey   int64
 	running   atomic.Bool
 	stats     stats
-	mu        sync.Mutex // guards the leader's per-receiver state
-	flights   map[string]*flight
-	job       *leader.Job // nil without an elector
+	mu        sync.Mutex // guards the leader's per-receiver state (the terms' flights)
+	job       leaderJob  // nil without an elector
 	metrics   *metrics
 	tracer    trace.Tracer
 }
@@ -219,7 +217,7 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	table, name := pgutil.Table(o.schema, o.table)
 	attempts, _ := pgutil.Table(o.schema, o.table+"_attempt")
 	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, name: name,
-		channel: pgutil.Channel(o.schema, o.table), lockKey: pgutil.MigrateLockKey("txkit-notify:" + name), flights: map[string]*flight{},
+		channel: pgutil.Channel(o.schema, o.table), lockKey: pgutil.MigrateLockKey("txkit-notify:" + name),
 		metrics: m, tracer: obs.TracerProvider(o.tp).Tracer(tracerName)}
 	if n.job, err = n.newJob(); err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
@@ -46,6 +47,9 @@ type options struct {
 	reg               prometheus.Registerer
 	metricReceivers   int
 	tp                trace.TracerProvider // nil: the global provider
+	parts             int                  // WithPartitions
+	partElectors      func(p int) (lock.Elector, error)
+	members           leader.Membership
 }
 
 func defaultOptions() options {
@@ -54,7 +58,7 @@ func defaultOptions() options {
 		tick: "@every 1s", batch: 100, callTimeout: 10 * time.Second,
 		breakerFailures: 5, breakerCooldown: time.Minute, client: newHTTPClient(),
 		retention: 30 * 24 * time.Hour, retentionSpec: "@every 10m", concurrencyPerRcv: 4,
-		metricReceivers: 50,
+		metricReceivers: 50, parts: 1,
 	}
 }
 
@@ -168,6 +172,12 @@ func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options
 func (o options) validate() error {
 	if o.electorSet && o.elector == nil {
 		return fmt.Errorf("notify: nil elector: %w", ErrInvalidOption)
+	}
+	switch {
+	case o.parts < 1 || o.parts > leader.MaxPartitions:
+		return fmt.Errorf("notify: %d partitions: not in 1..%d: %w", o.parts, leader.MaxPartitions, ErrInvalidOption)
+	case o.parts > 1 && o.partElectors == nil:
+		return fmt.Errorf("notify: %d partitions without electors: %w", o.parts, ErrInvalidOption)
 	}
 	if o.schema != "" {
 		if err := pgutil.CheckText(o.schema, 63); err != nil {

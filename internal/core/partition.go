@@ -3,13 +3,11 @@ package core
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txkit/txkit/internal/leader"
-	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -91,25 +89,9 @@ func (l *Log) partitionsTable() string {
 // and start them with the new P: nothing else depends on P (starters do not record it).
 func (l *Log) checkPartitions(ctx context.Context) error {
 	table := l.partitionsTable()
-	var stored int
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		// Several recoverers may start at once: create if not exists races without the lock.
-		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock($1)`, pgutil.MigrateLockKey("txkit/core/partitions:"+table)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `create table if not exists `+table+` (
-			one        boolean     primary key default true check (one),
-			partitions integer     not null check (partitions between 1 and `+strconv.Itoa(MaxPartitions)+`),
-			set_at     timestamptz not null default now())`); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `insert into `+table+` (partitions) values ($1) on conflict do nothing`, l.o.partitions); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `select partitions from `+table).Scan(&stored)
-	})
+	stored, err := leader.StorePartitions(ctx, l.pool, table, l.o.partitions)
 	if err != nil {
-		return fmt.Errorf("core: recovery partitions of %s (was Migrate run?): %w", l.name, err)
+		return fmt.Errorf("core: recovery of %s (was Migrate run?): %w", l.name, err)
 	}
 	if stored != l.o.partitions {
 		return fmt.Errorf("core: recovery of %s with %d partitions: it is recovered with %d (stored in %s); "+

@@ -1,0 +1,98 @@
+package notify
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/lock"
+)
+
+// WithPartitions splits delivery into parts partitions (1..1024) by a hash of the receiver's
+// name, each with its own election and fencing token, so that N notifier instances share the
+// receivers: electors returns this instance's candidate in partition p's election (an election
+// per partition, such as lock.NewElector(sess, fmt.Sprintf("/txkit/notify/p%d", p), instanceID)),
+// and count, when not nil, returns how many instances are live ([ContenderCount] for ZooKeeper).
+// Each instance then leads at most ceil(parts/N) partitions and gives up the rest; when an
+// instance dies its partitions move to the others as soon as the lock backend ends its holds (the
+// ZooKeeper session timeout). Without count, each instance leads whatever it wins. Run delivers
+// under these elections instead of [WithElector]'s.
+//
+// A receiver's notifications are all in one partition, so its delivery slots, breaker and order
+// of attempts stay with one leader; more partitions than receivers leave some partitions idle.
+// The leader of partition 0 also runs the retention job and sets the due gauge. Each partition's
+// writes pass the fence with its own resource ("notify:<schema>.<table>/p<i>"), so a deposed
+// leader of a partition records nothing: a notification it posted without recording its result
+// is posted again by the next leader, with the same id — the receiver's [Inbox] applies it once.
+//
+// The number is stored in the table <table>_parts the first time a notifier runs; Run with another
+// number returns an error wrapping [ErrInvalidOption]: changing it on a live system is refused,
+// because notifiers with different numbers would deliver one receiver's notifications under
+// different fences (two leaders could post and record them at once). Stop every notifier, delete
+// that row, and start them with the new number. Enqueue does not depend on it. [New] refuses parts
+// outside 1..1024, or more than one without electors, with an error wrapping [ErrInvalidOption].
+func WithPartitions(parts int, electors func(p int) (lock.Elector, error), count func(ctx context.Context) (int, error)) Option {
+	return func(o *options) {
+		o.parts, o.partElectors, o.members = parts, electors, nil
+		if count != nil {
+			o.members = leader.MembersFunc(count)
+		}
+	}
+}
+
+// ContenderCount returns a count of the live notifier instances for [WithPartitions] on
+// ZooKeeper: the distinct candidate ids among the contenders (leaders and waiters) of the
+// elections at paths, read with insp (sess.Inspector()). Give every instance its own candidate
+// id. It blocks for the round trips, bounded by its ctx.
+func ContenderCount(insp lock.Inspector, paths ...string) func(ctx context.Context) (int, error) {
+	return leader.ContenderMembership(insp, paths...).Members
+}
+
+// leaderJob is what Run runs: a leader.Job, or a leader.Shards with partitions.
+type leaderJob interface {
+	Run(ctx context.Context) error
+	Fenced() int64
+}
+
+// newLeader returns the leader job of the notifier's elector, or of its partitions.
+func (n *Notifier) newLeader(opts []leader.Option) (leaderJob, error) {
+	if n.o.parts > 1 {
+		if n.o.members != nil {
+			opts = append(opts, leader.WithMembership(n.o.members))
+		}
+		return leader.NewShards(n.o.parts, n.o.partElectors, n.pool, n.fence, "notify:"+n.name, n.lead, opts...)
+	}
+	el := n.o.elector
+	if el == nil { // WithPartitions(1, ...): partition 0's election
+		var err error
+		if el, err = n.o.partElectors(0); err != nil {
+			return nil, fmt.Errorf("elector of partition 0: %w", err)
+		}
+	}
+	return leader.New(el, n.pool, n.fence, "notify:"+n.name, n.lead, opts...)
+}
+
+// resource returns the fence resource of partition p's writes.
+func (n *Notifier) resource(p int) string {
+	if n.o.parts < 2 {
+		return "notify:" + n.name
+	}
+	return leader.PartitionName("notify:"+n.name, p)
+}
+
+// checkPartitions stores the number of partitions with the tables the first time a notifier
+// runs and refuses another number (see [WithPartitions]).
+func (n *Notifier) checkPartitions(ctx context.Context) error {
+	table, _ := pgutil.Table(n.o.schema, n.o.table+"_parts")
+	stored, err := leader.StorePartitions(ctx, n.pool, table, n.o.parts)
+	if err != nil {
+		return fmt.Errorf("notify: run %s (was Migrate run?): %w", n.name, err)
+	}
+	if stored != n.o.parts {
+		return fmt.Errorf("notify: run %s with %d partitions: it delivers with %d (stored in %s); "+
+			"changing the number of partitions on a live system is refused: stop every notifier, "+
+			"delete from %s, then start them all with the new number: %w", n.name, n.o.parts, stored, table, table, ErrInvalidOption)
+	}
+	return nil
+}
