@@ -74,12 +74,19 @@ type env struct {
 func (e *env) schema(b *testing.B) (*testenv.Schema, *pgxpool.Pool) {
 	b.Helper()
 	s := testenv.PG(b)
+	return s, e.pool(b, s)
+}
+
+// pool returns another pool on s, as schema's: a service of its own (a coordinator beside its
+// participants) has a pool of its own.
+func (e *env) pool(b *testing.B, s *testenv.Schema) *pgxpool.Pool {
+	b.Helper()
 	pool, err := e.commits.Pool(context.Background(), s.URL, poolConns)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(pool.Close)
-	return s, pool
+	return pool
 }
 
 func mustExec(b *testing.B, pool *pgxpool.Pool, sql string, args ...any) {
@@ -142,12 +149,18 @@ func BenchmarkConcurrency(b *testing.B) {
 						sides[0] = nil
 					}
 					rot := concbench.NewRotation(n, block, e.commits.Load, sides...)
+					wait0 := e.commits.AcquireWait()
 					for b.Loop() {
 						if err := rot.Round(ctx); err != nil {
 							b.Fatal(err)
 						}
 					}
 					f := rot.Figures()
+					if only := os.Getenv(envOnly); only != "" {
+						// One side ran: the pools' acquire time is its own.
+						ops := max(f[0].Ops+f[1].Ops, 1)
+						b.ReportMetric(float64(e.commits.AcquireWait()-wait0)/float64(time.Millisecond)/float64(ops), "pool-acquire-ms/op")
+					}
 					ceiling, err := concbench.PGBench(ctx, ceilingDB.URL, script, n, pgbenchFor, simple)
 					if err != nil {
 						b.Fatal(err)
@@ -235,7 +248,8 @@ func participants(b *testing.B, s *testenv.Schema, pool *pgxpool.Pool, sql map[p
 	return parts, client
 }
 
-// coordinatorOn is coretest.BenchCoordinator on a given pool (one that counts commits).
+// coordinatorOn is coretest.BenchCoordinator on a given pool (one that counts commits: the pool
+// BenchCoordinator makes cannot carry the Commits tracer).
 func coordinatorOn[C coordinator.Shell](b *testing.B, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
 	pool *pgxpool.Pool, schema string, opts ...coordinator.Option) C {
 	b.Helper()
@@ -257,7 +271,7 @@ func tccRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool) 
 		participant.OpConfirm: `update bench_counter set reserved = reserved - 1, used = used + 1 where id = $1`,
 		participant.OpCancel:  `update bench_counter set reserved = reserved - 1 where id = $1`,
 	})
-	c := coordinatorOn(b, tcc.New, pool, s.Name, coordinator.WithHTTPClient(client))
+	c := coordinatorOn(b, tcc.New, e.pool(b, s), s.Name, coordinator.WithHTTPClient(client))
 	txkit := func(ctx context.Context, cl int) error {
 		g, err := c.Begin(ctx)
 		if err != nil {
@@ -301,7 +315,7 @@ func sagaRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool)
 		participant.OpAction:     `update bench_counter set used = used + 1 where id = $1`,
 		participant.OpCompensate: `update bench_counter set used = used - 1 where id = $1`,
 	})
-	c := coordinatorOn(b, saga.New, pool, s.Name, coordinator.WithHTTPClient(client))
+	c := coordinatorOn(b, saga.New, e.pool(b, s), s.Name, coordinator.WithHTTPClient(client))
 	txkit := func(ctx context.Context, cl int) error {
 		sg, err := c.Begin()
 		if err != nil {

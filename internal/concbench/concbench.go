@@ -164,7 +164,24 @@ func (r *Rotation) Figures() []Figures { return r.figs }
 // connections alone (read-only transactions included), exact at every instant — the server's
 // counter is shared with every other session in the database and flushed up to 10 s late. Safe
 // for concurrent use.
-type Commits struct{ n atomic.Int64 }
+type Commits struct {
+	n     atomic.Int64
+	mu    sync.Mutex
+	pools []*pgxpool.Pool // made by Pool
+}
+
+// AcquireWait returns the time spent acquiring connections from the pools Pool made, summed
+// over every acquisition so far (pgxpool's AcquireDuration: waiting for a free connection or a
+// new one to be dialled).
+func (c *Commits) AcquireWait() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var d time.Duration
+	for _, p := range c.pools {
+		d += p.Stat().AcquireDuration()
+	}
+	return d
+}
 
 // Load returns the commits counted so far.
 func (c *Commits) Load() int64 { return c.n.Load() }
@@ -227,6 +244,9 @@ func (c *Commits) Pool(ctx context.Context, url string, maxConns int32) (*pgxpoo
 	if err != nil {
 		return nil, fmt.Errorf("concbench: %w", err)
 	}
+	c.mu.Lock()
+	c.pools = append(c.pools, pool)
+	c.mu.Unlock()
 	return pool, nil
 }
 
