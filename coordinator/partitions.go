@@ -2,6 +2,10 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/leader"
@@ -43,4 +47,20 @@ func WithPartitions(parts int, electors func(p int) (lock.Elector, error), count
 // lock/redislock) count the instances some other way, such as rows of a heartbeat table.
 func ContenderCount(insp lock.Inspector, paths ...string) func(ctx context.Context) (int, error) {
 	return leader.ContenderMembership(insp, paths...).Members
+}
+
+// HeartbeatCount returns a count of the live instances for [WithPartitions] on lock backends
+// whose waiters are not listed (lock/pglock, lock/redislock): each instance keeps a row (group,
+// id) in the PostgreSQL table schema.table (created on first use; schema "" for the search_path)
+// and refreshes it each time it counts (every second); the instances seen within ttl count. Give
+// it the lock's TTL: a dead instance stops counting about when its leases expire; one that stops
+// stops counting after ttl too. Use a group per sharded job (such as "tcc recovery") and an id per
+// instance. Unusable names or a ttl that is not positive return an error wrapping
+// [ErrInvalidOption].
+func HeartbeatCount(pool *pgxpool.Pool, schema, table, group, id string, ttl time.Duration) (func(ctx context.Context) (int, error), error) {
+	h, err := leader.NewHeartbeat(pool, schema, table, group, id, ttl)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: %w: %w", err, ErrInvalidOption)
+	}
+	return h.Members, nil
 }

@@ -3,6 +3,9 @@ package notify
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/pgutil"
@@ -95,4 +98,19 @@ func (n *Notifier) checkPartitions(ctx context.Context) error {
 			"delete from %s, then start them all with the new number: %w", n.name, n.o.parts, stored, table, table, ErrInvalidOption)
 	}
 	return nil
+}
+
+// HeartbeatCount returns a count of the live notifier instances for [WithPartitions] on lock
+// backends whose waiters are not listed (lock/pglock, lock/redislock): each instance keeps a row
+// (group, id) in the PostgreSQL table schema.table (created on first use; schema "" for the
+// search_path) and refreshes it each time it counts (every second); the instances seen within ttl
+// count. Give it the lock's TTL: a dead instance stops counting about when its leases expire; one
+// that stops stops counting after ttl too. Unusable names or a ttl that is not positive return an
+// error wrapping [ErrInvalidOption].
+func HeartbeatCount(pool *pgxpool.Pool, schema, table, group, id string, ttl time.Duration) (func(ctx context.Context) (int, error), error) {
+	h, err := leader.NewHeartbeat(pool, schema, table, group, id, ttl)
+	if err != nil {
+		return nil, fmt.Errorf("notify: %w: %w", err, ErrInvalidOption)
+	}
+	return h.Members, nil
 }
