@@ -22,6 +22,26 @@
 // protocol's New (saga.WithAttempts to tcc.New) compiles, and New refuses it with an error
 // wrapping [ErrInvalidOption] that names it.
 //
+// # Partitioned recovery
+//
+// With [WithPartitions] the recovery is split into P partitions by a hash of the gid, each with its
+// own election and fencing token, so that N instances share it (each leads about P/N partitions;
+// when one dies its partitions move to the others within the ZooKeeper session timeout and a
+// second). A transaction belongs to one partition, so it is driven by one leader at a time and
+// once per decision, as with one leader. [ContenderCount] (ZooKeeper) or [HeartbeatCount] (other
+// lock backends) counts the instances:
+//
+//	paths := make([]string, 12)
+//	for p := range paths {
+//		paths[p] = fmt.Sprintf("/txkit/tcc/recovery/p%d", p)
+//	}
+//	c, err := tcc.New(pool, coordinator.WithSchema("shop"), coordinator.WithPartitions(12,
+//		func(p int) (lock.Elector, error) { return lock.NewElector(sess, paths[p], instanceID) },
+//		coordinator.ContenderCount(sess.Inspector(), paths...)))
+//
+// The number is stored with the log at the first Run; another number is refused (see
+// [WithPartitions] for why, and how to change it).
+//
 // # Metrics
 //
 // Given [WithRegisterer], a coordinator registers Prometheus metrics labelled by protocol (tcc,

@@ -48,6 +48,15 @@
 //		return err
 //	})
 //
+// Many leaders: with [WithPartitions] the receivers are split into P partitions by a hash of their
+// names, each with its own election and fencing token, so that N notifier instances share the
+// deliveries (each leads about P/N partitions; a dead instance's partitions move to the others
+// within the ZooKeeper session timeout and a second). A receiver's notifications stay with one
+// leader at a time, with its delivery slots and breaker; a notification posted by a leader that
+// died before recording the result is posted again by the next, with the same id, and the [Inbox]
+// applies it once. [ContenderCount] (ZooKeeper) or [HeartbeatCount] (other lock backends) counts
+// the instances. The number is stored with the tables at the first Run, and another is refused.
+//
 // Metrics: [WithRegisterer] registers the notifier's Prometheus metrics (due notifications,
 // delivered, given up, attempts by result, delivery latency, and each receiver's circuit state
 // for the first [WithMetricReceivers] receivers) on the caller's registry.

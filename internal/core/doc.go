@@ -23,6 +23,12 @@
 //     backoff over, or timeout reached (then trying → cancelling).
 //   - The leader's writes pass the [fence.Fence] (resource "core:<schema.table>") with its
 //     leadership token, so a deposed leader changes nothing.
+//   - Recovery may be split into P partitions by a hash of the gid ([WithPartitions],
+//     [NewPartitionedRecoverer], on internal/leader's Shards): each partition has its own election
+//     and fence resource ("core:<schema.table>/p<i>"), its leader claims only its gids (the claim
+//     adds the hash condition, computed by PostgreSQL), and a leader's [Log.Record] passes the
+//     fence of the gid's partition. P is stored in <prefix>partitions at the first Run and a
+//     recoverer with another P is refused.
 //   - All due times are computed by PostgreSQL (now() in the statement), never the Go clock.
 //   - Failures are counted (attempts, per transaction and per branch), stored (last_error) and
 //     retried with exponential backoff and jitter computed in SQL; nothing is dropped. Finished
