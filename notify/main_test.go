@@ -26,8 +26,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(child())
 	}
-	if cfg := os.Getenv(partWorkerEnv); cfg != "" {
-		os.Exit(runPartWorker(cfg)) // a notifier started by startPartWorker (partition_test.go)
+	if code, ok := testenv.RunWorker(partWorkerEnv, partWorker); ok {
+		os.Exit(code) // a notifier process (partition_test.go)
 	}
 	testenv.VerifyNoLeaks(m)
 }

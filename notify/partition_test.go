@@ -4,22 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testenv"
@@ -28,8 +22,8 @@ import (
 )
 
 // Partitioned notifier processes: the test binary runs itself with partWorkerEnv set to a JSON
-// partWorkerConfig, and TestMain runs runPartWorker instead of the tests. A worker is a notifier
-// instance as a deployment runs it: its own ZooKeeper session (candidate id = pid) and pool,
+// partWorkerConfig (testenv.StartWorker), and TestMain runs partWorker instead of the tests. A
+// worker is a notifier instance as a deployment runs it: its own ZooKeeper session (candidate id = pid) and pool,
 // delivering under WithPartitions until SIGTERM or SIGKILL.
 const partWorkerEnv = "TXKIT_NOTIFY_PART_WORKER"
 
@@ -48,34 +42,12 @@ func partReceivers(url string, n int) []notify.Receiver {
 	return rs
 }
 
-func runPartWorker(cfg string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	var c partWorkerConfig
-	err := json.Unmarshal([]byte(cfg), &c)
-	if err == nil {
-		err = partWorker(ctx, c)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "notify worker %d: %v\n", os.Getpid(), err)
-		return 1
-	}
-	return 0
-}
-
 func partWorker(ctx context.Context, c partWorkerConfig) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", os.Getpid())
-	pool, err := pgxpool.New(ctx, c.PG)
+	log, pool, sess, closeConns, err := testenv.WorkerConns(ctx, c.PG, c.SessionTimeout)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	sess, err := lock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","),
-		lock.WithSessionTimeout(c.SessionTimeout), lock.WithLogger(log))
-	if err != nil {
-		return err
-	}
-	defer sess.Close()
+	defer closeConns()
 	id := strconv.Itoa(os.Getpid())
 	path := func(p int) string { return c.Election + "/p" + strconv.Itoa(p) }
 	var paths []string
@@ -91,57 +63,6 @@ func partWorker(ctx context.Context, c partWorkerConfig) error {
 		return err
 	}
 	return n.Run(ctx)
-}
-
-type partProc struct {
-	cmd  *exec.Cmd
-	pid  int
-	done chan struct{}
-	err  error
-}
-
-func startPartWorker(tb testing.TB, c partWorkerConfig) *partProc {
-	tb.Helper()
-	cfg, err := json.Marshal(c)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), partWorkerEnv+"="+string(cfg))
-	out := testenv.LogWriter(tb, "notify worker: ")
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start notify worker: %v", err)
-	}
-	p := &partProc{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	tb.Cleanup(func() {
-		select {
-		case <-p.done:
-			return
-		default:
-		}
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-			if p.err != nil {
-				tb.Errorf("notify worker %d: %v", p.pid, p.err)
-			}
-		case <-time.After(30 * time.Second):
-			_ = p.cmd.Process.Signal(syscall.SIGKILL)
-			<-p.done
-			tb.Errorf("notify worker %d did not exit within 30s of SIGTERM", p.pid)
-		}
-	})
-	return p
-}
-
-func (p *partProc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
 }
 
 // TestIntegrationPartitionedDeliveryAcrossKills: three notifier processes share 8 receivers over
@@ -195,7 +116,7 @@ func TestIntegrationPartitionedDeliveryAcrossKills(t *testing.T) {
 	}
 	cfg := partWorkerConfig{PG: sender.URL, Schema: sender.Name, Election: testenv.ZKRoot(t) + "/notify", URL: srv.URL,
 		Parts: parts, Receivers: receivers, SessionTimeout: 2 * time.Second}
-	workers := []*partProc{startPartWorker(t, cfg), startPartWorker(t, cfg), startPartWorker(t, cfg)}
+	workers := []*testenv.Worker{testenv.StartWorker(t, partWorkerEnv, cfg, "notify worker: "), testenv.StartWorker(t, partWorkerEnv, cfg, "notify worker: "), testenv.StartWorker(t, partWorkerEnv, cfg, "notify worker: ")}
 	enqueue := func(from, to int) {
 		for i := from; i < to; i++ {
 			nt := notify.Notification{Receiver: "r" + strconv.Itoa(i%receivers), Key: "k" + strconv.Itoa(i), Payload: json.RawMessage(`{}`)}
@@ -216,13 +137,13 @@ func TestIntegrationPartitionedDeliveryAcrossKills(t *testing.T) {
 	}
 	enqueue(0, 150)
 	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool { return applied() >= 50 }, "delivery did not start")
-	workers[0].kill()
-	t.Logf("SIGKILLed notifier %d", workers[0].pid)
+	workers[0].Kill()
+	t.Logf("SIGKILLed notifier %d", workers[0].Pid)
 	enqueue(150, 300)
-	workers = append(workers, startPartWorker(t, cfg))
+	workers = append(workers, testenv.StartWorker(t, partWorkerEnv, cfg, "notify worker: "))
 	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool { return applied() >= 200 }, "delivery stalled after a kill")
-	workers[1].kill()
-	t.Logf("SIGKILLed notifier %d", workers[1].pid)
+	workers[1].Kill()
+	t.Logf("SIGKILLed notifier %d", workers[1].Pid)
 	enqueue(300, total)
 	var delivered int
 	testenv.Eventually(t, 60*time.Second, 100*time.Millisecond, func() bool {

@@ -13,8 +13,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if cfg := os.Getenv(recoveryWorkerEnv); cfg != "" {
-		os.Exit(runRecoveryWorker(cfg)) // a recovery process started by startRecoveryWorker (partition_test.go)
+	if code, ok := testenv.RunWorker(recoveryWorkerEnv, recoveryWorker); ok {
+		os.Exit(code) // a recovery process (partition_test.go)
 	}
 	testenv.VerifyNoLeaks(m)
 }

@@ -2,21 +2,15 @@ package core_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/exec"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/core"
@@ -26,8 +20,8 @@ import (
 )
 
 // Recovery worker processes: the test binary runs itself with recoveryWorkerEnv set to a JSON
-// recoveryWorkerConfig, and TestMain runs runRecoveryWorker instead of the tests. A worker is a
-// coordinator instance's recovery as a deployment runs it: its own ZooKeeper session (candidate id
+// recoveryWorkerConfig (testenv.StartWorker), and TestMain runs recoveryWorker instead of the
+// tests. A worker is a coordinator instance's recovery as a deployment runs it: its own ZooKeeper session (candidate id
 // = pid), pool and partitioned Recoverer. Its driver records the transaction's effect (a row of
 // effects, written through the fence of the gid's partition with the drive's token, as a
 // fenced participant would), then finishes the transaction with Record. It runs until SIGTERM or
@@ -42,34 +36,12 @@ type recoveryWorkerConfig struct {
 	SessionTimeout time.Duration
 }
 
-func runRecoveryWorker(cfg string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	var c recoveryWorkerConfig
-	err := json.Unmarshal([]byte(cfg), &c)
-	if err == nil {
-		err = recoveryWorker(ctx, c)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "recovery worker %d: %v\n", os.Getpid(), err)
-		return 1
-	}
-	return 0
-}
-
 func recoveryWorker(ctx context.Context, c recoveryWorkerConfig) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", os.Getpid())
-	pool, err := pgxpool.New(ctx, c.PG)
+	log, pool, sess, closeConns, err := testenv.WorkerConns(ctx, c.PG, c.SessionTimeout)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	sess, err := lock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","),
-		lock.WithSessionTimeout(c.SessionTimeout), lock.WithLogger(log))
-	if err != nil {
-		return err
-	}
-	defer sess.Close()
+	defer closeConns()
 	l, err := core.New(pool, core.WithSchema(c.Schema), core.WithPartitions(c.Parts), core.WithLease(200*time.Millisecond))
 	if err != nil {
 		return err
@@ -109,56 +81,6 @@ func recoveryWorker(ctx context.Context, c recoveryWorkerConfig) error {
 	return r.Run(ctx)
 }
 
-type workerProc struct {
-	cmd  *exec.Cmd
-	pid  int
-	done chan struct{}
-	err  error
-}
-
-func startRecoveryWorker(tb testing.TB, c recoveryWorkerConfig) *workerProc {
-	tb.Helper()
-	cfg, err := json.Marshal(c)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), recoveryWorkerEnv+"="+string(cfg))
-	out := testenv.LogWriter(tb, "recovery worker: ")
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start recovery worker: %v", err)
-	}
-	p := &workerProc{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	tb.Cleanup(func() {
-		select {
-		case <-p.done:
-			return
-		default:
-		}
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-			if p.err != nil {
-				tb.Errorf("recovery worker %d: %v", p.pid, p.err)
-			}
-		case <-time.After(30 * time.Second):
-			p.kill()
-			tb.Errorf("recovery worker %d did not exit within 30s of SIGTERM", p.pid)
-		}
-	})
-	return p
-}
-
-func (p *workerProc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
 // TestIntegrationPartitionedRecoveryAcrossKills: three recovery processes share a log of 12
 // partitions; 600 decided transactions arrive in bursts whose starters "died" (nobody finishes
 // them but the recovery), while two of the processes are SIGKILLed in turn (one replaced). Every
@@ -183,7 +105,7 @@ func TestIntegrationPartitionedRecoveryAcrossKills(t *testing.T) {
 	}
 	cfg := recoveryWorkerConfig{PG: s.URL, Schema: s.Name, Election: testenv.ZKRoot(t) + "/recovery", Parts: 12,
 		SessionTimeout: 2 * time.Second}
-	workers := []*workerProc{startRecoveryWorker(t, cfg), startRecoveryWorker(t, cfg), startRecoveryWorker(t, cfg)}
+	workers := []*testenv.Worker{testenv.StartWorker(t, recoveryWorkerEnv, cfg, "recovery worker: "), testenv.StartWorker(t, recoveryWorkerEnv, cfg, "recovery worker: "), testenv.StartWorker(t, recoveryWorkerEnv, cfg, "recovery worker: ")}
 
 	const total = 600
 	create := func(from, to int) {
@@ -203,13 +125,13 @@ func TestIntegrationPartitionedRecoveryAcrossKills(t *testing.T) {
 	}
 	create(0, 200)
 	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool { return confirmed() >= 100 }, "recovery did not start")
-	workers[0].kill()
-	t.Logf("SIGKILLed worker %d", workers[0].pid)
+	workers[0].Kill()
+	t.Logf("SIGKILLed worker %d", workers[0].Pid)
 	create(200, 400)
-	workers = append(workers, startRecoveryWorker(t, cfg))
+	workers = append(workers, testenv.StartWorker(t, recoveryWorkerEnv, cfg, "recovery worker: "))
 	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool { return confirmed() >= 300 }, "recovery stalled after a kill")
-	workers[1].kill()
-	t.Logf("SIGKILLed worker %d", workers[1].pid)
+	workers[1].Kill()
+	t.Logf("SIGKILLed worker %d", workers[1].Pid)
 	create(400, total)
 	testenv.Eventually(t, 60*time.Second, 100*time.Millisecond, func() bool { return confirmed() == total },
 		"not every transaction was confirmed")

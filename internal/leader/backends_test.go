@@ -23,24 +23,11 @@ import (
 func electorOn(t *testing.T, kind, name, id string, db *testenv.Schema) lock.Elector {
 	t.Helper()
 	const ttl = 2 * time.Second
-	ctx := t.Context()
 	switch kind {
 	case "zk":
 		return testenv.Elector(t, testenv.ZKRoot(t)+"/"+name, id)
 	case "pg":
-		pool, err := pgxpool.New(ctx, db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		c, err := pglock.New(pool, pglock.WithTTL(ttl))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		if err := c.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
+		_, c := pgLockClient(t, db, ttl)
 		el, err := c.NewElector(name, id)
 		if err != nil {
 			t.Fatal(err)
@@ -84,6 +71,39 @@ func electorOn(t *testing.T, kind, name, id string, db *testenv.Schema) lock.Ele
 	return nil
 }
 
+// migratedFence returns a fence on db's pool with its table created.
+func migratedFence(t *testing.T, db *testenv.Schema) *fence.Fence {
+	t.Helper()
+	f, err := fence.New(db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// pgLockClient returns a PostgreSQL lease client (lock/pglock, TTL ttl) on a pool of its own (as
+// another process would have) in db, both closed when the test ends.
+func pgLockClient(t *testing.T, db *testenv.Schema, ttl time.Duration) (*pgxpool.Pool, *pglock.Client) {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	c, err := pglock.New(pool, pglock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return pool, c
+}
+
 // TestIntegrationFencedOnEveryBackend: the leader job runs the same on every lock backend. Leader
 // A takes the lead and writes through the fence; it steps down, B leads and writes; then A's late
 // write, with the token of its term, is refused with lock.ErrFenced — on ZooKeeper, PostgreSQL
@@ -94,13 +114,7 @@ func TestIntegrationFencedOnEveryBackend(t *testing.T) {
 			t.Parallel()
 			db := testenv.PG(t)
 			ctx := t.Context()
-			f, err := fence.New(db.Pool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
+			f := migratedFence(t, db)
 			const resource = "job"
 			// term runs a leader job for candidate id and reports each term's token once its first
 			// fenced write is done.
@@ -153,7 +167,7 @@ func TestIntegrationFencedOnEveryBackend(t *testing.T) {
 			if !tokA.Less(tokB) {
 				t.Fatalf("B's token %s is not above A's %s", tokB, tokA)
 			}
-			err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return f.Check(ctx, tx, resource, tokA) })
+			err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return f.Check(ctx, tx, resource, tokA) })
 			if !errors.Is(err, lock.ErrFenced) {
 				t.Fatalf("A's late write with token %s after B's %s: %v, want lock.ErrFenced", tokA, tokB, err)
 			}

@@ -7,13 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
-	"github.com/txkit/txkit/lock/pglock"
 )
 
 // TestIntegrationShardsBalanceByHeartbeatOnPGLeases: on PostgreSQL leases (lock/pglock), whose
@@ -21,29 +17,10 @@ import (
 // partitions 2 and 2; when one stops (its row deleted), the other leads all 4.
 func TestIntegrationShardsBalanceByHeartbeatOnPGLeases(t *testing.T) {
 	db := testenv.PG(t)
-	ctx := t.Context()
-	f, err := fence.New(db.Pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	f := migratedFence(t, db)
 	const parts, ttl = 4, 2 * time.Second
 	instance := func(id string) (*leader.Shards, func()) {
-		pool, err := pgxpool.New(ctx, db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		c, err := pglock.New(pool, pglock.WithTTL(ttl))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		if err := c.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
+		pool, c := pgLockClient(t, db, ttl)
 		hb, err := leader.NewHeartbeat(pool, db.Name, "members", "job", id, ttl)
 		if err != nil {
 			t.Fatal(err)

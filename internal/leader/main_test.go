@@ -8,8 +8,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if cfg := os.Getenv(shardWorkerEnv); cfg != "" {
-		os.Exit(runShardWorker(cfg)) // a worker process started by startShardWorker (shards_test.go)
+	if code, ok := testenv.RunWorker(shardWorkerEnv, shardWorker); ok {
+		os.Exit(code) // a worker process (shards_test.go)
 	}
 	testenv.VerifyNoLeaks(m)
 }

@@ -2,17 +2,10 @@ package leader_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"log/slog"
 	"os"
-	"os/exec"
-	"os/signal"
 	"slices"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,8 +19,8 @@ import (
 )
 
 // Shard worker processes: the test binary runs itself with shardWorkerEnv set to a JSON
-// shardWorkerConfig, and TestMain runs runShardWorker instead of the tests. A worker is an
-// instance as a deployment runs it: its own ZooKeeper session (its candidate id is its pid), its
+// shardWorkerConfig (testenv.StartWorker), and TestMain runs shardWorker instead of the tests. A
+// worker is an instance as a deployment runs it: its own ZooKeeper session (its candidate id is its pid), its
 // own pool, a leader.Shards whose work writes a row through the fence of its partition every
 // 50 ms. It runs until SIGTERM (then it resigns and exits 0) or SIGKILL.
 const shardWorkerEnv = "TXKIT_LEADER_SHARD_WORKER"
@@ -42,34 +35,12 @@ type shardWorkerConfig struct {
 // shardResource is the fence resource of the workers' partitions.
 const shardResource = "shard-test"
 
-func runShardWorker(cfg string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	var c shardWorkerConfig
-	err := json.Unmarshal([]byte(cfg), &c)
-	if err == nil {
-		err = shardWorker(ctx, c)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "shard worker %d: %v\n", os.Getpid(), err)
-		return 1
-	}
-	return 0
-}
-
 func shardWorker(ctx context.Context, c shardWorkerConfig) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", os.Getpid())
-	pool, err := pgxpool.New(ctx, c.PG)
+	log, pool, sess, closeConns, err := testenv.WorkerConns(ctx, c.PG, c.SessionTimeout)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	sess, err := lock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","),
-		lock.WithSessionTimeout(c.SessionTimeout), lock.WithLogger(log))
-	if err != nil {
-		return err
-	}
-	defer sess.Close()
+	defer closeConns()
 	f, err := fence.New(pool)
 	if err != nil {
 		return err
@@ -117,61 +88,6 @@ func writeLoop(ctx context.Context, pool *pgxpool.Pool, f *fence.Fence, t *leade
 	}
 }
 
-// shardProc is a running shard worker process.
-type shardProc struct {
-	cmd  *exec.Cmd
-	pid  int
-	done chan struct{}
-	err  error
-}
-
-func startShardWorker(tb testing.TB, c shardWorkerConfig) *shardProc {
-	tb.Helper()
-	cfg, err := json.Marshal(c)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), shardWorkerEnv+"="+string(cfg))
-	out := testenv.LogWriter(tb, "shard worker: ")
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start shard worker: %v", err)
-	}
-	p := &shardProc{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	tb.Cleanup(func() {
-		if err := p.stop(); err != nil {
-			tb.Errorf("shard worker %d: %v", p.pid, err)
-		}
-	})
-	return p
-}
-
-func (p *shardProc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-func (p *shardProc) stop() error {
-	select {
-	case <-p.done:
-		return nil // killed or exited already
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.err
-	case <-time.After(30 * time.Second):
-		p.kill()
-		return errors.New("did not exit within 30s of SIGTERM")
-	}
-}
-
 // TestIntegrationShardsBalanceTakeoverAndExclusion runs shard worker processes (P = 12, ZooKeeper
 // session timeout 2 s) and checks, from the fenced writes they record:
 //   - balance: one worker leads all 12; a second joins → 6 and 6; a third → 4, 4, 4;
@@ -186,13 +102,7 @@ func TestIntegrationShardsBalanceTakeoverAndExclusion(t *testing.T) {
 	}
 	db := testenv.PG(t)
 	ctx := t.Context()
-	f, err := fence.New(db.Pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	migratedFence(t, db) // the workers fence their writes in it
 	if _, err := db.Pool.Exec(ctx, `create table writes (id bigserial primary key, part int not null,
 		epoch bigint not null, seq bigint not null, pid int not null, at timestamptz not null default clock_timestamp())`); err != nil {
 		t.Fatal(err)
@@ -216,7 +126,7 @@ func TestIntegrationShardsBalanceTakeoverAndExclusion(t *testing.T) {
 		return out
 	}
 	// balanced waits until every partition is written by one of live, each leading its share.
-	balanced := func(live ...*shardProc) {
+	balanced := func(live ...*testenv.Worker) {
 		t.Helper()
 		share := (parts + len(live) - 1) / len(live)
 		var last map[int]int
@@ -231,7 +141,7 @@ func TestIntegrationShardsBalanceTakeoverAndExclusion(t *testing.T) {
 				return false
 			}
 			for _, p := range live {
-				if per[p.pid] == 0 || per[p.pid] > share {
+				if per[p.Pid] == 0 || per[p.Pid] > share {
 					return false
 				}
 			}
@@ -240,23 +150,23 @@ func TestIntegrationShardsBalanceTakeoverAndExclusion(t *testing.T) {
 		t.Logf("%d worker(s): balanced in %v: %v", len(live), time.Since(start).Round(time.Millisecond), last)
 	}
 
-	a := startShardWorker(t, cfg)
+	a := testenv.StartWorker(t, shardWorkerEnv, cfg, "shard worker: ")
 	balanced(a)
-	b := startShardWorker(t, cfg)
+	b := testenv.StartWorker(t, shardWorkerEnv, cfg, "shard worker: ")
 	balanced(a, b)
-	c := startShardWorker(t, cfg)
+	c := testenv.StartWorker(t, shardWorkerEnv, cfg, "shard worker: ")
 	balanced(a, b, c)
 
 	// SIGKILL b: its partitions must be written by a or c within the session timeout + 1 s.
 	before := leaders()
 	var killedParts []int
 	for p, pid := range before {
-		if pid == b.pid {
+		if pid == b.Pid {
 			killedParts = append(killedParts, p)
 		}
 	}
 	slices.Sort(killedParts)
-	b.kill()
+	b.Kill()
 	var killedAt time.Time
 	if err := db.Pool.QueryRow(ctx, `select clock_timestamp()`).Scan(&killedAt); err != nil {
 		t.Fatal(err)
@@ -266,7 +176,7 @@ func TestIntegrationShardsBalanceTakeoverAndExclusion(t *testing.T) {
 	for _, p := range killedParts {
 		var first time.Time
 		if err := db.Pool.QueryRow(ctx, `select min(at) from writes where part = $1 and pid <> $2 and at > $3`,
-			p, b.pid, killedAt).Scan(&first); err != nil {
+			p, b.Pid, killedAt).Scan(&first); err != nil {
 			t.Fatal(err)
 		}
 		d := first.Sub(killedAt)
@@ -279,11 +189,11 @@ func TestIntegrationShardsBalanceTakeoverAndExclusion(t *testing.T) {
 	t.Logf("SIGKILL: %d partitions taken over within %v (session timeout %v)", len(killedParts), worst.Round(time.Millisecond), sessionTimeout)
 
 	// c leaves in order (SIGTERM: it resigns), then a leads everything.
-	if err := c.stop(); err != nil {
+	if err := c.Stop(); err != nil {
 		t.Fatalf("worker c: %v", err)
 	}
 	balanced(a)
-	if err := a.stop(); err != nil {
+	if err := a.Stop(); err != nil {
 		t.Fatalf("worker a: %v", err)
 	}
 

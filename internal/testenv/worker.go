@@ -1,0 +1,126 @@
+package testenv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/lock"
+)
+
+// Worker is a worker process of a multi-process test: the test binary run again by [StartWorker]
+// with a configuration in an environment variable, which its TestMain hands to [RunWorker]. It
+// stands for one instance of a deployment (its own sessions and pools), so a test can SIGKILL it.
+type Worker struct {
+	Pid  int
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has exited and been reaped
+	err  error         // cmd.Wait's result; read after done is closed
+}
+
+// StartWorker runs the test binary again, without tests, with env set to the JSON form of cfg
+// and its output in the test's log behind prefix. When the test ends, a worker still running gets
+// SIGTERM and must exit with status 0 within 30 s (else it is SIGKILLed and the test fails).
+func StartWorker(tb testing.TB, env string, cfg any, prefix string) *Worker {
+	tb.Helper()
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), env+"="+string(b))
+	out := LogWriter(tb, prefix)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start %s: %v", prefix, err)
+	}
+	w := &Worker{Pid: cmd.Process.Pid, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		w.err = cmd.Wait() // also waits for the output to be copied
+		close(w.done)
+	}()
+	tb.Cleanup(func() {
+		if err := w.Stop(); err != nil {
+			tb.Errorf("%s %d: %v", prefix, w.Pid, err)
+		}
+	})
+	return w
+}
+
+// Kill SIGKILLs the worker and returns once it is reaped.
+func (w *Worker) Kill() {
+	_ = w.cmd.Process.Signal(syscall.SIGKILL)
+	<-w.done
+}
+
+// Stop SIGTERMs the worker and returns once it is reaped: an error when it did not exit with
+// status 0, or not within 30 s (then it is SIGKILLed). A worker that has exited already (killed,
+// say) is left as it is.
+func (w *Worker) Stop() error {
+	select {
+	case <-w.done:
+		return nil
+	default:
+	}
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.done:
+		return w.err
+	case <-time.After(30 * time.Second):
+		w.Kill()
+		return errors.New("did not exit within 30s of SIGTERM")
+	}
+}
+
+// RunWorker is what a TestMain calls first: in a worker started by [StartWorker] with env, it
+// decodes the configuration into a C, runs fn with a ctx that ends on SIGTERM or SIGINT, and
+// returns the exit code (0 when fn returned nil; 1, with the error on stderr, otherwise) and
+// true; in the test process itself it returns (0, false).
+func RunWorker[C any](env string, fn func(ctx context.Context, cfg C) error) (int, bool) {
+	raw := os.Getenv(env)
+	if raw == "" {
+		return 0, false
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	var c C
+	err := json.Unmarshal([]byte(raw), &c)
+	if err == nil {
+		err = fn(ctx, c)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "worker %d (%s): %v\n", os.Getpid(), env, err)
+		return 1, true
+	}
+	return 0, true
+}
+
+// WorkerConns opens what a worker process of a ZooKeeper test works with: its logger (warnings
+// and errors on stderr, with its pid), a pool on url and a ZooKeeper session (the servers of
+// TXKIT_ZK) with sessionTimeout. close closes the session, then the pool.
+func WorkerConns(ctx context.Context, url string, sessionTimeout time.Duration) (log *slog.Logger, pool *pgxpool.Pool, sess *lock.Session, close func(), err error) {
+	log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", os.Getpid())
+	if pool, err = pgxpool.New(ctx, url); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	sess, err = lock.NewSession(ctx, strings.Split(os.Getenv(EnvZK), ","), lock.WithSessionTimeout(sessionTimeout), lock.WithLogger(log))
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, nil, err
+	}
+	return log, pool, sess, func() {
+		_ = sess.Close()
+		pool.Close()
+	}, nil
+}
