@@ -4,15 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/notify"
 )
 
@@ -95,4 +99,107 @@ func Example() {
 	// reconciled: 1 <nil>
 	// reconciled: 0 <nil>
 	// credited: 100
+}
+
+// ExampleWithPartitions runs two notifier instances that share the deliveries: the receivers are
+// split into 2 partitions, each with its own ZooKeeper election, and each instance leads one
+// (ContenderCount counts the instances from the elections).
+func ExampleWithPartitions() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	url, zkServers := os.Getenv("TXKIT_PG_URL"), os.Getenv("TXKIT_ZK") // set by `make test`
+	if url == "" || zkServers == "" {
+		fmt.Println("TXKIT_PG_URL or TXKIT_ZK is not set: start the servers with `make up`")
+		return
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	name := "example_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:8]
+	defer pool.Exec(context.WithoutCancel(ctx), "drop schema if exists "+name+" cascade") //nolint:errcheck
+
+	// The receivers: they acknowledge every delivery.
+	shop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("success")) }))
+	defer shop.Close()
+	const secret = "example-secret-0123456789"
+	receivers := []notify.Receiver{{Name: "shop", URL: shop.URL + "/shop", Secrets: []string{secret}, Echo: "success"},
+		{Name: "bank", URL: shop.URL + "/bank", Secrets: []string{secret}, Echo: "success"}}
+	base := "/txkit-example/" + name
+	paths := []string{base + "/p0", base + "/p1"}
+
+	// Two instances, as two processes would run them: a ZooKeeper session and a Notifier each.
+	var first *notify.Notifier
+	var runs sync.WaitGroup
+	var sessions []*lock.Session
+	defer func() { // stop the instances, then delete the elections' nodes and close the sessions
+		cancel()
+		runs.Wait()
+		for _, sess := range sessions {
+			for _, p := range append(paths, base) {
+				_ = sess.Conn().Delete(p, -1)
+			}
+			_ = sess.Close()
+		}
+	}()
+	for _, id := range []string{"instance-a", "instance-b"} {
+		sess, err := lock.NewSession(ctx, strings.Split(zkServers, ","))
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		sessions = append(sessions, sess)
+		n, err := notify.New(pool, receivers, notify.WithSchema(name), notify.WithPlainHTTP(),
+			notify.WithPartitions(2, func(p int) (lock.Elector, error) { return lock.NewElector(sess, paths[p], id) },
+				notify.ContenderCount(sess.Inspector(), paths...)))
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if err := n.Migrate(ctx); err != nil {
+			fmt.Println(err)
+			return
+		}
+		if first == nil {
+			first = n
+		}
+		runs.Go(func() {
+			if err := n.Run(ctx); err != nil {
+				fmt.Println(err)
+			}
+		})
+	}
+
+	var ids []uuid.UUID
+	for _, rcv := range []string{"shop", "bank"} {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			id, err := first.Enqueue(ctx, tx, notify.Notification{Receiver: rcv, Key: "order-42", Payload: json.RawMessage(`{"paid":true}`)})
+			ids = append(ids, id)
+			return err
+		})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	for _, id := range ids {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			r, err := first.Get(ctx, id)
+			if err == nil && r.Status == notify.StatusDelivered {
+				fmt.Println(r.Receiver, r.Status)
+				break
+			}
+			if time.Now().After(deadline) {
+				fmt.Println("not delivered:", id, err)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// Output:
+	// shop delivered
+	// bank delivered
 }
