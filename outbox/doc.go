@@ -38,6 +38,19 @@
 //	}
 //	return relay.Run(ctx) // blocks until ctx ends
 //
+// Split into partitions, so that every replica relays a share (see Partitions below), the outbox
+// gets [WithPartitions] and the relay one election per partition:
+//
+//	ob, err := outbox.New(pool, outbox.WithSchema("orders"), outbox.WithPartitions(12))
+//	// ...
+//	paths := make([]string, 12)
+//	for p := range paths {
+//		paths[p] = fmt.Sprintf("/orders/outbox-relay/p%d", p)
+//	}
+//	relay, err := outbox.NewRelay(ob, pub, outbox.WithElectors(func(p int) (lock.Elector, error) {
+//		return lock.NewElector(sess, paths[p], hostname)
+//	}), outbox.WithBalance(sess.Inspector(), paths...))
+//
 // Metrics: [WithRegisterer] registers the relay's Prometheus metrics on the caller's registry —
 // the backlog and the age of the oldest pending message (gauges the leader sets each drain),
 // messages published, failed attempts and dead messages (counters), the batch size and the
@@ -61,23 +74,43 @@
 //	                 where status = 'pending' and attempts > 0 and next_attempt_at > now()
 //	                 group by key)
 //	select ... from t
-//	where status = 'pending' and next_attempt_at <= now()
+//	where status = 'pending' and next_attempt_at <= now() and partition = $p
+//	  and id not in (the rows the relay holds)
 //	  and not exists (select 1 from blocked b where b.key = t.key and b.first < t.id)
 //	order by id limit $batch
 //
 // and of those, the first ones up to [WithBatchBytes] bytes (always at least one), so a batch
 // of large messages does not hold [WithBatchSize] of them in memory at once.
 //
-// An earlier pending row of the key that is due has a smaller id, so it is in the same batch; the
-// relay publishes it first and leaves the rest of the key for later if it fails. So a key's
-// backlog goes out a batch at a time, not one message per round trip, and a failed message holds
-// back only its own key. Only failed rows can be waiting (Enqueue and Requeue make rows due at
-// once), so "blocked" reads a small partial index on the failed rows (which Enqueue never
-// touches), and the main scan walks the pending rows' index in id order and stops at the limit.
-// With statistics that underestimate the backlog PostgreSQL may sort all pending rows instead, but
-// it never runs a subquery per row over each key's earlier rows. Dead messages do not hold
-// their key back: a poison message would otherwise stop its key for good. A dead message that is
-// requeued goes out after the key's later messages.
+// # The pipeline
+//
+// The relay does not wait for a batch's slowest publish before it reads the next: publishes stay
+// in flight across batches. One goroutine reads: whenever a whole batch fits under
+// [WithMaxInFlight] (default twice the batch size plus twice the concurrency), it reads the next
+// due rows that the relay does not hold already — their ids are left out of the read — and queues
+// each on its key. One sender per key publishes the key's rows one after the other, each only
+// once the broker acknowledged the previous one, at most [WithConcurrency] keys at a time. A
+// recorder writes the results as they come, in fenced transactions each covering every result
+// that finished while the previous one ran: it deletes the acknowledged rows and records the
+// failures — only what was acknowledged is deleted. A row stays held, and out of every read,
+// until its result is committed.
+//
+// Per-key order holds across batches: a key's row read in a later batch waits in the key's queue
+// behind the earlier ones. When a publish fails, the key stops: its queued rows, and the rows of
+// the key read until the failure is committed, are dropped (neither published nor written) and
+// held until then; from the commit on, the read itself holds them back behind the failed row
+// waiting out its backoff. A drain ends when a read comes back short and every held row is
+// recorded; a wake-up meanwhile (a NOTIFY, the schedule) makes it read again instead. Any error —
+// ctx ending with the leadership, the fence refusing, a failed write — abandons the drain: the
+// rows not recorded stay pending, and the next drain or leader publishes them again with the same
+// IDs. [WithMaxInFlight] equal to [WithBatchSize] gives back, nearly, the relay that waits for
+// each batch.
+//
+// Dead messages do not hold their key back: a poison message would otherwise stop its key for
+// good. A dead message that is requeued goes out after the key's later messages. Only failed rows
+// can be waiting (Enqueue and Requeue make rows due at once), so "blocked" reads a small partial
+// index on the failed rows (which Enqueue never touches), and the main scan walks the pending
+// rows' index (partition, id) in id order and stops at the limit.
 //
 // Sent rows are deleted, not marked sent. The table then holds only the backlog — small, its
 // indexes in memory, vacuum cheap — however many messages went through it; a mark-sent table
@@ -105,6 +138,26 @@
 // "txkit_fence" in the outbox's schema, which [Outbox.Migrate] creates, or [WithFence]'s. The
 // relay passes it as soon as it leads and relays nothing until it has; fenced out, it waits a
 // second and campaigns again.
+//
+// # Partitions
+//
+// One leader caps the relay at what one process publishes. [WithPartitions](P) splits the outbox
+// into P partitions: [Outbox.Enqueue] stores each message's partition (column partition, a stable
+// hash of its key, of its ID without a key: [Outbox.Partition]), and a relay built with
+// [WithElectors] campaigns in one election per partition and runs the drain loop above for each
+// partition it leads, with that partition's fencing token on its own fence resource
+// ("outbox:<table>/p<i>"). With [WithBalance] the relays count each other (the contenders of the
+// partitions' elections) and each leads at most ceil(P/N) partitions, giving up the rest to the
+// others; when one dies, its partitions go to the waiting candidates as soon as its ZooKeeper
+// session expires (measured: 1.8–2.5 s with a 2 s session timeout). A key's messages are all in
+// one partition, so per-key order holds across moves: a partition's new leader starts from the
+// rows still pending, after the old leader's fenced writes — or, if the old one was deposed
+// mid-write, its write is refused and the rows are sent again (same IDs).
+//
+// P is stored with the table (table "<table>_parts", by the first [Outbox.Migrate]) and cannot
+// change: Migrate, Enqueue and [Relay.Run] refuse an outbox with another P (an error wrapping
+// [ErrInvalidOption]), since a key moved to another partition while its earlier messages are
+// pending in the old one would be published by two relays in no order; see [WithPartitions].
 //
 // # Tracing
 //

@@ -44,6 +44,7 @@ type relayWorkerConfig struct {
 	Election       string        // the ZooKeeper election path
 	Batch          int           // outbox.WithBatchSize
 	SessionTimeout time.Duration // the ZooKeeper session timeout
+	Partitions     int           // > 0: outbox.WithPartitions, elections Election/p<i>, balanced
 }
 
 func runRelayWorker(cfg string) int {
@@ -74,25 +75,45 @@ func relayWorker(ctx context.Context, c relayWorkerConfig) error {
 		return err
 	}
 	defer sess.Close()
-	el, err := lock.NewElector(sess, c.Election, strconv.Itoa(os.Getpid()))
-	if err != nil {
-		return err
-	}
 	pub, err := rocketmq.NewPublisher(ctx, strings.Split(os.Getenv(testenv.EnvNamesrv), ","), rocketmq.WithLogger(log))
 	if err != nil {
 		return err
 	}
 	defer pub.Close()
-	ob, err := outbox.New(pool, outbox.WithSchema(c.Schema))
+	id := strconv.Itoa(os.Getpid())
+	opts := []outbox.RelayOption{outbox.WithBatchSize(c.Batch), outbox.WithLogger(log)}
+	obOpts := []outbox.Option{outbox.WithSchema(c.Schema)}
+	if c.Partitions > 0 {
+		obOpts = append(obOpts, outbox.WithPartitions(c.Partitions))
+		paths := partitionElections(c.Election, c.Partitions)
+		opts = append(opts, outbox.WithElectors(func(p int) (lock.Elector, error) { return lock.NewElector(sess, paths[p], id) }),
+			outbox.WithBalance(sess.Inspector(), paths...))
+	} else {
+		el, err := lock.NewElector(sess, c.Election, id)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, outbox.WithElector(el))
+	}
+	ob, err := outbox.New(pool, obOpts...)
 	if err != nil {
 		return err
 	}
 	// The relay fences its writes with the txkit_fence table of Schema (its default fence).
-	r, err := outbox.NewRelay(ob, pub, outbox.WithElector(el), outbox.WithBatchSize(c.Batch), outbox.WithLogger(log))
+	r, err := outbox.NewRelay(ob, pub, opts...)
 	if err != nil {
 		return err
 	}
 	return r.Run(ctx)
+}
+
+// partitionElections returns the election paths of parts partitions under base.
+func partitionElections(base string, parts int) []string {
+	paths := make([]string, parts)
+	for p := range paths {
+		paths[p] = base + "/p" + strconv.Itoa(p)
+	}
+	return paths
 }
 
 // relayProc is a running relay worker process.
@@ -270,39 +291,10 @@ func TestIntegrationKeyOrderAcrossRelayFailover(t *testing.T) {
 	if err := ob.Migrate(ctx); err != nil { // also the relays' fence table
 		t.Fatal(err)
 	}
-	store, err := idempotency.New(pg.Pool, idempotency.WithSchema(pg.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pg.Pool.Exec(ctx, `create table applied (
-		n      bigserial primary key, -- apply order
-		key    text not null,
-		seq    int  not null,
-		msg_id uuid not null)`); err != nil {
-		t.Fatal(err)
-	}
 	topic := testenv.Topic(t)
 	zkServers := testenv.ZK(t)
 	election := testenv.ZKRoot(t) + "/relay"
-
-	// The consumer.
-	group := consumerGroup(t)
-	handler := func(ctx context.Context, tx pgx.Tx, msg outbox.Message) error {
-		seq, err := strconv.Atoi(string(msg.Body))
-		if err != nil {
-			return fmt.Errorf("body %q: %w: %w", msg.Body, err, rocketmq.ErrPoison)
-		}
-		_, err = tx.Exec(ctx, `insert into applied (key, seq, msg_id) values ($1, $2, $3)`, msg.Key, seq, msg.ID)
-		return err
-	}
-	c, err := rocketmq.NewConsumer(testenv.Namesrv(t), group, topic, consumerPool(t, pg.URL), store, handler,
-		rocketmq.WithOrderly(true), rocketmq.WithOrderlyRetryInterval(100*time.Millisecond), rocketmq.WithLogger(testLogger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := appliedConsumer(t, pg, topic)
 	stopConsumer := background(t, "consumer", c.Run)
 
 	// The relays, and an observer of their election.
@@ -351,32 +343,14 @@ func TestIntegrationKeyOrderAcrossRelayFailover(t *testing.T) {
 
 	// A warm-up message, applied once a relay leads and the consumer has its queues, so that the
 	// consumer applies the load while it is relayed.
-	if _, err := ob.Enqueue(ctx, pg.Pool, outbox.Message{Topic: topic, Key: warmUp, Body: []byte("0")}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, time.Minute, 10*time.Millisecond, func() bool { return c.Stats().Applied == 1 },
-		"the warm-up message to be applied")
+	warmUpConsumer(t, pg.Pool, ob, topic, warmUp, c)
 
 	// The load, with the two kills.
 	var kills []string
 	tick := time.NewTicker(burstInterval) // paces the load; orders nothing
 	defer tick.Stop()
 	for burst := range bursts {
-		err := pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error {
-			for r := range roundsPerBurst {
-				seq := burst*roundsPerBurst + r
-				for k := range keys {
-					msg := outbox.Message{Topic: topic, Key: fmt.Sprintf("k%02d", k), Body: []byte(strconv.Itoa(seq))}
-					if _, err := ob.Enqueue(ctx, tx, msg); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("enqueue burst %d: %v", burst, err)
-		}
+		enqueueBurst(t, pg.Pool, ob, topic, keys, burst*roundsPerBurst, roundsPerBurst)
 		if killAfter[burst] {
 			leader := liveLeader()
 			// Kill it while it drains: once the backlog has started to shrink under it.
@@ -397,12 +371,7 @@ func TestIntegrationKeyOrderAcrossRelayFailover(t *testing.T) {
 	last := liveLeader()
 	t.Logf("relay %d leads at the end of the load", last.pid)
 
-	testenv.Eventually(t, 2*time.Minute, 20*time.Millisecond, func() bool { return c.Stats().Applied >= total+1 },
-		"all %d messages to be applied", total+1)
-	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
-		p, d, err := ob.Backlog(ctx, pg.Pool)
-		return err == nil && p == 0 && d == 0
-	}, "the outbox to be empty")
+	awaitApplied(t, pg.Pool, ob, c, total+1)
 	// Let redelivered duplicates still in the queues reach the consumer before the Stats report: wait
 	// until its counters have not moved for 2 s (bounded). The assertions below do not depend on it.
 	handled := func() int64 { st := c.Stats(); return st.Applied + st.Duplicates + st.Failed + st.Poison }
@@ -415,43 +384,7 @@ func TestIntegrationKeyOrderAcrossRelayFailover(t *testing.T) {
 	}, "the consumer to go quiet")
 	stopConsumer()
 
-	// Every (key, seq) applied once, each key's in increasing order of application.
-	rows, err := pg.Pool.Query(ctx, `select key, seq from applied order by n`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type applied struct {
-		key string
-		seq int
-	}
-	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (applied, error) {
-		var a applied
-		return a, r.Scan(&a.key, &a.seq)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[applied]int{}
-	lastSeq := map[string]int{}
-	got = slices.DeleteFunc(got, func(a applied) bool { return a.key == warmUp })
-	for _, a := range got {
-		seen[a]++
-		if l, ok := lastSeq[a.key]; ok && a.seq <= l {
-			t.Errorf("key %s: seq %d applied after seq %d", a.key, a.seq, l)
-		}
-		lastSeq[a.key] = a.seq
-	}
-	for k := range keys {
-		for s := range perKey {
-			a := applied{fmt.Sprintf("k%02d", k), s}
-			if n := seen[a]; n != 1 {
-				t.Errorf("%s seq %d applied %d times, want once", a.key, a.seq, n)
-			}
-		}
-	}
-	if len(got) != total {
-		t.Errorf("%d rows applied, want %d", len(got), total)
-	}
+	checkApplied(t, pg.Pool, keys, perKey, warmUp)
 	if p, d, err := ob.Backlog(ctx, pg.Pool); err != nil || p != 0 || d != 0 {
 		t.Errorf("outbox backlog: %d pending, %d dead (%v); want empty", p, d, err)
 	}
@@ -468,4 +401,126 @@ func TestIntegrationKeyOrderAcrossRelayFailover(t *testing.T) {
 	slices.Sort(alive)
 	t.Logf("%d messages applied exactly once in per-key order; the idempotency claim suppressed %d duplicates "+
 		"(consumer Stats %+v); relays still running: %v", total, st.Duplicates, st, alive)
+}
+
+// appliedConsumer returns an orderly RocketMQ consumer of topic that applies each message — its
+// key and, in its body, its per-key sequence number — in a transaction that claims its ID
+// (idempotency.Store) and records it in the table "applied" with an apply-order number.
+func appliedConsumer(t *testing.T, pg *testenv.Schema, topic string) *rocketmq.Consumer {
+	t.Helper()
+	ctx := t.Context()
+	store, err := idempotency.New(pg.Pool, idempotency.WithSchema(pg.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, `create table applied (
+		n      bigserial primary key, -- apply order
+		key    text not null,
+		seq    int  not null,
+		msg_id uuid not null)`); err != nil {
+		t.Fatal(err)
+	}
+	handler := func(ctx context.Context, tx pgx.Tx, msg outbox.Message) error {
+		seq, err := strconv.Atoi(string(msg.Body))
+		if err != nil {
+			return fmt.Errorf("body %q: %w: %w", msg.Body, err, rocketmq.ErrPoison)
+		}
+		_, err = tx.Exec(ctx, `insert into applied (key, seq, msg_id) values ($1, $2, $3)`, msg.Key, seq, msg.ID)
+		return err
+	}
+	c, err := rocketmq.NewConsumer(testenv.Namesrv(t), consumerGroup(t), topic, consumerPool(t, pg.URL), store, handler,
+		rocketmq.WithOrderly(true), rocketmq.WithOrderlyRetryInterval(100*time.Millisecond), rocketmq.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// checkApplied checks the table "applied" (see appliedConsumer): every (key, seq) of keys k00...
+// × perKey applied exactly once, each key's in increasing order of application, and nothing
+// else but messages of the key skip.
+func checkApplied(t *testing.T, pool *pgxpool.Pool, keys, perKey int, skip string) {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), `select key, seq from applied order by n`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type applied struct {
+		key string
+		seq int
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (applied, error) {
+		var a applied
+		return a, r.Scan(&a.key, &a.seq)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[applied]int{}
+	lastSeq := map[string]int{}
+	got = slices.DeleteFunc(got, func(a applied) bool { return a.key == skip })
+	for _, a := range got {
+		seen[a]++
+		if l, ok := lastSeq[a.key]; ok && a.seq <= l {
+			t.Errorf("key %s: seq %d applied after seq %d", a.key, a.seq, l)
+		}
+		lastSeq[a.key] = a.seq
+	}
+	for k := range keys {
+		for s := range perKey {
+			a := applied{fmt.Sprintf("k%02d", k), s}
+			if n := seen[a]; n != 1 {
+				t.Errorf("%s seq %d applied %d times, want once", a.key, a.seq, n)
+			}
+		}
+	}
+	if len(got) != keys*perKey {
+		t.Errorf("%d rows applied, want %d", len(got), keys*perKey)
+	}
+}
+
+// enqueueBurst enqueues, in one transaction, the sequence numbers first..first+n-1 for each of
+// keys k00, k01, ... (the body is the number), as appliedConsumer expects them.
+func enqueueBurst(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, topic string, keys, first, n int) {
+	t.Helper()
+	ctx := t.Context()
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for seq := first; seq < first+n; seq++ {
+			for k := range keys {
+				msg := outbox.Message{Topic: topic, Key: fmt.Sprintf("k%02d", k), Body: []byte(strconv.Itoa(seq))}
+				if _, err := ob.Enqueue(ctx, tx, msg); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("enqueue seq %d..%d: %v", first, first+n-1, err)
+	}
+}
+
+// warmUpConsumer enqueues a message of key warmUp and waits until c applied it: a relay leads and
+// the consumer has its queues, so that the consumer applies the load while it is relayed.
+func warmUpConsumer(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, topic, warmUp string, c *rocketmq.Consumer) {
+	t.Helper()
+	if _, err := ob.Enqueue(t.Context(), pool, outbox.Message{Topic: topic, Key: warmUp, Body: []byte("0")}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, 10*time.Millisecond, func() bool { return c.Stats().Applied == 1 },
+		"the warm-up message to be applied")
+}
+
+// awaitApplied waits until c applied n messages and the outbox is empty.
+func awaitApplied(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, c *rocketmq.Consumer, n int64) {
+	t.Helper()
+	testenv.Eventually(t, 2*time.Minute, 20*time.Millisecond, func() bool { return c.Stats().Applied >= n },
+		"all %d messages to be applied", n)
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
+		p, d, err := ob.Backlog(t.Context(), pool)
+		return err == nil && p == 0 && d == 0
+	}, "the outbox to be empty")
 }

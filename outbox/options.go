@@ -23,6 +23,7 @@ type options struct {
 	channel string // "" until New derives it from schema and table
 	maxBody int
 	notify  bool
+	parts   int
 }
 
 // DefaultTable is the outbox table's default name.
@@ -32,7 +33,7 @@ const DefaultTable = "txkit_outbox"
 const DefaultMaxBodySize = 4 << 20
 
 func defaultOptions() options {
-	return options{table: DefaultTable, maxBody: DefaultMaxBodySize, notify: true}
+	return options{table: DefaultTable, maxBody: DefaultMaxBodySize, notify: true, parts: 1}
 }
 
 // WithSchema sets the PostgreSQL schema of the table (default: none, so the connection's
@@ -61,6 +62,31 @@ func WithMaxBodySize(n int) Option { return func(o *options) { o.maxBody = n } }
 // the relay at once, at the price of a global lock at commit in PostgreSQL; under very high enqueue
 // rates, turn it off and let the relay poll with a short [WithSchedule].
 func WithNotify(on bool) Option { return func(o *options) { o.notify = on } }
+
+// MaxPartitions is the largest partition count [WithPartitions] accepts.
+const MaxPartitions = 1024
+
+// WithPartitions splits the outbox into n partitions (default 1: not split; at most
+// [MaxPartitions]). [Outbox.Enqueue] puts each message in the partition of a stable hash of its
+// key ([Outbox.Partition]; of its ID when it has no key), and a [Relay] leads each partition in an
+// election of its own ([WithElectors]), so several relay processes share the work, each key's
+// messages staying in order within their partition.
+//
+// The count is stored with the table by the first [Outbox.Migrate] and cannot change afterwards:
+// Migrate, Enqueue and [Relay.Run] refuse an outbox configured with another count (an error
+// wrapping [ErrInvalidOption]). A table that already held pending messages when partitions came
+// is stored with 1. Changing the count of a live outbox is refused rather than supported because
+// a key would move to another partition while its earlier messages are still pending in the old
+// one, led by another relay: per-key order would need a drain barrier (stop every writer, wait
+// for the table to be empty) that an online change cannot provide. To change it, stop the writers,
+// let the relays empty the table, delete the row of the table named after the outbox's with
+// "_parts" appended, and migrate with the new count.
+func WithPartitions(n int) Option { return func(o *options) { o.parts = n } }
+
+const (
+	metaSuffix = "_parts"
+	partIndex  = "_part_idx"
+)
 
 const (
 	maxIdentLen  = 63 // PostgreSQL's NAMEDATALEN - 1
@@ -102,6 +128,9 @@ func (o *options) validate() error {
 	if o.maxBody < 1 {
 		return fmt.Errorf("outbox: max body size %d: below 1: %w", o.maxBody, ErrInvalidOption)
 	}
+	if o.parts < 1 || o.parts > MaxPartitions {
+		return fmt.Errorf("outbox: %d partitions: not in [1, %d]: %w", o.parts, MaxPartitions, ErrInvalidOption)
+	}
 	return nil
 }
 
@@ -125,6 +154,10 @@ type relayOptions struct {
 	reg            prometheus.Registerer
 	tp             trace.TracerProvider // nil: the global provider
 	retryPause     time.Duration        // after being fenced, and before retrying the fence check or the listener
+	inFlight       int                  // WithMaxInFlight; 0: twice the batch size plus twice the concurrency
+	electors       func(p int) (lock.Elector, error)
+	inspector      lock.Inspector
+	elections      []string
 }
 
 func defaultRelayOptions() relayOptions {
@@ -240,6 +273,35 @@ func WithRegisterer(reg prometheus.Registerer) RelayOption {
 	return func(o *relayOptions) { o.reg = reg }
 }
 
+// WithMaxInFlight bounds the messages a relay holds at once in one partition: read and not yet
+// recorded (published, publishing, or waiting for an earlier message of their key). Default 0:
+// twice [WithBatchSize] plus twice [WithConcurrency]. The relay keeps publishes in flight
+// across batches: it reads the next batch while the previous ones are published, as soon as a
+// whole batch fits under the bound. A bound of one batch gives back the relay that waits for a
+// batch's slowest publish before it reads the next.
+func WithMaxInFlight(n int) RelayOption { return func(o *relayOptions) { o.inFlight = n } }
+
+// WithElectors sets the elections of a partitioned outbox's relay ([WithPartitions]): el(p) is
+// this process's candidate in partition p's election (0 ≤ p < partitions), such as
+// lock.NewElector(sess, fmt.Sprintf("/orders/outbox-relay/p%d", p), hostname). Each partition
+// needs an election of its own, the same in every process; the relay drains partition p, under
+// its own fencing token (fence resource "outbox:<table>/p<p>"), while it leads p. [NewRelay]
+// calls el once per partition. Without [WithBalance] a process leads every partition it wins.
+// An outbox that is not split may use it too (one partition, el(0)), or [WithElector].
+func WithElectors(el func(p int) (lock.Elector, error)) RelayOption {
+	return func(o *relayOptions) { o.electors = el }
+}
+
+// WithBalance makes the relays of a partitioned outbox share the partitions: each process counts
+// the live relays — the distinct candidate ids among the contenders of elections, read with insp
+// (for ZooKeeper, the session's inspector and the partitions' election paths) — and leads at most
+// ceil(partitions/relays) of them, giving up the rest for the others to take. When a relay
+// dies, its partitions go to the others as soon as its lock backend ends its holds (the
+// ZooKeeper session timeout). Only with [WithElectors].
+func WithBalance(insp lock.Inspector, elections ...string) RelayOption {
+	return func(o *relayOptions) { o.inspector, o.elections = insp, elections }
+}
+
 const maxBatch = 10000
 
 func (o relayOptions) validate() error {
@@ -262,6 +324,16 @@ func (o relayOptions) validate() error {
 		return fmt.Errorf("outbox: publish timeout %v: not positive: %w", o.publishTimeout, ErrInvalidOption)
 	case o.retryPause <= 0:
 		return fmt.Errorf("outbox: retry pause %v: not positive: %w", o.retryPause, ErrInvalidOption)
+	case o.inFlight < 0:
+		return fmt.Errorf("outbox: max in flight %d: negative: %w", o.inFlight, ErrInvalidOption)
+	case o.inFlight > 0 && o.inFlight < o.batch:
+		return fmt.Errorf("outbox: max in flight %d: below the batch size %d: %w", o.inFlight, o.batch, ErrInvalidOption)
+	case o.electors != nil && o.electorSet:
+		return fmt.Errorf("outbox: relay: both WithElector and WithElectors: %w", ErrInvalidOption)
+	case o.inspector != nil && o.electors == nil:
+		return fmt.Errorf("outbox: relay: WithBalance without WithElectors: %w", ErrInvalidOption)
+	case o.inspector != nil && len(o.elections) == 0:
+		return fmt.Errorf("outbox: relay: WithBalance without elections: %w", ErrInvalidOption)
 	}
 	if err := pgutil.CheckCron(o.schedule); err != nil {
 		return fmt.Errorf("outbox: schedule %q: %w: %w", o.schedule, err, ErrInvalidOption)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/lock"
 )
 
 func TestNewOptions(t *testing.T) {
@@ -33,6 +34,10 @@ func TestNewOptions(t *testing.T) {
 		{"table not UTF-8", []Option{WithTable("\xff")}, true, "", ""},
 		{"channel too long", []Option{WithChannel(strings.Repeat("c", 64))}, true, "", ""},
 		{"zero body limit", []Option{WithMaxBodySize(0)}, true, "", ""},
+		{"12 partitions", []Option{WithPartitions(12)}, false, "txkit_outbox", "txkit_outbox"},
+		{"most partitions", []Option{WithPartitions(MaxPartitions)}, false, "txkit_outbox", "txkit_outbox"},
+		{"0 partitions", []Option{WithPartitions(0)}, true, "", ""},
+		{"too many partitions", []Option{WithPartitions(MaxPartitions + 1)}, true, "", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -78,6 +83,14 @@ func TestRelayOptions(t *testing.T) {
 		{"schedule descriptor", []RelayOption{WithSchedule("@every 250ms")}, false},
 		{"schedule garbage", []RelayOption{WithSchedule("every second")}, true},
 		{"nil logger keeps the default", []RelayOption{WithLogger(nil)}, false},
+		{"max in flight one batch", []RelayOption{WithBatchSize(16), WithMaxInFlight(16)}, false},
+		{"max in flight below a batch", []RelayOption{WithBatchSize(16), WithMaxInFlight(15)}, true},
+		{"max in flight negative", []RelayOption{WithMaxInFlight(-1)}, true},
+		{"electors", []RelayOption{WithElectors(noElector)}, false},
+		{"elector and electors", []RelayOption{WithElector(&lock.Election{}), WithElectors(noElector)}, true},
+		{"balance with electors", []RelayOption{WithElectors(noElector), WithBalance(noInspector{}, "/e/p0")}, false},
+		{"balance without electors", []RelayOption{WithBalance(noInspector{}, "/e/p0")}, true},
+		{"balance without elections", []RelayOption{WithElectors(noElector), WithBalance(noInspector{})}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,6 +109,26 @@ func TestRelayOptions(t *testing.T) {
 				t.Fatal("logger is nil")
 			}
 		})
+	}
+}
+
+func noElector(int) (lock.Elector, error) { return &lock.Election{}, nil }
+
+type noInspector struct{}
+
+func (noInspector) Contenders(context.Context, string) ([]lock.Contender, bool, error) {
+	return nil, false, nil
+}
+
+func TestInFlightDefault(t *testing.T) {
+	o := defaultRelayOptions()
+	WithBatchSize(128)(&o)
+	if got := o.maxInFlight(); got != 2*128+2*16 {
+		t.Fatalf("default max in flight at batch 128, concurrency 16 = %d, want %d", got, 2*128+2*16)
+	}
+	WithMaxInFlight(500)(&o)
+	if got := o.maxInFlight(); got != 500 {
+		t.Fatalf("max in flight = %d, want 500", got)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 )
@@ -35,12 +36,14 @@ type Outbox struct {
 	o     options
 	table string // quoted, schema-qualified
 	name  string // unquoted, schema-qualified: for logs and the fence resource
+	meta  string // quoted, schema-qualified: the table holding the partition count
 	ddl   string
 	q     queries
 }
 
 type queries struct {
 	enqueue, notify, due, deleteSent, fail, listDead, requeue, requeueAll, backlog, pending string
+	partitions, unpartitioned                                                               string
 }
 
 // New returns an Outbox on pool configured by opts. It does not touch the database: call
@@ -58,10 +61,17 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Outbox, error) {
 		return nil, err
 	}
 	t, name := pgutil.Table(o.schema, o.table)
-	ob := &Outbox{pool: pool, o: o, table: t, name: name}
+	meta, _ := pgutil.Table(o.schema, o.table+metaSuffix)
+	ob := &Outbox{pool: pool, o: o, table: t, name: name, meta: meta}
+	oldIndex := pgx.Identifier{o.table + pendingIndex}
+	if o.schema != "" {
+		oldIndex = pgx.Identifier{o.schema, o.table + pendingIndex}
+	}
 	data := map[string]any{
 		"Table":        ob.table,
-		"PendingIndex": pgx.Identifier{o.table + pendingIndex}.Sanitize(),
+		"Meta":         meta,
+		"PartIndex":    pgx.Identifier{o.table + partIndex}.Sanitize(),
+		"PendingIndex": oldIndex.Sanitize(),
 		"RetryIndex":   pgx.Identifier{o.table + retryIndex}.Sanitize(),
 		"Pending":      StatusPending.String(),
 		"Dead":         StatusDead.String(),
@@ -100,6 +110,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Outbox, error) {
 		requeueAll: render("requeue_all"),
 		backlog:    render("backlog"),
 		pending:    render("pending"),
+
+		partitions:    render("partitions"),
+		unpartitioned: render("unpartitioned_backlog"),
 	}
 	if err != nil {
 		return nil, fmt.Errorf("outbox: render embedded sql: %w", err)
@@ -121,6 +134,21 @@ func (ob *Outbox) Channel() string { return ob.o.channel }
 func (ob *Outbox) Migrate(ctx context.Context) error {
 	if _, err := ob.pool.Exec(ctx, ob.ddl); err != nil {
 		return fmt.Errorf("outbox: migrate %s: %w", ob.name, err)
+	}
+	want := ob.o.parts
+	var old bool
+	if err := ob.pool.QueryRow(ctx, ob.q.unpartitioned, ob.meta).Scan(&old); err != nil {
+		return fmt.Errorf("outbox: migrate %s: %w", ob.name, err)
+	}
+	if old {
+		want = 1 // its pending rows are all in partition 0
+	}
+	stored, err := leader.StorePartitions(ctx, ob.pool, ob.meta, want)
+	if err != nil {
+		return fmt.Errorf("outbox: migrate %s: %w", ob.name, err)
+	}
+	if stored != ob.o.parts {
+		return ob.partsMismatch(stored)
 	}
 	f, err := ob.relayFence()
 	if err == nil {
@@ -180,17 +208,55 @@ func (ob *Outbox) Enqueue(ctx context.Context, tx DBTX, msg Message) (uuid.UUID,
 	if body == nil {
 		body = []byte{}
 	}
-	args := []any{msg.ID, msg.Topic, msg.Key, body, headers, msg.Tags, obs.EncodeTrace(ctx)}
+	args := []any{msg.ID, msg.Topic, msg.Key, body, headers, msg.Tags, obs.EncodeTrace(ctx),
+		ob.partition(msg), ob.o.parts}
 	if ob.o.notify {
 		args = append(args, ob.o.channel)
 	}
-	if _, err := tx.Exec(ctx, ob.q.enqueue, args...); err != nil {
+	var n int
+	if err := tx.QueryRow(ctx, ob.q.enqueue, args...).Scan(&n); err != nil {
 		if isUniqueViolation(err) {
 			return uuid.Nil, fmt.Errorf("outbox: enqueue %s to %s: %w: %w", msg.ID, msg.Topic, ErrDuplicate, err)
 		}
 		return uuid.Nil, fmt.Errorf("outbox: enqueue %s to %s: %w", msg.ID, msg.Topic, err)
 	}
+	if n == 0 { // the table's partition count is not this outbox's
+		var stored int
+		if err := tx.QueryRow(ctx, ob.q.partitions).Scan(&stored); err != nil {
+			return uuid.Nil, fmt.Errorf("outbox: enqueue %s to %s: no partition count stored (was Migrate run?): %w: %w",
+				msg.ID, msg.Topic, err, ErrInvalidOption)
+		}
+		return uuid.Nil, fmt.Errorf("outbox: enqueue %s to %s: %w", msg.ID, msg.Topic, ob.partsMismatch(stored))
+	}
 	return msg.ID, nil
+}
+
+// Partitions returns the number of partitions the outbox is split into ([WithPartitions]).
+func (ob *Outbox) Partitions() int { return ob.o.parts }
+
+// Partition returns the partition [Outbox.Enqueue] puts msg in: a stable hash of msg.Key, or of
+// msg.ID when the key is empty, modulo [Outbox.Partitions] (always 0 when the outbox is not
+// split). The same function in every process and version, so all messages of a key share a
+// partition.
+func (ob *Outbox) Partition(msg Message) int {
+	return ob.partition(msg)
+}
+
+func (ob *Outbox) partition(msg Message) int {
+	if ob.o.parts < 2 {
+		return 0
+	}
+	if msg.Key != "" {
+		return leader.Partition(msg.Key, ob.o.parts)
+	}
+	return leader.Partition(msg.ID.String(), ob.o.parts)
+}
+
+// partsMismatch is the error for a table whose stored partition count is not the outbox's.
+func (ob *Outbox) partsMismatch(stored int) error {
+	return fmt.Errorf("outbox: %s is split into %d partitions, this outbox into %d (WithPartitions): "+
+		"the count is fixed once stored, since moving a key to another partition while its messages are "+
+		"pending could reorder them: %w", ob.name, stored, ob.o.parts, ErrInvalidOption)
 }
 
 func (ob *Outbox) check(msg Message) error {

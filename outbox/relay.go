@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/leader"
@@ -33,13 +32,16 @@ import (
 // starts the next drain, so drains never overlap and a burst of commits costs one extra drain.
 //
 // A drain reads due pending rows in id order, in batches of [WithBatchSize] messages and at most
-// [WithBatchBytes] bytes (always at least one message), publishes them — keys
-// in parallel ([WithConcurrency]), each key's messages one after the other — and then, in one
-// transaction that passes the fence ([WithFence]), deletes the rows it sent and records the
-// failures: the
-// attempt count, the error, and a retry time with exponential backoff ([WithBackoff]); a message
-// that failed [WithMaxAttempts] times becomes dead ([Outbox.ListDead], [Outbox.Requeue]), and so
-// does at once one whose publish error wraps [ErrInvalidMessage] (the broker can never carry it).
+// [WithBatchBytes] bytes (always at least one message), and keeps publishes in flight across
+// batches (at most [WithMaxInFlight] messages held): keys in parallel ([WithConcurrency]), each
+// key's messages one after the other, each after the previous one's acknowledgement. As results
+// come, it deletes the acknowledged rows and records the failures in transactions that pass the
+// fence ([WithFence]): the attempt count, the error, and a retry time with exponential backoff
+// ([WithBackoff]); a message that failed [WithMaxAttempts] times becomes dead ([Outbox.ListDead],
+// [Outbox.Requeue]), and so does at once one whose publish error wraps [ErrInvalidMessage] (the
+// broker can never carry it). See the package doc's "The pipeline".
+// With [WithElectors] the relay leads the partitions of a partitioned outbox ([WithPartitions])
+// it wins, each drained as above under its own term.
 // When a message fails, the later messages of its key wait until it is sent or dead. When
 // publishes of several keys failed while none succeeded (the broker looked down), the first
 // acknowledged publish after them makes those messages due at once, rather than each waiting out
@@ -56,8 +58,10 @@ type Relay struct {
 	o        relayOptions
 	fence    *fence.Fence
 	resource string
-	job      *leader.Job
+	job      runner // nil without an elector
+	shards   *leader.Shards
 	running  atomic.Bool
+	leading  atomic.Bool // a relay without partitions leads
 	stats    relayStats
 	m        *relayMetrics
 	tracer   trace.Tracer
@@ -116,6 +120,29 @@ func NewRelay(ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 	if ob.o.notify {
 		lopts = append(lopts, leader.WithChannel(ob.o.channel))
 	}
+	if o.electors == nil && ob.o.parts > 1 {
+		if o.elector != nil {
+			return nil, fmt.Errorf("outbox: relay of %s: %d partitions need WithElectors, not WithElector: %w",
+				ob.name, ob.o.parts, ErrInvalidOption)
+		}
+		// Run reports the missing electors; NewShards checks the rest without them.
+		if _, err := leader.NewShards(ob.o.parts, func(int) (lock.Elector, error) { return &lock.Election{}, nil },
+			pool, f, r.resource, r.drainLoop, lopts...); err != nil {
+			return nil, fmt.Errorf("outbox: relay: %w: %w", err, ErrInvalidOption)
+		}
+		return r, nil
+	}
+	if o.electors != nil {
+		if o.inspector != nil {
+			lopts = append(lopts, leader.WithMembership(leader.ContenderMembership(o.inspector, o.elections...)))
+		}
+		s, err := leader.NewShards(ob.o.parts, o.electors, pool, f, r.resource, r.drainLoop, lopts...)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: relay: %w: %w", err, ErrInvalidOption)
+		}
+		r.job, r.shards = s, s
+		return r, nil
+	}
 	if o.elector == nil {
 		// Run reports the missing elector; New also checks the rest without one.
 		el := &lock.Election{}
@@ -130,6 +157,58 @@ func NewRelay(ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 	}
 	r.job = job
 	return r, nil
+}
+
+// runner is the leader job a relay runs: a leader.Job, or a leader.Shards for partitions.
+type runner interface {
+	Run(ctx context.Context) error
+	Fenced() int64
+}
+
+// Led returns the partitions this relay leads now, in order: [0] or none for a relay built with
+// [WithElector], the partitions it won for one built with [WithElectors]. It is safe to call at
+// any time.
+func (r *Relay) Led() []int {
+	if r.shards != nil {
+		return r.shards.Led()
+	}
+	if r.leading.Load() {
+		return []int{0}
+	}
+	return nil
+}
+
+// checkPartitions refuses to relay a table whose stored partition count is not the outbox's (an
+// error wrapping ErrInvalidOption); a failed query is retried until ctx ends.
+func (r *Relay) checkPartitions(ctx context.Context, log *slog.Logger) error {
+	for {
+		var stored int
+		err := r.pool.QueryRow(ctx, r.ob.q.partitions).Scan(&stored)
+		switch {
+		case err == nil && stored == r.ob.o.parts:
+			return nil
+		case err == nil:
+			return r.ob.partsMismatch(stored)
+		case errors.Is(err, pgx.ErrNoRows) || isUndefinedTable(err):
+			return fmt.Errorf("outbox: relay of %s: no partition count stored (was Outbox.Migrate run?): %w: %w",
+				r.ob.name, err, ErrInvalidOption)
+		case ctx.Err() != nil:
+			return nil
+		}
+		log.WarnContext(ctx, "outbox: reading the partition count failed; retrying", slog.Any("err", err))
+		t := time.NewTimer(r.o.retryPause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func isUndefinedTable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01"
 }
 
 // relayFence is the fence a [Relay] of ob passes by default: the table "txkit_fence" in ob's
@@ -172,7 +251,7 @@ func (r *Relay) Stats() Stats {
 // retried.
 func (r *Relay) Run(ctx context.Context) error {
 	if r.job == nil {
-		return fmt.Errorf("outbox: relay of %s: no elector (WithElector): %w", r.ob.name, ErrInvalidOption)
+		return fmt.Errorf("outbox: relay of %s: no elector (WithElector, or WithElectors for partitions): %w", r.ob.name, ErrInvalidOption)
 	}
 	if !r.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("outbox: relay of %s: %w", r.ob.name, ErrRunning)
@@ -189,12 +268,22 @@ func (r *Relay) fenced() int64 {
 	return r.job.Fenced()
 }
 
-// drainLoop is the relay's leader work: it drains each time it is woken, until ctx ends (nil) or
-// the fence refuses this relay (an error wrapping lock.ErrFenced).
+// drainLoop is the relay's leader work for one partition (0 when the outbox is not split): it
+// drains each time it is woken, until ctx ends (nil) or the fence refuses this relay (an error
+// wrapping lock.ErrFenced), or the table's partition count is not the outbox's (an error
+// wrapping ErrInvalidOption).
 func (r *Relay) drainLoop(ctx context.Context, t *leader.Term) error {
 	log := t.Log()
+	part := t.Partition()
 	var out outage
 	defer r.m.setBacklog(0, 0) // the gauges are the leader's: a relay that does not lead shows 0
+	if r.shards == nil {
+		r.leading.Store(true)
+		defer r.leading.Store(false)
+	}
+	if err := r.checkPartitions(ctx, log); err != nil || ctx.Err() != nil {
+		return err
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -202,7 +291,7 @@ func (r *Relay) drainLoop(ctx context.Context, t *leader.Term) error {
 		case <-t.Wake():
 		}
 		r.stats.wakeups.Add(1)
-		err := r.drain(ctx, t.Token(), &out, log)
+		err := r.drainPipelined(ctx, t, part, &out, log)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -223,65 +312,6 @@ type row struct {
 	trace    string    // the trace context stored by Enqueue (obs.EncodeTrace), "" when none
 }
 
-// drain publishes due messages batch after batch until a batch comes back short, ctx ends, or an
-// error (then the batch's results are not written: its rows stay pending). With a registerer it
-// then counts the backlog for the gauges (also every gaugeInterval during a long drain). It logs
-// what it did at debug level: draining is routine.
-func (r *Relay) drain(ctx context.Context, tok lock.Token, out *outage, log *slog.Logger) error {
-	start := time.Now()
-	measured := start
-	var batches, sent, failed, dead int
-	defer func() {
-		debug := batches > 0 && log.Enabled(ctx, slog.LevelDebug)
-		backlog := int64(-1)
-		if ctx.Err() == nil && (debug || r.m.gauges) {
-			backlog = r.measure(ctx)
-		}
-		if !debug {
-			return
-		}
-		attrs := []slog.Attr{slog.Int("batches", batches), slog.Int("sent", sent), slog.Int("failed", failed),
-			slog.Int("dead", dead), slog.Duration("elapsed", time.Since(start))}
-		if backlog >= 0 {
-			attrs = append(attrs, slog.Int64("backlog", backlog))
-		}
-		log.LogAttrs(ctx, slog.LevelDebug, "outbox: drained", attrs...)
-	}()
-	for ctx.Err() == nil {
-		if r.m.gauges && time.Since(measured) >= gaugeInterval {
-			r.measure(ctx)
-			measured = time.Now()
-		}
-		batch, more, err := r.fetch(ctx)
-		if err != nil {
-			return err
-		}
-		if len(batch) == 0 {
-			return nil
-		}
-		batches++
-		r.stats.batches.Add(1)
-		r.m.batchSize.Observe(float64(len(batch)))
-		errs := r.publish(ctx, batch, log)
-		if ctx.Err() != nil {
-			// Leadership lost (or shutdown) mid-batch: write nothing. The rows stay pending and the
-			// next leader sends them again, with the same IDs.
-			return nil
-		}
-		s, f, d, rescued, err := r.record(ctx, tok, batch, errs, out, log)
-		if err != nil {
-			return err
-		}
-		sent, failed, dead = sent+s, failed+f, dead+d
-		log.DebugContext(ctx, "outbox: batch done", slog.Int("size", len(batch)), slog.Int("sent", s),
-			slog.Int("failed", f), slog.Int("dead", d))
-		if !more && rescued == 0 {
-			return nil
-		}
-	}
-	return nil
-}
-
 // gaugeInterval is how often a drain that goes on counts the backlog for the gauges.
 const gaugeInterval = 5 * time.Second
 
@@ -299,12 +329,12 @@ func (r *Relay) measure(ctx context.Context) int64 {
 	return pending
 }
 
-// fetch reads the next batch: at most WithBatchSize due rows and, past the first, at most
-// WithBatchBytes bytes of them. more reports whether more rows may be due: the batch is full, or
-// the byte bound cut it short.
-func (r *Relay) fetch(ctx context.Context) (batch []row, more bool, err error) {
+// fetch reads the next batch of partition part, leaving out the rows whose ids are in held: at
+// most WithBatchSize due rows and, past the first, at most WithBatchBytes bytes of them. more
+// reports whether more rows may be due: the batch is full, or the byte bound cut it short.
+func (r *Relay) fetch(ctx context.Context, part int, held []int64) (batch []row, more bool, err error) {
 	sent := time.Now() // no later than the statement's now(), from which the rows' ages are taken
-	rows, err := r.pool.Query(ctx, r.ob.q.due, r.o.batch, r.o.batchBytes)
+	rows, err := r.pool.Query(ctx, r.ob.q.due, r.o.batch, r.o.batchBytes, part, held)
 	if err != nil {
 		return nil, false, fmt.Errorf("outbox: read due messages of %s: %w", r.ob.name, err)
 	}
@@ -330,56 +360,6 @@ func scanDue(r pgx.Row, sent time.Time) (x row, cut bool, err error) {
 	err = r.Scan(&x.id, &x.msg.ID, &x.msg.Topic, &x.msg.Key, &x.msg.Body, &x.msg.Headers, &x.attempts, &cut, &x.msg.Tags, &age, &x.trace)
 	x.created = sent.Add(-time.Duration(age * float64(time.Second)))
 	return x, cut, err
-}
-
-// errNotAttempted marks a message the drain did not publish: an earlier message of its key failed in
-// the same batch, or ctx ended first.
-var errNotAttempted = errors.New("not attempted")
-
-// publish publishes batch: one goroutine per key (at most WithConcurrency at a time), each
-// publishing its key's messages in order and stopping at the first failure. Messages without a key
-// are each a group of their own. It returns each message's error: nil (acknowledged), the publish
-// error, or errNotAttempted.
-func (r *Relay) publish(ctx context.Context, batch []row, log *slog.Logger) []error {
-	errs := make([]error, len(batch))
-	groups := make([][]int, 0, len(batch))
-	byKey := make(map[string]int)
-	for i, x := range batch {
-		errs[i] = errNotAttempted
-		if x.msg.Key == "" {
-			groups = append(groups, []int{i})
-			continue
-		}
-		g, ok := byKey[x.msg.Key]
-		if !ok {
-			g = len(groups)
-			byKey[x.msg.Key] = g
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], i)
-	}
-	var g errgroup.Group
-	g.SetLimit(r.o.concurrency)
-	for _, grp := range groups {
-		if ctx.Err() != nil {
-			break
-		}
-		g.Go(func() error {
-			for _, i := range grp {
-				if ctx.Err() != nil {
-					return nil
-				}
-				err := r.publishOne(ctx, batch[i], log)
-				errs[i] = err // each index is written by one goroutine, read after Wait
-				if err != nil {
-					return nil // the rest of the key waits for this one
-				}
-			}
-			return nil
-		})
-	}
-	_ = g.Wait()
-	return errs
 }
 
 // publishOne calls the publisher with the publish timeout under the message's publish span,
@@ -422,7 +402,7 @@ const maxErrorLen = 2000
 // fence first. When the batch has an acknowledged publish after an outage (see [outage]), the same
 // transaction makes the rows that failed during the outage due at once. It returns how many were
 // sent, failed, made dead and made due again.
-func (r *Relay) record(ctx context.Context, tok lock.Token, batch []row, errs []error, out *outage, log *slog.Logger) (sent, failed, dead, rescued int, err error) {
+func (r *Relay) record(ctx context.Context, resource string, tok lock.Token, batch []row, errs []error, out *outage, log *slog.Logger) (sent, failed, dead, rescued int, err error) {
 	var sentIDs, failedIDs []int64
 	var failedErrs []string
 	var permanent []bool
@@ -430,7 +410,6 @@ func (r *Relay) record(ctx context.Context, tok lock.Token, batch []row, errs []
 		switch e := errs[i]; {
 		case e == nil:
 			sentIDs = append(sentIDs, x.id)
-		case errors.Is(e, errNotAttempted):
 		default:
 			failedIDs = append(failedIDs, x.id)
 			failedErrs = append(failedErrs, pgutil.ErrorText(e, maxErrorLen))
@@ -475,7 +454,7 @@ where id = any($1::bigint[]) and status = '`+StatusPending.String()+`' and attem
 				return err
 			})
 	}
-	err = r.fencedTx(ctx, tok, b)
+	err = r.fencedTx(ctx, resource, tok, b)
 	if err != nil {
 		return 0, 0, 0, 0, fmt.Errorf("outbox: record batch of %s: %w", r.ob.name, err)
 	}
@@ -484,7 +463,7 @@ where id = any($1::bigint[]) and status = '`+StatusPending.String()+`' and attem
 		out.reset()
 	default:
 		for i, x := range batch {
-			if e := errs[i]; e != nil && !errors.Is(e, errNotAttempted) && !errors.Is(e, ErrInvalidMessage) {
+			if e := errs[i]; e != nil && !errors.Is(e, ErrInvalidMessage) {
 				out.add(x.id, x.msg.Key)
 			}
 		}
@@ -509,11 +488,20 @@ where id = any($1::bigint[]) and status = '`+StatusPending.String()+`' and attem
 	return len(sentIDs), len(failedIDs), len(deadIDs), rescued, nil
 }
 
-// fencedTx runs b in one transaction that first passes the fence with tok, in two round trips:
+// fenceResource returns the fence resource of partition part's writes: the relay's resource, or
+// with partitions the partition's, as leader.Shards names it.
+func (r *Relay) fenceResource(part int) string {
+	if r.shards == nil {
+		return r.resource
+	}
+	return leader.PartitionName(r.resource, part)
+}
+
+// fencedTx runs b in one transaction that first passes the fence (resource, tok), in two round trips:
 // "begin" with the fence check, then b's statements with "commit". It rolls back (with a context
 // of its own) when anything fails, and returns an error wrapping lock.ErrFenced when the fence
 // refuses tok.
-func (r *Relay) fencedTx(ctx context.Context, tok lock.Token, b *pgx.Batch) (err error) {
+func (r *Relay) fencedTx(ctx context.Context, resource string, tok lock.Token, b *pgx.Batch) (err error) {
 	c, err := r.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -526,7 +514,7 @@ func (r *Relay) fencedTx(ctx context.Context, tok lock.Token, b *pgx.Batch) (err
 			_, _ = c.Exec(cctx, "rollback") // a warning only, when no transaction is open
 		}
 	}()
-	if err := r.fence.Check(ctx, &beginFirst{c: c}, r.resource, tok); err != nil {
+	if err := r.fence.Check(ctx, &beginFirst{c: c}, resource, tok); err != nil {
 		return err
 	}
 	b.Queue("commit")

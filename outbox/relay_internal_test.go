@@ -118,7 +118,7 @@ func TestIntegrationDueStatement(t *testing.T) {
 		}
 	}
 	due := func(limit int) []string {
-		rows, err := pg.Pool.Query(ctx, ob.q.due, limit, 1<<30)
+		rows, err := pg.Pool.Query(ctx, ob.q.due, limit, 1<<30, 0, []int64(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +220,7 @@ func TestIntegrationBatchBytes(t *testing.T) {
 	r := &Relay{pool: pg.Pool, ob: ob, o: o}
 	batches, seen := 0, 0
 	for {
-		batch, more, err := r.fetch(ctx)
+		batch, more, err := r.fetch(ctx, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -280,7 +280,7 @@ func TestIntegrationDueStatementByteBound(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rows, err := pg.Pool.Query(ctx, ob.q.due, tc.limit, tc.bytes)
+			rows, err := pg.Pool.Query(ctx, ob.q.due, tc.limit, tc.bytes, 0, []int64(nil))
 			if err != nil {
 				t.Fatal(err)
 			}

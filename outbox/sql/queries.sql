@@ -4,20 +4,37 @@ quoted table name and the status names, and keeps the text; the statements are t
 cached by pgx like any other. $n are bind parameters.
 */}}
 
+{{/* The row is inserted only when the table's stored partition count (the meta row) is the
+outbox's, $9: an outbox configured with another count inserts nothing, and Enqueue refuses the
+message, in the same round trip. $8 is the row's partition, computed by Enqueue. */}}
 {{define "enqueue"}}
-insert into {{.Table}} (msg_id, topic, key, body, headers, tags, trace_context)
-values ($1, $2, nullif($3, ''), $4, $5, nullif($6, ''), nullif($7, ''))
+with m as (
+    insert into {{.Table}} (msg_id, topic, key, body, headers, tags, trace_context, partition)
+    select $1::uuid, $2::text, nullif($3::text, ''), $4::bytea, $5::jsonb, nullif($6::text, ''), nullif($7::text, ''), $8::smallint
+    from {{.Meta}} where partitions = $9::int
+    returning 1
+)
+select count(*) from m
 {{end}}
 
 {{/* One statement, so Enqueue costs one round trip. PostgreSQL folds identical notifications
 (same channel, same payload) of one transaction into one, delivered at commit. */}}
 {{define "enqueue_notify"}}
 with m as (
-    insert into {{.Table}} (msg_id, topic, key, body, headers, tags, trace_context)
-    values ($1, $2, nullif($3, ''), $4, $5, nullif($6, ''), nullif($7, ''))
+    insert into {{.Table}} (msg_id, topic, key, body, headers, tags, trace_context, partition)
+    select $1::uuid, $2::text, nullif($3::text, ''), $4::bytea, $5::jsonb, nullif($6::text, ''), nullif($7::text, ''), $8::smallint
+    from {{.Meta}} where partitions = $9::int
     returning 1
 )
-select pg_notify($8, '') from m
+select count(*) from (select pg_notify($10, '') from m) n
+{{end}}
+
+{{define "partitions"}}select partitions from {{.Meta}}{{end}}
+
+{{/* Whether the table holds pending messages while it has no stored partition count: a table
+from before partitions, whose rows are all in partition 0. Migrate then stores 1. */}}
+{{define "unpartitioned_backlog"}}
+select to_regclass($1) is null and exists (select 1 from {{.Table}} where status = '{{.Pending}}')
 {{end}}
 
 {{define "notify"}}select pg_notify($1, ''){{end}}
@@ -41,11 +58,15 @@ null, never read whole — telling the relay that the byte bound, not the backlo
 the rows after it are not returned. The last columns are each row's age in seconds by the
 database's clock, from which the relay measures enqueue → publish on its own clock, and the trace
 context stored by Enqueue ('' when none). */}}
+{{/* $3 is the partition the relay reads (0 when the outbox is not split) and $4 the ids of the
+rows it holds already — read, and not yet recorded — which a pipelined relay must not read twice
+(a hashed subplan: one probe per row walked). */}}
 {{define "due"}}
 with blocked as materialized (
     select key, min(id) as first
     from {{.Table}}
     where status = '{{.Pending}}' and attempts > 0 and next_attempt_at > now() and key is not null
+      and partition = $3
     group by key
 ),
 sized as (
@@ -57,7 +78,9 @@ sized as (
            row_number() over w as n
     from {{.Table}} t
     where t.status = '{{.Pending}}'
+      and t.partition = $3
       and t.next_attempt_at <= now()
+      and t.id not in (select unnest($4::bigint[]))
       and not exists (select 1 from blocked b where b.key = t.key and b.first < t.id)
     window w as (order by t.id rows unbounded preceding)
     order by t.id

@@ -24,7 +24,14 @@ alter table {{.Table}} add column if not exists tags text;
 -- The W3C trace context of the ctx that enqueued the message (obs.EncodeTrace; null without one):
 -- the relay's publish span is its child. Added to tables created before it existed.
 alter table {{.Table}} add column if not exists trace_context text;
-create index if not exists {{.PendingIndex}} on {{.Table}} (id) where status = '{{.Pending}}';
+-- The partition of the row among the outbox's (WithPartitions; 0 when not split), set by Enqueue
+-- from a stable hash of the key (of the message id when there is no key). Added to tables created
+-- before it existed: a constant default rewrites nothing.
+alter table {{.Table}} add column if not exists partition smallint not null default 0;
+-- The relay reads each partition's pending rows in id order. (The index on (id) alone that came
+-- before partitions is dropped: this one serves every query it served.)
+create index if not exists {{.PartIndex}} on {{.Table}} (partition, id) where status = '{{.Pending}}';
+drop index if exists {{.PendingIndex}};
 -- ...and, for per-key order, finds the rows waiting out a backoff after a failed publish. Only
 -- those have attempts > 0 and a future next_attempt_at (Enqueue and Requeue set attempts = 0 and
 -- next_attempt_at = now()), so this index stays tiny and costs Enqueue nothing.

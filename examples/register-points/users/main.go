@@ -35,6 +35,7 @@ import (
 
 type config struct {
 	listen, pg, db, schema, zk, namesrv, topic, mode, id, election string
+	partitions                                                     int
 }
 
 func main() {
@@ -49,6 +50,7 @@ func main() {
 	flag.StringVar(&c.mode, "mode", "outbox", "outbox or txmsg")
 	flag.StringVar(&c.id, "id", "users-"+uuid.NewString()[:8], "instance id (the relay's election id)")
 	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the relay election (default /txkit-demo/<schema>/relay)")
+	flag.IntVar(&c.partitions, "partitions", 0, "split the outbox into this many partitions, each with its own election <election>/p<i>, shared among the instances (0: one election, one relaying instance)")
 	flag.Parse()
 	log := app.Logger("users").With("id", c.id)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -83,7 +85,11 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	g, ctx := errgroup.WithContext(ctx)
 	switch c.mode {
 	case "outbox":
-		if s.ob, err = outbox.New(pool); err != nil {
+		var obOpts []outbox.Option
+		if c.partitions > 0 {
+			obOpts = append(obOpts, outbox.WithPartitions(c.partitions))
+		}
+		if s.ob, err = outbox.New(pool, obOpts...); err != nil {
 			return err
 		}
 		if err := s.ob.Migrate(ctx); err != nil {
@@ -106,7 +112,20 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 			return err
 		}
 		defer pub.Close()
-		relay, err := outbox.NewRelay(s.ob, pub, outbox.WithElector(s.el), outbox.WithLogger(log), outbox.WithRegisterer(reg))
+		ropts := []outbox.RelayOption{outbox.WithLogger(log), outbox.WithRegisterer(reg)}
+		if c.partitions > 0 {
+			// Each partition's election; the instances share them, ceil(P/N) each at most.
+			paths := make([]string, c.partitions)
+			for p := range paths {
+				paths[p] = fmt.Sprintf("%s/p%d", election, p)
+			}
+			ropts = append(ropts, outbox.WithElectors(func(p int) (lock.Elector, error) {
+				return lock.NewElector(sess, paths[p], c.id)
+			}), outbox.WithBalance(sess.Inspector(), paths...))
+		} else {
+			ropts = append(ropts, outbox.WithElector(s.el))
+		}
+		relay, err := outbox.NewRelay(s.ob, pub, ropts...)
 		if err != nil {
 			return err
 		}
@@ -184,6 +203,7 @@ func (s *service) stats(w http.ResponseWriter, r *http.Request) {
 	out := map[string]any{"id": s.c.id, "mode": s.c.mode}
 	if s.relay != nil {
 		out["relay"] = s.relay.Stats()
+		out["led"] = s.relay.Led()
 		leader, err := s.el.Leader(r.Context())
 		if err != nil && !errors.Is(err, lock.ErrNoLeader) {
 			out["leader_error"] = "leader unknown (request id " + httpsafe.Log(s.log, "reading the leader failed", err) + ")"

@@ -1,0 +1,338 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txkit/txkit/internal/leader"
+)
+
+// pipeline is one drain of one partition in one leadership term: it keeps publishes in flight
+// across batches. Three kinds of goroutine share it:
+//
+//   - the fetcher (the drain's own goroutine) reads due rows that the pipeline does not hold yet
+//     (their ids are excluded from the read) whenever a whole batch fits under the in-flight
+//     bound, and hands each row to its key;
+//   - one sender per key with rows to publish (at most WithConcurrency publishing at once)
+//     publishes the key's rows one after the other, in id order, each only after the previous one
+//     was acknowledged; a failure stops the key: its later rows are dropped (not published, not
+//     written) and so are the rows of the key fetched until the failure is recorded, after which
+//     the due statement itself holds them back (the failed row waits out its backoff);
+//   - the recorder writes what the senders finished, as it comes — deletes the acknowledged rows,
+//     records the failures — in fenced transactions, each covering every result that finished
+//     while the previous one ran. A row leaves the held set only once its result is committed (a
+//     dropped row: once its key's failure is), so a row is never read twice in one drain and a
+//     key's later rows are never read before the failure that must hold them back is visible.
+//
+// The drain ends when a read comes back short and every held row is recorded or released, or at
+// the first error (ctx ends, the fence refuses, a write fails): the rows not recorded stay pending
+// for the next drain or leader, which publishes them again with the same IDs.
+type pipeline struct {
+	r    *Relay
+	part int
+	log  *slog.Logger
+	out  *outage
+
+	mu      sync.Mutex
+	held    map[int64]struct{}   // rows read and not yet recorded or released
+	keys    map[string]*keyQueue // keys with rows queued, publishing, or stopped by a failure
+	done    []result             // finished publishes, not yet recorded
+	reset   bool                 // rows were made due at once: read from the start again
+	results chan struct{}        // wakes the recorder (buffered 1)
+	freed   chan struct{}        // wakes the fetcher when held rows were recorded (buffered 1)
+	sem     chan struct{}        // WithConcurrency: senders publishing at once
+
+	sent, failed, dead, batches int
+}
+
+// keyQueue is one key's state in a pipeline.
+type keyQueue struct {
+	queue   []row   // rows to publish after the one publishing now, in id order
+	active  bool    // a sender works on the key
+	stopped bool    // a publish failed and its failure is not recorded yet
+	dropped []int64 // rows of the key held back while stopped
+}
+
+// result is a finished publish: err nil (acknowledged) or the publish error.
+type result struct {
+	x   row
+	err error
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// maxInFlight returns the in-flight bound: WithMaxInFlight, or by default twice the batch size
+// plus twice the concurrency.
+func (o relayOptions) maxInFlight() int {
+	if o.inFlight > 0 {
+		return o.inFlight
+	}
+	return 2*o.batch + 2*o.concurrency
+}
+
+// drainPipelined runs one drain of partition part (see [pipeline]).
+func (r *Relay) drainPipelined(ctx context.Context, t *leader.Term, part int, out *outage, log *slog.Logger) error {
+	p := &pipeline{r: r, part: part, log: log, out: out,
+		held: map[int64]struct{}{}, keys: map[string]*keyQueue{},
+		results: make(chan struct{}, 1), freed: make(chan struct{}, 1), sem: make(chan struct{}, r.o.concurrency)}
+	start := time.Now()
+	defer func() { p.logDone(ctx, start) }()
+	g, gctx := errgroup.WithContext(ctx)
+	stop := make(chan struct{})
+	g.Go(func() error { return p.recordLoop(gctx, t, stop) })
+	err := p.fetchLoop(gctx, g, t)
+	close(stop)
+	if werr := g.Wait(); werr != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		err = werr
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// logDone logs the drain at debug level, with the backlog when it is measured.
+func (p *pipeline) logDone(ctx context.Context, start time.Time) {
+	r := p.r
+	debug := p.batches > 0 && p.log.Enabled(ctx, slog.LevelDebug)
+	backlog := int64(-1)
+	if ctx.Err() == nil && (debug || r.m.gauges) {
+		backlog = r.measure(ctx)
+	}
+	if !debug {
+		return
+	}
+	attrs := []slog.Attr{slog.Int("partition", p.part), slog.Int("batches", p.batches), slog.Int("sent", p.sent),
+		slog.Int("failed", p.failed), slog.Int("dead", p.dead), slog.Duration("elapsed", time.Since(start))}
+	if backlog >= 0 {
+		attrs = append(attrs, slog.Int64("backlog", backlog))
+	}
+	p.log.LogAttrs(ctx, slog.LevelDebug, "outbox: drained", attrs...)
+}
+
+// fetchLoop reads and dispatches batches until a read comes back short and nothing is held
+// (nil), or ctx ends (ctx's error).
+func (p *pipeline) fetchLoop(ctx context.Context, g *errgroup.Group, t *leader.Term) error {
+	r := p.r
+	bound := r.o.maxInFlight()
+	measured := time.Now()
+	for {
+		// Wait until a whole batch fits under the bound (or nothing is held).
+		for {
+			p.mu.Lock()
+			n := len(p.held)
+			p.mu.Unlock()
+			if n == 0 || n+r.o.batch <= bound {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-p.freed:
+			}
+		}
+		if r.m.gauges && time.Since(measured) >= gaugeInterval {
+			r.measure(ctx)
+			measured = time.Now()
+		}
+		p.mu.Lock()
+		exclude := make([]int64, 0, len(p.held))
+		for id := range p.held {
+			exclude = append(exclude, id)
+		}
+		p.reset = false
+		p.mu.Unlock()
+		batch, more, err := r.fetch(ctx, p.part, exclude)
+		if err != nil {
+			return err
+		}
+		if len(batch) > 0 {
+			p.batches++
+			r.stats.batches.Add(1)
+			r.m.batchSize.Observe(float64(len(batch)))
+			p.dispatch(ctx, g, batch)
+		}
+		if more {
+			continue
+		}
+		// Caught up: read again when woken (new rows, rows made due at once), end when every
+		// held row is recorded.
+		for waiting := true; waiting; {
+			p.mu.Lock()
+			n, reset := len(p.held), p.reset
+			p.mu.Unlock()
+			if reset {
+				break
+			}
+			if n == 0 {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.Wake():
+				waiting = false
+			case <-p.freed:
+			}
+		}
+	}
+}
+
+// dispatch holds the batch's rows and queues each on its key, starting the key's sender.
+func (p *pipeline) dispatch(ctx context.Context, g *errgroup.Group, batch []row) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, x := range batch {
+		p.held[x.id] = struct{}{}
+		if x.msg.Key == "" { // a group of its own
+			g.Go(func() error {
+				p.send(ctx, "", x)
+				return nil
+			})
+			continue
+		}
+		q := p.keys[x.msg.Key]
+		if q == nil {
+			q = &keyQueue{}
+			p.keys[x.msg.Key] = q
+		}
+		if q.stopped {
+			q.dropped = append(q.dropped, x.id)
+			continue
+		}
+		q.queue = append(q.queue, x)
+		if !q.active {
+			q.active = true
+			key := x.msg.Key
+			g.Go(func() error {
+				p.sendKey(ctx, key)
+				return nil
+			})
+		}
+	}
+}
+
+// sendKey publishes the key's queued rows one after the other until the queue is empty, a
+// publish fails, or ctx ends.
+func (p *pipeline) sendKey(ctx context.Context, key string) {
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-p.sem }()
+	for {
+		p.mu.Lock()
+		q := p.keys[key]
+		if len(q.queue) == 0 {
+			q.active = false
+			if !q.stopped {
+				delete(p.keys, key)
+			}
+			p.mu.Unlock()
+			return
+		}
+		x := q.queue[0]
+		q.queue = q.queue[1:]
+		p.mu.Unlock()
+		if !p.publish(ctx, key, x) {
+			return
+		}
+	}
+}
+
+// send publishes a row without a key.
+func (p *pipeline) send(ctx context.Context, key string, x row) {
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-p.sem }()
+	p.publish(ctx, key, x)
+}
+
+// publish publishes x and hands the result to the recorder; it reports whether the key may go
+// on. A failure stops the key: its queued rows are dropped until the failure is recorded. When ctx
+// ends nothing is handed over: the row stays pending.
+func (p *pipeline) publish(ctx context.Context, key string, x row) bool {
+	err := p.r.publishOne(ctx, x, p.log)
+	if ctx.Err() != nil {
+		return false
+	}
+	p.mu.Lock()
+	p.done = append(p.done, result{x: x, err: err})
+	if err != nil && key != "" {
+		q := p.keys[key]
+		q.stopped, q.active = true, false
+		for _, y := range q.queue {
+			q.dropped = append(q.dropped, y.id)
+		}
+		q.queue = nil
+	}
+	p.mu.Unlock()
+	signal(p.results)
+	return err == nil
+}
+
+// recordLoop records finished publishes until stop is closed (the fetcher ended: nothing is
+// left to record then, or the drain is abandoned) or ctx ends.
+func (p *pipeline) recordLoop(ctx context.Context, t *leader.Term, stop <-chan struct{}) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-stop:
+			return nil
+		case <-p.results:
+		}
+		p.mu.Lock()
+		res := p.done
+		p.done = nil
+		p.mu.Unlock()
+		if len(res) == 0 {
+			continue
+		}
+		batch := make([]row, len(res))
+		errs := make([]error, len(res))
+		for i, x := range res {
+			batch[i], errs[i] = x.x, x.err
+		}
+		s, f, d, rescued, err := p.r.record(ctx, p.r.fenceResource(p.part), t.Token(), batch, errs, p.out, p.log)
+		if err != nil {
+			return err
+		}
+		p.sent, p.failed, p.dead = p.sent+s, p.failed+f, p.dead+d
+		p.mu.Lock()
+		for _, x := range res {
+			delete(p.held, x.x.id)
+			if x.err == nil || x.x.msg.Key == "" {
+				continue
+			}
+			// The failure is visible now: the due statement holds the key's later rows back.
+			q := p.keys[x.x.msg.Key]
+			for _, id := range q.dropped {
+				delete(p.held, id)
+			}
+			q.dropped, q.stopped = nil, false
+			if !q.active && len(q.queue) == 0 {
+				delete(p.keys, x.x.msg.Key)
+			}
+		}
+		if rescued > 0 {
+			p.reset = true
+		}
+		p.mu.Unlock()
+		signal(p.freed)
+	}
+}
