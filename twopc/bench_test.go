@@ -3,6 +3,7 @@ package twopc_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/google/uuid"
@@ -149,7 +150,34 @@ func BenchmarkTransfer(b *testing.B) {
 	})
 
 	// group-commit/clients=N: coordinator.WithGroupCommit on against off at 1, 16 and 64
-	// concurrent transfers (all on the same two rows: they queue on the row locks).
+	// concurrent transfers, each between a random pair of 256 accounts (east's a<i> to west's
+	// a<i>, east first: concurrent transfers of one pair queue on its row locks, never deadlock).
+	const accounts = 256
+	for _, s := range []*testenv.Schema{east, west} {
+		if _, err := s.Pool.Exec(ctx, `insert into accounts select 'a' || i, 1000000000 from generate_series(0, $1 - 1) i`, accounts); err != nil {
+			b.Fatal(err)
+		}
+	}
+	transfer := func(c *twopc.Coordinator) error {
+		g, err := c.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		id := fmt.Sprint("a", rand.IntN(accounts))
+		for _, db := range []struct{ name, sql string }{
+			{"east", `update accounts set balance = balance - 1 where id = $1`},
+			{"west", `update accounts set balance = balance + 1 where id = $1`},
+		} {
+			if err := g.Enlist(ctx, db.name, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, db.sql, id)
+				return err
+			}); err != nil {
+				_ = g.Abort(ctx)
+				return err
+			}
+		}
+		return g.Commit(ctx)
+	}
 	withDBs := func(p *pgxpool.Pool, opts ...coordinator.Option) (*twopc.Coordinator, error) {
 		c, err := twopc.New(p, opts...)
 		if err != nil {
@@ -163,7 +191,7 @@ func BenchmarkTransfer(b *testing.B) {
 		}
 		return c, nil
 	}
-	coretest.GroupCommit(b, "group-commit", withDBs, log, coretest.GroupWindow, coordinated)
+	coretest.GroupCommit(b, "group-commit", withDBs, log, coretest.GroupWindow, transfer)
 
 	var prepared int
 	if err := log.Pool.QueryRow(ctx, `select count(*) from pg_prepared_xacts where database = current_database()`).Scan(&prepared); err != nil {
