@@ -84,6 +84,14 @@ drill-2pc: up ## 2PC failover drill: 3 bank coordinators, 2000 transfers, leader
 drill-3pc: up ## 2PC vs 3PC on the transfer drill: blocking after leader SIGKILLs (p50/p99), partition anomalies (textbook vs consult-log)
 	@$(WITH_ENV) $(GO) run ./examples/transfer/demo -compare -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s -partitions 5 -timeout 15m
 
+.PHONY: scale-out
+scale-out: up ## the relay and register-points over 1, 2, 3 instances sharing 12 partitions (throughput, commit → awarded latency, CPU per message), then the partitioned drill (SIGKILLs under load, takeover times)
+	@$(WITH_ENV) $(GO) test -run '^$$' -bench RelayScaleOut -benchtime 3x ./outbox/ | grep -E '^Benchmark' && \
+	for n in 1 2 3; do echo "== register-points: $$n users instances sharing 12 partitions, 2000 users at full speed"; \
+	  $(GO) run ./examples/register-points/demo -instances $$n -partitions 12 -users 2000 -rate 0 -concurrency 32 | sed -n '/^register-points report/,$$p' || exit 1; done && \
+	echo "== drill: 3 users instances sharing 12 partitions, 2000 users, SIGKILLs under load" && \
+	$(GO) run ./examples/register-points/demo -instances 3 -partitions 12 -users 2000 -drill | sed -n '/drill:/p;/^register-points report/,$$p'
+
 bench: up ## Go benchmarks against the real servers (not the ones that restart servers: see bench-locks), then the concurrency table
 	@$(WITH_ENV) $(GO) test -run '^$$' -bench . -skip 'Disruptive|^BenchmarkConcurrency$$' -benchmem -count=1 $(BENCHFLAGS) ./...
 	@$(MAKE) --no-print-directory bench-concurrency

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,12 +34,16 @@ type Config struct {
 	Rate        int    // registrations started per second at most (0: as fast as they go)
 	Mode        string // outbox or txmsg
 	Drill       bool   // SIGKILL the leading relay twice and the points service once during the load
-	PG, ZK      string // base PostgreSQL URL, ZooKeeper servers
-	Namesrv     string
-	Broker      string
-	Dir         string    // where binaries and logs go
-	Log         io.Writer // progress lines
-	Keep        bool      // keep the run's schemas and topic afterwards
+	// Partitions splits the outbox into this many partitions shared by the users instances
+	// (users -partitions); 0: one relay election. With Drill, each "leader" kill SIGKILLs the
+	// instance leading the most partitions and measures the takeover.
+	Partitions int
+	PG, ZK     string // base PostgreSQL URL, ZooKeeper servers
+	Namesrv    string
+	Broker     string
+	Dir        string    // where binaries and logs go
+	Log        io.Writer // progress lines
+	Keep       bool      // keep the run's schemas and topic afterwards
 	// BrokerOutage stops the RocketMQ broker (deploy/local/rocketmq stop-broker) for this long at
 	// a third of the load, then starts it again. It stops a server other tests use: run it alone.
 	BrokerOutage time.Duration
@@ -64,6 +69,11 @@ type Report struct {
 	OutageDrained    time.Duration // broker stopped → every message enqueued before it was back relayed
 	BackDrained      time.Duration // broker back → the same
 	Elapsed          time.Duration
+	LoadTook         time.Duration   // the load: first registration started → last answered
+	AwardSpan        time.Duration   // first registration committed → last award committed
+	UsersCPU         time.Duration   // user + system CPU of every users process (killed ones included)
+	PointsCPU        time.Duration   // the same for the points processes
+	Takeovers        []time.Duration // with Partitions and Drill: SIGKILL → every partition led again
 }
 
 // OK reports whether the run kept the example's promise: every registered user has exactly 100
@@ -92,6 +102,19 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "duplicates suppressed:  %d\n", r.Duplicates)
 	fmt.Fprintf(&b, "left pending:           %d\n", r.Pending)
 	fmt.Fprintf(&b, "end-to-end latency:     p50 %v, p99 %v (commit → points awarded)\n", r.P50.Round(100*time.Microsecond), r.P99.Round(100*time.Microsecond))
+	if r.LoadTook > 0 && r.AwardSpan > 0 && r.Registered > 0 {
+		fmt.Fprintf(&b, "throughput:             %.0f registrations/s answered, %.0f awards/s (first commit → last award)\n",
+			float64(r.Requests)/r.LoadTook.Seconds(), float64(r.Awarded)/r.AwardSpan.Seconds())
+		fmt.Fprintf(&b, "CPU per message:        users %.2f ms (HTTP, insert, enqueue, relay), points %.2f ms (consume, claim, award)\n",
+			float64(r.UsersCPU.Microseconds())/1000/float64(r.Registered), float64(r.PointsCPU.Microseconds())/1000/float64(r.Registered))
+	}
+	if len(r.Takeovers) > 0 {
+		ts := make([]string, len(r.Takeovers))
+		for i, d := range r.Takeovers {
+			ts[i] = d.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(&b, "partition takeovers:    %s (SIGKILL → every partition led by a live instance)\n", strings.Join(ts, ", "))
+	}
 	if r.MaxPending > 0 {
 		fmt.Fprintf(&b, "broker outage:          the outbox backlog peaked at %d messages\n", r.MaxPending)
 		fmt.Fprintf(&b, "outage → drained:       %v (broker back → drained %v)\n", r.OutageDrained.Round(10*time.Millisecond),
@@ -123,7 +146,9 @@ type harness struct {
 	starts int              // users processes started so far
 	points *proc
 	dups   atomic.Int64 // duplicates counted by points processes that were killed
-	client *http.Client
+	// CPU of the processes that were killed, by kind ("users", "points").
+	deadCPU map[string]time.Duration
+	client  *http.Client
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -136,7 +161,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	start := time.Now()
 	runID := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	h := &harness{cfg: cfg, runID: runID, schema: "demo_" + runID, topic: "txkit-demo-" + runID,
-		users: map[string]*proc{}, client: &http.Client{Timeout: 10 * time.Second}}
+		users: map[string]*proc{}, client: &http.Client{Timeout: 10 * time.Second}, deadCPU: map[string]time.Duration{}}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return Report{}, err
 	}
@@ -161,8 +186,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 	rep := Report{}
+	loadStart := time.Now()
 	ok, err := h.load(ctx, &rep)
 	rep.Requests = ok
+	rep.LoadTook = time.Since(loadStart)
 	if err != nil {
 		return rep, err
 	}
@@ -245,6 +272,9 @@ func (h *harness) startUsers(ctx context.Context, slot int) error {
 	id := fmt.Sprintf("users-%d.%d", slot, h.starts)
 	h.mu.Unlock()
 	args := append(h.common(), "-zk", h.cfg.ZK, "-mode", h.cfg.Mode, "-id", id)
+	if h.cfg.Partitions > 0 {
+		args = append(args, "-partitions", fmt.Sprint(h.cfg.Partitions))
+	}
 	p, err := h.start(ctx, id, filepath.Join(h.cfg.Dir, "users"), args)
 	if err != nil {
 		return err
@@ -288,10 +318,13 @@ func (p *proc) address() string { return p.addr }
 // hp is p as exharness knows it.
 func (p *proc) hp() *exharness.Proc { return &exharness.Proc{Cmd: p.cmd, Addr: p.addr, Done: p.done} }
 
-// kill SIGKILLs p and waits for it to be gone.
-func kill(p *proc) {
+// kill SIGKILLs p, waits for it to be gone, and adds its CPU time to kind's.
+func (h *harness) kill(p *proc, kind string) {
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
+	h.mu.Lock()
+	h.deadCPU[kind] += cpuOf(p.cmd)
+	h.mu.Unlock()
 }
 
 func (h *harness) getJSON(ctx context.Context, url string, v any) error {
@@ -301,7 +334,68 @@ func (h *harness) getJSON(ctx context.Context, url string, v any) error {
 // leader waits until a live users instance leads the relay election (after a kill, the dead
 // leader's node stays until its session expires) and returns its id.
 func (h *harness) leader(ctx context.Context) (string, error) {
+	if h.cfg.Partitions > 0 {
+		led, err := h.led(ctx)
+		if err != nil {
+			return "", err
+		}
+		best := ""
+		for id, ps := range led {
+			if best == "" || len(ps) > len(led[best]) {
+				best = id
+			}
+		}
+		if best == "" || len(led[best]) == 0 {
+			return "", errors.New("no users instance leads a partition")
+		}
+		return best, nil
+	}
 	return exharness.Leader(ctx, "users instance leads the relay election", &h.mu, h.users, (*proc).address, exharness.StatsLeader(h.client, ""))
+}
+
+// led returns the partitions each live users instance leads, from its GET /stats.
+func (h *harness) led(ctx context.Context) (map[string][]int, error) {
+	h.mu.Lock()
+	procs := make(map[string]*proc, len(h.users))
+	for id, p := range h.users {
+		procs[id] = p
+	}
+	h.mu.Unlock()
+	out := map[string][]int{}
+	for id, p := range procs {
+		var st struct{ Led []int }
+		if err := h.getJSON(ctx, "http://"+p.addr+"/stats", &st); err != nil {
+			return nil, fmt.Errorf("stats of %s: %w", id, err)
+		}
+		out[id] = st.Led
+	}
+	return out, nil
+}
+
+// takeover waits until the live users instances lead every partition between them, and returns
+// how long that took.
+func (h *harness) takeover(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	for time.Since(start) < time.Minute {
+		led, err := h.led(ctx)
+		if err == nil {
+			seen := map[int]bool{}
+			for _, ps := range led {
+				for _, p := range ps {
+					seen[p] = true
+				}
+			}
+			if len(seen) == h.cfg.Partitions {
+				return time.Since(start), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return 0, fmt.Errorf("partitions not all led a minute after a SIGKILL")
 }
 
 // load registers the users: Concurrency workers post to the users instances in turn, and move on
@@ -391,8 +485,16 @@ func (h *harness) drill(ctx context.Context, done *atomic.Int64, rep *Report) er
 			delete(h.users, id)
 			h.mu.Unlock()
 			h.logf("drill: SIGKILL the relay leader %s at %d registrations", id, done.Load())
-			kill(p)
+			h.kill(p, "users")
 			rep.LeaderKills++
+			if h.cfg.Partitions > 0 {
+				took, err := h.takeover(ctx)
+				if err != nil {
+					return err
+				}
+				h.logf("drill: every partition led again %v after the SIGKILL", took.Round(time.Millisecond))
+				rep.Takeovers = append(rep.Takeovers, took)
+			}
 			var slot int
 			if _, err := fmt.Sscanf(id, "users-%d.", &slot); err != nil {
 				return fmt.Errorf("instance id %q: %w", id, err)
@@ -407,7 +509,7 @@ func (h *harness) drill(ctx context.Context, done *atomic.Int64, rep *Report) er
 			var st struct{ Duplicates int64 }
 			_ = h.getJSON(ctx, "http://"+p.addr+"/stats", &st)
 			h.logf("drill: SIGKILL the points service at %d registrations, then start it again", done.Load())
-			kill(p)
+			h.kill(p, "points")
 			h.dups.Add(st.Duplicates)
 			rep.ConsumerRestarts++
 			if err := h.startPoints(ctx); err != nil {
@@ -552,6 +654,19 @@ func (h *harness) settle(ctx context.Context, rep *Report) error {
 		return err
 	}
 	rep.P50, rep.P99 = time.Duration(p50*float64(time.Second)), time.Duration(p99*float64(time.Second))
+	var span float64
+	if err := pc.QueryRow(ctx, `select coalesce(extract(epoch from max(awarded_at) - min(registered_at)), 0) from points`).
+		Scan(&span); err != nil {
+		return err
+	}
+	rep.AwardSpan = time.Duration(span * float64(time.Second))
+	h.mu.Lock()
+	rep.UsersCPU, rep.PointsCPU = h.deadCPU["users"], h.deadCPU["points"]
+	for _, p := range h.users {
+		rep.UsersCPU += cpuOf(p.cmd)
+	}
+	rep.PointsCPU += cpuOf(h.points.cmd)
+	h.mu.Unlock()
 	h.mu.Lock()
 	p := h.points
 	h.mu.Unlock()
@@ -561,4 +676,28 @@ func (h *harness) settle(ctx context.Context, rep *Report) error {
 	}
 	rep.Duplicates = h.dups.Load() + st.Duplicates
 	return nil
+}
+
+// cpuOf returns the user + system CPU time of cmd's process: from its exit status once it has
+// been reaped, else from /proc/<pid>/stat (0 when unreadable).
+func cpuOf(cmd *exec.Cmd) time.Duration {
+	if ps := cmd.ProcessState; ps != nil {
+		return ps.UserTime() + ps.SystemTime()
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which may hold spaces, in parentheses.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 || i+2 > len(data) {
+		return 0
+	}
+	f := strings.Fields(string(data[i+2:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64) // fields 14 and 15 of proc(5), in clock ticks
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100 // sysconf(_SC_CLK_TCK) is 100 on Linux
 }

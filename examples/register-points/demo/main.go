@@ -27,6 +27,7 @@ func main() {
 	flag.IntVar(&cfg.Rate, "rate", 100, "registrations per second at most (0: as fast as they go; -drill lowers 100 to 80 so the faults land under load)")
 	flag.StringVar(&cfg.Mode, "mode", "outbox", "outbox (table + relay) or txmsg (RocketMQ transactional messages)")
 	flag.BoolVar(&cfg.Drill, "drill", false, "SIGKILL the relay leader twice and the points service once during the load")
+	flag.IntVar(&cfg.Partitions, "partitions", 0, "split the outbox into this many partitions shared by the users instances (0: one relay election; with -drill, the instance leading the most partitions is killed and the takeover timed)")
 	flag.StringVar(&cfg.PG, "pg", exapp.Env("TXKIT_PG_URL", "postgres://postgres@127.0.0.1:55432/txkit_test?sslmode=disable"), "PostgreSQL URL")
 	flag.StringVar(&cfg.ZK, "zk", exapp.Env("TXKIT_ZK", "127.0.0.1:22181,127.0.0.1:22182,127.0.0.1:22183"), "ZooKeeper servers")
 	flag.StringVar(&cfg.Namesrv, "namesrv", exapp.Env("TXKIT_ROCKETMQ_NAMESRV", "127.0.0.1:19876"), "RocketMQ name servers")
