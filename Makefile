@@ -86,7 +86,7 @@ drill-3pc: up ## 2PC vs 3PC on the transfer drill: blocking after leader SIGKILL
 
 .PHONY: scale-out
 scale-out: up ## the relay and register-points over 1, 2, 3 instances sharing 12 partitions (throughput, commit → awarded latency, CPU per message), then the partitioned drill (SIGKILLs under load, takeover times)
-	@$(WITH_ENV) $(GO) test -run '^$$' -bench RelayScaleOut -benchtime 3x ./outbox/ | grep -E '^Benchmark' && \
+	@set -o pipefail; $(WITH_ENV) $(GO) test -run '^$$' -bench RelayScaleOut -benchtime 3x ./outbox/ | grep -E '^Benchmark' && \
 	for n in 1 2 3; do echo "== register-points: $$n users instances sharing 12 partitions, 2000 users at full speed"; \
 	  $(GO) run ./examples/register-points/demo -instances $$n -partitions 12 -users 2000 -rate 0 -concurrency 32 | sed -n '/^register-points report/,$$p' || exit 1; done && \
 	echo "== drill: 3 users instances sharing 12 partitions, 2000 users, SIGKILLs under load" && \
@@ -99,11 +99,11 @@ bench: up ## Go benchmarks against the real servers (not the ones that restart s
 # Every recipe (TCC, saga, 2PC, relay, idempotent consumer, notify, idempotency claim, lock
 # hand-off) at 1, 16 and 64 concurrent clients against its bare baseline, in rotating blocks of
 # CONCBENCH_BLOCK per side, CONCBENCH_ROUNDS rounds, and pgbench's ceiling for the same writes
-# (CONCBENCH_PGBENCH per client count); benchtable prints the table. About 6 minutes with the
+# (CONCBENCH_PGBENCH after each round); benchtable prints the table. About 6 minutes with the
 # defaults (docs/benchmarks.md). CONCBENCH_RUN narrows it, e.g. CONCBENCH_RUN='Concurrency/saga/'.
 CONCBENCH_BLOCK ?= 1s
 CONCBENCH_ROUNDS ?= 5
-CONCBENCH_PGBENCH ?= 2s
+CONCBENCH_PGBENCH ?= 1s
 CONCBENCH_RUN ?= ^BenchmarkConcurrency$$
 bench-concurrency: up ## the recipes at 1/16/64 clients against their bare baselines, with PostgreSQL's ceiling: one table
 	@set -o pipefail; $(WITH_ENV) TXKIT_CONCBENCH_BLOCK=$(CONCBENCH_BLOCK) TXKIT_CONCBENCH_PGBENCH=$(CONCBENCH_PGBENCH) \
