@@ -49,7 +49,7 @@ const (
 // Environment variables that size the run (time.ParseDuration syntax).
 const (
 	envBlock   = "TXKIT_CONCBENCH_BLOCK"   // each side's block per round (default 1s)
-	envPGBench = "TXKIT_CONCBENCH_PGBENCH" // pgbench's run per client count (default 2s)
+	envPGBench = "TXKIT_CONCBENCH_PGBENCH" // pgbench's run after each round (default 1s)
 	// envOnly, "txkit" or "bare", runs that side alone (the other's figures are empty): for
 	// profiling one side (go test -cpuprofile) or sampling its wait events.
 	envOnly = "TXKIT_CONCBENCH_ONLY"
@@ -104,7 +104,8 @@ func mustExec(b *testing.B, pool *pgxpool.Pool, sql string, args ...any) {
 // (bare-p50-ms, bare-p99-ms of the bare one), pg-commits/op and bare-pg-commits/op (PostgreSQL
 // transactions committed per operation, counted on every pool of the recipe: see
 // concbench.Commits), and pg-ceiling/s: pgbench running a script of the txkit path's writes with
-// N clients for TXKIT_CONCBENCH_PGBENCH (2 s) on the same server, scripts per second.
+// N clients for TXKIT_CONCBENCH_PGBENCH (1 s) on the same server after each round (so that it
+// meets the same load), scripts per second averaged over the rounds.
 //
 //	make bench-concurrency
 //	go test -run '^$' -bench 'Concurrency/saga/clients=16' -benchtime 2x ./internal/concbench/
@@ -113,7 +114,7 @@ func BenchmarkConcurrency(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pgbenchFor, err := concbench.DurationEnv(envPGBench, 2*time.Second)
+	pgbenchFor, err := concbench.DurationEnv(envPGBench, time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -150,20 +151,26 @@ func BenchmarkConcurrency(b *testing.B) {
 					}
 					rot := concbench.NewRotation(n, block, e.commits.Load, sides...)
 					wait0 := e.commits.AcquireWait()
+					var ceiling float64 // pgbench's scripts/s, averaged over the rounds
+					rounds := 0
 					for b.Loop() {
 						if err := rot.Round(ctx); err != nil {
 							b.Fatal(err)
 						}
+						// pgbench after each round, so that it meets the load the blocks met.
+						tps, err := concbench.PGBench(ctx, ceilingDB.URL, script, n, pgbenchFor, simple)
+						if err != nil {
+							b.Fatal(err)
+						}
+						ceiling += tps
+						rounds++
 					}
+					ceiling /= float64(max(rounds, 1))
 					f := rot.Figures()
 					if only := os.Getenv(envOnly); only != "" {
 						// One side ran: the pools' acquire time is its own.
 						ops := max(f[0].Ops+f[1].Ops, 1)
 						b.ReportMetric(float64(e.commits.AcquireWait()-wait0)/float64(time.Millisecond)/float64(ops), "pool-acquire-ms/op")
-					}
-					ceiling, err := concbench.PGBench(ctx, ceilingDB.URL, script, n, pgbenchFor, simple)
-					if err != nil {
-						b.Fatal(err)
 					}
 					ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 					b.ReportMetric(f[0].PerSecond(), "txkit/s")
