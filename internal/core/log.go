@@ -30,7 +30,10 @@ var sqlFS embed.FS
 // Log is the durable log of global transactions and their branches in PostgreSQL, shared by the
 // tcc, saga and 2pc coordinators. Every state change is one PostgreSQL transaction that
 // conditions on the old status; writes made for a leader pass the [fence.Fence] with the leader's
-// token first. Every time it stores is PostgreSQL's now(), never the coordinator's clock.
+// token first. Every time it stores is PostgreSQL's now(), never the coordinator's clock. With
+// [WithGroupCommit], the starters' state changes of concurrent transactions share PostgreSQL
+// transactions (one statement per kind of change), each still conditioned on its own old status
+// and reported to its own caller (groupcommit.go).
 //
 // Log is safe for concurrent use by multiple goroutines.
 type Log struct {
