@@ -67,10 +67,9 @@ func partWorker(ctx context.Context, c partWorkerConfig) error {
 
 // TestIntegrationPartitionedDeliveryAcrossKills: three notifier processes share 8 receivers over
 // 4 partitions; 400 notifications are enqueued in bursts while two processes are SIGKILLed in
-// turn (one replaced). Every notification ends delivered, the receivers' inboxes applied each
-// exactly once, and every post of a receiver's notifications came while one process led its
-// partition: a notification is posted twice only when a killed leader posted it without recording
-// the result (counted and logged).
+// turn (one replaced). Every notification ends delivered, recorded by the sender once (one
+// attempt each), and the receivers' inboxes applied each exactly once. A notification is posted
+// twice only when a killed leader posted it without recording the result (counted and logged).
 func TestIntegrationPartitionedDeliveryAcrossKills(t *testing.T) {
 	sender, receiver := testenv.PG(t), testenv.PG(t)
 	ctx := t.Context()
@@ -154,6 +153,16 @@ func TestIntegrationPartitionedDeliveryAcrossKills(t *testing.T) {
 	}, "not every notification was delivered (%d of %d)", &delivered, total)
 	if got := applied(); got != total {
 		t.Fatalf("the inboxes applied %d notifications, want %d (each once)", got, total)
+	}
+	// Recorded once: each notification's one recorded attempt is its delivery (a post a killed
+	// leader made without recording it left no trace in the sender's tables).
+	var recordedTwice, attemptRows int
+	if err := sender.Pool.QueryRow(ctx, `select count(*) filter (where tries <> 1), (select count(*) from txkit_notify_attempt)
+		from txkit_notify`).Scan(&recordedTwice, &attemptRows); err != nil {
+		t.Fatal(err)
+	}
+	if recordedTwice != 0 || attemptRows != 0 {
+		t.Errorf("%d notifications recorded with more than one attempt, %d failed attempts recorded; want each recorded once", recordedTwice, attemptRows)
 	}
 	mu.Lock()
 	defer mu.Unlock()
