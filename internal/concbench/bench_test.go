@@ -20,7 +20,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/idempotency"
@@ -389,37 +388,9 @@ func twopcRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool
 		return g.Commit(ctx)
 	}
 	bare := func(ctx context.Context, cl int) error {
-		id := "concbench:" + uuid.NewString()
-		type side struct {
-			pool *pgxpool.Pool
-			sql  string
-			tx   pgx.Tx
-		}
-		sides := []*side{{pool: east, sql: debit}, {pool: west, sql: credit}}
-		for _, s := range sides {
-			conn, err := s.pool.Acquire(ctx)
-			if err != nil {
-				return err
-			}
-			defer conn.Release()
-			if s.tx, err = conn.Begin(ctx); err != nil {
-				return err
-			}
-			if _, err := s.tx.Exec(ctx, s.sql, "a"+strconv.Itoa(cl)); err != nil {
-				return err
-			}
-		}
-		var g errgroup.Group
-		for i, s := range sides {
-			g.Go(func() error { _, err := s.tx.Exec(ctx, fmt.Sprintf("prepare transaction '%s:%d'", id, i)); return err })
-		}
-		if err := g.Wait(); err != nil {
-			return err
-		}
-		for i, s := range sides {
-			g.Go(func() error { _, err := s.pool.Exec(ctx, fmt.Sprintf("commit prepared '%s:%d'", id, i)); return err })
-		}
-		return g.Wait()
+		arg := "a" + strconv.Itoa(cl)
+		return concbench.HandPrepared(ctx, "concbench:"+uuid.NewString(),
+			concbench.Prepared{Pool: east, SQL: debit, Args: []any{arg}}, concbench.Prepared{Pool: west, SQL: credit, Args: []any{arg}})
 	}
 	b.Cleanup(func() {
 		var n int

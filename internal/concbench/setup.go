@@ -9,6 +9,9 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/rocketmq"
@@ -105,4 +108,48 @@ func (w *Waiters) Wait(ctx context.Context, id string, timeout time.Duration) er
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Prepared is one database's part of a hand-written two-phase commit: SQL run with Args in a
+// transaction on a connection of Pool.
+type Prepared struct {
+	Pool *pgxpool.Pool
+	SQL  string
+	Args []any
+}
+
+// HandPrepared is the two-phase commit one writes by hand with pgx, without a coordinator or a
+// log (twopc's bare baseline): each part's statement in a transaction of its own, PREPARE
+// TRANSACTION '<id>:<i>' on all of them at once, then COMMIT PREPARED on all at once. It blocks
+// until the last commit; on an error, transactions already prepared are left for the caller to
+// find in pg_prepared_xacts. ctx scopes every statement.
+func HandPrepared(ctx context.Context, id string, parts ...Prepared) error {
+	txs := make([]pgx.Tx, len(parts))
+	for i, p := range parts {
+		conn, err := p.Pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("concbench: %w", err)
+		}
+		defer conn.Release()
+		if txs[i], err = conn.Begin(ctx); err != nil {
+			return fmt.Errorf("concbench: %w", err)
+		}
+		if _, err := txs[i].Exec(ctx, p.SQL, p.Args...); err != nil {
+			return fmt.Errorf("concbench: %w", err)
+		}
+	}
+	var g errgroup.Group
+	for i, tx := range txs {
+		g.Go(func() error { _, err := tx.Exec(ctx, fmt.Sprintf("prepare transaction '%s:%d'", id, i)); return err })
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("concbench: prepare: %w", err)
+	}
+	for i, p := range parts {
+		g.Go(func() error { _, err := p.Pool.Exec(ctx, fmt.Sprintf("commit prepared '%s:%d'", id, i)); return err })
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("concbench: commit prepared: %w", err)
+	}
+	return nil
 }
