@@ -24,7 +24,8 @@ import (
 //
 // A partition's leader claims only its gids' due transactions and fences its writes with its own
 // token (fence resource "core:<schema>.<prefix>global/p<i>"); partition 0's leader also runs the
-// retention job, twopc's in-doubt resolver and sets the backlog gauges. The number is stored in
+// retention job, twopc's in-doubt resolver and sets the backlog gauges. [WithRecovery]'s
+// concurrency bounds an instance's drives across all the partitions it leads. The number is stored in
 // the table <prefix>partitions the first time a recoverer runs; Run with another number returns an
 // error wrapping [ErrInvalidOption]: changing it on a live system is refused, because recoverers
 // with different numbers would guard one transaction with different fences (two leaders could

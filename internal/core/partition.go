@@ -39,7 +39,9 @@ func (l *Log) resourceOf(gid string) string {
 // resource, and its leader claims and drives only the transactions whose gid falls in p
 // (leader.Partition). members counts the instances so that each leads about P/N partitions
 // (leader.Shards); nil leaves the partitions to whoever wins them. Partition 0's leader also
-// runs the retention job and the leader jobs ([WithLeaderJob]) and sets the backlog gauges. It
+// runs the retention job and the leader jobs ([WithLeaderJob]) and sets the backlog gauges.
+// [WithConcurrency] bounds the drives of all the partitions it leads together, and
+// [WithBatchSize] each partition's claim. It
 // does not touch the database or the lock backend. It returns an error wrapping
 // [ErrInvalidOption] when an argument or option is unusable.
 func NewPartitionedRecoverer(l *Log, electors func(p int) (lock.Elector, error), members leader.Membership,

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -238,4 +239,54 @@ func TestIntegrationPartitionsRefusedWhenChanged(t *testing.T) {
 	if _, err := core.NewRecoverer(l, elector(t, testenv.ZKRoot(t)+"/x", "a"), d); !errors.Is(err, core.ErrInvalidOption) {
 		t.Fatalf("NewRecoverer on a partitioned log = %v, want ErrInvalidOption", err)
 	}
+}
+
+// TestIntegrationPartitionedConcurrencyIsShared: one recoverer leading all 4 partitions drives
+// at most WithConcurrency transactions at once across them, not that many per partition.
+func TestIntegrationPartitionedConcurrencyIsShared(t *testing.T) {
+	ctx := t.Context()
+	l := newLog(t, core.WithPartitions(4), core.WithLease(100*time.Millisecond))
+	var mu sync.Mutex
+	var now, peak, driven int
+	drive := core.DriverFunc(func(ctx context.Context, tok lock.Token, tx *core.Transaction) error {
+		mu.Lock()
+		now++
+		peak = max(peak, now)
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond) // a participant call
+		mu.Lock()
+		now--
+		driven++
+		mu.Unlock()
+		return l.Record(ctx, tok, core.Progress{GID: tx.GID, From: tx.Status, Next: core.StatusConfirmed})
+	})
+	base := testenv.ZKRoot(t) + "/conc"
+	sess, err := lock.NewSession(ctx, testenv.ZK(t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	r, err := core.NewPartitionedRecoverer(l, func(p int) (lock.Elector, error) {
+		return lock.NewElector(sess, leader.PartitionName(base, p), "a")
+	}, nil, map[core.Kind]core.Driver{core.KindTCC: drive}, core.WithConcurrency(2), core.WithSchedule("@every 100ms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		if err := l.CreateIn(ctx, fmt.Sprintf("g%02d", i), core.KindTCC, core.StatusConfirming, time.Hour, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, r.Run)
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return driven >= 40
+	}, "the transactions were not driven")
+	mu.Lock()
+	defer mu.Unlock()
+	if peak > 2 {
+		t.Fatalf("%d drives at once across the partitions, want at most 2", peak)
+	}
+	t.Logf("40 transactions over 4 partitions driven with at most %d at once", peak)
 }

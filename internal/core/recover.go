@@ -52,7 +52,8 @@ func (f DriverFunc) Drive(ctx context.Context, tok lock.Token, t *Transaction) e
 type Recoverer struct {
 	log     *Log
 	job     recoveryJob
-	claimQ  string // the claim, with the partition's condition when the log is partitioned
+	claimQ  string        // the claim, with the partition's condition when the log is partitioned
+	slots   chan struct{} // one per transaction driven now, at most WithConcurrency, across partitions
 	drivers map[Kind]Driver
 	kinds   []string
 	o       recoverOptions
@@ -123,7 +124,7 @@ func newRecoverer(l *Log, drivers map[Kind]Driver, opts []RecoverOption,
 		}
 		o.metrics = m
 	}
-	r := &Recoverer{log: l, drivers: map[Kind]Driver{}, o: o, m: map[Kind]*recoverMetrics{}}
+	r := &Recoverer{log: l, drivers: map[Kind]Driver{}, o: o, m: map[Kind]*recoverMetrics{}, slots: make(chan struct{}, o.concurrency)}
 	for k, d := range drivers {
 		if _, ok := kindNames[k]; !ok || d == nil {
 			return nil, fmt.Errorf("core: recoverer: driver for %s: %w", k, ErrInvalidOption)
@@ -226,13 +227,17 @@ func (r *Recoverer) recoverDue(ctx context.Context, tok lock.Token, part int, lo
 			return nil
 		}
 		var g errgroup.Group
-		g.SetLimit(r.o.concurrency)
 		var fenced atomic.Pointer[error]
+	drives:
 		for _, t := range batch {
-			if ctx.Err() != nil {
-				break
+			// One bound for the whole recoverer: the partitions it leads share it.
+			select {
+			case r.slots <- struct{}{}:
+			case <-ctx.Done():
+				break drives // what is not driven comes back when its lease passes
 			}
 			g.Go(func() error {
+				defer func() { <-r.slots }()
 				err := r.drive(ctx, tok, t, log)
 				switch {
 				case err == nil:
