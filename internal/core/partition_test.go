@@ -290,3 +290,91 @@ func TestIntegrationPartitionedConcurrencyIsShared(t *testing.T) {
 	}
 	t.Logf("40 transactions over 4 partitions driven with at most %d at once", peak)
 }
+
+// BenchmarkPartitionedRecovery measures how recovery capacity grows with instances: a backlog of
+// 1500 decided transactions, 12 partitions, 1 to 3 instances (each its own ZooKeeper session,
+// balanced by ContenderCount) driving at most 4 at once each, every drive waiting 20 ms as a
+// remote participant call would. One leader is capped at 4 / 20 ms = 200 tx/s; N instances lead
+// about 12/N partitions each, with 4 slots each. Timed from the backlog's creation to its last
+// confirmation (including the first leaders' election).
+func BenchmarkPartitionedRecovery(b *testing.B) {
+	for _, instances := range []int{1, 2, 3} {
+		b.Run(fmt.Sprintf("instances=%d", instances), func(b *testing.B) {
+			var total time.Duration
+			for range b.N {
+				total += partitionedRecoveryRun(b, instances)
+			}
+			b.ReportMetric(float64(benchBacklog*b.N)/total.Seconds(), "tx/s")
+		})
+	}
+}
+
+// benchBacklog is the number of transactions BenchmarkPartitionedRecovery recovers per run.
+const benchBacklog = 1500
+
+func partitionedRecoveryRun(b *testing.B, instances int) time.Duration {
+	ctx := b.Context()
+	s := testenv.PG(b)
+	l, err := core.New(s.Pool, core.WithSchema(s.Name), core.WithPartitions(12), core.WithLease(time.Millisecond))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := l.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	drive := core.DriverFunc(func(ctx context.Context, tok lock.Token, tx *core.Transaction) error {
+		select { // a participant call elsewhere
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return l.Record(ctx, tok, core.Progress{GID: tx.GID, From: tx.Status, Next: core.StatusConfirmed})
+	})
+	base := testenv.ZKRoot(b) + "/bench"
+	paths := make([]string, 12)
+	for p := range paths {
+		paths[p] = leader.PartitionName(base, p)
+	}
+	gids := make([]string, benchBacklog)
+	for i := range gids {
+		gids[i] = fmt.Sprintf("g%04d", i)
+	}
+	start := time.Now()
+	if _, err := s.Pool.Exec(ctx, `insert into txkit_global (gid, kind, status, timeout_at, next_retry_at)
+		select g, 'tcc', 'confirming', now() + interval '1 hour', now() from unnest($1::text[]) g`, gids); err != nil {
+		b.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range instances {
+		sess, err := lock.NewSession(ctx, testenv.ZK(b), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testLogger(b)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = sess.Close() })
+		id := strconv.Itoa(i)
+		r, err := core.NewPartitionedRecoverer(l, func(p int) (lock.Elector, error) { return lock.NewElector(sess, paths[p], id) },
+			leader.ContenderMembership(sess.Inspector(), paths...), map[core.Kind]core.Driver{core.KindTCC: drive},
+			core.WithConcurrency(4), core.WithSchedule("@every 100ms"), core.WithBatchSize(20))
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Go(func() {
+			if err := r.Run(rctx); err != nil {
+				b.Errorf("Run: %v", err)
+			}
+		})
+	}
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	testenv.Eventually(b, 120*time.Second, 10*time.Millisecond, func() bool {
+		var n int
+		if err := s.Pool.QueryRow(ctx, `select count(*) from txkit_global where status = 'confirmed'`).Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		return n == len(gids)
+	}, "the backlog was not recovered")
+	return time.Since(start)
+}
