@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/notify"
 )
@@ -107,19 +108,17 @@ func Example() {
 func ExampleWithPartitions() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	url, zkServers := os.Getenv("TXKIT_PG_URL"), os.Getenv("TXKIT_ZK") // set by `make test`
-	if url == "" || zkServers == "" {
-		fmt.Println("TXKIT_PG_URL or TXKIT_ZK is not set: start the servers with `make up`")
+	zkServers := os.Getenv(testenv.EnvZK) // set by `make test`
+	if zkServers == "" {
+		fmt.Println(testenv.EnvZK + " is not set: start the servers with `make up`")
 		return
 	}
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		fmt.Println(err)
+	pool, schemas, done, ok := testenv.ExampleDB(ctx, "example_")
+	if !ok {
 		return
 	}
-	defer pool.Close()
-	name := "example_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:8]
-	defer pool.Exec(context.WithoutCancel(ctx), "drop schema if exists "+name+" cascade") //nolint:errcheck
+	defer done()
+	name := schemas[0]
 
 	// The receivers: they acknowledge every delivery.
 	shop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("success")) }))

@@ -134,16 +134,9 @@ func TestIntegrationPartitionedDeliveryAcrossKills(t *testing.T) {
 		}
 		return c
 	}
-	enqueue(0, 150)
-	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool { return applied() >= 50 }, "delivery did not start")
-	workers[0].Kill()
-	t.Logf("SIGKILLed notifier %d", workers[0].Pid)
-	enqueue(150, 300)
-	workers = append(workers, testenv.StartWorker(t, partWorkerEnv, cfg, "notify worker: "))
-	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool { return applied() >= 200 }, "delivery stalled after a kill")
-	workers[1].Kill()
-	t.Logf("SIGKILLed notifier %d", workers[1].Pid)
-	enqueue(300, total)
+	testenv.KillDrill(t, workers, func() *testenv.Worker {
+		return testenv.StartWorker(t, partWorkerEnv, cfg, "notify worker: ")
+	}, enqueue, applied, total)
 	var delivered int
 	testenv.Eventually(t, 60*time.Second, 100*time.Millisecond, func() bool {
 		if err := sender.Pool.QueryRow(ctx, `select count(*) from txkit_notify where status = 'delivered'`).Scan(&delivered); err != nil {

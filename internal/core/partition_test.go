@@ -124,18 +124,9 @@ func TestIntegrationPartitionedRecoveryAcrossKills(t *testing.T) {
 		}
 		return n
 	}
-	create(0, 200)
-	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool { return confirmed() >= 100 }, "recovery did not start")
-	workers[0].Kill()
-	t.Logf("SIGKILLed worker %d", workers[0].Pid)
-	create(200, 400)
-	workers = append(workers, testenv.StartWorker(t, recoveryWorkerEnv, cfg, "recovery worker: "))
-	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool { return confirmed() >= 300 }, "recovery stalled after a kill")
-	workers[1].Kill()
-	t.Logf("SIGKILLed worker %d", workers[1].Pid)
-	create(400, total)
-	testenv.Eventually(t, 60*time.Second, 100*time.Millisecond, func() bool { return confirmed() == total },
-		"not every transaction was confirmed")
+	testenv.KillDrill(t, workers, func() *testenv.Worker {
+		return testenv.StartWorker(t, recoveryWorkerEnv, cfg, "recovery worker: ")
+	}, create, confirmed, total)
 
 	// Each effect in its gid's partition; tokens never go back in a partition's commit order.
 	rows, err := s.Pool.Query(ctx, `select gid, part, epoch, seq, pid from effects order by part, id`)

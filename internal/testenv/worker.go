@@ -124,3 +124,29 @@ func WorkerConns(ctx context.Context, url string, sessionTimeout time.Duration) 
 		pool.Close()
 	}, nil
 }
+
+// KillDrill loads total items in three bursts (load(from, to)) while workers do them, and
+// SIGKILLs a worker in the middle of each of the first two: once progress reports half the items
+// loaded so far done, it kills workers[0] (and starts restart's replacement), then after the
+// second burst workers[1]. It returns once progress reports total (within a minute per step, or
+// the test fails), with the workers, the replacement last.
+func KillDrill(t testing.TB, workers []*Worker, restart func() *Worker, load func(from, to int), progress func() int, total int) []*Worker {
+	t.Helper()
+	third := total / 3
+	for i, victim := range workers[:2] {
+		load(i*third, (i+1)*third)
+		want := i*third + third/2
+		Eventually(t, time.Minute, 50*time.Millisecond, func() bool { return progress() >= want },
+			"fewer than %d of %d items done before kill %d", want, (i+1)*third, i+1)
+		victim.Kill()
+		t.Logf("SIGKILLed worker %d after %d items were done", victim.Pid, want)
+		if i == 0 {
+			workers = append(workers, restart())
+		}
+	}
+	load(2*third, total)
+	var done int
+	Eventually(t, time.Minute, 100*time.Millisecond, func() bool { done = progress(); return done >= total },
+		"%d of %d items done after the kills", &done, total)
+	return workers
+}
