@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/testenv"
@@ -79,4 +81,62 @@ func Example() {
 	//   stock cancel
 	//   account cancel
 	// order of 500: cancelled (refused: true)
+}
+
+// ExampleCoordinator_groupCommit runs 20 orders at once through a coordinator whose log groups
+// their writes (coordinator.WithGroupCommit): the writes that meet in time share PostgreSQL
+// round trips and commits, and each order still ends as its own starter decided.
+func ExampleCoordinator_groupCommit() {
+	ctx := context.Background()
+	pool, schemas, done, ok := testenv.ExampleDB(ctx, "example_")
+	if !ok {
+		return
+	}
+	defer done()
+
+	c, err := tcc.New(pool, coordinator.WithSchema(schemas[0]), coordinator.WithGroupCommit(time.Millisecond))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := c.Migrate(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	stock, _ := c.Register("stock", participant.ParticipantFunc(func(context.Context, participant.Request) error { return nil }))
+	account, _ := c.Register("account", participant.ParticipantFunc(func(context.Context, participant.Request) error { return nil }))
+
+	gids := make(chan string, 20)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			g, err := c.Begin(ctx)
+			if err != nil {
+				fmt.Println(err)
+				return
+			}
+			for _, b := range []tcc.Branch{{Name: "stock", Participant: stock}, {Name: "account", Participant: account}} {
+				if err := g.Try(ctx, b); err != nil {
+					fmt.Println(err, g.Rollback(ctx))
+					return
+				}
+			}
+			if err := g.Commit(ctx); err != nil {
+				fmt.Println(err)
+				return
+			}
+			gids <- g.GID()
+		})
+	}
+	wg.Wait()
+	close(gids)
+	confirmed := 0
+	for gid := range gids {
+		if st, err := c.Status(ctx, gid); err == nil && st == tcc.StatusConfirmed {
+			confirmed++
+		}
+	}
+	fmt.Printf("%d orders confirmed\n", confirmed)
+	// Output:
+	// 20 orders confirmed
 }
