@@ -16,7 +16,8 @@
 //
 // The rules:
 //   - Every decision is written before it is acted on, and every state change is one PostgreSQL
-//     transaction conditioned on the old status.
+//     transaction conditioned on the old status — or, with [WithGroupCommit], shares one with the
+//     starters' state changes of other transactions, each conditioned on its own old status.
 //   - A starter owns a transaction while it drives it: recording a decision sets next_retry_at to
 //     now() + the lease ([WithLease]). A transaction still trying has next_retry_at = timeout_at.
 //     The leader claims only transactions whose next_retry_at has passed: starter vanished,
