@@ -76,3 +76,54 @@ func Example() {
 	// nobody: empty name
 	// pending: 1 dead: 0 err: <nil>
 }
+
+// ExampleWithPartitions splits an outbox into 12 partitions: each message goes to the partition
+// of its key's hash, where the relay leading that partition publishes it (see WithElectors and
+// WithBalance). The count is stored by the first Migrate; an outbox with another one is refused.
+func ExampleWithPartitions() {
+	ctx := context.Background()
+	url := os.Getenv("TXKIT_PG_URL") // set by `make test`
+	if url == "" {
+		fmt.Println("TXKIT_PG_URL is not set: start the servers with `make up`")
+		return
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	schema := "example_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:8]
+	defer pool.Exec(context.WithoutCancel(ctx), "drop schema if exists "+pgx.Identifier{schema}.Sanitize()+" cascade") //nolint:errcheck
+
+	ob, err := outbox.New(pool, outbox.WithSchema(schema), outbox.WithPartitions(12))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := ob.Migrate(ctx); err != nil { // stores 12 with the table
+		fmt.Println(err)
+		return
+	}
+	for _, key := range []string{"user-1", "user-2", "user-1"} {
+		msg := outbox.Message{Topic: "user-registered", Key: key}
+		if _, err := ob.Enqueue(ctx, pool, msg); err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("%s → partition %d\n", key, ob.Partition(msg))
+	}
+
+	other, err := outbox.New(pool, outbox.WithSchema(schema), outbox.WithPartitions(16))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = other.Migrate(ctx)
+	fmt.Println("16 partitions refused:", errors.Is(err, outbox.ErrInvalidOption))
+	// Output:
+	// user-1 → partition 3
+	// user-2 → partition 0
+	// user-1 → partition 3
+	// 16 partitions refused: true
+}

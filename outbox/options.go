@@ -84,8 +84,9 @@ const MaxPartitions = 1024
 func WithPartitions(n int) Option { return func(o *options) { o.parts = n } }
 
 const (
-	metaSuffix = "_parts"
-	partIndex  = "_part_idx"
+	metaSuffix     = "_parts"
+	partIndex      = "_part_idx"
+	partRetryIndex = "_retry_p_idx"
 )
 
 const (

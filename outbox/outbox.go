@@ -63,20 +63,23 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Outbox, error) {
 	t, name := pgutil.Table(o.schema, o.table)
 	meta, _ := pgutil.Table(o.schema, o.table+metaSuffix)
 	ob := &Outbox{pool: pool, o: o, table: t, name: name, meta: meta}
-	oldIndex := pgx.Identifier{o.table + pendingIndex}
-	if o.schema != "" {
-		oldIndex = pgx.Identifier{o.schema, o.table + pendingIndex}
+	qualified := func(index string) string { // for drop index: it lives in the table's schema
+		if o.schema != "" {
+			return pgx.Identifier{o.schema, index}.Sanitize()
+		}
+		return pgx.Identifier{index}.Sanitize()
 	}
 	data := map[string]any{
-		"Table":        ob.table,
-		"Meta":         meta,
-		"PartIndex":    pgx.Identifier{o.table + partIndex}.Sanitize(),
-		"PendingIndex": oldIndex.Sanitize(),
-		"RetryIndex":   pgx.Identifier{o.table + retryIndex}.Sanitize(),
-		"Pending":      StatusPending.String(),
-		"Dead":         StatusDead.String(),
-		"Schema":       "",
-		"LockKey":      int64(0),
+		"Table":          ob.table,
+		"Meta":           meta,
+		"PartIndex":      pgx.Identifier{o.table + partIndex}.Sanitize(),
+		"PendingIndex":   qualified(o.table + pendingIndex),
+		"RetryIndex":     qualified(o.table + retryIndex),
+		"PartRetryIndex": pgx.Identifier{o.table + partRetryIndex}.Sanitize(),
+		"Pending":        StatusPending.String(),
+		"Dead":           StatusDead.String(),
+		"Schema":         "",
+		"LockKey":        int64(0),
 	}
 	if o.schema != "" {
 		data["Schema"] = pgx.Identifier{o.schema}.Sanitize()

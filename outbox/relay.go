@@ -244,11 +244,16 @@ func (r *Relay) Stats() Stats {
 // campaigns again. Cancelling ctx does the same, resigns, and returns once every goroutine Run
 // started has exited. ctx scopes the whole work.
 //
+// With [WithElectors] Run campaigns in every partition's election and relays the partitions it
+// leads, each as above; with [WithBalance] it leads at most its share (see [WithBalance]).
+//
 // Run returns at once an error wrapping [ErrInvalidOption] when the relay was built without
-// [WithElector], an error wrapping [lock.ErrClosed] when the elector's session is closed,
-// [ErrRunning] when another Run of this Relay is running, and an error naming Fence.Migrate when
-// the fence's table does not exist. Other failures of the database or the broker are logged and
-// retried.
+// [WithElector] (or [WithElectors] for a partitioned outbox), an error wrapping [lock.ErrClosed]
+// when the elector's session is closed, [ErrRunning] when another Run of this Relay is running,
+// and an error naming Fence.Migrate when the fence's table does not exist. On taking the lead it
+// returns an error wrapping [ErrInvalidOption] when the table's stored partition count is not the
+// outbox's, or none is stored (Migrate was not run). Other failures of the database or the broker
+// are logged and retried.
 func (r *Relay) Run(ctx context.Context) error {
 	if r.job == nil {
 		return fmt.Errorf("outbox: relay of %s: no elector (WithElector, or WithElectors for partitions): %w", r.ob.name, ErrInvalidOption)

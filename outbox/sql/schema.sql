@@ -35,4 +35,8 @@ drop index if exists {{.PendingIndex}};
 -- ...and, for per-key order, finds the rows waiting out a backoff after a failed publish. Only
 -- those have attempts > 0 and a future next_attempt_at (Enqueue and Requeue set attempts = 0 and
 -- next_attempt_at = now()), so this index stays tiny and costs Enqueue nothing.
-create index if not exists {{.RetryIndex}} on {{.Table}} (next_attempt_at) where status = '{{.Pending}}' and attempts > 0;
+-- It leads with the partition, so that a relay reading one partition finds that partition's
+-- failed rows here rather than walking its pending rows in the index above. (The index on
+-- (next_attempt_at) alone that came before partitions is dropped.)
+create index if not exists {{.PartRetryIndex}} on {{.Table}} (partition, next_attempt_at) where status = '{{.Pending}}' and attempts > 0;
+drop index if exists {{.RetryIndex}};
