@@ -225,53 +225,70 @@ func TestIntegrationGroupCommitShares(t *testing.T) {
 	}
 }
 
-// A row PostgreSQL refuses fails its batch's transaction: the batch's writes are then made one
-// by one, so only the bad one fails.
+// A row PostgreSQL refuses fails its batch's transaction — the statements before it in the batch
+// too — and the batch's writes are then made one by one, so only the bad one fails: a bad
+// transaction to record (the batch's first statement), and a bad decision (its last: the creates
+// before it in the batch rolled back with it, or their second insert would find their gids taken).
 func TestIntegrationGroupCommitBadRow(t *testing.T) {
-	ctx := t.Context()
-	l, _, s := groupLog(t)
-	for _, gid := range []string{"blocker", "d"} {
-		if err := l.Create(ctx, gid, core.KindTCC, time.Minute, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	release := holdRow(t, s, "blocker")
-	blocked := goWrite(func() error {
-		_, err := l.Decide(ctx, "blocker", core.StatusTrying, core.StatusCancelling)
-		return err
-	})
-	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool { return l.GroupCommitStats().Immediate == 3 },
-		"the blocked decision is in flight")
-	good1 := goWrite(func() error { return l.Create(ctx, "good1", core.KindTCC, time.Minute, nil) })
-	bad := goWrite(func() error { return l.Create(ctx, "bad\x00gid", core.KindTCC, time.Minute, nil) }) // NUL: not valid text
-	good2 := goWrite(func() error { return l.Create(ctx, "good2", core.KindSaga, time.Minute, nil, httpBranch("x")) })
-	decided := goWrite(func() error {
-		_, err := l.Decide(ctx, "d", core.StatusTrying, core.StatusConfirming)
-		return err
-	})
-	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool { return l.GroupCommitStats().Queued == 4 },
-		"four writes queued")
-	release()
-	for _, ch := range []<-chan error{blocked, good1, good2, decided} {
-		if err := <-ch; err != nil {
-			t.Fatal(err)
-		}
-	}
-	err := <-bad
-	if err == nil || errors.Is(err, core.ErrInvalidState) {
-		t.Fatalf("the bad row's write = %v, want PostgreSQL's refusal", err)
-	}
-	if st := l.GroupCommitStats(); st.Fallbacks != 1 {
-		t.Fatalf("stats %+v, want one fallback", st)
-	}
-	// Each good write made once (a second insert would have failed with the gid taken).
-	for gid, want := range map[string]core.Status{"good1": core.StatusTrying, "good2": core.StatusRunning, "d": core.StatusConfirming} {
-		if tx := get(t, l, gid); tx.Status != want {
-			t.Fatalf("%s: %s, want %s", gid, tx.Status, want)
-		}
-	}
-	if tx := get(t, l, "good2"); len(tx.Branches) != 1 {
-		t.Fatalf("good2's branches: %+v", tx.Branches)
+	for _, tc := range []struct {
+		name string
+		bad  func(l *core.Log, ctx context.Context) error
+	}{
+		{"create", func(l *core.Log, ctx context.Context) error {
+			return l.Create(ctx, "bad\x00gid", core.KindTCC, time.Minute, nil) // NUL: not valid text
+		}},
+		{"decide", func(l *core.Log, ctx context.Context) error {
+			_, err := l.Decide(ctx, "bad\x00gid", core.StatusTrying, core.StatusConfirming)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			l, _, s := groupLog(t)
+			for _, gid := range []string{"blocker", "d"} {
+				if err := l.Create(ctx, gid, core.KindTCC, time.Minute, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			release := holdRow(t, s, "blocker")
+			blocked := goWrite(func() error {
+				_, err := l.Decide(ctx, "blocker", core.StatusTrying, core.StatusCancelling)
+				return err
+			})
+			testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool { return l.GroupCommitStats().Immediate == 3 },
+				"the blocked decision is in flight")
+			good1 := goWrite(func() error { return l.Create(ctx, "good1", core.KindTCC, time.Minute, nil) })
+			bad := goWrite(func() error { return tc.bad(l, ctx) })
+			good2 := goWrite(func() error { return l.Create(ctx, "good2", core.KindSaga, time.Minute, nil, httpBranch("x")) })
+			decided := goWrite(func() error {
+				_, err := l.Decide(ctx, "d", core.StatusTrying, core.StatusConfirming)
+				return err
+			})
+			testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool { return l.GroupCommitStats().Queued == 4 },
+				"four writes queued")
+			release()
+			for _, ch := range []<-chan error{blocked, good1, good2, decided} {
+				if err := <-ch; err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := <-bad
+			if err == nil || errors.Is(err, core.ErrInvalidState) || errors.Is(err, core.ErrNotFound) {
+				t.Fatalf("the bad row's write = %v, want PostgreSQL's refusal", err)
+			}
+			if st := l.GroupCommitStats(); st.Fallbacks != 1 || st.Flushes != 4 {
+				t.Fatalf("stats %+v, want one batch refused after three lone writes", st)
+			}
+			// Each good write made once.
+			for gid, want := range map[string]core.Status{"good1": core.StatusTrying, "good2": core.StatusRunning, "d": core.StatusConfirming} {
+				if tx := get(t, l, gid); tx.Status != want {
+					t.Fatalf("%s: %s, want %s", gid, tx.Status, want)
+				}
+			}
+			if tx := get(t, l, "good2"); len(tx.Branches) != 1 {
+				t.Fatalf("good2's branches: %+v", tx.Branches)
+			}
+		})
 	}
 }
 
