@@ -56,8 +56,9 @@
 // coordinator records a span "<protocol> begin" where it records a transaction, a client span
 // "<protocol> <op>" around each branch call (attributes txkit.gid, txkit.branch, txkit.op; errors
 // recorded), and, on the leader, a span "recovery pass" per pass and "recovery drive" per
-// transaction driven. The trace context of Begin's ctx (its "begin" span) is stored with the
-// transaction (column trace_context). A drive starts as a CHILD of that stored context, with a link
+// transaction driven. The trace context of the ctx that records the transaction (its "begin"
+// span: Begin's, or a tcc transaction's first Try when Begin made the gid and so wrote nothing)
+// is stored with the transaction (column trace_context). A drive starts as a CHILD of that stored context, with a link
 // to the pass's span: the work the leader does for a transaction, possibly long after its starter
 // died, lands in the trace of the request that began it — where someone debugging that request
 // looks — while the link still leads from the drive to the pass (and from the pass to its other
