@@ -1,7 +1,9 @@
 // Command users is the register-points example's users service: POST /users registers a user and
 // records a UserRegistered event in the same PostgreSQL transaction — in the transactional outbox
 // (-mode outbox; the elected instance relays it to RocketMQ) or as a RocketMQ transactional half
-// message (-mode txmsg). Run several instances: only the elected one relays.
+// message (-mode txmsg). Run several instances: only the elected one relays — or, with
+// -partitions P, the outbox is split into P partitions and the instances share them, each relaying
+// about P/N (GET /stats lists the partitions an instance leads under "led").
 //
 //	go run ./examples/register-points/users -schema demo -topic txkit-user-registered -id users-1
 package main
