@@ -24,15 +24,7 @@ import (
 // barrier returns a migrated, unsigned barrier on the test's schema that traces with tp.
 func (e *env) barrier(tp trace.TracerProvider) *participant.Barrier {
 	e.T.Helper()
-	bar, err := participant.NewBarrier(e.Schema.Pool, participant.WithBarrierSchema(e.Schema.Name),
-		participant.WithBarrierLogger(testLogger(e.T)), participant.WithUnsignedRequests(), participant.WithBarrierTracerProvider(tp))
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	if err := bar.Migrate(e.T.Context()); err != nil {
-		e.T.Fatal(err)
-	}
-	return bar
+	return coretest.TracedBarrier(e.T, e.Schema, tp, participant.WithBarrierLogger(testLogger(e.T)), participant.WithUnsignedRequests())
 }
 
 // checkParticipantSpans checks that every "participant <op>" span of spans is the child of a

@@ -14,7 +14,6 @@ import (
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core/coretest"
-	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/threepc"
 )
@@ -28,14 +27,7 @@ import (
 func TestIntegrationTracing(t *testing.T) {
 	exp, tp := coretest.Tracing(t)
 	w := newWorld(t)
-	bar, err := participant.NewBarrier(w.East.Pool, participant.WithBarrierSchema(w.East.Name),
-		participant.WithBarrierLogger(testenv.Logger(t)), participant.WithBarrierTracerProvider(tp))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bar.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	bar := coretest.TracedBarrier(t, w.East, tp)
 	c := w.coordinator(coordinator.WithTracerProvider(tp))
 	points := coretest.Register(t, c, "points", bar.Participant(func(_ context.Context, _ pgx.Tx, req participant.Request) error {
 		if req.Op == participant.OpCanCommit && req.GID == "traced-no" {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core/coretest"
-	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/twopc"
 )
@@ -26,14 +25,7 @@ import (
 func TestIntegrationTracing(t *testing.T) {
 	exp, tp := coretest.Tracing(t)
 	b := newBank(t)
-	bar, err := participant.NewBarrier(b.East.Pool, participant.WithBarrierSchema(b.East.Name),
-		participant.WithBarrierLogger(testenv.Logger(t)), participant.WithBarrierTracerProvider(tp))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bar.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	bar := coretest.TracedBarrier(t, b.East, tp)
 	c := b.coordinator(coordinator.WithTracerProvider(tp))
 	points := coretest.Register(t, c, "points", bar.Participant(func(_ context.Context, _ pgx.Tx, req participant.Request) error {
 		if req.Op == participant.OpPrepare && req.GID == "traced-no" {

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/tracelog"
 )
 
@@ -120,4 +121,19 @@ func LinkedDrive(t testing.TB, exp *tracetest.InMemoryExporter, gid string) trac
 		return false
 	}, "no successful drive of %s linked to an ended recovery pass: %v", gid, Names(exp.GetSpans()))
 	return drive
+}
+
+// TracedBarrier returns a migrated barrier on s's schema that traces with tp, logging to the
+// test's log, with opts.
+func TracedBarrier(t testing.TB, s *testenv.Schema, tp trace.TracerProvider, opts ...participant.BarrierOption) *participant.Barrier {
+	t.Helper()
+	bar, err := participant.NewBarrier(s.Pool, append([]participant.BarrierOption{participant.WithBarrierSchema(s.Name),
+		participant.WithBarrierLogger(testenv.Logger(t)), participant.WithBarrierTracerProvider(tp)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bar.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return bar
 }
