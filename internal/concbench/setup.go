@@ -125,12 +125,14 @@ type Prepared struct {
 // find in pg_prepared_xacts. ctx scopes every statement.
 func HandPrepared(ctx context.Context, id string, parts ...Prepared) error {
 	txs := make([]pgx.Tx, len(parts))
+	conns := make([]*pgxpool.Conn, len(parts))
 	for i, p := range parts {
 		conn, err := p.Pool.Acquire(ctx)
 		if err != nil {
 			return fmt.Errorf("concbench: %w", err)
 		}
 		defer conn.Release()
+		conns[i] = conn
 		if txs[i], err = conn.Begin(ctx); err != nil {
 			return fmt.Errorf("concbench: %w", err)
 		}
@@ -145,8 +147,10 @@ func HandPrepared(ctx context.Context, id string, parts ...Prepared) error {
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("concbench: prepare: %w", err)
 	}
-	for i, p := range parts {
-		g.Go(func() error { _, err := p.Pool.Exec(ctx, fmt.Sprintf("commit prepared '%s:%d'", id, i)); return err })
+	// On the connections already held: taking others from the pools while holding these deadlocks
+	// once every connection of a pool is held by a transfer waiting for one.
+	for i, conn := range conns {
+		g.Go(func() error { _, err := conn.Exec(ctx, fmt.Sprintf("commit prepared '%s:%d'", id, i)); return err })
 	}
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("concbench: commit prepared: %w", err)
