@@ -98,7 +98,7 @@ func writeLoop(ctx context.Context, pool *pgxpool.Pool, f *fence.Fence, t *leade
 //     belongs to one process — no partition was written by two leaders at once.
 func TestIntegrationShardsBalanceTakeoverAndExclusion(t *testing.T) {
 	if testing.Short() {
-		t.Skip("integration test")
+		t.Skip("integration test: not run under -short")
 	}
 	db := testenv.PG(t)
 	ctx := t.Context()
