@@ -16,6 +16,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/txkit/txkit/internal/mqtest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/outbox"
@@ -147,7 +148,7 @@ func (f *firstCall) Publish(ctx context.Context, msg outbox.Message) error {
 //	go test -run '^$' -bench '^BenchmarkRelay$/metrics-ratio' -benchtime 30x -count 3 ./outbox/
 //	go test -run '^$' -bench '^BenchmarkRelay$/observed-ratio' -benchtime 30x -count 3 ./outbox/
 func BenchmarkRelay(b *testing.B) {
-	pub := realPublisher(b)
+	pub := mqtest.Publisher(b)
 	topic := testenv.Topic(b)
 	zkServers := testenv.ZK(b)
 	body := make([]byte, 256)

@@ -17,12 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/rocketmq-client-go/v2/admin"
-	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/internal/mqtest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/outbox"
@@ -196,27 +195,6 @@ func (p *relayProc) peakRSS() int64 {
 		return 0
 	}
 	return ru.Maxrss * 1024 // KiB on Linux
-}
-
-// consumerGroup returns a RocketMQ consumer group name of the test's own and deletes the group's
-// retry and dead-letter topics, which the broker creates, when the test ends.
-func consumerGroup(tb testing.TB) string {
-	tb.Helper()
-	g := "txkit-" + testenv.Name(tb)
-	ns, broker := testenv.Namesrv(tb), testenv.Broker(tb)
-	tb.Cleanup(func() {
-		adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(ns)))
-		if err != nil {
-			return
-		}
-		defer adm.Close() //nolint:errcheck // test cleanup
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, topic := range []string{"%RETRY%" + g, "%DLQ%" + g} {
-			_ = adm.DeleteTopic(ctx, admin.WithTopicDelete(topic), admin.WithBrokerAddrDelete(broker), admin.WithNameSrvAddr(ns))
-		}
-	})
-	return g
 }
 
 // consumerPool returns a pool on url roomy enough for a consumer's transactions, closed when the
@@ -431,7 +409,7 @@ func appliedConsumer(t *testing.T, pg *testenv.Schema, topic string) *rocketmq.C
 		_, err = tx.Exec(ctx, `insert into applied (key, seq, msg_id) values ($1, $2, $3)`, msg.Key, seq, msg.ID)
 		return err
 	}
-	c, err := rocketmq.NewConsumer(testenv.Namesrv(t), consumerGroup(t), topic, consumerPool(t, pg.URL), store, handler,
+	c, err := rocketmq.NewConsumer(testenv.Namesrv(t), mqtest.ConsumerGroup(t), topic, consumerPool(t, pg.URL), store, handler,
 		rocketmq.WithOrderly(true), rocketmq.WithOrderlyRetryInterval(100*time.Millisecond), rocketmq.WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/internal/mqtest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/outbox"
@@ -83,7 +84,7 @@ func endToEndLatency(b *testing.B, notify bool) {
 		}
 		return nil
 	}
-	c, err := rocketmq.NewConsumer(testenv.Namesrv(b), consumerGroup(b), topic, consumerPool(b, pg.URL), store, handler,
+	c, err := rocketmq.NewConsumer(testenv.Namesrv(b), mqtest.ConsumerGroup(b), topic, consumerPool(b, pg.URL), store, handler,
 		rocketmq.WithConsumeGoroutines(8)) // as many as the pool has connections
 	if err != nil {
 		b.Fatal(err)
@@ -102,7 +103,7 @@ func endToEndLatency(b *testing.B, notify bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, err := outbox.NewRelay(ob, realPublisher(b), outbox.WithElector(el), outbox.WithSchedule("@every 1s"))
+	r, err := outbox.NewRelay(ob, mqtest.Publisher(b), outbox.WithElector(el), outbox.WithSchedule("@every 1s"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/txkit/txkit/internal/mqtest"
 	"github.com/txkit/txkit/internal/obs/obstest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/outbox"
@@ -26,7 +27,7 @@ func TestIntegrationRelayMetrics(t *testing.T) {
 	for i := range n {
 		e.enqueue(t, fmt.Sprintf("k%d", i%3), fmt.Sprintf("m%d", i))
 	}
-	r := e.relay(t, "relay-1", realPublisher(t), outbox.WithBatchSize(8), outbox.WithRegisterer(reg))
+	r := e.relay(t, "relay-1", mqtest.Publisher(t), outbox.WithBatchSize(8), outbox.WithRegisterer(reg))
 	run(t, r)
 	e.waitEmpty(t, 30*time.Second)
 	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
@@ -65,7 +66,7 @@ func TestIntegrationRelayMetricsFailures(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var stuck atomic.Bool
 	stuck.Store(true)
-	rec := &recorder{next: realPublisher(t)}
+	rec := &recorder{next: mqtest.Publisher(t)}
 	rec.setFail(func(_ context.Context, m outbox.Message) error {
 		if string(m.Body) == "poison" || string(m.Body) == "stuck" && stuck.Load() {
 			return errInjected
@@ -125,7 +126,7 @@ func TestIntegrationRelayMetricsFailures(t *testing.T) {
 func TestIntegrationRelayMetricsShared(t *testing.T) {
 	e := newRelayEnv(t)
 	reg := prometheus.NewRegistry()
-	pub := realPublisher(t)
+	pub := mqtest.Publisher(t)
 	const n = 10
 	r1 := e.relay(t, "relay-1", pub, outbox.WithRegisterer(reg))
 	r2 := e.relay(t, "relay-2", pub, outbox.WithRegisterer(reg))

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/internal/mqtest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/outbox"
@@ -290,7 +291,7 @@ func TestIntegrationPartitionCount(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sess.Close() })
 	paths := partitionElections(testenv.ZKRoot(t)+"/relay", 4)
-	r, err := outbox.NewRelay(other, realPublisher(t), outbox.WithElectors(func(p int) (lock.Elector, error) {
+	r, err := outbox.NewRelay(other, mqtest.Publisher(t), outbox.WithElectors(func(p int) (lock.Elector, error) {
 		return lock.NewElector(sess, paths[p], "r")
 	}))
 	if err != nil {

@@ -16,14 +16,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/fence"
+	"github.com/txkit/txkit/internal/mqtest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/outbox"
 )
 
-// The relay's integration tests publish through the real RocketMQ publisher (realPublisher, in
-// publisher_test.go), wrapped in a recorder that notes every call and fails the messages a test
-// chooses. The recorder decides nothing else: a publish it lets through is the broker's to
+// The relay's integration tests publish through the real RocketMQ publisher (mqtest.Publisher,
+// shared with the benchmarks), wrapped in a recorder that notes every call and fails the messages
+// a test chooses. The recorder decides nothing else: a publish it lets through is the broker's to
 // acknowledge or refuse.
 
 // call is one Publish the relay made.
@@ -204,7 +205,7 @@ func (e *relayEnv) waitEmpty(t *testing.T, timeout time.Duration) {
 // published, each key's in order, and deleted.
 func TestIntegrationRelayDelivers(t *testing.T) {
 	e := newRelayEnv(t)
-	rec := &recorder{next: realPublisher(t)}
+	rec := &recorder{next: mqtest.Publisher(t)}
 	var want []string
 	for i := range 30 {
 		b := fmt.Sprintf("k%d:%d", i%3, i/3)
@@ -247,7 +248,7 @@ func TestIntegrationRelayDelivers(t *testing.T) {
 // publisher at once, through LISTEN/NOTIFY.
 func TestIntegrationRelayWakesOnNotify(t *testing.T) {
 	e := newRelayEnv(t)
-	rec := &recorder{next: realPublisher(t)}
+	rec := &recorder{next: mqtest.Publisher(t)}
 	r := e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 1h"))
 	run(t, r)
 	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool { return r.Stats().Wakeups >= 1 },
@@ -267,7 +268,7 @@ func TestIntegrationRelayWakesOnNotify(t *testing.T) {
 // k2:1 goes; once k1:1 is published, k1:2 follows.
 func TestIntegrationRelayPerKeyOrder(t *testing.T) {
 	e := newRelayEnv(t)
-	rec := &recorder{next: realPublisher(t)}
+	rec := &recorder{next: mqtest.Publisher(t)}
 	rec.setFail(func(_ context.Context, m outbox.Message) error {
 		if string(m.Body) == "k1:1" {
 			return errInjected
@@ -308,7 +309,7 @@ func TestIntegrationRelayPerKeyOrder(t *testing.T) {
 // takes it, Requeue delivers it.
 func TestIntegrationRelayDeadAndRequeue(t *testing.T) {
 	e := newRelayEnv(t)
-	rec := &recorder{next: realPublisher(t)}
+	rec := &recorder{next: mqtest.Publisher(t)}
 	rec.setFail(func(_ context.Context, m outbox.Message) error {
 		if string(m.Body) == "poison" {
 			return fmt.Errorf("broker refused: %w", errInjected)
@@ -357,7 +358,7 @@ func TestIntegrationRelayDeadAndRequeue(t *testing.T) {
 // WithMaxAttempts times while its key's later messages wait.
 func TestIntegrationRelayRefusedForGoodDeadAtOnce(t *testing.T) {
 	e := newRelayEnv(t)
-	rec := &recorder{next: realPublisher(t)}
+	rec := &recorder{next: mqtest.Publisher(t)}
 	bad, err := e.ob.Enqueue(t.Context(), e.pool, outbox.Message{Topic: "txkit.dotted.topic", Key: "k", Body: []byte("bad-topic")})
 	if err != nil {
 		t.Fatal(err)
@@ -395,7 +396,7 @@ func TestIntegrationRelayLeadershipHandoff(t *testing.T) {
 	if err := fence.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	recs := map[string]*recorder{"relay-a": {next: realPublisher(t)}, "relay-b": {next: realPublisher(t)}}
+	recs := map[string]*recorder{"relay-a": {next: mqtest.Publisher(t)}, "relay-b": {next: mqtest.Publisher(t)}}
 	relays := map[string]*outbox.Relay{}
 	stops := map[string]func(){}
 	for id, rec := range recs {
@@ -503,7 +504,7 @@ func TestIntegrationRelayLeadershipLostMidBatch(t *testing.T) {
 		e.enqueue(t, "k", fmt.Sprintf("k:%d", i))
 	}
 	e.enqueue(t, "", "-:1")
-	first := &recorder{next: realPublisher(t)}
+	first := &recorder{next: mqtest.Publisher(t)}
 	blocked := make(chan struct{})
 	first.setFail(func(ctx context.Context, m outbox.Message) error {
 		if string(m.Body) != "k:2" {
@@ -536,7 +537,7 @@ func TestIntegrationRelayLeadershipLostMidBatch(t *testing.T) {
 		t.Fatalf("%d of 6 rows pending after %q were acknowledged: the lost leader deleted a row it had not sent", pending, first.sent())
 	}
 
-	second := &recorder{next: realPublisher(t)}
+	second := &recorder{next: mqtest.Publisher(t)}
 	run(t, e.relay(t, "relay-b", second))
 	e.waitEmpty(t, 30*time.Second)
 	got := second.sent()
@@ -563,7 +564,7 @@ func TestIntegrationRelayFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{next: realPublisher(t)}
+	rec := &recorder{next: mqtest.Publisher(t)}
 	// Hold the publish until the fence has moved on, so the relay's delete comes after it.
 	gate := make(chan struct{})
 	rec.setFail(func(context.Context, outbox.Message) error { <-gate; return nil })
@@ -636,7 +637,7 @@ func TestIntegrationRelayFenceNotMigrated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{next: realPublisher(t)}
+	rec := &recorder{next: mqtest.Publisher(t)}
 	e.enqueue(t, "", "m1")
 	r := e.relay(t, "relay-1", rec, outbox.WithFence(fence))
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -654,7 +655,7 @@ func TestIntegrationRelayFenceNotMigrated(t *testing.T) {
 // the relay opens a new one, and notifications wake it again (the poll is an hour away).
 func TestIntegrationRelayListenerReconnects(t *testing.T) {
 	e := newRelayEnv(t)
-	rec := &recorder{next: realPublisher(t)}
+	rec := &recorder{next: mqtest.Publisher(t)}
 	r := e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 1h"))
 	run(t, r)
 	listener := func() (pid int32) {
@@ -689,7 +690,7 @@ func TestIntegrationRelayListenerReconnects(t *testing.T) {
 // others go through keeps its backoff.
 func TestIntegrationRelayOutageOver(t *testing.T) {
 	e := newRelayEnv(t)
-	rec := &recorder{next: realPublisher(t)}
+	rec := &recorder{next: mqtest.Publisher(t)}
 	var down sync.Mutex // guards isDown: while it is true, the broker is away
 	isDown := true
 	rec.setFail(func(_ context.Context, m outbox.Message) error {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/internal/mqtest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/outbox"
 )
@@ -72,7 +73,7 @@ func TestIntegrationMigrateAddsTagsColumn(t *testing.T) {
 // The relay sends each message with the tags it was enqueued with.
 func TestIntegrationRelayCarriesTags(t *testing.T) {
 	e := newRelayEnv(t)
-	rec := &recorder{next: realPublisher(t)}
+	rec := &recorder{next: mqtest.Publisher(t)}
 	want := map[string]string{"created": "created", "plain": ""}
 	for body, tags := range want {
 		if _, err := e.ob.Enqueue(t.Context(), e.pool, outbox.Message{Topic: e.topic, Key: body, Tags: tags, Body: []byte(body)}); err != nil {

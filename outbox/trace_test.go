@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/internal/core/coretest"
+	"github.com/txkit/txkit/internal/mqtest"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/tracelog"
 )
@@ -48,7 +49,7 @@ func TestIntegrationRelayTracing(t *testing.T) {
 		failed  = map[string]int{}                 // failed attempts so far, by body
 		inCalls = map[string][]trace.SpanContext{} // the span context of each Publish's ctx, by body
 	)
-	rec := &recorder{next: realPublisher(t)}
+	rec := &recorder{next: mqtest.Publisher(t)}
 	rec.setFail(func(ctx context.Context, m outbox.Message) error {
 		mu.Lock()
 		defer mu.Unlock()

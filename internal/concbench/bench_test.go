@@ -25,6 +25,7 @@ import (
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/concbench"
 	"github.com/txkit/txkit/internal/core/coretest"
+	"github.com/txkit/txkit/internal/mqtest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock/pglock"
 	"github.com/txkit/txkit/notify"
@@ -416,7 +417,7 @@ update cb_log set status = 'committed' where id = ':gid';
 func consumerFor(b *testing.B, pub *rocketmq.Publisher, pool *pgxpool.Pool, store *idempotency.Store, topic string, w *concbench.Waiters,
 	apply func(ctx context.Context, tx pgx.Tx, id uuid.UUID) error) {
 	b.Helper()
-	c, err := rocketmq.NewConsumer(testenv.Namesrv(b), concbench.ConsumerGroup(b), topic, pool, store,
+	c, err := rocketmq.NewConsumer(testenv.Namesrv(b), mqtest.ConsumerGroup(b), topic, pool, store,
 		func(ctx context.Context, tx pgx.Tx, msg outbox.Message) error {
 			if apply != nil {
 				if err := apply(ctx, tx, msg.ID); err != nil {
@@ -473,7 +474,7 @@ func relayRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool
 			b.Fatal(err)
 		}
 	}
-	pub := concbench.Publisher(b)
+	pub := mqtest.Publisher(b)
 	topic := testenv.Topic(b)
 	w := concbench.NewWaiters()
 	consumerFor(b, pub, pool, store, topic, w, nil)
@@ -534,7 +535,7 @@ func consumerRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, b
 	if err := store.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
-	pub := concbench.Publisher(b)
+	pub := mqtest.Publisher(b)
 	apply := func(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 		_, err := tx.Exec(ctx, `insert into applied values ($1)`, id)
 		return err
@@ -578,7 +579,7 @@ func consumerRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, b
 func plainConsumer(b *testing.B, topic string, handle func(ctx context.Context, id uuid.UUID) error) {
 	b.Helper()
 	pc, err := rmq.NewPushConsumer(consumer.WithNsResolver(primitive.NewPassthroughResolver(testenv.Namesrv(b))),
-		consumer.WithGroupName(concbench.ConsumerGroup(b)), consumer.WithInstance("concbench-"+uuid.NewString()[:8]),
+		consumer.WithGroupName(mqtest.ConsumerGroup(b)), consumer.WithInstance("concbench-"+uuid.NewString()[:8]),
 		consumer.WithConsumeGoroutineNums(poolConns), consumer.WithConsumeMessageBatchMaxSize(1))
 	if err != nil {
 		b.Fatal(err)
