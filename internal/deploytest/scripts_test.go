@@ -257,7 +257,12 @@ func TestIntegrationDaemonsInheritNoDescriptors(t *testing.T) {
 			testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
 				return cmdline(pid) == "sleep 600"
 			}, "pid %d runs sleep 600 (it runs %q)", pid, cmdline(pid))
-
+			// Right after exec the dynamic loader briefly holds the libraries it maps (libc as
+			// descriptor 3): wait for that to pass. An inherited descriptor never goes away, and
+			// checkDescriptors then names it.
+			for deadline := time.Now().Add(5 * time.Second); openAbove2(pid) > 0 && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond) // polling, with a deadline
+			}
 			checkDescriptors(t, pid, pipe, lockPath, true)
 			checkEOF(t, r)
 		})
@@ -416,6 +421,18 @@ func checkDescriptors(t *testing.T, pid int, pipeLink, lockPath string, only012 
 			t.Errorf("pid %d holds descriptor %d (%s)", pid, n, link)
 		}
 	}
+}
+
+// openAbove2 counts pid's open descriptors other than 0, 1 and 2.
+func openAbove2(pid int) int {
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	n := 0
+	for _, fd := range fds {
+		if i, err := strconv.Atoi(fd.Name()); err == nil && i > 2 {
+			n++
+		}
+	}
+	return n
 }
 
 // checkEOF fails the test when the read end r of a pipe whose write end the caller closed does not
