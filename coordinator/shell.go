@@ -23,6 +23,12 @@ type Shell interface {
 	// Status returns gid's status, or an error wrapping [ErrNotFound]. It blocks for one read;
 	// ctx scopes only this call.
 	Status(ctx context.Context, gid string) (Status, error)
+	// Flush waits until the finishes this coordinator deferred so far ([WithDeferredFinish]) are
+	// written, or ctx ends (an error wrapping its error); without the option it returns nil at
+	// once. Call it before the process exits: a finish it does not wait for is not lost — the
+	// leader finishes the transaction once the starter's lease has passed — but costs the
+	// participants a second confirm, action or commit, which their barrier turns into a no-op.
+	Flush(ctx context.Context) error
 }
 
 // Status is the state of a global transaction (a saga); each coordinator package names the

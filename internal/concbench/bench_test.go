@@ -53,6 +53,11 @@ const (
 	// envOnly, "txkit" or "bare", runs that side alone (the other's figures are empty): for
 	// profiling one side (go test -cpuprofile) or sampling its wait events.
 	envOnly = "TXKIT_CONCBENCH_ONLY"
+	// envGroup, a window ("2ms"), gives the tcc, saga and 2pc coordinators
+	// coordinator.WithGroupCommit(window); envDefer "1" gives them coordinator.WithDeferredFinish.
+	// Both unset: the coordinators' defaults.
+	envGroup = "TXKIT_CONCBENCH_GROUP"
+	envDefer = "TXKIT_CONCBENCH_DEFER"
 )
 
 // recipe is one row group of the table: setup builds its components on pools that count commits
@@ -255,7 +260,18 @@ func participants(b *testing.B, s *testenv.Schema, pool *pgxpool.Pool, sql map[p
 func coordinatorOn[C coordinator.Shell](b *testing.B, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
 	pool *pgxpool.Pool, schema string, opts ...coordinator.Option) C {
 	b.Helper()
-	c, err := newFn(pool, append([]coordinator.Option{coordinator.WithSchema(schema), coordinator.WithLogger(testenv.Logger(b))}, opts...)...)
+	base := []coordinator.Option{coordinator.WithSchema(schema), coordinator.WithLogger(testenv.Logger(b))}
+	if w := os.Getenv(envGroup); w != "" {
+		d, err := time.ParseDuration(w)
+		if err != nil {
+			b.Fatalf("%s=%q: %v", envGroup, w, err)
+		}
+		base = append(base, coordinator.WithGroupCommit(d))
+	}
+	if os.Getenv(envDefer) == "1" {
+		base = append(base, coordinator.WithDeferredFinish())
+	}
+	c, err := newFn(pool, append(base, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

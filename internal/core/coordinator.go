@@ -50,6 +50,9 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// GroupCommit is the log's group commit window (WithGroupCommit, see [WithGroupCommit]); 0: off.
 	GroupCommit time.Duration
+	// DeferredFinish makes a starter's clean finish a background write (WithDeferredFinish, see
+	// [WithDeferredFinish]).
+	DeferredFinish bool
 	// Partitions splits the recovery into partitions led separately (WithPartitions, see
 	// partition.go); the zero value is one partition, led under Elector.
 	Partitions Partitioning
@@ -182,6 +185,9 @@ func NewBase(pool *pgxpool.Pool, p Protocol, opts []Option) (*Base, error) {
 	if cfg.GroupCommit > 0 {
 		lopts = append(lopts, WithGroupCommit(cfg.GroupCommit))
 	}
+	if cfg.DeferredFinish {
+		lopts = append(lopts, WithDeferredFinish())
+	}
 	if cfg.Partitions.Parts > 1 {
 		lopts = append(lopts, WithPartitions(cfg.Partitions.Parts))
 	}
@@ -195,7 +201,7 @@ func NewBase(pool *pgxpool.Pool, p Protocol, opts []Option) (*Base, error) {
 	}
 	km := m.forKind(p.Kind)
 	tr := tracer(cfg.TracerProvider, p.Name)
-	l.m, l.tr = km, tr
+	l.m, l.tr, l.lg = km, tr, cfg.Logger
 	return &Base{Log: l, Parts: NewParticipants(cfg.Client), Cfg: cfg, name: p.Name, kind: p.Kind, metrics: m, m: km, tr: tr}, nil
 }
 
@@ -223,6 +229,14 @@ func (b *Base) Register(name string, p participant.Participant) (participant.Par
 
 // Target says where the recovery finds p (see [Participants.Target]).
 func (b *Base) Target(p participant.Participant) (Target, error) { return b.Parts.Target(p) }
+
+// Flush waits until the finishes deferred so far ([WithDeferredFinish]) are written, or ctx ends.
+func (b *Base) Flush(ctx context.Context) error {
+	if err := b.Log.Flush(ctx); err != nil {
+		return b.Errorf("%w", err)
+	}
+	return nil
+}
 
 // Stats returns the counters.
 func (b *Base) Stats() Stats {

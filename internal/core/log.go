@@ -6,6 +6,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,6 +47,8 @@ type Log struct {
 	m     *kindMetrics // the coordinator's that made the log (NewBase), or nil
 	tr    trace.Tracer // the coordinator's (NewBase), or the global provider's
 	gw    *groupWriter // WithGroupCommit (groupcommit.go), or nil
+	lg    *slog.Logger // the coordinator's (NewBase), or a discarding one
+	bg    background   // the finishes WithDeferredFinish is writing (deferred.go)
 }
 
 // Transaction is a global transaction as the log holds it.
@@ -148,7 +151,8 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 		err := tpl.ExecuteTemplate(&b, name, data)
 		return strings.TrimSpace(b.String()), err
 	}
-	l := &Log{pool: pool, o: o, fence: fence, name: strings.Trim(global, `"`), q: map[string]string{}, tr: tracer(nil)}
+	l := &Log{pool: pool, o: o, fence: fence, name: strings.Trim(global, `"`), q: map[string]string{}, tr: tracer(nil),
+		lg: slog.New(slog.DiscardHandler)}
 	if l.ddl, err = render("schema.sql"); err != nil {
 		return nil, fmt.Errorf("core: render schema: %w", err)
 	}
@@ -363,8 +367,12 @@ func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 	if tok.IsZero() && p.Next != 0 && len(p.Failed) == 0 {
 		// A starter's clean finish is one statement: no fence to pass, nothing else to write, so
 		// it runs on its own (autocommit) instead of inside BEGIN ... COMMIT — one round trip.
-		moved, err = l.write(ctx, &write{kind: writeFinish, gid: p.GID, from: p.From.String(), to: p.Next.String(),
-			done: p.Done, doneStatus: done.String()})
+		w := &write{kind: writeFinish, gid: p.GID, from: p.From.String(), to: p.Next.String(), done: p.Done, doneStatus: done.String()}
+		if l.o.deferFinish && p.Next.Final() {
+			l.deferFinish(ctx, w, p.Next)
+			return nil
+		}
+		moved, err = l.write(ctx, w)
 	} else {
 		err = l.recordTx(ctx, tok, p, done, &moved)
 	}

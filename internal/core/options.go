@@ -26,6 +26,7 @@ type options struct {
 	backoffMax  time.Duration
 	partitions  int           // recovery partitions (WithPartitions, partition.go)
 	groupWindow time.Duration // WithGroupCommit (groupcommit.go); 0: off
+	deferFinish bool          // WithDeferredFinish (deferred.go)
 }
 
 func defaultOptions() options {
