@@ -581,7 +581,8 @@ func (n *Notifier) record(ctx context.Context, fk fenceKey, batch []result, log 
 		}
 		// Held back by the breaker: due again when it may let them through, no attempt counted.
 		if err := n.fenced(ctx, fk, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, n.holdSQL(), ids, waits)
+			_, err := tx.Exec(ctx, `update `+n.table+` t set next_attempt_at = now() + make_interval(secs => w.secs), updated_at = now()
+from unnest($1::uuid[], $2::float8[]) as w(id, secs) where t.id = w.id and t.status = 'pending'`, ids, waits)
 			return err
 		}); err != nil {
 			return err
@@ -609,7 +610,24 @@ func (n *Notifier) record(ctx context.Context, fk fenceKey, batch []result, log 
 	var outs []outcome
 	var delivered int64
 	err := n.fenced(ctx, fk, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, n.recordSQL(), ids, oks, codes, lat, errs, sched, n.o.jitter)
+		rows, err := tx.Query(ctx, `with r as (
+	select * from unnest($1::uuid[], $2::bool[], $3::int[], $4::float8[], $5::text[]) as r(id, ok, code, lat, err)),
+u as (
+	update `+n.table+` t set attempts = t.attempts + 1, tries = t.tries + 1, last_status = nullif(r.code, 0), updated_at = now(),
+		last_error = case when r.ok then null else r.err end,
+		delivered_at = case when r.ok then now() end, latency_ms = case when r.ok then r.lat end,
+		status = case when r.ok then 'delivered' when t.attempts + 1 > cardinality($6::float8[]) then 'failed' else 'pending' end,
+		next_attempt_at = case when r.ok or t.attempts + 1 > cardinality($6::float8[]) then t.next_attempt_at
+			else now() + make_interval(secs => ($6::float8[])[t.attempts + 1] * (1 - $7::float8 + 2 * $7::float8 * random())) end
+	from r where t.id = r.id and t.status = 'pending'
+	returning t.id, t.status, t.attempts, t.tries),
+a as (
+	insert into `+n.attempts+` (id, n, status_code, latency_ms, error)
+	select u.id, u.tries, r.code, r.lat, nullif(r.err, '') from u join r using (id) where not r.ok
+	on conflict do nothing)
+select null::uuid, 'delivered', count(*)::int from u where status = 'delivered'
+union all
+select id, status, attempts from u where status <> 'delivered'`, ids, oks, codes, lat, errs, sched, n.o.jitter)
 		if err != nil {
 			return err
 		}
@@ -687,36 +705,4 @@ func (n *Notifier) purge(ctx context.Context, tok lock.Token) error {
 		}
 	}
 	return nil
-}
-
-// holdSQL moves the pending notifications $1 on by $2 seconds each, without counting an attempt:
-// those the breaker held back. Like recordSQL it names its ids with "= any" beside the join, so
-// that the generic plan of a table not yet analyzed reads them through the primary key.
-func (n *Notifier) holdSQL() string {
-	return `update ` + n.table + ` t set next_attempt_at = now() + make_interval(secs => w.secs), updated_at = now()
-from unnest($1::uuid[], $2::float8[]) as w(id, secs) where t.id = any($1::uuid[]) and t.id = w.id and t.status = 'pending'`
-}
-
-// recordSQL records a batch's outcomes ($1 ids, $2 delivered, $3 status codes, $4 latencies, $5
-// errors; $6 the schedule in seconds, $7 the jitter): it returns the delivered ones as a count and
-// the others one by one.
-func (n *Notifier) recordSQL() string {
-	return `with r as (
-	select * from unnest($1::uuid[], $2::bool[], $3::int[], $4::float8[], $5::text[]) as r(id, ok, code, lat, err)),
-u as (
-	update ` + n.table + ` t set attempts = t.attempts + 1, tries = t.tries + 1, last_status = nullif(r.code, 0), updated_at = now(),
-		last_error = case when r.ok then null else r.err end,
-		delivered_at = case when r.ok then now() end, latency_ms = case when r.ok then r.lat end,
-		status = case when r.ok then 'delivered' when t.attempts + 1 > cardinality($6::float8[]) then 'failed' else 'pending' end,
-		next_attempt_at = case when r.ok or t.attempts + 1 > cardinality($6::float8[]) then t.next_attempt_at
-			else now() + make_interval(secs => ($6::float8[])[t.attempts + 1] * (1 - $7::float8 + 2 * $7::float8 * random())) end
-	from r where t.id = any($1::uuid[]) and t.id = r.id and t.status = 'pending'
-	returning t.id, t.status, t.attempts, t.tries),
-a as (
-	insert into ` + n.attempts + ` (id, n, status_code, latency_ms, error)
-	select u.id, u.tries, r.code, r.lat, nullif(r.err, '') from u join r using (id) where not r.ok
-	on conflict do nothing)
-select null::uuid, 'delivered', count(*)::int from u where status = 'delivered'
-union all
-select id, status, attempts from u where status <> 'delivered'`
 }

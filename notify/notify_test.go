@@ -453,24 +453,3 @@ func TestIntegrationConcurrentEnqueueSameKey(t *testing.T) {
 		t.Fatalf("%d rows for the key, want 1", rows)
 	}
 }
-
-// On tables just migrated (never analyzed, as in every new deployment) the generic plans of the
-// statements that record a batch's deliveries — what PostgreSQL runs for pgx's cached prepared
-// statements — find the batch's rows through the primary key: a hash join over a sequential scan
-// would read the whole table for every batch as it grows.
-func TestIntegrationDeliveryPlansUseIndexes(t *testing.T) {
-	pg := testenv.PG(t)
-	n, err := notify.New(pg.Pool, []notify.Receiver{{Name: "r", URL: "http://127.0.0.1:1", Secrets: []string{"0123456789abcdef0123"}}},
-		notify.WithSchema(pg.Name), notify.WithPlainHTTP())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	for name, stmt := range n.DeliveryStatements() {
-		t.Run(name, func(t *testing.T) {
-			testenv.NoSeqScan(t, testenv.GenericPlan(t, pg.Pool, stmt), "txkit_notify")
-		})
-	}
-}

@@ -312,17 +312,3 @@ func TestIntegrationDueStatementByteBound(t *testing.T) {
 		})
 	}
 }
-
-// On a table just migrated (never analyzed, as in every new deployment) the generic plans of the
-// relay's statements that read by partition or join arrays of ids — what PostgreSQL runs for pgx's
-// cached prepared statements — find rows through indexes, not by reading the whole table on every
-// call as it grows. (delete_sent's "id = any($1)" is planned as a sequential scan of a table that
-// small, as it should be; the plan is made again at autovacuum's first analyze.)
-func TestIntegrationPlansUseIndexes(t *testing.T) {
-	pg, ob := migratedOutbox(t)
-	for name, stmt := range map[string]string{"due": ob.q.due, "fail": ob.q.fail, "pending": ob.q.pending} {
-		t.Run(name, func(t *testing.T) {
-			testenv.NoSeqScan(t, testenv.GenericPlan(t, pg.Pool, stmt), "txkit_outbox")
-		})
-	}
-}

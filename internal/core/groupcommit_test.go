@@ -297,18 +297,3 @@ func TestGroupCommitOption(t *testing.T) {
 		t.Fatalf("negative window = %v, want ErrInvalidOption", err)
 	}
 }
-
-// On tables just migrated (never analyzed, as in every new deployment) the generic plans of the
-// log's statements — what PostgreSQL runs for pgx's cached prepared statements — find rows through
-// indexes: a sequential scan there would read the whole table on every call as it grows.
-func TestIntegrationLogPlansUseIndexes(t *testing.T) {
-	l, pool, _ := groupLog(t)
-	for _, name := range []string{"group_create", "group_branch", "group_decide", "group_finish",
-		"create", "create_with_branches", "add_branch", "decide", "status", "branches_done", "branches_failed", "finish",
-		"renew", "reschedule", "claim", "get", "branches", "purge"} {
-		t.Run(name, func(t *testing.T) {
-			plan := testenv.GenericPlan(t, pool, l.Statement(name))
-			testenv.NoSeqScan(t, plan, "txkit_global", "txkit_branch")
-		})
-	}
-}

@@ -110,7 +110,7 @@ update {{.Table}} as t set
                           least($5::float8, $4::float8 * power(2::float8, least(t.attempts, 62)))
                           * (0.5 + random() * 0.5))
 from unnest($1::bigint[], $2::text[], $6::bool[]) as f(id, err, permanent)
-where t.id = any($1::bigint[]) and t.id = f.id and t.status = '{{.Pending}}'
+where t.id = f.id and t.status = '{{.Pending}}'
 returning t.msg_id, t.status = '{{.Dead}}'
 {{end}}
 
