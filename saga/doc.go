@@ -95,6 +95,9 @@
 // never ran is an empty compensation, which the barrier answers without touching business data.
 // A drive longer than half the lease records its progress to renew the lease. A compensated saga
 // costs 3: the insert, the move to compensating (with the successes so far), and the finish.
+// Given [coordinator.WithDeferredFinish], the finish is written in the background and Submit
+// returns once the last action succeeded: one commit less on the caller's path (the leader
+// finishes a saga whose finish was lost, re-sending its actions).
 //
 // # Tracing
 //

@@ -52,7 +52,9 @@
 //     would leave a trying transaction that the timeout cancels: half confirmed, half cancelled.
 //  4. One statement marks the global row confirmed (cancelled) and its branches done. Without it
 //     the leader, finding the transaction still confirming once the lease passed, would call
-//     every confirm again; with it the retention job may delete the transaction.
+//     every confirm again; with it the retention job may delete the transaction. Nothing waits
+//     for it, so [coordinator.WithDeferredFinish] makes it a background write: Commit returns
+//     once the confirms succeeded.
 //
 // Three branches: 5 writes (TestIntegrationWritesPerTransaction counts them with statement
 // triggers), where Begin's insert of the global row on its own made it N+3 = 6 before. Nothing

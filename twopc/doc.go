@@ -60,7 +60,8 @@
 // is a database: two — the decision with its branches (one insert, nothing is written before it:
 // presumed abort), and the outcome, written while the COMMIT PREPAREDs run. With a participant
 // branch: three — the record with its branches before phase one (a participant cannot be found
-// any other way), the decision, the outcome.
+// any other way), the decision, the outcome. [coordinator.WithDeferredFinish] writes the outcome in
+// the background: Commit returns once the COMMIT PREPAREDs are done.
 //
 // Tracing: given [coordinator.WithTracerProvider] (default: the application's global
 // OpenTelemetry provider), [Global.Commit] records the transaction under a span "2pc begin"
