@@ -152,7 +152,11 @@ func mustExec(b *testing.B, pool *pgxpool.Pool, sql string, args ...any) {
 // transactions committed per operation, counted on every pool of the recipe: see
 // concbench.Commits), and pg-ceiling/s: pgbench running a script of the txkit path's writes with
 // N clients for TXKIT_CONCBENCH_PGBENCH (1 s) on the same server after each round (so that it
-// meets the same load), scripts per second averaged over the rounds.
+// meets the same load), scripts per second averaged over the rounds. Where the time goes, per
+// side: go-cpu-ms/op (this process: clients, coordinators, participants' servers, relay,
+// consumers), pg-cpu-ms/op (PostgreSQL's processes), jvm-cpu-ms/op (RocketMQ and ZooKeeper) and
+// busy, the share of the machine's CPUs busy during the blocks (concbench.CPU; bare- for the
+// bare side).
 //
 //	make bench-concurrency
 //	go test -run '^$' -bench 'Concurrency/saga/clients=16' -benchtime 2x ./internal/concbench/
@@ -231,6 +235,12 @@ func BenchmarkConcurrency(b *testing.B) {
 					b.ReportMetric(f[0].CommitsPerOp(), "pg-commits/op")
 					b.ReportMetric(f[1].CommitsPerOp(), "bare-pg-commits/op")
 					b.ReportMetric(ceiling, "pg-ceiling/s")
+					for i, side := range []string{"", "bare-"} {
+						b.ReportMetric(concbench.PerOp(f[i].CPU.Self, f[i].Ops), side+"go-cpu-ms/op")
+						b.ReportMetric(concbench.PerOp(f[i].CPU.Postgres, f[i].Ops), side+"pg-cpu-ms/op")
+						b.ReportMetric(concbench.PerOp(f[i].CPU.JVM, f[i].Ops), side+"jvm-cpu-ms/op")
+						b.ReportMetric(f[i].Busy(), side+"busy")
+					}
 				})
 			}
 		})

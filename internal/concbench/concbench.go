@@ -5,9 +5,9 @@
 // A Rotation runs each of its sides — the txkit path and the bare one — in turn, for a block of
 // time each, with a given number of client goroutines calling the side's operation in a closed
 // loop; the order rotates by one every round so that a change of load on the shared machine weighs
-// on all sides alike. It records each side's operations, time, per-operation latency and the
+// on all sides alike. It records each side's operations, time, per-operation latency, the
 // PostgreSQL transactions its blocks committed, counted by a Commits tracer on every pool the
-// recipe's components use. PGBench runs pgbench with a script of the same writes, for
+// recipe's components use, and the processor time its blocks used, by process (CPU). PGBench runs pgbench with a script of the same writes, for
 // PostgreSQL's own ceiling at the same client count.
 //
 //	r := concbench.NewRotation(16, time.Second, commits.Load, txkitOp, bareOp)
@@ -50,6 +50,16 @@ type Figures struct {
 	Took    time.Duration   // the side's blocks, end to end
 	Commits int64           // PostgreSQL transactions committed during the side's blocks
 	Lat     []time.Duration // each operation's latency, in no particular order
+	CPU     CPU             // processor time used during the side's blocks (ReadCPU)
+}
+
+// Busy is the share of the machine's processor time that was busy during the side's blocks
+// (0..1; 0 when it could not be read): near 1, the side was bound by the machine's CPUs.
+func (f Figures) Busy() float64 {
+	if f.CPU.Total <= 0 {
+		return 0
+	}
+	return float64(f.CPU.Busy) / float64(f.CPU.Total)
 }
 
 // PerSecond is Ops over Took: the side's throughput (0 when nothing ran).
@@ -121,6 +131,7 @@ func (r *Rotation) block1(ctx context.Context, side int) error {
 	if r.commits != nil {
 		c0 = r.commits()
 	}
+	cpu0 := ReadCPU()
 	start := time.Now()
 	deadline := start.Add(r.block)
 	lats := make([][]time.Duration, r.clients)
@@ -143,6 +154,7 @@ func (r *Rotation) block1(ctx context.Context, side int) error {
 	wg.Wait()
 	f := &r.figs[side]
 	f.Took += time.Since(start)
+	f.CPU = f.CPU.Add(ReadCPU().Sub(cpu0))
 	for _, l := range lats {
 		f.Ops += len(l)
 		f.Lat = append(f.Lat, l...)

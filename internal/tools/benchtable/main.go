@@ -6,8 +6,9 @@
 //
 //   - the recipes at concurrency (internal/concbench's BenchmarkConcurrency): one row per recipe
 //     and client count — txkit/s, bare/s, ratio, p50 and p99 ms, PostgreSQL commits per operation
-//     (txkit / bare) and pgbench's ceiling for the same writes; `make bench-concurrency` and
-//     `make bench` run it.
+//     (txkit / bare), pgbench's ceiling for the same writes, the processor time per operation of
+//     the benchmark's process (Go), PostgreSQL's processes and the JVMs (txkit / bare), and the
+//     share of the machine's CPUs busy meanwhile; `make bench-concurrency` and `make bench` run it.
 //
 //     go test -run '^$' -bench . ./internal/lockbench/ | go run ./internal/tools/benchtable
 //     go test -run '^$' -bench Concurrency -benchtime 3x ./internal/concbench/ | go run ./internal/tools/benchtable
@@ -64,6 +65,10 @@ var concColumns = []struct {
 	{"p99 ms", "p99-ms", "", "%.1f"},
 	{"PG commits/op (txkit / bare)", "pg-commits/op", "bare-pg-commits/op", "%.1f"},
 	{"PG ceiling/s (pgbench)", "pg-ceiling/s", "", "%.0f"},
+	{"CPU ms/op: Go (txkit / bare)", "go-cpu-ms/op", "bare-go-cpu-ms/op", "%.2f"},
+	{"CPU ms/op: PostgreSQL", "pg-cpu-ms/op", "bare-pg-cpu-ms/op", "%.2f"},
+	{"CPU ms/op: JVMs", "jvm-cpu-ms/op", "bare-jvm-cpu-ms/op", "%.2f"},
+	{"machine busy", "busy", "bare-busy", "%.2f"},
 }
 
 func main() {

@@ -27,13 +27,13 @@ ok`,
 		},
 		{
 			name: "concurrency rows per recipe and client count, in the order they ran",
-			in: `BenchmarkConcurrency/saga/clients=16-2   1  602125518 ns/op  3.202 bare-p50-ms  5.365 bare-p99-ms  3.000 bare-pg-commits/op  989.4 bare/s  12.06 p50-ms  88.12 p99-ms  1610 pg-ceiling/s  5.000 pg-commits/op  0.9293 ratio  919.5 txkit/s
+			in: `BenchmarkConcurrency/saga/clients=16-2   1  602125518 ns/op  3.202 bare-p50-ms  5.365 bare-p99-ms  3.000 bare-pg-commits/op  989.4 bare/s  12.06 p50-ms  88.12 p99-ms  1610 pg-ceiling/s  5.000 pg-commits/op  0.9293 ratio  919.5 txkit/s  0.66 go-cpu-ms/op  0.50 bare-go-cpu-ms/op  1.14 pg-cpu-ms/op  0.74 bare-pg-cpu-ms/op  0.92 busy  0.91 bare-busy
 BenchmarkConcurrency/saga/clients=64   1  602125518 ns/op  1832 bare/s  0.5396 ratio  988.6 txkit/s
 BenchmarkConcurrency/2pc/clients=1-2   1  1 ns/op  424.8 bare/s  129.8 txkit/s  0.3057 ratio  6 pg-commits/op
 ok`,
 			want: []string{
-				"| recipe | clients | txkit/s | bare/s | ratio | p50 ms | p99 ms | PG commits/op (txkit / bare) | PG ceiling/s (pgbench) |",
-				"| saga | 16 | 920 | 989 | 0.93 | 12.1 | 88.1 | 5.0 / 3.0 | 1610 |\n| saga | 64 | 989 | 1832 | 0.54 | — | — | — / — | — |\n| 2pc | 1 | 130 | 425 | 0.31 | — | — | 6.0 / — | — |",
+				"| recipe | clients | txkit/s | bare/s | ratio | p50 ms | p99 ms | PG commits/op (txkit / bare) | PG ceiling/s (pgbench) | CPU ms/op: Go (txkit / bare) | CPU ms/op: PostgreSQL | CPU ms/op: JVMs | machine busy |",
+				"| saga | 16 | 920 | 989 | 0.93 | 12.1 | 88.1 | 5.0 / 3.0 | 1610 | 0.66 / 0.50 | 1.14 / 0.74 | — / — | 0.92 / 0.91 |\n| saga | 64 | 989 | 1832 | 0.54 | — | — | — / — | — | — / — | — / — | — / — | — / — |\n| 2pc | 1 | 130 | 425 | 0.31 | — | — | 6.0 / — | — | — / — | — / — | — / — | — / — |",
 			},
 		},
 		{name: "a failed benchmark gives no table", in: "--- FAIL: BenchmarkLocks\nFAIL", wantErr: true},

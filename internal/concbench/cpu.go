@@ -1,0 +1,122 @@
+package concbench
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// CPU is processor time used on this machine so far, read from the kernel (Linux: getrusage and
+// /proc). A Rotation reads it around each block, so that a side's figures say where its time
+// went: in the benchmark's own process (clients, coordinators, participants' HTTP servers,
+// relay, consumers), in PostgreSQL's processes, or in the JVMs (RocketMQ's name server and
+// broker, ZooKeeper), and how busy the whole machine was.
+type CPU struct {
+	Self     time.Duration // this process: user + system
+	Postgres time.Duration // every process named "postgres" (backends, WAL writer...; the postmaster's reaped children too)
+	JVM      time.Duration // every process named "java"
+	Busy     time.Duration // the machine's busy time, summed over its CPUs (/proc/stat: all but idle and iowait)
+	Total    time.Duration // the machine's time, summed over its CPUs
+}
+
+// Sub returns c − o, field by field.
+func (c CPU) Sub(o CPU) CPU {
+	return CPU{Self: c.Self - o.Self, Postgres: c.Postgres - o.Postgres, JVM: c.JVM - o.JVM, Busy: c.Busy - o.Busy, Total: c.Total - o.Total}
+}
+
+// Add returns c + o, field by field.
+func (c CPU) Add(o CPU) CPU {
+	return CPU{Self: c.Self + o.Self, Postgres: c.Postgres + o.Postgres, JVM: c.JVM + o.JVM, Busy: c.Busy + o.Busy, Total: c.Total + o.Total}
+}
+
+// userHZ is the unit of /proc's times: USER_HZ, 100 on every Linux architecture Go supports.
+const userHZ = 100
+
+const tick = time.Second / userHZ
+
+// ReadCPU reads the CPU times now. Where /proc cannot be read (not Linux) only Self is filled.
+func ReadCPU() CPU {
+	var c CPU
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		c.Self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	if stat, err := os.ReadFile("/proc/stat"); err == nil {
+		c.Busy, c.Total = machineTimes(stat)
+	}
+	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range dirs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // the process ended meanwhile
+		}
+		name, t, ok := processTimes(b)
+		switch {
+		case !ok:
+		case name == "postgres":
+			c.Postgres += t
+		case name == "java":
+			c.JVM += t
+		}
+	}
+	return c
+}
+
+// processTimes parses a /proc/<pid>/stat line: the command name and utime + stime + cutime +
+// cstime (fields 14 to 17; the name, field 2, is in parentheses and may hold spaces).
+func processTimes(b []byte) (name string, t time.Duration, ok bool) {
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return "", 0, false
+	}
+	f := strings.Fields(string(b[end+1:])) // from field 3 (state) on
+	if len(f) < 15 {
+		return "", 0, false
+	}
+	var sum int64
+	for _, s := range f[11:15] { // fields 14..17
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return "", 0, false
+		}
+		sum += n
+	}
+	return string(b[open+1 : end]), time.Duration(sum) * tick, true
+}
+
+// machineTimes parses /proc/stat's first line ("cpu user nice system idle iowait irq softirq
+// steal ..."): the busy time (all but idle and iowait) and the total.
+func machineTimes(stat []byte) (busy, total time.Duration) {
+	first, _, _ := bytes.Cut(stat, []byte("\n"))
+	f := strings.Fields(string(first))
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0
+	}
+	var all, idle int64
+	for i, s := range f[1:] {
+		if i >= 8 { // guest times are counted in user already
+			break
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, 0
+		}
+		all += n
+		if i == 3 || i == 4 { // idle, iowait
+			idle += n
+		}
+	}
+	return time.Duration(all-idle) * tick, time.Duration(all) * tick
+}
+
+// PerOp returns d over ops in milliseconds (0 when nothing ran).
+func PerOp(d time.Duration, ops int) float64 {
+	if ops == 0 {
+		return 0
+	}
+	return float64(d) / float64(time.Millisecond) / float64(ops)
+}
