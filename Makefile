@@ -99,7 +99,7 @@ bench: up ## Go benchmarks against the real servers (not the ones that restart s
 # Every recipe (TCC, saga, 2PC, relay, idempotent consumer, notify, idempotency claim, lock
 # hand-off) at 1, 16 and 64 concurrent clients against its bare baseline, in rotating blocks of
 # CONCBENCH_BLOCK per side, CONCBENCH_ROUNDS rounds, and pgbench's ceiling for the same writes
-# (CONCBENCH_PGBENCH after each round); benchtable prints the table. About 6.5 minutes with the
+# (CONCBENCH_PGBENCH after each round); benchtable prints the table. About 7.5 minutes with the
 # defaults (docs/benchmarks.md). CONCBENCH_RUN narrows it, e.g. CONCBENCH_RUN='Concurrency/saga/'.
 CONCBENCH_BLOCK ?= 1s
 CONCBENCH_ROUNDS ?= 5
