@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/internal/cpustat"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/notify"
 )
@@ -87,7 +88,7 @@ func benchDeliver(b *testing.B, h http.Handler) {
 	testenv.Run(b, n.Run)
 
 	round := 0
-	var ncpu, bcpu cpuUse // CPU spent during the timed parts
+	var ncpu, bcpu cpustat.Times // CPU spent during the timed parts
 	notifier := func() time.Duration {
 		round++
 		err := pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error {
@@ -104,7 +105,7 @@ func benchDeliver(b *testing.B, h http.Handler) {
 		}
 		want := n.Stats().Delivered + block
 		start := time.Now()
-		defer ncpu.measure()()
+		defer measure(&ncpu)()
 		for n.Stats().Delivered < want {
 			time.Sleep(200 * time.Microsecond) // polling the counter, not ordering events
 			if time.Since(start) > time.Minute {
@@ -122,7 +123,7 @@ func benchDeliver(b *testing.B, h http.Handler) {
 		}
 		close(reqs)
 		start := time.Now()
-		defer bcpu.measure()()
+		defer measure(&bcpu)()
 		var wg sync.WaitGroup
 		for range conc {
 			wg.Go(func() {
@@ -175,8 +176,8 @@ func benchDeliver(b *testing.B, h http.Handler) {
 	// Where the time goes: CPU per delivery of this process (HTTP client, receiver, notifier) and
 	// of the PostgreSQL server processes, in each part.
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(i*block) }
-	b.ReportMetric(per(ncpu.self), "notifier-go-µs/op")
-	b.ReportMetric(per(ncpu.pg), "notifier-pg-µs/op")
-	b.ReportMetric(per(bcpu.self), "bare-go-µs/op")
-	b.ReportMetric(per(bcpu.pg), "bare-pg-µs/op")
+	b.ReportMetric(per(ncpu.Self), "notifier-go-µs/op")
+	b.ReportMetric(per(ncpu.Postgres), "notifier-pg-µs/op")
+	b.ReportMetric(per(bcpu.Self), "bare-go-µs/op")
+	b.ReportMetric(per(bcpu.Postgres), "bare-pg-µs/op")
 }

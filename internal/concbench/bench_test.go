@@ -25,6 +25,7 @@ import (
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/concbench"
 	"github.com/txkit/txkit/internal/core/coretest"
+	"github.com/txkit/txkit/internal/cpustat"
 	"github.com/txkit/txkit/internal/mqtest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock/pglock"
@@ -155,7 +156,7 @@ func mustExec(b *testing.B, pool *pgxpool.Pool, sql string, args ...any) {
 // meets the same load), scripts per second averaged over the rounds. Where the time goes, per
 // side: go-cpu-ms/op (this process: clients, coordinators, participants' servers, relay,
 // consumers), pg-cpu-ms/op (PostgreSQL's processes), jvm-cpu-ms/op (RocketMQ and ZooKeeper) and
-// busy, the share of the machine's CPUs busy during the blocks (concbench.CPU; bare- for the
+// busy, the share of the machine's CPUs busy during the blocks (internal/cpustat; bare- for the
 // bare side).
 //
 //	make bench-concurrency
@@ -236,10 +237,10 @@ func BenchmarkConcurrency(b *testing.B) {
 					b.ReportMetric(f[1].CommitsPerOp(), "bare-pg-commits/op")
 					b.ReportMetric(ceiling, "pg-ceiling/s")
 					for i, side := range []string{"", "bare-"} {
-						b.ReportMetric(concbench.PerOp(f[i].CPU.Self, f[i].Ops), side+"go-cpu-ms/op")
-						b.ReportMetric(concbench.PerOp(f[i].CPU.Postgres, f[i].Ops), side+"pg-cpu-ms/op")
-						b.ReportMetric(concbench.PerOp(f[i].CPU.JVM, f[i].Ops), side+"jvm-cpu-ms/op")
-						b.ReportMetric(f[i].Busy(), side+"busy")
+						b.ReportMetric(cpustat.PerOp(f[i].CPU.Self, f[i].Ops), side+"go-cpu-ms/op")
+						b.ReportMetric(cpustat.PerOp(f[i].CPU.Postgres, f[i].Ops), side+"pg-cpu-ms/op")
+						b.ReportMetric(cpustat.PerOp(f[i].CPU.JVM, f[i].Ops), side+"jvm-cpu-ms/op")
+						b.ReportMetric(f[i].CPU.BusyShare(), side+"busy")
 					}
 				})
 			}

@@ -7,7 +7,7 @@
 // loop; the order rotates by one every round so that a change of load on the shared machine weighs
 // on all sides alike. It records each side's operations, time, per-operation latency, the
 // PostgreSQL transactions its blocks committed, counted by a Commits tracer on every pool the
-// recipe's components use, and the processor time its blocks used, by process (CPU). PGBench runs pgbench with a script of the same writes, for
+// recipe's components use, and the processor time its blocks used, by process (cpustat). PGBench runs pgbench with a script of the same writes, for
 // PostgreSQL's own ceiling at the same client count.
 //
 //	r := concbench.NewRotation(16, time.Second, commits.Load, txkitOp, bareOp)
@@ -37,6 +37,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/cpustat"
 )
 
 // Op is one operation of a side, called by client number client (0 ≤ client < the rotation's
@@ -50,16 +52,7 @@ type Figures struct {
 	Took    time.Duration   // the side's blocks, end to end
 	Commits int64           // PostgreSQL transactions committed during the side's blocks
 	Lat     []time.Duration // each operation's latency, in no particular order
-	CPU     CPU             // processor time used during the side's blocks (ReadCPU)
-}
-
-// Busy is the share of the machine's processor time that was busy during the side's blocks
-// (0..1; 0 when it could not be read): near 1, the side was bound by the machine's CPUs.
-func (f Figures) Busy() float64 {
-	if f.CPU.Total <= 0 {
-		return 0
-	}
-	return float64(f.CPU.Busy) / float64(f.CPU.Total)
+	CPU     cpustat.Times   // processor time used during the side's blocks
 }
 
 // PerSecond is Ops over Took: the side's throughput (0 when nothing ran).
@@ -131,7 +124,7 @@ func (r *Rotation) block1(ctx context.Context, side int) error {
 	if r.commits != nil {
 		c0 = r.commits()
 	}
-	cpu0 := ReadCPU()
+	cpu0 := cpustat.Read()
 	start := time.Now()
 	deadline := start.Add(r.block)
 	lats := make([][]time.Duration, r.clients)
@@ -154,7 +147,7 @@ func (r *Rotation) block1(ctx context.Context, side int) error {
 	wg.Wait()
 	f := &r.figs[side]
 	f.Took += time.Since(start)
-	f.CPU = f.CPU.Add(ReadCPU().Sub(cpu0))
+	f.CPU = f.CPU.Add(cpustat.Read().Sub(cpu0))
 	for _, l := range lats {
 		f.Ops += len(l)
 		f.Lat = append(f.Lat, l...)

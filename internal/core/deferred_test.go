@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
@@ -16,19 +14,7 @@ import (
 // deferredLog returns a migrated log with WithDeferredFinish and opts, on a schema of the test's own.
 func deferredLog(t *testing.T, opts ...core.LogOption) (*core.Log, *testenv.Schema) {
 	t.Helper()
-	s := testenv.PG(t)
-	pool, err := pgxpool.New(t.Context(), s.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	l, err := core.New(pool, append([]core.LogOption{core.WithSchema(s.Name), core.WithDeferredFinish()}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	l, _, s := migratedLog(t, append([]core.LogOption{core.WithDeferredFinish()}, opts...)...)
 	return l, s
 }
 

@@ -19,13 +19,20 @@ import (
 // statements; and the test's schema, whose pool the test uses for everything else.
 func groupLog(t *testing.T) (*core.Log, *pgxpool.Pool, *testenv.Schema) {
 	t.Helper()
+	return migratedLog(t, core.WithGroupCommit(time.Minute))
+}
+
+// migratedLog returns a log with opts, migrated in a schema of the test's own, and its pool of
+// its own (closed when the test ends).
+func migratedLog(t *testing.T, opts ...core.LogOption) (*core.Log, *pgxpool.Pool, *testenv.Schema) {
+	t.Helper()
 	s := testenv.PG(t)
 	pool, err := pgxpool.New(t.Context(), s.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	l, err := core.New(pool, core.WithSchema(s.Name), core.WithGroupCommit(time.Minute))
+	l, err := core.New(pool, append([]core.LogOption{core.WithSchema(s.Name)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

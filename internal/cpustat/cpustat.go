@@ -1,4 +1,12 @@
-package concbench
+// Package cpustat reads the processor time used on this machine — by the calling process, by
+// PostgreSQL's processes, by the JVMs (RocketMQ, ZooKeeper) and by the machine as a whole — so
+// that a benchmark can say where its time went. It serves this repository's benchmarks only.
+//
+//	t0 := cpustat.Read()
+//	run()
+//	d := cpustat.Read().Sub(t0)
+//	b.ReportMetric(cpustat.PerOp(d.Postgres, ops), "pg-cpu-ms/op")
+package cpustat
 
 import (
 	"bytes"
@@ -10,12 +18,10 @@ import (
 	"time"
 )
 
-// CPU is processor time used on this machine so far, read from the kernel (Linux: getrusage and
-// /proc). A Rotation reads it around each block, so that a side's figures say where its time
-// went: in the benchmark's own process (clients, coordinators, participants' HTTP servers,
-// relay, consumers), in PostgreSQL's processes, or in the JVMs (RocketMQ's name server and
-// broker, ZooKeeper), and how busy the whole machine was.
-type CPU struct {
+// Times is processor time used on this machine so far, read from the kernel (Linux: getrusage
+// and /proc): in the calling process, in PostgreSQL's processes, in the JVMs (RocketMQ's name
+// server and broker, ZooKeeper), and the machine's busy and total time.
+type Times struct {
 	Self     time.Duration // this process: user + system
 	Postgres time.Duration // every process named "postgres" (backends, WAL writer...; the postmaster's reaped children too)
 	JVM      time.Duration // every process named "java"
@@ -24,13 +30,13 @@ type CPU struct {
 }
 
 // Sub returns c − o, field by field.
-func (c CPU) Sub(o CPU) CPU {
-	return CPU{Self: c.Self - o.Self, Postgres: c.Postgres - o.Postgres, JVM: c.JVM - o.JVM, Busy: c.Busy - o.Busy, Total: c.Total - o.Total}
+func (c Times) Sub(o Times) Times {
+	return Times{Self: c.Self - o.Self, Postgres: c.Postgres - o.Postgres, JVM: c.JVM - o.JVM, Busy: c.Busy - o.Busy, Total: c.Total - o.Total}
 }
 
 // Add returns c + o, field by field.
-func (c CPU) Add(o CPU) CPU {
-	return CPU{Self: c.Self + o.Self, Postgres: c.Postgres + o.Postgres, JVM: c.JVM + o.JVM, Busy: c.Busy + o.Busy, Total: c.Total + o.Total}
+func (c Times) Add(o Times) Times {
+	return Times{Self: c.Self + o.Self, Postgres: c.Postgres + o.Postgres, JVM: c.JVM + o.JVM, Busy: c.Busy + o.Busy, Total: c.Total + o.Total}
 }
 
 // userHZ is the unit of /proc's times: USER_HZ, 100 on every Linux architecture Go supports.
@@ -38,9 +44,9 @@ const userHZ = 100
 
 const tick = time.Second / userHZ
 
-// ReadCPU reads the CPU times now. Where /proc cannot be read (not Linux) only Self is filled.
-func ReadCPU() CPU {
-	var c CPU
+// Read reads the times now. Where /proc cannot be read (not Linux) only Self is filled.
+func Read() Times {
+	var c Times
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		c.Self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -111,6 +117,15 @@ func machineTimes(stat []byte) (busy, total time.Duration) {
 		}
 	}
 	return time.Duration(all-idle) * tick, time.Duration(all) * tick
+}
+
+// BusyShare is the share of the machine's processor time that was busy (0..1; 0 when it could not be
+// read): near 1, the work measured was bound by the machine's CPUs.
+func (c Times) BusyShare() float64 {
+	if c.Total <= 0 {
+		return 0
+	}
+	return float64(c.Busy) / float64(c.Total)
 }
 
 // PerOp returns d over ops in milliseconds (0 when nothing ran).

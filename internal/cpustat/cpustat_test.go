@@ -1,4 +1,4 @@
-package concbench
+package cpustat
 
 import (
 	"os"
@@ -40,14 +40,14 @@ func TestMachineTimes(t *testing.T) {
 	}
 }
 
-// ReadCPU sees this process's own work, and (on Linux) the machine's time passing.
-func TestReadCPU(t *testing.T) {
-	c0 := ReadCPU()
+// Read sees this process's own work, and (on Linux) the machine's time passing.
+func TestRead(t *testing.T) {
+	c0 := Read()
 	deadline := time.Now().Add(100 * time.Millisecond)
 	for x := 0; time.Now().Before(deadline); x++ {
 		_ = x * x
 	}
-	d := ReadCPU().Sub(c0)
+	d := Read().Sub(c0)
 	if d.Self < 50*time.Millisecond {
 		t.Fatalf("100 ms of spinning counted %v of this process's CPU", d.Self)
 	}
