@@ -681,3 +681,85 @@ func TestIntegrationGroupCommit(t *testing.T) {
 		t.Fatalf("%d cancels, want %d", got, want)
 	}
 }
+
+// With WithDeferredFinish (and group commit), Commit and Rollback return once the confirms or
+// cancels are done and Flush waits for the finishes: every transaction then ends confirmed or
+// cancelled, each participant called once per branch; a second Commit right after the first
+// confirms nothing again.
+func TestIntegrationDeferredFinish(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t)
+	c := e.coordinator(coordinator.WithDeferredFinish(), coordinator.WithGroupCommit(time.Millisecond))
+	p := newParty(func(req participant.Request) error {
+		if req.Op == participant.OpTry && req.Branch == "refused" {
+			return participant.ErrRefused
+		}
+		return nil
+	})
+	h := register(t, c, "p", p)
+	const n = 16
+	type outcome struct {
+		g    *tcc.Global
+		want coordinator.Status
+		err  error
+	}
+	out := make(chan outcome, n)
+	for i := range n {
+		go func() {
+			g, err := c.Begin(ctx)
+			if err != nil {
+				out <- outcome{err: err}
+				return
+			}
+			names := []string{"a", "b", "c"}
+			if i%4 == 0 {
+				names[2] = "refused"
+			}
+			for _, name := range names {
+				if err := g.Try(ctx, tcc.Branch{Name: name, Participant: h}); err != nil {
+					if !errors.Is(err, participant.ErrRefused) {
+						out <- outcome{err: err}
+						return
+					}
+					out <- outcome{g, tcc.StatusCancelled, g.Rollback(ctx)}
+					return
+				}
+			}
+			out <- outcome{g, tcc.StatusConfirmed, g.Commit(ctx)}
+		}()
+	}
+	var done []outcome
+	for range n {
+		o := <-out
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		done = append(done, o)
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range done {
+		if s := status(t, c, o.g.GID()); s != o.want {
+			t.Fatalf("%s after Flush: %s, want %s", o.g.GID(), s, o.want)
+		}
+	}
+	if got, want := p.count("confirm"), 3*(n-n/4); got != want {
+		t.Fatalf("%d confirms, want %d", got, want)
+	}
+	if got, want := p.count("cancel"), 3*n/4; got != want {
+		t.Fatalf("%d cancels, want %d", got, want)
+	}
+	// A second Commit of a confirmed transaction changes nothing.
+	for _, o := range done {
+		if o.want == tcc.StatusConfirmed {
+			if err := o.g.Commit(ctx); err != nil {
+				t.Fatalf("second Commit: %v", err)
+			}
+			break
+		}
+	}
+	if got, want := p.count("confirm"), 3*(n-n/4); got != want {
+		t.Fatalf("a second Commit confirmed again: %d confirms, want %d", got, want)
+	}
+}

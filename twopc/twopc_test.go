@@ -558,3 +558,29 @@ func TestIntegrationEnlistWorkPanics(t *testing.T) {
 	b.WantBalances(startBalance-10, startBalance+10)
 	b.NoPrepared()
 }
+
+// With WithDeferredFinish, Commit returns once the COMMIT PREPAREDs are done; Flush waits for
+// the outcome's record.
+func TestIntegrationDeferredFinish(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	c := b.coordinator(coordinator.WithDeferredFinish())
+	g, err := c.Begin(ctx, coordinator.WithGID("transfer-deferred"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.move(ctx, g, 30); err != nil {
+		t.Fatalf("enlist: %v", err)
+	}
+	if err := g.Commit(ctx); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	b.WantBalances(startBalance-30, startBalance+30)
+	b.NoPrepared()
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := status(t, c, "transfer-deferred"); s != twopc.StatusCommitted {
+		t.Fatalf("status after Flush %s, want committed", s)
+	}
+}
