@@ -204,7 +204,8 @@ func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
 // split the instances, at once if it took the first instance to answer and after a random pause
 // of 5–50 ms if not. The watchdog renews on all instances, and the hold is lost when a majority no
 // longer confirms it before the local deadline, or at once when so many instances say the key is
-// gone that no majority can hold it. Unlock releases on all and returns once a majority answered.
+// gone that no majority can hold it. Unlock releases on all and returns once every instance
+// answered (or the instance timeout, at least 1 s, passed); it fails only when no majority did.
 // The token is the highest of the fencing counters of the majority that granted the hold. TryLock
 // with too few instances answering returns their errors (not [lock.ErrLocked]).
 //

@@ -88,7 +88,8 @@
 // 1 s); the lock is held when a majority (N/2+1) took it and its validity, TTL − elapsed − drift,
 // is positive; otherwise release on all and retry after a random pause or a release message. A
 // step stops waiting as soon as a majority has answered either way. Renewals go to all with the
-// same majority rule, release to all. Its token is the highest counter among the majority that
+// same majority rule, release to all, and Unlock waits for every instance's answer (bounded by
+// the instance timeout, at least 1 s), so that the next owner's attempt finds no key left behind. Its token is the highest counter among the majority that
 // granted the hold. It rises from holder to holder: any two majorities
 // share an instance, and that instance's counter is monotonic, so the next holder's maximum is at
 // least one above the previous holder's value there; but the previous maximum may come from an

@@ -294,9 +294,11 @@ func (g *group) extend(ctx context.Context, m *mutex, value string) (ok, lost bo
 
 // release deletes the hold's key on every instance whose reply does not say it was held by
 // another (nil replies: on all) and, with publish, publishes the release. It waits, with ctx's
-// values but not its cancellation, at most max(instance timeout, 1 s), and only until a majority
-// has answered: the other calls finish in the background. It returns an error, with the instances'
-// errors, only when no majority answered (the lock may then stay taken until the keys expire).
+// values but not its cancellation, at most max(instance timeout, 1 s), until every instance has
+// answered: returning once a majority had would let the next owner's attempt, sent at once, find
+// the key still on a slow instance and, with a late acquisition's key left on another, refuse a
+// TryLock although nobody holds the lock. It returns an error, with the instances' errors, only
+// when no majority answered (the lock may then stay taken until the keys expire).
 func (g *group) release(ctx context.Context, name, value string, replies []reply, publish bool) error {
 	channel := ""
 	if publish {
@@ -318,7 +320,7 @@ func (g *group) release(ctx context.Context, name, value string, replies []reply
 			return reply{answered: true} // held by another: nothing of ours there
 		}
 		return in.release(ctx, key, value, channel, name)
-	}, answered, nil)
+	}, nil, nil)
 	if !answered(out) {
 		return errors.Join(failures(out)...)
 	}
