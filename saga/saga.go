@@ -21,7 +21,7 @@ import (
 // starter vanished. Any number of Coordinators (processes) may share one schema; each may submit
 // sagas; the leader among them recovers.
 //
-// Migrate, Register and Status are those of [coordinator.Shell].
+// Migrate, Register, Status and Flush are those of [coordinator.Shell].
 //
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {

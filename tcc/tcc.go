@@ -20,7 +20,7 @@ import (
 // elected leader those whose starter vanished. Any number of Coordinators (processes) may share
 // one schema; each may start transactions; the leader among them recovers.
 //
-// Migrate, Register and Status are those of [coordinator.Shell].
+// Migrate, Register, Status and Flush are those of [coordinator.Shell].
 //
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {

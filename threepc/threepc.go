@@ -27,7 +27,7 @@ import (
 // them recovers. It is also the [participant.Decider] of the agents in consult-log mode
 // ([Coordinator.Decide]).
 //
-// Migrate, Register and Status are those of [coordinator.Shell].
+// Migrate, Register, Status and Flush are those of [coordinator.Shell].
 //
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {
