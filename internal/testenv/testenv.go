@@ -243,7 +243,8 @@ func Broker(t testing.TB) string {
 	return "127.0.0.1:20911"
 }
 
-// Topic creates a RocketMQ topic of the test's own (4 queues) and deletes it when the test ends.
+// Topic creates a RocketMQ topic of the test's own (4 queues), returns once the name server
+// knows its route, and deletes it when the test ends.
 func Topic(t testing.TB) string {
 	t.Helper()
 	ns := Namesrv(t)
@@ -272,6 +273,13 @@ func Topic(t testing.TB) string {
 			t.Logf("cleanup: delete topic %s: %v", topic, err)
 		}
 	})
+	// The broker registers a new topic with the name server in the background: until it has, a
+	// producer's first send fails with "route info not found". Return once the name server
+	// answers with the topic's queues.
+	Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		qs, err := adm.FetchPublishMessageQueues(ctx, topic)
+		return err == nil && len(qs) > 0
+	}, "the name server to know topic %s", topic)
 	return topic
 }
 
