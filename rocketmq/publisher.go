@@ -34,6 +34,7 @@ type Publisher struct {
 	log    *slog.Logger
 	closed atomic.Bool
 	once   sync.Once
+	firsts firstSends // each topic's first send goes alone (firstsend.go)
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
@@ -87,12 +88,11 @@ func (p *Publisher) Publish(ctx context.Context, msg message.Message) error {
 		return err
 	}
 	injectTrace(ctx, m)
-	if err := send(ctx, "publish", p.o.sendTimeout, msg, func(ctx context.Context) (*primitive.SendResult, error) {
-		return p.p.SendSync(ctx, m)
-	}); err != nil {
-		return err
-	}
-	return nil
+	return p.firsts.do(ctx, msg.Topic, func() error {
+		return send(ctx, "publish", p.o.sendTimeout, msg, func(ctx context.Context) (*primitive.SendResult, error) {
+			return p.p.SendSync(ctx, m)
+		})
+	})
 }
 
 // send runs one synchronous send bounded by timeout, and maps its outcome to an error. It never

@@ -59,6 +59,8 @@ type TxProducer struct {
 
 	ddl, insert, lookup, fence, purge string
 
+	firsts firstSends // each topic's first send goes alone (firstsend.go)
+
 	life   context.Context // ends at Close; bounds check-backs
 	cancel context.CancelFunc
 	once   sync.Once
@@ -276,13 +278,15 @@ func (p *TxProducer) send(ctx, parent context.Context, msg message.Message, loca
 	}()
 
 	var state primitive.LocalTransactionState
-	err = send(ctx, "send", p.o.sendTimeout, msg, func(sctx context.Context) (*primitive.SendResult, error) {
-		res, err := p.tp.SendMessageInTransaction(sctx, m)
-		if err != nil || res == nil {
-			return nil, err
-		}
-		state = res.State
-		return res.SendResult, nil
+	err = p.firsts.do(ctx, msg.Topic, func() error {
+		return send(ctx, "send", p.o.sendTimeout, msg, func(sctx context.Context) (*primitive.SendResult, error) {
+			res, err := p.tp.SendMessageInTransaction(sctx, m)
+			if err != nil || res == nil {
+				return nil, err
+			}
+			state = res.State
+			return res.SendResult, nil
+		})
 	})
 	if err != nil {
 		if pt.ran { // cannot happen: the local transaction runs only after SEND_OK
