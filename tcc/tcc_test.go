@@ -624,62 +624,10 @@ func TestIntegrationFirstTryRecords(t *testing.T) {
 // Concurrent transactions through a coordinator with group commit all end as their starters
 // decided, sharing statements.
 func TestIntegrationGroupCommit(t *testing.T) {
-	ctx := t.Context()
 	e := newEnv(t)
 	c := e.coordinator(coordinator.WithGroupCommit(time.Millisecond))
-	p := newParty(func(req participant.Request) error {
-		if req.Op == participant.OpTry && req.Branch == "refused" {
-			return participant.ErrRefused
-		}
-		return nil
-	})
-	h := register(t, c, "p", p)
-	const n = 32
-	type outcome struct {
-		gid  string
-		want coordinator.Status
-		err  error
-	}
-	out := make(chan outcome, n)
-	for i := range n {
-		go func() {
-			g, err := c.Begin(ctx)
-			if err != nil {
-				out <- outcome{err: err}
-				return
-			}
-			names := []string{"a", "b", "c"}
-			if i%4 == 0 {
-				names[2] = "refused"
-			}
-			for _, name := range names {
-				if err := g.Try(ctx, tcc.Branch{Name: name, Participant: h}); err != nil {
-					if !errors.Is(err, participant.ErrRefused) {
-						out <- outcome{err: err}
-						return
-					}
-					out <- outcome{g.GID(), tcc.StatusCancelled, g.Rollback(ctx)}
-					return
-				}
-			}
-			out <- outcome{g.GID(), tcc.StatusConfirmed, g.Commit(ctx)}
-		}()
-	}
-	for range n {
-		o := <-out
-		if o.err != nil {
-			t.Fatal(o.err)
-		}
-		if s := status(t, c, o.gid); s != o.want {
-			t.Fatalf("%s: %s, want %s", o.gid, s, o.want)
-		}
-	}
-	if got, want := p.count("confirm"), 3*(n-n/4); got != want {
-		t.Fatalf("%d confirms, want %d", got, want)
-	}
-	if got, want := p.count("cancel"), 3*n/4; got != want {
-		t.Fatalf("%d cancels, want %d", got, want)
-	}
+	p := refusingParty()
+	checkEnded(t, c, p, concurrentTransactions(t, c, register(t, c, "p", p), 32))
 }
 
 // With WithDeferredFinish (and group commit), Commit and Rollback return once the confirms or
@@ -690,66 +638,13 @@ func TestIntegrationDeferredFinish(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
 	c := e.coordinator(coordinator.WithDeferredFinish(), coordinator.WithGroupCommit(time.Millisecond))
-	p := newParty(func(req participant.Request) error {
-		if req.Op == participant.OpTry && req.Branch == "refused" {
-			return participant.ErrRefused
-		}
-		return nil
-	})
-	h := register(t, c, "p", p)
+	p := refusingParty()
 	const n = 16
-	type outcome struct {
-		g    *tcc.Global
-		want coordinator.Status
-		err  error
-	}
-	out := make(chan outcome, n)
-	for i := range n {
-		go func() {
-			g, err := c.Begin(ctx)
-			if err != nil {
-				out <- outcome{err: err}
-				return
-			}
-			names := []string{"a", "b", "c"}
-			if i%4 == 0 {
-				names[2] = "refused"
-			}
-			for _, name := range names {
-				if err := g.Try(ctx, tcc.Branch{Name: name, Participant: h}); err != nil {
-					if !errors.Is(err, participant.ErrRefused) {
-						out <- outcome{err: err}
-						return
-					}
-					out <- outcome{g, tcc.StatusCancelled, g.Rollback(ctx)}
-					return
-				}
-			}
-			out <- outcome{g, tcc.StatusConfirmed, g.Commit(ctx)}
-		}()
-	}
-	var done []outcome
-	for range n {
-		o := <-out
-		if o.err != nil {
-			t.Fatal(o.err)
-		}
-		done = append(done, o)
-	}
+	done := concurrentTransactions(t, c, register(t, c, "p", p), n)
 	if err := c.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range done {
-		if s := status(t, c, o.g.GID()); s != o.want {
-			t.Fatalf("%s after Flush: %s, want %s", o.g.GID(), s, o.want)
-		}
-	}
-	if got, want := p.count("confirm"), 3*(n-n/4); got != want {
-		t.Fatalf("%d confirms, want %d", got, want)
-	}
-	if got, want := p.count("cancel"), 3*n/4; got != want {
-		t.Fatalf("%d cancels, want %d", got, want)
-	}
+	checkEnded(t, c, p, done)
 	// A second Commit of a confirmed transaction changes nothing.
 	for _, o := range done {
 		if o.want == tcc.StatusConfirmed {
@@ -761,5 +656,88 @@ func TestIntegrationDeferredFinish(t *testing.T) {
 	}
 	if got, want := p.count("confirm"), 3*(n-n/4); got != want {
 		t.Fatalf("a second Commit confirmed again: %d confirms, want %d", got, want)
+	}
+}
+
+// outcome is how one of concurrentTransactions ended: the status it must end in.
+type outcome struct {
+	g    *tcc.Global
+	want coordinator.Status
+}
+
+// concurrentTransactions runs n transactions at once on c, each trying branches a, b and c on h,
+// every fourth with c named "refused" (which h's party refuses) and then rolled back, the others
+// committed; it fails t on any other error and returns how each ended.
+func concurrentTransactions(t *testing.T, c *tcc.Coordinator, h participant.Participant, n int) []outcome {
+	t.Helper()
+	ctx := t.Context()
+	type result struct {
+		outcome
+		err error
+	}
+	out := make(chan result, n)
+	for i := range n {
+		go func() {
+			g, err := c.Begin(ctx)
+			if err != nil {
+				out <- result{err: err}
+				return
+			}
+			names := []string{"a", "b", "c"}
+			if i%4 == 0 {
+				names[2] = "refused"
+			}
+			for _, name := range names {
+				if err := g.Try(ctx, tcc.Branch{Name: name, Participant: h}); err != nil {
+					if !errors.Is(err, participant.ErrRefused) {
+						out <- result{err: err}
+						return
+					}
+					out <- result{outcome{g, tcc.StatusCancelled}, g.Rollback(ctx)}
+					return
+				}
+			}
+			out <- result{outcome{g, tcc.StatusConfirmed}, g.Commit(ctx)}
+		}()
+	}
+	done := make([]outcome, 0, n)
+	for range n {
+		r := <-out
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		done = append(done, r.outcome)
+	}
+	return done
+}
+
+// refusingParty answers every call, refusing only the tries of branches named "refused".
+func refusingParty() *party {
+	return newParty(func(req participant.Request) error {
+		if req.Op == participant.OpTry && req.Branch == "refused" {
+			return participant.ErrRefused
+		}
+		return nil
+	})
+}
+
+// checkEnded fails t unless every transaction of done is in the status it must end in, and p
+// saw one confirm per branch of the committed ones and one cancel per branch of the others.
+func checkEnded(t *testing.T, c *tcc.Coordinator, p *party, done []outcome) {
+	t.Helper()
+	committed := 0
+	for _, o := range done {
+		if s := status(t, c, o.g.GID()); s != o.want {
+			t.Fatalf("%s: %s, want %s", o.g.GID(), s, o.want)
+		}
+		if o.want == tcc.StatusConfirmed {
+			committed++
+		}
+	}
+	if got, want := p.count("confirm"), 3*committed; got != want {
+		t.Fatalf("%d confirms, want %d", got, want)
+	}
+	if got, want := p.count("cancel"), 3*(len(done)-committed); got != want {
+		t.Fatalf("%d cancels, want %d", got, want)
 	}
 }
