@@ -51,7 +51,10 @@
 // and a Consumer cannot start on a missing topic at all (the client creates none for consumers).
 // Create topics ahead with [EnsureTopic] — which also creates the consumer groups' retry topics
 // %RETRY%<group>, so that a new consumer neither logs "topic not exist" warnings nor waits up to
-// 30 s to redeliver — or with mqadmin (deploy/local/rocketmq topic NAME).
+// 30 s to redeliver — or with mqadmin (deploy/local/rocketmq topic NAME). A Publisher's (and a
+// TxProducer's) first send to each topic goes alone, and sends to that topic made meanwhile wait
+// for it: rocketmq-client-go v2.1.2 fails concurrent first sends of a topic with "route info not
+// found" (a relay publishing several keys at once met it on a new topic).
 //
 // On a broker with ACL on (aclEnable=true), give every Publisher, Consumer and TxProducer the
 // account's keys with [WithCredentials]: the client then signs each request (HMAC-SHA1 under the
