@@ -40,6 +40,12 @@ type Delivery struct {
 	Key       string          `json:"key"`
 	Payload   json.RawMessage `json:"payload"`
 	CreatedAt time.Time       `json:"created_at"`
+	// Nonce is new for every post, so that no two posts are the same signed request: the
+	// signature covers the body and a timestamp in whole seconds, and an Inbox refuses a
+	// signature it has seen as a replay. Without it, a notification posted again within the same
+	// second — by a new leader after a dead one's post was applied, its answer lost — was refused
+	// and counted a failed attempt. Receivers need not read it.
+	Nonce string `json:"nonce,omitempty"`
 }
 
 // due is a notification taken for delivery: the delivery, and what its attempt's span needs.
@@ -452,6 +458,7 @@ func (n *Notifier) deliver(ctx context.Context, rcv Receiver, d due) result {
 // post posts d to rcv, signed, and returns the outcome; it observes the round trip's latency.
 func (n *Notifier) post(ctx context.Context, rcv Receiver, d Delivery) result {
 	res := result{id: d.ID, receiver: rcv.Name}
+	d.Nonce = uuid.NewString()
 	body, err := json.Marshal(d)
 	if err != nil {
 		res.err = err.Error()

@@ -453,3 +453,22 @@ func TestIntegrationConcurrentEnqueueSameKey(t *testing.T) {
 		t.Fatalf("%d rows for the key, want 1", rows)
 	}
 }
+
+// The same notification posted twice at once — a new leader's post right after a dead leader's
+// was applied and its answer lost, in the same second of the signature's timestamp — is not a
+// replay: each post carries a nonce of its own, so the second is acknowledged as applied before,
+// and the notification is applied once.
+func TestIntegrationRepostNotReplay(t *testing.T) {
+	w := newWorld(t)
+	n := w.notifier(w.receivers())
+	nt := w.enqueue(n, "shop", "order-repost", 7)
+	d := notify.Delivery{ID: nt.ID, Receiver: "shop", Key: nt.Key, Payload: nt.Payload, CreatedAt: time.Now()}
+	for i := range 3 {
+		if ok, err := n.Post(t.Context(), "shop", d); !ok {
+			t.Fatalf("post %d: %s", i+1, err)
+		}
+	}
+	if got := w.applied("order-repost"); got != 1 {
+		t.Fatalf("applied %d times, want once", got)
+	}
+}

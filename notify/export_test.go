@@ -1,0 +1,14 @@
+package notify
+
+import "context"
+
+// Post makes one post of d to the receiver called name, as a delivery attempt does, and returns
+// whether it was acknowledged and the error text when not.
+func (n *Notifier) Post(ctx context.Context, name string, d Delivery) (bool, string) {
+	r, ok := n.receivers[name]
+	if !ok {
+		return false, "no receiver " + name
+	}
+	res := n.post(ctx, r, d)
+	return res.ok, res.err
+}
