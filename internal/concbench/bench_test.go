@@ -96,9 +96,8 @@ const (
 // analyzed, as autovacuum does within a minute or so of a table's first writes. Without it the
 // benchmark measures tables created seconds before, never analyzed: PostgreSQL caches the generic
 // plan of each prepared statement (pgx prepares them) while its table is a page or two, where a
-// sequential scan is cheapest, and keeps it as the table grows until the first analyze — the
-// coordinators' finish batches read the whole branch table (0.6 ms a batch after seconds of load
-// against 0.14 ms once analyzed). ANALYZE invalidates those plans; the next call plans again.
+// sequential scan is cheapest, and keeps it as the table grows until the first analyze.
+// ANALYZE invalidates those plans; the next call plans again.
 func (e *env) prime(b *testing.B, sides ...concbench.Op) {
 	b.Helper()
 	ctx := context.Background()

@@ -22,12 +22,12 @@ import (
 // with the same statement as without group commit: a lone transaction waits for no partner. A
 // write that arrives while a flush is in flight queues. When a flush ends, the writes queued
 // meanwhile (up to maxGroup, one per gid) are handed to the first of them, which sends them as one
-// batch: one statement per kind of write (unnest arrays), all in one implicit transaction — one
-// round trip, one commit. A queued write never waits longer than the window: then it sends what
+// batch: each write's own statement, pipelined in one implicit transaction — one round trip, one
+// commit. A queued write never waits longer than the window: then it sends what
 // is queued itself, beside the flush in flight. No goroutine is started: the writers take turns.
 //
-// Each write keeps its condition (the gid not taken, the status expected): a batch statement
-// returns the gids it changed and each caller learns its own outcome, as from its own statement.
+// Each write keeps its condition (the gid not taken, the status expected): each caller learns its
+// own outcome from its own statement's count of rows.
 // When PostgreSQL refuses a batch (one bad row fails the whole transaction, which rolls back),
 // each of its writes is made again alone by its own caller, so that the others are unaffected.
 // Fenced writes (a leader's) and partial records are never grouped: they run as before.
@@ -114,117 +114,65 @@ func (l *Log) write(ctx context.Context, w *write) (bool, error) {
 
 // writeOne makes w with a statement of its own.
 func (l *Log) writeOne(ctx context.Context, w *write) (bool, error) {
-	var err error
+	sql, args := l.statement(w)
+	tag, err := l.pool.Exec(ctx, sql, args...)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// statement returns w's statement and its arguments. Each changes rows only when w's condition
+// holds (the gid not taken, the status expected), and finds its rows by the primary key's gid, so
+// its plan does not depend on the tables' statistics.
+func (l *Log) statement(w *write) (string, []any) {
 	switch w.kind {
 	case writeCreate:
 		if len(w.names) == 0 {
-			_, err = l.pool.Exec(ctx, l.q["create"], w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace)
-		} else {
-			_, err = l.pool.Exec(ctx, l.q["create_with_branches"], w.gid, w.txKind, w.status, w.timeout, w.due, w.payload,
-				w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.trace)
+			return l.q["create"], []any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace}
 		}
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "23505" {
-			return false, nil
-		}
-		return err == nil, err
+		return l.q["create_with_branches"], []any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload,
+			w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.trace}
 	case writeBranch:
 		b := w.branch
-		err = l.pool.QueryRow(ctx, l.q["add_branch"], w.gid, b.Name, b.Seq, b.Target.Kind.String(), b.Target.Ref,
-			b.Payload, w.from).Scan(new(int))
+		return l.q["add_branch"], []any{w.gid, b.Name, b.Seq, b.Target.Kind.String(), b.Target.Ref, b.Payload, w.from}
 	case writeDecide:
-		err = l.pool.QueryRow(ctx, l.q["decide"], w.gid, w.from, w.to, l.o.lease.Seconds()).Scan(new(int))
-	case writeFinish:
-		err = l.pool.QueryRow(ctx, l.q["finish"], w.gid, w.from, w.to, l.o.lease.Seconds(), w.done, w.doneStatus).Scan(new(int))
+		return l.q["decide"], []any{w.gid, w.from, w.to, l.o.lease.Seconds()}
+	default: // writeFinish
+		return l.q["finish"], []any{w.gid, w.from, w.to, l.o.lease.Seconds(), w.done, w.doneStatus}
 	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
 }
 
-// writeBatch makes ws (distinct gids) in one round trip and one PostgreSQL transaction: a
-// statement per kind of write present, each returning the gids it changed. An error means
-// nothing was written when it is a *pgconn.PgError (the transaction rolled back); otherwise the
-// outcome is unknown.
+// writeBatch makes ws (distinct gids) in one round trip and one PostgreSQL transaction: each
+// write's own statement, in gid order so that concurrent batches lock rows in one order, sent
+// together in one pipeline (one Sync: one implicit transaction). An error means nothing was
+// written when it is a *pgconn.PgError (the transaction rolled back); otherwise the outcome is
+// unknown.
+//
+// One statement per write rather than one per kind of write over arrays: a join of unnest arrays
+// with the log's tables is planned for ten rows of each array, and PostgreSQL's generic plan
+// hashes them against a sequential scan of the whole table while its statistics are those of a
+// small table — a new deployment's for minutes, read in full by every batch.
 func (l *Log) writeBatch(ctx context.Context, ws []*write) ([]bool, error) {
-	var byKind [writeFinish + 1][]int
-	for i, w := range ws {
-		byKind[w.kind] = append(byKind[w.kind], i)
+	order := make([]int, len(ws))
+	for i := range order {
+		order[i] = i
 	}
+	slices.SortFunc(order, func(i, j int) int { return strings.Compare(ws[i].gid, ws[j].gid) })
 	var b pgx.Batch
-	var parts [][]int
-	for k, idx := range byKind {
-		if len(idx) == 0 {
-			continue
-		}
-		// Rows in gid order, so that concurrent batches lock rows in one order.
-		slices.SortFunc(idx, func(i, j int) int { return strings.Compare(ws[i].gid, ws[j].gid) })
-		parts = append(parts, idx)
-		gids := make([]string, len(idx))
-		for n, i := range idx {
-			gids[n] = ws[i].gid
-		}
-		switch writeKind(k) {
-		case writeCreate:
-			n := len(idx)
-			kinds, sts, tcs := make([]string, n), make([]string, n), make([]string, n)
-			timeouts, dues, payloads := make([]float64, n), make([]float64, n), make([][]byte, n)
-			var bg, bn, bk, br []string
-			var bs []int32
-			var bp [][]byte
-			for n, i := range idx {
-				w := ws[i]
-				kinds[n], sts[n], timeouts[n], dues[n], payloads[n], tcs[n] = w.txKind, w.status, w.timeout, w.due, w.payload, w.trace
-				for j := range w.names {
-					bg = append(bg, w.gid)
-					bn, bs, bk, br, bp = append(bn, w.names[j]), append(bs, w.seqs[j]), append(bk, w.targetKinds[j]),
-						append(br, w.refs[j]), append(bp, w.payloads[j])
-				}
-			}
-			b.Queue(l.q["group_create"], gids, kinds, sts, timeouts, dues, payloads, tcs, bg, bn, bs, bk, br, bp)
-		case writeBranch:
-			n := len(idx)
-			names, kinds, refs, want := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-			seqs, payloads := make([]int32, n), make([][]byte, n)
-			for n, i := range idx {
-				br := ws[i].branch
-				names[n], seqs[n], kinds[n], refs[n], payloads[n], want[n] = br.Name, int32(br.Seq), br.Target.Kind.String(),
-					br.Target.Ref, br.Payload, ws[i].from
-			}
-			b.Queue(l.q["group_branch"], gids, names, seqs, kinds, refs, payloads, want)
-		case writeDecide, writeFinish:
-			from, to := make([]string, len(idx)), make([]string, len(idx))
-			var dg, dn, ds []string
-			for n, i := range idx {
-				w := ws[i]
-				from[n], to[n] = w.from, w.to
-				for _, name := range w.done {
-					dg, dn, ds = append(dg, w.gid), append(dn, name), append(ds, w.doneStatus)
-				}
-			}
-			if writeKind(k) == writeDecide {
-				b.Queue(l.q["group_decide"], gids, from, to, l.o.lease.Seconds())
-			} else {
-				b.Queue(l.q["group_finish"], gids, from, to, l.o.lease.Seconds(), dg, dn, ds)
-			}
-		}
+	for _, i := range order {
+		sql, args := l.statement(ws[i])
+		b.Queue(sql, args...)
 	}
 	res := l.pool.SendBatch(ctx, &b)
 	ok := make([]bool, len(ws))
-	for _, idx := range parts {
-		rows, err := res.Query()
-		if err == nil {
-			var changed []string
-			if changed, err = pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
-				for _, i := range idx {
-					ok[i] = slices.Contains(changed, ws[i].gid)
-				}
-				continue
-			}
+	for _, i := range order {
+		tag, err := res.Exec()
+		if err != nil {
+			_ = res.Close()
+			return nil, err
 		}
-		_ = res.Close()
-		return nil, err
+		ok[i] = tag.RowsAffected() > 0
 	}
 	if err := res.Close(); err != nil {
 		return nil, err

@@ -103,7 +103,7 @@ func TestIntegrationGroupCommitLoneWrite(t *testing.T) {
 }
 
 // Writes of concurrent transactions that arrive while a flush is in flight share the next one:
-// one statement per kind, one round trip; each caller gets its own outcome, and a write whose
+// one batch, one round trip; each caller gets its own outcome, and a write whose
 // condition fails (a gid taken, a status already moved) fails alone.
 func TestIntegrationGroupCommitShares(t *testing.T) {
 	ctx := t.Context()
@@ -234,18 +234,19 @@ func TestIntegrationGroupCommitShares(t *testing.T) {
 
 // A row PostgreSQL refuses fails its batch's transaction — the statements before it in the batch
 // too — and the batch's writes are then made one by one, so only the bad one fails: a bad
-// transaction to record (the batch's first statement), and a bad decision (its last: the creates
-// before it in the batch rolled back with it, or their second insert would find their gids taken).
+// transaction to record (the batch's first statement: a batch runs its writes in gid order), and a
+// bad decision (its last: the creates before it in the batch rolled back with it, or their second
+// insert would find their gids taken).
 func TestIntegrationGroupCommitBadRow(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		bad  func(l *core.Log, ctx context.Context) error
 	}{
 		{"create", func(l *core.Log, ctx context.Context) error {
-			return l.Create(ctx, "bad\x00gid", core.KindTCC, time.Minute, nil) // NUL: not valid text
+			return l.Create(ctx, "a\x00bad", core.KindTCC, time.Minute, nil) // NUL: not valid text
 		}},
 		{"decide", func(l *core.Log, ctx context.Context) error {
-			_, err := l.Decide(ctx, "bad\x00gid", core.StatusTrying, core.StatusConfirming)
+			_, err := l.Decide(ctx, "z\x00bad", core.StatusTrying, core.StatusConfirming)
 			return err
 		}},
 	} {

@@ -33,7 +33,7 @@ var sqlFS embed.FS
 // conditions on the old status; writes made for a leader pass the [fence.Fence] with the leader's
 // token first. Every time it stores is PostgreSQL's now(), never the coordinator's clock. With
 // [WithGroupCommit], the starters' state changes of concurrent transactions share PostgreSQL
-// transactions (one statement per kind of change), each still conditioned on its own old status
+// transactions (each its own statement, pipelined in one round trip), each still conditioned on its own old status
 // and reported to its own caller (groupcommit.go).
 //
 // Log is safe for concurrent use by multiple goroutines.
@@ -157,8 +157,7 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 		return nil, fmt.Errorf("core: render schema: %w", err)
 	}
 	for _, n := range []string{"create", "create_with_branches", "add_branch", "decide", "status", "branches_done", "branches_failed",
-		"finish", "renew", "reschedule", "claim", "backlog", "get", "list", "branches", "purge",
-		"group_create", "group_branch", "group_decide", "group_finish"} {
+		"finish", "renew", "reschedule", "claim", "backlog", "get", "list", "branches", "purge"} {
 		if l.q[n], err = render(n); err != nil {
 			return nil, fmt.Errorf("core: render %s: %w", n, err)
 		}

@@ -1,17 +1,21 @@
 {{/* The statements of the coordinator log. New renders each once with the quoted table names and
 the status names. $n are bind parameters; all times are PostgreSQL's now(). */}}
 
+{{/* A gid taken inserts nothing (no row affected). */}}
 {{define "create"}}
 insert into {{.Global}} (gid, kind, status, timeout_at, next_retry_at, payload, trace_context)
 values ($1, $2, $3, now() + make_interval(secs => $4::float8), now() + make_interval(secs => $5::float8), $6, nullif($7, ''))
+on conflict (gid) do nothing
 {{end}}
 
 {{/* The global row and its branches in one statement (a saga's steps, recorded before any runs):
-one round trip, and a branch is never there without its transaction or the other way round. */}}
+one round trip, and a branch is never there without its transaction or the other way round. A gid
+taken inserts nothing (no row affected), its branches neither. */}}
 {{define "create_with_branches"}}
 with g as (
     insert into {{.Global}} (gid, kind, status, timeout_at, next_retry_at, payload, trace_context)
     values ($1, $2, $3, now() + make_interval(secs => $4::float8), now() + make_interval(secs => $5::float8), $6, nullif($12, ''))
+    on conflict (gid) do nothing
     returning gid
 )
 insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status)
