@@ -87,8 +87,9 @@
 // # PostgreSQL writes per saga
 //
 // A saga that succeeds costs 2 writes, each its own commit, whatever its number of steps: Submit
-// inserts the saga and its steps in one statement, and one statement marks it succeeded with
-// every step's success. Steps' successes are not recorded one by one: participants must be
+// inserts the saga and its steps in one statement, and one statement marks it succeeded — the
+// saga's row only: a saga succeeds only once every step has, so Status reports each step
+// succeeded as of that write, and the step rows are left as they are. Steps' successes are not recorded one by one: participants must be
 // idempotent anyway (the barrier), so a leader that recovers a saga whose starter died re-sends
 // the actions not recorded as done — duplicates answer success without effect — and, when it
 // must compensate, treats every step not recorded as possibly run: a compensation for a step that

@@ -50,7 +50,9 @@
 //  3. Commit or Rollback updates the global status to confirming or cancelling before the first
 //     confirm or cancel, and takes the starter's lease. Without it a crash after some confirms
 //     would leave a trying transaction that the timeout cancels: half confirmed, half cancelled.
-//  4. One statement marks the global row confirmed (cancelled) and its branches done. Without it
+//  4. One statement marks the global row confirmed (cancelled). The branch rows are left as they
+//     are: a transaction is confirmed only once every branch is, so its status says theirs, and
+//     Status reports each branch confirmed as of this write. Without it
 //     the leader, finding the transaction still confirming once the lease passed, would call
 //     every confirm again; with it the retention job may delete the transaction. Nothing waits
 //     for it, so [coordinator.WithDeferredFinish] makes it a background write: Commit returns

@@ -138,9 +138,13 @@ func (l *Log) statement(w *write) (string, []any) {
 		return l.q["add_branch"], []any{w.gid, b.Name, b.Seq, b.Target.Kind.String(), b.Target.Ref, b.Payload, w.from}
 	case writeDecide:
 		return l.q["decide"], []any{w.gid, w.from, w.to, l.o.lease.Seconds()}
-	default: // writeFinish
-		return l.q["finish"], []any{w.gid, w.from, w.to, l.o.lease.Seconds(), w.done, w.doneStatus}
 	}
+	// writeFinish. One that marks no branch (a final status implying them, Record) moves the
+	// status as a decision does: no transition leads to trying, the one status finish treats apart.
+	if len(w.done) == 0 {
+		return l.q["decide"], []any{w.gid, w.from, w.to, l.o.lease.Seconds()}
+	}
+	return l.q["finish"], []any{w.gid, w.from, w.to, l.o.lease.Seconds(), w.done, w.doneStatus}
 }
 
 // writeBatch makes ws (distinct gids) in one round trip and one PostgreSQL transaction: each

@@ -334,7 +334,7 @@ type BranchFailure struct {
 type Progress struct {
 	GID    string
 	From   Status          // the driving status the drive ran in (confirming, cancelling, ...)
-	Done   []string        // branches whose op succeeded: they take From.BranchDone()
+	Done   []string        // branches whose op succeeded: they take From.BranchDone() (not written when Next implies it: Status.BranchesImplied)
 	Failed []BranchFailure // branches whose op failed: attempts counted, error stored
 	// Next, when set, moves the transaction on (to From's outcome, or saga's compensating).
 	// When zero, the transaction is rescheduled with backoff and Err (or the first failure) stored.
@@ -350,7 +350,8 @@ type Progress struct {
 // first; a refusal returns an error wrapping [lock.ErrFenced] and writes nothing. Branches already
 // done are not marked again. When the transaction is no longer in p.From it returns nil if it is
 // already in p.Next (another driver finished it), otherwise an error wrapping [ErrInvalidState].
-// A clean finish (p.Next set) is one statement; a partial one two or three. A coordinator's log
+// A clean finish (p.Next set) is one statement; a partial one two or three. A finish to a status
+// that implies its branches' ([Status.BranchesImplied]) changes the transaction's row only. A coordinator's log
 // counts the transactions this call moved to a final status in
 // txkit_coordinator_transactions_finished_total (not those another driver finished).
 func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
@@ -360,6 +361,9 @@ func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 	}
 	if p.Next != 0 && !p.From.CanBecome(p.Next) {
 		return fmt.Errorf("core: record %s: %s → %s: %w", p.GID, p.From, p.Next, ErrInvalidState)
+	}
+	if _, implied := p.Next.BranchesImplied(); implied && len(p.Failed) == 0 {
+		p.Done = nil // every branch is done: the rows keep their status, readers imply it
 	}
 	var moved bool
 	var err error
@@ -555,6 +559,10 @@ func (l *Log) loadBranches(ctx context.Context, db fence.DBTX, txs []*Transactio
 			return err
 		}
 		t := byGID[gid]
+		if implied, ok := t.Status.BranchesImplied(); ok && b.Status != implied {
+			// Its finish left the row as it was (Record): it took the status then.
+			b.Status, b.UpdatedAt = implied, t.UpdatedAt
+		}
 		t.Branches = append(t.Branches, b)
 		b.Payload = nil
 		return nil

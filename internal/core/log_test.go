@@ -3,9 +3,12 @@ package core_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testenv"
@@ -470,5 +473,99 @@ func TestIntegrationCreateWithBranches(t *testing.T) {
 	}
 	if tx.Status != core.StatusCompensated || tx.Branches[1].Attempts != 1 {
 		t.Fatalf("finished: %+v", tx)
+	}
+}
+
+// A finish to confirmed, cancelled or succeeded changes the transaction's row only: every branch
+// is done then, and Get reports each in the implied status, as of the finish (a branch marked
+// done before keeps its own time). Compensated implies nothing (steps that never ran stay
+// pending; TestIntegrationCreateWithBranches), so its finish marks its branches. The same holds
+// for a leader's fenced finish and with group commit.
+func TestIntegrationFinishImpliesBranches(t *testing.T) {
+	for _, group := range []bool{false, true} {
+		t.Run(fmt.Sprintf("group=%v", group), func(t *testing.T) {
+			ctx := t.Context()
+			s := testenv.PG(t)
+			var opts []core.LogOption
+			if group {
+				opts = append(opts, core.WithGroupCommit(time.Millisecond))
+			}
+			l, err := core.New(s.Pool, append(opts, core.WithSchema(s.Name))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			el, err := elector(t, testenv.ZKRoot(t)+"/leader", "leader").Campaign(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer el.Resign(context.WithoutCancel(ctx)) //nolint:errcheck
+			stored := func(gid string) map[string]string {
+				rows, err := s.Pool.Query(ctx, `select branch, status from txkit_branch where gid = $1`, gid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m := map[string]string{}
+				var b, st string
+				if _, err := pgx.ForEachRow(rows, []any{&b, &st}, func() error { m[b] = st; return nil }); err != nil {
+					t.Fatal(err)
+				}
+				return m
+			}
+			for _, tc := range []struct {
+				gid       string
+				kind      core.Kind
+				from, to  core.Status
+				tok       lock.Token
+				earlier   string // marked done by a progress record before the finish
+				rows      string // the stored status of the other branches after it
+				implied   core.BranchStatus
+				impliedOK bool
+			}{
+				{"confirmed", core.KindTCC, core.StatusConfirming, core.StatusConfirmed, lock.Token{}, "", "pending", core.BranchConfirmed, true},
+				{"cancelled-by-leader", core.KindTCC, core.StatusCancelling, core.StatusCancelled, el.Token(), "", "pending", core.BranchCancelled, true},
+				{"succeeded", core.KindSaga, core.StatusRunning, core.StatusSucceeded, lock.Token{}, "a", "pending", core.BranchSucceeded, true},
+				{"compensated", core.KindSaga, core.StatusCompensating, core.StatusCompensated, lock.Token{}, "", "compensated", core.BranchCompensated, false},
+			} {
+				if err := l.CreateIn(ctx, tc.gid, tc.kind, tc.from, time.Minute, nil, httpBranch("a"), httpBranch("b")); err != nil {
+					t.Fatal(err)
+				}
+				if tc.earlier != "" {
+					if err := l.Record(ctx, lock.Token{}, core.Progress{GID: tc.gid, From: tc.from, Done: []string{tc.earlier}, Renew: true}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				before := get(t, l, tc.gid)
+				if err := l.Record(ctx, tc.tok, core.Progress{GID: tc.gid, From: tc.from, Done: []string{"a", "b"}, Next: tc.to}); err != nil {
+					t.Fatalf("%s: Record: %v", tc.gid, err)
+				}
+				if implied, ok := tc.to.BranchesImplied(); ok != tc.impliedOK || (ok && implied != tc.implied) {
+					t.Fatalf("%s.BranchesImplied() = %s, %v", tc.to, implied, ok)
+				}
+				rows := stored(tc.gid)
+				if rows["b"] != tc.rows {
+					t.Fatalf("%s: stored branches %v, want b %s", tc.gid, rows, tc.rows)
+				}
+				tx := get(t, l, tc.gid)
+				if tx.Status != tc.to {
+					t.Fatalf("%s: status %s", tc.gid, tx.Status)
+				}
+				for i, b := range tx.Branches {
+					if b.Status != tc.implied {
+						t.Fatalf("%s: branch %s reported %s, want %s", tc.gid, b.Name, b.Status, tc.implied)
+					}
+					switch {
+					case b.Name == tc.earlier:
+						if !b.UpdatedAt.Equal(before.Branches[i].UpdatedAt) {
+							t.Fatalf("%s: branch %s done earlier reports %v, want its own %v", tc.gid, b.Name, b.UpdatedAt, before.Branches[i].UpdatedAt)
+						}
+					case tc.impliedOK && !b.UpdatedAt.Equal(tx.UpdatedAt):
+						t.Fatalf("%s: branch %s reports %v, want the finish's %v", tc.gid, b.Name, b.UpdatedAt, tx.UpdatedAt)
+					}
+				}
+			}
+		})
 	}
 }

@@ -126,6 +126,23 @@ func (s Status) Outcome() (Status, bool) {
 	return 0, false
 }
 
+// BranchesImplied returns the status every branch of a transaction in the final status s is in,
+// and false when s does not say (compensated: steps that never ran stay pending). A transaction
+// reaches such a status only once every branch has done its op (confirmed: each confirmed), so
+// its finish leaves the branch rows as they are and readers take their status from the
+// transaction's ([Log.Get]): one row changed at the end instead of one per branch.
+func (s Status) BranchesImplied() (BranchStatus, bool) {
+	switch s {
+	case StatusConfirmed:
+		return BranchConfirmed, true
+	case StatusCancelled:
+		return BranchCancelled, true
+	case StatusSucceeded:
+		return BranchSucceeded, true
+	}
+	return 0, false
+}
+
 // timeoutStatus is the status a transaction moves to when its global timeout passes, if it is
 // still in s; false when the timeout does not apply to s (the decision is already made).
 func (s Status) timeoutStatus() (Status, bool) {
