@@ -40,8 +40,21 @@ func CheckName(what, s string) error {
 // differently when standard_conforming_strings is off: a backslash then escapes the quote that
 // follows it, and the rest of s runs as SQL.) s holds no NUL: CheckName refuses it, and so does
 // PostgreSQL in any text.
+//
+// It runs on every PREPARE TRANSACTION and COMMIT PREPARED, so it doubles the two bytes in one pass
+// rather than building a strings.Replacer per call (4 % of a 2PC benchmark's processor time).
 func Quote(s string) string {
-	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
+	var b strings.Builder
+	b.Grow(len(s) + 4)
+	b.WriteString("E'")
+	for i := range len(s) {
+		if c := s[i]; c == '\\' || c == '\'' {
+			b.WriteByte(c)
+		}
+		b.WriteByte(s[i])
+	}
+	b.WriteByte('\'')
+	return b.String()
 }
 
 // Namespace names one coordinator's prepared transactions:
