@@ -149,7 +149,10 @@
 // ("outbox:<table>/p<i>"). With [WithBalance] the relays count each other (the contenders of the
 // partitions' elections) and each leads at most ceil(P/N) partitions, giving up the rest to the
 // others; when one dies, its partitions go to the waiting candidates as soon as its ZooKeeper
-// session expires (measured: 1.8–2.5 s with a 2 s session timeout). A key's messages are all in
+// session expires (measured: 1.8–2.5 s with a 2 s session timeout). A relay giving a partition up
+// to the others reads nothing more of it, lets its publishes in flight finish and records them,
+// then resigns (at the latest after the publish timeout + 5 s), so the next leader publishes none
+// of them again. A key's messages are all in
 // one partition, so per-key order holds across moves: a partition's new leader starts from the
 // rows still pending, after the old leader's fenced writes — or, if the old one was deposed
 // mid-write, its write is refused and the rows are sent again (same IDs).

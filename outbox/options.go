@@ -296,7 +296,8 @@ func WithElectors(el func(p int) (lock.Elector, error)) RelayOption {
 // WithBalance makes the relays of a partitioned outbox share the partitions: each process counts
 // the live relays — the distinct candidate ids among the contenders of elections, read with insp
 // (for ZooKeeper, the session's inspector and the partitions' election paths) — and leads at most
-// ceil(partitions/relays) of them, giving up the rest for the others to take. When a relay
+// ceil(partitions/relays) of them, giving up the rest for the others to take — each once its
+// publishes in flight are recorded, so that none is published twice. When a relay
 // dies, its partitions go to the others as soon as its lock backend ends its holds (the
 // ZooKeeper session timeout). Only with [WithElectors].
 func WithBalance(insp lock.Inspector, elections ...string) RelayOption {

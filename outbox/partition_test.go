@@ -49,13 +49,7 @@ func TestIntegrationPartitionedRelayFailover(t *testing.T) {
 	killAfter := map[int]bool{2: true, 5: true}
 	ctx := t.Context()
 	pg := testenv.PG(t)
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithPartitions(parts))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ob.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ob := partitionedOutbox(t, pg, parts)
 	recordWrites(t, pg.Pool, ob.Table())
 	topic := testenv.Topic(t)
 	election := testenv.ZKRoot(t) + "/relay"
@@ -235,13 +229,7 @@ from `+schema+`.write_log w group by w.txid`)
 func TestIntegrationPartitionCount(t *testing.T) {
 	ctx := t.Context()
 	pg := testenv.PG(t)
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithPartitions(12))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ob.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ob := partitionedOutbox(t, pg, 12)
 	partOf := func(id uuid.UUID) int {
 		var p int
 		if err := pg.Pool.QueryRow(ctx, `select partition from txkit_outbox where msg_id = $1`, id).Scan(&p); err != nil {
@@ -327,4 +315,17 @@ func TestIntegrationPartitionCount(t *testing.T) {
 	if err := old.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate with 1 partition: %v", err)
 	}
+}
+
+// partitionedOutbox returns an outbox of parts partitions in pg's schema, migrated.
+func partitionedOutbox(t *testing.T, pg *testenv.Schema, parts int) *outbox.Outbox {
+	t.Helper()
+	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithPartitions(parts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return ob
 }

@@ -29,8 +29,9 @@ import (
 //     dropped row: once its key's failure is), so a row is never read twice in one drain and a
 //     key's later rows are never read before the failure that must hold them back is visible.
 //
-// The drain ends when a read comes back short and every held row is recorded or released, or at
-// the first error (ctx ends, the fence refuses, a write fails): the rows not recorded stay pending
+// The drain ends when a read comes back short and every held row is recorded or released, when
+// the term yields (the partition is given up to balance the load: nothing more is read, and the
+// drain ends once every held row is recorded or released), or at the first error (ctx ends, the fence refuses, a write fails): the rows not recorded stay pending
 // for the next drain or leader, which publishes them again with the same IDs.
 type pipeline struct {
 	r    *Relay
@@ -127,6 +128,9 @@ func (p *pipeline) fetchLoop(ctx context.Context, g *errgroup.Group, t *leader.T
 	bound := r.o.maxInFlight()
 	measured := time.Now()
 	for {
+		if yielding(t) {
+			return p.settle(ctx)
+		}
 		// Wait until a whole batch fits under the bound (or nothing is held).
 		for {
 			p.mu.Lock()
@@ -138,6 +142,8 @@ func (p *pipeline) fetchLoop(ctx context.Context, g *errgroup.Group, t *leader.T
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
+			case <-t.Yield():
+				return p.settle(ctx)
 			case <-p.freed:
 			}
 		}
@@ -180,10 +186,31 @@ func (p *pipeline) fetchLoop(ctx context.Context, g *errgroup.Group, t *leader.T
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
+			case <-t.Yield():
+				return p.settle(ctx)
 			case <-t.Wake():
 				waiting = false
 			case <-p.freed:
 			}
+		}
+	}
+}
+
+// settle reads nothing more and returns nil once every held row is recorded or released: the
+// publishes in flight finish and the recorder writes them, so that the next leader of the
+// partition does not publish them again. ctx's error if it ends first.
+func (p *pipeline) settle(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		n := len(p.held)
+		p.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.freed:
 		}
 	}
 }

@@ -134,7 +134,10 @@ func NewRelay(ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 	}
 	if o.electors != nil {
 		if o.inspector != nil {
-			lopts = append(lopts, leader.WithMembership(leader.ContenderMembership(o.inspector, o.elections...)))
+			// A partition given up to balance the load is handed over once its publishes in
+			// flight are recorded: otherwise the next leader publishes them again.
+			lopts = append(lopts, leader.WithMembership(leader.ContenderMembership(o.inspector, o.elections...)),
+				leader.WithGrace(o.publishTimeout+handOverRecord))
 		}
 		s, err := leader.NewShards(ob.o.parts, o.electors, pool, f, r.resource, r.drainLoop, lopts...)
 		if err != nil {
@@ -273,10 +276,15 @@ func (r *Relay) fenced() int64 {
 	return r.job.Fenced()
 }
 
+// handOverRecord is what a relay giving a partition up allows, beyond the publish timeout, for
+// recording the publishes in flight before its term is ended (leader.WithGrace).
+const handOverRecord = 5 * time.Second
+
 // drainLoop is the relay's leader work for one partition (0 when the outbox is not split): it
 // drains each time it is woken, until ctx ends (nil) or the fence refuses this relay (an error
 // wrapping lock.ErrFenced), or the table's partition count is not the outbox's (an error
-// wrapping ErrInvalidOption).
+// wrapping ErrInvalidOption). When the term yields (its partition is given up to balance the
+// load) it returns nil once the drain in progress has recorded what it published.
 func (r *Relay) drainLoop(ctx context.Context, t *leader.Term) error {
 	log := t.Log()
 	part := t.Partition()
@@ -293,18 +301,30 @@ func (r *Relay) drainLoop(ctx context.Context, t *leader.Term) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-t.Yield():
+			return nil
 		case <-t.Wake():
 		}
 		r.stats.wakeups.Add(1)
 		err := r.drainPipelined(ctx, t, part, &out, log)
 		switch {
-		case ctx.Err() != nil:
+		case ctx.Err() != nil || yielding(t):
 			return nil
 		case errors.Is(err, lock.ErrFenced):
 			return err
 		case err != nil:
 			log.WarnContext(ctx, "outbox: drain failed; retrying at the next wake-up", slog.Any("err", err))
 		}
+	}
+}
+
+// yielding reports whether t's partition is being given up (leader.Term.Yield).
+func yielding(t *leader.Term) bool {
+	select {
+	case <-t.Yield():
+		return true
+	default:
+		return false
 	}
 }
 

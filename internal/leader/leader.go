@@ -94,10 +94,11 @@ type CronFunc func(ctx context.Context, tok lock.Token) error
 
 // Term is one leadership term as [Work] sees it. It is safe for concurrent use.
 type Term struct {
-	tok  lock.Token
-	part int
-	log  *slog.Logger
-	wake chan struct{}
+	tok   lock.Token
+	part  int
+	log   *slog.Logger
+	wake  chan struct{}
+	yield <-chan struct{}
 }
 
 // Token returns the term's fencing token: pass it to the fence with every write.
@@ -114,6 +115,12 @@ func (t *Term) Log() *slog.Logger { return t.log }
 // begins, then on the schedule, on every notification and every [Term.Poke]. Wake-ups that arrive
 // while nobody receives are folded into one.
 func (t *Term) Wake() <-chan struct{} { return t.wake }
+
+// Yield returns a channel that is closed when the instance gives the term's partition up to
+// balance the load and its [Shards] has a grace ([WithGrace]): the work should finish what it
+// has in hand — record what it did, start nothing new — and return nil. Its ctx ends at the
+// grace's end if it has not. For a [Job], and for a Shards without a grace, it is never closed.
+func (t *Term) Yield() <-chan struct{} { return t.yield }
 
 // Poke sends a wake-up on [Term.Wake], or does nothing when one is already pending. It never
 // blocks.
@@ -136,6 +143,7 @@ type options struct {
 	pause    time.Duration
 	members  Membership    // Shards only (WithMembership)
 	balance  time.Duration // Shards only (WithBalanceEvery)
+	grace    time.Duration // Shards only (WithGrace)
 }
 
 type cronJob struct {
@@ -184,6 +192,8 @@ func (o options) validate() error {
 		return fmt.Errorf("leader: pause %v: not positive: %w", o.pause, ErrInvalidOption)
 	case o.balance <= 0:
 		return fmt.Errorf("leader: balance interval %v: not positive: %w", o.balance, ErrInvalidOption)
+	case o.grace < 0:
+		return fmt.Errorf("leader: grace %v: negative: %w", o.grace, ErrInvalidOption)
 	}
 	if o.schedule != "" {
 		if err := pgutil.CheckCron(o.schedule); err != nil {
@@ -267,7 +277,10 @@ func (j *Job) Run(ctx context.Context) error {
 }
 
 // lead runs one term: ctx ends with leadership l (or Run's ctx).
-func (j *Job) lead(ctx context.Context, l lock.Leadership) error {
+func (j *Job) lead(ctx context.Context, l lock.Leadership) error { return j.leadYielding(ctx, l, nil) }
+
+// leadYielding is lead for a term whose [Term.Yield] is yield.
+func (j *Job) leadYielding(ctx context.Context, l lock.Leadership, yield <-chan struct{}) error {
 	tok := l.Token()
 	log := j.o.log.With(slog.String("token", tok.String()))
 	log.Info(j.o.name + " leads")
@@ -296,7 +309,7 @@ func (j *Job) lead(ctx context.Context, l lock.Leadership) error {
 		break
 	}
 
-	term := &Term{tok: tok, part: j.part, log: log, wake: make(chan struct{}, 1)}
+	term := &Term{tok: tok, part: j.part, log: log, wake: make(chan struct{}, 1), yield: yield}
 	term.Poke() // work may have piled up while nobody led
 	if j.terms != nil {
 		j.terms.add(term)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -89,6 +90,7 @@ func TestNewShardsRefusesUnusableArguments(t *testing.T) {
 		{"nil elector", 2, func(int) (lock.Elector, error) { return nil, nil }, nil},
 		{"zero balance interval", 2, ok, []leader.Option{leader.WithBalanceEvery(0)}},
 		{"zero pause", 2, ok, []leader.Option{leader.WithPause(0)}},
+		{"negative grace", 2, ok, []leader.Option{leader.WithGrace(-time.Second)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

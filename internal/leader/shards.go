@@ -44,6 +44,14 @@ func WithMembership(m Membership) Option { return func(o *options) { o.members =
 // leads beyond its share (default 1 s). Ignored by a [Job].
 func WithBalanceEvery(d time.Duration) Option { return func(o *options) { o.balance = d } }
 
+// WithGrace makes a [Shards] give a partition up gracefully when it balances the load: it closes
+// the term's [Term.Yield] and lets the work finish what it has in hand, ending the term's ctx
+// only if the work has not returned within d; it resigns the partition once the term has ended.
+// Default 0: the term's ctx ends at once. A work that keeps state it must write before another
+// instance takes over (the outbox relay: the publishes acknowledged but not yet recorded, which
+// the next leader would publish again) honours Yield and sets a grace. Ignored by a [Job].
+func WithGrace(d time.Duration) Option { return func(o *options) { o.grace = d } }
+
 // ContenderMembership returns a [Membership] that counts the distinct candidate ids among the
 // contenders (holders and waiters) of the locks called names, read with insp: for ZooKeeper,
 // insp = sess.Inspector() and names the partitions' election paths. Every instance of a
@@ -77,6 +85,29 @@ func (m contenderMembership) Members(ctx context.Context) (int, error) {
 	return max(1, len(ids)), nil
 }
 
+// ledTerm is a term of a partition this instance leads, as its Shards ends it.
+type ledTerm struct {
+	end    context.CancelCauseFunc
+	yield  chan struct{} // closed when the partition is given up with a grace
+	grace  *time.Timer   // ends the term with errResigned at the grace's end; nil before
+	yields bool          // yield is closed
+}
+
+// giveUp gives the term's partition up to balance the load: at once without a grace, else by
+// closing Yield and ending the term at the grace's end. s.mu is held.
+func (s *Shards) giveUp(t *ledTerm) {
+	if s.o.grace <= 0 {
+		t.end(errResigned)
+		return
+	}
+	if t.yields {
+		return
+	}
+	t.yields = true
+	close(t.yield)
+	t.grace = time.AfterFunc(s.o.grace, func() { t.end(errResigned) })
+}
+
 // errResigned ends a term the instance gives up to balance the partitions.
 var errResigned = errors.New("leader: partition given up to balance the load")
 
@@ -89,8 +120,8 @@ var errResigned = errors.New("leader: partition given up to balance the load")
 // instance leads at most ceil(parts/N) partitions, N the live instances: a partition won beyond
 // that share is resigned at once (before its fence check), and every [WithBalanceEvery] the
 // instance counts again and resigns the partitions it leads beyond its share (the highest
-// numbered), then waits [WithPause] before campaigning for them again, so a waiting instance
-// takes them. When an instance dies its partitions go to the next candidates in their elections as
+// numbered) — at once, or with [WithGrace] once the work has returned on [Term.Yield] — then
+// waits [WithPause] before campaigning for them again, so a waiting instance takes them. When an instance dies its partitions go to the next candidates in their elections as
 // soon as the backend ends its holds (the ZooKeeper session timeout).
 //
 // [WithChannel] opens one listening connection per instance, which wakes every term it leads;
@@ -107,8 +138,8 @@ type Shards struct {
 	terms *termSet
 
 	mu  sync.Mutex
-	led map[int]context.CancelCauseFunc // partitions led now, and how to end their terms
-	n   int                             // instances, as last counted
+	led map[int]*ledTerm // partitions led now, and how to end their terms
+	n   int              // instances, as last counted
 
 	running atomic.Bool
 }
@@ -132,7 +163,7 @@ func NewShards(parts int, electors ElectorFunc, pool *pgxpool.Pool, f *fence.Fen
 	if err != nil {
 		return nil, err
 	}
-	s := &Shards{base: base, o: o, terms: &termSet{}, led: map[int]context.CancelCauseFunc{}, n: 1}
+	s := &Shards{base: base, o: o, terms: &termSet{}, led: map[int]*ledTerm{}, n: 1}
 	part := o
 	part.channel = "" // one listener for the instance (base's), not one per partition
 	for p := range parts {
@@ -235,11 +266,11 @@ func (s *Shards) runPartition(ctx context.Context, p int) error {
 		tctx, end := context.WithCancelCause(l.Context())
 		stop := context.AfterFunc(ctx, func() { end(context.Cause(ctx)) })
 		var werr error
-		gaveUp := !s.take(ctx, p, end)
+		lt := &ledTerm{end: end, yield: make(chan struct{})}
+		gaveUp := !s.take(ctx, p, lt)
 		if !gaveUp {
-			werr = j.lead(tctx, l)
-			s.drop(p)
-			gaveUp = errors.Is(context.Cause(tctx), errResigned)
+			werr = j.leadYielding(tctx, l, lt.yield)
+			gaveUp = s.drop(p) || errors.Is(context.Cause(tctx), errResigned)
 		}
 		stop()
 		end(nil)
@@ -262,10 +293,10 @@ func (s *Shards) runPartition(ctx context.Context, p int) error {
 	return nil
 }
 
-// take reserves partition p for a term ended by end, unless this instance already leads its
+// take reserves partition p for term t, unless this instance already leads its
 // share; it counts the instances again before refusing, so that a partition freed by a dead
 // instance is not refused on an old count.
-func (s *Shards) take(ctx context.Context, p int, end context.CancelCauseFunc) bool {
+func (s *Shards) take(ctx context.Context, p int, t *ledTerm) bool {
 	if s.o.members != nil && s.full() {
 		s.count(ctx)
 	}
@@ -274,14 +305,22 @@ func (s *Shards) take(ctx context.Context, p int, end context.CancelCauseFunc) b
 	if len(s.led) >= s.share() {
 		return false
 	}
-	s.led[p] = end
+	s.led[p] = t
 	return true
 }
 
-func (s *Shards) drop(p int) {
+// drop ends p's term as a led partition, and reports whether it was being given up with a grace
+// (its work returned on Yield).
+func (s *Shards) drop(p int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	t := s.led[p]
 	delete(s.led, p)
+	if t == nil || !t.yields {
+		return false
+	}
+	t.grace.Stop()
+	return true
 }
 
 func (s *Shards) full() bool {
@@ -323,7 +362,7 @@ func (s *Shards) balanceLoop(ctx context.Context) {
 		}
 		slices.Sort(led)
 		for _, p := range led[min(len(led), s.share()):] {
-			s.led[p](errResigned)
+			s.giveUp(s.led[p])
 		}
 		s.mu.Unlock()
 		select {

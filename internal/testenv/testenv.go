@@ -304,9 +304,9 @@ func Logger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// Elector returns a candidate called id in the election at path, on a ZooKeeper session of its
-// own (timeout 3 s) closed when the test ends: one per coordinator "process" of a test.
-func Elector(t testing.TB, path, id string) lock.Elector {
+// Session returns a ZooKeeper session of its own (timeout 3 s), closed when the test ends: one per
+// "process" of a test.
+func Session(t testing.TB) *lock.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -315,7 +315,14 @@ func Elector(t testing.TB, path, id string) lock.Elector {
 		t.Fatalf("NewSession: %v", err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	el, err := lock.NewElector(s, path, id)
+	return s
+}
+
+// Elector returns a candidate called id in the election at path, on a session of its own
+// ([Session]): one per coordinator "process" of a test.
+func Elector(t testing.TB, path, id string) lock.Elector {
+	t.Helper()
+	el, err := lock.NewElector(Session(t), path, id)
 	if err != nil {
 		t.Fatalf("NewElector: %v", err)
 	}
