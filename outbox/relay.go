@@ -308,10 +308,12 @@ func (r *Relay) drainLoop(ctx context.Context, t *leader.Term) error {
 		r.stats.wakeups.Add(1)
 		err := r.drainPipelined(ctx, t, part, &out, log)
 		switch {
-		case ctx.Err() != nil || yielding(t):
+		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, lock.ErrFenced):
 			return err
+		case yielding(t):
+			return nil // what the drain could record is recorded; the rest stays pending
 		case err != nil:
 			log.WarnContext(ctx, "outbox: drain failed; retrying at the next wake-up", slog.Any("err", err))
 		}
