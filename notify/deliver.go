@@ -159,7 +159,10 @@ func (n *Notifier) newJob() (leaderJob, error) {
 //
 // With partitions ([WithPartitions]) each partition's term delivers to the receivers of its
 // partition only (leader.Partition of the receiver's name) and fences its writes with its own
-// resource; the terms of the partitions one process leads run side by side.
+// resource; the terms of the partitions one process leads run side by side. When the term yields
+// (its partition is given up to balance the load) it takes nothing more, lets the posts in flight
+// finish, records their results and returns nil: the queued notifications not yet posted stay
+// due for the next leader, and none is posted twice.
 func (n *Notifier) lead(ctx context.Context, t *leader.Term) error {
 	fk, log := fenceKey{tok: t.Token(), resource: n.resource(t.Partition())}, t.Log()
 	flights := map[string]*flight{}
@@ -211,7 +214,12 @@ func (n *Notifier) lead(ctx context.Context, t *leader.Term) error {
 					select {
 					case <-gctx.Done():
 						return
+					case <-t.Yield():
+						return
 					case d := <-f.queue:
+						if t.Yielding() {
+							return // taken, not posted: still due for the next leader
+						}
 						results <- n.attempt(gctx, rcv, f, d)
 					}
 				}
@@ -228,6 +236,8 @@ func (n *Notifier) lead(ctx context.Context, t *leader.Term) error {
 			select {
 			case <-gctx.Done():
 				return nil
+			case <-t.Yield():
+				return nil // the deferred wait lets the posts in flight finish and be recorded
 			case <-t.Wake(): // the tick, a NOTIFY, the start of the term: more may be due
 				w.gen.Add(1)
 			case <-w.ch:

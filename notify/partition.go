@@ -17,7 +17,8 @@ import (
 // receivers: electors returns this instance's candidate in partition p's election (an election
 // per partition, such as lock.NewElector(sess, fmt.Sprintf("/txkit/notify/p%d", p), instanceID)),
 // and count, when not nil, returns how many instances are live ([ContenderCount] for ZooKeeper).
-// Each instance then leads at most ceil(parts/N) partitions and gives up the rest; when an
+// Each instance then leads at most ceil(parts/N) partitions and gives up the rest, each once the
+// posts it has in flight are recorded (so that none is posted twice); when an
 // instance dies its partitions move to the others as soon as the lock backend ends its holds (the
 // ZooKeeper session timeout). Without count, each instance leads whatever it wins. Run delivers
 // under these elections instead of [WithElector]'s.
@@ -52,6 +53,10 @@ func ContenderCount(insp lock.Inspector, paths ...string) func(ctx context.Conte
 	return leader.ContenderMembership(insp, paths...).Members
 }
 
+// handOverRecord is what a notifier giving a partition up allows, beyond the call timeout, for
+// recording the posts in flight before its term is ended (leader.WithGrace).
+const handOverRecord = 5 * time.Second
+
 // leaderJob is what Run runs: a leader.Job, or a leader.Shards with partitions.
 type leaderJob interface {
 	Run(ctx context.Context) error
@@ -62,7 +67,9 @@ type leaderJob interface {
 func (n *Notifier) newLeader(opts []leader.Option) (leaderJob, error) {
 	if n.o.parts > 1 {
 		if n.o.members != nil {
-			opts = append(opts, leader.WithMembership(n.o.members))
+			// A partition given up to balance the load is handed over once its posts in flight
+			// are recorded: otherwise the next leader posts them again.
+			opts = append(opts, leader.WithMembership(n.o.members), leader.WithGrace(n.o.callTimeout+handOverRecord))
 		}
 		return leader.NewShards(n.o.parts, n.o.partElectors, n.pool, n.fence, "notify:"+n.name, n.lead, opts...)
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,5 +207,131 @@ func TestIntegrationNotifyPartitionsRefusedWhenChanged(t *testing.T) {
 		if _, err := notify.New(w.sender.Pool, w.receivers(), opt); !errors.Is(err, notify.ErrInvalidOption) {
 			t.Fatalf("New = %v, want ErrInvalidOption", err)
 		}
+	}
+}
+
+// A notifier that gives partitions up to balance the load records the posts it has in flight
+// before it resigns them, so the notifier that takes them over posts none of them again: two
+// notifiers in one process (each with a ZooKeeper session of its own), 4 partitions of 8
+// receivers, notifications enqueued without pause while the second notifier joins and the first
+// hands 2 partitions over. Every notification is posted exactly once.
+func TestIntegrationNotifyHandOverRecordsFirst(t *testing.T) {
+	const receivers, parts = 8, 4
+	sender := testenv.PG(t)
+	ctx := t.Context()
+	mux := http.NewServeMux()
+	var mu sync.Mutex
+	posts := map[string]int{} // per notification id
+	for i := range receivers {
+		mux.HandleFunc("/r"+strconv.Itoa(i), func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			posts[r.Header.Get(notify.HeaderID)]++
+			mu.Unlock()
+			_, _ = w.Write([]byte("success"))
+		})
+	}
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	election := testenv.ZKRoot(t) + "/notify"
+	var paths []string
+	for p := range parts {
+		paths = append(paths, election+"/p"+strconv.Itoa(p))
+	}
+	instance := func(id string) *notify.Notifier {
+		sess := testenv.Session(t)
+		n, err := notify.New(sender.Pool, partReceivers(srv.URL, receivers), notify.WithSchema(sender.Name), notify.WithPlainHTTP(),
+			notify.WithLogger(testenv.Logger(t).With("notifier", id)), notify.WithTick("@every 100ms"),
+			notify.WithPartitions(parts, func(p int) (lock.Elector, error) { return lock.NewElector(sess, paths[p], id) },
+				notify.ContenderCount(sess.Inspector(), paths...)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Run(t, n.Run)
+		return n
+	}
+	posted := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(posts)
+	}
+
+	a := instance("a")
+	// The load: one notification per transaction, without pause, until stopped between two
+	// transactions (so that every transaction's outcome is known).
+	var (
+		enqueued int
+		stop     atomic.Bool
+	)
+	loaded := make(chan error, 1)
+	go func() {
+		for i := 0; !stop.Load(); i++ {
+			nt := notify.Notification{Receiver: "r" + strconv.Itoa(i%receivers), Key: "k" + strconv.Itoa(i), Payload: json.RawMessage(`{}`)}
+			if err := pgx.BeginFunc(ctx, sender.Pool, func(tx pgx.Tx) error {
+				_, err := a.Enqueue(ctx, tx, nt)
+				return err
+			}); err != nil {
+				loaded <- err
+				return
+			}
+			enqueued++
+		}
+		loaded <- nil
+	}()
+	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool { return posted() >= 200 },
+		"notifier a to post under load")
+	instance("b")
+	observer := testenv.Session(t)
+	led := func() map[string]int { // partitions per leader id, from the elections
+		out := map[string]int{}
+		for _, path := range paths {
+			el, err := lock.NewElector(observer, path, "observer") // never campaigns
+			if err != nil {
+				t.Fatal(err)
+			}
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			id, err := el.Leader(lctx)
+			cancel()
+			if err == nil {
+				out[id]++
+			}
+		}
+		return out
+	}
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
+		l := led()
+		return l["a"] == parts/2 && l["b"] == parts/2
+	}, "the notifiers to lead %d partitions each", parts/2)
+	mark := posted()
+	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool { return posted() >= mark+200 },
+		"both notifiers to post under load")
+	stop.Store(true)
+	if err := <-loaded; err != nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	var delivered int
+	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool {
+		if err := sender.Pool.QueryRow(ctx, `select count(*) from txkit_notify where status = 'delivered'`).Scan(&delivered); err != nil {
+			t.Fatal(err)
+		}
+		return delivered == enqueued
+	}, "every notification to be delivered")
+
+	mu.Lock()
+	defer mu.Unlock()
+	var twice int
+	for _, c := range posts {
+		if c > 1 {
+			twice++
+		}
+	}
+	t.Logf("%d notifications enqueued, %d posted, %d of them more than once", enqueued, len(posts), twice)
+	if len(posts) != enqueued {
+		t.Fatalf("%d notifications posted, want the %d enqueued", len(posts), enqueued)
+	}
+	if twice > 0 {
+		t.Fatalf("%d notifications posted more than once across the hand-over", twice)
 	}
 }

@@ -128,7 +128,7 @@ func (p *pipeline) fetchLoop(ctx context.Context, g *errgroup.Group, t *leader.T
 	bound := r.o.maxInFlight()
 	measured := time.Now()
 	for {
-		if yielding(t) {
+		if t.Yielding() {
 			return p.settle(ctx)
 		}
 		// Wait until a whole batch fits under the bound (or nothing is held).

@@ -312,21 +312,11 @@ func (r *Relay) drainLoop(ctx context.Context, t *leader.Term) error {
 			return nil
 		case errors.Is(err, lock.ErrFenced):
 			return err
-		case yielding(t):
+		case t.Yielding():
 			return nil // what the drain could record is recorded; the rest stays pending
 		case err != nil:
 			log.WarnContext(ctx, "outbox: drain failed; retrying at the next wake-up", slog.Any("err", err))
 		}
-	}
-}
-
-// yielding reports whether t's partition is being given up (leader.Term.Yield).
-func yielding(t *leader.Term) bool {
-	select {
-	case <-t.Yield():
-		return true
-	default:
-		return false
 	}
 }
 

@@ -123,6 +123,16 @@ func (t *Term) Wake() <-chan struct{} { return t.wake }
 // grace's end if it has not. For a [Job], and for a Shards without a grace, it is never closed.
 func (t *Term) Yield() <-chan struct{} { return t.yield }
 
+// Yielding reports whether [Term.Yield] is closed.
+func (t *Term) Yielding() bool {
+	select {
+	case <-t.yield:
+		return true
+	default:
+		return false
+	}
+}
+
 // Poke sends a wake-up on [Term.Wake], or does nothing when one is already pending. It never
 // blocks.
 func (t *Term) Poke() {
