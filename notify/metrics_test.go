@@ -127,11 +127,15 @@ func TestIntegrationMetricsCircuitBoundedReceivers(t *testing.T) {
 	if got, err := testutil.GatherAndCount(reg, "txkit_notify_circuit_open"); err != nil || got != 3 {
 		t.Fatalf("circuit_open series = %d, %v; want 3 (shop, broken1, other)", got, err)
 	}
-	stop := runUntil(t, n)
+	// Enqueued before the notifier runs, so that its first take queues all five of each broken
+	// receiver: two fail and open the circuit, and the three queued behind them are held back.
+	// (Enqueued while it ran, they could be taken one at a time, none left queued when the circuit
+	// opened: a loaded CI machine did that once.)
 	for i := range 5 {
 		w.enqueue(n, "broken1", fmt.Sprint("a", i), 1)
 		w.enqueue(n, "broken2", fmt.Sprint("b", i), 1)
 	}
+	stop := runUntil(t, n)
 	ok := w.enqueue(n, "shop", "fine", 1)
 	w.waitStatus(n, ok, notify.StatusDelivered, 10*time.Second)
 	for _, c := range []struct{ receiver string }{{"broken1"}, {"other"}} {
