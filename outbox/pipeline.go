@@ -29,10 +29,11 @@ import (
 //     dropped row: once its key's failure is), so a row is never read twice in one drain and a
 //     key's later rows are never read before the failure that must hold them back is visible.
 //
-// The drain ends when a read comes back short and every held row is recorded or released, when
+// The drain ends when a read comes back short and every held row is recorded or released; when
 // the term yields (the partition is given up to balance the load: nothing more is read, and the
-// drain ends once every held row is recorded or released), or at the first error (ctx ends, the fence refuses, a write fails): the rows not recorded stay pending
-// for the next drain or leader, which publishes them again with the same IDs.
+// drain ends once every held row is recorded or released); or at the first error (ctx ends, the
+// fence refuses, a write fails): the rows not recorded stay pending for the next drain or leader,
+// which publishes them again with the same IDs.
 type pipeline struct {
 	r    *Relay
 	part int

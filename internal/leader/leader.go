@@ -40,8 +40,8 @@
 // counting the N live instances ([ContenderMembership] on ZooKeeper, [Heartbeat] on backends whose
 // waiters are not listed), each leads at most ceil(P/N) and gives up the rest, which the waiting
 // instances take — with [WithGrace], once the work has finished what it had in hand
-// ([Term.Yield]; TestIntegrationShardsGrace). When an instance dies, each of its partitions goes to the next candidate in its
-// election as soon as the backend ends the dead holds (the ZooKeeper session timeout); measured
+// ([Term.Yield]; TestIntegrationShardsGrace). When an instance dies, each of its partitions goes
+// to the next candidate in its election as soon as the backend ends the dead holds (the ZooKeeper session timeout); measured
 // with P = 12, three processes and a 2 s session timeout: 2.2–2.5 s from SIGKILL to the new
 // leaders' first fenced writes (TestIntegrationShardsBalanceTakeoverAndExclusion).
 //

@@ -48,8 +48,9 @@ func WithBalanceEvery(d time.Duration) Option { return func(o *options) { o.bala
 // the term's [Term.Yield] and lets the work finish what it has in hand, ending the term's ctx
 // only if the work has not returned within d; it resigns the partition once the term has ended.
 // Default 0: the term's ctx ends at once. A work that keeps state it must write before another
-// instance takes over (the outbox relay: the publishes acknowledged but not yet recorded, which
-// the next leader would publish again) honours Yield and sets a grace. Ignored by a [Job].
+// instance takes over honours Yield and sets a grace: the outbox relay (its publishes acknowledged
+// but not yet recorded, which the next leader would publish again) and the notifier (its posts in
+// flight). Ignored by a [Job].
 func WithGrace(d time.Duration) Option { return func(o *options) { o.grace = d } }
 
 // ContenderMembership returns a [Membership] that counts the distinct candidate ids among the
@@ -121,8 +122,9 @@ var errResigned = errors.New("leader: partition given up to balance the load")
 // that share is resigned at once (before its fence check), and every [WithBalanceEvery] the
 // instance counts again and resigns the partitions it leads beyond its share (the highest
 // numbered) — at once, or with [WithGrace] once the work has returned on [Term.Yield] — then
-// waits [WithPause] before campaigning for them again, so a waiting instance takes them. When an instance dies its partitions go to the next candidates in their elections as
-// soon as the backend ends its holds (the ZooKeeper session timeout).
+// waits [WithPause] before campaigning for them again, so a waiting instance takes them. When an
+// instance dies its partitions go to the next candidates in their elections as soon as the
+// backend ends its holds (the ZooKeeper session timeout).
 //
 // [WithChannel] opens one listening connection per instance, which wakes every term it leads;
 // [WithSchedule] wakes each term; [WithCron] jobs run only on the leader of partition 0, with its
