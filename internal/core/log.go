@@ -38,17 +38,18 @@ var sqlFS embed.FS
 //
 // Log is safe for concurrent use by multiple goroutines.
 type Log struct {
-	pool  *pgxpool.Pool
-	o     options
-	fence *fence.Fence
-	name  string // schema-qualified global table name, for messages and the fence resource
-	ddl   string
-	q     map[string]string
-	m     *kindMetrics // the coordinator's that made the log (NewBase), or nil
-	tr    trace.Tracer // the coordinator's (NewBase), or the global provider's
-	gw    *groupWriter // WithGroupCommit (groupcommit.go), or nil
-	lg    *slog.Logger // the coordinator's (NewBase), or a discarding one
-	bg    background   // the finishes WithDeferredFinish is writing (deferred.go)
+	pool   *pgxpool.Pool
+	o      options
+	fence  *fence.Fence
+	name   string // schema-qualified global table name, for messages and the fence resource
+	branch string // the branch table, quoted
+	ddl    string
+	q      map[string]string
+	m      *kindMetrics // the coordinator's that made the log (NewBase), or nil
+	tr     trace.Tracer // the coordinator's (NewBase), or the global provider's
+	gw     *groupWriter // WithGroupCommit (groupcommit.go), or nil
+	lg     *slog.Logger // the coordinator's (NewBase), or a discarding one
+	bg     background   // the finishes WithDeferredFinish is writing (deferred.go)
 }
 
 // Transaction is a global transaction as the log holds it.
@@ -151,7 +152,7 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 		err := tpl.ExecuteTemplate(&b, name, data)
 		return strings.TrimSpace(b.String()), err
 	}
-	l := &Log{pool: pool, o: o, fence: fence, name: strings.Trim(global, `"`), q: map[string]string{}, tr: tracer(nil),
+	l := &Log{pool: pool, o: o, fence: fence, name: strings.Trim(global, `"`), branch: ident(o.prefix + "branch"), q: map[string]string{}, tr: tracer(nil),
 		lg: slog.New(slog.DiscardHandler)}
 	if l.ddl, err = render("schema.sql"); err != nil {
 		return nil, fmt.Errorf("core: render schema: %w", err)
@@ -175,8 +176,31 @@ func (l *Log) Migrate(ctx context.Context) error {
 	if _, err := l.pool.Exec(ctx, l.ddl); err != nil {
 		return fmt.Errorf("core: migrate %s: %w", l.name, err)
 	}
+	if err := l.dropBranchKey(ctx); err != nil {
+		return fmt.Errorf("core: migrate %s: %w", l.name, err)
+	}
 	if err := l.fence.Migrate(ctx); err != nil {
 		return fmt.Errorf("core: migrate fence: %w", err)
+	}
+	return nil
+}
+
+// dropBranchKey drops the foreign key from the branch table to the global one, which tables
+// created before the schema left it out still have (see sql/schema.sql). Processes migrating at
+// once may both find it; "if exists" lets the second pass.
+func (l *Log) dropBranchKey(ctx context.Context) error {
+	rows, err := l.pool.Query(ctx, `select conname from pg_constraint where conrelid = $1::regclass and contype = 'f'`, l.branch)
+	if err != nil {
+		return fmt.Errorf("find the branch table's foreign keys: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("find the branch table's foreign keys: %w", err)
+	}
+	for _, n := range names {
+		if _, err := l.pool.Exec(ctx, "alter table "+l.branch+" drop constraint if exists "+pgx.Identifier{n}.Sanitize()); err != nil {
+			return fmt.Errorf("drop the branch table's foreign key %s: %w", n, err)
+		}
 	}
 	return nil
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testenv"
@@ -337,9 +339,16 @@ func TestIntegrationRecoverer(t *testing.T) {
 
 func TestIntegrationRetention(t *testing.T) {
 	ctx := t.Context()
-	l := newLog(t)
+	s := testenv.PG(t)
+	l, err := core.New(s.Pool, core.WithSchema(s.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for _, gid := range []string{"done", "open"} {
-		if err := l.Create(ctx, gid, core.KindTCC, time.Hour, nil); err != nil {
+		if err := l.Create(ctx, gid, core.KindTCC, time.Hour, nil, httpBranch("a"), httpBranch("b")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -361,8 +370,74 @@ func TestIntegrationRetention(t *testing.T) {
 		_, err := l.Get(ctx, "done")
 		return errors.Is(err, core.ErrNotFound)
 	}, "the finished transaction is purged")
-	if tx := get(t, l, "open"); tx.Status != core.StatusTrying {
+	if tx := get(t, l, "open"); tx.Status != core.StatusTrying || len(tx.Branches) != 2 {
 		t.Fatalf("the open transaction: %+v", tx)
+	}
+	// The branch table has no foreign key to cascade the delete: purge deletes the branches.
+	rows, err := s.Pool.Query(ctx, `select gid || '/' || branch from `+pgx.Identifier{s.Name, "txkit_branch"}.Sanitize()+` order by 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"open/a", "open/b"}; !slices.Equal(left, want) {
+		t.Fatalf("branch rows after the purge: %v, want %v", left, want)
+	}
+	if st := r.Stats(); st.Purged != 1 {
+		t.Fatalf("stats %+v, want Purged 1 (transactions, not rows)", st)
+	}
+}
+
+// A log migrated before the branch table lost its foreign key has it dropped by Migrate, and
+// records and finds its transactions as before.
+func TestIntegrationMigrateDropsBranchKey(t *testing.T) {
+	ctx := t.Context()
+	s := testenv.PG(t)
+	l, err := core.New(s.Pool, core.WithSchema(s.Name), core.WithTablePrefix("old_"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	global, branch := pgx.Identifier{s.Name, "old_global"}.Sanitize(), pgx.Identifier{s.Name, "old_branch"}.Sanitize()
+	keys := func() int {
+		t.Helper()
+		var n int
+		if err := s.Pool.QueryRow(ctx, `select count(*) from pg_constraint where conrelid = $1::regclass and contype = 'f'`,
+			branch).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := keys(); n != 0 {
+		t.Fatalf("a new branch table has %d foreign keys, want 0", n)
+	}
+	// The table as the schema created it before.
+	if _, err := s.Pool.Exec(ctx, `alter table `+branch+` add foreign key (gid) references `+global+` (gid) on delete cascade`); err != nil {
+		t.Fatal(err)
+	}
+	if n := keys(); n != 1 {
+		t.Fatalf("after adding the old key: %d foreign keys, want 1", n)
+	}
+	// Two processes migrating at once both find the key; both must pass.
+	var eg errgroup.Group
+	for range 2 {
+		eg.Go(func() error { return l.Migrate(ctx) })
+	}
+	if err := eg.Wait(); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if n := keys(); n != 0 {
+		t.Fatalf("after Migrate: %d foreign keys, want 0", n)
+	}
+	if err := l.Create(ctx, "g", core.KindTCC, time.Hour, nil, httpBranch("a")); err != nil {
+		t.Fatal(err)
+	}
+	if tx := get(t, l, "g"); len(tx.Branches) != 1 || tx.Branches[0].Name != "a" {
+		t.Fatalf("after Migrate: %+v", tx)
 	}
 }
 

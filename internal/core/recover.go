@@ -350,13 +350,13 @@ func (r *Recoverer) claim(ctx context.Context, tok lock.Token, part int) ([]*Tra
 func (r *Recoverer) purge(ctx context.Context) (int64, error) {
 	var total int64
 	for ctx.Err() == nil {
-		tag, err := r.log.pool.Exec(ctx, r.log.q["purge"], r.o.retention.Seconds(), r.o.retentionBatch)
-		if err != nil {
+		var n int64
+		if err := r.log.pool.QueryRow(ctx, r.log.q["purge"], r.o.retention.Seconds(), r.o.retentionBatch).Scan(&n); err != nil {
 			return total, fmt.Errorf("core: purge: %w", err)
 		}
-		total += tag.RowsAffected()
-		r.stats.purged.Add(tag.RowsAffected())
-		if tag.RowsAffected() < int64(r.o.retentionBatch) {
+		total += n
+		r.stats.purged.Add(n)
+		if n < int64(r.o.retentionBatch) {
 			break
 		}
 	}

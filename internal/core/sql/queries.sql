@@ -140,10 +140,18 @@ from {{.Branch}} where gid = any($1::text[])
 order by gid, seq, branch
 {{end}}
 
+{{/* Deletes up to $2 finished transactions older than $1 seconds with their branches, and
+returns how many transactions it deleted. */}}
 {{define "purge"}}
-delete from {{.Global}} where gid in (
-    select gid from {{.Global}}
-    where status in ({{.Finals}}) and updated_at < now() - make_interval(secs => $1::float8)
-    limit $2
+with g as (
+    delete from {{.Global}} where gid in (
+        select gid from {{.Global}}
+        where status in ({{.Finals}}) and updated_at < now() - make_interval(secs => $1::float8)
+        limit $2
+    )
+    returning gid
+), b as (
+    delete from {{.Branch}} where gid in (select gid from g)
 )
+select count(*) from g
 {{end}}
