@@ -106,12 +106,14 @@ CONCBENCH_ROUNDS ?= 5
 CONCBENCH_PGBENCH ?= 1s
 CONCBENCH_RUN ?= ^BenchmarkConcurrency$$
 # CONCBENCH_GROUP=2ms and CONCBENCH_DEFER=1 give the tcc, saga and 2pc coordinators
-# coordinator.WithGroupCommit(2ms) and coordinator.WithDeferredFinish; unset, their defaults.
+# coordinator.WithGroupCommit(2ms) and coordinator.WithDeferredFinish, CONCBENCH_VOTES=1 the 2pc
+# coordinator twopc.WithVoteMarkers; unset, their defaults.
 CONCBENCH_GROUP ?=
 CONCBENCH_DEFER ?=
+CONCBENCH_VOTES ?=
 bench-concurrency: up ## the recipes at 1/16/64 clients against their bare baselines, with PostgreSQL's ceiling: one table
 	@set -o pipefail; $(WITH_ENV) TXKIT_CONCBENCH_BLOCK=$(CONCBENCH_BLOCK) TXKIT_CONCBENCH_PGBENCH=$(CONCBENCH_PGBENCH) \
-	  TXKIT_CONCBENCH_GROUP=$(CONCBENCH_GROUP) TXKIT_CONCBENCH_DEFER=$(CONCBENCH_DEFER) \
+	  TXKIT_CONCBENCH_GROUP=$(CONCBENCH_GROUP) TXKIT_CONCBENCH_DEFER=$(CONCBENCH_DEFER) TXKIT_CONCBENCH_VOTES=$(CONCBENCH_VOTES) \
 	  $(GO) test -run '^$$' -bench '$(CONCBENCH_RUN)' -benchtime=$(CONCBENCH_ROUNDS)x -count=1 -timeout 30m ./internal/concbench/ 2>&1 | \
 	  $(GO) run ./internal/tools/benchtable
 

@@ -13,7 +13,7 @@ import (
 // TxFilter selects global transactions for [Admin.Transactions]. Zero fields select everything.
 type TxFilter struct {
 	Kind       string        // "tcc", "saga", "2pc" or "3pc"
-	Status     string        // a status name: trying, confirming, confirmed, cancelling, cancelled, running, compensating, compensated, succeeded
+	Status     string        // a status name: trying, voting, confirming, confirmed, cancelling, cancelled, running, compensating, compensated, succeeded
 	Unfinished bool          // only transactions not in a final status
 	OlderThan  time.Duration // only transactions created longer ago than this (PostgreSQL's clock)
 	After      string        // the cursor: gids after this one ([TxPage.Next] of the page before)

@@ -38,6 +38,9 @@ import (
 //     machine weigh on all alike, and reports coordinator/bare-2pc (target ≥ 0.6) and
 //     coordinator/single-db throughput.
 //
+//   - "group-commit/clients=N" and "votes/clients=N": coordinator.WithGroupCommit and
+//     [twopc.WithVoteMarkers] on against off at N concurrent transfers ([coretest.OnOff]).
+//
 //     go test -run '^$' -bench Transfer -benchtime 3s ./twopc/
 func BenchmarkTransfer(b *testing.B) {
 	ctx := context.Background()
@@ -192,6 +195,8 @@ func BenchmarkTransfer(b *testing.B) {
 		return c, nil
 	}
 	coretest.GroupCommit(b, "group-commit", withDBs, log, coretest.GroupWindow, transfer)
+	// votes/clients=N: WithVoteMarkers on against off, the same way.
+	coretest.OnOff(b, "votes", withDBs, log, []coordinator.Option{twopc.WithVoteMarkers()}, transfer)
 
 	var prepared int
 	if err := log.Pool.QueryRow(ctx, `select count(*) from pg_prepared_xacts where database = current_database()`).Scan(&prepared); err != nil {

@@ -63,6 +63,45 @@
 // any other way), the decision, the outcome. [coordinator.WithDeferredFinish] writes the outcome in
 // the background: Commit returns once the COMMIT PREPAREDs are done.
 //
+// # Vote markers
+//
+// A transaction of databases makes three durable steps one after the other: the PREPAREs (at
+// once), the decision, the COMMIT PREPAREDs (at once). Two-phase commit by hand, with no
+// coordinator and no recovery, makes two. [WithVoteMarkers] makes Commit take two as well, by
+// letting the votes be the decision:
+//
+//   - Commit records the transaction as voting ([StatusVoting]), with its branches, at the same
+//     time as the branches prepare. Each branch's transaction inserts its vote row — its prepared
+//     transaction's id, yes — into the coordinator's vote table in its own database, then runs
+//     PREPARE TRANSACTION, in one round trip. The row commits with the branch, so it is visible
+//     exactly when the branch has committed.
+//   - When the record and every PREPARE went through, every branch voted yes: Commit commits them
+//     all at once and records the outcome (voting → committed) beside, as usual.
+//   - Otherwise Commit withdraws: it records the abort (voting → aborting, a conditional update),
+//     then rolls every branch back. Only then does it return [ErrAborted]. If the withdrawal
+//     cannot be written, Commit leaves the branches prepared and returns [ErrInDoubt].
+//   - A transaction still voting when the starter's lease has passed is settled by the leader
+//     from the branches' databases: a branch that is prepared (pg_prepared_xacts) or has committed
+//     (its vote row is there, yes) voted yes. For any other branch the leader inserts the vote row
+//     itself, as a no (a tombstone): that branch's own insert now fails on the key, so it can
+//     never prepare, even if its starter was only slow. A branch between its vote and its PREPARE
+//     holds its row; the leader tries again later. The leader records committing when every
+//     branch voted yes and aborting at the first no — fenced, and exclusive with the starter's
+//     withdrawal on the status — and carries it out.
+//
+// The starter and the leader cannot disagree. The starter commits only when every branch
+// prepared, and a prepared branch stays prepared until one of the two ends it; the leader aborts
+// only on a branch that rolled back or never prepared, which the starter sees as a failed vote.
+// A vote the starter saw failing although its PREPARE went through (the answer was lost) makes
+// the starter's withdrawal race the leader's settlement on the log's status: whichever is
+// recorded first is carried out by both.
+//
+// The price: one vote row per branch, inserted in the branch's own transaction (no commit of
+// its own), and deleted in batches by the in-doubt pass ([Coordinator.ResolveInDoubt]) once its
+// transaction is finished and the row is older than the in-doubt grace. The log's writes are the
+// same two. It shortens a lone transaction (one flush less on its path) and costs processor time
+// when the machine is saturated; docs/coordinators.md ("Vote markers") has the figures.
+//
 // Tracing: given [coordinator.WithTracerProvider] (default: the application's global
 // OpenTelemetry provider), [Global.Commit] records the transaction under a span "2pc begin"
 // (attribute txkit.gid), the child of its ctx, whose trace context is stored with it — before

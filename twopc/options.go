@@ -17,6 +17,7 @@ type options struct {
 	resolveGrace   time.Duration
 	phaseTwoConns  int
 	hook           Hook
+	votes          bool
 }
 
 func defaultOptions() *options {
@@ -53,12 +54,33 @@ func WithPhaseTwoConns(n int) coordinator.Option {
 	return own("WithPhaseTwoConns", func(o *options) { o.phaseTwoConns = n })
 }
 
+// WithVoteMarkers makes [Global.Commit] of a transaction whose branches are all databases take
+// two rounds of PostgreSQL flushes, as two-phase commit without a coordinator does, instead of
+// three (default off). The transaction is recorded, with its branches, while they prepare —
+// status [StatusVoting] — instead of after every vote; each branch's transaction inserts a row
+// for itself in the coordinator's vote table of its database (the vote marker, committed with
+// the branch) just before PREPARE TRANSACTION; and once every branch voted yes, Commit commits
+// them at once. The decision is the votes themselves: a leader that finds the transaction still
+// voting after the starter's lease settles it from each branch's database — a prepared or
+// committed branch voted yes; one that is neither gets a tombstone in its vote row, which makes
+// its PREPARE fail if it ever comes — and commits when every branch voted yes, else rolls back.
+// See the package doc ("Vote markers") for the protocol and its costs.
+//
+// Each registered database gets a table "<schema>.<prefix>vote" (created on first use, through
+// the coordinator's phase-two pool); the in-doubt pass ([Coordinator.ResolveInDoubt]) deletes
+// the rows of finished transactions once they are older than the grace of
+// [WithInDoubtResolution]. Transactions with a participant branch are unchanged. Every
+// coordinator recovers voting transactions, whether or not it sets this option.
+func WithVoteMarkers() coordinator.Option {
+	return own("WithVoteMarkers", func(o *options) { o.votes = true })
+}
+
 // Phase is a point in [Global.Commit] where a [Hook] is called.
 type Phase uint8
 
 // The points a hook sees.
 const (
-	PhasePrepared Phase = iota + 1 // every branch voted yes; the decision is not yet written
+	PhasePrepared Phase = iota + 1 // every branch voted yes; the decision is not yet written (with vote markers: the votes are it)
 	PhaseDecided                   // the decision (commit or abort) is written; phase two not begun
 )
 

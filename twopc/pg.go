@@ -54,7 +54,8 @@ type InDoubt struct {
 	Found      int // this coordinator's prepared transactions older than the grace
 	Committed  int // committed: their transaction decided to commit
 	RolledBack int // rolled back: decided to abort, or not in the log (presumed abort)
-	Undecided  int // left alone: their transaction is still in phase one (its timeout will abort it)
+	Undecided  int // left alone: their transaction is still in phase one (its timeout will abort it) or voting (the leader settles it)
+	Swept      int // vote rows deleted (WithVoteMarkers): their transaction is finished
 }
 
 // ResolveInDoubt scans pg_prepared_xacts of every registered database for this coordinator's
@@ -64,7 +65,9 @@ type InDoubt struct {
 // recorded when it decides to commit, and deleted only long after phase two. Before rolling back
 // one the log does not know, it records the gid as aborting, so a starter that was about to
 // decide finds the abort instead of committing half a transaction. Transactions recorded and
-// still in phase one (those with participant branches) are left to their timeout. So no prepared transaction, and none of the row locks it
+// still in phase one (those with participant branches) are left to their timeout, and voting
+// ones ([WithVoteMarkers]) to the leader, which settles them from the votes. With vote markers it
+// also deletes the vote rows of finished transactions older than the grace. So no prepared transaction, and none of the row locks it
 // holds, outlives a failover. It scans and ends them through each database's phase-two pool
 // (see [Coordinator.RegisterDB]), so it does not wait while work holds every connection of the
 // registered pool. The leader runs it on a schedule ([Coordinator.Run]); operators may run it any
@@ -79,6 +82,13 @@ func (c *Coordinator) ResolveInDoubt(ctx context.Context) (InDoubt, error) {
 	for _, d := range dbs {
 		if err := c.resolveDB(ctx, d, &res); err != nil {
 			errs = append(errs, err)
+		}
+		if c.o.votes {
+			n, err := c.sweepVotes(ctx, d)
+			res.Swept += n
+			if err != nil {
+				errs = append(errs, fmt.Errorf("twopc: database %s: sweep the vote table: %w", d.Name, err))
+			}
 		}
 	}
 	c.stats.resolved.Add(int64(res.Committed + res.RolledBack))

@@ -34,6 +34,7 @@ type Coordinator struct {
 	o     *options           // twopc's own settings
 	ns    prepared.Namespace // names this coordinator's prepared transactions
 	dbs   *prepared.Registry // the registered databases
+	votes prepared.Votes     // their vote tables (WithVoteMarkers)
 	stats struct{ committed, aborted, resolved atomic.Int64 }
 }
 
@@ -59,7 +60,7 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("twopc: %w: %w", err, coordinator.ErrInvalidOption)
 	}
-	return &Coordinator{Shell: b, b: b, o: o, ns: ns,
+	return &Coordinator{Shell: b, b: b, o: o, ns: ns, votes: prepared.NewVotes(b.Cfg.Schema, b.Cfg.Prefix),
 		dbs: prepared.NewRegistry("twopc", ns, o.phaseTwoConns, participant.OpCommit, b.Parts, ErrClosed)}, nil
 }
 
@@ -113,6 +114,7 @@ type Global struct {
 	mu       sync.Mutex
 	state    globalState
 	branches []*branch
+	voting   bool // Commit prepares with vote markers (WithVoteMarkers, databases only)
 }
 
 type globalState uint8
@@ -308,7 +310,9 @@ func (g *Global) Abort(ctx context.Context) error {
 // transactions are found in pg_prepared_xacts by name: one with no record is rolled back
 // ([Coordinator.ResolveInDoubt]), and the resolver's record of that abort and the starter's
 // decision insert exclude each other on the gid. Its outcome is recorded while its COMMIT
-// PREPAREDs run, since the resolver commits any of them left over.
+// PREPAREDs run, since the resolver commits any of them left over. With [WithVoteMarkers] such a
+// transaction is recorded as voting while its branches prepare, and commits as soon as every
+// branch voted yes (see the package doc, "Vote markers").
 //
 // nil means committed everywhere. An error wrapping [ErrAborted] means the transaction aborted
 // (a branch voted no — wrapping [participant.ErrRefused] — failed, or phase one timed out); its
@@ -349,6 +353,9 @@ func (g *Global) Commit(ctx context.Context) error {
 		recs[i] = br.rec
 		onlyDBs = onlyDBs && br.p == nil
 	}
+	if onlyDBs && c.o.votes {
+		return g.commitVoting(ctx, branches, recs)
+	}
 	if !onlyDBs {
 		if err := c.b.Log.Create(ctx, g.gid, core.Kind2PC, g.timeout, nil, recs...); err != nil {
 			c.stats.aborted.Add(1) // the deferred release rolls every branch back
@@ -356,14 +363,7 @@ func (g *Global) Commit(ctx context.Context) error {
 		}
 	}
 	votes := g.prepare(ctx, branches)
-	// Phase two (either way) runs on the connections the branches prepared on.
-	conns := make(map[string]*pgxpool.Conn, len(branches))
-	for _, br := range branches {
-		if br.conn != nil {
-			conns[br.rec.Name] = br.conn
-		}
-	}
-	ctx = prepared.WithHeld(ctx, g.gid, conns)
+	ctx = g.held(ctx, branches)
 	if len(votes) == 0 && c.o.hook != nil {
 		if err := c.o.hook(ctx, g.gid, PhasePrepared); err != nil {
 			votes = append(votes, fmt.Errorf("twopc: %s: hook at %s: %w", g.gid, PhasePrepared, err))
@@ -384,7 +384,7 @@ func (g *Global) Commit(ctx context.Context) error {
 	}
 	if !st.Final() {
 		if onlyDBs {
-			err = c.commitDBs(ctx, g.gid, recs)
+			err = c.commitDBs(ctx, g.gid, core.StatusConfirming, recs)
 		} else {
 			err = c.b.PhaseTwo(ctx, lock.Token{}, g.gid, core.StatusConfirming, recs)
 		}
@@ -424,10 +424,23 @@ func (g *Global) decide(ctx context.Context, recs []core.Branch, onlyDBs bool) (
 	return cur, nil // our write went through; its answer was lost
 }
 
-// commitDBs is phase two of a transaction whose branches are all databases: the COMMIT PREPAREDs
-// and the record of the outcome run at once. A commit that fails is left to the in-doubt
-// resolver, which commits every prepared transaction of a committed gid.
-func (c *Coordinator) commitDBs(ctx context.Context, gid string, recs []core.Branch) error {
+// held returns ctx carrying the connections the database branches prepared on, on which their
+// phase two runs (either way).
+func (g *Global) held(ctx context.Context, branches []*branch) context.Context {
+	conns := make(map[string]*pgxpool.Conn, len(branches))
+	for _, br := range branches {
+		if br.conn != nil {
+			conns[br.rec.Name] = br.conn
+		}
+	}
+	return prepared.WithHeld(ctx, g.gid, conns)
+}
+
+// commitDBs is phase two of a transaction whose branches are all databases, decided to commit
+// (from: confirming) or whose branches all voted yes (from: voting): the COMMIT PREPAREDs and
+// the record of the outcome run at once. A commit that fails is left to the in-doubt resolver,
+// which commits every prepared transaction of a committed gid, or to the leader.
+func (c *Coordinator) commitDBs(ctx context.Context, gid string, from coordinator.Status, recs []core.Branch) error {
 	names := make([]string, len(recs))
 	for i, r := range recs {
 		names[i] = r.Name
@@ -441,7 +454,7 @@ func (c *Coordinator) commitDBs(ctx context.Context, gid string, recs []core.Bra
 	eg.Go(func() error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
 		defer cancel()
-		return c.b.Log.Record(rctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusConfirming, Done: names, Next: core.StatusConfirmed})
+		return c.b.Log.Record(rctx, lock.Token{}, core.Progress{GID: gid, From: from, Done: names, Next: core.StatusConfirmed})
 	})
 	for _, r := range recs {
 		eg.Go(func() error {
@@ -500,7 +513,12 @@ func (g *Global) prepareOne(ctx context.Context, br *branch) error {
 	if br.p != nil {
 		return g.c.b.Call(ctx, br.p, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Payload: br.rec.Payload})
 	}
-	_, err := br.tx.Exec(ctx, "PREPARE TRANSACTION "+prepared.Quote(g.c.ns.ID(g.gid, br.rec.Name)))
+	id := g.c.ns.ID(g.gid, br.rec.Name)
+	q := "PREPARE TRANSACTION " + prepared.Quote(id)
+	if g.voting {
+		q = g.c.votes.PrepareSQL(id)
+	}
+	_, err := br.tx.Exec(ctx, q)
 	if err != nil {
 		g.release(ctx, br) // rolls back what PREPARE left open; a lost connection rolled it back already
 		return err
@@ -544,7 +562,13 @@ func (g *Global) abort(ctx context.Context, recs []core.Branch, recorded bool, v
 // an error wrapping [coordinator.ErrInvalidOption] without an elector, [coordinator.ErrRunning] when another Run is
 // running, and one wrapping [lock.ErrClosed] when the elector's session is closed.
 func (c *Coordinator) Run(ctx context.Context) error {
-	return c.b.Run(ctx, c.b.PhaseTwoDriver(),
+	phaseTwo := c.b.PhaseTwoDriver()
+	return c.b.Run(ctx, core.DriverFunc(func(ctx context.Context, tok lock.Token, t *core.Transaction) error {
+		if t.Status == core.StatusVoting {
+			return c.settle(ctx, tok, t)
+		}
+		return phaseTwo.Drive(ctx, tok, t)
+	}),
 		core.WithLeaderJob("in-doubt", c.o.resolveSpec, func(ctx context.Context, _ lock.Token) error {
 			_, err := c.ResolveInDoubt(ctx)
 			return err

@@ -19,32 +19,50 @@ import (
 	"github.com/txkit/txkit/twopc"
 )
 
+// A transfer commits on both databases, with and without vote markers (whose rows and their
+// sweep votesSwept checks after the commit); a second Commit or an Abort
+// after it is refused.
 func TestIntegrationCommit(t *testing.T) {
-	ctx := t.Context()
-	b := newBank(t)
-	c := b.coordinator()
-	g, err := c.Begin(ctx, coordinator.WithGID("transfer-1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.move(ctx, g, 30); err != nil {
-		t.Fatalf("enlist: %v", err)
-	}
-	// Until Commit, the work is invisible outside its transactions.
-	b.WantBalances(startBalance, startBalance)
-	if err := g.Commit(ctx); err != nil {
-		t.Fatalf("Commit: %v", err)
-	}
-	b.WantBalances(startBalance-30, startBalance+30)
-	if s := status(t, c, "transfer-1"); s != twopc.StatusCommitted {
-		t.Fatalf("status %s, want committed", s)
-	}
-	b.NoPrepared()
-	if err := g.Commit(ctx); !errors.Is(err, coordinator.ErrInvalidState) {
-		t.Fatalf("second Commit = %v, want ErrInvalidState", err)
-	}
-	if err := g.Abort(ctx); !errors.Is(err, coordinator.ErrInvalidState) {
-		t.Fatalf("Abort after Commit = %v, want ErrInvalidState", err)
+	for _, tc := range []struct {
+		name  string
+		opts  []coordinator.Option
+		after func(t *testing.T, b *bank, c *twopc.Coordinator)
+	}{
+		{"decision", nil, nil},
+		{"votes", []coordinator.Option{twopc.WithVoteMarkers(), twopc.WithPrepareTimeout(200 * time.Millisecond),
+			twopc.WithInDoubtResolution("@every 1h", 300*time.Millisecond)}, votesSwept},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			b := newBank(t)
+			c := b.coordinator(tc.opts...)
+			g, err := c.Begin(ctx, coordinator.WithGID("transfer-1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.move(ctx, g, 30); err != nil {
+				t.Fatalf("enlist: %v", err)
+			}
+			// Until Commit, the work is invisible outside its transactions.
+			b.WantBalances(startBalance, startBalance)
+			if err := g.Commit(ctx); err != nil {
+				t.Fatalf("Commit: %v", err)
+			}
+			b.WantBalances(startBalance-30, startBalance+30)
+			if s := status(t, c, "transfer-1"); s != twopc.StatusCommitted {
+				t.Fatalf("status %s, want committed", s)
+			}
+			b.NoPrepared()
+			if err := g.Commit(ctx); !errors.Is(err, coordinator.ErrInvalidState) {
+				t.Fatalf("second Commit = %v, want ErrInvalidState", err)
+			}
+			if err := g.Abort(ctx); !errors.Is(err, coordinator.ErrInvalidState) {
+				t.Fatalf("Abort after Commit = %v, want ErrInvalidState", err)
+			}
+			if tc.after != nil {
+				tc.after(t, b, c)
+			}
+		})
 	}
 }
 
@@ -126,44 +144,61 @@ func TestIntegrationPrepareTimeoutAborts(t *testing.T) {
 }
 
 // The starter stops after writing the decision and before phase two (a hook holds it there,
-// as a crash would); another coordinator, the leader, finishes phase two from the log.
+// as a crash would); another coordinator, the leader, finishes phase two from the log. With vote
+// markers the hook holds it after every branch voted yes: the votes are the decision, and the
+// leader settles the transaction, still voting, as committed.
 func TestIntegrationCrashAfterDecisionRecovered(t *testing.T) {
-	ctx := t.Context()
-	b := newBank(t)
-	held, release := make(chan string, 1), make(chan struct{})
-	starter := b.coordinator(coordinator.WithLease(500*time.Millisecond), twopc.WithHook(func(_ context.Context, gid string, p twopc.Phase) error {
-		if p == twopc.PhaseDecided {
-			held <- gid
-			<-release
-		}
-		return nil
-	}))
-	g, _ := starter.Begin(ctx)
-	if err := b.move(ctx, g, 40); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- g.Commit(ctx) }()
-	gid := <-held
-	if n := len(b.Prepared(ctx)); n != 2 {
-		t.Fatalf("%d prepared transactions between the phases, want 2", n)
-	}
-	b.WantBalances(startBalance, startBalance)
+	for _, tc := range []struct {
+		name string
+		opts []coordinator.Option
+		held coordinator.Status // the status between the phases
+	}{
+		{"decision", nil, twopc.StatusCommitting},
+		{"votes", []coordinator.Option{twopc.WithVoteMarkers()}, twopc.StatusVoting},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			b := newBank(t)
+			held, release := make(chan string, 1), make(chan struct{})
+			starter := b.coordinator(append(tc.opts, coordinator.WithLease(500*time.Millisecond),
+				twopc.WithHook(func(_ context.Context, gid string, p twopc.Phase) error {
+					if p == twopc.PhaseDecided {
+						held <- gid
+						<-release
+					}
+					return nil
+				}))...)
+			g, _ := starter.Begin(ctx)
+			if err := b.move(ctx, g, 40); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- g.Commit(ctx) }()
+			gid := <-held
+			if n := len(b.Prepared(ctx)); n != 2 {
+				t.Fatalf("%d prepared transactions between the phases, want 2", n)
+			}
+			if s := status(t, starter, gid); s != tc.held {
+				t.Fatalf("status between the phases: %s, want %s", s, tc.held)
+			}
+			b.WantBalances(startBalance, startBalance)
 
-	leader := b.coordinator(coordinator.WithElector(b.elector("leader")))
-	run(t, leader)
-	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() bool {
-		s, err := leader.Status(ctx, gid)
-		return err == nil && s == twopc.StatusCommitted
-	}, "the leader did not commit the decided transaction")
-	b.WantBalances(startBalance-40, startBalance+40)
-	b.NoPrepared()
+			leader := b.coordinator(coordinator.WithElector(b.elector("leader")))
+			run(t, leader)
+			testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() bool {
+				s, err := leader.Status(ctx, gid)
+				return err == nil && s == twopc.StatusCommitted
+			}, "the leader did not commit the decided transaction")
+			b.WantBalances(startBalance-40, startBalance+40)
+			b.NoPrepared()
 
-	close(release) // the starter wakes; its phase two finds the work done
-	if err := <-done; err != nil {
-		t.Fatalf("starter's Commit after the leader finished: %v", err)
+			close(release) // the starter wakes; its phase two finds the work done
+			if err := <-done; err != nil {
+				t.Fatalf("starter's Commit after the leader finished: %v", err)
+			}
+			b.WantBalances(startBalance-40, startBalance+40)
+		})
 	}
-	b.WantBalances(startBalance-40, startBalance+40)
 }
 
 // The starter stops after every branch prepared but before the decision: with no decision the

@@ -68,7 +68,7 @@ func (c *console) transactions(w http.ResponseWriter, r *http.Request) {
 	}
 	d := txList{Filter: form, Page: page,
 		Kinds:    []string{"tcc", "saga", "2pc", "3pc"},
-		Statuses: []string{"trying", "confirming", "confirmed", "cancelling", "cancelled", "running", "compensating", "compensated", "succeeded"}}
+		Statuses: []string{"trying", "voting", "confirming", "confirmed", "cancelling", "cancelled", "running", "compensating", "compensated", "succeeded"}}
 	if page.Next != "" {
 		next := url.Values{}
 		for k, v := range map[string]string{"kind": form.Kind, "status": form.Status, "older_than": form.OlderThan, "limit": form.Limit} {

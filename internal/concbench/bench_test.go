@@ -59,6 +59,8 @@ const (
 	// Both unset: the coordinators' defaults.
 	envGroup = "TXKIT_CONCBENCH_GROUP"
 	envDefer = "TXKIT_CONCBENCH_DEFER"
+	// envVotes "1" gives the 2pc coordinator twopc.WithVoteMarkers.
+	envVotes = "TXKIT_CONCBENCH_VOTES"
 )
 
 // recipe is one row group of the table: setup builds its components on pools that count commits
@@ -428,7 +430,11 @@ func twopcRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool
 		mustExec(b, p, `create table accounts (id text primary key, balance bigint not null);
 			insert into accounts select 'a' || c, 1000000000 from generate_series(0, 63) c`)
 	}
-	c := coordinatorOn(b, twopc.New, logPool, ls.Name)
+	var opts []coordinator.Option
+	if os.Getenv(envVotes) == "1" {
+		opts = append(opts, twopc.WithVoteMarkers())
+	}
+	c := coordinatorOn(b, twopc.New, logPool, ls.Name, opts...)
 	b.Cleanup(func() { _ = c.Close() })
 	for name, p := range map[string]*pgxpool.Pool{"east": east, "west": west} {
 		if err := c.RegisterDB(name, p); err != nil {

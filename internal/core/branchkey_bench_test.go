@@ -56,20 +56,10 @@ func BenchmarkBranchKey(b *testing.B) {
 	var n atomic.Int64
 	op := func(l *core.Log) concbench.Op {
 		return func(ctx context.Context, _ int) error {
-			gid := fmt.Sprint("t-", n.Add(1))
-			if err := l.CreateIn(ctx, gid, core.KindTCC, core.StatusTrying, time.Minute, nil, httpBranch("a")); err != nil {
+			if err := tccLogWrites(ctx, l, fmt.Sprint("t-", n.Add(1))); err != nil {
 				return err
 			}
-			if err := l.AddBranch(ctx, gid, core.StatusTrying, httpBranch("b")); err != nil {
-				return err
-			}
-			if _, err := l.Decide(ctx, gid, core.StatusTrying, core.StatusConfirming); err != nil {
-				return err
-			}
-			if err := l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusConfirming, Next: core.StatusConfirmed}); err != nil {
-				return err
-			}
-			gid = fmt.Sprint("s-", n.Add(1))
+			gid := fmt.Sprint("s-", n.Add(1))
 			if err := l.Create(ctx, gid, core.KindSaga, time.Minute, nil, httpBranch("a"), httpBranch("b"), httpBranch("c")); err != nil {
 				return err
 			}

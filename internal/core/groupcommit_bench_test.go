@@ -11,7 +11,6 @@ import (
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testenv"
-	"github.com/txkit/txkit/lock"
 )
 
 // BenchmarkGroupCommitLone measures what group commit adds to a lone transaction's writes: the
@@ -46,17 +45,7 @@ func BenchmarkGroupCommitLone(b *testing.B) {
 			n++
 			gid := fmt.Sprint("lone-", n)
 			start := time.Now()
-			if err := l.CreateIn(ctx, gid, core.KindTCC, core.StatusTrying, time.Minute, nil, httpBranch("a")); err != nil {
-				return err
-			}
-			if err := l.AddBranch(ctx, gid, core.StatusTrying, httpBranch("b")); err != nil {
-				return err
-			}
-			if _, err := l.Decide(ctx, gid, core.StatusTrying, core.StatusConfirming); err != nil {
-				return err
-			}
-			err := l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusConfirming, Done: []string{"a", "b"},
-				Next: core.StatusConfirmed})
+			err := tccLogWrites(ctx, l, gid)
 			lat[i] = append(lat[i], time.Since(start))
 			return err
 		}

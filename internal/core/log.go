@@ -158,7 +158,7 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 		return nil, fmt.Errorf("core: render schema: %w", err)
 	}
 	for _, n := range []string{"create", "create_with_branches", "add_branch", "decide", "status", "branches_done", "branches_failed",
-		"finish", "renew", "reschedule", "claim", "backlog", "get", "list", "branches", "purge"} {
+		"finish", "renew", "reschedule", "claim", "backlog", "get", "list", "branches", "purge", "unfinished"} {
 		if l.q[n], err = render(n); err != nil {
 			return nil, fmt.Errorf("core: render %s: %w", n, err)
 		}
@@ -225,9 +225,10 @@ func (l *Log) Create(ctx context.Context, gid string, kind Kind, timeout time.Du
 // (confirming, cancelling) recorded together with the transaction. Two-phase commit's presumed
 // abort records a transaction whose branches are all databases only when it decides to commit;
 // the in-doubt resolver records one it rolls back as cancelling. The unique gid makes the two
-// exclusive: whichever inserts first wins, and the other gets [ErrInvalidState]. A decided
-// transaction is the caller's for the lease. A status that is neither initial nor a decision
-// returns an error wrapping [ErrInvalidState].
+// exclusive: whichever inserts first wins, and the other gets [ErrInvalidState]. With vote
+// markers, two-phase commit records it as voting while its branches prepare. A decided or voting
+// transaction is the caller's for the lease. A status that is neither initial nor a decision nor
+// voting (two-phase commit's only) returns an error wrapping [ErrInvalidState].
 //
 // It records the write in a span "<kind> begin" (attribute txkit.gid) and stores the trace context
 // of that span, a child of ctx's, with the transaction ([Transaction.TraceContext]).
@@ -237,7 +238,7 @@ func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, ti
 	if gid == "" || timeout <= 0 {
 		return fmt.Errorf("core: create %q with timeout %v: %w", gid, timeout, ErrInvalidOption)
 	}
-	if _, drives := st.BranchDone(); st != kind.Initial() && !drives {
+	if _, drives := st.BranchDone(); st != kind.Initial() && !drives || st == StatusVoting && kind != Kind2PC {
 		return fmt.Errorf("core: create %s as %s: %w", gid, st, ErrInvalidState)
 	}
 	due := timeout
@@ -511,6 +512,24 @@ type Filter struct {
 	// OlderThan, when positive, selects only transactions created more than OlderThan ago, by
 	// PostgreSQL's clock (created_at < now() - OlderThan). Zero selects every age.
 	OlderThan time.Duration
+}
+
+// Unfinished returns those of gids that the log holds in a status that is not final; a gid it
+// does not hold (never recorded, or deleted by the retention job) is not among them. One query.
+func (l *Log) Unfinished(ctx context.Context, gids []string) (map[string]bool, error) {
+	rows, err := l.pool.Query(ctx, l.q["unfinished"], gids)
+	if err != nil {
+		return nil, fmt.Errorf("core: unfinished: %w", err)
+	}
+	open, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("core: unfinished: %w", err)
+	}
+	out := make(map[string]bool, len(open))
+	for _, g := range open {
+		out[g] = true
+	}
+	return out, nil
 }
 
 // List returns the transactions f selects, in gid order, without their branches.

@@ -644,3 +644,54 @@ func TestIntegrationFinishImpliesBranches(t *testing.T) {
 		})
 	}
 }
+
+// A two-phase commit recorded as voting (vote markers) is due for the leader like a decided one,
+// and the claim hands it over still voting though its timeout has passed: the votes decide, not
+// the clock. Other kinds cannot be recorded so. Unfinished tells it from finished and unknown gids.
+func TestIntegrationVotingRecord(t *testing.T) {
+	ctx := t.Context()
+	l := newLog(t, core.WithLease(200*time.Millisecond))
+	if err := l.CreateIn(ctx, "tcc", core.KindTCC, core.StatusVoting, time.Hour, nil, httpBranch("a")); !errors.Is(err, core.ErrInvalidState) {
+		t.Fatalf("CreateIn(tcc, voting) = %v, want ErrInvalidState", err)
+	}
+	for _, gid := range []string{"voting", "done"} {
+		if err := l.CreateIn(ctx, gid, core.Kind2PC, core.StatusVoting, time.Millisecond, nil, httpBranch("a"), httpBranch("b")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: "done", From: core.StatusVoting, Next: core.StatusConfirmed}); err != nil {
+		t.Fatal(err)
+	}
+	open, err := l.Unfinished(ctx, []string{"voting", "done", "unknown"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(open) != 1 || !open["voting"] {
+		t.Fatalf("Unfinished = %v, want only voting", open)
+	}
+	if tx := get(t, l, "done"); tx.Status != core.StatusConfirmed || tx.Branches[0].Status != core.BranchConfirmed {
+		t.Fatalf("done: %+v", tx)
+	}
+	seen := make(chan core.Status, 10)
+	el := elector(t, testenv.ZKRoot(t)+"/leader", "r1")
+	r, err := core.NewRecoverer(l, el, map[core.Kind]core.Driver{core.Kind2PC: core.DriverFunc(
+		func(_ context.Context, _ lock.Token, tx *core.Transaction) error {
+			seen <- tx.Status
+			return errors.New("not yet")
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, r.Run)
+	select {
+	case st := <-seen:
+		if st != core.StatusVoting {
+			t.Fatalf("the driver got the transaction %s, want voting (its timeout passed long ago)", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader did not drive the voting transaction")
+	}
+	if st := get(t, l, "voting").Status; st != core.StatusVoting {
+		t.Fatalf("after a drive: %s, want voting", st)
+	}
+}

@@ -67,3 +67,19 @@ func run(t testing.TB, f func(ctx context.Context) error) {
 		}
 	})
 }
+
+// tccLogWrites makes the log writes of a TCC transaction gid of two branches that its starter
+// finishes: the first Try's insert with its branch, the second branch, the decision, the finish.
+func tccLogWrites(ctx context.Context, l *core.Log, gid string) error {
+	if err := l.CreateIn(ctx, gid, core.KindTCC, core.StatusTrying, time.Minute, nil, httpBranch("a")); err != nil {
+		return err
+	}
+	if err := l.AddBranch(ctx, gid, core.StatusTrying, httpBranch("b")); err != nil {
+		return err
+	}
+	if _, err := l.Decide(ctx, gid, core.StatusTrying, core.StatusConfirming); err != nil {
+		return err
+	}
+	return l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusConfirming, Done: []string{"a", "b"},
+		Next: core.StatusConfirmed})
+}

@@ -48,12 +48,14 @@ const (
 	StatusCompensating                   // saga: an action failed; compensations under way
 	StatusCompensated                    // saga: every completed action compensated (final)
 	StatusSucceeded                      // saga: every action done (final)
+	StatusVoting                         // 2pc with vote markers: recorded beside the PREPAREs; the votes decide
 )
 
 var statusNames = map[Status]string{
 	StatusTrying: "trying", StatusConfirming: "confirming", StatusConfirmed: "confirmed",
 	StatusCancelling: "cancelling", StatusCancelled: "cancelled", StatusRunning: "running",
 	StatusCompensating: "compensating", StatusCompensated: "compensated", StatusSucceeded: "succeeded",
+	StatusVoting: "voting",
 }
 
 // String returns the name stored in the status column.
@@ -83,6 +85,10 @@ var transitions = map[Status][]Status{
 	StatusCancelling:   {StatusCancelled},                     // every cancel succeeded
 	StatusRunning:      {StatusSucceeded, StatusCompensating}, // saga: all actions done / one refused
 	StatusCompensating: {StatusCompensated},                   // every compensation succeeded
+	// 2pc with vote markers: the starter commits every branch (each voted yes) or withdraws; the
+	// leader settles from the votes. No timeout: the votes, not the log, say whether a branch may
+	// have committed.
+	StatusVoting: {StatusConfirmed, StatusConfirming, StatusCancelling},
 }
 
 // CanBecome reports whether a transaction in status s may move to t.
@@ -122,6 +128,8 @@ func (s Status) Outcome() (Status, bool) {
 		return StatusSucceeded, true
 	case StatusCompensating:
 		return StatusCompensated, true
+	case StatusVoting:
+		return StatusConfirmed, true
 	}
 	return 0, false
 }
@@ -216,6 +224,8 @@ func (s Status) BranchDone() (BranchStatus, bool) {
 		return BranchSucceeded, true
 	case StatusCompensating:
 		return BranchCompensated, true
+	case StatusVoting: // the starter commits every branch once each voted yes
+		return BranchConfirmed, true
 	}
 	return 0, false
 }

@@ -27,6 +27,11 @@ func TestStatusTransitions(t *testing.T) {
 		{"cancelled stays", core.StatusCancelled, core.StatusConfirming, false},
 		{"kinds do not mix", core.StatusTrying, core.StatusSucceeded, false},
 		{"unknown", S(0), core.StatusTrying, false},
+		{"votes all yes, starter", core.StatusVoting, core.StatusConfirmed, true},
+		{"votes all yes, leader", core.StatusVoting, core.StatusConfirming, true},
+		{"a vote no", core.StatusVoting, core.StatusCancelling, true},
+		{"no voting after trying", core.StatusTrying, core.StatusVoting, false},
+		{"voting ends only by the votes", core.StatusVoting, core.StatusCancelled, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -52,6 +57,7 @@ func TestStatusNames(t *testing.T) {
 		{core.StatusCompensating, "compensating", false},
 		{core.StatusCompensated, "compensated", true},
 		{core.StatusSucceeded, "succeeded", true},
+		{core.StatusVoting, "voting", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,6 +89,7 @@ func TestOutcomes(t *testing.T) {
 		{core.StatusCancelling, core.StatusCancelled, core.BranchCancelled, true},
 		{core.StatusRunning, core.StatusSucceeded, core.BranchSucceeded, true},
 		{core.StatusCompensating, core.StatusCompensated, core.BranchCompensated, true},
+		{core.StatusVoting, core.StatusConfirmed, core.BranchConfirmed, true}, // the starter commits once every branch voted yes
 		{core.StatusTrying, 0, 0, false},
 		{core.StatusConfirmed, 0, 0, false},
 	}

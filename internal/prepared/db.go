@@ -24,6 +24,7 @@ type DB struct {
 	Pool       *pgxpool.Pool // the caller's: the branches' work and PREPARE TRANSACTION
 	P2         *pgxpool.Pool // the coordinator's: phase two of branches whose connection is gone, the scan
 	canPrepare atomic.Bool   // CheckPrepare succeeded once
+	votesReady atomic.Bool   // Votes.Ensure succeeded once
 }
 
 // NewDB returns the database behind pool registered as name, with P2 built from pool's

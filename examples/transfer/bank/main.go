@@ -454,7 +454,7 @@ func (s *service) fail(w http.ResponseWriter, code int, a app.Answer, msg string
 // words names the log's statuses (the coordinator core's) in two-phase-commit terms, words3PC
 // in three-phase-commit terms.
 var (
-	words = map[coordinator.Status]string{twopc.StatusPreparing: "preparing", twopc.StatusCommitting: "committing",
+	words = map[coordinator.Status]string{twopc.StatusPreparing: "preparing", twopc.StatusVoting: "voting", twopc.StatusCommitting: "committing",
 		twopc.StatusCommitted: "committed", twopc.StatusAborting: "aborting", twopc.StatusAborted: "aborted"}
 	words3PC = map[coordinator.Status]string{threepc.StatusPreCommitting: "precommitting", threepc.StatusCommitting: "committing",
 		threepc.StatusCommitted: "committed", threepc.StatusAborting: "aborting", threepc.StatusAborted: "aborted"}

@@ -17,21 +17,29 @@ import (
 // GroupWindow is the group commit window the coordinator benchmarks measure.
 const GroupWindow = time.Millisecond
 
-// GroupCommit runs the sub-benchmarks "group-commit/clients=N" of a coordinator benchmark, N in
-// [GroupCommitClients]: run (one global transaction) through a coordinator made by newFn on pg
-// with opts and coordinator.WithGroupCommit(window) ("on"), against one without ("off"), each on a
-// pool of its own, in rotating blocks ([Rotate]) so that load changes on the shared machine weigh
-// on both alike. A block is N goroutines each running max(4, 20/N) transactions one after the
-// other. Each reports on-tx/s and off-tx/s, on/off-throughput, the latency of one transaction
-// (on-p50-ms, off-p50-ms, on-p99-ms, off-p99-ms) and the statements each coordinator sent per
-// transaction (on-pg-tx/gtx, off-pg-tx/gtx: its pool's acquires, each one PostgreSQL
-// transaction). clients=1 measures the lone transaction: what group commit adds to it.
+// GroupCommit runs the sub-benchmarks "group-commit/clients=N" of a coordinator benchmark
+// ([OnOff] with coordinator.WithGroupCommit(window)). clients=1 measures the lone transaction:
+// what group commit adds to it.
 func GroupCommit[C coordinator.Shell](b *testing.B, name string, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
 	pg *testenv.Schema, window time.Duration, run func(C) error, opts ...coordinator.Option) {
 	b.Helper()
+	OnOff(b, name, newFn, pg, []coordinator.Option{coordinator.WithGroupCommit(window)}, run, opts...)
+}
+
+// OnOff runs the sub-benchmarks "<name>/clients=N" of a coordinator benchmark, N in 1, 16 and 64:
+// run (one global transaction) through a coordinator made by newFn on pg with opts and with ("on"),
+// against one with opts alone ("off"), each on a pool of its own, in rotating blocks ([Rotate])
+// so that load changes on the shared machine weigh on both alike. A block is N goroutines each
+// running max(4, 20/N) transactions one after the other. Each reports on-tx/s and off-tx/s,
+// on/off-throughput, the latency of one transaction (on-p50-ms, off-p50-ms, on-p99-ms,
+// off-p99-ms) and the statements each coordinator sent per transaction (on-pg-tx/gtx,
+// off-pg-tx/gtx: its pool's acquires, each one PostgreSQL transaction).
+func OnOff[C coordinator.Shell](b *testing.B, name string, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
+	pg *testenv.Schema, with []coordinator.Option, run func(C) error, opts ...coordinator.Option) {
+	b.Helper()
 	for _, n := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("%s/clients=%d", name, n), func(b *testing.B) {
-			on, onPool := BenchCoordinator(b, newFn, pg, append(append([]coordinator.Option{}, opts...), coordinator.WithGroupCommit(window))...)
+			on, onPool := BenchCoordinator(b, newFn, pg, append(append([]coordinator.Option{}, opts...), with...)...)
 			off, offPool := BenchCoordinator(b, newFn, pg, opts...)
 			// Warm each pool's connections outside the timed part.
 			for _, c := range []C{on, off} {

@@ -134,6 +134,9 @@ order by gid
 limit $5
 {{end}}
 
+{{/* Of the gids $1, those in the log and not finished. */}}
+{{define "unfinished"}}select gid from {{.Global}} where gid = any($1::text[]) and status not in ({{.Finals}}){{end}}
+
 {{define "branches"}}
 select gid, branch, seq, target_kind, target, payload, status, attempts, coalesce(last_error, ''), updated_at
 from {{.Branch}} where gid = any($1::text[])

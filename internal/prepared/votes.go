@@ -1,0 +1,147 @@
+package prepared
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txkit/txkit/internal/pgutil"
+)
+
+// Votes is one coordinator's vote table in its registered databases: "<schema>.<prefix>vote",
+// one row per branch id ([Namespace.ID]). A branch's own transaction inserts its row (yes) just
+// before PREPARE TRANSACTION, so the row is visible exactly when the branch has committed; a
+// recovering leader that finds a branch neither prepared nor committed inserts the row itself as
+// a no (a tombstone), and the branch's late insert then fails on the primary key, so it can never
+// prepare. Between them, the rows tell a branch that committed from one that never prepared,
+// which pg_prepared_xacts alone cannot once the prepared transaction is gone. A Votes is a value,
+// safe for concurrent use.
+type Votes struct {
+	table   string // quoted, schema-qualified when the coordinator has a schema
+	schema  string // quoted, or ""
+	lockKey int64  // serializes concurrent creations of the table
+}
+
+// NewVotes returns the vote table of a coordinator whose log is in schema (empty: the
+// search_path's) with table prefix prefix.
+func NewVotes(schema, prefix string) Votes {
+	v := Votes{table: pgx.Identifier{prefix + "vote"}.Sanitize()}
+	if schema != "" {
+		v.schema = pgx.Identifier{schema}.Sanitize()
+		v.table = pgx.Identifier{schema, prefix + "vote"}.Sanitize()
+	}
+	v.lockKey = pgutil.MigrateLockKey("txkit/prepared/votes:" + v.table)
+	return v
+}
+
+// Table returns the quoted table name.
+func (v Votes) Table() string { return v.table }
+
+// Ensure creates the table in d's database, and its schema, when they do not exist, through
+// d.P2. A success is remembered: later calls return nil at once. Processes creating it at once
+// are serialized by an advisory lock.
+func (v Votes) Ensure(ctx context.Context, d *DB) error {
+	if d.votesReady.Load() {
+		return nil
+	}
+	ddl := "select pg_advisory_xact_lock(" + strconv.FormatInt(v.lockKey, 10) + ");\n"
+	if v.schema != "" {
+		ddl += "create schema if not exists " + v.schema + ";\n"
+	}
+	ddl += "create table if not exists " + v.table + ` (
+    id         text        primary key,       -- the branch's prepared transaction id
+    yes        boolean     not null,          -- true: the branch's own row, committed with it; false: a leader's tombstone
+    created_at timestamptz not null default now()
+)`
+	if _, err := d.P2.Exec(ctx, ddl); err != nil {
+		return fmt.Errorf("create the vote table %s: %w", v.table, err)
+	}
+	d.votesReady.Store(true)
+	return nil
+}
+
+// PrepareSQL returns what a branch's transaction runs to end phase one with vote markers: its
+// yes row, then PREPARE TRANSACTION id, in one round trip (simple protocol). If the row is taken
+// — a leader's tombstone — the insert fails and PREPARE does not run.
+func (v Votes) PrepareSQL(id string) string {
+	return "insert into " + v.table + " (id, yes) values (" + Quote(id) + ", true); PREPARE TRANSACTION " + Quote(id)
+}
+
+// ErrUndecided: a branch's own transaction holds its vote row (it is between its insert and
+// PREPARE TRANSACTION), so its vote cannot be known yet. Ask again later.
+var ErrUndecided = errors.New("branch still voting")
+
+// Vote returns the branch id's vote in d's database, making it final when it is not: true when
+// the branch is prepared or has committed, false when it rolled back or never prepared — in which
+// case its tombstone is in the table (inserted now if it was not), so it never will. A branch
+// whose own transaction holds the row longer than wait returns an error wrapping
+// [ErrUndecided]. It runs on d.P2; ctx bounds it.
+func (v Votes) Vote(ctx context.Context, d *DB, id string, wait time.Duration) (bool, error) {
+	if ok, err := isPrepared(ctx, d, id); err != nil || ok {
+		return ok, err
+	}
+	var tombstoned bool
+	err := pgx.BeginFunc(ctx, d.P2, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "select set_config('lock_timeout', $1, true)", strconv.FormatInt(max(wait.Milliseconds(), 1), 10)+"ms"); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, "insert into "+v.table+" (id, yes) values ($1, false) on conflict (id) do nothing", id)
+		tombstoned = tag.RowsAffected() == 1
+		return err
+	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "55P03" { // lock_not_available: the branch's transaction holds the row
+		if ok, perr := isPrepared(ctx, d, id); perr != nil || ok {
+			return ok, perr // it prepared meanwhile
+		}
+		return false, fmt.Errorf("vote of %s: %w", id, ErrUndecided)
+	}
+	if err != nil {
+		return false, fmt.Errorf("vote of %s: %w", id, err)
+	}
+	if tombstoned {
+		return false, nil
+	}
+	var yes bool
+	if err := d.P2.QueryRow(ctx, "select yes from "+v.table+" where id = $1", id).Scan(&yes); err != nil {
+		return false, fmt.Errorf("vote of %s: %w", id, err)
+	}
+	return yes, nil
+}
+
+func isPrepared(ctx context.Context, d *DB, id string) (bool, error) {
+	var ok bool
+	if err := d.P2.QueryRow(ctx, "select exists (select 1 from pg_prepared_xacts where gid = $1 and database = current_database())",
+		id).Scan(&ok); err != nil {
+		return false, fmt.Errorf("vote of %s: find it in pg_prepared_xacts: %w", id, err)
+	}
+	return ok, nil
+}
+
+// Old returns the ids of at most limit rows of d's vote table older than age, oldest first.
+func (v Votes) Old(ctx context.Context, d *DB, age time.Duration, limit int) ([]string, error) {
+	rows, err := d.P2.Query(ctx, "select id from "+v.table+" where created_at < now() - make_interval(secs => $1) order by created_at limit $2",
+		age.Seconds(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("read old votes: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read old votes: %w", err)
+	}
+	return ids, nil
+}
+
+// Delete deletes the rows of ids from d's vote table and returns how many it deleted.
+func (v Votes) Delete(ctx context.Context, d *DB, ids []string) (int64, error) {
+	tag, err := d.P2.Exec(ctx, "delete from "+v.table+" where id = any($1::text[])", ids)
+	if err != nil {
+		return 0, fmt.Errorf("delete votes: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,184 @@
+package twopc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/prepared"
+	"github.com/txkit/txkit/lock"
+)
+
+// voteWait bounds how long the leader waits for a branch's own transaction to release its vote
+// row before it calls the vote undecided and tries again later.
+const voteWait = 2 * time.Second
+
+// commitVoting is Commit with vote markers ([WithVoteMarkers]) of a transaction whose branches are
+// all databases: the record (voting, with the branches) is written while the branches insert
+// their votes and prepare; if both went through, phase two begins at once; otherwise Commit
+// withdraws. Two rounds of flushes where Commit otherwise makes three.
+func (g *Global) commitVoting(ctx context.Context, branches []*branch, recs []core.Branch) error {
+	c := g.c
+	for _, br := range branches {
+		d, err := c.dbs.Get(br.rec.Name)
+		if err == nil {
+			err = c.votes.Ensure(ctx, d.DB)
+		}
+		if err != nil {
+			c.stats.aborted.Add(1) // Commit's deferred release rolls every branch back
+			return fmt.Errorf("twopc: commit %s: %w: %w", g.gid, ErrAborted, err)
+		}
+	}
+	g.voting = true
+	var (
+		recErr error
+		wg     sync.WaitGroup
+	)
+	wg.Go(func() {
+		recErr = c.b.Log.CreateIn(ctx, g.gid, core.Kind2PC, core.StatusVoting, g.timeout, nil, recs...)
+	})
+	votes := g.prepare(ctx, branches)
+	wg.Wait()
+	ctx = g.held(ctx, branches)
+	if errors.Is(recErr, core.ErrInvalidState) {
+		// The gid is taken — by the in-doubt resolver's abort of a branch it found prepared and
+		// unknown, or by an earlier transaction — so this transaction is not recorded, and no one
+		// can commit it: roll back whatever prepared.
+		return g.abort(ctx, recs, false, append(votes, fmt.Errorf("record: %w", recErr)))
+	}
+	if recErr == nil && len(votes) == 0 && c.o.hook != nil {
+		if err := c.o.hook(ctx, g.gid, PhasePrepared); err != nil {
+			votes = append(votes, fmt.Errorf("twopc: %s: hook at %s: %w", g.gid, PhasePrepared, err))
+		}
+	}
+	if recErr != nil || len(votes) > 0 {
+		if recErr != nil {
+			votes = append(votes, fmt.Errorf("record: %w", recErr))
+		}
+		return g.withdraw(ctx, recs, votes)
+	}
+	if c.o.hook != nil {
+		_ = c.o.hook(ctx, g.gid, PhaseDecided)
+	}
+	if err := c.commitDBs(ctx, g.gid, core.StatusVoting, recs); err != nil {
+		return err
+	}
+	c.stats.committed.Add(1)
+	return nil
+}
+
+// withdraw ends a voting transaction whose starter saw a vote other than yes (or could not record
+// it): it records the abort, which the leader's settlement and this exclude each other on, then
+// rolls every branch back. When the leader settled first — every branch had voted yes, the vote
+// seen failing here included — the transaction commits instead. When neither can be known it
+// returns ErrInDoubt and leaves the branches prepared: the leader settles them from the votes.
+func (g *Global) withdraw(ctx context.Context, recs []core.Branch, votes []error) error {
+	c := g.c
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+	defer cancel()
+	st, err := c.b.Log.Decide(dctx, g.gid, core.StatusVoting, core.StatusCancelling)
+	switch {
+	case errors.Is(err, core.ErrNotFound):
+		// The record never went in; if its insert is still on its way, the leader finds every
+		// branch rolled back and aborts it.
+		return g.abort(ctx, recs, false, votes)
+	case err == nil:
+		c.stats.aborted.Add(1)
+		cause := fmt.Errorf("twopc: %s: %w: %w", g.gid, ErrAborted, errors.Join(votes...))
+		if perr := c.b.PhaseTwo(dctx, lock.Token{}, g.gid, core.StatusCancelling, recs); perr != nil {
+			return errors.Join(cause, perr)
+		}
+		return cause
+	case st == core.StatusConfirming || st == core.StatusConfirmed:
+		c.b.Cfg.Logger.WarnContext(ctx, "twopc: the leader settled the transaction as committed before the starter could withdraw",
+			slog.String("gid", g.gid), slog.Any("votes", errors.Join(votes...)))
+		if st == core.StatusConfirming {
+			if err := c.b.PhaseTwo(ctx, lock.Token{}, g.gid, core.StatusConfirming, recs); err != nil {
+				return err
+			}
+		}
+		c.stats.committed.Add(1)
+		return nil
+	}
+	return fmt.Errorf("twopc: commit %s: withdraw: %w: %w", g.gid, ErrInDoubt, errors.Join(append(votes, err)...))
+}
+
+// settle is the leader's drive of a transaction still voting after its starter's lease: it reads
+// every branch's vote in its database ([prepared.Votes.Vote]: prepared or committed is yes; one
+// that is neither is made a no for good by its tombstone), records the outcome — committing when
+// every branch voted yes, aborting at the first no — fenced with tok, and carries it out. A vote
+// that cannot be known yet (the branch's transaction is between its vote and its PREPARE), or a
+// database that is not registered here, returns an error: the transaction is tried again later.
+func (c *Coordinator) settle(ctx context.Context, tok lock.Token, t *core.Transaction) error {
+	next := core.StatusConfirming
+	for _, br := range t.Branches {
+		d, err := c.dbs.Get(br.Name)
+		if err != nil {
+			return fmt.Errorf("twopc: settle %s: %w", t.GID, err)
+		}
+		if err := c.votes.Ensure(ctx, d.DB); err != nil {
+			return fmt.Errorf("twopc: settle %s: database %s: %w", t.GID, d.Name, err)
+		}
+		yes, err := c.votes.Vote(ctx, d.DB, c.ns.ID(t.GID, br.Name), voteWait)
+		if err != nil {
+			return fmt.Errorf("twopc: settle %s: database %s: %w", t.GID, d.Name, err)
+		}
+		if !yes {
+			next = core.StatusCancelling
+			break
+		}
+	}
+	if err := c.b.Log.Record(ctx, tok, core.Progress{GID: t.GID, From: core.StatusVoting, Next: next}); err != nil {
+		return err
+	}
+	c.b.Cfg.Logger.InfoContext(ctx, "twopc: settled a voting transaction from its votes", slog.String("gid", t.GID),
+		slog.String("decision", next.String()))
+	if err := c.b.PhaseTwo(ctx, tok, t.GID, next, t.Branches); !errors.Is(err, core.ErrIncomplete) {
+		return err
+	}
+	return nil
+}
+
+// voteBatch is how many vote rows one query of the sweep reads.
+const voteBatch = 2000
+
+// sweepVotes deletes from d's vote table the rows older than the in-doubt grace whose
+// transaction is finished or gone from the log: no one reads them any more. (A tombstone must
+// outlive the starter's phase one, which the prepare timeout bounds, and the grace is above it.)
+func (c *Coordinator) sweepVotes(ctx context.Context, d *prepared.Registered) (int, error) {
+	if err := c.votes.Ensure(ctx, d.DB); err != nil {
+		return 0, err
+	}
+	total := 0
+	for {
+		ids, err := c.votes.Old(ctx, d.DB, max(c.o.resolveGrace, c.o.prepareTimeout), voteBatch)
+		if err != nil || len(ids) == 0 {
+			return total, err
+		}
+		gids := make([]string, 0, len(ids))
+		for _, id := range ids {
+			if gid, _, ok := c.ns.Parse(id); ok {
+				gids = append(gids, gid)
+			}
+		}
+		open, err := c.b.Log.Unfinished(ctx, gids)
+		if err != nil {
+			return total, err
+		}
+		del := make([]string, 0, len(ids))
+		for _, id := range ids {
+			if gid, _, ok := c.ns.Parse(id); ok && !open[gid] {
+				del = append(del, id)
+			}
+		}
+		n, err := c.votes.Delete(ctx, d.DB, del)
+		total += int(n)
+		if err != nil || len(ids) < voteBatch || len(del) == 0 {
+			return total, err
+		}
+	}
+}

@@ -1,0 +1,246 @@
+package twopc_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/prepared"
+	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/twopc"
+)
+
+// votes returns the vote rows of the test's coordinators: branch id → yes.
+func (b *bank) votes(c *twopc.Coordinator) map[string]bool {
+	b.T.Helper()
+	rows, err := b.Log.Pool.Query(b.T.Context(), "select id, yes from "+c.VoteTable())
+	if err != nil {
+		b.T.Fatalf("read the vote table: %v", err)
+	}
+	out := map[string]bool{}
+	var (
+		id  string
+		yes bool
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &yes}, func() error {
+		out[id] = yes
+		return nil
+	}); err != nil {
+		b.T.Fatalf("read the vote table: %v", err)
+	}
+	return out
+}
+
+// voteByHand runs, on a connection of pool, the branch db of gid as Commit would with vote
+// markers: the work (delta on account), then its vote and PREPARE TRANSACTION. With open it
+// stops after the vote row's insert and returns the open transaction instead (nil otherwise).
+func voteByHand(t *testing.T, c *twopc.Coordinator, pool *pgxpool.Pool, gid, db, account string, delta int, open bool) pgx.Tx {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := update(account, delta)(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if open {
+		if _, err := tx.Exec(ctx, "insert into "+c.VoteTable()+" (id, yes) values ($1, true)", c.PreparedID(gid, db)); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	if _, err := tx.Exec(ctx, c.VoteSQL(gid, db)); err != nil {
+		t.Fatalf("vote of %s/%s: %v", gid, db, err)
+	}
+	return nil
+}
+
+// votesSwept follows TestIntegrationCommit/votes, after "transfer-1" committed: each branch left
+// a yes row, which the in-doubt pass deletes once the transaction is finished and the row older
+// than the grace — not the row of a transaction still voting.
+func votesSwept(t *testing.T, b *bank, c *twopc.Coordinator) {
+	ctx := t.Context()
+	want := map[string]bool{c.PreparedID("transfer-1", "east"): true, c.PreparedID("transfer-1", "west"): true}
+	if got := b.votes(c); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("vote rows %v, want %v", got, want)
+	}
+
+	// A transaction still voting keeps its rows, however old: east committed (by hand here).
+	if err := c.RecordVoting(ctx, "voting-1", time.Hour, "east", "west"); err != nil {
+		t.Fatal(err)
+	}
+	voteByHand(t, c, b.East.Pool, "voting-1", "east", "alice", 0, false)
+	if _, err := b.East.Pool.Exec(ctx, "commit prepared "+prepared.Quote(c.PreparedID("voting-1", "east"))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond) // past the grace
+	res, err := c.ResolveInDoubt(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Swept != 2 {
+		t.Fatalf("ResolveInDoubt %+v, want 2 vote rows swept", res)
+	}
+	want = map[string]bool{c.PreparedID("voting-1", "east"): true}
+	if got := b.votes(c); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("vote rows after the sweep %v, want %v", got, want)
+	}
+}
+
+// A branch that cannot vote yes — here its vote row is taken by a tombstone, as a leader's would
+// be — makes Commit withdraw: every branch is rolled back and the transaction is aborted.
+func TestIntegrationVotesNoWithdraws(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	c := b.coordinator(twopc.WithVoteMarkers())
+	if err := c.RecordVoting(ctx, "setup", time.Hour, "east"); err != nil { // creates the vote table
+		t.Fatal(err)
+	}
+	if _, err := b.Log.Pool.Exec(ctx, "insert into "+c.VoteTable()+" (id, yes) values ($1, false)", c.PreparedID("transfer-1", "west")); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := c.Begin(ctx, coordinator.WithGID("transfer-1"))
+	if err := b.move(ctx, g, 30); err != nil {
+		t.Fatal(err)
+	}
+	err := g.Commit(ctx)
+	var pe *pgconn.PgError
+	if !errors.Is(err, twopc.ErrAborted) || !errors.As(err, &pe) || pe.Code != "23505" {
+		t.Fatalf("Commit = %v, want ErrAborted wrapping west's unique violation", err)
+	}
+	b.WantBalances(startBalance, startBalance)
+	b.NoPrepared()
+	if s := status(t, c, "transfer-1"); s != twopc.StatusAborted {
+		t.Fatalf("status %s, want aborted", s)
+	}
+}
+
+// The leader settles a voting transaction whose starter is gone from what each database says:
+// committed or prepared is yes, anything else no — made final by a tombstone, so a branch that
+// was only slow can never prepare afterwards.
+func TestIntegrationVotesLeaderSettles(t *testing.T) {
+	tests := []struct {
+		name       string
+		east, west string // "prepared", "committed", "none"
+		want       coordinator.Status
+	}{
+		{"both prepared", "prepared", "prepared", twopc.StatusCommitted},
+		{"one committed, one prepared", "committed", "prepared", twopc.StatusCommitted},
+		{"one never prepared", "prepared", "none", twopc.StatusAborted},
+		{"none prepared", "none", "none", twopc.StatusAborted},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := t.Context()
+			b := newBank(t)
+			c := b.coordinator(coordinator.WithLease(300*time.Millisecond), coordinator.WithElector(b.elector("leader")))
+			const gid = "settle-1"
+			if err := c.RecordVoting(ctx, gid, time.Hour, "east", "west"); err != nil {
+				t.Fatal(err)
+			}
+			for _, br := range []struct{ db, state, account string }{{"east", tt.east, "alice"}, {"west", tt.west, "bob"}} {
+				pool := b.East.Pool
+				if br.db == "west" {
+					pool = b.West.Pool
+				}
+				if br.state == "none" {
+					continue
+				}
+				voteByHand(t, c, pool, gid, br.db, br.account, 10, false)
+				if br.state == "committed" {
+					if _, err := pool.Exec(ctx, "commit prepared "+prepared.Quote(c.PreparedID(gid, br.db))); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			run(t, c)
+			testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() bool {
+				s, err := c.Status(ctx, gid)
+				return err == nil && s == tt.want
+			}, "the leader did not settle the transaction as "+tt.want.String())
+			b.NoPrepared()
+			if tt.want == twopc.StatusCommitted {
+				b.WantBalances(startBalance+10, startBalance+10) // alice +10 in east, bob +10 in west
+			} else {
+				b.WantBalances(startBalance, startBalance)
+			}
+			// The first branch found neither prepared nor committed got the leader's tombstone: its
+			// late vote fails, so it can never prepare.
+			late, pool := "east", b.East.Pool
+			switch {
+			case tt.east == "none":
+			case tt.west == "none":
+				late, pool = "west", b.West.Pool
+			default:
+				return
+			}
+			conn, err := pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Release()
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			var pe *pgconn.PgError
+			if _, err := tx.Exec(ctx, c.VoteSQL(gid, late)); !errors.As(err, &pe) || pe.Code != "23505" {
+				t.Fatalf("%s's late vote = %v, want a unique violation", late, err)
+			}
+			b.NoPrepared()
+		})
+	}
+}
+
+// A branch between its vote and its PREPARE holds its vote row: the leader cannot know its vote,
+// leaves the transaction voting (counting the attempt) and settles it once the branch prepared.
+func TestIntegrationVotesLeaderWaitsForAVoteInFlight(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	c := b.coordinator(coordinator.WithLease(300*time.Millisecond), coordinator.WithElector(b.elector("leader")))
+	const gid = "settle-2"
+	if err := c.RecordVoting(ctx, gid, time.Hour, "east", "west"); err != nil {
+		t.Fatal(err)
+	}
+	voteByHand(t, c, b.East.Pool, gid, "east", "alice", 10, false)
+	tx := voteByHand(t, c, b.West.Pool, gid, "west", "bob", 10, true)
+	run(t, c)
+	row := func() (status string, attempts int, lastError string) {
+		t.Helper()
+		if err := b.Log.Pool.QueryRow(ctx, `select status, attempts, coalesce(last_error, '') from txkit_2pc_global where gid = $1`,
+			gid).Scan(&status, &attempts, &lastError); err != nil {
+			t.Fatal(err)
+		}
+		return status, attempts, lastError
+	}
+	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() bool {
+		_, attempts, _ := row()
+		return attempts >= 1
+	}, "the leader did not try to settle the transaction")
+	if st, _, lastError := row(); st != "voting" || !strings.Contains(lastError, "still voting") {
+		t.Fatalf("while west votes: %s, last error %q; want voting, still voting", st, lastError)
+	}
+	if _, err := tx.Exec(ctx, "prepare transaction "+prepared.Quote(c.PreparedID(gid, "west"))); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() bool {
+		s, err := c.Status(ctx, gid)
+		return err == nil && s == twopc.StatusCommitted
+	}, "the leader did not commit once west prepared")
+	b.NoPrepared()
+	b.WantBalances(startBalance+10, startBalance+10)
+}
