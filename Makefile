@@ -78,8 +78,10 @@ drill-saga: up ## saga failover drill: the drill-tcc load and kills with every o
 transfer: up ## run the transfer example (two-phase commit between txkit_east and txkit_west) end to end
 	@$(WITH_ENV) $(GO) run ./examples/transfer/demo
 
+# VOTES=1 runs the banks with twopc.WithVoteMarkers (make drill-2pc VOTES=1).
+VOTES ?=
 drill-2pc: up ## 2PC failover drill: 3 bank coordinators, 2000 transfers, leader SIGKILLs between the phases
-	@$(WITH_ENV) $(GO) run ./examples/transfer/demo -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s
+	@$(WITH_ENV) $(GO) run ./examples/transfer/demo -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s $(if $(VOTES),-votes)
 
 drill-3pc: up ## 2PC vs 3PC on the transfer drill: blocking after leader SIGKILLs (p50/p99), partition anomalies (textbook vs consult-log)
 	@$(WITH_ENV) $(GO) run ./examples/transfer/demo -compare -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s -partitions 5 -timeout 15m

@@ -33,24 +33,30 @@ func TestIntegrationTransferDemo(t *testing.T) {
 // TestIntegrationTransferDrill: 200 transfers on two bank instances, a fifth of the commits
 // pausing a second between the phases, the leader SIGKILLed twice, each time while it holds a
 // transfer between the phases when one comes within 5s: the invariants hold, each kill is followed
-// by the next leader's recovery, and the prepared transactions a dead leader left all end.
+// by the next leader's recovery, and the prepared transactions a dead leader left all end. Once
+// with the decision written between the phases, once with vote markers (-votes: the leader
+// settles what a dead starter left voting from the votes).
 func TestIntegrationTransferDrill(t *testing.T) {
-	cfg := config(t)
-	cfg.Transfers, cfg.Rate, cfg.Drill, cfg.Kills, cfg.KillEvery = 200, 8, true, 2, time.Second
-	cfg.PauseRate, cfg.Pause = 0.2, time.Second
-	rep := drilltest.Run(t, 3*time.Minute, Run, cfg)
-	if rep.LeaderKills != cfg.Kills || len(rep.Failovers) != cfg.Kills {
-		t.Fatalf("%d leader kills, %d failovers measured; want %d each", rep.LeaderKills, len(rep.Failovers), cfg.Kills)
-	}
-	stranded := 0
-	for _, n := range rep.InDoubt {
-		stranded += n
-	}
-	if stranded == 0 {
-		t.Fatalf("no kill left a transfer between the phases (in doubt per kill: %v)", rep.InDoubt)
-	}
-	if len(rep.InDoubtEnd) == 0 || rep.InDoubtEnd["not in the log"] > 0 {
-		t.Fatalf("outcomes of the transfers left in doubt: %v", rep.InDoubtEnd)
+	for _, votes := range []bool{false, true} {
+		t.Run(map[bool]string{false: "decision", true: "votes"}[votes], func(t *testing.T) {
+			cfg := config(t)
+			cfg.Transfers, cfg.Rate, cfg.Drill, cfg.Kills, cfg.KillEvery = 200, 8, true, 2, time.Second
+			cfg.PauseRate, cfg.Pause, cfg.Votes = 0.2, time.Second, votes
+			rep := drilltest.Run(t, 3*time.Minute, Run, cfg)
+			if rep.LeaderKills != cfg.Kills || len(rep.Failovers) != cfg.Kills {
+				t.Fatalf("%d leader kills, %d failovers measured; want %d each", rep.LeaderKills, len(rep.Failovers), cfg.Kills)
+			}
+			stranded := 0
+			for _, n := range rep.InDoubt {
+				stranded += n
+			}
+			if stranded == 0 {
+				t.Fatalf("no kill left a transfer between the phases (in doubt per kill: %v)", rep.InDoubt)
+			}
+			if len(rep.InDoubtEnd) == 0 || rep.InDoubtEnd["not in the log"] > 0 {
+				t.Fatalf("outcomes of the transfers left in doubt: %v", rep.InDoubtEnd)
+			}
+		})
 	}
 }
 

@@ -59,6 +59,9 @@ type Config struct {
 	Protocol           string
 	Termination        string
 	ParticipantTimeout time.Duration
+	// Votes gives the 2pc banks -votes (twopc.WithVoteMarkers): a transfer is recorded while its
+	// branches prepare and commits once both voted yes.
+	Votes bool
 	// Partitions is the number of partition trials run one after the other once the load is over:
 	// each arms the west proxy (between the banks and txkit_west) to partition the link as soon
 	// as a PREPARE TRANSACTION has gone through, sends a transfer, heals after the participant
@@ -331,6 +334,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Protocol != "2pc" && cfg.Protocol != "3pc" {
 		return Report{}, fmt.Errorf("protocol %q: want 2pc or 3pc", cfg.Protocol)
 	}
+	if cfg.Votes && cfg.Protocol != "2pc" {
+		return Report{}, fmt.Errorf("votes with protocol %q: vote markers are 2pc's", cfg.Protocol)
+	}
 	if cfg.Termination != "consult-log" && cfg.Termination != "textbook" {
 		return Report{}, fmt.Errorf("termination %q: want consult-log or textbook", cfg.Termination)
 	}
@@ -447,6 +453,9 @@ func (h *harness) startBank(ctx context.Context, slot int) error {
 	}
 	if h.cfg.Protocol == "3pc" {
 		args = append(args, "-participant-timeout", h.cfg.ParticipantTimeout.String())
+	}
+	if h.cfg.Votes {
+		args = append(args, "-votes")
 	}
 	if h.cfg.Drill && h.cfg.PauseRate > 0 {
 		at := h.cfg.PauseAt

@@ -53,6 +53,7 @@ func main() {
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the run's schemas for inspection")
 	flag.DurationVar(&cfg.SettleTimeout, "settle-timeout", 3*time.Minute, "how long to wait for every transaction to finish after the load")
 	flag.StringVar(&cfg.Protocol, "protocol", "2pc", "the banks' protocol: 2pc or 3pc (then an agent runs beside each database)")
+	flag.BoolVar(&cfg.Votes, "votes", false, "2pc: the banks commit with vote markers (twopc.WithVoteMarkers): a transfer is recorded while its branches prepare")
 	flag.StringVar(&cfg.Termination, "termination", "consult-log", "3pc: the agents' termination mode, consult-log or textbook")
 	flag.DurationVar(&cfg.ParticipantTimeout, "participant-timeout", 3*time.Second, "3pc: the agents' timeout (the banks' -participant-timeout)")
 	flag.IntVar(&cfg.Partitions, "partitions", 0, "partition trials after the load: the banks' link to "+app.West+" partitioned right after a PREPARE reached it, healed after the participant timeout + 1s")
