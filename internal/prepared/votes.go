@@ -54,7 +54,7 @@ func (v Votes) Ensure(ctx context.Context, d *DB) error {
 		ddl += "create schema if not exists " + v.schema + ";\n"
 	}
 	ddl += "create table if not exists " + v.table + ` (
-    id         text        primary key,       -- the branch's prepared transaction id
+    id         text        collate "C" primary key, -- the branch's prepared transaction id (byte order: cheaper to compare)
     yes        boolean     not null,          -- true: the branch's own row, committed with it; false: a leader's tombstone
     created_at timestamptz not null default now()
 )`
