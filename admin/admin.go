@@ -109,7 +109,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Admin, error) {
 // other tables belong to their packages, which create them. It is idempotent and safe to run from
 // several processes at once; ctx scopes only this call.
 func (a *Admin) Migrate(ctx context.Context) error {
-	if _, err := a.pool.Exec(ctx, a.ddl); err != nil {
+	if err := pgutil.MigrateOnce(ctx, a.pool, a.o.schema, a.ddl, nil); err != nil {
 		return fmt.Errorf("admin: migrate %s: %w", a.auditN, err)
 	}
 	return nil

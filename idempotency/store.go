@@ -165,7 +165,7 @@ func renderDDL(o options, table string) (string, error) {
 // exist. It is idempotent and safe to run from several processes at once (an advisory lock
 // serializes them). It blocks until PostgreSQL answers; ctx scopes only this call.
 func (s *Store) Migrate(ctx context.Context) error {
-	if _, err := s.pool.Exec(ctx, s.ddl); err != nil {
+	if err := pgutil.MigrateOnce(ctx, s.pool, s.o.schema, s.ddl, nil); err != nil {
 		return fmt.Errorf("idempotency: migrate %s: %w", s.table, err)
 	}
 	return nil

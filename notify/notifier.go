@@ -293,7 +293,7 @@ create table if not exists %s (
     error       text,
     primary key (id, n)
 );`, n.lockKey, n.createSchema(), n.table, n.table, n.table, pgx.Identifier{n.o.table + "_due"}.Sanitize(), n.table, n.attempts)
-	if _, err := n.pool.Exec(ctx, ddl); err != nil {
+	if err := pgutil.MigrateOnce(ctx, n.pool, n.o.schema, ddl, nil); err != nil {
 		return fmt.Errorf("notify: migrate %s: %w", n.name, err)
 	}
 	if err := n.fence.Migrate(ctx); err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/core/coretest"
+	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/tracelog"
@@ -84,9 +85,11 @@ func TestIntegrationTraceDeliveryAttempts(t *testing.T) {
 	logs := &coretest.LogBuffer{}
 	n := w.notifier(w.receivers(), notify.WithTracerProvider(tp), notify.WithElector(testenv.Elector(t, w.path, "a")),
 		notify.WithLogger(slog.New(tracelog.Handler(slog.NewJSONHandler(logs, nil)))))
-	// An existing deployment: its table has no trace_context column; Migrate adds it.
+	// An existing deployment, older than tracing and than the record of the schema's versions: its
+	// table has no trace_context column; Migrate adds it.
 	table := pgx.Identifier{w.sender.Name, "txkit_notify"}.Sanitize()
-	if _, err := w.sender.Pool.Exec(t.Context(), `alter table `+table+` drop column trace_context`); err != nil {
+	if _, err := w.sender.Pool.Exec(t.Context(), `alter table `+table+` drop column trace_context;
+		delete from `+pgx.Identifier{w.sender.Name, pgutil.MigrationsTable}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Migrate(t.Context()); err != nil {

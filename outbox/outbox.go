@@ -135,7 +135,7 @@ func (ob *Outbox) Channel() string { return ob.o.channel }
 // is idempotent and safe to run from several processes at once (an advisory lock serializes
 // them). It blocks until PostgreSQL answers; ctx scopes only this call.
 func (ob *Outbox) Migrate(ctx context.Context) error {
-	if _, err := ob.pool.Exec(ctx, ob.ddl); err != nil {
+	if err := pgutil.MigrateOnce(ctx, ob.pool, ob.o.schema, ob.ddl, nil); err != nil {
 		return fmt.Errorf("outbox: migrate %s: %w", ob.name, err)
 	}
 	want := ob.o.parts

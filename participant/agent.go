@@ -158,7 +158,7 @@ func (a *Agent) Migrate(ctx context.Context) error {
 	if err := a.bar.Migrate(ctx); err != nil {
 		return err
 	}
-	if _, err := a.bar.pool.Exec(ctx, a.ddl); err != nil {
+	if err := pgutil.MigrateOnce(ctx, a.bar.pool, a.bar.o.schema, a.ddl, nil); err != nil {
 		return fmt.Errorf("participant: agent: migrate %s: %w", a.name, err)
 	}
 	return nil

@@ -171,12 +171,12 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 
 // Migrate creates the schema (if set), the tables, their indexes and the fence table when they do
 // not exist. It is idempotent and safe to run from several processes at once (an advisory lock
-// serializes them). ctx scopes only this call.
+// serializes them). Once this version of the schema has run on the database it only reads that
+// it has (txkit_migrations, see pgutil.MigrateOnce): it takes no lock on the log's tables, so a
+// process starting under load neither stalls nor deadlocks the others' writes. ctx scopes only
+// this call.
 func (l *Log) Migrate(ctx context.Context) error {
-	if _, err := l.pool.Exec(ctx, l.ddl); err != nil {
-		return fmt.Errorf("core: migrate %s: %w", l.name, err)
-	}
-	if err := l.dropBranchKey(ctx); err != nil {
+	if err := pgutil.MigrateOnce(ctx, l.pool, l.o.schema, l.ddl, l.dropBranchKey); err != nil {
 		return fmt.Errorf("core: migrate %s: %w", l.name, err)
 	}
 	if err := l.fence.Migrate(ctx); err != nil {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 )
@@ -415,8 +416,10 @@ func TestIntegrationMigrateDropsBranchKey(t *testing.T) {
 	if n := keys(); n != 0 {
 		t.Fatalf("a new branch table has %d foreign keys, want 0", n)
 	}
-	// The table as the schema created it before.
-	if _, err := s.Pool.Exec(ctx, `alter table `+branch+` add foreign key (gid) references `+global+` (gid) on delete cascade`); err != nil {
+	// The table as the schema created it before, in a deployment older than the record of the
+	// schema's versions.
+	if _, err := s.Pool.Exec(ctx, `alter table `+branch+` add foreign key (gid) references `+global+` (gid) on delete cascade;
+		delete from `+pgx.Identifier{s.Name, pgutil.MigrationsTable}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
 	if n := keys(); n != 1 {
@@ -693,5 +696,35 @@ func TestIntegrationVotingRecord(t *testing.T) {
 	}
 	if st := get(t, l, "voting").Status; st != core.StatusVoting {
 		t.Fatalf("after a drive: %s, want voting", st)
+	}
+}
+
+// A process starting beside others that write to the log migrates without waiting for their
+// transactions (pgutil.MigrateOnce): the schema's version is recorded, so it only reads.
+func TestIntegrationMigrateBesideWriters(t *testing.T) {
+	ctx := t.Context()
+	s := testenv.PG(t)
+	l, err := core.New(s.Pool, core.WithSchema(s.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := s.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `insert into txkit_global (gid, kind, status, timeout_at, next_retry_at) values ('w', 'tcc', 'trying', now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `insert into txkit_branch (gid, branch, seq, target_kind, target, status) values ('w', 'a', 0, 'http', 'http://p/a', 'pending')`); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := l.Migrate(short); err != nil {
+		t.Fatalf("Migrate beside an open writer: %v", err)
 	}
 }
