@@ -340,14 +340,7 @@ func TestIntegrationRecoverer(t *testing.T) {
 
 func TestIntegrationRetention(t *testing.T) {
 	ctx := t.Context()
-	s := testenv.PG(t)
-	l, err := core.New(s.Pool, core.WithSchema(s.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l, s := newLogOn(t)
 	for _, gid := range []string{"done", "open"} {
 		if err := l.Create(ctx, gid, core.KindTCC, time.Hour, nil, httpBranch("a"), httpBranch("b")); err != nil {
 			t.Fatal(err)
@@ -395,14 +388,7 @@ func TestIntegrationRetention(t *testing.T) {
 // records and finds its transactions as before.
 func TestIntegrationMigrateDropsBranchKey(t *testing.T) {
 	ctx := t.Context()
-	s := testenv.PG(t)
-	l, err := core.New(s.Pool, core.WithSchema(s.Name), core.WithTablePrefix("old_"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l, s := newLogOn(t, core.WithTablePrefix("old_"))
 	global, branch := pgx.Identifier{s.Name, "old_global"}.Sanitize(), pgx.Identifier{s.Name, "old_branch"}.Sanitize()
 	keys := func() int {
 		t.Helper()
@@ -703,14 +689,7 @@ func TestIntegrationVotingRecord(t *testing.T) {
 // transactions (pgutil.MigrateOnce): the schema's version is recorded, so it only reads.
 func TestIntegrationMigrateBesideWriters(t *testing.T) {
 	ctx := t.Context()
-	s := testenv.PG(t)
-	l, err := core.New(s.Pool, core.WithSchema(s.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l, s := newLogOn(t)
 	tx, err := s.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,13 @@ func testLogger(t testing.TB) *slog.Logger {
 // newLog migrates a Log in a schema of the test's own.
 func newLog(t testing.TB, opts ...core.LogOption) *core.Log {
 	t.Helper()
+	l, _ := newLogOn(t, opts...)
+	return l
+}
+
+// newLogOn is newLog that also returns the test's schema, for tests that reach into its tables.
+func newLogOn(t testing.TB, opts ...core.LogOption) (*core.Log, *testenv.Schema) {
+	t.Helper()
 	s := testenv.PG(t)
 	l, err := core.New(s.Pool, append([]core.LogOption{core.WithSchema(s.Name)}, opts...)...)
 	if err != nil {
@@ -34,7 +41,7 @@ func newLog(t testing.TB, opts ...core.LogOption) *core.Log {
 	if err := l.Migrate(t.Context()); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	return l
+	return l, s
 }
 
 // elector returns a candidate in an election of the test's own.

@@ -9,21 +9,13 @@ import (
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
-	"github.com/txkit/txkit/internal/testenv"
 )
 
 // TestIntegrationTraceContextColumn: Migrate adds trace_context to a global table made before it
 // existed, and the log stores the trace context of Create's ctx and loads it with the transaction.
 func TestIntegrationTraceContextColumn(t *testing.T) {
 	ctx := t.Context()
-	s := testenv.PG(t)
-	l, err := core.New(s.Pool, core.WithSchema(s.Name))
-	if err != nil {
-		t.Fatalf("core.New: %v", err)
-	}
-	if err := l.Migrate(ctx); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
+	l, s := newLogOn(t)
 	// The table as a deployment older than tracing, and than the record of the schema's versions, has it.
 	if _, err := s.Pool.Exec(ctx, "alter table txkit_global drop column trace_context; delete from "+pgutil.MigrationsTable); err != nil {
 		t.Fatalf("drop the column: %v", err)
