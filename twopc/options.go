@@ -80,7 +80,7 @@ type Phase uint8
 
 // The points a hook sees.
 const (
-	PhasePrepared Phase = iota + 1 // every branch voted yes; the decision is not yet written (with vote markers: the votes are it)
+	PhasePrepared Phase = iota + 1 // every branch voted yes; the decision is not yet written (vote markers: the votes are it)
 	PhaseDecided                   // the decision (commit or abort) is written; phase two not begun
 )
 

@@ -54,7 +54,7 @@ type InDoubt struct {
 	Found      int // this coordinator's prepared transactions older than the grace
 	Committed  int // committed: their transaction decided to commit
 	RolledBack int // rolled back: decided to abort, or not in the log (presumed abort)
-	Undecided  int // left alone: their transaction is still in phase one (its timeout will abort it) or voting (the leader settles it)
+	Undecided  int // left alone: still in phase one (its timeout aborts it) or voting (the leader settles it)
 	Swept      int // vote rows deleted (WithVoteMarkers): their transaction is finished
 }
 
@@ -67,10 +67,10 @@ type InDoubt struct {
 // decide finds the abort instead of committing half a transaction. Transactions recorded and
 // still in phase one (those with participant branches) are left to their timeout, and voting
 // ones ([WithVoteMarkers]) to the leader, which settles them from the votes. With vote markers it
-// also deletes the vote rows of finished transactions older than the grace. So no prepared transaction, and none of the row locks it
-// holds, outlives a failover. It scans and ends them through each database's phase-two pool
-// (see [Coordinator.RegisterDB]), so it does not wait while work holds every connection of the
-// registered pool. The leader runs it on a schedule ([Coordinator.Run]); operators may run it any
+// also deletes the vote rows of finished transactions older than the grace. So no prepared
+// transaction, and none of the row locks it holds, outlives a failover. It scans and ends them
+// through each database's phase-two pool (see [Coordinator.RegisterDB]), so it does not wait
+// while work holds every connection of the registered pool. The leader runs it on a schedule ([Coordinator.Run]); operators may run it any
 // time: it only carries out decisions already recorded. It blocks until every
 // database was scanned or ctx ends; failures are joined and returned after the others were done.
 func (c *Coordinator) ResolveInDoubt(ctx context.Context) (InDoubt, error) {

@@ -152,8 +152,8 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 		err := tpl.ExecuteTemplate(&b, name, data)
 		return strings.TrimSpace(b.String()), err
 	}
-	l := &Log{pool: pool, o: o, fence: fence, name: strings.Trim(global, `"`), branch: ident(o.prefix + "branch"), q: map[string]string{}, tr: tracer(nil),
-		lg: slog.New(slog.DiscardHandler)}
+	l := &Log{pool: pool, o: o, fence: fence, name: strings.Trim(global, `"`), branch: ident(o.prefix + "branch"),
+		q: map[string]string{}, tr: tracer(nil), lg: slog.New(slog.DiscardHandler)}
 	if l.ddl, err = render("schema.sql"); err != nil {
 		return nil, fmt.Errorf("core: render schema: %w", err)
 	}
