@@ -159,9 +159,11 @@ func (c *Coordinator) sweepVotes(ctx context.Context, d *prepared.Registered) (i
 		if err != nil || len(ids) == 0 {
 			return total, err
 		}
+		gidOf := make(map[string]string, len(ids))
 		gids := make([]string, 0, len(ids))
 		for _, id := range ids {
 			if gid, _, ok := c.ns.Parse(id); ok {
+				gidOf[id] = gid
 				gids = append(gids, gid)
 			}
 		}
@@ -170,8 +172,8 @@ func (c *Coordinator) sweepVotes(ctx context.Context, d *prepared.Registered) (i
 			return total, err
 		}
 		del := make([]string, 0, len(ids))
-		for _, id := range ids {
-			if gid, _, ok := c.ns.Parse(id); ok && !open[gid] {
+		for id, gid := range gidOf {
+			if !open[gid] {
 				del = append(del, id)
 			}
 		}
