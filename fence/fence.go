@@ -26,7 +26,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
@@ -44,6 +46,7 @@ type Option func(*options)
 type options struct {
 	schema string
 	table  string
+	reg    prometheus.Registerer
 }
 
 func defaultOptions() options { return options{table: "txkit_fence"} }
@@ -55,6 +58,26 @@ func WithSchema(name string) Option { return func(o *options) { o.schema = name 
 // WithFenceTable sets the fence table's name (default "txkit_fence"). It is quoted, so it is used
 // exactly as given; it may be at most 58 bytes long, so that its primary key's name fits.
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
+
+// WithRegisterer registers the fence's Prometheus metric on reg (default: none; it is still
+// counted):
+//
+//   - txkit_fence_refused_total{cause} (counter): writes [Fence.Check] refused because their token
+//     was below the one recorded. cause is "epoch" when the token's epoch was below the recorded
+//     one (a re-created lock path, or an ensemble rebuilt from empty data: see [Fence.Reset]),
+//     "seq" when its sequence was (a deposed holder, or a lock whose tokens fell), "unknown" when
+//     the recorded token could not be read.
+//
+// Fences on one registry share the series. A metric of the same name already registered on reg
+// with another type or labels makes [New] return an error wrapping [ErrInvalidOption].
+func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
+
+// The values of txkit_fence_refused_total's cause label.
+const (
+	causeEpoch   = "epoch"
+	causeSeq     = "seq"
+	causeUnknown = "unknown"
+)
 
 const (
 	pgMaxIdent = 63 // PostgreSQL's NAMEDATALEN - 1
@@ -95,6 +118,8 @@ type Fence struct {
 	read   string
 	list   string
 	reset  string
+
+	refused *prometheus.CounterVec // txkit_fence_refused_total{cause}
 }
 
 // New returns a Fence on pool configured by opts. It does not touch the database: call
@@ -110,6 +135,16 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Fence, error) {
 	}
 	if err := o.validate(); err != nil {
 		return nil, err
+	}
+	refused, err := obs.Register(o.reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: prometheus.BuildFQName(obs.Namespace, "fence", "refused_total"),
+		Help: "Writes the fence refused because their token was below the recorded one, by cause: epoch, seq or unknown."},
+		[]string{"cause"}))
+	if err != nil {
+		return nil, fmt.Errorf("fence: metrics: %w: %w", err, ErrInvalidOption)
+	}
+	for _, c := range []string{causeEpoch, causeSeq, causeUnknown} {
+		refused.WithLabelValues(c).Add(0) // the series exist, at 0, before the first refusal
 	}
 	t, _ := pgutil.Table(o.schema, o.table)
 	// One implicit transaction: the advisory lock serializes concurrent migrations, which could
@@ -133,7 +168,8 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Fence, error) {
 		upsert: `insert into ` + t + ` as f (resource, epoch, seq) values ($1, $2, $3)` +
 			` on conflict (resource) do update set epoch = excluded.epoch, seq = excluded.seq, updated_at = now()` +
 			` where (f.epoch, f.seq) <= (excluded.epoch, excluded.seq) returning 1`,
-		read: `select epoch, seq from ` + t + ` where resource = $1`,
+		read:    `select epoch, seq from ` + t + ` where resource = $1`,
+		refused: refused,
 	}, nil
 }
 
@@ -153,7 +189,7 @@ func (f *Fence) Migrate(ctx context.Context) error {
 // It is one upsert that records tok for resource unless a higher token is already recorded. Equal
 // tokens pass, since one holder writes many times. A lower token is refused with a *[FencedError]
 // wrapping [lock.ErrFenced] that names the resource and both tokens; the refusal raises no SQL error,
-// so tx stays usable (roll it back). Tokens compare as [lock.Token.Compare] does: the epoch first, so a
+// so tx stays usable (roll it back), and is counted in txkit_fence_refused_total ([WithRegisterer]). Tokens compare as [lock.Token.Compare] does: the epoch first, so a
 // token from a re-created lock path ({Epoch: 2, Seq: 0}) beats any from the old one ({1, 99}).
 //
 // The upsert locks the resource's row until tx ends, so concurrent writers of one resource are
@@ -187,7 +223,13 @@ func (f *Fence) Check(ctx context.Context, tx DBTX, resource string, tok lock.To
 	// Refused. Read the higher token only to explain the refusal.
 	fe := &FencedError{Resource: resource, Token: tok}
 	if err := tx.QueryRow(ctx, f.read, resource).Scan(&fe.Current.Epoch, &fe.Current.Seq); err != nil {
+		f.refused.WithLabelValues(causeUnknown).Inc()
 		return fmt.Errorf("%w (reading the current token: %w)", fe, err)
+	}
+	if tok.Epoch < fe.Current.Epoch {
+		f.refused.WithLabelValues(causeEpoch).Inc()
+	} else {
+		f.refused.WithLabelValues(causeSeq).Inc()
 	}
 	return fe
 }

@@ -11,8 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txkit/txkit/fence"
+	"github.com/txkit/txkit/internal/obs/obstest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 )
@@ -86,6 +88,8 @@ func TestNewOptions(t *testing.T) {
 		{"table with NUL", []fence.Option{fence.WithTable("a\x00")}, false},
 		{"schema not UTF-8", []fence.Option{fence.WithSchema("\xff")}, false},
 		{"schema of 64 bytes", []fence.Option{fence.WithSchema(strings.Repeat("s", 64))}, false},
+		{"metrics on a registry", []fence.Option{fence.WithRegisterer(prometheus.NewRegistry())}, true},
+		{"metric name taken", []fence.Option{fence.WithRegisterer(takenRegistry(t))}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,6 +105,15 @@ func TestNewOptions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// takenRegistry returns a registry where txkit_fence_refused_total is a gauge.
+func takenRegistry(t *testing.T) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(prometheus.NewGauge(prometheus.GaugeOpts{Name: "txkit_fence_refused_total", Help: "taken"})); err != nil {
+		t.Fatal(err)
+	}
+	return reg
 }
 
 // fenceNoDB is a DBTX that fails every call: bad input must be refused before the database.
@@ -217,6 +230,42 @@ func TestIntegrationFenceOrder(t *testing.T) {
 	}
 	if (lock.Token{Epoch: epoch, Seq: seq}) != (lock.Token{Epoch: 2, Seq: 0}) {
 		t.Fatalf("recorded token %d.%d; want 2.0", epoch, seq)
+	}
+}
+
+// TestIntegrationFenceRefusedMetric: txkit_fence_refused_total counts each refused write once, by
+// cause (a lower seq, a lower epoch), and nothing for writes that pass; two fences on one registry
+// share the series.
+func TestIntegrationFenceRefusedMetric(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, f, ctx := begin(t, fence.WithRegisterer(reg))
+	other := newFence(t, s, fence.WithRegisterer(reg)) // the same table, another Fence value
+	steps := []struct {
+		f      *fence.Fence
+		tok    lock.Token
+		fenced bool
+	}{
+		{f, lock.Token{Epoch: 1, Seq: 5}, false},
+		{f, lock.Token{Epoch: 1, Seq: 6}, false},
+		{f, lock.Token{Epoch: 1, Seq: 6}, false}, // equal passes
+		{f, lock.Token{Epoch: 1, Seq: 5}, true},  // seq below
+		{other, lock.Token{Epoch: 1, Seq: 4}, true},
+		{f, lock.Token{Epoch: 2, Seq: 0}, false},
+		{f, lock.Token{Epoch: 1, Seq: 99}, true}, // epoch below
+	}
+	for i, st := range steps {
+		err := fenceCheckTx(ctx, st.f, s.Pool, "orders", st.tok)
+		if got := errors.Is(err, lock.ErrFenced); got != st.fenced || (!st.fenced && err != nil) {
+			t.Fatalf("step %d: Check(%s) = %v; want fenced %v", i, st.tok, err, st.fenced)
+		}
+	}
+	for cause, want := range map[string]float64{"seq": 2, "epoch": 1, "unknown": 0} {
+		if got := obstest.Value(t, reg, "txkit_fence_refused_total", "cause", cause); got != want {
+			t.Errorf("txkit_fence_refused_total{cause=%q} = %v; want %v", cause, got, want)
+		}
+	}
+	if _, ok := obstest.Series(t, reg, "txkit_fence_refused_total", "cause", "unknown"); !ok {
+		t.Error("no txkit_fence_refused_total{cause=\"unknown\"} series at 0")
 	}
 }
 
