@@ -206,7 +206,9 @@ func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
 // longer confirms it before the local deadline, or at once when so many instances say the key is
 // gone that no majority can hold it. Unlock releases on all and returns once every instance
 // answered (or the instance timeout, at least 1 s, passed); it fails only when no majority did.
-// The token is the highest of the fencing counters of the majority that granted the hold. TryLock
+// The token is the highest of the fencing counters of the majority that granted the hold, written
+// back to a majority of the instances before Lock returns, so that it rises from holder to holder
+// even when one instance's counter ran ahead (see the package documentation). TryLock
 // with too few instances answering returns their errors (not [lock.ErrLocked]).
 //
 // RedlockMutex is safe for concurrent use by multiple goroutines (they share its hold).

@@ -89,13 +89,27 @@
 // is positive; otherwise release on all and retry after a random pause or a release message. A
 // step stops waiting as soon as a majority has answered either way. Renewals go to all with the
 // same majority rule, release to all, and Unlock waits for every instance's answer (bounded by
-// the instance timeout, at least 1 s), so that the next owner's attempt finds no key left behind. Its token is the highest counter among the majority that
-// granted the hold. It rises from holder to holder: any two majorities
-// share an instance, and that instance's counter is monotonic, so the next holder's maximum is at
-// least one above the previous holder's value there; but the previous maximum may come from an
-// instance the next majority lacks, and then it is exceeded only because the counters are made of
-// the instances' clocks — so Redlock's tokens, too, rest on the servers' clocks agreeing within the
-// drift allowance.
+// the instance timeout, at least 1 s), so that the next owner's attempt finds no key left behind.
+//
+// A Redlock hold's token is the highest counter among the majority that granted it, and before the
+// hold counts (before Lock returns) that token is written back to the instances whose counter is
+// lower, until a majority has it (one more round trip, to the instances that answered first; a
+// hold whose write-back does not reach a majority within its validity is released and retried, as
+// an attempt with too few instances is). Any later majority shares an instance with that one, and
+// that instance's counter never falls, so the next holder's token is above it: the tokens rise from
+// holder to holder whatever the instances' clocks say.
+//
+// Without the write-back a clock step broke them. An instance whose clock was stepped forward, even
+// for a moment, keeps the time it handed out in its counter; a holder whose majority included it
+// got a token from the future, and a later holder whose majority lacked it got a lower one, so a
+// fence refused the new holder and accepted the deposed one. Now the future token is written to a
+// majority, and the tokens after it rise by one per hold until the clocks catch up. What remains of
+// the clock-step hazard: an instance that loses its counter (restarted without persistence) hands
+// out its clock's time again, and if the token written back earlier came from a stepped clock and
+// this instance is the only one a later majority shares with it, the next token can be lower. Keep
+// NTP slewing rather than stepping, restart instances with their data, and watch
+// txkit_fence_refused_total (package fence): a write refused for a token below the fence's value
+// is a deposed holder, or tokens that fell.
 //
 // Redlock's safety rests on timing assumptions (Martin Kleppmann's "How to do distributed
 // locking", and antirez's answer): bounded network delay, bounded process pauses, and clocks

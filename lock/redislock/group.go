@@ -172,8 +172,9 @@ type attempt struct {
 	err   error         // not ok, and too few instances answered for a majority
 }
 
-// acquire tries once to take the lock on a majority of the instances, within the hold's validity
-// (TTL minus the time the attempt took minus the drift allowance). When it fails it releases what
+// acquire tries once to take the lock on a majority of the instances, and to write its token back
+// to a majority ([group.writeBack]), within the hold's validity (TTL minus the time the attempt
+// took minus the drift allowance). When it fails it releases what
 // it took (and what it may have taken, on the instances that did not answer) with a fresh,
 // bounded context.
 func (g *group) acquire(ctx context.Context, m *mutex, value string) attempt {
@@ -231,10 +232,15 @@ func (g *group) acquire(ctx context.Context, m *mutex, value string) attempt {
 		}
 	}
 	validity := g.o.ttl - elapsed - g.o.drift
+	var backErr error // the token could not be written back to a majority
 	if taken >= g.quorum && validity > 0 {
-		a.ok = true
-		won.Store(true)
-		return a
+		if backErr = g.writeBack(ctx, counter, a.token.Seq, replies); backErr == nil {
+			if validity = g.o.ttl - time.Since(start) - g.o.drift; validity > 0 {
+				a.ok = true
+				won.Store(true)
+				return a
+			}
+		}
 	}
 	if taken > 0 || len(errs) > 0 {
 		// Publish only when we held a majority (too long): otherwise nobody waits for these keys.
@@ -247,6 +253,8 @@ func (g *group) acquire(ctx context.Context, m *mutex, value string) attempt {
 		held = held || n >= g.quorum
 	}
 	switch {
+	case backErr != nil:
+		a.err = backErr
 	case taken >= g.quorum: // took too long: the hold would be invalid at once
 		a.split = true
 	case len(errs) > len(g.inst)-g.quorum:
@@ -269,6 +277,47 @@ func (g *group) acquire(ctx context.Context, m *mutex, value string) attempt {
 		}
 	}
 	return a
+}
+
+// writeBack raises the fencing counter to tok on the instances whose counter may be below it
+// (all but those whose acquisition returned tok), until a majority has at least tok; it returns
+// an error, with the instances' errors, when no majority got there within the instance timeout.
+//
+// Without it, Redlock's tokens could fall: the token is the highest counter of the granting
+// majority, and when that came from an instance whose counter ran ahead (its clock was stepped
+// forward once), a later majority without that instance would hand out lower tokens, and a fence
+// would refuse the new holder and accept the deposed one. With tok on a majority, every later
+// majority includes an instance whose counter is at least tok, so the next token is above it.
+// With one instance (a [Client]) there is nothing to write back.
+func (g *group) writeBack(ctx context.Context, counter string, tok int64, replies []reply) error {
+	has := make([]bool, len(g.inst))
+	n := 0
+	for i, r := range replies {
+		if r.ok && r.n >= tok {
+			has[i] = true
+			n++
+		}
+	}
+	if n >= g.quorum {
+		return nil
+	}
+	out := g.fanout(ctx, g.o.instanceTimeout(), func(ctx context.Context, in *instance) reply {
+		if has[slices.Index(g.inst, in)] {
+			return reply{answered: true, ok: true}
+		}
+		return in.raise(ctx, counter, tok)
+	}, g.majorityDecided, nil)
+	n = 0
+	for _, r := range out {
+		if r.ok {
+			n++
+		}
+	}
+	if n >= g.quorum {
+		return nil
+	}
+	return fmt.Errorf("token %d written back to %d of %d instances, a majority needs %d: %w",
+		tok, n, len(g.inst), g.quorum, errors.Join(failures(out)...))
 }
 
 // extend renews the TTL of a hold on every instance. It returns whether a majority renewed it,

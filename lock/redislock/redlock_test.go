@@ -7,8 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/txkit/txkit/fence"
+	"github.com/txkit/txkit/internal/obs/obstest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/redislock"
@@ -201,5 +205,77 @@ func TestIntegrationRedlockTwoOfThreeDown(t *testing.T) {
 	defer cancel()
 	if _, err := other.Lock(wctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Lock with two instances down: %v, want DeadlineExceeded", err)
+	}
+}
+
+// TestIntegrationRedlockClockStep: one instance's clock stepped forward for a while, so its
+// fencing counter ran ahead (set directly here). H1 takes the lock on a majority that includes it
+// and gets a token from the future; H1 is then cut off (deposed), and H2 takes the lock on the
+// other two instances. H2's token must be above H1's, so that the fence refuses H1's late write
+// and keeps taking H2's: the token was written back to a majority before H1's hold counted.
+func TestIntegrationRedlockClockStep(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	addrs := testenv.Redlock(t)
+	db := testenv.PG(t)
+	name := lockName(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+
+	// Instance 2's clock ran an hour ahead; its counter keeps the time it handed out then.
+	ahead := time.Now().Add(time.Hour).UnixMicro()
+	if err := newRedis(t, addrs[2]).Set(ctx, key(name)+":fence", ahead, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// H1 reaches instances 1 and 2 only: its majority includes the instance that ran ahead.
+	ps1, via1 := proxied(t, addrs)
+	r1, _ := newRedlock(t, via1, redislock.WithTTL(ttl))
+	ps1[0].Down()
+	l1, err := newRedlockMutex(t, r1, name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l1.Token().Seq <= ahead {
+		t.Fatalf("H1's token %s is not above the counter that ran ahead (%d)", l1.Token(), ahead)
+	}
+	// H1 is cut off and its keys expire; H2 reaches instances 0 and 1 only.
+	ps1[1].Down()
+	ps1[2].Down()
+	ps2, via2 := proxied(t, addrs)
+	ps2[2].Down()
+	r2, _ := newRedlock(t, via2, redislock.WithTTL(ttl))
+	m2 := newRedlockMutex(t, r2, name)
+	l2, err := m2.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("H1 (deposed) holds token %s, H2 token %s", l1.Token(), l2.Token())
+
+	reg := prometheus.NewRegistry()
+	f, err := fence.New(db.Pool, fence.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	write := func(tok lock.Token) error {
+		return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return f.Check(ctx, tx, "redlock-clock-step", tok) })
+	}
+	if err := write(l2.Token()); err != nil {
+		t.Fatalf("H2's write: %v", err)
+	}
+	if err := write(l1.Token()); !errors.Is(err, lock.ErrFenced) {
+		t.Fatalf("deposed H1's write after H2's: %v, want an error wrapping lock.ErrFenced (H1 %s, H2 %s)", err, l1.Token(), l2.Token())
+	}
+	if err := write(l2.Token()); err != nil {
+		t.Fatalf("H2's next write: %v", err)
+	}
+	if got := obstest.Value(t, reg, "txkit_fence_refused_total", "cause", "seq"); got != 1 {
+		t.Errorf("txkit_fence_refused_total{cause=\"seq\"} = %v, want 1 (H1's write)", got)
+	}
+	if err := m2.Unlock(ctx); err != nil {
+		t.Logf("H2's Unlock with one instance cut off: %v", err)
 	}
 }

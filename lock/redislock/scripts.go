@@ -41,6 +41,16 @@ redis.call('SET', KEYS[2], string.format('%d', n))
 return {1, n}
 `)
 
+// raiseScript raises the fencing counter (KEYS[1]) to ARGV[1] if it is below, and returns 1.
+// Redlock writes a hold's token back to the instances with it before the hold counts (see
+// [group.writeBack]); a counter is never lowered, so running it again, or late, does no harm.
+var raiseScript = redis.NewScript(`
+if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then
+	redis.call('SET', KEYS[1], ARGV[1])
+end
+return 1
+`)
+
 // extendScript sets the TTL of the lock key again if it still holds our value: 1 if it did, 0
 // when the key is gone or holds another value.
 var extendScript = redis.NewScript(`
@@ -117,6 +127,13 @@ func (in *instance) acquire(ctx context.Context, key, counter, value string, ttl
 		r.data, _ = v[2].(string)
 	}
 	return r
+}
+
+func (in *instance) raise(ctx context.Context, counter string, n int64) reply {
+	if err := raiseScript.Run(ctx, in.rdb, []string{counter}, n).Err(); err != nil {
+		return reply{err: err}
+	}
+	return reply{answered: true, ok: true}
 }
 
 func (in *instance) extend(ctx context.Context, key, value string, ttl time.Duration) reply {
