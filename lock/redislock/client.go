@@ -159,6 +159,8 @@ func (g *group) newElector(name, id string, opts []lock.ElectionOption) (*lock.E
 //     backoff. The wait order is not FIFO: whoever sends the next SET after a release wins.
 //   - TryLock takes the lock if it is free: an error wrapping [lock.ErrLocked] when another owner
 //     holds it, or the Redis error.
+//   - Lock and TryLock return an error wrapping [ErrEvictionPolicy] at once, taking nothing, while
+//     the server's maxmemory-policy is not noeviction (see the package documentation).
 //   - A Mutex value is reentrant: Lock or TryLock on a value that holds the lock returns the same
 //     Lease and counts the hold; each needs its Unlock.
 //   - The hold is renewed by a watchdog and can be lost at any time: when a renewal finds the key

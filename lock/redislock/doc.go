@@ -62,6 +62,18 @@
 // a repeated acquisition finds its own value in the key and answers as the first run did, a
 // repeated release or extension finds the work done.
 //
+// # Eviction: maxmemory-policy noeviction is required
+//
+// Every server (the [Client]'s, each of a [Redlock]'s instances) must run with maxmemory-policy
+// noeviction. Lock keys carry a TTL, so the volatile-* policies evict them as readily as the
+// allkeys-* ones, and an evicted key hands the lock to a second holder. Lock and TryLock read the
+// policy (CONFIG GET maxmemory-policy) of every server that has not yet answered noeviction; any
+// other policy makes them return an error wrapping [ErrEvictionPolicy] at once, and they keep
+// refusing until the server's policy is noeviction (CONFIG SET heals it, no restart needed). Where
+// CONFIG GET is refused (an ACL without +config, a renamed command, a managed service) the lock is
+// taken and a warning is logged once per server: check the policy by hand there. A server that
+// does not answer is asked again at the next Lock or TryLock.
+//
 // # Fencing tokens and failover
 //
 // Redis replicates asynchronously. If the primary fails after granting a lock and before the

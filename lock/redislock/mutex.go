@@ -61,6 +61,9 @@ func nilLease(l *lease, err error) (lock.Lease, error) {
 // the fallback check.
 func (m *mutex) take(ctx context.Context, wait bool) (*lease, error) {
 	g := m.g
+	if err := g.checkEviction(ctx); err != nil {
+		return nil, fmt.Errorf("%s: lock %s: %w", g.what, m.name, err)
+	}
 	var wake chan struct{}
 	if wait {
 		wake = make(chan struct{}, 1)

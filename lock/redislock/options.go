@@ -103,7 +103,7 @@ func WithClockDrift(d time.Duration) Option {
 }
 
 // WithLogger sets the logger (default: discard). Lost holds are logged at Warn, unreachable
-// instances at Warn, the rest at Debug.
+// instances at Warn, a server whose maxmemory-policy cannot be read at Warn, the rest at Debug.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {

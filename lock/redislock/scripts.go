@@ -103,6 +103,7 @@ func (r reply) in() bool { return r.answered || r.err != nil }
 type instance struct {
 	rdb redis.UniversalClient
 	sub *subscription
+	ev  evictionCheck
 }
 
 func (in *instance) acquire(ctx context.Context, key, counter, value string, ttl time.Duration) reply {
