@@ -174,9 +174,8 @@ type attempt struct {
 
 // acquire tries once to take the lock on a majority of the instances, and to write its token back
 // to a majority ([group.writeBack]), within the hold's validity (TTL minus the time the attempt
-// took minus the drift allowance). When it fails it releases what
-// it took (and what it may have taken, on the instances that did not answer) with a fresh,
-// bounded context.
+// took minus the drift allowance). When it fails it releases what it took (and what it may have
+// taken, on the instances that did not answer) with a fresh, bounded context.
 func (g *group) acquire(ctx context.Context, m *mutex, value string) attempt {
 	key, counter := g.keys(m.name)
 	start := time.Now()

@@ -55,10 +55,10 @@ func nilLease(l *lease, err error) (lock.Lease, error) {
 	return l, nil
 }
 
-// take acquires the lock: once (TryLock), or until it is held or ctx ends (Lock). A waiter
-// subscribes to the release channel before its first attempt, so a release after a failed attempt
-// always wakes it; it also tries again when the keys it waits for expire, and at the latest after
-// the fallback check.
+// take acquires the lock: once (TryLock), or until it is held or ctx ends (Lock), after checking
+// the servers' maxmemory-policy ([group.checkEviction]). A waiter subscribes to the release
+// channel before its first attempt, so a release after a failed attempt always wakes it; it also
+// tries again when the keys it waits for expire, and at the latest after the fallback check.
 func (m *mutex) take(ctx context.Context, wait bool) (*lease, error) {
 	g := m.g
 	if err := g.checkEviction(ctx); err != nil {
