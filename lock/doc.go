@@ -69,15 +69,17 @@
 // The ACL applies to the nodes the Session creates (the lock path, its missing parents, the
 // contenders' nodes), each node's to itself only; nodes that already exist keep theirs (those an
 // older txkit made are open to all), so create the lock paths with it, or set their ACL once with
-// zkCli's setAcl. go-zookeeper v1.0.4, the client txkit uses, has no SASL
-// (Kerberos): its source defines the SASL packet types but no call that sends them.
+// zkCli's setAcl. go-zookeeper v1.0.4, the client txkit uses, has no SASL (Kerberos): its source
+// defines the SASL packet types but no call that sends them.
 //
 // Digest credentials travel in clear text. ZooKeeper 3.5+ serves TLS on its secureClientPort
 // (with the Netty connection factory); connect to it through [WithDialer] with a TLS dialer, which
-// also lets the server authenticate the client by certificate (the "x509" ACL scheme):
+// also lets the server authenticate the client by certificate (the "x509" ACL scheme: then
+// lock.WithACL(zk.ACL{Perms: zk.PermAll, Scheme: "x509", ID: subjectDN}) instead of credentials):
 //
 //	tlsDialer := &tls.Dialer{Config: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}}
 //	sess, err := lock.NewSession(ctx, []string{"zk1:2281", "zk2:2281", "zk3:2281"},
+//		lock.WithDigestAuth("orders", password),
 //		lock.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
 //			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 //			defer cancel()
