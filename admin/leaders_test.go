@@ -15,7 +15,7 @@ func session(t *testing.T) *lock.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	s, err := lock.NewSession(ctx, testenv.ZK(t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testenv.Logger(t)))
+	s, err := lock.NewSession(ctx, testenv.ZK(t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testenv.Logger(t)), testenv.ZKAuth(t))
 	if err != nil {
 		t.Fatalf("NewSession: %v", err)
 	}

@@ -69,7 +69,7 @@ func TestIntegrationPartitionedRecoveryConfirmsOnce(t *testing.T) {
 	}
 	party := &confirms{n: map[string]int{}}
 	instance := func(id string) (stop func()) {
-		sess, err := lock.NewSession(ctx, testenv.ZK(t), lock.WithSessionTimeout(2*time.Second), lock.WithLogger(testenv.Logger(t)))
+		sess, err := lock.NewSession(ctx, testenv.ZK(t), lock.WithSessionTimeout(2*time.Second), lock.WithLogger(testenv.Logger(t)), testenv.ZKAuth(t))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +38,7 @@ func zkBackend(name, config string) (locktest.Backend, error) {
 		Expiry: testSessionTimeout,
 		ConnectVia: func(ctx context.Context, dial locktest.DialFunc) (*locktest.Conn, error) {
 			s, err := lock.NewSession(ctx, servers, lock.WithSessionTimeout(testSessionTimeout),
+				lock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))), // worker processes inherit it
 				lock.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
 					ctx, cancel := context.WithTimeout(context.Background(), timeout)
 					defer cancel()

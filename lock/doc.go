@@ -21,7 +21,8 @@
 // [Leadership.Context]) and send [Lease.Token] along with every write it makes, so that the store
 // can refuse a holder that was deposed while it was still writing:
 //
-//	sess, err := lock.NewSession(ctx, []string{"127.0.0.1:22181"}, lock.WithSessionTimeout(5*time.Second))
+//	sess, err := lock.NewSession(ctx, []string{"127.0.0.1:22181"}, lock.WithSessionTimeout(5*time.Second),
+//		lock.WithDigestAuth("orders", password)) // see Security
 //	if err != nil {
 //		return err
 //	}
@@ -54,26 +55,31 @@
 //
 // # Security
 //
-// By default the nodes a Session creates are open to anyone who reaches the ensemble
-// (zk.WorldACL(zk.PermAll), Curator's default): a stranger can take a lock, or delete the holder's
-// node and depose it. Give every process of the application the same digest credentials and the
-// creator-only ACL, and only they can write under the lock paths they create:
+// A node open to anyone who reaches the ensemble (zk.WorldACL(zk.PermAll), Curator's default) lets
+// a stranger take a lock, delete the holder's node and depose it, or add a candidate to an
+// election (and so count as a member of a sharded job). So [NewSession] wants credentials: give
+// every process of the application the same digest user, and the nodes it creates are readable
+// and writable by that user only ([CreatorACL](false)); without credentials it returns
+// [ErrNoCredentials] unless [WithInsecureWorldACL] says open nodes are meant:
 //
 //	sess, err := lock.NewSession(ctx, servers,
 //		lock.WithDigestAuth("orders", password), // on every connection and every new ZooKeeper session
-//		lock.WithACL(lock.CreatorACL(true)...))  // all for "orders", read for the world (false: nothing)
+//		lock.WithACL(lock.CreatorACL(true)...))  // optional: also let the world read (monitoring)
 //
 // The ACL applies to the nodes the Session creates (the lock path, its missing parents, the
-// contenders' nodes); nodes that already exist keep theirs, so create the lock paths with it, or
-// set their ACL once with zkCli's setAcl. go-zookeeper v1.0.4, the client txkit uses, has no SASL
-// (Kerberos): its source defines the SASL packet types but no call that sends them.
+// contenders' nodes), each node's to itself only; nodes that already exist keep theirs (those an
+// older txkit made are open to all), so create the lock paths with it, or set their ACL once with
+// zkCli's setAcl. go-zookeeper v1.0.4, the client txkit uses, has no SASL (Kerberos): its source
+// defines the SASL packet types but no call that sends them.
 //
 // Digest credentials travel in clear text. ZooKeeper 3.5+ serves TLS on its secureClientPort
 // (with the Netty connection factory); connect to it through [WithDialer] with a TLS dialer, which
-// also lets the server authenticate the client by certificate (the "x509" ACL scheme):
+// also lets the server authenticate the client by certificate (the "x509" ACL scheme: then
+// lock.WithACL(zk.ACL{Perms: zk.PermAll, Scheme: "x509", ID: subjectDN}) instead of credentials):
 //
 //	tlsDialer := &tls.Dialer{Config: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}}
 //	sess, err := lock.NewSession(ctx, []string{"zk1:2281", "zk2:2281", "zk3:2281"},
+//		lock.WithDigestAuth("orders", password),
 //		lock.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
 //			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 //			defer cancel()

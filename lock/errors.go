@@ -25,4 +25,8 @@ var (
 	ErrFenced = errors.New("lock: fenced")
 	// ErrInvalidOption: a constructor was given an option or argument it cannot use.
 	ErrInvalidOption = errors.New("lock: invalid option")
+	// ErrNoCredentials: [NewSession] was given no ZooKeeper credentials ([WithDigestAuth]), so the
+	// nodes it would create would be writable by anyone; [WithInsecureWorldACL] allows that
+	// explicitly. The error also matches ErrInvalidOption.
+	ErrNoCredentials = errors.New("lock: no zookeeper credentials")
 )

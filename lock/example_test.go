@@ -21,6 +21,12 @@ func exampleServers() []string {
 	return strings.Split(v, ",")
 }
 
+// exampleAuth returns the digest credentials ("user:password") from TXKIT_ZK_AUTH (set by `make
+// test`): a Session without credentials is refused (lock.ErrNoCredentials).
+func exampleAuth() lock.SessionOption {
+	return lock.WithAuth("digest", []byte(os.Getenv("TXKIT_ZK_AUTH")))
+}
+
 func ExampleMutex() {
 	ctx := context.Background()
 	sess, path, done, ok := exampleSession(ctx, "lock")
@@ -80,7 +86,7 @@ func ExampleElector_RunWhileLeader() {
 // done deletes the nodes and closes the Session. It prints why when it cannot (so that the
 // example's output does not match).
 func exampleSession(ctx context.Context, leaf string) (sess *lock.Session, path string, done func(), ok bool) {
-	sess, err := lock.NewSession(ctx, exampleServers(), lock.WithSessionTimeout(5*time.Second))
+	sess, err := lock.NewSession(ctx, exampleServers(), lock.WithSessionTimeout(5*time.Second), exampleAuth())
 	if err != nil {
 		fmt.Println(err)
 		return nil, "", nil, false

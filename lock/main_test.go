@@ -25,8 +25,15 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// session opens a Session for the test and closes it when the test ends.
+// session opens a Session for the test, as the ensemble's digest user (TXKIT_ZK_AUTH), and
+// closes it when the test ends.
 func session(t testing.TB, servers []string, opts ...lock.SessionOption) *lock.Session {
+	t.Helper()
+	return sessionAs(t, servers, append([]lock.SessionOption{testenv.ZKAuth(t)}, opts...)...)
+}
+
+// sessionAs is session with only the credentials in opts (none: give lock.WithInsecureWorldACL).
+func sessionAs(t testing.TB, servers []string, opts ...lock.SessionOption) *lock.Session {
 	t.Helper()
 	opts = append([]lock.SessionOption{lock.WithSessionTimeout(testSessionTimeout), lock.WithLogger(testLogger(t))}, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

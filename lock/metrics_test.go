@@ -223,7 +223,7 @@ func TestIntegrationInstrumentRefuses(t *testing.T) {
 // Instrument a ZooKeeper mutex and an election, on the service's own registry.
 func ExampleInstrument() {
 	ctx := context.Background()
-	sess, err := lock.NewSession(ctx, exampleServers(), lock.WithSessionTimeout(5*time.Second))
+	sess, err := lock.NewSession(ctx, exampleServers(), lock.WithSessionTimeout(5*time.Second), exampleAuth())
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -23,8 +23,8 @@ import (
 // would otherwise hold the lock for ever — is skipped and logged once at Warn. It costs no extra
 // round trip on the waiting path: a waiter reads its predecessor (to watch it) anyway, and the read
 // returns the stat that tells. TryLock, when another child comes first, reads that child's stat (one
-// exists call) before answering [ErrLocked]. Use ACLs ([WithACL]) so that strangers cannot create
-// children at all.
+// exists call) before answering [ErrLocked]. The creator-only ACL of a Session with credentials
+// (the default, see [WithDigestAuth]) keeps strangers from creating children at all.
 //
 // The lock can be lost at any time, whatever the code holding it believes: when the ZooKeeper
 // session ends, when the node is deleted by someone else. Work done under the lock must run under

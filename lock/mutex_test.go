@@ -23,11 +23,11 @@ func TestNewMutexRejectsBadInput(t *testing.T) {
 	if _, err := lock.NewMutex(nil, "/ok"); !errors.Is(err, lock.ErrInvalidOption) {
 		t.Errorf("NewMutex(nil session) error = %v, want ErrInvalidOption", err)
 	}
-	if _, err := lock.NewSession(t.Context(), nil); !errors.Is(err, lock.ErrInvalidOption) {
+	if _, err := lock.NewSession(t.Context(), nil, lock.WithInsecureWorldACL()); !errors.Is(err, lock.ErrInvalidOption) {
 		t.Errorf("NewSession(no servers) error = %v, want ErrInvalidOption", err)
 	}
 	for _, d := range []time.Duration{-time.Second, 0, time.Millisecond} {
-		if _, err := lock.NewSession(t.Context(), []string{"127.0.0.1:1"}, lock.WithSessionTimeout(d)); !errors.Is(err, lock.ErrInvalidOption) {
+		if _, err := lock.NewSession(t.Context(), []string{"127.0.0.1:1"}, lock.WithSessionTimeout(d), lock.WithInsecureWorldACL()); !errors.Is(err, lock.ErrInvalidOption) {
 			t.Errorf("NewSession(timeout %v) error = %v, want ErrInvalidOption", d, err)
 		}
 	}
@@ -359,7 +359,7 @@ func TestIntegrationSessionCloseEndsLease(t *testing.T) {
 	path := testenv.ZKRoot(t) + "/lock"
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	s, err := lock.NewSession(ctx, servers, lock.WithSessionTimeout(testSessionTimeout))
+	s, err := lock.NewSession(ctx, servers, lock.WithSessionTimeout(testSessionTimeout), testenv.ZKAuth(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,9 @@ type sessionOptions struct {
 	log     *slog.Logger
 	dialer  zk.Dialer
 	auth    []authCred
-	acl     []zk.ACL
+	acl     []zk.ACL // nil: CreatorACL(false), or the world's with insecure
+	// insecure: WithInsecureWorldACL was given, so nodes may be world-writable.
+	insecure bool
 }
 
 // authCred is one AddAuth a Session makes on every ZooKeeper connection it opens.
@@ -32,7 +34,6 @@ func defaultSessionOptions() sessionOptions {
 		timeout: 10 * time.Second,
 		log:     slog.New(slog.DiscardHandler),
 		dialer:  net.DialTimeout,
-		acl:     zk.WorldACL(zk.PermAll),
 	}
 }
 
@@ -65,9 +66,10 @@ func WithDialer(d zk.Dialer) SessionOption {
 
 // WithDigestAuth makes the Session authenticate as user with password (ZooKeeper's "digest"
 // scheme) on every connection and every new ZooKeeper session it opens, before any lock recipe
-// uses it. With [WithACL]([CreatorACL](...)) the nodes the Session creates are then writable only
-// by sessions that authenticate as the same user. The password travels in clear text unless the
-// connection is TLS ([WithDialer]). user must be non-empty and contain no ':'.
+// uses it. The nodes the Session creates then get [CreatorACL](false) unless [WithACL] says
+// otherwise: only sessions that authenticate as the same user can read or write them. The ensemble
+// needs no configuration for it. The password travels in clear text unless the connection is TLS
+// ([WithDialer]). user must be non-empty and contain no ':'.
 func WithDigestAuth(user, password string) SessionOption {
 	return func(o *sessionOptions) {
 		o.auth = append(o.auth, authCred{scheme: "digest", cred: []byte(user + ":" + password)})
@@ -79,8 +81,9 @@ func WithDigestAuth(user, password string) SessionOption {
 
 // WithAuth makes the Session present credentials for scheme (as go-zookeeper's Conn.AddAuth does)
 // on every connection and every new ZooKeeper session it opens, before any lock recipe uses it.
-// [WithDigestAuth] is the common case; WithAuth is for the other schemes a server is configured
-// with. go-zookeeper v1.0.4 has no SASL (Kerberos) support.
+// [WithDigestAuth] is the common case (WithAuth("digest", []byte("user:password")) is the same);
+// WithAuth is for the other schemes a server is configured with. go-zookeeper v1.0.4 has no SASL
+// (Kerberos) support.
 func WithAuth(scheme string, credentials []byte) SessionOption {
 	return func(o *sessionOptions) {
 		o.auth = append(o.auth, authCred{scheme: scheme, cred: append([]byte(nil), credentials...)})
@@ -88,18 +91,28 @@ func WithAuth(scheme string, credentials []byte) SessionOption {
 }
 
 // WithACL sets the ACL of every node the Session's lock recipes create: the lock path and its
-// missing parents, and the contenders' nodes. The default, zk.WorldACL(zk.PermAll), is Apache
-// Curator's: anyone who reaches the ensemble may create and delete nodes under a lock path, and so
-// take or break its locks. Nodes that already exist keep their ACL. An ACL that names the "auth"
-// scheme (such as [CreatorACL]) needs credentials ([WithDigestAuth]).
+// missing parents, and the contenders' nodes (default: [CreatorACL](false)). Nodes that already
+// exist keep their ACL. An ACL that names the "auth" scheme (such as [CreatorACL]) needs
+// credentials ([WithDigestAuth]); one that lets the world do more than read needs
+// [WithInsecureWorldACL].
 func WithACL(acl ...zk.ACL) SessionOption {
-	return func(o *sessionOptions) { o.acl = append([]zk.ACL(nil), acl...) }
+	return func(o *sessionOptions) { o.acl = append([]zk.ACL{}, acl...) } // non-nil: set
+}
+
+// WithInsecureWorldACL lets the Session run without credentials and create its nodes with
+// zk.WorldACL(zk.PermAll), Apache Curator's default (unless [WithACL] sets another ACL): anyone
+// who reaches the ensemble may then create and delete nodes under a lock path, and so take or
+// break its locks, hold elections, or count as a member. Without it, [NewSession] refuses to run
+// without credentials ([ErrNoCredentials]). Use it only on an ensemble that only trusted clients
+// reach, or for a Session that creates no node (one that only reads).
+func WithInsecureWorldACL() SessionOption {
+	return func(o *sessionOptions) { o.insecure = true }
 }
 
 // CreatorACL returns an ACL that gives every permission to the identities the creating session
 // authenticated as (ZooKeeper's "auth" scheme), and — with worldRead — read access to everyone, so
 // that monitoring (or [Elector.Leader] from a session without credentials) can see who holds a lock.
-// Use it with [WithACL] and [WithDigestAuth].
+// CreatorACL(false) is the default of a Session with credentials; use it with [WithACL].
 func CreatorACL(worldRead bool) []zk.ACL {
 	acl := zk.AuthACL(zk.PermAll)
 	if worldRead {
@@ -113,22 +126,45 @@ func (o sessionOptions) validate() error {
 		return fmt.Errorf("lock: session timeout %v is below 100ms: %w", o.timeout, ErrInvalidOption)
 	}
 	for _, a := range o.auth {
+		if user, _, ok := strings.Cut(string(a.cred), ":"); a.scheme == "digest" && (!ok || user == "") {
+			a.scheme = "" // WithAuth("digest", …) takes "user:password"
+		}
 		if a.scheme == "" {
-			return fmt.Errorf("lock: auth: empty scheme, or a digest user that is empty or contains ':': %w", ErrInvalidOption)
+			return fmt.Errorf("lock: auth: empty scheme, or digest credentials not \"user:password\" with a user that is non-empty and free of ':': %w", ErrInvalidOption)
 		}
 	}
-	if len(o.acl) == 0 {
+	if o.acl != nil && len(o.acl) == 0 {
 		return fmt.Errorf("lock: empty ACL: %w", ErrInvalidOption)
 	}
 	for _, a := range o.acl {
 		if a.Scheme == "auth" && len(o.auth) == 0 {
-			return fmt.Errorf("lock: ACL with the \"auth\" scheme but no credentials (WithDigestAuth): %w", ErrInvalidOption)
+			return fmt.Errorf("lock: ACL with the \"auth\" scheme: %w (WithDigestAuth): %w", ErrNoCredentials, ErrInvalidOption)
 		}
 		if a.Perms&zk.PermAll == 0 || a.Scheme == "" {
 			return fmt.Errorf("lock: ACL entry %+v: %w", a, ErrInvalidOption)
 		}
+		if a.Scheme == "world" && a.Perms&^zk.PermRead != 0 && !o.insecure {
+			return fmt.Errorf("lock: ACL entry %+v lets anyone write (WithInsecureWorldACL allows it): %w", a, ErrInvalidOption)
+		}
+	}
+	if o.acl == nil && len(o.auth) == 0 && !o.insecure {
+		return fmt.Errorf("%w: the nodes would be writable by anyone; give WithDigestAuth, or WithInsecureWorldACL for an ensemble only trusted clients reach: %w",
+			ErrNoCredentials, ErrInvalidOption)
 	}
 	return nil
+}
+
+// nodeACL returns the ACL of the nodes the Session creates: WithACL's, else CreatorACL(false)
+// with credentials, else (WithInsecureWorldACL) the world's.
+func (o sessionOptions) nodeACL() []zk.ACL {
+	switch {
+	case o.acl != nil:
+		return o.acl
+	case len(o.auth) > 0:
+		return CreatorACL(false)
+	default:
+		return zk.WorldACL(zk.PermAll)
+	}
 }
 
 // Option configures a [Mutex] or an [Elector].

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -170,10 +171,10 @@ func TestIntegrationDigestAuthACL(t *testing.T) {
 	servers := testenv.ZK(t)
 	root := testenv.ZKRoot(t)
 	path := root + "/acl/leader"
-	const user, password = "txkit", "correct horse battery staple"
+	const user, password = "acl-test", "correct horse battery staple"
 	cleanupWithAuth(t, servers, root, user, password)
 	authed := func() *lock.Session {
-		return session(t, servers, lock.WithDigestAuth(user, password), lock.WithACL(lock.CreatorACL(true)...))
+		return sessionAs(t, servers, lock.WithDigestAuth(user, password), lock.WithACL(lock.CreatorACL(true)...))
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -206,7 +207,7 @@ func TestIntegrationDigestAuthACL(t *testing.T) {
 		t.Errorf("stranger's delete of the leader's node = %v, want ErrNoAuth", err)
 	}
 	// So is a txkit session without the credentials: it cannot even contend.
-	plain := mutex(t, session(t, servers), path)
+	plain := mutex(t, sessionAs(t, servers, lock.WithInsecureWorldACL()), path)
 	if _, err := plain.TryLock(ctx); !errors.Is(err, zk.ErrNoAuth) {
 		t.Errorf("TryLock without credentials = %v, want ErrNoAuth", err)
 	}
@@ -230,10 +231,10 @@ func TestIntegrationAuthAfterSessionExpires(t *testing.T) {
 	servers := testenv.ZK(t)
 	root := testenv.ZKRoot(t)
 	path := root + "/lock"
-	const user, password = "txkit", "another long password"
+	const user, password = "acl-test", "another long password"
 	cleanupWithAuth(t, servers, root, user, password)
 	p := testenv.NewProxy(t, servers[0])
-	s := session(t, []string{p.Addr()}, lock.WithDigestAuth(user, password), lock.WithACL(lock.CreatorACL(false)...))
+	s := sessionAs(t, []string{p.Addr()}, lock.WithDigestAuth(user, password), lock.WithACL(lock.CreatorACL(false)...))
 	m := mutex(t, s, path)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -296,12 +297,119 @@ func TestSessionAuthOptionsValidated(t *testing.T) {
 		{"digest user with a colon", []lock.SessionOption{lock.WithDigestAuth("a:b", "pw")}},
 		{"empty digest user", []lock.SessionOption{lock.WithDigestAuth("", "pw")}},
 		{"empty scheme", []lock.SessionOption{lock.WithAuth("", []byte("x"))}},
+		{"digest credentials without a colon", []lock.SessionOption{lock.WithAuth("digest", []byte("user"))}},
+		{"empty digest credentials", []lock.SessionOption{lock.WithAuth("digest", nil)}},
+		{"world-writable ACL without WithInsecureWorldACL", []lock.SessionOption{lock.WithDigestAuth("u", "pw"), lock.WithACL(zk.WorldACL(zk.PermAll)...)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := lock.NewSession(t.Context(), []string{"127.0.0.1:1"}, tc.opts...); !errors.Is(err, lock.ErrInvalidOption) {
 				t.Fatalf("NewSession = %v, want ErrInvalidOption", err)
 			}
 		})
+	}
+}
+
+// TestNewSessionWithoutCredentials: a Session without credentials would create nodes anyone may
+// write, so NewSession refuses it, saying what to do, unless WithInsecureWorldACL says that is
+// meant (TestIntegrationInsecureWorldACL).
+func TestNewSessionWithoutCredentials(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second) // the address answers nothing
+	defer cancel()
+	for _, opts := range [][]lock.SessionOption{
+		nil,
+		{lock.WithSessionTimeout(5 * time.Second), lock.WithACL(lock.CreatorACL(true)...)},
+	} {
+		_, err := lock.NewSession(ctx, []string{"127.0.0.1:1"}, opts...)
+		if !errors.Is(err, lock.ErrNoCredentials) || !errors.Is(err, lock.ErrInvalidOption) {
+			t.Fatalf("NewSession without credentials = %v, want ErrNoCredentials and ErrInvalidOption", err)
+		}
+		if !strings.Contains(err.Error(), "WithDigestAuth") {
+			t.Errorf("error %q does not say how to give credentials", err)
+		}
+	}
+}
+
+// TestIntegrationDigestAuthCreatorACLByDefault: a Session with digest credentials and no WithACL
+// creates the lock path, its missing parents and its contenders' nodes with the creator-only ACL:
+// a session without the credentials can neither read, contend, add a node nor delete the holder's.
+func TestIntegrationDigestAuthCreatorACLByDefault(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZK(t)
+	root := testenv.ZKRoot(t)
+	path := root + "/parent/lock"
+	s := session(t, servers) // testenv.ZKAuth only
+	m := mutex(t, s, path)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := children(t, s, path)
+	if len(names) != 1 {
+		t.Fatalf("children of %s = %v, want the holder's node", path, names)
+	}
+	user, _, _ := strings.Cut(os.Getenv(testenv.EnvZKAuth), ":")
+	for _, p := range []string{root, root + "/parent", path, path + "/" + names[0]} {
+		acl, _, err := s.Conn().GetACL(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(acl) != 1 || acl[0].Scheme != "digest" || !strings.HasPrefix(acl[0].ID, user+":") || acl[0].Perms != zk.PermAll {
+			t.Errorf("ACL of %s = %+v, want all for the digest user %q only", p, acl, user)
+		}
+	}
+
+	stranger := rawConn(t, servers)
+	if _, _, err := stranger.Children(path); !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("stranger's listing of %s = %v, want ErrNoAuth", path, err)
+	}
+	if _, err := stranger.Create(path+"/_c_"+uuid.NewString()+"-lock-", nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll)); !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("stranger's contender under %s = %v, want ErrNoAuth", path, err)
+	}
+	if _, err := stranger.Create(root+"/parent/other", nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("stranger's node beside the lock path = %v, want ErrNoAuth", err)
+	}
+	if err := stranger.Delete(path+"/"+names[0], -1); !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("stranger's delete of the holder's node = %v, want ErrNoAuth", err)
+	}
+	open := mutex(t, sessionAs(t, servers, lock.WithInsecureWorldACL()), path)
+	if _, err := open.TryLock(ctx); !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("TryLock without credentials = %v, want ErrNoAuth", err)
+	}
+	if l.Err() != nil {
+		t.Fatalf("hold lost: %v", l.Err())
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIntegrationInsecureWorldACL: WithInsecureWorldACL still runs a Session without credentials,
+// whose nodes are open to all (Curator's default), as it says.
+func TestIntegrationInsecureWorldACL(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZK(t)
+	path := testenv.ZKRoot(t) + "/lock"
+	s := sessionAs(t, servers, lock.WithInsecureWorldACL())
+	m := mutex(t, s, path)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if _, err := m.Lock(ctx); err != nil {
+		t.Fatalf("Lock on an insecure session: %v", err)
+	}
+	acl, _, err := s.Conn().GetACL(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := zk.WorldACL(zk.PermAll); len(acl) != 1 || acl[0] != want[0] {
+		t.Errorf("ACL of %s = %+v, want %+v", path, acl, want)
+	}
+	if _, err := rawConn(t, servers).Create(path+"/anyone", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Errorf("a stranger's create under the open path: %v", err)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 

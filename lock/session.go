@@ -78,6 +78,8 @@ type epoch struct {
 
 // NewSession connects to the ZooKeeper servers (host:port) and blocks until a session is
 // established or ctx ends; ctx scopes only the connection attempt. Close releases the Session.
+// Without credentials ([WithDigestAuth]) it returns [ErrNoCredentials] unless
+// [WithInsecureWorldACL] allows nodes that anyone may write.
 func NewSession(ctx context.Context, servers []string, opts ...SessionOption) (*Session, error) {
 	o := defaultSessionOptions()
 	for _, opt := range opts {
@@ -86,6 +88,7 @@ func NewSession(ctx context.Context, servers []string, opts ...SessionOption) (*
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	o.acl = o.nodeACL()
 	if len(servers) == 0 {
 		return nil, fmt.Errorf("lock: no zookeeper servers: %w", ErrInvalidOption)
 	}

@@ -144,7 +144,7 @@ func ExampleWithPartitions() {
 		}
 	}()
 	for _, id := range []string{"instance-a", "instance-b"} {
-		sess, err := lock.NewSession(ctx, strings.Split(zkServers, ","))
+		sess, err := lock.NewSession(ctx, strings.Split(zkServers, ","), lock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
 		if err != nil {
 			fmt.Println(err)
 			return

@@ -48,7 +48,7 @@ func child() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	s, err := lock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), lock.WithSessionTimeout(3*time.Second))
+	s, err := lock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), lock.WithSessionTimeout(3*time.Second), lock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

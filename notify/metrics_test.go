@@ -202,7 +202,7 @@ func ExampleWithRegisterer() {
 	}
 	defer done()
 	schema := schemas[0]
-	sess, err := lock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","))
+	sess, err := lock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), lock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -196,7 +196,7 @@ func BenchmarkRelay(b *testing.B) {
 	drain := func(b *testing.B, ob *outbox.Outbox, pool *pgxpool.Pool, n int, opts ...outbox.RelayOption) (float64, outbox.Stats) {
 		ctx := context.Background()
 		load(b, pool, ob, topic, keys, body, n)
-		sess, err := lock.NewSession(ctx, zkServers)
+		sess, err := lock.NewSession(ctx, zkServers, testenv.ZKAuth(b))
 		if err != nil {
 			b.Fatal(err)
 		}

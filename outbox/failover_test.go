@@ -69,7 +69,7 @@ func relayWorker(ctx context.Context, c relayWorkerConfig) error {
 	}
 	defer pool.Close()
 	sess, err := lock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","),
-		lock.WithSessionTimeout(c.SessionTimeout), lock.WithLogger(log))
+		lock.WithSessionTimeout(c.SessionTimeout), lock.WithLogger(log), lock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
 	if err != nil {
 		return err
 	}
@@ -283,7 +283,7 @@ func TestIntegrationKeyOrderAcrossRelayFailover(t *testing.T) {
 		procs[p.pid] = p
 	}
 	obsCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	sess, err := lock.NewSession(obsCtx, zkServers, lock.WithSessionTimeout(sessionTimeout))
+	sess, err := lock.NewSession(obsCtx, zkServers, lock.WithSessionTimeout(sessionTimeout), testenv.ZKAuth(t))
 	cancel()
 	if err != nil {
 		t.Fatal(err)

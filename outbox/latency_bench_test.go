@@ -93,7 +93,7 @@ func endToEndLatency(b *testing.B, notify bool) {
 
 	// The relay, in this process.
 	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	sess, err := lock.NewSession(sctx, testenv.ZK(b))
+	sess, err := lock.NewSession(sctx, testenv.ZK(b), testenv.ZKAuth(b))
 	cancel()
 	if err != nil {
 		b.Fatal(err)

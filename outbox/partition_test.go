@@ -67,7 +67,7 @@ func TestIntegrationPartitionedRelayFailover(t *testing.T) {
 		start()
 	}
 	obsCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	sess, err := lock.NewSession(obsCtx, testenv.ZK(t), lock.WithSessionTimeout(sessionTimeout))
+	sess, err := lock.NewSession(obsCtx, testenv.ZK(t), lock.WithSessionTimeout(sessionTimeout), testenv.ZKAuth(t))
 	cancel()
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +273,7 @@ func TestIntegrationPartitionCount(t *testing.T) {
 	if after, _, _ := ob.Backlog(ctx, pg.Pool); after != before {
 		t.Fatalf("refused Enqueue wrote: %d pending, want %d", after, before)
 	}
-	sess, err := lock.NewSession(ctx, testenv.ZK(t))
+	sess, err := lock.NewSession(ctx, testenv.ZK(t), testenv.ZKAuth(t))
 	if err != nil {
 		t.Fatal(err)
 	}

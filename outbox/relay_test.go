@@ -123,7 +123,7 @@ func (e *relayEnv) relay(t *testing.T, id string, pub outbox.Publisher, opts ...
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	sess, err := lock.NewSession(ctx, e.zk, lock.WithSessionTimeout(4*time.Second))
+	sess, err := lock.NewSession(ctx, e.zk, lock.WithSessionTimeout(4*time.Second), testenv.ZKAuth(t))
 	if err != nil {
 		t.Fatalf("lock.NewSession: %v", err)
 	}

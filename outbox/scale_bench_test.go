@@ -68,7 +68,7 @@ func relayScaleOut(b *testing.B, parts, relays int) {
 		procs = append(procs, startRelayWorker(b, cfg))
 	}
 	// Wait until every partition is led by a worker and none leads more than its share.
-	sess, err := lock.NewSession(ctx, testenv.ZK(b), lock.WithSessionTimeout(sessionTimeout))
+	sess, err := lock.NewSession(ctx, testenv.ZK(b), lock.WithSessionTimeout(sessionTimeout), testenv.ZKAuth(b))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -242,7 +242,7 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	testenv.Run(t, func(context.Context) error { return first.Run(firstCtx) }) // until stopFirst (it resigns)
 	t.Cleanup(stopFirst)
 
-	sess, err := lock.NewSession(ctx, testenv.ZK(t))
+	sess, err := lock.NewSession(ctx, testenv.ZK(t), testenv.ZKAuth(t))
 	must(t, err, "lock.NewSession")
 	t.Cleanup(func() { _ = sess.Close() })
 	token := "console-browser-" + strings.ReplaceAll(uuid.NewString(), "-", "")

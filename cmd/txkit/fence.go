@@ -72,7 +72,11 @@ func fenceCmd(ctx context.Context, args []string, getenv func(string) string, st
 	// The lock path's epoch first: it decides what reset may forget.
 	var epoch int64
 	if lockPath != "" {
-		if epoch, err = lockEpoch(ctx, strings.Split(zkAddrs, ","), lockPath); err != nil {
+		auth, ok := zkAuth(getenv)
+		if !ok {
+			auth = lock.WithInsecureWorldACL() // it creates nothing, and reading the epoch needs no permission
+		}
+		if epoch, err = lockEpoch(ctx, strings.Split(zkAddrs, ","), lockPath, auth); err != nil {
 			return err
 		}
 	}
@@ -120,11 +124,19 @@ func fenceCmd(ctx context.Context, args []string, getenv func(string) string, st
 	return tw.Flush()
 }
 
+// zkAuth returns the option that authenticates a ZooKeeper session as the digest user of
+// $TXKIT_ZK_AUTH ("user:password"; from the environment, since a flag would show the password in
+// the process list), and whether the variable is set.
+func zkAuth(getenv func(string) string) (lock.SessionOption, bool) {
+	v := getenv("TXKIT_ZK_AUTH")
+	return lock.WithAuth("digest", []byte(v)), v != ""
+}
+
 // lockEpoch reads lockPath's epoch through a ZooKeeper session of its own.
-func lockEpoch(ctx context.Context, servers []string, lockPath string) (int64, error) {
+func lockEpoch(ctx context.Context, servers []string, lockPath string, auth lock.SessionOption) (int64, error) {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	s, err := lock.NewSession(cctx, servers)
+	s, err := lock.NewSession(cctx, servers, auth)
 	if err != nil {
 		return 0, fmt.Errorf("connect to ZooKeeper: %w", err)
 	}

@@ -35,7 +35,7 @@ func TestIntegrationFenceReset(t *testing.T) {
 	if err := fence.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sess, err := lock.NewSession(ctx, servers, lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testenv.Logger(t)))
+	sess, err := lock.NewSession(ctx, servers, lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testenv.Logger(t)), testenv.ZKAuth(t))
 	if err != nil {
 		t.Fatal(err)
 	}

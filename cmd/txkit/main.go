@@ -23,8 +23,9 @@
 // The PostgreSQL URL comes from -pg, or from the file named by -pg-file, or from $TXKIT_PG_URL. A
 // URL with a password given with -pg shows in the process list to every user of the machine: use
 // $TXKIT_PG_URL or -pg-file (readable only by you) for one. ZooKeeper addresses come from -zk or
-// $TXKIT_ZK. Text read from the tables (errors, keys, payloads) is printed with control
-// characters escaped (), so that it cannot drive the terminal.
+// $TXKIT_ZK, and its credentials (the digest user's "user:password") from $TXKIT_ZK_AUTH. Text
+// read from the tables (errors, keys, payloads) is printed with control characters escaped (),
+// so that it cannot drive the terminal.
 //
 // The exit status is 0 on success, 1 when the command failed (or requeue found fewer dead messages
 // than IDs given, or reset found nothing to reset), and 2 on a usage error.
@@ -93,12 +94,13 @@ flags of every fence command (before the verb or after it):
   -pg URL, -pg-file F   as above
   -schema NAME  schema of the fence table (default: the URL's search_path)
   -table NAME   fence table (default txkit_fence)
-  -zk ADDRS     ZooKeeper servers, host:port,... (default $TXKIT_ZK)
+  -zk ADDRS     ZooKeeper servers, host:port,... (default $TXKIT_ZK; $TXKIT_ZK_AUTH: digest user:password)
 
   serve            the admin JSON API (/api/) and the web console (/) on one listener, until SIGTERM
   -listen ADDR     default 127.0.0.1:8089; a non-loopback address needs -listen-public
   -token-file F    "actor token" lines (mode 600); without it the API and console are read-only
   -zk ADDRS, -election name=path, -lock name=path   leaders and lock holders to show
+                   (ZooKeeper credentials from $TXKIT_ZK_AUTH, user:password: the applications' digest user)
   -metrics-url URL a /metrics page whose txkit_ figures the overview shows
   -pg URL, -pg-file F, -schema NAME   as above
 

@@ -65,6 +65,10 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if (len(elections) > 0 || len(locks) > 0) && zkAddrs == "" {
 		return usageErr("serve: -election and -lock need ZooKeeper: give -zk or set TXKIT_ZK")
 	}
+	zkCred, zkCredSet := zkAuth(getenv)
+	if (len(elections) > 0 || len(locks) > 0) && !zkCredSet {
+		return usageErr("serve: -election and -lock need the applications' ZooKeeper digest user: set TXKIT_ZK_AUTH=user:password")
+	}
 	var tokens map[string]string
 	if tokenFile != "" {
 		var err error
@@ -96,7 +100,7 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if len(elections) > 0 || len(locks) > 0 {
 		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		sess, err := lock.NewSession(sctx, strings.Split(zkAddrs, ","), lock.WithLogger(log))
+		sess, err := lock.NewSession(sctx, strings.Split(zkAddrs, ","), lock.WithLogger(log), zkCred)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("connect to ZooKeeper: %w", err)

@@ -35,6 +35,7 @@ func TestServeUsage(t *testing.T) {
 		{"bad listen", []string{"serve", "-listen", "nope"}, `-listen "nope"`},
 		{"bad election", []string{"serve", "-election", "tcc"}, "want name=/zookeeper/path"},
 		{"election without zk", []string{"serve", "-election", "tcc=/txkit/tcc"}, "give -zk or set TXKIT_ZK"},
+		{"election without zk credentials", []string{"serve", "-zk", "127.0.0.1:1", "-lock", "l=/txkit/l"}, "set TXKIT_ZK_AUTH"},
 		{"arguments", []string{"serve", "extra"}, "unexpected arguments"},
 		{"no url", []string{"serve"}, "TXKIT_PG_URL"},
 	} {

@@ -293,7 +293,7 @@ func TestIntegrationDashboardNamesRegisteredMetrics(t *testing.T) {
 	check("participant.NewBarrier", err)
 
 	// An election and an instrumented lock on ZooKeeper.
-	sess, err := lock.NewSession(ctx, zk, lock.WithSessionTimeout(3*time.Second))
+	sess, err := lock.NewSession(ctx, zk, lock.WithSessionTimeout(3*time.Second), testenv.ZKAuth(t))
 	check("lock.NewSession", err)
 	t.Cleanup(func() { _ = sess.Close() })
 	root := testenv.ZKRoot(t)

@@ -6,7 +6,8 @@ DEPLOY_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$DEPLOY_DIR/../.." && pwd)
 TXKIT_HOME=${TXKIT_HOME:-$REPO_DIR/.txkit}
 # Made absolute without creating it: only the commands that start a server create it (ensure_home),
-# so status, env and down leave no trace.
+# so status, env and down leave no trace (env at most writes the digest user of a ZooKeeper
+# ensemble already there, started before it had one: see `zk auth`).
 if [ -d "$TXKIT_HOME" ]; then
   TXKIT_HOME=$(cd "$TXKIT_HOME" && pwd)
 else

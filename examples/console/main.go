@@ -231,7 +231,11 @@ func outboxWithDeadMessage(ctx context.Context, c config, pool *pgxpool.Pool, sc
 	if err := ob.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(4*time.Second))
+	auth, err := exapp.ZKAuth() // TXKIT_ZK_AUTH
+	if err != nil {
+		return nil, err
+	}
+	sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(4*time.Second), auth)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +34,7 @@ func TestIntegrationEmbed(t *testing.T) {
 		Topic:    testenv.Topic(t),
 		Election: testenv.ZKRoot(t),
 	}
+	c.ZKUser, c.ZKPass, _ = strings.Cut(testenv.Lookup(t, testenv.EnvZKAuth), ":")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	res, err := run(ctx, c, testenv.Logger(t))

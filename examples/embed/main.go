@@ -47,6 +47,8 @@ import (
 type config struct {
 	PG       string   // PostgreSQL URL
 	ZK       []string // ZooKeeper servers
+	ZKUser   string   // ZooKeeper digest user: the nodes the session creates are this user's only
+	ZKPass   string   // its password
 	Namesrv  []string // RocketMQ name servers
 	Broker   string   // RocketMQ broker (to create the topic)
 	Schema   string   // PostgreSQL schema of every table below
@@ -82,6 +84,8 @@ func main() {
 	flag.StringVar(&c.Election, "election", "/txkit-embed", "ZooKeeper path of the elections")
 	flag.Parse()
 	c.ZK, c.Namesrv = strings.Split(zk, ","), strings.Split(ns, ",")
+	// The password from the environment, not a flag: the process list shows every flag.
+	c.ZKUser, c.ZKPass, _ = strings.Cut(os.Getenv("TXKIT_ZK_AUTH"), ":") // "user:password" (deploy/local/env)
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	// rocketmq-client-go logs and recovers panics through process-wide hooks: only main sets them.
@@ -124,7 +128,8 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 	}
 
 	// 1. Leadership: one ZooKeeper session, one elector per leader job (see docs/embed.md).
-	sess, err := lock.NewSession(ctx, c.ZK, lock.WithSessionTimeout(4*time.Second), lock.WithLogger(log))
+	sess, err := lock.NewSession(ctx, c.ZK, lock.WithSessionTimeout(4*time.Second), lock.WithLogger(log),
+		lock.WithDigestAuth(c.ZKUser, c.ZKPass))
 	if err != nil {
 		return res, err
 	}

@@ -49,7 +49,7 @@ func elector(t testing.TB, path, id string) lock.Elector {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := lock.NewSession(ctx, testenv.ZK(t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testLogger(t)))
+	s, err := lock.NewSession(ctx, testenv.ZK(t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testLogger(t)), testenv.ZKAuth(t))
 	if err != nil {
 		t.Fatalf("NewSession: %v", err)
 	}

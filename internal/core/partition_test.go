@@ -252,7 +252,7 @@ func TestIntegrationPartitionedConcurrencyIsShared(t *testing.T) {
 		return l.Record(ctx, tok, core.Progress{GID: tx.GID, From: tx.Status, Next: core.StatusConfirmed})
 	})
 	base := testenv.ZKRoot(t) + "/conc"
-	sess, err := lock.NewSession(ctx, testenv.ZK(t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testLogger(t)))
+	sess, err := lock.NewSession(ctx, testenv.ZK(t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testLogger(t)), testenv.ZKAuth(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func partitionedRecoveryRun(b *testing.B, instances int) time.Duration {
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i := range instances {
-		sess, err := lock.NewSession(ctx, testenv.ZK(b), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testLogger(b)))
+		sess, err := lock.NewSession(ctx, testenv.ZK(b), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testLogger(b)), testenv.ZKAuth(b))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -230,4 +232,58 @@ func TestIntegrationShardsBalanceTakeoverAndExclusion(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d fenced writes in %d terms over %d partitions: no token went back, none shared by two processes", n, terms, parts)
+}
+
+// TestIntegrationContenderMembershipStrangerCannotJoin: ContenderMembership counts every
+// contender of the partitions' elections, so a stranger who could add a node there would inflate
+// the member count (and hold partitions). The sessions' digest credentials make the election
+// paths, and their parent, creator-only: a connection without them can add no contender, in an
+// election that exists or one that does not yet, and the count stays at the one real member.
+func TestIntegrationContenderMembershipStrangerCannotJoin(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZK(t)
+	base := testenv.ZKRoot(t) + "/shards"
+	names := []string{leader.PartitionName(base, 0), leader.PartitionName(base, 1)}
+	sess := testenv.Session(t) // the digest user of TXKIT_ZK_AUTH
+	el, err := lock.NewElector(sess, names[0], "member-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	lead, err := el.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lead.Resign(context.WithoutCancel(ctx)) }()
+	m := leader.ContenderMembership(sess.Inspector(), names...)
+
+	stranger, _, err := zk.Connect(servers, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close()
+	contender := "/_c_" + uuid.NewString() + "-lock-"
+	for _, p := range []string{names[0] + contender, names[1]} {
+		if _, err := stranger.Create(p, []byte("intruder"), zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll)); !errors.Is(err, zk.ErrNoAuth) {
+			t.Errorf("stranger's create of %s = %v, want ErrNoAuth", p, err)
+		}
+	}
+	open, err := lock.NewSession(ctx, servers, lock.WithInsecureWorldACL(), lock.WithLogger(testenv.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	intruder, err := lock.NewElector(open, names[0], "intruder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithTimeout(ctx, 3*time.Second) // on an open path it would queue
+	defer ccancel()
+	if _, err := intruder.Campaign(cctx); !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("Campaign without credentials = %v, want ErrNoAuth", err)
+	}
+	if n, err := m.Members(ctx); err != nil || n != 1 {
+		t.Fatalf("Members = %d, %v; want 1 (the stranger is not counted)", n, err)
+	}
 }

@@ -80,7 +80,7 @@ func newContender(ctx context.Context, e env, kind, name string) (*contender, er
 	c := &counter{}
 	switch kind {
 	case "zk", "zk-unfair":
-		s, err := lock.NewSession(ctx, e.zk, lock.WithSessionTimeout(expiry))
+		s, err := lock.NewSession(ctx, e.zk, lock.WithSessionTimeout(expiry), lock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
 		if err != nil {
 			return nil, err
 		}

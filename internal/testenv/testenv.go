@@ -37,6 +37,7 @@ import (
 const (
 	EnvPG      = "TXKIT_PG_URL"
 	EnvZK      = "TXKIT_ZK"
+	EnvZKAuth  = "TXKIT_ZK_AUTH" // "user:password" of the ensemble's digest user (deploy/local/zk)
 	EnvNamesrv = "TXKIT_ROCKETMQ_NAMESRV"
 	EnvBroker  = "TXKIT_ROCKETMQ_BROKER" // optional; default 127.0.0.1:20911
 
@@ -179,14 +180,35 @@ func ruok(addr string) error {
 	return nil
 }
 
+// ZKAuth returns the option that makes a Session authenticate as the ensemble's digest user
+// (TXKIT_ZK_AUTH), so that the nodes it creates are its own (lock.CreatorACL).
+func ZKAuth(t testing.TB) lock.SessionOption {
+	t.Helper()
+	return lock.WithAuth("digest", []byte(Lookup(t, EnvZKAuth)))
+}
+
+// zkTestParent holds the tests' roots. It is open to all (each test's root below it has the ACL
+// its test gives it), so that a test's stranger or its own digest user can create its root there.
+const zkTestParent = "/txkit-test"
+
 // ZKRoot returns a ZooKeeper path of the test's own, /txkit-test/<name>, and deletes everything
-// below it when the test ends. The path itself is not created.
+// below it when the test ends, as the digest user of TXKIT_ZK_AUTH. The path itself is not
+// created.
 func ZKRoot(t testing.TB) string {
 	t.Helper()
 	servers := ZK(t)
-	root := "/txkit-test/" + Name(t)
+	cred := []byte(Lookup(t, EnvZKAuth))
+	root := zkTestParent + "/" + Name(t)
+	conn, err := zkConnAuth(servers, cred)
+	if err != nil {
+		t.Fatalf("zk connect: %v", err)
+	}
+	defer conn.Close()
+	if _, err := conn.Create(zkTestParent, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		t.Fatalf("create %s: %v", zkTestParent, err)
+	}
 	t.Cleanup(func() {
-		conn, _, err := zk.Connect(servers, 5*time.Second, zk.WithLogInfo(false))
+		conn, err := zkConnAuth(servers, cred)
 		if err != nil {
 			t.Errorf("cleanup: zk connect: %v", err)
 			return
@@ -197,6 +219,19 @@ func ZKRoot(t testing.TB) string {
 		}
 	})
 	return root
+}
+
+// zkConnAuth connects to servers and authenticates with the digest credentials cred.
+func zkConnAuth(servers []string, cred []byte) (*zk.Conn, error) {
+	conn, _, err := zk.Connect(servers, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.AddAuth("digest", cred); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("zk auth: %w", err)
+	}
+	return conn, nil
 }
 
 // DeleteTree deletes p and everything below it. A missing node is not an error.
@@ -304,13 +339,13 @@ func Logger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// Session returns a ZooKeeper session of its own (timeout 3 s), closed when the test ends: one per
-// "process" of a test.
+// Session returns a ZooKeeper session of its own (timeout 3 s, the digest user of [ZKAuth]),
+// closed when the test ends: one per "process" of a test.
 func Session(t testing.TB) *lock.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := lock.NewSession(ctx, ZK(t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(Logger(t)))
+	s, err := lock.NewSession(ctx, ZK(t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(Logger(t)), ZKAuth(t))
 	if err != nil {
 		t.Fatalf("NewSession: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 // The environment variables [OpenLocks] reads its servers from (deploy/local/env prints them).
 const (
 	EnvZK      = "TXKIT_ZK"      // ZooKeeper servers, comma-separated (zk, zk-unfair)
+	EnvZKAuth  = "TXKIT_ZK_AUTH" // ZooKeeper digest user, "user:password" (zk, zk-unfair; see [ZKAuth])
 	EnvPG      = "TXKIT_PG_URL"  // PostgreSQL URL (pg)
 	EnvRedis   = "TXKIT_REDIS"   // one Redis address (redis)
 	EnvRedlock = "TXKIT_REDLOCK" // independent Redis addresses, comma-separated (redlock)
@@ -244,12 +246,29 @@ func servers(name string) ([]string, error) {
 	return out, nil
 }
 
+// ZKAuth returns the option that makes a lock.Session authenticate as the ZooKeeper digest user
+// of [EnvZKAuth] ("user:password", as deploy/local/env prints it), so that the nodes it creates
+// are that user's only; an error naming the variable when it is unset. The password is read from
+// the environment, not a flag, which every local user could read in the process list.
+func ZKAuth() (lock.SessionOption, error) {
+	v := os.Getenv(EnvZKAuth)
+	if v == "" {
+		return nil, fmt.Errorf("%s is not set: ZooKeeper needs credentials (export what deploy/local/env prints): %w: %w",
+			EnvZKAuth, lock.ErrNoCredentials, lock.ErrInvalidOption)
+	}
+	return lock.WithAuth("digest", []byte(v)), nil
+}
+
 func (l *Locks) openZK(ctx context.Context, unfair bool, o locksOptions) error {
 	srv, err := servers(EnvZK)
 	if err != nil {
 		return err
 	}
-	s, err := lock.NewSession(ctx, srv, lock.WithSessionTimeout(o.ttl), lock.WithLogger(l.log))
+	auth, err := ZKAuth()
+	if err != nil {
+		return err
+	}
+	s, err := lock.NewSession(ctx, srv, lock.WithSessionTimeout(o.ttl), lock.WithLogger(l.log), auth)
 	if err != nil {
 		return err
 	}

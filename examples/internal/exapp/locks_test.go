@@ -16,9 +16,11 @@ import (
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
 
 // OpenLocks names what it cannot use: an unknown backend (listing the known ones), a TTL that is
-// not positive, a server variable that is not set.
+// not positive, a server variable that is not set, ZooKeeper without credentials.
 func TestOpenLocksRefusesBadInput(t *testing.T) {
 	t.Setenv(EnvRedis, "")
+	t.Setenv(EnvZK, "127.0.0.1:1")
+	t.Setenv(EnvZKAuth, "")
 	for _, tc := range []struct {
 		name, kind string
 		opts       []LocksOption
@@ -30,6 +32,7 @@ func TestOpenLocksRefusesBadInput(t *testing.T) {
 		{"relative zk root", "zk", []LocksOption{WithZKRoot("txkit")}, `zk root "txkit"`},
 		{"zk root with a trailing slash", "zk", []LocksOption{WithZKRoot("/txkit/")}, `zk root "/txkit/"`},
 		{"unset variable", "redis", nil, EnvRedis + " is not set"},
+		{"no zk credentials", "zk", nil, EnvZKAuth + " is not set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := OpenLocks(t.Context(), tc.kind, nil, tc.opts...)

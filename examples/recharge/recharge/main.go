@@ -125,7 +125,11 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	}
 	mux := http.NewServeMux()
 	reg := exapp.Metrics(mux)
-	sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(c.sessionTimeout), lock.WithLogger(log))
+	auth, err := exapp.ZKAuth() // TXKIT_ZK_AUTH
+	if err != nil {
+		return err
+	}
+	sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(c.sessionTimeout), lock.WithLogger(log), auth)
 	if err != nil {
 		return err
 	}

@@ -97,7 +97,11 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		if err := s.ob.Migrate(ctx); err != nil {
 			return err
 		}
-		sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(4*time.Second), lock.WithLogger(log))
+		auth, err := exapp.ZKAuth() // TXKIT_ZK_AUTH
+		if err != nil {
+			return err
+		}
+		sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(4*time.Second), lock.WithLogger(log), auth)
 		if err != nil {
 			return err
 		}

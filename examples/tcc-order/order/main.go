@@ -343,7 +343,11 @@ func (c config) electionName() string {
 // -lock backend, and what closes that backend's connections.
 func (c config) electors(ctx context.Context, log *slog.Logger, reg prometheus.Registerer) (func(mode string) (lock.Elector, error), func(), error) {
 	if c.lockKind == "zk" {
-		sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(c.sessionTimeout), lock.WithLogger(log))
+		auth, err := exapp.ZKAuth() // TXKIT_ZK_AUTH
+		if err != nil {
+			return nil, nil, err
+		}
+		sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(c.sessionTimeout), lock.WithLogger(log), auth)
 		if err != nil {
 			return nil, nil, err
 		}
