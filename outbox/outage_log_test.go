@@ -105,4 +105,3 @@ func texts(lines []obstest.Line) string {
 	}
 	return b.String()
 }
-
