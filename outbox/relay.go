@@ -291,7 +291,7 @@ func (r *Relay) drainLoop(ctx context.Context, t *leader.Term) error {
 	part := t.Partition()
 	var out outage
 	defer r.m.setBacklog(0, 0) // the gauges are the leader's: a relay that does not lead shows 0
-	defer r.fails.Flush()
+	defer r.fails.FlushAll()
 	if r.shards == nil {
 		r.leading.Store(true)
 		defer r.leading.Store(false)

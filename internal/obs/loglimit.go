@@ -123,9 +123,15 @@ func (ll *LogLimiter) key(key string, now time.Time) *logKey {
 // (with "suppressed"=the others), which starts the key's next interval; and forgets the keys that
 // are quiet. It costs an atomic load when no interval with lines held back has ended: call it
 // often (after each unit of work, or on a ticker).
-func (ll *LogLimiter) Flush() {
+func (ll *LogLimiter) Flush() { ll.flush(false) }
+
+// FlushAll writes, as Flush does, the last line held back of every key, whether its interval has
+// ended or not: for when the work whose failures are limited stops.
+func (ll *LogLimiter) FlushAll() { ll.flush(true) }
+
+func (ll *LogLimiter) flush(all bool) {
 	now := ll.now()
-	if now.UnixNano() < ll.due.Load() {
+	if !all && now.UnixNano() < ll.due.Load() {
 		return
 	}
 	var lines []heldLine
@@ -133,7 +139,7 @@ func (ll *LogLimiter) Flush() {
 	due := int64(math.MaxInt64)
 	for key, k := range ll.keys {
 		switch {
-		case now.Before(k.next):
+		case now.Before(k.next) && (!all || k.held == 0):
 			if k.held > 0 {
 				due = min(due, k.next.UnixNano())
 			}

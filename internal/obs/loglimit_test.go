@@ -36,7 +36,7 @@ func (c *fakeClock) Add(d time.Duration) {
 func TestLogLimiter(t *testing.T) {
 	type step struct {
 		after time.Duration // the clock moves by after before the step
-		key   string        // a line of key, or a Flush when ""
+		key   string        // a line of key; a Flush when "", a FlushAll when "!"
 	}
 	type want struct{ key, n, suppressed string } // a written line: its key, its number, its count
 	for _, tc := range []struct {
@@ -75,6 +75,11 @@ func TestLogLimiter(t *testing.T) {
 			want:  []want{{"a", "1", ""}, {"a", "2", ""}, {"a", "4", "1"}},
 		},
 		{
+			name:  "flush all writes the last line held back before the interval ends",
+			steps: []step{{0, "a"}, {0, "b"}, {time.Second, "a"}, {0, "a"}, {0, "!"}, {0, ""}, {0, "!"}},
+			want:  []want{{"a", "1", ""}, {"b", "2", ""}, {"a", "4", "1"}},
+		},
+		{
 			name:  "a key quiet for an interval is written at once",
 			steps: []step{{0, "a"}, {5 * time.Second, ""}, {time.Second, "a"}},
 			want:  []want{{"a", "1", ""}, {"a", "2", ""}},
@@ -87,8 +92,12 @@ func TestLogLimiter(t *testing.T) {
 			n := 0
 			for _, s := range tc.steps {
 				clock.Add(s.after)
-				if s.key == "" {
+				switch s.key {
+				case "":
 					ll.Flush()
+					continue
+				case "!":
+					ll.FlushAll()
 					continue
 				}
 				n++
