@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,14 +80,14 @@ func TestIntegrationRelayOutageLogsBounded(t *testing.T) {
 	lines := logs.Lines(msg)
 	// One line per interval, plus the first one.
 	if bound := int(elapsed/obs.LogInterval) + 2; len(lines) > bound {
-		t.Fatalf("%d failure lines for %d failed publishes in %v, want at most %d:\n%s", len(lines), failed, elapsed.Round(time.Second), bound, texts(lines))
+		t.Fatalf("%d failure lines for %d failed publishes in %v, want at most %d:\n%s", len(lines), failed, elapsed.Round(time.Second), bound, obstest.Texts(lines))
 	}
 	counted := false
 	for _, l := range lines {
 		counted = counted || l.Attrs["suppressed"] != ""
 	}
 	if !counted {
-		t.Fatalf("no failure line carries a count of those held back:\n%s", texts(lines))
+		t.Fatalf("no failure line carries a count of those held back:\n%s", obstest.Texts(lines))
 	}
 	for _, l := range logs.Lines("") {
 		if strings.Contains(l.Text, secret) {
@@ -96,12 +95,4 @@ func TestIntegrationRelayOutageLogsBounded(t *testing.T) {
 		}
 	}
 	t.Logf("%d failed publishes in %v: %d failure lines, %d lines in all", failed, elapsed.Round(time.Second), len(lines), len(logs.Lines("")))
-}
-
-func texts(lines []obstest.Line) string {
-	var b strings.Builder
-	for _, l := range lines {
-		fmt.Fprintln(&b, l.Text)
-	}
-	return b.String()
 }

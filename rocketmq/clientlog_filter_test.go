@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,24 +21,6 @@ import (
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/rocketmq"
 )
-
-// stepClock is a clock the test moves by hand.
-type stepClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *stepClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // The adapter never passes on a message's body or properties, in any of the shapes the client
 // logs them (rocketmq-client-go v2.1.2: the pulled batch in "consumeMessageCurrently error" and
@@ -102,7 +83,7 @@ func TestRlogAdapterFiltersMessagesAndRepeats(t *testing.T) {
 
 	t.Run("repeats", func(t *testing.T) {
 		log, logs := obstest.NewLogs()
-		clock := &stepClock{now: time.Unix(1000, 0)}
+		clock := obstest.NewClock(time.Unix(1000, 0))
 		a := rocketmq.NewRlogAdapterAt(log, slog.LevelWarn, clock.Now)
 		const n = 100
 		for range n {
@@ -162,7 +143,7 @@ func TestIntegrationClientLogsFiltered(t *testing.T) {
 
 	client := clientLogs.Lines("consumeMessageCurrently error")
 	if len(client) == 0 || len(client) > bound {
-		t.Fatalf("%d client lines for %d failed attempts in %v, want 1 to %d:\n%s", len(client), failed, elapsed.Round(time.Second), bound, texts(client))
+		t.Fatalf("%d client lines for %d failed attempts in %v, want 1 to %d:\n%s", len(client), failed, elapsed.Round(time.Second), bound, obstest.Texts(client))
 	}
 	if client[0].Attrs["messages.count"] == "" {
 		t.Fatalf("the client's line does not count its messages: %s", client[0].Text)
@@ -174,7 +155,7 @@ func TestIntegrationClientLogsFiltered(t *testing.T) {
 	}
 	own := logs.Lines("rocketmq: message failed, redelivering later")
 	if len(own) > bound {
-		t.Fatalf("%d consumer lines for %d failed attempts in %v, want at most %d:\n%s", len(own), failed, elapsed.Round(time.Second), bound, texts(own))
+		t.Fatalf("%d consumer lines for %d failed attempts in %v, want at most %d:\n%s", len(own), failed, elapsed.Round(time.Second), bound, obstest.Texts(own))
 	}
 	var accounted int64
 	for _, l := range own {
@@ -182,15 +163,7 @@ func TestIntegrationClientLogsFiltered(t *testing.T) {
 		accounted += 1 + s
 	}
 	if accounted != failed {
-		t.Fatalf("the consumer's lines and their counts add up to %d, want the %d failed attempts:\n%s", accounted, failed, texts(own))
+		t.Fatalf("the consumer's lines and their counts add up to %d, want the %d failed attempts:\n%s", accounted, failed, obstest.Texts(own))
 	}
 	t.Logf("%d failed attempts in %v: %d client lines, %d consumer lines", failed, elapsed.Round(time.Second), len(client), len(own))
-}
-
-func texts(lines []obstest.Line) string {
-	var b strings.Builder
-	for _, l := range lines {
-		b.WriteString(l.Text + "\n")
-	}
-	return b.String()
 }

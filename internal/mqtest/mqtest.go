@@ -1,8 +1,7 @@
 // Package mqtest is what the tests and benchmarks that use the real RocketMQ share: a publisher on
 // the test name servers, a consumer group of a test's own, and the broker behind a proxy a test
-// can cut, cleaned up when the test ends. It
-// links the RocketMQ client, so only packages that already test against RocketMQ import it (the
-// Makefile runs those without -race).
+// can cut, cleaned up when the test ends. It links the RocketMQ client, so only packages that
+// already test against RocketMQ import it (the Makefile runs those without -race).
 package mqtest
 
 import (

@@ -12,24 +12,6 @@ import (
 	"github.com/txkit/txkit/internal/obs/obstest"
 )
 
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // The limiter writes a line per key per interval, each carrying the count of the lines held back
 // before it, and Flush writes the last line held back once its interval has ended: every line is
 // written or counted.
@@ -86,7 +68,7 @@ func TestLogLimiter(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := &fakeClock{now: time.Unix(1000, 0)}
+			clock := obstest.NewClock(time.Unix(1000, 0))
 			ll := obs.NewLogLimiter(5*time.Second, clock.Now)
 			log, logs := obstest.NewLogs()
 			n := 0
@@ -120,7 +102,7 @@ func TestLogLimiter(t *testing.T) {
 // However many keys come, the limiter remembers a bounded number: the lines of keys beyond the
 // bound share one interval, so that a flood of distinct keys is limited too.
 func TestLogLimiterBoundsKeys(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := obstest.NewClock(time.Unix(1000, 0))
 	ll := obs.NewLogLimiter(5*time.Second, clock.Now)
 	log, logs := obstest.NewLogs()
 	for i := range 5000 {
@@ -147,5 +129,35 @@ func TestLogLimiterDisabledLevel(t *testing.T) {
 	ll.Log(context.Background(), l2, "a", slog.LevelWarn, "failed")
 	if got := logs.Lines(""); len(got) != 1 || got[0].Attrs["suppressed"] != "" {
 		t.Fatalf("after a discarded line, lines = %v; want one without a count", got)
+	}
+}
+
+// Lines logged and flushed from many goroutines at once are each written or counted, once.
+func TestLogLimiterConcurrent(t *testing.T) {
+	ll := obs.NewLogLimiter(time.Millisecond, nil)
+	log, logs := obstest.NewLogs()
+	const goroutines, each = 8, 500
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				ll.Log(context.Background(), log, "k"+strconv.Itoa(i%3), slog.LevelWarn, "failed")
+				if i%50 == g {
+					ll.Flush()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	ll.FlushAll()
+	total := 0
+	for _, l := range logs.Lines("") {
+		n, _ := strconv.Atoi(l.Attrs["suppressed"])
+		total += 1 + n
+	}
+	if total != goroutines*each {
+		t.Fatalf("lines and counts add up to %d, want %d", total, goroutines*each)
 	}
 }

@@ -114,3 +114,12 @@ func flatten(into map[string]string, prefix string, a slog.Attr) {
 		flatten(into, prefix, g)
 	}
 }
+
+// Texts returns the lines' texts, one a line, for a failing test's message.
+func Texts(lines []Line) string {
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString(l.Text + "\n")
+	}
+	return b.String()
+}
