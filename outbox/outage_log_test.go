@@ -1,12 +1,15 @@
 package outbox_test
 
 import (
+	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/mqtest"
 	"github.com/txkit/txkit/internal/obs"
@@ -82,6 +85,11 @@ func TestIntegrationRelayOutageLogsBounded(t *testing.T) {
 	if bound := int(elapsed/obs.LogInterval) + 2; len(lines) > bound {
 		t.Fatalf("%d failure lines for %d failed publishes in %v, want at most %d:\n%s", len(lines), failed, elapsed.Round(time.Second), bound, obstest.Texts(lines))
 	}
+	for _, l := range logs.Lines("") {
+		if l.Level >= slog.LevelWarn && l.Msg != msg {
+			t.Fatalf("a warning other than the publish failures: %s", l.Text)
+		}
+	}
 	counted := false
 	for _, l := range lines {
 		counted = counted || l.Attrs["suppressed"] != ""
@@ -95,4 +103,66 @@ func TestIntegrationRelayOutageLogsBounded(t *testing.T) {
 		}
 	}
 	t.Logf("%d failed publishes in %v: %d failure lines, %d lines in all", failed, elapsed.Round(time.Second), len(lines), len(logs.Lines("")))
+}
+
+// TestIntegrationRelayDatabaseOutageLogsBounded: a relay whose connections to PostgreSQL are cut
+// for 12 s (through a proxy; the shared server goes on) fails every drain and loses its listening
+// connection, and logs each of these failures once per interval with a count, not once per drain
+// or per reconnect.
+func TestIntegrationRelayDatabaseOutageLogsBounded(t *testing.T) {
+	e := newRelayEnv(t)
+	direct, err := pgxpool.ParseConfig(e.pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.NewRawProxy(t, net.JoinHostPort(direct.ConnConfig.Host, strconv.Itoa(int(direct.ConnConfig.Port))))
+	host, port, _ := net.SplitHostPort(proxy.Addr())
+	p, _ := strconv.Atoi(port)
+	direct.ConnConfig.Host, direct.ConnConfig.Port, direct.ConnConfig.ConnectTimeout = host, uint16(p), time.Second
+	pool, err := pgxpool.NewWithConfig(t.Context(), direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ob, err := outbox.New(pool, outbox.WithSchema(strings.Split(e.ob.Table(), ".")[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, logs := obstest.NewLogs()
+	e.ob = ob
+	r := e.relay(t, "relay-1", &recorder{next: mqtest.Publisher(t)}, outbox.WithLogger(log), outbox.WithSchedule("@every 200ms"))
+	run(t, r)
+	e.enqueue(t, "warm", "warm-up")
+	e.waitEmpty(t, 30*time.Second)
+
+	proxy.Down()
+	proxy.Cut()
+	start := time.Now()
+	select { // the outage
+	case <-t.Context().Done():
+		return
+	case <-time.After(12 * time.Second):
+	}
+	proxy.Up()
+	e.enqueue(t, "after", "after")
+	e.waitEmpty(t, 30*time.Second)
+	elapsed := time.Since(start)
+
+	// Each warning — a drain failed, the listening connection failed — once per interval, plus
+	// the first one.
+	warnings := map[string][]obstest.Line{}
+	for _, l := range logs.Lines("") {
+		if l.Level >= slog.LevelWarn {
+			warnings[l.Msg] = append(warnings[l.Msg], l)
+		}
+	}
+	if len(warnings["outbox: drain failed; retrying at the next wake-up"]) == 0 {
+		t.Fatalf("no drain failed during the outage:\n%s", obstest.Texts(logs.Lines("")))
+	}
+	bound := int(elapsed/obs.LogInterval) + 2
+	for msg, lines := range warnings {
+		if len(lines) > bound {
+			t.Errorf("%d lines %q in %v, want at most %d:\n%s", len(lines), msg, elapsed.Round(time.Second), bound, obstest.Texts(lines))
+		}
+	}
 }
