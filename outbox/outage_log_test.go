@@ -2,14 +2,12 @@ package outbox_test
 
 import (
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/mqtest"
 	"github.com/txkit/txkit/internal/obs"
@@ -111,20 +109,9 @@ func TestIntegrationRelayOutageLogsBounded(t *testing.T) {
 // or per reconnect.
 func TestIntegrationRelayDatabaseOutageLogsBounded(t *testing.T) {
 	e := newRelayEnv(t)
-	direct, err := pgxpool.ParseConfig(e.pool.Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewRawProxy(t, net.JoinHostPort(direct.ConnConfig.Host, strconv.Itoa(int(direct.ConnConfig.Port))))
-	host, port, _ := net.SplitHostPort(proxy.Addr())
-	p, _ := strconv.Atoi(port)
-	direct.ConnConfig.Host, direct.ConnConfig.Port, direct.ConnConfig.ConnectTimeout = host, uint16(p), time.Second
-	pool, err := pgxpool.NewWithConfig(t.Context(), direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	ob, err := outbox.New(pool, outbox.WithSchema(strings.Split(e.ob.Table(), ".")[0]))
+	schema := strings.Split(e.ob.Table(), ".")[0]
+	pool, proxy := testenv.PoolViaProxy(t, &testenv.Schema{Name: schema, URL: e.pool.Config().ConnString()})
+	ob, err := outbox.New(pool, outbox.WithSchema(schema))
 	if err != nil {
 		t.Fatal(err)
 	}
