@@ -246,13 +246,16 @@ func (n *Notifier) lead(ctx context.Context, t *leader.Term) error {
 				if errors.Is(err, lock.ErrFenced) {
 					return err
 				}
-				if gctx.Err() == nil {
-					log.WarnContext(gctx, "notify: taking due notifications failed; retrying at the next tick", slog.Any("err", err))
+				if gctx.Err() == nil { // once per interval with a count, while the database is away
+					n.fails.Log(gctx, log, "take", slog.LevelWarn, "notify: taking due notifications failed; retrying at the next tick", slog.Any("err", err))
 				}
 			}
+			n.fails.Flush()
 		}
 	})
-	return g.Wait()
+	err := g.Wait()
+	n.fails.FlushAll() // the failure lines held back, at the end of the term
+	return err
 }
 
 // fenceKey is what a term's writes pass the fence with: its token and its partition's resource.
@@ -565,7 +568,7 @@ func (n *Notifier) recorder(ctx context.Context, fk fenceKey, flights map[string
 			}
 			again = true
 			if ctx.Err() == nil {
-				log.WarnContext(ctx, "notify: recording attempts failed; those notifications will be sent again",
+				n.fails.Log(ctx, log, "record", slog.LevelWarn, "notify: recording attempts failed; those notifications will be sent again",
 					slog.Int("results", len(batch)), slog.Any("err", err))
 			}
 		}

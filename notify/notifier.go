@@ -149,6 +149,7 @@ type Notifier struct {
 	job       leaderJob  // nil without an elector
 	metrics   *metrics
 	tracer    trace.Tracer
+	fails     *obs.LogLimiter // the lines of failures retried at the next tick: one per obs.LogInterval
 }
 
 type stats struct{ delivered, failedAttempts, failed, breakerOpen atomic.Int64 }
@@ -218,7 +219,7 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	attempts, _ := pgutil.Table(o.schema, o.table+"_attempt")
 	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, name: name,
 		channel: pgutil.Channel(o.schema, o.table), lockKey: pgutil.MigrateLockKey("txkit-notify:" + name),
-		metrics: m, tracer: obs.TracerProvider(o.tp).Tracer(tracerName)}
+		metrics: m, tracer: obs.TracerProvider(o.tp).Tracer(tracerName), fails: obs.NewLogLimiter(obs.LogInterval, nil)}
 	if n.job, err = n.newJob(); err != nil {
 		return nil, err
 	}

@@ -77,6 +77,8 @@ func WithElector(el lock.Elector) Option {
 }
 
 // WithLogger sets the logger (default: discard). Keys: id, receiver, key, attempt, status, token.
+// A failure retried at every tick while the database is away is logged at most once per 5 s, with
+// "suppressed"=the failures not logged since.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
 // WithSchedule sets the delays between attempts (default [DefaultSchedule]) and their jitter: each

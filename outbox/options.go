@@ -186,7 +186,9 @@ func WithElector(el lock.Elector) RelayOption {
 // WithLogger sets the logger (default: discard). The relay logs what a person should see at info
 // level and above — taking and losing the lead, publishing working again after an outage — failures
 // at warn, dead messages at error, and routine work (each drain's batches, sent, failed, dead,
-// backlog; the robfig/cron scheduler's own messages) at debug.
+// backlog; the robfig/cron scheduler's own messages) at debug. Failed publishes are logged at most
+// once per topic per 5 s, with "suppressed"=the failures not logged since, and never with a
+// message's body or headers.
 func WithLogger(l *slog.Logger) RelayOption {
 	return func(o *relayOptions) {
 		if l != nil {

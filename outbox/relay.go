@@ -65,6 +65,7 @@ type Relay struct {
 	stats    relayStats
 	m        *relayMetrics
 	tracer   trace.Tracer
+	fails    *obs.LogLimiter // the failure lines: one per topic (or cause) per obs.LogInterval
 }
 
 // Stats counts what a [Relay] did since it was created.
@@ -114,7 +115,7 @@ func NewRelay(ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 		}
 	}
 	r := &Relay{pool: pool, pub: pub, ob: ob, o: o, fence: f, resource: "outbox:" + ob.name, m: m,
-		tracer: obs.TracerProvider(o.tp).Tracer(tracerName)}
+		tracer: obs.TracerProvider(o.tp).Tracer(tracerName), fails: obs.NewLogLimiter(obs.LogInterval, nil)}
 	lopts := []leader.Option{leader.WithName("outbox: relay"), leader.WithSchedule(o.schedule),
 		leader.WithPause(o.retryPause), leader.WithLogger(o.log.With(slog.String("table", ob.name)))}
 	if ob.o.notify {
@@ -290,6 +291,7 @@ func (r *Relay) drainLoop(ctx context.Context, t *leader.Term) error {
 	part := t.Partition()
 	var out outage
 	defer r.m.setBacklog(0, 0) // the gauges are the leader's: a relay that does not lead shows 0
+	defer r.fails.FlushAll()
 	if r.shards == nil {
 		r.leading.Store(true)
 		defer r.leading.Store(false)
@@ -307,6 +309,7 @@ func (r *Relay) drainLoop(ctx context.Context, t *leader.Term) error {
 		}
 		r.stats.wakeups.Add(1)
 		err := r.drainPipelined(ctx, t, part, &out, log)
+		r.fails.Flush() // the last failure lines held back, once their interval has ended
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -315,7 +318,7 @@ func (r *Relay) drainLoop(ctx context.Context, t *leader.Term) error {
 		case t.Yielding():
 			return nil // what the drain could record is recorded; the rest stays pending
 		case err != nil:
-			log.WarnContext(ctx, "outbox: drain failed; retrying at the next wake-up", slog.Any("err", err))
+			r.fails.Log(ctx, log, "\x00drain", slog.LevelWarn, "outbox: drain failed; retrying at the next wake-up", slog.Any("err", err))
 		}
 	}
 }
@@ -383,7 +386,8 @@ func scanDue(r pgx.Row, sent time.Time) (x row, cut bool, err error) {
 // turning a panic into an error.
 //
 // A failed publish is logged here, under the publish span, so that the log line carries the trace
-// of the request that enqueued the message.
+// of the request that enqueued the message; at most one line per topic per obs.LogInterval, with
+// the count of those held back (an outage fails every publish).
 func (r *Relay) publishOne(ctx context.Context, x row, log *slog.Logger) (err error) {
 	pctx, cancel := context.WithTimeout(ctx, r.o.publishTimeout)
 	defer cancel()
@@ -399,7 +403,11 @@ func (r *Relay) publishOne(ctx context.Context, x row, log *slog.Logger) (err er
 			if ctx.Err() == nil {
 				permanent := errors.Is(err, ErrInvalidMessage)
 				lo, hi := backoffBounds(r.o.backoffBase, r.o.backoffCap, x.attempts+1)
-				log.WarnContext(pctx, "outbox: publish failed", slog.String("msg_id", x.msg.ID.String()),
+				key := x.msg.Topic
+				if permanent {
+					key += "\x00permanent"
+				}
+				r.fails.Log(pctx, log, key, slog.LevelWarn, "outbox: publish failed", slog.String("msg_id", x.msg.ID.String()),
 					slog.String("topic", x.msg.Topic), slog.Int("attempt", x.attempts+1), slog.Bool("permanent", permanent),
 					slog.Duration("retry_after_min", lo), slog.Duration("retry_after_max", hi), slog.Any("err", err))
 			}

@@ -71,6 +71,7 @@ type Consumer struct {
 	running atomic.Bool
 	m       *consumerMetrics
 	tracer  trace.Tracer
+	fails   *obs.LogLimiter // the "message failed" lines: one per obs.LogInterval
 
 	applied, duplicates, failed, poison atomic.Int64
 }
@@ -113,6 +114,7 @@ func NewConsumer(nameservers []string, group, topic string, pool *pgxpool.Pool, 
 		pool: pool, store: store, handler: handler, o: o, m: m,
 		log:    o.log.With("group", group, "topic", topic),
 		tracer: obs.TracerProvider(o.tp).Tracer(tracerName),
+		fails:  obs.NewLogLimiter(obs.LogInterval, nil),
 	}, nil
 }
 
@@ -185,7 +187,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	c.log.InfoContext(ctx, "rocketmq: consumer started", "orderly", c.o.orderly)
 
-	<-ctx.Done()
+	flush := time.NewTicker(obs.LogInterval) // writes the last "message failed" line held back
+	for waiting := true; waiting; {
+		select {
+		case <-ctx.Done():
+			waiting = false
+		case <-flush.C:
+			c.fails.Flush()
+		}
+	}
+	flush.Stop()
 
 	r.gate.Lock()
 	r.stopping = true
@@ -195,6 +206,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.log.WarnContext(ctx, "rocketmq: consumer shutdown", "err", err)
 	}
 	close(r.stopped)
+	c.fails.FlushAll()
 	c.log.InfoContext(ctx, "rocketmq: consumer stopped")
 	return nil
 }
@@ -289,8 +301,10 @@ func (c *Consumer) handle(runCtx context.Context, m *primitive.MessageExt) (err 
 		failSpan(span, err)
 		return nil
 	case err != nil:
-		c.log.WarnContext(ctx, "rocketmq: message failed, redelivering later", "msg_id", msg.ID,
-			"mq_msg_id", m.MsgId, "reconsume_times", m.ReconsumeTimes, "err", err)
+		// One line per interval, with the count of those held back: while PostgreSQL or what the
+		// handler calls is away, every message fails.
+		c.fails.Log(ctx, c.log, "", slog.LevelWarn, "rocketmq: message failed, redelivering later", slog.String("msg_id", msg.ID.String()),
+			slog.String("mq_msg_id", m.MsgId), slog.Int("reconsume_times", int(m.ReconsumeTimes)), slog.Any("err", err))
 		return err
 	case dup:
 		c.duplicates.Add(1)

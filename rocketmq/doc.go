@@ -82,7 +82,10 @@
 //	rocketmq.SetClientLogger(log.With("component", "rocketmq-client"), slog.LevelWarn)
 //
 // so that it need not import the client's rlog package ([NewRlogAdapter] and [NewPanicHandler]
-// set one of them alone), or quiets the client with ROCKETMQ_GO_LOG_LEVEL=warn.
+// set one of them alone), or quiets the client with ROCKETMQ_GO_LOG_LEVEL=warn. Left to logrus,
+// the client logs whole messages, bodies and properties included (the pulled batch each time a
+// handler fails), and repeats a line for every failure; the adapter SetClientLogger installs
+// logs messages as their count and ids and a repeated line once per 5 s ([NewRlogAdapter]).
 //
 // Publish in the relay, consume in another service:
 //

@@ -2,8 +2,11 @@ package rocketmq
 
 import (
 	"context"
+	"log/slog"
+	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -40,3 +43,9 @@ func NewKeySelector() interface {
 
 // ProbeProperty marks a message keySelector refuses to place.
 const ProbeProperty = probeProperty
+
+// NewRlogAdapterAt returns the adapter of NewRlogAdapter reading the time from now, so that a
+// test can end the interval of its repeated lines.
+func NewRlogAdapterAt(l *slog.Logger, level slog.Level, now func() time.Time) rlog.Logger {
+	return newRlogAdapter(l, level, now)
+}

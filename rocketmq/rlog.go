@@ -2,12 +2,17 @@ package rocketmq
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
+
+	"github.com/txkit/txkit/internal/obs"
 )
 
 // SetClientLogger points rocketmq-client-go's two process-wide hooks at l, in one call for a
@@ -39,6 +44,17 @@ func SetClientLogger(l *slog.Logger, level slog.Level) {
 // level with fatal=true; the adapter never exits the process. Level (what rlog.SetLogLevel calls)
 // changes the threshold; OutputPath is ignored (l's handler decides where lines go).
 //
+// The adapter filters what the client logs:
+//
+//   - No message body or property reaches l. The client puts whole messages into some lines (the
+//     pulled batch, bodies and properties included, into "consumeMessageCurrently error" each
+//     time a handler fails); a field holding messages is logged as their count and broker
+//     message ids, and a field of any other struct, map or pointer type as its type name only.
+//   - A line the client repeats (for every message while a handler fails, for every request while
+//     a broker is away) is written at most once per 5 s per level and text, with "suppressed"=the
+//     count of those not written since; the last one held back is written once its 5 s have
+//     ended, when the client next logs anything.
+//
 // rocketmq-client-go logs through one process-wide logger, so installing the adapter is a
 // program's decision, not a library's: this package never calls rlog.SetLogger itself. A main
 // calls [SetClientLogger], or, to install the adapter alone:
@@ -50,14 +66,19 @@ func NewRlogAdapter(l *slog.Logger, level slog.Level) rlog.Logger {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
-	a := &rlogAdapter{l: l}
+	return newRlogAdapter(l, level, nil)
+}
+
+func newRlogAdapter(l *slog.Logger, level slog.Level, now func() time.Time) *rlogAdapter {
+	a := &rlogAdapter{l: l, repeats: obs.NewLogLimiter(obs.LogInterval, now)}
 	a.level.Set(level)
 	return a
 }
 
 type rlogAdapter struct {
-	l     *slog.Logger
-	level slog.LevelVar
+	l       *slog.Logger
+	level   slog.LevelVar
+	repeats *obs.LogLimiter // keyed by level and text
 }
 
 func (a *rlogAdapter) Debug(msg string, fields map[string]any) {
@@ -98,6 +119,7 @@ func (a *rlogAdapter) Level(level string) {
 func (a *rlogAdapter) OutputPath(string) error { return nil }
 
 func (a *rlogAdapter) log(level slog.Level, msg string, fields map[string]any, fatal bool) {
+	a.repeats.Flush() // any line of the client's, of any level, writes the repeats held back
 	if msg == "" && len(fields) == 0 {
 		return
 	}
@@ -115,7 +137,90 @@ func (a *rlogAdapter) log(level slog.Level, msg string, fields map[string]any, f
 		attrs = append(attrs, slog.Bool("fatal", true))
 	}
 	for _, k := range names {
-		attrs = append(attrs, slog.Any(k, fields[k]))
+		attrs = append(attrs, slog.Attr{Key: k, Value: clientValue(fields[k])})
 	}
-	a.l.LogAttrs(ctx, level, msg, attrs...)
+	a.repeats.Log(ctx, a.l, level.String()+"\x00"+msg, level, msg, attrs...)
+}
+
+// maxLoggedIDs bounds the message ids logged for a field holding messages.
+const maxLoggedIDs = 16
+
+// clientValue is what the adapter logs for the value of a field of the client's: never a
+// message's body or properties. Messages become their count and broker message ids (at most
+// maxLoggedIDs of them); queues their description; errors their text; bytes their count; values
+// of basic kinds and slices of them stay as they are; any other struct, map, pointer or interface
+// value becomes its type name, since it might hold a message.
+func clientValue(v any) slog.Value {
+	switch x := v.(type) {
+	case nil:
+		return slog.AnyValue(nil)
+	case *primitive.MessageExt:
+		return messagesValue([]*primitive.MessageExt{x}, 0)
+	case []*primitive.MessageExt:
+		return messagesValue(x, 0)
+	case primitive.MessageExt:
+		return messagesValue([]*primitive.MessageExt{&x}, 0)
+	case *primitive.Message:
+		return messagesValue(nil, 1)
+	case []*primitive.Message:
+		return messagesValue(nil, len(x))
+	case primitive.Message:
+		return messagesValue(nil, 1)
+	case *primitive.MessageQueue:
+		if x == nil {
+			return slog.AnyValue(nil)
+		}
+		return slog.StringValue(x.String())
+	case primitive.MessageQueue:
+		return slog.StringValue(x.String())
+	case []*primitive.MessageQueue:
+		qs := make([]string, 0, len(x))
+		for _, q := range x {
+			if q != nil {
+				qs = append(qs, q.String())
+			}
+		}
+		return slog.StringValue(strings.Join(qs, ", "))
+	case []byte: // a body, perhaps
+		return slog.StringValue(fmt.Sprintf("(%d bytes, not logged)", len(x)))
+	case error:
+		return slog.StringValue(x.Error())
+	case time.Duration, time.Time:
+		return slog.AnyValue(x)
+	}
+	if basic(reflect.TypeOf(v)) {
+		return slog.AnyValue(v)
+	}
+	return slog.StringValue(fmt.Sprintf("(%T, not logged)", v))
+}
+
+// basic reports whether t is a bool, number or string kind, or a slice or array of one.
+func basic(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array:
+		return basic(t.Elem())
+	case reflect.Bool, reflect.String, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64:
+		return true
+	}
+	return false
+}
+
+// messagesValue is the logged form of a field holding messages: the count, and the broker message
+// ids of msgs (count: n when msgs is nil, the messages having no id yet).
+func messagesValue(msgs []*primitive.MessageExt, n int) slog.Value {
+	if msgs == nil {
+		return slog.GroupValue(slog.Int("count", n))
+	}
+	ids := make([]string, 0, min(len(msgs), maxLoggedIDs))
+	for _, m := range msgs {
+		if len(ids) == maxLoggedIDs {
+			break
+		}
+		if m != nil {
+			ids = append(ids, m.MsgId)
+		}
+	}
+	return slog.GroupValue(slog.Int("count", len(msgs)), slog.String("msg_ids", strings.Join(ids, ",")))
 }

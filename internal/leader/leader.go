@@ -75,6 +75,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/fence"
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
@@ -237,6 +238,7 @@ type Job struct {
 	work     Work
 	o        options
 	fenced   atomic.Int64
+	fails    *obs.LogLimiter // the lines of failures retried after a pause: one per obs.LogInterval
 
 	// Set by NewShards for a partition's job: its number, and the terms the shared listener pokes.
 	part  int
@@ -268,7 +270,7 @@ func New(el lock.Elector, pool *pgxpool.Pool, f *fence.Fence, resource string, w
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	return &Job{el: el, pool: pool, fence: f, resource: resource, work: work, o: o}, nil
+	return &Job{el: el, pool: pool, fence: f, resource: resource, work: work, o: o, fails: obs.NewLogLimiter(obs.LogInterval, nil)}, nil
 }
 
 // Fenced returns how many times a term of the job was fenced out: refused on taking the lead, or
@@ -313,8 +315,9 @@ func (j *Job) leadYielding(ctx context.Context, l lock.Leadership, yield <-chan 
 		case isUndefinedTable(err):
 			return fmt.Errorf("%s: fence of %s (was fence.Fence.Migrate run?): %w", j.o.name, j.resource, err)
 		default:
-			log.Warn(j.o.name+": fence check failed; retrying before working", slog.Any("err", err))
+			j.fails.Log(ctx, log, "fence", slog.LevelWarn, j.o.name+": fence check failed; retrying before working", slog.Any("err", err))
 			pause(ctx, j.o.pause)
+			j.fails.Flush()
 			continue
 		}
 		break
@@ -402,14 +405,17 @@ func (j *Job) steppedDown(ctx context.Context, log *slog.Logger, err error) {
 // ends. A lost connection is opened again after a pause; each (re)connect pokes too, since
 // notifications sent while nobody listened are gone.
 func (j *Job) listen(ctx context.Context, poke func(), log *slog.Logger) {
+	defer j.fails.FlushAll()
 	for ctx.Err() == nil {
 		err := j.listenOnce(ctx, poke)
 		if ctx.Err() != nil {
 			return
 		}
-		log.Warn(j.o.name+": listening connection failed; polling until it is back",
+		// Once per interval with a count, while the database is away.
+		j.fails.Log(ctx, log, "listen", slog.LevelWarn, j.o.name+": listening connection failed; polling until it is back",
 			slog.String("channel", j.o.channel), slog.Any("err", err))
 		pause(ctx, j.o.pause)
+		j.fails.Flush()
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/fence"
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -182,7 +183,7 @@ func NewShards(parts int, electors ElectorFunc, pool *pgxpool.Pool, f *fence.Fen
 			po.crons = nil
 		}
 		s.jobs = append(s.jobs, &Job{el: el, pool: pool, fence: f, resource: PartitionName(resource, p), work: work,
-			o: po, part: p, terms: s.terms})
+			o: po, part: p, terms: s.terms, fails: obs.NewLogLimiter(obs.LogInterval, nil)})
 		s.els = append(s.els, el)
 	}
 	return s, nil

@@ -1,17 +1,21 @@
 // Package mqtest is what the tests and benchmarks that use the real RocketMQ share: a publisher on
-// the test name servers and a consumer group of a test's own, cleaned up when the test ends. It
-// links the RocketMQ client, so only packages that already test against RocketMQ import it (the
-// Makefile runs those without -race).
+// the test name servers, a consumer group of a test's own, and the broker behind a proxy a test
+// can cut, cleaned up when the test ends. It links the RocketMQ client, so only packages that
+// already test against RocketMQ import it (the Makefile runs those without -race).
 package mqtest
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"io"
 	"testing"
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
+	"github.com/txkit/txkit/internal/tcpproxy"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/rocketmq"
 )
@@ -49,4 +53,56 @@ func ConsumerGroup(tb testing.TB) string {
 		}
 	})
 	return g
+}
+
+// BrokerBehindProxy returns name servers for a client that reaches the test broker through a
+// proxy the test can cut, and that proxy: a proxy to the name server rewrites the broker's address
+// in the name server's answers (topic routes) into the broker proxy's, so that a publisher or
+// consumer on these name servers sends everything for the broker through the proxy. Cutting it
+// (Cut, Down, Partition) is a broker outage for that client alone; the shared broker and its other
+// clients go on. Both proxies stop when tb ends.
+func BrokerBehindProxy(tb testing.TB) (nameservers []string, broker *testenv.Proxy) {
+	tb.Helper()
+	ns := testenv.Namesrv(tb)
+	broker = testenv.NewRawProxy(tb, testenv.Broker(tb))
+	from, to := []byte(testenv.Broker(tb)), []byte(broker.Addr())
+	p, err := tcpproxy.New(ns[0], tcpproxy.WithReplies(func(dst io.Writer, src io.Reader) error {
+		return rewriteFrames(dst, src, from, to)
+	}))
+	if err != nil {
+		tb.Fatalf("proxy to name server %s: %v", ns[0], err)
+	}
+	tb.Cleanup(func() { _ = p.Close() })
+	return []string{p.Addr()}, broker
+}
+
+// rewriteFrames copies RocketMQ remoting frames from src to dst, replacing from with to in each
+// frame's header and body: a frame is its length (4 bytes, big endian, of what follows), the
+// header's length (4 bytes: the serialization type, then 3 bytes of length), the header, the body.
+func rewriteFrames(dst io.Writer, src io.Reader, from, to []byte) error {
+	var lens [8]byte
+	for {
+		if _, err := io.ReadFull(src, lens[:]); err != nil {
+			return err
+		}
+		total := binary.BigEndian.Uint32(lens[0:4])
+		mark := binary.BigEndian.Uint32(lens[4:8])
+		hlen := mark & 0xffffff
+		if total > 64<<20 || total < 4 || hlen > total-4 {
+			return io.ErrUnexpectedEOF
+		}
+		frame := make([]byte, total-4)
+		if _, err := io.ReadFull(src, frame); err != nil {
+			return err
+		}
+		header := bytes.ReplaceAll(frame[:hlen], from, to)
+		body := bytes.ReplaceAll(frame[hlen:], from, to)
+		out := make([]byte, 8, 8+len(header)+len(body))
+		binary.BigEndian.PutUint32(out[0:4], uint32(4+len(header)+len(body)))
+		binary.BigEndian.PutUint32(out[4:8], mark&0xff000000|uint32(len(header)))
+		out = append(append(out, header...), body...)
+		if _, err := dst.Write(out); err != nil {
+			return err
+		}
+	}
 }

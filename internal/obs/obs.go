@@ -4,7 +4,8 @@
 // collector with the same description is already there (two coordinators of one protocol, two
 // relays in one process), returns that one instead, so that they add to the same series. Labels
 // are bounded by construction: components label by protocol, op, result, outcome and the like,
-// never by gid, key, branch or message id.
+// never by gid, key, branch or message id. [LogLimiter] keeps the logs of failures that repeat
+// for every message during an outage to a line per key per [LogInterval], with a count.
 package obs
 
 import (

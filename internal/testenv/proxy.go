@@ -1,10 +1,16 @@
 package testenv
 
 import (
+	"context"
 	"encoding/binary"
 	"io"
+	"net"
+	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/tcpproxy"
 )
@@ -82,4 +88,30 @@ func (p *Proxy) zkReplies(dst io.Writer, src io.Reader) error {
 			return err
 		}
 	}
+}
+
+// PoolViaProxy returns a pool on s's schema whose connections go through a raw proxy the test can
+// cut, with a 1 s connect timeout, and the proxy; both are closed when the test ends.
+func PoolViaProxy(t testing.TB, s *Schema) (*pgxpool.Pool, *Proxy) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(s.URL)
+	if err != nil {
+		t.Fatalf("parse %s: %v", s.URL, err)
+	}
+	p := NewRawProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	host, port, err := net.SplitHostPort(p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.ConnectTimeout = host, uint16(n), time.Second
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pool through the proxy: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, p
 }

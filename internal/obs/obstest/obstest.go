@@ -1,5 +1,7 @@
 // Package obstest reads what a Prometheus registry exposes, for the tests of txkit's metrics: the
-// one helper that finds a series by name and labels, written once for every package's tests.
+// one helper that finds a series by name and labels, written once for every package's tests. For
+// the tests of txkit's logs it keeps the lines a component logs ([Logs]) and moves a clock by hand
+// ([Clock]).
 package obstest
 
 import (
