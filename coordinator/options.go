@@ -134,8 +134,11 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // queued meanwhile — but never waits longer than window: then it sends the queue itself. Each
 // transaction still gets its own outcome: a batch's statements keep each write's condition (the
 // gid not taken, the status expected), and a batch PostgreSQL refuses (one bad row) is made again
-// one write at a time. A leader's fenced writes and partial records are not grouped. A window
-// outside 0..1s is refused by New with an error wrapping [ErrInvalidOption].
+// one write at a time. Each caller returns when its own ctx ends; one whose write was in a batch
+// then, or whose batch lost its connection, gets an error wrapping [ErrInDoubt]. A batch is
+// bounded by its writers' latest deadline, and by the lease when one has none. A leader's fenced
+// writes and partial records are not grouped. A window outside 0..1s is refused by New with an
+// error wrapping [ErrInvalidOption].
 // docs/coordinators.md ("Group commit") has the figures.
 func WithGroupCommit(window time.Duration) Option {
 	return func(c *core.Config) { c.GroupCommit = window }
