@@ -532,7 +532,8 @@ func (l *Log) Unfinished(ctx context.Context, gids []string) (map[string]bool, e
 	return out, nil
 }
 
-// List returns the transactions f selects, in gid order, without their branches.
+// List returns the transactions f selects, in the byte order of their gids (whatever the database's
+// collation), without their branches.
 func (l *Log) List(ctx context.Context, f Filter) ([]*Transaction, error) {
 	var kind, status string
 	if f.Kind != 0 {
