@@ -162,8 +162,11 @@ func WithDeferredFinish() Option {
 // BeginOption configures one transaction (saga) at its coordinator's Begin.
 type BeginOption = core.BeginOption
 
-// WithGID sets the transaction's id (default: a new UUIDv7). twopc refuses a gid with a backslash
-// or a control character, or longer than its prepared transactions' names allow.
+// WithGID sets the transaction's id (default: a new UUIDv7). Begin refuses, with an error
+// wrapping [ErrInvalidOption], a gid that is empty, longer than 199 bytes, not valid UTF-8, or
+// that holds a control character (NUL, newline, escape), a format character (a bidirectional
+// override such as U+202E, a zero-width character) or a line or paragraph separator; twopc also
+// refuses a backslash.
 func WithGID(gid string) BeginOption { return func(c *core.BeginConfig) { c.GID = gid } }
 
 // WithTimeout sets the transaction's timeout (default [WithDefaultTimeout]): a tcc transaction

@@ -485,6 +485,9 @@ func (l *Log) resource() string { return "core:" + l.name }
 
 // Get returns gid's transaction with its branches, or an error wrapping [ErrNotFound].
 func (l *Log) Get(ctx context.Context, gid string) (*Transaction, error) {
+	if !pgutil.IsText(gid) { // PostgreSQL would refuse the query: no row can have it
+		return nil, fmt.Errorf("core: %q: %w", gid, ErrNotFound)
+	}
 	rows, err := l.pool.Query(ctx, l.q["get"], gid)
 	if err != nil {
 		return nil, fmt.Errorf("core: get %s: %w", gid, err)
