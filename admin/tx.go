@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/pgutil"
 )
 
 // TxFilter selects global transactions for [Admin.Transactions]. Zero fields select everything.
@@ -73,6 +74,9 @@ func (f TxFilter) Check() error {
 // checkFilter turns f into core's filter, or an error wrapping ErrBadRequest.
 func checkFilter(f TxFilter) (core.Filter, error) {
 	cf := core.Filter{After: f.After, Unfinished: f.Unfinished, Limit: f.Limit, OlderThan: f.OlderThan}
+	if !pgutil.IsText(f.After) {
+		return cf, fmt.Errorf("admin: after %q: not a gid (valid UTF-8 without NUL): %w", f.After, ErrBadRequest)
+	}
 	if f.Kind != "" {
 		k, err := core.ParseKind(f.Kind)
 		if err != nil {

@@ -134,8 +134,11 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // queued meanwhile — but never waits longer than window: then it sends the queue itself. Each
 // transaction still gets its own outcome: a batch's statements keep each write's condition (the
 // gid not taken, the status expected), and a batch PostgreSQL refuses (one bad row) is made again
-// one write at a time. A leader's fenced writes and partial records are not grouped. A window
-// outside 0..1s is refused by New with an error wrapping [ErrInvalidOption].
+// one write at a time. Each caller returns when its own ctx ends; one whose write was in a batch
+// then, or whose batch lost its connection, gets an error wrapping [ErrInDoubt]. A batch is
+// bounded by its writers' latest deadline, and by the lease when one has none. A leader's fenced
+// writes and partial records are not grouped. A window outside 0..1s is refused by New with an
+// error wrapping [ErrInvalidOption].
 // docs/coordinators.md ("Group commit") has the figures.
 func WithGroupCommit(window time.Duration) Option {
 	return func(c *core.Config) { c.GroupCommit = window }
@@ -159,8 +162,11 @@ func WithDeferredFinish() Option {
 // BeginOption configures one transaction (saga) at its coordinator's Begin.
 type BeginOption = core.BeginOption
 
-// WithGID sets the transaction's id (default: a new UUIDv7). twopc refuses a gid with a backslash
-// or a control character, or longer than its prepared transactions' names allow.
+// WithGID sets the transaction's id (default: a new UUIDv7). Begin refuses, with an error
+// wrapping [ErrInvalidOption], a gid that is empty, longer than 199 bytes, not valid UTF-8, or
+// that holds a control character (NUL, newline, escape), a format character (a bidirectional
+// override such as U+202E, a zero-width character) or a line or paragraph separator; twopc also
+// refuses a backslash.
 func WithGID(gid string) BeginOption { return func(c *core.BeginConfig) { c.GID = gid } }
 
 // WithTimeout sets the transaction's timeout (default [WithDefaultTimeout]): a tcc transaction

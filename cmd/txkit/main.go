@@ -48,6 +48,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/admin"
+	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/outbox"
 )
 
@@ -206,6 +207,7 @@ func newPoolOf(ctx context.Context, url string, max int32) (*pgxpool.Pool, error
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	cfg.MaxConns = max
+	pgutil.SetTCPTimeouts(&cfg.ConnConfig.Config) // a partition fails a command within a minute
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)

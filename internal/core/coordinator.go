@@ -261,8 +261,8 @@ type BeginConfig struct {
 	Timeout time.Duration // default: Config.Timeout
 }
 
-// Begin applies opts to the defaults: a new UUIDv7 gid and the configured timeout. A timeout
-// that is not positive returns an error wrapping [ErrInvalidOption].
+// Begin applies opts to the defaults: a new UUIDv7 gid and the configured timeout. A gid that
+// fails [CheckGID] or a timeout that is not positive returns an error wrapping [ErrInvalidOption].
 func (b *Base) Begin(opts []BeginOption) (BeginConfig, error) {
 	c := BeginConfig{Timeout: b.Cfg.Timeout}
 	for _, opt := range opts {
@@ -274,6 +274,9 @@ func (b *Base) Begin(opts []BeginOption) (BeginConfig, error) {
 			return c, b.Errorf("gid: %w", err)
 		}
 		c.GID = id.String()
+	}
+	if err := CheckGID(c.GID); err != nil {
+		return c, b.Errorf("begin: gid %.64q: %v: %w", c.GID, err, ErrInvalidOption)
 	}
 	if c.Timeout <= 0 {
 		return c, b.Errorf("begin %s: timeout %v: %w", c.GID, c.Timeout, ErrInvalidOption)

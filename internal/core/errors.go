@@ -27,6 +27,9 @@ var (
 	ErrRunning = errors.New("coordinator: already running")
 	// ErrTimeout: the transaction's timeout passed before it was decided.
 	ErrTimeout = errors.New("coordinator: timed out")
+	// ErrInDoubt: a write of the log may or may not have been made (its ctx ended, or its
+	// connection or session was lost, while it was in flight).
+	ErrInDoubt = errors.New("coordinator: outcome in doubt")
 )
 
 // PanicError is what a recovered panic becomes: a participant's Do called by [Base.Call], or a

@@ -24,12 +24,18 @@ import (
 // meanwhile (up to maxGroup, one per gid) are handed to the first of them, which sends them as one
 // batch: each write's own statement, pipelined in one implicit transaction — one round trip, one
 // commit. A queued write never waits longer than the window: then it sends what
-// is queued itself, beside the flush in flight. No goroutine is started: the writers take turns.
+// is queued itself, beside the flush in flight. The writers take turns: a lone write is sent by
+// its caller's goroutine; a batch by a goroutine of the log's own (counted like a deferred finish's,
+// [Log.Flush] waits for it), so that the writer leading it returns when its own ctx ends — its
+// outcome unknown, [ErrInDoubt] — while the batch goes on for the others. A batch is bounded by
+// the latest of its writers' deadlines, and by the log's lease when one of them has none.
 //
 // Each write keeps its condition (the gid not taken, the status expected): each caller learns its
 // own outcome from its own statement's count of rows.
 // When PostgreSQL refuses a batch (one bad row fails the whole transaction, which rolls back),
 // each of its writes is made again alone by its own caller, so that the others are unaffected.
+// An error that may come after the commit (the session ended: a FATAL error such as 57P01 in a
+// failover, a connection lost) is not a refusal: each writer gets an error wrapping [ErrInDoubt].
 // Fenced writes (a leader's) and partial records are never grouped: they run as before.
 
 // maxGroup bounds the writes of one batch.
@@ -149,15 +155,16 @@ func (l *Log) statement(w *write) (string, []any) {
 
 // writeBatch makes ws (distinct gids) in one round trip and one PostgreSQL transaction: each
 // write's own statement, in gid order so that concurrent batches lock rows in one order, sent
-// together in one pipeline (one Sync: one implicit transaction). An error means nothing was
-// written when it is a *pgconn.PgError (the transaction rolled back); otherwise the outcome is
-// unknown.
+// together in one pipeline (one Sync: one implicit transaction). refused reports that err means
+// nothing was written: PostgreSQL refused a statement, or the commit, and the transaction rolled
+// back. Otherwise the outcome of an error is unknown: the connection failed, or the session ended
+// (a FATAL error) after the statements ran, when the commit may have been made.
 //
 // One statement per write rather than one per kind of write over arrays: a join of unnest arrays
 // with the log's tables is planned for ten rows of each array, and PostgreSQL's generic plan
 // hashes them against a sequential scan of the whole table while its statistics are those of a
 // small table — a new deployment's for minutes, read in full by every batch.
-func (l *Log) writeBatch(ctx context.Context, ws []*write) ([]bool, error) {
+func (l *Log) writeBatch(ctx context.Context, ws []*write) (ok []bool, refused bool, err error) {
 	order := make([]int, len(ws))
 	for i := range order {
 		order[i] = i
@@ -169,19 +176,32 @@ func (l *Log) writeBatch(ctx context.Context, ws []*write) ([]bool, error) {
 		b.Queue(sql, args...)
 	}
 	res := l.pool.SendBatch(ctx, &b)
-	ok := make([]bool, len(ws))
+	ok = make([]bool, len(ws))
+	var pe *pgconn.PgError
 	for _, i := range order {
 		tag, err := res.Exec()
 		if err != nil {
 			_ = res.Close()
-			return nil, err
+			// Before the last statement's answer: the commit, at the Sync after it, was not made.
+			return nil, errors.As(err, &pe), err
 		}
 		ok[i] = tag.RowsAffected() > 0
 	}
 	if err := res.Close(); err != nil {
-		return nil, err
+		// Every statement ran: an ERROR is the commit's (rolled back); a FATAL one ends the
+		// session, which may have committed first.
+		return nil, errors.As(err, &pe) && !sessionEnded(pe), err
 	}
-	return ok, nil
+	return ok, false, nil
+}
+
+// sessionEnded reports whether pe ended its session (FATAL, PANIC) rather than a statement.
+func sessionEnded(pe *pgconn.PgError) bool {
+	sev := pe.SeverityUnlocalized
+	if sev == "" {
+		sev = pe.Severity
+	}
+	return sev == "FATAL" || sev == "PANIC"
 }
 
 // groupWriter groups a log's writes (see the top of this file).
@@ -241,7 +261,7 @@ func (g *groupWriter) do(ctx context.Context, w *write) (bool, error) {
 
 // wait waits for p's outcome, or for its turn to flush: when a flush hands it the queue, or when
 // its window runs out. When ctx ends first, p leaves the queue (nothing written) or, already
-// taken into a batch, returns ctx's error (its outcome unknown).
+// taken into a batch, returns an error wrapping [ErrInDoubt] and ctx's error.
 func (g *groupWriter) wait(ctx context.Context, p *pending) result {
 	timer := time.NewTimer(g.window)
 	defer timer.Stop()
@@ -270,8 +290,11 @@ func (g *groupWriter) wait(ctx context.Context, p *pending) result {
 				g.queue = slices.DeleteFunc(g.queue, func(q *pending) bool { return q == p })
 			}
 			g.mu.Unlock()
-			if st != leading {
+			switch st {
+			case queued: // left the queue: never written
 				return result{err: ctx.Err()}
+			case batched:
+				return result{err: inDoubt(ctx.Err())}
 			}
 			return g.lead(ctx, p, <-p.lead) // handed the queue: flush it for the others
 		}
@@ -302,9 +325,33 @@ func (g *groupWriter) takeLocked(first *pending) []*pending {
 }
 
 // lead flushes batch (p's write among them), hands the queue to its next writer, delivers the
-// others' outcomes and returns p's.
+// others' outcomes and returns p's. A lone write is made by p's goroutine with p's ctx; a batch
+// by a goroutine of the log's own, which p leaves when ctx ends (its outcome then unknown, unless
+// ctx had ended before: a write whose ctx has ended is left out of the batch).
 func (g *groupWriter) lead(ctx context.Context, p *pending, batch []*pending) result {
-	rs := g.flush(ctx, batch)
+	if len(batch) == 1 {
+		return g.deliver(p, batch, g.flush(ctx, batch))
+	}
+	gone := ctx.Err()
+	g.l.bg.add()
+	go func() {
+		defer g.l.bg.done()
+		g.deliver(nil, batch, g.flush(ctx, batch))
+	}()
+	if gone != nil {
+		return result{err: gone}
+	}
+	select {
+	case r := <-p.done:
+		return r
+	case <-ctx.Done():
+		return result{err: inDoubt(ctx.Err())}
+	}
+}
+
+// deliver hands the queue to its next writer and the outcomes rs to batch's writers, and returns
+// p's (p nil: every outcome is delivered).
+func (g *groupWriter) deliver(p *pending, batch []*pending, rs []result) result {
 	g.mu.Lock()
 	if len(g.queue) == 0 {
 		g.inflight--
@@ -324,8 +371,12 @@ func (g *groupWriter) lead(ctx context.Context, p *pending, batch []*pending) re
 	return own
 }
 
+// inDoubt is the error of a write whose outcome is unknown.
+func inDoubt(err error) error { return fmt.Errorf("group commit: %w: %w", ErrInDoubt, err) }
+
 // flush makes the writes of batch whose callers still wait: one alone with its caller's ctx,
-// several in one batch with ctx's values, bounded by the latest of their deadlines.
+// several in one batch with ctx's values, bounded by the latest of their deadlines — by the lease
+// from now when one of them has none, so that a batch lost in a network partition ends.
 func (g *groupWriter) flush(ctx context.Context, batch []*pending) []result {
 	rs := make([]result, len(batch))
 	var live []int
@@ -356,19 +407,16 @@ func (g *groupWriter) flush(ctx context.Context, batch []*pending) []result {
 		rs[live[0]] = result{ok: ok, err: err}
 		return rs
 	}
-	fctx := context.WithoutCancel(ctx)
-	if !unbounded {
-		var cancel context.CancelFunc
-		fctx, cancel = context.WithDeadline(fctx, deadline)
-		defer cancel()
+	if bound := time.Now().Add(g.l.o.lease); unbounded && bound.After(deadline) {
+		deadline = bound
 	}
+	fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancel()
 	ws := make([]*write, len(live))
 	for j, i := range live {
 		ws[j] = batch[i].w
 	}
-	oks, err := g.l.writeBatch(fctx, ws)
-	var pe *pgconn.PgError
-	refused := errors.As(err, &pe)
+	oks, refused, err := g.l.writeBatch(fctx, ws)
 	if refused {
 		g.mu.Lock()
 		g.stats.Fallbacks++
@@ -381,7 +429,7 @@ func (g *groupWriter) flush(ctx context.Context, batch []*pending) []result {
 		case refused:
 			rs[i] = result{solo: true}
 		default:
-			rs[i] = result{err: fmt.Errorf("group commit of %d writes: %w", len(ws), err)}
+			rs[i] = result{err: fmt.Errorf("group commit of %d writes: %w: %w", len(ws), ErrInDoubt, err)}
 		}
 	}
 	return rs

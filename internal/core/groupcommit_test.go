@@ -2,14 +2,20 @@ package core_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/tcpproxy"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/lock"
 )
@@ -303,5 +309,248 @@ func TestIntegrationGroupCommitBadRow(t *testing.T) {
 func TestGroupCommitOption(t *testing.T) {
 	if _, err := core.New(&pgxpool.Pool{}, core.WithGroupCommit(-time.Millisecond)); !errors.Is(err, core.ErrInvalidOption) {
 		t.Fatalf("negative window = %v, want ErrInvalidOption", err)
+	}
+}
+
+// proxiedLog returns a migrated log with opts whose pool reaches PostgreSQL through the proxy
+// listening on proxy(target) (target: the server's host:port), and the test's schema.
+func proxiedLog(t *testing.T, proxy func(target string) string, opts ...core.LogOption) (*core.Log, *testenv.Schema) {
+	t.Helper()
+	s := testenv.PG(t)
+	cfg, err := pgxpool.ParseConfig(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, err := net.SplitHostPort(proxy(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(p), nil
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l, err := core.New(pool, append([]core.LogOption{core.WithSchema(s.Name)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return l, s
+}
+
+// batchBehindPartition records the transactions gc-lead and gc-other (and blocker) through a proxy,
+// then queues a decision of gc-lead (with leadCtx, first: it leads the batch) and one of gc-other
+// (with otherCtx) behind a blocked decision of blocker, and lets the batch go, armed to partition
+// the proxy the moment the batch reaches PostgreSQL: the batch commits, its answer is lost. It
+// returns the two decisions' errors; the blocked one has returned nil.
+func batchBehindPartition(t *testing.T, leadCtx func() context.Context, otherCtx context.Context, opts ...core.LogOption) (
+	l *core.Log, p *testenv.Proxy, lead, other <-chan error) {
+	t.Helper()
+	ctx := t.Context()
+	l, s := proxiedLog(t, func(target string) string { p = testenv.NewRawProxy(t, target); return p.Addr() },
+		append([]core.LogOption{core.WithGroupCommit(time.Minute)}, opts...)...)
+	for _, gid := range []string{"blocker", "gc-lead", "gc-other"} {
+		if err := l.Create(ctx, gid, core.KindTCC, time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := holdRow(t, s, "blocker")
+	blocked := goWrite(func() error {
+		_, err := l.Decide(ctx, "blocker", core.StatusTrying, core.StatusConfirming)
+		return err
+	})
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool { return l.GroupCommitStats().Immediate == 4 },
+		"the blocked decision is in flight")
+	decide := func(ctx context.Context, gid string) <-chan error {
+		return goWrite(func() error {
+			_, err := l.Decide(ctx, gid, core.StatusTrying, core.StatusConfirming)
+			return err
+		})
+	}
+	lead = decide(leadCtx(), "gc-lead")
+	testenv.Eventually(t, 10*time.Second, time.Millisecond, func() bool { return l.GroupCommitStats().Queued == 1 }, "gc-lead queued")
+	other = decide(otherCtx, "gc-other")
+	testenv.Eventually(t, 10*time.Second, time.Millisecond, func() bool { return l.GroupCommitStats().Queued == 2 }, "gc-other queued")
+	p.PartitionAfter([]byte("gc-other"))
+	release()
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	return l, p, lead, other
+}
+
+// The writer leading a batch returns when its ctx ends — 1 s — with an error wrapping ErrInDoubt,
+// while the batch goes on for the others: behind a network partition, the other writer (no
+// deadline) waits until the partition heals (its connection cut: in doubt too), and the batch,
+// which reached PostgreSQL, committed both decisions. Before, the leader waited for the batch,
+// bounded only by the latest deadline of its writers — none here: until the partition healed.
+func TestIntegrationGroupCommitLeaderDeadline(t *testing.T) {
+	ctx := t.Context()
+	var begun time.Time
+	l, p, lead, other := batchBehindPartition(t, func() context.Context {
+		begun = time.Now()
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		t.Cleanup(cancel)
+		return c
+	}, ctx)
+	select {
+	case err := <-lead:
+		if !errors.Is(err, core.ErrInDoubt) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the leader's decision = %v, want ErrInDoubt and DeadlineExceeded", err)
+		}
+		if d := time.Since(begun); d > 2500*time.Millisecond {
+			t.Fatalf("the leader returned %v after its ctx began, deadline 1 s", d)
+		}
+	case <-time.After(6 * time.Second):
+		p.Heal()
+		t.Fatalf("the leader, deadline 1 s, still blocked %v after its ctx began", time.Since(begun))
+	}
+	if !p.Partitioned() {
+		t.Fatal("the batch never reached the proxy's pattern: the test shows nothing")
+	}
+	select {
+	case err := <-other:
+		t.Fatalf("the other writer returned with the leader (%v): the batch did not go on for it", err)
+	default:
+	}
+	p.Heal()
+	if err := <-other; !errors.Is(err, core.ErrInDoubt) {
+		t.Fatalf("the other writer, its connection cut = %v, want ErrInDoubt", err)
+	}
+	for _, gid := range []string{"gc-lead", "gc-other"} {
+		if tx := get(t, l, gid); tx.Status != core.StatusConfirming {
+			t.Fatalf("%s: %s, want confirming (the batch committed)", gid, tx.Status)
+		}
+	}
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A batch none of whose writers has a deadline is bounded by the log's lease: behind a partition,
+// both writers return in doubt once it has passed (2 s here), before the partition heals. Before,
+// such a batch had no bound: with TCP's retries, about 15 minutes.
+func TestIntegrationGroupCommitBatchCap(t *testing.T) {
+	ctx := t.Context()
+	const lease = 2 * time.Second
+	l, p, lead, other := batchBehindPartition(t, func() context.Context { return ctx }, ctx, core.WithLease(lease))
+	sent := time.Now()
+	timeout := time.After(lease + 6*time.Second)
+	for _, ch := range []<-chan error{lead, other} {
+		select {
+		case err := <-ch:
+			if !errors.Is(err, core.ErrInDoubt) {
+				t.Fatalf("a decision of the batch = %v, want ErrInDoubt", err)
+			}
+		case <-timeout:
+			p.Heal()
+			t.Fatalf("a batch without deadline still blocked %v behind the partition (lease %v)", time.Since(sent), lease)
+		}
+	}
+	if !p.Partitioned() {
+		t.Fatal("the partition healed before the writers returned: the test shows nothing")
+	}
+	p.Heal()
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fatalAfterCommit is a proxy's copy of PostgreSQL's messages that, once armed, replaces the
+// ReadyForQuery that ends a batch (two CommandCompletes or more since the last one: every
+// statement ran, and the implicit transaction committed) with the FATAL error a backend sends
+// when it is terminated (57P01, pg_terminate_backend, a failover), and cuts the connection.
+func fatalAfterCommit(armed *atomic.Bool) func(dst io.Writer, src io.Reader) error {
+	return func(dst io.Writer, src io.Reader) error {
+		hdr := make([]byte, 5)
+		completes := 0
+		for {
+			if _, err := io.ReadFull(src, hdr); err != nil {
+				return err
+			}
+			body := make([]byte, binary.BigEndian.Uint32(hdr[1:])-4)
+			if _, err := io.ReadFull(src, body); err != nil {
+				return err
+			}
+			switch hdr[0] {
+			case 'C':
+				completes++
+			case 'Z':
+				if completes >= 2 && armed.CompareAndSwap(true, false) {
+					var e []byte
+					for _, f := range []string{"SFATAL", "VFATAL", "C57P01", "Mterminating connection due to administrator command"} {
+						e = append(append(e, f...), 0)
+					}
+					e = append(e, 0)
+					msg := binary.BigEndian.AppendUint32([]byte{'E'}, uint32(len(e)+4))
+					_, err := dst.Write(append(msg, e...))
+					return err
+				}
+				completes = 0
+			}
+			if _, err := dst.Write(append(hdr, body...)); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// A batch whose session ends after its statements ran — PostgreSQL committed, then the backend was
+// terminated (FATAL 57P01, as in a failover) before the answer — is in doubt: each writer gets an
+// error wrapping ErrInDoubt, and the rows are there. Before, the FATAL error was taken for a
+// refusal and each write made again alone, which found its own committed row: "gid exists"
+// (ErrInvalidState) for a transaction this very call recorded.
+func TestIntegrationGroupCommitAmbiguousCommit(t *testing.T) {
+	ctx := t.Context()
+	var armed atomic.Bool
+	l, s := proxiedLog(t, func(target string) string {
+		p, err := tcpproxy.New(target, tcpproxy.WithReplies(fatalAfterCommit(&armed)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		return p.Addr()
+	}, core.WithGroupCommit(time.Minute))
+	if err := l.Create(ctx, "blocker", core.KindTCC, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	release := holdRow(t, s, "blocker")
+	blocked := goWrite(func() error {
+		_, err := l.Decide(ctx, "blocker", core.StatusTrying, core.StatusConfirming)
+		return err
+	})
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool { return l.GroupCommitStats().Immediate == 2 },
+		"the blocked decision is in flight")
+	c1 := goWrite(func() error { return l.Create(ctx, "c1", core.KindTCC, time.Minute, nil) })
+	c2 := goWrite(func() error { return l.Create(ctx, "c2", core.KindSaga, time.Minute, nil, httpBranch("x")) })
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool { return l.GroupCommitStats().Queued == 2 },
+		"two creates queued")
+	armed.Store(true)
+	release()
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []<-chan error{c1, c2} {
+		if err := <-ch; !errors.Is(err, core.ErrInDoubt) {
+			t.Fatalf("a create whose batch committed, then lost its session = %v, want ErrInDoubt", err)
+		}
+	}
+	if armed.Load() {
+		t.Fatal("the proxy never sent the FATAL error: the test shows nothing")
+	}
+	for gid, want := range map[string]core.Status{"c1": core.StatusTrying, "c2": core.StatusRunning} {
+		if tx := get(t, l, gid); tx.Status != want {
+			t.Fatalf("%s: %s, want %s (the batch committed)", gid, tx.Status, want)
+		}
+	}
+	if st := l.GroupCommitStats(); st.Fallbacks != 0 {
+		t.Fatalf("stats %+v: the batch was made again one by one", st)
 	}
 }

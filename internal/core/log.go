@@ -485,6 +485,9 @@ func (l *Log) resource() string { return "core:" + l.name }
 
 // Get returns gid's transaction with its branches, or an error wrapping [ErrNotFound].
 func (l *Log) Get(ctx context.Context, gid string) (*Transaction, error) {
+	if !pgutil.IsText(gid) { // PostgreSQL would refuse the query: no row can have it
+		return nil, fmt.Errorf("core: %q: %w", gid, ErrNotFound)
+	}
 	rows, err := l.pool.Query(ctx, l.q["get"], gid)
 	if err != nil {
 		return nil, fmt.Errorf("core: get %s: %w", gid, err)
@@ -532,7 +535,8 @@ func (l *Log) Unfinished(ctx context.Context, gids []string) (map[string]bool, e
 	return out, nil
 }
 
-// List returns the transactions f selects, in gid order, without their branches.
+// List returns the transactions f selects, in the byte order of their gids (whatever the database's
+// collation), without their branches.
 func (l *Log) List(ctx context.Context, f Filter) ([]*Transaction, error) {
 	var kind, status string
 	if f.Kind != 0 {

@@ -36,6 +36,10 @@ func CheckText(s string, max int) error {
 	return nil
 }
 
+// IsText reports whether PostgreSQL can hold s in a text value: valid UTF-8 without NUL bytes.
+// A query given a parameter that is not fails (22021); a row cannot hold one.
+func IsText(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
+
 // Table returns table, qualified by schema when schema is not empty: quoted for SQL, and plain
 // ("schema.table") for messages and logs.
 func Table(schema, table string) (quoted, plain string) {

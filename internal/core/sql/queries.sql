@@ -123,14 +123,17 @@ select gid, kind, status, timeout_at, next_retry_at, attempts, coalesce(last_err
 from {{.Global}} where gid = $1
 {{end}}
 
+{{/* In byte order (collate "C"), whatever the database's collation: the cursor $3 is the last gid
+of a page that callers (the admin API) merge across logs in Go's byte order; paged in an ICU or
+libc collation, rows between the two orders were skipped. */}}
 {{define "list"}}
 select gid, kind, status, timeout_at, next_retry_at, attempts, coalesce(last_error, ''), payload, created_at, updated_at,
     coalesce(trace_context, '')
 from {{.Global}}
-where ($1::text = '' or kind = $1) and ($2::text = '' or status = $2) and ($3::text = '' or gid > $3)
+where ($1::text = '' or kind = $1) and ($2::text = '' or status = $2) and ($3::text = '' or gid collate "C" > $3)
   and (not $4::bool or status not in ({{.Finals}}))
   and ($6::float8 = 0 or created_at < now() - make_interval(secs => $6::float8))
-order by gid
+order by gid collate "C"
 limit $5
 {{end}}
 
