@@ -90,12 +90,12 @@ func TestIntegrationAPIUnauthenticatedFlood(t *testing.T) {
 			t.Fatalf("429 without Retry-After: %v", r.header)
 		}
 	}
+	if rows := auditRows(t, s); rows != 0 {
+		t.Fatalf("%d audit rows after %d unauthenticated POSTs, want none", rows, n)
+	}
 	if status[401]+status[429] != n || status[401] < admin.DefaultBurst || status[429] == 0 {
 		t.Fatalf("answers %v: want %d of 401 and 429 together, at least the burst (%d) of 401 and some 429",
 			status, n, admin.DefaultBurst)
-	}
-	if rows := auditRows(t, s); rows != 0 {
-		t.Fatalf("%d audit rows after %d unauthenticated POSTs, want none", rows, n)
 	}
 	if u, l := refusedTotal(t, reg, "unauthorized"), refusedTotal(t, reg, "rate_limited"); u != status[401] || l != status[429] {
 		t.Fatalf("txkit_admin_refused_total unauthorized %d, rate_limited %d; answered %v", u, l, status)

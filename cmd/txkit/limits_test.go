@@ -31,8 +31,8 @@ func limitedServer(t *testing.T, h http.Handler, lim serveLimits) (string, strin
 	return "http://" + ln.Addr().String(), ln.Addr().String()
 }
 
-// get sends GET url with a client of its own (no shared idle connections) and returns the status,
-// a header and the body.
+// get sends GET url with a client of its own (no shared idle connections; 15 s to answer) and
+// returns the status, a header and the body.
 func get(t *testing.T, url string) (int, http.Header, string) {
 	t.Helper()
 	tr := &http.Transport{}
@@ -41,7 +41,7 @@ func get(t *testing.T, url string) (int, http.Header, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := (&http.Client{Transport: tr}).Do(req)
+	resp, err := (&http.Client{Transport: tr, Timeout: 15 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
