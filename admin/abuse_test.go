@@ -109,6 +109,22 @@ func TestIntegrationAPIUnauthenticatedFlood(t *testing.T) {
 	if rows := auditRows(t, s); rows != 1 {
 		t.Fatalf("%d audit rows after one authenticated POST, want 1", rows)
 	}
+
+	// A read-only Admin (txkit serve without -token-file makes no audit table): its refusals are
+	// not an error line each.
+	roLog := &lineCounter{}
+	ro, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithAuditTable("never_migrated"),
+		admin.WithLogger(slog.New(slog.NewTextHandler(roLog, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := serve(t, ro)
+	for range admin.DefaultBurst {
+		rc.want(rc.do("POST", path), 401, "read-only")
+	}
+	if l := roLog.lines(); l != 1 {
+		t.Fatalf("%d log lines for %d refusals of a read-only Admin, want 1", l, admin.DefaultBurst)
+	}
 }
 
 // refusedTotal is the value of txkit_admin_refused_total{reason} in reg (0 when absent).

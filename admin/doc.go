@@ -13,6 +13,7 @@
 //		admin.WithElections(admin.Election{Name: "tcc recovery", Path: "/txkit/tcc/leader", Inspector: sess.Inspector()}))
 //	if err != nil { return err }
 //	if err := a.Migrate(ctx); err != nil { return err } // the audit table
+//	go a.Run(ctx) // purges audit rows past their retention; returns when ctx ends
 //	srv := &http.Server{Addr: "127.0.0.1:8089", Handler: a.Handler()}
 //
 // # The JSON API
