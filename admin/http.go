@@ -62,12 +62,13 @@ const maxRequestBody = 4 << 10
 //
 // Answers are JSON; errors are {"error": "..."} with 400 (a bad filter or id, saying what is
 // wrong), 401 (a mutating call without valid credentials), 404, 405, 409 (the row is not in a state
-// the action applies to), 429 (too many POSTs from the address) or 500 (whose body names a request id and never the internal error, which
-// is logged with that id). POST calls need "Authorization: Bearer <token>" ([WithTokens]) or an
-// HMAC signature ([WithHMACSecrets]; it covers the Idempotency-Key too); an "Idempotency-Key"
-// header makes a repeat answer what the first call answered, with the header
-// "Idempotent-Replay: true", and a signed request's signature is claimed as a nonce, so that a
-// replay of it within the timestamp window is answered the same way. POSTs are rate-limited per
+// the action applies to), 429 (too many POSTs from the address) or 500 (whose body names a
+// request id and never the internal error, which is logged with that id). POST calls need
+// "Authorization: Bearer <token>" ([WithTokens]) or an HMAC signature ([WithHMACSecrets]; it
+// covers the Idempotency-Key too); an "Idempotency-Key" header makes a repeat answer what the
+// first call answered, with the header "Idempotent-Replay: true", and a signed request's
+// signature is claimed as a nonce, so that a replay of it within the timestamp window is answered
+// the same way. POSTs are rate-limited per
 // client address ([WithRateLimit]: 429). Every POST of an authenticated actor is recorded in the
 // audit table, refused ones included; those refused before (no or bad credentials, over the rate)
 // are counted in a metric ([WithRegisterer]) and a sampled log line instead. GET calls change
