@@ -37,6 +37,9 @@ type Admin struct {
 	auditN string // plain audit table name, for messages
 	ddl    string
 	finals string // the final statuses' names as a SQL list, as core's partial indexes write it
+
+	refused *refusals // POSTs refused before authentication: a metric and a sampled log
+	limit   *limiter  // POSTs per client address; nil: no limit
 }
 
 type txLog struct {
@@ -62,6 +65,13 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Admin, error) {
 		return nil, err
 	}
 	a := &Admin{pool: pool, o: o}
+	var err error
+	if a.refused, err = newRefusals(o.reg, o.log, o.now); err != nil {
+		return nil, err
+	}
+	if o.rate > 0 {
+		a.limit = newLimiter(o.rate, o.burst, o.now)
+	}
 	for _, src := range o.logs {
 		lopts := []core.LogOption{core.WithTablePrefix(src.Prefix)}
 		if o.schema != "" {
@@ -81,7 +91,6 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Admin, error) {
 		obOpts = append(obOpts, outbox.WithSchema(o.schema))
 		ntOpts = append(ntOpts, notify.WithSchema(o.schema))
 	}
-	var err error
 	if a.ob, err = outbox.New(pool, obOpts...); err != nil {
 		return nil, fmt.Errorf("admin: %w: %w", err, ErrInvalidOption)
 	}
@@ -115,8 +124,10 @@ func (a *Admin) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// auditDDL is the audit table: one row per mutating call, refused ones included. key and response
-// make calls with an Idempotency-Key answer a repeat with the first answer.
+// auditDDL is the audit table: one row per mutating call of a known actor, refused ones included.
+// idem_key and response make calls with an Idempotency-Key answer a repeat with the first answer;
+// nonce (a hash of a signed request's signature, never the signature) makes a signed request
+// count once.
 func auditDDL(schema, table, plain string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "select pg_advisory_xact_lock(%d);\n", pgutil.MigrateLockKey("txkit/admin/migrate:"+table))
@@ -138,6 +149,16 @@ func auditDDL(schema, table, plain string) string {
 );
 create unique index if not exists %s on %s (actor, idem_key) where idem_key is not null;
 `, table, pgx.Identifier{plain + "_key"}.Sanitize(), table)
+	// Version 2: signed requests claim a hash of their signature as a nonce. Rows written before
+	// keyed a signed request by its signature ("signature:v1=..."): that becomes its nonce, and
+	// signatures are scrubbed from the messages that quoted such a key.
+	fmt.Fprintf(&b, `alter table %[1]s add column if not exists nonce text; -- sha256 hex of a signed request's signature
+create unique index if not exists %[2]s on %[1]s (nonce) where nonce is not null;
+create index if not exists %[3]s on %[1]s (at);
+update %[1]s set nonce = encode(sha256(convert_to(substr(idem_key, 11), 'UTF8')), 'hex'), idem_key = null
+where idem_key like 'signature:%%';
+update %[1]s set message = regexp_replace(message, 'v1=[0-9a-f]+', 'v1=(signature removed)', 'g') where message like '%%v1=%%';
+`, table, pgx.Identifier{plain + "_nonce"}.Sanitize(), pgx.Identifier{plain + "_at"}.Sanitize())
 	return b.String()
 }
 

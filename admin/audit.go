@@ -63,10 +63,11 @@ from `+a.audit+` order by id desc limit $1`, limit)
 	return out, nil
 }
 
-// call is one mutating call: who asks what, from where, with which Idempotency-Key.
+// call is one mutating call: who asks what, from where, with which Idempotency-Key, and, for a
+// signed request, the nonce it claims (the hex SHA-256 of its signature).
 type call struct {
 	actor, action, target string
-	remote, key           string
+	remote, key, nonce    string
 }
 
 // answer is what a mutating call answered: stored with its audit row, replayed for a repeat of its
@@ -94,23 +95,24 @@ func outcome(err error) (result string, status int) {
 	return ResultError, http.StatusInternalServerError
 }
 
-// mutate runs do for c and records it in the audit table. With an Idempotency-Key (c.key), a
-// first call claims the key with a "started" row before do runs; a repeat finds that row and
-// answers what the first call answered (or, while the first still runs, a conflict), without
-// running do again.
+// mutate runs do for c and records it in the audit table. With an Idempotency-Key (c.key) or a
+// nonce (c.nonce), a first call claims them with a "started" row before do runs; a repeat finds
+// that row and answers what the first call answered (or, while the first still runs, a
+// conflict), without running do again.
 func (a *Admin) mutate(ctx context.Context, c call, do func(context.Context) error) (answer, error) {
 	if c.actor == "" {
 		return answer{}, fmt.Errorf("admin: %s %s: empty actor: %w", c.action, c.target, ErrUnauthorized)
 	}
 	var rowID int64
-	if c.key != "" {
+	if c.key != "" || c.nonce != "" {
 		ans, id, err := a.claimKey(ctx, c)
 		if ans.replay {
 			return ans, err
 		}
 		if err != nil {
-			// A key used for another request, or still running: refused, and recorded as such.
-			return a.refuse(ctx, call{actor: c.actor, action: c.action, target: c.target, remote: c.remote}, err), err
+			// A key used for another request, or still running: refused, and recorded as such
+			// (with the nonce, so that a replay of this signed request is answered from this row).
+			return a.refuse(ctx, c.withoutKey(), err), err
 		}
 		rowID = id
 	}
@@ -146,19 +148,20 @@ func (a *Admin) refuse(ctx context.Context, c call, err error) answer {
 	body := a.answerBody(c, err)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	if rerr := a.record(rctx, c, result, status, message(err), nil); rerr != nil {
+	if rerr := a.record(rctx, c, result, status, message(err), body); rerr != nil {
 		a.o.log.Error("admin: audit record failed", "action", c.action, "target", c.target, "actor", c.actor, "err", rerr)
 	}
 	return answer{status: status, body: body}
 }
 
-// claimKey inserts c's "started" row, or finds the row of an earlier call with c's key.
+// claimKey inserts c's "started" row, claiming c's key and nonce, or finds the row of an earlier
+// call with c's nonce (the same signed request again) or c's key.
 func (a *Admin) claimKey(ctx context.Context, c call) (answer, int64, error) {
 	var id int64
-	err := a.pool.QueryRow(ctx, `insert into `+a.audit+` (actor, action, target, result, status, remote, idem_key)
-values ($1, $2, $3, $4, 0, $5, $6)
-on conflict (actor, idem_key) where idem_key is not null do nothing
-returning id`, c.actor, c.action, c.target, ResultStarted, c.remote, c.key).Scan(&id)
+	err := a.pool.QueryRow(ctx, `insert into `+a.audit+` (actor, action, target, result, status, remote, idem_key, nonce)
+values ($1, $2, $3, $4, 0, $5, nullif($6, ''), nullif($7, ''))
+on conflict do nothing
+returning id`, c.actor, c.action, c.target, ResultStarted, c.remote, c.key, c.nonce).Scan(&id)
 	if err == nil {
 		return answer{}, id, nil
 	}
@@ -169,18 +172,24 @@ returning id`, c.actor, c.action, c.target, ResultStarted, c.remote, c.key).Scan
 		action, target, result string
 		status                 int
 		body                   []byte
+		byNonce                bool
 	)
-	err = a.pool.QueryRow(ctx, `select action, target, result, status, coalesce(response, '') from `+a.audit+`
-where actor = $1 and idem_key = $2`, c.actor, c.key).Scan(&action, &target, &result, &status, &body)
+	err = a.pool.QueryRow(ctx, `select action, target, result, status, coalesce(response, ''), nonce is not distinct from $3
+from `+a.audit+` where nonce = $3 or (actor = $1 and idem_key = $2)
+order by nonce is not distinct from $3 desc limit 1`, c.actor, c.key, c.nonce).Scan(&action, &target, &result, &status, &body, &byNonce)
 	if err != nil {
 		return answer{}, 0, fmt.Errorf("admin: %s %s: read idempotency key: %w", c.action, c.target, err)
 	}
+	what := fmt.Sprintf("Idempotency-Key %q", c.key)
+	if byNonce {
+		what = "this signed request"
+	}
 	switch {
 	case action != c.action || target != c.target:
-		return answer{}, 0, fmt.Errorf("admin: Idempotency-Key %q was used for %s %s, not %s %s: %w",
-			c.key, action, target, c.action, c.target, ErrConflict)
+		return answer{}, 0, fmt.Errorf("admin: %s was used for %s %s, not %s %s: %w",
+			what, action, target, c.action, c.target, ErrConflict)
 	case result == ResultStarted:
-		return answer{}, 0, fmt.Errorf("admin: Idempotency-Key %q: its first request has not finished: %w", c.key, ErrConflict)
+		return answer{}, 0, fmt.Errorf("admin: %s: its first request has not finished: %w", what, ErrConflict)
 	}
 	var err2 error
 	if status != http.StatusOK {
@@ -197,10 +206,12 @@ type replayedError struct {
 
 func (e replayedError) Error() string { return "admin: replayed answer " + http.StatusText(e.status) }
 
-// record inserts an audit row.
+// record inserts an audit row. A row whose nonce is taken is not inserted: it is a replay of a
+// signed request whose first row is there.
 func (a *Admin) record(ctx context.Context, c call, result string, status int, msg string, body []byte) error {
-	_, err := a.pool.Exec(ctx, `insert into `+a.audit+` (actor, action, target, result, status, message, remote, idem_key, response)
-values ($1, $2, $3, $4, $5, $6, $7, nullif($8, ''), $9)`, c.actor, c.action, c.target, result, status, msg, c.remote, c.key, body)
+	_, err := a.pool.Exec(ctx, `insert into `+a.audit+` (actor, action, target, result, status, message, remote, idem_key, response, nonce)
+values ($1, $2, $3, $4, $5, $6, $7, nullif($8, ''), $9, nullif($10, ''))
+on conflict do nothing`, c.actor, c.action, c.target, result, status, msg, c.remote, c.key, body, c.nonce)
 	if err != nil {
 		return fmt.Errorf("admin: audit %s %s: %w", c.action, c.target, err)
 	}

@@ -13,6 +13,7 @@
 //		admin.WithElections(admin.Election{Name: "tcc recovery", Path: "/txkit/tcc/leader", Inspector: sess.Inspector()}))
 //	if err != nil { return err }
 //	if err := a.Migrate(ctx); err != nil { return err } // the audit table
+//	go a.Run(ctx) // purges audit rows past their retention; returns when ctx ends
 //	srv := &http.Server{Addr: "127.0.0.1:8089", Handler: a.Handler()}
 //
 // # The JSON API
@@ -33,19 +34,27 @@
 //	GET     /api/audit?limit=                     []AuditEntry, newest first
 //
 // Errors are {"error": "..."} with 400 (a bad filter, limit or id; the text says what is wrong),
-// 401 (a POST without valid credentials), 404, 405, 409 or 500. A 500's body names a request id
+// 401 (a POST without valid credentials), 404, 405, 409, 429 (too many POSTs from one address,
+// with Retry-After) or 500. A 500's body names a request id
 // and never the internal error, which is logged with that id.
 //
 // # Safety
 //
 // POST calls need "Authorization: Bearer <token>" ([WithTokens]) or an HMAC signature made as
 // txkit's participant requests are signed ([WithHMACSecrets]); without either configured the API
-// is read-only ([Admin.ReadOnly]). A POST with an "Idempotency-Key" header is done once: a repeat
-// answers what the first answered, with "Idempotent-Replay: true" (a signed request is keyed by its
-// signature when it carries no key); without a key, a repeat of a
-// done requeue is refused with 409 (the message is pending now) and has no second effect. Every
-// POST — refused ones too — is recorded in the audit table (actor, time, action, target, result,
-// remote address). No SQL is built from request text: table names come from options, checked by
+// is read-only ([Admin.ReadOnly]). A token or secret names one actor, and no token or HMAC actor
+// may be named like the txkit command's ("cli:..."): [New] refuses both. A POST with an
+// "Idempotency-Key" header is done once: a repeat answers what the first answered, with
+// "Idempotent-Replay: true". A signature covers the Idempotency-Key, and is claimed as a nonce
+// (its SHA-256 is kept, never the signature): the same signed request again gets the first answer,
+// and one with another key does not verify. Without a key, a repeat of a done requeue is refused
+// with 409 (the message is pending now) and has no second effect. Every POST of an authenticated
+// actor — refused ones too — is recorded in the audit table (actor, time, action, target, result,
+// remote address); a POST refused before (no or bad credentials, a read-only Admin) is counted in
+// txkit_admin_refused_total ([WithRegisterer]) and logged at most every 10 s, never written to the
+// table. POSTs are limited per client address ([WithRateLimit]; 429 past it). [Admin.Run] purges
+// audit rows older than [WithAuditRetention] (30 days); [Admin.PurgeAudit] and `txkit audit purge`
+// do one pass. No SQL is built from request text: table names come from options, checked by
 // [New] with the owning packages' checks, and every value is a bind parameter. GET calls change
 // nothing; request bodies are bounded.
 package admin

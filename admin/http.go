@@ -2,6 +2,8 @@ package admin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -60,12 +62,17 @@ const maxRequestBody = 4 << 10
 //
 // Answers are JSON; errors are {"error": "..."} with 400 (a bad filter or id, saying what is
 // wrong), 401 (a mutating call without valid credentials), 404, 405, 409 (the row is not in a state
-// the action applies to) or 500 (whose body names a request id and never the internal error, which
-// is logged with that id). POST calls need "Authorization: Bearer <token>" ([WithTokens]) or an
-// HMAC signature ([WithHMACSecrets]); an "Idempotency-Key" header makes a repeat answer what the
-// first call answered, with the header "Idempotent-Replay: true" (a signed request without one is
-// keyed by its signature, so a replay of it within the timestamp window is answered the same way). Every POST is recorded in the
-// audit table, refused ones included. GET calls change nothing.
+// the action applies to), 429 (too many POSTs from the address) or 500 (whose body names a
+// request id and never the internal error, which is logged with that id). POST calls need
+// "Authorization: Bearer <token>" ([WithTokens]) or an HMAC signature ([WithHMACSecrets]; it
+// covers the Idempotency-Key too); an "Idempotency-Key" header makes a repeat answer what the
+// first call answered, with the header "Idempotent-Replay: true", and a signed request's
+// signature is claimed as a nonce, so that a replay of it within the timestamp window is answered
+// the same way. POSTs are rate-limited per
+// client address ([WithRateLimit]: 429). Every POST of an authenticated actor is recorded in the
+// audit table, refused ones included; those refused before (no or bad credentials, over the rate)
+// are counted in a metric ([WithRegisterer]) and a sampled log line instead. GET calls change
+// nothing.
 //
 // The handler is safe for concurrent use.
 func (a *Admin) Handler() http.Handler {
@@ -173,28 +180,37 @@ func (a *Admin) get(read func(*http.Request) (any, error)) http.HandlerFunc {
 	}
 }
 
-// post adapts an action on the id in the path to an authenticated, idempotent, audited handler.
+// post adapts an action on the id in the path to a rate-limited, authenticated, idempotent,
+// audited handler. What is refused before the actor is known gets no audit row ([Admin.turnAway]).
 func (a *Admin) post(action, what string, do func(ctx context.Context, id uuid.UUID) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if a.limit != nil && !a.limit.allow(r.RemoteAddr) {
+			a.refused.add(r, refusedRateLimited, nil)
+			w.Header().Set("Retry-After", a.limit.retryAfter())
+			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many requests from this address: retry later"})
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
 		body, err := readAll(r)
 		// The id is kept as text even when it is not an id (a refused request's is recorded too).
 		target := strings.ToValidUTF8(strings.ReplaceAll(clip(r.PathValue("id"), maxTargetLen), "\x00", ""), "\uFFFD")
 		c := call{action: action, target: target, remote: r.RemoteAddr}
 		if err != nil {
-			a.writeAnswer(w, a.refuse(r.Context(), c, fmt.Errorf("admin: request body: %w: %w", err, ErrBadRequest)))
+			a.turnAway(w, r, c, refusedBadRequest, fmt.Errorf("admin: request body: %w: %w", err, ErrBadRequest))
 			return
 		}
 		actor, err := a.authenticate(r, body)
 		if err != nil {
-			a.writeAnswer(w, a.refuse(r.Context(), c, err))
+			a.turnAway(w, r, c, refusedUnauthorized, err)
 			return
 		}
-		c.actor, c.key = actor, r.Header.Get("Idempotency-Key")
-		if sig := r.Header.Get(signing.HeaderSignature); c.key == "" && sig != "" && r.Header.Get("Authorization") == "" {
-			// A signed request replayed within the signature's window gets the first answer: its
-			// signature is its idempotency key.
-			c.key = "signature:" + sig
+		c.actor, c.key = actor, r.Header.Get(signing.HeaderIdempotencyKey)
+		if sig := r.Header.Get(signing.HeaderSignature); sig != "" && r.Header.Get("Authorization") == "" {
+			// Signed (authenticate tried a bearer token first): the signature covers the key, and
+			// is claimed as a nonce, so that a replay within the window gets the first answer and
+			// never a second effect. The audit table keeps its hash, never the signature.
+			sum := sha256.Sum256([]byte(sig))
+			c.nonce = hex.EncodeToString(sum[:])
 		}
 		if err := pgutil.CheckText(c.key, maxKeyLen); c.key != "" && err != nil {
 			a.writeAnswer(w, a.refuse(r.Context(), c.withoutKey(), fmt.Errorf("admin: Idempotency-Key: %v: %w", err, ErrBadRequest)))
@@ -211,6 +227,14 @@ func (a *Admin) post(action, what string, do func(ctx context.Context, id uuid.U
 		}
 		a.writeAnswer(w, ans)
 	}
+}
+
+// turnAway answers c, refused with err before its actor was known, without an audit row: the
+// refusal is counted (txkit_admin_refused_total{reason}) and logged at most every few seconds.
+func (a *Admin) turnAway(w http.ResponseWriter, r *http.Request, c call, reason string, err error) {
+	a.refused.add(r, reason, err)
+	_, status := outcome(err)
+	a.writeAnswer(w, answer{status: status, body: a.answerBody(c, err)})
 }
 
 // Bounds on what a request puts in the audit table.

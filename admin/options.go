@@ -1,8 +1,12 @@
 package admin
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,7 +76,12 @@ type options struct {
 	hmacWindow  time.Duration
 	log         *slog.Logger
 	gatherer    prometheus.Gatherer
+	reg         prometheus.Registerer
 	now         func() time.Time
+	rate        float64 // POSTs a second per client address; 0: no limit
+	burst       int
+	retention   time.Duration // audit rows older than this are purged by Run
+	purgeSpec   string
 }
 
 func defaultOptions() options {
@@ -86,8 +95,19 @@ func defaultOptions() options {
 		hmacWindow:  DefaultHMACWindow,
 		log:         slog.New(slog.DiscardHandler),
 		now:         time.Now,
+		rate:        DefaultRate,
+		burst:       DefaultBurst,
+		retention:   DefaultAuditRetention,
+		purgeSpec:   "@every 1h",
 	}
 }
+
+// The defaults of [WithRateLimit] and [WithAuditRetention].
+const (
+	DefaultRate           = 5.0                 // POSTs a second per client address
+	DefaultBurst          = 20                  // POSTs at once per client address
+	DefaultAuditRetention = 30 * 24 * time.Hour // how long audit rows are kept
+)
 
 // WithSchema sets the PostgreSQL schema of every table read and of the audit table (default: none,
 // so the connections' search_path decides).
@@ -143,6 +163,34 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 // gatherer (a prometheus.Registry, or one reading a /metrics page) returns. Optional.
 func WithGatherer(g prometheus.Gatherer) Option { return func(o *options) { o.gatherer = g } }
 
+// WithRegisterer registers the Admin's metric on reg (default: none; it still counts):
+//
+//   - txkit_admin_refused_total{reason} (counter): POSTs refused before an actor was known, which
+//     get no audit row: unauthorized (no credentials, ones that do not verify, or a read-only
+//     Admin), bad_request (an unreadable body), rate_limited (answered 429, see [WithRateLimit]).
+//
+// A metric of the same name registered with another type or labels makes [New] return an error
+// wrapping [ErrInvalidOption].
+func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
+
+// WithRateLimit sets how many POSTs [Admin.Handler] takes from one client address (the host of
+// the request's RemoteAddr): perSecond on average, burst at once (default [DefaultRate],
+// [DefaultBurst]). Past it a POST is answered 429 with Retry-After, before authentication and
+// without an audit row. WithRateLimit(0, 0) turns the limit off, for a server behind a proxy
+// that limits instead (behind a proxy every client has the proxy's address).
+func WithRateLimit(perSecond float64, burst int) Option {
+	return func(o *options) { o.rate, o.burst = perSecond, burst }
+}
+
+// WithAuditRetention sets how long [Admin.Run] keeps audit rows (default [DefaultAuditRetention]).
+// It must be longer than [DefaultHMACWindow], so that a signature is remembered for as long as it
+// verifies. Idempotency-Keys are remembered for as long as their rows.
+func WithAuditRetention(d time.Duration) Option { return func(o *options) { o.retention = d } }
+
+// WithAuditPurgeSchedule sets when [Admin.Run] purges the audit rows older than the retention, as
+// a robfig/cron spec: five fields ("0 * * * *") or a descriptor ("@every 1h", the default).
+func WithAuditPurgeSchedule(spec string) Option { return func(o *options) { o.purgeSpec = spec } }
+
 // WithClock sets the clock that checks signed requests' timestamps (default time.Now). For tests.
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
@@ -152,7 +200,7 @@ func (o *options) validate() error {
 			return fmt.Errorf("admin: schema %q: %w: %w", o.schema, err, ErrInvalidOption)
 		}
 	}
-	if err := pgutil.CheckText(o.auditTable, maxIdent-len("_key")); err != nil {
+	if err := pgutil.CheckText(o.auditTable, maxIdent-len("_nonce")); err != nil {
 		return fmt.Errorf("admin: audit table %q: %w: %w", o.auditTable, err, ErrInvalidOption)
 	}
 	names := map[string]bool{}
@@ -162,24 +210,34 @@ func (o *options) validate() error {
 		}
 		names[l.Name] = true
 	}
-	seen := map[string]bool{}
-	for a, t := range o.tokens {
+	// A credential names one actor: a token or secret shared by two would credit one actor with
+	// the other's calls. Sorted, so that the error names the same two actors every time.
+	owner := map[string]string{} // token or secret -> the actor it was given to
+	for _, a := range slices.Sorted(maps.Keys(o.tokens)) {
+		t := o.tokens[a]
+		if err := checkActor(a); err != nil {
+			return fmt.Errorf("admin: token of %q: %w: %w", a, err, ErrInvalidOption)
+		}
 		switch {
-		case a == "":
-			return fmt.Errorf("admin: token of an empty actor name: %w", ErrInvalidOption)
 		case len(t) < minTokenLen:
 			return fmt.Errorf("admin: token of %s: %d bytes, shorter than %d: %w", a, len(t), minTokenLen, ErrInvalidOption)
-		case seen[t]:
-			return fmt.Errorf("admin: token of %s: given to another actor too: %w", a, ErrInvalidOption)
+		case owner[t] != "":
+			return fmt.Errorf("admin: token of %s: given to %s too: %w", a, owner[t], ErrInvalidOption)
 		}
-		seen[t] = true
+		owner[t] = a
 	}
-	for a, s := range o.hmac {
-		if a == "" {
-			return fmt.Errorf("admin: HMAC secrets of an empty actor name: %w", ErrInvalidOption)
+	for _, a := range slices.Sorted(maps.Keys(o.hmac)) {
+		if err := checkActor(a); err != nil {
+			return fmt.Errorf("admin: HMAC secrets of %q: %w: %w", a, err, ErrInvalidOption)
 		}
-		if err := signing.CheckSecrets(s); err != nil {
+		if err := signing.CheckSecrets(o.hmac[a]); err != nil {
 			return fmt.Errorf("admin: HMAC secrets of %s: %w: %w", a, err, ErrInvalidOption)
+		}
+		for _, s := range o.hmac[a] {
+			if other := owner[s]; other != "" && other != a {
+				return fmt.Errorf("admin: HMAC secret of %s: given to %s too (as a secret or a token): %w", a, other, ErrInvalidOption)
+			}
+			owner[s] = a
 		}
 	}
 	for _, e := range o.elections {
@@ -199,6 +257,28 @@ func (o *options) validate() error {
 		return fmt.Errorf("admin: nil clock: %w", ErrInvalidOption)
 	case o.hmacWindow <= 0:
 		return fmt.Errorf("admin: HMAC window %v: %w", o.hmacWindow, ErrInvalidOption)
+	case !(o.rate == 0 && o.burst == 0) && (o.rate <= 0 || o.burst < 1):
+		return fmt.Errorf("admin: rate limit %v a second, burst %d: want both positive, or both 0 for none: %w", o.rate, o.burst, ErrInvalidOption)
+	case o.retention <= o.hmacWindow:
+		return fmt.Errorf("admin: audit retention %v: must be longer than the HMAC window %v: %w", o.retention, o.hmacWindow, ErrInvalidOption)
+	}
+	if err := pgutil.CheckCron(o.purgeSpec); err != nil {
+		return fmt.Errorf("admin: audit purge schedule %q: %w: %w", o.purgeSpec, err, ErrInvalidOption)
+	}
+	return nil
+}
+
+// CLIActorPrefix starts the actor names of the txkit command ("cli:" + $USER or $TXKIT_ACTOR),
+// which a token or HMAC actor may not take.
+const CLIActorPrefix = "cli:"
+
+// checkActor refuses an actor name that is empty or that the txkit command's actors use.
+func checkActor(a string) error {
+	switch {
+	case a == "":
+		return errors.New("empty actor name")
+	case strings.HasPrefix(a, CLIActorPrefix):
+		return fmt.Errorf("the prefix %q is the txkit command's (its audit rows are %s$USER); name the actor otherwise", CLIActorPrefix, CLIActorPrefix)
 	}
 	return nil
 }

@@ -19,7 +19,8 @@ const (
 )
 
 // NewSigningClient returns an HTTP client that signs every request with secret (HMAC-SHA256 over
-// the timestamp, method, target and body, in [HeaderTimestamp] and [HeaderSignature]) for a
+// the timestamp, method, target and body, and the Idempotency-Key header when the request carries
+// one, in [HeaderTimestamp] and [HeaderSignature]) for a
 // [Barrier.Handler] configured with [WithSecrets], and that never follows a redirect: a 3xx is
 // returned as the answer (a failure the coordinator retries) instead of re-posting the signed
 // body to wherever the Location points.

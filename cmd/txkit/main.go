@@ -15,6 +15,8 @@
 //
 //	txkit serve [-listen 127.0.0.1:8089] [-listen-public] [-pg-file F] [-schema S] [-token-file F]
 //	            [-zk ADDRS] [-election name=path ...] [-lock name=path ...] [-metrics-url URL]
+//	            [-request-timeout D] [-max-requests N] [-max-conns N] [-audit-retention D]
+//	txkit audit purge [-pg URL] [-schema S] [-table T] [-older-than 720h]
 //
 // The tx, outbox and notify commands and serve's JSON API and console share one implementation
 // of every query: package admin. Requeue and redeliver are recorded in admin's audit table (actor
@@ -103,7 +105,14 @@ flags of every fence command (before the verb or after it):
   -zk ADDRS, -election name=path, -lock name=path   leaders and lock holders to show
                    (ZooKeeper credentials from $TXKIT_ZK_AUTH, user:password: the applications' digest user)
   -metrics-url URL a /metrics page whose txkit_ figures the overview shows
+  -request-timeout D   answer 503 to a request not done in D (default 30s)
+  -max-requests N  requests served at once; more are answered 503 (default 64)
+  -max-conns N     open connections; more are closed at once (default 256)
+  -audit-retention D   purge audit rows older than D every hour (default 720h)
   -pg URL, -pg-file F, -schema NAME   as above
+
+  audit purge      delete audit rows older than -older-than (default 720h; more than 5m)
+                   [-pg URL] [-pg-file F] [-schema NAME] [-table NAME (default txkit_admin_audit)]
 
 exit status: 0 success, 1 failure (or fewer dead messages requeued than IDs given), 2 usage error
 `
@@ -254,6 +263,8 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return fenceCmd(ctx, args[1:], getenv, stdout)
 	case "serve":
 		return serveCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "audit":
+		return auditCmd(ctx, args[1:], getenv, stdout)
 	default:
 		return usageErr("unknown command %q", args[0])
 	}

@@ -113,8 +113,8 @@ func notifyCmd(ctx context.Context, args []string, getenv func(string) string, s
 func cliActor(getenv func(string) string) string {
 	for _, v := range []string{"TXKIT_ACTOR", "USER", "LOGNAME"} {
 		if u := getenv(v); u != "" {
-			return "cli:" + u
+			return admin.CLIActorPrefix + u
 		}
 	}
-	return "cli:unknown"
+	return admin.CLIActorPrefix + "unknown"
 }

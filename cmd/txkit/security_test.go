@@ -6,8 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txkit/txkit/admin"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/outbox"
 )
@@ -109,5 +111,44 @@ func TestIntegrationPGURLFromFile(t *testing.T) {
 	code, _, errOut = txkit(t, nil, "outbox", "backlog", "-pg-file", empty)
 	if code != exitFail || !strings.Contains(errOut, "want one line") {
 		t.Errorf("empty -pg-file: exit %d, %q", code, errOut)
+	}
+}
+
+// txkit audit purge deletes the audit rows older than -older-than, and refuses an age within the
+// HMAC window (the nonces of signatures that still verify).
+func TestIntegrationAuditPurgeCommand(t *testing.T) {
+	pg := testenv.PG(t)
+	ctx := t.Context()
+	a, err := admin.New(pg.Pool, admin.WithSchema(pg.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // no outbox table: each fails, and is recorded all the same
+		_ = a.Requeue(ctx, "script", uuid.New())
+	}
+	table := pgx.Identifier{pg.Name, admin.DefaultAuditTable}.Sanitize()
+	if _, err := pg.Pool.Exec(ctx, `update `+table+` set at = now() - interval '800 hours'
+where id in (select id from `+table+` order by id limit 2)`); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"TXKIT_PG_URL": testenv.PGURL(t)}
+	code, out, errOut := txkit(t, env, "audit", "purge", "-schema", pg.Name, "-older-than", "720h")
+	if code != exitOK || !strings.Contains(out, "purged 2 audit rows older than 720h0m0s") {
+		t.Fatalf("audit purge: exit %d\n%s%s", code, out, errOut)
+	}
+	var left int
+	if err := pg.Pool.QueryRow(ctx, `select count(*) from `+table).Scan(&left); err != nil || left != 1 {
+		t.Fatalf("%d rows left (%v), want 1", left, err)
+	}
+	code, _, errOut = txkit(t, env, "audit", "purge", "-schema", pg.Name, "-older-than", "1m")
+	if code != exitUsage || !strings.Contains(errOut, "-older-than 1m0s: must be longer than the HMAC window") {
+		t.Fatalf("audit purge -older-than 1m: exit %d, %q", code, errOut)
+	}
+	code, _, errOut = txkit(t, env, "audit", "list")
+	if code != exitUsage || !strings.Contains(errOut, `unknown verb "list"`) {
+		t.Fatalf("audit list: exit %d, %q", code, errOut)
 	}
 }

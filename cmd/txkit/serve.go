@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -36,6 +37,8 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 		elections, locks  namedPaths
 		outboxT, notifyT  string
 		refresh           time.Duration
+		retention         time.Duration
+		lim               serveLimits
 	)
 	fs := newFlagSet("serve")
 	pg.register(fs)
@@ -50,11 +53,18 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 	fs.StringVar(&outboxT, "outbox-table", "", "outbox table (default txkit_outbox)")
 	fs.StringVar(&notifyT, "notify-table", "", "notifications table (default txkit_notify)")
 	fs.DurationVar(&refresh, "refresh", 5*time.Second, "how often the console's pages refresh")
+	fs.DurationVar(&lim.timeout, "request-timeout", 30*time.Second, "answer 503 to a request not done by then")
+	fs.IntVar(&lim.requests, "max-requests", 64, "requests served at once; more are answered 503")
+	fs.IntVar(&lim.conns, "max-conns", 256, "open connections; more are closed at once")
+	fs.DurationVar(&retention, "audit-retention", admin.DefaultAuditRetention, "purge audit rows older than this, hourly")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErr("serve: unexpected arguments %q", fs.Args())
+	}
+	if err := lim.check(); err != nil {
+		return err
 	}
 	if err := checkListen(listen, public); err != nil {
 		return err
@@ -82,7 +92,13 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 
-	opts := []admin.Option{admin.WithLogger(log)}
+	// The admin's own metric (refused POSTs) shows among the overview's figures.
+	reg := prometheus.NewRegistry()
+	var figures prometheus.Gatherer = reg
+	if metricsURL != "" {
+		figures = prometheus.Gatherers{reg, &urlGatherer{url: metricsURL, client: &http.Client{Timeout: 3 * time.Second}}}
+	}
+	opts := []admin.Option{admin.WithLogger(log), admin.WithRegisterer(reg), admin.WithGatherer(figures), admin.WithAuditRetention(retention)}
 	if schema != "" {
 		opts = append(opts, admin.WithSchema(schema))
 	}
@@ -94,9 +110,6 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if len(tokens) > 0 {
 		opts = append(opts, admin.WithTokens(tokens))
-	}
-	if metricsURL != "" {
-		opts = append(opts, admin.WithGatherer(&urlGatherer{url: metricsURL, client: &http.Client{Timeout: 3 * time.Second}}))
 	}
 	if len(elections) > 0 || len(locks) > 0 {
 		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -140,9 +153,16 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+	ln = limitListener(ln, lim.conns)
+	srv := &http.Server{Handler: limitHandler(mux, lim), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: lim.timeout + 30*time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	if !a.ReadOnly() { // the audit table's retention (read-only, serve made no table)
+		pctx, stopPurge := context.WithCancel(ctx)
+		purged := make(chan error, 1)
+		go func() { purged <- a.Run(pctx) }()
+		defer func() { stopPurge(); <-purged }()
+	}
 	fmt.Fprintf(stdout, "txkit serve: listening on http://%s\n", ln.Addr())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()

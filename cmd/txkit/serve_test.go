@@ -38,6 +38,9 @@ func TestServeUsage(t *testing.T) {
 		{"election without zk credentials", []string{"serve", "-zk", "127.0.0.1:1", "-lock", "l=/txkit/l"}, "set TXKIT_ZK_AUTH"},
 		{"arguments", []string{"serve", "extra"}, "unexpected arguments"},
 		{"no url", []string{"serve"}, "TXKIT_PG_URL"},
+		{"no request timeout", []string{"serve", "-request-timeout", "0s"}, "-request-timeout 0s: must be positive"},
+		{"no requests", []string{"serve", "-max-requests", "0"}, "-max-requests 0"},
+		{"no connections", []string{"serve", "-max-conns", "0"}, "-max-conns 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := txkit(t, nil, tc.args...)
@@ -51,9 +54,23 @@ func TestServeUsage(t *testing.T) {
 	if err := os.WriteFile(loose, []byte("oncall serve-token-0123456789\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, _, stderr := txkit(t, map[string]string{"TXKIT_PG_URL": "postgres://x@127.0.0.1:1/x"}, "serve", "-token-file", loose)
+	fakePG := map[string]string{"TXKIT_PG_URL": "postgres://x@127.0.0.1:1/x"}
+	code, _, stderr := txkit(t, fakePG, "serve", "-token-file", loose)
 	if code != exitFail || !strings.Contains(stderr, "readable by others") {
 		t.Fatalf("a token file readable by others: exit %d, %q", code, stderr)
+	}
+	// A token-file actor may not pass for the txkit command's actors ("cli:$USER").
+	cli := filepath.Join(dir, "cli-tokens")
+	if err := os.WriteFile(cli, []byte("cli:alice serve-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = txkit(t, fakePG, "serve", "-token-file", cli)
+	if code != exitUsage || !strings.Contains(stderr, `token of "cli:alice": the prefix "cli:" is the txkit command's`) {
+		t.Fatalf("a token-file actor named cli:alice: exit %d, %q", code, stderr)
+	}
+	code, _, stderr = txkit(t, fakePG, "serve", "-audit-retention", "1m")
+	if code != exitUsage || !strings.Contains(stderr, "audit retention 1m0s: must be longer than the HMAC window") {
+		t.Fatalf("-audit-retention 1m: exit %d, %q", code, stderr)
 	}
 }
 

@@ -3,7 +3,7 @@
 // coordinators and participants.
 //
 // A request's signature covers the timestamp (Unix seconds), the method, the target (path and
-// query) and the body; a response's covers the timestamp, the status and the request it answers
+// query), its Idempotency-Key header when it carries one, and the body; a response's covers the timestamp, the status and the request it answers
 // (method and target) and the body, under a different domain, so neither can be passed off as the
 // other. A verifier checks the signature against any of its secrets (two during a key rotation)
 // and the timestamp against a window around its own clock. Replay refusal within the window is
@@ -29,6 +29,9 @@ import (
 const (
 	HeaderTimestamp = "X-Txkit-Timestamp" // Unix seconds when the message was signed
 	HeaderSignature = "X-Txkit-Signature" // "v1=" + hex HMAC-SHA256
+	// HeaderIdempotencyKey is the request header that a signature covers when it is present
+	// ([SignKeyed]), so that the key cannot be added, dropped or changed without the secret.
+	HeaderIdempotencyKey = "Idempotency-Key"
 )
 
 // MinSecretLen is the shortest secret [CheckSecrets] accepts, in bytes.
@@ -48,6 +51,23 @@ func Sign(secret string, ts int64, method, target string, body []byte) string {
 	return sum(m, body)
 }
 
+// SignKeyed returns the signature of a request that carries the idempotency key key: as [Sign],
+// with the key on a line of its own after the target, under the domain line "keyed", so that a
+// keyed and an unkeyed signature never verify as each other.
+func SignKeyed(secret string, ts int64, method, target, key string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	fmt.Fprintf(m, "keyed\n%d\n%s\n%s\n%s\n", ts, method, target, key)
+	return sum(m, body)
+}
+
+// signRequest is the signature of r, with r's Idempotency-Key bound in when it has one.
+func signRequest(r *http.Request, secret string, ts int64, body []byte) string {
+	if key := r.Header.Get(HeaderIdempotencyKey); key != "" {
+		return SignKeyed(secret, ts, r.Method, r.URL.RequestURI(), key, body)
+	}
+	return Sign(secret, ts, r.Method, r.URL.RequestURI(), body)
+}
+
 // SignResponse returns the signature of a response with status and body to the request method
 // target, signed at ts. The domain line ("response") keeps it from verifying as a request.
 func SignResponse(secret string, ts int64, status int, method, target string, body []byte) string {
@@ -61,11 +81,12 @@ func sum(m hash.Hash, body []byte) string {
 	return "v1=" + hex.EncodeToString(m.Sum(nil))
 }
 
-// SignRequest sets r's timestamp and signature headers for body, r's body, signed at now.
+// SignRequest sets r's timestamp and signature headers for body, r's body, signed at now. When r
+// carries an Idempotency-Key header the signature covers it ([SignKeyed]): set the key first.
 func SignRequest(r *http.Request, secret string, now time.Time, body []byte) {
 	ts := now.Unix()
 	r.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
-	r.Header.Set(HeaderSignature, Sign(secret, ts, r.Method, r.URL.RequestURI(), body))
+	r.Header.Set(HeaderSignature, signRequest(r, secret, ts, body))
 }
 
 // SetResponseHeaders sets the timestamp and signature headers in h, the header of the answer to r
@@ -76,11 +97,15 @@ func SetResponseHeaders(h http.Header, r *http.Request, secret string, now time.
 	h.Set(HeaderSignature, SignResponse(secret, ts, status, r.Method, r.URL.RequestURI(), body))
 }
 
-// VerifyRequest checks r's signature over body against any of secrets and its timestamp against
-// now ± window. It returns nil or an error wrapping [ErrUnauthorized] that says which check failed.
+// VerifyRequest checks r's signature over body (and over r's Idempotency-Key, when it carries
+// one) against any of secrets and its timestamp against now ± window. It returns nil or an error
+// wrapping [ErrUnauthorized] that says which check failed.
 func VerifyRequest(r *http.Request, body []byte, secrets []string, now time.Time, window time.Duration) error {
+	if strings.ContainsAny(r.Header.Get(HeaderIdempotencyKey), "\r\n") {
+		return fmt.Errorf("%s holds a line break: %w", HeaderIdempotencyKey, ErrUnauthorized)
+	}
 	return check(r.Header, secrets, now, window, func(secret string, ts int64) string {
-		return Sign(secret, ts, r.Method, r.URL.RequestURI(), body)
+		return signRequest(r, secret, ts, body)
 	})
 }
 

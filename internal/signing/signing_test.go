@@ -101,3 +101,42 @@ func TestCheckSecrets(t *testing.T) {
 		}
 	}
 }
+
+// A request's Idempotency-Key is part of its signature: it cannot be added, changed or dropped
+// by someone without the secret, and a keyed signature is not an unkeyed one.
+func TestVerifyKeyedRequest(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	signed := func(key string) *http.Request {
+		r, _ := http.NewRequest(http.MethodPost, "http://h/api/outbox/dead/x/requeue", nil)
+		if key != "" {
+			r.Header.Set(HeaderIdempotencyKey, key)
+		}
+		SignRequest(r, "0123456789abcdef", now, nil)
+		return r
+	}
+	with := func(r *http.Request, key string) *http.Request {
+		if key == "" {
+			r.Header.Del(HeaderIdempotencyKey)
+		} else {
+			r.Header.Set(HeaderIdempotencyKey, key)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name string
+		r    *http.Request
+		ok   bool
+	}{
+		{"keyed", signed("k-1"), true},
+		{"unkeyed", signed(""), true},
+		{"key changed", with(signed("k-1"), "k-2"), false},
+		{"key added", with(signed(""), "k-2"), false},
+		{"key dropped", with(signed("k-1"), ""), false},
+		{"key with a line break", with(signed("k-1"), "k-1\nx"), false},
+	} {
+		err := VerifyRequest(tc.r, nil, []string{"0123456789abcdef"}, now, time.Minute)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrUnauthorized)) {
+			t.Errorf("%s: VerifyRequest = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
