@@ -48,24 +48,30 @@ const maxRequestBody = 4 << 10
 //	GET  /api/overview
 //	GET  /api/transactions?kind=&status=&unfinished=1&older_than=10m&after=&limit=
 //	GET  /api/transactions/{gid}
+//	POST /api/transactions/{gid}/reveal
 //	GET  /api/outbox
 //	GET  /api/outbox/dead?limit=&after=
 //	POST /api/outbox/dead/{id}/requeue
+//	POST /api/outbox/{id}/reveal
 //	GET  /api/notifications/failed?limit=
 //	GET  /api/notifications/{id}
 //	POST /api/notifications/{id}/redeliver
+//	POST /api/notifications/{id}/reveal
 //	GET  /api/leaders
 //	GET  /api/locks
 //	GET  /api/audit?limit=
 //
 // Answers are JSON; errors are {"error": "..."} with 400 (a bad filter or id, saying what is
-// wrong), 401 (a mutating call without valid credentials), 404, 405, 409 (the row is not in a state
-// the action applies to) or 500 (whose body names a request id and never the internal error, which
-// is logged with that id). POST calls need "Authorization: Bearer <token>" ([WithTokens]) or an
-// HMAC signature ([WithHMACSecrets]); an "Idempotency-Key" header makes a repeat answer what the
+// wrong), 401 (a call without valid credentials), 404, 405, 409 (the row is not in a state the
+// action applies to), 421 (a Host that is not allowed, [Admin.AllowedHost]) or 500 (whose body
+// names a request id and never the internal error, which is logged with that id). GET calls need
+// a read credential ([Admin.ReadActor]); payloads, bodies and header values are redacted
+// ([Secret]) but by the reveal calls. POST calls — the reveals too — need "Authorization: Bearer
+// <token>" ([WithTokens]) or an HMAC signature ([WithHMACSecrets]); an "Idempotency-Key" header makes a repeat answer what the
 // first call answered, with the header "Idempotent-Replay: true" (a signed request without one is
-// keyed by its signature, so a replay of it within the timestamp window is answered the same way). Every POST is recorded in the
-// audit table, refused ones included. GET calls change nothing.
+// keyed by its signature, so a replay of it within the timestamp window is answered the same way;
+// a reveal takes no key: each is recorded). Every POST is recorded in the audit table, refused
+// ones included. GET calls change nothing.
 //
 // The handler is safe for concurrent use.
 func (a *Admin) Handler() http.Handler {
@@ -120,7 +126,18 @@ func (a *Admin) Handler() http.Handler {
 	}))
 	mux.HandleFunc("POST /api/outbox/dead/{id}/requeue", a.post(ActionRequeue, "message id", a.requeue))
 	mux.HandleFunc("POST /api/notifications/{id}/redeliver", a.post(ActionRedeliver, "notification id", a.redeliver))
-	return jsonErrors(mux)
+	mux.HandleFunc("POST /api/transactions/{gid}/reveal", a.revealRoute(ActionRevealTx, "gid", func(ctx context.Context, c call) (any, answer, error) {
+		return a.revealTx(ctx, c)
+	}))
+	mux.HandleFunc("POST /api/outbox/{id}/reveal", a.revealRoute(ActionRevealMessage, "id", a.revealByID("message id",
+		func(ctx context.Context, c call, id uuid.UUID) (any, answer, error) {
+			return a.revealMessage(ctx, c, id)
+		})))
+	mux.HandleFunc("POST /api/notifications/{id}/reveal", a.revealRoute(ActionRevealNotification, "id", a.revealByID("notification id",
+		func(ctx context.Context, c call, id uuid.UUID) (any, answer, error) {
+			return a.revealNotification(ctx, c, id)
+		})))
+	return a.guard(jsonErrors(mux))
 }
 
 // jsonErrors turns the mux's own plain-text 404 and 405 answers (no route; a route for another
@@ -178,9 +195,7 @@ func (a *Admin) post(action, what string, do func(ctx context.Context, id uuid.U
 	return func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
 		body, err := readAll(r)
-		// The id is kept as text even when it is not an id (a refused request's is recorded too).
-		target := strings.ToValidUTF8(strings.ReplaceAll(clip(r.PathValue("id"), maxTargetLen), "\x00", ""), "\uFFFD")
-		c := call{action: action, target: target, remote: r.RemoteAddr}
+		c := call{action: action, target: pathTarget(r, "id"), remote: r.RemoteAddr}
 		if err != nil {
 			a.writeAnswer(w, a.refuse(r.Context(), c, fmt.Errorf("admin: request body: %w: %w", err, ErrBadRequest)))
 			return
