@@ -143,7 +143,7 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	if a.ReadOnly() {
-		log.Warn("txkit serve: read-only: no token in -token-file may act, so requeue, redeliver and reveal are refused (401)")
+		log.Warn("txkit serve: read-only: no token may act (an \"actor token\" line of -token-file), so requeue, redeliver and reveal are refused (401)")
 	} else if err := a.Migrate(ctx); err != nil { // the audit table
 		return err
 	}
