@@ -17,11 +17,18 @@ import (
 	"github.com/txkit/txkit/internal/signing"
 )
 
-// client calls one API server.
+// client calls one API server, sending hdr (name, value pairs) with every request.
 type client struct {
 	t      *testing.T
 	url    string
 	client *http.Client // nil: http.DefaultClient
+	hdr    []string
+}
+
+// with returns c sending hdr with every request as well.
+func (c client) with(hdr ...string) client {
+	c.hdr = append(append([]string(nil), c.hdr...), hdr...)
+	return c
 }
 
 type reply struct {
@@ -51,6 +58,7 @@ func (c client) do(method, path string, headers ...string) reply {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	headers = append(append([]string(nil), c.hdr...), headers...)
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
@@ -101,7 +109,7 @@ var bearer = []string{"Authorization", "Bearer " + oncallToken}
 
 func TestIntegrationAPIReads(t *testing.T) {
 	w := newWorld(t)
-	c := serve(t, w.newAdmin(t))
+	c := serve(t, w.newAdmin(t)).with(bearer...)
 
 	var ov admin.Overview
 	r := c.do("GET", "/api/overview")
@@ -187,7 +195,7 @@ func TestIntegrationAPIReads(t *testing.T) {
 	c.want(r, 200)
 	r.decode(t, &tx)
 	if tx.Kind != "tcc" || tx.Status != "trying" || len(tx.Branches) != 1 || tx.Branches[0].Status != "pending" ||
-		string(tx.Branches[0].Payload) != `{"sku":"<b>x</b>"}` {
+		tx.Branches[0].Payload == nil || tx.Branches[0].Payload.Size != len(`{"sku":"<b>x</b>"}`) {
 		t.Fatalf("tcc detail: %+v", tx)
 	}
 	c.want(c.do("GET", "/api/transactions/no-such-gid"), 404, `transaction \"no-such-gid\": not found`)
@@ -227,7 +235,7 @@ func TestIntegrationAPIReads(t *testing.T) {
 	r = c.do("GET", "/api/notifications/"+w.failed.String())
 	c.want(r, 200)
 	r.decode(t, &n)
-	if n.Key != "order-1" || string(n.Payload) != `{"paid":true}` || len(n.Tries) != 1 || n.Tries[0].StatusCode != 503 {
+	if n.Key != "order-1" || n.Payload.Size != len(`{"paid":true}`) || len(n.Tries) != 1 || n.Tries[0].StatusCode != 503 {
 		t.Fatalf("notification: %+v", n)
 	}
 	c.want(c.do("GET", "/api/notifications/"+uuid.NewString()), 404, "not found")
@@ -275,7 +283,7 @@ func TestIntegrationAPIMutations(t *testing.T) {
 	c.want(c.do("POST", requeue(w.dead[1]), k...), 409, `Idempotency-Key \"requeue-1\" was used for outbox.requeue`)
 
 	var ob admin.OutboxState
-	r := c.do("GET", "/api/outbox")
+	r := c.do("GET", "/api/outbox", bearer...)
 	r.decode(t, &ob)
 	if ob.Pending != 2 || ob.Dead != 1 {
 		t.Fatalf("after one requeue: %+v", ob)
@@ -324,7 +332,7 @@ func TestIntegrationAPIMutations(t *testing.T) {
 		t.Fatalf("oldest audit entry: %+v", e)
 	}
 	var listed []admin.AuditEntry
-	r = c.do("GET", "/api/audit?limit=2")
+	r = c.do("GET", "/api/audit?limit=2", bearer...)
 	c.want(r, 200)
 	r.decode(t, &listed)
 	if len(listed) != 2 || listed[0].ID != entries[0].ID {
@@ -351,7 +359,7 @@ func TestIntegrationAPIMutations(t *testing.T) {
 }
 
 // A request signed with an actor's HMAC secret acts as that actor; a bad signature or a stale
-// timestamp is refused. An Admin without credentials is read-only.
+// timestamp is refused. An Admin without credentials refuses every call.
 func TestIntegrationAPIHMACAndReadOnly(t *testing.T) {
 	w := newWorld(t)
 	const secret = "robot-secret-0123456789"
@@ -387,13 +395,20 @@ func TestIntegrationAPIHMACAndReadOnly(t *testing.T) {
 	}
 	rc := serve(t, ro)
 	rc.want(rc.do("POST", "/api/outbox/dead/"+w.dead[1].String()+"/requeue", bearer...), 401, "read-only")
-	rc.want(rc.do("GET", "/api/outbox"), 200)
+	rc.want(rc.do("GET", "/api/outbox"), 401, "no credentials")
+	// A signed GET reads.
+	req, err := http.NewRequestWithContext(t.Context(), "GET", c.url+"/api/outbox", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signing.SignRequest(req, secret, time.Now(), nil)
+	c.want(c.send(req), 200, `"dead":1`)
 }
 
 // A 500 names a request id and not the internal error (here: a table that does not exist).
 func TestIntegrationAPIInternalError(t *testing.T) {
 	w := newWorld(t)
-	c := serve(t, w.newAdmin(t, admin.WithOutboxTable("no_such_table")))
+	c := serve(t, w.newAdmin(t, admin.WithOutboxTable("no_such_table"))).with(bearer...)
 	r := c.do("GET", "/api/outbox")
 	c.want(r, 500, "internal error (request id ")
 	if msg := r.errText(t); strings.Contains(msg, "no_such_table") || strings.Contains(msg, "does not exist") {

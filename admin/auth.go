@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"crypto/subtle"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,15 +25,12 @@ func (a *Admin) authenticate(r *http.Request, body []byte) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("admin: Authorization: want \"Bearer <token>\": %w", ErrUnauthorized)
 		}
-		// Compare with every token, so the time taken does not say which one came closest.
-		actor := ""
-		for a, t := range a.o.tokens {
-			if subtle.ConstantTimeCompare([]byte(tok), []byte(t)) == 1 {
-				actor = a
-			}
-		}
+		actor, act := a.tokenActor(tok)
 		if actor == "" {
 			return "", fmt.Errorf("admin: bearer token not accepted: %w", ErrUnauthorized)
+		}
+		if !act {
+			return "", fmt.Errorf("admin: the token of %s may only read: %w", actor, ErrUnauthorized)
 		}
 		return actor, nil
 	}

@@ -14,8 +14,9 @@ var (
 	// ErrBadRequest: a filter or argument is out of range or unknown (a kind, a status, a limit).
 	// The error's text says which and why, in words an operator can act on.
 	ErrBadRequest = errors.New("admin: bad request")
-	// ErrUnauthorized: a mutating request carried no credentials, or ones that do not verify, or
-	// the Admin has none configured (read-only).
+	// ErrUnauthorized: a request carried no credentials, or ones that do not verify, or ones
+	// that may only read for a call that acts or reveals, or the Admin has none that may act
+	// configured (read-only).
 	ErrUnauthorized = errors.New("admin: unauthorized")
 	// ErrInvalidOption: [New] was given an option it cannot use (a bad schema or table name, an
 	// empty token, a short HMAC secret, two logs with one name).

@@ -16,7 +16,8 @@ import (
 )
 
 // A TCC transaction rolled back by its starter, found by an operator: through the Go API, then
-// through the JSON API, which answers a bad filter with 400 and says what is wrong.
+// through the JSON API, which refuses a read without a token (401) and answers a bad filter with
+// 400 and says what is wrong.
 func Example() {
 	ctx := context.Background()
 	pool, schemas, done, ok := testenv.ExampleDB(ctx, "admin_example_")
@@ -78,8 +79,12 @@ func Example() {
 
 	srv := httptest.NewServer(a.Handler())
 	defer srv.Close()
-	for _, p := range []string{"/api/transactions?kind=xa", "/api/transactions/no-such-gid"} {
-		resp, err := http.Get(srv.URL + p)
+	for _, p := range []string{"/api/transactions/" + g.GID(), "/api/transactions?kind=xa", "/api/transactions/no-such-gid"} {
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+p, nil)
+		if p != "/api/transactions/"+g.GID() { // without a credential: refused
+			req.Header.Set("Authorization", "Bearer a-long-random-token-0123")
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			fmt.Println(err)
 			return
@@ -91,6 +96,7 @@ func Example() {
 	// Output:
 	// log tcc kind tcc status cancelled mine: true
 	// branch stock cancelled
+	// 401 {"error":"no credentials: send \"Authorization: Bearer \u003ctoken\u003e\": unauthorized"}
 	// 400 {"error":"kind \"xa\": want tcc, saga, 2pc or 3pc: bad request"}
 	// 404 {"error":"transaction \"no-such-gid\": not found"}
 }

@@ -50,27 +50,30 @@ const maxRequestBody = 4 << 10
 //	GET  /api/overview
 //	GET  /api/transactions?kind=&status=&unfinished=1&older_than=10m&after=&limit=
 //	GET  /api/transactions/{gid}
+//	POST /api/transactions/{gid}/reveal
 //	GET  /api/outbox
 //	GET  /api/outbox/dead?limit=&after=
 //	POST /api/outbox/dead/{id}/requeue
+//	POST /api/outbox/{id}/reveal
 //	GET  /api/notifications/failed?limit=
 //	GET  /api/notifications/{id}
 //	POST /api/notifications/{id}/redeliver
+//	POST /api/notifications/{id}/reveal
 //	GET  /api/leaders
 //	GET  /api/locks
 //	GET  /api/audit?limit=
 //
 // Answers are JSON; errors are {"error": "..."} with 400 (a bad filter or id, saying what is
-// wrong), 401 (a mutating call without valid credentials), 404, 405, 409 (the row is not in a state
-// the action applies to), 429 (too many POSTs from the address) or 500 (whose body names a
-// request id and never the internal error, which is logged with that id). POST calls need
-// "Authorization: Bearer <token>" ([WithTokens]) or an HMAC signature ([WithHMACSecrets]; it
-// covers the Idempotency-Key too); an "Idempotency-Key" header makes a repeat answer what the
-// first call answered, with the header "Idempotent-Replay: true", and a signed request's
-// signature is claimed as a nonce, so that a replay of it within the timestamp window is answered
-// the same way. POSTs are rate-limited per
-// client address ([WithRateLimit]: 429). Every POST of an authenticated actor is recorded in the
-// audit table, refused ones included; those refused before (no or bad credentials, over the rate)
+// wrong), 401 (a call without valid credentials), 404, 405, 409 (the row is not in a state the
+// action applies to), 421 (a Host that is not allowed, [Admin.AllowedHost]), 429 (too many POSTs
+// from the address) or 500 (whose body names a request id and never the internal error, which is
+// logged with that id). GET calls need a read credential ([Admin.ReadActor]); payloads, bodies and
+// header values are redacted ([Secret]) but by the reveal calls. POST calls — the reveals too —
+// are rate-limited per client address ([WithRateLimit]) and need "Authorization: Bearer <token>"
+// ([WithTokens]) or an HMAC signature ([WithHMACSecrets]; it covers the Idempotency-Key too, and
+// is claimed as a nonce). An "Idempotency-Key" header makes a repeat answer what the first call
+// answered, with the header "Idempotent-Replay: true"; a reveal takes no key. Every POST of an
+// authenticated actor is recorded in the audit table, refused ones included; those refused before
 // are counted in a metric ([WithRegisterer]) and a sampled log line instead. GET calls change
 // nothing.
 //
@@ -127,7 +130,18 @@ func (a *Admin) Handler() http.Handler {
 	}))
 	mux.HandleFunc("POST /api/outbox/dead/{id}/requeue", a.post(ActionRequeue, "message id", a.requeue))
 	mux.HandleFunc("POST /api/notifications/{id}/redeliver", a.post(ActionRedeliver, "notification id", a.redeliver))
-	return jsonErrors(mux)
+	mux.HandleFunc("POST /api/transactions/{gid}/reveal", a.revealRoute(ActionRevealTx, "gid", func(ctx context.Context, c call) (any, answer, error) {
+		return a.revealTx(ctx, c)
+	}))
+	mux.HandleFunc("POST /api/outbox/{id}/reveal", a.revealRoute(ActionRevealMessage, "id", a.revealByID("message id",
+		func(ctx context.Context, c call, id uuid.UUID) (any, answer, error) {
+			return a.revealMessage(ctx, c, id)
+		})))
+	mux.HandleFunc("POST /api/notifications/{id}/reveal", a.revealRoute(ActionRevealNotification, "id", a.revealByID("notification id",
+		func(ctx context.Context, c call, id uuid.UUID) (any, answer, error) {
+			return a.revealNotification(ctx, c, id)
+		})))
+	return a.guard(jsonErrors(mux))
 }
 
 // jsonErrors turns the mux's own plain-text 404 and 405 answers (no route; a route for another
@@ -184,34 +198,11 @@ func (a *Admin) get(read func(*http.Request) (any, error)) http.HandlerFunc {
 // audited handler. What is refused before the actor is known gets no audit row ([Admin.turnAway]).
 func (a *Admin) post(action, what string, do func(ctx context.Context, id uuid.UUID) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if a.limit != nil && !a.limit.allow(r.RemoteAddr) {
-			a.refused.add(r, refusedRateLimited, nil)
-			w.Header().Set("Retry-After", a.limit.retryAfter())
-			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many requests from this address: retry later"})
+		c, ok := a.admit(w, r, action, "id")
+		if !ok {
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
-		body, err := readAll(r)
-		// The id is kept as text even when it is not an id (a refused request's is recorded too).
-		target := strings.ToValidUTF8(strings.ReplaceAll(clip(r.PathValue("id"), maxTargetLen), "\x00", ""), "\uFFFD")
-		c := call{action: action, target: target, remote: r.RemoteAddr}
-		if err != nil {
-			a.turnAway(w, r, c, refusedBadRequest, fmt.Errorf("admin: request body: %w: %w", err, ErrBadRequest))
-			return
-		}
-		actor, err := a.authenticate(r, body)
-		if err != nil {
-			a.turnAway(w, r, c, refusedUnauthorized, err)
-			return
-		}
-		c.actor, c.key = actor, r.Header.Get(signing.HeaderIdempotencyKey)
-		if sig := r.Header.Get(signing.HeaderSignature); sig != "" && r.Header.Get("Authorization") == "" {
-			// Signed (authenticate tried a bearer token first): the signature covers the key, and
-			// is claimed as a nonce, so that a replay within the window gets the first answer and
-			// never a second effect. The audit table keeps its hash, never the signature.
-			sum := sha256.Sum256([]byte(sig))
-			c.nonce = hex.EncodeToString(sum[:])
-		}
+		c.key = r.Header.Get(signing.HeaderIdempotencyKey)
 		if err := pgutil.CheckText(c.key, maxKeyLen); c.key != "" && err != nil {
 			a.writeAnswer(w, a.refuse(r.Context(), c.withoutKey(), fmt.Errorf("admin: Idempotency-Key: %v: %w", err, ErrBadRequest)))
 			return
@@ -227,6 +218,37 @@ func (a *Admin) post(action, what string, do func(ctx context.Context, id uuid.U
 		}
 		a.writeAnswer(w, ans)
 	}
+}
+
+// admit runs what every POST passes first: the per-address rate limit, the bounded body and
+// authentication. A request refused here gets no audit row ([Admin.turnAway]); ok is false once it
+// is answered. A signed request's call carries its nonce: the hex SHA-256 of its signature, which
+// covers the Idempotency-Key, claimed so that a replay within the window gets the first answer and
+// never a second effect. The audit table keeps that hash, never the signature.
+func (a *Admin) admit(w http.ResponseWriter, r *http.Request, action, param string) (c call, ok bool) {
+	c = call{action: action, target: pathTarget(r, param), remote: r.RemoteAddr}
+	if a.limit != nil && !a.limit.allow(r.RemoteAddr) {
+		a.refused.add(r, refusedRateLimited, nil)
+		w.Header().Set("Retry-After", a.limit.retryAfter())
+		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many requests from this address: retry later"})
+		return c, false
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
+	body, err := readAll(r)
+	if err != nil {
+		a.turnAway(w, r, c, refusedBadRequest, fmt.Errorf("admin: request body: %w: %w", err, ErrBadRequest))
+		return c, false
+	}
+	if c.actor, err = a.authenticate(r, body); err != nil {
+		a.turnAway(w, r, c, refusedUnauthorized, err)
+		return c, false
+	}
+	// authenticate tried a bearer token first: a request with both is not a signed one.
+	if sig := r.Header.Get(signing.HeaderSignature); sig != "" && r.Header.Get("Authorization") == "" {
+		sum := sha256.Sum256([]byte(sig))
+		c.nonce = hex.EncodeToString(sum[:])
+	}
+	return c, true
 }
 
 // turnAway answers c, refused with err before its actor was known, without an audit row: the

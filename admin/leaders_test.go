@@ -69,7 +69,7 @@ func TestIntegrationLeadersLocks(t *testing.T) {
 		admin.WithElections(
 			admin.Election{Name: "tcc recovery", Path: root + "/tcc-leader", Inspector: insp},
 			admin.Election{Name: "nobody", Path: root + "/empty", Inspector: insp}),
-		admin.WithLocks(admin.Lock{Name: "jobs", Path: root + "/jobs", Inspector: insp})))
+		admin.WithLocks(admin.Lock{Name: "jobs", Path: root + "/jobs", Inspector: insp}))).with(bearer...)
 
 	var leaders []admin.Leader
 	r := c.do("GET", "/api/leaders")

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -15,18 +14,18 @@ import (
 // Notification is a notification as the sender keeps it; Tries is filled by
 // [Admin.Notification] only.
 type Notification struct {
-	ID             uuid.UUID       `json:"id"`
-	Receiver       string          `json:"receiver"`
-	Key            string          `json:"key"`
-	Payload        json.RawMessage `json:"payload"`
-	Status         string          `json:"status"`   // pending, delivered, failed
-	Attempts       int             `json:"attempts"` // of the current schedule
-	NextAttemptAt  time.Time       `json:"next_attempt_at"`
-	LastStatusCode int             `json:"last_status_code"` // HTTP status of the last attempt; 0: no answer
-	LastError      string          `json:"last_error,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
-	DeliveredAt    *time.Time      `json:"delivered_at,omitempty"`
-	Tries          []Attempt       `json:"tries,omitempty"`
+	ID             uuid.UUID  `json:"id"`
+	Receiver       string     `json:"receiver"`
+	Key            string     `json:"key"`
+	Payload        Secret     `json:"payload"`  // redacted but by RevealNotification
+	Status         string     `json:"status"`   // pending, delivered, failed
+	Attempts       int        `json:"attempts"` // of the current schedule
+	NextAttemptAt  time.Time  `json:"next_attempt_at"`
+	LastStatusCode int        `json:"last_status_code"` // HTTP status of the last attempt; 0: no answer
+	LastError      string     `json:"last_error,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	DeliveredAt    *time.Time `json:"delivered_at,omitempty"`
+	Tries          []Attempt  `json:"tries,omitempty"`
 }
 
 // Attempt is one delivery attempt of a [Notification].
@@ -38,8 +37,8 @@ type Attempt struct {
 	Error      string        `json:"error,omitempty"`
 }
 
-func fromRecord(r *notify.Record) Notification {
-	return Notification{ID: r.ID, Receiver: r.Receiver, Key: r.Key, Payload: r.Payload, Status: r.Status.String(),
+func fromRecord(r *notify.Record, reveal bool) Notification {
+	return Notification{ID: r.ID, Receiver: r.Receiver, Key: r.Key, Payload: secret(r.Payload, reveal), Status: r.Status.String(),
 		Attempts: r.Attempts, NextAttemptAt: r.NextAttemptAt, LastStatusCode: r.LastStatusCode, LastError: r.LastError,
 		CreatedAt: r.CreatedAt, DeliveredAt: r.DeliveredAt}
 }
@@ -56,14 +55,18 @@ func (a *Admin) FailedNotifications(ctx context.Context, limit int) ([]Notificat
 	}
 	out := make([]Notification, 0, len(rs))
 	for _, r := range rs {
-		out = append(out, fromRecord(r))
+		out = append(out, fromRecord(r, false))
 	}
 	return out, nil
 }
 
 // Notification returns the notification id with its attempts, or an error wrapping
-// [ErrNotFound]. Two queries.
+// [ErrNotFound]. The payload is redacted ([Secret]). Two queries.
 func (a *Admin) Notification(ctx context.Context, id uuid.UUID) (*Notification, error) {
+	return a.notification(ctx, id, false)
+}
+
+func (a *Admin) notification(ctx context.Context, id uuid.UUID, reveal bool) (*Notification, error) {
 	r, err := a.nt.Get(ctx, id)
 	if errors.Is(err, notify.ErrNotFound) {
 		return nil, fmt.Errorf("admin: notification %s: %w", id, ErrNotFound)
@@ -75,7 +78,7 @@ func (a *Admin) Notification(ctx context.Context, id uuid.UUID) (*Notification, 
 	if err != nil {
 		return nil, fmt.Errorf("admin: notification %s: %w", id, err)
 	}
-	n := fromRecord(r)
+	n := fromRecord(r, reveal)
 	n.Tries = make([]Attempt, 0, len(as))
 	for _, x := range as {
 		n.Tries = append(n.Tries, Attempt{N: x.N, At: x.At, StatusCode: x.StatusCode, Latency: x.Latency, Error: x.Error})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -72,6 +73,8 @@ type options struct {
 	elections   []Election
 	locks       []Lock
 	tokens      map[string]string   // actor -> bearer token
+	readTokens  map[string]string   // actor -> bearer token that may only read
+	hosts       map[string]bool     // Host names allowed besides loopback (lower case)
 	hmac        map[string][]string // actor -> secrets
 	hmacWindow  time.Duration
 	log         *slog.Logger
@@ -91,6 +94,8 @@ func defaultOptions() options {
 		notifyTable: DefaultNotifyTable,
 		auditTable:  DefaultAuditTable,
 		tokens:      map[string]string{},
+		readTokens:  map[string]string{},
+		hosts:       map[string]bool{},
 		hmac:        map[string][]string{},
 		hmacWindow:  DefaultHMACWindow,
 		log:         slog.New(slog.DiscardHandler),
@@ -138,11 +143,34 @@ func WithLocks(ls ...Lock) Option { return func(o *options) { o.locks = append(o
 
 // WithTokens sets the bearer tokens of the actors allowed to mutate: actor name -> token. A
 // request carrying "Authorization: Bearer <token>" acts as that token's actor. Tokens are
-// compared in constant time. Without tokens and HMAC secrets the API is read-only.
+// compared in constant time. These actors may read and reveal too. Without tokens and HMAC secrets
+// every action and reveal is refused.
 func WithTokens(tokens map[string]string) Option {
 	return func(o *options) {
 		for a, t := range tokens {
 			o.tokens[a] = t
+		}
+	}
+}
+
+// WithReadTokens sets the bearer tokens of actors who may only read: actor name -> token. Every
+// read of [Admin.Handler] and of the console needs a credential — one of these, a token of
+// [WithTokens], an HMAC signature or a session of [Admin.Login] — and an Admin without any
+// answers every read 401.
+func WithReadTokens(tokens map[string]string) Option {
+	return func(o *options) {
+		for a, t := range tokens {
+			o.readTokens[a] = t
+		}
+	}
+}
+
+// WithAllowedHosts adds the names (or addresses) clients reach the API and the console by, besides
+// the loopback ones ([Admin.AllowedHost]): a request with another Host is answered 421.
+func WithAllowedHosts(hosts ...string) Option {
+	return func(o *options) {
+		for _, h := range hosts {
+			o.hosts[strings.TrimSuffix(strings.ToLower(strings.Trim(h, "[]")), ".")] = true
 		}
 	}
 }
@@ -213,18 +241,30 @@ func (o *options) validate() error {
 	// A credential names one actor: a token or secret shared by two would credit one actor with
 	// the other's calls. Sorted, so that the error names the same two actors every time.
 	owner := map[string]string{} // token or secret -> the actor it was given to
-	for _, a := range slices.Sorted(maps.Keys(o.tokens)) {
-		t := o.tokens[a]
-		if err := checkActor(a); err != nil {
-			return fmt.Errorf("admin: token of %q: %w: %w", a, err, ErrInvalidOption)
+	for _, set := range []map[string]string{o.tokens, o.readTokens} {
+		for _, a := range slices.Sorted(maps.Keys(set)) {
+			t := set[a]
+			if err := checkActor(a); err != nil {
+				return fmt.Errorf("admin: token of %q: %w: %w", a, err, ErrInvalidOption)
+			}
+			switch {
+			case len(t) < minTokenLen:
+				return fmt.Errorf("admin: token of %s: %d bytes, shorter than %d: %w", a, len(t), minTokenLen, ErrInvalidOption)
+			case owner[t] != "":
+				return fmt.Errorf("admin: token of %s: given to %s too: %w", a, owner[t], ErrInvalidOption)
+			}
+			owner[t] = a
 		}
-		switch {
-		case len(t) < minTokenLen:
-			return fmt.Errorf("admin: token of %s: %d bytes, shorter than %d: %w", a, len(t), minTokenLen, ErrInvalidOption)
-		case owner[t] != "":
-			return fmt.Errorf("admin: token of %s: given to %s too: %w", a, owner[t], ErrInvalidOption)
+	}
+	for a := range o.readTokens {
+		if _, ok := o.tokens[a]; ok {
+			return fmt.Errorf("admin: actor %s has a token and a read token: give it one: %w", a, ErrInvalidOption)
 		}
-		owner[t] = a
+	}
+	for h := range o.hosts {
+		if h == "" || strings.ContainsAny(h, "/: \t") && net.ParseIP(h) == nil {
+			return fmt.Errorf("admin: allowed host %q: want a host name or address, without a port: %w", h, ErrInvalidOption)
+		}
 	}
 	for _, a := range slices.Sorted(maps.Keys(o.hmac)) {
 		if err := checkActor(a); err != nil {

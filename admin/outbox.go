@@ -18,17 +18,53 @@ type OutboxState struct {
 	OldestPending time.Duration `json:"oldest_pending_ns"`
 }
 
-// DeadMessage is an outbox message that failed every publish it was allowed.
+// DeadMessage is an outbox message that failed every publish it was allowed. Its body and its
+// headers' values are redacted ([Secret]) but by [Admin.RevealMessage].
 type DeadMessage struct {
 	ID        uuid.UUID         `json:"id"`
 	Topic     string            `json:"topic"`
 	Key       string            `json:"key,omitempty"`
 	Tags      string            `json:"tags,omitempty"`
-	Headers   map[string]string `json:"headers,omitempty"`
-	Body      []byte            `json:"body"`
+	Headers   map[string]Secret `json:"headers,omitempty"`
+	Body      Secret            `json:"body"`
 	Attempts  int               `json:"attempts"`
 	LastError string            `json:"last_error"`
 	CreatedAt time.Time         `json:"created_at"`
+}
+
+// messageColumns are what scanMessage reads, of a row of the outbox table.
+const messageColumns = `msg_id, topic, coalesce(key, ''), coalesce(tags, ''), headers, body, attempts, coalesce(last_error, ''), created_at`
+
+// scanMessage reads messageColumns, redacted unless reveal.
+func scanMessage(r pgx.Row, reveal bool) (DeadMessage, error) {
+	var (
+		d       DeadMessage
+		headers map[string]string
+		body    []byte
+	)
+	if err := r.Scan(&d.ID, &d.Topic, &d.Key, &d.Tags, &headers, &body, &d.Attempts, &d.LastError, &d.CreatedAt); err != nil {
+		return d, err
+	}
+	d.Body = secret(body, reveal)
+	if headers != nil {
+		d.Headers = make(map[string]Secret, len(headers))
+		for k, v := range headers {
+			d.Headers[k] = secret([]byte(v), reveal)
+		}
+	}
+	return d, nil
+}
+
+// message reads the outbox message id, whatever its status, unredacted.
+func (a *Admin) message(ctx context.Context, id uuid.UUID) (*DeadMessage, error) {
+	d, err := scanMessage(a.pool.QueryRow(ctx, `select `+messageColumns+` from `+a.obT+` where msg_id = $1`, id), true)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("admin: message %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("admin: message %s of %s: %w", id, a.ob.Table(), err)
+	}
+	return &d, nil
 }
 
 // Outbox returns the outbox's backlog: pending and dead messages and the age of the oldest pending
@@ -58,8 +94,7 @@ func (a *Admin) DeadMessages(ctx context.Context, limit int, after uuid.UUID) ([
 	if after != uuid.Nil {
 		cursor = &after
 	}
-	rows, err := a.pool.Query(ctx, `select msg_id, topic, coalesce(key, ''), coalesce(tags, ''), headers, body, attempts,
-    coalesce(last_error, ''), created_at
+	rows, err := a.pool.Query(ctx, `select `+messageColumns+`
 from `+a.obT+`
 where status = 'dead' and ($2::uuid is null or id > (select id from `+a.obT+` where msg_id = $2))
 order by id
@@ -67,11 +102,7 @@ limit $1`, limit, cursor)
 	if err != nil {
 		return nil, fmt.Errorf("admin: dead messages of %s: %w", a.ob.Table(), err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadMessage, error) {
-		var d DeadMessage
-		err := r.Scan(&d.ID, &d.Topic, &d.Key, &d.Tags, &d.Headers, &d.Body, &d.Attempts, &d.LastError, &d.CreatedAt)
-		return d, err
-	})
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadMessage, error) { return scanMessage(r, false) })
 	if err != nil {
 		return nil, fmt.Errorf("admin: dead messages of %s: %w", a.ob.Table(), err)
 	}

@@ -43,7 +43,7 @@ type Transaction struct {
 	Final       bool      `json:"final"`    // nothing more will happen to it
 	Attempts    int       `json:"attempts"` // failed drives since its last status change
 	LastError   string    `json:"last_error,omitempty"`
-	Payload     []byte    `json:"payload,omitempty"`
+	Payload     *Secret   `json:"payload,omitempty"` // redacted but by RevealTransaction
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 	TimeoutAt   time.Time `json:"timeout_at"`
@@ -57,10 +57,10 @@ type Branch struct {
 	Seq        int       `json:"seq"`
 	Status     string    `json:"status"`      // pending, confirmed, cancelled, succeeded, compensated
 	TargetKind string    `json:"target_kind"` // http or inproc
-	Target     string    `json:"target"`      // the URL or the registered participant's name
+	Target     string    `json:"target"`      // the URL (without its password) or the registered participant's name
 	Attempts   int       `json:"attempts"`    // failed calls of the branch
 	LastError  string    `json:"last_error,omitempty"`
-	Payload    []byte    `json:"payload,omitempty"` // what the participant is sent
+	Payload    *Secret   `json:"payload,omitempty"` // what the participant is sent; redacted but by RevealTransaction
 	UpdatedAt  time.Time `json:"updated_at"`        // when its status, attempts or last error last changed
 }
 
@@ -139,7 +139,7 @@ func (a *Admin) Transactions(ctx context.Context, f TxFilter) (TxPage, error) {
 			return TxPage{}, fmt.Errorf("admin: transactions of log %s: %w", l.src.Name, err)
 		}
 		for _, t := range txs {
-			all = append(all, fromCore(l.src.Name, t))
+			all = append(all, fromCore(l.src.Name, t, false))
 		}
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].GID < all[j].GID })
@@ -157,8 +157,13 @@ func (a *Admin) Transactions(ctx context.Context, f TxFilter) (TxPage, error) {
 }
 
 // Transaction returns the global transaction gid with its branches, from the first log that has
-// it, or an error wrapping [ErrNotFound]. It blocks for two queries per log searched.
+// it, or an error wrapping [ErrNotFound]. Payloads are redacted ([Secret]). It blocks for two
+// queries per log searched.
 func (a *Admin) Transaction(ctx context.Context, gid string) (*Transaction, error) {
+	return a.transaction(ctx, gid, false)
+}
+
+func (a *Admin) transaction(ctx context.Context, gid string, reveal bool) (*Transaction, error) {
 	for _, l := range a.logs {
 		t, err := l.log.Get(ctx, gid)
 		if missing(err) || errors.Is(err, core.ErrNotFound) {
@@ -167,19 +172,21 @@ func (a *Admin) Transaction(ctx context.Context, gid string) (*Transaction, erro
 		if err != nil {
 			return nil, fmt.Errorf("admin: transaction %s: %w", gid, err)
 		}
-		tx := fromCore(l.src.Name, t)
+		tx := fromCore(l.src.Name, t, reveal)
 		tx.Branches = make([]Branch, 0, len(t.Branches))
 		for _, b := range t.Branches {
-			tx.Branches = append(tx.Branches, Branch{Name: b.Name, Seq: b.Seq, Status: b.Status.String(),
-				TargetKind: b.Target.Kind.String(), Target: b.Target.Ref, Attempts: b.Attempts, LastError: b.LastError, Payload: b.Payload, UpdatedAt: b.UpdatedAt})
+			kind := b.Target.Kind.String()
+			tx.Branches = append(tx.Branches, Branch{Name: b.Name, Seq: b.Seq, Status: b.Status.String(), TargetKind: kind,
+				Target: targetRef(kind, b.Target.Ref), Attempts: b.Attempts, LastError: b.LastError, Payload: optSecret(b.Payload, reveal),
+				UpdatedAt: b.UpdatedAt})
 		}
 		return &tx, nil
 	}
 	return nil, fmt.Errorf("admin: transaction %q: %w", gid, ErrNotFound)
 }
 
-func fromCore(log string, t *core.Transaction) Transaction {
+func fromCore(log string, t *core.Transaction, reveal bool) Transaction {
 	return Transaction{GID: t.GID, Log: log, Kind: t.Kind.String(), Status: t.Status.String(), Final: t.Status.Final(),
-		Attempts: t.Attempts, LastError: t.LastError, Payload: t.Payload, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+		Attempts: t.Attempts, LastError: t.LastError, Payload: optSecret(t.Payload, reveal), CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 		TimeoutAt: t.TimeoutAt, NextRetryAt: t.NextRetryAt}
 }

@@ -120,7 +120,8 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		id, err := ob.Enqueue(ctx, w.s.Pool, outbox.Message{Topic: "orders", Key: "order-" + string(rune('a'+i)), Body: []byte(`{"n":1}`)})
+		id, err := ob.Enqueue(ctx, w.s.Pool, outbox.Message{Topic: "orders", Key: "order-" + string(rune('a'+i)), Body: []byte(cardBody),
+			Headers: map[string]string{"Authorization": authHeader}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,3 +200,9 @@ func (w *world) newAdmin(t *testing.T, opts ...admin.Option) *admin.Admin {
 }
 
 const oncallToken = "oncall-token-0123456789"
+
+// What the dead messages carry: a card number in the body, a credential in a header.
+const (
+	cardBody   = `{"card":"4111111111111111"}`
+	authHeader = "Bearer shop-api-key-0123456789"
+)

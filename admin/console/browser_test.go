@@ -187,13 +187,14 @@ func notifier(t *testing.T, svc *tccOrder, down *atomic.Bool) *notify.Notifier {
 }
 
 // TestIntegrationConsoleBrowser drives the console in a real headless Chromium while the tcc-order
-// example runs on the real servers: it sees the overview reload itself and switches that off;
+// example runs on the real servers: it signs in on the console's form (a wrong token refused), the
+// one time it gives the token; it sees the overview reload itself and switches that off;
 // finds a cancelled order's transaction through the list's filter form, opens its detail page and
-// sees its branches; presses Requeue on a dead outbox message (made dead by a relay whose
-// publishes fail), accepts the confirmation, gives the token at the prompt, and sees the message
+// sees its branches; sees a dead outbox message's body redacted (made dead by a relay whose
+// publishes fail), reveals it, then presses Requeue, accepts the confirmation, and sees the message
 // leave the dead list and get published to RocketMQ by a second relay; presses Redeliver on a
 // notification that failed while its receiver (a real notify.Inbox) was down and sees it
-// delivered, the token kept from the first prompt; and finds both actions in the audit table.
+// delivered, with no token prompt at any point; and finds the three calls in the audit table.
 // Screenshots go to $TXKIT_HOME/artifacts/console (and the test's ArtifactDir); with -update the
 // overview is copied to docs/console.png for the README.
 func TestIntegrationConsoleBrowser(t *testing.T) {
@@ -296,8 +297,19 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 
 	b, dialogs := browser(t, token)
 
+	// Signing in: the console asks for the token once, on its sign-in form; a wrong one is refused.
+	do(t, b, 60*time.Second, "open the console", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.ID("login")))
+	if got := eval[bool](t, b, `document.getElementById('card-outbox') === null`); !got {
+		t.Fatal("the overview shows before signing in")
+	}
+	do(t, b, 30*time.Second, "sign in with a wrong token",
+		chromedp.SendKeys(chromedp.ID("token"), "not-the-token-0123456789"), chromedp.Click(chromedp.CSS(`#login button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.ID("login-error")))
+	do(t, b, 30*time.Second, "sign in",
+		chromedp.SendKeys(chromedp.ID("token"), token), chromedp.Click(chromedp.CSS(`#login button[type=submit]`)), // the form comes back empty
+		chromedp.WaitVisible(chromedp.ID("card-outbox")))
+
 	// The overview: the dead message shows in the outbox card.
-	do(t, b, 60*time.Second, "open the overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.ID("card-outbox")))
 	if got := eval[string](t, b, `document.getElementById('outbox-dead').textContent + ', ' + document.getElementById('notify-failed').textContent`); got != "1 dead, 1 failed" {
 		t.Fatalf("overview: %q, want 1 dead message, 1 failed notification", got)
 	}
@@ -349,10 +361,22 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	t.Logf("transaction %s: branches %q", cancelled, branches)
 	shot(t, b, "transaction.png")
 
-	// The outbox page: Requeue the dead message, confirm, give the token.
+	// The outbox page: the dead message's body shows redacted until Reveal (confirmed; the token
+	// from the sign-in, no prompt) shows it; then Requeue it, confirmed.
 	deadRow := "dead-" + msgID.String()
 	do(t, b, 30*time.Second, "open the outbox", chromedp.Navigate(srv.URL+"/outbox"), chromedp.WaitVisible(chromedp.ID(deadRow)))
 	shot(t, b, "outbox-dead.png")
+	bodyCell := `document.querySelector('#` + deadRow + ` [data-secret=body]')`
+	if got := eval[string](t, b, bodyCell+`.textContent`); strings.Contains(got, "order.cancelled") || !strings.Contains(got, "bytes · sha256") {
+		t.Fatalf("dead message body before Reveal: %q, want it redacted", got)
+	}
+	do(t, b, 30*time.Second, "press Reveal", chromedp.Click(chromedp.CSS(`#`+deadRow+` button[data-action=reveal]`)))
+	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() bool {
+		sctx, cancel := context.WithTimeout(b, 5*time.Second)
+		defer cancel()
+		got, err := chromedp.Run(sctx, chromedp.Evaluate[string](bodyCell+`.textContent`))
+		return err == nil && got == `{"event":"order.cancelled","gid":"`+cancelled+`"}`
+	}, "the dead message's body shown after Reveal (dialogs: %q)", dialogs())
 	do(t, b, 30*time.Second, "press Requeue", chromedp.Click(chromedp.CSS(`#`+deadRow+` button[data-action=requeue]`)))
 	// The page reloads after the API answers; the message is then pending or already published,
 	// and gone from the dead list either way.
@@ -363,8 +387,9 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 		return err == nil && gone
 	}, "the outbox page to show no dead message after Requeue (dialogs: %q)", dialogs())
 	ds := dialogs()
-	if len(ds) != 2 || !strings.HasPrefix(ds[0], "confirm: Requeue message "+msgID.String()) || !strings.HasPrefix(ds[1], "prompt: ") {
-		t.Fatalf("dialogs %q, want the confirmation then the token prompt", ds)
+	if len(ds) != 2 || !strings.HasPrefix(ds[0], "confirm: Show the body and headers of message "+msgID.String()) ||
+		!strings.HasPrefix(ds[1], "confirm: Requeue message "+msgID.String()) {
+		t.Fatalf("dialogs %q, want the two confirmations and no token prompt (the sign-in gave it)", ds)
 	}
 	// Published by the RocketMQ relay: the row is gone from the table (the relay deletes what it
 	// sent) and the relay counted it.
@@ -393,7 +418,7 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	}
 
 	// The notifications page: the shop is up again; Redeliver the failed notification, confirm
-	// (the token is kept in the tab: no prompt this time), and see it delivered.
+	// (the token is kept in the tab: no prompt), and see it delivered.
 	shopDown.Store(false)
 	notifRow := "notification-" + nid.String()
 	do(t, b, 30*time.Second, "open the notifications", chromedp.Navigate(srv.URL+"/notifications"), chromedp.WaitVisible(chromedp.ID(notifRow)))
@@ -406,7 +431,7 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 		return err == nil && gone
 	}, "the notifications page to show no failed notification after Redeliver (dialogs: %q)", dialogs())
 	if ds := dialogs(); len(ds) != 3 || !strings.HasPrefix(ds[2], "confirm: Redeliver notification "+nid.String()) {
-		t.Fatalf("dialogs %q, want a third one, the Redeliver confirmation, and no second prompt", ds)
+		t.Fatalf("dialogs %q, want a third one, the Redeliver confirmation, and no prompt", ds)
 	}
 	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
 		r, err := nt.Get(ctx, nid)
@@ -424,7 +449,8 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	// The audit page records who requeued it.
 	audit, err := a.Audit(ctx, 10)
 	must(t, err, "Audit")
-	for _, want := range []struct{ action, target string }{{admin.ActionRequeue, msgID.String()}, {admin.ActionRedeliver, nid.String()}} {
+	for _, want := range []struct{ action, target string }{{admin.ActionRevealMessage, msgID.String()},
+		{admin.ActionRequeue, msgID.String()}, {admin.ActionRedeliver, nid.String()}} {
 		var recorded bool
 		for _, e := range audit {
 			recorded = recorded || (e.Actor == "browser-test" && e.Action == want.action && e.Target == want.target && e.Result == admin.ResultOK)

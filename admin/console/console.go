@@ -20,7 +20,7 @@ import (
 var assets embed.FS
 
 // The pages, each a template file in templates/ executed inside layout.html.
-var pageNames = []string{"overview", "transactions", "transaction", "outbox", "notifications", "notification", "leaders", "audit", "error"}
+var pageNames = []string{"overview", "transactions", "transaction", "outbox", "notifications", "notification", "leaders", "audit", "error", "login"}
 
 // csp allows nothing but this origin's own files: no inline script or style, so markup that got
 // into a page by mistake could not run even if escaping failed.
@@ -35,9 +35,11 @@ type console struct {
 }
 
 // Handler returns the console's web pages over a, for a mux that also serves a.Handler() (the
-// JSON API under /api/, which the pages' Requeue and Redeliver buttons call with the operator's
-// bearer token): mount it at "/". It serves
+// JSON API under /api/, which the pages' Requeue, Redeliver and Reveal buttons call with the
+// operator's bearer token): mount it at "/". It serves
 //
+//	/login                 the sign-in form: a token of admin.WithTokens or admin.WithReadTokens
+//	                       buys a session cookie (admin.Admin.Login); POST /logout drops it
 //	/                      overview: leaders, outbox backlog, failed notifications, the oldest
 //	                       unfinished transaction, failures in the last hour, Prometheus figures
 //	/transactions          list with filters (kind, status, unfinished, older than) and a cursor
@@ -50,8 +52,12 @@ type console struct {
 //	/audit                 the mutating calls made through the API
 //	/static/               the stylesheet and the script (embedded)
 //
-// Every page is read-only (GET); the buttons call the API, which checks the token and records the
-// call. Pages are rendered with html/template, so everything read from the database (payloads,
+// Every page needs a read credential (the session cookie, or a bearer token) and answers the
+// sign-in form with 401 without one; a request whose Host is not the admin's
+// (admin.Admin.AllowedHost) is answered 421, a cross-origin POST 403. Payloads, bodies and header
+// values show redacted (size and SHA-256) until a Reveal button asks the API for them. Every page
+// is read-only (GET); the buttons call the API, which checks the token and records the call. Pages
+// are rendered with html/template, so everything read from the database (payloads,
 // error texts, gids) is escaped, and served with a Content-Security-Policy that forbids inline
 // script. A query that fails is answered 500 with a request id, the error logged (WithLogger)
 // under that id; an unknown gid or id is 404; a bad filter is 400 saying what is wrong.
@@ -91,6 +97,11 @@ func Handler(a *admin.Admin, opts ...Option) (http.Handler, error) {
 	mux.HandleFunc("GET /notifications/{id}", c.notification)
 	mux.HandleFunc("GET /leaders", c.leaders)
 	mux.HandleFunc("GET /audit", c.audit)
+	mux.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) {
+		c.render(w, r, http.StatusOK, "login", "", "Sign in", loginData{Next: localPath(r.URL.Query().Get("next"))})
+	})
+	mux.HandleFunc("POST /login", c.login)
+	mux.HandleFunc("POST /logout", c.logout)
 	mux.HandleFunc("GET /static/", func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/") { // no directory listings
 			c.fail(w, r, http.StatusNotFound, "no such page", nil)
@@ -102,7 +113,7 @@ func Handler(a *admin.Admin, opts ...Option) (http.Handler, error) {
 	mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "no such page", nil)
 	})
-	return secure(mux), nil
+	return secure(c.guard(mux)), nil
 }
 
 // secure sets the headers every answer carries.
@@ -130,6 +141,7 @@ type view struct {
 	// ReadOnly: the Admin has no credentials, so the API refuses every action; the buttons are
 	// disabled and the header says so.
 	ReadOnly bool
+	SignedIn bool // the page is shown to a signed-in reader: the header offers to sign out
 }
 
 // render executes page with data into a buffer, then writes it: a template that fails answers 500
@@ -137,9 +149,10 @@ type view struct {
 func (c *console) render(w http.ResponseWriter, r *http.Request, code int, page, nav, title string, data any) {
 	v := view{Title: c.o.title, Page: title, Nav: nav, Refresh: int(c.o.refresh / time.Second), Now: time.Now().UTC(), Data: data,
 		ReadOnly: c.a.ReadOnly()}
-	if page == "error" {
+	if page == "error" || page == "login" {
 		v.Refresh = 0
 	}
+	v.SignedIn = page != "login"
 	if e, ok := data.(errorData); ok {
 		v.Error, v.Code = e.Message, code
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ const (
 
 // TestIntegrationConsoleEscapes: a transaction whose gid, payload and last errors, and a dead
 // outbox message whose body and last error hold markup are shown as text on every page that
-// shows them, never as markup; the pages carry a Content-Security-Policy without inline script.
+// shows them (payloads and bodies redacted to their size and hash), never as markup; the pages carry a Content-Security-Policy without inline script.
 // Also: unknown gid 404, bad filters 400 with what is wrong, unknown page 404, the assets.
 func TestIntegrationConsoleEscapes(t *testing.T) {
 	s := testenv.PG(t)
@@ -111,7 +112,7 @@ func TestIntegrationConsoleEscapes(t *testing.T) {
 		` (id, n, status_code, latency_ms, error) values ($1, 1, 502, 12.5, $2)`, nid, "answered "+hostileScript)
 	must(t, err, "record the attempt")
 
-	a, err := admin.New(s.Pool, admin.WithSchema(s.Name))
+	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithReadTokens(map[string]string{"viewer": viewerToken}))
 	must(t, err, "admin.New")
 	h, err := console.Handler(a)
 	must(t, err, "console.Handler")
@@ -120,7 +121,10 @@ func TestIntegrationConsoleEscapes(t *testing.T) {
 
 	get := func(path string) (int, http.Header, string) {
 		t.Helper()
-		resp, err := http.Get(srv.URL + path)
+		req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+path, nil)
+		must(t, err, "request")
+		req.Header.Set("Authorization", "Bearer "+viewerToken)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
@@ -141,11 +145,12 @@ func TestIntegrationConsoleEscapes(t *testing.T) {
 			`stock&lt;img src=x onerror=alert(1)&gt;`,
 			`<pre class="err">refused: &lt;script&gt;alert(&#34;txkit&#34;)&lt;/script&gt;</pre>`,
 			`http://stock/tcc?x=&lt;script&gt;`,
-			`<pre class="payload" id="tx-payload">&lt;script&gt;alert(&#34;txkit&#34;)&lt;/script&gt;</pre>`}},
-		{"/outbox", []string{`broker said &lt;img src=x onerror=alert(1)&gt;`, `&lt;script&gt;alert(&#34;txkit&#34;)&lt;/script&gt;`, `id="dead-` + id.String() + `"`,
+			`id="tx-payload" data-secret="payload" title="sha256 ` + sha(hostileScript) + `">` + strconv.Itoa(len(hostileScript)) + ` bytes · sha256 ` + sha(hostileScript)[:12] + `…</pre>`}},
+		{"/outbox", []string{`broker said &lt;img src=x onerror=alert(1)&gt;`, `id="dead-` + id.String() + `"`,
+			`data-secret="body" title="sha256 ` + sha(hostileScript) + `"`,
 			`id="read-only"`, `<button type="button" class="act" disabled`}}, // no tokens: the buttons are off
 		{"/notifications", []string{`id="notification-` + nid.String() + `"`, `k-&lt;img src=x onerror=alert(1)&gt;`, `answered &lt;script&gt;`}},
-		{"/notifications/" + nid.String(), []string{`answered &lt;script&gt;alert(&#34;txkit&#34;)&lt;/script&gt;`, `&lt;script&gt;alert(\&#34;txkit\&#34;)&lt;/script&gt;`,
+		{"/notifications/" + nid.String(), []string{`answered &lt;script&gt;alert(&#34;txkit&#34;)&lt;/script&gt;`, `id="notification-payload"`,
 			`data-url="/api/notifications/` + nid.String() + `/redeliver"`, `<tr data-n="1">`}},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
@@ -196,7 +201,10 @@ func TestIntegrationConsoleEscapes(t *testing.T) {
 			t.Errorf("GET %s: %d %s, %d bytes", path, code, hdr.Get("Content-Type"), len(body))
 		}
 	}
-	resp, err := http.Post(srv.URL+"/outbox", "text/plain", nil)
+	req, err := http.NewRequestWithContext(ctx, "POST", srv.URL+"/outbox", nil)
+	must(t, err, "request")
+	req.Header.Set("Authorization", "Bearer "+viewerToken)
+	resp, err := http.DefaultClient.Do(req)
 	must(t, err, "POST /outbox")
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {

@@ -5,11 +5,15 @@
 // a Redeliver button, the leaders and locks, and the audit of actions taken.
 //
 // The pages are html/template files and one stylesheet and one small script, embedded in the
-// binary: there is no Node build step and nothing to install. The pages only read; the buttons ask
-// for a confirmation and call the admin JSON API ([admin.Admin.Handler]) with the operator's bearer
-// token, which the page asks for once and keeps in the browser tab's sessionStorage. The API
-// checks the token and records the action. Every value read from the database is escaped, and the
-// pages are served with a Content-Security-Policy that allows no inline script.
+// binary: there is no Node build step and nothing to install. The operator signs in once, with a
+// token of admin.WithTokens or admin.WithReadTokens: the server keeps a session cookie for the
+// pages ([admin.Admin.Login]) and the tab keeps the token in its sessionStorage for the buttons.
+// Without a session every page answers the sign-in form (401); a foreign Host is answered 421.
+// The pages only read, and show payloads, bodies and header values redacted; the buttons
+// (Requeue, Redeliver, Reveal) ask for a confirmation and call the admin JSON API
+// ([admin.Admin.Handler]) with the operator's bearer token. The API checks the token and records
+// the call. Every value read from the database is escaped, and the pages are served with a
+// Content-Security-Policy that allows no inline script.
 //
 // The recipe: one mux with the API under /api/ and the console at "/", on loopback (`txkit serve`
 // does this):

@@ -68,7 +68,9 @@ func Example() {
 	defer srv.Close()
 
 	for _, path := range []string{"/outbox", "/transactions?kind=xa"} {
-		resp, err := http.Get(srv.URL + path)
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer a-long-random-token-0123") // a browser signs in at /login instead
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			fmt.Println(err)
 			return

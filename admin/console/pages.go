@@ -218,8 +218,22 @@ var funcs = map[string]any{
 		}
 		return string(rs[:n]) + "…"
 	},
-	// text turns bytes (a payload) into a string for display; html/template escapes it.
-	"text": func(b []byte) string { return strings.ToValidUTF8(string(b), "\uFFFD") },
+	// redacted describes a value the page does not show: "27 bytes · sha256 3f2a9c1d…".
+	"redacted": func(s admin.Secret) string {
+		return strconv.Itoa(s.Size) + " bytes · sha256 " + s.SHA256[:min(12, len(s.SHA256))] + "…"
+	},
+	// hasPayload reports whether a transaction or one of its branches has a payload to reveal.
+	"hasPayload": func(t *admin.Transaction) bool {
+		if t.Payload != nil {
+			return true
+		}
+		for _, b := range t.Branches {
+			if b.Payload != nil {
+				return true
+			}
+		}
+		return false
+	},
 	// tone is the CSS class of a status: good (finished as asked), undone (rolled back), bad
 	// (dead, failed), busy (under way).
 	"tone": func(s any) string {

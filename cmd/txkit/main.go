@@ -7,14 +7,15 @@
 //	txkit tx list        [-pg URL] [-schema S] [-prefix P] [-kind K] [-status S] [-unfinished] [-older-than D] [-limit N]
 //	txkit tx show GID    [-pg URL] [-schema S] [-prefix P]
 //	txkit notify failed  [-pg URL] [-schema S] [-table T] [-limit N]
-//	txkit notify show ID [-pg URL] [-schema S] [-table T]
+//	txkit notify show ID [-pg URL] [-schema S] [-table T] [-reveal]
 //	txkit notify redeliver ID... [-pg URL] [-schema S] [-table T]
 //
 //	txkit fence show     [-pg URL] [-schema S] [-table T] [-resource R] [-path P [-zk ADDRS]]
 //	txkit fence reset    -resource R -path P [-zk ADDRS] [-pg URL] [-schema S] [-table T]
 //
-//	txkit serve [-listen 127.0.0.1:8089] [-listen-public] [-pg-file F] [-schema S] [-token-file F]
-//	            [-zk ADDRS] [-election name=path ...] [-lock name=path ...] [-metrics-url URL]
+//	txkit serve [-listen 127.0.0.1:8089] [-listen-public] [-host NAME ...] [-tls-cert F -tls-key F]
+//	            [-pg-file F] [-schema S] [-token-file F] [-zk ADDRS] [-election name=path ...]
+//	            [-lock name=path ...] [-metrics-url URL]
 //	            [-request-timeout D] [-max-requests N] [-max-conns N] [-audit-retention D]
 //	txkit audit purge [-pg URL] [-schema S] [-table T] [-older-than 720h]
 //
@@ -79,7 +80,8 @@ flags of every tx command (before the verb or after it):
                 commit txkit_2pc_, three-phase commit txkit_3pc_)
 
   notify failed      notifications that ran out of attempts   [-limit N]
-  notify show ID     one notification and its attempts
+  notify show ID     one notification and its attempts; its payload redacted unless -reveal
+                     (which the audit table records)
   notify redeliver ID...  put failed notifications back on the schedule
 
 flags of every notify command (before the verb or after it):
@@ -100,8 +102,14 @@ flags of every fence command (before the verb or after it):
   -zk ADDRS     ZooKeeper servers, host:port,... (default $TXKIT_ZK; $TXKIT_ZK_AUTH: digest user:password)
 
   serve            the admin JSON API (/api/) and the web console (/) on one listener, until SIGTERM
-  -listen ADDR     default 127.0.0.1:8089; a non-loopback address needs -listen-public
-  -token-file F    "actor token" lines (mode 600); without it the API and console are read-only
+  -listen ADDR     default 127.0.0.1:8089; a non-loopback address needs -listen-public, which
+                   needs -token-file
+  -token-file F    "actor token" lines (may act), "actor token read" lines (may only read);
+                   mode 600. Every read needs a token: without the file, serve prints a read
+                   token for the run
+  -host NAME       a name clients use besides localhost and the -listen address (repeatable);
+                   other Host headers are refused (421)
+  -tls-cert F, -tls-key F   serve HTTPS with this PEM certificate and key
   -zk ADDRS, -election name=path, -lock name=path   leaders and lock holders to show
                    (ZooKeeper credentials from $TXKIT_ZK_AUTH, user:password: the applications' digest user)
   -metrics-url URL a /metrics page whose txkit_ figures the overview shows
@@ -368,7 +376,7 @@ func dead(ctx context.Context, a *admin.Admin, limit int, w io.Writer) error {
 	fmt.Fprintln(tw, "MSG_ID\tTOPIC\tKEY\tATTEMPTS\tCREATED\tBYTES\tLAST_ERROR")
 	for _, d := range list {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\n", d.ID, oneLine(d.Topic, 40), oneLine(d.Key, 40), d.Attempts,
-			d.CreatedAt.UTC().Format(time.RFC3339), len(d.Body), oneLine(d.LastError, 100))
+			d.CreatedAt.UTC().Format(time.RFC3339), d.Body.Size, oneLine(d.LastError, 100))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

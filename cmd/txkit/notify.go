@@ -27,11 +27,13 @@ func notifyCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	limit := 50
+	limit, reveal := 50, false
 	switch verb {
 	case "failed":
 		vs.IntVar(&limit, "limit", limit, "how many")
-	case "show", "redeliver":
+	case "show":
+		vs.BoolVar(&reveal, "reveal", false, "show the payload (recorded in the audit table)")
+	case "redeliver":
 	default:
 		return usageErr("notify: unknown verb %q", verb)
 	}
@@ -85,12 +87,27 @@ func notifyCmd(ctx context.Context, args []string, getenv func(string) string, s
 			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, printable(r.Receiver), printable(r.Key), r.Attempts, r.LastStatusCode, oneLine(r.LastError, 60))
 		}
 	case "show":
-		r, err := a.Notification(ctx, ids[0])
+		var r *admin.Notification
+		payload := ""
+		if reveal {
+			if err := a.Migrate(ctx); err != nil { // the audit table
+				return err
+			}
+			r, err = a.RevealNotification(ctx, cliActor(getenv), ids[0])
+			if r != nil {
+				payload = oneLine(string(r.Payload.Value), 200)
+			}
+		} else {
+			r, err = a.Notification(ctx, ids[0])
+			if r != nil {
+				payload = fmt.Sprintf("%d bytes, sha256 %s (-reveal shows it)", r.Payload.Size, r.Payload.SHA256)
+			}
+		}
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "id\t%s\nreceiver\t%s\nkey\t%s\nstatus\t%s\nattempts\t%d\ncreated\t%s\npayload\t%s\n",
-			r.ID, printable(r.Receiver), printable(r.Key), r.Status, r.Attempts, r.CreatedAt.Format("2006-01-02 15:04:05.000"), oneLine(string(r.Payload), 200))
+			r.ID, printable(r.Receiver), printable(r.Key), r.Status, r.Attempts, r.CreatedAt.Format("2006-01-02 15:04:05.000"), payload)
 		fmt.Fprintln(w, "\nATTEMPT\tAT\tSTATUS\tLATENCY\tERROR")
 		for _, a := range r.Tries {
 			fmt.Fprintf(w, "%d\t%s\t%d\t%v\t%s\n", a.N, a.At.Format("15:04:05.000"), a.StatusCode, a.Latency.Round(100_000), oneLine(a.Error, 60))

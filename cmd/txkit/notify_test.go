@@ -38,8 +38,12 @@ func TestIntegrationNotifyCommands(t *testing.T) {
 	if code, out, stderr := txkit(t, env, "notify", "failed", "-schema", s.Name); code != exitOK || !strings.Contains(out, nt.ID.String()) || !strings.Contains(out, "HTTP 503") {
 		t.Fatalf("notify failed: exit %d, %q, %q", code, out, stderr)
 	}
-	if code, out, stderr := txkit(t, env, "notify", "show", "-schema", s.Name, nt.ID.String()); code != exitOK || !strings.Contains(out, "order-1") || !strings.Contains(out, "failed") {
-		t.Fatalf("notify show: exit %d, %q, %q", code, out, stderr)
+	if code, out, stderr := txkit(t, env, "notify", "show", "-schema", s.Name, nt.ID.String()); code != exitOK || !strings.Contains(out, "order-1") ||
+		!strings.Contains(out, "failed") || strings.Contains(out, `{"a":1}`) || !strings.Contains(out, "7 bytes, sha256 ") {
+		t.Fatalf("notify show: exit %d, %q, %q; want the payload redacted", code, out, stderr)
+	}
+	if code, out, stderr := txkit(t, env, "notify", "show", "-reveal", "-schema", s.Name, nt.ID.String()); code != exitOK || !strings.Contains(out, `{"a":1}`) {
+		t.Fatalf("notify show -reveal: exit %d, %q, %q", code, out, stderr)
 	}
 	if code, out, stderr := txkit(t, env, "notify", "redeliver", "-schema", s.Name, nt.ID.String()); code != exitOK || !strings.Contains(out, "back on the schedule") {
 		t.Fatalf("notify redeliver: exit %d, %q, %q", code, out, stderr)

@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -32,8 +34,10 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 		pg                pgFlags
 		schema, zkAddrs   string
 		listen, tokenFile string
+		certFile, keyFile string
 		metricsURL        string
 		public            bool
+		hosts             hostNames
 		elections, locks  namedPaths
 		outboxT, notifyT  string
 		refresh           time.Duration
@@ -44,11 +48,14 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 	pg.register(fs)
 	fs.StringVar(&schema, "schema", "", "schema of txkit's tables (default: the URL's search_path)")
 	fs.StringVar(&listen, "listen", "127.0.0.1:8089", "address to listen on (loopback unless -listen-public)")
-	fs.BoolVar(&public, "listen-public", false, "allow a -listen address that is not loopback")
+	fs.BoolVar(&public, "listen-public", false, "allow a -listen address that is not loopback (needs -token-file)")
+	fs.Var(&hosts, "host", "a name (or address) clients reach the server by, besides loopback ones (repeatable)")
+	fs.StringVar(&certFile, "tls-cert", "", "serve HTTPS with this certificate (PEM; with -tls-key)")
+	fs.StringVar(&keyFile, "tls-key", "", "the private key of -tls-cert (PEM)")
 	fs.StringVar(&zkAddrs, "zk", "", "ZooKeeper servers for -election and -lock (default $TXKIT_ZK)")
 	fs.Var(&elections, "election", "name=path of an election whose leader to show (repeatable)")
 	fs.Var(&locks, "lock", "name=path of a lock whose holder and waiters to show (repeatable)")
-	fs.StringVar(&tokenFile, "token-file", "", "file of bearer tokens, one \"actor token\" per line (without: read-only)")
+	fs.StringVar(&tokenFile, "token-file", "", "file of bearer tokens: \"actor token\" lines, \"actor token read\" for one that only reads")
 	fs.StringVar(&metricsURL, "metrics-url", "", "a Prometheus /metrics page whose txkit_ figures the overview shows")
 	fs.StringVar(&outboxT, "outbox-table", "", "outbox table (default txkit_outbox)")
 	fs.StringVar(&notifyT, "notify-table", "", "notifications table (default txkit_notify)")
@@ -69,6 +76,12 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if err := checkListen(listen, public); err != nil {
 		return err
 	}
+	if (certFile == "") != (keyFile == "") {
+		return usageErr("serve: -tls-cert and -tls-key go together")
+	}
+	if public && tokenFile == "" {
+		return usageErr("serve: -listen-public needs -token-file: every read needs a credential on a public address")
+	}
 	if zkAddrs == "" {
 		zkAddrs = getenv("TXKIT_ZK")
 	}
@@ -79,12 +92,16 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if (len(elections) > 0 || len(locks) > 0) && !zkCredSet {
 		return usageErr("serve: -election and -lock need the applications' ZooKeeper digest user: set TXKIT_ZK_AUTH=user:password")
 	}
-	var tokens map[string]string
+	var tokens, readers map[string]string
+	generated := ""
 	if tokenFile != "" {
 		var err error
-		if tokens, err = readTokens(tokenFile); err != nil {
+		if tokens, readers, err = readTokens(tokenFile); err != nil {
 			return err
 		}
+	} else { // on loopback: a read token for this run, printed once it listens
+		generated = rand.Text()
+		readers = map[string]string{"local": generated}
 	}
 	pgURL, err := pg.resolve(getenv)
 	if err != nil {
@@ -111,6 +128,13 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if len(tokens) > 0 {
 		opts = append(opts, admin.WithTokens(tokens))
 	}
+	if len(readers) > 0 {
+		opts = append(opts, admin.WithReadTokens(readers))
+	}
+	if h, _, _ := net.SplitHostPort(listen); h != "" && !net.ParseIP(h).IsUnspecified() {
+		hosts = append(hosts, h) // the name or address it listens on
+	}
+	opts = append(opts, admin.WithAllowedHosts(hosts...))
 	if len(elections) > 0 || len(locks) > 0 {
 		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		sess, err := lock.NewSession(sctx, strings.Split(zkAddrs, ","), lock.WithLogger(log), zkCred)
@@ -136,7 +160,7 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	if a.ReadOnly() {
-		log.Warn("txkit serve: read-only: no -token-file, so requeue and redeliver are refused (401)")
+		log.Warn("txkit serve: read-only: no token may act (an \"actor token\" line of -token-file), so requeue, redeliver and reveal are refused (401)")
 	} else if err := a.Migrate(ctx); err != nil { // the audit table
 		return err
 	}
@@ -156,16 +180,38 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 	ln = limitListener(ln, lim.conns)
 	srv := &http.Server{Handler: limitHandler(mux, lim), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: lim.timeout + 30*time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
+	scheme := "http"
+	if certFile != "" {
+		// Load the pair now, so that a bad one is an error at start rather than at each handshake.
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("-tls-cert, -tls-key: %w", err)
+		}
+		srv.TLSConfig.Certificates = []tls.Certificate{cert}
+		scheme = "https"
+	} else if public {
+		log.Warn("txkit serve: -listen-public without -tls-cert: tokens and data cross the network in clear text")
+	}
 	if !a.ReadOnly() { // the audit table's retention (read-only, serve made no table)
 		pctx, stopPurge := context.WithCancel(ctx)
 		purged := make(chan error, 1)
 		go func() { purged <- a.Run(pctx) }()
 		defer func() { stopPurge(); <-purged }()
 	}
-	fmt.Fprintf(stdout, "txkit serve: listening on http://%s\n", ln.Addr())
+	fmt.Fprintf(stdout, "txkit serve: listening on %s://%s\n", scheme, ln.Addr())
+	if generated != "" {
+		fmt.Fprintf(stdout, "txkit serve: read token (this run only; no -token-file): %s\n", generated)
+	}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	go func() {
+		if certFile != "" {
+			done <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		done <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-done:
 		return fmt.Errorf("serve: %w", err)
@@ -202,18 +248,18 @@ func checkListen(addr string, public bool) error {
 	return usageErr("serve: -listen %q is not a loopback address: the console would be reachable from other machines; add -listen-public to mean it", addr)
 }
 
-// readTokens reads "actor token" lines (blank lines and # comments skipped) from file, which must
-// not be readable by others.
-func readTokens(file string) (map[string]string, error) {
+// readTokens reads "actor token" lines, and "actor token read" lines of actors who only read
+// (blank lines and # comments skipped), from file, which must not be readable by others.
+func readTokens(file string) (tokens, readers map[string]string, err error) {
 	f, err := os.Open(file)
 	if err != nil {
-		return nil, fmt.Errorf("-token-file: %w", err)
+		return nil, nil, fmt.Errorf("-token-file: %w", err)
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err == nil && st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("-token-file %s: mode %v: readable by others; chmod 600 it", file, st.Mode().Perm())
+		return nil, nil, fmt.Errorf("-token-file %s: mode %v: readable by others; chmod 600 it", file, st.Mode().Perm())
 	}
-	tokens := map[string]string{}
+	tokens, readers = map[string]string{}, map[string]string{}
 	sc := bufio.NewScanner(io.LimitReader(f, maxURLFile))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -221,21 +267,39 @@ func readTokens(file string) (map[string]string, error) {
 			continue
 		}
 		fields := strings.Fields(line)
-		if len(fields) != 2 {
-			return nil, fmt.Errorf("-token-file %s: line %d: want \"actor token\"", file, n)
+		if len(fields) != 2 && (len(fields) != 3 || fields[2] != "read") {
+			return nil, nil, fmt.Errorf("-token-file %s: line %d: want \"actor token\" or \"actor token read\"", file, n)
 		}
-		if _, dup := tokens[fields[0]]; dup {
-			return nil, fmt.Errorf("-token-file %s: line %d: actor %s given twice", file, n, fields[0])
+		_, dup := tokens[fields[0]]
+		if _, dupR := readers[fields[0]]; dup || dupR {
+			return nil, nil, fmt.Errorf("-token-file %s: line %d: actor %s given twice", file, n, fields[0])
 		}
-		tokens[fields[0]] = fields[1]
+		if len(fields) == 3 {
+			readers[fields[0]] = fields[1]
+		} else {
+			tokens[fields[0]] = fields[1]
+		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("-token-file %s: %w", file, err)
+		return nil, nil, fmt.Errorf("-token-file %s: %w", file, err)
 	}
-	if len(tokens) == 0 {
-		return nil, fmt.Errorf("-token-file %s: no token in it", file)
+	if len(tokens)+len(readers) == 0 {
+		return nil, nil, fmt.Errorf("-token-file %s: no token in it", file)
 	}
-	return tokens, nil
+	return tokens, readers, nil
+}
+
+// hostNames is the repeatable -host flag.
+type hostNames []string
+
+func (h *hostNames) String() string { return strings.Join(*h, ",") }
+
+func (h *hostNames) Set(v string) error {
+	if v == "" || strings.ContainsAny(v, "/ ") {
+		return fmt.Errorf("%q: want a host name or address", v)
+	}
+	*h = append(*h, v)
+	return nil
 }
 
 // namedPaths is a repeatable name=path flag.

@@ -3,8 +3,17 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -37,6 +46,9 @@ func TestServeUsage(t *testing.T) {
 		{"election without zk", []string{"serve", "-election", "tcc=/txkit/tcc"}, "give -zk or set TXKIT_ZK"},
 		{"election without zk credentials", []string{"serve", "-zk", "127.0.0.1:1", "-lock", "l=/txkit/l"}, "set TXKIT_ZK_AUTH"},
 		{"arguments", []string{"serve", "extra"}, "unexpected arguments"},
+		{"public without tokens", []string{"serve", "-listen", "0.0.0.0:8089", "-listen-public"}, "-listen-public needs -token-file"},
+		{"cert without key", []string{"serve", "-tls-cert", "cert.pem"}, "-tls-cert and -tls-key go together"},
+		{"bad host", []string{"serve", "-host", "a b"}, "want a host name or address"},
 		{"no url", []string{"serve"}, "TXKIT_PG_URL"},
 		{"no request timeout", []string{"serve", "-request-timeout", "0s"}, "-request-timeout 0s: must be positive"},
 		{"no requests", []string{"serve", "-max-requests", "0"}, "-max-requests 0"},
@@ -97,18 +109,120 @@ func TestIntegrationServe(t *testing.T) {
 	t.Cleanup(func() { _ = lead.Resign(context.WithoutCancel(ctx)) })
 
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "txkit")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	tokens := filepath.Join(dir, "tokens")
-	const token = "serve-token-0123456789"
-	if err := os.WriteFile(tokens, []byte("# who may requeue\noncall "+token+"\n"), 0o600); err != nil {
+	const token, readToken = "serve-token-0123456789", "serve-read-token-0123456789"
+	if err := os.WriteFile(tokens, []byte("# who may requeue\noncall "+token+"\ndashboard "+readToken+" read\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "serve", "-listen", "127.0.0.1:0", "-schema", s.Name, "-token-file", tokens,
+	p := startServe(t, dir, []string{"TXKIT_PG_URL=" + s.URL}, "serve", "-listen", "127.0.0.1:0", "-schema", s.Name, "-token-file", tokens,
 		"-zk", strings.Join(testenv.ZK(t), ","), "-election", "tcc recovery="+path)
-	cmd.Env = append(os.Environ(), "TXKIT_PG_URL="+s.URL)
+	base := p.base
+	if !strings.HasPrefix(base, "http://127.0.0.1:") {
+		t.Fatalf("listening on %s, not loopback", base)
+	}
+
+	get := func(method, p string, headers ...string) (int, string, []byte) {
+		t.Helper()
+		return call(t, http.DefaultClient, method, base+p, headers...)
+	}
+	code, _, body := get("GET", "/api/overview", "Authorization", "Bearer "+readToken)
+	var ov admin.Overview
+	if err := json.Unmarshal(body, &ov); code != 200 || err != nil {
+		t.Fatalf("GET /api/overview: %d %s (%v)", code, body, err)
+	}
+	if len(ov.Leaders) != 1 || ov.Leaders[0].ID != "coordinator-1" || ov.Leaders[0].Token != lead.Token() ||
+		ov.Outbox == nil || ov.Outbox.Pending != 1 {
+		t.Fatalf("overview: %s", body)
+	}
+	// Reads need a token; a foreign Host is refused whatever it carries.
+	for _, path := range []string{"/api/overview", "/api/outbox/dead", "/api/transactions/some-gid", "/"} {
+		if code, _, body := get("GET", path); code != 401 {
+			t.Fatalf("GET %s without a token: %d %.200s", path, code, body)
+		}
+		if code, _, body := get("GET", path, "Host", "rebind.attacker.example", "Authorization", "Bearer "+token); code != 421 {
+			t.Fatalf("GET %s with a foreign Host: %d %.200s", path, code, body)
+		}
+	}
+	requeue := "/api/outbox/dead/" + uuid.NewString() + "/requeue"
+	if code, _, body := get("POST", requeue); code != 401 {
+		t.Fatalf("POST without the token: %d %s", code, body)
+	}
+	if code, _, body := get("POST", requeue, "Authorization", "Bearer "+readToken); code != 401 {
+		t.Fatalf("POST with the read token: %d %s", code, body)
+	}
+	if code, _, body := get("POST", requeue, "Authorization", "Bearer "+token); code != 404 {
+		t.Fatalf("POST with the token, unknown message: %d %s", code, body)
+	}
+	if code, ct, body := get("GET", "/", "Authorization", "Bearer "+readToken); code != 200 || !strings.HasPrefix(ct, "text/html") {
+		t.Fatalf("GET / (the console): %d %s %.200s", code, ct, body)
+	}
+	p.stop(t)
+}
+
+// -listen-public refuses to start without a read credential; with -tls-cert and -tls-key (a
+// self-signed certificate made here) serve answers HTTPS only; without -token-file on loopback it
+// prints a read token of the run, which reads but cannot act.
+func TestIntegrationServeTLS(t *testing.T) {
+	s := testenv.PG(t)
+	dir := t.TempDir()
+	certFile, keyFile, pool := selfSigned(t, dir)
+	env := map[string]string{"TXKIT_PG_URL": s.URL}
+	code, _, stderr := txkit(t, env, "serve", "-listen", "127.0.0.1:0", "-listen-public", "-tls-cert", certFile, "-tls-key", keyFile)
+	if code != exitUsage || !strings.Contains(stderr, "-listen-public needs -token-file") {
+		t.Fatalf("-listen-public without -token-file: exit %d, %q", code, stderr)
+	}
+
+	p := startServe(t, dir, []string{"TXKIT_PG_URL=" + s.URL}, "serve", "-listen", "127.0.0.1:0", "-schema", s.Name,
+		"-tls-cert", certFile, "-tls-key", keyFile)
+	if !strings.HasPrefix(p.base, "https://127.0.0.1:") {
+		t.Fatalf("listening on %s, want https", p.base)
+	}
+	var token string
+	select {
+	case line := <-p.lines:
+		var ok bool
+		if token, ok = strings.CutPrefix(line, "txkit serve: read token (this run only; no -token-file): "); !ok || len(token) < 16 {
+			t.Fatalf("second line %q, want the read token", line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("txkit serve does not print its read token")
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 10 * time.Second}
+	if code, _, body := call(t, client, "GET", p.base+"/api/leaders", "Authorization", "Bearer "+token); code != 200 || string(body) != "[]\n" {
+		t.Fatalf("GET /api/leaders over TLS with the printed token: %d %s", code, body)
+	}
+	if code, _, _ := call(t, client, "GET", p.base+"/api/leaders"); code != 401 {
+		t.Fatalf("GET /api/leaders over TLS without a token: %d", code)
+	}
+	if code, _, _ := call(t, client, "POST", p.base+"/api/outbox/dead/"+uuid.NewString()+"/requeue", "Authorization", "Bearer "+token); code != 401 {
+		t.Fatalf("POST with the read token: %d", code)
+	}
+	plain := strings.Replace(p.base, "https://", "http://", 1) + "/api/leaders"
+	if code, _, _ := call(t, http.DefaultClient, "GET", plain); code != http.StatusBadRequest { // Go's answer to HTTP on a TLS port
+		t.Fatalf("plain HTTP to the TLS port: %d", code)
+	}
+	p.stop(t)
+}
+
+// served is a txkit serve process.
+type served struct {
+	base    string
+	lines   <-chan string // stdout after the "listening on" line
+	exited  chan error
+	cmd     *exec.Cmd
+	stopped bool
+}
+
+// startServe builds txkit into dir, runs it with args and env, and waits for its "listening on"
+// line. The process is killed at the end of the test unless stop ended it.
+func startServe(t *testing.T, dir string, env []string, args ...string) *served {
+	t.Helper()
+	bin := filepath.Join(dir, "txkit")
+	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = testenv.LogWriter(t, "txkit serve: ")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -117,8 +231,9 @@ func TestIntegrationServe(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	lines := make(chan string, 1)
+	p := &served{exited: make(chan error, 1), cmd: cmd}
+	lines := make(chan string, 16)
+	p.lines = lines
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
@@ -128,85 +243,108 @@ func TestIntegrationServe(t *testing.T) {
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
-		exited <- cmd.Wait()
+		p.exited <- cmd.Wait()
 	}()
-	stopped := false
 	t.Cleanup(func() {
-		if !stopped {
+		if !p.stopped {
 			_ = cmd.Process.Kill()
-			<-exited
+			<-p.exited
 		}
 	})
-	var base string
 	select {
 	case line := <-lines:
 		var ok bool
-		if base, ok = strings.CutPrefix(line, "txkit serve: listening on "); !ok {
+		if p.base, ok = strings.CutPrefix(line, "txkit serve: listening on "); !ok {
 			t.Fatalf("first line %q", line)
 		}
-	case err := <-exited:
+	case err := <-p.exited:
+		p.stopped = true
 		t.Fatalf("txkit serve exited: %v", err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("txkit serve does not say where it listens")
 	}
-	if !strings.HasPrefix(base, "http://127.0.0.1:") {
-		t.Fatalf("listening on %s, not loopback", base)
-	}
+	return p
+}
 
-	get := func(method, p string, headers ...string) (int, string, []byte) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, method, base+p, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i+1 < len(headers); i += 2 {
-			req.Header.Set(headers[i], headers[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, resp.Header.Get("Content-Type"), b
-	}
-	code, _, body := get("GET", "/api/overview")
-	var ov admin.Overview
-	if err := json.Unmarshal(body, &ov); code != 200 || err != nil {
-		t.Fatalf("GET /api/overview: %d %s (%v)", code, body, err)
-	}
-	if len(ov.Leaders) != 1 || ov.Leaders[0].ID != "coordinator-1" || ov.Leaders[0].Token != lead.Token() ||
-		ov.Outbox == nil || ov.Outbox.Pending != 1 {
-		t.Fatalf("overview: %s", body)
-	}
-	requeue := "/api/outbox/dead/" + uuid.NewString() + "/requeue"
-	if code, _, body := get("POST", requeue); code != 401 {
-		t.Fatalf("POST without the token: %d %s", code, body)
-	}
-	if code, _, body := get("POST", requeue, "Authorization", "Bearer "+token); code != 404 {
-		t.Fatalf("POST with the token, unknown message: %d %s", code, body)
-	}
-	if code, ct, body := get("GET", "/"); code != 200 || !strings.HasPrefix(ct, "text/html") {
-		t.Fatalf("GET / (the console): %d %s %.200s", code, ct, body)
-	}
-
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+// stop sends SIGTERM and waits for a clean exit.
+func (p *served) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	stopped = true
+	p.stopped = true
 	select {
-	case err := <-exited:
+	case err := <-p.exited:
 		if err != nil {
 			t.Fatalf("txkit serve after SIGTERM: %v", err)
 		}
 	case <-time.After(20 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
+		_ = p.cmd.Process.Kill()
+		<-p.exited
 		t.Fatal("txkit serve does not stop on SIGTERM")
 	}
+}
+
+// call sends method url with the headers given as name, value pairs ("Host" sets the request's
+// Host) and returns the status, the Content-Type and the body.
+func call(t *testing.T, client *http.Client, method, url string, headers ...string) (int, string, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		if headers[i] == "Host" {
+			req.Host = headers[i+1]
+			continue
+		}
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), b
+}
+
+// selfSigned writes a self-signed certificate for 127.0.0.1 and its key into dir, and returns
+// their files and a pool that trusts the certificate.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "txkit serve test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
 }
 
 // -metrics-url reads another process's /metrics page.

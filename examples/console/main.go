@@ -5,7 +5,7 @@
 // made dead by a relay whose broker refuses everything, then runs an outbox relay to the real
 // RocketMQ and `txkit serve` (the admin API and the web console) over that schema, with the order
 // services' recovery elections, the relay's election and the first order instance's /metrics.
-// It prints the console's URL and the token the Requeue button asks for, and runs until Ctrl-C;
+// It prints the console's URL and the token its sign-in asks for, and runs until Ctrl-C;
 // then it stops everything and drops the schema.
 //
 // The servers come from `make up` (TXKIT_PG_URL, TXKIT_ZK, TXKIT_ROCKETMQ_NAMESRV).
@@ -172,7 +172,7 @@ func run(ctx context.Context, c config) error {
 	if err := serve.Start(); err != nil {
 		return fmt.Errorf("start txkit serve: %w", err)
 	}
-	fmt.Printf("\nconsole: http://%s/\ntoken:   %s   (the Requeue and Redeliver buttons ask for it; actor \"operator\")\n", c.listen, token)
+	fmt.Printf("\nconsole: http://%s/\ntoken:   %s   (the console's sign-in asks for it once; actor \"operator\" reads, reveals, requeues and redelivers)\n", c.listen, token)
 	fmt.Printf("orders:  POST %s/orders places more, e.g.\n         curl -s -XPOST %s/orders -d '{\"sku\":\"sku-1\",\"qty\":1,\"account\":\"carol\",\"amount\":5000,\"mode\":\"saga\"}'\n", order[0], order[0])
 	fmt.Printf("Ctrl-C stops everything and drops schema %s.\n\n", schema)
 	serveErr := serve.Wait()

@@ -22,8 +22,9 @@ import (
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
 
 // TestIntegrationConsoleDemo runs the example as `make console` does: it prints the console's URL
-// and token, the console shows the dead message, the API behind it requeues that message with the
-// token, and SIGINT stops it with status 0 after dropping its schema.
+// and token, the console refuses a reader without the token and shows the dead message to one with
+// it, the API behind it requeues that message with the token, and SIGINT stops it with status 0
+// after dropping its schema.
 func TestIntegrationConsoleDemo(t *testing.T) {
 	pg := testenv.PGURL(t)
 	testenv.ZK(t)
@@ -68,7 +69,9 @@ func TestIntegrationConsoleDemo(t *testing.T) {
 	url, token, schema := waitServing(t, lines, exited)
 	get := func(path string) string {
 		t.Helper()
-		resp, err := http.Get(strings.TrimSuffix(url, "/") + path)
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, strings.TrimSuffix(url, "/")+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token) // what the console's sign-in turns into a session
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
@@ -78,6 +81,9 @@ func TestIntegrationConsoleDemo(t *testing.T) {
 			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
 		}
 		return string(b)
+	}
+	if resp, err := http.Get(url); err != nil || resp.Body.Close() != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET / without the token: %v, %v; want 401 (the sign-in form)", resp, err)
 	}
 	if page := get("/"); !strings.Contains(page, `id="leaders"`) || !strings.Contains(page, "tcc recovery") {
 		t.Fatalf("overview lacks the leaders:\n%s", page)
