@@ -71,6 +71,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 	"golang.org/x/sync/errgroup"
 
@@ -152,9 +153,10 @@ type options struct {
 	channel  string
 	crons    []cronJob
 	pause    time.Duration
-	members  Membership    // Shards only (WithMembership)
-	balance  time.Duration // Shards only (WithBalanceEvery)
-	grace    time.Duration // Shards only (WithGrace)
+	members  Membership            // Shards only (WithMembership)
+	balance  time.Duration         // Shards only (WithBalanceEvery)
+	grace    time.Duration         // Shards only (WithGrace)
+	reg      prometheus.Registerer // Shards only (WithRegisterer)
 }
 
 type cronJob struct {
