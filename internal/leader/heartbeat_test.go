@@ -109,8 +109,9 @@ func TestIntegrationShardsCampaignFailureIsNotMembership(t *testing.T) {
 	start := time.Now()
 	b := heartbeatInstance(t, db, f, "missing_"+db.Name, "b", parts, ttl)
 	a := heartbeatInstance(t, db, f, "", "a", parts, ttl)
-	testenv.Eventually(t, 3*ttl, 50*time.Millisecond, func() bool { return len(a.Led()) == parts },
-		"a leads %v, not all %d partitions, while b (whose campaigns fail) runs", a.Led, parts)
+	var led []int
+	testenv.Eventually(t, 3*ttl, 50*time.Millisecond, func() bool { led = a.Led(); return len(led) == parts },
+		"a leads %v, not all %d partitions, while b (whose campaigns fail) runs", &led, parts)
 	t.Logf("a leads %v after %v; b leads %v", a.Led(), time.Since(start).Round(time.Millisecond), b.Led())
 	// Hold: B, had it counted, would be counted from one TTL after it started.
 	for time.Since(start) < 2*ttl {
@@ -180,10 +181,18 @@ func TestIntegrationShardsFreePartitionTakenAndUnledMetric(t *testing.T) {
 		return -1
 	}
 	a := heartbeatInstance(t, db, f, "", "a", parts, ttl, leader.WithRegisterer(reg))
-	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool { return unled() == 2 },
-		"the unled gauge is %v, not 2, while a leads %v", unled, a.Led)
+	var seen struct {
+		Led   []int
+		Unled float64
+	}
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
+		seen.Led, seen.Unled = a.Led(), unled()
+		return seen.Unled == 2
+	}, "the unled gauge is not 2 (a sees %+v)", &seen)
 	stalled := time.Now()
-	testenv.Eventually(t, 3*ttl+5*time.Second, 50*time.Millisecond, func() bool { return len(a.Led()) == parts && unled() == 0 },
-		"a leads %v (unled gauge %v): the free partitions were not taken", a.Led, unled)
+	testenv.Eventually(t, 3*ttl+5*time.Second, 50*time.Millisecond, func() bool {
+		seen.Led, seen.Unled = a.Led(), unled()
+		return len(seen.Led) == parts && seen.Unled == 0
+	}, "the free partitions were not taken (a sees %+v)", &seen)
 	t.Logf("a leads %v, unled gauge 0, %v after the gauge reported 2", a.Led(), time.Since(stalled).Round(time.Millisecond))
 }
