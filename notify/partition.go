@@ -71,6 +71,9 @@ func (n *Notifier) newLeader(opts []leader.Option) (leaderJob, error) {
 			// are recorded: otherwise the next leader posts them again.
 			opts = append(opts, leader.WithMembership(n.o.members), leader.WithGrace(n.o.callTimeout+handOverRecord))
 		}
+		if n.o.reg != nil {
+			opts = append(opts, leader.WithRegisterer(n.o.reg))
+		}
 		return leader.NewShards(n.o.parts, n.o.partElectors, n.pool, n.fence, "notify:"+n.name, n.lead, opts...)
 	}
 	el := n.o.elector

@@ -6,6 +6,7 @@ package grafana
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"regexp"
@@ -188,8 +189,8 @@ func TestDashboardParses(t *testing.T) {
 		"txkit_recovery_backlog", "txkit_recovery_oldest_unfinished_seconds",
 		// notify
 		"txkit_notify_due", "txkit_notify_given_up_total", "txkit_notify_attempts_total", "txkit_notify_circuit_open",
-		// leaders
-		"txkit_lock_is_leader", "txkit_lock_leadership_changes_total",
+		// leaders, and the partitions of sharded jobs that nobody leads
+		"txkit_lock_is_leader", "txkit_lock_leadership_changes_total", "txkit_leader_partitions_unled",
 		// consumers
 		"txkit_rocketmq_consumed_total",
 	} {
@@ -299,6 +300,13 @@ func TestIntegrationDashboardNamesRegisteredMetrics(t *testing.T) {
 	root := testenv.ZKRoot(t)
 	_, err = lock.NewElector(sess, root+"/election", "grafana-test", lock.WithElectionRegisterer(rec))
 	check("lock.NewElector", err)
+	// A partitioned relay: its partitions' leader job reports the unled partitions.
+	obParts, err := outbox.New(s.Pool, outbox.WithTable("grafana_parts"), outbox.WithPartitions(2))
+	check("outbox.New with partitions", err)
+	_, err = outbox.NewRelay(obParts, pub, outbox.WithRegisterer(rec), outbox.WithElectors(func(p int) (lock.Elector, error) {
+		return lock.NewElector(sess, fmt.Sprintf("%s/relay/p%d", root, p), "grafana-test")
+	}))
+	check("outbox.NewRelay with partitions", err)
 	mu, err := lock.NewMutex(sess, root+"/lock")
 	check("lock.NewMutex", err)
 	_, err = lock.Instrument(mu, "zookeeper", rec)

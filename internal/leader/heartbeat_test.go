@@ -172,7 +172,7 @@ func TestIntegrationShardsFreePartitionTakenAndUnledMetric(t *testing.T) {
 			}
 			for _, m := range mf.GetMetric() {
 				for _, l := range m.GetLabel() {
-					if l.GetName() == "job" && l.GetValue() == "job" {
+					if l.GetName() == "resource" && l.GetValue() == "job" {
 						return m.GetGauge().GetValue()
 					}
 				}

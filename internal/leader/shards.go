@@ -57,7 +57,7 @@ func WithBalanceEvery(d time.Duration) Option { return func(o *options) { o.bala
 func WithGrace(d time.Duration) Option { return func(o *options) { o.grace = d } }
 
 // WithRegisterer makes a [Shards] report on reg, every [WithBalanceEvery], the gauge
-// txkit_leader_partitions_unled{job=<fence resource>}: the partitions whose election has no
+// txkit_leader_partitions_unled{resource=<fence resource>}: the partitions whose election has no
 // leader, asking each election it does not lead (one round trip per partition). Every instance
 // reports what it sees; alert on the max over the instances. Default: none, and no probing.
 // Ignored by a [Job].
@@ -219,7 +219,7 @@ func NewShards(parts int, electors ElectorFunc, pool *pgxpool.Pool, f *fence.Fen
 	unled, err := obs.Register(o.reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: obs.Namespace,
 		Subsystem: "leader", Name: "partitions_unled",
 		Help: "Partitions of a sharded job that no instance leads, as this instance sees their elections (take the max over instances)."},
-		[]string{"job"}))
+		[]string{"resource"}))
 	if err != nil {
 		return nil, fmt.Errorf("leader: %w: %w", err, ErrInvalidOption)
 	}
