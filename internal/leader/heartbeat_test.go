@@ -2,11 +2,13 @@ package leader_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txkit/txkit/fence"
@@ -130,9 +132,9 @@ func TestIntegrationShardsCampaignFailureIsNotMembership(t *testing.T) {
 }
 
 // TestIntegrationShardsFreePartitionTakenAndUnledMetric: A is alone, but a member that never
-// campaigns (an instance of another version, say) heartbeats in its group, so A's share is 2 of
-// 4. The 2 others are free: the unled gauge reports 2, then A takes them whatever the share once
-// they have been free for 3 leases, and the gauge goes back to 0.
+// campaigns (an instance of another version, say) heartbeats in its group, so once it counts A's
+// share is 2 of 4. The 2 others are free: A leads 2 and the unled gauge reports 2, then A takes
+// them whatever the share once they have been free for 3 leases, and the gauge goes back to 0.
 func TestIntegrationShardsFreePartitionTakenAndUnledMetric(t *testing.T) {
 	db := testenv.PG(t)
 	f := migratedFence(t, db)
@@ -185,14 +187,64 @@ func TestIntegrationShardsFreePartitionTakenAndUnledMetric(t *testing.T) {
 		Led   []int
 		Unled float64
 	}
+	// Once the ghost counts (a TTL after its first beat), a leads its share, 2.
 	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
 		seen.Led, seen.Unled = a.Led(), unled()
-		return seen.Unled == 2
-	}, "the unled gauge is not 2 (a sees %+v)", &seen)
+		return len(seen.Led) == 2 && seen.Unled == 2
+	}, "a does not lead 2 with the unled gauge at 2 (a sees %+v)", &seen)
 	stalled := time.Now()
 	testenv.Eventually(t, 3*ttl+5*time.Second, 50*time.Millisecond, func() bool {
 		seen.Led, seen.Unled = a.Led(), unled()
 		return len(seen.Led) == parts && seen.Unled == 0
 	}, "the free partitions were not taken (a sees %+v)", &seen)
 	t.Logf("a leads %v, unled gauge 0, %v after the gauge reported 2", a.Led(), time.Since(stalled).Round(time.Millisecond))
+}
+
+// TestIntegrationHeartbeatGroupIsTheFenceResource: a Heartbeat without a group of its own, counted
+// by a Shards through MembersFunc (as coordinator.HeartbeatCount and notify.HeartbeatCount hand it
+// over), keeps its row in the group named by the Shards' fence resource; counted outside a Shards
+// it refuses with ErrInvalidOption.
+func TestIntegrationHeartbeatGroupIsTheFenceResource(t *testing.T) {
+	db := testenv.PG(t)
+	f := migratedFence(t, db)
+	const ttl = 2 * time.Second
+	pool, c := pgLockClient(t, db, ttl, "")
+	hb, err := leader.NewHeartbeat(pool, db.Name, "members", "", "a", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hb.Members(t.Context()); !errors.Is(err, leader.ErrInvalidOption) {
+		t.Fatalf("Members outside a Shards = %v, want ErrInvalidOption", err)
+	}
+	s, err := leader.NewShards(2, func(p int) (lock.Elector, error) {
+		return c.NewElector(fmt.Sprintf("orders/p%d", p), "a")
+	}, pool, f, "outbox:orders", func(ctx context.Context, _ *leader.Term) error {
+		<-ctx.Done()
+		return nil
+	}, leader.WithMembership(leader.MembersFunc(hb.Members)), leader.WithBalanceEvery(100*time.Millisecond),
+		leader.WithLogger(testenv.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	var groups []string
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
+		rows, err := db.Pool.Query(t.Context(), `select grp from members where id = 'a'`)
+		if err != nil {
+			return false
+		}
+		groups, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err == nil && len(groups) == 1
+	}, "a's heartbeat rows are in groups %v", &groups)
+	if groups[0] != "outbox:orders" {
+		t.Errorf("a's heartbeat group is %q, want the fence resource %q", groups[0], "outbox:orders")
+	}
 }

@@ -155,6 +155,14 @@ var errResigned = errors.New("leader: partition given up to balance the load")
 // instance dies its partitions go to the next candidates in their elections as soon as the
 // backend ends its holds (the ZooKeeper session timeout).
 //
+// The live instances are those able to campaign: an instance whose campaigns fail neither counts
+// nor refreshes its heartbeat. A newcomer counts for the others only once a dead instance it may
+// replace no longer would (see [Heartbeat], [ContenderMembership]), so nobody resigns a partition
+// for it while a dead one still counts. A partition this instance has won and refused for 3
+// leases ([Heartbeat]'s TTL, the session timeout; 10 s without either), nobody else having held
+// it, is taken whatever the share and kept until the count grows. [WithRegisterer] reports the
+// partitions nobody leads.
+//
 // [WithChannel] opens one listening connection per instance, which wakes every term it leads;
 // [WithSchedule] wakes each term; [WithCron] jobs run only on the leader of partition 0, with its
 // term's context and token.
@@ -175,6 +183,7 @@ type Shards struct {
 	resource  string        // the fence resource of the job: the heartbeat's group, the metric's label
 	freeAfter time.Duration // a partition free this long is taken whatever the share
 	failedAt  atomic.Int64  // unix nanoseconds of the last failed campaign; 0: none
+	probes    atomic.Int64  // Leader probes of the backend, to rotate over the partitions
 	unled     prometheus.Gauge
 
 	running atomic.Bool
@@ -432,21 +441,33 @@ func (s *Shards) held() int {
 func (s *Shards) share() int { return (len(s.jobs) + s.n - 1) / s.n }
 
 // campaigning reports whether this instance can campaign: no campaign of its partitions has
-// failed within two balance intervals (and a retry).
-func (s *Shards) campaigning() bool {
-	at := s.failedAt.Load()
-	return at == 0 || time.Since(time.Unix(0, at)) > 2*s.o.balance+campaignRetry
+// failed within two balance intervals (and a retry), and the lock backend answers its elections
+// (a partition's Leader, one round trip): backends that wait through their failures inside
+// Campaign (PostgreSQL leases, Redis) never return them.
+func (s *Shards) campaigning(ctx context.Context) bool {
+	if at := s.failedAt.Load(); at != 0 && time.Since(time.Unix(0, at)) <= 2*s.o.balance+campaignRetry {
+		return false
+	}
+	p := int(s.probes.Add(1)) % len(s.els)
+	if _, err := s.els[p].Leader(ctx); err != nil && !errors.Is(err, lock.ErrNoLeader) {
+		if ctx.Err() == nil {
+			s.o.log.Warn(s.o.name+": the lock backend does not answer: not counting as a member",
+				slog.Int("partition", p), slog.Any("err", err))
+		}
+		return false
+	}
+	return true
 }
 
 // count asks the membership how many instances there are; a failure keeps the last count. While
-// this instance cannot campaign it does not count — counting refreshes a heartbeat, and it must
+// this instance cannot campaign (see campaigning) it does not count — counting refreshes a heartbeat, and it must
 // not be counted for a share it would leave unled — and withdraws from a membership that can.
 // A count that grows ends the forced terms' exemption from the balance: the new member may take
 // them.
 func (s *Shards) count(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(withGroup(ctx, s.resource), 5*time.Second)
 	defer cancel()
-	if !s.campaigning() {
+	if !s.campaigning(cctx) {
 		if w, ok := s.o.members.(interface{ withdraw(context.Context) error }); ok {
 			if err := w.withdraw(cctx); err != nil && ctx.Err() == nil {
 				s.o.log.Warn(s.o.name+": could not leave the membership", slog.Any("err", err))
