@@ -29,9 +29,11 @@ type ElectorFunc func(p int) (lock.Elector, error)
 
 // Membership counts the live instances that share a [Shards]' partitions, so that each can
 // take its share: ceil(parts/N). [ContenderMembership] counts the candidates of the partitions'
-// elections (ZooKeeper, whose elections list their waiters). A Membership that also has a
-// Run(ctx context.Context) error method (a heartbeat) is run by [Shards.Run] alongside the
-// partitions.
+// elections (ZooKeeper, whose elections list their waiters), [Heartbeat] rows in PostgreSQL. A
+// Shards asks only while it can campaign; a Membership should count another instance only once
+// a dead instance it may replace would no longer be counted (both of these do). A Membership
+// that also has a Run(ctx context.Context) error method (a heartbeat) is run by [Shards.Run]
+// alongside the partitions.
 type Membership interface {
 	// Members returns how many instances are live now (at least 1: the caller). It blocks for
 	// the round trips, bounded by ctx.
@@ -56,7 +58,7 @@ func WithBalanceEvery(d time.Duration) Option { return func(o *options) { o.bala
 // flight). Ignored by a [Job].
 func WithGrace(d time.Duration) Option { return func(o *options) { o.grace = d } }
 
-// WithRegisterer makes a [Shards] report on reg, every [WithBalanceEvery], the gauge
+// WithRegisterer makes a [Shards] report on reg, every 5 [WithBalanceEvery] intervals, the gauge
 // txkit_leader_partitions_unled{resource=<fence resource>}: the partitions whose election has no
 // leader, asking each election it does not lead (one round trip per partition). Every instance
 // reports what it sees; alert on the max over the instances. Default: none, and no probing.
@@ -519,10 +521,10 @@ func (s *Shards) balanceLoop(ctx context.Context) {
 	}
 }
 
-// unledLoop sets the unled gauge every balance interval: the partitions whose election has no
+// unledLoop sets the unled gauge every 5 balance intervals: the partitions whose election has no
 // leader, asked of each election this instance does not lead.
 func (s *Shards) unledLoop(ctx context.Context) {
-	t := time.NewTicker(s.o.balance)
+	t := time.NewTicker(5 * s.o.balance)
 	defer t.Stop()
 	for {
 		led := s.Led()
