@@ -462,10 +462,10 @@ func (s *Shards) campaigning(ctx context.Context) bool {
 }
 
 // count asks the membership how many instances there are; a failure keeps the last count. While
-// this instance cannot campaign (see campaigning) it does not count — counting refreshes a heartbeat, and it must
-// not be counted for a share it would leave unled — and withdraws from a membership that can.
-// A count that grows ends the forced terms' exemption from the balance: the new member may take
-// them.
+// this instance cannot campaign (see campaigning) it does not count — counting refreshes a
+// heartbeat, and it must not be counted for a share it would leave unled — and it withdraws
+// from a membership that can. A count that grows ends the forced terms' exemption from the
+// balance: the new member may take them.
 func (s *Shards) count(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(withGroup(ctx, s.resource), 5*time.Second)
 	defer cancel()
