@@ -1,6 +1,7 @@
-// Package grafana holds txkit's Grafana dashboard (txkit.json) and its tests: the JSON parses as a
-// Grafana 10+ dashboard on a Prometheus datasource variable, and every metric its panels query is
-// one that txkit's components register.
+// Package grafana holds txkit's Grafana dashboard (txkit.json), Prometheus alerting rules
+// (alerts.yml) and their tests: the JSON parses as a Grafana 10+ dashboard on a Prometheus
+// datasource variable, and every metric its panels query, or a rule's expr names, is one that
+// txkit's components register.
 package grafana
 
 import (
@@ -333,6 +334,29 @@ func TestIntegrationDashboardNamesRegisteredMetrics(t *testing.T) {
 		if !registered(m) {
 			t.Errorf("the dashboard queries %s (panels %q), which no component registers", m, used[m])
 		}
+	}
+	// The alerting rules name registered metrics too.
+	rules, err := os.ReadFile("alerts.yml")
+	check("read alerts.yml", err)
+	var exprs int
+	for _, line := range strings.Split(string(rules), "\n") {
+		expr, ok := strings.CutPrefix(strings.TrimSpace(line), "expr:")
+		if !ok {
+			continue
+		}
+		exprs++
+		ms := metricName.FindAllString(expr, -1)
+		if len(ms) == 0 {
+			t.Errorf("alerts.yml: expr %q names no txkit metric", expr)
+		}
+		for _, m := range ms {
+			if !registered(m) {
+				t.Errorf("alerts.yml: expr %q names %s, which no component registers", expr, m)
+			}
+		}
+	}
+	if exprs == 0 {
+		t.Errorf("alerts.yml has no expr")
 	}
 	var unused []string
 	for m := range rec.names {
