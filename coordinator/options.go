@@ -104,7 +104,9 @@ func WithRetention(keep time.Duration, spec string) Option {
 //   - txkit_recovery_attempts_total{protocol,result}: transactions the leader drove, result ok or error
 //     (rescheduled with backoff);
 //   - txkit_recovery_timed_out_total{protocol}: trying transactions the leader moved to cancelling at their
-//     timeout.
+//     timeout;
+//   - txkit_leader_partitions_unled{resource}, with [WithPartitions] only: the recovery partitions whose
+//     election has no leader, as this instance sees them (docs/metrics.md).
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(c *core.Config) { c.Registerer = reg }
 }

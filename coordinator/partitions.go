@@ -43,9 +43,10 @@ func WithPartitions(parts int, electors func(p int) (lock.Elector, error), count
 
 // ContenderCount returns a count of the live instances for [WithPartitions] on ZooKeeper: the
 // distinct candidate ids among the contenders (leaders and waiters) of the elections at paths,
-// read with insp (sess.Inspector()). Give every instance its own candidate id. It blocks for the
-// round trips, bounded by its ctx. For backends whose waiters are not listed (lock/pglock,
-// lock/redislock) count the instances some other way, such as rows of a heartbeat table.
+// read with insp (sess.Inspector()); an instance counts once its oldest node is two session
+// timeouts old, so that a replacement is not counted beside the dead instance it replaces. Give
+// every instance its own candidate id. It blocks for the round trips, bounded by its ctx. For
+// backends whose waiters are not listed (lock/pglock, lock/redislock) use [HeartbeatCount].
 func ContenderCount(insp lock.Inspector, paths ...string) func(ctx context.Context) (int, error) {
 	return leader.ContenderMembership(insp, paths...).Members
 }
@@ -53,10 +54,12 @@ func ContenderCount(insp lock.Inspector, paths ...string) func(ctx context.Conte
 // HeartbeatCount returns a count of the live instances for [WithPartitions] on lock backends
 // whose waiters are not listed (lock/pglock, lock/redislock): each instance keeps a row (group,
 // id) in the PostgreSQL table schema.table (created on first use; schema "" for the search_path)
-// and refreshes it each time it counts (every second); the instances seen within ttl count. Give
-// it the lock's TTL: a dead instance stops counting about when its leases expire; one that stops
-// stops counting after ttl too. Use a group per sharded job (such as "tcc recovery") and an id per
-// instance. Unusable names or a ttl that is not positive return an error wrapping
+// and refreshes it each time it counts (every second), which it does only while its campaigns
+// succeed; an instance counts for the others when seen within ttl and a member for ttl. Give it
+// the lock's TTL: a dead instance, or one whose campaigns fail, stops counting within ttl. Pass
+// group "": the group is then the recovery's fence resource, which every instance of one
+// recovery shares and no other job does (a group named by the caller is kept as given). Use an
+// id per instance. Unusable names or a ttl that is not positive return an error wrapping
 // [ErrInvalidOption].
 func HeartbeatCount(pool *pgxpool.Pool, schema, table, group, id string, ttl time.Duration) (func(ctx context.Context) (int, error), error) {
 	h, err := leader.NewHeartbeat(pool, schema, table, group, id, ttl)

@@ -70,6 +70,10 @@ type zkInspector struct {
 	unfair bool // waitersKnown is always false
 }
 
+// Timeout returns the session timeout, how long a dead contender's nodes outlive it (sharded
+// leadership counts its members with it).
+func (i zkInspector) Timeout() time.Duration { return i.s.Timeout() }
+
 func (i zkInspector) Contenders(ctx context.Context, lockPath string) ([]Contender, bool, error) {
 	if err := validPath(lockPath); err != nil {
 		return nil, false, err

@@ -265,6 +265,8 @@ func WithFence(f *fence.Fence) RelayOption { return func(o *relayOptions) { o.fe
 //   - txkit_outbox_commit_to_publish_seconds (histogram): from the message's enqueue (its row's
 //     created_at, the start of the enqueuing transaction) to the broker's acknowledgement,
 //     measured without comparing the database's clock with the relay's.
+//   - txkit_leader_partitions_unled{resource} (gauge), with [WithElectors] only: the partitions
+//     whose election has no leader, as this relay sees them (docs/metrics.md).
 //
 // Relays on one registry add to the same series (a relay's collectors that are already
 // registered are reused); to tell several outboxes of one process apart, give each relay

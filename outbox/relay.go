@@ -140,6 +140,9 @@ func NewRelay(ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 			lopts = append(lopts, leader.WithMembership(leader.ContenderMembership(o.inspector, o.elections...)),
 				leader.WithGrace(o.publishTimeout+handOverRecord))
 		}
+		if o.reg != nil {
+			lopts = append(lopts, leader.WithRegisterer(o.reg))
+		}
 		s, err := leader.NewShards(ob.o.parts, o.electors, pool, f, r.resource, r.drainLoop, lopts...)
 		if err != nil {
 			return nil, fmt.Errorf("outbox: relay: %w: %w", err, ErrInvalidOption)

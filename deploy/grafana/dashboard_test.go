@@ -1,11 +1,13 @@
-// Package grafana holds txkit's Grafana dashboard (txkit.json) and its tests: the JSON parses as a
-// Grafana 10+ dashboard on a Prometheus datasource variable, and every metric its panels query is
-// one that txkit's components register.
+// Package grafana holds txkit's Grafana dashboard (txkit.json), Prometheus alerting rules
+// (alerts.yml) and their tests: the JSON parses as a Grafana 10+ dashboard on a Prometheus
+// datasource variable, and every metric its panels query, or a rule's expr names, is one that
+// txkit's components register.
 package grafana
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"regexp"
@@ -188,8 +190,8 @@ func TestDashboardParses(t *testing.T) {
 		"txkit_recovery_backlog", "txkit_recovery_oldest_unfinished_seconds",
 		// notify
 		"txkit_notify_due", "txkit_notify_given_up_total", "txkit_notify_attempts_total", "txkit_notify_circuit_open",
-		// leaders
-		"txkit_lock_is_leader", "txkit_lock_leadership_changes_total",
+		// leaders, and the partitions of sharded jobs that nobody leads
+		"txkit_lock_is_leader", "txkit_lock_leadership_changes_total", "txkit_leader_partitions_unled",
 		// consumers
 		"txkit_rocketmq_consumed_total",
 	} {
@@ -299,6 +301,13 @@ func TestIntegrationDashboardNamesRegisteredMetrics(t *testing.T) {
 	root := testenv.ZKRoot(t)
 	_, err = lock.NewElector(sess, root+"/election", "grafana-test", lock.WithElectionRegisterer(rec))
 	check("lock.NewElector", err)
+	// A partitioned relay: its partitions' leader job reports the unled partitions.
+	obParts, err := outbox.New(s.Pool, outbox.WithTable("grafana_parts"), outbox.WithPartitions(2))
+	check("outbox.New with partitions", err)
+	_, err = outbox.NewRelay(obParts, pub, outbox.WithRegisterer(rec), outbox.WithElectors(func(p int) (lock.Elector, error) {
+		return lock.NewElector(sess, fmt.Sprintf("%s/relay/p%d", root, p), "grafana-test")
+	}))
+	check("outbox.NewRelay with partitions", err)
 	mu, err := lock.NewMutex(sess, root+"/lock")
 	check("lock.NewMutex", err)
 	_, err = lock.Instrument(mu, "zookeeper", rec)
@@ -325,6 +334,29 @@ func TestIntegrationDashboardNamesRegisteredMetrics(t *testing.T) {
 		if !registered(m) {
 			t.Errorf("the dashboard queries %s (panels %q), which no component registers", m, used[m])
 		}
+	}
+	// The alerting rules name registered metrics too.
+	rules, err := os.ReadFile("alerts.yml")
+	check("read alerts.yml", err)
+	var exprs int
+	for _, line := range strings.Split(string(rules), "\n") {
+		expr, ok := strings.CutPrefix(strings.TrimSpace(line), "expr:")
+		if !ok {
+			continue
+		}
+		exprs++
+		ms := metricName.FindAllString(expr, -1)
+		if len(ms) == 0 {
+			t.Errorf("alerts.yml: expr %q names no txkit metric", expr)
+		}
+		for _, m := range ms {
+			if !registered(m) {
+				t.Errorf("alerts.yml: expr %q names %s, which no component registers", expr, m)
+			}
+		}
+	}
+	if exprs == 0 {
+		t.Errorf("alerts.yml has no expr")
 	}
 	var unused []string
 	for m := range rec.names {

@@ -15,7 +15,8 @@ import (
 // protocol ([Kind.String]) and bounded values only: op, phase, result, outcome. Coordinators of
 // one process registered on one registerer share them ([obs.Register]).
 type metrics struct {
-	exposed            bool // registered: the leader also measures its backlog
+	exposed            bool                  // registered: the leader also measures its backlog
+	reg                prometheus.Registerer // where they are registered: partitioned recovery's unled gauge too
 	begun, finished    *prometheus.CounterVec
 	calls              *prometheus.CounterVec
 	phase              *prometheus.HistogramVec
@@ -34,6 +35,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m := &metrics{
 		exposed: reg != nil,
+		reg:     reg,
 		begun:   counter("coordinator", "transactions_begun_total", "Global transactions recorded (begun) by this process.", "protocol"),
 		finished: counter("coordinator", "transactions_finished_total",
 			"Global transactions whose final status this process recorded, by outcome (committed, aborted).", "protocol", "outcome"),

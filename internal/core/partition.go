@@ -53,6 +53,9 @@ func NewPartitionedRecoverer(l *Log, electors func(p int) (lock.Elector, error),
 		if members != nil {
 			lopts = append(lopts, leader.WithMembership(members))
 		}
+		if r.o.metrics.reg != nil {
+			lopts = append(lopts, leader.WithRegisterer(r.o.metrics.reg))
+		}
 		return leader.NewShards(l.Partitions(), electors, l.pool, l.fence, l.resource(), r.recoverLoop, lopts...)
 	})
 }

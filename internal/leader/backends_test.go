@@ -27,7 +27,7 @@ func electorOn(t *testing.T, kind, name, id string, db *testenv.Schema) lock.Ele
 	case "zk":
 		return testenv.Elector(t, testenv.ZKRoot(t)+"/"+name, id)
 	case "pg":
-		_, c := pgLockClient(t, db, ttl)
+		_, c := pgLockClient(t, db, ttl, "")
 		el, err := c.NewElector(name, id)
 		if err != nil {
 			t.Fatal(err)
@@ -85,21 +85,28 @@ func migratedFence(t *testing.T, db *testenv.Schema) *fence.Fence {
 }
 
 // pgLockClient returns a PostgreSQL lease client (lock/pglock, TTL ttl) on a pool of its own (as
-// another process would have) in db, both closed when the test ends.
-func pgLockClient(t *testing.T, db *testenv.Schema, ttl time.Duration) (*pgxpool.Pool, *pglock.Client) {
+// another process would have) in db, both closed when the test ends. Its tables are in schema,
+// migrated; schema "" is db's; a schema that does not exist is left so (its campaigns fail).
+func pgLockClient(t *testing.T, db *testenv.Schema, ttl time.Duration, schema string) (*pgxpool.Pool, *pglock.Client) {
 	t.Helper()
 	pool, err := pgxpool.New(t.Context(), db.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	c, err := pglock.New(pool, pglock.WithTTL(ttl))
+	opts := []pglock.Option{pglock.WithTTL(ttl)}
+	if schema != "" {
+		opts = append(opts, pglock.WithSchema(schema))
+	}
+	c, err := pglock.New(pool, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	if err := c.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
+	if schema == "" {
+		if err := c.Migrate(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return pool, c
 }

@@ -45,6 +45,14 @@
 // with P = 12, three processes and a 2 s session timeout: 2.2–2.5 s from SIGKILL to the new
 // leaders' first fenced writes (TestIntegrationShardsBalanceTakeoverAndExclusion).
 //
+// Only instances able to campaign are counted, and a newcomer only once a dead instance it may
+// replace has stopped counting: otherwise the survivors would resign partitions for it, and in a
+// fair election queue the dead instance would be next in line for them
+// (TestIntegrationShardsCrashStallsOnlyItsPartitions: after a SIGKILL and an immediate
+// replacement, only the dead instance's partitions go unled). A partition free for 3 leases is taken whatever the share
+// (TestIntegrationShardsFreePartitionTakenAndUnledMetric), and the gauge
+// txkit_leader_partitions_unled ([WithRegisterer]) shows partitions nobody leads.
+//
 //	s, err := leader.NewShards(12, func(p int) (lock.Elector, error) {
 //		return lock.NewElector(sess, leader.PartitionName("/txkit/relay", p), instanceID)
 //	}, pool, f, "outbox:orders", work, leader.WithMembership(leader.ContenderMembership(sess.Inspector(), paths...)))
@@ -71,6 +79,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 	"golang.org/x/sync/errgroup"
 
@@ -153,9 +162,10 @@ type options struct {
 	channel  string
 	crons    []cronJob
 	pause    time.Duration
-	members  Membership    // Shards only (WithMembership)
-	balance  time.Duration // Shards only (WithBalanceEvery)
-	grace    time.Duration // Shards only (WithGrace)
+	members  Membership            // Shards only (WithMembership)
+	balance  time.Duration         // Shards only (WithBalanceEvery)
+	grace    time.Duration         // Shards only (WithGrace)
+	reg      prometheus.Registerer // Shards only (WithRegisterer)
 }
 
 type cronJob struct {

@@ -90,6 +90,82 @@ func writeLoop(ctx context.Context, pool *pgxpool.Pool, f *fence.Fence, t *leade
 	}
 }
 
+// shardRun is a run of shard worker processes over parts partitions, recording their fenced
+// writes in the table writes of db.
+type shardRun struct {
+	t     *testing.T
+	db    *testenv.Schema
+	parts int
+	cfg   shardWorkerConfig
+}
+
+// newShardRun creates the fence and writes tables in a schema of the test's.
+func newShardRun(t *testing.T, parts int, sessionTimeout time.Duration) *shardRun {
+	db := testenv.PG(t)
+	migratedFence(t, db) // the workers fence their writes in it
+	if _, err := db.Pool.Exec(t.Context(), `create table writes (id bigserial primary key, part int not null,
+		epoch bigint not null, seq bigint not null, pid int not null, at timestamptz not null default clock_timestamp())`); err != nil {
+		t.Fatal(err)
+	}
+	return &shardRun{t: t, db: db, parts: parts, cfg: shardWorkerConfig{PG: db.URL, Election: testenv.ZKRoot(t) + "/shards",
+		Parts: parts, SessionTimeout: sessionTimeout}}
+}
+
+func (r *shardRun) start() *testenv.Worker {
+	return testenv.StartWorker(r.t, shardWorkerEnv, r.cfg, "shard worker: ")
+}
+
+// now returns PostgreSQL's clock, the clock of the writes.
+func (r *shardRun) now() time.Time {
+	var at time.Time
+	if err := r.db.Pool.QueryRow(r.t.Context(), `select clock_timestamp()`).Scan(&at); err != nil {
+		r.t.Fatal(err)
+	}
+	return at
+}
+
+// leaders returns, per partition written in the last 300 ms, the pid of its latest write.
+func (r *shardRun) leaders() map[int]int {
+	rows, err := r.db.Pool.Query(r.t.Context(), `select distinct on (part) part, pid from writes
+		where at > clock_timestamp() - interval '300 milliseconds' order by part, id desc`)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out := map[int]int{}
+	var part, pid int
+	if _, err := pgx.ForEachRow(rows, []any{&part, &pid}, func() error { out[part] = pid; return nil }); err != nil {
+		r.t.Fatal(err)
+	}
+	return out
+}
+
+// balanced waits until every partition is written by one of live, each leading its share, and
+// returns who writes which.
+func (r *shardRun) balanced(live ...*testenv.Worker) map[int]int {
+	r.t.Helper()
+	share := (r.parts + len(live) - 1) / len(live)
+	var last map[int]int
+	start := time.Now()
+	testenv.Eventually(r.t, 60*time.Second, 100*time.Millisecond, func() bool {
+		last = r.leaders()
+		per := map[int]int{}
+		for _, pid := range last {
+			per[pid]++
+		}
+		if len(last) != r.parts {
+			return false
+		}
+		for _, p := range live {
+			if per[p.Pid] == 0 || per[p.Pid] > share {
+				return false
+			}
+		}
+		return len(per) == len(live)
+	}, "partitions not balanced over %d workers: %v", len(live), &last)
+	r.t.Logf("%d worker(s): balanced in %v: %v", len(live), time.Since(start).Round(time.Millisecond), last)
+	return last
+}
+
 // TestIntegrationShardsBalanceTakeoverAndExclusion runs shard worker processes (P = 12, ZooKeeper
 // session timeout 2 s) and checks, from the fenced writes they record:
 //   - balance: one worker leads all 12; a second joins → 6 and 6; a third → 4, 4, 4;
@@ -102,61 +178,17 @@ func TestIntegrationShardsBalanceTakeoverAndExclusion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: not run under -short")
 	}
-	db := testenv.PG(t)
 	ctx := t.Context()
-	migratedFence(t, db) // the workers fence their writes in it
-	if _, err := db.Pool.Exec(ctx, `create table writes (id bigserial primary key, part int not null,
-		epoch bigint not null, seq bigint not null, pid int not null, at timestamptz not null default clock_timestamp())`); err != nil {
-		t.Fatal(err)
-	}
 	const parts = 12
 	const sessionTimeout = 2 * time.Second
-	cfg := shardWorkerConfig{PG: db.URL, Election: testenv.ZKRoot(t) + "/shards", Parts: parts, SessionTimeout: sessionTimeout}
+	r := newShardRun(t, parts, sessionTimeout)
+	db, leaders, balanced := r.db, r.leaders, r.balanced
 
-	// leaders returns, per partition written in the last 300 ms, the pid of its latest write.
-	leaders := func() map[int]int {
-		rows, err := db.Pool.Query(ctx, `select distinct on (part) part, pid from writes
-			where at > clock_timestamp() - interval '300 milliseconds' order by part, id desc`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[int]int{}
-		var part, pid int
-		if _, err := pgx.ForEachRow(rows, []any{&part, &pid}, func() error { out[part] = pid; return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	// balanced waits until every partition is written by one of live, each leading its share.
-	balanced := func(live ...*testenv.Worker) {
-		t.Helper()
-		share := (parts + len(live) - 1) / len(live)
-		var last map[int]int
-		start := time.Now()
-		testenv.Eventually(t, 60*time.Second, 100*time.Millisecond, func() bool {
-			last = leaders()
-			per := map[int]int{}
-			for _, pid := range last {
-				per[pid]++
-			}
-			if len(last) != parts {
-				return false
-			}
-			for _, p := range live {
-				if per[p.Pid] == 0 || per[p.Pid] > share {
-					return false
-				}
-			}
-			return len(per) == len(live)
-		}, "partitions not balanced over %d workers: %v", len(live), &last)
-		t.Logf("%d worker(s): balanced in %v: %v", len(live), time.Since(start).Round(time.Millisecond), last)
-	}
-
-	a := testenv.StartWorker(t, shardWorkerEnv, cfg, "shard worker: ")
+	a := r.start()
 	balanced(a)
-	b := testenv.StartWorker(t, shardWorkerEnv, cfg, "shard worker: ")
+	b := r.start()
 	balanced(a, b)
-	c := testenv.StartWorker(t, shardWorkerEnv, cfg, "shard worker: ")
+	c := r.start()
 	balanced(a, b, c)
 
 	// SIGKILL b: its partitions must be written by a or c within the session timeout + 1 s.
@@ -169,10 +201,7 @@ func TestIntegrationShardsBalanceTakeoverAndExclusion(t *testing.T) {
 	}
 	slices.Sort(killedParts)
 	b.Kill()
-	var killedAt time.Time
-	if err := db.Pool.QueryRow(ctx, `select clock_timestamp()`).Scan(&killedAt); err != nil {
-		t.Fatal(err)
-	}
+	killedAt := r.now()
 	balanced(a, c)
 	var worst time.Duration
 	for _, p := range killedParts {
@@ -286,4 +315,66 @@ func TestIntegrationContenderMembershipStrangerCannotJoin(t *testing.T) {
 	if n, err := m.Members(ctx); err != nil || n != 1 {
 		t.Fatalf("Members = %d, %v; want 1 (the stranger is not counted)", n, err)
 	}
+}
+
+// TestIntegrationShardsCrashStallsOnlyItsPartitions: three workers share 12 partitions; one is
+// SIGKILLed and a replacement starts at once, before the dead one's ZooKeeper session expires.
+// From the fenced writes (each led partition every 50 ms), from the kill until the three are
+// balanced again: the partitions left unwritten for more than a second are the dead worker's
+// only — nobody gave a partition up for the newcomer while the dead one still counted, so none
+// went to the dead one's place in its election queue.
+func TestIntegrationShardsCrashStallsOnlyItsPartitions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: not run under -short")
+	}
+	const parts, stall = 12, time.Second
+	r := newShardRun(t, parts, 2*time.Second)
+	a := r.start()
+	r.balanced(a)
+	b := r.start()
+	r.balanced(a, b)
+	c := r.start()
+	before := r.balanced(a, b, c)
+	var dead []int
+	for p, pid := range before {
+		if pid == b.Pid {
+			dead = append(dead, p)
+		}
+	}
+	slices.Sort(dead)
+	b.Kill()
+	killedAt := r.now()
+	d := r.start()
+	r.balanced(a, c, d)
+
+	// Every gap of more than a second between a partition's writes since the kill.
+	rows, err := r.db.Pool.Query(t.Context(), `select part, prev, at from (
+		select part, at, lag(at) over (partition by part order by at) as prev from writes where at > $1::timestamptz - interval '1 second') w
+		where at - prev > make_interval(secs => $2) order by prev`, killedAt, stall.Seconds())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stalled []int
+	var part int
+	var from, to time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&part, &from, &to}, func() error {
+		t.Logf("partition %d unwritten from %v to %v after the SIGKILL", part,
+			from.Sub(killedAt).Round(time.Millisecond), to.Sub(killedAt).Round(time.Millisecond))
+		if !slices.Contains(stalled, part) {
+			stalled = append(stalled, part)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(stalled)
+	if len(stalled) == 0 {
+		t.Fatalf("no partition unwritten for %v after the SIGKILL of the worker leading %v", stall, dead)
+	}
+	for _, p := range stalled {
+		if !slices.Contains(dead, p) {
+			t.Errorf("partition %d, not the dead worker's, was unled for more than %v", p, stall)
+		}
+	}
+	t.Logf("dead worker led %v; partitions unled for more than %v: %v", dead, stall, stalled)
 }
