@@ -367,8 +367,7 @@ insert into `+table+` (actor, action, target, result, status, message) values ('
 func TestIntegrationAuditRetention(t *testing.T) {
 	s := testenv.PG(t)
 	ctx := t.Context()
-	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithAuditRetention(time.Hour),
-		admin.WithAuditPurgeSchedule("@every 50ms"), admin.WithLogger(testenv.Logger(t)))
+	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithAuditRetention(time.Hour, "@every 50ms"), admin.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -210,14 +210,12 @@ func WithRateLimit(perSecond float64, burst int) Option {
 	return func(o *options) { o.rate, o.burst = perSecond, burst }
 }
 
-// WithAuditRetention sets how long [Admin.Run] keeps audit rows (default [DefaultAuditRetention]).
-// It must be longer than [DefaultHMACWindow], so that a signature is remembered for as long as it
-// verifies. Idempotency-Keys are remembered for as long as their rows.
-func WithAuditRetention(d time.Duration) Option { return func(o *options) { o.retention = d } }
-
-// WithAuditPurgeSchedule sets when [Admin.Run] purges the audit rows older than the retention, as
-// a robfig/cron spec: five fields ("0 * * * *") or a descriptor ("@every 1h", the default).
-func WithAuditPurgeSchedule(spec string) Option { return func(o *options) { o.purgeSpec = spec } }
+// WithAuditRetention sets how long [Admin.Run] keeps audit rows (default [DefaultAuditRetention])
+// and the cron spec of its purge (default "@every 1h"). keep must be longer than
+// [DefaultHMACWindow], so that a signature is remembered for as long as it verifies.
+func WithAuditRetention(keep time.Duration, spec string) Option {
+	return func(o *options) { o.retention, o.purgeSpec = keep, spec }
+}
 
 // WithClock sets the clock that checks signed requests' timestamps (default time.Now). For tests.
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
@@ -238,46 +236,12 @@ func (o *options) validate() error {
 		}
 		names[l.Name] = true
 	}
-	// A credential names one actor: a token or secret shared by two would credit one actor with
-	// the other's calls. Sorted, so that the error names the same two actors every time.
-	owner := map[string]string{} // token or secret -> the actor it was given to
-	for _, set := range []map[string]string{o.tokens, o.readTokens} {
-		for _, a := range slices.Sorted(maps.Keys(set)) {
-			t := set[a]
-			if err := checkActor(a); err != nil {
-				return fmt.Errorf("admin: token of %q: %w: %w", a, err, ErrInvalidOption)
-			}
-			switch {
-			case len(t) < minTokenLen:
-				return fmt.Errorf("admin: token of %s: %d bytes, shorter than %d: %w", a, len(t), minTokenLen, ErrInvalidOption)
-			case owner[t] != "":
-				return fmt.Errorf("admin: token of %s: given to %s too: %w", a, owner[t], ErrInvalidOption)
-			}
-			owner[t] = a
-		}
-	}
-	for a := range o.readTokens {
-		if _, ok := o.tokens[a]; ok {
-			return fmt.Errorf("admin: actor %s has a token and a read token: give it one: %w", a, ErrInvalidOption)
-		}
+	if err := o.checkCredentials(); err != nil {
+		return err
 	}
 	for h := range o.hosts {
 		if h == "" || strings.ContainsAny(h, "/: \t") && net.ParseIP(h) == nil {
 			return fmt.Errorf("admin: allowed host %q: want a host name or address, without a port: %w", h, ErrInvalidOption)
-		}
-	}
-	for _, a := range slices.Sorted(maps.Keys(o.hmac)) {
-		if err := checkActor(a); err != nil {
-			return fmt.Errorf("admin: HMAC secrets of %q: %w: %w", a, err, ErrInvalidOption)
-		}
-		if err := signing.CheckSecrets(o.hmac[a]); err != nil {
-			return fmt.Errorf("admin: HMAC secrets of %s: %w: %w", a, err, ErrInvalidOption)
-		}
-		for _, s := range o.hmac[a] {
-			if other := owner[s]; other != "" && other != a {
-				return fmt.Errorf("admin: HMAC secret of %s: given to %s too (as a secret or a token): %w", a, other, ErrInvalidOption)
-			}
-			owner[s] = a
 		}
 	}
 	for _, e := range o.elections {
@@ -311,6 +275,48 @@ func (o *options) validate() error {
 // CLIActorPrefix starts the actor names of the txkit command ("cli:" + $USER or $TXKIT_ACTOR),
 // which a token or HMAC actor may not take.
 const CLIActorPrefix = "cli:"
+
+// checkCredentials refuses a credential given to two actors (one actor would be credited with
+// the other's calls; sorted, so that the error names the same two every time), an actor with a
+// token and a read token, and actor names [checkActor] refuses.
+func (o *options) checkCredentials() error {
+	owner := map[string]string{} // token or secret -> the actor it was given to
+	for _, set := range []map[string]string{o.tokens, o.readTokens} {
+		for _, a := range slices.Sorted(maps.Keys(set)) {
+			t := set[a]
+			if err := checkActor(a); err != nil {
+				return fmt.Errorf("admin: token of %q: %w: %w", a, err, ErrInvalidOption)
+			}
+			switch {
+			case len(t) < minTokenLen:
+				return fmt.Errorf("admin: token of %s: %d bytes, shorter than %d: %w", a, len(t), minTokenLen, ErrInvalidOption)
+			case owner[t] != "":
+				return fmt.Errorf("admin: token of %s: given to %s too: %w", a, owner[t], ErrInvalidOption)
+			}
+			owner[t] = a
+		}
+	}
+	for a := range o.readTokens {
+		if _, ok := o.tokens[a]; ok {
+			return fmt.Errorf("admin: actor %s has a token and a read token: give it one: %w", a, ErrInvalidOption)
+		}
+	}
+	for _, a := range slices.Sorted(maps.Keys(o.hmac)) {
+		if err := checkActor(a); err != nil {
+			return fmt.Errorf("admin: HMAC secrets of %q: %w: %w", a, err, ErrInvalidOption)
+		}
+		if err := signing.CheckSecrets(o.hmac[a]); err != nil {
+			return fmt.Errorf("admin: HMAC secrets of %s: %w: %w", a, err, ErrInvalidOption)
+		}
+		for _, s := range o.hmac[a] {
+			if other := owner[s]; other != "" && other != a {
+				return fmt.Errorf("admin: HMAC secret of %s: given to %s too (as a secret or a token): %w", a, other, ErrInvalidOption)
+			}
+			owner[s] = a
+		}
+	}
+	return nil
+}
 
 // checkActor refuses an actor name that is empty or that the txkit command's actors use.
 func checkActor(a string) error {

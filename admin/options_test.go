@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -51,8 +52,8 @@ func TestNewOptions(t *testing.T) {
 		{"rate limit off", []admin.Option{admin.WithRateLimit(0, 0)}, ""},
 		{"rate without burst", []admin.Option{admin.WithRateLimit(1, 0)}, "rate limit"},
 		{"negative rate", []admin.Option{admin.WithRateLimit(-1, 5)}, "rate limit"},
-		{"retention within the HMAC window", []admin.Option{admin.WithAuditRetention(admin.DefaultHMACWindow)}, "audit retention 5m0s: must be longer"},
-		{"bad purge schedule", []admin.Option{admin.WithAuditPurgeSchedule("sometimes")}, "audit purge schedule"},
+		{"retention within the HMAC window", []admin.Option{admin.WithAuditRetention(admin.DefaultHMACWindow, "@every 1h")}, "audit retention 5m0s: must be longer"},
+		{"bad purge schedule", []admin.Option{admin.WithAuditRetention(time.Hour, "sometimes")}, "audit purge schedule"},
 		{"short secret", []admin.Option{admin.WithHMACSecrets("robot", "short")}, "HMAC secrets of robot"},
 		{"no secret", []admin.Option{admin.WithHMACSecrets("robot")}, "no secret"},
 		{"election without inspector", []admin.Option{admin.WithElections(admin.Election{Name: "tcc", Path: "/tcc", Inspector: insp})}, "election"},

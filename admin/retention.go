@@ -41,8 +41,8 @@ func (a *Admin) PurgeAudit(ctx context.Context, olderThan time.Duration) (int64,
 	}
 }
 
-// Run purges the audit rows older than the retention ([WithAuditRetention], default 30 days) on
-// the schedule of [WithAuditPurgeSchedule] (default hourly) until ctx ends, logging each pass
+// Run purges the audit rows older than the retention on its schedule ([WithAuditRetention],
+// default 30 days, hourly) until ctx ends, logging each pass
 // that deletes rows. It blocks; when ctx ends it cancels a purge in flight, waits for it and
 // returns nil. Purging is idempotent, so every process serving the API may run it.
 func (a *Admin) Run(ctx context.Context) error {

@@ -152,8 +152,7 @@ func WithRetention(keep time.Duration, spec string) Option {
 //   - txkit_notify_circuit_open{receiver} (gauge): 1 while the receiver's circuit breaker is
 //     open ([WithBreaker]), 0 when closed, for the first [WithMetricReceivers] receivers given
 //     to [New]; the others are summed under receiver="other".
-//   - txkit_leader_partitions_unled{resource} (gauge), with [WithPartitions] only: the
-//     partitions whose election has no leader, as this notifier sees them (docs/metrics.md).
+//   - txkit_leader_partitions_unled{resource} (gauge), with [WithPartitions]: unled partitions.
 //
 // A metric of the same name already registered with another type or labels makes [New] return
 // an error wrapping [ErrInvalidOption].

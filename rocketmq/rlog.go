@@ -44,16 +44,10 @@ func SetClientLogger(l *slog.Logger, level slog.Level) {
 // level with fatal=true; the adapter never exits the process. Level (what rlog.SetLogLevel calls)
 // changes the threshold; OutputPath is ignored (l's handler decides where lines go).
 //
-// The adapter filters what the client logs:
-//
-//   - No message body or property reaches l. The client puts whole messages into some lines (the
-//     pulled batch, bodies and properties included, into "consumeMessageCurrently error" each
-//     time a handler fails); a field holding messages is logged as their count and broker
-//     message ids, and a field of any other struct, map or pointer type as its type name only.
-//   - A line the client repeats (for every message while a handler fails, for every request while
-//     a broker is away) is written at most once per 5 s per level and text, with "suppressed"=the
-//     count of those not written since; the last one held back is written once its 5 s have
-//     ended, when the client next logs anything.
+// No message body or property reaches l: a field holding messages (the client logs the pulled
+// batch whenever a handler fails) is logged as their count and message ids, any other struct, map
+// or pointer as its type name. A line the client repeats is written at most once per 5 s per
+// level and text, with "suppressed" counting those held back (docs/outbox.md).
 //
 // rocketmq-client-go logs through one process-wide logger, so installing the adapter is a
 // program's decision, not a library's: this package never calls rlog.SetLogger itself. A main

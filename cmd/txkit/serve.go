@@ -115,7 +115,7 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if metricsURL != "" {
 		figures = prometheus.Gatherers{reg, &urlGatherer{url: metricsURL, client: &http.Client{Timeout: 3 * time.Second}}}
 	}
-	opts := []admin.Option{admin.WithLogger(log), admin.WithRegisterer(reg), admin.WithGatherer(figures), admin.WithAuditRetention(retention)}
+	opts := []admin.Option{admin.WithLogger(log), admin.WithRegisterer(reg), admin.WithGatherer(figures), admin.WithAuditRetention(retention, "@every 1h")}
 	if schema != "" {
 		opts = append(opts, admin.WithSchema(schema))
 	}
