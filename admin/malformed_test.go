@@ -48,11 +48,12 @@ func TestIntegrationAPIMalformedGID(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logged syncBuffer
-	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithReadTokens(map[string]string{"dashboard": oncallToken}),
+		admin.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := serve(t, a)
+	c := serve(t, a).with(bearer...)
 	for _, tc := range []struct {
 		path string
 		code int
@@ -65,7 +66,7 @@ func TestIntegrationAPIMalformedGID(t *testing.T) {
 		{"/api/transactions?after=g%00&limit=2", http.StatusBadRequest},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
-			c := client{t: t, url: c.url}
+			c := client{t: t, url: c.url, hdr: c.hdr}
 			c.want(c.do(http.MethodGet, tc.path), tc.code)
 		})
 	}
