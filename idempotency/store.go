@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"text/template"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -160,6 +161,10 @@ func renderDDL(o options, table string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// Retention returns how long a claimed key is kept ([WithRetention]). It is safe for concurrent
+// use.
+func (s *Store) Retention() time.Duration { return s.o.retain }
 
 // Migrate creates the schema (if one was set), the table and its expiry index when they do not
 // exist. It is idempotent and safe to run from several processes at once (an advisory lock

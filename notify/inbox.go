@@ -43,7 +43,7 @@ type ApplyFunc func(ctx context.Context, tx pgx.Tx, d Delivery) error
 // acknowledgement body ([WithEcho]). No answer carries an error's text.
 //
 // The store's keys expire with its retention (idempotency.WithRetention; run its Run): keep it
-// longer than the sender's schedule. Inbox is safe for concurrent use.
+// longer than the sender's schedule and than twice the window ([NewInbox] checks the latter). Inbox is safe for concurrent use.
 type Inbox struct {
 	pool     *pgxpool.Pool
 	store    *idempotency.Store
@@ -67,7 +67,9 @@ type inboxOptions struct {
 }
 
 // WithWindow sets how far a delivery's timestamp may be from this receiver's clock (default
-// [DefaultWindow]).
+// [DefaultWindow]). Twice it must be shorter than the store's retention (idempotency.WithRetention),
+// which remembers the nonces: a timestamp may lie up to the window ahead, so a replay stays
+// possible until receipt + 2 × window.
 func WithWindow(d time.Duration) InboxOption { return func(o *inboxOptions) { o.window = d } }
 
 // WithEcho sets the body of the acknowledgement (default "success").
@@ -96,8 +98,9 @@ func WithInboxClock(now func() time.Time) InboxOption { return func(o *inboxOpti
 // NewInbox returns an Inbox for receiver (this receiver's name at the sender: deliveries naming
 // another are refused) applying notifications with apply in pool's database, claiming with store
 // (whose table Migrate must have created), verifying with secrets (each at least 16 bytes; the
-// sender's current one and, during a key rotation, the other). Missing arguments, a short secret
-// or unusable options return an error wrapping [ErrInvalidOption].
+// sender's current one and, during a key rotation, the other). Missing arguments, a short secret,
+// a window whose double is not below the store's retention or unusable options return an error
+// wrapping [ErrInvalidOption].
 func NewInbox(pool *pgxpool.Pool, store *idempotency.Store, receiver string, secrets []string, apply ApplyFunc, opts ...InboxOption) (*Inbox, error) {
 	o := inboxOptions{window: DefaultWindow, echo: "success", scope: "notify", log: slog.New(slog.DiscardHandler), now: time.Now}
 	for _, opt := range opts {
@@ -114,6 +117,11 @@ func NewInbox(pool *pgxpool.Pool, store *idempotency.Store, receiver string, sec
 		return nil, fmt.Errorf("notify: inbox: nil pool, store or apply: %w", ErrInvalidOption)
 	case o.window <= 0 || o.scope == "" || o.log == nil || o.now == nil:
 		return nil, fmt.Errorf("notify: inbox: window %v, scope %q, logger or clock: %w", o.window, o.scope, ErrInvalidOption)
+	case 2*o.window >= store.Retention():
+		// A timestamp may lie up to the window ahead, so a delivery stays acceptable until receipt +
+		// 2 × window: its nonce must be remembered at least that long.
+		return nil, fmt.Errorf("notify: inbox %s: twice the window %v must be shorter than the store's retention %v (a replay is possible until receipt + 2 × window): %w",
+			receiver, o.window, store.Retention(), ErrInvalidOption)
 	}
 	return &Inbox{pool: pool, store: store, receiver: receiver, secrets: append([]string(nil), secrets...), apply: apply, o: o,
 		tracer: obs.TracerProvider(o.tp).Tracer(tracerName)}, nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txkit/txkit/internal/logwait"
 	"github.com/txkit/txkit/internal/pgutil"
 )
 
@@ -32,8 +33,8 @@ const (
 )
 
 // agentLease is how long a timed-out branch claimed by an agent is left to it: other agents pass
-// it by meanwhile, and take it again after an agent died (or failed) before ending it. Half of it
-// bounds the question to the decision log.
+// it by meanwhile, and take it again after an agent died (or failed) before ending it. It outlasts
+// a question to the decision log (logwait.AskTimeout, 15 s).
 const agentLease = 30 * time.Second
 
 // errSettled: the branch an agent was about to end by its timeout was ended by the coordinator in
@@ -59,8 +60,10 @@ var errSettled = errors.New("participant: branch already ended by the coordinato
 // The coordinator's DoCommit of a branch whose PreCommit never reached this agent is answered with
 // [ErrUnknownTransaction] (400). When a pre-committed branch hears neither DoCommit nor abort
 // within its timeout, [Agent.Run] ends it by the termination mode ([WithTermination]): textbook
-// commits; consult-log asks the coordinator's decision log ([WithDecider]) and follows it,
-// committing only when the log cannot be reached. It applies the decision through the barrier
+// commits; consult-log asks the coordinator's decision log ([WithDecider]) and follows it, and
+// while the log cannot be reached it never commits alone: the branch waits, asked about again at
+// every pass, and the wait is exported as a metric to page on (see [Agent.Pass]) — unless
+// [WithLogFallback] lets it commit after a long outage. It applies the decision through the barrier
 // with the same op the coordinator would send, so the coordinator's later op of that kind is a
 // duplicate (fn is not called again), while a later op of the other kind is refused with
 // [ErrHeuristic].
@@ -74,16 +77,17 @@ type Agent struct {
 	name string // schema-qualified, for messages
 	ddl  string
 
-	insert, settle, lookup, claim, purge string
+	insert, settle, lookup, claim, release, purge string
 
 	committed, aborted, fallbacks, heuristic atomic.Int64
+	wait                                     *logwait.Wait // the decision log's outage, its gauge and fallbacks counter
 }
 
 // AgentStats counts what an [Agent] did since it was built.
 type AgentStats struct {
 	Committed int64 // branches committed alone after their timeout
 	Aborted   int64 // branches aborted alone after their timeout (the decision log said abort)
-	Fallbacks int64 // timeouts decided by the textbook rule because the decision log could not be reached
+	Fallbacks int64 // timeouts committed by the textbook rule after the log's outage passed WithLogFallback
 	Heuristic int64 // coordinator ops refused with ErrHeuristic (each retry counts)
 }
 
@@ -93,13 +97,16 @@ type AgentPass struct {
 	Committed int   // of them, committed
 	Aborted   int   // of them, aborted
 	Settled   int   // of them, ended by the coordinator while the agent was deciding
-	Fallbacks int   // decisions by the textbook rule because the decision log could not be reached
+	Fallbacks int   // of the committed, by the textbook rule after the log's outage passed WithLogFallback
+	Waiting   int   // of them, left pre-committed because the decision log could not be reached
 	Purged    int64 // rows of ended branches older than the barrier's retention, deleted
 }
 
 // NewAgent returns an Agent serving fn through bar, configured by opts. It does not touch the
-// database: call [Agent.Migrate]. It returns an error wrapping [ErrInvalidOption] when bar or fn
-// is nil or an option is unusable ([TerminationConsultLog], the default, needs [WithDecider]).
+// database: call [Agent.Migrate]. It registers its metrics on the barrier's registerer
+// ([WithBarrierRegisterer]; see [Agent.Pass]). It returns an error wrapping [ErrInvalidOption]
+// when bar or fn is nil, an option is unusable ([TerminationConsultLog], the default, needs
+// [WithDecider]; [WithLogFallback] below [MinLogFallback]) or a metric clashes.
 func NewAgent(bar *Barrier, fn func(ctx context.Context, tx pgx.Tx, req Request) error, opts ...AgentOption) (*Agent, error) {
 	if bar == nil {
 		return nil, fmt.Errorf("participant: agent: nil barrier: %w", ErrInvalidOption)
@@ -122,6 +129,10 @@ func NewAgent(bar *Barrier, fn func(ctx context.Context, tx pgx.Tx, req Request)
 		schema = `create schema if not exists ` + pgx.Identifier{bar.o.schema}.Sanitize() + `;`
 	}
 	a := &Agent{bar: bar, fn: fn, o: o, name: name}
+	var err error
+	if a.wait, err = logwait.New(bar.o.reg, "3pc_agent", "table", name, "pre-committed 3PC branches past the agent's timeout", o.fallback, o.now); err != nil {
+		return nil, fmt.Errorf("participant: agent: %w: %w", err, ErrInvalidOption)
+	}
 	a.ddl = `select pg_advisory_xact_lock(` + strconv.FormatInt(pgutil.MigrateLockKey("txkit/participant/agent/migrate:"+t), 10) + `);` +
 		schema + `
 create table if not exists ` + t + ` (
@@ -146,6 +157,8 @@ create index if not exists ` + pgx.Identifier{o.table + agentIndexSuffix}.Saniti
 	a.claim = `update ` + t + ` a set deadline = now() + ` + micros(agentLease.Microseconds()) + ` from (select gid, branch from ` + t +
 		` where state = '` + statePreCommitted + `' and deadline <= now() order by deadline limit $1 for update skip locked) d` +
 		` where a.gid = d.gid and a.branch = d.branch returning a.gid, a.branch, a.payload`
+	// A branch whose decision the log could not give is let go at once: the next pass asks again.
+	a.release = `update ` + t + ` set deadline = now() where gid = $1 and branch = $2 and state = '` + statePreCommitted + `'`
 	a.purge = `delete from ` + t + ` where ctid = any(array(select ctid from ` + t + ` where state <> '` + statePreCommitted +
 		`' and updated_at < now() - ` + micros(bar.o.retain.Microseconds()) + ` limit $1 for update skip locked))`
 	return a, nil
@@ -216,14 +229,23 @@ func (a *Agent) Run(ctx context.Context) error {
 //
 // A claimed branch is left to this agent for 30 seconds: other agents pass it by meanwhile. One
 // that could not be ended (a database error) is claimed again after that; its error is returned,
-// joined with the others, once the pass has gone through every claimed branch. A decision log
-// that does not answer within 15 seconds counts as unreachable (the textbook fallback).
+// joined with the others, once the pass has gone through every claimed branch.
+//
+// In consult-log mode a question the log does not answer within 15 seconds, or answers with an
+// error, finds the log unreachable: the pass asks no more, lets the claimed branches go (the next
+// pass asks again) and counts them in [AgentPass.Waiting], which is not an error. From the first
+// such answer until no timed-out branch waits any more, the gauge
+// txkit_3pc_agent_log_wait_seconds{table} (on the barrier's registerer) says how long branches
+// have been waiting for the log; page on it. Once that outage has lasted [WithLogFallback], the
+// waiting branches are committed by the textbook rule instead, counted in [AgentPass.Fallbacks],
+// [AgentStats] and txkit_3pc_agent_fallbacks_total{table}.
 //
 // Pass blocks until done or ctx ends; ctx scopes the work. It is safe for concurrent use, also by
 // agents in other processes sharing the table.
 func (a *Agent) Pass(ctx context.Context) (AgentPass, error) {
 	var p AgentPass
 	var errs []error
+	logDown := false // a question to the log failed in this pass: ask no more
 	for {
 		due, err := a.claimDue(ctx)
 		if err != nil {
@@ -234,13 +256,17 @@ func (a *Agent) Pass(ctx context.Context) (AgentPass, error) {
 			if ctx.Err() != nil {
 				return p, errors.Join(append(errs, ctx.Err())...)
 			}
-			if err := a.end(ctx, r, &p); err != nil {
+			if err := a.end(ctx, r, &p, &logDown); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		if len(due) < a.o.batch {
+		// Branches let go for the log are due again at once: leave them to the next pass.
+		if len(due) < a.o.batch || p.Waiting > 0 {
 			break
 		}
+	}
+	if p.Waiting == 0 {
+		a.outageOver(ctx)
 	}
 	n, err := a.bar.pool.Exec(ctx, a.purge, a.o.batch)
 	if err != nil {
@@ -271,22 +297,27 @@ func (a *Agent) claimDue(ctx context.Context) ([]Request, error) {
 	return due, nil
 }
 
-// end decides the timed-out branch r and applies the decision.
-func (a *Agent) end(ctx context.Context, r Request, p *AgentPass) error {
+// end decides the timed-out branch r and applies the decision; logDown says that a question to
+// the log failed earlier in this pass, and is set when this one does.
+func (a *Agent) end(ctx context.Context, r Request, p *AgentPass, logDown *bool) error {
 	attrs := []any{slog.String("gid", r.GID), slog.String("branch", r.Branch), slog.String("mode", a.o.mode.String())}
 	outcome := OutcomeCommit
+	fallback := false
 	if a.o.mode == TerminationConsultLog {
-		dctx, cancel := context.WithTimeout(ctx, agentLease/2)
-		o, err := a.o.decider.Decide(dctx, r.GID)
-		cancel()
+		o, err := a.decide(ctx, r.GID, logDown)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return fmt.Errorf("participant: agent: decide %s/%s: %w", r.GID, r.Branch, err)
+		case err != nil && a.wait.FallbackDue():
+			a.o.log.WarnContext(ctx, "participant: 3pc agent: the decision log has been unreachable longer than the fallback; committing by the textbook rule",
+				append(attrs, slog.Duration("fallback", a.o.fallback), slog.Any("err", err))...)
+			fallback = true
 		case err != nil:
-			a.o.log.WarnContext(ctx, "participant: 3pc agent cannot reach the decision log; committing by the textbook rule",
-				append(attrs, slog.Any("err", err))...)
-			p.Fallbacks++
-			a.fallbacks.Add(1)
+			p.Waiting++
+			if _, rerr := a.bar.pool.Exec(ctx, a.release, r.GID, r.Branch); rerr != nil {
+				return fmt.Errorf("participant: agent: let %s/%s go after the decision log failed: %w", r.GID, r.Branch, rerr)
+			}
+			return nil
 		case o == OutcomeCommit || o == OutcomeAbort:
 			outcome = o
 		default:
@@ -314,12 +345,43 @@ func (a *Agent) end(ctx context.Context, r Request, p *AgentPass) error {
 	case outcome == OutcomeCommit:
 		p.Committed++
 		a.committed.Add(1)
+		if fallback {
+			p.Fallbacks++
+			a.fallbacks.Add(1)
+			a.wait.Fallback()
+		}
 	default:
 		p.Aborted++
 		a.aborted.Add(1)
 	}
 	a.o.log.InfoContext(ctx, "participant: 3pc branch ended alone after its timeout", append(attrs, slog.String("outcome", outcome.String()))...)
 	return nil
+}
+
+// decide asks the decision log about gid, unless a question failed earlier in this pass
+// (*logDown); a failure sets *logDown.
+func (a *Agent) decide(ctx context.Context, gid string, logDown *bool) (Outcome, error) {
+	var o Outcome
+	began, err := a.wait.Ask(ctx, logDown, func(ctx context.Context) (err error) {
+		o, err = a.o.decider.Decide(ctx, gid)
+		return err
+	})
+	if began {
+		a.o.log.WarnContext(ctx, "participant: 3pc agent cannot reach the decision log; timed-out branches wait for it", slog.Any("err", err))
+	}
+	if err != nil {
+		return 0, err
+	}
+	a.outageOver(ctx)
+	return o, nil
+}
+
+// outageOver ends the log's outage, logging it if one was under way: the log answered, or no
+// branch waits for it any more.
+func (a *Agent) outageOver(ctx context.Context) {
+	if lasted, ok := a.wait.End(); ok {
+		a.o.log.InfoContext(ctx, "participant: 3pc agent: no timed-out branch waits for the decision log any more", slog.Duration("waited", lasted))
+	}
 }
 
 // serve returns the function the barrier runs for a 3PC op, which keeps the agent's table in step

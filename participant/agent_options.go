@@ -13,13 +13,15 @@ import (
 type AgentOption func(*agentOptions)
 
 type agentOptions struct {
-	timeout time.Duration
-	mode    Termination
-	decider Decider
-	poll    time.Duration
-	log     *slog.Logger
-	batch   int
-	table   string
+	timeout  time.Duration
+	mode     Termination
+	decider  Decider
+	fallback time.Duration // WithLogFallback; 0: never commit without the log
+	poll     time.Duration
+	log      *slog.Logger
+	batch    int
+	table    string
+	now      func() time.Time // the clock the log's outage is measured by (tests set it)
 }
 
 // Defaults of an [Agent].
@@ -30,6 +32,11 @@ const (
 	DefaultAgentTable   = "txkit_3pc_agent"
 )
 
+// MinLogFallback is the shortest outage of the decision log after which [WithLogFallback] may let
+// an agent commit without it: longer than a PostgreSQL failover, so that one never makes an agent
+// decide alone.
+const MinLogFallback = 5 * time.Minute
+
 func defaultAgentOptions() agentOptions {
 	return agentOptions{
 		timeout: DefaultAgentTimeout,
@@ -38,6 +45,7 @@ func defaultAgentOptions() agentOptions {
 		log:     slog.New(slog.DiscardHandler),
 		batch:   DefaultAgentBatch,
 		table:   DefaultAgentTable,
+		now:     time.Now,
 	}
 }
 
@@ -51,6 +59,16 @@ func WithAgentTimeout(d time.Duration) AgentOption { return func(o *agentOptions
 // WithTermination sets how a timed-out branch ends (default [TerminationConsultLog], which needs
 // [WithDecider]).
 func WithTermination(m Termination) AgentOption { return func(o *agentOptions) { o.mode = m } }
+
+// WithLogFallback lets a [TerminationConsultLog] agent commit a timed-out branch by the textbook
+// rule once the decision log has been unreachable for after (at least [MinLogFallback]; default:
+// never, the branch waits for the log). Such a commit may contradict the coordinator's abort: it
+// trades the protocol's anomaly for not holding a branch through a long outage of the log. A
+// shorter after, or the option with [TerminationTextbook], makes [NewAgent] return an error
+// wrapping [ErrInvalidOption].
+func WithLogFallback(after time.Duration) AgentOption {
+	return func(o *agentOptions) { o.fallback = after }
+}
 
 // WithDecider sets the coordinator's decision log, which [TerminationConsultLog] consults
 // (threepc.Coordinator is one). It is not used in [TerminationTextbook] mode.
@@ -92,7 +110,14 @@ func (o agentOptions) validate() error {
 	}
 	switch o.mode {
 	case TerminationTextbook:
+		if o.fallback != 0 {
+			return fmt.Errorf("participant: agent: WithLogFallback applies to termination mode %s only, not %s: %w", TerminationConsultLog, o.mode, ErrInvalidOption)
+		}
 	case TerminationConsultLog:
+		if o.fallback != 0 && o.fallback < MinLogFallback {
+			return fmt.Errorf("participant: agent: log fallback after %v: below the minimum outage of %v (MinLogFallback), which a PostgreSQL failover could reach and make the agent commit alone: %w",
+				o.fallback, MinLogFallback, ErrInvalidOption)
+		}
 		if pgutil.IsNil(o.decider) {
 			return fmt.Errorf("participant: agent: termination mode %s needs a decision log (WithDecider): %w", o.mode, ErrInvalidOption)
 		}

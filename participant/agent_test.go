@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/txkit/txkit/internal/obs/obstest"
 	"github.com/txkit/txkit/internal/testenv"
 	"github.com/txkit/txkit/participant"
 )
@@ -196,7 +198,7 @@ func TestIntegrationAgentConsultLog(t *testing.T) {
 		mustDo(t, p, gid, "b", preCommit)
 	}
 	pass, err := a.Pass(t.Context())
-	if want := (participant.AgentPass{Found: 3, Committed: 2, Aborted: 1, Fallbacks: 1}); err != nil || pass != want {
+	if want := (participant.AgentPass{Found: 3, Committed: 1, Aborted: 1, Waiting: 1}); err != nil || pass != want {
 		t.Fatalf("Pass = %+v, %v; want %+v", pass, err, want)
 	}
 	for _, gid := range []string{"g-commit", "g-abort", "g-unreachable"} {
@@ -209,9 +211,18 @@ func TestIntegrationAgentConsultLog(t *testing.T) {
 	f.expect("g-abort", "b", abort, 1, 1)
 	f.expect("g-abort", "b", doCommit, 0, 0)
 	f.wantRow("g-abort", "b", "aborted", "timeout")
-	f.expect("g-unreachable", "b", doCommit, 1, 1) // the textbook fallback
-	f.wantRow("g-unreachable", "b", "committed", "timeout")
-	if got, want := a.Stats(), (participant.AgentStats{Committed: 2, Aborted: 1, Fallbacks: 1}); got != want {
+	f.expect("g-unreachable", "b", doCommit, 0, 0) // no commit without the log: it waits
+	f.wantRow("g-unreachable", "b", "precommitted", "")
+	// It is asked about again at the next pass, and waits again.
+	asked.Delete("g-unreachable")
+	if pass, err := a.Pass(t.Context()); err != nil || pass != (participant.AgentPass{Found: 1, Waiting: 1}) {
+		t.Fatalf("second Pass = %+v, %v; want the branch found again and waiting", pass, err)
+	}
+	if _, ok := asked.Load("g-unreachable"); !ok {
+		t.Error("the decider was not asked again about g-unreachable")
+	}
+	f.expect("g-unreachable", "b", doCommit, 0, 0)
+	if got, want := a.Stats(), (participant.AgentStats{Committed: 1, Aborted: 1}); got != want {
 		t.Fatalf("Stats = %+v, want %+v", got, want)
 	}
 	// A coordinator that commits what its log says is aborted contradicts the agent.
@@ -405,6 +416,14 @@ func TestNewAgentOptions(t *testing.T) {
 		{name: "nil decider func", bar: bar, opts: []participant.AgentOption{participant.WithDecider(participant.DeciderFunc(nil))},
 			wantErr: "WithDecider"},
 		{name: "unknown mode", bar: bar, opts: []participant.AgentOption{participant.WithTermination(9)}, wantErr: "unknown termination mode"},
+		{name: "log fallback at the minimum", bar: bar, opts: []participant.AgentOption{participant.WithDecider(decider),
+			participant.WithLogFallback(participant.MinLogFallback)}},
+		{name: "log fallback below the minimum", bar: bar, opts: []participant.AgentOption{participant.WithDecider(decider),
+			participant.WithLogFallback(participant.MinLogFallback - time.Second)}, wantErr: "log fallback after 4m59s: below the minimum outage of 5m0s"},
+		{name: "log fallback of 15s", bar: bar, opts: []participant.AgentOption{participant.WithDecider(decider),
+			participant.WithLogFallback(15 * time.Second)}, wantErr: "below the minimum outage"},
+		{name: "log fallback in textbook mode", bar: bar, opts: append(textbook(time.Second), participant.WithLogFallback(time.Hour)),
+			wantErr: "WithLogFallback applies to termination mode consult-log only"},
 		{name: "zero timeout", bar: bar, opts: textbook(0), wantErr: "agent timeout 0s"},
 		{name: "negative timeout", bar: bar, opts: textbook(-time.Second), wantErr: "agent timeout -1s"},
 		{name: "zero poll", bar: bar, opts: append(textbook(time.Second), participant.WithAgentPoll(0)), wantErr: "poll interval"},
@@ -478,5 +497,58 @@ func TestIntegrationAgentInBarrierSchema(t *testing.T) {
 	var state string
 	if err := f.pool.QueryRow(t.Context(), `select state from `+schema+`.pay_agent where gid = 'g1'`).Scan(&state); err != nil || state != "committed" {
 		t.Fatalf("%s.pay_agent: state %q, %v; want committed", schema, state, err)
+	}
+}
+
+// The explicit fallback: an agent built with WithLogFallback commits a branch by the textbook rule
+// once the decision log has been unreachable that long — not before. Meanwhile the wait is the
+// gauge txkit_3pc_agent_log_wait_seconds, and the fallback is counted in Stats and in
+// txkit_3pc_agent_fallbacks_total. (The agent's clock is the test's: MinLogFallback passes at once.)
+func TestIntegrationAgentLogFallback(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f := newFixture(t, participant.WithBarrierRegisterer(reg))
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
+	down := participant.DeciderFunc(func(context.Context, string) (participant.Outcome, error) {
+		return 0, errors.New("decision log: connection refused")
+	})
+	a := newAgent(t, f, participant.WithDecider(down), participant.WithAgentTimeout(dueAtOnce),
+		participant.WithLogFallback(participant.MinLogFallback), participant.WithAgentClock(clock))
+	mustDo(t, a.Participant(), "g1", "b", preCommit)
+	// gaugeOf is the value of the agent's series of name, which must be exported.
+	gaugeOf := func(t *testing.T, reg *prometheus.Registry, name string) float64 {
+		t.Helper()
+		if _, ok := obstest.Series(t, reg, name, "table", "txkit_3pc_agent"); !ok {
+			t.Fatalf("no series %s{table=\"txkit_3pc_agent\"}", name)
+		}
+		return obstest.Value(t, reg, name, "table", "txkit_3pc_agent")
+	}
+	for _, step := range []struct {
+		advance time.Duration
+		want    participant.AgentPass
+		wait    float64
+	}{
+		{0, participant.AgentPass{Found: 1, Waiting: 1}, 0},
+		{participant.MinLogFallback - time.Second, participant.AgentPass{Found: 1, Waiting: 1}, (participant.MinLogFallback - time.Second).Seconds()},
+		{time.Second, participant.AgentPass{Found: 1, Committed: 1, Fallbacks: 1}, 0},
+	} {
+		advance(step.advance)
+		pass, err := a.Pass(t.Context())
+		if err != nil || pass != step.want {
+			t.Fatalf("Pass after %v more = %+v, %v; want %+v", step.advance, pass, err, step.want)
+		}
+		if got := gaugeOf(t, reg, "txkit_3pc_agent_log_wait_seconds"); got != step.wait {
+			t.Fatalf("txkit_3pc_agent_log_wait_seconds = %v after %+v, want %v", got, pass, step.wait)
+		}
+	}
+	f.expect("g1", "b", doCommit, 1, 1)
+	f.wantRow("g1", "b", "committed", "timeout")
+	if got, want := a.Stats(), (participant.AgentStats{Committed: 1, Fallbacks: 1}); got != want {
+		t.Fatalf("Stats = %+v, want %+v", got, want)
+	}
+	if got := gaugeOf(t, reg, "txkit_3pc_agent_fallbacks_total"); got != 1 {
+		t.Fatalf("txkit_3pc_agent_fallbacks_total = %v, want 1", got)
 	}
 }

@@ -185,6 +185,14 @@ func TestNewBarrierOptions(t *testing.T) {
 		{name: "zero window", opts: []BarrierOption{WithSignatureWindow(0)}, wantErr: true},
 		{name: "window beyond retention", opts: []BarrierOption{WithSecrets("0123456789abcdef"), WithBarrierRetention(time.Minute),
 			WithSignatureWindow(time.Hour)}, wantErr: true},
+		// A timestamp may lie up to the window ahead, so a replay stays possible until receipt +
+		// 2 × window: the nonces must outlive that.
+		{name: "twice the window equals the retention", opts: []BarrierOption{WithSecrets("0123456789abcdef"),
+			WithBarrierRetention(time.Minute), WithSignatureWindow(30 * time.Second)}, wantErr: true},
+		{name: "twice the window just above the retention", opts: []BarrierOption{WithSecrets("0123456789abcdef"),
+			WithBarrierRetention(time.Minute), WithSignatureWindow(40 * time.Second)}, wantErr: true},
+		{name: "twice the window below the retention", opts: []BarrierOption{WithSecrets("0123456789abcdef"),
+			WithBarrierRetention(time.Minute), WithSignatureWindow(29 * time.Second)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := NewBarrier(&pgxpool.Pool{}, tc.opts...)

@@ -41,8 +41,11 @@
 //     whose coordinator aborted when a partition cut it off after the PreCommit;
 //   - [TerminationConsultLog] (the default) asks the coordinator's decision log through a
 //     [Decider] (threepc.Coordinator is one) and follows it: committed → commit, aborted or
-//     absent → abort, undecided → the Decider records the abort and the agent aborts. Only when
-//     the log cannot be reached does it commit by the textbook rule ([AgentStats].Fallbacks).
+//     absent → abort, undecided → the Decider records the abort and the agent aborts. While the
+//     log cannot be reached it commits nothing: the branch waits and is asked about again, and
+//     the gauge txkit_3pc_agent_log_wait_seconds (on the barrier's registerer) says for how long;
+//     [WithLogFallback] lets it commit by the textbook rule after an outage of at least
+//     [MinLogFallback] ([AgentStats].Fallbacks).
 //
 // The agent applies its decision through the barrier as the coordinator's op, so the
 // coordinator's later op of the same kind is a duplicate; one of the other kind is refused with

@@ -71,7 +71,8 @@ func WithUnsignedRequests() BarrierOption { return func(o *barrierOptions) { o.u
 
 // WithSignatureWindow sets how far a signed request's timestamp may be from this participant's
 // clock (default [DefaultSignatureWindow]). Signatures are remembered as nonces for the barrier's
-// retention, which must be longer than the window.
+// retention, which must be longer than twice the window: a timestamp may lie up to the window
+// ahead, so a replay stays possible until receipt + 2 × window.
 func WithSignatureWindow(d time.Duration) BarrierOption {
 	return func(o *barrierOptions) { o.window = d }
 }
@@ -149,8 +150,10 @@ func (o barrierOptions) validate() error {
 			return fmt.Errorf("participant: secrets: %w: %w", err, ErrInvalidOption)
 		}
 	}
-	if o.window <= 0 || (len(o.secrets) > 0 && o.window >= o.retain) {
-		return fmt.Errorf("participant: signature window %v must be positive and shorter than the retention %v: %w",
+	// A timestamp may lie up to the window ahead of the clock, so a request stays acceptable until
+	// receipt + 2 × window: its nonce must be kept at least that long.
+	if o.window <= 0 || (len(o.secrets) > 0 && 2*o.window >= o.retain) {
+		return fmt.Errorf("participant: signature window %v must be positive and twice it shorter than the retention %v (a replay is possible until receipt + 2 × window): %w",
 			o.window, o.retain, ErrInvalidOption)
 	}
 	return nil

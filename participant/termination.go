@@ -14,7 +14,9 @@ const (
 	// partition it can commit a branch whose coordinator aborted.
 	TerminationTextbook Termination = iota + 1
 	// TerminationConsultLog asks the coordinator's decision log through a [Decider] and follows
-	// it; only when the log cannot be reached does it commit, as [TerminationTextbook] does.
+	// it. While the log cannot be reached the branch waits, pre-committed, and is asked about
+	// again; it is never committed without the log, unless [WithLogFallback] allows it after a
+	// long outage.
 	TerminationConsultLog
 )
 
@@ -66,8 +68,8 @@ func (o Outcome) String() string {
 // a transaction still undecided, the abort the Decider has just recorded there (a conditional
 // write, so that exactly one of it and the coordinator's own decision stands). A transaction
 // absent from the log is [OutcomeAbort] (presumed abort). An error means the log could not be
-// reached or read; the agent then falls back to the textbook commit. Decide blocks until the log
-// answers or ctx ends. Implementations (threepc.Coordinator) must be safe for concurrent use.
+// reached or read; the agent then leaves the branch waiting and asks again later (see
+// [WithLogFallback]). Decide blocks until the log answers or ctx ends. Implementations (threepc.Coordinator) must be safe for concurrent use.
 type Decider interface {
 	Decide(ctx context.Context, gid string) (Outcome, error)
 }

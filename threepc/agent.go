@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/logwait"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/prepared"
 	"github.com/txkit/txkit/participant"
@@ -29,8 +30,11 @@ import (
 //     committed here and rolled back elsewhere: the protocol's known anomaly.
 //   - [participant.TerminationConsultLog] (the default): what the coordinator's log decided
 //     ([Coordinator.Decide]; an undecided transaction is aborted there, by the same conditional
-//     write as the coordinator's decision, so both sides agree), and the textbook rule only when
-//     the log cannot be reached.
+//     write as the coordinator's decision, so both sides agree). While the log cannot be reached
+//     the prepared transaction waits and is asked about again at every pass: it is never
+//     committed without the log, unless [WithAgentLogFallback] allows it after a long outage.
+//     The wait is the gauge txkit_3pc_pgagent_log_wait_seconds{database} (on the coordinator's
+//     registerer, [coordinator.WithRegisterer]): page on it.
 //
 // Several agents may watch one database (every replica of a service): ending a prepared
 // transaction that another agent has just ended is success. PGAgent is safe for concurrent use.
@@ -40,13 +44,16 @@ type PGAgent struct {
 	pool  *pgxpool.Pool
 	o     agentOptions
 	stats struct{ committed, rolledBack, fallbacks atomic.Int64 }
+	wait  *logwait.Wait // the decision log's outage, its gauge and fallbacks counter
 }
 
 type agentOptions struct {
-	timeout time.Duration
-	mode    participant.Termination
-	poll    time.Duration
-	log     *slog.Logger
+	timeout  time.Duration
+	mode     participant.Termination
+	fallback time.Duration // WithAgentLogFallback; 0: never commit without the log
+	poll     time.Duration
+	log      *slog.Logger
+	now      func() time.Time // the clock the log's outage is measured by (tests set it)
 }
 
 // AgentOption configures a [PGAgent].
@@ -62,6 +69,15 @@ func WithAgentTermination(m participant.Termination) AgentOption {
 	return func(o *agentOptions) { o.mode = m }
 }
 
+// WithAgentLogFallback lets a consult-log agent commit a prepared transaction by the textbook
+// rule once the decision log has been unreachable for after (at least
+// [participant.MinLogFallback]; default: never, the transaction waits for the log). Such a commit
+// may contradict the coordinator's abort. A shorter after, or the option in textbook mode, makes
+// [NewPGAgent] return an error wrapping [coordinator.ErrInvalidOption].
+func WithAgentLogFallback(after time.Duration) AgentOption {
+	return func(o *agentOptions) { o.fallback = after }
+}
+
 // WithAgentPoll sets how often [PGAgent.Run] scans pg_prepared_xacts (default 500ms).
 func WithAgentPoll(d time.Duration) AgentOption { return func(o *agentOptions) { o.poll = d } }
 
@@ -71,9 +87,11 @@ func WithAgentLogger(l *slog.Logger) AgentOption { return func(o *agentOptions) 
 // NewPGAgent returns the agent of the database behind db, registered with the coordinators as
 // name ([Coordinator.RegisterDB]), for the prepared transactions of c: c's schema and table prefix
 // name them, and c answers the consult-log questions, so it must be built on the log's pool — it
-// needs no elector, no registered database and no Run. It does not touch the database. A nil c or
-// db, an invalid name, or an unusable option (a timeout or poll not above zero, an unknown mode)
-// returns an error wrapping [coordinator.ErrInvalidOption].
+// needs no elector, no registered database and no Run. It does not touch the database. It
+// registers its metrics on c's registerer ([coordinator.WithRegisterer]). A nil c or db, an
+// invalid name, an unusable option (a timeout or poll not above zero, an unknown mode, a log
+// fallback below [participant.MinLogFallback] or in textbook mode) or a metric clash returns an
+// error wrapping [coordinator.ErrInvalidOption].
 func NewPGAgent(c *Coordinator, name string, db *pgxpool.Pool, opts ...AgentOption) (*PGAgent, error) {
 	if c == nil || db == nil {
 		return nil, fmt.Errorf("threepc: agent: nil coordinator or pool: %w", coordinator.ErrInvalidOption)
@@ -82,7 +100,7 @@ func NewPGAgent(c *Coordinator, name string, db *pgxpool.Pool, opts ...AgentOpti
 		return nil, fmt.Errorf("threepc: agent: %w: %w", err, coordinator.ErrInvalidOption)
 	}
 	o := agentOptions{timeout: 20 * time.Second, mode: participant.TerminationConsultLog, poll: 500 * time.Millisecond,
-		log: slog.New(slog.DiscardHandler)}
+		log: slog.New(slog.DiscardHandler), now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -95,8 +113,20 @@ func NewPGAgent(c *Coordinator, name string, db *pgxpool.Pool, opts ...AgentOpti
 		return nil, fmt.Errorf("threepc: agent: termination mode %v: %w", o.mode, coordinator.ErrInvalidOption)
 	case o.log == nil:
 		return nil, fmt.Errorf("threepc: agent: nil logger: %w", coordinator.ErrInvalidOption)
+	case o.fallback != 0 && o.mode != participant.TerminationConsultLog:
+		return nil, fmt.Errorf("threepc: agent: WithAgentLogFallback applies to termination mode %s only, not %s: %w",
+			participant.TerminationConsultLog, o.mode, coordinator.ErrInvalidOption)
+	case o.fallback != 0 && o.fallback < participant.MinLogFallback:
+		return nil, fmt.Errorf("threepc: agent: log fallback after %v: below the minimum outage of %v (participant.MinLogFallback), which a PostgreSQL failover could reach and make the agent commit alone: %w",
+			o.fallback, participant.MinLogFallback, coordinator.ErrInvalidOption)
 	}
-	return &PGAgent{c: c, name: name, pool: db, o: o}, nil
+	a := &PGAgent{c: c, name: name, pool: db, o: o}
+	var err error
+	if a.wait, err = logwait.New(c.b.Cfg.Registerer, "3pc_pgagent", "database", name, "prepared 3PC transactions past the agent's timeout",
+		o.fallback, o.now); err != nil {
+		return nil, fmt.Errorf("threepc: agent: %w: %w", err, coordinator.ErrInvalidOption)
+	}
+	return a, nil
 }
 
 // AgentPass is what one [PGAgent.Pass] found and did.
@@ -104,7 +134,8 @@ type AgentPass struct {
 	Found      int // the coordinator's prepared transactions older than the timeout
 	Committed  int // committed (textbook, or the log's decision)
 	RolledBack int // rolled back (the log's decision)
-	Fallbacks  int // of those committed, by the textbook rule because the log could not be reached
+	Fallbacks  int // of those committed, by the textbook rule after the log's outage passed WithAgentLogFallback
+	Waiting    int // left prepared because the decision log could not be reached
 }
 
 // AgentStats counts what a [PGAgent] did since it was made.
@@ -112,14 +143,18 @@ type AgentStats struct {
 	Committed, RolledBack, Fallbacks int64
 }
 
-// Stats returns the agent's counters.
+// Stats returns the agent's counters; Fallbacks is also txkit_3pc_pgagent_fallbacks_total{database}.
 func (a *PGAgent) Stats() AgentStats {
 	return AgentStats{Committed: a.stats.committed.Load(), RolledBack: a.stats.rolledBack.Load(), Fallbacks: a.stats.fallbacks.Load()}
 }
 
 // Pass scans the database once and ends every prepared transaction of the coordinator's branches
-// on this database older than the timeout, as the termination mode says. It blocks until each was tried or ctx ends; failures
-// are joined and returned after the others were done (the next pass tries them again).
+// on this database older than the timeout, as the termination mode says. It blocks until each was
+// tried or ctx ends; failures are joined and returned after the others were done (the next pass
+// tries them again). In consult-log mode a question the log does not answer within 15 seconds, or
+// answers with an error, finds it unreachable: the pass asks no more and leaves the remaining
+// transactions prepared, counted in [AgentPass.Waiting] (not an error), until the log answers or
+// its outage has lasted [WithAgentLogFallback].
 func (a *PGAgent) Pass(ctx context.Context) (AgentPass, error) {
 	var res AgentPass
 	found, err := prepared.Scan(ctx, a.pool, a.c.ns, a.o.timeout)
@@ -127,6 +162,7 @@ func (a *PGAgent) Pass(ctx context.Context) (AgentPass, error) {
 		return res, fmt.Errorf("threepc: agent: %w", err)
 	}
 	var errs []error
+	logDown := false // a question to the log failed in this pass: ask no more
 	for _, p := range found {
 		if p.Branch != a.name { // another registered database's: they may share a server database
 			continue
@@ -135,13 +171,17 @@ func (a *PGAgent) Pass(ctx context.Context) (AgentPass, error) {
 		out, fallback := participant.OutcomeCommit, false
 		if a.o.mode == participant.TerminationConsultLog {
 			var derr error
-			if out, derr = a.c.Decide(ctx, p.GID); derr != nil {
-				if ctx.Err() != nil {
-					return res, errors.Join(append(errs, ctx.Err())...)
-				}
+			out, derr = a.decide(ctx, p.GID, &logDown)
+			switch {
+			case derr != nil && ctx.Err() != nil:
+				return res, errors.Join(append(errs, ctx.Err())...)
+			case derr != nil && a.wait.FallbackDue():
 				out, fallback = participant.OutcomeCommit, true
-				a.o.log.WarnContext(ctx, "threepc: agent: the decision log cannot be reached; committing by the textbook rule",
-					slog.String("gid", p.GID), slog.String("branch", p.Branch), slog.Any("err", derr))
+				a.o.log.WarnContext(ctx, "threepc: agent: the decision log has been unreachable longer than the fallback; committing by the textbook rule",
+					slog.String("gid", p.GID), slog.String("branch", p.Branch), slog.Duration("fallback", a.o.fallback), slog.Any("err", derr))
+			case derr != nil:
+				res.Waiting++
+				continue
 			}
 		}
 		verb := prepared.Commit
@@ -164,12 +204,44 @@ func (a *PGAgent) Pass(ctx context.Context) (AgentPass, error) {
 		if fallback {
 			res.Fallbacks++
 			a.stats.fallbacks.Add(1)
+			a.wait.Fallback()
 		}
 		a.o.log.InfoContext(ctx, "threepc: agent ended a prepared transaction the coordinator left", slog.String("gid", p.GID),
 			slog.String("branch", p.Branch), slog.String("action", out.String()), slog.String("mode", a.o.mode.String()),
 			slog.Duration("waited", time.Since(p.At)))
 	}
+	if res.Waiting == 0 {
+		a.outageOver(ctx)
+	}
 	return res, errors.Join(errs...)
+}
+
+// decide asks the decision log about gid, unless a question failed earlier in this pass
+// (*logDown); a failure sets *logDown.
+func (a *PGAgent) decide(ctx context.Context, gid string, logDown *bool) (participant.Outcome, error) {
+	var out participant.Outcome
+	began, err := a.wait.Ask(ctx, logDown, func(ctx context.Context) (err error) {
+		out, err = a.c.Decide(ctx, gid)
+		return err
+	})
+	if began {
+		a.o.log.WarnContext(ctx, "threepc: agent cannot reach the decision log; prepared transactions past the timeout wait for it",
+			slog.String("database", a.name), slog.Any("err", err))
+	}
+	if err != nil {
+		return 0, err
+	}
+	a.outageOver(ctx)
+	return out, nil
+}
+
+// outageOver ends the log's outage, logging it if one was under way: the log answered, or
+// nothing waits for it any more.
+func (a *PGAgent) outageOver(ctx context.Context) {
+	if lasted, ok := a.wait.End(); ok {
+		a.o.log.InfoContext(ctx, "threepc: agent: no prepared transaction waits for the decision log any more",
+			slog.String("database", a.name), slog.Duration("waited", lasted))
+	}
 }
 
 // Run calls Pass every poll interval ([WithAgentPoll]) until ctx ends, logging failures. It needs

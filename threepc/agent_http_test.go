@@ -39,14 +39,14 @@ func signing(t *testing.T) (string, *http.Client) {
 	return secret, client
 }
 
-func (w *world) wallet(c *threepc.Coordinator, mode participant.Termination, secret string, client *http.Client) *wallet {
+func (w *world) wallet(c *threepc.Coordinator, mode participant.Termination, secret string, client *http.Client, opts ...participant.BarrierOption) *wallet {
 	t := w.T
 	s := testenv.PG(t)
 	if _, err := s.Pool.Exec(t.Context(), `create table wallet (id text primary key, balance int not null, frozen int not null);
 		insert into wallet values ('carol', 100, 0)`); err != nil {
 		t.Fatal(err)
 	}
-	bar, err := participant.NewBarrier(s.Pool, participant.WithSecrets(secret))
+	bar, err := participant.NewBarrier(s.Pool, append([]participant.BarrierOption{participant.WithSecrets(secret)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

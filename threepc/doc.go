@@ -37,9 +37,15 @@
 //     the log does not hold is aborted (presumed abort: Commit records a transaction before any
 //     PreCommit); an undecided one is aborted by recording the abort in the log with the same
 //     conditional write the coordinator's decision to commit makes, so exactly one of the two
-//     wins and everyone follows it. Only when the log cannot be reached does the agent fall back
-//     to the textbook rule. With the log reachable the anomaly cannot happen, and no participant
-//     waits for a dead coordinator longer than its timeout.
+//     wins and everyone follows it. While the log cannot be reached the agent commits nothing:
+//     the branch waits, pre-committed, asked about at every pass, and the wait is a gauge to page
+//     on (txkit_3pc_pgagent_log_wait_seconds, txkit_3pc_agent_log_wait_seconds); once the log
+//     answers, the agent follows it. So the anomaly cannot happen, and no participant waits for
+//     a dead coordinator longer than its timeout while the log is up. [WithAgentLogFallback] and
+//     [participant.WithLogFallback] bring back the textbook commit after an outage of the log of
+//     at least [participant.MinLogFallback] (5 minutes), for those who prefer the anomaly's risk
+//     to a branch held through a long outage; each such commit is counted (Stats().Fallbacks,
+//     txkit_3pc_pgagent_fallbacks_total, txkit_3pc_agent_fallbacks_total).
 //
 // Give the coordinators and the agents the same participant timeout ([WithParticipantTimeout],
 // [WithAgentTimeout], [participant.WithAgentTimeout]). It must be above the CanCommit and

@@ -47,10 +47,16 @@ var update, balance = preparedtest.Update, preparedtest.Balance
 // 2s (the agents' too), global 6s.
 func (w *world) coordinator(opts ...coordinator.Option) *threepc.Coordinator {
 	w.T.Helper()
+	return w.coordinatorOn(w.Log.Pool, opts...)
+}
+
+// coordinatorOn is coordinator with its log reached through pool.
+func (w *world) coordinatorOn(pool *pgxpool.Pool, opts ...coordinator.Option) *threepc.Coordinator {
+	w.T.Helper()
 	opts = coretest.Options(w.T, w.Log.Name, append([]coordinator.Option{threepc.WithCanCommitTimeout(500 * time.Millisecond),
 		threepc.WithPreCommitTimeout(time.Second), threepc.WithParticipantTimeout(participantTimeout),
 		coordinator.WithDefaultTimeout(6 * time.Second)}, opts...)...)
-	c, err := threepc.New(w.Log.Pool, opts...)
+	c, err := threepc.New(pool, opts...)
 	if err != nil {
 		w.T.Fatalf("threepc.New: %v", err)
 	}

@@ -524,8 +524,8 @@ func (g *Global) abort(ctx context.Context, recs []core.Branch, votes []error) e
 //     rolls every branch back; if not, the other branches' agents find it too, and the leader
 //     finishes it once the lease ([coordinator.WithLease]) has passed.
 //
-// An error means the log could not be read or written: the agent falls back to the textbook
-// rule. It blocks for one or two statements; ctx bounds them. Any process may call it: a
+// An error means the log could not be read or written: the agent leaves the branch waiting and
+// asks again ([WithAgentLogFallback]). It blocks for one or two statements; ctx bounds them. Any process may call it: a
 // Coordinator built with New on the log's pool and schema needs no elector, registered database
 // or Run to answer.
 func (c *Coordinator) Decide(ctx context.Context, gid string) (participant.Outcome, error) {

@@ -244,3 +244,56 @@ func TestIntegrationVotesLeaderWaitsForAVoteInFlight(t *testing.T) {
 	b.NoPrepared()
 	b.WantBalances(startBalance+10, startBalance+10)
 }
+
+// The sweep pages past the rows of transactions still voting: more than one page of them (2,000
+// rows), all older than the grace and all of one instant, come first in created_at order, and the
+// rows of finished transactions after them are deleted all the same. The vote table has an index
+// that leads with created_at, which the sweep reads in order.
+func TestIntegrationVotesSweepPagesPastOpenRows(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	c := b.coordinator(twopc.WithVoteMarkers(), twopc.WithInDoubtResolution("@every 1h", 0))
+	const openGIDs, doneGIDs = 1001, 10 // two rows each (east, west): 2,002 open rows, 20 finished
+	var open, done []string
+	for i := range openGIDs {
+		gid := fmt.Sprintf("open-%d", i)
+		if err := c.RecordVoting(ctx, gid, time.Hour, "east", "west"); err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, c.PreparedID(gid, "east"), c.PreparedID(gid, "west"))
+	}
+	for i := range doneGIDs { // not in the log: finished and forgotten
+		gid := fmt.Sprintf("done-%d", i)
+		done = append(done, c.PreparedID(gid, "east"), c.PreparedID(gid, "west"))
+	}
+	insert := "insert into " + c.VoteTable() + " (id, yes, created_at) select unnest($1::text[]), true, now() - $2::interval"
+	if _, err := b.Log.Pool.Exec(ctx, insert, open, "2 hours"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Log.Pool.Exec(ctx, insert, done, "1 hour"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.ResolveInDoubt(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := b.votes(c)
+	left := 0
+	for _, id := range done {
+		if _, ok := got[id]; ok {
+			left++
+		}
+	}
+	if res.Swept != len(done) || left != 0 || len(got) != len(open) {
+		t.Fatalf("ResolveInDoubt swept %d rows, %d of the %d finished ones left, %d rows in all; want the %d finished ones swept and the %d open ones kept",
+			res.Swept, left, len(done), len(got), len(done), len(open))
+	}
+	var indexed bool
+	if err := b.Log.Pool.QueryRow(ctx, `select exists (select 1 from pg_index i join pg_attribute a on a.attrelid = i.indrelid and a.attnum = i.indkey[0]
+		where i.indrelid = $1::regclass and a.attname = 'created_at')`, c.VoteTable()).Scan(&indexed); err != nil {
+		t.Fatal(err)
+	}
+	if !indexed {
+		t.Fatalf("no index of %s leads with created_at", c.VoteTable())
+	}
+}

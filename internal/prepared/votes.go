@@ -22,43 +22,47 @@ import (
 // which pg_prepared_xacts alone cannot once the prepared transaction is gone. A Votes is a value,
 // safe for concurrent use.
 type Votes struct {
-	table   string // quoted, schema-qualified when the coordinator has a schema
-	schema  string // quoted, or ""
-	lockKey int64  // serializes concurrent creations of the table
+	table  string // quoted, schema-qualified when the coordinator has a schema
+	schema string // as given, or ""
+	ddl    string // the table's versioned DDL (pgutil.MigrateOnce)
 }
+
+// voteAgeSuffix names the vote table's index on (created_at, id): "<prefix>vote_age" fits
+// PostgreSQL's 63 bytes for every prefix the coordinators accept.
+const voteAgeSuffix = "vote_age"
 
 // NewVotes returns the vote table of a coordinator whose log is in schema (empty: the
 // search_path's) with table prefix prefix.
 func NewVotes(schema, prefix string) Votes {
-	v := Votes{table: pgx.Identifier{prefix + "vote"}.Sanitize()}
+	v := Votes{table: pgx.Identifier{prefix + "vote"}.Sanitize(), schema: schema}
+	ddl := ""
 	if schema != "" {
-		v.schema = pgx.Identifier{schema}.Sanitize()
 		v.table = pgx.Identifier{schema, prefix + "vote"}.Sanitize()
+		ddl = "create schema if not exists " + pgx.Identifier{schema}.Sanitize() + ";\n"
 	}
-	v.lockKey = pgutil.MigrateLockKey("txkit/prepared/votes:" + v.table)
+	// Processes creating it at once are serialized by the advisory lock. The index serves the
+	// sweep ([Votes.Old]), which reads the rows in (created_at, id) order.
+	v.ddl = "select pg_advisory_xact_lock(" + strconv.FormatInt(pgutil.MigrateLockKey("txkit/prepared/votes:"+v.table), 10) + ");\n" +
+		ddl + "create table if not exists " + v.table + ` (
+    id         text        collate "C" primary key, -- the branch's prepared transaction id (byte order: cheaper to compare)
+    yes        boolean     not null,          -- true: the branch's own row, committed with it; false: a leader's tombstone
+    created_at timestamptz not null default now()
+);
+create index if not exists ` + pgx.Identifier{prefix + voteAgeSuffix}.Sanitize() + " on " + v.table + " (created_at, id)"
 	return v
 }
 
 // Table returns the quoted table name.
 func (v Votes) Table() string { return v.table }
 
-// Ensure creates the table in d's database, and its schema, when they do not exist, through
-// d.P2. A success is remembered: later calls return nil at once. Processes creating it at once
-// are serialized by an advisory lock.
+// Ensure creates the table in d's database, its index on (created_at, id) and its schema when
+// they do not exist, through d.P2, as a versioned DDL ([pgutil.MigrateOnce]: a version run
+// before costs one read). A success is remembered: later calls return nil at once.
 func (v Votes) Ensure(ctx context.Context, d *DB) error {
 	if d.votesReady.Load() {
 		return nil
 	}
-	ddl := "select pg_advisory_xact_lock(" + strconv.FormatInt(v.lockKey, 10) + ");\n"
-	if v.schema != "" {
-		ddl += "create schema if not exists " + v.schema + ";\n"
-	}
-	ddl += "create table if not exists " + v.table + ` (
-    id         text        collate "C" primary key, -- the branch's prepared transaction id (byte order: cheaper to compare)
-    yes        boolean     not null,          -- true: the branch's own row, committed with it; false: a leader's tombstone
-    created_at timestamptz not null default now()
-)`
-	if _, err := d.P2.Exec(ctx, ddl); err != nil {
+	if err := pgutil.MigrateOnce(ctx, d.P2, v.schema, v.ddl, nil); err != nil {
 		return fmt.Errorf("create the vote table %s: %w", v.table, err)
 	}
 	d.votesReady.Store(true)
@@ -123,18 +127,32 @@ func isPrepared(ctx context.Context, d *DB, id string) (bool, error) {
 	return ok, nil
 }
 
-// Old returns the ids of at most limit rows of d's vote table older than age, oldest first.
-func (v Votes) Old(ctx context.Context, d *DB, age time.Duration, limit int) ([]string, error) {
-	rows, err := d.P2.Query(ctx, "select id from "+v.table+" where created_at < now() - make_interval(secs => $1) order by created_at limit $2",
-		age.Seconds(), limit)
+// VoteCursor is a place in the vote table's (created_at, id) order, the order [Votes.Old] pages
+// in. The zero VoteCursor is before the oldest row.
+type VoteCursor struct {
+	At time.Time
+	ID string
+}
+
+// Old returns the ids of at most limit rows of d's vote table older than age that come after
+// after in (created_at, id) order, in that order, and the cursor of the last one (after itself
+// when there is none): pass it back to read the next page. It reads the table's index.
+func (v Votes) Old(ctx context.Context, d *DB, age time.Duration, after VoteCursor, limit int) ([]string, VoteCursor, error) {
+	rows, err := d.P2.Query(ctx, "select id, created_at from "+v.table+
+		" where created_at < now() - make_interval(secs => $1) and (created_at, id) > ($2, $3) order by created_at, id limit $4",
+		age.Seconds(), after.At, after.ID, limit)
 	if err != nil {
-		return nil, fmt.Errorf("read old votes: %w", err)
+		return nil, after, fmt.Errorf("read old votes: %w", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read old votes: %w", err)
+	var ids []string
+	last := after
+	if _, err := pgx.ForEachRow(rows, []any{&last.ID, &last.At}, func() error {
+		ids = append(ids, last.ID)
+		return nil
+	}); err != nil {
+		return nil, after, fmt.Errorf("read old votes: %w", err)
 	}
-	return ids, nil
+	return ids, last, nil
 }
 
 // Delete deletes the rows of ids from d's vote table and returns how many it deleted.

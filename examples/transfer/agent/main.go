@@ -5,8 +5,9 @@
 // heard neither DoCommit nor abort — and ends each by its termination mode: textbook commits it
 // (what the documents prescribe; under a partition the coordinator may have aborted), consult-log
 // asks the coordinators' decision log (the threepc log in txkit_east's schema, on a pool of its
-// own) and follows it, writing the abort itself when the transaction is still undecided; only
-// when the log cannot be reached does it commit as the textbook says.
+// own) and follows it, writing the abort itself when the transaction is still undecided; while
+// the log cannot be reached it leaves the transaction prepared and asks again at the next poll
+// (it never commits without the log: the example sets no threepc.WithAgentLogFallback).
 //
 // Run one per database, with -timeout equal to the banks' -participant-timeout:
 //
@@ -48,7 +49,7 @@ func main() {
 	flag.StringVar(&c.pg, "pg", exapp.Env("TXKIT_PG_URL", app.DefaultPG), "PostgreSQL URL (its database is replaced by "+app.East+" or "+app.West+")")
 	flag.StringVar(&c.db, "db", "", "the database this agent stands beside: east ("+app.East+") or west ("+app.West+")")
 	flag.StringVar(&c.schema, "schema", "transfer", "the run's schema (the banks' -schema): it names the prepared transactions, and the decision log lives in "+app.East+"'s")
-	flag.StringVar(&c.termination, "termination", "consult-log", "what to do with a pre-committed branch past -timeout: textbook (commit) or consult-log (follow the decision log; commit only when it cannot be reached)")
+	flag.StringVar(&c.termination, "termination", "consult-log", "what to do with a pre-committed branch past -timeout: textbook (commit) or consult-log (follow the decision log; wait while it cannot be reached)")
 	flag.DurationVar(&c.timeout, "timeout", 3*time.Second, "how long a prepared transaction waits for its coordinator before the agent ends it (the banks' -participant-timeout)")
 	flag.DurationVar(&c.poll, "poll", 250*time.Millisecond, "how often the agent scans pg_prepared_xacts")
 	flag.Parse()
