@@ -116,16 +116,16 @@ CONCBENCH_VOTES ?=
 bench-concurrency: up ## the recipes at 1/16/64 clients against their bare baselines, with PostgreSQL's ceiling: one table
 	@set -o pipefail; $(WITH_ENV) TXKIT_CONCBENCH_BLOCK=$(CONCBENCH_BLOCK) TXKIT_CONCBENCH_PGBENCH=$(CONCBENCH_PGBENCH) \
 	  TXKIT_CONCBENCH_GROUP=$(CONCBENCH_GROUP) TXKIT_CONCBENCH_DEFER=$(CONCBENCH_DEFER) TXKIT_CONCBENCH_VOTES=$(CONCBENCH_VOTES) \
-	  $(GO) test -run '^$$' -bench '$(CONCBENCH_RUN)' -benchtime=$(CONCBENCH_ROUNDS)x -count=1 -timeout 30m ./internal/concbench/ 2>&1 | \
-	  $(GO) run ./internal/tools/benchtable
+	  $(GO) test -run '^$$' -bench '$(CONCBENCH_RUN)' -benchtime=$(CONCBENCH_ROUNDS)x -count=1 -timeout 30m ./bench/concbench/ 2>&1 | \
+	  $(GO) run ./bench/benchtable
 
 # The lock backends side by side, in one run on the same servers: throughput, hand-off latency and
 # round trips (BenchmarkLocks), SIGKILLed holder to next holder (BenchmarkLocksKill), and what a
 # server restart does to a held lock (BenchmarkDisruptiveLocksRestart restarts a ZooKeeper node,
 # PostgreSQL and Redis: run it when nothing else uses them). benchtable prints the table.
 bench-locks: up ## compare the lock backends (ZooKeeper, PostgreSQL, Redis, Redlock) and print the table
-	@set -o pipefail; $(WITH_ENV) { $(GO) test -run '^$$' -bench 'BenchmarkLocks$$' -count=1 $(BENCHFLAGS) ./internal/lockbench/ && \
-	  $(GO) test -run '^$$' -bench 'BenchmarkLocksKill|BenchmarkDisruptiveLocksRestart' -benchtime=3x -count=1 ./internal/lockbench/; } 2>&1 | $(GO) run ./internal/tools/benchtable
+	@set -o pipefail; $(WITH_ENV) { $(GO) test -run '^$$' -bench 'BenchmarkLocks$$' -count=1 $(BENCHFLAGS) ./bench/lockbench/ && \
+	  $(GO) test -run '^$$' -bench 'BenchmarkLocksKill|BenchmarkDisruptiveLocksRestart' -benchtime=3x -count=1 ./bench/lockbench/; } 2>&1 | $(GO) run ./bench/benchtable
 
 lint: ## go vet, gofmt and staticcheck
 	$(GO) vet ./...

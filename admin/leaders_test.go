@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/txkit/txkit/admin"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/txkit/txkit/admin"
 	"github.com/txkit/txkit/coordinator"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/participant"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/obs/obstest"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 // BenchmarkUncontended: Lock+Unlock with nobody else contending, txkit's fair Mutex and

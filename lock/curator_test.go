@@ -17,8 +17,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/txkit/txkit/internal/locktest"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/lockproc"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -44,9 +44,9 @@ func TestIntegrationCuratorInterop(t *testing.T) {
 		hold       = 5 * time.Millisecond
 	)
 	servers := testenv.ZK(t)
-	prog := locktest.Curator(t)
+	prog := lockproc.Curator(t)
 	lockPath := testenv.ZKRoot(t) + "/curator"
-	marker := locktest.Marker(filepath.Join(t.TempDir(), "held"))
+	marker := lockproc.Marker(filepath.Join(t.TempDir(), "held"))
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
@@ -55,7 +55,7 @@ func TestIntegrationCuratorInterop(t *testing.T) {
 	mutexes := make([]*lock.Mutex, goroutines)
 	sessions := make([]*lock.Session, goroutines)
 	for i := range goroutines {
-		// Curator's recipe (locktest.Curator) creates its nodes with the world's ACL and no
+		// Curator's recipe (lockproc.Curator) creates its nodes with the world's ACL and no
 		// credentials, so the Go side shares an open lock path.
 		s, err := lock.NewSession(ctx, servers, lock.WithSessionTimeout(4*time.Second), lock.WithLogger(log), lock.WithInsecureWorldACL())
 		if err != nil {
@@ -103,7 +103,7 @@ func TestIntegrationCuratorInterop(t *testing.T) {
 	if javaErr != nil {
 		t.Errorf("java side: %v", javaErr)
 	}
-	if errors.Is(goErr, locktest.ErrOverlap) || errors.Is(javaErr, locktest.ErrOverlap) {
+	if errors.Is(goErr, lockproc.ErrOverlap) || errors.Is(javaErr, lockproc.ErrOverlap) {
 		t.Fatal("mutual exclusion between Curator and lock.Mutex is broken")
 	}
 	if t.Failed() {
@@ -178,7 +178,7 @@ func TestIntegrationCuratorInterop(t *testing.T) {
 
 // holdOnce takes the lock, enters the marker, lists the lock path, holds for d under the lease's
 // context, leaves the marker and releases.
-func holdOnce(ctx context.Context, s *lock.Session, m *lock.Mutex, marker locktest.Marker, d time.Duration) (h goHold, err error) {
+func holdOnce(ctx context.Context, s *lock.Session, m *lock.Mutex, marker lockproc.Marker, d time.Duration) (h goHold, err error) {
 	lease, err := m.Lock(ctx)
 	if err != nil {
 		return h, err

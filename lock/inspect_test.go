@@ -9,7 +9,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/google/uuid"
 
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 )
 

@@ -16,9 +16,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txkit/txkit/bench/cpustat"
 	"github.com/txkit/txkit/idempotency"
-	"github.com/txkit/txkit/internal/cpustat"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/notify"
 )
 

@@ -1,6 +1,6 @@
 package notify_test
 
-import "github.com/txkit/txkit/internal/cpustat"
+import "github.com/txkit/txkit/bench/cpustat"
 
 // measure starts a span of CPU accounting; calling what it returns adds the span's times to acc.
 func measure(acc *cpustat.Times) func() {

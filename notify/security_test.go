@@ -21,7 +21,7 @@ import (
 
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/signing"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/notify"
 )
 

@@ -23,7 +23,7 @@ import (
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/pgutil"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/tracelog"
 )

@@ -9,10 +9,10 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/txkit/txkit/internal/mqtest"
 	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/obs/obstest"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/mqtest"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/rocketmq"
 )

@@ -20,8 +20,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/internal/core/coretest"
-	"github.com/txkit/txkit/internal/mqtest"
 	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/internal/testkit/mqtest"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/tracelog"
 )

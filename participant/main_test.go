@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 func TestMain(m *testing.M) {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/signing"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/participant"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/google/uuid"
 
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/rocketmq"
 )

@@ -17,7 +17,7 @@ import (
 
 	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/obs/obstest"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/rocketmq"
 )

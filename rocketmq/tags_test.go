@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/message"
 	"github.com/txkit/txkit/rocketmq"
 )

@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/message"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/rocketmq"

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/txkit/txkit/coordinator"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/tcc"
 )

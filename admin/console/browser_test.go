@@ -26,7 +26,7 @@ import (
 	"github.com/txkit/txkit/admin"
 	"github.com/txkit/txkit/admin/console"
 	"github.com/txkit/txkit/idempotency"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/outbox"

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 // limitedServer serves h on loopback the way `txkit serve` does (limitListener, limitHandler),

@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/txkit/txkit/internal/core"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 func TestTxUsage(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 
-	"github.com/txkit/txkit/internal/smoke"
+	"github.com/txkit/txkit/internal/testkit/smoke"
 )
 
 func main() {

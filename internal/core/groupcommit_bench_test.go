@@ -10,7 +10,7 @@ import (
 
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/core/coretest"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 // BenchmarkGroupCommitLone measures what group commit adds to a lone transaction's writes: the

@@ -14,7 +14,7 @@ import (
 
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/pgutil"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/leader"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 )
 

@@ -6,7 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txkit/txkit/internal/pgutil"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 // SetTCPTimeouts gives a connection TCP keepalive and a user timeout: a query sent into a

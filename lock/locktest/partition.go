@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 )
 

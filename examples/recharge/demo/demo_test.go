@@ -18,7 +18,7 @@ import (
 	"github.com/txkit/txkit/examples/internal/drilltest"
 	"github.com/txkit/txkit/examples/internal/exharness"
 	"github.com/txkit/txkit/examples/recharge/internal/app"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/txkit/txkit/examples/internal/drilltest"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 func config(t *testing.T, users int) Config {

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/txkit/txkit/examples/internal/drilltest"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 // TestIntegrationRegisterPointsMetrics: 100 registrations, then the services' real GET /metrics

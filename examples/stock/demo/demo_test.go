@@ -11,7 +11,7 @@ import (
 
 	"github.com/txkit/txkit/examples/internal/drilltest"
 	"github.com/txkit/txkit/examples/internal/exapp"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/txkit/txkit/examples/internal/drilltest"
 	"github.com/txkit/txkit/examples/tcc-order/internal/app"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 func config(t *testing.T, orders int) Config {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/txkit/txkit/examples/internal/drilltest"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }

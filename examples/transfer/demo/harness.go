@@ -27,7 +27,7 @@ import (
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/internal/exharness"
 	"github.com/txkit/txkit/examples/transfer/internal/app"
-	"github.com/txkit/txkit/internal/tcpproxy"
+	"github.com/txkit/txkit/internal/testkit/tcpproxy"
 )
 
 // Config is one run of the example.

@@ -13,7 +13,7 @@ import (
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/internal/exharness"
 	"github.com/txkit/txkit/examples/transfer/internal/app"
-	"github.com/txkit/txkit/internal/tcpproxy"
+	"github.com/txkit/txkit/internal/testkit/tcpproxy"
 )
 
 // The accounts of the partition trials: each trial moves 1 from partFrom (east, seeded with one

@@ -1,4 +1,19 @@
-package deploytest_test
+// The tests of the deploy/local scripts, beside them: they run the real scripts against the
+// servers `make up` started, and show that:
+//
+//   - a server start fails at once, naming the port and the process that holds it, when a port is
+//     held by a process this checkout (TXKIT_HOME) did not start;
+//   - deploy/local/status probes every server, says whether the process that answers is this
+//     checkout's, and creates nothing;
+//   - a daemon started by the scripts (start_daemon, without_fds in deploy/local/lib.sh) holds no
+//     file descriptor of its caller beyond stdin, stdout and stderr;
+//   - deploy/local/rocketmq topic -g GROUP also creates the consumer group's retry topic.
+//
+// Run them with
+//
+//	set -a; eval "$(deploy/local/env)"; set +a
+//	go test -count=1 ./deploy/local/
+package local_test
 
 import (
 	"bufio"
@@ -22,7 +37,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }

@@ -3,7 +3,7 @@ package tcpproxy_test
 import (
 	"testing"
 
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }

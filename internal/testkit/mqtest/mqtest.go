@@ -15,8 +15,8 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
-	"github.com/txkit/txkit/internal/tcpproxy"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/tcpproxy"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/rocketmq"
 )
 

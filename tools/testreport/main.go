@@ -3,7 +3,7 @@
 // any test failed or was skipped (a skip in CI means a test did not run against its server), or
 // when no test ran at all.
 //
-//	go test -json ./... | go run ./internal/tools/testreport
+//	go test -json ./... | go run ./tools/testreport
 package main
 
 import (

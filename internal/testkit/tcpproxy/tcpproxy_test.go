@@ -12,8 +12,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/txkit/txkit/internal/tcpproxy"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/tcpproxy"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 func TestNewRefusesBadOptions(t *testing.T) {

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txkit/txkit/internal/smoke"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/smoke"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }

@@ -21,13 +21,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/bench/concbench"
+	"github.com/txkit/txkit/bench/cpustat"
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/idempotency"
-	"github.com/txkit/txkit/internal/concbench"
 	"github.com/txkit/txkit/internal/core/coretest"
-	"github.com/txkit/txkit/internal/cpustat"
-	"github.com/txkit/txkit/internal/mqtest"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/mqtest"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock/pglock"
 	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/outbox"
@@ -157,11 +157,11 @@ func mustExec(b *testing.B, pool *pgxpool.Pool, sql string, args ...any) {
 // meets the same load), scripts per second averaged over the rounds. Where the time goes, per
 // side: go-cpu-ms/op (this process: clients, coordinators, participants' servers, relay,
 // consumers), pg-cpu-ms/op (PostgreSQL's processes), jvm-cpu-ms/op (RocketMQ and ZooKeeper) and
-// busy, the share of the machine's CPUs busy during the blocks (internal/cpustat; bare- for the
+// busy, the share of the machine's CPUs busy during the blocks (bench/cpustat; bare- for the
 // bare side).
 //
 //	make bench-concurrency
-//	go test -run '^$' -bench 'Concurrency/saga/clients=16' -benchtime 2x ./internal/concbench/
+//	go test -run '^$' -bench 'Concurrency/saga/clients=16' -benchtime 2x ./bench/concbench/
 func BenchmarkConcurrency(b *testing.B) {
 	block, err := concbench.DurationEnv(envBlock, time.Second)
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package locktest holds what lock's integration tests share with each other and with tests of
+// Package lockproc holds what lock's integration tests share with each other and with tests of
 // packages built on lock: a Java contender built on Apache Curator's InterProcessMutex
 // ([Curator]), and a marker file that tells when two holders of one lock overlap ([Marker]).
 //
@@ -6,10 +6,10 @@
 // path; each one enters the marker right after taking the lock and leaves it right before the
 // release:
 //
-//	marker := locktest.Marker(filepath.Join(t.TempDir(), "held"))
+//	marker := lockproc.Marker(filepath.Join(t.TempDir(), "held"))
 //	lease, err := m.Lock(ctx)
 //	...
-//	if err := marker.Enter(); err != nil { // errors.Is(err, locktest.ErrOverlap): exclusion is broken
+//	if err := marker.Enter(); err != nil { // errors.Is(err, lockproc.ErrOverlap): exclusion is broken
 //		...
 //	}
 //	// work under lease.Context()
@@ -18,7 +18,7 @@
 //
 // Files of the package live under $TXKIT_HOME (default <repo>/.txkit, the directory the
 // deploy/local scripts use).
-package locktest
+package lockproc
 
 import (
 	"errors"
@@ -30,7 +30,7 @@ import (
 
 // ErrOverlap means that two contenders held the same lock at once: one found the [Marker] of the
 // other, or found its own gone.
-var ErrOverlap = errors.New("locktest: two holders at once: mutual exclusion is broken")
+var ErrOverlap = errors.New("lockproc: two holders at once: mutual exclusion is broken")
 
 // Marker is the path of a file that exists exactly while some contender holds the lock. Its methods
 // touch only the file system and are safe for concurrent use (the file system arbitrates).
@@ -41,10 +41,10 @@ type Marker string
 func (m Marker) Enter() error {
 	f, err := os.OpenFile(string(m), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("locktest: enter marker %s: it exists: %w", m, ErrOverlap)
+		return fmt.Errorf("lockproc: enter marker %s: it exists: %w", m, ErrOverlap)
 	}
 	if err != nil {
-		return fmt.Errorf("locktest: enter marker %s: %w", m, err)
+		return fmt.Errorf("lockproc: enter marker %s: %w", m, err)
 	}
 	return f.Close()
 }
@@ -54,10 +54,10 @@ func (m Marker) Enter() error {
 func (m Marker) Leave() error {
 	err := os.Remove(string(m))
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("locktest: leave marker %s: it is gone: %w", m, ErrOverlap)
+		return fmt.Errorf("lockproc: leave marker %s: it is gone: %w", m, ErrOverlap)
 	}
 	if err != nil {
-		return fmt.Errorf("locktest: leave marker %s: %w", m, err)
+		return fmt.Errorf("lockproc: leave marker %s: %w", m, err)
 	}
 	return nil
 }
@@ -82,7 +82,7 @@ func Home() (string, error) {
 func RepoRoot() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
-		return "", fmt.Errorf("locktest: working directory: %w", err)
+		return "", fmt.Errorf("lockproc: working directory: %w", err)
 	}
 	for dir := wd; ; {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
@@ -90,7 +90,7 @@ func RepoRoot() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("locktest: no go.mod at or above %s", wd)
+			return "", fmt.Errorf("lockproc: no go.mod at or above %s", wd)
 		}
 		dir = parent
 	}

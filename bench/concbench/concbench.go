@@ -1,6 +1,6 @@
 // Package concbench measures txkit's recipes at concurrency against their bare baselines: the
 // machinery of BenchmarkConcurrency (in this package's tests), which `make bench-concurrency` runs
-// and internal/tools/benchtable turns into one table. It serves this repository's benchmarks only.
+// and bench/benchtable turns into one table. It serves this repository's benchmarks only.
 //
 // A Rotation runs each of its sides — the txkit path and the bare one — in turn, for a block of
 // time each, with a given number of client goroutines calling the side's operation in a closed
@@ -38,7 +38,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txkit/txkit/internal/cpustat"
+	"github.com/txkit/txkit/bench/cpustat"
 )
 
 // Op is one operation of a side, called by client number client (0 ≤ client < the rotation's

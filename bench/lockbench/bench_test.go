@@ -17,8 +17,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/txkit/txkit/internal/locktest"
-	"github.com/txkit/txkit/internal/testenv"
+	"github.com/txkit/txkit/internal/testkit/lockproc"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/pglock"
 )
@@ -377,7 +377,7 @@ func restartOnce(b *testing.B, e env, kind string) restarted {
 // restartCommand returns the deploy/local command that restarts kind's server: for ZooKeeper,
 // the node the holder's session is connected to.
 func restartCommand(b *testing.B, kind string, h *contender) (string, []string) {
-	root, err := locktest.RepoRoot()
+	root, err := lockproc.RepoRoot()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,17 +1,17 @@
 // Command benchtable reads benchmark output (go test -bench) on standard input, copies it to
 // standard output, and then prints in Markdown the tables it has figures for:
 //
-//   - the comparison of the lock backends (internal/lockbench's benchmarks): one row per backend,
+//   - the comparison of the lock backends (bench/lockbench's benchmarks): one row per backend,
 //     one column per figure; `make bench-locks` runs it;
 //
-//   - the recipes at concurrency (internal/concbench's BenchmarkConcurrency): one row per recipe
+//   - the recipes at concurrency (bench/concbench's BenchmarkConcurrency): one row per recipe
 //     and client count — txkit/s, bare/s, ratio, p50 and p99 ms, PostgreSQL commits per operation
 //     (txkit / bare), pgbench's ceiling for the same writes, the processor time per operation of
 //     the benchmark's process (Go), PostgreSQL's processes and the JVMs (txkit / bare), and the
 //     share of the machine's CPUs busy meanwhile; `make bench-concurrency` and `make bench` run it.
 //
-//     go test -run '^$' -bench . ./internal/lockbench/ | go run ./internal/tools/benchtable
-//     go test -run '^$' -bench Concurrency -benchtime 3x ./internal/concbench/ | go run ./internal/tools/benchtable
+//     go test -run '^$' -bench . ./bench/lockbench/ | go run ./bench/benchtable
+//     go test -run '^$' -bench Concurrency -benchtime 3x ./bench/concbench/ | go run ./bench/benchtable
 package main
 
 import (

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txkit/txkit/internal/concbench"
+	"github.com/txkit/txkit/bench/concbench"
 )
 
 func TestPercentile(t *testing.T) {

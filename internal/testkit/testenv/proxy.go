@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txkit/txkit/internal/tcpproxy"
+	"github.com/txkit/txkit/internal/testkit/tcpproxy"
 )
 
 // Proxy is a TCP proxy on loopback that tests put between a client and one server to cut,

@@ -1,4 +1,4 @@
-package locktest
+package lockproc
 
 import (
 	"bufio"
@@ -58,12 +58,12 @@ func Curator(t testing.TB) *CuratorProgram {
 	start := time.Now()
 	p, built, err := buildCurator(ctx)
 	if err != nil {
-		t.Fatalf("locktest: Curator contender: %v", err)
+		t.Fatalf("lockproc: Curator contender: %v", err)
 	}
 	if built {
-		t.Logf("locktest: built the Curator contender in %v: %s", time.Since(start).Round(time.Millisecond), p.dir)
+		t.Logf("lockproc: built the Curator contender in %v: %s", time.Since(start).Round(time.Millisecond), p.dir)
 	} else {
-		t.Logf("locktest: Curator contender cached in %s", p.dir)
+		t.Logf("lockproc: Curator contender cached in %s", p.dir)
 	}
 	return p
 }
@@ -218,7 +218,7 @@ func (p *CuratorProgram) Start(ctx context.Context, connect, lockPath string, it
 	}
 	cmd.Stderr = c.stderr
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("locktest: start %s: %w", p.java, err)
+		return nil, fmt.Errorf("lockproc: start %s: %w", p.java, err)
 	}
 	go c.read(stdout)
 	return c, nil
@@ -280,11 +280,11 @@ func (c *CuratorProcess) WaitReady(ctx context.Context) error {
 		default:
 		}
 		if err := c.Wait(); err != nil {
-			return fmt.Errorf("locktest: curator contender ended before READY: %w", err)
+			return fmt.Errorf("lockproc: curator contender ended before READY: %w", err)
 		}
-		return errors.New("locktest: curator contender ended before READY")
+		return errors.New("lockproc: curator contender ended before READY")
 	case <-ctx.Done():
-		return fmt.Errorf("locktest: curator contender not READY: %w", ctx.Err())
+		return fmt.Errorf("lockproc: curator contender not READY: %w", ctx.Err())
 	}
 }
 
@@ -311,7 +311,7 @@ func (c *CuratorProcess) Wait() error {
 			err = fmt.Errorf("exited 0 without printing DONE %d", c.iterations)
 		}
 		if err != nil {
-			c.waitErr = fmt.Errorf("locktest: curator contender: %w\nlast stdout lines:\n%s\nlast stderr lines:\n%s",
+			c.waitErr = fmt.Errorf("lockproc: curator contender: %w\nlast stdout lines:\n%s\nlast stderr lines:\n%s",
 				err, indent(lastN(c.lines, tailLines)), indent(c.stderr.Lines()))
 		}
 	})

@@ -5,7 +5,7 @@
 // closed connection. PartitionAfter arms a partition that begins the moment a given request has
 // reached the server, so that the server carries it out and its answer is lost.
 //
-// It imports no testing package: internal/testenv builds its test proxies on it, and the
+// It imports no testing package: internal/testkit/testenv builds its test proxies on it, and the
 // examples' demo harnesses (ordinary commands) use it directly.
 //
 //	p, err := tcpproxy.New("127.0.0.1:5432")
