@@ -67,17 +67,10 @@ func WithPurgeSchedule(spec string) Option { return func(o *options) { o.schedul
 // repeats such statements until one deletes fewer; each is short, so it never holds many row locks.
 func WithPurgeBatch(n int) Option { return func(o *options) { o.batch = n } }
 
-// WithRegisterer registers the Store's Prometheus metric on reg (default: none; it is still
-// kept, and not exposed). Stores given one registry share the series.
-//
-//   - txkit_idempotency_claims_total{result} (counter): claims by [Store.Claim], [Store.ClaimFirst]
-//     and [Store.Begin], by result: first (this call claimed the key) or duplicate (the key was
-//     already claimed and completed). A Begin refused with [ErrFingerprintMismatch] or
-//     [ErrNotCompleted] is not counted. A claim counts when it is made, whether or not its
-//     transaction then commits.
-//
-// A metric of the same name already registered with another type or labels makes [New] return an
-// error wrapping [ErrInvalidOption].
+// WithRegisterer registers the Store's txkit_idempotency_claims_total on reg (listed in
+// docs/metrics.md; default: none, still counted). Stores on one reg share the series. [New] fails
+// with an error wrapping [ErrInvalidOption] when the name is taken on reg by a metric of another
+// kind or labels.
 func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
 
 const (

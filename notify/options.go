@@ -136,26 +136,10 @@ func WithRetention(keep time.Duration, spec string) Option {
 	return func(o *options) { o.retention, o.retentionSpec = keep, spec }
 }
 
-// WithRegisterer registers the notifier's Prometheus metrics on reg (default: none; the metrics
-// are still kept, and not exposed). Notifiers given one registry share the series.
-//
-//   - txkit_notify_due (gauge): notifications due for delivery, counted by the leader on every
-//     tick ([WithTick]); 0 on a notifier that does not lead.
-//   - txkit_notify_delivered_total (counter): notifications the receiver acknowledged.
-//   - txkit_notify_given_up_total (counter): notifications failed, every attempt of the schedule
-//     used up.
-//   - txkit_notify_attempts_total{result} (counter): delivery attempts by result: ok, error (no
-//     answer: the connection failed or timed out), refused (an answer that is not an
-//     acknowledgement: a non-2xx status or the wrong echo), circuit_open (held back by the
-//     receiver's circuit breaker, nothing sent).
-//   - txkit_notify_delivery_seconds (histogram): one attempt's HTTP round trip.
-//   - txkit_notify_circuit_open{receiver} (gauge): 1 while the receiver's circuit breaker is
-//     open ([WithBreaker]), 0 when closed, for the first [WithMetricReceivers] receivers given
-//     to [New]; the others are summed under receiver="other".
-//   - txkit_leader_partitions_unled{resource} (gauge), with [WithPartitions]: unled partitions.
-//
-// A metric of the same name already registered with another type or labels makes [New] return
-// an error wrapping [ErrInvalidOption].
+// WithRegisterer registers the notifier's txkit_notify_* metrics (txkit_leader_partitions_unled
+// too, with [WithPartitions]) on reg, all listed in docs/metrics.md. Default: none; still counted.
+// Notifiers on one reg share the series. [New] fails with an error wrapping [ErrInvalidOption]
+// when a name is taken on reg by a metric of another kind or labels.
 func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
 
 // WithMetricReceivers sets how many receivers get a txkit_notify_circuit_open series of their own

@@ -121,19 +121,10 @@ func WithBarrierPurgeBatch(n int) BarrierOption { return func(o *barrierOptions)
 // larger body is answered 400.
 func WithMaxRequestBytes(n int64) BarrierOption { return func(o *barrierOptions) { o.maxBody = n } }
 
-// WithBarrierRegisterer registers the barrier's Prometheus metric on reg (default: none; it is
-// still kept, and not exposed). Barriers given one registry share the series.
-//
-//   - txkit_barrier_ops_total{op,result} (counter): [Barrier.Call]s (and so the requests of
-//     [Barrier.Handler] and [Barrier.Participant]) by op (try, confirm, cancel, action, ...) and
-//     result: ran (the business function was called, whatever it returned), duplicate (the op had
-//     run before: not called again), empty_rollback (a cancel, compensate or abort whose try never
-//     ran: answered success without calling it), hanging_refused (a try, action, prepare or
-//     precommit arriving after its branch was cancelled: refused with [ErrHanging]). A call
-//     counts when it is decided, whether or not the caller's transaction then commits.
-//
-// A metric of the same name already registered with another type or labels makes [NewBarrier]
-// return an error wrapping [ErrInvalidOption].
+// WithBarrierRegisterer registers the barrier's txkit_barrier_ops_total on reg (listed in
+// docs/metrics.md; default: none, still counted). Barriers on one reg share the series.
+// [NewBarrier] fails with an error wrapping [ErrInvalidOption] when the name is taken on reg by
+// a metric of another kind or labels.
 func WithBarrierRegisterer(reg prometheus.Registerer) BarrierOption {
 	return func(o *barrierOptions) { o.reg = reg }
 }
