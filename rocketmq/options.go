@@ -269,8 +269,8 @@ const DefaultMaxMessageSize = outbox.DefaultMaxBodySize + 64<<10
 // client hands it over, inflated when the producer compressed it) plus properties (names and
 // values) (default [DefaultMaxMessageSize]; at least 1 KiB, at most 1 GiB). A larger message is
 // poison: logged and acknowledged, never decoded nor given to the [Handler]. It bounds what this
-// package and the handler accept, not what the client reads and inflates before (see the
-// package doc).
+// package and the handler accept, not what the client reads and inflates before (see
+// docs/security.md).
 func WithMaxMessageSize(n int) ConsumerOption {
 	return consumerOption(func(o *consumerOptions) { o.maxMessageSize = n })
 }
