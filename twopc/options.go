@@ -64,7 +64,7 @@ func WithPhaseTwoConns(n int) coordinator.Option {
 // voting after the starter's lease settles it from each branch's database — a prepared or
 // committed branch voted yes; one that is neither gets a tombstone in its vote row, which makes
 // its PREPARE fail if it ever comes — and commits when every branch voted yes, else rolls back.
-// See the package doc ("Vote markers") for the protocol and its costs.
+// See docs/coordinators.md ("Vote markers") for the protocol and its costs.
 //
 // Each registered database gets a table "<schema>.<prefix>vote" (created on first use, through
 // the coordinator's phase-two pool); the in-doubt pass ([Coordinator.ResolveInDoubt]) deletes

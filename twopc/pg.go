@@ -14,23 +14,12 @@ import (
 	"github.com/txkit/txkit/internal/prepared"
 )
 
-// database is a registered PostgreSQL participant database.
 // RegisterDB makes the PostgreSQL database behind pool a participant called name, for
-// [Global.Enlist]. Its work runs in its own transaction, prepared with PREPARE TRANSACTION in
-// phase one and ended with COMMIT PREPARED or ROLLBACK PREPARED in phase two — the database's
-// own two-phase commit, so the server needs max_prepared_transactions above zero. Branches store
-// the name: every Coordinator that may recover a transaction (the leader may be another process)
-// must register the same name for the same database.
-//
-// Besides pool, the database gets a small pool of the coordinator's own, built from pool's
-// configuration with at most [WithPhaseTwoConns] connections and closed by [Coordinator.Close]:
-// the recovery and the in-doubt resolver end prepared transactions through it, so they never wait
-// behind work holding every connection of pool (see the package doc). It connects only when used.
-//
-// The prepared transactions are named "txkit:<schema>.<prefix>:<length of gid>:<gid>:<name>",
-// so the leader's scan of pg_prepared_xacts ([Coordinator.ResolveInDoubt]) finds this
-// coordinator's and leaves everyone else's alone. Coordinators with different logs must
-// therefore differ in schema or table prefix.
+// [Global.Enlist]; the server needs max_prepared_transactions above zero. Every Coordinator that
+// may recover a transaction must register the same name for the same database, and coordinators
+// with different logs must differ in schema or table prefix: prepared transactions are named
+// after both. It does no I/O; the small pool phase two uses ([WithPhaseTwoConns]) connects when
+// used and [Coordinator.Close] closes it.
 //
 // An empty name, one with a backslash or a control character or longer than 199 bytes, a nil
 // pool or a name registered twice returns an error wrapping [coordinator.ErrInvalidOption]; after

@@ -292,36 +292,19 @@ func (g *Global) Abort(ctx context.Context) error {
 	return nil
 }
 
-// Commit runs the two phases. Phase one: every database branch is prepared (PREPARE
-// TRANSACTION) and every participant branch asked to prepare, at most [coordinator.WithConcurrency] at once,
-// all within [WithPrepareTimeout]. If every branch voted yes, Commit writes the decision to
-// commit and runs phase two (COMMIT PREPARED, OpCommit); otherwise it rolls every branch back.
-// The decision is written before any branch learns it, so a leader can always finish what a dead
-// starter began. It blocks until phase two has been tried on every branch; ctx bounds the calls,
-// not the recording of their results. Each database branch's phase two runs on the connection it
-// was prepared on, held from Enlist until Commit returns: it never waits for a connection of the
-// database's pool, which other transactions' work may hold while they wait for the row locks this
-// one's prepared transaction holds.
+// Commit runs the two phases: every branch prepares (at most [coordinator.WithConcurrency] at
+// once, within [WithPrepareTimeout]); if all voted yes, the decision to commit is written and
+// phase two runs on every branch, otherwise every branch is rolled back. It blocks until phase two
+// has been tried on every branch; ctx bounds the calls, not the recording of their results.
 //
-// What is written follows presumed abort. A transaction with a participant branch is recorded
-// with its branches before anything is prepared (a participant cannot be found otherwise), and
-// its decision is an update. One whose branches are all databases is written only when it
-// decides to commit — one insert of the decision with its branches — because its prepared
-// transactions are found in pg_prepared_xacts by name: one with no record is rolled back
-// ([Coordinator.ResolveInDoubt]), and the resolver's record of that abort and the starter's
-// decision insert exclude each other on the gid. Its outcome is recorded while its COMMIT
-// PREPAREDs run, since the resolver commits any of them left over. With [WithVoteMarkers] such a
-// transaction is recorded as voting while its branches prepare, and commits as soon as every
-// branch voted yes (see the package doc, "Vote markers").
-//
-// nil means committed everywhere. An error wrapping [ErrAborted] means the transaction aborted
-// (a branch voted no — wrapping [participant.ErrRefused] — failed, or phase one timed out); its
-// branch errors are joined to it as *[coordinator.BranchError]s. An error wrapping [coordinator.ErrIncomplete] means the
-// decision to commit is recorded but phase two did not finish everywhere: the leader finishes
-// it. An error wrapping [ErrInDoubt] means the decision could not be written or read back; the
-// leader settles it (Status tells which way). Calling Commit twice, or after
-// Abort, returns an error wrapping [coordinator.ErrInvalidState]. A transaction with no branch commits
-// trivially and writes nothing.
+// nil means committed everywhere. An error wrapping [ErrAborted]: the transaction aborted (a
+// branch voted no, wrapping [participant.ErrRefused], failed, or phase one timed out), its branch
+// errors joined as *[coordinator.BranchError]s. [coordinator.ErrIncomplete]: the decision to commit
+// is recorded but phase two did not finish everywhere; the leader finishes it. [ErrInDoubt]: the
+// decision could not be written or read back; the leader settles it (Status tells which way).
+// [coordinator.ErrInvalidState]: Commit called twice, or after Abort. A transaction with no branch
+// commits trivially and writes nothing. What is written when (presumed abort, vote markers) and
+// why phase two never waits for a connection: docs/coordinators.md.
 func (g *Global) Commit(ctx context.Context) error {
 	g.mu.Lock()
 	if g.state != stateOpen {
