@@ -160,28 +160,22 @@ type meta struct {
 	Deps map[string][]string `json:"deps,omitempty"`
 }
 
-// Submit records the saga and all its steps in one write, before running any, then runs the
-// actions in dependency order, at most [coordinator.WithConcurrency] at once, and records the outcome with
-// every step's success in one more write. It blocks until the saga ends or stalls; ctx bounds the calls,
-// not the recording of their outcomes.
+// Submit records the saga and all its steps in one write, runs the actions in dependency order
+// (at most [coordinator.WithConcurrency] at once) and records the outcome. It blocks until the saga
+// ends or stalls; ctx bounds the calls, not the recording of their outcomes.
 //
-//   - nil: every action succeeded; the saga is succeeded.
-//   - An error wrapping [participant.ErrRefused] (a *[coordinator.BranchError] for the refused action): a
-//     business failure. The saga is compensated: the compensations of the steps that succeeded,
-//     and of those whose outcome is unknown (the refused one included), ran in reverse order of
-//     completion — a step's compensation only after those of the steps that depend on it. If some
-//     compensations failed the error wraps [coordinator.ErrIncomplete] too: the leader retries them until they
-//     succeed.
-//   - An error wrapping [coordinator.ErrTimeout]: the saga's timeout passed while actions ran; it is
-//     compensated as above.
-//   - An error wrapping [coordinator.ErrIncomplete] alone: an action kept failing transiently ([WithAttempts])
-//     or ctx ended. A panic in an in-process participant is such a failure, here and in the
-//     leader's recovery: it is recovered, logged with its stack and recorded as the step's last
-//     error ("panic: <value>"). The failure is recorded and the leader carries on: forward until the timeout,
-//     then compensating.
+//   - nil: every action succeeded.
+//   - [participant.ErrRefused] (a *[coordinator.BranchError] for the refused action): the saga was
+//     compensated; with [coordinator.ErrIncomplete] too when some compensations failed (the
+//     leader retries them until they succeed).
+//   - [coordinator.ErrTimeout]: the timeout passed while actions ran; compensated as above.
+//   - [coordinator.ErrIncomplete] alone: an action kept failing transiently ([WithAttempts]),
+//     panicked (recovered, recorded as "panic: <value>") or ctx ended; the leader carries on,
+//     forward until the timeout, then compensating.
+//   - [coordinator.ErrInvalidBranch]: bad steps ([Saga.Add] refused one) or none; nothing recorded.
+//   - [coordinator.ErrInvalidState]: a gid already used, or a second Submit.
 //
-// Bad steps ([Saga.Add] refused one) or none return [coordinator.ErrInvalidBranch] and record nothing; a gid
-// already used, or a second Submit, returns [coordinator.ErrInvalidState].
+// Which steps are compensated, in what order: docs/coordinators.md.
 func (s *Saga) Submit(ctx context.Context) error {
 	switch {
 	case s.submitted:
