@@ -18,23 +18,11 @@ import (
 )
 
 // PGAgent is the participant side of three-phase commit for a PostgreSQL database whose branches
-// are prepared transactions ([Coordinator.RegisterDB]): it runs beside the database — in the
-// service that owns it, or a small process of its own — and ends the coordinator's prepared
-// transactions that have waited longer than its timeout for DoCommit or abort, so that their row
-// locks do not wait for a dead coordinator's recovery. What it does with one is its termination
-// mode ([WithAgentTermination]):
-//
-//   - [participant.TerminationTextbook]: COMMIT PREPARED, as the three-phase-commit documents
-//     prescribe for a participant that has pre-committed. When the coordinator aborted meanwhile
-//     (it lost this database's acknowledgement to a network partition, say) the transaction ends
-//     committed here and rolled back elsewhere: the protocol's known anomaly.
-//   - [participant.TerminationConsultLog] (the default): what the coordinator's log decided
-//     ([Coordinator.Decide]; an undecided transaction is aborted there, by the same conditional
-//     write as the coordinator's decision, so both sides agree). While the log cannot be reached
-//     the prepared transaction waits and is asked about again at every pass: it is never
-//     committed without the log, unless [WithAgentLogFallback] allows it after a long outage.
-//     The wait is the gauge txkit_3pc_pgagent_log_wait_seconds{database} (on the coordinator's
-//     registerer, [coordinator.WithRegisterer]): page on it.
+// are prepared transactions ([Coordinator.RegisterDB]). It runs beside the database and ends the
+// coordinator's prepared transactions that waited longer than its timeout for DoCommit or abort,
+// by its termination mode ([WithAgentTermination]): by default as the coordinator's log decides
+// ([Coordinator.Decide]; never without the log unless [WithAgentLogFallback]), or by the textbook
+// rule, COMMIT PREPARED. The modes and their risks: docs/coordinators.md.
 //
 // Several agents may watch one database (every replica of a service): ending a prepared
 // transaction that another agent has just ended is success. PGAgent is safe for concurrent use.

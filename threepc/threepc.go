@@ -222,36 +222,20 @@ func (g *Global) Abort(_ context.Context) error {
 	return nil
 }
 
-// Commit runs the three phases:
+// Commit runs the three phases: CanCommit (every branch votes within [WithCanCommitTimeout]),
+// the record of the transaction, PreCommit (within [WithPreCommitTimeout], at most
+// [coordinator.WithConcurrency] participants at once), then the decision to commit and DoCommit
+// everywhere. It blocks until DoCommit was tried everywhere; ctx bounds the calls, not the
+// recording of their results.
 //
-//  1. CanCommit: every branch votes, within [WithCanCommitTimeout]; nothing is executed or
-//     written. A "no", a failure or the timeout aborts with nothing done anywhere (participant
-//     branches are sent an abort, so that their barriers refuse a late PreCommit).
-//  2. The transaction is recorded in the log with its branches, then PreCommit: database
-//     branches run their work (one after the other, in enlistment order) and PREPARE TRANSACTION
-//     (at once), participants execute theirs reversibly and remember it (at most
-//     [coordinator.WithConcurrency] at once), all within [WithPreCommitTimeout]. A failure or the
-//     timeout records the decision to abort and rolls every branch back.
-//  3. Every branch acknowledged: the decision to commit is recorded, then DoCommit everywhere
-//     (COMMIT PREPARED, [participant.OpDoCommit]) and the outcome.
-//
-// Three log writes per committed transaction, none for one refused at CanCommit. The record
-// comes before any PreCommit, so a pre-committed branch's gid is always in the log, and an agent
-// that asks the log ([Coordinator.Decide]) can rely on presumed abort. The decision is a
-// conditional write (pre-committing → committing) that an agent in consult-log mode may have
-// beaten with its abort: Commit then aborts. It blocks until DoCommit was tried everywhere; ctx
-// bounds the calls, not the recording of their results. Each database branch's COMMIT or
-// ROLLBACK PREPARED runs on the connection it prepared on, held until Commit returns: it never
-// waits for the database's pool.
-//
-// nil means committed everywhere. An error wrapping [ErrAborted] means the transaction aborted;
-// the branches' errors are joined to it as *[coordinator.BranchError]s (a "no" wraps
-// [participant.ErrRefused], a timeout [ErrPhaseTimeout]). An error wrapping
-// [coordinator.ErrIncomplete] means the decision is recorded but phase two did not finish
-// everywhere: the leader (and the agents) finish it. An error wrapping [ErrInDoubt] means the
-// decision could not be written or read back. Calling Commit twice, or after Abort, returns an
-// error wrapping [coordinator.ErrInvalidState]. A transaction with no branch commits trivially
-// and writes nothing.
+// nil means committed everywhere. An error wrapping [ErrAborted]: the transaction aborted (also
+// when a consult-log agent's abort beat the decision), the branches' errors joined as
+// *[coordinator.BranchError]s (a "no" wraps [participant.ErrRefused], a timeout
+// [ErrPhaseTimeout]). [coordinator.ErrIncomplete]: the decision is recorded but DoCommit did not
+// finish everywhere; the leader (and the agents) finish it. [ErrInDoubt]: the decision could not
+// be written or read back. [coordinator.ErrInvalidState]: Commit called twice, or after Abort. A
+// transaction with no branch commits trivially and writes nothing. The phases in detail:
+// docs/coordinators.md.
 func (g *Global) Commit(ctx context.Context) error {
 	g.mu.Lock()
 	if g.state != stateOpen {
