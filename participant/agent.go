@@ -42,31 +42,13 @@ const agentLease = 30 * time.Second
 var errSettled = errors.New("participant: branch already ended by the coordinator")
 
 // Agent is the participant side of three-phase commit: it serves a branch's four 3PC ops through
-// a [Barrier] and ends, alone, the pre-committed branches whose coordinator went silent.
-//
-// fn, given to [NewAgent], is the business code; it switches on req.Op and runs in the barrier's
-// transaction:
-//
-//   - [OpCanCommit]: a read-only check whether the branch could commit; a "no" wraps [ErrRefused].
-//     It writes nothing, may be asked any number of times, and fn is called every time.
-//   - [OpPreCommit]: the work, done reversibly (reserve, freeze, write pending rows). After fn the
-//     agent records the branch (gid, branch, payload, deadline = now + [WithAgentTimeout] on the
-//     database's clock) in its table in the same transaction, so a pre-committed branch is never
-//     forgotten.
-//   - [OpDoCommit]: make the pre-committed work final.
-//   - [OpAbort]: undo the pre-committed work. An abort before any PreCommit is an empty rollback
-//     (fn is not called) and refuses that PreCommit for good ([ErrHanging], 409).
-//
-// The coordinator's DoCommit of a branch whose PreCommit never reached this agent is answered with
-// [ErrUnknownTransaction] (400). When a pre-committed branch hears neither DoCommit nor abort
-// within its timeout, [Agent.Run] ends it by the termination mode ([WithTermination]): textbook
-// commits; consult-log asks the coordinator's decision log ([WithDecider]) and follows it, and
-// while the log cannot be reached it never commits alone: the branch waits, asked about again at
-// every pass, and the wait is exported as a metric to page on (see [Agent.Pass]) — unless
-// [WithLogFallback] lets it commit after a long outage. It applies the decision through the barrier
-// with the same op the coordinator would send, so the coordinator's later op of that kind is a
-// duplicate (fn is not called again), while a later op of the other kind is refused with
-// [ErrHeuristic].
+// a [Barrier], running fn (given to [NewAgent], switching on req.Op) in the barrier's transaction:
+// [OpCanCommit] a read-only check (a "no" wraps [ErrRefused]; asked any number of times),
+// [OpPreCommit] the work done reversibly (the agent records the branch in its table in the same
+// transaction), [OpDoCommit] making it final, [OpAbort] undoing it. [Agent.Run] ends, alone, the
+// pre-committed branches that heard neither DoCommit nor abort within [WithAgentTimeout], by the
+// termination mode ([WithTermination]). What each op and mode does, and the errors
+// ([ErrUnknownTransaction], [ErrHeuristic]) a coordinator then meets: docs/coordinators.md.
 //
 // An Agent is safe for concurrent use by multiple goroutines, and several agents — the replicas
 // of a participant service — may share one table: each timed-out branch is claimed by one of them.
@@ -221,24 +203,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// Pass claims the pre-committed branches whose timeout has passed, batch after batch, and ends
-// each by the termination mode: it decides (asking the [Decider] in consult-log mode) and applies
-// [OpDoCommit] or [OpAbort] through the barrier in a transaction of its own, as the coordinator
-// would. A branch the coordinator ends in the meantime is left as the coordinator ended it. It
-// then deletes the rows of ended branches older than the barrier's retention.
-//
-// A claimed branch is left to this agent for 30 seconds: other agents pass it by meanwhile. One
-// that could not be ended (a database error) is claimed again after that; its error is returned,
-// joined with the others, once the pass has gone through every claimed branch.
-//
-// In consult-log mode a question the log does not answer within 15 seconds, or answers with an
-// error, finds the log unreachable: the pass asks no more, lets the claimed branches go (the next
-// pass asks again) and counts them in [AgentPass.Waiting], which is not an error. From the first
-// such answer until no timed-out branch waits any more, the gauge
-// txkit_3pc_agent_log_wait_seconds{table} (on the barrier's registerer) says how long branches
-// have been waiting for the log; page on it. Once that outage has lasted [WithLogFallback], the
-// waiting branches are committed by the textbook rule instead, counted in [AgentPass.Fallbacks],
-// [AgentStats] and txkit_3pc_agent_fallbacks_total{table}.
+// Pass claims the pre-committed branches whose timeout has passed and ends each by the termination
+// mode, applying [OpDoCommit] or [OpAbort] through the barrier in a transaction of its own, as the
+// coordinator would; then it deletes the rows of ended branches older than the barrier's
+// retention. A branch that could not be ended is claimed again after 30 seconds; the errors are
+// returned joined once every claimed branch was tried. In consult-log mode a log that does not
+// answer within 15 seconds is not an error: the branches wait, counted in [AgentPass.Waiting],
+// and after [WithLogFallback] are committed by the textbook rule ([AgentPass.Fallbacks]).
 //
 // Pass blocks until done or ctx ends; ctx scopes the work. It is safe for concurrent use, also by
 // agents in other processes sharing the table.

@@ -19,26 +19,13 @@ import (
 )
 
 // Barrier makes each operation of a branch run at most once, in the participant's own database
-// transaction, and handles the two anomalies of TCC and sagas:
-//
-//   - The empty rollback: a cancel (compensate, abort) arrives for a branch whose try (action,
-//     prepare) never ran —
-//     it was lost, or is still on its way. The barrier answers success without calling the
-//     business code: there is nothing to undo.
-//   - The hanging try: a try (action, prepare) arrives after that empty rollback. It must not reserve
-//     anything, because no cancel will ever come to release it. The barrier refuses it with
-//     [ErrHanging], which wraps [ErrRefused] (HTTP 409), without calling the business code.
-//
-// The barrier is a table of markers, one row per (gid, branch, op) on a unique key, kept by an
-// [idempotency.Store]. Every decision is a write on that key (INSERT ... ON CONFLICT DO NOTHING),
-// never a check followed by a write, so a concurrent try and cancel of one branch serialize on the
-// unique index: the second inserter waits for the first one's transaction to end (see
-// [Barrier.Call]). This is dtm's barrier rather than Seata's fence, which reads with SELECT ...
-// FOR UPDATE before inserting and deadlocks under contention.
-//
-// Rows are purged by age ([WithBarrierRetention], [Barrier.Run]). The pool given to [NewBarrier]
-// serves Migrate, Run and the transactions of [Barrier.Handler] and [Barrier.Participant];
-// [Barrier.Call] runs in the caller's. A Barrier is safe for concurrent use by multiple goroutines.
+// transaction, and handles the two anomalies of TCC and sagas: a cancel (compensate, abort) whose
+// try never ran is answered success without calling the business code (the empty rollback), and a
+// try arriving after it is refused with [ErrHanging], which wraps [ErrRefused] (the hanging try).
+// Its markers are rows on a unique key, purged by age ([WithBarrierRetention], [Barrier.Run]); how
+// it decides: docs/coordinators.md. The pool given to [NewBarrier] serves Migrate, Run and the
+// transactions of [Barrier.Handler] and [Barrier.Participant]; [Barrier.Call] runs in the caller's.
+// A Barrier is safe for concurrent use by multiple goroutines.
 type Barrier struct {
 	pool   *pgxpool.Pool
 	o      barrierOptions
@@ -118,42 +105,20 @@ func (b *Barrier) Run(ctx context.Context) error {
 }
 
 // Call runs fn for req at most once per (GID, Branch, Op), in tx — the participant's own
-// transaction, which the caller began and must end: Call never commits or rolls it back. Commit tx
-// when Call returns nil; roll it back when Call returns an error, so that the markers Call wrote
-// vanish with fn's partial work and a retry runs again.
+// transaction, which the caller began and must end (Call never commits or rolls it back): commit
+// it when Call returns nil, roll it back when Call returns an error, so that the markers Call wrote
+// vanish with fn's partial work and a retry runs again. Run tx at READ COMMITTED (the default): a
+// try and a cancel of one branch running at once then serialize, the second waiting for the first
+// one's transaction to end; under REPEATABLE READ or SERIALIZABLE it fails with a serialization
+// failure to retry.
 //
-// Call writes markers with INSERT ... ON CONFLICT DO NOTHING on the unique key (op, gid, branch):
-//
-//   - A cancel (compensate, abort) first inserts the marker of its try (action, prepare or precommit). If that insert wrote a
-//     row, the try never ran: this is the empty rollback. Call records the cancel's own marker and
-//     returns nil without calling fn; the try marker now blocks any try that arrives later.
-//   - Every op then inserts its own marker. If the row was already there, the op already ran (and
-//     committed): Call returns nil without calling fn. For a try (action) whose branch has been
-//     cancelled — its marker was written by an empty rollback, or the try ran and was then
-//     cancelled — it returns an error wrapping [ErrHanging] (and so [ErrRefused]) instead, still
-//     without calling fn: the hanging try is refused. Telling the two apart takes one read of the
-//     cancel marker, made only after the write has decided that fn is not called.
-//   - Otherwise Call calls fn(ctx, tx) and returns its error, wrapped with the gid, branch and op.
-//     A business refusal in fn should wrap [ErrRefused]; the caller rolls back, so a later cancel
-//     finds no try marker and is an empty rollback.
-//
-// A marker inserted by a transaction that has not ended yet blocks the second inserter until that
-// transaction ends, so a try and a cancel of one branch running at once serialize: either the try
-// commits first and the cancel then runs fn, or the cancel commits its empty rollback first and the
-// try is refused. A try never runs after its cancel. Run tx at READ COMMITTED (the default): under
-// REPEATABLE READ or SERIALIZABLE the waiter fails instead with a serialization failure to retry.
-// Confirm is not paired with try: a confirm only ever follows a successful try.
-//
-// Three-phase commit: [OpCanCommit] writes no marker and calls fn every time (a read-only vote
-// may be asked again). [OpPreCommit] is marked under prepare's scope, so it pairs with
-// [OpAbort] as prepare does: an abort before the precommit is an empty rollback and the
-// precommit arriving after it is refused with [ErrHanging]. [OpDoCommit] is marked like commit:
-// at most once, unpaired.
-//
-// ctx scopes the statements and is passed to fn. An invalid request (an unknown op, an empty GID or
-// Branch, GID and Branch together too long, text PostgreSQL cannot store) returns an error wrapping
-// [ErrBadRequest] before anything is written; a nil tx returns an error wrapping
-// idempotency.ErrNilTx. Call is safe for concurrent use, each call with its own tx.
+// It returns nil without calling fn for an op that already ran and for an empty rollback; an error
+// wrapping [ErrHanging] for a try (action, prepare, precommit) whose branch was cancelled;
+// otherwise fn's error, wrapped with the gid, branch and op ([OpCanCommit] calls fn every time).
+// An invalid request returns an error wrapping [ErrBadRequest], a nil tx one wrapping
+// idempotency.ErrNilTx, before anything is written. ctx scopes the statements and is passed to fn.
+// Call is safe for concurrent use, each call with its own tx. The markers it writes:
+// docs/coordinators.md.
 func (b *Barrier) Call(ctx context.Context, tx pgx.Tx, req Request, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if tx == nil || (reflect.ValueOf(tx).Kind() == reflect.Pointer && reflect.ValueOf(tx).IsNil()) {
 		return fmt.Errorf("participant: %s %s/%s: %w", req.Op, req.GID, req.Branch, idempotency.ErrNilTx)

@@ -38,46 +38,23 @@ func WithAllowedOps(ops ...Op) HandlerOption {
 	return func(o *handlerOptions) { o.ops = append([]Op{}, ops...) }
 }
 
-// Handler returns an http.Handler that serves the operations of a participant over the wire
-// protocol: it reads a POST's body, checks its signature ([WithSecrets]), decodes the JSON
-// [Request], begins a transaction on the barrier's pool, claims the signature as a nonce, runs fn through
-// [Barrier.Call] (so at most once, with empty rollbacks and hanging tries handled), and commits.
-// A coordinator posts every op of a branch to the branch's one URL, so a participant serves
-// each protocol on a route of its own, restricted to that protocol's ops, with fn switching on
-// req.Op:
+// Handler returns an http.Handler serving a participant's ops over the wire protocol: it checks a
+// POST's signature ([WithSecrets]), decodes the [Request] and runs fn through [Barrier.Call] in a
+// transaction on the barrier's pool, claiming the signature as a nonce in it. Serve each protocol
+// on a route of its own restricted to its ops ([WithAllowedOps]), fn switching on req.Op. It answers
 //
-//	bar, _ := participant.NewBarrier(pool, participant.WithSecrets(secret))
-//	mux.Handle("POST /stock/tcc", bar.Handler(stockTCC,
-//		participant.WithAllowedOps(participant.OpTry, participant.OpConfirm, participant.OpCancel)))
-//	mux.Handle("POST /stock/saga", bar.Handler(stockSaga,
-//		participant.WithAllowedOps(participant.OpAction, participant.OpCompensate)))
+//   - 200 {"ok":true}: fn succeeded or was skipped (a duplicate, an empty rollback);
+//   - 401 ([ErrUnauthorized]): a signature missing, wrong, stale or replayed, or any request to a
+//     barrier without secrets not built with [WithUnsignedRequests];
+//   - 400: a malformed body, an op not allowed here, an invalid gid or branch, or fn's error
+//     wrapping [ErrBadRequest] (405 for a method other than POST);
+//   - 409 ([StatusRefused]): fn's error wrapping [ErrRefused], or a hanging try;
+//   - 500 "participant: internal error (request id ID)": any other error or a panic in fn, logged
+//     with that id (key request_id); the coordinator retries.
 //
-// A client of your own that posts each op to a route of its own restricts each route to its op
-// (WithAllowedOps(participant.OpTry) on /try), so that a confirm posted to /try is refused.
-//
-// It answers:
-//
-//   - 200 with {"ok":true} when fn succeeded or was skipped (a duplicate, an empty rollback);
-//   - 401 ([ErrUnauthorized]) for a request whose signature is missing, wrong, stale or replayed,
-//     and for every request when the barrier has no secret and was not built with
-//     [WithUnsignedRequests];
-//   - 400 for a malformed body, an unknown op or one not allowed here ([WithAllowedOps]), an
-//     invalid gid or branch, a method other than POST (405), or an error from fn wrapping
-//     [ErrBadRequest];
-//   - 409 ([StatusRefused]) when fn returns an error wrapping [ErrRefused] (a business refusal: the
-//     coordinator rolls back) or for a hanging try ([ErrHanging]);
-//   - 500 for any other error, and when fn panics (the coordinator retries).
-//
-// Every answer but 200 leaves nothing behind: a bad signature, body or op is refused before a
-// transaction begins, and a transaction that was not committed is always rolled back — a replay
-// refused by its nonce, a refusal or failure of fn, a panic in fn — so no connection stays
-// checked out or idle in transaction.
-// A 400 or 409 carries the error's text, which describes the caller's request or the business
-// refusal: do not wrap internal errors (driver messages) with [ErrBadRequest] or [ErrRefused]. A
-// 500 carries only "participant: internal error (request id ID)"; the error, and the stack of a
-// panic, are logged with that id (key request_id). fn runs under the request's ctx, which carries
-// the request's server span "participant <op>" (see [WithBarrierTracerProvider]). The handler is
-// safe for concurrent use.
+// Every answer but 200 leaves nothing written and no connection checked out. A 400 or 409 carries
+// the error's text: never wrap internal errors with [ErrBadRequest] or [ErrRefused]. fn runs under
+// the request's ctx, with its server span. The handler is safe for concurrent use.
 func (b *Barrier) Handler(fn func(ctx context.Context, tx pgx.Tx, req Request) error, opts ...HandlerOption) http.Handler {
 	var ho handlerOptions
 	for _, opt := range opts {
