@@ -91,7 +91,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 		acquire: `insert into ` + t + ` as l (name, holder, data, token, expires_at) values ($1, $2, $3, 0, now() + ` + ttl + `)` +
 			` on conflict (name) do update set holder = excluded.holder, data = excluded.data, token = 0, expires_at = excluded.expires_at` +
 			` where l.expires_at < now()`,
-		// ...drawn here, once the row is ours: see the package doc.
+		// ...drawn here, once the row is ours, under its row lock, so that it is above every
+		// earlier holder's (a value drawn before the insert could be lower than that of a holder
+		// who took and released the row while the insert was held up).
 		token:    `update ` + t + ` set token = nextval(` + seqLit + `) where name = $1 and holder = $2 returning token`,
 		renew:    `update ` + t + ` set expires_at = now() + ` + ttl + ` where name = $1 and holder = $2`,
 		release:  `with d as (delete from ` + t + ` where name = $1 and holder = $2 returning name) select pg_notify($3, name) from d`,

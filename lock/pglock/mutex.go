@@ -15,7 +15,7 @@ import (
 )
 
 // Mutex is a lease lock on one name: a row in the Client's table, held while its holder renews it
-// (see the package doc for the recipe, the clock assumptions and the order waiters get).
+// (see docs/lock.md for the recipe, the clock assumptions and the order waiters get).
 //
 // The lock can be lost at any time, whatever the code holding it believes: when renewals fail
 // until the holder's deadline (PostgreSQL down, connection cut, the process paused), or when the
