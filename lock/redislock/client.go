@@ -81,7 +81,7 @@ func (c *Client) Close() error { return c.g.close() }
 // exists when a majority (N/2+1) of the instances took it within its validity time. It tolerates
 // the loss of N−(N/2+1) instances: one of three, two of five. An even N buys nothing over N−1
 // (four instances need three, and still tolerate only one loss) and two instances tolerate
-// none. See the package documentation for the algorithm's caveats. Redlock is safe for concurrent
+// none. See docs/lock.md ("Redis") for the algorithm's caveats. Redlock is safe for concurrent
 // use by multiple goroutines.
 type Redlock struct {
 	g *group
@@ -150,28 +150,15 @@ func (g *group) newElector(name, id string, opts []lock.ElectionOption) (*lock.E
 }
 
 // Mutex is a lock on one name on a single Redis server ([Client]). It implements [lock.Locker]:
-//
-//   - Lock blocks until the lock is held or ctx ends; if ctx ends first nothing is left behind
-//     (an attempt whose outcome is unknown is undone by compare-and-delete with a fresh, bounded
-//     context) and ctx's error is returned. A waiter wakes on a release message (one waiter per
-//     Client and lock: the longest waiting), when the holder's key expires, or at the latest
-//     after the fallback check; it never spins. While Redis does not answer, Lock retries with a
-//     backoff. The wait order is not FIFO: whoever sends the next SET after a release wins.
-//   - TryLock takes the lock if it is free: an error wrapping [lock.ErrLocked] when another owner
-//     holds it, or the Redis error.
-//   - Lock and TryLock return an error wrapping [ErrEvictionPolicy] at once, taking nothing, while
-//     the server's maxmemory-policy is not noeviction (see the package documentation).
-//   - A Mutex value is reentrant: Lock or TryLock on a value that holds the lock returns the same
-//     Lease and counts the hold; each needs its Unlock.
-//   - The hold is renewed by a watchdog and can be lost at any time: when a renewal finds the key
-//     gone or another owner's, or when no renewal succeeded before the local deadline (the moment
-//     the last successful SET or PEXPIRE was sent, plus the TTL, minus the drift allowance), which
-//     comes before Redis can expire the key. Then [lock.Lease.Done] is closed and
-//     [lock.Lease.Context] cancelled with a cause wrapping [lock.ErrLockLost]. After a loss, Lock
-//     returns an error until Unlock is called.
-//   - Each hold's [lock.Token] is {Seq: n} with n from the lock's fencing counter, strictly higher
-//     than every earlier hold's on the same server (and across a failover, under the clock
-//     assumption of the package documentation).
+// Lock blocks until the lock is held or ctx ends (then nothing is left behind and ctx's error is
+// returned), waiting in no FIFO order; TryLock returns an error wrapping [lock.ErrLocked] when
+// another owner holds it. Both return an error wrapping [ErrEvictionPolicy] at once, taking
+// nothing, while the server's maxmemory-policy is not noeviction. A Mutex value is reentrant: each
+// Lock or TryLock needs its Unlock. The hold can be lost at any time (a renewal that finds the key
+// gone, or no renewal before the local deadline): [lock.Lease.Done] is closed and
+// [lock.Lease.Context] cancelled with a cause wrapping [lock.ErrLockLost], and Lock returns an
+// error until Unlock is called. Each hold's [lock.Token] is {Seq: n}, above every earlier hold's.
+// How it waits, renews and mints tokens: docs/lock.md ("Redis").
 //
 // Mutex is safe for concurrent use by multiple goroutines (they share its hold).
 type Mutex struct {
