@@ -197,7 +197,7 @@ func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
 // answered (or the instance timeout, at least 1 s, passed); it fails only when no majority did.
 // The token is the highest of the fencing counters of the majority that granted the hold, written
 // back to a majority of the instances before Lock returns, so that it rises from holder to holder
-// even when one instance's counter ran ahead (see the package documentation). TryLock
+// even when one instance's counter ran ahead (see docs/lock.md, "Redis"). TryLock
 // with too few instances answering returns their errors (not [lock.ErrLocked]).
 //
 // RedlockMutex is safe for concurrent use by multiple goroutines (they share its hold).

@@ -16,7 +16,7 @@ import (
 // acquireScript takes the lock with SET NX PX and, only when the SET succeeded, advances the
 // fencing counter: n = max(counter + 1, the server's TIME in microseconds), a hybrid logical
 // clock that rises on every acquisition and keeps rising when a failover loses the last
-// increments (see the package documentation). It returns {1, n} when it took the lock, and
+// increments (see docs/lock.md, "Redis"). It returns {1, n} when it took the lock, and
 // {0, PTTL, value} when someone holds it (value: the holder's, so that Redlock can tell one holder
 // of a majority from contenders that split the instances). The counter has no TTL.
 //
