@@ -44,38 +44,18 @@ func message(err error) string {
 // maxRequestBody bounds what a mutating request's body may hold (they carry none).
 const maxRequestBody = 4 << 10
 
-// Handler returns the JSON API, with its routes under /api/ (mount it at the server's root, or
-// beside other handlers on a mux: every pattern starts with /api/):
+// Handler returns the JSON API, every route under /api/ (mount it at the server's root or beside
+// other handlers on a mux); the routes and their answers: docs/console.md ("Endpoints").
 //
-//	GET  /api/overview
-//	GET  /api/transactions?kind=&status=&unfinished=1&older_than=10m&after=&limit=
-//	GET  /api/transactions/{gid}
-//	POST /api/transactions/{gid}/reveal
-//	GET  /api/outbox
-//	GET  /api/outbox/dead?limit=&after=
-//	POST /api/outbox/dead/{id}/requeue
-//	POST /api/outbox/{id}/reveal
-//	GET  /api/notifications/failed?limit=
-//	GET  /api/notifications/{id}
-//	POST /api/notifications/{id}/redeliver
-//	POST /api/notifications/{id}/reveal
-//	GET  /api/leaders
-//	GET  /api/locks
-//	GET  /api/audit?limit=
-//
-// Answers are JSON; errors are {"error": "..."} with 400 (a bad filter or id, saying what is
-// wrong), 401 (a call without valid credentials), 404, 405, 409 (the row is not in a state the
-// action applies to), 421 (a Host that is not allowed, [Admin.AllowedHost]), 429 (too many POSTs
-// from the address) or 500 (whose body names a request id and never the internal error, which is
-// logged with that id). GET calls need a read credential ([Admin.ReadActor]); payloads, bodies and
-// header values are redacted ([Secret]) but by the reveal calls. POST calls — the reveals too —
-// are rate-limited per client address ([WithRateLimit]) and need "Authorization: Bearer <token>"
-// ([WithTokens]) or an HMAC signature ([WithHMACSecrets]; it covers the Idempotency-Key too, and
-// is claimed as a nonce). An "Idempotency-Key" header makes a repeat answer what the first call
-// answered, with the header "Idempotent-Replay: true"; a reveal takes no key. Every POST of an
-// authenticated actor is recorded in the audit table, refused ones included; those refused before
-// are counted in a metric ([WithRegisterer]) and a sampled log line instead. GET calls change
-// nothing.
+// Errors are {"error": "..."} with 400 (a bad filter or id, saying what is wrong), 401 (no valid
+// credentials), 404, 405, 409 (the row is not in a state the action applies to), 421 (a Host not
+// allowed, [Admin.AllowedHost]), 429 (too many POSTs from the address) or 500 (naming a request
+// id, never the internal error, which is logged with that id). GETs need a read credential
+// ([Admin.ReadActor]), change nothing, and show payloads, bodies and header values redacted
+// ([Secret]). POSTs, reveals included, are rate-limited per address ([WithRateLimit]), need a
+// bearer token ([WithTokens]) or an HMAC signature ([WithHMACSecrets], claimed as a nonce), and are
+// recorded in the audit table when their actor is known (counted by [WithRegisterer] otherwise);
+// an "Idempotency-Key" header makes a repeat answer what the first call answered.
 //
 // The handler is safe for concurrent use.
 func (a *Admin) Handler() http.Handler {

@@ -226,26 +226,21 @@ const maxBeginTries = 3
 
 // Begin is the HTTP Idempotency-Key variant of [Store.Claim]: it claims (scope, key) in tx and
 // remembers fingerprint, a digest of the request that the caller computes (say SHA-256 of method,
-// path and body; nil is allowed). Then:
+// path and body; nil is allowed). It returns
 //
-//   - The first time, it returns a Record with New == true: execute the request in tx and call
-//     [Store.Complete] with its result before committing.
-//   - On a retry of a completed request with the same fingerprint, it returns New == false and
-//     the stored Result: reply with it and do nothing else.
-//   - When the key was used with a different fingerprint, it returns an error wrapping
-//     [ErrFingerprintMismatch] (HTTP 422 in the IETF draft), whether or not that use completed.
-//   - When the key was claimed by Begin and committed without Complete, or was begun earlier in
-//     this same tx, it returns an error wrapping [ErrNotCompleted].
+//   - a Record with New == true the first time: execute the request in tx and call
+//     [Store.Complete] with its result before committing;
+//   - New == false and the stored Result on a retry of a completed request with the same
+//     fingerprint: reply with it and do nothing else;
+//   - an error wrapping [ErrFingerprintMismatch] (HTTP 422 in the IETF draft) when the key was
+//     used with a different fingerprint, completed or not;
+//   - an error wrapping [ErrNotCompleted] when the key was begun and committed without Complete,
+//     or begun earlier in this same tx; [ErrInvalidKey] or [ErrNilTx] for bad input.
 //
-// A request still in progress elsewhere is never seen: its claim is an uncommitted row of another
-// transaction, so Begin blocks on it until that transaction ends. If it commits, Begin returns its
-// stored result (or a fingerprint mismatch); if it rolls back, this call becomes the first and
-// returns New == true. Under REPEATABLE READ or SERIALIZABLE the waiter gets a serialization
-// failure (SQLSTATE 40001) instead when the other commits; retry the transaction then.
-//
-// Begin needs READ COMMITTED to see the other transaction's committed row; it issues one write and,
-// only on a collision, one read. ctx scopes only this call (see [Store.Claim]). Bad input returns
-// an error wrapping [ErrInvalidKey] or [ErrNilTx]. Begin is safe for concurrent use.
+// A request in progress elsewhere makes Begin block until its transaction ends, then answer as
+// above (New == true if it rolled back). It needs READ COMMITTED (under REPEATABLE READ or
+// SERIALIZABLE the waiter gets a serialization failure to retry); it issues one write and, only
+// on a collision, one read. ctx scopes only this call. Begin is safe for concurrent use.
 func (s *Store) Begin(ctx context.Context, tx DBTX, scope, key string, fingerprint []byte) (*Record, error) {
 	if err := check(tx, scope, key); err != nil {
 		return nil, err

@@ -164,27 +164,17 @@ func (ob *Outbox) Migrate(ctx context.Context) error {
 }
 
 // Enqueue records msg in tx, the caller's transaction, and returns its ID: msg.ID, or a new
-// UUIDv7 (time-ordered, so the unique index stays compact) when msg.ID is zero. The message is
-// published by the [Relay] once tx commits; if tx rolls back, nothing was written and nothing is
-// published. With [WithNotify] on (the default), the same statement issues pg_notify on the
-// outbox's channel; PostgreSQL delivers it at commit, once per transaction however many messages
-// it enqueued.
+// UUIDv7 when msg.ID is zero. The relay publishes it once tx commits; if tx rolls back, nothing
+// was written. Messages of one Key are published in the order their transactions commit (two
+// transactions enqueueing for one key at once, unordered by a lock, have no defined order). The
+// trace context of ctx's span is stored with the message (docs/tracing.md).
 //
-// Messages with the same non-empty Key are published in the order of their Enqueue calls as far
-// as their transactions are ordered: two transactions that enqueue for one key at the same time,
-// without a lock ordering them (a row lock on the aggregate, say), have no defined order.
-//
-// Enqueue refuses, with an error wrapping [ErrInvalidMessage] and before touching tx, an empty
-// topic, a field over its limit (the error wraps [ErrTooLarge] too and names the field, its size
-// and the limit: [MaxTopicLen], [MaxKeyLen], [MaxTagsLen], [MaxHeaders], [MaxHeaderNameLen],
-// [MaxHeaderValueLen], [MaxHeadersSize], [WithMaxBodySize]), text PostgreSQL cannot store
-// (invalid UTF-8 or NUL bytes in the topic, key, tags or headers), and tags a RocketMQ
-// subscription cannot match (see [Message].Tags). An ID already in the outbox returns an error wrapping
-// [ErrDuplicate] — tx is then aborted, as after any failed statement. A nil tx returns an error
-// wrapping [ErrNilTx].
-//
-// When ctx carries a span, its trace context is stored with the message (column trace_context), and
-// the relay publishes the message under a span that is its child (see [WithTracerProvider]).
+// Before touching tx it refuses, with an error wrapping [ErrInvalidMessage], an empty topic, text
+// PostgreSQL cannot store, tags a RocketMQ subscription cannot match, or a field over its limit
+// (wrapping [ErrTooLarge] too, naming the field: [MaxTopicLen], [MaxKeyLen], [MaxTagsLen],
+// [MaxHeaders], [MaxHeaderNameLen], [MaxHeaderValueLen], [MaxHeadersSize], [WithMaxBodySize]). A
+// nil tx returns an error wrapping [ErrNilTx]; an ID already in the outbox one wrapping
+// [ErrDuplicate] (tx is then aborted, as after any failed statement).
 //
 // Enqueue blocks for one round trip. ctx scopes only this statement: cancelling it aborts the
 // statement and, with pgx, closes the connection, so tx can only be rolled back. Enqueue is safe

@@ -12,28 +12,18 @@ import (
 	"github.com/txkit/txkit/internal/leader"
 )
 
-// pipeline is one drain of one partition in one leadership term: it keeps publishes in flight
-// across batches. Three kinds of goroutine share it:
+// pipeline is one drain of one partition in one leadership term; it keeps publishes in flight
+// across batches (docs/outbox.md, "The pipelined relay"). Three kinds of goroutine share it: the
+// fetcher (the drain's own goroutine) reads due rows it does not hold yet whenever a batch fits
+// under the in-flight bound and hands each to its key; one sender per key publishes the key's rows
+// in id order, each after the previous one's acknowledgement, and stops the key at a failure; the
+// recorder writes the results as they come, in fenced transactions. A row leaves the held set only
+// once its result is committed, so no row is read twice in one drain and a key's later rows are
+// never read before the failure that must hold them back is visible.
 //
-//   - the fetcher (the drain's own goroutine) reads due rows that the pipeline does not hold yet
-//     (their ids are excluded from the read) whenever a whole batch fits under the in-flight
-//     bound, and hands each row to its key;
-//   - one sender per key with rows to publish (at most WithConcurrency publishing at once)
-//     publishes the key's rows one after the other, in id order, each only after the previous one
-//     was acknowledged; a failure stops the key: its later rows are dropped (not published, not
-//     written) and so are the rows of the key fetched until the failure is recorded, after which
-//     the due statement itself holds them back (the failed row waits out its backoff);
-//   - the recorder writes what the senders finished, as it comes — deletes the acknowledged rows,
-//     records the failures — in fenced transactions, each covering every result that finished
-//     while the previous one ran. A row leaves the held set only once its result is committed (a
-//     dropped row: once its key's failure is), so a row is never read twice in one drain and a
-//     key's later rows are never read before the failure that must hold them back is visible.
-//
-// The drain ends when a read comes back short and every held row is recorded or released; when
-// the term yields (the partition is given up to balance the load: nothing more is read, and the
-// drain ends once every held row is recorded or released); or at the first error (ctx ends, the
-// fence refuses, a write fails): the rows not recorded stay pending for the next drain or leader,
-// which publishes them again with the same IDs.
+// The drain ends when a read comes back short and every held row is recorded or released, when
+// the term yields (nothing more is read; held rows are recorded first), or at the first error: the
+// rows not recorded stay pending, and are published again with the same IDs.
 type pipeline struct {
 	r    *Relay
 	part int

@@ -23,32 +23,15 @@ import (
 	"github.com/txkit/txkit/lock"
 )
 
-// Relay publishes the outbox's pending messages through a [Publisher], on the leader only.
-//
-// [Relay.Run] runs the relay as a fenced leader job (internal/leader): it campaigns with the
-// [lock.Elector], passes the fence on taking the lead, and while this relay leads, a robfig/cron
-// schedule ([WithSchedule]) and a connection listening on the outbox's NOTIFY channel both wake one
-// drain loop. A wake-up that arrives while a drain runs is kept (one, however many arrive) and
-// starts the next drain, so drains never overlap and a burst of commits costs one extra drain.
-//
-// A drain reads due pending rows in id order, in batches of [WithBatchSize] messages and at most
-// [WithBatchBytes] bytes (always at least one message), and keeps publishes in flight across
-// batches (at most [WithMaxInFlight] messages held): keys in parallel ([WithConcurrency]), each
-// key's messages one after the other, each after the previous one's acknowledgement. As results
-// come, it deletes the acknowledged rows and records the failures in transactions that pass the
-// fence ([WithFence]): the attempt count, the error, and a retry time with exponential backoff
-// ([WithBackoff]); a message that failed [WithMaxAttempts] times becomes dead ([Outbox.ListDead],
-// [Outbox.Requeue]), and so does at once one whose publish error wraps [ErrInvalidMessage] (the
-// broker can never carry it). See the package doc's "The pipeline".
-// With [WithElectors] the relay leads the partitions of a partitioned outbox ([WithPartitions])
-// it wins, each drained as above under its own term.
-// When a message fails, the later messages of its key wait until it is sent or dead. When
-// publishes of several keys failed while none succeeded (the broker looked down), the first
-// acknowledged publish after them makes those messages due at once, rather than each waiting out
-// the backoff it gathered during the outage.
-//
-// Delivery is at least once, with the same [Message.ID] every time: a message is published again
-// when its row's delete was lost (a crash, a lost leadership, a database error after the publish).
+// Relay publishes the outbox's pending messages through a [Publisher], on the leader only:
+// [Relay.Run] campaigns with the [lock.Elector] (or one per partition, [WithElectors]) and, while
+// it leads, drains the due messages whenever a commit's NOTIFY or the schedule ([WithSchedule])
+// wakes it. Each key's messages are published in order, different keys in parallel
+// ([WithConcurrency]); acknowledged rows are deleted and failures retried with backoff
+// ([WithBackoff]) in fenced transactions ([WithFence]), until [WithMaxAttempts] failures, or a
+// publish error wrapping [ErrInvalidMessage], make a message dead ([Outbox.ListDead],
+// [Outbox.Requeue]). Delivery is at least once, with the same [Message.ID] every time. How a drain
+// reads, pipelines and records: docs/outbox.md.
 //
 // Relay is safe for concurrent use by multiple goroutines, but Run must not run twice at once.
 type Relay struct {

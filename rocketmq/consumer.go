@@ -32,32 +32,16 @@ type Handler func(ctx context.Context, tx pgx.Tx, msg message.Message) error
 
 // Consumer applies the messages of one topic exactly once to PostgreSQL: a push consumer in a
 // RocketMQ consumer group receives them at least once, and each is applied in a transaction that
-// first claims its ID in an [idempotency.Store] (scope = the group), so a redelivered or
-// republished message finds its ID claimed and is acknowledged without being applied again. The
-// ID is the txkit id the message's KEYS and txkit_id property carry ([PropertyID]), not the
-// broker's msgId, which a republished copy does not share: a consumer written against another
-// RocketMQ client de-duplicates by the same id.
+// first claims its txkit ID ([PropertyID]) in an [idempotency.Store] (scope = the group). A
+// message already claimed is committed and acknowledged without effect (a duplicate). A message
+// over [WithMaxMessageSize], undecodable, or whose handler error wraps [ErrPoison] is logged and
+// acknowledged without being applied (poison). On any other error (claim, handler, commit,
+// timeout, panic) the transaction rolls back and the message is redelivered — through the group's
+// retry topic, or in place with [WithOrderly] — and after [WithMaxReconsumeTimes] goes to
+// %DLQ%<group>. Without [WithOrderly], messages are applied concurrently, in no order, even those
+// of one key. Create the group's retry topic ahead ([EnsureTopic] with [WithRetryTopicsFor]), or a
+// new group's first redeliveries wait up to 30 s (docs/outbox.md).
 //
-// For each message:
-//   - Larger than [WithMaxMessageSize] (body plus properties): logged, counted as poison and
-//     acknowledged, before anything decodes it.
-//   - Undecodable (no txkit id): logged with the broker's message id, counted as poison and
-//     acknowledged, so that it never blocks its queue.
-//   - ID already claimed: committed and acknowledged, counted as a duplicate.
-//   - Otherwise the [Handler] runs; on success the transaction commits and the message is
-//     acknowledged. On any error (claim, handler, commit, timeout, panic) the transaction rolls
-//     back and the message is redelivered: later through the group's retry topic by default, in
-//     place with [WithOrderly]. After [WithMaxReconsumeTimes] redeliveries it goes to the
-//     dead-letter topic %DLQ%<group>. A handler error wrapping [ErrPoison] rolls back and
-//     acknowledges instead.
-//
-// Without [WithOrderly], messages are applied concurrently and in no particular order, even those
-// with the same key.
-//
-// The broker creates the group's retry topic, %RETRY%<group>, when a consumer of a new group first
-// connects, and the client learns its route only at its next route poll, up to 30 s later: until
-// then a new group's redeliveries wait. Creating the retry topic ahead ([EnsureTopic] with
-// [WithRetryTopicsFor]) avoids the wait; so does creating %DLQ%<group> for a dead-letter reader.
 // A Consumer is safe for concurrent use; [Consumer.Run] runs at most once at a time.
 type Consumer struct {
 	ns      []string

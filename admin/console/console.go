@@ -34,33 +34,17 @@ type console struct {
 	pages map[string]*template.Template
 }
 
-// Handler returns the console's web pages over a, for a mux that also serves a.Handler() (the
-// JSON API under /api/, which the pages' Requeue, Redeliver and Reveal buttons call with the
-// operator's bearer token): mount it at "/". It serves
+// Handler returns the console's web pages over a (overview, transactions, outbox, notifications,
+// leaders, audit, the sign-in form), for a mux that also serves a.Handler(), whose API the pages'
+// buttons call: mount it at "/". The pages and what each shows: docs/console.md ("Console").
 //
-//	/login                 the sign-in form: a token of admin.WithTokens or admin.WithReadTokens
-//	                       buys a session cookie (admin.Admin.Login); POST /logout drops it
-//	/                      overview: leaders, outbox backlog, failed notifications, the oldest
-//	                       unfinished transaction, failures in the last hour, Prometheus figures
-//	/transactions          list with filters (kind, status, unfinished, older than) and a cursor
-//	/transactions/{gid}    one transaction: its branches as a timeline (status, target, attempts,
-//	                       last error)
-//	/outbox                backlog and dead messages, with a Requeue button each
-//	/notifications         failed notifications; /notifications/{id} one with its attempts and a
-//	                       Redeliver button
-//	/leaders               each election's leader and fencing token, each lock's holder and waiters
-//	/audit                 the mutating calls made through the API
-//	/static/               the stylesheet and the script (embedded)
-//
-// Every page needs a read credential (the session cookie, or a bearer token) and answers the
-// sign-in form with 401 without one; a request whose Host is not the admin's
-// (admin.Admin.AllowedHost) is answered 421, a cross-origin POST 403. Payloads, bodies and header
-// values show redacted (size and SHA-256) until a Reveal button asks the API for them. Every page
-// is read-only (GET); the buttons call the API, which checks the token and records the call. Pages
-// are rendered with html/template, so everything read from the database (payloads,
-// error texts, gids) is escaped, and served with a Content-Security-Policy that forbids inline
-// script. A query that fails is answered 500 with a request id, the error logged (WithLogger)
-// under that id; an unknown gid or id is 404; a bad filter is 400 saying what is wrong.
+// Every page needs a read credential (the session cookie of /login, or a bearer token) and
+// answers the sign-in form with 401 without one; a foreign Host is answered 421
+// (admin.Admin.AllowedHost), a cross-origin POST 403. Pages are read-only GETs rendered with
+// html/template (everything from the database escaped) under a Content-Security-Policy that
+// forbids inline script; payloads, bodies and header values show redacted until a Reveal button
+// asks the API. A failed query is answered 500 with a request id, the error logged under it; an
+// unknown gid or id is 404; a bad filter is 400 saying what is wrong.
 //
 // Handler returns an error wrapping [ErrInvalidOption] when a is nil or an option is unusable.
 // The handler is safe for concurrent use; each request's context bounds its queries.
