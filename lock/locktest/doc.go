@@ -12,7 +12,6 @@
 //		os.Exit(m.Run())
 //	}
 //
-//	// newBackend builds the backend called name on the server described by config.
 //	func newBackend(name, config string) (locktest.Backend, error) {
 //		return locktest.Backend{Name: name, Config: config, Expiry: ttl,
 //			Connect: func(ctx context.Context) (*locktest.Conn, error) {
@@ -28,7 +27,13 @@
 //			}}, nil
 //	}
 //
-//	func TestIntegrationConformance(t *testing.T) { b, _ := newBackend("mylock", serverURL(t)); locktest.Run(t, b) }
+//	func TestIntegrationConformance(t *testing.T) {
+//		b, err := newBackend("mylock", serverURL(t))
+//		if err != nil {
+//			t.Fatal(err)
+//		}
+//		locktest.Run(t, b)
+//	}
 //
 // Each subtest, what the suite needs (a PostgreSQL server for the counter, TXKIT_PG_URL) and how
 // long it takes: docs/lock.md ("The conformance suite").
