@@ -29,43 +29,12 @@
 //	}
 //	return job.Run(ctx) // blocks until ctx ends
 //
-// # Sharded leadership
-//
-// One leader caps the throughput of its job at what one process can do. [Shards] splits a job
-// into P partitions, each a [Job] of its own: its own election (an [ElectorFunc] gives this
-// instance's candidate in partition p's election, by convention at PartitionName(base, p)), its
-// own fence resource (PartitionName(resource, p)), and terms whose [Term.Partition] tells the work
-// which part of the data is its (rows whose key hashes to p: [Partition] in Go, [PartitionSQL] in
-// PostgreSQL, the same number). Every instance campaigns in every partition; with a [Membership]
-// counting the N live instances ([ContenderMembership] on ZooKeeper, [Heartbeat] on backends whose
-// waiters are not listed), each leads at most ceil(P/N) and gives up the rest, which the waiting
-// instances take — with [WithGrace], once the work has finished what it had in hand
-// ([Term.Yield]; TestIntegrationShardsGrace). When an instance dies, each of its partitions goes
-// to the next candidate in its election as soon as the backend ends the dead holds (the ZooKeeper session timeout); measured
-// with P = 12, three processes and a 2 s session timeout: 2.2–2.5 s from SIGKILL to the new
-// leaders' first fenced writes (TestIntegrationShardsBalanceTakeoverAndExclusion).
-//
-// Only instances able to campaign are counted, and a newcomer only once a dead instance it may
-// replace has stopped counting: otherwise the survivors would resign partitions for it, and in a
-// fair election queue the dead instance would be next in line for them
-// (TestIntegrationShardsCrashStallsOnlyItsPartitions: after a SIGKILL and an immediate
-// replacement, only the dead instance's partitions go unled). A partition free for 3 leases is taken whatever the share
-// (TestIntegrationShardsFreePartitionTakenAndUnledMetric), and the gauge
-// txkit_leader_partitions_unled ([WithRegisterer]) shows partitions nobody leads.
-//
-//	s, err := leader.NewShards(12, func(p int) (lock.Elector, error) {
-//		return lock.NewElector(sess, leader.PartitionName("/txkit/relay", p), instanceID)
-//	}, pool, f, "outbox:orders", work, leader.WithMembership(leader.ContenderMembership(sess.Inspector(), paths...)))
-//	if err != nil {
-//		return err
-//	}
-//	return s.Run(ctx) // leads about 12/N partitions until ctx ends
-//
-// The number of partitions of a set of tables is stored with them ([StorePartitions]) and the
-// components refuse to run with another: a key's partition is its hash modulo P, so instances
-// with different P would guard one key with different fences and elections, and two leaders
-// could act on it at once. Changing P means stopping every instance (a drain barrier), then
-// changing the stored number.
+// [Shards] splits a job into P partitions, each a [Job] with its own election and fence resource,
+// its terms told their part of the data by [Term.Partition] (keys hashing to p: [Partition] in Go,
+// [PartitionSQL] in PostgreSQL); a [Membership] counting the live instances lets each lead about
+// P/N of them. The number of partitions is stored with the tables ([StorePartitions]) and another
+// is refused. The balancing rules, takeover times and their tests: docs/coordinators.md
+// ("Partitioned recovery").
 package leader
 
 import (
@@ -238,7 +207,7 @@ func (o options) validate() error {
 	return nil
 }
 
-// Job runs [Work] on the elected leader only, fenced (see the package doc). It is safe for
+// Job runs [Work] on the elected leader only, fenced (see the package overview). It is safe for
 // concurrent use by multiple goroutines; its owner must not call Run twice at once.
 type Job struct {
 	el       lock.Elector
