@@ -663,7 +663,7 @@ func TestIntegrationBadInput(t *testing.T) {
 }
 
 // A sequential saga of N steps that succeeds commits N+1 writing transactions; N independent
-// steps 2; a compensated one 2 more than its forward part (doc.go justifies each): counted by
+// steps 2; a compensated one 2 more than its forward part (docs/coordinators.md justifies each): counted by
 // statement triggers on the two tables.
 func TestIntegrationWritesPerSaga(t *testing.T) {
 	ctx := t.Context()

@@ -115,7 +115,7 @@ func BenchmarkTCC(b *testing.B) {
 		// pg-tx/gtx is the pool's acquire count per global transaction. Every coordinator
 		// statement acquires the (dedicated) pool once and runs as one PostgreSQL transaction,
 		// and on the happy path each of them writes: one insert per Try (the first with the
-		// global row), Commit's decision and its finishing statement — the N+2 = 5 of doc.go. (pg_stat_database's
+		// global row), Commit's decision and its finishing statement — the N+2 = 5 of docs/coordinators.md. (pg_stat_database's
 		// xact_commit would count the participants' and other sessions' commits in the same
 		// database, so it is not used.)
 		//

@@ -520,7 +520,7 @@ func TestIntegrationRollbackDuringTry(t *testing.T) {
 }
 
 // A transaction of N branches finished by its starter commits N+2 PostgreSQL transactions that
-// write the log (doc.go justifies each): counted by statement triggers on the two tables.
+// write the log (docs/coordinators.md justifies each): counted by statement triggers on the two tables.
 func TestIntegrationWritesPerTransaction(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
