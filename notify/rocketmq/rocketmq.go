@@ -26,7 +26,7 @@
 // (obrocketmq.WithCredentials, for the Consumer as for the producers' Publisher or TxProducer)
 // are passed like any other option. With ACL on, let only the producers that may ask for
 // notifications write to the topic. The broker and name server network must be trusted all the
-// same (see package github.com/txkit/txkit/rocketmq): ACLs decide who may write to the topic, the allow-list and the
+// same (docs/security.md): ACLs decide who may write to the topic, the allow-list and the
 // producer's HMAC what a message may ask for.
 //
 // The messages' producers need not know the notifier's tables: they publish a result, and the
