@@ -36,7 +36,7 @@
 //		paths[p] = fmt.Sprintf("/txkit/tcc/recovery/p%d", p)
 //	}
 //	c, err := tcc.New(pool, coordinator.WithSchema("shop"), coordinator.WithPartitions(12,
-//		func(p int) (lock.Elector, error) { return lock.NewElector(sess, paths[p], instanceID) },
+//		func(p int) (lock.Elector, error) { return zklock.NewElector(sess, paths[p], instanceID) },
 //		coordinator.ContenderCount(sess.Inspector(), paths...)))
 //
 // The number is stored with the log at the first Run; another number is refused (see

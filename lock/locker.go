@@ -219,7 +219,7 @@ func (e *Election) Observe(ctx context.Context) <-chan string {
 					}
 				}
 			}
-			if pause(ctx, nil, e.o.poll) != nil {
+			if pause(ctx, e.o.poll) != nil {
 				return
 			}
 		}
@@ -244,7 +244,7 @@ func (e *Election) RunWhileLeader(ctx context.Context, fn func(ctx context.Conte
 				return err
 			}
 			e.o.log.Warn("campaign failed; retrying", "path", e.name, "id", e.id, "err", err)
-			if pause(ctx, nil, 200*time.Millisecond) != nil {
+			if pause(ctx, 200*time.Millisecond) != nil {
 				return nil
 			}
 			continue

@@ -28,7 +28,7 @@
 //	})
 //
 //	// In every replica; pub is a Publisher, e.g. from package rocketmq (github.com/txkit/txkit/rocketmq).
-//	el, err := lock.NewElector(sess, "/orders/outbox-relay", hostname)
+//	el, err := zklock.NewElector(sess, "/orders/outbox-relay", hostname)
 //	if err != nil {
 //		return err
 //	}
@@ -48,7 +48,7 @@
 //		paths[p] = fmt.Sprintf("/orders/outbox-relay/p%d", p)
 //	}
 //	relay, err := outbox.NewRelay(ob, pub, outbox.WithElectors(func(p int) (lock.Elector, error) {
-//		return lock.NewElector(sess, paths[p], hostname)
+//		return zklock.NewElector(sess, paths[p], hostname)
 //	}), outbox.WithBalance(sess.Inspector(), paths...))
 //
 // Metrics: [WithRegisterer] registers the relay's Prometheus metrics on the caller's registry —

@@ -54,7 +54,7 @@
 // txkit_leader_partitions_unled ([WithRegisterer]) shows partitions nobody leads.
 //
 //	s, err := leader.NewShards(12, func(p int) (lock.Elector, error) {
-//		return lock.NewElector(sess, leader.PartitionName("/txkit/relay", p), instanceID)
+//		return zklock.NewElector(sess, leader.PartitionName("/txkit/relay", p), instanceID)
 //	}, pool, f, "outbox:orders", work, leader.WithMembership(leader.ContenderMembership(sess.Inspector(), paths...)))
 //	if err != nil {
 //		return err

@@ -1,4 +1,4 @@
-package lock
+package zklock
 
 import (
 	"cmp"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/google/uuid"
+
+	"github.com/txkit/txkit/lock"
 )
 
 // The recipes behind [Mutex]: the fair one (Apache Curator's InterProcessMutex: node naming,
@@ -35,7 +37,7 @@ func (m *Mutex) lockFair(ctx context.Context, wait bool) (*zkLease, error) {
 	own := path.Base(node)
 	l, err := m.waitTurn(ctx, ep, own, wait)
 	if err != nil {
-		if errors.Is(err, ErrLocked) || ctx.Err() != nil || !ep.isDone() {
+		if errors.Is(err, lock.ErrLocked) || ctx.Err() != nil || !ep.isDone() {
 			// Abandoned: remove our node so nobody waits on it.
 			if derr := m.deleteNode(ctx, ep, node, nil); derr != nil {
 				m.s.log.Warn("abandoned lock node not yet deleted", "node", node, "err", derr)
@@ -285,7 +287,7 @@ func (m *Mutex) ignore(name string, st *zk.Stat) {
 // waitTurn lists the children until ours is the lowest, watching only our predecessor in between.
 func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) (*zkLease, error) {
 	var ownGone <-chan zk.Event // watch on our own node, set before the first wait
-	bo := Backoff{Min: 50 * time.Millisecond, Max: time.Second}
+	bo := lock.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
 		m.s.stats.reads.Add(1)
 		res, err := ep.children(ctx, m.path, false)
@@ -301,12 +303,12 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 		if idx < 0 {
 			// Our node is gone: our session ended, or someone deleted it.
 			if ep.isDone() {
-				return nil, fmt.Errorf("lock: waiting on %s: %w", m.path, ep.Err())
+				return nil, fmt.Errorf("zklock: waiting on %s: %w", m.path, ep.Err())
 			}
-			return nil, fmt.Errorf("lock: our node %s/%s vanished while waiting: %w", m.path, own, ErrSessionExpired)
+			return nil, fmt.Errorf("zklock: our node %s/%s vanished while waiting: %w", m.path, own, lock.ErrSessionExpired)
 		}
 		if idx == 0 {
-			return m.newLease(ep, m.path+"/"+own, Token{Epoch: parent.Czxid, Seq: children[0].seq})
+			return m.newLease(ep, m.path+"/"+own, lock.Token{Epoch: parent.Czxid, Seq: children[0].seq})
 		}
 		if !wait {
 			// The first child holds the lock, if it is a contender at all: one read tells.
@@ -325,7 +327,7 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 				m.ignore(children[0].name, r.stat)
 				continue
 			}
-			return nil, fmt.Errorf("lock: %s held by %s: %w", m.path, children[0].name, ErrLocked)
+			return nil, fmt.Errorf("zklock: %s held by %s: %w", m.path, children[0].name, lock.ErrLocked)
 		}
 		if ownGone == nil {
 			m.s.stats.reads.Add(1)
@@ -336,7 +338,7 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 			ownGone = r.watch
 			if err != nil {
 				if errors.Is(err, zk.ErrNoNode) {
-					return nil, fmt.Errorf("lock: our node %s/%s vanished while waiting: %w", m.path, own, ErrSessionExpired)
+					return nil, fmt.Errorf("zklock: our node %s/%s vanished while waiting: %w", m.path, own, lock.ErrSessionExpired)
 				}
 				ownGone = nil
 				continue // the list above decides again
@@ -356,7 +358,7 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 			if bo.Failures() == 0 {
 				m.s.log.Warn("cannot read the predecessor's lock node; retrying with backoff", "path", m.path, "node", pred, "err", err)
 			}
-			if err := bo.wait(ctx, ep.done); err != nil {
+			if err := pause(ctx, ep.done, bo.Next()); err != nil {
 				return nil, err
 			}
 			continue
@@ -375,14 +377,14 @@ func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) 
 			m.s.stats.waiting.Add(-1)
 			if ev.Type == zk.EventNodeDeleted {
 				if ep.isDone() {
-					return nil, fmt.Errorf("lock: waiting on %s: %w", m.path, ep.Err())
+					return nil, fmt.Errorf("zklock: waiting on %s: %w", m.path, ep.Err())
 				}
-				return nil, fmt.Errorf("lock: our node %s/%s was deleted while waiting: %w", m.path, own, ErrSessionExpired)
+				return nil, fmt.Errorf("zklock: our node %s/%s was deleted while waiting: %w", m.path, own, lock.ErrSessionExpired)
 			}
 			ownGone = nil // fired for another reason (reconnection): set it again
 		case <-ep.done:
 			m.s.stats.waiting.Add(-1)
-			return nil, fmt.Errorf("lock: waiting on %s: %w", m.path, ep.Err())
+			return nil, fmt.Errorf("zklock: waiting on %s: %w", m.path, ep.Err())
 		case <-ctx.Done():
 			m.s.stats.waiting.Add(-1)
 			return nil, ctx.Err()
@@ -427,7 +429,7 @@ func (m *Mutex) lockUnfairClaimed(ctx context.Context, ep *epoch, node string, w
 		_, err := ep.create(ctx, node, m.o.data, zk.FlagEphemeral)
 		if err == nil || errors.Is(err, zk.ErrNodeExists) || retryable(err) {
 			if ep.isDone() {
-				return nil, fmt.Errorf("lock: create %s: %w", node, ep.Err())
+				return nil, fmt.Errorf("zklock: create %s: %w", node, ep.Err())
 			}
 			// Whose is it? Ours if a create of ours landed (also one whose answer was lost).
 			m.s.stats.reads.Add(1)
@@ -440,18 +442,18 @@ func (m *Mutex) lockUnfairClaimed(ctx context.Context, ep *epoch, node string, w
 					return nil, ctx.Err()
 				}
 				if ep.isDone() {
-					return nil, fmt.Errorf("lock: exists %s: %w", node, ep.Err())
+					return nil, fmt.Errorf("zklock: exists %s: %w", node, ep.Err())
 				}
 				continue
 			}
 			if exists && st.EphemeralOwner == ep.sessionID() {
-				return m.newLease(ep, node, Token{Epoch: st.Czxid})
+				return m.newLease(ep, node, lock.Token{Epoch: st.Czxid})
 			}
 			if !exists {
 				continue
 			}
 			if !wait {
-				return nil, fmt.Errorf("lock: %s held by session %#x: %w", node, st.EphemeralOwner, ErrLocked)
+				return nil, fmt.Errorf("zklock: %s held by session %#x: %w", node, st.EphemeralOwner, lock.ErrLocked)
 			}
 			m.s.stats.waiting.Add(1)
 			select {
@@ -460,7 +462,7 @@ func (m *Mutex) lockUnfairClaimed(ctx context.Context, ep *epoch, node string, w
 				m.s.stats.watchEvents.Add(1)
 			case <-ep.done:
 				m.s.stats.waiting.Add(-1)
-				return nil, fmt.Errorf("lock: waiting on %s: %w", node, ep.Err())
+				return nil, fmt.Errorf("zklock: waiting on %s: %w", node, ep.Err())
 			case <-ctx.Done():
 				m.s.stats.waiting.Add(-1)
 				return nil, ctx.Err()
@@ -516,7 +518,7 @@ func (m *Mutex) deleteNode(ctx context.Context, ep *epoch, node string, after fu
 			m.s.log.Debug("background delete ended", "node", node, "err", err)
 		}
 	})
-	return fmt.Errorf("lock: delete %s: continuing in the background: %w", node, err)
+	return fmt.Errorf("zklock: delete %s: continuing in the background: %w", node, err)
 }
 
 func (m *Mutex) deleteLoop(ctx context.Context, ep *epoch, node string) error {
