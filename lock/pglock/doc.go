@@ -73,7 +73,7 @@
 //
 // The order is not fair, and not FIFO: after a release, whichever attempt PostgreSQL runs first
 // wins — the woken waiter of any process, or a newcomer's Lock or TryLock — and a waiter can be
-// overtaken any number of times. Use the ZooKeeper lock (package lock) when waiters must be served
+// overtaken any number of times. Use the ZooKeeper lock (package lock/zklock) when waiters must be served
 // in order.
 //
 // Lock with a ctx that ends leaves nothing behind. An attempt already sent is not cut off (a cut

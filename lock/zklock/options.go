@@ -169,7 +169,7 @@ func (o sessionOptions) nodeACL() []zk.ACL {
 	}
 }
 
-// Option configures a [Mutex] or an [lock.Elector].
+// Option configures a [Mutex], or tells [Session.Inspector] which recipe it reads.
 type Option func(*options)
 
 type options struct {

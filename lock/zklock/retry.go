@@ -21,7 +21,7 @@ func retryable(err error) bool {
 
 // retry decides what a recipe does after a request of e failed with err. While the session lives
 // and err is [retryable], it pauses and returns nil: the caller repeats the request. Otherwise it
-// returns the error that ends the caller's attempt: "lock: <what>: " wrapping the session's end
+// returns the error that ends the caller's attempt: "zklock: <what>: " wrapping the session's end
 // once the session is over, ctx's error (unwrapped) once ctx has ended, and err in any other case.
 func (e *epoch) retry(ctx context.Context, err error, what string) error {
 	switch {
