@@ -332,19 +332,19 @@ func (t *turn) place(ctx context.Context) ([]child, *zk.Stat, int, error) {
 		children := t.m.contenders(res.val)
 		idx := slices.IndexFunc(children, func(c child) bool { return c.name == t.own })
 		if idx < 0 { // our session ended, or someone deleted our node
-			return nil, nil, 0, t.ended("")
+			return nil, nil, 0, t.ended("vanished")
 		}
 		return children, res.stat, idx, nil
 	}
 }
 
 // ended is the error of an attempt whose node is gone: the session's end when it is over, else
-// ErrSessionExpired saying how the node went ("vanished" when how is "").
+// ErrSessionExpired saying how the node went.
 func (t *turn) ended(how string) error {
 	if t.ep.isDone() {
 		return fmt.Errorf("zklock: waiting on %s: %w", t.m.path, t.ep.Err())
 	}
-	return t.vanished(cmp.Or(how, "vanished"))
+	return t.vanished(how)
 }
 
 func (t *turn) vanished(how string) error {
