@@ -34,9 +34,9 @@ ROCKETMQ_PKGS = $$($(GO) list -test -f '{{.ImportPath}} {{join .Deps " "}}' ./..
 	awk '$$1 ~ /\.test$$/ && / github.com\/apache\/rocketmq-client-go\/v2 /{sub(/\.test$$/,"",$$1); print $$1}')
 
 # go-zookeeper v1.0.4 races on its own Conn.lastZxid when a connection is re-established with
-# watches set (recvLoop, conn.go:849, writes it; sendSetWatches, conn.go:614, reads it). The lock
+# watches set (recvLoop, conn.go:849, writes it; sendSetWatches, conn.go:614, reads it). The lock/zklock
 # tests that make it reconnect — a connection cut by the test proxy, a ZooKeeper server restarted —
-# therefore run without -race, right after the RocketMQ packages; the rest of lock runs with -race.
+# therefore run without -race, right after the RocketMQ packages; the rest of lock/zklock runs with -race.
 # Known upstream: go-zookeeper/zk pull request 35 (open), samuel/go-zookeeper issue 260 (open).
 ZK_RECONNECT_TESTS = ReplyLost|SessionExpires|ShortOutage|ElectionOutages|DeposedHolderFenced|WhileZKServerRestarts
 
@@ -46,7 +46,7 @@ test: up ## the whole suite against the real servers
 	@$(WITH_ENV) mq="$(ROCKETMQ_PKGS)"; rest=$$($(GO) list ./... | grep -v -x -F -f <(printf '%s\n' $$mq)); rc=0; \
 	$(GO) test -race -count=1 -timeout 40m -skip 'Disruptive|$(ZK_RECONNECT_TESTS)' $(GOTESTFLAGS) $$rest || rc=1; \
 	if [ -n "$$mq" ]; then $(GO) test -count=1 -timeout 40m -skip Disruptive $(GOTESTFLAGS) $$mq || rc=1; fi; \
-	$(GO) test -count=1 -timeout 20m -run '$(ZK_RECONNECT_TESTS)' -skip Disruptive $(GOTESTFLAGS) ./lock/ || rc=1; \
+	$(GO) test -count=1 -timeout 20m -run '$(ZK_RECONNECT_TESTS)' -skip Disruptive $(GOTESTFLAGS) ./lock/zklock/ || rc=1; \
 	$(GO) test -count=1 -p 1 -timeout 20m -run Disruptive $(GOTESTFLAGS) ./... || rc=1; \
 	exit $$rc
 

@@ -8,14 +8,15 @@ import (
 
 	"github.com/txkit/txkit/admin"
 	"github.com/txkit/txkit/internal/testkit/testenv"
-	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
-func session(t *testing.T) *lock.Session {
+func session(t *testing.T) *zklock.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	s, err := lock.NewSession(ctx, testenv.ZK(t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testenv.Logger(t)), testenv.ZKAuth(t))
+	s, err := zklock.NewSession(ctx, testenv.ZK(t), zklock.WithSessionTimeout(3*time.Second), zklock.WithLogger(testenv.Logger(t)), zkenv.Auth(t))
 	if err != nil {
 		t.Fatalf("NewSession: %v", err)
 	}
@@ -30,14 +31,14 @@ func TestIntegrationLeadersLocks(t *testing.T) {
 	root := testenv.ZKRoot(t)
 	ctx := t.Context()
 
-	el := testenv.Elector(t, root+"/tcc-leader", "coordinator-7")
+	el := zkenv.Elector(t, root+"/tcc-leader", "coordinator-7")
 	lead, err := el.Campaign(ctx)
 	if err != nil {
 		t.Fatalf("Campaign: %v", err)
 	}
 	t.Cleanup(func() { _ = lead.Resign(context.WithoutCancel(ctx)) })
 
-	holder, err := lock.NewMutex(session(t), root+"/jobs", lock.WithData([]byte("worker-1")))
+	holder, err := zklock.NewMutex(session(t), root+"/jobs", zklock.WithData([]byte("worker-1")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestIntegrationLeadersLocks(t *testing.T) {
 		t.Fatalf("Lock: %v", err)
 	}
 	t.Cleanup(func() { _ = holder.Unlock(context.WithoutCancel(ctx)) })
-	waiter, err := lock.NewMutex(session(t), root+"/jobs", lock.WithData([]byte("worker-2")))
+	waiter, err := zklock.NewMutex(session(t), root+"/jobs", zklock.WithData([]byte("worker-2")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/txkit/txkit/admin"
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/participant"
@@ -127,7 +128,7 @@ func newWorld(t *testing.T) *world {
 		}
 		w.dead = append(w.dead, id)
 	}
-	relay, err := outbox.NewRelay(ob, refusingPublisher{}, outbox.WithElector(testenv.Elector(t, root+"/relay", "relay-1")),
+	relay, err := outbox.NewRelay(ob, refusingPublisher{}, outbox.WithElector(zkenv.Elector(t, root+"/relay", "relay-1")),
 		outbox.WithMaxAttempts(1), outbox.WithSchedule("@every 50ms"), outbox.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +148,7 @@ func newWorld(t *testing.T) *world {
 	t.Cleanup(refuse.Close)
 	n, err := notify.New(w.s.Pool, []notify.Receiver{{Name: "shop", URL: refuse.URL, Secrets: []string{"admin-test-secret-0123456789"}}},
 		notify.WithSchema(w.s.Name), notify.WithPlainHTTP(), notify.WithSchedule([]time.Duration{}, 0),
-		notify.WithTick("@every 50ms"), notify.WithElector(testenv.Elector(t, root+"/notify", "notifier-1")),
+		notify.WithTick("@every 50ms"), notify.WithElector(zkenv.Elector(t, root+"/notify", "notifier-1")),
 		notify.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 // WithPartitions splits the coordinator's recovery into parts partitions (1..1024) by a hash of
 // the gid, each with its own election and fencing token, so that N instances share it: electors
 // returns this instance's candidate in partition p's election (an election per partition, such
-// as lock.NewElector(sess, fmt.Sprintf("/txkit/tcc/recovery/p%d", p), instanceID)), and count,
+// as zklock.NewElector(sess, fmt.Sprintf("/txkit/tcc/recovery/p%d", p), instanceID)), and count,
 // when not nil, returns how many instances are live ([ContenderCount] for ZooKeeper). Each
 // instance then leads at most ceil(parts/N) partitions and gives up the rest to the others; when
 // an instance dies its partitions move to the others as soon as the lock backend ends its holds

@@ -12,7 +12,9 @@ import (
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/tcc"
 )
@@ -69,13 +71,13 @@ func TestIntegrationPartitionedRecoveryConfirmsOnce(t *testing.T) {
 	}
 	party := &confirms{n: map[string]int{}}
 	instance := func(id string) (stop func()) {
-		sess, err := lock.NewSession(ctx, testenv.ZK(t), lock.WithSessionTimeout(2*time.Second), lock.WithLogger(testenv.Logger(t)), testenv.ZKAuth(t))
+		sess, err := zklock.NewSession(ctx, testenv.ZK(t), zklock.WithSessionTimeout(2*time.Second), zklock.WithLogger(testenv.Logger(t)), zkenv.Auth(t))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = sess.Close() })
 		c := coretest.New(t, tcc.New, s.Pool, s.Name, coordinator.WithLease(200*time.Millisecond),
-			coordinator.WithPartitions(4, func(p int) (lock.Elector, error) { return lock.NewElector(sess, paths[p], id) },
+			coordinator.WithPartitions(4, func(p int) (lock.Elector, error) { return zklock.NewElector(sess, paths[p], id) },
 				coordinator.ContenderCount(sess.Inspector(), paths...)))
 		coretest.Register(t, c, "stock", party)
 		rctx, cancel := context.WithCancel(context.Background())

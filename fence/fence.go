@@ -258,7 +258,7 @@ func (f *Fence) Entries(ctx context.Context, db DBTX, resource string) ([]Entry,
 
 // Reset forgets the token recorded for resource if its epoch is above epoch, and returns what it
 // forgot (ok false when nothing was above). Pass the epoch of the lock path whose holders write to
-// resource (lock.Session.LockEpoch).
+// resource (zklock.Session.LockEpoch).
 //
 // A token's epoch is the lock path's ZooKeeper creation zxid. Deleting and re-creating the path on
 // the same ensemble raises it, so holders keep passing; but an ensemble rebuilt from empty data

@@ -2,19 +2,22 @@ package lock
 
 import "errors"
 
-// Sentinel errors. Callers match them with [errors.Is]; the errors returned wrap them with the
-// path, node or token involved, and keep the underlying ZooKeeper error in the chain.
+// Sentinel errors, shared by every backend. Callers match them with [errors.Is]; the errors
+// returned wrap them with the name, node or token involved, and keep the backend's own error in
+// the chain.
 var (
-	// ErrSessionExpired: the ZooKeeper session a lock or leadership belonged to ended (expired, or
-	// declared lost after a disconnect longer than the session allows). Nothing it held is held now.
-	ErrSessionExpired = errors.New("lock: zookeeper session expired")
-	// ErrLockLost: a lock or leadership that was held is no longer held (node deleted, session lost).
+	// ErrSessionExpired: the backend session a wait or a hold belonged to ended (a ZooKeeper
+	// session expired, or was declared lost after a disconnect longer than the session allows).
+	// Nothing it held is held now; a Lock that failed with it may be tried again.
+	ErrSessionExpired = errors.New("lock: session expired")
+	// ErrLockLost: a lock or leadership that was held is no longer held (node or key deleted,
+	// lease not renewed in time, session lost).
 	ErrLockLost = errors.New("lock: lock lost")
-	// ErrNotHeld: the lock is not held by this Mutex.
+	// ErrNotHeld: the lock is not held by this Locker.
 	ErrNotHeld = errors.New("lock: not held")
 	// ErrLocked: TryLock found the lock held by someone else.
 	ErrLocked = errors.New("lock: held by another owner")
-	// ErrClosed: the Session was closed.
+	// ErrClosed: the backend's session or client was closed.
 	ErrClosed = errors.New("lock: session closed")
 	// ErrNoLeader: no candidate currently leads.
 	ErrNoLeader = errors.New("lock: no leader")
@@ -25,8 +28,4 @@ var (
 	ErrFenced = errors.New("lock: fenced")
 	// ErrInvalidOption: a constructor was given an option or argument it cannot use.
 	ErrInvalidOption = errors.New("lock: invalid option")
-	// ErrNoCredentials: [NewSession] was given no ZooKeeper credentials ([WithDigestAuth]), so the
-	// nodes it would create would be writable by anyone; [WithInsecureWorldACL] allows that
-	// explicitly. The error also matches ErrInvalidOption.
-	ErrNoCredentials = errors.New("lock: no zookeeper credentials")
 )

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Locker is a lock on one name, on any backend: ZooKeeper ([Mutex]), PostgreSQL (package
+// Locker is a lock on one name, on any backend: ZooKeeper (package lock/zklock), PostgreSQL (package
 // lock/pglock), Redis or Redlock (package lock/redislock). Every txkit component that needs
 // mutual exclusion or a leader depends on this interface and on [Elector], never on a backend.
 //
@@ -57,7 +57,7 @@ type Lease interface {
 }
 
 // Elector is one candidate in a leader election, on any backend. [NewElection] builds one on a
-// [Locker]; each backend has a constructor that does it for its own lock ([NewElector] for
+// [Locker]; each backend has a constructor that does it for its own lock (zklock.NewElector for
 // ZooKeeper).
 type Elector interface {
 	// ID returns the candidate's id.
@@ -219,7 +219,7 @@ func (e *Election) Observe(ctx context.Context) <-chan string {
 					}
 				}
 			}
-			if pause(ctx, nil, e.o.poll) != nil {
+			if pause(ctx, e.o.poll) != nil {
 				return
 			}
 		}
@@ -244,7 +244,7 @@ func (e *Election) RunWhileLeader(ctx context.Context, fn func(ctx context.Conte
 				return err
 			}
 			e.o.log.Warn("campaign failed; retrying", "path", e.name, "id", e.id, "err", err)
-			if pause(ctx, nil, 200*time.Millisecond) != nil {
+			if pause(ctx, 200*time.Millisecond) != nil {
 				return nil
 			}
 			continue

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -28,51 +27,6 @@ func instrument(t *testing.T, l lock.Locker, backend string, reg prometheus.Regi
 		t.Fatalf("Instrument: %v", err)
 	}
 	return il
-}
-
-// Two instrumented ZooKeeper mutexes on one registry count every acquisition (a reentrant one
-// too) in shared series, and the second one's wait for the first; releases are not losses.
-func TestIntegrationInstrumentZooKeeper(t *testing.T) {
-	servers, path := testenv.ZK(t), testenv.ZKRoot(t)+"/metrics"
-	reg := prometheus.NewRegistry()
-	a := instrument(t, mutex(t, session(t, servers), path), "zookeeper", reg)
-	b := instrument(t, mutex(t, session(t, servers), path), "zookeeper", reg)
-	if _, err := a.Lock(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.TryLock(t.Context()); err != nil { // reentrant
-		t.Fatal(err)
-	}
-	started := make(chan struct{})
-	got := make(chan error, 1)
-	go func() {
-		close(started)
-		_, err := b.Lock(t.Context())
-		got <- err
-	}()
-	<-started
-	const hold = 300 * time.Millisecond
-	time.Sleep(hold) // the wait being measured, not an ordering: b waits at least this long
-	for range 2 {
-		if err := a.Unlock(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := <-got; err != nil {
-		t.Fatalf("b.Lock: %v", err)
-	}
-	if err := b.Unlock(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if got := obstest.Value(t, reg, "txkit_lock_acquisitions_total", "backend", "zookeeper"); got != 3 {
-		t.Fatalf("acquisitions = %v, want 3", got)
-	}
-	if sum, n := obstest.Histogram(t, reg, "txkit_lock_wait_seconds", "backend", "zookeeper"); n != 3 || sum < (hold-50*time.Millisecond).Seconds() {
-		t.Fatalf("wait histogram: %d samples, %.3fs in all; want 3 and b's wait of at least %v", n, sum, hold)
-	}
-	if got := obstest.Value(t, reg, "txkit_lock_session_losses_total", "backend", "zookeeper"); got != 0 {
-		t.Fatalf("session losses = %v after releases, want 0", got)
-	}
 }
 
 // A pglock lease whose connection is cut is lost before its Unlock: it counts as a loss.
@@ -139,16 +93,18 @@ func TestIntegrationInstrumentPostgresLeaseLost(t *testing.T) {
 
 // An election counts the terms it wins, once per term however many components join it, and
 // shows 1 while it leads; resigning brings the gauge back to 0. The backends' constructors pass
-// the option on.
+// the option on (lock/zklock tests NewElector's).
 func TestIntegrationElectionMetrics(t *testing.T) {
-	path := testenv.ZKRoot(t) + "/leader"
 	reg := prometheus.NewRegistry()
-	el, err := lock.NewElector(session(t, testenv.ZK(t)), path, "a", lock.WithElectionRegisterer(reg))
+	c := pgClient(t)
+	el, err := c.NewElector("pg-leader", "a", lock.WithElectionRegisterer(reg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	isLeader := func() float64 { return obstest.Value(t, reg, "txkit_lock_is_leader", "election", path) }
-	changes := func() float64 { return obstest.Value(t, reg, "txkit_lock_leadership_changes_total", "election", path) }
+	isLeader := func() float64 { return obstest.Value(t, reg, "txkit_lock_is_leader", "election", "pg-leader") }
+	changes := func() float64 {
+		return obstest.Value(t, reg, "txkit_lock_leadership_changes_total", "election", "pg-leader")
+	}
 	if n, err := testutil.GatherAndCount(reg, "txkit_lock_is_leader"); err != nil || n != 1 || isLeader() != 0 {
 		t.Fatalf("before the campaign: %d is_leader series (%v), value %v; want one at 0", n, err, isLeader())
 	}
@@ -173,9 +129,12 @@ func TestIntegrationElectionMetrics(t *testing.T) {
 	if changes() != 1 {
 		t.Fatalf("changes = %v after resigning, want 1", changes())
 	}
+}
 
-	// PostgreSQL: the option reaches the Election through pglock's constructor.
-	c, err := pglock.New(testenv.PG(t).Pool)
+// pgClient returns a pglock client on the test's own schema, migrated, closed when the test ends.
+func pgClient(t *testing.T) *pglock.Client {
+	t.Helper()
+	c, err := pglock.New(testenv.PG(t).Pool, pglock.WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,20 +142,7 @@ func TestIntegrationElectionMetrics(t *testing.T) {
 	if err := c.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	pel, err := c.NewElector("pg-leader", "b", lock.WithElectionRegisterer(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl, err := pel.Campaign(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := obstest.Value(t, reg, "txkit_lock_is_leader", "election", "pg-leader"); got != 1 {
-		t.Fatalf("pglock election is_leader = %v, want 1", got)
-	}
-	if err := pl.Resign(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	return c
 }
 
 // Bad arguments and a clashing registry fail with ErrInvalidOption.
@@ -204,7 +150,10 @@ func TestIntegrationInstrumentRefuses(t *testing.T) {
 	if _, err := lock.Instrument(nil, "zookeeper", nil); !errors.Is(err, lock.ErrInvalidOption) {
 		t.Fatalf("Instrument(nil) = %v, want ErrInvalidOption", err)
 	}
-	l := mutex(t, session(t, testenv.ZK(t)), testenv.ZKRoot(t)+"/refused")
+	l, err := pgClient(t).NewMutex("refused")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := lock.Instrument(l, "etcd", nil); !errors.Is(err, lock.ErrInvalidOption) {
 		t.Fatalf("Instrument(backend etcd) = %v, want ErrInvalidOption", err)
 	}
@@ -220,22 +169,28 @@ func TestIntegrationInstrumentRefuses(t *testing.T) {
 	}
 }
 
-// Instrument a ZooKeeper mutex and an election, on the service's own registry.
+// Instrument a PostgreSQL mutex and an election, on the service's own registry (every backend's
+// Locker and elector are instrumented the same way).
 func ExampleInstrument() {
 	ctx := context.Background()
-	sess, err := lock.NewSession(ctx, exampleServers(), lock.WithSessionTimeout(5*time.Second), exampleAuth())
+	pool, schemas, done, ok := testenv.ExampleDB(ctx, "lock_example_")
+	if !ok {
+		return
+	}
+	defer done()
+	c, err := pglock.New(pool, pglock.WithSchema(schemas[0]))
+	if err == nil {
+		err = c.Migrate(ctx)
+	}
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer sess.Close()
-	root := "/txkit-example/" + uuid.NewString()
-	defer deleteAll(sess, root+"/lock")
-	defer deleteAll(sess, root+"/leader")
+	defer c.Close()
 
 	reg := prometheus.NewRegistry() // served on /metrics with promhttp.HandlerFor(reg, ...)
-	m, _ := lock.NewMutex(sess, root+"/lock")
-	l, err := lock.Instrument(m, "zookeeper", reg)
+	m, _ := c.NewMutex("orders/lock")
+	l, err := lock.Instrument(m, "postgres", reg)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -246,7 +201,7 @@ func ExampleInstrument() {
 	}
 	_ = l.Unlock(ctx)
 
-	el, _ := lock.NewElector(sess, root+"/leader", "host-1", lock.WithElectionRegisterer(reg))
+	el, _ := c.NewElector("orders/leader", "host-1", lock.WithElectionRegisterer(reg))
 	lead, err := el.Campaign(ctx)
 	if err != nil {
 		fmt.Println(err)

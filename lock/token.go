@@ -6,28 +6,18 @@ import (
 	"strings"
 )
 
-// Token is a fencing token: it increases strictly from one holder of a lock path to the next, so
-// a store can refuse writes from a deposed holder (see package fence).
-//
-// A token is the pair (Epoch, Seq): Epoch is the czxid of the lock path's parent node — the zxid
-// of the transaction that created it, which ZooKeeper makes monotonic across the whole ensemble —
-// and Seq is the sequence number of the holder's node under it. The bare sequence number is not
-// enough: it restarts at 0 when the parent node is deleted and created again, but the new parent's
-// czxid is larger than the old one's. Both come from the children listing that the lock recipe
-// does anyway, so the token costs no extra round trip.
+// Token is a fencing token: it increases strictly from one holder of a lock to the next, so a
+// store can refuse writes from a deposed holder (see package fence). Each backend mints its
+// tokens in its own way, and says how in its package doc (lock/zklock: the lock path's creation
+// zxid and the holder's node sequence; lock/pglock and lock/redislock: a counter in Seq, Epoch 0).
+// Tokens of different backends are not comparable, and a server rebuilt from empty data starts
+// low again: reset the fence's entries then (`txkit fence reset`).
 //
 // Tokens compare lexicographically: first Epoch, then Seq. The zero Token is lower than every
 // token a lock hands out.
-//
-// The epoch is the lock path's ZooKeeper creation id, so it belongs to the ensemble. An ensemble
-// rebuilt from empty data (a new cluster, lost data directories) numbers its transactions from
-// zero again: every token it hands out is below the ones package fence recorded from the old ensemble,
-// and every holder is fenced until the fence's entries are reset (fence.Fence.Reset; operators run
-// `txkit fence reset -resource R -path P`). Deleting and re-creating a lock path on the same
-// ensemble is harmless: the new path's epoch is higher.
 type Token struct {
-	Epoch int64 // czxid of the lock path node
-	Seq   int64 // sequence number of the holder's node
+	Epoch int64 // the generation of the lock's counter (0 where the backend has one counter)
+	Seq   int64 // the holder's number within the epoch
 }
 
 // Compare returns -1, 0 or +1 as t is lower than, equal to or higher than u.

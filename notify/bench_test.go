@@ -19,6 +19,7 @@ import (
 	"github.com/txkit/txkit/bench/cpustat"
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/notify"
 )
 
@@ -77,7 +78,7 @@ func benchDeliver(b *testing.B, h http.Handler) {
 	pg := testenv.PG(b)
 	n, err := notify.New(pg.Pool, []notify.Receiver{{Name: "r", URL: srv.URL, Secrets: []string{secret}, Echo: "success", Concurrency: conc}},
 		notify.WithSchema(pg.Name), notify.WithLogger(testenv.Logger(b)), notify.WithHTTPClient(client), notify.WithPlainHTTP(),
-		notify.WithElector(testenv.Elector(b, testenv.ZKRoot(b)+"/bench", "a")), notify.WithBatch(500))
+		notify.WithElector(zkenv.Elector(b, testenv.ZKRoot(b)+"/bench", "a")), notify.WithBatch(500))
 	if err != nil {
 		b.Fatal(err)
 	}

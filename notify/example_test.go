@@ -18,6 +18,7 @@ import (
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/notify"
 )
 
@@ -132,7 +133,7 @@ func ExampleWithPartitions() {
 	// Two instances, as two processes would run them: a ZooKeeper session and a Notifier each.
 	var first *notify.Notifier
 	var runs sync.WaitGroup
-	var sessions []*lock.Session
+	var sessions []*zklock.Session
 	defer func() { // stop the instances, then delete the elections' nodes and close the sessions
 		cancel()
 		runs.Wait()
@@ -144,14 +145,14 @@ func ExampleWithPartitions() {
 		}
 	}()
 	for _, id := range []string{"instance-a", "instance-b"} {
-		sess, err := lock.NewSession(ctx, strings.Split(zkServers, ","), lock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
+		sess, err := zklock.NewSession(ctx, strings.Split(zkServers, ","), zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
 		if err != nil {
 			fmt.Println(err)
 			return
 		}
 		sessions = append(sessions, sess)
 		n, err := notify.New(pool, receivers, notify.WithSchema(name), notify.WithPlainHTTP(),
-			notify.WithPartitions(2, func(p int) (lock.Elector, error) { return lock.NewElector(sess, paths[p], id) },
+			notify.WithPartitions(2, func(p int) (lock.Elector, error) { return zklock.NewElector(sess, paths[p], id) },
 				notify.ContenderCount(sess.Inspector(), paths...)))
 		if err != nil {
 			fmt.Println(err)

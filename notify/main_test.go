@@ -18,7 +18,8 @@ import (
 
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testkit/testenv"
-	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/notify"
 )
 
@@ -48,12 +49,12 @@ func child() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	s, err := lock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), lock.WithSessionTimeout(3*time.Second), lock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
+	s, err := zklock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), zklock.WithSessionTimeout(3*time.Second), zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	el, err := lock.NewElector(s, os.Getenv(childPath), "child")
+	el, err := zklock.NewElector(s, os.Getenv(childPath), "child")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -158,7 +159,7 @@ func (w *world) notifier(rcvs []notify.Receiver, opts ...notify.Option) *notify.
 
 // running returns a notifier that delivers (Run, as a candidate called id) until the test ends.
 func (w *world) running(id string, rcvs []notify.Receiver, opts ...notify.Option) *notify.Notifier {
-	n := w.notifier(rcvs, append([]notify.Option{notify.WithElector(testenv.Elector(w.t, w.path, id))}, opts...)...)
+	n := w.notifier(rcvs, append([]notify.Option{notify.WithElector(zkenv.Elector(w.t, w.path, id))}, opts...)...)
 	testenv.Run(w.t, n.Run)
 	return n
 }

@@ -19,7 +19,8 @@ import (
 
 	"github.com/txkit/txkit/internal/obs/obstest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
-	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/notify"
 )
 
@@ -70,7 +71,7 @@ func TestIntegrationMetricsDeliveries(t *testing.T) {
 	t.Cleanup(busy.Close)
 	n := w.notifier(w.receivers(notify.Receiver{Name: "broken", URL: broken.URL, Secrets: []string{secret}},
 		notify.Receiver{Name: "busy", URL: busy.URL, Secrets: []string{secret}, Concurrency: 1}),
-		notify.WithElector(testenv.Elector(t, w.path, "a")), notify.WithRegisterer(reg), notify.WithTick("@every 100ms"))
+		notify.WithElector(zkenv.Elector(t, w.path, "a")), notify.WithRegisterer(reg), notify.WithTick("@every 100ms"))
 	stop := runUntil(t, n)
 
 	ok1, ok2 := w.enqueue(n, "shop", "m1", 1), w.enqueue(n, "shop", "m2", 1)
@@ -121,7 +122,7 @@ func TestIntegrationMetricsCircuitBoundedReceivers(t *testing.T) {
 	broken := failing(t, http.StatusServiceUnavailable)
 	rcvs := w.receivers(notify.Receiver{Name: "broken1", URL: broken.URL, Secrets: []string{secret}, Concurrency: 1},
 		notify.Receiver{Name: "broken2", URL: broken.URL, Secrets: []string{secret}, Concurrency: 1})
-	n := w.notifier(rcvs, notify.WithElector(testenv.Elector(t, w.path, "a")), notify.WithRegisterer(reg),
+	n := w.notifier(rcvs, notify.WithElector(zkenv.Elector(t, w.path, "a")), notify.WithRegisterer(reg),
 		notify.WithMetricReceivers(2), notify.WithBreaker(2, time.Hour))
 	// shop and broken1 are the first two: series of their own; broken2 is "other".
 	if got, err := testutil.GatherAndCount(reg, "txkit_notify_circuit_open"); err != nil || got != 3 {
@@ -168,7 +169,7 @@ func TestIntegrationMetricsRegistry(t *testing.T) {
 	a := w.running("a", w.receivers(), notify.WithRegisterer(reg))
 	other := testenv.PG(t)
 	b, err := notify.New(other.Pool, w.receivers(), notify.WithSchema(other.Name), notify.WithPlainHTTP(), notify.WithRegisterer(reg),
-		notify.WithElector(testenv.Elector(t, testenv.ZKRoot(t)+"/other", "b")))
+		notify.WithElector(zkenv.Elector(t, testenv.ZKRoot(t)+"/other", "b")))
 	if err != nil {
 		t.Fatalf("a second notifier on the registry: %v", err)
 	}
@@ -202,14 +203,14 @@ func ExampleWithRegisterer() {
 	}
 	defer done()
 	schema := schemas[0]
-	sess, err := lock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), lock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
+	sess, err := zklock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer sess.Close()
 	path := "/txkit-example/" + schema
-	el, _ := lock.NewElector(sess, path+"/notify", "host-1")
+	el, _ := zklock.NewElector(sess, path+"/notify", "host-1")
 	shop := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { _, _ = rw.Write([]byte("success")) }))
 	defer shop.Close()
 

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/notify"
 )
 
@@ -271,7 +272,7 @@ func TestIntegrationLeaderLostMidDelivery(t *testing.T) {
 		}
 		return false
 	})
-	first := w.notifier(w.receivers(), notify.WithElector(testenv.Elector(t, w.path, "first")))
+	first := w.notifier(w.receivers(), notify.WithElector(zkenv.Elector(t, w.path, "first")))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- first.Run(ctx) }()

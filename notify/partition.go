@@ -15,7 +15,7 @@ import (
 // WithPartitions splits delivery into parts partitions (1..1024) by a hash of the receiver's
 // name, each with its own election and fencing token, so that N notifier instances share the
 // receivers: electors returns this instance's candidate in partition p's election (an election
-// per partition, such as lock.NewElector(sess, fmt.Sprintf("/txkit/notify/p%d", p), instanceID)),
+// per partition, such as zklock.NewElector(sess, fmt.Sprintf("/txkit/notify/p%d", p), instanceID)),
 // and count, when not nil, returns how many instances are live ([ContenderCount] for ZooKeeper).
 // Each instance then leads at most ceil(parts/N) partitions and gives up the rest, each once the
 // posts it has in flight are recorded (so that none is posted twice); when an

@@ -18,7 +18,9 @@ import (
 
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/notify"
 )
 
@@ -44,7 +46,7 @@ func partReceivers(url string, n int) []notify.Receiver {
 }
 
 func partWorker(ctx context.Context, c partWorkerConfig) error {
-	log, pool, sess, closeConns, err := testenv.WorkerConns(ctx, c.PG, c.SessionTimeout)
+	log, pool, sess, closeConns, err := zkenv.WorkerConns(ctx, c.PG, c.SessionTimeout)
 	if err != nil {
 		return err
 	}
@@ -58,7 +60,7 @@ func partWorker(ctx context.Context, c partWorkerConfig) error {
 	n, err := notify.New(pool, partReceivers(c.URL, c.Receivers), notify.WithSchema(c.Schema), notify.WithPlainHTTP(),
 		notify.WithLogger(log), notify.WithCallTimeout(2*time.Second), notify.WithTick("@every 100ms"),
 		notify.WithSchedule([]time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}, 0.1),
-		notify.WithPartitions(c.Parts, func(p int) (lock.Elector, error) { return lock.NewElector(sess, path(p), id) },
+		notify.WithPartitions(c.Parts, func(p int) (lock.Elector, error) { return zklock.NewElector(sess, path(p), id) },
 			notify.ContenderCount(sess.Inspector(), paths...)))
 	if err != nil {
 		return err
@@ -185,7 +187,7 @@ func TestIntegrationNotifyPartitionsRefusedWhenChanged(t *testing.T) {
 	w := newWorld(t)
 	ctx := t.Context()
 	electors := func(base string) func(p int) (lock.Elector, error) {
-		return func(p int) (lock.Elector, error) { return testenv.Elector(t, base+"/p"+strconv.Itoa(p), "a"), nil }
+		return func(p int) (lock.Elector, error) { return zkenv.Elector(t, base+"/p"+strconv.Itoa(p), "a"), nil }
 	}
 	first := w.notifier(w.receivers(), notify.WithPartitions(3, electors(w.path+"/3"), nil))
 	testenv.Run(t, first.Run)
@@ -238,10 +240,10 @@ func TestIntegrationNotifyHandOverRecordsFirst(t *testing.T) {
 		paths = append(paths, election+"/p"+strconv.Itoa(p))
 	}
 	instance := func(id string) *notify.Notifier {
-		sess := testenv.Session(t)
+		sess := zkenv.Session(t)
 		n, err := notify.New(sender.Pool, partReceivers(srv.URL, receivers), notify.WithSchema(sender.Name), notify.WithPlainHTTP(),
 			notify.WithLogger(testenv.Logger(t).With("notifier", id)), notify.WithTick("@every 100ms"),
-			notify.WithPartitions(parts, func(p int) (lock.Elector, error) { return lock.NewElector(sess, paths[p], id) },
+			notify.WithPartitions(parts, func(p int) (lock.Elector, error) { return zklock.NewElector(sess, paths[p], id) },
 				notify.ContenderCount(sess.Inspector(), paths...)))
 		if err != nil {
 			t.Fatal(err)
@@ -283,11 +285,11 @@ func TestIntegrationNotifyHandOverRecordsFirst(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool { return posted() >= 200 },
 		"notifier a to post under load")
 	instance("b")
-	observer := testenv.Session(t)
+	observer := zkenv.Session(t)
 	led := func() map[string]int { // partitions per leader id, from the elections
 		out := map[string]int{}
 		for _, path := range paths {
-			el, err := lock.NewElector(observer, path, "observer") // never campaigns
+			el, err := zklock.NewElector(observer, path, "observer") // never campaigns
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -24,6 +24,7 @@ import (
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/tracelog"
 )
@@ -83,7 +84,7 @@ func TestIntegrationTraceDeliveryAttempts(t *testing.T) {
 		return true
 	})
 	logs := &coretest.LogBuffer{}
-	n := w.notifier(w.receivers(), notify.WithTracerProvider(tp), notify.WithElector(testenv.Elector(t, w.path, "a")),
+	n := w.notifier(w.receivers(), notify.WithTracerProvider(tp), notify.WithElector(zkenv.Elector(t, w.path, "a")),
 		notify.WithLogger(slog.New(tracelog.Handler(slog.NewJSONHandler(logs, nil)))))
 	// An existing deployment, older than tracing and than the record of the schema's versions: its
 	// table has no trace_context column; Migrate adds it.

@@ -18,7 +18,8 @@ import (
 
 	"github.com/txkit/txkit/internal/testkit/mqtest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
-	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/outbox"
 )
 
@@ -196,12 +197,12 @@ func BenchmarkRelay(b *testing.B) {
 	drain := func(b *testing.B, ob *outbox.Outbox, pool *pgxpool.Pool, n int, opts ...outbox.RelayOption) (float64, outbox.Stats) {
 		ctx := context.Background()
 		load(b, pool, ob, topic, keys, body, n)
-		sess, err := lock.NewSession(ctx, zkServers, testenv.ZKAuth(b))
+		sess, err := zklock.NewSession(ctx, zkServers, zkenv.Auth(b))
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer sess.Close()
-		el, err := lock.NewElector(sess, testenv.ZKRoot(b)+"/relay", "bench")
+		el, err := zklock.NewElector(sess, testenv.ZKRoot(b)+"/relay", "bench")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -23,7 +23,9 @@ import (
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testkit/mqtest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/rocketmq"
 )
@@ -68,8 +70,8 @@ func relayWorker(ctx context.Context, c relayWorkerConfig) error {
 		return err
 	}
 	defer pool.Close()
-	sess, err := lock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","),
-		lock.WithSessionTimeout(c.SessionTimeout), lock.WithLogger(log), lock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
+	sess, err := zklock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","),
+		zklock.WithSessionTimeout(c.SessionTimeout), zklock.WithLogger(log), zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
 	if err != nil {
 		return err
 	}
@@ -85,10 +87,10 @@ func relayWorker(ctx context.Context, c relayWorkerConfig) error {
 	if c.Partitions > 0 {
 		obOpts = append(obOpts, outbox.WithPartitions(c.Partitions))
 		paths := partitionElections(c.Election, c.Partitions)
-		opts = append(opts, outbox.WithElectors(func(p int) (lock.Elector, error) { return lock.NewElector(sess, paths[p], id) }),
+		opts = append(opts, outbox.WithElectors(func(p int) (lock.Elector, error) { return zklock.NewElector(sess, paths[p], id) }),
 			outbox.WithBalance(sess.Inspector(), paths...))
 	} else {
-		el, err := lock.NewElector(sess, c.Election, id)
+		el, err := zklock.NewElector(sess, c.Election, id)
 		if err != nil {
 			return err
 		}
@@ -283,13 +285,13 @@ func TestIntegrationKeyOrderAcrossRelayFailover(t *testing.T) {
 		procs[p.pid] = p
 	}
 	obsCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	sess, err := lock.NewSession(obsCtx, zkServers, lock.WithSessionTimeout(sessionTimeout), testenv.ZKAuth(t))
+	sess, err := zklock.NewSession(obsCtx, zkServers, zklock.WithSessionTimeout(sessionTimeout), zkenv.Auth(t))
 	cancel()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sess.Close() })
-	observer, err := lock.NewElector(sess, election, "observer") // never campaigns
+	observer, err := zklock.NewElector(sess, election, "observer") // never campaigns
 	if err != nil {
 		t.Fatal(err)
 	}

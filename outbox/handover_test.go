@@ -13,7 +13,9 @@ import (
 
 	"github.com/txkit/txkit/internal/testkit/mqtest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/outbox"
 )
 
@@ -54,9 +56,9 @@ func TestIntegrationRelayHandOverRecordsFirst(t *testing.T) {
 	paths := partitionElections(testenv.ZKRoot(t)+"/relay", parts)
 	pub := &countingPublisher{next: mqtest.Publisher(t), n: map[uuid.UUID]int{}}
 	relay := func(id string) *outbox.Relay {
-		sess := testenv.Session(t)
+		sess := zkenv.Session(t)
 		r, err := outbox.NewRelay(ob, pub, outbox.WithBatchSize(16), outbox.WithLogger(testenv.Logger(t).With("relay", id)),
-			outbox.WithElectors(func(p int) (lock.Elector, error) { return lock.NewElector(sess, paths[p], id) }),
+			outbox.WithElectors(func(p int) (lock.Elector, error) { return zklock.NewElector(sess, paths[p], id) }),
 			outbox.WithBalance(sess.Inspector(), paths...))
 		if err != nil {
 			t.Fatal(err)

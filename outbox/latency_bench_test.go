@@ -14,7 +14,8 @@ import (
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testkit/mqtest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
-	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/rocketmq"
 )
@@ -93,13 +94,13 @@ func endToEndLatency(b *testing.B, notify bool) {
 
 	// The relay, in this process.
 	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	sess, err := lock.NewSession(sctx, testenv.ZK(b), testenv.ZKAuth(b))
+	sess, err := zklock.NewSession(sctx, testenv.ZK(b), zkenv.Auth(b))
 	cancel()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = sess.Close() })
-	el, err := lock.NewElector(sess, testenv.ZKRoot(b)+"/relay", "bench")
+	el, err := zklock.NewElector(sess, testenv.ZKRoot(b)+"/relay", "bench")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -268,7 +268,7 @@ func WithMaxInFlight(n int) RelayOption { return func(o *relayOptions) { o.inFli
 
 // WithElectors sets the elections of a partitioned outbox's relay ([WithPartitions]): el(p) is
 // this process's candidate in partition p's election (0 ≤ p < partitions), such as
-// lock.NewElector(sess, fmt.Sprintf("/orders/outbox-relay/p%d", p), hostname). Each partition
+// zklock.NewElector(sess, fmt.Sprintf("/orders/outbox-relay/p%d", p), hostname). Each partition
 // needs an election of its own, the same in every process; the relay drains partition p, under
 // its own fencing token (fence resource "outbox:<table>/p<p>"), while it leads p. [NewRelay]
 // calls el once per partition. Without [WithBalance] a process leads every partition it wins.

@@ -15,7 +15,9 @@ import (
 
 	"github.com/txkit/txkit/internal/testkit/mqtest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/outbox"
 )
 
@@ -67,7 +69,7 @@ func TestIntegrationPartitionedRelayFailover(t *testing.T) {
 		start()
 	}
 	obsCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	sess, err := lock.NewSession(obsCtx, testenv.ZK(t), lock.WithSessionTimeout(sessionTimeout), testenv.ZKAuth(t))
+	sess, err := zklock.NewSession(obsCtx, testenv.ZK(t), zklock.WithSessionTimeout(sessionTimeout), zkenv.Auth(t))
 	cancel()
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +77,7 @@ func TestIntegrationPartitionedRelayFailover(t *testing.T) {
 	t.Cleanup(func() { _ = sess.Close() })
 	observers := make([]lock.Elector, parts) // never campaign
 	for p := range observers {
-		if observers[p], err = lock.NewElector(sess, paths[p], "observer"); err != nil {
+		if observers[p], err = zklock.NewElector(sess, paths[p], "observer"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -273,14 +275,14 @@ func TestIntegrationPartitionCount(t *testing.T) {
 	if after, _, _ := ob.Backlog(ctx, pg.Pool); after != before {
 		t.Fatalf("refused Enqueue wrote: %d pending, want %d", after, before)
 	}
-	sess, err := lock.NewSession(ctx, testenv.ZK(t), testenv.ZKAuth(t))
+	sess, err := zklock.NewSession(ctx, testenv.ZK(t), zkenv.Auth(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sess.Close() })
 	paths := partitionElections(testenv.ZKRoot(t)+"/relay", 4)
 	r, err := outbox.NewRelay(other, mqtest.Publisher(t), outbox.WithElectors(func(p int) (lock.Elector, error) {
-		return lock.NewElector(sess, paths[p], "r")
+		return zklock.NewElector(sess, paths[p], "r")
 	}))
 	if err != nil {
 		t.Fatal(err)

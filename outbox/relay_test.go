@@ -18,7 +18,9 @@ import (
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/testkit/mqtest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/outbox"
 )
 
@@ -123,12 +125,12 @@ func (e *relayEnv) relay(t *testing.T, id string, pub outbox.Publisher, opts ...
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	sess, err := lock.NewSession(ctx, e.zk, lock.WithSessionTimeout(4*time.Second), testenv.ZKAuth(t))
+	sess, err := zklock.NewSession(ctx, e.zk, zklock.WithSessionTimeout(4*time.Second), zkenv.Auth(t))
 	if err != nil {
-		t.Fatalf("lock.NewSession: %v", err)
+		t.Fatalf("zklock.NewSession: %v", err)
 	}
 	t.Cleanup(func() { _ = sess.Close() })
-	el, err := lock.NewElector(sess, e.path, id)
+	el, err := zklock.NewElector(sess, e.path, id)
 	if err != nil {
 		t.Fatal(err)
 	}

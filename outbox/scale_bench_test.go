@@ -13,7 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/outbox"
 )
 
@@ -68,14 +70,14 @@ func relayScaleOut(b *testing.B, parts, relays int) {
 		procs = append(procs, startRelayWorker(b, cfg))
 	}
 	// Wait until every partition is led by a worker and none leads more than its share.
-	sess, err := lock.NewSession(ctx, testenv.ZK(b), lock.WithSessionTimeout(sessionTimeout), testenv.ZKAuth(b))
+	sess, err := zklock.NewSession(ctx, testenv.ZK(b), zklock.WithSessionTimeout(sessionTimeout), zkenv.Auth(b))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = sess.Close() })
 	observers := make([]lock.Elector, len(paths))
 	for p := range paths {
-		if observers[p], err = lock.NewElector(sess, paths[p], "observer"); err != nil {
+		if observers[p], err = zklock.NewElector(sess, paths[p], "observer"); err != nil {
 			b.Fatal(err)
 		}
 	}

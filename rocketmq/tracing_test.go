@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/message"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/rocketmq"
@@ -54,7 +55,7 @@ func TestIntegrationTraceOutboxToConsumer(t *testing.T) {
 	request := span.SpanContext()
 
 	pub := newPublisher(t, e, rocketmq.WithTracerProvider(tp))
-	relay, err := outbox.NewRelay(ob, pub, outbox.WithElector(testenv.Elector(t, testenv.ZKRoot(t)+"/relay", "r1")),
+	relay, err := outbox.NewRelay(ob, pub, outbox.WithElector(zkenv.Elector(t, testenv.ZKRoot(t)+"/relay", "r1")),
 		outbox.WithTracerProvider(tp), outbox.WithSchedule("@every 100ms"), outbox.WithLogger(e.log))
 	if err != nil {
 		t.Fatal(err)

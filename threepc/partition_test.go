@@ -12,6 +12,7 @@ import (
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testkit/tcpproxy"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/threepc"
 )
@@ -33,7 +34,7 @@ func partitionTrials(t *testing.T, mode participant.Termination, trials int) int
 	opts := coretest.Options(t, w.Log.Name, threepc.WithCanCommitTimeout(500*time.Millisecond), threepc.WithPreCommitTimeout(time.Second),
 		threepc.WithParticipantTimeout(participantTimeout), coordinator.WithDefaultTimeout(6*time.Second),
 		coordinator.WithCallTimeout(time.Second), coordinator.WithLease(200*time.Millisecond),
-		coordinator.WithBackoff(100*time.Millisecond, 500*time.Millisecond), coordinator.WithElector(testenv.Elector(t, w.Path, "leader")))
+		coordinator.WithBackoff(100*time.Millisecond, 500*time.Millisecond), coordinator.WithElector(zkenv.Elector(t, w.Path, "leader")))
 	c, err := threepc.New(w.Log.Pool, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/threepc"
 )
@@ -190,7 +191,7 @@ func TestIntegrationKilledAfterPreCommitTextbook(t *testing.T) {
 // abort and both roll back; the transfer never happened, in the data and in the log.
 func TestIntegrationKilledAfterPreCommitConsultLog(t *testing.T) {
 	w := newWorld(t)
-	c := w.coordinator(coordinator.WithElector(testenv.Elector(t, w.Path, "leader")), coordinator.WithLease(200*time.Millisecond))
+	c := w.coordinator(coordinator.WithElector(zkenv.Elector(t, w.Path, "leader")), coordinator.WithLease(200*time.Millisecond))
 	w.killedStarter("killed-consult", threepc.PhasePreCommitted)
 	agents := w.agents(c)
 	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool { return len(w.Prepared(t.Context())) == 0 },
@@ -212,7 +213,7 @@ func TestIntegrationKilledAfterPreCommitConsultLog(t *testing.T) {
 // Killed after the decision: consult-log agents commit by the log's decision.
 func TestIntegrationKilledAfterDecisionConsultLog(t *testing.T) {
 	w := newWorld(t)
-	c := w.coordinator(coordinator.WithElector(testenv.Elector(t, w.Path, "leader")), coordinator.WithLease(200*time.Millisecond))
+	c := w.coordinator(coordinator.WithElector(zkenv.Elector(t, w.Path, "leader")), coordinator.WithLease(200*time.Millisecond))
 	w.killedStarter("killed-decided", threepc.PhaseDecided)
 	agents := w.agents(c)
 	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool { return len(w.Prepared(t.Context())) == 0 },

@@ -10,6 +10,7 @@ import (
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/prepared/preparedtest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/twopc"
 )
@@ -73,7 +74,7 @@ func (b *bank) pool(s *testenv.Schema, maxConns int32, config func(*pgxpool.Conf
 }
 
 // elector returns a candidate in the test's election, on a session of its own.
-func (b *bank) elector(id string) lock.Elector { return testenv.Elector(b.T, b.Path, id) }
+func (b *bank) elector(id string) lock.Elector { return zkenv.Elector(b.T, b.Path, id) }
 
 // run runs c.Run until the test ends, then waits for it and reports its error.
 func run(t *testing.T, c *twopc.Coordinator) { testenv.Run(t, c.Run) }

@@ -27,7 +27,8 @@ import (
 	"github.com/txkit/txkit/admin/console"
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testkit/testenv"
-	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/rocketmq"
@@ -152,7 +153,7 @@ func (failingPublisher) Publish(context.Context, outbox.Message) error {
 // relayOn returns a relay of ob publishing through pub under an election at path, as id.
 func relayOn(t *testing.T, ob *outbox.Outbox, pub outbox.Publisher, path, id string, opts ...outbox.RelayOption) *outbox.Relay {
 	t.Helper()
-	r, err := outbox.NewRelay(ob, pub, append([]outbox.RelayOption{outbox.WithElector(testenv.Elector(t, path, id))}, opts...)...)
+	r, err := outbox.NewRelay(ob, pub, append([]outbox.RelayOption{outbox.WithElector(zkenv.Elector(t, path, id))}, opts...)...)
 	must(t, err, "outbox.NewRelay")
 	return r
 }
@@ -179,7 +180,7 @@ func notifier(t *testing.T, svc *tccOrder, down *atomic.Bool) *notify.Notifier {
 	t.Cleanup(shop.Close)
 	n, err := notify.New(svc.Pool, []notify.Receiver{{Name: "shop", URL: shop.URL, Secrets: []string{secret}}},
 		notify.WithSchema(svc.Schema), notify.WithPlainHTTP(), notify.WithSchedule([]time.Duration{}, 0),
-		notify.WithTick("@every 100ms"), notify.WithElector(testenv.Elector(t, svc.Root+"/notify", "notifier-1")))
+		notify.WithTick("@every 100ms"), notify.WithElector(zkenv.Elector(t, svc.Root+"/notify", "notifier-1")))
 	must(t, err, "notify.New")
 	must(t, n.Migrate(t.Context()), "notify Migrate")
 	testenv.Run(t, n.Run)
@@ -243,8 +244,8 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	testenv.Run(t, func(context.Context) error { return first.Run(firstCtx) }) // until stopFirst (it resigns)
 	t.Cleanup(stopFirst)
 
-	sess, err := lock.NewSession(ctx, testenv.ZK(t), testenv.ZKAuth(t))
-	must(t, err, "lock.NewSession")
+	sess, err := zklock.NewSession(ctx, testenv.ZK(t), zkenv.Auth(t))
+	must(t, err, "zklock.NewSession")
 	t.Cleanup(func() { _ = sess.Close() })
 	token := "console-browser-" + strings.ReplaceAll(uuid.NewString(), "-", "")
 	a, err := admin.New(svc.Pool, admin.WithSchema(svc.Schema), admin.WithTokens(map[string]string{"browser-test": token}),

@@ -28,6 +28,7 @@ import (
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testkit/mqtest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock/pglock"
 	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/outbox"
@@ -553,7 +554,7 @@ func relayRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool
 	topic := testenv.Topic(b)
 	w := concbench.NewWaiters()
 	consumerFor(b, pub, pool, store, topic, w, nil)
-	r, err := outbox.NewRelay(ob, pub, outbox.WithElector(testenv.Elector(b, testenv.ZKRoot(b)+"/relay", "bench")), outbox.WithLogger(testenv.Logger(b)))
+	r, err := outbox.NewRelay(ob, pub, outbox.WithElector(zkenv.Elector(b, testenv.ZKRoot(b)+"/relay", "bench")), outbox.WithLogger(testenv.Logger(b)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -697,7 +698,7 @@ func notifyRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, boo
 	b.Cleanup(client.CloseIdleConnections)
 	n, err := notify.New(pool, []notify.Receiver{{Name: "r", URL: srv.URL, Secrets: []string{secret}, Echo: "success", Concurrency: maxClients}},
 		notify.WithSchema(s.Name), notify.WithLogger(testenv.Logger(b)), notify.WithHTTPClient(client), notify.WithPlainHTTP(),
-		notify.WithElector(testenv.Elector(b, testenv.ZKRoot(b)+"/notify", "a")))
+		notify.WithElector(zkenv.Elector(b, testenv.ZKRoot(b)+"/notify", "a")))
 	if err != nil {
 		b.Fatal(err)
 	}

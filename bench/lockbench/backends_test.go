@@ -16,6 +16,7 @@ import (
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/pglock"
 	"github.com/txkit/txkit/lock/redislock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // expiry is how long a dead holder blocks the next one on every backend: the ZooKeeper session
@@ -62,7 +63,7 @@ type contender struct {
 // counter counts a contender's round trips to its server and, of those, the ones that write.
 type counter struct {
 	rtt, writes atomic.Int64
-	zk          *lock.Session // ZooKeeper counts in the Session's Stats
+	zk          *zklock.Session // ZooKeeper counts in the Session's Stats
 }
 
 // snapshot returns the counts so far; wakeups (watch notifications that woke a waiting Lock) only
@@ -80,15 +81,15 @@ func newContender(ctx context.Context, e env, kind, name string) (*contender, er
 	c := &counter{}
 	switch kind {
 	case "zk", "zk-unfair":
-		s, err := lock.NewSession(ctx, e.zk, lock.WithSessionTimeout(expiry), lock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
+		s, err := zklock.NewSession(ctx, e.zk, zklock.WithSessionTimeout(expiry), zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
 		if err != nil {
 			return nil, err
 		}
-		var opts []lock.Option
+		var opts []zklock.Option
 		if kind == "zk-unfair" {
-			opts = append(opts, lock.WithUnfair())
+			opts = append(opts, zklock.WithUnfair())
 		}
-		m, err := lock.NewMutex(s, "/txkit/lockbench/"+name, opts...)
+		m, err := zklock.NewMutex(s, "/txkit/lockbench/"+name, opts...)
 		if err != nil {
 			_ = s.Close()
 			return nil, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // fenceCmd runs `txkit fence show|reset`: the tokens a fence.Fence recorded, and forgetting one
@@ -74,7 +75,7 @@ func fenceCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if lockPath != "" {
 		auth, ok := zkAuth(getenv)
 		if !ok {
-			auth = lock.WithInsecureWorldACL() // it creates nothing, and reading the epoch needs no permission
+			auth = zklock.WithInsecureWorldACL() // it creates nothing, and reading the epoch needs no permission
 		}
 		if epoch, err = lockEpoch(ctx, strings.Split(zkAddrs, ","), lockPath, auth); err != nil {
 			return err
@@ -127,16 +128,16 @@ func fenceCmd(ctx context.Context, args []string, getenv func(string) string, st
 // zkAuth returns the option that authenticates a ZooKeeper session as the digest user of
 // $TXKIT_ZK_AUTH ("user:password"; from the environment, since a flag would show the password in
 // the process list), and whether the variable is set.
-func zkAuth(getenv func(string) string) (lock.SessionOption, bool) {
+func zkAuth(getenv func(string) string) (zklock.SessionOption, bool) {
 	v := getenv("TXKIT_ZK_AUTH")
-	return lock.WithAuth("digest", []byte(v)), v != ""
+	return zklock.WithAuth("digest", []byte(v)), v != ""
 }
 
 // lockEpoch reads lockPath's epoch through a ZooKeeper session of its own.
-func lockEpoch(ctx context.Context, servers []string, lockPath string, auth lock.SessionOption) (int64, error) {
+func lockEpoch(ctx context.Context, servers []string, lockPath string, auth zklock.SessionOption) (int64, error) {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	s, err := lock.NewSession(cctx, servers, auth)
+	s, err := zklock.NewSession(cctx, servers, auth)
 	if err != nil {
 		return 0, fmt.Errorf("connect to ZooKeeper: %w", err)
 	}

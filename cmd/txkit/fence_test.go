@@ -11,7 +11,9 @@ import (
 
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // TestIntegrationFenceReset: the fence epoch is the lock path's ZooKeeper creation id. An ensemble
@@ -35,7 +37,7 @@ func TestIntegrationFenceReset(t *testing.T) {
 	if err := fence.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sess, err := lock.NewSession(ctx, servers, lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testenv.Logger(t)), testenv.ZKAuth(t))
+	sess, err := zklock.NewSession(ctx, servers, zklock.WithSessionTimeout(3*time.Second), zklock.WithLogger(testenv.Logger(t)), zkenv.Auth(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +46,7 @@ func TestIntegrationFenceReset(t *testing.T) {
 	rebuilt, old := root+"/rebuilt/leader", root+"/old/leader"
 	hold := func(path string) (lock.Token, func()) {
 		t.Helper()
-		m, err := lock.NewMutex(sess, path)
+		m, err := zklock.NewMutex(sess, path)
 		if err != nil {
 			t.Fatal(err)
 		}

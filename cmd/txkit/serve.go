@@ -24,7 +24,7 @@ import (
 
 	"github.com/txkit/txkit/admin"
 	"github.com/txkit/txkit/admin/console"
-	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // serveCmd runs `txkit serve`: the admin JSON API under /api/ and the web console at / on one
@@ -137,7 +137,7 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 	opts = append(opts, admin.WithAllowedHosts(hosts...))
 	if len(elections) > 0 || len(locks) > 0 {
 		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		sess, err := lock.NewSession(sctx, strings.Split(zkAddrs, ","), lock.WithLogger(log), zkCred)
+		sess, err := zklock.NewSession(sctx, strings.Split(zkAddrs, ","), zklock.WithLogger(log), zkCred)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("connect to ZooKeeper: %w", err)

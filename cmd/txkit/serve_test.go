@@ -30,6 +30,7 @@ import (
 
 	"github.com/txkit/txkit/admin"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/outbox"
 )
 
@@ -102,7 +103,7 @@ func TestIntegrationServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := testenv.ZKRoot(t) + "/leader"
-	lead, err := testenv.Elector(t, path, "coordinator-1").Campaign(ctx)
+	lead, err := zkenv.Elector(t, path, "coordinator-1").Campaign(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

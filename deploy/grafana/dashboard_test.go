@@ -23,7 +23,9 @@ import (
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/participant"
@@ -295,21 +297,21 @@ func TestIntegrationDashboardNamesRegisteredMetrics(t *testing.T) {
 	check("participant.NewBarrier", err)
 
 	// An election and an instrumented lock on ZooKeeper.
-	sess, err := lock.NewSession(ctx, zk, lock.WithSessionTimeout(3*time.Second), testenv.ZKAuth(t))
-	check("lock.NewSession", err)
+	sess, err := zklock.NewSession(ctx, zk, zklock.WithSessionTimeout(3*time.Second), zkenv.Auth(t))
+	check("zklock.NewSession", err)
 	t.Cleanup(func() { _ = sess.Close() })
 	root := testenv.ZKRoot(t)
-	_, err = lock.NewElector(sess, root+"/election", "grafana-test", lock.WithElectionRegisterer(rec))
-	check("lock.NewElector", err)
+	_, err = zklock.NewElector(sess, root+"/election", "grafana-test", lock.WithElectionRegisterer(rec))
+	check("zklock.NewElector", err)
 	// A partitioned relay: its partitions' leader job reports the unled partitions.
 	obParts, err := outbox.New(s.Pool, outbox.WithTable("grafana_parts"), outbox.WithPartitions(2))
 	check("outbox.New with partitions", err)
 	_, err = outbox.NewRelay(obParts, pub, outbox.WithRegisterer(rec), outbox.WithElectors(func(p int) (lock.Elector, error) {
-		return lock.NewElector(sess, fmt.Sprintf("%s/relay/p%d", root, p), "grafana-test")
+		return zklock.NewElector(sess, fmt.Sprintf("%s/relay/p%d", root, p), "grafana-test")
 	}))
 	check("outbox.NewRelay with partitions", err)
-	mu, err := lock.NewMutex(sess, root+"/lock")
-	check("lock.NewMutex", err)
+	mu, err := zklock.NewMutex(sess, root+"/lock")
+	check("zklock.NewMutex", err)
 	_, err = lock.Instrument(mu, "zookeeper", rec)
 	check("lock.Instrument", err)
 

@@ -33,7 +33,7 @@ import (
 
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/internal/exharness"
-	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/rocketmq"
 )
@@ -235,12 +235,12 @@ func outboxWithDeadMessage(ctx context.Context, c config, pool *pgxpool.Pool, sc
 	if err != nil {
 		return nil, err
 	}
-	sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(4*time.Second), auth)
+	sess, err := zklock.NewSession(ctx, strings.Split(c.zk, ","), zklock.WithSessionTimeout(4*time.Second), auth)
 	if err != nil {
 		return nil, err
 	}
 	context.AfterFunc(ctx, func() { _ = sess.Close() })
-	el, err := lock.NewElector(sess, path, "relay-refusing")
+	el, err := zklock.NewElector(sess, path, "relay-refusing")
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +264,7 @@ func outboxWithDeadMessage(ctx context.Context, c config, pool *pgxpool.Pool, sc
 	if err != nil {
 		return nil, err
 	}
-	el, err = lock.NewElector(sess, path, "relay-rocketmq")
+	el, err = zklock.NewElector(sess, path, "relay-rocketmq")
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,7 @@ import (
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/idempotency"
-	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/rocketmq"
@@ -128,19 +128,19 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 	}
 
 	// 1. Leadership: one ZooKeeper session, one elector per leader job (see docs/embed.md).
-	sess, err := lock.NewSession(ctx, c.ZK, lock.WithSessionTimeout(4*time.Second), lock.WithLogger(log),
-		lock.WithDigestAuth(c.ZKUser, c.ZKPass))
+	sess, err := zklock.NewSession(ctx, c.ZK, zklock.WithSessionTimeout(4*time.Second), zklock.WithLogger(log),
+		zklock.WithDigestAuth(c.ZKUser, c.ZKPass))
 	if err != nil {
 		return res, err
 	}
 	defer sess.Close()
 	host, _ := os.Hostname()
 	id := fmt.Sprintf("%s-%d", host, os.Getpid()) // shown by Elector.Leader: who leads
-	relayElector, err := lock.NewElector(sess, c.Election+"/relay", id)
+	relayElector, err := zklock.NewElector(sess, c.Election+"/relay", id)
 	if err != nil {
 		return res, err
 	}
-	sagaElector, err := lock.NewElector(sess, c.Election+"/saga", id)
+	sagaElector, err := zklock.NewElector(sess, c.Election+"/saga", id)
 	if err != nil {
 		return res, err
 	}

@@ -9,7 +9,9 @@ import (
 
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 func TestMain(m *testing.M) {
@@ -49,12 +51,12 @@ func elector(t testing.TB, path, id string) lock.Elector {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := lock.NewSession(ctx, testenv.ZK(t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testLogger(t)), testenv.ZKAuth(t))
+	s, err := zklock.NewSession(ctx, testenv.ZK(t), zklock.WithSessionTimeout(3*time.Second), zklock.WithLogger(testLogger(t)), zkenv.Auth(t))
 	if err != nil {
 		t.Fatalf("NewSession: %v", err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	el, err := lock.NewElector(s, path, id)
+	el, err := zklock.NewElector(s, path, id)
 	if err != nil {
 		t.Fatalf("NewElector: %v", err)
 	}

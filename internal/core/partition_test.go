@@ -17,7 +17,9 @@ import (
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // Recovery worker processes: the test binary runs itself with recoveryWorkerEnv set to a JSON
@@ -38,7 +40,7 @@ type recoveryWorkerConfig struct {
 }
 
 func recoveryWorker(ctx context.Context, c recoveryWorkerConfig) error {
-	log, pool, sess, closeConns, err := testenv.WorkerConns(ctx, c.PG, c.SessionTimeout)
+	log, pool, sess, closeConns, err := zkenv.WorkerConns(ctx, c.PG, c.SessionTimeout)
 	if err != nil {
 		return err
 	}
@@ -73,7 +75,7 @@ func recoveryWorker(ctx context.Context, c recoveryWorkerConfig) error {
 	}
 	id := strconv.Itoa(pid)
 	r, err := core.NewPartitionedRecoverer(l, func(p int) (lock.Elector, error) {
-		return lock.NewElector(sess, leader.PartitionName(c.Election, p), id)
+		return zklock.NewElector(sess, leader.PartitionName(c.Election, p), id)
 	}, leader.ContenderMembership(sess.Inspector(), names...), map[core.Kind]core.Driver{core.KindTCC: drive},
 		core.WithSchedule("@every 100ms"), core.WithBatchSize(20), core.WithLogger(log))
 	if err != nil {
@@ -252,13 +254,13 @@ func TestIntegrationPartitionedConcurrencyIsShared(t *testing.T) {
 		return l.Record(ctx, tok, core.Progress{GID: tx.GID, From: tx.Status, Next: core.StatusConfirmed})
 	})
 	base := testenv.ZKRoot(t) + "/conc"
-	sess, err := lock.NewSession(ctx, testenv.ZK(t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testLogger(t)), testenv.ZKAuth(t))
+	sess, err := zklock.NewSession(ctx, testenv.ZK(t), zklock.WithSessionTimeout(3*time.Second), zklock.WithLogger(testLogger(t)), zkenv.Auth(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sess.Close() })
 	r, err := core.NewPartitionedRecoverer(l, func(p int) (lock.Elector, error) {
-		return lock.NewElector(sess, leader.PartitionName(base, p), "a")
+		return zklock.NewElector(sess, leader.PartitionName(base, p), "a")
 	}, nil, map[core.Kind]core.Driver{core.KindTCC: drive}, core.WithConcurrency(2), core.WithSchedule("@every 100ms"))
 	if err != nil {
 		t.Fatal(err)
@@ -338,13 +340,13 @@ func partitionedRecoveryRun(b *testing.B, instances int) time.Duration {
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i := range instances {
-		sess, err := lock.NewSession(ctx, testenv.ZK(b), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(testLogger(b)), testenv.ZKAuth(b))
+		sess, err := zklock.NewSession(ctx, testenv.ZK(b), zklock.WithSessionTimeout(3*time.Second), zklock.WithLogger(testLogger(b)), zkenv.Auth(b))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = sess.Close() })
 		id := strconv.Itoa(i)
-		r, err := core.NewPartitionedRecoverer(l, func(p int) (lock.Elector, error) { return lock.NewElector(sess, paths[p], id) },
+		r, err := core.NewPartitionedRecoverer(l, func(p int) (lock.Elector, error) { return zklock.NewElector(sess, paths[p], id) },
 			leader.ContenderMembership(sess.Inspector(), paths...), map[core.Kind]core.Driver{core.KindTCC: drive},
 			core.WithConcurrency(4), core.WithSchedule("@every 100ms"), core.WithBatchSize(20))
 		if err != nil {

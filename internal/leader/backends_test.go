@@ -13,6 +13,7 @@ import (
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/pglock"
 	"github.com/txkit/txkit/lock/redislock"
@@ -25,7 +26,7 @@ func electorOn(t *testing.T, kind, name, id string, db *testenv.Schema) lock.Ele
 	const ttl = 2 * time.Second
 	switch kind {
 	case "zk":
-		return testenv.Elector(t, testenv.ZKRoot(t)+"/"+name, id)
+		return zkenv.Elector(t, testenv.ZKRoot(t)+"/"+name, id)
 	case "pg":
 		_, c := pgLockClient(t, db, ttl, "")
 		el, err := c.NewElector(name, id)

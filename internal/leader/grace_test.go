@@ -8,7 +8,9 @@ import (
 
 	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // termEvent is what the test's works saw of a term.
@@ -58,9 +60,9 @@ func TestIntegrationShardsGrace(t *testing.T) {
 			}
 			log := &termLog{}
 			instance := func(who string) *leader.Shards {
-				sess := testenv.Session(t)
+				sess := zkenv.Session(t)
 				s, err := leader.NewShards(parts, func(p int) (lock.Elector, error) {
-					return lock.NewElector(sess, leader.PartitionName(base, p), who)
+					return zklock.NewElector(sess, leader.PartitionName(base, p), who)
 				}, db.Pool, f, "grace-test", func(ctx context.Context, term *leader.Term) error {
 					p := term.Partition()
 					log.add(who, "start", p, ctx)

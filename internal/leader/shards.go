@@ -21,7 +21,7 @@ import (
 )
 
 // ElectorFunc returns this instance's candidate in the election of partition p (0 ≤ p < parts),
-// such as lock.NewElector(sess, PartitionName(base, p), id). Every instance must use the same
+// such as zklock.NewElector(sess, PartitionName(base, p), id). Every instance must use the same
 // election per partition, and each partition an election of its own (one Election value per
 // partition: an Election shared by two partitions would lead both together). The candidate id
 // should name the instance: a [Membership] built on an Inspector counts instances by it.

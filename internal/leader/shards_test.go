@@ -17,7 +17,9 @@ import (
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // Shard worker processes: the test binary runs itself with shardWorkerEnv set to a JSON
@@ -38,7 +40,7 @@ type shardWorkerConfig struct {
 const shardResource = "shard-test"
 
 func shardWorker(ctx context.Context, c shardWorkerConfig) error {
-	log, pool, sess, closeConns, err := testenv.WorkerConns(ctx, c.PG, c.SessionTimeout)
+	log, pool, sess, closeConns, err := zkenv.WorkerConns(ctx, c.PG, c.SessionTimeout)
 	if err != nil {
 		return err
 	}
@@ -53,7 +55,7 @@ func shardWorker(ctx context.Context, c shardWorkerConfig) error {
 		names = append(names, leader.PartitionName(c.Election, p))
 	}
 	s, err := leader.NewShards(c.Parts, func(p int) (lock.Elector, error) {
-		return lock.NewElector(sess, leader.PartitionName(c.Election, p), id)
+		return zklock.NewElector(sess, leader.PartitionName(c.Election, p), id)
 	}, pool, f, shardResource, func(ctx context.Context, t *leader.Term) error {
 		return writeLoop(ctx, pool, f, t, os.Getpid())
 	}, leader.WithMembership(leader.ContenderMembership(sess.Inspector(), names...)),
@@ -273,8 +275,8 @@ func TestIntegrationContenderMembershipStrangerCannotJoin(t *testing.T) {
 	servers := testenv.ZK(t)
 	base := testenv.ZKRoot(t) + "/shards"
 	names := []string{leader.PartitionName(base, 0), leader.PartitionName(base, 1)}
-	sess := testenv.Session(t) // the digest user of TXKIT_ZK_AUTH
-	el, err := lock.NewElector(sess, names[0], "member-a")
+	sess := zkenv.Session(t) // the digest user of TXKIT_ZK_AUTH
+	el, err := zklock.NewElector(sess, names[0], "member-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,12 +300,12 @@ func TestIntegrationContenderMembershipStrangerCannotJoin(t *testing.T) {
 			t.Errorf("stranger's create of %s = %v, want ErrNoAuth", p, err)
 		}
 	}
-	open, err := lock.NewSession(ctx, servers, lock.WithInsecureWorldACL(), lock.WithLogger(testenv.Logger(t)))
+	open, err := zklock.NewSession(ctx, servers, zklock.WithInsecureWorldACL(), zklock.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer open.Close()
-	intruder, err := lock.NewElector(open, names[0], "intruder")
+	intruder, err := zklock.NewElector(open, names[0], "intruder")
 	if err != nil {
 		t.Fatal(err)
 	}

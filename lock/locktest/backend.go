@@ -29,7 +29,7 @@ type Backend struct {
 	Connect func(ctx context.Context) (*Conn, error)
 	// ConnectVia, when set, opens a Conn as Connect does, with every connection to the server
 	// made by dial (pgx: ConnConfig.DialFunc; go-redis: Options.Dialer; ZooKeeper:
-	// lock.WithDialer). The Partition subtest uses it to cut a holder off from the server: what
+	// zklock.WithDialer). The Partition subtest uses it to cut a holder off from the server: what
 	// goes through the connections is dropped, but the sockets stay healthy (TCP keepalives are
 	// still answered). Leave it nil for a backend whose server learns of a silent client only
 	// from TCP (a session lock such as pg_advisory_lock).

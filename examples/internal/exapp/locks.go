@@ -17,6 +17,7 @@ import (
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/pglock"
 	"github.com/txkit/txkit/lock/redislock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // The environment variables [OpenLocks] reads its servers from (deploy/local/env prints them).
@@ -79,9 +80,9 @@ func WithLocksRegisterer(reg prometheus.Registerer) LocksOption {
 type Locks struct {
 	kind  string
 	log   *slog.Logger
-	zk    *lock.Session  // zk and zk-unfair only
-	root  string         // the ZooKeeper root
-	close []func() error // in reverse order of opening
+	zk    *zklock.Session // zk and zk-unfair only
+	root  string          // the ZooKeeper root
+	close []func() error  // in reverse order of opening
 	newMu func(name string) (lock.Locker, error)
 	newEl func(name, id string, opts ...lock.ElectionOption) (lock.Elector, error)
 	reg   prometheus.Registerer // WithLocksRegisterer's
@@ -246,17 +247,17 @@ func servers(name string) ([]string, error) {
 	return out, nil
 }
 
-// ZKAuth returns the option that makes a lock.Session authenticate as the ZooKeeper digest user
+// ZKAuth returns the option that makes a zklock.Session authenticate as the ZooKeeper digest user
 // of [EnvZKAuth] ("user:password", as deploy/local/env prints it), so that the nodes it creates
 // are that user's only; an error naming the variable when it is unset. The password is read from
 // the environment, not a flag, which every local user could read in the process list.
-func ZKAuth() (lock.SessionOption, error) {
+func ZKAuth() (zklock.SessionOption, error) {
 	v := os.Getenv(EnvZKAuth)
 	if v == "" {
 		return nil, fmt.Errorf("%s is not set: ZooKeeper needs credentials (export what deploy/local/env prints): %w: %w",
-			EnvZKAuth, lock.ErrNoCredentials, lock.ErrInvalidOption)
+			EnvZKAuth, zklock.ErrNoCredentials, lock.ErrInvalidOption)
 	}
-	return lock.WithAuth("digest", []byte(v)), nil
+	return zklock.WithAuth("digest", []byte(v)), nil
 }
 
 func (l *Locks) openZK(ctx context.Context, unfair bool, o locksOptions) error {
@@ -268,19 +269,19 @@ func (l *Locks) openZK(ctx context.Context, unfair bool, o locksOptions) error {
 	if err != nil {
 		return err
 	}
-	s, err := lock.NewSession(ctx, srv, lock.WithSessionTimeout(o.ttl), lock.WithLogger(l.log), auth)
+	s, err := zklock.NewSession(ctx, srv, zklock.WithSessionTimeout(o.ttl), zklock.WithLogger(l.log), auth)
 	if err != nil {
 		return err
 	}
 	l.close = append(l.close, s.Close)
 	l.zk = s
-	var mopts []lock.Option
+	var mopts []zklock.Option
 	if unfair {
-		mopts = append(mopts, lock.WithUnfair())
+		mopts = append(mopts, zklock.WithUnfair())
 	}
-	l.newMu = func(name string) (lock.Locker, error) { return lock.NewMutex(s, o.zkRoot+"/"+name, mopts...) }
+	l.newMu = func(name string) (lock.Locker, error) { return zklock.NewMutex(s, o.zkRoot+"/"+name, mopts...) }
 	l.newEl = func(name, id string, opts ...lock.ElectionOption) (lock.Elector, error) {
-		return lock.NewElector(s, o.zkRoot+"/"+name, id, opts...)
+		return zklock.NewElector(s, o.zkRoot+"/"+name, id, opts...)
 	}
 	return nil
 }

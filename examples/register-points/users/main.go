@@ -31,6 +31,7 @@ import (
 	"github.com/txkit/txkit/examples/register-points/internal/app"
 	"github.com/txkit/txkit/internal/httpsafe"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/outbox"
 	txrocketmq "github.com/txkit/txkit/rocketmq"
 )
@@ -101,7 +102,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(4*time.Second), lock.WithLogger(log), auth)
+		sess, err := zklock.NewSession(ctx, strings.Split(c.zk, ","), zklock.WithSessionTimeout(4*time.Second), zklock.WithLogger(log), auth)
 		if err != nil {
 			return err
 		}
@@ -110,7 +111,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		if election == "" {
 			election = "/txkit-demo/" + c.schema + "/relay"
 		}
-		if s.el, err = lock.NewElector(sess, election, c.id, lock.WithElectionRegisterer(reg)); err != nil {
+		if s.el, err = zklock.NewElector(sess, election, c.id, lock.WithElectionRegisterer(reg)); err != nil {
 			return err
 		}
 		pub, err := txrocketmq.NewPublisher(ctx, ns, txrocketmq.WithLogger(log))
@@ -126,7 +127,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 				paths[p] = fmt.Sprintf("%s/p%d", election, p)
 			}
 			ropts = append(ropts, outbox.WithElectors(func(p int) (lock.Elector, error) {
-				return lock.NewElector(sess, paths[p], c.id)
+				return zklock.NewElector(sess, paths[p], c.id)
 			}), outbox.WithBalance(sess.Inspector(), paths...))
 		} else {
 			ropts = append(ropts, outbox.WithElector(s.el))

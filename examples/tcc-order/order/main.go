@@ -44,6 +44,7 @@ import (
 	"github.com/txkit/txkit/examples/tcc-order/internal/app"
 	"github.com/txkit/txkit/internal/httpsafe"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/participant"
 )
 
@@ -347,12 +348,12 @@ func (c config) electors(ctx context.Context, log *slog.Logger, reg prometheus.R
 		if err != nil {
 			return nil, nil, err
 		}
-		sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(c.sessionTimeout), lock.WithLogger(log), auth)
+		sess, err := zklock.NewSession(ctx, strings.Split(c.zk, ","), zklock.WithSessionTimeout(c.sessionTimeout), zklock.WithLogger(log), auth)
 		if err != nil {
 			return nil, nil, err
 		}
 		return func(mode string) (lock.Elector, error) {
-			return lock.NewElector(sess, c.electionName()+"/"+mode, c.id, lock.WithElectionRegisterer(reg))
+			return zklock.NewElector(sess, c.electionName()+"/"+mode, c.id, lock.WithElectionRegisterer(reg))
 		}, func() { _ = sess.Close() }, nil
 	}
 	locks, err := exapp.OpenLocks(ctx, c.lockKind, log, exapp.WithLockTTL(c.sessionTimeout), exapp.WithLocksRegisterer(reg))

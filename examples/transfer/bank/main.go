@@ -53,6 +53,7 @@ import (
 	"github.com/txkit/txkit/examples/transfer/internal/app"
 	"github.com/txkit/txkit/internal/httpsafe"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/threepc"
 	"github.com/txkit/txkit/twopc"
 )
@@ -172,7 +173,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	sess, err := lock.NewSession(ctx, strings.Split(c.zk, ","), lock.WithSessionTimeout(c.sessionTimeout), lock.WithLogger(log), auth)
+	sess, err := zklock.NewSession(ctx, strings.Split(c.zk, ","), zklock.WithSessionTimeout(c.sessionTimeout), zklock.WithLogger(log), auth)
 	if err != nil {
 		return err
 	}
@@ -181,7 +182,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if election == "" {
 		election = "/txkit-demo/" + c.schema + "/" + c.protocol
 	}
-	el, err := lock.NewElector(sess, election, c.id, lock.WithElectionRegisterer(reg))
+	el, err := zklock.NewElector(sess, election, c.id, lock.WithElectionRegisterer(reg))
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
 )
@@ -37,7 +38,7 @@ func NewEnv(t *testing.T, leader string) *Env {
 }
 
 // Elector returns a candidate called id in the test's election, on a session of its own.
-func (e *Env) Elector(id string) lock.Elector { return testenv.Elector(e.T, e.Path, id) }
+func (e *Env) Elector(id string) lock.Elector { return zkenv.Elector(e.T, e.Path, id) }
 
 // Options returns the options a coordinator test starts from — the test's schema, its logger, a
 // 20-100 ms backoff and a recovery pass every 100 ms — followed by opts, which win.

@@ -21,7 +21,7 @@ import (
 )
 
 // Where the Java contender's sources live, relative to the repository root.
-const curatorSrc = "lock/testdata/curator"
+const curatorSrc = "lock/zklock/testdata/curator"
 
 const (
 	curatorPOM   = "pom.xml"
@@ -32,7 +32,7 @@ const (
 	tailLines    = 30 // output lines kept for error messages
 )
 
-// CuratorProgram is the Java contender of lock/testdata/curator, compiled, with its classpath: a
+// CuratorProgram is the Java contender of lock/zklock/testdata/curator, compiled, with its classpath: a
 // process that takes Apache Curator's InterProcessMutex on a path again and again. Start runs it.
 // A CuratorProgram is immutable and safe for concurrent use.
 type CuratorProgram struct {

@@ -27,8 +27,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txkit/txkit/lock"
-
 	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 )
@@ -178,13 +176,6 @@ func ruok(addr string) error {
 		return fmt.Errorf("%s: answered %q to ruok (%v)", addr, buf, err)
 	}
 	return nil
-}
-
-// ZKAuth returns the option that makes a Session authenticate as the ensemble's digest user
-// (TXKIT_ZK_AUTH), so that the nodes it creates are its own (lock.CreatorACL).
-func ZKAuth(t testing.TB) lock.SessionOption {
-	t.Helper()
-	return lock.WithAuth("digest", []byte(Lookup(t, EnvZKAuth)))
 }
 
 // zkTestParent holds the tests' roots. It is open to all (each test's root below it has the ACL
@@ -337,31 +328,6 @@ func Eventually(t testing.TB, timeout, interval time.Duration, cond func() bool,
 // Logger returns a logger that writes warnings and errors to the test's output.
 func Logger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-// Session returns a ZooKeeper session of its own (timeout 3 s, the digest user of [ZKAuth]),
-// closed when the test ends: one per "process" of a test.
-func Session(t testing.TB) *lock.Session {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s, err := lock.NewSession(ctx, ZK(t), lock.WithSessionTimeout(3*time.Second), lock.WithLogger(Logger(t)), ZKAuth(t))
-	if err != nil {
-		t.Fatalf("NewSession: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
-// Elector returns a candidate called id in the election at path, on a session of its own
-// ([Session]): one per coordinator "process" of a test.
-func Elector(t testing.TB, path, id string) lock.Elector {
-	t.Helper()
-	el, err := lock.NewElector(Session(t), path, id)
-	if err != nil {
-		t.Fatalf("NewElector: %v", err)
-	}
-	return el
 }
 
 // Run runs run (a Run(ctx) method) until the test ends, then cancels its ctx, waits for it and

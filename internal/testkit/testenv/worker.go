@@ -5,18 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/txkit/txkit/lock"
 )
 
 // Worker is a worker process of a multi-process test: the test binary run again by [StartWorker]
@@ -104,26 +98,6 @@ func RunWorker[C any](env string, fn func(ctx context.Context, cfg C) error) (in
 		return 1, true
 	}
 	return 0, true
-}
-
-// WorkerConns opens what a worker process of a ZooKeeper test works with: its logger (warnings
-// and errors on stderr, with its pid), a pool on url and a ZooKeeper session (the servers of
-// TXKIT_ZK, the digest user of TXKIT_ZK_AUTH) with sessionTimeout. close closes the session, then the pool.
-func WorkerConns(ctx context.Context, url string, sessionTimeout time.Duration) (log *slog.Logger, pool *pgxpool.Pool, sess *lock.Session, close func(), err error) {
-	log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", os.Getpid())
-	if pool, err = pgxpool.New(ctx, url); err != nil {
-		return nil, nil, nil, nil, err
-	}
-	sess, err = lock.NewSession(ctx, strings.Split(os.Getenv(EnvZK), ","), lock.WithSessionTimeout(sessionTimeout), lock.WithLogger(log),
-		lock.WithAuth("digest", []byte(os.Getenv(EnvZKAuth))))
-	if err != nil {
-		pool.Close()
-		return nil, nil, nil, nil, err
-	}
-	return log, pool, sess, func() {
-		_ = sess.Close()
-		pool.Close()
-	}, nil
 }
 
 // KillDrill loads total items in three bursts (load(from, to)) while workers do them, and

@@ -1,4 +1,4 @@
-package lock
+package zklock
 
 import (
 	"context"
@@ -7,24 +7,26 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/txkit/txkit/lock"
 )
 
 // NewElector returns a candidate with the given id for the ZooKeeper election at electionPath:
-// an [Election] on a fair [Mutex] whose node carries the id, so anyone can ask who leads. Ids
-// need not be unique (they are what [Election.Leader] reports), but an id per process makes that
+// an [lock.Election] on a fair [Mutex] whose node carries the id, so anyone can ask who leads. Ids
+// need not be unique (they are what [lock.Election.Leader] reports), but an id per process makes that
 // answer useful. Components that share the Election lead together, on the same process; give a
 // component an Election of its own (its own election path) when it should be able to lead
-// elsewhere. opts configure the Election (such as [WithElectionRegisterer]).
-func NewElector(s *Session, electionPath, id string, opts ...ElectionOption) (*Election, error) {
+// elsewhere. opts configure the Election (such as [lock.WithElectionRegisterer]).
+func NewElector(s *Session, electionPath, id string, opts ...lock.ElectionOption) (*lock.Election, error) {
 	if id == "" {
-		return nil, fmt.Errorf("lock: elector on %s: empty candidate id: %w", electionPath, ErrInvalidOption)
+		return nil, fmt.Errorf("zklock: elector on %s: empty candidate id: %w", electionPath, lock.ErrInvalidOption)
 	}
 	m, err := NewMutex(s, electionPath, WithData([]byte(id)), WithNodeWatch())
 	if err != nil {
 		return nil, err
 	}
 	z := &zkElection{s: s, path: electionPath, m: m}
-	return NewElection(m, electionPath, id, z.Leader, append([]ElectionOption{WithElectionLogger(s.log), WithObserver(z.Observe)}, opts...)...)
+	return lock.NewElection(m, electionPath, id, z.Leader, append([]lock.ElectionOption{lock.WithElectionLogger(s.log), lock.WithObserver(z.Observe)}, opts...)...)
 }
 
 // zkElection reads who leads a ZooKeeper election: the data of the lowest contender's node.
@@ -34,7 +36,7 @@ type zkElection struct {
 	m    *Mutex
 }
 
-// Leader returns the id of the current leader, or an error wrapping [ErrNoLeader] when no
+// Leader returns the id of the current leader, or an error wrapping [lock.ErrNoLeader] when no
 // candidate is in the election. It syncs the election path first (a server may lag behind
 // writes made through another), then reads; it blocks for the round trips (bounded by ctx).
 func (e *zkElection) Leader(ctx context.Context) (string, error) {
@@ -44,9 +46,9 @@ func (e *zkElection) Leader(ctx context.Context) (string, error) {
 	}
 	switch err := e.s.sync(ctx, ep, e.path); {
 	case errors.Is(err, zk.ErrNoNode):
-		return "", fmt.Errorf("lock: election %s: %w", e.path, ErrNoLeader)
+		return "", fmt.Errorf("zklock: election %s: %w", e.path, lock.ErrNoLeader)
 	case err != nil:
-		return "", fmt.Errorf("lock: election %s: sync: %w", e.path, err)
+		return "", fmt.Errorf("zklock: election %s: sync: %w", e.path, err)
 	}
 	id, _, err := e.leader(ctx, ep, false)
 	return id, err
@@ -58,10 +60,10 @@ func (e *zkElection) leader(ctx context.Context, ep *epoch, watch bool) (string,
 	res, err := ep.children(ctx, e.path, watch)
 	names, ch := res.val, res.watch
 	if errors.Is(err, zk.ErrNoNode) {
-		return "", ch, fmt.Errorf("lock: election %s: %w", e.path, ErrNoLeader)
+		return "", ch, fmt.Errorf("zklock: election %s: %w", e.path, lock.ErrNoLeader)
 	}
 	if err != nil {
-		return "", nil, fmt.Errorf("lock: election %s: %w", e.path, err)
+		return "", nil, fmt.Errorf("zklock: election %s: %w", e.path, err)
 	}
 	// The lowest contender leads. A child named like one that is not ephemeral is skipped (and
 	// remembered): the read that gets the leader's id returns its stat too.
@@ -70,10 +72,10 @@ func (e *zkElection) leader(ctx context.Context, ep *epoch, watch bool) (string,
 		return "", nil, err
 	}
 	if len(nodes) == 0 {
-		return "", ch, fmt.Errorf("lock: election %s: %w", e.path, ErrNoLeader)
+		return "", ch, fmt.Errorf("zklock: election %s: %w", e.path, lock.ErrNoLeader)
 	}
 	if nodes[0].unreadable {
-		return "", nil, fmt.Errorf("lock: election %s: the leader's node %s: %w", e.path, nodes[0].name, zk.ErrNoAuth)
+		return "", nil, fmt.Errorf("zklock: election %s: the leader's node %s: %w", e.path, nodes[0].name, zk.ErrNoAuth)
 	}
 	return string(nodes[0].data), ch, nil
 }
@@ -91,7 +93,7 @@ func (e *zkElection) Observe(ctx context.Context) <-chan string {
 				return
 			}
 			id, ch, err := e.leader(ctx, ep, true)
-			if err != nil && !errors.Is(err, ErrNoLeader) {
+			if err != nil && !errors.Is(err, lock.ErrNoLeader) {
 				if pause(ctx, nil, 100*time.Millisecond) != nil {
 					return
 				}

@@ -1,4 +1,4 @@
-package lock_test
+package zklock_test
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // TestIntegrationNoSecondHolderWhileZKServerRestarts is the ZooKeeper half of the failover
@@ -34,7 +35,7 @@ func TestIntegrationNoSecondHolderWhileZKServerRestarts(t *testing.T) {
 	path := testenv.ZKRoot(t) + "/failover"
 	ctx := t.Context()
 	leader := servers[zkLeader(t, servers)-1]
-	sa := session(t, servers, lock.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
+	sa := session(t, servers, zklock.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
 		if addr == leader {
 			return nil, fmt.Errorf("test: holder A keeps off the ensemble's leader %s", addr)
 		}

@@ -1,4 +1,4 @@
-package lock_test
+package zklock_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // exampleServers returns the ensemble from TXKIT_ZK (set by `make test`).
@@ -22,9 +23,9 @@ func exampleServers() []string {
 }
 
 // exampleAuth returns the digest credentials ("user:password") from TXKIT_ZK_AUTH (set by `make
-// test`): a Session without credentials is refused (lock.ErrNoCredentials).
-func exampleAuth() lock.SessionOption {
-	return lock.WithAuth("digest", []byte(os.Getenv("TXKIT_ZK_AUTH")))
+// test`): a Session without credentials is refused (zklock.ErrNoCredentials).
+func exampleAuth() zklock.SessionOption {
+	return zklock.WithAuth("digest", []byte(os.Getenv("TXKIT_ZK_AUTH")))
 }
 
 func ExampleMutex() {
@@ -35,8 +36,8 @@ func ExampleMutex() {
 	}
 	defer done()
 
-	a, _ := lock.NewMutex(sess, path)
-	b, _ := lock.NewMutex(sess, path) // one Mutex value per contender
+	a, _ := zklock.NewMutex(sess, path)
+	b, _ := zklock.NewMutex(sess, path) // one Mutex value per contender
 
 	first, err := a.Lock(ctx)
 	if err != nil {
@@ -59,7 +60,7 @@ func ExampleMutex() {
 	// token rose: true
 }
 
-func ExampleElector_RunWhileLeader() {
+func ExampleNewElector() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sess, path, done, ok := exampleSession(ctx, "leader")
@@ -68,7 +69,7 @@ func ExampleElector_RunWhileLeader() {
 	}
 	defer done()
 
-	el, _ := lock.NewElector(sess, path, "relay-1")
+	el, _ := zklock.NewElector(sess, path, "relay-1")
 	err := el.RunWhileLeader(ctx, func(ctx context.Context, l lock.Leadership) error {
 		id, _ := el.Leader(ctx)
 		fmt.Println("leading:", id)
@@ -85,8 +86,8 @@ func ExampleElector_RunWhileLeader() {
 // exampleSession opens a Session and picks a lock path ending in leaf, under a parent of its own;
 // done deletes the nodes and closes the Session. It prints why when it cannot (so that the
 // example's output does not match).
-func exampleSession(ctx context.Context, leaf string) (sess *lock.Session, path string, done func(), ok bool) {
-	sess, err := lock.NewSession(ctx, exampleServers(), lock.WithSessionTimeout(5*time.Second), exampleAuth())
+func exampleSession(ctx context.Context, leaf string) (sess *zklock.Session, path string, done func(), ok bool) {
+	sess, err := zklock.NewSession(ctx, exampleServers(), zklock.WithSessionTimeout(5*time.Second), exampleAuth())
 	if err != nil {
 		fmt.Println(err)
 		return nil, "", nil, false
@@ -96,7 +97,7 @@ func exampleSession(ctx context.Context, leaf string) (sess *lock.Session, path 
 }
 
 // deleteAll removes the example's nodes (the path and its parent).
-func deleteAll(sess *lock.Session, path string) {
+func deleteAll(sess *zklock.Session, path string) {
 	c := sess.Conn()
 	for p := path; p != "/txkit-example"; p = p[:strings.LastIndex(p, "/")] {
 		children, _, _ := c.Children(p)
@@ -116,8 +117,8 @@ func ExampleSession_Inspector() {
 	}
 	defer done()
 
-	a, _ := lock.NewMutex(sess, path, lock.WithData([]byte("worker-1")))
-	b, _ := lock.NewMutex(sess, path, lock.WithData([]byte("worker-2")))
+	a, _ := zklock.NewMutex(sess, path, zklock.WithData([]byte("worker-1")))
+	b, _ := zklock.NewMutex(sess, path, zklock.WithData([]byte("worker-2")))
 	held, err := a.Lock(ctx)
 	if err != nil {
 		fmt.Println(err)

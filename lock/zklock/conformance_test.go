@@ -1,4 +1,4 @@
-package lock_test
+package zklock_test
 
 import (
 	"context"
@@ -12,10 +12,11 @@ import (
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/locktest"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // zkBackend builds the ZooKeeper backend called name — "zk" (the fair recipe, with its Elector)
-// or "zk-unfair" ([lock.WithUnfair]; no Elector: elections always use the fair recipe) — on the
+// or "zk-unfair" ([zklock.WithUnfair]; no Elector: elections always use the fair recipe) — on the
 // configuration "<root path> <server>,<server>,...". Lock names become children of the root.
 // Worker processes build it through TestMain.
 func zkBackend(name, config string) (locktest.Backend, error) {
@@ -24,11 +25,11 @@ func zkBackend(name, config string) (locktest.Backend, error) {
 		return locktest.Backend{}, fmt.Errorf("zk backend config %q: want \"<root> <servers>\"", config)
 	}
 	servers := strings.Split(list, ",")
-	var opts []lock.Option
+	var opts []zklock.Option
 	switch name {
 	case "zk":
 	case "zk-unfair":
-		opts = append(opts, lock.WithUnfair())
+		opts = append(opts, zklock.WithUnfair())
 	default:
 		return locktest.Backend{}, fmt.Errorf("no ZooKeeper backend called %q", name)
 	}
@@ -37,9 +38,9 @@ func zkBackend(name, config string) (locktest.Backend, error) {
 		Config: config,
 		Expiry: testSessionTimeout,
 		ConnectVia: func(ctx context.Context, dial locktest.DialFunc) (*locktest.Conn, error) {
-			s, err := lock.NewSession(ctx, servers, lock.WithSessionTimeout(testSessionTimeout),
-				lock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))), // worker processes inherit it
-				lock.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
+			s, err := zklock.NewSession(ctx, servers, zklock.WithSessionTimeout(testSessionTimeout),
+				zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))), // worker processes inherit it
+				zklock.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
 					ctx, cancel := context.WithTimeout(context.Background(), timeout)
 					defer cancel()
 					return dial(ctx, network, addr)
@@ -48,12 +49,12 @@ func zkBackend(name, config string) (locktest.Backend, error) {
 				return nil, err
 			}
 			c := &locktest.Conn{
-				Locker:    func(n string) (lock.Locker, error) { return lock.NewMutex(s, root+"/"+n, opts...) },
+				Locker:    func(n string) (lock.Locker, error) { return zklock.NewMutex(s, root+"/"+n, opts...) },
 				Close:     s.Close,
 				Inspector: rootedInspector{root: root, in: s.Inspector(opts...)},
 			}
 			if name == "zk" {
-				c.Elector = func(n, id string) (lock.Elector, error) { return lock.NewElector(s, root+"/"+n, id) }
+				c.Elector = func(n, id string) (lock.Elector, error) { return zklock.NewElector(s, root+"/"+n, id) }
 			}
 			return c, nil
 		},

@@ -1,4 +1,4 @@
-package lock_test
+package zklock_test
 
 import (
 	"cmp"
@@ -19,7 +19,7 @@ import (
 
 	"github.com/txkit/txkit/internal/testkit/lockproc"
 	"github.com/txkit/txkit/internal/testkit/testenv"
-	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // curatorNode is the name of an InterProcessMutex contender's node: a protected (uuid-prefixed)
@@ -33,7 +33,7 @@ type goHold struct {
 }
 
 // TestIntegrationCuratorInterop runs a Java process taking Apache Curator's InterProcessMutex and
-// Go goroutines taking lock.Mutex on the same path at the same time, and checks that they exclude
+// Go goroutines taking zklock.Mutex on the same path at the same time, and checks that they exclude
 // each other (a marker file that every holder creates exclusively and removes before releasing)
 // and that they really queue together: Go holders list the path and find the Java contender's
 // nodes waiting behind them, and the sequence numbers of all holds form one sequence.
@@ -52,17 +52,17 @@ func TestIntegrationCuratorInterop(t *testing.T) {
 
 	// The Go sessions first, so that the Go side contends as soon as the Java side does.
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	mutexes := make([]*lock.Mutex, goroutines)
-	sessions := make([]*lock.Session, goroutines)
+	mutexes := make([]*zklock.Mutex, goroutines)
+	sessions := make([]*zklock.Session, goroutines)
 	for i := range goroutines {
 		// Curator's recipe (lockproc.Curator) creates its nodes with the world's ACL and no
 		// credentials, so the Go side shares an open lock path.
-		s, err := lock.NewSession(ctx, servers, lock.WithSessionTimeout(4*time.Second), lock.WithLogger(log), lock.WithInsecureWorldACL())
+		s, err := zklock.NewSession(ctx, servers, zklock.WithSessionTimeout(4*time.Second), zklock.WithLogger(log), zklock.WithInsecureWorldACL())
 		if err != nil {
 			t.Fatalf("NewSession(%v): %v", servers, err)
 		}
 		t.Cleanup(func() { _ = s.Close() })
-		m, err := lock.NewMutex(s, lockPath)
+		m, err := zklock.NewMutex(s, lockPath)
 		if err != nil {
 			t.Fatalf("NewMutex(%s): %v", lockPath, err)
 		}
@@ -104,7 +104,7 @@ func TestIntegrationCuratorInterop(t *testing.T) {
 		t.Errorf("java side: %v", javaErr)
 	}
 	if errors.Is(goErr, lockproc.ErrOverlap) || errors.Is(javaErr, lockproc.ErrOverlap) {
-		t.Fatal("mutual exclusion between Curator and lock.Mutex is broken")
+		t.Fatal("mutual exclusion between Curator and zklock.Mutex is broken")
 	}
 	if t.Failed() {
 		t.FailNow()
@@ -178,7 +178,7 @@ func TestIntegrationCuratorInterop(t *testing.T) {
 
 // holdOnce takes the lock, enters the marker, lists the lock path, holds for d under the lease's
 // context, leaves the marker and releases.
-func holdOnce(ctx context.Context, s *lock.Session, m *lock.Mutex, marker lockproc.Marker, d time.Duration) (h goHold, err error) {
+func holdOnce(ctx context.Context, s *zklock.Session, m *zklock.Mutex, marker lockproc.Marker, d time.Duration) (h goHold, err error) {
 	lease, err := m.Lock(ctx)
 	if err != nil {
 		return h, err

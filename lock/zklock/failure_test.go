@@ -1,4 +1,4 @@
-package lock_test
+package zklock_test
 
 import (
 	"context"
@@ -12,13 +12,14 @@ import (
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // viaProxy returns a Session whose only connection to the ensemble goes through a proxy the test
 // controls, and the proxy.
 // proxied starts a failure test in parallel with the others: the servers, the test's lock path,
 // and a session through a proxy to the first server, which the test cuts.
-func proxied(t *testing.T) (servers []string, path string, s *lock.Session, p *testenv.Proxy) {
+func proxied(t *testing.T) (servers []string, path string, s *zklock.Session, p *testenv.Proxy) {
 	t.Helper()
 	t.Parallel()
 	servers = testenv.ZK(t)
@@ -28,7 +29,7 @@ func proxied(t *testing.T) (servers []string, path string, s *lock.Session, p *t
 }
 
 // held returns m's lease, failing the test unless Lock succeeds.
-func held(t *testing.T, m *lock.Mutex) lock.Lease {
+func held(t *testing.T, m *zklock.Mutex) lock.Lease {
 	t.Helper()
 	l, err := m.Lock(t.Context())
 	if err != nil {
@@ -37,7 +38,7 @@ func held(t *testing.T, m *lock.Mutex) lock.Lease {
 	return l
 }
 
-func viaProxy(t *testing.T, servers []string) (*lock.Session, *testenv.Proxy) {
+func viaProxy(t *testing.T, servers []string) (*zklock.Session, *testenv.Proxy) {
 	t.Helper()
 	p := testenv.NewProxy(t, servers[0])
 	return session(t, []string{p.Addr()}), p
@@ -241,11 +242,11 @@ func TestIntegrationElectionOutages(t *testing.T) {
 	path := testenv.ZKRoot(t) + "/election"
 	sa, p := viaProxy(t, servers)
 	sb := session(t, servers)
-	ea, err := lock.NewElector(sa, path, "a")
+	ea, err := zklock.NewElector(sa, path, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	eb, err := lock.NewElector(sb, path, "b")
+	eb, err := zklock.NewElector(sb, path, "b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,15 +312,15 @@ func TestIntegrationResignHandsOver(t *testing.T) {
 	t.Parallel()
 	servers := testenv.ZK(t)
 	path := testenv.ZKRoot(t) + "/election"
-	ea, err := lock.NewElector(session(t, servers), path, "a")
+	ea, err := zklock.NewElector(session(t, servers), path, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	eb, err := lock.NewElector(session(t, servers), path, "b")
+	eb, err := zklock.NewElector(session(t, servers), path, "b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	observer, err := lock.NewElector(session(t, servers), path, "observer")
+	observer, err := zklock.NewElector(session(t, servers), path, "observer")
 	if err != nil {
 		t.Fatal(err)
 	}

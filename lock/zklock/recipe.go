@@ -1,4 +1,4 @@
-package lock
+package zklock
 
 import (
 	"cmp"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/google/uuid"
+
+	"github.com/txkit/txkit/lock"
 )
 
 // The recipes behind [Mutex]: the fair one (Apache Curator's InterProcessMutex: node naming,
@@ -35,7 +37,7 @@ func (m *Mutex) lockFair(ctx context.Context, wait bool) (*zkLease, error) {
 	own := path.Base(node)
 	l, err := m.waitTurn(ctx, ep, own, wait)
 	if err != nil {
-		if errors.Is(err, ErrLocked) || ctx.Err() != nil || !ep.isDone() {
+		if errors.Is(err, lock.ErrLocked) || ctx.Err() != nil || !ep.isDone() {
 			// Abandoned: remove our node so nobody waits on it.
 			if derr := m.deleteNode(ctx, ep, node, nil); derr != nil {
 				m.s.log.Warn("abandoned lock node not yet deleted", "node", node, "err", derr)
@@ -283,110 +285,168 @@ func (m *Mutex) ignore(name string, st *zk.Stat) {
 }
 
 // waitTurn lists the children until ours is the lowest, watching only our predecessor in between.
+// Each step that does not end the attempt leads back to a new listing.
 func (m *Mutex) waitTurn(ctx context.Context, ep *epoch, own string, wait bool) (*zkLease, error) {
-	var ownGone <-chan zk.Event // watch on our own node, set before the first wait
-	bo := Backoff{Min: 50 * time.Millisecond, Max: time.Second}
+	t := &turn{m: m, ep: ep, own: own, bo: lock.Backoff{Min: 50 * time.Millisecond, Max: time.Second}}
 	for {
-		m.s.stats.reads.Add(1)
-		res, err := ep.children(ctx, m.path, false)
-		names, parent := res.val, res.stat
-		if err != nil {
-			if err := ep.retry(ctx, err, "list "+m.path); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		children := m.contenders(names)
-		idx := slices.IndexFunc(children, func(c child) bool { return c.name == own })
-		if idx < 0 {
-			// Our node is gone: our session ended, or someone deleted it.
-			if ep.isDone() {
-				return nil, fmt.Errorf("lock: waiting on %s: %w", m.path, ep.Err())
-			}
-			return nil, fmt.Errorf("lock: our node %s/%s vanished while waiting: %w", m.path, own, ErrSessionExpired)
-		}
-		if idx == 0 {
-			return m.newLease(ep, m.path+"/"+own, Token{Epoch: parent.Czxid, Seq: children[0].seq})
-		}
-		if !wait {
-			// The first child holds the lock, if it is a contender at all: one read tells.
-			first := m.path + "/" + children[0].name
-			m.s.stats.reads.Add(1)
-			r, err := ep.exists(ctx, first, false)
-			switch {
-			case err != nil:
-				if err := ep.retry(ctx, err, "exists "+first); err != nil {
-					return nil, err
-				}
-				continue
-			case !r.val:
-				continue // released meanwhile: list again
-			case !isContender(r.stat):
-				m.ignore(children[0].name, r.stat)
-				continue
-			}
-			return nil, fmt.Errorf("lock: %s held by %s: %w", m.path, children[0].name, ErrLocked)
-		}
-		if ownGone == nil {
-			m.s.stats.reads.Add(1)
-			r, err := ep.exists(ctx, m.path+"/"+own, true)
-			if err == nil && !r.val {
-				err = zk.ErrNoNode
-			}
-			ownGone = r.watch
-			if err != nil {
-				if errors.Is(err, zk.ErrNoNode) {
-					return nil, fmt.Errorf("lock: our node %s/%s vanished while waiting: %w", m.path, own, ErrSessionExpired)
-				}
-				ownGone = nil
-				continue // the list above decides again
-			}
-		}
-		pred := m.path + "/" + children[idx-1].name
-		m.s.stats.reads.Add(1)
-		pr, err := ep.get(ctx, pred, true)
-		predGone := pr.watch
-		if errors.Is(err, zk.ErrNoNode) {
-			continue // already gone: list again at once
+		children, parent, idx, err := t.place(ctx)
+		switch {
+		case err != nil:
+			return nil, err
+		case idx == 0:
+			return m.newLease(ep, m.path+"/"+own, lock.Token{Epoch: parent.Czxid, Seq: children[0].seq})
+		case !wait:
+			err = t.refuse(ctx, children[0])
+		default:
+			err = t.awaitPredecessor(ctx, children[idx-1])
 		}
 		if err != nil {
-			// Not readable (no READ permission on a stranger's node, a server error): the list
-			// above decides again, after a pause that doubles while the failures last, instead of
-			// at once — that would spin on the ensemble for as long as the node lives.
-			if bo.Failures() == 0 {
-				m.s.log.Warn("cannot read the predecessor's lock node; retrying with backoff", "path", m.path, "node", pred, "err", err)
-			}
-			if err := bo.wait(ctx, ep.done); err != nil {
-				return nil, err
+			return nil, err
+		}
+	}
+}
+
+// turn is one fair Lock attempt waiting for its turn: our node's name, the watch on it, and the
+// pause between failed reads of our predecessor.
+type turn struct {
+	m       *Mutex
+	ep      *epoch
+	own     string
+	ownGone <-chan zk.Event // watch on our own node, set before the first wait
+	bo      lock.Backoff
+}
+
+// place lists the contenders (again, while the listing fails with a retryable error) and returns
+// them in order with the lock path's stat and our index among them. Our node missing from the
+// list ends the attempt.
+func (t *turn) place(ctx context.Context) ([]child, *zk.Stat, int, error) {
+	for {
+		t.m.s.stats.reads.Add(1)
+		res, err := t.ep.children(ctx, t.m.path, false)
+		if err != nil {
+			if err := t.ep.retry(ctx, err, "list "+t.m.path); err != nil {
+				return nil, nil, 0, err
 			}
 			continue
 		}
-		bo.Reset()
-		if !isContender(pr.stat) {
-			m.ignore(children[idx-1].name, pr.stat)
-			continue
+		children := t.m.contenders(res.val)
+		idx := slices.IndexFunc(children, func(c child) bool { return c.name == t.own })
+		if idx < 0 { // our session ended, or someone deleted our node
+			return nil, nil, 0, t.ended("vanished")
 		}
-		m.s.stats.waiting.Add(1)
-		select {
-		case <-predGone:
-			m.s.stats.waiting.Add(-1)
-			m.s.stats.watchEvents.Add(1)
-		case ev := <-ownGone:
-			m.s.stats.waiting.Add(-1)
-			if ev.Type == zk.EventNodeDeleted {
-				if ep.isDone() {
-					return nil, fmt.Errorf("lock: waiting on %s: %w", m.path, ep.Err())
-				}
-				return nil, fmt.Errorf("lock: our node %s/%s was deleted while waiting: %w", m.path, own, ErrSessionExpired)
-			}
-			ownGone = nil // fired for another reason (reconnection): set it again
-		case <-ep.done:
-			m.s.stats.waiting.Add(-1)
-			return nil, fmt.Errorf("lock: waiting on %s: %w", m.path, ep.Err())
-		case <-ctx.Done():
-			m.s.stats.waiting.Add(-1)
-			return nil, ctx.Err()
+		return children, res.stat, idx, nil
+	}
+}
+
+// ended is the error of an attempt whose node is gone: the session's end when it is over, else
+// ErrSessionExpired saying how the node went.
+func (t *turn) ended(how string) error {
+	if t.ep.isDone() {
+		return fmt.Errorf("zklock: waiting on %s: %w", t.m.path, t.ep.Err())
+	}
+	return t.vanished(how)
+}
+
+func (t *turn) vanished(how string) error {
+	return fmt.Errorf("zklock: our node %s/%s %s while waiting: %w", t.m.path, t.own, how, lock.ErrSessionExpired)
+}
+
+// refuse is TryLock's answer when another child comes first: ErrLocked if that child is a
+// contender at all (one read tells), nil (list again) when it is gone or not a contender.
+func (t *turn) refuse(ctx context.Context, first child) error {
+	node := t.m.path + "/" + first.name
+	t.m.s.stats.reads.Add(1)
+	r, err := t.ep.exists(ctx, node, false)
+	switch {
+	case err != nil:
+		return t.ep.retry(ctx, err, "exists "+node)
+	case !r.val:
+		return nil // released meanwhile
+	case !isContender(r.stat):
+		t.m.ignore(first.name, r.stat)
+		return nil
+	}
+	return fmt.Errorf("zklock: %s held by %s: %w", t.m.path, first.name, lock.ErrLocked)
+}
+
+// awaitPredecessor watches our own node (once per attempt) and our predecessor, then blocks until
+// one of them changes. It returns nil to list again, or the error that ends the attempt.
+func (t *turn) awaitPredecessor(ctx context.Context, pred child) error {
+	if t.ownGone == nil {
+		if err := t.watchOwn(ctx); err != nil || t.ownGone == nil {
+			return err
 		}
+	}
+	predGone, err := t.watchPredecessor(ctx, pred)
+	if err != nil || predGone == nil {
+		return err
+	}
+	return t.sleep(ctx, predGone)
+}
+
+// watchOwn sets the watch on our own node. A read that fails leaves ownGone nil: the next listing
+// decides again.
+func (t *turn) watchOwn(ctx context.Context) error {
+	t.m.s.stats.reads.Add(1)
+	r, err := t.ep.exists(ctx, t.m.path+"/"+t.own, true)
+	switch {
+	case err == nil && !r.val, errors.Is(err, zk.ErrNoNode):
+		return t.vanished("vanished")
+	case err == nil:
+		t.ownGone = r.watch
+	}
+	return nil
+}
+
+// watchPredecessor reads our predecessor's node with a watch, and returns the watch; nil (and a nil
+// error) to list again: the node is gone, not a contender's, or could not be read.
+func (t *turn) watchPredecessor(ctx context.Context, pred child) (<-chan zk.Event, error) {
+	node := t.m.path + "/" + pred.name
+	t.m.s.stats.reads.Add(1)
+	r, err := t.ep.get(ctx, node, true)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return nil, nil // already gone: list again at once
+	case err != nil:
+		// Not readable (no READ permission on a stranger's node, a server error): list again after
+		// a pause that doubles while the failures last, instead of at once — that would spin on
+		// the ensemble for as long as the node lives.
+		if t.bo.Failures() == 0 {
+			t.m.s.log.Warn("cannot read the predecessor's lock node; retrying with backoff", "path", t.m.path, "node", node, "err", err)
+		}
+		return nil, pause(ctx, t.ep.done, t.bo.Next())
+	}
+	t.bo.Reset()
+	if !isContender(r.stat) {
+		t.m.ignore(pred.name, r.stat)
+		return nil, nil
+	}
+	return r.watch, nil
+}
+
+// sleep blocks until our predecessor's node changes, our own node changes, the session ends or
+// ctx ends. It returns nil to list again.
+func (t *turn) sleep(ctx context.Context, predGone <-chan zk.Event) error {
+	stats := &t.m.s.stats
+	stats.waiting.Add(1)
+	select {
+	case <-predGone:
+		stats.waiting.Add(-1)
+		stats.watchEvents.Add(1)
+		return nil
+	case ev := <-t.ownGone:
+		stats.waiting.Add(-1)
+		if ev.Type == zk.EventNodeDeleted {
+			return t.ended("was deleted")
+		}
+		t.ownGone = nil // fired for another reason (reconnection): set it again
+		return nil
+	case <-t.ep.done:
+		stats.waiting.Add(-1)
+		return fmt.Errorf("zklock: waiting on %s: %w", t.m.path, t.ep.Err())
+	case <-ctx.Done():
+		stats.waiting.Add(-1)
+		return ctx.Err()
 	}
 }
 
@@ -427,7 +487,7 @@ func (m *Mutex) lockUnfairClaimed(ctx context.Context, ep *epoch, node string, w
 		_, err := ep.create(ctx, node, m.o.data, zk.FlagEphemeral)
 		if err == nil || errors.Is(err, zk.ErrNodeExists) || retryable(err) {
 			if ep.isDone() {
-				return nil, fmt.Errorf("lock: create %s: %w", node, ep.Err())
+				return nil, fmt.Errorf("zklock: create %s: %w", node, ep.Err())
 			}
 			// Whose is it? Ours if a create of ours landed (also one whose answer was lost).
 			m.s.stats.reads.Add(1)
@@ -440,18 +500,18 @@ func (m *Mutex) lockUnfairClaimed(ctx context.Context, ep *epoch, node string, w
 					return nil, ctx.Err()
 				}
 				if ep.isDone() {
-					return nil, fmt.Errorf("lock: exists %s: %w", node, ep.Err())
+					return nil, fmt.Errorf("zklock: exists %s: %w", node, ep.Err())
 				}
 				continue
 			}
 			if exists && st.EphemeralOwner == ep.sessionID() {
-				return m.newLease(ep, node, Token{Epoch: st.Czxid})
+				return m.newLease(ep, node, lock.Token{Epoch: st.Czxid})
 			}
 			if !exists {
 				continue
 			}
 			if !wait {
-				return nil, fmt.Errorf("lock: %s held by session %#x: %w", node, st.EphemeralOwner, ErrLocked)
+				return nil, fmt.Errorf("zklock: %s held by session %#x: %w", node, st.EphemeralOwner, lock.ErrLocked)
 			}
 			m.s.stats.waiting.Add(1)
 			select {
@@ -460,7 +520,7 @@ func (m *Mutex) lockUnfairClaimed(ctx context.Context, ep *epoch, node string, w
 				m.s.stats.watchEvents.Add(1)
 			case <-ep.done:
 				m.s.stats.waiting.Add(-1)
-				return nil, fmt.Errorf("lock: waiting on %s: %w", node, ep.Err())
+				return nil, fmt.Errorf("zklock: waiting on %s: %w", node, ep.Err())
 			case <-ctx.Done():
 				m.s.stats.waiting.Add(-1)
 				return nil, ctx.Err()
@@ -516,7 +576,7 @@ func (m *Mutex) deleteNode(ctx context.Context, ep *epoch, node string, after fu
 			m.s.log.Debug("background delete ended", "node", node, "err", err)
 		}
 	})
-	return fmt.Errorf("lock: delete %s: continuing in the background: %w", node, err)
+	return fmt.Errorf("zklock: delete %s: continuing in the background: %w", node, err)
 }
 
 func (m *Mutex) deleteLoop(ctx context.Context, ep *epoch, node string) error {

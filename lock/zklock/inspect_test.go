@@ -1,4 +1,4 @@
-package lock_test
+package zklock_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // TestIntegrationInspectorStrangers: under the lock path, a stranger's persistent node named like
@@ -25,7 +26,7 @@ func TestIntegrationInspectorStrangers(t *testing.T) {
 	s := session(t, servers)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	m := mutex(t, s, path, lock.WithData([]byte("ours")))
+	m := mutex(t, s, path, zklock.WithData([]byte("ours")))
 	held, err := m.Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +60,7 @@ func TestIntegrationInspectorUnfair(t *testing.T) {
 	t.Parallel()
 	s := session(t, testenv.ZK(t))
 	path := testenv.ZKRoot(t) + "/lock"
-	m := mutex(t, s, path, lock.WithUnfair(), lock.WithData([]byte("unfair-1")))
+	m := mutex(t, s, path, zklock.WithUnfair(), zklock.WithData([]byte("unfair-1")))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	held, err := m.Lock(ctx)

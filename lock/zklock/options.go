@@ -1,4 +1,4 @@
-package lock
+package zklock
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/txkit/txkit/lock"
 )
 
 // SessionOption configures a [Session].
@@ -111,7 +113,7 @@ func WithInsecureWorldACL() SessionOption {
 
 // CreatorACL returns an ACL that gives every permission to the identities the creating session
 // authenticated as (ZooKeeper's "auth" scheme), and — with worldRead — read access to everyone, so
-// that monitoring (or [Elector.Leader] from a session without credentials) can see who holds a lock.
+// that monitoring (or [lock.Elector.Leader] from a session without credentials) can see who holds a lock.
 // CreatorACL(false) is the default of a Session with credentials; use it with [WithACL].
 func CreatorACL(worldRead bool) []zk.ACL {
 	acl := zk.AuthACL(zk.PermAll)
@@ -123,33 +125,33 @@ func CreatorACL(worldRead bool) []zk.ACL {
 
 func (o sessionOptions) validate() error {
 	if o.timeout < 100*time.Millisecond {
-		return fmt.Errorf("lock: session timeout %v is below 100ms: %w", o.timeout, ErrInvalidOption)
+		return fmt.Errorf("zklock: session timeout %v is below 100ms: %w", o.timeout, lock.ErrInvalidOption)
 	}
 	for _, a := range o.auth {
 		if user, _, ok := strings.Cut(string(a.cred), ":"); a.scheme == "digest" && (!ok || user == "") {
 			a.scheme = "" // WithAuth("digest", …) takes "user:password"
 		}
 		if a.scheme == "" {
-			return fmt.Errorf("lock: auth: empty scheme, or digest credentials not \"user:password\" with a user that is non-empty and free of ':': %w", ErrInvalidOption)
+			return fmt.Errorf("zklock: auth: empty scheme, or digest credentials not \"user:password\" with a user that is non-empty and free of ':': %w", lock.ErrInvalidOption)
 		}
 	}
 	if o.acl != nil && len(o.acl) == 0 {
-		return fmt.Errorf("lock: empty ACL: %w", ErrInvalidOption)
+		return fmt.Errorf("zklock: empty ACL: %w", lock.ErrInvalidOption)
 	}
 	for _, a := range o.acl {
 		if a.Scheme == "auth" && len(o.auth) == 0 {
-			return fmt.Errorf("lock: ACL with the \"auth\" scheme: %w (WithDigestAuth): %w", ErrNoCredentials, ErrInvalidOption)
+			return fmt.Errorf("zklock: ACL with the \"auth\" scheme: %w (WithDigestAuth): %w", ErrNoCredentials, lock.ErrInvalidOption)
 		}
 		if a.Perms&zk.PermAll == 0 || a.Scheme == "" {
-			return fmt.Errorf("lock: ACL entry %+v: %w", a, ErrInvalidOption)
+			return fmt.Errorf("zklock: ACL entry %+v: %w", a, lock.ErrInvalidOption)
 		}
 		if a.Scheme == "world" && a.Perms&^zk.PermRead != 0 && !o.insecure {
-			return fmt.Errorf("lock: ACL entry %+v lets anyone write (WithInsecureWorldACL allows it): %w", a, ErrInvalidOption)
+			return fmt.Errorf("zklock: ACL entry %+v lets anyone write (WithInsecureWorldACL allows it): %w", a, lock.ErrInvalidOption)
 		}
 	}
 	if o.acl == nil && len(o.auth) == 0 && !o.insecure {
 		return fmt.Errorf("%w: the nodes would be writable by anyone; give WithDigestAuth, or WithInsecureWorldACL for an ensemble only trusted clients reach: %w",
-			ErrNoCredentials, ErrInvalidOption)
+			ErrNoCredentials, lock.ErrInvalidOption)
 	}
 	return nil
 }
@@ -167,7 +169,7 @@ func (o sessionOptions) nodeACL() []zk.ACL {
 	}
 }
 
-// Option configures a [Mutex] or an [Elector].
+// Option configures a [Mutex], or tells [Session.Inspector] which recipe it reads.
 type Option func(*options)
 
 type options struct {
@@ -184,11 +186,11 @@ func defaultOptions() options { return options{} }
 // Unfair locks are not Curator-compatible.
 func WithUnfair() Option { return func(o *options) { o.unfair = true } }
 
-// WithData sets the data stored in the lock node (the [Elector] stores the candidate's id there).
+// WithData sets the data stored in the lock node (the [lock.Elector] stores the candidate's id there).
 func WithData(b []byte) Option {
 	return func(o *options) { o.data = append([]byte(nil), b...) }
 }
 
 // WithNodeWatch makes a holder watch its own node, so that its deletion by anyone ends the hold at
-// once. It costs one more ZooKeeper round trip per acquisition; the [Elector] always uses it.
+// once. It costs one more ZooKeeper round trip per acquisition; the [lock.Elector] always uses it.
 func WithNodeWatch() Option { return func(o *options) { o.nodeWatch = true } }

@@ -1,4 +1,4 @@
-package lock_test
+package zklock_test
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // TestIntegrationSharedElector: two components of one process share one Elector. The second
@@ -18,11 +20,11 @@ func TestIntegrationSharedElector(t *testing.T) {
 	t.Parallel()
 	servers := testenv.ZK(t)
 	path := testenv.ZKRoot(t) + "/election"
-	shared, err := lock.NewElector(session(t, servers), path, "p1")
+	shared, err := zklock.NewElector(session(t, servers), path, "p1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := lock.NewElector(session(t, servers), path, "p2")
+	other, err := zklock.NewElector(session(t, servers), path, "p2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +81,7 @@ func TestIntegrationSharedElector(t *testing.T) {
 // an Elector that already leads runs too (it used to retry "already campaigned" for ever).
 func TestIntegrationSharedElectorRunWhileLeader(t *testing.T) {
 	t.Parallel()
-	el := testenv.Elector(t, testenv.ZKRoot(t)+"/e", "p1")
+	el := zkenv.Elector(t, testenv.ZKRoot(t)+"/e", "p1")
 	var a, b atomic.Bool
 	testenv.Run(t, func(ctx context.Context) error {
 		return el.RunWhileLeader(ctx, func(ctx context.Context, _ lock.Leadership) error { a.Store(true); <-ctx.Done(); return nil })

@@ -1,4 +1,4 @@
-package lock_test
+package zklock_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 // countingHandler counts the log records whose message contains a substring.
@@ -55,8 +56,8 @@ func TestIntegrationForeignPersistentChildIgnored(t *testing.T) {
 
 	var warned atomic.Int64
 	log := slog.New(countingHandler{Handler: testLogger(t).Handler(), substr: "not a contender", n: &warned})
-	s := session(t, servers, lock.WithLogger(log))
-	el, err := lock.NewElector(s, path, "candidate-a")
+	s := session(t, servers, zklock.WithLogger(log))
+	el, err := zklock.NewElector(s, path, "candidate-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func createPath(c *zk.Conn, p string, acl []zk.ACL) error {
 
 // takeOver checks that candidate b, queued behind the leadership la, leads once la resigns: b
 // campaigns, and when path has n children (b's node is in) la resigns.
-func takeOver(t *testing.T, ctx context.Context, s *lock.Session, path string, n int, la lock.Leadership, b lock.Elector) {
+func takeOver(t *testing.T, ctx context.Context, s *zklock.Session, path string, n int, la lock.Leadership, b lock.Elector) {
 	t.Helper()
 	won := make(chan error, 1)
 	go func() {
@@ -153,9 +154,9 @@ func takeOver(t *testing.T, ctx context.Context, s *lock.Session, path string, n
 	}
 }
 
-func testenvElector(t *testing.T, s *lock.Session, path, id string) lock.Elector {
+func testenvElector(t *testing.T, s *zklock.Session, path, id string) lock.Elector {
 	t.Helper()
-	el, err := lock.NewElector(s, path, id)
+	el, err := zklock.NewElector(s, path, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,8 +174,8 @@ func TestIntegrationDigestAuthACL(t *testing.T) {
 	path := root + "/acl/leader"
 	const user, password = "acl-test", "correct horse battery staple"
 	cleanupWithAuth(t, servers, root, user, password)
-	authed := func() *lock.Session {
-		return sessionAs(t, servers, lock.WithDigestAuth(user, password), lock.WithACL(lock.CreatorACL(true)...))
+	authed := func() *zklock.Session {
+		return sessionAs(t, servers, zklock.WithDigestAuth(user, password), zklock.WithACL(zklock.CreatorACL(true)...))
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -207,7 +208,7 @@ func TestIntegrationDigestAuthACL(t *testing.T) {
 		t.Errorf("stranger's delete of the leader's node = %v, want ErrNoAuth", err)
 	}
 	// So is a txkit session without the credentials: it cannot even contend.
-	plain := mutex(t, sessionAs(t, servers, lock.WithInsecureWorldACL()), path)
+	plain := mutex(t, sessionAs(t, servers, zklock.WithInsecureWorldACL()), path)
 	if _, err := plain.TryLock(ctx); !errors.Is(err, zk.ErrNoAuth) {
 		t.Errorf("TryLock without credentials = %v, want ErrNoAuth", err)
 	}
@@ -234,7 +235,7 @@ func TestIntegrationAuthAfterSessionExpires(t *testing.T) {
 	const user, password = "acl-test", "another long password"
 	cleanupWithAuth(t, servers, root, user, password)
 	p := testenv.NewProxy(t, servers[0])
-	s := sessionAs(t, []string{p.Addr()}, lock.WithDigestAuth(user, password), lock.WithACL(lock.CreatorACL(false)...))
+	s := sessionAs(t, []string{p.Addr()}, zklock.WithDigestAuth(user, password), zklock.WithACL(zklock.CreatorACL(false)...))
 	m := mutex(t, s, path)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -290,19 +291,19 @@ func cleanupWithAuth(t *testing.T, servers []string, root, user, password string
 func TestSessionAuthOptionsValidated(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts []lock.SessionOption
+		opts []zklock.SessionOption
 	}{
-		{"creator ACL without credentials", []lock.SessionOption{lock.WithACL(lock.CreatorACL(false)...)}},
-		{"empty ACL", []lock.SessionOption{lock.WithACL()}},
-		{"digest user with a colon", []lock.SessionOption{lock.WithDigestAuth("a:b", "pw")}},
-		{"empty digest user", []lock.SessionOption{lock.WithDigestAuth("", "pw")}},
-		{"empty scheme", []lock.SessionOption{lock.WithAuth("", []byte("x"))}},
-		{"digest credentials without a colon", []lock.SessionOption{lock.WithAuth("digest", []byte("user"))}},
-		{"empty digest credentials", []lock.SessionOption{lock.WithAuth("digest", nil)}},
-		{"world-writable ACL without WithInsecureWorldACL", []lock.SessionOption{lock.WithDigestAuth("u", "pw"), lock.WithACL(zk.WorldACL(zk.PermAll)...)}},
+		{"creator ACL without credentials", []zklock.SessionOption{zklock.WithACL(zklock.CreatorACL(false)...)}},
+		{"empty ACL", []zklock.SessionOption{zklock.WithACL()}},
+		{"digest user with a colon", []zklock.SessionOption{zklock.WithDigestAuth("a:b", "pw")}},
+		{"empty digest user", []zklock.SessionOption{zklock.WithDigestAuth("", "pw")}},
+		{"empty scheme", []zklock.SessionOption{zklock.WithAuth("", []byte("x"))}},
+		{"digest credentials without a colon", []zklock.SessionOption{zklock.WithAuth("digest", []byte("user"))}},
+		{"empty digest credentials", []zklock.SessionOption{zklock.WithAuth("digest", nil)}},
+		{"world-writable ACL without WithInsecureWorldACL", []zklock.SessionOption{zklock.WithDigestAuth("u", "pw"), zklock.WithACL(zk.WorldACL(zk.PermAll)...)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := lock.NewSession(t.Context(), []string{"127.0.0.1:1"}, tc.opts...); !errors.Is(err, lock.ErrInvalidOption) {
+			if _, err := zklock.NewSession(t.Context(), []string{"127.0.0.1:1"}, tc.opts...); !errors.Is(err, lock.ErrInvalidOption) {
 				t.Fatalf("NewSession = %v, want ErrInvalidOption", err)
 			}
 		})
@@ -315,12 +316,12 @@ func TestSessionAuthOptionsValidated(t *testing.T) {
 func TestNewSessionWithoutCredentials(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second) // the address answers nothing
 	defer cancel()
-	for _, opts := range [][]lock.SessionOption{
+	for _, opts := range [][]zklock.SessionOption{
 		nil,
-		{lock.WithSessionTimeout(5 * time.Second), lock.WithACL(lock.CreatorACL(true)...)},
+		{zklock.WithSessionTimeout(5 * time.Second), zklock.WithACL(zklock.CreatorACL(true)...)},
 	} {
-		_, err := lock.NewSession(ctx, []string{"127.0.0.1:1"}, opts...)
-		if !errors.Is(err, lock.ErrNoCredentials) || !errors.Is(err, lock.ErrInvalidOption) {
+		_, err := zklock.NewSession(ctx, []string{"127.0.0.1:1"}, opts...)
+		if !errors.Is(err, zklock.ErrNoCredentials) || !errors.Is(err, lock.ErrInvalidOption) {
 			t.Fatalf("NewSession without credentials = %v, want ErrNoCredentials and ErrInvalidOption", err)
 		}
 		if !strings.Contains(err.Error(), "WithDigestAuth") {
@@ -337,7 +338,7 @@ func TestIntegrationDigestAuthCreatorACLByDefault(t *testing.T) {
 	servers := testenv.ZK(t)
 	root := testenv.ZKRoot(t)
 	path := root + "/parent/lock"
-	s := session(t, servers) // testenv.ZKAuth only
+	s := session(t, servers) // zkenv.Auth only
 	m := mutex(t, s, path)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -373,7 +374,7 @@ func TestIntegrationDigestAuthCreatorACLByDefault(t *testing.T) {
 	if err := stranger.Delete(path+"/"+names[0], -1); !errors.Is(err, zk.ErrNoAuth) {
 		t.Errorf("stranger's delete of the holder's node = %v, want ErrNoAuth", err)
 	}
-	open := mutex(t, sessionAs(t, servers, lock.WithInsecureWorldACL()), path)
+	open := mutex(t, sessionAs(t, servers, zklock.WithInsecureWorldACL()), path)
 	if _, err := open.TryLock(ctx); !errors.Is(err, zk.ErrNoAuth) {
 		t.Errorf("TryLock without credentials = %v, want ErrNoAuth", err)
 	}
@@ -391,7 +392,7 @@ func TestIntegrationInsecureWorldACL(t *testing.T) {
 	t.Parallel()
 	servers := testenv.ZK(t)
 	path := testenv.ZKRoot(t) + "/lock"
-	s := sessionAs(t, servers, lock.WithInsecureWorldACL())
+	s := sessionAs(t, servers, zklock.WithInsecureWorldACL())
 	m := mutex(t, s, path)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()

@@ -1,4 +1,4 @@
-package lock
+package zklock
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/txkit/txkit/lock"
 )
 
 // Session is a connection to a ZooKeeper ensemble that the lock recipes share. It survives the
@@ -90,7 +92,7 @@ func NewSession(ctx context.Context, servers []string, opts ...SessionOption) (*
 	}
 	o.acl = o.nodeACL()
 	if len(servers) == 0 {
-		return nil, fmt.Errorf("lock: no zookeeper servers: %w", ErrInvalidOption)
+		return nil, fmt.Errorf("zklock: no zookeeper servers: %w", lock.ErrInvalidOption)
 	}
 	s := &Session{servers: append([]string(nil), servers...), o: o, log: o.log, closeCh: make(chan struct{})}
 	s.mu.Lock()
@@ -101,7 +103,7 @@ func NewSession(ctx context.Context, servers []string, opts ...SessionOption) (*
 	}
 	if _, err := s.epoch(ctx); err != nil {
 		_ = s.Close()
-		return nil, fmt.Errorf("lock: connect %v: %w", servers, err)
+		return nil, fmt.Errorf("zklock: connect %v: %w", servers, err)
 	}
 	return s, nil
 }
@@ -125,7 +127,7 @@ func (s *Session) startEpochLocked() error {
 		zk.WithLogger(zkLogger{s.log}), zk.WithLogInfo(false))
 	if err != nil {
 		e.cancel()
-		return fmt.Errorf("lock: connect %v: %w", s.servers, err)
+		return fmt.Errorf("zklock: connect %v: %w", s.servers, err)
 	}
 	e.conn = conn
 	s.cur = e
@@ -157,7 +159,7 @@ func (e *epoch) addAuth() {
 			}
 			if !retryable(err) {
 				e.mu.Lock()
-				e.authErr = fmt.Errorf("lock: zookeeper auth (scheme %q): %w", a.scheme, err)
+				e.authErr = fmt.Errorf("zklock: zookeeper auth (scheme %q): %w", a.scheme, err)
 				e.mu.Unlock()
 				return
 			}
@@ -199,7 +201,7 @@ func (e *epoch) onEvent(ev zk.Event) {
 		if !first && id != e.id {
 			// A new session behind our back: the old one is gone.
 			e.mu.Unlock()
-			e.lose(fmt.Errorf("%w: session %#x replaced by %#x", ErrSessionExpired, e.id, id))
+			e.lose(fmt.Errorf("%w: session %#x replaced by %#x", lock.ErrSessionExpired, e.id, id))
 			return
 		}
 		e.id = id
@@ -229,12 +231,12 @@ func (e *epoch) onEvent(ev zk.Event) {
 			wait := time.Until(deadline)
 			e.s.log.Warn("zookeeper disconnected", "session", fmt.Sprintf("%#x", e.id), "lost_in", wait.Round(time.Millisecond))
 			e.lostTimer = time.AfterFunc(max(wait, 0), func() {
-				e.lose(fmt.Errorf("%w: no answer from the ensemble for %v", ErrSessionExpired, e.s.o.timeout*4/5))
+				e.lose(fmt.Errorf("%w: no answer from the ensemble for %v", lock.ErrSessionExpired, e.s.o.timeout*4/5))
 			})
 		}
 		e.mu.Unlock()
 	case zk.StateExpired:
-		e.lose(fmt.Errorf("%w: expired by the ensemble", ErrSessionExpired))
+		e.lose(fmt.Errorf("%w: expired by the ensemble", lock.ErrSessionExpired))
 	}
 }
 
@@ -315,7 +317,7 @@ func (s *Session) epoch(ctx context.Context) (*epoch, error) {
 		e, closed := s.cur, s.closed
 		s.mu.Unlock()
 		if closed {
-			return nil, ErrClosed
+			return nil, lock.ErrClosed
 		}
 		select {
 		case <-e.established:
@@ -327,7 +329,7 @@ func (s *Session) epoch(ctx context.Context) (*epoch, error) {
 			}
 		case <-e.done:
 		case <-s.closeCh:
-			return nil, ErrClosed
+			return nil, lock.ErrClosed
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -375,7 +377,7 @@ func (s *Session) Conn() *zk.Conn {
 }
 
 // LockEpoch returns the epoch of the fencing tokens that a lock on lockPath hands out now: the
-// path's creation zxid (see [Token]). It returns an error wrapping zk.ErrNoNode when the path does
+// path's creation zxid (see [lock.Token]). It returns an error wrapping zk.ErrNoNode when the path does
 // not exist (the first Lock creates it). It blocks for one ZooKeeper round trip, bounded by ctx,
 // and needs no permission on the path.
 func (s *Session) LockEpoch(ctx context.Context, lockPath string) (int64, error) {
@@ -392,7 +394,7 @@ func (s *Session) LockEpoch(ctx context.Context, lockPath string) (int64, error)
 		err = zk.ErrNoNode
 	}
 	if err != nil {
-		return 0, fmt.Errorf("lock: epoch of %s: %w", lockPath, err)
+		return 0, fmt.Errorf("zklock: epoch of %s: %w", lockPath, err)
 	}
 	return r.stat.Czxid, nil
 }
@@ -424,7 +426,7 @@ func (s *Session) Close() error {
 		e := s.cur
 		close(s.closeCh)
 		s.mu.Unlock()
-		e.lose(ErrClosed)
+		e.lose(lock.ErrClosed)
 		s.wg.Wait()
 	})
 	return nil
@@ -545,7 +547,7 @@ func (s *Session) claimUnfair(ctx context.Context, node string, wait bool) (func
 		}
 		s.mu.Unlock()
 		if !wait {
-			return nil, fmt.Errorf("lock: %s held by another Mutex of this session: %w", node, ErrLocked)
+			return nil, fmt.Errorf("zklock: %s held by another Mutex of this session: %w", node, lock.ErrLocked)
 		}
 		select {
 		case <-held:

@@ -1,4 +1,4 @@
-package lock
+package zklock
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/txkit/txkit/lock"
 )
 
 // Mutex is a lock on a ZooKeeper path, shared with every process that uses the same path.
@@ -23,12 +25,12 @@ import (
 // would otherwise hold the lock for ever — is skipped and logged once at Warn. It costs no extra
 // round trip on the waiting path: a waiter reads its predecessor (to watch it) anyway, and the read
 // returns the stat that tells. TryLock, when another child comes first, reads that child's stat (one
-// exists call) before answering [ErrLocked]. The creator-only ACL of a Session with credentials
+// exists call) before answering [lock.ErrLocked]. The creator-only ACL of a Session with credentials
 // (the default, see [WithDigestAuth]) keeps strangers from creating children at all.
 //
 // The lock can be lost at any time, whatever the code holding it believes: when the ZooKeeper
 // session ends, when the node is deleted by someone else. Work done under the lock must run under
-// [Lease.Context] and every write it makes elsewhere must carry [Lease.Token] to a fence (package fence).
+// [lock.Lease.Context] and every write it makes elsewhere must carry [lock.Lease.Token] to a fence (package fence).
 //
 // A Mutex value is reentrant: Lock on a Mutex that already holds the lock returns the same Lease
 // and counts the hold; each Lock needs its Unlock. Goroutines that must exclude each other need a
@@ -39,7 +41,7 @@ type Mutex struct {
 	path string
 	o    options
 
-	r *Reentrant // the holds of this Mutex value
+	r *lock.Reentrant // the holds of this Mutex value
 
 	mu      sync.Mutex
 	parent  bool                // the parent path is known to exist
@@ -49,7 +51,7 @@ type Mutex struct {
 // zkLease is one hold of a [Mutex]: its fencing token, its node, and how the holder learns that
 // it lost the lock.
 type zkLease struct {
-	*Hold
+	*lock.Hold
 	m    *Mutex
 	node string // full path of our node
 	ep   *epoch
@@ -63,7 +65,7 @@ type zkLease struct {
 // as persistent nodes). It does not touch ZooKeeper.
 func NewMutex(s *Session, lockPath string, opts ...Option) (*Mutex, error) {
 	if s == nil {
-		return nil, fmt.Errorf("lock: nil session: %w", ErrInvalidOption)
+		return nil, fmt.Errorf("zklock: nil session: %w", lock.ErrInvalidOption)
 	}
 	if err := validPath(lockPath); err != nil {
 		return nil, err
@@ -72,7 +74,7 @@ func NewMutex(s *Session, lockPath string, opts ...Option) (*Mutex, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Mutex{s: s, path: lockPath, o: o, r: NewReentrant(lockPath)}, nil
+	return &Mutex{s: s, path: lockPath, o: o, r: lock.NewReentrant(lockPath)}, nil
 }
 
 // MaxPathLen is the longest lock path [NewMutex] and [NewElector] accept, in bytes: a contender's
@@ -81,10 +83,10 @@ const MaxPathLen = 1024
 
 func validPath(p string) error {
 	if len(p) > MaxPathLen {
-		return fmt.Errorf("lock: path of %d bytes: at most %d: %w", len(p), MaxPathLen, ErrInvalidOption)
+		return fmt.Errorf("zklock: path of %d bytes: at most %d: %w", len(p), MaxPathLen, lock.ErrInvalidOption)
 	}
 	if p == "" || p[0] != '/' || (len(p) > 1 && strings.HasSuffix(p, "/")) || strings.Contains(p, "//") || p == "/" {
-		return fmt.Errorf("lock: path %q: want an absolute ZooKeeper path such as /app/lock: %w", p, ErrInvalidOption)
+		return fmt.Errorf("zklock: path %q: want an absolute ZooKeeper path such as /app/lock: %w", p, lock.ErrInvalidOption)
 	}
 	return nil
 }
@@ -103,20 +105,20 @@ func (m *Mutex) Path() string { return m.path }
 // Lock blocks until the lock is held or ctx ends, and returns the Lease of the hold. If ctx ends
 // first, the contender's node is deleted (with a fresh, bounded context) and ctx's error is
 // returned; nothing is left behind. If the ZooKeeper session ends while waiting, Lock returns an
-// error wrapping [ErrSessionExpired] at once. ctx scopes only the wait: the hold lasts until
-// Unlock, or until the lock is lost ([Lease.Done]).
-func (m *Mutex) Lock(ctx context.Context) (Lease, error) {
-	return m.r.Lock(ctx, func(ctx context.Context) (Lease, error) { return m.take(ctx, true) })
+// error wrapping [lock.ErrSessionExpired] at once. ctx scopes only the wait: the hold lasts until
+// Unlock, or until the lock is lost ([lock.Lease.Done]).
+func (m *Mutex) Lock(ctx context.Context) (lock.Lease, error) {
+	return m.r.Lock(ctx, func(ctx context.Context) (lock.Lease, error) { return m.take(ctx, true) })
 }
 
-// TryLock takes the lock if it is free and returns at once: an error wrapping [ErrLocked] when
+// TryLock takes the lock if it is free and returns at once: an error wrapping [lock.ErrLocked] when
 // another owner holds it. ctx bounds the ZooKeeper round trips.
-func (m *Mutex) TryLock(ctx context.Context) (Lease, error) {
-	return m.r.Lock(ctx, func(ctx context.Context) (Lease, error) { return m.take(ctx, false) })
+func (m *Mutex) TryLock(ctx context.Context) (lock.Lease, error) {
+	return m.r.Lock(ctx, func(ctx context.Context) (lock.Lease, error) { return m.take(ctx, false) })
 }
 
 // take runs the recipe and starts the new hold's monitor.
-func (m *Mutex) take(ctx context.Context, wait bool) (Lease, error) {
+func (m *Mutex) take(ctx context.Context, wait bool) (lock.Lease, error) {
 	var (
 		l   *zkLease
 		err error
@@ -145,12 +147,12 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return nil
 	}
 	l.relOnce.Do(func() { close(l.released) })
-	l.end(fmt.Errorf("%w: released by Unlock", ErrNotHeld))
+	l.end(fmt.Errorf("%w: released by Unlock", lock.ErrNotHeld))
 	return m.deleteNode(ctx, l.ep, l.node, l.unclaim)
 }
 
-func (m *Mutex) newLease(ep *epoch, node string, tok Token) (*zkLease, error) {
-	return &zkLease{Hold: NewHold(tok), m: m, node: node, ep: ep, released: make(chan struct{})}, nil
+func (m *Mutex) newLease(ep *epoch, node string, tok lock.Token) (*zkLease, error) {
+	return &zkLease{Hold: lock.NewHold(tok), m: m, node: node, ep: ep, released: make(chan struct{})}, nil
 }
 
 // monitor ends the lease when its session ends, when (with WithNodeWatch) its node is deleted,
@@ -164,7 +166,7 @@ func (l *zkLease) monitor() {
 			nodeGone = r.watch
 			switch {
 			case err == nil && !r.val:
-				l.end(fmt.Errorf("%w: node %s deleted", ErrLockLost, l.node))
+				l.end(fmt.Errorf("%w: node %s deleted", lock.ErrLockLost, l.node))
 				return
 			case err != nil:
 				nodeGone = nil
@@ -174,11 +176,11 @@ func (l *zkLease) monitor() {
 		case <-l.released:
 			return
 		case <-ep.done:
-			l.end(fmt.Errorf("%w: %w", ErrLockLost, ep.Err()))
+			l.end(fmt.Errorf("%w: %w", lock.ErrLockLost, ep.Err()))
 			return
 		case ev := <-nodeGone:
 			if ev.Type == zk.EventNodeDeleted {
-				l.end(fmt.Errorf("%w: node %s deleted", ErrLockLost, l.node))
+				l.end(fmt.Errorf("%w: node %s deleted", lock.ErrLockLost, l.node))
 				return
 			}
 			nodeGone = nil
@@ -188,7 +190,7 @@ func (l *zkLease) monitor() {
 			owner, err := l.m.ownerOf(ctx, ep, l.node)
 			cancel()
 			if err == nil && owner != ep.sessionID() {
-				l.end(fmt.Errorf("%w: node %s not ours after reconnection (owner %#x)", ErrLockLost, l.node, owner))
+				l.end(fmt.Errorf("%w: node %s not ours after reconnection (owner %#x)", lock.ErrLockLost, l.node, owner))
 				return
 			}
 			nodeGone = nil
@@ -198,9 +200,9 @@ func (l *zkLease) monitor() {
 
 // end marks the lease over with cause.
 func (l *zkLease) end(cause error) {
-	if l.End(cause) && !errors.Is(cause, ErrNotHeld) {
+	if l.End(cause) && !errors.Is(cause, lock.ErrNotHeld) {
 		l.m.s.log.Warn("lock lost", "path", l.m.path, "node", l.node, "token", l.Token().String(), "err", cause)
 	}
 }
 
-var _ Locker = (*Mutex)(nil)
+var _ lock.Locker = (*Mutex)(nil)

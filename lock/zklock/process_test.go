@@ -1,4 +1,4 @@
-package lock_test
+package zklock_test
 
 import (
 	"io"
@@ -60,7 +60,7 @@ func zkLeader(t *testing.T, servers []string) int {
 // zkNode runs deploy/local/zk ACTION N.
 func zkNode(t *testing.T, action string, n int) {
 	t.Helper()
-	script, err := filepath.Abs(filepath.Join("..", "deploy", "local", "zk"))
+	script, err := filepath.Abs(filepath.Join("..", "..", "deploy", "local", "zk"))
 	if err != nil {
 		t.Fatal(err)
 	}

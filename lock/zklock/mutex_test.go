@@ -1,4 +1,4 @@
-package lock_test
+package zklock_test
 
 import (
 	"context"
@@ -11,27 +11,29 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/zklock"
 )
 
 func TestNewMutexRejectsBadInput(t *testing.T) {
-	for _, p := range []string{"", "relative", "/", "/trailing/", "/a//b", "/" + strings.Repeat("x", lock.MaxPathLen)} {
-		if _, err := lock.NewMutex(&lock.Session{}, p); !errors.Is(err, lock.ErrInvalidOption) {
+	for _, p := range []string{"", "relative", "/", "/trailing/", "/a//b", "/" + strings.Repeat("x", zklock.MaxPathLen)} {
+		if _, err := zklock.NewMutex(&zklock.Session{}, p); !errors.Is(err, lock.ErrInvalidOption) {
 			t.Errorf("NewMutex(%q) error = %v, want ErrInvalidOption", p, err)
 		}
 	}
-	if _, err := lock.NewMutex(nil, "/ok"); !errors.Is(err, lock.ErrInvalidOption) {
+	if _, err := zklock.NewMutex(nil, "/ok"); !errors.Is(err, lock.ErrInvalidOption) {
 		t.Errorf("NewMutex(nil session) error = %v, want ErrInvalidOption", err)
 	}
-	if _, err := lock.NewSession(t.Context(), nil, lock.WithInsecureWorldACL()); !errors.Is(err, lock.ErrInvalidOption) {
+	if _, err := zklock.NewSession(t.Context(), nil, zklock.WithInsecureWorldACL()); !errors.Is(err, lock.ErrInvalidOption) {
 		t.Errorf("NewSession(no servers) error = %v, want ErrInvalidOption", err)
 	}
 	for _, d := range []time.Duration{-time.Second, 0, time.Millisecond} {
-		if _, err := lock.NewSession(t.Context(), []string{"127.0.0.1:1"}, lock.WithSessionTimeout(d), lock.WithInsecureWorldACL()); !errors.Is(err, lock.ErrInvalidOption) {
+		if _, err := zklock.NewSession(t.Context(), []string{"127.0.0.1:1"}, zklock.WithSessionTimeout(d), zklock.WithInsecureWorldACL()); !errors.Is(err, lock.ErrInvalidOption) {
 			t.Errorf("NewSession(timeout %v) error = %v, want ErrInvalidOption", d, err)
 		}
 	}
-	if _, err := lock.NewElector(&lock.Session{}, "/ok", ""); !errors.Is(err, lock.ErrInvalidOption) {
+	if _, err := zklock.NewElector(&zklock.Session{}, "/ok", ""); !errors.Is(err, lock.ErrInvalidOption) {
 		t.Errorf("NewElector(empty id) error = %v, want ErrInvalidOption", err)
 	}
 	if _, err := lock.NewElection(nil, "x", "id", func(context.Context) (string, error) { return "", nil }); !errors.Is(err, lock.ErrInvalidOption) {
@@ -220,11 +222,11 @@ func TestIntegrationHerdEffect(t *testing.T) {
 	const n = 8
 	for _, tc := range []struct {
 		name string
-		opts []lock.Option
+		opts []zklock.Option
 		want int64
 	}{
 		{"fair", nil, 1},
-		{"unfair", []lock.Option{lock.WithUnfair()}, n - 1},
+		{"unfair", []zklock.Option{zklock.WithUnfair()}, n - 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -235,8 +237,8 @@ func TestIntegrationHerdEffect(t *testing.T) {
 			if _, err := holder.Lock(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			sessions := make([]*lock.Session, n-1)
-			acquired := make(chan *lock.Mutex, n)
+			sessions := make([]*zklock.Session, n-1)
+			acquired := make(chan *zklock.Mutex, n)
 			var wg sync.WaitGroup
 			for i := range sessions {
 				sessions[i] = session(t, servers)
@@ -359,7 +361,7 @@ func TestIntegrationSessionCloseEndsLease(t *testing.T) {
 	path := testenv.ZKRoot(t) + "/lock"
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	s, err := lock.NewSession(ctx, servers, lock.WithSessionTimeout(testSessionTimeout), testenv.ZKAuth(t))
+	s, err := zklock.NewSession(ctx, servers, zklock.WithSessionTimeout(testSessionTimeout), zkenv.Auth(t))
 	if err != nil {
 		t.Fatal(err)
 	}
