@@ -35,9 +35,9 @@
 // into P partitions, each a [Job] of its own: its own election (an [ElectorFunc] gives this
 // instance's candidate in partition p's election, by convention at PartitionName(base, p)), its
 // own fence resource (PartitionName(resource, p)), and terms whose [Term.Partition] tells the work
-// which part of the data is its (rows whose key hashes to p: [Partition] in Go, [PartitionSQL] in
-// PostgreSQL, the same number). Every instance campaigns in every partition; with a [Membership]
-// counting the N live instances ([ContenderMembership] on ZooKeeper, [Heartbeat] on backends whose
+// which part of the data is its (rows whose key hashes to p: placement.Partition in Go,
+// placement.PartitionSQL in PostgreSQL, the same number). Every instance campaigns in every
+// partition; with a [Membership] counting the N live instances ([ContenderMembership] on ZooKeeper, [Heartbeat] on backends whose
 // waiters are not listed), each leads at most ceil(P/N) and gives up the rest, which the waiting
 // instances take — with [WithGrace], once the work has finished what it had in hand
 // ([Term.Yield]; TestIntegrationShardsGrace). When an instance dies, each of its partitions goes
@@ -61,7 +61,7 @@
 //	}
 //	return s.Run(ctx) // leads about 12/N partitions until ctx ends
 //
-// The number of partitions of a set of tables is stored with them ([StorePartitions]) and the
+// The number of partitions of a set of tables is stored with them (placement.StorePartitions) and the
 // components refuse to run with another: a key's partition is its hash modulo P, so instances
 // with different P would guard one key with different fences and elections, and two leaders
 // could act on it at once. Changing P means stopping every instance (a drain barrier), then
