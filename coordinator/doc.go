@@ -11,7 +11,7 @@
 //	...
 //	if errors.Is(err, coordinator.ErrIncomplete) { ... } // the same value whichever coordinator returned it
 //
-// Why a package of its own: the coordinators are built on one shell (internal/core), and one
+// Why a package of its own: the coordinators are built on one base (internal/core), and one
 // public place lets a user match an error (coordinator.ErrTimeout) and write an option the same
 // way whatever the coordinator, and let a new coordinator (threepc, the fourth) take them without
 // writing them again. Re-exporting them from each coordinator package would repeat every

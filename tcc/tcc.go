@@ -20,24 +20,24 @@ import (
 // elected leader those whose starter vanished. Any number of Coordinators (processes) may share
 // one schema; each may start transactions; the leader among them recovers.
 //
-// Migrate, Register, Status and Flush are those of [coordinator.Shell].
+// Migrate, Register, Status and Flush are those of [coordinator.Base].
 //
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {
-	coordinator.Shell
+	coordinator.Base
 	b *core.Base
 }
 
 // New returns a Coordinator whose log lives in pool, configured by the options of package
 // coordinator (TCC has none of its own). It does not touch the database: call
-// Migrate ([coordinator.Shell]). It returns an error wrapping [coordinator.ErrInvalidOption] when an
+// Migrate ([coordinator.Base]). It returns an error wrapping [coordinator.ErrInvalidOption] when an
 // option is unusable.
 func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 	b, err := core.NewBase(pool, core.Protocol{Name: "tcc", Kind: core.KindTCC, Prefix: "txkit_", Timeout: time.Minute}, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Coordinator{Shell: b, b: b}, nil
+	return &Coordinator{Base: b, b: b}, nil
 }
 
 // Stats returns the coordinator's counters: Violations counts refusals of a confirm or cancel (a

@@ -27,11 +27,11 @@ import (
 // them recovers. It is also the [participant.Decider] of the agents in consult-log mode
 // ([Coordinator.Decide]).
 //
-// Migrate, Register, Status and Flush are those of [coordinator.Shell].
+// Migrate, Register, Status and Flush are those of [coordinator.Base].
 //
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {
-	coordinator.Shell
+	coordinator.Base
 	b     *core.Base
 	o     *options // threepc's own settings
 	ns    prepared.Namespace
@@ -43,7 +43,7 @@ type Coordinator struct {
 // coordinator and this package's own (WithCanCommitTimeout, WithPreCommitTimeout,
 // WithParticipantTimeout, WithPhaseTwoConns, WithHook). Its tables are "txkit_3pc_global" and
 // "txkit_3pc_branch" unless [coordinator.WithTablePrefix] says otherwise, and its default global
-// timeout is 1m. It does not touch the database: call Migrate ([coordinator.Shell]), and
+// timeout is 1m. It does not touch the database: call Migrate ([coordinator.Base]), and
 // [Coordinator.Close] when done. It returns an error wrapping [coordinator.ErrInvalidOption] when
 // an option is unusable — among them a participant timeout that is not between the phases'
 // timeouts and the global timeout, and a schema or table prefix with a backslash or a control
@@ -61,7 +61,7 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("threepc: %w: %w", err, coordinator.ErrInvalidOption)
 	}
-	return &Coordinator{Shell: b, b: b, o: o, ns: ns,
+	return &Coordinator{Base: b, b: b, o: o, ns: ns,
 		dbs: prepared.NewRegistry("threepc", ns, o.phaseTwoConns, participant.OpDoCommit, b.Parts, ErrClosed)}, nil
 }
 

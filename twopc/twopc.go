@@ -25,11 +25,11 @@ import (
 // elected leader those whose starter vanished. Any number of Coordinators (processes) may share
 // one schema; each may start transactions; the leader among them recovers.
 //
-// Migrate, Register, Status and Flush are those of [coordinator.Shell].
+// Migrate, Register, Status and Flush are those of [coordinator.Base].
 //
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {
-	coordinator.Shell
+	coordinator.Base
 	b     *core.Base
 	o     *options           // twopc's own settings
 	ns    prepared.Namespace // names this coordinator's prepared transactions
@@ -42,7 +42,7 @@ type Coordinator struct {
 // coordinator and this package's own (WithPrepareTimeout, WithInDoubtResolution,
 // WithPhaseTwoConns, WithHook). Its tables are "txkit_2pc_global" and "txkit_2pc_branch" unless
 // [coordinator.WithTablePrefix] says otherwise, and its default timeout is 30s. It does not touch
-// the database: call Migrate ([coordinator.Shell]), and [Coordinator.Close] when done. It returns an
+// the database: call Migrate ([coordinator.Base]), and [Coordinator.Close] when done. It returns an
 // error wrapping [coordinator.ErrInvalidOption] when an option is unusable, among them a schema
 // or table prefix with a backslash or a control character (they name the prepared transactions).
 //
@@ -60,7 +60,7 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("twopc: %w: %w", err, coordinator.ErrInvalidOption)
 	}
-	return &Coordinator{Shell: b, b: b, o: o, ns: ns, votes: prepared.NewVotes(b.Cfg.Schema, b.Cfg.Prefix),
+	return &Coordinator{Base: b, b: b, o: o, ns: ns, votes: prepared.NewVotes(b.Cfg.Schema, b.Cfg.Prefix),
 		dbs: prepared.NewRegistry("twopc", ns, o.phaseTwoConns, participant.OpCommit, b.Parts, ErrClosed)}, nil
 }
 

@@ -115,7 +115,7 @@ func (c Config) Validate() error {
 	return c.Partitions.validate()
 }
 
-// Base is the shell every coordinator shares: its log, its participant registry, its
+// Base is the part every coordinator shares: its log, its participant registry, its
 // configuration, its counters, the guard against two Runs, and the calls of branch ops. A
 // coordinator holds one and exposes Migrate, Register, Status, Stats and Run through one-line
 // methods of its own (with its own docs); the errors they return start with the coordinator's
