@@ -22,6 +22,12 @@
 // protocol's New (saga.WithAttempts to tcc.New) compiles, and New refuses it with an error
 // wrapping [ErrInvalidOption] that names it.
 //
+// The coordinators share their shapes too. Every Begin is Begin(ctx, opts ...[BeginOption]): ctx
+// scopes only the call, and a ctx already done returns an error wrapping its error. Only tcc's
+// may write (given [WithGID], it records the transaction at once, so that a gid already used is
+// refused there); the others write nothing until Commit or Submit. Every Stats returns [Stats],
+// and every Coordinator embeds [Base].
+//
 // # Partitioned recovery
 //
 // With [WithPartitions] the recovery is split into P partitions by a hash of the gid, each with its

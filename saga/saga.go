@@ -44,9 +44,10 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 	return &Coordinator{Base: b, b: b, o: o}, nil
 }
 
-// Stats returns the coordinator's counters: Violations counts refused compensations (a
-// participant broke the protocol: a compensation must succeed eventually), Failures the failed
-// calls other than refused actions; both are retried.
+// Stats returns the coordinator's counters ([coordinator.Stats]): Violations counts refused
+// compensations (a participant broke the protocol: a compensation must succeed eventually),
+// Failures the failed calls other than refused actions; both are retried. The other fields stay
+// zero.
 func (c *Coordinator) Stats() coordinator.Stats { return c.b.Stats() }
 
 // Step is one step of a saga: an action, and the compensation that undoes it, both carried out by
@@ -87,12 +88,14 @@ type step struct {
 	status  core.BranchStatus
 }
 
-// Begin returns a new saga to build. It does not block or touch the database, so it takes no
-// ctx: the saga is recorded by [Saga.Submit]. The saga's timeout is [coordinator.WithTimeout],
-// default [coordinator.WithDefaultTimeout]; a non-positive one returns an error wrapping
+// Begin returns a new saga to build. It writes nothing and does not block: the saga is recorded
+// by [Saga.Submit]. It takes ctx as every coordinator's Begin does (tcc's may write): a ctx
+// already done returns an error wrapping its error. The saga's timeout is
+// [coordinator.WithTimeout], default [coordinator.WithDefaultTimeout]; a non-positive one, or an
+// invalid gid (see [coordinator.WithGID]), returns an error wrapping
 // [coordinator.ErrInvalidOption].
-func (c *Coordinator) Begin(opts ...coordinator.BeginOption) (*Saga, error) {
-	o, err := c.b.Begin(opts)
+func (c *Coordinator) Begin(ctx context.Context, opts ...coordinator.BeginOption) (*Saga, error) {
+	o, err := c.b.Begin(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

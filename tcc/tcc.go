@@ -40,9 +40,10 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 	return &Coordinator{Base: b, b: b}, nil
 }
 
-// Stats returns the coordinator's counters: Violations counts refusals of a confirm or cancel (a
-// participant broke the protocol: after a successful try, confirm and cancel must succeed
-// eventually), Failures the failed confirms and cancels; both are retried.
+// Stats returns the coordinator's counters ([coordinator.Stats]): Violations counts refusals of
+// a confirm or cancel (a participant broke the protocol: after a successful try, confirm and
+// cancel must succeed eventually), Failures the failed confirms and cancels; both are retried.
+// The other fields stay zero.
 func (c *Coordinator) Stats() coordinator.Stats { return c.b.Stats() }
 
 // Begin starts a new global transaction, trying, and returns it. The transaction's timeout
@@ -55,9 +56,10 @@ func (c *Coordinator) Stats() coordinator.Stats { return c.b.Stats() }
 // before), and until then [Coordinator.Status] of its gid returns an error wrapping
 // [coordinator.ErrNotFound]. Given [coordinator.WithGID], Begin records the transaction at once
 // — one write, ctx scoping only this call — so that a gid already used is refused here, with an
-// error wrapping [coordinator.ErrInvalidState].
+// error wrapping [coordinator.ErrInvalidState]. A ctx already done returns an error wrapping its
+// error.
 func (c *Coordinator) Begin(ctx context.Context, opts ...coordinator.BeginOption) (*Global, error) {
-	o, err := c.b.Begin(opts)
+	o, err := c.b.Begin(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

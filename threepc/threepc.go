@@ -65,26 +65,22 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 		dbs: prepared.NewRegistry("threepc", ns, o.phaseTwoConns, participant.OpDoCommit, b.Parts, ErrClosed)}, nil
 }
 
-// Stats counts what a [Coordinator] did.
-type Stats struct {
-	Committed   int64 // transactions this process committed (DoCommit done)
-	Aborted     int64 // transactions this process aborted (at CanCommit, at PreCommit, or found aborted)
-	Failures    int64 // failed branch calls of phase two (retried)
-	AgentAborts int64 // undecided transactions whose abort [Coordinator.Decide] recorded for an agent
+// Stats returns the coordinator's counters ([coordinator.Stats]): Committed, Aborted, Failures
+// (failed branch calls of phase two, retried), Violations and AgentAborts (undecided transactions
+// whose abort [Coordinator.Decide] recorded for an agent).
+func (c *Coordinator) Stats() coordinator.Stats {
+	s := c.b.Stats()
+	s.Committed, s.Aborted, s.AgentAborts = c.stats.committed.Load(), c.stats.aborted.Load(), c.stats.agentAborts.Load()
+	return s
 }
 
-// Stats returns the coordinator's counters.
-func (c *Coordinator) Stats() Stats {
-	return Stats{Committed: c.stats.committed.Load(), Aborted: c.stats.aborted.Load(),
-		Failures: c.b.Failures.Load(), AgentAborts: c.stats.agentAborts.Load()}
-}
-
-// Begin returns a new global transaction. It writes nothing and does not block. An invalid gid
-// (see [coordinator.WithGID]; it names prepared transactions, so a backslash or a control
-// character is refused too), or a timeout not above the participant timeout
-// ([WithParticipantTimeout]), returns an error wrapping [coordinator.ErrInvalidOption].
-func (c *Coordinator) Begin(_ context.Context, opts ...coordinator.BeginOption) (*Global, error) {
-	o, err := c.b.Begin(opts)
+// Begin returns a new global transaction. It writes nothing and does not block. It takes ctx as
+// every coordinator's Begin does (tcc's may write): a ctx already done returns an error wrapping
+// its error. An invalid gid (see [coordinator.WithGID]; it names prepared transactions, so a
+// backslash or a control character is refused too), or a timeout not above the participant
+// timeout ([WithParticipantTimeout]), returns an error wrapping [coordinator.ErrInvalidOption].
+func (c *Coordinator) Begin(ctx context.Context, opts ...coordinator.BeginOption) (*Global, error) {
+	o, err := c.b.Begin(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

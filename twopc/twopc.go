@@ -64,28 +64,23 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 		dbs: prepared.NewRegistry("twopc", ns, o.phaseTwoConns, participant.OpCommit, b.Parts, ErrClosed)}, nil
 }
 
-// Stats counts what a [Coordinator] did.
-type Stats struct {
-	Committed int64 // transactions this process committed (phase two done)
-	Aborted   int64 // transactions this process aborted
-	Failures  int64 // failed commits and aborts (retried)
-	Resolved  int64 // in-doubt prepared transactions resolved from pg_prepared_xacts
-}
-
-// Stats returns the coordinator's counters.
-func (c *Coordinator) Stats() Stats {
-	return Stats{Committed: c.stats.committed.Load(), Aborted: c.stats.aborted.Load(),
-		Failures: c.b.Failures.Load(), Resolved: c.stats.resolved.Load()}
+// Stats returns the coordinator's counters ([coordinator.Stats]): Committed, Aborted, Failures
+// (failed commits and aborts, retried), Violations and Resolved.
+func (c *Coordinator) Stats() coordinator.Stats {
+	s := c.b.Stats()
+	s.Committed, s.Aborted, s.Resolved = c.stats.committed.Load(), c.stats.aborted.Load(), c.stats.resolved.Load()
+	return s
 }
 
 // Begin returns a new global transaction. It writes nothing and does not block: the log learns of
 // the transaction at [Global.Commit], when its branches are known. Until then nothing is
 // prepared anywhere, and a coordinator that dies leaves only open database transactions, which
-// PostgreSQL rolls back when their connections close. An invalid gid (see
-// [coordinator.WithGID]), or a timeout not above the prepare timeout, returns an error wrapping
-// [coordinator.ErrInvalidOption].
-func (c *Coordinator) Begin(_ context.Context, opts ...coordinator.BeginOption) (*Global, error) {
-	o, err := c.b.Begin(opts)
+// PostgreSQL rolls back when their connections close. It takes ctx as every coordinator's Begin
+// does (tcc's may write): a ctx already done returns an error wrapping its error. An invalid gid
+// (see [coordinator.WithGID]), or a timeout not above the prepare timeout, returns an error
+// wrapping [coordinator.ErrInvalidOption].
+func (c *Coordinator) Begin(ctx context.Context, opts ...coordinator.BeginOption) (*Global, error) {
+	o, err := c.b.Begin(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

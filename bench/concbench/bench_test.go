@@ -390,7 +390,7 @@ func sagaRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool)
 	})
 	c := coordinatorOn(b, saga.New, e.pool(b, s), s.Name, coordinator.WithHTTPClient(client))
 	txkit := func(ctx context.Context, cl int) error {
-		sg, err := c.Begin()
+		sg, err := c.Begin(ctx)
 		if err != nil {
 			return err
 		}
