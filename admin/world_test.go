@@ -97,7 +97,7 @@ func newWorld(t *testing.T) *world {
 		}
 		return nil
 	}))
-	sg, err := sc.Begin()
+	sg, err := sc.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,10 @@
 // protocol's New (saga.WithAttempts to tcc.New) compiles, and New refuses it with an error
 // wrapping [ErrInvalidOption] that names it.
 //
+// Every Begin is Begin(ctx, opts ...[BeginOption]): ctx scopes only the call, and a ctx already
+// done returns an error wrapping its error; only tcc's may write (given [WithGID]). Every Stats
+// returns [Stats], and every Coordinator embeds [Base].
+//
 // With [WithPartitions] the recovery is split into partitions by a hash of the gid, each with its
 // own election and fencing token, so that several instances share it. Why the package exists,
 // partitioned recovery, group commit and deferred finish, metrics and tracing:

@@ -45,5 +45,16 @@ var (
 // coordinator's error around it says the rest.
 type BranchError = core.BranchError
 
-// Stats counts what a tcc or saga Coordinator saw (twopc counts more: twopc.Stats).
+// Stats counts what a Coordinator of this process saw since it was built; the Stats method of
+// every coordinator (tcc, saga, twopc, threepc) returns it, and a field its protocol does not count
+// stays zero:
+//
+//   - Committed, Aborted: transactions this process committed (phase two done) or aborted (twopc,
+//     threepc).
+//   - Failures: failed branch calls other than refused tries, actions and votes; retried (all).
+//   - Violations: refusals of ops that must succeed eventually (a confirm, cancel, compensation,
+//     commit or abort): a participant broke the protocol; retried (all).
+//   - Resolved: in-doubt prepared transactions resolved from pg_prepared_xacts (twopc).
+//   - AgentAborts: undecided transactions whose abort threepc.Coordinator.Decide recorded for an
+//     agent (threepc).
 type Stats = core.Stats

@@ -46,7 +46,10 @@ func begins(t *testing.T, pool *pgxpool.Pool) map[string]func(context.Context, .
 			_, err := tc.Begin(ctx, o...)
 			return err
 		},
-		"saga": func(_ context.Context, o ...coordinator.BeginOption) error { _, err := sc.Begin(o...); return err },
+		"saga": func(ctx context.Context, o ...coordinator.BeginOption) error {
+			_, err := sc.Begin(ctx, o...)
+			return err
+		},
 		"twopc": func(ctx context.Context, o ...coordinator.BeginOption) error {
 			_, err := two.Begin(ctx, o...)
 			return err

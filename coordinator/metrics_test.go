@@ -133,7 +133,7 @@ func TestIntegrationMetricsCount(t *testing.T) {
 	c5 := coretest.New(t, saga.New, pool, schema, withReg)
 	p5 := coretest.Register(t, c5, "p", refuser)
 	for _, last := range []string{`"yes"`, `"no"`} {
-		s, err := c5.Begin()
+		s, err := c5.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

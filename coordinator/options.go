@@ -132,11 +132,11 @@ func WithGroupCommit(window time.Duration) Option {
 // Submit or Rollback return at once, and the write that marks the transaction finished — which
 // nothing after it waits for — follows in the background, sharing a batch with the others when
 // [WithGroupCommit] is on too. The caller's latency loses one PostgreSQL commit. Until the write
-// lands, [Shell.Status] reports the transaction confirming (running, cancelling…); if the process
+// lands, [Base.Status] reports the transaction confirming (running, cancelling…); if the process
 // dies first, the leader finishes it once the starter's lease has passed, calling the last phase
 // again — the participants' barrier turns each call into a no-op, and a COMMIT PREPARED already
 // made is found done — so nothing is lost or applied twice. A write that fails is logged and left
-// to the leader the same way. [Shell.Flush] waits for the writes deferred so far (call it before
+// to the leader the same way. [Base.Flush] waits for the writes deferred so far (call it before
 // exiting). Off by default. docs/coordinators.md ("Deferred finish") has the figures.
 func WithDeferredFinish() Option {
 	return func(c *core.Config) { c.DeferredFinish = true }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/obs"
+	"github.com/txkit/txkit/internal/placement"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -158,7 +159,7 @@ func (n *Notifier) newJob() (leaderJob, error) {
 // It returns nil when ctx ends, or an error wrapping lock.ErrFenced when the fence refuses a record.
 //
 // With partitions ([WithPartitions]) each partition's term delivers to the receivers of its
-// partition only (leader.Partition of the receiver's name) and fences its writes with its own
+// partition only (placement.Partition of the receiver's name) and fences its writes with its own
 // resource; the terms of the partitions one process leads run side by side. When the term yields
 // (its partition is given up to balance the load) it takes nothing more, lets the posts in flight
 // finish, records their results and returns nil: the queued notifications not yet posted stay
@@ -168,7 +169,7 @@ func (n *Notifier) lead(ctx context.Context, t *leader.Term) error {
 	flights := map[string]*flight{}
 	n.mu.Lock()
 	for name := range n.receivers {
-		if leader.Partition(name, n.o.parts) == t.Partition() {
+		if placement.Partition(name, n.o.parts) == t.Partition() {
 			flights[name] = &flight{queue: make(chan due, n.o.batch), low: n.o.batch / 2, taken: map[uuid.UUID]bool{}}
 		}
 	}

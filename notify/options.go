@@ -11,6 +11,7 @@ import (
 
 	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/internal/placement"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -161,8 +162,8 @@ func (o options) validate() error {
 		return fmt.Errorf("notify: nil elector: %w", ErrInvalidOption)
 	}
 	switch {
-	case o.parts < 1 || o.parts > leader.MaxPartitions:
-		return fmt.Errorf("notify: %d partitions: not in 1..%d: %w", o.parts, leader.MaxPartitions, ErrInvalidOption)
+	case o.parts < 1 || o.parts > placement.MaxPartitions:
+		return fmt.Errorf("notify: %d partitions: not in 1..%d: %w", o.parts, placement.MaxPartitions, ErrInvalidOption)
 	case o.parts > 1 && o.partElectors == nil:
 		return fmt.Errorf("notify: %d partitions without electors: %w", o.parts, ErrInvalidOption)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/internal/placement"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -100,7 +101,7 @@ func (n *Notifier) resource(p int) string {
 // runs and refuses another number (see [WithPartitions]).
 func (n *Notifier) checkPartitions(ctx context.Context) error {
 	table, _ := pgutil.Table(n.o.schema, n.o.table+"_parts")
-	stored, err := leader.StorePartitions(ctx, n.pool, table, n.o.parts)
+	stored, err := placement.StorePartitions(ctx, n.pool, table, n.o.parts)
 	if err != nil {
 		return fmt.Errorf("notify: run %s (was Migrate run?): %w", n.name, err)
 	}

@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/internal/placement"
 )
 
 //go:embed sql/*.sql
@@ -146,7 +146,7 @@ func (ob *Outbox) Migrate(ctx context.Context) error {
 	if old {
 		want = 1 // its pending rows are all in partition 0
 	}
-	stored, err := leader.StorePartitions(ctx, ob.pool, ob.meta, want)
+	stored, err := placement.StorePartitions(ctx, ob.pool, ob.meta, want)
 	if err != nil {
 		return fmt.Errorf("outbox: migrate %s: %w", ob.name, err)
 	}
@@ -240,9 +240,9 @@ func (ob *Outbox) partition(msg Message) int {
 		return 0
 	}
 	if msg.Key != "" {
-		return leader.Partition(msg.Key, ob.o.parts)
+		return placement.Partition(msg.Key, ob.o.parts)
 	}
-	return leader.Partition(msg.ID.String(), ob.o.parts)
+	return placement.Partition(msg.ID.String(), ob.o.parts)
 }
 
 // partsMismatch is the error for a table whose stored partition count is not the outbox's.

@@ -62,7 +62,7 @@ func BenchmarkSaga(b *testing.B) {
 	// coordinatedOn is one transaction through c over ps.
 	coordinatedOn := func(ps []participant.HTTP) func(*saga.Coordinator) error {
 		return func(c *saga.Coordinator) error {
-			s, err := c.Begin()
+			s, err := c.Begin(ctx)
 			if err != nil {
 				return err
 			}

@@ -9,7 +9,7 @@
 //	_ = c.Migrate(ctx)
 //	go c.Run(ctx) // recovery, on the leader only
 //	stock, _ := c.Register("stock", stockParticipant) // in-process, found by name when recovering
-//	s, _ := c.Begin(coordinator.WithTimeout(time.Minute))
+//	s, _ := c.Begin(ctx, coordinator.WithTimeout(time.Minute))
 //	_ = s.Add(saga.Step{Name: "stock", Participant: stock, Payload: body})
 //	_ = s.Add(saga.Step{Name: "pay", Participant: participant.HTTP{URL: payURL, Client: client}}) // after stock
 //	err := s.Submit(ctx) // nil: succeeded; ErrRefused: compensated; coordinator.ErrIncomplete: the leader carries on

@@ -46,7 +46,7 @@ func Example() {
 	order, stock, account := printer("order"), printer("stock"), printer("account")
 
 	place := func(amount int) {
-		s, err := c.Begin()
+		s, err := c.Begin(ctx)
 		if err != nil {
 			fmt.Println(err)
 			return

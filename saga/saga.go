@@ -21,11 +21,11 @@ import (
 // starter vanished. Any number of Coordinators (processes) may share one schema; each may submit
 // sagas; the leader among them recovers.
 //
-// Migrate, Register, Status and Flush are those of [coordinator.Shell].
+// Migrate, Register, Status and Flush are those of [coordinator.Base].
 //
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {
-	coordinator.Shell
+	coordinator.Base
 	b *core.Base
 	o *options // saga's own settings
 }
@@ -33,7 +33,7 @@ type Coordinator struct {
 // New returns a Coordinator whose log lives in pool, configured by the options of package
 // coordinator and [WithAttempts]. Sagas' tables are "txkit_saga_global" and "txkit_saga_branch"
 // unless [coordinator.WithTablePrefix] says otherwise, and their default timeout is 5m. New does
-// not touch the database: call Migrate ([coordinator.Shell]). It returns an error wrapping
+// not touch the database: call Migrate ([coordinator.Base]). It returns an error wrapping
 // [coordinator.ErrInvalidOption] when an option is unusable.
 func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 	o := &options{attempts: 3}
@@ -41,12 +41,13 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Coordinator{Shell: b, b: b, o: o}, nil
+	return &Coordinator{Base: b, b: b, o: o}, nil
 }
 
-// Stats returns the coordinator's counters: Violations counts refused compensations (a
-// participant broke the protocol: a compensation must succeed eventually), Failures the failed
-// calls other than refused actions; both are retried.
+// Stats returns the coordinator's counters ([coordinator.Stats]): Violations counts refused
+// compensations (a participant broke the protocol: a compensation must succeed eventually),
+// Failures the failed calls other than refused actions; both are retried. The other fields stay
+// zero.
 func (c *Coordinator) Stats() coordinator.Stats { return c.b.Stats() }
 
 // Step is one step of a saga: an action, and the compensation that undoes it, both carried out by
@@ -87,12 +88,14 @@ type step struct {
 	status  core.BranchStatus
 }
 
-// Begin returns a new saga to build. It does not block or touch the database, so it takes no
-// ctx: the saga is recorded by [Saga.Submit]. The saga's timeout is [coordinator.WithTimeout],
-// default [coordinator.WithDefaultTimeout]; a non-positive one returns an error wrapping
+// Begin returns a new saga to build. It writes nothing and does not block: the saga is recorded
+// by [Saga.Submit]. It takes ctx as every coordinator's Begin does (tcc's may write): a ctx
+// already done returns an error wrapping its error. The saga's timeout is
+// [coordinator.WithTimeout], default [coordinator.WithDefaultTimeout]; a non-positive one, or an
+// invalid gid (see [coordinator.WithGID]), returns an error wrapping
 // [coordinator.ErrInvalidOption].
-func (c *Coordinator) Begin(opts ...coordinator.BeginOption) (*Saga, error) {
-	o, err := c.b.Begin(opts)
+func (c *Coordinator) Begin(ctx context.Context, opts ...coordinator.BeginOption) (*Saga, error) {
+	o, err := c.b.Begin(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +108,7 @@ func (s *Saga) GID() string { return s.gid }
 // Add appends st to the saga. It checks st at once and returns an error wrapping
 // [coordinator.ErrInvalidBranch] for an empty or already used name, a DependsOn naming no step added before
 // (which also rules out cycles), a payload that is not JSON, or a participant that is neither a
-// participant.HTTP with a URL nor one returned by Register ([coordinator.Shell]); a saga that refused a
+// participant.HTTP with a URL nor one returned by Register ([coordinator.Base]); a saga that refused a
 // step refuses to be submitted. After Submit, Add returns [coordinator.ErrInvalidState]. It does not block.
 func (s *Saga) Add(st Step) error {
 	if err := s.add(st); err != nil {

@@ -29,7 +29,7 @@ var errDown = errors.New("participant down")
 // submit builds a saga of the given steps on c and submits it.
 func submit(t *testing.T, c *saga.Coordinator, steps []saga.Step, opts ...coordinator.BeginOption) (string, error) {
 	t.Helper()
-	s, err := c.Begin(opts...)
+	s, err := c.Begin(t.Context(), opts...)
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
@@ -73,7 +73,7 @@ func TestIntegrationSucceeded(t *testing.T) {
 	c := e.coordinator()
 	p := newParty(nil)
 	h := register(t, c, "p", p)
-	s, err := c.Begin(coordinator.WithGID("order-1"))
+	s, err := c.Begin(t.Context(), coordinator.WithGID("order-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestIntegrationConcurrencyLimit(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}))
-	s, err := c.Begin()
+	s, err := c.Begin(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestIntegrationTransientFailureRetried(t *testing.T) {
 	}
 
 	// Five failures: Submit gives up after three, the leader calls until the sixth succeeds.
-	s, err := c.Begin(coordinator.WithGID("stubborn"))
+	s, err := c.Begin(t.Context(), coordinator.WithGID("stubborn"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -500,7 +500,7 @@ func TestIntegrationHTTP(t *testing.T) {
 		t.Fatalf("calls %v, want %v", got, want)
 	}
 
-	s, err := c.Begin(coordinator.WithGID("flaky"))
+	s, err := c.Begin(t.Context(), coordinator.WithGID("flaky"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -605,10 +605,10 @@ func TestIntegrationBadInput(t *testing.T) {
 	if err := c.Run(ctx); !errors.Is(err, coordinator.ErrInvalidOption) {
 		t.Fatalf("Run without an elector = %v, want ErrInvalidOption", err)
 	}
-	if _, err := c.Begin(coordinator.WithTimeout(-time.Second)); !errors.Is(err, coordinator.ErrInvalidOption) {
+	if _, err := c.Begin(ctx, coordinator.WithTimeout(-time.Second)); !errors.Is(err, coordinator.ErrInvalidOption) {
 		t.Fatalf("Begin with a negative timeout = %v", err)
 	}
-	empty, err := c.Begin()
+	empty, err := c.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -630,7 +630,7 @@ func TestIntegrationBadInput(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := c.Begin()
+			s, err := c.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -91,7 +91,7 @@ func TestIntegrationTracing(t *testing.T) {
 	stock := register(t, c, "stock", bar.Participant(fn))
 
 	ctx, root := tp.Tracer("test").Start(t.Context(), "order")
-	s, err := c.Begin(coordinator.WithGID("traced-1"))
+	s, err := c.Begin(ctx, coordinator.WithGID("traced-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestIntegrationTracingLeaderFinishes(t *testing.T) {
 
 	const gid = "traced-leader"
 	ctx, root := tp.Tracer("test").Start(t.Context(), "order")
-	s, err := c.Begin(coordinator.WithGID(gid))
+	s, err := c.Begin(ctx, coordinator.WithGID(gid))
 	if err != nil {
 		t.Fatal(err)
 	}

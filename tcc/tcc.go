@@ -20,29 +20,30 @@ import (
 // elected leader those whose starter vanished. Any number of Coordinators (processes) may share
 // one schema; each may start transactions; the leader among them recovers.
 //
-// Migrate, Register, Status and Flush are those of [coordinator.Shell].
+// Migrate, Register, Status and Flush are those of [coordinator.Base].
 //
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {
-	coordinator.Shell
+	coordinator.Base
 	b *core.Base
 }
 
 // New returns a Coordinator whose log lives in pool, configured by the options of package
 // coordinator (TCC has none of its own). It does not touch the database: call
-// Migrate ([coordinator.Shell]). It returns an error wrapping [coordinator.ErrInvalidOption] when an
+// Migrate ([coordinator.Base]). It returns an error wrapping [coordinator.ErrInvalidOption] when an
 // option is unusable.
 func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 	b, err := core.NewBase(pool, core.Protocol{Name: "tcc", Kind: core.KindTCC, Prefix: "txkit_", Timeout: time.Minute}, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Coordinator{Shell: b, b: b}, nil
+	return &Coordinator{Base: b, b: b}, nil
 }
 
-// Stats returns the coordinator's counters: Violations counts refusals of a confirm or cancel (a
-// participant broke the protocol: after a successful try, confirm and cancel must succeed
-// eventually), Failures the failed confirms and cancels; both are retried.
+// Stats returns the coordinator's counters ([coordinator.Stats]): Violations counts refusals of
+// a confirm or cancel (a participant broke the protocol: after a successful try, confirm and
+// cancel must succeed eventually), Failures the failed confirms and cancels; both are retried.
+// The other fields stay zero.
 func (c *Coordinator) Stats() coordinator.Stats { return c.b.Stats() }
 
 // Begin starts a new global transaction, trying, and returns it. The transaction's timeout
@@ -55,9 +56,10 @@ func (c *Coordinator) Stats() coordinator.Stats { return c.b.Stats() }
 // before), and until then [Coordinator.Status] of its gid returns an error wrapping
 // [coordinator.ErrNotFound]. Given [coordinator.WithGID], Begin records the transaction at once
 // — one write, ctx scoping only this call — so that a gid already used is refused here, with an
-// error wrapping [coordinator.ErrInvalidState].
+// error wrapping [coordinator.ErrInvalidState]. A ctx already done returns an error wrapping its
+// error.
 func (c *Coordinator) Begin(ctx context.Context, opts ...coordinator.BeginOption) (*Global, error) {
-	o, err := c.b.Begin(opts)
+	o, err := c.b.Begin(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -27,11 +27,11 @@ import (
 // them recovers. It is also the [participant.Decider] of the agents in consult-log mode
 // ([Coordinator.Decide]).
 //
-// Migrate, Register, Status and Flush are those of [coordinator.Shell].
+// Migrate, Register, Status and Flush are those of [coordinator.Base].
 //
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {
-	coordinator.Shell
+	coordinator.Base
 	b     *core.Base
 	o     *options // threepc's own settings
 	ns    prepared.Namespace
@@ -43,7 +43,7 @@ type Coordinator struct {
 // coordinator and this package's own (WithCanCommitTimeout, WithPreCommitTimeout,
 // WithParticipantTimeout, WithPhaseTwoConns, WithHook). Its tables are "txkit_3pc_global" and
 // "txkit_3pc_branch" unless [coordinator.WithTablePrefix] says otherwise, and its default global
-// timeout is 1m. It does not touch the database: call Migrate ([coordinator.Shell]), and
+// timeout is 1m. It does not touch the database: call Migrate ([coordinator.Base]), and
 // [Coordinator.Close] when done. It returns an error wrapping [coordinator.ErrInvalidOption] when
 // an option is unusable — among them a participant timeout that is not between the phases'
 // timeouts and the global timeout, and a schema or table prefix with a backslash or a control
@@ -61,30 +61,26 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("threepc: %w: %w", err, coordinator.ErrInvalidOption)
 	}
-	return &Coordinator{Shell: b, b: b, o: o, ns: ns,
+	return &Coordinator{Base: b, b: b, o: o, ns: ns,
 		dbs: prepared.NewRegistry("threepc", ns, o.phaseTwoConns, participant.OpDoCommit, b.Parts, ErrClosed)}, nil
 }
 
-// Stats counts what a [Coordinator] did.
-type Stats struct {
-	Committed   int64 // transactions this process committed (DoCommit done)
-	Aborted     int64 // transactions this process aborted (at CanCommit, at PreCommit, or found aborted)
-	Failures    int64 // failed branch calls of phase two (retried)
-	AgentAborts int64 // undecided transactions whose abort [Coordinator.Decide] recorded for an agent
+// Stats returns the coordinator's counters ([coordinator.Stats]): Committed, Aborted, Failures
+// (failed branch calls of phase two, retried), Violations and AgentAborts (undecided transactions
+// whose abort [Coordinator.Decide] recorded for an agent).
+func (c *Coordinator) Stats() coordinator.Stats {
+	s := c.b.Stats()
+	s.Committed, s.Aborted, s.AgentAborts = c.stats.committed.Load(), c.stats.aborted.Load(), c.stats.agentAborts.Load()
+	return s
 }
 
-// Stats returns the coordinator's counters.
-func (c *Coordinator) Stats() Stats {
-	return Stats{Committed: c.stats.committed.Load(), Aborted: c.stats.aborted.Load(),
-		Failures: c.b.Failures.Load(), AgentAborts: c.stats.agentAborts.Load()}
-}
-
-// Begin returns a new global transaction. It writes nothing and does not block. An invalid gid
-// (see [coordinator.WithGID]; it names prepared transactions, so a backslash or a control
-// character is refused too), or a timeout not above the participant timeout
-// ([WithParticipantTimeout]), returns an error wrapping [coordinator.ErrInvalidOption].
-func (c *Coordinator) Begin(_ context.Context, opts ...coordinator.BeginOption) (*Global, error) {
-	o, err := c.b.Begin(opts)
+// Begin returns a new global transaction. It writes nothing and does not block. It takes ctx as
+// every coordinator's Begin does (tcc's may write): a ctx already done returns an error wrapping
+// its error. An invalid gid (see [coordinator.WithGID]; it names prepared transactions, so a
+// backslash or a control character is refused too), or a timeout not above the participant
+// timeout ([WithParticipantTimeout]), returns an error wrapping [coordinator.ErrInvalidOption].
+func (c *Coordinator) Begin(ctx context.Context, opts ...coordinator.BeginOption) (*Global, error) {
+	o, err := c.b.Begin(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

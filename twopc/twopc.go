@@ -25,11 +25,11 @@ import (
 // elected leader those whose starter vanished. Any number of Coordinators (processes) may share
 // one schema; each may start transactions; the leader among them recovers.
 //
-// Migrate, Register, Status and Flush are those of [coordinator.Shell].
+// Migrate, Register, Status and Flush are those of [coordinator.Base].
 //
 // Coordinator is safe for concurrent use by multiple goroutines.
 type Coordinator struct {
-	coordinator.Shell
+	coordinator.Base
 	b     *core.Base
 	o     *options           // twopc's own settings
 	ns    prepared.Namespace // names this coordinator's prepared transactions
@@ -42,7 +42,7 @@ type Coordinator struct {
 // coordinator and this package's own (WithPrepareTimeout, WithInDoubtResolution,
 // WithPhaseTwoConns, WithHook). Its tables are "txkit_2pc_global" and "txkit_2pc_branch" unless
 // [coordinator.WithTablePrefix] says otherwise, and its default timeout is 30s. It does not touch
-// the database: call Migrate ([coordinator.Shell]), and [Coordinator.Close] when done. It returns an
+// the database: call Migrate ([coordinator.Base]), and [Coordinator.Close] when done. It returns an
 // error wrapping [coordinator.ErrInvalidOption] when an option is unusable, among them a schema
 // or table prefix with a backslash or a control character (they name the prepared transactions).
 //
@@ -60,32 +60,27 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("twopc: %w: %w", err, coordinator.ErrInvalidOption)
 	}
-	return &Coordinator{Shell: b, b: b, o: o, ns: ns, votes: prepared.NewVotes(b.Cfg.Schema, b.Cfg.Prefix),
+	return &Coordinator{Base: b, b: b, o: o, ns: ns, votes: prepared.NewVotes(b.Cfg.Schema, b.Cfg.Prefix),
 		dbs: prepared.NewRegistry("twopc", ns, o.phaseTwoConns, participant.OpCommit, b.Parts, ErrClosed)}, nil
 }
 
-// Stats counts what a [Coordinator] did.
-type Stats struct {
-	Committed int64 // transactions this process committed (phase two done)
-	Aborted   int64 // transactions this process aborted
-	Failures  int64 // failed commits and aborts (retried)
-	Resolved  int64 // in-doubt prepared transactions resolved from pg_prepared_xacts
-}
-
-// Stats returns the coordinator's counters.
-func (c *Coordinator) Stats() Stats {
-	return Stats{Committed: c.stats.committed.Load(), Aborted: c.stats.aborted.Load(),
-		Failures: c.b.Failures.Load(), Resolved: c.stats.resolved.Load()}
+// Stats returns the coordinator's counters ([coordinator.Stats]): Committed, Aborted, Failures
+// (failed commits and aborts, retried), Violations and Resolved.
+func (c *Coordinator) Stats() coordinator.Stats {
+	s := c.b.Stats()
+	s.Committed, s.Aborted, s.Resolved = c.stats.committed.Load(), c.stats.aborted.Load(), c.stats.resolved.Load()
+	return s
 }
 
 // Begin returns a new global transaction. It writes nothing and does not block: the log learns of
 // the transaction at [Global.Commit], when its branches are known. Until then nothing is
 // prepared anywhere, and a coordinator that dies leaves only open database transactions, which
-// PostgreSQL rolls back when their connections close. An invalid gid (see
-// [coordinator.WithGID]), or a timeout not above the prepare timeout, returns an error wrapping
-// [coordinator.ErrInvalidOption].
-func (c *Coordinator) Begin(_ context.Context, opts ...coordinator.BeginOption) (*Global, error) {
-	o, err := c.b.Begin(opts)
+// PostgreSQL rolls back when their connections close. It takes ctx as every coordinator's Begin
+// does (tcc's may write): a ctx already done returns an error wrapping its error. An invalid gid
+// (see [coordinator.WithGID]), or a timeout not above the prepare timeout, returns an error
+// wrapping [coordinator.ErrInvalidOption].
+func (c *Coordinator) Begin(ctx context.Context, opts ...coordinator.BeginOption) (*Global, error) {
+	o, err := c.b.Begin(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

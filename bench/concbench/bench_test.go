@@ -313,7 +313,7 @@ func participants(b *testing.B, s *testenv.Schema, pool *pgxpool.Pool, sql map[p
 
 // coordinatorOn is coretest.BenchCoordinator on a given pool (one that counts commits: the pool
 // BenchCoordinator makes cannot carry the Commits tracer).
-func coordinatorOn[C coordinator.Shell](b *testing.B, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
+func coordinatorOn[C coordinator.Base](b *testing.B, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
 	pool *pgxpool.Pool, schema string, opts ...coordinator.Option) C {
 	b.Helper()
 	base := []coordinator.Option{coordinator.WithSchema(schema), coordinator.WithLogger(testenv.Logger(b))}
@@ -391,7 +391,7 @@ func sagaRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool)
 	})
 	c := coordinatorOn(b, saga.New, e.pool(b, s), s.Name, coordinator.WithHTTPClient(client))
 	txkit := func(ctx context.Context, cl int) error {
-		sg, err := c.Begin()
+		sg, err := c.Begin(ctx)
 		if err != nil {
 			return err
 		}

@@ -263,7 +263,7 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 		res.User, res.Delivered = user, took
 		walletURL := "http://" + ln.Addr().String() + "/wallet/saga"
 		for _, amount := range []int{100, 5000} {
-			s, err := sagas.Begin(coordinator.WithTimeout(30 * time.Second))
+			s, err := sagas.Begin(ctx, coordinator.WithTimeout(30*time.Second))
 			if err != nil {
 				return err
 			}

@@ -10,7 +10,7 @@ import (
 	"github.com/txkit/txkit/participant"
 )
 
-// BenchmarkCall is the shell's cost of one branch call, without the participant's: Base.Call
+// BenchmarkCall is the base's cost of one branch call, without the participant's: Base.Call
 // (call timeout, panic guard, counting the call and observing its duration) on an in-process
 // participant that does nothing.
 //

@@ -115,7 +115,7 @@ func (c Config) Validate() error {
 	return c.Partitions.validate()
 }
 
-// Base is the shell every coordinator shares: its log, its participant registry, its
+// Base is the part every coordinator shares: its log, its participant registry, its
 // configuration, its counters, the guard against two Runs, and the calls of branch ops. A
 // coordinator holds one and exposes Migrate, Register, Status, Stats and Run through one-line
 // methods of its own (with its own docs); the errors they return start with the coordinator's
@@ -137,13 +137,26 @@ type Base struct {
 	tr                   trace.Tracer // "github.com/txkit/txkit/<name>", also the Log's
 }
 
-// Stats counts what a coordinator saw.
+// Stats counts what a coordinator of this process saw since it was built; every coordinator
+// returns this one type (coordinator.Stats), and a field its protocol does not count stays zero.
 type Stats struct {
-	// Violations counts refusals of ops that must succeed eventually (a confirm, cancel or
-	// compensation): a participant broke the protocol. They are retried.
-	Violations int64
-	// Failures counts failed calls other than refused tries and actions (retried).
+	// Committed counts the transactions this process committed, phase two done (twopc, threepc).
+	Committed int64
+	// Aborted counts the transactions this process aborted (twopc; threepc: at CanCommit, at
+	// PreCommit, or found aborted).
+	Aborted int64
+	// Failures counts failed branch calls other than refused tries, actions and votes (every
+	// coordinator); they are retried.
 	Failures int64
+	// Violations counts refusals of ops that must succeed eventually (a confirm, cancel,
+	// compensation, commit or abort): a participant broke the protocol (every coordinator). They
+	// are retried.
+	Violations int64
+	// Resolved counts in-doubt prepared transactions resolved from pg_prepared_xacts (twopc).
+	Resolved int64
+	// AgentAborts counts undecided transactions whose abort was recorded for a 3PC agent that
+	// asked (threepc's Decide).
+	AgentAborts int64
 }
 
 // Protocol is what a coordinator package tells [NewBase] about itself.
@@ -238,7 +251,8 @@ func (b *Base) Flush(ctx context.Context) error {
 	return nil
 }
 
-// Stats returns the counters.
+// Stats returns the counters every coordinator keeps, Failures and Violations; a coordinator that
+// counts more fills in the rest.
 func (b *Base) Stats() Stats {
 	return Stats{Violations: b.Violations.Load(), Failures: b.Failures.Load()}
 }
@@ -261,10 +275,15 @@ type BeginConfig struct {
 	Timeout time.Duration // default: Config.Timeout
 }
 
-// Begin applies opts to the defaults: a new UUIDv7 gid and the configured timeout. A gid that
-// fails [CheckGID] or a timeout that is not positive returns an error wrapping [ErrInvalidOption].
-func (b *Base) Begin(opts []BeginOption) (BeginConfig, error) {
+// Begin applies opts to the defaults: a new UUIDv7 gid and the configured timeout. A ctx already
+// done returns an error wrapping its error (every coordinator's Begin takes ctx, see package
+// coordinator), a gid that fails [CheckGID] or a timeout that is not positive one wrapping
+// [ErrInvalidOption].
+func (b *Base) Begin(ctx context.Context, opts []BeginOption) (BeginConfig, error) {
 	c := BeginConfig{Timeout: b.Cfg.Timeout}
+	if err := ctx.Err(); err != nil {
+		return c, b.Errorf("begin: %w", err)
+	}
 	for _, opt := range opts {
 		opt(&c)
 	}

@@ -3,7 +3,7 @@
 // table of allowed transitions (state.go), and the [Recoverer] that, on the elected leader only,
 // drives to their end the transactions whose starter vanished.
 //
-// It is also the coordinators' one shell ([Base]: New, Migrate, Register, Status, Stats, Begin's
+// It is also the coordinators' one base ([Base]: New, Migrate, Register, Status, Stats, Begin's
 // defaults and Run, with errors prefixed by the coordinator's name), their [Config] with the
 // [Option] type that sets it, and the sentinel errors they all return. Users reach those through
 // package coordinator, which exports them (aliases of the types, the option functions, the same

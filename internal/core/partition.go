@@ -8,14 +8,15 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/internal/placement"
 	"github.com/txkit/txkit/lock"
 )
 
 // MaxPartitions bounds [WithPartitions].
-const MaxPartitions = leader.MaxPartitions
+const MaxPartitions = placement.MaxPartitions
 
 // WithPartitions splits the log's recovery into parts partitions by a hash of the gid
-// (leader.Partition): a [Recoverer] built on the log then leads each partition separately (its
+// (placement.Partition): a [Recoverer] built on the log then leads each partition separately (its
 // own election and fence), so that several instances share recovery. A leader's fenced write of a
 // transaction ([Log.Record] with a token) passes the fence of the gid's partition. Default 1 (one
 // leader recovers everything). Every recoverer of one log must use the same number: the number
@@ -31,13 +32,13 @@ func (l *Log) resourceOf(gid string) string {
 	if l.o.partitions < 2 {
 		return l.resource()
 	}
-	return leader.PartitionName(l.resource(), leader.Partition(gid, l.o.partitions))
+	return leader.PartitionName(l.resource(), placement.Partition(gid, l.o.partitions))
 }
 
 // NewPartitionedRecoverer returns a [Recoverer] of a partitioned log ([WithPartitions]): each
 // partition p has its own election (electors(p), called once per partition here) and fence
 // resource, and its leader claims and drives only the transactions whose gid falls in p
-// (leader.Partition). members counts the instances so that each leads about P/N partitions
+// (placement.Partition). members counts the instances so that each leads about P/N partitions
 // (leader.Shards); nil leaves the partitions to whoever wins them. Partition 0's leader also
 // runs the retention job and the leader jobs ([WithLeaderJob]) and sets the backlog gauges.
 // [WithConcurrency] bounds the drives of all the partitions it leads together, and
@@ -65,13 +66,13 @@ func NewPartitionedRecoverer(l *Log, electors func(p int) (lock.Elector, error),
 const claimAnchor = "and next_retry_at <= now()"
 
 // partitionedClaim returns the claim restricted to the partition given as $4: its gid's
-// leader.Partition computed by PostgreSQL. The claim still walks the due index in due order; the
+// placement.Partition computed by PostgreSQL. The claim still walks the due index in due order; the
 // hash is computed for the due rows it reads, and rows of other partitions are skipped.
 func partitionedClaim(claim string, parts int) (string, error) {
 	if strings.Count(claim, claimAnchor) != 1 {
 		return "", fmt.Errorf("core: claim query: no single %q to add the partition to: %w", claimAnchor, ErrInvalidState)
 	}
-	return strings.Replace(claim, claimAnchor, claimAnchor+" and "+leader.PartitionSQL("gid", parts)+" = $4::int", 1), nil
+	return strings.Replace(claim, claimAnchor, claimAnchor+" and "+placement.PartitionSQL("gid", parts)+" = $4::int", 1), nil
 }
 
 // partitionsTable returns the schema-qualified name of the table storing the log's number of
@@ -94,7 +95,7 @@ func (l *Log) partitionsTable() string {
 // and start them with the new P: nothing else depends on P (starters do not record it).
 func (l *Log) checkPartitions(ctx context.Context) error {
 	table := l.partitionsTable()
-	stored, err := leader.StorePartitions(ctx, l.pool, table, l.o.partitions)
+	stored, err := placement.StorePartitions(ctx, l.pool, table, l.o.partitions)
 	if err != nil {
 		return fmt.Errorf("core: recovery of %s (was Migrate run?): %w", l.name, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/internal/placement"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
@@ -56,7 +57,7 @@ func recoveryWorker(ctx context.Context, c recoveryWorkerConfig) error {
 	resource := "core:" + c.Schema + ".txkit_global"
 	pid := os.Getpid()
 	drive := core.DriverFunc(func(ctx context.Context, tok lock.Token, t *core.Transaction) error {
-		p := leader.Partition(t.GID, c.Parts)
+		p := placement.Partition(t.GID, c.Parts)
 		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if err := f.Check(ctx, tx, leader.PartitionName(resource, p), tok); err != nil {
 				return err
@@ -141,7 +142,7 @@ func TestIntegrationPartitionedRecoveryAcrossKills(t *testing.T) {
 	var part, pid int
 	var tok lock.Token
 	if _, err := pgx.ForEachRow(rows, []any{&gid, &part, &tok.Epoch, &tok.Seq, &pid}, func() error {
-		if want := leader.Partition(gid, 12); part != want {
+		if want := placement.Partition(gid, 12); part != want {
 			t.Errorf("%s driven in partition %d, its partition is %d", gid, part, want)
 		}
 		if tok.Less(last[part]) {

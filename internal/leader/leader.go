@@ -30,9 +30,9 @@
 //	return job.Run(ctx) // blocks until ctx ends
 //
 // [Shards] splits a job into P partitions, each a [Job] with its own election and fence resource,
-// its terms told their part of the data by [Term.Partition] (keys hashing to p: [Partition] in Go,
-// [PartitionSQL] in PostgreSQL); a [Membership] counting the live instances lets each lead about
-// P/N of them. The number of partitions is stored with the tables ([StorePartitions]) and another
+// its terms told their part of the data by [Term.Partition] (keys hashing to p: placement.Partition in
+// Go, placement.PartitionSQL in PostgreSQL); a [Membership] counting the live instances lets each lead about
+// P/N of them. The number of partitions is stored with the tables (placement.StorePartitions) and another
 // is refused. The balancing rules, takeover times and their tests: docs/coordinators.md
 // ("Partitioned recovery").
 package leader

@@ -1,77 +1,7 @@
 package leader
 
-import (
-	"context"
-	"crypto/md5"
-	"encoding/binary"
-	"fmt"
-	"strconv"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/txkit/txkit/internal/pgutil"
-)
-
-// MaxPartitions bounds the partitions of a [Shards] (and of the components built on it): each
-// partition is an election, a fence row and, while led, a term of work on some instance.
-const MaxPartitions = 1024
-
-// Partition returns the partition of key among parts partitions: the first four bytes of key's
-// MD5 digest, read as a big-endian unsigned integer, modulo parts. It is stable across
-// processes, versions and machines, and [PartitionSQL] computes the same number in PostgreSQL,
-// so a query can select a partition's rows without a stored column. parts below 2 gives 0.
-func Partition(key string, parts int) int {
-	if parts < 2 {
-		return 0
-	}
-	sum := md5.Sum([]byte(key))
-	return int(binary.BigEndian.Uint32(sum[:4]) % uint32(parts))
-}
-
-// PartitionSQL returns a PostgreSQL expression computing [Partition] of the text expression expr
-// among parts partitions (a bigint), such as
-//
-//	PartitionSQL("gid", 12) = "(('x' || substr(md5(gid), 1, 8))::bit(32)::bigint % 12)"
-//
-// expr is inserted as it is: pass a column name or a placeholder, never user input.
-func PartitionSQL(expr string, parts int) string {
-	if parts < 2 {
-		return "0"
-	}
-	return "(('x' || substr(md5(" + expr + "), 1, 8))::bit(32)::bigint % " + strconv.Itoa(parts) + ")"
-}
+import "strconv"
 
 // PartitionName returns the name of partition p under base: base + "/p" + p. [Shards] names each
 // partition's election and fence resource this way.
 func PartitionName(base string, p int) string { return base + "/p" + strconv.Itoa(p) }
-
-// StorePartitions records parts as the number of partitions of a set of tables, in the one-row
-// table (a quoted, schema-qualified name) that it creates if need be, unless a number is stored
-// already; it returns the stored number, which the caller compares with its own: components
-// refuse to run with another number, since a key's partition would differ between instances.
-// It is one transaction, serialized with others on the same table by an advisory lock (create
-// table if not exists races without it). ctx scopes the call. A schema that does not exist
-// returns PostgreSQL's error.
-func StorePartitions(ctx context.Context, pool *pgxpool.Pool, table string, parts int) (int, error) {
-	var stored int
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock($1)`, pgutil.MigrateLockKey("txkit/partitions:"+table)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `create table if not exists `+table+` (
-			one        boolean     primary key default true check (one),
-			partitions integer     not null check (partitions between 1 and `+strconv.Itoa(MaxPartitions)+`),
-			set_at     timestamptz not null default now())`); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `insert into `+table+` (partitions) values ($1) on conflict do nothing`, parts); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `select partitions from `+table).Scan(&stored)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("leader: partitions in %s: %w", table, err)
-	}
-	return stored, nil
-}

@@ -17,6 +17,7 @@ import (
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/internal/placement"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -201,13 +202,14 @@ const (
 // campaignRetry is the pause after a failed campaign.
 const campaignRetry = 200 * time.Millisecond
 
-// NewShards returns a [Shards] of parts partitions (1 ≤ parts ≤ [MaxPartitions]) of work, the
-// elections from electors, fenced by f on the resources PartitionName(resource, p). It calls
-// electors once per partition and touches neither the database nor the lock backend. It returns
-// an error wrapping [ErrInvalidOption] when an argument, an option or an elector is unusable.
+// NewShards returns a [Shards] of parts partitions (1 ≤ parts ≤ [placement.MaxPartitions]) of
+// work, the elections from electors, fenced by f on the resources PartitionName(resource, p). It
+// calls electors once per partition and touches neither the database nor the lock backend. It
+// returns an error wrapping [ErrInvalidOption] when an argument, an option or an elector is
+// unusable.
 func NewShards(parts int, electors ElectorFunc, pool *pgxpool.Pool, f *fence.Fence, resource string, work Work, opts ...Option) (*Shards, error) {
-	if parts < 1 || parts > MaxPartitions {
-		return nil, fmt.Errorf("leader: %d partitions: not in 1..%d: %w", parts, MaxPartitions, ErrInvalidOption)
+	if parts < 1 || parts > placement.MaxPartitions {
+		return nil, fmt.Errorf("leader: %d partitions: not in 1..%d: %w", parts, placement.MaxPartitions, ErrInvalidOption)
 	}
 	if electors == nil {
 		return nil, fmt.Errorf("leader: nil elector func: %w", ErrInvalidOption)

@@ -39,7 +39,7 @@ type sagaOrders struct {
 // reverse: the account's refusal gives the stock back. The order row keeps status "placed": its
 // outcome is the saga's, in the coordinator's log (GET /orders/{gid} shows both).
 func (t *sagaOrders) place(ctx context.Context, o Order) answer {
-	sg, err := t.coord.Begin()
+	sg, err := t.coord.Begin(ctx)
 	if err != nil {
 		return t.s.failed("", err)
 	}

@@ -57,7 +57,7 @@ func BenchParticipants(b *testing.B, pg *testenv.Schema, secret string, n int,
 // BenchCoordinator returns a migrated coordinator made by newFn (tcc.New, saga.New, twopc.New)
 // on a pool of its own on pg's schema — so that the pool's acquire count is the coordinator's
 // alone — with the benchmark's logger and opts. The pool closes when b ends.
-func BenchCoordinator[C coordinator.Shell](b *testing.B, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
+func BenchCoordinator[C coordinator.Base](b *testing.B, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
 	pg *testenv.Schema, opts ...coordinator.Option) (C, *pgxpool.Pool) {
 	b.Helper()
 	pool, err := pgxpool.New(context.Background(), pg.URL)
@@ -139,7 +139,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // 20. run is the transaction on the plain participants; traced(b, tp) returns it on participants
 // whose barriers trace with tp. Each reports the throughput with over the one without
 // ("with/without-metrics", "observed/plain").
-func OverheadRatios[C coordinator.Shell](b *testing.B, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
+func OverheadRatios[C coordinator.Base](b *testing.B, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
 	pg *testenv.Schema, run func(C) error, traced func(b *testing.B, tp trace.TracerProvider) func(C) error, opts ...coordinator.Option) {
 	b.Helper()
 	ratio := func(b *testing.B, unit string, runWith func(C) error, extra ...coordinator.Option) {

@@ -49,7 +49,7 @@ func Options(t testing.TB, schema string, opts ...coordinator.Option) []coordina
 
 // New returns a migrated coordinator made by newFn (tcc.New, saga.New, twopc.New) on pool with
 // Options(t, schema, opts...), failing the test when either step fails.
-func New[C coordinator.Shell](t testing.TB, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
+func New[C coordinator.Base](t testing.TB, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
 	pool *pgxpool.Pool, schema string, opts ...coordinator.Option) C {
 	t.Helper()
 	c, err := newFn(pool, Options(t, schema, opts...)...)
@@ -64,7 +64,7 @@ func New[C coordinator.Shell](t testing.TB, newFn func(*pgxpool.Pool, ...coordin
 
 // Register registers p as name with c and returns the participant to put in a branch, failing
 // the test when c refuses it.
-func Register(t testing.TB, c coordinator.Shell, name string, p participant.Participant) participant.Participant {
+func Register(t testing.TB, c coordinator.Base, name string, p participant.Participant) participant.Participant {
 	t.Helper()
 	h, err := c.Register(name, p)
 	if err != nil {
@@ -74,7 +74,7 @@ func Register(t testing.TB, c coordinator.Shell, name string, p participant.Part
 }
 
 // Status returns gid's status in c, failing the test when it cannot be read.
-func Status(t testing.TB, c coordinator.Shell, gid string) coordinator.Status {
+func Status(t testing.TB, c coordinator.Base, gid string) coordinator.Status {
 	t.Helper()
 	s, err := c.Status(t.Context(), gid)
 	if err != nil {

@@ -20,7 +20,7 @@ const GroupWindow = time.Millisecond
 // GroupCommit runs the sub-benchmarks "group-commit/clients=N" of a coordinator benchmark
 // ([OnOff] with coordinator.WithGroupCommit(window)). clients=1 measures the lone transaction:
 // what group commit adds to it.
-func GroupCommit[C coordinator.Shell](b *testing.B, name string, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
+func GroupCommit[C coordinator.Base](b *testing.B, name string, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
 	pg *testenv.Schema, window time.Duration, run func(C) error, opts ...coordinator.Option) {
 	b.Helper()
 	OnOff(b, name, newFn, pg, []coordinator.Option{coordinator.WithGroupCommit(window)}, run, opts...)
@@ -34,7 +34,7 @@ func GroupCommit[C coordinator.Shell](b *testing.B, name string, newFn func(*pgx
 // on/off-throughput, the latency of one transaction (on-p50-ms, off-p50-ms, on-p99-ms,
 // off-p99-ms) and the statements each coordinator sent per transaction (on-pg-tx/gtx,
 // off-pg-tx/gtx: its pool's acquires, each one PostgreSQL transaction).
-func OnOff[C coordinator.Shell](b *testing.B, name string, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
+func OnOff[C coordinator.Base](b *testing.B, name string, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
 	pg *testenv.Schema, with []coordinator.Option, run func(C) error, opts ...coordinator.Option) {
 	b.Helper()
 	for _, n := range []int{1, 16, 64} {

@@ -7,10 +7,11 @@ import (
 	"github.com/txkit/txkit/participant"
 )
 
-// Shell is the part every coordinator shares: tcc.Coordinator, saga.Coordinator and
-// twopc.Coordinator embed it, so these are their methods. Each is safe for concurrent use by
-// multiple goroutines. Only the coordinators of this module implement it.
-type Shell interface {
+// Base is the part every coordinator shares: tcc.Coordinator, saga.Coordinator,
+// twopc.Coordinator and threepc.Coordinator embed it (internal/core's Base implements it), so
+// these are their methods. Each is safe for concurrent use by multiple goroutines. Only the
+// coordinators of this module implement it.
+type Base interface {
 	// Migrate creates the coordinator's tables (and the fence table) when they do not exist. It
 	// is idempotent and safe to run from several processes at once; ctx scopes only this call.
 	Migrate(ctx context.Context) error
