@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
@@ -409,4 +410,18 @@ func (ob *Outbox) Backlog(ctx context.Context, db DBTX) (pending, dead int64, er
 func isUniqueViolation(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// relayFence is the fence a [Relay] of ob passes by default: the table "txkit_fence" in ob's
+// schema, created by [Outbox.Migrate].
+func (ob *Outbox) relayFence() (*fence.Fence, error) {
+	var opts []fence.Option
+	if ob.o.schema != "" {
+		opts = append(opts, fence.WithSchema(ob.o.schema))
+	}
+	f, err := fence.New(ob.pool, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: fence: %w: %w", err, ErrInvalidOption)
+	}
+	return f, nil
 }
