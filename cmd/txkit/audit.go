@@ -11,8 +11,7 @@ import (
 // auditFlags are the flags of `txkit audit purge -older-than D`: one pass of admin's audit
 // retention (admin.Admin.PurgeAudit), for a table that no `txkit serve` purges.
 func auditFlags(fs *flag.FlagSet, e *env) {
-	e.pg.register(fs)
-	fs.StringVar(&e.schema, "schema", "", "`schema` of the audit table (default: the URL's search_path)")
+	e.registerPG(fs, "the audit table")
 	fs.StringVar(&e.table, "table", admin.DefaultAuditTable, "audit `table`")
 	fs.DurationVar(&e.olderThan, "older-than", admin.DefaultAuditRetention, "delete the rows older than `D`")
 }

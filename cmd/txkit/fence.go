@@ -20,8 +20,7 @@ import (
 // forgetting one that fences every holder because it came from an ensemble since rebuilt (see
 // fence.Fence.Reset).
 func fenceFlags(fs *flag.FlagSet, e *env) {
-	e.pg.register(fs)
-	fs.StringVar(&e.schema, "schema", "", "`schema` of the fence table (default: the URL's search_path)")
+	e.registerPG(fs, "the fence table")
 	fs.StringVar(&e.table, "table", "txkit_fence", "fence `table`")
 	fs.StringVar(&e.zk, "zk", e.getenv("TXKIT_ZK"), "ZooKeeper `servers`, host:port,... (default $TXKIT_ZK; $TXKIT_ZK_AUTH: the\n"+
 		"digest user:password)")

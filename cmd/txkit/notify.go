@@ -15,8 +15,7 @@ import (
 // one notification with its attempts, and putting failed ones back on the schedule — through the
 // admin package (redeliveries and reveals are recorded in its audit table).
 func notifyFlags(fs *flag.FlagSet, e *env) {
-	e.pg.register(fs)
-	fs.StringVar(&e.schema, "schema", "", "`schema` of the notifier's tables (default: the URL's search_path)")
+	e.registerPG(fs, "the notifier's tables")
 	fs.StringVar(&e.table, "table", admin.DefaultNotifyTable, "notifications `table`")
 }
 

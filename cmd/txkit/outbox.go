@@ -17,8 +17,7 @@ import (
 
 // outboxFlags are the flags of every outbox command.
 func outboxFlags(fs *flag.FlagSet, e *env) {
-	e.pg.register(fs)
-	fs.StringVar(&e.schema, "schema", "", "`schema` of the outbox table (default: the URL's search_path)")
+	e.registerPG(fs, "the outbox table")
 	fs.StringVar(&e.table, "table", outbox.DefaultTable, "outbox `table`")
 }
 

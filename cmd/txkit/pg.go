@@ -144,6 +144,13 @@ func openAdmin(ctx context.Context, url string, conns int32, opts ...admin.Optio
 	return a, pool, nil
 }
 
+// registerPG registers the flags that say which PostgreSQL and schema a command works in: -pg,
+// -pg-file and -schema, the schema of the tables named by of.
+func (e *env) registerPG(fs *flag.FlagSet, of string) {
+	e.pg.register(fs)
+	fs.StringVar(&e.schema, "schema", "", "`schema` of "+of+" (default: the URL's search_path)")
+}
+
 // admin resolves the PostgreSQL URL and returns an Admin with opts (and -schema's schema, if
 // given) on a new pool of one connection, and the pool (the caller closes it). It does not
 // connect; [connect] does.

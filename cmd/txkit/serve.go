@@ -67,8 +67,7 @@ func serveFlagSet(fs *flag.FlagSet, e *env) {
 	fs.IntVar(&f.lim.requests, "max-requests", 64, "serve `N` requests at once; more are answered 503")
 	fs.IntVar(&f.lim.conns, "max-conns", 256, "hold `N` connections open; more are closed at once")
 	fs.DurationVar(&f.retention, "audit-retention", admin.DefaultAuditRetention, "purge audit rows older than `D`, hourly")
-	e.pg.register(fs)
-	fs.StringVar(&e.schema, "schema", "", "`schema` of txkit's tables (default: the URL's search_path)")
+	e.registerPG(fs, "txkit's tables")
 }
 
 // serve runs `txkit serve`: the admin JSON API under /api/ and the web console at / on one

@@ -16,8 +16,7 @@ import (
 // txFlags are the flags of every tx command: which log, through the admin package's queries (the
 // API and the console use the same ones).
 func txFlags(fs *flag.FlagSet, e *env) {
-	e.pg.register(fs)
-	fs.StringVar(&e.schema, "schema", "", "`schema` of the coordinator's tables (default: the URL's search_path)")
+	e.registerPG(fs, "the coordinator's tables")
 	fs.StringVar(&e.prefix, "prefix", "", "table `prefix` of one log (default: all four, tcc txkit_, saga txkit_saga_,\n"+
 		"two-phase commit txkit_2pc_, three-phase commit txkit_3pc_)")
 }
