@@ -237,19 +237,17 @@ const maxBeginTries = 3
 //   - When the key was claimed by Begin and committed without Complete, or was begun earlier in
 //     this same tx, it returns an error wrapping [ErrNotCompleted].
 //
-// A request still in progress elsewhere is never seen: its claim is an uncommitted row of another
-// transaction, so Begin blocks on it until that transaction ends. If it commits, Begin returns its
-// stored result (or a fingerprint mismatch); if it rolls back, this call becomes the first and
-// returns New == true. Under REPEATABLE READ or SERIALIZABLE the waiter gets a serialization
-// failure (SQLSTATE 40001) instead when the other commits; retry the transaction then.
-//
-// Begin needs READ COMMITTED to see the other transaction's committed row; it issues one write and,
-// only on a collision, one read. ctx scopes only this call (see [Store.Claim]). Bad input returns
-// an error wrapping [ErrInvalidKey] or [ErrNilTx]. Begin is safe for concurrent use.
+// A request in progress elsewhere (an uncommitted claim) blocks Begin until its transaction ends:
+// committed, Begin answers as above; rolled back, it returns New == true. Begin needs READ
+// COMMITTED: under REPEATABLE READ or SERIALIZABLE the other's commit gives a serialization failure
+// (SQLSTATE 40001) instead; retry the transaction then. ctx scopes only this call (see
+// [Store.Claim]). Bad input returns an error wrapping [ErrInvalidKey] or [ErrNilTx]. Begin is safe
+// for concurrent use.
 func (s *Store) Begin(ctx context.Context, tx DBTX, scope, key string, fingerprint []byte) (*Record, error) {
 	if err := check(tx, scope, key); err != nil {
 		return nil, err
 	}
+	// One write and, only on a collision, one read of the committed row (READ COMMITTED sees it).
 	for range maxBeginTries {
 		tag, err := tx.Exec(ctx, s.begin, scope, key, fingerprint)
 		if err != nil {
