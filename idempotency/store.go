@@ -245,6 +245,7 @@ func (s *Store) Begin(ctx context.Context, tx DBTX, scope, key string, fingerpri
 	if err := check(tx, scope, key); err != nil {
 		return nil, err
 	}
+	// One write and, only on a collision, one read of the committed row (READ COMMITTED sees it).
 	for range maxBeginTries {
 		tag, err := tx.Exec(ctx, s.begin, scope, key, fingerprint)
 		if err != nil {

@@ -56,39 +56,6 @@ func ContenderCount(insp lock.Inspector, paths ...string) func(ctx context.Conte
 	return leader.ContenderMembership(insp, paths...).Members
 }
 
-// handOverRecord is what a notifier giving a partition up allows, beyond the call timeout, for
-// recording the posts in flight before its term is ended (leader.WithGrace).
-const handOverRecord = 5 * time.Second
-
-// leaderJob is what Run runs: a leader.Job, or a leader.Shards with partitions.
-type leaderJob interface {
-	Run(ctx context.Context) error
-	Fenced() int64
-}
-
-// newLeader returns the leader job of the notifier's elector, or of its partitions.
-func (n *Notifier) newLeader(opts []leader.Option) (leaderJob, error) {
-	if n.o.parts > 1 {
-		if n.o.members != nil {
-			// A partition given up to balance the load is handed over once its posts in flight
-			// are recorded: otherwise the next leader posts them again.
-			opts = append(opts, leader.WithMembership(n.o.members), leader.WithGrace(n.o.callTimeout+handOverRecord))
-		}
-		if n.o.reg != nil {
-			opts = append(opts, leader.WithRegisterer(n.o.reg))
-		}
-		return leader.NewShards(n.o.parts, n.o.partElectors, n.pool, n.fence, "notify:"+n.name, n.lead, opts...)
-	}
-	el := n.o.elector
-	if el == nil { // WithPartitions(1, ...): partition 0's election
-		var err error
-		if el, err = n.o.partElectors(0); err != nil {
-			return nil, fmt.Errorf("elector of partition 0: %w", err)
-		}
-	}
-	return leader.New(el, n.pool, n.fence, "notify:"+n.name, n.lead, opts...)
-}
-
 // resource returns the fence resource of partition p's writes.
 func (n *Notifier) resource(p int) string {
 	if n.o.parts < 2 {

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/placement"
@@ -164,17 +165,27 @@ func (ob *Outbox) Migrate(ctx context.Context) error {
 }
 
 // Enqueue records msg in tx, the caller's transaction, and returns its ID: msg.ID, or a new
-// UUIDv7 when msg.ID is zero. The relay publishes it once tx commits; if tx rolls back, nothing
-// was written. Messages of one Key are published in the order their transactions commit (two
-// transactions enqueueing for one key at once, unordered by a lock, have no defined order). The
-// trace context of ctx's span is stored with the message (docs/tracing.md).
+// UUIDv7 (time-ordered, so the unique index stays compact) when msg.ID is zero. The message is
+// published by the [Relay] once tx commits; if tx rolls back, nothing was written and nothing is
+// published. With [WithNotify] on (the default), the same statement issues pg_notify on the
+// outbox's channel; PostgreSQL delivers it at commit, once per transaction however many messages
+// it enqueued.
 //
-// Before touching tx it refuses, with an error wrapping [ErrInvalidMessage], an empty topic, text
-// PostgreSQL cannot store, tags a RocketMQ subscription cannot match, or a field over its limit
-// (wrapping [ErrTooLarge] too, naming the field: [MaxTopicLen], [MaxKeyLen], [MaxTagsLen],
-// [MaxHeaders], [MaxHeaderNameLen], [MaxHeaderValueLen], [MaxHeadersSize], [WithMaxBodySize]). A
-// nil tx returns an error wrapping [ErrNilTx]; an ID already in the outbox one wrapping
-// [ErrDuplicate] (tx is then aborted, as after any failed statement).
+// Messages with the same non-empty Key are published in the order of their Enqueue calls as far
+// as their transactions are ordered: two transactions that enqueue for one key at the same time,
+// without a lock ordering them (a row lock on the aggregate, say), have no defined order.
+//
+// Enqueue refuses, with an error wrapping [ErrInvalidMessage] and before touching tx, an empty
+// topic, a field over its limit (the error wraps [ErrTooLarge] too and names the field, its size
+// and the limit: [MaxTopicLen], [MaxKeyLen], [MaxTagsLen], [MaxHeaders], [MaxHeaderNameLen],
+// [MaxHeaderValueLen], [MaxHeadersSize], [WithMaxBodySize]), text PostgreSQL cannot store
+// (invalid UTF-8 or NUL bytes in the topic, key, tags or headers), and tags a RocketMQ
+// subscription cannot match (see [Message].Tags). An ID already in the outbox returns an error wrapping
+// [ErrDuplicate] — tx is then aborted, as after any failed statement. A nil tx returns an error
+// wrapping [ErrNilTx].
+//
+// When ctx carries a span, its trace context is stored with the message (column trace_context), and
+// the relay publishes the message under a span that is its child (see [WithTracerProvider]).
 //
 // Enqueue blocks for one round trip. ctx scopes only this statement: cancelling it aborts the
 // statement and, with pgx, closes the connection, so tx can only be rolled back. Enqueue is safe
@@ -399,4 +410,18 @@ func (ob *Outbox) Backlog(ctx context.Context, db DBTX) (pending, dead int64, er
 func isUniqueViolation(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// relayFence is the fence a [Relay] of ob passes by default: the table "txkit_fence" in ob's
+// schema, created by [Outbox.Migrate].
+func (ob *Outbox) relayFence() (*fence.Fence, error) {
+	var opts []fence.Option
+	if ob.o.schema != "" {
+		opts = append(opts, fence.WithSchema(ob.o.schema))
+	}
+	f, err := fence.New(ob.pool, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: fence: %w: %w", err, ErrInvalidOption)
+	}
+	return f, nil
 }

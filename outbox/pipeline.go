@@ -3,13 +3,18 @@ package outbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/internal/obs"
+	"github.com/txkit/txkit/lock"
 )
 
 // pipeline is one drain of one partition in one leadership term; it keeps publishes in flight
@@ -353,4 +358,100 @@ func (p *pipeline) recordLoop(ctx context.Context, t *leader.Term, stop <-chan s
 		p.mu.Unlock()
 		signal(p.freed)
 	}
+}
+
+// gaugeInterval is how often a drain that goes on counts the backlog for the gauges.
+const gaugeInterval = 5 * time.Second
+
+// publishOne calls the publisher with the publish timeout under the message's publish span,
+// turning a panic into an error.
+//
+// A failed publish is logged here, under the publish span, so that the log line carries the trace
+// of the request that enqueued the message; at most one line per topic per obs.LogInterval, with
+// the count of those held back (an outage fails every publish).
+func (r *Relay) publishOne(ctx context.Context, x row, log *slog.Logger) (err error) {
+	pctx, cancel := context.WithTimeout(ctx, r.o.publishTimeout)
+	defer cancel()
+	pctx, span := r.startPublish(pctx, x)
+	defer func() { obs.EndSpan(span, err) }() // after the recovery below: a panic is recorded too
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("publisher panicked: %v", p)
+		}
+		if err != nil {
+			r.stats.failed.Add(1)
+			r.m.failures.Inc()
+			if ctx.Err() == nil {
+				permanent := errors.Is(err, ErrInvalidMessage)
+				lo, hi := backoffBounds(r.o.backoffBase, r.o.backoffCap, x.attempts+1)
+				key := x.msg.Topic
+				if permanent {
+					key += "\x00permanent"
+				}
+				r.fails.Log(pctx, log, key, slog.LevelWarn, "outbox: publish failed", slog.String("msg_id", x.msg.ID.String()),
+					slog.String("topic", x.msg.Topic), slog.Int("attempt", x.attempts+1), slog.Bool("permanent", permanent),
+					slog.Duration("retry_after_min", lo), slog.Duration("retry_after_max", hi), slog.Any("err", err))
+			}
+		} else {
+			r.stats.published.Add(1)
+			r.m.published.Inc()
+			r.m.commitToPublish.Observe(time.Since(x.created).Seconds())
+		}
+	}()
+	return r.pub.Publish(pctx, x.msg)
+}
+
+// record deletes the sent rows and records the failed ones, in one transaction that passes the
+// fence first. When the batch has an acknowledged publish after an outage (see [outage]), the same
+// transaction makes the rows that failed during the outage due at once. It returns how many were
+// sent, failed, made dead and made due again.
+func (r *Relay) record(ctx context.Context, resource string, tok lock.Token, batch []row, errs []error, out *outage, log *slog.Logger) (sent, failed, dead, rescued int, err error) {
+	res := sortResults(batch, errs)
+	if len(res.sent) == 0 && len(res.failed) == 0 {
+		return 0, 0, 0, 0, nil
+	}
+	var rescue []int64
+	if len(res.sent) > 0 {
+		rescue = out.over()
+	}
+	rescued, deadIDs, err := r.writeResults(ctx, resource, tok, res, rescue)
+	if err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("outbox: record batch of %s: %w", r.ob.name, err)
+	}
+	out.recorded(batch, errs)
+	if rescued > 0 {
+		r.stats.rescued.Add(int64(rescued))
+		log.InfoContext(ctx, "outbox: publishing works again; the messages that failed meanwhile are due at once",
+			slog.Int("messages", rescued))
+	}
+	r.logDead(ctx, batch, deadIDs, log)
+	return len(res.sent), len(res.failed), len(deadIDs), rescued, nil
+}
+
+// logDead counts the messages of batch that record made dead and logs each in the trace of the
+// request that enqueued it.
+func (r *Relay) logDead(ctx context.Context, batch []row, deadIDs []uuid.UUID, log *slog.Logger) {
+	if len(deadIDs) == 0 {
+		return
+	}
+	r.stats.dead.Add(int64(len(deadIDs)))
+	r.m.dead.Add(float64(len(deadIDs)))
+	traces := make(map[uuid.UUID]string, len(batch))
+	for _, x := range batch {
+		traces[x.msg.ID] = x.trace
+	}
+	for _, id := range deadIDs { // logged in the trace of the request that enqueued it
+		log.ErrorContext(obs.DecodeTrace(ctx, traces[id]), "outbox: message dead: too many failed publishes, or the publisher can never carry it", slog.String("msg_id", id.String()),
+			slog.Int("max_attempts", r.o.maxAttempts))
+	}
+}
+
+// backoffBounds returns the range of the delay the fail statement (sql/queries.sql) gives a
+// message after its n-th failed publish: [d/2, d], d = min(cap, base·2^(n-1)). Once n-1 reaches
+// 62 the exponent stops growing, as in the SQL. Attempts beyond MaxAttempts do not occur (the
+// message is dead), but the bounds stay defined.
+func backoffBounds(base, cap time.Duration, n int) (lo, hi time.Duration) {
+	e := min(max(n-1, 0), 62)
+	d := min(float64(cap), float64(base)*math.Pow(2, float64(e)))
+	return time.Duration(d / 2), time.Duration(d)
 }

@@ -557,83 +557,106 @@ func walk(ctx context.Context, limit int, nodes []node, do func(context.Context,
 		name string
 		err  error
 	}
-	byName := make(map[string]node, len(nodes))
-	waiting := make(map[string]int, len(nodes))
-	dependents := map[string][]string{}
-	var ready []node
-	for _, n := range nodes {
-		byName[n.name] = n
-		waiting[n.name] = len(n.blockers)
-		for _, b := range n.blockers {
-			dependents[b] = append(dependents[b], n.name)
-		}
-		if len(n.blockers) == 0 {
-			ready = append(ready, n)
-		}
-	}
-	var (
-		res        walkResult
-		unsaved    = map[string]bool{} // succeeded, not yet checkpointed
-		results    = make(chan outcome, len(nodes))
-		running    int
-		stopped    bool
-		needsSaved = func(n node) bool {
-			for _, b := range n.blockers {
-				if unsaved[b] {
-					return true
-				}
-			}
-			return false
-		}
-	)
+	w := newWalker(nodes)
+	results := make(chan outcome, len(nodes))
+	running, stopped := 0, false
 	for {
-		if !stopped && ctx.Err() == nil && len(ready) > 0 && running < limit {
-			sort.SliceStable(ready, func(i, j int) bool { return ready[i].prio > ready[j].prio })
-			k := min(limit-running, len(ready))
-			if checkpoint != nil && len(unsaved) > 0 && func() bool {
-				for _, n := range ready[:k] {
-					if needsSaved(n) {
-						return true
-					}
-				}
-				return false
-			}() {
-				var names []string
-				for _, name := range res.done {
-					if unsaved[name] {
-						names = append(names, name)
-					}
-				}
-				if err := checkpoint(names); err != nil {
-					res.stopErr, stopped = err, true
+		if !stopped && ctx.Err() == nil && len(w.ready) > 0 && running < limit {
+			sort.SliceStable(w.ready, func(i, j int) bool { return w.ready[i].prio > w.ready[j].prio })
+			k := min(limit-running, len(w.ready))
+			if checkpoint != nil && w.needsCheckpoint(k) {
+				if err := w.save(checkpoint); err != nil {
+					w.res.stopErr, stopped = err, true
 					continue
 				}
-				clear(unsaved)
 			}
-			for _, n := range ready[:k] {
+			for _, n := range w.ready[:k] {
 				running++
 				go func() { results <- outcome{n.name, do(ctx, n.name)} }()
 			}
-			ready = ready[k:]
+			w.ready = w.ready[k:]
 		}
 		if running == 0 {
-			return res
+			return w.res
 		}
 		o := <-results
 		running--
 		if o.err != nil {
-			res.failed = append(res.failed, core.BranchFailure{Branch: o.name, Err: o.err})
+			w.res.failed = append(w.res.failed, core.BranchFailure{Branch: o.name, Err: o.err})
 			if stop != nil && stop(o.err) {
 				stopped = true
 			}
 			continue
 		}
-		res.done = append(res.done, o.name)
-		unsaved[o.name] = true
-		for _, dn := range dependents[o.name] {
-			if waiting[dn]--; waiting[dn] == 0 {
-				ready = append(ready, byName[dn])
+		w.succeeded(o.name)
+	}
+}
+
+// walker is the graph state of one walk; it is used by walk's goroutine only.
+type walker struct {
+	byName     map[string]node
+	waiting    map[string]int      // blockers of each node not yet succeeded
+	dependents map[string][]string // the nodes each node blocks
+	ready      []node              // nodes whose blockers all succeeded, not started yet
+	unsaved    map[string]bool     // succeeded, not yet checkpointed
+	res        walkResult
+}
+
+func newWalker(nodes []node) *walker {
+	w := &walker{byName: make(map[string]node, len(nodes)), waiting: make(map[string]int, len(nodes)),
+		dependents: map[string][]string{}, unsaved: map[string]bool{}}
+	for _, n := range nodes {
+		w.byName[n.name] = n
+		w.waiting[n.name] = len(n.blockers)
+		for _, b := range n.blockers {
+			w.dependents[b] = append(w.dependents[b], n.name)
+		}
+		if len(n.blockers) == 0 {
+			w.ready = append(w.ready, n)
+		}
+	}
+	return w
+}
+
+// needsCheckpoint reports whether one of the next k ready nodes depends on a success not yet
+// checkpointed.
+func (w *walker) needsCheckpoint(k int) bool {
+	if len(w.unsaved) == 0 {
+		return false
+	}
+	for _, n := range w.ready[:k] {
+		for _, b := range n.blockers {
+			if w.unsaved[b] {
+				return true
 			}
+		}
+	}
+	return false
+}
+
+// save gives checkpoint the successes not yet checkpointed, in completion order; once it
+// succeeds they are checkpointed.
+func (w *walker) save(checkpoint func([]string) error) error {
+	var names []string
+	for _, name := range w.res.done {
+		if w.unsaved[name] {
+			names = append(names, name)
+		}
+	}
+	if err := checkpoint(names); err != nil {
+		return err
+	}
+	clear(w.unsaved)
+	return nil
+}
+
+// succeeded records name's success and readies the nodes it was the last blocker of.
+func (w *walker) succeeded(name string) {
+	w.res.done = append(w.res.done, name)
+	w.unsaved[name] = true
+	for _, dn := range w.dependents[name] {
+		if w.waiting[dn]--; w.waiting[dn] == 0 {
+			w.ready = append(w.ready, w.byName[dn])
 		}
 	}
 }

@@ -5,122 +5,130 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/zklock"
 )
 
-// fenceCmd runs `txkit fence show|reset`: the tokens a fence.Fence recorded, and forgetting one
-// that fences every holder because it came from an ensemble since rebuilt (see fence.Fence.Reset).
-func fenceCmd(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	var pg pgFlags
-	schema, table, zkAddrs := "", "txkit_fence", getenv("TXKIT_ZK")
-	register := func(fs *flag.FlagSet) {
-		pg.register(fs)
-		fs.StringVar(&schema, "schema", schema, "schema of the fence table")
-		fs.StringVar(&table, "table", table, "fence table")
-		fs.StringVar(&zkAddrs, "zk", zkAddrs, "ZooKeeper servers, host:port,...")
+// fenceFlags are the flags of every fence command: the tokens a fence.Fence recorded, and
+// forgetting one that fences every holder because it came from an ensemble since rebuilt (see
+// fence.Fence.Reset).
+func fenceFlags(fs *flag.FlagSet, e *env) {
+	e.registerPG(fs, "the fence table")
+	fs.StringVar(&e.table, "table", "txkit_fence", "fence `table`")
+	fs.StringVar(&e.zk, "zk", e.getenv("TXKIT_ZK"), "ZooKeeper `servers`, host:port,... (default $TXKIT_ZK; $TXKIT_ZK_AUTH: the\n"+
+		"digest user:password)")
+}
+
+func fenceVerbFlags(fs *flag.FlagSet, e *env) {
+	fs.StringVar(&e.resource, "resource", "", "the fenced `resource`")
+	fs.StringVar(&e.path, "path", "", "the ZooKeeper lock `path` whose holders write to the resource")
+}
+
+// openFence checks a fence command's flags and returns the fence, its pool (the caller closes it),
+// connected, and the epoch of the lock path of -path (0 without).
+func openFence(ctx context.Context, e *env, verb string) (*fence.Fence, *pgxpool.Pool, int64, error) {
+	if err := e.noArgs("fence " + verb); err != nil {
+		return nil, nil, 0, err
 	}
-	verb, vs, rest, err := subcommand("fence", args, register, "show, reset")
+	if verb == "reset" && (e.resource == "" || e.path == "") {
+		return nil, nil, 0, usageErr("fence reset: give -resource and -path")
+	}
+	if e.path != "" && e.zk == "" {
+		return nil, nil, 0, usageErr("fence %s: -path needs ZooKeeper: set -zk or TXKIT_ZK", verb)
+	}
+	opts := []fence.Option{fence.WithTable(e.table)}
+	if e.schema != "" {
+		opts = append(opts, fence.WithSchema(e.schema))
+	}
+	pgURL, err := e.pg.resolve(e.getenv)
 	if err != nil {
-		return err
-	}
-	var resource, lockPath string
-	switch verb {
-	case "show", "reset":
-		vs.StringVar(&resource, "resource", "", "the fenced resource")
-		vs.StringVar(&lockPath, "path", "", "the ZooKeeper lock path whose holders write to the resource")
-	default:
-		return usageErr("fence: unknown verb %q", verb)
-	}
-	if err := parse(vs, rest); err != nil {
-		return err
-	}
-	if len(vs.Args()) > 0 {
-		return usageErr("fence %s: unexpected arguments %q", verb, vs.Args())
-	}
-	if verb == "reset" && (resource == "" || lockPath == "") {
-		return usageErr("fence reset: give -resource and -path")
-	}
-	if lockPath != "" && zkAddrs == "" {
-		return usageErr("fence %s: -path needs ZooKeeper: set -zk or TXKIT_ZK", verb)
-	}
-	opts := []fence.Option{fence.WithTable(table)}
-	if schema != "" {
-		opts = append(opts, fence.WithSchema(schema))
-	}
-	pgURL, err := pg.resolve(getenv)
-	if err != nil {
-		return err
+		return nil, nil, 0, err
 	}
 	pool, err := newPool(ctx, pgURL)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	f, err := fence.New(pool, opts...)
+	if err != nil {
+		pool.Close()
+		return nil, nil, 0, usageErr("%v", err)
+	}
+	// The lock path's epoch first: it decides what reset may forget.
+	var epoch int64
+	if e.path != "" {
+		auth, ok := zkAuth(e.getenv)
+		if !ok {
+			auth = zklock.WithInsecureWorldACL() // it creates nothing, and reading the epoch needs no permission
+		}
+		if epoch, err = lockEpoch(ctx, strings.Split(e.zk, ","), e.path, auth); err != nil {
+			pool.Close()
+			return nil, nil, 0, err
+		}
+	}
+	if err := connect(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, 0, err
+	}
+	return f, pool, epoch, nil
+}
+
+// fenceReset runs `txkit fence reset -resource R -path P`.
+func fenceReset(ctx context.Context, e *env) error {
+	f, pool, epoch, err := openFence(ctx, e, "reset")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	f, err := fence.New(pool, opts...)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-
-	// The lock path's epoch first: it decides what reset may forget.
-	var epoch int64
-	if lockPath != "" {
-		auth, ok := zkAuth(getenv)
-		if !ok {
-			auth = zklock.WithInsecureWorldACL() // it creates nothing, and reading the epoch needs no permission
-		}
-		if epoch, err = lockEpoch(ctx, strings.Split(zkAddrs, ","), lockPath, auth); err != nil {
-			return err
-		}
-	}
-	if err := connect(ctx, pool); err != nil {
-		return err
-	}
-	conn := pool
-
-	if verb == "reset" {
-		e, ok, err := f.Reset(ctx, conn, resource, epoch)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("fence reset: %q has no token with an epoch above %s's (%d): nothing to reset (see txkit fence show)",
-				resource, lockPath, epoch)
-		}
-		_, err = fmt.Fprintf(stdout, "reset %s: forgot token %s (epoch above %s's %d); its next holder's write records its own\n",
-			printable(resource), e.Token, lockPath, epoch)
-		return err
-	}
-	es, err := f.Entries(ctx, conn, resource)
+	en, ok, err := f.Reset(ctx, pool, e.resource, epoch)
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	if lockPath != "" {
-		fmt.Fprintf(tw, "lock path %s: epoch %d\n\n", lockPath, epoch)
+	if !ok {
+		return fmt.Errorf("fence reset: %q has no token with an epoch above %s's (%d): nothing to reset (see txkit fence show)",
+			e.resource, e.path, epoch)
+	}
+	_, err = fmt.Fprintf(e.stdout, "reset %s: forgot token %s (epoch above %s's %d); its next holder's write records its own\n",
+		printable(e.resource), en.Token, e.path, epoch)
+	return err
+}
+
+// fenceShow runs `txkit fence show`.
+func fenceShow(ctx context.Context, e *env) error {
+	f, pool, epoch, err := openFence(ctx, e, "show")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	es, err := f.Entries(ctx, pool, e.resource)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	if e.path != "" {
+		fmt.Fprintf(tw, "lock path %s: epoch %d\n\n", e.path, epoch)
 	}
 	if len(es) == 0 {
 		fmt.Fprintln(tw, "no fenced resources")
 		return tw.Flush()
 	}
 	fmt.Fprintln(tw, "RESOURCE\tTOKEN\tUPDATED\tSTATE")
-	for _, e := range es {
+	for _, en := range es {
 		state := "-"
-		if lockPath != "" {
+		if e.path != "" {
 			state = "ok"
-			if e.Token.Epoch > epoch {
+			if en.Token.Epoch > epoch {
 				state = "AHEAD: every holder of the lock path is fenced (txkit fence reset)"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", oneLine(e.Resource, 80), e.Token, e.UpdatedAt.UTC().Format(time.RFC3339), state)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", oneLine(en.Resource, 80), en.Token, en.UpdatedAt.UTC().Format(time.RFC3339), state)
 	}
 	return tw.Flush()
 }

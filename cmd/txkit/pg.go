@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -9,6 +10,11 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/admin"
+	"github.com/txkit/txkit/internal/pgutil"
 )
 
 // pgFlags say which PostgreSQL a command connects to. The URL may carry a password: given with -pg
@@ -20,8 +26,9 @@ type pgFlags struct {
 }
 
 func (p *pgFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&p.url, "pg", p.url, "PostgreSQL URL (shows in the process list: prefer $TXKIT_PG_URL or -pg-file)")
-	fs.StringVar(&p.file, "pg-file", p.file, "file holding the PostgreSQL URL")
+	fs.StringVar(&p.url, "pg", p.url, "PostgreSQL `URL` (default $TXKIT_PG_URL; shows in the process list: prefer\n"+
+		"$TXKIT_PG_URL or -pg-file for a URL with a password)")
+	fs.StringVar(&p.file, "pg-file", p.file, "`file` holding the PostgreSQL URL")
 }
 
 // maxURLFile bounds what -pg-file reads.
@@ -79,4 +86,81 @@ func printable(s string) string {
 		i += size
 	}
 	return b.String()
+}
+
+// oneLine shortens s to at most n runes on one line, for a table cell, and escapes what a
+// terminal would act on (see printable).
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if s == "" {
+		return "-"
+	}
+	if r := []rune(s); len(r) > n {
+		s = string(r[:n-1]) + "…"
+	}
+	return printable(s)
+}
+
+// newPool returns a pool of at most one PostgreSQL connection to url (a command's calls are one
+// after another). It does not connect (the components given it check their options first);
+// [connect] does.
+func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) { return newPoolOf(ctx, url, 1) }
+
+// newPoolOf is newPool with at most max connections.
+func newPoolOf(ctx context.Context, url string, max int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	cfg.MaxConns = max
+	pgutil.SetTCPTimeouts(&cfg.ConnConfig.Config) // a partition fails a command within a minute
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	return pool, nil
+}
+
+// connect opens pool's connection, so that an unreachable server is reported as such.
+func connect(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	return nil
+}
+
+// openAdmin returns an Admin with opts on a new pool of at most conns connections to url, and the
+// pool (the caller closes it). It does not connect; [connect] does. Bad options are a usage error.
+func openAdmin(ctx context.Context, url string, conns int32, opts ...admin.Option) (*admin.Admin, *pgxpool.Pool, error) {
+	pool, err := newPoolOf(ctx, url, conns)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := admin.New(pool, opts...)
+	if err != nil {
+		pool.Close()
+		return nil, nil, usageErr("%v", err)
+	}
+	return a, pool, nil
+}
+
+// registerPG registers the flags that say which PostgreSQL and schema a command works in: -pg,
+// -pg-file and -schema, the schema of the tables named by of.
+func (e *env) registerPG(fs *flag.FlagSet, of string) {
+	e.pg.register(fs)
+	fs.StringVar(&e.schema, "schema", "", "`schema` of "+of+" (default: the URL's search_path)")
+}
+
+// admin resolves the PostgreSQL URL and returns an Admin with opts (and -schema's schema, if
+// given) on a new pool of one connection, and the pool (the caller closes it). It does not
+// connect; [connect] does.
+func (e *env) admin(ctx context.Context, opts ...admin.Option) (*admin.Admin, *pgxpool.Pool, error) {
+	url, err := e.pg.resolve(e.getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	if e.schema != "" {
+		opts = append(opts, admin.WithSchema(e.schema))
+	}
+	return openAdmin(ctx, url, 1, opts...)
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,130 +28,70 @@ import (
 	"github.com/txkit/txkit/lock/zklock"
 )
 
-// serveCmd runs `txkit serve`: the admin JSON API under /api/ and the web console at / on one
+// serveFlags are the flags of `txkit serve`.
+type serveFlags struct {
+	zk                string
+	listen, tokenFile string
+	certFile, keyFile string
+	metricsURL        string
+	public            bool
+	hosts             hostNames
+	elections, locks  namedPaths
+	outboxT, notifyT  string
+	refresh           time.Duration
+	retention         time.Duration
+	lim               serveLimits
+}
+
+func serveFlagSet(fs *flag.FlagSet, e *env) {
+	f := &e.serve
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8089", "`address` to listen on: a non-loopback one needs -listen-public, which needs\n"+
+		"-token-file")
+	fs.BoolVar(&f.public, "listen-public", false, "allow a -listen address that is not loopback (needs -token-file)")
+	fs.Var(&f.hosts, "host", "a `name` (or address) clients use besides localhost and the -listen address\n"+
+		"(repeatable); other Host headers are refused (421)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "`file` of bearer tokens, mode 600: \"actor token\" lines (may act), \"actor\n"+
+		"token read\" lines (may only read). Every read needs a token: without the\n"+
+		"file, serve prints a read token for the run")
+	fs.StringVar(&f.certFile, "tls-cert", "", "serve HTTPS with this PEM certificate `file` (with -tls-key)")
+	fs.StringVar(&f.keyFile, "tls-key", "", "the private key `file` of -tls-cert (PEM)")
+	fs.StringVar(&f.zk, "zk", "", "ZooKeeper `servers`, host:port,..., for -election and -lock (default $TXKIT_ZK;\n"+
+		"credentials from $TXKIT_ZK_AUTH, user:password: the applications' digest user)")
+	fs.Var(&f.elections, "election", "`name=path` of an election whose leader to show (repeatable)")
+	fs.Var(&f.locks, "lock", "`name=path` of a lock whose holder and waiters to show (repeatable)")
+	fs.StringVar(&f.metricsURL, "metrics-url", "", "a Prometheus /metrics page (`URL`) whose txkit_ figures the overview shows")
+	fs.StringVar(&f.outboxT, "outbox-table", "", "outbox `table` (default txkit_outbox)")
+	fs.StringVar(&f.notifyT, "notify-table", "", "notifications `table` (default txkit_notify)")
+	fs.DurationVar(&f.refresh, "refresh", 5*time.Second, "refresh the console's pages every `D`")
+	fs.DurationVar(&f.lim.timeout, "request-timeout", 30*time.Second, "answer 503 to a request not done within `D`")
+	fs.IntVar(&f.lim.requests, "max-requests", 64, "serve `N` requests at once; more are answered 503")
+	fs.IntVar(&f.lim.conns, "max-conns", 256, "hold `N` connections open; more are closed at once")
+	fs.DurationVar(&f.retention, "audit-retention", admin.DefaultAuditRetention, "purge audit rows older than `D`, hourly")
+	e.registerPG(fs, "txkit's tables")
+}
+
+// serve runs `txkit serve`: the admin JSON API under /api/ and the web console at / on one
 // listener, until ctx ends (SIGINT, SIGTERM).
-func serveCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var (
-		pg                pgFlags
-		schema, zkAddrs   string
-		listen, tokenFile string
-		certFile, keyFile string
-		metricsURL        string
-		public            bool
-		hosts             hostNames
-		elections, locks  namedPaths
-		outboxT, notifyT  string
-		refresh           time.Duration
-		retention         time.Duration
-		lim               serveLimits
-	)
-	fs := newFlagSet("serve")
-	pg.register(fs)
-	fs.StringVar(&schema, "schema", "", "schema of txkit's tables (default: the URL's search_path)")
-	fs.StringVar(&listen, "listen", "127.0.0.1:8089", "address to listen on (loopback unless -listen-public)")
-	fs.BoolVar(&public, "listen-public", false, "allow a -listen address that is not loopback (needs -token-file)")
-	fs.Var(&hosts, "host", "a name (or address) clients reach the server by, besides loopback ones (repeatable)")
-	fs.StringVar(&certFile, "tls-cert", "", "serve HTTPS with this certificate (PEM; with -tls-key)")
-	fs.StringVar(&keyFile, "tls-key", "", "the private key of -tls-cert (PEM)")
-	fs.StringVar(&zkAddrs, "zk", "", "ZooKeeper servers for -election and -lock (default $TXKIT_ZK)")
-	fs.Var(&elections, "election", "name=path of an election whose leader to show (repeatable)")
-	fs.Var(&locks, "lock", "name=path of a lock whose holder and waiters to show (repeatable)")
-	fs.StringVar(&tokenFile, "token-file", "", "file of bearer tokens: \"actor token\" lines, \"actor token read\" for one that only reads")
-	fs.StringVar(&metricsURL, "metrics-url", "", "a Prometheus /metrics page whose txkit_ figures the overview shows")
-	fs.StringVar(&outboxT, "outbox-table", "", "outbox table (default txkit_outbox)")
-	fs.StringVar(&notifyT, "notify-table", "", "notifications table (default txkit_notify)")
-	fs.DurationVar(&refresh, "refresh", 5*time.Second, "how often the console's pages refresh")
-	fs.DurationVar(&lim.timeout, "request-timeout", 30*time.Second, "answer 503 to a request not done by then")
-	fs.IntVar(&lim.requests, "max-requests", 64, "requests served at once; more are answered 503")
-	fs.IntVar(&lim.conns, "max-conns", 256, "open connections; more are closed at once")
-	fs.DurationVar(&retention, "audit-retention", admin.DefaultAuditRetention, "purge audit rows older than this, hourly")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usageErr("serve: unexpected arguments %q", fs.Args())
-	}
-	if err := lim.check(); err != nil {
-		return err
-	}
-	if err := checkListen(listen, public); err != nil {
-		return err
-	}
-	if (certFile == "") != (keyFile == "") {
-		return usageErr("serve: -tls-cert and -tls-key go together")
-	}
-	if public && tokenFile == "" {
-		return usageErr("serve: -listen-public needs -token-file: every read needs a credential on a public address")
-	}
-	if zkAddrs == "" {
-		zkAddrs = getenv("TXKIT_ZK")
-	}
-	if (len(elections) > 0 || len(locks) > 0) && zkAddrs == "" {
-		return usageErr("serve: -election and -lock need ZooKeeper: give -zk or set TXKIT_ZK")
-	}
-	zkCred, zkCredSet := zkAuth(getenv)
-	if (len(elections) > 0 || len(locks) > 0) && !zkCredSet {
-		return usageErr("serve: -election and -lock need the applications' ZooKeeper digest user: set TXKIT_ZK_AUTH=user:password")
-	}
-	var tokens, readers map[string]string
-	generated := ""
-	if tokenFile != "" {
-		var err error
-		if tokens, readers, err = readTokens(tokenFile); err != nil {
-			return err
-		}
-	} else { // on loopback: a read token for this run, printed once it listens
-		generated = rand.Text()
-		readers = map[string]string{"local": generated}
-	}
-	pgURL, err := pg.resolve(getenv)
+func serve(ctx context.Context, e *env) error {
+	f := &e.serve
+	zkCred, err := f.check(e)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
-
-	// The admin's own metric (refused POSTs) shows among the overview's figures.
-	reg := prometheus.NewRegistry()
-	var figures prometheus.Gatherer = reg
-	if metricsURL != "" {
-		figures = prometheus.Gatherers{reg, &urlGatherer{url: metricsURL, client: &http.Client{Timeout: 3 * time.Second}}}
+	tokens, readers, generated, err := f.tokens()
+	if err != nil {
+		return err
 	}
-	opts := []admin.Option{admin.WithLogger(log), admin.WithRegisterer(reg), admin.WithGatherer(figures), admin.WithAuditRetention(retention, "@every 1h")}
-	if schema != "" {
-		opts = append(opts, admin.WithSchema(schema))
+	pgURL, err := e.pg.resolve(e.getenv)
+	if err != nil {
+		return err
 	}
-	if outboxT != "" {
-		opts = append(opts, admin.WithOutboxTable(outboxT))
+	log := slog.New(slog.NewTextHandler(e.stderr, nil))
+	opts, closeZK, err := f.adminOptions(ctx, e.schema, log, tokens, readers, zkCred)
+	if err != nil {
+		return err
 	}
-	if notifyT != "" {
-		opts = append(opts, admin.WithNotifyTable(notifyT))
-	}
-	if len(tokens) > 0 {
-		opts = append(opts, admin.WithTokens(tokens))
-	}
-	if len(readers) > 0 {
-		opts = append(opts, admin.WithReadTokens(readers))
-	}
-	if h, _, _ := net.SplitHostPort(listen); h != "" && !net.ParseIP(h).IsUnspecified() {
-		hosts = append(hosts, h) // the name or address it listens on
-	}
-	opts = append(opts, admin.WithAllowedHosts(hosts...))
-	if len(elections) > 0 || len(locks) > 0 {
-		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		sess, err := zklock.NewSession(sctx, strings.Split(zkAddrs, ","), zklock.WithLogger(log), zkCred)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("connect to ZooKeeper: %w", err)
-		}
-		defer sess.Close()
-		insp := sess.Inspector()
-		for _, e := range elections {
-			opts = append(opts, admin.WithElections(admin.Election{Name: e.name, Path: e.path, Inspector: insp}))
-		}
-		for _, l := range locks {
-			opts = append(opts, admin.WithLocks(admin.Lock{Name: l.name, Path: l.path, Inspector: insp}))
-		}
-	}
+	defer closeZK()
 	a, pool, err := openAdmin(ctx, pgURL, serveConns, opts...)
 	if err != nil {
 		return err
@@ -164,35 +105,9 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 	} else if err := a.Migrate(ctx); err != nil { // the audit table
 		return err
 	}
-
-	mux := http.NewServeMux()
-	mux.Handle("/api/", a.Handler())
-	ui, err := console.Handler(a, console.WithRefresh(refresh), console.WithLogger(log)) // the web console (package admin/console)
+	srv, ln, scheme, err := f.server(a, log)
 	if err != nil {
-		return usageErr("%v", err)
-	}
-	mux.Handle("/", ui)
-
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", listen, err)
-	}
-	ln = limitListener(ln, lim.conns)
-	srv := &http.Server{Handler: limitHandler(mux, lim), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: lim.timeout + 30*time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
-	scheme := "http"
-	if certFile != "" {
-		// Load the pair now, so that a bad one is an error at start rather than at each handshake.
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("-tls-cert, -tls-key: %w", err)
-		}
-		srv.TLSConfig.Certificates = []tls.Certificate{cert}
-		scheme = "https"
-	} else if public {
-		log.Warn("txkit serve: -listen-public without -tls-cert: tokens and data cross the network in clear text")
+		return err
 	}
 	if !a.ReadOnly() { // the audit table's retention (read-only, serve made no table)
 		pctx, stopPurge := context.WithCancel(ctx)
@@ -200,13 +115,145 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 		go func() { purged <- a.Run(pctx) }()
 		defer func() { stopPurge(); <-purged }()
 	}
-	fmt.Fprintf(stdout, "txkit serve: listening on %s://%s\n", scheme, ln.Addr())
+	fmt.Fprintf(e.stdout, "txkit serve: listening on %s://%s\n", scheme, ln.Addr())
 	if generated != "" {
-		fmt.Fprintf(stdout, "txkit serve: read token (this run only; no -token-file): %s\n", generated)
+		fmt.Fprintf(e.stdout, "txkit serve: read token (this run only; no -token-file): %s\n", generated)
 	}
+	return f.serveUntil(ctx, srv, ln)
+}
+
+// check refuses flags that do not go together, and returns the ZooKeeper credentials of
+// $TXKIT_ZK_AUTH; -zk defaults to $TXKIT_ZK.
+func (f *serveFlags) check(e *env) (zklock.SessionOption, error) {
+	if err := e.noArgs("serve"); err != nil {
+		return nil, err
+	}
+	if err := f.lim.check(); err != nil {
+		return nil, err
+	}
+	if err := checkListen(f.listen, f.public); err != nil {
+		return nil, err
+	}
+	if (f.certFile == "") != (f.keyFile == "") {
+		return nil, usageErr("serve: -tls-cert and -tls-key go together")
+	}
+	if f.public && f.tokenFile == "" {
+		return nil, usageErr("serve: -listen-public needs -token-file: every read needs a credential on a public address")
+	}
+	if f.zk == "" {
+		f.zk = e.getenv("TXKIT_ZK")
+	}
+	if (len(f.elections) > 0 || len(f.locks) > 0) && f.zk == "" {
+		return nil, usageErr("serve: -election and -lock need ZooKeeper: give -zk or set TXKIT_ZK")
+	}
+	zkCred, zkCredSet := zkAuth(e.getenv)
+	if (len(f.elections) > 0 || len(f.locks) > 0) && !zkCredSet {
+		return nil, usageErr("serve: -election and -lock need the applications' ZooKeeper digest user: set TXKIT_ZK_AUTH=user:password")
+	}
+	return zkCred, nil
+}
+
+// tokens returns the tokens of -token-file; without it (on loopback), a read token for this run,
+// generated, which serve prints once it listens.
+func (f *serveFlags) tokens() (tokens, readers map[string]string, generated string, err error) {
+	if f.tokenFile != "" {
+		tokens, readers, err = readTokens(f.tokenFile)
+		return tokens, readers, "", err
+	}
+	generated = rand.Text()
+	return nil, map[string]string{"local": generated}, generated, nil
+}
+
+// adminOptions returns the options of serve's Admin. With -election or -lock it opens the
+// ZooKeeper session whose Inspector shows them; closeZK closes it.
+func (f *serveFlags) adminOptions(ctx context.Context, schema string, log *slog.Logger, tokens, readers map[string]string,
+	zkCred zklock.SessionOption) (opts []admin.Option, closeZK func(), err error) {
+	// The admin's own metric (refused POSTs) shows among the overview's figures.
+	reg := prometheus.NewRegistry()
+	var figures prometheus.Gatherer = reg
+	if f.metricsURL != "" {
+		figures = prometheus.Gatherers{reg, &urlGatherer{url: f.metricsURL, client: &http.Client{Timeout: 3 * time.Second}}}
+	}
+	opts = []admin.Option{admin.WithLogger(log), admin.WithRegisterer(reg), admin.WithGatherer(figures), admin.WithAuditRetention(f.retention, "@every 1h")}
+	if schema != "" {
+		opts = append(opts, admin.WithSchema(schema))
+	}
+	if f.outboxT != "" {
+		opts = append(opts, admin.WithOutboxTable(f.outboxT))
+	}
+	if f.notifyT != "" {
+		opts = append(opts, admin.WithNotifyTable(f.notifyT))
+	}
+	if len(tokens) > 0 {
+		opts = append(opts, admin.WithTokens(tokens))
+	}
+	if len(readers) > 0 {
+		opts = append(opts, admin.WithReadTokens(readers))
+	}
+	hosts := f.hosts
+	if h, _, _ := net.SplitHostPort(f.listen); h != "" && !net.ParseIP(h).IsUnspecified() {
+		hosts = append(hosts, h) // the name or address it listens on
+	}
+	opts = append(opts, admin.WithAllowedHosts(hosts...))
+	if len(f.elections) == 0 && len(f.locks) == 0 {
+		return opts, func() {}, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	sess, err := zklock.NewSession(sctx, strings.Split(f.zk, ","), zklock.WithLogger(log), zkCred)
+	cancel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to ZooKeeper: %w", err)
+	}
+	insp := sess.Inspector()
+	for _, e := range f.elections {
+		opts = append(opts, admin.WithElections(admin.Election{Name: e.name, Path: e.path, Inspector: insp}))
+	}
+	for _, l := range f.locks {
+		opts = append(opts, admin.WithLocks(admin.Lock{Name: l.name, Path: l.path, Inspector: insp}))
+	}
+	return opts, func() { _ = sess.Close() }, nil
+}
+
+// server returns the HTTP server of a's API and console, the listener it is to serve (bounded by
+// -max-conns) and its scheme ("https" with -tls-cert).
+func (f *serveFlags) server(a *admin.Admin, log *slog.Logger) (*http.Server, net.Listener, string, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/api/", a.Handler())
+	ui, err := console.Handler(a, console.WithRefresh(f.refresh), console.WithLogger(log)) // the web console (package admin/console)
+	if err != nil {
+		return nil, nil, "", usageErr("%v", err)
+	}
+	mux.Handle("/", ui)
+
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("listen on %s: %w", f.listen, err)
+	}
+	ln = limitListener(ln, f.lim.conns)
+	srv := &http.Server{Handler: limitHandler(mux, f.lim), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: f.lim.timeout + 30*time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
+	scheme := "http"
+	if f.certFile != "" {
+		// Load the pair now, so that a bad one is an error at start rather than at each handshake.
+		cert, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
+		if err != nil {
+			ln.Close()
+			return nil, nil, "", fmt.Errorf("-tls-cert, -tls-key: %w", err)
+		}
+		srv.TLSConfig.Certificates = []tls.Certificate{cert}
+		scheme = "https"
+	} else if f.public {
+		log.Warn("txkit serve: -listen-public without -tls-cert: tokens and data cross the network in clear text")
+	}
+	return srv, ln, scheme, nil
+}
+
+// serveUntil serves srv on ln until ctx ends, then shuts it down within 10 s.
+func (f *serveFlags) serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
 	done := make(chan error, 1)
 	go func() {
-		if certFile != "" {
+		if f.certFile != "" {
 			done <- srv.ServeTLS(ln, "", "")
 			return
 		}
@@ -219,7 +266,7 @@ func serveCmd(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err = srv.Shutdown(sctx)
+	err := srv.Shutdown(sctx)
 	if serr := <-done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr
 	}

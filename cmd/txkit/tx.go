@@ -13,80 +13,54 @@ import (
 	"github.com/txkit/txkit/admin"
 )
 
-// txCmd runs `txkit tx list|show`: what the coordinators' logs hold, for operators, through the
-// admin package's queries (the API and the console use the same ones).
-func txCmd(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	var pg pgFlags
-	schema, prefix := "", ""
-	register := func(fs *flag.FlagSet) {
-		pg.register(fs)
-		fs.StringVar(&schema, "schema", schema, "schema of the coordinator's tables")
-		fs.StringVar(&prefix, "prefix", prefix, "table prefix (default: the four coordinators' logs)")
+// txFlags are the flags of every tx command: which log, through the admin package's queries (the
+// API and the console use the same ones).
+func txFlags(fs *flag.FlagSet, e *env) {
+	e.registerPG(fs, "the coordinator's tables")
+	fs.StringVar(&e.prefix, "prefix", "", "table `prefix` of one log (default: all four, tcc txkit_, saga txkit_saga_,\n"+
+		"two-phase commit txkit_2pc_, three-phase commit txkit_3pc_)")
+}
+
+func txListFlags(fs *flag.FlagSet, e *env) {
+	fs.StringVar(&e.filter.Kind, "kind", "", "only this `kind`: tcc, saga, 2pc or 3pc")
+	fs.StringVar(&e.filter.Status, "status", "", "only this `status`")
+	fs.BoolVar(&e.filter.Unfinished, "unfinished", false, "only transactions not finished")
+	fs.DurationVar(&e.filter.OlderThan, "older-than", 0, "only transactions created longer ago than `D`")
+	fs.StringVar(&e.filter.After, "after", "", "the gids after `GID` (paging)")
+	fs.IntVar(&e.limit, "limit", 50, "list at most `N` transactions")
+}
+
+// txAdmin returns an Admin on the log of -prefix (or all four) and its pool (the caller closes it).
+func txAdmin(ctx context.Context, e *env) (*admin.Admin, func(), error) {
+	var opts []admin.Option
+	if e.prefix != "" {
+		opts = append(opts, admin.WithLogs(logOf(e.prefix)))
 	}
-	verb, vs, rest, err := subcommand("tx", args, register, "list, show")
+	a, pool, err := e.admin(ctx, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return a, pool.Close, nil
+}
+
+// txList runs `txkit tx list`.
+func txList(ctx context.Context, e *env) error {
+	if err := e.noArgs("tx list"); err != nil {
+		return err
+	}
+	if e.limit < 1 {
+		return usageErr("tx list: -limit %d: must be at least 1", e.limit)
+	}
+	f := e.filter
+	f.Limit = e.limit
+	if err := f.Check(); err != nil {
+		return usageErr("tx list: -%s", strings.ReplaceAll(err.Error(), "admin: ", ""))
+	}
+	a, done, err := txAdmin(ctx, e)
 	if err != nil {
 		return err
 	}
-	var (
-		f     admin.TxFilter
-		limit int
-	)
-	switch verb {
-	case "list":
-		vs.StringVar(&f.Kind, "kind", "", "tcc, saga, 2pc or 3pc")
-		vs.StringVar(&f.Status, "status", "", "only this status")
-		vs.BoolVar(&f.Unfinished, "unfinished", false, "only transactions not finished")
-		vs.DurationVar(&f.OlderThan, "older-than", 0, "only transactions created longer ago than this")
-		vs.StringVar(&f.After, "after", "", "gids after this one (paging)")
-		vs.IntVar(&limit, "limit", 50, "how many")
-	case "show":
-	default:
-		return usageErr("tx: unknown verb %q", verb)
-	}
-	if err := parse(vs, rest); err != nil {
-		return err
-	}
-	rest = vs.Args()
-	switch verb {
-	case "list":
-		if len(rest) > 0 {
-			return usageErr("tx list: unexpected arguments %q", rest)
-		}
-		if limit < 1 {
-			return usageErr("tx list: -limit %d: must be at least 1", limit)
-		}
-		f.Limit = limit
-		if err := f.Check(); err != nil {
-			return usageErr("tx list: -%s", strings.ReplaceAll(err.Error(), "admin: ", ""))
-		}
-	case "show":
-		if len(rest) != 1 {
-			return usageErr("tx show: give one gid")
-		}
-	}
-	pgURL, err := pg.resolve(getenv)
-	if err != nil {
-		return err
-	}
-	opts := []admin.Option{}
-	if prefix != "" {
-		opts = append(opts, admin.WithLogs(logOf(prefix)))
-	}
-	if schema != "" {
-		opts = append(opts, admin.WithSchema(schema))
-	}
-	a, pool, err := openAdmin(ctx, pgURL, 1, opts...)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if verb == "show" {
-		t, err := a.Transaction(ctx, rest[0])
-		if err != nil {
-			return err
-		}
-		return showTx(t, stdout)
-	}
+	defer done()
 	page, err := a.Transactions(ctx, f)
 	if errors.Is(err, admin.ErrBadRequest) {
 		return usageErr("tx list: %v", err)
@@ -95,10 +69,10 @@ func txCmd(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	if len(page.Items) == 0 {
-		_, err := fmt.Fprintln(stdout, "no transactions")
+		_, err := fmt.Fprintln(e.stdout, "no transactions")
 		return err
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "GID\tKIND\tSTATUS\tATTEMPTS\tCREATED\tNEXT_RETRY\tLAST_ERROR")
 	for _, t := range page.Items {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", printable(t.GID), t.Kind, t.Status, t.Attempts,
@@ -108,10 +82,27 @@ func txCmd(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	if page.Next != "" {
-		_, err := fmt.Fprintf(stdout, "(first %d; -after %s shows the next)\n", limit, printable(page.Next))
+		_, err := fmt.Fprintf(e.stdout, "(first %d; -after %s shows the next)\n", e.limit, printable(page.Next))
 		return err
 	}
 	return nil
+}
+
+// txShow runs `txkit tx show GID`.
+func txShow(ctx context.Context, e *env) error {
+	if len(e.args) != 1 {
+		return usageErr("tx show: give one gid")
+	}
+	a, done, err := txAdmin(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer done()
+	t, err := a.Transaction(ctx, e.args[0])
+	if err != nil {
+		return err
+	}
+	return showTx(t, e.stdout)
 }
 
 // logOf is the log of the tables with prefix: named as the standard log with that prefix, or

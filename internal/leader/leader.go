@@ -278,30 +278,9 @@ func (j *Job) leadYielding(ctx context.Context, l lock.Leadership, yield <-chan 
 	log.Info(j.o.name + " leads")
 	defer log.Info(j.o.name + " stops leading")
 
-	// Pass the fence before any work: a deposed candidate is refused from here on, and a fence it
-	// cannot pass (its table is missing) stops it before it does work it could never record.
-	for {
-		err := pgx.BeginFunc(ctx, j.pool, func(tx pgx.Tx) error {
-			return j.fence.Check(ctx, tx, j.resource, tok)
-		})
-		switch {
-		case err == nil:
-		case ctx.Err() != nil:
-			return nil
-		case errors.Is(err, lock.ErrFenced):
-			j.steppedDown(ctx, log, err)
-			return nil
-		case isUndefinedTable(err):
-			return fmt.Errorf("%s: fence of %s (was fence.Fence.Migrate run?): %w", j.o.name, j.resource, err)
-		default:
-			j.fails.Log(ctx, log, "fence", slog.LevelWarn, j.o.name+": fence check failed; retrying before working", slog.Any("err", err))
-			pause(ctx, j.o.pause)
-			j.fails.Flush()
-			continue
-		}
-		break
+	if ok, err := j.passFence(ctx, tok, log); !ok {
+		return err
 	}
-
 	term := &Term{tok: tok, part: j.part, log: log, wake: make(chan struct{}, 1), yield: yield}
 	term.Poke() // work may have piled up while nobody led
 	if j.terms != nil {
@@ -312,34 +291,9 @@ func (j *Job) leadYielding(ctx context.Context, l lock.Leadership, yield <-chan 
 	tctx, end := context.WithCancelCause(ctx)
 	defer end(nil)
 	g, gctx := errgroup.WithContext(tctx)
-	cl := pgutil.CronLogger{L: log}
-	c := cron.New(cron.WithParser(pgutil.CronParser()), cron.WithLogger(cl),
-		cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
-	if j.o.schedule != "" {
-		if _, err := c.AddFunc(j.o.schedule, func() {
-			if gctx.Err() == nil {
-				term.Poke()
-			}
-		}); err != nil { // New validated the spec, so this is not expected
-			return fmt.Errorf("%s: schedule %q: %w: %w", j.o.name, j.o.schedule, err, ErrInvalidOption)
-		}
-	}
-	for _, cj := range j.o.crons {
-		if _, err := c.AddFunc(cj.spec, func() {
-			if gctx.Err() != nil {
-				return
-			}
-			err := cj.fn(gctx, tok)
-			switch {
-			case err == nil || gctx.Err() != nil:
-			case errors.Is(err, lock.ErrFenced):
-				end(err)
-			default:
-				log.Warn(j.o.name+": "+cj.name+" failed; retrying at its next run", slog.Any("err", err))
-			}
-		}); err != nil {
-			return fmt.Errorf("%s: job %s: schedule %q: %w: %w", j.o.name, cj.name, cj.spec, err, ErrInvalidOption)
-		}
+	c, err := j.termCron(gctx, term, end)
+	if err != nil {
+		return err
 	}
 	c.Start()
 	g.Go(func() error {
@@ -358,7 +312,7 @@ func (j *Job) leadYielding(ctx context.Context, l lock.Leadership, yield <-chan 
 		end(err) // the term ends with its work
 		return err
 	})
-	err := g.Wait()
+	err = g.Wait()
 	if cause := context.Cause(tctx); err == nil && errors.Is(cause, lock.ErrFenced) {
 		err = cause // a cron job was fenced
 	}
@@ -370,6 +324,69 @@ func (j *Job) leadYielding(ctx context.Context, l lock.Leadership, yield <-chan 
 		return err
 	}
 	return nil
+}
+
+// passFence passes the fence with tok before any work: a deposed candidate is refused from here
+// on, and a fence it cannot pass (its table is missing) stops it before it does work it could
+// never record. It reports whether the term may work: not when ctx ended or the fence refused tok
+// (see steppedDown); then the error is nil, or the missing table's. Other failures are retried.
+func (j *Job) passFence(ctx context.Context, tok lock.Token, log *slog.Logger) (bool, error) {
+	for {
+		err := pgx.BeginFunc(ctx, j.pool, func(tx pgx.Tx) error {
+			return j.fence.Check(ctx, tx, j.resource, tok)
+		})
+		switch {
+		case err == nil:
+			return true, nil
+		case ctx.Err() != nil:
+			return false, nil
+		case errors.Is(err, lock.ErrFenced):
+			j.steppedDown(ctx, log, err)
+			return false, nil
+		case isUndefinedTable(err):
+			return false, fmt.Errorf("%s: fence of %s (was fence.Fence.Migrate run?): %w", j.o.name, j.resource, err)
+		default:
+			j.fails.Log(ctx, log, "fence", slog.LevelWarn, j.o.name+": fence check failed; retrying before working", slog.Any("err", err))
+			pause(ctx, j.o.pause)
+			j.fails.Flush()
+		}
+	}
+}
+
+// termCron returns the cron of a term (not started; ctx is the term's): the schedule pokes the
+// term, and each cron job runs with the term's token; a job the fence refuses ends the term
+// through end.
+func (j *Job) termCron(ctx context.Context, term *Term, end context.CancelCauseFunc) (*cron.Cron, error) {
+	cl := pgutil.CronLogger{L: term.log}
+	c := cron.New(cron.WithParser(pgutil.CronParser()), cron.WithLogger(cl),
+		cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
+	if j.o.schedule != "" {
+		if _, err := c.AddFunc(j.o.schedule, func() {
+			if ctx.Err() == nil {
+				term.Poke()
+			}
+		}); err != nil { // New validated the spec, so this is not expected
+			return nil, fmt.Errorf("%s: schedule %q: %w: %w", j.o.name, j.o.schedule, err, ErrInvalidOption)
+		}
+	}
+	for _, cj := range j.o.crons {
+		if _, err := c.AddFunc(cj.spec, func() {
+			if ctx.Err() != nil {
+				return
+			}
+			err := cj.fn(ctx, term.tok)
+			switch {
+			case err == nil || ctx.Err() != nil:
+			case errors.Is(err, lock.ErrFenced):
+				end(err)
+			default:
+				term.log.Warn(j.o.name+": "+cj.name+" failed; retrying at its next run", slog.Any("err", err))
+			}
+		}); err != nil {
+			return nil, fmt.Errorf("%s: job %s: schedule %q: %w: %w", j.o.name, cj.name, cj.spec, err, ErrInvalidOption)
+		}
+	}
+	return c, nil
 }
 
 // steppedDown counts and logs a fenced term, then pauses so that a fenced candidate, which

@@ -200,39 +200,11 @@ func (g *group) acquire(ctx context.Context, m *mutex, value string) attempt {
 		}
 	})
 	elapsed := time.Since(start)
-	a := attempt{start: start}
-	var (
-		taken  int
-		owners = map[string]int{} // other holders' values: on how many instances each holds the key
-		errs   = failures(replies)
-		free   []time.Duration // per answering instance: how long until its key is free
-		first  = -1            // the first instance that answered
-	)
-	for i, r := range replies {
-		if r.err == nil && first < 0 {
-			first = i
-		}
-		switch {
-		case r.err != nil:
-		case r.ok:
-			taken++
-			free = append(free, 0)
-			if t := (lock.Token{Seq: r.n}); a.token.Less(t) {
-				a.token = t
-			}
-		default:
-			owners[r.data]++
-			switch {
-			case r.n == -2: // expired between the SET and the PTTL
-				free = append(free, 0)
-			case r.n >= 0:
-				free = append(free, time.Duration(r.n)*time.Millisecond)
-			}
-		}
-	}
+	t := tallyAcquire(replies)
+	a := attempt{start: start, token: t.token}
 	validity := g.o.ttl - elapsed - g.o.drift
 	var backErr error // the token could not be written back to a majority
-	if taken >= g.quorum && validity > 0 {
+	if t.taken >= g.quorum && validity > 0 {
 		if backErr = g.writeBack(ctx, counter, a.token.Seq, replies); backErr == nil {
 			if validity = g.o.ttl - time.Since(start) - g.o.drift; validity > 0 {
 				a.ok = true
@@ -241,35 +213,80 @@ func (g *group) acquire(ctx context.Context, m *mutex, value string) attempt {
 			}
 		}
 	}
-	if taken > 0 || len(errs) > 0 {
+	if t.taken > 0 || len(t.errs) > 0 {
 		// Publish only when we held a majority (too long): otherwise nobody waits for these keys.
 		// Waiters after a split retry by themselves; a message from every contender that lost a
 		// split would wake them all into the next one.
-		_ = g.release(ctx, m.name, value, replies, taken >= g.quorum)
+		_ = g.release(ctx, m.name, value, replies, t.taken >= g.quorum)
 	}
+	return g.lost(a, t, backErr)
+}
+
+// acquireTally sums up the replies to an attempt's SETs.
+type acquireTally struct {
+	taken   int             // instances that granted the key
+	token   lock.Token      // the highest counter among them
+	owners  map[string]int  // other holders' values: on how many instances each holds the key
+	errs    []error         // the instances that failed (failures)
+	free    []time.Duration // per answering instance: how long until its key is free
+	firstOK bool            // the first instance to answer granted the key
+}
+
+func tallyAcquire(replies []reply) acquireTally {
+	t := acquireTally{owners: map[string]int{}, errs: failures(replies)}
+	first := -1 // the first instance that answered
+	for i, r := range replies {
+		if r.err == nil && first < 0 {
+			first = i
+		}
+		switch {
+		case r.err != nil:
+		case r.ok:
+			t.taken++
+			t.free = append(t.free, 0)
+			if tok := (lock.Token{Seq: r.n}); t.token.Less(tok) {
+				t.token = tok
+			}
+		default:
+			t.owners[r.data]++
+			switch {
+			case r.n == -2: // expired between the SET and the PTTL
+				t.free = append(t.free, 0)
+			case r.n >= 0:
+				t.free = append(t.free, time.Duration(r.n)*time.Millisecond)
+			}
+		}
+	}
+	t.firstOK = first >= 0 && replies[first].ok
+	return t
+}
+
+// lost completes attempt a, which did not win (its keys are released): why (an error, or a
+// split), and how long to wait before the next attempt.
+func (g *group) lost(a attempt, t acquireTally, backErr error) attempt {
 	held := false // another owner holds a majority
-	for _, n := range owners {
+	for _, n := range t.owners {
 		held = held || n >= g.quorum
 	}
 	switch {
 	case backErr != nil:
 		a.err = backErr
-	case taken >= g.quorum: // took too long: the hold would be invalid at once
+	case t.taken >= g.quorum: // took too long: the hold would be invalid at once
 		a.split = true
-	case len(errs) > len(g.inst)-g.quorum:
-		a.err = fmt.Errorf("%d of %d instances failed, a majority needs %d: %w", len(errs), len(g.inst), g.quorum, errors.Join(errs...))
+	case len(t.errs) > len(g.inst)-g.quorum:
+		a.err = fmt.Errorf("%d of %d instances failed, a majority needs %d: %w", len(t.errs), len(g.inst), g.quorum, errors.Join(t.errs...))
 	case !held:
 		a.split = true
 	}
 	a.wait = g.o.fallback
-	if slices.Sort(free); len(free) >= g.quorum {
-		a.wait = min(a.wait, free[g.quorum-1])
+	if slices.Sort(t.free); len(t.free) >= g.quorum {
+		a.wait = min(a.wait, t.free[g.quorum-1])
 	}
 	if a.split {
 		// Contenders split the instances and released them. The one that took the first
 		// instance to answer tries again at once; the others after a random pause, so that one
 		// attempt usually finds every instance free.
-		if first >= 0 && replies[first].ok {
+		if t.firstOK {
 			a.wait = 0
 		} else {
 			a.wait = min(a.wait, 5*time.Millisecond+rand.N(45*time.Millisecond))

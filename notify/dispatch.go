@@ -1,0 +1,162 @@
+package notify
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// due is a notification taken for delivery: the delivery, and what its attempt's span needs.
+type due struct {
+	Delivery
+	trace   string // the trace context Enqueue stored (obs.EncodeTrace); "" none
+	attempt int    // this attempt's number: 1 + the attempts ever made (redeliveries go on counting)
+}
+
+// flight is the leader's view of one receiver: its queue of taken notifications, how many are
+// taken and not yet recorded, and the circuit breaker.
+type flight struct {
+	queue     chan due
+	held      int                // taken and not yet attempted (queued or in flight)
+	taken     map[uuid.UUID]bool // taken and not yet recorded: not to be taken again
+	failures  int                // consecutive failed deliveries
+	openUntil time.Time          // the breaker holds deliveries back until then (zero: closed)
+	probing   bool               // half open: the one delivery allowed through is in flight
+	poke      func()             // wakes the dispatcher
+	low       int                // held at which the queue is refilled
+	dry       uint64             // 1 + the wake generation at which a take found no more due: 0 none
+	shownOpen bool               // the circuit gauge counts this receiver's circuit as open
+}
+
+// waker wakes the dispatcher. A take that finds fewer due notifications than it asked for marks
+// the receiver dry: the dispatcher takes for it again only after something may have made more
+// due — a NOTIFY (enqueue, redeliver), the tick, a failed attempt recorded — so that a receiver
+// whose due notifications are all taken costs no query per delivery.
+type waker struct {
+	ch  chan struct{}
+	gen atomic.Uint64 // bumped by fresh, and by the dispatcher for each of the leader job's wake-ups
+}
+
+// poke wakes the dispatcher because there is room in a receiver's queue.
+func (w *waker) poke() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
+
+// fresh wakes the dispatcher because more notifications may be due.
+func (w *waker) fresh() {
+	w.gen.Add(1)
+	w.poke()
+}
+
+// dispatch takes due notifications for every receiver whose queue is running low and whose
+// breaker is not open, up to the batch size taken and unrecorded per receiver, and queues them
+// for the receiver's workers, remembering them until their results are recorded so that it does
+// not take them twice.
+func (n *Notifier) dispatch(ctx context.Context, w *waker, flights map[string]*flight) error {
+	names := make([]string, 0, len(flights))
+	for name := range flights {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	now := time.Now()
+	for _, name := range names {
+		f := flights[name]
+		gen := w.gen.Load() // before the query: a NOTIFY during it makes the receiver wet again
+		n.mu.Lock()
+		free := n.o.batch - f.held
+		if f.held > f.low || (!f.openUntil.IsZero() && now.Before(f.openUntil)) || f.dry == gen+1 {
+			free = 0 // enough queued, the breaker is open, or nothing more was due
+		}
+		n.mu.Unlock()
+		if free <= 0 {
+			continue
+		}
+		n.mu.Lock()
+		skip := make([]pgtype.UUID, 0, len(f.taken)) // binary; a uuid.UUID is sent as text
+		for id := range f.taken {
+			skip = append(skip, pgtype.UUID{Bytes: id, Valid: true})
+		}
+		n.mu.Unlock()
+		// Taking writes nothing: only the leader delivers, and it remembers what it has taken
+		// until the result is recorded. When it dies, whatever it had taken is still due and the
+		// next leader sends it again (same id; receivers apply once). A deposed leader that has
+		// not noticed yet may send a duplicate the same way; its records are refused by the fence.
+		// QueryExecModeExec: planned with this call's values, so PostgreSQL hashes the skip list
+		// instead of comparing every row with each of its ids (a prepared statement's generic
+		// plan does that).
+		rows, err := n.pool.Query(ctx, `select id, receiver, key, payload, created_at, coalesce(trace_context, ''), tries + 1 from `+n.table+`
+where status = 'pending' and receiver = $1 and next_attempt_at <= now() and id <> all($3::uuid[])
+order by next_attempt_at limit $2`, pgx.QueryExecModeExec, name, free, skip)
+		if err != nil {
+			return fmt.Errorf("take due notifications of %s: %w", name, err)
+		}
+		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
+			var d due
+			var p []byte
+			err := r.Scan((*[16]byte)(&d.ID), &d.Receiver, &d.Key, &p, &d.CreatedAt, &d.trace, &d.attempt)
+			d.Payload = p
+			return d, err
+		})
+		if err != nil {
+			return fmt.Errorf("take due notifications of %s: %w", name, err)
+		}
+		n.mu.Lock()
+		f.held += len(batch)
+		if len(batch) < free {
+			f.dry = gen + 1
+		}
+		for _, d := range batch {
+			f.taken[d.ID] = true
+		}
+		n.mu.Unlock()
+		for _, d := range batch {
+			f.queue <- d // room for batch held ones: never blocks
+		}
+	}
+	return nil
+}
+
+// delivering reports whether any notification a term took (its flights) is still queued or being
+// delivered: whether more results are coming.
+func (n *Notifier) delivering(flights map[string]*flight) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, f := range flights {
+		if f.held > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// forget makes a batch's notifications takeable again once their results are recorded (the record
+// moved their due time or ended them), or could not be (then they are due again, as they should).
+func (n *Notifier) forget(flights map[string]*flight, batch []result) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, r := range batch {
+		delete(flights[r.receiver].taken, r.id)
+	}
+}
+
+// done frees a place in the receiver's count of taken notifications, so the dispatcher takes
+// more before the results are recorded (the recorder's backlog is bounded by the results
+// channel, which blocks the workers when full).
+func (n *Notifier) done(f *flight) {
+	n.mu.Lock()
+	f.held--
+	refill := f.held == f.low
+	n.mu.Unlock()
+	if refill {
+		f.poke()
+	}
+}

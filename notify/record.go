@@ -1,0 +1,271 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/txkit/txkit/lock"
+)
+
+// recordLinger is how long the recorder waits for more results before it writes a batch that is
+// not full: one transaction (and one WAL flush) for many results, also when deliveries are slow.
+const recordLinger = 10 * time.Millisecond
+
+// fenceKey is what a term's writes pass the fence with: its token and its partition's resource.
+type fenceKey struct {
+	tok      lock.Token
+	resource string
+}
+
+// fenced runs fn in a transaction that first passes the fence with fk.
+func (n *Notifier) fenced(ctx context.Context, fk fenceKey, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, n.pool, func(tx pgx.Tx) error {
+		if err := n.fence.Check(ctx, tx, fk.resource, fk.tok); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+// recorder writes results in batches — the results that arrive within recordLinger of the first
+// (while more are coming), up to the batch size, in one fenced statement — until results is closed (after ctx ended and
+// every delivery returned). What cannot be written stays due: the notification is delivered
+// again. After a batch with a failed attempt, or one it could not write, it calls fresh: those
+// notifications may be due again soon.
+func (n *Notifier) recorder(ctx context.Context, fk fenceKey, flights map[string]*flight, results <-chan result, fresh func(), log *slog.Logger) error {
+	var fencedErr error
+	linger := time.NewTimer(recordLinger)
+	linger.Stop()
+	for r := range results {
+		batch := []result{r}
+		linger.Reset(recordLinger)
+	more:
+		for len(batch) < n.o.batch {
+			select { // what is waiting
+			case r, ok := <-results:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+				continue
+			default:
+			}
+			if !n.delivering(flights) {
+				break // nothing more is coming soon
+			}
+			select {
+			case r, ok := <-results:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			case <-linger.C:
+				break more
+			case <-ctx.Done():
+				break more
+			}
+		}
+		linger.Stop()
+		if fencedErr != nil || ctx.Err() != nil {
+			n.forget(flights, batch)
+			continue // leadership over: they are still due, and the next leader sends them again
+		}
+		again := false
+		for _, r := range batch {
+			again = again || !r.ok
+		}
+		if err := n.record(ctx, fk, batch, log); err != nil {
+			if errors.Is(err, lock.ErrFenced) {
+				fencedErr = err
+				n.forget(flights, batch)
+				continue
+			}
+			again = true
+			if ctx.Err() == nil {
+				n.fails.Log(ctx, log, "record", slog.LevelWarn, "notify: recording attempts failed; those notifications will be sent again",
+					slog.Int("results", len(batch)), slog.Any("err", err))
+			}
+		}
+		n.forget(flights, batch) // recorded (or not: then they are due again and taken again)
+		if again {
+			fresh()
+		}
+	}
+	return fencedErr
+}
+
+// record writes a batch of results in fenced statements: the notifications the breaker held back
+// are due again later (holdBack); for the others, each notification's attempt count, last status
+// and error, its new state — delivered; failed when the schedule is used up; else pending, due
+// after the schedule's next delay with jitter, computed by PostgreSQL — and an attempts row for
+// each failed attempt (a successful one stays in the notification's row) (writeAttempts).
+func (n *Notifier) record(ctx context.Context, fk fenceKey, batch []result, log *slog.Logger) error {
+	var held []result
+	sent := batch[:0:0]
+	for _, r := range batch {
+		if r.skipped > 0 {
+			held = append(held, r)
+		} else {
+			sent = append(sent, r)
+		}
+	}
+	if len(held) > 0 {
+		if err := n.holdBack(ctx, fk, held); err != nil {
+			return err
+		}
+	}
+	if len(sent) == 0 {
+		return nil
+	}
+	outs, delivered, err := n.writeAttempts(ctx, fk, sent)
+	if err != nil {
+		return err
+	}
+	n.stats.delivered.Add(delivered)
+	n.metrics.delivered.Add(float64(delivered))
+	if delivered > 0 && log.Enabled(ctx, slog.LevelDebug) {
+		log.DebugContext(ctx, "notify: delivered", slog.Int64("notifications", delivered))
+	}
+	n.logUndelivered(ctx, sent, outs, log)
+	return nil
+}
+
+// holdBack makes the notifications the breaker held back due again when it may let them
+// through, without counting an attempt.
+func (n *Notifier) holdBack(ctx context.Context, fk fenceKey, held []result) error {
+	ids, waits := make([][16]byte, len(held)), make([]float64, len(held))
+	for i, r := range held {
+		ids[i], waits[i] = r.id, r.skipped.Seconds()
+	}
+	return n.fenced(ctx, fk, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `update `+n.table+` t set next_attempt_at = now() + make_interval(secs => w.secs), updated_at = now()
+from unnest($1::uuid[], $2::float8[]) as w(id, secs) where t.id = w.id and t.status = 'pending'`, ids, waits)
+		return err
+	})
+}
+
+// undelivered is a notification whose attempt writeAttempts recorded as failed: pending again, or
+// failed (no attempt left).
+type undelivered struct {
+	id       uuid.UUID
+	status   string
+	attempts int
+}
+
+// writeAttempts records the attempts of batch (no result held back by the breaker) in one fenced
+// statement. It returns the notifications left undelivered and how many were delivered.
+func (n *Notifier) writeAttempts(ctx context.Context, fk fenceKey, batch []result) (outs []undelivered, delivered int64, err error) {
+	k := len(batch)
+	ids, oks, codes, lat, errs := make([][16]byte, k), make([]bool, k), make([]int32, k), make([]float64, k), make([]string, k)
+	for i, r := range batch {
+		ids[i], oks[i], codes[i], lat[i], errs[i] = r.id, r.ok, int32(r.code), float64(r.latency)/float64(time.Millisecond), r.err
+	}
+	sched := make([]float64, len(n.o.schedule))
+	for i, d := range n.o.schedule {
+		sched[i] = d.Seconds()
+	}
+	// The statement returns the delivered ones as a count and the others one by one (to log).
+	err = n.fenced(ctx, fk, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `with r as (
+	select * from unnest($1::uuid[], $2::bool[], $3::int[], $4::float8[], $5::text[]) as r(id, ok, code, lat, err)),
+u as (
+	update `+n.table+` t set attempts = t.attempts + 1, tries = t.tries + 1, last_status = nullif(r.code, 0), updated_at = now(),
+		last_error = case when r.ok then null else r.err end,
+		delivered_at = case when r.ok then now() end, latency_ms = case when r.ok then r.lat end,
+		status = case when r.ok then 'delivered' when t.attempts + 1 > cardinality($6::float8[]) then 'failed' else 'pending' end,
+		next_attempt_at = case when r.ok or t.attempts + 1 > cardinality($6::float8[]) then t.next_attempt_at
+			else now() + make_interval(secs => ($6::float8[])[t.attempts + 1] * (1 - $7::float8 + 2 * $7::float8 * random())) end
+	from r where t.id = r.id and t.status = 'pending'
+	returning t.id, t.status, t.attempts, t.tries),
+a as (
+	insert into `+n.attempts+` (id, n, status_code, latency_ms, error)
+	select u.id, u.tries, r.code, r.lat, nullif(r.err, '') from u join r using (id) where not r.ok
+	on conflict do nothing)
+select null::uuid, 'delivered', count(*)::int from u where status = 'delivered'
+union all
+select id, status, attempts from u where status <> 'delivered'`, ids, oks, codes, lat, errs, sched, n.o.jitter)
+		if err != nil {
+			return err
+		}
+		outs, delivered = outs[:0], 0
+		for rows.Next() {
+			var o undelivered
+			var id pgtype.UUID
+			if err := rows.Scan(&id, &o.status, &o.attempts); err != nil {
+				rows.Close()
+				return err
+			}
+			if !id.Valid {
+				delivered = int64(o.attempts)
+				continue
+			}
+			o.id = id.Bytes
+			outs = append(outs, o)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return outs, delivered, nil
+}
+
+// logUndelivered counts and logs the attempts of batch that writeAttempts recorded as failed
+// (outs), each in its attempt's trace and span.
+func (n *Notifier) logUndelivered(ctx context.Context, batch []result, outs []undelivered, log *slog.Logger) {
+	if len(outs) == 0 {
+		return
+	}
+	byID := make(map[uuid.UUID]result, len(outs))
+	for _, r := range batch {
+		if !r.ok {
+			byID[r.id] = r
+		}
+	}
+	for _, o := range outs {
+		r := byID[o.id]
+		rctx := trace.ContextWithSpanContext(ctx, r.span) // the log line carries the attempt's trace and span ids
+		if o.status == "failed" {
+			n.stats.failedAttempts.Add(1)
+			n.stats.failed.Add(1)
+			n.metrics.givenUp.Inc()
+			log.ErrorContext(rctx, "notify: no attempt left; the notification is failed", slog.String("id", o.id.String()),
+				slog.String("receiver", r.receiver), slog.Int("attempts", o.attempts), slog.String("err", r.err))
+			continue
+		}
+		n.stats.failedAttempts.Add(1)
+		log.InfoContext(rctx, "notify: attempt failed; retrying on schedule", slog.String("id", o.id.String()),
+			slog.String("receiver", r.receiver), slog.Int("attempt", o.attempts), slog.Int("status", r.code), slog.String("err", r.err))
+	}
+}
+
+// purge deletes delivered notifications older than the retention (and their attempts). It runs
+// on the leader of partition 0 (all of them with one partition).
+func (n *Notifier) purge(ctx context.Context, tok lock.Token) error {
+	fk := fenceKey{tok: tok, resource: n.resource(0)}
+	for ctx.Err() == nil {
+		var deleted int64
+		err := n.fenced(ctx, fk, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `with d as (delete from `+n.table+` where id in (select id from `+n.table+`
+				where status = 'delivered' and delivered_at < now() - make_interval(secs => $1) limit 1000) returning id),
+			a as (delete from `+n.attempts+` where id in (select id from d))
+			select count(*) from d`, n.o.retention.Seconds())
+			if err != nil {
+				return err
+			}
+			deleted, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+			return err
+		})
+		if err != nil || deleted < 1000 {
+			return err
+		}
+	}
+	return nil
+}

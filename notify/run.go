@@ -1,0 +1,224 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/internal/placement"
+	"github.com/txkit/txkit/lock"
+)
+
+// Run delivers, while this notifier leads the election of [WithElector], every pending
+// notification whose attempt is due: woken by the cron tick ([WithTick]) and by NOTIFY from
+// [Notifier.Enqueue], it takes due notifications of each receiver — no more than the receiver's
+// free delivery slots, so a slow receiver only delays itself — posts them, and records each
+// attempt (status code, latency, error) and the notification's new state in batches, fenced with
+// the leadership's token so a deposed leader records nothing. Taking notifications writes
+// nothing: the leader remembers what it took until the result is recorded, and if it dies
+// mid-delivery they are still due, so the next leader sends them again, with the same id. It also
+// deletes delivered notifications past the retention. It runs as a fenced leader job
+// (internal/leader): it passes the fence on taking the lead, and pauses 1 s after being fenced out
+// before it campaigns again.
+//
+// Run blocks until ctx ends, then returns nil after every goroutine it started has exited. It
+// returns an error wrapping [ErrInvalidOption] without an elector, [ErrRunning] when another Run
+// is running, one wrapping lock.ErrClosed when the elector's session is closed, and one naming
+// Fence.Migrate when the fence table does not exist.
+func (n *Notifier) Run(ctx context.Context) error {
+	if n.job == nil {
+		return fmt.Errorf("notify: run: no elector (WithElector or WithPartitions): %w", ErrInvalidOption)
+	}
+	if !n.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("notify: run: %w", ErrRunning)
+	}
+	defer n.running.Store(false)
+	if err := n.checkPartitions(ctx); err != nil {
+		return err
+	}
+	return n.job.Run(ctx)
+}
+
+// newJob returns the leader job that runs [Notifier.lead] — a leader.Shards with WithPartitions —
+// or nil without an elector.
+func (n *Notifier) newJob() (leaderJob, error) {
+	if n.o.elector == nil && n.o.partElectors == nil {
+		return nil, nil
+	}
+	opts := []leader.Option{leader.WithName("notify"), leader.WithLogger(n.o.log.With(slog.String("table", n.name))),
+		leader.WithSchedule(n.o.tick), leader.WithChannel(n.channel),
+		leader.WithCron("retention", n.o.retentionSpec, n.purge)}
+	if n.o.reg != nil { // nobody reads the due gauge otherwise: spare the query
+		opts = append(opts, leader.WithCron("due count", n.o.tick, n.countDue))
+	}
+	job, err := n.newLeader(opts)
+	if err != nil {
+		return nil, fmt.Errorf("notify: %w: %w", err, ErrInvalidOption)
+	}
+	return job, nil
+}
+
+// handOverRecord is what a notifier giving a partition up allows, beyond the call timeout, for
+// recording the posts in flight before its term is ended (leader.WithGrace).
+const handOverRecord = 5 * time.Second
+
+// leaderJob is what Run runs: a leader.Job, or a leader.Shards with partitions.
+type leaderJob interface {
+	Run(ctx context.Context) error
+	Fenced() int64
+}
+
+// newLeader returns the leader job of the notifier's elector, or of its partitions.
+func (n *Notifier) newLeader(opts []leader.Option) (leaderJob, error) {
+	if n.o.parts > 1 {
+		if n.o.members != nil {
+			// A partition given up to balance the load is handed over once its posts in flight
+			// are recorded: otherwise the next leader posts them again.
+			opts = append(opts, leader.WithMembership(n.o.members), leader.WithGrace(n.o.callTimeout+handOverRecord))
+		}
+		if n.o.reg != nil {
+			opts = append(opts, leader.WithRegisterer(n.o.reg))
+		}
+		return leader.NewShards(n.o.parts, n.o.partElectors, n.pool, n.fence, "notify:"+n.name, n.lead, opts...)
+	}
+	el := n.o.elector
+	if el == nil { // WithPartitions(1, ...): partition 0's election
+		var err error
+		if el, err = n.o.partElectors(0); err != nil {
+			return nil, fmt.Errorf("elector of partition 0: %w", err)
+		}
+	}
+	return leader.New(el, n.pool, n.fence, "notify:"+n.name, n.lead, opts...)
+}
+
+// lead is the notifier's leader work: it delivers while leadership term t lasts (ctx ends with it).
+// It returns nil when ctx ends, or an error wrapping lock.ErrFenced when the fence refuses a record.
+//
+// With partitions ([WithPartitions]) each partition's term delivers to the receivers of its
+// partition only (placement.Partition of the receiver's name) and fences its writes with its own
+// resource; the terms of the partitions one process leads run side by side. When the term yields
+// (its partition is given up to balance the load) it takes nothing more, lets the posts in flight
+// finish, records their results and returns nil: the queued notifications not yet posted stay
+// due for the next leader, and none is posted twice.
+func (n *Notifier) lead(ctx context.Context, t *leader.Term) error {
+	fk, log := fenceKey{tok: t.Token(), resource: n.resource(t.Partition())}, t.Log()
+	flights := n.openTerm(t.Partition())
+	defer n.closeTerm(t.Partition(), flights)
+
+	w := &waker{ch: make(chan struct{}, 1)}
+	for _, f := range flights {
+		f.poke = w.poke
+	}
+	results := make(chan result, 1024)
+	g, gctx := errgroup.WithContext(ctx)
+	var deliveries sync.WaitGroup // every delivery goroutine; the recorder outlives them
+	// The recorder writes results in batches.
+	recorded := make(chan struct{})
+	g.Go(func() error {
+		defer close(recorded)
+		return n.recorder(gctx, fk, flights, results, w.fresh, log)
+	})
+	// Each receiver has its own workers, as many as its concurrency, taking from its queue: a
+	// slow receiver holds up only its own.
+	for name, f := range flights {
+		rcv := n.receivers[name]
+		for range rcv.Concurrency {
+			deliveries.Go(func() { n.work(gctx, t, rcv, f, results) })
+		}
+	}
+	g.Go(func() error {
+		defer func() {
+			deliveries.Wait()
+			close(results) // the recorder records what is left, then ends
+			<-recorded
+		}()
+		return n.dispatchLoop(gctx, t, w, flights, log)
+	})
+	err := g.Wait()
+	n.fails.FlushAll() // the failure lines held back, at the end of the term
+	return err
+}
+
+// openTerm returns the flights of a term of partition part: one for each receiver of the
+// partition. Partition 0's leader sets the due gauge (countDue, a cron job of its term): its term
+// counts in the gauge until [Notifier.closeTerm].
+func (n *Notifier) openTerm(part int) map[string]*flight {
+	flights := map[string]*flight{}
+	n.mu.Lock()
+	for name := range n.receivers {
+		if placement.Partition(name, n.o.parts) == part {
+			flights[name] = &flight{queue: make(chan due, n.o.batch), low: n.o.batch / 2, taken: map[uuid.UUID]bool{}}
+		}
+	}
+	n.mu.Unlock()
+	if part == 0 {
+		n.metrics.term(true)
+	}
+	return flights
+}
+
+// closeTerm ends the term openTerm opened: the next term starts with every circuit closed.
+func (n *Notifier) closeTerm(part int, flights map[string]*flight) {
+	if part == 0 {
+		n.metrics.term(false)
+	}
+	n.mu.Lock()
+	for name, f := range flights {
+		if f.shownOpen {
+			f.shownOpen = false
+			n.metrics.circuitClosed(name)
+		}
+	}
+	n.mu.Unlock()
+}
+
+// work is one of rcv's workers: it attempts the notifications queued in f and hands their
+// results to the recorder until ctx ends or the term yields.
+func (n *Notifier) work(ctx context.Context, t *leader.Term, rcv Receiver, f *flight, results chan<- result) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Yield():
+			return
+		case d := <-f.queue:
+			if t.Yielding() {
+				return // taken, not posted: still due for the next leader
+			}
+			results <- n.attempt(ctx, rcv, f, d)
+		}
+	}
+}
+
+// dispatchLoop fills the flights each time it is woken, until ctx ends or the term yields (nil;
+// the posts in flight then finish and are recorded), or the fence refuses this leader (an error
+// wrapping lock.ErrFenced). Other failures are logged and retried at the next wake-up.
+func (n *Notifier) dispatchLoop(ctx context.Context, t *leader.Term, w *waker, flights map[string]*flight, log *slog.Logger) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.Yield():
+			return nil // lead's deferred wait lets the posts in flight finish and be recorded
+		case <-t.Wake(): // the tick, a NOTIFY, the start of the term: more may be due
+			w.gen.Add(1)
+		case <-w.ch:
+		}
+		if err := n.dispatch(ctx, w, flights); err != nil {
+			if errors.Is(err, lock.ErrFenced) {
+				return err
+			}
+			if ctx.Err() == nil { // once per interval with a count, while the database is away
+				n.fails.Log(ctx, log, "take", slog.LevelWarn, "notify: taking due notifications failed; retrying at the next tick", slog.Any("err", err))
+			}
+		}
+		n.fails.Flush()
+	}
+}
