@@ -8,7 +8,7 @@
 // pending orders through the recharge service's query API, prints the balances, and exits 1
 // unless every top-up was credited exactly once.
 //
-//	go run ./examples/recharge/demo
+//	go run ./drills/recharge
 package main
 
 import (

@@ -4,7 +4,7 @@
 // SIGKILLs the leading relay twice and the points service once during the load. It exits 1 when
 // a registered user does not have exactly 100 points or a message is left pending.
 //
-//	make demo        # go run ./examples/register-points/demo
+//	make demo        # go run ./drills/register-points
 package main
 
 import (

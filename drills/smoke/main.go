@@ -2,7 +2,7 @@
 // znode is created, read and deleted; PostgreSQL commits a prepared transaction; RocketMQ carries a
 // message from a producer to a push consumer.
 //
-//	make up && go run ./examples/smoke
+//	make up && go run ./drills/smoke
 //
 // Addresses come from flags or from TXKIT_PG_URL, TXKIT_ZK and TXKIT_ROCKETMQ_NAMESRV.
 package main

@@ -16,8 +16,8 @@
 // of the scenario's buyers served. It exits 1 when a check fails. -lock none takes no lock, so the
 // checks must fail; with -expect-fail the demo exits 0 only when one does.
 //
-//	go run ./examples/stock/demo -lock zk                    # zk, zk-unfair, pg, redis, redlock
-//	go run ./examples/stock/demo -lock none -expect-fail     # the checks catch the oversell
+//	go run ./drills/stock -lock zk                    # zk, zk-unfair, pg, redis, redlock
+//	go run ./drills/stock -lock none -expect-fail     # the checks catch the oversell
 package main
 
 import (

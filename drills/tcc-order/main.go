@@ -11,11 +11,11 @@
 // restarted) during the load, and so are stock and account; the report gives the time from each
 // leader's death to the next leader's first recovery. It exits 1 when an invariant breaks.
 //
-//	go run ./examples/tcc-order/demo                    # 300 orders as TCC transactions, no faults
-//	go run ./examples/tcc-order/demo -mode saga         # the same orders as sagas
-//	go run ./examples/tcc-order/demo -drill             # 600 orders, faults, 3 leader kills
-//	go run ./examples/tcc-order/demo -drill -mode saga  # the drill with sagas
-//	go run ./examples/tcc-order/demo -drill -lock pg    # the drill with the recovery elections on PostgreSQL (or redis, redlock)
+//	go run ./drills/tcc-order                    # 300 orders as TCC transactions, no faults
+//	go run ./drills/tcc-order -mode saga         # the same orders as sagas
+//	go run ./drills/tcc-order -drill             # 600 orders, faults, 3 leader kills
+//	go run ./drills/tcc-order -drill -mode saga  # the drill with sagas
+//	go run ./drills/tcc-order -drill -lock pg    # the drill with the recovery elections on PostgreSQL (or redis, redlock)
 package main
 
 import (

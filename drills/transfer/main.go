@@ -16,10 +16,10 @@
 // -compare runs the drill three times — 2pc, 3pc consult-log, 3pc textbook (partitions only) —
 // and prints their figures side by side. It exits 1 when an invariant breaks.
 //
-//	go run ./examples/transfer/demo                                    # the script, 2 instances
-//	go run ./examples/transfer/demo -drill -instances 3 -transfers 2000 # the failover drill
-//	go run ./examples/transfer/demo -protocol 3pc -partitions 3        # 3PC, partition trials
-//	go run ./examples/transfer/demo -compare -drill -partitions 5       # make drill-3pc
+//	go run ./drills/transfer                                    # the script, 2 instances
+//	go run ./drills/transfer -drill -instances 3 -transfers 2000 # the failover drill
+//	go run ./drills/transfer -protocol 3pc -partitions 3        # 3PC, partition trials
+//	go run ./drills/transfer -compare -drill -partitions 5       # make drill-3pc
 package main
 
 import (
