@@ -427,7 +427,7 @@ func (h *harness) stopAll() {
 // address returns p's address, for drillkit.Leader.
 func (p *proc) address() string { return p.addr }
 
-// hp is p as exharness knows it.
+// hp is p as drillkit knows it.
 func (p *proc) hp() *drillkit.Proc { return &drillkit.Proc{Cmd: p.cmd, Addr: p.addr, Done: p.done} }
 
 // cleanup drops the run's schemas.

@@ -1,6 +1,8 @@
 // Package exapp holds what the example services share: reading settings from the environment,
-// logging, PostgreSQL URLs, databases and pools, and serving HTTP in a way the demo harnesses can
-// start (each service prints "LISTENING <addr>").
+// logging, PostgreSQL URLs, databases and pools, answering errors without internal detail, the
+// lock backends by name, and serving HTTP in a way the drills (drills/...) can start (each service
+// prints "LISTENING <addr>"). It imports only txkit's public packages, as the examples do; a
+// service copied out of this repository takes along the parts it uses.
 package exapp
 
 import (
