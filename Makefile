@@ -57,42 +57,42 @@ unit: ## tests that need no server (the RocketMQ-client packages without -race, 
 	exit $$rc
 
 demo: up ## run the register-points example end to end on the real servers
-	@$(WITH_ENV) $(GO) run ./examples/register-points/demo
+	@$(WITH_ENV) $(GO) run ./drills/register-points
 
 tcc-order: up ## run the tcc-order example (TCC over order, stock and account services) end to end
-	@$(WITH_ENV) $(GO) run ./examples/tcc-order/demo
+	@$(WITH_ENV) $(GO) run ./drills/tcc-order
 
 drill-tcc: up ## TCC failover drill: 3 coordinators, 2000 orders, faults, leader and participant SIGKILLs
-	@$(WITH_ENV) $(GO) run ./examples/tcc-order/demo -drill -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4
+	@$(WITH_ENV) $(GO) run ./drills/tcc-order -drill -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4
 
 drill-tcc-locks: up ## the drill-tcc load and kills twice more: recovery elections on PostgreSQL lease rows, then on Redis
 	@$(WITH_ENV) for l in pg redis; do echo "== drill-tcc with -lock $$l"; \
-	  $(GO) run ./examples/tcc-order/demo -drill -lock $$l -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4 || exit 1; done
+	  $(GO) run ./drills/tcc-order -drill -lock $$l -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4 || exit 1; done
 
 saga-order: up ## run the tcc-order example with every order a saga (deduct stock, then debit money) end to end
-	@$(WITH_ENV) $(GO) run ./examples/tcc-order/demo -mode saga
+	@$(WITH_ENV) $(GO) run ./drills/tcc-order -mode saga
 
 drill-saga: up ## saga failover drill: the drill-tcc load and kills with every order a saga
-	@$(WITH_ENV) $(GO) run ./examples/tcc-order/demo -drill -mode saga -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4
+	@$(WITH_ENV) $(GO) run ./drills/tcc-order -drill -mode saga -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4
 
 transfer: up ## run the transfer example (two-phase commit between txkit_east and txkit_west) end to end
-	@$(WITH_ENV) $(GO) run ./examples/transfer/demo
+	@$(WITH_ENV) $(GO) run ./drills/transfer
 
 # VOTES=1 runs the banks with twopc.WithVoteMarkers (make drill-2pc VOTES=1).
 VOTES ?=
 drill-2pc: up ## 2PC failover drill: 3 bank coordinators, 2000 transfers, leader SIGKILLs between the phases
-	@$(WITH_ENV) $(GO) run ./examples/transfer/demo -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s $(if $(VOTES),-votes)
+	@$(WITH_ENV) $(GO) run ./drills/transfer -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s $(if $(VOTES),-votes)
 
 drill-3pc: up ## 2PC vs 3PC on the transfer drill: blocking after leader SIGKILLs (p50/p99), partition anomalies (textbook vs consult-log)
-	@$(WITH_ENV) $(GO) run ./examples/transfer/demo -compare -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s -partitions 5 -timeout 15m
+	@$(WITH_ENV) $(GO) run ./drills/transfer -compare -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s -partitions 5 -timeout 15m
 
 .PHONY: scale-out
 scale-out: up ## the relay and register-points over 1, 2, 3 instances sharing 12 partitions (throughput, commit → awarded latency, CPU per message), then the partitioned drill (SIGKILLs under load, takeover times)
 	@set -o pipefail; $(WITH_ENV) $(GO) test -run '^$$' -bench RelayScaleOut -benchtime 3x ./outbox/ | grep -E '^Benchmark' && \
 	for n in 1 2 3; do echo "== register-points: $$n users instances sharing 12 partitions, 2000 users at full speed"; \
-	  $(GO) run ./examples/register-points/demo -instances $$n -partitions 12 -users 2000 -rate 0 -concurrency 32 | sed -n '/^register-points report/,$$p' || exit 1; done && \
+	  $(GO) run ./drills/register-points -instances $$n -partitions 12 -users 2000 -rate 0 -concurrency 32 | sed -n '/^register-points report/,$$p' || exit 1; done && \
 	echo "== drill: 3 users instances sharing 12 partitions, 2000 users, SIGKILLs under load" && \
-	$(GO) run ./examples/register-points/demo -instances 3 -partitions 12 -users 2000 -drill | sed -n '/drill:/p;/^register-points report/,$$p'
+	$(GO) run ./drills/register-points -instances 3 -partitions 12 -users 2000 -drill | sed -n '/drill:/p;/^register-points report/,$$p'
 
 bench: up ## Go benchmarks against the real servers (not the ones that restart servers: see bench-locks), then the concurrency table
 	@$(WITH_ENV) $(GO) test -run '^$$' -bench . -skip 'Disruptive|^BenchmarkConcurrency$$' -benchmem -count=1 $(BENCHFLAGS) ./...
@@ -133,10 +133,10 @@ lint: ## go vet, gofmt and staticcheck
 	$(GO) run $(STATICCHECK) ./...
 
 recharge: up ## the notify example: recharge and account services, retried and lost notifications, reconciliation through the query API
-	@$(WITH_ENV) $(GO) run ./examples/recharge/demo
+	@$(WITH_ENV) $(GO) run ./drills/recharge
 
 stock: up ## the stock-deduction example (per-SKU lock, operation ids, SIGKILLed holders) on every lock backend, then without a lock (its checks must fail); prints backend | orders/s | p99 | kill->answer | checks
-	@$(WITH_ENV) mkdir -p $(TXKIT_HOME)/stock && $(GO) build -o $(TXKIT_HOME)/stock/demo ./examples/stock/demo && \
+	@$(WITH_ENV) mkdir -p $(TXKIT_HOME)/stock && $(GO) build -o $(TXKIT_HOME)/stock/demo ./drills/stock && \
 	sum=$$(mktemp) && rc=0; \
 	for l in zk zk-unfair pg redis redlock; do $(TXKIT_HOME)/stock/demo -lock $$l -summary $$sum || rc=1; done; \
 	$(TXKIT_HOME)/stock/demo -lock none -expect-fail -summary $$sum || rc=1; \
@@ -144,7 +144,7 @@ stock: up ## the stock-deduction example (per-SKU lock, operation ids, SIGKILLed
 
 CONSOLE_LISTEN ?= 127.0.0.1:8089
 console: up ## the tcc-order example with orders, a dead outbox message and `txkit serve` (admin API + web console) on $(CONSOLE_LISTEN); prints the URL and the token; Ctrl-C stops it
-	@$(WITH_ENV) mkdir -p $(TXKIT_HOME)/console && $(GO) build -o $(TXKIT_HOME)/console/demo ./examples/console && \
+	@$(WITH_ENV) mkdir -p $(TXKIT_HOME)/console && $(GO) build -o $(TXKIT_HOME)/console/demo ./drills/console && \
 	$(TXKIT_HOME)/console/demo -listen $(CONSOLE_LISTEN)
 
 console-screenshot: up ## run the console's browser test (headless Chromium) and copy its overview screenshot to docs/console.png

@@ -24,7 +24,7 @@ import (
 )
 
 // tccOrder is the tcc-order example running for a test: its three services built from
-// examples/tcc-order and started as the example's demo harness starts them (a shared HMAC key in
+// examples/tcc-order and started as its drill (drills/tcc-order) starts them (a shared HMAC key in
 // the environment, each service in a schema of the run in its own database, "LISTENING <addr>" on
 // stdout), with the order service's recovery elections under the test's ZooKeeper path.
 type tccOrder struct {

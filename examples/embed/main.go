@@ -1,8 +1,9 @@
 // Command embed is the smallest service that embeds txkit, written to be read: one main that
 // wires a ZooKeeper session and two electors, a transactional outbox relayed to RocketMQ, an
 // idempotent consumer, and a saga whose step is an HTTP participant behind a signed barrier. It
-// imports only txkit's public packages (nothing under examples/internal), so it can be copied
-// into a module of your own; docs/embed.md walks through it.
+// imports only txkit's public packages (not even the other examples' examples/exapp), so it can be
+// copied into a module of your own; docs/embed.md walks through it. run reads as the recipe: each
+// step a function of its own.
 //
 // It registers one user (a row and an outbox message in one transaction), waits until the
 // consumer has applied the message, then submits two sagas: one the participant accepts, one it
@@ -36,6 +37,7 @@ import (
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/participant"
@@ -106,185 +108,200 @@ func main() {
 }
 
 // run wires every component, runs them while it registers a user and submits two sagas, then
-// stops them and returns what it saw. It returns when that is done or ctx ends.
-func run(ctx context.Context, c config, log *slog.Logger) (res result, err error) {
-	pool, err := pgxpool.New(ctx, c.PG)
-	if err != nil {
-		return res, err
+// stops them and returns what it saw. It returns when that is done or ctx ends. Each step is a
+// function below, in the order a service of your own would take them.
+func run(ctx context.Context, c config, log *slog.Logger) (result, error) {
+	s := &service{cfg: c, log: log}
+	defer s.close()                        // what the steps opened, in reverse
+	if err := s.connect(ctx); err != nil { // PostgreSQL, the topic, the key the coordinator signs with
+		return result{}, err
 	}
-	defer pool.Close()
-	group := "embed-" + c.Schema // the consumer group
-	// A consumer cannot start on a missing topic; its group's retry topic too, or the client warns.
-	if err := rocketmq.EnsureTopic(ctx, c.Namesrv, c.Broker, c.Topic, rocketmq.WithRetryTopicsFor(group)); err != nil {
-		return res, err
+	if err := s.campaign(ctx); err != nil { // 1. leadership: one ZooKeeper session, an elector per job
+		return result{}, err
 	}
-	secret, err := newSecret() // in a real service: from your secret store, the same on both sides
-	if err != nil {
-		return res, err
+	if err := s.build(ctx); err != nil { // 2. the components and their tables
+		return result{}, err
 	}
-	signing, err := participant.NewSigningClient(secret, nil) // the coordinator signs every call
-	if err != nil {
-		return res, err
+	if err := s.buildMessaging(ctx); err != nil { // 3. outbox → relay → RocketMQ → idempotent consumer
+		return result{}, err
 	}
+	if err := s.buildWallet(); err != nil { // 4. the saga's participant behind the signed barrier
+		return result{}, err
+	}
+	return s.runUntilDone(ctx) // 5. run everything while the work is done; then stop and wait
+}
 
-	// 1. Leadership: one ZooKeeper session, one elector per leader job (see docs/embed.md).
-	sess, err := zklock.NewSession(ctx, c.ZK, zklock.WithSessionTimeout(4*time.Second), zklock.WithLogger(log),
-		zklock.WithDigestAuth(c.ZKUser, c.ZKPass))
-	if err != nil {
-		return res, err
+// service is what run wires, one field a component.
+type service struct {
+	cfg     config
+	log     *slog.Logger
+	group   string       // the consumer group
+	secret  string       // the key the coordinator signs with and the barrier verifies
+	signing *http.Client // the coordinator's client: it signs every call
+
+	pool                      *pgxpool.Pool
+	sess                      *zklock.Session
+	relayElector, sagaElector *lock.Election
+	ob                        *outbox.Outbox
+	store                     *idempotency.Store
+	bar                       *participant.Barrier
+	sagas                     *saga.Coordinator
+	pub                       *rocketmq.Publisher
+	relay                     *outbox.Relay
+	consumer                  *rocketmq.Consumer
+	ln                        net.Listener // the wallet's address
+	srv                       *http.Server // the wallet
+
+	welcomes, credits, compensations string // this service's own tables, quoted
+}
+
+// connect opens the PostgreSQL pool, makes sure the topic exists and makes the signing key and
+// client.
+func (s *service) connect(ctx context.Context) error {
+	var err error
+	if s.pool, err = pgxpool.New(ctx, s.cfg.PG); err != nil {
+		return err
 	}
-	defer sess.Close()
+	s.group = "embed-" + s.cfg.Schema
+	// A consumer cannot start on a missing topic; its group's retry topic too, or the client warns.
+	if err := rocketmq.EnsureTopic(ctx, s.cfg.Namesrv, s.cfg.Broker, s.cfg.Topic, rocketmq.WithRetryTopicsFor(s.group)); err != nil {
+		return err
+	}
+	// In a real service the secret comes from your secret store, the same on both sides.
+	if s.secret, err = newSecret(); err != nil {
+		return err
+	}
+	s.signing, err = participant.NewSigningClient(s.secret, nil)
+	return err
+}
+
+// campaign opens one ZooKeeper session and makes one elector per leader job (see docs/embed.md).
+func (s *service) campaign(ctx context.Context) error {
+	var err error
+	s.sess, err = zklock.NewSession(ctx, s.cfg.ZK, zklock.WithSessionTimeout(4*time.Second), zklock.WithLogger(s.log),
+		zklock.WithDigestAuth(s.cfg.ZKUser, s.cfg.ZKPass))
+	if err != nil {
+		return err
+	}
 	host, _ := os.Hostname()
 	id := fmt.Sprintf("%s-%d", host, os.Getpid()) // shown by Elector.Leader: who leads
-	relayElector, err := zklock.NewElector(sess, c.Election+"/relay", id)
-	if err != nil {
-		return res, err
+	if s.relayElector, err = zklock.NewElector(s.sess, s.cfg.Election+"/relay", id); err != nil {
+		return err
 	}
-	sagaElector, err := zklock.NewElector(sess, c.Election+"/saga", id)
-	if err != nil {
-		return res, err
-	}
+	s.sagaElector, err = zklock.NewElector(s.sess, s.cfg.Election+"/saga", id)
+	return err
+}
 
-	// 2. The components. New* only checks options; Migrate creates the tables (idempotent).
-	ob, err := outbox.New(pool, outbox.WithSchema(c.Schema)) // txkit_outbox, and txkit_fence for the relay
-	if err != nil {
-		return res, err
+// build makes the components that keep tables and creates the tables. New* only checks options;
+// Migrate creates the tables (idempotent).
+func (s *service) build(ctx context.Context) error {
+	var err error
+	schema := s.cfg.Schema
+	if s.ob, err = outbox.New(s.pool, outbox.WithSchema(schema)); err != nil { // txkit_outbox, and txkit_fence for the relay
+		return err
 	}
-	store, err := idempotency.New(pool, idempotency.WithSchema(c.Schema)) // txkit_idempotency
-	if err != nil {
-		return res, err
+	if s.store, err = idempotency.New(s.pool, idempotency.WithSchema(schema)); err != nil { // txkit_idempotency
+		return err
 	}
-	bar, err := participant.NewBarrier(pool, participant.WithBarrierSchema(c.Schema), participant.WithSecrets(secret)) // txkit_barrier
-	if err != nil {
-		return res, err
+	if s.bar, err = participant.NewBarrier(s.pool, participant.WithBarrierSchema(schema), participant.WithSecrets(s.secret)); err != nil { // txkit_barrier
+		return err
 	}
-	sagas, err := saga.New(pool, coordinator.WithSchema(c.Schema), coordinator.WithElector(sagaElector), // txkit_saga_global, _branch; txkit_fence, the same
-		coordinator.WithHTTPClient(signing), coordinator.WithLogger(log))
+	s.sagas, err = saga.New(s.pool, coordinator.WithSchema(schema), coordinator.WithElector(s.sagaElector), // txkit_saga_global, _branch; txkit_fence, the same
+		coordinator.WithHTTPClient(s.signing), coordinator.WithLogger(s.log))
 	if err != nil {
-		return res, err
+		return err
 	}
+	s.welcomes = pgx.Identifier{schema, "welcomes"}.Sanitize()
+	s.credits = pgx.Identifier{schema, "credits"}.Sanitize()
+	s.compensations = pgx.Identifier{schema, "compensations"}.Sanitize()
 	for _, m := range []func(context.Context) error{
-		ob.Migrate,
-		store.Migrate,
-		bar.Migrate,
-		sagas.Migrate,
-		func(ctx context.Context) error { return migrateApp(ctx, pool, c.Schema) }, // this service's own tables
+		s.ob.Migrate,
+		s.store.Migrate,
+		s.bar.Migrate,
+		s.sagas.Migrate,
+		func(ctx context.Context) error { return migrateApp(ctx, s.pool, schema) }, // this service's own tables
 	} {
 		if err := m(ctx); err != nil {
-			return res, err
+			return err
 		}
 	}
+	return nil
+}
 
-	// 3. Outbox → relay → RocketMQ → idempotent consumer.
-	pub, err := rocketmq.NewPublisher(ctx, c.Namesrv, rocketmq.WithLogger(log))
-	if err != nil {
-		return res, err
+// buildMessaging makes the publisher, the relay that publishes the outbox through it while its
+// elector leads, and the idempotent consumer of the topic.
+func (s *service) buildMessaging(ctx context.Context) error {
+	var err error
+	if s.pub, err = rocketmq.NewPublisher(ctx, s.cfg.Namesrv, rocketmq.WithLogger(s.log)); err != nil {
+		return err
 	}
-	defer pub.Close()
-	relay, err := outbox.NewRelay(ob, pub, outbox.WithElector(relayElector), outbox.WithLogger(log)) // fenced in txkit_fence
-	if err != nil {
-		return res, err
+	if s.relay, err = outbox.NewRelay(s.ob, s.pub, outbox.WithElector(s.relayElector), outbox.WithLogger(s.log)); err != nil { // fenced in txkit_fence
+		return err
 	}
-	welcomes := pgx.Identifier{c.Schema, "welcomes"}.Sanitize()
-	consumer, err := rocketmq.NewConsumer(c.Namesrv, group, c.Topic, pool, store,
+	s.consumer, err = rocketmq.NewConsumer(s.cfg.Namesrv, s.group, s.cfg.Topic, s.pool, s.store,
 		func(ctx context.Context, tx pgx.Tx, msg outbox.Message) error {
 			// Runs in the transaction that claims msg.ID: a redelivery does nothing.
-			_, err := tx.Exec(ctx, `insert into `+welcomes+` (user_id) values ($1)`, msg.Key)
+			_, err := tx.Exec(ctx, `insert into `+s.welcomes+` (user_id) values ($1)`, msg.Key)
 			return err
-		}, rocketmq.WithLogger(log))
-	if err != nil {
-		return res, err
-	}
+		}, rocketmq.WithLogger(s.log))
+	return err
+}
 
-	// 4. The saga's participant: one URL for both ops, behind the signed barrier.
-	credits := pgx.Identifier{c.Schema, "credits"}.Sanitize()
-	compensations := pgx.Identifier{c.Schema, "compensations"}.Sanitize()
-	wallet := func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
-		var p struct{ Amount int }
-		if err := json.Unmarshal(req.Payload, &p); err != nil {
-			return fmt.Errorf("%w: payload: %w", participant.ErrBadRequest, err)
-		}
-		switch req.Op {
-		case participant.OpAction:
-			if p.Amount > 1000 {
-				return fmt.Errorf("%w: amount %d over the limit", participant.ErrRefused, p.Amount)
-			}
-			_, err := tx.Exec(ctx, `insert into `+credits+` (gid, amount) values ($1, $2)`, req.GID, p.Amount)
-			return err
-		case participant.OpCompensate:
-			// The coordinator compensates the refused step too (its action's outcome could have been
-			// unknown). Its action never committed, so the barrier answers this call as an empty
-			// rollback without calling this function: a compensation here always has work to undo.
-			if _, err := tx.Exec(ctx, `insert into `+compensations+` (gid) values ($1)`, req.GID); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `delete from `+credits+` where gid = $1`, req.GID)
-			return err
-		}
-		return fmt.Errorf("%w: op %s", participant.ErrBadRequest, req.Op)
-	}
+// buildWallet serves the saga's participant, the wallet: one URL for both ops, behind the signed
+// barrier.
+func (s *service) buildWallet() error {
 	mux := http.NewServeMux()
-	mux.Handle("POST /wallet/saga", bar.Handler(wallet,
+	mux.Handle("POST /wallet/saga", s.bar.Handler(s.wallet,
 		participant.WithAllowedOps(participant.OpAction, participant.OpCompensate)))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return res, err
+	var err error
+	if s.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
 		WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	return nil
+}
 
-	// 5. Run everything until work is done (or ctx ends); then stop and wait for all of it.
+// wallet is the participant's code, run by the barrier in the transaction that records the op.
+func (s *service) wallet(ctx context.Context, tx pgx.Tx, req participant.Request) error {
+	var p struct{ Amount int }
+	if err := json.Unmarshal(req.Payload, &p); err != nil {
+		return fmt.Errorf("%w: payload: %w", participant.ErrBadRequest, err)
+	}
+	switch req.Op {
+	case participant.OpAction:
+		if p.Amount > 1000 {
+			return fmt.Errorf("%w: amount %d over the limit", participant.ErrRefused, p.Amount)
+		}
+		_, err := tx.Exec(ctx, `insert into `+s.credits+` (gid, amount) values ($1, $2)`, req.GID, p.Amount)
+		return err
+	case participant.OpCompensate:
+		// The coordinator compensates the refused step too (its action's outcome could have been
+		// unknown). Its action never committed, so the barrier answers this call as an empty
+		// rollback without calling this function: a compensation here always has work to undo.
+		if _, err := tx.Exec(ctx, `insert into `+s.compensations+` (gid) values ($1)`, req.GID); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `delete from `+s.credits+` where gid = $1`, req.GID)
+		return err
+	}
+	return fmt.Errorf("%w: op %s", participant.ErrBadRequest, req.Op)
+}
+
+// runUntilDone runs every component's Run and the wallet's server while work runs (or until ctx
+// ends), then stops them all and waits for them.
+func (s *service) runUntilDone(ctx context.Context) (res result, err error) {
 	runCtx, stopAll := context.WithCancel(ctx)
 	defer stopAll()
 	g, gctx := errgroup.WithContext(runCtx)
-	g.Go(func() error { return relay.Run(gctx) })    // relays while relayElector leads
-	g.Go(func() error { return consumer.Run(gctx) }) // until gctx ends
-	g.Go(func() error { return sagas.Run(gctx) })    // recovery while sagaElector leads
-	g.Go(func() error { return store.Run(gctx) })
-	g.Go(func() error { return bar.Run(gctx) })
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), 5*time.Second)
-		defer cancel()
-		return srv.Shutdown(sctx)
-	})
+	g.Go(func() error { return s.relay.Run(gctx) })    // relays while relayElector leads
+	g.Go(func() error { return s.consumer.Run(gctx) }) // until gctx ends
+	g.Go(func() error { return s.sagas.Run(gctx) })    // recovery while sagaElector leads
+	g.Go(func() error { return s.store.Run(gctx) })
+	g.Go(func() error { return s.bar.Run(gctx) })
+	g.Go(func() error { return s.serve(gctx) })
 
-	work := func() error {
-		user, took, err := register(gctx, pool, ob, c, welcomes)
-		if err != nil {
-			return err
-		}
-		res.User, res.Delivered = user, took
-		walletURL := "http://" + ln.Addr().String() + "/wallet/saga"
-		for _, amount := range []int{100, 5000} {
-			s, err := sagas.Begin(ctx, coordinator.WithTimeout(30*time.Second))
-			if err != nil {
-				return err
-			}
-			payload, _ := json.Marshal(map[string]int{"amount": amount})
-			if err := s.Add(saga.Step{Name: "credit", Payload: payload,
-				Participant: participant.HTTP{URL: walletURL, Client: signing}}); err != nil {
-				return err
-			}
-			err = s.Submit(gctx) // nil: succeeded; participant.ErrRefused: compensated; coordinator.ErrIncomplete: the leader carries on
-			if amount == 100 {
-				res.Accepted = err
-			} else {
-				res.Refused = err
-			}
-		}
-		if err := pool.QueryRow(gctx, `select count(*) from `+credits).Scan(&res.Credits); err != nil {
-			return err
-		}
-		return pool.QueryRow(gctx, `select count(*) from `+compensations).Scan(&res.Compensated)
-	}
-	werr := work()
+	werr := s.work(gctx, &res)
 	stopAll()
 	if err := g.Wait(); err != nil {
 		return res, err
@@ -296,6 +313,72 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 		return res, fmt.Errorf("sagas: accepted %v, refused %v", res.Accepted, res.Refused)
 	}
 	return res, nil
+}
+
+// serve serves the wallet until ctx ends, then shuts it down.
+func (s *service) serve(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		err := s.srv.Shutdown(sctx)
+		<-errc // http.ErrServerClosed
+		return err
+	}
+}
+
+// work registers a user, then submits two sagas to the wallet — one it accepts, one it refuses —
+// and counts what reached the wallet.
+func (s *service) work(ctx context.Context, res *result) error {
+	user, took, err := register(ctx, s.pool, s.ob, s.cfg, s.welcomes)
+	if err != nil {
+		return err
+	}
+	res.User, res.Delivered = user, took
+	if res.Accepted, err = s.credit(ctx, 100); err != nil {
+		return err
+	}
+	if res.Refused, err = s.credit(ctx, 5000); err != nil {
+		return err
+	}
+	if err := s.pool.QueryRow(ctx, `select count(*) from `+s.credits).Scan(&res.Credits); err != nil {
+		return err
+	}
+	return s.pool.QueryRow(ctx, `select count(*) from `+s.compensations).Scan(&res.Compensated)
+}
+
+// credit submits a saga of one step, crediting amount in the wallet, and returns Submit's result:
+// nil when it succeeded, participant.ErrRefused when it was compensated, coordinator.ErrIncomplete
+// when the leader carries on. err is a failure to build the saga.
+func (s *service) credit(ctx context.Context, amount int) (submitted, err error) {
+	sg, err := s.sagas.Begin(ctx, coordinator.WithTimeout(30*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	payload, _ := json.Marshal(map[string]int{"amount": amount})
+	walletURL := "http://" + s.ln.Addr().String() + "/wallet/saga"
+	if err := sg.Add(saga.Step{Name: "credit", Payload: payload,
+		Participant: participant.HTTP{URL: walletURL, Client: s.signing}}); err != nil {
+		return nil, err
+	}
+	return sg.Submit(ctx), nil
+}
+
+// close closes what the steps opened, in reverse order.
+func (s *service) close() {
+	if s.pub != nil {
+		s.pub.Close()
+	}
+	if s.sess != nil {
+		s.sess.Close()
+	}
+	if s.pool != nil {
+		s.pool.Close()
+	}
 }
 
 // register records a user and its "user registered" message in one transaction, then waits until

@@ -46,10 +46,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/txkit/txkit/examples/internal/exapp"
-	"github.com/txkit/txkit/examples/recharge/internal/app"
+	"github.com/txkit/txkit/examples/exapp"
+	"github.com/txkit/txkit/examples/recharge/app"
 	"github.com/txkit/txkit/idempotency"
-	"github.com/txkit/txkit/internal/httpsafe"
 	"github.com/txkit/txkit/notify"
 )
 
@@ -293,7 +292,7 @@ func (s *service) reconcile(w http.ResponseWriter, r *http.Request) {
 	n, err := s.inbox.Reconcile(context.WithValue(r.Context(), viaKey{}, "reconcile"), s.client, out.Asked...)
 	out.Credited = n
 	if err != nil {
-		out.Error = "asking the recharge service failed for some orders (request id " + httpsafe.Log(s.log, "reconcile failed", err) + ")"
+		out.Error = "asking the recharge service failed for some orders (request id " + exapp.LogError(s.log, "reconcile failed", err) + ")"
 	}
 	pending, perr := s.pending(r.Context())
 	if perr != nil {

@@ -41,9 +41,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/txkit/txkit/examples/internal/exapp"
-	"github.com/txkit/txkit/examples/recharge/internal/app"
-	"github.com/txkit/txkit/internal/httpsafe"
+	"github.com/txkit/txkit/examples/exapp"
+	"github.com/txkit/txkit/examples/recharge/app"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/notify"
@@ -267,7 +266,7 @@ func (s *service) health(w http.ResponseWriter, r *http.Request) {
 	out := map[string]any{"id": s.id, "stats": s.n.Stats()}
 	leader, err := s.el.Leader(r.Context())
 	if err != nil && !errors.Is(err, lock.ErrNoLeader) {
-		out["leader_error"] = "leader unknown (request id " + httpsafe.Log(s.log, "reading the leader failed", err) + ")"
+		out["leader_error"] = "leader unknown (request id " + exapp.LogError(s.log, "reading the leader failed", err) + ")"
 	}
 	out["leader"] = leader
 	exapp.WriteJSON(w, http.StatusOK, out)

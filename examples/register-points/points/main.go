@@ -24,8 +24,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/txkit/txkit/examples/internal/exapp"
-	"github.com/txkit/txkit/examples/register-points/internal/app"
+	"github.com/txkit/txkit/examples/exapp"
+	"github.com/txkit/txkit/examples/register-points/app"
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/outbox"
 	txrocketmq "github.com/txkit/txkit/rocketmq"

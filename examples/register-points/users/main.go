@@ -27,9 +27,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/txkit/txkit/examples/internal/exapp"
-	"github.com/txkit/txkit/examples/register-points/internal/app"
-	"github.com/txkit/txkit/internal/httpsafe"
+	"github.com/txkit/txkit/examples/exapp"
+	"github.com/txkit/txkit/examples/register-points/app"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/outbox"
@@ -213,7 +212,7 @@ func (s *service) stats(w http.ResponseWriter, r *http.Request) {
 		out["led"] = s.relay.Led()
 		leader, err := s.el.Leader(r.Context())
 		if err != nil && !errors.Is(err, lock.ErrNoLeader) {
-			out["leader_error"] = "leader unknown (request id " + httpsafe.Log(s.log, "reading the leader failed", err) + ")"
+			out["leader_error"] = "leader unknown (request id " + exapp.LogError(s.log, "reading the leader failed", err) + ")"
 		}
 		out["leader"] = leader
 		pending, dead, err := s.ob.Backlog(r.Context(), s.pool)

@@ -24,9 +24,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txkit/txkit/examples/internal/exapp"
-	"github.com/txkit/txkit/examples/internal/exharness"
-	"github.com/txkit/txkit/examples/stock/internal/shop"
+	"github.com/txkit/txkit/examples/exapp"
+	"github.com/txkit/txkit/examples/stock/shop"
 )
 
 type config struct {
@@ -125,7 +124,7 @@ func (s *service) deduct(ctx context.Context, req shop.DeductRequest) (shop.Stat
 		}
 		s.log.Warn("stock call failed; retrying with the same op id", "op_id", req.OpID, "sku", req.SKU,
 			"stock", base, "attempt", attempt, "err", err)
-		if exharness.Pause(ctx, backoff) != nil {
+		if exapp.Pause(ctx, backoff) != nil {
 			return shop.Undecided, attempt
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)

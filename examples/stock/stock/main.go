@@ -38,9 +38,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txkit/txkit/examples/internal/exapp"
-	"github.com/txkit/txkit/examples/internal/exharness"
-	"github.com/txkit/txkit/examples/stock/internal/shop"
+	"github.com/txkit/txkit/examples/exapp"
+	"github.com/txkit/txkit/examples/stock/shop"
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/lock"
 )
@@ -233,7 +232,7 @@ func (s *service) deductOnce(ctx context.Context, req shop.DeductRequest, lease 
 	if stock < req.Qty {
 		return shop.DeductAnswer{Status: shop.Refused, Stock: stock}, nil
 	}
-	if err := exharness.Pause(ctx, s.window); err != nil {
+	if err := exapp.Pause(ctx, s.window); err != nil {
 		return shop.DeductAnswer{}, err
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

@@ -12,6 +12,6 @@
 //	go run ./examples/tcc-order/account -schema demo -seed alice=1000,bob=300
 package main
 
-import "github.com/txkit/txkit/examples/tcc-order/internal/app"
+import "github.com/txkit/txkit/examples/tcc-order/app"
 
 func main() { app.ParticipantMain(app.Account()) }

@@ -40,9 +40,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/txkit/txkit/examples/internal/exapp"
-	"github.com/txkit/txkit/examples/tcc-order/internal/app"
-	"github.com/txkit/txkit/internal/httpsafe"
+	"github.com/txkit/txkit/examples/exapp"
+	"github.com/txkit/txkit/examples/tcc-order/app"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/participant"
@@ -109,7 +108,7 @@ type answer struct {
 // failed is the answer of an order whose outcome this instance does not know (500): the leader
 // finishes it. err is logged with the answer's request id.
 func (s *service) failed(gid string, err error) answer {
-	id := httpsafe.Log(s.log, "order outcome unknown; the leader finishes it", err, "gid", gid)
+	id := exapp.LogError(s.log, "order outcome unknown; the leader finishes it", err, "gid", gid)
 	return answer{code: http.StatusInternalServerError, GID: gid, Status: "unknown", RequestID: id}
 }
 
@@ -121,7 +120,7 @@ func (s *service) undone(gid, status string, err error, otherwise string) answer
 	if errors.Is(err, participant.ErrRefused) {
 		reason = "refused"
 	}
-	id := httpsafe.RequestID()
+	id := exapp.RequestID()
 	s.log.Info("order "+status, "request_id", id, "gid", gid, "reason", reason, "err", err)
 	return answer{code: http.StatusConflict, GID: gid, Status: status, Reason: reason, RequestID: id}
 }
@@ -320,7 +319,7 @@ func (s *service) stats(w http.ResponseWriter, r *http.Request) {
 		st := map[string]any{"coordinator": f.stats()}
 		leader, err := f.el.Leader(r.Context())
 		if err != nil && !errors.Is(err, lock.ErrNoLeader) {
-			st["leader_error"] = "unknown (request id " + httpsafe.Log(s.log, "reading the leader failed", err, "mode", m.String()) + ")"
+			st["leader_error"] = "unknown (request id " + exapp.LogError(s.log, "reading the leader failed", err, "mode", m.String()) + ")"
 		}
 		st["leader"] = leader
 		out[m.String()] = st

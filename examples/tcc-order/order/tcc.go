@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txkit/txkit/coordinator"
-	"github.com/txkit/txkit/examples/tcc-order/internal/app"
+	"github.com/txkit/txkit/examples/tcc-order/app"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/tcc"

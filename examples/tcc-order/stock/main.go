@@ -15,6 +15,6 @@
 //	go run ./examples/tcc-order/stock -schema demo -seed sku-1=100,sku-2=50
 package main
 
-import "github.com/txkit/txkit/examples/tcc-order/internal/app"
+import "github.com/txkit/txkit/examples/tcc-order/app"
 
 func main() { app.ParticipantMain(app.Stock()) }

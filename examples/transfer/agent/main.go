@@ -32,8 +32,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/coordinator"
-	"github.com/txkit/txkit/examples/internal/exapp"
-	"github.com/txkit/txkit/examples/transfer/internal/app"
+	"github.com/txkit/txkit/examples/exapp"
+	"github.com/txkit/txkit/examples/transfer/app"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/threepc"
 )

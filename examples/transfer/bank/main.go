@@ -49,9 +49,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/coordinator"
-	"github.com/txkit/txkit/examples/internal/exapp"
-	"github.com/txkit/txkit/examples/transfer/internal/app"
-	"github.com/txkit/txkit/internal/httpsafe"
+	"github.com/txkit/txkit/examples/exapp"
+	"github.com/txkit/txkit/examples/transfer/app"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/threepc"
@@ -460,7 +459,7 @@ func (s *service) beginFailed(w http.ResponseWriter, t app.Transfer, err error) 
 // request id that the answer carries (as exapp.Fail does, in the transfer's own answer, so that
 // clients still get its gid and status).
 func (s *service) fail(w http.ResponseWriter, code int, a app.Answer, msg string, err error) {
-	a.Error, a.RequestID = msg, httpsafe.Log(s.log, msg, err, "gid", a.GID)
+	a.Error, a.RequestID = msg, exapp.LogError(s.log, msg, err, "gid", a.GID)
 	exapp.WriteJSON(w, code, a)
 }
 
@@ -523,7 +522,7 @@ func (s *service) stats(w http.ResponseWriter, r *http.Request) {
 	}
 	leader, err := s.el.Leader(r.Context())
 	if err != nil && !errors.Is(err, lock.ErrNoLeader) {
-		out["leader_error"] = "unavailable (request id " + httpsafe.Log(s.log, "read the election's leader", err) + ")"
+		out["leader_error"] = "unavailable (request id " + exapp.LogError(s.log, "read the election's leader", err) + ")"
 	}
 	out["leader"] = leader
 	exapp.WriteJSON(w, http.StatusOK, out)

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/coordinator"
-	"github.com/txkit/txkit/examples/internal/exapp"
-	"github.com/txkit/txkit/examples/transfer/internal/app"
+	"github.com/txkit/txkit/examples/exapp"
+	"github.com/txkit/txkit/examples/transfer/app"
 	"github.com/txkit/txkit/threepc"
 )
 

@@ -1,6 +1,6 @@
 // Package smoke proves, from Go, that each server txkit depends on works: a ZooKeeper ephemeral
 // znode is created, read and deleted; PostgreSQL answers a query and commits a prepared transaction;
-// RocketMQ carries a message from a producer to a push consumer. The `make demo` smoke program and
+// RocketMQ carries a message from a producer to a push consumer. The smoke program (drills/smoke) and
 // the foundation's integration tests both run these checks.
 package smoke
 

@@ -6,7 +6,7 @@
 // reached the server, so that the server carries it out and its answer is lost.
 //
 // It imports no testing package: internal/testkit/testenv builds its test proxies on it, and the
-// examples' demo harnesses (ordinary commands) use it directly.
+// drills (ordinary commands, drills/transfer) use it directly.
 //
 //	p, err := tcpproxy.New("127.0.0.1:5432")
 //	if err != nil { ... }
