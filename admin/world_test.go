@@ -128,7 +128,7 @@ func newWorld(t *testing.T) *world {
 		w.dead = append(w.dead, id)
 	}
 	relay, err := outbox.NewRelay(ob, refusingPublisher{}, outbox.WithElector(testenv.Elector(t, root+"/relay", "relay-1")),
-		outbox.WithMaxAttempts(1), outbox.WithSchedule("@every 50ms"), outbox.WithLogger(testenv.Logger(t)))
+		outbox.WithRetry(1, time.Second, 10*time.Minute), outbox.WithSchedule("@every 50ms"), outbox.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,14 +79,14 @@
 //	  and not exists (select 1 from blocked b where b.key = t.key and b.first < t.id)
 //	order by id limit $batch
 //
-// and of those, the first ones up to [WithBatchBytes] bytes (always at least one), so a batch
+// and of those, the first ones up to [DefaultBatchBytes] bytes (always at least one), so a batch
 // of large messages does not hold [WithBatchSize] of them in memory at once.
 //
 // # The pipeline
 //
 // The relay does not wait for a batch's slowest publish before it reads the next: publishes stay
 // in flight across batches. One goroutine reads: whenever a whole batch fits under
-// [WithMaxInFlight] (default twice the batch size plus twice the concurrency), it reads the next
+// twice the batch size plus twice the concurrency, it reads the next
 // due rows that the relay does not hold already — their ids are left out of the read — and queues
 // each on its key. One sender per key publishes the key's rows one after the other, each only
 // once the broker acknowledged the previous one, at most [WithConcurrency] keys at a time. A
@@ -103,8 +103,7 @@
 // recorded; a wake-up meanwhile (a NOTIFY, the schedule) makes it read again instead. Any error —
 // ctx ending with the leadership, the fence refusing, a failed write — abandons the drain: the
 // rows not recorded stay pending, and the next drain or leader publishes them again with the same
-// IDs. [WithMaxInFlight] equal to [WithBatchSize] gives back, nearly, the relay that waits for
-// each batch.
+// IDs.
 //
 // Dead messages do not hold their key back: a poison message would otherwise stop its key for
 // good. A dead message that is requeued goes out after the key's later messages. Only failed rows
@@ -119,10 +118,10 @@
 // broker acknowledged its message.
 //
 // A failed publish raises the row's attempts, stores the error, and sets next_attempt_at to now()
-// plus an exponential backoff with jitter computed by PostgreSQL ([WithBackoff]) — except that
+// plus an exponential backoff with jitter computed by PostgreSQL ([WithRetry]) — except that
 // after an outage (publishes of several keys failed and none succeeded), the first acknowledged
 // publish makes the messages that failed during it due at once; after
-// [WithMaxAttempts] failures the row becomes [StatusDead], and so does at once a message whose
+// the attempts of [WithRetry] the row becomes [StatusDead], and so does at once a message whose
 // publish error wraps [ErrInvalidMessage] (the broker can never carry it: a topic name RocketMQ
 // does not allow, say). [Outbox.ListDead], [Outbox.Requeue] and
 // [Outbox.Backlog] (and the txkit command's "outbox" subcommands) are for operators.

@@ -32,12 +32,12 @@ import (
 // starts the next drain, so drains never overlap and a burst of commits costs one extra drain.
 //
 // A drain reads due pending rows in id order, in batches of [WithBatchSize] messages and at most
-// [WithBatchBytes] bytes (always at least one message), and keeps publishes in flight across
-// batches (at most [WithMaxInFlight] messages held): keys in parallel ([WithConcurrency]), each
+// [DefaultBatchBytes] bytes (always at least one message), and keeps publishes in flight across
+// batches (at most twice a batch plus twice the concurrency held): keys in parallel ([WithConcurrency]), each
 // key's messages one after the other, each after the previous one's acknowledgement. As results
 // come, it deletes the acknowledged rows and records the failures in transactions that pass the
 // fence ([WithFence]): the attempt count, the error, and a retry time with exponential backoff
-// ([WithBackoff]); a message that failed [WithMaxAttempts] times becomes dead ([Outbox.ListDead],
+// ([WithRetry]); a message that failed its attempts becomes dead ([Outbox.ListDead],
 // [Outbox.Requeue]), and so does at once one whose publish error wraps [ErrInvalidMessage] (the
 // broker can never carry it). See the package doc's "The pipeline".
 // With [WithElectors] the relay leads the partitions of a partitioned outbox ([WithPartitions])
@@ -353,7 +353,7 @@ func (r *Relay) measure(ctx context.Context) int64 {
 }
 
 // fetch reads the next batch of partition part, leaving out the rows whose ids are in held: at
-// most WithBatchSize due rows and, past the first, at most WithBatchBytes bytes of them. more
+// most WithBatchSize due rows and, past the first, at most batchBytes bytes of them. more
 // reports whether more rows may be due: the batch is full, or the byte bound cut it short.
 func (r *Relay) fetch(ctx context.Context, part int, held []int64) (batch []row, more bool, err error) {
 	sent := time.Now() // no later than the statement's now(), from which the rows' ages are taken

@@ -238,7 +238,7 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	relayPath := svc.Root + "/relay"
 	reg := prometheus.NewRegistry() // both relays' metrics, the overview's figures
 	first := relayOn(t, ob, failingPublisher{}, relayPath, "relay-failing", outbox.WithRegisterer(reg),
-		outbox.WithMaxAttempts(3), outbox.WithBackoff(10*time.Millisecond, 50*time.Millisecond), outbox.WithSchedule("@every 100ms"))
+		outbox.WithRetry(3, 10*time.Millisecond, 50*time.Millisecond), outbox.WithSchedule("@every 100ms"))
 	firstCtx, stopFirst := context.WithCancel(context.Background())
 	testenv.Run(t, func(context.Context) error { return first.Run(firstCtx) }) // until stopFirst (it resigns)
 	t.Cleanup(stopFirst)
