@@ -47,7 +47,7 @@ type Handler func(ctx context.Context, tx pgx.Tx, msg message.Message) error
 //   - Otherwise the [Handler] runs; on success the transaction commits and the message is
 //     acknowledged. On any error (claim, handler, commit, timeout, panic) the transaction rolls
 //     back and the message is redelivered: later through the group's retry topic by default, in
-//     place with [WithOrderly]. After [WithMaxReconsumeTimes] redeliveries it goes to the
+//     place with [WithOrderly]. After [WithRedelivery]'s maxTimes redeliveries it goes to the
 //     dead-letter topic %DLQ%<group>. A handler error wrapping [ErrPoison] rolls back and
 //     acknowledges instead.
 //

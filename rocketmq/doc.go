@@ -104,7 +104,7 @@
 //		func(ctx context.Context, tx pgx.Tx, msg message.Message) error {
 //			_, err := tx.Exec(ctx, `update accounts set points = points + 100 where id = $1`, msg.Key)
 //			return err // nil commits the claim and the update together; an error redelivers
-//		}, rocketmq.WithOrderly(true))
+//		}, rocketmq.WithOrderly(time.Second))
 //	if err != nil { return err }
 //	g.Go(func() error { return c.Run(ctx) }) // until ctx ends; waits for handlers in flight
 //

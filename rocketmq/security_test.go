@@ -28,7 +28,7 @@ func TestIntegrationOversizedMessagePoison(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rec := &recorder{}
-	c := newConsumer(t, e, group(t, "oversized"), rec.handler(nil), rocketmq.WithOrderly(true))
+	c := newConsumer(t, e, group(t, "oversized"), rec.handler(nil), rocketmq.WithOrderly(time.Second))
 	run(t, c)
 	pub := newPublisher(t, e)
 
