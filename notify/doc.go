@@ -59,7 +59,7 @@
 //
 // Metrics: [WithRegisterer] registers the notifier's Prometheus metrics (due notifications,
 // delivered, given up, attempts by result, delivery latency, and each receiver's circuit state
-// for the first [WithMetricReceivers] receivers) on the caller's registry.
+// for the first 50 receivers) on the caller's registry.
 //
 // Tracing: [Notifier.Enqueue] stores the trace context of its ctx with the notification (a
 // trace_context column), and each delivery attempt, made later by whichever process leads, is a

@@ -42,10 +42,10 @@ type options struct {
 	client            *http.Client
 	retention         time.Duration
 	retentionSpec     string
-	concurrencyPerRcv int
+	concurrencyPerRcv int // a Receiver's deliveries in flight when its Concurrency is 0
 	plainHTTP         bool
 	reg               prometheus.Registerer
-	metricReceivers   int
+	metricReceivers   int                  // receivers with a circuit gauge series of their own
 	tp                trace.TracerProvider // nil: the global provider
 	parts             int                  // WithPartitions
 	partElectors      func(p int) (lock.Elector, error)
@@ -100,10 +100,6 @@ func WithBatch(n int) Option { return func(o *options) { o.batch = n } }
 // WithCallTimeout bounds each delivery's HTTP call (default 10s).
 func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
 
-// WithConcurrency sets how many deliveries to one receiver are in flight at once when its
-// [Receiver] does not say (default 4).
-func WithConcurrency(n int) Option { return func(o *options) { o.concurrencyPerRcv = n } }
-
 // WithBreaker sets the circuit breaker: after failures consecutive failed deliveries to one
 // receiver (default 5), none is sent to it for cooldown (default 1m); then one at a time until one
 // succeeds. The attempts the breaker holds back are not counted against the schedule.
@@ -150,18 +146,13 @@ func WithRetention(keep time.Duration, spec string) Option {
 //     receiver's circuit breaker, nothing sent).
 //   - txkit_notify_delivery_seconds (histogram): one attempt's HTTP round trip.
 //   - txkit_notify_circuit_open{receiver} (gauge): 1 while the receiver's circuit breaker is
-//     open ([WithBreaker]), 0 when closed, for the first [WithMetricReceivers] receivers given
-//     to [New]; the others are summed under receiver="other".
+//     open ([WithBreaker]), 0 when closed, for the first 50 receivers given to
+//     [New]; the others are summed under receiver="other", so the series stay bounded.
 //   - txkit_leader_partitions_unled{resource} (gauge), with [WithPartitions]: unled partitions.
 //
 // A metric of the same name already registered with another type or labels makes [New] return
 // an error wrapping [ErrInvalidOption].
 func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
-
-// WithMetricReceivers sets how many receivers get a txkit_notify_circuit_open series of their own
-// (default 50): the first n given to [New], in order; the others share receiver="other", so the
-// number of series stays bounded however many receivers are configured. n must not be negative.
-func WithMetricReceivers(n int) Option { return func(o *options) { o.metricReceivers = n } }
 
 // WithTracerProvider sets the OpenTelemetry provider of the notifier's spans (default, or nil:
 // the application's global provider, read when [New] runs). Each delivery attempt is a span
