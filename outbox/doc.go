@@ -134,7 +134,7 @@
 // relay can be deposed without learning it in time (a long GC pause, a partition), so its deletes
 // and updates run in a transaction that first passes a [fence.Fence] with its fencing token: once
 // the new leader has written, the old one can no longer change the table. The fence is the table
-// "txkit_fence" in the outbox's schema, which [Outbox.Migrate] creates, or [WithFence]'s. The
+// "txkit_fence" in the outbox's schema, which [Outbox.Migrate] creates. The
 // relay passes it as soon as it leads and relays nothing until it has; fenced out, it waits a
 // second and campaigns again.
 //

@@ -1,6 +1,10 @@
 package outbox
 
-import "time"
+import (
+	"time"
+
+	"github.com/txkit/txkit/fence"
+)
 
 // Settings only tests change: seams of the package's tests, not options of its API.
 
@@ -18,3 +22,6 @@ func MaxInFlightForTest(n int) RelayOption { return func(o *relayOptions) { o.in
 func PublishTimeoutForTest(d time.Duration) RelayOption {
 	return func(o *relayOptions) { o.publishTimeout = d }
 }
+
+// FenceForTest sets the fence the relay passes (default: txkit_fence in the outbox's schema).
+func FenceForTest(f *fence.Fence) RelayOption { return func(o *relayOptions) { o.fence = f } }

@@ -144,7 +144,7 @@ type relayOptions struct {
 	backoffBase    time.Duration
 	backoffCap     time.Duration
 	publishTimeout time.Duration // each Publish; the publisher's own send timeout is usually shorter
-	fence          *fence.Fence
+	fence          *fence.Fence  // nil: txkit_fence in the outbox's schema; tests set another
 	reg            prometheus.Registerer
 	tp             trace.TracerProvider // nil: the global provider
 	retryPause     time.Duration        // after being fenced, and before retrying the fence check or the listener
@@ -219,16 +219,6 @@ func WithConcurrency(n int) RelayOption { return func(o *relayOptions) { o.concu
 func WithRetry(attempts int, base, cap time.Duration) RelayOption {
 	return func(o *relayOptions) { o.maxAttempts, o.backoffBase, o.backoffCap = attempts, base, cap }
 }
-
-// WithFence sets the fence the relay passes (default: the table "txkit_fence" in the outbox's
-// schema, which [Outbox.Migrate] creates). Every write of the relay — deleting sent rows,
-// recording failures — passes it (resource "outbox:" + the table's qualified name, token the
-// leadership's) in the same transaction, so that a relay deposed while it was publishing cannot
-// change the table after the new leader wrote to it. The relay also passes the fence as soon as it
-// leads, and does nothing until it has. f's table must exist (see [fence.Fence.Migrate]); a fence
-// shared with other components (a coordinator's, a notifier's) works, since each has its own
-// resource.
-func WithFence(f *fence.Fence) RelayOption { return func(o *relayOptions) { o.fence = f } }
 
 // WithRegisterer registers the relay's Prometheus metrics on reg (default: none; the relay still
 // counts, and [Relay.Stats] reports, but nothing exposes the metrics and the relay skips the

@@ -36,7 +36,7 @@ import (
 // batches (at most twice a batch plus twice the concurrency held): keys in parallel ([WithConcurrency]), each
 // key's messages one after the other, each after the previous one's acknowledgement. As results
 // come, it deletes the acknowledged rows and records the failures in transactions that pass the
-// fence ([WithFence]): the attempt count, the error, and a retry time with exponential backoff
+// fence (txkit_fence in the outbox's schema): the attempt count, the error, and a retry time with exponential backoff
 // ([WithRetry]); a message that failed its attempts becomes dead ([Outbox.ListDead],
 // [Outbox.Requeue]), and so does at once one whose publish error wraps [ErrInvalidMessage] (the
 // broker can never carry it). See the package doc's "The pipeline".
@@ -75,7 +75,7 @@ type Stats struct {
 	Dead      int64 // messages this relay made dead
 	Batches   int64 // non-empty batches read
 	Wakeups   int64 // drains started (by the schedule, a notification, or taking the lead)
-	Fenced    int64 // terms the fence ended: a newer leader had written (see WithFence)
+	Fenced    int64 // terms the fence ended: a newer leader had written (see Outbox.Migrate)
 	Rescued   int64 // messages made due at once when publishing worked again after an outage
 }
 
@@ -86,8 +86,7 @@ type relayStats struct {
 // NewRelay returns a relay that publishes ob's messages through pub while the elector of
 // [WithElector] leads. ob's pool is used for the relay's queries and writes, and its
 // configuration for the dedicated listening connection. The relay's writes pass a fence:
-// [WithFence]'s, or by default the fence table "txkit_fence" in the outbox's schema, which
-// [Outbox.Migrate] creates. NewRelay does not touch the database or ZooKeeper. It returns an error
+// the fence table "txkit_fence" in the outbox's schema, which [Outbox.Migrate] creates. NewRelay does not touch the database or ZooKeeper. It returns an error
 // wrapping [ErrInvalidOption] when an argument or option is unusable.
 func NewRelay(ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 	o := defaultRelayOptions()

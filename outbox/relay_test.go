@@ -400,7 +400,7 @@ func TestIntegrationRelayLeadershipHandoff(t *testing.T) {
 	relays := map[string]*outbox.Relay{}
 	stops := map[string]func(){}
 	for id, rec := range recs {
-		relays[id] = e.relay(t, id, rec, outbox.WithFence(fence), outbox.WithBatchSize(16))
+		relays[id] = e.relay(t, id, rec, outbox.FenceForTest(fence), outbox.WithBatchSize(16))
 		stops[id] = run(t, relays[id])
 	}
 
@@ -639,7 +639,7 @@ func TestIntegrationRelayFenceNotMigrated(t *testing.T) {
 	}
 	rec := &recorder{next: mqtest.Publisher(t)}
 	e.enqueue(t, "", "m1")
-	r := e.relay(t, "relay-1", rec, outbox.WithFence(fence))
+	r := e.relay(t, "relay-1", rec, outbox.FenceForTest(fence))
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	err = r.Run(ctx)

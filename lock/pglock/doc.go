@@ -67,7 +67,7 @@
 // failure). A release wakes, in each Client that has waiters on the name, the one that has waited
 // there longest; it tries again, and if it gives up (ctx) the wake-up passes to the next. A waiter
 // also tries again at the current holder's expiry (a crashed holder) and at the fallback interval
-// [WithFallbackCheck] (default 1 s, for a notification missed while the listening connection was
+// (1 s, for a notification missed while the listening connection was
 // down; when it fails and again when it has reconnected, every waiter tries once). So a release
 // costs one attempt per waiting process, not one per waiter.
 //

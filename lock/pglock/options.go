@@ -33,7 +33,7 @@ type options struct {
 	ttl      time.Duration
 	renew    time.Duration // 0: ttl/3
 	renewSet bool
-	fallback time.Duration
+	fallback time.Duration // a waiter's retry without a notification; tests set it (export_test.go)
 	log      *slog.Logger
 }
 
@@ -56,11 +56,6 @@ func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 func WithRenewEvery(d time.Duration) Option {
 	return func(o *options) { o.renew, o.renewSet = d, true }
 }
-
-// WithFallbackCheck sets how often a waiter tries again without having been notified (default
-// 1 s): the fallback for a release notification that was missed. A waiter also tries again when
-// the current holder's row expires, if that comes sooner.
-func WithFallbackCheck(d time.Duration) Option { return func(o *options) { o.fallback = d } }
 
 // WithLogger sets the logger (default: discard). Lost leases are logged at Warn.
 func WithLogger(l *slog.Logger) Option {

@@ -49,7 +49,7 @@ func TestBadInput(t *testing.T) {
 		}},
 		{"renew zero", func() error { _, err := pglock.New(pool, pglock.WithRenewEvery(0)); return err }},
 		{"renew negative", func() error { _, err := pglock.New(pool, pglock.WithRenewEvery(-time.Second)); return err }},
-		{"fallback zero", func() error { _, err := pglock.New(pool, pglock.WithFallbackCheck(0)); return err }},
+		{"fallback zero", func() error { _, err := pglock.New(pool, pglock.FallbackCheckForTest(0)); return err }},
 		{"schema with NUL", func() error { _, err := pglock.New(pool, pglock.WithSchema("a\x00b")); return err }},
 		{"schema too long", func() error { _, err := pglock.New(pool, pglock.WithSchema(strings.Repeat("s", 64))); return err }},
 		{"empty name", func() error { _, err := c.NewMutex(""); return err }},

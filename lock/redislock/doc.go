@@ -42,7 +42,7 @@
 // while the lock is held. The holder learns of a loss at once: a renewal that finds the key gone
 // or not ours ends the hold; so does its local deadline — the monotonic time when the last
 // successful SET or PEXPIRE was sent, plus the TTL, minus the clock drift allowance
-// ([WithClockDrift]) — passing without a successful renewal. Redis counts the TTL from when the
+// (1% of the TTL + 2 ms) — passing without a successful renewal. Redis counts the TTL from when the
 // command arrived, later than when it was sent, so the holder stops before anyone else can take
 // the key, as long as the server's clock does not run faster than the holder's by more than the
 // allowance. Its lease's Done is closed and its Context cancelled with a cause wrapping
@@ -52,7 +52,7 @@
 // ("<prefix>released", whose messages carry the lock's name); the release script publishes
 // there. A waiter queues before its attempt, then sleeps until a release message for its lock,
 // the expiry of the holder's key (the failed attempt returns its PTTL), or the fallback check
-// ([WithFallbackCheck], for messages lost while the subscription reconnects), whichever is first.
+// (every second, for messages lost while the subscription reconnects), whichever is first.
 // A release message wakes one waiter per Client — the one of that lock that has waited longest —
 // not all of them, so a release sets off one attempt per process rather than a herd. Waiters are
 // not served in order across Clients: after a release, whoever's SET arrives first wins, and a new

@@ -24,8 +24,9 @@ type options struct {
 	ttl        time.Duration
 	renewEvery time.Duration // 0: ttl/3
 	prefix     string
-	fallback   time.Duration
-	drift      time.Duration // < 0: 1% of ttl + 2 ms
+	fallback   time.Duration // longest wait for a release message; tests set it (export_test.go)
+	drift      time.Duration // clock drift allowance; tests set it (export_test.go)
+	driftSet   bool          // false: 1% of ttl + 2 ms
 	log        *slog.Logger
 
 	bad []string // options given values they cannot take; New reports them
@@ -36,7 +37,6 @@ func defaultOptions() options {
 		ttl:      10 * time.Second,
 		prefix:   "txkit:lock:",
 		fallback: time.Second,
-		drift:    -1,
 		log:      slog.New(slog.DiscardHandler),
 	}
 }
@@ -73,35 +73,6 @@ func WithPrefix(p string) Option {
 	}
 }
 
-// WithFallbackCheck sets the longest a waiter waits for a release message before it tries again
-// (default 1 s). Messages are lost when the subscription's connection drops, and Redis sends none
-// when a key expires; a waiter also wakes when the key's remaining TTL (PTTL) has passed, if that
-// is sooner.
-func WithFallbackCheck(d time.Duration) Option {
-	return func(o *options) {
-		if d <= 0 {
-			o.bad = append(o.bad, fmt.Sprintf("fallback check %v is not positive", d))
-			return
-		}
-		o.fallback = d
-	}
-}
-
-// WithClockDrift sets the clock drift allowance (default 1% of the TTL + 2 ms): a hold's local
-// deadline is the moment its last successful SET or PEXPIRE was sent, plus the TTL, minus this
-// allowance, so that the holder gives up before the key can expire on a server whose clock runs
-// that much faster than the holder's. Redlock also subtracts it from the validity of an
-// acquisition (validity = TTL − elapsed − drift), as antirez's algorithm does.
-func WithClockDrift(d time.Duration) Option {
-	return func(o *options) {
-		if d < 0 {
-			o.bad = append(o.bad, fmt.Sprintf("clock drift %v is negative", d))
-			return
-		}
-		o.drift = d
-	}
-}
-
 // WithLogger sets the logger (default: discard). Lost holds are logged at Warn, unreachable
 // instances at Warn, a server whose maxmemory-policy cannot be read at Warn, the rest at Debug.
 func WithLogger(l *slog.Logger) Option {
@@ -120,7 +91,13 @@ func (o *options) finish(what string) error {
 	if o.ttl < time.Millisecond {
 		return fmt.Errorf("%s: TTL %v: want at least 1ms: %w", what, o.ttl, lock.ErrInvalidOption)
 	}
-	if o.drift < 0 {
+	if o.fallback <= 0 {
+		return fmt.Errorf("%s: fallback check %v is not positive: %w", what, o.fallback, lock.ErrInvalidOption)
+	}
+	if o.driftSet && o.drift < 0 {
+		return fmt.Errorf("%s: clock drift %v is negative: %w", what, o.drift, lock.ErrInvalidOption)
+	}
+	if !o.driftSet {
 		o.drift = o.ttl/100 + 2*time.Millisecond
 	}
 	if o.renewEvery == 0 {
