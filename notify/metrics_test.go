@@ -70,7 +70,7 @@ func TestIntegrationMetricsDeliveries(t *testing.T) {
 	t.Cleanup(busy.Close)
 	n := w.notifier(w.receivers(notify.Receiver{Name: "broken", URL: broken.URL, Secrets: []string{secret}},
 		notify.Receiver{Name: "busy", URL: busy.URL, Secrets: []string{secret}, Concurrency: 1}),
-		notify.WithElector(testenv.Elector(t, w.path, "a")), notify.WithRegisterer(reg), notify.WithTick("@every 100ms"))
+		notify.WithElector(testenv.Elector(t, w.path, "a")), notify.WithRegisterer(reg), notify.WithTick("@every 100ms", 100))
 	stop := runUntil(t, n)
 
 	ok1, ok2 := w.enqueue(n, "shop", "m1", 1), w.enqueue(n, "shop", "m2", 1)

@@ -89,13 +89,13 @@ func WithSchedule(delays []time.Duration, jitter float64) Option {
 }
 
 // WithTick sets the cron spec on which the leader looks for due notifications (default "@every
-// 1s"; a sub-second "@every 200ms" is kept as written); a notification enqueued or redelivered in
-// this database also wakes it at once (LISTEN/NOTIFY).
-func WithTick(spec string) Option { return func(o *options) { o.tick = spec } }
-
-// WithBatch sets how many due notifications of one receiver the leader takes at once (and holds,
-// queued or in flight, at most), and how many results one statement records (default 100).
-func WithBatch(n int) Option { return func(o *options) { o.batch = n } }
+// 1s"; a sub-second "@every 200ms" is kept as written) and how many due notifications of one
+// receiver it takes at once — and holds, queued or in flight, at most — which is also how many
+// results one statement records (default 100). A notification enqueued or redelivered in this
+// database also wakes the leader at once (LISTEN/NOTIFY).
+func WithTick(spec string, batch int) Option {
+	return func(o *options) { o.tick, o.batch = spec, batch }
+}
 
 // WithCallTimeout bounds each delivery's HTTP call (default 10s).
 func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }

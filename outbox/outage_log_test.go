@@ -25,7 +25,7 @@ import (
 func TestIntegrationRelayOutageLogsBounded(t *testing.T) {
 	e := newRelayEnv(t)
 	ns, broker := mqtest.BrokerBehindProxy(t)
-	pub, err := rocketmq.NewPublisher(t.Context(), ns, rocketmq.WithSendTimeout(2*time.Second), rocketmq.WithRetries(0))
+	pub, err := rocketmq.NewPublisher(t.Context(), ns, rocketmq.WithRetries(0, 2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

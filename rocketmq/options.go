@@ -46,7 +46,7 @@ type Option interface {
 }
 
 // SendOption is an option of the sending side, fitting a [Publisher] and a [TxProducer]:
-// [WithRetries] and [WithSendTimeout].
+// [WithRetries].
 type SendOption interface {
 	PublisherOption
 	TxProducerOption
@@ -190,17 +190,12 @@ func WithGroup(name string) PublisherOption {
 }
 
 // WithRetries sets how many times a send is retried after a failed attempt (default 2, so up to
-// 3 attempts). It fits a [Publisher] and a [TxProducer]. A retry after a timeout may store the
-// message twice; consumers deduplicate by id.
-func WithRetries(n int) SendOption {
-	return sendOption(func(o *sendOptions) { o.retries = n })
-}
-
-// WithSendTimeout bounds one Publish or the broker half of one Send, all attempts included
-// (default 10 s). Each attempt is also bounded by the client's own 3 s. It fits a [Publisher]
-// and a [TxProducer].
-func WithSendTimeout(d time.Duration) SendOption {
-	return sendOption(func(o *sendOptions) { o.sendTimeout = d })
+// 3 attempts; at most 100) and the timeout that bounds one Publish, or the broker half of one
+// Send, all attempts included (default 10 s; each attempt is also bounded by the client's own
+// 3 s). It fits a [Publisher] and a [TxProducer]. A retry after a timeout may store the message
+// twice; consumers deduplicate by id.
+func WithRetries(n int, timeout time.Duration) SendOption {
+	return sendOption(func(o *sendOptions) { o.retries, o.sendTimeout = n, timeout })
 }
 
 // WithRedelivery sets what happens to a message a [Consumer] failed to apply: it is redelivered

@@ -125,7 +125,7 @@ func rogueChild(t *testing.T, mode string) {
 	}()
 
 	pub, err := rocketmq.NewPublisher(t.Context(), []string{ln.Addr().String()},
-		rocketmq.WithRetries(0), rocketmq.WithSendTimeout(3*time.Second))
+		rocketmq.WithRetries(0, 3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

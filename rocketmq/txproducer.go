@@ -220,7 +220,7 @@ func (p *TxProducer) Purge(ctx context.Context, db outbox.DBTX, age time.Duratio
 // own, which also records msg.ID; the message is delivered if and only if that transaction
 // commits. It blocks until the broker has the half message and the local transaction has ended.
 //
-// ctx scopes the whole call: the broker send (also bounded by [WithSendTimeout]) and the local
+// ctx scopes the whole call: the broker send (also bounded by [WithRetries]' timeout) and the local
 // transaction (also bounded by 5 s); localTx receives it. msg.ID must not be
 // zero; it is the transaction id, so a second Send with the same ID fails with [ErrDuplicateTx].
 //

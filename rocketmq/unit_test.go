@@ -47,11 +47,11 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 		{"publisher: bad name server", func() error { _, err := rocketmq.NewPublisher(ctx, []string{"localhost"}); return err }, rocketmq.ErrInvalidOption},
 		{"publisher: ended ctx", func() error { _, err := rocketmq.NewPublisher(cancelled, ns); return err }, context.Canceled},
 		{"publisher: negative retries", func() error {
-			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithRetries(-1))
+			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithRetries(-1, time.Second))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"publisher: zero send timeout", func() error {
-			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithSendTimeout(0))
+			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithRetries(2, 0))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"publisher: bad group", func() error {
@@ -102,7 +102,7 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 		{"tx: nil pool", func() error { _, err := rocketmq.NewTxProducer(ctx, ns, "g", nil); return err }, rocketmq.ErrInvalidOption},
 		{"tx: bad group", func() error { _, err := rocketmq.NewTxProducer(ctx, ns, "g!", pool); return err }, rocketmq.ErrInvalidOption},
 		{"tx: negative retries", func() error {
-			_, err := rocketmq.NewTxProducer(ctx, ns, "g", pool, rocketmq.WithRetries(-1))
+			_, err := rocketmq.NewTxProducer(ctx, ns, "g", pool, rocketmq.WithRetries(-1, time.Second))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"tx: zero grace", func() error {
@@ -146,8 +146,7 @@ func TestOptionsFit(t *testing.T) {
 	}{
 		{"WithLogger", rocketmq.WithLogger(nil), true, true, true, true},
 		{"WithCredentials", rocketmq.WithCredentials("a", "s"), true, true, true, true},
-		{"WithRetries", rocketmq.WithRetries(1), true, false, true, true},
-		{"WithSendTimeout", rocketmq.WithSendTimeout(time.Second), true, false, true, true},
+		{"WithRetries", rocketmq.WithRetries(1, time.Second), true, false, true, true},
 		{"WithGroup", rocketmq.WithGroup("g"), true, false, false, false},
 		{"WithOrderly", rocketmq.WithOrderly(time.Second), false, true, false, false},
 		{"WithMaxMessageSize", rocketmq.WithMaxMessageSize(1 << 20), false, true, false, false},

@@ -179,7 +179,7 @@ func notifier(t *testing.T, svc *tccOrder, down *atomic.Bool) *notify.Notifier {
 	t.Cleanup(shop.Close)
 	n, err := notify.New(svc.Pool, []notify.Receiver{{Name: "shop", URL: shop.URL, Secrets: []string{secret}}},
 		notify.WithSchema(svc.Schema), notify.WithPlainHTTP(), notify.WithSchedule([]time.Duration{}, 0),
-		notify.WithTick("@every 100ms"), notify.WithElector(testenv.Elector(t, svc.Root+"/notify", "notifier-1")))
+		notify.WithTick("@every 100ms", 100), notify.WithElector(testenv.Elector(t, svc.Root+"/notify", "notifier-1")))
 	must(t, err, "notify.New")
 	must(t, n.Migrate(t.Context()), "notify Migrate")
 	testenv.Run(t, n.Run)
