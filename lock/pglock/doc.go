@@ -40,7 +40,7 @@
 // Epoch 0). Dropping and re-creating the sequence restarts it: reset package fence's entries then,
 // as for a rebuilt ZooKeeper ensemble.
 //
-// The holder renews its row in the background every [WithRenewEvery] (default TTL/3): update
+// The holder renews its row in the background every third of the TTL: update
 // expires_at = now() + ttl where name and holder match. It keeps a local deadline: the monotonic
 // time at which the last successful acquire or renew statement was sent, plus the TTL minus a
 // safety margin of TTL/10. PostgreSQL computed the row's expiry from its own now(), which is later
@@ -90,7 +90,7 @@
 //
 //   - The hold is lost with its connection (a network cut, a server restart, pg_terminate_backend).
 //     The server releases the lock at once then, and the holder learns of it only at its next check
-//     of the connection (every [WithRenewEvery]), so another holder can get in before the old one
+//     of the connection (every third of the TTL), so another holder can get in before the old one
 //     is told: fence every write with the token. The other way round, when the network between
 //     them goes silent, the holder's check fails within two check intervals (it then closes its
 //     side), and the server would keep the lock until TCP told it the connection was dead — hours,

@@ -38,7 +38,7 @@
 // no TTL) and returns it; the hold's [lock.Token] is {Seq: counter} (Epoch is always 0). Keys are "<prefix>{name}" and
 // "<prefix>{name}:fence": the braces keep both in one Redis Cluster slot.
 //
-// A watchdog (Redisson's) renews the TTL every renewal interval ([WithRenewEvery], default TTL/3)
+// A watchdog (Redisson's) renews the TTL every third of the TTL
 // while the lock is held. The holder learns of a loss at once: a renewal that finds the key gone
 // or not ours ends the hold; so does its local deadline — the monotonic time when the last
 // successful SET or PEXPIRE was sent, plus the TTL, minus the clock drift allowance

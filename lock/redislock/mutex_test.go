@@ -392,18 +392,18 @@ func TestInvalidOptions(t *testing.T) {
 		{"negative TTL", func() error { _, err := redislock.New(rdb, redislock.WithTTL(-time.Second)); return err }},
 		{"sub-millisecond TTL", func() error { _, err := redislock.New(rdb, redislock.WithTTL(time.Microsecond)); return err }},
 		{"renewal equal to TTL", func() error {
-			_, err := redislock.New(rdb, redislock.WithTTL(time.Second), redislock.WithRenewEvery(time.Second))
+			_, err := redislock.New(rdb, redislock.WithTTL(time.Second), redislock.RenewEveryForTest(time.Second))
 			return err
 		}},
 		{"renewal above TTL", func() error {
-			_, err := redislock.New(rdb, redislock.WithTTL(time.Second), redislock.WithRenewEvery(2*time.Second))
+			_, err := redislock.New(rdb, redislock.WithTTL(time.Second), redislock.RenewEveryForTest(2*time.Second))
 			return err
 		}},
 		{"renewal above TTL minus drift", func() error {
-			_, err := redislock.New(rdb, redislock.WithTTL(time.Second), redislock.WithRenewEvery(990*time.Millisecond))
+			_, err := redislock.New(rdb, redislock.WithTTL(time.Second), redislock.RenewEveryForTest(990*time.Millisecond))
 			return err
 		}},
-		{"zero renewal", func() error { _, err := redislock.New(rdb, redislock.WithRenewEvery(0)); return err }},
+		{"zero renewal", func() error { _, err := redislock.New(rdb, redislock.RenewEveryForTest(0)); return err }},
 		{"zero fallback", func() error { _, err := redislock.New(rdb, redislock.FallbackCheckForTest(0)); return err }},
 		{"negative drift", func() error { _, err := redislock.New(rdb, redislock.ClockDriftForTest(-1)); return err }},
 		{"no redlock clients", func() error { _, err := redislock.NewRedlock(nil); return err }},

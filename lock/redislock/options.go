@@ -22,7 +22,8 @@ type Option func(*options)
 
 type options struct {
 	ttl        time.Duration
-	renewEvery time.Duration // 0: ttl/3
+	renewEvery time.Duration // tests set it (export_test.go)
+	renewSet   bool          // false: ttl/3
 	prefix     string
 	fallback   time.Duration // longest wait for a release message; tests set it (export_test.go)
 	drift      time.Duration // clock drift allowance; tests set it (export_test.go)
@@ -43,22 +44,9 @@ func defaultOptions() options {
 
 // WithTTL sets how long a hold lasts in Redis without a renewal (default 10 s): the PX of the SET
 // and of every PEXPIRE. A holder that crashes blocks the lock for at most this long. It must be at
-// least 1 ms (Redis counts in milliseconds) and longer than the renewal interval.
+// least 1 ms (Redis counts in milliseconds) and the watchdog renews it every third of it.
 func WithTTL(d time.Duration) Option {
 	return func(o *options) { o.ttl = d }
-}
-
-// WithRenewEvery sets how often the watchdog of a hold renews its TTL (default TTL/3). It must be
-// positive and shorter than the TTL minus the clock drift allowance, so that a renewal is sent
-// before the holder's local deadline.
-func WithRenewEvery(d time.Duration) Option {
-	return func(o *options) {
-		if d <= 0 {
-			o.bad = append(o.bad, fmt.Sprintf("renewal interval %v is not positive", d))
-			return
-		}
-		o.renewEvery = d
-	}
 }
 
 // WithPrefix sets the prefix of every key and of the release channel (default "txkit:lock:").
@@ -100,7 +88,10 @@ func (o *options) finish(what string) error {
 	if !o.driftSet {
 		o.drift = o.ttl/100 + 2*time.Millisecond
 	}
-	if o.renewEvery == 0 {
+	if o.renewSet && o.renewEvery <= 0 {
+		return fmt.Errorf("%s: renewal interval %v is not positive: %w", what, o.renewEvery, lock.ErrInvalidOption)
+	}
+	if !o.renewSet {
 		o.renewEvery = o.ttl / 3
 	}
 	if o.renewEvery >= o.ttl {
