@@ -29,8 +29,6 @@ type options struct {
 	drift      time.Duration // clock drift allowance; tests set it (export_test.go)
 	driftSet   bool          // false: 1% of ttl + 2 ms
 	log        *slog.Logger
-
-	bad []string // options given values they cannot take; New reports them
 }
 
 func defaultOptions() options {
@@ -51,15 +49,7 @@ func WithTTL(d time.Duration) Option {
 
 // WithPrefix sets the prefix of every key and of the release channel (default "txkit:lock:").
 // Every process that shares a lock must use the same prefix.
-func WithPrefix(p string) Option {
-	return func(o *options) {
-		if len(p) > MaxNameLen {
-			o.bad = append(o.bad, fmt.Sprintf("prefix of %d bytes, more than %d", len(p), MaxNameLen))
-			return
-		}
-		o.prefix = p
-	}
-}
+func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
 // WithLogger sets the logger (default: discard). Lost holds are logged at Warn, unreachable
 // instances at Warn, a server whose maxmemory-policy cannot be read at Warn, the rest at Debug.
@@ -73,8 +63,8 @@ func WithLogger(l *slog.Logger) Option {
 
 // finish fills in the defaults that depend on the TTL and checks the result.
 func (o *options) finish(what string) error {
-	if len(o.bad) > 0 {
-		return fmt.Errorf("%s: %s: %w", what, o.bad[0], lock.ErrInvalidOption)
+	if len(o.prefix) > MaxNameLen {
+		return fmt.Errorf("%s: prefix of %d bytes, more than %d: %w", what, len(o.prefix), MaxNameLen, lock.ErrInvalidOption)
 	}
 	if o.ttl < time.Millisecond {
 		return fmt.Errorf("%s: TTL %v: want at least 1ms: %w", what, o.ttl, lock.ErrInvalidOption)
@@ -116,20 +106,11 @@ type MutexOption func(*mutexOptions)
 
 type mutexOptions struct {
 	data string
-	bad  string
 }
 
 // WithData sets the holder data stored with each hold (default empty): [Client.NewElector] stores
 // the candidate's id there so that Leader can report it. At most [MaxDataLen] bytes.
-func WithData(data string) MutexOption {
-	return func(o *mutexOptions) {
-		if len(data) > MaxDataLen {
-			o.bad = fmt.Sprintf("holder data of %d bytes, more than %d", len(data), MaxDataLen)
-			return
-		}
-		o.data = data
-	}
-}
+func WithData(data string) MutexOption { return func(o *mutexOptions) { o.data = data } }
 
 // checkName refuses names NewMutex cannot use.
 func checkName(name string) error {
