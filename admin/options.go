@@ -191,14 +191,10 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 // gatherer (a prometheus.Registry, or one reading a /metrics page) returns. Optional.
 func WithGatherer(g prometheus.Gatherer) Option { return func(o *options) { o.gatherer = g } }
 
-// WithRegisterer registers the Admin's metric on reg (default: none; it still counts):
-//
-//   - txkit_admin_refused_total{reason} (counter): POSTs refused before an actor was known, which
-//     get no audit row: unauthorized (no credentials, ones that do not verify, or a read-only
-//     Admin), bad_request (an unreadable body), rate_limited (answered 429, see [WithRateLimit]).
-//
-// A metric of the same name registered with another type or labels makes [New] return an error
-// wrapping [ErrInvalidOption].
+// WithRegisterer registers the Admin's Prometheus metric txkit_admin_refused_total{reason} (POSTs
+// refused before an actor was known: unauthorized, bad_request, rate_limited; docs/metrics.md) on
+// reg (default: none; still counted). A name registered on reg with another type or labels makes
+// [New] return an error wrapping [ErrInvalidOption].
 func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
 
 // WithRateLimit sets how many POSTs [Admin.Handler] takes from one client address (the host of

@@ -83,46 +83,17 @@ func WithRetention(keep time.Duration, spec string) Option {
 	return func(c *core.Config) { c.Retention, c.RetentionSpec = keep, spec }
 }
 
-// WithRegisterer registers the coordinator's Prometheus metrics on reg (default: none registered,
-// still counted; never the default registry unless given). New fails with an error wrapping
-// [ErrInvalidOption] when a metric's name is taken on reg by a collector with other labels or
-// help. Coordinators of one process given the same reg share the series, told apart by the label
-// protocol (tcc, saga, 2pc, 3pc):
-//
-//   - txkit_coordinator_transactions_begun_total{protocol}: transactions this process recorded (Begin;
-//     also those twopc's in-doubt resolver records to roll back);
-//   - txkit_coordinator_transactions_finished_total{protocol,outcome}: transactions whose final status this
-//     process recorded, as starter or leader; outcome committed (confirmed, succeeded) or aborted
-//     (cancelled, compensated);
-//   - txkit_coordinator_branch_calls_total{protocol,op,result}: branch calls, op the participant op (try,
-//     confirm, cancel, action, compensate, prepare, commit, abort, cancommit, precommit, docommit),
-//     result ok, refused (wrapping participant.ErrRefused) or error;
-//   - txkit_coordinator_phase_seconds{protocol,phase}: histogram of one branch call's duration, phase the op;
-//   - txkit_recovery_backlog{protocol}: unfinished transactions due for recovery, and
-//     txkit_recovery_oldest_unfinished_seconds{protocol}: the oldest unfinished one's age — gauges set by
-//     the leader (Run) at each recovery pass with one query, removed when it steps down;
-//   - txkit_recovery_attempts_total{protocol,result}: transactions the leader drove, result ok or error
-//     (rescheduled with backoff);
-//   - txkit_recovery_timed_out_total{protocol}: trying transactions the leader moved to cancelling at their
-//     timeout;
-//   - txkit_leader_partitions_unled{resource}, with [WithPartitions] only: the recovery partitions whose
-//     election has no leader, as this instance sees them (docs/metrics.md).
+// WithRegisterer registers the coordinator's Prometheus metrics (txkit_coordinator_*,
+// txkit_recovery_*, labelled by protocol; docs/metrics.md) on reg, for dashboards and alerts
+// (default: none; still counted). Coordinators of one process may share reg. New fails with an
+// error wrapping [ErrInvalidOption] when a name is taken on reg with other labels or help.
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(c *core.Config) { c.Registerer = reg }
 }
 
-// WithTracerProvider sets where the coordinator's tracer ("github.com/txkit/txkit/<package>")
-// comes from (default: the application's global provider, otel.GetTracerProvider). Spans:
-//
-//   - "<protocol> begin" (protocol tcc, saga, 2pc, 3pc) around the recording of a transaction,
-//     whose trace context is stored with it (column trace_context of the global table);
-//   - "<protocol> <op>" (client) around each branch call, op the participant op (try, confirm,
-//     action, prepare, precommit, ...), attributes txkit.gid, txkit.branch, txkit.op; a failed
-//     call records its error and status Error;
-//   - on the leader (Run), "recovery pass" around each pass, and "recovery drive" around each
-//     transaction it drives: a CHILD of the context stored with the transaction — so the drive and
-//     its branch calls join the trace of the process that began it, even one that died — with a
-//     link to the pass's span.
+// WithTracerProvider sets the OpenTelemetry tracer provider (default: the global one). Begin,
+// each branch call and the leader's recovery run under spans; a recovery drive joins the trace of
+// the process that began the transaction (docs/tracing.md).
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *core.Config) { c.TracerProvider = tp }
 }

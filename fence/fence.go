@@ -59,17 +59,10 @@ func WithSchema(name string) Option { return func(o *options) { o.schema = name 
 // exactly as given; it may be at most 58 bytes long, so that its primary key's name fits.
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
-// WithRegisterer registers the fence's Prometheus metric on reg (default: none; it is still
-// counted):
-//
-//   - txkit_fence_refused_total{cause} (counter): writes [Fence.Check] refused because their token
-//     was below the one recorded. cause is "epoch" when the token's epoch was below the recorded
-//     one (a re-created lock path, or an ensemble rebuilt from empty data: see [Fence.Reset]),
-//     "seq" when its sequence was (a deposed holder, or a lock whose tokens fell), "unknown" when
-//     the recorded token could not be read.
-//
-// Fences on one registry share the series. A metric of the same name already registered on reg
-// with another type or labels makes [New] return an error wrapping [ErrInvalidOption].
+// WithRegisterer registers the fence's Prometheus metric txkit_fence_refused_total{cause} (writes
+// [Fence.Check] refused; docs/lock.md) on reg, to alert on deposed writers (default: none; still
+// counted). Fences on one registry share the series. A name registered on reg with another type or
+// labels makes [New] return an error wrapping [ErrInvalidOption].
 func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
 
 // The values of txkit_fence_refused_total's cause label.

@@ -66,17 +66,10 @@ func WithLogger(l *slog.Logger) Option {
 // repeats such statements until one deletes fewer; each is short, so it never holds many row locks.
 func WithPurgeBatch(n int) Option { return func(o *options) { o.batch = n } }
 
-// WithRegisterer registers the Store's Prometheus metric on reg (default: none; it is still
-// kept, and not exposed). Stores given one registry share the series.
-//
-//   - txkit_idempotency_claims_total{result} (counter): claims by [Store.Claim], [Store.ClaimFirst]
-//     and [Store.Begin], by result: first (this call claimed the key) or duplicate (the key was
-//     already claimed and completed). A Begin refused with [ErrFingerprintMismatch] or
-//     [ErrNotCompleted] is not counted. A claim counts when it is made, whether or not its
-//     transaction then commits.
-//
-// A metric of the same name already registered with another type or labels makes [New] return an
-// error wrapping [ErrInvalidOption].
+// WithRegisterer registers the Store's Prometheus metric txkit_idempotency_claims_total{result}
+// (first or duplicate; docs/metrics.md) on reg (default: none; still counted). Stores on one
+// registry share the series. A name registered on reg with another type or labels makes [New]
+// return an error wrapping [ErrInvalidOption].
 func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
 
 const (

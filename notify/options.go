@@ -132,35 +132,16 @@ func WithRetention(keep time.Duration, spec string) Option {
 	return func(o *options) { o.retention, o.retentionSpec = keep, spec }
 }
 
-// WithRegisterer registers the notifier's Prometheus metrics on reg (default: none; the metrics
-// are still kept, and not exposed). Notifiers given one registry share the series.
-//
-//   - txkit_notify_due (gauge): notifications due for delivery, counted by the leader on every
-//     tick ([WithTick]); 0 on a notifier that does not lead.
-//   - txkit_notify_delivered_total (counter): notifications the receiver acknowledged.
-//   - txkit_notify_given_up_total (counter): notifications failed, every attempt of the schedule
-//     used up.
-//   - txkit_notify_attempts_total{result} (counter): delivery attempts by result: ok, error (no
-//     answer: the connection failed or timed out), refused (an answer that is not an
-//     acknowledgement: a non-2xx status or the wrong echo), circuit_open (held back by the
-//     receiver's circuit breaker, nothing sent).
-//   - txkit_notify_delivery_seconds (histogram): one attempt's HTTP round trip.
-//   - txkit_notify_circuit_open{receiver} (gauge): 1 while the receiver's circuit breaker is
-//     open ([WithBreaker]), 0 when closed, for the first 50 receivers given to
-//     [New]; the others are summed under receiver="other", so the series stay bounded.
-//   - txkit_leader_partitions_unled{resource} (gauge), with [WithPartitions]: unled partitions.
-//
-// A metric of the same name already registered with another type or labels makes [New] return
-// an error wrapping [ErrInvalidOption].
+// WithRegisterer registers the notifier's Prometheus metrics (txkit_notify_*: due, delivered,
+// given up, attempts by result, delivery latency, each receiver's circuit; docs/metrics.md) on
+// reg, for dashboards and alerts (default: none; still counted). Notifiers on one registry share
+// the series. A name registered on reg with another type or labels makes [New] return an error
+// wrapping [ErrInvalidOption].
 func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
 
-// WithTracerProvider sets the OpenTelemetry provider of the notifier's spans (default, or nil:
-// the application's global provider, read when [New] runs). Each delivery attempt is a span
-// "notify deliver" — a child of the trace context that [Notifier.Enqueue] stored with the
-// notification, so the attempts join the trace of the request that enqueued it — with the
-// attributes txkit.notification (the id), txkit.receiver, txkit.attempt (1 for the first) and
-// txkit.result (ok, error, refused), and the error recorded when it failed; the W3C trace
-// context of that span is sent with the delivery (traceparent, tracestate headers).
+// WithTracerProvider sets the OpenTelemetry tracer provider (default, or nil: the global one).
+// Each delivery attempt is a span "notify deliver", a child of the trace context
+// [Notifier.Enqueue] stored, sent on to the receiver in traceparent headers (docs/tracing.md).
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tp = tp } }
 
 func (o options) validate() error {

@@ -220,31 +220,12 @@ func WithRetry(attempts int, base, cap time.Duration) RelayOption {
 	return func(o *relayOptions) { o.maxAttempts, o.backoffBase, o.backoffCap = attempts, base, cap }
 }
 
-// WithRegisterer registers the relay's Prometheus metrics on reg (default: none; the relay still
-// counts, and [Relay.Stats] reports, but nothing exposes the metrics and the relay skips the
-// backlog query the gauges need). The metrics, all without labels:
-//
-//   - txkit_outbox_backlog (gauge): pending messages, due or waiting out a backoff, counted by the
-//     leading relay after each drain (and every 5 s during a long one); 0 on a relay that does
-//     not lead.
-//   - txkit_outbox_oldest_pending_seconds (gauge): age of the oldest pending message, since its
-//     enqueue, measured with the backlog; 0 when nothing is pending.
-//   - txkit_outbox_published_total (counter): publishes the broker acknowledged.
-//   - txkit_outbox_publish_failures_total (counter): failed publish attempts.
-//   - txkit_outbox_dead_total (counter): messages this relay made dead.
-//   - txkit_outbox_batch_size (histogram; buckets 1, 2, 4, ... 512): messages per non-empty batch.
-//   - txkit_outbox_commit_to_publish_seconds (histogram): from the message's enqueue (its row's
-//     created_at, the start of the enqueuing transaction) to the broker's acknowledgement,
-//     measured without comparing the database's clock with the relay's.
-//   - txkit_leader_partitions_unled{resource} (gauge), with [WithElectors] only: the partitions
-//     whose election has no leader, as this relay sees them (docs/metrics.md).
-//
-// Relays on one registry add to the same series (a relay's collectors that are already
-// registered are reused); to tell several outboxes of one process apart, give each relay
-// prometheus.WrapRegistererWith(prometheus.Labels{"outbox": name}, reg). [NewRelay] fails with
-// an error wrapping [ErrInvalidOption] when one of these names is registered on reg as another
-// kind of metric or with other labels. The backlog count scans the pending rows, as
-// [Outbox.Backlog] does.
+// WithRegisterer registers the relay's Prometheus metrics (txkit_outbox_*: backlog, oldest
+// pending, published, failures, dead, batch size, commit-to-publish latency; docs/metrics.md) on
+// reg, for dashboards and alerts (default: none; [Relay.Stats] still counts, and the relay skips
+// the backlog query). Relays on one registry share the series: wrap reg with a label to tell
+// outboxes apart. A name registered on reg as another kind of metric makes [NewRelay] fail with
+// [ErrInvalidOption].
 func WithRegisterer(reg prometheus.Registerer) RelayOption {
 	return func(o *relayOptions) { o.reg = reg }
 }

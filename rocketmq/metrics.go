@@ -10,31 +10,12 @@ import (
 	"github.com/txkit/txkit/internal/pgutil"
 )
 
-// WithRegisterer registers Prometheus metrics on reg (default: none; the counts are still kept,
-// and [Consumer.Stats] reports the consumer's, but nothing exposes them). It fits all three
-// constructors, so that one list of options can configure every client of a service; a
-// [Publisher] has no metrics of its own — the outbox relay that publishes through it counts
-// its publishes (outbox.WithRegisterer) — and registers nothing.
-//
-// A [Consumer] registers:
-//   - txkit_rocketmq_consumed_total{result} (counter): messages it dealt with, by result:
-//     "handled" (the handler committed), "duplicate" (its ID was already claimed: acknowledged
-//     without effect), "retry" (an attempt failed — claim, handler, commit, timeout or panic —
-//     and the message is redelivered), "poison" (acknowledged without being applied: oversized,
-//     undecodable, or the handler's [ErrPoison]). A message that fails twice and then succeeds
-//     counts twice as retry and once as handled.
-//   - txkit_rocketmq_handler_seconds (histogram): the time of the transaction that applies one
-//     message — begin, claim, handler, commit or rollback — whatever its result (what
-//     [WithHandlerTimeout] bounds); poison caught before it (oversized, undecodable) is not timed.
-//
-// A [TxProducer] registers:
-//   - txkit_rocketmq_checkbacks_total{result} (counter): broker check-backs it answered, by
-//     answer: "commit", "rollback" or "unknown" (asked again later).
-//
-// Consumers (or TxProducers) on one registry add to the same series; to tell them apart, give
-// each prometheus.WrapRegistererWith(prometheus.Labels{...}, reg) with a label of a bounded set
-// (the group, say). The constructor fails with an error wrapping [ErrInvalidOption] when one of
-// these names is registered on reg as another kind of metric or with other labels.
+// WithRegisterer registers Prometheus metrics on reg, for dashboards and alerts (default: none;
+// [Consumer.Stats] still counts): a [Consumer]'s txkit_rocketmq_consumed_total{result} and
+// txkit_rocketmq_handler_seconds, a [TxProducer]'s txkit_rocketmq_checkbacks_total{result}
+// (docs/metrics.md); a [Publisher] registers nothing. It fits all three constructors. Clients on
+// one registry share the series; a name registered on reg as another kind of metric makes the
+// constructor fail with [ErrInvalidOption].
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return commonOption(func(o *commonOptions) { o.reg = reg })
 }
