@@ -59,21 +59,11 @@ func WithNotify(on bool) Option { return func(o *options) { o.notify = on } }
 // MaxPartitions is the largest partition count [WithPartitions] accepts.
 const MaxPartitions = 1024
 
-// WithPartitions splits the outbox into n partitions (default 1: not split; at most
-// [MaxPartitions]). [Outbox.Enqueue] puts each message in the partition of a stable hash of its
-// key ([Outbox.Partition]; of its ID when it has no key), and a [Relay] leads each partition in an
-// election of its own ([WithElectors]), so several relay processes share the work, each key's
-// messages staying in order within their partition.
-//
-// The count is stored with the table by the first [Outbox.Migrate] and cannot change afterwards:
-// Migrate, Enqueue and [Relay.Run] refuse an outbox configured with another count (an error
-// wrapping [ErrInvalidOption]). A table that already held pending messages when partitions came
-// is stored with 1. Changing the count of a live outbox is refused rather than supported because
-// a key would move to another partition while its earlier messages are still pending in the old
-// one, led by another relay: per-key order would need a drain barrier (stop every writer, wait
-// for the table to be empty) that an online change cannot provide. To change it, stop the writers,
-// let the relays empty the table, delete the row of the table named after the outbox's with
-// "_parts" appended, and migrate with the new count.
+// WithPartitions splits the outbox into n partitions (default 1; at most [MaxPartitions]) by a
+// stable hash of each message's key ([Outbox.Partition]), so that several relays share the work
+// ([WithElectors]) while each key's messages stay in order. The count is stored by the first
+// [Outbox.Migrate] and cannot change afterwards: Migrate, Enqueue and [Relay.Run] refuse another
+// with an error wrapping [ErrInvalidOption] (docs/outbox.md, "Partitions", says how to change it).
 func WithPartitions(n int) Option { return func(o *options) { o.parts = n } }
 
 const (

@@ -165,17 +165,11 @@ func WithLogger(l *slog.Logger) Option {
 	})
 }
 
-// WithCredentials sets the RocketMQ ACL account (access key and secret key, as in the broker's
-// plain_acl.yml) of a [Publisher], [Consumer] or [TxProducer]; it fits all three. With it
-// the client signs every request it sends to name servers and brokers (HMAC-SHA1 of the request's
-// fields and body under secretKey, carried with accessKey in the AccessKey and Signature fields),
-// and a broker with aclEnable=true checks the signature and the account's rights on the topic
-// and group. Without it (the default) requests go unsigned, which such a broker refuses.
-//
-// Both keys must be given, or neither: the client silently sends unsigned requests when one of
-// them is empty, so the constructor refuses that with [ErrInvalidOption]. The secret key is never
-// sent and never logged. ACL authenticates and authorizes clients; it does not encrypt the
-// connection.
+// WithCredentials sets the RocketMQ ACL account (as in the broker's plain_acl.yml), for a broker
+// with aclEnable=true: every request is signed (HMAC-SHA1 under secretKey; the secret is never
+// sent nor logged). It fits all three constructors. Default: unsigned requests, which such a
+// broker refuses. Both keys or neither: one empty key returns [ErrInvalidOption] (the client
+// would silently send unsigned requests). ACL does not encrypt the connection.
 func WithCredentials(accessKey, secretKey string) Option {
 	return commonOption(func(o *commonOptions) {
 		o.credentials = primitive.Credentials{AccessKey: accessKey, SecretKey: secretKey}
