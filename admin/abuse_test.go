@@ -161,7 +161,7 @@ func TestIntegrationAPIRateLimit(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithTokens(map[string]string{"oncall": oncallToken}),
-		admin.WithRegisterer(reg), admin.WithRateLimit(0.5, 3), admin.WithClock(clock), admin.WithLogger(testenv.Logger(t)))
+		admin.WithRegisterer(reg), admin.WithRateLimit(0.5, 3), admin.ClockForTest(clock), admin.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,8 +80,8 @@ type options struct {
 	log         *slog.Logger
 	gatherer    prometheus.Gatherer
 	reg         prometheus.Registerer
-	now         func() time.Time
-	rate        float64 // POSTs a second per client address; 0: no limit
+	now         func() time.Time // checks signed requests' timestamps; tests set it (export_test.go)
+	rate        float64          // POSTs a second per client address; 0: no limit
 	burst       int
 	retention   time.Duration // audit rows older than this are purged by Run
 	purgeSpec   string
@@ -211,9 +211,6 @@ func WithRateLimit(perSecond float64, burst int) Option {
 func WithAuditRetention(keep time.Duration, spec string) Option {
 	return func(o *options) { o.retention, o.purgeSpec = keep, spec }
 }
-
-// WithClock sets the clock that checks signed requests' timestamps (default time.Now). For tests.
-func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
 func (o *options) validate() error {
 	if o.schema != "" {

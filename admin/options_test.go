@@ -59,7 +59,7 @@ func TestNewOptions(t *testing.T) {
 		{"election without inspector", []admin.Option{admin.WithElections(admin.Election{Name: "tcc", Path: "/tcc", Inspector: insp})}, "election"},
 		{"lock without path", []admin.Option{admin.WithLocks(admin.Lock{Name: "jobs"})}, "lock"},
 		{"nil logger", []admin.Option{admin.WithLogger(nil)}, "nil logger"},
-		{"nil clock", []admin.Option{admin.WithClock(nil)}, "nil clock"},
+		{"nil clock", []admin.Option{admin.ClockForTest(nil)}, "nil clock"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, err := admin.New(pool, tc.opts...)

@@ -129,7 +129,7 @@ func newWorld(t *testing.T) *world {
 		w.dead = append(w.dead, id)
 	}
 	relay, err := outbox.NewRelay(ob, refusingPublisher{}, outbox.WithElector(zkenv.Elector(t, root+"/relay", "relay-1")),
-		outbox.WithMaxAttempts(1), outbox.WithSchedule("@every 50ms"), outbox.WithLogger(testenv.Logger(t)))
+		outbox.WithRetry(1, time.Second, 10*time.Minute), outbox.WithSchedule("@every 50ms"), outbox.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func newWorld(t *testing.T) *world {
 	t.Cleanup(refuse.Close)
 	n, err := notify.New(w.s.Pool, []notify.Receiver{{Name: "shop", URL: refuse.URL, Secrets: []string{"admin-test-secret-0123456789"}}},
 		notify.WithSchema(w.s.Name), notify.WithPlainHTTP(), notify.WithSchedule([]time.Duration{}, 0),
-		notify.WithTick("@every 50ms"), notify.WithElector(zkenv.Elector(t, root+"/notify", "notifier-1")),
+		notify.WithTick("@every 50ms", 100), notify.WithElector(zkenv.Elector(t, root+"/notify", "notifier-1")),
 		notify.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)

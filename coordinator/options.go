@@ -83,61 +83,37 @@ func WithRetention(keep time.Duration, spec string) Option {
 	return func(c *core.Config) { c.Retention, c.RetentionSpec = keep, spec }
 }
 
-// WithRegisterer registers the coordinator's txkit_coordinator_* and txkit_recovery_* metrics
-// (txkit_leader_partitions_unled too, with [WithPartitions]) on reg, all listed in
-// docs/metrics.md. Default: none registered, still counted. Coordinators on one reg share the
-// series, told apart by the label protocol. New fails with an error wrapping [ErrInvalidOption]
-// when a name is taken on reg by a metric of another kind or labels.
+// WithRegisterer registers the coordinator's Prometheus metrics (txkit_coordinator_*,
+// txkit_recovery_*, labelled by protocol; docs/metrics.md) on reg, for dashboards and alerts
+// (default: none; still counted). Coordinators of one process may share reg. New fails with an
+// error wrapping [ErrInvalidOption] when a name is taken on reg with other labels or help.
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(c *core.Config) { c.Registerer = reg }
 }
 
-// WithTracerProvider sets where the coordinator's tracer ("github.com/txkit/txkit/<package>")
-// comes from (default: the application's global provider, otel.GetTracerProvider). Spans:
-//
-//   - "<protocol> begin" (protocol tcc, saga, 2pc, 3pc) around the recording of a transaction,
-//     whose trace context is stored with it (column trace_context of the global table);
-//   - "<protocol> <op>" (client) around each branch call, op the participant op (try, confirm,
-//     action, prepare, precommit, ...), attributes txkit.gid, txkit.branch, txkit.op; a failed
-//     call records its error and status Error;
-//   - on the leader (Run), "recovery pass" around each pass, and "recovery drive" around each
-//     transaction it drives: a CHILD of the context stored with the transaction — so the drive and
-//     its branch calls join the trace of the process that began it, even one that died — with a
-//     link to the pass's span.
+// WithTracerProvider sets the OpenTelemetry tracer provider (default: the global one). Begin,
+// each branch call and the leader's recovery run under spans; a recovery drive joins the trace of
+// the process that began the transaction (docs/tracing.md).
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *core.Config) { c.TracerProvider = tp }
 }
 
-// WithGroupCommit makes the coordinator's log group the writes of the transactions it runs at
-// the same time (default 0: off) — recording a transaction, a tcc branch, a decision, a clean
-// finish — into one PostgreSQL round trip and transaction, as a database's group commit shares
-// its WAL flushes. A write that finds no other in flight is sent at once, alone, with the same
-// statement as without the option: a lone transaction waits for no partner. A write arriving
-// while another is being sent waits for it to end, then goes in one batch with the writes that
-// queued meanwhile — but never waits longer than window: then it sends the queue itself. Each
-// transaction still gets its own outcome: a batch's statements keep each write's condition (the
-// gid not taken, the status expected), and a batch PostgreSQL refuses (one bad row) is made again
-// one write at a time. Each caller returns when its own ctx ends; one whose write was in a batch
-// then, or whose batch lost its connection, gets an error wrapping [ErrInDoubt]. A batch is
-// bounded by its writers' latest deadline, and by the lease when one has none. A leader's fenced
-// writes and partial records are not grouped. A window outside 0..1s is refused by New with an
-// error wrapping [ErrInvalidOption].
-// docs/coordinators.md ("Group commit") has the figures.
+// WithGroupCommit makes the coordinator's log send the writes of concurrent transactions
+// (recording a transaction, a tcc branch, a decision, a clean finish) in one PostgreSQL round
+// trip, waiting at most window for partners (default 0: off; at most 1s, else New returns an
+// error wrapping [ErrInvalidOption]), for throughput under many concurrent transactions. A lone
+// write is sent at once. A caller whose ctx ends while its batch is in flight gets an error
+// wrapping [ErrInDoubt]. docs/coordinators.md ("Group commit") has the mechanism and figures.
 func WithGroupCommit(window time.Duration) Option {
 	return func(c *core.Config) { c.GroupCommit = window }
 }
 
-// WithDeferredFinish makes a starter's clean finish a background write: once every confirm
-// (tcc, 2pc, 3pc), action (saga) or cancel, compensation or rollback has succeeded, Commit,
-// Submit or Rollback return at once, and the write that marks the transaction finished — which
-// nothing after it waits for — follows in the background, sharing a batch with the others when
-// [WithGroupCommit] is on too. The caller's latency loses one PostgreSQL commit. Until the write
-// lands, [Base.Status] reports the transaction confirming (running, cancelling…); if the process
-// dies first, the leader finishes it once the starter's lease has passed, calling the last phase
-// again — the participants' barrier turns each call into a no-op, and a COMMIT PREPARED already
-// made is found done — so nothing is lost or applied twice. A write that fails is logged and left
-// to the leader the same way. [Base.Flush] waits for the writes deferred so far (call it before
-// exiting). Off by default. docs/coordinators.md ("Deferred finish") has the figures.
+// WithDeferredFinish makes a starter's clean finish a background write, to save the caller one
+// PostgreSQL commit (default off): Commit, Submit or Rollback return once every last-phase call
+// succeeded, and the transaction shows its last running status until the write lands; if the
+// process dies first, the leader finishes it after the lease (participants' barriers make the
+// repeated calls no-ops). Call [Base.Flush] before exiting. docs/coordinators.md ("Deferred
+// finish") has the details and figures.
 func WithDeferredFinish() Option {
 	return func(c *core.Config) { c.DeferredFinish = true }
 }

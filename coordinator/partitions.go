@@ -12,26 +12,14 @@ import (
 	"github.com/txkit/txkit/lock"
 )
 
-// WithPartitions splits the coordinator's recovery into parts partitions (1..1024) by a hash of
-// the gid, each with its own election and fencing token, so that N instances share it: electors
-// returns this instance's candidate in partition p's election (an election per partition, such
-// as zklock.NewElector(sess, fmt.Sprintf("/txkit/tcc/recovery/p%d", p), instanceID)), and count,
-// when not nil, returns how many instances are live ([ContenderCount] for ZooKeeper). Each
-// instance then leads at most ceil(parts/N) partitions and gives up the rest to the others; when
-// an instance dies its partitions move to the others as soon as the lock backend ends its holds
-// (the ZooKeeper session timeout). Without count, each instance leads whatever it wins. Run
-// recovers under these elections instead of [WithElector]'s.
-//
-// A partition's leader claims only its gids' due transactions and fences its writes with its own
-// token (fence resource "core:<schema>.<prefix>global/p<i>"); partition 0's leader also runs the
-// retention job, twopc's in-doubt resolver and sets the backlog gauges. [WithRecovery]'s
-// concurrency bounds an instance's drives across all the partitions it leads. The number is stored in
-// the table <prefix>partitions the first time a recoverer runs; Run with another number returns an
-// error wrapping [ErrInvalidOption]: changing it on a live system is refused, because recoverers
-// with different numbers would guard one transaction with different fences (two leaders could
-// drive it at once). Stop every instance, delete that row, and start them with the new number.
-// Starters (Begin, Commit, ...) do not depend on it. New refuses parts outside 1..1024 or nil
-// electors with an error wrapping [ErrInvalidOption].
+// WithPartitions splits the recovery into parts partitions (1..1024) by a hash of the gid, each
+// with its own election and fencing token, so that several instances share it: electors returns
+// this instance's candidate in partition p's election, and count, when not nil, how many
+// instances are live ([ContenderCount], [HeartbeatCount]), so that each leads about parts/N. Run
+// then recovers under these elections instead of [WithElector]'s. The number is stored at the
+// first Run; Run with another returns an error wrapping [ErrInvalidOption]; New refuses parts
+// outside 1..1024 or nil electors the same way. docs/coordinators.md ("Partitioned recovery")
+// has the rules and how to change the number.
 func WithPartitions(parts int, electors func(p int) (lock.Elector, error), count func(ctx context.Context) (int, error)) Option {
 	return func(c *core.Config) {
 		c.Partitions = core.Partitioning{Parts: parts, Electors: electors}

@@ -51,11 +51,11 @@ type options struct {
 
 func defaultOptions() options { return options{table: "txkit_fence"} }
 
-// WithFenceSchema sets the PostgreSQL schema of the fence table (default: none, so the
+// WithSchema sets the PostgreSQL schema of the fence table (default: none, so the
 // connection's search_path decides). [Fence.Migrate] creates the schema if it does not exist.
 func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
 
-// WithFenceTable sets the fence table's name (default "txkit_fence"). It is quoted, so it is used
+// WithTable sets the fence table's name (default "txkit_fence"). It is quoted, so it is used
 // exactly as given; it may be at most 58 bytes long, so that its primary key's name fits.
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 

@@ -11,7 +11,7 @@
 //
 // A consumer's handler:
 //
-//	store, err := idempotency.New(pool, idempotency.WithRetention(72 * time.Hour))
+//	store, err := idempotency.New(pool, idempotency.WithRetention(72*time.Hour, "@every 1m"))
 //	if err != nil { return err }
 //	if err := store.Migrate(ctx); err != nil { return err }
 //	g.Go(func() error { return store.Run(ctx) }) // purge expired keys until ctx ends

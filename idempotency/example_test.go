@@ -118,7 +118,7 @@ func ExampleStore_Begin() {
 	pool, drop := exampleDB(ctx)
 	defer drop()
 
-	store, err := idempotency.New(pool, idempotency.WithRetention(24*time.Hour))
+	store, err := idempotency.New(pool, idempotency.WithRetention(24*time.Hour, "@every 1m"))
 	if err != nil {
 		panic(err)
 	}
@@ -173,7 +173,7 @@ func ExampleStore_Purge() {
 	pool, drop := exampleDB(ctx)
 	defer drop()
 
-	store, err := idempotency.New(pool, idempotency.WithRetention(time.Microsecond), idempotency.WithPurgeBatch(2))
+	store, err := idempotency.New(pool, idempotency.WithRetention(time.Microsecond, "@every 1m"), idempotency.WithPurgeBatch(2))
 	if err != nil {
 		panic(err)
 	}

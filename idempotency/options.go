@@ -43,11 +43,14 @@ func WithSchema(name string) Option { return func(o *options) { o.schema = name 
 // derived from it fit PostgreSQL's 63-byte identifiers.
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
-// WithRetention sets how long a key is kept after it is claimed (default 7 days). A key is
-// remembered for at least this long: [Store.Purge] deletes it some time after it expires, and until
-// then it still counts as claimed. The expiry is computed by PostgreSQL (now() + retention, at the
-// claiming transaction's start), never by the client's clock. It must be at least a microsecond.
-func WithRetention(d time.Duration) Option { return func(o *options) { o.retain = d } }
+// WithRetention sets how long a key is kept after it is claimed (default 7 days; at least a
+// microsecond) and the robfig/cron spec on which [Store.Run] purges expired keys (default
+// "@every 1m"; five fields or a descriptor such as "@hourly"). A key is remembered for at least
+// keep: it is purged some time after it expires, and until then it still counts as claimed. The
+// expiry is computed by PostgreSQL (now() + keep, at the claiming transaction's start).
+func WithRetention(keep time.Duration, spec string) Option {
+	return func(o *options) { o.retain, o.schedule = keep, spec }
+}
 
 // WithLogger sets the logger (default: discard). The retention job logs what it deletes; the
 // robfig/cron scheduler's own messages go to it at debug level and its errors at error level.
@@ -58,10 +61,6 @@ func WithLogger(l *slog.Logger) Option {
 		}
 	}
 }
-
-// WithPurgeSchedule sets when [Store.Run] purges expired keys, as a robfig/cron standard spec: five
-// fields ("*/5 * * * *") or a descriptor ("@hourly", "@every 30s"). The default is "@every 1m".
-func WithPurgeSchedule(spec string) Option { return func(o *options) { o.schedule = spec } }
 
 // WithPurgeBatch sets how many expired keys one purge statement deletes (default 1000). A purge
 // repeats such statements until one deletes fewer; each is short, so it never holds many row locks.

@@ -33,7 +33,7 @@ func (s *Store) Purge(ctx context.Context, db DBTX) (deleted int64, err error) {
 	}
 }
 
-// Run purges expired keys on the schedule set by [WithPurgeSchedule] (default every minute) until
+// Run purges expired keys on the schedule set by [WithRetention] (default every minute) until
 // ctx ends, with a robfig/cron scheduler that skips a run while the previous one is still going
 // and recovers from panics. It logs each pass's count through the [WithLogger] logger.
 //

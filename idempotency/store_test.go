@@ -106,8 +106,8 @@ func TestOptions(t *testing.T) {
 	}{
 		{"defaults", nil, true},
 		{"all set", []idempotency.Option{
-			idempotency.WithSchema("app"), idempotency.WithTable("keys"), idempotency.WithRetention(time.Hour),
-			idempotency.WithLogger(nil), idempotency.WithPurgeSchedule("*/5 * * * *"), idempotency.WithPurgeBatch(1),
+			idempotency.WithSchema("app"), idempotency.WithTable("keys"), idempotency.WithRetention(time.Hour, "*/5 * * * *"),
+			idempotency.WithLogger(nil), idempotency.WithPurgeBatch(1),
 		}, true},
 		{"quotes and spaces in names", []idempotency.Option{
 			idempotency.WithSchema(`My "Schema"`), idempotency.WithTable(`keys"; drop table x; --`),
@@ -120,14 +120,14 @@ func TestOptions(t *testing.T) {
 		{"schema of 63 bytes", []idempotency.Option{idempotency.WithSchema(strings.Repeat("s", 63))}, true},
 		{"schema of 64 bytes", []idempotency.Option{idempotency.WithSchema(strings.Repeat("s", 64))}, false},
 		{"schema with NUL", []idempotency.Option{idempotency.WithSchema("\x00")}, false},
-		{"retention 1µs", []idempotency.Option{idempotency.WithRetention(time.Microsecond)}, true},
-		{"retention below 1µs", []idempotency.Option{idempotency.WithRetention(time.Nanosecond)}, false},
-		{"retention zero", []idempotency.Option{idempotency.WithRetention(0)}, false},
-		{"retention negative", []idempotency.Option{idempotency.WithRetention(-time.Hour)}, false},
+		{"retention 1µs", []idempotency.Option{idempotency.WithRetention(time.Microsecond, "@every 1m")}, true},
+		{"retention below 1µs", []idempotency.Option{idempotency.WithRetention(time.Nanosecond, "@every 1m")}, false},
+		{"retention zero", []idempotency.Option{idempotency.WithRetention(0, "@every 1m")}, false},
+		{"retention negative", []idempotency.Option{idempotency.WithRetention(-time.Hour, "@every 1m")}, false},
 		{"batch zero", []idempotency.Option{idempotency.WithPurgeBatch(0)}, false},
-		{"schedule descriptor", []idempotency.Option{idempotency.WithPurgeSchedule("@hourly")}, true},
-		{"schedule garbage", []idempotency.Option{idempotency.WithPurgeSchedule("every minute")}, false},
-		{"schedule empty", []idempotency.Option{idempotency.WithPurgeSchedule("")}, false},
+		{"schedule descriptor", []idempotency.Option{idempotency.WithRetention(7*24*time.Hour, "@hourly")}, true},
+		{"schedule garbage", []idempotency.Option{idempotency.WithRetention(7*24*time.Hour, "every minute")}, false},
+		{"schedule empty", []idempotency.Option{idempotency.WithRetention(7*24*time.Hour, "")}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -665,8 +665,8 @@ func TestIntegrationPurgeInBatches(t *testing.T) {
 	t.Parallel()
 	s := testenv.PG(t)
 	// Two Stores on one table: keys claimed through short expire at once, through long in an hour.
-	short := newStore(t, s, idempotency.WithRetention(time.Microsecond), idempotency.WithPurgeBatch(10))
-	long := newStore(t, s, idempotency.WithRetention(time.Hour))
+	short := newStore(t, s, idempotency.WithRetention(time.Microsecond, "@every 1m"), idempotency.WithPurgeBatch(10))
+	long := newStore(t, s, idempotency.WithRetention(time.Hour, "@every 1m"))
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 
@@ -706,7 +706,7 @@ func TestIntegrationPurgeInBatches(t *testing.T) {
 func TestIntegrationRunPurgesUntilCancelled(t *testing.T) {
 	t.Parallel()
 	s := testenv.PG(t)
-	st := newStore(t, s, idempotency.WithRetention(time.Microsecond), idempotency.WithPurgeSchedule("@every 1s"),
+	st := newStore(t, s, idempotency.WithRetention(time.Microsecond, "@every 1s"),
 		idempotency.WithPurgeBatch(3))
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
@@ -728,7 +728,7 @@ func TestIntegrationRunPurgesUntilCancelled(t *testing.T) {
 func TestIntegrationRunReturnsOnCancel(t *testing.T) {
 	t.Parallel()
 	s := testenv.PG(t)
-	st := newStore(t, s, idempotency.WithPurgeSchedule("@hourly"))
+	st := newStore(t, s, idempotency.WithRetention(7*24*time.Hour, "@hourly"))
 	startRun(t, t.Context(), st)()
 }
 
@@ -767,7 +767,7 @@ func TestIntegrationNamesAndConcurrentMigrate(t *testing.T) {
 	})
 	pool := bigPool(t, s, 8)
 	st, err := idempotency.New(pool, idempotency.WithSchema(schema), idempotency.WithTable(`Keys"; drop table x; --`),
-		idempotency.WithRetention(time.Microsecond))
+		idempotency.WithRetention(time.Microsecond, "@every 1m"))
 	if err != nil {
 		t.Fatal(err)
 	}

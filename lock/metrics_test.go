@@ -45,7 +45,7 @@ func TestIntegrationInstrumentPostgresLeaseLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	c, err := pglock.New(pool, pglock.WithTTL(2*time.Second), pglock.WithRenewEvery(400*time.Millisecond), pglock.WithLogger(testLogger(t)))
+	c, err := pglock.New(pool, pglock.WithTTL(2*time.Second), pglock.WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

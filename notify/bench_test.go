@@ -78,7 +78,7 @@ func benchDeliver(b *testing.B, h http.Handler) {
 	pg := testenv.PG(b)
 	n, err := notify.New(pg.Pool, []notify.Receiver{{Name: "r", URL: srv.URL, Secrets: []string{secret}, Echo: "success", Concurrency: conc}},
 		notify.WithSchema(pg.Name), notify.WithLogger(testenv.Logger(b)), notify.WithHTTPClient(client), notify.WithPlainHTTP(),
-		notify.WithElector(zkenv.Elector(b, testenv.ZKRoot(b)+"/bench", "a")), notify.WithBatch(500))
+		notify.WithElector(zkenv.Elector(b, testenv.ZKRoot(b)+"/bench", "a")), notify.WithTick("@every 1s", 500))
 	if err != nil {
 		b.Fatal(err)
 	}

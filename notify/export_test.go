@@ -12,3 +12,7 @@ func (n *Notifier) Post(ctx context.Context, name string, d Delivery) (bool, str
 	res := n.post(ctx, r, d)
 	return res.ok, res.err
 }
+
+// MetricReceiversForTest sets how many receivers get a circuit gauge series of their own
+// (default 50); a seam of the tests, not an option of the API.
+func MetricReceiversForTest(n int) Option { return func(o *options) { o.metricReceivers = n } }

@@ -71,7 +71,7 @@ func TestIntegrationMetricsDeliveries(t *testing.T) {
 	t.Cleanup(busy.Close)
 	n := w.notifier(w.receivers(notify.Receiver{Name: "broken", URL: broken.URL, Secrets: []string{secret}},
 		notify.Receiver{Name: "busy", URL: busy.URL, Secrets: []string{secret}, Concurrency: 1}),
-		notify.WithElector(zkenv.Elector(t, w.path, "a")), notify.WithRegisterer(reg), notify.WithTick("@every 100ms"))
+		notify.WithElector(zkenv.Elector(t, w.path, "a")), notify.WithRegisterer(reg), notify.WithTick("@every 100ms", 100))
 	stop := runUntil(t, n)
 
 	ok1, ok2 := w.enqueue(n, "shop", "m1", 1), w.enqueue(n, "shop", "m2", 1)
@@ -113,7 +113,7 @@ func TestIntegrationMetricsDeliveries(t *testing.T) {
 	}
 }
 
-// Failing receivers open their circuits: the gauge shows each of the first WithMetricReceivers
+// Failing receivers open their circuits: the gauge shows each of the first MetricReceiversForTest
 // receivers by name and sums the rest under "other"; held-back deliveries count as circuit_open
 // attempts; every circuit shows closed once the notifier stops leading.
 func TestIntegrationMetricsCircuitBoundedReceivers(t *testing.T) {
@@ -123,7 +123,7 @@ func TestIntegrationMetricsCircuitBoundedReceivers(t *testing.T) {
 	rcvs := w.receivers(notify.Receiver{Name: "broken1", URL: broken.URL, Secrets: []string{secret}, Concurrency: 1},
 		notify.Receiver{Name: "broken2", URL: broken.URL, Secrets: []string{secret}, Concurrency: 1})
 	n := w.notifier(rcvs, notify.WithElector(zkenv.Elector(t, w.path, "a")), notify.WithRegisterer(reg),
-		notify.WithMetricReceivers(2), notify.WithBreaker(2, time.Hour))
+		notify.MetricReceiversForTest(2), notify.WithBreaker(2, time.Hour))
 	// shop and broken1 are the first two: series of their own; broken2 is "other".
 	if got, err := testutil.GatherAndCount(reg, "txkit_notify_circuit_open"); err != nil || got != 3 {
 		t.Fatalf("circuit_open series = %d, %v; want 3 (shop, broken1, other)", got, err)
@@ -187,8 +187,8 @@ func TestIntegrationMetricsRegistry(t *testing.T) {
 	if _, err := notify.New(w.sender.Pool, w.receivers(), notify.WithPlainHTTP(), notify.WithRegisterer(clash)); !errors.Is(err, notify.ErrInvalidOption) {
 		t.Fatalf("New on a clashing registry = %v, want ErrInvalidOption", err)
 	}
-	if _, err := notify.New(w.sender.Pool, w.receivers(), notify.WithPlainHTTP(), notify.WithMetricReceivers(-1)); !errors.Is(err, notify.ErrInvalidOption) {
-		t.Fatalf("WithMetricReceivers(-1) = %v, want ErrInvalidOption", err)
+	if _, err := notify.New(w.sender.Pool, w.receivers(), notify.WithPlainHTTP(), notify.MetricReceiversForTest(-1)); !errors.Is(err, notify.ErrInvalidOption) {
+		t.Fatalf("MetricReceiversForTest(-1) = %v, want ErrInvalidOption", err)
 	}
 }
 

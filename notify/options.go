@@ -43,10 +43,10 @@ type options struct {
 	client            *http.Client
 	retention         time.Duration
 	retentionSpec     string
-	concurrencyPerRcv int
+	concurrencyPerRcv int // a Receiver's deliveries in flight when its Concurrency is 0
 	plainHTTP         bool
 	reg               prometheus.Registerer
-	metricReceivers   int
+	metricReceivers   int                  // receivers with a circuit gauge series of their own
 	tp                trace.TracerProvider // nil: the global provider
 	parts             int                  // WithPartitions
 	partElectors      func(p int) (lock.Elector, error)
@@ -90,20 +90,16 @@ func WithSchedule(delays []time.Duration, jitter float64) Option {
 }
 
 // WithTick sets the cron spec on which the leader looks for due notifications (default "@every
-// 1s"; a sub-second "@every 200ms" is kept as written); a notification enqueued or redelivered in
-// this database also wakes it at once (LISTEN/NOTIFY).
-func WithTick(spec string) Option { return func(o *options) { o.tick = spec } }
-
-// WithBatch sets how many due notifications of one receiver the leader takes at once (and holds,
-// queued or in flight, at most), and how many results one statement records (default 100).
-func WithBatch(n int) Option { return func(o *options) { o.batch = n } }
+// 1s"; a sub-second "@every 200ms" is kept as written) and how many due notifications of one
+// receiver it takes at once — and holds, queued or in flight, at most — which is also how many
+// results one statement records (default 100). A notification enqueued or redelivered in this
+// database also wakes the leader at once (LISTEN/NOTIFY).
+func WithTick(spec string, batch int) Option {
+	return func(o *options) { o.tick, o.batch = spec, batch }
+}
 
 // WithCallTimeout bounds each delivery's HTTP call (default 10s).
 func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
-
-// WithConcurrency sets how many deliveries to one receiver are in flight at once when its
-// [Receiver] does not say (default 4).
-func WithConcurrency(n int) Option { return func(o *options) { o.concurrencyPerRcv = n } }
 
 // WithBreaker sets the circuit breaker: after failures consecutive failed deliveries to one
 // receiver (default 5), none is sent to it for cooldown (default 1m); then one at a time until one
@@ -143,18 +139,9 @@ func WithRetention(keep time.Duration, spec string) Option {
 // when a name is taken on reg by a metric of another kind or labels.
 func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
 
-// WithMetricReceivers sets how many receivers get a txkit_notify_circuit_open series of their own
-// (default 50): the first n given to [New], in order; the others share receiver="other", so the
-// number of series stays bounded however many receivers are configured. n must not be negative.
-func WithMetricReceivers(n int) Option { return func(o *options) { o.metricReceivers = n } }
-
-// WithTracerProvider sets the OpenTelemetry provider of the notifier's spans (default, or nil:
-// the application's global provider, read when [New] runs). Each delivery attempt is a span
-// "notify deliver" — a child of the trace context that [Notifier.Enqueue] stored with the
-// notification, so the attempts join the trace of the request that enqueued it — with the
-// attributes txkit.notification (the id), txkit.receiver, txkit.attempt (1 for the first) and
-// txkit.result (ok, error, refused), and the error recorded when it failed; the W3C trace
-// context of that span is sent with the delivery (traceparent, tracestate headers).
+// WithTracerProvider sets the OpenTelemetry tracer provider (default, or nil: the global one).
+// Each delivery attempt is a span "notify deliver", a child of the trace context
+// [Notifier.Enqueue] stored, sent on to the receiver in traceparent headers (docs/tracing.md).
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tp = tp } }
 
 func (o options) validate() error {

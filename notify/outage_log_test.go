@@ -22,7 +22,7 @@ func TestIntegrationNotifierDatabaseOutageLogsBounded(t *testing.T) {
 	pool, proxy := testenv.PoolViaProxy(t, w.sender)
 	log, logs := obstest.NewLogs()
 	n, err := notify.New(pool, w.receivers(), notify.WithSchema(w.sender.Name), notify.WithPlainHTTP(), notify.WithLogger(log),
-		notify.WithTick("@every 200ms"), notify.WithElector(zkenv.Elector(t, w.path, "n1")))
+		notify.WithTick("@every 200ms", 100), notify.WithElector(zkenv.Elector(t, w.path, "n1")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -274,7 +274,7 @@ func TestNewInboxWindowAgainstRetention(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pool := &pgxpool.Pool{} // NewInbox and idempotency.New do not touch the database
-			store, err := idempotency.New(pool, idempotency.WithRetention(tc.retain))
+			store, err := idempotency.New(pool, idempotency.WithRetention(tc.retain, "@every 1m"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -412,7 +412,7 @@ func appliedConsumer(t *testing.T, pg *testenv.Schema, topic string) *rocketmq.C
 		return err
 	}
 	c, err := rocketmq.NewConsumer(testenv.Namesrv(t), mqtest.ConsumerGroup(t), topic, consumerPool(t, pg.URL), store, handler,
-		rocketmq.WithOrderly(true), rocketmq.WithOrderlyRetryInterval(100*time.Millisecond), rocketmq.WithLogger(testLogger(t)))
+		rocketmq.WithOrderly(100*time.Millisecond), rocketmq.WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

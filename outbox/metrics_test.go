@@ -58,7 +58,7 @@ func TestIntegrationRelayMetrics(t *testing.T) {
 }
 
 // TestIntegrationRelayMetricsFailures: failed publishes count as failures, and a message that
-// fails WithMaxAttempts times as dead. While a message waits out its backoff, the leader's gauges
+// fails WithRetry's attempts times as dead. While a message waits out its backoff, the leader's gauges
 // show it; a relay that stops leading sets them to 0. The relays follow each other on one
 // registry, as relays restarted in one process would, and their counts add up.
 func TestIntegrationRelayMetricsFailures(t *testing.T) {
@@ -74,7 +74,7 @@ func TestIntegrationRelayMetricsFailures(t *testing.T) {
 		return nil
 	})
 	relay := func(id string, maxAttempts int) *outbox.Relay {
-		return e.relay(t, id, rec, outbox.WithMaxAttempts(maxAttempts), outbox.WithBackoff(time.Millisecond, 5*time.Millisecond),
+		return e.relay(t, id, rec, outbox.WithRetry(maxAttempts, time.Millisecond, 5*time.Millisecond),
 			outbox.WithSchedule("@every 100ms"), outbox.WithRegisterer(reg))
 	}
 

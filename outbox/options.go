@@ -20,7 +20,7 @@ type Option func(*options)
 type options struct {
 	schema  string
 	table   string
-	channel string // "" until New derives it from schema and table
+	channel string // "" until New derives it from schema and table (tests set their own)
 	maxBody int
 	notify  bool
 	parts   int
@@ -45,13 +45,6 @@ func WithSchema(name string) Option { return func(o *options) { o.schema = name 
 // fit PostgreSQL's 63-byte identifiers.
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
-// WithChannel sets the LISTEN/NOTIFY channel that [Outbox.Enqueue] notifies and the [Relay]
-// listens on (default: the schema-qualified table name, "txkit_outbox" or "myschema.txkit_outbox",
-// shortened with a hash when longer than 63 bytes).
-// Two outboxes in one database should use different channels, or each relay also wakes for the
-// other's messages (harmless, but wasted work).
-func WithChannel(name string) Option { return func(o *options) { o.channel = name } }
-
 // WithMaxBodySize sets the largest body, in bytes, that [Outbox.Enqueue] accepts (default
 // [DefaultMaxBodySize]); a larger one is refused with an error wrapping [ErrTooLarge]. Keep it at
 // or below the broker's own limit, or a message too large for the broker is accepted here and then
@@ -66,21 +59,11 @@ func WithNotify(on bool) Option { return func(o *options) { o.notify = on } }
 // MaxPartitions is the largest partition count [WithPartitions] accepts.
 const MaxPartitions = 1024
 
-// WithPartitions splits the outbox into n partitions (default 1: not split; at most
-// [MaxPartitions]). [Outbox.Enqueue] puts each message in the partition of a stable hash of its
-// key ([Outbox.Partition]; of its ID when it has no key), and a [Relay] leads each partition in an
-// election of its own ([WithElectors]), so several relay processes share the work, each key's
-// messages staying in order within their partition.
-//
-// The count is stored with the table by the first [Outbox.Migrate] and cannot change afterwards:
-// Migrate, Enqueue and [Relay.Run] refuse an outbox configured with another count (an error
-// wrapping [ErrInvalidOption]). A table that already held pending messages when partitions came
-// is stored with 1. Changing the count of a live outbox is refused rather than supported because
-// a key would move to another partition while its earlier messages are still pending in the old
-// one, led by another relay: per-key order would need a drain barrier (stop every writer, wait
-// for the table to be empty) that an online change cannot provide. To change it, stop the writers,
-// let the relays empty the table, delete the row of the table named after the outbox's with
-// "_parts" appended, and migrate with the new count.
+// WithPartitions splits the outbox into n partitions (default 1; at most [MaxPartitions]) by a
+// stable hash of each message's key ([Outbox.Partition]), so that several relays share the work
+// ([WithElectors]) while each key's messages stay in order. The count is stored by the first
+// [Outbox.Migrate] and cannot change afterwards: Migrate, Enqueue and [Relay.Run] refuse another
+// with an error wrapping [ErrInvalidOption] (docs/outbox.md, "Partitions", says how to change it).
 func WithPartitions(n int) Option { return func(o *options) { o.parts = n } }
 
 const (
@@ -150,12 +133,12 @@ type relayOptions struct {
 	maxAttempts    int
 	backoffBase    time.Duration
 	backoffCap     time.Duration
-	publishTimeout time.Duration
-	fence          *fence.Fence
+	publishTimeout time.Duration // each Publish; the publisher's own send timeout is usually shorter
+	fence          *fence.Fence  // nil: txkit_fence in the outbox's schema; tests set another
 	reg            prometheus.Registerer
 	tp             trace.TracerProvider // nil: the global provider
 	retryPause     time.Duration        // after being fenced, and before retrying the fence check or the listener
-	inFlight       int                  // WithMaxInFlight; 0: twice the batch size plus twice the concurrency
+	inFlight       int                  // messages held at once; 0: twice the batch size plus twice the concurrency
 	electors       func(p int) (lock.Elector, error)
 	inspector      lock.Inspector
 	elections      []string
@@ -204,50 +187,28 @@ func WithLogger(l *slog.Logger) RelayOption {
 // their backoff ends.
 func WithSchedule(spec string) RelayOption { return func(o *relayOptions) { o.schedule = spec } }
 
-// WithBatchSize sets how many due messages one drain reads at a time (default 128, at most 10000).
-// [WithBatchBytes] bounds the batch too.
+// WithBatchSize sets how many due messages one drain reads at a time (default 128, at most 10000):
+// larger batches mean fewer queries under a backlog. A batch is also cut at [DefaultBatchBytes]
+// (always at least one message), which bounds what the relay holds in memory.
 func WithBatchSize(n int) RelayOption { return func(o *relayOptions) { o.batch = n } }
 
-// DefaultBatchBytes is the default of [WithBatchBytes]: 16 MiB.
+// DefaultBatchBytes is the most a drain reads in one batch: 16 MiB of topic, key, body and
+// headers as stored.
 const DefaultBatchBytes = 16 << 20
-
-// WithBatchBytes bounds the size of one batch (default [DefaultBatchBytes]; at least 1 KiB, at most
-// 1 GiB): a drain reads due messages until [WithBatchSize] of them or n bytes of them — topic, key,
-// body and headers as stored — whichever comes first, and always at least one message, however
-// large. It bounds what the relay holds in memory at once.
-func WithBatchBytes(n int) RelayOption { return func(o *relayOptions) { o.batchBytes = n } }
 
 // WithConcurrency sets how many keys of one batch are published at the same time (default 16).
 // Messages with the same key are always published one after the other, in order.
 func WithConcurrency(n int) RelayOption { return func(o *relayOptions) { o.concurrency = n } }
 
-// WithMaxAttempts sets how many failed publishes make a message dead (default 16). A publish
-// whose error wraps [ErrInvalidMessage] — the broker can never carry the message — makes it dead at
-// once.
-func WithMaxAttempts(n int) RelayOption { return func(o *relayOptions) { o.maxAttempts = n } }
-
-// WithBackoff sets the retry delay after a failed publish: after the n-th failure the message
-// waits a random time in [d/2, d], d = min(cap, base·2^(n-1)), computed by PostgreSQL. Defaults:
-// base 1 s, cap 10 min. base must be at least 1 ms and cap at least base.
-func WithBackoff(base, cap time.Duration) RelayOption {
-	return func(o *relayOptions) { o.backoffBase, o.backoffCap = base, cap }
+// WithRetry sets how a failed publish is retried: a message is dead after attempts failed
+// publishes (default 16; at least 1), and after its n-th failure it waits a random time in
+// [d/2, d], d = min(cap, base·2^(n-1)), computed by PostgreSQL (defaults 1 s and 10 min; base at
+// least 1 ms, cap at least base). A publish whose error wraps [ErrInvalidMessage] — the broker can
+// never carry the message — makes it dead at once. Turn it to give up sooner or ride out longer
+// broker outages.
+func WithRetry(attempts int, base, cap time.Duration) RelayOption {
+	return func(o *relayOptions) { o.maxAttempts, o.backoffBase, o.backoffCap = attempts, base, cap }
 }
-
-// WithPublishTimeout bounds each [Publisher.Publish] call (default 30 s). A publish that times out
-// counts as failed; the message may still have reached the broker, and is sent again.
-func WithPublishTimeout(d time.Duration) RelayOption {
-	return func(o *relayOptions) { o.publishTimeout = d }
-}
-
-// WithFence sets the fence the relay passes (default: the table "txkit_fence" in the outbox's
-// schema, which [Outbox.Migrate] creates). Every write of the relay — deleting sent rows,
-// recording failures — passes it (resource "outbox:" + the table's qualified name, token the
-// leadership's) in the same transaction, so that a relay deposed while it was publishing cannot
-// change the table after the new leader wrote to it. The relay also passes the fence as soon as it
-// leads, and does nothing until it has. f's table must exist (see [fence.Fence.Migrate]); a fence
-// shared with other components (a coordinator's, a notifier's) works, since each has its own
-// resource.
-func WithFence(f *fence.Fence) RelayOption { return func(o *relayOptions) { o.fence = f } }
 
 // WithRegisterer registers the relay's txkit_outbox_* metrics (txkit_leader_partitions_unled too,
 // with [WithElectors]) on reg, all listed in docs/metrics.md. Default: none; [Relay.Stats] still
@@ -257,14 +218,6 @@ func WithFence(f *fence.Fence) RelayOption { return func(o *relayOptions) { o.fe
 func WithRegisterer(reg prometheus.Registerer) RelayOption {
 	return func(o *relayOptions) { o.reg = reg }
 }
-
-// WithMaxInFlight bounds the messages a relay holds at once in one partition: read and not yet
-// recorded (published, publishing, or waiting for an earlier message of their key). Default 0:
-// twice [WithBatchSize] plus twice [WithConcurrency]. The relay keeps publishes in flight
-// across batches: it reads the next batch while the previous ones are published, as soon as a
-// whole batch fits under the bound. A bound of one batch gives back the relay that waits for a
-// batch's slowest publish before it reads the next.
-func WithMaxInFlight(n int) RelayOption { return func(o *relayOptions) { o.inFlight = n } }
 
 // WithElectors sets the elections of a partitioned outbox's relay ([WithPartitions]): el(p) is
 // this process's candidate in partition p's election (0 ≤ p < partitions), such as

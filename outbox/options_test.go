@@ -24,7 +24,7 @@ func TestNewOptions(t *testing.T) {
 		{"defaults", nil, false, "txkit_outbox", "txkit_outbox"},
 		{"schema", []Option{WithSchema("Orders")}, false, "Orders.txkit_outbox", "Orders.txkit_outbox"},
 		{"table with quote", []Option{WithTable(`we"ird`)}, false, `we"ird`, `we"ird`},
-		{"own channel", []Option{WithChannel("wake_up")}, false, "txkit_outbox", "wake_up"},
+		{"own channel", []Option{ChannelForTest("wake_up")}, false, "txkit_outbox", "wake_up"},
 		{"long schema: channel shortened with a hash", []Option{WithSchema(strings.Repeat("s", 60))}, false,
 			strings.Repeat("s", 60) + ".txkit_outbox", pgutil.Channel(strings.Repeat("s", 60), "txkit_outbox")},
 		{"empty table", []Option{WithTable("")}, true, "", ""},
@@ -32,7 +32,7 @@ func TestNewOptions(t *testing.T) {
 		{"longest table", []Option{WithTable(strings.Repeat("t", 51))}, false, strings.Repeat("t", 51), strings.Repeat("t", 51)},
 		{"schema with NUL", []Option{WithSchema("a\x00b")}, true, "", ""},
 		{"table not UTF-8", []Option{WithTable("\xff")}, true, "", ""},
-		{"channel too long", []Option{WithChannel(strings.Repeat("c", 64))}, true, "", ""},
+		{"channel too long", []Option{ChannelForTest(strings.Repeat("c", 64))}, true, "", ""},
 		{"zero body limit", []Option{WithMaxBodySize(0)}, true, "", ""},
 		{"12 partitions", []Option{WithPartitions(12)}, false, "txkit_outbox", "txkit_outbox"},
 		{"most partitions", []Option{WithPartitions(MaxPartitions)}, false, "txkit_outbox", "txkit_outbox"},
@@ -68,24 +68,24 @@ func TestRelayOptions(t *testing.T) {
 		{"batch 1", []RelayOption{WithBatchSize(1)}, false},
 		{"batch 0", []RelayOption{WithBatchSize(0)}, true},
 		{"batch too large", []RelayOption{WithBatchSize(maxBatch + 1)}, true},
-		{"batch bytes 1 KiB", []RelayOption{WithBatchBytes(1 << 10)}, false},
-		{"batch bytes below 1 KiB", []RelayOption{WithBatchBytes(1<<10 - 1)}, true},
-		{"batch bytes above 1 GiB", []RelayOption{WithBatchBytes(1<<30 + 1)}, true},
+		{"batch bytes 1 KiB", []RelayOption{BatchBytesForTest(1 << 10)}, false},
+		{"batch bytes below 1 KiB", []RelayOption{BatchBytesForTest(1<<10 - 1)}, true},
+		{"batch bytes above 1 GiB", []RelayOption{BatchBytesForTest(1<<30 + 1)}, true},
 		{"concurrency 0", []RelayOption{WithConcurrency(0)}, true},
-		{"max attempts 1", []RelayOption{WithMaxAttempts(1)}, false},
-		{"max attempts 0", []RelayOption{WithMaxAttempts(0)}, true},
-		{"backoff base below 1ms", []RelayOption{WithBackoff(time.Microsecond, time.Second)}, true},
-		{"backoff cap below base", []RelayOption{WithBackoff(time.Second, time.Millisecond)}, true},
-		{"backoff cap equals base", []RelayOption{WithBackoff(time.Second, time.Second)}, false},
-		{"publish timeout 0", []RelayOption{WithPublishTimeout(0)}, true},
+		{"max attempts 1", []RelayOption{WithRetry(1, time.Second, time.Minute)}, false},
+		{"max attempts 0", []RelayOption{WithRetry(0, time.Second, time.Minute)}, true},
+		{"backoff base below 1ms", []RelayOption{WithRetry(16, time.Microsecond, time.Second)}, true},
+		{"backoff cap below base", []RelayOption{WithRetry(16, time.Second, time.Millisecond)}, true},
+		{"backoff cap equals base", []RelayOption{WithRetry(16, time.Second, time.Second)}, false},
+		{"publish timeout 0", []RelayOption{PublishTimeoutForTest(0)}, true},
 		{"schedule with seconds", []RelayOption{WithSchedule("*/2 * * * * *")}, false},
 		{"schedule standard", []RelayOption{WithSchedule("*/5 * * * *")}, false},
 		{"schedule descriptor", []RelayOption{WithSchedule("@every 250ms")}, false},
 		{"schedule garbage", []RelayOption{WithSchedule("every second")}, true},
 		{"nil logger keeps the default", []RelayOption{WithLogger(nil)}, false},
-		{"max in flight one batch", []RelayOption{WithBatchSize(16), WithMaxInFlight(16)}, false},
-		{"max in flight below a batch", []RelayOption{WithBatchSize(16), WithMaxInFlight(15)}, true},
-		{"max in flight negative", []RelayOption{WithMaxInFlight(-1)}, true},
+		{"max in flight one batch", []RelayOption{WithBatchSize(16), MaxInFlightForTest(16)}, false},
+		{"max in flight below a batch", []RelayOption{WithBatchSize(16), MaxInFlightForTest(15)}, true},
+		{"max in flight negative", []RelayOption{MaxInFlightForTest(-1)}, true},
 		{"electors", []RelayOption{WithElectors(noElector)}, false},
 		{"elector and electors", []RelayOption{WithElector(&lock.Election{}), WithElectors(noElector)}, true},
 		{"balance with electors", []RelayOption{WithElectors(noElector), WithBalance(noInspector{}, "/e/p0")}, false},
@@ -126,7 +126,7 @@ func TestInFlightDefault(t *testing.T) {
 	if got := o.maxInFlight(); got != 2*128+2*16 {
 		t.Fatalf("default max in flight at batch 128, concurrency 16 = %d, want %d", got, 2*128+2*16)
 	}
-	WithMaxInFlight(500)(&o)
+	MaxInFlightForTest(500)(&o)
 	if got := o.maxInFlight(); got != 500 {
 		t.Fatalf("max in flight = %d, want 500", got)
 	}

@@ -25,14 +25,14 @@ import (
 func TestIntegrationRelayOutageLogsBounded(t *testing.T) {
 	e := newRelayEnv(t)
 	ns, broker := mqtest.BrokerBehindProxy(t)
-	pub, err := rocketmq.NewPublisher(t.Context(), ns, rocketmq.WithSendTimeout(2*time.Second), rocketmq.WithRetries(0))
+	pub, err := rocketmq.NewPublisher(t.Context(), ns, rocketmq.WithRetries(0, 2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pub.Close() })
 	log, logs := obstest.NewLogs()
-	r := e.relay(t, "relay-1", pub, outbox.WithLogger(log), outbox.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
-		outbox.WithMaxAttempts(1_000_000), outbox.WithSchedule("@every 200ms"))
+	r := e.relay(t, "relay-1", pub, outbox.WithLogger(log), outbox.WithRetry(1_000_000, 10*time.Millisecond, 100*time.Millisecond),
+		outbox.WithSchedule("@every 200ms"))
 	run(t, r)
 
 	// The publisher learns the route (through the name server's proxy: the broker's address is

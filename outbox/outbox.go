@@ -128,7 +128,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Outbox, error) {
 // "myschema.txkit_outbox"), unquoted.
 func (ob *Outbox) Table() string { return ob.name }
 
-// Channel returns the LISTEN/NOTIFY channel (see [WithChannel]).
+// Channel returns the LISTEN/NOTIFY channel (derived from the schema and the table).
 func (ob *Outbox) Channel() string { return ob.o.channel }
 
 // Migrate creates the schema (if one was set), the table and its indexes, and the fence table
@@ -319,7 +319,7 @@ func (ob *Outbox) check(msg Message) error {
 	return nil
 }
 
-// DeadMessage is a message that failed [WithMaxAttempts] publishes, as [Outbox.ListDead] returns it.
+// DeadMessage is a message that failed every publish [WithRetry] allows, as [Outbox.ListDead] returns it.
 type DeadMessage struct {
 	Message
 	Attempts  int       // failed publishes

@@ -264,12 +264,12 @@ func TestIntegrationEnqueueNotifies(t *testing.T) {
 		}
 		return c
 	}
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithChannel("ch_"+pg.Name))
+	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.ChannelForTest("ch_"+pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	quiet, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithTable("quiet"), outbox.WithNotify(false),
-		outbox.WithChannel("ch_"+pg.Name))
+		outbox.ChannelForTest("ch_"+pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}

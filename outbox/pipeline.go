@@ -68,7 +68,7 @@ func signal(c chan struct{}) {
 	}
 }
 
-// maxInFlight returns the in-flight bound: WithMaxInFlight, or by default twice the batch size
+// maxInFlight returns the in-flight bound: the test seam MaxInFlightForTest, or by default twice the batch size
 // plus twice the concurrency.
 func (o relayOptions) maxInFlight() int {
 	if o.inFlight > 0 {

@@ -23,7 +23,8 @@ import (
 // it leads, drains the due messages whenever a commit's NOTIFY or the schedule ([WithSchedule])
 // wakes it. Each key's messages are published in order, different keys in parallel
 // ([WithConcurrency]); acknowledged rows are deleted and failures retried with backoff
-// ([WithBackoff]) in fenced transactions ([WithFence]), until [WithMaxAttempts] failures, or a
+// ([WithRetry]) in fenced transactions (txkit_fence in the outbox's schema), until
+// [WithRetry]'s attempts failed, or a
 // publish error wrapping [ErrInvalidMessage], make a message dead ([Outbox.ListDead],
 // [Outbox.Requeue]). Delivery is at least once, with the same [Message.ID] every time. How a drain
 // reads, pipelines and records: docs/outbox.md.
@@ -53,7 +54,7 @@ type Stats struct {
 	Dead      int64 // messages this relay made dead
 	Batches   int64 // non-empty batches read
 	Wakeups   int64 // drains started (by the schedule, a notification, or taking the lead)
-	Fenced    int64 // terms the fence ended: a newer leader had written (see WithFence)
+	Fenced    int64 // terms the fence ended: a newer leader had written (see Outbox.Migrate)
 	Rescued   int64 // messages made due at once when publishing worked again after an outage
 }
 
@@ -64,8 +65,7 @@ type relayStats struct {
 // NewRelay returns a relay that publishes ob's messages through pub while the elector of
 // [WithElector] leads. ob's pool is used for the relay's queries and writes, and its
 // configuration for the dedicated listening connection. The relay's writes pass a fence:
-// [WithFence]'s, or by default the fence table "txkit_fence" in the outbox's schema, which
-// [Outbox.Migrate] creates. NewRelay does not touch the database or ZooKeeper. It returns an error
+// the fence table "txkit_fence" in the outbox's schema, which [Outbox.Migrate] creates. NewRelay does not touch the database or ZooKeeper. It returns an error
 // wrapping [ErrInvalidOption] when an argument or option is unusable.
 func NewRelay(ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 	o := defaultRelayOptions()

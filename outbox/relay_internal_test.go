@@ -199,7 +199,7 @@ func storedSize(t *testing.T, pool *pgxpool.Pool, ob *Outbox, id uuid.UUID) int 
 
 // TestIntegrationBatchBytes drains an outbox the way the relay does, batch after batch through
 // fetch, and checks that no batch of more than one message holds more than the byte bound
-// (WithBatchBytes, here the default) and that nothing is left behind.
+// (DefaultBatchBytes) and that nothing is left behind.
 func TestIntegrationBatchBytes(t *testing.T) {
 	pg, ob := migratedOutbox(t)
 	ctx := t.Context()

@@ -280,7 +280,7 @@ func TestIntegrationRelayPerKeyOrder(t *testing.T) {
 	e.enqueue(t, "k1", "k1:1")
 	e.enqueue(t, "k1", "k1:2")
 	e.enqueue(t, "k2", "k2:1")
-	r := e.relay(t, "relay-1", rec, outbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
+	r := e.relay(t, "relay-1", rec, outbox.WithRetry(16, time.Millisecond, 5*time.Millisecond))
 	run(t, r)
 
 	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
@@ -322,7 +322,7 @@ func TestIntegrationRelayDeadAndRequeue(t *testing.T) {
 	e.enqueue(t, "k", "after")
 	e.enqueue(t, "other", "other")
 	const maxAttempts = 3
-	r := e.relay(t, "relay-1", rec, outbox.WithMaxAttempts(maxAttempts), outbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
+	r := e.relay(t, "relay-1", rec, outbox.WithRetry(maxAttempts, time.Millisecond, 5*time.Millisecond))
 	run(t, r)
 
 	e.waitOneDead(t, "the poison message to be dead and the others sent")
@@ -357,7 +357,7 @@ func TestIntegrationRelayDeadAndRequeue(t *testing.T) {
 // TestIntegrationRelayRefusedForGoodDeadAtOnce: a message the broker can never carry — a topic
 // name RocketMQ does not allow, which the real publisher refuses with an error wrapping
 // ErrInvalidMessage — is dead after its first failed publish instead of being retried
-// WithMaxAttempts times while its key's later messages wait.
+// WithRetry attempts times while its key's later messages wait.
 func TestIntegrationRelayRefusedForGoodDeadAtOnce(t *testing.T) {
 	e := newRelayEnv(t)
 	rec := &recorder{next: mqtest.Publisher(t)}
@@ -367,7 +367,7 @@ func TestIntegrationRelayRefusedForGoodDeadAtOnce(t *testing.T) {
 	}
 	e.enqueue(t, "k", "after")
 	const maxAttempts = 5
-	r := e.relay(t, "relay-1", rec, outbox.WithMaxAttempts(maxAttempts), outbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
+	r := e.relay(t, "relay-1", rec, outbox.WithRetry(maxAttempts, time.Millisecond, 5*time.Millisecond))
 	run(t, r)
 
 	e.waitOneDead(t, "the bad-topic message to be dead and the next one sent")
@@ -402,7 +402,7 @@ func TestIntegrationRelayLeadershipHandoff(t *testing.T) {
 	relays := map[string]*outbox.Relay{}
 	stops := map[string]func(){}
 	for id, rec := range recs {
-		relays[id] = e.relay(t, id, rec, outbox.WithFence(fence), outbox.WithBatchSize(16))
+		relays[id] = e.relay(t, id, rec, outbox.FenceForTest(fence), outbox.WithBatchSize(16))
 		stops[id] = run(t, relays[id])
 	}
 
@@ -641,7 +641,7 @@ func TestIntegrationRelayFenceNotMigrated(t *testing.T) {
 	}
 	rec := &recorder{next: mqtest.Publisher(t)}
 	e.enqueue(t, "", "m1")
-	r := e.relay(t, "relay-1", rec, outbox.WithFence(fence))
+	r := e.relay(t, "relay-1", rec, outbox.FenceForTest(fence))
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	err = r.Run(ctx)
@@ -707,7 +707,7 @@ func TestIntegrationRelayOutageOver(t *testing.T) {
 		e.enqueue(t, k, k+":1")
 	}
 	// A backoff far longer than the test: only the end of the outage can make them due again.
-	r := e.relay(t, "relay-1", rec, outbox.WithBackoff(time.Hour, time.Hour), outbox.WithSchedule("@every 100ms"))
+	r := e.relay(t, "relay-1", rec, outbox.WithRetry(16, time.Hour, time.Hour), outbox.WithSchedule("@every 100ms"))
 	run(t, r)
 	testenv.Eventually(t, 20*time.Second, 5*time.Millisecond, func() bool { return r.Stats().Failed >= 3 },
 		"the three messages to fail")

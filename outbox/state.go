@@ -7,13 +7,13 @@ import (
 
 // Status is the state of a row in the outbox. A message is [StatusPending] from [Outbox.Enqueue]
 // until the [Relay] has published it — then its row is deleted, so "sent" is not a status — or
-// until it has failed [WithMaxAttempts] times, when it becomes [StatusDead]. [Outbox.Requeue]
+// until it has failed [WithRetry]'s attempts, when it becomes [StatusDead]. [Outbox.Requeue]
 // makes a dead message pending again. The table's status column stores [Status.String].
 type Status uint8
 
 const (
 	StatusPending Status = iota + 1 // waiting to be published (again, after a failure)
-	StatusDead                      // failed WithMaxAttempts times; waits for an operator
+	StatusDead                      // failed WithRetry's attempts; waits for an operator
 )
 
 // String returns the name stored in the table's status column.

@@ -12,18 +12,9 @@ import (
 // tracerName is the instrumentation scope of the relay's spans.
 const tracerName = "github.com/txkit/txkit/outbox"
 
-// WithTracerProvider sets the OpenTelemetry tracer provider of the relay (default: the
-// application's global provider). The relay publishes each message under a span "outbox relay
-// publish" (kind producer) and passes the span in the ctx it gives the [Publisher], which
-// propagates it to the broker (the RocketMQ publisher sets the message's traceparent and
-// tracestate properties from it).
-//
-// The span is a child of the trace context [Outbox.Enqueue] stored with the message — the
-// request that wrote the business change — not of the relay's own work: a message is relayed
-// later, by whichever process leads, and its consumers belong to the request that caused it. So
-// the request's trace runs on through the relay to the consumer. When the relay's ctx itself
-// carries a span, the publish span links to it. A message enqueued without a span is published
-// under a span that begins a trace of its own.
+// WithTracerProvider sets the OpenTelemetry tracer provider (default: the global one). Each
+// publish runs under a span "outbox relay publish", a child of the trace context [Outbox.Enqueue]
+// stored with the message, so the request's trace runs on to the consumer (docs/tracing.md).
 func WithTracerProvider(tp trace.TracerProvider) RelayOption {
 	return func(o *relayOptions) { o.tp = tp }
 }

@@ -154,9 +154,8 @@ func (o barrierOptions) storeOptions() []idempotency.Option {
 	return []idempotency.Option{
 		idempotency.WithSchema(o.schema),
 		idempotency.WithTable(o.table),
-		idempotency.WithRetention(o.retain),
+		idempotency.WithRetention(o.retain, o.schedule),
 		idempotency.WithLogger(o.log),
-		idempotency.WithPurgeSchedule(o.schedule),
 		idempotency.WithPurgeBatch(o.batch),
 	}
 }

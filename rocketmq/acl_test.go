@@ -63,7 +63,7 @@ func TestIntegrationCredentials(t *testing.T) {
 		{"wrong secret key", []rocketmq.PublisherOption{rocketmq.WithCredentials(aclUserKey, "not-the-secret-key")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newPublisher(t, e, append(tc.opts, rocketmq.WithRetries(0), rocketmq.WithSendTimeout(10*time.Second))...)
+			p := newPublisher(t, e, append(tc.opts, rocketmq.WithRetries(0, 10*time.Second))...)
 			sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			defer cancel()
 			err := p.Publish(sctx, outbox.Message{ID: uuid.New(), Topic: aclTopic, Body: []byte("unsigned")})

@@ -122,7 +122,7 @@ func TestIntegrationClientLogsFiltered(t *testing.T) {
 	e := newEnv(t)
 	log, logs := obstest.NewLogs()
 	c := newConsumer(t, e, group(t, "logs"), func(context.Context, pgx.Tx, outbox.Message) error { return errBoom },
-		rocketmq.WithLogger(log), rocketmq.WithRetryDelayLevel(1), rocketmq.WithMaxReconsumeTimes(16))
+		rocketmq.WithLogger(log), rocketmq.WithRedelivery(16, 1))
 	start := time.Now()
 	stop := run(t, c)
 	pub := newPublisher(t, e)

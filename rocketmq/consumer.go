@@ -37,7 +37,7 @@ type Handler func(ctx context.Context, tx pgx.Tx, msg message.Message) error
 // over [WithMaxMessageSize], undecodable, or whose handler error wraps [ErrPoison] is logged and
 // acknowledged without being applied (poison). On any other error (claim, handler, commit,
 // timeout, panic) the transaction rolls back and the message is redelivered — through the group's
-// retry topic, or in place with [WithOrderly] — and after [WithMaxReconsumeTimes] goes to
+// retry topic, or in place with [WithOrderly] — and after [WithRedelivery]'s maxTimes goes to
 // %DLQ%<group>. Without [WithOrderly], messages are applied concurrently, in no order, even those
 // of one key. Create the group's retry topic ahead ([EnsureTopic] with [WithRetryTopicsFor]), or a
 // new group's first redeliveries wait up to 30 s (docs/outbox.md).

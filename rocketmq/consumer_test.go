@@ -52,7 +52,7 @@ func TestIntegrationPublishConsumeKeyOrder(t *testing.T) {
 	e := newEnv(t)
 	const keys, perKey = 5, 40
 	rec := &recorder{}
-	c := newConsumer(t, e, group(t, "order"), rec.handler(nil), rocketmq.WithOrderly(true))
+	c := newConsumer(t, e, group(t, "order"), rec.handler(nil), rocketmq.WithOrderly(time.Second))
 	run(t, c)
 	pub := newPublisher(t, e)
 
@@ -151,8 +151,8 @@ func TestIntegrationHandlerErrorRedelivered(t *testing.T) {
 		name string
 		opt  rocketmq.ConsumerOption
 	}{
-		{"concurrent", rocketmq.WithRetryDelayLevel(1)},
-		{"orderly", rocketmq.WithOrderly(true)},
+		{"concurrent", rocketmq.WithRedelivery(16, 1)},
+		{"orderly", rocketmq.WithOrderly(time.Second)},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
@@ -205,7 +205,7 @@ func TestIntegrationPoisonAcknowledged(t *testing.T) {
 		}
 		return nil
 	})
-	c := newConsumer(t, e, group(t, "poison"), h, rocketmq.WithOrderly(true))
+	c := newConsumer(t, e, group(t, "poison"), h, rocketmq.WithOrderly(time.Second))
 	run(t, c)
 
 	raw, err := rmq.NewProducer(
@@ -311,7 +311,7 @@ func firstQueue(t *testing.T, e *env) *primitive.MessageQueue {
 	return nil
 }
 
-// A message that keeps failing goes to the group's dead-letter topic after WithMaxReconsumeTimes
+// A message that keeps failing goes to the group's dead-letter topic after WithRedelivery's maxTimes
 // redeliveries, and the queue goes on. (An orderly consumer of v2.1.2 tries once more than a
 // concurrent one: it dead-letters when the count of earlier attempts exceeds the maximum, the
 // broker when it reaches it.)
@@ -319,11 +319,11 @@ func TestIntegrationDeadLetter(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []struct {
 		name     string
-		opt      rocketmq.ConsumerOption
+		opts     []rocketmq.ConsumerOption
 		attempts int
 	}{
-		{"concurrent", rocketmq.WithRetryDelayLevel(1), 2},
-		{"orderly", rocketmq.WithOrderly(true), 3},
+		{"concurrent", []rocketmq.ConsumerOption{rocketmq.WithRedelivery(1, 1)}, 2},
+		{"orderly", []rocketmq.ConsumerOption{rocketmq.WithOrderly(time.Second), rocketmq.WithRedelivery(1, 0)}, 3},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
@@ -349,7 +349,7 @@ func TestIntegrationDeadLetter(t *testing.T) {
 				t.Fatal(err)
 			}
 			run(t, dlq)
-			c := newConsumer(t, e, g, h, rocketmq.WithMaxReconsumeTimes(1), mode.opt)
+			c := newConsumer(t, e, g, h, mode.opts...)
 			run(t, c)
 			pub := newPublisher(t, e)
 			for _, id := range []uuid.UUID{doomed, after} {

@@ -66,8 +66,8 @@ func TestIntegrationConsumerMetrics(t *testing.T) {
 		}
 		return nil
 	})
-	c := newConsumer(t, e, group(t, "metrics"), h, rocketmq.WithOrderly(true),
-		rocketmq.WithOrderlyRetryInterval(100*time.Millisecond), rocketmq.WithRegisterer(reg))
+	c := newConsumer(t, e, group(t, "metrics"), h, rocketmq.WithOrderly(100*time.Millisecond),
+		rocketmq.WithRegisterer(reg))
 	if err := counts(reg, "txkit_rocketmq_consumed_total", map[string]int{"handled": 0, "duplicate": 0, "poison": 0, "retry": 0}); err != nil {
 		t.Fatalf("before any message: %v", err)
 	}

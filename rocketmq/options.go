@@ -46,7 +46,7 @@ type Option interface {
 }
 
 // SendOption is an option of the sending side, fitting a [Publisher] and a [TxProducer]:
-// [WithRetries] and [WithSendTimeout].
+// [WithRetries].
 type SendOption interface {
 	PublisherOption
 	TxProducerOption
@@ -75,7 +75,7 @@ type publisherOptions struct {
 type consumerOptions struct {
 	commonOptions
 	maxReconsume    int
-	fromFirst       bool
+	fromFirst       bool // a group without committed offsets starts at the first message held
 	orderly         bool
 	goroutines      int
 	retryDelayLevel int
@@ -89,8 +89,8 @@ type txProducerOptions struct {
 	commonOptions
 	sendOptions
 	checkGrace     time.Duration
-	localTxTimeout time.Duration
-	checkTimeout   time.Duration
+	localTxTimeout time.Duration // bounds Send's local transaction, on top of Send's ctx
+	checkTimeout   time.Duration // bounds one check-back's database work (check-backs run one at a time)
 	schema         string
 	table          string
 }
@@ -165,17 +165,11 @@ func WithLogger(l *slog.Logger) Option {
 	})
 }
 
-// WithCredentials sets the RocketMQ ACL account (access key and secret key, as in the broker's
-// plain_acl.yml) of a [Publisher], [Consumer] or [TxProducer]; it fits all three. With it
-// the client signs every request it sends to name servers and brokers (HMAC-SHA1 of the request's
-// fields and body under secretKey, carried with accessKey in the AccessKey and Signature fields),
-// and a broker with aclEnable=true checks the signature and the account's rights on the topic
-// and group. Without it (the default) requests go unsigned, which such a broker refuses.
-//
-// Both keys must be given, or neither: the client silently sends unsigned requests when one of
-// them is empty, so the constructor refuses that with [ErrInvalidOption]. The secret key is never
-// sent and never logged. ACL authenticates and authorizes clients; it does not encrypt the
-// connection.
+// WithCredentials sets the RocketMQ ACL account (as in the broker's plain_acl.yml), for a broker
+// with aclEnable=true: every request is signed (HMAC-SHA1 under secretKey; the secret is never
+// sent nor logged). It fits all three constructors. Default: unsigned requests, which such a
+// broker refuses. Both keys or neither: one empty key returns [ErrInvalidOption] (the client
+// would silently send unsigned requests). ACL does not encrypt the connection.
 func WithCredentials(accessKey, secretKey string) Option {
 	return commonOption(func(o *commonOptions) {
 		o.credentials = primitive.Credentials{AccessKey: accessKey, SecretKey: secretKey}
@@ -190,46 +184,37 @@ func WithGroup(name string) PublisherOption {
 }
 
 // WithRetries sets how many times a send is retried after a failed attempt (default 2, so up to
-// 3 attempts). It fits a [Publisher] and a [TxProducer]. A retry after a timeout may store the
-// message twice; consumers deduplicate by id.
-func WithRetries(n int) SendOption {
-	return sendOption(func(o *sendOptions) { o.retries = n })
+// 3 attempts; at most 100) and the timeout that bounds one Publish, or the broker half of one
+// Send, all attempts included (default 10 s; each attempt is also bounded by the client's own
+// 3 s). It fits a [Publisher] and a [TxProducer]. A retry after a timeout may store the message
+// twice; consumers deduplicate by id.
+func WithRetries(n int, timeout time.Duration) SendOption {
+	return sendOption(func(o *sendOptions) { o.retries, o.sendTimeout = n, timeout })
 }
 
-// WithSendTimeout bounds one Publish or the broker half of one Send, all attempts included
-// (default 10 s). Each attempt is also bounded by the client's own 3 s. It fits a [Publisher]
-// and a [TxProducer].
-func WithSendTimeout(d time.Duration) SendOption {
-	return sendOption(func(o *sendOptions) { o.sendTimeout = d })
-}
-
-// WithMaxReconsumeTimes sets how many times a [Consumer] has a failed message redelivered before
-// the broker moves it to the dead-letter topic %DLQ%<group> (default 16; 0 sends it there after
-// the first failure).
-func WithMaxReconsumeTimes(n int) ConsumerOption {
-	return consumerOption(func(o *consumerOptions) { o.maxReconsume = n })
-}
-
-// WithConsumeFromFirstOffset sets where a [Consumer] whose group has no committed offset yet
-// starts: at the first message the broker still holds (true, the default — nothing published
-// before the group's first start is missed) or at the end of each queue (false). A group that has
-// committed offsets always resumes from them.
-func WithConsumeFromFirstOffset(first bool) ConsumerOption {
-	return consumerOption(func(o *consumerOptions) { o.fromFirst = first })
+// WithRedelivery sets what happens to a message a [Consumer] failed to apply: it is redelivered
+// up to maxTimes times before the broker moves it to the dead-letter topic %DLQ%<group> (default
+// 16; 0 sends it there after the first failure), a concurrent Consumer's after the broker delay
+// level delayLevel: 1 to 18 index the broker's messageDelayLevel list (by default 1s 5s 10s 30s 1m
+// 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h); the default, 0, lets the broker choose level 3 + the
+// number of earlier redeliveries (10 s, 30 s, 1 min, ...). An orderly Consumer retries in place
+// instead ([WithOrderly]).
+func WithRedelivery(maxTimes, delayLevel int) ConsumerOption {
+	return consumerOption(func(o *consumerOptions) { o.maxReconsume, o.retryDelayLevel = maxTimes, delayLevel })
 }
 
 // WithOrderly makes a [Consumer] apply the messages of each queue one at a time, in queue order
-// (default false). Messages with the same [message.Message].Key go to the same queue (see
+// (default: concurrent). Messages with the same [message.Message].Key go to the same queue (see
 // [Publisher]), so orderly consumption applies them in the order they were published. A failed
-// message is retried in place, every [WithOrderlyRetryInterval], holding back the rest of its
-// queue, until it succeeds or has failed more than [WithMaxReconsumeTimes] times; then it goes to
-// the dead-letter topic and the queue moves on.
+// message is retried in place every retry (1 s is a good value; at least 10 ms, at most 30 s),
+// holding back the rest of its queue, until it succeeds or has failed more than [WithRedelivery]'s
+// maxTimes; then it goes to the dead-letter topic and the queue moves on.
 //
 // Without it, a Consumer applies up to [WithConsumeGoroutines] messages at once, even messages of
 // the same queue, and a failed message is retried later through the group's retry topic: faster,
 // but in no particular order.
-func WithOrderly(orderly bool) ConsumerOption {
-	return consumerOption(func(o *consumerOptions) { o.orderly = orderly })
+func WithOrderly(retry time.Duration) ConsumerOption {
+	return consumerOption(func(o *consumerOptions) { o.orderly, o.orderlyRetry = true, retry })
 }
 
 // WithConsumeGoroutines sets how many messages of the topic a concurrent [Consumer] applies at
@@ -237,20 +222,6 @@ func WithOrderly(orderly bool) ConsumerOption {
 // one message per queue at a time whatever this says.
 func WithConsumeGoroutines(n int) ConsumerOption {
 	return consumerOption(func(o *consumerOptions) { o.goroutines = n })
-}
-
-// WithRetryDelayLevel sets the broker delay level after which a concurrent [Consumer]'s failed
-// message is redelivered: 1 to 18 index the broker's messageDelayLevel list (by default 1s 5s 10s
-// 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h). The default, 0, lets the broker choose
-// level 3 + the number of earlier redeliveries (10 s, 30 s, 1 min, ...).
-func WithRetryDelayLevel(level int) ConsumerOption {
-	return consumerOption(func(o *consumerOptions) { o.retryDelayLevel = level })
-}
-
-// WithOrderlyRetryInterval sets how long an orderly [Consumer] waits before it retries a failed
-// message (default 1 s; at least 10 ms, at most 30 s).
-func WithOrderlyRetryInterval(d time.Duration) ConsumerOption {
-	return consumerOption(func(o *consumerOptions) { o.orderlyRetry = d })
 }
 
 // WithHandlerTimeout bounds the transaction in which a [Consumer] applies one message: the claim,
@@ -309,19 +280,6 @@ func checkTagExpression(expr string) error {
 // fails instead of committing an effect whose message is gone.
 func WithCheckGrace(d time.Duration) TxProducerOption {
 	return txProducerOption(func(o *txProducerOptions) { o.checkGrace = d })
-}
-
-// WithLocalTxTimeout bounds the local transaction of one [TxProducer.Send] (default 5 s), on top
-// of the ctx passed to Send.
-func WithLocalTxTimeout(d time.Duration) TxProducerOption {
-	return txProducerOption(func(o *txProducerOptions) { o.localTxTimeout = d })
-}
-
-// WithCheckTimeout bounds the database work of one check-back (default 5 s). The client handles
-// check-backs one at a time, so a slow one delays the others; one that times out answers
-// "unknown" and the broker asks again.
-func WithCheckTimeout(d time.Duration) TxProducerOption {
-	return txProducerOption(func(o *txProducerOptions) { o.checkTimeout = d })
 }
 
 // WithSchema sets the PostgreSQL schema of a [TxProducer]'s table (default: none, so the

@@ -73,7 +73,7 @@ func NewPublisher(ctx context.Context, nameservers []string, opts ...PublisherOp
 }
 
 // Publish sends msg and blocks until the broker has stored it (nil), the send failed, or ctx or
-// the [WithSendTimeout] bound ended. After an error the message may or may not have been stored:
+// the [WithRetries] timeout ended. After an error the message may or may not have been stored:
 // publish it again (consumers deduplicate by ID). Errors wrap [outbox.ErrInvalidMessage] for a
 // message RocketMQ cannot carry (zero ID, bad topic name, reserved or malformed header),
 // [ErrSendStatus] for a stored message whose status was not SEND_OK, [ErrClosed] after Close,

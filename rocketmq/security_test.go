@@ -28,7 +28,7 @@ func TestIntegrationOversizedMessagePoison(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rec := &recorder{}
-	c := newConsumer(t, e, group(t, "oversized"), rec.handler(nil), rocketmq.WithOrderly(true))
+	c := newConsumer(t, e, group(t, "oversized"), rec.handler(nil), rocketmq.WithOrderly(time.Second))
 	run(t, c)
 	pub := newPublisher(t, e)
 
@@ -125,7 +125,7 @@ func rogueChild(t *testing.T, mode string) {
 	}()
 
 	pub, err := rocketmq.NewPublisher(t.Context(), []string{ln.Addr().String()},
-		rocketmq.WithRetries(0), rocketmq.WithSendTimeout(3*time.Second))
+		rocketmq.WithRetries(0, 3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

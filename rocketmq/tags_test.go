@@ -19,7 +19,7 @@ func TestIntegrationTagExpressionFilters(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rec := &recorder{}
-	c := newConsumer(t, e, group(t, "tags"), rec.handler(nil), rocketmq.WithOrderly(true),
+	c := newConsumer(t, e, group(t, "tags"), rec.handler(nil), rocketmq.WithOrderly(time.Second),
 		rocketmq.WithTagExpression("created || paid"))
 	run(t, c)
 	pub := newPublisher(t, e)

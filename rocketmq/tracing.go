@@ -27,24 +27,11 @@ const (
 // tracerName is the instrumentation scope of this package's spans.
 const tracerName = "github.com/txkit/txkit/rocketmq"
 
-// WithTracerProvider sets the OpenTelemetry tracer provider (default: the application's global
-// provider). It fits all three constructors.
-//
-// A [Consumer] runs each message's transaction under a span "rocketmq consume" (kind consumer),
-// the child of the trace context the message's [PropertyTraceParent] and [PropertyTraceState]
-// properties carry, and passes the span in the [Handler]'s ctx; a message it acknowledges without
-// applying (oversized, undecodable, [ErrPoison]) has the span too, with status Error.
-//
-// A [Publisher] starts no span of its own: it only propagates ctx's trace context into those
-// properties (the outbox relay's "outbox relay publish" span is the producer span).
-//
-// A [TxProducer]'s Send runs under a span "rocketmq send" (kind producer), the child of ctx's
-// span, whose context goes into the half message's properties, so that the consumer's span is its
-// child; the local transaction runs under its child "rocketmq local transaction", which
-// localTx's ctx carries. A check-back, which the broker sends later and possibly to another
-// producer of the group (the sender may have died), runs under a span "rocketmq check-back" (kind
-// server), the child of the trace context the half message carries — the same trace as the Send,
-// whichever process answers — with the answer in the attribute txkit.checkback.result.
+// WithTracerProvider sets the OpenTelemetry tracer provider (default: the global one). It fits
+// all three constructors: a [Consumer] applies each message under a span "rocketmq consume", the
+// child of the trace context the message's properties carry; a [TxProducer] sends under "rocketmq
+// send" and answers check-backs under "rocketmq check-back"; a [Publisher] only propagates ctx's
+// trace context (docs/tracing.md).
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return commonOption(func(o *commonOptions) { o.tp = tp })
 }

@@ -260,7 +260,7 @@ func TestIntegrationTraceConsumeLog(t *testing.T) {
 			return errBoom
 		}
 		return nil
-	}), rocketmq.WithTracerProvider(tp), rocketmq.WithLogger(log), rocketmq.WithRetryDelayLevel(1))
+	}), rocketmq.WithTracerProvider(tp), rocketmq.WithLogger(log), rocketmq.WithRedelivery(16, 1))
 	run(t, c)
 	pub := newPublisher(t, e)
 	ctx, request := requestSpan(t, tp)

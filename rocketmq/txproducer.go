@@ -220,8 +220,8 @@ func (p *TxProducer) Purge(ctx context.Context, db outbox.DBTX, age time.Duratio
 // own, which also records msg.ID; the message is delivered if and only if that transaction
 // commits. It blocks until the broker has the half message and the local transaction has ended.
 //
-// ctx scopes the whole call: the broker send (also bounded by [WithSendTimeout]) and the local
-// transaction (also bounded by [WithLocalTxTimeout]); localTx receives it. msg.ID must not be
+// ctx scopes the whole call: the broker send (also bounded by [WithRetries]' timeout) and the local
+// transaction (also bounded by 5 s); localTx receives it. msg.ID must not be
 // zero; it is the transaction id, so a second Send with the same ID fails with [ErrDuplicateTx].
 //
 // Send returns nil when the local transaction committed — the broker delivers the message now,
@@ -378,7 +378,7 @@ func commitSurelyFailed(err error) bool {
 }
 
 // checkLocal answers a check-back from the table, under the check-back's span. The client calls
-// it from a single goroutine, so it is bounded by WithCheckTimeout.
+// it from a single goroutine, so it is bounded by checkTimeout (5 s).
 func (p *TxProducer) checkLocal(m *primitive.MessageExt) primitive.LocalTransactionState {
 	ctx, cancel := context.WithTimeout(p.life, p.o.checkTimeout)
 	defer cancel()

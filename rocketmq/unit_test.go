@@ -47,11 +47,11 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 		{"publisher: bad name server", func() error { _, err := rocketmq.NewPublisher(ctx, []string{"localhost"}); return err }, rocketmq.ErrInvalidOption},
 		{"publisher: ended ctx", func() error { _, err := rocketmq.NewPublisher(cancelled, ns); return err }, context.Canceled},
 		{"publisher: negative retries", func() error {
-			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithRetries(-1))
+			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithRetries(-1, time.Second))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"publisher: zero send timeout", func() error {
-			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithSendTimeout(0))
+			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithRetries(2, 0))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"publisher: bad group", func() error {
@@ -80,7 +80,7 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"consumer: delay level 19", func() error {
-			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithRetryDelayLevel(19))
+			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithRedelivery(16, 19))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"consumer: no goroutines", func() error {
@@ -88,11 +88,11 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"consumer: negative reconsume", func() error {
-			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithMaxReconsumeTimes(-1))
+			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithRedelivery(-1, 0))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"consumer: orderly retry 1ms", func() error {
-			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithOrderlyRetryInterval(time.Millisecond))
+			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithOrderly(time.Millisecond))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"consumer: zero handler timeout", func() error {
@@ -102,7 +102,7 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 		{"tx: nil pool", func() error { _, err := rocketmq.NewTxProducer(ctx, ns, "g", nil); return err }, rocketmq.ErrInvalidOption},
 		{"tx: bad group", func() error { _, err := rocketmq.NewTxProducer(ctx, ns, "g!", pool); return err }, rocketmq.ErrInvalidOption},
 		{"tx: negative retries", func() error {
-			_, err := rocketmq.NewTxProducer(ctx, ns, "g", pool, rocketmq.WithRetries(-1))
+			_, err := rocketmq.NewTxProducer(ctx, ns, "g", pool, rocketmq.WithRetries(-1, time.Second))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"tx: zero grace", func() error {
@@ -126,8 +126,8 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 		})
 	}
 
-	c, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithOrderly(true), rocketmq.WithMaxReconsumeTimes(0),
-		rocketmq.WithRetryDelayLevel(18), rocketmq.WithLogger(nil))
+	c, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithOrderly(time.Second), rocketmq.WithRedelivery(0, 18),
+		rocketmq.WithLogger(nil))
 	if err != nil || c == nil {
 		t.Fatalf("valid consumer: %v", err)
 	}
@@ -146,10 +146,9 @@ func TestOptionsFit(t *testing.T) {
 	}{
 		{"WithLogger", rocketmq.WithLogger(nil), true, true, true, true},
 		{"WithCredentials", rocketmq.WithCredentials("a", "s"), true, true, true, true},
-		{"WithRetries", rocketmq.WithRetries(1), true, false, true, true},
-		{"WithSendTimeout", rocketmq.WithSendTimeout(time.Second), true, false, true, true},
+		{"WithRetries", rocketmq.WithRetries(1, time.Second), true, false, true, true},
 		{"WithGroup", rocketmq.WithGroup("g"), true, false, false, false},
-		{"WithOrderly", rocketmq.WithOrderly(true), false, true, false, false},
+		{"WithOrderly", rocketmq.WithOrderly(time.Second), false, true, false, false},
 		{"WithMaxMessageSize", rocketmq.WithMaxMessageSize(1 << 20), false, true, false, false},
 		{"WithTagExpression", rocketmq.WithTagExpression("a"), false, true, false, false},
 		{"WithCheckGrace", rocketmq.WithCheckGrace(time.Second), false, false, true, false},

@@ -180,7 +180,7 @@ func notifier(t *testing.T, svc *tccOrder, down *atomic.Bool) *notify.Notifier {
 	t.Cleanup(shop.Close)
 	n, err := notify.New(svc.Pool, []notify.Receiver{{Name: "shop", URL: shop.URL, Secrets: []string{secret}}},
 		notify.WithSchema(svc.Schema), notify.WithPlainHTTP(), notify.WithSchedule([]time.Duration{}, 0),
-		notify.WithTick("@every 100ms"), notify.WithElector(zkenv.Elector(t, svc.Root+"/notify", "notifier-1")))
+		notify.WithTick("@every 100ms", 100), notify.WithElector(zkenv.Elector(t, svc.Root+"/notify", "notifier-1")))
 	must(t, err, "notify.New")
 	must(t, n.Migrate(t.Context()), "notify Migrate")
 	testenv.Run(t, n.Run)
@@ -239,7 +239,7 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	relayPath := svc.Root + "/relay"
 	reg := prometheus.NewRegistry() // both relays' metrics, the overview's figures
 	first := relayOn(t, ob, failingPublisher{}, relayPath, "relay-failing", outbox.WithRegisterer(reg),
-		outbox.WithMaxAttempts(3), outbox.WithBackoff(10*time.Millisecond, 50*time.Millisecond), outbox.WithSchedule("@every 100ms"))
+		outbox.WithRetry(3, 10*time.Millisecond, 50*time.Millisecond), outbox.WithSchedule("@every 100ms"))
 	firstCtx, stopFirst := context.WithCancel(context.Background())
 	testenv.Run(t, func(context.Context) error { return first.Run(firstCtx) }) // until stopFirst (it resigns)
 	t.Cleanup(stopFirst)

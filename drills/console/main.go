@@ -250,8 +250,8 @@ func outboxWithDeadMessage(ctx context.Context, c config, pool *pgxpool.Pool, sc
 			return nil, err
 		}
 		if i == 0 { // only the first goes to the refusing relay
-			failing, err := outbox.NewRelay(ob, refusing{}, outbox.WithElector(el), outbox.WithMaxAttempts(3),
-				outbox.WithBackoff(10*time.Millisecond, 50*time.Millisecond), outbox.WithSchedule("@every 100ms"))
+			failing, err := outbox.NewRelay(ob, refusing{}, outbox.WithElector(el), outbox.WithRetry(3, 10*time.Millisecond, 50*time.Millisecond),
+				outbox.WithSchedule("@every 100ms"))
 			if err != nil {
 				return nil, err
 			}

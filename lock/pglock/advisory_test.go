@@ -119,7 +119,7 @@ func TestIntegrationAdvisoryHandoff(t *testing.T) {
 func TestIntegrationAdvisoryConnectionLoss(t *testing.T) {
 	s, ctx := testenv.Parallel(t, time.Minute)
 	name := "advisory-" + testenv.Name(t)
-	ca := client(t, pool(t, s.URL), pglock.WithTTL(time.Second), pglock.WithRenewEvery(100*time.Millisecond))
+	ca := client(t, pool(t, s.URL), pglock.WithTTL(time.Second), pglock.RenewEveryForTest(100*time.Millisecond))
 	cb := client(t, pool(t, s.URL))
 	a := advisory(t, ca, name)
 	b := advisory(t, cb, name)

@@ -58,7 +58,7 @@ func (m *Mutex) Name() string { return m.name }
 
 // Lock blocks until the lock is held or ctx ends, and returns the Lease of the hold. While it
 // waits, it tries again when the holder's release is notified (LISTEN/NOTIFY), when the holder's
-// row expires, and at the fallback interval ([WithFallbackCheck]). If ctx ends first, ctx's error
+// row expires, and at the fallback interval (1 s). If ctx ends first, ctx's error
 // is returned and nothing is left behind: an attempt already sent is waited for (one round trip)
 // and, if it took the row, the row is deleted with a fresh, bounded context. A failed statement
 // gets the same clean-up (if the connection failed while the server may still commit the attempt,

@@ -31,9 +31,9 @@ type Option func(*options)
 type options struct {
 	schema   string
 	ttl      time.Duration
-	renew    time.Duration // 0: ttl/3
+	renew    time.Duration // tests set it (export_test.go); unset: ttl/3
 	renewSet bool
-	fallback time.Duration
+	fallback time.Duration // a waiter's retry without a notification; tests set it (export_test.go)
 	log      *slog.Logger
 }
 
@@ -47,20 +47,9 @@ func defaultOptions() options {
 func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
 
 // WithTTL sets how long a lease row lives without renewal (default 10 s, at least 1 ms). It is
-// how long a crashed holder keeps everyone out; the holder renews it in the background.
+// how long a crashed holder keeps everyone out; the holder renews it in the background every
+// third of it (in advisory mode, checks its connection as often).
 func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
-
-// WithRenewEvery sets how often a holder renews its lease row (default a third of the TTL). It
-// must be shorter than the TTL minus the safety margin (9/10 of the TTL). In advisory mode it is
-// how often the held connection is checked.
-func WithRenewEvery(d time.Duration) Option {
-	return func(o *options) { o.renew, o.renewSet = d, true }
-}
-
-// WithFallbackCheck sets how often a waiter tries again without having been notified (default
-// 1 s): the fallback for a release notification that was missed. A waiter also tries again when
-// the current holder's row expires, if that comes sooner.
-func WithFallbackCheck(d time.Duration) Option { return func(o *options) { o.fallback = d } }
 
 // WithLogger sets the logger (default: discard). Lost leases are logged at Warn.
 func WithLogger(l *slog.Logger) Option {

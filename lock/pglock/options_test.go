@@ -36,20 +36,20 @@ func TestBadInput(t *testing.T) {
 		{"negative TTL", func() error { _, err := pglock.New(pool, pglock.WithTTL(-time.Second)); return err }},
 		{"TTL under 1ms", func() error { _, err := pglock.New(pool, pglock.WithTTL(time.Microsecond)); return err }},
 		{"renew equal to TTL", func() error {
-			_, err := pglock.New(pool, pglock.WithTTL(time.Second), pglock.WithRenewEvery(time.Second))
+			_, err := pglock.New(pool, pglock.WithTTL(time.Second), pglock.RenewEveryForTest(time.Second))
 			return err
 		}},
 		{"renew above TTL", func() error {
-			_, err := pglock.New(pool, pglock.WithTTL(time.Second), pglock.WithRenewEvery(2*time.Second))
+			_, err := pglock.New(pool, pglock.WithTTL(time.Second), pglock.RenewEveryForTest(2*time.Second))
 			return err
 		}},
 		{"renew inside the safety margin", func() error {
-			_, err := pglock.New(pool, pglock.WithTTL(time.Second), pglock.WithRenewEvery(950*time.Millisecond))
+			_, err := pglock.New(pool, pglock.WithTTL(time.Second), pglock.RenewEveryForTest(950*time.Millisecond))
 			return err
 		}},
-		{"renew zero", func() error { _, err := pglock.New(pool, pglock.WithRenewEvery(0)); return err }},
-		{"renew negative", func() error { _, err := pglock.New(pool, pglock.WithRenewEvery(-time.Second)); return err }},
-		{"fallback zero", func() error { _, err := pglock.New(pool, pglock.WithFallbackCheck(0)); return err }},
+		{"renew zero", func() error { _, err := pglock.New(pool, pglock.RenewEveryForTest(0)); return err }},
+		{"renew negative", func() error { _, err := pglock.New(pool, pglock.RenewEveryForTest(-time.Second)); return err }},
+		{"fallback zero", func() error { _, err := pglock.New(pool, pglock.FallbackCheckForTest(0)); return err }},
 		{"schema with NUL", func() error { _, err := pglock.New(pool, pglock.WithSchema("a\x00b")); return err }},
 		{"schema too long", func() error { _, err := pglock.New(pool, pglock.WithSchema(strings.Repeat("s", 64))); return err }},
 		{"empty name", func() error { _, err := c.NewMutex(""); return err }},
@@ -76,7 +76,7 @@ func TestBadInput(t *testing.T) {
 	if _, err := c.NewMutex(strings.Repeat("x", pglock.MaxNameLen)); err != nil {
 		t.Errorf("name of MaxNameLen bytes: %v", err)
 	}
-	if _, err := pglock.New(pool, pglock.WithTTL(time.Second), pglock.WithRenewEvery(899*time.Millisecond)); err != nil {
+	if _, err := pglock.New(pool, pglock.WithTTL(time.Second), pglock.RenewEveryForTest(899*time.Millisecond)); err != nil {
 		t.Errorf("renew just under 9/10 of the TTL: %v", err)
 	}
 }

@@ -131,7 +131,7 @@ func waiting(t *testing.T, ctx context.Context, s *testenv.Schema, name string) 
 	app = "pglock-waiter-" + testenv.Name(t)
 	waiterPool := pool(t, s.URL, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["application_name"] = app })
 	a = mutex(t, client(t, s.Pool, pglock.WithTTL(20*time.Second)), name)
-	b = mutex(t, client(t, waiterPool, pglock.WithTTL(20*time.Second), pglock.WithFallbackCheck(30*time.Second)), name)
+	b = mutex(t, client(t, waiterPool, pglock.WithTTL(20*time.Second), pglock.FallbackCheckForTest(30*time.Second)), name)
 	held(t, ctx, a)
 	got = lockLater(ctx, b)
 	// b has tried once (its last statement drew no token) and its client listens.
@@ -384,8 +384,8 @@ func TestIntegrationExpiredHolderToldFirst(t *testing.T) {
 	s, ctx := testenv.Parallel(t, time.Minute)
 	viaProxy, proxy := poolViaProxy(t, s)
 	const ttl = 2 * time.Second
-	ca := client(t, viaProxy, pglock.WithTTL(ttl), pglock.WithRenewEvery(400*time.Millisecond))
-	cb := client(t, s.Pool, pglock.WithTTL(ttl), pglock.WithFallbackCheck(30*time.Second))
+	ca := client(t, viaProxy, pglock.WithTTL(ttl), pglock.RenewEveryForTest(400*time.Millisecond))
+	cb := client(t, s.Pool, pglock.WithTTL(ttl), pglock.FallbackCheckForTest(30*time.Second))
 	a := mutex(t, ca, "expiry", pglock.WithData("a"))
 	b := mutex(t, cb, "expiry", pglock.WithData("b"))
 
@@ -454,7 +454,7 @@ func TestIntegrationLockWaitsThroughOutage(t *testing.T) {
 	s, ctx := testenv.Parallel(t, time.Minute)
 	viaProxy, proxy := poolViaProxy(t, s)
 	ca := client(t, s.Pool, pglock.WithTTL(5*time.Second))
-	cb := client(t, viaProxy, pglock.WithTTL(5*time.Second), pglock.WithFallbackCheck(200*time.Millisecond))
+	cb := client(t, viaProxy, pglock.WithTTL(5*time.Second), pglock.FallbackCheckForTest(200*time.Millisecond))
 	a := mutex(t, ca, "outage")
 	b := mutex(t, cb, "outage")
 	held(t, ctx, a)
@@ -546,7 +546,7 @@ func TestIntegrationListenerReconnects(t *testing.T) {
 // lease at once, well before its deadline, and the lost hold's Unlock leaves the new row alone.
 func TestIntegrationRowTakenEndsLease(t *testing.T) {
 	s, ctx := testenv.Parallel(t, time.Minute)
-	c := client(t, s.Pool, pglock.WithTTL(5*time.Second), pglock.WithRenewEvery(200*time.Millisecond))
+	c := client(t, s.Pool, pglock.WithTTL(5*time.Second), pglock.RenewEveryForTest(200*time.Millisecond))
 	m := mutex(t, c, "taken", pglock.WithData("a"))
 	l := held(t, ctx, m)
 	taken := time.Now()
@@ -573,7 +573,7 @@ func TestIntegrationRowTakenEndsLease(t *testing.T) {
 func TestIntegrationRenewalKeepsHold(t *testing.T) {
 	s, ctx := testenv.Parallel(t, time.Minute)
 	const ttl = 500 * time.Millisecond
-	c := client(t, s.Pool, pglock.WithTTL(ttl), pglock.WithRenewEvery(100*time.Millisecond))
+	c := client(t, s.Pool, pglock.WithTTL(ttl), pglock.RenewEveryForTest(100*time.Millisecond))
 	other := client(t, s.Pool, pglock.WithTTL(ttl))
 	a := mutex(t, c, "renew")
 	b := mutex(t, other, "renew")

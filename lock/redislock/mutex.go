@@ -30,8 +30,8 @@ func (g *group) newMutex(name string, opts ...MutexOption) (*mutex, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.bad != "" {
-		return nil, fmt.Errorf("%s: lock %s: %s: %w", g.what, name, o.bad, lock.ErrInvalidOption)
+	if len(o.data) > MaxDataLen {
+		return nil, fmt.Errorf("%s: lock %s: holder data of %d bytes, more than %d: %w", g.what, name, len(o.data), MaxDataLen, lock.ErrInvalidOption)
 	}
 	return &mutex{g: g, name: name, data: o.data, r: lock.NewReentrant(name)}, nil
 }

@@ -214,7 +214,7 @@ type waiter struct {
 // and found the lock held (CLIENT LIST on holderAddr's server shows it).
 func holderAndWaiter(t *testing.T, holderAddr, waiterAddr string) (*redislock.Mutex, *waiter) {
 	t.Helper()
-	long := []redislock.Option{redislock.WithFallbackCheck(30 * time.Second), redislock.WithTTL(30 * time.Second)}
+	long := []redislock.Option{redislock.FallbackCheckForTest(30 * time.Second), redislock.WithTTL(30 * time.Second)}
 	name := lockName(t)
 	a := newMutex(t, newClient(t, newRedis(t, holderAddr), long...), name)
 	b := newMutex(t, newClient(t, newNamedRedis(t, waiterAddr, name), long...), name)
@@ -392,20 +392,20 @@ func TestInvalidOptions(t *testing.T) {
 		{"negative TTL", func() error { _, err := redislock.New(rdb, redislock.WithTTL(-time.Second)); return err }},
 		{"sub-millisecond TTL", func() error { _, err := redislock.New(rdb, redislock.WithTTL(time.Microsecond)); return err }},
 		{"renewal equal to TTL", func() error {
-			_, err := redislock.New(rdb, redislock.WithTTL(time.Second), redislock.WithRenewEvery(time.Second))
+			_, err := redislock.New(rdb, redislock.WithTTL(time.Second), redislock.RenewEveryForTest(time.Second))
 			return err
 		}},
 		{"renewal above TTL", func() error {
-			_, err := redislock.New(rdb, redislock.WithTTL(time.Second), redislock.WithRenewEvery(2*time.Second))
+			_, err := redislock.New(rdb, redislock.WithTTL(time.Second), redislock.RenewEveryForTest(2*time.Second))
 			return err
 		}},
 		{"renewal above TTL minus drift", func() error {
-			_, err := redislock.New(rdb, redislock.WithTTL(time.Second), redislock.WithRenewEvery(990*time.Millisecond))
+			_, err := redislock.New(rdb, redislock.WithTTL(time.Second), redislock.RenewEveryForTest(990*time.Millisecond))
 			return err
 		}},
-		{"zero renewal", func() error { _, err := redislock.New(rdb, redislock.WithRenewEvery(0)); return err }},
-		{"zero fallback", func() error { _, err := redislock.New(rdb, redislock.WithFallbackCheck(0)); return err }},
-		{"negative drift", func() error { _, err := redislock.New(rdb, redislock.WithClockDrift(-1)); return err }},
+		{"zero renewal", func() error { _, err := redislock.New(rdb, redislock.RenewEveryForTest(0)); return err }},
+		{"zero fallback", func() error { _, err := redislock.New(rdb, redislock.FallbackCheckForTest(0)); return err }},
+		{"negative drift", func() error { _, err := redislock.New(rdb, redislock.ClockDriftForTest(-1)); return err }},
 		{"no redlock clients", func() error { _, err := redislock.NewRedlock(nil); return err }},
 		{"nil redlock client", func() error {
 			_, err := redislock.NewRedlock([]redis.UniversalClient{rdb, nil})

@@ -22,13 +22,13 @@ type Option func(*options)
 
 type options struct {
 	ttl        time.Duration
-	renewEvery time.Duration // 0: ttl/3
+	renewEvery time.Duration // tests set it (export_test.go)
+	renewSet   bool          // false: ttl/3
 	prefix     string
-	fallback   time.Duration
-	drift      time.Duration // < 0: 1% of ttl + 2 ms
+	fallback   time.Duration // longest wait for a release message; tests set it (export_test.go)
+	drift      time.Duration // clock drift allowance; tests set it (export_test.go)
+	driftSet   bool          // false: 1% of ttl + 2 ms
 	log        *slog.Logger
-
-	bad []string // options given values they cannot take; New reports them
 }
 
 func defaultOptions() options {
@@ -36,71 +36,20 @@ func defaultOptions() options {
 		ttl:      10 * time.Second,
 		prefix:   "txkit:lock:",
 		fallback: time.Second,
-		drift:    -1,
 		log:      slog.New(slog.DiscardHandler),
 	}
 }
 
 // WithTTL sets how long a hold lasts in Redis without a renewal (default 10 s): the PX of the SET
 // and of every PEXPIRE. A holder that crashes blocks the lock for at most this long. It must be at
-// least 1 ms (Redis counts in milliseconds) and longer than the renewal interval.
+// least 1 ms (Redis counts in milliseconds) and the watchdog renews it every third of it.
 func WithTTL(d time.Duration) Option {
 	return func(o *options) { o.ttl = d }
 }
 
-// WithRenewEvery sets how often the watchdog of a hold renews its TTL (default TTL/3). It must be
-// positive and shorter than the TTL minus the clock drift allowance, so that a renewal is sent
-// before the holder's local deadline.
-func WithRenewEvery(d time.Duration) Option {
-	return func(o *options) {
-		if d <= 0 {
-			o.bad = append(o.bad, fmt.Sprintf("renewal interval %v is not positive", d))
-			return
-		}
-		o.renewEvery = d
-	}
-}
-
 // WithPrefix sets the prefix of every key and of the release channel (default "txkit:lock:").
 // Every process that shares a lock must use the same prefix.
-func WithPrefix(p string) Option {
-	return func(o *options) {
-		if len(p) > MaxNameLen {
-			o.bad = append(o.bad, fmt.Sprintf("prefix of %d bytes, more than %d", len(p), MaxNameLen))
-			return
-		}
-		o.prefix = p
-	}
-}
-
-// WithFallbackCheck sets the longest a waiter waits for a release message before it tries again
-// (default 1 s). Messages are lost when the subscription's connection drops, and Redis sends none
-// when a key expires; a waiter also wakes when the key's remaining TTL (PTTL) has passed, if that
-// is sooner.
-func WithFallbackCheck(d time.Duration) Option {
-	return func(o *options) {
-		if d <= 0 {
-			o.bad = append(o.bad, fmt.Sprintf("fallback check %v is not positive", d))
-			return
-		}
-		o.fallback = d
-	}
-}
-
-// WithClockDrift sets the clock drift allowance (default 1% of the TTL + 2 ms): a hold's local
-// deadline is the moment its last successful SET or PEXPIRE was sent, plus the TTL, minus this
-// allowance, so that the holder gives up before the key can expire on a server whose clock runs
-// that much faster than the holder's. Redlock also subtracts it from the validity of an
-// acquisition (validity = TTL − elapsed − drift), as antirez's algorithm does.
-func WithClockDrift(d time.Duration) Option {
-	return func(o *options) {
-		if d < 0 {
-			o.bad = append(o.bad, fmt.Sprintf("clock drift %v is negative", d))
-			return
-		}
-		o.drift = d
-	}
-}
+func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
 // WithLogger sets the logger (default: discard). Lost holds are logged at Warn, unreachable
 // instances at Warn, a server whose maxmemory-policy cannot be read at Warn, the rest at Debug.
@@ -114,16 +63,25 @@ func WithLogger(l *slog.Logger) Option {
 
 // finish fills in the defaults that depend on the TTL and checks the result.
 func (o *options) finish(what string) error {
-	if len(o.bad) > 0 {
-		return fmt.Errorf("%s: %s: %w", what, o.bad[0], lock.ErrInvalidOption)
+	if len(o.prefix) > MaxNameLen {
+		return fmt.Errorf("%s: prefix of %d bytes, more than %d: %w", what, len(o.prefix), MaxNameLen, lock.ErrInvalidOption)
 	}
 	if o.ttl < time.Millisecond {
 		return fmt.Errorf("%s: TTL %v: want at least 1ms: %w", what, o.ttl, lock.ErrInvalidOption)
 	}
-	if o.drift < 0 {
+	if o.fallback <= 0 {
+		return fmt.Errorf("%s: fallback check %v is not positive: %w", what, o.fallback, lock.ErrInvalidOption)
+	}
+	if o.driftSet && o.drift < 0 {
+		return fmt.Errorf("%s: clock drift %v is negative: %w", what, o.drift, lock.ErrInvalidOption)
+	}
+	if !o.driftSet {
 		o.drift = o.ttl/100 + 2*time.Millisecond
 	}
-	if o.renewEvery == 0 {
+	if o.renewSet && o.renewEvery <= 0 {
+		return fmt.Errorf("%s: renewal interval %v is not positive: %w", what, o.renewEvery, lock.ErrInvalidOption)
+	}
+	if !o.renewSet {
 		o.renewEvery = o.ttl / 3
 	}
 	if o.renewEvery >= o.ttl {
@@ -148,20 +106,11 @@ type MutexOption func(*mutexOptions)
 
 type mutexOptions struct {
 	data string
-	bad  string
 }
 
 // WithData sets the holder data stored with each hold (default empty): [Client.NewElector] stores
 // the candidate's id there so that Leader can report it. At most [MaxDataLen] bytes.
-func WithData(data string) MutexOption {
-	return func(o *mutexOptions) {
-		if len(data) > MaxDataLen {
-			o.bad = fmt.Sprintf("holder data of %d bytes, more than %d", len(data), MaxDataLen)
-			return
-		}
-		o.data = data
-	}
-}
+func WithData(data string) MutexOption { return func(o *mutexOptions) { o.data = data } }
 
 // checkName refuses names NewMutex cannot use.
 func checkName(name string) error {

@@ -116,7 +116,8 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	// must outlive the sender's schedule (about a day by default): the retention is a week.
 	mux := http.NewServeMux()
 	reg := exapp.Metrics(mux)
-	store, err := idempotency.New(pool, idempotency.WithSchema(c.schema), idempotency.WithRetention(7*24*time.Hour), idempotency.WithLogger(log),
+	store, err := idempotency.New(pool, idempotency.WithSchema(c.schema),
+		idempotency.WithRetention(7*24*time.Hour, "@every 1m"), idempotency.WithLogger(log),
 		idempotency.WithRegisterer(reg))
 	if err != nil {
 		return err

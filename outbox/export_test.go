@@ -1,0 +1,27 @@
+package outbox
+
+import (
+	"time"
+
+	"github.com/txkit/txkit/fence"
+)
+
+// Settings only tests change: seams of the package's tests, not options of its API.
+
+// ChannelForTest sets the LISTEN/NOTIFY channel instead of the one derived from schema and table.
+func ChannelForTest(name string) Option { return func(o *options) { o.channel = name } }
+
+// BatchBytesForTest sets the byte bound of one batch (default DefaultBatchBytes).
+func BatchBytesForTest(n int) RelayOption { return func(o *relayOptions) { o.batchBytes = n } }
+
+// MaxInFlightForTest sets the bound on the messages a relay holds at once (default 0: twice the
+// batch size plus twice the concurrency).
+func MaxInFlightForTest(n int) RelayOption { return func(o *relayOptions) { o.inFlight = n } }
+
+// PublishTimeoutForTest sets the bound of each Publish call (default 30 s).
+func PublishTimeoutForTest(d time.Duration) RelayOption {
+	return func(o *relayOptions) { o.publishTimeout = d }
+}
+
+// FenceForTest sets the fence the relay passes (default: txkit_fence in the outbox's schema).
+func FenceForTest(f *fence.Fence) RelayOption { return func(o *relayOptions) { o.fence = f } }
