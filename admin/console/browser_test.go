@@ -352,12 +352,18 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 		t.Fatalf("detail page of %q, want %q", got, cancelled)
 	}
 	branches := eval[[]string](t, b, `[...document.querySelectorAll('#branches li.branch')].map(li => li.dataset.branch + ' ' + li.dataset.status)`)
-	want := map[string]bool{}
+	// The order's branches run their tries side by side: stock's refusal may cancel the
+	// transaction before the account's try registered its branch, so the account may be missing.
+	shown := map[string]bool{}
 	for _, s := range branches {
-		want[strings.Fields(s)[0]] = true
+		f := strings.Fields(s)
+		if len(f) != 2 || f[1] != "cancelled" {
+			t.Fatalf("branches shown %q, want each cancelled", branches)
+		}
+		shown[f[0]] = true
 	}
-	if !want["stock"] || !want["account"] || len(branches) < 2 {
-		t.Fatalf("branches shown %q, want stock and account", branches)
+	if !shown["stock"] || len(branches) < 2 {
+		t.Fatalf("branches shown %q, want the refusing stock among at least two", branches)
 	}
 	t.Logf("transaction %s: branches %q", cancelled, branches)
 	shot(t, b, "transaction.png")
