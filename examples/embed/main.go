@@ -39,6 +39,7 @@ import (
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/barrier"
 	"github.com/txkit/txkit/rocketmq"
 	"github.com/txkit/txkit/saga"
 )
@@ -154,7 +155,7 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 	if err != nil {
 		return res, err
 	}
-	bar, err := participant.NewBarrier(pool, participant.WithBarrierSchema(c.Schema), participant.WithSecrets(secret)) // txkit_barrier
+	bar, err := barrier.New(pool, barrier.WithSchema(c.Schema), barrier.WithSecrets(secret)) // txkit_barrier
 	if err != nil {
 		return res, err
 	}
@@ -225,7 +226,7 @@ func run(ctx context.Context, c config, log *slog.Logger) (res result, err error
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /wallet/saga", bar.Handler(wallet,
-		participant.WithAllowedOps(participant.OpAction, participant.OpCompensate)))
+		barrier.WithAllowedOps(participant.OpAction, participant.OpCompensate)))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return res, err

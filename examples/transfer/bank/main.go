@@ -51,6 +51,7 @@ import (
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/transfer/internal/app"
+	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/httpsafe"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/threepc"
@@ -231,8 +232,8 @@ func newTwoPC(ctx context.Context, c config, logPool *pgxpool.Pool, hook phaseHo
 		opts = append(opts, twopc.WithVoteMarkers())
 	}
 	if hook != nil {
-		opts = append(opts, twopc.WithHook(func(ctx context.Context, gid string, p twopc.Phase) error {
-			return hook(ctx, gid, p.String())
+		opts = append(opts, core.WithPhaseHook(func(ctx context.Context, gid string, p core.Phase) error {
+			return hook(ctx, gid, string(p))
 		}))
 	}
 	return migrated(ctx, twopc.New, logPool, opts)

@@ -12,6 +12,7 @@ import (
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/examples/internal/exapp"
 	"github.com/txkit/txkit/examples/transfer/internal/app"
+	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/threepc"
 )
 
@@ -22,8 +23,8 @@ func newThreePC(ctx context.Context, c config, logPool *pgxpool.Pool, hook phase
 	opts = append(opts, threepc.WithCanCommitTimeout(c.canCommitTimeout), threepc.WithPreCommitTimeout(c.preCommitTimeout),
 		threepc.WithParticipantTimeout(c.participantTimeout))
 	if hook != nil {
-		opts = append(opts, threepc.WithHook(func(ctx context.Context, gid string, p threepc.Phase) error {
-			return hook(ctx, gid, p.String())
+		opts = append(opts, core.WithPhaseHook(func(ctx context.Context, gid string, p core.Phase) error {
+			return hook(ctx, gid, string(p))
 		}))
 	}
 	return migrated(ctx, threepc.New, logPool, opts)
