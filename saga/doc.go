@@ -18,7 +18,7 @@
 // # A step over HTTP
 //
 // A step is one participant and so one URL: the action and the compensation are POSTed to it,
-// and the handler switches on the request's Op. Behind [barrier.Barrier.Handler] (which
+// and the handler switches on the request's Op. Behind barrier.Barrier.Handler (which
 // makes both idempotent, and a compensation without its action an empty one):
 //
 //	bar, _ := barrier.New(pool, barrier.WithSecrets(secret))
@@ -69,7 +69,7 @@
 //     (successes are not recorded one by one, see below), so it compensates every step not
 //     recorded as compensated. A compensation may therefore reach a participant whose action never
 //     ran or never arrived: compensations must be idempotent and accept that case, which
-//     [barrier.Barrier] does (and it refuses an action arriving after its compensation).
+//     barrier.Barrier does (and it refuses an action arriving after its compensation).
 //   - A transient failure is retried: [Saga.Submit] calls up to [WithAttempts] times with
 //     backoff, then records the failure and returns [coordinator.ErrIncomplete]; the leader retries with
 //     exponential backoff and jitter, counted per step (attempts, last error), never dropped.
@@ -107,8 +107,8 @@
 // child of Submit's ctx, and stores that span's trace context with the saga; each call is a
 // client span "saga action" or "saga compensate" (txkit.gid, txkit.branch, txkit.op; a refusal
 // or failure recorded, status Error), also a child of Submit's ctx. The participant continues
-// it: an HTTP participant behind [barrier.Barrier.Handler] in a server span "participant
-// <op>", an in-process one from [barrier.Barrier.Participant] in an internal span of that
+// it: an HTTP participant behind barrier.Barrier.Handler in a server span "participant
+// <op>", an in-process one from barrier.Barrier.Participant in an internal span of that
 // name. A saga the leader finishes is driven under a span "recovery drive", the child of the
 // stored context — so the leader's actions and compensations, hours later and in another
 // process, are in the trace of the request that submitted the saga — with a link to the leader's

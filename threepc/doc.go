@@ -11,7 +11,7 @@
 //  2. PreCommit: the transaction is recorded in the log with its branches, then every branch
 //     executes its work and keeps it undecided: a database runs [DBWork].PreCommit and PREPARE
 //     TRANSACTION; a participant gets [participant.OpPreCommit] and, behind a
-//     [agent.Agent], does its work reversibly and remembers the branch in the same
+//     agent.Agent, does its work reversibly and remembers the branch in the same
 //     transaction. Any failure or timeout: the decision to abort, and everything is rolled back.
 //  3. DoCommit: every branch acknowledged, so the decision to commit is recorded, then COMMIT
 //     PREPARED / [participant.OpDoCommit] everywhere.
@@ -20,9 +20,9 @@
 //
 // What three-phase commit adds to two-phase commit is that participants do not wait for a failed
 // coordinator: a branch that has pre-committed and hears neither DoCommit nor abort within its
-// timeout acts alone. The agents do this — [PGAgent] beside a database (it ends the coordinator's
-// prepared transactions older than its timeout) and [agent.Agent] inside an HTTP or
-// in-process participant — in one of two termination modes ([agent.Termination]):
+// timeout acts alone. The agents of package threepc/agent do this — agent.PG beside a database
+// (it ends the coordinator's prepared transactions older than its timeout) and agent.Agent inside
+// an HTTP or in-process participant — in one of two termination modes (agent.Termination):
 //
 //   - textbook: commit, as the protocol's documents prescribe for a pre-committed participant.
 //     This is where three-phase commit's known anomaly lives: when a network partition cuts a
@@ -33,7 +33,7 @@
 //     and the agents also decide apart: the leader aborts an undecided transaction at its global
 //     timeout even after textbook agents committed its branches.
 //   - consult-log (the default): before acting, the agent asks the coordinator's decision log
-//     ([Coordinator.Decide], a [agent.Decider]). A decision there is followed; a transaction
+//     ([Coordinator.Decide], a agent.Decider). A decision there is followed; a transaction
 //     the log does not hold is aborted (presumed abort: Commit records a transaction before any
 //     PreCommit); an undecided one is aborted by recording the abort in the log with the same
 //     conditional write the coordinator's decision to commit makes, so exactly one of the two
@@ -41,14 +41,14 @@
 //     the branch waits, pre-committed, asked about at every pass, and the wait is a gauge to page
 //     on (txkit_3pc_pgagent_log_wait_seconds, txkit_3pc_agent_log_wait_seconds); once the log
 //     answers, the agent follows it. So the anomaly cannot happen, and no participant waits for
-//     a dead coordinator longer than its timeout while the log is up. [WithAgentLogFallback] and
-//     [agent.WithLogFallback] bring back the textbook commit after an outage of the log of
-//     at least [agent.MinLogFallback] (5 minutes), for those who prefer the anomaly's risk
+//     a dead coordinator longer than its timeout while the log is up. agent.WithLogFallback brings
+//     back the textbook commit after an outage of the log of
+//     at least agent.MinLogFallback (5 minutes), for those who prefer the anomaly's risk
 //     to a branch held through a long outage; each such commit is counted (Stats().Fallbacks,
 //     txkit_3pc_pgagent_fallbacks_total, txkit_3pc_agent_fallbacks_total).
 //
 // Give the coordinators and the agents the same participant timeout ([WithParticipantTimeout],
-// [WithAgentTimeout], [agent.WithTimeout]). It must be above the CanCommit and
+// agent.WithTimeout). It must be above the CanCommit and
 // PreCommit timeouts together — an agent acting sooner would decide while the coordinator may
 // still be waiting for acknowledgements — and below the global timeout; New refuses anything else.
 //
@@ -103,6 +103,6 @@
 // abort"; a database branch gets "3pc docommit" or "3pc abort" (its vote and its PREPARE
 // TRANSACTION are not calls). Attributes txkit.gid, txkit.branch, txkit.op; a refusal or failure
 // is recorded, status Error. A participant continues the trace in its barrier's span "participant
-// <op>" (server for [barrier.Barrier.Handler], internal for [barrier.Barrier.Participant]).
+// <op>" (server for barrier.Barrier.Handler, internal for barrier.Barrier.Participant).
 // The leader's phase two runs under "recovery drive", the child of the stored context.
 package threepc

@@ -17,7 +17,7 @@ import (
 // Example moves money between accounts kept in two schemas standing for two databases. Each side
 // votes at CanCommit with a read-only check, so a transfer beyond alice's balance is refused
 // before anything runs anywhere; one within it is pre-committed on both sides (the update, then
-// PREPARE TRANSACTION) and committed. A PGAgent beside each database would end prepared
+// PREPARE TRANSACTION) and committed. An agent.PG beside each database would end prepared
 // transactions a dead coordinator left, after the participant timeout.
 func Example() {
 	ctx := context.Background()

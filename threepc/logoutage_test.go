@@ -51,7 +51,7 @@ func TestIntegrationAgentsWaitForTheLog(t *testing.T) {
 				}
 				return nil
 			}))
-			// The agents' decider reaches the log through the proxy; its registerer gets the PGAgents'
+			// The agents' decider reaches the log through the proxy; its registerer gets the PG agents'
 			// metrics, the wallet's barrier registerer the wallet agent's.
 			pgReg, walletReg := prometheus.NewRegistry(), prometheus.NewRegistry()
 			decider := w.coordinatorOn(w.poolVia(proxy.Addr()), coordinator.WithHTTPClient(client), coordinator.WithRegisterer(pgReg))
@@ -91,7 +91,7 @@ func TestIntegrationAgentsWaitForTheLog(t *testing.T) {
 				}
 				for _, a := range agents {
 					if s := a.Stats(); s != (agent.PGStats{}) {
-						t.Fatalf("PGAgent %+v while the log was unreachable, want nothing done", s)
+						t.Fatalf("agent.PG %+v while the log was unreachable, want nothing done", s)
 					}
 				}
 				if s := wl.agent.Stats(); s != (agent.Stats{}) {
@@ -126,7 +126,7 @@ func TestIntegrationAgentsWaitForTheLog(t *testing.T) {
 				fallbacks += a.Stats().Fallbacks
 			}
 			if s := wl.agent.Stats(); fallbacks != 0 || s.Fallbacks != 0 {
-				t.Fatalf("fallbacks: PGAgents %d, wallet %d; want none", fallbacks, s.Fallbacks)
+				t.Fatalf("fallbacks: PG agents %d, wallet %d; want none", fallbacks, s.Fallbacks)
 			}
 			if e, o, wa := waits(); e != 0 || o != 0 || wa != 0 {
 				t.Fatalf("wait gauges east %v west %v wallet %v once nothing waits, want 0", e, o, wa)

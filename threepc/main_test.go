@@ -73,7 +73,7 @@ func (w *world) coordinatorOn(pool *pgxpool.Pool, opts ...coordinator.Option) *t
 	return c
 }
 
-// agents starts a PGAgent on each database for c's prepared transactions, until the test ends.
+// agents starts an agent.PG on each database for c's prepared transactions, until the test ends.
 func (w *world) agents(c *threepc.Coordinator, opts ...agent.Option) []*agent.PG {
 	w.T.Helper()
 	var out []*agent.PG
@@ -81,7 +81,7 @@ func (w *world) agents(c *threepc.Coordinator, opts ...agent.Option) []*agent.PG
 		a, err := agent.NewPG(c, name, s.Pool, append([]agent.Option{agent.WithPoll(100 * time.Millisecond),
 			agent.WithTimeout(participantTimeout), agent.WithLogger(testenv.Logger(w.T))}, opts...)...)
 		if err != nil {
-			w.T.Fatalf("NewPGAgent: %v", err)
+			w.T.Fatalf("agent.NewPG: %v", err)
 		}
 		testenv.Run(w.T, a.Run)
 		out = append(out, a)

@@ -6,7 +6,7 @@
 // transaction of the participant database that phase one ends with PREPARE TRANSACTION, and
 // phase two ends with COMMIT PREPARED or ROLLBACK PREPARED. Other resources take part through
 // [participant.Participant] — HTTP endpoints (JSON, [participant.OpPrepare], OpCommit, OpAbort;
-// 2xx yes, 409 no) or in-process implementations — and can use [barrier.Barrier] so that a
+// 2xx yes, 409 no) or in-process implementations — and can use barrier.Barrier so that a
 // late prepare after an abort is refused. A barrier's handler serves only signed calls unless it
 // opts out: give the branches' participant.HTTP and [coordinator.WithHTTPClient] the client of
 // [participant.NewSigningClient].
@@ -110,8 +110,8 @@
 // call is a client span, a child of Commit's ctx: "2pc prepare" for a participant branch (a
 // database's PREPARE TRANSACTION is not a call), "2pc commit" or "2pc abort" for every branch,
 // database or participant (txkit.gid, txkit.branch, txkit.op; a refusal or failure recorded,
-// status Error). A participant continues it: [barrier.Barrier.Handler] in a server span
-// "participant <op>", [barrier.Barrier.Participant] in an internal one. The leader's phase
+// status Error). A participant continues it: barrier.Barrier.Handler in a server span
+// "participant <op>", barrier.Barrier.Participant in an internal one. The leader's phase
 // two runs under "recovery drive", the child of the stored context (see package coordinator).
 //
 // A transfer between two databases:

@@ -49,24 +49,14 @@ var errSettled = errors.New("agent: branch already ended by the coordinator")
 // branches whose coordinator went silent.
 //
 // fn, given to [New], is the business code; it switches on req.Op and runs in the barrier's
-// transaction:
-//
-//   - [participant.OpCanCommit]: a read-only check whether the branch could commit; a "no" wraps
-//     [participant.ErrRefused]. It writes nothing, may be asked any number of times, and fn is
-//     called every time.
-//   - [participant.OpPreCommit]: the work, done reversibly (reserve, freeze, write pending rows).
-//     After fn the agent records the branch (gid, branch, payload, deadline = now + [WithTimeout]
-//     on the database's clock) in its table in the same transaction, so a pre-committed branch is
-//     never forgotten.
-//   - [participant.OpDoCommit]: make the pre-committed work final.
-//   - [participant.OpAbort]: undo the pre-committed work. An abort before any PreCommit is an
-//     empty rollback (fn is not called) and refuses that PreCommit for good (barrier.ErrHanging).
-//
-// A DoCommit of a branch whose PreCommit never reached this agent is answered with
-// [ErrUnknownTransaction] (400). A branch that hears neither DoCommit nor abort within its
-// timeout is ended by [Agent.Pass] by the termination mode (package documentation), through the
-// barrier with the op the coordinator would send, so the coordinator's later op of that kind is a
-// duplicate and one of the other kind is refused with [ErrHeuristic].
+// transaction: [participant.OpCanCommit] is a read-only check (a "no" wraps
+// [participant.ErrRefused]; it writes nothing and is called every time it is asked),
+// [participant.OpPreCommit] does the work reversibly (the agent then records the branch in its
+// table in the same transaction), [participant.OpDoCommit] makes it final, [participant.OpAbort]
+// undoes it (an abort before any PreCommit is an empty rollback and refuses that PreCommit for
+// good). A DoCommit of a branch never pre-committed here is answered with
+// [ErrUnknownTransaction]; a coordinator's op contradicting what the agent decided alone, with
+// [ErrHeuristic].
 //
 // An Agent is safe for concurrent use by multiple goroutines, and several agents — the replicas
 // of a participant service — may share one table: each timed-out branch is claimed by one of them.
@@ -229,23 +219,18 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // Pass claims the pre-committed branches whose timeout has passed, batch after batch, and ends
-// each by the termination mode: it decides (asking the [Decider] in consult-log mode) and applies
-// participant.OpDoCommit or participant.OpAbort through the barrier in a transaction of its own, as the coordinator
-// would. A branch the coordinator ends in the meantime is left as the coordinator ended it. It
-// then deletes the rows of ended branches older than the barrier's retention.
-//
-// A claimed branch is left to this agent for 30 seconds: other agents pass it by meanwhile. One
-// that could not be ended (a database error) is claimed again after that; its error is returned,
-// joined with the others, once the pass has gone through every claimed branch.
+// each by the termination mode, through the barrier in a transaction of its own with the op the
+// coordinator would send (participant.OpDoCommit or OpAbort); a branch the coordinator ends
+// meanwhile is left as it ended it. It then deletes the rows of ended branches older than the
+// barrier's retention. A claimed branch is left to this agent for 30 seconds; one that could not
+// be ended is claimed again after that, and its error is returned, joined with the others, once
+// the pass has gone through every claimed branch.
 //
 // In consult-log mode a question the log does not answer within 15 seconds, or answers with an
-// error, finds the log unreachable: the pass asks no more, lets the claimed branches go (the next
-// pass asks again) and counts them in [PassResult.Waiting], which is not an error. From the first
-// such answer until no timed-out branch waits any more, the gauge
-// txkit_3pc_agent_log_wait_seconds{table} (on the barrier's registerer) says how long branches
-// have been waiting for the log; page on it. Once that outage has lasted [WithLogFallback], the
-// waiting branches are committed by the textbook rule instead, counted in [PassResult.Fallbacks],
-// [Stats] and txkit_3pc_agent_fallbacks_total{table}.
+// error, finds it unreachable: the pass asks no more and lets the claimed branches go, counted in
+// [PassResult.Waiting] (not an error), and txkit_3pc_agent_log_wait_seconds{table} says how long
+// they have waited; once that outage has lasted [WithLogFallback] they are committed by the
+// textbook rule, counted in [PassResult.Fallbacks] and txkit_3pc_agent_fallbacks_total{table}.
 //
 // Pass blocks until done or ctx ends; ctx scopes the work. It is safe for concurrent use, also by
 // agents in other processes sharing the table.

@@ -100,7 +100,7 @@ func (a *PG) Stats() PGStats {
 // tried or ctx ends; failures are joined and returned after the others were done (the next pass
 // tries them again). In consult-log mode a question the log does not answer within 15 seconds, or
 // answers with an error, finds it unreachable: the pass asks no more and leaves the remaining
-// transactions prepared, counted in [AgentPass.Waiting] (not an error), until the log answers or
+// transactions prepared, counted in [PGPassResult.Waiting] (not an error), until the log answers or
 // its outage has lasted [WithLogFallback].
 func (a *PG) Pass(ctx context.Context) (PGPassResult, error) {
 	var res PGPassResult
