@@ -15,11 +15,11 @@
 // own bound on deliveries in flight, so a slow one never delays the others, and a circuit breaker
 // holds back a receiver that keeps failing instead of hammering it.
 //
-// Delivery is at least once. The receiving side, [Inbox], verifies signature and timestamp,
+// Delivery is at least once. The receiving side, package notify/inbox, verifies signature and timestamp,
 // checks that the delivery names it, refuses a replayed request, and applies each notification
 // once, claiming its id in an idempotency.Store in the same transaction as the effect. A lost
 // notification is never a lost fact: the receiver asks the sender ([Notifier.QueryHandler],
-// [Client]) and [Inbox.Reconcile] applies what it never got. The query handler signs its answers
+// [Client]) and the inbox's Reconcile applies what it never got. The query handler signs its answers
 // too, and the Client believes only those, so nobody between the two (nor a fake sender) can make
 // a receiver apply a result.
 //
@@ -53,7 +53,7 @@
 // deliveries (each leads about P/N partitions; a dead instance's partitions move to the others
 // within the ZooKeeper session timeout and a second). A receiver's notifications stay with one
 // leader at a time, with its delivery slots and breaker; a notification posted by a leader that
-// died before recording the result is posted again by the next, with the same id, and the [Inbox]
+// died before recording the result is posted again by the next, with the same id, and the inbox
 // applies it once. [ContenderCount] (ZooKeeper) or [HeartbeatCount] (other lock backends) counts
 // the instances. The number is stored with the tables at the first Run, and another is refused.
 //
@@ -74,7 +74,7 @@
 //
 // The receiver:
 //
-//	in, _ := notify.NewInbox(pool, store, "shop", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
+//	in, _ := inbox.New(pool, store, "shop", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
 //		_, err := tx.Exec(ctx, `update orders set paid = true where id = $1`, d.Key)
 //		return err
 //	})

@@ -28,7 +28,7 @@ import (
 // The leader of partition 0 also runs the retention job and sets the due gauge. Each partition's
 // writes pass the fence with its own resource ("notify:<schema>.<table>/p<i>"), so a deposed
 // leader of a partition records nothing: a notification it posted without recording its result
-// is posted again by the next leader, with the same id — the receiver's [Inbox] applies it once.
+// is posted again by the next leader, with the same id — the receiver's inbox applies it once.
 //
 // The number is stored in the table <table>_parts the first time a notifier runs; Run with another
 // number returns an error wrapping [ErrInvalidOption]: changing it on a live system is refused,

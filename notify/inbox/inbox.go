@@ -1,4 +1,15 @@
-package notify
+// Package inbox is the receiving side of package notify: an http.Handler that verifies the
+// sender's deliveries and applies each notification once, in the receiver's own transaction, and
+// [Inbox.Reconcile], which asks the sender for results it never got.
+//
+//	in, _ := inbox.New(pool, store, "shop", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
+//		_, err := tx.Exec(ctx, `update orders set paid = true where id = $1`, d.Key)
+//		return err
+//	})
+//	mux.Handle("POST /notify", in)
+//	sender := notify.Client{URL: senderQueryURL, Receiver: "shop", Secrets: []string{secret}}
+//	applied, err := in.Reconcile(ctx, sender, unpaidOrders...)
+package inbox
 
 import (
 	"context"
@@ -21,12 +32,21 @@ import (
 	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/signing"
+	"github.com/txkit/txkit/notify"
 )
+
+// tracerName is the instrumentation scope of the inbox's spans (the sender's package's, as before
+// the inbox had a package of its own: dashboards keep matching it).
+const tracerName = "github.com/txkit/txkit/notify"
+
+// maxDeliveryLen bounds a delivery's JSON body: the payload, the key and the receiver's name
+// (each escaped at most 6 bytes a byte) and the rest of the object.
+const maxDeliveryLen = notify.MaxPayloadLen + 6*(notify.MaxKeyLen+notify.MaxReceiverLen) + 4096
 
 // ApplyFunc applies one notification's result in tx, the receiver's transaction in which the
 // notification's id has just been claimed: returning nil commits both, an error rolls both back
 // (the sender retries).
-type ApplyFunc func(ctx context.Context, tx pgx.Tx, d Delivery) error
+type ApplyFunc func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error
 
 // Inbox is the receiving side: an http.Handler that verifies deliveries and applies each
 // notification once, and [Inbox.Reconcile], which asks the sender for results it never got.
@@ -43,85 +63,82 @@ type ApplyFunc func(ctx context.Context, tx pgx.Tx, d Delivery) error
 // acknowledgement body ([WithEcho]). No answer carries an error's text.
 //
 // The store's keys expire with its retention (idempotency.WithRetention; run its Run): keep it
-// longer than the sender's schedule and than twice the window ([NewInbox] checks the latter). Inbox is safe for concurrent use.
+// longer than the sender's schedule and than twice the window ([New] checks the latter). Inbox is
+// safe for concurrent use.
 type Inbox struct {
 	pool     *pgxpool.Pool
 	store    *idempotency.Store
 	receiver string
 	secrets  []string
 	apply    ApplyFunc
-	o        inboxOptions
+	o        options
 	tracer   trace.Tracer
 }
 
-// InboxOption configures an [Inbox].
-type InboxOption func(*inboxOptions)
+// Option configures an [Inbox].
+type Option func(*options)
 
-type inboxOptions struct {
+type options struct {
 	window time.Duration
 	echo   string
 	scope  string
 	log    *slog.Logger
-	now    func() time.Time
 	tp     trace.TracerProvider
 }
 
 // WithWindow sets how far a delivery's timestamp may be from this receiver's clock (default
-// [DefaultWindow]). Twice it must be shorter than the store's retention (idempotency.WithRetention),
+// notify.DefaultWindow). Twice it must be shorter than the store's retention (idempotency.WithRetention),
 // which remembers the nonces: a timestamp may lie up to the window ahead, so a replay stays
 // possible until receipt + 2 × window.
-func WithWindow(d time.Duration) InboxOption { return func(o *inboxOptions) { o.window = d } }
+func WithWindow(d time.Duration) Option { return func(o *options) { o.window = d } }
 
 // WithEcho sets the body of the acknowledgement (default "success").
-func WithEcho(body string) InboxOption { return func(o *inboxOptions) { o.echo = body } }
+func WithEcho(body string) Option { return func(o *options) { o.echo = body } }
 
 // WithScope sets the idempotency scope of the claimed ids (default "notify"); nonces use it with
 // ":nonce".
-func WithScope(s string) InboxOption { return func(o *inboxOptions) { o.scope = s } }
+func WithScope(s string) Option { return func(o *options) { o.scope = s } }
 
-// WithInboxLogger sets the logger (default: discard).
-func WithInboxLogger(l *slog.Logger) InboxOption { return func(o *inboxOptions) { o.log = l } }
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
-// WithInboxTracerProvider sets the OpenTelemetry tracer provider of the inbox (default: the
+// WithTracerProvider sets the OpenTelemetry tracer provider of the inbox (default: the
 // application's global provider). Each authenticated delivery is applied under a server span
 // "notify receive" (attributes txkit.notification and txkit.receiver), the child of the W3C
 // trace context (traceparent, tracestate) the notifier sends with every attempt — the trace of
 // the request that enqueued the notification — so the apply function's ctx carries that trace. A
 // delivery refused before it is authenticated gets no span.
-func WithInboxTracerProvider(tp trace.TracerProvider) InboxOption {
-	return func(o *inboxOptions) { o.tp = tp }
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tp = tp }
 }
 
-// WithInboxClock sets the clock the timestamp window is checked against (tests).
-func WithInboxClock(now func() time.Time) InboxOption { return func(o *inboxOptions) { o.now = now } }
-
-// NewInbox returns an Inbox for receiver (this receiver's name at the sender: deliveries naming
+// New returns an Inbox for receiver (this receiver's name at the sender: deliveries naming
 // another are refused) applying notifications with apply in pool's database, claiming with store
 // (whose table Migrate must have created), verifying with secrets (each at least 16 bytes; the
 // sender's current one and, during a key rotation, the other). Missing arguments, a short secret,
 // a window whose double is not below the store's retention or unusable options return an error
-// wrapping [ErrInvalidOption].
-func NewInbox(pool *pgxpool.Pool, store *idempotency.Store, receiver string, secrets []string, apply ApplyFunc, opts ...InboxOption) (*Inbox, error) {
-	o := inboxOptions{window: DefaultWindow, echo: "success", scope: "notify", log: slog.New(slog.DiscardHandler), now: time.Now}
+// wrapping notify.ErrInvalidOption.
+func New(pool *pgxpool.Pool, store *idempotency.Store, receiver string, secrets []string, apply ApplyFunc, opts ...Option) (*Inbox, error) {
+	o := options{window: notify.DefaultWindow, echo: "success", scope: "notify", log: slog.New(slog.DiscardHandler)}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if err := pgutil.CheckText(receiver, MaxReceiverLen); err != nil {
-		return nil, fmt.Errorf("notify: inbox: receiver name %q: %w: %w", receiver, err, ErrInvalidOption)
+	if err := pgutil.CheckText(receiver, notify.MaxReceiverLen); err != nil {
+		return nil, fmt.Errorf("notify: inbox: receiver name %q: %w: %w", receiver, err, notify.ErrInvalidOption)
 	}
 	if err := signing.CheckSecrets(secrets); err != nil {
-		return nil, fmt.Errorf("notify: inbox %s: %w: %w", receiver, err, ErrInvalidOption)
+		return nil, fmt.Errorf("notify: inbox %s: %w: %w", receiver, err, notify.ErrInvalidOption)
 	}
 	switch {
 	case pool == nil || store == nil || apply == nil:
-		return nil, fmt.Errorf("notify: inbox: nil pool, store or apply: %w", ErrInvalidOption)
-	case o.window <= 0 || o.scope == "" || o.log == nil || o.now == nil:
-		return nil, fmt.Errorf("notify: inbox: window %v, scope %q, logger or clock: %w", o.window, o.scope, ErrInvalidOption)
+		return nil, fmt.Errorf("notify: inbox: nil pool, store or apply: %w", notify.ErrInvalidOption)
+	case o.window <= 0 || o.scope == "" || o.log == nil:
+		return nil, fmt.Errorf("notify: inbox: window %v, scope %q or logger: %w", o.window, o.scope, notify.ErrInvalidOption)
 	case 2*o.window >= store.Retention():
 		// A timestamp may lie up to the window ahead, so a delivery stays acceptable until receipt +
 		// 2 × window: its nonce must be remembered at least that long.
 		return nil, fmt.Errorf("notify: inbox %s: twice the window %v must be shorter than the store's retention %v (a replay is possible until receipt + 2 × window): %w",
-			receiver, o.window, store.Retention(), ErrInvalidOption)
+			receiver, o.window, store.Retention(), notify.ErrInvalidOption)
 	}
 	return &Inbox{pool: pool, store: store, receiver: receiver, secrets: append([]string(nil), secrets...), apply: apply, o: o,
 		tracer: obs.TracerProvider(o.tp).Tracer(tracerName)}, nil
@@ -136,25 +153,26 @@ func (in *Inbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxDeliveryLen))
 	if err != nil {
 		if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
-			in.o.log.WarnContext(r.Context(), "notify: delivery refused: body too large", slog.String("id", r.Header.Get(HeaderID)), slog.Int64("limit", tooLarge.Limit))
+			in.o.log.WarnContext(r.Context(), "notify: delivery refused: body too large", slog.String("id", r.Header.Get(notify.HeaderID)), slog.Int64("limit", tooLarge.Limit))
 			http.Error(w, "delivery too large", http.StatusRequestEntityTooLarge)
 			return
 		}
-		in.o.log.WarnContext(r.Context(), "notify: reading a delivery failed", slog.String("id", r.Header.Get(HeaderID)), slog.Any("err", err))
+		in.o.log.WarnContext(r.Context(), "notify: reading a delivery failed", slog.String("id", r.Header.Get(notify.HeaderID)), slog.Any("err", err))
 		http.Error(w, "cannot read the body", http.StatusBadRequest)
 		return
 	}
-	if err := verify(r, body, in.secrets, in.o.now(), in.o.window); err != nil {
-		in.refuse(r.Context(), w, r.Header.Get(HeaderID), err)
+	if err := signing.VerifyRequest(r, body, in.secrets, time.Now(), in.o.window); err != nil {
+		err = fmt.Errorf("notify: %w: %w", notify.ErrUnauthorized, err)
+		in.refuse(r.Context(), w, r.Header.Get(notify.HeaderID), err)
 		return
 	}
-	var d Delivery
-	if err := json.Unmarshal(body, &d); err != nil || d.ID.String() != r.Header.Get(HeaderID) {
+	var d notify.Delivery
+	if err := json.Unmarshal(body, &d); err != nil || d.ID.String() != r.Header.Get(notify.HeaderID) {
 		http.Error(w, "malformed delivery", http.StatusBadRequest)
 		return
 	}
 	if d.Receiver != in.receiver {
-		in.refuse(r.Context(), w, d.ID.String(), fmt.Errorf("notify: delivery %s is for receiver %q, this is %q: %w", d.ID, d.Receiver, in.receiver, ErrUnauthorized))
+		in.refuse(r.Context(), w, d.ID.String(), fmt.Errorf("notify: delivery %s is for receiver %q, this is %q: %w", d.ID, d.Receiver, in.receiver, notify.ErrUnauthorized))
 		return
 	}
 	ctx, span := in.tracer.Start(obs.Propagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header)), "notify receive",
@@ -162,19 +180,19 @@ func (in *Inbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		trace.WithAttributes(attribute.String("txkit.notification", d.ID.String()),
 			attribute.String("txkit.receiver", d.Receiver)))
 	err = pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
-		fresh, err := in.store.Claim(ctx, tx, in.o.scope+":nonce", r.Header.Get(HeaderSignature))
+		fresh, err := in.store.Claim(ctx, tx, in.o.scope+":nonce", r.Header.Get(notify.HeaderSignature))
 		if err != nil {
 			return err
 		}
 		if !fresh {
-			return fmt.Errorf("notify: delivery %s: request seen before (replay): %w", d.ID, ErrUnauthorized)
+			return fmt.Errorf("notify: delivery %s: request seen before (replay): %w", d.ID, notify.ErrUnauthorized)
 		}
 		_, err = in.applyOnce(ctx, tx, d)
 		return err
 	})
 	obs.EndSpan(span, err)
 	switch {
-	case errors.Is(err, ErrUnauthorized):
+	case errors.Is(err, notify.ErrUnauthorized):
 		in.refuse(ctx, w, d.ID.String(), err)
 		return
 	case err != nil:
@@ -192,7 +210,7 @@ func (in *Inbox) refuse(ctx context.Context, w http.ResponseWriter, id string, e
 
 // applyOnce claims d's id in tx and applies it, reporting whether it did; a notification applied
 // before is acknowledged again without being applied.
-func (in *Inbox) applyOnce(ctx context.Context, tx pgx.Tx, d Delivery) (bool, error) {
+func (in *Inbox) applyOnce(ctx context.Context, tx pgx.Tx, d notify.Delivery) (bool, error) {
 	first, err := in.store.Claim(ctx, tx, in.o.scope, d.ID.String())
 	if err != nil || !first {
 		return false, err // !first: applied before, acknowledge again
@@ -202,20 +220,21 @@ func (in *Inbox) applyOnce(ctx context.Context, tx pgx.Tx, d Delivery) (bool, er
 
 // Reconcile asks the sender, through c, for the notification of each business key and applies
 // the ones found that were never applied here (a lost notification is never a lost fact). c must
-// ask as this Inbox's receiver (else an error wrapping [ErrInvalidOption], and nothing is asked).
-// Only answers signed by the sender are believed ([Client] verifies them), and only one about the
-// key asked, for this receiver, is applied: another returns an error wrapping [ErrUnauthorized].
+// ask as this Inbox's receiver (else an error wrapping notify.ErrInvalidOption, and nothing is
+// asked). Only answers signed by the sender are believed (notify.Client verifies them), and only
+// one about the key asked, for this receiver, is applied: another returns an error wrapping
+// notify.ErrUnauthorized.
 // It returns how many it applied now; keys the sender does not know are skipped. It blocks until
 // every key was asked or ctx ends; failures are joined and returned after the other keys.
-func (in *Inbox) Reconcile(ctx context.Context, c Client, keys ...string) (int, error) {
+func (in *Inbox) Reconcile(ctx context.Context, c notify.Client, keys ...string) (int, error) {
 	if c.Receiver != in.receiver {
-		return 0, fmt.Errorf("notify: reconcile: the client asks as %q, this inbox is %q: %w", c.Receiver, in.receiver, ErrInvalidOption)
+		return 0, fmt.Errorf("notify: reconcile: the client asks as %q, this inbox is %q: %w", c.Receiver, in.receiver, notify.ErrInvalidOption)
 	}
 	applied := 0
 	var errs []error
 	for _, k := range keys {
 		res, err := c.ByKey(ctx, k)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, notify.ErrNotFound) {
 			continue
 		}
 		if err != nil {
@@ -224,10 +243,10 @@ func (in *Inbox) Reconcile(ctx context.Context, c Client, keys ...string) (int, 
 		}
 		if res.Key != k || res.Receiver != in.receiver {
 			errs = append(errs, fmt.Errorf("notify: reconcile %s: the answer is about %s/%s, not %s/%s: %w",
-				k, res.Receiver, res.Key, in.receiver, k, ErrUnauthorized))
+				k, res.Receiver, res.Key, in.receiver, k, notify.ErrUnauthorized))
 			continue
 		}
-		d := Delivery{ID: res.ID, Receiver: res.Receiver, Key: res.Key, Payload: res.Payload, CreatedAt: res.CreatedAt}
+		d := notify.Delivery{ID: res.ID, Receiver: res.Receiver, Key: res.Key, Payload: res.Payload, CreatedAt: res.CreatedAt}
 		var fresh bool
 		err = pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
 			var err error
