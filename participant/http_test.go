@@ -12,16 +12,6 @@ import (
 
 const testSecret = "test-secret-0123456789abcdef"
 
-// signingClient returns a client signing with secret on top of base.
-func signingClient(t testing.TB, secret string, base *http.Client) *http.Client {
-	t.Helper()
-	c, err := participant.NewSigningClient(secret, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // Low: a participant answering a redirect is not followed — the signed body is not re-posted
 // elsewhere — whether HTTP has no client or the signing one.
 func TestHTTPDoesNotFollowRedirects(t *testing.T) {
@@ -36,7 +26,11 @@ func TestHTTPDoesNotFollowRedirects(t *testing.T) {
 			http.Redirect(w, r, elsewhere.URL+"/stolen", code)
 		}))
 		t.Cleanup(redirect.Close)
-		for name, c := range map[string]*http.Client{"nil client": nil, "signing client": signingClient(t, testSecret, nil)} {
+		signer, err := participant.NewSigningClient(testSecret, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, c := range map[string]*http.Client{"nil client": nil, "signing client": signer} {
 			err := participant.HTTP{URL: redirect.URL, Client: c}.Do(t.Context(), participant.Request{GID: "g1", Branch: "b", Op: participant.OpTry})
 			if err == nil || hits.Load() != 0 {
 				t.Errorf("%s, %d: Do = %v and the other server was called %d times; want an error and no call", name, code, err, hits.Load())

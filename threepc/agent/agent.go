@@ -133,6 +133,7 @@ func New(bar *barrier.Barrier, dec Decider, fn func(ctx context.Context, tx pgx.
 	if a.outage, err = newOutage(db.Registerer, "3pc_agent", "table", name, "pre-committed 3PC branches past the agent's timeout", o.fallback, o.now); err != nil {
 		return nil, fmt.Errorf("agent: %w: %w", err, ErrInvalidOption)
 	}
+	a.outage.log, a.outage.waiting = o.log, "timed-out branches"
 	a.ddl = `select pg_advisory_xact_lock(` + strconv.FormatInt(pgutil.MigrateLockKey("txkit/participant/agent/migrate:"+t), 10) + `);` +
 		schema + `
 create table if not exists ` + t + ` (
@@ -258,7 +259,7 @@ func (a *Agent) Pass(ctx context.Context) (PassResult, error) {
 		}
 	}
 	if p.Waiting == 0 {
-		a.outageOver(ctx)
+		a.outage.over(ctx)
 	}
 	n, err := a.db.Pool.Exec(ctx, a.purge, a.o.batch)
 	if err != nil {
@@ -296,7 +297,7 @@ func (a *Agent) end(ctx context.Context, r participant.Request, p *PassResult, l
 	outcome := threepc.OutcomeCommit
 	fallback := false
 	if a.o.mode == TerminationConsultLog {
-		o, err := a.decide(ctx, r.GID, logDown)
+		o, err := a.outage.decide(ctx, a.dec, r.GID, logDown)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return fmt.Errorf("agent: decide %s/%s: %w", r.GID, r.Branch, err)
@@ -348,32 +349,6 @@ func (a *Agent) end(ctx context.Context, r participant.Request, p *PassResult, l
 	}
 	a.o.log.InfoContext(ctx, "agent: 3pc branch ended alone after its timeout", append(attrs, slog.String("outcome", outcome.String()))...)
 	return nil
-}
-
-// decide asks the decision log about gid, unless a question failed earlier in this pass
-// (*logDown); a failure sets *logDown.
-func (a *Agent) decide(ctx context.Context, gid string, logDown *bool) (threepc.Outcome, error) {
-	var o threepc.Outcome
-	began, err := a.outage.ask(ctx, logDown, func(ctx context.Context) (err error) {
-		o, err = a.dec.Decide(ctx, gid)
-		return err
-	})
-	if began {
-		a.o.log.WarnContext(ctx, "agent: cannot reach the decision log; timed-out branches wait for it", slog.Any("err", err))
-	}
-	if err != nil {
-		return 0, err
-	}
-	a.outageOver(ctx)
-	return o, nil
-}
-
-// outageOver ends the log's outage, logging it if one was under way: the log answered, or no
-// branch waits for it any more.
-func (a *Agent) outageOver(ctx context.Context) {
-	if lasted, ok := a.outage.end(); ok {
-		a.o.log.InfoContext(ctx, "agent: no timed-out branch waits for the decision log any more", slog.Duration("waited", lasted))
-	}
 }
 
 // serve returns the function the barrier runs for a 3PC op, which keeps the agent's table in step

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txkit/txkit/internal/obs"
+	"github.com/txkit/txkit/threepc"
 )
 
 // askTimeout bounds one question to the decision log.
@@ -23,6 +25,10 @@ var errLogDown = errors.New("the decision log could not be reached in this pass"
 // exported as a gauge of the wait and a counter of the textbook commits an explicit fallback
 // made, and whether that fallback is due. It is safe for concurrent use.
 type outage struct {
+	log     *slog.Logger // where the outage's beginning and end are logged, with attrs
+	waiting string       // what waits, in those lines ("timed-out branches")
+	attrs   []any
+
 	now       func() time.Time
 	fallback  time.Duration // 0: never
 	since     atomic.Int64  // now() in Unix ns at the first failed question of the outage; 0: none
@@ -99,3 +105,29 @@ func (w *outage) fallbackDue() bool {
 
 // fellBack counts one textbook commit the fallback made.
 func (w *outage) fellBack() { w.fallbacks.Inc() }
+
+// decide asks dec about gid, unless a question failed earlier in this pass (*down); a failure sets
+// *down and, when it begins the outage, is logged; an answer ends the outage.
+func (w *outage) decide(ctx context.Context, dec Decider, gid string, down *bool) (threepc.Outcome, error) {
+	var o threepc.Outcome
+	began, err := w.ask(ctx, down, func(ctx context.Context) (err error) {
+		o, err = dec.Decide(ctx, gid)
+		return err
+	})
+	if began {
+		w.log.WarnContext(ctx, "agent: cannot reach the decision log; "+w.waiting+" wait for it", append(w.attrs, slog.Any("err", err))...)
+	}
+	if err != nil {
+		return 0, err
+	}
+	w.over(ctx)
+	return o, nil
+}
+
+// over ends the outage, logging it if one was under way: the log answered, or nothing waits for
+// it any more.
+func (w *outage) over(ctx context.Context) {
+	if lasted, ok := w.end(); ok {
+		w.log.InfoContext(ctx, "agent: "+w.waiting+" no longer wait for the decision log", append(w.attrs, slog.Duration("waited", lasted))...)
+	}
+}

@@ -73,6 +73,7 @@ func NewPG(c *threepc.Coordinator, name string, db *pgxpool.Pool, opts ...Option
 		o.fallback, o.now); err != nil {
 		return nil, fmt.Errorf("agent: %w: %w", err, ErrInvalidOption)
 	}
+	a.wait.log, a.wait.waiting, a.wait.attrs = o.log, "prepared transactions past the timeout", []any{slog.String("database", name)}
 	return a, nil
 }
 
@@ -118,7 +119,7 @@ func (a *PG) Pass(ctx context.Context) (PGPassResult, error) {
 		out, fallback := threepc.OutcomeCommit, false
 		if a.o.mode == TerminationConsultLog {
 			var derr error
-			out, derr = a.decide(ctx, p.GID, &logDown)
+			out, derr = a.wait.decide(ctx, a.c, p.GID, &logDown)
 			switch {
 			case derr != nil && ctx.Err() != nil:
 				return res, errors.Join(append(errs, ctx.Err())...)
@@ -158,37 +159,9 @@ func (a *PG) Pass(ctx context.Context) (PGPassResult, error) {
 			slog.Duration("waited", time.Since(p.At)))
 	}
 	if res.Waiting == 0 {
-		a.outageOver(ctx)
+		a.wait.over(ctx)
 	}
 	return res, errors.Join(errs...)
-}
-
-// decide asks the decision log about gid, unless a question failed earlier in this pass
-// (*logDown); a failure sets *logDown.
-func (a *PG) decide(ctx context.Context, gid string, logDown *bool) (threepc.Outcome, error) {
-	var out threepc.Outcome
-	began, err := a.wait.ask(ctx, logDown, func(ctx context.Context) (err error) {
-		out, err = a.c.Decide(ctx, gid)
-		return err
-	})
-	if began {
-		a.o.log.WarnContext(ctx, "agent: cannot reach the decision log; prepared transactions past the timeout wait for it",
-			slog.String("database", a.name), slog.Any("err", err))
-	}
-	if err != nil {
-		return 0, err
-	}
-	a.outageOver(ctx)
-	return out, nil
-}
-
-// outageOver ends the log's outage, logging it if one was under way: the log answered, or
-// nothing waits for it any more.
-func (a *PG) outageOver(ctx context.Context) {
-	if lasted, ok := a.wait.end(); ok {
-		a.o.log.InfoContext(ctx, "agent: no prepared transaction waits for the decision log any more",
-			slog.String("database", a.name), slog.Duration("waited", lasted))
-	}
 }
 
 // Run calls Pass every poll interval ([WithPoll]) until ctx ends, logging failures. It needs
