@@ -21,25 +21,16 @@ import (
 )
 
 // Barrier makes each operation of a branch run at most once, in the participant's own database
-// transaction, and handles the two anomalies of TCC and sagas:
+// transaction, and handles the two anomalies of TCC and sagas: the empty rollback (a cancel,
+// compensate or abort for a branch whose try, action or prepare never ran is answered success
+// without calling the business code) and the hanging try (a try arriving after that empty
+// rollback is refused with [ErrHanging], which wraps [participant.ErrRefused], without calling
+// it). It is a table of markers, one row per (gid, branch, op) on a unique key, kept by an
+// [idempotency.Store]; every decision is a write on that key, never a check followed by a write
+// (see [Barrier.Call]).
 //
-//   - The empty rollback: a cancel (compensate, abort) arrives for a branch whose try (action,
-//     prepare) never ran —
-//     it was lost, or is still on its way. The barrier answers success without calling the
-//     business code: there is nothing to undo.
-//   - The hanging try: a try (action, prepare) arrives after that empty rollback. It must not reserve
-//     anything, because no cancel will ever come to release it. The barrier refuses it with
-//     [ErrHanging], which wraps [participant.ErrRefused] (HTTP 409), without calling the business code.
-//
-// The barrier is a table of markers, one row per (gid, branch, op) on a unique key, kept by an
-// [idempotency.Store]. Every decision is a write on that key (INSERT ... ON CONFLICT DO NOTHING),
-// never a check followed by a write, so a concurrent try and cancel of one branch serialize on the
-// unique index: the second inserter waits for the first one's transaction to end (see
-// [Barrier.Call]). This is dtm's barrier rather than Seata's fence, which reads with SELECT ...
-// FOR UPDATE before inserting and deadlocks under contention.
-//
-// Rows are purged by age ([WithRetention], [Barrier.Run]). The pool given to [New]
-// serves Migrate, Run and the transactions of [Barrier.Handler] and [Barrier.Participant];
+// Rows are purged by age ([WithRetention], [Barrier.Run]). The pool given to [New] serves
+// Migrate, Run and the transactions of [Barrier.Handler] and [Barrier.Participant];
 // [Barrier.Call] runs in the caller's. A Barrier is safe for concurrent use by multiple goroutines.
 type Barrier struct {
 	sealed // what package threepc/agent uses of the barrier (internal/barrierseam)
@@ -133,37 +124,18 @@ func (b *Barrier) Run(ctx context.Context) error {
 // when Call returns nil; roll it back when Call returns an error, so that the markers Call wrote
 // vanish with fn's partial work and a retry runs again.
 //
-// Call writes markers with INSERT ... ON CONFLICT DO NOTHING on the unique key (op, gid, branch):
+// Call returns nil without calling fn for an op that ran before (a duplicate) and for a cancel,
+// compensate or abort whose try, action, prepare or precommit never ran (the empty rollback, which
+// also refuses that try for good); an error wrapping [ErrHanging] without calling fn for a try,
+// action, prepare or precommit whose branch was cancelled; otherwise fn's error, wrapped with the
+// gid, branch and op. [participant.OpCanCommit] (a read-only vote) calls fn every time. A try and a
+// cancel of one branch running at once serialize on the markers' unique index: a try never runs
+// after its cancel. Run tx at READ COMMITTED (the default); under REPEATABLE READ or SERIALIZABLE
+// the waiter fails with a serialization failure to retry.
 //
-//   - A cancel (compensate, abort) first inserts the marker of its try (action, prepare or precommit). If that insert wrote a
-//     row, the try never ran: this is the empty rollback. Call records the cancel's own marker and
-//     returns nil without calling fn; the try marker now blocks any try that arrives later.
-//   - Every op then inserts its own marker. If the row was already there, the op already ran (and
-//     committed): Call returns nil without calling fn. For a try (action) whose branch has been
-//     cancelled — its marker was written by an empty rollback, or the try ran and was then
-//     cancelled — it returns an error wrapping [ErrHanging] (and so [participant.ErrRefused]) instead, still
-//     without calling fn: the hanging try is refused. Telling the two apart takes one read of the
-//     cancel marker, made only after the write has decided that fn is not called.
-//   - Otherwise Call calls fn(ctx, tx) and returns its error, wrapped with the gid, branch and op.
-//     A business refusal in fn should wrap [participant.ErrRefused]; the caller rolls back, so a later cancel
-//     finds no try marker and is an empty rollback.
-//
-// A marker inserted by a transaction that has not ended yet blocks the second inserter until that
-// transaction ends, so a try and a cancel of one branch running at once serialize: either the try
-// commits first and the cancel then runs fn, or the cancel commits its empty rollback first and the
-// try is refused. A try never runs after its cancel. Run tx at READ COMMITTED (the default): under
-// REPEATABLE READ or SERIALIZABLE the waiter fails instead with a serialization failure to retry.
-// Confirm is not paired with try: a confirm only ever follows a successful try.
-//
-// Three-phase commit: [participant.OpCanCommit] writes no marker and calls fn every time (a read-only vote
-// may be asked again). [participant.OpPreCommit] is marked under prepare's scope, so it pairs with
-// [participant.OpAbort] as prepare does: an abort before the precommit is an empty rollback and the
-// precommit arriving after it is refused with [ErrHanging]. [participant.OpDoCommit] is marked like commit:
-// at most once, unpaired.
-//
-// ctx scopes the statements and is passed to fn. An invalid request (an unknown op, an empty GID or
-// Branch, GID and Branch together too long, text PostgreSQL cannot store) returns an error wrapping
-// [participant.ErrBadRequest] before anything is written; a nil tx returns an error wrapping
+// ctx scopes the statements and is passed to fn. An invalid request (an unknown op, an empty or
+// too long GID or Branch, text PostgreSQL cannot store) returns an error wrapping
+// [participant.ErrBadRequest] before anything is written; a nil tx, one wrapping
 // idempotency.ErrNilTx. Call is safe for concurrent use, each call with its own tx.
 func (b *Barrier) Call(ctx context.Context, tx pgx.Tx, req participant.Request, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if tx == nil || (reflect.ValueOf(tx).Kind() == reflect.Pointer && reflect.ValueOf(tx).IsNil()) {
@@ -231,6 +203,25 @@ func (b *Barrier) Call(ctx context.Context, tx pgx.Tx, req participant.Request, 
 	}
 	return nil
 }
+
+// How Call decides. The markers are written with INSERT ... ON CONFLICT DO NOTHING on the
+// unique key (op, gid, branch), never checked first (dtm's barrier, not Seata's fence, whose
+// SELECT ... FOR UPDATE deadlocks under contention):
+//
+//   - A cancel (compensate, abort) first inserts the marker of its try (action, prepare or
+//     precommit). If that insert wrote a row, the try never ran: the empty rollback. The cancel's
+//     own marker is recorded and fn is not called; the try marker now blocks any later try.
+//   - Every op then inserts its own marker. If the row was already there, the op already ran:
+//     fn is not called. For a try whose branch was cancelled (its marker written by an empty
+//     rollback, or the try ran and was then cancelled) the answer is ErrHanging instead; one
+//     read of the cancel marker, made after the write decided fn is not called, tells the two
+//     apart.
+//   - A marker inserted by a transaction that has not ended blocks the second inserter until
+//     it ends, so a concurrent try and cancel serialize: either the try commits first and the
+//     cancel then runs fn, or the cancel commits its empty rollback first and the try is
+//     refused. Confirm is not paired with try: a confirm only ever follows a successful try.
+//   - 3PC: cancommit writes no marker; precommit is marked under prepare's scope, so it pairs
+//     with abort as prepare does; docommit is marked like commit, unpaired.
 
 // markerOf returns the op under whose scope op's marker is stored: prepare for 3PC's precommit,
 // so that abort's pairing with prepare (empty rollback, hanging prepare) covers it; op itself

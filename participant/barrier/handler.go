@@ -41,45 +41,23 @@ func WithAllowedOps(ops ...participant.Op) HandlerOption {
 }
 
 // Handler returns an http.Handler that serves the operations of a participant over the wire
-// protocol: it reads a POST's body, checks its signature ([WithSecrets]), decodes the JSON
-// [participant.Request], begins a transaction on the barrier's pool, claims the signature as a nonce, runs fn through
-// [Barrier.Call] (so at most once, with empty rollbacks and hanging tries handled), and commits.
-// A coordinator posts every op of a branch to the branch's one URL, so a participant serves
-// each protocol on a route of its own, restricted to that protocol's ops, with fn switching on
-// req.Op:
+// protocol: it checks the POST's signature ([WithSecrets]), decodes the [participant.Request],
+// and runs fn through [Barrier.Call] in a transaction of its own on the barrier's pool, in which
+// it also claims the signature as a nonce. A coordinator posts every op of a branch to the
+// branch's one URL, so serve each protocol on a route of its own restricted to its ops
+// ([WithAllowedOps]), with fn switching on req.Op (see the package example).
 //
-//	bar, _ := barrier.New(pool, barrier.WithSecrets(secret))
-//	mux.Handle("POST /stock/tcc", bar.Handler(stockTCC,
-//		barrier.WithAllowedOps(participant.OpTry, participant.OpConfirm, participant.OpCancel)))
-//	mux.Handle("POST /stock/saga", bar.Handler(stockSaga,
-//		barrier.WithAllowedOps(participant.OpAction, participant.OpCompensate)))
-//
-// A client of your own that posts each op to a route of its own restricts each route to its op
-// (WithAllowedOps(participant.OpTry) on /try), so that a confirm posted to /try is refused.
-//
-// It answers:
-//
-//   - 200 with {"ok":true} when fn succeeded or was skipped (a duplicate, an empty rollback);
-//   - 401 ([ErrUnauthorized]) for a request whose signature is missing, wrong, stale or replayed,
-//     and for every request when the barrier has no secret and was not built with
-//     [WithUnsignedRequests];
-//   - 400 for a malformed body, an unknown op or one not allowed here ([WithAllowedOps]), an
-//     invalid gid or branch, a method other than POST (405), or an error from fn wrapping
-//     [participant.ErrBadRequest];
-//   - 409 ([participant.StatusRefused]) when fn returns an error wrapping [participant.ErrRefused] (a business refusal: the
-//     coordinator rolls back) or for a hanging try ([ErrHanging]);
-//   - 500 for any other error, and when fn panics (the coordinator retries).
-//
-// Every answer but 200 leaves nothing behind: a bad signature, body or op is refused before a
-// transaction begins, and a transaction that was not committed is always rolled back — a replay
-// refused by its nonce, a refusal or failure of fn, a panic in fn — so no connection stays
-// checked out or idle in transaction.
-// A 400 or 409 carries the error's text, which describes the caller's request or the business
-// refusal: do not wrap internal errors (driver messages) with [participant.ErrBadRequest] or [participant.ErrRefused]. A
-// 500 carries only "participant: internal error (request id ID)"; the error, and the stack of a
-// panic, are logged with that id (key request_id). fn runs under the request's ctx, which carries
-// the request's server span "participant <op>" (see [WithTracerProvider]). The handler is
-// safe for concurrent use.
+// It answers 200 {"ok":true} when fn succeeded or was skipped (a duplicate, an empty rollback);
+// 401 ([ErrUnauthorized]) for a signature missing, wrong, stale or replayed, and for every
+// request of a barrier without secrets unless built with [WithUnsignedRequests]; 400 for a
+// malformed body, an op not served here, an invalid gid or branch, or an error of fn wrapping
+// [participant.ErrBadRequest] (405 for a method other than POST); 409 for an error of fn wrapping
+// [participant.ErrRefused] or a hanging try; 500 for any other error or a panic in fn (the
+// coordinator retries). A 400 or 409 carries the error's text, so do not wrap internal errors
+// with those sentinels; a 500 carries only a request id, which the logged error names. Every
+// answer but 200 leaves nothing written and no connection checked out. fn runs under the
+// request's ctx, which carries the server span "participant <op>" ([WithTracerProvider]). The
+// handler is safe for concurrent use.
 func (b *Barrier) Handler(fn func(ctx context.Context, tx pgx.Tx, req participant.Request) error, opts ...HandlerOption) http.Handler {
 	var ho handlerOptions
 	for _, opt := range opts {
