@@ -67,7 +67,7 @@ func WithDefaultTimeout(d time.Duration) Option { return func(c *core.Config) { 
 // CanCommit or PreCommit uses its branch's own participant.HTTP's client
 // (default: that of a participant.HTTP without Client, which signs nothing and follows no
 // redirect). A participant's barrier handler serves only signed calls unless built with
-// participant.WithUnsignedRequests: give it, and the branches' participant.HTTP, the client of
+// barrier.WithUnsignedRequests: give it, and the branches' participant.HTTP, the client of
 // participant.NewSigningClient.
 func WithHTTPClient(cl *http.Client) Option { return func(c *core.Config) { c.Client = cl } }
 

@@ -2,67 +2,22 @@ package idempotency_test
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
-// exampleDB connects to the PostgreSQL of `make up` (TXKIT_PG_URL) and returns a pool whose
-// search_path is a schema of the example's own, and a function that drops that schema. Examples
-// cannot skip, so a missing server is a panic that says how to start one.
-func exampleDB(ctx context.Context) (*pgxpool.Pool, func()) {
-	url := os.Getenv(testenv.EnvPG)
-	if url == "" {
-		panic(testenv.EnvPG + " is not set: start the servers with `make up` and run the examples with `make test` " +
-			"(or set -a; eval \"$(deploy/local/env)\"; set +a)")
-	}
-	schema := "example_" + strings.ToLower(rand.Text()[:12])
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		panic(fmt.Sprintf("PostgreSQL at %s=%s does not answer (is `make up` running?): %v", testenv.EnvPG, url, err))
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "create schema "+schema); err != nil {
-		panic(err)
-	}
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	pool, err := pgxpool.New(ctx, url+sep+"search_path="+schema)
-	if err != nil {
-		panic(err)
-	}
-	return pool, func() {
-		pool.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, url)
-		if err != nil {
-			panic(err)
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "drop schema "+schema+" cascade"); err != nil {
-			panic(err)
-		}
-	}
-}
-
 // A consumer adds points once per message, however often the message is delivered: the claim and
 // the update commit together.
 func Example() {
 	ctx := context.Background()
-	pool, drop := exampleDB(ctx)
+	pool, drop := testenv.ExamplePool(ctx)
 	defer drop()
 
 	store, err := idempotency.New(pool)
@@ -115,7 +70,7 @@ func Example() {
 // same key with a different body is refused.
 func ExampleStore_Begin() {
 	ctx := context.Background()
-	pool, drop := exampleDB(ctx)
+	pool, drop := testenv.ExamplePool(ctx)
 	defer drop()
 
 	store, err := idempotency.New(pool, idempotency.WithRetention(24*time.Hour, "@every 1m"))
@@ -170,7 +125,7 @@ func ExampleStore_Begin() {
 // Purge deletes expired keys in one pass; Run does the same on a cron schedule until its ctx ends.
 func ExampleStore_Purge() {
 	ctx := context.Background()
-	pool, drop := exampleDB(ctx)
+	pool, drop := testenv.ExamplePool(ctx)
 	defer drop()
 
 	store, err := idempotency.New(pool, idempotency.WithRetention(time.Microsecond, "@every 1m"), idempotency.WithPurgeBatch(2))

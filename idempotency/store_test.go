@@ -3,10 +3,8 @@ package idempotency_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,23 +19,7 @@ import (
 	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	// The Example functions run against the real PostgreSQL and cannot skip themselves: without a
-	// server they panic, naming `make up`. Under -short with no server configured (make unit) they
-	// are left out, just as the TestIntegration tests skip themselves there.
-	if testing.Short() && os.Getenv(testenv.EnvPG) == "" {
-		skip := "^Example"
-		if f := flag.Lookup("test.skip"); f != nil && f.Value.String() != "" {
-			skip = f.Value.String() + "|" + skip
-		}
-		if err := flag.Set("test.skip", skip); err != nil {
-			fmt.Fprintln(os.Stderr, "idempotency_test: set -test.skip:", err)
-			os.Exit(2)
-		}
-	}
-	testenv.VerifyNoLeaks(m)
-}
+func TestMain(m *testing.M) { testenv.VerifyNoLeaksWithExamples(m) }
 
 const testTimeout = 30 * time.Second
 

@@ -21,6 +21,7 @@ import (
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/notify"
+	"github.com/txkit/txkit/notify/inbox"
 )
 
 // BenchmarkDeliver measures deliveries per second to a local receiver, side by side in one run:
@@ -36,7 +37,7 @@ import (
 //     processes (from /proc; 0 where it cannot be read), shows where the difference goes.
 //
 // Two receivers: "ack" answers "success" and does nothing else (the strictest comparison: the
-// whole cost of the notifier's bookkeeping shows); "inbox" is a notify.Inbox that verifies the
+// whole cost of the notifier's bookkeeping shows); "inbox" is a inbox.Inbox that verifies the
 // signature and applies each notification once in PostgreSQL, as a real receiver does.
 //
 //	go test -run '^$' -bench Deliver -benchtime 20x ./notify/
@@ -59,7 +60,7 @@ func BenchmarkDeliver(b *testing.B) {
 		if err := store.Migrate(context.Background()); err != nil {
 			b.Fatal(err)
 		}
-		in, err := notify.NewInbox(rcv.Pool, store, "r", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
+		in, err := inbox.New(rcv.Pool, store, "r", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
 			_, err := tx.Exec(ctx, `insert into credits values ($1, 1)`, d.ID)
 			return err
 		})

@@ -6,8 +6,8 @@
 // ([Notifier.Enqueue]). The elected leader ([Notifier.Run], under a lock.Elector) POSTs it as a
 // signed JSON [Delivery] and retries on a schedule ([DefaultSchedule]) until the receiver answers
 // 2xx; then it is failed, listed ([Notifier.ListFailed]) and redeliverable ([Notifier.Redeliver]).
-// Delivery is at least once: the receiving side, [Inbox], verifies the signature, refuses replays
-// and applies each notification once, and [Inbox.Reconcile] asks the sender's query API
+// Delivery is at least once: the receiving side, package notify/inbox, verifies the signature, refuses replays
+// and applies each notification once, and its Reconcile asks the sender's query API
 // ([Notifier.QueryHandler], [Client]) for what it never got.
 //
 //	n, _ := notify.New(pool, []notify.Receiver{{Name: "shop", URL: "https://shop.example/notify",
@@ -22,7 +22,7 @@
 //	})
 //
 //	// The receiver:
-//	in, _ := notify.NewInbox(pool, store, "shop", []string{secret}, apply)
+//	in, _ := inbox.New(pool, store, "shop", []string{secret}, apply)
 //	mux.Handle("POST /notify", in)
 //
 // Per-receiver queues and circuit breakers, partitioned delivery over many leaders

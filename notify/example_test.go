@@ -20,6 +20,7 @@ import (
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/notify"
+	"github.com/txkit/txkit/notify/inbox"
 )
 
 // Example records a recharge's result with its notification in one transaction, then shows the
@@ -75,7 +76,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	in, err := notify.NewInbox(pool, store, "shop", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
+	in, err := inbox.New(pool, store, "shop", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
 		var p struct{ Amount int }
 		if err := json.Unmarshal(d.Payload, &p); err != nil {
 			return err

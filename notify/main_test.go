@@ -21,6 +21,7 @@ import (
 	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/notify"
+	"github.com/txkit/txkit/notify/inbox"
 )
 
 func TestMain(m *testing.M) {
@@ -84,7 +85,7 @@ type world struct {
 	sender   *testenv.Schema
 	receiver *testenv.Schema
 	path     string
-	inbox    *notify.Inbox
+	inbox    *inbox.Inbox
 	srv      *httptest.Server
 	// answer, when set, answers a delivery instead of the inbox (a receiver that is down, fails
 	// or hangs); it returns false to let the inbox answer.
@@ -106,14 +107,14 @@ func newWorld(t *testing.T) *world {
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w.inbox, err = notify.NewInbox(w.receiver.Pool, store, "shop", []string{oldSecret, secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
+	w.inbox, err = inbox.New(w.receiver.Pool, store, "shop", []string{oldSecret, secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
 		var p struct{ Amount int }
 		if err := json.Unmarshal(d.Payload, &p); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `insert into applied values ($1, $2, $3)`, d.ID, d.Key, p.Amount)
 		return err
-	}, notify.WithInboxLogger(testenv.Logger(t)))
+	}, inbox.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func (w *world) newInbox(secrets []string) error {
 	if err != nil {
 		return err
 	}
-	_, err = notify.NewInbox(w.receiver.Pool, store, "shop", secrets, func(context.Context, pgx.Tx, notify.Delivery) error { return nil })
+	_, err = inbox.New(w.receiver.Pool, store, "shop", secrets, func(context.Context, pgx.Tx, notify.Delivery) error { return nil })
 	return err
 }
 

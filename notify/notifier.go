@@ -28,7 +28,7 @@ import (
 type DBTX = pgutil.DBTX // the one interface of every txkit package (Exec, Query, QueryRow)
 
 // The limits of a notification's fields, in bytes. [Notifier.Enqueue] refuses a longer one with
-// an error wrapping [ErrTooLarge], and an [Inbox] reads a delivery of up to MaxPayloadLen plus
+// an error wrapping [ErrTooLarge], and an inbox (package notify/inbox) reads a delivery of up to MaxPayloadLen plus
 // room for the rest of its body (a longer one is answered 413), so every notification enqueued can
 // be delivered.
 const (

@@ -22,6 +22,7 @@ import (
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/notify"
+	"github.com/txkit/txkit/notify/inbox"
 )
 
 // Partitioned notifier processes: the test binary runs itself with partWorkerEnv set to a JSON
@@ -92,10 +93,10 @@ func TestIntegrationPartitionedDeliveryAcrossKills(t *testing.T) {
 	posts := map[string]int{} // per notification id
 	for i := range receivers {
 		name := "r" + strconv.Itoa(i)
-		in, err := notify.NewInbox(receiver.Pool, store, name, []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
+		in, err := inbox.New(receiver.Pool, store, name, []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
 			_, err := tx.Exec(ctx, `insert into applied values ($1, $2, $3)`, d.ID, name, d.Key)
 			return err
-		}, notify.WithInboxLogger(testenv.Logger(t)))
+		}, inbox.WithLogger(testenv.Logger(t)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/txkit/txkit/internal/signing"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/notify"
+	"github.com/txkit/txkit/notify/inbox"
 )
 
 // signedDelivery builds a delivery request to url with body, signed with key at ts.
@@ -278,7 +279,7 @@ func TestNewInboxWindowAgainstRetention(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = notify.NewInbox(pool, store, "shop", []string{secret}, apply, notify.WithWindow(tc.window))
+			_, err = inbox.New(pool, store, "shop", []string{secret}, apply, inbox.WithWindow(tc.window))
 			switch {
 			case tc.wantErr && !errors.Is(err, notify.ErrInvalidOption):
 				t.Fatalf("NewInbox(window %v, retention %v) = %v; want an error wrapping ErrInvalidOption", tc.window, tc.retain, err)

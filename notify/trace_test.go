@@ -26,6 +26,7 @@ import (
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/notify"
+	"github.com/txkit/txkit/notify/inbox"
 	"github.com/txkit/txkit/tracelog"
 )
 
@@ -61,13 +62,13 @@ func TestIntegrationTraceDeliveryAttempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	appliedIn := map[string]trace.SpanContext{} // the span context of apply's ctx, by notification id
-	traced, err := notify.NewInbox(w.receiver.Pool, store, "shop", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
+	traced, err := inbox.New(w.receiver.Pool, store, "shop", []string{secret}, func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error {
 		mu.Lock()
 		appliedIn[d.ID.String()] = trace.SpanContextFromContext(ctx)
 		mu.Unlock()
 		_, err := tx.Exec(ctx, `insert into applied values ($1, $2, 1)`, d.ID, d.Key)
 		return err
-	}, notify.WithInboxTracerProvider(tp), notify.WithInboxLogger(testenv.Logger(t)))
+	}, inbox.WithTracerProvider(tp), inbox.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,25 +1,30 @@
-// Package participant is both sides of a txkit branch: the wire protocol between a coordinator
-// (tcc, saga, twopc, threepc) and its participants, the HTTP ([HTTP], [NewSigningClient]) and
-// in-process ways to call a participant, the [Barrier] that makes each operation run at most once
-// in the participant's own database transaction, and the [Agent] that ends a three-phase-commit
-// branch whose coordinator went silent.
+// Package participant is the wire protocol between a coordinator (tcc, saga, twopc, threepc) and
+// its participants, and the ways to call a participant: over HTTP ([HTTP], signed by the client of
+// [NewSigningClient]) or in-process ([Participant], [ParticipantFunc]).
 //
-// The protocol: the coordinator POSTs a JSON [Request] {"gid", "branch", "op", "payload"} to the
-// branch's URL — every op of a branch to the same URL; the participant answers 2xx for success,
-// 409 ([StatusRefused]) for a business refusal (the transaction is rolled back, never retried)
-// and anything else for "try again later". The barrier's handler serves only signed calls
-// ([WithSecrets]) unless built with [WithUnsignedRequests].
+// The protocol: the coordinator POSTs a JSON [Request] {"gid", "branch", "op", "payload"} (plus a
+// random "nonce" that participants ignore) to the branch's URL — every op of a branch to the same
+// URL; the participant answers 2xx for success, 409 ([StatusRefused]) for a business refusal —
+// the global transaction is rolled back, never retried — and anything else means "try again
+// later". [HTTP.Do] sends the W3C trace context of its ctx, so the participant's span joins the
+// coordinator's trace.
 //
-//	bar, _ := participant.NewBarrier(pool, participant.WithSecrets(secret))
-//	_ = bar.Migrate(ctx)
-//	go bar.Run(ctx) // purges old barrier rows
-//	mux.Handle("POST /stock/tcc", bar.Handler(stock,
-//		participant.WithAllowedOps(participant.OpTry, participant.OpConfirm, participant.OpCancel)))
+// The coordinator side signs every request with a shared secret (HMAC-SHA256 over the timestamp,
+// the method, the target and the body, in [HeaderTimestamp] and [HeaderSignature]), with one
+// client used both for the branches a process begins and for the recovery:
 //
 //	client, _ := participant.NewSigningClient(secret, &http.Client{Timeout: 10 * time.Second})
 //	c, _ := tcc.New(pool, coordinator.WithHTTPClient(client)) // and participant.HTTP{URL: stockURL, Client: client}
 //
-// What the barrier guarantees (empty rollbacks, hanging tries) and the 3PC agent:
-// docs/coordinators.md; signing, key rotation and mutual TLS: docs/security.md; metrics and
-// tracing: docs/metrics.md, docs/tracing.md.
+// The participant side lives in two packages of its own:
+//
+//   - participant/barrier runs each op of a branch at most once in the participant's own
+//     database transaction (empty rollbacks, hanging tries, nonces) and serves it over HTTP
+//     with signatures verified, or in-process;
+//   - threepc/agent ends, alone, the three-phase-commit branches whose coordinator went silent.
+//
+// Signing proves who sent a request, not that nobody read it; docs/security.md says how to add
+// TLS, or use mutual TLS instead, and how to rotate the key. Neither the signing client nor an
+// HTTP with a nil Client follows redirects, which would re-post a signed request wherever a
+// Location header points.
 package participant

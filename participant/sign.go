@@ -20,8 +20,8 @@ const (
 
 // NewSigningClient returns an HTTP client that signs every request with secret (HMAC-SHA256 over
 // the timestamp, method, target and body, and the Idempotency-Key header when the request carries
-// one, in [HeaderTimestamp] and [HeaderSignature]) for a
-// [Barrier.Handler] configured with [WithSecrets], and that never follows a redirect: a 3xx is
+// one, in [HeaderTimestamp] and [HeaderSignature]) for a barrier handler given secrets (package
+// participant/barrier), and that never follows a redirect: a 3xx is
 // returned as the answer (a failure the coordinator retries) instead of re-posting the signed
 // body to wherever the Location points.
 //
@@ -79,20 +79,4 @@ func (s signer) RoundTrip(r *http.Request) (*http.Response, error) {
 	sr.ContentLength = int64(len(body))
 	signing.SignRequest(sr, s.secret, time.Now(), body)
 	return s.next.RoundTrip(sr)
-}
-
-// authenticate checks r's signature over body; it returns the signature, to be claimed as a
-// nonce, or an error wrapping [ErrUnauthorized]. A barrier built with [WithUnsignedRequests]
-// accepts every request (and returns no nonce); one given no secret refuses every request.
-func (b *Barrier) authenticate(r *http.Request, body []byte) (string, error) {
-	switch {
-	case b.o.unsigned:
-		return "", nil
-	case len(b.o.secrets) == 0:
-		return "", fmt.Errorf("participant: this handler has no secret to verify requests with (WithSecrets): %w", ErrUnauthorized)
-	}
-	if err := signing.VerifyRequest(r, body, b.o.secrets, time.Now(), b.o.window); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrUnauthorized, err)
-	}
-	return r.Header.Get(HeaderSignature), nil
 }

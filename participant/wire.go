@@ -9,6 +9,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/txkit/txkit/internal/obs"
+	"github.com/txkit/txkit/participant/internal/refusal"
 )
 
 // Op is what a coordinator asks of a participant's branch.
@@ -30,7 +36,7 @@ const (
 	// executed, locked or written. A "no" wraps [ErrRefused].
 	OpCanCommit
 	// OpPreCommit is 3PC's second phase: the branch executes its work reversibly and remembers it
-	// durably (see [Agent]).
+	// durably (see package threepc/agent).
 	OpPreCommit
 	// OpDoCommit is 3PC's decision to commit: the branch makes its pre-committed work final.
 	OpDoCommit
@@ -113,9 +119,9 @@ func (f ParticipantFunc) Do(ctx context.Context, req Request) error { return f(c
 
 // HTTP is a [Participant] reached by POSTing the JSON Request to URL.
 //
-// Client signs the requests when it was built by [NewSigningClient], as a [Barrier.Handler] with
-// [WithSecrets] requires; a nil Client sends them unsigned, for a participant built with
-// [WithUnsignedRequests] (behind mutual TLS, say — then give a Client with the TLS settings). A
+// Client signs the requests when it was built by [NewSigningClient], as a barrier handler with
+// secrets requires (package participant/barrier); a nil Client sends them unsigned, for a barrier
+// built with barrier.WithUnsignedRequests (behind mutual TLS, say — then give a Client with the TLS settings). A
 // nil Client does not follow redirects; a client of your own should not either (see
 // [NewSigningClient]): a 307 or 308 would re-post the request to wherever it points.
 type HTTP struct {
@@ -134,7 +140,7 @@ type wireRequest struct {
 // Do posts req and maps the answer: 2xx → nil, [StatusRefused] → an error wrapping [ErrRefused],
 // anything else (or a transport error) → an error the coordinator retries. When ctx carries a
 // span, Do sends its W3C trace context (traceparent, tracestate headers), so that the
-// participant's span ([Barrier.Handler]) joins the trace. It blocks until the answer or ctx's end.
+// participant's span (barrier.Barrier.Handler) joins the trace. It blocks until the answer or ctx's end.
 func (h HTTP) Do(ctx context.Context, req Request) error {
 	body, err := json.Marshal(wireRequest{Request: req, Nonce: rand.Text()})
 	if err != nil {
@@ -160,11 +166,18 @@ func (h HTTP) Do(ctx context.Context, req Request) error {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return nil
 	case resp.StatusCode == StatusRefused:
-		if reason := refusalReason(string(msg)); reason != "" {
+		if reason := refusal.Reason(string(msg), ErrRefused.Error()); reason != "" {
 			return fmt.Errorf("participant: %s %s/%s at %s: %w: %s", req.Op, req.GID, req.Branch, h.URL, ErrRefused, reason)
 		}
 		return fmt.Errorf("participant: %s %s/%s at %s: %w", req.Op, req.GID, req.Branch, h.URL, ErrRefused)
 	default:
 		return fmt.Errorf("participant: %s %s/%s at %s: HTTP %d: %s", req.Op, req.GID, req.Branch, h.URL, resp.StatusCode, bytes.TrimSpace(msg))
+	}
+}
+
+// injectTrace sets h's W3C trace headers from ctx (nothing when ctx carries no span).
+func injectTrace(ctx context.Context, h http.Header) {
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		obs.Propagator().Inject(ctx, propagation.HeaderCarrier(h))
 	}
 }

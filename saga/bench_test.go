@@ -14,11 +14,12 @@ import (
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/barrier"
 	"github.com/txkit/txkit/saga"
 )
 
 // BenchmarkSaga measures three-step sequential sagas whose steps are HTTP participants on
-// localhost, each an httptest server running participant.Barrier.Handler over the benchmark's
+// localhost, each an httptest server running barrier.Barrier.Handler over the benchmark's
 // schema (the action increments a counter row, the compensation decrements it).
 //
 //   - "coordinator": Begin + 3×Add + Submit through the saga Coordinator; tx/s, p50/p99 of one
@@ -99,7 +100,7 @@ func BenchmarkSaga(b *testing.B) {
 	})
 	// metrics-ratio and observed-ratio: the cost of metrics, and of metrics with tracing.
 	coretest.OverheadRatios(b, saga.New, pg, coordinated, func(b *testing.B, tp trace.TracerProvider) func(*saga.Coordinator) error {
-		ps, _ := coretest.BenchParticipants(b, pg, secret, 3, apply, ops, participant.WithBarrierTracerProvider(tp))
+		ps, _ := coretest.BenchParticipants(b, pg, secret, 3, apply, ops, barrier.WithTracerProvider(tp))
 		return coordinatedOn(ps)
 	}, coordinator.WithHTTPClient(client))
 	b.Run("ratio", func(b *testing.B) {

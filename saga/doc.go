@@ -15,7 +15,7 @@
 //	err := s.Submit(ctx) // nil: succeeded; ErrRefused: compensated; coordinator.ErrIncomplete: the leader carries on
 //
 // A step is one participant and one URL: the action and the compensation are POSTed to it, and
-// its handler (behind [participant.Barrier.Handler], which makes both idempotent) switches on the
+// its handler (behind barrier.Barrier.Handler, which makes both idempotent) switches on the
 // request's Op. Step order ([Step.DependsOn]), what a refusal, a transient failure and the
 // timeout do, the writes per saga, metrics and tracing: docs/coordinators.md, docs/metrics.md,
 // docs/tracing.md.

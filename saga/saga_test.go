@@ -21,6 +21,7 @@ import (
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/barrier"
 	"github.com/txkit/txkit/saga"
 )
 
@@ -531,8 +532,8 @@ func TestIntegrationHTTPRefusedStepText(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
 	const secret = "saga-test-secret-0123456789abcdef"
-	bar, err := participant.NewBarrier(e.Schema.Pool, participant.WithBarrierSchema(e.Schema.Name), participant.WithBarrierLogger(testLogger(t)),
-		participant.WithSecrets(secret))
+	bar, err := barrier.New(e.Schema.Pool, barrier.WithSchema(e.Schema.Name), barrier.WithLogger(testLogger(t)),
+		barrier.WithSecrets(secret))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -552,7 +553,7 @@ func TestIntegrationHTTPRefusedStepText(t *testing.T) {
 			return nil
 		}
 		return fmt.Errorf("op %s: %w", req.Op, participant.ErrBadRequest)
-	}, participant.WithAllowedOps(participant.OpAction, participant.OpCompensate))
+	}, barrier.WithAllowedOps(participant.OpAction, participant.OpCompensate))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		var req participant.Request

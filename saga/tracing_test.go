@@ -18,13 +18,14 @@ import (
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/barrier"
 	"github.com/txkit/txkit/saga"
 )
 
 // barrier returns a migrated, unsigned barrier on the test's schema that traces with tp.
-func (e *env) barrier(tp trace.TracerProvider) *participant.Barrier {
+func (e *env) barrier(tp trace.TracerProvider) *barrier.Barrier {
 	e.T.Helper()
-	return coretest.TracedBarrier(e.T, e.Schema, tp, participant.WithBarrierLogger(testLogger(e.T)), participant.WithUnsignedRequests())
+	return coretest.TracedBarrier(e.T, e.Schema, tp, barrier.WithLogger(testLogger(e.T)), barrier.WithUnsignedRequests())
 }
 
 // checkParticipantSpans checks that every "participant <op>" span of spans is the child of a

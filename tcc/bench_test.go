@@ -16,11 +16,12 @@ import (
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/barrier"
 	"github.com/txkit/txkit/tcc"
 )
 
 // BenchmarkTCC measures global TCC transactions of three HTTP participants on localhost. Each
-// participant is an httptest server whose one handler is participant.Barrier.Handler over the
+// participant is an httptest server whose one handler is barrier.Barrier.Handler over the
 // benchmark's PostgreSQL schema: try, confirm and cancel each run in a transaction of their own
 // that writes the barrier marker and updates the participant's counter row (reserved, used).
 //
@@ -147,7 +148,7 @@ func BenchmarkTCC(b *testing.B) {
 	})
 	// metrics-ratio and observed-ratio: the cost of metrics, and of metrics with tracing.
 	coretest.OverheadRatios(b, tcc.New, pg, coordinated, func(b *testing.B, tp trace.TracerProvider) func(*tcc.Coordinator) error {
-		ps, _ := coretest.BenchParticipants(b, pg, secret, 3, apply, ops, participant.WithBarrierTracerProvider(tp))
+		ps, _ := coretest.BenchParticipants(b, pg, secret, 3, apply, ops, barrier.WithTracerProvider(tp))
 		return coordinatedOn(ps)
 	}, coordinator.WithHTTPClient(client))
 	b.Run("ratio", func(b *testing.B) {

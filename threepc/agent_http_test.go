@@ -15,15 +15,18 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/barrier"
 	"github.com/txkit/txkit/threepc"
+	"github.com/txkit/txkit/threepc/agent"
 )
 
-// wallet is an HTTP participant behind a participant.Agent, in a schema of its own: PreCommit
+// wallet is an HTTP participant behind an agent.Agent, in a schema of its own: PreCommit
 // freezes the amount, DoCommit spends it, abort unfreezes it.
 type wallet struct {
-	agent  *participant.Agent
+	agent  *agent.Agent
 	http   participant.HTTP
 	schema *testenv.Schema
 }
@@ -39,14 +42,14 @@ func signing(t *testing.T) (string, *http.Client) {
 	return secret, client
 }
 
-func (w *world) wallet(c *threepc.Coordinator, mode participant.Termination, secret string, client *http.Client, opts ...participant.BarrierOption) *wallet {
+func (w *world) wallet(c *threepc.Coordinator, mode agent.Termination, secret string, client *http.Client, opts ...barrier.Option) *wallet {
 	t := w.T
 	s := testenv.PG(t)
 	if _, err := s.Pool.Exec(t.Context(), `create table wallet (id text primary key, balance int not null, frozen int not null);
 		insert into wallet values ('carol', 100, 0)`); err != nil {
 		t.Fatal(err)
 	}
-	bar, err := participant.NewBarrier(s.Pool, append([]participant.BarrierOption{participant.WithSecrets(secret)}, opts...)...)
+	bar, err := barrier.New(s.Pool, append([]barrier.Option{barrier.WithSecrets(secret)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,9 +70,9 @@ func (w *world) wallet(c *threepc.Coordinator, mode participant.Termination, sec
 		}
 		return err
 	}
-	a, err := participant.NewAgent(bar, fn, participant.WithTermination(mode), participant.WithDecider(c),
-		participant.WithAgentTimeout(participantTimeout), participant.WithAgentPoll(100*time.Millisecond),
-		participant.WithAgentLogger(testenv.Logger(t)))
+	a, err := agent.New(bar, c, fn, agent.WithTermination(mode),
+		agent.WithTimeout(participantTimeout), agent.WithPoll(100*time.Millisecond),
+		agent.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +101,7 @@ func (wl *wallet) pay(g *threepc.Global, n int) error {
 	return g.EnlistParticipant(threepc.Branch{Name: "wallet", Participant: wl.http, Payload: []byte(fmt.Sprintf(`{"amount":%d}`, n))})
 }
 
-// An HTTP participant behind participant.Agent takes part in the three phases with two databases:
+// An HTTP participant behind agent.Agent takes part in the three phases with two databases:
 // committed everywhere; refused at CanCommit with nothing frozen; a docommit for a branch that was
 // never pre-committed there gets a clear 400.
 func TestIntegrationHTTPAgentCommit(t *testing.T) {
@@ -106,7 +109,7 @@ func TestIntegrationHTTPAgentCommit(t *testing.T) {
 	w := newWorld(t)
 	secret, client := signing(t)
 	c := w.coordinator(coordinator.WithHTTPClient(client))
-	wl := w.wallet(c, participant.TerminationConsultLog, secret, client)
+	wl := w.wallet(c, agent.TerminationConsultLog, secret, client)
 	g, _ := c.Begin(ctx)
 	if err := wl.pay(g, 30); err != nil {
 		t.Fatal(err)
@@ -146,8 +149,8 @@ func TestIntegrationHTTPAgentStarterGoneConsultLog(t *testing.T) {
 	stuck := make(chan struct{})
 	t.Cleanup(func() { close(stuck) })
 	secret, client := signing(t)
-	starter := w.coordinator(coordinator.WithHTTPClient(client), threepc.WithHook(func(ctx context.Context, _ string, p threepc.Phase) error {
-		if p == threepc.PhasePreCommitted {
+	starter := w.coordinator(coordinator.WithHTTPClient(client), core.WithPhaseHook(func(ctx context.Context, _ string, p core.Phase) error {
+		if p == core.PhasePreCommitted {
 			select {
 			case <-stuck:
 			case <-ctx.Done():
@@ -156,7 +159,7 @@ func TestIntegrationHTTPAgentStarterGoneConsultLog(t *testing.T) {
 		return nil
 	}))
 	c := w.coordinator(coordinator.WithHTTPClient(client))
-	wl := w.wallet(c, participant.TerminationConsultLog, secret, client)
+	wl := w.wallet(c, agent.TerminationConsultLog, secret, client)
 	w.agents(c)
 	g, _ := starter.Begin(ctx)
 	if err := wl.pay(g, 25); err != nil {

@@ -3,13 +3,13 @@
 // options of package coordinator). [Global.Commit] runs CanCommit (every branch votes; nothing is
 // executed, locked or written), PreCommit (the transaction is recorded, then every branch does its
 // work undecided: a database up to PREPARE TRANSACTION, a participant behind a
-// [participant.Agent]) and DoCommit (the decision to commit is recorded, then every branch commits).
+// agent.Agent) and DoCommit (the decision to commit is recorded, then every branch commits).
 //
 // A branch that pre-committed and hears nothing within the participant timeout is ended by its
-// agent ([PGAgent] beside a database, [participant.Agent] in a participant): by default after
+// agent (agent.PG beside a database, agent.Agent in a participant; package threepc/agent): by default after
 // asking the coordinator's log ([Coordinator.Decide]), which removes the protocol's partition
 // anomaly, or by the textbook rule (commit). Give the coordinators and the agents the same
-// participant timeout ([WithParticipantTimeout], [WithAgentTimeout], [participant.WithAgentTimeout]).
+// participant timeout ([WithParticipantTimeout], agent.WithTimeout).
 //
 //	c, _ := threepc.New(logPool, coordinator.WithSchema("bank"), coordinator.WithElector(el),
 //		threepc.WithParticipantTimeout(20*time.Second))
@@ -19,7 +19,7 @@
 //	_ = c.RegisterDB("west", westPool)
 //	go c.Run(ctx) // recovery, on the leader only
 //
-//	eastAgent, _ := threepc.NewPGAgent(c, "east", eastPool, threepc.WithAgentTimeout(20*time.Second))
+//	eastAgent, _ := agent.NewPG(c, "east", eastPool, agent.WithTimeout(20*time.Second))
 //	go eastAgent.Run(ctx) // beside the database: in its owner's service, or a process of its own
 //
 //	g, _ := c.Begin(ctx)

@@ -17,7 +17,7 @@ import (
 // Example moves money between accounts kept in two schemas standing for two databases. Each side
 // votes at CanCommit with a read-only check, so a transfer beyond alice's balance is refused
 // before anything runs anywhere; one within it is pre-committed on both sides (the update, then
-// PREPARE TRANSACTION) and committed. A PGAgent beside each database would end prepared
+// PREPARE TRANSACTION) and committed. An agent.PG beside each database would end prepared
 // transactions a dead coordinator left, after the participant timeout.
 func Example() {
 	ctx := context.Background()
@@ -56,7 +56,7 @@ func Example() {
 		}
 	}
 	// Beside each database (in production, in the service that owns it), its agent:
-	//   agent, _ := threepc.NewPGAgent(c, "east", eastPool, threepc.WithAgentTimeout(20*time.Second))
+	//   agent, _ := agent.NewPG(c, "east", eastPool, agent.WithTimeout(20*time.Second))
 	//   go agent.Run(ctx)
 	atLeast := func(schema, account string, n int) func(context.Context, pgx.Tx) error {
 		return func(ctx context.Context, tx pgx.Tx) error {

@@ -9,10 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/obs/obstest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
-	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/barrier"
 	"github.com/txkit/txkit/threepc"
+	"github.com/txkit/txkit/threepc/agent"
 )
 
 // The agents' path to the decision log is cut (a proxy refusing every connection) after a
@@ -26,11 +28,11 @@ import (
 func TestIntegrationAgentsWaitForTheLog(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		stuck  threepc.Phase
+		stuck  core.Phase
 		commit bool
 	}{
-		{"undecided: aborted by the log", threepc.PhasePreCommitted, false},
-		{"decided: committed by the log", threepc.PhaseDecided, true},
+		{"undecided: aborted by the log", core.PhasePreCommitted, false},
+		{"decided: committed by the log", core.PhaseDecided, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
@@ -40,7 +42,7 @@ func TestIntegrationAgentsWaitForTheLog(t *testing.T) {
 			stuck := make(chan struct{})
 			t.Cleanup(func() { close(stuck) })
 			secret, client := signing(t)
-			starter := w.coordinator(coordinator.WithHTTPClient(client), threepc.WithHook(func(ctx context.Context, _ string, p threepc.Phase) error {
+			starter := w.coordinator(coordinator.WithHTTPClient(client), core.WithPhaseHook(func(ctx context.Context, _ string, p core.Phase) error {
 				if p == tc.stuck {
 					select {
 					case <-stuck:
@@ -49,11 +51,11 @@ func TestIntegrationAgentsWaitForTheLog(t *testing.T) {
 				}
 				return nil
 			}))
-			// The agents' decider reaches the log through the proxy; its registerer gets the PGAgents'
+			// The agents' decider reaches the log through the proxy; its registerer gets the PG agents'
 			// metrics, the wallet's barrier registerer the wallet agent's.
 			pgReg, walletReg := prometheus.NewRegistry(), prometheus.NewRegistry()
 			decider := w.coordinatorOn(w.poolVia(proxy.Addr()), coordinator.WithHTTPClient(client), coordinator.WithRegisterer(pgReg))
-			wl := w.wallet(decider, participant.TerminationConsultLog, secret, client, participant.WithBarrierRegisterer(walletReg))
+			wl := w.wallet(decider, agent.TerminationConsultLog, secret, client, barrier.WithRegisterer(walletReg))
 			agents := w.agents(decider)
 			proxy.Down()
 
@@ -88,11 +90,11 @@ func TestIntegrationAgentsWaitForTheLog(t *testing.T) {
 					t.Fatalf("wallet balance %d frozen %d while the log was unreachable, want 100 and 25 (still pre-committed)", b, f)
 				}
 				for _, a := range agents {
-					if s := a.Stats(); s != (threepc.AgentStats{}) {
-						t.Fatalf("PGAgent %+v while the log was unreachable, want nothing done", s)
+					if s := a.Stats(); s != (agent.PGStats{}) {
+						t.Fatalf("agent.PG %+v while the log was unreachable, want nothing done", s)
 					}
 				}
-				if s := wl.agent.Stats(); s != (participant.AgentStats{}) {
+				if s := wl.agent.Stats(); s != (agent.Stats{}) {
 					t.Fatalf("wallet agent %+v while the log was unreachable, want nothing done", s)
 				}
 			}
@@ -124,7 +126,7 @@ func TestIntegrationAgentsWaitForTheLog(t *testing.T) {
 				fallbacks += a.Stats().Fallbacks
 			}
 			if s := wl.agent.Stats(); fallbacks != 0 || s.Fallbacks != 0 {
-				t.Fatalf("fallbacks: PGAgents %d, wallet %d; want none", fallbacks, s.Fallbacks)
+				t.Fatalf("fallbacks: PG agents %d, wallet %d; want none", fallbacks, s.Fallbacks)
 			}
 			if e, o, wa := waits(); e != 0 || o != 0 || wa != 0 {
 				t.Fatalf("wait gauges east %v west %v wallet %v once nothing waits, want 0", e, o, wa)

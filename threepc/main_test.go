@@ -21,6 +21,7 @@ import (
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/threepc"
+	"github.com/txkit/txkit/threepc/agent"
 )
 
 func TestMain(m *testing.M) {
@@ -72,15 +73,15 @@ func (w *world) coordinatorOn(pool *pgxpool.Pool, opts ...coordinator.Option) *t
 	return c
 }
 
-// agents starts a PGAgent on each database for c's prepared transactions, until the test ends.
-func (w *world) agents(c *threepc.Coordinator, opts ...threepc.AgentOption) []*threepc.PGAgent {
+// agents starts an agent.PG on each database for c's prepared transactions, until the test ends.
+func (w *world) agents(c *threepc.Coordinator, opts ...agent.Option) []*agent.PG {
 	w.T.Helper()
-	var out []*threepc.PGAgent
+	var out []*agent.PG
 	for name, s := range map[string]*testenv.Schema{"east": w.East, "west": w.West} {
-		a, err := threepc.NewPGAgent(c, name, s.Pool, append([]threepc.AgentOption{threepc.WithAgentPoll(100 * time.Millisecond),
-			threepc.WithAgentTimeout(participantTimeout), threepc.WithAgentLogger(testenv.Logger(w.T))}, opts...)...)
+		a, err := agent.NewPG(c, name, s.Pool, append([]agent.Option{agent.WithPoll(100 * time.Millisecond),
+			agent.WithTimeout(participantTimeout), agent.WithLogger(testenv.Logger(w.T))}, opts...)...)
 		if err != nil {
-			w.T.Fatalf("NewPGAgent: %v", err)
+			w.T.Fatalf("agent.NewPG: %v", err)
 		}
 		testenv.Run(w.T, a.Run)
 		out = append(out, a)

@@ -1,7 +1,6 @@
 package threepc
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"time"
@@ -16,7 +15,6 @@ type options struct {
 	preCommitTimeout   time.Duration
 	participantTimeout time.Duration
 	phaseTwoConns      int
-	hook               Hook
 }
 
 func defaultOptions() *options {
@@ -43,7 +41,7 @@ func WithPreCommitTimeout(d time.Duration) coordinator.Option {
 }
 
 // WithParticipantTimeout declares the timeout the participants' agents act on (default 20s;
-// [participant.WithAgentTimeout], [WithAgentTimeout]): a pre-committed branch that hears neither
+// agent.WithTimeout of package threepc/agent): a pre-committed branch that hears neither
 // DoCommit nor abort for that long decides alone. The coordinator does not send it; it checks it
 // against its own: it must be above the CanCommit and PreCommit timeouts together (an agent acting
 // sooner would decide while the coordinator may still be in phase two; in consult-log mode it
@@ -59,38 +57,6 @@ func WithParticipantTimeout(d time.Duration) coordinator.Option {
 func WithPhaseTwoConns(n int) coordinator.Option {
 	return own("WithPhaseTwoConns", func(o *options) { o.phaseTwoConns = n })
 }
-
-// Phase is a point in [Global.Commit] where a [Hook] is called.
-type Phase uint8
-
-// The points a hook sees.
-const (
-	PhaseCanCommitted Phase = iota + 1 // every branch voted yes; nothing recorded or executed yet
-	PhasePreCommitted                  // every branch pre-committed; the decision is not yet written
-	PhaseDecided                       // the decision to commit is written; DoCommit not begun
-)
-
-func (p Phase) String() string {
-	switch p {
-	case PhaseCanCommitted:
-		return "cancommitted"
-	case PhasePreCommitted:
-		return "precommitted"
-	case PhaseDecided:
-		return "decided"
-	}
-	return fmt.Sprintf("Phase(%d)", uint8(p))
-}
-
-// Hook is called by [Global.Commit] at each [Phase] with the transaction's gid. It exists for
-// failure drills and tests: a hook that blocks (or kills the process) there shows what the agents
-// and the recovery do with a coordinator that died between the phases. An error it returns aborts
-// the transaction at PhaseCanCommitted and PhasePreCommitted and is returned; at PhaseDecided it
-// is ignored.
-type Hook func(ctx context.Context, gid string, p Phase) error
-
-// WithHook sets the hook (default none).
-func WithHook(h Hook) coordinator.Option { return own("WithHook", func(o *options) { o.hook = h }) }
 
 // Validate is called by New once every option is applied.
 func (o *options) Validate(cfg core.Config) error {

@@ -13,8 +13,8 @@ import (
 	"github.com/txkit/txkit/internal/testkit/tcpproxy"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/internal/testkit/zkenv"
-	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/threepc"
+	"github.com/txkit/txkit/threepc/agent"
 )
 
 // partitionTrials runs transfers of 10 from alice (east) to bob (west) while the link between
@@ -22,7 +22,7 @@ import (
 // pre-commits, its acknowledgement is lost, the coordinator's PreCommit times out and it aborts.
 // The agents beside the databases (not behind the proxy) end the prepared transactions by mode.
 // It returns how many transfers ended committed on one side and aborted on the other.
-func partitionTrials(t *testing.T, mode participant.Termination, trials int) int {
+func partitionTrials(t *testing.T, mode agent.Termination, trials int) int {
 	ctx := t.Context()
 	w := newWorld(t)
 	proxy, err := tcpproxy.New(w.West.Pool.Config().ConnConfig.Host + ":" + itoa(w.West.Pool.Config().ConnConfig.Port))
@@ -48,7 +48,7 @@ func partitionTrials(t *testing.T, mode participant.Termination, trials int) int
 			t.Fatal(err)
 		}
 	}
-	w.agents(c, threepc.WithAgentTermination(mode))
+	w.agents(c, agent.WithTermination(mode))
 	testenv.Run(t, c.Run)
 	anomalies := 0
 	for i := range trials {
@@ -92,7 +92,7 @@ func partitionTrials(t *testing.T, mode participant.Termination, trials int) int
 // and rolled back in east, every time.
 func TestIntegrationPartitionTextbook(t *testing.T) {
 	const trials = 3
-	n := partitionTrials(t, participant.TerminationTextbook, trials)
+	n := partitionTrials(t, agent.TerminationTextbook, trials)
 	t.Logf("textbook: %d of %d partitioned transfers committed on one side and aborted on the other", n, trials)
 	if n == 0 {
 		t.Fatalf("textbook: no anomaly in %d partitioned transfers; the documents predict one each time here", trials)
@@ -103,7 +103,7 @@ func TestIntegrationPartitionTextbook(t *testing.T) {
 // they find the coordinator's abort and roll back. No anomaly while PostgreSQL is reachable.
 func TestIntegrationPartitionConsultLog(t *testing.T) {
 	const trials = 3
-	if n := partitionTrials(t, participant.TerminationConsultLog, trials); n != 0 {
+	if n := partitionTrials(t, agent.TerminationConsultLog, trials); n != 0 {
 		t.Fatalf("consult-log: %d of %d partitioned transfers committed on one side only", n, trials)
 	}
 }

@@ -16,7 +16,7 @@ import (
 // the recovery's phase two, which must not wait behind work holding every connection of pool.
 //
 // The prepared transactions are named "txkit:<schema>.<prefix>:<length of gid>:<gid>:<name>",
-// which is how a [PGAgent] beside the database finds this coordinator's and leaves everyone
+// which is how a agent.PG beside the database finds this coordinator's and leaves everyone
 // else's alone: coordinators with different logs must differ in schema or table prefix.
 //
 // An empty name, one with a backslash or a control character or longer than 199 bytes, a nil

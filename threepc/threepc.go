@@ -21,10 +21,10 @@ import (
 )
 
 // Coordinator runs three-phase commits over PostgreSQL databases (their own PREPARE TRANSACTION)
-// and other participants (HTTP or in-process, each behind a [participant.Agent]), and, with
+// and other participants (HTTP or in-process, each behind an agent of package threepc/agent), and, with
 // [Coordinator.Run], finishes on the elected leader those whose starter vanished. Any number of
 // Coordinators (processes) may share one schema; each may start transactions; the leader among
-// them recovers. It is also the [participant.Decider] of the agents in consult-log mode
+// them recovers. It is also the decision log of the agents in consult-log mode
 // ([Coordinator.Decide]).
 //
 // Migrate, Register, Status and Flush are those of [coordinator.Base].
@@ -41,7 +41,7 @@ type Coordinator struct {
 
 // New returns a Coordinator whose log lives in pool, configured by the options of package
 // coordinator and this package's own (WithCanCommitTimeout, WithPreCommitTimeout,
-// WithParticipantTimeout, WithPhaseTwoConns, WithHook). Its tables are "txkit_3pc_global" and
+// WithParticipantTimeout, WithPhaseTwoConns). Its tables are "txkit_3pc_global" and
 // "txkit_3pc_branch" unless [coordinator.WithTablePrefix] says otherwise, and its default global
 // timeout is 1m. It does not touch the database: call Migrate ([coordinator.Base]), and
 // [Coordinator.Close] when done. It returns an error wrapping [coordinator.ErrInvalidOption] when
@@ -109,7 +109,7 @@ type DBWork struct {
 // Branch is a participant other than a registered PostgreSQL database ([coordinator.Branch]): its
 // ops are calls of [participant.Participant] with [participant.OpCanCommit],
 // [participant.OpPreCommit], [participant.OpDoCommit] and [participant.OpAbort]. Behind it there
-// should be a [participant.Agent], which remembers pre-committed branches and acts when the
+// should be an agent (package threepc/agent), which remembers pre-committed branches and acts when the
 // coordinator falls silent.
 type Branch = coordinator.Branch
 
@@ -259,7 +259,7 @@ func (g *Global) Commit(ctx context.Context) error {
 	// Phase one: CanCommit. Nothing is executed, nothing written.
 	votes := g.phase(ctx, participant.OpCanCommit, c.o.canCommitTimeout, branches, g.canCommit, nil)
 	if len(votes) == 0 {
-		votes = g.hook(ctx, PhaseCanCommitted)
+		votes = g.hook(ctx, core.PhaseCanCommitted)
 	}
 	if len(votes) == 0 {
 		if err := c.b.Log.Create(ctx, g.gid, core.Kind3PC, g.timeout, nil, recs...); err != nil {
@@ -279,7 +279,7 @@ func (g *Global) Commit(ctx context.Context) error {
 	}
 	ctx = prepared.WithHeld(ctx, g.gid, conns)
 	if len(votes) == 0 {
-		votes = g.hook(ctx, PhasePreCommitted)
+		votes = g.hook(ctx, core.PhasePreCommitted)
 	}
 	if len(votes) > 0 {
 		return g.abort(ctx, recs, votes)
@@ -296,7 +296,7 @@ func (g *Global) Commit(ctx context.Context) error {
 		}
 		st = cur // our write went through; its answer was lost
 	}
-	_ = g.hook(ctx, PhaseDecided)
+	_ = g.hook(ctx, core.PhaseDecided)
 	if !st.Final() {
 		if err := c.b.PhaseTwo(ctx, lock.Token{}, g.gid, core.StatusConfirming, recs); err != nil {
 			return err
@@ -307,11 +307,11 @@ func (g *Global) Commit(ctx context.Context) error {
 }
 
 // hook calls the hook at p and returns its error as the one vote against, if any.
-func (g *Global) hook(ctx context.Context, p Phase) []error {
-	if g.c.o.hook == nil {
+func (g *Global) hook(ctx context.Context, p core.Phase) []error {
+	if g.c.b.Cfg.PhaseHook == nil {
 		return nil
 	}
-	if err := g.c.o.hook(ctx, g.gid, p); err != nil {
+	if err := g.c.b.Cfg.PhaseHook(ctx, g.gid, p); err != nil {
 		return []error{fmt.Errorf("threepc: %s: hook at %s: %w", g.gid, p, err)}
 	}
 	return nil
@@ -490,11 +490,11 @@ func (g *Global) abort(ctx context.Context, recs []core.Branch, votes []error) e
 }
 
 // Decide is the coordinator's answer to a participant's agent whose pre-committed branch of gid
-// heard nothing within its timeout, in consult-log mode ([participant.Decider]): what the log
+// heard nothing within its timeout, in consult-log mode (agent.Decider): what the log
 // says, and for a transaction still undecided the abort it records on the spot.
 //
-//   - committing or committed: [participant.OutcomeCommit];
-//   - aborting or aborted: [participant.OutcomeAbort];
+//   - committing or committed: [OutcomeCommit];
+//   - aborting or aborted: [OutcomeAbort];
 //   - not in the log: OutcomeAbort — presumed abort is sound because [Global.Commit] records a
 //     transaction before any of its PreCommits, and the log keeps it far longer than any agent's
 //     timeout (retention);
@@ -505,13 +505,13 @@ func (g *Global) abort(ctx context.Context, recs []core.Branch, votes []error) e
 //     finishes it once the lease ([coordinator.WithLease]) has passed.
 //
 // An error means the log could not be read or written: the agent leaves the branch waiting and
-// asks again ([WithAgentLogFallback]). It blocks for one or two statements; ctx bounds them. Any process may call it: a
+// asks again (agent.WithLogFallback). It blocks for one or two statements; ctx bounds them. Any process may call it: a
 // Coordinator built with New on the log's pool and schema needs no elector, registered database
 // or Run to answer.
-func (c *Coordinator) Decide(ctx context.Context, gid string) (participant.Outcome, error) {
+func (c *Coordinator) Decide(ctx context.Context, gid string) (Outcome, error) {
 	st, err := c.b.Status(ctx, gid)
 	if errors.Is(err, core.ErrNotFound) {
-		return participant.OutcomeAbort, nil
+		return OutcomeAbort, nil
 	}
 	if err != nil {
 		return 0, err
@@ -531,9 +531,9 @@ func (c *Coordinator) Decide(ctx context.Context, gid string) (participant.Outco
 	}
 	switch st {
 	case core.StatusConfirming, core.StatusConfirmed:
-		return participant.OutcomeCommit, nil
+		return OutcomeCommit, nil
 	case core.StatusCancelling, core.StatusCancelled:
-		return participant.OutcomeAbort, nil
+		return OutcomeAbort, nil
 	}
 	return 0, fmt.Errorf("threepc: decide %s: unexpected status %s: %w", gid, st, coordinator.ErrInvalidState)
 }

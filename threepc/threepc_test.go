@@ -3,17 +3,16 @@ package threepc_test
 import (
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/threepc"
+	"github.com/txkit/txkit/threepc/agent"
 )
 
 // All yes: both databases and the participant commit; the participant sees the three phases.
@@ -169,12 +168,12 @@ func TestIntegrationPhaseTimeout(t *testing.T) {
 func TestIntegrationKilledAfterPreCommitTextbook(t *testing.T) {
 	w := newWorld(t)
 	c := w.coordinator()
-	w.killedStarter("killed-textbook", threepc.PhasePreCommitted)
+	w.killedStarter("killed-textbook", core.PhasePreCommitted)
 	if n := len(w.Prepared(t.Context())); n != 2 {
 		t.Fatalf("%d prepared transactions after the kill, want 2", n)
 	}
 	killed := time.Now()
-	agents := w.agents(c, threepc.WithAgentTermination(participant.TerminationTextbook))
+	agents := w.agents(c, agent.WithTermination(agent.TerminationTextbook))
 	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool { return len(w.Prepared(t.Context())) == 0 },
 		"the textbook agents did not end the prepared transactions")
 	t.Logf("row locks held %v after the kill (participant timeout %v)", time.Since(killed).Round(time.Millisecond), participantTimeout)
@@ -192,7 +191,7 @@ func TestIntegrationKilledAfterPreCommitTextbook(t *testing.T) {
 func TestIntegrationKilledAfterPreCommitConsultLog(t *testing.T) {
 	w := newWorld(t)
 	c := w.coordinator(coordinator.WithElector(zkenv.Elector(t, w.Path, "leader")), coordinator.WithLease(200*time.Millisecond))
-	w.killedStarter("killed-consult", threepc.PhasePreCommitted)
+	w.killedStarter("killed-consult", core.PhasePreCommitted)
 	agents := w.agents(c)
 	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool { return len(w.Prepared(t.Context())) == 0 },
 		"the consult-log agents did not end the prepared transactions")
@@ -214,7 +213,7 @@ func TestIntegrationKilledAfterPreCommitConsultLog(t *testing.T) {
 func TestIntegrationKilledAfterDecisionConsultLog(t *testing.T) {
 	w := newWorld(t)
 	c := w.coordinator(coordinator.WithElector(zkenv.Elector(t, w.Path, "leader")), coordinator.WithLease(200*time.Millisecond))
-	w.killedStarter("killed-decided", threepc.PhaseDecided)
+	w.killedStarter("killed-decided", core.PhaseDecided)
 	agents := w.agents(c)
 	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool { return len(w.Prepared(t.Context())) == 0 },
 		"the consult-log agents did not end the prepared transactions")
@@ -227,95 +226,6 @@ func TestIntegrationKilledAfterDecisionConsultLog(t *testing.T) {
 		st, err := c.Status(t.Context(), "killed-decided")
 		return err == nil && st == threepc.StatusCommitted
 	}, "the leader did not finish the committed record")
-}
-
-// A consult-log agent built with WithAgentLogFallback falls back to the textbook rule once the
-// log has been unreachable that long (the agent's clock is the test's, so participant.MinLogFallback
-// passes at once), not before; the fallback is counted in Stats and in
-// txkit_3pc_pgagent_fallbacks_total. A shorter fallback is refused when the agent is built.
-func TestIntegrationAgentFallsBackWhenLogUnreachable(t *testing.T) {
-	w := newWorld(t)
-	c := w.coordinator()
-	w.killedStarter("killed-nolog", threepc.PhasePreCommitted)
-	// A coordinator whose log pool points nowhere: every Decide fails.
-	reg := prometheus.NewRegistry()
-	dead := newDeadCoordinator(t, w, coordinator.WithRegisterer(reg))
-	for name, opts := range map[string][]threepc.AgentOption{
-		"below the minimum outage": {threepc.WithAgentLogFallback(participant.MinLogFallback - time.Second)},
-		"the old 15 s":             {threepc.WithAgentLogFallback(15 * time.Second)},
-		"textbook":                 {threepc.WithAgentTermination(participant.TerminationTextbook), threepc.WithAgentLogFallback(time.Hour)},
-	} {
-		if _, err := threepc.NewPGAgent(dead, "east", w.East.Pool, opts...); !errors.Is(err, coordinator.ErrInvalidOption) ||
-			!strings.Contains(err.Error(), "WithAgentLogFallback applies to") && !strings.Contains(err.Error(), "below the minimum outage of 5m0s") {
-			t.Errorf("NewPGAgent with a log fallback %s = %v, want ErrInvalidOption saying why", name, err)
-		}
-	}
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
-	a, err := threepc.NewPGAgent(dead, "east", w.East.Pool, threepc.WithAgentTimeout(participantTimeout),
-		threepc.WithAgentLogFallback(participant.MinLogFallback), threepc.WithAgentClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 15*time.Second, 100*time.Millisecond, func() bool {
-		res, err := a.Pass(t.Context())
-		if err != nil {
-			t.Fatalf("Pass: %v", err)
-		}
-		if res.Found == 0 {
-			return false
-		}
-		if res != (threepc.AgentPass{Found: 1, Waiting: 1}) {
-			t.Fatalf("pass %+v as the log's outage begins, want the transaction waiting", res)
-		}
-		return true
-	}, "the agent found nothing to do")
-	for _, step := range []struct {
-		advance time.Duration
-		want    threepc.AgentPass
-	}{
-		{participant.MinLogFallback - time.Second, threepc.AgentPass{Found: 1, Waiting: 1}},
-		{time.Second, threepc.AgentPass{Found: 1, Committed: 1, Fallbacks: 1}},
-	} {
-		advance(step.advance)
-		if res, err := a.Pass(t.Context()); err != nil || res != step.want {
-			t.Fatalf("pass after %v more = %+v, %v; want %+v", step.advance, res, err, step.want)
-		}
-	}
-	if a := balance(t, w.East.Pool, "alice"); a != startBalance-40 {
-		t.Fatalf("alice %d after the fallback commit", a)
-	}
-	if s := a.Stats(); s != (threepc.AgentStats{Committed: 1, Fallbacks: 1}) {
-		t.Fatalf("Stats = %+v, want one commit by fallback", s)
-	}
-	if got := gathered(t, reg, "txkit_3pc_pgagent_fallbacks_total", "database", "east"); got != 1 {
-		t.Fatalf("txkit_3pc_pgagent_fallbacks_total{database=east} = %v, want 1", got)
-	}
-	// West's agent, with the log back, ends its half by the log (undecided → aborted): the two
-	// halves disagree, which is what a fallback risks when the log is unreachable.
-	west, err := threepc.NewPGAgent(c, "west", w.West.Pool, threepc.WithAgentTimeout(participantTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, err := west.Pass(t.Context()); err != nil || res.RolledBack != 1 {
-		t.Fatalf("west's pass with the log reachable = %+v, %v; want one rollback", res, err)
-	}
-	w.NoPrepared()
-}
-
-func newDeadCoordinator(t *testing.T, w *world, opts ...coordinator.Option) *threepc.Coordinator {
-	t.Helper()
-	ln := testenv.NewRawProxy(t, "127.0.0.1:1")
-	ln.Down()
-	pool := w.poolVia(ln.Addr())
-	dead, err := threepc.New(pool, append([]coordinator.Option{coordinator.WithSchema(w.Log.Name), threepc.WithCanCommitTimeout(500 * time.Millisecond),
-		threepc.WithPreCommitTimeout(time.Second), threepc.WithParticipantTimeout(participantTimeout), coordinator.WithDefaultTimeout(6 * time.Second)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dead
 }
 
 // Misuse and bad input get clear errors.

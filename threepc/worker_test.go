@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/threepc"
 )
 
@@ -21,10 +22,10 @@ const envWorker = "TXKIT_3PC_KILLED_STARTER"
 
 // killedStarter runs, in a process of its own, a transfer of 40 from alice to bob with gid that
 // SIGKILLs itself at phase p, and waits for it to die.
-func (w *world) killedStarter(gid string, p threepc.Phase) {
+func (w *world) killedStarter(gid string, p core.Phase) {
 	w.T.Helper()
 	cmd := exec.CommandContext(w.T.Context(), os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envWorker+"="+strings.Join([]string{p.String(), gid, w.Log.URL, w.Log.Name, w.East.URL, w.West.URL}, "|"))
+	cmd.Env = append(os.Environ(), envWorker+"="+strings.Join([]string{string(p), gid, w.Log.URL, w.Log.Name, w.East.URL, w.West.URL}, "|"))
 	out, err := cmd.CombinedOutput()
 	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
@@ -54,8 +55,8 @@ func worker() int {
 	}
 	c, err := threepc.New(pools[0], coordinator.WithSchema(parts[3]), threepc.WithCanCommitTimeout(500*time.Millisecond),
 		threepc.WithPreCommitTimeout(time.Second), threepc.WithParticipantTimeout(participantTimeout),
-		coordinator.WithDefaultTimeout(6*time.Second), coordinator.WithLease(200*time.Millisecond), threepc.WithHook(func(_ context.Context, _ string, p threepc.Phase) error {
-			if p.String() == parts[0] {
+		coordinator.WithDefaultTimeout(6*time.Second), coordinator.WithLease(200*time.Millisecond), core.WithPhaseHook(func(_ context.Context, _ string, p core.Phase) error {
+			if string(p) == parts[0] {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				time.Sleep(time.Minute)
 			}

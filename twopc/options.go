@@ -1,7 +1,6 @@
 package twopc
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"time"
@@ -16,7 +15,6 @@ type options struct {
 	resolveSpec    string
 	resolveGrace   time.Duration
 	phaseTwoConns  int
-	hook           Hook
 	votes          bool
 }
 
@@ -74,34 +72,6 @@ func WithPhaseTwoConns(n int) coordinator.Option {
 func WithVoteMarkers() coordinator.Option {
 	return own("WithVoteMarkers", func(o *options) { o.votes = true })
 }
-
-// Phase is a point in [Global.Commit] where a [Hook] is called.
-type Phase uint8
-
-// The points a hook sees.
-const (
-	PhasePrepared Phase = iota + 1 // every branch voted yes; the decision is not yet written (vote markers: the votes are it)
-	PhaseDecided                   // the decision (commit or abort) is written; phase two not begun
-)
-
-func (p Phase) String() string {
-	switch p {
-	case PhasePrepared:
-		return "prepared"
-	case PhaseDecided:
-		return "decided"
-	}
-	return fmt.Sprintf("Phase(%d)", uint8(p))
-}
-
-// Hook is called by [Global.Commit] at each [Phase] with the transaction's gid. It exists for
-// failure drills and tests: a hook that blocks (or kills the process) there shows what recovery
-// does with a coordinator that died between the phases. An error it returns aborts the
-// transaction at PhasePrepared and is returned; at PhaseDecided it is ignored.
-type Hook func(ctx context.Context, gid string, p Phase) error
-
-// WithHook sets the hook (default none).
-func WithHook(h Hook) coordinator.Option { return own("WithHook", func(o *options) { o.hook = h }) }
 
 // Validate is called by New once every option is applied.
 func (o *options) Validate(cfg core.Config) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/barrier"
 )
 
 // httpParty is a 2PC participant over HTTP that is not a database of the coordinator's: a points
@@ -30,7 +31,7 @@ func newHTTPParty(t *testing.T, pool *pgxpool.Pool) *httpParty {
 	}
 	// The tests post to it with participant.HTTP{URL: p.url} and no client, so unsigned: this
 	// party opts out of signing (participant's own tests cover signed calls).
-	bar, err := participant.NewBarrier(pool, participant.WithUnsignedRequests())
+	bar, err := barrier.New(pool, barrier.WithUnsignedRequests())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func newHTTPParty(t *testing.T, pool *pgxpool.Pool) *httpParty {
 			return err
 		}
 		return fmt.Errorf("op %s: %w", req.Op, participant.ErrBadRequest)
-	}, participant.WithAllowedOps(participant.OpPrepare, participant.OpCommit, participant.OpAbort))
+	}, barrier.WithAllowedOps(participant.OpPrepare, participant.OpCommit, participant.OpAbort))
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &httpParty{url: srv.URL, pool: pool}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/twopc"
 )
@@ -20,8 +21,8 @@ func TestIntegrationDisruptivePGRestart(t *testing.T) {
 	ctx := t.Context()
 	b := newBank(t)
 	held, release := make(chan string, 1), make(chan struct{})
-	starter := b.coordinator(coordinator.WithLease(500*time.Millisecond), twopc.WithHook(func(_ context.Context, gid string, p twopc.Phase) error {
-		if p == twopc.PhaseDecided {
+	starter := b.coordinator(coordinator.WithLease(500*time.Millisecond), core.WithPhaseHook(func(_ context.Context, gid string, p core.Phase) error {
+		if p == core.PhaseDecided {
 			held <- gid
 			<-release
 		}

@@ -40,7 +40,7 @@ type Coordinator struct {
 
 // New returns a Coordinator whose log lives in pool, configured by the options of package
 // coordinator and this package's own (WithPrepareTimeout, WithInDoubtResolution,
-// WithPhaseTwoConns, WithHook). Its tables are "txkit_2pc_global" and "txkit_2pc_branch" unless
+// WithPhaseTwoConns). Its tables are "txkit_2pc_global" and "txkit_2pc_branch" unless
 // [coordinator.WithTablePrefix] says otherwise, and its default timeout is 30s. It does not touch
 // the database: call Migrate ([coordinator.Base]), and [Coordinator.Close] when done. It returns an
 // error wrapping [coordinator.ErrInvalidOption] when an option is unusable, among them a schema
@@ -342,9 +342,9 @@ func (g *Global) Commit(ctx context.Context) error {
 	}
 	votes := g.prepare(ctx, branches)
 	ctx = g.held(ctx, branches)
-	if len(votes) == 0 && c.o.hook != nil {
-		if err := c.o.hook(ctx, g.gid, PhasePrepared); err != nil {
-			votes = append(votes, fmt.Errorf("twopc: %s: hook at %s: %w", g.gid, PhasePrepared, err))
+	if len(votes) == 0 && c.b.Cfg.PhaseHook != nil {
+		if err := c.b.Cfg.PhaseHook(ctx, g.gid, core.PhasePrepared); err != nil {
+			votes = append(votes, fmt.Errorf("twopc: %s: hook at %s: %w", g.gid, core.PhasePrepared, err))
 		}
 	}
 	if len(votes) > 0 {
@@ -357,8 +357,8 @@ func (g *Global) Commit(ctx context.Context) error {
 		}
 		return err
 	}
-	if c.o.hook != nil {
-		_ = c.o.hook(ctx, g.gid, PhaseDecided)
+	if c.b.Cfg.PhaseHook != nil {
+		_ = c.b.Cfg.PhaseHook(ctx, g.gid, core.PhaseDecided)
 	}
 	if !st.Final() {
 		if onlyDBs {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/twopc"
@@ -161,8 +162,8 @@ func TestIntegrationCrashAfterDecisionRecovered(t *testing.T) {
 			b := newBank(t)
 			held, release := make(chan string, 1), make(chan struct{})
 			starter := b.coordinator(append(tc.opts, coordinator.WithLease(500*time.Millisecond),
-				twopc.WithHook(func(_ context.Context, gid string, p twopc.Phase) error {
-					if p == twopc.PhaseDecided {
+				core.WithPhaseHook(func(_ context.Context, gid string, p core.Phase) error {
+					if p == core.PhaseDecided {
 						held <- gid
 						<-release
 					}
@@ -207,8 +208,8 @@ func TestIntegrationCrashBeforeDecisionAborts(t *testing.T) {
 	ctx := t.Context()
 	b := newBank(t)
 	held, release := make(chan string, 1), make(chan struct{})
-	starter := b.coordinator(twopc.WithPrepareTimeout(500*time.Millisecond), twopc.WithHook(func(_ context.Context, gid string, p twopc.Phase) error {
-		if p == twopc.PhasePrepared {
+	starter := b.coordinator(twopc.WithPrepareTimeout(500*time.Millisecond), core.WithPhaseHook(func(_ context.Context, gid string, p core.Phase) error {
+		if p == core.PhasePrepared {
 			held <- gid
 			<-release
 		}
@@ -247,9 +248,9 @@ func TestIntegrationResolveInDoubt(t *testing.T) {
 	b := newBank(t)
 	held, release := make(chan string, 2), make(chan struct{})
 	var phase atomic.Value
-	phase.Store(twopc.PhaseDecided)
-	starter := b.coordinator(twopc.WithHook(func(_ context.Context, gid string, p twopc.Phase) error {
-		if p == phase.Load().(twopc.Phase) {
+	phase.Store(core.PhaseDecided)
+	starter := b.coordinator(core.WithPhaseHook(func(_ context.Context, gid string, p core.Phase) error {
+		if p == phase.Load().(core.Phase) {
 			held <- gid
 			<-release
 		}
@@ -275,7 +276,7 @@ func TestIntegrationResolveInDoubt(t *testing.T) {
 	go func() { commits <- g1.Commit(ctx) }()
 	<-held
 	// One still in phase one; its participant branch makes it recorded before it prepares.
-	phase.Store(twopc.PhasePrepared)
+	phase.Store(core.PhasePrepared)
 	g2, _ := starter.Begin(ctx, coordinator.WithTimeout(time.Hour))
 	if err := g2.Enlist(ctx, "west", update("bob", 7)); err != nil {
 		t.Fatal(err)

@@ -50,9 +50,9 @@ func (g *Global) commitVoting(ctx context.Context, branches []*branch, recs []co
 		// can commit it: roll back whatever prepared.
 		return g.abort(ctx, recs, false, append(votes, fmt.Errorf("record: %w", recErr)))
 	}
-	if recErr == nil && len(votes) == 0 && c.o.hook != nil {
-		if err := c.o.hook(ctx, g.gid, PhasePrepared); err != nil {
-			votes = append(votes, fmt.Errorf("twopc: %s: hook at %s: %w", g.gid, PhasePrepared, err))
+	if recErr == nil && len(votes) == 0 && c.b.Cfg.PhaseHook != nil {
+		if err := c.b.Cfg.PhaseHook(ctx, g.gid, core.PhasePrepared); err != nil {
+			votes = append(votes, fmt.Errorf("twopc: %s: hook at %s: %w", g.gid, core.PhasePrepared, err))
 		}
 	}
 	if recErr != nil || len(votes) > 0 {
@@ -61,8 +61,8 @@ func (g *Global) commitVoting(ctx context.Context, branches []*branch, recs []co
 		}
 		return g.withdraw(ctx, recs, votes)
 	}
-	if c.o.hook != nil {
-		_ = c.o.hook(ctx, g.gid, PhaseDecided)
+	if c.b.Cfg.PhaseHook != nil {
+		_ = c.b.Cfg.PhaseHook(ctx, g.gid, core.PhaseDecided)
 	}
 	if err := c.commitDBs(ctx, g.gid, core.StatusVoting, recs); err != nil {
 		return err

@@ -30,6 +30,7 @@ import (
 	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/notify"
+	"github.com/txkit/txkit/notify/inbox"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/rocketmq"
 )
@@ -159,7 +160,7 @@ func relayOn(t *testing.T, ob *outbox.Outbox, pub outbox.Publisher, path, id str
 }
 
 // notifier runs a notifier of the schema's notifications with one receiver, "shop", whose
-// endpoint is a real notify.Inbox (its own idempotency store) that answers 503 while down is
+// endpoint is a real inbox.Inbox (its own idempotency store) that answers 503 while down is
 // true. Each notification gets one attempt (no retries), so one sent while the shop is down
 // fails at once.
 func notifier(t *testing.T, svc *tccOrder, down *atomic.Bool) *notify.Notifier {
@@ -168,7 +169,7 @@ func notifier(t *testing.T, svc *tccOrder, down *atomic.Bool) *notify.Notifier {
 	store, err := idempotency.New(svc.Pool, idempotency.WithSchema(svc.Schema))
 	must(t, err, "idempotency.New")
 	must(t, store.Migrate(t.Context()), "idempotency Migrate")
-	in, err := notify.NewInbox(svc.Pool, store, "shop", []string{secret}, func(context.Context, pgx.Tx, notify.Delivery) error { return nil })
+	in, err := inbox.New(svc.Pool, store, "shop", []string{secret}, func(context.Context, pgx.Tx, notify.Delivery) error { return nil })
 	must(t, err, "notify.NewInbox")
 	shop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if down.Load() {
@@ -194,7 +195,7 @@ func notifier(t *testing.T, svc *tccOrder, down *atomic.Bool) *notify.Notifier {
 // sees its branches; sees a dead outbox message's body redacted (made dead by a relay whose
 // publishes fail), reveals it, then presses Requeue, accepts the confirmation, and sees the message
 // leave the dead list and get published to RocketMQ by a second relay; presses Redeliver on a
-// notification that failed while its receiver (a real notify.Inbox) was down and sees it
+// notification that failed while its receiver (a real inbox.Inbox) was down and sees it
 // delivered, with no token prompt at any point; and finds the three calls in the audit table.
 // Screenshots go to $TXKIT_HOME/artifacts/console (and the test's ArtifactDir); with -update the
 // overview is copied to docs/console.png for the README.

@@ -28,7 +28,7 @@ import (
 	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/outbox"
-	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/barrier"
 	"github.com/txkit/txkit/rocketmq"
 	"github.com/txkit/txkit/saga"
 	"github.com/txkit/txkit/tcc"
@@ -293,7 +293,7 @@ func TestIntegrationDashboardNamesRegisteredMetrics(t *testing.T) {
 	_, err = notify.New(s.Pool, []notify.Receiver{{Name: "shop", URL: "https://shop.example/notify",
 		Secrets: []string{"0123456789abcdef0123"}}}, notify.WithSchema(s.Name), notify.WithRegisterer(rec))
 	check("notify.New", err)
-	_, err = participant.NewBarrier(s.Pool, participant.WithBarrierRegisterer(rec))
+	_, err = barrier.New(s.Pool, barrier.WithRegisterer(rec))
 	check("participant.NewBarrier", err)
 
 	// An election and an instrumented lock on ZooKeeper.

@@ -1,6 +1,6 @@
 // Command demo runs the recharge example end to end on the servers from `make up`: it builds and
 // starts the recharge service (a notify.Notifier delivering under a ZooKeeper election) and the
-// account service (a notify.Inbox), has the account service ask for top-ups, and lets the
+// account service (a inbox.Inbox), has the account service ask for top-ups, and lets the
 // notifications go through a bad network: one order's deliveries are all lost on the way, the
 // first deliveries are held back past the call timeout, and the account service answers 500 to
 // the first ones it gets. It waits until every notification is delivered or has failed after its

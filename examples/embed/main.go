@@ -41,6 +41,7 @@ import (
 	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/outbox"
 	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/barrier"
 	"github.com/txkit/txkit/rocketmq"
 	"github.com/txkit/txkit/saga"
 )
@@ -144,7 +145,7 @@ type service struct {
 	relayElector, sagaElector *lock.Election
 	ob                        *outbox.Outbox
 	store                     *idempotency.Store
-	bar                       *participant.Barrier
+	bar                       *barrier.Barrier
 	sagas                     *saga.Coordinator
 	pub                       *rocketmq.Publisher
 	relay                     *outbox.Relay
@@ -203,7 +204,7 @@ func (s *service) build(ctx context.Context) error {
 	if s.store, err = idempotency.New(s.pool, idempotency.WithSchema(schema)); err != nil { // txkit_idempotency
 		return err
 	}
-	if s.bar, err = participant.NewBarrier(s.pool, participant.WithBarrierSchema(schema), participant.WithSecrets(s.secret)); err != nil { // txkit_barrier
+	if s.bar, err = barrier.New(s.pool, barrier.WithSchema(schema), barrier.WithSecrets(s.secret)); err != nil { // txkit_barrier
 		return err
 	}
 	s.sagas, err = saga.New(s.pool, coordinator.WithSchema(schema), coordinator.WithElector(s.sagaElector), // txkit_saga_global, _branch; txkit_fence, the same
@@ -252,7 +253,7 @@ func (s *service) buildMessaging(ctx context.Context) error {
 func (s *service) buildWallet() error {
 	mux := http.NewServeMux()
 	mux.Handle("POST /wallet/saga", s.bar.Handler(s.wallet,
-		participant.WithAllowedOps(participant.OpAction, participant.OpCompensate)))
+		barrier.WithAllowedOps(participant.OpAction, participant.OpCompensate)))
 	var err error
 	if s.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 		return err

@@ -56,6 +56,9 @@ type Config struct {
 	// Partitions splits the recovery into partitions led separately (WithPartitions, see
 	// partition.go); the zero value is one partition, led under Elector.
 	Partitions Partitioning
+	// PhaseHook is called between the phases of a two- or three-phase Commit (see [WithPhaseHook]);
+	// nil: never. Only tests and drills set it.
+	PhaseHook PhaseHook
 	// Own points to the protocol's own settings (nil for a protocol without any), which its
 	// options ([OwnOption]) set.
 	Own any

@@ -45,7 +45,8 @@ func ModuleRoot(ctx context.Context) (string, error) {
 }
 
 // Build compiles each of services, the commands ./examples/<example>/<service> of the module at
-// [ModuleRoot], into dir/<service>. It blocks until they are built, one after the other; ctx
+// [ModuleRoot], into dir/<service>, with the build tag drill (the transfer bank's pause between
+// the phases). It blocks until they are built, one after the other; ctx
 // ends the go commands. It stops at the first failure, with the compiler's output in the error.
 func Build(ctx context.Context, dir, example string, services ...string) error {
 	root, err := ModuleRoot(ctx)
@@ -53,7 +54,7 @@ func Build(ctx context.Context, dir, example string, services ...string) error {
 		return err
 	}
 	for _, svc := range services {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, svc), "./examples/"+example+"/"+svc)
+		cmd := exec.CommandContext(ctx, "go", "build", "-tags", "drill", "-o", filepath.Join(dir, svc), "./examples/"+example+"/"+svc)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build %s: %w\n%s", svc, err, out)

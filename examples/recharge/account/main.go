@@ -5,7 +5,7 @@
 //   - POST /topups {"account", "amount", optional "order"} records the order as pending, then asks
 //     the recharge service (POST /recharges) to top the account up.
 //
-//   - POST /notify is a notify.Inbox: it verifies each delivery's signature and timestamp and, in
+//   - POST /notify is a inbox.Inbox: it verifies each delivery's signature and timestamp and, in
 //     one transaction, claims the notification's id and credits the order's amount to the balance,
 //     so a notification delivered twice is credited once. -fail-first answers 500 to the first
 //     deliveries instead (a service warming up), so that the recharge service retries them.
@@ -50,6 +50,7 @@ import (
 	"github.com/txkit/txkit/examples/recharge/app"
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/notify"
+	"github.com/txkit/txkit/notify/inbox"
 )
 
 type config struct {
@@ -83,7 +84,7 @@ func main() {
 type service struct {
 	c      config
 	pool   *pgxpool.Pool
-	inbox  *notify.Inbox
+	inbox  *inbox.Inbox
 	client notify.Client
 	http   *http.Client
 	failed atomic.Int64 // deliveries answered 500 by -fail-first
@@ -130,7 +131,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	s.client = notify.Client{URL: c.recharge + "/notifications", Receiver: app.Receiver, Secrets: []string{c.secret}, HTTP: s.http,
 		PlainHTTP: app.PlainHTTP(c.recharge)}
-	if s.inbox, err = notify.NewInbox(pool, store, app.Receiver, []string{c.secret}, s.credit, notify.WithInboxLogger(log)); err != nil {
+	if s.inbox, err = inbox.New(pool, store, app.Receiver, []string{c.secret}, s.credit, inbox.WithLogger(log)); err != nil {
 		return err
 	}
 	mux.HandleFunc("POST /topups", s.topup)

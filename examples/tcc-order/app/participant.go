@@ -21,6 +21,7 @@ import (
 
 	"github.com/txkit/txkit/examples/exapp"
 	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/barrier"
 )
 
 // ParticipantConfig is what [RunParticipant] needs to serve a participant.
@@ -85,7 +86,7 @@ func ParticipantMain(r Resource) {
 	}
 }
 
-// RunParticipant serves c.Resource's ops through a [participant.Barrier] in the pool's database
+// RunParticipant serves c.Resource's ops through a [barrier.Barrier] in the pool's database
 // (so duplicates, empty rollbacks and hanging tries or actions are handled in the business
 // transaction, and requests not signed with c.Secret are refused), with c.Faults in front: POST
 // /tcc takes try, confirm and cancel, POST /saga action and compensate (the op is in the request;
@@ -94,8 +95,8 @@ func ParticipantMain(r Resource) {
 func RunParticipant(ctx context.Context, c ParticipantConfig) error {
 	mux := http.NewServeMux()
 	reg := exapp.Metrics(mux)
-	bar, err := participant.NewBarrier(c.Pool, participant.WithBarrierLogger(c.Log), participant.WithSecrets(c.Secret),
-		participant.WithBarrierRegisterer(reg))
+	bar, err := barrier.New(c.Pool, barrier.WithLogger(c.Log), barrier.WithSecrets(c.Secret),
+		barrier.WithRegisterer(reg))
 	if err != nil {
 		return err
 	}
@@ -104,8 +105,8 @@ func RunParticipant(ctx context.Context, c ParticipantConfig) error {
 	}
 	tccOps := []participant.Op{participant.OpTry, participant.OpConfirm, participant.OpCancel}
 	sagaOps := []participant.Op{participant.OpAction, participant.OpCompensate}
-	tccH := bar.Handler(c.Resource.Apply, participant.WithAllowedOps(tccOps...))
-	sagaH := bar.Handler(c.Resource.Apply, participant.WithAllowedOps(sagaOps...))
+	tccH := bar.Handler(c.Resource.Apply, barrier.WithAllowedOps(tccOps...))
+	sagaH := bar.Handler(c.Resource.Apply, barrier.WithAllowedOps(sagaOps...))
 	if c.NoBarrier {
 		c.Log.Warn("running WITHOUT the participant barrier (and without checking signatures): duplicates and empty rollbacks will corrupt the data")
 		tccH = unguarded(c.Log, c.Pool, c.Resource.Apply)
@@ -157,7 +158,7 @@ func (f *Faults) endpoint(h http.Handler, ops ...participant.Op) http.Handler {
 	})
 }
 
-// unguarded serves the wire protocol like [participant.Barrier.Handler] but without the barrier
+// unguarded serves the wire protocol like [barrier.Barrier.Handler] but without the barrier
 // (nor signatures): every request runs do.
 func unguarded(log *slog.Logger, pool *pgxpool.Pool, do func(ctx context.Context, tx pgx.Tx, req participant.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -45,6 +45,7 @@ import (
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/barrier"
 )
 
 type config struct {
@@ -172,7 +173,7 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 		return err
 	}
 	defer closeElectors()
-	bar, err := participant.NewBarrier(pool, participant.WithBarrierLogger(log), participant.WithBarrierRegisterer(reg))
+	bar, err := barrier.New(pool, barrier.WithLogger(log), barrier.WithRegisterer(reg))
 	if err != nil {
 		return err
 	}

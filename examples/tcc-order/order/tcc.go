@@ -14,12 +14,13 @@ import (
 	"github.com/txkit/txkit/examples/tcc-order/app"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/barrier"
 	"github.com/txkit/txkit/tcc"
 )
 
 // tccFlow places orders as TCC global transactions, with a tcc.Coordinator recovering under el.
 // The order service's own branch runs in-process behind bar.
-func (s *service) tccFlow(ctx context.Context, el lock.Elector, bar *participant.Barrier) (*flow, error) {
+func (s *service) tccFlow(ctx context.Context, el lock.Elector, bar *barrier.Barrier) (*flow, error) {
 	coord, err := newCoordinator(ctx, s, el, tcc.New, coordinatorOptions[coordinator.Option]{
 		schema: coordinator.WithSchema, elector: coordinator.WithElector, logger: coordinator.WithLogger, timeout: coordinator.WithDefaultTimeout,
 		lease: coordinator.WithLease, callTimeout: coordinator.WithCallTimeout, backoff: coordinator.WithBackoff, recovery: coordinator.WithRecovery,

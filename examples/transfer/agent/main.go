@@ -7,7 +7,7 @@
 // asks the coordinators' decision log (the threepc log in txkit_east's schema, on a pool of its
 // own) and follows it, writing the abort itself when the transaction is still undecided; while
 // the log cannot be reached it leaves the transaction prepared and asks again at the next poll
-// (it never commits without the log: the example sets no threepc.WithAgentLogFallback).
+// (it never commits without the log: the example sets no agent.WithLogFallback).
 //
 // Run one per database, with -timeout equal to the banks' -participant-timeout:
 //
@@ -34,8 +34,8 @@ import (
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/examples/exapp"
 	"github.com/txkit/txkit/examples/transfer/app"
-	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/threepc"
+	"github.com/txkit/txkit/threepc/agent"
 )
 
 type config struct {
@@ -68,7 +68,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if !ok {
 		return fmt.Errorf("-db %q: want east or west", c.db)
 	}
-	mode, err := participant.ParseTermination(c.termination)
+	mode, err := agent.ParseTermination(c.termination)
 	if err != nil {
 		return err
 	}
@@ -95,17 +95,17 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err := coord.Migrate(ctx); err != nil {
 		return err
 	}
-	agent, err := threepc.NewPGAgent(coord, c.db, pool, threepc.WithAgentTimeout(c.timeout), threepc.WithAgentTermination(mode),
-		threepc.WithAgentPoll(c.poll), threepc.WithAgentLogger(log))
+	pg, err := agent.NewPG(coord, c.db, pool, agent.WithTimeout(c.timeout), agent.WithTermination(mode),
+		agent.WithPoll(c.poll), agent.WithLogger(log))
 	if err != nil {
 		return err
 	}
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
-		exapp.WriteJSON(w, http.StatusOK, map[string]any{"db": c.db, "termination": mode.String(), "agent": agent.Stats()})
+		exapp.WriteJSON(w, http.StatusOK, map[string]any{"db": c.db, "termination": mode.String(), "agent": pg.Stats()})
 	})
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := agent.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		if err := pg.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			return err
 		}
 		return nil

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/txkit/txkit/internal/testkit/testenv"
-	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/threepc/agent"
 )
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
@@ -31,8 +31,8 @@ func TestRunRefusesBadFlags(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("run = %v; want an error naming %s", err, tc.want)
 			}
-			if tc.name == "unknown mode" && !errors.Is(err, participant.ErrInvalidOption) {
-				t.Fatalf("run = %v; want participant.ErrInvalidOption", err)
+			if tc.name == "unknown mode" && !errors.Is(err, agent.ErrInvalidOption) {
+				t.Fatalf("run = %v; want agent.ErrInvalidOption", err)
 			}
 		})
 	}

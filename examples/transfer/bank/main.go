@@ -132,6 +132,9 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if hook != nil && !drillBuild {
+		return fmt.Errorf("-pause-rate %v: pausing between the phases is for the drills' build of the bank (go build -tags drill)", c.pauseRate)
+	}
 	seeds := map[string]map[string]int64{}
 	for db, s := range map[string]string{app.East: c.seedEast, app.West: c.seedWest} {
 		if seeds[db], err = parseSeed(s); err != nil {
@@ -231,9 +234,7 @@ func newTwoPC(ctx context.Context, c config, logPool *pgxpool.Pool, hook phaseHo
 		opts = append(opts, twopc.WithVoteMarkers())
 	}
 	if hook != nil {
-		opts = append(opts, twopc.WithHook(func(ctx context.Context, gid string, p twopc.Phase) error {
-			return hook(ctx, gid, p.String())
-		}))
+		opts = append(opts, phaseOption(hook))
 	}
 	return migrated(ctx, twopc.New, logPool, opts)
 }

@@ -22,9 +22,7 @@ func newThreePC(ctx context.Context, c config, logPool *pgxpool.Pool, hook phase
 	opts = append(opts, threepc.WithCanCommitTimeout(c.canCommitTimeout), threepc.WithPreCommitTimeout(c.preCommitTimeout),
 		threepc.WithParticipantTimeout(c.participantTimeout))
 	if hook != nil {
-		opts = append(opts, threepc.WithHook(func(ctx context.Context, gid string, p threepc.Phase) error {
-			return hook(ctx, gid, p.String())
-		}))
+		opts = append(opts, phaseOption(hook))
 	}
 	return migrated(ctx, threepc.New, logPool, opts)
 }

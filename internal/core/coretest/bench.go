@@ -19,6 +19,7 @@ import (
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/barrier"
 )
 
 // BenchParticipants starts n HTTP participants named p0, p1, … for a coordinator benchmark: each
@@ -28,10 +29,10 @@ import (
 // returns for the coordinator's own calls (coordinator.WithHTTPClient).
 func BenchParticipants(b *testing.B, pg *testenv.Schema, secret string, n int,
 	fn func(ctx context.Context, tx pgx.Tx, name string, req participant.Request) error, ops []participant.Op,
-	opts ...participant.BarrierOption) ([]participant.HTTP, *http.Client) {
+	opts ...barrier.Option) ([]participant.HTTP, *http.Client) {
 	b.Helper()
-	bar, err := participant.NewBarrier(pg.Pool, append([]participant.BarrierOption{participant.WithBarrierLogger(testenv.Logger(b)),
-		participant.WithSecrets(secret)}, opts...)...)
+	bar, err := barrier.New(pg.Pool, append([]barrier.Option{barrier.WithLogger(testenv.Logger(b)),
+		barrier.WithSecrets(secret)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func BenchParticipants(b *testing.B, pg *testenv.Schema, secret string, n int,
 		name := fmt.Sprint("p", i)
 		srv := httptest.NewServer(bar.Handler(func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
 			return fn(ctx, tx, name, req)
-		}, participant.WithAllowedOps(ops...)))
+		}, barrier.WithAllowedOps(ops...)))
 		b.Cleanup(srv.Close)
 		parts[i] = participant.HTTP{URL: srv.URL, Client: client}
 	}

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/internal/testkit/testenv"
-	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/barrier"
 	"github.com/txkit/txkit/tracelog"
 )
 
@@ -125,10 +125,10 @@ func LinkedDrive(t testing.TB, exp *tracetest.InMemoryExporter, gid string) trac
 
 // TracedBarrier returns a migrated barrier on s's schema that traces with tp, logging to the
 // test's log, with opts.
-func TracedBarrier(t testing.TB, s *testenv.Schema, tp trace.TracerProvider, opts ...participant.BarrierOption) *participant.Barrier {
+func TracedBarrier(t testing.TB, s *testenv.Schema, tp trace.TracerProvider, opts ...barrier.Option) *barrier.Barrier {
 	t.Helper()
-	bar, err := participant.NewBarrier(s.Pool, append([]participant.BarrierOption{participant.WithBarrierSchema(s.Name),
-		participant.WithBarrierLogger(testenv.Logger(t)), participant.WithBarrierTracerProvider(tp)}, opts...)...)
+	bar, err := barrier.New(s.Pool, append([]barrier.Option{barrier.WithSchema(s.Name),
+		barrier.WithLogger(testenv.Logger(t)), barrier.WithTracerProvider(tp)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
