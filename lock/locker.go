@@ -11,28 +11,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Locker is a lock on one name, on any backend: ZooKeeper (package lock/zklock), PostgreSQL (package
-// lock/pglock), Redis or Redlock (package lock/redislock). Every txkit component that needs
-// mutual exclusion or a leader depends on this interface and on [Elector], never on a backend.
+// Locker is a lock on one name, on any backend: ZooKeeper (lock/zklock), PostgreSQL
+// (lock/pglock), Redis or Redlock (lock/redislock). txkit's components depend on it and on
+// [Elector], never on a backend. Every implementation keeps this contract (lock/locktest checks it):
 //
-// The contract every implementation keeps (package lock/locktest checks it on the real servers):
-//
-//   - Lock blocks until the lock is held or ctx ends. If ctx ends first, nothing is left behind
-//     (no queue entry, no row, no key) and ctx's error is returned. ctx scopes only the wait: the
-//     hold lasts until Unlock or until it is lost.
-//   - TryLock takes the lock if it is free and returns at once; an error wrapping [ErrLocked]
-//     when another owner holds it. ctx bounds the server round trips.
-//   - A Locker value is reentrant: Lock or TryLock on a value that holds the lock returns the
-//     same Lease and counts the hold; each needs its Unlock, and the last Unlock releases.
-//     Goroutines that must exclude each other need a Locker value each.
-//   - Unlock releases one hold; Unlock of a Locker that holds nothing returns nil. Only this
-//     hold is ever released, never a newer holder's. Cleanup after a cancelled ctx uses a fresh,
-//     bounded context.
-//   - A hold can be lost at any time (session expired, lease not renewed in time, key gone):
-//     [Lease.Done] is closed and [Lease.Context] cancelled no later than the moment another
-//     owner can take the lock, as far as the backend can tell (the clock assumptions are each
-//     backend's to state). After a loss, Lock returns an error until the lost hold is unlocked.
-//   - Every hold has a fencing [Token] higher than the token of every earlier hold of the name.
+//   - Lock blocks until the lock is held or ctx ends; if ctx ends first, nothing is left behind and
+//     ctx's error is returned. ctx scopes only the wait: the hold lasts until Unlock or its loss.
+//   - TryLock takes a free lock and returns at once, or an error wrapping [ErrLocked].
+//   - A Locker value is reentrant (each Lock needs its Unlock; the last one releases); goroutines
+//     that must exclude each other need a value each. Unlock of nothing held returns nil, never
+//     releases a newer holder's hold, and cleans up with a fresh, bounded context.
+//   - A hold can be lost at any time: [Lease.Done] is closed and [Lease.Context] cancelled no
+//     later than another owner can take the lock (as far as the backend can tell); Lock then
+//     errs until the lost hold is unlocked.
+//   - Every hold has a fencing [Token] higher than every earlier hold's of the name.
 //
 // Implementations are safe for concurrent use by multiple goroutines (they share the hold).
 type Locker interface {

@@ -13,30 +13,14 @@ import (
 	"github.com/txkit/txkit/lock"
 )
 
-// WithPartitions splits delivery into parts partitions (1..1024) by a hash of the receiver's
-// name, each with its own election and fencing token, so that N notifier instances share the
-// receivers: electors returns this instance's candidate in partition p's election (an election
-// per partition, such as lock.NewElector(sess, fmt.Sprintf("/txkit/notify/p%d", p), instanceID)),
-// and count, when not nil, returns how many instances are live ([ContenderCount] for ZooKeeper).
-// Each instance then leads at most ceil(parts/N) partitions and gives up the rest, each once the
-// posts it has in flight are recorded (so that none is posted twice); when an
-// instance dies its partitions move to the others as soon as the lock backend ends its holds (the
-// ZooKeeper session timeout). Without count, each instance leads whatever it wins. Run delivers
-// under these elections instead of [WithElector]'s.
-//
-// A receiver's notifications are all in one partition, so its delivery slots, breaker and order
-// of attempts stay with one leader; more partitions than receivers leave some partitions idle.
-// The leader of partition 0 also runs the retention job and sets the due gauge. Each partition's
-// writes pass the fence with its own resource ("notify:<schema>.<table>/p<i>"), so a deposed
-// leader of a partition records nothing: a notification it posted without recording its result
-// is posted again by the next leader, with the same id — the receiver's inbox applies it once.
-//
-// The number is stored in the table <table>_parts the first time a notifier runs; Run with another
-// number returns an error wrapping [ErrInvalidOption]: changing it on a live system is refused,
-// because notifiers with different numbers would deliver one receiver's notifications under
-// different fences (two leaders could post and record them at once). Stop every notifier, delete
-// that row, and start them with the new number. Enqueue does not depend on it. [New] refuses parts
-// outside 1..1024, or more than one without electors, with an error wrapping [ErrInvalidOption].
+// WithPartitions splits the receivers into parts partitions (1..1024) by a hash of their names,
+// each with its own election and fencing token, so that several notifier instances share the
+// deliveries: electors returns this instance's candidate in partition p's election, and count,
+// when not nil, how many instances are live ([ContenderCount], [HeartbeatCount]), so that each
+// leads about parts/N. Run then delivers under these elections instead of [WithElector]'s. The
+// number is stored at the first Run; Run with another returns an error wrapping
+// [ErrInvalidOption]; [New] refuses parts outside 1..1024, or more than one without electors, the
+// same way. docs/notify.md ("Many leaders") has the rules and how to change the number.
 func WithPartitions(parts int, electors func(p int) (lock.Elector, error), count func(ctx context.Context) (int, error)) Option {
 	return func(o *options) {
 		o.parts, o.partElectors, o.members = parts, electors, nil

@@ -165,31 +165,16 @@ func (ob *Outbox) Migrate(ctx context.Context) error {
 }
 
 // Enqueue records msg in tx, the caller's transaction, and returns its ID: msg.ID, or a new
-// UUIDv7 (time-ordered, so the unique index stays compact) when msg.ID is zero. The message is
-// published by the [Relay] once tx commits; if tx rolls back, nothing was written and nothing is
-// published. With [WithNotify] on (the default), the same statement issues pg_notify on the
-// outbox's channel; PostgreSQL delivers it at commit, once per transaction however many messages
-// it enqueued.
+// UUIDv7 when msg.ID is zero. The [Relay] publishes it once tx commits; a rollback leaves nothing.
+// Messages of one non-empty Key are published in the order their transactions committed their
+// Enqueue (two concurrent transactions of one key have no defined order). ctx's span, if any, is
+// stored with the row and parents the relay's publish span.
 //
-// Messages with the same non-empty Key are published in the order of their Enqueue calls as far
-// as their transactions are ordered: two transactions that enqueue for one key at the same time,
-// without a lock ordering them (a row lock on the aggregate, say), have no defined order.
-//
-// Enqueue refuses, with an error wrapping [ErrInvalidMessage] and before touching tx, an empty
-// topic, a field over its limit (the error wraps [ErrTooLarge] too and names the field, its size
-// and the limit: [MaxTopicLen], [MaxKeyLen], [MaxTagsLen], [MaxHeaders], [MaxHeaderNameLen],
-// [MaxHeaderValueLen], [MaxHeadersSize], [WithMaxBodySize]), text PostgreSQL cannot store
-// (invalid UTF-8 or NUL bytes in the topic, key, tags or headers), and tags a RocketMQ
-// subscription cannot match (see [Message].Tags). An ID already in the outbox returns an error wrapping
-// [ErrDuplicate] — tx is then aborted, as after any failed statement. A nil tx returns an error
-// wrapping [ErrNilTx].
-//
-// When ctx carries a span, its trace context is stored with the message (column trace_context), and
-// the relay publishes the message under a span that is its child (see [WithTracerProvider]).
-//
-// Enqueue blocks for one round trip. ctx scopes only this statement: cancelling it aborts the
-// statement and, with pgx, closes the connection, so tx can only be rolled back. Enqueue is safe
-// for concurrent use (a pgx.Tx itself is not).
+// Before touching tx it refuses, with an error wrapping [ErrInvalidMessage], an empty topic, a
+// field over its limit (also [ErrTooLarge]; docs/outbox.md "Message limits"), text PostgreSQL
+// cannot store and tags RocketMQ cannot match; a nil tx wraps [ErrNilTx]. An ID already in the
+// outbox wraps [ErrDuplicate] and leaves tx aborted. Enqueue blocks for one round trip; ctx scopes
+// only this statement (cancelling it leaves tx only to roll back). Safe for concurrent use.
 func (ob *Outbox) Enqueue(ctx context.Context, tx DBTX, msg Message) (uuid.UUID, error) {
 	if pgutil.IsNil(tx) {
 		return uuid.Nil, fmt.Errorf("outbox: enqueue to %s: %w", msg.Topic, ErrNilTx)

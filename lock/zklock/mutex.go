@@ -12,30 +12,17 @@ import (
 	"github.com/txkit/txkit/lock"
 )
 
-// Mutex is a lock on a ZooKeeper path, shared with every process that uses the same path.
+// Mutex is a lock on a ZooKeeper path, shared with every process that uses the same path. It
+// keeps the [lock.Locker] contract: reentrant per value, lost at any time (session ended, node
+// deleted), so work under it runs under [lock.Lease.Context] and writes elsewhere carry
+// [lock.Lease.Token] to a fence; after a loss, Lock errs until the lost hold is unlocked.
 //
-// The default recipe is fair and Curator-compatible: each contender creates an
-// ephemeral-sequential child "_c_<uuid>-lock-<seq>" under the path (the naming and ordering of
-// Apache Curator's InterProcessMutex, so Go and Java processes exclude each other); the lowest
-// sequence holds the lock; every other contender watches only its immediate predecessor, so a
-// release wakes exactly one waiter. [WithUnfair] selects the one-node recipe instead.
-//
-// Only ephemeral children count as contenders. A child named like one that is persistent (or a
-// container or TTL node) — which anyone allowed to write under the path can create, and which
-// would otherwise hold the lock for ever — is skipped and logged once at Warn. It costs no extra
-// round trip on the waiting path: a waiter reads its predecessor (to watch it) anyway, and the read
-// returns the stat that tells. TryLock, when another child comes first, reads that child's stat (one
-// exists call) before answering [lock.ErrLocked]. The creator-only ACL of a Session with credentials
-// (the default, see [WithDigestAuth]) keeps strangers from creating children at all.
-//
-// The lock can be lost at any time, whatever the code holding it believes: when the ZooKeeper
-// session ends, when the node is deleted by someone else. Work done under the lock must run under
-// [lock.Lease.Context] and every write it makes elsewhere must carry [lock.Lease.Token] to a fence (package fence).
-//
-// A Mutex value is reentrant: Lock on a Mutex that already holds the lock returns the same Lease
-// and counts the hold; each Lock needs its Unlock. Goroutines that must exclude each other need a
-// Mutex value each. Mutex is safe for concurrent use by multiple goroutines (they share its hold).
-// After a hold is lost, Lock returns an error until the lost hold is released with Unlock.
+// The default recipe is fair and Curator-compatible (ephemeral-sequential "_c_<uuid>-lock-<seq>"
+// children, as Apache Curator's InterProcessMutex, so Go and Java processes exclude each other;
+// each waiter watches only its predecessor); [WithUnfair] selects the one-node recipe. Only
+// ephemeral children count as contenders: a persistent one a stranger made is skipped and logged
+// once. docs/lock.md ("ZooKeeper (`lock/zklock`)") has the mechanism. Mutex is safe for concurrent use by
+// multiple goroutines (they share its hold).
 type Mutex struct {
 	s    *Session
 	path string

@@ -120,26 +120,17 @@ func (b *Barrier) Run(ctx context.Context) error {
 }
 
 // Call runs fn for req at most once per (GID, Branch, Op), in tx — the participant's own
-// transaction, which the caller began and must end (Call never commits or rolls it back): commit
-// it when Call returns nil, roll it back when Call returns an error, so that the markers Call wrote
-// vanish with fn's partial work and a retry runs again. Run tx at READ COMMITTED (the default): a
-// try and a cancel of one branch running at once then serialize, the second waiting for the first
-// one's transaction to end; under REPEATABLE READ or SERIALIZABLE it fails with a serialization
-// failure to retry.
+// transaction, which the caller began and ends: commit it when Call returns nil, roll it back on
+// an error, so the markers vanish with fn's partial work. It returns nil without calling fn for a
+// duplicate and for an empty rollback (which also refuses that branch's try for good); an error
+// wrapping [ErrHanging] for a try, action, prepare or precommit whose branch was cancelled;
+// otherwise fn's error, wrapped with the gid, branch and op ([participant.OpCanCommit] calls fn
+// every time). Run tx at READ COMMITTED: a try and a cancel of one branch serialize on the
+// markers' unique index (other levels give a serialization failure to retry).
 //
-// Call returns nil without calling fn for an op that ran before (a duplicate) and for a cancel,
-// compensate or abort whose try, action, prepare or precommit never ran (the empty rollback, which
-// also refuses that try for good); an error wrapping [ErrHanging] without calling fn for a try,
-// action, prepare or precommit whose branch was cancelled; otherwise fn's error, wrapped with the
-// gid, branch and op. [participant.OpCanCommit] (a read-only vote) calls fn every time. A try and a
-// cancel of one branch running at once serialize on the markers' unique index: a try never runs
-// after its cancel. Run tx at READ COMMITTED (the default); under REPEATABLE READ or SERIALIZABLE
-// the waiter fails with a serialization failure to retry.
-//
-// ctx scopes the statements and is passed to fn. An invalid request (an unknown op, an empty or
-// too long GID or Branch, text PostgreSQL cannot store) returns an error wrapping
-// [participant.ErrBadRequest] before anything is written; a nil tx, one wrapping
-// idempotency.ErrNilTx. Call is safe for concurrent use, each call with its own tx.
+// ctx scopes the statements and is passed to fn. An invalid request returns an error wrapping
+// [participant.ErrBadRequest], a nil tx one wrapping idempotency.ErrNilTx, before anything is
+// written. Call is safe for concurrent use, each call with its own tx.
 func (b *Barrier) Call(ctx context.Context, tx pgx.Tx, req participant.Request, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if tx == nil || (reflect.ValueOf(tx).Kind() == reflect.Pointer && reflect.ValueOf(tx).IsNil()) {
 		return fmt.Errorf("participant: %s %s/%s: %w", req.Op, req.GID, req.Branch, idempotency.ErrNilTx)
