@@ -25,8 +25,8 @@ import (
 // Handler applies one message in tx, the transaction in which the [Consumer] has just claimed the
 // message's ID. Returning nil commits tx (the claim and the handler's writes together); returning
 // an error rolls both back and has the message redelivered, unless the error wraps [ErrPoison].
-// ctx ends after [WithHandlerTimeout]; it does not end when [Consumer.Run]'s ctx does, so that a
-// handler in flight can finish; it carries the "rocketmq consume" span (see [WithTracerProvider]).
+// ctx ends after 1 min, when tx is rolled back and the message redelivered; it does not end when
+// [Consumer.Run]'s ctx does, so that a handler in flight can finish; it carries the "rocketmq consume" span (see [WithTracerProvider]).
 // The handler must not commit or roll back tx.
 type Handler func(ctx context.Context, tx pgx.Tx, msg message.Message) error
 
@@ -122,9 +122,9 @@ type run struct {
 }
 
 // Run starts a push consumer, subscribes it to the topic and applies messages until ctx ends.
-// Then it stops taking new messages, waits for the handlers in flight (each bounded by
-// [WithHandlerTimeout]), shuts the push consumer down and returns nil. Messages received but not
-// yet handled are left unacknowledged and redelivered to the group later.
+// Then it stops taking new messages, waits for the handlers in flight (each bounded by 1 min),
+// shuts the push consumer down and returns nil. Messages received but not yet handled are left
+// unacknowledged and redelivered to the group later.
 //
 // It returns an error at once if the push consumer cannot start — in particular when the topic
 // does not exist: rocketmq-client-go does not create topics for consumers (its Start fails with

@@ -49,3 +49,30 @@ const ProbeProperty = probeProperty
 func NewRlogAdapterAt(l *slog.Logger, level slog.Level, now func() time.Time) rlog.Logger {
 	return newRlogAdapter(l, level, now)
 }
+
+// GroupForTest sets a Publisher's producer group (production uses "txkit-outbox").
+func GroupForTest(name string) PublisherOption {
+	return publisherOption(func(o *publisherOptions) { o.group = name })
+}
+
+// HandlerTimeoutForTest sets the bound of a Consumer's per-message transaction (production: 1 min).
+func HandlerTimeoutForTest(d time.Duration) ConsumerOption {
+	return consumerOption(func(o *consumerOptions) { o.handlerTimeout = d })
+}
+
+// CheckGraceForTest sets the age after which a TxProducer's check-back rolls back a half message
+// without a committed local transaction (production: 10 s), so that tests see it sooner.
+func CheckGraceForTest(d time.Duration) TxProducerOption {
+	return txProducerOption(func(o *txProducerOptions) { o.checkGrace = d })
+}
+
+// TableForTest sets a TxProducer's table of transaction ids (production: "txkit_rmq_tx").
+func TableForTest(name string) TxProducerOption {
+	return txProducerOption(func(o *txProducerOptions) { o.table = name })
+}
+
+// QueuesForTest sets the queues EnsureTopic gives a topic it creates (production:
+// DefaultTopicQueues).
+func QueuesForTest(n int) TopicOption {
+	return topicOption(func(o *topicOptions) { o.queues = n })
+}

@@ -132,7 +132,7 @@ func TestIntegrationTxProducerCheckbackMetrics(t *testing.T) {
 	createUsers(t, e)
 	reg := prometheus.NewRegistry()
 	g := group(t, "txm")
-	tp := startTxProducer(t, e, rocketmq.NewWithheldTxProducer, g, rocketmq.WithCheckGrace(3*time.Second),
+	tp := startTxProducer(t, e, rocketmq.NewWithheldTxProducer, g, rocketmq.CheckGraceForTest(3*time.Second),
 		rocketmq.WithRegisterer(reg))
 	if err := counts(reg, "txkit_rocketmq_checkbacks_total", map[string]int{"commit": 0, "rollback": 0, "unknown": 0}); err != nil {
 		t.Fatalf("before any check-back: %v", err)

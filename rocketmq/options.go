@@ -69,7 +69,11 @@ type sendOptions struct {
 type publisherOptions struct {
 	commonOptions
 	sendOptions
-	group string // the Consumer and TxProducer take theirs positionally
+	// group is the producer group, "txkit-outbox" (tests set it through GroupForTest). A plain
+	// producer's group matters little to the broker; the Consumer and TxProducer take theirs
+	// positionally, and a TxProducer's must not be this one, because the broker sends check-backs
+	// to any producer of the group.
+	group string
 }
 
 type consumerOptions struct {
@@ -80,19 +84,25 @@ type consumerOptions struct {
 	goroutines      int
 	retryDelayLevel int
 	orderlyRetry    time.Duration
-	handlerTimeout  time.Duration
-	maxMessageSize  int
-	tagExpression   string
+	// handlerTimeout bounds the transaction that applies one message (claim, handler, commit),
+	// 1 min, and how long Run waits for handlers in flight when its ctx ends; tests set it through
+	// HandlerTimeoutForTest.
+	handlerTimeout time.Duration
+	maxMessageSize int
+	tagExpression  string
 }
 
 type txProducerOptions struct {
 	commonOptions
 	sendOptions
+	// checkGrace is how old a half message must be, by its born timestamp, before a check-back
+	// rolls it back for want of a committed local transaction: 10 s, twice localTxTimeout, so a
+	// local transaction still running is never overtaken; tests set it through CheckGraceForTest.
 	checkGrace     time.Duration
 	localTxTimeout time.Duration // bounds Send's local transaction, on top of Send's ctx
 	checkTimeout   time.Duration // bounds one check-back's database work (check-backs run one at a time)
 	schema         string
-	table          string
+	table          string // "txkit_rmq_tx"; tests set it through TableForTest
 }
 
 func defaultCommon() commonOptions { return commonOptions{log: slog.New(slog.DiscardHandler)} }
@@ -176,13 +186,6 @@ func WithCredentials(accessKey, secretKey string) Option {
 	})
 }
 
-// WithGroup sets the producer group of a [Publisher] (default "txkit-outbox"). The group of a
-// plain producer matters little to the broker; it must not be the group of a [TxProducer],
-// because the broker sends transaction check-backs to any producer of the group.
-func WithGroup(name string) PublisherOption {
-	return publisherOption(func(o *publisherOptions) { o.group = name })
-}
-
 // WithRetries sets how many times a send is retried after a failed attempt (default 2, so up to
 // 3 attempts; at most 100) and the timeout that bounds one Publish, or the broker half of one
 // Send, all attempts included (default 10 s; each attempt is also bounded by the client's own
@@ -222,14 +225,6 @@ func WithOrderly(retry time.Duration) ConsumerOption {
 // one message per queue at a time whatever this says.
 func WithConsumeGoroutines(n int) ConsumerOption {
 	return consumerOption(func(o *consumerOptions) { o.goroutines = n })
-}
-
-// WithHandlerTimeout bounds the transaction in which a [Consumer] applies one message: the claim,
-// the handler and the commit (default 1 min). When it passes, the transaction is rolled back and
-// the message redelivered. It also bounds how long [Consumer.Run] waits for handlers in flight
-// when its ctx ends.
-func WithHandlerTimeout(d time.Duration) ConsumerOption {
-	return consumerOption(func(o *consumerOptions) { o.handlerTimeout = d })
 }
 
 // DefaultMaxMessageSize is the default of [WithMaxMessageSize]: the outbox's default body limit
@@ -272,26 +267,10 @@ func checkTagExpression(expr string) error {
 	return nil
 }
 
-// WithCheckGrace sets how old a half message must be — measured from its born timestamp, taken by
-// the producer's clock when it was sent — before a [TxProducer]'s check-back rolls it back for
-// want of a committed local transaction (default 10 s). Younger ones are answered "unknown", so
-// that a local transaction still running is not overtaken. The rollback is fenced: the check-back
-// records the transaction id as rolled back, so a local transaction that tries to commit later
-// fails instead of committing an effect whose message is gone.
-func WithCheckGrace(d time.Duration) TxProducerOption {
-	return txProducerOption(func(o *txProducerOptions) { o.checkGrace = d })
-}
-
-// WithSchema sets the PostgreSQL schema of a [TxProducer]'s table (default: none, so the
-// connection's search_path decides). [TxProducer.Migrate] creates it if it does not exist.
+// WithSchema sets the PostgreSQL schema of a [TxProducer]'s table of transaction ids,
+// txkit_rmq_tx (default: none, so the connection's search_path decides). [TxProducer.Migrate] creates it if it does not exist.
 func WithSchema(name string) TxProducerOption {
 	return txProducerOption(func(o *txProducerOptions) { o.schema = name })
-}
-
-// WithTable sets the name of a [TxProducer]'s table of transaction ids (default "txkit_rmq_tx").
-// It is quoted, so it is used exactly as given.
-func WithTable(name string) TxProducerOption {
-	return txProducerOption(func(o *txProducerOptions) { o.table = name })
 }
 
 func buildPublisherOptions(opts []PublisherOption) (publisherOptions, error) {

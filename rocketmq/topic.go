@@ -15,7 +15,7 @@ type TopicOption interface {
 }
 
 type topicOptions struct {
-	queues int
+	queues int // DefaultTopicQueues; tests set it through QueuesForTest
 	groups []string
 }
 
@@ -23,15 +23,9 @@ type topicOption func(*topicOptions)
 
 func (f topicOption) applyTopic(o *topicOptions) { f(o) }
 
-// DefaultTopicQueues is how many read and write queues [EnsureTopic] gives a topic it creates,
-// unless [WithQueues] says otherwise (deploy/local creates its topics with as many).
+// DefaultTopicQueues is how many read and write queues [EnsureTopic] gives a topic it creates
+// (deploy/local creates its topics with as many).
 const DefaultTopicQueues = 4
-
-// WithQueues sets how many read and write queues [EnsureTopic] gives the topic when it creates it
-// (default [DefaultTopicQueues]; at least 1, at most 1024). An existing topic keeps its queues.
-func WithQueues(n int) TopicOption {
-	return topicOption(func(o *topicOptions) { o.queues = n })
-}
 
 // WithRetryTopicsFor has [EnsureTopic] also ensure the retry topic %RETRY%<group> of each consumer
 // group, with 1 queue as the broker would create it. The broker creates a group's retry topic
@@ -43,9 +37,10 @@ func WithRetryTopicsFor(groups ...string) TopicOption {
 }
 
 // EnsureTopic makes sure topic exists: when the name servers do not list it, it creates it on the
-// broker at broker (host:port of the broker itself, not of a name server), with [WithQueues]
-// queues. With [WithRetryTopicsFor] it does the same for the retry topics of consumer groups.
-// A topic that exists is left as it is. A [Consumer] cannot start on a missing topic (the client
+// broker at broker (host:port of the broker itself, not of a name server), with
+// [DefaultTopicQueues] queues. With [WithRetryTopicsFor] it does the same for the retry topics of
+// consumer groups. A topic that exists is left as it is (a topic that needs other queues is
+// created with mqadmin). A [Consumer] cannot start on a missing topic (the client
 // creates none for consumers), so a program calls EnsureTopic before it runs one, or creates its
 // topics with mqadmin (deploy/local/rocketmq topic).
 //

@@ -22,7 +22,9 @@ func TestEnsureTopicRefusesBadInput(t *testing.T) {
 		"no name server": func() error { return rocketmq.EnsureTopic(t.Context(), nil, "127.0.0.1:1", "t") },
 		"bad broker":     func() error { return rocketmq.EnsureTopic(t.Context(), ns, "broker", "t") },
 		"bad topic":      func() error { return rocketmq.EnsureTopic(t.Context(), ns, "127.0.0.1:1", "a.b") },
-		"no queues":      func() error { return rocketmq.EnsureTopic(t.Context(), ns, "127.0.0.1:1", "t", rocketmq.WithQueues(0)) },
+		"no queues": func() error {
+			return rocketmq.EnsureTopic(t.Context(), ns, "127.0.0.1:1", "t", rocketmq.QueuesForTest(0))
+		},
 		"bad group": func() error {
 			return rocketmq.EnsureTopic(t.Context(), ns, "127.0.0.1:1", "t", rocketmq.WithRetryTopicsFor("a b"))
 		},
@@ -64,7 +66,7 @@ func TestIntegrationEnsureTopic(t *testing.T) {
 		t.Fatalf("topic %s exists before the test", topic)
 	}
 
-	if err := rocketmq.EnsureTopic(t.Context(), e.ns, broker, topic, rocketmq.WithQueues(2), rocketmq.WithRetryTopicsFor(g)); err != nil {
+	if err := rocketmq.EnsureTopic(t.Context(), e.ns, broker, topic, rocketmq.QueuesForTest(2), rocketmq.WithRetryTopicsFor(g)); err != nil {
 		t.Fatal(err)
 	}
 	for _, tp := range []string{topic, "%RETRY%" + g} {
@@ -73,7 +75,7 @@ func TestIntegrationEnsureTopic(t *testing.T) {
 		}
 	}
 	// Again, asking for more queues: the topic exists, so it keeps its 2.
-	if err := rocketmq.EnsureTopic(t.Context(), e.ns, broker, topic, rocketmq.WithQueues(8), rocketmq.WithRetryTopicsFor(g)); err != nil {
+	if err := rocketmq.EnsureTopic(t.Context(), e.ns, broker, topic, rocketmq.QueuesForTest(8), rocketmq.WithRetryTopicsFor(g)); err != nil {
 		t.Fatal(err)
 	}
 	mqs, err := adm.FetchPublishMessageQueues(t.Context(), topic)

@@ -37,7 +37,7 @@ import (
 // so that the answer survives a lost second phase (the client sends it one-way and ignores its
 // failure): the broker then asks back (check-back) and the TxProducer answers from the
 // table — commit if the row is there; rollback once the half message is older than
-// [WithCheckGrace] and the row is not (the check-back records the rollback so that the local
+// 10 s (twice the 5 s that bound the local transaction) and the row is not (the check-back records the rollback so that the local
 // transaction can no longer commit); "unknown", to be asked again, otherwise.
 //
 // The group must belong to TxProducers alone: the broker sends check-backs to any producer of the

@@ -243,7 +243,7 @@ func TestIntegrationTxOrphanRolledBackAndFenced(t *testing.T) {
 	c := newConsumer(t, e, group(t, "txc"), rec.handler(nil))
 	run(t, c)
 	g := group(t, "txp")
-	tp := newTxProducer(t, e, g, rocketmq.WithCheckGrace(3*time.Second))
+	tp := newTxProducer(t, e, g, rocketmq.CheckGraceForTest(3*time.Second))
 
 	orphan := outbox.Message{ID: uuid.New(), Topic: e.topic, Body: []byte("orphan")}
 	m, err := rocketmq.Encode(orphan)

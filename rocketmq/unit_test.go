@@ -55,7 +55,7 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"publisher: bad group", func() error {
-			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithGroup("a b"))
+			_, err := rocketmq.NewPublisher(ctx, ns, rocketmq.GroupForTest("a b"))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"publisher: access key without secret key", func() error {
@@ -96,7 +96,7 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"consumer: zero handler timeout", func() error {
-			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithHandlerTimeout(0))
+			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.HandlerTimeoutForTest(0))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"tx: nil pool", func() error { _, err := rocketmq.NewTxProducer(ctx, ns, "g", nil); return err }, rocketmq.ErrInvalidOption},
@@ -106,15 +106,15 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"tx: zero grace", func() error {
-			_, err := rocketmq.NewTxProducer(ctx, ns, "g", pool, rocketmq.WithCheckGrace(0))
+			_, err := rocketmq.NewTxProducer(ctx, ns, "g", pool, rocketmq.CheckGraceForTest(0))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"tx: empty table", func() error {
-			_, err := rocketmq.NewTxProducer(ctx, ns, "g", pool, rocketmq.WithTable(""))
+			_, err := rocketmq.NewTxProducer(ctx, ns, "g", pool, rocketmq.TableForTest(""))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"tx: long table", func() error {
-			_, err := rocketmq.NewTxProducer(ctx, ns, "g", pool, rocketmq.WithTable(strings.Repeat("t", 60)))
+			_, err := rocketmq.NewTxProducer(ctx, ns, "g", pool, rocketmq.TableForTest(strings.Repeat("t", 60)))
 			return err
 		}, rocketmq.ErrInvalidOption},
 	}
@@ -147,12 +147,12 @@ func TestOptionsFit(t *testing.T) {
 		{"WithLogger", rocketmq.WithLogger(nil), true, true, true, true},
 		{"WithCredentials", rocketmq.WithCredentials("a", "s"), true, true, true, true},
 		{"WithRetries", rocketmq.WithRetries(1, time.Second), true, false, true, true},
-		{"WithGroup", rocketmq.WithGroup("g"), true, false, false, false},
+		{"GroupForTest", rocketmq.GroupForTest("g"), true, false, false, false},
 		{"WithOrderly", rocketmq.WithOrderly(time.Second), false, true, false, false},
 		{"WithMaxMessageSize", rocketmq.WithMaxMessageSize(1 << 20), false, true, false, false},
 		{"WithTagExpression", rocketmq.WithTagExpression("a"), false, true, false, false},
-		{"WithCheckGrace", rocketmq.WithCheckGrace(time.Second), false, false, true, false},
-		{"WithTable", rocketmq.WithTable("t"), false, false, true, false},
+		{"CheckGraceForTest", rocketmq.CheckGraceForTest(time.Second), false, false, true, false},
+		{"TableForTest", rocketmq.TableForTest("t"), false, false, true, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
