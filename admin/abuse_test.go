@@ -113,7 +113,7 @@ func TestIntegrationAPIUnauthenticatedFlood(t *testing.T) {
 	// A read-only Admin (txkit serve without -token-file makes no audit table): its refusals are
 	// not an error line each.
 	roLog := &lineCounter{}
-	ro, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithAuditTable("never_migrated"),
+	ro, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithTables(admin.Tables{Audit: "never_migrated"}),
 		admin.WithLogger(slog.New(slog.NewTextHandler(roLog, nil))))
 	if err != nil {
 		t.Fatal(err)

@@ -408,7 +408,7 @@ func TestIntegrationAPIHMACAndReadOnly(t *testing.T) {
 // A 500 names a request id and not the internal error (here: a table that does not exist).
 func TestIntegrationAPIInternalError(t *testing.T) {
 	w := newWorld(t)
-	c := serve(t, w.newAdmin(t, admin.WithOutboxTable("no_such_table"))).with(bearer...)
+	c := serve(t, w.newAdmin(t, admin.WithTables(admin.Tables{Outbox: "no_such_table"}))).with(bearer...)
 	r := c.do("GET", "/api/outbox")
 	c.want(r, 500, "internal error (request id ")
 	if msg := r.errText(t); strings.Contains(msg, "no_such_table") || strings.Contains(msg, "does not exist") {

@@ -14,7 +14,7 @@
 //
 //	a, err := admin.New(pool,
 //		admin.WithTokens(map[string]string{"oncall": token}),
-//		admin.WithElections(admin.Election{Name: "tcc recovery", Path: "/txkit/tcc/leader", Inspector: sess.Inspector()}))
+//		admin.WithInspected([]admin.Election{{Name: "tcc recovery", Path: "/txkit/tcc/leader", Inspector: sess.Inspector()}}, nil))
 //	if err != nil { return err }
 //	if err := a.Migrate(ctx); err != nil { return err } // the audit table
 //	go a.Run(ctx) // purges audit rows past their retention; returns when ctx ends

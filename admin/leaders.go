@@ -8,7 +8,7 @@ import (
 	"github.com/txkit/txkit/lock"
 )
 
-// Leader is the current leader of an election given with [WithElections].
+// Leader is the current leader of an election given with [WithInspected].
 type Leader struct {
 	Election string     `json:"election"`
 	Path     string     `json:"path"`
@@ -19,7 +19,7 @@ type Leader struct {
 	Error    string     `json:"error,omitempty"` // why the election could not be read (the others still are)
 }
 
-// LockState is the holder and waiters of a lock given with [WithLocks].
+// LockState is the holder and waiters of a lock given with [WithInspected].
 type LockState struct {
 	Name         string           `json:"name"`
 	Path         string           `json:"path"`
@@ -29,7 +29,7 @@ type LockState struct {
 	Error        string           `json:"error,omitempty"`
 }
 
-// Leaders returns the current leader of every election given with [WithElections], in the order
+// Leaders returns the current leader of every election given with [WithInspected], in the order
 // given. An election that cannot be read has its Error set (and is logged); the call fails only
 // when ctx ends. It blocks for one read per election.
 func (a *Admin) Leaders(ctx context.Context) ([]Leader, error) {
@@ -52,7 +52,7 @@ func (a *Admin) Leaders(ctx context.Context) ([]Leader, error) {
 	return out, nil
 }
 
-// Locks returns the holder and waiters of every lock given with [WithLocks], in the order given.
+// Locks returns the holder and waiters of every lock given with [WithInspected], in the order given.
 // A lock that cannot be read has its Error set (and is logged); the call fails only when ctx ends.
 func (a *Admin) Locks(ctx context.Context) ([]LockState, error) {
 	out := make([]LockState, 0, len(a.o.locks))

@@ -67,10 +67,10 @@ func TestIntegrationLeadersLocks(t *testing.T) {
 	insp := session(t).Inspector()
 	w := &world{s: s}
 	c := serve(t, w.newAdmin(t,
-		admin.WithElections(
-			admin.Election{Name: "tcc recovery", Path: root + "/tcc-leader", Inspector: insp},
-			admin.Election{Name: "nobody", Path: root + "/empty", Inspector: insp}),
-		admin.WithLocks(admin.Lock{Name: "jobs", Path: root + "/jobs", Inspector: insp}))).with(bearer...)
+		admin.WithInspected([]admin.Election{
+			{Name: "tcc recovery", Path: root + "/tcc-leader", Inspector: insp},
+			{Name: "nobody", Path: root + "/empty", Inspector: insp}},
+			[]admin.Lock{{Name: "jobs", Path: root + "/jobs", Inspector: insp}}))).with(bearer...)
 
 	var leaders []admin.Leader
 	r := c.do("GET", "/api/leaders")

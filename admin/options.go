@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,10 +55,10 @@ type Lock struct {
 	Inspector lock.Inspector
 }
 
-// DefaultAuditTable is the audit table's name unless [WithAuditTable] says otherwise.
+// DefaultAuditTable is the audit table's name unless [WithTables] says otherwise.
 const DefaultAuditTable = "txkit_admin_audit"
 
-// DefaultNotifyTable is the notifications table's name unless [WithNotifyTable] says otherwise
+// DefaultNotifyTable is the notifications table's name unless [WithTables] says otherwise
 // (notify's own default).
 const DefaultNotifyTable = "txkit_notify"
 
@@ -124,22 +125,32 @@ func WithLogs(logs ...LogSource) Option {
 	return func(o *options) { o.logs = append([]LogSource(nil), logs...) }
 }
 
-// WithOutboxTable sets the outbox table (default outbox.DefaultTable).
-func WithOutboxTable(t string) Option { return func(o *options) { o.outboxTable = t } }
-
-// WithNotifyTable sets the notifications table (default [DefaultNotifyTable]).
-func WithNotifyTable(t string) Option { return func(o *options) { o.notifyTable = t } }
-
-// WithAuditTable sets the table that records mutating calls (default [DefaultAuditTable]).
-func WithAuditTable(t string) Option { return func(o *options) { o.auditTable = t } }
-
-// WithElections adds elections whose leaders [Admin.Leaders] reports.
-func WithElections(es ...Election) Option {
-	return func(o *options) { o.elections = append(o.elections, es...) }
+// Tables names the tables an [Admin] reads and writes besides the coordinator logs ([WithLogs]),
+// for a service that renamed them; an empty field keeps its default.
+type Tables struct {
+	Outbox string // the outbox's (default outbox.DefaultTable)
+	Notify string // the notifications' (default [DefaultNotifyTable])
+	Audit  string // the one recording mutating calls (default [DefaultAuditTable])
 }
 
-// WithLocks adds locks whose holders and waiters [Admin.Locks] reports.
-func WithLocks(ls ...Lock) Option { return func(o *options) { o.locks = append(o.locks, ls...) } }
+// WithTables sets the outbox, notifications and audit tables' names (default [Tables] zero: every
+// default), for a service whose outbox or notifier was given another table.
+func WithTables(t Tables) Option {
+	return func(o *options) {
+		o.outboxTable = cmp.Or(t.Outbox, o.outboxTable)
+		o.notifyTable = cmp.Or(t.Notify, o.notifyTable)
+		o.auditTable = cmp.Or(t.Audit, o.auditTable)
+	}
+}
+
+// WithInspected adds the elections whose leaders [Admin.Leaders] reports and the locks whose
+// holders and waiters [Admin.Locks] reports (default: none); either may be nil.
+func WithInspected(elections []Election, locks []Lock) Option {
+	return func(o *options) {
+		o.elections = append(o.elections, elections...)
+		o.locks = append(o.locks, locks...)
+	}
+}
 
 // WithTokens sets the bearer tokens of the actors allowed to mutate: actor name -> token. A
 // request carrying "Authorization: Bearer <token>" acts as that token's actor. Tokens are

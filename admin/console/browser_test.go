@@ -250,11 +250,11 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	t.Cleanup(func() { _ = sess.Close() })
 	token := "console-browser-" + strings.ReplaceAll(uuid.NewString(), "-", "")
 	a, err := admin.New(svc.Pool, admin.WithSchema(svc.Schema), admin.WithTokens(map[string]string{"browser-test": token}),
-		admin.WithElections(
-			admin.Election{Name: "tcc recovery", Path: svc.Election + "/tcc", Inspector: sess.Inspector()},
-			admin.Election{Name: "saga recovery", Path: svc.Election + "/saga", Inspector: sess.Inspector()},
-			admin.Election{Name: "outbox relay", Path: relayPath, Inspector: sess.Inspector()},
-			admin.Election{Name: "notifier", Path: svc.Root + "/notify", Inspector: sess.Inspector()}),
+		admin.WithInspected([]admin.Election{
+			{Name: "tcc recovery", Path: svc.Election + "/tcc", Inspector: sess.Inspector()},
+			{Name: "saga recovery", Path: svc.Election + "/saga", Inspector: sess.Inspector()},
+			{Name: "outbox relay", Path: relayPath, Inspector: sess.Inspector()},
+			{Name: "notifier", Path: svc.Root + "/notify", Inspector: sess.Inspector()}}, nil),
 		admin.WithGatherer(reg))
 	must(t, err, "admin.New")
 	must(t, a.Migrate(ctx), "admin Migrate")

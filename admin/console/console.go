@@ -131,7 +131,7 @@ type view struct {
 // render executes page with data into a buffer, then writes it: a template that fails answers 500
 // instead of half a page.
 func (c *console) render(w http.ResponseWriter, r *http.Request, code int, page, nav, title string, data any) {
-	v := view{Title: c.o.title, Page: title, Nav: nav, Refresh: int(c.o.refresh / time.Second), Now: time.Now().UTC(), Data: data,
+	v := view{Title: consoleTitle, Page: title, Nav: nav, Refresh: int(c.o.refresh / time.Second), Now: time.Now().UTC(), Data: data,
 		ReadOnly: c.a.ReadOnly()}
 	if page == "error" || page == "login" {
 		v.Refresh = 0

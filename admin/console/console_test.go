@@ -41,11 +41,10 @@ func TestHandlerOptions(t *testing.T) {
 	}{
 		{"defaults", a, nil, false},
 		{"refresh off", a, []console.Option{console.WithRefresh(0)}, false},
-		{"refresh 30s, title", a, []console.Option{console.WithRefresh(30 * time.Second), console.WithTitle("orders")}, false},
+		{"refresh 30s", a, []console.Option{console.WithRefresh(30 * time.Second)}, false},
 		{"nil admin", nil, nil, true},
 		{"refresh below a second", a, []console.Option{console.WithRefresh(500 * time.Millisecond)}, true},
 		{"negative refresh", a, []console.Option{console.WithRefresh(-time.Second)}, true},
-		{"empty title", a, []console.Option{console.WithTitle(" ")}, true},
 		{"nil logger", a, []console.Option{console.WithLogger(nil)}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,7 +24,10 @@ func auditPurge(ctx context.Context, e *env) error {
 	if e.olderThan <= admin.DefaultHMACWindow {
 		return usageErr("audit purge: -older-than %v: must be longer than the HMAC window %v (signed requests' nonces)", e.olderThan, admin.DefaultHMACWindow)
 	}
-	a, pool, err := e.admin(ctx, admin.WithAuditTable(e.table))
+	if e.table == "" { // admin.Tables would read it as the default
+		return usageErr("audit purge: -table: empty table name")
+	}
+	a, pool, err := e.admin(ctx, admin.WithTables(admin.Tables{Audit: e.table}))
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,10 @@ func notifyAdmin(ctx context.Context, e *env, verb string) ([]uuid.UUID, *admin.
 		}
 		ids = append(ids, id)
 	}
-	a, pool, err := e.admin(ctx, admin.WithNotifyTable(e.table))
+	if e.table == "" { // admin.Tables would read it as the default
+		return nil, nil, nil, usageErr("notify %s: -table: empty table name", verb)
+	}
+	a, pool, err := e.admin(ctx, admin.WithTables(admin.Tables{Notify: e.table}))
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -27,7 +27,10 @@ func requeueFlags(fs *flag.FlagSet, e *env) {
 
 // outboxAdmin returns an Admin on the outbox table, connected, and its pool (the caller closes it).
 func outboxAdmin(ctx context.Context, e *env) (*admin.Admin, func(), error) {
-	a, pool, err := e.admin(ctx, admin.WithOutboxTable(e.table))
+	if e.table == "" { // admin.Tables would read it as the default
+		return nil, nil, usageErr("outbox: -table: empty table name")
+	}
+	a, pool, err := e.admin(ctx, admin.WithTables(admin.Tables{Outbox: e.table}))
 	if err != nil {
 		return nil, nil, err
 	}

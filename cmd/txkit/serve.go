@@ -178,12 +178,7 @@ func (f *serveFlags) adminOptions(ctx context.Context, schema string, log *slog.
 	if schema != "" {
 		opts = append(opts, admin.WithSchema(schema))
 	}
-	if f.outboxT != "" {
-		opts = append(opts, admin.WithOutboxTable(f.outboxT))
-	}
-	if f.notifyT != "" {
-		opts = append(opts, admin.WithNotifyTable(f.notifyT))
-	}
+	opts = append(opts, admin.WithTables(admin.Tables{Outbox: f.outboxT, Notify: f.notifyT})) // "": the default
 	if len(tokens) > 0 {
 		opts = append(opts, admin.WithTokens(tokens))
 	}
@@ -205,12 +200,15 @@ func (f *serveFlags) adminOptions(ctx context.Context, schema string, log *slog.
 		return nil, nil, fmt.Errorf("connect to ZooKeeper: %w", err)
 	}
 	insp := sess.Inspector()
+	var els []admin.Election
 	for _, e := range f.elections {
-		opts = append(opts, admin.WithElections(admin.Election{Name: e.name, Path: e.path, Inspector: insp}))
+		els = append(els, admin.Election{Name: e.name, Path: e.path, Inspector: insp})
 	}
+	var locks []admin.Lock
 	for _, l := range f.locks {
-		opts = append(opts, admin.WithLocks(admin.Lock{Name: l.name, Path: l.path, Inspector: insp}))
+		locks = append(locks, admin.Lock{Name: l.name, Path: l.path, Inspector: insp})
 	}
+	opts = append(opts, admin.WithInspected(els, locks))
 	return opts, func() { _ = sess.Close() }, nil
 }
 
