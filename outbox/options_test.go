@@ -67,7 +67,7 @@ func TestRelayOptions(t *testing.T) {
 		{"defaults", nil, false},
 		{"batch 1", []RelayOption{WithSchedule("@every 1s", 1)}, false},
 		{"batch 0", []RelayOption{WithSchedule("@every 1s", 0)}, true},
-		{"batch too large", []RelayOption{WithSchedule("@every 1s", maxBatch + 1)}, true},
+		{"batch too large", []RelayOption{WithSchedule("@every 1s", maxBatch+1)}, true},
 		{"batch bytes 1 KiB", []RelayOption{BatchBytesForTest(1 << 10)}, false},
 		{"batch bytes below 1 KiB", []RelayOption{BatchBytesForTest(1<<10 - 1)}, true},
 		{"batch bytes above 1 GiB", []RelayOption{BatchBytesForTest(1<<30 + 1)}, true},
