@@ -129,7 +129,7 @@ func newWorld(t *testing.T) *world {
 		w.dead = append(w.dead, id)
 	}
 	relay, err := outbox.NewRelay(ob, refusingPublisher{}, outbox.WithElector(zkenv.Elector(t, root+"/relay", "relay-1")),
-		outbox.WithRetry(1, time.Second, 10*time.Minute), outbox.WithSchedule("@every 50ms"), outbox.WithLogger(testenv.Logger(t)))
+		outbox.WithRetry(1, time.Second, 10*time.Minute), outbox.WithSchedule("@every 50ms", 128), outbox.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -245,7 +245,7 @@ func BenchmarkRelay(b *testing.B) {
 			for b.Loop() {
 				for _, relay := range []bool{first, !first} {
 					if relay {
-						rate, st := drain(b, ob, pool, block, outbox.WithBatchSize(batch))
+						rate, st := drain(b, ob, pool, block, outbox.WithSchedule("@every 1s", batch))
 						relayTook += time.Duration(float64(block) / rate * float64(time.Second))
 						published, batches = published+st.Published, batches+st.Batches
 					} else {
@@ -274,10 +274,10 @@ func BenchmarkRelay(b *testing.B) {
 		for b.Loop() {
 			for _, with := range []bool{first, !first} {
 				if with {
-					rate, _ := drain(b, ob, pool, n, append([]outbox.RelayOption{outbox.WithBatchSize(128)}, opts...)...)
+					rate, _ := drain(b, ob, pool, n, append([]outbox.RelayOption{outbox.WithSchedule("@every 1s", 128)}, opts...)...)
 					on = append(on, rate)
 				} else {
-					rate, _ := drain(b, ob, pool, n, outbox.WithBatchSize(128))
+					rate, _ := drain(b, ob, pool, n, outbox.WithSchedule("@every 1s", 128))
 					off = append(off, rate)
 				}
 			}

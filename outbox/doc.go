@@ -30,6 +30,6 @@
 //	return relay.Run(ctx) // blocks until ctx ends
 //
 // How the relay reads, pipelines, retries, fences and splits into partitions ([WithPartitions],
-// [WithElectors], [WithBalance]), the message limits, metrics and tracing: docs/outbox.md,
+// [WithElectors], [ContenderCount]), the message limits, metrics and tracing: docs/outbox.md,
 // docs/metrics.md and docs/tracing.md.
 package outbox

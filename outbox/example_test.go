@@ -79,7 +79,7 @@ func Example() {
 
 // ExampleWithPartitions splits an outbox into 12 partitions: each message goes to the partition
 // of its key's hash, where the relay leading that partition publishes it (see WithElectors and
-// WithBalance). The count is stored by the first Migrate; an outbox with another one is refused.
+// ContenderCount). The count is stored by the first Migrate; an outbox with another one is refused.
 func ExampleWithPartitions() {
 	ctx := context.Background()
 	url := os.Getenv("TXKIT_PG_URL") // set by `make test`

@@ -25,3 +25,6 @@ func PublishTimeoutForTest(d time.Duration) RelayOption {
 
 // FenceForTest sets the fence the relay passes (default: txkit_fence in the outbox's schema).
 func FenceForTest(f *fence.Fence) RelayOption { return func(o *relayOptions) { o.fence = f } }
+
+// ConcurrencyForTest sets how many keys of one batch are published at once (default 16).
+func ConcurrencyForTest(n int) RelayOption { return func(o *relayOptions) { o.concurrency = n } }

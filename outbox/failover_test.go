@@ -43,7 +43,7 @@ type relayWorkerConfig struct {
 	PG             string        // connection URL; its search_path is the test's schema
 	Schema         string        // the outbox's schema (outbox.WithSchema)
 	Election       string        // the ZooKeeper election path
-	Batch          int           // outbox.WithBatchSize
+	Batch          int           // outbox.WithSchedule's batch
 	SessionTimeout time.Duration // the ZooKeeper session timeout
 	Partitions     int           // > 0: outbox.WithPartitions, elections Election/p<i>, balanced
 }
@@ -82,13 +82,13 @@ func relayWorker(ctx context.Context, c relayWorkerConfig) error {
 	}
 	defer pub.Close()
 	id := strconv.Itoa(os.Getpid())
-	opts := []outbox.RelayOption{outbox.WithBatchSize(c.Batch), outbox.WithLogger(log)}
+	opts := []outbox.RelayOption{outbox.WithSchedule("@every 1s", c.Batch), outbox.WithLogger(log)}
 	obOpts := []outbox.Option{outbox.WithSchema(c.Schema)}
 	if c.Partitions > 0 {
 		obOpts = append(obOpts, outbox.WithPartitions(c.Partitions))
 		paths := partitionElections(c.Election, c.Partitions)
-		opts = append(opts, outbox.WithElectors(func(p int) (lock.Elector, error) { return zklock.NewElector(sess, paths[p], id) }),
-			outbox.WithBalance(sess.Inspector(), paths...))
+		opts = append(opts, outbox.WithElectors(func(p int) (lock.Elector, error) { return zklock.NewElector(sess, paths[p], id) },
+			outbox.ContenderCount(sess.Inspector(), paths...)))
 	} else {
 		el, err := zklock.NewElector(sess, c.Election, id)
 		if err != nil {

@@ -57,9 +57,9 @@ func TestIntegrationRelayHandOverRecordsFirst(t *testing.T) {
 	pub := &countingPublisher{next: mqtest.Publisher(t), n: map[uuid.UUID]int{}}
 	relay := func(id string) *outbox.Relay {
 		sess := zkenv.Session(t)
-		r, err := outbox.NewRelay(ob, pub, outbox.WithBatchSize(16), outbox.WithLogger(testenv.Logger(t).With("relay", id)),
-			outbox.WithElectors(func(p int) (lock.Elector, error) { return zklock.NewElector(sess, paths[p], id) }),
-			outbox.WithBalance(sess.Inspector(), paths...))
+		r, err := outbox.NewRelay(ob, pub, outbox.WithSchedule("@every 1s", 16), outbox.WithLogger(testenv.Logger(t).With("relay", id)),
+			outbox.WithElectors(func(p int) (lock.Elector, error) { return zklock.NewElector(sess, paths[p], id) },
+				outbox.ContenderCount(sess.Inspector(), paths...)))
 		if err != nil {
 			t.Fatal(err)
 		}

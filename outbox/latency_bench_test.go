@@ -104,7 +104,7 @@ func endToEndLatency(b *testing.B, notify bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, err := outbox.NewRelay(ob, mqtest.Publisher(b), outbox.WithElector(el), outbox.WithSchedule("@every 1s"))
+	r, err := outbox.NewRelay(ob, mqtest.Publisher(b), outbox.WithElector(el), outbox.WithSchedule("@every 1s", 128))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestIntegrationRelayMetrics(t *testing.T) {
 	for i := range n {
 		e.enqueue(t, fmt.Sprintf("k%d", i%3), fmt.Sprintf("m%d", i))
 	}
-	r := e.relay(t, "relay-1", mqtest.Publisher(t), outbox.WithBatchSize(8), outbox.WithRegisterer(reg))
+	r := e.relay(t, "relay-1", mqtest.Publisher(t), outbox.WithSchedule("@every 1s", 8), outbox.WithRegisterer(reg))
 	run(t, r)
 	e.waitEmpty(t, 30*time.Second)
 	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
@@ -75,7 +75,7 @@ func TestIntegrationRelayMetricsFailures(t *testing.T) {
 	})
 	relay := func(id string, maxAttempts int) *outbox.Relay {
 		return e.relay(t, id, rec, outbox.WithRetry(maxAttempts, time.Millisecond, 5*time.Millisecond),
-			outbox.WithSchedule("@every 100ms"), outbox.WithRegisterer(reg))
+			outbox.WithSchedule("@every 100ms", 128), outbox.WithRegisterer(reg))
 	}
 
 	// A message that always fails: dead after maxAttempts publishes.

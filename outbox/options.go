@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/fence"
+	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
@@ -140,8 +142,7 @@ type relayOptions struct {
 	retryPause     time.Duration        // after being fenced, and before retrying the fence check or the listener
 	inFlight       int                  // messages held at once; 0: twice the batch size plus twice the concurrency
 	electors       func(p int) (lock.Elector, error)
-	inspector      lock.Inspector
-	elections      []string
+	count          func(ctx context.Context) (int, error) // WithElectors: nil, no balancing
 }
 
 func defaultRelayOptions() relayOptions {
@@ -150,7 +151,7 @@ func defaultRelayOptions() relayOptions {
 		schedule:       "@every 1s",
 		batch:          128,
 		batchBytes:     DefaultBatchBytes,
-		concurrency:    16,
+		concurrency:    concurrency,
 		maxAttempts:    16,
 		backoffBase:    time.Second,
 		backoffCap:     10 * time.Minute,
@@ -181,24 +182,23 @@ func WithLogger(l *slog.Logger) RelayOption {
 }
 
 // WithSchedule sets when the leading relay polls the table, as a robfig/cron spec: five fields
-// ("* * * * *"), six with seconds first ("*/2 * * * * *"), or a descriptor ("@every 500ms").
-// Default "@every 1s". NOTIFY wakes the relay between polls; the poll is the safety net for
-// notifications lost while the listening connection was down, and what picks up retries when
-// their backoff ends.
-func WithSchedule(spec string) RelayOption { return func(o *relayOptions) { o.schedule = spec } }
-
-// WithBatchSize sets how many due messages one drain reads at a time (default 128, at most 10000):
-// larger batches mean fewer queries under a backlog. A batch is also cut at [DefaultBatchBytes]
+// ("* * * * *"), six with seconds first ("*/2 * * * * *"), or a descriptor ("@every 500ms"),
+// and how many due messages one drain reads at a time (at most 10000). Defaults "@every 1s" and
+// 128. NOTIFY wakes the relay between polls; the poll is the safety net for notifications lost
+// while the listening connection was down, and what picks up retries when their backoff ends.
+// Larger batches mean fewer queries under a backlog; a batch is also cut at [DefaultBatchBytes]
 // (always at least one message), which bounds what the relay holds in memory.
-func WithBatchSize(n int) RelayOption { return func(o *relayOptions) { o.batch = n } }
+func WithSchedule(spec string, batch int) RelayOption {
+	return func(o *relayOptions) { o.schedule, o.batch = spec, batch }
+}
 
 // DefaultBatchBytes is the most a drain reads in one batch: 16 MiB of topic, key, body and
 // headers as stored.
 const DefaultBatchBytes = 16 << 20
 
-// WithConcurrency sets how many keys of one batch are published at the same time (default 16).
-// Messages with the same key are always published one after the other, in order.
-func WithConcurrency(n int) RelayOption { return func(o *relayOptions) { o.concurrency = n } }
+// concurrency is how many keys of one batch are published at the same time; messages with the
+// same key are always published one after the other, in order.
+const concurrency = 16
 
 // WithRetry sets how a failed publish is retried: a message is dead after attempts failed
 // publishes (default 16; at least 1), and after its n-th failure it waits a random time in
@@ -224,21 +224,21 @@ func WithRegisterer(reg prometheus.Registerer) RelayOption {
 // zklock.NewElector(sess, fmt.Sprintf("/orders/outbox-relay/p%d", p), hostname). Each partition
 // needs an election of its own, the same in every process; the relay drains partition p, under
 // its own fencing token (fence resource "outbox:<table>/p<p>"), while it leads p. [NewRelay]
-// calls el once per partition. Without [WithBalance] a process leads every partition it wins.
-// An outbox that is not split may use it too (one partition, el(0)), or [WithElector].
-func WithElectors(el func(p int) (lock.Elector, error)) RelayOption {
-	return func(o *relayOptions) { o.electors = el }
+// calls el once per partition. count, when not nil, says how many relays are live
+// ([ContenderCount]): each then leads at most ceil(partitions/relays) partitions and gives up the
+// rest — each once its publishes in flight are recorded, so that none is published twice; with a
+// nil count a process leads every partition it wins. An outbox that is not split may use it too
+// (one partition, el(0)), or [WithElector].
+func WithElectors(el func(p int) (lock.Elector, error), count func(ctx context.Context) (int, error)) RelayOption {
+	return func(o *relayOptions) { o.electors, o.count = el, count }
 }
 
-// WithBalance makes the relays of a partitioned outbox share the partitions: each process counts
-// the live relays — the distinct candidate ids among the contenders of elections, read with insp
-// (for ZooKeeper, the session's inspector and the partitions' election paths) — and leads at most
-// ceil(partitions/relays) of them, giving up the rest for the others to take — each once its
-// publishes in flight are recorded, so that none is published twice. When a relay
-// dies, its partitions go to the others as soon as its lock backend ends its holds (the
-// ZooKeeper session timeout). Only with [WithElectors].
-func WithBalance(insp lock.Inspector, elections ...string) RelayOption {
-	return func(o *relayOptions) { o.inspector, o.elections = insp, elections }
+// ContenderCount returns a count of the live relays for [WithElectors] on ZooKeeper: the distinct
+// candidate ids among the contenders of the elections at paths, read with insp
+// (sess.Inspector()). When a relay dies, its partitions go to the others as soon as its session
+// ends. It blocks for the round trips, bounded by its ctx.
+func ContenderCount(insp lock.Inspector, paths ...string) func(ctx context.Context) (int, error) {
+	return leader.ContenderMembership(insp, paths...).Members
 }
 
 const maxBatch = 10000
@@ -269,10 +269,6 @@ func (o relayOptions) validate() error {
 		return fmt.Errorf("outbox: max in flight %d: below the batch size %d: %w", o.inFlight, o.batch, ErrInvalidOption)
 	case o.electors != nil && o.electorSet:
 		return fmt.Errorf("outbox: relay: both WithElector and WithElectors: %w", ErrInvalidOption)
-	case o.inspector != nil && o.electors == nil:
-		return fmt.Errorf("outbox: relay: WithBalance without WithElectors: %w", ErrInvalidOption)
-	case o.inspector != nil && len(o.elections) == 0:
-		return fmt.Errorf("outbox: relay: WithBalance without elections: %w", ErrInvalidOption)
 	}
 	if err := pgutil.CheckCron(o.schedule); err != nil {
 		return fmt.Errorf("outbox: schedule %q: %w: %w", o.schedule, err, ErrInvalidOption)

@@ -65,32 +65,30 @@ func TestRelayOptions(t *testing.T) {
 		wantErr bool
 	}{
 		{"defaults", nil, false},
-		{"batch 1", []RelayOption{WithBatchSize(1)}, false},
-		{"batch 0", []RelayOption{WithBatchSize(0)}, true},
-		{"batch too large", []RelayOption{WithBatchSize(maxBatch + 1)}, true},
+		{"batch 1", []RelayOption{WithSchedule("@every 1s", 1)}, false},
+		{"batch 0", []RelayOption{WithSchedule("@every 1s", 0)}, true},
+		{"batch too large", []RelayOption{WithSchedule("@every 1s", maxBatch+1)}, true},
 		{"batch bytes 1 KiB", []RelayOption{BatchBytesForTest(1 << 10)}, false},
 		{"batch bytes below 1 KiB", []RelayOption{BatchBytesForTest(1<<10 - 1)}, true},
 		{"batch bytes above 1 GiB", []RelayOption{BatchBytesForTest(1<<30 + 1)}, true},
-		{"concurrency 0", []RelayOption{WithConcurrency(0)}, true},
+		{"concurrency 0", []RelayOption{ConcurrencyForTest(0)}, true},
 		{"max attempts 1", []RelayOption{WithRetry(1, time.Second, time.Minute)}, false},
 		{"max attempts 0", []RelayOption{WithRetry(0, time.Second, time.Minute)}, true},
 		{"backoff base below 1ms", []RelayOption{WithRetry(16, time.Microsecond, time.Second)}, true},
 		{"backoff cap below base", []RelayOption{WithRetry(16, time.Second, time.Millisecond)}, true},
 		{"backoff cap equals base", []RelayOption{WithRetry(16, time.Second, time.Second)}, false},
 		{"publish timeout 0", []RelayOption{PublishTimeoutForTest(0)}, true},
-		{"schedule with seconds", []RelayOption{WithSchedule("*/2 * * * * *")}, false},
-		{"schedule standard", []RelayOption{WithSchedule("*/5 * * * *")}, false},
-		{"schedule descriptor", []RelayOption{WithSchedule("@every 250ms")}, false},
-		{"schedule garbage", []RelayOption{WithSchedule("every second")}, true},
+		{"schedule with seconds", []RelayOption{WithSchedule("*/2 * * * * *", 128)}, false},
+		{"schedule standard", []RelayOption{WithSchedule("*/5 * * * *", 128)}, false},
+		{"schedule descriptor", []RelayOption{WithSchedule("@every 250ms", 128)}, false},
+		{"schedule garbage", []RelayOption{WithSchedule("every second", 128)}, true},
 		{"nil logger keeps the default", []RelayOption{WithLogger(nil)}, false},
-		{"max in flight one batch", []RelayOption{WithBatchSize(16), MaxInFlightForTest(16)}, false},
-		{"max in flight below a batch", []RelayOption{WithBatchSize(16), MaxInFlightForTest(15)}, true},
+		{"max in flight one batch", []RelayOption{WithSchedule("@every 1s", 16), MaxInFlightForTest(16)}, false},
+		{"max in flight below a batch", []RelayOption{WithSchedule("@every 1s", 16), MaxInFlightForTest(15)}, true},
 		{"max in flight negative", []RelayOption{MaxInFlightForTest(-1)}, true},
-		{"electors", []RelayOption{WithElectors(noElector)}, false},
-		{"elector and electors", []RelayOption{WithElector(&lock.Election{}), WithElectors(noElector)}, true},
-		{"balance with electors", []RelayOption{WithElectors(noElector), WithBalance(noInspector{}, "/e/p0")}, false},
-		{"balance without electors", []RelayOption{WithBalance(noInspector{}, "/e/p0")}, true},
-		{"balance without elections", []RelayOption{WithElectors(noElector), WithBalance(noInspector{})}, true},
+		{"electors", []RelayOption{WithElectors(noElector, nil)}, false},
+		{"elector and electors", []RelayOption{WithElector(&lock.Election{}), WithElectors(noElector, nil)}, true},
+		{"electors with a count", []RelayOption{WithElectors(noElector, ContenderCount(noInspector{}, "/e/p0"))}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,7 +120,7 @@ func (noInspector) Contenders(context.Context, string) ([]lock.Contender, bool, 
 
 func TestInFlightDefault(t *testing.T) {
 	o := defaultRelayOptions()
-	WithBatchSize(128)(&o)
+	WithSchedule("@every 1s", 128)(&o)
 	if got := o.maxInFlight(); got != 2*128+2*16 {
 		t.Fatalf("default max in flight at batch 128, concurrency 16 = %d, want %d", got, 2*128+2*16)
 	}

@@ -32,7 +32,7 @@ func TestIntegrationRelayOutageLogsBounded(t *testing.T) {
 	t.Cleanup(func() { _ = pub.Close() })
 	log, logs := obstest.NewLogs()
 	r := e.relay(t, "relay-1", pub, outbox.WithLogger(log), outbox.WithRetry(1_000_000, 10*time.Millisecond, 100*time.Millisecond),
-		outbox.WithSchedule("@every 200ms"))
+		outbox.WithSchedule("@every 200ms", 128))
 	run(t, r)
 
 	// The publisher learns the route (through the name server's proxy: the broker's address is
@@ -117,7 +117,7 @@ func TestIntegrationRelayDatabaseOutageLogsBounded(t *testing.T) {
 	}
 	log, logs := obstest.NewLogs()
 	e.ob = ob
-	r := e.relay(t, "relay-1", &recorder{next: mqtest.Publisher(t)}, outbox.WithLogger(log), outbox.WithSchedule("@every 200ms"))
+	r := e.relay(t, "relay-1", &recorder{next: mqtest.Publisher(t)}, outbox.WithLogger(log), outbox.WithSchedule("@every 200ms", 128))
 	run(t, r)
 	e.enqueue(t, "warm", "warm-up")
 	e.waitEmpty(t, 30*time.Second)

@@ -283,7 +283,7 @@ func TestIntegrationPartitionCount(t *testing.T) {
 	paths := partitionElections(testenv.ZKRoot(t)+"/relay", 4)
 	r, err := outbox.NewRelay(other, mqtest.Publisher(t), outbox.WithElectors(func(p int) (lock.Elector, error) {
 		return zklock.NewElector(sess, paths[p], "r")
-	}))
+	}, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

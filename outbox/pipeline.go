@@ -42,7 +42,7 @@ type pipeline struct {
 	reset   bool                 // rows were made due at once: read from the start again
 	results chan struct{}        // wakes the recorder (buffered 1)
 	freed   chan struct{}        // wakes the fetcher when held rows were recorded (buffered 1)
-	sem     chan struct{}        // WithConcurrency: senders publishing at once
+	sem     chan struct{}        // concurrency: senders publishing at once
 
 	sent, failed, dead, batches int
 }

@@ -22,7 +22,7 @@ import (
 // [Relay.Run] campaigns with the [lock.Elector] (or one per partition, [WithElectors]) and, while
 // it leads, drains the due messages whenever a commit's NOTIFY or the schedule ([WithSchedule])
 // wakes it. Each key's messages are published in order, different keys in parallel
-// ([WithConcurrency]); acknowledged rows are deleted and failures retried with backoff
+// (16 keys at once); acknowledged rows are deleted and failures retried with backoff
 // ([WithRetry]) in fenced transactions (txkit_fence in the outbox's schema), until
 // [WithRetry]'s attempts failed, or a
 // publish error wrapping [ErrInvalidMessage], make a message dead ([Outbox.ListDead],
@@ -112,10 +112,10 @@ func NewRelay(ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 		return r, nil
 	}
 	if o.electors != nil {
-		if o.inspector != nil {
+		if o.count != nil {
 			// A partition given up to balance the load is handed over once its publishes in
 			// flight are recorded: otherwise the next leader publishes them again.
-			lopts = append(lopts, leader.WithMembership(leader.ContenderMembership(o.inspector, o.elections...)),
+			lopts = append(lopts, leader.WithMembership(leader.MembersFunc(o.count)),
 				leader.WithGrace(o.publishTimeout+handOverRecord))
 		}
 		if o.reg != nil {
@@ -183,7 +183,7 @@ func (r *Relay) Stats() Stats {
 // started has exited. ctx scopes the whole work.
 //
 // With [WithElectors] Run campaigns in every partition's election and relays the partitions it
-// leads, each as above; with [WithBalance] it leads at most its share (see [WithBalance]).
+// leads, each as above; with a count it leads at most its share (see [WithElectors]).
 //
 // Run returns at once an error wrapping [ErrInvalidOption] when the relay was built without
 // [WithElector] (or [WithElectors] for a partitioned outbox), an error wrapping [lock.ErrClosed]

@@ -219,7 +219,7 @@ func TestIntegrationRelayDelivers(t *testing.T) {
 		e.enqueue(t, "", b)
 		want = append(want, b)
 	}
-	r := e.relay(t, "relay-1", rec, outbox.WithBatchSize(8))
+	r := e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 1s", 8))
 	run(t, r)
 	e.waitEmpty(t, 30*time.Second)
 	// Enqueued while the relay runs: a notification wakes it (the poll would take up to 1 s).
@@ -251,7 +251,7 @@ func TestIntegrationRelayDelivers(t *testing.T) {
 func TestIntegrationRelayWakesOnNotify(t *testing.T) {
 	e := newRelayEnv(t)
 	rec := &recorder{next: mqtest.Publisher(t)}
-	r := e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 1h"))
+	r := e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 1h", 128))
 	run(t, r)
 	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool { return r.Stats().Wakeups >= 1 },
 		"the relay to lead and drain once")
@@ -402,7 +402,7 @@ func TestIntegrationRelayLeadershipHandoff(t *testing.T) {
 	relays := map[string]*outbox.Relay{}
 	stops := map[string]func(){}
 	for id, rec := range recs {
-		relays[id] = e.relay(t, id, rec, outbox.FenceForTest(fence), outbox.WithBatchSize(16))
+		relays[id] = e.relay(t, id, rec, outbox.FenceForTest(fence), outbox.WithSchedule("@every 1s", 16))
 		stops[id] = run(t, relays[id])
 	}
 
@@ -516,7 +516,7 @@ func TestIntegrationRelayLeadershipLostMidBatch(t *testing.T) {
 		<-ctx.Done() // stuck until the relay gives up
 		return ctx.Err()
 	})
-	a := e.relay(t, "relay-a", first, outbox.WithConcurrency(1))
+	a := e.relay(t, "relay-a", first, outbox.ConcurrencyForTest(1))
 	stopA := run(t, a)
 	select {
 	case <-blocked:
@@ -658,7 +658,7 @@ func TestIntegrationRelayFenceNotMigrated(t *testing.T) {
 func TestIntegrationRelayListenerReconnects(t *testing.T) {
 	e := newRelayEnv(t)
 	rec := &recorder{next: mqtest.Publisher(t)}
-	r := e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 1h"))
+	r := e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 1h", 128))
 	run(t, r)
 	listener := func() (pid int32) {
 		err := e.pool.QueryRow(context.Background(), `select coalesce(max(pid), 0) from pg_stat_activity
@@ -707,7 +707,7 @@ func TestIntegrationRelayOutageOver(t *testing.T) {
 		e.enqueue(t, k, k+":1")
 	}
 	// A backoff far longer than the test: only the end of the outage can make them due again.
-	r := e.relay(t, "relay-1", rec, outbox.WithRetry(16, time.Hour, time.Hour), outbox.WithSchedule("@every 100ms"))
+	r := e.relay(t, "relay-1", rec, outbox.WithRetry(16, time.Hour, time.Hour), outbox.WithSchedule("@every 100ms", 128))
 	run(t, r)
 	testenv.Eventually(t, 20*time.Second, 5*time.Millisecond, func() bool { return r.Stats().Failed >= 3 },
 		"the three messages to fail")

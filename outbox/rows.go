@@ -74,7 +74,8 @@ func (r *Relay) measure(ctx context.Context) int64 {
 }
 
 // fetch reads the next batch of partition part, leaving out the rows whose ids are in held: at
-// most WithBatchSize due rows and, past the first, at most DefaultBatchBytes bytes of them. more
+// most the batch size (WithSchedule) of due rows and, past the first, at most DefaultBatchBytes
+// bytes of them. more
 // reports whether more rows may be due: the batch is full, or the byte bound cut it short.
 func (r *Relay) fetch(ctx context.Context, part int, held []int64) (batch []row, more bool, err error) {
 	sent := time.Now() // no later than the statement's now(), from which the rows' ages are taken

@@ -56,7 +56,7 @@ func TestIntegrationTraceOutboxToConsumer(t *testing.T) {
 
 	pub := newPublisher(t, e, rocketmq.WithTracerProvider(tp))
 	relay, err := outbox.NewRelay(ob, pub, outbox.WithElector(zkenv.Elector(t, testenv.ZKRoot(t)+"/relay", "r1")),
-		outbox.WithTracerProvider(tp), outbox.WithSchedule("@every 100ms"), outbox.WithLogger(e.log))
+		outbox.WithTracerProvider(tp), outbox.WithSchedule("@every 100ms", 128), outbox.WithLogger(e.log))
 	if err != nil {
 		t.Fatal(err)
 	}

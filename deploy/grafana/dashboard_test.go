@@ -308,7 +308,7 @@ func TestIntegrationDashboardNamesRegisteredMetrics(t *testing.T) {
 	check("outbox.New with partitions", err)
 	_, err = outbox.NewRelay(obParts, pub, outbox.WithRegisterer(rec), outbox.WithElectors(func(p int) (lock.Elector, error) {
 		return zklock.NewElector(sess, fmt.Sprintf("%s/relay/p%d", root, p), "grafana-test")
-	}))
+	}, nil))
 	check("outbox.NewRelay with partitions", err)
 	mu, err := zklock.NewMutex(sess, root+"/lock")
 	check("zklock.NewMutex", err)

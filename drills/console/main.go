@@ -251,7 +251,7 @@ func outboxWithDeadMessage(ctx context.Context, c config, pool *pgxpool.Pool, sc
 		}
 		if i == 0 { // only the first goes to the refusing relay
 			failing, err := outbox.NewRelay(ob, refusing{}, outbox.WithElector(el), outbox.WithRetry(3, 10*time.Millisecond, 50*time.Millisecond),
-				outbox.WithSchedule("@every 100ms"))
+				outbox.WithSchedule("@every 100ms", 128))
 			if err != nil {
 				return nil, err
 			}

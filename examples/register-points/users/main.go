@@ -127,7 +127,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 			}
 			ropts = append(ropts, outbox.WithElectors(func(p int) (lock.Elector, error) {
 				return zklock.NewElector(sess, paths[p], c.id)
-			}), outbox.WithBalance(sess.Inspector(), paths...))
+			}, outbox.ContenderCount(sess.Inspector(), paths...)))
 		} else {
 			ropts = append(ropts, outbox.WithElector(s.el))
 		}
