@@ -13,19 +13,17 @@ import (
 )
 
 // Option configures a coordinator: tcc.New, saga.New, twopc.New and threepc.New take these, and
-// their own (saga.WithAttempts, twopc.WithPrepareTimeout, threepc.WithPreCommitTimeout, ...), which another protocol's New refuses with
+// their own (saga.WithAttempts, twopc.WithPrepareTimeout, threepc.WithTimeouts, ...), which another protocol's New refuses with
 // an error wrapping [ErrInvalidOption]. New validates them all.
 type Option = core.Option
 
 // WithSchema sets the PostgreSQL schema of the coordinator's tables (default: the connection's
 // search_path); the coordinator's Migrate creates it. twopc's schema also names its prepared
-// transactions in the participant databases.
+// transactions in the participant databases. The tables' names are fixed per protocol: "txkit_"
+// (txkit_global, txkit_branch) for tcc, "txkit_saga_" for saga, "txkit_2pc_" for twopc and
+// "txkit_3pc_" for threepc, which keeps the coordinators' logs apart, so that they may lead
+// different elections without fencing each other out.
 func WithSchema(name string) Option { return func(c *core.Config) { c.Schema = name } }
-
-// WithTablePrefix sets the prefix of the table names: "txkit_" (txkit_global, txkit_branch) for
-// tcc, "txkit_saga_" for saga, "txkit_2pc_" for twopc and "txkit_3pc_" for threepc by default,
-// which keeps the coordinators' logs apart, so that they may lead different elections without fencing each other out.
-func WithTablePrefix(p string) Option { return func(c *core.Config) { c.Prefix = p } }
 
 // WithLease sets how long a starter owns a transaction it drives (default 30s): after it, the
 // leader finishes the transaction if the starter has not. A saga's drive renews it once half of it
