@@ -33,8 +33,8 @@ func partitionTrials(t *testing.T, mode agent.Termination, trials int) int {
 	westVia := w.poolOf(w.West, proxy.Addr())
 	opts := coretest.Options(t, w.Log.Name, threepc.WithTimeouts(500*time.Millisecond, time.Second, participantTimeout),
 		coordinator.WithDefaultTimeout(6*time.Second),
-		coordinator.WithCallTimeout(time.Second), coordinator.WithLease(200*time.Millisecond),
-		coordinator.WithBackoff(100*time.Millisecond, 500*time.Millisecond), coordinator.WithElector(zkenv.Elector(t, w.Path, "leader")))
+		coordinator.WithRetry(time.Second, 100*time.Millisecond, 500*time.Millisecond), coordinator.WithLease(200*time.Millisecond),
+		coordinator.WithElector(zkenv.Elector(t, w.Path, "leader")))
 	c, err := threepc.New(w.Log.Pool, opts...)
 	if err != nil {
 		t.Fatal(err)
