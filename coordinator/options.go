@@ -13,31 +13,34 @@ import (
 )
 
 // Option configures a coordinator: tcc.New, saga.New, twopc.New and threepc.New take these, and
-// their own (saga.WithAttempts, twopc.WithPrepareTimeout, threepc.WithPreCommitTimeout, ...), which another protocol's New refuses with
+// their own (saga.WithAttempts, twopc.WithPrepareTimeout, threepc.WithTimeouts, ...), which another protocol's New refuses with
 // an error wrapping [ErrInvalidOption]. New validates them all.
 type Option = core.Option
 
 // WithSchema sets the PostgreSQL schema of the coordinator's tables (default: the connection's
 // search_path); the coordinator's Migrate creates it. twopc's schema also names its prepared
-// transactions in the participant databases.
+// transactions in the participant databases. The tables' names are fixed per protocol: "txkit_"
+// (txkit_global, txkit_branch) for tcc, "txkit_saga_" for saga, "txkit_2pc_" for twopc and
+// "txkit_3pc_" for threepc, which keeps the coordinators' logs apart, so that they may lead
+// different elections without fencing each other out.
 func WithSchema(name string) Option { return func(c *core.Config) { c.Schema = name } }
-
-// WithTablePrefix sets the prefix of the table names: "txkit_" (txkit_global, txkit_branch) for
-// tcc, "txkit_saga_" for saga, "txkit_2pc_" for twopc and "txkit_3pc_" for threepc by default,
-// which keeps the coordinators' logs apart, so that they may lead different elections without fencing each other out.
-func WithTablePrefix(p string) Option { return func(c *core.Config) { c.Prefix = p } }
 
 // WithLease sets how long a starter owns a transaction it drives (default 30s): after it, the
 // leader finishes the transaction if the starter has not. A saga's drive renews it once half of it
-// has passed: keep it above [WithCallTimeout], so that one slow call does not outlast it (both
+// has passed: keep it above the call timeout of [WithRetry], so that one slow call does not outlast it (both
 // driving at once is harmless — participants are idempotent — but wasteful).
 func WithLease(d time.Duration) Option { return func(c *core.Config) { c.Lease = d } }
 
-// WithBackoff sets the delay before the first retry of a failed call and its cap (defaults 1s and
-// 5m); delays double, with jitter, computed by PostgreSQL when the leader retries (and without,
-// between a saga's in-process attempts, saga.WithAttempts).
-func WithBackoff(min, max time.Duration) Option {
-	return func(c *core.Config) { c.BackoffMin, c.BackoffMax = min, max }
+// WithRetry sets how participant calls are bounded and retried, for participants slower or
+// faster than the defaults: callTimeout bounds each call (default 10s), base is the delay before
+// the first retry of a failed call and maxDelay its cap (defaults 1s and 5m). Delays double, with
+// jitter, computed by PostgreSQL when the leader retries (and without, between a saga's
+// in-process attempts, saga.WithAttempts). A call that times out is an unknown outcome: a try is
+// followed by its cancel, an action retried (and compensated if the saga is), a confirm, cancel,
+// commit or abort retried. A callTimeout or base not above 0, or a maxDelay below base, is an
+// error wrapping [ErrInvalidOption].
+func WithRetry(callTimeout, base, maxDelay time.Duration) Option {
+	return func(c *core.Config) { c.CallTimeout, c.BackoffMin, c.BackoffMax = callTimeout, base, maxDelay }
 }
 
 // WithElector sets the election under which the coordinator's Run recovers. Required by Run only;
@@ -51,11 +54,6 @@ func WithLogger(l *slog.Logger) Option { return func(c *core.Config) { c.Logger 
 // or cancels (tcc), prepares, commits or aborts (twopc), actions or compensations (saga, where only
 // steps whose dependencies are done can run together).
 func WithConcurrency(n int) Option { return func(c *core.Config) { c.Concurrency = n } }
-
-// WithCallTimeout bounds each participant call (default 10s). A call that times out is an unknown
-// outcome: a try is followed by its cancel, an action retried (and compensated if the saga is),
-// a confirm, cancel, commit or abort retried.
-func WithCallTimeout(d time.Duration) Option { return func(c *core.Config) { c.CallTimeout = d } }
 
 // WithDefaultTimeout sets the timeout of transactions begun without [WithTimeout]: 1m for tcc, 5m
 // for saga, 30s for twopc, 1m for threepc by default.

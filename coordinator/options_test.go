@@ -23,7 +23,7 @@ func TestIntegrationNewRefusesBadSharedOptions(t *testing.T) {
 		for what, opt := range map[string]coordinator.Option{
 			"nil elector":                  coordinator.WithElector(nil),
 			"nil logger":                   coordinator.WithLogger(nil),
-			"zero timeout":                 coordinator.WithCallTimeout(0),
+			"zero call timeout":            coordinator.WithRetry(0, time.Second, 5*time.Minute),
 			"negative group commit window": coordinator.WithGroupCommit(-time.Millisecond),
 			"group commit window over 1s":  coordinator.WithGroupCommit(2 * time.Second),
 		} {

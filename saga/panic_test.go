@@ -38,7 +38,7 @@ func sagaLog(t *testing.T, e *env, lease time.Duration) *core.Log {
 func TestIntegrationPanickingParticipant(t *testing.T) {
 	e := newEnv(t)
 	el := e.Elector("leader")
-	c := e.coordinator(coordinator.WithElector(el), coordinator.WithBackoff(100*time.Millisecond, 10*time.Second),
+	c := e.coordinator(coordinator.WithElector(el), coordinator.WithRetry(10*time.Second, 100*time.Millisecond, 10*time.Second),
 		coordinator.WithRecovery("@every 20ms", 100, 16), saga.WithAttempts(2))
 	var panics atomic.Bool
 	panics.Store(true)

@@ -31,8 +31,8 @@ type Coordinator struct {
 }
 
 // New returns a Coordinator whose log lives in pool, configured by the options of package
-// coordinator and [WithAttempts]. Sagas' tables are "txkit_saga_global" and "txkit_saga_branch"
-// unless [coordinator.WithTablePrefix] says otherwise, and their default timeout is 5m. New does
+// coordinator and [WithAttempts]. Sagas' tables are "txkit_saga_global" and "txkit_saga_branch",
+// and their default timeout is 5m. New does
 // not touch the database: call Migrate ([coordinator.Base]). It returns an error wrapping
 // [coordinator.ErrInvalidOption] when an option is unusable.
 func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {

@@ -655,8 +655,8 @@ func TestIntegrationBadInput(t *testing.T) {
 	if _, err := submit(t, c, []saga.Step{{Name: "a", Participant: h}}, coordinator.WithGID("dup")); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("Submit with a used gid = %v, want ErrInvalidState", err)
 	}
-	for _, bad := range []coordinator.Option{coordinator.WithConcurrency(0), saga.WithAttempts(0), coordinator.WithCallTimeout(0),
-		coordinator.WithDefaultTimeout(0), coordinator.WithLogger(nil), coordinator.WithLease(0), coordinator.WithBackoff(time.Second, 0)} {
+	for _, bad := range []coordinator.Option{coordinator.WithConcurrency(0), saga.WithAttempts(0), coordinator.WithRetry(0, time.Second, 5*time.Minute),
+		coordinator.WithDefaultTimeout(0), coordinator.WithLogger(nil), coordinator.WithLease(0), coordinator.WithRetry(10*time.Second, time.Second, 0)} {
 		if _, err := saga.New(e.Schema.Pool, bad); !errors.Is(err, coordinator.ErrInvalidOption) {
 			t.Fatalf("New with a bad option = %v, want ErrInvalidOption", err)
 		}

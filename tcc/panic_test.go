@@ -25,7 +25,7 @@ func TestIntegrationPanickingParticipant(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
 	el := e.Elector("leader")
-	c := e.coordinator(coordinator.WithElector(el), coordinator.WithBackoff(100*time.Millisecond, 10*time.Second),
+	c := e.coordinator(coordinator.WithElector(el), coordinator.WithRetry(10*time.Second, 100*time.Millisecond, 10*time.Second),
 		coordinator.WithRecovery("@every 20ms", 100, 16))
 	var panics atomic.Bool
 	panics.Store(true)

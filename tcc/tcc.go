@@ -101,7 +101,7 @@ func (g *Global) GID() string { return g.gid }
 // Try records branch b (with its participant, so its confirm or cancel can be called by whoever
 // finishes the transaction; the first Try of a transaction [Coordinator.Begin] did not record
 // records the transaction with it), then calls its try. It blocks for one write and the call,
-// bounded by ctx and [coordinator.WithCallTimeout].
+// bounded by ctx and the call timeout of [coordinator.WithRetry].
 //
 // A nil error means the try succeeded. A refused try returns a *[coordinator.BranchError] wrapping
 // [participant.ErrRefused], after recording the rollback decision: call [Global.Rollback], which

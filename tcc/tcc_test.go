@@ -14,6 +14,7 @@ import (
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/saga"
@@ -380,9 +381,9 @@ func TestIntegrationBadInput(t *testing.T) {
 	if err := g.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []coordinator.Option{coordinator.WithConcurrency(0), coordinator.WithCallTimeout(0),
+	for _, bad := range []coordinator.Option{coordinator.WithConcurrency(0), coordinator.WithRetry(0, time.Second, 5*time.Minute),
 		coordinator.WithDefaultTimeout(0), coordinator.WithLogger(nil), coordinator.WithLease(0),
-		coordinator.WithBackoff(time.Second, 0)} {
+		coordinator.WithRetry(10*time.Second, time.Second, 0)} {
 		if _, err := tcc.New(e.Schema.Pool, bad); !errors.Is(err, coordinator.ErrInvalidOption) {
 			t.Fatalf("New with a bad option = %v, want ErrInvalidOption", err)
 		}
@@ -400,7 +401,7 @@ func TestIntegrationBadInput(t *testing.T) {
 func TestIntegrationTryTimeoutIsCancelled(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
-	c := e.coordinator(coordinator.WithCallTimeout(100 * time.Millisecond))
+	c := e.coordinator(coretest.CallTimeout(100 * time.Millisecond))
 	slow := newParty(nil)
 	h := register(t, c, "slow", participant.ParticipantFunc(func(ctx context.Context, req participant.Request) error {
 		_ = slow.Do(ctx, req)

@@ -9,10 +9,10 @@
 // agent (agent.PG beside a database, agent.Agent in a participant; package threepc/agent): by default after
 // asking the coordinator's log ([Coordinator.Decide]), which removes the protocol's partition
 // anomaly, or by the textbook rule (commit). Give the coordinators and the agents the same
-// participant timeout ([WithParticipantTimeout], agent.WithTimeout).
+// participant timeout ([WithTimeouts], agent.WithTimeout).
 //
 //	c, _ := threepc.New(logPool, coordinator.WithSchema("bank"), coordinator.WithElector(el),
-//		threepc.WithParticipantTimeout(20*time.Second))
+//		threepc.WithTimeouts(5*time.Second, 10*time.Second, 20*time.Second))
 //	defer c.Close()
 //	_ = c.Migrate(ctx)
 //	_ = c.RegisterDB("east", eastPool) // every coordinator registers the same names

@@ -11,8 +11,8 @@ var (
 	// in the log first. The branches' errors are joined to it as *[coordinator.BranchError]s.
 	ErrAborted = errors.New("threepc: aborted")
 	// ErrPhaseTimeout: a branch did not answer CanCommit or PreCommit within the phase's timeout
-	// ([WithCanCommitTimeout], [WithPreCommitTimeout]); a timeout shorter than the round trip to
-	// the participants aborts every transaction with it.
+	// ([WithTimeouts]); a timeout shorter than the round trip to the participants aborts every
+	// transaction with it.
 	ErrPhaseTimeout = errors.New("threepc: phase timed out")
 	// ErrInDoubt: the decision could not be recorded or read back (the log's database did not
 	// answer): the transaction may commit or abort; the participants' agents and the recovering

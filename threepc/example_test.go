@@ -38,7 +38,7 @@ func Example() {
 	}
 
 	c, err := threepc.New(pool, coordinator.WithSchema(logSchema),
-		threepc.WithParticipantTimeout(20*time.Second)) // the agents' timeout: give both the same
+		threepc.WithTimeouts(5*time.Second, 10*time.Second, 20*time.Second)) // the last is the agents' timeout: give both the same
 	if err != nil {
 		fmt.Println(err)
 		return

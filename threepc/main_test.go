@@ -54,8 +54,7 @@ func (w *world) coordinator(opts ...coordinator.Option) *threepc.Coordinator {
 // coordinatorOn is coordinator with its log reached through pool.
 func (w *world) coordinatorOn(pool *pgxpool.Pool, opts ...coordinator.Option) *threepc.Coordinator {
 	w.T.Helper()
-	opts = coretest.Options(w.T, w.Log.Name, append([]coordinator.Option{threepc.WithCanCommitTimeout(500 * time.Millisecond),
-		threepc.WithPreCommitTimeout(time.Second), threepc.WithParticipantTimeout(participantTimeout),
+	opts = coretest.Options(w.T, w.Log.Name, append([]coordinator.Option{threepc.WithTimeouts(500*time.Millisecond, time.Second, participantTimeout),
 		coordinator.WithDefaultTimeout(6 * time.Second)}, opts...)...)
 	c, err := threepc.New(pool, opts...)
 	if err != nil {

@@ -2,7 +2,6 @@ package threepc
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/txkit/txkit/coordinator"
@@ -14,12 +13,11 @@ type options struct {
 	canCommitTimeout   time.Duration
 	preCommitTimeout   time.Duration
 	participantTimeout time.Duration
-	phaseTwoConns      int
 }
 
 func defaultOptions() *options {
 	return &options{canCommitTimeout: 5 * time.Second, preCommitTimeout: 10 * time.Second,
-		participantTimeout: 20 * time.Second, phaseTwoConns: 2}
+		participantTimeout: 20 * time.Second}
 }
 
 // own returns threepc's own option called name, which set sets.
@@ -27,36 +25,31 @@ func own(name string, set func(*options)) coordinator.Option {
 	return core.OwnOption("threepc."+name, set)
 }
 
-// WithCanCommitTimeout bounds phase one, CanCommit (default 5s): a branch that has not voted by
-// then counts as a "no", and the transaction aborts with nothing executed anywhere.
-func WithCanCommitTimeout(d time.Duration) coordinator.Option {
-	return own("WithCanCommitTimeout", func(o *options) { o.canCommitTimeout = d })
+// WithTimeouts sets the three timeouts of the protocol, for participants slower or faster than
+// the defaults (5s, 10s, 20s); they are given together because each bounds the next:
+//   - canCommit bounds phase one, CanCommit: a branch that has not voted by then counts as a
+//     "no", and the transaction aborts with nothing executed anywhere;
+//   - preCommit bounds phase two, PreCommit: a branch that has not acknowledged by then — its
+//     work failed, it is slow, or the network lost its answer — makes the transaction abort;
+//   - participant declares the timeout the participants' agents act on (agent.WithTimeout of
+//     package threepc/agent): a pre-committed branch that hears neither DoCommit nor abort for
+//     that long decides alone. The coordinator does not send it; it must be above canCommit and
+//     preCommit together (an agent acting sooner would decide while the coordinator may still
+//     be in phase two; in consult-log mode it would abort transactions that are merely slow)
+//     and below the global timeout (the leader aborts an undecided transaction at its timeout,
+//     and the agents should have settled it by then).
+//
+// New refuses others with an error wrapping [coordinator.ErrInvalidOption].
+func WithTimeouts(canCommit, preCommit, participant time.Duration) coordinator.Option {
+	return own("WithTimeouts", func(o *options) {
+		o.canCommitTimeout, o.preCommitTimeout, o.participantTimeout = canCommit, preCommit, participant
+	})
 }
 
-// WithPreCommitTimeout bounds phase two, PreCommit (default 10s): a branch that has not
-// acknowledged by then — its work failed, it is slow, or the network lost its answer — makes the
-// transaction abort.
-func WithPreCommitTimeout(d time.Duration) coordinator.Option {
-	return own("WithPreCommitTimeout", func(o *options) { o.preCommitTimeout = d })
-}
-
-// WithParticipantTimeout declares the timeout the participants' agents act on (default 20s;
-// agent.WithTimeout of package threepc/agent): a pre-committed branch that hears neither
-// DoCommit nor abort for that long decides alone. The coordinator does not send it; it checks it
-// against its own: it must be above the CanCommit and PreCommit timeouts together (an agent acting
-// sooner would decide while the coordinator may still be in phase two; in consult-log mode it
-// would abort transactions that are merely slow) and below the global timeout (the leader aborts
-// an undecided transaction at its timeout, and the agents should have settled it by then).
-func WithParticipantTimeout(d time.Duration) coordinator.Option {
-	return own("WithParticipantTimeout", func(o *options) { o.participantTimeout = d })
-}
-
-// WithPhaseTwoConns sets the size of the pool each registered database gets for the phase two of
-// the recovery (default 2; see [Coordinator.RegisterDB]). Below 1 is an error wrapping
-// [coordinator.ErrInvalidOption].
-func WithPhaseTwoConns(n int) coordinator.Option {
-	return own("WithPhaseTwoConns", func(o *options) { o.phaseTwoConns = n })
-}
+// phaseTwoConns is the size of the pool each registered database gets for the phase two of the
+// recovery (see [Coordinator.RegisterDB]); the starter's own phase two runs on the connections
+// its branches worked on, so this pool serves only the leader's work.
+const phaseTwoConns = 2
 
 // Validate is called by New once every option is applied.
 func (o *options) Validate(cfg core.Config) error {
@@ -70,8 +63,6 @@ func (o *options) Validate(cfg core.Config) error {
 			o.participantTimeout, o.canCommitTimeout, o.preCommitTimeout, coordinator.ErrInvalidOption)
 	case o.participantTimeout >= cfg.Timeout:
 		return fmt.Errorf("participant timeout %v not below the global timeout %v: %w", o.participantTimeout, cfg.Timeout, coordinator.ErrInvalidOption)
-	case o.phaseTwoConns < 1 || o.phaseTwoConns > math.MaxInt32:
-		return fmt.Errorf("phase-two connections %d: %w", o.phaseTwoConns, coordinator.ErrInvalidOption)
 	}
 	return nil
 }

@@ -31,10 +31,10 @@ func partitionTrials(t *testing.T, mode agent.Termination, trials int) int {
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
 	westVia := w.poolOf(w.West, proxy.Addr())
-	opts := coretest.Options(t, w.Log.Name, threepc.WithCanCommitTimeout(500*time.Millisecond), threepc.WithPreCommitTimeout(time.Second),
-		threepc.WithParticipantTimeout(participantTimeout), coordinator.WithDefaultTimeout(6*time.Second),
-		coordinator.WithCallTimeout(time.Second), coordinator.WithLease(200*time.Millisecond),
-		coordinator.WithBackoff(100*time.Millisecond, 500*time.Millisecond), coordinator.WithElector(zkenv.Elector(t, w.Path, "leader")))
+	opts := coretest.Options(t, w.Log.Name, threepc.WithTimeouts(500*time.Millisecond, time.Second, participantTimeout),
+		coordinator.WithDefaultTimeout(6*time.Second),
+		coordinator.WithRetry(time.Second, 100*time.Millisecond, 500*time.Millisecond), coordinator.WithLease(200*time.Millisecond),
+		coordinator.WithElector(zkenv.Elector(t, w.Path, "leader")))
 	c, err := threepc.New(w.Log.Pool, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 // Coordinator that may recover a transaction must register the same name for the same database.
 //
 // Besides pool, the database gets a small pool of the coordinator's own (at most
-// [WithPhaseTwoConns] connections, connecting only when used, closed by [Coordinator.Close]) for
+// 2 connections, connecting only when used, closed by [Coordinator.Close]) for
 // the recovery's phase two, which must not wait behind work holding every connection of pool.
 //
 // The prepared transactions are named "txkit:<schema>.<prefix>:<length of gid>:<gid>:<name>",

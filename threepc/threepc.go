@@ -40,14 +40,12 @@ type Coordinator struct {
 }
 
 // New returns a Coordinator whose log lives in pool, configured by the options of package
-// coordinator and this package's own (WithCanCommitTimeout, WithPreCommitTimeout,
-// WithParticipantTimeout, WithPhaseTwoConns). Its tables are "txkit_3pc_global" and
-// "txkit_3pc_branch" unless [coordinator.WithTablePrefix] says otherwise, and its default global
-// timeout is 1m. It does not touch the database: call Migrate ([coordinator.Base]), and
-// [Coordinator.Close] when done. It returns an error wrapping [coordinator.ErrInvalidOption] when
-// an option is unusable — among them a participant timeout that is not between the phases'
-// timeouts and the global timeout, and a schema or table prefix with a backslash or a control
-// character (they name the prepared transactions).
+// coordinator and this package's own ([WithTimeouts]). Its tables are "txkit_3pc_global" and
+// "txkit_3pc_branch", and its default global timeout is 1m. It does not touch the database: call
+// Migrate ([coordinator.Base]), and [Coordinator.Close] when done. It returns an error wrapping
+// [coordinator.ErrInvalidOption] when an option is unusable — among them a participant timeout
+// that is not between the phases' timeouts and the global timeout, and a schema with a backslash
+// or a control character (it names the prepared transactions).
 //
 // Give the log a pool of its own, not one of a registered database's: a transaction holds a
 // connection of every database it pre-committed while Commit writes its decision.
@@ -62,7 +60,7 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 		return nil, fmt.Errorf("threepc: %w: %w", err, coordinator.ErrInvalidOption)
 	}
 	return &Coordinator{Base: b, b: b, o: o, ns: ns,
-		dbs: prepared.NewRegistry("threepc", ns, o.phaseTwoConns, participant.OpDoCommit, b.Parts, ErrClosed)}, nil
+		dbs: prepared.NewRegistry("threepc", ns, phaseTwoConns, participant.OpDoCommit, b.Parts, ErrClosed)}, nil
 }
 
 // Stats returns the coordinator's counters ([coordinator.Stats]): Committed, Aborted, Failures
@@ -78,7 +76,7 @@ func (c *Coordinator) Stats() coordinator.Stats {
 // every coordinator's Begin does (tcc's may write): a ctx already done returns an error wrapping
 // its error. An invalid gid (see [coordinator.WithGID]; it names prepared transactions, so a
 // backslash or a control character is refused too), or a timeout not above the participant
-// timeout ([WithParticipantTimeout]), returns an error wrapping [coordinator.ErrInvalidOption].
+// timeout ([WithTimeouts]), returns an error wrapping [coordinator.ErrInvalidOption].
 func (c *Coordinator) Begin(ctx context.Context, opts ...coordinator.BeginOption) (*Global, error) {
 	o, err := c.b.Begin(ctx, opts)
 	if err != nil {
@@ -218,8 +216,8 @@ func (g *Global) Abort(_ context.Context) error {
 	return nil
 }
 
-// Commit runs the three phases: CanCommit (every branch votes within [WithCanCommitTimeout]),
-// the record of the transaction, PreCommit (within [WithPreCommitTimeout], at most
+// Commit runs the three phases: CanCommit (every branch votes within its timeout, [WithTimeouts]),
+// the record of the transaction, PreCommit (within its timeout, at most
 // [coordinator.WithConcurrency] participants at once), then the decision to commit and DoCommit
 // everywhere. It blocks until DoCommit was tried everywhere; ctx bounds the calls, not the
 // recording of their results.

@@ -234,18 +234,16 @@ func TestIntegrationBadInput(t *testing.T) {
 	w := newWorld(t)
 	c := w.coordinator()
 	for name, opts := range map[string][]coordinator.Option{
-		"participant timeout not above the phases": {threepc.WithCanCommitTimeout(time.Second), threepc.WithPreCommitTimeout(2 * time.Second), threepc.WithParticipantTimeout(3 * time.Second)},
-		"participant timeout not below global":     {threepc.WithParticipantTimeout(2 * time.Minute)},
-		"zero cancommit timeout":                   {threepc.WithCanCommitTimeout(0)},
-		"zero phase-two conns":                     {threepc.WithPhaseTwoConns(0)},
+		"participant timeout not above the phases": {threepc.WithTimeouts(time.Second, 2*time.Second, 3*time.Second)},
+		"participant timeout not below global":     {threepc.WithTimeouts(5*time.Second, 10*time.Second, 2*time.Minute)},
+		"zero cancommit timeout":                   {threepc.WithTimeouts(0, 10*time.Second, 20*time.Second)},
 		"backslash schema":                         {coordinator.WithSchema(`a\b`)},
 	} {
 		if _, err := threepc.New(w.Log.Pool, opts...); !errors.Is(err, coordinator.ErrInvalidOption) {
 			t.Errorf("%s: New = %v, want ErrInvalidOption", name, err)
 		}
 	}
-	if _, err := threepc.New(w.Log.Pool, threepc.WithCanCommitTimeout(time.Second), threepc.WithPreCommitTimeout(2*time.Second),
-		threepc.WithParticipantTimeout(3*time.Second)); err == nil || !strings.Contains(err.Error(), "agents would decide while the coordinator may still be in phase two") {
+	if _, err := threepc.New(w.Log.Pool, threepc.WithTimeouts(time.Second, 2*time.Second, 3*time.Second)); err == nil || !strings.Contains(err.Error(), "agents would decide while the coordinator may still be in phase two") {
 		t.Errorf("the error for a participant timeout below the phases does not say why: %v", err)
 	}
 	if _, err := c.Begin(ctx, coordinator.WithTimeout(time.Second)); !errors.Is(err, coordinator.ErrInvalidOption) {

@@ -53,8 +53,8 @@ func worker() int {
 		defer p.Close()
 		pools[i] = p
 	}
-	c, err := threepc.New(pools[0], coordinator.WithSchema(parts[3]), threepc.WithCanCommitTimeout(500*time.Millisecond),
-		threepc.WithPreCommitTimeout(time.Second), threepc.WithParticipantTimeout(participantTimeout),
+	c, err := threepc.New(pools[0], coordinator.WithSchema(parts[3]), threepc.WithTimeouts(500*time.Millisecond, time.Second, participantTimeout),
+
 		coordinator.WithDefaultTimeout(6*time.Second), coordinator.WithLease(200*time.Millisecond), core.WithPhaseHook(func(_ context.Context, _ string, p core.Phase) error {
 			if string(p) == parts[0] {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

@@ -4,8 +4,15 @@ import (
 	"context"
 	"time"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
 )
+
+// WithTablePrefixForTest sets the prefix of the log's table names, which users cannot: a test
+// gives one New must refuse.
+func WithTablePrefixForTest(p string) coordinator.Option {
+	return func(c *core.Config) { c.Prefix = p }
+}
 
 // RecordVoting records gid as voting with the database branches dbs, as Commit with vote markers
 // does beside the PREPAREs: a test then prepares (or not) each branch by hand with VoteSQL and

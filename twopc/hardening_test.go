@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core/coretest"
 )
 
 // TestIntegrationHotRowSmallPool: 64 transfers at once, every one taking 1 from alice in east and
@@ -29,7 +30,7 @@ func TestIntegrationHotRowSmallPool(t *testing.T) {
 	)
 	b := newBank(t)
 	c := b.coordinatorOn(map[string]*pgxpool.Pool{"east": b.pool(b.East, conns, nil), "west": b.pool(b.West, conns, nil)},
-		coordinator.WithCallTimeout(2*time.Second))
+		coretest.CallTimeout(2*time.Second))
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
 	transfer := func() error {
@@ -128,7 +129,7 @@ func TestIntegrationBackslashGIDDoesNothing(t *testing.T) {
 		return names
 	}
 	before := tables()
-	c := b.coordinatorOn(map[string]*pgxpool.Pool{"east": off}, coordinator.WithCallTimeout(2*time.Second))
+	c := b.coordinatorOn(map[string]*pgxpool.Pool{"east": off}, coretest.CallTimeout(2*time.Second))
 	const gid = `\'; create table pwned(); --`
 	g, err := c.Begin(ctx, coordinator.WithGID(gid))
 	if !errors.Is(err, coordinator.ErrInvalidOption) || !strings.Contains(fmt.Sprint(err), "backslash") {

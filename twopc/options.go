@@ -2,7 +2,6 @@ package twopc
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/txkit/txkit/coordinator"
@@ -14,13 +13,11 @@ type options struct {
 	prepareTimeout time.Duration
 	resolveSpec    string
 	resolveGrace   time.Duration
-	phaseTwoConns  int
 	votes          bool
 }
 
 func defaultOptions() *options {
-	return &options{prepareTimeout: 10 * time.Second, resolveSpec: "@every 5s", resolveGrace: 15 * time.Second,
-		phaseTwoConns: 2}
+	return &options{prepareTimeout: 10 * time.Second, resolveSpec: "@every 5s", resolveGrace: 15 * time.Second}
 }
 
 // own returns twopc's own option called name, which set sets.
@@ -43,14 +40,11 @@ func WithInDoubtResolution(spec string, grace time.Duration) coordinator.Option 
 	return own("WithInDoubtResolution", func(o *options) { o.resolveSpec, o.resolveGrace = spec, grace })
 }
 
-// WithPhaseTwoConns sets the size of the pool each registered database gets for the phase two
-// of the recovery and for the in-doubt resolver (default 2; see [Coordinator.RegisterDB]). The
-// starter's own phase two runs on the connections its branches prepared on, so this pool serves
-// only the leader's work and operators' [Coordinator.ResolveInDoubt]. Below 1 is an error wrapping
-// [coordinator.ErrInvalidOption].
-func WithPhaseTwoConns(n int) coordinator.Option {
-	return own("WithPhaseTwoConns", func(o *options) { o.phaseTwoConns = n })
-}
+// phaseTwoConns is the size of the pool each registered database gets for the phase two of the
+// recovery and for the in-doubt resolver (see [Coordinator.RegisterDB]). The starter's own phase
+// two runs on the connections its branches prepared on, so this pool serves only the leader's
+// work and operators' [Coordinator.ResolveInDoubt]: 2 is enough (TestIntegrationHotRowSmallPool).
+const phaseTwoConns = 2
 
 // WithVoteMarkers makes [Global.Commit] of a transaction whose branches are all databases take
 // two rounds of PostgreSQL flushes, as two-phase commit without a coordinator does, instead of
@@ -82,8 +76,6 @@ func (o *options) Validate(cfg core.Config) error {
 		return fmt.Errorf("prepare timeout %v not below the global timeout %v: %w", o.prepareTimeout, cfg.Timeout, coordinator.ErrInvalidOption)
 	case o.resolveGrace < 0:
 		return fmt.Errorf("in-doubt grace %v: %w", o.resolveGrace, coordinator.ErrInvalidOption)
-	case o.phaseTwoConns < 1 || o.phaseTwoConns > math.MaxInt32:
-		return fmt.Errorf("phase-two connections %d: %w", o.phaseTwoConns, coordinator.ErrInvalidOption)
 	}
 	return nil
 }

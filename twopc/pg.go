@@ -17,9 +17,9 @@ import (
 // RegisterDB makes the PostgreSQL database behind pool a participant called name, for
 // [Global.Enlist]; the server needs max_prepared_transactions above zero. Every Coordinator that
 // may recover a transaction must register the same name for the same database, and coordinators
-// with different logs must differ in schema or table prefix: prepared transactions are named
-// after both. It does no I/O; the small pool phase two uses ([WithPhaseTwoConns]) connects when
-// used and [Coordinator.Close] closes it.
+// with different logs must differ in schema: prepared transactions are named after it and the
+// protocol's table prefix. It does no I/O; the small pool phase two uses (2 connections)
+// connects when used and [Coordinator.Close] closes it.
 //
 // An empty name, one with a backslash or a control character or longer than 199 bytes, a nil
 // pool or a name registered twice returns an error wrapping [coordinator.ErrInvalidOption]; after

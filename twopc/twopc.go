@@ -40,11 +40,11 @@ type Coordinator struct {
 
 // New returns a Coordinator whose log lives in pool, configured by the options of package
 // coordinator and this package's own (WithPrepareTimeout, WithInDoubtResolution,
-// WithPhaseTwoConns). Its tables are "txkit_2pc_global" and "txkit_2pc_branch" unless
-// [coordinator.WithTablePrefix] says otherwise, and its default timeout is 30s. It does not touch
-// the database: call Migrate ([coordinator.Base]), and [Coordinator.Close] when done. It returns an
-// error wrapping [coordinator.ErrInvalidOption] when an option is unusable, among them a schema
-// or table prefix with a backslash or a control character (they name the prepared transactions).
+// WithVoteMarkers). Its tables are "txkit_2pc_global" and "txkit_2pc_branch", and its default
+// timeout is 30s. It does not touch the database: call Migrate ([coordinator.Base]), and
+// [Coordinator.Close] when done. It returns an error wrapping [coordinator.ErrInvalidOption] when
+// an option is unusable, among them a schema with a backslash or a control character (it names
+// the prepared transactions).
 //
 // Give the log a pool of its own, not one of a registered database's: a transaction holds a
 // connection of every enlisted database while Commit writes its decision, and when work waiting
@@ -61,7 +61,7 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 		return nil, fmt.Errorf("twopc: %w: %w", err, coordinator.ErrInvalidOption)
 	}
 	return &Coordinator{Base: b, b: b, o: o, ns: ns, votes: prepared.NewVotes(b.Cfg.Schema, b.Cfg.Prefix),
-		dbs: prepared.NewRegistry("twopc", ns, o.phaseTwoConns, participant.OpCommit, b.Parts, ErrClosed)}, nil
+		dbs: prepared.NewRegistry("twopc", ns, phaseTwoConns, participant.OpCommit, b.Parts, ErrClosed)}, nil
 }
 
 // Stats returns the coordinator's counters ([coordinator.Stats]): Committed, Aborted, Failures

@@ -496,10 +496,9 @@ func TestIntegrationBadInput(t *testing.T) {
 		{"database name with an escape", c.RegisterDB("south\x1b[2J", b.East.Pool), coordinator.ErrInvalidOption},
 		{"schema with a backslash", func() error { _, err := twopc.New(b.Log.Pool, coordinator.WithSchema(`bank\`)); return err }(), coordinator.ErrInvalidOption},
 		{"table prefix with a control character", func() error {
-			_, err := twopc.New(b.Log.Pool, coordinator.WithTablePrefix("p\x01_"))
+			_, err := twopc.New(b.Log.Pool, twopc.WithTablePrefixForTest("p\x01_"))
 			return err
 		}(), coordinator.ErrInvalidOption},
-		{"no phase-two connection", func() error { _, err := twopc.New(b.Log.Pool, twopc.WithPhaseTwoConns(0)); return err }(), coordinator.ErrInvalidOption},
 	} {
 		if !errors.Is(tc.err, tc.want) {
 			t.Errorf("%s: error %v, want %v", tc.name, tc.err, tc.want)

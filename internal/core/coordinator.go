@@ -29,7 +29,7 @@ import (
 // Config is what every coordinator built on the core (tcc, saga, twopc, threepc) is configured with: the
 // options of package coordinator ([Option]) set its fields, and a protocol's own options set Own.
 type Config struct {
-	Schema, Prefix         string        // where the log's tables live (WithSchema, WithTablePrefix)
+	Schema, Prefix         string        // where the log's tables live (WithSchema; the prefix is the protocol's)
 	Lease                  time.Duration // a starter's ownership of a transaction it drives
 	BackoffMin, BackoffMax time.Duration // retry delays, computed by PostgreSQL
 	Elector                lock.Elector  // the election Run recovers under

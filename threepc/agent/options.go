@@ -46,7 +46,7 @@ func defaultOptions(timeout time.Duration) options {
 // WithTimeout sets how long a pre-committed branch waits for the coordinator's DoCommit or abort
 // before the agent ends it alone (default [DefaultTimeout] for an Agent, [DefaultPGTimeout] for a
 // PG), measured on the database's clock from the end of the PreCommit's work. Give it the value
-// of the coordinator's threepc.WithParticipantTimeout.
+// of the participant timeout of the coordinator's threepc.WithTimeouts.
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // WithTermination sets how a timed-out branch ends (default [TerminationConsultLog]).

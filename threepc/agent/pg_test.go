@@ -29,8 +29,7 @@ const participantTimeout = 2 * time.Second
 // global 6s), closed when the test ends.
 func pgCoordinator(t *testing.T, w *preparedtest.Bank, pool *pgxpool.Pool, opts ...coordinator.Option) *threepc.Coordinator {
 	t.Helper()
-	c := coretest.New(t, threepc.New, pool, w.Log.Name, append([]coordinator.Option{threepc.WithCanCommitTimeout(500 * time.Millisecond),
-		threepc.WithPreCommitTimeout(time.Second), threepc.WithParticipantTimeout(participantTimeout),
+	c := coretest.New(t, threepc.New, pool, w.Log.Name, append([]coordinator.Option{threepc.WithTimeouts(500*time.Millisecond, time.Second, participantTimeout),
 		coordinator.WithDefaultTimeout(6 * time.Second)}, opts...)...)
 	t.Cleanup(func() { _ = c.Close() })
 	for name, s := range map[string]*testenv.Schema{"east": w.East, "west": w.West} {
@@ -98,8 +97,7 @@ func TestIntegrationAgentFallsBackWhenLogUnreachable(t *testing.T) {
 	}
 	t.Cleanup(nowhere.Close)
 	reg := prometheus.NewRegistry()
-	dead, err := threepc.New(nowhere, coretest.Options(t, w.Log.Name, threepc.WithCanCommitTimeout(500*time.Millisecond),
-		threepc.WithPreCommitTimeout(time.Second), threepc.WithParticipantTimeout(participantTimeout),
+	dead, err := threepc.New(nowhere, coretest.Options(t, w.Log.Name, threepc.WithTimeouts(500*time.Millisecond, time.Second, participantTimeout),
 		coordinator.WithDefaultTimeout(6*time.Second), coordinator.WithRegisterer(reg))...)
 	if err != nil {
 		t.Fatal(err)

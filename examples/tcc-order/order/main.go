@@ -220,20 +220,20 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 // coordinatorOptions are one coordinator package's option constructors: tcc and saga name them
 // alike, each with its own Option type. build gives both coordinators the same settings.
 type coordinatorOptions[O any] struct {
-	schema                      func(string) O
-	elector                     func(lock.Elector) O
-	logger                      func(*slog.Logger) O
-	timeout, lease, callTimeout func(time.Duration) O
-	backoff                     func(min, max time.Duration) O
-	recovery                    func(spec string, batch, concurrency int) O
-	client                      func(*http.Client) O
-	registerer                  func(prometheus.Registerer) O
+	schema         func(string) O
+	elector        func(lock.Elector) O
+	logger         func(*slog.Logger) O
+	timeout, lease func(time.Duration) O
+	retry          func(callTimeout, base, maxDelay time.Duration) O
+	recovery       func(spec string, batch, concurrency int) O
+	client         func(*http.Client) O
+	registerer     func(prometheus.Registerer) O
 }
 
 func (b coordinatorOptions[O]) build(s *service, el lock.Elector) []O {
 	c := s.c
 	return []O{b.schema(c.schema), b.elector(el), b.logger(s.log), b.timeout(c.timeout), b.lease(c.lease),
-		b.callTimeout(c.callTimeout), b.backoff(200*time.Millisecond, 2*time.Second), b.recovery(c.recovery, 100, 16), b.client(s.client), b.registerer(s.reg)}
+		b.retry(c.callTimeout, 200*time.Millisecond, 2*time.Second), b.recovery(c.recovery, 100, 16), b.client(s.client), b.registerer(s.reg)}
 }
 
 // newCoordinator creates a coordinator of package newC with opts built for this service, and

@@ -23,7 +23,7 @@ import (
 func (s *service) tccFlow(ctx context.Context, el lock.Elector, bar *barrier.Barrier) (*flow, error) {
 	coord, err := newCoordinator(ctx, s, el, tcc.New, coordinatorOptions[coordinator.Option]{
 		schema: coordinator.WithSchema, elector: coordinator.WithElector, logger: coordinator.WithLogger, timeout: coordinator.WithDefaultTimeout,
-		lease: coordinator.WithLease, callTimeout: coordinator.WithCallTimeout, backoff: coordinator.WithBackoff, recovery: coordinator.WithRecovery,
+		lease: coordinator.WithLease, retry: coordinator.WithRetry, recovery: coordinator.WithRecovery,
 		client: coordinator.WithHTTPClient, registerer: coordinator.WithRegisterer})
 	if err != nil {
 		return nil, err

@@ -54,7 +54,7 @@ func answersCarryNoInternalDetail(t *testing.T, protocol string) {
 	var coord coordinatorRun
 	if protocol == "3pc" {
 		s.three, err = threepc.New(logPool, coordinator.WithSchema("bank_answers"), coordinator.WithDefaultTimeout(s.c.timeout),
-			threepc.WithCanCommitTimeout(500*time.Millisecond), threepc.WithPreCommitTimeout(2*time.Second), threepc.WithParticipantTimeout(3*time.Second))
+			threepc.WithTimeouts(500*time.Millisecond, 2*time.Second, 3*time.Second))
 		coord = s.three
 	} else {
 		s.tpc, err = twopc.New(logPool, coordinator.WithSchema("bank_answers"))

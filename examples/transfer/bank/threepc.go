@@ -19,8 +19,7 @@ import (
 // beside the databases (examples/transfer/agent) must run with -timeout equal to
 // -participant-timeout.
 func newThreePC(ctx context.Context, c config, logPool *pgxpool.Pool, hook phaseHook, opts []coordinator.Option) (*threepc.Coordinator, error) {
-	opts = append(opts, threepc.WithCanCommitTimeout(c.canCommitTimeout), threepc.WithPreCommitTimeout(c.preCommitTimeout),
-		threepc.WithParticipantTimeout(c.participantTimeout))
+	opts = append(opts, threepc.WithTimeouts(c.canCommitTimeout, c.preCommitTimeout, c.participantTimeout))
 	if hook != nil {
 		opts = append(opts, phaseOption(hook))
 	}

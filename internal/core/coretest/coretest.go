@@ -44,7 +44,13 @@ func (e *Env) Elector(id string) lock.Elector { return zkenv.Elector(e.T, e.Path
 // 20-100 ms backoff and a recovery pass every 100 ms — followed by opts, which win.
 func Options(t testing.TB, schema string, opts ...coordinator.Option) []coordinator.Option {
 	return append([]coordinator.Option{coordinator.WithSchema(schema), coordinator.WithLogger(testenv.Logger(t)),
-		coordinator.WithBackoff(20*time.Millisecond, 100*time.Millisecond), coordinator.WithRecovery("@every 100ms", 100, 16)}, opts...)
+		coordinator.WithRetry(10*time.Second, 20*time.Millisecond, 100*time.Millisecond), coordinator.WithRecovery("@every 100ms", 100, 16)}, opts...)
+}
+
+// CallTimeout returns the option that bounds each participant call by d, with the backoff of
+// [Options] (coordinator.WithRetry sets both).
+func CallTimeout(d time.Duration) coordinator.Option {
+	return coordinator.WithRetry(d, 20*time.Millisecond, 100*time.Millisecond)
 }
 
 // New returns a migrated coordinator made by newFn (tcc.New, saga.New, twopc.New) on pool with
