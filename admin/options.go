@@ -26,7 +26,7 @@ type Option func(*options)
 // core. Name shows in every [Transaction] read from it.
 type LogSource struct {
 	Name   string // "tcc", "saga", "2pc", "3pc", or a name of the caller's
-	Prefix string // the coordinator's table prefix, as given to its WithTablePrefix
+	Prefix string // the protocol's table prefix (txkit_, txkit_saga_, txkit_2pc_, txkit_3pc_)
 }
 
 // StandardLogs returns the logs of the four coordinators at their default table prefixes: tcc
