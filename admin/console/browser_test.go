@@ -170,7 +170,7 @@ func notifier(t *testing.T, svc *tccOrder, down *atomic.Bool) *notify.Notifier {
 	must(t, err, "idempotency.New")
 	must(t, store.Migrate(t.Context()), "idempotency Migrate")
 	in, err := inbox.New(svc.Pool, store, "shop", []string{secret}, func(context.Context, pgx.Tx, notify.Delivery) error { return nil })
-	must(t, err, "notify.NewInbox")
+	must(t, err, "inbox.New")
 	shop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if down.Load() {
 			http.Error(w, "shop down for maintenance", http.StatusServiceUnavailable)

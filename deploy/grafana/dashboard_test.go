@@ -294,7 +294,7 @@ func TestIntegrationDashboardNamesRegisteredMetrics(t *testing.T) {
 		Secrets: []string{"0123456789abcdef0123"}}}, notify.WithSchema(s.Name), notify.WithRegisterer(rec))
 	check("notify.New", err)
 	_, err = barrier.New(s.Pool, barrier.WithRegisterer(rec))
-	check("participant.NewBarrier", err)
+	check("barrier.New", err)
 
 	// An election and an instrumented lock on ZooKeeper.
 	sess, err := zklock.NewSession(ctx, zk, zklock.WithSessionTimeout(3*time.Second), zkenv.Auth(t))

@@ -21,7 +21,7 @@ const DefaultZK = "127.0.0.1:22181,127.0.0.1:22182,127.0.0.1:22183"
 // export TXKIT_TCC_ORDER_SECRET=$(openssl rand -hex 32).
 const EnvSecret = "TXKIT_TCC_ORDER_SECRET"
 
-// minSecretLen is the shortest key participant.NewSigningClient and participant.WithSecrets
+// minSecretLen is the shortest key participant.NewSigningClient and barrier.WithSecrets
 // accept, in bytes.
 const minSecretLen = 16
 
