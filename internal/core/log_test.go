@@ -707,3 +707,23 @@ func TestIntegrationMigrateBesideWriters(t *testing.T) {
 		t.Fatalf("Migrate beside an open writer: %v", err)
 	}
 }
+
+// Run whose ctx ends while it starts (before or during its first statement) returns nil, as it
+// does when ctx ends while it runs: a caller that cancels its own Run sees no error.
+func TestIntegrationRecovererRunCancelledAtStart(t *testing.T) {
+	l := newLog(t)
+	el := elector(t, testenv.ZKRoot(t)+"/leader", "r1")
+	for _, after := range []time.Duration{0, time.Millisecond, 3 * time.Millisecond} {
+		r, err := core.NewRecoverer(l, el, map[core.Kind]core.Driver{core.KindTCC: &recorder{l: l, drives: map[string]int{}}},
+			core.WithLogger(testLogger(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), after)
+		err = r.Run(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("Run with ctx ended after %v = %v, want nil", after, err)
+		}
+	}
+}

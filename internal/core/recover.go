@@ -180,6 +180,9 @@ func (r *Recoverer) Run(ctx context.Context) error {
 	}
 	defer r.running.Store(false)
 	if err := r.log.checkPartitions(ctx); err != nil {
+		if ctx.Err() != nil { // ended while starting: as if it had ended while running
+			return nil
+		}
 		return err
 	}
 	return r.job.Run(ctx)
