@@ -174,10 +174,11 @@ func newShop(ctx context.Context, pool *pgxpool.Pool, schema string, el lock.Ele
 	}
 	opts := []coordinator.Option{coordinator.WithSchema(schema), coordinator.WithHTTPClient(signing),
 		coordinator.WithLogger(log),
-		// An interactive flow: a starter that dies before Commit leaves the stock reserved until
-		// the timeout, and one that dies after it leaves the confirms to the leader once the lease
-		// has passed (docs/coordinators.md, "Defaults for request/response flows").
-		coordinator.WithDefaultTimeout(10 * time.Second), coordinator.WithLease(5 * time.Second)}
+		// A flow a person waits on (docs/coordinators.md, "Defaults for request/response flows"):
+		coordinator.WithDefaultTimeout(10 * time.Second),                           // a dead starter's reservations: released within ~10 s
+		coordinator.WithLease(5 * time.Second),                                     // a decided transaction: finished ~5 s after its starter died
+		coordinator.WithRetry(2*time.Second, 200*time.Millisecond, 30*time.Second), // each call bounded at 2 s; first retry after 0.2 s
+	}
 	if el != nil { // a process that only starts transactions needs no elector
 		opts = append(opts, coordinator.WithElector(el))
 	}
