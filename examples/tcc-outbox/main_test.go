@@ -54,7 +54,8 @@ func TestIntegrationTCCOutbox(t *testing.T) {
 //
 // The kill lands between the decision and the write without a hook in the example: this test
 // holds a SHARE lock on the orders table, so the starter's insert waits on it (seen in
-// pg_stat_activity) until the starter is killed; its transaction never commits.
+// pg_stat_activity) until the starter is killed; its transaction never commits, and the test
+// checks that nothing is written before the leader runs.
 func TestIntegrationTCCOutboxStarterKilled(t *testing.T) {
 	for _, shape := range []string{"recipe", "naive"} {
 		t.Run(shape, func(t *testing.T) {
@@ -115,6 +116,7 @@ func TestIntegrationTCCOutboxStarterKilled(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			var backend int // the starter's PostgreSQL backend, waiting to insert the order
 			exited := make(chan error, 1)
 			go func() { exited <- cmd.Wait() }()
 			testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
@@ -123,12 +125,12 @@ func TestIntegrationTCCOutboxStarterKilled(t *testing.T) {
 					t.Fatalf("the starter exited before it was killed: %v\n%s", err, out.String())
 				default:
 				}
-				var waiting int
-				if err := pg.Pool.QueryRow(ctx, `select count(*) from pg_stat_activity
-					where wait_event_type = 'Lock' and query like '%insert into ' || $1 || '%'`, table(pg.Name, "orders")).Scan(&waiting); err != nil {
+				err := pg.Pool.QueryRow(ctx, `select pid from pg_stat_activity
+					where wait_event_type = 'Lock' and query like '%insert into ' || $1 || '%'`, table(pg.Name, "orders")).Scan(&backend)
+				if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 					t.Fatal(err)
 				}
-				return waiting > 0
+				return err == nil
 			}, "the starter's insert into orders to wait on the lock")
 			var gid, decided string
 			if err := pg.Pool.QueryRow(ctx, `select gid, status from txkit_global`).Scan(&gid, &decided); err != nil {
@@ -141,6 +143,23 @@ func TestIntegrationTCCOutboxStarterKilled(t *testing.T) {
 			t.Logf("starter SIGKILLed while writing the order row of %s (transaction %s)", gid, decided)
 			if err := lockTx.Rollback(ctx); err != nil {
 				t.Fatal(err)
+			}
+			// The starter's backend goes on to its insert, then finds its client gone and rolls
+			// back: once it has ended, the starter has written nothing, and whatever is written
+			// next is the leader's.
+			testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
+				var n int
+				if err := pg.Pool.QueryRow(ctx, `select count(*) from pg_stat_activity where pid = $1`, backend).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n == 0
+			}, "the killed starter's backend %d to end", backend)
+			var before int
+			if err := pg.Pool.QueryRow(ctx, `select (select count(*) from orders) + (select count(*) from txkit_outbox)`).Scan(&before); err != nil {
+				t.Fatal(err)
+			}
+			if before != 0 {
+				t.Fatalf("%d order rows and messages before the leader ran, want 0", before)
 			}
 
 			testenv.Run(t, leader.tccs.Run)
