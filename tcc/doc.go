@@ -23,5 +23,9 @@
 // unknown outcome that Rollback (or the timeout) cancels too. What a refusal and a failure do, and
 // why a transaction of N branches costs N+2 writes: docs/coordinators.md.
 //
+// The starter's own effect (an order row and its outbox message) is written by the confirm of an
+// in-process branch of its own, in the barrier's transaction — never after Commit returns, which
+// a crash in between would lose: docs/coordinators.md, "TCC + outbox"; examples/tcc-outbox.
+//
 // Coordinator and Global are safe for concurrent use by multiple goroutines.
 package tcc
