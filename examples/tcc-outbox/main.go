@@ -139,11 +139,7 @@ func run(ctx context.Context, url, schema string, log *slog.Logger) error {
 		return nil
 	}()
 	stopAll()
-	gerr := g.Wait()
-	if errors.Is(gerr, context.Canceled) && ctx.Err() == nil {
-		gerr = nil // stopped by stopAll while a Run was still starting up
-	}
-	return errors.Join(werr, gerr)
+	return errors.Join(werr, g.Wait())
 }
 
 // order is the business payload of one order.
