@@ -199,7 +199,7 @@ func TestIntegrationAPIRateLimit(t *testing.T) {
 // newDeadMessage returns an outbox in s with one message, made dead.
 func newDeadMessage(t *testing.T, s *testenv.Schema) uuid.UUID {
 	t.Helper()
-	ob, err := outbox.New(s.Pool, outbox.WithSchema(s.Name))
+	ob, err := outbox.New(s.Pool, outbox.WithTable(s.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

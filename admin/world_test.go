@@ -113,7 +113,7 @@ func newWorld(t *testing.T) *world {
 
 	// Outbox: a relay whose publisher refuses makes two messages dead; then, with the relay
 	// stopped, a third stays pending.
-	ob, err := outbox.New(w.s.Pool, outbox.WithSchema(w.s.Name))
+	ob, err := outbox.New(w.s.Pool, outbox.WithTable(w.s.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func newWorld(t *testing.T) *world {
 	}))
 	t.Cleanup(refuse.Close)
 	n, err := notify.New(w.s.Pool, []notify.Receiver{{Name: "shop", URL: refuse.URL, Secrets: []string{"admin-test-secret-0123456789"}}},
-		notify.WithSchema(w.s.Name), notify.WithPlainHTTP(), notify.WithSchedule([]time.Duration{}, 0),
+		notify.WithTable(w.s.Name, ""), notify.WithPlainHTTP(), notify.WithSchedule([]time.Duration{}, 0),
 		notify.WithTick("@every 50ms", 100), notify.WithElector(zkenv.Elector(t, root+"/notify", "notifier-1")),
 		notify.WithLogger(testenv.Logger(t)))
 	if err != nil {

@@ -168,7 +168,7 @@ func TestIntegrationMetricsRegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	a := w.running("a", w.receivers(), notify.WithRegisterer(reg))
 	other := testenv.PG(t)
-	b, err := notify.New(other.Pool, w.receivers(), notify.WithSchema(other.Name), notify.WithPlainHTTP(), notify.WithRegisterer(reg),
+	b, err := notify.New(other.Pool, w.receivers(), notify.WithTable(other.Name, ""), notify.WithPlainHTTP(), notify.WithRegisterer(reg),
 		notify.WithElector(zkenv.Elector(t, testenv.ZKRoot(t)+"/other", "b")))
 	if err != nil {
 		t.Fatalf("a second notifier on the registry: %v", err)
@@ -216,7 +216,7 @@ func ExampleWithRegisterer() {
 
 	reg := prometheus.NewRegistry() // served on /metrics with promhttp.HandlerFor(reg, ...)
 	n, err := notify.New(pool, []notify.Receiver{{Name: "shop", URL: shop.URL, Secrets: []string{"example-secret-0123456789"}, Echo: "success"}},
-		notify.WithSchema(schema), notify.WithElector(el), notify.WithPlainHTTP(), notify.WithRegisterer(reg))
+		notify.WithTable(schema, ""), notify.WithElector(el), notify.WithPlainHTTP(), notify.WithRegisterer(reg))
 	if err != nil {
 		fmt.Println(err)
 		return

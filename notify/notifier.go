@@ -207,11 +207,7 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	if err != nil {
 		return nil, err
 	}
-	var fopts []fence.Option
-	if o.schema != "" {
-		fopts = append(fopts, fence.WithSchema(o.schema))
-	}
-	fc, err := fence.New(pool, fopts...)
+	fc, err := fence.New(pool, fence.WithTable(o.schema, ""))
 	if err != nil {
 		return nil, fmt.Errorf("notify: fence: %w: %w", err, ErrInvalidOption)
 	}

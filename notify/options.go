@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -63,13 +64,13 @@ func defaultOptions() options {
 	}
 }
 
-// WithSchema sets the PostgreSQL schema of the notifier's tables (default: the connection's
-// search_path). [Notifier.Migrate] creates it.
-func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
-
-// WithTable sets the name of the notifications table (default "txkit_notify"); the attempts
-// table is its name with "_attempt".
-func WithTable(name string) Option { return func(o *options) { o.table = name } }
+// WithTable sets the PostgreSQL schema of the notifier's tables (default: the connection's
+// search_path; [Notifier.Migrate] creates it) and the name of the notifications table (default
+// "txkit_notify"; the attempts table is its name with "_attempt"). An empty schema or table keeps
+// that part as it was.
+func WithTable(schema, table string) Option {
+	return func(o *options) { o.schema, o.table = cmp.Or(schema, o.schema), cmp.Or(table, o.table) }
+}
 
 // WithElector sets the election under which [Notifier.Run] delivers. Required by Run only; [New]
 // refuses a nil el.

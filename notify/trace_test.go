@@ -57,7 +57,7 @@ func TestIntegrationTraceDeliveryAttempts(t *testing.T) {
 		headers = map[string][]string{} // the traceparent header of each attempt, by notification id
 		calls   atomic.Int32
 	)
-	store, err := idempotency.New(w.receiver.Pool, idempotency.WithSchema(w.receiver.Name))
+	store, err := idempotency.New(w.receiver.Pool, idempotency.WithTable(w.receiver.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func BenchmarkEnqueue(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	quiet, err := outbox.New(pg.Pool, outbox.WithTable("txkit_outbox_quiet"), outbox.WithNotify(false))
+	quiet, err := outbox.New(pg.Pool, outbox.WithTable("", "txkit_outbox_quiet"), outbox.WithNotify(false))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -49,14 +49,14 @@ func endToEndLatency(b *testing.B, notify bool) {
 	)
 	ctx := context.Background()
 	pg := testenv.PG(b)
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithNotify(notify))
+	ob, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, ""), outbox.WithNotify(notify))
 	if err != nil {
 		b.Fatal(err)
 	}
 	if err := ob.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
-	store, err := idempotency.New(pg.Pool, idempotency.WithSchema(pg.Name))
+	store, err := idempotency.New(pg.Pool, idempotency.WithTable(pg.Name, ""))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -38,14 +39,14 @@ func defaultOptions() options {
 	return options{table: DefaultTable, maxBody: DefaultMaxBodySize, notify: true, parts: 1}
 }
 
-// WithSchema sets the PostgreSQL schema of the table (default: none, so the connection's
-// search_path decides). [Outbox.Migrate] creates the schema if it does not exist.
-func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
-
-// WithTable sets the table's name (default [DefaultTable]). It is quoted, so it is used exactly as
-// given, case included; it may be at most 51 bytes long so that the index names derived from it
-// fit PostgreSQL's 63-byte identifiers.
-func WithTable(name string) Option { return func(o *options) { o.table = name } }
+// WithTable sets the PostgreSQL schema of the table (default: none, so the connection's
+// search_path decides; [Outbox.Migrate] creates it if it does not exist) and the table's name
+// (default [DefaultTable]; quoted, so used exactly as given, case included; at most 51 bytes, so
+// that the index names derived from it fit PostgreSQL's 63-byte identifiers). An empty schema or
+// table keeps that part as it was.
+func WithTable(schema, table string) Option {
+	return func(o *options) { o.schema, o.table = cmp.Or(schema, o.schema), cmp.Or(table, o.table) }
+}
 
 // WithMaxBodySize sets the largest body, in bytes, that [Outbox.Enqueue] accepts (default
 // [DefaultMaxBodySize]); a larger one is refused with an error wrapping [ErrTooLarge]. Keep it at

@@ -402,7 +402,7 @@ func isUniqueViolation(err error) bool {
 func (ob *Outbox) relayFence() (*fence.Fence, error) {
 	var opts []fence.Option
 	if ob.o.schema != "" {
-		opts = append(opts, fence.WithSchema(ob.o.schema))
+		opts = append(opts, fence.WithTable(ob.o.schema, ""))
 	}
 	f, err := fence.New(ob.pool, opts...)
 	if err != nil {

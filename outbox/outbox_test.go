@@ -20,7 +20,7 @@ import (
 func newOutbox(t testing.TB, opts ...outbox.Option) (*outbox.Outbox, *pgxpool.Pool) {
 	t.Helper()
 	pg := testenv.PG(t)
-	ob, err := outbox.New(pg.Pool, append([]outbox.Option{outbox.WithSchema(pg.Name)}, opts...)...)
+	ob, err := outbox.New(pg.Pool, append([]outbox.Option{outbox.WithTable(pg.Name, "")}, opts...)...)
 	if err != nil {
 		t.Fatalf("outbox.New: %v", err)
 	}
@@ -152,7 +152,7 @@ func TestIntegrationEnqueueRefusesOversizedFields(t *testing.T) {
 
 func TestIntegrationMigrateIsIdempotent(t *testing.T) {
 	pg := testenv.PG(t)
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name+"_own"), outbox.WithTable("Events"))
+	ob, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name+"_own", "Events"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,11 +264,11 @@ func TestIntegrationEnqueueNotifies(t *testing.T) {
 		}
 		return c
 	}
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.ChannelForTest("ch_"+pg.Name))
+	ob, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, ""), outbox.ChannelForTest("ch_"+pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithTable("quiet"), outbox.WithNotify(false),
+	quiet, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, "quiet"), outbox.WithNotify(false),
 		outbox.ChannelForTest("ch_"+pg.Name))
 	if err != nil {
 		t.Fatal(err)

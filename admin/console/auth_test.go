@@ -37,7 +37,7 @@ func sha(s string) string {
 func TestIntegrationConsoleSignIn(t *testing.T) {
 	s := testenv.PG(t)
 	ctx := t.Context()
-	ob, err := outbox.New(s.Pool, outbox.WithSchema(s.Name))
+	ob, err := outbox.New(s.Pool, outbox.WithTable(s.Name, ""))
 	must(t, err, "outbox.New")
 	must(t, ob.Migrate(ctx), "outbox Migrate")
 	const body, auth = `{"card":"4111111111111111"}`, "Bearer shop-api-key-0123456789"

@@ -27,7 +27,7 @@ func Example() {
 	defer done()
 	schema := schemas[0]
 
-	ob, err := outbox.New(pool, outbox.WithSchema(schema))
+	ob, err := outbox.New(pool, outbox.WithTable(schema, ""))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -44,10 +44,7 @@ func openFence(ctx context.Context, e *env, verb string) (*fence.Fence, *pgxpool
 	if e.path != "" && e.zk == "" {
 		return nil, nil, 0, usageErr("fence %s: -path needs ZooKeeper: set -zk or TXKIT_ZK", verb)
 	}
-	opts := []fence.Option{fence.WithTable(e.table)}
-	if e.schema != "" {
-		opts = append(opts, fence.WithSchema(e.schema))
-	}
+	opts := []fence.Option{fence.WithTable(e.schema, e.table)}
 	pgURL, err := e.pg.resolve(e.getenv)
 	if err != nil {
 		return nil, nil, 0, err

@@ -291,7 +291,7 @@ func TestIntegrationDashboardNamesRegisteredMetrics(t *testing.T) {
 
 	// Notify, the participant barrier.
 	_, err = notify.New(s.Pool, []notify.Receiver{{Name: "shop", URL: "https://shop.example/notify",
-		Secrets: []string{"0123456789abcdef0123"}}}, notify.WithSchema(s.Name), notify.WithRegisterer(rec))
+		Secrets: []string{"0123456789abcdef0123"}}}, notify.WithTable(s.Name, ""), notify.WithRegisterer(rec))
 	check("notify.New", err)
 	_, err = barrier.New(s.Pool, barrier.WithRegisterer(rec))
 	check("barrier.New", err)
@@ -304,7 +304,7 @@ func TestIntegrationDashboardNamesRegisteredMetrics(t *testing.T) {
 	_, err = zklock.NewElector(sess, root+"/election", "grafana-test", lock.WithElectionRegisterer(rec))
 	check("zklock.NewElector", err)
 	// A partitioned relay: its partitions' leader job reports the unled partitions.
-	obParts, err := outbox.New(s.Pool, outbox.WithTable("grafana_parts"), outbox.WithPartitions(2))
+	obParts, err := outbox.New(s.Pool, outbox.WithTable("", "grafana_parts"), outbox.WithPartitions(2))
 	check("outbox.New with partitions", err)
 	_, err = outbox.NewRelay(obParts, pub, outbox.WithRegisterer(rec), outbox.WithElectors(func(p int) (lock.Elector, error) {
 		return zklock.NewElector(sess, fmt.Sprintf("%s/relay/p%d", root, p), "grafana-test")

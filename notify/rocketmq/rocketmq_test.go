@@ -40,14 +40,14 @@ func notifierAndStore(t *testing.T, pg *testenv.Schema) (*notify.Notifier, *idem
 	n, err := notify.New(pg.Pool, []notify.Receiver{
 		{Name: "shop", URL: "https://shop.invalid/notify", Secrets: []string{secret}},
 		{Name: "admin", URL: "https://admin.invalid/notify", Secrets: []string{secret}},
-	}, notify.WithSchema(pg.Name))
+	}, notify.WithTable(pg.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.New(pg.Pool, idempotency.WithSchema(pg.Name))
+	store, err := idempotency.New(pg.Pool, idempotency.WithTable(pg.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -498,7 +498,7 @@ func TestParseTermination(t *testing.T) {
 // An agent on a barrier with a schema of its own keeps its table there, created by Migrate.
 func TestIntegrationAgentInBarrierSchema(t *testing.T) {
 	schema := "t_" + strings.ReplaceAll(testenv.Name(t), "-", "_") + "_3pc"
-	f := newFixture(t, barrier.WithSchema(schema))
+	f := newFixture(t, barrier.WithTable(schema, ""))
 	t.Cleanup(func() {
 		if _, err := f.Pool.Exec(context.WithoutCancel(t.Context()), `drop schema if exists `+schema+` cascade`); err != nil {
 			t.Errorf("drop schema %s: %v", schema, err)

@@ -148,7 +148,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 			f.drop[o] = true
 		}
 	}
-	opts := []notify.Option{notify.WithElector(el), notify.WithLogger(log), notify.WithSchema(c.schema),
+	opts := []notify.Option{notify.WithElector(el), notify.WithLogger(log), notify.WithTable(c.schema, ""),
 		notify.WithSchedule(schedule, 0.1), notify.WithTick(c.tick, 100), notify.WithCallTimeout(c.callTimeout),
 		notify.WithBreaker(c.breakerFailures, c.breakerCooldown), notify.WithRegisterer(reg),
 		// No redirects: a signed delivery goes to the account service only.

@@ -127,7 +127,7 @@ func LinkedDrive(t testing.TB, exp *tracetest.InMemoryExporter, gid string) trac
 // test's log, with opts.
 func TracedBarrier(t testing.TB, s *testenv.Schema, tp trace.TracerProvider, opts ...barrier.Option) *barrier.Barrier {
 	t.Helper()
-	bar, err := barrier.New(s.Pool, append([]barrier.Option{barrier.WithSchema(s.Name),
+	bar, err := barrier.New(s.Pool, append([]barrier.Option{barrier.WithTable(s.Name, ""),
 		barrier.WithLogger(testenv.Logger(t)), barrier.WithTracerProvider(tp)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
