@@ -127,13 +127,6 @@ func newHTTPClient() *http.Client {
 	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
-// WithRetention sets how long delivered notifications are kept (default 30 days) and the cron spec
-// of the leader's job that deletes older ones (default "@every 10m"). Failed ones are kept until
-// an operator redelivers them.
-func WithRetention(keep time.Duration, spec string) Option {
-	return func(o *options) { o.retention, o.retentionSpec = keep, spec }
-}
-
 // WithRegisterer registers the notifier's txkit_notify_* metrics (txkit_leader_partitions_unled
 // too, with [WithPartitions]) on reg, all listed in docs/metrics.md. Default: none; still counted.
 // Notifiers on one reg share the series. [New] fails with an error wrapping [ErrInvalidOption]

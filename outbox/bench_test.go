@@ -25,7 +25,7 @@ import (
 
 // BenchmarkEnqueue measures business transactions per second — begin, insert a business row,
 // commit — without an outbox ("bare"), with Enqueue ("enqueue", which NOTIFYs) and with Enqueue
-// under WithNotify(false) ("enqueue-nonotify"), on one pool. "ratio" and "ratio-nonotify"
+// under NotifyForTest(false) ("enqueue-nonotify"), on one pool. "ratio" and "ratio-nonotify"
 // alternate bare and the Enqueue variant in blocks, so load changes on the shared machine weigh on
 // both alike, and report the Enqueue variant's transactions/s as a fraction of bare's.
 // "parallel-ratio" does the same with 16 goroutines, where NOTIFY's commit-time lock can show.
@@ -38,7 +38,7 @@ func BenchmarkEnqueue(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	quiet, err := outbox.New(pg.Pool, outbox.WithTable("", "txkit_outbox_quiet"), outbox.WithNotify(false))
+	quiet, err := outbox.New(pg.Pool, outbox.WithTable("", "txkit_outbox_quiet"), outbox.NotifyForTest(false))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -54,11 +54,6 @@ func WithTable(schema, table string) Option {
 // fails every publish until it is dead.
 func WithMaxBodySize(n int) Option { return func(o *options) { o.maxBody = n } }
 
-// WithNotify turns the NOTIFY that [Outbox.Enqueue] issues on or off (default on). NOTIFY wakes
-// the relay at once, at the price of a global lock at commit in PostgreSQL; under very high enqueue
-// rates, turn it off and let the relay poll with a short [WithSchedule].
-func WithNotify(on bool) Option { return func(o *options) { o.notify = on } }
-
 // MaxPartitions is the largest partition count [WithPartitions] accepts.
 const MaxPartitions = 1024
 

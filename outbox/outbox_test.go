@@ -249,7 +249,7 @@ func TestIntegrationEnqueueAtomicity(t *testing.T) {
 }
 
 // TestIntegrationEnqueueNotifies checks the NOTIFY: one per committed transaction, none on
-// rollback, none with WithNotify(false).
+// rollback, none with NotifyForTest(false).
 func TestIntegrationEnqueueNotifies(t *testing.T) {
 	pg := testenv.PG(t)
 	ctx := t.Context()
@@ -268,7 +268,7 @@ func TestIntegrationEnqueueNotifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, "quiet"), outbox.WithNotify(false),
+	quiet, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, "quiet"), outbox.NotifyForTest(false),
 		outbox.ChannelForTest("ch_"+pg.Name))
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,7 @@ func NewElector(s *Session, electionPath, id string, opts ...lock.ElectionOption
 	if id == "" {
 		return nil, fmt.Errorf("zklock: elector on %s: empty candidate id: %w", electionPath, lock.ErrInvalidOption)
 	}
-	m, err := NewMutex(s, electionPath, WithData([]byte(id)), WithNodeWatch())
+	m, err := NewMutex(s, electionPath, WithData([]byte(id)), withNodeWatch())
 	if err != nil {
 		return nil, err
 	}

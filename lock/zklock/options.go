@@ -191,6 +191,6 @@ func WithData(b []byte) Option {
 	return func(o *options) { o.data = append([]byte(nil), b...) }
 }
 
-// WithNodeWatch makes a holder watch its own node, so that its deletion by anyone ends the hold at
+// withNodeWatch makes a holder watch its own node, so that its deletion by anyone ends the hold at
 // once. It costs one more ZooKeeper round trip per acquisition; the [lock.Elector] always uses it.
-func WithNodeWatch() Option { return func(o *options) { o.nodeWatch = true } }
+func withNodeWatch() Option { return func(o *options) { o.nodeWatch = true } }
