@@ -26,7 +26,7 @@ func NewElector(s *Session, electionPath, id string, opts ...lock.ElectionOption
 		return nil, err
 	}
 	z := &zkElection{s: s, path: electionPath, m: m}
-	return lock.NewElection(m, electionPath, id, z.Leader, append([]lock.ElectionOption{lock.WithElectionLogger(s.log), lock.WithObserver(z.Observe)}, opts...)...)
+	return lock.NewElection(m, electionPath, id, z.Leader, z.Observe, s.log, opts...)
 }
 
 // zkElection reads who leads a ZooKeeper election: the data of the lowest contender's node.
