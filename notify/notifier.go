@@ -315,7 +315,7 @@ func (n *Notifier) createSchema() string {
 // ([MaxPayloadLen], [MaxKeyLen], [MaxReceiverLen]) one wrapping [ErrTooLarge] as well, before
 // anything is written; a nil tx one wrapping [ErrNilTx]. It blocks for two statements. The trace
 // context of ctx (its span, if any) is stored with the notification: every delivery attempt is a
-// span in that trace ([WithTracerProvider]).
+// span in that trace ([WithTelemetry]).
 func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.UUID, error) {
 	if tx == nil || (reflect.ValueOf(tx).Kind() == reflect.Pointer && reflect.ValueOf(tx).IsNil()) {
 		return uuid.Nil, fmt.Errorf("notify: enqueue %s/%s: %w", nt.Receiver, nt.Key, ErrNilTx)

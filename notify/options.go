@@ -127,16 +127,24 @@ func newHTTPClient() *http.Client {
 	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
-// WithRegisterer registers the notifier's txkit_notify_* metrics (txkit_leader_partitions_unled
-// too, with [WithPartitions]) on reg, all listed in docs/metrics.md. Default: none; still counted.
-// Notifiers on one reg share the series. [New] fails with an error wrapping [ErrInvalidOption]
-// when a name is taken on reg by a metric of another kind or labels.
-func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
-
-// WithTracerProvider sets the OpenTelemetry tracer provider (default, or nil: the global one).
-// Each delivery attempt is a span "notify deliver", a child of the trace context
-// [Notifier.Enqueue] stored, sent on to the receiver in traceparent headers (docs/tracing.md).
-func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tp = tp } }
+// WithTelemetry sets where the notifier's metrics and traces go. reg registers its txkit_notify_*
+// metrics (txkit_leader_partitions_unled too, with [WithPartitions]), all listed in
+// docs/metrics.md (default: none; still counted); notifiers on one reg share the series, and [New]
+// fails with an error wrapping [ErrInvalidOption] when a name is taken on reg by a metric of
+// another kind or labels. tp is the OpenTelemetry tracer provider (default: the global one): each
+// delivery attempt is a span "notify deliver", a child of the trace context [Notifier.Enqueue]
+// stored, sent on to the receiver in traceparent headers (docs/tracing.md). A nil reg or tp keeps
+// that part as it was.
+func WithTelemetry(reg prometheus.Registerer, tp trace.TracerProvider) Option {
+	return func(o *options) {
+		if reg != nil {
+			o.reg = reg
+		}
+		if tp != nil {
+			o.tp = tp
+		}
+	}
+}
 
 func (o options) validate() error {
 	if o.electorSet && o.elector == nil {

@@ -206,13 +206,24 @@ func WithRetry(attempts int, base, cap time.Duration) RelayOption {
 	return func(o *relayOptions) { o.maxAttempts, o.backoffBase, o.backoffCap = attempts, base, cap }
 }
 
-// WithRegisterer registers the relay's txkit_outbox_* metrics (txkit_leader_partitions_unled too,
-// with [WithElectors]) on reg, all listed in docs/metrics.md. Default: none; [Relay.Stats] still
-// counts, and the relay skips the backlog query the gauges need. Relays on one reg share the
-// series. [NewRelay] fails with an error wrapping [ErrInvalidOption] when a name is taken on reg
-// by a metric of another kind or labels.
-func WithRegisterer(reg prometheus.Registerer) RelayOption {
-	return func(o *relayOptions) { o.reg = reg }
+// WithTelemetry sets where the relay's metrics and traces go. reg registers its txkit_outbox_*
+// metrics (txkit_leader_partitions_unled too, with [WithElectors]), all listed in docs/metrics.md
+// (default: none; [Relay.Stats] still counts, and the relay skips the backlog query the gauges
+// need); relays on one reg share the series, and [NewRelay] fails with an error wrapping
+// [ErrInvalidOption] when a name is taken on reg by a metric of another kind or labels. tp is the
+// OpenTelemetry tracer provider (default: the global one): each publish runs under a span "outbox
+// relay publish", a child of the trace context [Outbox.Enqueue] stored with the message, so the
+// request's trace runs on to the consumer (docs/tracing.md). A nil reg or tp keeps that part as it
+// was.
+func WithTelemetry(reg prometheus.Registerer, tp trace.TracerProvider) RelayOption {
+	return func(o *relayOptions) {
+		if reg != nil {
+			o.reg = reg
+		}
+		if tp != nil {
+			o.tp = tp
+		}
+	}
 }
 
 // WithElectors sets the elections of a partitioned outbox's relay ([WithPartitions]): el(p) is

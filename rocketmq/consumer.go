@@ -26,7 +26,7 @@ import (
 // message's ID. Returning nil commits tx (the claim and the handler's writes together); returning
 // an error rolls both back and has the message redelivered, unless the error wraps [ErrPoison].
 // ctx ends after 1 min, when tx is rolled back and the message redelivered; it does not end when
-// [Consumer.Run]'s ctx does, so that a handler in flight can finish; it carries the "rocketmq consume" span (see [WithTracerProvider]).
+// [Consumer.Run]'s ctx does, so that a handler in flight can finish; it carries the "rocketmq consume" span (see [WithTelemetry]).
 // The handler must not commit or roll back tx.
 type Handler func(ctx context.Context, tx pgx.Tx, msg message.Message) error
 

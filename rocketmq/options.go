@@ -38,7 +38,7 @@ type TxProducerOption interface {
 }
 
 // Option is an option that fits a [Publisher], a [Consumer] and a [TxProducer] alike:
-// [WithLogger], [WithCredentials], [WithRegisterer] and [WithTracerProvider].
+// [WithLogger], [WithCredentials] and [WithTelemetry].
 type Option interface {
 	PublisherOption
 	ConsumerOption

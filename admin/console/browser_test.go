@@ -239,7 +239,7 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	must(t, err, "Enqueue")
 	relayPath := svc.Root + "/relay"
 	reg := prometheus.NewRegistry() // both relays' metrics, the overview's figures
-	first := relayOn(t, ob, failingPublisher{}, relayPath, "relay-failing", outbox.WithRegisterer(reg),
+	first := relayOn(t, ob, failingPublisher{}, relayPath, "relay-failing", outbox.WithTelemetry(reg, nil),
 		outbox.WithRetry(3, 10*time.Millisecond, 50*time.Millisecond), outbox.WithSchedule("@every 100ms", 128))
 	firstCtx, stopFirst := context.WithCancel(context.Background())
 	testenv.Run(t, func(context.Context) error { return first.Run(firstCtx) }) // until stopFirst (it resigns)
@@ -281,7 +281,7 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	pub, err := rocketmq.NewPublisher(ctx, testenv.Namesrv(t))
 	must(t, err, "rocketmq.NewPublisher")
 	t.Cleanup(func() { _ = pub.Close() })
-	second := relayOn(t, ob, pub, relayPath, "relay-rocketmq", outbox.WithSchedule("@every 200ms", 128), outbox.WithRegisterer(reg),
+	second := relayOn(t, ob, pub, relayPath, "relay-rocketmq", outbox.WithSchedule("@every 200ms", 128), outbox.WithTelemetry(reg, nil),
 		outbox.WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
 	testenv.Run(t, second.Run)
 	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {

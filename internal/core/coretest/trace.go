@@ -19,7 +19,7 @@ import (
 )
 
 // Tracing returns an in-memory exporter and a tracer provider that exports each span to it as
-// the span ends (give it to coordinator.WithTracerProvider and the other components' options;
+// the span ends (give it to coordinator.WithTelemetry and the other components' options;
 // never set it as the global provider). The provider is shut down when t ends.
 func Tracing(t testing.TB) (*tracetest.InMemoryExporter, trace.TracerProvider) {
 	exp := tracetest.NewInMemoryExporter()
