@@ -17,6 +17,7 @@ import (
 
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/notify"
@@ -146,7 +147,7 @@ func ExampleWithPartitions() {
 		}
 	}()
 	for _, id := range []string{"instance-a", "instance-b"} {
-		sess, err := zklock.NewSession(ctx, strings.Split(zkServers, ","), zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
+		sess, err := zklock.NewSession(ctx, strings.Split(zkServers, ","), zklock.WithDigestAuth(zkenv.Digest()))
 		if err != nil {
 			fmt.Println(err)
 			return

@@ -50,7 +50,7 @@ func child() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	s, err := zklock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), zklock.WithSessionTimeout(3*time.Second), zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
+	s, err := zklock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), zklock.WithSessionTimeout(3*time.Second), zklock.WithDigestAuth(zkenv.Digest()))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

@@ -203,7 +203,7 @@ func ExampleWithTelemetry() {
 	}
 	defer done()
 	schema := schemas[0]
-	sess, err := zklock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
+	sess, err := zklock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), zklock.WithDigestAuth(zkenv.Digest()))
 	if err != nil {
 		fmt.Println(err)
 		return

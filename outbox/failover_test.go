@@ -71,7 +71,7 @@ func relayWorker(ctx context.Context, c relayWorkerConfig) error {
 	}
 	defer pool.Close()
 	sess, err := zklock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","),
-		zklock.WithSessionTimeout(c.SessionTimeout), zklock.WithLogger(log), zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
+		zklock.WithSessionTimeout(c.SessionTimeout), zklock.WithLogger(log), zklock.WithDigestAuth(zkenv.Digest()))
 	if err != nil {
 		return err
 	}

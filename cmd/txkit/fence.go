@@ -135,7 +135,8 @@ func fenceShow(ctx context.Context, e *env) error {
 // the process list), and whether the variable is set.
 func zkAuth(getenv func(string) string) (zklock.SessionOption, bool) {
 	v := getenv("TXKIT_ZK_AUTH")
-	return zklock.WithAuth("digest", []byte(v)), v != ""
+	user, password, _ := strings.Cut(v, ":")
+	return zklock.WithDigestAuth(user, password), v != ""
 }
 
 // lockEpoch reads lockPath's epoch through a ZooKeeper session of its own.
