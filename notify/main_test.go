@@ -61,7 +61,7 @@ func child() int {
 		return 2
 	}
 	n, err := notify.New(pool, []notify.Receiver{{Name: "shop", URL: os.Getenv(childReceiver), Secrets: []string{secret}, Echo: "success"}},
-		notify.WithTable(os.Getenv(childEnv), ""), notify.WithElector(el), notify.WithCallTimeout(2*time.Second), notify.WithPlainHTTP(),
+		notify.WithTable(os.Getenv(childEnv), ""), notify.WithElector(el), notify.CallTimeoutForTest(2*time.Second), notify.WithPlainHTTP(),
 		notify.WithSchedule([]time.Duration{100 * time.Millisecond}, 0.1))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -147,7 +147,7 @@ func (w *world) notifier(rcvs []notify.Receiver, opts ...notify.Option) *notify.
 	w.t.Helper()
 	opts = append([]notify.Option{notify.WithTable(w.sender.Name, ""), notify.WithLogger(testenv.Logger(w.t)), notify.WithPlainHTTP(),
 		notify.WithSchedule([]time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}, 0.1),
-		notify.WithCallTimeout(2 * time.Second)}, opts...)
+		notify.CallTimeoutForTest(2 * time.Second)}, opts...)
 	n, err := notify.New(w.sender.Pool, rcvs, opts...)
 	if err != nil {
 		w.t.Fatalf("notify.New: %v", err)

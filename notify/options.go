@@ -99,9 +99,6 @@ func WithTick(spec string, batch int) Option {
 	return func(o *options) { o.tick, o.batch = spec, batch }
 }
 
-// WithCallTimeout bounds each delivery's HTTP call (default 10s).
-func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
-
 // WithBreaker sets the circuit breaker: after failures consecutive failed deliveries to one
 // receiver (default 5), none is sent to it for cooldown (default 1m); then one at a time until one
 // succeeds. The attempts the breaker holds back are not counted against the schedule.
@@ -110,10 +107,17 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 }
 
 // WithHTTPClient sets the client deliveries are posted with (default: a client of its own that
-// does not follow redirects). A client that follows redirects re-posts a signed delivery wherever
+// does not follow redirects); its Timeout, when set, bounds each delivery (default 10s). A client that follows redirects re-posts a signed delivery wherever
 // a 307 or 308 points; set its CheckRedirect to return http.ErrUseLastResponse, as the default
 // client does, unless every receiver is trusted with that.
-func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.client = c } }
+func WithHTTPClient(c *http.Client) Option {
+	return func(o *options) {
+		o.client = c
+		if c != nil && c.Timeout > 0 {
+			o.callTimeout = c.Timeout
+		}
+	}
+}
 
 // WithPlainHTTP lets receivers' URLs be plain http:// (default: only https:// is accepted, and
 // [New] refuses an http:// URL with [ErrInvalidOption]). Deliveries are signed either way, but

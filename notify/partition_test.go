@@ -59,7 +59,7 @@ func partWorker(ctx context.Context, c partWorkerConfig) error {
 		paths = append(paths, path(p))
 	}
 	n, err := notify.New(pool, partReceivers(c.URL, c.Receivers), notify.WithTable(c.Schema, ""), notify.WithPlainHTTP(),
-		notify.WithLogger(log), notify.WithCallTimeout(2*time.Second), notify.WithTick("@every 100ms", 100),
+		notify.WithLogger(log), notify.CallTimeoutForTest(2*time.Second), notify.WithTick("@every 100ms", 100),
 		notify.WithSchedule([]time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}, 0.1),
 		notify.WithPartitions(c.Parts, func(p int) (lock.Elector, error) { return zklock.NewElector(sess, path(p), id) },
 			notify.ContenderCount(sess.Inspector(), paths...)))
