@@ -26,7 +26,7 @@ func TestNewOptions(t *testing.T) {
 		want string // "" for no error
 	}{
 		{"defaults", nil, ""},
-		{"everything", []admin.Option{admin.WithSchema("ops"), admin.WithLogs(admin.LogSource{Name: "orders", Prefix: "orders_"}),
+		{"everything", []admin.Option{admin.WithSchema("ops"), admin.WithTables(admin.Tables{Logs: []admin.LogSource{{Name: "orders", Prefix: "orders_"}}}),
 			admin.WithTables(admin.Tables{Outbox: "events", Notify: "callbacks", Audit: "audit"}),
 			admin.WithTokens(map[string]string{"oncall": "0123456789abcdef"}), admin.WithHMACSecrets("robot", "fedcba9876543210"),
 			admin.WithLogger(slog.Default())}, ""},
@@ -35,8 +35,8 @@ func TestNewOptions(t *testing.T) {
 		{"bad outbox table", []admin.Option{admin.WithTables(admin.Tables{Outbox: strings.Repeat("o", 64)})}, "outbox: table"},
 		{"bad notify table", []admin.Option{admin.WithTables(admin.Tables{Notify: strings.Repeat("n", 60)})}, "notify: table"},
 		{"bad audit table", []admin.Option{admin.WithTables(admin.Tables{Audit: strings.Repeat("a", 60)})}, "audit table"},
-		{"bad log prefix", []admin.Option{admin.WithLogs(admin.LogSource{Name: "x", Prefix: strings.Repeat("p", 60)})}, "log x"},
-		{"two logs one name", []admin.Option{admin.WithLogs(admin.LogSource{Name: "x", Prefix: "a_"}, admin.LogSource{Name: "x", Prefix: "b_"})}, "used twice"},
+		{"bad log prefix", []admin.Option{admin.WithTables(admin.Tables{Logs: []admin.LogSource{{Name: "x", Prefix: strings.Repeat("p", 60)}}})}, "log x"},
+		{"two logs one name", []admin.Option{admin.WithTables(admin.Tables{Logs: []admin.LogSource{{Name: "x", Prefix: "a_"}, {Name: "x", Prefix: "b_"}}})}, "used twice"},
 		{"short token", []admin.Option{admin.WithTokens(map[string]string{"oncall": "short"})}, "shorter than 16"},
 		{"shared token", []admin.Option{admin.WithTokens(map[string]string{"a": "0123456789abcdef", "b": "0123456789abcdef"})}, "token of b: given to a too"},
 		{"shared HMAC secret", []admin.Option{admin.WithHMACSecrets("robot-b", "0123456789abcdef"),
