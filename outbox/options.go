@@ -32,11 +32,13 @@ type options struct {
 // DefaultTable is the outbox table's default name.
 const DefaultTable = "txkit_outbox"
 
-// DefaultMaxBodySize is the default body size limit: 4 MiB, RocketMQ's default maxMessageSize.
-const DefaultMaxBodySize = 4 << 20
+// MaxBodySize is the largest body [Outbox.Enqueue] accepts: 4 MiB, RocketMQ's default
+// maxMessageSize, so that every message accepted here can be published; a larger one is refused
+// with an error wrapping [ErrTooLarge].
+const MaxBodySize = 4 << 20
 
 func defaultOptions() options {
-	return options{table: DefaultTable, maxBody: DefaultMaxBodySize, notify: true, parts: 1}
+	return options{table: DefaultTable, maxBody: MaxBodySize, notify: true, parts: 1}
 }
 
 // WithTable sets the PostgreSQL schema of the table (default: none, so the connection's
@@ -47,12 +49,6 @@ func defaultOptions() options {
 func WithTable(schema, table string) Option {
 	return func(o *options) { o.schema, o.table = cmp.Or(schema, o.schema), cmp.Or(table, o.table) }
 }
-
-// WithMaxBodySize sets the largest body, in bytes, that [Outbox.Enqueue] accepts (default
-// [DefaultMaxBodySize]); a larger one is refused with an error wrapping [ErrTooLarge]. Keep it at
-// or below the broker's own limit, or a message too large for the broker is accepted here and then
-// fails every publish until it is dead.
-func WithMaxBodySize(n int) Option { return func(o *options) { o.maxBody = n } }
 
 // MaxPartitions is the largest partition count [WithPartitions] accepts.
 const MaxPartitions = 1024
@@ -77,7 +73,7 @@ const (
 	maxTableLen  = maxIdentLen - len(pendingIndex) // 51 bytes
 )
 
-// Limits on what [Outbox.Enqueue] accepts, besides the body's ([WithMaxBodySize]). They hold any
+// Limits on what [Outbox.Enqueue] accepts, besides the body's ([MaxBodySize]). They hold any
 // message Enqueue accepts within what RocketMQ carries — the smallest limits among the brokers a
 // relay commonly feeds: a topic of at most 127 characters (Kafka allows 249), and at most 32 KiB
 // of properties, where the key and the headers travel. A message over one of them is refused with

@@ -32,7 +32,7 @@ func TestNewOptions(t *testing.T) {
 		{"schema with NUL", []Option{WithTable("a\x00b", "")}, true, "", ""},
 		{"table not UTF-8", []Option{WithTable("", "\xff")}, true, "", ""},
 		{"channel too long", []Option{ChannelForTest(strings.Repeat("c", 64))}, true, "", ""},
-		{"zero body limit", []Option{WithMaxBodySize(0)}, true, "", ""},
+		{"zero body limit", []Option{MaxBodySizeForTest(0)}, true, "", ""},
 		{"12 partitions", []Option{WithPartitions(12)}, false, "txkit_outbox", "txkit_outbox"},
 		{"most partitions", []Option{WithPartitions(MaxPartitions)}, false, "txkit_outbox", "txkit_outbox"},
 		{"0 partitions", []Option{WithPartitions(0)}, true, "", ""},

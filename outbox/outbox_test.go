@@ -62,7 +62,7 @@ func (d refuseDB) QueryRow(context.Context, string, ...any) pgx.Row {
 }
 
 func TestEnqueueRefusesInvalidMessages(t *testing.T) {
-	ob, err := outbox.New(&pgxpool.Pool{}, outbox.WithMaxBodySize(8))
+	ob, err := outbox.New(&pgxpool.Pool{}, outbox.MaxBodySizeForTest(8))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestEnqueueRefusesInvalidMessages(t *testing.T) {
 // ErrInvalidMessage) that names the field, its size and the limit, and nothing is written: not in
 // a transaction the test then commits, and Enqueue does not even touch the database.
 func TestIntegrationEnqueueRefusesOversizedFields(t *testing.T) {
-	ob, pool := newOutbox(t, outbox.WithMaxBodySize(1000))
+	ob, pool := newOutbox(t, outbox.MaxBodySizeForTest(1000))
 	manyHeaders := map[string]string{}
 	for i := range 65 {
 		manyHeaders[fmt.Sprintf("h%d", i)] = "v"
