@@ -153,25 +153,18 @@ func WithInspected(elections []Election, locks []Lock) Option {
 	}
 }
 
-// WithTokens sets the bearer tokens of the actors allowed to mutate: actor name -> token. A
-// request carrying "Authorization: Bearer <token>" acts as that token's actor. Tokens are
-// compared in constant time. These actors may read and reveal too. Without tokens and HMAC secrets
-// every action and reveal is refused.
-func WithTokens(tokens map[string]string) Option {
+// WithTokens adds the bearer tokens of the actors, actor name -> token (either map may be nil):
+// write's actors may mutate, and read and reveal too; read's may only read. A request carrying
+// "Authorization: Bearer <token>" acts as that token's actor; tokens are compared in constant time.
+// Every read of [Admin.Handler] and of the console needs a credential — one of these tokens, an
+// HMAC signature or a session of [Admin.Login] — and an Admin without any answers every read 401;
+// without write tokens and HMAC secrets every action and reveal is refused.
+func WithTokens(write, read map[string]string) Option {
 	return func(o *options) {
-		for a, t := range tokens {
+		for a, t := range write {
 			o.tokens[a] = t
 		}
-	}
-}
-
-// WithReadTokens sets the bearer tokens of actors who may only read: actor name -> token. Every
-// read of [Admin.Handler] and of the console needs a credential — one of these, a token of
-// [WithTokens], an HMAC signature or a session of [Admin.Login] — and an Admin without any
-// answers every read 401.
-func WithReadTokens(tokens map[string]string) Option {
-	return func(o *options) {
-		for a, t := range tokens {
+		for a, t := range read {
 			o.readTokens[a] = t
 		}
 	}

@@ -190,7 +190,7 @@ func runUntil(t *testing.T, run func(context.Context) error, cond func() bool, m
 func (w *world) newAdmin(t *testing.T, opts ...admin.Option) *admin.Admin {
 	t.Helper()
 	a, err := admin.New(w.s.Pool, append([]admin.Option{admin.WithSchema(w.s.Name),
-		admin.WithTokens(map[string]string{"oncall": oncallToken}), admin.WithLogger(testenv.Logger(t))}, opts...)...)
+		admin.WithTokens(map[string]string{"oncall": oncallToken}, nil), admin.WithLogger(testenv.Logger(t))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -249,7 +249,7 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	must(t, err, "zklock.NewSession")
 	t.Cleanup(func() { _ = sess.Close() })
 	token := "console-browser-" + strings.ReplaceAll(uuid.NewString(), "-", "")
-	a, err := admin.New(svc.Pool, admin.WithSchema(svc.Schema), admin.WithTokens(map[string]string{"browser-test": token}),
+	a, err := admin.New(svc.Pool, admin.WithSchema(svc.Schema), admin.WithTokens(map[string]string{"browser-test": token}, nil),
 		admin.WithInspected([]admin.Election{
 			{Name: "tcc recovery", Path: svc.Election + "/tcc", Inspector: sess.Inspector()},
 			{Name: "saga recovery", Path: svc.Election + "/saga", Inspector: sess.Inspector()},

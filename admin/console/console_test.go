@@ -111,7 +111,7 @@ func TestIntegrationConsoleEscapes(t *testing.T) {
 		` (id, n, status_code, latency_ms, error) values ($1, 1, 502, 12.5, $2)`, nid, "answered "+hostileScript)
 	must(t, err, "record the attempt")
 
-	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithReadTokens(map[string]string{"viewer": viewerToken}))
+	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithTokens(nil, map[string]string{"viewer": viewerToken}))
 	must(t, err, "admin.New")
 	h, err := console.Handler(a)
 	must(t, err, "console.Handler")
