@@ -60,7 +60,7 @@ func TestIntegrationAPIUnauthenticatedFlood(t *testing.T) {
 	s := testenv.PG(t)
 	reg := prometheus.NewRegistry()
 	logged := &lineCounter{}
-	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithTokens(map[string]string{"oncall": oncallToken}),
+	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithTokens(map[string]string{"oncall": oncallToken}, nil),
 		admin.WithRegisterer(reg), admin.WithLogger(slog.New(slog.NewTextHandler(logged, nil))))
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func TestIntegrationAPIRateLimit(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithTokens(map[string]string{"oncall": oncallToken}),
+	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithTokens(map[string]string{"oncall": oncallToken}, nil),
 		admin.WithRegisterer(reg), admin.WithRateLimit(0.5, 3), admin.ClockForTest(clock), admin.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +199,7 @@ func TestIntegrationAPIRateLimit(t *testing.T) {
 // newDeadMessage returns an outbox in s with one message, made dead.
 func newDeadMessage(t *testing.T, s *testenv.Schema) uuid.UUID {
 	t.Helper()
-	ob, err := outbox.New(s.Pool, outbox.WithSchema(s.Name))
+	ob, err := outbox.New(s.Pool, outbox.WithTable(s.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func (a *Admin) AllowedHost(host string) bool {
 }
 
 // ReadActor returns the actor whose credential r carries, for a read: "Authorization: Bearer"
-// with a token of [WithTokens] or [WithReadTokens], an HMAC signature ([WithHMACSecrets]), or the
+// with a token of [WithTokens], an HMAC signature ([WithHMACSecrets]), or the
 // session cookie of [Admin.Login]. Anything else returns an error wrapping [ErrUnauthorized]. It
 // does not block.
 func (a *Admin) ReadActor(r *http.Request) (string, error) {
@@ -66,8 +66,7 @@ func (a *Admin) ReadActor(r *http.Request) (string, error) {
 	return "", fmt.Errorf("admin: no credentials: send \"Authorization: Bearer <token>\": %w", ErrUnauthorized)
 }
 
-// Login returns a session cookie for the actor of token (one of [WithTokens] or
-// [WithReadTokens]): [Admin.ReadActor] accepts it for reads, for 12 hours or until the token is
+// Login returns a session cookie for the actor of token (one of [WithTokens]): [Admin.ReadActor] accepts it for reads, for 12 hours or until the token is
 // no longer configured; it never authorizes a mutation or a reveal. The cookie is HttpOnly,
 // SameSite=Strict, for path "/"; the caller sets Secure when it serves TLS. A token not accepted
 // returns an error wrapping [ErrUnauthorized]. It does not block.

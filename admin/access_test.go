@@ -25,7 +25,7 @@ var viewer = []string{"Authorization", "Bearer " + viewerToken}
 func TestIntegrationAPIReadsNeedCredentials(t *testing.T) {
 	w := newWorld(t)
 	now := time.Now()
-	a := w.newAdmin(t, admin.WithReadTokens(map[string]string{"viewer": viewerToken}), admin.ClockForTest(func() time.Time { return now }))
+	a := w.newAdmin(t, admin.WithTokens(nil, map[string]string{"viewer": viewerToken}), admin.ClockForTest(func() time.Time { return now }))
 	c := serve(t, a)
 	for _, path := range []string{"/api/outbox/dead", "/api/transactions/" + w.trying, "/api/notifications/" + w.failed.String(), "/api/overview"} {
 		for _, hdr := range [][]string{nil, {"Authorization", "Bearer wrong-token-0123456789"}, {"Authorization", "Basic dmlld2VyOng="}} {
@@ -146,7 +146,7 @@ func sum(s string) string {
 // read token, it is refused.
 func TestIntegrationAPIRedactReveal(t *testing.T) {
 	w := newWorld(t)
-	a := w.newAdmin(t, admin.WithReadTokens(map[string]string{"viewer": viewerToken}))
+	a := w.newAdmin(t, admin.WithTokens(nil, map[string]string{"viewer": viewerToken}))
 	c := serve(t, a)
 	const payload = `{"sku":"<b>x</b>"}`
 	secrets := []string{"4111111111111111", "shop-api-key", "<b>x</b>", "paid", // the values

@@ -85,16 +85,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Admin, error) {
 		b, _ := pgutil.Table(o.schema, src.Prefix+"branch")
 		a.logs = append(a.logs, txLog{src: src, log: l, global: g, branch: b})
 	}
-	obOpts := []outbox.Option{outbox.WithTable(o.outboxTable)}
-	ntOpts := []notify.Option{notify.WithTable(o.notifyTable)}
-	if o.schema != "" {
-		obOpts = append(obOpts, outbox.WithSchema(o.schema))
-		ntOpts = append(ntOpts, notify.WithSchema(o.schema))
-	}
-	if a.ob, err = outbox.New(pool, obOpts...); err != nil {
+	if a.ob, err = outbox.New(pool, outbox.WithTable(o.schema, o.outboxTable)); err != nil {
 		return nil, fmt.Errorf("admin: %w: %w", err, ErrInvalidOption)
 	}
-	if a.nt, err = notify.New(pool, nil, ntOpts...); err != nil { // operator calls need no receiver
+	if a.nt, err = notify.New(pool, nil, notify.WithTable(o.schema, o.notifyTable)); err != nil { // operator calls need no receiver
 		return nil, fmt.Errorf("admin: %w: %w", err, ErrInvalidOption)
 	}
 	a.obT, _ = pgutil.Table(o.schema, o.outboxTable)

@@ -13,7 +13,7 @@
 // election of the tcc coordinator, served on loopback ([WithAllowedHosts] names other hosts):
 //
 //	a, err := admin.New(pool,
-//		admin.WithTokens(map[string]string{"oncall": token}),
+//		admin.WithTokens(map[string]string{"oncall": token}, nil),
 //		admin.WithInspected([]admin.Election{{Name: "tcc recovery", Path: "/txkit/tcc/leader", Inspector: sess.Inspector()}}, nil))
 //	if err != nil { return err }
 //	if err := a.Migrate(ctx); err != nil { return err } // the audit table

@@ -51,7 +51,7 @@ func Example() {
 		return
 	}
 
-	a, err := admin.New(pool, admin.WithSchema(schema), admin.WithTokens(map[string]string{"oncall": "a-long-random-token-0123"}))
+	a, err := admin.New(pool, admin.WithSchema(schema), admin.WithTokens(map[string]string{"oncall": "a-long-random-token-0123"}, nil))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -48,7 +48,7 @@ func TestIntegrationAPIMalformedGID(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logged syncBuffer
-	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithReadTokens(map[string]string{"dashboard": oncallToken}),
+	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithTokens(nil, map[string]string{"dashboard": oncallToken}),
 		admin.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
 	if err != nil {
 		t.Fatal(err)

@@ -119,24 +119,25 @@ const (
 // so the connections' search_path decides).
 func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
 
-// WithLogs sets the coordinator logs read by [Admin.Transactions] and [Admin.Transaction]
-// (default [StandardLogs]). A log whose tables do not exist is skipped, not an error.
-func WithLogs(logs ...LogSource) Option {
-	return func(o *options) { o.logs = append([]LogSource(nil), logs...) }
-}
-
-// Tables names the tables an [Admin] reads and writes besides the coordinator logs ([WithLogs]),
-// for a service that renamed them; an empty field keeps its default.
+// Tables names the tables an [Admin] reads and writes, for a service that renamed them; an empty
+// field keeps its default.
 type Tables struct {
+	// Logs are the coordinator logs read by [Admin.Transactions] and [Admin.Transaction] (nil:
+	// [StandardLogs]). A log whose tables do not exist is skipped, not an error.
+	Logs   []LogSource
 	Outbox string // the outbox's (default outbox.DefaultTable)
 	Notify string // the notifications' (default [DefaultNotifyTable])
 	Audit  string // the one recording mutating calls (default [DefaultAuditTable])
 }
 
-// WithTables sets the outbox, notifications and audit tables' names (default [Tables] zero: every
-// default), for a service whose outbox or notifier was given another table.
+// WithTables sets the coordinator logs and the outbox, notifications and audit tables' names
+// (default [Tables] zero: every default), for a service whose coordinators, outbox or notifier
+// were given other tables.
 func WithTables(t Tables) Option {
 	return func(o *options) {
+		if t.Logs != nil {
+			o.logs = append([]LogSource(nil), t.Logs...)
+		}
 		o.outboxTable = cmp.Or(t.Outbox, o.outboxTable)
 		o.notifyTable = cmp.Or(t.Notify, o.notifyTable)
 		o.auditTable = cmp.Or(t.Audit, o.auditTable)
@@ -152,25 +153,18 @@ func WithInspected(elections []Election, locks []Lock) Option {
 	}
 }
 
-// WithTokens sets the bearer tokens of the actors allowed to mutate: actor name -> token. A
-// request carrying "Authorization: Bearer <token>" acts as that token's actor. Tokens are
-// compared in constant time. These actors may read and reveal too. Without tokens and HMAC secrets
-// every action and reveal is refused.
-func WithTokens(tokens map[string]string) Option {
+// WithTokens adds the bearer tokens of the actors, actor name -> token (either map may be nil):
+// write's actors may mutate, and read and reveal too; read's may only read. A request carrying
+// "Authorization: Bearer <token>" acts as that token's actor; tokens are compared in constant time.
+// Every read of [Admin.Handler] and of the console needs a credential — one of these tokens, an
+// HMAC signature or a session of [Admin.Login] — and an Admin without any answers every read 401;
+// without write tokens and HMAC secrets every action and reveal is refused.
+func WithTokens(write, read map[string]string) Option {
 	return func(o *options) {
-		for a, t := range tokens {
+		for a, t := range write {
 			o.tokens[a] = t
 		}
-	}
-}
-
-// WithReadTokens sets the bearer tokens of actors who may only read: actor name -> token. Every
-// read of [Admin.Handler] and of the console needs a credential — one of these, a token of
-// [WithTokens], an HMAC signature or a session of [Admin.Login] — and an Admin without any
-// answers every read 401.
-func WithReadTokens(tokens map[string]string) Option {
-	return func(o *options) {
-		for a, t := range tokens {
+		for a, t := range read {
 			o.readTokens[a] = t
 		}
 	}

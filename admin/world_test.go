@@ -113,7 +113,7 @@ func newWorld(t *testing.T) *world {
 
 	// Outbox: a relay whose publisher refuses makes two messages dead; then, with the relay
 	// stopped, a third stays pending.
-	ob, err := outbox.New(w.s.Pool, outbox.WithSchema(w.s.Name))
+	ob, err := outbox.New(w.s.Pool, outbox.WithTable(w.s.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func newWorld(t *testing.T) *world {
 	}))
 	t.Cleanup(refuse.Close)
 	n, err := notify.New(w.s.Pool, []notify.Receiver{{Name: "shop", URL: refuse.URL, Secrets: []string{"admin-test-secret-0123456789"}}},
-		notify.WithSchema(w.s.Name), notify.WithPlainHTTP(), notify.WithSchedule([]time.Duration{}, 0),
+		notify.WithTable(w.s.Name, ""), notify.WithPlainHTTP(), notify.WithSchedule([]time.Duration{}, 0),
 		notify.WithTick("@every 50ms", 100), notify.WithElector(zkenv.Elector(t, root+"/notify", "notifier-1")),
 		notify.WithLogger(testenv.Logger(t)))
 	if err != nil {
@@ -190,7 +190,7 @@ func runUntil(t *testing.T, run func(context.Context) error, cond func() bool, m
 func (w *world) newAdmin(t *testing.T, opts ...admin.Option) *admin.Admin {
 	t.Helper()
 	a, err := admin.New(w.s.Pool, append([]admin.Option{admin.WithSchema(w.s.Name),
-		admin.WithTokens(map[string]string{"oncall": oncallToken}), admin.WithLogger(testenv.Logger(t))}, opts...)...)
+		admin.WithTokens(map[string]string{"oncall": oncallToken}, nil), admin.WithLogger(testenv.Logger(t))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestIntegrationMetricsCount(t *testing.T) {
 	env := coretest.NewEnv(t, "metrics")
 	pool, schema := env.Schema.Pool, env.Schema.Name
 	reg := prometheus.NewRegistry()
-	withReg := coordinator.WithRegisterer(reg)
+	withReg := coordinator.WithTelemetry(reg, nil)
 
 	// tcc: one committed by c1, one refused and rolled back by c2.
 	c1 := coretest.New(t, tcc.New, pool, schema, withReg)
@@ -209,7 +209,7 @@ func TestIntegrationMetricsRecovery(t *testing.T) {
 	}
 
 	reg := prometheus.NewRegistry()
-	leader := coretest.New(t, tcc.New, pool, schema, coordinator.WithElector(env.Elector("leader")), coordinator.WithRegisterer(reg))
+	leader := coretest.New(t, tcc.New, pool, schema, coordinator.WithElector(env.Elector("leader")), coordinator.WithTelemetry(reg, nil))
 	coretest.Register(t, leader, "p", blocking)
 	testenv.Run(t, leader.Run)
 	const backlog, oldest = "txkit_recovery_backlog", "txkit_recovery_oldest_unfinished_seconds"
@@ -242,10 +242,10 @@ func TestIntegrationMetricsClash(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txkit_coordinator_branch_calls_total",
 			Help: "Someone else's."}, []string{"kind"}))
-		if err := newC(pool, coordinator.WithRegisterer(reg)); !errors.Is(err, coordinator.ErrInvalidOption) {
+		if err := newC(pool, coordinator.WithTelemetry(reg, nil)); !errors.Is(err, coordinator.ErrInvalidOption) {
 			t.Errorf("%s.New on a clashing registry = %v, want ErrInvalidOption", name, err)
 		}
-		if err := newC(pool, coordinator.WithRegisterer(prometheus.NewRegistry())); err != nil {
+		if err := newC(pool, coordinator.WithTelemetry(prometheus.NewRegistry(), nil)); err != nil {
 			t.Errorf("%s.New on a fresh registry: %v", name, err)
 		}
 	}

@@ -81,19 +81,22 @@ func WithRetention(keep time.Duration, spec string) Option {
 	return func(c *core.Config) { c.Retention, c.RetentionSpec = keep, spec }
 }
 
-// WithRegisterer registers the coordinator's Prometheus metrics (txkit_coordinator_*,
-// txkit_recovery_*, labelled by protocol; docs/metrics.md) on reg, for dashboards and alerts
-// (default: none; still counted). Coordinators of one process may share reg. New fails with an
-// error wrapping [ErrInvalidOption] when a name is taken on reg with other labels or help.
-func WithRegisterer(reg prometheus.Registerer) Option {
-	return func(c *core.Config) { c.Registerer = reg }
-}
-
-// WithTracerProvider sets the OpenTelemetry tracer provider (default: the global one). Begin,
-// each branch call and the leader's recovery run under spans; a recovery drive joins the trace of
-// the process that began the transaction (docs/tracing.md).
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *core.Config) { c.TracerProvider = tp }
+// WithTelemetry sets where the coordinator's metrics and traces go. reg registers its Prometheus
+// metrics (txkit_coordinator_*, txkit_recovery_*, labelled by protocol; docs/metrics.md), for
+// dashboards and alerts (default: none; still counted); coordinators of one process may share it,
+// and New fails with an error wrapping [ErrInvalidOption] when a name is taken on reg with other
+// labels or help. tp is the OpenTelemetry tracer provider (default: the global one): Begin, each
+// branch call and the leader's recovery run under spans; a recovery drive joins the trace of the
+// process that began the transaction (docs/tracing.md). A nil reg or tp keeps that part as it was.
+func WithTelemetry(reg prometheus.Registerer, tp trace.TracerProvider) Option {
+	return func(c *core.Config) {
+		if reg != nil {
+			c.Registerer = reg
+		}
+		if tp != nil {
+			c.TracerProvider = tp
+		}
+	}
 }
 
 // WithGroupCommit makes the coordinator's log send the writes of concurrent transactions

@@ -6,7 +6,7 @@
 // The fence is its own package so that the lock backends need no PostgreSQL driver and the fence
 // needs no ZooKeeper: any lock that hands out [lock.Token]s can be fenced here.
 //
-//	f, _ := fence.New(pool, fence.WithSchema("app"))
+//	f, _ := fence.New(pool, fence.WithTable("app", ""))
 //	_ = f.Migrate(ctx)
 //	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 //		if err := f.Check(ctx, tx, "orders-recovery", lead.Token()); err != nil {
@@ -18,6 +18,7 @@
 package fence
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,13 +52,13 @@ type options struct {
 
 func defaultOptions() options { return options{table: "txkit_fence"} }
 
-// WithSchema sets the PostgreSQL schema of the fence table (default: none, so the
-// connection's search_path decides). [Fence.Migrate] creates the schema if it does not exist.
-func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
-
-// WithTable sets the fence table's name (default "txkit_fence"). It is quoted, so it is used
-// exactly as given; it may be at most 58 bytes long, so that its primary key's name fits.
-func WithTable(name string) Option { return func(o *options) { o.table = name } }
+// WithTable sets the PostgreSQL schema of the fence table (default: none, so the connection's
+// search_path decides; [Fence.Migrate] creates it if it does not exist) and the table's name
+// (default "txkit_fence"; quoted, so used exactly as given; at most 58 bytes, so that its primary
+// key's name fits). An empty schema or table keeps that part as it was.
+func WithTable(schema, table string) Option {
+	return func(o *options) { o.schema, o.table = cmp.Or(schema, o.schema), cmp.Or(table, o.table) }
+}
 
 // WithRegisterer registers the fence's txkit_fence_refused_total on reg (listed in
 // docs/metrics.md; default: none, still counted). Fences on one reg share the series. [New] fails

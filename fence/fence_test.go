@@ -80,14 +80,13 @@ func TestNewOptions(t *testing.T) {
 		ok   bool
 	}{
 		{"defaults", nil, true},
-		{"schema and table", []fence.Option{fence.WithSchema("app"), fence.WithTable("fence")}, true},
-		{"quotes in names", []fence.Option{fence.WithSchema(`a "b"`), fence.WithTable(`t"; drop table x; --`)}, true},
-		{"table of 58 bytes", []fence.Option{fence.WithTable(strings.Repeat("t", 58))}, true},
-		{"table of 59 bytes", []fence.Option{fence.WithTable(strings.Repeat("t", 59))}, false},
-		{"empty table", []fence.Option{fence.WithTable("")}, false},
-		{"table with NUL", []fence.Option{fence.WithTable("a\x00")}, false},
-		{"schema not UTF-8", []fence.Option{fence.WithSchema("\xff")}, false},
-		{"schema of 64 bytes", []fence.Option{fence.WithSchema(strings.Repeat("s", 64))}, false},
+		{"schema and table", []fence.Option{fence.WithTable("app", "fence")}, true},
+		{"quotes in names", []fence.Option{fence.WithTable(`a "b"`, `t"; drop table x; --`)}, true},
+		{"table of 58 bytes", []fence.Option{fence.WithTable("", strings.Repeat("t", 58))}, true},
+		{"table of 59 bytes", []fence.Option{fence.WithTable("", strings.Repeat("t", 59))}, false},
+		{"table with NUL", []fence.Option{fence.WithTable("", "a\x00")}, false},
+		{"schema not UTF-8", []fence.Option{fence.WithTable("\xff", "")}, false},
+		{"schema of 64 bytes", []fence.Option{fence.WithTable(strings.Repeat("s", 64), "")}, false},
 		{"metrics on a registry", []fence.Option{fence.WithRegisterer(prometheus.NewRegistry())}, true},
 		{"metric name taken", []fence.Option{fence.WithRegisterer(takenRegistry(t))}, false},
 	}

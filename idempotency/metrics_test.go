@@ -16,7 +16,7 @@ import (
 func TestIntegrationClaimMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s, store, ctx := begin(t, idempotency.WithRegisterer(reg))
-	other := newStore(t, s, idempotency.WithTable("other_keys"), idempotency.WithRegisterer(reg))
+	other := newStore(t, s, idempotency.WithTable("", "other_keys"), idempotency.WithRegisterer(reg))
 
 	for _, key := range []string{"a", "a", "b"} {
 		if _, err := store.Claim(ctx, s.Pool, "points", key); err != nil {

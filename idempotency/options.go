@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -34,14 +35,14 @@ func defaultOptions() options {
 	}
 }
 
-// WithSchema sets the PostgreSQL schema of the table (default: none, so the connection's
-// search_path decides). [Store.Migrate] creates the schema if it does not exist.
-func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
-
-// WithTable sets the table's name (default "txkit_idempotency"). It is quoted, so it is used
-// exactly as given, case included; it may be at most [maxTableLen] bytes long so that the names
-// derived from it fit PostgreSQL's 63-byte identifiers.
-func WithTable(name string) Option { return func(o *options) { o.table = name } }
+// WithTable sets the PostgreSQL schema of the table (default: none, so the connection's
+// search_path decides; [Store.Migrate] creates it if it does not exist) and the table's name
+// (default "txkit_idempotency"; quoted, so used exactly as given, case included; at most
+// [maxTableLen] bytes, so that the names derived from it fit PostgreSQL's 63-byte identifiers).
+// An empty schema or table keeps that part as it was.
+func WithTable(schema, table string) Option {
+	return func(o *options) { o.schema, o.table = cmp.Or(schema, o.schema), cmp.Or(table, o.table) }
+}
 
 // WithRetention sets how long a key is kept after it is claimed (default 7 days; at least a
 // microsecond) and the robfig/cron spec on which [Store.Run] purges expired keys (default

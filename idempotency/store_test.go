@@ -88,20 +88,19 @@ func TestOptions(t *testing.T) {
 	}{
 		{"defaults", nil, true},
 		{"all set", []idempotency.Option{
-			idempotency.WithSchema("app"), idempotency.WithTable("keys"), idempotency.WithRetention(time.Hour, "*/5 * * * *"),
+			idempotency.WithTable("app", "keys"), idempotency.WithRetention(time.Hour, "*/5 * * * *"),
 			idempotency.WithLogger(nil), idempotency.WithPurgeBatch(1),
 		}, true},
 		{"quotes and spaces in names", []idempotency.Option{
-			idempotency.WithSchema(`My "Schema"`), idempotency.WithTable(`keys"; drop table x; --`),
+			idempotency.WithTable(`My "Schema"`, `keys"; drop table x; --`),
 		}, true},
-		{"table of 48 bytes", []idempotency.Option{idempotency.WithTable(strings.Repeat("t", 48))}, true},
-		{"table of 49 bytes", []idempotency.Option{idempotency.WithTable(strings.Repeat("t", 49))}, false},
-		{"empty table", []idempotency.Option{idempotency.WithTable("")}, false},
-		{"table with NUL", []idempotency.Option{idempotency.WithTable("a\x00b")}, false},
-		{"table not UTF-8", []idempotency.Option{idempotency.WithTable("a\xffb")}, false},
-		{"schema of 63 bytes", []idempotency.Option{idempotency.WithSchema(strings.Repeat("s", 63))}, true},
-		{"schema of 64 bytes", []idempotency.Option{idempotency.WithSchema(strings.Repeat("s", 64))}, false},
-		{"schema with NUL", []idempotency.Option{idempotency.WithSchema("\x00")}, false},
+		{"table of 48 bytes", []idempotency.Option{idempotency.WithTable("", strings.Repeat("t", 48))}, true},
+		{"table of 49 bytes", []idempotency.Option{idempotency.WithTable("", strings.Repeat("t", 49))}, false},
+		{"table with NUL", []idempotency.Option{idempotency.WithTable("", "a\x00b")}, false},
+		{"table not UTF-8", []idempotency.Option{idempotency.WithTable("", "a\xffb")}, false},
+		{"schema of 63 bytes", []idempotency.Option{idempotency.WithTable(strings.Repeat("s", 63), "")}, true},
+		{"schema of 64 bytes", []idempotency.Option{idempotency.WithTable(strings.Repeat("s", 64), "")}, false},
+		{"schema with NUL", []idempotency.Option{idempotency.WithTable("\x00", "")}, false},
 		{"retention 1µs", []idempotency.Option{idempotency.WithRetention(time.Microsecond, "@every 1m")}, true},
 		{"retention below 1µs", []idempotency.Option{idempotency.WithRetention(time.Nanosecond, "@every 1m")}, false},
 		{"retention zero", []idempotency.Option{idempotency.WithRetention(0, "@every 1m")}, false},
@@ -748,7 +747,7 @@ func TestIntegrationNamesAndConcurrentMigrate(t *testing.T) {
 		}
 	})
 	pool := bigPool(t, s, 8)
-	st, err := idempotency.New(pool, idempotency.WithSchema(schema), idempotency.WithTable(`Keys"; drop table x; --`),
+	st, err := idempotency.New(pool, idempotency.WithTable(schema, `Keys"; drop table x; --`),
 		idempotency.WithRetention(time.Microsecond, "@every 1m"))
 	if err != nil {
 		t.Fatal(err)

@@ -88,21 +88,6 @@ type electionOptions struct {
 	reg     prometheus.Registerer // WithElectionRegisterer
 }
 
-// WithElectionLogger sets the logger of an [Election] (default: discard).
-func WithElectionLogger(l *slog.Logger) ElectionOption {
-	return func(o *electionOptions) {
-		if l != nil {
-			o.log = l
-		}
-	}
-}
-
-// WithObserver gives an [Election] the backend's own way to watch the leader (ZooKeeper's
-// watches); without it [Election.Observe] asks the [HolderFunc] every 250 ms.
-func WithObserver(fn func(ctx context.Context) <-chan string) ElectionOption {
-	return func(o *electionOptions) { o.observe = fn }
-}
-
 // Election is the [Elector] of every backend: a leader election on a reentrant [Locker] whose
 // holds carry the candidate's id, so the holder leads and a [HolderFunc] can say who that is.
 //
@@ -121,10 +106,12 @@ type Election struct {
 }
 
 // NewElection returns a candidate with the given id on l. name names the election in errors,
-// logs and metrics (a lock path or name); holder reports who leads. A nil l or holder, an empty
+// logs and metrics (a lock path or name); holder reports who leads. observe is the backend's own
+// way to watch the leader (ZooKeeper's watches; nil: [Election.Observe] asks holder every 250 ms)
+// and log the backend's logger (nil: discard). A nil l or holder, an empty
 // id, or a metrics registration clash ([WithElectionRegisterer]) returns an error wrapping
 // [ErrInvalidOption].
-func NewElection(l Locker, name, id string, holder HolderFunc, opts ...ElectionOption) (*Election, error) {
+func NewElection(l Locker, name, id string, holder HolderFunc, observe func(ctx context.Context) <-chan string, log *slog.Logger, opts ...ElectionOption) (*Election, error) {
 	if l == nil {
 		return nil, fmt.Errorf("lock: election %s: nil Locker: %w", name, ErrInvalidOption)
 	}
@@ -134,7 +121,10 @@ func NewElection(l Locker, name, id string, holder HolderFunc, opts ...ElectionO
 	if holder == nil {
 		return nil, fmt.Errorf("lock: election %s: nil HolderFunc: %w", name, ErrInvalidOption)
 	}
-	o := electionOptions{log: slog.New(slog.DiscardHandler), poll: 250 * time.Millisecond}
+	o := electionOptions{log: log, observe: observe, poll: 250 * time.Millisecond}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
 	for _, opt := range opts {
 		opt(&o)
 	}

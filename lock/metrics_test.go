@@ -163,7 +163,7 @@ func TestIntegrationInstrumentRefuses(t *testing.T) {
 		t.Fatalf("Instrument on a clashing registry = %v, want ErrInvalidOption", err)
 	}
 	clash.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "txkit_lock_leadership_changes_total", Help: "not a counter"}))
-	if _, err := lock.NewElection(l, "e", "a", func(context.Context) (string, error) { return "", nil },
+	if _, err := lock.NewElection(l, "e", "a", func(context.Context) (string, error) { return "", nil }, nil, nil,
 		lock.WithElectionRegisterer(clash)); !errors.Is(err, lock.ErrInvalidOption) {
 		t.Fatalf("NewElection on a clashing registry = %v, want ErrInvalidOption", err)
 	}

@@ -53,7 +53,7 @@ func BenchmarkDeliver(b *testing.B) {
 		if _, err := rcv.Pool.Exec(context.Background(), `create table credits (id uuid primary key, amount int)`); err != nil {
 			b.Fatal(err)
 		}
-		store, err := idempotency.New(rcv.Pool, idempotency.WithSchema(rcv.Name))
+		store, err := idempotency.New(rcv.Pool, idempotency.WithTable(rcv.Name, ""))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -78,7 +78,7 @@ func benchDeliver(b *testing.B, h http.Handler) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	pg := testenv.PG(b)
 	n, err := notify.New(pg.Pool, []notify.Receiver{{Name: "r", URL: srv.URL, Secrets: []string{secret}, Echo: "success", Concurrency: conc}},
-		notify.WithSchema(pg.Name), notify.WithLogger(testenv.Logger(b)), notify.WithHTTPClient(client), notify.WithPlainHTTP(),
+		notify.WithTable(pg.Name, ""), notify.WithLogger(testenv.Logger(b)), notify.WithHTTPClient(client), notify.WithPlainHTTP(),
 		notify.WithElector(zkenv.Elector(b, testenv.ZKRoot(b)+"/bench", "a")), notify.WithTick("@every 1s", 500))
 	if err != nil {
 		b.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/txkit/txkit/idempotency"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/notify"
@@ -45,7 +46,7 @@ func Example() {
 	// The sender. Secrets are at least 16 bytes; a real one comes from a secret store.
 	const secret = "example-secret-0123456789"
 	n, err := notify.New(pool, []notify.Receiver{{Name: "shop", URL: "https://shop.invalid/notify", Secrets: []string{secret}}},
-		notify.WithSchema(schema))
+		notify.WithTable(schema, ""))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -71,7 +72,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	store, _ := idempotency.New(pool, idempotency.WithSchema(schema))
+	store, _ := idempotency.New(pool, idempotency.WithTable(schema, ""))
 	if err := store.Migrate(ctx); err != nil {
 		fmt.Println(err)
 		return
@@ -146,13 +147,13 @@ func ExampleWithPartitions() {
 		}
 	}()
 	for _, id := range []string{"instance-a", "instance-b"} {
-		sess, err := zklock.NewSession(ctx, strings.Split(zkServers, ","), zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
+		sess, err := zklock.NewSession(ctx, strings.Split(zkServers, ","), zklock.WithDigestAuth(zkenv.Digest()))
 		if err != nil {
 			fmt.Println(err)
 			return
 		}
 		sessions = append(sessions, sess)
-		n, err := notify.New(pool, receivers, notify.WithSchema(name), notify.WithPlainHTTP(),
+		n, err := notify.New(pool, receivers, notify.WithTable(name, ""), notify.WithPlainHTTP(),
 			notify.WithPartitions(2, func(p int) (lock.Elector, error) { return zklock.NewElector(sess, paths[p], id) },
 				notify.ContenderCount(sess.Inspector(), paths...)))
 		if err != nil {

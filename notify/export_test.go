@@ -1,6 +1,9 @@
 package notify
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Post makes one post of d to the receiver called name, as a delivery attempt does, and returns
 // whether it was acknowledged and the error text when not.
@@ -16,3 +19,7 @@ func (n *Notifier) Post(ctx context.Context, name string, d Delivery) (bool, str
 // MetricReceiversForTest sets how many receivers get a circuit gauge series of their own
 // (default 50); a seam of the tests, not an option of the API.
 func MetricReceiversForTest(n int) Option { return func(o *options) { o.metricReceivers = n } }
+
+// CallTimeoutForTest bounds each delivery's HTTP call (default 10s, or the Timeout of
+// WithHTTPClient's client).
+func CallTimeoutForTest(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }

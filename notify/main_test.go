@@ -50,7 +50,7 @@ func child() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	s, err := zklock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), zklock.WithSessionTimeout(3*time.Second), zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
+	s, err := zklock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), zklock.WithSessionTimeout(3*time.Second), zklock.WithDigestAuth(zkenv.Digest()))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -61,7 +61,7 @@ func child() int {
 		return 2
 	}
 	n, err := notify.New(pool, []notify.Receiver{{Name: "shop", URL: os.Getenv(childReceiver), Secrets: []string{secret}, Echo: "success"}},
-		notify.WithSchema(os.Getenv(childEnv)), notify.WithElector(el), notify.WithCallTimeout(2*time.Second), notify.WithPlainHTTP(),
+		notify.WithTable(os.Getenv(childEnv), ""), notify.WithElector(el), notify.CallTimeoutForTest(2*time.Second), notify.WithPlainHTTP(),
 		notify.WithSchedule([]time.Duration{100 * time.Millisecond}, 0.1))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -100,7 +100,7 @@ func newWorld(t *testing.T) *world {
 	if _, err := w.receiver.Pool.Exec(ctx, `create table applied (id uuid primary key, key text not null, amount int not null)`); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.New(w.receiver.Pool, idempotency.WithSchema(w.receiver.Name))
+	store, err := idempotency.New(w.receiver.Pool, idempotency.WithTable(w.receiver.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,9 +145,9 @@ func (w *world) receivers(extra ...notify.Receiver) []notify.Receiver {
 // notifier returns a migrated Notifier on the sender's schema with a compressed schedule.
 func (w *world) notifier(rcvs []notify.Receiver, opts ...notify.Option) *notify.Notifier {
 	w.t.Helper()
-	opts = append([]notify.Option{notify.WithSchema(w.sender.Name), notify.WithLogger(testenv.Logger(w.t)), notify.WithPlainHTTP(),
+	opts = append([]notify.Option{notify.WithTable(w.sender.Name, ""), notify.WithLogger(testenv.Logger(w.t)), notify.WithPlainHTTP(),
 		notify.WithSchedule([]time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}, 0.1),
-		notify.WithCallTimeout(2 * time.Second)}, opts...)
+		notify.CallTimeoutForTest(2 * time.Second)}, opts...)
 	n, err := notify.New(w.sender.Pool, rcvs, opts...)
 	if err != nil {
 		w.t.Fatalf("notify.New: %v", err)
@@ -178,7 +178,7 @@ func (w *world) strictClient(url, secret string) notify.Client {
 
 // newInbox builds another Inbox for "shop" over the receiver's schema, verifying with secrets.
 func (w *world) newInbox(secrets []string) error {
-	store, err := idempotency.New(w.receiver.Pool, idempotency.WithSchema(w.receiver.Name))
+	store, err := idempotency.New(w.receiver.Pool, idempotency.WithTable(w.receiver.Name, ""))
 	if err != nil {
 		return err
 	}
@@ -194,11 +194,11 @@ var (
 
 // strictNotifier is notify.New without WithPlainHTTP, plainNotifier with it.
 func strictNotifier(w *world, rcvs []notify.Receiver) (*notify.Notifier, error) {
-	return notify.New(w.sender.Pool, rcvs, notify.WithSchema(w.sender.Name))
+	return notify.New(w.sender.Pool, rcvs, notify.WithTable(w.sender.Name, ""))
 }
 
 func plainNotifier(w *world, rcvs []notify.Receiver) (*notify.Notifier, error) {
-	return notify.New(w.sender.Pool, rcvs, notify.WithSchema(w.sender.Name), notify.WithPlainHTTP())
+	return notify.New(w.sender.Pool, rcvs, notify.WithTable(w.sender.Name, ""), notify.WithPlainHTTP())
 }
 
 // enqueue records a notification of amount for key in a transaction of the sender's.

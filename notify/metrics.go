@@ -22,7 +22,7 @@ const (
 // otherReceivers is the circuit gauge's receiver label of the receivers past the bounded set.
 const otherReceivers = "other"
 
-// metrics is a Notifier's Prometheus collectors (see [WithRegisterer]). The due gauge and the
+// metrics is a Notifier's Prometheus collectors (see [WithTelemetry]). The due gauge and the
 // circuit gauges are shared by the notifiers of one registry, so each notifier adds its own
 // part (and takes it back when its term ends) instead of setting them.
 type metrics struct {
@@ -116,7 +116,7 @@ func (m *metrics) term(leading bool) {
 	}
 }
 
-// countDue is the leader's cron job that sets the due gauge ([WithRegisterer]): it counts the
+// countDue is the leader's cron job that sets the due gauge ([WithTelemetry]): it counts the
 // pending notifications whose attempt is due.
 func (n *Notifier) countDue(ctx context.Context, _ lock.Token) error {
 	var due int64

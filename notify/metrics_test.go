@@ -71,7 +71,7 @@ func TestIntegrationMetricsDeliveries(t *testing.T) {
 	t.Cleanup(busy.Close)
 	n := w.notifier(w.receivers(notify.Receiver{Name: "broken", URL: broken.URL, Secrets: []string{secret}},
 		notify.Receiver{Name: "busy", URL: busy.URL, Secrets: []string{secret}, Concurrency: 1}),
-		notify.WithElector(zkenv.Elector(t, w.path, "a")), notify.WithRegisterer(reg), notify.WithTick("@every 100ms", 100))
+		notify.WithElector(zkenv.Elector(t, w.path, "a")), notify.WithTelemetry(reg, nil), notify.WithTick("@every 100ms", 100))
 	stop := runUntil(t, n)
 
 	ok1, ok2 := w.enqueue(n, "shop", "m1", 1), w.enqueue(n, "shop", "m2", 1)
@@ -122,7 +122,7 @@ func TestIntegrationMetricsCircuitBoundedReceivers(t *testing.T) {
 	broken := failing(t, http.StatusServiceUnavailable)
 	rcvs := w.receivers(notify.Receiver{Name: "broken1", URL: broken.URL, Secrets: []string{secret}, Concurrency: 1},
 		notify.Receiver{Name: "broken2", URL: broken.URL, Secrets: []string{secret}, Concurrency: 1})
-	n := w.notifier(rcvs, notify.WithElector(zkenv.Elector(t, w.path, "a")), notify.WithRegisterer(reg),
+	n := w.notifier(rcvs, notify.WithElector(zkenv.Elector(t, w.path, "a")), notify.WithTelemetry(reg, nil),
 		notify.MetricReceiversForTest(2), notify.WithBreaker(2, time.Hour))
 	// shop and broken1 are the first two: series of their own; broken2 is "other".
 	if got, err := testutil.GatherAndCount(reg, "txkit_notify_circuit_open"); err != nil || got != 3 {
@@ -166,9 +166,9 @@ func TestIntegrationMetricsCircuitBoundedReceivers(t *testing.T) {
 func TestIntegrationMetricsRegistry(t *testing.T) {
 	w := newWorld(t)
 	reg := prometheus.NewRegistry()
-	a := w.running("a", w.receivers(), notify.WithRegisterer(reg))
+	a := w.running("a", w.receivers(), notify.WithTelemetry(reg, nil))
 	other := testenv.PG(t)
-	b, err := notify.New(other.Pool, w.receivers(), notify.WithSchema(other.Name), notify.WithPlainHTTP(), notify.WithRegisterer(reg),
+	b, err := notify.New(other.Pool, w.receivers(), notify.WithTable(other.Name, ""), notify.WithPlainHTTP(), notify.WithTelemetry(reg, nil),
 		notify.WithElector(zkenv.Elector(t, testenv.ZKRoot(t)+"/other", "b")))
 	if err != nil {
 		t.Fatalf("a second notifier on the registry: %v", err)
@@ -184,7 +184,7 @@ func TestIntegrationMetricsRegistry(t *testing.T) {
 
 	clash := prometheus.NewRegistry()
 	clash.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "txkit_notify_delivered_total", Help: "not a counter"}))
-	if _, err := notify.New(w.sender.Pool, w.receivers(), notify.WithPlainHTTP(), notify.WithRegisterer(clash)); !errors.Is(err, notify.ErrInvalidOption) {
+	if _, err := notify.New(w.sender.Pool, w.receivers(), notify.WithPlainHTTP(), notify.WithTelemetry(clash, nil)); !errors.Is(err, notify.ErrInvalidOption) {
 		t.Fatalf("New on a clashing registry = %v, want ErrInvalidOption", err)
 	}
 	if _, err := notify.New(w.sender.Pool, w.receivers(), notify.WithPlainHTTP(), notify.MetricReceiversForTest(-1)); !errors.Is(err, notify.ErrInvalidOption) {
@@ -192,9 +192,9 @@ func TestIntegrationMetricsRegistry(t *testing.T) {
 	}
 }
 
-// ExampleWithRegisterer exposes a notifier's metrics on the service's own registry: one delivery,
+// ExampleWithTelemetry exposes a notifier's metrics on the service's own registry: one delivery,
 // counted once acknowledged.
-func ExampleWithRegisterer() {
+func ExampleWithTelemetry() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pool, schemas, done, ok := testenv.ExampleDB(ctx, "example_")
@@ -203,7 +203,7 @@ func ExampleWithRegisterer() {
 	}
 	defer done()
 	schema := schemas[0]
-	sess, err := zklock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
+	sess, err := zklock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), zklock.WithDigestAuth(zkenv.Digest()))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -216,7 +216,7 @@ func ExampleWithRegisterer() {
 
 	reg := prometheus.NewRegistry() // served on /metrics with promhttp.HandlerFor(reg, ...)
 	n, err := notify.New(pool, []notify.Receiver{{Name: "shop", URL: shop.URL, Secrets: []string{"example-secret-0123456789"}, Echo: "success"}},
-		notify.WithSchema(schema), notify.WithElector(el), notify.WithPlainHTTP(), notify.WithRegisterer(reg))
+		notify.WithTable(schema, ""), notify.WithElector(el), notify.WithPlainHTTP(), notify.WithTelemetry(reg, nil))
 	if err != nil {
 		fmt.Println(err)
 		return

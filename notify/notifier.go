@@ -207,11 +207,7 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	if err != nil {
 		return nil, err
 	}
-	var fopts []fence.Option
-	if o.schema != "" {
-		fopts = append(fopts, fence.WithSchema(o.schema))
-	}
-	fc, err := fence.New(pool, fopts...)
+	fc, err := fence.New(pool, fence.WithTable(o.schema, ""))
 	if err != nil {
 		return nil, fmt.Errorf("notify: fence: %w: %w", err, ErrInvalidOption)
 	}
@@ -319,7 +315,7 @@ func (n *Notifier) createSchema() string {
 // ([MaxPayloadLen], [MaxKeyLen], [MaxReceiverLen]) one wrapping [ErrTooLarge] as well, before
 // anything is written; a nil tx one wrapping [ErrNilTx]. It blocks for two statements. The trace
 // context of ctx (its span, if any) is stored with the notification: every delivery attempt is a
-// span in that trace ([WithTracerProvider]).
+// span in that trace ([WithTelemetry]).
 func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.UUID, error) {
 	if tx == nil || (reflect.ValueOf(tx).Kind() == reflect.Pointer && reflect.ValueOf(tx).IsNil()) {
 		return uuid.Nil, fmt.Errorf("notify: enqueue %s/%s: %w", nt.Receiver, nt.Key, ErrNilTx)

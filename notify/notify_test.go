@@ -351,7 +351,7 @@ func TestIntegrationBadInput(t *testing.T) {
 			return err
 		}(), notify.ErrInvalidOption},
 		"bad jitter":          {func() error { _, err := notify.New(w.sender.Pool, nil, notify.WithSchedule(nil, 2)); return err }(), notify.ErrInvalidOption},
-		"no call timeout":     {func() error { _, err := notify.New(w.sender.Pool, nil, notify.WithCallTimeout(0)); return err }(), notify.ErrInvalidOption},
+		"no call timeout":     {func() error { _, err := notify.New(w.sender.Pool, nil, notify.CallTimeoutForTest(0)); return err }(), notify.ErrInvalidOption},
 		"run without elector": {n.Run(ctx), notify.ErrInvalidOption},
 		"nil elector":         {func() error { _, err := notify.New(w.sender.Pool, nil, notify.WithElector(nil)); return err }(), notify.ErrInvalidOption},
 		"unknown id":          {func() error { _, err := n.Get(ctx, uuid.New()); return err }(), notify.ErrNotFound},

@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -63,13 +64,13 @@ func defaultOptions() options {
 	}
 }
 
-// WithSchema sets the PostgreSQL schema of the notifier's tables (default: the connection's
-// search_path). [Notifier.Migrate] creates it.
-func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
-
-// WithTable sets the name of the notifications table (default "txkit_notify"); the attempts
-// table is its name with "_attempt".
-func WithTable(name string) Option { return func(o *options) { o.table = name } }
+// WithTable sets the PostgreSQL schema of the notifier's tables (default: the connection's
+// search_path; [Notifier.Migrate] creates it) and the name of the notifications table (default
+// "txkit_notify"; the attempts table is its name with "_attempt"). An empty schema or table keeps
+// that part as it was.
+func WithTable(schema, table string) Option {
+	return func(o *options) { o.schema, o.table = cmp.Or(schema, o.schema), cmp.Or(table, o.table) }
+}
 
 // WithElector sets the election under which [Notifier.Run] delivers. Required by Run only; [New]
 // refuses a nil el.
@@ -98,9 +99,6 @@ func WithTick(spec string, batch int) Option {
 	return func(o *options) { o.tick, o.batch = spec, batch }
 }
 
-// WithCallTimeout bounds each delivery's HTTP call (default 10s).
-func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
-
 // WithBreaker sets the circuit breaker: after failures consecutive failed deliveries to one
 // receiver (default 5), none is sent to it for cooldown (default 1m); then one at a time until one
 // succeeds. The attempts the breaker holds back are not counted against the schedule.
@@ -109,10 +107,17 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 }
 
 // WithHTTPClient sets the client deliveries are posted with (default: a client of its own that
-// does not follow redirects). A client that follows redirects re-posts a signed delivery wherever
+// does not follow redirects); its Timeout, when set, bounds each delivery (default 10s). A client that follows redirects re-posts a signed delivery wherever
 // a 307 or 308 points; set its CheckRedirect to return http.ErrUseLastResponse, as the default
 // client does, unless every receiver is trusted with that.
-func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.client = c } }
+func WithHTTPClient(c *http.Client) Option {
+	return func(o *options) {
+		o.client = c
+		if c != nil && c.Timeout > 0 {
+			o.callTimeout = c.Timeout
+		}
+	}
+}
 
 // WithPlainHTTP lets receivers' URLs be plain http:// (default: only https:// is accepted, and
 // [New] refuses an http:// URL with [ErrInvalidOption]). Deliveries are signed either way, but
@@ -126,23 +131,24 @@ func newHTTPClient() *http.Client {
 	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
-// WithRetention sets how long delivered notifications are kept (default 30 days) and the cron spec
-// of the leader's job that deletes older ones (default "@every 10m"). Failed ones are kept until
-// an operator redelivers them.
-func WithRetention(keep time.Duration, spec string) Option {
-	return func(o *options) { o.retention, o.retentionSpec = keep, spec }
+// WithTelemetry sets where the notifier's metrics and traces go. reg registers its txkit_notify_*
+// metrics (txkit_leader_partitions_unled too, with [WithPartitions]), all listed in
+// docs/metrics.md (default: none; still counted); notifiers on one reg share the series, and [New]
+// fails with an error wrapping [ErrInvalidOption] when a name is taken on reg by a metric of
+// another kind or labels. tp is the OpenTelemetry tracer provider (default: the global one): each
+// delivery attempt is a span "notify deliver", a child of the trace context [Notifier.Enqueue]
+// stored, sent on to the receiver in traceparent headers (docs/tracing.md). A nil reg or tp keeps
+// that part as it was.
+func WithTelemetry(reg prometheus.Registerer, tp trace.TracerProvider) Option {
+	return func(o *options) {
+		if reg != nil {
+			o.reg = reg
+		}
+		if tp != nil {
+			o.tp = tp
+		}
+	}
 }
-
-// WithRegisterer registers the notifier's txkit_notify_* metrics (txkit_leader_partitions_unled
-// too, with [WithPartitions]) on reg, all listed in docs/metrics.md. Default: none; still counted.
-// Notifiers on one reg share the series. [New] fails with an error wrapping [ErrInvalidOption]
-// when a name is taken on reg by a metric of another kind or labels.
-func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
-
-// WithTracerProvider sets the OpenTelemetry tracer provider (default, or nil: the global one).
-// Each delivery attempt is a span "notify deliver", a child of the trace context
-// [Notifier.Enqueue] stored, sent on to the receiver in traceparent headers (docs/tracing.md).
-func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tp = tp } }
 
 func (o options) validate() error {
 	if o.electorSet && o.elector == nil {

@@ -21,7 +21,7 @@ func TestIntegrationNotifierDatabaseOutageLogsBounded(t *testing.T) {
 	w := newWorld(t)
 	pool, proxy := testenv.PoolViaProxy(t, w.sender)
 	log, logs := obstest.NewLogs()
-	n, err := notify.New(pool, w.receivers(), notify.WithSchema(w.sender.Name), notify.WithPlainHTTP(), notify.WithLogger(log),
+	n, err := notify.New(pool, w.receivers(), notify.WithTable(w.sender.Name, ""), notify.WithPlainHTTP(), notify.WithLogger(log),
 		notify.WithTick("@every 200ms", 100), notify.WithElector(zkenv.Elector(t, w.path, "n1")))
 	if err != nil {
 		t.Fatal(err)

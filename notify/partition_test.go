@@ -58,8 +58,8 @@ func partWorker(ctx context.Context, c partWorkerConfig) error {
 	for p := range c.Parts {
 		paths = append(paths, path(p))
 	}
-	n, err := notify.New(pool, partReceivers(c.URL, c.Receivers), notify.WithSchema(c.Schema), notify.WithPlainHTTP(),
-		notify.WithLogger(log), notify.WithCallTimeout(2*time.Second), notify.WithTick("@every 100ms", 100),
+	n, err := notify.New(pool, partReceivers(c.URL, c.Receivers), notify.WithTable(c.Schema, ""), notify.WithPlainHTTP(),
+		notify.WithLogger(log), notify.CallTimeoutForTest(2*time.Second), notify.WithTick("@every 100ms", 100),
 		notify.WithSchedule([]time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}, 0.1),
 		notify.WithPartitions(c.Parts, func(p int) (lock.Elector, error) { return zklock.NewElector(sess, path(p), id) },
 			notify.ContenderCount(sess.Inspector(), paths...)))
@@ -80,7 +80,7 @@ func TestIntegrationPartitionedDeliveryAcrossKills(t *testing.T) {
 	if _, err := receiver.Pool.Exec(ctx, `create table applied (id uuid primary key, receiver text not null, key text not null)`); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.New(receiver.Pool, idempotency.WithSchema(receiver.Name))
+	store, err := idempotency.New(receiver.Pool, idempotency.WithTable(receiver.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestIntegrationPartitionedDeliveryAcrossKills(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 
-	n, err := notify.New(sender.Pool, partReceivers(srv.URL, receivers), notify.WithSchema(sender.Name), notify.WithPlainHTTP())
+	n, err := notify.New(sender.Pool, partReceivers(srv.URL, receivers), notify.WithTable(sender.Name, ""), notify.WithPlainHTTP())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestIntegrationNotifyHandOverRecordsFirst(t *testing.T) {
 	}
 	instance := func(id string) *notify.Notifier {
 		sess := zkenv.Session(t)
-		n, err := notify.New(sender.Pool, partReceivers(srv.URL, receivers), notify.WithSchema(sender.Name), notify.WithPlainHTTP(),
+		n, err := notify.New(sender.Pool, partReceivers(srv.URL, receivers), notify.WithTable(sender.Name, ""), notify.WithPlainHTTP(),
 			notify.WithLogger(testenv.Logger(t).With("notifier", id)), notify.WithTick("@every 100ms", 100),
 			notify.WithPartitions(parts, func(p int) (lock.Elector, error) { return zklock.NewElector(sess, paths[p], id) },
 				notify.ContenderCount(sess.Inspector(), paths...)))

@@ -24,7 +24,7 @@ import (
 // the leadership's token so a deposed leader records nothing. Taking notifications writes
 // nothing: the leader remembers what it took until the result is recorded, and if it dies
 // mid-delivery they are still due, so the next leader sends them again, with the same id. It also
-// deletes delivered notifications past the retention. It runs as a fenced leader job
+// deletes, every 10 min, notifications delivered more than 30 days ago. It runs as a fenced leader job
 // (internal/leader): it passes the fence on taking the lead, and pauses 1 s after being fenced out
 // before it campaigns again.
 //

@@ -57,7 +57,7 @@ func TestIntegrationTraceDeliveryAttempts(t *testing.T) {
 		headers = map[string][]string{} // the traceparent header of each attempt, by notification id
 		calls   atomic.Int32
 	)
-	store, err := idempotency.New(w.receiver.Pool, idempotency.WithSchema(w.receiver.Name))
+	store, err := idempotency.New(w.receiver.Pool, idempotency.WithTable(w.receiver.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestIntegrationTraceDeliveryAttempts(t *testing.T) {
 		return true
 	})
 	logs := &coretest.LogBuffer{}
-	n := w.notifier(w.receivers(), notify.WithTracerProvider(tp), notify.WithElector(zkenv.Elector(t, w.path, "a")),
+	n := w.notifier(w.receivers(), notify.WithTelemetry(nil, tp), notify.WithElector(zkenv.Elector(t, w.path, "a")),
 		notify.WithLogger(slog.New(tracelog.Handler(slog.NewJSONHandler(logs, nil)))))
 	// An existing deployment, older than tracing and than the record of the schema's versions: its
 	// table has no trace_context column; Migrate adds it.

@@ -25,7 +25,7 @@ import (
 
 // BenchmarkEnqueue measures business transactions per second — begin, insert a business row,
 // commit — without an outbox ("bare"), with Enqueue ("enqueue", which NOTIFYs) and with Enqueue
-// under WithNotify(false) ("enqueue-nonotify"), on one pool. "ratio" and "ratio-nonotify"
+// under NotifyForTest(false) ("enqueue-nonotify"), on one pool. "ratio" and "ratio-nonotify"
 // alternate bare and the Enqueue variant in blocks, so load changes on the shared machine weigh on
 // both alike, and report the Enqueue variant's transactions/s as a fraction of bare's.
 // "parallel-ratio" does the same with 16 goroutines, where NOTIFY's commit-time lock can show.
@@ -38,7 +38,7 @@ func BenchmarkEnqueue(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	quiet, err := outbox.New(pg.Pool, outbox.WithTable("txkit_outbox_quiet"), outbox.WithNotify(false))
+	quiet, err := outbox.New(pg.Pool, outbox.WithTable("", "txkit_outbox_quiet"), outbox.NotifyForTest(false))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func (f *firstCall) Publish(ctx context.Context, msg outbox.Message) error {
 // 0.09–0.13 at batch 1, 0.50–0.60 at batch 16, 0.54–0.90 at batch 128, the raw side swinging
 // from 9,800 to 15,500 sends/s between runs. See docs/outbox.md for the figures since.
 //
-// "metrics-ratio" measures the cost of the relay's Prometheus metrics ([outbox.WithRegisterer]):
+// "metrics-ratio" measures the cost of the relay's Prometheus metrics ([outbox.WithTelemetry]):
 // each iteration drains 2000 messages (batch 128) with a registry and 2000 without, in turn
 // (which goes first alternates), and it reports the first's msgs/s as a fraction of the second's
 // (1 is no cost), and both rates.
@@ -295,13 +295,13 @@ func BenchmarkRelay(b *testing.B) {
 		b.ReportMetric(hmean(off), "plain-msgs/s")
 		b.ReportMetric(hmean(on)/hmean(off), unit+"/plain")
 	}
-	b.Run("metrics-ratio", func(b *testing.B) { ratio(b, "metrics", outbox.WithRegisterer(prometheus.NewRegistry())) })
+	b.Run("metrics-ratio", func(b *testing.B) { ratio(b, "metrics", outbox.WithTelemetry(prometheus.NewRegistry(), nil)) })
 	// observed-ratio: metrics and tracing through the OpenTelemetry SDK with a batch exporter to a
 	// sink that drops the spans, against neither.
 	b.Run("observed-ratio", func(b *testing.B) {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-		ratio(b, "observed", outbox.WithRegisterer(prometheus.NewRegistry()), outbox.WithTracerProvider(tp))
+		ratio(b, "observed", outbox.WithTelemetry(prometheus.NewRegistry(), nil), outbox.WithTelemetry(nil, tp))
 	})
 }
 

@@ -7,7 +7,7 @@
 //
 // Migrate once, enqueue in the business transaction, run one relay in every replica:
 //
-//	ob, err := outbox.New(pool, outbox.WithSchema("orders"))
+//	ob, err := outbox.New(pool, outbox.WithTable("orders", ""))
 //	if err != nil {
 //		return err
 //	}

@@ -18,7 +18,7 @@ var (
 	// ErrTooLarge: [Outbox.Enqueue] refused a message with a field over its limit: the topic
 	// ([MaxTopicLen]), the key ([MaxKeyLen]), a header name or value ([MaxHeaderNameLen],
 	// [MaxHeaderValueLen]), the number or total size of the headers ([MaxHeaders],
-	// [MaxHeadersSize]) or the body ([WithMaxBodySize]). The error names the field, its size and
+	// [MaxHeadersSize]) or the body ([MaxBodySize]). The error names the field, its size and
 	// the limit, and wraps [ErrInvalidMessage] as well.
 	ErrTooLarge = errors.New("outbox: message too large")
 	// ErrDuplicate: [Outbox.Enqueue] was given a message whose ID is already in the outbox. The

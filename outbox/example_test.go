@@ -35,7 +35,7 @@ func Example() {
 	defer pool.Exec(context.WithoutCancel(ctx), "drop schema if exists "+pgx.Identifier{schema}.Sanitize()+" cascade") //nolint:errcheck
 	users := pgx.Identifier{schema, "users"}.Sanitize()
 
-	ob, err := outbox.New(pool, outbox.WithSchema(schema))
+	ob, err := outbox.New(pool, outbox.WithTable(schema, ""))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -96,7 +96,7 @@ func ExampleWithPartitions() {
 	schema := "example_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:8]
 	defer pool.Exec(context.WithoutCancel(ctx), "drop schema if exists "+pgx.Identifier{schema}.Sanitize()+" cascade") //nolint:errcheck
 
-	ob, err := outbox.New(pool, outbox.WithSchema(schema), outbox.WithPartitions(12))
+	ob, err := outbox.New(pool, outbox.WithTable(schema, ""), outbox.WithPartitions(12))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -114,7 +114,7 @@ func ExampleWithPartitions() {
 		fmt.Printf("%s → partition %d\n", key, ob.Partition(msg))
 	}
 
-	other, err := outbox.New(pool, outbox.WithSchema(schema), outbox.WithPartitions(16))
+	other, err := outbox.New(pool, outbox.WithTable(schema, ""), outbox.WithPartitions(16))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -8,6 +8,13 @@ import (
 
 // Settings only tests change: seams of the package's tests, not options of its API.
 
+// NotifyForTest turns the NOTIFY that Enqueue issues on or off (default on), for the benchmarks
+// that compare the two.
+func NotifyForTest(on bool) Option { return func(o *options) { o.notify = on } }
+
+// MaxBodySizeForTest sets the largest body Enqueue accepts (default MaxBodySize).
+func MaxBodySizeForTest(n int) Option { return func(o *options) { o.maxBody = n } }
+
 // ChannelForTest sets the LISTEN/NOTIFY channel instead of the one derived from schema and table.
 func ChannelForTest(name string) Option { return func(o *options) { o.channel = name } }
 

@@ -41,7 +41,7 @@ const relayWorkerEnv = "TXKIT_OUTBOX_RELAY_WORKER"
 // from the TXKIT_* variables it inherits.
 type relayWorkerConfig struct {
 	PG             string        // connection URL; its search_path is the test's schema
-	Schema         string        // the outbox's schema (outbox.WithSchema)
+	Schema         string        // the outbox's schema (outbox.WithTable)
 	Election       string        // the ZooKeeper election path
 	Batch          int           // outbox.WithSchedule's batch
 	SessionTimeout time.Duration // the ZooKeeper session timeout
@@ -71,7 +71,7 @@ func relayWorker(ctx context.Context, c relayWorkerConfig) error {
 	}
 	defer pool.Close()
 	sess, err := zklock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","),
-		zklock.WithSessionTimeout(c.SessionTimeout), zklock.WithLogger(log), zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
+		zklock.WithSessionTimeout(c.SessionTimeout), zklock.WithLogger(log), zklock.WithDigestAuth(zkenv.Digest()))
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func relayWorker(ctx context.Context, c relayWorkerConfig) error {
 	defer pub.Close()
 	id := strconv.Itoa(os.Getpid())
 	opts := []outbox.RelayOption{outbox.WithSchedule("@every 1s", c.Batch), outbox.WithLogger(log)}
-	obOpts := []outbox.Option{outbox.WithSchema(c.Schema)}
+	obOpts := []outbox.Option{outbox.WithTable(c.Schema, "")}
 	if c.Partitions > 0 {
 		obOpts = append(obOpts, outbox.WithPartitions(c.Partitions))
 		paths := partitionElections(c.Election, c.Partitions)
@@ -264,7 +264,7 @@ func TestIntegrationKeyOrderAcrossRelayFailover(t *testing.T) {
 	killAfter := map[int]bool{2: true, 6: true} // bursts after which the leader is killed
 	ctx := t.Context()
 	pg := testenv.PG(t)
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name))
+	ob, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestIntegrationKeyOrderAcrossRelayFailover(t *testing.T) {
 func appliedConsumer(t *testing.T, pg *testenv.Schema, topic string) *rocketmq.Consumer {
 	t.Helper()
 	ctx := t.Context()
-	store, err := idempotency.New(pg.Pool, idempotency.WithSchema(pg.Name))
+	store, err := idempotency.New(pg.Pool, idempotency.WithTable(pg.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

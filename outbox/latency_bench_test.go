@@ -27,7 +27,7 @@ import (
 //
 //   - "notify": the Outbox NOTIFYs at commit (the default), which wakes the relay at once; its
 //     schedule is "@every 1s".
-//   - "cron": WithNotify(false), so only the relay's "@every 1s" schedule starts a drain: a message
+//   - "cron": NotifyForTest(false), so only the relay's "@every 1s" schedule starts a drain: a message
 //     waits for the next tick, about 0.5 s on average.
 //
 // Each sub-benchmark sends its 200 messages once, whatever b.N is: pass -benchtime 1x.
@@ -49,14 +49,14 @@ func endToEndLatency(b *testing.B, notify bool) {
 	)
 	ctx := context.Background()
 	pg := testenv.PG(b)
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithNotify(notify))
+	ob, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, ""), outbox.NotifyForTest(notify))
 	if err != nil {
 		b.Fatal(err)
 	}
 	if err := ob.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
-	store, err := idempotency.New(pg.Pool, idempotency.WithSchema(pg.Name))
+	store, err := idempotency.New(pg.Pool, idempotency.WithTable(pg.Name, ""))
 	if err != nil {
 		b.Fatal(err)
 	}

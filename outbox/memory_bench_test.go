@@ -59,7 +59,7 @@ func timeoutBelow(d time.Duration) bool {
 func backlogMemory(b *testing.B, rows int) {
 	ctx := context.Background()
 	pg := testenv.PG(b)
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name))
+	ob, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, ""))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/txkit/txkit/internal/pgutil"
 )
 
-// relayMetrics are a [Relay]'s Prometheus collectors (see [WithRegisterer]). They exist, and
+// relayMetrics are a [Relay]'s Prometheus collectors (see [WithTelemetry]). They exist, and
 // count, whether or not a registerer was given; without one nothing exposes them, and the relay
 // skips the query that only the gauges need.
 type relayMetrics struct {

@@ -27,7 +27,7 @@ func TestIntegrationRelayMetrics(t *testing.T) {
 	for i := range n {
 		e.enqueue(t, fmt.Sprintf("k%d", i%3), fmt.Sprintf("m%d", i))
 	}
-	r := e.relay(t, "relay-1", mqtest.Publisher(t), outbox.WithSchedule("@every 1s", 8), outbox.WithRegisterer(reg))
+	r := e.relay(t, "relay-1", mqtest.Publisher(t), outbox.WithSchedule("@every 1s", 8), outbox.WithTelemetry(reg, nil))
 	run(t, r)
 	e.waitEmpty(t, 30*time.Second)
 	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
@@ -75,7 +75,7 @@ func TestIntegrationRelayMetricsFailures(t *testing.T) {
 	})
 	relay := func(id string, maxAttempts int) *outbox.Relay {
 		return e.relay(t, id, rec, outbox.WithRetry(maxAttempts, time.Millisecond, 5*time.Millisecond),
-			outbox.WithSchedule("@every 100ms", 128), outbox.WithRegisterer(reg))
+			outbox.WithSchedule("@every 100ms", 128), outbox.WithTelemetry(reg, nil))
 	}
 
 	// A message that always fails: dead after maxAttempts publishes.
@@ -128,8 +128,8 @@ func TestIntegrationRelayMetricsShared(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	pub := mqtest.Publisher(t)
 	const n = 10
-	r1 := e.relay(t, "relay-1", pub, outbox.WithRegisterer(reg))
-	r2 := e.relay(t, "relay-2", pub, outbox.WithRegisterer(reg))
+	r1 := e.relay(t, "relay-1", pub, outbox.WithTelemetry(reg, nil))
+	r2 := e.relay(t, "relay-2", pub, outbox.WithTelemetry(reg, nil))
 	run(t, r1)
 	run(t, r2)
 	for i := range n {
@@ -157,18 +157,18 @@ func TestRelayRegistererClash(t *testing.T) {
 	pub := publisherFunc(func(context.Context, outbox.Message) error { return nil })
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "txkit_outbox_backlog", Help: "not the relay's"}))
-	if _, err := outbox.NewRelay(ob, pub, outbox.WithRegisterer(reg)); !errors.Is(err, outbox.ErrInvalidOption) {
+	if _, err := outbox.NewRelay(ob, pub, outbox.WithTelemetry(reg, nil)); !errors.Is(err, outbox.ErrInvalidOption) {
 		t.Errorf("NewRelay with a clashing registry: %v, want ErrInvalidOption", err)
 	}
 	for _, reg := range []prometheus.Registerer{nil, (*prometheus.Registry)(nil)} {
-		if _, err := outbox.NewRelay(ob, pub, outbox.WithRegisterer(reg)); err != nil {
+		if _, err := outbox.NewRelay(ob, pub, outbox.WithTelemetry(reg, nil)); err != nil {
 			t.Errorf("NewRelay with registerer %#v: %v", reg, err)
 		}
 	}
 	// The same relay options on a fresh registry: every metric registered, once.
 	fresh := prometheus.NewRegistry()
 	for range 2 {
-		if _, err := outbox.NewRelay(ob, pub, outbox.WithRegisterer(fresh)); err != nil {
+		if _, err := outbox.NewRelay(ob, pub, outbox.WithTelemetry(fresh, nil)); err != nil {
 			t.Fatal(err)
 		}
 	}

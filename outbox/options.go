@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -31,32 +32,23 @@ type options struct {
 // DefaultTable is the outbox table's default name.
 const DefaultTable = "txkit_outbox"
 
-// DefaultMaxBodySize is the default body size limit: 4 MiB, RocketMQ's default maxMessageSize.
-const DefaultMaxBodySize = 4 << 20
+// MaxBodySize is the largest body [Outbox.Enqueue] accepts: 4 MiB, RocketMQ's default
+// maxMessageSize, so that every message accepted here can be published; a larger one is refused
+// with an error wrapping [ErrTooLarge].
+const MaxBodySize = 4 << 20
 
 func defaultOptions() options {
-	return options{table: DefaultTable, maxBody: DefaultMaxBodySize, notify: true, parts: 1}
+	return options{table: DefaultTable, maxBody: MaxBodySize, notify: true, parts: 1}
 }
 
-// WithSchema sets the PostgreSQL schema of the table (default: none, so the connection's
-// search_path decides). [Outbox.Migrate] creates the schema if it does not exist.
-func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
-
-// WithTable sets the table's name (default [DefaultTable]). It is quoted, so it is used exactly as
-// given, case included; it may be at most 51 bytes long so that the index names derived from it
-// fit PostgreSQL's 63-byte identifiers.
-func WithTable(name string) Option { return func(o *options) { o.table = name } }
-
-// WithMaxBodySize sets the largest body, in bytes, that [Outbox.Enqueue] accepts (default
-// [DefaultMaxBodySize]); a larger one is refused with an error wrapping [ErrTooLarge]. Keep it at
-// or below the broker's own limit, or a message too large for the broker is accepted here and then
-// fails every publish until it is dead.
-func WithMaxBodySize(n int) Option { return func(o *options) { o.maxBody = n } }
-
-// WithNotify turns the NOTIFY that [Outbox.Enqueue] issues on or off (default on). NOTIFY wakes
-// the relay at once, at the price of a global lock at commit in PostgreSQL; under very high enqueue
-// rates, turn it off and let the relay poll with a short [WithSchedule].
-func WithNotify(on bool) Option { return func(o *options) { o.notify = on } }
+// WithTable sets the PostgreSQL schema of the table (default: none, so the connection's
+// search_path decides; [Outbox.Migrate] creates it if it does not exist) and the table's name
+// (default [DefaultTable]; quoted, so used exactly as given, case included; at most 51 bytes, so
+// that the index names derived from it fit PostgreSQL's 63-byte identifiers). An empty schema or
+// table keeps that part as it was.
+func WithTable(schema, table string) Option {
+	return func(o *options) { o.schema, o.table = cmp.Or(schema, o.schema), cmp.Or(table, o.table) }
+}
 
 // MaxPartitions is the largest partition count [WithPartitions] accepts.
 const MaxPartitions = 1024
@@ -81,7 +73,7 @@ const (
 	maxTableLen  = maxIdentLen - len(pendingIndex) // 51 bytes
 )
 
-// Limits on what [Outbox.Enqueue] accepts, besides the body's ([WithMaxBodySize]). They hold any
+// Limits on what [Outbox.Enqueue] accepts, besides the body's ([MaxBodySize]). They hold any
 // message Enqueue accepts within what RocketMQ carries — the smallest limits among the brokers a
 // relay commonly feeds: a topic of at most 127 characters (Kafka allows 249), and at most 32 KiB
 // of properties, where the key and the headers travel. A message over one of them is refused with
@@ -210,13 +202,24 @@ func WithRetry(attempts int, base, cap time.Duration) RelayOption {
 	return func(o *relayOptions) { o.maxAttempts, o.backoffBase, o.backoffCap = attempts, base, cap }
 }
 
-// WithRegisterer registers the relay's txkit_outbox_* metrics (txkit_leader_partitions_unled too,
-// with [WithElectors]) on reg, all listed in docs/metrics.md. Default: none; [Relay.Stats] still
-// counts, and the relay skips the backlog query the gauges need. Relays on one reg share the
-// series. [NewRelay] fails with an error wrapping [ErrInvalidOption] when a name is taken on reg
-// by a metric of another kind or labels.
-func WithRegisterer(reg prometheus.Registerer) RelayOption {
-	return func(o *relayOptions) { o.reg = reg }
+// WithTelemetry sets where the relay's metrics and traces go. reg registers its txkit_outbox_*
+// metrics (txkit_leader_partitions_unled too, with [WithElectors]), all listed in docs/metrics.md
+// (default: none; [Relay.Stats] still counts, and the relay skips the backlog query the gauges
+// need); relays on one reg share the series, and [NewRelay] fails with an error wrapping
+// [ErrInvalidOption] when a name is taken on reg by a metric of another kind or labels. tp is the
+// OpenTelemetry tracer provider (default: the global one): each publish runs under a span "outbox
+// relay publish", a child of the trace context [Outbox.Enqueue] stored with the message, so the
+// request's trace runs on to the consumer (docs/tracing.md). A nil reg or tp keeps that part as it
+// was.
+func WithTelemetry(reg prometheus.Registerer, tp trace.TracerProvider) RelayOption {
+	return func(o *relayOptions) {
+		if reg != nil {
+			o.reg = reg
+		}
+		if tp != nil {
+			o.tp = tp
+		}
+	}
 }
 
 // WithElectors sets the elections of a partitioned outbox's relay ([WithPartitions]): el(p) is

@@ -111,7 +111,7 @@ func TestIntegrationRelayDatabaseOutageLogsBounded(t *testing.T) {
 	e := newRelayEnv(t)
 	schema := strings.Split(e.ob.Table(), ".")[0]
 	pool, proxy := testenv.PoolViaProxy(t, &testenv.Schema{Name: schema, URL: e.pool.Config().ConnString()})
-	ob, err := outbox.New(pool, outbox.WithSchema(schema))
+	ob, err := outbox.New(pool, outbox.WithTable(schema, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -338,7 +338,7 @@ func (ob *Outbox) ListDead(ctx context.Context, db DBTX, limit int) ([]DeadMessa
 }
 
 // Requeue makes the dead messages with the given IDs pending again, with no failed attempts, due
-// at once, and wakes the relay (NOTIFY, if [WithNotify] is on). IDs that are not dead messages are
+// at once, and wakes the relay (NOTIFY). IDs that are not dead messages are
 // ignored; it returns how many messages it requeued. A requeued message is published after any
 // later message of its key that was already sent: per-key order cannot be restored for it.
 //
@@ -402,7 +402,7 @@ func isUniqueViolation(err error) bool {
 func (ob *Outbox) relayFence() (*fence.Fence, error) {
 	var opts []fence.Option
 	if ob.o.schema != "" {
-		opts = append(opts, fence.WithSchema(ob.o.schema))
+		opts = append(opts, fence.WithTable(ob.o.schema, ""))
 	}
 	f, err := fence.New(ob.pool, opts...)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 func newOutbox(t testing.TB, opts ...outbox.Option) (*outbox.Outbox, *pgxpool.Pool) {
 	t.Helper()
 	pg := testenv.PG(t)
-	ob, err := outbox.New(pg.Pool, append([]outbox.Option{outbox.WithSchema(pg.Name)}, opts...)...)
+	ob, err := outbox.New(pg.Pool, append([]outbox.Option{outbox.WithTable(pg.Name, "")}, opts...)...)
 	if err != nil {
 		t.Fatalf("outbox.New: %v", err)
 	}
@@ -62,7 +62,7 @@ func (d refuseDB) QueryRow(context.Context, string, ...any) pgx.Row {
 }
 
 func TestEnqueueRefusesInvalidMessages(t *testing.T) {
-	ob, err := outbox.New(&pgxpool.Pool{}, outbox.WithMaxBodySize(8))
+	ob, err := outbox.New(&pgxpool.Pool{}, outbox.MaxBodySizeForTest(8))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestEnqueueRefusesInvalidMessages(t *testing.T) {
 // ErrInvalidMessage) that names the field, its size and the limit, and nothing is written: not in
 // a transaction the test then commits, and Enqueue does not even touch the database.
 func TestIntegrationEnqueueRefusesOversizedFields(t *testing.T) {
-	ob, pool := newOutbox(t, outbox.WithMaxBodySize(1000))
+	ob, pool := newOutbox(t, outbox.MaxBodySizeForTest(1000))
 	manyHeaders := map[string]string{}
 	for i := range 65 {
 		manyHeaders[fmt.Sprintf("h%d", i)] = "v"
@@ -152,7 +152,7 @@ func TestIntegrationEnqueueRefusesOversizedFields(t *testing.T) {
 
 func TestIntegrationMigrateIsIdempotent(t *testing.T) {
 	pg := testenv.PG(t)
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name+"_own"), outbox.WithTable("Events"))
+	ob, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name+"_own", "Events"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestIntegrationEnqueueAtomicity(t *testing.T) {
 }
 
 // TestIntegrationEnqueueNotifies checks the NOTIFY: one per committed transaction, none on
-// rollback, none with WithNotify(false).
+// rollback, none with NotifyForTest(false).
 func TestIntegrationEnqueueNotifies(t *testing.T) {
 	pg := testenv.PG(t)
 	ctx := t.Context()
@@ -264,11 +264,11 @@ func TestIntegrationEnqueueNotifies(t *testing.T) {
 		}
 		return c
 	}
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.ChannelForTest("ch_"+pg.Name))
+	ob, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, ""), outbox.ChannelForTest("ch_"+pg.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithTable("quiet"), outbox.WithNotify(false),
+	quiet, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, "quiet"), outbox.NotifyForTest(false),
 		outbox.ChannelForTest("ch_"+pg.Name))
 	if err != nil {
 		t.Fatal(err)

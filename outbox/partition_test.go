@@ -258,7 +258,7 @@ func TestIntegrationPartitionCount(t *testing.T) {
 		t.Fatalf("40 messages in %d partitions of 12: the hash does not spread", len(seen))
 	}
 
-	other, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithPartitions(4))
+	other, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, ""), outbox.WithPartitions(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestIntegrationPartitionCount(t *testing.T) {
 	}
 
 	// A table from before partitions, with a pending message: its count is 1.
-	old, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithTable("old"))
+	old, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, "old"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func TestIntegrationPartitionCount(t *testing.T) {
 	if _, err := pg.Pool.Exec(ctx, `drop table old_parts`); err != nil { // as before partitions
 		t.Fatal(err)
 	}
-	split, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithTable("old"), outbox.WithPartitions(12))
+	split, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, "old"), outbox.WithPartitions(12))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +322,7 @@ func TestIntegrationPartitionCount(t *testing.T) {
 // partitionedOutbox returns an outbox of parts partitions in pg's schema, migrated.
 func partitionedOutbox(t *testing.T, pg *testenv.Schema, parts int) *outbox.Outbox {
 	t.Helper()
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithPartitions(parts))
+	ob, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, ""), outbox.WithPartitions(parts))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 func TestIntegrationFailStatement(t *testing.T) {
 	pg := testenv.PG(t)
 	ctx := t.Context()
-	ob, err := New(pg.Pool, WithSchema(pg.Name))
+	ob, err := New(pg.Pool, WithTable(pg.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestIntegrationDueStatement(t *testing.T) {
 func migratedOutbox(t *testing.T) (*testenv.Schema, *Outbox) {
 	t.Helper()
 	pg := testenv.PG(t)
-	ob, err := New(pg.Pool, WithSchema(pg.Name), WithNotify(false))
+	ob, err := New(pg.Pool, WithTable(pg.Name, ""), NotifyForTest(false))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -562,7 +562,7 @@ func TestIntegrationRelayLeadershipLostMidBatch(t *testing.T) {
 func TestIntegrationRelayFenced(t *testing.T) {
 	e := newRelayEnv(t)
 	schema, _, _ := strings.Cut(e.ob.Table(), ".")
-	fence, err := fence.New(e.pool, fence.WithSchema(schema))
+	fence, err := fence.New(e.pool, fence.WithTable(schema, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -635,7 +635,7 @@ func dedupe(s []string) []string {
 // Run instead of publishing batches whose rows it could never delete.
 func TestIntegrationRelayFenceNotMigrated(t *testing.T) {
 	e := newRelayEnv(t)
-	fence, err := fence.New(e.pool, fence.WithTable("not_migrated"))
+	fence, err := fence.New(e.pool, fence.WithTable("", "not_migrated"))
 	if err != nil {
 		t.Fatal(err)
 	}

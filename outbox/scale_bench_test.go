@@ -50,7 +50,7 @@ func relayScaleOut(b *testing.B, parts, relays int) {
 	if parts > 1 {
 		obOpts = append(obOpts, outbox.WithPartitions(parts))
 	}
-	ob, err := outbox.New(pg.Pool, append(obOpts, outbox.WithSchema(pg.Name))...)
+	ob, err := outbox.New(pg.Pool, append(obOpts, outbox.WithTable(pg.Name, ""))...)
 	if err != nil {
 		b.Fatal(err)
 	}

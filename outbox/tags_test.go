@@ -45,7 +45,7 @@ func TestIntegrationMigrateAddsTagsColumn(t *testing.T) {
 	if _, err := pg.Pool.Exec(t.Context(), `insert into `+table+` (msg_id, topic, body) values (gen_random_uuid(), 'old', '')`); err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name))
+	ob, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func TestIntegrationRelayTracing(t *testing.T) {
 	e.enqueue(t, "plain", "plain")
 
 	logs := &coretest.LogBuffer{}
-	r := e.relay(t, "relay-1", rec, outbox.WithTracerProvider(tp), outbox.WithRetry(3, time.Millisecond, 5*time.Millisecond),
+	r := e.relay(t, "relay-1", rec, outbox.WithTelemetry(nil, tp), outbox.WithRetry(3, time.Millisecond, 5*time.Millisecond),
 		outbox.WithLogger(slog.New(tracelog.Handler(slog.NewJSONHandler(logs, nil)))))
 	run(t, r)
 	e.waitOneDead(t, "traced and plain published, doomed dead")

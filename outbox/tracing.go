@@ -12,13 +12,6 @@ import (
 // tracerName is the instrumentation scope of the relay's spans.
 const tracerName = "github.com/txkit/txkit/outbox"
 
-// WithTracerProvider sets the OpenTelemetry tracer provider (default: the global one). Each
-// publish runs under a span "outbox relay publish", a child of the trace context [Outbox.Enqueue]
-// stored with the message, so the request's trace runs on to the consumer (docs/tracing.md).
-func WithTracerProvider(tp trace.TracerProvider) RelayOption {
-	return func(o *relayOptions) { o.tp = tp }
-}
-
 // startPublish starts the publish span of x: a child of x's stored trace context, linked to the
 // span ctx carries (if any). The returned ctx carries the span.
 func (r *Relay) startPublish(ctx context.Context, x row) (context.Context, trace.Span) {

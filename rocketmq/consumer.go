@@ -26,7 +26,7 @@ import (
 // message's ID. Returning nil commits tx (the claim and the handler's writes together); returning
 // an error rolls both back and has the message redelivered, unless the error wraps [ErrPoison].
 // ctx ends after 1 min, when tx is rolled back and the message redelivered; it does not end when
-// [Consumer.Run]'s ctx does, so that a handler in flight can finish; it carries the "rocketmq consume" span (see [WithTracerProvider]).
+// [Consumer.Run]'s ctx does, so that a handler in flight can finish; it carries the "rocketmq consume" span (see [WithTelemetry]).
 // The handler must not commit or roll back tx.
 type Handler func(ctx context.Context, tx pgx.Tx, msg message.Message) error
 
@@ -34,7 +34,7 @@ type Handler func(ctx context.Context, tx pgx.Tx, msg message.Message) error
 // RocketMQ consumer group receives them at least once, and each is applied in a transaction that
 // first claims its txkit ID ([PropertyID]) in an [idempotency.Store] (scope = the group). A
 // message already claimed is committed and acknowledged without effect (a duplicate). A message
-// over [WithMaxMessageSize], undecodable, or whose handler error wraps [ErrPoison] is logged and
+// over [MaxMessageSize], undecodable, or whose handler error wraps [ErrPoison] is logged and
 // acknowledged without being applied (poison). On any other error (claim, handler, commit,
 // timeout, panic) the transaction rolls back and the message is redelivered — through the group's
 // retry topic, or in place with [WithOrderly] — and after [WithRedelivery]'s maxTimes goes to

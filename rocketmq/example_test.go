@@ -43,7 +43,7 @@ func Example() {
 	defer pool.Close()
 	table := "txkit_idempotency_example_" + suffix
 	defer pool.Exec(context.WithoutCancel(ctx), "drop table if exists "+table) //nolint:errcheck // example cleanup
-	store, err := idempotency.New(pool, idempotency.WithTable(table))
+	store, err := idempotency.New(pool, idempotency.WithTable("", table))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -50,6 +50,11 @@ func NewRlogAdapterAt(l *slog.Logger, level slog.Level, now func() time.Time) rl
 	return newRlogAdapter(l, level, now)
 }
 
+// MaxMessageSizeForTest sets the largest message a Consumer accepts (default MaxMessageSize).
+func MaxMessageSizeForTest(n int) ConsumerOption {
+	return consumerOption(func(o *consumerOptions) { o.maxMessageSize = n })
+}
+
 // GroupForTest sets a Publisher's producer group (production uses "txkit-outbox").
 func GroupForTest(name string) PublisherOption {
 	return publisherOption(func(o *publisherOptions) { o.group = name })

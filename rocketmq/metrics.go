@@ -5,18 +5,31 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 )
 
-// WithRegisterer registers a [Consumer]'s or a [TxProducer]'s txkit_rocketmq_* metrics on reg, all
-// listed in docs/metrics.md; a [Publisher] accepts it and registers nothing (the relay counts its
-// publishes). Default: none; [Consumer.Stats] still counts. Clients on one reg share the series.
-// The constructor fails with an error wrapping [ErrInvalidOption] when a name is taken on reg by
-// a metric of another kind or labels.
-func WithRegisterer(reg prometheus.Registerer) Option {
-	return commonOption(func(o *commonOptions) { o.reg = reg })
+// WithTelemetry sets where the clients' metrics and traces go; it fits all three constructors.
+// reg registers a [Consumer]'s or a [TxProducer]'s txkit_rocketmq_* metrics, all listed in
+// docs/metrics.md; a [Publisher] registers nothing (the relay counts its publishes). Default: none;
+// [Consumer.Stats] still counts. Clients on one reg share the series; the constructor fails with
+// an error wrapping [ErrInvalidOption] when a name is taken on reg by a metric of another kind or
+// labels. tp is the OpenTelemetry tracer provider (default: the global one): a [Consumer] applies
+// each message under a span "rocketmq consume", the child of the trace context the message's
+// properties carry; a [TxProducer] sends under "rocketmq send" and answers check-backs under
+// "rocketmq check-back"; a [Publisher] only propagates ctx's trace context (docs/tracing.md). A
+// nil reg or tp keeps that part as it was.
+func WithTelemetry(reg prometheus.Registerer, tp trace.TracerProvider) Option {
+	return commonOption(func(o *commonOptions) {
+		if reg != nil {
+			o.reg = reg
+		}
+		if tp != nil {
+			o.tp = tp
+		}
+	})
 }
 
 // consumerMetrics are a [Consumer]'s collectors, with the series of each result made at

@@ -67,12 +67,12 @@ func TestIntegrationConsumerMetrics(t *testing.T) {
 		return nil
 	})
 	c := newConsumer(t, e, group(t, "metrics"), h, rocketmq.WithOrderly(100*time.Millisecond),
-		rocketmq.WithRegisterer(reg))
+		rocketmq.WithTelemetry(reg, nil))
 	if err := counts(reg, "txkit_rocketmq_consumed_total", map[string]int{"handled": 0, "duplicate": 0, "poison": 0, "retry": 0}); err != nil {
 		t.Fatalf("before any message: %v", err)
 	}
 	run(t, c)
-	pub := newPublisher(t, e, rocketmq.WithRegisterer(reg)) // fits, and registers nothing
+	pub := newPublisher(t, e, rocketmq.WithTelemetry(reg, nil)) // fits, and registers nothing
 	for _, id := range []uuid.UUID{handled, handled, refused, flaky} {
 		if err := pub.Publish(t.Context(), outbox.Message{ID: id, Topic: e.topic, Key: "k", Body: []byte("m")}); err != nil {
 			t.Fatal(err)
@@ -103,8 +103,8 @@ func TestIntegrationConsumersShareMetrics(t *testing.T) {
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
 	rec := &recorder{}
-	c1 := newConsumer(t, e, group(t, "one"), rec.handler(nil), rocketmq.WithRegisterer(reg))
-	c2 := newConsumer(t, e, group(t, "two"), rec.handler(nil), rocketmq.WithRegisterer(reg))
+	c1 := newConsumer(t, e, group(t, "one"), rec.handler(nil), rocketmq.WithTelemetry(reg, nil))
+	c2 := newConsumer(t, e, group(t, "two"), rec.handler(nil), rocketmq.WithTelemetry(reg, nil))
 	run(t, c1)
 	run(t, c2)
 	pub := newPublisher(t, e)
@@ -133,7 +133,7 @@ func TestIntegrationTxProducerCheckbackMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	g := group(t, "txm")
 	tp := startTxProducer(t, e, rocketmq.NewWithheldTxProducer, g, rocketmq.CheckGraceForTest(3*time.Second),
-		rocketmq.WithRegisterer(reg))
+		rocketmq.WithTelemetry(reg, nil))
 	if err := counts(reg, "txkit_rocketmq_checkbacks_total", map[string]int{"commit": 0, "rollback": 0, "unknown": 0}); err != nil {
 		t.Fatalf("before any check-back: %v", err)
 	}
@@ -174,15 +174,15 @@ func TestRegistererClash(t *testing.T) {
 	clash := prometheus.NewRegistry()
 	clash.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "txkit_rocketmq_consumed_total", Help: "not the consumer's"}))
 	clash.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "txkit_rocketmq_checkbacks_total", Help: "not the producer's"}))
-	if _, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithRegisterer(clash)); !errors.Is(err, rocketmq.ErrInvalidOption) {
+	if _, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithTelemetry(clash, nil)); !errors.Is(err, rocketmq.ErrInvalidOption) {
 		t.Errorf("NewConsumer on a clashing registry: %v, want ErrInvalidOption", err)
 	}
-	if _, err := rocketmq.NewTxProducer(t.Context(), ns, "g", pool, rocketmq.WithRegisterer(clash)); !errors.Is(err, rocketmq.ErrInvalidOption) {
+	if _, err := rocketmq.NewTxProducer(t.Context(), ns, "g", pool, rocketmq.WithTelemetry(clash, nil)); !errors.Is(err, rocketmq.ErrInvalidOption) {
 		t.Errorf("NewTxProducer on a clashing registry: %v, want ErrInvalidOption", err)
 	}
 	shared := prometheus.NewRegistry()
 	for _, reg := range []prometheus.Registerer{nil, (*prometheus.Registry)(nil), shared, shared} {
-		if _, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithRegisterer(reg)); err != nil {
+		if _, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithTelemetry(reg, nil)); err != nil {
 			t.Errorf("NewConsumer with registerer %#v: %v", reg, err)
 		}
 	}

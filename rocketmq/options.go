@@ -38,7 +38,7 @@ type TxProducerOption interface {
 }
 
 // Option is an option that fits a [Publisher], a [Consumer] and a [TxProducer] alike:
-// [WithLogger], [WithCredentials], [WithRegisterer] and [WithTracerProvider].
+// [WithLogger], [WithCredentials] and [WithTelemetry].
 type Option interface {
 	PublisherOption
 	ConsumerOption
@@ -122,7 +122,7 @@ func defaultConsumerOptions() consumerOptions {
 		retryDelayLevel: 0,
 		orderlyRetry:    time.Second,
 		handlerTimeout:  time.Minute,
-		maxMessageSize:  DefaultMaxMessageSize,
+		maxMessageSize:  MaxMessageSize,
 	}
 }
 
@@ -227,19 +227,13 @@ func WithConsumeGoroutines(n int) ConsumerOption {
 	return consumerOption(func(o *consumerOptions) { o.goroutines = n })
 }
 
-// DefaultMaxMessageSize is the default of [WithMaxMessageSize]: the outbox's default body limit
-// ([outbox.DefaultMaxBodySize], 4 MiB) plus 64 KiB for the properties.
-const DefaultMaxMessageSize = outbox.DefaultMaxBodySize + 64<<10
-
-// WithMaxMessageSize sets the largest message a [Consumer] accepts, in bytes of body (as the
-// client hands it over, inflated when the producer compressed it) plus properties (names and
-// values) (default [DefaultMaxMessageSize]; at least 1 KiB, at most 1 GiB). A larger message is
-// poison: logged and acknowledged, never decoded nor given to the [Handler]. It bounds what this
-// package and the handler accept, not what the client reads and inflates before (see
+// MaxMessageSize is the largest message a [Consumer] accepts, in bytes of body (as the client
+// hands it over, inflated when the producer compressed it) plus properties (names and values): the
+// outbox's body limit ([outbox.MaxBodySize], 4 MiB) plus 64 KiB for the properties. A larger
+// message is poison: logged and acknowledged, never decoded nor given to the [Handler]. It bounds
+// what this package and the handler accept, not what the client reads and inflates before (see
 // docs/security.md).
-func WithMaxMessageSize(n int) ConsumerOption {
-	return consumerOption(func(o *consumerOptions) { o.maxMessageSize = n })
-}
+const MaxMessageSize = outbox.MaxBodySize + 64<<10
 
 // WithTagExpression subscribes a [Consumer] to the messages of its topic whose tag
 // ([message.Message].Tags, RocketMQ's TAGS) matches expr: one tag, or several separated by "||"

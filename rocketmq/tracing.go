@@ -27,15 +27,6 @@ const (
 // tracerName is the instrumentation scope of this package's spans.
 const tracerName = "github.com/txkit/txkit/rocketmq"
 
-// WithTracerProvider sets the OpenTelemetry tracer provider (default: the global one). It fits
-// all three constructors: a [Consumer] applies each message under a span "rocketmq consume", the
-// child of the trace context the message's properties carry; a [TxProducer] sends under "rocketmq
-// send" and answers check-backs under "rocketmq check-back"; a [Publisher] only propagates ctx's
-// trace context (docs/tracing.md).
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return commonOption(func(o *commonOptions) { o.tp = tp })
-}
-
 // propertyCarrier is a propagation.TextMapCarrier over a RocketMQ message's properties.
 type propertyCarrier struct{ m *primitive.Message }
 

@@ -54,9 +54,9 @@ func TestIntegrationTraceOutboxToConsumer(t *testing.T) {
 	}
 	request := span.SpanContext()
 
-	pub := newPublisher(t, e, rocketmq.WithTracerProvider(tp))
+	pub := newPublisher(t, e, rocketmq.WithTelemetry(nil, tp))
 	relay, err := outbox.NewRelay(ob, pub, outbox.WithElector(zkenv.Elector(t, testenv.ZKRoot(t)+"/relay", "r1")),
-		outbox.WithTracerProvider(tp), outbox.WithSchedule("@every 100ms", 128), outbox.WithLogger(e.log))
+		outbox.WithTelemetry(nil, tp), outbox.WithSchedule("@every 100ms", 128), outbox.WithLogger(e.log))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func tracedConsumer(t *testing.T, e *env, tp trace.TracerProvider) (c *rocketmq.
 		spans = append(spans, trace.SpanContextFromContext(ctx))
 		mu.Unlock()
 		return nil
-	}, rocketmq.WithTracerProvider(tp))
+	}, rocketmq.WithTelemetry(nil, tp))
 	run(t, c)
 	return c, func() []trace.SpanContext {
 		mu.Lock()
@@ -144,7 +144,7 @@ func TestIntegrationTraceTxSendToConsumer(t *testing.T) {
 	tp, exp := inMemoryProvider(t)
 
 	c, handled := tracedConsumer(t, e, tp)
-	p := newTxProducer(t, e, group(t, "txp"), rocketmq.WithTracerProvider(tp))
+	p := newTxProducer(t, e, group(t, "txp"), rocketmq.WithTelemetry(nil, tp))
 
 	ctx, request := requestSpan(t, tp)
 	var local trace.SpanContext
@@ -197,11 +197,11 @@ func TestIntegrationTraceTxCheckBack(t *testing.T) {
 	sender, senderExp := inMemoryProvider(t)
 	answerer, answererExp := inMemoryProvider(t)
 
-	c := newConsumer(t, e, group(t, "txc"), (&recorder{}).handler(nil), rocketmq.WithTracerProvider(sender))
+	c := newConsumer(t, e, group(t, "txc"), (&recorder{}).handler(nil), rocketmq.WithTelemetry(nil, sender))
 	run(t, c)
 	g := group(t, "txp")
-	dying := startTxProducer(t, e, rocketmq.NewWithheldTxProducer, g, rocketmq.WithTracerProvider(sender))
-	newTxProducer(t, e, g, rocketmq.WithTracerProvider(answerer)) // the survivor, which answers the check-back
+	dying := startTxProducer(t, e, rocketmq.NewWithheldTxProducer, g, rocketmq.WithTelemetry(nil, sender))
+	newTxProducer(t, e, g, rocketmq.WithTelemetry(nil, answerer)) // the survivor, which answers the check-back
 
 	ctx, request := requestSpan(t, sender)
 	if err := dying.Send(ctx, message.Message{ID: uuid.New(), Topic: e.topic, Body: []byte("checked back")}, insertUser(uuid.New())); err != nil {
@@ -260,7 +260,7 @@ func TestIntegrationTraceConsumeLog(t *testing.T) {
 			return errBoom
 		}
 		return nil
-	}), rocketmq.WithTracerProvider(tp), rocketmq.WithLogger(log), rocketmq.WithRedelivery(16, 1))
+	}), rocketmq.WithTelemetry(nil, tp), rocketmq.WithLogger(log), rocketmq.WithRedelivery(16, 1))
 	run(t, c)
 	pub := newPublisher(t, e)
 	ctx, request := requestSpan(t, tp)

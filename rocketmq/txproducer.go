@@ -235,7 +235,7 @@ func (p *TxProducer) Purge(ctx context.Context, db outbox.DBTX, age time.Duratio
 //
 // Send runs under a span "rocketmq send" and sends its trace context in the [PropertyTraceParent]
 // and [PropertyTraceState] properties (replacing headers of those names), so that the consumer's
-// span and any check-back's span are in ctx's trace (see [WithTracerProvider]).
+// span and any check-back's span are in ctx's trace (see [WithTelemetry]).
 func (p *TxProducer) Send(ctx context.Context, msg message.Message, localTx func(ctx context.Context, tx pgx.Tx) error) error {
 	sctx, span := p.startSend(ctx, msg)
 	err := p.send(sctx, ctx, msg, localTx)

@@ -67,7 +67,7 @@ func TestConstructorsRefuseBadInput(t *testing.T) {
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"consumer: max message size below 1 KiB", func() error {
-			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.WithMaxMessageSize(1023))
+			_, err := rocketmq.NewConsumer(ns, "g", "t", pool, store, h, rocketmq.MaxMessageSizeForTest(1023))
 			return err
 		}, rocketmq.ErrInvalidOption},
 		{"consumer: empty group", func() error { _, err := rocketmq.NewConsumer(ns, "", "t", pool, store, h); return err }, rocketmq.ErrInvalidOption},
@@ -149,7 +149,7 @@ func TestOptionsFit(t *testing.T) {
 		{"WithRetries", rocketmq.WithRetries(1, time.Second), true, false, true, true},
 		{"GroupForTest", rocketmq.GroupForTest("g"), true, false, false, false},
 		{"WithOrderly", rocketmq.WithOrderly(time.Second), false, true, false, false},
-		{"WithMaxMessageSize", rocketmq.WithMaxMessageSize(1 << 20), false, true, false, false},
+		{"MaxMessageSizeForTest", rocketmq.MaxMessageSizeForTest(1 << 20), false, true, false, false},
 		{"WithTagExpression", rocketmq.WithTagExpression("a"), false, true, false, false},
 		{"CheckGraceForTest", rocketmq.CheckGraceForTest(time.Second), false, false, true, false},
 		{"TableForTest", rocketmq.TableForTest("t"), false, false, true, false},

@@ -532,7 +532,7 @@ func TestIntegrationHTTPRefusedStepText(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
 	const secret = "saga-test-secret-0123456789abcdef"
-	bar, err := barrier.New(e.Schema.Pool, barrier.WithSchema(e.Schema.Name), barrier.WithLogger(testLogger(t)),
+	bar, err := barrier.New(e.Schema.Pool, barrier.WithTable(e.Schema.Name, ""), barrier.WithLogger(testLogger(t)),
 		barrier.WithSecrets(secret))
 	if err != nil {
 		t.Fatal(err)

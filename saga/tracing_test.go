@@ -87,7 +87,7 @@ func TestIntegrationTracing(t *testing.T) {
 	}
 	srv := httptest.NewServer(bar.Handler(fn))
 	t.Cleanup(srv.Close)
-	c := e.coordinator(coordinator.WithTracerProvider(tp), coordinator.WithLogger(logs.TraceLogger()),
+	c := e.coordinator(coordinator.WithTelemetry(nil, tp), coordinator.WithLogger(logs.TraceLogger()),
 		coordinator.WithHTTPClient(srv.Client()))
 	stock := register(t, c, "stock", bar.Participant(fn))
 
@@ -150,7 +150,7 @@ func TestIntegrationTracingLeaderFinishes(t *testing.T) {
 		}
 		return fmt.Errorf("no funds: %w", participant.ErrRefused) // the leader's
 	})
-	opts := []coordinator.Option{coordinator.WithTracerProvider(tp), coordinator.WithLogger(logs.TraceLogger())}
+	opts := []coordinator.Option{coordinator.WithTelemetry(nil, tp), coordinator.WithLogger(logs.TraceLogger())}
 	c := e.coordinator(append(opts, saga.WithAttempts(1))...)
 	leader := e.coordinator(append(opts, coordinator.WithElector(e.Elector("leader")))...)
 	var steps []saga.Step

@@ -27,7 +27,7 @@ import (
 func TestIntegrationTracing(t *testing.T) {
 	exp, tp := coretest.Tracing(t)
 	e := newEnv(t)
-	c := e.coordinator(coordinator.WithTracerProvider(tp))
+	c := e.coordinator(coordinator.WithTelemetry(nil, tp))
 	h := register(t, c, "p", newParty(func(req participant.Request) error {
 		if req.Branch == "refusing" {
 			return participant.ErrRefused
@@ -96,7 +96,7 @@ func TestIntegrationTracingAcrossProcesses(t *testing.T) {
 	exp, tp := coretest.Tracing(t)
 	e := newEnv(t)
 	const gid = "traced-killed"
-	leader := e.coordinator(coordinator.WithTracerProvider(tp), coordinator.WithElector(e.Elector("leader")),
+	leader := e.coordinator(coordinator.WithTelemetry(nil, tp), coordinator.WithElector(e.Elector("leader")),
 		coordinator.WithLease(200*time.Millisecond))
 	party := newParty(nil)
 	register(t, leader, "p", party)
@@ -219,7 +219,7 @@ func tracedStarter(arg string) error {
 	defer pool.Close()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	c, err := tcc.New(pool, coordinator.WithSchema(schema), coordinator.WithTracerProvider(tp),
+	c, err := tcc.New(pool, coordinator.WithSchema(schema), coordinator.WithTelemetry(nil, tp),
 		coordinator.WithDefaultTimeout(time.Second))
 	if err != nil {
 		return err

@@ -54,7 +54,7 @@ func TestIntegrationAgentsWaitForTheLog(t *testing.T) {
 			// The agents' decider reaches the log through the proxy; its registerer gets the PG agents'
 			// metrics, the wallet's barrier registerer the wallet agent's.
 			pgReg, walletReg := prometheus.NewRegistry(), prometheus.NewRegistry()
-			decider := w.coordinatorOn(w.poolVia(proxy.Addr()), coordinator.WithHTTPClient(client), coordinator.WithRegisterer(pgReg))
+			decider := w.coordinatorOn(w.poolVia(proxy.Addr()), coordinator.WithHTTPClient(client), coordinator.WithTelemetry(pgReg, nil))
 			wl := w.wallet(decider, agent.TerminationConsultLog, secret, client, barrier.WithRegisterer(walletReg))
 			agents := w.agents(decider)
 			proxy.Down()

@@ -28,7 +28,7 @@ func TestIntegrationTracing(t *testing.T) {
 	exp, tp := coretest.Tracing(t)
 	w := newWorld(t)
 	bar := coretest.TracedBarrier(t, w.East, tp)
-	c := w.coordinator(coordinator.WithTracerProvider(tp))
+	c := w.coordinator(coordinator.WithTelemetry(nil, tp))
 	points := coretest.Register(t, c, "points", bar.Participant(func(_ context.Context, _ pgx.Tx, req participant.Request) error {
 		if req.Op == participant.OpCanCommit && req.GID == "traced-no" {
 			return fmt.Errorf("points frozen: %w", participant.ErrRefused)

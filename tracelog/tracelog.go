@@ -8,7 +8,7 @@
 // attempt. Wrap the handler of the logger you give them with [Handler]:
 //
 //	log := slog.New(tracelog.Handler(slog.NewJSONHandler(os.Stderr, nil)))
-//	coord, err := tcc.New(pool, coordinator.WithLogger(log), coordinator.WithTracerProvider(tp))
+//	coord, err := tcc.New(pool, coordinator.WithLogger(log), coordinator.WithTelemetry(nil, tp))
 //
 // and each line logged under a span carries trace_id and span_id, in the lowercase hex of a W3C
 // traceparent header:

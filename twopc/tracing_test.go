@@ -26,7 +26,7 @@ func TestIntegrationTracing(t *testing.T) {
 	exp, tp := coretest.Tracing(t)
 	b := newBank(t)
 	bar := coretest.TracedBarrier(t, b.East, tp)
-	c := b.coordinator(coordinator.WithTracerProvider(tp))
+	c := b.coordinator(coordinator.WithTelemetry(nil, tp))
 	points := coretest.Register(t, c, "points", bar.Participant(func(_ context.Context, _ pgx.Tx, req participant.Request) error {
 		if req.Op == participant.OpPrepare && req.GID == "traced-no" {
 			return fmt.Errorf("points frozen: %w", participant.ErrRefused)

@@ -37,7 +37,7 @@ func sha(s string) string {
 func TestIntegrationConsoleSignIn(t *testing.T) {
 	s := testenv.PG(t)
 	ctx := t.Context()
-	ob, err := outbox.New(s.Pool, outbox.WithSchema(s.Name))
+	ob, err := outbox.New(s.Pool, outbox.WithTable(s.Name, ""))
 	must(t, err, "outbox.New")
 	must(t, ob.Migrate(ctx), "outbox Migrate")
 	const body, auth = `{"card":"4111111111111111"}`, "Bearer shop-api-key-0123456789"
@@ -48,8 +48,8 @@ func TestIntegrationConsoleSignIn(t *testing.T) {
 		` set status = 'dead', attempts = 3, last_error = 'broker down' where msg_id = $1`, id)
 	must(t, err, "make the message dead")
 
-	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithTokens(map[string]string{"oncall": oncallToken}),
-		admin.WithReadTokens(map[string]string{"viewer": viewerToken}))
+	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithTokens(map[string]string{"oncall": oncallToken}, nil),
+		admin.WithTokens(nil, map[string]string{"viewer": viewerToken}))
 	must(t, err, "admin.New")
 	must(t, a.Migrate(ctx), "admin Migrate")
 	pages, err := console.Handler(a)

@@ -166,7 +166,7 @@ func relayOn(t *testing.T, ob *outbox.Outbox, pub outbox.Publisher, path, id str
 func notifier(t *testing.T, svc *tccOrder, down *atomic.Bool) *notify.Notifier {
 	t.Helper()
 	const secret = "console-browser-secret-0123456789"
-	store, err := idempotency.New(svc.Pool, idempotency.WithSchema(svc.Schema))
+	store, err := idempotency.New(svc.Pool, idempotency.WithTable(svc.Schema, ""))
 	must(t, err, "idempotency.New")
 	must(t, store.Migrate(t.Context()), "idempotency Migrate")
 	in, err := inbox.New(svc.Pool, store, "shop", []string{secret}, func(context.Context, pgx.Tx, notify.Delivery) error { return nil })
@@ -180,7 +180,7 @@ func notifier(t *testing.T, svc *tccOrder, down *atomic.Bool) *notify.Notifier {
 	}))
 	t.Cleanup(shop.Close)
 	n, err := notify.New(svc.Pool, []notify.Receiver{{Name: "shop", URL: shop.URL, Secrets: []string{secret}}},
-		notify.WithSchema(svc.Schema), notify.WithPlainHTTP(), notify.WithSchedule([]time.Duration{}, 0),
+		notify.WithTable(svc.Schema, ""), notify.WithPlainHTTP(), notify.WithSchedule([]time.Duration{}, 0),
 		notify.WithTick("@every 100ms", 100), notify.WithElector(zkenv.Elector(t, svc.Root+"/notify", "notifier-1")))
 	must(t, err, "notify.New")
 	must(t, n.Migrate(t.Context()), "notify Migrate")
@@ -220,7 +220,7 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 
 	// The outbox and the notifications of the same schema, and a message the first relay cannot
 	// publish.
-	ob, err := outbox.New(svc.Pool, outbox.WithSchema(svc.Schema))
+	ob, err := outbox.New(svc.Pool, outbox.WithTable(svc.Schema, ""))
 	must(t, err, "outbox.New")
 	must(t, ob.Migrate(ctx), "outbox Migrate")
 	// A notification the shop refuses (down): failed after its one attempt.
@@ -239,7 +239,7 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	must(t, err, "Enqueue")
 	relayPath := svc.Root + "/relay"
 	reg := prometheus.NewRegistry() // both relays' metrics, the overview's figures
-	first := relayOn(t, ob, failingPublisher{}, relayPath, "relay-failing", outbox.WithRegisterer(reg),
+	first := relayOn(t, ob, failingPublisher{}, relayPath, "relay-failing", outbox.WithTelemetry(reg, nil),
 		outbox.WithRetry(3, 10*time.Millisecond, 50*time.Millisecond), outbox.WithSchedule("@every 100ms", 128))
 	firstCtx, stopFirst := context.WithCancel(context.Background())
 	testenv.Run(t, func(context.Context) error { return first.Run(firstCtx) }) // until stopFirst (it resigns)
@@ -249,7 +249,7 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	must(t, err, "zklock.NewSession")
 	t.Cleanup(func() { _ = sess.Close() })
 	token := "console-browser-" + strings.ReplaceAll(uuid.NewString(), "-", "")
-	a, err := admin.New(svc.Pool, admin.WithSchema(svc.Schema), admin.WithTokens(map[string]string{"browser-test": token}),
+	a, err := admin.New(svc.Pool, admin.WithSchema(svc.Schema), admin.WithTokens(map[string]string{"browser-test": token}, nil),
 		admin.WithInspected([]admin.Election{
 			{Name: "tcc recovery", Path: svc.Election + "/tcc", Inspector: sess.Inspector()},
 			{Name: "saga recovery", Path: svc.Election + "/saga", Inspector: sess.Inspector()},
@@ -281,7 +281,7 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	pub, err := rocketmq.NewPublisher(ctx, testenv.Namesrv(t))
 	must(t, err, "rocketmq.NewPublisher")
 	t.Cleanup(func() { _ = pub.Close() })
-	second := relayOn(t, ob, pub, relayPath, "relay-rocketmq", outbox.WithSchedule("@every 200ms", 128), outbox.WithRegisterer(reg),
+	second := relayOn(t, ob, pub, relayPath, "relay-rocketmq", outbox.WithSchedule("@every 200ms", 128), outbox.WithTelemetry(reg, nil),
 		outbox.WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
 	testenv.Run(t, second.Run)
 	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {

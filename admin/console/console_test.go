@@ -88,7 +88,7 @@ func TestIntegrationConsoleEscapes(t *testing.T) {
 		_, err := s.Pool.Exec(ctx, q, "refused: "+hostileScript)
 		must(t, err, "%s", q)
 	}
-	ob, err := outbox.New(s.Pool, outbox.WithSchema(s.Name))
+	ob, err := outbox.New(s.Pool, outbox.WithTable(s.Name, ""))
 	must(t, err, "outbox.New")
 	must(t, ob.Migrate(ctx), "outbox Migrate")
 	id, err := ob.Enqueue(ctx, s.Pool, outbox.Message{Topic: "orders", Key: "k", Body: []byte(hostileScript)})
@@ -98,7 +98,7 @@ func TestIntegrationConsoleEscapes(t *testing.T) {
 	must(t, err, "make the message dead")
 
 	nt, err := notify.New(s.Pool, []notify.Receiver{{Name: "shop", URL: "https://shop.example/notify", Secrets: []string{"0123456789abcdef0123"}}},
-		notify.WithSchema(s.Name))
+		notify.WithTable(s.Name, ""))
 	must(t, err, "notify.New")
 	must(t, nt.Migrate(ctx), "notify Migrate")
 	nid, err := nt.Enqueue(ctx, s.Pool, notify.Notification{Receiver: "shop", Key: "k-" + hostileImg,
@@ -111,7 +111,7 @@ func TestIntegrationConsoleEscapes(t *testing.T) {
 		` (id, n, status_code, latency_ms, error) values ($1, 1, 502, 12.5, $2)`, nid, "answered "+hostileScript)
 	must(t, err, "record the attempt")
 
-	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithReadTokens(map[string]string{"viewer": viewerToken}))
+	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithTokens(nil, map[string]string{"viewer": viewerToken}))
 	must(t, err, "admin.New")
 	h, err := console.Handler(a)
 	must(t, err, "console.Handler")

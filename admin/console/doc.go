@@ -6,7 +6,7 @@
 //
 // The pages are html/template files and one stylesheet and one small script, embedded in the
 // binary: there is no Node build step and nothing to install. The operator signs in once, with a
-// token of admin.WithTokens or admin.WithReadTokens: the server keeps a session cookie for the
+// token of admin.WithTokens: the server keeps a session cookie for the
 // pages ([admin.Admin.Login]) and the tab keeps the token in its sessionStorage for the buttons.
 // Without a session every page answers the sign-in form (401); a foreign Host is answered 421.
 // The pages only read, and show payloads, bodies and header values redacted; the buttons
@@ -18,7 +18,7 @@
 // The recipe: one mux with the API under /api/ and the console at "/", on loopback (`txkit serve`
 // does this):
 //
-//	a, err := admin.New(pool, admin.WithSchema("orders"), admin.WithTokens(map[string]string{"alice": token}))
+//	a, err := admin.New(pool, admin.WithSchema("orders"), admin.WithTokens(map[string]string{"alice": token}, nil))
 //	if err != nil {
 //		return err
 //	}

@@ -27,7 +27,7 @@ func Example() {
 	defer done()
 	schema := schemas[0]
 
-	ob, err := outbox.New(pool, outbox.WithSchema(schema))
+	ob, err := outbox.New(pool, outbox.WithTable(schema, ""))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -47,7 +47,7 @@ func Example() {
 		return
 	}
 
-	a, err := admin.New(pool, admin.WithSchema(schema), admin.WithTokens(map[string]string{"oncall": "a-long-random-token-0123"}))
+	a, err := admin.New(pool, admin.WithSchema(schema), admin.WithTokens(map[string]string{"oncall": "a-long-random-token-0123"}, nil))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -537,11 +537,11 @@ func relayRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool
 	ctx := context.Background()
 	s, pool := e.schema(b)
 	mustExec(b, pool, `create table orders (id uuid primary key, total bigint not null)`)
-	ob, err := outbox.New(pool, outbox.WithSchema(s.Name))
+	ob, err := outbox.New(pool, outbox.WithTable(s.Name, ""))
 	if err != nil {
 		b.Fatal(err)
 	}
-	store, err := idempotency.New(pool, idempotency.WithSchema(s.Name))
+	store, err := idempotency.New(pool, idempotency.WithTable(s.Name, ""))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -604,7 +604,7 @@ func consumerRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, b
 	ctx := context.Background()
 	s, pool := e.schema(b)
 	mustExec(b, pool, `create table applied (id uuid primary key)`)
-	store, err := idempotency.New(pool, idempotency.WithSchema(s.Name))
+	store, err := idempotency.New(pool, idempotency.WithTable(s.Name, ""))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -697,7 +697,7 @@ func notifyRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, boo
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * maxClients}}
 	b.Cleanup(client.CloseIdleConnections)
 	n, err := notify.New(pool, []notify.Receiver{{Name: "r", URL: srv.URL, Secrets: []string{secret}, Echo: "success", Concurrency: maxClients}},
-		notify.WithSchema(s.Name), notify.WithLogger(testenv.Logger(b)), notify.WithHTTPClient(client), notify.WithPlainHTTP(),
+		notify.WithTable(s.Name, ""), notify.WithLogger(testenv.Logger(b)), notify.WithHTTPClient(client), notify.WithPlainHTTP(),
 		notify.WithElector(zkenv.Elector(b, testenv.ZKRoot(b)+"/notify", "a")))
 	if err != nil {
 		b.Fatal(err)
@@ -769,7 +769,7 @@ func notifyRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, boo
 // NOTHING into an equivalent table.
 func claimRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool) {
 	s, pool := e.schema(b)
-	st, err := idempotency.New(pool, idempotency.WithSchema(s.Name))
+	st, err := idempotency.New(pool, idempotency.WithTable(s.Name, ""))
 	if err != nil {
 		b.Fatal(err)
 	}

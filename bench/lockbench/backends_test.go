@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/pglock"
 	"github.com/txkit/txkit/lock/redislock"
@@ -81,7 +82,7 @@ func newContender(ctx context.Context, e env, kind, name string) (*contender, er
 	c := &counter{}
 	switch kind {
 	case "zk", "zk-unfair":
-		s, err := zklock.NewSession(ctx, e.zk, zklock.WithSessionTimeout(expiry), zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
+		s, err := zklock.NewSession(ctx, e.zk, zklock.WithSessionTimeout(expiry), zklock.WithDigestAuth(zkenv.Digest()))
 		if err != nil {
 			return nil, err
 		}

@@ -44,10 +44,7 @@ func openFence(ctx context.Context, e *env, verb string) (*fence.Fence, *pgxpool
 	if e.path != "" && e.zk == "" {
 		return nil, nil, 0, usageErr("fence %s: -path needs ZooKeeper: set -zk or TXKIT_ZK", verb)
 	}
-	opts := []fence.Option{fence.WithTable(e.table)}
-	if e.schema != "" {
-		opts = append(opts, fence.WithSchema(e.schema))
-	}
+	opts := []fence.Option{fence.WithTable(e.schema, e.table)}
 	pgURL, err := e.pg.resolve(e.getenv)
 	if err != nil {
 		return nil, nil, 0, err
@@ -138,7 +135,8 @@ func fenceShow(ctx context.Context, e *env) error {
 // the process list), and whether the variable is set.
 func zkAuth(getenv func(string) string) (zklock.SessionOption, bool) {
 	v := getenv("TXKIT_ZK_AUTH")
-	return zklock.WithAuth("digest", []byte(v)), v != ""
+	user, password, _ := strings.Cut(v, ":")
+	return zklock.WithDigestAuth(user, password), v != ""
 }
 
 // lockEpoch reads lockPath's epoch through a ZooKeeper session of its own.

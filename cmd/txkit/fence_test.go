@@ -30,7 +30,7 @@ func TestIntegrationFenceReset(t *testing.T) {
 	pg := testenv.PG(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	fence, err := fence.New(pg.Pool, fence.WithSchema(pg.Name))
+	fence, err := fence.New(pg.Pool, fence.WithTable(pg.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

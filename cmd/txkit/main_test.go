@@ -66,7 +66,7 @@ func TestUsage(t *testing.T) {
 func TestIntegrationOutboxCommands(t *testing.T) {
 	pg := testenv.PG(t)
 	ctx := t.Context()
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name), outbox.WithTable("events"))
+	ob, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, "events"))
 	if err != nil {
 		t.Fatal(err)
 	}

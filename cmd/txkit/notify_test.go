@@ -13,7 +13,7 @@ import (
 
 func TestIntegrationNotifyCommands(t *testing.T) {
 	s := testenv.PG(t)
-	n, err := notify.New(s.Pool, []notify.Receiver{{Name: "shop", URL: "https://127.0.0.1:1/n", Secrets: []string{"cmd-txkit-test-secret-0123456789"}}}, notify.WithSchema(s.Name))
+	n, err := notify.New(s.Pool, []notify.Receiver{{Name: "shop", URL: "https://127.0.0.1:1/n", Secrets: []string{"cmd-txkit-test-secret-0123456789"}}}, notify.WithTable(s.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

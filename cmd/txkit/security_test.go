@@ -38,7 +38,7 @@ func TestPrintable(t *testing.T) {
 func TestIntegrationStoredTextIsEscaped(t *testing.T) {
 	pg := testenv.PG(t)
 	ctx := t.Context()
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name))
+	ob, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestIntegrationStoredTextIsEscaped(t *testing.T) {
 // command line, where every user of the machine sees it.
 func TestIntegrationPGURLFromFile(t *testing.T) {
 	pg := testenv.PG(t)
-	ob, err := outbox.New(pg.Pool, outbox.WithSchema(pg.Name))
+	ob, err := outbox.New(pg.Pool, outbox.WithTable(pg.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

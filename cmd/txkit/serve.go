@@ -179,12 +179,7 @@ func (f *serveFlags) adminOptions(ctx context.Context, schema string, log *slog.
 		opts = append(opts, admin.WithSchema(schema))
 	}
 	opts = append(opts, admin.WithTables(admin.Tables{Outbox: f.outboxT, Notify: f.notifyT})) // "": the default
-	if len(tokens) > 0 {
-		opts = append(opts, admin.WithTokens(tokens))
-	}
-	if len(readers) > 0 {
-		opts = append(opts, admin.WithReadTokens(readers))
-	}
+	opts = append(opts, admin.WithTokens(tokens, readers))                                    // nil maps add nothing
 	hosts := f.hosts
 	if h, _, _ := net.SplitHostPort(f.listen); h != "" && !net.ParseIP(h).IsUnspecified() {
 		hosts = append(hosts, h) // the name or address it listens on

@@ -92,7 +92,7 @@ func TestServeUsage(t *testing.T) {
 func TestIntegrationServe(t *testing.T) {
 	s := testenv.PG(t)
 	ctx := t.Context()
-	ob, err := outbox.New(s.Pool, outbox.WithSchema(s.Name))
+	ob, err := outbox.New(s.Pool, outbox.WithTable(s.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

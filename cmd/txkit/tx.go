@@ -34,7 +34,7 @@ func txListFlags(fs *flag.FlagSet, e *env) {
 func txAdmin(ctx context.Context, e *env) (*admin.Admin, func(), error) {
 	var opts []admin.Option
 	if e.prefix != "" {
-		opts = append(opts, admin.WithLogs(logOf(e.prefix)))
+		opts = append(opts, admin.WithTables(admin.Tables{Logs: []admin.LogSource{logOf(e.prefix)}}))
 	}
 	a, pool, err := e.admin(ctx, opts...)
 	if err != nil {

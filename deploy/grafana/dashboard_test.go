@@ -259,7 +259,7 @@ func TestIntegrationDashboardNamesRegisteredMetrics(t *testing.T) {
 	}
 
 	// The coordinators: every protocol registers the same collectors (labelled by protocol).
-	copts := []coordinator.Option{coordinator.WithSchema(s.Name), coordinator.WithRegisterer(rec)}
+	copts := []coordinator.Option{coordinator.WithSchema(s.Name), coordinator.WithTelemetry(rec, nil)}
 	_, err := tcc.New(s.Pool, copts...)
 	check("tcc.New", err)
 	_, err = saga.New(s.Pool, copts...)
@@ -274,24 +274,24 @@ func TestIntegrationDashboardNamesRegisteredMetrics(t *testing.T) {
 	// The outbox relay on a RocketMQ publisher, a consumer and a transactional producer.
 	ob, err := outbox.New(s.Pool)
 	check("outbox.New", err)
-	pub, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithRegisterer(rec))
+	pub, err := rocketmq.NewPublisher(ctx, ns, rocketmq.WithTelemetry(rec, nil))
 	check("rocketmq.NewPublisher", err)
 	t.Cleanup(func() { _ = pub.Close() })
-	_, err = outbox.NewRelay(ob, pub, outbox.WithRegisterer(rec))
+	_, err = outbox.NewRelay(ob, pub, outbox.WithTelemetry(rec, nil))
 	check("outbox.NewRelay", err)
 	store, err := idempotency.New(s.Pool, idempotency.WithRegisterer(rec))
 	check("idempotency.New", err)
 	check("idempotency Migrate", store.Migrate(ctx))
 	_, err = rocketmq.NewConsumer(ns, "txkit-test-grafana", topic, s.Pool, store,
-		func(context.Context, pgx.Tx, outbox.Message) error { return nil }, rocketmq.WithRegisterer(rec))
+		func(context.Context, pgx.Tx, outbox.Message) error { return nil }, rocketmq.WithTelemetry(rec, nil))
 	check("rocketmq.NewConsumer", err)
-	txp, err := rocketmq.NewTxProducer(ctx, ns, "txkit-test-grafana-tx", s.Pool, rocketmq.WithRegisterer(rec))
+	txp, err := rocketmq.NewTxProducer(ctx, ns, "txkit-test-grafana-tx", s.Pool, rocketmq.WithTelemetry(rec, nil))
 	check("rocketmq.NewTxProducer", err)
 	t.Cleanup(func() { _ = txp.Close() })
 
 	// Notify, the participant barrier.
 	_, err = notify.New(s.Pool, []notify.Receiver{{Name: "shop", URL: "https://shop.example/notify",
-		Secrets: []string{"0123456789abcdef0123"}}}, notify.WithSchema(s.Name), notify.WithRegisterer(rec))
+		Secrets: []string{"0123456789abcdef0123"}}}, notify.WithTable(s.Name, ""), notify.WithTelemetry(rec, nil))
 	check("notify.New", err)
 	_, err = barrier.New(s.Pool, barrier.WithRegisterer(rec))
 	check("barrier.New", err)
@@ -304,9 +304,9 @@ func TestIntegrationDashboardNamesRegisteredMetrics(t *testing.T) {
 	_, err = zklock.NewElector(sess, root+"/election", "grafana-test", lock.WithElectionRegisterer(rec))
 	check("zklock.NewElector", err)
 	// A partitioned relay: its partitions' leader job reports the unled partitions.
-	obParts, err := outbox.New(s.Pool, outbox.WithTable("grafana_parts"), outbox.WithPartitions(2))
+	obParts, err := outbox.New(s.Pool, outbox.WithTable("", "grafana_parts"), outbox.WithPartitions(2))
 	check("outbox.New with partitions", err)
-	_, err = outbox.NewRelay(obParts, pub, outbox.WithRegisterer(rec), outbox.WithElectors(func(p int) (lock.Elector, error) {
+	_, err = outbox.NewRelay(obParts, pub, outbox.WithTelemetry(rec, nil), outbox.WithElectors(func(p int) (lock.Elector, error) {
 		return zklock.NewElector(sess, fmt.Sprintf("%s/relay/p%d", root, p), "grafana-test")
 	}, nil))
 	check("outbox.NewRelay with partitions", err)

@@ -224,7 +224,7 @@ func (refusing) Publish(context.Context, outbox.Message) error {
 // running (it publishes the other two, and whatever the console requeues). The returned func
 // gives that relay's error once ctx has ended.
 func outboxWithDeadMessage(ctx context.Context, c config, pool *pgxpool.Pool, schema, path string) (func() error, error) {
-	ob, err := outbox.New(pool, outbox.WithSchema(schema))
+	ob, err := outbox.New(pool, outbox.WithTable(schema, ""))
 	if err != nil {
 		return nil, err
 	}

@@ -198,13 +198,13 @@ func (s *service) campaign(ctx context.Context) error {
 func (s *service) build(ctx context.Context) error {
 	var err error
 	schema := s.cfg.Schema
-	if s.ob, err = outbox.New(s.pool, outbox.WithSchema(schema)); err != nil { // txkit_outbox, and txkit_fence for the relay
+	if s.ob, err = outbox.New(s.pool, outbox.WithTable(schema, "")); err != nil { // txkit_outbox, and txkit_fence for the relay
 		return err
 	}
-	if s.store, err = idempotency.New(s.pool, idempotency.WithSchema(schema)); err != nil { // txkit_idempotency
+	if s.store, err = idempotency.New(s.pool, idempotency.WithTable(schema, "")); err != nil { // txkit_idempotency
 		return err
 	}
-	if s.bar, err = barrier.New(s.pool, barrier.WithSchema(schema), barrier.WithSecrets(s.secret)); err != nil { // txkit_barrier
+	if s.bar, err = barrier.New(s.pool, barrier.WithTable(schema, ""), barrier.WithSecrets(s.secret)); err != nil { // txkit_barrier
 		return err
 	}
 	s.sagas, err = saga.New(s.pool, coordinator.WithSchema(schema), coordinator.WithElector(s.sagaElector), // txkit_saga_global, _branch; txkit_fence, the same

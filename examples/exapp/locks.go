@@ -257,7 +257,8 @@ func ZKAuth() (zklock.SessionOption, error) {
 		return nil, fmt.Errorf("%s is not set: ZooKeeper needs credentials (export what deploy/local/env prints): %w: %w",
 			EnvZKAuth, zklock.ErrNoCredentials, lock.ErrInvalidOption)
 	}
-	return zklock.WithAuth("digest", []byte(v)), nil
+	user, password, _ := strings.Cut(v, ":")
+	return zklock.WithDigestAuth(user, password), nil
 }
 
 func (l *Locks) openZK(ctx context.Context, unfair bool, o locksOptions) error {

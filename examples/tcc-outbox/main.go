@@ -90,7 +90,7 @@ func run(ctx context.Context, url, schema string, log *slog.Logger) error {
 	}
 
 	// The stock service, served here for the demo; in production it is another service.
-	stockBar, err := barrier.New(pool, barrier.WithSchema(schema), barrier.WithSecrets(secret))
+	stockBar, err := barrier.New(pool, barrier.WithTable(schema, ""), barrier.WithSecrets(secret))
 	if err != nil {
 		return err
 	}
@@ -166,10 +166,10 @@ func newShop(ctx context.Context, pool *pgxpool.Pool, schema string, el lock.Ele
 	stockURL string, log *slog.Logger) (*shop, error) {
 	s := &shop{schema: schema, stock: participant.HTTP{URL: stockURL, Client: signing}}
 	var err error
-	if s.ob, err = outbox.New(pool, outbox.WithSchema(schema)); err != nil { // txkit_outbox
+	if s.ob, err = outbox.New(pool, outbox.WithTable(schema, "")); err != nil { // txkit_outbox
 		return nil, err
 	}
-	if s.bar, err = barrier.New(pool, barrier.WithSchema(schema)); err != nil { // txkit_barrier; in-process calls are not signed
+	if s.bar, err = barrier.New(pool, barrier.WithTable(schema, "")); err != nil { // txkit_barrier; in-process calls are not signed
 		return nil, err
 	}
 	opts := []coordinator.Option{coordinator.WithSchema(schema), coordinator.WithHTTPClient(signing),

@@ -69,7 +69,7 @@ func TestIntegrationTCCOutboxStarterKilled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			stockBar, err := barrier.New(pg.Pool, barrier.WithSchema(pg.Name), barrier.WithSecrets(secret))
+			stockBar, err := barrier.New(pg.Pool, barrier.WithTable(pg.Name, ""), barrier.WithSecrets(secret))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -42,10 +42,10 @@ type Config struct {
 	Batch, RecoverConc     int           // recovery claim size and drives at once
 	Retention              time.Duration // how long finished transactions are kept
 	RetentionSpec          string        // cron spec of the retention job
-	// Registerer is where [NewBase] registers the coordinator's metrics (WithRegisterer); nil
+	// Registerer is where [NewBase] registers the coordinator's metrics (WithTelemetry); nil
 	// registers none (they are still counted).
 	Registerer prometheus.Registerer
-	// TracerProvider is where the coordinator's tracer comes from (WithTracerProvider); nil: the
+	// TracerProvider is where the coordinator's tracer comes from (WithTelemetry); nil: the
 	// application's global provider.
 	TracerProvider trace.TracerProvider
 	// GroupCommit is the log's group commit window (WithGroupCommit, see [WithGroupCommit]); 0: off.

@@ -109,7 +109,7 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 	}
 	var fopts []fence.Option
 	if o.schema != "" {
-		fopts = append(fopts, fence.WithSchema(o.schema))
+		fopts = append(fopts, fence.WithTable(o.schema, ""))
 	}
 	fence, err := fence.New(pool, fopts...)
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/txkit/txkit/participant"
 )
 
-// metrics are a coordinator's Prometheus collectors (coordinator.WithRegisterer), labelled by
+// metrics are a coordinator's Prometheus collectors (coordinator.WithTelemetry), labelled by
 // protocol ([Kind.String]) and bounded values only: op, phase, result, outcome. Coordinators of
 // one process registered on one registerer share them ([obs.Register]).
 type metrics struct {

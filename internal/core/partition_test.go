@@ -50,7 +50,7 @@ func recoveryWorker(ctx context.Context, c recoveryWorkerConfig) error {
 	if err != nil {
 		return err
 	}
-	f, err := fence.New(pool, fence.WithSchema(c.Schema))
+	f, err := fence.New(pool, fence.WithTable(c.Schema, ""))
 	if err != nil {
 		return err
 	}

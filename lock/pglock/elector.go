@@ -22,7 +22,7 @@ func (c *Client) NewElector(name, id string, opts ...lock.ElectionOption) (*lock
 		return nil, err
 	}
 	return lock.NewElection(m, name, id, func(ctx context.Context) (string, error) { return c.holder(ctx, name) },
-		append([]lock.ElectionOption{lock.WithElectionLogger(c.log)}, opts...)...)
+		nil, c.log, opts...)
 }
 
 // holder returns the data of name's live row, or an error wrapping [lock.ErrNoLeader].

@@ -146,7 +146,7 @@ func (g *group) newElector(name, id string, opts []lock.ElectionOption) (*lock.E
 		return nil, err
 	}
 	holder := func(ctx context.Context) (string, error) { return g.holder(ctx, name) }
-	return lock.NewElection(m, name, id, holder, append([]lock.ElectionOption{lock.WithElectionLogger(g.o.log)}, opts...)...)
+	return lock.NewElection(m, name, id, holder, nil, g.o.log, opts...)
 }
 
 // Mutex is a lock on one name on a single Redis server ([Client]). It implements [lock.Locker]:

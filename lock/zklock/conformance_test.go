@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/internal/testkit/zkenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/locktest"
 	"github.com/txkit/txkit/lock/zklock"
@@ -39,7 +39,7 @@ func zkBackend(name, config string) (locktest.Backend, error) {
 		Expiry: testSessionTimeout,
 		ConnectVia: func(ctx context.Context, dial locktest.DialFunc) (*locktest.Conn, error) {
 			s, err := zklock.NewSession(ctx, servers, zklock.WithSessionTimeout(testSessionTimeout),
-				zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))), // worker processes inherit it
+				zklock.WithDigestAuth(zkenv.Digest()), // worker processes inherit it
 				zklock.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
 					ctx, cancel := context.WithTimeout(context.Background(), timeout)
 					defer cancel()

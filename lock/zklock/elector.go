@@ -21,12 +21,12 @@ func NewElector(s *Session, electionPath, id string, opts ...lock.ElectionOption
 	if id == "" {
 		return nil, fmt.Errorf("zklock: elector on %s: empty candidate id: %w", electionPath, lock.ErrInvalidOption)
 	}
-	m, err := NewMutex(s, electionPath, WithData([]byte(id)), WithNodeWatch())
+	m, err := NewMutex(s, electionPath, WithData([]byte(id)), withNodeWatch())
 	if err != nil {
 		return nil, err
 	}
 	z := &zkElection{s: s, path: electionPath, m: m}
-	return lock.NewElection(m, electionPath, id, z.Leader, append([]lock.ElectionOption{lock.WithElectionLogger(s.log), lock.WithObserver(z.Observe)}, opts...)...)
+	return lock.NewElection(m, electionPath, id, z.Leader, z.Observe, s.log, opts...)
 }
 
 // zkElection reads who leads a ZooKeeper election: the data of the lowest contender's node.

@@ -25,7 +25,8 @@ func exampleServers() []string {
 // exampleAuth returns the digest credentials ("user:password") from TXKIT_ZK_AUTH (set by `make
 // test`): a Session without credentials is refused (zklock.ErrNoCredentials).
 func exampleAuth() zklock.SessionOption {
-	return zklock.WithAuth("digest", []byte(os.Getenv("TXKIT_ZK_AUTH")))
+	user, password, _ := strings.Cut(os.Getenv("TXKIT_ZK_AUTH"), ":")
+	return zklock.WithDigestAuth(user, password)
 }
 
 func ExampleMutex() {

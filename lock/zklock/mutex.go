@@ -142,7 +142,7 @@ func (m *Mutex) newLease(ep *epoch, node string, tok lock.Token) (*zkLease, erro
 	return &zkLease{Hold: lock.NewHold(tok), m: m, node: node, ep: ep, released: make(chan struct{})}, nil
 }
 
-// monitor ends the lease when its session ends, when (with WithNodeWatch) its node is deleted,
+// monitor ends the lease when its session ends, when (an elector's) its node is deleted,
 // or when after a reconnection the node is found gone or owned by another session.
 func (l *zkLease) monitor() {
 	ep := l.ep

@@ -36,7 +36,7 @@ func TestNewMutexRejectsBadInput(t *testing.T) {
 	if _, err := zklock.NewElector(&zklock.Session{}, "/ok", ""); !errors.Is(err, lock.ErrInvalidOption) {
 		t.Errorf("NewElector(empty id) error = %v, want ErrInvalidOption", err)
 	}
-	if _, err := lock.NewElection(nil, "x", "id", func(context.Context) (string, error) { return "", nil }); !errors.Is(err, lock.ErrInvalidOption) {
+	if _, err := lock.NewElection(nil, "x", "id", func(context.Context) (string, error) { return "", nil }, nil, nil); !errors.Is(err, lock.ErrInvalidOption) {
 		t.Errorf("NewElection(nil Locker) error = %v, want ErrInvalidOption", err)
 	}
 }

@@ -81,17 +81,6 @@ func WithDigestAuth(user, password string) SessionOption {
 	}
 }
 
-// WithAuth makes the Session present credentials for scheme (as go-zookeeper's Conn.AddAuth does)
-// on every connection and every new ZooKeeper session it opens, before any lock recipe uses it.
-// [WithDigestAuth] is the common case (WithAuth("digest", []byte("user:password")) is the same);
-// WithAuth is for the other schemes a server is configured with. go-zookeeper v1.0.4 has no SASL
-// (Kerberos) support.
-func WithAuth(scheme string, credentials []byte) SessionOption {
-	return func(o *sessionOptions) {
-		o.auth = append(o.auth, authCred{scheme: scheme, cred: append([]byte(nil), credentials...)})
-	}
-}
-
 // WithACL sets the ACL of every node the Session's lock recipes create: the lock path and its
 // missing parents, and the contenders' nodes (default: [CreatorACL](false)). Nodes that already
 // exist keep their ACL. An ACL that names the "auth" scheme (such as [CreatorACL]) needs
@@ -129,10 +118,10 @@ func (o sessionOptions) validate() error {
 	}
 	for _, a := range o.auth {
 		if user, _, ok := strings.Cut(string(a.cred), ":"); a.scheme == "digest" && (!ok || user == "") {
-			a.scheme = "" // WithAuth("digest", …) takes "user:password"
+			a.scheme = ""
 		}
 		if a.scheme == "" {
-			return fmt.Errorf("zklock: auth: empty scheme, or digest credentials not \"user:password\" with a user that is non-empty and free of ':': %w", lock.ErrInvalidOption)
+			return fmt.Errorf("zklock: digest auth: the user is empty or contains ':': %w", lock.ErrInvalidOption)
 		}
 	}
 	if o.acl != nil && len(o.acl) == 0 {
@@ -191,6 +180,6 @@ func WithData(b []byte) Option {
 	return func(o *options) { o.data = append([]byte(nil), b...) }
 }
 
-// WithNodeWatch makes a holder watch its own node, so that its deletion by anyone ends the hold at
+// withNodeWatch makes a holder watch its own node, so that its deletion by anyone ends the hold at
 // once. It costs one more ZooKeeper round trip per acquisition; the [lock.Elector] always uses it.
-func WithNodeWatch() Option { return func(o *options) { o.nodeWatch = true } }
+func withNodeWatch() Option { return func(o *options) { o.nodeWatch = true } }

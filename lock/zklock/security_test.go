@@ -297,9 +297,6 @@ func TestSessionAuthOptionsValidated(t *testing.T) {
 		{"empty ACL", []zklock.SessionOption{zklock.WithACL()}},
 		{"digest user with a colon", []zklock.SessionOption{zklock.WithDigestAuth("a:b", "pw")}},
 		{"empty digest user", []zklock.SessionOption{zklock.WithDigestAuth("", "pw")}},
-		{"empty scheme", []zklock.SessionOption{zklock.WithAuth("", []byte("x"))}},
-		{"digest credentials without a colon", []zklock.SessionOption{zklock.WithAuth("digest", []byte("user"))}},
-		{"empty digest credentials", []zklock.SessionOption{zklock.WithAuth("digest", nil)}},
 		{"world-writable ACL without WithInsecureWorldACL", []zklock.SessionOption{zklock.WithDigestAuth("u", "pw"), zklock.WithACL(zk.WorldACL(zk.PermAll)...)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -49,7 +49,7 @@ type ApplyFunc func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error
 // request answers 401 with the fixed text "unauthorized" (why is logged), a body longer than a
 // delivery of [MaxPayloadLen] can be 413, a malformed one 400, a failed apply 500 with a request
 // id that names the logged error (the sender retries); success answers 200 with the
-// acknowledgement body ([WithEcho]). No answer carries an error's text.
+// acknowledgement body ("success"). No answer carries an error's text.
 //
 // The store's keys expire with its retention (idempotency.WithRetention; run its Run): keep it
 // longer than the sender's schedule and than twice the window ([New] checks the latter). Inbox is
@@ -64,13 +64,18 @@ type Inbox struct {
 	tracer   trace.Tracer
 }
 
+// The acknowledgement's body, and the idempotency scope of the claimed ids (nonces use it with
+// ":nonce").
+const (
+	ackBody    = "success"
+	inboxScope = "notify"
+)
+
 // Option configures an [Inbox].
 type Option func(*options)
 
 type options struct {
 	window time.Duration
-	echo   string
-	scope  string
 	log    *slog.Logger
 	tp     trace.TracerProvider
 }
@@ -80,13 +85,6 @@ type options struct {
 // which remembers the nonces: a timestamp may lie up to the window ahead, so a replay stays
 // possible until receipt + 2 × window.
 func WithWindow(d time.Duration) Option { return func(o *options) { o.window = d } }
-
-// WithEcho sets the body of the acknowledgement (default "success").
-func WithEcho(body string) Option { return func(o *options) { o.echo = body } }
-
-// WithScope sets the idempotency scope of the claimed ids (default "notify"); nonces use it with
-// ":nonce".
-func WithScope(s string) Option { return func(o *options) { o.scope = s } }
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
@@ -108,7 +106,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // a window whose double is not below the store's retention or unusable options return an error
 // wrapping notify.ErrInvalidOption.
 func New(pool *pgxpool.Pool, store *idempotency.Store, receiver string, secrets []string, apply ApplyFunc, opts ...Option) (*Inbox, error) {
-	o := options{window: notify.DefaultWindow, echo: "success", scope: "notify", log: slog.New(slog.DiscardHandler)}
+	o := options{window: notify.DefaultWindow, log: slog.New(slog.DiscardHandler)}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -121,8 +119,8 @@ func New(pool *pgxpool.Pool, store *idempotency.Store, receiver string, secrets 
 	switch {
 	case pool == nil || store == nil || apply == nil:
 		return nil, fmt.Errorf("notify: inbox: nil pool, store or apply: %w", notify.ErrInvalidOption)
-	case o.window <= 0 || o.scope == "" || o.log == nil:
-		return nil, fmt.Errorf("notify: inbox: window %v, scope %q or logger: %w", o.window, o.scope, notify.ErrInvalidOption)
+	case o.window <= 0 || o.log == nil:
+		return nil, fmt.Errorf("notify: inbox: window %v or logger: %w", o.window, notify.ErrInvalidOption)
 	case 2*o.window >= store.Retention():
 		// A timestamp may lie up to the window ahead, so a delivery stays acceptable until receipt +
 		// 2 × window: its nonce must be remembered at least that long.
@@ -169,7 +167,7 @@ func (in *Inbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		trace.WithAttributes(attribute.String("txkit.notification", d.ID.String()),
 			attribute.String("txkit.receiver", d.Receiver)))
 	err = pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
-		fresh, err := in.store.Claim(ctx, tx, in.o.scope+":nonce", r.Header.Get(notify.HeaderSignature))
+		fresh, err := in.store.Claim(ctx, tx, inboxScope+":nonce", r.Header.Get(notify.HeaderSignature))
 		if err != nil {
 			return err
 		}
@@ -188,7 +186,7 @@ func (in *Inbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpsafe.Error(w, in.o.log, http.StatusInternalServerError, "apply failed", err, slog.String("id", d.ID.String()))
 		return
 	}
-	_, _ = io.WriteString(w, in.o.echo)
+	_, _ = io.WriteString(w, ackBody)
 }
 
 // refuse logs why the delivery id is refused and answers 401 with a fixed text.
@@ -200,7 +198,7 @@ func (in *Inbox) refuse(ctx context.Context, w http.ResponseWriter, id string, e
 // applyOnce claims d's id in tx and applies it, reporting whether it did; a notification applied
 // before is acknowledged again without being applied.
 func (in *Inbox) applyOnce(ctx context.Context, tx pgx.Tx, d notify.Delivery) (bool, error) {
-	first, err := in.store.Claim(ctx, tx, in.o.scope, d.ID.String())
+	first, err := in.store.Claim(ctx, tx, inboxScope, d.ID.String())
 	if err != nil || !first {
 		return false, err // !first: applied before, acknowledge again
 	}

@@ -4,8 +4,8 @@
 //
 // Whoever can write to the topic chooses the receiver a message names, and the notifier signs
 // what it delivers: so the intake accepts only the receivers it is told to ([WithReceivers]), and
-// building it without saying which is refused, unless [WithAnyReceiver] says every receiver of the
-// notifier is fair game. [WithProducerSecrets] requires, besides, that each message carries its
+// building it without saying which is refused, unless WithReceivers("*") says every receiver of
+// the notifier is fair game. [WithProducerSecrets] requires, besides, that each message carries its
 // producer's HMAC over the body ([SignMessage]), with a secret the producers share with the
 // intake. A message that breaks either rule is poison: logged, acknowledged, never enqueued.
 //
@@ -81,22 +81,24 @@ type options struct {
 }
 
 // WithReceivers allows messages to name these receivers (and no other); it may be given more than
-// once. A receiver must also be one of the notifier's.
+// once. A receiver must also be one of the notifier's. The name "*", alone, allows any receiver of
+// the notifier: whoever can write to the topic can then have any of them told anything. Give it
+// only when that is true of the topic (its ACL lets trusted producers write, or
+// [WithProducerSecrets] is set).
 func WithReceivers(names ...string) Option {
 	return func(o *options) {
-		if o.receivers == nil {
-			o.receivers = map[string]bool{}
-		}
 		for _, n := range names {
+			if n == "*" {
+				o.any = true
+				continue
+			}
+			if o.receivers == nil {
+				o.receivers = map[string]bool{}
+			}
 			o.receivers[n] = true
 		}
 	}
 }
-
-// WithAnyReceiver allows messages to name any receiver of the notifier: whoever can write to the
-// topic can have any of them told anything. Give it only when that is true of the topic (its ACL
-// lets trusted producers write, or [WithProducerSecrets] is set).
-func WithAnyReceiver() Option { return func(o *options) { o.any = true } }
 
 // WithProducerSecrets requires every message to carry, in [HeaderSignature], its producer's
 // signature of the body ([SignMessage]) with one of secrets (two during a key rotation; each at
@@ -137,7 +139,7 @@ func (o options) verify(msg message.Message) error {
 
 // NewHandler returns the Consumer handler that enqueues each message's notification with n, in
 // the consumer's transaction. The receivers a message may name must be given ([WithReceivers]), or
-// every receiver allowed explicitly ([WithAnyReceiver]): without either, or with both, or with an
+// every receiver allowed explicitly (WithReceivers("*")): without either, or with both, or with an
 // empty name or a short secret, it returns an error wrapping [ErrInvalidOption].
 //
 // A message that does not decode, names a receiver not allowed ([ErrNotAllowed]), lacks a valid
@@ -154,9 +156,9 @@ func NewHandler(n *notify.Notifier, decode Decode, opts ...Option) (obrocketmq.H
 	case n == nil || decode == nil:
 		return nil, fmt.Errorf("notify/rocketmq: nil notifier or decode: %w", ErrInvalidOption)
 	case o.any && o.receivers != nil:
-		return nil, fmt.Errorf("notify/rocketmq: both WithReceivers and WithAnyReceiver: %w", ErrInvalidOption)
+		return nil, fmt.Errorf("notify/rocketmq: both named receivers and WithReceivers(\"*\"): %w", ErrInvalidOption)
 	case !o.any && len(o.receivers) == 0:
-		return nil, fmt.Errorf("notify/rocketmq: no receiver allowed: say which (WithReceivers) or allow any explicitly (WithAnyReceiver): %w", ErrInvalidOption)
+		return nil, fmt.Errorf("notify/rocketmq: no receiver allowed: say which (WithReceivers) or allow any explicitly (WithReceivers(\"*\")): %w", ErrInvalidOption)
 	case o.receivers[""]:
 		return nil, fmt.Errorf("notify/rocketmq: empty receiver name: %w", ErrInvalidOption)
 	}

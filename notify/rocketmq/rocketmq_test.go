@@ -40,14 +40,14 @@ func notifierAndStore(t *testing.T, pg *testenv.Schema) (*notify.Notifier, *idem
 	n, err := notify.New(pg.Pool, []notify.Receiver{
 		{Name: "shop", URL: "https://shop.invalid/notify", Secrets: []string{secret}},
 		{Name: "admin", URL: "https://admin.invalid/notify", Secrets: []string{secret}},
-	}, notify.WithSchema(pg.Name))
+	}, notify.WithTable(pg.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.New(pg.Pool, idempotency.WithSchema(pg.Name))
+	store, err := idempotency.New(pg.Pool, idempotency.WithTable(pg.Name, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func (in *intake) enqueued(t *testing.T, receiver, key string) bool {
 // published; a message for an unknown receiver is poison, acknowledged and dropped.
 func TestIntegrationTopicToNotifications(t *testing.T) {
 	in := newIntake(t, func(n *notify.Notifier) obrocketmq.Handler {
-		h, err := rocketmq.NewHandler(n, rocketmq.JSON, rocketmq.WithAnyReceiver())
+		h, err := rocketmq.NewHandler(n, rocketmq.JSON, rocketmq.WithReceivers("*"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,8 +238,8 @@ func TestNewHandlerOptions(t *testing.T) {
 	}{
 		{"no allow-list", nil, false},
 		{"allow-list", []rocketmq.Option{rocketmq.WithReceivers("shop")}, true},
-		{"any receiver, explicitly", []rocketmq.Option{rocketmq.WithAnyReceiver()}, true},
-		{"both", []rocketmq.Option{rocketmq.WithReceivers("shop"), rocketmq.WithAnyReceiver()}, false},
+		{"any receiver, explicitly", []rocketmq.Option{rocketmq.WithReceivers("*")}, true},
+		{"both", []rocketmq.Option{rocketmq.WithReceivers("shop", "*")}, false},
 		{"empty name", []rocketmq.Option{rocketmq.WithReceivers("")}, false},
 		{"short producer secret", []rocketmq.Option{rocketmq.WithReceivers("shop"), rocketmq.WithProducerSecrets("short")}, false},
 		{"producer secret", []rocketmq.Option{rocketmq.WithReceivers("shop"), rocketmq.WithProducerSecrets(producerSecret)}, true},

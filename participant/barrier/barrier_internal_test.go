@@ -171,8 +171,7 @@ func TestNewOptions(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "defaults"},
-		{name: "all set", opts: []Option{WithSchema("s"), WithTable("t"), WithRetention(1e9, "@every 5s"), WithPurgeBatch(10), WithMaxRequestBytes(10), WithLogger(nil)}},
-		{name: "empty table", opts: []Option{WithTable("")}, wantErr: true},
+		{name: "all set", opts: []Option{WithTable("s", "t"), WithRetention(1e9, "@every 5s"), WithPurgeBatch(10), WithMaxRequestBytes(10), WithLogger(nil)}},
 		{name: "zero retention", opts: []Option{WithRetention(0, "@every 1m")}, wantErr: true},
 		{name: "bad schedule", opts: []Option{WithRetention(DefaultRetention, "often")}, wantErr: true},
 		{name: "zero batch", opts: []Option{WithPurgeBatch(0)}, wantErr: true},

@@ -1,6 +1,7 @@
 package barrier
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -77,16 +78,15 @@ func WithSignatureWindow(d time.Duration) Option {
 	return func(o *options) { o.window = d }
 }
 
-// WithSchema sets the PostgreSQL schema of the barrier table (default: none, so the
-// connection's search_path decides). [Barrier.Migrate] creates the schema if it does not exist.
-// The table must live in the database of the business data: its rows commit in the same
-// transaction as the business change.
-func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
-
-// WithTable sets the barrier table's name (default "txkit_barrier"), used exactly as given.
-// The table belongs to the barrier: do not share it with an idempotency.Store of your own, whose
-// scopes could collide with the barrier's ("try", "cancel", ...).
-func WithTable(name string) Option { return func(o *options) { o.table = name } }
+// WithTable sets the PostgreSQL schema of the barrier table (default: none, so the connection's
+// search_path decides; [Barrier.Migrate] creates it if it does not exist) and the table's name
+// (default "txkit_barrier", used exactly as given). An empty schema or table keeps that part as it
+// was. The table must live in the database of the business data: its rows commit in the same
+// transaction as the business change. It belongs to the barrier: do not share it with an
+// idempotency.Store of your own, whose scopes could collide with the barrier's ("try", "cancel", ...).
+func WithTable(schema, table string) Option {
+	return func(o *options) { o.schema, o.table = cmp.Or(schema, o.schema), cmp.Or(table, o.table) }
+}
 
 // WithRetention sets how long a barrier row is kept after it is written (default
 // [DefaultRetention], 7 days) and when [Barrier.Run] purges older ones, as a robfig/cron spec
@@ -145,8 +145,7 @@ func (o options) validate() error {
 
 func (o options) storeOptions() []idempotency.Option {
 	return []idempotency.Option{
-		idempotency.WithSchema(o.schema),
-		idempotency.WithTable(o.table),
+		idempotency.WithTable(o.schema, o.table),
 		idempotency.WithRetention(o.retain, o.schedule),
 		idempotency.WithLogger(o.log),
 		idempotency.WithPurgeBatch(o.batch),

@@ -426,7 +426,7 @@ func TestNewAgentOptions(t *testing.T) {
 		{name: "consult-log", bar: bar, dec: decider},
 		{name: "textbook", bar: bar, opts: textbook(time.Second)},
 		{name: "all set", bar: bar, dec: decider, opts: []agent.Option{agent.WithTimeout(time.Minute),
-			agent.WithPoll(time.Second), agent.WithBatch(5), agent.WithTable("agent"), agent.WithLogger(nil)}},
+			agent.WithPoll(time.Second), agent.WithBatch(5), agent.TableForTest("agent"), agent.WithLogger(nil)}},
 		{name: "nil barrier", wantErr: "nil barrier"},
 		{name: "nil function", bar: bar, noFn: true, opts: textbook(time.Second), wantErr: "nil function"},
 		{name: "consult-log without decider", bar: bar, wantErr: "needs a decision log (a Decider)"},
@@ -443,8 +443,8 @@ func TestNewAgentOptions(t *testing.T) {
 		{name: "negative timeout", bar: bar, opts: textbook(-time.Second), wantErr: "timeout -1s"},
 		{name: "zero poll", bar: bar, opts: append(textbook(time.Second), agent.WithPoll(0)), wantErr: "poll interval"},
 		{name: "zero batch", bar: bar, opts: append(textbook(time.Second), agent.WithBatch(0)), wantErr: "batch 0"},
-		{name: "empty table", bar: bar, opts: append(textbook(time.Second), agent.WithTable("")), wantErr: "agent table"},
-		{name: "long table", bar: bar, opts: append(textbook(time.Second), agent.WithTable(strings.Repeat("t", 60))),
+		{name: "empty table", bar: bar, opts: append(textbook(time.Second), agent.TableForTest("")), wantErr: "agent table"},
+		{name: "long table", bar: bar, opts: append(textbook(time.Second), agent.TableForTest(strings.Repeat("t", 60))),
 			wantErr: "agent table"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -498,13 +498,13 @@ func TestParseTermination(t *testing.T) {
 // An agent on a barrier with a schema of its own keeps its table there, created by Migrate.
 func TestIntegrationAgentInBarrierSchema(t *testing.T) {
 	schema := "t_" + strings.ReplaceAll(testenv.Name(t), "-", "_") + "_3pc"
-	f := newFixture(t, barrier.WithSchema(schema))
+	f := newFixture(t, barrier.WithTable(schema, ""))
 	t.Cleanup(func() {
 		if _, err := f.Pool.Exec(context.WithoutCancel(t.Context()), `drop schema if exists `+schema+` cascade`); err != nil {
 			t.Errorf("drop schema %s: %v", schema, err)
 		}
 	})
-	a := newAgent(t, f, nil, append(textbook(dueAtOnce), agent.WithTable("pay_agent"))...)
+	a := newAgent(t, f, nil, append(textbook(dueAtOnce), agent.TableForTest("pay_agent"))...)
 	mustDo(t, a.Participant(), "g1", "b", preCommit)
 	if pass, err := a.Pass(t.Context()); err != nil || pass.Committed != 1 {
 		t.Fatalf("Pass = %+v, %v; want one branch committed", pass, err)

@@ -76,11 +76,6 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithTable sets the name of an [Agent]'s table (default [DefaultTable]), used exactly as given,
-// in its barrier's schema (barrier.WithSchema). Agents that share a table share its branches:
-// each timed-out branch is decided by one of them. A PG has no table: [NewPG] refuses it.
-func WithTable(name string) Option { return func(o *options) { o.table, o.tableSet = name, true } }
-
 // validate checks the options of an agent that has a decision log (hasDecider) or not.
 func (o *options) validate(hasDecider bool) error {
 	switch {

@@ -38,7 +38,7 @@ type PG struct {
 // (threepc.Coordinator.RegisterDB), for the prepared transactions of c, configured by opts: c's
 // schema and table prefix name them, and c answers the consult-log questions, so it must be built
 // on the log's pool — it needs no elector, no registered database and no Run. It does not touch
-// the database. It registers its metrics on c's registerer (coordinator.WithRegisterer). A nil c
+// the database. It registers its metrics on c's registerer (coordinator.WithTelemetry). A nil c
 // or db, an invalid name, an unusable option (a log fallback below [MinLogFallback] or in textbook
 // mode, [WithTable]) or a metric clash returns an error wrapping [ErrInvalidOption].
 func NewPG(c *threepc.Coordinator, name string, db *pgxpool.Pool, opts ...Option) (*PG, error) {

@@ -98,7 +98,7 @@ func TestIntegrationAgentFallsBackWhenLogUnreachable(t *testing.T) {
 	t.Cleanup(nowhere.Close)
 	reg := prometheus.NewRegistry()
 	dead, err := threepc.New(nowhere, coretest.Options(t, w.Log.Name, threepc.WithTimeouts(500*time.Millisecond, time.Second, participantTimeout),
-		coordinator.WithDefaultTimeout(6*time.Second), coordinator.WithRegisterer(reg))...)
+		coordinator.WithDefaultTimeout(6*time.Second), coordinator.WithTelemetry(reg, nil))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -117,7 +117,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	// must outlive the sender's schedule (about a day by default): the retention is a week.
 	mux := http.NewServeMux()
 	reg := exapp.Metrics(mux)
-	store, err := idempotency.New(pool, idempotency.WithSchema(c.schema),
+	store, err := idempotency.New(pool, idempotency.WithTable(c.schema, ""),
 		idempotency.WithRetention(7*24*time.Hour, "@every 1m"), idempotency.WithLogger(log),
 		idempotency.WithRegisterer(reg))
 	if err != nil {

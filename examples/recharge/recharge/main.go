@@ -148,11 +148,11 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 			f.drop[o] = true
 		}
 	}
-	opts := []notify.Option{notify.WithElector(el), notify.WithLogger(log), notify.WithSchema(c.schema),
-		notify.WithSchedule(schedule, 0.1), notify.WithTick(c.tick, 100), notify.WithCallTimeout(c.callTimeout),
-		notify.WithBreaker(c.breakerFailures, c.breakerCooldown), notify.WithRegisterer(reg),
+	opts := []notify.Option{notify.WithElector(el), notify.WithLogger(log), notify.WithTable(c.schema, ""),
+		notify.WithSchedule(schedule, 0.1), notify.WithTick(c.tick, 100),
+		notify.WithBreaker(c.breakerFailures, c.breakerCooldown), notify.WithTelemetry(reg, nil),
 		// No redirects: a signed delivery goes to the account service only.
-		notify.WithHTTPClient(&http.Client{Transport: f, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }})}
+		notify.WithHTTPClient(&http.Client{Transport: f, Timeout: c.callTimeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }})}
 	if app.PlainHTTP(c.account) {
 		opts = append(opts, notify.WithPlainHTTP()) // loopback only; anywhere else https://
 	}

@@ -89,7 +89,7 @@ func run(ctx context.Context, listen, pg, db, schema, namesrv, topic, group stri
 			on conflict (user_id) do update set points = points.points + 100`, ev.UserID, ev.RegisteredAt)
 		return err
 	}
-	c, err := txrocketmq.NewConsumer(strings.Split(namesrv, ","), group, topic, pool, store, award, txrocketmq.WithLogger(log), txrocketmq.WithRegisterer(reg))
+	c, err := txrocketmq.NewConsumer(strings.Split(namesrv, ","), group, topic, pool, store, award, txrocketmq.WithLogger(log), txrocketmq.WithTelemetry(reg, nil))
 	if err != nil {
 		return err
 	}

@@ -118,7 +118,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 			return err
 		}
 		defer pub.Close()
-		ropts := []outbox.RelayOption{outbox.WithLogger(log), outbox.WithRegisterer(reg)}
+		ropts := []outbox.RelayOption{outbox.WithLogger(log), outbox.WithTelemetry(reg, nil)}
 		if c.partitions > 0 {
 			// Each partition's election; the instances share them, ceil(P/N) each at most.
 			paths := make([]string, c.partitions)
@@ -138,7 +138,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		s.relay = relay
 		g.Go(func() error { return relay.Run(ctx) })
 	case "txmsg":
-		if s.txp, err = txrocketmq.NewTxProducer(ctx, ns, "txkit-demo-users-tx", pool, txrocketmq.WithLogger(log), txrocketmq.WithRegisterer(reg)); err != nil {
+		if s.txp, err = txrocketmq.NewTxProducer(ctx, ns, "txkit-demo-users-tx", pool, txrocketmq.WithLogger(log), txrocketmq.WithTelemetry(reg, nil)); err != nil {
 			return err
 		}
 		defer s.txp.Close()

@@ -80,7 +80,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 			return err
 		}
 		defer locks.Close()
-		f, err := fence.New(pool, fence.WithSchema(c.Schema))
+		f, err := fence.New(pool, fence.WithTable(c.Schema, ""))
 		if err != nil {
 			return err
 		}

@@ -33,6 +33,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -227,13 +229,13 @@ type coordinatorOptions[O any] struct {
 	retry          func(callTimeout, base, maxDelay time.Duration) O
 	recovery       func(spec string, batch, concurrency int) O
 	client         func(*http.Client) O
-	registerer     func(prometheus.Registerer) O
+	telemetry      func(prometheus.Registerer, trace.TracerProvider) O
 }
 
 func (b coordinatorOptions[O]) build(s *service, el lock.Elector) []O {
 	c := s.c
 	return []O{b.schema(c.schema), b.elector(el), b.logger(s.log), b.timeout(c.timeout), b.lease(c.lease),
-		b.retry(c.callTimeout, 200*time.Millisecond, 2*time.Second), b.recovery(c.recovery, 100, 16), b.client(s.client), b.registerer(s.reg)}
+		b.retry(c.callTimeout, 200*time.Millisecond, 2*time.Second), b.recovery(c.recovery, 100, 16), b.client(s.client), b.telemetry(s.reg, nil)}
 }
 
 // newCoordinator creates a coordinator of package newC with opts built for this service, and

@@ -18,7 +18,7 @@ func (s *service) sagaFlow(ctx context.Context, el lock.Elector) (*flow, error) 
 	coord, err := newCoordinator(ctx, s, el, saga.New, coordinatorOptions[coordinator.Option]{
 		schema: coordinator.WithSchema, elector: coordinator.WithElector, logger: coordinator.WithLogger, timeout: coordinator.WithDefaultTimeout,
 		lease: coordinator.WithLease, retry: coordinator.WithRetry, recovery: coordinator.WithRecovery,
-		client: coordinator.WithHTTPClient, registerer: coordinator.WithRegisterer})
+		client: coordinator.WithHTTPClient, telemetry: coordinator.WithTelemetry})
 	if err != nil {
 		return nil, err
 	}

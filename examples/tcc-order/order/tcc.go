@@ -24,7 +24,7 @@ func (s *service) tccFlow(ctx context.Context, el lock.Elector, bar *barrier.Bar
 	coord, err := newCoordinator(ctx, s, el, tcc.New, coordinatorOptions[coordinator.Option]{
 		schema: coordinator.WithSchema, elector: coordinator.WithElector, logger: coordinator.WithLogger, timeout: coordinator.WithDefaultTimeout,
 		lease: coordinator.WithLease, retry: coordinator.WithRetry, recovery: coordinator.WithRecovery,
-		client: coordinator.WithHTTPClient, registerer: coordinator.WithRegisterer})
+		client: coordinator.WithHTTPClient, telemetry: coordinator.WithTelemetry})
 	if err != nil {
 		return nil, err
 	}

@@ -87,7 +87,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	// decision log (Decide) and to name the run's prepared transactions.
 	mux := http.NewServeMux()
 	reg := exapp.Metrics(mux)
-	coord, err := threepc.New(logPool, coordinator.WithSchema(c.schema), coordinator.WithLogger(log), coordinator.WithRegisterer(reg))
+	coord, err := threepc.New(logPool, coordinator.WithSchema(c.schema), coordinator.WithLogger(log), coordinator.WithTelemetry(reg, nil))
 	if err != nil {
 		return err
 	}

@@ -191,7 +191,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	opts := []coordinator.Option{coordinator.WithSchema(c.schema), coordinator.WithElector(el), coordinator.WithLogger(log),
 		coordinator.WithDefaultTimeout(c.timeout), coordinator.WithLease(c.lease),
 		coordinator.WithRetry(c.callTimeout, 200*time.Millisecond, 2*time.Second),
-		coordinator.WithRecovery(c.recovery, 100, 16), coordinator.WithRegisterer(reg)}
+		coordinator.WithRecovery(c.recovery, 100, 16), coordinator.WithTelemetry(reg, nil)}
 	s := &service{c: c, log: log, el: el, east: east, west: west}
 	var coord coordinatorRun
 	if c.protocol == "3pc" {

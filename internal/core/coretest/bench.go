@@ -150,11 +150,11 @@ func OverheadRatios[C coordinator.Base](b *testing.B, newFn func(*pgxpool.Pool, 
 		b.ReportMetric(float64(took[1])/float64(took[0]), unit)
 	}
 	b.Run("metrics-ratio", func(b *testing.B) {
-		ratio(b, "with/without-metrics", run, coordinator.WithRegisterer(prometheus.NewRegistry()))
+		ratio(b, "with/without-metrics", run, coordinator.WithTelemetry(prometheus.NewRegistry(), nil))
 	})
 	b.Run("observed-ratio", func(b *testing.B) {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-		ratio(b, "observed/plain", traced(b, tp), coordinator.WithRegisterer(prometheus.NewRegistry()), coordinator.WithTracerProvider(tp))
+		ratio(b, "observed/plain", traced(b, tp), coordinator.WithTelemetry(prometheus.NewRegistry(), nil), coordinator.WithTelemetry(nil, tp))
 	})
 }

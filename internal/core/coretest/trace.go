@@ -19,7 +19,7 @@ import (
 )
 
 // Tracing returns an in-memory exporter and a tracer provider that exports each span to it as
-// the span ends (give it to coordinator.WithTracerProvider and the other components' options;
+// the span ends (give it to coordinator.WithTelemetry and the other components' options;
 // never set it as the global provider). The provider is shut down when t ends.
 func Tracing(t testing.TB) (*tracetest.InMemoryExporter, trace.TracerProvider) {
 	exp := tracetest.NewInMemoryExporter()
@@ -127,7 +127,7 @@ func LinkedDrive(t testing.TB, exp *tracetest.InMemoryExporter, gid string) trac
 // test's log, with opts.
 func TracedBarrier(t testing.TB, s *testenv.Schema, tp trace.TracerProvider, opts ...barrier.Option) *barrier.Barrier {
 	t.Helper()
-	bar, err := barrier.New(s.Pool, append([]barrier.Option{barrier.WithSchema(s.Name),
+	bar, err := barrier.New(s.Pool, append([]barrier.Option{barrier.WithTable(s.Name, ""),
 		barrier.WithLogger(testenv.Logger(t)), barrier.WithTracerProvider(tp)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

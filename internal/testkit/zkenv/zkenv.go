@@ -23,7 +23,15 @@ import (
 // (TXKIT_ZK_AUTH), so that the nodes it creates are its own (zklock.CreatorACL).
 func Auth(t testing.TB) zklock.SessionOption {
 	t.Helper()
-	return zklock.WithAuth("digest", []byte(testenv.Lookup(t, testenv.EnvZKAuth)))
+	u, p, _ := strings.Cut(testenv.Lookup(t, testenv.EnvZKAuth), ":")
+	return zklock.WithDigestAuth(u, p)
+}
+
+// Digest returns the user and password of the ensemble's digest user (TXKIT_ZK_AUTH,
+// "user:password"), for zklock.WithDigestAuth where no test is at hand (empty when unset).
+func Digest() (user, password string) {
+	user, password, _ = strings.Cut(os.Getenv(testenv.EnvZKAuth), ":")
+	return user, password
 }
 
 // Session returns a ZooKeeper session of its own (timeout 3 s, the digest user of [Auth]),
@@ -60,7 +68,7 @@ func WorkerConns(ctx context.Context, url string, sessionTimeout time.Duration) 
 		return nil, nil, nil, nil, err
 	}
 	sess, err = zklock.NewSession(ctx, strings.Split(os.Getenv(testenv.EnvZK), ","), zklock.WithSessionTimeout(sessionTimeout), zklock.WithLogger(log),
-		zklock.WithAuth("digest", []byte(os.Getenv(testenv.EnvZKAuth))))
+		zklock.WithDigestAuth(Digest()))
 	if err != nil {
 		pool.Close()
 		return nil, nil, nil, nil, err
