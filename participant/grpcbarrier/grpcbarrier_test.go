@@ -45,24 +45,7 @@ func newFixture(t *testing.T, opts ...barrier.Option) *fixture {
 	t.Helper()
 	s := testenv.PG(t)
 	app := "txkit-" + testenv.Name(t)
-	cfg, err := pgxpool.ParseConfig(s.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 4
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if pool.Stat().AcquiredConns() == 0 {
-			pool.Close()
-			return
-		}
-		// A leaked connection is never given back: end its session instead of waiting for it.
-		_, _ = s.Pool.Exec(context.Background(), `select pg_terminate_backend(pid) from pg_stat_activity where application_name = $1`, app)
-	})
+	pool := testenv.AppPool(t, s, app, 4)
 	logs := &coretest.LogBuffer{}
 	bar, err := barrier.New(pool, append([]barrier.Option{barrier.WithSchema(s.Name), barrier.WithLogger(logs.Logger())}, opts...)...)
 	if err != nil {

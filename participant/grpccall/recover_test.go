@@ -183,90 +183,82 @@ func starter(ctx context.Context, cfg starterConfig) error {
 	opts := []coordinator.Option{coordinator.WithSchema(cfg.Schema), coordinator.WithTracerProvider(tp), coordinator.WithLease(200 * time.Millisecond)}
 	ctx, root := tp.Tracer("starter").Start(ctx, "order")
 	fmt.Println(root.SpanContext().TraceID(), root.SpanContext().SpanID(), "-", "order")
+	gid := coordinator.WithGID(cfg.GID)
 	switch cfg.Kind {
 	case "tcc":
 		c, err := tcc.New(pool, opts...)
-		if err != nil {
-			return err
-		}
-		h, err := c.Register("party", call)
-		if err != nil {
-			return err
-		}
-		g, err := c.Begin(ctx, coordinator.WithGID(cfg.GID))
-		if err != nil {
-			return err
-		}
-		for _, name := range []string{"a", "b"} {
-			if err := g.Try(ctx, tcc.Branch{Name: name, Participant: h, Payload: b}); err != nil {
+		return drive(c, err, call, func(h participant.Participant) error {
+			g, err := c.Begin(ctx, gid)
+			for _, name := range []string{"a", "b"} {
+				if err == nil {
+					err = g.Try(ctx, tcc.Branch{Name: name, Participant: h, Payload: b})
+				}
+			}
+			if err != nil {
 				return err
 			}
-		}
-		err = g.Commit(ctx)
-		return fmt.Errorf("not killed; commit: %w", err)
+			return g.Commit(ctx)
+		})
 	case "saga":
 		c, err := saga.New(pool, opts...)
-		if err != nil {
-			return err
-		}
-		h, err := c.Register("party", call)
-		if err != nil {
-			return err
-		}
-		s, err := c.Begin(ctx, coordinator.WithGID(cfg.GID))
-		if err != nil {
-			return err
-		}
-		for _, name := range []string{"a", "b", "c"} {
-			if err := s.Add(saga.Step{Name: name, Participant: h, Payload: b}); err != nil {
+		return drive(c, err, call, func(h participant.Participant) error {
+			s, err := c.Begin(ctx, gid)
+			for _, name := range []string{"a", "b", "c"} {
+				if err == nil {
+					err = s.Add(saga.Step{Name: name, Participant: h, Payload: b})
+				}
+			}
+			if err != nil {
 				return err
 			}
-		}
-		err = s.Submit(ctx)
-		return fmt.Errorf("not killed; submit: %w", err)
+			return s.Submit(ctx)
+		})
 	case "2pc":
 		c, err := twopc.New(pool, opts...)
-		if err != nil {
-			return err
-		}
-		h, err := c.Register("party", call)
-		if err != nil {
-			return err
-		}
-		g, err := c.Begin(ctx, coordinator.WithGID(cfg.GID))
-		if err != nil {
-			return err
-		}
-		for _, name := range []string{"a", "b"} {
-			if err := g.EnlistParticipant(twopc.Branch{Name: name, Participant: h, Payload: b}); err != nil {
+		return drive(c, err, call, func(h participant.Participant) error {
+			g, err := c.Begin(ctx, gid)
+			for _, name := range []string{"a", "b"} {
+				if err == nil {
+					err = g.EnlistParticipant(twopc.Branch{Name: name, Participant: h, Payload: b})
+				}
+			}
+			if err != nil {
 				return err
 			}
-		}
-		err = g.Commit(ctx)
-		return fmt.Errorf("not killed; commit: %w", err)
+			return g.Commit(ctx)
+		})
 	case "3pc":
 		c, err := threepc.New(pool, opts...)
-		if err != nil {
-			return err
+		if err == nil {
+			defer c.Close()
 		}
-		defer c.Close()
-		h, err := c.Register("party", call)
-		if err != nil {
-			return err
-		}
-		g, err := c.Begin(ctx, coordinator.WithGID(cfg.GID))
-		if err != nil {
-			return err
-		}
-		for _, name := range []string{"a", "b"} {
-			if err := g.EnlistParticipant(threepc.Branch{Name: name, Participant: h, Payload: b}); err != nil {
+		return drive(c, err, call, func(h participant.Participant) error {
+			g, err := c.Begin(ctx, gid)
+			for _, name := range []string{"a", "b"} {
+				if err == nil {
+					err = g.EnlistParticipant(threepc.Branch{Name: name, Participant: h, Payload: b})
+				}
+			}
+			if err != nil {
 				return err
 			}
-		}
-		err = g.Commit(ctx)
-		return fmt.Errorf("not killed; commit: %w", err)
+			return g.Commit(ctx)
+		})
 	}
 	return errors.New("unknown kind " + cfg.Kind)
+}
+
+// drive registers call with c (made with err) as "party" and runs the transaction, which
+// returns only when the test failed to kill the starter.
+func drive(c coordinator.Base, err error, call participant.Participant, run func(h participant.Participant) error) error {
+	if err != nil {
+		return err
+	}
+	h, err := c.Register("party", call)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("not killed: %w", run(h))
 }
 
 // printer is a span exporter that prints each span as it ends, so that a SIGKILL loses none.
