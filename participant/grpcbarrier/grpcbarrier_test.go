@@ -280,3 +280,27 @@ func TestIntegrationGRPCCancelledMidOp(t *testing.T) {
 		t.Errorf("the retried try ran %d times, want once (the cancelled one left no marker)", n)
 	}
 }
+
+func TestUnaryServerInterceptorChecksItsArguments(t *testing.T) {
+	if _, err := grpcbarrier.UnaryServerInterceptor(nil); !errors.Is(err, grpcbarrier.ErrInvalidOption) {
+		t.Errorf("nil barrier: %v, want ErrInvalidOption", err)
+	}
+	if _, err := grpcbarrier.UnaryServerInterceptor(&barrier.Barrier{}); !errors.Is(err, grpcbarrier.ErrInvalidOption) {
+		t.Errorf("a Barrier not made by barrier.New: %v, want ErrInvalidOption", err)
+	}
+	bar, err := barrier.New(&pgxpool.Pool{}, barrier.WithSecrets(secret)) // New does no I/O
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"shop.Inventory/Reserve", "/"} {
+		if _, err := grpcbarrier.UnaryServerInterceptor(bar, m); !errors.Is(err, grpcbarrier.ErrInvalidOption) {
+			t.Errorf("method %q: %v, want ErrInvalidOption", m, err)
+		}
+	}
+	if _, err := grpcbarrier.UnaryServerInterceptor(bar, "/shop.Inventory/", "/shop.Wallet/Credit"); err != nil {
+		t.Errorf("a service and a method: %v", err)
+	}
+	if _, ok := grpcbarrier.Request(context.Background()); ok || grpcbarrier.Tx(context.Background()) != nil {
+		t.Error("Request or Tx outside a guarded call")
+	}
+}
