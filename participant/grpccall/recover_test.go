@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -97,11 +98,14 @@ func TestIntegrationGRPCRecoverAfterStarterKill(t *testing.T) {
 			cmd.Env = append(os.Environ(), envStarter+"="+string(cfg))
 			var out, stderr strings.Builder
 			cmd.Stdout, cmd.Stderr = &out, &stderr
-			var once sync.Once
+			var (
+				once sync.Once
+				proc atomic.Pointer[os.Process] // the starter, once started
+			)
 			p.SetHook(func(_ context.Context, req participant.Request, _ string) error {
 				if req.GID == gid && req.Branch == "b" && req.Op == killAt[kind] {
 					killed := false
-					once.Do(func() { _ = cmd.Process.Signal(syscall.SIGKILL); killed = true })
+					once.Do(func() { _ = proc.Load().Signal(syscall.SIGKILL); killed = true })
 					if killed {
 						return status.Error(codes.Unavailable, "the starter was killed during this call")
 					}
@@ -112,6 +116,7 @@ func TestIntegrationGRPCRecoverAfterStarterKill(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			proc.Store(cmd.Process)
 			err := cmd.Wait()
 			ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 			if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
