@@ -255,7 +255,7 @@ func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, ti
 			switch {
 			case b.Name == "":
 				return fmt.Errorf("core: create %s: branch %d: empty name: %w", gid, i, ErrInvalidBranch)
-			case b.Target.Ref == "" || (b.Target.Kind != TargetHTTP && b.Target.Kind != TargetInProc):
+			case b.Target.Ref == "" || !b.Target.Kind.valid():
 				return fmt.Errorf("core: create %s: branch %s: target %s %q: %w", gid, b.Name, b.Target.Kind, b.Target.Ref, ErrInvalidBranch)
 			case seen[b.Name]:
 				return fmt.Errorf("core: create %s: branch %s: name used twice: %w", gid, b.Name, ErrInvalidBranch)
@@ -283,7 +283,7 @@ func (l *Log) AddBranch(ctx context.Context, gid string, want Status, b Branch) 
 	switch {
 	case b.Name == "":
 		return fmt.Errorf("core: branch of %s: empty name: %w", gid, ErrInvalidBranch)
-	case b.Target.Ref == "" || (b.Target.Kind != TargetHTTP && b.Target.Kind != TargetInProc):
+	case b.Target.Ref == "" || !b.Target.Kind.valid():
 		return fmt.Errorf("core: branch %s of %s: target %s %q: %w", b.Name, gid, b.Target.Kind, b.Target.Ref, ErrInvalidBranch)
 	}
 	added, err := l.write(ctx, &write{kind: writeBranch, gid: gid, branch: b, from: want.String()})

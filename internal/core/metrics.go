@@ -40,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		finished: counter("coordinator", "transactions_finished_total",
 			"Global transactions whose final status this process recorded, by outcome (committed, aborted).", "protocol", "outcome"),
 		calls: counter("coordinator", "branch_calls_total",
-			"Branch op calls made by this process, by op and result (ok, refused, error).", "protocol", "op", "result"),
+			"Branch op calls made by this process, by op, transport (http, grpc, inproc) and result (ok, refused, error).", "protocol", "op", "transport", "result"),
 		phase: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: obs.Namespace, Subsystem: "coordinator", Name: "phase_seconds",
 			Help: "Duration of one branch op call, by phase (the op).", Buckets: obs.DurationBuckets()}, []string{"protocol", "phase"}),
 		backlog: gauge("backlog", "Unfinished global transactions due for recovery, measured by the leader at each recovery pass."),
@@ -76,7 +76,21 @@ type kindMetrics struct {
 	m                         *metrics
 	kind                      string
 	begun, committed, aborted prometheus.Counter
-	ops                       [opCount]opMetrics
+	ops                       [opCount][transportCount]opMetrics
+}
+
+// transportCount is the number of transports a branch call is labelled with (transportIndex).
+const transportCount = 3
+
+// transportIndex maps a transport ([TransportOf]) to its slot in kindMetrics.ops.
+func transportIndex(t string) int {
+	switch t {
+	case TransportHTTP:
+		return 0
+	case TransportGRPC:
+		return 1
+	}
+	return 2
 }
 
 // opCount bounds the participant ops (participant.Op values) resolved once; others, which no
@@ -116,22 +130,22 @@ func (km *kindMetrics) finished(st Status) {
 	}
 }
 
-// called counts a branch call of op that took d and returned err.
-func (km *kindMetrics) called(op participant.Op, d time.Duration, err error) {
+// called counts a branch call of op over transport ([TransportOf]) that took d and returned err.
+func (km *kindMetrics) called(op participant.Op, transport string, d time.Duration, err error) {
 	if km == nil {
 		return
 	}
 	var o *opMetrics
 	if int(op) < opCount {
-		o = &km.ops[op]
+		o = &km.ops[op][transportIndex(transport)]
 	} else {
 		o = new(opMetrics)
 	}
 	o.once.Do(func() {
 		name := op.String()
-		o.ok = km.m.calls.WithLabelValues(km.kind, name, "ok")
-		o.refused = km.m.calls.WithLabelValues(km.kind, name, "refused")
-		o.failed = km.m.calls.WithLabelValues(km.kind, name, "error")
+		o.ok = km.m.calls.WithLabelValues(km.kind, name, transport, "ok")
+		o.refused = km.m.calls.WithLabelValues(km.kind, name, transport, "refused")
+		o.failed = km.m.calls.WithLabelValues(km.kind, name, transport, "error")
 		o.dur = km.m.phase.WithLabelValues(km.kind, name)
 	})
 	switch {

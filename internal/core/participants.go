@@ -9,9 +9,11 @@ import (
 	"github.com/txkit/txkit/participant"
 )
 
-// Participants is a coordinator's registry of participants: in-process ones registered by name
-// (a branch stores the name, so every coordinator that may recover it registers the same name),
-// HTTP ones found by the URL a branch stores. It turns a participant into the [Target] a branch
+// Participants is a coordinator's registry of participants: in-process and gRPC ones registered
+// by name (a branch stores the name, so every coordinator that may recover it registers the same
+// name), HTTP ones found by the URL a branch stores. A gRPC participant (package
+// participant/grpccall) is told apart by its Transport method, so that this package does not
+// link gRPC. It turns a participant into the [Target] a branch
 // records and a recorded Target back into a participant.
 //
 // Participants is safe for concurrent use by multiple goroutines.
@@ -51,8 +53,8 @@ type named struct {
 func (n named) Do(ctx context.Context, req participant.Request) error { return n.p.Do(ctx, req) }
 
 // Target says where the recovery finds p: the URL of a participant.HTTP, or the name of a
-// participant returned by Register. Any other participant returns an error wrapping
-// [ErrInvalidBranch].
+// participant returned by Register (of kind [TargetGRPC] for a gRPC participant). Any other
+// participant returns an error wrapping [ErrInvalidBranch].
 func (r *Participants) Target(p participant.Participant) (Target, error) {
 	switch p := p.(type) {
 	case participant.HTTP:
@@ -64,6 +66,9 @@ func (r *Participants) Target(p participant.Participant) (Target, error) {
 			return Target{Kind: TargetHTTP, Ref: p.URL}, nil
 		}
 	case named:
+		if TransportOf(p.p) == TransportGRPC {
+			return Target{Kind: TargetGRPC, Ref: p.name}, nil
+		}
 		return Target{Kind: TargetInProc, Ref: p.name}, nil
 	}
 	return Target{}, fmt.Errorf("participant %T is neither a participant.HTTP with a URL nor registered with the coordinator: %w", p, ErrInvalidBranch)
@@ -75,14 +80,39 @@ func (r *Participants) Resolve(t Target) (participant.Participant, error) {
 	switch t.Kind {
 	case TargetHTTP:
 		return participant.HTTP{URL: t.Ref, Client: r.client}, nil
-	case TargetInProc:
+	case TargetInProc, TargetGRPC:
 		r.mu.RLock()
 		p := r.byName[t.Ref]
 		r.mu.RUnlock()
 		if p == nil {
-			return nil, fmt.Errorf("in-process participant %q is not registered with this coordinator", t.Ref)
+			return nil, fmt.Errorf("%s participant %q is not registered with this coordinator", t.Kind, t.Ref)
 		}
 		return p, nil
 	}
 	return nil, fmt.Errorf("unknown target %s", t.Kind)
+}
+
+// The transports of participants, the values of the branch-call metrics' transport label.
+const (
+	TransportHTTP   = "http"
+	TransportInProc = "inproc"
+	TransportGRPC   = "grpc"
+)
+
+// TransportOf returns how p is reached: [TransportHTTP] for a participant.HTTP, the value of a
+// Transport() string method when p has one (a gRPC participant of package participant/grpccall
+// says [TransportGRPC]), [TransportInProc] otherwise. A registered handle reports the transport
+// of the participant it names.
+func TransportOf(p participant.Participant) string {
+	switch p := p.(type) {
+	case participant.HTTP, *participant.HTTP:
+		return TransportHTTP
+	case named:
+		return TransportOf(p.p)
+	case interface{ Transport() string }:
+		if t := p.Transport(); t == TransportGRPC {
+			return t
+		}
+	}
+	return TransportInProc
 }

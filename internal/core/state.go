@@ -236,7 +236,11 @@ type TargetKind uint8
 const (
 	TargetHTTP   TargetKind = iota + 1 // Target.Ref is a URL
 	TargetInProc                       // Target.Ref is a name registered with the coordinator
+	TargetGRPC                         // Target.Ref is the name of a gRPC participant registered with the coordinator
 )
+
+// valid reports whether k is one of the kinds above.
+func (k TargetKind) valid() bool { return k == TargetHTTP || k == TargetInProc || k == TargetGRPC }
 
 // String returns the name stored in the target_kind column.
 func (k TargetKind) String() string {
@@ -245,6 +249,8 @@ func (k TargetKind) String() string {
 		return "http"
 	case TargetInProc:
 		return "inproc"
+	case TargetGRPC:
+		return "grpc"
 	}
 	return "TargetKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -256,6 +262,8 @@ func ParseTargetKind(s string) (TargetKind, error) {
 		return TargetHTTP, nil
 	case "inproc":
 		return TargetInProc, nil
+	case "grpc":
+		return TargetGRPC, nil
 	}
 	return 0, fmt.Errorf("core: unknown target kind %q: %w", s, ErrInvalidBranch)
 }

@@ -155,3 +155,16 @@ func CheckSecrets(secrets []string) error {
 	}
 	return nil
 }
+
+// Verify checks sig, a signature made by [Sign] at the Unix time ts (decimal) over method, target
+// and body — a message that did not come as an HTTP request, such as a gRPC call whose metadata
+// carries ts and sig — against any of secrets, and ts against now ± window. It returns nil or an
+// error wrapping [ErrUnauthorized] that says which check failed.
+func Verify(ts, sig string, secrets []string, now time.Time, window time.Duration, method, target string, body []byte) error {
+	h := http.Header{}
+	h.Set(HeaderTimestamp, ts)
+	h.Set(HeaderSignature, sig)
+	return check(h, secrets, now, window, func(secret string, ts int64) string {
+		return Sign(secret, ts, method, target, body)
+	})
+}

@@ -80,7 +80,14 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Barrier, error) {
 	b.sealed = barrierseam.Seal(&barrierseam.Barrier{Pool: pool, Schema: o.schema, Registerer: o.reg, Retention: o.retain,
 		Do: func(ctx context.Context, req participant.Request, fn barrierseam.Func) error {
 			return b.do(ctx, req, "", fn)
-		}})
+		},
+		Secrets: o.secrets, Unsigned: o.unsigned, Window: o.window, Log: o.log,
+		Serve: func(ctx context.Context, req participant.Request, nonce string, fn barrierseam.Func) (context.Context, error) {
+			return b.traced(ctx, trace.SpanKindServer, req, func(ctx context.Context) error { return b.do(ctx, req, nonce, fn) })
+		},
+		Internal: b.internal,
+		Refusal:  refusalAnswer,
+	})
 	return b, nil
 }
 

@@ -97,9 +97,7 @@ func (b *Barrier) Handler(fn func(ctx context.Context, tx pgx.Tx, req participan
 			b.unauthorized(w, r, err)
 		case code == http.StatusInternalServerError:
 			// httpsafe.Error's answer, logged with the span's ctx (trace_id, span_id).
-			id := httpsafe.RequestID()
-			b.o.log.ErrorContext(ctx, "participant: internal error",
-				append([]any{slog.String("request_id", id), slog.Any("err", err)}, reqAttrs(req, err)...)...)
+			id := b.internal(ctx, req, err)
 			http.Error(w, "participant: internal error (request id "+id+")", code)
 		case code == participant.StatusRefused:
 			http.Error(w, refusalAnswer(req, err), code) // HTTP.Do adds the op, gid, branch and URL
@@ -107,6 +105,15 @@ func (b *Barrier) Handler(fn func(ctx context.Context, tx pgx.Tx, req participan
 			http.Error(w, err.Error(), code)
 		}
 	})
+}
+
+// internal logs err, an internal failure of req, under a new request id, with the span's ctx
+// (trace_id, span_id), and returns the id: the answer says nothing else.
+func (b *Barrier) internal(ctx context.Context, req participant.Request, err error) string {
+	id := httpsafe.RequestID()
+	b.o.log.ErrorContext(ctx, "participant: internal error",
+		append([]any{slog.String("request_id", id), slog.Any("err", err)}, reqAttrs(req, err)...)...)
+	return id
 }
 
 // unauthorized answers 401 without saying which check failed; the reason is logged.

@@ -34,8 +34,8 @@ create table if not exists {{.Branch}} (
     gid         text    not null,
     branch      text    not null,
     seq         integer not null,                     -- order of registration (saga order)
-    target_kind text    not null,                     -- TargetKind.String: http, inproc
-    target      text    not null,                     -- URL, or registered participant name
+    target_kind text    not null,                     -- TargetKind.String: http, inproc, grpc
+    target      text    not null,                     -- URL, or registered participant name (inproc, grpc)
     payload     bytea,
     status      text    not null,                     -- BranchStatus.String
     attempts    integer not null default 0,           -- failed ops

@@ -1,0 +1,175 @@
+package grpccall
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/txkit/txkit/internal/obs"
+	"github.com/txkit/txkit/internal/signing"
+	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/participant/internal/grpcwire"
+	"github.com/txkit/txkit/participant/internal/refusal"
+)
+
+// ErrInvalidOption: [New] was given a connection, methods or options it cannot use. Callers
+// match it with [errors.Is].
+var ErrInvalidOption = errors.New("grpccall: invalid option")
+
+// Methods names the full gRPC method ("/package.Service/Method") each op of a branch calls:
+// OpTry, OpConfirm and OpCancel for TCC; OpAction and OpCompensate for a saga step; OpPrepare,
+// OpCommit and OpAbort for two-phase commit; OpCanCommit, OpPreCommit, OpDoCommit and OpAbort
+// for three-phase commit. Ops may share a method: the op is in the call's metadata.
+type Methods map[participant.Op]string
+
+// Option configures a [Participant].
+type Option func(*options)
+
+type options struct {
+	secret   string
+	unsigned bool
+}
+
+// WithSecret signs every call with secret (at least 16 bytes), which the participant's
+// grpcbarrier interceptor verifies (barrier.WithSecrets there: during a key rotation the
+// participants accept both keys first, then the coordinators sign with the new one).
+func WithSecret(secret string) Option { return func(o *options) { o.secret = secret } }
+
+// WithUnsigned sends calls unsigned: the explicit opt-out, for participants whose barrier is
+// built with barrier.WithUnsignedRequests behind mutual TLS (docs/security.md). It cannot be
+// combined with [WithSecret].
+func WithUnsigned() Option { return func(o *options) { o.unsigned = true } }
+
+// Participant is a participant reached by calling a gRPC method per op on a connection. Register
+// it with the coordinator (Register(name, p)) and put the handle returned in branches. It is safe
+// for concurrent use by multiple goroutines.
+type Participant struct {
+	cc      grpc.ClientConnInterface
+	methods Methods
+	o       options
+}
+
+// New returns a participant calling methods on cc. Either [WithSecret] or [WithUnsigned] is
+// required: a participant that would send calls its barrier refuses is an error. A nil cc, no
+// method, a method name that does not start with "/", a short secret or both options return an
+// error wrapping [ErrInvalidOption].
+func New(cc grpc.ClientConnInterface, methods Methods, opts ...Option) (*Participant, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case cc == nil:
+		return nil, fmt.Errorf("grpccall: nil connection: %w", ErrInvalidOption)
+	case len(methods) == 0:
+		return nil, fmt.Errorf("grpccall: no method: %w", ErrInvalidOption)
+	case o.unsigned && o.secret != "":
+		return nil, fmt.Errorf("grpccall: both WithSecret and WithUnsigned: %w", ErrInvalidOption)
+	case !o.unsigned:
+		if err := signing.CheckSecrets([]string{o.secret}); err != nil {
+			return nil, fmt.Errorf("grpccall: secret (WithSecret, or WithUnsigned behind mutual TLS): %w: %w", err, ErrInvalidOption)
+		}
+	}
+	m := make(Methods, len(methods))
+	for op, name := range methods {
+		if _, err := op.MarshalText(); err != nil {
+			return nil, fmt.Errorf("grpccall: %w: %w", err, ErrInvalidOption)
+		}
+		if len(name) < 2 || name[0] != '/' {
+			return nil, fmt.Errorf("grpccall: method %q of %s is not a full method name (\"/package.Service/Method\"): %w", name, op, ErrInvalidOption)
+		}
+		m[op] = name
+	}
+	return &Participant{cc: cc, methods: m, o: o}, nil
+}
+
+// Transport returns "grpc", the transport label of the coordinator's branch-call metrics.
+func (p *Participant) Transport() string { return "grpc" }
+
+// Do calls the method of req.Op with the message in req.Payload ([Payload]; empty: an empty
+// message), signed, with the txkit metadata and ctx's trace context and deadline. It returns nil
+// for OK, an error wrapping [participant.ErrRefused] for Aborted or FailedPrecondition (a
+// business refusal), an error wrapping [participant.ErrBadRequest] for an op without a method or
+// a payload that is not one of [Payload]'s, and any other failure wrapped with its gRPC status
+// (status.FromError finds it) for the coordinator to retry. It blocks until the answer or ctx's
+// end.
+func (p *Participant) Do(ctx context.Context, req participant.Request) error {
+	method := p.methods[req.Op]
+	if method == "" {
+		return fmt.Errorf("participant: %s %s/%s: no gRPC method for op %s: %w", req.Op, req.GID, req.Branch, req.Op, participant.ErrBadRequest)
+	}
+	body, err := decodePayload(req.Payload)
+	if err != nil {
+		return fmt.Errorf("participant: %s %s/%s: %w", req.Op, req.GID, req.Branch, err)
+	}
+	op, nonce := req.Op.String(), rand.Text()
+	md := metadata.MD{}
+	md.Set(grpcwire.MDGID, req.GID)
+	md.Set(grpcwire.MDBranch, req.Branch)
+	md.Set(grpcwire.MDOp, op)
+	md.Set(grpcwire.MDNonce, nonce)
+	if !p.o.unsigned {
+		ts := time.Now().Unix()
+		md.Set(grpcwire.MDTimestamp, strconv.FormatInt(ts, 10))
+		md.Set(grpcwire.MDSignature, signing.Sign(p.o.secret, ts, grpcwire.SignMethod,
+			grpcwire.Target(method, req.GID, req.Branch, op, nonce), body))
+	}
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		obs.Propagator().Inject(ctx, grpcwire.Carrier(md))
+	}
+	if old, ok := metadata.FromOutgoingContext(ctx); ok {
+		md = metadata.Join(old, md)
+	}
+	var reply []byte
+	err = p.cc.Invoke(metadata.NewOutgoingContext(ctx, md), method, body, &reply, grpc.ForceCodec(grpcwire.Codec{}))
+	if err == nil {
+		return nil
+	}
+	switch st, _ := status.FromError(err); st.Code() {
+	case codes.Aborted, codes.FailedPrecondition:
+		if reason := refusal.Reason(st.Message(), participant.ErrRefused.Error()); reason != "" {
+			return fmt.Errorf("participant: %s %s/%s at grpc %s: %w: %s", req.Op, req.GID, req.Branch, method, participant.ErrRefused, reason)
+		}
+		return fmt.Errorf("participant: %s %s/%s at grpc %s: %w", req.Op, req.GID, req.Branch, method, participant.ErrRefused)
+	}
+	return fmt.Errorf("participant: %s %s/%s at grpc %s: %w", req.Op, req.GID, req.Branch, method, err)
+}
+
+// Payload returns the payload of a branch whose ops send msg: its deterministic protobuf
+// encoding, as a JSON string (base64), which the coordinator stores with the branch and sends
+// with every op. Deterministic, because the participant's interceptor verifies the signature
+// over the message as it re-encodes it.
+func Payload(msg proto.Message) (json.RawMessage, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	if err != nil {
+		return nil, fmt.Errorf("grpccall: encode %T: %w", msg, err)
+	}
+	return encodePayload(b), nil
+}
+
+func encodePayload(b []byte) json.RawMessage {
+	out, _ := json.Marshal(b) // a []byte is a base64 JSON string: it cannot fail
+	return out
+}
+
+func decodePayload(p json.RawMessage) ([]byte, error) {
+	if len(p) == 0 || string(p) == "null" {
+		return nil, nil
+	}
+	var b []byte
+	if err := json.Unmarshal(p, &b); err != nil {
+		return nil, fmt.Errorf("payload is not a message of grpccall.Payload: %w: %w", participant.ErrBadRequest, err)
+	}
+	return b, nil
+}
