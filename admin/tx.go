@@ -56,8 +56,8 @@ type Branch struct {
 	Name       string    `json:"name"`
 	Seq        int       `json:"seq"`
 	Status     string    `json:"status"`      // pending, confirmed, cancelled, succeeded, compensated
-	TargetKind string    `json:"target_kind"` // http or inproc
-	Target     string    `json:"target"`      // the URL (without its password) or the registered participant's name
+	TargetKind string    `json:"target_kind"` // http, inproc or grpc
+	Target     string    `json:"target"`      // the URL (without its password) or the registered participant's name (inproc, grpc)
 	Attempts   int       `json:"attempts"`    // failed calls of the branch
 	LastError  string    `json:"last_error,omitempty"`
 	Payload    *Secret   `json:"payload,omitempty"` // what the participant is sent; redacted but by RevealTransaction

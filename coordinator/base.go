@@ -15,8 +15,8 @@ type Base interface {
 	// Migrate creates the coordinator's tables (and the fence table) when they do not exist. It
 	// is idempotent and safe to run from several processes at once; ctx scopes only this call.
 	Migrate(ctx context.Context) error
-	// Register makes p the in-process participant called name, and returns the participant to
-	// put in a branch (a saga's step). The branch stores the name, so every coordinator that may
+	// Register makes p — in-process, or a gRPC participant of package participant/grpccall — the
+	// participant called name, and returns the participant to put in a branch (a saga's step). The branch stores the name, so every coordinator that may
 	// recover the transaction (the leader may be another process) must register the same name.
 	// An empty name, a nil participant or a name registered before returns an error wrapping
 	// [ErrInvalidOption].
@@ -39,6 +39,7 @@ type Status = core.Status
 // Branch is a participant's part in a global transaction of tcc, twopc or threepc (tcc.Branch,
 // twopc.Branch and threepc.Branch are this type): its name within the transaction (with the gid,
 // the participant's barrier key), the participant — a participant.HTTP, whose URL is stored, or
-// one returned by Register, whose name is stored, so a recovering coordinator can call it — and
+// one returned by Register (in-process, or gRPC: package participant/grpccall), whose name is
+// stored, so a recovering coordinator can call it — and
 // the payload sent with every op of the branch (empty or JSON).
 type Branch = core.BranchSpec

@@ -1,6 +1,7 @@
 // Package participant is the wire protocol between a coordinator (tcc, saga, twopc, threepc) and
 // its participants, and the ways to call a participant: over HTTP ([HTTP], signed by the client of
-// [NewSigningClient]) or in-process ([Participant], [ParticipantFunc]).
+// [NewSigningClient]) or in-process ([Participant], [ParticipantFunc]); over gRPC with package
+// participant/grpccall (the answers mean the same: docs/participants.md).
 //
 // The protocol: the coordinator POSTs a JSON [Request] {"gid", "branch", "op", "payload"} (plus a
 // random "nonce" that participants ignore) to the branch's URL — every op of a branch to the same
@@ -20,7 +21,7 @@
 //
 //   - participant/barrier runs each op of a branch at most once in the participant's own
 //     database transaction (empty rollbacks, hanging tries, nonces) and serves it over HTTP
-//     with signatures verified, or in-process;
+//     with signatures verified, or in-process; participant/grpcbarrier serves it over gRPC;
 //   - threepc/agent ends, alone, the three-phase-commit branches whose coordinator went silent.
 //
 // Signing proves who sent a request, not that nobody read it; docs/security.md says how to add

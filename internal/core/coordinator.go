@@ -366,7 +366,7 @@ func (b *Base) Call(ctx context.Context, p participant.Participant, req particip
 			err = recovered(ctx, b.Cfg.Logger, "core: participant panicked", v, slog.String("gid", req.GID),
 				slog.String("branch", req.Branch), slog.String("op", req.Op.String()))
 		}
-		b.m.called(req.Op, TransportOf(p), time.Since(start), err)
+		b.m.called(req.Op, transportOf(p), time.Since(start), err)
 		obs.EndSpan(span, err)
 	}()
 	return p.Do(cctx, req)

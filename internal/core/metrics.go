@@ -82,12 +82,12 @@ type kindMetrics struct {
 // transportCount is the number of transports a branch call is labelled with (transportIndex).
 const transportCount = 3
 
-// transportIndex maps a transport ([TransportOf]) to its slot in kindMetrics.ops.
+// transportIndex maps a transport ([transportOf]) to its slot in kindMetrics.ops.
 func transportIndex(t string) int {
 	switch t {
-	case TransportHTTP:
+	case transportHTTP:
 		return 0
-	case TransportGRPC:
+	case transportGRPC:
 		return 1
 	}
 	return 2
@@ -130,7 +130,7 @@ func (km *kindMetrics) finished(st Status) {
 	}
 }
 
-// called counts a branch call of op over transport ([TransportOf]) that took d and returned err.
+// called counts a branch call of op over transport ([transportOf]) that took d and returned err.
 func (km *kindMetrics) called(op participant.Op, transport string, d time.Duration, err error) {
 	if km == nil {
 		return

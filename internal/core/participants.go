@@ -66,7 +66,7 @@ func (r *Participants) Target(p participant.Participant) (Target, error) {
 			return Target{Kind: TargetHTTP, Ref: p.URL}, nil
 		}
 	case named:
-		if TransportOf(p.p) == TransportGRPC {
+		if transportOf(p.p) == transportGRPC {
 			return Target{Kind: TargetGRPC, Ref: p.name}, nil
 		}
 		return Target{Kind: TargetInProc, Ref: p.name}, nil
@@ -94,25 +94,25 @@ func (r *Participants) Resolve(t Target) (participant.Participant, error) {
 
 // The transports of participants, the values of the branch-call metrics' transport label.
 const (
-	TransportHTTP   = "http"
-	TransportInProc = "inproc"
-	TransportGRPC   = "grpc"
+	transportHTTP   = "http"
+	transportInProc = "inproc"
+	transportGRPC   = "grpc"
 )
 
-// TransportOf returns how p is reached: [TransportHTTP] for a participant.HTTP, the value of a
+// transportOf returns how p is reached: [transportHTTP] for a participant.HTTP, the value of a
 // Transport() string method when p has one (a gRPC participant of package participant/grpccall
-// says [TransportGRPC]), [TransportInProc] otherwise. A registered handle reports the transport
+// says [transportGRPC]), [transportInProc] otherwise. A registered handle reports the transport
 // of the participant it names.
-func TransportOf(p participant.Participant) string {
+func transportOf(p participant.Participant) string {
 	switch p := p.(type) {
 	case participant.HTTP, *participant.HTTP:
-		return TransportHTTP
+		return transportHTTP
 	case named:
-		return TransportOf(p.p)
+		return transportOf(p.p)
 	case interface{ Transport() string }:
-		if t := p.Transport(); t == TransportGRPC {
+		if t := p.Transport(); t == transportGRPC {
 			return t
 		}
 	}
-	return TransportInProc
+	return transportInProc
 }

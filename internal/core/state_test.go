@@ -120,13 +120,13 @@ func TestKindAndTargetNames(t *testing.T) {
 	if core.KindTCC.Initial() != core.StatusTrying || core.KindSaga.Initial() != core.StatusRunning {
 		t.Fatal("initial statuses")
 	}
-	for _, k := range []core.TargetKind{core.TargetHTTP, core.TargetInProc} {
+	for _, k := range []core.TargetKind{core.TargetHTTP, core.TargetInProc, core.TargetGRPC} {
 		back, err := core.ParseTargetKind(k.String())
 		if err != nil || back != k {
 			t.Fatalf("ParseTargetKind(%q) = %v, %v", k, back, err)
 		}
 	}
-	if _, err := core.ParseTargetKind("grpc"); !errors.Is(err, core.ErrInvalidBranch) {
-		t.Fatalf("ParseTargetKind(grpc) = %v", err)
+	if _, err := core.ParseTargetKind("amqp"); !errors.Is(err, core.ErrInvalidBranch) {
+		t.Fatalf("ParseTargetKind(amqp) = %v", err)
 	}
 }

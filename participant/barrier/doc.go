@@ -1,6 +1,7 @@
 // Package barrier makes each operation of a participant's branch run at most once, in the
 // participant's own database transaction, and serves it to coordinators over HTTP (signatures
-// verified) or in-process. The wire protocol is package participant's.
+// verified) or in-process; package participant/grpcbarrier serves it over gRPC. The wire protocol
+// is package participant's.
 //
 //	bar, _ := barrier.New(pool, barrier.WithSecrets(secret))
 //	_ = bar.Migrate(ctx)

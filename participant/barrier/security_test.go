@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/signing"
@@ -203,25 +202,7 @@ func TestIntegrationHandlerPanicLeaksNothing(t *testing.T) {
 	s := testenv.PG(t)
 	ctx := t.Context()
 	app := "txkit-" + testenv.Name(t)
-	cfg, err := pgxpool.ParseConfig(s.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 4
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if pool.Stat().AcquiredConns() == 0 {
-			pool.Close()
-			return
-		}
-		// Leaked connections are never given back: Close would wait for ever, and their
-		// sessions' locks would block dropping the schema. End those sessions and leave the pool.
-		_, _ = s.Pool.Exec(context.Background(), `select pg_terminate_backend(pid) from pg_stat_activity where application_name = $1`, app)
-	})
+	pool := testenv.AppPool(t, s, app, 4)
 	var logs coretest.LogBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	bar, err := barrier.New(pool, append(withSecrets(testSecret), barrier.WithLogger(log))...)

@@ -63,9 +63,12 @@ func Request(ctx context.Context) (participant.Request, bool) {
 // refused. A nil b or a pattern that does not start with "/" returns an error wrapping
 // [ErrInvalidOption]. The interceptor is safe for concurrent use.
 func UnaryServerInterceptor(b *barrier.Barrier, methods ...string) (grpc.UnaryServerInterceptor, error) {
-	seam := barrierseam.Of(b)
-	if b == nil || seam == nil || seam.Serve == nil {
+	if b == nil {
 		return nil, fmt.Errorf("grpcbarrier: nil barrier: %w", ErrInvalidOption)
+	}
+	seam := barrierseam.Of(b)
+	if seam == nil || seam.Serve == nil {
+		return nil, fmt.Errorf("grpcbarrier: a barrier not made by barrier.New: %w", ErrInvalidOption)
 	}
 	for _, m := range methods {
 		if len(m) < 2 || m[0] != '/' {
@@ -141,8 +144,8 @@ func (g *guard) intercept(ctx context.Context, msg any, info *grpc.UnaryServerIn
 			return nil, st.Err() // the method chose its status (FailedPrecondition, Unavailable, ...)
 		}
 	}
-	if c := status.Code(ctx.Err()); ctx.Err() != nil {
-		return nil, status.Error(c, "participant: "+ctx.Err().Error()) // the caller is gone: rolled back
+	if ctx.Err() != nil { // the caller is gone (cancelled, or its deadline passed): rolled back
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	id := g.b.Internal(sctx, req, err)
 	return nil, status.Error(codes.Internal, "participant: internal error (request id "+id+")")

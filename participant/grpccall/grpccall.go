@@ -128,8 +128,12 @@ func (p *Participant) Do(ctx context.Context, req participant.Request) error {
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		obs.Propagator().Inject(ctx, grpcwire.Carrier(md))
 	}
-	if old, ok := metadata.FromOutgoingContext(ctx); ok {
-		md = metadata.Join(old, md)
+	if old, ok := metadata.FromOutgoingContext(ctx); ok { // the caller's metadata, ours winning
+		merged := old.Copy()
+		for k, v := range md {
+			merged[k] = v
+		}
+		md = merged
 	}
 	var reply []byte
 	err = p.cc.Invoke(metadata.NewOutgoingContext(ctx, md), method, body, &reply, grpc.ForceCodec(grpcwire.Codec{}))

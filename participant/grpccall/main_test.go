@@ -11,5 +11,5 @@ func TestMain(m *testing.M) {
 	if code, ok := testenv.RunWorker(envStarter, starter); ok {
 		os.Exit(code)
 	}
-	testenv.VerifyNoLeaks(m)
+	testenv.VerifyNoLeaksWithExamples(m)
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -97,11 +98,14 @@ func TestIntegrationGRPCRecoverAfterStarterKill(t *testing.T) {
 			cmd.Env = append(os.Environ(), envStarter+"="+string(cfg))
 			var out, stderr strings.Builder
 			cmd.Stdout, cmd.Stderr = &out, &stderr
-			var once sync.Once
+			var (
+				once sync.Once
+				proc atomic.Pointer[os.Process] // the starter, once started
+			)
 			p.SetHook(func(_ context.Context, req participant.Request, _ string) error {
 				if req.GID == gid && req.Branch == "b" && req.Op == killAt[kind] {
 					killed := false
-					once.Do(func() { _ = cmd.Process.Signal(syscall.SIGKILL); killed = true })
+					once.Do(func() { _ = proc.Load().Signal(syscall.SIGKILL); killed = true })
 					if killed {
 						return status.Error(codes.Unavailable, "the starter was killed during this call")
 					}
@@ -112,6 +116,7 @@ func TestIntegrationGRPCRecoverAfterStarterKill(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			proc.Store(cmd.Process)
 			err := cmd.Wait()
 			ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 			if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
@@ -183,90 +188,82 @@ func starter(ctx context.Context, cfg starterConfig) error {
 	opts := []coordinator.Option{coordinator.WithSchema(cfg.Schema), coordinator.WithTracerProvider(tp), coordinator.WithLease(200 * time.Millisecond)}
 	ctx, root := tp.Tracer("starter").Start(ctx, "order")
 	fmt.Println(root.SpanContext().TraceID(), root.SpanContext().SpanID(), "-", "order")
+	gid := coordinator.WithGID(cfg.GID)
 	switch cfg.Kind {
 	case "tcc":
 		c, err := tcc.New(pool, opts...)
-		if err != nil {
-			return err
-		}
-		h, err := c.Register("party", call)
-		if err != nil {
-			return err
-		}
-		g, err := c.Begin(ctx, coordinator.WithGID(cfg.GID))
-		if err != nil {
-			return err
-		}
-		for _, name := range []string{"a", "b"} {
-			if err := g.Try(ctx, tcc.Branch{Name: name, Participant: h, Payload: b}); err != nil {
+		return drive(c, err, call, func(h participant.Participant) error {
+			g, err := c.Begin(ctx, gid)
+			for _, name := range []string{"a", "b"} {
+				if err == nil {
+					err = g.Try(ctx, tcc.Branch{Name: name, Participant: h, Payload: b})
+				}
+			}
+			if err != nil {
 				return err
 			}
-		}
-		err = g.Commit(ctx)
-		return fmt.Errorf("not killed; commit: %w", err)
+			return g.Commit(ctx)
+		})
 	case "saga":
 		c, err := saga.New(pool, opts...)
-		if err != nil {
-			return err
-		}
-		h, err := c.Register("party", call)
-		if err != nil {
-			return err
-		}
-		s, err := c.Begin(ctx, coordinator.WithGID(cfg.GID))
-		if err != nil {
-			return err
-		}
-		for _, name := range []string{"a", "b", "c"} {
-			if err := s.Add(saga.Step{Name: name, Participant: h, Payload: b}); err != nil {
+		return drive(c, err, call, func(h participant.Participant) error {
+			s, err := c.Begin(ctx, gid)
+			for _, name := range []string{"a", "b", "c"} {
+				if err == nil {
+					err = s.Add(saga.Step{Name: name, Participant: h, Payload: b})
+				}
+			}
+			if err != nil {
 				return err
 			}
-		}
-		err = s.Submit(ctx)
-		return fmt.Errorf("not killed; submit: %w", err)
+			return s.Submit(ctx)
+		})
 	case "2pc":
 		c, err := twopc.New(pool, opts...)
-		if err != nil {
-			return err
-		}
-		h, err := c.Register("party", call)
-		if err != nil {
-			return err
-		}
-		g, err := c.Begin(ctx, coordinator.WithGID(cfg.GID))
-		if err != nil {
-			return err
-		}
-		for _, name := range []string{"a", "b"} {
-			if err := g.EnlistParticipant(twopc.Branch{Name: name, Participant: h, Payload: b}); err != nil {
+		return drive(c, err, call, func(h participant.Participant) error {
+			g, err := c.Begin(ctx, gid)
+			for _, name := range []string{"a", "b"} {
+				if err == nil {
+					err = g.EnlistParticipant(twopc.Branch{Name: name, Participant: h, Payload: b})
+				}
+			}
+			if err != nil {
 				return err
 			}
-		}
-		err = g.Commit(ctx)
-		return fmt.Errorf("not killed; commit: %w", err)
+			return g.Commit(ctx)
+		})
 	case "3pc":
 		c, err := threepc.New(pool, opts...)
-		if err != nil {
-			return err
+		if err == nil {
+			defer c.Close()
 		}
-		defer c.Close()
-		h, err := c.Register("party", call)
-		if err != nil {
-			return err
-		}
-		g, err := c.Begin(ctx, coordinator.WithGID(cfg.GID))
-		if err != nil {
-			return err
-		}
-		for _, name := range []string{"a", "b"} {
-			if err := g.EnlistParticipant(threepc.Branch{Name: name, Participant: h, Payload: b}); err != nil {
+		return drive(c, err, call, func(h participant.Participant) error {
+			g, err := c.Begin(ctx, gid)
+			for _, name := range []string{"a", "b"} {
+				if err == nil {
+					err = g.EnlistParticipant(threepc.Branch{Name: name, Participant: h, Payload: b})
+				}
+			}
+			if err != nil {
 				return err
 			}
-		}
-		err = g.Commit(ctx)
-		return fmt.Errorf("not killed; commit: %w", err)
+			return g.Commit(ctx)
+		})
 	}
 	return errors.New("unknown kind " + cfg.Kind)
+}
+
+// drive registers call with c (made with err) as "party" and runs the transaction, which
+// returns only when the test failed to kill the starter.
+func drive(c coordinator.Base, err error, call participant.Participant, run func(h participant.Participant) error) error {
+	if err != nil {
+		return err
+	}
+	h, err := c.Register("party", call)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("not killed: %w", run(h))
 }
 
 // printer is a span exporter that prints each span as it ends, so that a SIGKILL loses none.

@@ -401,3 +401,29 @@ func (w *logWriter) Write(b []byte) (int, error) {
 	w.tb.Logf("%s%s", w.prefix, strings.TrimRight(string(b), "\n"))
 	return len(b), nil
 }
+
+// AppPool returns a pool of at most maxConns connections on s whose sessions carry
+// application_name app, so that pg_stat_activity tells them apart from every other test's. When
+// the test ends it is closed — unless connections are still checked out (a leak the test
+// reports): Close would wait for them for ever, so their sessions are terminated instead.
+func AppPool(t testing.TB, s *Schema, app string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if pool.Stat().AcquiredConns() == 0 {
+			pool.Close()
+			return
+		}
+		_, _ = s.Pool.Exec(context.Background(), `select pg_terminate_backend(pid) from pg_stat_activity where application_name = $1`, app)
+	})
+	return pool
+}
