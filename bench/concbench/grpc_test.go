@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/txkit/txkit/bench/concbench"
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/examples/tcc-order/shoppb"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/participant"
@@ -80,22 +81,6 @@ func grpcParticipants(b *testing.B, s *testenv.Schema, pool *pgxpool.Pool, sql m
 	return parts, func(i, cl int) json.RawMessage { return payloads[i][cl] }
 }
 
-// registered registers parts with c (names p0, p1, ...) and returns them as participants, and
-// the handles the branches name.
-func registered(b *testing.B, c interface {
-	Register(string, participant.Participant) (participant.Participant, error)
-}, parts []*grpccall.Participant) (ps, handles []participant.Participant) {
-	b.Helper()
-	for i, p := range parts {
-		h, err := c.Register(fmt.Sprint("p", i), p)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ps, handles = append(ps, p), append(handles, h)
-	}
-	return ps, handles
-}
-
 // benchStock serves shop.v1.Stock: each op runs its statement on the branch's counter row in the
 // transaction of grpcbarrier's interceptor, as the HTTP recipes' participants do.
 type benchStock struct {
@@ -134,21 +119,33 @@ func (s benchStock) Compensate(ctx context.Context, _ *shoppb.StockRequest) (*sh
 // tcc-grpc: the tcc recipe with its 3 participants served over gRPC (grpcbarrier) and called
 // through grpccall, against the same six calls made through grpccall one after the other.
 func tccGRPCRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool) {
-	s, pool := e.schema(b)
-	parts, payload := grpcParticipants(b, s, pool, tccSQL)
-	c := coordinatorOn(b, tcc.New, e.pool(b, s), s.Name)
-	ps, handles := registered(b, c, parts)
-	txkit, bare := tccSides(c, handles, ps, payload)
-	return txkit, bare, tccScript(), false
+	return grpcRecipe(b, e, tcc.New, tccSQL, tccSides, tccScript())
 }
 
 // saga-grpc: the saga recipe over gRPC participants, against the same three action calls made
 // through grpccall.
 func sagaGRPCRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool) {
+	return grpcRecipe(b, e, saga.New, sagaSQL, sagaSides, sagaScript())
+}
+
+// grpcRecipe builds a coordinator recipe over gRPC participants: the participants of
+// grpcParticipants running sql, a coordinator of newFn with each registered (names p0, p1, ...),
+// and the recipe's sides, which take the registered handles for the coordinator's branches and
+// the grpccall participants themselves for the bare calls.
+func grpcRecipe[C coordinator.Base](b *testing.B, e *env, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
+	sql map[participant.Op]string, sides func(C, []participant.Participant, []participant.Participant, func(i, cl int) json.RawMessage) (concbench.Op, concbench.Op),
+	script string) (concbench.Op, concbench.Op, string, bool) {
 	s, pool := e.schema(b)
-	parts, payload := grpcParticipants(b, s, pool, sagaSQL)
-	c := coordinatorOn(b, saga.New, e.pool(b, s), s.Name)
-	ps, handles := registered(b, c, parts)
-	txkit, bare := sagaSides(c, handles, ps, payload)
-	return txkit, bare, sagaScript(), false
+	parts, payload := grpcParticipants(b, s, pool, sql)
+	c := coordinatorOn(b, newFn, e.pool(b, s), s.Name)
+	var ps, handles []participant.Participant
+	for i, p := range parts {
+		h, err := c.Register(fmt.Sprint("p", i), p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ps, handles = append(ps, p), append(handles, h)
+	}
+	txkit, bare := sides(c, handles, ps, payload)
+	return txkit, bare, script, false
 }
