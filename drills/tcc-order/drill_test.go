@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -66,10 +68,13 @@ func drill(t *testing.T, m app.Mode) { drillOn(t, m, "zk") }
 // and restarted on their addresses — the same invariants hold, and each leader kill is followed
 // by the next leader's recovery, which calls the gRPC participants registered in its own process.
 func TestIntegrationOrderDrillGRPC(t *testing.T) {
+	bin := t.TempDir() // the services' binaries, built by the first run, and the runs' logs
 	for _, m := range app.Modes() {
 		t.Run(m.String(), func(t *testing.T) {
 			cfg := drillConfig(t, m, "zk", 120) // about 12 s of load at 10/s
-			cfg.Transport, cfg.Kills = app.TransportGRPC, 2
+			cfg.Transport, cfg.Kills, cfg.Dir = app.TransportGRPC, 2, bin
+			_, err := os.Stat(filepath.Join(bin, "order"))
+			cfg.Built = err == nil
 			rep := runDrill(t, cfg)
 			if rep.Transport != app.TransportGRPC {
 				t.Fatalf("transport %q, want grpc", rep.Transport)

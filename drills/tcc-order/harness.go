@@ -60,6 +60,9 @@ type Config struct {
 	// Transport is how the order instances call stock and account, and how the harness places
 	// orders: HTTP (default) or gRPC (the shoppb services, behind the barrier's interceptor).
 	Transport app.Transport
+	// Built says that Dir already holds the services' binaries of this tree (an earlier run's):
+	// the run does not build them again.
+	Built bool
 }
 
 // Databases of the three services; each holds a schema per run.
@@ -253,8 +256,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := shareSecret(); err != nil {
 		return Report{}, err
 	}
-	if err := h.build(ctx); err != nil {
-		return Report{}, err
+	if !cfg.Built {
+		if err := h.build(ctx); err != nil {
+			return Report{}, err
+		}
 	}
 	over := "" // HTTP, the default, goes unsaid
 	if cfg.Transport == app.TransportGRPC {
