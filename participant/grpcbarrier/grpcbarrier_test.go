@@ -3,6 +3,7 @@ package grpcbarrier_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -302,5 +303,82 @@ func TestUnaryServerInterceptorChecksItsArguments(t *testing.T) {
 	}
 	if _, ok := grpcbarrier.Request(context.Background()); ok || grpcbarrier.Tx(context.Background()) != nil {
 		t.Error("Request or Tx outside a guarded call")
+	}
+}
+
+// TestIntegrationGRPCAnswers: what a method's error becomes. An error wrapping
+// participant.ErrRefused is answered Aborted with its reason, one wrapping ErrBadRequest
+// InvalidArgument, the method's own status as it is, any other error Internal with only a request
+// id; a call without txkit metadata to an unsigned barrier is InvalidArgument. Each is rolled back.
+func TestIntegrationGRPCAnswers(t *testing.T) {
+	f := newFixture(t, barrier.WithSecrets(secret))
+	c := f.caller(t, grpccall.WithSecret(secret))
+	const internal = "connect to db-internal.example as txkit_admin failed"
+	f.SetHook(func(ctx context.Context, r participant.Request, v string) error {
+		_, _ = grpcbarrier.Tx(ctx).Exec(ctx, `insert into grpc_ledger (gid, branch, op, value) values ($1, $2, 'try', 'partial')`, r.GID, r.Branch)
+		switch v {
+		case "refused":
+			return fmt.Errorf("out of apples: %w", participant.ErrRefused)
+		case "bad":
+			return fmt.Errorf("no such sku: %w", participant.ErrBadRequest)
+		case "unavailable":
+			return status.Error(codes.Unavailable, "the warehouse is offline")
+		case "internal":
+			return errors.New(internal)
+		}
+		return nil
+	})
+	for _, tc := range []struct {
+		value string
+		code  codes.Code
+		text  string
+	}{
+		{"refused", codes.Aborted, "participant: refused: out of apples"},
+		{"bad", codes.InvalidArgument, "no such sku"},
+		{"unavailable", codes.Unavailable, "the warehouse is offline"},
+		{"internal", codes.Internal, "participant: internal error (request id "},
+	} {
+		err := c.Do(t.Context(), req("g-"+tc.value, "b", participant.OpTry, tc.value))
+		st, _ := status.FromError(errors.Unwrap(err))
+		if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.text) || strings.Contains(err.Error(), "db-internal") {
+			t.Errorf("%s: %v (status %v), want %s with %q", tc.value, err, st, tc.code, tc.text)
+		}
+		if refused := errors.Is(err, participant.ErrRefused); refused != (tc.code == codes.Aborted) {
+			t.Errorf("%s: refused %v", tc.value, refused)
+		}
+		if n := f.Ledger(t, "g-"+tc.value, "b", participant.OpTry); n != 0 {
+			t.Errorf("%s: %d rows committed, want 0", tc.value, n)
+		}
+	}
+	if !strings.Contains(f.logs.String(), "txkit_admin") {
+		t.Errorf("the internal error is not in the log:\n%s", f.logs.String())
+	}
+
+	open := newFixture(t, barrier.WithUnsignedRequests())
+	var reply []byte
+	err := open.Conn.Invoke(t.Context(), grpctest.Method(participant.OpTry), []byte{}, &reply, grpc.ForceCodec(grpcwire.Codec{}))
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a call without txkit metadata: %v, want InvalidArgument", err)
+	}
+}
+
+// Methods the interceptor is not given pass through untouched: no metadata, no transaction.
+func TestUnguardedMethodsPassThrough(t *testing.T) {
+	bar, err := barrier.New(&pgxpool.Pool{}, barrier.WithSecrets(secret)) // New does no I/O
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic, err := grpcbarrier.UnaryServerInterceptor(bar, "/shop.Inventory/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := false
+	resp, err := ic(t.Context(), wrapperspb.String("x"), &grpc.UnaryServerInfo{FullMethod: "/grpc.health.v1.Health/Check"},
+		func(ctx context.Context, _ any) (any, error) {
+			called = grpcbarrier.Tx(ctx) == nil
+			return "ok", nil
+		})
+	if !called || resp != "ok" || err != nil {
+		t.Fatalf("unguarded method: called %v, %v, %v", called, resp, err)
 	}
 }

@@ -100,7 +100,7 @@ func (p *Participant) Transport() string { return "grpc" }
 // Do calls the method of req.Op with the message in req.Payload ([Payload]; empty: an empty
 // message), signed, with the txkit metadata and ctx's trace context and deadline. It returns nil
 // for OK, an error wrapping [participant.ErrRefused] for Aborted or FailedPrecondition (a
-// business refusal), an error wrapping [participant.ErrBadRequest] for an op without a method or
+// business refusal; status.FromError finds its status too), an error wrapping [participant.ErrBadRequest] for an op without a method or
 // a payload that is not one of [Payload]'s, and any other failure wrapped with its gRPC status
 // (status.FromError finds it) for the coordinator to retry. It blocks until the answer or ctx's
 // end.
@@ -142,13 +142,24 @@ func (p *Participant) Do(ctx context.Context, req participant.Request) error {
 	}
 	switch st, _ := status.FromError(err); st.Code() {
 	case codes.Aborted, codes.FailedPrecondition:
+		msg := fmt.Sprintf("participant: %s %s/%s at grpc %s: %v", req.Op, req.GID, req.Branch, method, participant.ErrRefused)
 		if reason := refusal.Reason(st.Message(), participant.ErrRefused.Error()); reason != "" {
-			return fmt.Errorf("participant: %s %s/%s at grpc %s: %w: %s", req.Op, req.GID, req.Branch, method, participant.ErrRefused, reason)
+			msg += ": " + reason
 		}
-		return fmt.Errorf("participant: %s %s/%s at grpc %s: %w", req.Op, req.GID, req.Branch, method, participant.ErrRefused)
+		return &refused{msg: msg, st: st}
 	}
 	return fmt.Errorf("participant: %s %s/%s at grpc %s: %w", req.Op, req.GID, req.Branch, method, err)
 }
+
+// refused is a refusal: it wraps participant.ErrRefused and keeps the call's gRPC status.
+type refused struct {
+	msg string
+	st  *status.Status
+}
+
+func (e *refused) Error() string              { return e.msg }
+func (e *refused) Unwrap() error              { return participant.ErrRefused }
+func (e *refused) GRPCStatus() *status.Status { return e.st }
 
 // Payload returns the payload of a branch whose ops send msg: its deterministic protobuf
 // encoding, as a JSON string (base64), which the coordinator stores with the branch and sends
