@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The servers' addresses (deploy/local/env) exported for the command that follows.
 WITH_ENV = set -a && eval "$$(deploy/local/env)" && ROCKETMQ_GO_LOG_LEVEL=error && set +a &&
 
-.PHONY: bench-locks bench-concurrency up down status test unit demo tcc-order drill-tcc drill-tcc-locks saga-order drill-saga transfer drill-2pc drill-3pc bench lint env recharge stock console console-screenshot
+.PHONY: bench-locks bench-concurrency up down status test unit demo tcc-order drill-tcc drill-tcc-grpc drill-tcc-locks saga-order drill-saga transfer drill-2pc drill-3pc bench lint env recharge stock console console-screenshot proto
 
 up: ## start PostgreSQL, the ZooKeeper ensemble and RocketMQ (installing what is missing)
 	@deploy/local/up
@@ -59,21 +59,29 @@ unit: ## tests that need no server (the RocketMQ-client packages without -race, 
 demo: up ## run the register-points example end to end on the real servers
 	@$(WITH_ENV) $(GO) run ./drills/register-points
 
+# TRANSPORT=grpc runs the tcc-order targets with stock, account and the orders over gRPC (make
+# drill-tcc TRANSPORT=grpc); unset, over HTTP. drill-tcc-grpc is drill-tcc and drill-saga over gRPC.
+TRANSPORT ?=
+TRANSPORT_FLAG = $(if $(TRANSPORT),-transport $(TRANSPORT))
+
 tcc-order: up ## run the tcc-order example (TCC over order, stock and account services) end to end
-	@$(WITH_ENV) $(GO) run ./drills/tcc-order
+	@$(WITH_ENV) $(GO) run ./drills/tcc-order $(TRANSPORT_FLAG)
 
 drill-tcc: up ## TCC failover drill: 3 coordinators, 2000 orders, faults, leader and participant SIGKILLs
-	@$(WITH_ENV) $(GO) run ./drills/tcc-order -drill -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4
+	@$(WITH_ENV) $(GO) run ./drills/tcc-order -drill -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4 $(TRANSPORT_FLAG)
+
+drill-tcc-grpc: up ## drill-tcc, then drill-saga, with the order service calling stock and account over gRPC
+	@$(MAKE) --no-print-directory drill-tcc TRANSPORT=grpc && $(MAKE) --no-print-directory drill-saga TRANSPORT=grpc
 
 drill-tcc-locks: up ## the drill-tcc load and kills twice more: recovery elections on PostgreSQL lease rows, then on Redis
 	@$(WITH_ENV) for l in pg redis; do echo "== drill-tcc with -lock $$l"; \
 	  $(GO) run ./drills/tcc-order -drill -lock $$l -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4 || exit 1; done
 
 saga-order: up ## run the tcc-order example with every order a saga (deduct stock, then debit money) end to end
-	@$(WITH_ENV) $(GO) run ./drills/tcc-order -mode saga
+	@$(WITH_ENV) $(GO) run ./drills/tcc-order -mode saga $(TRANSPORT_FLAG)
 
 drill-saga: up ## saga failover drill: the drill-tcc load and kills with every order a saga
-	@$(WITH_ENV) $(GO) run ./drills/tcc-order -drill -mode saga -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4
+	@$(WITH_ENV) $(GO) run ./drills/tcc-order -drill -mode saga -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4 $(TRANSPORT_FLAG)
 
 transfer: up ## run the transfer example (two-phase commit between txkit_east and txkit_west) end to end
 	@$(WITH_ENV) $(GO) run ./drills/transfer
@@ -126,6 +134,20 @@ bench-concurrency: up ## the recipes at 1/16/64 clients against their bare basel
 bench-locks: up ## compare the lock backends (ZooKeeper, PostgreSQL, Redis, Redlock) and print the table
 	@set -o pipefail; $(WITH_ENV) { $(GO) test -run '^$$' -bench 'BenchmarkLocks$$' -count=1 $(BENCHFLAGS) ./bench/lockbench/ && \
 	  $(GO) test -run '^$$' -bench 'BenchmarkLocksKill|BenchmarkDisruptiveLocksRestart' -benchtime=3x -count=1 ./bench/lockbench/; } 2>&1 | $(GO) run ./bench/benchtable
+
+# The examples' generated gRPC code is committed (tests need no protoc). `make proto` makes it again
+# after a change to a .proto: protoc from Debian's protobuf-compiler (apt-get install
+# protobuf-compiler), the two Go plugins at the versions below, built into $(TXKIT_HOME)/bin.
+PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+PROTO_DIRS := examples/tcc-order/shoppb
+proto: ## regenerate the examples' gRPC code from their .proto files (protoc from protobuf-compiler)
+	@command -v protoc >/dev/null || { echo "protoc not found: apt-get install protobuf-compiler"; exit 1; }
+	@mkdir -p $(TXKIT_HOME)/bin && GOBIN=$(TXKIT_HOME)/bin $(GO) install $(PROTOC_GEN_GO) && GOBIN=$(TXKIT_HOME)/bin $(GO) install $(PROTOC_GEN_GO_GRPC)
+	@for d in $(PROTO_DIRS); do \
+	  protoc --plugin=protoc-gen-go=$(TXKIT_HOME)/bin/protoc-gen-go --plugin=protoc-gen-go-grpc=$(TXKIT_HOME)/bin/protoc-gen-go-grpc \
+	    -I $$d --go_out=$$d --go_opt=paths=source_relative --go-grpc_out=$$d --go-grpc_opt=paths=source_relative $$d/*.proto || exit 1; \
+	  echo "generated $$d"; done
 
 lint: ## go vet, gofmt and staticcheck
 	$(GO) vet ./...

@@ -253,6 +253,8 @@ func BenchmarkConcurrency(b *testing.B) {
 var recipes = []recipe{
 	{"tcc", nil, tccRecipe},
 	{"saga", nil, sagaRecipe},
+	{"tcc-grpc", nil, tccGRPCRecipe}, // tcc and saga with gRPC participants (grpc_test.go)
+	{"saga-grpc", nil, sagaGRPCRecipe},
 	{"2pc", nil, twopcRecipe}, // 2 prepared transactions per transfer: 128 of the server's 256 at 64 clients
 	{"relay", nil, relayRecipe},
 	{"consumer", nil, consumerRecipe},
@@ -337,39 +339,59 @@ func coordinatorOn[C coordinator.Base](b *testing.B, newFn func(*pgxpool.Pool, .
 	return c
 }
 
+// tccSQL is what the tcc recipes' participants run for each op on the branch's counter row.
+var tccSQL = map[participant.Op]string{
+	participant.OpTry:     `update bench_counter set reserved = reserved + 1 where id = $1`,
+	participant.OpConfirm: `update bench_counter set reserved = reserved - 1, used = used + 1 where id = $1`,
+	participant.OpCancel:  `update bench_counter set reserved = reserved - 1 where id = $1`,
+}
+
 // tcc: Begin, 3 Try, Commit (confirms concurrent) against the six calls one after the other.
 func tccRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool) {
 	s, pool := e.schema(b)
-	parts, client := participants(b, s, pool, map[participant.Op]string{
-		participant.OpTry:     `update bench_counter set reserved = reserved + 1 where id = $1`,
-		participant.OpConfirm: `update bench_counter set reserved = reserved - 1, used = used + 1 where id = $1`,
-		participant.OpCancel:  `update bench_counter set reserved = reserved - 1 where id = $1`,
-	})
+	parts, client := participants(b, s, pool, tccSQL)
 	c := coordinatorOn(b, tcc.New, e.pool(b, s), s.Name, coordinator.WithHTTPClient(client))
-	txkit := func(ctx context.Context, cl int) error {
+	ps := make([]participant.Participant, len(parts))
+	for i, p := range parts {
+		ps[i] = p
+	}
+	txkit, bare := tccSides(c, ps, ps, func(int, int) json.RawMessage { return nil })
+	return txkit, bare, tccScript(), false
+}
+
+// tccSides are the tcc recipes' two sides: a transaction of c with a branch on each of branches,
+// and the same six calls made on parts (the participants the branches reach) one after the
+// other; payload is the payload of branch i of client cl.
+func tccSides(c *tcc.Coordinator, branches, parts []participant.Participant, payload func(i, cl int) json.RawMessage) (txkit, bare concbench.Op) {
+	txkit = func(ctx context.Context, cl int) error {
 		g, err := c.Begin(ctx)
 		if err != nil {
 			return err
 		}
-		for i, p := range parts {
-			if err := g.Try(ctx, tcc.Branch{Name: branch(i, cl), Participant: p}); err != nil {
+		for i, p := range branches {
+			if err := g.Try(ctx, tcc.Branch{Name: branch(i, cl), Participant: p, Payload: payload(i, cl)}); err != nil {
 				_ = g.Rollback(ctx)
 				return err
 			}
 		}
 		return g.Commit(ctx)
 	}
-	bare := func(ctx context.Context, cl int) error {
+	bare = func(ctx context.Context, cl int) error {
 		gid := uuid.Must(uuid.NewV7()).String()
 		for _, op := range []participant.Op{participant.OpTry, participant.OpConfirm} {
 			for i, p := range parts {
-				if err := p.Do(ctx, participant.Request{GID: gid, Branch: branch(i, cl), Op: op}); err != nil {
+				if err := p.Do(ctx, participant.Request{GID: gid, Branch: branch(i, cl), Op: op, Payload: payload(i, cl)}); err != nil {
 					return err
 				}
 			}
 		}
 		return nil
 	}
+	return txkit, bare
+}
+
+// tccScript is the pgbench script of a TCC transaction's writes over 3 participants.
+func tccScript() string {
 	script := "insert into cb_log (id, status) values (gen_random_uuid(), 'trying') returning id as gid \\gset\n"
 	for i := range 3 {
 		script += fmt.Sprintf("insert into cb_item values (:gid, 'b%d', 'tried');\n", i) + participantScript(fmt.Sprint("b", i), "try", "n = n + 1")
@@ -378,46 +400,64 @@ func tccRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool) 
 	for i := range 3 {
 		script += participantScript(fmt.Sprint("b", i), "confirm", "n = n - 1, m = m + 1")
 	}
-	script += "begin;\nupdate cb_log set status = 'committed' where id = :gid;\nupdate cb_item set status = 'done' where id = :gid;\ncommit;\n"
-	return txkit, bare, script, false
+	return script + "begin;\nupdate cb_log set status = 'committed' where id = :gid;\nupdate cb_item set status = 'done' where id = :gid;\ncommit;\n"
+}
+
+// sagaSQL is what the saga recipes' participants run for each op on the branch's counter row.
+var sagaSQL = map[participant.Op]string{
+	participant.OpAction:     `update bench_counter set used = used + 1 where id = $1`,
+	participant.OpCompensate: `update bench_counter set used = used - 1 where id = $1`,
 }
 
 // saga: Begin, 3 Add, Submit against the three action calls one after the other.
 func sagaRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool) {
 	s, pool := e.schema(b)
-	parts, client := participants(b, s, pool, map[participant.Op]string{
-		participant.OpAction:     `update bench_counter set used = used + 1 where id = $1`,
-		participant.OpCompensate: `update bench_counter set used = used - 1 where id = $1`,
-	})
+	parts, client := participants(b, s, pool, sagaSQL)
 	c := coordinatorOn(b, saga.New, e.pool(b, s), s.Name, coordinator.WithHTTPClient(client))
-	txkit := func(ctx context.Context, cl int) error {
+	ps := make([]participant.Participant, len(parts))
+	for i, p := range parts {
+		ps[i] = p
+	}
+	txkit, bare := sagaSides(c, ps, ps, func(int, int) json.RawMessage { return nil })
+	return txkit, bare, sagaScript(), false
+}
+
+// sagaSides are the saga recipes' two sides: a saga of c with a step on each of steps, and the
+// same three action calls made on parts (the participants the steps reach) one after the other;
+// payload is the payload of step i of client cl.
+func sagaSides(c *saga.Coordinator, steps, parts []participant.Participant, payload func(i, cl int) json.RawMessage) (txkit, bare concbench.Op) {
+	txkit = func(ctx context.Context, cl int) error {
 		sg, err := c.Begin(ctx)
 		if err != nil {
 			return err
 		}
-		for i, p := range parts {
-			if err := sg.Add(saga.Step{Name: branch(i, cl), Participant: p}); err != nil {
+		for i, p := range steps {
+			if err := sg.Add(saga.Step{Name: branch(i, cl), Participant: p, Payload: payload(i, cl)}); err != nil {
 				return err
 			}
 		}
 		return sg.Submit(ctx)
 	}
-	bare := func(ctx context.Context, cl int) error {
+	bare = func(ctx context.Context, cl int) error {
 		gid := uuid.Must(uuid.NewV7()).String()
 		for i, p := range parts {
-			if err := p.Do(ctx, participant.Request{GID: gid, Branch: branch(i, cl), Op: participant.OpAction}); err != nil {
+			if err := p.Do(ctx, participant.Request{GID: gid, Branch: branch(i, cl), Op: participant.OpAction, Payload: payload(i, cl)}); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
+	return txkit, bare
+}
+
+// sagaScript is the pgbench script of a 3-step saga's writes.
+func sagaScript() string {
 	script := "begin;\ninsert into cb_log (id, status) values (gen_random_uuid(), 'running') returning id as gid \\gset\n" +
 		"insert into cb_item select :gid, 's' || i, 'pending' from generate_series(0, 2) i;\ncommit;\n"
 	for i := range 3 {
 		script += participantScript(fmt.Sprint("s", i), "action", "m = m + 1")
 	}
-	script += "begin;\nupdate cb_log set status = 'done' where id = :gid;\nupdate cb_item set status = 'done' where id = :gid;\ncommit;\n"
-	return txkit, bare, script, false
+	return script + "begin;\nupdate cb_log set status = 'done' where id = :gid;\nupdate cb_item set status = 'done' where id = :gid;\ncommit;\n"
 }
 
 // 2pc: a transfer between two databases (schemas) through twopc against the hand-written

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -59,13 +61,46 @@ func TestIntegrationTCCOrderDrillOnOtherLocks(t *testing.T) {
 // drill runs a short drill in mode m and checks its report.
 func drill(t *testing.T, m app.Mode) { drillOn(t, m, "zk") }
 
+// TestIntegrationOrderDrillGRPC: the drill's short form with the order service calling stock and
+// account over gRPC (the shoppb methods behind the barrier's interceptor, every call signed) and
+// the orders placed over gRPC, in each mode: faults (ABORTED refusals, UNAVAILABLE failures and
+// lost replies, calls past the call timeout), two leader kills, stock and account SIGKILLed
+// and restarted on their addresses — the same invariants hold, and each leader kill is followed
+// by the next leader's recovery, which calls the gRPC participants registered in its own process.
+func TestIntegrationOrderDrillGRPC(t *testing.T) {
+	bin := t.TempDir() // the services' binaries, built by the first run, and the runs' logs
+	for _, m := range app.Modes() {
+		t.Run(m.String(), func(t *testing.T) {
+			cfg := drillConfig(t, m, "zk", 120) // about 12 s of load at 10/s
+			cfg.Transport, cfg.Kills, cfg.Dir = app.TransportGRPC, 2, bin
+			_, err := os.Stat(filepath.Join(bin, "order"))
+			cfg.Built = err == nil
+			rep := runDrill(t, cfg)
+			if rep.Transport != app.TransportGRPC {
+				t.Fatalf("transport %q, want grpc", rep.Transport)
+			}
+		})
+	}
+}
+
 // drillOn runs a short drill in mode m with the recovery elections on the lock backend kind.
 func drillOn(t *testing.T, m app.Mode, kind string) Report {
-	cfg := config(t, 200)
+	return runDrill(t, drillConfig(t, m, kind, 200)) // about 20 s of load, so the three kills land during it
+}
+
+// drillConfig is a short drill of orders at 10/s in mode m with the recovery elections on kind:
+// faults, three leader kills, two participant kills.
+func drillConfig(t *testing.T, m app.Mode, kind string, orders int) Config {
+	cfg := config(t, orders)
 	cfg.Mode, cfg.Drill, cfg.ParticipantKills, cfg.Lock = m, true, 2, kind
-	cfg.Rate = 10 // about 20 s of load, so the three kills land during it
+	cfg.Rate = 10
+	return cfg
+}
+
+// runDrill runs the drill of cfg and checks its report.
+func runDrill(t *testing.T, cfg Config) Report {
 	rep := drilltest.Run(t, 6*time.Minute, Run, cfg)
-	p := protocolOf(m)
+	p := protocolOf(cfg.Mode)
 	if rep.Globals[p.done] == 0 || rep.Globals[p.undone] == 0 {
 		t.Fatalf("want both %s and %s orders, got %v", p.done, p.undone, rep.Globals)
 	}

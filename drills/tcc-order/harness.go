@@ -23,10 +23,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/txkit/txkit/drills/internal/drillkit"
 	"github.com/txkit/txkit/examples/exapp"
 	"github.com/txkit/txkit/examples/tcc-order/app"
+	"github.com/txkit/txkit/examples/tcc-order/shoppb"
 )
 
 // Config is one run of the example.
@@ -54,6 +57,12 @@ type Config struct {
 	// NoBarrier runs stock and account without the participant barrier, to show that the checks
 	// catch what the barrier prevents (duplicates applied twice, cancels without a try).
 	NoBarrier bool
+	// Transport is how the order instances call stock and account, and how the harness places
+	// orders: HTTP (default) or gRPC (the shoppb services, behind the barrier's interceptor).
+	Transport app.Transport
+	// Built says that Dir already holds the services' binaries of this tree (an earlier run's):
+	// the run does not build them again.
+	Built bool
 }
 
 // Databases of the three services; each holds a schema per run.
@@ -66,6 +75,7 @@ const (
 // Report is what a run measured and the invariants it checked.
 type Report struct {
 	Mode                       app.Mode
+	Transport                  app.Transport  // how the order instances called stock and account
 	Lock                       string         // the lock backend of the recovery elections
 	Orders                     int            // POST /orders made
 	AnsweredDone               int            // answered 200 confirmed (succeeded)
@@ -119,6 +129,9 @@ func (r Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "orders placed:          %d (answered: %d %s, %d %s, %d unanswered)\n",
 		r.Orders, r.AnsweredDone, p.done, r.AnsweredUndone, p.undone, r.Unanswered)
+	if r.Transport == app.TransportGRPC {
+		fmt.Fprintf(&b, "transport:              gRPC (orders placed through shop.v1.Orders, stock and account called through their methods)\n")
+	}
 	fmt.Fprintf(&b, "%-24s%s\n", p.units+":", counts(r.Globals))
 	fmt.Fprintf(&b, "order rows:             %s\n", counts(r.OrderRows))
 	fmt.Fprintf(&b, "stock:                  initial %d = available %d + reserved %d + sold %d (%s orders' qty %d)\n",
@@ -135,7 +148,11 @@ func (r Report) String() string {
 			r.Undone["stock"], r.Undone["account"], p.undone, p.unit)
 	}
 	if r.StockFaults != nil {
-		fmt.Fprintf(&b, "faults injected:        stock %s; account %s\n", faults(r.StockFaults), faults(r.AccountFaults))
+		failed := "500" // what a failure is answered
+		if r.Transport == app.TransportGRPC {
+			failed = "UNAVAILABLE"
+		}
+		fmt.Fprintf(&b, "faults injected:        stock %s; account %s\n", faults(r.StockFaults, failed), faults(r.AccountFaults, failed))
 	}
 	if r.ParticipantKills > 0 {
 		fmt.Fprintf(&b, "participant kills:      %d SIGKILLed (stock and account in turn) and restarted on their address\n", r.ParticipantKills)
@@ -169,8 +186,8 @@ func counts(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-func faults(m map[string]int64) string {
-	return fmt.Sprintf("%d refused, %d failed (500), %d replies lost, %d slowed", m["refused"], m["failed"], m["lost"], m["slowed"])
+func faults(m map[string]int64, failed string) string {
+	return fmt.Sprintf("%d refused, %d failed (%s), %d replies lost, %d slowed", m["refused"], m["failed"], failed, m["lost"], m["slowed"])
 }
 
 // proc is a running service process.
@@ -179,6 +196,10 @@ type proc struct {
 	cmd  *exec.Cmd
 	addr string
 	done chan struct{}
+	// With -transport grpc: the address of its gRPC server (from GET /healthz), and for an
+	// order instance the connection the harness places orders on.
+	grpcAddr string
+	conn     *grpc.ClientConn
 }
 
 type harness struct {
@@ -215,6 +236,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Mode == 0 {
 		cfg.Mode = app.ModeTCC
 	}
+	if cfg.Transport == "" {
+		cfg.Transport = app.TransportHTTP
+	}
 	runID := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	h := &harness{cfg: cfg, proto: protocolOf(cfg.Mode), runID: runID, schema: "tcco_" + runID, orders: map[string]*proc{}, faults: map[string]int64{},
 		client: &http.Client{Timeout: 30 * time.Second}}
@@ -232,11 +256,17 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := shareSecret(); err != nil {
 		return Report{}, err
 	}
-	if err := h.build(ctx); err != nil {
-		return Report{}, err
+	if !cfg.Built {
+		if err := h.build(ctx); err != nil {
+			return Report{}, err
+		}
 	}
-	h.logf("run %s: schema %s in %s, %s and %s; %d orders as %s, %d order instances, drill %v",
-		runID, h.schema, dbOrder, dbStock, dbAccount, cfg.Orders, h.proto.units, cfg.Instances, cfg.Drill)
+	over := "" // HTTP, the default, goes unsaid
+	if cfg.Transport == app.TransportGRPC {
+		over = " over gRPC"
+	}
+	h.logf("run %s: schema %s in %s, %s and %s; %d orders as %s%s, %d order instances, drill %v",
+		runID, h.schema, dbOrder, dbStock, dbAccount, cfg.Orders, h.proto.units, over, cfg.Instances, cfg.Drill)
 	if !cfg.Keep {
 		defer h.cleanup()
 	}
@@ -252,7 +282,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if _, err := h.leader(ctx); err != nil {
 		return Report{}, err
 	}
-	rep := Report{Mode: cfg.Mode, Lock: cfg.lockKind(), Orders: cfg.Orders}
+	rep := Report{Mode: cfg.Mode, Transport: cfg.Transport, Lock: cfg.lockKind(), Orders: cfg.Orders}
 	if err := h.load(ctx, &rep); err != nil {
 		return rep, err
 	}
@@ -306,7 +336,7 @@ func (h *harness) startParticipants(ctx context.Context) error {
 	if h.cfg.NoBarrier {
 		fault = append(fault, "-no-barrier")
 	}
-	common := []string{"-pg", h.cfg.PG, "-schema", h.schema}
+	common := []string{"-pg", h.cfg.PG, "-schema", h.schema, "-transport", h.cfg.Transport.String()}
 	h.args = map[string][]string{
 		"stock":   append(append(slices.Clone(common), "-db", dbStock, "-seed", seed(h.skus)), fault...),
 		"account": append(append(slices.Clone(common), "-db", dbAccount, "-seed", seed(h.accts)), fault...),
@@ -359,8 +389,16 @@ func (h *harness) crashParticipants(ctx context.Context, done func() int, rep *R
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
 		<-p.done
 		rep.ParticipantKills++
-		h.logf("drill: SIGKILLed %s at %d orders answered; restarting it on %s", name, done(), p.addr)
-		np, err := h.start(ctx, name, append(slices.Clone(h.args[name]), "-listen", p.addr))
+		where := p.addr
+		if p.grpcAddr != "" {
+			where += ", gRPC " + p.grpcAddr
+		}
+		h.logf("drill: SIGKILLed %s at %d orders answered; restarting it on %s", name, done(), where)
+		args := append(slices.Clone(h.args[name]), "-listen", p.addr)
+		if p.grpcAddr != "" {
+			args = append(args, "-grpc-listen", p.grpcAddr)
+		}
+		np, err := h.start(ctx, name, args)
 		if err != nil {
 			return err
 		}
@@ -382,8 +420,12 @@ func (h *harness) startOrder(ctx context.Context, slot int) error {
 	h.starts++
 	id := fmt.Sprintf("order-%d.%d", slot, h.starts)
 	h.mu.Unlock()
+	stock, account := "http://"+h.participant("stock").addr, "http://"+h.participant("account").addr
+	if h.cfg.Transport == app.TransportGRPC {
+		stock, account = h.participant("stock").grpcAddr, h.participant("account").grpcAddr
+	}
 	p, err := h.startAs(ctx, id, "order", []string{"-pg", h.cfg.PG, "-db", dbOrder, "-schema", h.schema, "-zk", h.cfg.ZK, "-lock", h.cfg.lockKind(), "-id", id, "-mode", h.cfg.Mode.String(),
-		"-stock", "http://" + h.participant("stock").addr, "-account", "http://" + h.participant("account").addr})
+		"-transport", h.cfg.Transport.String(), "-stock", stock, "-account", account})
 	if err != nil {
 		return err
 	}
@@ -397,15 +439,27 @@ func (h *harness) start(ctx context.Context, name string, args []string) (*proc,
 	return h.startAs(ctx, name, name, args)
 }
 
-// startAs runs binary bin as name, and waits for its "LISTENING <addr>" line.
+// startAs runs binary bin as name, and waits for its "LISTENING <addr>" line; with -transport
+// grpc, it reads the address of the service's gRPC server from GET /healthz too.
 func (h *harness) startAs(ctx context.Context, name, bin string, args []string) (*proc, error) {
 	logPath := filepath.Join(h.cfg.Dir, h.runID+"-"+name+".log")
 	hp, err := drillkit.Start(ctx, name, filepath.Join(h.cfg.Dir, bin), args, logPath)
 	if err != nil {
 		return nil, err
 	}
-	h.logf("%s listening on %s (pid %d, log %s)", name, hp.Addr, hp.Cmd.Process.Pid, logPath)
-	return &proc{name: name, cmd: hp.Cmd, addr: hp.Addr, done: hp.Done}, nil
+	p := &proc{name: name, cmd: hp.Cmd, addr: hp.Addr, done: hp.Done}
+	if h.cfg.Transport != app.TransportGRPC {
+		h.logf("%s listening on %s (pid %d, log %s)", name, hp.Addr, hp.Cmd.Process.Pid, logPath)
+		return p, nil
+	}
+	var health struct{ GRPC string }
+	if err := h.getJSON(ctx, "http://"+hp.Addr+"/healthz", &health); err != nil || health.GRPC == "" {
+		drillkit.Stop(hp)
+		return nil, fmt.Errorf("%s: no gRPC address in GET /healthz (err %v); see %s", name, err, logPath)
+	}
+	p.grpcAddr = health.GRPC
+	h.logf("%s listening on %s, gRPC on %s (pid %d, log %s)", name, hp.Addr, p.grpcAddr, hp.Cmd.Process.Pid, logPath)
+	return p, nil
 }
 
 func (h *harness) stopAll() {
@@ -422,6 +476,11 @@ func (h *harness) stopAll() {
 		}
 	}
 	drillkit.Stop(hps...)
+	for _, p := range procs {
+		if p != nil && p.conn != nil {
+			_ = p.conn.Close()
+		}
+	}
 }
 
 // address returns p's address, for drillkit.Leader.
@@ -453,7 +512,7 @@ func (h *harness) leader(ctx context.Context) (string, error) {
 
 // order returns the i-th order of the load: mostly ordinary ones, one in ten asking more stock
 // than exists, one in ten spending more than any account holds.
-func (h *harness) order(i int) map[string]any {
+func (h *harness) order(i int) *shoppb.PlaceRequest {
 	qty := int64(1 + rand.IntN(5))
 	amount := qty * 10
 	switch i % 10 {
@@ -462,7 +521,34 @@ func (h *harness) order(i int) map[string]any {
 	case 7:
 		amount = 1_000_000_000
 	}
-	return map[string]any{"sku": fmt.Sprintf("sku-%d", 1+i%4), "qty": qty, "account": fmt.Sprintf("acct-%d", 1+i%8), "amount": amount}
+	return &shoppb.PlaceRequest{Sku: fmt.Sprintf("sku-%d", 1+i%4), Qty: qty, Account: fmt.Sprintf("acct-%d", 1+i%8), Amount: amount}
+}
+
+// placeGRPC places order i through p's Orders service and returns the answer's status ("" when
+// unanswered or unknown).
+func (h *harness) placeGRPC(ctx context.Context, p *proc, i int) string {
+	h.mu.Lock()
+	if p.conn == nil {
+		conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			h.mu.Unlock()
+			return ""
+		}
+		p.conn = conn
+	}
+	conn := p.conn
+	h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := shoppb.NewOrdersClient(conn).Place(ctx, h.order(i))
+	if err != nil || out.GetGid() == "" {
+		return ""
+	}
+	if out.GetStatus() == h.proto.done || out.GetStatus() == h.proto.undone {
+		h.answers.Store(out.GetGid(), out.GetStatus())
+		return out.GetStatus()
+	}
+	return ""
 }
 
 // load places the orders: Concurrency workers post to the live order instances in turn (with the
@@ -492,9 +578,9 @@ func (h *harness) load(ctx context.Context, rep *Report) error {
 	return err
 }
 
-// place posts order i to a live instance and returns the answer's status ("" when unanswered).
+// place posts order i to a live instance (over gRPC with -transport grpc) and returns the
+// answer's status ("" when unanswered).
 func (h *harness) place(ctx context.Context, i int) string {
-	body, _ := json.Marshal(h.order(i))
 	h.mu.Lock()
 	ids := slices.Sorted(maps.Keys(h.orders))
 	var p *proc
@@ -505,6 +591,11 @@ func (h *harness) place(ctx context.Context, i int) string {
 	if p == nil {
 		return ""
 	}
+	if h.cfg.Transport == app.TransportGRPC {
+		return h.placeGRPC(ctx, p, i)
+	}
+	o := h.order(i)
+	body, _ := json.Marshal(map[string]any{"sku": o.Sku, "qty": o.Qty, "account": o.Account, "amount": o.Amount})
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+p.addr+"/orders", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := h.client.Do(req)

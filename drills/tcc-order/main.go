@@ -16,6 +16,7 @@
 //	go run ./drills/tcc-order -drill             # 600 orders, faults, 3 leader kills
 //	go run ./drills/tcc-order -drill -mode saga  # the drill with sagas
 //	go run ./drills/tcc-order -drill -lock pg    # the drill with the recovery elections on PostgreSQL (or redis, redlock)
+//	go run ./drills/tcc-order -drill -transport grpc  # the drill with stock, account and the orders over gRPC
 package main
 
 import (
@@ -31,8 +32,9 @@ import (
 )
 
 func main() {
-	cfg := Config{Log: os.Stdout, Mode: app.ModeTCC}
+	cfg := Config{Log: os.Stdout, Mode: app.ModeTCC, Transport: app.TransportHTTP}
 	flag.Var(&cfg.Mode, "mode", "how orders are placed: tcc (TCC global transactions) or saga")
+	flag.Var(&cfg.Transport, "transport", "how the order service calls stock and account, and how orders are placed: http or grpc")
 	flag.IntVar(&cfg.Orders, "orders", 0, "orders to place (default 300, 600 with -drill)")
 	flag.IntVar(&cfg.Instances, "instances", 2, "order-service instances")
 	flag.IntVar(&cfg.Concurrency, "concurrency", 8, "orders in flight")
@@ -62,7 +64,11 @@ func main() {
 			cfg.Rate = 20
 		}
 	}
-	if _, ok := drillkit.RunDemo(*timeout, fmt.Sprintf("tcc-order report (%s)", cfg.Mode), Run, cfg, "an invariant"); !ok {
+	title := fmt.Sprintf("tcc-order report (%s)", cfg.Mode)
+	if cfg.Transport == app.TransportGRPC {
+		title = fmt.Sprintf("tcc-order report (%s over gRPC)", cfg.Mode)
+	}
+	if _, ok := drillkit.RunDemo(*timeout, title, Run, cfg, "an invariant"); !ok {
 		os.Exit(1)
 	}
 	p := protocolOf(cfg.Mode)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/txkit/txkit/examples/exapp"
 	"github.com/txkit/txkit/participant"
@@ -27,7 +30,7 @@ import (
 // ParticipantConfig is what [RunParticipant] needs to serve a participant.
 type ParticipantConfig struct {
 	Resource Resource
-	Listen   string
+	Listen   string // HTTP: the ops (POST /tcc, /saga) unless Transport is gRPC; GET /healthz and /stats
 	Pool     *pgxpool.Pool
 	Log      *slog.Logger
 	Faults   *Faults
@@ -38,6 +41,10 @@ type ParticipantConfig struct {
 	// compensation without its try or action gives back what was never taken. Only for showing
 	// that the demo's checks catch it.
 	NoBarrier bool
+	// Transport says how the ops are served: HTTP on Listen, or gRPC on GRPCListen (the shoppb
+	// Stock or Account service; GET /healthz says the address, as "grpc").
+	Transport  Transport
+	GRPCListen string
 }
 
 // ParticipantMain is the main function of the participant service of r: it reads the flags,
@@ -45,6 +52,10 @@ type ParticipantConfig struct {
 // SIGINT or SIGTERM. It exits 1 when the service fails.
 func ParticipantMain(r Resource) {
 	listen := flag.String("listen", "127.0.0.1:0", "HTTP address")
+	transport := TransportHTTP
+	flag.Var(&transport, "transport", "how the ops are served: http (POST /tcc, /saga on -listen) or grpc (shop.v1."+
+		map[string]string{"stock": "Stock", "account": "Account"}[r.Name]+" on -grpc-listen)")
+	grpcListen := flag.String("grpc-listen", "127.0.0.1:0", "gRPC address (with -transport grpc)")
 	pg := flag.String("pg", exapp.Env("TXKIT_PG_URL", DefaultPG), "PostgreSQL URL (its database is replaced by -db)")
 	db := flag.String("db", "txkit_"+r.Name, "database of the "+r.Name+" service (created if missing)")
 	schema := flag.String("schema", "tcc_order", "schema of this run")
@@ -76,8 +87,8 @@ func ParticipantMain(r Resource) {
 		if err := r.Seed(ctx, pool, initial); err != nil {
 			return err
 		}
-		return RunParticipant(ctx, ParticipantConfig{Resource: r, Listen: *listen, Pool: pool, Log: log, Faults: &faults,
-			Secret: secret, NoBarrier: *noBarrier})
+		return RunParticipant(ctx, ParticipantConfig{Resource: r, Listen: *listen, Transport: transport, GRPCListen: *grpcListen,
+			Pool: pool, Log: log, Faults: &faults, Secret: secret, NoBarrier: *noBarrier})
 	}()
 	if err != nil {
 		log.Error(r.Name+" service failed", "err", err)
@@ -90,8 +101,9 @@ func ParticipantMain(r Resource) {
 // (so duplicates, empty rollbacks and hanging tries or actions are handled in the business
 // transaction, and requests not signed with c.Secret are refused), with c.Faults in front: POST
 // /tcc takes try, confirm and cancel, POST /saga action and compensate (the op is in the request;
-// another one is answered 400). It serves GET /healthz and GET /stats too, runs the barrier's
-// purge, and blocks until ctx ends.
+// another one is answered 400) — or, with c.Transport gRPC, the methods of the resource's shoppb
+// service, behind the barrier's gRPC interceptor (grpcparticipant.go). It serves GET /healthz and
+// GET /stats too, runs the barrier's purge, and blocks until ctx ends.
 func RunParticipant(ctx context.Context, c ParticipantConfig) error {
 	mux := http.NewServeMux()
 	reg := exapp.Metrics(mux)
@@ -112,10 +124,24 @@ func RunParticipant(ctx context.Context, c ParticipantConfig) error {
 		tccH = unguarded(c.Log, c.Pool, c.Resource.Apply)
 		sagaH = tccH
 	}
-	mux.Handle("POST /tcc", c.Faults.endpoint(tccH, tccOps...))
-	mux.Handle("POST /saga", c.Faults.endpoint(sagaH, sagaOps...))
+	health := map[string]string{"status": "ok"}
+	var grpcSrv *grpc.Server
+	var grpcLn net.Listener
+	if c.Transport == TransportGRPC {
+		if grpcSrv, err = grpcServer(c, bar); err != nil {
+			return err
+		}
+		if grpcLn, err = ListenGRPC(c.GRPCListen); err != nil {
+			return err
+		}
+		defer grpcLn.Close()
+		health["grpc"] = grpcLn.Addr().String()
+	} else {
+		mux.Handle("POST /tcc", c.Faults.endpoint(tccH, tccOps...))
+		mux.Handle("POST /saga", c.Faults.endpoint(sagaH, sagaOps...))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		exapp.WriteJSON(w, 200, map[string]string{"status": "ok"})
+		exapp.WriteJSON(w, 200, health)
 	})
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		out, err := c.Resource.Totals(r.Context(), c.Pool)
@@ -126,15 +152,14 @@ func RunParticipant(ctx context.Context, c ParticipantConfig) error {
 		out["service"], out["faults"] = c.Resource.Name, c.Faults.Stats()
 		exapp.WriteJSON(w, http.StatusOK, out)
 	})
-	errc := make(chan error, 2)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() { errc <- bar.Run(ctx) }()
-	go func() { errc <- exapp.Serve(ctx, c.Listen, mux) }()
-	c.Log.Info(c.Resource.Name+" service running", "faults", c.Faults.Enabled())
-	err = <-errc
-	cancel()
-	return errors.Join(err, <-errc)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return bar.Run(ctx) })
+	g.Go(func() error { return exapp.Serve(ctx, c.Listen, mux) })
+	if grpcSrv != nil {
+		g.Go(func() error { return ServeGRPC(ctx, grpcLn, grpcSrv) })
+	}
+	c.Log.Info(c.Resource.Name+" service running", "transport", string(c.Transport), "faults", c.Faults.Enabled())
+	return g.Wait()
 }
 
 // endpoint serves the ops of one protocol with h behind f's faults. It reads the op from the

@@ -118,13 +118,21 @@ func (r Resource) Apply(ctx context.Context, tx pgx.Tx, req participant.Request)
 	var p map[string]json.RawMessage
 	var key string
 	var n int64
-	if json.Unmarshal(req.Payload, &p) != nil || json.Unmarshal(p[r.Key], &key) != nil || json.Unmarshal(p[r.Amount], &n) != nil ||
-		key == "" || n <= 0 {
+	if json.Unmarshal(req.Payload, &p) != nil || json.Unmarshal(p[r.Key], &key) != nil || json.Unmarshal(p[r.Amount], &n) != nil {
 		return fmt.Errorf("%s payload %s: want {%q, %q > 0}: %w", r.Name, req.Payload, r.Key, r.Amount, participant.ErrBadRequest)
 	}
-	from, to, ok := r.move(req.Op)
+	return r.Move(ctx, tx, req.GID, req.Branch, req.Op, key, n)
+}
+
+// Move is [Resource.Apply] with the payload read: op moves n of key for branch of gid (the gRPC
+// methods, whose messages carry the key and the amount, call it).
+func (r Resource) Move(ctx context.Context, tx pgx.Tx, gid, branch string, op participant.Op, key string, n int64) error {
+	if key == "" || n <= 0 {
+		return fmt.Errorf("%s: %s %d of %q: want a %s and an %s > 0: %w", r.Name, op, n, key, r.Key, r.Amount, participant.ErrBadRequest)
+	}
+	from, to, ok := r.move(op)
 	if !ok {
-		return fmt.Errorf("%s: op %s: %w", r.Name, req.Op, participant.ErrBadRequest)
+		return fmt.Errorf("%s: op %s: %w", r.Name, op, participant.ErrBadRequest)
 	}
 	tag, err := tx.Exec(ctx, fmt.Sprintf(`update %[1]s set %[2]s = %[2]s - $2, %[3]s = %[3]s + $2 where %[4]s = $1 and %[2]s >= $2`,
 		id(r.Name), id(from), id(to), id(r.Key)), key, n)
@@ -135,10 +143,10 @@ func (r Resource) Apply(ctx context.Context, tx pgx.Tx, req participant.Request)
 		if from == r.Free {
 			return fmt.Errorf("%s: %d of %s not available: %w", r.Name, n, key, participant.ErrRefused)
 		}
-		return fmt.Errorf("%s: %s of %d %s: no such %s, or less than that %s", r.Name, req.Op, n, key, r.Key, from)
+		return fmt.Errorf("%s: %s of %d %s: no such %s, or less than that %s", r.Name, op, n, key, r.Key, from)
 	}
 	_, err = tx.Exec(ctx, fmt.Sprintf(`insert into %s (gid, branch, op, %s, %s) values ($1, $2, $3, $4, $5)`,
-		id(r.Ledger()), id(r.Key), id(r.Amount)), req.GID, req.Branch, req.Op.String(), key, n)
+		id(r.Ledger()), id(r.Key), id(r.Amount)), gid, branch, op.String(), key, n)
 	return err
 }
 

@@ -26,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -41,9 +42,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/txkit/txkit/examples/exapp"
 	"github.com/txkit/txkit/examples/tcc-order/app"
+	"github.com/txkit/txkit/examples/tcc-order/shoppb"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/zklock"
 	"github.com/txkit/txkit/participant"
@@ -52,12 +55,14 @@ import (
 
 type config struct {
 	listen, pg, db, schema, zk, lockKind, id, election, stock, account, recovery string
+	grpcListen                                                                   string
 	mode                                                                         app.Mode
+	transport                                                                    app.Transport
 	timeout, lease, callTimeout, sessionTimeout                                  time.Duration
 }
 
 func main() {
-	c := config{mode: app.ModeTCC}
+	c := config{mode: app.ModeTCC, transport: app.TransportHTTP}
 	flag.StringVar(&c.listen, "listen", "127.0.0.1:0", "HTTP address")
 	flag.StringVar(&c.pg, "pg", exapp.Env("TXKIT_PG_URL", app.DefaultPG), "PostgreSQL URL (its database is replaced by -db)")
 	flag.StringVar(&c.db, "db", "txkit_order", "database of the order service and its coordinators' logs (created if missing)")
@@ -67,8 +72,10 @@ func main() {
 	flag.StringVar(&c.id, "id", "order-"+uuid.NewString()[:8], "instance id (its id in the recovery elections)")
 	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the recovery elections, one per mode below it (default /txkit-demo/<schema>; with another -lock, the name txkit-demo/<schema>)")
 	flag.Var(&c.mode, "mode", "how orders are placed when the request does not say: tcc or saga")
-	flag.StringVar(&c.stock, "stock", "http://127.0.0.1:8081", "base URL of the stock service")
-	flag.StringVar(&c.account, "account", "http://127.0.0.1:8082", "base URL of the account service")
+	flag.Var(&c.transport, "transport", "how stock and account are called: http (-stock and -account are base URLs) or grpc (they are gRPC targets, e.g. 127.0.0.1:9081 or dns:///stock.shop:9081; this service serves shop.v1.Orders on -grpc-listen too)")
+	flag.StringVar(&c.grpcListen, "grpc-listen", "127.0.0.1:0", "gRPC address of the Orders service (with -transport grpc)")
+	flag.StringVar(&c.stock, "stock", "http://127.0.0.1:8081", "the stock service: its base URL, or its gRPC target with -transport grpc")
+	flag.StringVar(&c.account, "account", "http://127.0.0.1:8082", "the account service: its base URL, or its gRPC target with -transport grpc")
 	flag.DurationVar(&c.timeout, "timeout", 5*time.Second, "global timeout: a transaction still trying (a saga still running) after it is cancelled (compensated)")
 	flag.DurationVar(&c.lease, "lease", 3*time.Second, "how long a starter owns what it drives before the leader may finish it")
 	flag.DurationVar(&c.callTimeout, "call-timeout", 2*time.Second, "bound of each participant call")
@@ -146,6 +153,10 @@ type service struct {
 	flows   map[app.Mode]*flow
 	stock   app.Resource
 	account app.Resource
+	// secret signs every participant call: HTTP through client, gRPC through grpccall.WithSecret.
+	secret string
+	// conns are, with -transport grpc, the connections to "stock" and "account".
+	conns map[string]*grpc.ClientConn
 }
 
 func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
@@ -182,8 +193,20 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 	if err := bar.Migrate(ctx); err != nil {
 		return err
 	}
-	s := &service{c: c, pool: pool, log: log, client: client, reg: reg,
+	s := &service{c: c, secret: secret, pool: pool, log: log, client: client, reg: reg,
 		flows: map[app.Mode]*flow{}, stock: app.Stock(), account: app.Account()}
+	var grpcLn net.Listener
+	if c.transport == app.TransportGRPC {
+		closeConns, err := s.dial()
+		if err != nil {
+			return err
+		}
+		defer closeConns()
+		if grpcLn, err = app.ListenGRPC(c.grpcListen); err != nil {
+			return err
+		}
+		defer grpcLn.Close()
+	}
 	// Each coordinator recovers under an election of its own: their logs and fences are apart, so
 	// the two leaders may be different instances.
 	for _, m := range app.Modes() {
@@ -206,8 +229,12 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 	mux.HandleFunc("POST /orders", s.place)
 	mux.HandleFunc("GET /orders/{gid}", s.get)
 	mux.HandleFunc("GET /stats", s.stats)
+	health := map[string]string{"status": "ok"}
+	if grpcLn != nil {
+		health["grpc"] = grpcLn.Addr().String()
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		exapp.WriteJSON(w, 200, map[string]string{"status": "ok"})
+		exapp.WriteJSON(w, 200, health)
 	})
 	g, ctx := errgroup.WithContext(ctx)
 	for _, f := range s.flows {
@@ -215,7 +242,13 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 	}
 	g.Go(func() error { return bar.Run(ctx) })
 	g.Go(func() error { return exapp.Serve(ctx, c.listen, mux) })
-	log.Info("order service running", "schema", c.schema, "lock", c.lockKind, "election", c.electionName(), "mode", c.mode.String(), "stock", c.stock, "account", c.account)
+	if grpcLn != nil {
+		srv := grpc.NewServer()
+		shoppb.RegisterOrdersServer(srv, ordersServer{s: s})
+		g.Go(func() error { return app.ServeGRPC(ctx, grpcLn, srv) })
+	}
+	log.Info("order service running", "schema", c.schema, "lock", c.lockKind, "election", c.electionName(), "mode", c.mode.String(),
+		"transport", c.transport.String(), "stock", c.stock, "account", c.account)
 	return g.Wait()
 }
 
@@ -255,6 +288,24 @@ func (s *service) endpoint(base string, m app.Mode) participant.HTTP {
 	return participant.HTTP{URL: strings.TrimSuffix(base, "/") + "/" + m.String(), Client: s.client}
 }
 
+// participants returns stock and account as participants of coord's branches in mode m: their
+// HTTP endpoints, or with -transport grpc their gRPC methods registered with coord (grpc.go).
+func (s *service) participants(coord registrar, m app.Mode) (stock, account participant.Participant, err error) {
+	if s.c.transport == app.TransportGRPC {
+		return s.grpcParticipants(coord)
+	}
+	return s.endpoint(s.c.stock, m), s.endpoint(s.c.account, m), nil
+}
+
+// payloads returns the payloads of order o's stock and account branches: the participant wire
+// protocol's JSON, or with -transport grpc the shoppb messages (grpc.go).
+func (s *service) payloads(o Order) (stock, account json.RawMessage, err error) {
+	if s.c.transport == app.TransportGRPC {
+		return grpcPayloads(o)
+	}
+	return s.stock.Payload(o.SKU, o.Qty), s.account.Payload(o.Account, o.Amount), nil
+}
+
 // execer is a pool or a transaction.
 type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -267,6 +318,27 @@ func record(ctx context.Context, db execer, gid string, o Order, m app.Mode, sta
 	return err
 }
 
+// check validates o and gives it the service's mode when it has none.
+func (s *service) check(o *Order) error {
+	if o.SKU == "" || o.Account == "" || o.Qty <= 0 || o.Amount <= 0 {
+		return errors.New(`want {"sku", "qty" > 0, "account", "amount" > 0, "mode": "tcc" | "saga" (optional)}`)
+	}
+	if o.Mode == 0 {
+		o.Mode = s.c.mode
+	}
+	return nil
+}
+
+// placeWithin places o (checked) under the order's own deadline: the order outlives a client that
+// hangs up, as its calls are already on their way.
+func (s *service) placeWithin(ctx context.Context, o Order) answer {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.timeout+s.c.callTimeout)
+	defer cancel()
+	a := s.flows[o.Mode].place(ctx, o)
+	a.Mode = o.Mode
+	return a
+}
+
 // place: POST /orders → 200 {"gid", "mode", "status": "confirmed" | "succeeded"}, 409 {"gid",
 // "mode", "status": "cancelled" | "compensated", "reason", "request_id"}, 400 for a bad body,
 // 500 {"gid", "mode", "status": "unknown", "request_id"} when the outcome is not known to this
@@ -275,18 +347,15 @@ func record(ctx context.Context, db execer, gid string, o Order, m app.Mode, sta
 // with its request id.
 func (s *service) place(w http.ResponseWriter, r *http.Request) {
 	var o Order
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&o); err != nil || o.SKU == "" || o.Account == "" || o.Qty <= 0 || o.Amount <= 0 {
+	err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&o)
+	if err == nil {
+		err = s.check(&o)
+	}
+	if err != nil {
 		exapp.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"sku", "qty" > 0, "account", "amount" > 0, "mode": "tcc" | "saga" (optional)}`})
 		return
 	}
-	if o.Mode == 0 {
-		o.Mode = s.c.mode
-	}
-	// The order outlives a client that hangs up: its calls are already on their way.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.c.timeout+s.c.callTimeout)
-	defer cancel()
-	a := s.flows[o.Mode].place(ctx, o)
-	a.Mode = o.Mode
+	a := s.placeWithin(r.Context(), o)
 	exapp.WriteJSON(w, a.code, a)
 }
 

@@ -22,7 +22,11 @@ func (s *service) sagaFlow(ctx context.Context, el lock.Elector) (*flow, error) 
 	if err != nil {
 		return nil, err
 	}
-	o := &sagaOrders{s: s, coord: coord, stock: s.endpoint(s.c.stock, app.ModeSaga), account: s.endpoint(s.c.account, app.ModeSaga)}
+	stock, account, err := s.participants(coord, app.ModeSaga)
+	if err != nil {
+		return nil, err
+	}
+	o := &sagaOrders{s: s, coord: coord, stock: stock, account: account}
 	return &flow{el: el, run: coord.Run, place: o.place, stats: func() any { return coord.Stats() },
 		status: func(ctx context.Context, gid string) (fmt.Stringer, error) { return coord.Status(ctx, gid) }}, nil
 }
@@ -48,9 +52,12 @@ func (t *sagaOrders) place(ctx context.Context, o Order) answer {
 	if err := record(ctx, t.s.pool, gid, o, app.ModeSaga, "placed"); err != nil {
 		return t.s.failed(gid, err)
 	}
-	err = errors.Join(
-		sg.Add(saga.Step{Name: "stock", Participant: t.stock, Payload: t.s.stock.Payload(o.SKU, o.Qty)}),
-		sg.Add(saga.Step{Name: "account", Participant: t.account, Payload: t.s.account.Payload(o.Account, o.Amount)}))
+	stockP, accountP, err := t.s.payloads(o)
+	if err == nil {
+		err = errors.Join(
+			sg.Add(saga.Step{Name: "stock", Participant: t.stock, Payload: stockP}),
+			sg.Add(saga.Step{Name: "account", Participant: t.account, Payload: accountP}))
+	}
 	if err == nil {
 		err = sg.Submit(ctx)
 	}

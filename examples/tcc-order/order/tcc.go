@@ -34,8 +34,11 @@ func (s *service) tccFlow(ctx context.Context, el lock.Elector, bar *barrier.Bar
 	if err != nil {
 		return nil, err
 	}
-	t := &tccOrders{s: s, coord: coord, self: self,
-		stock: s.endpoint(s.c.stock, app.ModeTCC), account: s.endpoint(s.c.account, app.ModeTCC)}
+	stock, account, err := s.participants(coord, app.ModeTCC)
+	if err != nil {
+		return nil, err
+	}
+	t := &tccOrders{s: s, coord: coord, self: self, stock: stock, account: account}
 	return &flow{el: el, run: coord.Run, place: t.place, stats: func() any { return coord.Stats() },
 		status: func(ctx context.Context, gid string) (fmt.Stringer, error) { return coord.Status(ctx, gid) }}, nil
 }
@@ -57,15 +60,19 @@ func (t *tccOrders) place(ctx context.Context, o Order) answer {
 	}
 	gid := g.GID()
 	body, _ := json.Marshal(o)
+	stockP, accountP, err := t.s.payloads(o)
+	if err != nil {
+		return t.s.failed(gid, err)
+	}
 	err = g.Try(ctx, tcc.Branch{Name: "order", Participant: t.self, Payload: body})
 	if err == nil {
 		var serr, aerr error
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			serr = g.Try(ctx, tcc.Branch{Name: "stock", Participant: t.stock, Payload: t.s.stock.Payload(o.SKU, o.Qty)})
+			serr = g.Try(ctx, tcc.Branch{Name: "stock", Participant: t.stock, Payload: stockP})
 		})
 		wg.Go(func() {
-			aerr = g.Try(ctx, tcc.Branch{Name: "account", Participant: t.account, Payload: t.s.account.Payload(o.Account, o.Amount)})
+			aerr = g.Try(ctx, tcc.Branch{Name: "account", Participant: t.account, Payload: accountP})
 		})
 		wg.Wait()
 		err = errors.Join(serr, aerr)
