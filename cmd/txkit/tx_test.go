@@ -20,6 +20,9 @@ func TestTxUsage(t *testing.T) {
 		{"no verb", []string{"tx"}, "no verb"},
 		{"unknown verb", []string{"tx", "purge"}, `unknown verb "purge"`},
 		{"show needs a gid", []string{"tx", "show"}, "give one gid"},
+		{"show takes one gid, flags anywhere", []string{"tx", "show", "a", "-prefix", "txkit_", "b"}, "give one gid"},
+		{"flags after the gid are parsed", []string{"tx", "show", "a", "-kind", "tcc"}, "flag provided but not defined: -kind"},
+		{"after -- a flag is an argument", []string{"tx", "show", "a", "--", "-schema"}, "give one gid"},
 		{"bad kind", []string{"tx", "list", "-kind", "xa"}, "-kind"},
 		{"bad status", []string{"tx", "list", "-status", "sleeping"}, "-status"},
 		{"bad limit", []string{"tx", "list", "-limit", "0"}, "-limit 0"},
@@ -63,6 +66,11 @@ func TestIntegrationTxListShow(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "stock") || !strings.Contains(out, "http://127.0.0.1:1/stock") ||
 		!strings.Contains(out, "inproc pay") {
 		t.Fatalf("tx show: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	// The flags may follow the gid.
+	code, after, stderr := txkit(t, env, "tx", "show", gid, "-schema", s.Name)
+	if code != exitOK || after != out {
+		t.Fatalf("tx show GID -schema S: exit %d, stdout %q, stderr %q; want %q", code, after, stderr, out)
 	}
 	t.Logf("tx show output:\n%s", out)
 	code, _, stderr = txkit(t, env, "tx", "show", "-schema", s.Name, uuid.NewString())
