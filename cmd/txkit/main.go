@@ -14,8 +14,8 @@
 //	txkit fence reset    -resource R -path P [-zk ADDRS] [-pg URL] [-schema S] [-table T]
 //
 //	txkit serve [-listen 127.0.0.1:8089] [-listen-public] [-host NAME ...] [-tls-cert F -tls-key F]
-//	            [-pg-file F] [-schema S] [-token-file F] [-zk ADDRS] [-election name=path ...]
-//	            [-lock name=path ...] [-metrics-url URL]
+//	            [-pg-file F] [-schema S] [-token-file F] [-zk ADDRS] [-election name=where ...]
+//	            [-lock name=where ...] [-metrics-url URL ...]
 //	            [-request-timeout D] [-max-requests N] [-max-conns N] [-audit-retention D]
 //	txkit audit purge [-pg URL] [-schema S] [-table T] [-older-than 720h]
 //	txkit help [COMMAND [VERB]]
