@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/txkit/txkit/internal/obs"
 )
 
 // Locker is a lock on one name, on any backend: ZooKeeper (lock/zklock), PostgreSQL
@@ -92,7 +94,7 @@ type electionOptions struct {
 func WithElectionLogger(l *slog.Logger) ElectionOption {
 	return func(o *electionOptions) {
 		if l != nil {
-			o.log = l
+			o.log = obs.Logger(l)
 		}
 	}
 }
@@ -159,8 +161,9 @@ func (e *Election) Campaign(ctx context.Context) (Leadership, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock: campaign %s on %s: %w", e.id, e.name, err)
 	}
-	e.o.log.Info("elected leader", "path", e.name, "id", e.id, "token", l.Token().String())
-	e.m.elected(l)
+	if e.m.elected(l) { // once per term: a Campaign joining the term (a second job) logs nothing
+		e.o.log.Info("elected leader", "path", e.name, "id", e.id, "token", l.Token().String())
+	}
 	return &leadership{Lease: l, e: e}, nil
 }
 

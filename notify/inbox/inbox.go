@@ -89,7 +89,7 @@ func WithEcho(body string) Option { return func(o *options) { o.echo = body } }
 func WithScope(s string) Option { return func(o *options) { o.scope = s } }
 
 // WithLogger sets the logger (default: discard).
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = obs.Logger(l) } }
 
 // WithTracerProvider sets the OpenTelemetry tracer provider of the inbox (default: the
 // application's global provider). Each authenticated delivery is applied under a server span
