@@ -78,8 +78,7 @@
       if (v && el.dataset.key !== undefined) { v = v[el.dataset.key]; }
       if (v && el.dataset.secret === 'branches') { v = v.payload; }
       if (v && v.value !== undefined) {
-        // A JSON value (v.json) is shown as JSON, indented; any other as text.
-        el.textContent = v.json !== undefined ? JSON.stringify(v.json, null, 2) : text(v.value);
+        el.textContent = text(v.value);
         el.dataset.revealed = 'true';
       }
     });
