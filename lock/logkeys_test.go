@@ -1,13 +1,12 @@
 package lock_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock/pglock"
 )
@@ -16,7 +15,7 @@ import (
 // duplicate keys (txkit's keys begin with "txkit."), and an election shared by two components
 // logs "elected leader" once per term.
 func TestIntegrationElectionLogOncePerTermNoDuplicateKeys(t *testing.T) {
-	var buf syncBuffer
+	var buf coretest.LogBuffer // safe for the logger's goroutines
 	app := slog.New(slog.NewJSONHandler(&buf, nil)).With("id", "app-request-7")
 	c, err := pglock.New(testenv.PG(t).Pool, pglock.WithLogger(app))
 	if err != nil {
@@ -105,22 +104,4 @@ func duplicateKey(t *testing.T, line string) string {
 		return ""
 	}
 	return walk()
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
