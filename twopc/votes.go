@@ -8,11 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/prepared"
 	"github.com/txkit/txkit/lock"
-	"github.com/txkit/txkit/participant"
 )
 
 // voteWait bounds how long the leader waits for a branch's own transaction to release its vote
@@ -90,7 +88,7 @@ func (g *Global) withdraw(ctx context.Context, recs []core.Branch, votes []error
 		return g.abort(ctx, recs, false, votes)
 	case err == nil:
 		c.stats.aborted.Add(1)
-		g.recordRefusals(dctx, votes)
+		c.b.RecordRefusals(dctx, g.gid, votes)
 		cause := fmt.Errorf("twopc: %s: %w: %w", g.gid, ErrAborted, errors.Join(votes...))
 		if perr := c.b.PhaseTwo(dctx, lock.Token{}, g.gid, core.StatusCancelling, recs); perr != nil {
 			return errors.Join(cause, perr)
@@ -193,21 +191,6 @@ func (c *Coordinator) sweepVotes(ctx context.Context, d *prepared.Registered) (i
 		}
 		if len(ids) < voteBatch {
 			return total, nil
-		}
-	}
-}
-
-// recordRefusals records the "no" votes among votes (each a *coordinator.BranchError wrapping
-// participant.ErrRefused) on their branches, for the operator: why the transaction aborted. A
-// failed write is only logged.
-func (g *Global) recordRefusals(ctx context.Context, votes []error) {
-	for _, v := range votes {
-		var be *coordinator.BranchError
-		if !errors.As(v, &be) || !errors.Is(v, participant.ErrRefused) {
-			continue
-		}
-		if err := g.c.b.Log.Refuse(ctx, g.gid, be.Branch, be.Err); err != nil {
-			g.c.b.Cfg.Logger.WarnContext(ctx, "twopc: record a refusal", slog.String("gid", g.gid), slog.String("branch", be.Branch), slog.Any("err", err))
 		}
 	}
 }
