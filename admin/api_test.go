@@ -120,8 +120,9 @@ func TestIntegrationAPIReads(t *testing.T) {
 		t.Fatalf("overview outbox %+v", ov.Outbox)
 	case ov.FailedNotifications != 1 || ov.LastHour.FailedNotifications != 1 || ov.LastHour.DeadMessages != 2:
 		t.Fatalf("overview failures %+v, failed notifications %d", ov.LastHour, ov.FailedNotifications)
-	case ov.LastHour.Aborted != 2: // the cancelled tcc and the compensated saga
-		t.Fatalf("overview aborted %d, want 2", ov.LastHour.Aborted)
+	case ov.LastHour.Aborted != 2 || ov.LastHour.Refused != 1 || ov.LastHour.TimedOut != 0:
+		// the cancelled tcc (its starter rolled back) and the compensated saga (its account refused)
+		t.Fatalf("overview last hour %+v, want 2 aborted, 1 of them refused", ov.LastHour)
 	case ov.OldestUnfinished == nil || ov.OldestUnfinished.GID != w.trying || ov.OldestUnfinished.Log != "tcc" || ov.Unfinished != 1:
 		t.Fatalf("overview oldest unfinished %+v (%d unfinished), want %s", ov.OldestUnfinished, ov.Unfinished, w.trying)
 	}

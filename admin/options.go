@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/signing"
 	"github.com/txkit/txkit/lock"
@@ -190,7 +191,7 @@ func WithHMACSecrets(actor string, secrets ...string) Option {
 
 // WithLogger sets the logger (default: discard). Internal errors behind a 500 answer are logged
 // here with the request id the answer names.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = obs.Logger(l) } }
 
 // WithGatherer sets where [Admin.Overview] takes its Figures from: the txkit_ metrics the
 // gatherer (a prometheus.Registry, or one reading a /metrics page) returns. Optional.

@@ -39,8 +39,13 @@ type Unfinished struct {
 
 // Failures counts what went wrong in a period.
 type Failures struct {
-	// Aborted is the global transactions that ended cancelled or compensated (by updated_at).
-	Aborted int64 `json:"aborted"`
+	// Aborted is the global transactions that ended cancelled or compensated (by updated_at);
+	// Refused is those of them a participant refused (a business refusal, not a fault), TimedOut
+	// those cancelled at their timeout ([Transaction.AbortCause]). The rest were rolled back by
+	// their starters, after a failure or by choice.
+	Aborted  int64 `json:"aborted"`
+	Refused  int64 `json:"refused"`
+	TimedOut int64 `json:"timed_out"`
 	// DeadMessages is the outbox messages now dead whose last publish failed in the period (the
 	// outbox keeps no update time: its failure time is next_attempt_at less the backoff, so this
 	// counts those whose next_attempt_at is in the period or after it).
@@ -82,22 +87,26 @@ where status = 'failed'`).Scan(&ov.FailedNotifications, &ov.LastHour.FailedNotif
 	}
 	for _, l := range a.logs {
 		var (
-			n, aborted      int64
-			gid, kind, stat *string
-			age             *float64
+			n, aborted, refused, timedOut int64
+			gid, kind, stat               *string
+			age                           *float64
 		)
 		// The finals list is core's constant status names, never request text.
 		err := a.pool.QueryRow(ctx, `with open as (
     select gid, kind, status, created_at from `+l.global+` where status not in (`+a.finals+`)
 ), oldest as (
     select gid, kind, status, extract(epoch from now() - created_at)::float8 as age from open order by created_at, gid limit 1
+), aborted as (
+    select abort_cause from `+l.global+` where status in (`+a.finals+`) and status = any($1::text[])
+        and updated_at > now() - interval '1 hour'
 )
 select (select count(*) from open),
-    (select count(*) from `+l.global+` where status in (`+a.finals+`) and status = any($1::text[])
-        and updated_at > now() - interval '1 hour'),
+    (select count(*) from aborted), (select count(*) from aborted where abort_cause = $2),
+    (select count(*) from aborted where abort_cause = $3),
     o.gid, o.kind, o.status, o.age
-from (select 1) one left join oldest o on true`, []string{core.StatusCancelled.String(), core.StatusCompensated.String()}).
-			Scan(&n, &aborted, &gid, &kind, &stat, &age)
+from (select 1) one left join oldest o on true`, []string{core.StatusCancelled.String(), core.StatusCompensated.String()},
+			core.CauseRefused, core.CauseTimeout).
+			Scan(&n, &aborted, &refused, &timedOut, &gid, &kind, &stat, &age)
 		if missing(err) {
 			continue
 		}
@@ -106,6 +115,8 @@ from (select 1) one left join oldest o on true`, []string{core.StatusCancelled.S
 		}
 		ov.Unfinished += n
 		ov.LastHour.Aborted += aborted
+		ov.LastHour.Refused += refused
+		ov.LastHour.TimedOut += timedOut
 		if gid != nil && (ov.OldestUnfinished == nil || *age > ov.OldestUnfinished.Age.Seconds()) {
 			ov.OldestUnfinished = &Unfinished{GID: *gid, Log: l.src.Name, Kind: *kind, Status: *stat,
 				Age: time.Duration(max(*age, 0) * float64(time.Second))}

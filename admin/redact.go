@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strings"
@@ -19,7 +20,10 @@ import (
 type Secret struct {
 	Size   int    `json:"size"`
 	SHA256 string `json:"sha256"`
-	Value  []byte `json:"value,omitempty"`
+	Value  []byte `json:"value,omitempty"` // base64 in JSON
+	// JSON is Value again when it is a JSON document, so that the API shows it as JSON rather
+	// than base64; nil otherwise, and whenever Value is.
+	JSON json.RawMessage `json:"json,omitempty"`
 }
 
 // The actions of the Reveal calls, as the audit table records them.
@@ -35,6 +39,9 @@ func secret(b []byte, reveal bool) Secret {
 	s := Secret{Size: len(b), SHA256: hex.EncodeToString(sum[:])}
 	if reveal {
 		s.Value = b
+		if json.Valid(b) {
+			s.JSON = json.RawMessage(b)
+		}
 	}
 	return s
 }

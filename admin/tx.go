@@ -36,32 +36,46 @@ type TxPage struct {
 
 // Transaction is a global transaction. Branches is filled by [Admin.Transaction] only.
 type Transaction struct {
-	GID         string    `json:"gid"`
-	Log         string    `json:"log"`  // the LogSource it was read from
-	Kind        string    `json:"kind"` // tcc, saga, 2pc, 3pc
-	Status      string    `json:"status"`
-	Final       bool      `json:"final"`    // nothing more will happen to it
-	Attempts    int       `json:"attempts"` // failed drives since its last status change
-	LastError   string    `json:"last_error,omitempty"`
+	GID       string `json:"gid"`
+	Log       string `json:"log"`  // the LogSource it was read from
+	Kind      string `json:"kind"` // tcc, saga, 2pc, 3pc
+	Status    string `json:"status"`
+	Final     bool   `json:"final"`    // nothing more will happen to it
+	Attempts  int    `json:"attempts"` // failed drives since its last status change
+	LastError string `json:"last_error,omitempty"`
+	// AbortCause says why a transaction that did not commit rolled back, when the log knows:
+	// [CauseRefused] (a participant refused: its branch's Refusal says why) or [CauseTimeout]
+	// (cancelled at its timeout, a starter gone); "" otherwise (rolled back by its starter, after
+	// a failure or by choice) and for transactions still running or committed.
+	AbortCause  string    `json:"abort_cause,omitempty"`
 	Payload     *Secret   `json:"payload,omitempty"` // redacted but by RevealTransaction
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 	TimeoutAt   time.Time `json:"timeout_at"`
-	NextRetryAt time.Time `json:"next_retry_at"`
+	NextRetryAt time.Time `json:"next_retry_at,omitzero"` // zero (left out) once the transaction is final
 	Branches    []Branch  `json:"branches,omitempty"`
 }
 
+// The causes of [Transaction.AbortCause].
+const (
+	CauseRefused = core.CauseRefused
+	CauseTimeout = core.CauseTimeout
+)
+
 // Branch is one participant's part of a [Transaction], in registration (saga) order.
 type Branch struct {
-	Name       string    `json:"name"`
-	Seq        int       `json:"seq"`
-	Status     string    `json:"status"`      // pending, confirmed, cancelled, succeeded, compensated
-	TargetKind string    `json:"target_kind"` // http, inproc or grpc
-	Target     string    `json:"target"`      // the URL (without its password) or the registered participant's name (inproc, grpc)
-	Attempts   int       `json:"attempts"`    // failed calls of the branch
-	LastError  string    `json:"last_error,omitempty"`
-	Payload    *Secret   `json:"payload,omitempty"` // what the participant is sent; redacted but by RevealTransaction
-	UpdatedAt  time.Time `json:"updated_at"`        // when its status, attempts or last error last changed
+	Name       string `json:"name"`
+	Seq        int    `json:"seq"`
+	Status     string `json:"status"`      // pending, confirmed, cancelled, succeeded, compensated
+	TargetKind string `json:"target_kind"` // http, inproc or grpc
+	Target     string `json:"target"`      // the URL (without its password) or the registered participant's name (inproc, grpc)
+	Attempts   int    `json:"attempts"`    // failed calls of the branch
+	LastError  string `json:"last_error,omitempty"`
+	// Refusal is why the participant refused the branch (the refusal's text, at most 2000
+	// bytes), "" when it did not.
+	Refusal   string    `json:"refusal,omitempty"`
+	Payload   *Secret   `json:"payload,omitempty"` // what the participant is sent; redacted but by RevealTransaction
+	UpdatedAt time.Time `json:"updated_at"`        // when its status, attempts or last error last changed
 }
 
 // Check returns nil when [Admin.Transactions] accepts f, or an error wrapping [ErrBadRequest] that
@@ -177,8 +191,8 @@ func (a *Admin) transaction(ctx context.Context, gid string, reveal bool) (*Tran
 		for _, b := range t.Branches {
 			kind := b.Target.Kind.String()
 			tx.Branches = append(tx.Branches, Branch{Name: b.Name, Seq: b.Seq, Status: b.Status.String(), TargetKind: kind,
-				Target: targetRef(kind, b.Target.Ref), Attempts: b.Attempts, LastError: b.LastError, Payload: optSecret(b.Payload, reveal),
-				UpdatedAt: b.UpdatedAt})
+				Target: targetRef(kind, b.Target.Ref), Attempts: b.Attempts, LastError: b.LastError, Refusal: b.Refusal,
+				Payload: optSecret(b.Payload, reveal), UpdatedAt: b.UpdatedAt})
 		}
 		return &tx, nil
 	}
@@ -186,7 +200,19 @@ func (a *Admin) transaction(ctx context.Context, gid string, reveal bool) (*Tran
 }
 
 func fromCore(log string, t *core.Transaction, reveal bool) Transaction {
-	return Transaction{GID: t.GID, Log: log, Kind: t.Kind.String(), Status: t.Status.String(), Final: t.Status.Final(),
+	tx := Transaction{GID: t.GID, Log: log, Kind: t.Kind.String(), Status: t.Status.String(), Final: t.Status.Final(),
 		Attempts: t.Attempts, LastError: t.LastError, Payload: optSecret(t.Payload, reveal), CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 		TimeoutAt: t.TimeoutAt, NextRetryAt: t.NextRetryAt}
+	if tx.Final {
+		tx.NextRetryAt = time.Time{} // nothing is retried any more
+	}
+	if aborted(t.Status) {
+		tx.AbortCause = t.AbortCause
+	}
+	return tx
+}
+
+// aborted reports whether s is a final status of a transaction that did not commit.
+func aborted(s core.Status) bool {
+	return s == core.StatusCancelled || s == core.StatusCompensated
 }

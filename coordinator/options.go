@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -47,8 +48,9 @@ func WithRetry(callTimeout, base, maxDelay time.Duration) Option {
 // New refuses a nil one with an error wrapping [ErrInvalidOption].
 func WithElector(el lock.Elector) Option { return func(c *core.Config) { c.SetElector(el) } }
 
-// WithLogger sets the logger (default: discard). Keys: gid, branch (step), op, token.
-func WithLogger(l *slog.Logger) Option { return func(c *core.Config) { c.Logger = l } }
+// WithLogger sets the logger (default: discard). Keys: txkit.gid, txkit.branch (step), txkit.op, txkit.token
+// (txkit's keys begin with "txkit.": docs/tracing.md, "Log keys").
+func WithLogger(l *slog.Logger) Option { return func(c *core.Config) { c.Logger = obs.Logger(l) } }
 
 // WithConcurrency bounds the branch ops of one transaction called at once (default 8): confirms
 // or cancels (tcc), prepares, commits or aborts (twopc), actions or compensations (saga, where only

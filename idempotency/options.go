@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 )
 
@@ -58,7 +59,7 @@ func WithRetention(keep time.Duration, spec string) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {
-			o.log = l
+			o.log = obs.Logger(l)
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/txkit/txkit/internal/obs"
 )
 
 // Locker is a lock on one name, on any backend: ZooKeeper (lock/zklock), PostgreSQL
@@ -121,9 +123,9 @@ func NewElection(l Locker, name, id string, holder HolderFunc, observe func(ctx 
 	if holder == nil {
 		return nil, fmt.Errorf("lock: election %s: nil HolderFunc: %w", name, ErrInvalidOption)
 	}
-	o := electionOptions{log: log, observe: observe, poll: 250 * time.Millisecond}
-	if o.log == nil {
-		o.log = slog.New(slog.DiscardHandler)
+	o := electionOptions{log: slog.New(slog.DiscardHandler), observe: observe, poll: 250 * time.Millisecond}
+	if log != nil {
+		o.log = obs.Logger(log)
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -149,8 +151,9 @@ func (e *Election) Campaign(ctx context.Context) (Leadership, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock: campaign %s on %s: %w", e.id, e.name, err)
 	}
-	e.o.log.Info("elected leader", "path", e.name, "id", e.id, "token", l.Token().String())
-	e.m.elected(l)
+	if e.m.elected(l) { // once per term: a Campaign joining the term (a second job) logs nothing
+		e.o.log.Info("elected leader", "path", e.name, "id", e.id, "token", l.Token().String())
+	}
 	return &leadership{Lease: l, e: e}, nil
 }
 

@@ -154,16 +154,18 @@ func newElectionMetrics(reg prometheus.Registerer, election string) (*electionMe
 }
 
 // elected counts the term of hold l, once per term: the gauge goes up, and back down when the
-// hold ends (resigned or lost).
-func (m *electionMetrics) elected(l Lease) {
+// hold ends (resigned or lost). It reports whether l began a term (false: a Campaign joined the
+// term already counted).
+func (m *electionMetrics) elected(l Lease) (fresh bool) {
 	m.mu.Lock()
-	fresh := !m.any || m.term != l.Token()
+	fresh = !m.any || m.term != l.Token()
 	m.term, m.any = l.Token(), true
 	m.mu.Unlock()
 	if !fresh {
-		return
+		return false
 	}
 	m.changes.Inc()
 	m.leader.Inc()
 	context.AfterFunc(l.Context(), func() { m.leader.Dec() })
+	return true
 }

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/placement"
 	"github.com/txkit/txkit/lock"
@@ -78,10 +79,11 @@ func WithElector(el lock.Elector) Option {
 	return func(o *options) { o.elector, o.electorSet = el, true }
 }
 
-// WithLogger sets the logger (default: discard). Keys: id, receiver, key, attempt, status, token.
+// WithLogger sets the logger (default: discard). Keys: txkit.id, txkit.receiver, txkit.key, txkit.attempt,
+// txkit.status, txkit.token (txkit's keys begin with "txkit.": docs/tracing.md, "Log keys").
 // A failure retried at every tick while the database is away is logged at most once per 5 s, with
-// "suppressed"=the failures not logged since.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+// "txkit.suppressed"=the failures not logged since.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = obs.Logger(l) } }
 
 // WithSchedule sets the delays between attempts (default [DefaultSchedule]) and their jitter: each
 // delay is drawn from d·(1 ± jitter), by PostgreSQL (default 0.1). A notification gets

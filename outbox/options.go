@@ -12,6 +12,7 @@ import (
 
 	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
@@ -163,12 +164,12 @@ func WithElector(el lock.Elector) RelayOption {
 // level and above — taking and losing the lead, publishing working again after an outage — failures
 // at warn, dead messages at error, and routine work (each drain's batches, sent, failed, dead,
 // backlog; the robfig/cron scheduler's own messages) at debug. Failed publishes are logged at most
-// once per topic per 5 s, with "suppressed"=the failures not logged since, and never with a
+// once per topic per 5 s, with "txkit.suppressed"=the failures not logged since, and never with a
 // message's body or headers.
 func WithLogger(l *slog.Logger) RelayOption {
 	return func(o *relayOptions) {
 		if l != nil {
-			o.log = l
+			o.log = obs.Logger(l)
 		}
 	}
 }

@@ -69,7 +69,7 @@ func TestIntegrationRelayOutageLogsBounded(t *testing.T) {
 	accounted := func() int64 {
 		var n int64
 		for _, l := range logs.Lines(msg) {
-			s, _ := strconv.ParseInt(l.Attrs["suppressed"], 10, 64)
+			s, _ := strconv.ParseInt(l.Attrs["txkit.suppressed"], 10, 64)
 			n += 1 + s
 		}
 		return n
@@ -90,7 +90,7 @@ func TestIntegrationRelayOutageLogsBounded(t *testing.T) {
 	}
 	counted := false
 	for _, l := range lines {
-		counted = counted || l.Attrs["suppressed"] != ""
+		counted = counted || l.Attrs["txkit.suppressed"] != ""
 	}
 	if !counted {
 		t.Fatalf("no failure line carries a count of those held back:\n%s", obstest.Texts(lines))

@@ -159,7 +159,7 @@ func TestIntegrationClientLogsFiltered(t *testing.T) {
 	}
 	var accounted int64
 	for _, l := range own {
-		s, _ := strconv.ParseInt(l.Attrs["suppressed"], 10, 64)
+		s, _ := strconv.ParseInt(l.Attrs["txkit.suppressed"], 10, 64)
 		accounted += 1 + s
 	}
 	if accounted != failed {

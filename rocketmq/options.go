@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/outbox"
 )
@@ -165,12 +166,12 @@ func (f txProducerOption) applyTxProducer(o *txProducerOptions) { f(o) }
 // WithLogger sets the logger (default: discard). It fits all three constructors. Only this
 // package's own lines go to it; rocketmq-client-go logs through its process-wide rlog logger,
 // which [SetClientLogger] routes to slog from main. A Consumer logs its failed attempts at most
-// once per 5 s, with "suppressed"=the failures not logged since; no line carries a message's body
+// once per 5 s, with "txkit.suppressed"=the failures not logged since; no line carries a message's body
 // or properties.
 func WithLogger(l *slog.Logger) Option {
 	return commonOption(func(o *commonOptions) {
 		if l != nil {
-			o.log = l
+			o.log = obs.Logger(l)
 		}
 	})
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+
+	"github.com/txkit/txkit/internal/obs"
 )
 
 // NewPanicHandler returns a function for rocketmq-client-go's process-wide panic hook,
@@ -18,6 +20,7 @@ func NewPanicHandler(l *slog.Logger) func(any) {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
+	l = obs.Logger(l)
 	return func(p any) {
 		l.LogAttrs(context.Background(), slog.LevelError, "rocketmq: panic in a client goroutine recovered; that goroutine has stopped",
 			slog.String("panic", fmt.Sprint(p)), slog.String("stack", string(debug.Stack())))

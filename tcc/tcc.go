@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,6 +139,11 @@ func (g *Global) Try(ctx context.Context, b Branch) error {
 	if errors.Is(err, participant.ErrRefused) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
 		defer cancel()
+		// Why it rolls back, for the operator (admin, console, txkit tx show): lost only if this
+		// write fails, which changes nothing else.
+		if rerr := g.c.b.Log.Refuse(cctx, g.gid, b.Name, err); rerr != nil {
+			g.c.b.Cfg.Logger.WarnContext(ctx, "tcc: record a refusal", slog.String("gid", g.gid), slog.String("branch", b.Name), slog.Any("err", rerr))
+		}
 		if _, derr := g.c.b.Log.Decide(cctx, g.gid, core.StatusTrying, core.StatusCancelling); derr != nil {
 			return errors.Join(berr, fmt.Errorf("tcc: record rollback of %s: %w", g.gid, derr))
 		}

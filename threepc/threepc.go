@@ -481,6 +481,9 @@ func (g *Global) abort(ctx context.Context, recs []core.Branch, votes []error) e
 	c := g.c
 	c.stats.aborted.Add(1)
 	cause := fmt.Errorf("threepc: %s: %w: %w", g.gid, ErrAborted, errors.Join(votes...))
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+	c.b.RecordRefusals(rctx, g.gid, votes) // why it aborted, for the operator
+	cancel()
 	if err := c.b.Abort(ctx, g.gid, recs); err != nil {
 		return errors.Join(cause, err)
 	}

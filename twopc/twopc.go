@@ -525,6 +525,7 @@ func (g *Global) abort(ctx context.Context, recs []core.Branch, recorded bool, v
 		}
 		return errors.Join(append([]error{cause}, errs...)...)
 	}
+	c.b.RecordRefusals(dctx, g.gid, votes)
 	if err := c.b.Abort(ctx, g.gid, recs); err != nil {
 		return errors.Join(cause, err)
 	}

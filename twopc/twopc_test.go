@@ -108,6 +108,14 @@ func TestIntegrationVoteNoAbortsAll(t *testing.T) {
 	if aborts.Load() != 1 {
 		t.Fatalf("ledger aborts = %d, want 1", aborts.Load())
 	}
+	// Why it aborted, for the operator: the ledger's refusal on its branch.
+	var refusal, cause string
+	err = b.Log.Pool.QueryRow(ctx, `select coalesce(b.refusal, ''), coalesce(g.abort_cause, '') from `+
+		pgx.Identifier{b.Log.Name, "txkit_2pc_branch"}.Sanitize()+` b join `+pgx.Identifier{b.Log.Name, "txkit_2pc_global"}.Sanitize()+
+		` g using (gid) where gid = $1 and b.branch = 'ledger'`, g.GID()).Scan(&refusal, &cause)
+	if err != nil || !strings.Contains(refusal, "ledger closed") || cause != "refused" {
+		t.Fatalf("ledger's refusal %q, cause %q (%v); want the ledger's answer and refused", refusal, cause, err)
+	}
 }
 
 // A participant that does not vote within the prepare timeout counts as a no.

@@ -88,6 +88,7 @@ func (g *Global) withdraw(ctx context.Context, recs []core.Branch, votes []error
 		return g.abort(ctx, recs, false, votes)
 	case err == nil:
 		c.stats.aborted.Add(1)
+		c.b.RecordRefusals(dctx, g.gid, votes)
 		cause := fmt.Errorf("twopc: %s: %w: %w", g.gid, ErrAborted, errors.Join(votes...))
 		if perr := c.b.PhaseTwo(dctx, lock.Token{}, g.gid, core.StatusCancelling, recs); perr != nil {
 			return errors.Join(cause, perr)

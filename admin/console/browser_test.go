@@ -315,6 +315,11 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 	if got := eval[string](t, b, `document.getElementById('outbox-dead').textContent + ', ' + document.getElementById('notify-failed').textContent`); got != "1 dead, 1 failed" {
 		t.Fatalf("overview: %q, want 1 dead message, 1 failed notification", got)
 	}
+	// The last hour's rollbacks, split: both orders were refused by a participant (a business
+	// refusal, not a failure), none timed out or failed.
+	if got := eval[string](t, b, `['hour-aborted', 'hour-refused', 'hour-timed-out', 'hour-failed'].map(id => document.getElementById(id).textContent).join(' ')`); got != "2 2 0 0" {
+		t.Fatalf("overview rolled back, refused, timed out, failed: %q, want 2 2 0 0", got)
+	}
 	overview := shot(t, b, "overview.png")
 	// The page reloads itself (every 5 s by default): wait for one reload, then switch it off
 	// with the page's checkbox, which holds for the tab's other pages, so that none reloads under
@@ -367,6 +372,16 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 		t.Fatalf("branches shown %q, want the refusing stock among at least two", branches)
 	}
 	t.Logf("transaction %s: branches %q", cancelled, branches)
+	// Why it rolled back: refused by the stock participant, whose reason the stock branch shows.
+	if got := eval[string](t, b, `document.getElementById('tx-cause').dataset.cause + ': ' + document.getElementById('tx-cause').textContent`); got != "refused: refused by a participant" {
+		t.Fatalf("the cancelled order's cause: %q, want refused by a participant", got)
+	}
+	if got := eval[string](t, b, `(document.querySelector('li.branch[data-branch=stock] [data-refusal]') || {}).textContent || ''`); !strings.Contains(got, "1000000 of sku-2 not available") {
+		t.Fatalf("the stock branch's refusal shown: %q, want the stock service's reason", got)
+	}
+	if got := eval[bool](t, b, `document.body.textContent.includes('next retry')`); got {
+		t.Fatal("a finished transaction shows a next retry")
+	}
 	shot(t, b, "transaction.png")
 
 	// The outbox page: the dead message's body shows redacted until Reveal (confirmed; the token

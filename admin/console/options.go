@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/txkit/txkit/internal/obs"
 )
 
 // Option configures [Handler].
@@ -28,7 +30,7 @@ func WithRefresh(d time.Duration) Option { return func(o *options) { o.refresh =
 
 // WithLogger sets the logger for the errors a page hides from the browser (logged with the request
 // id the page shows). Default: discard.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = obs.Logger(l) } }
 
 func (o options) validate() error {
 	if o.refresh < 0 || (o.refresh > 0 && o.refresh < time.Second) {

@@ -249,6 +249,23 @@ var funcs = map[string]any{
 		}
 	},
 	"pathesc": url.PathEscape,
+	// cause says why a transaction rolled back (admin.Transaction.AbortCause).
+	"cause": func(c string) string {
+		switch c {
+		case admin.CauseRefused:
+			return "refused by a participant"
+		case admin.CauseTimeout:
+			return "timed out"
+		}
+		return c
+	},
+	// minus is a less the bs.
+	"minus": func(a int64, bs ...int64) int64 {
+		for _, b := range bs {
+			a -= b
+		}
+		return a
+	},
 }
 
 // age formats d rounded to a readable unit ("45s", "3m12s", "2h05m", "3d4h").

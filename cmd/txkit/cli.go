@@ -66,8 +66,11 @@ func dispatch(ctx context.Context, cmds []command, args []string, e *env) error 
 	if len(args) == 0 {
 		return usageErr("no command")
 	}
-	if name := args[0]; name == "-h" || name == "-help" || name == "--help" || name == "help" {
+	if name := args[0]; name == "-h" || name == "-help" || name == "--help" {
 		return flag.ErrHelp
+	}
+	if args[0] == "help" { // txkit help [COMMAND [VERB]]
+		return helpOf(cmds, args[1:])
 	}
 	var group []command
 	for _, c := range cmds {
@@ -82,15 +85,15 @@ func dispatch(ctx context.Context, cmds []command, args []string, e *env) error 
 	gs := newFlagSet(name)
 	group[0].common(gs, e)
 	if c := group[0]; c.verb() == "" { // a command of its own: no verb
-		if err := parse(gs, args[1:]); err != nil {
-			return err
+		if err := parseAll(gs, args[1:]); err != nil {
+			return forCommand(err, name)
 		}
 		e.args = gs.Args()
 		return c.run(ctx, e)
 	}
 	c, rest, err := findVerb(gs, group, args[1:])
 	if err != nil {
-		return err
+		return forCommand(err, name)
 	}
 	// The group's flags again after the verb, on the same values: they may come before it or after it.
 	vs := newFlagSet(c.name)
@@ -98,8 +101,8 @@ func dispatch(ctx context.Context, cmds []command, args []string, e *env) error 
 	if c.flags != nil {
 		c.flags(vs, e)
 	}
-	if err := parse(vs, rest); err != nil {
-		return err
+	if err := parseAll(vs, rest); err != nil {
+		return forCommand(err, c.name)
 	}
 	e.args = vs.Args()
 	return c.run(ctx, e)
@@ -144,6 +147,65 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// parseAll parses fs's flags anywhere among args (`tx show GID -schema S` as `tx show -schema S
+// GID`): the arguments that are not flags are kept, in order, as fs.Args(). After "--" every
+// argument is kept as it is.
+func parseAll(fs *flag.FlagSet, args []string) error {
+	var kept []string
+	for {
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 || (len(rest) < len(args) && args[len(args)-len(rest)-1] == "--") {
+			kept = append(kept, rest...)
+			break
+		}
+		kept = append(kept, rest[0])
+		args = rest[1:]
+	}
+	return fs.Parse(append([]string{"--"}, kept...)) // fs.Args() = kept
+}
+
+// helpError asks for the help of the commands named name ("" for all of them): `-h` after a
+// command, or `txkit help COMMAND [VERB]`. It wraps [flag.ErrHelp].
+type helpError struct{ name string }
+
+func (e *helpError) Error() string { return "help " + e.name }
+func (e *helpError) Unwrap() error { return flag.ErrHelp }
+
+// forCommand makes a request for help (flag.ErrHelp) the help of command name; other errors pass.
+func forCommand(err error, name string) error {
+	if errors.Is(err, flag.ErrHelp) && !errors.As(err, new(*helpError)) {
+		return &helpError{name}
+	}
+	return err
+}
+
+// helpOf is `txkit help [COMMAND [VERB]]`.
+func helpOf(cmds []command, args []string) error {
+	name := strings.Join(args, " ")
+	if name == "" {
+		return flag.ErrHelp
+	}
+	if len(selected(cmds, name)) == 0 {
+		return usageErr("help: unknown command %q", name)
+	}
+	return &helpError{name}
+}
+
+// selected returns the commands that name names: a command ("tx show", "serve") or a group
+// ("tx"); all of them when name is "".
+func selected(cmds []command, name string) []command {
+	var out []command
+	for _, c := range cmds {
+		if name == "" || c.name == name || c.group() == name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // noArgs refuses arguments after the flags of a command that takes none.
 func (e *env) noArgs(name string) error {
 	if len(e.args) > 0 {
@@ -156,7 +218,8 @@ func (e *env) noArgs(name string) error {
 // defaults (those taken from the environment are named in the flags' text).
 func help(cmds []command) string {
 	var b strings.Builder
-	b.WriteString("usage: txkit <command> [<verb>] [flags] [arguments]\n")
+	b.WriteString("usage: txkit <command> [<verb>] [flags] [arguments]   (flags may also follow the arguments;\n" +
+		"       txkit help <command> [<verb>] shows one command's)\n")
 	e := &env{getenv: func(string) string { return "" }}
 	shown := map[string]bool{} // flags listed in full already, by name and text
 	for i := 0; i < len(cmds); {

@@ -14,10 +14,14 @@
 //	txkit fence reset    -resource R -path P [-zk ADDRS] [-pg URL] [-schema S] [-table T]
 //
 //	txkit serve [-listen 127.0.0.1:8089] [-listen-public] [-host NAME ...] [-tls-cert F -tls-key F]
-//	            [-pg-file F] [-schema S] [-token-file F] [-zk ADDRS] [-election name=path ...]
-//	            [-lock name=path ...] [-metrics-url URL]
+//	            [-pg-file F] [-schema S] [-token-file F] [-zk ADDRS] [-election name=where ...]
+//	            [-lock name=where ...] [-metrics-url URL ...]
 //	            [-request-timeout D] [-max-requests N] [-max-conns N] [-audit-retention D]
 //	txkit audit purge [-pg URL] [-schema S] [-table T] [-older-than 720h]
+//	txkit help [COMMAND [VERB]]
+//
+// Flags may come before or after a command's arguments (txkit tx show GID -schema S); "--" ends
+// them. `txkit COMMAND -h` and `txkit help COMMAND` print that command's flags only.
 //
 // The tx, outbox and notify commands and serve's JSON API and console share one implementation
 // of every query: package admin. Requeue and redeliver are recorded in admin's audit table (actor
@@ -67,6 +71,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case err == nil:
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
+		var h *helpError
+		if errors.As(err, &h) { // -h after a command, txkit help COMMAND: that command's help only
+			cmds = selected(cmds, h.name)
+		}
 		fmt.Fprint(stdout, help(cmds))
 		return exitOK
 	case errors.As(err, new(*usageError)):

@@ -63,6 +63,45 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// `txkit COMMAND -h` and `txkit help COMMAND [VERB]` print that command's usage only.
+func TestHelpOfOneCommand(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		want, not []string
+	}{
+		{"serve -h", []string{"serve", "-h"}, []string{"-listen", "-election"}, []string{"outbox requeue", "tx show", "-reveal"}},
+		{"help serve", []string{"help", "serve"}, []string{"-listen", "-metrics-url"}, []string{"outbox requeue", "fence reset"}},
+		{"help tx show", []string{"help", "tx", "show"}, []string{"tx show", "-prefix"}, []string{"tx list", "-unfinished", "-listen"}},
+		{"help tx", []string{"help", "tx"}, []string{"tx show", "tx list", "-unfinished"}, []string{"outbox", "-listen"}},
+		{"tx show -h", []string{"tx", "show", "-h"}, []string{"tx show", "-prefix"}, []string{"tx list", "-listen"}},
+		{"tx show GID -h", []string{"tx", "show", "some-gid", "-h"}, []string{"tx show"}, []string{"-listen"}},
+		{"outbox -h", []string{"outbox", "-h"}, []string{"outbox requeue", "outbox dead"}, []string{"tx show", "-listen"}},
+		{"help", []string{"help"}, []string{"outbox requeue", "tx show", "-listen"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := txkit(t, nil, tc.args...)
+			if code != exitOK {
+				t.Fatalf("exit %d, stderr %q", code, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stdout, w) {
+					t.Errorf("no %q in\n%s", w, stdout)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(stdout, n) {
+					t.Errorf("%q in\n%s", n, stdout)
+				}
+			}
+		})
+	}
+	code, _, stderr := txkit(t, nil, "help", "frobnicate")
+	if code != exitUsage || !strings.Contains(stderr, `unknown command "frobnicate"`) {
+		t.Fatalf("help frobnicate: exit %d, %q", code, stderr)
+	}
+}
+
 func TestIntegrationOutboxCommands(t *testing.T) {
 	pg := testenv.PG(t)
 	ctx := t.Context()

@@ -12,11 +12,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -25,6 +28,7 @@ import (
 
 	"github.com/txkit/txkit/admin"
 	"github.com/txkit/txkit/admin/console"
+	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/zklock"
 )
 
@@ -33,10 +37,10 @@ type serveFlags struct {
 	zk                string
 	listen, tokenFile string
 	certFile, keyFile string
-	metricsURL        string
+	metricsURLs       metricsURLs
 	public            bool
 	hosts             hostNames
-	elections, locks  namedPaths
+	elections, locks  targets
 	outboxT, notifyT  string
 	refresh           time.Duration
 	retention         time.Duration
@@ -55,11 +59,20 @@ func serveFlagSet(fs *flag.FlagSet, e *env) {
 		"file, serve prints a read token for the run")
 	fs.StringVar(&f.certFile, "tls-cert", "", "serve HTTPS with this PEM certificate `file` (with -tls-key)")
 	fs.StringVar(&f.keyFile, "tls-key", "", "the private key `file` of -tls-cert (PEM)")
-	fs.StringVar(&f.zk, "zk", "", "ZooKeeper `servers`, host:port,..., for -election and -lock (default $TXKIT_ZK;\n"+
-		"credentials from $TXKIT_ZK_AUTH, user:password: the applications' digest user)")
-	fs.Var(&f.elections, "election", "`name=path` of an election whose leader to show (repeatable)")
-	fs.Var(&f.locks, "lock", "`name=path` of a lock whose holder and waiters to show (repeatable)")
-	fs.StringVar(&f.metricsURL, "metrics-url", "", "a Prometheus /metrics page (`URL`) whose txkit_ figures the overview shows")
+	fs.StringVar(&f.zk, "zk", "", "ZooKeeper `servers`, host:port,..., for -election and -lock on ZooKeeper (default\n"+
+		"$TXKIT_ZK; credentials from $TXKIT_ZK_AUTH, user:password: the applications' digest user)")
+	fs.Var(&f.elections, "election", "`name=where` of an election whose leader to show (repeatable); where is\n"+
+		"  /zk/path                   a ZooKeeper election (zklock, needs -zk)\n"+
+		"  pg:[schema]/name           a PostgreSQL lease election (pglock) in serve's database,\n"+
+		"                             its table in schema (default: -schema)\n"+
+		"  redis:host:port/name       a Redis election (redislock)\n"+
+		"  redlock:host:port,.../name a Redlock election on those Redis servers\n"+
+		"name being the one given to the backend's NewElector (it may hold slashes)")
+	fs.Var(&f.locks, "lock", "`name=where` of a lock whose holder and waiters to show (repeatable); where as\n"+
+		"for -election, name the one given to NewMutex")
+	fs.Var(&f.metricsURLs, "metrics-url", "a Prometheus /metrics page (`URL`) whose txkit_ figures the overview shows\n"+
+		"(repeatable, one per instance: the figures are summed, each series labelled\n"+
+		"with its page's instance, host:port)")
 	fs.StringVar(&f.outboxT, "outbox-table", "", "outbox `table` (default txkit_outbox)")
 	fs.StringVar(&f.notifyT, "notify-table", "", "notifications `table` (default txkit_notify)")
 	fs.DurationVar(&f.refresh, "refresh", 5*time.Second, "refresh the console's pages every `D`")
@@ -87,16 +100,20 @@ func serve(ctx context.Context, e *env) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
-	opts, closeZK, err := f.adminOptions(ctx, e.schema, log, tokens, readers, zkCred)
-	if err != nil {
-		return err
-	}
-	defer closeZK()
-	a, pool, err := openAdmin(ctx, pgURL, serveConns, opts...)
+	pool, err := newPoolOf(ctx, pgURL, serveConns)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	opts, closeInspectors, err := f.adminOptions(ctx, pool, e.schema, log, tokens, readers, zkCred)
+	if err != nil {
+		return err
+	}
+	defer closeInspectors()
+	a, err := admin.New(pool, opts...)
+	if err != nil {
+		return usageErr("%v", err)
+	}
 	if err := connect(ctx, pool); err != nil {
 		return err
 	}
@@ -143,11 +160,12 @@ func (f *serveFlags) check(e *env) (zklock.SessionOption, error) {
 	if f.zk == "" {
 		f.zk = e.getenv("TXKIT_ZK")
 	}
-	if (len(f.elections) > 0 || len(f.locks) > 0) && f.zk == "" {
+	onZK := uses(backendZK, f.elections, f.locks)
+	if onZK && f.zk == "" {
 		return nil, usageErr("serve: -election and -lock need ZooKeeper: give -zk or set TXKIT_ZK")
 	}
 	zkCred, zkCredSet := zkAuth(e.getenv)
-	if (len(f.elections) > 0 || len(f.locks) > 0) && !zkCredSet {
+	if onZK && !zkCredSet {
 		return nil, usageErr("serve: -election and -lock need the applications' ZooKeeper digest user: set TXKIT_ZK_AUTH=user:password")
 	}
 	return zkCred, nil
@@ -164,17 +182,13 @@ func (f *serveFlags) tokens() (tokens, readers map[string]string, generated stri
 	return nil, map[string]string{"local": generated}, generated, nil
 }
 
-// adminOptions returns the options of serve's Admin. With -election or -lock it opens the
-// ZooKeeper session whose Inspector shows them; closeZK closes it.
-func (f *serveFlags) adminOptions(ctx context.Context, schema string, log *slog.Logger, tokens, readers map[string]string,
-	zkCred zklock.SessionOption) (opts []admin.Option, closeZK func(), err error) {
+// adminOptions returns the options of serve's Admin. With -election or -lock it opens what reads
+// them (a ZooKeeper session, pglock clients on pool, Redis clients); closeInspectors closes those.
+func (f *serveFlags) adminOptions(ctx context.Context, pool *pgxpool.Pool, schema string, log *slog.Logger, tokens, readers map[string]string,
+	zkCred zklock.SessionOption) (opts []admin.Option, closeInspectors func(), err error) {
 	// The admin's own metric (refused POSTs) shows among the overview's figures.
 	reg := prometheus.NewRegistry()
-	var figures prometheus.Gatherer = reg
-	if f.metricsURL != "" {
-		figures = prometheus.Gatherers{reg, &urlGatherer{url: f.metricsURL, client: &http.Client{Timeout: 3 * time.Second}}}
-	}
-	opts = []admin.Option{admin.WithLogger(log), admin.WithRegisterer(reg), admin.WithGatherer(figures), admin.WithAuditRetention(f.retention, "@every 1h")}
+	opts = []admin.Option{admin.WithLogger(log), admin.WithRegisterer(reg), admin.WithGatherer(f.figures(reg)), admin.WithAuditRetention(f.retention, "@every 1h")}
 	if schema != "" {
 		opts = append(opts, admin.WithSchema(schema))
 	}
@@ -188,23 +202,25 @@ func (f *serveFlags) adminOptions(ctx context.Context, schema string, log *slog.
 	if len(f.elections) == 0 && len(f.locks) == 0 {
 		return opts, func() {}, nil
 	}
-	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	sess, err := zklock.NewSession(sctx, strings.Split(f.zk, ","), zklock.WithLogger(log), zkCred)
-	cancel()
+	in := &inspectors{ctx: ctx, log: log, pool: pool, schema: schema, byKey: map[string]lock.Inspector{},
+		zk: func(ctx context.Context) (*zklock.Session, error) {
+			return zklock.NewSession(ctx, strings.Split(f.zk, ","), zklock.WithLogger(log), zkCred)
+		}}
+	opt, err := in.inspected(f.elections, f.locks)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to ZooKeeper: %w", err)
+		in.closeAll()
+		return nil, nil, err
 	}
-	insp := sess.Inspector()
-	var els []admin.Election
-	for _, e := range f.elections {
-		els = append(els, admin.Election{Name: e.name, Path: e.path, Inspector: insp})
+	return append(opts, opt), in.closeAll, nil
+}
+
+// figures gathers reg and the pages of -metrics-url, side by side (see [urlGatherer]).
+func (f *serveFlags) figures(reg prometheus.Gatherer) prometheus.Gatherer {
+	g := prometheus.Gatherers{reg}
+	for _, u := range f.metricsURLs {
+		g = append(g, &urlGatherer{url: u, client: &http.Client{Timeout: 3 * time.Second}})
 	}
-	var locks []admin.Lock
-	for _, l := range f.locks {
-		locks = append(locks, admin.Lock{Name: l.name, Path: l.path, Inspector: insp})
-	}
-	opts = append(opts, admin.WithInspected(els, locks))
-	return opts, func() { _ = sess.Close() }, nil
+	return g
 }
 
 // server returns the HTTP server of a's API and console, the listener it is to serve (bounded by
@@ -342,28 +358,27 @@ func (h *hostNames) Set(v string) error {
 	return nil
 }
 
-// namedPaths is a repeatable name=path flag.
-type namedPaths []struct{ name, path string }
+// metricsURLs is the repeatable -metrics-url flag: one /metrics page per instance.
+type metricsURLs []string
 
-func (n *namedPaths) String() string {
-	var s []string
-	for _, x := range *n {
-		s = append(s, x.name+"="+x.path)
-	}
-	return strings.Join(s, ",")
-}
+func (m *metricsURLs) String() string { return strings.Join(*m, ",") }
 
-func (n *namedPaths) Set(v string) error {
-	name, path, ok := strings.Cut(v, "=")
-	if !ok || name == "" || !strings.HasPrefix(path, "/") {
-		return fmt.Errorf("%q: want name=/zookeeper/path", v)
+func (m *metricsURLs) Set(v string) error {
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q: want an http:// or https:// URL", v)
 	}
-	*n = append(*n, struct{ name, path string }{name, path})
+	if slices.Contains(*m, v) {
+		return fmt.Errorf("%q given twice", v)
+	}
+	*m = append(*m, v)
 	return nil
 }
 
 // urlGatherer reads a Prometheus text /metrics page: the figures of another process (the
-// coordinator's, the relay's) for the overview.
+// coordinator's, the relay's) for the overview. Each series gets the label instance (the page's
+// host:port) unless it has one, so that the pages of several instances of one program, which
+// hold the same series, gather side by side (the overview sums them).
 type urlGatherer struct {
 	url    string
 	client *http.Client
@@ -383,6 +398,8 @@ func (g *urlGatherer) Gather() ([]*dto.MetricFamily, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics %s: %w", g.url, err)
 	}
+	instance := "instance"
+	host := resp.Request.URL.Host
 	names := make([]string, 0, len(fams))
 	for n := range fams {
 		names = append(names, n)
@@ -390,6 +407,12 @@ func (g *urlGatherer) Gather() ([]*dto.MetricFamily, error) {
 	sort.Strings(names)
 	out := make([]*dto.MetricFamily, 0, len(names))
 	for _, n := range names {
+		for _, m := range fams[n].GetMetric() {
+			if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == instance }) {
+				m.Label = append(m.Label, &dto.LabelPair{Name: &instance, Value: &host})
+				sort.Slice(m.Label, func(i, j int) bool { return m.Label[i].GetName() < m.Label[j].GetName() })
+			}
+		}
 		out = append(out, fams[n])
 	}
 	return out, nil

@@ -43,7 +43,7 @@ func TestServeUsage(t *testing.T) {
 		{"all interfaces", []string{"serve", "-listen", ":8089"}, "not a loopback address"},
 		{"public address", []string{"serve", "-listen", "0.0.0.0:8089"}, "add -listen-public"},
 		{"bad listen", []string{"serve", "-listen", "nope"}, `-listen "nope"`},
-		{"bad election", []string{"serve", "-election", "tcc"}, "want name=/zookeeper/path"},
+		{"bad election", []string{"serve", "-election", "tcc"}, "want name=/zk/path"},
 		{"election without zk", []string{"serve", "-election", "tcc=/txkit/tcc"}, "give -zk or set TXKIT_ZK"},
 		{"election without zk credentials", []string{"serve", "-zk", "127.0.0.1:1", "-lock", "l=/txkit/l"}, "set TXKIT_ZK_AUTH"},
 		{"arguments", []string{"serve", "extra"}, "unexpected arguments"},
@@ -365,5 +365,53 @@ func TestURLGatherer(t *testing.T) {
 	srv.Config.Handler = http.NotFoundHandler()
 	if _, err := g.Gather(); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
 		t.Fatalf("Gather of a 404 = %v", err)
+	}
+}
+
+// -metrics-url given once per instance: the overview's figures are the sum of the pages, each
+// series labelled with its page's instance; the same URL twice is refused.
+func TestIntegrationServeMetricsURLs(t *testing.T) {
+	page := func(v float64) string {
+		reg := prometheus.NewRegistry()
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "txkit_relay_published_total", Help: "h"}, []string{"topic"})
+		reg.MustRegister(c)
+		c.WithLabelValues("orders").Add(v)
+		srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		t.Cleanup(srv.Close)
+		return srv.URL + "/metrics"
+	}
+	a, b := page(5), page(7)
+	e := &env{getenv: func(string) string { return "" }}
+	fs := newFlagSet("serve")
+	serveFlagSet(fs, e)
+	if err := fs.Parse([]string{"-metrics-url", a, "-metrics-url", b}); err != nil {
+		t.Fatal(err)
+	}
+	g := e.serve.figures(prometheus.NewRegistry())
+	fams, err := g.Gather()
+	if err != nil || len(fams) != 1 || len(fams[0].GetMetric()) != 2 {
+		t.Fatalf("Gather = %v, %v", fams, err)
+	}
+	for _, m := range fams[0].GetMetric() {
+		if l := m.GetLabel(); len(l) != 2 || l[0].GetName() != "instance" || !strings.Contains(a+b, "//"+l[0].GetValue()+"/") {
+			t.Fatalf("labels %v", l)
+		}
+	}
+	s := testenv.PG(t)
+	adm, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithGatherer(g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov, err := adm.Overview(t.Context())
+	if err != nil || ov.Figures["txkit_relay_published_total"] != 12 {
+		t.Fatalf("Overview figures = %v, %v; want txkit_relay_published_total 12", ov.Figures, err)
+	}
+	code, _, stderr := txkit(t, nil, "serve", "-metrics-url", a, "-metrics-url", a)
+	if code != exitUsage || !strings.Contains(stderr, "given twice") {
+		t.Fatalf("the same -metrics-url twice: exit %d, %q", code, stderr)
+	}
+	code, _, stderr = txkit(t, nil, "serve", "-metrics-url", "localhost:9090")
+	if code != exitUsage || !strings.Contains(stderr, "want an http:// or https:// URL") {
+		t.Fatalf("-metrics-url without a scheme: exit %d, %q", code, stderr)
 	}
 }

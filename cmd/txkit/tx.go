@@ -75,8 +75,8 @@ func txList(ctx context.Context, e *env) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "GID\tKIND\tSTATUS\tATTEMPTS\tCREATED\tNEXT_RETRY\tLAST_ERROR")
 	for _, t := range page.Items {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", printable(t.GID), t.Kind, t.Status, t.Attempts,
-			t.CreatedAt.UTC().Format(time.RFC3339), t.NextRetryAt.UTC().Format(time.RFC3339), oneLine(t.LastError, 80))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", printable(t.GID), t.Kind, statusOf(&t), t.Attempts,
+			t.CreatedAt.UTC().Format(time.RFC3339), timeOrDash(t.NextRetryAt, time.RFC3339), oneLine(t.LastError, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -120,10 +120,12 @@ func showTx(t *admin.Transaction, w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "gid\t%s\n", printable(t.GID))
 	fmt.Fprintf(tw, "kind\t%s\n", t.Kind)
-	fmt.Fprintf(tw, "status\t%s\n", t.Status)
+	fmt.Fprintf(tw, "status\t%s\n", statusOf(t))
 	fmt.Fprintf(tw, "created\t%s\n", t.CreatedAt.UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(tw, "timeout\t%s\n", t.TimeoutAt.UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(tw, "next retry\t%s\n", t.NextRetryAt.UTC().Format(time.RFC3339Nano))
+	if !t.Final {
+		fmt.Fprintf(tw, "next retry\t%s\n", t.NextRetryAt.UTC().Format(time.RFC3339Nano))
+	}
 	fmt.Fprintf(tw, "attempts\t%d\n", t.Attempts)
 	fmt.Fprintf(tw, "last error\t%s\n", oneLine(t.LastError, 200))
 	if err := tw.Flush(); err != nil {
@@ -134,5 +136,34 @@ func showTx(t *admin.Transaction, w io.Writer) error {
 	for _, b := range t.Branches {
 		fmt.Fprintf(tw, "%s\t%s\t%s %s\t%d\t%s\n", printable(b.Name), b.Status, b.TargetKind, oneLine(b.Target, 60), b.Attempts, oneLine(b.LastError, 80))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, b := range t.Branches {
+		if b.Refusal != "" {
+			if _, err := fmt.Fprintf(w, "\nrefused by %s: %s\n", printable(b.Name), oneLine(b.Refusal, 500)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// statusOf is t's status, with why it rolled back when the log knows ("cancelled (refused)").
+func statusOf(t *admin.Transaction) string {
+	switch t.AbortCause {
+	case admin.CauseRefused:
+		return t.Status + " (refused)"
+	case admin.CauseTimeout:
+		return t.Status + " (timed out)"
+	}
+	return t.Status
+}
+
+// timeOrDash formats t, or "-" for the zero time.
+func timeOrDash(t time.Time, layout string) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(layout)
 }

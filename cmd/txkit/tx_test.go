@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/participant"
 )
 
 func TestTxUsage(t *testing.T) {
@@ -20,6 +23,9 @@ func TestTxUsage(t *testing.T) {
 		{"no verb", []string{"tx"}, "no verb"},
 		{"unknown verb", []string{"tx", "purge"}, `unknown verb "purge"`},
 		{"show needs a gid", []string{"tx", "show"}, "give one gid"},
+		{"show takes one gid, flags anywhere", []string{"tx", "show", "a", "-prefix", "txkit_", "b"}, "give one gid"},
+		{"flags after the gid are parsed", []string{"tx", "show", "a", "-kind", "tcc"}, "flag provided but not defined: -kind"},
+		{"after -- a flag is an argument", []string{"tx", "show", "a", "--", "-schema"}, "give one gid"},
 		{"bad kind", []string{"tx", "list", "-kind", "xa"}, "-kind"},
 		{"bad status", []string{"tx", "list", "-status", "sleeping"}, "-status"},
 		{"bad limit", []string{"tx", "list", "-limit", "0"}, "-limit 0"},
@@ -64,7 +70,28 @@ func TestIntegrationTxListShow(t *testing.T) {
 		!strings.Contains(out, "inproc pay") {
 		t.Fatalf("tx show: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
+	// The flags may follow the gid.
+	code, after, stderr := txkit(t, env, "tx", "show", gid, "-schema", s.Name)
+	if code != exitOK || after != out {
+		t.Fatalf("tx show GID -schema S: exit %d, stdout %q, stderr %q; want %q", code, after, stderr, out)
+	}
 	t.Logf("tx show output:\n%s", out)
+	// A refusal shows with the status and below the branches; a finished transaction has no next retry.
+	if err := log.Refuse(t.Context(), gid, "stock", fmt.Errorf("stock: 3 of sku-1 not available: %w", participant.ErrRefused)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := log.Decide(t.Context(), gid, core.StatusTrying, core.StatusCancelling); err != nil {
+		t.Fatal(err)
+	}
+	if err := log.Record(t.Context(), lock.Token{}, core.Progress{GID: gid, From: core.StatusCancelling,
+		Done: []string{"stock", "pay"}, Next: core.StatusCancelled}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = txkit(t, env, "tx", "show", gid, "-schema", s.Name)
+	if code != exitOK || !strings.Contains(out, "cancelled (refused)") || !strings.Contains(out, "refused by stock: stock: 3 of sku-1 not available") ||
+		strings.Contains(out, "next retry") {
+		t.Fatalf("tx show of a refused transaction: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
 	code, _, stderr = txkit(t, env, "tx", "show", "-schema", s.Name, uuid.NewString())
 	if code != exitFail || !strings.Contains(stderr, "not found") {
 		t.Fatalf("tx show of an unknown gid: exit %d, stderr %q", code, stderr)

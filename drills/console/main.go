@@ -162,9 +162,12 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	serve := exec.CommandContext(ctx, filepath.Join(c.dir, "txkit"), "serve", "-listen", c.listen, "-schema", schema,
-		"-token-file", tokens, "-zk", c.zk, "-metrics-url", order[0]+"/metrics",
-		"-election", "tcc recovery="+elect+"/tcc", "-election", "saga recovery="+elect+"/saga", "-election", "outbox relay="+elect+"/relay")
+	args := []string{"serve", "-listen", c.listen, "-schema", schema, "-token-file", tokens, "-zk", c.zk,
+		"-election", "tcc recovery=" + elect + "/tcc", "-election", "saga recovery=" + elect + "/saga", "-election", "outbox relay=" + elect + "/relay"}
+	for _, o := range order { // every instance's figures, summed
+		args = append(args, "-metrics-url", o+"/metrics")
+	}
+	serve := exec.CommandContext(ctx, filepath.Join(c.dir, "txkit"), args...)
 	serve.Env = append(os.Environ(), "TXKIT_PG_URL="+pgURL) // not on the command line
 	serve.Stdout, serve.Stderr = os.Stdout, os.Stderr
 	serve.Cancel = func() error { return serve.Process.Signal(syscall.SIGTERM) }

@@ -525,6 +525,22 @@ func (b *Base) Branch(gid string, s BranchSpec) (Branch, error) {
 	return Branch{Name: s.Name, Target: t, Payload: s.Payload}, nil
 }
 
+// RecordRefusals records the refusals among errs (each a *BranchError wrapping
+// participant.ErrRefused: a "no" vote, a refused try) on their branches of gid, for the operator:
+// why the transaction rolled back ([Log.Refuse]). A failed write is only logged. It blocks for one
+// write per refusal, bounded by ctx.
+func (b *Base) RecordRefusals(ctx context.Context, gid string, errs []error) {
+	for _, e := range errs {
+		var be *BranchError
+		if !errors.As(e, &be) || !errors.Is(e, participant.ErrRefused) {
+			continue
+		}
+		if err := b.Log.Refuse(ctx, gid, be.Branch, be.Err); err != nil {
+			b.Cfg.Logger.WarnContext(ctx, b.name+": record a refusal", slog.String("gid", gid), slog.String("branch", be.Branch), slog.Any("err", err))
+		}
+	}
+}
+
 // Abort records the starter's decision to abort gid (trying → cancelling; one already
 // cancelling, by the leader's timeout or an agent, is fine) and carries it out on branches
 // ([Base.PhaseTwo]). The decision is written with ctx's values but not its cancellation (bounded

@@ -23,6 +23,7 @@ import (
 	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/participant"
 )
 
 //go:embed sql/*.sql
@@ -67,8 +68,18 @@ type Transaction struct {
 	// TraceContext is the trace context of the ctx that began the transaction ([obs.EncodeTrace]),
 	// "" when it carried none: the leader's drive of the transaction continues that trace.
 	TraceContext string
-	Branches     []Branch // in registration order; filled by Get and by the Recoverer
+	// AbortCause says why a transaction rolled back, when the log knows: [CauseRefused] (a
+	// participant refused a branch: its Refusal says why) or [CauseTimeout] (cancelled at its
+	// timeout); "" otherwise. Filled by Get and List.
+	AbortCause string
+	Branches   []Branch // in registration order; filled by Get and by the Recoverer
 }
+
+// The abort causes of [Transaction.AbortCause].
+const (
+	CauseRefused = "refused"
+	CauseTimeout = "timeout"
+)
 
 // Target is where a branch's participant is: a URL, or a name registered with the coordinator.
 type Target struct {
@@ -86,6 +97,9 @@ type Branch struct {
 	Attempts  int // failed ops on this branch
 	LastError string
 	UpdatedAt time.Time // when Status, Attempts or LastError last changed (PostgreSQL's clock); filled by Get and the Recoverer
+	// Refusal is the participant's refusal of the branch (the text of the error wrapping
+	// participant.ErrRefused, at most 2000 bytes), "" when it did not refuse.
+	Refusal string
 }
 
 // New returns a Log on pool configured by opts. It does not touch the database: call
@@ -158,7 +172,7 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 		return nil, fmt.Errorf("core: render schema: %w", err)
 	}
 	for _, n := range []string{"create", "create_with_branches", "add_branch", "decide", "status", "branches_done", "branches_failed",
-		"finish", "renew", "reschedule", "claim", "backlog", "get", "list", "branches", "purge", "unfinished"} {
+		"finish", "renew", "reschedule", "claim", "refuse", "timed_out", "backlog", "get", "list", "branches", "purge", "unfinished"} {
 		if l.q[n], err = render(n); err != nil {
 			return nil, fmt.Errorf("core: render %s: %w", n, err)
 		}
@@ -392,7 +406,7 @@ func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 	}
 	var moved bool
 	var err error
-	if tok.IsZero() && p.Next != 0 && len(p.Failed) == 0 {
+	if tok.IsZero() && p.Next != 0 && len(p.Failed) == 0 && !errors.Is(p.Err, ErrTimeout) {
 		// A starter's clean finish is one statement: no fence to pass, nothing else to write, so
 		// it runs on its own (autocommit) instead of inside BEGIN ... COMMIT — one round trip.
 		w := &write{kind: writeFinish, gid: p.GID, from: p.From.String(), to: p.Next.String(), done: p.Done, doneStatus: done.String()}
@@ -438,11 +452,20 @@ func (l *Log) recordTx(ctx context.Context, tok lock.Token, p Progress, done Bra
 		if len(p.Failed) > 0 {
 			names := make([]string, len(p.Failed))
 			errs := make([]string, len(p.Failed))
+			refusals := make([]*string, len(p.Failed))
 			for i, f := range p.Failed {
 				names[i], errs[i] = f.Branch, pgutil.ErrorText(f.Err, maxErrorLen)
+				if errors.Is(f.Err, participant.ErrRefused) {
+					refusals[i] = &errs[i]
+				}
 			}
-			if _, err := tx.Exec(ctx, l.q["branches_failed"], p.GID, names, errs); err != nil {
+			if _, err := tx.Exec(ctx, l.q["branches_failed"], p.GID, names, errs, refusals); err != nil {
 				return fmt.Errorf("count failed branches: %w", err)
+			}
+		}
+		if p.Next != 0 && errors.Is(p.Err, ErrTimeout) {
+			if _, err := tx.Exec(ctx, l.q["timed_out"], p.GID); err != nil {
+				return fmt.Errorf("record the timeout: %w", err)
 			}
 		}
 		var rows pgx.Rows
@@ -471,6 +494,17 @@ func (l *Log) recordTx(ctx context.Context, tok lock.Token, p Progress, done Bra
 		rows.Close()
 		return rows.Err()
 	})
+}
+
+// Refuse records that the participant of branch refused it with err (its text, bounded, is the
+// branch's Refusal) and that the transaction rolls back because of it ([CauseRefused]). It writes
+// whatever the transaction's status; the caller records the decision itself. One statement; ctx
+// scopes the call.
+func (l *Log) Refuse(ctx context.Context, gid, branch string, err error) error {
+	if _, xerr := l.pool.Exec(ctx, l.q["refuse"], gid, branch, pgutil.ErrorText(err, maxErrorLen)); xerr != nil {
+		return fmt.Errorf("core: record the refusal of %s/%s: %w", gid, branch, xerr)
+	}
+	return nil
 }
 
 // fenceCheck passes the fence of gid's recovery partition (partition.go) with a leader's tok.
@@ -563,7 +597,7 @@ func scanTransaction(r pgx.CollectableRow) (*Transaction, error) {
 	var t Transaction
 	var kind, status string
 	if err := r.Scan(&t.GID, &kind, &status, &t.TimeoutAt, &t.NextRetryAt, &t.Attempts, &t.LastError,
-		&t.Payload, &t.CreatedAt, &t.UpdatedAt, &t.TraceContext); err != nil {
+		&t.Payload, &t.CreatedAt, &t.UpdatedAt, &t.TraceContext, &t.AbortCause); err != nil {
 		return nil, err
 	}
 	return parsed(&t, kind, status)
@@ -597,7 +631,7 @@ func (l *Log) loadBranches(ctx context.Context, db fence.DBTX, txs []*Transactio
 		gid, tk, st string
 		b           Branch
 	)
-	_, err = pgx.ForEachRow(rows, []any{&gid, &b.Name, &b.Seq, &tk, &b.Target.Ref, &b.Payload, &st, &b.Attempts, &b.LastError, &b.UpdatedAt}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&gid, &b.Name, &b.Seq, &tk, &b.Target.Ref, &b.Payload, &st, &b.Attempts, &b.LastError, &b.UpdatedAt, &b.Refusal}, func() error {
 		var err error
 		if b.Target.Kind, err = ParseTargetKind(tk); err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
@@ -118,7 +119,9 @@ func WithRetention(keep time.Duration, spec string) RecoverOption {
 }
 
 // WithLogger sets the logger (default: discard).
-func WithLogger(l *slog.Logger) RecoverOption { return func(o *recoverOptions) { o.log = l } }
+func WithLogger(l *slog.Logger) RecoverOption {
+	return func(o *recoverOptions) { o.log = obs.Logger(l) }
+}
 
 // withMetrics makes the recoverer count on m (a coordinator's metrics).
 func withMetrics(m *metrics) RecoverOption { return func(o *recoverOptions) { o.metrics = m } }

@@ -152,7 +152,7 @@ func WithName(name string) Option { return func(o *options) { o.name = name } }
 
 // WithLogger sets the logger (default: discard). The job logs taking and losing the lead at info
 // level, being fenced out and failures at warn, and the cron scheduler's routine at debug.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = obs.Logger(l) } }
 
 // WithSchedule sets the robfig/cron spec of the tick that wakes the work (default: none, only the
 // first wake-up of each term, the notifications and [Term.Poke]).

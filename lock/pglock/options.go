@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
@@ -55,7 +56,7 @@ func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {
-			o.log = l
+			o.log = obs.Logger(l)
 		}
 	}
 }

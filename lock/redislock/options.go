@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -56,7 +57,7 @@ func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {
-			o.log = l
+			o.log = obs.Logger(l)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -50,7 +51,7 @@ func WithSessionTimeout(d time.Duration) SessionOption {
 func WithLogger(l *slog.Logger) SessionOption {
 	return func(o *sessionOptions) {
 		if l != nil {
-			o.log = l
+			o.log = obs.Logger(l)
 		}
 	}
 }

@@ -87,7 +87,7 @@ type options struct {
 func WithWindow(d time.Duration) Option { return func(o *options) { o.window = d } }
 
 // WithLogger sets the logger (default: discard).
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = obs.Logger(l) } }
 
 // WithTracerProvider sets the OpenTelemetry tracer provider of the inbox (default: the
 // application's global provider). Each authenticated delivery is applied under a server span

@@ -54,7 +54,8 @@ func WithAllowedOps(ops ...participant.Op) HandlerOption {
 // [participant.ErrBadRequest] (405 for a method other than POST); 409 for an error of fn wrapping
 // [participant.ErrRefused] or a hanging try; 500 for any other error or a panic in fn (the
 // coordinator retries). A 400 or 409 carries the error's text, so do not wrap internal errors
-// with those sentinels; a 500 carries only a request id, which the logged error names. Every
+// with those sentinels; a 500 carries only a request id, which the logged error names (at Error;
+// at Info, and not an error on the span, when fn failed because the coordinator went away). Every
 // answer but 200 leaves nothing written and no connection checked out. fn runs under the
 // request's ctx, which carries the server span "participant <op>" ([WithTracerProvider]). The
 // handler is safe for concurrent use.
@@ -111,8 +112,11 @@ func (b *Barrier) Handler(fn func(ctx context.Context, tx pgx.Tx, req participan
 // (trace_id, span_id), and returns the id: the answer says nothing else.
 func (b *Barrier) internal(ctx context.Context, req participant.Request, err error) string {
 	id := httpsafe.RequestID()
-	b.o.log.ErrorContext(ctx, "participant: internal error",
-		append([]any{slog.String("request_id", id), slog.Any("err", err)}, reqAttrs(req, err)...)...)
+	level, msg := slog.LevelError, "participant: internal error"
+	if callerGone(ctx, err) {
+		level, msg = slog.LevelInfo, msgCallerGone
+	}
+	b.o.log.Log(ctx, level, msg, append([]any{slog.String("request_id", id), slog.Any("err", err)}, reqAttrs(req, err)...)...)
 	return id
 }
 
@@ -143,7 +147,11 @@ func (b *Barrier) Participant(fn func(ctx context.Context, tx pgx.Tx, req partic
 			return b.do(ctx, req, "", fn)
 		})
 		if err != nil && statusOf(err) == http.StatusInternalServerError {
-			b.o.log.ErrorContext(ctx, "participant: request failed", append(reqAttrs(req, err), slog.Any("err", err))...)
+			level, msg := slog.LevelError, "participant: request failed"
+			if callerGone(ctx, err) {
+				level, msg = slog.LevelInfo, msgCallerGone
+			}
+			b.o.log.Log(ctx, level, msg, append(reqAttrs(req, err), slog.Any("err", err))...)
 		}
 		return err
 	})
@@ -248,6 +256,17 @@ func statusOf(err error) int {
 		return participant.StatusRefused
 	}
 	return http.StatusInternalServerError
+}
+
+// msgCallerGone is the log message of an op cut short because its caller went away.
+const msgCallerGone = "participant: call abandoned by the coordinator"
+
+// callerGone reports whether err is the end of ctx, the caller's: the coordinator cancelled the
+// call, timed it out or went away mid-call (its connection closed). That is an expected event
+// (a coordinator stopping, a leader losing its lead), so it is logged at Info and not marked as an
+// error on the op's span: the coordinator calls again and the barrier makes the retry safe.
+func callerGone(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err())
 }
 
 // reqAttrs are the log attributes of req, and the stack when err is a recovered panic.

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/idempotency"
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/signing"
 )
 
@@ -103,7 +104,7 @@ func WithRetention(keep time.Duration, spec string) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {
-			o.log = l
+			o.log = obs.Logger(l)
 		}
 	}
 }

@@ -39,7 +39,14 @@ func (b *Barrier) traced(ctx context.Context, kind trace.SpanKind, req participa
 			attribute.String("txkit.op", req.Op.String()),
 		))
 	var err error
-	defer func() { obs.EndSpan(span, err) }() // also when do re-panics (http.ErrAbortHandler)
+	defer func() { // also when do re-panics (http.ErrAbortHandler)
+		spanErr := err
+		if callerGone(ctx, err) { // not the op's error: its caller left (see callerGone)
+			span.AddEvent("caller gone", trace.WithAttributes(attribute.String("txkit.reason", err.Error())))
+			spanErr = nil
+		}
+		obs.EndSpan(span, spanErr)
+	}()
 	err = do(ctx)
 	return ctx, err
 }

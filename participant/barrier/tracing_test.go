@@ -6,8 +6,10 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/codes"
@@ -15,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/internal/core/coretest"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/participant/barrier"
 )
@@ -162,4 +165,79 @@ func findSpan(t *testing.T, exp *tracetest.InMemoryExporter, name string) tracet
 	}
 	t.Fatalf("no span %q among %d", name, len(exp.GetSpans()))
 	return tracetest.SpanStub{}
+}
+
+// A coordinator that goes away mid-call (its ctx cancelled: the HTTP connection closes, or the
+// in-process call's ctx ends) is an expected event: the op's end is logged at Info, not ERROR, and
+// its span is not marked as an error.
+func TestIntegrationCallerGoneIsNotAnError(t *testing.T) {
+	exp, tp := coretest.Tracing(t)
+	var logs coretest.LogBuffer
+	f := newFixture(t, barrier.WithSecrets(testSecret), barrier.WithTracerProvider(tp), barrier.WithLogger(logs.TraceLogger()))
+	started := make(chan struct{}, 2)
+	fn := func(ctx context.Context, tx pgx.Tx, r participant.Request) error {
+		started <- struct{}{}
+		<-ctx.Done() // the caller went away; the statement then fails as pgx fails it
+		_, err := tx.Exec(ctx, `select 1`)
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /stock", f.Bar.Handler(fn))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	client, err := participant.NewSigningClient(testSecret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, gid, span string
+		p               participant.Participant
+	}{
+		{"http", "g-gone-http", "participant try", participant.HTTP{URL: srv.URL + "/stock", Client: client}},
+		{"in-process", "g-gone-inproc", "participant confirm", f.Bar.Participant(fn)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			op := participant.OpTry
+			if tc.span == "participant confirm" {
+				op = participant.OpConfirm
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() {
+				done <- tc.p.Do(ctx, participant.Request{GID: tc.gid, Branch: "b1", Op: op, Payload: json.RawMessage(`{}`)})
+			}()
+			select {
+			case <-started:
+			case <-time.After(30 * time.Second):
+				t.Fatal("fn did not start")
+			}
+			cancel()
+			if err := <-done; err == nil {
+				t.Fatal("Do of an abandoned call: nil error")
+			}
+			var s tracetest.SpanStub
+			testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool { // the handler ends after the client left
+				for _, x := range exp.GetSpans() {
+					if x.Name == tc.span && coretest.Attr(x, "txkit.gid") == tc.gid {
+						s = x
+						return true
+					}
+				}
+				return false
+			}, "no span %q of %s", tc.span, tc.gid)
+			if s.Status.Code == codes.Error {
+				t.Errorf("span of an abandoned call: status %v, want not an error", s.Status)
+			}
+			var line string
+			for _, l := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(l, "gid="+tc.gid) && !strings.Contains(l, "rollback") {
+					line = l
+				}
+			}
+			if !strings.Contains(line, "level=INFO") || !strings.Contains(line, `msg="participant: call abandoned by the coordinator"`) ||
+				!strings.Contains(line, "span_id="+s.SpanContext.SpanID().String()) {
+				t.Errorf("log line of an abandoned call %q; want level=INFO, the abandoned message and the span id; all:\n%s", line, logs.String())
+			}
+		})
+	}
 }

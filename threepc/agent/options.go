@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 )
 
@@ -71,7 +72,7 @@ func WithPoll(d time.Duration) Option { return func(o *options) { o.poll = d } }
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {
-			o.log = l
+			o.log = obs.Logger(l)
 		}
 	}
 }

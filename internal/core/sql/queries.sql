@@ -48,11 +48,28 @@ update {{.Branch}} set status = $3, updated_at = now()
 where gid = $1 and branch = any($2::text[]) and status <> $3
 {{end}}
 
+{{/* $4 holds each failure's refusal (null: not one); a refusal also records the transaction's
+abort cause. */}}
 {{define "branches_failed"}}
-update {{.Branch}} as b set attempts = b.attempts + 1, last_error = f.err, updated_at = now()
-from unnest($2::text[], $3::text[]) as f(branch, err)
-where b.gid = $1 and b.branch = f.branch
+with b as (
+    update {{.Branch}} as b set attempts = b.attempts + 1, last_error = f.err, refusal = coalesce(f.refusal, b.refusal), updated_at = now()
+    from unnest($2::text[], $3::text[], $4::text[]) as f(branch, err, refusal)
+    where b.gid = $1 and b.branch = f.branch
+)
+update {{.Global}} set abort_cause = coalesce(abort_cause, 'refused')
+where gid = $1 and exists (select 1 from unnest($4::text[]) as r(refusal) where r.refusal is not null)
 {{end}}
+
+{{/* A participant's refusal of branch $2: its reason, and the transaction's abort cause. */}}
+{{define "refuse"}}
+with b as (
+    update {{.Branch}} set refusal = $3, updated_at = now() where gid = $1 and branch = $2
+)
+update {{.Global}} set abort_cause = coalesce(abort_cause, 'refused') where gid = $1
+{{end}}
+
+{{/* A saga moved on past its timeout records why. */}}
+{{define "timed_out"}}update {{.Global}} set abort_cause = coalesce(abort_cause, 'timeout') where gid = $1{{end}}
 
 {{/* Moves the transaction on and marks the branches done in the same statement: a clean finish
 is one round trip. */}}
@@ -98,6 +115,8 @@ with due as (
 update {{.Global}} as g set
     status        = case when g.status = '{{.Trying}}' and g.timeout_at <= now() then '{{.Cancelling}}' else g.status end,
     attempts      = case when g.status = '{{.Trying}}' and g.timeout_at <= now() then 0 else g.attempts end,
+    abort_cause   = case when g.status = '{{.Trying}}' and g.timeout_at <= now() then coalesce(g.abort_cause, 'timeout')
+                         else g.abort_cause end,
     next_retry_at = case when g.status = '{{.Trying}}' and g.timeout_at > now() then g.timeout_at
                          else now() + make_interval(secs => $3::float8) end,
     updated_at    = now()
@@ -119,7 +138,7 @@ group by kind
 
 {{define "get"}}
 select gid, kind, status, timeout_at, next_retry_at, attempts, coalesce(last_error, ''), payload, created_at, updated_at,
-    coalesce(trace_context, '')
+    coalesce(trace_context, ''), coalesce(abort_cause, '')
 from {{.Global}} where gid = $1
 {{end}}
 
@@ -128,7 +147,7 @@ of a page that callers (the admin API) merge across logs in Go's byte order; pag
 libc collation, rows between the two orders were skipped. */}}
 {{define "list"}}
 select gid, kind, status, timeout_at, next_retry_at, attempts, coalesce(last_error, ''), payload, created_at, updated_at,
-    coalesce(trace_context, '')
+    coalesce(trace_context, ''), coalesce(abort_cause, '')
 from {{.Global}}
 where ($1::text = '' or kind = $1) and ($2::text = '' or status = $2) and ($3::text = '' or gid collate "C" > $3)
   and (not $4::bool or status not in ({{.Finals}}))
@@ -141,7 +160,8 @@ limit $5
 {{define "unfinished"}}select gid from {{.Global}} where gid = any($1::text[]) and status not in ({{.Finals}}){{end}}
 
 {{define "branches"}}
-select gid, branch, seq, target_kind, target, payload, status, attempts, coalesce(last_error, ''), updated_at
+select gid, branch, seq, target_kind, target, payload, status, attempts, coalesce(last_error, ''), updated_at,
+    coalesce(refusal, '')
 from {{.Branch}} where gid = any($1::text[])
 order by gid, seq, branch
 {{end}}

@@ -19,6 +19,11 @@ create table if not exists {{.Global}} (
 -- The W3C trace context of the ctx that began the transaction (obs.EncodeTrace), so that a
 -- recovery drive continues its trace; added to existing deployments here.
 alter table {{.Global}} add column if not exists trace_context text;
+-- Why a transaction that did not commit rolled back, when the log knows: 'refused' (a branch's
+-- participant refused: its branch row holds the reason), 'timeout' (the leader cancelled it at its
+-- timeout); null otherwise (the starter rolled back after a failure). Added to existing deployments
+-- here; their rows keep null.
+alter table {{.Global}} add column if not exists abort_cause text;
 -- The leader's claim walks this index: only unfinished transactions are in it.
 create index if not exists {{.DueIndex}} on {{.Global}} (next_retry_at)
     where status not in ({{.Finals}});
@@ -46,3 +51,6 @@ create table if not exists {{.Branch}} (
 -- operator console's branch timeline. Added to existing deployments here; their rows get the time
 -- of this migration.
 alter table {{.Branch}} add column if not exists updated_at timestamptz not null default now();
+-- A participant's refusal of the branch (the error wrapping participant.ErrRefused, bounded): the
+-- business reason the transaction rolled back. Added to existing deployments here.
+alter table {{.Branch}} add column if not exists refusal text;
