@@ -83,18 +83,7 @@ func run(b *testing.B, proto string, n int) {
 	var op func(ctx context.Context) error
 	switch proto {
 	case "tcc":
-		var cs []*tcc.Coordinator
-		for _, s := range ls {
-			co, err := tcc.New(s.pool, coordinator.WithSchema(s.schema))
-			if err != nil {
-				b.Fatal(err)
-			}
-			cs = append(cs, co)
-		}
-		r, err := shard.New[*tcc.Global](cs...)
-		if err != nil {
-			b.Fatal(err)
-		}
+		r := build(b, ls, tcc.New)
 		h := setup(b, r, noop)
 		op = func(ctx context.Context) error {
 			g, err := r.Begin(ctx)
@@ -109,18 +98,7 @@ func run(b *testing.B, proto string, n int) {
 			return g.Commit(ctx)
 		}
 	case "saga":
-		var cs []*saga.Coordinator
-		for _, s := range ls {
-			co, err := saga.New(s.pool, coordinator.WithSchema(s.schema))
-			if err != nil {
-				b.Fatal(err)
-			}
-			cs = append(cs, co)
-		}
-		r, err := shard.New[*saga.Saga](cs...)
-		if err != nil {
-			b.Fatal(err)
-		}
+		r := build(b, ls, saga.New)
 		h := setup(b, r, noop)
 		op = func(ctx context.Context) error {
 			s, err := r.Begin(ctx)
@@ -181,6 +159,24 @@ func run(b *testing.B, proto string, n int) {
 	b.ReportMetric(cpustat.PerOp(pg, b.N), "pg-cpu-ms/op")
 	b.ReportMetric(cpustat.PerOp(d.Self, b.N), "go-cpu-ms/op")
 	b.ReportMetric(d.BusyShare(), "busy")
+}
+
+// build returns a router over coordinators made by newFn (tcc.New, saga.New) on the shards.
+func build[G any, C shard.Coordinator[G]](b *testing.B, ls []logShard, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error)) *shard.Router[G, C] {
+	b.Helper()
+	var cs []C
+	for _, s := range ls {
+		c, err := newFn(s.pool, coordinator.WithSchema(s.schema))
+		if err != nil {
+			b.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	r, err := shard.New(cs...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
 }
 
 // setup migrates the router's shards and registers the participant with every one.

@@ -6,12 +6,12 @@
 //
 //	c0, _ := tcc.New(pool0, coordinator.WithSchema("shop"), coordinator.WithElector(el0)) // el0: /shop/tcc/shard0
 //	c1, _ := tcc.New(pool1, coordinator.WithSchema("shop"), coordinator.WithElector(el1)) // el1: /shop/tcc/shard1
-//	r, _ := shard.New[*tcc.Global](c0, c1) // the same order in every instance
-//	_ = r.Migrate(ctx)                     // also stores which shard each log is
-//	go r.Run(ctx)                          // each shard's recovery, under its own election
+//	r, _ := shard.New(c0, c1)       // the same order in every instance
+//	_ = r.Migrate(ctx)              // also stores which shard each log is
+//	go r.Run(ctx)                   // each shard's recovery, under its own election
 //	stock, _ := r.Register("stock", stockParticipant)
-//	g, _ := r.Begin(ctx)                   // a *tcc.Global on one shard, used as always
-//	st, _ := r.Status(ctx, g.GID())        // read from the gid's shard
+//	g, _ := r.Begin(ctx)            // a *tcc.Global on one shard, used as always
+//	st, _ := r.Status(ctx, g.GID()) // read from the gid's shard
 //
 // The number and order of the shards is stored with each log at its first Migrate or Run, and an
 // instance given other ones is refused there. Give each twopc or threepc shard a schema of its

@@ -44,7 +44,7 @@ type Router[G any, C Coordinator[G]] struct {
 // [coordinator.ErrInvalidOption]). New refuses, the same way, no shard, a nil one, one given
 // twice or to another Router at another place, and then changes none. It does not block.
 //
-//	r, err := shard.New[*tcc.Global](c0, c1, c2)
+//	r, err := shard.New(c0, c1, c2)
 func New[G any, C Coordinator[G]](shards ...C) (*Router[G, C], error) {
 	bases := make([]*core.Base, len(shards))
 	for i, c := range shards {

@@ -59,26 +59,41 @@ func (p *party) count(key string) int {
 	return p.calls[key]
 }
 
-// instance is one process's router over the shards (its own pools and coordinators).
-func instance(t *testing.T, dbs []*testenv.Schema, opts ...coordinator.Option) *shard.Router[*tcc.Global, *tcc.Coordinator] {
+// router returns a Router over tcc coordinators on dbs with the test's options and opts(db),
+// each on a pool of its own when fresh (one process's), else on the test's pool.
+func router(t *testing.T, dbs []*testenv.Schema, fresh bool, opts func(db *testenv.Schema) []coordinator.Option) *shard.Router[*tcc.Global, *tcc.Coordinator] {
 	t.Helper()
 	var cs []*tcc.Coordinator
 	for _, db := range dbs {
-		pool, err := pgxpool.New(t.Context(), db.URL)
-		if err != nil {
-			t.Fatal(err)
+		pool := db.Pool
+		if fresh {
+			var err error
+			if pool, err = pgxpool.New(t.Context(), db.URL); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
 		}
-		t.Cleanup(pool.Close)
-		c, err := tcc.New(pool, coretest.Options(t, db.Name, opts...)...)
+		var o []coordinator.Option
+		if opts != nil {
+			o = opts(db)
+		}
+		c, err := tcc.New(pool, coretest.Options(t, db.Name, o...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cs = append(cs, c)
 	}
-	r, err := shard.New[*tcc.Global](cs...)
+	r, err := shard.New(cs...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+// instance is one process's migrated router over the shards (its own pools and coordinators).
+func instance(t *testing.T, dbs []*testenv.Schema) *shard.Router[*tcc.Global, *tcc.Coordinator] {
+	t.Helper()
+	r := router(t, dbs, true, nil)
 	if err := r.Migrate(t.Context()); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
@@ -181,24 +196,12 @@ func TestIntegrationShardRoutingAcrossInstances(t *testing.T) {
 func TestIntegrationShardMismatchRefused(t *testing.T) {
 	dbs := testenv.PGShards(t, 3)
 	instance(t, dbs)
-	build := func(dbs ...*testenv.Schema) *shard.Router[*tcc.Global, *tcc.Coordinator] {
-		var cs []*tcc.Coordinator
-		for _, db := range dbs {
-			c, err := tcc.New(db.Pool, coretest.Options(t, db.Name, coordinator.WithElector(zkenv.Elector(t, testenv.ZKRoot(t)+"/"+db.Name, "x")))...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cs = append(cs, c)
-		}
-		r, err := shard.New[*tcc.Global](cs...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
+	elector := func(db *testenv.Schema) []coordinator.Option {
+		return []coordinator.Option{coordinator.WithElector(zkenv.Elector(t, testenv.ZKRoot(t)+"/"+db.Name, "x"))}
 	}
 	for name, r := range map[string]*shard.Router[*tcc.Global, *tcc.Coordinator]{
-		"two of three": build(dbs[0], dbs[1]),
-		"reordered":    build(dbs[1], dbs[0], dbs[2]),
+		"two of three": router(t, dbs[:2], false, elector),
+		"reordered":    router(t, []*testenv.Schema{dbs[1], dbs[0], dbs[2]}, false, elector),
 	} {
 		err := r.Migrate(t.Context())
 		if !errors.Is(err, coordinator.ErrInvalidOption) || !strings.Contains(err.Error(), "shard") {
@@ -219,20 +222,20 @@ func TestIntegrationShardMismatchRefused(t *testing.T) {
 	if _, err := shard.New[*tcc.Global, *tcc.Coordinator](); !errors.Is(err, coordinator.ErrInvalidOption) {
 		t.Errorf("New() = %v, want ErrInvalidOption", err)
 	}
-	if _, err := shard.New[*tcc.Global](c, c); !errors.Is(err, coordinator.ErrInvalidOption) {
+	if _, err := shard.New(c, c); !errors.Is(err, coordinator.ErrInvalidOption) {
 		t.Errorf("New(c, c) = %v, want ErrInvalidOption", err)
 	}
-	if _, err := shard.New[*tcc.Global](c); err != nil {
+	if _, err := shard.New(c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := shard.New[*tcc.Global](c); err != nil {
+	if _, err := shard.New(c); err != nil {
 		t.Errorf("New(c) again, at the same place: %v", err)
 	}
 	d, err := tcc.New(dbs[1].Pool, coordinator.WithSchema(dbs[1].Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := shard.New[*tcc.Global](d, c); !errors.Is(err, coordinator.ErrInvalidOption) {
+	if _, err := shard.New(d, c); !errors.Is(err, coordinator.ErrInvalidOption) {
 		t.Errorf("New(d, c) with c shard 0 of 1 already = %v, want ErrInvalidOption", err)
 	}
 }
@@ -259,7 +262,7 @@ func starter(ctx context.Context, cfg starterConfig) error {
 		}
 		cs = append(cs, c)
 	}
-	r, err := shard.New[*tcc.Global](cs...)
+	r, err := shard.New(cs...)
 	if err != nil {
 		return err
 	}
@@ -299,7 +302,7 @@ func TestIntegrationShardRecoveredAfterStarterKill(t *testing.T) {
 		el := zkenv.Elector(t, fmt.Sprintf("%s/tcc-shard%d", root, i), "leader")
 		cs = append(cs, coretest.New(t, tcc.New, db.Pool, db.Name, coordinator.WithElector(el), coordinator.WithLease(2*time.Second)))
 	}
-	r, err := shard.New[*tcc.Global](cs...)
+	r, err := shard.New(cs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +382,7 @@ func TestIntegrationShardSaga(t *testing.T) {
 	for _, db := range dbs {
 		cs = append(cs, coretest.New(t, saga.New, db.Pool, db.Name))
 	}
-	r, err := shard.New[*saga.Saga](cs...)
+	r, err := shard.New(cs...)
 	if err != nil {
 		t.Fatal(err)
 	}
