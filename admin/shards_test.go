@@ -30,7 +30,7 @@ func TestIntegrationAdminListsAcrossShards(t *testing.T) {
 		cs = append(cs, c)
 		logs = append(logs, admin.LogSource{Name: fmt.Sprintf("tcc/%d", i), Prefix: "txkit_", Pool: db.Pool})
 	}
-	r, err := shard.New[*tcc.Global](cs...)
+	r, err := shard.New(cs...)
 	if err != nil {
 		t.Fatal(err)
 	}
