@@ -129,7 +129,7 @@ type Base struct {
 	Log   *Log
 	Parts *Participants
 	Cfg   Config
-	shard atomic.Pointer[shardID] // nil: the log is no shard (SetShard, shard.go)
+	shard atomic.Pointer[shardID] // nil: the log is no shard (SetShards, shard.go)
 	// Failures and Violations count failed branch ops and refusals that break the protocol
 	// ([Stats]); the coordinator adds to them.
 	Failures, Violations atomic.Int64
