@@ -127,6 +127,14 @@ bench-concurrency: up ## the recipes at 1/16/64 clients against their bare basel
 	  $(GO) test -run '^$$' -bench '$(CONCBENCH_RUN)' -benchtime=$(CONCBENCH_ROUNDS)x -count=1 -timeout 30m ./bench/concbench/ 2>&1 | \
 	  $(GO) run ./bench/benchtable
 
+# The coordinator log over 1, 2 and 3 PostgreSQL servers (coordinator/shard; TXKIT_PG_URL's and
+# deploy/local/pg-shards' two), TCC and sagas in one run: tx/s, commits and each shard server's
+# CPU per transaction (docs/coordinators.md, "Log shards"). SHARDBENCH_TIME per row.
+SHARDBENCH_TIME ?= 5s
+.PHONY: bench-shards
+bench-shards: up ## TCC and saga throughput with 1, 2 and 3 log shards (each its own PostgreSQL), per-shard CPU and commits per transaction
+	@$(WITH_ENV) $(GO) test -run '^$$' -bench 'BenchmarkShards$$' -benchtime=$(SHARDBENCH_TIME) -count=1 -timeout 30m ./bench/shardbench/
+
 # The lock backends side by side, in one run on the same servers: throughput, hand-off latency and
 # round trips (BenchmarkLocks), SIGKILLed holder to next holder (BenchmarkLocksKill), and what a
 # server restart does to a held lock (BenchmarkDisruptiveLocksRestart restarts a ZooKeeper node,

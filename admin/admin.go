@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +45,7 @@ type Admin struct {
 
 type txLog struct {
 	src    LogSource
+	pool   *pgxpool.Pool // src.Pool, or the Admin's
 	log    *core.Log
 	global string // quoted table names
 	branch string
@@ -77,13 +79,14 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Admin, error) {
 		if o.schema != "" {
 			lopts = append(lopts, core.WithSchema(o.schema))
 		}
-		l, err := core.New(pool, lopts...)
+		lp := cmp.Or(src.Pool, pool)
+		l, err := core.New(lp, lopts...)
 		if err != nil {
 			return nil, fmt.Errorf("admin: log %s: %w: %w", src.Name, err, ErrInvalidOption)
 		}
 		g, _ := pgutil.Table(o.schema, src.Prefix+"global")
 		b, _ := pgutil.Table(o.schema, src.Prefix+"branch")
-		a.logs = append(a.logs, txLog{src: src, log: l, global: g, branch: b})
+		a.logs = append(a.logs, txLog{src: src, pool: lp, log: l, global: g, branch: b})
 	}
 	if a.ob, err = outbox.New(pool, outbox.WithTable(o.schema, o.outboxTable)); err != nil {
 		return nil, fmt.Errorf("admin: %w: %w", err, ErrInvalidOption)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txkit/txkit/internal/obs"
@@ -24,10 +25,12 @@ import (
 type Option func(*options)
 
 // LogSource names a coordinator log: the tables Prefix+"global" and Prefix+"branch" of package
-// core. Name shows in every [Transaction] read from it.
+// core. Name shows in every [Transaction] read from it. A log spread over several databases
+// (coordinator/shard) is one LogSource per shard, each with its shard's Pool.
 type LogSource struct {
-	Name   string // "tcc", "saga", "2pc", "3pc", or a name of the caller's
-	Prefix string // the protocol's table prefix (txkit_, txkit_saga_, txkit_2pc_, txkit_3pc_)
+	Name   string        // "tcc", "saga", "2pc", "3pc", or a name of the caller's ("tcc/1": a shard)
+	Prefix string        // the protocol's table prefix (txkit_, txkit_saga_, txkit_2pc_, txkit_3pc_)
+	Pool   *pgxpool.Pool // the database holding the log (nil: the Admin's pool), in the schema of [WithSchema]
 }
 
 // StandardLogs returns the logs of the four coordinators at their default table prefixes: tcc

@@ -92,7 +92,7 @@ where status = 'failed'`).Scan(&ov.FailedNotifications, &ov.LastHour.FailedNotif
 			age                           *float64
 		)
 		// The finals list is core's constant status names, never request text.
-		err := a.pool.QueryRow(ctx, `with open as (
+		err := l.pool.QueryRow(ctx, `with open as (
     select gid, kind, status, created_at from `+l.global+` where status not in (`+a.finals+`)
 ), oldest as (
     select gid, kind, status, extract(epoch from now() - created_at)::float8 as age from open order by created_at, gid limit 1

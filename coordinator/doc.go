@@ -18,7 +18,9 @@
 // returns [Stats], and every Coordinator embeds [Base].
 //
 // With [WithPartitions] the recovery is split into partitions by a hash of the gid, each with its
-// own election and fencing token, so that several instances share it. Why the package exists,
+// own election and fencing token, so that several instances share it; package
+// [github.com/txkit/txkit/coordinator/shard] spreads one protocol's log over several databases.
+// Why the package exists,
 // partitioned recovery, group commit and deferred finish, metrics and tracing:
 // docs/coordinators.md, docs/metrics.md, docs/tracing.md.
 package coordinator

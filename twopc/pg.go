@@ -92,7 +92,7 @@ func (c *Coordinator) resolveDB(ctx context.Context, d *prepared.Registered, res
 	var errs []error
 	for _, p := range found {
 		gid, id := p.GID, p.ID
-		if p.Branch != d.Name { // another registered database's (they may share a server database)
+		if p.Branch != d.Name || !c.b.Owns(gid) { // another registered database's (they may share a server database), another log shard's
 			continue
 		}
 		res.Found++

@@ -167,7 +167,7 @@ func (c *Coordinator) sweepVotes(ctx context.Context, d *prepared.Registered) (i
 		gidOf := make(map[string]string, len(ids))
 		gids := make([]string, 0, len(ids))
 		for _, id := range ids {
-			if gid, _, ok := c.ns.Parse(id); ok {
+			if gid, _, ok := c.ns.Parse(id); ok && c.b.Owns(gid) { // another log shard's are its to sweep
 				gidOf[id] = gid
 				gids = append(gids, gid)
 			}

@@ -135,3 +135,36 @@ func PerOp(d time.Duration, ops int) float64 {
 	}
 	return float64(d) / float64(time.Millisecond) / float64(ops)
 }
+
+// Tree returns the processor time used so far by process pid and its children, those that
+// exited included (a PostgreSQL postmaster's: every backend and helper of one server, so one
+// server's share when several run on the machine), 0 where /proc cannot be read.
+func Tree(pid int) time.Duration {
+	var sum time.Duration
+	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range dirs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // the process ended meanwhile
+		}
+		self, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if _, t, ok := processTimes(b); ok && (self == pid || Parent(b) == pid) {
+			sum += t
+		}
+	}
+	return sum
+}
+
+// Parent returns the parent's pid in a /proc/<pid>/stat line (field 4), 0 when it has none.
+func Parent(stat []byte) int {
+	end := bytes.LastIndexByte(stat, ')')
+	if end < 0 {
+		return 0
+	}
+	f := strings.Fields(string(stat[end+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}

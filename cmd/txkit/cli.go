@@ -46,6 +46,7 @@ type flags struct {
 	olderThan      time.Duration  // audit purge
 	filter         admin.TxFilter // tx list
 	serve          serveFlags
+	shards         shardFiles // tx, serve: the other log shards' databases
 }
 
 // group and verb split a command's name.

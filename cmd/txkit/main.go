@@ -6,6 +6,7 @@
 //	txkit outbox requeue [-pg URL] [-schema S] [-table T] (-all | ID...)
 //	txkit tx list        [-pg URL] [-schema S] [-prefix P] [-kind K] [-status S] [-unfinished] [-older-than D] [-limit N]
 //	txkit tx show GID    [-pg URL] [-schema S] [-prefix P]
+//	                     (tx list and show also [-log-shard-file F ...]: the log's other shards)
 //	txkit notify failed  [-pg URL] [-schema S] [-table T] [-limit N]
 //	txkit notify show ID [-pg URL] [-schema S] [-table T] [-reveal]
 //	txkit notify redeliver ID... [-pg URL] [-schema S] [-table T]
@@ -15,7 +16,7 @@
 //
 //	txkit serve [-listen 127.0.0.1:8089] [-listen-public] [-host NAME ...] [-tls-cert F -tls-key F]
 //	            [-pg-file F] [-schema S] [-token-file F] [-zk ADDRS] [-election name=where ...]
-//	            [-lock name=where ...] [-metrics-url URL ...]
+//	            [-lock name=where ...] [-metrics-url URL ...] [-log-shard-file F ...]
 //	            [-request-timeout D] [-max-requests N] [-max-conns N] [-audit-retention D]
 //	txkit audit purge [-pg URL] [-schema S] [-table T] [-older-than 720h]
 //	txkit help [COMMAND [VERB]]

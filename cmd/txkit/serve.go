@@ -81,6 +81,7 @@ func serveFlagSet(fs *flag.FlagSet, e *env) {
 	fs.IntVar(&f.lim.conns, "max-conns", 256, "hold `N` connections open; more are closed at once")
 	fs.DurationVar(&f.retention, "audit-retention", admin.DefaultAuditRetention, "purge audit rows older than `D`, hourly")
 	e.registerPG(fs, "txkit's tables")
+	registerShards(fs, e)
 }
 
 // serve runs `txkit serve`: the admin JSON API under /api/ and the web console at / on one
@@ -110,6 +111,14 @@ func serve(ctx context.Context, e *env) error {
 		return err
 	}
 	defer closeInspectors()
+	if len(e.shards) > 0 {
+		logs, closeShards, err := e.shardLogs(ctx, admin.StandardLogs(), serveConns)
+		if err != nil {
+			return err
+		}
+		defer closeShards()
+		opts = append(opts, admin.WithTables(admin.Tables{Logs: logs}))
+	}
 	a, err := admin.New(pool, opts...)
 	if err != nil {
 		return usageErr("%v", err)

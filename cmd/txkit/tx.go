@@ -19,6 +19,7 @@ func txFlags(fs *flag.FlagSet, e *env) {
 	e.registerPG(fs, "the coordinator's tables")
 	fs.StringVar(&e.prefix, "prefix", "", "table `prefix` of one log (default: all four, tcc txkit_, saga txkit_saga_,\n"+
 		"two-phase commit txkit_2pc_, three-phase commit txkit_3pc_)")
+	registerShards(fs, e)
 }
 
 func txListFlags(fs *flag.FlagSet, e *env) {
@@ -33,14 +34,23 @@ func txListFlags(fs *flag.FlagSet, e *env) {
 // txAdmin returns an Admin on the log of -prefix (or all four) and its pool (the caller closes it).
 func txAdmin(ctx context.Context, e *env) (*admin.Admin, func(), error) {
 	var opts []admin.Option
+	logs := admin.StandardLogs()
 	if e.prefix != "" {
-		opts = append(opts, admin.WithTables(admin.Tables{Logs: []admin.LogSource{logOf(e.prefix)}}))
+		logs = []admin.LogSource{logOf(e.prefix)}
 	}
-	a, pool, err := e.admin(ctx, opts...)
+	logs, closeShards, err := e.shardLogs(ctx, logs, 1)
 	if err != nil {
 		return nil, nil, err
 	}
-	return a, pool.Close, nil
+	if e.prefix != "" || len(e.shards) > 0 {
+		opts = append(opts, admin.WithTables(admin.Tables{Logs: logs}))
+	}
+	a, pool, err := e.admin(ctx, opts...)
+	if err != nil {
+		closeShards()
+		return nil, nil, err
+	}
+	return a, func() { pool.Close(); closeShards() }, nil
 }
 
 // txList runs `txkit tx list`.

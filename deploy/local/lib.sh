@@ -18,6 +18,7 @@ export TXKIT_HOME
 
 # Addresses. The Makefile and the tests read the same values.
 PG_PORT=${TXKIT_PG_PORT:-55432}
+PG_SHARD_PORTS="55452 55453" # the coordinator log's shards 2 and 3 (deploy/local/pg-shards); shard 1 is PG_PORT's
 ZK_NODES=${TXKIT_ZK_NODES:-3}
 ZK_BASE_PORT=22180 # client port of node N is ZK_BASE_PORT+N
 NAMESRV_PORT=19876
@@ -165,7 +166,7 @@ port_holders() {
 }
 
 # home_of_pid PID: the TXKIT_HOME a server of these scripts was started from, read from its command
-# line (postgres -D HOME/pg/data, HOME/zk/N/zoo.cfg, -Drocketmq.home.dir=HOME/rocketmq, and
+# line (postgres -D HOME/pg/data or HOME/pg-shardN/data, HOME/zk/N/zoo.cfg, -Drocketmq.home.dir=HOME/rocketmq, and
 # redis-server's process title ending in HOME/redis/NAME/redis.conf). Fails when the command line
 # shows none.
 home_of_pid() {
@@ -174,6 +175,7 @@ home_of_pid() {
   while IFS= read -r -d '' a; do
     case $a in
       */pg/data) echo "${a%/pg/data}"; return 0 ;;
+      */pg-shard[0-9]*/data) echo "${a%/pg-shard*/data}"; return 0 ;;
       */zk/[0-9]*/zoo.cfg) echo "${a%/zk/*}"; return 0 ;;
       -Drocketmq.home.dir=*/rocketmq) a=${a#-Drocketmq.home.dir=}; echo "${a%/rocketmq}"; return 0 ;;
       *' '/*/redis/*/redis.conf) a=${a##* }; echo "${a%/redis/*/redis.conf}"; return 0 ;;

@@ -46,6 +46,9 @@ func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
 // names it).
 const aclBrokerPort = 21911
 
+// pgShardPort is the first log shard's port, fixed in deploy/local/lib.sh (PG_SHARD_PORTS).
+const pgShardPort = 55452
+
 // failFast is how soon a start must fail when a port is taken (the old scripts waited up to 60 s).
 const failFast = 10 * time.Second
 
@@ -65,6 +68,7 @@ func TestIntegrationStartFailsFastOnTakenPort(t *testing.T) {
 	}{
 		{"up", []string{"up"}, ports.pg},
 		{"postgres start", []string{"postgres", "start"}, ports.pg},
+		{"pg-shards start", []string{"pg-shards", "start"}, pgShardPort},
 		{"zk start", []string{"zk", "start"}, ports.zk[0]},
 		{"zk start N", []string{"zk", "start", strconv.Itoa(len(ports.zk))}, ports.zk[len(ports.zk)-1]},
 		{"rocketmq start", []string{"rocketmq", "start"}, ports.namesrv},

@@ -129,6 +129,7 @@ type Base struct {
 	Log   *Log
 	Parts *Participants
 	Cfg   Config
+	shard atomic.Pointer[shardID] // nil: the log is no shard (SetShards, shard.go)
 	// Failures and Violations count failed branch ops and refusals that break the protocol
 	// ([Stats]); the coordinator adds to them.
 	Failures, Violations atomic.Int64
@@ -231,6 +232,9 @@ func (b *Base) Migrate(ctx context.Context) error {
 	if err := b.Log.Migrate(ctx); err != nil {
 		return b.Errorf("%w", err)
 	}
+	if err := b.checkShard(ctx); err != nil {
+		return b.Errorf("migrate: %w", err)
+	}
 	return nil
 }
 
@@ -290,7 +294,8 @@ func (b *Base) Begin(ctx context.Context, opts []BeginOption) (BeginConfig, erro
 	for _, opt := range opts {
 		opt(&c)
 	}
-	if c.GID == "" {
+	given := c.GID != ""
+	if !given {
 		id, err := uuid.NewV7()
 		if err != nil {
 			return c, b.Errorf("gid: %w", err)
@@ -299,6 +304,10 @@ func (b *Base) Begin(ctx context.Context, opts []BeginOption) (BeginConfig, erro
 	}
 	if err := CheckGID(c.GID); err != nil {
 		return c, b.Errorf("begin: gid %.64q: %v: %w", c.GID, err, ErrInvalidOption)
+	}
+	var err error
+	if c.GID, err = b.shardGID(c.GID, given); err != nil {
+		return c, err
 	}
 	if c.Timeout <= 0 {
 		return c, b.Errorf("begin %s: timeout %v: %w", c.GID, c.Timeout, ErrInvalidOption)
@@ -325,6 +334,12 @@ func (b *Base) run(ctx context.Context, d Driver, opts []RecoverOption) error {
 		return ErrRunning
 	}
 	defer b.running.Store(false)
+	if err := b.checkShard(ctx); err != nil {
+		if ctx.Err() != nil { // ended while starting, as a Recoverer's Run: not an error
+			return nil
+		}
+		return err
+	}
 	ropts := append([]RecoverOption{WithSchedule(b.Cfg.Schedule), WithBatchSize(b.Cfg.Batch),
 		WithConcurrency(b.Cfg.RecoverConc), WithRetention(b.Cfg.Retention, b.Cfg.RetentionSpec),
 		WithLogger(b.Cfg.Logger), withMetrics(b.metrics), withTracer(b.tr)}, opts...)

@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -57,23 +58,47 @@ func PartitionSQL(expr string, parts int) string {
 // returns PostgreSQL's error.
 func StorePartitions(ctx context.Context, pool *pgxpool.Pool, table string, parts int) (int, error) {
 	var stored int
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := storeOnce(ctx, pool, table, `partitions integer not null check (partitions between 1 and `+strconv.Itoa(MaxPartitions)+`)`,
+		"partitions", []any{parts}, &stored)
+	if err != nil {
+		return 0, fmt.Errorf("placement: partitions in %s: %w", table, err)
+	}
+	return stored, nil
+}
+
+// StoreShard records that a set of tables is shard index (0-based) of shards, as [StorePartitions]
+// records a number of partitions, and returns the stored pair, which the caller compares with its
+// own: a key's shard depends on the number of shards, and each database must stay the shard it was.
+func StoreShard(ctx context.Context, pool *pgxpool.Pool, table string, index, shards int) (storedIndex, storedShards int, err error) {
+	err = storeOnce(ctx, pool, table, `shard integer not null check (shard >= 0),
+			shards integer not null check (shard < shards and shards <= `+strconv.Itoa(MaxPartitions)+`)`,
+		"shard, shards", []any{index, shards}, &storedIndex, &storedShards)
+	if err != nil {
+		return 0, 0, fmt.Errorf("placement: shard in %s: %w", table, err)
+	}
+	return storedIndex, storedShards, nil
+}
+
+// storeOnce inserts vals as the columns names (declared by cols) of the one-row table, created if
+// need be, unless the row exists, and scans the stored row into dst.
+func storeOnce(ctx context.Context, pool *pgxpool.Pool, table, cols, names string, vals []any, dst ...any) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock($1)`, pgutil.MigrateLockKey("txkit/partitions:"+table)); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `create table if not exists `+table+` (
 			one        boolean     primary key default true check (one),
-			partitions integer     not null check (partitions between 1 and `+strconv.Itoa(MaxPartitions)+`),
+			`+cols+`,
 			set_at     timestamptz not null default now())`); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `insert into `+table+` (partitions) values ($1) on conflict do nothing`, parts); err != nil {
+		params := make([]string, len(vals))
+		for i := range vals {
+			params[i] = "$" + strconv.Itoa(i+1)
+		}
+		if _, err := tx.Exec(ctx, `insert into `+table+` (`+names+`) values (`+strings.Join(params, ", ")+`) on conflict do nothing`, vals...); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `select partitions from `+table).Scan(&stored)
+		return tx.QueryRow(ctx, `select `+names+` from `+table).Scan(dst...)
 	})
-	if err != nil {
-		return 0, fmt.Errorf("placement: partitions in %s: %w", table, err)
-	}
-	return stored, nil
 }

@@ -99,12 +99,16 @@ type Schema struct {
 // PG creates a schema for the test and a pool whose connections use it as their search_path.
 func PG(t testing.TB) *Schema {
 	t.Helper()
-	base := PGURL(t)
+	return schemaOn(t, EnvPG, PGURL(t))
+}
+
+func schemaOn(t testing.TB, env, base string) *Schema {
+	t.Helper()
 	name := "t_" + strings.ReplaceAll(Name(t), "-", "_")
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, base)
 	if err != nil {
-		t.Fatalf("connect %s: %v", EnvPG, err)
+		t.Fatalf("connect %s: %v", env, err)
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, "create schema "+pgx.Identifier{name}.Sanitize()); err != nil {
