@@ -46,6 +46,14 @@ func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
 // names it).
 const aclBrokerPort = 21911
 
+// The ports of deploy/local/redis-sentinel and deploy/local/rocketmq-cluster, fixed in lib.sh.
+const (
+	sentinelPrimaryPort  = 26390
+	dledgerNamesrvPort   = 19886
+	dledgerNode1Port     = 30921
+	twoMasterNamesrvPort = 19896
+)
+
 // failFast is how soon a start must fail when a port is taken (the old scripts waited up to 60 s).
 const failFast = 10 * time.Second
 
@@ -72,6 +80,10 @@ func TestIntegrationStartFailsFastOnTakenPort(t *testing.T) {
 		{"rocketmq start-acl-broker", []string{"rocketmq", "start-acl-broker"}, aclBrokerPort},
 		{"redis start", []string{"redis", "start"}, ports.redis["single"]},
 		{"redis start replica", []string{"redis", "start", "replica"}, ports.redis["replica"]},
+		{"redis-sentinel start", []string{"redis-sentinel", "start"}, sentinelPrimaryPort},
+		{"rocketmq-cluster start", []string{"rocketmq-cluster", "start"}, dledgerNamesrvPort},
+		{"rocketmq-cluster start two-masters", []string{"rocketmq-cluster", "start", "two-masters"}, twoMasterNamesrvPort},
+		{"rocketmq-cluster start-node", []string{"rocketmq-cluster", "start-node", "n1"}, dledgerNode1Port},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
