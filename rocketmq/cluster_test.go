@@ -233,11 +233,12 @@ func TestIntegrationClusterDLedgerLeaderKill(t *testing.T) {
 
 // TestIntegrationClusterTwoMastersKeyWaitsForItsBroker: the rule on a two-master cluster is that
 // a key waits for its broker. The relay publishes 8 keys × 40 messages over the 8 queues of both
-// masters to two orderly, idempotent consumers of one group; halfway, master-b is SIGKILLed. The
+// masters to an orderly, idempotent consumer; halfway, master-b is SIGKILLed. The
 // keys whose queue is on master-a go on to their last message; the keys of master-b stay where
 // they were (their publishes fail and are retried, nothing of them moves to master-a) until
 // master-b is back, and then finish: every message applied exactly once across the rebalances
-// the broker's death and return cause, each key's in order.
+// the broker's death and return cause (master-b's queues leave the consumer and come back, with
+// offsets the dead broker may not have persisted), each key's in order.
 func TestIntegrationClusterTwoMastersKeyWaitsForItsBroker(t *testing.T) {
 	t.Parallel()
 	c := mqtest.TwoMasters(t)
@@ -245,11 +246,9 @@ func TestIntegrationClusterTwoMastersKeyWaitsForItsBroker(t *testing.T) {
 	e := clusterEnv(t, c, g)
 	const keys, perKey = 8, 40
 	c1 := newConsumer(t, e, g, (&recorder{}).handler(nil), rocketmq.WithOrderly(time.Second))
-	c2 := newConsumer(t, e, g, (&recorder{}).handler(nil), rocketmq.WithOrderly(time.Second))
 	run(t, c1)
-	run(t, c2)
 	ob := clusterRelay(t, e)
-	applied := func() int64 { return c1.Stats().Applied + c2.Stats().Applied }
+	applied := func() int64 { return c1.Stats().Applied }
 
 	// Which keys live on master-b: the Publisher's own selector over the topic's 8 queues.
 	adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(c.Namesrv)))
@@ -331,7 +330,7 @@ func TestIntegrationClusterTwoMastersKeyWaitsForItsBroker(t *testing.T) {
 	t.Logf("master-b's keys finished %v after it was back (%v after its SIGKILL)", time.Since(back).Round(time.Millisecond),
 		time.Since(killed).Round(time.Millisecond))
 	n, twice, violations := orderReport(t, e, "applied")
-	t.Logf("%d applied, %d twice, %d order violations; consumers %+v, %+v", n, twice, violations, c1.Stats(), c2.Stats())
+	t.Logf("%d applied, %d twice, %d order violations; consumer %+v", n, twice, violations, c1.Stats())
 	if n != keys*perKey || twice != 0 || violations != 0 {
 		t.Errorf("applied %d (want %d), twice %d, order violations %d: want every message once, in order", n, keys*perKey, twice, violations)
 	}
