@@ -1,6 +1,7 @@
 package rocketmq_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -46,9 +47,9 @@ func clusterEnv(t *testing.T, c *mqtest.Cluster, groups ...string) *env {
 	return e
 }
 
-// clusterRelay runs an outbox relay on e's schema publishing to e's cluster, retrying a failed
-// publish after 100 ms to 1 s, until the test ends.
-func clusterRelay(t *testing.T, e *env) *outbox.Outbox {
+// clusterRelay runs an outbox relay on e's schema publishing through the name servers ns (e's
+// cluster), retrying a failed publish after 100 ms to 1 s, until the test ends.
+func clusterRelay(t *testing.T, e *env, ns []string) (*outbox.Outbox, *outbox.Relay) {
 	t.Helper()
 	ob, err := outbox.New(e.pool)
 	if err != nil {
@@ -57,7 +58,12 @@ func clusterRelay(t *testing.T, e *env) *outbox.Outbox {
 	if err := ob.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	relay, err := outbox.NewRelay(ob, newPublisher(t, e),
+	pub, err := rocketmq.NewPublisher(t.Context(), ns, rocketmq.WithLogger(e.log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	relay, err := outbox.NewRelay(ob, pub,
 		outbox.WithElector(zkenv.Elector(t, testenv.ZKRoot(t)+"/relay", "r1")),
 		outbox.WithSchedule("@every 100ms", 128), outbox.WithRetry(100000, 100*time.Millisecond, time.Second),
 		outbox.WithLogger(e.log))
@@ -65,7 +71,7 @@ func clusterRelay(t *testing.T, e *env) *outbox.Outbox {
 		t.Fatal(err)
 	}
 	testenv.Run(t, relay.Run)
-	return ob
+	return ob, relay
 }
 
 // enqueue writes messages seq from..to-1 of each of keys keys into the outbox, one transaction
@@ -143,7 +149,7 @@ func TestIntegrationClusterDLedgerLeaderKill(t *testing.T) {
 	const keys, perKey = 8, 40
 	cons := newConsumer(t, e, g, (&recorder{}).handler(nil), rocketmq.WithOrderly(time.Second))
 	run(t, cons)
-	ob := clusterRelay(t, e)
+	ob, _ := clusterRelay(t, e, e.ns)
 
 	enqueue(t, e, ob, keys, 0, perKey/2)
 	testenv.Eventually(t, waitFor, 50*time.Millisecond, func() bool { return cons.Stats().Applied >= keys*perKey/4 },
@@ -235,8 +241,8 @@ func TestIntegrationClusterDLedgerLeaderKill(t *testing.T) {
 // a key waits for its broker. The relay publishes 8 keys × 40 messages over the 8 queues of both
 // masters to an orderly, idempotent consumer; halfway, master-b is SIGKILLed. The
 // keys whose queue is on master-a go on to their last message; the keys of master-b stay where
-// they were (their publishes fail and are retried, nothing of them moves to master-a) until
-// master-b is back, and then finish: every message applied exactly once across the rebalances
+// they were (their publishes fail and are retried, nothing of them moves to master-a, also after
+// the publisher's own route poll dropped master-b) until master-b is back, and then finish: every message applied exactly once across the rebalances
 // the broker's death and return cause (master-b's queues leave the consumer and come back, with
 // offsets the dead broker may not have persisted), each key's in order.
 func TestIntegrationClusterTwoMastersKeyWaitsForItsBroker(t *testing.T) {
@@ -247,7 +253,8 @@ func TestIntegrationClusterTwoMastersKeyWaitsForItsBroker(t *testing.T) {
 	const keys, perKey = 8, 40
 	c1 := newConsumer(t, e, g, (&recorder{}).handler(nil), rocketmq.WithOrderly(time.Second))
 	run(t, c1)
-	ob := clusterRelay(t, e)
+	ns, routes := mqtest.WatchRoutes(t, e.ns) // the relay's publisher's route polls
+	ob, relay := clusterRelay(t, e, ns)
 	applied := func() int64 { return c1.Stats().Applied }
 
 	// Which keys live on master-b: the Publisher's own selector over the topic's 8 queues.
@@ -282,6 +289,7 @@ func TestIntegrationClusterTwoMastersKeyWaitsForItsBroker(t *testing.T) {
 	testenv.Eventually(t, waitFor, 50*time.Millisecond, func() bool { return applied() == keys*perKey/2 },
 		"the first half applied before the kill (applied %d)", applied())
 
+	polls := routes.Len()
 	c.Kill(t, "master-b")
 	killed := time.Now()
 	enqueue(t, e, ob, keys, perKey/2, perKey)
@@ -313,6 +321,24 @@ func TestIntegrationClusterTwoMastersKeyWaitsForItsBroker(t *testing.T) {
 		return sum == want
 	}, "the keys of master-a to finish while master-b is down (applied %v)", perKeyApplied())
 	t.Logf("master-a's %d keys finished %v after master-b's SIGKILL", keys-nb, time.Since(killed).Round(time.Millisecond))
+	// The publisher's own route poll (every 30 s) drops master-b's queues; then each key of
+	// master-b is retried again (more failures than keys): none may have moved to master-a.
+	testenv.Eventually(t, 2*waitFor, 100*time.Millisecond, func() bool {
+		return routes.Since(polls, func(b []byte) bool { return !bytes.Contains(b, []byte("master-b")) })
+	}, "the publisher's route poll to drop master-b")
+	failed := relay.Stats().Failed
+	testenv.Eventually(t, waitFor, 100*time.Millisecond, func() bool {
+		if relay.Stats().Failed >= failed+int64(2*nb) {
+			return true
+		}
+		for k, n := range perKeyApplied() {
+			if onB[k] && n > perKey/2 {
+				return true // moved: reported below
+			}
+		}
+		return false
+	}, "the relay to retry master-b's keys after the route poll (stats %+v)", relay.Stats())
+	t.Logf("the publisher's route lost master-b %v after its SIGKILL; its keys retried since", time.Since(killed).Round(time.Millisecond))
 	for k, n := range perKeyApplied() {
 		if onB[k] && n != perKey/2 {
 			t.Errorf("key %s of master-b: %d messages applied while master-b is down, want %d (none moved)", k, n, perKey/2)

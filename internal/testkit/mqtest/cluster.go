@@ -1,14 +1,17 @@
 package mqtest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
+	"github.com/txkit/txkit/internal/testkit/tcpproxy"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 )
 
@@ -188,4 +192,53 @@ func processRuns(pid int) bool {
 		return s[i+2] != 'Z'
 	}
 	return true
+}
+
+// Routes records the topic routes a client received from its name server through the proxy of
+// [WatchRoutes], so that a test can wait for the client's own route poll (rocketmq-client-go polls
+// every 30 s) instead of guessing when it happened.
+type Routes struct {
+	mu     sync.Mutex
+	bodies [][]byte // the bodies of the name server's replies that carry a topic route
+}
+
+// WatchRoutes returns name servers for a client that reach ns[0] through a proxy recording its
+// route replies, and the record; the proxy stops when tb ends.
+func WatchRoutes(tb testing.TB, ns []string) ([]string, *Routes) {
+	tb.Helper()
+	r := &Routes{}
+	p, err := tcpproxy.New(ns[0], tcpproxy.WithReplies(func(dst io.Writer, src io.Reader) error {
+		return copyFrames(dst, src, func(header, body []byte) ([]byte, []byte) {
+			if bytes.Contains(body, []byte(`"queueDatas"`)) {
+				r.mu.Lock()
+				r.bodies = append(r.bodies, bytes.Clone(body))
+				r.mu.Unlock()
+			}
+			return header, body
+		})
+	}))
+	if err != nil {
+		tb.Fatalf("proxy to name server %s: %v", ns[0], err)
+	}
+	tb.Cleanup(func() { _ = p.Close() })
+	return []string{p.Addr()}, r
+}
+
+// Len returns how many route replies were recorded.
+func (r *Routes) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.bodies)
+}
+
+// Since reports whether a route reply recorded after the first n matches pred.
+func (r *Routes) Since(n int, pred func(body []byte) bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, b := range r.bodies[min(n, len(r.bodies)):] {
+		if pred(b) {
+			return true
+		}
+	}
+	return false
 }
