@@ -14,8 +14,11 @@ WITH_ENV = set -a && eval "$$(deploy/local/env)" && ROCKETMQ_GO_LOG_LEVEL=error 
 
 .PHONY: bench-locks bench-concurrency up down status test unit demo tcc-order drill-tcc drill-tcc-grpc drill-tcc-locks saga-order drill-saga transfer drill-2pc drill-3pc bench lint env recharge stock console console-screenshot proto
 
-up: ## start PostgreSQL, the ZooKeeper ensemble and RocketMQ (installing what is missing)
-	@deploy/local/up
+# MQ names the RocketMQ clusters up starts besides the single broker: all (a DLedger group and two
+# masters, which the cluster tests need), dledger, two-masters or none.
+MQ ?= all
+up: ## start PostgreSQL, the ZooKeeper ensemble, Redis (also under Sentinel) and RocketMQ (also its clusters; MQ=none skips them), installing what is missing
+	@TXKIT_MQ_CLUSTERS='$(MQ)' deploy/local/up
 
 down: ## stop the servers that up started
 	@deploy/local/down

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
@@ -214,8 +215,16 @@ func decode(m *primitive.MessageExt) (message.Message, error) {
 // them: v2.1.2 sorts a topic's brokers with a comparator that is not an order
 // (internal/route.go, routeData2PublishInfo), so with several brokers its list may change order
 // on a route refresh, and the client's own hash selector with it.
+//
+// A key waits for its broker: the hash indexes every queue of the topic seen since the selector
+// began, not only those of the current route, so that a broker group leaving the route (a master
+// of a multi-master cluster that died) moves no key. A key whose queue is gone from the route
+// keeps that queue, and its sends fail until the group is back; the relay retries them, and the
+// key's later messages wait behind them (docs/production.md, "Brokers").
 type keySelector struct {
-	next atomic.Uint32
+	next  atomic.Uint32
+	mu    sync.Mutex
+	known map[string][]*primitive.MessageQueue // by topic: every queue seen, sorted by queueCmp
 }
 
 func (s *keySelector) Select(m *primitive.Message, mqs []*primitive.MessageQueue, _ string) *primitive.MessageQueue {
@@ -223,20 +232,41 @@ func (s *keySelector) Select(m *primitive.Message, mqs []*primitive.MessageQueue
 		return nil
 	}
 	if k := m.GetProperty(PropertyKey); k != "" {
-		if !sort.SliceIsSorted(mqs, func(i, j int) bool { return queueLess(mqs[i], mqs[j]) }) {
-			mqs = slices.Clone(mqs) // the client's slice is shared with concurrent sends
-			sort.Slice(mqs, func(i, j int) bool { return queueLess(mqs[i], mqs[j]) })
-		}
-		return mqs[keyHash(k)%uint32(len(mqs))]
+		qs := s.queues(m.Topic, mqs)
+		return qs[keyHash(k)%uint32(len(qs))]
 	}
 	return mqs[(s.next.Add(1)-1)%uint32(len(mqs))]
 }
 
-func queueLess(a, b *primitive.MessageQueue) bool {
-	if a.BrokerName != b.BrokerName {
-		return a.BrokerName < b.BrokerName
+// queues returns the queues of topic seen so far, mqs (the current route) added, sorted. The
+// slice returned is never written again (a new one replaces it when a queue is added).
+func (s *keySelector) queues(topic string, mqs []*primitive.MessageQueue) []*primitive.MessageQueue {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	known := s.known[topic]
+	var added []*primitive.MessageQueue
+	for _, q := range mqs {
+		if _, found := slices.BinarySearchFunc(known, q, queueCmp); !found && !slices.ContainsFunc(added, func(a *primitive.MessageQueue) bool { return queueCmp(a, q) == 0 }) {
+			added = append(added, q)
+		}
 	}
-	return a.QueueId < b.QueueId
+	if len(added) == 0 {
+		return known
+	}
+	all := append(slices.Clone(known), added...)
+	slices.SortFunc(all, queueCmp)
+	if s.known == nil {
+		s.known = map[string][]*primitive.MessageQueue{}
+	}
+	s.known[topic] = all
+	return all
+}
+
+func queueCmp(a, b *primitive.MessageQueue) int {
+	if c := strings.Compare(a.BrokerName, b.BrokerName); c != 0 {
+		return c
+	}
+	return a.QueueId - b.QueueId
 }
 
 func keyHash(k string) uint32 {

@@ -20,8 +20,10 @@ import (
 
 // Publisher is the RocketMQ [outbox.Publisher]: it sends each message synchronously and returns
 // once the broker has stored it. Messages with the same [message.Message].Key go to the same queue
-// (by hash of the key, while the topic's queues stay the same); messages without a key are spread
-// round robin. The message's ID becomes its RocketMQ key and the [PropertyID] property, its key
+// (by hash of the key over the topic's queues), also while that queue's broker group is away (a
+// dead master of a multi-master cluster): its sends fail until the group is back, so that no key
+// moves and per-key order holds (docs/production.md, "Brokers"); messages without a key are spread
+// round robin over the queues of the current route. The message's ID becomes its RocketMQ key and the [PropertyID] property, its key
 // the [PropertyKey] property, and each header a property of its own name ([PropertyHeaders] lists
 // them). Headers may not use RocketMQ's reserved property names or the txkit_ prefix.
 //

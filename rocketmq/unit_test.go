@@ -347,6 +347,30 @@ func TestKeySelector(t *testing.T) {
 	if q := s.Select(msg("k"), nil, ""); q != nil {
 		t.Errorf("no queues: %v", q)
 	}
+
+	// Broker b leaves the route (a master died): no key moves. Keys of broker a keep their queue;
+	// keys of broker b keep theirs, so their sends fail until b is back.
+	onlyA, back := queues(3, 0, 2, 1), 0
+	for i := range 200 {
+		key := "user-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		q, gone := *s.Select(msg(key), sorted, ""), *s.Select(msg(key), onlyA, "")
+		if q != gone {
+			t.Fatalf("key %s: queue %v with both brokers, %v with broker b gone", key, q, gone)
+		}
+		if q.BrokerName == "b" {
+			back++
+		}
+	}
+	if back == 0 {
+		t.Errorf("no key of 200 on broker b")
+	}
+	// A selector that has seen only broker a's queues spreads keys over those.
+	fresh := rocketmq.NewKeySelector()
+	for i := range 50 {
+		if q := fresh.Select(msg("user-"+string(rune('a'+i))), onlyA, ""); q.BrokerName != "a" {
+			t.Fatalf("a fresh selector placed a key on %v, not in the route", q)
+		}
+	}
 }
 
 func TestRlogAdapter(t *testing.T) {

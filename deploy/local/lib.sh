@@ -30,6 +30,15 @@ REDIS_PORT=26379         # single: the single-node lock
 REDLOCK_BASE_PORT=26379  # redlockN (N=1..3) on REDLOCK_BASE_PORT+N: 26380-26382, for Redlock
 REDIS_PRIMARY_PORT=26383 # primary, and
 REDIS_REPLICA_PORT=26384 # replica (replicaof 127.0.0.1 26383): the failover test
+# Redis under Sentinel (deploy/local/redis-sentinel): two data servers and three Sentinels.
+SENTINEL_A_PORT=26390    # sentinel-a (the primary at a fresh start); sentinel-b on 26391
+SENTINEL_BASE_PORT=26400 # sentinel1-3 on 26400-26402
+# RocketMQ clusters (deploy/local/rocketmq-cluster), each with a name server of its own.
+DLEDGER_NAMESRV_PORT=19886   # a 3-node DLedger (Raft) broker group,
+DLEDGER_BASE_PORT=30911      # node N (0-2) listening on DLEDGER_BASE_PORT+10*N (also -2 and +1),
+DLEDGER_PEER_BASE_PORT=40911 # its DLedger peer port on DLEDGER_PEER_BASE_PORT+N
+TWOMASTER_NAMESRV_PORT=19896 # two masters, master-a and master-b,
+TWOMASTER_BASE_PORT=31911    # master-a on 31911, master-b on 31921 (also -2 and +1)
 
 log() { printf '%s %s\n' "[$(date +%H:%M:%S)]" "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -179,6 +188,8 @@ home_of_pid() {
       */zk/[0-9]*/zoo.cfg) echo "${a%/zk/*}"; return 0 ;;
       -Drocketmq.home.dir=*/rocketmq) a=${a#-Drocketmq.home.dir=}; echo "${a%/rocketmq}"; return 0 ;;
       *' '/*/redis/*/redis.conf) a=${a##* }; echo "${a%/redis/*/redis.conf}"; return 0 ;;
+      *' '/*/redis/*/sentinel.conf*) a=${a%/redis/*/sentinel.conf*}; echo "/${a#* /}"; return 0 ;;
+      -Drocketmq.home.dir=*/rocketmq-cluster/*) a=${a#-Drocketmq.home.dir=}; echo "${a%/rocketmq-cluster/*}"; return 0 ;;
     esac
   done <"/proc/$1/cmdline"
   return 1

@@ -49,6 +49,14 @@ const aclBrokerPort = 21911
 // pgShardPort is the first log shard's port, fixed in deploy/local/lib.sh (PG_SHARD_PORTS).
 const pgShardPort = 55452
 
+// The ports of deploy/local/redis-sentinel and deploy/local/rocketmq-cluster, fixed in lib.sh.
+const (
+	sentinelPrimaryPort  = 26390
+	dledgerNamesrvPort   = 19886
+	dledgerNode1Port     = 30921
+	twoMasterNamesrvPort = 19896
+)
+
 // failFast is how soon a start must fail when a port is taken (the old scripts waited up to 60 s).
 const failFast = 10 * time.Second
 
@@ -76,6 +84,10 @@ func TestIntegrationStartFailsFastOnTakenPort(t *testing.T) {
 		{"rocketmq start-acl-broker", []string{"rocketmq", "start-acl-broker"}, aclBrokerPort},
 		{"redis start", []string{"redis", "start"}, ports.redis["single"]},
 		{"redis start replica", []string{"redis", "start", "replica"}, ports.redis["replica"]},
+		{"redis-sentinel start", []string{"redis-sentinel", "start"}, sentinelPrimaryPort},
+		{"rocketmq-cluster start", []string{"rocketmq-cluster", "start"}, dledgerNamesrvPort},
+		{"rocketmq-cluster start two-masters", []string{"rocketmq-cluster", "start", "two-masters"}, twoMasterNamesrvPort},
+		{"rocketmq-cluster start-node", []string{"rocketmq-cluster", "start-node", "n1"}, dledgerNode1Port},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -200,7 +212,7 @@ apt_install() { die "would install: $*"; }
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"up", "postgres", "zk", "rocketmq", "redis", "env"} {
+	for _, name := range []string{"up", "postgres", "zk", "rocketmq", "rocketmq-cluster", "redis", "redis-sentinel", "env"} {
 		if err := os.Chmod(filepath.Join(dir, name), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -36,8 +36,8 @@ import (
 )
 
 type config struct {
-	listen, pg, db, schema, zk, namesrv, topic, mode, id, election string
-	partitions                                                     int
+	listen, pg, db, schema, zk, namesrv, topic, mode, id, election, lockKind string
+	partitions                                                               int
 }
 
 func main() {
@@ -51,7 +51,8 @@ func main() {
 	flag.StringVar(&c.topic, "topic", "txkit-user-registered", "topic of UserRegistered events (must exist)")
 	flag.StringVar(&c.mode, "mode", "outbox", "outbox or txmsg")
 	flag.StringVar(&c.id, "id", "users-"+uuid.NewString()[:8], "instance id (the relay's election id)")
-	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the relay election (default /txkit-demo/<schema>/relay)")
+	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the relay election (default /txkit-demo/<schema>/relay; with another -lock, its name)")
+	flag.StringVar(&c.lockKind, "lock", "zk", "lock backend of the relay's elections: zk (the -zk ensemble), pg (PostgreSQL lease rows in the database of TXKIT_PG_URL), redis (TXKIT_REDIS) or redlock (TXKIT_REDLOCK)")
 	flag.IntVar(&c.partitions, "partitions", 0, "split the outbox into this many partitions, each with its own election <election>/p<i>, shared among the instances (0: one election, one relaying instance)")
 	flag.Parse()
 	log := app.Logger("users").With("id", c.id)
@@ -97,21 +98,45 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		if err := s.ob.Migrate(ctx); err != nil {
 			return err
 		}
-		auth, err := exapp.ZKAuth() // TXKIT_ZK_AUTH
-		if err != nil {
-			return err
-		}
-		sess, err := zklock.NewSession(ctx, strings.Split(c.zk, ","), zklock.WithSessionTimeout(4*time.Second), zklock.WithLogger(log), auth)
-		if err != nil {
-			return err
-		}
-		defer sess.Close()
 		election := c.election
 		if election == "" {
 			election = "/txkit-demo/" + c.schema + "/relay"
 		}
-		if s.el, err = zklock.NewElector(sess, election, c.id, lock.WithElectionRegisterer(reg)); err != nil {
-			return err
+		// newEl makes the elector of one election; count, when not nil, says how many relays share
+		// the partitions (ZooKeeper only: the others lead every partition they win).
+		var newEl func(name string) (lock.Elector, error)
+		var count func(ctx context.Context) (int, error)
+		paths := make([]string, c.partitions)
+		for p := range paths {
+			paths[p] = fmt.Sprintf("%s/p%d", election, p)
+		}
+		if c.lockKind == "zk" {
+			auth, err := exapp.ZKAuth() // TXKIT_ZK_AUTH
+			if err != nil {
+				return err
+			}
+			sess, err := zklock.NewSession(ctx, strings.Split(c.zk, ","), zklock.WithSessionTimeout(4*time.Second), zklock.WithLogger(log), auth)
+			if err != nil {
+				return err
+			}
+			defer sess.Close()
+			newEl = func(name string) (lock.Elector, error) { return zklock.NewElector(sess, name, c.id) }
+			if s.el, err = zklock.NewElector(sess, election, c.id, lock.WithElectionRegisterer(reg)); err != nil {
+				return err
+			}
+			if c.partitions > 0 {
+				count = outbox.ContenderCount(sess.Inspector(), paths...)
+			}
+		} else {
+			locks, err := exapp.OpenLocks(ctx, c.lockKind, log, exapp.WithLockTTL(4*time.Second), exapp.WithLocksRegisterer(reg))
+			if err != nil {
+				return err
+			}
+			defer locks.Close()
+			newEl = func(name string) (lock.Elector, error) { return locks.Elector(strings.TrimPrefix(name, "/"), c.id) }
+			if s.el, err = newEl(election); err != nil {
+				return err
+			}
 		}
 		pub, err := txrocketmq.NewPublisher(ctx, ns, txrocketmq.WithLogger(log))
 		if err != nil {
@@ -120,14 +145,8 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		defer pub.Close()
 		ropts := []outbox.RelayOption{outbox.WithLogger(log), outbox.WithTelemetry(reg, nil)}
 		if c.partitions > 0 {
-			// Each partition's election; the instances share them, ceil(P/N) each at most.
-			paths := make([]string, c.partitions)
-			for p := range paths {
-				paths[p] = fmt.Sprintf("%s/p%d", election, p)
-			}
-			ropts = append(ropts, outbox.WithElectors(func(p int) (lock.Elector, error) {
-				return zklock.NewElector(sess, paths[p], c.id)
-			}, outbox.ContenderCount(sess.Inspector(), paths...)))
+			// Each partition's election; on ZooKeeper the instances share them, ceil(P/N) each at most.
+			ropts = append(ropts, outbox.WithElectors(func(p int) (lock.Elector, error) { return newEl(paths[p]) }, count))
 		} else {
 			ropts = append(ropts, outbox.WithElector(s.el))
 		}
@@ -152,7 +171,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		exapp.WriteJSON(w, 200, map[string]string{"status": "ok"})
 	})
 	g.Go(func() error { return exapp.Serve(ctx, c.listen, mux) })
-	log.Info("users service running", "mode", c.mode, "schema", c.schema, "topic", c.topic)
+	log.Info("users service running", "mode", c.mode, "schema", c.schema, "topic", c.topic, "lock", c.lockKind)
 	return g.Wait()
 }
 

@@ -77,9 +77,17 @@ func BrokerBehindProxy(tb testing.TB) (nameservers []string, broker *testenv.Pro
 }
 
 // rewriteFrames copies RocketMQ remoting frames from src to dst, replacing from with to in each
-// frame's header and body: a frame is its length (4 bytes, big endian, of what follows), the
-// header's length (4 bytes: the serialization type, then 3 bytes of length), the header, the body.
+// frame's header and body.
 func rewriteFrames(dst io.Writer, src io.Reader, from, to []byte) error {
+	return copyFrames(dst, src, func(header, body []byte) ([]byte, []byte) {
+		return bytes.ReplaceAll(header, from, to), bytes.ReplaceAll(body, from, to)
+	})
+}
+
+// copyFrames copies RocketMQ remoting frames from src to dst, each through edit: a frame is its
+// length (4 bytes, big endian, of what follows), the header's length (4 bytes: the serialization
+// type, then 3 bytes of length), the header, the body.
+func copyFrames(dst io.Writer, src io.Reader, edit func(header, body []byte) ([]byte, []byte)) error {
 	var lens [8]byte
 	for {
 		if _, err := io.ReadFull(src, lens[:]); err != nil {
@@ -95,8 +103,7 @@ func rewriteFrames(dst io.Writer, src io.Reader, from, to []byte) error {
 		if _, err := io.ReadFull(src, frame); err != nil {
 			return err
 		}
-		header := bytes.ReplaceAll(frame[:hlen], from, to)
-		body := bytes.ReplaceAll(frame[hlen:], from, to)
+		header, body := edit(frame[:hlen], frame[hlen:])
 		out := make([]byte, 8, 8+len(header)+len(body))
 		binary.BigEndian.PutUint32(out[0:4], uint32(4+len(header)+len(body)))
 		binary.BigEndian.PutUint32(out[4:8], mark&0xff000000|uint32(len(header)))

@@ -156,3 +156,77 @@ func redisDo(addr string, args ...string) (string, error) {
 		return "", fmt.Errorf("%s: %s: unexpected reply %q", addr, args[0], line)
 	}
 }
+
+// The Redis Sentinel set of deploy/local/redis-sentinel (deploy/local/env prints them).
+const (
+	EnvRedisSentinels      = "TXKIT_REDIS_SENTINELS"       // three Sentinels, comma-separated
+	EnvRedisSentinelMaster = "TXKIT_REDIS_SENTINEL_MASTER" // the master name they monitor
+)
+
+// RedisSentinel returns the Sentinels' addresses (TXKIT_REDIS_SENTINELS) and the master name they
+// monitor (TXKIT_REDIS_SENTINEL_MASTER) once the set is whole: a Sentinel names a primary that is
+// one, with a replica whose link is up. It waits up to 60 s for that (a failover test before may
+// have left a failover or a restarted server's resync under way). It skips the test only under
+// -short; an unset variable or a set that does not become whole fails it
+// (`deploy/local/redis-sentinel start` restarts what is missing).
+func RedisSentinel(t testing.TB) (sentinels []string, master string) {
+	t.Helper()
+	v := Lookup(t, EnvRedisSentinels)
+	master = Lookup(t, EnvRedisSentinelMaster)
+	for a := range strings.SplitSeq(v, ",") {
+		sentinels = append(sentinels, strings.TrimSpace(a))
+	}
+	var err error
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if err = sentinelWhole(sentinels, master); err == nil {
+			return sentinels, master
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	t.Fatalf("the Redis Sentinel set %s=%s (master %s) is not whole (run deploy/local/redis-sentinel start): %v",
+		EnvRedisSentinels, v, master, err)
+	return nil, ""
+}
+
+// sentinelWhole checks that every Sentinel names the same primary, that it is a primary, and that
+// it has a replica with its link up.
+func sentinelWhole(sentinels []string, master string) error {
+	var primary string
+	for _, s := range sentinels {
+		info, err := redisDo(s, "INFO", "sentinel")
+		if err != nil {
+			return err
+		}
+		i := strings.Index(info, "name="+master+",")
+		if i < 0 {
+			return fmt.Errorf("sentinel %s does not monitor %s", s, master)
+		}
+		line, _, _ := strings.Cut(info[i:], "\n")
+		addr := ""
+		for f := range strings.SplitSeq(strings.TrimSpace(line), ",") {
+			if a, ok := strings.CutPrefix(f, "address="); ok {
+				addr = a
+			}
+		}
+		if !strings.Contains(line, "status=ok") || !strings.Contains(line, "slaves=1") {
+			return fmt.Errorf("sentinel %s: %s", s, line)
+		}
+		if primary != "" && addr != primary {
+			return fmt.Errorf("sentinels disagree on the primary: %s and %s", primary, addr)
+		}
+		primary = addr
+	}
+	info, err := redisDo(primary, "INFO", "replication")
+	if err != nil {
+		return err
+	}
+	if role := infoField(info, "role"); role != "master" {
+		return fmt.Errorf("%s: role %s, not master", primary, role)
+	}
+	if infoField(info, "connected_slaves") != "1" || !strings.Contains(infoField(info, "slave0"), "state=online") {
+		return fmt.Errorf("%s: no replica online (%s)", primary, infoField(info, "slave0"))
+	}
+	return nil
+}

@@ -1,0 +1,229 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/txkit/txkit/fence"
+	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/redislock"
+)
+
+// TestIntegrationSentinelFailoverTwoHolders is TestIntegrationDisruptiveRedisFailoverTwoHolders
+// under a real Sentinel failover (deploy/local/redis-sentinel: a primary, its replica, three
+// Sentinels), with both holders on go-redis failover clients, as an application runs them: holder
+// A takes the lock on the primary at a moment its replica has not received the write (the replica
+// is stopped and its replication connection closed first, so that it cannot fetch the write again),
+// the primary is killed (SIGKILL), the Sentinels promote the replica, and holder B, through its
+// failover client, takes the same lock on the promoted replica while A's lease still runs: two
+// holders at once, which Sentinel cannot prevent. The fencing token saves the store: B's token is
+// above A's, and a PostgreSQL fence accepts B's write and refuses A's late one.
+//
+// It kills only the Sentinel set's primary, which no other test uses; its cleanup restarts it
+// (deploy/local/redis-sentinel start: it comes back as the new primary's replica).
+func TestIntegrationSentinelFailoverTwoHolders(t *testing.T) {
+	sentinels, master := testenv.RedisSentinel(t)
+	db := testenv.PG(t)
+	ctx := t.Context()
+	script, err := filepath.Abs(filepath.Join("..", "..", "deploy", "local", "redis-sentinel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // last: the set whole again
+		if out, err := exec.Command(script, "start").CombinedOutput(); err != nil {
+			t.Errorf("%s start: %v\n%s", script, err, out)
+		}
+	})
+
+	sen := redis.NewSentinelClient(&redis.Options{Addr: sentinels[0], DialTimeout: time.Second, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = sen.Close() })
+	addr, err := sen.GetMasterAddrByName(ctx, master).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	primary := net.JoinHostPort(addr[0], addr[1])
+	replicas, err := sen.Replicas(ctx, master).Result()
+	if err != nil || len(replicas) != 1 {
+		t.Fatalf("SENTINEL REPLICAS %s: %v (%v), want one", master, replicas, err)
+	}
+	replica := net.JoinHostPort(replicas[0]["ip"], replicas[0]["port"])
+	t.Logf("Sentinels %v name primary %s; its replica is %s", sentinels, primary, replica)
+
+	const ttl = 30 * time.Second // A's lease outlives the failover (2-5 s) with room to spare
+	rdbA, rdbB := newFailover(t, sentinels, master), newFailover(t, sentinels, master)
+	ca := newClient(t, rdbA, redislock.WithTTL(ttl))
+	cb := newClient(t, rdbB, redislock.WithTTL(ttl))
+	name := sentinelLockName(t, sentinels, master)
+	pri, rep := newRedis(t, primary), newRedis(t, replica)
+
+	// An earlier hold, replicated: the replica's counter is not empty.
+	m0 := newMutex(t, ca, name)
+	l0, err := m0.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m0.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		n, err := rep.Get(ctx, key(name)+":fence").Int64()
+		gone, gerr := rep.Exists(ctx, key(name)).Result()
+		return err == nil && n == l0.Token().Seq && gerr == nil && gone == 0
+	}, "the replica to have the counter of the first hold, and its release")
+
+	// The replica stops and loses its replication connection; A takes the lock on the primary,
+	// which has no replica to send the write to; the primary dies; the replica runs again and
+	// finds nothing to reconnect to.
+	repPID, priPID := sentinelPID(t, script, replica), sentinelPID(t, script, primary)
+	if err := syscall.Kill(repPID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(repPID, syscall.SIGCONT) })
+	if err := pri.Do(ctx, "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+		_ = syscall.Kill(repPID, syscall.SIGCONT)
+		t.Fatal(err)
+	}
+	a := newMutex(t, ca, name)
+	la, err := a.Lock(ctx)
+	if err != nil {
+		_ = syscall.Kill(repPID, syscall.SIGCONT)
+		t.Fatalf("A on the primary: %v", err)
+	}
+	if v, err := pri.Get(ctx, key(name)).Result(); err != nil || v == "" {
+		_ = syscall.Kill(repPID, syscall.SIGCONT)
+		t.Fatalf("A's key on the primary %s: %q, %v", primary, v, err)
+	}
+	killed := time.Now()
+	if err := syscall.Kill(priPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(repPID, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+
+	// The Sentinels promote the replica; B's failover client follows and takes the lock there.
+	b := newMutex(t, cb, name)
+	var lb lock.Lease
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if lb, err = b.TryLock(ctx); err == nil {
+			break
+		}
+		if errors.Is(err, lock.ErrLocked) {
+			t.Fatalf("B finds the lock taken on %s: A's write reached the replica; the test wanted it lost", replica)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B did not take the lock through its failover client within 30 s of the primary's SIGKILL: %v", err)
+		}
+	}
+	t.Logf("failover: B holds the lock %v after the primary's SIGKILL", time.Since(killed).Round(time.Millisecond))
+	if got, err := sen.GetMasterAddrByName(ctx, master).Result(); err != nil || net.JoinHostPort(got[0], got[1]) != replica {
+		t.Fatalf("the Sentinels name %v (%v) as primary, want the promoted replica %s", got, err, replica)
+	}
+	if err := la.Err(); err != nil {
+		t.Fatalf("A's lease ended (%v): the test wanted two holders at once", err)
+	}
+	t.Logf("two holders at once: A with token %s on the dead primary, B with token %s on the promoted replica", la.Token(), lb.Token())
+	if !la.Token().Less(lb.Token()) {
+		t.Fatalf("B's token %s is not above A's %s: the fence could not tell them apart", lb.Token(), la.Token())
+	}
+
+	// The store refuses A's late write.
+	f, err := fence.New(db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "create table writes(holder text not null)"); err != nil {
+		t.Fatal(err)
+	}
+	write := func(holder string, tok lock.Token) error {
+		return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			if err := f.Check(ctx, tx, "redis-sentinel-failover", tok); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "insert into writes(holder) values ($1)", holder)
+			return err
+		})
+	}
+	if err := write("B", lb.Token()); err != nil {
+		t.Fatalf("B's write: %v", err)
+	}
+	err = write("A", la.Token())
+	if !errors.Is(err, lock.ErrFenced) {
+		t.Fatalf("A's late write: %v, want an error wrapping lock.ErrFenced", err)
+	}
+	t.Logf("A's late write refused: %v", err)
+	var holders []string
+	rows, err := db.Pool.Query(ctx, "select holder from writes")
+	if err == nil {
+		holders, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil || len(holders) != 1 || holders[0] != "B" {
+		t.Fatalf("writes = %v (%v), want [B]", holders, err)
+	}
+	// A's renewal now reaches the promoted replica through A's failover client, finds B's value
+	// and ends A's lease: the stale holder learns it, but only at its next renewal.
+	if err := b.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newFailover returns a go-redis failover client (Sentinel) for master, closed when the test ends,
+// with the short timeouts of newRedis.
+func newFailover(t testing.TB, sentinels []string, master string) *redis.Client {
+	t.Helper()
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            master,
+		SentinelAddrs:         sentinels,
+		DialTimeout:           time.Second,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// sentinelLockName is lockName for the Sentinel set: the test's keys are deleted from its primary
+// when the test ends.
+func sentinelLockName(t testing.TB, sentinels []string, master string) string {
+	name := "test-" + testenv.Name(t)
+	t.Cleanup(func() {
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: sentinels,
+			DialTimeout: time.Second, ReadTimeout: time.Second})
+		defer rdb.Close() //nolint:errcheck // cleanup
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = rdb.Del(ctx, key(name), key(name)+":fence").Err()
+	})
+	return name
+}
+
+// sentinelPID returns the pid of the deploy/local/redis-sentinel instance listening on addr.
+func sentinelPID(t *testing.T, script, addr string) int {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(addr)
+	out, err := exec.Command(script, "pid", port).Output()
+	if err != nil {
+		t.Fatalf("%s pid %s: %v", script, port, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("%s pid %s: %q: %v", script, port, out, err)
+	}
+	return pid
+}
