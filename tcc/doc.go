@@ -15,7 +15,7 @@
 //		err = g.Try(ctx, tcc.Branch{Name: "pay", Participant: participant.HTTP{URL: payURL, Client: client}})
 //	}
 //	if err != nil {
-//		return g.Rollback(ctx) // cancels every recorded branch, even the one that failed
+//		return errors.Join(err, g.Rollback(ctx)) // the refusal stays the answer; every recorded branch is cancelled
 //	}
 //	return g.Commit(ctx) // nil, or coordinator.ErrIncomplete: decided, the leader finishes the confirms
 //
