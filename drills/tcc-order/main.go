@@ -48,6 +48,7 @@ func main() {
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the run's schemas for inspection")
 	flag.BoolVar(&cfg.NoBarrier, "no-barrier", false, "run stock and account WITHOUT the participant barrier, to watch the checks fail (use with -drill)")
 	flag.DurationVar(&cfg.SettleTimeout, "settle-timeout", 3*time.Minute, "how long to wait for every transaction to finish after the load")
+	flag.IntVar(&cfg.PGFailovers, "pg-failovers", 0, "SIGKILL the HA PostgreSQL's primary this many times during the load (-pg \"$TXKIT_PG_HA_URL\"; deploy/local/pg-ha)")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
 	flag.Parse()
 	if cfg.Orders == 0 {

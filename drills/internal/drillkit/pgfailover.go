@@ -1,0 +1,198 @@
+package drillkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PGFailover is what a drill does to the HA PostgreSQL (deploy/local/pg-ha) while its load runs:
+// Failovers times, it SIGKILLs the leader's Patroni and postmaster (pg-ha kill-primary), waits for
+// a new leader, and starts the killed node again (it rejoins as a replica) before the next kill,
+// so the second kill lands on the promoted node.
+type PGFailover struct {
+	Failovers int
+	Every     time.Duration // pause before each kill
+	URL       string        // the HA URL the services use (a database of it)
+	Log       func(format string, args ...any)
+}
+
+// FailoverFigures is what one failover cost, from the kill.
+type FailoverFigures struct {
+	Node        string        // the node killed (pgN)
+	Promoted    string        // the node that took over
+	Unavailable time.Duration // the kill → the first write committed on the new primary (the write-unavailability window)
+	InDoubt     int           // prepared transactions (2PC votes) left by the old primary on the new one
+	InDoubtEnd  time.Duration // the kill → none of them left
+	SyncBack    time.Duration // the kill → a synchronous standby again
+}
+
+func (f FailoverFigures) String() string {
+	s := fmt.Sprintf("%s killed, %s promoted: writes back after %v", f.Node, f.Promoted, f.Unavailable.Round(time.Millisecond))
+	if f.InDoubt > 0 {
+		s += fmt.Sprintf(", %d prepared transactions in doubt ended after %v", f.InDoubt, f.InDoubtEnd.Round(time.Millisecond))
+	} else {
+		s += ", no prepared transaction in doubt"
+	}
+	return s + fmt.Sprintf(", synchronous standby again after %v", f.SyncBack.Round(time.Millisecond))
+}
+
+// pgHA runs deploy/local/pg-ha with args and returns its output's last line.
+func pgHA(ctx context.Context, args ...string) (string, error) {
+	root, err := ModuleRoot(ctx)
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "deploy", "local", "pg-ha"), args...)
+	cmd.Env = os.Environ()
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return "", fmt.Errorf("pg-ha %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return "", fmt.Errorf("pg-ha %s: %w", strings.Join(args, " "), err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1], nil
+}
+
+// PGSync sets Patroni's synchronous_mode (pg-ha sync on|off) and waits until the cluster has it.
+func PGSync(ctx context.Context, on bool) error {
+	v := "off"
+	if on {
+		v = "on"
+	}
+	if _, err := pgHA(ctx, "sync", v); err != nil {
+		return err
+	}
+	for {
+		_, err := pgHA(ctx, "sync-standby")
+		if (err == nil) == on {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Run kills the primary f.Failovers times while the load runs (it stops early when loadDone is
+// closed) and returns each failover's figures.
+func (f PGFailover) Run(ctx context.Context, loadDone <-chan struct{}) ([]FailoverFigures, error) {
+	var figs []FailoverFigures
+	for k := 0; k < f.Failovers; k++ {
+		select {
+		case <-ctx.Done():
+			return figs, ctx.Err()
+		case <-loadDone:
+			return figs, nil
+		case <-time.After(f.Every):
+		}
+		fig, err := f.once(ctx)
+		if err != nil {
+			return figs, err
+		}
+		f.Log("PostgreSQL failover %d: %s", k+1, fig)
+		figs = append(figs, fig)
+	}
+	return figs, nil
+}
+
+func (f PGFailover) once(ctx context.Context) (FailoverFigures, error) {
+	var fig FailoverFigures
+	// The sync standby must be there before a kill: the previous rejoin has finished.
+	if err := waitFor(ctx, 60*time.Second, func() bool { _, err := pgHA(ctx, "sync-standby"); return err == nil }); err != nil {
+		f.Log("no synchronous standby before the kill (asynchronous run?)")
+	}
+	killed := time.Now()
+	n, err := pgHA(ctx, "kill-primary")
+	if err != nil {
+		return fig, err
+	}
+	fig.Node = "pg" + n
+	// The first write committed through the HA URL after the kill: a probe row, over a new
+	// connection each try (as a pool's new connections would find the new primary).
+	if err := waitFor(ctx, 90*time.Second, func() bool { return probeWrite(ctx, f.URL) == nil }); err != nil {
+		return fig, fmt.Errorf("no write committed within 90 s of killing %s: %w", fig.Node, err)
+	}
+	fig.Unavailable = time.Since(killed)
+	leader, err := pgHA(ctx, "leader")
+	if err != nil {
+		return fig, err
+	}
+	fig.Promoted = "pg" + leader
+	// The prepared transactions the old primary handed over (prepared before the kill) end when
+	// the banks' coordinators resolve them.
+	first := true
+	if err := waitFor(ctx, 120*time.Second, func() bool {
+		c, err := connect(ctx, f.URL)
+		if err != nil {
+			return false
+		}
+		defer c.Close(context.WithoutCancel(ctx))
+		var left int
+		if err := c.QueryRow(ctx, "select count(*) from pg_prepared_xacts where prepared < $1", killed).Scan(&left); err != nil {
+			return false
+		}
+		if first {
+			fig.InDoubt, first = left, false
+		}
+		return left == 0
+	}); err != nil {
+		return fig, fmt.Errorf("prepared transactions of before the kill of %s still there after 120 s", fig.Node)
+	}
+	fig.InDoubtEnd = time.Since(killed)
+	// The killed node rejoins (pg_rewind or a new clone) and becomes a standby again.
+	if _, err := pgHA(ctx, "start", n); err != nil {
+		return fig, err
+	}
+	if err := waitFor(ctx, 90*time.Second, func() bool { _, err := pgHA(ctx, "sync-standby"); return err == nil }); err == nil {
+		fig.SyncBack = time.Since(killed)
+	}
+	return fig, nil
+}
+
+func connect(ctx context.Context, url string) (*pgx.Conn, error) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return pgx.Connect(cctx, url)
+}
+
+// probeWrite commits one write on the primary url leads to.
+func probeWrite(ctx context.Context, url string) error {
+	c, err := connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err = c.Exec(wctx, "create table if not exists txkit_drill_probe (at timestamptz not null); insert into txkit_drill_probe values (now())")
+	return err
+}
+
+// waitFor polls cond every 100 ms for at most d.
+func waitFor(ctx context.Context, d time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %v", d)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
