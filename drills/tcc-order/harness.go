@@ -84,8 +84,8 @@ type Report struct {
 	ParticipantKills           int
 	Failovers                  []time.Duration // leader SIGKILL → the next leader's first recovery (fenced claim)
 	PGFailovers                []drillkit.FailoverFigures
-	Settled                    bool            // every global transaction finished within the settle timeout
-	Settle                     time.Duration   // last answer → every global transaction finished
+	Settled                    bool          // every global transaction finished within the settle timeout
+	Settle                     time.Duration // last answer → every global transaction finished
 	Elapsed                    time.Duration
 	InitialStock, InitialMoney int64
 	Available, Reserved, Sold  int64
