@@ -128,3 +128,23 @@ func TestIntegrationTransferPartitionsTextbook(t *testing.T) {
 		t.Fatalf("no trial partitioned (%d trials)", rep.PartitionTrials)
 	}
 }
+
+// TestIntegrationDisruptivePGFailover is the short form of `make drill-pg-failover`: 300 transfers
+// with vote markers on two bank instances whose databases are on the HA PostgreSQL
+// (deploy/local/pg-ha, synchronous_mode), its primary SIGKILLed once mid-load (Patroni and
+// postmaster): a standby is promoted, the banks' pools reconnect to it, the prepared transactions
+// moved with it are resolved, and every invariant holds — money conserved, every transfer on both
+// sides or neither, no prepared transaction left, no global transaction unfinished.
+func TestIntegrationDisruptivePGFailover(t *testing.T) {
+	cfg := config(t)
+	cfg.PG = testenv.PGHAURL(t)
+	cfg.Transfers, cfg.Rate, cfg.Votes = 300, 30, true
+	cfg.PGFailovers, cfg.KillEvery = 1, 3*time.Second
+	rep := drilltest.Run(t, 4*time.Minute, Run, cfg)
+	if len(rep.PGFailovers) != 1 {
+		t.Fatalf("%d PostgreSQL failovers measured, want 1", len(rep.PGFailovers))
+	}
+	if f := rep.PGFailovers[0]; f.Unavailable <= 0 || f.Promoted == f.Node {
+		t.Fatalf("failover %+v: no new primary took writes", f)
+	}
+}
