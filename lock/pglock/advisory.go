@@ -45,8 +45,8 @@ func keepalive(check time.Duration) (idle, userTimeout string) {
 // AdvisoryMutex is a session lock on one name: pg_advisory_lock on [AdvisoryKey](name), held by
 // one pool connection for as long as the hold lasts. It is the simplest form, with the limits
 // docs/lock.md lists: the hold is lost with its connection (checked every third of the TTL), it
-// breaks behind a transaction-pooling proxy, waiters get no order, and every hold keeps a pool
-// connection busy.
+// is refused behind a connection pooler ([ErrPooled]), waiters get no order, and every hold keeps
+// a pool connection busy.
 //
 // An AdvisoryMutex value is reentrant like a [Mutex] (holds counted on the one connection). It is
 // safe for concurrent use by multiple goroutines (they share its hold).
