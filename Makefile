@@ -53,12 +53,15 @@ test: up ## the whole suite against the real servers
 
 # The suites of the coordinators, the outbox, notify and idempotency run once more through PgBouncer
 # (transaction pooling, in front of the HA PostgreSQL: TXKIT_PG_BOUNCER_URL), without -race (the
-# RocketMQ client, above). Left out, because they watch a session the pooler hides, not a feature:
-# tests that LISTEN on a connection of their own (the pooler delivers no notification to it) or
-# find their backend in pg_locks by the connection's process id (the pooler's, not the backend's).
+# RocketMQ client, above); about a minute. Left out (BOUNCER_SKIP):
+#  - tests of LISTEN/NOTIFY wake-ups (a pooler delivers no notification: behind one the relay and
+#    the notifier drop their LISTEN and poll) and a hand-over under load that counts on them;
+#  - tests that find their backend in pg_locks by the connection's process id (the pooler's);
+#  - the slow outage, failover and SIGKILL tests (10-25 s each), which run above on the direct
+#    server: through the pooler they repeat the same code paths.
 # docs/production.md has the table of what works through a transaction pooler.
 BOUNCER_PKGS = ./tcc/ ./saga/ ./twopc/ ./idempotency/ ./outbox/ ./notify/
-BOUNCER_SKIP = TestIntegrationEnqueueNotifies|TestIntegrationInProgressBlocks|TestIntegrationRepeatableReadWaiterFails
+BOUNCER_SKIP = EnqueueNotifies|RelayWakesOnNotify|RelayListenerReconnects|RelayHandOverRecordsFirst|InProgressBlocks|RepeatableReadWaiterFails|OutageLogsBounded|KeyOrderAcrossRelayFailover|PartitionedRelayFailover|PartitionedDeliveryAcrossKills
 
 unit: ## tests that need no server (the RocketMQ-client packages without -race, as in test)
 	@mq="$(ROCKETMQ_PKGS)"; rest=$$($(GO) list ./... | grep -v -x -F -f <(printf '%s\n' $$mq)); rc=0; \

@@ -124,6 +124,12 @@ func PG(t testing.TB) *Schema {
 	return schemaOn(t, EnvPG, PGURL(t))
 }
 
+// PGBouncer is [PG] through PgBouncer (TXKIT_PG_BOUNCER_URL: transaction pooling).
+func PGBouncer(t testing.TB) *Schema {
+	t.Helper()
+	return schemaOn(t, EnvBouncer, urlOf(t, EnvBouncer))
+}
+
 // PGHA is [PG] on the HA PostgreSQL (TXKIT_PG_HA_URL).
 func PGHA(t testing.TB) *Schema {
 	t.Helper()
