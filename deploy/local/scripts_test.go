@@ -196,7 +196,7 @@ apt_install() { die "would install: $*"; }
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"up", "postgres", "zk", "rocketmq", "redis", "env"} {
+	for _, name := range []string{"up", "postgres", "pg-ha", "zk", "rocketmq", "redis", "env"} {
 		if err := os.Chmod(filepath.Join(dir, name), 0o755); err != nil {
 			t.Fatal(err)
 		}
