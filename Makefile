@@ -100,21 +100,23 @@ drill-3pc: up ## 2PC vs 3PC on the transfer drill: blocking after leader SIGKILL
 	@$(WITH_ENV) $(GO) run ./drills/transfer -compare -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s -partitions 5 -timeout 15m
 
 # The HA PostgreSQL (deploy/local/pg-ha: Patroni, synchronous_mode) failed over under load: its primary
-# SIGKILLed twice (the second time the node promoted by the first) during tcc-order as TCC and as
-# sagas and transfer without and with vote markers, each checking its invariants and printing the
-# failover figures; then transfer with vote markers once more with asynchronous replication, which
-# may lose acknowledged commits: its report says what broke (the target does not fail on it).
-PG_DRILL = -pg "$$TXKIT_PG_HA_URL" -rate 25 -pg-failovers 2 -kill-every 3s
+# SIGKILLed twice (the second time the node promoted by the first, after the killed one rejoined),
+# then cut off once (frozen: SIGSTOP, SIGCONT once a new primary takes writes), during tcc-order as
+# TCC and as sagas and transfer without and with vote markers, each checking its invariants and
+# printing the failover figures; then transfer with vote markers once more with asynchronous
+# replication, which may lose acknowledged commits: its report says what broke (the target does
+# not fail on it). About 12 minutes.
+PG_DRILL = -pg "$$TXKIT_PG_HA_URL" -rate 25 -pg-failovers 3 -pg-cut -kill-every 3s
 .PHONY: drill-pg-failover
-drill-pg-failover: up ## PostgreSQL failover drill: the HA primary SIGKILLed twice under tcc-order (TCC, saga) and transfer (2PC, votes off/on); then asynchronous replication
+drill-pg-failover: up ## PostgreSQL failover drill: the HA primary SIGKILLed twice and cut off once under tcc-order (TCC, saga) and transfer (2PC, votes off/on); then asynchronous replication
 	@$(WITH_ENV) deploy/local/pg-ha sync on && \
 	for m in tcc saga; do echo "== tcc-order -mode $$m on the HA PostgreSQL, 2 primary kills"; \
-	  $(GO) run ./drills/tcc-order -mode $$m -orders 1500 $(PG_DRILL) || exit 1; done && \
+	  $(GO) run ./drills/tcc-order -mode $$m -orders 3000 $(PG_DRILL) || exit 1; done && \
 	for v in "" -votes; do echo "== transfer $$v on the HA PostgreSQL, 2 primary kills"; \
-	  $(GO) run ./drills/transfer $$v -transfers 1500 $(PG_DRILL) || exit 1; done && \
+	  $(GO) run ./drills/transfer $$v -transfers 3000 $(PG_DRILL) || exit 1; done && \
 	echo "== transfer -votes with ASYNCHRONOUS replication (Patroni synchronous_mode off), 2 primary kills" && \
 	deploy/local/pg-ha sync off && \
-	{ $(GO) run ./drills/transfer -votes -transfers 1500 $(PG_DRILL) || echo "asynchronous replication: the invariants above broke (see the report)"; } ; \
+	{ $(GO) run ./drills/transfer -votes -transfers 3000 $(PG_DRILL) || echo "asynchronous replication: the invariants above broke (see the report)"; } ; \
 	deploy/local/pg-ha sync on
 
 .PHONY: scale-out

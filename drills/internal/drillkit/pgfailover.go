@@ -19,14 +19,20 @@ import (
 // so the second kill lands on the promoted node.
 type PGFailover struct {
 	Failovers int
-	Every     time.Duration // pause before each kill
-	URL       string        // the HA URL the services use (a database of it)
-	Log       func(format string, args ...any)
+	// CutLast makes the last failover a network cut instead of a kill: the leader's Patroni,
+	// postmaster and backends are frozen (SIGSTOP: their connections and ZooKeeper session go
+	// silent, no RST), and thawed once the new primary takes writes; the old primary then demotes
+	// itself and rejoins.
+	CutLast bool
+	Every   time.Duration // pause before each kill
+	URL     string        // the HA URL the services use (a database of it)
+	Log     func(format string, args ...any)
 }
 
 // FailoverFigures is what one failover cost, from the kill.
 type FailoverFigures struct {
-	Node        string        // the node killed (pgN)
+	Node        string        // the node killed or cut off (pgN)
+	Cut         bool          // a network cut (frozen, then thawed), not a kill
 	Promoted    string        // the node that took over
 	Unavailable time.Duration // the kill → the first write committed on the new primary (the write-unavailability window)
 	InDoubt     int           // prepared transactions (2PC votes) left by the old primary on the new one
@@ -35,7 +41,11 @@ type FailoverFigures struct {
 }
 
 func (f FailoverFigures) String() string {
-	s := fmt.Sprintf("%s killed, %s promoted: writes back after %v", f.Node, f.Promoted, f.Unavailable.Round(time.Millisecond))
+	how := "killed"
+	if f.Cut {
+		how = "cut off (frozen)"
+	}
+	s := fmt.Sprintf("%s %s, %s promoted: writes back after %v", f.Node, how, f.Promoted, f.Unavailable.Round(time.Millisecond))
 	if f.InDoubt > 0 {
 		s += fmt.Sprintf(", %d prepared transactions in doubt ended after %v", f.InDoubt, f.InDoubtEnd.Round(time.Millisecond))
 	} else {
@@ -98,7 +108,7 @@ func (f PGFailover) Run(ctx context.Context, loadDone <-chan struct{}) ([]Failov
 			return figs, nil
 		case <-time.After(f.Every):
 		}
-		fig, err := f.once(ctx)
+		fig, err := f.once(ctx, f.CutLast && k == f.Failovers-1)
 		if err != nil {
 			return figs, err
 		}
@@ -108,17 +118,29 @@ func (f PGFailover) Run(ctx context.Context, loadDone <-chan struct{}) ([]Failov
 	return figs, nil
 }
 
-func (f PGFailover) once(ctx context.Context) (FailoverFigures, error) {
-	var fig FailoverFigures
+func (f PGFailover) once(ctx context.Context, cut bool) (FailoverFigures, error) {
+	fig := FailoverFigures{Cut: cut}
 	// The sync standby must be there before a kill: the previous rejoin has finished.
 	if err := waitFor(ctx, 60*time.Second, func() bool { _, err := pgHA(ctx, "sync-standby"); return err == nil }); err != nil {
 		f.Log("no synchronous standby before the kill (asynchronous run?)")
 	}
 	killed := time.Now()
-	n, err := pgHA(ctx, "kill-primary")
+	fault := "kill-primary"
+	if cut {
+		fault = "freeze-primary"
+	}
+	n, err := pgHA(ctx, fault)
 	if err != nil {
 		return fig, err
 	}
+	thawed := false
+	thaw := func() {
+		if cut && !thawed {
+			thawed = true
+			_, _ = pgHA(context.WithoutCancel(ctx), "thaw", n)
+		}
+	}
+	defer thaw()
 	fig.Node = "pg" + n
 	// The first write committed through the HA URL after the kill: a probe row, over a new
 	// connection each try (as a pool's new connections would find the new primary).
@@ -131,6 +153,7 @@ func (f PGFailover) once(ctx context.Context) (FailoverFigures, error) {
 		return fig, err
 	}
 	fig.Promoted = "pg" + leader
+	thaw() // the cut heals: the old primary finds the leader key taken and demotes itself
 	// The prepared transactions the old primary handed over (prepared before the kill) end when
 	// the banks' coordinators resolve them.
 	first := true
