@@ -101,15 +101,18 @@ drill-3pc: up ## 2PC vs 3PC on the transfer drill: blocking after leader SIGKILL
 
 # The HA PostgreSQL (deploy/local/pg-ha: Patroni, synchronous_mode) failed over under load: its primary
 # SIGKILLed twice (the second time the node promoted by the first, after the killed one rejoined),
-# then cut off once (frozen: SIGSTOP, SIGCONT once a new primary takes writes), during tcc-order as
-# TCC and as sagas and transfer without and with vote markers, each checking its invariants and
+# then cut off once (frozen: SIGSTOP, SIGCONT once a new primary takes writes), during
+# register-points (outbox and relay), tcc-order as TCC and as sagas and transfer without and with
+# vote markers, each checking its invariants and
 # printing the failover figures; then transfer with vote markers once more with asynchronous
 # replication, which may lose acknowledged commits: its report says what broke (the target does
-# not fail on it). About 12 minutes.
+# not fail on it). About 15 minutes.
 PG_DRILL = -pg "$$TXKIT_PG_HA_URL" -rate 25 -pg-failovers 3 -pg-cut -kill-every 3s
 .PHONY: drill-pg-failover
-drill-pg-failover: up ## PostgreSQL failover drill: the HA primary SIGKILLed twice and cut off once under tcc-order (TCC, saga) and transfer (2PC, votes off/on); then asynchronous replication
+drill-pg-failover: up ## PostgreSQL failover drill: the HA primary SIGKILLed twice and cut off once under register-points, tcc-order (TCC, saga) and transfer (2PC, votes off/on); then asynchronous replication
 	@$(WITH_ENV) deploy/local/pg-ha sync on && \
+	echo "== register-points (outbox, relay, idempotent consumer) on the HA PostgreSQL, 2 primary kills and a cut" && \
+	$(GO) run ./drills/register-points -users 3000 -rate 25 -pg "$$TXKIT_PG_HA_URL" -pg-failovers 3 -pg-cut && \
 	for m in tcc saga; do echo "== tcc-order -mode $$m on the HA PostgreSQL, 2 primary kills"; \
 	  $(GO) run ./drills/tcc-order -mode $$m -orders 3000 $(PG_DRILL) || exit 1; done && \
 	for v in "" -votes; do echo "== transfer $$v on the HA PostgreSQL, 2 primary kills"; \

@@ -26,6 +26,10 @@ type PGFailover struct {
 	CutLast bool
 	Every   time.Duration // pause before each kill
 	URL     string        // the HA URL the services use (a database of it)
+	// Relayed, when set, reports whether a message enqueued on the database was relayed and
+	// consumed after since (register-points: a points row awarded since): the figure "kill → first
+	// relayed message".
+	Relayed func(ctx context.Context, since time.Time) (bool, error)
 	Log     func(format string, args ...any)
 }
 
@@ -35,6 +39,7 @@ type FailoverFigures struct {
 	Cut         bool          // a network cut (frozen, then thawed), not a kill
 	Promoted    string        // the node that took over
 	Unavailable time.Duration // the kill → the first write committed on the new primary (the write-unavailability window)
+	FirstRelay  time.Duration // the kill → the first message relayed and consumed (with PGFailover.Relayed)
 	InDoubt     int           // prepared transactions (2PC votes) left by the old primary on the new one
 	InDoubtEnd  time.Duration // the kill → none of them left
 	SyncBack    time.Duration // the kill → a synchronous standby again
@@ -46,6 +51,9 @@ func (f FailoverFigures) String() string {
 		how = "cut off (frozen)"
 	}
 	s := fmt.Sprintf("%s %s, %s promoted: writes back after %v", f.Node, how, f.Promoted, f.Unavailable.Round(time.Millisecond))
+	if f.FirstRelay > 0 {
+		s += fmt.Sprintf(", first message relayed after %v", f.FirstRelay.Round(time.Millisecond))
+	}
 	if f.InDoubt > 0 {
 		s += fmt.Sprintf(", %d prepared transactions in doubt ended after %v", f.InDoubt, f.InDoubtEnd.Round(time.Millisecond))
 	} else {
@@ -154,6 +162,11 @@ func (f PGFailover) once(ctx context.Context, cut bool) (FailoverFigures, error)
 	}
 	fig.Promoted = "pg" + leader
 	thaw() // the cut heals: the old primary finds the leader key taken and demotes itself
+	if f.Relayed != nil {
+		if err := waitFor(ctx, 90*time.Second, func() bool { ok, err := f.Relayed(ctx, killed); return err == nil && ok }); err == nil {
+			fig.FirstRelay = time.Since(killed)
+		}
+	}
 	// The prepared transactions the old primary handed over (prepared before the kill) end when
 	// the banks' coordinators resolve them.
 	first := true
