@@ -56,6 +56,7 @@ type Config struct {
 	// many times during the load (the last a network cut with PGCut; see drillkit.PGFailover).
 	PGFailovers int
 	PGCut       bool
+	PGAsync     bool
 }
 
 // Report is what a run measured.
@@ -432,7 +433,7 @@ func (h *harness) load(ctx context.Context, rep *Report) (int, error) {
 		}
 		beside = append(beside, func(ctx context.Context, loadDone <-chan struct{}) error {
 			var err error
-			rep.PGFailovers, err = drillkit.PGFailover{Failovers: h.cfg.PGFailovers, CutLast: h.cfg.PGCut, Every: 3 * time.Second,
+			rep.PGFailovers, err = drillkit.PGFailover{Failovers: h.cfg.PGFailovers, CutLast: h.cfg.PGCut, Async: h.cfg.PGAsync, Every: 3 * time.Second,
 				URL: h.cfg.PG, Relayed: relayed, Log: h.logf}.Run(ctx, loadDone)
 			return err
 		})

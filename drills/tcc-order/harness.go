@@ -58,6 +58,7 @@ type Config struct {
 	// many times during the load (deploy/local/pg-ha kill-primary; see drillkit.PGFailover).
 	PGFailovers int
 	PGCut       bool // the last of PGFailovers is a network cut of the primary (frozen, then thawed), not a kill
+	PGAsync     bool // PGFailovers with asynchronous replication (Patroni synchronous_mode off)
 }
 
 // Databases of the three services; each holds a schema per run.
@@ -481,7 +482,7 @@ func (h *harness) load(ctx context.Context, rep *Report) error {
 	if h.cfg.PGFailovers > 0 {
 		beside = append(beside, func(ctx context.Context, loadDone <-chan struct{}) error {
 			var err error
-			rep.PGFailovers, err = drillkit.PGFailover{Failovers: h.cfg.PGFailovers, CutLast: h.cfg.PGCut, Every: h.cfg.KillEvery, URL: h.cfg.PG, Log: h.logf}.Run(ctx, loadDone)
+			rep.PGFailovers, err = drillkit.PGFailover{Failovers: h.cfg.PGFailovers, CutLast: h.cfg.PGCut, Async: h.cfg.PGAsync, Every: h.cfg.KillEvery, URL: h.cfg.PG, Log: h.logf}.Run(ctx, loadDone)
 			return err
 		})
 	}

@@ -24,8 +24,11 @@ type PGFailover struct {
 	// silent, no RST), and thawed once the new primary takes writes; the old primary then demotes
 	// itself and rejoins.
 	CutLast bool
-	Every   time.Duration // pause before each kill
-	URL     string        // the HA URL the services use (a database of it)
+	// Async runs the failovers with Patroni's synchronous_mode off (restored when Run returns):
+	// what a failover loses with asynchronous replication.
+	Async bool
+	Every time.Duration // pause before each kill
+	URL   string        // the HA URL the services use (a database of it)
 	// Relayed, when set, reports whether a message enqueued on the database was relayed and
 	// consumed after since (register-points: a points row awarded since): the figure "kill → first
 	// relayed message".
@@ -59,7 +62,7 @@ func (f FailoverFigures) String() string {
 	} else {
 		s += ", no prepared transaction in doubt"
 	}
-	return s + fmt.Sprintf(", synchronous standby again after %v", f.SyncBack.Round(time.Millisecond))
+	return s + fmt.Sprintf(", a (synchronous) standby again after %v", f.SyncBack.Round(time.Millisecond))
 }
 
 // pgHA runs deploy/local/pg-ha with args and returns its output's last line.
@@ -108,6 +111,17 @@ func PGSync(ctx context.Context, on bool) error {
 // closed) and returns each failover's figures.
 func (f PGFailover) Run(ctx context.Context, loadDone <-chan struct{}) ([]FailoverFigures, error) {
 	var figs []FailoverFigures
+	if f.Async {
+		if err := PGSync(ctx, false); err != nil {
+			return nil, err
+		}
+		f.Log("Patroni synchronous_mode off: asynchronous replication")
+		defer func() {
+			if err := PGSync(context.WithoutCancel(ctx), true); err != nil {
+				f.Log("synchronous_mode back on: %v", err)
+			}
+		}()
+	}
 	for k := 0; k < f.Failovers; k++ {
 		select {
 		case <-ctx.Done():
@@ -128,9 +142,9 @@ func (f PGFailover) Run(ctx context.Context, loadDone <-chan struct{}) ([]Failov
 
 func (f PGFailover) once(ctx context.Context, cut bool) (FailoverFigures, error) {
 	fig := FailoverFigures{Cut: cut}
-	// The sync standby must be there before a kill: the previous rejoin has finished.
-	if err := waitFor(ctx, 60*time.Second, func() bool { _, err := pgHA(ctx, "sync-standby"); return err == nil }); err != nil {
-		f.Log("no synchronous standby before the kill (asynchronous run?)")
+	// A (synchronous) standby must be there before a kill: the previous rejoin has finished.
+	if err := waitFor(ctx, 60*time.Second, f.standby(ctx)); err != nil {
+		f.Log("no standby before the kill")
 	}
 	killed := time.Now()
 	fault := "kill-primary"
@@ -192,10 +206,23 @@ func (f PGFailover) once(ctx context.Context, cut bool) (FailoverFigures, error)
 	if _, err := pgHA(ctx, "start", n); err != nil {
 		return fig, err
 	}
-	if err := waitFor(ctx, 90*time.Second, func() bool { _, err := pgHA(ctx, "sync-standby"); return err == nil }); err == nil {
+	if err := waitFor(ctx, 90*time.Second, f.standby(ctx)); err == nil {
 		fig.SyncBack = time.Since(killed)
 	}
 	return fig, nil
+}
+
+// standby returns the condition "the cluster has a synchronous standby" (a running standby when
+// Async).
+func (f PGFailover) standby(ctx context.Context) func() bool {
+	return func() bool {
+		if f.Async {
+			n, err := pgHA(ctx, "standbys")
+			return err == nil && n != "0"
+		}
+		_, err := pgHA(ctx, "sync-standby")
+		return err == nil
+	}
 }
 
 func connect(ctx context.Context, url string) (*pgx.Conn, error) {
