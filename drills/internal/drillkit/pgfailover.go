@@ -225,8 +225,9 @@ func (f PGFailover) standby(ctx context.Context) func() bool {
 	}
 }
 
+// connect connects to url, trying its hosts in turn (the HA URL's connect_timeout bounds each).
 func connect(ctx context.Context, url string) (*pgx.Conn, error) {
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return pgx.Connect(cctx, url)
 }
