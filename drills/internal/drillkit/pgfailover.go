@@ -25,10 +25,13 @@ type PGFailover struct {
 	// itself and rejoins.
 	CutLast bool
 	// Async runs the failovers with Patroni's synchronous_mode off (restored when Run returns):
-	// what a failover loses with asynchronous replication.
-	Async bool
-	Every time.Duration // pause before each kill
-	URL   string        // the HA URL the services use (a database of it)
+	// what a failover loses with asynchronous replication. Before each kill the standbys' WAL
+	// receivers are paused for AsyncLag (default 1 s), as a loaded network would leave them
+	// behind: the commits the primary acknowledged meanwhile are on no standby.
+	Async    bool
+	AsyncLag time.Duration
+	Every    time.Duration // pause before each kill
+	URL      string        // the HA URL the services use (a database of it)
 	// Relayed, when set, reports whether a message enqueued on the database was relayed and
 	// consumed after since (register-points: a points row awarded since): the figure "kill → first
 	// relayed message".
@@ -146,6 +149,21 @@ func (f PGFailover) once(ctx context.Context, cut bool) (FailoverFigures, error)
 	if err := waitFor(ctx, 60*time.Second, f.standby(ctx)); err != nil {
 		f.Log("no standby before the kill")
 	}
+	if f.Async && !cut {
+		lag := f.AsyncLag
+		if lag == 0 {
+			lag = time.Second
+		}
+		if _, err := pgHA(ctx, "pause-receivers"); err != nil {
+			return fig, err
+		}
+		defer func() { _, _ = pgHA(context.WithoutCancel(ctx), "resume-receivers") }()
+		select {
+		case <-ctx.Done():
+			return fig, ctx.Err()
+		case <-time.After(lag):
+		}
+	}
 	killed := time.Now()
 	fault := "kill-primary"
 	if cut {
@@ -154,6 +172,12 @@ func (f PGFailover) once(ctx context.Context, cut bool) (FailoverFigures, error)
 	n, err := pgHA(ctx, fault)
 	if err != nil {
 		return fig, err
+	}
+	if f.Async && !cut {
+		// The standbys' receivers go on, but there is no primary to stream from any more.
+		if _, err := pgHA(ctx, "resume-receivers"); err != nil {
+			return fig, err
+		}
 	}
 	thawed := false
 	thaw := func() {
