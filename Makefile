@@ -105,8 +105,8 @@ drill-3pc: up ## 2PC vs 3PC on the transfer drill: blocking after leader SIGKILL
 # register-points (outbox and relay), tcc-order as TCC and as sagas and transfer without and with
 # vote markers, each checking its invariants and
 # printing the failover figures; then transfer with vote markers once more with asynchronous
-# replication, which may lose acknowledged commits: its report says what broke (the target does
-# not fail on it). About 15 minutes.
+# replication (-pg-async: the primary's WAL senders held back 1 s before each kill), which loses
+# acknowledged commits: its report says what broke (the target does not fail on it). About 15 minutes.
 PG_DRILL = -pg "$$TXKIT_PG_HA_URL" -rate 25 -pg-failovers 3 -pg-cut -kill-every 3s
 .PHONY: drill-pg-failover
 drill-pg-failover: up ## PostgreSQL failover drill: the HA primary SIGKILLed twice and cut off once under register-points, tcc-order (TCC, saga) and transfer (2PC, votes off/on); then asynchronous replication

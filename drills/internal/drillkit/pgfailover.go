@@ -25,9 +25,9 @@ type PGFailover struct {
 	// itself and rejoins.
 	CutLast bool
 	// Async runs the failovers with Patroni's synchronous_mode off (restored when Run returns):
-	// what a failover loses with asynchronous replication. Before each kill the standbys' WAL
-	// receivers are paused for AsyncLag (default 1 s), as a loaded network would leave them
-	// behind: the commits the primary acknowledged meanwhile are on no standby.
+	// what a failover loses with asynchronous replication. Before each kill the primary's WAL
+	// senders are stopped for AsyncLag (default 1 s), as a loaded network would leave the standbys
+	// behind, and killed with it: the commits it acknowledged meanwhile are on no standby.
 	Async    bool
 	AsyncLag time.Duration
 	Every    time.Duration // pause before each kill
@@ -154,10 +154,10 @@ func (f PGFailover) once(ctx context.Context, cut bool) (FailoverFigures, error)
 		if lag == 0 {
 			lag = time.Second
 		}
-		if _, err := pgHA(ctx, "pause-receivers"); err != nil {
+		if _, err := pgHA(ctx, "pause-senders"); err != nil {
 			return fig, err
 		}
-		defer func() { _, _ = pgHA(context.WithoutCancel(ctx), "resume-receivers") }()
+		defer func() { _, _ = pgHA(context.WithoutCancel(ctx), "resume-senders") }() // not killed: let them go on
 		select {
 		case <-ctx.Done():
 			return fig, ctx.Err()
@@ -174,8 +174,8 @@ func (f PGFailover) once(ctx context.Context, cut bool) (FailoverFigures, error)
 		return fig, err
 	}
 	if f.Async && !cut {
-		// The standbys' receivers go on, but there is no primary to stream from any more.
-		if _, err := pgHA(ctx, "resume-receivers"); err != nil {
+		// The dead primary's stopped senders die too: what they held back never reaches a standby.
+		if _, err := pgHA(ctx, "drop-senders"); err != nil {
 			return fig, err
 		}
 	}
