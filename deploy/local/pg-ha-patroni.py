@@ -1,6 +1,6 @@
 # Runs Debian's Patroni (3.0.2) with ZooKeeper digest authentication. Started by deploy/local/pg-ha,
 # not by hand: /usr/bin/python3 pg-ha-patroni.py patroni.yml, with TXKIT_ZK_AUTH ("user:password",
-# deploy/local/zk auth) in its environment.
+# deploy/local/zk auth) in its environment. `--forget HOSTS PATH` deletes a cluster's nodes instead.
 #
 # Patroni 3.0.2's ZooKeeper store passes no auth_data to kazoo and builds its ACLs (set_acls) for the
 # x509 scheme only, while the project's ensemble wants every client to authenticate with the digest
@@ -28,12 +28,31 @@ def _patch(cred):
     zookeeper.PatroniKazooClient.__init__ = init_with_digest
 
 
+def _forget(hosts, cred, path):
+    """Delete path (a cluster's nodes in the store) as the digest user: a fresh start of a cluster
+    whose data directories were removed must not find the old cluster's initialize key."""
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=hosts, auth_data=[("digest", cred)])
+    zk.start(timeout=10)
+    try:
+        zk.delete(path, recursive=True)
+    except Exception as e:  # NoNodeError: nothing to forget
+        if type(e).__name__ != "NoNodeError":
+            raise
+    finally:
+        zk.stop()
+
+
 # Patroni starts PostgreSQL through multiprocessing, whose children import this file again (not as
 # __main__): they need neither the credentials nor the patch.
 if __name__ == "__main__":
     cred = os.environ.pop("TXKIT_ZK_AUTH", "")  # not passed on to PostgreSQL
     if ":" not in cred:
         sys.exit("pg-ha-patroni: TXKIT_ZK_AUTH (user:password of the ZooKeeper digest user) is not set")
+    if len(sys.argv) == 4 and sys.argv[1] == "--forget":  # --forget HOSTS PATH
+        _forget(sys.argv[2], cred, sys.argv[3])
+        sys.exit(0)
     _patch(cred)
     from patroni.__main__ import main
 
