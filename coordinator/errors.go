@@ -30,11 +30,12 @@ var (
 	ErrRunning = core.ErrRunning
 	// ErrTimeout: a saga's timeout passed before every action succeeded; it is compensated.
 	ErrTimeout = core.ErrTimeout
-	// ErrInDoubt: a write of the transaction to the log may or may not have been made: with
-	// WithGroupCommit, a write in a batch whose caller's ctx ended before the batch's answer, or
-	// whose batch's connection or session was lost (a failover's FATAL error after the commit).
-	// The transaction is recorded or not; if it is, the leader carries it on. (twopc's and
-	// threepc's ErrInDoubt are about the decision.)
+	// ErrInDoubt: a write of the transaction to the log may or may not have been made: its
+	// connection or session was lost after it was sent (a failover's FATAL error after the
+	// commit), or, with WithGroupCommit, the caller's ctx ended before its batch's answer. The
+	// outcome is unknown, not failed: the transaction is recorded or not; if it is, the leader
+	// carries it on, and a retry of the call finds it. (twopc's and threepc's ErrInDoubt are about
+	// the decision.)
 	ErrInDoubt = core.ErrInDoubt
 )
 

@@ -547,5 +547,8 @@ func (c *Coordinator) Decide(ctx context.Context, gid string) (Outcome, error) {
 // without an elector, [coordinator.ErrRunning] when another Run is running, and one wrapping
 // [lock.ErrClosed] when the elector's session is closed.
 func (c *Coordinator) Run(ctx context.Context) error {
+	for _, d := range c.dbs.All() {
+		c.b.CheckSyncStandby(ctx, d.Pool, "votes")
+	}
 	return c.b.Run(ctx, c.b.PhaseTwoDriver())
 }

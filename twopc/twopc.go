@@ -541,6 +541,9 @@ func (g *Global) abort(ctx context.Context, recs []core.Branch, recorded bool, v
 // an error wrapping [coordinator.ErrInvalidOption] without an elector, [coordinator.ErrRunning] when another Run is
 // running, and one wrapping [lock.ErrClosed] when the elector's session is closed.
 func (c *Coordinator) Run(ctx context.Context) error {
+	for _, d := range c.dbs.All() {
+		c.b.CheckSyncStandby(ctx, d.Pool, "votes")
+	}
 	phaseTwo := c.b.PhaseTwoDriver()
 	return c.b.Run(ctx, core.DriverFunc(func(ctx context.Context, tok lock.Token, t *core.Transaction) error {
 		if t.Status == core.StatusVoting {

@@ -212,7 +212,7 @@ apt_install() { die "would install: $*"; }
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"up", "postgres", "zk", "rocketmq", "rocketmq-cluster", "redis", "redis-sentinel", "env"} {
+	for _, name := range []string{"up", "postgres", "pg-ha", "zk", "rocketmq", "rocketmq-cluster", "redis", "redis-sentinel", "env"} {
 		if err := os.Chmod(filepath.Join(dir, name), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -52,6 +52,11 @@ type Config struct {
 	// pending, before the services stop, with the addresses (host:port) of the live users instances
 	// and of the points service: a test scrapes their GET /metrics there. Its error ends the run.
 	Settled func(ctx context.Context, users []string, points string) error
+	// PGFailovers, with PG the HA PostgreSQL's URL (TXKIT_PG_HA_URL), SIGKILLs its primary this
+	// many times during the load (the last a network cut with PGCut; see drillkit.PGFailover).
+	PGFailovers int
+	PGCut       bool
+	PGAsync     bool
 }
 
 // Report is what a run measured.
@@ -75,6 +80,7 @@ type Report struct {
 	UsersCPU         time.Duration   // user + system CPU of every users process (killed ones included)
 	PointsCPU        time.Duration   // the same for the points processes
 	Takeovers        []time.Duration // with Partitions and Drill: SIGKILL → every partition led again
+	PGFailovers      []drillkit.FailoverFigures
 }
 
 // OK reports whether the run kept the example's promise: every registered user has exactly 100
@@ -102,6 +108,9 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "points awarded:         %d users with exactly 100, %d with more\n", r.Exactly100, r.Over100)
 	fmt.Fprintf(&b, "duplicates suppressed:  %d\n", r.Duplicates)
 	fmt.Fprintf(&b, "left pending:           %d\n", r.Pending)
+	for i, f := range r.PGFailovers {
+		fmt.Fprintf(&b, "PostgreSQL failover %d:  %s\n", i+1, f)
+	}
 	fmt.Fprintf(&b, "end-to-end latency:     p50 %v, p99 %v (commit → points awarded)\n", r.P50.Round(100*time.Microsecond), r.P99.Round(100*time.Microsecond))
 	if r.LoadTook > 0 && r.AwardSpan > 0 && r.Registered > 0 {
 		fmt.Fprintf(&b, "throughput:             %.0f registrations/s answered, %.0f awards/s (first commit → last award)\n",
@@ -409,6 +418,25 @@ func (h *harness) load(ctx context.Context, rep *Report) (int, error) {
 	}
 	if h.cfg.BrokerOutage > 0 {
 		beside = append(beside, func(ctx context.Context, _ <-chan struct{}) error { return h.brokerOutage(ctx, &okCount, rep) })
+	}
+	if h.cfg.PGFailovers > 0 {
+		pointsURL, _ := exapp.DatabaseURL(h.cfg.PG, "txkit_points", h.schema, 0)
+		relayed := func(ctx context.Context, since time.Time) (bool, error) {
+			c, err := pgx.Connect(ctx, pointsURL)
+			if err != nil {
+				return false, err
+			}
+			defer c.Close(context.WithoutCancel(ctx))
+			var ok bool
+			err = c.QueryRow(ctx, "select exists (select 1 from points where awarded_at > $1)", since).Scan(&ok)
+			return ok, err
+		}
+		beside = append(beside, func(ctx context.Context, loadDone <-chan struct{}) error {
+			var err error
+			rep.PGFailovers, err = drillkit.PGFailover{Failovers: h.cfg.PGFailovers, CutLast: h.cfg.PGCut, Async: h.cfg.PGAsync, Every: 3 * time.Second,
+				URL: h.cfg.PG, Relayed: relayed, Log: h.logf}.Run(ctx, loadDone)
+			return err
+		})
 	}
 	err := drillkit.Load(ctx, h.cfg.Users, h.cfg.Concurrency, h.cfg.Rate, func(ctx context.Context, i int) error {
 		if err := h.register(ctx, i); err != nil {

@@ -63,6 +63,11 @@ type Config struct {
 	// Built says that Dir already holds the services' binaries of this tree (an earlier run's):
 	// the run does not build them again.
 	Built bool
+	// PGFailovers, with PG the HA PostgreSQL's URL (TXKIT_PG_HA_URL), SIGKILLs its primary this
+	// many times during the load (deploy/local/pg-ha kill-primary; see drillkit.PGFailover).
+	PGFailovers int
+	PGCut       bool // the last of PGFailovers is a network cut of the primary (frozen, then thawed), not a kill
+	PGAsync     bool // PGFailovers with asynchronous replication (Patroni synchronous_mode off)
 }
 
 // Databases of the three services; each holds a schema per run.
@@ -90,8 +95,9 @@ type Report struct {
 	LeaderKills                int
 	ParticipantKills           int
 	Failovers                  []time.Duration // leader SIGKILL → the next leader's first recovery (fenced claim)
-	Settled                    bool            // every global transaction finished within the settle timeout
-	Settle                     time.Duration   // last answer → every global transaction finished
+	PGFailovers                []drillkit.FailoverFigures
+	Settled                    bool          // every global transaction finished within the settle timeout
+	Settle                     time.Duration // last answer → every global transaction finished
 	Elapsed                    time.Duration
 	InitialStock, InitialMoney int64
 	Available, Reserved, Sold  int64
@@ -164,6 +170,9 @@ func (r Report) String() string {
 		}
 		fmt.Fprintf(&b, "leader kills:           %d SIGKILLed and restarted (leadership on %s); leader death → next leader's first recovery: %s (max %v)\n",
 			r.LeaderKills, r.Lock, strings.Join(ds, ", "), r.MaxFailover().Round(time.Millisecond))
+	}
+	for i, f := range r.PGFailovers {
+		fmt.Fprintf(&b, "PostgreSQL failover %d:  %s\n", i+1, f)
 	}
 	if r.Settled {
 		fmt.Fprintf(&b, "settled:                every %s finished %v after the last answer\n", p.unit, r.Settle.Round(time.Millisecond))
@@ -556,6 +565,13 @@ func (h *harness) placeGRPC(ctx context.Context, p *proc, i int) string {
 func (h *harness) load(ctx context.Context, rep *Report) error {
 	var conf, canc, lost atomic.Int64
 	var beside []func(context.Context, <-chan struct{}) error
+	if h.cfg.PGFailovers > 0 {
+		beside = append(beside, func(ctx context.Context, loadDone <-chan struct{}) error {
+			var err error
+			rep.PGFailovers, err = drillkit.PGFailover{Failovers: h.cfg.PGFailovers, CutLast: h.cfg.PGCut, Async: h.cfg.PGAsync, Every: h.cfg.KillEvery, URL: h.cfg.PG, Log: h.logf}.Run(ctx, loadDone)
+			return err
+		})
+	}
 	if h.cfg.Drill {
 		beside = append(beside, func(ctx context.Context, loadDone <-chan struct{}) error { return h.drill(ctx, loadDone, rep) })
 		if h.cfg.ParticipantKills > 0 {

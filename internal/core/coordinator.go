@@ -137,8 +137,9 @@ type Base struct {
 	kind                 Kind
 	running              atomic.Bool
 	metrics              *metrics
-	m                    *kindMetrics // the series of kind, also the Log's
-	tr                   trace.Tracer // "github.com/txkit/txkit/<name>", also the Log's
+	m                    *kindMetrics         // the series of kind, also the Log's
+	tr                   trace.Tracer         // "github.com/txkit/txkit/<name>", also the Log's
+	syncStandbys         *prometheus.GaugeVec // replication.go
 }
 
 // Stats counts what a coordinator of this process saw since it was built; every coordinator
@@ -219,7 +220,8 @@ func NewBase(pool *pgxpool.Pool, p Protocol, opts []Option) (*Base, error) {
 	km := m.forKind(p.Kind)
 	tr := tracer(cfg.TracerProvider, p.Name)
 	l.m, l.tr, l.lg = km, tr, cfg.Logger
-	return &Base{Log: l, Parts: NewParticipants(cfg.Client), Cfg: cfg, name: p.Name, kind: p.Kind, metrics: m, m: km, tr: tr}, nil
+	return &Base{Log: l, Parts: NewParticipants(cfg.Client), Cfg: cfg, name: p.Name, kind: p.Kind, metrics: m, m: km, tr: tr,
+		syncStandbys: syncGauge(cfg.Registerer)}, nil
 }
 
 // Errorf returns the error of format and args with the coordinator's name in front.
@@ -340,6 +342,7 @@ func (b *Base) run(ctx context.Context, d Driver, opts []RecoverOption) error {
 		}
 		return err
 	}
+	b.CheckSyncStandby(ctx, b.Log.pool, "log")
 	ropts := append([]RecoverOption{WithSchedule(b.Cfg.Schedule), WithBatchSize(b.Cfg.Batch),
 		WithConcurrency(b.Cfg.RecoverConc), WithRetention(b.Cfg.Retention, b.Cfg.RetentionSpec),
 		WithLogger(b.Cfg.Logger), withMetrics(b.metrics), withTracer(b.tr)}, opts...)

@@ -28,7 +28,7 @@ var (
 	// ErrTimeout: the transaction's timeout passed before it was decided.
 	ErrTimeout = errors.New("coordinator: timed out")
 	// ErrInDoubt: a write of the log may or may not have been made (its ctx ended, or its
-	// connection or session was lost, while it was in flight).
+	// connection or session was lost, while it was in flight: a failover).
 	ErrInDoubt = errors.New("coordinator: outcome in doubt")
 )
 

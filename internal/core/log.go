@@ -440,7 +440,7 @@ func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 // recordTx writes p in one transaction, fenced with tok when it is a leader's; moved reports
 // whether the transaction was in p.From.
 func (l *Log) recordTx(ctx context.Context, tok lock.Token, p Progress, done BranchStatus, moved *bool) error {
-	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	return unknownOutcome(pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if err := l.fenceCheck(ctx, tx, tok, p.GID); err != nil {
 			return err
 		}
@@ -493,7 +493,7 @@ func (l *Log) recordTx(ctx context.Context, tok lock.Token, p Progress, done Bra
 		*moved = rows.Next()
 		rows.Close()
 		return rows.Err()
-	})
+	}))
 }
 
 // Refuse records that the participant of branch refused it with err (its text, bounded, is the

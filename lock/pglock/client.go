@@ -266,6 +266,11 @@ func (c *Client) listen() {
 		if c.ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, ErrPooled) {
+			c.log.Warn("pglock: LISTEN through a connection pooler receives no notification; waiters retry at the fallback interval only",
+				"table", c.table)
+			return
+		}
 		pause := bo.Next()
 		c.log.Warn("pglock: listening connection lost; reconnecting", "table", c.table, "err", err, "pause", pause)
 		c.wakeAll()
@@ -289,6 +294,11 @@ func (c *Client) listenOnce(listening func()) error {
 	ch, err := c.channelName(c.ctx, conn)
 	if err != nil {
 		return err
+	}
+	if pooled, err := pgutil.BehindPooler(c.ctx, conn); err != nil {
+		return err
+	} else if pooled {
+		return ErrPooled
 	}
 	if _, err := conn.Exec(c.ctx, "listen "+pgx.Identifier{ch}.Sanitize()); err != nil {
 		return fmt.Errorf("listen %s: %w", ch, err)
