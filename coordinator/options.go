@@ -59,14 +59,13 @@ func WithConcurrency(n int) Option { return func(c *core.Config) { c.Concurrency
 // for saga, 30s for twopc, 1m for threepc by default.
 func WithDefaultTimeout(d time.Duration) Option { return func(c *core.Config) { c.Timeout = d } }
 
-// WithHTTPClient sets the client of the calls to HTTP participants made from what the log
-// records — the recovery's, a saga's every call, the confirms and cancels of tcc, the phase two
-// of twopc and threepc's DoCommit and aborts — while a tcc Try, a twopc prepare or a threepc
-// CanCommit or PreCommit uses its branch's own participant.HTTP's client
+// WithHTTPClient sets the client of every call to a branch's participant.HTTP — its first op
+// (a tcc Try, a twopc prepare, ...) as well as the confirms, cancels, commits and the recovery's
 // (default: that of a participant.HTTP without Client, which signs nothing and follows no
-// redirect). A participant's barrier handler serves only signed calls unless built with
-// barrier.WithUnsignedRequests: give it, and the branches' participant.HTTP, the client of
-// participant.NewSigningClient.
+// redirect). Leave the branches' participant.HTTP.Client nil: a branch with another client is
+// refused with an error wrapping [ErrInvalidBranch], since the rest of its calls would go
+// through this one. A participant's barrier handler serves only signed calls unless built with
+// barrier.WithUnsignedRequests: give this the client of participant.NewSigningClient.
 func WithHTTPClient(cl *http.Client) Option { return func(c *core.Config) { c.Client = cl } }
 
 // WithRecovery sets the recovery's cron spec (default "@every 1s"), its claim batch size (100)

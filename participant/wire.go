@@ -119,8 +119,10 @@ func (f ParticipantFunc) Do(ctx context.Context, req Request) error { return f(c
 
 // HTTP is a [Participant] reached by POSTing the JSON Request to URL.
 //
-// Client signs the requests when it was built by [NewSigningClient], as a barrier handler with
-// secrets requires (package participant/barrier); a nil Client sends them unsigned, for a barrier
+// A branch's HTTP leaves Client nil: the coordinator calls it with its own client
+// (coordinator.WithHTTPClient), and refuses a branch with another. Client signs the requests when
+// it was built by [NewSigningClient], as a barrier handler with secrets requires (package
+// participant/barrier); a nil Client used directly sends them unsigned, for a barrier
 // built with barrier.WithUnsignedRequests (behind mutual TLS, say — then give a Client with the TLS settings). A
 // nil Client does not follow redirects; a client of your own should not either (see
 // [NewSigningClient]): a 307 or 308 would re-post the request to wherever it points.

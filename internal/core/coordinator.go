@@ -37,7 +37,7 @@ type Config struct {
 	Concurrency            int           // branch ops of one transaction called at once
 	CallTimeout            time.Duration // each participant call
 	Timeout                time.Duration // default global timeout
-	Client                 *http.Client  // HTTP participants called by the recovery
+	Client                 *http.Client  // every call of an HTTP participant (Participants.Target refuses another)
 	Schedule               string        // recovery tick (cron spec)
 	Batch, RecoverConc     int           // recovery claim size and drives at once
 	Retention              time.Duration // how long finished transactions are kept
@@ -347,7 +347,8 @@ func (b *Base) run(ctx context.Context, d Driver, opts []RecoverOption) error {
 	return r.Run(ctx)
 }
 
-// Call calls p with the call timeout. A panic in p.Do is recovered: it is logged with its stack
+// Call calls p with the call timeout; a participant.HTTP without Client is called with the
+// coordinator's ([Config.Client]). A panic in p.Do is recovered: it is logged with its stack
 // and returned as a *[PanicError], so the caller records it on the branch and retries with
 // backoff like any failure, instead of the process (every leader in turn) crashing. Every branch
 // call goes through Call: it counts the call by op and result and observes its duration, and
@@ -369,7 +370,7 @@ func (b *Base) Call(ctx context.Context, p participant.Participant, req particip
 		b.m.called(req.Op, time.Since(start), err)
 		obs.EndSpan(span, err)
 	}()
-	return p.Do(cctx, req)
+	return b.Parts.bind(p).Do(cctx, req)
 }
 
 // recovered logs a recovered panic's value v with the stack of the goroutine that panicked (call
