@@ -62,7 +62,10 @@ func (r *Participants) Target(p participant.Participant) (Target, error) {
 			return Target{}, fmt.Errorf("participant.HTTP %s: its Client is not the coordinator's (coordinator.WithHTTPClient), "+
 				"which calls the branch's other ops: leave it nil to use the coordinator's: %w", hp.URL, ErrInvalidBranch)
 		}
-		return Target{Kind: TargetHTTP, Ref: hp.URL}, nil
+		if err := CheckHeader(hp.Header); err != nil {
+			return Target{}, fmt.Errorf("participant.HTTP %s: %w: %w", hp.URL, err, ErrInvalidBranch)
+		}
+		return Target{Kind: TargetHTTP, Ref: hp.URL, Header: hp.Header.Clone()}, nil
 	}
 	switch p := p.(type) {
 	case named:
@@ -99,7 +102,7 @@ func (r *Participants) bind(p participant.Participant) participant.Participant {
 func (r *Participants) Resolve(t Target) (participant.Participant, error) {
 	switch t.Kind {
 	case TargetHTTP:
-		return participant.HTTP{URL: t.Ref, Client: r.client}, nil
+		return participant.HTTP{URL: t.Ref, Client: r.client, Header: t.Header}, nil
 	case TargetInProc:
 		r.mu.RLock()
 		p := r.byName[t.Ref]

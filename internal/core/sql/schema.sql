@@ -46,3 +46,6 @@ create table if not exists {{.Branch}} (
 -- operator console's branch timeline. Added to existing deployments here; their rows get the time
 -- of this migration.
 alter table {{.Branch}} add column if not exists updated_at timestamptz not null default now();
+-- How the branch's participant is called, when not as by default: {"timeout_ms": n, "header":
+-- {"Name": ["value"]}} (core.Target's Timeout and Header); NULL for neither. Added here.
+alter table {{.Branch}} add column if not exists call_options jsonb;
