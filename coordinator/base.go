@@ -48,6 +48,11 @@ type Status = core.Status
 // Branch is a participant's part in a global transaction of tcc, twopc or threepc (tcc.Branch,
 // twopc.Branch and threepc.Branch are this type): its name within the transaction (with the gid,
 // the participant's barrier key), the participant — a participant.HTTP, whose URL is stored, or
-// one returned by Register, whose name is stored, so a recovering coordinator can call it — and
-// the payload sent with every op of the branch (empty or JSON).
+// one returned by Register, whose name is stored, so a recovering coordinator can call it — the
+// payload sent with every op of the branch (empty or JSON), and the bound of each call of its ops
+// (Timeout; default: the call timeout of [WithRetry]). Timeout and the participant.HTTP's Header
+// are stored with the branch, so the recovery's calls use them too; the log keeps the headers in
+// clear, so a Header that may carry a credential (Authorization, Cookie, a name holding "auth",
+// "token", "secret", "key", "password", ...) or that the wire protocol sets is refused with an
+// error wrapping [ErrInvalidBranch]: credentials belong to the client ([WithHTTPClient]).
 type Branch = core.BranchSpec

@@ -32,7 +32,8 @@ func WithSchema(name string) Option { return func(c *core.Config) { c.Schema = n
 func WithLease(d time.Duration) Option { return func(c *core.Config) { c.Lease = d } }
 
 // WithRetry sets how participant calls are bounded and retried, for participants slower or
-// faster than the defaults: callTimeout bounds each call (default 10s), base is the delay before
+// faster than the defaults: callTimeout bounds each call (default 10s; a branch's own Timeout,
+// [Branch] and saga.Step, overrides it for that branch), base is the delay before
 // the first retry of a failed call and maxDelay its cap (defaults 1s and 5m). Delays double, with
 // jitter, computed by PostgreSQL when the leader retries (and without, between a saga's
 // in-process attempts, saga.WithAttempts). A call that times out is an unknown outcome: a try is

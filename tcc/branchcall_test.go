@@ -3,6 +3,7 @@ package tcc_test
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -30,9 +31,11 @@ func TestIntegrationBranchTimeoutAndHeader(t *testing.T) {
 		mu    sync.Mutex
 		calls []call
 	)
+	stop := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req participant.Request
 		_ = json.NewDecoder(r.Body).Decode(&req)
+		_, _ = io.Copy(io.Discard, r.Body) // so that the server notices the client hanging up
 		c := call{op: req.Op.String(), tenant: r.Header.Get("X-Tenant")}
 		mu.Lock()
 		confirms := 0
@@ -44,7 +47,10 @@ func TestIntegrationBranchTimeoutAndHeader(t *testing.T) {
 		mu.Unlock()
 		if req.Op == participant.OpConfirm && confirms < 2 { // the starter's confirm and the leader's first hang
 			start := time.Now()
-			<-r.Context().Done()
+			select {
+			case <-r.Context().Done():
+			case <-stop:
+			}
 			c.hung = time.Since(start)
 		}
 		mu.Lock()
@@ -53,6 +59,7 @@ func TestIntegrationBranchTimeoutAndHeader(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) }) // runs first
 	opts := []coordinator.Option{coretest.CallTimeout(30 * time.Second), coordinator.WithLease(100 * time.Millisecond)}
 	starter := e.coordinator(opts...)
 	branch := tcc.Branch{Name: "stock", Timeout: 300 * time.Millisecond,
