@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/participant"
@@ -59,6 +61,23 @@ func startOrAttach(ctx context.Context, c coordinator.Base, key string, start fu
 	return c.Attach(ctx, key)
 }
 
+// pair builds two coordinators with newFn on pool's schema, each with p registered as "p", and
+// returns the first and start made by each (given the coordinator and its handle of p).
+func pair[C coordinator.Base](t *testing.T, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error), pool *pgxpool.Pool,
+	schema string, p participant.Participant, start func(C, participant.Participant) func(context.Context, string) error,
+) (coordinator.Base, [2]func(context.Context, string) error) {
+	var starts [2]func(context.Context, string) error
+	var first C
+	for i := range starts {
+		c := coretest.New(t, newFn, pool, schema)
+		starts[i] = start(c, coretest.Register(t, c, "p", p))
+		if i == 0 {
+			first = c
+		}
+	}
+	return first, starts
+}
+
 // Two concurrent starts of one business key (coordinator.WithGID), on two coordinators (two
 // instances of a service), make one transaction on every protocol: the second is refused with
 // ErrExists before a participant executes any of its work, and Attach gives it the first's
@@ -66,22 +85,18 @@ func startOrAttach(ctx context.Context, c coordinator.Base, key string, start fu
 func TestIntegrationStartOrAttach(t *testing.T) {
 	env := coretest.NewEnv(t, "attach")
 	pool, schema := env.Schema.Pool, env.Schema.Name
+	type starts = [2]func(context.Context, string) error
 	type protocol struct {
 		name string
 		held participant.Op // the op after the claim, held while the second start comes
 		want coordinator.Status
-		// make returns the coordinators' Base and a start on each of two coordinators whose
-		// participant is p.
-		make func(p participant.Participant) (coordinator.Base, [2]func(context.Context, string) error)
+		// make returns one of the coordinators and a start on each of two whose participant is p.
+		make func(p participant.Participant) (coordinator.Base, starts)
 	}
 	for _, pr := range []protocol{
-		{"tcc", participant.OpTry, tcc.StatusConfirmed, func(p participant.Participant) (coordinator.Base, [2]func(context.Context, string) error) {
-			var starts [2]func(context.Context, string) error
-			var c0 *tcc.Coordinator
-			for i := range starts {
-				c := coretest.New(t, tcc.New, pool, schema)
-				h := coretest.Register(t, c, "p", p)
-				starts[i] = func(ctx context.Context, key string) error {
+		{"tcc", participant.OpTry, tcc.StatusConfirmed, func(p participant.Participant) (coordinator.Base, starts) {
+			return pair(t, tcc.New, pool, schema, p, func(c *tcc.Coordinator, h participant.Participant) func(context.Context, string) error {
+				return func(ctx context.Context, key string) error {
 					g, err := c.Begin(ctx, coordinator.WithGID(key))
 					if err != nil {
 						return err
@@ -91,17 +106,11 @@ func TestIntegrationStartOrAttach(t *testing.T) {
 					}
 					return g.Commit(ctx)
 				}
-				c0 = c
-			}
-			return c0, starts
+			})
 		}},
-		{"saga", participant.OpAction, saga.StatusSucceeded, func(p participant.Participant) (coordinator.Base, [2]func(context.Context, string) error) {
-			var starts [2]func(context.Context, string) error
-			var c0 *saga.Coordinator
-			for i := range starts {
-				c := coretest.New(t, saga.New, pool, schema)
-				h := coretest.Register(t, c, "p", p)
-				starts[i] = func(ctx context.Context, key string) error {
+		{"saga", participant.OpAction, saga.StatusSucceeded, func(p participant.Participant) (coordinator.Base, starts) {
+			return pair(t, saga.New, pool, schema, p, func(c *saga.Coordinator, h participant.Participant) func(context.Context, string) error {
+				return func(ctx context.Context, key string) error {
 					s, err := c.Begin(ctx, coordinator.WithGID(key))
 					if err != nil {
 						return err
@@ -111,18 +120,12 @@ func TestIntegrationStartOrAttach(t *testing.T) {
 					}
 					return s.Submit(ctx)
 				}
-				c0 = c
-			}
-			return c0, starts
+			})
 		}},
-		{"twopc", participant.OpPrepare, twopc.StatusCommitted, func(p participant.Participant) (coordinator.Base, [2]func(context.Context, string) error) {
-			var starts [2]func(context.Context, string) error
-			var c0 *twopc.Coordinator
-			for i := range starts {
-				c := coretest.New(t, twopc.New, pool, schema)
+		{"twopc", participant.OpPrepare, twopc.StatusCommitted, func(p participant.Participant) (coordinator.Base, starts) {
+			return pair(t, twopc.New, pool, schema, p, func(c *twopc.Coordinator, h participant.Participant) func(context.Context, string) error {
 				t.Cleanup(func() { _ = c.Close() })
-				h := coretest.Register(t, c, "p", p)
-				starts[i] = func(ctx context.Context, key string) error {
+				return func(ctx context.Context, key string) error {
 					g, err := c.Begin(ctx, coordinator.WithGID(key))
 					if err != nil {
 						return err
@@ -132,18 +135,12 @@ func TestIntegrationStartOrAttach(t *testing.T) {
 					}
 					return g.Commit(ctx)
 				}
-				c0 = c
-			}
-			return c0, starts
+			})
 		}},
-		{"threepc", participant.OpPreCommit, threepc.StatusCommitted, func(p participant.Participant) (coordinator.Base, [2]func(context.Context, string) error) {
-			var starts [2]func(context.Context, string) error
-			var c0 *threepc.Coordinator
-			for i := range starts {
-				c := coretest.New(t, threepc.New, pool, schema)
+		{"threepc", participant.OpPreCommit, threepc.StatusCommitted, func(p participant.Participant) (coordinator.Base, starts) {
+			return pair(t, threepc.New, pool, schema, p, func(c *threepc.Coordinator, h participant.Participant) func(context.Context, string) error {
 				t.Cleanup(func() { _ = c.Close() })
-				h := coretest.Register(t, c, "p", p)
-				starts[i] = func(ctx context.Context, key string) error {
+				return func(ctx context.Context, key string) error {
 					g, err := c.Begin(ctx, coordinator.WithGID(key))
 					if err != nil {
 						return err
@@ -153,9 +150,7 @@ func TestIntegrationStartOrAttach(t *testing.T) {
 					}
 					return g.Commit(ctx)
 				}
-				c0 = c
-			}
-			return c0, starts
+			})
 		}},
 	} {
 		t.Run(pr.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package tcc_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -127,5 +128,21 @@ func TestIntegrationBranchRefusesSecretHeader(t *testing.T) {
 		if _, err := c.Status(ctx, g.GID()); !errors.Is(err, coordinator.ErrNotFound) {
 			t.Fatalf("%s: Status = %v, want ErrNotFound: nothing recorded", b.Name, err)
 		}
+	}
+}
+
+// Attach waits for an outcome only as long as its ctx: on a transaction still trying it returns
+// the status it read last, with ErrIncomplete and the ctx's error.
+func TestIntegrationAttachBoundedByCtx(t *testing.T) {
+	e := newEnv(t)
+	c := e.coordinator()
+	if _, err := c.Begin(t.Context(), coordinator.WithGID("order-open")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	st, err := c.Attach(ctx, "order-open")
+	if st != tcc.StatusTrying || !errors.Is(err, coordinator.ErrIncomplete) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Attach = %v, %v; want trying, ErrIncomplete and DeadlineExceeded", st, err)
 	}
 }
