@@ -13,6 +13,12 @@ var (
 	// the decision, a second Submit, a gid already used, a Commit after the leader cancelled the
 	// transaction at its timeout, ...).
 	ErrInvalidState = core.ErrInvalidState
+	// ErrExists: the gid given with [WithGID] is taken by a transaction already recorded — a
+	// retried start of the same business key: call Attach (of [Base]) for that transaction's
+	// outcome. It is returned by the write that claims the gid (tcc's Begin, saga's Submit, twopc's
+	// and threepc's Commit) before any of this start's work is executed by a participant. An
+	// error wrapping it also wraps [ErrInvalidState].
+	ErrExists = core.ErrExists
 	// ErrInvalidBranch: a branch (a saga's step) is malformed — an empty name, a payload that is
 	// not JSON, a participant that is neither a participant.HTTP with a URL nor registered with
 	// the coordinator, a saga step depending on no step added before it, a twopc database that is

@@ -103,6 +103,7 @@ type write struct {
 	targetKinds    []string
 	refs           []string
 	payloads       [][]byte
+	callOpts       []*string // call_options, nil: NULL
 	// writeBranch
 	branch Branch
 	// writeBranch (from: the status required), writeDecide, writeFinish
@@ -171,10 +172,11 @@ func (l *Log) statement(w *write) (string, []any) {
 			return l.q["create"], []any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace}
 		}
 		return l.q["create_with_branches"], []any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload,
-			w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.trace}
+			w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.trace, w.callOpts}
 	case writeBranch:
 		b := w.branch
-		return l.q["add_branch"], []any{w.gid, b.Name, b.Seq, b.Target.Kind.String(), b.Target.Ref, b.Payload, w.from}
+		return l.q["add_branch"], []any{w.gid, b.Name, b.Seq, b.Target.Kind.String(), b.Target.Ref, b.Payload, w.from,
+			encodeCallOptions(b.Target)}
 	case writeDecide:
 		return l.q["decide"], []any{w.gid, w.from, w.to, l.o.lease.Seconds()}
 	}

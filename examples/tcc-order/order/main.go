@@ -285,7 +285,7 @@ func newCoordinator[C interface{ Migrate(context.Context) error }, O any](ctx co
 // endpoint returns the participant at base's endpoint of mode m (the stock and account services
 // serve /tcc and /saga).
 func (s *service) endpoint(base string, m app.Mode) participant.HTTP {
-	return participant.HTTP{URL: strings.TrimSuffix(base, "/") + "/" + m.String(), Client: s.client}
+	return participant.HTTP{URL: strings.TrimSuffix(base, "/") + "/" + m.String()} // called with the coordinator's client
 }
 
 // participants returns stock and account as participants of coord's branches in mode m: their
