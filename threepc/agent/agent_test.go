@@ -66,7 +66,7 @@ func newAgent(t *testing.T, f *fixture, dec agent.Decider, opts ...agent.Option)
 
 // textbook is the option of an agent that commits alone, with timeout d.
 func textbook(d time.Duration) []agent.Option {
-	return []agent.Option{agent.WithTermination(agent.TerminationTextbook), agent.WithTimeout(d)}
+	return []agent.Option{agent.WithTermination(agent.TerminationTextbook, 0), agent.WithTimeout(d)}
 }
 
 // agentRow is a branch's row in the agent's table ("", "" when there is none).
@@ -431,14 +431,14 @@ func TestNewAgentOptions(t *testing.T) {
 		{name: "nil function", bar: bar, noFn: true, opts: textbook(time.Second), wantErr: "nil function"},
 		{name: "consult-log without decider", bar: bar, wantErr: "needs a decision log (a Decider)"},
 		{name: "nil decider func", bar: bar, dec: agent.DeciderFunc(nil), wantErr: "needs a decision log (a Decider)"},
-		{name: "unknown mode", bar: bar, dec: decider, opts: []agent.Option{agent.WithTermination(9)}, wantErr: "unknown termination mode"},
-		{name: "log fallback at the minimum", bar: bar, dec: decider, opts: []agent.Option{agent.WithLogFallback(agent.MinLogFallback)}},
-		{name: "log fallback below the minimum", bar: bar, dec: decider, opts: []agent.Option{agent.WithLogFallback(agent.MinLogFallback - time.Second)},
+		{name: "unknown mode", bar: bar, dec: decider, opts: []agent.Option{agent.WithTermination(9, 0)}, wantErr: "unknown termination mode"},
+		{name: "log fallback at the minimum", bar: bar, dec: decider, opts: []agent.Option{agent.WithTermination(agent.TerminationConsultLog, agent.MinLogFallback)}},
+		{name: "log fallback below the minimum", bar: bar, dec: decider, opts: []agent.Option{agent.WithTermination(agent.TerminationConsultLog, agent.MinLogFallback-time.Second)},
 			wantErr: "log fallback after 4m59s: below the minimum outage of 5m0s"},
-		{name: "log fallback of 15s", bar: bar, dec: decider, opts: []agent.Option{agent.WithLogFallback(15 * time.Second)},
+		{name: "log fallback of 15s", bar: bar, dec: decider, opts: []agent.Option{agent.WithTermination(agent.TerminationConsultLog, 15*time.Second)},
 			wantErr: "below the minimum outage"},
-		{name: "log fallback in textbook mode", bar: bar, opts: append(textbook(time.Second), agent.WithLogFallback(time.Hour)),
-			wantErr: "WithLogFallback applies to termination mode consult-log only"},
+		{name: "log fallback in textbook mode", bar: bar, opts: []agent.Option{agent.WithTermination(agent.TerminationTextbook, time.Hour), agent.WithTimeout(time.Second)},
+			wantErr: "a log fallback applies to termination mode consult-log only"},
 		{name: "zero timeout", bar: bar, opts: textbook(0), wantErr: "timeout 0s"},
 		{name: "negative timeout", bar: bar, opts: textbook(-time.Second), wantErr: "timeout -1s"},
 		{name: "zero poll", bar: bar, opts: append(textbook(time.Second), agent.WithPoll(0)), wantErr: "poll interval"},
@@ -515,13 +515,13 @@ func TestIntegrationAgentInBarrierSchema(t *testing.T) {
 	}
 }
 
-// The explicit fallback: an agent built with WithLogFallback commits a branch by the textbook rule
+// The explicit fallback: an agent built with a WithTermination fallback commits a branch by the textbook rule
 // once the decision log has been unreachable that long — not before. Meanwhile the wait is the
 // gauge txkit_3pc_agent_log_wait_seconds, and the fallback is counted in Stats and in
 // txkit_3pc_agent_fallbacks_total. (The agent's clock is the test's: MinLogFallback passes at once.)
 func TestIntegrationAgentLogFallback(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	f := newFixture(t, barrier.WithRegisterer(reg))
+	f := newFixture(t, barrier.WithTelemetry(reg, nil))
 	var mu sync.Mutex
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
@@ -530,7 +530,7 @@ func TestIntegrationAgentLogFallback(t *testing.T) {
 		return 0, errors.New("decision log: connection refused")
 	})
 	a := newAgent(t, f, down, agent.WithTimeout(dueAtOnce),
-		agent.WithLogFallback(agent.MinLogFallback), agent.WithClock(clock))
+		agent.WithTermination(agent.TerminationConsultLog, agent.MinLogFallback), agent.WithClock(clock))
 	mustDo(t, a.Participant(), "g1", "b", preCommit)
 	// gaugeOf is the value of the agent's series of name, which must be exported.
 	gaugeOf := func(t *testing.T, reg *prometheus.Registry, name string) float64 {

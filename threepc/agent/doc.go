@@ -14,7 +14,7 @@
 // through a [Decider] (a *threepc.Coordinator) and follows it, and while the log cannot be
 // reached it commits nothing: the branch waits, asked about again at every pass, and the gauges
 // txkit_3pc_agent_log_wait_seconds and txkit_3pc_pgagent_log_wait_seconds say for how long.
-// [WithLogFallback] lets it commit by the textbook rule after an outage of at least
+// [WithTermination]'s fallback lets it commit by the textbook rule after an outage of at least
 // [MinLogFallback]. docs/coordinators.md has the protocol and its trade-offs.
 //
 //	bar, _ := barrier.New(pool, barrier.WithSecrets(secret))
