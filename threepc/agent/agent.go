@@ -203,8 +203,8 @@ func (a *Agent) Stats() Stats {
 	return Stats{Committed: a.committed.Load(), Aborted: a.aborted.Load(), Fallbacks: a.fallbacks.Load(), Heuristic: a.heuristic.Load()}
 }
 
-// Run ends timed-out branches, one [Agent.Pass] every [WithPoll] (skipping a pass while the
-// previous one still runs), until ctx ends. It blocks; when ctx ends it cancels the pass in flight
+// Run ends timed-out branches, one [Agent.Pass] every poll interval ([WithTimeout]; skipping a
+// pass while the previous one still runs), until ctx ends. It blocks; when ctx ends it cancels the pass in flight
 // (ctx scopes the work too), waits for it and returns nil. Every replica of a participant service
 // may run it on the same table: no leadership is needed.
 func (a *Agent) Run(ctx context.Context) error {

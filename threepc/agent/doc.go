@@ -18,11 +18,11 @@
 // [MinLogFallback]. docs/coordinators.md has the protocol and its trade-offs.
 //
 //	bar, _ := barrier.New(pool, barrier.WithSecrets(secret))
-//	a, _ := agent.New(bar, coord, pay, agent.WithTimeout(20*time.Second)) // the coordinator's participant timeout
+//	a, _ := agent.New(bar, coord, pay, agent.WithTimeout(20*time.Second, 0)) // the coordinator's participant timeout
 //	_ = a.Migrate(ctx)
 //	go a.Run(ctx) // ends timed-out branches; every replica may run it
 //	mux.Handle("POST /pay/3pc", a.Handler())
 //
-//	pg, _ := agent.NewPG(coord, "east", eastPool, agent.WithTimeout(20*time.Second))
+//	pg, _ := agent.NewPG(coord, "east", eastPool, agent.WithTimeout(20*time.Second, 0))
 //	go pg.Run(ctx)
 package agent

@@ -46,9 +46,18 @@ func defaultOptions(timeout time.Duration) options {
 
 // WithTimeout sets how long a pre-committed branch waits for the coordinator's DoCommit or abort
 // before the agent ends it alone (default [DefaultTimeout] for an Agent, [DefaultPGTimeout] for a
-// PG), measured on the database's clock from the end of the PreCommit's work. Give it the value
-// of the participant timeout of the coordinator's threepc.WithTimeouts.
-func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+// PG), measured on the database's clock from the end of the PreCommit's work, and how often Run
+// looks for timed-out branches (default [DefaultPoll]; 0 keeps it), so a branch ends between
+// timeout and timeout + poll. Give timeout the value of the participant timeout of the
+// coordinator's threepc.WithTimeouts.
+func WithTimeout(timeout, poll time.Duration) Option {
+	return func(o *options) {
+		o.timeout = timeout
+		if poll != 0 {
+			o.poll = poll
+		}
+	}
+}
 
 // WithTermination sets how a timed-out branch ends (default [TerminationConsultLog], no
 // fallback). A fallback other than 0 lets a [TerminationConsultLog] agent commit a timed-out
@@ -60,9 +69,6 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 func WithTermination(m Termination, fallback time.Duration) Option {
 	return func(o *options) { o.mode, o.fallback = m, fallback }
 }
-
-// WithPoll sets how often Run looks for timed-out branches (default [DefaultPoll]).
-func WithPoll(d time.Duration) Option { return func(o *options) { o.poll = d } }
 
 // WithLogger sets the logger (default: discard). An agent logs what it decides alone (info), a
 // decision log it could not reach (warning) and heuristic conflicts (error), with the keys gid and

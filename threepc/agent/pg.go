@@ -164,7 +164,7 @@ func (a *PG) Pass(ctx context.Context) (PGPassResult, error) {
 	return res, errors.Join(errs...)
 }
 
-// Run calls Pass every poll interval ([WithPoll]) until ctx ends, logging failures. It needs
+// Run calls Pass every poll interval ([WithTimeout]) until ctx ends, logging failures. It needs
 // no leadership: every replica may run it. It blocks; when ctx ends it waits for a pass in flight
 // and returns nil.
 func (a *PG) Run(ctx context.Context) error {

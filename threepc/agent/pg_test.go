@@ -116,7 +116,7 @@ func TestIntegrationAgentFallsBackWhenLogUnreachable(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
-	a, err := agent.NewPG(dead, "east", w.East.Pool, agent.WithTimeout(participantTimeout),
+	a, err := agent.NewPG(dead, "east", w.East.Pool, agent.WithTimeout(participantTimeout, 0),
 		agent.WithTermination(agent.TerminationConsultLog, agent.MinLogFallback), agent.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func TestIntegrationAgentFallsBackWhenLogUnreachable(t *testing.T) {
 	}
 	// West's agent, with the log back, ends its half by the log (undecided → aborted): the two
 	// halves disagree, which is what a fallback risks when the log is unreachable.
-	west, err := agent.NewPG(c, "west", w.West.Pool, agent.WithTimeout(participantTimeout))
+	west, err := agent.NewPG(c, "west", w.West.Pool, agent.WithTimeout(participantTimeout, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

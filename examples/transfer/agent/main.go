@@ -95,8 +95,8 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err := coord.Migrate(ctx); err != nil {
 		return err
 	}
-	pg, err := agent.NewPG(coord, c.db, pool, agent.WithTimeout(c.timeout), agent.WithTermination(mode, 0),
-		agent.WithPoll(c.poll), agent.WithLogger(log))
+	pg, err := agent.NewPG(coord, c.db, pool, agent.WithTimeout(c.timeout, c.poll), agent.WithTermination(mode, 0),
+		agent.WithLogger(log))
 	if err != nil {
 		return err
 	}
