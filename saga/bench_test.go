@@ -100,7 +100,7 @@ func BenchmarkSaga(b *testing.B) {
 	})
 	// metrics-ratio and observed-ratio: the cost of metrics, and of metrics with tracing.
 	coretest.OverheadRatios(b, saga.New, pg, coordinated, func(b *testing.B, tp trace.TracerProvider) func(*saga.Coordinator) error {
-		ps, _ := coretest.BenchParticipants(b, pg, secret, 3, apply, ops, barrier.WithTracerProvider(tp))
+		ps, _ := coretest.BenchParticipants(b, pg, secret, 3, apply, ops, barrier.WithTelemetry(nil, tp))
 		return coordinatedOn(ps)
 	}, coordinator.WithHTTPClient(client))
 	b.Run("ratio", func(b *testing.B) {

@@ -514,7 +514,7 @@ func (g *Global) abort(ctx context.Context, recs []core.Branch, votes []error) e
 //     finishes it once the lease ([coordinator.WithLease]) has passed.
 //
 // An error means the log could not be read or written: the agent leaves the branch waiting and
-// asks again (agent.WithLogFallback). It blocks for one or two statements; ctx bounds them. Any process may call it: a
+// asks again (agent.WithTermination's fallback). It blocks for one or two statements; ctx bounds them. Any process may call it: a
 // Coordinator built with New on the log's pool and schema needs no elector, registered database
 // or Run to answer.
 func (c *Coordinator) Decide(ctx context.Context, gid string) (Outcome, error) {

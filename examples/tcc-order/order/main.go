@@ -186,7 +186,7 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 		return err
 	}
 	defer closeElectors()
-	bar, err := barrier.New(pool, barrier.WithLogger(log), barrier.WithRegisterer(reg))
+	bar, err := barrier.New(pool, barrier.WithLogger(log), barrier.WithTelemetry(reg, nil))
 	if err != nil {
 		return err
 	}
