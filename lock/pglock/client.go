@@ -18,7 +18,7 @@ import (
 	"github.com/txkit/txkit/lock"
 )
 
-// cleanupTimeout bounds the statements that clean up after a cancelled or failed call (deleting
+// cleanupTimeout bounds the statements that clean up after a cancelled or failed call (freeing
 // a row whose acquisition may have run, closing the listening connection).
 const cleanupTimeout = 5 * time.Second
 
@@ -127,7 +127,7 @@ func (c *Client) Migrate(ctx context.Context) error {
 }
 
 // Close ends every hold of the Client's locks (their leases end with an error wrapping
-// [lock.ErrLockLost] and [lock.ErrClosed]; their rows are deleted when PostgreSQL can be reached
+// [lock.ErrLockLost] and [lock.ErrClosed]; their rows are freed when PostgreSQL can be reached
 // within a few seconds, otherwise they expire), stops the listening connection and waits for every
 // goroutine the Client started. Waiting Lock calls return an error wrapping [lock.ErrClosed]. It
 // does not close the pool. Close is idempotent and returns nil.

@@ -57,10 +57,11 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 func (m *Mutex) Name() string { return m.name }
 
 // Lock blocks until the lock is held or ctx ends, and returns the Lease of the hold. While it
-// waits, it tries again when the holder's release is notified (LISTEN/NOTIFY), when the holder's
-// row expires, and at the fallback interval (1 s). If ctx ends first, ctx's error
+// waits, it tries again when the holder's release is notified (LISTEN/NOTIFY; a hold of this
+// Client wakes its waiters itself, and they do not try while it lasts), when the holder's row
+// expires, and at the fallback interval (1 s). If ctx ends first, ctx's error
 // is returned and nothing is left behind: an attempt already sent is waited for (one round trip)
-// and, if it took the row, the row is deleted with a fresh, bounded context. A failed statement
+// and, if it took the row, the row is freed with a fresh, bounded context. A failed statement
 // gets the same clean-up (if the connection failed while the server may still commit the attempt,
 // such a row expires at its TTL), and Lock goes on trying while PostgreSQL cannot be reached — a
 // restart, a cut connection — pausing 50 ms, doubling up to 1 s, and logging the outage once; a
@@ -72,14 +73,14 @@ func (m *Mutex) Lock(ctx context.Context) (lock.Lease, error) {
 // TryLock takes the lock if it is free (or its holder's row has expired) in one round trip, and
 // returns at once: an error wrapping [lock.ErrLocked] when another owner holds it. ctx bounds the
 // wait for a pool connection; once sent, the attempt is awaited (see Lock), and if ctx has ended
-// by then, a row it took is deleted and ctx's error returned: nothing is left behind.
+// by then, a row it took is freed and ctx's error returned: nothing is left behind.
 func (m *Mutex) TryLock(ctx context.Context) (lock.Lease, error) {
 	return m.r.Lock(ctx, take(m.take, false))
 }
 
-// Unlock releases one hold; the last one deletes the row (only this hold's row, never a newer
-// holder's) and notifies the waiters, in one statement. Unlock of a Mutex that holds nothing
-// returns nil. The delete runs with a fresh context bounded by a few seconds, so a cancelled ctx
+// Unlock releases one hold; the last one frees the row (only this hold's row, never a newer
+// holder's) and notifies the waiters, in one statement and one commit. Unlock of a Mutex that holds nothing
+// returns nil. The statement runs with a fresh context bounded by a few seconds, so a cancelled ctx
 // does not stop it; if it fails, the row expires at its TTL and Unlock returns the error.
 func (m *Mutex) Unlock(ctx context.Context) error { return unlock(ctx, m.r) }
 
@@ -180,7 +181,7 @@ var errNotSent = errors.New("no connection")
 //
 // ctx bounds the wait for a pool connection only. Once the attempt is sent, it runs to its answer
 // (bounded by cleanupTimeout) whatever ctx does: cancelling it on the wire would cut the
-// connection while the server may still commit the insert, after a clean-up delete had run.
+// connection while the server may still commit the upsert, after a clean-up release had run.
 func (c *Client) tryAcquire(ctx context.Context, name string, holder uuid.UUID, data string) (tok int64, left *float64, ok bool, err error) {
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
