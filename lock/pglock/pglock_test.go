@@ -362,6 +362,13 @@ func TestIntegrationTokensIncrease(t *testing.T) {
 		if got := rows(t, s, "tokens"); len(got) != 0 {
 			t.Fatalf("row not freed at release: %v", got)
 		}
+		// The freed row stays: an insert's token, drawn before it can wait on another insert of
+		// the name, is then never used after an earlier holder's.
+		var free int
+		if err := s.Pool.QueryRow(ctx, `select count(*) from txkit_locks where name = 'tokens'
+			and holder = '00000000-0000-0000-0000-000000000000' and expires_at < now()`).Scan(&free); err != nil || free != 1 {
+			t.Fatalf("freed rows after release: %d (%v), want 1", free, err)
+		}
 	}
 	// A row left behind by a holder that vanished (expired), taken over: the token still rises.
 	if _, err := s.Pool.Exec(ctx, `update txkit_locks set holder = gen_random_uuid(), data = 'ghost',
