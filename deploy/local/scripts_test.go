@@ -62,7 +62,7 @@ const failFast = 10 * time.Second
 
 // upAllUp bounds `up` when every server already runs: it starts nothing, but each of its scripts
 // asks its servers how they are (the RocketMQ clusters' roles through mqadmin, a JVM start; the
-// Sentinels' view of the primary; Patroni's leader), about 10 s on an idle machine, 28 s while
+// Sentinels' view of the primary; Patroni's leader): 28 s were measured while
 // the suite's other packages load both cores.
 const upAllUp = 45 * time.Second
 
