@@ -132,19 +132,8 @@ func (m *Mutex) take(ctx context.Context, wait bool) (held, error) {
 				continue
 			}
 			unavailable.Reset()
-			if ok && ctx.Err() != nil { // taken as ctx ended: give it back
-				c.abandon(ctx, m.name, holder)
-				return nil, ctx.Err()
-			}
 			if ok {
-				l := &lease{hold: newHold(m.name, lock.Token{Seq: tok}, c.log), c: c, holder: holder}
-				c.held(m.name)
-				if !c.goOwned(func() { l.renew(sent) }) {
-					c.abandon(ctx, m.name, holder)
-					l.drop()
-					return nil, c.errClosed(m.name)
-				}
-				return l, nil
+				return m.won(ctx, holder, tok, sent)
 			}
 			if !wait {
 				return nil, fmt.Errorf("pglock: lock %s: %w", m.name, lock.ErrLocked)
@@ -169,6 +158,24 @@ func (m *Mutex) take(ctx context.Context, wait bool) (held, error) {
 		t.Stop()
 		skip = c.holding(m.name)
 	}
+}
+
+// won turns an attempt that took the lock (sent at sent, with token tok) into the held lease; one
+// won as ctx ended, or as the Client closed, is given back.
+func (m *Mutex) won(ctx context.Context, holder uuid.UUID, tok int64, sent time.Time) (held, error) {
+	c := m.c
+	if ctx.Err() != nil {
+		c.abandon(ctx, m.name, holder)
+		return nil, ctx.Err()
+	}
+	l := &lease{hold: newHold(m.name, lock.Token{Seq: tok}, c.log), c: c, holder: holder}
+	c.held(m.name)
+	if !c.goOwned(func() { l.renew(sent) }) {
+		c.abandon(ctx, m.name, holder)
+		l.drop()
+		return nil, c.errClosed(m.name)
+	}
+	return l, nil
 }
 
 // errNotSent: an attempt failed before anything was sent (no pool connection), so it left nothing
