@@ -238,6 +238,21 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			}
 		}
 	}
+	// The faults start once the load does: a register-points workload's first registration
+	// committed (its topic is created on every broker before that), or 3 minutes.
+	if slices.ContainsFunc(cfg.Workloads, func(w Workload) bool { return w.Cmd == "register-points" }) {
+		for deadline := time.Now().Add(3 * time.Minute); running > 0 && time.Now().Before(deadline); {
+			h.mu.Lock()
+			started := len(h.commits) > 0
+			h.mu.Unlock()
+			if started {
+				break
+			}
+			if err := wait(50 * time.Millisecond); err != nil {
+				return rep, err
+			}
+		}
+	}
 	for _, f := range rep.Order {
 		if err := wait(cfg.Gap); err != nil {
 			return rep, err

@@ -32,9 +32,9 @@ func main() {
 	cfg := Config{Log: os.Stdout}
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed of the faults' order (0: a random one, printed)")
 	faults := flag.String("faults", strings.Join(Faults(), ","), "server faults, comma-separated: "+strings.Join(Faults(), ", "))
-	flag.DurationVar(&cfg.Gap, "gap", 10*time.Second, "load before the first fault and between a fault's recovery and the next")
-	users := flag.Int("users", 1500, "registrations of each register-points workload")
-	orders := flag.Int("orders", 600, "orders of the tcc-order workload")
+	flag.DurationVar(&cfg.Gap, "gap", 8*time.Second, "load before the first fault and between a fault's recovery and the next")
+	users := flag.Int("users", 5000, "registrations of each register-points workload")
+	orders := flag.Int("orders", 2000, "orders of the tcc-order workload")
 	st := flag.Duration("session-timeout", 4*time.Second, "the workloads' ZooKeeper session timeout or lease TTL (relay and coordinator elections)")
 	lock := flag.String("rp-lock", "zk", "lock backend of the register-points relay elections")
 	workloads := flag.String("workloads", "rp-outbox,rp-txmsg,tcc", "workloads to run beside the faults")
