@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -347,8 +349,18 @@ func (h *harness) getJSON(ctx context.Context, url string, v any) error {
 }
 
 // leader waits until a live users instance leads the relay election (after a kill, the dead
-// leader's node stays until its session expires) and returns its id.
+// leader's node stays until its session expires) and returns its id. In txmsg mode there is no
+// relay: it returns the first live users instance (a transactional producer, whose half messages
+// the broker's check-back resolves through another instance).
 func (h *harness) leader(ctx context.Context) (string, error) {
+	if h.cfg.Mode == "txmsg" {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, id := range slices.Sorted(maps.Keys(h.users)) {
+			return id, nil
+		}
+		return "", errors.New("no live users instance")
+	}
 	if h.cfg.Partitions > 0 {
 		led, err := h.led(ctx)
 		if err != nil {
@@ -499,7 +511,7 @@ func (h *harness) drill(ctx context.Context, done *atomic.Int64, rep *Report) er
 			p := h.users[id]
 			delete(h.users, id)
 			h.mu.Unlock()
-			h.logf("drill: SIGKILL the relay leader %s at %d registrations", id, done.Load())
+			h.logf("drill: SIGKILL the relay leader (txmsg: a transactional producer) %s at %d registrations", id, done.Load())
 			h.kill(p, "users")
 			rep.LeaderKills++
 			if h.cfg.Partitions > 0 {
