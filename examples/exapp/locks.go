@@ -411,8 +411,19 @@ func (l *Locks) openRedisSentinel(ctx context.Context, o locksOptions) error {
 	}
 	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: sentinels, ContextTimeoutEnabled: true})
 	l.close = append(l.close, rdb.Close)
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis sentinel %s: %w", master, err)
+	// During a failover the Sentinels still name the dead primary for a few seconds (down-after,
+	// then the vote): a service started then retries instead of failing (30 s at most).
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		err := rdb.Ping(ctx).Err()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis sentinel %s: %w", master, err)
+		}
+		if err := Pause(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
 	}
 	c, err := redislock.New(rdb, redislock.WithTTL(o.ttl), redislock.WithLogger(l.log))
 	if err != nil {
