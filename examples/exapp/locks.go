@@ -360,16 +360,7 @@ func (l *Locks) openRedis(ctx context.Context, o locksOptions) error {
 	if err != nil {
 		return err
 	}
-	c, err := redislock.New(rdb, redislock.WithTTL(o.ttl), redislock.WithLogger(l.log))
-	if err != nil {
-		return err
-	}
-	l.close = append(l.close, c.Close)
-	l.newMu = func(name string) (lock.Locker, error) { return c.NewMutex("txkit/" + name) }
-	l.newEl = func(name, id string, opts ...lock.ElectionOption) (lock.Elector, error) {
-		return c.NewElector("txkit/"+name, id, opts...)
-	}
-	return nil
+	return l.useRedis(rdb, o)
 }
 
 func (l *Locks) openRedlock(ctx context.Context, o locksOptions) error {
@@ -425,6 +416,11 @@ func (l *Locks) openRedisSentinel(ctx context.Context, o locksOptions) error {
 			return err
 		}
 	}
+	return l.useRedis(rdb, o)
+}
+
+// useRedis takes the Locks' lockers and electors from redislock on rdb.
+func (l *Locks) useRedis(rdb redis.UniversalClient, o locksOptions) error {
 	c, err := redislock.New(rdb, redislock.WithTTL(o.ttl), redislock.WithLogger(l.log))
 	if err != nil {
 		return err
