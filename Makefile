@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The servers' addresses (deploy/local/env) exported for the command that follows.
 WITH_ENV = set -a && eval "$$(deploy/local/env)" && ROCKETMQ_GO_LOG_LEVEL=error && set +a &&
 
-.PHONY: bench-locks bench-concurrency up down status test unit demo tcc-order drill-tcc drill-tcc-grpc drill-tcc-locks saga-order drill-saga transfer drill-2pc drill-3pc bench lint env recharge stock console console-screenshot proto
+.PHONY: bench-locks bench-concurrency up down status test unit demo tcc-order drill-tcc drill-tcc-grpc drill-tcc-locks drill-ha lockwatch saga-order drill-saga transfer drill-2pc drill-3pc bench lint env recharge stock console console-screenshot proto
 
 # MQ names the RocketMQ clusters up starts besides the single broker: all (a DLedger group and two
 # masters, which the cluster tests need), dledger, two-masters or none.
@@ -92,6 +92,14 @@ drill-tcc-grpc: up ## drill-tcc, then drill-saga, with the order service calling
 drill-tcc-locks: up ## the drill-tcc load and kills twice more: recovery elections on PostgreSQL lease rows, then on Redis
 	@$(WITH_ENV) for l in pg redis; do echo "== drill-tcc with -lock $$l"; \
 	  $(GO) run ./drills/tcc-order -drill -lock $$l -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4 || exit 1; done
+
+# SEED=n replays a fault order; SESSION_TIMEOUT=1s runs the workloads' elections at 1 s;
+# PG_HA='cmd' adds the HA PostgreSQL fault (a command that kills the primary and returns once a new one serves).
+drill-ha: up ## register-points (outbox, txmsg) on the DLedger group and tcc-order on Redis Sentinel, under load, while the DLedger leader, the ZooKeeper leader and the Redis primary are SIGKILLed in a seeded order
+	@$(WITH_ENV) $(GO) run ./drills/ha $(if $(SEED),-seed $(SEED)) $(if $(SESSION_TIMEOUT),-session-timeout $(SESSION_TIMEOUT)) $(if $(PG_HA),-pg-ha '$(PG_HA)')
+
+lockwatch: up ## elections held 10 minutes at a 1 s session timeout / lease TTL on zk, pg, redis, redis-sentinel, no leader killed: counts false failovers
+	@$(WITH_ENV) $(GO) run ./drills/lockwatch -locks zk,pg,redis,redis-sentinel -ttl 1s -for 10m
 
 saga-order: up ## run the tcc-order example with every order a saga (deduct stock, then debit money) end to end
 	@$(WITH_ENV) $(GO) run ./drills/tcc-order -mode saga $(TRANSPORT_FLAG)

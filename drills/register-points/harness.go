@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,10 +43,14 @@ type Config struct {
 	Partitions int
 	PG, ZK     string // base PostgreSQL URL, ZooKeeper servers
 	Namesrv    string
-	Broker     string
-	Dir        string    // where binaries and logs go
-	Log        io.Writer // progress lines
-	Keep       bool      // keep the run's schemas and topic afterwards
+	Broker     string // the brokers the topic is created on, comma-separated (every node of a DLedger group)
+	// Lock is the lock backend of the relay's elections (users -lock; default zk) and
+	// SessionTimeout its session timeout or lease TTL (users -session-timeout; default 4s).
+	Lock           string
+	SessionTimeout time.Duration
+	Dir            string    // where binaries and logs go
+	Log            io.Writer // progress lines
+	Keep           bool      // keep the run's schemas and topic afterwards
 	// BrokerOutage stops the RocketMQ broker (deploy/local/rocketmq stop-broker) for this long at
 	// a third of the load, then starts it again. It stops a server other tests use: run it alone.
 	BrokerOutage time.Duration
@@ -231,9 +237,11 @@ func createTopic(ctx context.Context, namesrv, broker, topic string) error {
 	defer adm.Close()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := adm.CreateTopic(cctx, admin.WithTopicCreate(topic), admin.WithBrokerAddrCreate(broker),
-		admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
-		return fmt.Errorf("create topic %s on %s: %w", topic, broker, err)
+	for _, b := range strings.Split(broker, ",") {
+		if err := adm.CreateTopic(cctx, admin.WithTopicCreate(topic), admin.WithBrokerAddrCreate(b),
+			admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
+			return fmt.Errorf("create topic %s on %s: %w", topic, b, err)
+		}
 	}
 	return nil
 }
@@ -253,8 +261,10 @@ func (h *harness) cleanup() {
 		h.logf("cleanup: %v", err)
 	}
 	if adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(strings.Split(h.cfg.Namesrv, ",")))); err == nil {
-		_ = adm.DeleteTopic(ctx, admin.WithTopicDelete(h.topic), admin.WithBrokerAddrDelete(h.cfg.Broker),
-			admin.WithNameSrvAddr(strings.Split(h.cfg.Namesrv, ",")))
+		for _, b := range strings.Split(h.cfg.Broker, ",") {
+			_ = adm.DeleteTopic(ctx, admin.WithTopicDelete(h.topic), admin.WithBrokerAddrDelete(b),
+				admin.WithNameSrvAddr(strings.Split(h.cfg.Namesrv, ",")))
+		}
 		_ = adm.Close()
 	}
 }
@@ -282,6 +292,12 @@ func (h *harness) startUsers(ctx context.Context, slot int) error {
 	id := fmt.Sprintf("users-%d.%d", slot, h.starts)
 	h.mu.Unlock()
 	args := append(h.common(), "-zk", h.cfg.ZK, "-mode", h.cfg.Mode, "-id", id)
+	if h.cfg.Lock != "" {
+		args = append(args, "-lock", h.cfg.Lock)
+	}
+	if h.cfg.SessionTimeout > 0 {
+		args = append(args, "-session-timeout", h.cfg.SessionTimeout.String())
+	}
 	if h.cfg.Partitions > 0 {
 		args = append(args, "-partitions", fmt.Sprint(h.cfg.Partitions))
 	}
@@ -342,8 +358,18 @@ func (h *harness) getJSON(ctx context.Context, url string, v any) error {
 }
 
 // leader waits until a live users instance leads the relay election (after a kill, the dead
-// leader's node stays until its session expires) and returns its id.
+// leader's node stays until its session expires) and returns its id. In txmsg mode there is no
+// relay: it returns the first live users instance (a transactional producer, whose half messages
+// the broker's check-back resolves through another instance).
 func (h *harness) leader(ctx context.Context) (string, error) {
+	if h.cfg.Mode == "txmsg" {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, id := range slices.Sorted(maps.Keys(h.users)) {
+			return id, nil
+		}
+		return "", errors.New("no live users instance")
+	}
 	if h.cfg.Partitions > 0 {
 		led, err := h.led(ctx)
 		if err != nil {
@@ -513,7 +539,7 @@ func (h *harness) drill(ctx context.Context, done *atomic.Int64, rep *Report) er
 			p := h.users[id]
 			delete(h.users, id)
 			h.mu.Unlock()
-			h.logf("drill: SIGKILL the relay leader %s at %d registrations", id, done.Load())
+			h.logf("drill: SIGKILL the relay leader (txmsg: a transactional producer) %s at %d registrations", id, done.Load())
 			h.kill(p, "users")
 			rep.LeaderKills++
 			if h.cfg.Partitions > 0 {

@@ -49,9 +49,12 @@ type Config struct {
 	// Lock is the lock backend of the order instances' recovery elections: zk (default), pg,
 	// redis or redlock (see exapp.OpenLocks; the other backends' servers come from TXKIT_*).
 	Lock string
-	Dir  string    // where binaries and logs go
-	Log  io.Writer // progress lines
-	Keep bool      // keep the run's schemas afterwards
+	// SessionTimeout is the order instances' ZooKeeper session timeout or lease TTL (order
+	// -session-timeout; 0: the service's default, 4s).
+	SessionTimeout time.Duration
+	Dir            string    // where binaries and logs go
+	Log            io.Writer // progress lines
+	Keep           bool      // keep the run's schemas afterwards
 	// SettleTimeout bounds the wait for every transaction to finish after the load (default 3m).
 	SettleTimeout time.Duration
 	// NoBarrier runs stock and account without the participant barrier, to show that the checks
@@ -433,8 +436,12 @@ func (h *harness) startOrder(ctx context.Context, slot int) error {
 	if h.cfg.Transport == app.TransportGRPC {
 		stock, account = h.participant("stock").grpcAddr, h.participant("account").grpcAddr
 	}
-	p, err := h.startAs(ctx, id, "order", []string{"-pg", h.cfg.PG, "-db", dbOrder, "-schema", h.schema, "-zk", h.cfg.ZK, "-lock", h.cfg.lockKind(), "-id", id, "-mode", h.cfg.Mode.String(),
-		"-transport", h.cfg.Transport.String(), "-stock", stock, "-account", account})
+	args := []string{"-pg", h.cfg.PG, "-db", dbOrder, "-schema", h.schema, "-zk", h.cfg.ZK, "-lock", h.cfg.lockKind(), "-id", id, "-mode", h.cfg.Mode.String(),
+		"-transport", h.cfg.Transport.String(), "-stock", stock, "-account", account}
+	if h.cfg.SessionTimeout > 0 {
+		args = append(args, "-session-timeout", h.cfg.SessionTimeout.String())
+	}
+	p, err := h.startAs(ctx, id, "order", args)
 	if err != nil {
 		return err
 	}
