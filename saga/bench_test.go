@@ -79,6 +79,7 @@ func BenchmarkSaga(b *testing.B) {
 	bare := func() error {
 		gid := uuid.Must(uuid.NewV7()).String()
 		for i, p := range parts {
+			p.Client = client // a coordinator signs with its own; the bare calls need it too
 			if err := p.Do(ctx, participant.Request{GID: gid, Branch: fmt.Sprint("s", i), Op: participant.OpAction}); err != nil {
 				return err
 			}

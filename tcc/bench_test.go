@@ -91,6 +91,7 @@ func BenchmarkTCC(b *testing.B) {
 		gid := uuid.Must(uuid.NewV7()).String()
 		for _, op := range []participant.Op{participant.OpTry, participant.OpConfirm} {
 			for i, p := range parts {
+				p.Client = client // a coordinator signs with its own; the bare calls need it too
 				if err := p.Do(ctx, participant.Request{GID: gid, Branch: fmt.Sprint("b", i), Op: op}); err != nil {
 					return err
 				}
