@@ -9,13 +9,14 @@ import (
 type Kind uint8
 
 const (
-	KindTCC  Kind = iota + 1 // try, then confirm all or cancel all
-	KindSaga                 // actions in order, compensations in reverse
-	Kind2PC                  // prepare, then commit all or roll back all
-	Kind3PC                  // can-commit, pre-commit, then do-commit all or abort all
+	KindTCC      Kind = iota + 1 // try, then confirm all or cancel all
+	KindSaga                     // actions in order, compensations in reverse
+	Kind2PC                      // prepare, then commit all or roll back all
+	Kind3PC                      // can-commit, pre-commit, then do-commit all or abort all
+	KindWorkflow                 // a Go function whose steps are recorded as it runs; compensations in reverse
 )
 
-var kindNames = map[Kind]string{KindTCC: "tcc", KindSaga: "saga", Kind2PC: "2pc", Kind3PC: "3pc"}
+var kindNames = map[Kind]string{KindTCC: "tcc", KindSaga: "saga", Kind2PC: "2pc", Kind3PC: "3pc", KindWorkflow: "workflow"}
 
 // String returns the name stored in the kind column.
 func (k Kind) String() string {
@@ -49,13 +50,14 @@ const (
 	StatusCompensated                    // saga: every completed action compensated (final)
 	StatusSucceeded                      // saga: every action done (final)
 	StatusVoting                         // 2pc with vote markers: recorded beside the PREPAREs; the votes decide
+	StatusStopped                        // workflow: stopped for an operator (a replay diverged from its log)
 )
 
 var statusNames = map[Status]string{
 	StatusTrying: "trying", StatusConfirming: "confirming", StatusConfirmed: "confirmed",
 	StatusCancelling: "cancelling", StatusCancelled: "cancelled", StatusRunning: "running",
 	StatusCompensating: "compensating", StatusCompensated: "compensated", StatusSucceeded: "succeeded",
-	StatusVoting: "voting",
+	StatusVoting: "voting", StatusStopped: "stopped",
 }
 
 // String returns the name stored in the status column.
@@ -80,15 +82,18 @@ func ParseStatus(s string) (Status, error) {
 // that changes a global status is checked against it ([Status.CanBecome]) before it runs, and
 // conditions on the old status in its WHERE clause, so concurrent writers cannot skip a step.
 var transitions = map[Status][]Status{
-	StatusTrying:       {StatusConfirming, StatusCancelling},  // starter: Commit / Rollback; leader: timeout → cancel
-	StatusConfirming:   {StatusConfirmed},                     // every confirm succeeded
-	StatusCancelling:   {StatusCancelled},                     // every cancel succeeded
-	StatusRunning:      {StatusSucceeded, StatusCompensating}, // saga: all actions done / one refused
-	StatusCompensating: {StatusCompensated},                   // every compensation succeeded
+	StatusTrying:       {StatusConfirming, StatusCancelling},                 // starter: Commit / Rollback; leader: timeout → cancel
+	StatusConfirming:   {StatusConfirmed},                                    // every confirm succeeded
+	StatusCancelling:   {StatusCancelled},                                    // every cancel succeeded
+	StatusRunning:      {StatusSucceeded, StatusCompensating, StatusStopped}, // saga: all actions done / one refused; workflow: stopped
+	StatusCompensating: {StatusCompensated, StatusStopped},                   // every compensation succeeded; workflow: stopped
 	// 2pc with vote markers: the starter commits every branch (each voted yes) or withdraws; the
 	// leader settles from the votes. No timeout: the votes, not the log, say whether a branch may
 	// have committed.
 	StatusVoting: {StatusConfirmed, StatusConfirming, StatusCancelling},
+	// workflow: a replay that diverged from the log stops it (Log.Park); an operator's fix (a
+	// deployment of the function it was started with) resumes it. Never due while stopped.
+	StatusStopped: {StatusRunning},
 }
 
 // CanBecome reports whether a transaction in status s may move to t.
@@ -110,7 +115,7 @@ func (s Status) Final() bool {
 
 // Initial returns the status a new transaction of kind k starts in.
 func (k Kind) Initial() Status {
-	if k == KindSaga {
+	if k == KindSaga || k == KindWorkflow {
 		return StatusRunning
 	}
 	return StatusTrying
@@ -237,10 +242,13 @@ const (
 	TargetHTTP   TargetKind = iota + 1 // Target.Ref is a URL
 	TargetInProc                       // Target.Ref is a name registered with the coordinator
 	TargetGRPC                         // Target.Ref is the name of a gRPC participant registered with the coordinator
+	TargetLocal                        // no participant: a workflow's own record (Target.Ref says which: a local step, a sleep, the result)
 )
 
 // valid reports whether k is one of the kinds above.
-func (k TargetKind) valid() bool { return k == TargetHTTP || k == TargetInProc || k == TargetGRPC }
+func (k TargetKind) valid() bool {
+	return k == TargetHTTP || k == TargetInProc || k == TargetGRPC || k == TargetLocal
+}
 
 // String returns the name stored in the target_kind column.
 func (k TargetKind) String() string {
@@ -251,6 +259,8 @@ func (k TargetKind) String() string {
 		return "inproc"
 	case TargetGRPC:
 		return "grpc"
+	case TargetLocal:
+		return "local"
 	}
 	return "TargetKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -264,6 +274,8 @@ func ParseTargetKind(s string) (TargetKind, error) {
 		return TargetInProc, nil
 	case "grpc":
 		return TargetGRPC, nil
+	case "local":
+		return TargetLocal, nil
 	}
 	return 0, fmt.Errorf("core: unknown target kind %q: %w", s, ErrInvalidBranch)
 }

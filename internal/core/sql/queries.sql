@@ -182,3 +182,27 @@ with g as (
 )
 select count(*) from g
 {{end}}
+
+{{/* A workflow's step record (Log.PutStep): the branch row inserted or replaced while the
+workflow is in status $2, and the driver's lease renewed ($11 seconds), in one statement. */}}
+{{define "put_step"}}
+with g as (
+    update {{.Global}} set updated_at = now(), next_retry_at = now() + make_interval(secs => $11::float8)
+    where gid = $1 and status = $2
+    returning gid
+)
+insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status, last_error, refusal, call_options, updated_at)
+select g.gid, $3, $4, $5, $6, $7, $8, nullif($9, ''), nullif($10, ''), $12::text::jsonb, now() from g
+on conflict (gid, branch) do update set payload = excluded.payload, status = excluded.status,
+    last_error = excluded.last_error, refusal = excluded.refusal, updated_at = now()
+returning 1
+{{end}}
+
+{{/* A workflow parked (Log.Park): due again after $4 seconds (never when negative), in status $3,
+with $5 as its last error when given. */}}
+{{define "park"}}
+update {{.Global}} set status = $3, updated_at = now(), last_error = coalesce(nullif($5, ''), last_error),
+    next_retry_at = case when $4::float8 < 0 then 'infinity'::timestamptz else now() + make_interval(secs => $4::float8) end
+where gid = $1 and status = $2
+returning 1
+{{end}}
