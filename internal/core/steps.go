@@ -43,7 +43,7 @@ func (l *Log) PutStep(ctx context.Context, tok lock.Token, gid string, want Stat
 }
 
 // Park moves gid from status from to status to (the same, or [StatusStopped]) and makes it due
-// for the leader after `after` — never when after is negative (stopped for an operator) — with
+// for the leader after `after` — never (a century later) when after is negative (stopped for an operator) — with
 // reason, when not empty, as its last error. A non-zero tok passes the fence first. gid no longer
 // in from returns an error wrapping [ErrInvalidState]. One statement.
 func (l *Log) Park(ctx context.Context, tok lock.Token, gid string, from, to Status, after time.Duration, reason string) error {

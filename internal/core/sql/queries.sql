@@ -198,11 +198,11 @@ on conflict (gid, branch) do update set payload = excluded.payload, status = exc
 returning 1
 {{end}}
 
-{{/* A workflow parked (Log.Park): due again after $4 seconds (never when negative), in status $3,
+{{/* A workflow parked (Log.Park): due again after $4 seconds (a century later, never in practice, when negative), in status $3,
 with $5 as its last error when given. */}}
 {{define "park"}}
 update {{.Global}} set status = $3, updated_at = now(), last_error = coalesce(nullif($5, ''), last_error),
-    next_retry_at = case when $4::float8 < 0 then 'infinity'::timestamptz else now() + make_interval(secs => $4::float8) end
+    next_retry_at = case when $4::float8 < 0 then now() + interval '100 years' else now() + make_interval(secs => $4::float8) end
 where gid = $1 and status = $2
 returning 1
 {{end}}

@@ -1,0 +1,320 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core/coretest"
+	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/workflow"
+)
+
+type order struct {
+	Item string `json:"item"`
+	Qty  int    `json:"qty"`
+}
+
+type receipt struct {
+	Reservation string `json:"reservation"`
+	Amount      int    `json:"amount"`
+}
+
+type payment struct {
+	Reservation string `json:"reservation"`
+	Amount      int    `json:"amount"`
+}
+
+// TestIntegrationFourSteps: a 4-step workflow whose third step uses the second's result commits;
+// every step is recorded, the output is the function's, and the coordinators' metrics count it
+// with protocol "workflow".
+func TestIntegrationFourSteps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration")
+	}
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	c := e.coordinator(coordinator.WithTelemetry(reg, nil))
+	var j journal
+	var paid []string
+	pay := &party{answer: func(r participant.Request) error {
+		if r.Op == participant.OpAction {
+			paid = append(paid, string(r.Payload))
+		}
+		return nil
+	}}
+	ship := &party{}
+	payP, shipP := coretest.Register(t, c, "pay", pay), coretest.Register(t, c, "ship", ship)
+	if err := workflow.Register(c, "order", func(ctx workflow.Context, in order) (receipt, error) {
+		amount, err := workflow.Step(ctx, "price", func(context.Context) (int, error) {
+			j.add("price")
+			return in.Qty * 10, nil
+		})
+		if err != nil {
+			return receipt{}, err
+		}
+		res, err := workflow.StepWithCompensation(ctx, "reserve", func(context.Context) (string, error) {
+			j.add("reserve")
+			return "R-" + in.Item, nil
+		}, func(context.Context, string) error { j.add("release"); return nil })
+		if err != nil {
+			return receipt{}, err
+		}
+		if err := workflow.Call(ctx, "pay", payP, payment{Reservation: res, Amount: amount}); err != nil {
+			return receipt{}, err
+		}
+		if err := workflow.Call(ctx, "ship", shipP, nil); err != nil {
+			return receipt{}, err
+		}
+		return receipt{Reservation: res, Amount: amount}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Start(t.Context(), "order", order{Item: "book", Qty: 3})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	var got receipt
+	if err := out.Decode(&got); err != nil || got != (receipt{Reservation: "R-book", Amount: 30}) || out.Status != workflow.StatusSucceeded {
+		t.Fatalf("outcome %+v %+v (%v), want succeeded with {R-book 30}", out, got, err)
+	}
+	if want := []string{`{"reservation":"R-book","amount":30}`}; !slices.Equal(paid, want) {
+		t.Fatalf("pay got %q, want %q (step 3 uses step 2's result)", paid, want)
+	}
+	if want := []string{"price", "reserve"}; !slices.Equal(j.get(), want) {
+		t.Fatalf("local steps ran %q, want %q", j.get(), want)
+	}
+	if want := []string{"action/ship"}; !slices.Equal(ship.log(), want) {
+		t.Fatalf("ship got %q, want %q", ship.log(), want)
+	}
+	w, err := c.Wait(t.Context(), out.GID)
+	if err != nil || string(w.Output) != string(out.Output) {
+		t.Fatalf("Wait = %+v, %v; want the output %s", w, err, out.Output)
+	}
+	if n := testutil.ToFloat64(mustCounter(t, reg, "txkit_coordinator_transactions_finished_total", "outcome=committed", "protocol=workflow")); n != 1 {
+		t.Fatalf("finished{protocol=workflow,outcome=committed} = %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(mustCounter(t, reg, "txkit_coordinator_branch_calls_total", "op=action", "protocol=workflow", "result=ok", "transport=inproc")); n != 2 {
+		t.Fatalf("branch_calls{protocol=workflow,op=action} = %v, want 2", n)
+	}
+}
+
+// mustCounter returns the series of the counter vector name with labels ("name=value", all of
+// them, in the order of their names), from reg.
+func mustCounter(t *testing.T, reg *prometheus.Registry, name string, labels ...string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var vals []string
+			for _, l := range m.GetLabel() {
+				vals = append(vals, l.GetName()+"="+l.GetValue())
+			}
+			if slices.Equal(vals, labels) {
+				g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})
+				g.Set(m.GetCounter().GetValue())
+				return g
+			}
+		}
+	}
+	t.Fatalf("no series %s%q", name, labels)
+	return nil
+}
+
+// TestIntegrationRefusedStepCompensatesInReverse: a participant refusing the fourth step makes
+// the workflow compensate the three completed ones, the last first, each once, each recorded.
+func TestIntegrationRefusedStepCompensatesInReverse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration")
+	}
+	e := newEnv(t)
+	c := e.coordinator()
+	var j journal
+	b := &party{answer: func(r participant.Request) error {
+		j.add(r.Op.String() + "/" + r.Branch)
+		return nil
+	}}
+	d := &party{answer: func(r participant.Request) error {
+		j.add(r.Op.String() + "/" + r.Branch)
+		return fmt.Errorf("no funds: %w", participant.ErrRefused)
+	}}
+	bP, dP := coretest.Register(t, c, "b", b), coretest.Register(t, c, "d", d)
+	local := func(name string) func(context.Context) (string, error) {
+		return func(context.Context) (string, error) { j.add("step/" + name); return name + "-done", nil }
+	}
+	undo := func(name string) func(context.Context, string) error {
+		return func(_ context.Context, res string) error { j.add("undo/" + name + "(" + res + ")"); return nil }
+	}
+	if err := workflow.Register(c, "refused", func(ctx workflow.Context, _ struct{}) (string, error) {
+		if _, err := workflow.StepWithCompensation(ctx, "a", local("a"), undo("a")); err != nil {
+			return "", err
+		}
+		if err := workflow.Call(ctx, "b", bP, nil); err != nil {
+			return "", err
+		}
+		if _, err := workflow.StepWithCompensation(ctx, "c", local("c"), undo("c")); err != nil {
+			return "", err
+		}
+		if err := workflow.Call(ctx, "d", dP, nil); err != nil {
+			return "", err
+		}
+		return "unreachable", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Start(t.Context(), "refused", struct{}{})
+	if !errors.Is(err, workflow.ErrCompensated) || !errors.Is(err, participant.ErrRefused) {
+		t.Fatalf("Start = %v, want ErrCompensated and ErrRefused", err)
+	}
+	want := []string{"step/a", "action/b", "step/c", "action/d", "undo/c(c-done)", "compensate/b", "undo/a(a-done)"}
+	if got := j.get(); !slices.Equal(got, want) {
+		t.Fatalf("ran %q, want %q", got, want)
+	}
+	tx := coretest.Get(t, e.logOf(t, c), out.GID)
+	if tx.Status != workflow.StatusCompensated {
+		t.Fatalf("status %s, want compensated", tx.Status)
+	}
+	status := map[string]string{}
+	for _, br := range tx.Branches {
+		status[br.Name] = br.Status.String()
+		if br.Name == "d" && !strings.Contains(br.Refusal, "no funds") {
+			t.Fatalf("d's refusal %q, want the participant's", br.Refusal)
+		}
+	}
+	if want := map[string]string{"a": "compensated", "b": "compensated", "c": "compensated", "d": "succeeded", "$result": "succeeded"}; fmt.Sprint(status) != fmt.Sprint(want) {
+		t.Fatalf("steps %v, want %v", status, want)
+	}
+	if _, err := c.Wait(t.Context(), out.GID); !errors.Is(err, workflow.ErrCompensated) || !strings.Contains(err.Error(), "no funds") {
+		t.Fatalf("Wait = %v, want ErrCompensated with the refusal", err)
+	}
+}
+
+// TestIntegrationNondeterministicReplayStops: the leader resuming a workflow whose function now
+// asks for another step than the log holds stops it for an operator.
+func TestIntegrationNondeterministicReplayStops(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration")
+	}
+	e := newEnv(t)
+	starter := e.coordinator()
+	flaky := &party{answer: func(participant.Request) error { return errors.New("unavailable") }}
+	fP := coretest.Register(t, starter, "flaky", flaky)
+	if err := workflow.Register(starter, "nd", func(ctx workflow.Context, _ int) (int, error) {
+		if _, err := workflow.Step(ctx, "first", func(context.Context) (int, error) { return 1, nil }); err != nil {
+			return 0, err
+		}
+		return 0, workflow.Call(ctx, "second", fP, nil)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := starter.Start(t.Context(), "nd", 1)
+	if !errors.Is(err, coordinator.ErrIncomplete) {
+		t.Fatalf("Start = %v, want ErrIncomplete (the call keeps failing)", err)
+	}
+	// Another deployment of "nd": its first step is called otherwise.
+	leader := e.leader()
+	coretest.Register(t, leader, "flaky", &party{})
+	var ran bool
+	if err := workflow.Register(leader, "nd", func(ctx workflow.Context, _ int) (int, error) {
+		_, err := workflow.Step(ctx, "renamed", func(context.Context) (int, error) { ran = true; return 2, nil })
+		return 0, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Run(t, leader.Run)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	w, err := leader.Wait(ctx, out.GID)
+	if !errors.Is(err, workflow.ErrNondeterministic) || w.Status != workflow.StatusStopped {
+		t.Fatalf("Wait = %+v, %v; want stopped, ErrNondeterministic", w, err)
+	}
+	if ran {
+		t.Fatal("the diverging step ran")
+	}
+	if !strings.Contains(err.Error(), `"renamed"`) || !strings.Contains(err.Error(), `"first"`) {
+		t.Fatalf("error %q does not name both steps", err)
+	}
+}
+
+// TestIntegrationDeadlineCompensates: a workflow whose deadline passes during a durable sleep is
+// compensated, with ErrTimeout.
+func TestIntegrationDeadlineCompensates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration")
+	}
+	e := newEnv(t)
+	c := e.coordinator()
+	var j journal
+	if err := workflow.Register(c, "slow", func(ctx workflow.Context, _ int) (int, error) {
+		if _, err := workflow.StepWithCompensation(ctx, "a", func(context.Context) (int, error) { return 1, nil },
+			func(context.Context, int) error { j.add("undo/a"); return nil }); err != nil {
+			return 0, err
+		}
+		if err := workflow.Sleep(ctx, time.Minute); err != nil {
+			return 0, err
+		}
+		j.add("after")
+		return 2, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Start(t.Context(), "slow", 0, coordinator.WithTimeout(300*time.Millisecond))
+	if !errors.Is(err, workflow.ErrCompensated) || !errors.Is(err, coordinator.ErrTimeout) {
+		t.Fatalf("Start = %v, want ErrCompensated and ErrTimeout", err)
+	}
+	if want := []string{"undo/a"}; !slices.Equal(j.get(), want) {
+		t.Fatalf("ran %q, want %q", j.get(), want)
+	}
+}
+
+// TestIntegrationBadInput: unregistered names, inputs that are not JSON or too large, and a
+// step result too large to record are refused with clear errors.
+func TestIntegrationBadInput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration")
+	}
+	e := newEnv(t)
+	c := e.coordinator()
+	if _, err := c.Start(t.Context(), "nope", 1); !errors.Is(err, workflow.ErrNotRegistered) {
+		t.Fatalf("Start(unregistered) = %v, want ErrNotRegistered", err)
+	}
+	if err := workflow.Register(c, "big", func(ctx workflow.Context, in string) (string, error) {
+		return workflow.Step(ctx, "grow", func(context.Context) (string, error) {
+			return strings.Repeat(in, workflow.MaxRecordSize), nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := workflow.Register(c, "big", func(workflow.Context, string) (string, error) { return "", nil }); !errors.Is(err, coordinator.ErrInvalidOption) {
+		t.Fatalf("Register twice = %v, want ErrInvalidOption", err)
+	}
+	if _, err := c.Start(t.Context(), "big", make(chan int)); !errors.Is(err, workflow.ErrEncoding) {
+		t.Fatalf("Start(chan) = %v, want ErrEncoding", err)
+	}
+	if _, err := c.Start(t.Context(), "big", strings.Repeat("x", workflow.MaxRecordSize)); !errors.Is(err, workflow.ErrTooLarge) {
+		t.Fatalf("Start(huge input) = %v, want ErrTooLarge", err)
+	}
+	out, err := c.Start(t.Context(), "big", "xy")
+	if !errors.Is(err, workflow.ErrTooLarge) || !errors.Is(err, workflow.ErrCompensated) {
+		t.Fatalf("Start(huge result) = %v, want ErrTooLarge and ErrCompensated", err)
+	}
+	tx := coretest.Get(t, e.logOf(t, c), out.GID)
+	if len(tx.Branches) != 2 || !strings.Contains(tx.Branches[0].Refusal+tx.Branches[1].Refusal, "too large") {
+		t.Fatalf("rows %+v, want the step's error recorded", tx.Branches)
+	}
+}
