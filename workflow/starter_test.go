@@ -1,9 +1,12 @@
 package workflow_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -154,7 +157,8 @@ func starter(arg string) error {
 }
 
 // participantServer serves stock, pay and ship behind a signed barrier in the test's schema;
-// every op applied is a row of effects (gid, branch, op, at).
+// every op applied is a row of effects (gid, branch, op, at), every request received a row of
+// requests (gid, branch, op).
 func participantServer(t *testing.T, e *env) string {
 	t.Helper()
 	bar, err := barrier.New(e.Schema.Pool, barrier.WithTable(e.Schema.Name, ""), barrier.WithSecrets(secret), barrier.WithLogger(testenv.Logger(t)))
@@ -164,21 +168,36 @@ func participantServer(t *testing.T, e *env) string {
 	if err := bar.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Schema.Pool.Exec(t.Context(), `create table effects (gid text, branch text, op text, at timestamptz default now())`); err != nil {
+	if _, err := e.Schema.Pool.Exec(t.Context(), `create table effects (gid text, branch text, op text, at timestamptz default now());
+		create table requests (gid text, branch text, op text)`); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(bar.Handler(func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
+	h := bar.Handler(func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
 		_, err := tx.Exec(ctx, `insert into effects (gid, branch, op) values ($1, $2, $3)`, req.GID, req.Branch, req.Op.String())
 		return err
+	})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		var req struct{ GID, Branch, Op string }
+		if err == nil && json.Unmarshal(body, &req) == nil {
+			_, err = e.Schema.Pool.Exec(r.Context(), `insert into requests values ($1, $2, $3)`, req.GID, req.Branch, req.Op)
+		}
+		if err != nil {
+			http.Error(w, "test server: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
 
-// effects returns, for gid, how many times each "op/branch" was applied.
-func effects(t *testing.T, e *env, gid string) map[string]int {
+// counts returns, for gid, how many rows of table (effects: ops applied; requests: received)
+// each "op/branch" has.
+func counts(t *testing.T, e *env, table, gid string) map[string]int {
 	t.Helper()
-	rows, err := e.Schema.Pool.Query(t.Context(), `select op || '/' || branch, count(*) from effects where gid = $1 group by 1`, gid)
+	rows, err := e.Schema.Pool.Query(t.Context(), `select op || '/' || branch, count(*) from `+table+` where gid = $1 group by 1`, gid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,8 +285,15 @@ func TestIntegrationStarterKilledAfterEachStep(t *testing.T) {
 		} else if string(out.Output) != string(clean.Output) {
 			t.Fatalf("%s: output %s, want %s (uninterrupted)", k, out.Output, clean.Output)
 		}
-		if got := effects(t, e, gid); fmt.Sprint(got) != fmt.Sprint(want) {
+		if got := counts(t, e, "effects", gid); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("%s: applied %v, want %v", k, got, want)
+		}
+		// A call recorded before the kill is not sent again; the one in flight is, with its identity.
+		if k == "in:pay" {
+			want["action/pay"] = 2
+		}
+		if got := counts(t, e, "requests", gid); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: received %v, want %v", k, got, want)
 		}
 	}
 }
