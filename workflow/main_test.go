@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	testenv.VerifyNoLeaks(m)
+	testenv.VerifyNoLeaksWithExamples(m)
 }
 
 // env is one test's database schema and election path (see coretest.Env).
