@@ -52,7 +52,10 @@ func Example() {
 			return "", err
 		}
 		res, err := workflow.StepWithCompensation(ctx, "reserve",
-			func(context.Context) (string, error) { fmt.Printf("  reserve %d\n", in.Qty); return fmt.Sprintf("R%d", in.Qty), nil },
+			func(context.Context) (string, error) {
+				fmt.Printf("  reserve %d\n", in.Qty)
+				return fmt.Sprintf("R%d", in.Qty), nil
+			},
 			func(_ context.Context, res string) error { fmt.Println("  release", res); return nil })
 		if err != nil {
 			return "", err
