@@ -230,45 +230,16 @@ func (r *run) call(ctx context.Context, name string, p participant.Participant, 
 	return nil
 }
 
-// send calls op on the participant of step rec: the starter up to 3 times while it fails
-// transiently, with backoff; the leader once per drive. A refused action returns at once; a
-// refused compensation breaks the protocol: it is counted and retried like any failure.
+// send calls op on the participant of step rec ([core.Base.CallAttempts]): the starter up to 3
+// times while it fails transiently, with backoff; the leader once per drive. A refused action
+// returns at once; a refused compensation breaks the protocol: it is counted and retried like any
+// failure.
 func (r *run) send(ctx context.Context, rec core.Branch, op participant.Op) error {
 	attempts := 3
 	if !r.tok.IsZero() {
 		attempts = 1
 	}
-	wait := r.c.b.Cfg.BackoffMin
-	for attempt := 1; ; attempt++ {
-		err := r.c.b.CallTarget(ctx, rec.Target, participant.Request{GID: r.gid, Branch: rec.Name, Op: op, Payload: rec.Payload})
-		if err == nil || op == participant.OpAction && errors.Is(err, participant.ErrRefused) {
-			return err
-		}
-		r.failedCall(ctx, rec.Name, op, err)
-		if attempt >= attempts || ctx.Err() != nil {
-			return err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		wait = min(2*wait, r.c.b.Cfg.BackoffMax)
-	}
-}
-
-// failedCall counts and logs a failed call or compensation.
-func (r *run) failedCall(ctx context.Context, step string, op participant.Op, err error) {
-	r.c.b.Failures.Add(1)
-	lvl := slog.LevelWarn
-	if op != participant.OpAction && errors.Is(err, participant.ErrRefused) {
-		r.c.b.Violations.Add(1)
-		lvl = slog.LevelError
-		err = fmt.Errorf("protocol violation, compensation refused (retrying): %w", err)
-	}
-	r.log.Log(ctx, lvl, "workflow: step failed", slog.String("step", step), slog.String("op", op.String()), slog.Any("err", err))
+	return r.c.b.CallAttempts(ctx, r.log, rec.Target, participant.Request{GID: r.gid, Branch: rec.Name, Op: op, Payload: rec.Payload}, attempts)
 }
 
 type sleepRecord struct {
@@ -512,7 +483,8 @@ func (r *run) compensateLocal(ctx context.Context, c *comp) (err error) {
 			err = &core.PanicError{Value: v}
 		}
 		if err != nil {
-			r.failedCall(ctx, c.rec.Name, participant.OpCompensate, err)
+			r.c.b.Failures.Add(1)
+			r.log.WarnContext(ctx, "workflow: compensation failed", slog.String("step", c.rec.Name), slog.Any("err", err))
 		}
 		obs.EndSpan(span, err)
 	}()
