@@ -12,7 +12,7 @@ import (
 
 // CallAttempts calls req on the participant of t ([Base.CallTarget]) up to attempts times while
 // it fails, waiting in between from Cfg.BackoffMin doubling to Cfg.BackoffMax, and returns the
-// last error. A refused action returns at once (logged at info). Any other failure counts in
+// last error. A refused action or try returns at once (logged at info). Any other failure counts in
 // Failures and is logged to log with the step, op and attempt; a refusal of another op (a
 // compensation) breaks the protocol: it also counts in Violations and is logged as an error. ctx
 // ending stops the waiting. Sagas and workflows call their steps through it.
@@ -23,8 +23,8 @@ func (b *Base) CallAttempts(ctx context.Context, log *slog.Logger, t Target, req
 		if err == nil {
 			return nil
 		}
-		if req.Op == participant.OpAction && errors.Is(err, participant.ErrRefused) {
-			log.InfoContext(ctx, b.name+": action refused", slog.String("step", req.Branch), slog.Any("err", err))
+		if (req.Op == participant.OpAction || req.Op == participant.OpTry) && errors.Is(err, participant.ErrRefused) {
+			log.InfoContext(ctx, b.name+": "+req.Op.String()+" refused", slog.String("step", req.Branch), slog.Any("err", err))
 			return err
 		}
 		b.Failures.Add(1)
