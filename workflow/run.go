@@ -197,14 +197,21 @@ func (r *run) call(ctx context.Context, name string, p participant.Participant, 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b, rec, err := r.slot(ctx, name, kindCall)
+	if rec == nil && b.Name != "" && (errors.Is(err, errReplayEnd) || errors.Is(err, coordinator.ErrTimeout)) {
+		// Rolling back at a call the log does not hold: a run that died may have sent it, so it
+		// is compensated (an empty compensation at worst: the barrier records it, and refuses
+		// the call should it arrive later).
+		b.Target, b.Payload = target, body
+		r.comps = append(r.comps, &comp{rec: b, op: undo})
+	}
 	if err != nil {
 		return err
 	}
 	if rec == nil {
+		// Sent first, recorded once answered: a crash in between leaves no record, and the
+		// replay sends it again with the same identity (gid, step, op), applied once by the
+		// participant's barrier.
 		b.Target, b.Payload, b.Status = target, body, core.BranchPending
-		if err := r.put(ctx, b); err != nil {
-			return err
-		}
 		rec = &b
 	}
 	if rec.Status == core.BranchPending {
