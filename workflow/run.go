@@ -361,6 +361,17 @@ func (r *run) put(ctx context.Context, b core.Branch) error {
 	return nil
 }
 
+// finish records the outcome row res and moves the workflow to next, in one write.
+func (r *run) finish(ctx context.Context, next coordinator.Status, res core.Branch) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+	defer cancel()
+	if err := r.c.b.Log.FinishStep(wctx, r.tok, r.gid, r.status, next, res); err != nil {
+		r.recordErr = err
+		return fmt.Errorf("workflow %s: %w: %w", r.gid, coordinator.ErrIncomplete, err)
+	}
+	return nil
+}
+
 // record writes p (fenced with the run's token), not bounded by a cancelled ctx.
 func (r *run) record(ctx context.Context, p core.Progress) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
@@ -408,10 +419,7 @@ func (r *run) drive(ctx, deadline context.Context, fn workflowFunc, input []byte
 				return StatusRunning, nil, err
 			}
 			res.Payload = out
-			if err := r.put(ctx, res); err != nil {
-				return StatusRunning, nil, err
-			}
-			if err := r.record(ctx, core.Progress{GID: r.gid, From: StatusRunning, Next: StatusSucceeded}); err != nil {
+			if err := r.finish(ctx, StatusSucceeded, res); err != nil {
 				return StatusRunning, nil, err
 			}
 			r.log.DebugContext(ctx, "workflow: succeeded")

@@ -206,3 +206,19 @@ update {{.Global}} set status = $3, updated_at = now(), last_error = coalesce(nu
 where gid = $1 and status = $2
 returning 1
 {{end}}
+
+{{/* A workflow's last step and its new status in one statement (Log.FinishStep): the branch row
+inserted or replaced and the global row moved from $2 to $13. */}}
+{{define "finish_step"}}
+with g as (
+    update {{.Global}} set status = $13, attempts = 0, last_error = null, updated_at = now(),
+        next_retry_at = now() + make_interval(secs => $11::float8)
+    where gid = $1 and status = $2
+    returning gid
+)
+insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status, last_error, refusal, call_options, updated_at)
+select g.gid, $3, $4, $5, $6, $7, $8, nullif($9, ''), nullif($10, ''), $12::text::jsonb, now() from g
+on conflict (gid, branch) do update set payload = excluded.payload, status = excluded.status,
+    last_error = excluded.last_error, refusal = excluded.refusal, updated_at = now()
+returning 1
+{{end}}
