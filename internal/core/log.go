@@ -178,7 +178,7 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 	}
 	for _, n := range []string{"create", "create_with_branches", "add_branch", "decide", "status", "branches_done", "branches_failed",
 		"finish", "renew", "reschedule", "claim", "refuse", "timed_out", "backlog", "get", "list", "branches", "purge", "unfinished",
-		"put_step", "finish_step", "park"} {
+		"put_step", "park"} {
 		if l.q[n], err = render(n); err != nil {
 			return nil, fmt.Errorf("core: render %s: %w", n, err)
 		}

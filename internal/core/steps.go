@@ -52,11 +52,11 @@ func (l *Log) putStep(ctx context.Context, tok lock.Token, gid string, want, nex
 	args := []any{gid, want.String(), b.Name, int32(b.Seq), b.Target.Kind.String(), b.Target.Ref, b.Payload, b.Status.String(),
 		boundText(b.LastError), boundText(b.Refusal),
 		l.o.lease.Seconds(), encodeCallOptions(b.Target)}
-	q := l.q["put_step"]
+	var to string
 	if next != 0 {
-		q, args = l.q["finish_step"], append(args, next.String())
+		to = next.String()
 	}
-	ok, err := l.fencedExec(ctx, tok, gid, q, args)
+	ok, err := l.fencedExec(ctx, tok, gid, l.q["put_step"], append(args, to))
 	if err != nil {
 		return fmt.Errorf("core: step %s of %s: %w", b.Name, gid, err)
 	}

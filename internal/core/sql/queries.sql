@@ -184,10 +184,14 @@ select count(*) from g
 {{end}}
 
 {{/* A workflow's step record (Log.PutStep): the branch row inserted or replaced while the
-workflow is in status $2, and the driver's lease renewed ($11 seconds), in one statement. */}}
+workflow is in status $2, and the driver's lease renewed ($11 seconds), in one statement; with a
+new status $13 (Log.FinishStep; '' for none) the workflow moves to it in the same statement. */}}
 {{define "put_step"}}
 with g as (
-    update {{.Global}} set updated_at = now(), next_retry_at = now() + make_interval(secs => $11::float8)
+    update {{.Global}} set updated_at = now(), next_retry_at = now() + make_interval(secs => $11::float8),
+        status = coalesce(nullif($13, ''), status),
+        attempts = case when $13 = '' then attempts else 0 end,
+        last_error = case when $13 = '' then last_error end
     where gid = $1 and status = $2
     returning gid
 )
@@ -198,27 +202,11 @@ on conflict (gid, branch) do update set payload = excluded.payload, status = exc
 returning 1
 {{end}}
 
-{{/* A workflow parked (Log.Park): due again after $4 seconds (a century later, never in practice, when negative), in status $3,
-with $5 as its last error when given. */}}
+{{/* A workflow parked (Log.Park): due again after $4 seconds (a century later, never in
+practice, when negative), in status $3, with $5 as its last error when given. */}}
 {{define "park"}}
 update {{.Global}} set status = $3, updated_at = now(), last_error = coalesce(nullif($5, ''), last_error),
     next_retry_at = case when $4::float8 < 0 then now() + interval '100 years' else now() + make_interval(secs => $4::float8) end
 where gid = $1 and status = $2
-returning 1
-{{end}}
-
-{{/* A workflow's last step and its new status in one statement (Log.FinishStep): the branch row
-inserted or replaced and the global row moved from $2 to $13. */}}
-{{define "finish_step"}}
-with g as (
-    update {{.Global}} set status = $13, attempts = 0, last_error = null, updated_at = now(),
-        next_retry_at = now() + make_interval(secs => $11::float8)
-    where gid = $1 and status = $2
-    returning gid
-)
-insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status, last_error, refusal, call_options, updated_at)
-select g.gid, $3, $4, $5, $6, $7, $8, nullif($9, ''), nullif($10, ''), $12::text::jsonb, now() from g
-on conflict (gid, branch) do update set payload = excluded.payload, status = excluded.status,
-    last_error = excluded.last_error, refusal = excluded.refusal, updated_at = now()
 returning 1
 {{end}}
