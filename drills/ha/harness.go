@@ -25,6 +25,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/txkit/txkit/drills/internal/drillkit"
@@ -39,16 +40,25 @@ const (
 	FaultDLedgerLeader = "dledger-leader" // SIGKILL the DLedger group's leader broker, then start it again
 	FaultZKLeader      = "zk-leader"      // SIGKILL the ZooKeeper ensemble's leader node (one node only), then start it again
 	FaultRedisPrimary  = "redis-primary"  // SIGKILL the Sentinel group's primary, wait for the promotion, start it again (a replica)
+	// FaultPGPrimary SIGKILLs the HA PostgreSQL's primary (its Patroni and postmaster: pg-ha
+	// kill-primary), waits for a new primary that takes writes, and starts the killed node again
+	// (a standby). Only with Config.PGHA.
+	FaultPGPrimary = "pg-primary"
 )
 
-// Faults returns the server faults the drill knows.
+// Faults returns the server faults the drill injects by default (FaultPGPrimary joins them with
+// Config.PGHA).
 func Faults() []string { return []string{FaultDLedgerLeader, FaultZKLeader, FaultRedisPrimary} }
 
-// Workload is one drill run beside the faults.
+// Workload is one drill run beside the faults: a command, or a function run in the drill's process.
 type Workload struct {
 	Name string
 	Cmd  string   // the drill: register-points or tcc-order (a command under ./drills)
 	Args []string // its flags
+	// Run, when set, is the workload instead of Cmd: it runs until stop is closed (once every
+	// fault has recovered and one more Gap of load has passed), then returns its report, and an
+	// error when it broke its invariants.
+	Run func(ctx context.Context, stop <-chan struct{}) (report string, err error)
 }
 
 // Config is one run of the HA drill.
@@ -63,10 +73,9 @@ type Config struct {
 	Sentinels                      []string // TXKIT_REDIS_SENTINELS
 	SentinelMaster                 string   // TXKIT_REDIS_SENTINEL_MASTER
 	PG                             string   // the base PostgreSQL URL (the commit probe reads the register-points users table)
-	// PGHA is the hook for the HA PostgreSQL fault (another issue's servers): when set, a
-	// command run as a fault "pg-primary" (it must kill the primary and return once a new one
-	// serves). Empty: no PostgreSQL fault.
-	PGHA string
+	// PGHA says PG is the HA PostgreSQL's multi-host URL (TXKIT_PG_HA_URL, deploy/local/pg-ha),
+	// the workloads' too: FaultPGPrimary joins the faults.
+	PGHA bool
 	Dir  string    // binaries and logs
 	Log  io.Writer // progress lines
 }
@@ -163,8 +172,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Faults == nil {
 		cfg.Faults = Faults()
 	}
-	if cfg.PGHA != "" && !slices.Contains(cfg.Faults, "pg-primary") {
-		cfg.Faults = append(slices.Clone(cfg.Faults), "pg-primary")
+	if cfg.PGHA && !slices.Contains(cfg.Faults, FaultPGPrimary) {
+		cfg.Faults = append(slices.Clone(cfg.Faults), FaultPGPrimary)
 	}
 	if cfg.Gap <= 0 {
 		cfg.Gap = 8 * time.Second
@@ -184,7 +193,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	bins := map[string]string{}
 	for _, w := range cfg.Workloads {
-		if _, ok := bins[w.Cmd]; ok {
+		if _, ok := bins[w.Cmd]; ok || w.Run != nil {
 			continue
 		}
 		bin := filepath.Join(cfg.Dir, w.Cmd)
@@ -208,8 +217,26 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		name, report, fail string
 	}
 	results := make(chan result, len(cfg.Workloads))
+	stopLoad := make(chan struct{}) // the in-process workloads' end
+	defer func() {
+		select {
+		case <-stopLoad:
+		default:
+			close(stopLoad)
+		}
+	}()
 	for _, w := range cfg.Workloads {
 		go func() {
+			if w.Run != nil {
+				h.logf("workload %s: in process", w.Name)
+				report, err := w.Run(ctx, stopLoad)
+				fail := ""
+				if err != nil {
+					fail = fmt.Sprintf("%s%v", report, err)
+				}
+				results <- result{w.Name, report, fail}
+				return
+			}
 			report, fail := h.runWorkload(ctx, w, bins[w.Cmd])
 			results <- result{w.Name, report, fail}
 		}()
@@ -267,6 +294,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 		rep.Figures = append(rep.Figures, fig)
 	}
+	// The in-process workloads run one more gap past the last recovery, then drain and check.
+	if err := wait(cfg.Gap); err != nil {
+		return rep, err
+	}
+	close(stopLoad)
 	for running > 0 {
 		select {
 		case r := <-results:
@@ -353,22 +385,10 @@ func (h *harness) publishProbe(ctx context.Context) error {
 		return err
 	}
 	defer adm.Close()
-	for _, b := range strings.Split(h.cfg.DLedgerBrokers, ",") {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := adm.CreateTopic(cctx, admin.WithTopicCreate(topic), admin.WithBrokerAddrCreate(b),
-			admin.WithReadQueueNums(1), admin.WithWriteQueueNums(1))
-		cancel()
-		if err != nil {
-			return fmt.Errorf("create topic %s on %s: %w", topic, b, err)
-		}
+	if err := createTopic(ctx, adm, h.cfg.DLedgerBrokers, topic, 1); err != nil {
+		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, b := range strings.Split(h.cfg.DLedgerBrokers, ",") {
-			_ = adm.DeleteTopic(cctx, admin.WithTopicDelete(topic), admin.WithBrokerAddrDelete(b), admin.WithNameSrvAddr(ns))
-		}
-	}()
+	defer deleteTopic(adm, ns, h.cfg.DLedgerBrokers, topic)
 	p, err := rocketmq.NewProducer(producer.WithNsResolver(primitive.NewPassthroughResolver(ns)),
 		producer.WithGroupName("txkit-ha-probe-"+uuid.NewString()[:8]), producer.WithRetry(0),
 		producer.WithSendMsgTimeout(time.Second))
@@ -434,9 +454,20 @@ func (h *harness) commitProbe(ctx context.Context) {
 		var total int64
 		for _, s := range schemas {
 			var n int64
-			if err := conn.QueryRow(ctx, "select count(*) from "+pgx.Identifier{s, "users"}.Sanitize()).Scan(&n); err == nil {
-				total += n
+			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := conn.QueryRow(qctx, "select count(*) from "+pgx.Identifier{s, "users"}.Sanitize()).Scan(&n)
+			cancel()
+			var pe *pgconn.PgError
+			if err != nil && !errors.As(err, &pe) {
+				// The server went away (a killed primary) or did not answer: connect again next tick.
+				_ = conn.Close(context.Background())
+				conn = nil
+				break
 			}
+			total += n
+		}
+		if conn == nil {
+			continue
 		}
 		h.mu.Lock()
 		if total > h.lastCount {
@@ -521,16 +552,8 @@ func (h *harness) inject(ctx context.Context, fault string) FaultFigures {
 			pidText, err = h.script(ctx, "redis-sentinel", "pid", port)
 		}
 		restart = func(ctx context.Context) error { _, err := h.script(ctx, "redis-sentinel", "start"); return err }
-	case "pg-primary":
-		t0 := time.Now()
-		cmd := exec.CommandContext(ctx, "sh", "-c", h.cfg.PGHA)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fig.Err = fmt.Sprintf("%s: %v\n%s", h.cfg.PGHA, err, out)
-			return fig
-		}
-		fig.Victim, fig.NextLeader = "pg primary", time.Since(t0)
-		fig.NextCommit = h.firstAfter(ctx, &h.commits, t0, time.Minute)
-		return fig
+	case FaultPGPrimary:
+		return h.pgPrimary(ctx)
 	default:
 		fig.Err = "unknown fault"
 		return fig
@@ -627,4 +650,36 @@ func (h *harness) redisPrimary(ctx context.Context) (string, error) {
 		errs = append(errs, err)
 	}
 	return "", errors.Join(errs...)
+}
+
+// pgPrimary is FaultPGPrimary: drillkit.PGFailover's kill (deploy/local/pg-ha kill-primary, a new
+// primary taking writes, the killed node started again as a standby) with the drill's figures. The
+// next leader is the first write committed through the HA URL after the kill.
+func (h *harness) pgPrimary(ctx context.Context) FaultFigures {
+	fig := FaultFigures{Fault: FaultPGPrimary}
+	url, err := exapp.DatabaseURL(h.cfg.PG, "txkit_test", "", 0)
+	if err != nil {
+		fig.Err = err.Error()
+		return fig
+	}
+	h.logf("fault %s: SIGKILL the HA PostgreSQL's primary", FaultPGPrimary)
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); fig.NextPublish = h.firstAfter(ctx, &h.sent, t0, 2*time.Minute) }()
+	go func() { defer wg.Done(); fig.NextCommit = h.firstAfter(ctx, &h.commits, t0, 2*time.Minute) }()
+	figs, err := drillkit.PGFailover{Failovers: 1, URL: url, Log: h.logf}.Run(ctx, nil)
+	wg.Wait()
+	if err != nil {
+		fig.Err = err.Error()
+	}
+	if len(figs) == 1 {
+		f := figs[0]
+		fig.Victim = f.Node + " (" + f.Promoted + " promoted)"
+		fig.NextLeader = f.Unavailable
+		if f.SyncBack > 0 {
+			fig.Restarted = f.SyncBack - f.InDoubtEnd // started again after the in-doubt check, a standby once more
+		}
+	}
+	return fig
 }
