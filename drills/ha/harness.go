@@ -55,6 +55,9 @@ type Workload struct {
 	Name string
 	Cmd  string   // the drill: register-points or tcc-order (a command under ./drills)
 	Args []string // its flags
+	// Started, when set, is (part of) the line of Cmd's output that says its load has begun: the
+	// faults wait for it (3 minutes at most), so that none lands on the workload's set-up.
+	Started string
 	// Run, when set, is the workload instead of Cmd: it runs until stop is closed (once every
 	// fault has recovered and one more Gap of load has passed), then returns its report, and an
 	// error when it broke its invariants.
@@ -156,6 +159,7 @@ type harness struct {
 	schemas   []string    // register-points workloads' schemas in txkit_users
 	commits   []time.Time // times the commit probe saw the registrations grow
 	lastCount int64
+	started   map[string]bool // workloads whose Started line came
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -186,7 +190,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	h := &harness{cfg: cfg, root: root}
+	h := &harness{cfg: cfg, root: root, started: map[string]bool{}}
 	h.logf("drill-ha: seed %d, faults %s", cfg.Seed, strings.Join(rep.Order, ", "))
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return rep, err
@@ -266,18 +270,21 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 	// The faults start once the load does: a register-points workload's first registration
-	// committed (its topic is created on every broker before that), or 3 minutes.
-	if slices.ContainsFunc(cfg.Workloads, func(w Workload) bool { return w.Cmd == "register-points" }) {
-		for deadline := time.Now().Add(3 * time.Minute); running > 0 && time.Now().Before(deadline); {
-			h.mu.Lock()
-			started := len(h.commits) > 0
-			h.mu.Unlock()
-			if started {
-				break
-			}
-			if err := wait(50 * time.Millisecond); err != nil {
-				return rep, err
-			}
+	// committed (its topic is created on every broker before that) and every Started line
+	// seen, or 3 minutes.
+	rp := slices.ContainsFunc(cfg.Workloads, func(w Workload) bool { return w.Cmd == "register-points" })
+	for deadline := time.Now().Add(3 * time.Minute); running > 0 && time.Now().Before(deadline); {
+		h.mu.Lock()
+		started := !rp || len(h.commits) > 0
+		for _, w := range cfg.Workloads {
+			started = started && (w.Started == "" || h.started[w.Name])
+		}
+		h.mu.Unlock()
+		if started {
+			break
+		}
+		if err := wait(50 * time.Millisecond); err != nil {
+			return rep, err
 		}
 	}
 	for _, f := range rep.Order {
@@ -351,6 +358,11 @@ func (h *harness) runWorkload(ctx context.Context, w Workload, bin string) (repo
 		if m := schemaLine.FindStringSubmatch(line); m != nil {
 			h.mu.Lock()
 			h.schemas = append(h.schemas, m[1])
+			h.mu.Unlock()
+		}
+		if w.Started != "" && strings.Contains(line, w.Started) {
+			h.mu.Lock()
+			h.started[w.Name] = true
 			h.mu.Unlock()
 		}
 		if strings.HasSuffix(line, "report") || strings.Contains(line, " report (") {

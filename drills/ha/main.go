@@ -111,7 +111,7 @@ func StandardWorkloads(names []string, l Load) []Workload {
 				"-mode", strings.TrimPrefix(n, "rp-"), "-drill", "-users", fmt.Sprint(l.Users), "-rate", "40",
 				"-namesrv", l.Namesrv, "-broker", l.Brokers, "-lock", l.Lock, "-session-timeout", l.SessionTimeout.String()}, pg...)})
 		case "tcc":
-			ws = append(ws, Workload{Name: n, Cmd: "tcc-order", Args: append([]string{
+			ws = append(ws, Workload{Name: n, Cmd: "tcc-order", Started: "leads; placing the orders", Args: append([]string{
 				"-drill", "-lock", "redis-sentinel", "-orders", fmt.Sprint(l.Orders), "-rate", "15",
 				"-session-timeout", l.SessionTimeout.String()}, pg...)})
 		case "order":
