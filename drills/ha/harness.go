@@ -30,6 +30,7 @@ import (
 
 	"github.com/txkit/txkit/drills/internal/drillkit"
 	"github.com/txkit/txkit/examples/exapp"
+	"github.com/txkit/txkit/internal/testkit/netcut"
 )
 
 // The server faults the drill injects itself, each through the project's deploy/local scripts
@@ -44,11 +45,19 @@ const (
 	// kill-primary), waits for a new primary that takes writes, and starts the killed node again
 	// (a standby). Only with Config.PGHA.
 	FaultPGPrimary = "pg-primary"
+	// FaultRelayCut cuts the relays off the DLedger group's leader broker for Config.Cut: an
+	// iptables cut (internal/testkit/netcut) of everything this process and its descendants — the
+	// workloads' relays and transactional producers, and also their consumers and the publish
+	// probe — exchange with the leader's ports, both ways (packets dropped, no RST), then healed.
+	// The brokers themselves and other processes are not cut: the group keeps its leader.
+	FaultRelayCut = "relay-cut"
 )
 
 // Faults returns the server faults the drill injects by default (FaultPGPrimary joins them with
 // Config.PGHA).
-func Faults() []string { return []string{FaultDLedgerLeader, FaultZKLeader, FaultRedisPrimary} }
+func Faults() []string {
+	return []string{FaultDLedgerLeader, FaultZKLeader, FaultRedisPrimary, FaultRelayCut}
+}
 
 // Workload is one drill run beside the faults: a command, or a function run in the drill's process.
 type Workload struct {
@@ -69,6 +78,7 @@ type Config struct {
 	Seed      uint64        // orders the faults; 0: a random seed (printed either way)
 	Faults    []string      // the server faults, each injected once in the seed's order (default: all of Faults)
 	Gap       time.Duration // load before the first fault, and between a fault's recovery and the next
+	Cut       time.Duration // how long FaultRelayCut lasts (default 10 s)
 	Workloads []Workload
 	// DLedgerNamesrv is the DLedger group's name server (TXKIT_ROCKETMQ_DLEDGER_NAMESRV) and
 	// DLedgerBrokers its brokers (TXKIT_ROCKETMQ_DLEDGER_BROKERS): the publish probe's.
@@ -566,6 +576,8 @@ func (h *harness) inject(ctx context.Context, fault string) FaultFigures {
 		restart = func(ctx context.Context) error { _, err := h.script(ctx, "redis-sentinel", "start"); return err }
 	case FaultPGPrimary:
 		return h.pgPrimary(ctx)
+	case FaultRelayCut:
+		return h.relayCut(ctx)
 	default:
 		fig.Err = "unknown fault"
 		return fig
@@ -693,5 +705,65 @@ func (h *harness) pgPrimary(ctx context.Context) FaultFigures {
 			fig.Restarted = f.SyncBack - f.InDoubtEnd // started again after the in-doubt check, a standby once more
 		}
 	}
+	return fig
+}
+
+// relayCut is FaultRelayCut. Its figures count from the cut's start: the next publish and the
+// next committed registration; there is no new leader, nothing to restart.
+func (h *harness) relayCut(ctx context.Context) FaultFigures {
+	fig := FaultFigures{Fault: FaultRelayCut}
+	node, err := h.script(ctx, "rocketmq-cluster", "leader")
+	if err != nil {
+		fig.Err = err.Error()
+		return fig
+	}
+	brokers := strings.Split(h.cfg.DLedgerBrokers, ",")
+	i, err := strconv.Atoi(strings.TrimPrefix(node, "n"))
+	if err != nil || i < 0 || i >= len(brokers) {
+		fig.Err = fmt.Sprintf("leader %q is not one of %d brokers", node, len(brokers))
+		return fig
+	}
+	_, portText, _ := strings.Cut(brokers[i], ":")
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		fig.Err = fmt.Sprintf("broker address %q", brokers[i])
+		return fig
+	}
+	d := h.cfg.Cut
+	if d <= 0 {
+		d = 10 * time.Second
+	}
+	fig.Victim = fmt.Sprintf("%s :%d, %v", node, port, d)
+	// The broker's port and its VIP channel (port-2), which the client may use too.
+	h.logf("fault %s: cutting this process's traffic with %s (%s) for %v", FaultRelayCut, node, brokers[i], d)
+	t0 := time.Now()
+	cut, err := netcut.New(ctx, fmt.Sprintf("ha-relay-%d", os.Getpid()%100000), netcut.Match{PIDs: []int{os.Getpid()}, Ports: []int{port, port - 2}})
+	if err != nil {
+		fig.Err = err.Error()
+		return fig
+	}
+	defer func() { _ = cut.Heal(context.WithoutCancel(ctx)) }()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); fig.NextPublish = h.firstAfter(ctx, &h.sent, t0.Add(d), 2*time.Minute) }()
+	go func() { defer wg.Done(); fig.NextCommit = h.firstAfter(ctx, &h.commits, t0, 2*time.Minute) }()
+	if err := exapp.Pause(ctx, d); err != nil {
+		fig.Err = err.Error()
+	}
+	if err := cut.Heal(context.WithoutCancel(ctx)); err != nil {
+		fig.Err = strings.TrimSpace(fig.Err + " heal: " + err.Error())
+	}
+	wg.Wait()
+	if fig.NextPublish > 0 {
+		fig.NextPublish += d
+	}
+	h.mu.Lock()
+	for _, f := range h.failed {
+		if f.After(t0) && f.Before(t0.Add(fig.NextPublish)) {
+			fig.PublishFails++
+		}
+	}
+	h.mu.Unlock()
+	h.logf("fault %s: healed; next publish %s after the cut began, next commit %s", FaultRelayCut, ms(fig.NextPublish), ms(fig.NextCommit))
 	return fig
 }

@@ -7,8 +7,8 @@
 // every kind in an order drawn from a printed seed: the DLedger group's leader broker, the
 // ZooKeeper ensemble's leader node (one node: the ensemble stays up), the Redis primary under
 // Sentinel, and with -pg-ha the HA PostgreSQL's primary (the workloads then run on the HA
-// cluster's multi-host URL). Each killed node is started again (through deploy/local) before the
-// next fault. A publish probe sends to the DLedger group every 50 ms and a commit probe watches the
+// cluster's multi-host URL); and it cuts the relays off the DLedger leader broker (iptables, both
+// ways) for -cut. Each killed node is started again (through deploy/local) before the next fault. A publish probe sends to the DLedger group every 50 ms and a commit probe watches the
 // registrations commit; the report gives, per fault, the time to the next leader, the next
 // publish and the next committed registration, then each workload's own report (every user
 // exactly 100 points, nothing pending, stock and money conserved, every transaction finished,
@@ -37,6 +37,7 @@ func main() {
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed of the faults' order (0: a random one, printed)")
 	faults := flag.String("faults", strings.Join(Faults(), ","), "server faults, comma-separated: "+strings.Join(Faults(), ", "))
 	flag.DurationVar(&cfg.Gap, "gap", 8*time.Second, "load before the first fault and between a fault's recovery and the next")
+	flag.DurationVar(&cfg.Cut, "cut", 10*time.Second, "how long the "+FaultRelayCut+" fault cuts the relays off the DLedger leader")
 	users := flag.Int("users", 5000, "registrations of each register-points workload")
 	orders := flag.Int("orders", 2000, "orders of the tcc-order workload")
 	st := flag.Duration("session-timeout", 4*time.Second, "the workloads' ZooKeeper session timeout or lease TTL (relay and coordinator elections)")
