@@ -230,6 +230,9 @@ type harness struct {
 	faults  map[string]int64    // faults counted by participant processes since killed, by "<service>.<kind>"
 	client  *http.Client
 	answers sync.Map // gid → the outcome answered: confirmed or cancelled (succeeded or compensated)
+	// restartWithin is how long a service started again (after the drill's kill) may take to stay
+	// up (drillkit.Restart): 0 for the first starts, 90 s once the load begins.
+	restartWithin time.Duration
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -295,6 +298,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	h.restartWithin = 90 * time.Second // the drill's restarts may meet a PostgreSQL failover (make drill-ha -pg-ha)
 	h.logf("%s leads; placing the orders", lead)
 	rep := Report{Mode: cfg.Mode, Transport: cfg.Transport, Lock: cfg.lockKind(), Orders: cfg.Orders}
 	if err := h.load(ctx, &rep); err != nil {
@@ -461,7 +465,7 @@ func (h *harness) start(ctx context.Context, name string, args []string) (*proc,
 // grpc, it reads the address of the service's gRPC server from GET /healthz too.
 func (h *harness) startAs(ctx context.Context, name, bin string, args []string) (*proc, error) {
 	logPath := filepath.Join(h.cfg.Dir, h.runID+"-"+name+".log")
-	hp, err := drillkit.Start(ctx, name, filepath.Join(h.cfg.Dir, bin), args, logPath)
+	hp, err := drillkit.Restart(ctx, h.restartWithin, name, filepath.Join(h.cfg.Dir, bin), args, logPath)
 	if err != nil {
 		return nil, err
 	}
