@@ -23,6 +23,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/txkit/txkit/drills/internal/drillkit"
 	"github.com/txkit/txkit/examples/exapp"
+	txrocketmq "github.com/txkit/txkit/rocketmq"
 )
 
 func main() {
@@ -67,6 +69,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "drill-ha needs TXKIT_ROCKETMQ_DLEDGER_NAMESRV, TXKIT_ROCKETMQ_DLEDGER_BROKERS, TXKIT_REDIS_SENTINELS and TXKIT_REDIS_SENTINEL_MASTER (make up; deploy/local/env)")
 		os.Exit(2)
 	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	// The RocketMQ client's own lines (a cut broker's timeouts, route changes) go to a file of the
+	// run, not between the progress lines (the file stays open until the process exits).
+	clientLog, err := os.Create(filepath.Join(cfg.Dir, "rocketmq-client.log"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	txrocketmq.SetClientLogger(slog.New(slog.NewTextHandler(clientLog, nil)), slog.LevelWarn)
 	cfg.Workloads = StandardWorkloads(strings.Split(*workloads, ","), Load{
 		Namesrv: cfg.DLedgerNamesrv, Brokers: cfg.DLedgerBrokers, Lock: *lock, Users: *users, Orders: *orders,
 		SessionTimeout: *st, PG: pgFlag(cfg), Dir: cfg.Dir})
