@@ -686,6 +686,11 @@ func (h *harness) pgPrimary(ctx context.Context) FaultFigures {
 		fig.Err = err.Error()
 		return fig
 	}
+	// PGFailover kills once the cluster has a synchronous standby; waiting for it here first
+	// makes t0 the kill's time, give or take a script's run.
+	if err := h.until(ctx, time.Minute, func() bool { _, err := h.script(ctx, "pg-ha", "sync-standby"); return err == nil }); err != nil {
+		h.logf("fault %s: no synchronous standby before the kill", FaultPGPrimary)
+	}
 	h.logf("fault %s: SIGKILL the HA PostgreSQL's primary", FaultPGPrimary)
 	t0 := time.Now()
 	// The publish probe needs no PostgreSQL: its figure is left out. The commit probe's would
