@@ -686,21 +686,9 @@ func (h *harness) pgPrimary(ctx context.Context) FaultFigures {
 		fig.Err = err.Error()
 		return fig
 	}
-	// PGFailover kills once the cluster has a synchronous standby; waiting for it here first
-	// makes t0 the kill's time, give or take a script's run.
-	if err := h.until(ctx, time.Minute, func() bool { _, err := h.script(ctx, "pg-ha", "sync-standby"); return err == nil }); err != nil {
-		h.logf("fault %s: no synchronous standby before the kill", FaultPGPrimary)
-	}
 	h.logf("fault %s: SIGKILL the HA PostgreSQL's primary", FaultPGPrimary)
 	t0 := time.Now()
-	// The publish probe needs no PostgreSQL: its figure is left out. The commit probe's would
-	// count registrations committed before the kill and read after it; the next commit is the
-	// first registration made after the kill that is there.
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); fig.NextCommit = h.registeredSince(ctx, t0, 3*time.Minute) }()
 	figs, err := drillkit.PGFailover{Failovers: 1, URL: url, Log: h.logf}.Run(ctx, nil)
-	wg.Wait()
 	if err != nil {
 		fig.Err = err.Error()
 	}
@@ -708,9 +696,17 @@ func (h *harness) pgPrimary(ctx context.Context) FaultFigures {
 		f := figs[0]
 		fig.Victim = f.Node + " (" + f.Promoted + " promoted)"
 		fig.NextLeader = f.Unavailable
+		// The kill's time: PGFailover waits for a standby first and measures from the kill;
+		// SyncBack, its last figure, ends as Run returns.
+		killed := t0
 		if f.SyncBack > 0 {
+			killed = time.Now().Add(-f.SyncBack)
 			fig.Restarted = f.SyncBack - f.InDoubtEnd // started again after the in-doubt check, a standby once more
 		}
+		// The publish probe needs no PostgreSQL: its figure is left out. The commit probe's would
+		// count registrations committed before the kill and read after it: the next commit is
+		// when registrations were made again after the outage.
+		fig.NextCommit = h.registeredAfter(ctx, killed, f.Unavailable+time.Minute)
 	}
 	return fig
 }
@@ -775,31 +771,46 @@ func (h *harness) relayCut(ctx context.Context) FaultFigures {
 	return fig
 }
 
-// registeredSince polls the register-points users tables, over a new connection each time (the
-// primary may be dead), until one holds a registration made after t0, and returns how long after
-// t0 that was seen (0: not within d).
-func (h *harness) registeredSince(ctx context.Context, t0 time.Time, d time.Duration) time.Duration {
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
-		h.mu.Lock()
-		schemas := slices.Clone(h.schemas)
-		h.mu.Unlock()
-		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		if c, err := exapp.Connect(cctx, h.cfg.PG, "txkit_users", ""); err == nil {
-			for _, s := range schemas {
-				var found bool
-				err := c.QueryRow(cctx, "select exists (select 1 from "+pgx.Identifier{s, "users"}.Sanitize()+" where registered_at > $1)", t0).Scan(&found)
-				if err == nil && found {
-					cancel()
-					_ = c.Close(context.Background())
-					return time.Since(t0)
-				}
-			}
-			_ = c.Close(context.Background())
+// registeredAfter returns how long after the kill at t (give or take the kill script's run)
+// registrations were made again: the end of the longest pause between registrations (by their
+// registered_at, set as the users service takes the request) in the register-points workloads'
+// users tables from t to t+within. Registrations go on at the load's rate until the primary dies
+// and start again when a new one takes writes. 0 when there is none.
+func (h *harness) registeredAfter(ctx context.Context, t time.Time, within time.Duration) time.Duration {
+	h.mu.Lock()
+	schemas := slices.Clone(h.schemas)
+	h.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := exapp.Connect(cctx, h.cfg.PG, "txkit_users", "")
+	if err != nil {
+		return 0
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	ats := []time.Time{t}
+	for _, s := range schemas {
+		rows, err := c.Query(cctx, "select registered_at from "+pgx.Identifier{s, "users"}.Sanitize()+" where registered_at > $1 and registered_at < $2", t, t.Add(within))
+		if err != nil {
+			continue
 		}
-		cancel()
-		if exapp.Pause(ctx, 100*time.Millisecond) != nil {
-			return 0
+		for rows.Next() {
+			var at time.Time
+			if rows.Scan(&at) == nil {
+				ats = append(ats, at)
+			}
+		}
+		rows.Close()
+	}
+	slices.SortFunc(ats, func(a, b time.Time) int { return a.Compare(b) })
+	var resumed time.Time
+	var longest time.Duration
+	for k := 1; k < len(ats); k++ {
+		if gap := ats[k].Sub(ats[k-1]); gap > longest {
+			longest, resumed = gap, ats[k]
 		}
 	}
-	return 0
+	if resumed.IsZero() {
+		return 0
+	}
+	return resumed.Sub(t)
 }
