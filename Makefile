@@ -94,9 +94,11 @@ drill-tcc-locks: up ## the drill-tcc load and kills twice more: recovery electio
 	  $(GO) run ./drills/tcc-order -drill -lock $$l -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4 || exit 1; done
 
 # SEED=n replays a fault order; SESSION_TIMEOUT=1s runs the workloads' elections at 1 s;
-# PG_HA='cmd' adds the HA PostgreSQL fault (a command that kills the primary and returns once a new one serves).
-drill-ha: up ## register-points (outbox, txmsg) on the DLedger group and tcc-order on Redis Sentinel, under load, while the DLedger leader, the ZooKeeper leader and the Redis primary are SIGKILLed in a seeded order
-	@$(WITH_ENV) $(GO) run ./drills/ha $(if $(SEED),-seed $(SEED)) $(if $(SESSION_TIMEOUT),-session-timeout $(SESSION_TIMEOUT)) $(if $(PG_HA),-pg-ha '$(PG_HA)')
+# The workloads run on the HA PostgreSQL (TXKIT_PG_HA_URL) and its primary is one of the faults;
+# PG_HA=0 keeps them on the single server.
+PG_HA ?= 1
+drill-ha: up ## register-points (outbox, txmsg), tcc-order and a per-key order load on the DLedger group, Redis Sentinel and the HA PostgreSQL, under load, while the DLedger leader, the ZooKeeper leader, the Redis primary and the PostgreSQL primary are SIGKILLed in a seeded order
+	@$(WITH_ENV) $(GO) run ./drills/ha $(if $(SEED),-seed $(SEED)) $(if $(SESSION_TIMEOUT),-session-timeout $(SESSION_TIMEOUT)) $(if $(filter 1,$(PG_HA)),-pg-ha)
 
 lockwatch: up ## elections held 10 minutes at a 1 s session timeout / lease TTL on zk, pg, redis, redis-sentinel, no leader killed: counts false failovers
 	@$(WITH_ENV) $(GO) run ./drills/lockwatch -locks zk,pg,redis,redis-sentinel -ttl 1s -for 10m

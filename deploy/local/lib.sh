@@ -20,7 +20,9 @@ export TXKIT_HOME
 PG_PORT=${TXKIT_PG_PORT:-55432}
 PG_SHARD_PORTS="55452 55453" # the coordinator log's shards 2 and 3 (deploy/local/pg-shards); shard 1 is PG_PORT's
 ZK_NODES=${TXKIT_ZK_NODES:-3}
-ZK_BASE_PORT=22180 # client port of node N is ZK_BASE_PORT+N
+# ZooKeeper node N: client port ZK_BASE_PORT+N, quorum +700, election +1700 (22181, 22881, 23881).
+# TXKIT_ZK_BASE_PORT moves a private ensemble (another TXKIT_HOME) off the shared one's ports.
+ZK_BASE_PORT=${TXKIT_ZK_BASE_PORT:-22180}
 NAMESRV_PORT=19876
 BROKER_PORT=20911
 ACL_BROKER_PORT=21911 # a second broker with aclEnable=true (deploy/local/rocketmq)
@@ -31,8 +33,9 @@ REDLOCK_BASE_PORT=26379  # redlockN (N=1..3) on REDLOCK_BASE_PORT+N: 26380-26382
 REDIS_PRIMARY_PORT=26383 # primary, and
 REDIS_REPLICA_PORT=26384 # replica (replicaof 127.0.0.1 26383): the failover test
 # Redis under Sentinel (deploy/local/redis-sentinel): two data servers and three Sentinels.
-SENTINEL_A_PORT=26390    # sentinel-a (the primary at a fresh start); sentinel-b on 26391
-SENTINEL_BASE_PORT=26400 # sentinel1-3 on 26400-26402
+# TXKIT_SENTINEL_BASE_PORT moves a private Sentinel set (another TXKIT_HOME): its data servers sit 10 below.
+SENTINEL_BASE_PORT=${TXKIT_SENTINEL_BASE_PORT:-26400} # sentinel1-3 on 26400-26402
+SENTINEL_A_PORT=$((SENTINEL_BASE_PORT - 10))          # sentinel-a (the primary at a fresh start) 26390; sentinel-b on 26391
 # RocketMQ clusters (deploy/local/rocketmq-cluster), each with a name server of its own.
 DLEDGER_NAMESRV_PORT=19886   # a 3-node DLedger (Raft) broker group,
 DLEDGER_BASE_PORT=30911      # node N (0-2) listening on DLEDGER_BASE_PORT+10*N (also -2 and +1),

@@ -25,10 +25,12 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/txkit/txkit/drills/internal/drillkit"
 	"github.com/txkit/txkit/examples/exapp"
+	"github.com/txkit/txkit/internal/testkit/netcut"
 )
 
 // The server faults the drill injects itself, each through the project's deploy/local scripts
@@ -39,16 +41,36 @@ const (
 	FaultDLedgerLeader = "dledger-leader" // SIGKILL the DLedger group's leader broker, then start it again
 	FaultZKLeader      = "zk-leader"      // SIGKILL the ZooKeeper ensemble's leader node (one node only), then start it again
 	FaultRedisPrimary  = "redis-primary"  // SIGKILL the Sentinel group's primary, wait for the promotion, start it again (a replica)
+	// FaultPGPrimary SIGKILLs the HA PostgreSQL's primary (its Patroni and postmaster: pg-ha
+	// kill-primary), waits for a new primary that takes writes, and starts the killed node again
+	// (a standby). Only with Config.PGHA.
+	FaultPGPrimary = "pg-primary"
+	// FaultRelayCut cuts the relays off the DLedger group's leader broker for Config.Cut: an
+	// iptables cut (internal/testkit/netcut) of everything this process and its descendants — the
+	// workloads' relays and transactional producers, and also their consumers and the publish
+	// probe — exchange with the leader's ports, both ways (packets dropped, no RST), then healed.
+	// The brokers themselves and other processes are not cut: the group keeps its leader.
+	FaultRelayCut = "relay-cut"
 )
 
-// Faults returns the server faults the drill knows.
-func Faults() []string { return []string{FaultDLedgerLeader, FaultZKLeader, FaultRedisPrimary} }
+// Faults returns the server faults the drill injects by default (FaultPGPrimary joins them with
+// Config.PGHA).
+func Faults() []string {
+	return []string{FaultDLedgerLeader, FaultZKLeader, FaultRedisPrimary, FaultRelayCut}
+}
 
-// Workload is one drill run beside the faults.
+// Workload is one drill run beside the faults: a command, or a function run in the drill's process.
 type Workload struct {
 	Name string
 	Cmd  string   // the drill: register-points or tcc-order (a command under ./drills)
 	Args []string // its flags
+	// Started, when set, is (part of) the line of Cmd's output that says its load has begun: the
+	// faults wait for it (3 minutes at most), so that none lands on the workload's set-up.
+	Started string
+	// Run, when set, is the workload instead of Cmd: it runs until stop is closed (once every
+	// fault has recovered and one more Gap of load has passed), then returns its report, and an
+	// error when it broke its invariants.
+	Run func(ctx context.Context, stop <-chan struct{}) (report string, err error)
 }
 
 // Config is one run of the HA drill.
@@ -56,6 +78,7 @@ type Config struct {
 	Seed      uint64        // orders the faults; 0: a random seed (printed either way)
 	Faults    []string      // the server faults, each injected once in the seed's order (default: all of Faults)
 	Gap       time.Duration // load before the first fault, and between a fault's recovery and the next
+	Cut       time.Duration // how long FaultRelayCut lasts (default 10 s)
 	Workloads []Workload
 	// DLedgerNamesrv is the DLedger group's name server (TXKIT_ROCKETMQ_DLEDGER_NAMESRV) and
 	// DLedgerBrokers its brokers (TXKIT_ROCKETMQ_DLEDGER_BROKERS): the publish probe's.
@@ -63,10 +86,9 @@ type Config struct {
 	Sentinels                      []string // TXKIT_REDIS_SENTINELS
 	SentinelMaster                 string   // TXKIT_REDIS_SENTINEL_MASTER
 	PG                             string   // the base PostgreSQL URL (the commit probe reads the register-points users table)
-	// PGHA is the hook for the HA PostgreSQL fault (another issue's servers): when set, a
-	// command run as a fault "pg-primary" (it must kill the primary and return once a new one
-	// serves). Empty: no PostgreSQL fault.
-	PGHA string
+	// PGHA says PG is the HA PostgreSQL's multi-host URL (TXKIT_PG_HA_URL, deploy/local/pg-ha),
+	// the workloads' too: FaultPGPrimary joins the faults.
+	PGHA bool
 	Dir  string    // binaries and logs
 	Log  io.Writer // progress lines
 }
@@ -147,6 +169,7 @@ type harness struct {
 	schemas   []string    // register-points workloads' schemas in txkit_users
 	commits   []time.Time // times the commit probe saw the registrations grow
 	lastCount int64
+	started   map[string]bool // workloads whose Started line came
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -163,8 +186,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Faults == nil {
 		cfg.Faults = Faults()
 	}
-	if cfg.PGHA != "" && !slices.Contains(cfg.Faults, "pg-primary") {
-		cfg.Faults = append(slices.Clone(cfg.Faults), "pg-primary")
+	if cfg.PGHA && !slices.Contains(cfg.Faults, FaultPGPrimary) {
+		cfg.Faults = append(slices.Clone(cfg.Faults), FaultPGPrimary)
 	}
 	if cfg.Gap <= 0 {
 		cfg.Gap = 8 * time.Second
@@ -177,14 +200,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	h := &harness{cfg: cfg, root: root}
+	h := &harness{cfg: cfg, root: root, started: map[string]bool{}}
 	h.logf("drill-ha: seed %d, faults %s", cfg.Seed, strings.Join(rep.Order, ", "))
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return rep, err
 	}
 	bins := map[string]string{}
 	for _, w := range cfg.Workloads {
-		if _, ok := bins[w.Cmd]; ok {
+		if _, ok := bins[w.Cmd]; ok || w.Run != nil {
 			continue
 		}
 		bin := filepath.Join(cfg.Dir, w.Cmd)
@@ -208,8 +231,26 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		name, report, fail string
 	}
 	results := make(chan result, len(cfg.Workloads))
+	stopLoad := make(chan struct{}) // the in-process workloads' end
+	defer func() {
+		select {
+		case <-stopLoad:
+		default:
+			close(stopLoad)
+		}
+	}()
 	for _, w := range cfg.Workloads {
 		go func() {
+			if w.Run != nil {
+				h.logf("workload %s: in process", w.Name)
+				report, err := w.Run(ctx, stopLoad)
+				fail := ""
+				if err != nil {
+					fail = fmt.Sprintf("%s%v", report, err)
+				}
+				results <- result{w.Name, report, fail}
+				return
+			}
 			report, fail := h.runWorkload(ctx, w, bins[w.Cmd])
 			results <- result{w.Name, report, fail}
 		}()
@@ -239,18 +280,21 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 	// The faults start once the load does: a register-points workload's first registration
-	// committed (its topic is created on every broker before that), or 3 minutes.
-	if slices.ContainsFunc(cfg.Workloads, func(w Workload) bool { return w.Cmd == "register-points" }) {
-		for deadline := time.Now().Add(3 * time.Minute); running > 0 && time.Now().Before(deadline); {
-			h.mu.Lock()
-			started := len(h.commits) > 0
-			h.mu.Unlock()
-			if started {
-				break
-			}
-			if err := wait(50 * time.Millisecond); err != nil {
-				return rep, err
-			}
+	// committed (its topic is created on every broker before that) and every Started line
+	// seen, or 3 minutes.
+	rp := slices.ContainsFunc(cfg.Workloads, func(w Workload) bool { return w.Cmd == "register-points" })
+	for deadline := time.Now().Add(3 * time.Minute); running > 0 && time.Now().Before(deadline); {
+		h.mu.Lock()
+		started := !rp || len(h.commits) > 0
+		for _, w := range cfg.Workloads {
+			started = started && (w.Started == "" || h.started[w.Name])
+		}
+		h.mu.Unlock()
+		if started {
+			break
+		}
+		if err := wait(50 * time.Millisecond); err != nil {
+			return rep, err
 		}
 	}
 	for _, f := range rep.Order {
@@ -267,6 +311,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 		rep.Figures = append(rep.Figures, fig)
 	}
+	// The in-process workloads run one more gap past the last recovery, then drain and check.
+	if err := wait(cfg.Gap); err != nil {
+		return rep, err
+	}
+	close(stopLoad)
 	for running > 0 {
 		select {
 		case r := <-results:
@@ -321,6 +370,11 @@ func (h *harness) runWorkload(ctx context.Context, w Workload, bin string) (repo
 			h.schemas = append(h.schemas, m[1])
 			h.mu.Unlock()
 		}
+		if w.Started != "" && strings.Contains(line, w.Started) {
+			h.mu.Lock()
+			h.started[w.Name] = true
+			h.mu.Unlock()
+		}
 		if strings.HasSuffix(line, "report") || strings.Contains(line, " report (") {
 			inReport = true
 		}
@@ -353,22 +407,10 @@ func (h *harness) publishProbe(ctx context.Context) error {
 		return err
 	}
 	defer adm.Close()
-	for _, b := range strings.Split(h.cfg.DLedgerBrokers, ",") {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := adm.CreateTopic(cctx, admin.WithTopicCreate(topic), admin.WithBrokerAddrCreate(b),
-			admin.WithReadQueueNums(1), admin.WithWriteQueueNums(1))
-		cancel()
-		if err != nil {
-			return fmt.Errorf("create topic %s on %s: %w", topic, b, err)
-		}
+	if err := createTopic(ctx, adm, h.cfg.DLedgerBrokers, topic, 1); err != nil {
+		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, b := range strings.Split(h.cfg.DLedgerBrokers, ",") {
-			_ = adm.DeleteTopic(cctx, admin.WithTopicDelete(topic), admin.WithBrokerAddrDelete(b), admin.WithNameSrvAddr(ns))
-		}
-	}()
+	defer deleteTopic(adm, ns, h.cfg.DLedgerBrokers, topic)
 	p, err := rocketmq.NewProducer(producer.WithNsResolver(primitive.NewPassthroughResolver(ns)),
 		producer.WithGroupName("txkit-ha-probe-"+uuid.NewString()[:8]), producer.WithRetry(0),
 		producer.WithSendMsgTimeout(time.Second))
@@ -434,9 +476,20 @@ func (h *harness) commitProbe(ctx context.Context) {
 		var total int64
 		for _, s := range schemas {
 			var n int64
-			if err := conn.QueryRow(ctx, "select count(*) from "+pgx.Identifier{s, "users"}.Sanitize()).Scan(&n); err == nil {
-				total += n
+			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := conn.QueryRow(qctx, "select count(*) from "+pgx.Identifier{s, "users"}.Sanitize()).Scan(&n)
+			cancel()
+			var pe *pgconn.PgError
+			if err != nil && !errors.As(err, &pe) {
+				// The server went away (a killed primary) or did not answer: connect again next tick.
+				_ = conn.Close(context.Background())
+				conn = nil
+				break
 			}
+			total += n
+		}
+		if conn == nil {
+			continue
 		}
 		h.mu.Lock()
 		if total > h.lastCount {
@@ -521,16 +574,10 @@ func (h *harness) inject(ctx context.Context, fault string) FaultFigures {
 			pidText, err = h.script(ctx, "redis-sentinel", "pid", port)
 		}
 		restart = func(ctx context.Context) error { _, err := h.script(ctx, "redis-sentinel", "start"); return err }
-	case "pg-primary":
-		t0 := time.Now()
-		cmd := exec.CommandContext(ctx, "sh", "-c", h.cfg.PGHA)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fig.Err = fmt.Sprintf("%s: %v\n%s", h.cfg.PGHA, err, out)
-			return fig
-		}
-		fig.Victim, fig.NextLeader = "pg primary", time.Since(t0)
-		fig.NextCommit = h.firstAfter(ctx, &h.commits, t0, time.Minute)
-		return fig
+	case FaultPGPrimary:
+		return h.pgPrimary(ctx)
+	case FaultRelayCut:
+		return h.relayCut(ctx)
 	default:
 		fig.Err = "unknown fault"
 		return fig
@@ -627,4 +674,143 @@ func (h *harness) redisPrimary(ctx context.Context) (string, error) {
 		errs = append(errs, err)
 	}
 	return "", errors.Join(errs...)
+}
+
+// pgPrimary is FaultPGPrimary: drillkit.PGFailover's kill (deploy/local/pg-ha kill-primary, a new
+// primary taking writes, the killed node started again as a standby) with the drill's figures. The
+// next leader is the first write committed through the HA URL after the kill.
+func (h *harness) pgPrimary(ctx context.Context) FaultFigures {
+	fig := FaultFigures{Fault: FaultPGPrimary}
+	url, err := exapp.DatabaseURL(h.cfg.PG, "txkit_test", "", 0)
+	if err != nil {
+		fig.Err = err.Error()
+		return fig
+	}
+	h.logf("fault %s: SIGKILL the HA PostgreSQL's primary", FaultPGPrimary)
+	t0 := time.Now()
+	figs, err := drillkit.PGFailover{Failovers: 1, URL: url, Log: h.logf}.Run(ctx, nil)
+	if err != nil {
+		fig.Err = err.Error()
+	}
+	if len(figs) == 1 {
+		f := figs[0]
+		fig.Victim = f.Node + " (" + f.Promoted + " promoted)"
+		fig.NextLeader = f.Unavailable
+		// The kill's time: PGFailover waits for a standby first and measures from the kill;
+		// SyncBack, its last figure, ends as Run returns.
+		killed := t0
+		if f.SyncBack > 0 {
+			killed = time.Now().Add(-f.SyncBack)
+			fig.Restarted = f.SyncBack - f.InDoubtEnd // started again after the in-doubt check, a standby once more
+		}
+		// The publish probe needs no PostgreSQL: its figure is left out. The commit probe's would
+		// count registrations committed before the kill and read after it: the next commit is
+		// when registrations were made again after the outage.
+		fig.NextCommit = h.registeredAfter(ctx, killed, f.Unavailable+time.Minute)
+	}
+	return fig
+}
+
+// relayCut is FaultRelayCut. Its figures count from the cut's start: the next publish and the
+// next committed registration; there is no new leader, nothing to restart.
+func (h *harness) relayCut(ctx context.Context) FaultFigures {
+	fig := FaultFigures{Fault: FaultRelayCut}
+	node, err := h.script(ctx, "rocketmq-cluster", "leader")
+	if err != nil {
+		fig.Err = err.Error()
+		return fig
+	}
+	brokers := strings.Split(h.cfg.DLedgerBrokers, ",")
+	i, err := strconv.Atoi(strings.TrimPrefix(node, "n"))
+	if err != nil || i < 0 || i >= len(brokers) {
+		fig.Err = fmt.Sprintf("leader %q is not one of %d brokers", node, len(brokers))
+		return fig
+	}
+	_, portText, _ := strings.Cut(brokers[i], ":")
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		fig.Err = fmt.Sprintf("broker address %q", brokers[i])
+		return fig
+	}
+	d := h.cfg.Cut
+	if d <= 0 {
+		d = 10 * time.Second
+	}
+	fig.Victim = fmt.Sprintf("%s :%d, %v", node, port, d)
+	// The broker's port and its VIP channel (port-2), which the client may use too.
+	h.logf("fault %s: cutting this process's traffic with %s (%s) for %v", FaultRelayCut, node, brokers[i], d)
+	t0 := time.Now()
+	cut, err := netcut.New(ctx, fmt.Sprintf("ha-relay-%d", os.Getpid()%100000), netcut.Match{PIDs: []int{os.Getpid()}, Ports: []int{port, port - 2}})
+	if err != nil {
+		fig.Err = err.Error()
+		return fig
+	}
+	defer func() { _ = cut.Heal(context.WithoutCancel(ctx)) }()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); fig.NextPublish = h.firstAfter(ctx, &h.sent, t0.Add(d), 2*time.Minute) }()
+	go func() { defer wg.Done(); fig.NextCommit = h.firstAfter(ctx, &h.commits, t0, 2*time.Minute) }()
+	if err := exapp.Pause(ctx, d); err != nil {
+		fig.Err = err.Error()
+	}
+	if err := cut.Heal(context.WithoutCancel(ctx)); err != nil {
+		fig.Err = strings.TrimSpace(fig.Err + " heal: " + err.Error())
+	}
+	wg.Wait()
+	if fig.NextPublish > 0 {
+		fig.NextPublish += d
+	}
+	h.mu.Lock()
+	for _, f := range h.failed {
+		if f.After(t0) && f.Before(t0.Add(fig.NextPublish)) {
+			fig.PublishFails++
+		}
+	}
+	h.mu.Unlock()
+	h.logf("fault %s: healed; next publish %s after the cut began, next commit %s", FaultRelayCut, ms(fig.NextPublish), ms(fig.NextCommit))
+	return fig
+}
+
+// registeredAfter returns how long after the kill at t (give or take the kill script's run)
+// registrations were made again: the end of the longest pause between registrations (by their
+// registered_at, set as the users service takes the request) in the register-points workloads'
+// users tables from t to t+within. Registrations go on at the load's rate until the primary dies
+// and start again when a new one takes writes. 0 when there is none.
+func (h *harness) registeredAfter(ctx context.Context, t time.Time, within time.Duration) time.Duration {
+	h.mu.Lock()
+	schemas := slices.Clone(h.schemas)
+	h.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := exapp.Connect(cctx, h.cfg.PG, "txkit_users", "")
+	if err != nil {
+		return 0
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	ats := []time.Time{t}
+	for _, s := range schemas {
+		rows, err := c.Query(cctx, "select registered_at from "+pgx.Identifier{s, "users"}.Sanitize()+" where registered_at > $1 and registered_at < $2", t, t.Add(within))
+		if err != nil {
+			continue
+		}
+		for rows.Next() {
+			var at time.Time
+			if rows.Scan(&at) == nil {
+				ats = append(ats, at)
+			}
+		}
+		rows.Close()
+	}
+	slices.SortFunc(ats, func(a, b time.Time) int { return a.Compare(b) })
+	var resumed time.Time
+	var longest time.Duration
+	for k := 1; k < len(ats); k++ {
+		if gap := ats[k].Sub(ats[k-1]); gap > longest {
+			longest, resumed = gap, ats[k]
+		}
+	}
+	if resumed.IsZero() {
+		return 0
+	}
+	return resumed.Sub(t)
 }

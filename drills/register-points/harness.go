@@ -165,6 +165,9 @@ type harness struct {
 	// CPU of the processes that were killed, by kind ("users", "points").
 	deadCPU map[string]time.Duration
 	client  *http.Client
+	// restartWithin is how long a service started again (after the drill's kill) may take to stay
+	// up (drillkit.Restart): 0 for the first start, 90 s after.
+	restartWithin time.Duration
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -201,6 +204,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			return Report{}, err
 		}
 	}
+	h.restartWithin = 90 * time.Second // the drill's restarts may meet a PostgreSQL failover (make drill-ha -pg-ha)
 	rep := Report{}
 	loadStart := time.Now()
 	ok, err := h.load(ctx, &rep)
@@ -314,7 +318,7 @@ func (h *harness) startUsers(ctx context.Context, slot int) error {
 // start runs bin, waits for its "LISTENING <addr>" line and for /healthz.
 func (h *harness) start(ctx context.Context, name, bin string, args []string) (*proc, error) {
 	logPath := filepath.Join(h.cfg.Dir, h.runID+"-"+name+".log")
-	hp, err := drillkit.Start(ctx, name, bin, args, logPath)
+	hp, err := drillkit.Restart(ctx, h.restartWithin, name, bin, args, logPath)
 	if err != nil {
 		return nil, err
 	}

@@ -230,6 +230,9 @@ type harness struct {
 	faults  map[string]int64    // faults counted by participant processes since killed, by "<service>.<kind>"
 	client  *http.Client
 	answers sync.Map // gid → the outcome answered: confirmed or cancelled (succeeded or compensated)
+	// restartWithin is how long a service started again (after the drill's kill) may take to stay
+	// up (drillkit.Restart): 0 for the first starts, 90 s once the load begins.
+	restartWithin time.Duration
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -291,9 +294,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			return Report{}, err
 		}
 	}
-	if _, err := h.leader(ctx); err != nil {
+	lead, err := h.leader(ctx)
+	if err != nil {
 		return Report{}, err
 	}
+	h.restartWithin = 90 * time.Second // the drill's restarts may meet a PostgreSQL failover (make drill-ha -pg-ha)
+	h.logf("%s leads; placing the orders", lead)
 	rep := Report{Mode: cfg.Mode, Transport: cfg.Transport, Lock: cfg.lockKind(), Orders: cfg.Orders}
 	if err := h.load(ctx, &rep); err != nil {
 		return rep, err
@@ -459,7 +465,7 @@ func (h *harness) start(ctx context.Context, name string, args []string) (*proc,
 // grpc, it reads the address of the service's gRPC server from GET /healthz too.
 func (h *harness) startAs(ctx context.Context, name, bin string, args []string) (*proc, error) {
 	logPath := filepath.Join(h.cfg.Dir, h.runID+"-"+name+".log")
-	hp, err := drillkit.Start(ctx, name, filepath.Join(h.cfg.Dir, bin), args, logPath)
+	hp, err := drillkit.Restart(ctx, h.restartWithin, name, filepath.Join(h.cfg.Dir, bin), args, logPath)
 	if err != nil {
 		return nil, err
 	}
@@ -655,11 +661,37 @@ func (p protocol) fence(ctx context.Context, c *pgx.Conn) (tok string, at time.T
 // under a new fencing token — and measures the time from the kill to it.
 func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Report) error {
 	url, _ := exapp.DatabaseURL(h.cfg.PG, dbOrder, h.schema, 0)
-	c, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
+	var c *pgx.Conn
+	defer func() {
+		if c != nil {
+			_ = c.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	// fence reads the token, connecting again for up to 90 s when the connection fails: a
+	// PostgreSQL failover (make drill-ha -pg-ha kills the HA primary under this drill).
+	fence := func() (string, time.Time, error) {
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			var err error
+			if c == nil {
+				c, err = pgx.Connect(ctx, url)
+			}
+			if err == nil {
+				tok, at, ferr := h.proto.fence(ctx, c)
+				if ferr == nil {
+					return tok, at, nil
+				}
+				_ = c.Close(context.WithoutCancel(ctx))
+				c, err = nil, ferr
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return "", time.Time{}, err
+			}
+			if perr := exapp.Pause(ctx, 200*time.Millisecond); perr != nil {
+				return "", time.Time{}, err
+			}
+		}
 	}
-	defer c.Close(context.WithoutCancel(ctx))
 	for k := 0; k < h.cfg.Kills; k++ {
 		select {
 		case <-loadDone:
@@ -672,7 +704,7 @@ func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Repo
 		if err != nil {
 			return err
 		}
-		old, _, err := h.proto.fence(ctx, c)
+		old, _, err := fence()
 		if err != nil {
 			return err
 		}
@@ -694,7 +726,7 @@ func (h *harness) drill(ctx context.Context, loadDone <-chan struct{}, rep *Repo
 		}
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			tok, at, err := h.proto.fence(ctx, c)
+			tok, at, err := fence()
 			if err != nil {
 				return err
 			}

@@ -143,13 +143,33 @@ func Start(ctx context.Context, name, bin string, args []string, logPath string)
 	case p.Addr = <-addr:
 		return p, nil
 	case <-p.Done:
-		return nil, fmt.Errorf("%s exited while starting; see %s", name, logPath)
+		return nil, fmt.Errorf("%s %w; see %s", name, errExited, logPath)
 	case <-time.After(60 * time.Second):
 		_ = cmd.Process.Kill()
 		return nil, fmt.Errorf("%s did not start within 60s; see %s", name, logPath)
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
 		return nil, ctx.Err()
+	}
+}
+
+var errExited = errors.New("exited while starting")
+
+// Restart is Start for a service started again during a drill: while it exits while starting —
+// a server it needs is failing over, its first connection fails, and it exits as a service
+// should — it is started again, every 500 ms for up to within, as its supervisor would.
+func Restart(ctx context.Context, within time.Duration, name, bin string, args []string, logPath string) (*Proc, error) {
+	deadline := time.Now().Add(within)
+	for {
+		p, err := Start(ctx, name, bin, args, logPath)
+		if err == nil || !errors.Is(err, errExited) || time.Now().After(deadline) {
+			return p, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 }
 

@@ -7,10 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/txkit/txkit/internal/testkit/netcut"
 )
 
 // PGFailover is what a drill does to the HA PostgreSQL (deploy/local/pg-ha) while its load runs:
@@ -19,10 +22,11 @@ import (
 // so the second kill lands on the promoted node.
 type PGFailover struct {
 	Failovers int
-	// CutLast makes the last failover a network cut instead of a kill: the leader's Patroni,
-	// postmaster and backends are frozen (SIGSTOP: their connections and ZooKeeper session go
-	// silent, no RST), and thawed once the new primary takes writes; the old primary then demotes
-	// itself and rejoins.
+	// CutLast makes the last failover a network cut instead of a kill: the leader node is cut off
+	// with iptables (internal/testkit/netcut: its PostgreSQL and REST ports both ways, and
+	// everything its Patroni, postmaster and backends send, ZooKeeper included; no RST), so the
+	// standby is promoted and the old primary, its leader key lost, demotes itself; the cut heals
+	// once the new primary takes writes and the old one rejoins.
 	CutLast bool
 	// Async runs the failovers with Patroni's synchronous_mode off (restored when Run returns):
 	// what a failover loses with asynchronous replication. Before each kill the primary's WAL
@@ -54,7 +58,7 @@ type FailoverFigures struct {
 func (f FailoverFigures) String() string {
 	how := "killed"
 	if f.Cut {
-		how = "cut off (frozen)"
+		how = "cut off (iptables)"
 	}
 	s := fmt.Sprintf("%s %s, %s promoted: writes back after %v", f.Node, how, f.Promoted, f.Unavailable.Round(time.Millisecond))
 	if f.FirstRelay > 0 {
@@ -164,12 +168,18 @@ func (f PGFailover) once(ctx context.Context, cut bool) (FailoverFigures, error)
 		case <-time.After(lag):
 		}
 	}
-	killed := time.Now()
-	fault := "kill-primary"
+	var (
+		n      string
+		err    error
+		killed time.Time
+		nc     *netcut.Cut
+	)
 	if cut {
-		fault = "freeze-primary"
+		killed, n, nc, err = cutPrimary(ctx)
+	} else {
+		killed = time.Now()
+		n, err = pgHA(ctx, "kill-primary")
 	}
-	n, err := pgHA(ctx, fault)
 	if err != nil {
 		return fig, err
 	}
@@ -179,11 +189,11 @@ func (f PGFailover) once(ctx context.Context, cut bool) (FailoverFigures, error)
 			return fig, err
 		}
 	}
-	thawed := false
 	thaw := func() {
-		if cut && !thawed {
-			thawed = true
-			_, _ = pgHA(context.WithoutCancel(ctx), "thaw", n)
+		if nc != nil {
+			if err := nc.Heal(context.WithoutCancel(ctx)); err != nil {
+				f.Log("healing the cut of pg%s: %v", n, err)
+			}
 		}
 	}
 	defer thaw()
@@ -234,6 +244,37 @@ func (f PGFailover) once(ctx context.Context, cut bool) (FailoverFigures, error)
 		fig.SyncBack = time.Since(killed)
 	}
 	return fig, nil
+}
+
+// cutPrimary cuts the leader node off the network (netcut): its PostgreSQL and REST ports both
+// ways, and every packet its Patroni, postmaster and backends send (ZooKeeper's session, the
+// others' REST APIs); it returns when the cut began, the node's number and the cut to heal.
+func cutPrimary(ctx context.Context) (time.Time, string, *netcut.Cut, error) {
+	n, err := pgHA(ctx, "leader")
+	if err != nil {
+		return time.Time{}, "", nil, err
+	}
+	var m [2]netcut.Match
+	for i, what := range []string{"ports", "pids"} {
+		out, err := pgHA(ctx, what, n)
+		if err != nil {
+			return time.Time{}, "", nil, err
+		}
+		for _, f := range strings.Fields(out) {
+			v, err := strconv.Atoi(f)
+			if err != nil {
+				return time.Time{}, "", nil, fmt.Errorf("pg-ha %s %s: %q", what, n, out)
+			}
+			if i == 0 {
+				m[0].Ports = append(m[0].Ports, v)
+			} else {
+				m[1].PIDs = append(m[1].PIDs, v)
+			}
+		}
+	}
+	at := time.Now()
+	c, err := netcut.New(ctx, "pgha-pg"+n, m[0], m[1])
+	return at, n, c, err
 }
 
 // standby returns the condition "the cluster has a synchronous standby" (a running standby when
