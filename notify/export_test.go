@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	"github.com/google/uuid"
 	"time"
 )
 
@@ -23,3 +24,10 @@ func MetricReceiversForTest(n int) Option { return func(o *options) { o.metricRe
 // CallTimeoutForTest bounds each delivery's HTTP call (default 10s, or the Timeout of
 // WithHTTPClient's client).
 func CallTimeoutForTest(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
+
+// ClaimForTest claims notification id for its first attempt as Deliver does, and posts nothing:
+// a process that died between its claim and its post.
+func (n *Notifier) ClaimForTest(ctx context.Context, id uuid.UUID) (bool, error) {
+	_, ok, err := n.claim(ctx, id)
+	return ok, err
+}

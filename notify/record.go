@@ -24,9 +24,13 @@ type fenceKey struct {
 	resource string
 }
 
-// fenced runs fn in a transaction that first passes the fence with fk.
+// fenced runs fn in a transaction that first passes the fence with fk; a zero fk (Deliver's
+// records, which its claim makes its own) passes no fence.
 func (n *Notifier) fenced(ctx context.Context, fk fenceKey, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, n.pool, func(tx pgx.Tx) error {
+		if fk.resource == "" {
+			return fn(tx)
+		}
 		if err := n.fence.Check(ctx, tx, fk.resource, fk.tok); err != nil {
 			return err
 		}

@@ -1,0 +1,103 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Deliver makes the first attempt of notification id at once, from this process: call it after
+// the transaction that enqueued it ([Notifier.Enqueue]) has committed. It claims the
+// notification, posts it signed and records the attempt. The first claim of a notification wins
+// (Deliver's or the leader's), so two processes that both try never both post it. It returns nil
+// when the receiver acknowledged it, and also when the attempt is not this call's to make
+// (claimed before, or held back by this process's circuit breaker for the receiver): the leader
+// has it. A failed attempt returns an error; the notification stays pending and the leader
+// retries it on the schedule, as it does one whose attempt was not recorded within the call
+// timeout + 5 s (the process died). An unknown id (or one whose transaction has not committed)
+// returns an error wrapping [ErrNotFound]. It blocks for the claim, the post (at most the call
+// timeout) and the record; the caller may run it in a goroutine of its own.
+func (n *Notifier) Deliver(ctx context.Context, id uuid.UUID) error {
+	d, ok, err := n.claim(ctx, id)
+	if err != nil || !ok {
+		return err
+	}
+	f := n.direct[d.Receiver]
+	rcv := n.receivers[d.Receiver]
+	if wait := n.admit(f); wait > 0 {
+		// Claimed but not to be sent now: due again when the breaker may let it through (the
+		// leader's own breaker decides then), without counting an attempt.
+		_, err := n.pool.Exec(ctx, `update `+n.table+` set next_attempt_at = now() + make_interval(secs => $2), updated_at = now()
+where id = $1 and status = 'pending'`, id, wait.Seconds())
+		if err != nil {
+			return fmt.Errorf("notify: deliver %s: hold back: %w", id, err)
+		}
+		n.metrics.attempts.WithLabelValues(attemptCircuitOpen).Inc()
+		return nil
+	}
+	r := n.deliver(ctx, rcv, d)
+	n.trip(trace.ContextWithSpanContext(ctx, r.span), f, r)
+	// Recorded as the leader records, without its fence: the claim made this attempt ours.
+	if err := n.record(ctx, fenceKey{}, []result{r}, n.o.log); err != nil {
+		return fmt.Errorf("notify: deliver %s: record the attempt (the leader posts it again): %w", id, err)
+	}
+	if !r.ok {
+		return fmt.Errorf("notify: deliver %s to %s: attempt 1 failed (the leader retries it on schedule): %s", id, d.Receiver, r.err)
+	}
+	return nil
+}
+
+// directLease is how long a notification [Notifier.Deliver] claimed stays its own beyond the call
+// timeout: the time to record the attempt before the leader may take it.
+const directLease = 5 * time.Second
+
+// claim takes notification id for its first attempt from this process: a conditional update that
+// only the first claim of a notification passes (the leader's take claims unclaimed ones the same
+// way), moving its due time past the post and its record so that the leader leaves it alone
+// meanwhile. ok is false when it was claimed before or is no longer pending.
+func (n *Notifier) claim(ctx context.Context, id uuid.UUID) (d due, ok bool, err error) {
+	var p []byte
+	err = n.pool.QueryRow(ctx, `update `+n.table+` set claimed = true, next_attempt_at = now() + make_interval(secs => $2), updated_at = now()
+where id = $1 and status = 'pending' and not claimed
+returning receiver, key, payload, created_at, coalesce(trace_context, ''), tries + 1`,
+		id, (n.o.callTimeout+directLease).Seconds()).Scan(&d.Receiver, &d.Key, &p, &d.CreatedAt, &d.trace, &d.attempt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		var exists bool
+		if err := n.pool.QueryRow(ctx, `select exists (select from `+n.table+` where id = $1)`, id).Scan(&exists); err != nil {
+			return d, false, fmt.Errorf("notify: deliver %s: %w", id, err)
+		}
+		if !exists {
+			return d, false, fmt.Errorf("notify: deliver %s (was its transaction committed?): %w", id, ErrNotFound)
+		}
+		return d, false, nil
+	}
+	if err != nil {
+		return d, false, fmt.Errorf("notify: deliver %s: claim: %w", id, err)
+	}
+	d.ID, d.Payload = id, p
+	return d, true, nil
+}
+
+// admit returns how long the breaker of f (this process's, for Deliver) holds a delivery back: 0
+// to send it now (a closed circuit, or the probe of a half-open one).
+func (n *Notifier) admit(f *flight) time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	switch {
+	case f.openUntil.IsZero():
+		return 0
+	case now.Before(f.openUntil):
+		return f.openUntil.Sub(now)
+	case f.probing:
+		return time.Second
+	default:
+		f.probing = true
+		return 0
+	}
+}

@@ -1,0 +1,172 @@
+package notify_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/notify"
+)
+
+// Deliver posts a committed notification at once from the enqueuing process, with no leader
+// running: delivered at attempt 1, applied once, the attempt recorded; a second Deliver posts
+// nothing; an id that was never committed is not found.
+func TestIntegrationDeliverAtOnce(t *testing.T) {
+	w := newWorld(t)
+	n := w.notifier(w.receivers()) // no elector: nothing else delivers
+	nt := w.enqueue(n, "shop", "order-1", 30)
+	if err := n.Deliver(t.Context(), nt.ID); err != nil {
+		t.Fatalf("Deliver: %v", err)
+	}
+	rec, err := n.Get(t.Context(), nt.ID)
+	if err != nil || rec.Status != notify.StatusDelivered || rec.Attempts != 1 || rec.LastStatusCode != 200 {
+		t.Fatalf("after Deliver: %+v, %v; want delivered at attempt 1 with 200", rec, err)
+	}
+	if got := w.applied("order-1"); got != 1 {
+		t.Fatalf("applied %d times", got)
+	}
+	if as, err := n.Attempts(t.Context(), nt.ID); err != nil || len(as) != 1 || as[0].N != 1 || as[0].StatusCode != 200 {
+		t.Fatalf("attempts %+v, %v", as, err)
+	}
+	if err := n.Deliver(t.Context(), nt.ID); err != nil {
+		t.Fatalf("Deliver again: %v", err)
+	}
+	if got := w.posts.Load(); got != 1 {
+		t.Fatalf("%d posts, want 1: Deliver of a delivered notification posted it again", got)
+	}
+	// Deliver inside the transaction, before its commit: not found (the leader will have it).
+	err = pgx.BeginFunc(t.Context(), w.sender.Pool, func(tx pgx.Tx) error {
+		id, err := n.Enqueue(t.Context(), tx, notify.Notification{Receiver: "shop", Key: "order-2", Payload: json.RawMessage(`{"amount":1}`)})
+		if err != nil {
+			return err
+		}
+		if err := n.Deliver(t.Context(), id); !errors.Is(err, notify.ErrNotFound) {
+			t.Errorf("Deliver before commit: %v, want ErrNotFound", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// What the first attempt does not finish, the leader does: a notification whose enqueuing process
+// died between the commit and Deliver (never called), one whose process died after claiming it
+// and before posting (the claim's lease runs out), and one whose first attempt failed (500).
+func TestIntegrationDeliverLeftToLeader(t *testing.T) {
+	w := newWorld(t)
+	enqueuer := w.notifier(w.receivers()) // the process that dies: it never runs
+	died := w.enqueue(enqueuer, "shop", "died-before-deliver", 1)
+	claimed := w.enqueue(enqueuer, "shop", "died-after-claim", 2)
+	if ok, err := enqueuer.ClaimForTest(t.Context(), claimed.ID); err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	failed := w.enqueue(enqueuer, "shop", "first-attempt-500", 3)
+	w.setAnswer(func(rw http.ResponseWriter, r *http.Request) bool {
+		http.Error(rw, "down", http.StatusInternalServerError)
+		return true
+	})
+	if err := enqueuer.Deliver(t.Context(), failed.ID); err == nil {
+		t.Fatal("Deliver to a receiver answering 500: nil error")
+	}
+	if rec, err := enqueuer.Get(t.Context(), failed.ID); err != nil || rec.Status != notify.StatusPending || rec.Attempts != 1 || rec.LastStatusCode != 500 {
+		t.Fatalf("after the failed Deliver: %+v, %v; want pending after attempt 1 (500)", rec, err)
+	}
+	w.setAnswer(nil)
+	start := time.Now()
+	n := w.running("leader", w.receivers())
+	for _, nt := range []notify.Notification{died, failed} {
+		w.waitStatus(n, nt, notify.StatusDelivered, 15*time.Second)
+	}
+	t.Logf("the leader delivered the unclaimed and the failed one %v after it started", time.Since(start).Round(time.Millisecond))
+	// The claim's lease: the call timeout (2 s) + 5 s.
+	rec := w.waitStatus(n, claimed, notify.StatusDelivered, 30*time.Second)
+	t.Logf("and the claimed one %v after it started (attempt %d)", time.Since(start).Round(time.Millisecond), rec.Attempts)
+	for key, want := range map[string]int{"died-before-deliver": 1, "died-after-claim": 1, "first-attempt-500": 1} {
+		if got := w.applied(key); got != want {
+			t.Errorf("%s applied %d times, want %d", key, got, want)
+		}
+	}
+	if as, err := n.Attempts(t.Context(), failed.ID); err != nil || len(as) != 2 || as[0].StatusCode != 500 || as[1].StatusCode != 200 {
+		t.Fatalf("attempts of the failed one %+v, %v; want 500 then 200", as, err)
+	}
+}
+
+// The enqueuer's Deliver, another process's Deliver of the same id and the leader (ticking every
+// 10 ms) all try each notification at once: each is posted exactly once (counted at the
+// receiver) and recorded delivered at attempt 1.
+func TestIntegrationDeliverRacePostedOnce(t *testing.T) {
+	w := newWorld(t)
+	var mu sync.Mutex
+	posts := map[string]int{}
+	rcv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		posts[r.Header.Get(notify.HeaderID)]++
+		mu.Unlock()
+		_, _ = rw.Write([]byte("success"))
+	}))
+	t.Cleanup(rcv.Close)
+	rcvs := []notify.Receiver{{Name: "shop", URL: rcv.URL, Secrets: []string{secret}, Echo: "success", Concurrency: 8}}
+	leader := w.running("leader", rcvs, notify.WithTick("@every 10ms", 100))
+	a := w.notifier(rcvs)
+	other, err := pgxpool.New(t.Context(), os.Getenv(testenv.EnvPG)) // the second process's own pool
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	b, err := notify.New(other, rcvs, notify.WithTable(w.sender.Name, ""), notify.WithPlainHTTP(), notify.WithLogger(testenv.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 200
+	ids := make([]uuid.UUID, total)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*total)
+	for i := range total {
+		nt := w.enqueue(a, "shop", fmt.Sprintf("order-%03d", i), i)
+		ids[i] = nt.ID
+		for _, n := range []*notify.Notifier{a, b} {
+			wg.Go(func() {
+				if err := n.Deliver(t.Context(), nt.ID); err != nil {
+					errs <- err
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("Deliver: %v", err)
+	}
+	var byLeader int
+	for _, id := range ids {
+		rec := w.waitStatus(leader, notify.Notification{ID: id}, notify.StatusDelivered, 15*time.Second)
+		if rec.Attempts != 1 {
+			t.Errorf("%s delivered at attempt %d, want 1", id, rec.Attempts)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range ids {
+		if got := posts[id.String()]; got != 1 {
+			t.Errorf("%s posted %d times, want exactly 1", id, got)
+		}
+	}
+	if len(posts) != total {
+		t.Errorf("%d notifications posted, want %d", len(posts), total)
+	}
+	byLeader = int(leader.Stats().Delivered)
+	t.Logf("%d notifications: %d delivered by the leader, %d by a Deliver call (a, b: %d, %d)", total, byLeader, total-byLeader,
+		a.Stats().Delivered, b.Stats().Delivered)
+}
