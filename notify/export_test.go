@@ -31,3 +31,10 @@ func (n *Notifier) ClaimForTest(ctx context.Context, id uuid.UUID) (bool, error)
 	_, ok, err := n.claim(ctx, id)
 	return ok, err
 }
+
+// WakeForTest wakes the leader as a NOTIFY on the notifier's channel does (Enqueue no longer
+// sends one): the benchmark of the leader's path times a block from then.
+func (n *Notifier) WakeForTest(ctx context.Context) error {
+	_, err := n.pool.Exec(ctx, `select pg_notify($1, '')`, n.channel)
+	return err
+}

@@ -56,8 +56,9 @@ type Receiver struct {
 	// Echo, when set, is the body a receiver must answer (with a 2xx status) to acknowledge a
 	// delivery, as payment platforms require ("success"); anything else counts as a failure.
 	Echo string
-	// Concurrency bounds the deliveries to this receiver in flight at once (default 4),
-	// so that a slow receiver never holds up the others.
+	// Concurrency bounds the leader's deliveries to this receiver in flight at once (default
+	// 4), so that a slow receiver never holds up the others; [Notifier.Deliver] posts in its
+	// caller's goroutine.
 	Concurrency int
 }
 

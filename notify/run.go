@@ -17,8 +17,9 @@ import (
 )
 
 // Run delivers, while this notifier leads the election of [WithElector], every pending
-// notification whose attempt is due: woken by the cron tick ([WithTick]) and by NOTIFY from
-// [Notifier.Enqueue], it takes due notifications of each receiver — no more than the receiver's
+// notification whose attempt is due — those [Notifier.Deliver] did not attempt, or whose attempt
+// failed: woken by the cron tick ([WithTick]) and by NOTIFY from [Notifier.Redeliver], it takes
+// (and claims, when no Deliver call has) due notifications of each receiver — no more than the receiver's
 // free delivery slots, so a slow receiver only delays itself — posts them, and records each
 // attempt (status code, latency, error) and the notification's new state in batches, fenced with
 // the leadership's token so a deposed leader records nothing. Taking notifications writes
