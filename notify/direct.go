@@ -32,12 +32,10 @@ func (n *Notifier) Deliver(ctx context.Context, id uuid.UUID) error {
 	if wait := n.admit(f); wait > 0 {
 		// Claimed but not to be sent now: due again when the breaker may let it through (the
 		// leader's own breaker decides then), without counting an attempt.
-		_, err := n.pool.Exec(ctx, `update `+n.table+` set next_attempt_at = now() + make_interval(secs => $2), updated_at = now()
-where id = $1 and status = 'pending'`, id, wait.Seconds())
-		if err != nil {
+		n.metrics.attempts.WithLabelValues(attemptCircuitOpen).Inc()
+		if err := n.record(ctx, fenceKey{}, []result{{id: id, receiver: d.Receiver, skipped: wait}}, n.o.log); err != nil {
 			return fmt.Errorf("notify: deliver %s: hold back: %w", id, err)
 		}
-		n.metrics.attempts.WithLabelValues(attemptCircuitOpen).Inc()
 		return nil
 	}
 	r := n.deliver(ctx, rcv, d)

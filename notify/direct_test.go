@@ -170,3 +170,34 @@ func TestIntegrationDeliverRacePostedOnce(t *testing.T) {
 	t.Logf("%d notifications: %d delivered by the leader, %d by a Deliver call (a, b: %d, %d)", total, byLeader, total-byLeader,
 		a.Stats().Delivered, b.Stats().Delivered)
 }
+
+// Deliver's breaker: after the breaker's failures in a row to one receiver, a Deliver call posts
+// nothing and leaves the notification pending, no attempt counted, for the leader.
+func TestIntegrationDeliverBreaker(t *testing.T) {
+	w := newWorld(t)
+	n := w.notifier(w.receivers(), notify.WithBreaker(2, time.Minute))
+	w.setAnswer(func(rw http.ResponseWriter, r *http.Request) bool {
+		http.Error(rw, "down", http.StatusServiceUnavailable)
+		return true
+	})
+	for i := range 2 {
+		nt := w.enqueue(n, "shop", fmt.Sprintf("order-%d", i), 1)
+		if err := n.Deliver(t.Context(), nt.ID); err == nil {
+			t.Fatalf("Deliver %d to a receiver answering 503: nil error", i)
+		}
+	}
+	held := w.enqueue(n, "shop", "held", 1)
+	if err := n.Deliver(t.Context(), held.ID); err != nil {
+		t.Fatalf("Deliver with the circuit open: %v", err)
+	}
+	if got := w.posts.Load(); got != 2 {
+		t.Fatalf("%d posts, want 2: the open circuit let a post through", got)
+	}
+	rec, err := n.Get(t.Context(), held.ID)
+	if err != nil || rec.Status != notify.StatusPending || rec.Attempts != 0 || !rec.NextAttemptAt.After(time.Now().Add(30*time.Second)) {
+		t.Fatalf("held back: %+v, %v; want pending, no attempt, due after the cool-down", rec, err)
+	}
+	if st := n.Stats(); st.BreakerOpened != 1 || st.FailedAttempts != 2 {
+		t.Fatalf("stats %+v, want the breaker opened once after 2 failed attempts", st)
+	}
+}
