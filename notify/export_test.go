@@ -2,8 +2,9 @@ package notify
 
 import (
 	"context"
-	"github.com/google/uuid"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Post makes one post of d to the receiver called name, as a delivery attempt does, and returns
