@@ -1,13 +1,17 @@
 package notify_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,17 +65,13 @@ func TestIntegrationDeliverAtOnce(t *testing.T) {
 	}
 }
 
-// What the first attempt does not finish, the leader does: a notification whose enqueuing process
-// died between the commit and Deliver (never called), one whose process died after claiming it
-// and before posting (the claim's lease runs out), and one whose first attempt failed (500).
+// What the first attempt does not finish, the leader does: a notification nobody Delivers, and one
+// whose first attempt failed (500). (A process killed before Deliver or mid-post:
+// TestIntegrationDeliverEnqueuerKilled.)
 func TestIntegrationDeliverLeftToLeader(t *testing.T) {
 	w := newWorld(t)
 	enqueuer := w.notifier(w.receivers()) // the process that dies: it never runs
 	died := w.enqueue(enqueuer, "shop", "died-before-deliver", 1)
-	claimed := w.enqueue(enqueuer, "shop", "died-after-claim", 2)
-	if ok, err := enqueuer.ClaimForTest(t.Context(), claimed.ID); err != nil || !ok {
-		t.Fatalf("claim: %v, %v", ok, err)
-	}
 	failed := w.enqueue(enqueuer, "shop", "first-attempt-500", 3)
 	w.setAnswer(func(rw http.ResponseWriter, r *http.Request) bool {
 		http.Error(rw, "down", http.StatusInternalServerError)
@@ -89,11 +89,8 @@ func TestIntegrationDeliverLeftToLeader(t *testing.T) {
 	for _, nt := range []notify.Notification{died, failed} {
 		w.waitStatus(n, nt, notify.StatusDelivered, 15*time.Second)
 	}
-	t.Logf("the leader delivered the unclaimed and the failed one %v after it started", time.Since(start).Round(time.Millisecond))
-	// The claim's lease: the call timeout (2 s) + 5 s.
-	rec := w.waitStatus(n, claimed, notify.StatusDelivered, 30*time.Second)
-	t.Logf("and the claimed one %v after it started (attempt %d)", time.Since(start).Round(time.Millisecond), rec.Attempts)
-	for key, want := range map[string]int{"died-before-deliver": 1, "died-after-claim": 1, "first-attempt-500": 1} {
+	t.Logf("the leader delivered them %v after it started", time.Since(start).Round(time.Millisecond))
+	for key, want := range map[string]int{"died-before-deliver": 1, "first-attempt-500": 1} {
 		if got := w.applied(key); got != want {
 			t.Errorf("%s applied %d times, want %d", key, got, want)
 		}
@@ -199,5 +196,94 @@ func TestIntegrationDeliverBreaker(t *testing.T) {
 	}
 	if st := n.Stats(); st.BreakerOpened != 1 || st.FailedAttempts != 2 {
 		t.Fatalf("stats %+v, want the breaker opened once after 2 failed attempts", st)
+	}
+}
+
+// An enqueuing process: the test binary run again with enqueuerEnv set to a JSON enqueuerConfig
+// (testenv.StartWorker). It enqueues one notification and commits, then calls Deliver unless
+// NoDeliver is set, and waits for its SIGKILL (or SIGTERM).
+const enqueuerEnv = "TXKIT_NOTIFY_ENQUEUER"
+
+type enqueuerConfig struct {
+	PG, Schema, URL, Key string
+	NoDeliver            bool
+}
+
+func enqueuer(ctx context.Context, c enqueuerConfig) error {
+	pool, err := pgxpool.New(ctx, c.PG)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	n, err := notify.New(pool, []notify.Receiver{{Name: "shop", URL: c.URL, Secrets: []string{secret}, Echo: "success"}},
+		notify.WithTable(c.Schema, ""), notify.WithPlainHTTP(), notify.CallTimeoutForTest(2*time.Second))
+	if err != nil {
+		return err
+	}
+	var id uuid.UUID
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+		id, err = n.Enqueue(ctx, tx, notify.Notification{Receiver: "shop", Key: c.Key, Payload: json.RawMessage(`{"amount":5}`)})
+		return err
+	}); err != nil {
+		return err
+	}
+	if !c.NoDeliver {
+		_ = n.Deliver(ctx, id) // the receiver holds the post until the process is killed
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// The enqueuing process is SIGKILLed after its commit: once before it calls Deliver, once while
+// its post hangs in the receiver (claimed, not recorded). The leader delivers both, the second
+// once the claim's lease (call timeout 2 s + 5 s) has run out; each is applied once.
+func TestIntegrationDeliverEnqueuerKilled(t *testing.T) {
+	w := newWorld(t)
+	n := w.running("leader", w.receivers()) // migrates the tables the workers use
+	var hung atomic.Bool
+	entered := make(chan struct{}, 1)
+	w.setAnswer(func(rw http.ResponseWriter, r *http.Request) bool {
+		var d notify.Delivery
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if json.Unmarshal(body, &d) == nil && d.Key == "killed-mid-post" && hung.CompareAndSwap(false, true) {
+			entered <- struct{}{}
+			<-r.Context().Done() // hangs until the killed process's connection is gone
+			return true
+		}
+		return false
+	})
+	cfg := enqueuerConfig{PG: os.Getenv(testenv.EnvPG), Schema: w.sender.Name, URL: w.srv.URL, Key: "killed-before-deliver", NoDeliver: true}
+	worker := testenv.StartWorker(t, enqueuerEnv, cfg, "enqueuer: ")
+	var before *notify.Record
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
+		r, err := n.ByKey(t.Context(), "shop", cfg.Key)
+		before = r
+		return err == nil
+	}, "the enqueuer never committed")
+	worker.Kill()
+	killed := time.Now()
+	w.waitStatus(n, before.Notification, notify.StatusDelivered, 15*time.Second)
+	t.Logf("killed after its commit, before Deliver: delivered by the leader %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+
+	cfg.Key, cfg.NoDeliver = "killed-mid-post", false
+	worker = testenv.StartWorker(t, enqueuerEnv, cfg, "enqueuer: ")
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the enqueuer never posted")
+	}
+	worker.Kill()
+	killed = time.Now()
+	mid, err := n.ByKey(t.Context(), "shop", cfg.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := w.waitStatus(n, mid.Notification, notify.StatusDelivered, 30*time.Second)
+	t.Logf("killed mid-post: delivered by the leader %v after the SIGKILL, attempt %d", time.Since(killed).Round(time.Millisecond), rec.Attempts)
+	for _, key := range []string{"killed-before-deliver", "killed-mid-post"} {
+		if got := w.applied(key); got != 1 {
+			t.Errorf("%s applied %d times, want 1", key, got)
+		}
 	}
 }

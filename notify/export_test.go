@@ -3,8 +3,6 @@ package notify
 import (
 	"context"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // Post makes one post of d to the receiver called name, as a delivery attempt does, and returns
@@ -25,13 +23,6 @@ func MetricReceiversForTest(n int) Option { return func(o *options) { o.metricRe
 // CallTimeoutForTest bounds each delivery's HTTP call (default 10s, or the Timeout of
 // WithHTTPClient's client).
 func CallTimeoutForTest(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
-
-// ClaimForTest claims notification id for its first attempt as Deliver does, and posts nothing:
-// a process that died between its claim and its post.
-func (n *Notifier) ClaimForTest(ctx context.Context, id uuid.UUID) (bool, error) {
-	_, ok, err := n.claim(ctx, id)
-	return ok, err
-}
 
 // WakeForTest wakes the leader as a NOTIFY on the notifier's channel does (Enqueue no longer
 // sends one): the benchmark of the leader's path times a block from then.
