@@ -60,8 +60,14 @@ const directLease = 5 * time.Second
 // meanwhile. ok is false when it was claimed before or is no longer pending.
 func (n *Notifier) claim(ctx context.Context, id uuid.UUID) (d due, ok bool, err error) {
 	var p []byte
-	err = n.pool.QueryRow(ctx, `update `+n.table+` set claimed = true, next_attempt_at = now() + make_interval(secs => $2), updated_at = now()
-where id = $1 and status = 'pending' and not claimed
+	// The claim's commit does not wait for its WAL flush (synchronous_commit off for this
+	// statement's own transaction, set in its first CTE): it is visible to the others at once
+	// all the same, which is all the claim is for, and the record that follows is a synchronous
+	// commit, which flushes the claim too. Lost in a crash before that, it leaves the
+	// notification to the leader, as a Deliver whose record failed does.
+	err = n.pool.QueryRow(ctx, `with async as (select set_config('synchronous_commit', 'off', true))
+update `+n.table+` set claimed = true, next_attempt_at = now() + make_interval(secs => $2), updated_at = now()
+where id = $1 and status = 'pending' and not claimed and (select true from async)
 returning receiver, key, payload, created_at, coalesce(trace_context, ''), tries + 1`,
 		id, (n.o.callTimeout+directLease).Seconds()).Scan(&d.Receiver, &d.Key, &p, &d.CreatedAt, &d.trace, &d.attempt)
 	if errors.Is(err, pgx.ErrNoRows) {
