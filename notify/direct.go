@@ -40,8 +40,12 @@ func (n *Notifier) Deliver(ctx context.Context, id uuid.UUID) error {
 	}
 	r := n.deliver(ctx, rcv, d)
 	n.trip(trace.ContextWithSpanContext(ctx, r.span), f, r)
-	// Recorded as the leader records, without its fence: the claim made this attempt ours.
-	if err := n.record(ctx, fenceKey{}, []result{r}, n.o.log); err != nil {
+	// Recorded as the leader records, without its fence: the claim made this attempt ours. The
+	// record outlives the caller's ctx (within the claim's lease): a post made and not recorded
+	// is posted again by the leader.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), directLease)
+	defer cancel()
+	if err := n.record(rctx, fenceKey{}, []result{r}, n.o.log); err != nil {
 		return fmt.Errorf("notify: deliver %s: record the attempt (the leader posts it again): %w", id, err)
 	}
 	if !r.ok {
