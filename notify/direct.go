@@ -49,7 +49,7 @@ func (n *Notifier) Deliver(ctx context.Context, id uuid.UUID) error {
 		return fmt.Errorf("notify: deliver %s: record the attempt (the leader posts it again): %w", id, err)
 	}
 	if !r.ok {
-		return fmt.Errorf("notify: deliver %s to %s: attempt 1 failed (the leader retries it on schedule): %s", id, d.Receiver, r.err)
+		return fmt.Errorf("notify: deliver %s to %s: attempt %d failed (the leader retries it on schedule): %s", id, d.Receiver, d.attempt, r.err)
 	}
 	return nil
 }
