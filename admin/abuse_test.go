@@ -61,7 +61,7 @@ func TestIntegrationAPIUnauthenticatedFlood(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	logged := &lineCounter{}
 	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithTokens(map[string]string{"oncall": oncallToken}, nil),
-		admin.WithRegisterer(reg), admin.WithLogger(slog.New(slog.NewTextHandler(logged, nil))))
+		admin.WithMetrics(reg, nil), admin.WithLogger(slog.New(slog.NewTextHandler(logged, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestIntegrationAPIRateLimit(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithTokens(map[string]string{"oncall": oncallToken}, nil),
-		admin.WithRegisterer(reg), admin.WithRateLimit(0.5, 3), admin.ClockForTest(clock), admin.WithLogger(testenv.Logger(t)))
+		admin.WithMetrics(reg, nil), admin.WithRateLimit(0.5, 3), admin.ClockForTest(clock), admin.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

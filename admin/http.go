@@ -54,7 +54,7 @@ const maxRequestBody = 4 << 10
 // ([Admin.ReadActor]), change nothing, and show payloads, bodies and header values redacted
 // ([Secret]). POSTs, reveals included, are rate-limited per address ([WithRateLimit]), need a
 // bearer token ([WithTokens]) or an HMAC signature ([WithHMACSecrets], claimed as a nonce), and are
-// recorded in the audit table when their actor is known (counted by [WithRegisterer] otherwise);
+// recorded in the audit table when their actor is known (counted by [WithMetrics] otherwise);
 // an "Idempotency-Key" header makes a repeat answer what the first call answered.
 //
 // The handler is safe for concurrent use.

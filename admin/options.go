@@ -196,14 +196,22 @@ func WithHMACSecrets(actor string, secrets ...string) Option {
 // here with the request id the answer names.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = obs.Logger(l) } }
 
-// WithGatherer sets where [Admin.Overview] takes its Figures from: the txkit_ metrics the
-// gatherer (a prometheus.Registry, or one reading a /metrics page) returns. Optional.
-func WithGatherer(g prometheus.Gatherer) Option { return func(o *options) { o.gatherer = g } }
-
-// WithRegisterer registers the Admin's txkit_admin_refused_total on reg (listed in
-// docs/metrics.md; default: none, still counted). [New] fails with an error wrapping
-// [ErrInvalidOption] when the name is taken on reg by a metric of another kind or labels.
-func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
+// WithMetrics sets the Prometheus metrics the Admin writes and reads. reg registers its
+// txkit_admin_refused_total (listed in docs/metrics.md; default: none, still counted); [New] fails
+// with an error wrapping [ErrInvalidOption] when the name is taken on reg by a metric of another
+// kind or labels. g is where [Admin.Overview] takes its Figures from: the txkit_ metrics it returns
+// (a prometheus.Registry, or one reading a /metrics page; default: none, no figures). A nil reg or
+// g keeps that part as it was.
+func WithMetrics(reg prometheus.Registerer, g prometheus.Gatherer) Option {
+	return func(o *options) {
+		if reg != nil {
+			o.reg = reg
+		}
+		if g != nil {
+			o.gatherer = g
+		}
+	}
+}
 
 // WithRateLimit sets how many POSTs [Admin.Handler] takes from one client address (the host of
 // the request's RemoteAddr): perSecond on average, burst at once (default [DefaultRate],

@@ -22,7 +22,7 @@ type Overview struct {
 	OldestUnfinished *Unfinished `json:"oldest_unfinished,omitempty"`
 	Unfinished       int64       `json:"unfinished"` // unfinished transactions in all logs
 	LastHour         Failures    `json:"last_hour"`
-	// Figures are the txkit_ metrics of the gatherer given with [WithGatherer], by name: a
+	// Figures are the txkit_ metrics of the gatherer given with [WithMetrics], by name: a
 	// counter's or gauge's value summed over its labels; a histogram's or summary's count of
 	// observations, as name_count. Nil without a gatherer.
 	Figures map[string]float64 `json:"figures,omitempty"`
@@ -57,7 +57,7 @@ type Failures struct {
 
 // Overview reads the leaders, the outbox backlog, the failed notifications, the oldest
 // unfinished transaction and the failures of the last hour, and the figures of the gatherer
-// ([WithGatherer]). Tables that do not exist count as empty (the outbox's leaves Outbox nil). It
+// ([WithMetrics]). Tables that do not exist count as empty (the outbox's leaves Outbox nil). It
 // blocks for a few queries per log and one read per election; ctx scopes the call.
 func (a *Admin) Overview(ctx context.Context) (Overview, error) {
 	var ov Overview

@@ -24,7 +24,7 @@ func TestIntegrationOverviewFigures(t *testing.T) {
 	h.Observe(0.2)
 	other.Set(9)
 
-	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithGatherer(reg))
+	a, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithMetrics(nil, reg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+
+	"github.com/txkit/txkit/internal/core"
 )
 
 // Secret stands for a value that may hold personal or secret data — a transaction's or branch's
@@ -53,6 +55,21 @@ func optSecret(b []byte, reveal bool) *Secret {
 	}
 	s := secret(b, reveal)
 	return &s
+}
+
+// headerSecrets is h with every value redacted (revealed when reveal, but never a value whose
+// name may carry a credential, which coordinators refuse to record), or nil when h is empty.
+func headerSecrets(h http.Header, reveal bool) map[string][]Secret {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string][]Secret, len(h))
+	for k, vs := range h {
+		for _, v := range vs {
+			out[k] = append(out[k], secret([]byte(v), reveal && !core.SensitiveHeader(k)))
+		}
+	}
+	return out
 }
 
 // targetRef is a branch's target for display: an http URL without its password.

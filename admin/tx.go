@@ -76,6 +76,10 @@ type Branch struct {
 	Refusal   string    `json:"refusal,omitempty"`
 	Payload   *Secret   `json:"payload,omitempty"` // what the participant is sent; redacted but by RevealTransaction
 	UpdatedAt time.Time `json:"updated_at"`        // when its status, attempts or last error last changed
+	// Header is what an HTTP branch sends with every call (participant.HTTP.Header), each value
+	// redacted but by RevealTransaction; TimeoutMS its own call timeout (0: the coordinator's).
+	Header    map[string][]Secret `json:"header,omitempty"`
+	TimeoutMS int64               `json:"timeout_ms,omitempty"`
 }
 
 // Check returns nil when [Admin.Transactions] accepts f, or an error wrapping [ErrBadRequest] that
@@ -192,7 +196,8 @@ func (a *Admin) transaction(ctx context.Context, gid string, reveal bool) (*Tran
 			kind := b.Target.Kind.String()
 			tx.Branches = append(tx.Branches, Branch{Name: b.Name, Seq: b.Seq, Status: b.Status.String(), TargetKind: kind,
 				Target: targetRef(kind, b.Target.Ref), Attempts: b.Attempts, LastError: b.LastError, Refusal: b.Refusal,
-				Payload: optSecret(b.Payload, reveal), UpdatedAt: b.UpdatedAt})
+				Payload: optSecret(b.Payload, reveal), UpdatedAt: b.UpdatedAt,
+				Header: headerSecrets(b.Target.Header, reveal), TimeoutMS: b.Target.Timeout.Milliseconds()})
 		}
 		return &tx, nil
 	}

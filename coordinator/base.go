@@ -24,6 +24,15 @@ type Base interface {
 	// Status returns gid's status, or an error wrapping [ErrNotFound]. It blocks for one read;
 	// ctx scopes only this call.
 	Status(ctx context.Context, gid string) (Status, error)
+	// Attach waits until gid's transaction is finished and returns its final status (tcc's
+	// StatusConfirmed or StatusCancelled, saga's StatusSucceeded or StatusCompensated, ...): a
+	// start of a gid given with [WithGID] that returned an error wrapping [ErrExists] — a retried
+	// request of the same business key — gets the first start's outcome this way. It reads the log
+	// until then (delays from 10ms to 500ms). An unknown gid (never recorded, or deleted after
+	// [WithRetention]) returns an error wrapping [ErrNotFound]; ctx ending first returns the status
+	// last read (confirming: decided, not yet carried out) and an error wrapping [ErrIncomplete]
+	// and ctx's error.
+	Attach(ctx context.Context, gid string) (Status, error)
 	// Flush waits until the finishes this coordinator deferred so far ([WithDeferredFinish]) are
 	// written, or ctx ends (an error wrapping its error); without the option it returns nil at
 	// once. Call it before the process exits: a finish it does not wait for is not lost — the
@@ -40,6 +49,11 @@ type Status = core.Status
 // twopc.Branch and threepc.Branch are this type): its name within the transaction (with the gid,
 // the participant's barrier key), the participant — a participant.HTTP, whose URL is stored, or
 // one returned by Register (in-process, or gRPC: package participant/grpccall), whose name is
-// stored, so a recovering coordinator can call it — and
-// the payload sent with every op of the branch (empty or JSON).
+// stored, so a recovering coordinator can call it — the
+// payload sent with every op of the branch (empty or JSON), and the bound of each call of its ops
+// (Timeout; default: the call timeout of [WithRetry]). Timeout and the participant.HTTP's Header
+// are stored with the branch, so the recovery's calls use them too; the log keeps the headers in
+// clear, so a Header that may carry a credential (Authorization, Cookie, a name holding "auth",
+// "token", "secret", "key", "password", ...) or that the wire protocol sets is refused with an
+// error wrapping [ErrInvalidBranch]: credentials belong to the client ([WithHTTPClient]).
 type Branch = core.BranchSpec

@@ -13,6 +13,12 @@ var (
 	// the decision, a second Submit, a gid already used, a Commit after the leader cancelled the
 	// transaction at its timeout, ...).
 	ErrInvalidState = core.ErrInvalidState
+	// ErrExists: the gid given with [WithGID] is taken by a transaction already recorded — a
+	// retried start of the same business key: call Attach (of [Base]) for that transaction's
+	// outcome. It is returned by the write that claims the gid (tcc's Begin, saga's Submit, twopc's
+	// and threepc's Commit) before any of this start's work is executed by a participant. An
+	// error wrapping it also wraps [ErrInvalidState].
+	ErrExists = core.ErrExists
 	// ErrInvalidBranch: a branch (a saga's step) is malformed — an empty name, a payload that is
 	// not JSON, a participant that is neither a participant.HTTP with a URL nor registered with
 	// the coordinator, a saga step depending on no step added before it, a twopc database that is
@@ -30,11 +36,12 @@ var (
 	ErrRunning = core.ErrRunning
 	// ErrTimeout: a saga's timeout passed before every action succeeded; it is compensated.
 	ErrTimeout = core.ErrTimeout
-	// ErrInDoubt: a write of the transaction to the log may or may not have been made: with
-	// WithGroupCommit, a write in a batch whose caller's ctx ended before the batch's answer, or
-	// whose batch's connection or session was lost (a failover's FATAL error after the commit).
-	// The transaction is recorded or not; if it is, the leader carries it on. (twopc's and
-	// threepc's ErrInDoubt are about the decision.)
+	// ErrInDoubt: a write of the transaction to the log may or may not have been made: its
+	// connection or session was lost after it was sent (a failover's FATAL error after the
+	// commit), or, with WithGroupCommit, the caller's ctx ended before its batch's answer. The
+	// outcome is unknown, not failed: the transaction is recorded or not; if it is, the leader
+	// carries it on, and a retry of the call finds it. (twopc's and threepc's ErrInDoubt are about
+	// the decision.)
 	ErrInDoubt = core.ErrInDoubt
 )
 

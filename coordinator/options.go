@@ -33,7 +33,8 @@ func WithSchema(name string) Option { return func(c *core.Config) { c.Schema = n
 func WithLease(d time.Duration) Option { return func(c *core.Config) { c.Lease = d } }
 
 // WithRetry sets how participant calls are bounded and retried, for participants slower or
-// faster than the defaults: callTimeout bounds each call (default 10s), base is the delay before
+// faster than the defaults: callTimeout bounds each call (default 10s; a branch's own Timeout,
+// [Branch] and saga.Step, overrides it for that branch), base is the delay before
 // the first retry of a failed call and maxDelay its cap (defaults 1s and 5m). Delays double, with
 // jitter, computed by PostgreSQL when the leader retries (and without, between a saga's
 // in-process attempts, saga.WithAttempts). A call that times out is an unknown outcome: a try is
@@ -61,14 +62,13 @@ func WithConcurrency(n int) Option { return func(c *core.Config) { c.Concurrency
 // for saga, 30s for twopc, 1m for threepc by default.
 func WithDefaultTimeout(d time.Duration) Option { return func(c *core.Config) { c.Timeout = d } }
 
-// WithHTTPClient sets the client of the calls to HTTP participants made from what the log
-// records — the recovery's, a saga's every call, the confirms and cancels of tcc, the phase two
-// of twopc and threepc's DoCommit and aborts — while a tcc Try, a twopc prepare or a threepc
-// CanCommit or PreCommit uses its branch's own participant.HTTP's client
+// WithHTTPClient sets the client of every call to a branch's participant.HTTP — its first op
+// (a tcc Try, a twopc prepare, ...) as well as the confirms, cancels, commits and the recovery's
 // (default: that of a participant.HTTP without Client, which signs nothing and follows no
-// redirect). A participant's barrier handler serves only signed calls unless built with
-// barrier.WithUnsignedRequests: give it, and the branches' participant.HTTP, the client of
-// participant.NewSigningClient.
+// redirect). Leave the branches' participant.HTTP.Client nil: a branch with another client is
+// refused with an error wrapping [ErrInvalidBranch], since the rest of its calls would go
+// through this one. A participant's barrier handler serves only signed calls unless built with
+// barrier.WithUnsignedRequests: give this the client of participant.NewSigningClient.
 func WithHTTPClient(cl *http.Client) Option { return func(c *core.Config) { c.Client = cl } }
 
 // WithRecovery sets the recovery's cron spec (default "@every 1s"), its claim batch size (100)

@@ -128,7 +128,7 @@ func ExampleStore_Purge() {
 	pool, drop := testenv.ExamplePool(ctx)
 	defer drop()
 
-	store, err := idempotency.New(pool, idempotency.WithRetention(time.Microsecond, "@every 1m"), idempotency.WithPurgeBatch(2))
+	store, err := idempotency.New(pool, idempotency.WithRetention(time.Microsecond, "@every 1m"))
 	if err != nil {
 		panic(err)
 	}

@@ -22,7 +22,7 @@ type options struct {
 	retain   time.Duration
 	log      *slog.Logger
 	schedule string
-	batch    int
+	batch    int // keys one purge statement deletes: purgeBatch; tests set it (export_test.go)
 	reg      prometheus.Registerer
 }
 
@@ -32,7 +32,7 @@ func defaultOptions() options {
 		retain:   7 * 24 * time.Hour,
 		log:      slog.New(slog.DiscardHandler),
 		schedule: "@every 1m",
-		batch:    1000,
+		batch:    purgeBatch,
 	}
 }
 
@@ -64,15 +64,15 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithPurgeBatch sets how many expired keys one purge statement deletes (default 1000). A purge
-// repeats such statements until one deletes fewer; each is short, so it never holds many row locks.
-func WithPurgeBatch(n int) Option { return func(o *options) { o.batch = n } }
-
 // WithRegisterer registers the Store's txkit_idempotency_claims_total on reg (listed in
 // docs/metrics.md; default: none, still counted). Stores on one reg share the series. [New] fails
 // with an error wrapping [ErrInvalidOption] when the name is taken on reg by a metric of another
 // kind or labels.
 func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
+
+// purgeBatch is how many expired keys one purge statement deletes: each statement is short, so
+// it never holds many row locks.
+const purgeBatch = 1000
 
 const (
 	maxIdentLen = 63                             // PostgreSQL's NAMEDATALEN - 1

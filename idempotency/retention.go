@@ -9,7 +9,7 @@ import (
 )
 
 // Purge deletes the keys that expired (see [WithRetention]) in one full pass: statements of at most
-// [WithPurgeBatch] rows each, repeated until one deletes fewer. It returns how many keys it
+// 1000 rows each, repeated until one deletes fewer. It returns how many keys it
 // deleted, including those deleted before an error. Pass a pool, so that each statement commits on
 // its own and holds its row locks briefly; rows locked by other transactions are skipped, so
 // purges running in several processes do not wait for one another.

@@ -89,7 +89,7 @@ func TestOptions(t *testing.T) {
 		{"defaults", nil, true},
 		{"all set", []idempotency.Option{
 			idempotency.WithTable("app", "keys"), idempotency.WithRetention(time.Hour, "*/5 * * * *"),
-			idempotency.WithLogger(nil), idempotency.WithPurgeBatch(1),
+			idempotency.WithLogger(nil), idempotency.PurgeBatchForTest(1),
 		}, true},
 		{"quotes and spaces in names", []idempotency.Option{
 			idempotency.WithTable(`My "Schema"`, `keys"; drop table x; --`),
@@ -105,7 +105,7 @@ func TestOptions(t *testing.T) {
 		{"retention below 1µs", []idempotency.Option{idempotency.WithRetention(time.Nanosecond, "@every 1m")}, false},
 		{"retention zero", []idempotency.Option{idempotency.WithRetention(0, "@every 1m")}, false},
 		{"retention negative", []idempotency.Option{idempotency.WithRetention(-time.Hour, "@every 1m")}, false},
-		{"batch zero", []idempotency.Option{idempotency.WithPurgeBatch(0)}, false},
+		{"batch zero", []idempotency.Option{idempotency.PurgeBatchForTest(0)}, false},
 		{"schedule descriptor", []idempotency.Option{idempotency.WithRetention(7*24*time.Hour, "@hourly")}, true},
 		{"schedule garbage", []idempotency.Option{idempotency.WithRetention(7*24*time.Hour, "every minute")}, false},
 		{"schedule empty", []idempotency.Option{idempotency.WithRetention(7*24*time.Hour, "")}, false},
@@ -646,7 +646,7 @@ func TestIntegrationPurgeInBatches(t *testing.T) {
 	t.Parallel()
 	s := testenv.PG(t)
 	// Two Stores on one table: keys claimed through short expire at once, through long in an hour.
-	short := newStore(t, s, idempotency.WithRetention(time.Microsecond, "@every 1m"), idempotency.WithPurgeBatch(10))
+	short := newStore(t, s, idempotency.WithRetention(time.Microsecond, "@every 1m"), idempotency.PurgeBatchForTest(10))
 	long := newStore(t, s, idempotency.WithRetention(time.Hour, "@every 1m"))
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
@@ -688,7 +688,7 @@ func TestIntegrationRunPurgesUntilCancelled(t *testing.T) {
 	t.Parallel()
 	s := testenv.PG(t)
 	st := newStore(t, s, idempotency.WithRetention(time.Microsecond, "@every 1s"),
-		idempotency.WithPurgeBatch(3))
+		idempotency.PurgeBatchForTest(3))
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	for i := range 10 {

@@ -12,10 +12,11 @@
 //
 // The coordinator side signs every request with a shared secret (HMAC-SHA256 over the timestamp,
 // the method, the target and the body, in [HeaderTimestamp] and [HeaderSignature]), with one
-// client used both for the branches a process begins and for the recovery:
+// client set once on the coordinator, which every call of a branch's [HTTP] without a Client goes
+// through (its first op as well as the recovery's):
 //
 //	client, _ := participant.NewSigningClient(secret, &http.Client{Timeout: 10 * time.Second})
-//	c, _ := tcc.New(pool, coordinator.WithHTTPClient(client)) // and participant.HTTP{URL: stockURL, Client: client}
+//	c, _ := tcc.New(pool, coordinator.WithHTTPClient(client)) // branches: participant.HTTP{URL: stockURL}
 //
 // The participant side lives in two packages of its own:
 //

@@ -25,9 +25,8 @@ const (
 // returned as the answer (a failure the coordinator retries) instead of re-posting the signed
 // body to wherever the Location points.
 //
-// Use the one client both for the participant.HTTP values of the branches this process begins
-// and for the coordinator's recovery (coordinator.WithHTTPClient), which builds
-// participant.HTTP{URL, Client} from it. base, which may be nil, supplies the timeout and the transport (TLS settings, a proxy); it is copied, not changed.
+// Give it to the coordinator (coordinator.WithHTTPClient): every call of a branch whose
+// participant.HTTP has no Client goes through it, the first op as well as the recovery's. base, which may be nil, supplies the timeout and the transport (TLS settings, a proxy); it is copied, not changed.
 // During a key rotation, participants accept both keys first, then coordinators sign with the new
 // one.
 //

@@ -119,14 +119,22 @@ func (f ParticipantFunc) Do(ctx context.Context, req Request) error { return f(c
 
 // HTTP is a [Participant] reached by POSTing the JSON Request to URL.
 //
-// Client signs the requests when it was built by [NewSigningClient], as a barrier handler with
-// secrets requires (package participant/barrier); a nil Client sends them unsigned, for a barrier
+// A branch's HTTP leaves Client nil: the coordinator calls it with its own client
+// (coordinator.WithHTTPClient), and refuses a branch with another. Client signs the requests when
+// it was built by [NewSigningClient], as a barrier handler with secrets requires (package
+// participant/barrier); a nil Client used directly sends them unsigned, for a barrier
 // built with barrier.WithUnsignedRequests (behind mutual TLS, say — then give a Client with the TLS settings). A
 // nil Client does not follow redirects; a client of your own should not either (see
 // [NewSigningClient]): a 307 or 308 would re-post the request to wherever it points.
+//
+// Header is sent with every request (Content-Type and the trace headers are set over it). A
+// coordinator records it with the branch, so that the recovery's calls send it too: it is stored
+// in the log as it is, and a coordinator refuses a Header that may hold a credential (see
+// coordinator.Branch); give credentials to the client instead.
 type HTTP struct {
 	URL    string
 	Client *http.Client // nil: a client with http.DefaultTransport that follows no redirect
+	Header http.Header  // nil: none
 }
 
 // wireRequest is the body HTTP.Do posts: the Request, and a random nonce that makes two sends of
@@ -149,6 +157,11 @@ func (h HTTP) Do(ctx context.Context, req Request) error {
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("participant: %s %s: %w", req.Op, h.URL, err)
+	}
+	for k, vs := range h.Header {
+		for _, v := range vs {
+			hr.Header.Add(k, v)
+		}
 	}
 	hr.Header.Set("Content-Type", "application/json")
 	injectTrace(ctx, hr.Header)

@@ -167,3 +167,19 @@ func TestIntegrationClientLogsFiltered(t *testing.T) {
 	}
 	t.Logf("%d failed attempts in %v: %d client lines, %d consumer lines", failed, elapsed.Round(time.Second), len(client), len(own))
 }
+
+// The client's pull goroutines failing while Shutdown stops it ("fetch offset of mq from broker
+// error … service close is not running", ERROR in v2.1.2) are a clean exit: logged at Debug, so
+// a service's shutdown pages nobody; the same line with another error stays an ERROR.
+func TestRlogAdapterShutdownIsNotAnError(t *testing.T) {
+	var buf strings.Builder
+	a := rocketmq.NewRlogAdapter(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})), slog.LevelInfo)
+	a.Error("fetch offset of mq from broker error", map[string]any{"underlayError": errors.New("service close is not running, please check"), "MessageQueue": "q1"})
+	if buf.Len() != 0 {
+		t.Fatalf("shutdown line logged at Info or above: %s", buf.String())
+	}
+	a.Error("fetch offset of mq from broker error", map[string]any{"underlayError": errors.New("connection refused"), "MessageQueue": "q2"})
+	if !strings.Contains(buf.String(), "level=ERROR") {
+		t.Fatalf("a real fetch failure is not an ERROR: %q", buf.String())
+	}
+}

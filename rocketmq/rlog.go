@@ -117,6 +117,9 @@ func (a *rlogAdapter) log(level slog.Level, msg string, fields map[string]any, f
 	if msg == "" && len(fields) == 0 {
 		return
 	}
+	if level >= slog.LevelWarn && shuttingDown(fields) {
+		level = slog.LevelDebug // the client's own goroutines failing while Close stops it: expected
+	}
 	ctx := context.Background()
 	if level < a.level.Level() || !a.l.Enabled(ctx, level) {
 		return
@@ -134,6 +137,25 @@ func (a *rlogAdapter) log(level slog.Level, msg string, fields map[string]any, f
 		attrs = append(attrs, slog.Attr{Key: k, Value: clientValue(fields[k])})
 	}
 	a.repeats.Log(ctx, a.l, level.String()+"\x00"+msg, level, msg, attrs...)
+}
+
+// shuttingDown reports whether a field of a client line holds the client's "service close is not
+// running" error: its pull and rebalance goroutines fail with it while Shutdown stops the client
+// (v2.1.2 logs "fetch offset of mq from broker error" at ERROR then), which is a clean exit.
+func shuttingDown(fields map[string]any) bool {
+	for _, v := range fields {
+		var text string
+		switch v := v.(type) {
+		case error:
+			text = v.Error()
+		case string:
+			text = v
+		}
+		if strings.Contains(text, "service close is not running") {
+			return true
+		}
+	}
+	return false
 }
 
 // maxLoggedIDs bounds the message ids logged for a field holding messages.

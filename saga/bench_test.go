@@ -79,6 +79,7 @@ func BenchmarkSaga(b *testing.B) {
 	bare := func() error {
 		gid := uuid.Must(uuid.NewV7()).String()
 		for i, p := range parts {
+			p.Client = client // a coordinator signs with its own; the bare calls need it too
 			if err := p.Do(ctx, participant.Request{GID: gid, Branch: fmt.Sprint("s", i), Op: participant.OpAction}); err != nil {
 				return err
 			}
@@ -100,7 +101,7 @@ func BenchmarkSaga(b *testing.B) {
 	})
 	// metrics-ratio and observed-ratio: the cost of metrics, and of metrics with tracing.
 	coretest.OverheadRatios(b, saga.New, pg, coordinated, func(b *testing.B, tp trace.TracerProvider) func(*saga.Coordinator) error {
-		ps, _ := coretest.BenchParticipants(b, pg, secret, 3, apply, ops, barrier.WithTracerProvider(tp))
+		ps, _ := coretest.BenchParticipants(b, pg, secret, 3, apply, ops, barrier.WithTelemetry(nil, tp))
 		return coordinatedOn(ps)
 	}, coordinator.WithHTTPClient(client))
 	b.Run("ratio", func(b *testing.B) {

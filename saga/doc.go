@@ -11,7 +11,7 @@
 //	stock, _ := c.Register("stock", stockParticipant) // in-process, found by name when recovering
 //	s, _ := c.Begin(ctx, coordinator.WithTimeout(time.Minute))
 //	_ = s.Add(saga.Step{Name: "stock", Participant: stock, Payload: body})
-//	_ = s.Add(saga.Step{Name: "pay", Participant: participant.HTTP{URL: payURL, Client: client}}) // after stock
+//	_ = s.Add(saga.Step{Name: "pay", Participant: participant.HTTP{URL: payURL}}) // after stock, signed with client
 //	err := s.Submit(ctx) // nil: succeeded; ErrRefused: compensated; coordinator.ErrIncomplete: the leader carries on
 //
 // A step is one participant and one URL: the action and the compensation are POSTed to it, and

@@ -60,6 +60,9 @@ type Step struct {
 	Participant participant.Participant
 	// Payload is sent with the action and the compensation; empty or JSON.
 	Payload json.RawMessage
+	// Timeout bounds each call of the step's action and compensation, the recovery's too
+	// (default: the call timeout of coordinator.WithRetry); negative is refused.
+	Timeout time.Duration
 	// DependsOn names the steps whose actions must succeed before this one's starts, all added
 	// before it. nil means the step added just before (a sequential saga); an empty, non-nil
 	// slice means none: the step may start at once, alongside others ([coordinator.WithConcurrency]).
@@ -133,6 +136,9 @@ func (s *Saga) add(st Step) error {
 		return fmt.Errorf("saga: step %q of %s: payload is not JSON: %w", st.Name, s.gid, coordinator.ErrInvalidBranch)
 	}
 	target, err := s.c.b.Target(st.Participant)
+	if err == nil {
+		target, err = target.WithTimeout(st.Timeout)
+	}
 	if err != nil {
 		return fmt.Errorf("saga: step %q of %s: %w", st.Name, s.gid, err)
 	}
@@ -176,7 +182,8 @@ type meta struct {
 //     panicked (recovered, recorded as "panic: <value>") or ctx ended; the leader carries on,
 //     forward until the timeout, then compensating.
 //   - [coordinator.ErrInvalidBranch]: bad steps ([Saga.Add] refused one) or none; nothing recorded.
-//   - [coordinator.ErrInvalidState]: a gid already used, or a second Submit.
+//   - [coordinator.ErrInvalidState]: a gid already used (then also [coordinator.ErrExists]: no
+//     action was called; Attach of [coordinator.Base] gives that saga's outcome), or a second Submit.
 //
 // Which steps are compensated, in what order: docs/coordinators.md.
 func (s *Saga) Submit(ctx context.Context) error {

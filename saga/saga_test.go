@@ -487,7 +487,7 @@ func TestIntegrationHTTP(t *testing.T) {
 		defer mu.Unlock()
 		return slices.Clone(calls[gid])
 	}
-	hp := participant.HTTP{URL: srv.URL, Client: srv.Client()}
+	hp := participant.HTTP{URL: srv.URL}
 	c := e.coordinator(saga.WithAttempts(2), coordinator.WithLease(100*time.Millisecond))
 
 	refused, err := submit(t, c, []saga.Step{

@@ -91,6 +91,7 @@ func BenchmarkTCC(b *testing.B) {
 		gid := uuid.Must(uuid.NewV7()).String()
 		for _, op := range []participant.Op{participant.OpTry, participant.OpConfirm} {
 			for i, p := range parts {
+				p.Client = client // a coordinator signs with its own; the bare calls need it too
 				if err := p.Do(ctx, participant.Request{GID: gid, Branch: fmt.Sprint("b", i), Op: op}); err != nil {
 					return err
 				}
@@ -148,7 +149,7 @@ func BenchmarkTCC(b *testing.B) {
 	})
 	// metrics-ratio and observed-ratio: the cost of metrics, and of metrics with tracing.
 	coretest.OverheadRatios(b, tcc.New, pg, coordinated, func(b *testing.B, tp trace.TracerProvider) func(*tcc.Coordinator) error {
-		ps, _ := coretest.BenchParticipants(b, pg, secret, 3, apply, ops, barrier.WithTracerProvider(tp))
+		ps, _ := coretest.BenchParticipants(b, pg, secret, 3, apply, ops, barrier.WithTelemetry(nil, tp))
 		return coordinatedOn(ps)
 	}, coordinator.WithHTTPClient(client))
 	b.Run("ratio", func(b *testing.B) {

@@ -12,10 +12,10 @@
 //	g, _ := c.Begin(ctx, coordinator.WithTimeout(30*time.Second))
 //	err := g.Try(ctx, tcc.Branch{Name: "stock", Participant: stock, Payload: body})
 //	if err == nil {
-//		err = g.Try(ctx, tcc.Branch{Name: "pay", Participant: participant.HTTP{URL: payURL, Client: client}})
+//		err = g.Try(ctx, tcc.Branch{Name: "pay", Participant: participant.HTTP{URL: payURL}}) // signed with client
 //	}
 //	if err != nil {
-//		return g.Rollback(ctx) // cancels every recorded branch, even the one that failed
+//		return errors.Join(err, g.Rollback(ctx)) // the refusal stays the answer; every recorded branch is cancelled
 //	}
 //	return g.Commit(ctx) // nil, or coordinator.ErrIncomplete: decided, the leader finishes the confirms
 //

@@ -57,7 +57,8 @@ func (c *Coordinator) Stats() coordinator.Stats { return c.b.Stats() }
 // before), and until then [Coordinator.Status] of its gid returns an error wrapping
 // [coordinator.ErrNotFound]. Given [coordinator.WithGID], Begin records the transaction at once
 // — one write, ctx scoping only this call — so that a gid already used is refused here, with an
-// error wrapping [coordinator.ErrInvalidState]. A ctx already done returns an error wrapping its
+// error wrapping [coordinator.ErrExists] (and [coordinator.ErrInvalidState]): a retried start of
+// the same key, which gets the first one's outcome from Attach ([coordinator.Base]). A ctx already done returns an error wrapping its
 // error.
 func (c *Coordinator) Begin(ctx context.Context, opts ...coordinator.BeginOption) (*Global, error) {
 	o, err := c.b.Begin(ctx, opts)
@@ -131,7 +132,7 @@ func (g *Global) Try(ctx context.Context, b Branch) error {
 		g.forget(cb)
 		return fmt.Errorf("tcc: try: %w", err)
 	}
-	err = g.c.b.Call(ctx, b.Participant, participant.Request{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Payload: b.Payload})
+	err = g.c.b.CallFor(ctx, b.Participant, cb.Target, participant.Request{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Payload: b.Payload})
 	if err == nil {
 		return nil
 	}

@@ -292,7 +292,7 @@ func TestIntegrationHTTP(t *testing.T) {
 		defer mu.Unlock()
 		return calls[k]
 	}
-	hp := participant.HTTP{URL: srv.URL, Client: srv.Client()}
+	hp := participant.HTTP{URL: srv.URL}
 	starter := e.coordinator(coordinator.WithLease(100 * time.Millisecond))
 
 	refused, err := starter.Begin(ctx)

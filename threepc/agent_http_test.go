@@ -70,8 +70,8 @@ func (w *world) wallet(c *threepc.Coordinator, mode agent.Termination, secret st
 		}
 		return err
 	}
-	a, err := agent.New(bar, c, fn, agent.WithTermination(mode),
-		agent.WithTimeout(participantTimeout), agent.WithPoll(100*time.Millisecond),
+	a, err := agent.New(bar, c, fn, agent.WithTermination(mode, 0),
+		agent.WithTimeout(participantTimeout, 100*time.Millisecond),
 		agent.WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)

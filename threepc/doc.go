@@ -19,7 +19,7 @@
 //	_ = c.RegisterDB("west", westPool)
 //	go c.Run(ctx) // recovery, on the leader only
 //
-//	eastAgent, _ := agent.NewPG(c, "east", eastPool, agent.WithTimeout(20*time.Second))
+//	eastAgent, _ := agent.NewPG(c, "east", eastPool, agent.WithTimeout(20*time.Second, 0))
 //	go eastAgent.Run(ctx) // beside the database: in its owner's service, or a process of its own
 //
 //	g, _ := c.Begin(ctx)

@@ -56,7 +56,7 @@ func Example() {
 		}
 	}
 	// Beside each database (in production, in the service that owns it), its agent:
-	//   agent, _ := agent.NewPG(c, "east", eastPool, agent.WithTimeout(20*time.Second))
+	//   agent, _ := agent.NewPG(c, "east", eastPool, agent.WithTimeout(20*time.Second, 0))
 	//   go agent.Run(ctx)
 	atLeast := func(schema, account string, n int) func(context.Context, pgx.Tx) error {
 		return func(ctx context.Context, tx pgx.Tx) error {

@@ -55,7 +55,7 @@ func TestIntegrationAgentsWaitForTheLog(t *testing.T) {
 			// metrics, the wallet's barrier registerer the wallet agent's.
 			pgReg, walletReg := prometheus.NewRegistry(), prometheus.NewRegistry()
 			decider := w.coordinatorOn(w.poolVia(proxy.Addr()), coordinator.WithHTTPClient(client), coordinator.WithTelemetry(pgReg, nil))
-			wl := w.wallet(decider, agent.TerminationConsultLog, secret, client, barrier.WithRegisterer(walletReg))
+			wl := w.wallet(decider, agent.TerminationConsultLog, secret, client, barrier.WithTelemetry(walletReg, nil))
 			agents := w.agents(decider)
 			proxy.Down()
 

@@ -77,8 +77,8 @@ func (w *world) agents(c *threepc.Coordinator, opts ...agent.Option) []*agent.PG
 	w.T.Helper()
 	var out []*agent.PG
 	for name, s := range map[string]*testenv.Schema{"east": w.East, "west": w.West} {
-		a, err := agent.NewPG(c, name, s.Pool, append([]agent.Option{agent.WithPoll(100 * time.Millisecond),
-			agent.WithTimeout(participantTimeout), agent.WithLogger(testenv.Logger(w.T))}, opts...)...)
+		a, err := agent.NewPG(c, name, s.Pool, append([]agent.Option{agent.WithTimeout(participantTimeout, 100*time.Millisecond),
+			agent.WithLogger(testenv.Logger(w.T))}, opts...)...)
 		if err != nil {
 			w.T.Fatalf("agent.NewPG: %v", err)
 		}

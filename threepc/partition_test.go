@@ -48,7 +48,7 @@ func partitionTrials(t *testing.T, mode agent.Termination, trials int) int {
 			t.Fatal(err)
 		}
 	}
-	w.agents(c, agent.WithTermination(mode))
+	w.agents(c, agent.WithTermination(mode, 0))
 	testenv.Run(t, c.Run)
 	anomalies := 0
 	for i := range trials {

@@ -228,7 +228,10 @@ func (g *Global) Abort(_ context.Context) error {
 // [ErrPhaseTimeout]). [coordinator.ErrIncomplete]: the decision is recorded but DoCommit did not
 // finish everywhere; the leader (and the agents) finish it. [ErrInDoubt]: the decision could not
 // be written or read back. [coordinator.ErrInvalidState]: Commit called twice, or after Abort. A
-// transaction with no branch commits trivially and writes nothing. The phases in detail:
+// transaction with no branch commits trivially and writes nothing. A gid already recorded aborts
+// with an error wrapping [ErrAborted] and [coordinator.ErrExists] before any PreCommit, sending no
+// abort to the branches (they are that transaction's); Attach ([coordinator.Base]) gives its
+// outcome. The phases in detail:
 // docs/coordinators.md.
 func (g *Global) Commit(ctx context.Context) error {
 	g.mu.Lock()
@@ -260,7 +263,12 @@ func (g *Global) Commit(ctx context.Context) error {
 		votes = g.hook(ctx, core.PhaseCanCommitted)
 	}
 	if len(votes) == 0 {
-		if err := c.b.Log.Create(ctx, g.gid, core.Kind3PC, g.timeout, nil, recs...); err != nil {
+		if err := c.b.Log.Create(ctx, g.gid, core.Kind3PC, g.timeout, nil, recs...); errors.Is(err, core.ErrExists) {
+			// Another start of the gid (coordinator.WithGID) recorded it first: its branches
+			// carry the same gid, so they are not ours to abort; nothing of ours was executed.
+			c.stats.aborted.Add(1)
+			return fmt.Errorf("threepc: commit %s: record: %w: %w", g.gid, ErrAborted, err)
+		} else if err != nil {
 			votes = append(votes, fmt.Errorf("threepc: %s: record: %w", g.gid, err))
 		}
 	}
@@ -376,7 +384,7 @@ func (g *Global) phase(ctx context.Context, op participant.Op, timeout time.Dura
 // transaction that is rolled back (and the database's ability to prepare, checked once).
 func (g *Global) canCommit(ctx context.Context, br *branch) error {
 	if br.p != nil {
-		return g.c.b.Call(ctx, br.p, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpCanCommit, Payload: br.rec.Payload})
+		return g.c.b.CallFor(ctx, br.p, br.rec.Target, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpCanCommit, Payload: br.rec.Payload})
 	}
 	if err := br.db.CheckPrepare(ctx); err != nil {
 		return err
@@ -400,7 +408,7 @@ func (g *Global) canCommit(ctx context.Context, br *branch) error {
 // TRANSACTION after its work (work) ran; the connection is kept for its phase two.
 func (g *Global) preCommit(ctx context.Context, br *branch) error {
 	if br.p != nil {
-		return g.c.b.Call(ctx, br.p, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPreCommit, Payload: br.rec.Payload})
+		return g.c.b.CallFor(ctx, br.p, br.rec.Target, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPreCommit, Payload: br.rec.Payload})
 	}
 	_, err := br.conn.Exec(ctx, "PREPARE TRANSACTION "+prepared.Quote(g.c.ns.ID(g.gid, br.rec.Name)))
 	if err != nil {
@@ -468,7 +476,7 @@ func (g *Global) abortUnrecorded(ctx context.Context, branches []*branch, votes 
 		if br.p == nil {
 			continue
 		}
-		if err := c.b.Call(dctx, br.p, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpAbort, Payload: br.rec.Payload}); err != nil {
+		if err := c.b.CallFor(dctx, br.p, br.rec.Target, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpAbort, Payload: br.rec.Payload}); err != nil {
 			errs = append(errs, &coordinator.BranchError{GID: g.gid, Branch: br.rec.Name, Op: participant.OpAbort, Err: err})
 		}
 	}
@@ -506,7 +514,7 @@ func (g *Global) abort(ctx context.Context, recs []core.Branch, votes []error) e
 //     finishes it once the lease ([coordinator.WithLease]) has passed.
 //
 // An error means the log could not be read or written: the agent leaves the branch waiting and
-// asks again (agent.WithLogFallback). It blocks for one or two statements; ctx bounds them. Any process may call it: a
+// asks again (agent.WithTermination's fallback). It blocks for one or two statements; ctx bounds them. Any process may call it: a
 // Coordinator built with New on the log's pool and schema needs no elector, registered database
 // or Run to answer.
 func (c *Coordinator) Decide(ctx context.Context, gid string) (Outcome, error) {
@@ -547,5 +555,8 @@ func (c *Coordinator) Decide(ctx context.Context, gid string) (Outcome, error) {
 // without an elector, [coordinator.ErrRunning] when another Run is running, and one wrapping
 // [lock.ErrClosed] when the elector's session is closed.
 func (c *Coordinator) Run(ctx context.Context) error {
+	for _, d := range c.dbs.All() {
+		c.b.CheckSyncStandby(ctx, d.Pool, "votes")
+	}
 	return c.b.Run(ctx, c.b.PhaseTwoDriver())
 }

@@ -173,7 +173,7 @@ func TestIntegrationKilledAfterPreCommitTextbook(t *testing.T) {
 		t.Fatalf("%d prepared transactions after the kill, want 2", n)
 	}
 	killed := time.Now()
-	agents := w.agents(c, agent.WithTermination(agent.TerminationTextbook))
+	agents := w.agents(c, agent.WithTermination(agent.TerminationTextbook, 0))
 	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool { return len(w.Prepared(t.Context())) == 0 },
 		"the textbook agents did not end the prepared transactions")
 	t.Logf("row locks held %v after the kill (participant timeout %v)", time.Since(killed).Round(time.Millisecond), participantTimeout)

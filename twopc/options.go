@@ -61,7 +61,8 @@ const phaseTwoConns = 2
 // Each registered database gets a table "<schema>.<prefix>vote" (created on first use, through
 // the coordinator's phase-two pool); the in-doubt pass ([Coordinator.ResolveInDoubt]) deletes
 // the rows of finished transactions once they are older than the grace of
-// [WithInDoubtResolution]. Transactions with a participant branch are unchanged. Every
+// [WithInDoubtResolution]. Transactions with a participant branch are unchanged; one begun with
+// coordinator.WithGID is recorded voting before its branches prepare rather than beside them. Every
 // coordinator recovers voting transactions, whether or not it sets this option.
 func WithVoteMarkers() coordinator.Option {
 	return own("WithVoteMarkers", func(o *options) { o.votes = true })

@@ -90,7 +90,7 @@ func (c *Coordinator) Begin(ctx context.Context, opts ...coordinator.BeginOption
 	if o.Timeout <= c.o.prepareTimeout {
 		return nil, fmt.Errorf("twopc: begin %s: timeout %v not above the prepare timeout %v: %w", o.GID, o.Timeout, c.o.prepareTimeout, coordinator.ErrInvalidOption)
 	}
-	return &Global{c: c, gid: o.GID, timeout: o.Timeout}, nil
+	return &Global{c: c, gid: o.GID, timeout: o.Timeout, named: o.Named}, nil
 }
 
 // Branch is a participant other than a registered PostgreSQL database ([coordinator.Branch]): its
@@ -110,6 +110,7 @@ type Global struct {
 	state    globalState
 	branches []*branch
 	voting   bool // Commit prepares with vote markers (WithVoteMarkers, databases only)
+	named    bool // the caller gave the gid (coordinator.WithGID): Commit records it before preparing
 }
 
 type globalState uint8
@@ -298,7 +299,11 @@ func (g *Global) Abort(ctx context.Context) error {
 // is recorded but phase two did not finish everywhere; the leader finishes it. [ErrInDoubt]: the
 // decision could not be written or read back; the leader settles it (Status tells which way).
 // [coordinator.ErrInvalidState]: Commit called twice, or after Abort. A transaction with no branch
-// commits trivially and writes nothing. What is written when (presumed abort, vote markers) and
+// commits trivially and writes nothing. A gid given with [coordinator.WithGID] is recorded before
+// anything is prepared (presumed abort's saved write is for gids Begin made; with vote markers the
+// voting record comes before the PREPAREs), so that a gid already
+// used aborts at once with an error wrapping [coordinator.ErrExists] too, before any prepare; Attach
+// ([coordinator.Base]) gives that transaction's outcome. What is written when (presumed abort, vote markers) and
 // why phase two never waits for a connection: docs/coordinators.md.
 func (g *Global) Commit(ctx context.Context) error {
 	g.mu.Lock()
@@ -334,7 +339,11 @@ func (g *Global) Commit(ctx context.Context) error {
 	if onlyDBs && c.o.votes {
 		return g.commitVoting(ctx, branches, recs)
 	}
-	if !onlyDBs {
+	// A gid of the caller's (a business key) is claimed before anything is prepared: a second
+	// start of it is refused here (coordinator.ErrExists), not by a clash of prepared
+	// transactions' names. Presumed abort's saved write is for gids of the coordinator's making.
+	presumed := onlyDBs && !g.named
+	if !presumed {
 		if err := c.b.Log.Create(ctx, g.gid, core.Kind2PC, g.timeout, nil, recs...); err != nil {
 			c.stats.aborted.Add(1) // the deferred release rolls every branch back
 			return fmt.Errorf("twopc: commit %s: record: %w: %w", g.gid, ErrAborted, err)
@@ -348,9 +357,9 @@ func (g *Global) Commit(ctx context.Context) error {
 		}
 	}
 	if len(votes) > 0 {
-		return g.abort(ctx, recs, !onlyDBs, votes)
+		return g.abort(ctx, recs, !presumed, votes)
 	}
-	st, err := g.decide(ctx, recs, onlyDBs)
+	st, err := g.decide(ctx, recs, presumed)
 	if err != nil {
 		if errors.Is(err, ErrAborted) {
 			return g.abort(ctx, recs, true, []error{err})
@@ -361,7 +370,7 @@ func (g *Global) Commit(ctx context.Context) error {
 		_ = c.b.Cfg.PhaseHook(ctx, g.gid, core.PhaseDecided)
 	}
 	if !st.Final() {
-		if onlyDBs {
+		if presumed {
 			err = c.commitDBs(ctx, g.gid, core.StatusConfirming, recs)
 		} else {
 			err = c.b.PhaseTwo(ctx, lock.Token{}, g.gid, core.StatusConfirming, recs)
@@ -374,14 +383,14 @@ func (g *Global) Commit(ctx context.Context) error {
 	return nil
 }
 
-// decide writes the decision to commit: an insert of the decided transaction when only
-// databases take part (nothing was written before), else the update of its record. It returns
+// decide writes the decision to commit: an insert of the decided transaction under presumed
+// abort (nothing was written before), else the update of its record. It returns
 // the status the transaction is in, an error wrapping ErrAborted when the leader or the resolver
 // aborted it first, or one wrapping ErrInDoubt when the outcome cannot be known here.
-func (g *Global) decide(ctx context.Context, recs []core.Branch, onlyDBs bool) (coordinator.Status, error) {
+func (g *Global) decide(ctx context.Context, recs []core.Branch, presumed bool) (coordinator.Status, error) {
 	c := g.c
 	var err error
-	if onlyDBs {
+	if presumed {
 		err = c.b.Log.CreateIn(ctx, g.gid, core.Kind2PC, core.StatusConfirming, g.timeout, nil, recs...)
 		if err == nil {
 			return core.StatusConfirming, nil
@@ -489,7 +498,7 @@ func (g *Global) prepare(ctx context.Context, branches []*branch) []error {
 
 func (g *Global) prepareOne(ctx context.Context, br *branch) error {
 	if br.p != nil {
-		return g.c.b.Call(ctx, br.p, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Payload: br.rec.Payload})
+		return g.c.b.CallFor(ctx, br.p, br.rec.Target, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Payload: br.rec.Payload})
 	}
 	id := g.c.ns.ID(g.gid, br.rec.Name)
 	q := "PREPARE TRANSACTION " + prepared.Quote(id)
@@ -541,6 +550,9 @@ func (g *Global) abort(ctx context.Context, recs []core.Branch, recorded bool, v
 // an error wrapping [coordinator.ErrInvalidOption] without an elector, [coordinator.ErrRunning] when another Run is
 // running, and one wrapping [lock.ErrClosed] when the elector's session is closed.
 func (c *Coordinator) Run(ctx context.Context) error {
+	for _, d := range c.dbs.All() {
+		c.b.CheckSyncStandby(ctx, d.Pool, "votes")
+	}
 	phaseTwo := c.b.PhaseTwoDriver()
 	return c.b.Run(ctx, core.DriverFunc(func(ctx context.Context, tok lock.Token, t *core.Transaction) error {
 		if t.Status == core.StatusVoting {

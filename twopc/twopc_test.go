@@ -230,16 +230,24 @@ func TestIntegrationCrashBeforeDecisionAborts(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- g.Commit(ctx) }()
 	gid := <-held
+	released := false
+	defer func() { // a failing test still lets the starter go: its held connection would stall the cleanup
+		if !released {
+			close(release)
+			<-done
+		}
+	}()
 
 	leader := b.coordinator(coordinator.WithElector(b.elector("leader")))
 	run(t, leader)
+	// The abort is recorded, then the prepared transactions are rolled back: wait for both.
 	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() bool {
 		s, err := leader.Status(ctx, gid)
-		return err == nil && s == twopc.StatusAborted
-	}, "the leader did not abort the undecided transaction")
-	b.NoPrepared()
+		return err == nil && s == twopc.StatusAborted && len(b.Prepared(ctx)) == 0
+	}, "the leader did not abort the undecided transaction and roll its prepared transactions back")
 	b.WantBalances(startBalance, startBalance)
 
+	released = true
 	close(release) // the starter wakes and tries to decide: too late
 	if err := <-done; !errors.Is(err, twopc.ErrAborted) {
 		t.Fatalf("starter's Commit after the timeout = %v, want ErrAborted", err)

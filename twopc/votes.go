@@ -19,7 +19,7 @@ const voteWait = 2 * time.Second
 
 // commitVoting is Commit with vote markers ([WithVoteMarkers]) of a transaction whose branches are
 // all databases: the record (voting, with the branches) is written while the branches insert
-// their votes and prepare; if both went through, phase two begins at once; otherwise Commit
+// their votes and prepare (before, for a gid given with coordinator.WithGID); if both went through, phase two begins at once; otherwise Commit
 // withdraws. Two rounds of flushes where Commit otherwise makes three.
 func (g *Global) commitVoting(ctx context.Context, branches []*branch, recs []core.Branch) error {
 	c := g.c
@@ -38,9 +38,19 @@ func (g *Global) commitVoting(ctx context.Context, branches []*branch, recs []co
 		recErr error
 		wg     sync.WaitGroup
 	)
-	wg.Go(func() {
+	record := func() {
 		recErr = c.b.Log.CreateIn(ctx, g.gid, core.Kind2PC, core.StatusVoting, g.timeout, nil, recs...)
-	})
+	}
+	if g.named {
+		// A gid of the caller's is claimed before anything is prepared: a second start of it
+		// prepares nothing (its prepared transactions would bear the first's names).
+		if record(); errors.Is(recErr, core.ErrExists) {
+			c.stats.aborted.Add(1) // Commit's deferred release rolls every branch back
+			return fmt.Errorf("twopc: commit %s: record: %w: %w", g.gid, ErrAborted, recErr)
+		}
+	} else {
+		wg.Go(record)
+	}
 	votes := g.prepare(ctx, branches)
 	wg.Wait()
 	ctx = g.held(ctx, branches)

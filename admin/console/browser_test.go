@@ -255,7 +255,7 @@ func TestIntegrationConsoleBrowser(t *testing.T) {
 			{Name: "saga recovery", Path: svc.Election + "/saga", Inspector: sess.Inspector()},
 			{Name: "outbox relay", Path: relayPath, Inspector: sess.Inspector()},
 			{Name: "notifier", Path: svc.Root + "/notify", Inspector: sess.Inspector()}}, nil),
-		admin.WithGatherer(reg))
+		admin.WithMetrics(nil, reg))
 	must(t, err, "admin.New")
 	must(t, a.Migrate(ctx), "admin Migrate")
 	pages, err := console.Handler(a)

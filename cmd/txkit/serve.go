@@ -197,7 +197,7 @@ func (f *serveFlags) adminOptions(ctx context.Context, pool *pgxpool.Pool, schem
 	zkCred zklock.SessionOption) (opts []admin.Option, closeInspectors func(), err error) {
 	// The admin's own metric (refused POSTs) shows among the overview's figures.
 	reg := prometheus.NewRegistry()
-	opts = []admin.Option{admin.WithLogger(log), admin.WithRegisterer(reg), admin.WithGatherer(f.figures(reg)), admin.WithAuditRetention(f.retention, "@every 1h")}
+	opts = []admin.Option{admin.WithLogger(log), admin.WithMetrics(reg, f.figures(reg)), admin.WithAuditRetention(f.retention, "@every 1h")}
 	if schema != "" {
 		opts = append(opts, admin.WithSchema(schema))
 	}

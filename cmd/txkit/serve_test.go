@@ -398,7 +398,7 @@ func TestIntegrationServeMetricsURLs(t *testing.T) {
 		}
 	}
 	s := testenv.PG(t)
-	adm, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithGatherer(g))
+	adm, err := admin.New(s.Pool, admin.WithSchema(s.Name), admin.WithMetrics(nil, g))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -293,7 +293,7 @@ func TestIntegrationDashboardNamesRegisteredMetrics(t *testing.T) {
 	_, err = notify.New(s.Pool, []notify.Receiver{{Name: "shop", URL: "https://shop.example/notify",
 		Secrets: []string{"0123456789abcdef0123"}}}, notify.WithTable(s.Name, ""), notify.WithTelemetry(rec, nil))
 	check("notify.New", err)
-	_, err = barrier.New(s.Pool, barrier.WithRegisterer(rec))
+	_, err = barrier.New(s.Pool, barrier.WithTelemetry(rec, nil))
 	check("barrier.New", err)
 
 	// An election and an instrumented lock on ZooKeeper.

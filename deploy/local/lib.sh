@@ -175,7 +175,8 @@ port_holders() {
 }
 
 # home_of_pid PID: the TXKIT_HOME a server of these scripts was started from, read from its command
-# line (postgres -D HOME/pg/data or HOME/pg-shardN/data, HOME/zk/N/zoo.cfg, -Drocketmq.home.dir=HOME/rocketmq, and
+# line (postgres -D HOME/pg/data, HOME/pg-shardN/data or HOME/pg-ha/pgN/data, Patroni's HOME/pg-ha/pgN/patroni.yml,
+# PgBouncer's HOME/pg-ha/bouncer/pgbouncer.ini, HOME/zk/N/zoo.cfg, -Drocketmq.home.dir=HOME/rocketmq, and
 # redis-server's process title ending in HOME/redis/NAME/redis.conf). Fails when the command line
 # shows none.
 home_of_pid() {
@@ -185,6 +186,7 @@ home_of_pid() {
     case $a in
       */pg/data) echo "${a%/pg/data}"; return 0 ;;
       */pg-shard[0-9]*/data) echo "${a%/pg-shard*/data}"; return 0 ;;
+      */pg-ha/pg[0-9]*/data | */pg-ha/pg[0-9]*/patroni.yml | */pg-ha/bouncer/pgbouncer.ini) echo "${a%/pg-ha/*}"; return 0 ;;
       */zk/[0-9]*/zoo.cfg) echo "${a%/zk/*}"; return 0 ;;
       -Drocketmq.home.dir=*/rocketmq) a=${a#-Drocketmq.home.dir=}; echo "${a%/rocketmq}"; return 0 ;;
       *' '/*/redis/*/redis.conf) a=${a##* }; echo "${a%/redis/*/redis.conf}"; return 0 ;;

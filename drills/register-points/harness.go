@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,10 +43,14 @@ type Config struct {
 	Partitions int
 	PG, ZK     string // base PostgreSQL URL, ZooKeeper servers
 	Namesrv    string
-	Broker     string
-	Dir        string    // where binaries and logs go
-	Log        io.Writer // progress lines
-	Keep       bool      // keep the run's schemas and topic afterwards
+	Broker     string // the brokers the topic is created on, comma-separated (every node of a DLedger group)
+	// Lock is the lock backend of the relay's elections (users -lock; default zk) and
+	// SessionTimeout its session timeout or lease TTL (users -session-timeout; default 4s).
+	Lock           string
+	SessionTimeout time.Duration
+	Dir            string    // where binaries and logs go
+	Log            io.Writer // progress lines
+	Keep           bool      // keep the run's schemas and topic afterwards
 	// BrokerOutage stops the RocketMQ broker (deploy/local/rocketmq stop-broker) for this long at
 	// a third of the load, then starts it again. It stops a server other tests use: run it alone.
 	BrokerOutage time.Duration
@@ -52,6 +58,11 @@ type Config struct {
 	// pending, before the services stop, with the addresses (host:port) of the live users instances
 	// and of the points service: a test scrapes their GET /metrics there. Its error ends the run.
 	Settled func(ctx context.Context, users []string, points string) error
+	// PGFailovers, with PG the HA PostgreSQL's URL (TXKIT_PG_HA_URL), SIGKILLs its primary this
+	// many times during the load (the last a network cut with PGCut; see drillkit.PGFailover).
+	PGFailovers int
+	PGCut       bool
+	PGAsync     bool
 }
 
 // Report is what a run measured.
@@ -75,6 +86,7 @@ type Report struct {
 	UsersCPU         time.Duration   // user + system CPU of every users process (killed ones included)
 	PointsCPU        time.Duration   // the same for the points processes
 	Takeovers        []time.Duration // with Partitions and Drill: SIGKILL → every partition led again
+	PGFailovers      []drillkit.FailoverFigures
 }
 
 // OK reports whether the run kept the example's promise: every registered user has exactly 100
@@ -102,6 +114,9 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "points awarded:         %d users with exactly 100, %d with more\n", r.Exactly100, r.Over100)
 	fmt.Fprintf(&b, "duplicates suppressed:  %d\n", r.Duplicates)
 	fmt.Fprintf(&b, "left pending:           %d\n", r.Pending)
+	for i, f := range r.PGFailovers {
+		fmt.Fprintf(&b, "PostgreSQL failover %d:  %s\n", i+1, f)
+	}
 	fmt.Fprintf(&b, "end-to-end latency:     p50 %v, p99 %v (commit → points awarded)\n", r.P50.Round(100*time.Microsecond), r.P99.Round(100*time.Microsecond))
 	if r.LoadTook > 0 && r.AwardSpan > 0 && r.Registered > 0 {
 		fmt.Fprintf(&b, "throughput:             %.0f registrations/s answered, %.0f awards/s (first commit → last award)\n",
@@ -222,9 +237,11 @@ func createTopic(ctx context.Context, namesrv, broker, topic string) error {
 	defer adm.Close()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := adm.CreateTopic(cctx, admin.WithTopicCreate(topic), admin.WithBrokerAddrCreate(broker),
-		admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
-		return fmt.Errorf("create topic %s on %s: %w", topic, broker, err)
+	for _, b := range strings.Split(broker, ",") {
+		if err := adm.CreateTopic(cctx, admin.WithTopicCreate(topic), admin.WithBrokerAddrCreate(b),
+			admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
+			return fmt.Errorf("create topic %s on %s: %w", topic, b, err)
+		}
 	}
 	return nil
 }
@@ -244,8 +261,10 @@ func (h *harness) cleanup() {
 		h.logf("cleanup: %v", err)
 	}
 	if adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(strings.Split(h.cfg.Namesrv, ",")))); err == nil {
-		_ = adm.DeleteTopic(ctx, admin.WithTopicDelete(h.topic), admin.WithBrokerAddrDelete(h.cfg.Broker),
-			admin.WithNameSrvAddr(strings.Split(h.cfg.Namesrv, ",")))
+		for _, b := range strings.Split(h.cfg.Broker, ",") {
+			_ = adm.DeleteTopic(ctx, admin.WithTopicDelete(h.topic), admin.WithBrokerAddrDelete(b),
+				admin.WithNameSrvAddr(strings.Split(h.cfg.Namesrv, ",")))
+		}
 		_ = adm.Close()
 	}
 }
@@ -273,6 +292,12 @@ func (h *harness) startUsers(ctx context.Context, slot int) error {
 	id := fmt.Sprintf("users-%d.%d", slot, h.starts)
 	h.mu.Unlock()
 	args := append(h.common(), "-zk", h.cfg.ZK, "-mode", h.cfg.Mode, "-id", id)
+	if h.cfg.Lock != "" {
+		args = append(args, "-lock", h.cfg.Lock)
+	}
+	if h.cfg.SessionTimeout > 0 {
+		args = append(args, "-session-timeout", h.cfg.SessionTimeout.String())
+	}
 	if h.cfg.Partitions > 0 {
 		args = append(args, "-partitions", fmt.Sprint(h.cfg.Partitions))
 	}
@@ -333,8 +358,18 @@ func (h *harness) getJSON(ctx context.Context, url string, v any) error {
 }
 
 // leader waits until a live users instance leads the relay election (after a kill, the dead
-// leader's node stays until its session expires) and returns its id.
+// leader's node stays until its session expires) and returns its id. In txmsg mode there is no
+// relay: it returns the first live users instance (a transactional producer, whose half messages
+// the broker's check-back resolves through another instance).
 func (h *harness) leader(ctx context.Context) (string, error) {
+	if h.cfg.Mode == "txmsg" {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, id := range slices.Sorted(maps.Keys(h.users)) {
+			return id, nil
+		}
+		return "", errors.New("no live users instance")
+	}
 	if h.cfg.Partitions > 0 {
 		led, err := h.led(ctx)
 		if err != nil {
@@ -409,6 +444,25 @@ func (h *harness) load(ctx context.Context, rep *Report) (int, error) {
 	}
 	if h.cfg.BrokerOutage > 0 {
 		beside = append(beside, func(ctx context.Context, _ <-chan struct{}) error { return h.brokerOutage(ctx, &okCount, rep) })
+	}
+	if h.cfg.PGFailovers > 0 {
+		pointsURL, _ := exapp.DatabaseURL(h.cfg.PG, "txkit_points", h.schema, 0)
+		relayed := func(ctx context.Context, since time.Time) (bool, error) {
+			c, err := pgx.Connect(ctx, pointsURL)
+			if err != nil {
+				return false, err
+			}
+			defer c.Close(context.WithoutCancel(ctx))
+			var ok bool
+			err = c.QueryRow(ctx, "select exists (select 1 from points where awarded_at > $1)", since).Scan(&ok)
+			return ok, err
+		}
+		beside = append(beside, func(ctx context.Context, loadDone <-chan struct{}) error {
+			var err error
+			rep.PGFailovers, err = drillkit.PGFailover{Failovers: h.cfg.PGFailovers, CutLast: h.cfg.PGCut, Async: h.cfg.PGAsync, Every: 3 * time.Second,
+				URL: h.cfg.PG, Relayed: relayed, Log: h.logf}.Run(ctx, loadDone)
+			return err
+		})
 	}
 	err := drillkit.Load(ctx, h.cfg.Users, h.cfg.Concurrency, h.cfg.Rate, func(ctx context.Context, i int) error {
 		if err := h.register(ctx, i); err != nil {
@@ -485,7 +539,7 @@ func (h *harness) drill(ctx context.Context, done *atomic.Int64, rep *Report) er
 			p := h.users[id]
 			delete(h.users, id)
 			h.mu.Unlock()
-			h.logf("drill: SIGKILL the relay leader %s at %d registrations", id, done.Load())
+			h.logf("drill: SIGKILL the relay leader (txmsg: a transactional producer) %s at %d registrations", id, done.Load())
 			h.kill(p, "users")
 			rep.LeaderKills++
 			if h.cfg.Partitions > 0 {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/txkit/txkit/drills/internal/drillkit"
@@ -31,9 +32,14 @@ func main() {
 	flag.StringVar(&cfg.PG, "pg", exapp.Env("TXKIT_PG_URL", "postgres://postgres@127.0.0.1:55432/txkit_test?sslmode=disable"), "PostgreSQL URL")
 	flag.StringVar(&cfg.ZK, "zk", exapp.Env("TXKIT_ZK", "127.0.0.1:22181,127.0.0.1:22182,127.0.0.1:22183"), "ZooKeeper servers")
 	flag.StringVar(&cfg.Namesrv, "namesrv", exapp.Env("TXKIT_ROCKETMQ_NAMESRV", "127.0.0.1:19876"), "RocketMQ name servers")
-	flag.StringVar(&cfg.Broker, "broker", exapp.Env("TXKIT_ROCKETMQ_BROKER", "127.0.0.1:20911"), "RocketMQ broker (topic creation)")
+	flag.StringVar(&cfg.Broker, "broker", exapp.Env("TXKIT_ROCKETMQ_BROKER", "127.0.0.1:20911"), "RocketMQ brokers the topic is created on, comma-separated (every node of a DLedger group)")
+	flag.StringVar(&cfg.Lock, "lock", "zk", "lock backend of the relay's elections: "+strings.Join(exapp.LockKinds(), ", "))
+	flag.DurationVar(&cfg.SessionTimeout, "session-timeout", 4*time.Second, "the relay election's ZooKeeper session timeout or lease TTL")
 	flag.StringVar(&cfg.Dir, "dir", filepath.Join(exapp.Env("TXKIT_HOME", ".txkit"), "demo"), "binaries and service logs")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the run's schemas and topic for inspection")
+	flag.IntVar(&cfg.PGFailovers, "pg-failovers", 0, "SIGKILL the HA PostgreSQL's primary this many times during the load (-pg \"$TXKIT_PG_HA_URL\"; deploy/local/pg-ha)")
+	flag.BoolVar(&cfg.PGCut, "pg-cut", false, "with -pg-failovers: the last one cuts the primary off (SIGSTOP, SIGCONT once a new primary takes writes) instead of killing it")
+	flag.BoolVar(&cfg.PGAsync, "pg-async", false, "with -pg-failovers: asynchronous replication (Patroni synchronous_mode off for the run): what a failover loses")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
 	flag.Parse()
 

@@ -34,6 +34,7 @@ func TestIntegrationStockDemo(t *testing.T) {
 	testenv.ZK(t)
 	testenv.Redis(t)
 	testenv.Redlock(t)
+	testenv.RedisSentinel(t)
 	for _, lock := range exapp.LockKinds() {
 		t.Run(lock, func(t *testing.T) {
 			rep := drilltest.Run(t, 2*time.Minute, Run, config(t, lock))

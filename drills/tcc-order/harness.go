@@ -49,9 +49,12 @@ type Config struct {
 	// Lock is the lock backend of the order instances' recovery elections: zk (default), pg,
 	// redis or redlock (see exapp.OpenLocks; the other backends' servers come from TXKIT_*).
 	Lock string
-	Dir  string    // where binaries and logs go
-	Log  io.Writer // progress lines
-	Keep bool      // keep the run's schemas afterwards
+	// SessionTimeout is the order instances' ZooKeeper session timeout or lease TTL (order
+	// -session-timeout; 0: the service's default, 4s).
+	SessionTimeout time.Duration
+	Dir            string    // where binaries and logs go
+	Log            io.Writer // progress lines
+	Keep           bool      // keep the run's schemas afterwards
 	// SettleTimeout bounds the wait for every transaction to finish after the load (default 3m).
 	SettleTimeout time.Duration
 	// NoBarrier runs stock and account without the participant barrier, to show that the checks
@@ -63,6 +66,11 @@ type Config struct {
 	// Built says that Dir already holds the services' binaries of this tree (an earlier run's):
 	// the run does not build them again.
 	Built bool
+	// PGFailovers, with PG the HA PostgreSQL's URL (TXKIT_PG_HA_URL), SIGKILLs its primary this
+	// many times during the load (deploy/local/pg-ha kill-primary; see drillkit.PGFailover).
+	PGFailovers int
+	PGCut       bool // the last of PGFailovers is a network cut of the primary (frozen, then thawed), not a kill
+	PGAsync     bool // PGFailovers with asynchronous replication (Patroni synchronous_mode off)
 }
 
 // Databases of the three services; each holds a schema per run.
@@ -90,8 +98,9 @@ type Report struct {
 	LeaderKills                int
 	ParticipantKills           int
 	Failovers                  []time.Duration // leader SIGKILL → the next leader's first recovery (fenced claim)
-	Settled                    bool            // every global transaction finished within the settle timeout
-	Settle                     time.Duration   // last answer → every global transaction finished
+	PGFailovers                []drillkit.FailoverFigures
+	Settled                    bool          // every global transaction finished within the settle timeout
+	Settle                     time.Duration // last answer → every global transaction finished
 	Elapsed                    time.Duration
 	InitialStock, InitialMoney int64
 	Available, Reserved, Sold  int64
@@ -164,6 +173,9 @@ func (r Report) String() string {
 		}
 		fmt.Fprintf(&b, "leader kills:           %d SIGKILLed and restarted (leadership on %s); leader death → next leader's first recovery: %s (max %v)\n",
 			r.LeaderKills, r.Lock, strings.Join(ds, ", "), r.MaxFailover().Round(time.Millisecond))
+	}
+	for i, f := range r.PGFailovers {
+		fmt.Fprintf(&b, "PostgreSQL failover %d:  %s\n", i+1, f)
 	}
 	if r.Settled {
 		fmt.Fprintf(&b, "settled:                every %s finished %v after the last answer\n", p.unit, r.Settle.Round(time.Millisecond))
@@ -424,8 +436,12 @@ func (h *harness) startOrder(ctx context.Context, slot int) error {
 	if h.cfg.Transport == app.TransportGRPC {
 		stock, account = h.participant("stock").grpcAddr, h.participant("account").grpcAddr
 	}
-	p, err := h.startAs(ctx, id, "order", []string{"-pg", h.cfg.PG, "-db", dbOrder, "-schema", h.schema, "-zk", h.cfg.ZK, "-lock", h.cfg.lockKind(), "-id", id, "-mode", h.cfg.Mode.String(),
-		"-transport", h.cfg.Transport.String(), "-stock", stock, "-account", account})
+	args := []string{"-pg", h.cfg.PG, "-db", dbOrder, "-schema", h.schema, "-zk", h.cfg.ZK, "-lock", h.cfg.lockKind(), "-id", id, "-mode", h.cfg.Mode.String(),
+		"-transport", h.cfg.Transport.String(), "-stock", stock, "-account", account}
+	if h.cfg.SessionTimeout > 0 {
+		args = append(args, "-session-timeout", h.cfg.SessionTimeout.String())
+	}
+	p, err := h.startAs(ctx, id, "order", args)
 	if err != nil {
 		return err
 	}
@@ -556,6 +572,13 @@ func (h *harness) placeGRPC(ctx context.Context, p *proc, i int) string {
 func (h *harness) load(ctx context.Context, rep *Report) error {
 	var conf, canc, lost atomic.Int64
 	var beside []func(context.Context, <-chan struct{}) error
+	if h.cfg.PGFailovers > 0 {
+		beside = append(beside, func(ctx context.Context, loadDone <-chan struct{}) error {
+			var err error
+			rep.PGFailovers, err = drillkit.PGFailover{Failovers: h.cfg.PGFailovers, CutLast: h.cfg.PGCut, Async: h.cfg.PGAsync, Every: h.cfg.KillEvery, URL: h.cfg.PG, Log: h.logf}.Run(ctx, loadDone)
+			return err
+		})
+	}
 	if h.cfg.Drill {
 		beside = append(beside, func(ctx context.Context, loadDone <-chan struct{}) error { return h.drill(ctx, loadDone, rep) })
 		if h.cfg.ParticipantKills > 0 {

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/txkit/txkit/drills/internal/drilltest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/lock"
+	"github.com/txkit/txkit/lock/pglock"
 )
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
@@ -127,4 +130,70 @@ func TestIntegrationTransferPartitionsTextbook(t *testing.T) {
 	if rep.Partitioned == 0 {
 		t.Fatalf("no trial partitioned (%d trials)", rep.PartitionTrials)
 	}
+}
+
+// TestIntegrationDisruptivePGFailover is the short form of `make drill-pg-failover`: 300 transfers
+// with vote markers on two bank instances whose databases are on the HA PostgreSQL
+// (deploy/local/pg-ha, synchronous_mode), its primary SIGKILLed once mid-load (Patroni and
+// postmaster): a standby is promoted, the banks' pools reconnect to it, the prepared transactions
+// moved with it are resolved, and every invariant holds — money conserved, every transfer on both
+// sides or neither, no prepared transaction left, no global transaction unfinished. Beside the
+// load, two pglock holds taken on the HA PostgreSQL before the kill: the lease Mutex's (TTL 30 s,
+// a committed row) is still held after the failover, and released cleanly; the AdvisoryMutex's (a
+// session lock, gone with the old primary's session) is reported lost (lock.ErrLockLost).
+func TestIntegrationDisruptivePGFailover(t *testing.T) {
+	cfg := config(t)
+	cfg.PG = testenv.PGHAURL(t)
+	cfg.Transfers, cfg.Rate, cfg.Votes = 300, 30, true
+	cfg.PGFailovers, cfg.KillEvery = 1, 3*time.Second
+
+	s := testenv.PGHA(t)
+	ctx := t.Context()
+	locks, err := pglock.New(s.Pool, pglock.WithTTL(30*time.Second), pglock.WithLogger(testenv.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = locks.Close() })
+	if err := locks.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := locks.NewMutex("lease-" + s.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaseHold, err := lease.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adv, err := locks.NewAdvisoryMutex("advisory-" + s.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	advHold, err := adv.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rep := drilltest.Run(t, 4*time.Minute, Run, cfg)
+	if len(rep.PGFailovers) != 1 {
+		t.Fatalf("%d PostgreSQL failovers measured, want 1", len(rep.PGFailovers))
+	}
+	if f := rep.PGFailovers[0]; f.Unavailable <= 0 || f.Promoted == f.Node {
+		t.Fatalf("failover %+v: no new primary took writes", f)
+	}
+	select {
+	case <-advHold.Done():
+		if err := advHold.Err(); !errors.Is(err, lock.ErrLockLost) {
+			t.Fatalf("the advisory hold ended with %v, want ErrLockLost", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the advisory hold, whose session died with the old primary, is not reported lost")
+	}
+	if err := leaseHold.Err(); err != nil {
+		t.Fatalf("the lease hold (TTL 30 s) ended in the failover: %v", err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatalf("releasing the lease after the failover: %v", err)
+	}
+	_ = adv.Unlock(ctx)
 }

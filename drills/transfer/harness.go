@@ -67,6 +67,11 @@ type Config struct {
 	// as a PREPARE TRANSACTION has gone through, sends a transfer, heals after the participant
 	// timeout plus 1s, waits until the transfer has settled, and classifies it by its ledger rows.
 	Partitions int
+	// PGFailovers, with PG the HA PostgreSQL's URL (TXKIT_PG_HA_URL), SIGKILLs its primary this
+	// many times during the load (deploy/local/pg-ha kill-primary; see drillkit.PGFailover).
+	PGFailovers int
+	PGCut       bool // the last of PGFailovers is a network cut of the primary (frozen, then thawed), not a kill
+	PGAsync     bool // PGFailovers with asynchronous replication (Patroni synchronous_mode off)
 }
 
 // Step is one transfer of the demo's script, what it should do and what it did.
@@ -95,6 +100,7 @@ type Report struct {
 	Termination    string // 3pc: the agents' mode
 	LeaderKills    int
 	Failovers      []time.Duration // leader SIGKILL → the next leader's first recovery (fence)
+	PGFailovers    []drillkit.FailoverFigures
 	InDoubt        []int           // per kill: prepared transactions the dead leader left in the databases
 	Resolved       []time.Duration // per kill with some: SIGKILL → the last of them committed or rolled back
 	// Blocking: per transfer a killed leader left prepared, the time from the SIGKILL until its
@@ -217,6 +223,9 @@ func (r Report) String() string {
 			r.PartitionTrials, r.Partitioned, counts(r.PartitionAnswers), counts(r.PartitionEnds))
 		fmt.Fprintf(&b, "anomalies:              %s: %d transfers committed on one side and aborted on the other, %d whose ledgers disagree with the log\n",
 			r.mode(), r.Anomalies, r.AgainstLog)
+	}
+	for i, f := range r.PGFailovers {
+		fmt.Fprintf(&b, "PostgreSQL failover %d:  %s\n", i+1, f)
 	}
 	if r.Settled {
 		fmt.Fprintf(&b, "settled:                every transaction finished %v after the last answer\n", r.Settle.Round(time.Millisecond))
@@ -668,6 +677,13 @@ func (h *harness) load(ctx context.Context, rep *Report) error {
 	var beside []func(context.Context, <-chan struct{}) error
 	if h.cfg.Drill && h.cfg.Kills > 0 {
 		beside = append(beside, func(ctx context.Context, loadDone <-chan struct{}) error { return h.drill(ctx, loadDone, rep) })
+	}
+	if h.cfg.PGFailovers > 0 {
+		beside = append(beside, func(ctx context.Context, loadDone <-chan struct{}) error {
+			var err error
+			rep.PGFailovers, err = drillkit.PGFailover{Failovers: h.cfg.PGFailovers, CutLast: h.cfg.PGCut, Async: h.cfg.PGAsync, Every: h.cfg.KillEvery, URL: h.cfg.PG, Log: h.logf}.Run(ctx, loadDone)
+			return err
+		})
 	}
 	return drillkit.Load(ctx, h.cfg.Transfers, h.cfg.Concurrency, h.cfg.Rate, func(ctx context.Context, i int) error {
 		code, a := h.post(ctx, transfer(i))

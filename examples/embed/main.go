@@ -363,7 +363,7 @@ func (s *service) credit(ctx context.Context, amount int) (submitted, err error)
 	payload, _ := json.Marshal(map[string]int{"amount": amount})
 	walletURL := "http://" + s.ln.Addr().String() + "/wallet/saga"
 	if err := sg.Add(saga.Step{Name: "credit", Payload: payload,
-		Participant: participant.HTTP{URL: walletURL, Client: s.signing}}); err != nil {
+		Participant: participant.HTTP{URL: walletURL}}); err != nil {
 		return nil, err
 	}
 	return sg.Submit(ctx), nil

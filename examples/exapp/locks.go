@@ -27,10 +27,15 @@ const (
 	EnvPG      = "TXKIT_PG_URL"  // PostgreSQL URL (pg)
 	EnvRedis   = "TXKIT_REDIS"   // one Redis address (redis)
 	EnvRedlock = "TXKIT_REDLOCK" // independent Redis addresses, comma-separated (redlock)
+	// Sentinel addresses, comma-separated, and the name of the primary they watch (redis-sentinel)
+	EnvRedisSentinels      = "TXKIT_REDIS_SENTINELS"
+	EnvRedisSentinelMaster = "TXKIT_REDIS_SENTINEL_MASTER"
 )
 
 // LockKinds returns the lock backends [OpenLocks] knows, in the order the examples run them.
-func LockKinds() []string { return []string{"zk", "zk-unfair", "pg", "redis", "redlock"} }
+func LockKinds() []string {
+	return []string{"zk", "zk-unfair", "pg", "redis", "redlock", "redis-sentinel"}
+}
 
 // LocksOption configures [OpenLocks].
 type LocksOption func(*locksOptions)
@@ -89,9 +94,10 @@ type Locks struct {
 }
 
 // OpenLocks connects to the backend kind — zk (ZooKeeper's fair, Curator-compatible lock),
-// zk-unfair (its one-node recipe), pg (PostgreSQL lease rows), redis (one Redis node) or redlock
-// (Redlock over independent Redis nodes) — with the servers named by the TXKIT_* variables
-// ([EnvZK], [EnvPG], [EnvRedis], [EnvRedlock]). It blocks until the backend answers or ctx ends; ctx
+// zk-unfair (its one-node recipe), pg (PostgreSQL lease rows), redis (one Redis node), redlock
+// (Redlock over independent Redis nodes) or redis-sentinel (the primary of a Sentinel group,
+// through go-redis's failover client) — with the servers named by the TXKIT_* variables
+// ([EnvZK], [EnvPG], [EnvRedis], [EnvRedlock], [EnvRedisSentinels] and [EnvRedisSentinelMaster]). It blocks until the backend answers or ctx ends; ctx
 // scopes only the connection. Another kind, or an unset variable, is an error saying which. Close
 // the Locks when done.
 func OpenLocks(ctx context.Context, kind string, log *slog.Logger, opts ...LocksOption) (*Locks, error) {
@@ -119,6 +125,8 @@ func OpenLocks(ctx context.Context, kind string, log *slog.Logger, opts ...Locks
 		err = l.openRedis(ctx, o)
 	case "redlock":
 		err = l.openRedlock(ctx, o)
+	case "redis-sentinel":
+		err = l.openRedisSentinel(ctx, o)
 	default:
 		return nil, fmt.Errorf("locks: unknown lock backend %q: want one of %s: %w", kind,
 			strings.Join(LockKinds(), ", "), lock.ErrInvalidOption)
@@ -154,6 +162,9 @@ func metricsBackend(kind string) string {
 		return "zookeeper"
 	case "pg":
 		return "postgres"
+	}
+	if kind == "redis-sentinel" {
+		return "redis"
 	}
 	return kind // redis, redlock
 }
@@ -349,16 +360,7 @@ func (l *Locks) openRedis(ctx context.Context, o locksOptions) error {
 	if err != nil {
 		return err
 	}
-	c, err := redislock.New(rdb, redislock.WithTTL(o.ttl), redislock.WithLogger(l.log))
-	if err != nil {
-		return err
-	}
-	l.close = append(l.close, c.Close)
-	l.newMu = func(name string) (lock.Locker, error) { return c.NewMutex("txkit/" + name) }
-	l.newEl = func(name, id string, opts ...lock.ElectionOption) (lock.Elector, error) {
-		return c.NewElector("txkit/"+name, id, opts...)
-	}
-	return nil
+	return l.useRedis(rdb, o)
 }
 
 func (l *Locks) openRedlock(ctx context.Context, o locksOptions) error {
@@ -382,6 +384,51 @@ func (l *Locks) openRedlock(ctx context.Context, o locksOptions) error {
 	l.newMu = func(name string) (lock.Locker, error) { return r.NewMutex("txkit/" + name) }
 	l.newEl = func(name, id string, opts ...lock.ElectionOption) (lock.Elector, error) {
 		return r.NewElector("txkit/"+name, id, opts...)
+	}
+	return nil
+}
+
+// openRedisSentinel opens redislock on the primary the Sentinels of EnvRedisSentinels name for
+// EnvRedisSentinelMaster: go-redis's failover client asks them, and follows a promotion.
+func (l *Locks) openRedisSentinel(ctx context.Context, o locksOptions) error {
+	sentinels, err := servers(EnvRedisSentinels)
+	if err != nil {
+		return err
+	}
+	master := Env(EnvRedisSentinelMaster, "")
+	if master == "" {
+		return fmt.Errorf("%s is not set: start the servers with `make up` and export what deploy/local/env prints: %w",
+			EnvRedisSentinelMaster, lock.ErrInvalidOption)
+	}
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: sentinels, ContextTimeoutEnabled: true})
+	l.close = append(l.close, rdb.Close)
+	// During a failover the Sentinels still name the dead primary for a few seconds (down-after,
+	// then the vote): a service started then retries instead of failing (30 s at most).
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		err := rdb.Ping(ctx).Err()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis sentinel %s: %w", master, err)
+		}
+		if err := Pause(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return l.useRedis(rdb, o)
+}
+
+// useRedis takes the Locks' lockers and electors from redislock on rdb.
+func (l *Locks) useRedis(rdb redis.UniversalClient, o locksOptions) error {
+	c, err := redislock.New(rdb, redislock.WithTTL(o.ttl), redislock.WithLogger(l.log))
+	if err != nil {
+		return err
+	}
+	l.close = append(l.close, c.Close)
+	l.newMu = func(name string) (lock.Locker, error) { return c.NewMutex("txkit/" + name) }
+	l.newEl = func(name, id string, opts ...lock.ElectionOption) (lock.Elector, error) {
+		return c.NewElector("txkit/"+name, id, opts...)
 	}
 	return nil
 }

@@ -76,6 +76,7 @@ func TestIntegrationOpenLocks(t *testing.T) {
 	testenv.PGURL(t)
 	testenv.Redis(t)
 	testenv.Redlock(t)
+	testenv.RedisSentinel(t)
 	for _, kind := range LockKinds() {
 		t.Run(kind, func(t *testing.T) {
 			ctx := t.Context()

@@ -64,7 +64,14 @@ func main() {
 
 // run wires a shop and its stock service, places two orders and prints what they left.
 func run(ctx context.Context, url, schema string, log *slog.Logger) error {
-	pool, err := pgxpool.New(ctx, url)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return err
+	}
+	// pgxpool's default is max(4, CPUs) connections; recovery alone drives 16 transactions at once
+	// (docs/coordinators.md, "Pool sizing").
+	cfg.MaxConns = 24
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -75,6 +82,8 @@ func run(ctx context.Context, url, schema string, log *slog.Logger) error {
 	}
 
 	// Leadership on PostgreSQL lease rows: no ZooKeeper ensemble to run.
+	// WithSchema keeps the lock rows beside the service's other txkit tables (without it: the
+	// pool's search_path); every instance must name the same schema.
 	locks, err := pglock.New(pool, pglock.WithSchema(schema), pglock.WithTTL(5*time.Second))
 	if err != nil {
 		return err
@@ -89,7 +98,8 @@ func run(ctx context.Context, url, schema string, log *slog.Logger) error {
 		return err
 	}
 
-	// The stock service, served here for the demo; in production it is another service.
+	// The stock service, served here for the demo; in production it is another service, with its
+	// own database and its own barrier table (here it shares the order service's schema).
 	stockBar, err := barrier.New(pool, barrier.WithTable(schema, ""), barrier.WithSecrets(secret))
 	if err != nil {
 		return err
@@ -244,6 +254,8 @@ func (s *shop) orderBranch(ctx context.Context, tx pgx.Tx, req participant.Reque
 			req.GID, o.SKU, o.Qty); err != nil {
 			return err
 		}
+		// Topic is the RocketMQ topic the relay publishes to (create it: docs/embed.md); an
+		// event name belongs in Tags when several kinds of message share a topic.
 		_, err := s.ob.Enqueue(ctx, tx, outbox.Message{Topic: "order-paid", Key: req.GID, Body: req.Payload})
 		return err
 	case participant.OpCancel: // the try wrote nothing

@@ -36,7 +36,7 @@ type Barrier struct {
 
 	// What package participant/grpcbarrier serves calls with, as the barrier's HTTP handler
 	// serves requests. Secrets, Unsigned and Window are the barrier's signature settings
-	// (barrier.WithSecrets, WithUnsignedRequests, WithSignatureWindow); Log its logger.
+	// (barrier.WithSecrets, WithUnsignedRequests, DefaultSignatureWindow); Log its logger.
 	Secrets  []string
 	Unsigned bool
 	Window   time.Duration

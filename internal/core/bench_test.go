@@ -177,8 +177,11 @@ func BenchmarkRecoveryBacklog(b *testing.B) {
 	}
 
 	var open, pending int64
+	// A confirmed transaction's branch rows keep their status (readers imply "confirmed" from the
+	// transaction's: Progress.Next.BranchesImplied), so a branch is pending only under a transaction
+	// that is not confirmed.
 	if err := pg.Pool.QueryRow(ctx, `select (select count(*) from `+global+` where status <> $1),
-		(select count(*) from `+branch+` where status <> $2)`,
+		(select count(*) from `+branch+` b join `+global+` g using (gid) where g.status <> $1 and b.status <> $2)`,
 		core.StatusConfirmed.String(), core.BranchConfirmed.String()).Scan(&open, &pending); err != nil {
 		b.Fatal(err)
 	}

@@ -37,7 +37,7 @@ type Config struct {
 	Concurrency            int           // branch ops of one transaction called at once
 	CallTimeout            time.Duration // each participant call
 	Timeout                time.Duration // default global timeout
-	Client                 *http.Client  // HTTP participants called by the recovery
+	Client                 *http.Client  // every call of an HTTP participant (Participants.Target refuses another)
 	Schedule               string        // recovery tick (cron spec)
 	Batch, RecoverConc     int           // recovery claim size and drives at once
 	Retention              time.Duration // how long finished transactions are kept
@@ -137,8 +137,9 @@ type Base struct {
 	kind                 Kind
 	running              atomic.Bool
 	metrics              *metrics
-	m                    *kindMetrics // the series of kind, also the Log's
-	tr                   trace.Tracer // "github.com/txkit/txkit/<name>", also the Log's
+	m                    *kindMetrics         // the series of kind, also the Log's
+	tr                   trace.Tracer         // "github.com/txkit/txkit/<name>", also the Log's
+	syncStandbys         *prometheus.GaugeVec // replication.go
 }
 
 // Stats counts what a coordinator of this process saw since it was built; every coordinator
@@ -219,7 +220,8 @@ func NewBase(pool *pgxpool.Pool, p Protocol, opts []Option) (*Base, error) {
 	km := m.forKind(p.Kind)
 	tr := tracer(cfg.TracerProvider, p.Name)
 	l.m, l.tr, l.lg = km, tr, cfg.Logger
-	return &Base{Log: l, Parts: NewParticipants(cfg.Client), Cfg: cfg, name: p.Name, kind: p.Kind, metrics: m, m: km, tr: tr}, nil
+	return &Base{Log: l, Parts: NewParticipants(cfg.Client), Cfg: cfg, name: p.Name, kind: p.Kind, metrics: m, m: km, tr: tr,
+		syncStandbys: syncGauge(cfg.Registerer)}, nil
 }
 
 // Errorf returns the error of format and args with the coordinator's name in front.
@@ -273,6 +275,31 @@ func (b *Base) Status(ctx context.Context, gid string) (Status, error) {
 	return t.Status, nil
 }
 
+// Attach waits until gid's transaction is finished (a final status) and returns that status. It
+// reads the log, with delays from 10ms doubling to 500ms; an unknown gid returns an error
+// wrapping [ErrNotFound], and ctx ending first the status last read with an error wrapping
+// [ErrIncomplete] and ctx's error.
+func (b *Base) Attach(ctx context.Context, gid string) (Status, error) {
+	delay := 10 * time.Millisecond
+	for {
+		st, err := b.Log.status(ctx, gid)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			return 0, b.Errorf("attach: %w", err)
+		case err == nil && st.Final():
+			return st, nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return st, b.Errorf("attach %s: %s: %w: %w", gid, st, ErrIncomplete, context.Cause(ctx))
+		case <-t.C:
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
+}
+
 // BeginOption sets a transaction's [BeginConfig].
 type BeginOption func(*BeginConfig)
 
@@ -280,6 +307,7 @@ type BeginOption func(*BeginConfig)
 type BeginConfig struct {
 	GID     string        // default: a new UUIDv7
 	Timeout time.Duration // default: Config.Timeout
+	Named   bool          // set by [Base.Begin]: the caller gave GID (WithGID)
 }
 
 // Begin applies opts to the defaults: a new UUIDv7 gid and the configured timeout. A ctx already
@@ -295,6 +323,7 @@ func (b *Base) Begin(ctx context.Context, opts []BeginOption) (BeginConfig, erro
 		opt(&c)
 	}
 	given := c.GID != ""
+	c.Named = given
 	if !given {
 		id, err := uuid.NewV7()
 		if err != nil {
@@ -340,6 +369,7 @@ func (b *Base) run(ctx context.Context, d Driver, opts []RecoverOption) error {
 		}
 		return err
 	}
+	b.CheckSyncStandby(ctx, b.Log.pool, "log")
 	ropts := append([]RecoverOption{WithSchedule(b.Cfg.Schedule), WithBatchSize(b.Cfg.Batch),
 		WithConcurrency(b.Cfg.RecoverConc), WithRetention(b.Cfg.Retention, b.Cfg.RetentionSpec),
 		WithLogger(b.Cfg.Logger), withMetrics(b.metrics), withTracer(b.tr)}, opts...)
@@ -362,18 +392,29 @@ func (b *Base) run(ctx context.Context, d Driver, opts []RecoverOption) error {
 	return r.Run(ctx)
 }
 
-// Call calls p with the call timeout. A panic in p.Do is recovered: it is logged with its stack
+// Call calls p with the call timeout; a participant.HTTP without Client is called with the
+// coordinator's ([Config.Client]). It is [Base.CallFor] with no branch's timeout.
+func (b *Base) Call(ctx context.Context, p participant.Participant, req participant.Request) error {
+	return b.CallFor(ctx, p, Target{}, req)
+}
+
+// CallFor calls p, the participant of a branch recorded as t, bounded by t's Timeout (when set)
+// or the call timeout. A panic in p.Do is recovered: it is logged with its stack
 // and returned as a *[PanicError], so the caller records it on the branch and retries with
 // backoff like any failure, instead of the process (every leader in turn) crashing. Every branch
 // call goes through Call: it counts the call by op and result and observes its duration, and
 // records it in a client span "<protocol> <op>" (attributes txkit.gid, txkit.branch, txkit.op;
 // a failure recorded as its error), a child of ctx's span, whose context p receives (an HTTP
 // participant sends it with the request).
-func (b *Base) Call(ctx context.Context, p participant.Participant, req participant.Request) (err error) {
+func (b *Base) CallFor(ctx context.Context, p participant.Participant, t Target, req participant.Request) (err error) {
 	ctx, span := b.tr.Start(ctx, b.kind.String()+" "+req.Op.String(), trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String(AttrGID, req.GID), attribute.String(AttrBranch, req.Branch),
 			attribute.String(AttrOp, req.Op.String())))
-	cctx, cancel := context.WithTimeout(ctx, b.Cfg.CallTimeout)
+	timeout := b.Cfg.CallTimeout
+	if t.Timeout > 0 {
+		timeout = t.Timeout
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
 	defer func() {
@@ -384,7 +425,7 @@ func (b *Base) Call(ctx context.Context, p participant.Participant, req particip
 		b.m.called(req.Op, transportOf(p), time.Since(start), err)
 		obs.EndSpan(span, err)
 	}()
-	return p.Do(cctx, req)
+	return b.Parts.bind(p).Do(cctx, req)
 }
 
 // recovered logs a recovered panic's value v with the stack of the goroutine that panicked (call
@@ -400,7 +441,7 @@ func (b *Base) CallTarget(ctx context.Context, t Target, req participant.Request
 	if err != nil {
 		return err
 	}
-	return b.Call(ctx, p, req)
+	return b.CallFor(ctx, p, t, req)
 }
 
 // CleanupTimeout bounds the writes made after the caller's ctx ended (recording what happened).
@@ -524,6 +565,9 @@ type BranchSpec struct {
 	Participant participant.Participant
 	// Payload is sent with every op of the branch; empty or JSON.
 	Payload json.RawMessage
+	// Timeout bounds each call of the branch's ops, the recovery's too (default: the call
+	// timeout of coordinator.WithRetry); negative is refused.
+	Timeout time.Duration
 }
 
 // Branch returns the record of the branch s of gid: where the recovery finds its participant,
@@ -536,6 +580,9 @@ func (b *Base) Branch(gid string, s BranchSpec) (Branch, error) {
 	}
 	if len(s.Payload) > 0 && !json.Valid(s.Payload) {
 		return Branch{}, b.Errorf("branch %q of %s: payload is not JSON: %w", s.Name, gid, ErrInvalidBranch)
+	}
+	if t, err = t.WithTimeout(s.Timeout); err != nil {
+		return Branch{}, b.Errorf("branch %q of %s: %w", s.Name, gid, err)
 	}
 	return Branch{Name: s.Name, Target: t, Payload: s.Payload}, nil
 }

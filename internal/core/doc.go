@@ -12,7 +12,7 @@
 // Tables (in the schema of [WithSchema]):
 //
 //	txkit_global  gid pk, kind, status, timeout_at, next_retry_at, attempts, last_error, payload, created_at, updated_at
-//	txkit_branch  (gid, branch) pk, seq, target_kind, target, payload, status, attempts, last_error, updated_at
+//	txkit_branch  (gid, branch) pk, seq, target_kind, target, payload, status, attempts, last_error, updated_at, call_options
 //
 // The rules every state change keeps (decisions written before they are acted on, conditional
 // updates, the starter's lease, fenced leader writes, PostgreSQL's clock, failures retried with

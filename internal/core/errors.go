@@ -17,6 +17,9 @@ var (
 	ErrNotFound = errors.New("coordinator: transaction not found")
 	// ErrInvalidState: the transaction is not in a status that allows the call (see state.go).
 	ErrInvalidState = errors.New("coordinator: invalid state")
+	// ErrExists: the gid is taken by a transaction already recorded; errors wrapping it also wrap
+	// ErrInvalidState.
+	ErrExists = errors.New("coordinator: gid exists")
 	// ErrInvalidBranch: a branch (a saga's step) is malformed or its name is already used.
 	ErrInvalidBranch = errors.New("coordinator: invalid branch")
 	// ErrInvalidOption: a constructor or call was given an option or argument it cannot use.
@@ -28,7 +31,7 @@ var (
 	// ErrTimeout: the transaction's timeout passed before it was decided.
 	ErrTimeout = errors.New("coordinator: timed out")
 	// ErrInDoubt: a write of the log may or may not have been made (its ctx ended, or its
-	// connection or session was lost, while it was in flight).
+	// connection or session was lost, while it was in flight: a failover).
 	ErrInDoubt = errors.New("coordinator: outcome in doubt")
 )
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -101,6 +103,7 @@ type write struct {
 	targetKinds    []string
 	refs           []string
 	payloads       [][]byte
+	callOpts       []*string // call_options, nil: NULL
 	// writeBranch
 	branch Branch
 	// writeBranch (from: the status required), writeDecide, writeFinish
@@ -118,14 +121,45 @@ func (l *Log) write(ctx context.Context, w *write) (bool, error) {
 	return l.gw.do(ctx, w)
 }
 
-// writeOne makes w with a statement of its own.
+// writeOne makes w with a statement of its own. An error that may come after PostgreSQL committed
+// it wraps [ErrInDoubt] (see [unknownOutcome]).
 func (l *Log) writeOne(ctx context.Context, w *write) (bool, error) {
 	sql, args := l.statement(w)
 	tag, err := l.pool.Exec(ctx, sql, args...)
 	if err != nil {
-		return false, err
+		return false, unknownOutcome(err)
 	}
 	return tag.RowsAffected() > 0, nil
+}
+
+// unknownOutcome returns err, the error of a statement or transaction sent on its own, wrapped in
+// [ErrInDoubt] when the write may have been committed all the same: the connection was lost, or
+// the session ended (a FATAL error: 57P01 when a failover or an administrator terminates the
+// backend), after the request was sent — the commit may have been made before the answer was
+// lost. A refusal (an ERROR: nothing committed) and a failure before anything was sent
+// (pgconn.SafeToRetry) are returned as they are. In a failover the caller learns "unknown", never
+// "failed", and its retry finds what was written.
+func unknownOutcome(err error) error {
+	var pe *pgconn.PgError
+	switch {
+	case err == nil || pgconn.SafeToRetry(err):
+		return err
+	case errors.As(err, &pe):
+		if !sessionEnded(pe) {
+			return err
+		}
+	case !connectionLost(err):
+		return err // not PostgreSQL's nor the connection's: a fence's refusal, say
+	}
+	return fmt.Errorf("%w: %w", ErrInDoubt, err)
+}
+
+// connectionLost reports whether err is the connection's: it broke (EOF, a network error) or ctx
+// ended while the request was in flight (pgx then closes the connection).
+func connectionLost(err error) bool {
+	var ne net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // statement returns w's statement and its arguments. Each changes rows only when w's condition
@@ -138,10 +172,11 @@ func (l *Log) statement(w *write) (string, []any) {
 			return l.q["create"], []any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace}
 		}
 		return l.q["create_with_branches"], []any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload,
-			w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.trace}
+			w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.trace, w.callOpts}
 	case writeBranch:
 		b := w.branch
-		return l.q["add_branch"], []any{w.gid, b.Name, b.Seq, b.Target.Kind.String(), b.Target.Ref, b.Payload, w.from}
+		return l.q["add_branch"], []any{w.gid, b.Name, b.Seq, b.Target.Kind.String(), b.Target.Ref, b.Payload, w.from,
+			encodeCallOptions(b.Target)}
 	case writeDecide:
 		return l.q["decide"], []any{w.gid, w.from, w.to, l.o.lease.Seconds()}
 	}

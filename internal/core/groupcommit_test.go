@@ -468,6 +468,12 @@ func TestIntegrationGroupCommitBatchCap(t *testing.T) {
 // statement ran, and the implicit transaction committed) with the FATAL error a backend sends
 // when it is terminated (57P01, pg_terminate_backend, a failover), and cuts the connection.
 func fatalAfterCommit(armed *atomic.Bool) func(dst io.Writer, src io.Reader) error {
+	return fatalAfterCompletes(armed, 2)
+}
+
+// fatalAfterCompletes is fatalAfterCommit for a ReadyForQuery after n CommandCompletes or more (1:
+// one statement in autocommit).
+func fatalAfterCompletes(armed *atomic.Bool, n int) func(dst io.Writer, src io.Reader) error {
 	return func(dst io.Writer, src io.Reader) error {
 		hdr := make([]byte, 5)
 		completes := 0
@@ -483,7 +489,7 @@ func fatalAfterCommit(armed *atomic.Bool) func(dst io.Writer, src io.Reader) err
 			case 'C':
 				completes++
 			case 'Z':
-				if completes >= 2 && armed.CompareAndSwap(true, false) {
+				if completes >= n && armed.CompareAndSwap(true, false) {
 					var e []byte
 					for _, f := range []string{"SFATAL", "VFATAL", "C57P01", "Mterminating connection due to administrator command"} {
 						e = append(append(e, f...), 0)
@@ -552,5 +558,40 @@ func TestIntegrationGroupCommitAmbiguousCommit(t *testing.T) {
 	}
 	if st := l.GroupCommitStats(); st.Fallbacks != 0 {
 		t.Fatalf("stats %+v: the batch was made again one by one", st)
+	}
+}
+
+// Without group commit too, a write whose session ends after PostgreSQL committed it (FATAL 57P01
+// before the answer: a failover's terminated backend) is in doubt, not failed: Create and Decide
+// return errors wrapping ErrInDoubt, and what they wrote is there — the caller's retry of the
+// decision finds it made. Before, they returned the bare FATAL error, which a caller takes for a
+// failure.
+func TestIntegrationAmbiguousCommitAlone(t *testing.T) {
+	ctx := t.Context()
+	var armed atomic.Bool
+	l, _ := proxiedLog(t, func(target string) string {
+		p, err := tcpproxy.New(target, tcpproxy.WithReplies(fatalAfterCompletes(&armed, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		return p.Addr()
+	})
+	armed.Store(true)
+	if err := l.Create(ctx, "a1", core.KindTCC, time.Minute, nil); !errors.Is(err, core.ErrInDoubt) {
+		t.Fatalf("a create that committed, then lost its session = %v, want ErrInDoubt", err)
+	}
+	if armed.Load() {
+		t.Fatal("the proxy never sent the FATAL error: the test shows nothing")
+	}
+	if tx := get(t, l, "a1"); tx.Status != core.StatusTrying {
+		t.Fatalf("a1: %s, want trying (the create committed)", tx.Status)
+	}
+	armed.Store(true)
+	if _, err := l.Decide(ctx, "a1", core.StatusTrying, core.StatusConfirming); !errors.Is(err, core.ErrInDoubt) {
+		t.Fatalf("a decision that committed, then lost its session = %v, want ErrInDoubt", err)
+	}
+	if st, err := l.Decide(ctx, "a1", core.StatusTrying, core.StatusConfirming); err != nil || st != core.StatusConfirming {
+		t.Fatalf("the retried decision = %v, %v; want confirming (found made)", st, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -81,10 +82,14 @@ const (
 	CauseTimeout = "timeout"
 )
 
-// Target is where a branch's participant is: a URL, or a name registered with the coordinator.
+// Target is where a branch's participant is — a URL, or a name registered with the coordinator —
+// and how it is called: the headers sent to an HTTP participant and the bound of each call. The
+// branch table's call_options column stores Header and Timeout (NULL when both are unset).
 type Target struct {
-	Kind TargetKind
-	Ref  string
+	Kind    TargetKind
+	Ref     string
+	Header  http.Header   // an HTTP participant's headers (participant.HTTP.Header); nil: none
+	Timeout time.Duration // bounds each call of the branch's ops; 0: Config.CallTimeout
 }
 
 // Branch is one participant's part of a global transaction.
@@ -230,7 +235,8 @@ func (l *Log) Lease() time.Duration { return l.o.lease }
 // all its steps before running any), all [BranchPending]; their Status, Attempts and LastError are
 // ignored. A branch [Log.AddBranch] would refuse (empty name, bad target), or two with one name,
 // return an error wrapping [ErrInvalidBranch] and record nothing. A coordinator's log counts the
-// transactions it records (CreateIn too) in txkit_coordinator_transactions_begun_total.
+// transactions it records (CreateIn too) in txkit_coordinator_transactions_begun_total. A gid
+// already in the log returns an error wrapping [ErrExists] and [ErrInvalidState].
 func (l *Log) Create(ctx context.Context, gid string, kind Kind, timeout time.Duration, payload []byte, branches ...Branch) error {
 	return l.CreateIn(ctx, gid, kind, kind.Initial(), timeout, payload, branches...)
 }
@@ -263,7 +269,7 @@ func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, ti
 		due: due.Seconds(), payload: payload, trace: obs.EncodeTrace(ctx)}
 	if n := len(branches); n > 0 {
 		w.names, w.targetKinds, w.refs = make([]string, n), make([]string, n), make([]string, n)
-		w.seqs, w.payloads = make([]int32, n), make([][]byte, n)
+		w.seqs, w.payloads, w.callOpts = make([]int32, n), make([][]byte, n), make([]*string, n)
 		seen := make(map[string]bool, n)
 		for i, b := range branches {
 			switch {
@@ -276,6 +282,7 @@ func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, ti
 			}
 			seen[b.Name] = true
 			w.names[i], w.targetKinds[i], w.refs[i], w.seqs[i], w.payloads[i] = b.Name, b.Target.Kind.String(), b.Target.Ref, int32(b.Seq), b.Payload
+			w.callOpts[i] = encodeCallOptions(b.Target)
 		}
 	}
 	created, err := l.write(ctx, w)
@@ -283,7 +290,7 @@ func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, ti
 		return fmt.Errorf("core: create %s: %w", gid, err)
 	}
 	if !created {
-		return fmt.Errorf("core: create %s: gid exists: %w", gid, ErrInvalidState)
+		return fmt.Errorf("core: create %s: %w: %w", gid, ErrExists, ErrInvalidState)
 	}
 	l.m.began()
 	return nil
@@ -440,7 +447,7 @@ func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 // recordTx writes p in one transaction, fenced with tok when it is a leader's; moved reports
 // whether the transaction was in p.From.
 func (l *Log) recordTx(ctx context.Context, tok lock.Token, p Progress, done BranchStatus, moved *bool) error {
-	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	return unknownOutcome(pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if err := l.fenceCheck(ctx, tx, tok, p.GID); err != nil {
 			return err
 		}
@@ -493,7 +500,7 @@ func (l *Log) recordTx(ctx context.Context, tok lock.Token, p Progress, done Bra
 		*moved = rows.Next()
 		rows.Close()
 		return rows.Err()
-	})
+	}))
 }
 
 // Refuse records that the participant of branch refused it with err (its text, bounded, is the
@@ -630,10 +637,15 @@ func (l *Log) loadBranches(ctx context.Context, db fence.DBTX, txs []*Transactio
 	var (
 		gid, tk, st string
 		b           Branch
+		opts        *string
 	)
-	_, err = pgx.ForEachRow(rows, []any{&gid, &b.Name, &b.Seq, &tk, &b.Target.Ref, &b.Payload, &st, &b.Attempts, &b.LastError, &b.UpdatedAt, &b.Refusal}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&gid, &b.Name, &b.Seq, &tk, &b.Target.Ref, &b.Payload, &st, &b.Attempts, &b.LastError, &b.UpdatedAt, &b.Refusal, &opts}, func() error {
 		var err error
 		if b.Target.Kind, err = ParseTargetKind(tk); err != nil {
+			return err
+		}
+		b.Target.Header, b.Target.Timeout = nil, 0
+		if err := decodeCallOptions(&b.Target, opts); err != nil {
 			return err
 		}
 		if b.Status, err = ParseBranchStatus(st); err != nil {

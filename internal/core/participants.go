@@ -23,7 +23,8 @@ type Participants struct {
 	byName map[string]participant.Participant
 }
 
-// NewParticipants returns an empty registry whose HTTP participants use client (nil: the default).
+// NewParticipants returns an empty registry whose HTTP participants are called with client (nil:
+// the default of a participant.HTTP without Client).
 func NewParticipants(client *http.Client) *Participants {
 	return &Participants{client: client, byName: map[string]participant.Participant{}}
 }
@@ -53,18 +54,22 @@ type named struct {
 func (n named) Do(ctx context.Context, req participant.Request) error { return n.p.Do(ctx, req) }
 
 // Target says where the recovery finds p: the URL of a participant.HTTP, or the name of a
-// participant returned by Register (of kind [TargetGRPC] for a gRPC participant). Any other
-// participant returns an error wrapping [ErrInvalidBranch].
+// participant returned by Register (of kind [TargetGRPC] for a gRPC participant). Any other participant returns an error wrapping
+// [ErrInvalidBranch], and so does a participant.HTTP whose Client is neither nil nor the
+// coordinator's: the recovery (and tcc's confirms) call the URL with the coordinator's client, so
+// a client of the branch's own would sign (or reach) only some of the branch's calls.
 func (r *Participants) Target(p participant.Participant) (Target, error) {
+	if hp, ok := httpOf(p); ok && hp.URL != "" {
+		if hp.Client != nil && hp.Client != r.client {
+			return Target{}, fmt.Errorf("participant.HTTP %s: its Client is not the coordinator's (coordinator.WithHTTPClient), "+
+				"which calls the branch's other ops: leave it nil to use the coordinator's: %w", hp.URL, ErrInvalidBranch)
+		}
+		if err := CheckHeader(hp.Header); err != nil {
+			return Target{}, fmt.Errorf("participant.HTTP %s: %w: %w", hp.URL, err, ErrInvalidBranch)
+		}
+		return Target{Kind: TargetHTTP, Ref: hp.URL, Header: hp.Header.Clone()}, nil
+	}
 	switch p := p.(type) {
-	case participant.HTTP:
-		if p.URL != "" {
-			return Target{Kind: TargetHTTP, Ref: p.URL}, nil
-		}
-	case *participant.HTTP:
-		if p != nil && p.URL != "" {
-			return Target{Kind: TargetHTTP, Ref: p.URL}, nil
-		}
 	case named:
 		if transportOf(p.p) == transportGRPC {
 			return Target{Kind: TargetGRPC, Ref: p.name}, nil
@@ -74,12 +79,35 @@ func (r *Participants) Target(p participant.Participant) (Target, error) {
 	return Target{}, fmt.Errorf("participant %T is neither a participant.HTTP with a URL nor registered with the coordinator: %w", p, ErrInvalidBranch)
 }
 
+// httpOf returns p as a participant.HTTP when it is one (or a non-nil pointer to one).
+func httpOf(p participant.Participant) (participant.HTTP, bool) {
+	switch p := p.(type) {
+	case participant.HTTP:
+		return p, true
+	case *participant.HTTP:
+		if p != nil {
+			return *p, true
+		}
+	}
+	return participant.HTTP{}, false
+}
+
+// bind returns p with the coordinator's client when p is a participant.HTTP without one: the
+// client is set once, on the coordinator, for every call of every branch.
+func (r *Participants) bind(p participant.Participant) participant.Participant {
+	if hp, ok := httpOf(p); ok && hp.Client == nil {
+		hp.Client = r.client
+		return hp
+	}
+	return p
+}
+
 // Resolve returns the participant a branch's Target names. An in-process name that is not
 // registered with this coordinator is an error (retried: another coordinator may lead later).
 func (r *Participants) Resolve(t Target) (participant.Participant, error) {
 	switch t.Kind {
 	case TargetHTTP:
-		return participant.HTTP{URL: t.Ref, Client: r.client}, nil
+		return participant.HTTP{URL: t.Ref, Client: r.client, Header: t.Header}, nil
 	case TargetInProc, TargetGRPC:
 		r.mu.RLock()
 		p := r.byName[t.Ref]

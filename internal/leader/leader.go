@@ -407,6 +407,11 @@ func (j *Job) listen(ctx context.Context, poke func(), log *slog.Logger) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errPooled) {
+			log.Warn(j.o.name+": LISTEN through a connection pooler receives no notification; woken by the poll only (a direct connection wakes at once)",
+				slog.String("channel", j.o.channel))
+			return
+		}
 		// Once per interval with a count, while the database is away.
 		j.fails.Log(ctx, log, "listen", slog.LevelWarn, j.o.name+": listening connection failed; polling until it is back",
 			slog.String("channel", j.o.channel), slog.Any("err", err))
@@ -414,6 +419,10 @@ func (j *Job) listen(ctx context.Context, poke func(), log *slog.Logger) {
 		j.fails.Flush()
 	}
 }
+
+// errPooled: the listening connection reaches PostgreSQL through a pooler (PgBouncer), whose
+// transaction pooling hands the session that LISTENs to other clients: no notification would come.
+var errPooled = errors.New("connection pooler in between")
 
 // cleanupTimeout bounds closing the listening connection once ctx has ended.
 const cleanupTimeout = 5 * time.Second
@@ -428,6 +437,11 @@ func (j *Job) listenOnce(ctx context.Context, poke func()) error {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
+	if pooled, err := pgutil.BehindPooler(ctx, conn); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	} else if pooled {
+		return errPooled
+	}
 	if _, err := conn.Exec(ctx, "listen "+pgx.Identifier{j.o.channel}.Sanitize()); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}

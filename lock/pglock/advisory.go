@@ -25,10 +25,11 @@ func AdvisoryKey(name string) int64 { return pgutil.MigrateLockKey("txkit/lock/p
 // a connection that went silent (and so ends the session and releases the lock): TCP keepalive
 // probes after $1 idle seconds, every second, twice; unacknowledged data for at most $2 ms. They
 // apply to TCP connections only (a Unix socket ignores them). keepaliveReset puts the session's
-// defaults back before the connection returns to the pool.
+// defaults back before the connection returns to the pool. It also returns the backend's process
+// id: one that is not the connection's own means a pooler in between (pgutil.Pooled).
 const (
 	keepaliveSQL = `select set_config('tcp_keepalives_idle', $1, false), set_config('tcp_keepalives_interval', '1', false),` +
-		` set_config('tcp_keepalives_count', '2', false), set_config('tcp_user_timeout', $2, false)`
+		` set_config('tcp_keepalives_count', '2', false), set_config('tcp_user_timeout', $2, false), pg_backend_pid()`
 	keepaliveReset = `select set_config(name, reset_val, false) from pg_settings` +
 		` where name in ('tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_keepalives_count', 'tcp_user_timeout')`
 )
@@ -44,8 +45,8 @@ func keepalive(check time.Duration) (idle, userTimeout string) {
 // AdvisoryMutex is a session lock on one name: pg_advisory_lock on [AdvisoryKey](name), held by
 // one pool connection for as long as the hold lasts. It is the simplest form, with the limits
 // docs/lock.md lists: the hold is lost with its connection (checked every third of the TTL), it
-// breaks behind a transaction-pooling proxy, waiters get no order, and every hold keeps a pool
-// connection busy.
+// is refused behind a connection pooler ([ErrPooled]), waiters get no order, and every hold keeps
+// a pool connection busy.
 //
 // An AdvisoryMutex value is reentrant like a [Mutex] (holds counted on the one connection). It is
 // safe for concurrent use by multiple goroutines (they share its hold).
@@ -101,12 +102,18 @@ func (m *AdvisoryMutex) take(ctx context.Context, wait bool) (held, error) {
 		}
 		return nil, fmt.Errorf("pglock: advisory lock %s: %w", name, err)
 	}
-	if _, err := conn.Exec(ctx, keepaliveSQL, c.keepIdle, c.userTimeout); err != nil {
+	var set [4]string
+	var pid uint32
+	if err := conn.QueryRow(ctx, keepaliveSQL, c.keepIdle, c.userTimeout).Scan(&set[0], &set[1], &set[2], &set[3], &pid); err != nil {
 		m.giveBack(ctx, conn)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, fmt.Errorf("pglock: advisory lock %s: keepalive settings: %w", name, err)
+	}
+	if pgutil.Pooled(conn.Conn().PgConn().PID(), pid) {
+		conn.Release()
+		return nil, fmt.Errorf("pglock: advisory lock %s: %w", name, ErrPooled)
 	}
 	ok, err := m.acquire(ctx, conn, wait)
 	if err != nil && c.ctx.Err() != nil && ctx.Err() == nil {

@@ -227,3 +227,33 @@ func TestIntegrationAdvisoryKeepaliveReset(t *testing.T) {
 		t.Fatalf("settings after a hold: %v, before: %v", after, before)
 	}
 }
+
+// Through PgBouncer (transaction pooling) a session advisory lock would be held by whichever
+// client the pooler serves next: TryLock and Lock refuse with ErrPooled, hold nothing and leave
+// no lock on the server; the lease Mutex works through the pooler. Before, the advisory lock was
+// granted to a server session the pooler then handed to other clients.
+func TestIntegrationAdvisoryRefusedThroughPooler(t *testing.T) {
+	t.Parallel()
+	s := testenv.PGBouncer(t)
+	ctx := t.Context()
+	c := client(t, pool(t, s.URL))
+	name := "advisory-" + testenv.Name(t)
+	a := advisory(t, c, name)
+	if _, err := a.TryLock(ctx); !errors.Is(err, pglock.ErrPooled) {
+		t.Fatalf("TryLock through PgBouncer: %v, want ErrPooled", err)
+	}
+	if _, err := a.Lock(ctx); !errors.Is(err, pglock.ErrPooled) {
+		t.Fatalf("Lock through PgBouncer: %v, want ErrPooled", err)
+	}
+	if pids := advisoryPIDs(t, s, name, true); len(pids) != 0 {
+		t.Fatalf("backends %v hold the advisory lock after the refusals", pids)
+	}
+	m, err := c.NewMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held(t, ctx, m)
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatalf("lease Mutex through PgBouncer: Unlock: %v", err)
+	}
+}

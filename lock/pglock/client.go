@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -17,7 +18,7 @@ import (
 	"github.com/txkit/txkit/lock"
 )
 
-// cleanupTimeout bounds the statements that clean up after a cancelled or failed call (deleting
+// cleanupTimeout bounds the statements that clean up after a cancelled or failed call (freeing
 // a row whose acquisition may have run, closing the listening connection).
 const cleanupTimeout = 5 * time.Second
 
@@ -33,9 +34,9 @@ type Client struct {
 	log   *slog.Logger
 	table string // plain, for messages
 
-	ddl, peek, acquire, token, renew, release, holderOf string
-	seqLit                                              string // the token sequence as a regclass literal
-	keepIdle, userTimeout                               string // keepaliveSQL's settings
+	ddl, acquire, renew, release, holderOf string
+	seqLit                                 string // the token sequence as a regclass literal
+	keepIdle, userTimeout                  string // keepaliveSQL's settings
 
 	ctx    context.Context // ended by Close
 	cancel context.CancelFunc
@@ -47,6 +48,7 @@ type Client struct {
 	channel   string               // LISTEN/NOTIFY channel; "" until resolved
 	listening bool                 // the listener goroutine runs
 	waiters   map[string][]*waiter // by lock name, in arrival order
+	holds     map[string]int       // live lease holds of this Client's Mutexes, by lock name
 }
 
 // New returns a Client on pool. It does not touch the database: call [Client.Migrate] once to
@@ -84,19 +86,27 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
 		pool: pool, o: o, log: o.log, table: plain, ddl: ddl, seqLit: seqLit,
-		ctx: ctx, cancel: cancel, waiters: map[string][]*waiter{},
-		// How long the current row has left (null: no row), read before the upsert.
-		peek: `select extract(epoch from expires_at - now())::float8 from ` + t + ` where name = $1`,
-		// PostgreSQL's clock decides expiry. The token of the insert is a placeholder...
-		acquire: `insert into ` + t + ` as l (name, holder, data, token, expires_at) values ($1, $2, $3, 0, now() + ` + ttl + `)` +
-			` on conflict (name) do update set holder = excluded.holder, data = excluded.data, token = 0, expires_at = excluded.expires_at` +
-			` where l.expires_at < now()`,
-		// ...drawn here, once the row is ours, under its row lock, so that it is above every
-		// earlier holder's (a value drawn before the insert could be lower than that of a holder
-		// who took and released the row while the insert was held up).
-		token:    `update ` + t + ` set token = nextval(` + seqLit + `) where name = $1 and holder = $2 returning token`,
-		renew:    `update ` + t + ` set expires_at = now() + ` + ttl + ` where name = $1 and holder = $2`,
-		release:  `with d as (delete from ` + t + ` where name = $1 and holder = $2 returning name) select pg_notify($3, name) from d`,
+		ctx: ctx, cancel: cancel, waiters: map[string][]*waiter{}, holds: map[string]int{},
+		// One statement: the token the attempt drew (null: not taken) and how long the row it
+		// found has left (null: no row, 0: free or expired; the outer select reads the
+		// statement's snapshot, the row as it was before the upsert). PostgreSQL's clock decides expiry. A row seen held is
+		// not touched, so a failed attempt locks and writes nothing. The token is drawn in the
+		// update's SET, which PostgreSQL evaluates after it has locked the row and rechecked its
+		// expiry: it is above every earlier holder's. The insert's value is drawn before the
+		// statement can wait on a concurrent insert of the name, but it is used only when no row
+		// has ever had the name, since releases free the row instead of deleting it: no earlier
+		// holder then.
+		acquire: `with cur as (select extract(epoch from greatest(expires_at, now()) - now())::float8 as left_s from ` + t + ` where name = $1),` +
+			` won as (insert into ` + t + ` as l (name, holder, data, token, expires_at)` +
+			` select $1, $2, $3, nextval(` + seqLit + `), now() + ` + ttl +
+			` where not exists (select from ` + t + ` where name = $1 and expires_at >= now())` +
+			` on conflict (name) do update set holder = excluded.holder, data = excluded.data, token = nextval(` + seqLit + `), expires_at = excluded.expires_at` +
+			` where l.expires_at < now() returning token)` +
+			` select (select token from won), (select left_s from cur)`,
+		renew: `update ` + t + ` set expires_at = now() + ` + ttl + ` where name = $1 and holder = $2`,
+		// A released row stays, free: holder nil, expired (see acquire for why it stays).
+		release: `with r as (update ` + t + ` set holder = '` + uuid.Nil.String() + `', data = '', expires_at = '-infinity'` +
+			` where name = $1 and holder = $2 returning name) select pg_notify($3, name) from r`,
 		holderOf: `select data, token from ` + t + ` where name = $1 and expires_at > now()`,
 	}
 	if o.schema != "" {
@@ -117,7 +127,7 @@ func (c *Client) Migrate(ctx context.Context) error {
 }
 
 // Close ends every hold of the Client's locks (their leases end with an error wrapping
-// [lock.ErrLockLost] and [lock.ErrClosed]; their rows are deleted when PostgreSQL can be reached
+// [lock.ErrLockLost] and [lock.ErrClosed]; their rows are freed when PostgreSQL can be reached
 // within a few seconds, otherwise they expire), stops the listening connection and waits for every
 // goroutine the Client started. Waiting Lock calls return an error wrapping [lock.ErrClosed]. It
 // does not close the pool. Close is idempotent and returns nil.
@@ -181,11 +191,13 @@ type waiter struct {
 	wake chan struct{} // buffered: a wake-up is never lost, never blocks the listener
 }
 
-// watch registers a waiter for name and starts the listener if it does not run yet. Call stop
-// when done waiting.
-func (c *Client) watch(name string) (w *waiter, stop func()) {
+// watch registers a waiter for name and starts the listener if it does not run yet. busy
+// reports that this Client holds name or has other Lock calls waiting for it: an attempt now
+// would fail, and the waiter waits for a wake-up first. Call stop when done waiting.
+func (c *Client) watch(name string) (w *waiter, stop func(), busy bool) {
 	w = &waiter{wake: make(chan struct{}, 1)}
 	c.mu.Lock()
+	busy = c.holds[name] > 0 || len(c.waiters[name]) > 0
 	c.waiters[name] = append(c.waiters[name], w)
 	start := !c.listening && !c.closed
 	if start {
@@ -199,11 +211,12 @@ func (c *Client) watch(name string) (w *waiter, stop func()) {
 			c.listen()
 		}()
 	}
-	return w, func() { c.unwatch(name, w) }
+	return w, func() { c.unwatch(name, w) }, busy
 }
 
 // unwatch removes w from name's waiters. A wake-up w received and did not use goes to the next
-// waiter, since a release wakes only one waiter per name.
+// waiter, since a release wakes only one waiter per name, unless this Client holds name now (w
+// took it).
 func (c *Client) unwatch(name string, w *waiter) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -221,9 +234,36 @@ func (c *Client) unwatch(name string, w *waiter) {
 	c.waiters[name] = ws
 	select {
 	case <-w.wake:
-		signal(ws[0])
+		if c.holds[name] == 0 {
+			signal(ws[0])
+		}
 	default:
 	}
+}
+
+// holding reports whether one of this Client's Mutexes holds name.
+func (c *Client) holding(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.holds[name] > 0
+}
+
+// held counts a lease hold of name taken by this Client.
+func (c *Client) held(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.holds[name]++
+}
+
+// dropped counts a hold of name released or lost and wakes this Client's longest waiter on
+// name, without waiting for the release's notification to come back.
+func (c *Client) dropped(name string) {
+	c.mu.Lock()
+	if c.holds[name]--; c.holds[name] <= 0 {
+		delete(c.holds, name)
+	}
+	c.mu.Unlock()
+	c.wakeOne(name)
 }
 
 func signal(w *waiter) {
@@ -235,10 +275,14 @@ func signal(w *waiter) {
 
 // wakeOne signals the waiter of name that has waited longest in this Client: a release frees the
 // lock once, so one waiter per process tries again (those of other processes are woken by their
-// own Client).
+// own Client). It wakes none while this Client holds name (the notification of its own release,
+// whose waiter already took the lock): that hold's end wakes the next.
 func (c *Client) wakeOne(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.holds[name] > 0 {
+		return
+	}
 	if ws := c.waiters[name]; len(ws) > 0 {
 		signal(ws[0])
 	}
@@ -266,6 +310,11 @@ func (c *Client) listen() {
 		if c.ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, ErrPooled) {
+			c.log.Warn("pglock: LISTEN through a connection pooler receives no notification; waiters retry at the fallback interval only",
+				"table", c.table)
+			return
+		}
 		pause := bo.Next()
 		c.log.Warn("pglock: listening connection lost; reconnecting", "table", c.table, "err", err, "pause", pause)
 		c.wakeAll()
@@ -289,6 +338,11 @@ func (c *Client) listenOnce(listening func()) error {
 	ch, err := c.channelName(c.ctx, conn)
 	if err != nil {
 		return err
+	}
+	if pooled, err := pgutil.BehindPooler(c.ctx, conn); err != nil {
+		return err
+	} else if pooled {
+		return ErrPooled
 	}
 	if _, err := conn.Exec(c.ctx, "listen "+pgx.Identifier{ch}.Sanitize()); err != nil {
 		return fmt.Errorf("listen %s: %w", ch, err)

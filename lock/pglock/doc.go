@@ -5,10 +5,12 @@
 // a [lock.Election], so every txkit coordinator, the outbox relay and the notifier can run on
 // PostgreSQL instead of ZooKeeper. [Client.Inspector] tells who holds a lease lock, with its token.
 //
+// Taking a lease is one statement and one commit (an upsert that draws the token), and so is its
+// release (which frees the row and notifies); an attempt that finds the lock held writes nothing.
 // Tokens come from a PostgreSQL sequence, drawn after a lease row is won, so they rise strictly
 // from one holder to the next ([lock.Token]{Seq: n}, Epoch 0). Expiry is decided by PostgreSQL's
 // clock; the holder ends its lease by its own monotonic deadline before the row can expire. Waiters
-// are woken by LISTEN/NOTIFY, in no fair order.
+// are woken by LISTEN/NOTIFY (those of the releasing Client directly), in no fair order.
 //
 //	c, err := pglock.New(pool, pglock.WithTTL(10*time.Second))
 //	if err != nil {

@@ -13,10 +13,8 @@ import (
 // Inspector returns the [lock.Inspector] of the Client's lease locks and elections ([Mutex],
 // [Client.NewElector]), by lock name. Contenders reads the name's row in one statement: the holder
 // of a row that has not expired, with the row's data as ID (the candidate id of an election) and
-// its token; Since is the zero time (the table does not record when a row was taken). A row whose
-// holder is between its insert and its token (two statements of one acquisition) is listed with
-// the zero Token. Waiters queue inside their own processes, so waitersKnown is always false and
-// only the holder is listed. [AdvisoryMutex] holds are not covered (they have no row). A bad name
+// its token; Since is the zero time (the table does not record when a row was taken). Waiters
+// queue inside their own processes, so waitersKnown is always false and only the holder is listed. [AdvisoryMutex] holds are not covered (they have no row). A bad name
 // returns an error wrapping [lock.ErrInvalidOption]; ctx bounds the statement. It works on a
 // closed Client too (it needs only the pool), and is safe for concurrent use.
 func (c *Client) Inspector() lock.Inspector { return inspector{c: c} }

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
@@ -57,10 +57,11 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 func (m *Mutex) Name() string { return m.name }
 
 // Lock blocks until the lock is held or ctx ends, and returns the Lease of the hold. While it
-// waits, it tries again when the holder's release is notified (LISTEN/NOTIFY), when the holder's
-// row expires, and at the fallback interval (1 s). If ctx ends first, ctx's error
+// waits, it tries again when the holder's release is notified (LISTEN/NOTIFY; a hold of this
+// Client wakes its waiters itself, and they do not try while it lasts), when the holder's row
+// expires, and at the fallback interval (1 s). If ctx ends first, ctx's error
 // is returned and nothing is left behind: an attempt already sent is waited for (one round trip)
-// and, if it took the row, the row is deleted with a fresh, bounded context. A failed statement
+// and, if it took the row, the row is freed with a fresh, bounded context. A failed statement
 // gets the same clean-up (if the connection failed while the server may still commit the attempt,
 // such a row expires at its TTL), and Lock goes on trying while PostgreSQL cannot be reached — a
 // restart, a cut connection — pausing 50 ms, doubling up to 1 s, and logging the outage once; a
@@ -72,14 +73,14 @@ func (m *Mutex) Lock(ctx context.Context) (lock.Lease, error) {
 // TryLock takes the lock if it is free (or its holder's row has expired) in one round trip, and
 // returns at once: an error wrapping [lock.ErrLocked] when another owner holds it. ctx bounds the
 // wait for a pool connection; once sent, the attempt is awaited (see Lock), and if ctx has ended
-// by then, a row it took is deleted and ctx's error returned: nothing is left behind.
+// by then, a row it took is freed and ctx's error returned: nothing is left behind.
 func (m *Mutex) TryLock(ctx context.Context) (lock.Lease, error) {
 	return m.r.Lock(ctx, take(m.take, false))
 }
 
-// Unlock releases one hold; the last one deletes the row (only this hold's row, never a newer
-// holder's) and notifies the waiters, in one statement. Unlock of a Mutex that holds nothing
-// returns nil. The delete runs with a fresh context bounded by a few seconds, so a cancelled ctx
+// Unlock releases one hold; the last one frees the row (only this hold's row, never a newer
+// holder's) and notifies the waiters, in one statement and one commit. Unlock of a Mutex that holds nothing
+// returns nil. The statement runs with a fresh context bounded by a few seconds, so a cancelled ctx
 // does not stop it; if it fails, the row expires at its TTL and Unlock returns the error.
 func (m *Mutex) Unlock(ctx context.Context) error { return unlock(ctx, m.r) }
 
@@ -90,56 +91,54 @@ func (m *Mutex) take(ctx context.Context, wait bool) (held, error) {
 		return nil, c.errClosed(m.name)
 	}
 	var w *waiter
+	skip := false // wait for a wake-up before the attempt
 	if wait {
 		var stop func()
-		w, stop = c.watch(m.name) // before the first attempt: a release after it wakes us
+		w, stop, skip = c.watch(m.name) // before the first attempt: a release after it wakes us
 		defer stop()
 	}
 	holder := uuid.New()
 	unavailable := lock.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
-		sent := time.Now()
-		tok, left, ok, err := c.tryAcquire(ctx, m.name, holder, m.data)
-		if err != nil {
-			if !errors.Is(err, errNotSent) {
-				c.abandon(ctx, m.name, holder) // the attempt may have taken the row
-			}
-			switch {
-			case ctx.Err() != nil:
-				return nil, ctx.Err()
-			case c.ctx.Err() != nil:
-				return nil, c.errClosed(m.name)
-			case !wait:
-				return nil, fmt.Errorf("pglock: lock %s: %w", m.name, err)
-			}
-			// Lock waits through an outage: PostgreSQL restarting, a connection cut.
-			if unavailable.Failures() == 0 {
-				c.log.Warn("pglock: PostgreSQL unavailable; retrying", "lock", m.name, "err", err)
-			}
-			if err := sleep(ctx, c.ctx, unavailable.Next()); err != nil {
-				if c.ctx.Err() != nil {
-					return nil, c.errClosed(m.name)
+		var left *float64
+		// skip: this Client holds the lock, or (at arrival) other Lock calls of it wait for it.
+		// An attempt would fail; the hold's end wakes this Client's longest waiter.
+		if !skip {
+			sent := time.Now()
+			tok, l, ok, err := c.tryAcquire(ctx, m.name, holder, m.data)
+			if err != nil {
+				if !errors.Is(err, errNotSent) {
+					c.abandon(ctx, m.name, holder) // the attempt may have taken the row
 				}
-				return nil, err
+				switch {
+				case ctx.Err() != nil:
+					return nil, ctx.Err()
+				case c.ctx.Err() != nil:
+					return nil, c.errClosed(m.name)
+				case !wait:
+					return nil, fmt.Errorf("pglock: lock %s: %w", m.name, err)
+				}
+				// Lock waits through an outage: PostgreSQL restarting, a connection cut.
+				if unavailable.Failures() == 0 {
+					c.log.Warn("pglock: PostgreSQL unavailable; retrying", "lock", m.name, "err", err)
+				}
+				if err := sleep(ctx, c.ctx, unavailable.Next()); err != nil {
+					if c.ctx.Err() != nil {
+						return nil, c.errClosed(m.name)
+					}
+					return nil, err
+				}
+				holder = uuid.New() // a fresh holder: an attempt whose answer was lost never counts as ours
+				continue
 			}
-			holder = uuid.New() // a fresh holder: an attempt whose answer was lost never counts as ours
-			continue
-		}
-		unavailable.Reset()
-		if ok && ctx.Err() != nil { // taken as ctx ended: give it back
-			c.abandon(ctx, m.name, holder)
-			return nil, ctx.Err()
-		}
-		if ok {
-			l := &lease{hold: newHold(m.name, lock.Token{Seq: tok}, c.log), c: c, holder: holder}
-			if !c.goOwned(func() { l.renew(sent) }) {
-				c.abandon(ctx, m.name, holder)
-				return nil, c.errClosed(m.name)
+			unavailable.Reset()
+			if ok {
+				return m.won(ctx, holder, tok, sent)
 			}
-			return l, nil
-		}
-		if !wait {
-			return nil, fmt.Errorf("pglock: lock %s: %w", m.name, lock.ErrLocked)
+			if !wait {
+				return nil, fmt.Errorf("pglock: lock %s: %w", m.name, lock.ErrLocked)
+			}
+			left = l
 		}
 		d := c.o.fallback
 		if left != nil {
@@ -157,21 +156,39 @@ func (m *Mutex) take(ctx context.Context, wait bool) (held, error) {
 			return nil, c.errClosed(m.name)
 		}
 		t.Stop()
+		skip = c.holding(m.name)
 	}
+}
+
+// won turns an attempt that took the lock (sent at sent, with token tok) into the held lease; one
+// won as ctx ended, or as the Client closed, is given back.
+func (m *Mutex) won(ctx context.Context, holder uuid.UUID, tok int64, sent time.Time) (held, error) {
+	c := m.c
+	if ctx.Err() != nil {
+		c.abandon(ctx, m.name, holder)
+		return nil, ctx.Err()
+	}
+	l := &lease{hold: newHold(m.name, lock.Token{Seq: tok}, c.log), c: c, holder: holder}
+	c.held(m.name)
+	if !c.goOwned(func() { l.renew(sent) }) {
+		c.abandon(ctx, m.name, holder)
+		l.drop()
+		return nil, c.errClosed(m.name)
+	}
+	return l, nil
 }
 
 // errNotSent: an attempt failed before anything was sent (no pool connection), so it left nothing
 // to clean up.
 var errNotSent = errors.New("no connection")
 
-// tryAcquire runs one attempt: in one round trip and one transaction, how long the current row
-// has left, the upsert that takes a free or expired row, and the token drawn once the row is ours.
-// ok reports whether the row is now ours; left is the current row's remaining time in seconds when
-// it is not (nil: no row was seen).
+// tryAcquire runs one attempt, in one statement (one round trip, one transaction): the upsert
+// that takes a free or expired row and draws its token. ok reports whether the row is now ours;
+// left is the current row's remaining time in seconds when it is not (nil: no row was seen).
 //
 // ctx bounds the wait for a pool connection only. Once the attempt is sent, it runs to its answer
 // (bounded by cleanupTimeout) whatever ctx does: cancelling it on the wire would cut the
-// connection while the server may still commit the insert, after a clean-up delete had run.
+// connection while the server may still commit the upsert, after a clean-up release had run.
 func (c *Client) tryAcquire(ctx context.Context, name string, holder uuid.UUID, data string) (tok int64, left *float64, ok bool, err error) {
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
@@ -180,32 +197,17 @@ func (c *Client) tryAcquire(ctx context.Context, name string, holder uuid.UUID, 
 	defer conn.Release()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	b := &pgx.Batch{}
-	b.Queue(c.peek, name)
-	b.Queue(c.acquire, name, holder.String(), data)
-	b.Queue(c.token, name, holder.String())
-	br := conn.SendBatch(sctx, b)
-	defer func() {
-		if cerr := br.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
-	if err := br.QueryRow().Scan(&left); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	var won *int64
+	if err := conn.QueryRow(sctx, c.acquire, name, holder.String(), data).Scan(&won, &left); err != nil {
 		return 0, nil, false, err
 	}
-	if _, err := br.Exec(); err != nil {
-		return 0, nil, false, err
-	}
-	switch err := br.QueryRow().Scan(&tok); {
-	case errors.Is(err, pgx.ErrNoRows):
+	if won == nil {
 		return 0, left, false, nil
-	case err != nil:
-		return 0, nil, false, err
 	}
-	return tok, nil, true, nil
+	return *won, nil, true, nil
 }
 
-// releaseRow deletes holder's row of name, if it is still there, and notifies the waiters.
+// releaseRow frees name's row if holder still has it, and notifies the waiters, in one statement.
 func (c *Client) releaseRow(ctx context.Context, name string, holder uuid.UUID) error {
 	ch, err := c.channelName(ctx, c.pool)
 	if err != nil {
@@ -217,12 +219,12 @@ func (c *Client) releaseRow(ctx context.Context, name string, holder uuid.UUID) 
 	return nil
 }
 
-// abandon deletes the row an interrupted attempt may have taken, with a fresh bounded context.
+// abandon frees the row an interrupted attempt may have taken, with a fresh bounded context.
 func (c *Client) abandon(ctx context.Context, name string, holder uuid.UUID) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if err := c.releaseRow(cctx, name, holder); err != nil {
-		c.log.Warn("pglock: could not delete the row of an abandoned attempt; it expires at its TTL", "lock", name, "err", err)
+		c.log.Warn("pglock: could not free the row of an abandoned attempt; it expires at its TTL", "lock", name, "err", err)
 	}
 }
 
@@ -231,11 +233,20 @@ type lease struct {
 	*hold
 	c      *Client
 	holder uuid.UUID
+	once   sync.Once // drop
 }
 
 func (l *lease) base() *hold { return l.hold }
 
-func (l *lease) unlock(ctx context.Context) error { return l.c.releaseRow(ctx, l.name, l.holder) }
+func (l *lease) unlock(ctx context.Context) error {
+	err := l.c.releaseRow(ctx, l.name, l.holder)
+	l.drop()
+	return err
+}
+
+// drop tells the Client, once, that this hold is over (released or lost): its next waiter on
+// the name tries.
+func (l *lease) drop() { l.once.Do(func() { l.c.dropped(l.name) }) }
 
 // renew renews the row every renew interval until the hold is released or lost. The hold's
 // deadline is the local (monotonic) time at which the last successful acquire or renew statement
@@ -258,11 +269,13 @@ func (l *lease) renew(sent time.Time) {
 			t.Stop()
 			l.end(fmt.Errorf("%w: %s: %w", lock.ErrLockLost, l.name, lock.ErrClosed))
 			l.c.abandon(context.Background(), l.name, l.holder)
+			l.drop()
 			return
 		case <-t.C:
 		}
 		if !time.Now().Before(deadline) {
 			l.end(fmt.Errorf("%w: %s: lease not renewed before its deadline", lock.ErrLockLost, l.name))
+			l.drop()
 			return
 		}
 		s := time.Now()
@@ -272,6 +285,7 @@ func (l *lease) renew(sent time.Time) {
 		switch {
 		case err == nil && tag.RowsAffected() == 0:
 			l.end(fmt.Errorf("%w: %s: the lease row is no longer ours", lock.ErrLockLost, l.name))
+			l.drop()
 			return
 		case err == nil && time.Now().Before(deadline):
 			deadline, next = s.Add(life), s.Add(c.o.renew)

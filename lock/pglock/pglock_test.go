@@ -94,10 +94,11 @@ func poolViaProxy(t *testing.T, s *testenv.Schema) (*pgxpool.Pool, *testenv.Prox
 	}), proxy
 }
 
-// rows returns the holders' data of the rows of name, live or expired.
+// rows returns the holders' data of the rows of name, live or expired, that were not released
+// (a release frees the row, holder nil, and keeps it).
 func rows(t *testing.T, s *testenv.Schema, name string) []string {
 	t.Helper()
-	r, _ := s.Pool.Query(context.Background(), `select data from txkit_locks where name = $1`, name)
+	r, _ := s.Pool.Query(context.Background(), `select data from txkit_locks where name = $1 and holder <> '00000000-0000-0000-0000-000000000000'`, name)
 	out, err := pgx.CollectRows(r, pgx.RowTo[string])
 	if err != nil {
 		t.Fatalf("read rows: %v", err)
@@ -134,12 +135,12 @@ func waiting(t *testing.T, ctx context.Context, s *testenv.Schema, name string) 
 	b = mutex(t, client(t, waiterPool, pglock.WithTTL(20*time.Second), pglock.FallbackCheckForTest(30*time.Second)), name)
 	held(t, ctx, a)
 	got = lockLater(ctx, b)
-	// b has tried once (its last statement drew no token) and its client listens.
+	// b has tried once (its last statement was the attempt) and its client listens.
 	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
 		var listening, tried bool
 		err := s.Pool.QueryRow(ctx, `select
 			coalesce(bool_or(query ilike 'listen %'), false),
-			coalesce(bool_or(query ilike 'update % set token = nextval%' and state = 'idle'), false)
+			coalesce(bool_or(query ilike '%on conflict (name) do update%' and state = 'idle'), false)
 			from pg_stat_activity where application_name = $1`, app).Scan(&listening, &tried)
 		return err == nil && listening && tried
 	}, "the waiter to try once and listen")
@@ -258,8 +259,8 @@ func TestIntegrationCancelLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // committed below
-	if _, err := tx.Exec(ctx, `insert into txkit_locks (name, holder, data, token, expires_at)
-		values ('cancel', gen_random_uuid(), 'expired', nextval('txkit_lock_tokens'), now() - interval '1 hour')`); err != nil {
+	if _, err := tx.Exec(ctx, `update txkit_locks set holder = gen_random_uuid(), data = 'expired',
+		token = nextval('txkit_lock_tokens'), expires_at = now() - interval '1 hour' where name = 'cancel'`); err != nil {
 		t.Fatal(err)
 	}
 	bctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -312,8 +313,8 @@ func TestIntegrationCancelLeavesNothing(t *testing.T) {
 	}
 }
 
-// TestIntegrationTokensIncrease: tokens rise strictly across holders, across the row's deletion
-// at every release, and across a row taken over after expiry.
+// TestIntegrationTokensIncrease: tokens rise strictly across holders, across the row's release
+// (freed, kept) at every Unlock, and across a row taken over after expiry.
 // TestIntegrationCancelWithoutConnection: a Lock whose ctx ends while it waits for a pool
 // connection returns at once (it sent nothing, so it has nothing to clean up).
 func TestIntegrationCancelWithoutConnection(t *testing.T) {
@@ -359,12 +360,19 @@ func TestIntegrationTokensIncrease(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got := rows(t, s, "tokens"); len(got) != 0 {
-			t.Fatalf("row not deleted at release: %v", got)
+			t.Fatalf("row not freed at release: %v", got)
+		}
+		// The freed row stays: an insert's token, drawn before it can wait on another insert of
+		// the name, is then never used after an earlier holder's.
+		var free int
+		if err := s.Pool.QueryRow(ctx, `select count(*) from txkit_locks where name = 'tokens'
+			and holder = '00000000-0000-0000-0000-000000000000' and expires_at < now()`).Scan(&free); err != nil || free != 1 {
+			t.Fatalf("freed rows after release: %d (%v), want 1", free, err)
 		}
 	}
 	// A row left behind by a holder that vanished (expired), taken over: the token still rises.
-	if _, err := s.Pool.Exec(ctx, `insert into txkit_locks (name, holder, data, token, expires_at)
-		values ('tokens', gen_random_uuid(), 'ghost', nextval('txkit_lock_tokens'), now() - interval '1 second')`); err != nil {
+	if _, err := s.Pool.Exec(ctx, `update txkit_locks set holder = gen_random_uuid(), data = 'ghost',
+		token = nextval('txkit_lock_tokens'), expires_at = now() - interval '1 second' where name = 'tokens'`); err != nil {
 		t.Fatal(err)
 	}
 	var ghost int64

@@ -25,6 +25,10 @@ func BenchmarkUncontended(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(conn.Close)
+	// The test's root is readable and writable by the ensemble's digest user only.
+	if err := conn.AddAuth("digest", []byte(testenv.Lookup(b, testenv.EnvZKAuth))); err != nil {
+		b.Fatal(err)
+	}
 	zl := zk.NewLock(conn, root+"/zklock", zk.WorldACL(zk.PermAll))
 	ctx := context.Background()
 	txkit := func() {

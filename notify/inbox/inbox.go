@@ -52,7 +52,9 @@ type ApplyFunc func(ctx context.Context, tx pgx.Tx, d notify.Delivery) error
 // acknowledgement body ("success"). No answer carries an error's text.
 //
 // The store's keys expire with its retention (idempotency.WithRetention; run its Run): keep it
-// longer than the sender's schedule and than twice the window ([New] checks the latter). Inbox is
+// longer than the sender's schedule and than twice notify.DefaultWindow, how far a delivery's
+// timestamp may be from this receiver's clock ([New] checks the latter: a timestamp may lie up to
+// the window ahead, so a replay stays possible until receipt + 2 × window). Inbox is
 // safe for concurrent use.
 type Inbox struct {
 	pool     *pgxpool.Pool
@@ -75,16 +77,10 @@ const (
 type Option func(*options)
 
 type options struct {
-	window time.Duration
+	window time.Duration // notify.DefaultWindow; tests set it (export_test.go)
 	log    *slog.Logger
 	tp     trace.TracerProvider
 }
-
-// WithWindow sets how far a delivery's timestamp may be from this receiver's clock (default
-// notify.DefaultWindow). Twice it must be shorter than the store's retention (idempotency.WithRetention),
-// which remembers the nonces: a timestamp may lie up to the window ahead, so a replay stays
-// possible until receipt + 2 × window.
-func WithWindow(d time.Duration) Option { return func(o *options) { o.window = d } }
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = obs.Logger(l) } }
@@ -103,7 +99,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // another are refused) applying notifications with apply in pool's database, claiming with store
 // (whose table Migrate must have created), verifying with secrets (each at least 16 bytes; the
 // sender's current one and, during a key rotation, the other). Missing arguments, a short secret,
-// a window whose double is not below the store's retention or unusable options return an error
+// a store whose retention is not above twice the window or unusable options return an error
 // wrapping notify.ErrInvalidOption.
 func New(pool *pgxpool.Pool, store *idempotency.Store, receiver string, secrets []string, apply ApplyFunc, opts ...Option) (*Inbox, error) {
 	o := options{window: notify.DefaultWindow, log: slog.New(slog.DiscardHandler)}

@@ -171,27 +171,26 @@ func TestNewOptions(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "defaults"},
-		{name: "all set", opts: []Option{WithTable("s", "t"), WithRetention(1e9, "@every 5s"), WithPurgeBatch(10), WithMaxRequestBytes(10), WithLogger(nil)}},
+		{name: "all set", opts: []Option{WithTable("s", "t"), WithRetention(1e9, "@every 5s"), MaxRequestBytesForTest(10), WithLogger(nil)}},
 		{name: "zero retention", opts: []Option{WithRetention(0, "@every 1m")}, wantErr: true},
 		{name: "bad schedule", opts: []Option{WithRetention(DefaultRetention, "often")}, wantErr: true},
-		{name: "zero batch", opts: []Option{WithPurgeBatch(0)}, wantErr: true},
-		{name: "zero body", opts: []Option{WithMaxRequestBytes(0)}, wantErr: true},
-		{name: "two secrets", opts: []Option{WithSecrets("0123456789abcdef", "fedcba9876543210"), WithSignatureWindow(time.Minute)}},
+		{name: "zero body", opts: []Option{MaxRequestBytesForTest(0)}, wantErr: true},
+		{name: "two secrets", opts: []Option{WithSecrets("0123456789abcdef", "fedcba9876543210"), SignatureWindowForTest(time.Minute)}},
 		{name: "unsigned", opts: []Option{WithUnsignedRequests()}},
 		{name: "short secret", opts: []Option{WithSecrets("0123456789abcdef", "short")}, wantErr: true},
 		{name: "empty secret list", opts: []Option{WithSecrets()}, wantErr: true},
 		{name: "secrets and unsigned", opts: []Option{WithSecrets("0123456789abcdef"), WithUnsignedRequests()}, wantErr: true},
-		{name: "zero window", opts: []Option{WithSignatureWindow(0)}, wantErr: true},
+		{name: "zero window", opts: []Option{SignatureWindowForTest(0)}, wantErr: true},
 		{name: "window beyond retention", opts: []Option{WithSecrets("0123456789abcdef"), WithRetention(time.Minute, "@every 1m"),
-			WithSignatureWindow(time.Hour)}, wantErr: true},
+			SignatureWindowForTest(time.Hour)}, wantErr: true},
 		// A timestamp may lie up to the window ahead, so a replay stays possible until receipt +
 		// 2 × window: the nonces must outlive that.
 		{name: "twice the window equals the retention", opts: []Option{WithSecrets("0123456789abcdef"),
-			WithRetention(time.Minute, "@every 1m"), WithSignatureWindow(30 * time.Second)}, wantErr: true},
+			WithRetention(time.Minute, "@every 1m"), SignatureWindowForTest(30 * time.Second)}, wantErr: true},
 		{name: "twice the window just above the retention", opts: []Option{WithSecrets("0123456789abcdef"),
-			WithRetention(time.Minute, "@every 1m"), WithSignatureWindow(40 * time.Second)}, wantErr: true},
+			WithRetention(time.Minute, "@every 1m"), SignatureWindowForTest(40 * time.Second)}, wantErr: true},
 		{name: "twice the window below the retention", opts: []Option{WithSecrets("0123456789abcdef"),
-			WithRetention(time.Minute, "@every 1m"), WithSignatureWindow(29 * time.Second)}},
+			WithRetention(time.Minute, "@every 1m"), SignatureWindowForTest(29 * time.Second)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := New(&pgxpool.Pool{}, tc.opts...)

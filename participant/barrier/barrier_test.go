@@ -368,7 +368,7 @@ func TestIntegrationBarrierConcurrentTryAndCancelRace(t *testing.T) {
 }
 
 func TestIntegrationBarrierPurge(t *testing.T) {
-	f := newFixture(t, barrier.WithRetention(time.Microsecond, "@every 1m"), barrier.WithPurgeBatch(2))
+	f := newFixture(t, barrier.WithRetention(time.Microsecond, "@every 1m"))
 	keep, err := barrier.New(f.Pool, barrier.WithTable("", "kept_barrier"))
 	if err != nil {
 		t.Fatal(err)

@@ -21,13 +21,13 @@
 //
 // [Barrier.Handler] authenticates every request: the coordinator signs it with a shared secret
 // (participant.NewSigningClient) and the handler checks the signature against its secrets
-// ([WithSecrets]; two during a key rotation), refuses a timestamp more than [WithSignatureWindow]
+// ([WithSecrets]; two during a key rotation), refuses a timestamp more than [DefaultSignatureWindow]
 // from its clock, and claims the signature as a nonce in the op's own transaction, so a replay is
 // refused (401, [ErrUnauthorized]). A barrier given no secret refuses every request, unless built
 // with [WithUnsignedRequests] (behind mutual TLS: docs/security.md). In-process participants
 // ([Barrier.Participant]) are not signed.
 //
-// Each op runs under a span "participant <op>" ([WithTracerProvider]), and the barrier counts its
-// decisions in txkit_barrier_ops_total{op, result} ([WithRegisterer]); docs/tracing.md and
+// Each op runs under a span "participant <op>" and the barrier counts its decisions in
+// txkit_barrier_ops_total{op, result} ([WithTelemetry]); docs/tracing.md and
 // docs/metrics.md have the details.
 package barrier

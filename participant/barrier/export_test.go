@@ -1,5 +1,10 @@
 package barrier
 
-// WithPurgeBatch sets how many expired rows one purge statement deletes (default 1000), so that a
-// test sees a purge of several statements.
-func WithPurgeBatch(n int) Option { return func(o *options) { o.batch = n } }
+import "time"
+
+// SignatureWindowForTest sets how far a signed request's timestamp may be from the clock
+// (default [DefaultSignatureWindow]).
+func SignatureWindowForTest(d time.Duration) Option { return func(o *options) { o.window = d } }
+
+// MaxRequestBytesForTest sets the largest request body [Barrier.Handler] reads (default 1 MiB).
+func MaxRequestBytesForTest(n int64) Option { return func(o *options) { o.maxBody = n } }

@@ -50,14 +50,14 @@ func WithAllowedOps(ops ...participant.Op) HandlerOption {
 // It answers 200 {"ok":true} when fn succeeded or was skipped (a duplicate, an empty rollback);
 // 401 ([ErrUnauthorized]) for a signature missing, wrong, stale or replayed, and for every
 // request of a barrier without secrets unless built with [WithUnsignedRequests]; 400 for a
-// malformed body, an op not served here, an invalid gid or branch, or an error of fn wrapping
+// malformed body or one larger than 1 MiB, an op not served here, an invalid gid or branch, or an error of fn wrapping
 // [participant.ErrBadRequest] (405 for a method other than POST); 409 for an error of fn wrapping
 // [participant.ErrRefused] or a hanging try; 500 for any other error or a panic in fn (the
 // coordinator retries). A 400 or 409 carries the error's text, so do not wrap internal errors
 // with those sentinels; a 500 carries only a request id, which the logged error names (at Error;
 // at Info, and not an error on the span, when fn failed because the coordinator went away). Every
 // answer but 200 leaves nothing written and no connection checked out. fn runs under the
-// request's ctx, which carries the server span "participant <op>" ([WithTracerProvider]). The
+// request's ctx, which carries the server span "participant <op>" ([WithTelemetry]). The
 // handler is safe for concurrent use.
 func (b *Barrier) Handler(fn func(ctx context.Context, tx pgx.Tx, req participant.Request) error, opts ...HandlerOption) http.Handler {
 	var ho handlerOptions
@@ -139,7 +139,7 @@ func (b *Barrier) unauthorized(w http.ResponseWriter, r *http.Request, err error
 // for the coordinator to retry — a panic in fn among them: it is recovered, the transaction
 // rolled back, and the panic logged with its stack and returned as an error. Do runs under an
 // internal span "participant <op>", the child of ctx's span, which fn's ctx carries (see
-// [WithTracerProvider]). Do blocks until the transaction ends; ctx scopes the whole call,
+// [WithTelemetry]). Do blocks until the transaction ends; ctx scopes the whole call,
 // fn included. The Participant is safe for concurrent use.
 func (b *Barrier) Participant(fn func(ctx context.Context, tx pgx.Tx, req participant.Request) error) participant.Participant {
 	return participant.ParticipantFunc(func(ctx context.Context, req participant.Request) error {

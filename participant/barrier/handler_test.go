@@ -51,7 +51,7 @@ func newServer(t *testing.T, f *fixture) *httptest.Server {
 var post = barriertest.Post
 
 func TestIntegrationHandlerStatus(t *testing.T) {
-	f := newFixture(t, barrier.WithMaxRequestBytes(1024), barrier.WithSecrets(testSecret))
+	f := newFixture(t, barrier.MaxRequestBytesForTest(1024), barrier.WithSecrets(testSecret))
 	srv := newServer(t, f)
 	for _, tc := range []struct {
 		name     string

@@ -17,7 +17,7 @@ const (
 	resultHangingRefused = "hanging_refused" // a try after its cancel: refused with ErrHanging, not called
 )
 
-// metrics is a Barrier's Prometheus counter (see [WithRegisterer]).
+// metrics is a Barrier's Prometheus counter (see [WithTelemetry]).
 type metrics struct {
 	ops *prometheus.CounterVec
 }

@@ -17,8 +17,8 @@ import (
 // NewBarrier with ErrInvalidOption.
 func TestIntegrationBarrierMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	f := newFixture(t, barrier.WithRegisterer(reg))
-	g := newFixture(t, barrier.WithRegisterer(reg))
+	f := newFixture(t, barrier.WithTelemetry(reg, nil))
+	g := newFixture(t, barrier.WithTelemetry(reg, nil))
 	ctx := t.Context()
 	p, q := f.Bar.Participant(f.Record), g.Bar.Participant(g.Record)
 	for _, r := range []participant.Request{
@@ -52,7 +52,7 @@ txkit_barrier_ops_total{op="try",result="ran"} 2
 
 	clash := prometheus.NewRegistry()
 	clash.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "txkit_barrier_ops_total", Help: "not a counter"}))
-	if _, err := barrier.New(f.Pool, barrier.WithRegisterer(clash)); !errors.Is(err, barrier.ErrInvalidOption) {
+	if _, err := barrier.New(f.Pool, barrier.WithTelemetry(clash, nil)); !errors.Is(err, barrier.ErrInvalidOption) {
 		t.Fatalf("NewBarrier on a clashing registry = %v, want ErrInvalidOption", err)
 	}
 }

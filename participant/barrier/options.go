@@ -24,11 +24,10 @@ type options struct {
 	retain   time.Duration
 	log      *slog.Logger
 	schedule string
-	batch    int // rows one purge statement deletes; tests set it (export_test.go)
-	maxBody  int64
+	maxBody  int64 // the largest request body the handler reads; tests set it (export_test.go)
 	secrets  []string
 	unsigned bool
-	window   time.Duration
+	window   time.Duration // see DefaultSignatureWindow; tests set it (export_test.go)
 	reg      prometheus.Registerer
 	tp       trace.TracerProvider // nil: the global provider
 }
@@ -42,19 +41,20 @@ func defaultOptions() options {
 		retain:   DefaultRetention,
 		log:      slog.New(slog.DiscardHandler),
 		schedule: "@every 1m",
-		batch:    1000,
 		maxBody:  1 << 20,
 		window:   DefaultSignatureWindow,
 	}
 }
 
 // DefaultSignatureWindow is how far a signed request's timestamp may be from the participant's
-// clock by default: 5 minutes.
+// clock: 5 minutes. Signatures are remembered as nonces for the barrier's retention, which must be
+// longer than twice the window ([New] fails otherwise): a timestamp may lie up to the window ahead,
+// so a replay stays possible until receipt + 2 × window.
 const DefaultSignatureWindow = 5 * time.Minute
 
 // WithSecrets sets the HMAC-SHA256 keys [Barrier.Handler] verifies requests with: a request
 // whose signature (see [participant.NewSigningClient]) matches none of them, whose timestamp is outside
-// [WithSignatureWindow] or which was seen before (a replay) is answered 401 without running
+// [DefaultSignatureWindow] or which was seen before (a replay) is answered 401 without running
 // anything. Give two secrets during a key rotation — the new one and the old one — until every
 // coordinator signs with the new one. Each secret must be at least 16 bytes; [New] returns
 // an error wrapping [ErrInvalidOption] otherwise. Without WithSecrets (or [WithUnsignedRequests])
@@ -70,14 +70,6 @@ func WithSecrets(secrets ...string) Option {
 // loopback-only listener. Anyone who can reach a handler without signing can
 // try, confirm or cancel any branch. It cannot be combined with [WithSecrets].
 func WithUnsignedRequests() Option { return func(o *options) { o.unsigned = true } }
-
-// WithSignatureWindow sets how far a signed request's timestamp may be from this participant's
-// clock (default [DefaultSignatureWindow]). Signatures are remembered as nonces for the barrier's
-// retention, which must be longer than twice the window: a timestamp may lie up to the window
-// ahead, so a replay stays possible until receipt + 2 × window.
-func WithSignatureWindow(d time.Duration) Option {
-	return func(o *options) { o.window = d }
-}
 
 // WithTable sets the PostgreSQL schema of the barrier table (default: none, so the connection's
 // search_path decides; [Barrier.Migrate] creates it if it does not exist) and the table's name
@@ -109,18 +101,25 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithMaxRequestBytes sets the largest request body [Barrier.Handler] reads (default 1 MiB); a
-// larger body is answered 400.
-func WithMaxRequestBytes(n int64) Option { return func(o *options) { o.maxBody = n } }
-
-// WithRegisterer registers the barrier's Prometheus metric on reg (default: none; it is still
-// kept, and not exposed): txkit_barrier_ops_total{op,result}, the calls of [Barrier.Call] (and so
-// of its handlers and participants) by op and by result — ran, duplicate, empty_rollback,
-// hanging_refused (docs/metrics.md). Barriers given one registry share the series. A metric of the
-// same name registered with another type or labels makes [New] return an error wrapping
-// [ErrInvalidOption].
-func WithRegisterer(reg prometheus.Registerer) Option {
-	return func(o *options) { o.reg = reg }
+// WithTelemetry sets where the barrier's metrics and traces go. reg registers its Prometheus
+// metric (default: none; still counted), txkit_barrier_ops_total{op,result}: the calls of
+// [Barrier.Call] (and so of its handlers and participants) by op and by result — ran, duplicate,
+// empty_rollback, hanging_refused (docs/metrics.md); barriers given one registry share the series,
+// and a metric of that name registered with another type or labels makes [New] return an error
+// wrapping [ErrInvalidOption]. tp is the OpenTelemetry tracer provider (default: the global one):
+// each op runs under a span "participant <op>" with the attributes txkit.gid, txkit.branch and
+// txkit.op, in the ctx the op's function gets — a server span continuing the request's W3C trace
+// context for [Barrier.Handler], an internal span under the caller's for [Barrier.Participant]
+// (docs/tracing.md). A nil reg or tp keeps that part as it was.
+func WithTelemetry(reg prometheus.Registerer, tp trace.TracerProvider) Option {
+	return func(o *options) {
+		if reg != nil {
+			o.reg = reg
+		}
+		if tp != nil {
+			o.tp = tp
+		}
+	}
 }
 
 func (o options) validate() error {
@@ -149,6 +148,5 @@ func (o options) storeOptions() []idempotency.Option {
 		idempotency.WithTable(o.schema, o.table),
 		idempotency.WithRetention(o.retain, o.schedule),
 		idempotency.WithLogger(o.log),
-		idempotency.WithPurgeBatch(o.batch),
 	}
 }

@@ -16,16 +16,6 @@ import (
 // left package participant: dashboards keep matching it).
 const tracerName = "github.com/txkit/txkit/participant"
 
-// WithTracerProvider sets the OpenTelemetry tracer provider of the barrier (default: the
-// application's global provider). Each op it runs gets a span "participant <op>" with the
-// attributes txkit.gid, txkit.branch and txkit.op, in the ctx the op's function gets: a server
-// span continuing the W3C trace context of the request for [Barrier.Handler], an internal span
-// under the caller's for [Barrier.Participant] (docs/tracing.md). Log lines about an op are
-// written with the span's ctx.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) { o.tp = tp }
-}
-
 // traced runs do under the span "participant <op>" of req, of the given kind, the child of ctx's
 // span context, records do's error on it, and returns that error with the span's ctx, for the
 // log lines written about the op after the span ended. It is the one tracing path of

@@ -27,7 +27,7 @@ import (
 func TestIntegrationHandlerTracing(t *testing.T) {
 	exp, tp := coretest.Tracing(t)
 	var logs coretest.LogBuffer
-	f := newFixture(t, barrier.WithSecrets(testSecret), barrier.WithTracerProvider(tp),
+	f := newFixture(t, barrier.WithSecrets(testSecret), barrier.WithTelemetry(nil, tp),
 		barrier.WithLogger(logs.TraceLogger()))
 	var (
 		mu   sync.Mutex
@@ -99,7 +99,7 @@ func TestIntegrationHandlerTracing(t *testing.T) {
 func TestIntegrationParticipantTracing(t *testing.T) {
 	exp, tp := coretest.Tracing(t)
 	var logs coretest.LogBuffer
-	f := newFixture(t, barrier.WithTracerProvider(tp), barrier.WithLogger(logs.TraceLogger()))
+	f := newFixture(t, barrier.WithTelemetry(nil, tp), barrier.WithLogger(logs.TraceLogger()))
 	var inFn trace.SpanContext // Do calls fn in the caller's goroutine
 	p := f.Bar.Participant(func(ctx context.Context, tx pgx.Tx, r participant.Request) error {
 		inFn = trace.SpanContextFromContext(ctx)
@@ -173,7 +173,7 @@ func findSpan(t *testing.T, exp *tracetest.InMemoryExporter, name string) tracet
 func TestIntegrationCallerGoneIsNotAnError(t *testing.T) {
 	exp, tp := coretest.Tracing(t)
 	var logs coretest.LogBuffer
-	f := newFixture(t, barrier.WithSecrets(testSecret), barrier.WithTracerProvider(tp), barrier.WithLogger(logs.TraceLogger()))
+	f := newFixture(t, barrier.WithSecrets(testSecret), barrier.WithTelemetry(nil, tp), barrier.WithLogger(logs.TraceLogger()))
 	started := make(chan struct{}, 2)
 	fn := func(ctx context.Context, tx pgx.Tx, r participant.Request) error {
 		started <- struct{}{}

@@ -15,8 +15,8 @@
 //	}
 //
 // For every guarded call the interceptor verifies the signature in the call's metadata (the
-// barrier's secrets, window and opt-out: barrier.WithSecrets, WithSignatureWindow,
-// WithUnsignedRequests), reads the gid, branch and op, and runs the method through the barrier in
+// barrier's secrets and opt-out, barrier.WithSecrets and WithUnsignedRequests, and the
+// timestamp window barrier.DefaultSignatureWindow), reads the gid, branch and op, and runs the method through the barrier in
 // a transaction of its own, in which it first claims the signature as a nonce (a replay is
 // refused): each op of a branch runs at most once, an empty rollback is answered OK without
 // calling the method, a hanging try is refused (Aborted) without calling it. The method finds the

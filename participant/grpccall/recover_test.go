@@ -61,7 +61,7 @@ var killAt = map[string]participant.Op{
 // participant's server spans among them, are in the starter's trace.
 func TestIntegrationGRPCRecoverAfterStarterKill(t *testing.T) {
 	exp, tp := coretest.Tracing(t)
-	p := newParty(t, barrier.WithTracerProvider(tp)) // the participant's spans too, in this process
+	p := newParty(t, barrier.WithTelemetry(nil, tp)) // the participant's spans too, in this process
 	logs := testenv.PG(t)
 	root := testenv.ZKRoot(t)
 	opts := func(kind string) []coordinator.Option {

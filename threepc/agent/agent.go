@@ -79,7 +79,7 @@ type Agent struct {
 type Stats struct {
 	Committed int64 // branches committed alone after their timeout
 	Aborted   int64 // branches aborted alone after their timeout (the decision log said abort)
-	Fallbacks int64 // timeouts committed by the textbook rule after the log's outage passed WithLogFallback
+	Fallbacks int64 // timeouts committed by the textbook rule after the log's outage passed WithTermination's fallback
 	Heuristic int64 // coordinator ops refused with ErrHeuristic (each retry counts)
 }
 
@@ -89,7 +89,7 @@ type PassResult struct {
 	Committed int   // of them, committed
 	Aborted   int   // of them, aborted
 	Settled   int   // of them, ended by the coordinator while the agent was deciding
-	Fallbacks int   // of the committed, by the textbook rule after the log's outage passed WithLogFallback
+	Fallbacks int   // of the committed, by the textbook rule after the log's outage passed WithTermination's fallback
 	Waiting   int   // of them, left pre-committed because the decision log could not be reached
 	Purged    int64 // rows of ended branches older than the barrier's retention, deleted
 }
@@ -97,9 +97,9 @@ type PassResult struct {
 // New returns an Agent serving fn through bar and asking dec (a *threepc.Coordinator; nil only
 // with [TerminationTextbook]) about timed-out branches, configured by opts. It does not touch the
 // database: call [Agent.Migrate]. It registers its metrics on the barrier's registerer
-// (barrier.WithRegisterer; see [Agent.Pass]). It returns an error wrapping [ErrInvalidOption]
+// (barrier.WithTelemetry; see [Agent.Pass]). It returns an error wrapping [ErrInvalidOption]
 // when bar or fn is nil, dec is nil in consult-log mode (the default), an option is unusable
-// ([WithLogFallback] below [MinLogFallback]) or a metric clashes.
+// ([WithTermination]'s fallback below [MinLogFallback]) or a metric clashes.
 func New(bar *barrier.Barrier, dec Decider, fn func(ctx context.Context, tx pgx.Tx, req participant.Request) error, opts ...Option) (*Agent, error) {
 	if bar == nil {
 		return nil, fmt.Errorf("agent: nil barrier: %w", ErrInvalidOption)
@@ -203,8 +203,8 @@ func (a *Agent) Stats() Stats {
 	return Stats{Committed: a.committed.Load(), Aborted: a.aborted.Load(), Fallbacks: a.fallbacks.Load(), Heuristic: a.heuristic.Load()}
 }
 
-// Run ends timed-out branches, one [Agent.Pass] every [WithPoll] (skipping a pass while the
-// previous one still runs), until ctx ends. It blocks; when ctx ends it cancels the pass in flight
+// Run ends timed-out branches, one [Agent.Pass] every poll interval ([WithTimeout]; skipping a
+// pass while the previous one still runs), until ctx ends. It blocks; when ctx ends it cancels the pass in flight
 // (ctx scopes the work too), waits for it and returns nil. Every replica of a participant service
 // may run it on the same table: no leadership is needed.
 func (a *Agent) Run(ctx context.Context) error {
@@ -230,7 +230,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // In consult-log mode a question the log does not answer within 15 seconds, or answers with an
 // error, finds it unreachable: the pass asks no more and lets the claimed branches go, counted in
 // [PassResult.Waiting] (not an error), and txkit_3pc_agent_log_wait_seconds{table} says how long
-// they have waited; once that outage has lasted [WithLogFallback] they are committed by the
+// they have waited; once that outage has lasted [WithTermination]'s fallback they are committed by the
 // textbook rule, counted in [PassResult.Fallbacks] and txkit_3pc_agent_fallbacks_total{table}.
 //
 // Pass blocks until done or ctx ends; ctx scopes the work. It is safe for concurrent use, also by

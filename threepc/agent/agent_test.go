@@ -66,7 +66,7 @@ func newAgent(t *testing.T, f *fixture, dec agent.Decider, opts ...agent.Option)
 
 // textbook is the option of an agent that commits alone, with timeout d.
 func textbook(d time.Duration) []agent.Option {
-	return []agent.Option{agent.WithTermination(agent.TerminationTextbook), agent.WithTimeout(d)}
+	return []agent.Option{agent.WithTermination(agent.TerminationTextbook, 0), agent.WithTimeout(d, 0)}
 }
 
 // agentRow is a branch's row in the agent's table ("", "" when there is none).
@@ -208,7 +208,7 @@ func TestIntegrationAgentConsultLog(t *testing.T) {
 		}
 		return 0, errors.New("decision log: connection refused")
 	})
-	a := newAgent(t, f, decider, agent.WithTimeout(dueAtOnce)) // consult-log: the default
+	a := newAgent(t, f, decider, agent.WithTimeout(dueAtOnce, 0)) // consult-log: the default
 	p := a.Participant()
 	for _, gid := range []string{"g-commit", "g-abort", "g-unreachable"} {
 		mustDo(t, p, gid, "b", preCommit)
@@ -261,7 +261,7 @@ func TestIntegrationAgentCoordinatorEndsBranchWhileDeciding(t *testing.T) {
 		}
 		return threepc.OutcomeCommit, nil
 	})
-	a := newAgent(t, f, decider, agent.WithTimeout(dueAtOnce))
+	a := newAgent(t, f, decider, agent.WithTimeout(dueAtOnce, 0))
 	p = a.Participant()
 	mustDo(t, p, "g-same", "b", preCommit)
 	mustDo(t, p, "g-other", "b", preCommit)
@@ -286,7 +286,7 @@ func TestIntegrationAgentsShareTheTable(t *testing.T) {
 		decisions.Add(1)
 		return threepc.OutcomeCommit, nil
 	})
-	opts := []agent.Option{agent.WithTimeout(dueAtOnce), agent.WithBatch(7)}
+	opts := []agent.Option{agent.WithTimeout(dueAtOnce, 0), agent.WithBatch(7)}
 	agents := []*agent.Agent{newAgent(t, f, decider, opts...), newAgent(t, f, decider, opts...)}
 	const n = 60
 	for i := range n {
@@ -318,7 +318,7 @@ func TestIntegrationAgentsShareTheTable(t *testing.T) {
 
 func TestIntegrationAgentRunEndsTimedOutBranches(t *testing.T) {
 	f := newFixture(t)
-	a := newAgent(t, f, nil, append(textbook(50*time.Millisecond), agent.WithPoll(10*time.Millisecond))...)
+	a := newAgent(t, f, nil, agent.WithTermination(agent.TerminationTextbook, 0), agent.WithTimeout(50*time.Millisecond, 10*time.Millisecond))
 	testenv.Run(t, a.Run)
 	mustDo(t, a.Participant(), "g1", "b", preCommit)
 	testenv.Eventually(t, testTimeout, 10*time.Millisecond, func() bool {
@@ -425,23 +425,23 @@ func TestNewAgentOptions(t *testing.T) {
 	}{
 		{name: "consult-log", bar: bar, dec: decider},
 		{name: "textbook", bar: bar, opts: textbook(time.Second)},
-		{name: "all set", bar: bar, dec: decider, opts: []agent.Option{agent.WithTimeout(time.Minute),
-			agent.WithPoll(time.Second), agent.WithBatch(5), agent.TableForTest("agent"), agent.WithLogger(nil)}},
+		{name: "all set", bar: bar, dec: decider, opts: []agent.Option{agent.WithTimeout(time.Minute, time.Second),
+			agent.WithBatch(5), agent.TableForTest("agent"), agent.WithLogger(nil)}},
 		{name: "nil barrier", wantErr: "nil barrier"},
 		{name: "nil function", bar: bar, noFn: true, opts: textbook(time.Second), wantErr: "nil function"},
 		{name: "consult-log without decider", bar: bar, wantErr: "needs a decision log (a Decider)"},
 		{name: "nil decider func", bar: bar, dec: agent.DeciderFunc(nil), wantErr: "needs a decision log (a Decider)"},
-		{name: "unknown mode", bar: bar, dec: decider, opts: []agent.Option{agent.WithTermination(9)}, wantErr: "unknown termination mode"},
-		{name: "log fallback at the minimum", bar: bar, dec: decider, opts: []agent.Option{agent.WithLogFallback(agent.MinLogFallback)}},
-		{name: "log fallback below the minimum", bar: bar, dec: decider, opts: []agent.Option{agent.WithLogFallback(agent.MinLogFallback - time.Second)},
+		{name: "unknown mode", bar: bar, dec: decider, opts: []agent.Option{agent.WithTermination(9, 0)}, wantErr: "unknown termination mode"},
+		{name: "log fallback at the minimum", bar: bar, dec: decider, opts: []agent.Option{agent.WithTermination(agent.TerminationConsultLog, agent.MinLogFallback)}},
+		{name: "log fallback below the minimum", bar: bar, dec: decider, opts: []agent.Option{agent.WithTermination(agent.TerminationConsultLog, agent.MinLogFallback-time.Second)},
 			wantErr: "log fallback after 4m59s: below the minimum outage of 5m0s"},
-		{name: "log fallback of 15s", bar: bar, dec: decider, opts: []agent.Option{agent.WithLogFallback(15 * time.Second)},
+		{name: "log fallback of 15s", bar: bar, dec: decider, opts: []agent.Option{agent.WithTermination(agent.TerminationConsultLog, 15*time.Second)},
 			wantErr: "below the minimum outage"},
-		{name: "log fallback in textbook mode", bar: bar, opts: append(textbook(time.Second), agent.WithLogFallback(time.Hour)),
-			wantErr: "WithLogFallback applies to termination mode consult-log only"},
+		{name: "log fallback in textbook mode", bar: bar, opts: []agent.Option{agent.WithTermination(agent.TerminationTextbook, time.Hour), agent.WithTimeout(time.Second, 0)},
+			wantErr: "a log fallback applies to termination mode consult-log only"},
 		{name: "zero timeout", bar: bar, opts: textbook(0), wantErr: "timeout 0s"},
 		{name: "negative timeout", bar: bar, opts: textbook(-time.Second), wantErr: "timeout -1s"},
-		{name: "zero poll", bar: bar, opts: append(textbook(time.Second), agent.WithPoll(0)), wantErr: "poll interval"},
+		{name: "negative poll", bar: bar, opts: []agent.Option{agent.WithTermination(agent.TerminationTextbook, 0), agent.WithTimeout(time.Second, -time.Second)}, wantErr: "poll interval"},
 		{name: "zero batch", bar: bar, opts: append(textbook(time.Second), agent.WithBatch(0)), wantErr: "batch 0"},
 		{name: "empty table", bar: bar, opts: append(textbook(time.Second), agent.TableForTest("")), wantErr: "agent table"},
 		{name: "long table", bar: bar, opts: append(textbook(time.Second), agent.TableForTest(strings.Repeat("t", 60))),
@@ -515,13 +515,13 @@ func TestIntegrationAgentInBarrierSchema(t *testing.T) {
 	}
 }
 
-// The explicit fallback: an agent built with WithLogFallback commits a branch by the textbook rule
+// The explicit fallback: an agent built with a WithTermination fallback commits a branch by the textbook rule
 // once the decision log has been unreachable that long — not before. Meanwhile the wait is the
 // gauge txkit_3pc_agent_log_wait_seconds, and the fallback is counted in Stats and in
 // txkit_3pc_agent_fallbacks_total. (The agent's clock is the test's: MinLogFallback passes at once.)
 func TestIntegrationAgentLogFallback(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	f := newFixture(t, barrier.WithRegisterer(reg))
+	f := newFixture(t, barrier.WithTelemetry(reg, nil))
 	var mu sync.Mutex
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
@@ -529,8 +529,8 @@ func TestIntegrationAgentLogFallback(t *testing.T) {
 	down := agent.DeciderFunc(func(context.Context, string) (threepc.Outcome, error) {
 		return 0, errors.New("decision log: connection refused")
 	})
-	a := newAgent(t, f, down, agent.WithTimeout(dueAtOnce),
-		agent.WithLogFallback(agent.MinLogFallback), agent.WithClock(clock))
+	a := newAgent(t, f, down, agent.WithTimeout(dueAtOnce, 0),
+		agent.WithTermination(agent.TerminationConsultLog, agent.MinLogFallback), agent.WithClock(clock))
 	mustDo(t, a.Participant(), "g1", "b", preCommit)
 	// gaugeOf is the value of the agent's series of name, which must be exported.
 	gaugeOf := func(t *testing.T, reg *prometheus.Registry, name string) float64 {

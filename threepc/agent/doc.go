@@ -14,15 +14,15 @@
 // through a [Decider] (a *threepc.Coordinator) and follows it, and while the log cannot be
 // reached it commits nothing: the branch waits, asked about again at every pass, and the gauges
 // txkit_3pc_agent_log_wait_seconds and txkit_3pc_pgagent_log_wait_seconds say for how long.
-// [WithLogFallback] lets it commit by the textbook rule after an outage of at least
+// [WithTermination]'s fallback lets it commit by the textbook rule after an outage of at least
 // [MinLogFallback]. docs/coordinators.md has the protocol and its trade-offs.
 //
 //	bar, _ := barrier.New(pool, barrier.WithSecrets(secret))
-//	a, _ := agent.New(bar, coord, pay, agent.WithTimeout(20*time.Second)) // the coordinator's participant timeout
+//	a, _ := agent.New(bar, coord, pay, agent.WithTimeout(20*time.Second, 0)) // the coordinator's participant timeout
 //	_ = a.Migrate(ctx)
 //	go a.Run(ctx) // ends timed-out branches; every replica may run it
 //	mux.Handle("POST /pay/3pc", a.Handler())
 //
-//	pg, _ := agent.NewPG(coord, "east", eastPool, agent.WithTimeout(20*time.Second))
+//	pg, _ := agent.NewPG(coord, "east", eastPool, agent.WithTimeout(20*time.Second, 0))
 //	go pg.Run(ctx)
 package agent

@@ -77,7 +77,7 @@ func ExampleAgent() {
 		return threepc.OutcomeAbort, nil
 	})
 	a, err := agent.New(bar, decisionLog, pay, // consult-log, the default termination mode
-		agent.WithTimeout(time.Microsecond)) // 10 s by default; here every branch times out at once
+		agent.WithTimeout(time.Microsecond, 0)) // 10 s by default; here every branch times out at once
 	if err != nil {
 		panic(err)
 	}

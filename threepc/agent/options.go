@@ -16,7 +16,7 @@ type Option func(*options)
 type options struct {
 	timeout  time.Duration
 	mode     Termination
-	fallback time.Duration // WithLogFallback; 0: never commit without the log
+	fallback time.Duration // WithTermination's; 0: never commit without the log
 	poll     time.Duration
 	log      *slog.Logger
 	table    string           // an Agent's
@@ -34,7 +34,7 @@ const (
 	defaultBatch     = 100
 )
 
-// MinLogFallback is the shortest outage of the decision log after which [WithLogFallback] may let
+// MinLogFallback is the shortest outage of the decision log after which [WithTermination] may let
 // an agent commit without it: longer than a PostgreSQL failover, so that one never makes an agent
 // decide alone.
 const MinLogFallback = 5 * time.Minute
@@ -46,25 +46,29 @@ func defaultOptions(timeout time.Duration) options {
 
 // WithTimeout sets how long a pre-committed branch waits for the coordinator's DoCommit or abort
 // before the agent ends it alone (default [DefaultTimeout] for an Agent, [DefaultPGTimeout] for a
-// PG), measured on the database's clock from the end of the PreCommit's work. Give it the value
-// of the participant timeout of the coordinator's threepc.WithTimeouts.
-func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
-
-// WithTermination sets how a timed-out branch ends (default [TerminationConsultLog]).
-func WithTermination(m Termination) Option { return func(o *options) { o.mode = m } }
-
-// WithLogFallback lets a [TerminationConsultLog] agent commit a timed-out branch by the textbook
-// rule once the decision log has been unreachable for after (at least [MinLogFallback]; default:
-// never, the branch waits for the log). Such a commit may contradict the coordinator's abort: it
-// trades the protocol's anomaly for not holding a branch through a long outage of the log. A
-// shorter after, or the option with [TerminationTextbook], is an error wrapping
-// [ErrInvalidOption].
-func WithLogFallback(after time.Duration) Option {
-	return func(o *options) { o.fallback = after }
+// PG), measured on the database's clock from the end of the PreCommit's work, and how often Run
+// looks for timed-out branches (default [DefaultPoll]; 0 keeps it), so a branch ends between
+// timeout and timeout + poll. Give timeout the value of the participant timeout of the
+// coordinator's threepc.WithTimeouts.
+func WithTimeout(timeout, poll time.Duration) Option {
+	return func(o *options) {
+		o.timeout = timeout
+		if poll != 0 {
+			o.poll = poll
+		}
+	}
 }
 
-// WithPoll sets how often Run looks for timed-out branches (default [DefaultPoll]).
-func WithPoll(d time.Duration) Option { return func(o *options) { o.poll = d } }
+// WithTermination sets how a timed-out branch ends (default [TerminationConsultLog], no
+// fallback). A fallback other than 0 lets a [TerminationConsultLog] agent commit a timed-out
+// branch by the textbook rule once the decision log has been unreachable for fallback (at least
+// [MinLogFallback]; 0: never, the branch waits for the log). Such a commit may contradict the
+// coordinator's abort: it trades the protocol's anomaly for not holding a branch through a long
+// outage of the log. A shorter fallback, or one with [TerminationTextbook], is an error wrapping
+// [ErrInvalidOption].
+func WithTermination(m Termination, fallback time.Duration) Option {
+	return func(o *options) { o.mode, o.fallback = m, fallback }
+}
 
 // WithLogger sets the logger (default: discard). An agent logs what it decides alone (info), a
 // decision log it could not reach (warning) and heuristic conflicts (error), with the keys gid and
@@ -90,7 +94,7 @@ func (o *options) validate(hasDecider bool) error {
 	switch o.mode {
 	case TerminationTextbook:
 		if o.fallback != 0 {
-			return fmt.Errorf("agent: WithLogFallback applies to termination mode %s only, not %s: %w", TerminationConsultLog, o.mode, ErrInvalidOption)
+			return fmt.Errorf("agent: a log fallback applies to termination mode %s only, not %s: %w", TerminationConsultLog, o.mode, ErrInvalidOption)
 		}
 	case TerminationConsultLog:
 		if o.fallback != 0 && o.fallback < MinLogFallback {

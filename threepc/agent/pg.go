@@ -82,7 +82,7 @@ type PGPassResult struct {
 	Found      int // the coordinator's prepared transactions older than the timeout
 	Committed  int // committed (textbook, or the log's decision)
 	RolledBack int // rolled back (the log's decision)
-	Fallbacks  int // of those committed, by the textbook rule after the log's outage passed WithLogFallback
+	Fallbacks  int // of those committed, by the textbook rule after the log's outage passed WithTermination's fallback
 	Waiting    int // left prepared because the decision log could not be reached
 }
 
@@ -102,7 +102,7 @@ func (a *PG) Stats() PGStats {
 // tries them again). In consult-log mode a question the log does not answer within 15 seconds, or
 // answers with an error, finds it unreachable: the pass asks no more and leaves the remaining
 // transactions prepared, counted in [PGPassResult.Waiting] (not an error), until the log answers or
-// its outage has lasted [WithLogFallback].
+// its outage has lasted [WithTermination]'s fallback.
 func (a *PG) Pass(ctx context.Context) (PGPassResult, error) {
 	var res PGPassResult
 	found, err := prepared.Scan(ctx, a.pool, a.ns, a.o.timeout)
@@ -164,7 +164,7 @@ func (a *PG) Pass(ctx context.Context) (PGPassResult, error) {
 	return res, errors.Join(errs...)
 }
 
-// Run calls Pass every poll interval ([WithPoll]) until ctx ends, logging failures. It needs
+// Run calls Pass every poll interval ([WithTimeout]) until ctx ends, logging failures. It needs
 // no leadership: every replica may run it. It blocks; when ctx ends it waits for a pass in flight
 // and returns nil.
 func (a *PG) Run(ctx context.Context) error {

@@ -77,8 +77,8 @@ func stuckAfterPreCommit(t *testing.T, w *preparedtest.Bank, gid string) {
 		"the branches did not pre-commit")
 }
 
-// A consult-log PG built with WithLogFallback falls back to the textbook rule once the log has
-// been unreachable that long (the agent's clock is the test's, so MinLogFallback passes at once),
+// A consult-log PG built with a WithTermination fallback falls back to the textbook rule once the
+// log has been unreachable that long (the agent's clock is the test's, so MinLogFallback passes at once),
 // not before; the fallback is counted in Stats and in txkit_3pc_pgagent_fallbacks_total. A
 // shorter fallback is refused when the agent is built.
 func TestIntegrationAgentFallsBackWhenLogUnreachable(t *testing.T) {
@@ -103,12 +103,12 @@ func TestIntegrationAgentFallsBackWhenLogUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, opts := range map[string][]agent.Option{
-		"below the minimum outage": {agent.WithLogFallback(agent.MinLogFallback - time.Second)},
-		"the old 15 s":             {agent.WithLogFallback(15 * time.Second)},
-		"textbook":                 {agent.WithTermination(agent.TerminationTextbook), agent.WithLogFallback(time.Hour)},
+		"below the minimum outage": {agent.WithTermination(agent.TerminationConsultLog, agent.MinLogFallback-time.Second)},
+		"the old 15 s":             {agent.WithTermination(agent.TerminationConsultLog, 15*time.Second)},
+		"textbook":                 {agent.WithTermination(agent.TerminationTextbook, time.Hour)},
 	} {
 		if _, err := agent.NewPG(dead, "east", w.East.Pool, opts...); !errors.Is(err, agent.ErrInvalidOption) ||
-			!strings.Contains(err.Error(), "WithLogFallback applies to") && !strings.Contains(err.Error(), "below the minimum outage of 5m0s") {
+			!strings.Contains(err.Error(), "a log fallback applies to") && !strings.Contains(err.Error(), "below the minimum outage of 5m0s") {
 			t.Errorf("NewPG with a log fallback %s = %v, want ErrInvalidOption saying why", name, err)
 		}
 	}
@@ -116,8 +116,8 @@ func TestIntegrationAgentFallsBackWhenLogUnreachable(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
-	a, err := agent.NewPG(dead, "east", w.East.Pool, agent.WithTimeout(participantTimeout),
-		agent.WithLogFallback(agent.MinLogFallback), agent.WithClock(clock))
+	a, err := agent.NewPG(dead, "east", w.East.Pool, agent.WithTimeout(participantTimeout, 0),
+		agent.WithTermination(agent.TerminationConsultLog, agent.MinLogFallback), agent.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestIntegrationAgentFallsBackWhenLogUnreachable(t *testing.T) {
 	}
 	// West's agent, with the log back, ends its half by the log (undecided → aborted): the two
 	// halves disagree, which is what a fallback risks when the log is unreachable.
-	west, err := agent.NewPG(c, "west", w.West.Pool, agent.WithTimeout(participantTimeout))
+	west, err := agent.NewPG(c, "west", w.West.Pool, agent.WithTimeout(participantTimeout, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ const (
 	TerminationTextbook Termination = iota + 1
 	// TerminationConsultLog asks the coordinator's decision log through a [Decider] and follows
 	// it. While the log cannot be reached the branch waits, pre-committed, and is asked about
-	// again; it is never committed without the log, unless [WithLogFallback] allows it after a
+	// again; it is never committed without the log, unless [WithTermination]'s fallback allows it after a
 	// long outage.
 	TerminationConsultLog
 )
@@ -49,7 +49,7 @@ func ParseTermination(s string) (Termination, error) {
 // undecided, the abort the Decider has just recorded there (a conditional write, so that exactly
 // one of it and the coordinator's own decision stands). A transaction absent from the log is
 // [threepc.OutcomeAbort] (presumed abort). An error means the log could not be reached or read;
-// the agent then leaves the branch waiting and asks again later (see [WithLogFallback]). Decide
+// the agent then leaves the branch waiting and asks again later (see [WithTermination]'s fallback). Decide
 // blocks until the log answers or ctx ends. A *threepc.Coordinator is one; implementations must
 // be safe for concurrent use.
 type Decider interface {

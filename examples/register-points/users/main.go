@@ -38,6 +38,7 @@ import (
 type config struct {
 	listen, pg, db, schema, zk, namesrv, topic, mode, id, election, lockKind string
 	partitions                                                               int
+	sessionTimeout                                                           time.Duration
 }
 
 func main() {
@@ -52,7 +53,8 @@ func main() {
 	flag.StringVar(&c.mode, "mode", "outbox", "outbox or txmsg")
 	flag.StringVar(&c.id, "id", "users-"+uuid.NewString()[:8], "instance id (the relay's election id)")
 	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the relay election (default /txkit-demo/<schema>/relay; with another -lock, its name)")
-	flag.StringVar(&c.lockKind, "lock", "zk", "lock backend of the relay's elections: zk (the -zk ensemble), pg (PostgreSQL lease rows in the database of TXKIT_PG_URL), redis (TXKIT_REDIS) or redlock (TXKIT_REDLOCK)")
+	flag.StringVar(&c.lockKind, "lock", "zk", "lock backend of the relay's elections: zk (the -zk ensemble), pg (PostgreSQL lease rows in the database of TXKIT_PG_URL), redis (TXKIT_REDIS), redlock (TXKIT_REDLOCK) or redis-sentinel (TXKIT_REDIS_SENTINELS)")
+	flag.DurationVar(&c.sessionTimeout, "session-timeout", 4*time.Second, "ZooKeeper session timeout, or the lease TTL of the other -lock backends (how long a dead relay leader keeps its leadership)")
 	flag.IntVar(&c.partitions, "partitions", 0, "split the outbox into this many partitions, each with its own election <election>/p<i>, shared among the instances (0: one election, one relaying instance)")
 	flag.Parse()
 	log := app.Logger("users").With("id", c.id)
@@ -115,7 +117,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 			if err != nil {
 				return err
 			}
-			sess, err := zklock.NewSession(ctx, strings.Split(c.zk, ","), zklock.WithSessionTimeout(4*time.Second), zklock.WithLogger(log), auth)
+			sess, err := zklock.NewSession(ctx, strings.Split(c.zk, ","), zklock.WithSessionTimeout(c.sessionTimeout), zklock.WithLogger(log), auth)
 			if err != nil {
 				return err
 			}
@@ -128,7 +130,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 				count = outbox.ContenderCount(sess.Inspector(), paths...)
 			}
 		} else {
-			locks, err := exapp.OpenLocks(ctx, c.lockKind, log, exapp.WithLockTTL(4*time.Second), exapp.WithLocksRegisterer(reg))
+			locks, err := exapp.OpenLocks(ctx, c.lockKind, log, exapp.WithLockTTL(c.sessionTimeout), exapp.WithLocksRegisterer(reg))
 			if err != nil {
 				return err
 			}

@@ -108,7 +108,7 @@ func RunParticipant(ctx context.Context, c ParticipantConfig) error {
 	mux := http.NewServeMux()
 	reg := exapp.Metrics(mux)
 	bar, err := barrier.New(c.Pool, barrier.WithLogger(c.Log), barrier.WithSecrets(c.Secret),
-		barrier.WithRegisterer(reg))
+		barrier.WithTelemetry(reg, nil))
 	if err != nil {
 		return err
 	}

@@ -68,7 +68,7 @@ func main() {
 	flag.StringVar(&c.db, "db", "txkit_order", "database of the order service and its coordinators' logs (created if missing)")
 	flag.StringVar(&c.schema, "schema", "tcc_order", "schema of this run")
 	flag.StringVar(&c.zk, "zk", exapp.Env("TXKIT_ZK", app.DefaultZK), "ZooKeeper servers")
-	flag.StringVar(&c.lockKind, "lock", "zk", "lock backend of the recovery elections: zk (the -zk ensemble), pg (PostgreSQL lease rows in the database of TXKIT_PG_URL), redis (TXKIT_REDIS) or redlock (TXKIT_REDLOCK)")
+	flag.StringVar(&c.lockKind, "lock", "zk", "lock backend of the recovery elections: zk (the -zk ensemble), pg (PostgreSQL lease rows in the database of TXKIT_PG_URL), redis (TXKIT_REDIS), redlock (TXKIT_REDLOCK) or redis-sentinel (TXKIT_REDIS_SENTINELS)")
 	flag.StringVar(&c.id, "id", "order-"+uuid.NewString()[:8], "instance id (its id in the recovery elections)")
 	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the recovery elections, one per mode below it (default /txkit-demo/<schema>; with another -lock, the name txkit-demo/<schema>)")
 	flag.Var(&c.mode, "mode", "how orders are placed when the request does not say: tcc or saga")
@@ -186,7 +186,7 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 		return err
 	}
 	defer closeElectors()
-	bar, err := barrier.New(pool, barrier.WithLogger(log), barrier.WithRegisterer(reg))
+	bar, err := barrier.New(pool, barrier.WithLogger(log), barrier.WithTelemetry(reg, nil))
 	if err != nil {
 		return err
 	}
@@ -285,7 +285,7 @@ func newCoordinator[C interface{ Migrate(context.Context) error }, O any](ctx co
 // endpoint returns the participant at base's endpoint of mode m (the stock and account services
 // serve /tcc and /saga).
 func (s *service) endpoint(base string, m app.Mode) participant.HTTP {
-	return participant.HTTP{URL: strings.TrimSuffix(base, "/") + "/" + m.String(), Client: s.client}
+	return participant.HTTP{URL: strings.TrimSuffix(base, "/") + "/" + m.String()} // called with the coordinator's client
 }
 
 // participants returns stock and account as participants of coord's branches in mode m: their

@@ -7,7 +7,7 @@
 // asks the coordinators' decision log (the threepc log in txkit_east's schema, on a pool of its
 // own) and follows it, writing the abort itself when the transaction is still undecided; while
 // the log cannot be reached it leaves the transaction prepared and asks again at the next poll
-// (it never commits without the log: the example sets no agent.WithLogFallback).
+// (it never commits without the log: the example gives agent.WithTermination no fallback).
 //
 // Run one per database, with -timeout equal to the banks' -participant-timeout:
 //
@@ -95,8 +95,8 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err := coord.Migrate(ctx); err != nil {
 		return err
 	}
-	pg, err := agent.NewPG(coord, c.db, pool, agent.WithTimeout(c.timeout), agent.WithTermination(mode),
-		agent.WithPoll(c.poll), agent.WithLogger(log))
+	pg, err := agent.NewPG(coord, c.db, pool, agent.WithTimeout(c.timeout, c.poll), agent.WithTermination(mode, 0),
+		agent.WithLogger(log))
 	if err != nil {
 		return err
 	}

@@ -25,8 +25,8 @@ import (
 // BenchParticipants starts n HTTP participants named p0, p1, … for a coordinator benchmark: each
 // an httptest server (closed when b ends) whose one handler is the Handler of one barrier over
 // pg (with opts), verifying signatures with secret, accepting only ops, and running fn(ctx, tx,
-// name, req) in the barrier's transaction. It returns them, each using the signing client it also
-// returns for the coordinator's own calls (coordinator.WithHTTPClient).
+// name, req) in the barrier's transaction. It returns them, and the signing client to give the
+// coordinator (coordinator.WithHTTPClient), which they are called with.
 func BenchParticipants(b *testing.B, pg *testenv.Schema, secret string, n int,
 	fn func(ctx context.Context, tx pgx.Tx, name string, req participant.Request) error, ops []participant.Op,
 	opts ...barrier.Option) ([]participant.HTTP, *http.Client) {
@@ -50,7 +50,7 @@ func BenchParticipants(b *testing.B, pg *testenv.Schema, secret string, n int,
 			return fn(ctx, tx, name, req)
 		}, barrier.WithAllowedOps(ops...)))
 		b.Cleanup(srv.Close)
-		parts[i] = participant.HTTP{URL: srv.URL, Client: client}
+		parts[i] = participant.HTTP{URL: srv.URL} // called with the coordinator's client
 	}
 	return parts, client
 }

@@ -128,7 +128,7 @@ func LinkedDrive(t testing.TB, exp *tracetest.InMemoryExporter, gid string) trac
 func TracedBarrier(t testing.TB, s *testenv.Schema, tp trace.TracerProvider, opts ...barrier.Option) *barrier.Barrier {
 	t.Helper()
 	bar, err := barrier.New(s.Pool, append([]barrier.Option{barrier.WithTable(s.Name, ""),
-		barrier.WithLogger(testenv.Logger(t)), barrier.WithTracerProvider(tp)}, opts...)...)
+		barrier.WithLogger(testenv.Logger(t)), barrier.WithTelemetry(nil, tp)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

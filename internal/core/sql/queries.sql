@@ -18,16 +18,17 @@ with g as (
     on conflict (gid) do nothing
     returning gid
 )
-insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status)
-select g.gid, b.branch, b.seq, b.target_kind, b.target, b.payload, '{{.BranchPending}}'
-from g, unnest($7::text[], $8::int[], $9::text[], $10::text[], $11::bytea[]) as b(branch, seq, target_kind, target, payload)
+insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status, call_options)
+select g.gid, b.branch, b.seq, b.target_kind, b.target, b.payload, '{{.BranchPending}}', b.call_options::jsonb
+from g, unnest($7::text[], $8::int[], $9::text[], $10::text[], $11::bytea[], $13::text[])
+    as b(branch, seq, target_kind, target, payload, call_options)
 {{end}}
 
 {{/* FOR SHARE on the global row conflicts with the update that records a decision, so a branch
 is either recorded before the decision (and the decision's driver sees it) or not at all. */}}
 {{define "add_branch"}}
-insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status)
-select g.gid, $2, $3, $4, $5, $6, '{{.BranchPending}}'
+insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status, call_options)
+select g.gid, $2, $3, $4, $5, $6, '{{.BranchPending}}', $8::text::jsonb
 from {{.Global}} g where g.gid = $1 and g.status = $7
 for share
 on conflict (gid, branch) do nothing
@@ -161,7 +162,7 @@ limit $5
 
 {{define "branches"}}
 select gid, branch, seq, target_kind, target, payload, status, attempts, coalesce(last_error, ''), updated_at,
-    coalesce(refusal, '')
+    coalesce(refusal, ''), call_options::text
 from {{.Branch}} where gid = any($1::text[])
 order by gid, seq, branch
 {{end}}

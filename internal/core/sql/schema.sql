@@ -54,3 +54,6 @@ alter table {{.Branch}} add column if not exists updated_at timestamptz not null
 -- A participant's refusal of the branch (the error wrapping participant.ErrRefused, bounded): the
 -- business reason the transaction rolled back. Added to existing deployments here.
 alter table {{.Branch}} add column if not exists refusal text;
+-- How the branch's participant is called, when not as by default: {"timeout_ms": n, "header":
+-- {"Name": ["value"]}} (core.Target's Timeout and Header); NULL for neither. Added here.
+alter table {{.Branch}} add column if not exists call_options jsonb;

@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	neturl "net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -29,11 +30,15 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+
+	"github.com/txkit/txkit/internal/pgutil"
 )
 
 // The environment variables `make test` sets (deploy/local/env prints them).
 const (
 	EnvPG      = "TXKIT_PG_URL"
+	EnvPGHA    = "TXKIT_PG_HA_URL"      // the HA PostgreSQL (deploy/local/pg-ha): pgx's multi-host URL
+	EnvBouncer = "TXKIT_PG_BOUNCER_URL" // PgBouncer (transaction pooling) in front of the HA PostgreSQL
 	EnvZK      = "TXKIT_ZK"
 	EnvZKAuth  = "TXKIT_ZK_AUTH" // "user:password" of the ensemble's digest user (deploy/local/zk)
 	EnvNamesrv = "TXKIT_ROCKETMQ_NAMESRV"
@@ -78,12 +83,24 @@ var nonName = regexp.MustCompile(`[^A-Za-z0-9]+`)
 // PGURL returns the PostgreSQL URL after checking that the server answers.
 func PGURL(t testing.TB) string {
 	t.Helper()
-	url := Lookup(t, EnvPG)
+	return urlOf(t, EnvPG)
+}
+
+// PGHAURL returns the HA PostgreSQL's URL (TXKIT_PG_HA_URL: every node, target_session_attrs=
+// read-write) after checking that its primary answers.
+func PGHAURL(t testing.TB) string {
+	t.Helper()
+	return urlOf(t, EnvPGHA)
+}
+
+func urlOf(t testing.TB, env string) string {
+	t.Helper()
+	url := Lookup(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		t.Fatalf("PostgreSQL at %s=%s does not answer (is `make up` running?): %v", EnvPG, url, err)
+		t.Fatalf("PostgreSQL at %s=%s does not answer (is `make up` running?): %v", env, url, err)
 	}
 	_ = conn.Close(ctx)
 	return url
@@ -97,9 +114,26 @@ type Schema struct {
 }
 
 // PG creates a schema for the test and a pool whose connections use it as their search_path.
+//
+// When TXKIT_PG_URL leads to a pooler (PgBouncer: the test suites' pass through it), a search_path
+// in the URL would not reach the server sessions; the schema then comes with a role of the same
+// name whose search_path it is (ALTER ROLE ... SET), and the URL logs in as that role: the pooler
+// keeps a pool per role, whose sessions all start with that search_path.
 func PG(t testing.TB) *Schema {
 	t.Helper()
 	return schemaOn(t, EnvPG, PGURL(t))
+}
+
+// PGBouncer is [PG] through PgBouncer (TXKIT_PG_BOUNCER_URL: transaction pooling).
+func PGBouncer(t testing.TB) *Schema {
+	t.Helper()
+	return schemaOn(t, EnvBouncer, urlOf(t, EnvBouncer))
+}
+
+// PGHA is [PG] on the HA PostgreSQL (TXKIT_PG_HA_URL).
+func PGHA(t testing.TB) *Schema {
+	t.Helper()
+	return schemaOn(t, EnvPGHA, PGHAURL(t))
 }
 
 func schemaOn(t testing.TB, env, base string) *Schema {
@@ -111,10 +145,37 @@ func schemaOn(t testing.TB, env, base string) *Schema {
 		t.Fatalf("connect %s: %v", env, err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "create schema "+pgx.Identifier{name}.Sanitize()); err != nil {
+	pooled, err := pgutil.BehindPooler(ctx, conn)
+	if err != nil {
+		t.Fatalf("%s: %v", env, err)
+	}
+	ident := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, "create schema "+ident); err != nil {
 		t.Fatalf("create schema %s: %v", name, err)
 	}
 	url := withSearchPath(base, name)
+	if pooled {
+		for _, q := range []string{"create role " + ident + " login superuser", "alter role " + ident + " set search_path = " + ident} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		url = withUser(t, base, name)
+		t.Cleanup(func() {
+			c, err := pgx.Connect(context.Background(), base)
+			if err != nil {
+				t.Logf("cleanup: connect: %v", err)
+				return
+			}
+			defer c.Close(context.Background())
+			// After the schema is dropped (registered later, so run earlier). The pooler may still
+			// hold server sessions of the role: they are ended first.
+			_, _ = c.Exec(context.Background(), "select pg_terminate_backend(pid) from pg_stat_activity where usename = $1", name)
+			if _, err := c.Exec(context.Background(), "drop role if exists "+ident); err != nil {
+				t.Logf("cleanup: drop role %s: %v", name, err)
+			}
+		})
+	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatalf("parse %s: %v", url, err)
@@ -138,6 +199,16 @@ func schemaOn(t testing.TB, env, base string) *Schema {
 		}
 	})
 	return &Schema{Name: name, URL: url, Pool: pool}
+}
+
+// withUser returns base with its user replaced by user.
+func withUser(t testing.TB, base, user string) string {
+	u, err := neturl.Parse(base)
+	if err != nil {
+		t.Fatalf("parse %s: %v", base, err)
+	}
+	u.User = neturl.User(user)
+	return u.String()
 }
 
 func withSearchPath(url, schema string) string {
