@@ -146,9 +146,11 @@ type Notifier struct {
 	lockKey   int64
 	running   atomic.Bool
 	stats     stats
-	mu        sync.Mutex         // guards the leader's per-receiver state (the terms' flights)
-	job       leaderJob          // nil without an elector
-	direct    map[string]*flight // Deliver's circuit breaker of each receiver, in this process
+	mu        sync.Mutex                   // guards the leader's per-receiver state (the terms' flights)
+	job       leaderJob                    // nil without an elector
+	direct    map[string]*flight           // Deliver's circuit breaker of each receiver, in this process
+	claims    *grouped[uuid.UUID, claimed] // Deliver's claims, shared by concurrent calls
+	records   *grouped[result, struct{}]   // Deliver's records, shared by concurrent calls
 	metrics   *metrics
 	tracer    trace.Tracer
 	fails     *obs.LogLimiter // the lines of failures retried at the next tick: one per obs.LogInterval
@@ -222,6 +224,7 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	for name := range rs {
 		n.direct[name] = &flight{direct: true}
 	}
+	n.newGroups()
 	if n.job, err = n.newJob(); err != nil {
 		return nil, err
 	}
