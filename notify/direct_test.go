@@ -100,6 +100,38 @@ func TestIntegrationDeliverLeftToLeader(t *testing.T) {
 	}
 }
 
+// Enqueue wakes nobody: a notification nobody Delivers is the leader's at its tick, or sooner
+// while its receiver has pending notifications. The tick here is an hour and one notification is
+// pending (its Delivered attempt failed, its retry an hour away): the leader's poll finds each
+// notification enqueued and not Delivered and delivers it, posting the pending one no more.
+func TestIntegrationUndeliveredTakenWhilePending(t *testing.T) {
+	w := newWorld(t)
+	opts := []notify.Option{notify.WithTick("@every 1h", 100), notify.WithSchedule([]time.Duration{time.Hour}, 0)}
+	enqueuer := w.notifier(w.receivers(), opts...)
+	w.setAnswer(func(rw http.ResponseWriter, r *http.Request) bool {
+		http.Error(rw, "down", http.StatusInternalServerError)
+		return true
+	})
+	stuck := w.enqueue(enqueuer, "shop", "stuck", 1)
+	if err := enqueuer.Deliver(t.Context(), stuck.ID); err == nil {
+		t.Fatal("Deliver to a receiver answering 500: nil error")
+	}
+	w.setAnswer(nil)
+	n := w.running("leader", w.receivers(), opts...)
+	for i := range 3 {
+		nt := w.enqueue(enqueuer, "shop", fmt.Sprintf("not-delivered-%d", i), 1)
+		start := time.Now()
+		w.waitStatus(n, nt, notify.StatusDelivered, 15*time.Second)
+		t.Logf("%s delivered by the leader %v after its commit", nt.Key, time.Since(start).Round(time.Millisecond))
+	}
+	if got := w.posts.Load(); got != 4 {
+		t.Errorf("%d posts, want 4: the failed one once, each of the others once", got)
+	}
+	if rec, err := n.Get(t.Context(), stuck.ID); err != nil || rec.Status != notify.StatusPending || rec.Attempts != 1 {
+		t.Errorf("the pending one: %+v, %v; want pending after its one attempt", rec, err)
+	}
+}
+
 // The enqueuer's Deliver, another process's Deliver of the same id and the leader (ticking every
 // 10 ms) all try each notification at once: each is posted exactly once (counted at the
 // receiver) and recorded delivered at attempt 1.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -201,7 +202,18 @@ func (n *Notifier) work(ctx context.Context, t *leader.Term, rcv Receiver, f *fl
 // dispatchLoop fills the flights each time it is woken, until ctx ends or the term yields (nil;
 // the posts in flight then finish and are recorded), or the fence refuses this leader (an error
 // wrapping lock.ErrFenced). Other failures are logged and retried at the next wake-up.
+//
+// Enqueue wakes nobody (a NOTIFY would serialize the enqueuers' commits): a notification whose
+// enqueuer does not Deliver it is taken at the next tick, or sooner while anything is pending —
+// after each tick, and as long as its receivers have pending notifications, the loop looks every
+// pendingPoll for notifications nobody claimed (pollPending).
 func (n *Notifier) dispatchLoop(ctx context.Context, t *leader.Term, w *waker, flights map[string]*flight, log *slog.Logger) error {
+	poll := time.NewTimer(n.pendingPoll())
+	defer poll.Stop()
+	names := make([]string, 0, len(flights))
+	for name := range flights {
+		names = append(names, name)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -210,6 +222,21 @@ func (n *Notifier) dispatchLoop(ctx context.Context, t *leader.Term, w *waker, f
 			return nil // lead's deferred wait lets the posts in flight finish and be recorded
 		case <-t.Wake(): // the tick, a NOTIFY, the start of the term: more may be due
 			w.gen.Add(1)
+			poll.Reset(n.pendingPoll())
+		case <-poll.C:
+			pending, unclaimed, err := n.pollPending(ctx, names)
+			if err != nil || !pending {
+				continue // the next tick looks again
+			}
+			poll.Reset(n.pendingPoll())
+			if len(unclaimed) == 0 {
+				continue
+			}
+			n.mu.Lock()
+			for _, name := range unclaimed {
+				flights[name].dry = 0 // take for it again
+			}
+			n.mu.Unlock()
 		case <-w.ch:
 		}
 		if err := n.dispatch(ctx, w, flights); err != nil {
@@ -222,4 +249,26 @@ func (n *Notifier) dispatchLoop(ctx context.Context, t *leader.Term, w *waker, f
 		}
 		n.fails.Flush()
 	}
+}
+
+// pendingPoll is how often the leader looks for notifications nobody claimed while its receivers
+// have pending ones: a tenth of a second, or the tick when that is shorter.
+func (n *Notifier) pendingPoll() time.Duration {
+	const poll = 100 * time.Millisecond
+	if every, ok := strings.CutPrefix(n.o.tick, "@every "); ok {
+		if d, err := time.ParseDuration(strings.TrimSpace(every)); err == nil && d < poll {
+			return d
+		}
+	}
+	return poll
+}
+
+// pollPending reports whether any of receivers has a pending notification, and which have due
+// ones nobody has claimed (enqueued and not Delivered, or not yet). One statement on the pending
+// index; it writes nothing.
+func (n *Notifier) pollPending(ctx context.Context, receivers []string) (pending bool, unclaimed []string, err error) {
+	err = n.pool.QueryRow(ctx, `select exists (select from `+n.table+` where status = 'pending' and receiver = any($1)),
+	array(select distinct receiver from `+n.table+` where status = 'pending' and receiver = any($1) and next_attempt_at <= now() and not claimed)`,
+		receivers).Scan(&pending, &unclaimed)
+	return pending, unclaimed, err
 }
