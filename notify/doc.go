@@ -8,7 +8,8 @@
 // lock.Elector) makes the attempts that one did not (a failure, a process that died first) and
 // retries on a schedule ([DefaultSchedule]) until the receiver answers 2xx; then it is failed,
 // listed ([Notifier.ListFailed]) and redeliverable ([Notifier.Redeliver]). A notification's first
-// attempt is claimed before it is posted, so two processes never both post it.
+// attempt is claimed before it is posted, so two processes never both post it; a process's
+// concurrent Deliver calls share their claims' and records' statements.
 // Delivery is at least once: the receiving side, package notify/inbox, verifies the signature, refuses replays
 // and applies each notification once, and its Reconcile asks the sender's query API
 // ([Notifier.QueryHandler], [Client]) for what it never got.

@@ -320,8 +320,9 @@ func (n *Notifier) createSchema() string {
 // Enqueue records nt in tx — the caller's own transaction, so the notification exists if and only
 // if the result it reports was committed — and returns its id. Once tx has committed, call
 // [Notifier.Deliver] with the id to post it at once from this process; what that attempt does
-// not finish (a failure, a process that died first, no Deliver call) the leader delivers, from
-// its next tick ([WithTick]). Enqueuing a second notification with the receiver and
+// not finish (a failure, a process that died first, no Deliver call) the leader delivers: an
+// unclaimed one from its next tick ([WithTick]), or within 100 ms while the receiver has
+// pending notifications. Enqueuing a second notification with the receiver and
 // key of an existing one records nothing and returns the existing id: enqueuing is idempotent per
 // business key. An unknown receiver, an empty key, or a payload that is not JSON returns an error
 // wrapping [ErrInvalidNotification]; a payload, key or receiver name over its limit

@@ -97,7 +97,8 @@ func WithSchedule(delays []time.Duration, jitter float64) Option {
 // receiver it takes at once — and holds, queued or in flight, at most — which is also how many
 // results one statement records (default 100). A notification redelivered in this database also
 // wakes the leader at once (LISTEN/NOTIFY); an enqueued one is the enqueuer's to [Notifier.Deliver],
-// and the leader's from its next tick.
+// and the leader's — if nobody claims it — from its next tick, or within 100 ms (the tick if
+// shorter) while the receiver has pending notifications.
 func WithTick(spec string, batch int) Option {
 	return func(o *options) { o.tick, o.batch = spec, batch }
 }

@@ -160,6 +160,18 @@ func TestIntegrationPartitionedDeliveryAcrossKills(t *testing.T) {
 	}
 	if recordedTwice != 0 || attemptRows != 0 {
 		t.Errorf("%d notifications recorded with more than one attempt, %d failed attempts recorded; want each recorded once", recordedTwice, attemptRows)
+		rows, err := sender.Pool.Query(ctx, `select status_code, coalesce(error, ''), count(*), min(at), max(at) from txkit_notify_attempt group by 1, 2 order by 3 desc limit 10`)
+		if err == nil {
+			for rows.Next() {
+				var code, count int
+				var msg string
+				var first, last time.Time
+				if rows.Scan(&code, &msg, &count, &first, &last) == nil {
+					t.Logf("failed attempts: %d × status %d %q, recorded %s to %s", count, code, msg, first.Format("15:04:05.000"), last.Format("15:04:05.000"))
+				}
+			}
+			rows.Close()
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -19,12 +19,13 @@ import (
 
 // Run delivers, while this notifier leads the election of [WithElector], every pending
 // notification whose attempt is due — those [Notifier.Deliver] did not attempt, or whose attempt
-// failed: woken by the cron tick ([WithTick]) and by NOTIFY from [Notifier.Redeliver], it takes
+// failed: woken by the cron tick ([WithTick]), by NOTIFY from [Notifier.Redeliver] and, while
+// notifications are pending, every 100 ms to look for ones nobody claimed, it takes
 // (and claims, when no Deliver call has) due notifications of each receiver — no more than the receiver's
 // free delivery slots, so a slow receiver only delays itself — posts them, and records each
 // attempt (status code, latency, error) and the notification's new state in batches, fenced with
 // the leadership's token so a deposed leader records nothing. Taking notifications writes
-// nothing: the leader remembers what it took until the result is recorded, and if it dies
+// nothing but a first attempt's claim: the leader remembers what it took until the result is recorded, and if it dies
 // mid-delivery they are still due, so the next leader sends them again, with the same id. It also
 // deletes, every 10 min, notifications delivered more than 30 days ago. It runs as a fenced leader job
 // (internal/leader): it passes the fence on taking the lead, and pauses 1 s after being fenced out
