@@ -12,19 +12,7 @@ import (
 // nothing is sent; once the cool-down has passed one delivery goes through as a probe, and the
 // others wait for its outcome.
 func (n *Notifier) attempt(ctx context.Context, rcv Receiver, f *flight, d due) result {
-	n.mu.Lock()
-	now := time.Now()
-	var wait time.Duration
-	switch {
-	case f.openUntil.IsZero():
-	case now.Before(f.openUntil):
-		wait = f.openUntil.Sub(now)
-	case f.probing:
-		wait = time.Second
-	default:
-		f.probing = true
-	}
-	n.mu.Unlock()
+	wait := n.admit(f)
 	if wait > 0 {
 		n.metrics.attempts.WithLabelValues(attemptCircuitOpen).Inc()
 		n.done(f)
@@ -55,7 +43,7 @@ func (n *Notifier) trip(ctx context.Context, f *flight, r result) {
 	if f.failures >= n.o.breakerFailures && (f.openUntil.IsZero() || !now.Before(f.openUntil)) {
 		f.openUntil = now.Add(n.o.breakerCooldown)
 		n.stats.breakerOpen.Add(1)
-		if !f.shownOpen {
+		if !f.shownOpen && !f.direct { // the gauge shows the leader's circuits
 			f.shownOpen = true
 			n.metrics.circuitOpened(r.receiver)
 		}

@@ -17,6 +17,50 @@ type due struct {
 	Delivery
 	trace   string // the trace context Enqueue stored (obs.EncodeTrace); "" none
 	attempt int    // this attempt's number: 1 + the attempts ever made (redeliveries go on counting)
+	claimed bool   // its first attempt was claimed (by Deliver or a leader) before this take
+}
+
+// claimFirst claims, for the leader, the notifications of batch whose first attempt nobody has
+// claimed, with the conditional update Deliver claims with, and returns batch without those a
+// Deliver call claimed first: only one of them posts a notification's first attempt. The claim is
+// not fenced (a deposed leader's claim only leaves the notification to the next leader) and moves
+// no due time: the leader remembers what it took, as for the others.
+func (n *Notifier) claimFirst(ctx context.Context, batch []due) ([]due, error) {
+	var fresh []pgtype.UUID
+	for _, d := range batch {
+		if !d.claimed {
+			fresh = append(fresh, pgtype.UUID{Bytes: d.ID, Valid: true})
+		}
+	}
+	if len(fresh) == 0 {
+		return batch, nil
+	}
+	// The rows are locked in the order of their ids, as Deliver's claims lock them: two claims
+	// of overlapping sets never deadlock.
+	rows, err := n.pool.Query(ctx, `with c as (select id from `+n.table+` where id = any($1::uuid[]) and status = 'pending' and not claimed
+	order by id for update)
+update `+n.table+` t set claimed = true from c where t.id = c.id returning t.id`, pgx.QueryExecModeExec, fresh)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	won, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (uuid.UUID, error) {
+		var id uuid.UUID
+		return id, r.Scan((*[16]byte)(&id))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	ours := make(map[uuid.UUID]bool, len(won))
+	for _, id := range won {
+		ours[id] = true
+	}
+	kept := batch[:0]
+	for _, d := range batch {
+		if d.claimed || ours[d.ID] {
+			kept = append(kept, d)
+		}
+	}
+	return kept, nil
 }
 
 // flight is the leader's view of one receiver: its queue of taken notifications, how many are
@@ -32,6 +76,7 @@ type flight struct {
 	low       int                // held at which the queue is refilled
 	dry       uint64             // 1 + the wake generation at which a take found no more due: 0 none
 	shownOpen bool               // the circuit gauge counts this receiver's circuit as open
+	direct    bool               // Deliver's breaker of this process (no queue), not a term's
 }
 
 // waker wakes the dispatcher. A take that finds fewer due notifications than it asked for marks
@@ -93,7 +138,7 @@ func (n *Notifier) dispatch(ctx context.Context, w *waker, flights map[string]*f
 		// QueryExecModeExec: planned with this call's values, so PostgreSQL hashes the skip list
 		// instead of comparing every row with each of its ids (a prepared statement's generic
 		// plan does that).
-		rows, err := n.pool.Query(ctx, `select id, receiver, key, payload, created_at, coalesce(trace_context, ''), tries + 1 from `+n.table+`
+		rows, err := n.pool.Query(ctx, `select id, receiver, key, payload, created_at, coalesce(trace_context, ''), tries + 1, claimed from `+n.table+`
 where status = 'pending' and receiver = $1 and next_attempt_at <= now() and id <> all($3::uuid[])
 order by next_attempt_at limit $2`, pgx.QueryExecModeExec, name, free, skip)
 		if err != nil {
@@ -102,16 +147,20 @@ order by next_attempt_at limit $2`, pgx.QueryExecModeExec, name, free, skip)
 		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
 			var d due
 			var p []byte
-			err := r.Scan((*[16]byte)(&d.ID), &d.Receiver, &d.Key, &p, &d.CreatedAt, &d.trace, &d.attempt)
+			err := r.Scan((*[16]byte)(&d.ID), &d.Receiver, &d.Key, &p, &d.CreatedAt, &d.trace, &d.attempt, &d.claimed)
 			d.Payload = p
 			return d, err
 		})
 		if err != nil {
 			return fmt.Errorf("take due notifications of %s: %w", name, err)
 		}
+		found := len(batch) // what was due, before Deliver calls may claim some first
+		if batch, err = n.claimFirst(ctx, batch); err != nil {
+			return fmt.Errorf("take due notifications of %s: %w", name, err)
+		}
 		n.mu.Lock()
 		f.held += len(batch)
-		if len(batch) < free {
+		if found < free {
 			f.dry = gen + 1
 		}
 		for _, d := range batch {

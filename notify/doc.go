@@ -3,9 +3,13 @@
 // call their merchants back.
 //
 // The sender records a notification in its own transaction, next to the result it reports
-// ([Notifier.Enqueue]). The elected leader ([Notifier.Run], under a lock.Elector) POSTs it as a
-// signed JSON [Delivery] and retries on a schedule ([DefaultSchedule]) until the receiver answers
-// 2xx; then it is failed, listed ([Notifier.ListFailed]) and redeliverable ([Notifier.Redeliver]).
+// ([Notifier.Enqueue]), and once that commits makes the first attempt at once ([Notifier.Deliver]):
+// a signed JSON [Delivery] POSTed from its own process. The elected leader ([Notifier.Run], under a
+// lock.Elector) makes the attempts that one did not (a failure, a process that died first) and
+// retries on a schedule ([DefaultSchedule]) until the receiver answers 2xx; then it is failed,
+// listed ([Notifier.ListFailed]) and redeliverable ([Notifier.Redeliver]). A notification's first
+// attempt is claimed before it is posted, so two processes never both post it; a process's
+// concurrent Deliver calls share their claims' and records' statements.
 // Delivery is at least once: the receiving side, package notify/inbox, verifies the signature, refuses replays
 // and applies each notification once, and its Reconcile asks the sender's query API
 // ([Notifier.QueryHandler], [Client]) for what it never got.
@@ -15,11 +19,15 @@
 //	_ = n.Migrate(ctx)
 //	go n.Run(ctx) // delivers on the leader only
 //	mux.Handle("GET /notifications", n.QueryHandler())
-//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//	var id uuid.UUID
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
 //		// ... record the recharge ...
-//		_, err := n.Enqueue(ctx, tx, notify.Notification{Receiver: "shop", Key: orderID, Payload: result})
+//		id, err = n.Enqueue(ctx, tx, notify.Notification{Receiver: "shop", Key: orderID, Payload: result})
 //		return err
 //	})
+//	if err == nil {
+//		_ = n.Deliver(ctx, id) // now; on failure the leader retries on schedule
+//	}
 //
 //	// The receiver:
 //	in, _ := inbox.New(pool, store, "shop", []string{secret}, apply)

@@ -23,3 +23,10 @@ func MetricReceiversForTest(n int) Option { return func(o *options) { o.metricRe
 // CallTimeoutForTest bounds each delivery's HTTP call (default 10s, or the Timeout of
 // WithHTTPClient's client).
 func CallTimeoutForTest(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
+
+// WakeForTest wakes the leader as a NOTIFY on the notifier's channel does (Enqueue no longer
+// sends one): the benchmark of the leader's path times a block from then.
+func (n *Notifier) WakeForTest(ctx context.Context) error {
+	_, err := n.pool.Exec(ctx, `select pg_notify($1, '')`, n.channel)
+	return err
+}

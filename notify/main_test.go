@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if code, ok := testenv.RunWorker(partWorkerEnv, partWorker); ok {
 		os.Exit(code) // a notifier process (partition_test.go)
 	}
+	if code, ok := testenv.RunWorker(enqueuerEnv, enqueuer); ok {
+		os.Exit(code) // an enqueuing process (direct_test.go)
+	}
 	testenv.VerifyNoLeaks(m)
 }
 

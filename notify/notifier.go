@@ -56,8 +56,9 @@ type Receiver struct {
 	// Echo, when set, is the body a receiver must answer (with a 2xx status) to acknowledge a
 	// delivery, as payment platforms require ("success"); anything else counts as a failure.
 	Echo string
-	// Concurrency bounds the deliveries to this receiver in flight at once (default 4),
-	// so that a slow receiver never holds up the others.
+	// Concurrency bounds the leader's deliveries to this receiver in flight at once (default
+	// 4), so that a slow receiver never holds up the others; [Notifier.Deliver] posts in its
+	// caller's goroutine.
 	Concurrency int
 }
 
@@ -145,8 +146,11 @@ type Notifier struct {
 	lockKey   int64
 	running   atomic.Bool
 	stats     stats
-	mu        sync.Mutex // guards the leader's per-receiver state (the terms' flights)
-	job       leaderJob  // nil without an elector
+	mu        sync.Mutex                   // guards the leader's per-receiver state (the terms' flights)
+	job       leaderJob                    // nil without an elector
+	direct    map[string]*flight           // Deliver's circuit breaker of each receiver, in this process
+	claims    *grouped[uuid.UUID, claimed] // Deliver's claims, shared by concurrent calls
+	records   *grouped[result, struct{}]   // Deliver's records, shared by concurrent calls
 	metrics   *metrics
 	tracer    trace.Tracer
 	fails     *obs.LogLimiter // the lines of failures retried at the next tick: one per obs.LogInterval
@@ -216,6 +220,11 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, name: name,
 		channel: pgutil.Channel(o.schema, o.table), lockKey: pgutil.MigrateLockKey("txkit-notify:" + name),
 		metrics: m, tracer: obs.TracerProvider(o.tp).Tracer(tracerName), fails: obs.NewLogLimiter(obs.LogInterval, nil)}
+	n.direct = make(map[string]*flight, len(rs))
+	for name := range rs {
+		n.direct[name] = &flight{direct: true}
+	}
+	n.newGroups()
 	if n.job, err = n.newJob(); err != nil {
 		return nil, err
 	}
@@ -273,10 +282,12 @@ create table if not exists %s (
     delivered_at    timestamptz,
     latency_ms      double precision, -- of the successful attempt
     trace_context   text,             -- obs.EncodeTrace of the enqueuing ctx: deliveries join its trace
+    claimed         boolean     not null default false, -- its first attempt is taken (Deliver or the leader)
     unique (receiver, key)
 );
 alter table %s add column if not exists latency_ms double precision;
 alter table %s add column if not exists trace_context text;
+alter table %s add column if not exists claimed boolean not null default false;
 create index if not exists %s on %s (receiver, next_attempt_at) where status = 'pending';
 -- The failed attempts; the successful one is the delivered notification's own row (tries,
 -- delivered_at, last_status, latency_ms), which saves a row per delivery.
@@ -289,7 +300,7 @@ create table if not exists %s (
     latency_ms  double precision not null,
     error       text,
     primary key (id, n)
-);`, n.lockKey, n.createSchema(), n.table, n.table, n.table, pgx.Identifier{n.o.table + "_due"}.Sanitize(), n.table, n.attempts)
+);`, n.lockKey, n.createSchema(), n.table, n.table, n.table, n.table, pgx.Identifier{n.o.table + "_due"}.Sanitize(), n.table, n.attempts)
 	if err := pgutil.MigrateOnce(ctx, n.pool, n.o.schema, ddl, nil); err != nil {
 		return fmt.Errorf("notify: migrate %s: %w", n.name, err)
 	}
@@ -307,13 +318,16 @@ func (n *Notifier) createSchema() string {
 }
 
 // Enqueue records nt in tx — the caller's own transaction, so the notification exists if and only
-// if the result it reports was committed — and returns its id. The leader delivers it once tx
-// commits (woken at once through NOTIFY). Enqueuing a second notification with the receiver and
+// if the result it reports was committed — and returns its id. Once tx has committed, call
+// [Notifier.Deliver] with the id to post it at once from this process; what that attempt does
+// not finish (a failure, a process that died first, no Deliver call) the leader delivers: an
+// unclaimed one from its next tick ([WithTick]), or within 100 ms while the receiver has
+// pending notifications. Enqueuing a second notification with the receiver and
 // key of an existing one records nothing and returns the existing id: enqueuing is idempotent per
 // business key. An unknown receiver, an empty key, or a payload that is not JSON returns an error
 // wrapping [ErrInvalidNotification]; a payload, key or receiver name over its limit
 // ([MaxPayloadLen], [MaxKeyLen], [MaxReceiverLen]) one wrapping [ErrTooLarge] as well, before
-// anything is written; a nil tx one wrapping [ErrNilTx]. It blocks for two statements. The trace
+// anything is written; a nil tx one wrapping [ErrNilTx]. It blocks for one statement. The trace
 // context of ctx (its span, if any) is stored with the notification: every delivery attempt is a
 // span in that trace ([WithTelemetry]).
 func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.UUID, error) {
@@ -363,9 +377,6 @@ select id from ins union all select id from `+n.table+` where receiver = $2 and 
 	}
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("notify: enqueue %s/%s: %w", nt.Receiver, nt.Key, err)
-	}
-	if _, err := tx.Exec(ctx, `select pg_notify($1, '')`, n.channel); err != nil {
-		return uuid.Nil, fmt.Errorf("notify: enqueue %s/%s: notify: %w", nt.Receiver, nt.Key, err)
 	}
 	return id, nil
 }

@@ -202,7 +202,9 @@ func TestIntegrationSlowReceiverDoesNotDelayFast(t *testing.T) {
 		_, _ = rw.Write([]byte("success"))
 	}))
 	t.Cleanup(slow.Close)
-	n := w.running("a", w.receivers(notify.Receiver{Name: "slow", URL: slow.URL, Secrets: []string{secret}, Concurrency: 1}))
+	// Enqueue does not wake the leader (nobody Delivers here): it finds them on a 100 ms tick.
+	n := w.running("a", w.receivers(notify.Receiver{Name: "slow", URL: slow.URL, Secrets: []string{secret}, Concurrency: 1}),
+		notify.WithTick("@every 100ms", 100))
 	var slows []notify.Notification
 	for i := range 4 {
 		slows = append(slows, w.enqueue(n, "slow", fmt.Sprint("s", i), 1))

@@ -71,9 +71,11 @@ func partWorker(ctx context.Context, c partWorkerConfig) error {
 
 // TestIntegrationPartitionedDeliveryAcrossKills: three notifier processes share 8 receivers over
 // 4 partitions; 400 notifications are enqueued in bursts while two processes are SIGKILLed in
-// turn (one replaced). Every notification ends delivered, recorded by the sender once (one
-// attempt each), and the receivers' inboxes applied each exactly once. A notification is posted
-// twice only when a killed leader posted it without recording the result (counted and logged).
+// turn (one replaced). Every notification ends delivered, each attempt recorded once by the
+// leader that made it (none by a killed or deposed one; a failed one only when the receiver did
+// not answer within the call timeout), and the receivers' inboxes applied each exactly once. A
+// notification is posted twice only when a killed leader posted it without recording the result,
+// or a post timed out (counted and logged).
 func TestIntegrationPartitionedDeliveryAcrossKills(t *testing.T) {
 	sender, receiver := testenv.PG(t), testenv.PG(t)
 	ctx := t.Context()
@@ -151,15 +153,39 @@ func TestIntegrationPartitionedDeliveryAcrossKills(t *testing.T) {
 	if got := applied(); got != total {
 		t.Fatalf("the inboxes applied %d notifications, want %d (each once)", got, total)
 	}
-	// Recorded once: each notification's one recorded attempt is its delivery (a post a killed
-	// leader made without recording it left no trace in the sender's tables).
-	var recordedTwice, attemptRows int
-	if err := sender.Pool.QueryRow(ctx, `select count(*) filter (where tries <> 1), (select count(*) from txkit_notify_attempt)
-		from txkit_notify`).Scan(&recordedTwice, &attemptRows); err != nil {
+	// Each attempt recorded once, by the leader that made it: a post a killed leader made without
+	// recording it left no trace in the sender's tables, and a deposed leader's records were
+	// refused by the fence, so each notification's tries are its delivery plus its failed
+	// attempts' rows. A live leader's attempt fails only when the receiver does not answer
+	// within the call timeout (2 s here): on this loaded 2-core machine, with the workers built
+	// with -race, that happens (seen: 7-20 posts of a run, all at once across receivers, before
+	// any kill), and the schedule retries them. Any other failure — a refusal by an inbox, a post
+	// cut short by a term's end — is recorded only by a leader that should not have.
+	var miscounted, timedOut, otherFailures int
+	if err := sender.Pool.QueryRow(ctx, `select
+	(select count(*) from txkit_notify n where tries <> 1 + (select count(*) from txkit_notify_attempt a where a.id = n.id)),
+	(select count(*) from txkit_notify_attempt where status_code = 0 and error like '%context deadline exceeded'),
+	(select count(*) from txkit_notify_attempt where not (status_code = 0 and coalesce(error, '') like '%context deadline exceeded'))`).
+		Scan(&miscounted, &timedOut, &otherFailures); err != nil {
 		t.Fatal(err)
 	}
-	if recordedTwice != 0 || attemptRows != 0 {
-		t.Errorf("%d notifications recorded with more than one attempt, %d failed attempts recorded; want each recorded once", recordedTwice, attemptRows)
+	if miscounted != 0 || otherFailures != 0 {
+		t.Errorf("%d notifications whose tries are not their delivery plus their failed attempts, %d failed attempts other than a call timeout; want none",
+			miscounted, otherFailures)
+	}
+	if miscounted != 0 || otherFailures != 0 || timedOut != 0 {
+		rows, err := sender.Pool.Query(ctx, `select status_code, coalesce(error, ''), count(*), min(at), max(at) from txkit_notify_attempt group by 1, 2 order by 3 desc limit 10`)
+		if err == nil {
+			for rows.Next() {
+				var code, count int
+				var msg string
+				var first, last time.Time
+				if rows.Scan(&code, &msg, &count, &first, &last) == nil {
+					t.Logf("failed attempts: %d × status %d %q, recorded %s to %s", count, code, msg, first.Format("15:04:05.000"), last.Format("15:04:05.000"))
+				}
+			}
+			rows.Close()
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -24,8 +24,13 @@ type fenceKey struct {
 	resource string
 }
 
-// fenced runs fn in a transaction that first passes the fence with fk.
-func (n *Notifier) fenced(ctx context.Context, fk fenceKey, fn func(pgx.Tx) error) error {
+// fenced runs fn in a transaction that first passes the fence with fk. With a zero fk (Deliver's
+// records, which its claim makes its own) it passes no fence, and fn runs on the pool: its one
+// statement is its own transaction, one round trip.
+func (n *Notifier) fenced(ctx context.Context, fk fenceKey, fn func(DBTX) error) error {
+	if fk.resource == "" {
+		return fn(n.pool)
+	}
 	return pgx.BeginFunc(ctx, n.pool, func(tx pgx.Tx) error {
 		if err := n.fence.Check(ctx, tx, fk.resource, fk.tok); err != nil {
 			return err
@@ -144,7 +149,7 @@ func (n *Notifier) holdBack(ctx context.Context, fk fenceKey, held []result) err
 	for i, r := range held {
 		ids[i], waits[i] = r.id, r.skipped.Seconds()
 	}
-	return n.fenced(ctx, fk, func(tx pgx.Tx) error {
+	return n.fenced(ctx, fk, func(tx DBTX) error {
 		_, err := tx.Exec(ctx, `update `+n.table+` t set next_attempt_at = now() + make_interval(secs => w.secs), updated_at = now()
 from unnest($1::uuid[], $2::float8[]) as w(id, secs) where t.id = w.id and t.status = 'pending'`, ids, waits)
 		return err
@@ -172,7 +177,7 @@ func (n *Notifier) writeAttempts(ctx context.Context, fk fenceKey, batch []resul
 		sched[i] = d.Seconds()
 	}
 	// The statement returns the delivered ones as a count and the others one by one (to log).
-	err = n.fenced(ctx, fk, func(tx pgx.Tx) error {
+	err = n.fenced(ctx, fk, func(tx DBTX) error {
 		rows, err := tx.Query(ctx, `with r as (
 	select * from unnest($1::uuid[], $2::bool[], $3::int[], $4::float8[], $5::text[]) as r(id, ok, code, lat, err)),
 u as (
@@ -252,7 +257,7 @@ func (n *Notifier) purge(ctx context.Context, tok lock.Token) error {
 	fk := fenceKey{tok: tok, resource: n.resource(0)}
 	for ctx.Err() == nil {
 		var deleted int64
-		err := n.fenced(ctx, fk, func(tx pgx.Tx) error {
+		err := n.fenced(ctx, fk, func(tx DBTX) error {
 			rows, err := tx.Query(ctx, `with d as (delete from `+n.table+` where id in (select id from `+n.table+`
 				where status = 'delivered' and delivered_at < now() - make_interval(secs => $1) limit 1000) returning id),
 			a as (delete from `+n.attempts+` where id in (select id from d))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,12 +18,14 @@ import (
 )
 
 // Run delivers, while this notifier leads the election of [WithElector], every pending
-// notification whose attempt is due: woken by the cron tick ([WithTick]) and by NOTIFY from
-// [Notifier.Enqueue], it takes due notifications of each receiver — no more than the receiver's
+// notification whose attempt is due — those [Notifier.Deliver] did not attempt, or whose attempt
+// failed: woken by the cron tick ([WithTick]), by NOTIFY from [Notifier.Redeliver] and, while
+// notifications are pending, every 100 ms to look for ones nobody claimed, it takes
+// (and claims, when no Deliver call has) due notifications of each receiver — no more than the receiver's
 // free delivery slots, so a slow receiver only delays itself — posts them, and records each
 // attempt (status code, latency, error) and the notification's new state in batches, fenced with
 // the leadership's token so a deposed leader records nothing. Taking notifications writes
-// nothing: the leader remembers what it took until the result is recorded, and if it dies
+// nothing but a first attempt's claim: the leader remembers what it took until the result is recorded, and if it dies
 // mid-delivery they are still due, so the next leader sends them again, with the same id. It also
 // deletes, every 10 min, notifications delivered more than 30 days ago. It runs as a fenced leader job
 // (internal/leader): it passes the fence on taking the lead, and pauses 1 s after being fenced out
@@ -200,7 +203,18 @@ func (n *Notifier) work(ctx context.Context, t *leader.Term, rcv Receiver, f *fl
 // dispatchLoop fills the flights each time it is woken, until ctx ends or the term yields (nil;
 // the posts in flight then finish and are recorded), or the fence refuses this leader (an error
 // wrapping lock.ErrFenced). Other failures are logged and retried at the next wake-up.
+//
+// Enqueue wakes nobody (a NOTIFY would serialize the enqueuers' commits): a notification whose
+// enqueuer does not Deliver it is taken at the next tick, or sooner while anything is pending —
+// after each tick, and as long as its receivers have pending notifications, the loop looks every
+// pendingPoll for notifications nobody claimed (pollPending).
 func (n *Notifier) dispatchLoop(ctx context.Context, t *leader.Term, w *waker, flights map[string]*flight, log *slog.Logger) error {
+	poll := time.NewTimer(n.pendingPoll())
+	defer poll.Stop()
+	names := make([]string, 0, len(flights))
+	for name := range flights {
+		names = append(names, name)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -209,6 +223,21 @@ func (n *Notifier) dispatchLoop(ctx context.Context, t *leader.Term, w *waker, f
 			return nil // lead's deferred wait lets the posts in flight finish and be recorded
 		case <-t.Wake(): // the tick, a NOTIFY, the start of the term: more may be due
 			w.gen.Add(1)
+			poll.Reset(n.pendingPoll())
+		case <-poll.C:
+			pending, unclaimed, err := n.pollPending(ctx, names)
+			if err != nil || !pending {
+				continue // the next tick looks again
+			}
+			poll.Reset(n.pendingPoll())
+			if len(unclaimed) == 0 {
+				continue
+			}
+			n.mu.Lock()
+			for _, name := range unclaimed {
+				flights[name].dry = 0 // take for it again
+			}
+			n.mu.Unlock()
 		case <-w.ch:
 		}
 		if err := n.dispatch(ctx, w, flights); err != nil {
@@ -221,4 +250,26 @@ func (n *Notifier) dispatchLoop(ctx context.Context, t *leader.Term, w *waker, f
 		}
 		n.fails.Flush()
 	}
+}
+
+// pendingPoll is how often the leader looks for notifications nobody claimed while its receivers
+// have pending ones: a tenth of a second, or the tick when that is shorter.
+func (n *Notifier) pendingPoll() time.Duration {
+	const poll = 100 * time.Millisecond
+	if every, ok := strings.CutPrefix(n.o.tick, "@every "); ok {
+		if d, err := time.ParseDuration(strings.TrimSpace(every)); err == nil && d < poll {
+			return d
+		}
+	}
+	return poll
+}
+
+// pollPending reports whether any of receivers has a pending notification, and which have due
+// ones nobody has claimed (enqueued and not Delivered, or not yet). One statement on the pending
+// index; it writes nothing.
+func (n *Notifier) pollPending(ctx context.Context, receivers []string) (pending bool, unclaimed []string, err error) {
+	err = n.pool.QueryRow(ctx, `select exists (select from `+n.table+` where status = 'pending' and receiver = any($1)),
+	array(select distinct receiver from `+n.table+` where status = 'pending' and receiver = any($1) and next_attempt_at <= now() and not claimed)`,
+		receivers).Scan(&pending, &unclaimed)
+	return pending, unclaimed, err
 }

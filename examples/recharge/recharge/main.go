@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -92,11 +93,12 @@ func main() {
 }
 
 type service struct {
-	pool *pgxpool.Pool
-	n    *notify.Notifier
-	el   lock.Elector
-	id   string
-	log  *slog.Logger
+	pool       *pgxpool.Pool
+	n          *notify.Notifier
+	el         lock.Elector
+	id         string
+	log        *slog.Logger
+	delivering sync.WaitGroup // the first attempts (Deliver) under way
 }
 
 func run(ctx context.Context, c config, log *slog.Logger) error {
@@ -175,7 +177,9 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	g.Go(func() error { return exapp.Serve(ctx, c.listen, mux) })
 	log.Info("recharge service running", "schema", c.schema, "election", election, "account", c.account,
 		"schedule", c.schedule, "drop", c.drop, "drop_rate", c.dropRate, "slow_first", c.slowFirst, "slow", c.slow)
-	return g.Wait()
+	err = g.Wait()
+	s.delivering.Wait()
+	return err
 }
 
 // recharge: POST /recharges → 200 recharged (also when the order was recharged before: the
@@ -221,6 +225,14 @@ func (s *service) recharge(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		exapp.Fail(w, s.log, http.StatusInternalServerError, "recharge failed", err, "order", req.Order)
 	default:
+		// The first attempt at once, from this process, now that the transaction has committed,
+		// without holding the answer; what it does not finish (a failure, this process dying)
+		// the leader does.
+		s.delivering.Go(func() {
+			if err := s.n.Deliver(context.WithoutCancel(r.Context()), id); err != nil {
+				s.log.Info("first attempt failed; the leader retries it on schedule", "order", req.Order, "err", err)
+			}
+		})
 		exapp.WriteJSON(w, http.StatusOK, app.Answer{Order: req.Order, Status: "recharged", Notification: id.String()})
 	}
 }
