@@ -120,7 +120,7 @@ drill-3pc: up ## 2PC vs 3PC on the transfer drill: blocking after leader SIGKILL
 
 # The HA PostgreSQL (deploy/local/pg-ha: Patroni, synchronous_mode) failed over under load: its primary
 # SIGKILLed twice (the second time the node promoted by the first, after the killed one rejoined),
-# then cut off once (frozen: SIGSTOP, SIGCONT once a new primary takes writes), during
+# then cut off the network once (internal/testkit/netcut: iptables; healed once a new primary takes writes), during
 # register-points (outbox and relay), tcc-order as TCC and as sagas and transfer without and with
 # vote markers, each checking its invariants and
 # printing the failover figures; then transfer with vote markers once more with asynchronous
