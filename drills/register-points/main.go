@@ -38,7 +38,7 @@ func main() {
 	flag.StringVar(&cfg.Dir, "dir", filepath.Join(exapp.Env("TXKIT_HOME", ".txkit"), "demo"), "binaries and service logs")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the run's schemas and topic for inspection")
 	flag.IntVar(&cfg.PGFailovers, "pg-failovers", 0, "SIGKILL the HA PostgreSQL's primary this many times during the load (-pg \"$TXKIT_PG_HA_URL\"; deploy/local/pg-ha)")
-	flag.BoolVar(&cfg.PGCut, "pg-cut", false, "with -pg-failovers: the last one cuts the primary off (SIGSTOP, SIGCONT once a new primary takes writes) instead of killing it")
+	flag.BoolVar(&cfg.PGCut, "pg-cut", false, "with -pg-failovers: the last one cuts the primary off the network instead of killing it (iptables: its ports both ways and everything its Patroni and PostgreSQL send, ZooKeeper included; healed once a new primary takes writes)")
 	flag.BoolVar(&cfg.PGAsync, "pg-async", false, "with -pg-failovers: asynchronous replication (Patroni synchronous_mode off for the run): what a failover loses")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
 	flag.Parse()

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/txkit/txkit/drills/internal/drilltest"
+	fencing "github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/pglock"
@@ -140,7 +144,12 @@ func TestIntegrationTransferPartitionsTextbook(t *testing.T) {
 // sides or neither, no prepared transaction left, no global transaction unfinished. Beside the
 // load, two pglock holds taken on the HA PostgreSQL before the kill: the lease Mutex's (TTL 30 s,
 // a committed row) is still held after the failover, and released cleanly; the AdvisoryMutex's (a
-// session lock, gone with the old primary's session) is reported lost (lock.ErrLockLost).
+// session lock, gone with the old primary's session) is reported lost (lock.ErrLockLost); another
+// client then takes the advisory lock, and the fence refuses the write the old holder makes with
+// its token (lock.ErrFenced) after the new holder has written. And a notifier whose table is on
+// the HA PostgreSQL delivers, through the failover, every notification enqueued at 20 a second
+// from before the kill to after it (an enqueue that failed is retried with its key): each one
+// delivered, applied once by the receiver, none lost.
 func TestIntegrationDisruptivePGFailover(t *testing.T) {
 	cfg := config(t)
 	cfg.PG = testenv.PGHAURL(t)
@@ -173,8 +182,27 @@ func TestIntegrationDisruptivePGFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The holder writes through the fence before the failover: its token is on record (and with it
+	// the sequence value behind it: the fence's commit waited for the synchronous standby, and WAL
+	// is in order, so the new primary's sequence is past it).
+	f, err := fencing.New(s.Pool, fencing.WithTable(s.Name, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fenced := func(tok lock.Token) error {
+		return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error { return f.Check(ctx, tx, "advisory-resource", tok) })
+	}
+	if err := fenced(advHold.Token()); err != nil {
+		t.Fatalf("the advisory holder's fenced write before the failover: %v", err)
+	}
+	nw := newNotifyWorld(t, s)
+	stopEnqueue := nw.enqueueEvery(50 * time.Millisecond)
 
 	rep := drilltest.Run(t, 4*time.Minute, Run, cfg)
+	keys := stopEnqueue()
 	if len(rep.PGFailovers) != 1 {
 		t.Fatalf("%d PostgreSQL failovers measured, want 1", len(rep.PGFailovers))
 	}
@@ -196,4 +224,28 @@ func TestIntegrationDisruptivePGFailover(t *testing.T) {
 		t.Fatalf("releasing the lease after the failover: %v", err)
 	}
 	_ = adv.Unlock(ctx)
+
+	// Another holder takes the advisory lock the failover released and writes; the old holder,
+	// unaware, writes with its token: refused.
+	adv2, err := locks.NewAdvisoryMutex("advisory-" + s.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	newHold, err := adv2.Lock(lctx)
+	if err != nil {
+		t.Fatalf("another client taking the advisory lock after the failover: %v", err)
+	}
+	defer func() { _ = adv2.Unlock(context.WithoutCancel(ctx)) }()
+	if old, cur := advHold.Token(), newHold.Token(); cur.Compare(old) <= 0 {
+		t.Fatalf("the new holder's token %s is not above the old holder's %s", cur, old)
+	}
+	if err := fenced(newHold.Token()); err != nil {
+		t.Fatalf("the new advisory holder's fenced write: %v", err)
+	}
+	if err := fenced(advHold.Token()); !errors.Is(err, lock.ErrFenced) {
+		t.Fatalf("the old advisory holder's fenced write after the failover: %v, want lock.ErrFenced", err)
+	}
+	nw.allDelivered(keys, 60*time.Second)
 }

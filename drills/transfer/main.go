@@ -58,7 +58,7 @@ func main() {
 	flag.DurationVar(&cfg.ParticipantTimeout, "participant-timeout", 3*time.Second, "3pc: the agents' timeout (the banks' -participant-timeout)")
 	flag.IntVar(&cfg.Partitions, "partitions", 0, "partition trials after the load: the banks' link to "+app.West+" partitioned right after a PREPARE reached it, healed after the participant timeout + 1s")
 	flag.IntVar(&cfg.PGFailovers, "pg-failovers", 0, "SIGKILL the HA PostgreSQL's primary this many times during the load (-pg \"$TXKIT_PG_HA_URL\"; deploy/local/pg-ha)")
-	flag.BoolVar(&cfg.PGCut, "pg-cut", false, "with -pg-failovers: the last one cuts the primary off (SIGSTOP of its Patroni, postmaster and backends, SIGCONT once a new primary takes writes) instead of killing it")
+	flag.BoolVar(&cfg.PGCut, "pg-cut", false, "with -pg-failovers: the last one cuts the primary off the network instead of killing it (iptables: its ports both ways and everything its Patroni and PostgreSQL send, ZooKeeper included; healed once a new primary takes writes)")
 	flag.BoolVar(&cfg.PGAsync, "pg-async", false, "with -pg-failovers: asynchronous replication (Patroni synchronous_mode off for the run): what a failover loses")
 	compare := flag.Bool("compare", false, "run three times — -protocol 2pc, 3pc consult-log, 3pc textbook (the script and the partition trials only) — and print their blocking and anomaly figures side by side")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long (each run, with -compare)")

@@ -236,9 +236,24 @@ func (f PGFailover) once(ctx context.Context, cut bool) (FailoverFigures, error)
 		return fig, fmt.Errorf("prepared transactions of before the kill of %s still there after 120 s", fig.Node)
 	}
 	fig.InDoubtEnd = time.Since(killed)
-	// The killed node rejoins (pg_rewind or a new clone) and becomes a standby again.
-	if _, err := pgHA(ctx, "start", n); err != nil {
-		return fig, err
+	// The killed node rejoins (pg_rewind or a new clone) and becomes a standby again. A start
+	// failed once with Patroni's REST port "already in use" though nothing listened on it: the
+	// ports are in Linux's ephemeral range (32768-60999), so an outgoing connection may hold one as
+	// its source port for a while. Tried again.
+	for try := 1; ; try++ {
+		_, err := pgHA(ctx, "start", n)
+		if err == nil {
+			break
+		}
+		if try == 3 {
+			return fig, err
+		}
+		f.Log("rejoin of %s: %v; trying again", fig.Node, err)
+		select {
+		case <-ctx.Done():
+			return fig, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
 	}
 	if err := waitFor(ctx, 90*time.Second, f.standby(ctx)); err == nil {
 		fig.SyncBack = time.Since(killed)
