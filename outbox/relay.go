@@ -45,6 +45,7 @@ type Relay struct {
 	m        *relayMetrics
 	tracer   trace.Tracer
 	fails    *obs.LogLimiter // the failure lines: one per topic (or cause) per obs.LogInterval
+	inboxes  []*inbox        // per partition: the rows Outbox.Do hands over while this relay leads it
 }
 
 // Stats counts what a [Relay] did since it was created.
@@ -94,6 +95,10 @@ func NewRelay(ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 	}
 	r := &Relay{pool: pool, pub: pub, ob: ob, o: o, fence: f, resource: "outbox:" + ob.name, m: m,
 		tracer: obs.TracerProvider(o.tp).Tracer(tracerName), fails: obs.NewLogLimiter(obs.LogInterval, nil)}
+	r.inboxes = make([]*inbox, ob.o.parts)
+	for p := range r.inboxes {
+		r.inboxes[p] = newInbox()
+	}
 	lopts := []leader.Option{leader.WithName("outbox: relay"), leader.WithSchedule(o.schedule),
 		leader.WithPause(o.retryPause), leader.WithLogger(o.log.With(slog.String("table", ob.name)))}
 	if ob.o.notify {
@@ -200,6 +205,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		return fmt.Errorf("outbox: relay of %s: %w", r.ob.name, ErrRunning)
 	}
 	defer r.running.Store(false)
+	r.ob.addRelay(r)
+	defer r.ob.removeRelay(r)
 	return r.job.Run(ctx)
 }
 
@@ -233,16 +240,22 @@ func (r *Relay) drainLoop(ctx context.Context, t *leader.Term) error {
 	if err := r.checkPartitions(ctx, log); err != nil || ctx.Err() != nil {
 		return err
 	}
+	in := r.inboxes[part]
+	in.open(t)
+	defer in.close()
 	for {
+		read := true
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.Yield():
 			return nil
 		case <-t.Wake():
+		case <-in.wake: // rows handed over by Outbox.Do: the drain reads only if some need it
+			read = false
 		}
 		r.stats.wakeups.Add(1)
-		err := r.drainPipelined(ctx, t, part, &out, log)
+		err := r.drainPipelined(ctx, t, part, &out, log, read)
 		r.fails.Flush() // the last failure lines held back, once their interval has ended
 		switch {
 		case ctx.Err() != nil:

@@ -1,0 +1,237 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txkit/txkit/internal/testkit/mqtest"
+	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/outbox"
+)
+
+// do enqueues one message in its own Outbox.Do transaction on ob.
+func (e *relayEnv) do(t *testing.T, ob *outbox.Outbox, key, body string) error {
+	t.Helper()
+	return ob.Do(context.Background(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := ob.Enqueue(ctx, tx, outbox.Message{Topic: e.topic, Key: key, Body: []byte(body)})
+		return err
+	})
+}
+
+// otherProcess returns an outbox on e's table as another process would have it, and an env whose
+// relays run on it.
+func (e *relayEnv) otherProcess(t *testing.T, opts ...outbox.Option) (*outbox.Outbox, *relayEnv) {
+	t.Helper()
+	schema := e.ob.Table()[:len(e.ob.Table())-len(outbox.DefaultTable)-1]
+	ob, err := outbox.New(e.pool, append([]outbox.Option{outbox.WithTable(schema, "")}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := *e
+	o.ob = ob
+	return ob, &o
+}
+
+func waitLeads(t *testing.T, r *outbox.Relay) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
+		return len(r.Led()) == 1 && r.Stats().Wakeups > 0
+	}, "the relay to lead")
+}
+
+// TestIntegrationDoHandsOverWithoutReading: messages enqueued in Outbox.Do while this process's
+// relay leads go to the publisher without the relay reading the table (no NOTIFY woke it, and the
+// poll is an hour away).
+func TestIntegrationDoHandsOverWithoutReading(t *testing.T) {
+	e := newRelayEnv(t)
+	rec := &recorder{next: mqtest.Publisher(t)}
+	r := e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 1h", 128))
+	run(t, r)
+	waitLeads(t, r)
+	var want []string
+	for i := range 30 {
+		key := fmt.Sprintf("k%d", i)
+		if i%5 == 0 {
+			key = "" // no order: always handed over
+		}
+		b := fmt.Sprintf("%s:%d", key, i)
+		want = append(want, b)
+		if err := e.do(t, e.ob, key, b); err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+	}
+	e.waitEmpty(t, 30*time.Second)
+	if got := rec.sent(); !sameSet(got, want) {
+		t.Fatalf("published %q, want %q", got, want)
+	}
+	if st := r.Stats(); st.Batches != 0 || st.Published != int64(len(want)) {
+		t.Fatalf("Stats = %+v: want every message handed over (0 batches read), %d published", st, len(want))
+	}
+}
+
+// TestIntegrationRelayPerKeyOrderUnderFailures: keys enqueued one message after the other, some
+// messages failing their first publishes, are published in order — enqueued in Outbox.Do (a
+// message whose key has an earlier one pending waits for the relay's read, which holds it behind
+// the earlier one) or with a plain Enqueue. Enqueue's case failed before the relay left out of a
+// read the rows of a key whose failure was recorded while the read ran (its snapshot could
+// predate the failure and return the key's later rows; "k1:3 published after a later message").
+func TestIntegrationRelayPerKeyOrderUnderFailures(t *testing.T) {
+	for _, mode := range []string{"Do", "Enqueue"} {
+		t.Run(mode, func(t *testing.T) {
+			e := newRelayEnv(t)
+			enqueue := func(key, body string) error {
+				if mode == "Do" {
+					return e.do(t, e.ob, key, body)
+				}
+				_, err := e.ob.Enqueue(context.Background(), e.pool, outbox.Message{Topic: e.topic, Key: key, Body: []byte(body)})
+				return err
+			}
+			perKeyOrderUnderFailures(t, e, enqueue)
+		})
+	}
+}
+
+func perKeyOrderUnderFailures(t *testing.T, e *relayEnv, enqueue func(key, body string) error) {
+	rec := &recorder{next: mqtest.Publisher(t)}
+	var mu sync.Mutex
+	failed := map[string]int{}
+	rec.setFail(func(_ context.Context, m outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		b := string(m.Body)
+		var seq int
+		_, _ = fmt.Sscanf(b[slices.Index([]byte(b), ':')+1:], "%d", &seq)
+		if seq%7 == 3 && failed[b] < 2 {
+			failed[b]++
+			return errInjected
+		}
+		return nil
+	})
+	r := e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 100ms", 128),
+		outbox.WithRetry(16, 5*time.Millisecond, 20*time.Millisecond))
+	run(t, r)
+	waitLeads(t, r)
+	const keys, per = 6, 30
+	var (
+		wg   sync.WaitGroup
+		errc = make(chan error, keys)
+		want []string
+	)
+	for k := range keys {
+		for i := range per {
+			want = append(want, fmt.Sprintf("k%d:%d", k, i))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				if err := enqueue(fmt.Sprintf("k%d", k), fmt.Sprintf("k%d:%d", k, i)); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatalf("enqueue: %v", err)
+	}
+	e.waitEmpty(t, 60*time.Second)
+	got := rec.sent()
+	if !sameSet(dedupe(got), want) {
+		t.Fatalf("published %d distinct of %d: %q", len(dedupe(got)), len(want), got)
+	}
+	checkKeyOrder(t, got, want)
+	if st := r.Stats(); st.Failed == 0 {
+		t.Fatalf("Stats = %+v: no publish failed, the test tested nothing", st)
+	}
+}
+
+// TestIntegrationDoEnqueuerDiesAfterCommit: a process that commits in Do and dies before handing
+// the message over (nor sending the NOTIFY for a relay elsewhere) loses nothing: the leader's poll
+// publishes it.
+func TestIntegrationDoEnqueuerDiesAfterCommit(t *testing.T) {
+	e := newRelayEnv(t)
+	rec := &recorder{next: mqtest.Publisher(t)}
+	r := e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 1s", 128))
+	run(t, r)
+	waitLeads(t, r)
+	dying, _ := e.otherProcess(t, outbox.HandOffForTest(false))
+	if err := e.do(t, dying, "k", "k:1"); err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	e.waitEmpty(t, 30*time.Second)
+	if got := rec.sent(); !slices.Equal(got, []string{"k:1"}) {
+		t.Fatalf("published %q, want k:1", got)
+	}
+	if st := r.Stats(); st.Batches != 1 {
+		t.Fatalf("Stats = %+v: want the message read by the poll (1 batch)", st)
+	}
+}
+
+// TestIntegrationDoRaceOnce: two processes enqueue in Do at once, each with a relay, while the
+// leader polls every 10 ms, so that its reads race the hand-overs: every message is published
+// exactly once (the leader holds what it read or was handed; the other process, not leading,
+// wakes it with a NOTIFY after its commit).
+func TestIntegrationDoRaceOnce(t *testing.T) {
+	e := newRelayEnv(t)
+	obB, eB := e.otherProcess(t)
+	rec := &recorder{next: mqtest.Publisher(t)}
+	opts := []outbox.RelayOption{outbox.WithSchedule("@every 10ms", 128)}
+	ra := e.relay(t, "relay-a", rec, opts...)
+	rb := eB.relay(t, "relay-b", rec, opts...)
+	run(t, ra)
+	run(t, rb)
+	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
+		return len(ra.Led())+len(rb.Led()) == 1
+	}, "a relay to lead")
+	const workers, per = 8, 40
+	var (
+		wg   sync.WaitGroup
+		errc = make(chan error, workers)
+		want []string
+	)
+	for w := range workers {
+		ob := e.ob
+		if w%2 == 1 {
+			ob = obB
+		}
+		key := func(i int) string {
+			if i%3 == 0 {
+				return fmt.Sprintf("w%d-%d", w, i) // a key of its own: handed over by its process's leader
+			}
+			return fmt.Sprintf("w%d", w)
+		}
+		for i := range per {
+			want = append(want, fmt.Sprintf("%s:%d", key(i), i))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				if err := e.do(t, ob, key(i), fmt.Sprintf("%s:%d", key(i), i)); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatalf("Do: %v", err)
+	}
+	e.waitEmpty(t, 60*time.Second)
+	got := rec.sent()
+	if len(got) != len(want) || !sameSet(got, want) {
+		t.Fatalf("published %d times for %d messages (each must be published once): %q", len(got), len(want), got)
+	}
+	checkKeyOrder(t, got, want)
+}
