@@ -38,6 +38,17 @@ func (e *relayEnv) otherProcess(t *testing.T, opts ...outbox.Option) (*outbox.Ou
 	return ob, &o
 }
 
+// leadingRelay runs a relay of e on schedule, publishing through a recorder, and waits until it
+// leads.
+func (e *relayEnv) leadingRelay(t *testing.T, schedule string, opts ...outbox.RelayOption) (*recorder, *outbox.Relay) {
+	t.Helper()
+	rec := &recorder{next: mqtest.Publisher(t)}
+	r := e.relay(t, "relay-1", rec, append([]outbox.RelayOption{outbox.WithSchedule(schedule, 128)}, opts...)...)
+	run(t, r)
+	waitLeads(t, r)
+	return rec, r
+}
+
 func waitLeads(t *testing.T, r *outbox.Relay) {
 	t.Helper()
 	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
@@ -50,10 +61,7 @@ func waitLeads(t *testing.T, r *outbox.Relay) {
 // poll is an hour away).
 func TestIntegrationDoHandsOverWithoutReading(t *testing.T) {
 	e := newRelayEnv(t)
-	rec := &recorder{next: mqtest.Publisher(t)}
-	r := e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 1h", 128))
-	run(t, r)
-	waitLeads(t, r)
+	rec, r := e.leadingRelay(t, "@every 1h")
 	var want []string
 	for i := range 30 {
 		key := fmt.Sprintf("k%d", i)
@@ -98,7 +106,7 @@ func TestIntegrationRelayPerKeyOrderUnderFailures(t *testing.T) {
 }
 
 func perKeyOrderUnderFailures(t *testing.T, e *relayEnv, enqueue func(key, body string) error) {
-	rec := &recorder{next: mqtest.Publisher(t)}
+	rec, r := e.leadingRelay(t, "@every 100ms", outbox.WithRetry(16, 5*time.Millisecond, 20*time.Millisecond))
 	var mu sync.Mutex
 	failed := map[string]int{}
 	rec.setFail(func(_ context.Context, m outbox.Message) error {
@@ -113,36 +121,8 @@ func perKeyOrderUnderFailures(t *testing.T, e *relayEnv, enqueue func(key, body 
 		}
 		return nil
 	})
-	r := e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 100ms", 128),
-		outbox.WithRetry(16, 5*time.Millisecond, 20*time.Millisecond))
-	run(t, r)
-	waitLeads(t, r)
-	const keys, per = 6, 30
-	var (
-		wg   sync.WaitGroup
-		errc = make(chan error, keys)
-		want []string
-	)
-	for k := range keys {
-		for i := range per {
-			want = append(want, fmt.Sprintf("k%d:%d", k, i))
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range per {
-				if err := enqueue(fmt.Sprintf("k%d", k), fmt.Sprintf("k%d:%d", k, i)); err != nil {
-					errc <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		t.Fatalf("enqueue: %v", err)
-	}
+	want := produce(t, 6, 30, func(k, _ int) string { return fmt.Sprintf("k%d", k) },
+		func(_ int, key, body string) error { return enqueue(key, body) })
 	e.waitEmpty(t, 60*time.Second)
 	got := rec.sent()
 	if !sameSet(dedupe(got), want) {
@@ -159,10 +139,7 @@ func perKeyOrderUnderFailures(t *testing.T, e *relayEnv, enqueue func(key, body 
 // publishes it.
 func TestIntegrationDoEnqueuerDiesAfterCommit(t *testing.T) {
 	e := newRelayEnv(t)
-	rec := &recorder{next: mqtest.Publisher(t)}
-	r := e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 1s", 128))
-	run(t, r)
-	waitLeads(t, r)
+	rec, r := e.leadingRelay(t, "@every 1s")
 	dying, _ := e.otherProcess(t, outbox.HandOffForTest(false))
 	if err := e.do(t, dying, "k", "k:1"); err != nil {
 		t.Fatalf("Do: %v", err)
@@ -192,31 +169,45 @@ func TestIntegrationDoRaceOnce(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
 		return len(ra.Led())+len(rb.Led()) == 1
 	}, "a relay to lead")
-	const workers, per = 8, 40
+	key := func(w, i int) string {
+		if i%3 == 0 {
+			return fmt.Sprintf("w%d-%d", w, i) // a key of its own: handed over by its process's leader
+		}
+		return fmt.Sprintf("w%d", w)
+	}
+	want := produce(t, 8, 40, key, func(w int, key, body string) error {
+		if w%2 == 1 {
+			return e.do(t, obB, key, body)
+		}
+		return e.do(t, e.ob, key, body)
+	})
+	e.waitEmpty(t, 60*time.Second)
+	got := rec.sent()
+	if len(got) != len(want) || !sameSet(got, want) {
+		t.Fatalf("published %d times for %d messages (each must be published once): %q", len(got), len(want), got)
+	}
+	checkKeyOrder(t, got, want)
+}
+
+// produce runs workers goroutines at once, each enqueuing per messages one after the other with
+// enqueue: message i of worker w has the key key(w, i) and the body "key:i". It returns the bodies
+// and fails the test if an enqueue failed.
+func produce(t *testing.T, workers, per int, key func(w, i int) string, enqueue func(w int, key, body string) error) []string {
+	t.Helper()
 	var (
 		wg   sync.WaitGroup
 		errc = make(chan error, workers)
 		want []string
 	)
 	for w := range workers {
-		ob := e.ob
-		if w%2 == 1 {
-			ob = obB
-		}
-		key := func(i int) string {
-			if i%3 == 0 {
-				return fmt.Sprintf("w%d-%d", w, i) // a key of its own: handed over by its process's leader
-			}
-			return fmt.Sprintf("w%d", w)
-		}
 		for i := range per {
-			want = append(want, fmt.Sprintf("%s:%d", key(i), i))
+			want = append(want, fmt.Sprintf("%s:%d", key(w, i), i))
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range per {
-				if err := e.do(t, ob, key(i), fmt.Sprintf("%s:%d", key(i), i)); err != nil {
+				if err := enqueue(w, key(w, i), fmt.Sprintf("%s:%d", key(w, i), i)); err != nil {
 					errc <- err
 					return
 				}
@@ -226,12 +217,7 @@ func TestIntegrationDoRaceOnce(t *testing.T) {
 	wg.Wait()
 	close(errc)
 	for err := range errc {
-		t.Fatalf("Do: %v", err)
+		t.Fatalf("enqueue: %v", err)
 	}
-	e.waitEmpty(t, 60*time.Second)
-	got := rec.sent()
-	if len(got) != len(want) || !sameSet(got, want) {
-		t.Fatalf("published %d times for %d messages (each must be published once): %q", len(got), len(want), got)
-	}
-	checkKeyOrder(t, got, want)
+	return want
 }

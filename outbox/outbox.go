@@ -30,7 +30,7 @@ var sqlFS embed.FS
 // to deliver. It also holds the operator functions: [Outbox.Backlog], [Outbox.ListDead],
 // [Outbox.Requeue].
 //
-// Outbox uses its pool for [Outbox.Migrate] and its [Relay]; every other method takes the [DBTX]
+// Outbox uses its pool for [Outbox.Migrate], [Outbox.Do] and its [Relay]; every other method takes the [DBTX]
 // to work in, so that it runs in the caller's transaction. It is safe for concurrent use by
 // multiple goroutines.
 type Outbox struct {

@@ -21,7 +21,7 @@ import (
 // Relay publishes the outbox's pending messages through a [Publisher], on the leader only:
 // [Relay.Run] campaigns with the [lock.Elector] (or one per partition, [WithElectors]) and, while
 // it leads, drains the due messages whenever a commit's NOTIFY or the schedule ([WithSchedule])
-// wakes it. Each key's messages are published in order, different keys in parallel
+// wakes it, and publishes at once the messages [Outbox.Do] hands it after their commit. Each key's messages are published in order, different keys in parallel
 // (16 keys at once); acknowledged rows are deleted and failures retried with backoff
 // ([WithRetry]) in fenced transactions (txkit_fence in the outbox's schema), until
 // [WithRetry]'s attempts failed, or a
