@@ -107,10 +107,23 @@ func (ob *Outbox) handOff(ctx context.Context, rows []handed) {
 		wake = wake || !given
 	}
 	if wake && ob.o.notify {
-		nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		_, _ = ob.pool.Exec(nctx, ob.q.notify, ob.o.channel)
+		ob.wakeLeader(ctx)
 	}
+}
+
+// wakeLeader sends the NOTIFY that wakes a leader in another process, in one round trip: a
+// transaction of its own whose commit does not wait for the flush, so that PostgreSQL's
+// notification lock, held until the commit ends, is held only briefly (a notification lost to a
+// crash costs a poll's wait, nothing more).
+func (ob *Outbox) wakeLeader(ctx context.Context) {
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	b := &pgx.Batch{}
+	b.Queue("begin")
+	b.Queue("set local synchronous_commit = off")
+	b.Queue(ob.q.notify, ob.o.channel)
+	b.Queue("commit")
+	_ = ob.pool.SendBatch(nctx, b).Close()
 }
 
 // inbox is one partition's hand-over point in a relay: open while the relay leads the partition.

@@ -62,7 +62,13 @@ func waitLeads(t *testing.T, r *outbox.Relay) {
 func TestIntegrationDoHandsOverWithoutReading(t *testing.T) {
 	e := newRelayEnv(t)
 	rec, r := e.leadingRelay(t, "@every 1h")
-	var want []string
+	// A first message, published once the term's first read (which may take it) is over.
+	if err := e.do(t, e.ob, "warm", "warm:0"); err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	e.waitEmpty(t, 30*time.Second)
+	before := r.Stats()
+	want := []string{"warm:0"}
 	for i := range 30 {
 		key := fmt.Sprintf("k%d", i)
 		if i%5 == 0 {
@@ -78,8 +84,28 @@ func TestIntegrationDoHandsOverWithoutReading(t *testing.T) {
 	if got := rec.sent(); !sameSet(got, want) {
 		t.Fatalf("published %q, want %q", got, want)
 	}
-	if st := r.Stats(); st.Batches != 0 || st.Published != int64(len(want)) {
-		t.Fatalf("Stats = %+v: want every message handed over (0 batches read), %d published", st, len(want))
+	if st := r.Stats(); st.Batches != before.Batches || st.Published != int64(len(want)) {
+		t.Fatalf("Stats = %+v, %+v before: want every message handed over (no batch read), %d published", st, before, len(want))
+	}
+}
+
+// TestIntegrationDoWakesLeaderElsewhere: Do in a process whose relay does not lead (here: has
+// none) wakes the leader with a NOTIFY after its commit; the leader's poll is an hour away.
+func TestIntegrationDoWakesLeaderElsewhere(t *testing.T) {
+	e := newRelayEnv(t)
+	rec, r := e.leadingRelay(t, "@every 1h")
+	other, _ := e.otherProcess(t)
+	for i := range 3 {
+		if err := e.do(t, other, "k", fmt.Sprintf("k:%d", i)); err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+	}
+	e.waitEmpty(t, 30*time.Second)
+	if got := rec.sent(); !slices.Equal(got, []string{"k:0", "k:1", "k:2"}) {
+		t.Fatalf("published %q, want k:0, k:1, k:2", got)
+	}
+	if st := r.Stats(); st.Batches == 0 {
+		t.Fatalf("Stats = %+v: want the messages read after a wake-up", st)
 	}
 }
 
