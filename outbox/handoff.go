@@ -21,9 +21,10 @@ import (
 
 // handed is a committed row given to a relay by Do.
 type handed struct {
-	x     row
-	part  int
-	first bool // the key had no pending row when the row was enqueued (always true without a key)
+	x         row // x.created: the enqueuing transaction's start, as the relay's reads give it
+	part      int
+	first     bool      // the key had no pending row when the row was enqueued (always true without a key)
+	committed time.Time // when Do saw the commit
 }
 
 // collector gathers the rows Enqueue writes in Do's transaction.
@@ -96,7 +97,7 @@ func (ob *Outbox) handOff(ctx context.Context, rows []handed) {
 	ob.mu.Unlock()
 	wake := false
 	for _, h := range rows {
-		h.x.created = now
+		h.committed = now
 		given := false
 		for _, r := range relays {
 			if r.inboxes[h.part].put(h) {
@@ -212,7 +213,7 @@ func (in *inbox) take(room int) (direct []row, read bool) {
 		if _, ok := in.seen[h.x.id]; ok {
 			continue // read by a drain first: held, or recorded already
 		}
-		if !h.first || now.Sub(h.x.created) > handTTL || len(direct) >= room {
+		if !h.first || now.Sub(h.committed) > handTTL || len(direct) >= room {
 			read = true
 			continue
 		}

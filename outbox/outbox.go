@@ -214,7 +214,10 @@ func (ob *Outbox) Enqueue(ctx context.Context, tx DBTX, msg Message) (uuid.UUID,
 	)
 	switch {
 	case c != nil:
-		err = tx.QueryRow(ctx, ob.q.enqueueDirect, args...).Scan(&h.x.id, &h.first)
+		var age float64 // seconds since the transaction's start, by the database's clock
+		sent := time.Now()
+		err = tx.QueryRow(ctx, ob.q.enqueueDirect, args...).Scan(&h.x.id, &h.first, &age)
+		h.x.created = sent.Add(-time.Duration(age * float64(time.Second)))
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = nil // n stays 0
 		} else if err == nil {
