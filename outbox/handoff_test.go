@@ -84,7 +84,7 @@ func TestIntegrationDoHandsOverWithoutReading(t *testing.T) {
 	if got := rec.sent(); !sameSet(got, want) {
 		t.Fatalf("published %q, want %q", got, want)
 	}
-	if st := r.Stats(); st.Batches != before.Batches || st.Published != int64(len(want)) {
+	if st := r.Stats(); st.Batches != before.Batches || st.Handed != before.Handed+30 || st.Published != int64(len(want)) {
 		t.Fatalf("Stats = %+v, %+v before: want every message handed over (no batch read), %d published", st, before, len(want))
 	}
 }

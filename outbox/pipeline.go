@@ -254,6 +254,7 @@ func (p *pipeline) takeHanded(ctx context.Context, g *errgroup.Group, bound int)
 	p.mu.Unlock()
 	rows, read := p.in.take(max(room, 0))
 	if len(rows) > 0 {
+		p.r.stats.handed.Add(int64(len(rows)))
 		p.dispatch(ctx, g, rows)
 	}
 	return read

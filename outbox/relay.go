@@ -57,10 +57,11 @@ type Stats struct {
 	Wakeups   int64 // drains started (by the schedule, a notification, or taking the lead)
 	Fenced    int64 // terms the fence ended: a newer leader had written (see Outbox.Migrate)
 	Rescued   int64 // messages made due at once when publishing worked again after an outage
+	Handed    int64 // messages Outbox.Do handed over that went to the publisher without a read
 }
 
 type relayStats struct {
-	published, failed, dead, batches, wakeups, rescued atomic.Int64
+	published, failed, dead, batches, wakeups, rescued, handed atomic.Int64
 }
 
 // NewRelay returns a relay that publishes ob's messages through pub while the elector of
@@ -178,6 +179,7 @@ func (r *Relay) Stats() Stats {
 		Wakeups:   r.stats.wakeups.Load(),
 		Fenced:    r.fenced(),
 		Rescued:   r.stats.rescued.Load(),
+		Handed:    r.stats.handed.Load(),
 	}
 }
 
