@@ -174,7 +174,9 @@ func (ob *Outbox) Migrate(ctx context.Context) error {
 // UUIDv7 when msg.ID is zero. The [Relay] publishes it once tx commits; a rollback leaves nothing.
 // Messages of one non-empty Key are published in the order their transactions committed their
 // Enqueue (two concurrent transactions of one key have no defined order). ctx's span, if any, is
-// stored with the row and parents the relay's publish span.
+// stored with the row and parents the relay's publish span. In [Outbox.Do]'s transaction it sends
+// no NOTIFY: Do hands the message over after the commit; in any other it wakes the relay with a
+// NOTIFY at the commit.
 //
 // Before touching tx it refuses, with an error wrapping [ErrInvalidMessage], an empty topic, a
 // field over its limit (also [ErrTooLarge]; docs/outbox.md "Message limits"), text PostgreSQL

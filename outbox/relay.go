@@ -21,10 +21,10 @@ import (
 // Relay publishes the outbox's pending messages through a [Publisher], on the leader only:
 // [Relay.Run] campaigns with the [lock.Elector] (or one per partition, [WithElectors]) and, while
 // it leads, drains the due messages whenever a commit's NOTIFY or the schedule ([WithSchedule])
-// wakes it, and publishes at once the messages [Outbox.Do] hands it after their commit. Each key's messages are published in order, different keys in parallel
-// (16 keys at once); acknowledged rows are deleted and failures retried with backoff
-// ([WithRetry]) in fenced transactions (txkit_fence in the outbox's schema), until
-// [WithRetry]'s attempts failed, or a
+// wakes it, and publishes at once the messages [Outbox.Do] hands it after their commit. Each
+// key's messages are published in order, different keys in parallel (16 keys at once);
+// acknowledged rows are deleted and failures retried with backoff ([WithRetry]) in fenced
+// transactions (txkit_fence in the outbox's schema), until [WithRetry]'s attempts failed, or a
 // publish error wrapping [ErrInvalidMessage], make a message dead ([Outbox.ListDead],
 // [Outbox.Requeue]). Delivery is at least once, with the same [Message.ID] every time. How a drain
 // reads, pipelines and records: docs/outbox.md.
