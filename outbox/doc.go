@@ -14,7 +14,7 @@
 //	if err := ob.Migrate(ctx); err != nil {
 //		return err
 //	}
-//	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//	err = ob.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
 //		if _, err := tx.Exec(ctx, `insert into orders.orders (id, total) values ($1, $2)`, id, total); err != nil {
 //			return err
 //		}
@@ -29,7 +29,9 @@
 //	}
 //	return relay.Run(ctx) // blocks until ctx ends
 //
-// How the relay reads, pipelines, retries, fences and splits into partitions ([WithPartitions],
+// [Outbox.Do] commits and then hands the messages to this process's relay when it leads their
+// partition (no NOTIFY in the transaction); [Outbox.Enqueue] in a transaction of the caller's own
+// wakes the relay with a NOTIFY at its commit. How the relay reads, pipelines, retries, fences and splits into partitions ([WithPartitions],
 // [WithElectors], [ContenderCount]), the message limits, metrics and tracing: docs/outbox.md,
 // docs/metrics.md and docs/tracing.md.
 package outbox

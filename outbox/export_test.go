@@ -12,6 +12,10 @@ import (
 // that compare the two.
 func NotifyForTest(on bool) Option { return func(o *options) { o.notify = on } }
 
+// HandOffForTest turns Do's hand-over after the commit on or off (default on): off, Do's
+// process behaves as one that died between its commit and the hand-over.
+func HandOffForTest(on bool) Option { return func(o *options) { o.handOff = on } }
+
 // MaxBodySizeForTest sets the largest body Enqueue accepts (default MaxBodySize).
 func MaxBodySizeForTest(n int) Option { return func(o *options) { o.maxBody = n } }
 

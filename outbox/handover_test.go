@@ -43,8 +43,15 @@ func (p *countingPublisher) Publish(ctx context.Context, m outbox.Message) error
 // enqueued without pause while the second relay joins and the first hands 3 partitions over.
 // Every message is published exactly once. (Before the hand-over waited for the records, the
 // in-flight publishes of the partitions given up were published again by the next leader:
-// duplicates, never a loss.)
+// duplicates, never a loss.) The load enqueues with a plain Enqueue, then in Outbox.Do, whose
+// hand-overs go to whichever relay leads the partition at the commit.
 func TestIntegrationRelayHandOverRecordsFirst(t *testing.T) {
+	for _, mode := range []string{"Enqueue", "Do"} {
+		t.Run(mode, func(t *testing.T) { handOverRecordsFirst(t, mode == "Do") })
+	}
+}
+
+func handOverRecordsFirst(t *testing.T, do bool) {
 	const (
 		parts = 6
 		keys  = 24
@@ -80,14 +87,20 @@ func TestIntegrationRelayHandOverRecordsFirst(t *testing.T) {
 	loaded := make(chan error, 1)
 	go func() {
 		for round := 0; !stop.Load(); round++ {
-			err := pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error {
+			load := func(ctx context.Context, tx pgx.Tx) error {
 				for k := range keys {
 					if _, err := ob.Enqueue(ctx, tx, outbox.Message{Topic: topic, Key: fmt.Sprintf("k%02d", k), Body: []byte(fmt.Sprint(round))}); err != nil {
 						return err
 					}
 				}
 				return nil
-			})
+			}
+			var err error
+			if do {
+				err = ob.Do(ctx, load)
+			} else {
+				err = pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error { return load(ctx, tx) })
+			}
 			if err != nil {
 				loaded <- err
 				return

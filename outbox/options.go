@@ -27,6 +27,7 @@ type options struct {
 	channel string // "" until New derives it from schema and table (tests set their own)
 	maxBody int
 	notify  bool
+	handOff bool // Do hands committed rows over (tests turn it off: an enqueuer dead after its commit)
 	parts   int
 }
 
@@ -39,7 +40,7 @@ const DefaultTable = "txkit_outbox"
 const MaxBodySize = 4 << 20
 
 func defaultOptions() options {
-	return options{table: DefaultTable, maxBody: MaxBodySize, notify: true, parts: 1}
+	return options{table: DefaultTable, maxBody: MaxBodySize, notify: true, handOff: true, parts: 1}
 }
 
 // WithTable sets the PostgreSQL schema of the table (default: none, so the connection's
@@ -65,6 +66,7 @@ const (
 	metaSuffix     = "_parts"
 	partIndex      = "_part_idx"
 	partRetryIndex = "_retry_p_idx"
+	keyIndex       = "_key_idx"
 )
 
 const (

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 	"unicode/utf8"
@@ -29,7 +30,7 @@ var sqlFS embed.FS
 // to deliver. It also holds the operator functions: [Outbox.Backlog], [Outbox.ListDead],
 // [Outbox.Requeue].
 //
-// Outbox uses its pool for [Outbox.Migrate] and its [Relay]; every other method takes the [DBTX]
+// Outbox uses its pool for [Outbox.Migrate], [Outbox.Do] and its [Relay]; every other method takes the [DBTX]
 // to work in, so that it runs in the caller's transaction. It is safe for concurrent use by
 // multiple goroutines.
 type Outbox struct {
@@ -40,11 +41,14 @@ type Outbox struct {
 	meta  string // quoted, schema-qualified: the table holding the partition count
 	ddl   string
 	q     queries
+
+	mu     sync.Mutex
+	relays []*Relay // running in this process: Do hands committed rows to them
 }
 
 type queries struct {
-	enqueue, notify, due, deleteSent, fail, listDead, requeue, requeueAll, backlog, pending string
-	partitions, unpartitioned                                                               string
+	enqueue, enqueueDirect, notify, due, deleteSent, fail, listDead, requeue, requeueAll, backlog, pending string
+	partitions, unpartitioned                                                                              string
 }
 
 // New returns an Outbox on pool configured by opts. It does not touch the database: call
@@ -77,6 +81,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Outbox, error) {
 		"PendingIndex":   qualified(o.table + pendingIndex),
 		"RetryIndex":     qualified(o.table + retryIndex),
 		"PartRetryIndex": pgx.Identifier{o.table + partRetryIndex}.Sanitize(),
+		"KeyIndex":       pgx.Identifier{o.table + keyIndex}.Sanitize(),
 		"Pending":        StatusPending.String(),
 		"Dead":           StatusDead.String(),
 		"Schema":         "",
@@ -104,16 +109,17 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Outbox, error) {
 		enqueue = "enqueue_notify"
 	}
 	ob.q = queries{
-		enqueue:    render(enqueue),
-		notify:     render("notify"),
-		due:        render("due"),
-		deleteSent: render("delete_sent"),
-		fail:       render("fail"),
-		listDead:   render("list_dead"),
-		requeue:    render("requeue"),
-		requeueAll: render("requeue_all"),
-		backlog:    render("backlog"),
-		pending:    render("pending"),
+		enqueue:       render(enqueue),
+		enqueueDirect: render("enqueue_direct"),
+		notify:        render("notify"),
+		due:           render("due"),
+		deleteSent:    render("delete_sent"),
+		fail:          render("fail"),
+		listDead:      render("list_dead"),
+		requeue:       render("requeue"),
+		requeueAll:    render("requeue_all"),
+		backlog:       render("backlog"),
+		pending:       render("pending"),
 
 		partitions:    render("partitions"),
 		unpartitioned: render("unpartitioned_backlog"),
@@ -168,7 +174,9 @@ func (ob *Outbox) Migrate(ctx context.Context) error {
 // UUIDv7 when msg.ID is zero. The [Relay] publishes it once tx commits; a rollback leaves nothing.
 // Messages of one non-empty Key are published in the order their transactions committed their
 // Enqueue (two concurrent transactions of one key have no defined order). ctx's span, if any, is
-// stored with the row and parents the relay's publish span.
+// stored with the row and parents the relay's publish span. In [Outbox.Do]'s transaction it sends
+// no NOTIFY: Do hands the message over after the commit; in any other it wakes the relay with a
+// NOTIFY at the commit.
 //
 // Before touching tx it refuses, with an error wrapping [ErrInvalidMessage], an empty topic, a
 // field over its limit (also [ErrTooLarge]; docs/outbox.md "Message limits"), text PostgreSQL
@@ -197,17 +205,39 @@ func (ob *Outbox) Enqueue(ctx context.Context, tx DBTX, msg Message) (uuid.UUID,
 	if body == nil {
 		body = []byte{}
 	}
-	args := []any{msg.ID, msg.Topic, msg.Key, body, headers, msg.Tags, obs.EncodeTrace(ctx),
-		ob.partition(msg), ob.o.parts}
-	if ob.o.notify {
-		args = append(args, ob.o.channel)
+	trace, part := obs.EncodeTrace(ctx), ob.partition(msg)
+	args := []any{msg.ID, msg.Topic, msg.Key, body, headers, msg.Tags, trace, part, ob.o.parts}
+	c := ob.collecting(ctx, tx)
+	msg.Body = body
+	var (
+		n   int
+		err error
+		h   = handed{x: row{msg: msg, trace: trace}, part: part}
+	)
+	switch {
+	case c != nil:
+		var age float64 // seconds since the transaction's start, by the database's clock
+		sent := time.Now()
+		err = tx.QueryRow(ctx, ob.q.enqueueDirect, args...).Scan(&h.x.id, &h.first, &age)
+		h.x.created = sent.Add(-time.Duration(age * float64(time.Second)))
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil // n stays 0
+		} else if err == nil {
+			n = 1
+		}
+	case ob.o.notify:
+		err = tx.QueryRow(ctx, ob.q.enqueue, append(args, ob.o.channel)...).Scan(&n)
+	default:
+		err = tx.QueryRow(ctx, ob.q.enqueue, args...).Scan(&n)
 	}
-	var n int
-	if err := tx.QueryRow(ctx, ob.q.enqueue, args...).Scan(&n); err != nil {
+	if err != nil {
 		if isUniqueViolation(err) {
 			return uuid.Nil, fmt.Errorf("outbox: enqueue %s to %s: %w: %w", msg.ID, msg.Topic, ErrDuplicate, err)
 		}
 		return uuid.Nil, fmt.Errorf("outbox: enqueue %s to %s: %w", msg.ID, msg.Topic, err)
+	}
+	if n > 0 && c != nil {
+		c.rows = append(c.rows, h)
 	}
 	if n == 0 { // the table's partition count is not this outbox's
 		var stored int

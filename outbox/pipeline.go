@@ -34,15 +34,20 @@ type pipeline struct {
 	part int
 	log  *slog.Logger
 	out  *outage
+	in   *inbox // the rows Outbox.Do hands over
 
-	mu      sync.Mutex
-	held    map[int64]struct{}   // rows read and not yet recorded or released
-	keys    map[string]*keyQueue // keys with rows queued, publishing, or stopped by a failure
-	done    []result             // finished publishes, not yet recorded
-	reset   bool                 // rows were made due at once: read from the start again
-	results chan struct{}        // wakes the recorder (buffered 1)
-	freed   chan struct{}        // wakes the fetcher when held rows were recorded (buffered 1)
-	sem     chan struct{}        // concurrency: senders publishing at once
+	mu    sync.Mutex
+	held  map[int64]struct{}   // rows read and not yet recorded or released
+	keys  map[string]*keyQueue // keys with rows queued, publishing, or stopped by a failure
+	done  []result             // finished publishes, not yet recorded
+	reset bool                 // rows were made due at once: read from the start again
+	// released holds the keys whose failure the recorder released while a read was under way
+	// (nil when none is): that read's snapshot may predate the failure's commit, so it may return
+	// the key's later rows, which the failure must hold back.
+	released map[string]struct{}
+	results  chan struct{} // wakes the recorder (buffered 1)
+	freed    chan struct{} // wakes the fetcher when held rows were recorded (buffered 1)
+	sem      chan struct{} // concurrency: senders publishing at once
 
 	sent, failed, dead, batches int
 }
@@ -78,8 +83,10 @@ func (o relayOptions) maxInFlight() int {
 }
 
 // drainPipelined runs one drain of partition part (see [pipeline]).
-func (r *Relay) drainPipelined(ctx context.Context, t *leader.Term, part int, out *outage, log *slog.Logger) error {
-	p := &pipeline{r: r, part: part, log: log, out: out,
+// It reads the table first when read is set; else it starts with the rows in the partition's
+// inbox, and reads only when one of them needs it.
+func (r *Relay) drainPipelined(ctx context.Context, t *leader.Term, part int, out *outage, log *slog.Logger, read bool) error {
+	p := &pipeline{r: r, part: part, log: log, out: out, in: r.inboxes[part],
 		held: map[int64]struct{}{}, keys: map[string]*keyQueue{},
 		results: make(chan struct{}, 1), freed: make(chan struct{}, 1), sem: make(chan struct{}, r.o.concurrency)}
 	start := time.Now()
@@ -87,7 +94,7 @@ func (r *Relay) drainPipelined(ctx context.Context, t *leader.Term, part int, ou
 	g, gctx := errgroup.WithContext(ctx)
 	stop := make(chan struct{})
 	g.Go(func() error { return p.recordLoop(gctx, t, stop) })
-	err := p.fetchLoop(gctx, g, t)
+	err := p.fetchLoop(gctx, g, t, read)
 	close(stop)
 	if werr := g.Wait(); werr != nil && (err == nil || errors.Is(err, context.Canceled)) {
 		err = werr
@@ -119,56 +126,32 @@ func (p *pipeline) logDone(ctx context.Context, start time.Time) {
 
 // fetchLoop reads and dispatches batches until a read comes back short and nothing is held
 // (nil), or ctx ends (ctx's error).
-func (p *pipeline) fetchLoop(ctx context.Context, g *errgroup.Group, t *leader.Term) error {
+func (p *pipeline) fetchLoop(ctx context.Context, g *errgroup.Group, t *leader.Term, read bool) error {
 	r := p.r
 	bound := r.o.maxInFlight()
 	measured := time.Now()
+	if !read {
+		read = p.takeHanded(ctx, g, bound)
+	}
 	for {
 		if t.Yielding() {
 			return p.settle(ctx)
 		}
-		// Wait until a whole batch fits under the bound (or nothing is held).
-		for {
-			p.mu.Lock()
-			n := len(p.held)
-			p.mu.Unlock()
-			if n == 0 || n+r.o.batch <= bound {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-t.Yield():
-				return p.settle(ctx)
-			case <-p.freed:
+		if read {
+			more, err := p.readBatch(ctx, g, t, bound, &measured)
+			if err != nil || more {
+				if errors.Is(err, errYield) {
+					return p.settle(ctx)
+				}
+				if err != nil {
+					return err
+				}
+				continue
 			}
 		}
-		if r.m.gauges && time.Since(measured) >= gaugeInterval {
-			r.measure(ctx)
-			measured = time.Now()
-		}
-		p.mu.Lock()
-		exclude := make([]int64, 0, len(p.held))
-		for id := range p.held {
-			exclude = append(exclude, id)
-		}
-		p.reset = false
-		p.mu.Unlock()
-		batch, more, err := r.fetch(ctx, p.part, exclude)
-		if err != nil {
-			return err
-		}
-		if len(batch) > 0 {
-			p.batches++
-			r.stats.batches.Add(1)
-			r.m.batchSize.Observe(float64(len(batch)))
-			p.dispatch(ctx, g, batch)
-		}
-		if more {
-			continue
-		}
-		// Caught up: read again when woken (new rows, rows made due at once), end when every
-		// held row is recorded.
+		read = true
+		// Caught up: read again when woken (new rows, rows made due at once), publish what Do
+		// hands over, end when every held row is recorded.
 		for waiting := true; waiting; {
 			p.mu.Lock()
 			n, reset := len(p.held), p.reset
@@ -186,10 +169,95 @@ func (p *pipeline) fetchLoop(ctx context.Context, g *errgroup.Group, t *leader.T
 				return p.settle(ctx)
 			case <-t.Wake():
 				waiting = false
+			case <-p.in.wake:
+				waiting = !p.takeHanded(ctx, g, bound)
 			case <-p.freed:
 			}
 		}
 	}
+}
+
+// errYield ends readBatch when the term yields while it waits for room.
+var errYield = errors.New("outbox: the term yields")
+
+// readBatch waits until a whole batch fits under the in-flight bound (or nothing is held), reads
+// one and dispatches it; more reports whether more rows may be due.
+func (p *pipeline) readBatch(ctx context.Context, g *errgroup.Group, t *leader.Term, bound int, measured *time.Time) (more bool, err error) {
+	r := p.r
+	for {
+		p.mu.Lock()
+		n := len(p.held)
+		p.mu.Unlock()
+		if n == 0 || n+r.o.batch <= bound {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-t.Yield():
+			return false, errYield
+		case <-p.freed:
+		}
+	}
+	if r.m.gauges && time.Since(*measured) >= gaugeInterval {
+		r.measure(ctx)
+		*measured = time.Now()
+	}
+	p.mu.Lock()
+	exclude := make([]int64, 0, len(p.held))
+	for id := range p.held {
+		exclude = append(exclude, id)
+	}
+	p.reset = false
+	p.released = map[string]struct{}{}
+	p.mu.Unlock()
+	batch, more, err := r.fetch(ctx, p.part, exclude)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	released := p.released
+	p.released = nil
+	if err != nil {
+		return false, err
+	}
+	if len(released) > 0 {
+		// Leave those keys' rows to the next read, which sees the failure (the due statement then
+		// holds them back). A failure released from here on finds them dispatched: p.mu orders
+		// the two.
+		kept := batch[:0]
+		for _, x := range batch {
+			if _, ok := released[x.msg.Key]; !ok || x.msg.Key == "" {
+				kept = append(kept, x)
+			}
+		}
+		more = more || len(kept) < len(batch)
+		batch = kept
+	}
+	if len(batch) > 0 {
+		p.batches++
+		r.stats.batches.Add(1)
+		r.m.batchSize.Observe(float64(len(batch)))
+		ids := make([]int64, len(batch))
+		for i, x := range batch {
+			ids[i] = x.id
+		}
+		p.in.hold(ids...) // a hand-over of these rows arriving later is not published again
+		p.dispatchLocked(ctx, g, batch)
+	}
+	return more, nil
+}
+
+// takeHanded dispatches the rows Do handed over that may be published at once, within the
+// in-flight bound, and reports whether the table must be read for the others.
+func (p *pipeline) takeHanded(ctx context.Context, g *errgroup.Group, bound int) bool {
+	p.mu.Lock()
+	room := bound - len(p.held)
+	p.mu.Unlock()
+	rows, read := p.in.take(max(room, 0))
+	if len(rows) > 0 {
+		p.r.stats.handed.Add(int64(len(rows)))
+		p.dispatch(ctx, g, rows)
+	}
+	return read
 }
 
 // settle reads nothing more and returns nil once every held row is recorded or released: the
@@ -215,6 +283,10 @@ func (p *pipeline) settle(ctx context.Context) error {
 func (p *pipeline) dispatch(ctx context.Context, g *errgroup.Group, batch []row) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.dispatchLocked(ctx, g, batch)
+}
+
+func (p *pipeline) dispatchLocked(ctx context.Context, g *errgroup.Group, batch []row) {
 	for _, x := range batch {
 		p.held[x.id] = struct{}{}
 		if x.msg.Key == "" { // a group of its own
@@ -348,6 +420,9 @@ func (p *pipeline) recordLoop(ctx context.Context, t *leader.Term, stop <-chan s
 				delete(p.held, id)
 			}
 			q.dropped, q.stopped = nil, false
+			if p.released != nil {
+				p.released[x.x.msg.Key] = struct{}{}
+			}
 			if !q.active && len(q.queue) == 0 {
 				delete(p.keys, x.x.msg.Key)
 			}

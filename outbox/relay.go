@@ -21,10 +21,10 @@ import (
 // Relay publishes the outbox's pending messages through a [Publisher], on the leader only:
 // [Relay.Run] campaigns with the [lock.Elector] (or one per partition, [WithElectors]) and, while
 // it leads, drains the due messages whenever a commit's NOTIFY or the schedule ([WithSchedule])
-// wakes it. Each key's messages are published in order, different keys in parallel
-// (16 keys at once); acknowledged rows are deleted and failures retried with backoff
-// ([WithRetry]) in fenced transactions (txkit_fence in the outbox's schema), until
-// [WithRetry]'s attempts failed, or a
+// wakes it, and publishes at once the messages [Outbox.Do] hands it after their commit. Each
+// key's messages are published in order, different keys in parallel (16 keys at once);
+// acknowledged rows are deleted and failures retried with backoff ([WithRetry]) in fenced
+// transactions (txkit_fence in the outbox's schema), until [WithRetry]'s attempts failed, or a
 // publish error wrapping [ErrInvalidMessage], make a message dead ([Outbox.ListDead],
 // [Outbox.Requeue]). Delivery is at least once, with the same [Message.ID] every time. How a drain
 // reads, pipelines and records: docs/outbox.md.
@@ -45,6 +45,7 @@ type Relay struct {
 	m        *relayMetrics
 	tracer   trace.Tracer
 	fails    *obs.LogLimiter // the failure lines: one per topic (or cause) per obs.LogInterval
+	inboxes  []*inbox        // per partition: the rows Outbox.Do hands over while this relay leads it
 }
 
 // Stats counts what a [Relay] did since it was created.
@@ -56,10 +57,11 @@ type Stats struct {
 	Wakeups   int64 // drains started (by the schedule, a notification, or taking the lead)
 	Fenced    int64 // terms the fence ended: a newer leader had written (see Outbox.Migrate)
 	Rescued   int64 // messages made due at once when publishing worked again after an outage
+	Handed    int64 // messages Outbox.Do handed over that went to the publisher without a read
 }
 
 type relayStats struct {
-	published, failed, dead, batches, wakeups, rescued atomic.Int64
+	published, failed, dead, batches, wakeups, rescued, handed atomic.Int64
 }
 
 // NewRelay returns a relay that publishes ob's messages through pub while the elector of
@@ -94,6 +96,10 @@ func NewRelay(ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 	}
 	r := &Relay{pool: pool, pub: pub, ob: ob, o: o, fence: f, resource: "outbox:" + ob.name, m: m,
 		tracer: obs.TracerProvider(o.tp).Tracer(tracerName), fails: obs.NewLogLimiter(obs.LogInterval, nil)}
+	r.inboxes = make([]*inbox, ob.o.parts)
+	for p := range r.inboxes {
+		r.inboxes[p] = newInbox()
+	}
 	lopts := []leader.Option{leader.WithName("outbox: relay"), leader.WithSchedule(o.schedule),
 		leader.WithPause(o.retryPause), leader.WithLogger(o.log.With(slog.String("table", ob.name)))}
 	if ob.o.notify {
@@ -173,6 +179,7 @@ func (r *Relay) Stats() Stats {
 		Wakeups:   r.stats.wakeups.Load(),
 		Fenced:    r.fenced(),
 		Rescued:   r.stats.rescued.Load(),
+		Handed:    r.stats.handed.Load(),
 	}
 }
 
@@ -200,6 +207,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		return fmt.Errorf("outbox: relay of %s: %w", r.ob.name, ErrRunning)
 	}
 	defer r.running.Store(false)
+	r.ob.addRelay(r)
+	defer r.ob.removeRelay(r)
 	return r.job.Run(ctx)
 }
 
@@ -233,16 +242,22 @@ func (r *Relay) drainLoop(ctx context.Context, t *leader.Term) error {
 	if err := r.checkPartitions(ctx, log); err != nil || ctx.Err() != nil {
 		return err
 	}
+	in := r.inboxes[part]
+	in.open(t)
+	defer in.close()
 	for {
+		read := true
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.Yield():
 			return nil
 		case <-t.Wake():
+		case <-in.wake: // rows handed over by Outbox.Do: the drain reads only if some need it
+			read = false
 		}
 		r.stats.wakeups.Add(1)
-		err := r.drainPipelined(ctx, t, part, &out, log)
+		err := r.drainPipelined(ctx, t, part, &out, log, read)
 		r.fails.Flush() // the last failure lines held back, once their interval has ended
 		switch {
 		case ctx.Err() != nil:

@@ -570,8 +570,8 @@ func warm(b *testing.B, w *concbench.Waiters, send func(ctx context.Context, id 
 	b.Fatal("the consumer received nothing within 2 minutes")
 }
 
-// relay: a business row and Enqueue in one transaction, relayed to RocketMQ and received by a
-// rocketmq.Consumer, against the same business transaction then a direct SendSync to the same
+// relay: a business row and Enqueue in one Outbox.Do transaction (handed to the relay right after
+// the commit), relayed to RocketMQ and received by a rocketmq.Consumer, against the same business transaction then a direct SendSync to the same
 // consumer. Each operation waits until its message reached the consumer's handler.
 func relayRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool) {
 	ctx := context.Background()
@@ -607,7 +607,7 @@ func relayRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool
 	txkit := func(ctx context.Context, _ int) error {
 		id := uuid.Must(uuid.NewV7())
 		w.Expect(id.String())
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := ob.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			if err := order(ctx, tx, id); err != nil {
 				return err
 			}

@@ -387,7 +387,7 @@ func (s *service) close() {
 func register(ctx context.Context, pool *pgxpool.Pool, ob *outbox.Outbox, c config, welcomes string) (string, time.Duration, error) {
 	user := uuid.NewString()
 	users := pgx.Identifier{c.Schema, "users"}.Sanitize()
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := ob.Do(ctx, func(ctx context.Context, tx pgx.Tx) error { // on ob's pool; handed to the relay once committed
 		if _, err := tx.Exec(ctx, `insert into `+users+` (id, name) values ($1, $2)`, user, "ada"); err != nil {
 			return err
 		}

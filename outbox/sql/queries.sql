@@ -29,6 +29,24 @@ with m as (
 select count(*) from (select pg_notify($10, '') from m) n
 {{end}}
 
+{{/* Enqueue inside Outbox.Do: no NOTIFY (Do hands the row over after the commit). It returns the
+row's id, whether its key had no pending row (not the new one: the statement's snapshot does
+not see it), read through the key index — a row without a key is always first — and the age in
+seconds of the transaction's start (the row's created_at), for the relay's enqueue → publish metric. No row when the
+partition count is not the outbox's. */}}
+{{define "enqueue_direct"}}
+with m as (
+    insert into {{.Table}} (msg_id, topic, key, body, headers, tags, trace_context, partition)
+    select $1::uuid, $2::text, nullif($3::text, ''), $4::bytea, $5::jsonb, nullif($6::text, ''), nullif($7::text, ''), $8::smallint
+    from {{.Meta}} where partitions = $9::int
+    returning id
+)
+select m.id, $3::text = '' or not exists (
+    select 1 from {{.Table}} t where t.key = $3::text and t.status = '{{.Pending}}'),
+    greatest(extract(epoch from clock_timestamp() - now())::float8, 0)
+from m
+{{end}}
+
 {{define "partitions"}}select partitions from {{.Meta}}{{end}}
 
 {{/* Whether the table holds pending messages while it has no stored partition count: a table

@@ -40,3 +40,6 @@ drop index if exists {{.PendingIndex}};
 -- (next_attempt_at) alone that came before partitions is dropped.)
 create index if not exists {{.PartRetryIndex}} on {{.Table}} (partition, next_attempt_at) where status = '{{.Pending}}' and attempts > 0;
 drop index if exists {{.RetryIndex}};
+-- Outbox.Do's Enqueue asks whether the row's key has a pending row (the hand-over publishes the
+-- first of a key at once); only pending rows with a key are indexed.
+create index if not exists {{.KeyIndex}} on {{.Table}} (key) where status = '{{.Pending}}' and key is not null;

@@ -1,0 +1,249 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txkit/txkit/internal/testkit/mqtest"
+	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/outbox"
+)
+
+// do enqueues one message in its own Outbox.Do transaction on ob.
+func (e *relayEnv) do(t *testing.T, ob *outbox.Outbox, key, body string) error {
+	t.Helper()
+	return ob.Do(context.Background(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := ob.Enqueue(ctx, tx, outbox.Message{Topic: e.topic, Key: key, Body: []byte(body)})
+		return err
+	})
+}
+
+// otherProcess returns an outbox on e's table as another process would have it, and an env whose
+// relays run on it.
+func (e *relayEnv) otherProcess(t *testing.T, opts ...outbox.Option) (*outbox.Outbox, *relayEnv) {
+	t.Helper()
+	schema := e.ob.Table()[:len(e.ob.Table())-len(outbox.DefaultTable)-1]
+	ob, err := outbox.New(e.pool, append([]outbox.Option{outbox.WithTable(schema, "")}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := *e
+	o.ob = ob
+	return ob, &o
+}
+
+// leadingRelay runs a relay of e on schedule, publishing through a recorder, and waits until it
+// leads.
+func (e *relayEnv) leadingRelay(t *testing.T, schedule string, opts ...outbox.RelayOption) (*recorder, *outbox.Relay) {
+	t.Helper()
+	rec := &recorder{next: mqtest.Publisher(t)}
+	r := e.relay(t, "relay-1", rec, append([]outbox.RelayOption{outbox.WithSchedule(schedule, 128)}, opts...)...)
+	run(t, r)
+	waitLeads(t, r)
+	return rec, r
+}
+
+func waitLeads(t *testing.T, r *outbox.Relay) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
+		return len(r.Led()) == 1 && r.Stats().Wakeups > 0
+	}, "the relay to lead")
+}
+
+// TestIntegrationDoHandsOverWithoutReading: messages enqueued in Outbox.Do while this process's
+// relay leads go to the publisher without the relay reading the table (no NOTIFY woke it, and the
+// poll is an hour away).
+func TestIntegrationDoHandsOverWithoutReading(t *testing.T) {
+	e := newRelayEnv(t)
+	rec, r := e.leadingRelay(t, "@every 1h")
+	// A first message, published once the term's first read (which may take it) is over.
+	if err := e.do(t, e.ob, "warm", "warm:0"); err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	e.waitEmpty(t, 30*time.Second)
+	before := r.Stats()
+	want := []string{"warm:0"}
+	for i := range 30 {
+		key := fmt.Sprintf("k%d", i)
+		if i%5 == 0 {
+			key = "" // no order: always handed over
+		}
+		b := fmt.Sprintf("%s:%d", key, i)
+		want = append(want, b)
+		if err := e.do(t, e.ob, key, b); err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+	}
+	e.waitEmpty(t, 30*time.Second)
+	if got := rec.sent(); !sameSet(got, want) {
+		t.Fatalf("published %q, want %q", got, want)
+	}
+	if st := r.Stats(); st.Batches != before.Batches || st.Handed != before.Handed+30 || st.Published != int64(len(want)) {
+		t.Fatalf("Stats = %+v, %+v before: want every message handed over (no batch read), %d published", st, before, len(want))
+	}
+}
+
+// TestIntegrationDoWakesLeaderElsewhere: Do in a process whose relay does not lead (here: has
+// none) wakes the leader with a NOTIFY after its commit; the leader's poll is an hour away.
+func TestIntegrationDoWakesLeaderElsewhere(t *testing.T) {
+	e := newRelayEnv(t)
+	rec, r := e.leadingRelay(t, "@every 1h")
+	other, _ := e.otherProcess(t)
+	for i := range 3 {
+		if err := e.do(t, other, "k", fmt.Sprintf("k:%d", i)); err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+	}
+	e.waitEmpty(t, 30*time.Second)
+	if got := rec.sent(); !slices.Equal(got, []string{"k:0", "k:1", "k:2"}) {
+		t.Fatalf("published %q, want k:0, k:1, k:2", got)
+	}
+	if st := r.Stats(); st.Batches == 0 {
+		t.Fatalf("Stats = %+v: want the messages read after a wake-up", st)
+	}
+}
+
+// TestIntegrationRelayPerKeyOrderUnderFailures: keys enqueued one message after the other, some
+// messages failing their first publishes, are published in order — enqueued in Outbox.Do (a
+// message whose key has an earlier one pending waits for the relay's read, which holds it behind
+// the earlier one) or with a plain Enqueue. Enqueue's case failed before the relay left out of a
+// read the rows of a key whose failure was recorded while the read ran (its snapshot could
+// predate the failure and return the key's later rows; "k1:3 published after a later message").
+func TestIntegrationRelayPerKeyOrderUnderFailures(t *testing.T) {
+	for _, mode := range []string{"Do", "Enqueue"} {
+		t.Run(mode, func(t *testing.T) {
+			e := newRelayEnv(t)
+			enqueue := func(key, body string) error {
+				if mode == "Do" {
+					return e.do(t, e.ob, key, body)
+				}
+				_, err := e.ob.Enqueue(context.Background(), e.pool, outbox.Message{Topic: e.topic, Key: key, Body: []byte(body)})
+				return err
+			}
+			perKeyOrderUnderFailures(t, e, enqueue)
+		})
+	}
+}
+
+func perKeyOrderUnderFailures(t *testing.T, e *relayEnv, enqueue func(key, body string) error) {
+	rec, r := e.leadingRelay(t, "@every 100ms", outbox.WithRetry(16, 5*time.Millisecond, 20*time.Millisecond))
+	var mu sync.Mutex
+	failed := map[string]int{}
+	rec.setFail(func(_ context.Context, m outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		b := string(m.Body)
+		var seq int
+		_, _ = fmt.Sscanf(b[slices.Index([]byte(b), ':')+1:], "%d", &seq)
+		if seq%7 == 3 && failed[b] < 2 {
+			failed[b]++
+			return errInjected
+		}
+		return nil
+	})
+	want := produce(t, 6, 30, func(k, _ int) string { return fmt.Sprintf("k%d", k) },
+		func(_ int, key, body string) error { return enqueue(key, body) })
+	e.waitEmpty(t, 60*time.Second)
+	got := rec.sent()
+	if !sameSet(dedupe(got), want) {
+		t.Fatalf("published %d distinct of %d: %q", len(dedupe(got)), len(want), got)
+	}
+	checkKeyOrder(t, got, want)
+	if st := r.Stats(); st.Failed == 0 {
+		t.Fatalf("Stats = %+v: no publish failed, the test tested nothing", st)
+	}
+}
+
+// TestIntegrationDoEnqueuerDiesAfterCommit: a process that commits in Do and dies before handing
+// the message over (nor sending the NOTIFY for a relay elsewhere) loses nothing: the leader's poll
+// publishes it.
+func TestIntegrationDoEnqueuerDiesAfterCommit(t *testing.T) {
+	e := newRelayEnv(t)
+	rec, r := e.leadingRelay(t, "@every 1s")
+	dying, _ := e.otherProcess(t, outbox.HandOffForTest(false))
+	if err := e.do(t, dying, "k", "k:1"); err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	e.waitEmpty(t, 30*time.Second)
+	if got := rec.sent(); !slices.Equal(got, []string{"k:1"}) {
+		t.Fatalf("published %q, want k:1", got)
+	}
+	if st := r.Stats(); st.Batches != 1 {
+		t.Fatalf("Stats = %+v: want the message read by the poll (1 batch)", st)
+	}
+}
+
+// TestIntegrationDoRaceOnce: two processes enqueue in Do at once, each with a relay, while the
+// leader polls every 10 ms, so that its reads race the hand-overs: every message is published
+// exactly once (the leader holds what it read or was handed; the other process, not leading,
+// wakes it with a NOTIFY after its commit).
+func TestIntegrationDoRaceOnce(t *testing.T) {
+	e := newRelayEnv(t)
+	obB, eB := e.otherProcess(t)
+	rec := &recorder{next: mqtest.Publisher(t)}
+	opts := []outbox.RelayOption{outbox.WithSchedule("@every 10ms", 128)}
+	ra := e.relay(t, "relay-a", rec, opts...)
+	rb := eB.relay(t, "relay-b", rec, opts...)
+	run(t, ra)
+	run(t, rb)
+	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
+		return len(ra.Led())+len(rb.Led()) == 1
+	}, "a relay to lead")
+	key := func(w, i int) string {
+		if i%3 == 0 {
+			return fmt.Sprintf("w%d-%d", w, i) // a key of its own: handed over by its process's leader
+		}
+		return fmt.Sprintf("w%d", w)
+	}
+	want := produce(t, 8, 40, key, func(w int, key, body string) error {
+		if w%2 == 1 {
+			return e.do(t, obB, key, body)
+		}
+		return e.do(t, e.ob, key, body)
+	})
+	e.waitEmpty(t, 60*time.Second)
+	got := rec.sent()
+	if len(got) != len(want) || !sameSet(got, want) {
+		t.Fatalf("published %d times for %d messages (each must be published once): %q", len(got), len(want), got)
+	}
+	checkKeyOrder(t, got, want)
+}
+
+// produce runs workers goroutines at once, each enqueuing per messages one after the other with
+// enqueue: message i of worker w has the key key(w, i) and the body "key:i". It returns the bodies
+// and fails the test if an enqueue failed.
+func produce(t *testing.T, workers, per int, key func(w, i int) string, enqueue func(w int, key, body string) error) []string {
+	t.Helper()
+	var (
+		wg   sync.WaitGroup
+		errc = make(chan error, workers)
+		want []string
+	)
+	for w := range workers {
+		for i := range per {
+			want = append(want, fmt.Sprintf("%s:%d", key(w, i), i))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				if err := enqueue(w, key(w, i), fmt.Sprintf("%s:%d", key(w, i), i)); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatalf("enqueue: %v", err)
+	}
+	return want
+}
