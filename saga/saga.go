@@ -504,40 +504,10 @@ func (d *driver) record(ctx context.Context, p core.Progress) error {
 }
 
 // call calls op on st's participant up to d.attempts times while it fails transiently, waiting
-// with backoff in between. A refused action returns at once; a refused compensation breaks the
-// protocol: it is counted and retried like any failure.
+// with backoff in between ([core.Base.CallAttempts]). A refused action returns at once; a refused
+// compensation breaks the protocol: it is counted and retried like any failure.
 func (d *driver) call(ctx context.Context, st *step, op participant.Op) error {
-	wait := d.c.b.Cfg.BackoffMin
-	for attempt := 1; ; attempt++ {
-		err := d.c.b.CallTarget(ctx, st.target, participant.Request{GID: d.gid, Branch: st.name, Op: op, Payload: st.payload})
-		if err == nil {
-			return nil
-		}
-		if op == participant.OpAction && errors.Is(err, participant.ErrRefused) {
-			d.log.InfoContext(ctx, "saga: action refused", slog.String("step", st.name), slog.Any("err", err))
-			return err
-		}
-		d.c.b.Failures.Add(1)
-		lvl := slog.LevelWarn
-		if errors.Is(err, participant.ErrRefused) {
-			d.c.b.Violations.Add(1)
-			lvl = slog.LevelError
-			err = fmt.Errorf("protocol violation, compensation refused (retrying): %w", err)
-		}
-		d.log.Log(ctx, lvl, "saga: call failed", slog.String("step", st.name), slog.String("op", op.String()),
-			slog.Int("attempt", attempt), slog.Any("err", err))
-		if attempt >= d.attempts || ctx.Err() != nil {
-			return err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		wait = min(2*wait, d.c.b.Cfg.BackoffMax)
-	}
+	return d.c.b.CallAttempts(ctx, d.log, st.target, participant.Request{GID: d.gid, Branch: st.name, Op: op, Payload: st.payload}, d.attempts)
 }
 
 // node is one call of a walk.

@@ -33,6 +33,9 @@
 // for another step than the log holds at a position stops the workflow (status stopped, error
 // [ErrNondeterministic]) for an operator instead of diverging.
 //
+// [Try] makes a TCC participant's try a step: confirmed once the function succeeded, cancelled
+// on rollback.
+//
 // Register every workflow, and the in-process participants its calls name, in every process
 // that may lead. The function, its steps and compensations run in the goroutine that called
 // Start (or the leader's drive): steps must not be called concurrently. Writes per step, what

@@ -53,17 +53,30 @@ type run struct {
 	next      int            // the next step's seq
 	names     map[string]int // uses of each step name so far
 	comps     []*comp        // compensations of the completed steps, in step order
+	confirms  []*comp        // confirms of the tried steps (Try), in step order
 	halt      error          // the function must stop: every step returns it
 	rollback  error          // the deadline passed: compensate whatever the function returns
 	failed    []core.BranchFailure
 	recordErr error
 }
 
-// comp is the compensation of a completed step.
+// comp is the compensation of a completed step, or the confirm of a tried one.
 type comp struct {
 	rec   core.Branch
-	local func(context.Context, []byte) error // nil: a participant call's OpCompensate
+	local func(context.Context, []byte) error // nil: a participant's op
+	op    participant.Op                      // the participant's op: compensate, cancel or confirm
 	done  bool
+}
+
+// doneStatus is the status of a step whose op succeeded.
+func doneStatus(op participant.Op) core.BranchStatus {
+	switch op {
+	case participant.OpCancel:
+		return core.BranchCancelled
+	case participant.OpConfirm:
+		return core.BranchConfirmed
+	}
+	return core.BranchCompensated
 }
 
 func kindOf(t core.Target) string {
@@ -163,7 +176,13 @@ func (r *run) attrs(step string) trace.SpanStartOption {
 	return trace.WithAttributes(attribute.String(core.AttrGID, r.gid), attribute.String(core.AttrBranch, step))
 }
 
-func (r *run) call(ctx context.Context, name string, p participant.Participant, payload any) error {
+// call runs the participant step name: an action and its compensation, or (tcc) a try, its
+// confirm once the function succeeded and its cancel on rollback.
+func (r *run) call(ctx context.Context, name string, p participant.Participant, payload any, tcc bool) error {
+	do, undo := participant.OpAction, participant.OpCompensate
+	if tcc {
+		do, undo = participant.OpTry, participant.OpCancel
+	}
 	var body []byte
 	if payload != nil {
 		var err error
@@ -191,7 +210,7 @@ func (r *run) call(ctx context.Context, name string, p participant.Participant, 
 	if rec.Status == core.BranchPending {
 		if r.status != StatusRunning || r.expired(ctx) != nil {
 			// It may have reached the participant: compensate it (an empty compensation at worst).
-			r.comps = append(r.comps, &comp{rec: *rec})
+			r.comps = append(r.comps, &comp{rec: *rec, op: undo})
 			if r.halt == nil && r.status != StatusRunning {
 				r.halt = errReplayEnd
 			}
@@ -200,21 +219,21 @@ func (r *run) call(ctx context.Context, name string, p participant.Participant, 
 			}
 			return fmt.Errorf("workflow %s: %w", r.gid, r.rollback)
 		}
-		err := r.send(ctx, *rec, participant.OpAction)
+		err := r.send(ctx, *rec, do)
 		switch {
 		case err == nil:
 			rec.Status = core.BranchSucceeded
 		case errors.Is(err, participant.ErrRefused):
 			rec.Status, rec.Refusal = core.BranchSucceeded, errText(err)
 		default:
-			r.comps = append(r.comps, &comp{rec: *rec})
+			r.comps = append(r.comps, &comp{rec: *rec, op: undo})
 			if r.expired(ctx) != nil && r.halt == nil {
 				return fmt.Errorf("workflow %s: step %s: %w", r.gid, rec.Name, r.rollback)
 			}
 			r.failed = append(r.failed, core.BranchFailure{Branch: rec.Name, Err: err})
 			if r.halt == nil {
 				r.halt = fmt.Errorf("workflow %s: %w: %w", r.gid, coordinator.ErrIncomplete,
-					&coordinator.BranchError{GID: r.gid, Branch: rec.Name, Op: participant.OpAction, Err: err})
+					&coordinator.BranchError{GID: r.gid, Branch: rec.Name, Op: do, Err: err})
 			}
 			return r.halt
 		}
@@ -223,52 +242,26 @@ func (r *run) call(ctx context.Context, name string, p participant.Participant, 
 		}
 	}
 	if rec.Refusal != "" {
-		return &coordinator.BranchError{GID: r.gid, Branch: rec.Name, Op: participant.OpAction,
+		return &coordinator.BranchError{GID: r.gid, Branch: rec.Name, Op: do,
 			Err: fmt.Errorf("%s: %w", rec.Refusal, participant.ErrRefused)}
 	}
-	r.comps = append(r.comps, &comp{rec: *rec, done: rec.Status == core.BranchCompensated})
+	r.comps = append(r.comps, &comp{rec: *rec, op: undo, done: rec.Status == core.BranchCompensated || rec.Status == core.BranchCancelled})
+	if tcc {
+		r.confirms = append(r.confirms, &comp{rec: *rec, op: participant.OpConfirm, done: rec.Status == core.BranchConfirmed})
+	}
 	return nil
 }
 
-// send calls op on the participant of step rec: the starter up to 3 times while it fails
-// transiently, with backoff; the leader once per drive. A refused action returns at once; a
-// refused compensation breaks the protocol: it is counted and retried like any failure.
+// send calls op on the participant of step rec ([core.Base.CallAttempts]): the starter up to 3
+// times while it fails transiently, with backoff; the leader once per drive. A refused action
+// returns at once; a refused compensation breaks the protocol: it is counted and retried like any
+// failure.
 func (r *run) send(ctx context.Context, rec core.Branch, op participant.Op) error {
 	attempts := 3
 	if !r.tok.IsZero() {
 		attempts = 1
 	}
-	wait := r.c.b.Cfg.BackoffMin
-	for attempt := 1; ; attempt++ {
-		err := r.c.b.CallTarget(ctx, rec.Target, participant.Request{GID: r.gid, Branch: rec.Name, Op: op, Payload: rec.Payload})
-		if err == nil || op == participant.OpAction && errors.Is(err, participant.ErrRefused) {
-			return err
-		}
-		r.failedCall(ctx, rec.Name, op, err)
-		if attempt >= attempts || ctx.Err() != nil {
-			return err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		wait = min(2*wait, r.c.b.Cfg.BackoffMax)
-	}
-}
-
-// failedCall counts and logs a failed call or compensation.
-func (r *run) failedCall(ctx context.Context, step string, op participant.Op, err error) {
-	r.c.b.Failures.Add(1)
-	lvl := slog.LevelWarn
-	if op != participant.OpAction && errors.Is(err, participant.ErrRefused) {
-		r.c.b.Violations.Add(1)
-		lvl = slog.LevelError
-		err = fmt.Errorf("protocol violation, compensation refused (retrying): %w", err)
-	}
-	r.log.Log(ctx, lvl, "workflow: step failed", slog.String("step", step), slog.String("op", op.String()), slog.Any("err", err))
+	return r.c.b.CallAttempts(ctx, r.log, rec.Target, participant.Request{GID: r.gid, Branch: rec.Name, Op: op, Payload: rec.Payload}, attempts)
 }
 
 type sleepRecord struct {
@@ -404,6 +397,9 @@ func (r *run) drive(ctx, deadline context.Context, fn workflowFunc, input []byte
 		}
 		res := core.Branch{Name: resultName, Seq: -1, Target: core.Target{Kind: core.TargetLocal, Ref: refResult}, Status: core.BranchSucceeded}
 		if cause == nil {
+			if err := r.confirm(ctx); err != nil {
+				return StatusRunning, nil, err
+			}
 			res.Payload = out
 			if err := r.put(ctx, res); err != nil {
 				return StatusRunning, nil, err
@@ -484,22 +480,49 @@ func (r *run) compensate(ctx context.Context) error {
 		if c.local != nil {
 			err = r.compensateLocal(ctx, c)
 		} else {
-			err = r.send(ctx, c.rec, participant.OpCompensate)
+			err = r.send(ctx, c.rec, c.op)
 		}
 		if err != nil {
 			be := &coordinator.BranchError{GID: r.gid, Branch: c.rec.Name, Op: participant.OpCompensate, Err: err}
+			if c.local == nil {
+				be.Op = c.op
+			}
 			if rerr := r.record(ctx, core.Progress{GID: r.gid, From: StatusCompensating,
 				Failed: []core.BranchFailure{{Branch: c.rec.Name, Err: err}}}); rerr != nil {
 				return errors.Join(be, rerr)
 			}
 			return fmt.Errorf("workflow %s: compensate: %w: %w", r.gid, coordinator.ErrIncomplete, be)
 		}
-		c.rec.Status, c.done = core.BranchCompensated, true
+		c.rec.Status, c.done = doneStatus(c.op), true
 		if err := r.put(ctx, c.rec); err != nil {
 			return err
 		}
 	}
 	return r.record(ctx, core.Progress{GID: r.gid, From: StatusCompensating, Next: StatusCompensated})
+}
+
+// confirm calls the confirms of the tried steps not yet confirmed, in step order, each recorded
+// once done; a failure is recorded and the workflow rescheduled (the leader's replay confirms
+// the rest: the function, deterministic, succeeds again).
+func (r *run) confirm(ctx context.Context) error {
+	for _, c := range r.confirms {
+		if c.done {
+			continue
+		}
+		if err := r.send(ctx, c.rec, participant.OpConfirm); err != nil {
+			be := &coordinator.BranchError{GID: r.gid, Branch: c.rec.Name, Op: participant.OpConfirm, Err: err}
+			if rerr := r.record(ctx, core.Progress{GID: r.gid, From: StatusRunning,
+				Failed: []core.BranchFailure{{Branch: c.rec.Name, Err: err}}}); rerr != nil {
+				return errors.Join(be, rerr)
+			}
+			return fmt.Errorf("workflow %s: confirm: %w: %w", r.gid, coordinator.ErrIncomplete, be)
+		}
+		c.rec.Status, c.done = core.BranchConfirmed, true
+		if err := r.put(ctx, c.rec); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // compensateLocal runs a local step's compensation in a span; a panic is its failure.
@@ -512,7 +535,8 @@ func (r *run) compensateLocal(ctx context.Context, c *comp) (err error) {
 			err = &core.PanicError{Value: v}
 		}
 		if err != nil {
-			r.failedCall(ctx, c.rec.Name, participant.OpCompensate, err)
+			r.c.b.Failures.Add(1)
+			r.log.WarnContext(ctx, "workflow: compensation failed", slog.String("step", c.rec.Name), slog.Any("err", err))
 		}
 		obs.EndSpan(span, err)
 	}()

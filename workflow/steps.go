@@ -92,7 +92,18 @@ func StepWithCompensation[T any](ctx Context, name string, fn func(context.Conte
 // backoff, then the workflow is left to the leader (an error wrapping
 // [coordinator.ErrIncomplete]). It blocks for the calls and two writes.
 func Call(ctx Context, name string, p participant.Participant, payload any) error {
-	return ctx.run().call(ctx, name, p, payload)
+	return ctx.run().call(ctx, name, p, payload, false)
+}
+
+// Try is [Call] for a TCC participant: it calls p's try (participant.OpTry) as the step called
+// name, and records it like a call; once the function has returned without error, p's confirm is
+// called (before the workflow's success is recorded), and when the workflow rolls back, its
+// cancel (in reverse step order, with the other compensations). A refused try returns an error
+// wrapping participant.ErrRefused (a *[coordinator.BranchError]) and is neither confirmed nor
+// cancelled. A confirm that fails leaves the workflow to the leader, which confirms it (Start
+// returns [coordinator.ErrIncomplete]).
+func Try(ctx Context, name string, p participant.Participant, payload any) error {
+	return ctx.run().call(ctx, name, p, payload, true)
 }
 
 // Sleep records a durable sleep of d and waits until it is over or the workflow's deadline

@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -141,7 +144,7 @@ func (o *Outcome) Decode(v any) error {
 //   - [ErrNotRegistered], [ErrEncoding] or [ErrTooLarge] for the input, or an error wrapping
 //     [coordinator.ErrInvalidOption] for an option: nothing recorded. A gid already used wraps
 //     [coordinator.ErrExists]: Wait gives that workflow's outcome.
-func (c *Coordinator) Start(ctx context.Context, name string, input any, opts ...coordinator.BeginOption) (*Outcome, error) {
+func (c *Coordinator) Start(ctx context.Context, name string, input any, opts ...coordinator.BeginOption) (_ *Outcome, err error) {
 	fn := c.lookup(name)
 	if fn == nil {
 		return nil, fmt.Errorf("workflow: start %q: %w", name, ErrNotRegistered)
@@ -159,8 +162,8 @@ func (c *Coordinator) Start(ctx context.Context, name string, input any, opts ..
 		return nil, fmt.Errorf("workflow: start %q: %w: %w", name, ErrEncoding, err)
 	}
 	out := &Outcome{GID: o.GID, Status: StatusRunning}
-	ctx, span := c.b.Tracer().Start(ctx, "workflow "+name)
-	defer span.End()
+	ctx, span := c.b.Tracer().Start(ctx, "workflow "+name, trace.WithAttributes(attribute.String(core.AttrGID, o.GID)))
+	defer func() { obs.EndSpan(span, err) }()
 	if err := c.b.Log.Create(ctx, o.GID, core.KindWorkflow, o.Timeout, payload); err != nil {
 		return out, fmt.Errorf("workflow: start %q: %w", name, err)
 	}

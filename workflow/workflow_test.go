@@ -318,3 +318,50 @@ func TestIntegrationBadInput(t *testing.T) {
 		t.Fatalf("rows %+v, want the step's error recorded", tx.Branches)
 	}
 }
+
+// TestIntegrationTCCSteps: a TCC participant's try is a step; it is confirmed once the function
+// succeeded (after the steps that followed it), cancelled when the workflow rolls back.
+func TestIntegrationTCCSteps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration")
+	}
+	e := newEnv(t)
+	c := e.coordinator()
+	var j journal
+	hold := &party{answer: func(r participant.Request) error { j.add(r.Op.String() + "/" + r.Branch); return nil }}
+	pay := &party{answer: func(r participant.Request) error {
+		j.add(r.Op.String() + "/" + r.Branch)
+		if string(r.Payload) == "500" && r.Op == participant.OpAction {
+			return participant.ErrRefused
+		}
+		return nil
+	}}
+	holdP, payP := coretest.Register(t, c, "hold", hold), coretest.Register(t, c, "pay", pay)
+	if err := workflow.Register(c, "tcc", func(ctx workflow.Context, amount int) (int, error) {
+		if err := workflow.Try(ctx, "hold", holdP, amount); err != nil {
+			return 0, err
+		}
+		return amount, workflow.Call(ctx, "pay", payP, amount)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(t.Context(), "tcc", 50); err != nil {
+		t.Fatalf("Start(50): %v", err)
+	}
+	if want := []string{"try/hold", "action/pay", "confirm/hold"}; !slices.Equal(j.get(), want) {
+		t.Fatalf("ran %q, want %q", j.get(), want)
+	}
+	j = journal{}
+	out, err := c.Start(t.Context(), "tcc", 500)
+	if !errors.Is(err, workflow.ErrCompensated) || !errors.Is(err, participant.ErrRefused) {
+		t.Fatalf("Start(500) = %v, want ErrCompensated, ErrRefused", err)
+	}
+	if want := []string{"try/hold", "action/pay", "cancel/hold"}; !slices.Equal(j.get(), want) {
+		t.Fatalf("ran %q, want %q", j.get(), want)
+	}
+	for _, br := range coretest.Get(t, e.logOf(t, c), out.GID).Branches {
+		if br.Name == "hold" && br.Status.String() != "cancelled" {
+			t.Fatalf("hold is %s, want cancelled", br.Status)
+		}
+	}
+}
