@@ -48,6 +48,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/examples/exapp"
 	"github.com/txkit/txkit/examples/tcc-order/app"
 	"github.com/txkit/txkit/examples/tcc-order/shoppb"
@@ -269,6 +270,14 @@ type coordinatorOptions[O any] struct {
 	recovery       func(spec string, batch, concurrency int) O
 	client         func(*http.Client) O
 	telemetry      func(prometheus.Registerer, trace.TracerProvider) O
+}
+
+// optionsOf returns package coordinator's option constructors, which tcc, saga and workflow share.
+func optionsOf() coordinatorOptions[coordinator.Option] {
+	return coordinatorOptions[coordinator.Option]{
+		schema: coordinator.WithSchema, elector: coordinator.WithElector, logger: coordinator.WithLogger, timeout: coordinator.WithDefaultTimeout,
+		lease: coordinator.WithLease, retry: coordinator.WithRetry, recovery: coordinator.WithRecovery,
+		client: coordinator.WithHTTPClient, telemetry: coordinator.WithTelemetry}
 }
 
 func (b coordinatorOptions[O]) build(s *service, el lock.Elector) []O {

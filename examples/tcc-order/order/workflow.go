@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/examples/tcc-order/app"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
@@ -16,10 +15,7 @@ import (
 // workflowFlow places orders as workflows, with a workflow.Coordinator resuming under el the
 // workflows whose instance died.
 func (s *service) workflowFlow(ctx context.Context, el lock.Elector) (*flow, error) {
-	coord, err := newCoordinator(ctx, s, el, workflow.New, coordinatorOptions[coordinator.Option]{
-		schema: coordinator.WithSchema, elector: coordinator.WithElector, logger: coordinator.WithLogger, timeout: coordinator.WithDefaultTimeout,
-		lease: coordinator.WithLease, retry: coordinator.WithRetry, recovery: coordinator.WithRecovery,
-		client: coordinator.WithHTTPClient, telemetry: coordinator.WithTelemetry})
+	coord, err := newCoordinator(ctx, s, el, workflow.New, optionsOf())
 	if err != nil {
 		return nil, err
 	}
