@@ -80,7 +80,8 @@ func drill(t *testing.T, m app.Mode) { drillOn(t, m, "zk") }
 // by the next leader's recovery, which calls the gRPC participants registered in its own process.
 func TestIntegrationOrderDrillGRPC(t *testing.T) {
 	bin := t.TempDir() // the services' binaries, built by the first run, and the runs' logs
-	for _, m := range []app.Mode{app.ModeTCC, app.ModeSaga} { // a workflow's calls are the saga's
+	// Not the workflow mode: its calls are the saga's.
+	for _, m := range []app.Mode{app.ModeTCC, app.ModeSaga} {
 		t.Run(m.String(), func(t *testing.T) {
 			cfg := drillConfig(t, m, "zk", 120) // about 12 s of load at 10/s
 			cfg.Transport, cfg.Kills, cfg.Dir = app.TransportGRPC, 2, bin
