@@ -63,7 +63,7 @@ test: up ## the whole suite against the real servers
 #  - the slow outage, failover and SIGKILL tests (10-25 s each), which run above on the direct
 #    server: through the pooler they repeat the same code paths.
 # docs/production.md has the table of what works through a transaction pooler.
-BOUNCER_PKGS = ./tcc/ ./saga/ ./twopc/ ./idempotency/ ./outbox/ ./notify/
+BOUNCER_PKGS = ./tcc/ ./saga/ ./twopc/ ./workflow/ ./idempotency/ ./outbox/ ./notify/
 BOUNCER_SKIP = EnqueueNotifies|RelayWakesOnNotify|RelayListenerReconnects|RelayHandOverRecordsFirst|InProgressBlocks|RepeatableReadWaiterFails|OutageLogsBounded|KeyOrderAcrossRelayFailover|PartitionedRelayFailover|PartitionedDeliveryAcrossKills
 
 unit: ## tests that need no server (the RocketMQ-client packages without -race, as in test)

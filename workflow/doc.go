@@ -4,7 +4,8 @@
 // function fails the compensations of the completed steps run in reverse. It runs on the log,
 // leadership, fencing, barrier identities, metrics and tracing of the other coordinators.
 //
-//	c, _ := workflow.New(pool, coordinator.WithSchema("shop"), coordinator.WithElector(el))
+//	client, _ := participant.NewSigningClient(secret, nil) // signs for the participants' barrier
+//	c, _ := workflow.New(pool, coordinator.WithSchema("shop"), coordinator.WithElector(el), coordinator.WithHTTPClient(client))
 //	_ = c.Migrate(ctx)
 //	go c.Run(ctx) // resumes, on the leader only, the workflows whose starter died
 //	_ = workflow.Register(c, "order", func(ctx workflow.Context, in Order) (Receipt, error) {

@@ -197,14 +197,21 @@ func (r *run) call(ctx context.Context, name string, p participant.Participant, 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b, rec, err := r.slot(ctx, name, kindCall)
+	if rec == nil && b.Name != "" && (errors.Is(err, errReplayEnd) || errors.Is(err, coordinator.ErrTimeout)) {
+		// Rolling back at a call the log does not hold: a run that died may have sent it, so it
+		// is compensated (an empty compensation at worst: the barrier records it, and refuses
+		// the call should it arrive later).
+		b.Target, b.Payload = target, body
+		r.comps = append(r.comps, &comp{rec: b, op: undo})
+	}
 	if err != nil {
 		return err
 	}
 	if rec == nil {
+		// Sent first, recorded once answered: a crash in between leaves no record, and the
+		// replay sends it again with the same identity (gid, step, op), applied once by the
+		// participant's barrier.
 		b.Target, b.Payload, b.Status = target, body, core.BranchPending
-		if err := r.put(ctx, b); err != nil {
-			return err
-		}
 		rec = &b
 	}
 	if rec.Status == core.BranchPending {
@@ -354,6 +361,17 @@ func (r *run) put(ctx context.Context, b core.Branch) error {
 	return nil
 }
 
+// finish records the outcome row res and moves the workflow to next, in one write.
+func (r *run) finish(ctx context.Context, next coordinator.Status, res core.Branch) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+	defer cancel()
+	if err := r.c.b.Log.FinishStep(wctx, r.tok, r.gid, r.status, next, res); err != nil {
+		r.recordErr = err
+		return fmt.Errorf("workflow %s: %w: %w", r.gid, coordinator.ErrIncomplete, err)
+	}
+	return nil
+}
+
 // record writes p (fenced with the run's token), not bounded by a cancelled ctx.
 func (r *run) record(ctx context.Context, p core.Progress) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
@@ -401,10 +419,7 @@ func (r *run) drive(ctx, deadline context.Context, fn workflowFunc, input []byte
 				return StatusRunning, nil, err
 			}
 			res.Payload = out
-			if err := r.put(ctx, res); err != nil {
-				return StatusRunning, nil, err
-			}
-			if err := r.record(ctx, core.Progress{GID: r.gid, From: StatusRunning, Next: StatusSucceeded}); err != nil {
+			if err := r.finish(ctx, StatusSucceeded, res); err != nil {
 				return StatusRunning, nil, err
 			}
 			r.log.DebugContext(ctx, "workflow: succeeded")

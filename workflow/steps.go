@@ -86,11 +86,12 @@ func StepWithCompensation[T any](ctx Context, name string, fn func(context.Conte
 // participant.OpCompensate and the same payload. The request carries the barrier identity (gid,
 // step name, op), so a call re-sent after a crash is applied once by a participant behind
 // participant/barrier. p is a participant.HTTP or one returned by Register ([coordinator.Base]).
-// The call is recorded before it is sent and its answer after: nil on success; a refusal, an
-// error wrapping participant.ErrRefused (a *[coordinator.BranchError]), is recorded and returned
-// (the refused step is not compensated). A call failing otherwise is retried up to 3 times with
+// The call's answer is recorded once it comes: nil on success; a refusal, an error wrapping
+// participant.ErrRefused (a *[coordinator.BranchError]), is recorded and returned (the refused
+// step is not compensated). A call whose answer was not recorded (the process died) is sent again
+// by the replay; one the workflow rolls back at without a record is compensated all the same. A call failing otherwise is retried up to 3 times with
 // backoff, then the workflow is left to the leader (an error wrapping
-// [coordinator.ErrIncomplete]). It blocks for the calls and two writes.
+// [coordinator.ErrIncomplete]). It blocks for the calls and one write.
 func Call(ctx Context, name string, p participant.Participant, payload any) error {
 	return ctx.run().call(ctx, name, p, payload, false)
 }

@@ -131,8 +131,8 @@ func (o *Outcome) Decode(v any) error {
 // this goroutine — each step recorded before the function sees its outcome — and returns its
 // outcome. The gid is [coordinator.WithGID] (default a new UUIDv7) and the deadline
 // [coordinator.WithTimeout] (default [coordinator.WithDefaultTimeout], 5m): a workflow still
-// running at it is compensated. ctx bounds the run, not the recording of what happened; the
-// Outcome carries the gid whatever the error.
+// running at it is compensated. ctx bounds the run, not the recording of what happened. The
+// Outcome (nil only when nothing was recorded, below) carries the gid whatever the error.
 //
 //   - nil: the function returned; Output holds its result.
 //   - [ErrCompensated], with the function's error (a refusal is a *[coordinator.BranchError]
@@ -142,8 +142,8 @@ func (o *Outcome) Decode(v any) error {
 //     failed or ctx ended: the leader resumes the workflow (see [Coordinator.Wait]).
 //   - [ErrNondeterministic]: the workflow is stopped for an operator.
 //   - [ErrNotRegistered], [ErrEncoding] or [ErrTooLarge] for the input, or an error wrapping
-//     [coordinator.ErrInvalidOption] for an option: nothing recorded. A gid already used wraps
-//     [coordinator.ErrExists]: Wait gives that workflow's outcome.
+//     [coordinator.ErrInvalidOption] for an option: nothing recorded, a nil Outcome. A gid
+//     already used wraps [coordinator.ErrExists]: Wait gives that workflow's outcome.
 func (c *Coordinator) Start(ctx context.Context, name string, input any, opts ...coordinator.BeginOption) (_ *Outcome, err error) {
 	fn := c.lookup(name)
 	if fn == nil {

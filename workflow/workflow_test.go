@@ -280,6 +280,27 @@ func TestIntegrationDeadlineCompensates(t *testing.T) {
 	if want := []string{"undo/a"}; !slices.Equal(j.get(), want) {
 		t.Fatalf("ran %q, want %q", j.get(), want)
 	}
+	// A call in flight at the deadline, its answer unknown, is compensated.
+	var xj journal
+	xP := coretest.Register(t, c, "x", participant.ParticipantFunc(func(ctx context.Context, r participant.Request) error {
+		xj.add(r.Op.String() + "/" + r.Branch)
+		if r.Op == participant.OpAction {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}))
+	if err := workflow.Register(c, "stuck", func(ctx workflow.Context, _ int) (int, error) {
+		return 0, workflow.Call(ctx, "x", xP, nil)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(t.Context(), "stuck", 0, coordinator.WithTimeout(300*time.Millisecond)); !errors.Is(err, coordinator.ErrTimeout) {
+		t.Fatalf("Start(stuck) = %v, want ErrTimeout", err)
+	}
+	if want := []string{"action/x", "compensate/x"}; !slices.Equal(xj.get(), want) {
+		t.Fatalf("x got %q, want %q", xj.get(), want)
+	}
 }
 
 // TestIntegrationBadInput: unregistered names, inputs that are not JSON or too large, and a

@@ -23,6 +23,26 @@ import (
 // leader took it over, or it was stopped); nothing is written then. One statement, in a
 // transaction with the fence check when fenced.
 func (l *Log) PutStep(ctx context.Context, tok lock.Token, gid string, want Status, b Branch) error {
+	return l.putStep(ctx, tok, gid, want, 0, b)
+}
+
+// FinishStep is [Log.PutStep] that also moves gid from want to next (a workflow's outcome and
+// its status in one statement). A final next counts in
+// txkit_coordinator_transactions_finished_total, as [Log.Record] does.
+func (l *Log) FinishStep(ctx context.Context, tok lock.Token, gid string, want, next Status, b Branch) error {
+	if !want.CanBecome(next) {
+		return fmt.Errorf("core: finish %s: %s → %s: %w", gid, want, next, ErrInvalidState)
+	}
+	if err := l.putStep(ctx, tok, gid, want, next, b); err != nil {
+		return err
+	}
+	if next.Final() {
+		l.m.finished(next)
+	}
+	return nil
+}
+
+func (l *Log) putStep(ctx context.Context, tok lock.Token, gid string, want, next Status, b Branch) error {
 	switch {
 	case b.Name == "":
 		return fmt.Errorf("core: step of %s: empty name: %w", gid, ErrInvalidBranch)
@@ -32,7 +52,11 @@ func (l *Log) PutStep(ctx context.Context, tok lock.Token, gid string, want Stat
 	args := []any{gid, want.String(), b.Name, int32(b.Seq), b.Target.Kind.String(), b.Target.Ref, b.Payload, b.Status.String(),
 		boundText(b.LastError), boundText(b.Refusal),
 		l.o.lease.Seconds(), encodeCallOptions(b.Target)}
-	ok, err := l.fencedExec(ctx, tok, gid, l.q["put_step"], args)
+	var to string
+	if next != 0 {
+		to = next.String()
+	}
+	ok, err := l.fencedExec(ctx, tok, gid, l.q["put_step"], append(args, to))
 	if err != nil {
 		return fmt.Errorf("core: step %s of %s: %w", b.Name, gid, err)
 	}

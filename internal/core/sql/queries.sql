@@ -184,10 +184,14 @@ select count(*) from g
 {{end}}
 
 {{/* A workflow's step record (Log.PutStep): the branch row inserted or replaced while the
-workflow is in status $2, and the driver's lease renewed ($11 seconds), in one statement. */}}
+workflow is in status $2, and the driver's lease renewed ($11 seconds), in one statement; with a
+new status $13 (Log.FinishStep; '' for none) the workflow moves to it in the same statement. */}}
 {{define "put_step"}}
 with g as (
-    update {{.Global}} set updated_at = now(), next_retry_at = now() + make_interval(secs => $11::float8)
+    update {{.Global}} set updated_at = now(), next_retry_at = now() + make_interval(secs => $11::float8),
+        status = coalesce(nullif($13, ''), status),
+        attempts = case when $13 = '' then attempts else 0 end,
+        last_error = case when $13 = '' then last_error end
     where gid = $1 and status = $2
     returning gid
 )
@@ -198,8 +202,8 @@ on conflict (gid, branch) do update set payload = excluded.payload, status = exc
 returning 1
 {{end}}
 
-{{/* A workflow parked (Log.Park): due again after $4 seconds (a century later, never in practice, when negative), in status $3,
-with $5 as its last error when given. */}}
+{{/* A workflow parked (Log.Park): due again after $4 seconds (a century later, never in
+practice, when negative), in status $3, with $5 as its last error when given. */}}
 {{define "park"}}
 update {{.Global}} set status = $3, updated_at = now(), last_error = coalesce(nullif($5, ''), last_error),
     next_retry_at = case when $4::float8 < 0 then now() + interval '100 years' else now() + make_interval(secs => $4::float8) end
