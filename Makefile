@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The servers' addresses (deploy/local/env) exported for the command that follows.
 WITH_ENV = set -a && eval "$$(deploy/local/env)" && ROCKETMQ_GO_LOG_LEVEL=error && set +a &&
 
-.PHONY: bench-locks bench-concurrency up down status test unit demo tcc-order drill-tcc drill-tcc-grpc drill-tcc-locks drill-ha lockwatch saga-order drill-saga transfer drill-2pc drill-3pc bench lint env recharge stock console console-screenshot proto
+.PHONY: bench-locks bench-concurrency up down status test unit demo tcc-order drill-tcc drill-tcc-grpc drill-tcc-locks drill-ha lockwatch saga-order drill-saga workflow-order drill-workflow transfer drill-2pc drill-3pc bench lint env recharge stock console console-screenshot proto
 
 # MQ names the RocketMQ clusters up starts besides the single broker: all (a DLedger group and two
 # masters, which the cluster tests need), dledger, two-masters or none.
@@ -112,6 +112,12 @@ saga-order: up ## run the tcc-order example with every order a saga (deduct stoc
 
 drill-saga: up ## saga failover drill: the drill-tcc load and kills with every order a saga
 	@$(WITH_ENV) $(GO) run ./drills/tcc-order -drill -mode saga -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4 $(TRANSPORT_FLAG)
+
+workflow-order: up ## run the tcc-order example with every order a workflow (package workflow) end to end
+	@$(WITH_ENV) $(GO) run ./drills/tcc-order -mode workflow $(TRANSPORT_FLAG)
+
+drill-workflow: up ## workflow failover drill: the drill-tcc load and kills (2000 orders) with every order a workflow
+	@$(WITH_ENV) $(GO) run ./drills/tcc-order -drill -mode workflow -instances 3 -orders 2000 -rate 40 -kills 6 -participant-kills 4 $(TRANSPORT_FLAG)
 
 transfer: up ## run the transfer example (two-phase commit between txkit_east and txkit_west) end to end
 	@$(WITH_ENV) $(GO) run ./drills/transfer

@@ -171,7 +171,7 @@ func TestIntegrationAPIReads(t *testing.T) {
 		t.Fatalf("second page: %+v", second)
 	}
 	for q, msg := range map[string]string{
-		"?kind=xa":              `kind \"xa\": want tcc, saga, 2pc or 3pc`,
+		"?kind=xa":              `kind \"xa\": want tcc, saga, 2pc, 3pc or workflow`,
 		"?status=sleeping":      `status \"sleeping\": want one of trying`,
 		"?limit=0":              `limit=\"0\": want a number from 1 to 500`,
 		"?limit=501":            `limit=\"501\"`,

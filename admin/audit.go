@@ -15,6 +15,7 @@ const (
 	ActionRequeue    = "outbox.requeue"
 	ActionRequeueAll = "outbox.requeue_all"
 	ActionRedeliver  = "notify.redeliver"
+	ActionResume     = "workflow.resume"
 )
 
 // The results the audit table records.

@@ -97,6 +97,6 @@ func Example() {
 	// log tcc kind tcc status cancelled mine: true
 	// branch stock cancelled
 	// 401 {"error":"no credentials: send \"Authorization: Bearer \u003ctoken\u003e\": unauthorized"}
-	// 400 {"error":"kind \"xa\": want tcc, saga, 2pc or 3pc: bad request"}
+	// 400 {"error":"kind \"xa\": want tcc, saga, 2pc, 3pc or workflow: bad request"}
 	// 404 {"error":"transaction \"no-such-gid\": not found"}
 }

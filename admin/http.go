@@ -110,6 +110,7 @@ func (a *Admin) Handler() http.Handler {
 	}))
 	mux.HandleFunc("POST /api/outbox/dead/{id}/requeue", a.post(ActionRequeue, "message id", a.requeue))
 	mux.HandleFunc("POST /api/notifications/{id}/redeliver", a.post(ActionRedeliver, "notification id", a.redeliver))
+	mux.HandleFunc("POST /api/transactions/{gid}/resume", a.postGID(ActionResume, a.resume))
 	mux.HandleFunc("POST /api/transactions/{gid}/reveal", a.revealRoute(ActionRevealTx, "gid", func(ctx context.Context, c call) (any, answer, error) {
 		return a.revealTx(ctx, c)
 	}))
@@ -177,8 +178,25 @@ func (a *Admin) get(read func(*http.Request) (any, error)) http.HandlerFunc {
 // post adapts an action on the id in the path to a rate-limited, authenticated, idempotent,
 // audited handler. What is refused before the actor is known gets no audit row ([Admin.turnAway]).
 func (a *Admin) post(action, what string, do func(ctx context.Context, id uuid.UUID) error) http.HandlerFunc {
+	return a.postOn(action, "id", func(target string) error {
+		_, err := parseID(what, target)
+		return err
+	}, func(ctx context.Context, target string) error {
+		id, _ := parseID(what, target)
+		return do(ctx, id)
+	})
+}
+
+// postGID is [Admin.post] for an action on the transaction whose gid is in the path.
+func (a *Admin) postGID(action string, do func(ctx context.Context, gid string) error) http.HandlerFunc {
+	return a.postOn(action, "gid", checkGID, do)
+}
+
+// postOn is post and postGID: check refuses (recorded) a target in the path's {param} before
+// the Idempotency-Key is claimed; do is the action.
+func (a *Admin) postOn(action, param string, check func(string) error, do func(ctx context.Context, target string) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		c, ok := a.admit(w, r, action, "id")
+		c, ok := a.admit(w, r, action, param)
 		if !ok {
 			return
 		}
@@ -187,12 +205,11 @@ func (a *Admin) post(action, what string, do func(ctx context.Context, id uuid.U
 			a.writeAnswer(w, a.refuse(r.Context(), c.withoutKey(), fmt.Errorf("admin: Idempotency-Key: %v: %w", err, ErrBadRequest)))
 			return
 		}
-		id, err := parseID(what, c.target)
-		if err != nil {
+		if err := check(c.target); err != nil {
 			a.writeAnswer(w, a.refuse(r.Context(), c.withoutKey(), err))
 			return
 		}
-		ans, _ := a.mutate(r.Context(), c, func(ctx context.Context) error { return do(ctx, id) })
+		ans, _ := a.mutate(r.Context(), c, func(ctx context.Context) error { return do(ctx, c.target) })
 		if ans.replay {
 			w.Header().Set("Idempotent-Replay", "true")
 		}

@@ -28,19 +28,20 @@ type Option func(*options)
 // core. Name shows in every [Transaction] read from it. A log spread over several databases
 // (coordinator/shard) is one LogSource per shard, each with its shard's Pool.
 type LogSource struct {
-	Name   string        // "tcc", "saga", "2pc", "3pc", or a name of the caller's ("tcc/1": a shard)
-	Prefix string        // the protocol's table prefix (txkit_, txkit_saga_, txkit_2pc_, txkit_3pc_)
+	Name   string        // "tcc", "saga", "2pc", "3pc", "workflow", or a name of the caller's ("tcc/1": a shard)
+	Prefix string        // the protocol's table prefix (txkit_, txkit_saga_, txkit_2pc_, txkit_3pc_, txkit_workflow_)
 	Pool   *pgxpool.Pool // the database holding the log (nil: the Admin's pool), in the schema of [WithSchema]
 }
 
-// StandardLogs returns the logs of the four coordinators at their default table prefixes: tcc
-// "txkit_", saga "txkit_saga_", 2pc "txkit_2pc_" and 3pc "txkit_3pc_".
+// StandardLogs returns the logs of the five coordinators at their default table prefixes: tcc
+// "txkit_", saga "txkit_saga_", 2pc "txkit_2pc_", 3pc "txkit_3pc_" and workflow "txkit_workflow_".
 func StandardLogs() []LogSource {
 	return []LogSource{
 		{Name: "tcc", Prefix: "txkit_"},
 		{Name: "saga", Prefix: "txkit_saga_"},
 		{Name: "2pc", Prefix: "txkit_2pc_"},
 		{Name: "3pc", Prefix: "txkit_3pc_"},
+		{Name: "workflow", Prefix: "txkit_workflow_"},
 	}
 }
 

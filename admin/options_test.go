@@ -87,7 +87,7 @@ func TestTxFilterCheck(t *testing.T) {
 	}{
 		{"zero", admin.TxFilter{}, ""},
 		{"all set", admin.TxFilter{Kind: "saga", Status: "compensated", Unfinished: true, OlderThan: 1, After: "g", Limit: 500}, ""},
-		{"kind", admin.TxFilter{Kind: "xa"}, `kind "xa": want tcc, saga, 2pc or 3pc`},
+		{"kind", admin.TxFilter{Kind: "xa"}, `kind "xa": want tcc, saga, 2pc, 3pc or workflow`},
 		{"status", admin.TxFilter{Status: "done"}, `status "done": want one of trying, confirming`},
 		{"limit", admin.TxFilter{Limit: 501}, "limit 501: must be 1..500"},
 		{"negative limit", admin.TxFilter{Limit: -1}, "limit -1"},

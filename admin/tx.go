@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -9,12 +10,13 @@ import (
 
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/pgutil"
+	"github.com/txkit/txkit/lock"
 )
 
 // TxFilter selects global transactions for [Admin.Transactions]. Zero fields select everything.
 type TxFilter struct {
-	Kind       string        // "tcc", "saga", "2pc" or "3pc"
-	Status     string        // a status name: trying, voting, confirming, confirmed, cancelling, cancelled, running, compensating, compensated, succeeded
+	Kind       string        // "tcc", "saga", "2pc", "3pc" or "workflow"
+	Status     string        // a status name: trying, voting, confirming, confirmed, cancelling, cancelled, running, compensating, compensated, succeeded, stopped
 	Unfinished bool          // only transactions not in a final status
 	OlderThan  time.Duration // only transactions created longer ago than this (PostgreSQL's clock)
 	After      string        // the cursor: gids after this one ([TxPage.Next] of the page before)
@@ -37,11 +39,12 @@ type TxPage struct {
 // Transaction is a global transaction. Branches is filled by [Admin.Transaction] only.
 type Transaction struct {
 	GID       string `json:"gid"`
-	Log       string `json:"log"`  // the LogSource it was read from
-	Kind      string `json:"kind"` // tcc, saga, 2pc, 3pc
-	Status    string `json:"status"`
-	Final     bool   `json:"final"`    // nothing more will happen to it
-	Attempts  int    `json:"attempts"` // failed drives since its last status change
+	Log       string `json:"log"`                // the LogSource it was read from
+	Kind      string `json:"kind"`               // tcc, saga, 2pc, 3pc, workflow
+	Workflow  string `json:"workflow,omitempty"` // a workflow's registered name
+	Status    string `json:"status"`             // a workflow "stopped" waits for an operator ([Admin.Resume]); LastError says why
+	Final     bool   `json:"final"`              // nothing more will happen to it
+	Attempts  int    `json:"attempts"`           // failed drives since its last status change
 	LastError string `json:"last_error,omitempty"`
 	// AbortCause says why a transaction that did not commit rolled back, when the log knows:
 	// [CauseRefused] (a participant refused: its branch's Refusal says why) or [CauseTimeout]
@@ -52,8 +55,11 @@ type Transaction struct {
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 	TimeoutAt   time.Time `json:"timeout_at"`
-	NextRetryAt time.Time `json:"next_retry_at,omitzero"` // zero (left out) once the transaction is final
-	Branches    []Branch  `json:"branches,omitempty"`
+	NextRetryAt time.Time `json:"next_retry_at,omitzero"` // zero (left out) once the transaction is final or stopped
+	// SleepingUntil is when the durable sleep a running workflow is in ends (zero otherwise);
+	// filled by [Admin.Transaction] only.
+	SleepingUntil time.Time `json:"sleeping_until,omitzero"`
+	Branches      []Branch  `json:"branches,omitempty"`
 }
 
 // The causes of [Transaction.AbortCause].
@@ -62,12 +68,16 @@ const (
 	CauseTimeout = core.CauseTimeout
 )
 
-// Branch is one participant's part of a [Transaction], in registration (saga) order.
+// Branch is one participant's part of a [Transaction], in registration (saga) order. A
+// workflow's branches are its steps in the function's order: a participant call; a local step
+// (target_kind local, target "step"), whose Payload is its recorded result and Refusal its
+// recorded error; a sleep (target "sleep"); and "$result" (target "result"), the workflow's
+// output, or in Refusal why it rolled back.
 type Branch struct {
 	Name       string `json:"name"`
 	Seq        int    `json:"seq"`
 	Status     string `json:"status"`      // pending, confirmed, cancelled, succeeded, compensated
-	TargetKind string `json:"target_kind"` // http, inproc or grpc
+	TargetKind string `json:"target_kind"` // http, inproc, grpc, or local (a workflow's own record)
 	Target     string `json:"target"`      // the URL (without its password) or the registered participant's name (inproc, grpc)
 	Attempts   int    `json:"attempts"`    // failed calls of the branch
 	LastError  string `json:"last_error,omitempty"`
@@ -98,7 +108,7 @@ func checkFilter(f TxFilter) (core.Filter, error) {
 	if f.Kind != "" {
 		k, err := core.ParseKind(f.Kind)
 		if err != nil {
-			return cf, fmt.Errorf("admin: kind %q: want tcc, saga, 2pc or 3pc: %w", f.Kind, ErrBadRequest)
+			return cf, fmt.Errorf("admin: kind %q: want tcc, saga, 2pc, 3pc or workflow: %w", f.Kind, ErrBadRequest)
 		}
 		cf.Kind = k
 	}
@@ -119,6 +129,14 @@ func checkFilter(f TxFilter) (core.Filter, error) {
 		return cf, err
 	}
 	return cf, nil
+}
+
+// checkGID refuses a gid no log can hold.
+func checkGID(gid string) error {
+	if !pgutil.IsText(gid) {
+		return fmt.Errorf("admin: gid %q: not valid UTF-8 without NUL: %w", gid, ErrBadRequest)
+	}
+	return nil
 }
 
 func checkLimit(n int) error {
@@ -198,6 +216,9 @@ func (a *Admin) transaction(ctx context.Context, gid string, reveal bool) (*Tran
 				Target: targetRef(kind, b.Target.Ref), Attempts: b.Attempts, LastError: b.LastError, Refusal: b.Refusal,
 				Payload: optSecret(b.Payload, reveal), UpdatedAt: b.UpdatedAt,
 				Header: headerSecrets(b.Target.Header, reveal), TimeoutMS: b.Target.Timeout.Milliseconds()})
+			if t.Status == core.StatusRunning && b.Target.Kind == core.TargetLocal && b.Target.Ref == "sleep" && b.Status == core.BranchPending {
+				tx.SleepingUntil = sleepEnd(b.Payload)
+			}
 		}
 		return &tx, nil
 	}
@@ -208,13 +229,68 @@ func fromCore(log string, t *core.Transaction, reveal bool) Transaction {
 	tx := Transaction{GID: t.GID, Log: log, Kind: t.Kind.String(), Status: t.Status.String(), Final: t.Status.Final(),
 		Attempts: t.Attempts, LastError: t.LastError, Payload: optSecret(t.Payload, reveal), CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 		TimeoutAt: t.TimeoutAt, NextRetryAt: t.NextRetryAt}
-	if tx.Final {
-		tx.NextRetryAt = time.Time{} // nothing is retried any more
+	if tx.Final || t.Status == core.StatusStopped {
+		tx.NextRetryAt = time.Time{} // nothing is retried any more (a stopped workflow: until resumed)
 	}
 	if aborted(t.Status) {
 		tx.AbortCause = t.AbortCause
 	}
+	if t.Kind == core.KindWorkflow {
+		var rec struct{ Name string }
+		if json.Unmarshal(t.Payload, &rec) == nil && pgutil.IsText(rec.Name) {
+			tx.Workflow = rec.Name
+		}
+	}
 	return tx
+}
+
+// sleepEnd is the end of a workflow's sleep from its record ({"until": unix ms}), zero when
+// unreadable.
+func sleepEnd(payload []byte) time.Time {
+	var s struct{ Until int64 }
+	if json.Unmarshal(payload, &s) != nil || s.Until <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(s.Until).UTC()
+}
+
+// Resume makes the stopped workflow gid (a replay diverged from its log) running again and due
+// to its coordinator's leader now, on behalf of actor, and records the call in the audit table
+// (action [ActionResume]). The leader replays it with the code deployed then: resume once that
+// code agrees with the steps recorded. A workflow past its deadline then rolls back. A gid in no
+// log returns an error wrapping [ErrNotFound]; one that is not a stopped workflow [ErrConflict].
+func (a *Admin) Resume(ctx context.Context, actor, gid string) error {
+	_, err := a.mutate(ctx, call{actor: actor, action: ActionResume, target: gid}, func(ctx context.Context) error {
+		return a.resume(ctx, gid)
+	})
+	return err
+}
+
+func (a *Admin) resume(ctx context.Context, gid string) error {
+	if err := checkGID(gid); err != nil {
+		return err
+	}
+	for _, l := range a.logs {
+		t, err := l.log.Get(ctx, gid)
+		if missing(err) || errors.Is(err, core.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("admin: resume %s: %w", gid, err)
+		}
+		if t.Kind != core.KindWorkflow || t.Status != core.StatusStopped {
+			return fmt.Errorf("admin: resume: %s is a %s %s, not a stopped workflow: %w", gid, t.Kind, t.Status, ErrConflict)
+		}
+		err = l.log.Park(ctx, lock.Token{}, gid, core.StatusStopped, core.StatusRunning, 0, "")
+		if errors.Is(err, core.ErrInvalidState) {
+			return fmt.Errorf("admin: resume %s: no longer stopped: %w", gid, ErrConflict)
+		}
+		if err != nil {
+			return fmt.Errorf("admin: resume %s: %w", gid, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("admin: resume: workflow %q: %w", gid, ErrNotFound)
 }
 
 // aborted reports whether s is a final status of a transaction that did not commit.

@@ -178,7 +178,7 @@ func TestIntegrationConsoleEscapes(t *testing.T) {
 		want string
 	}{
 		{"/transactions/no-such-gid", 404, "not found"},
-		{"/transactions?kind=xa", 400, "kind &#34;xa&#34;: want tcc, saga, 2pc or 3pc"},
+		{"/transactions?kind=xa", 400, "kind &#34;xa&#34;: want tcc, saga, 2pc, 3pc or workflow"},
 		{"/transactions?older_than=soon", 400, "older than &#34;soon&#34;: want a duration"},
 		{"/transactions?limit=100000", 400, "limit 100000: must be 1..500"},
 		{"/outbox?after=" + url.QueryEscape(hostileScript), 400, "want a message id"},

@@ -84,7 +84,7 @@ func Example() {
 			fmt.Println("dead message listed:", strings.Contains(page, `id="dead-`+id.String()+`"`))
 			fmt.Println("requeue button calls:", strings.Contains(page, `data-url="/api/outbox/dead/`+id.String()+`/requeue"`))
 		default:
-			fmt.Println("says why:", strings.Contains(page, "want tcc, saga, 2pc or 3pc"))
+			fmt.Println("says why:", strings.Contains(page, "want tcc, saga, 2pc, 3pc or workflow"))
 		}
 	}
 	// Output:

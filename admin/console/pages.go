@@ -67,7 +67,7 @@ func (c *console) transactions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := txList{Filter: form, Page: page,
-		Kinds:    []string{"tcc", "saga", "2pc", "3pc"},
+		Kinds:    []string{"tcc", "saga", "2pc", "3pc", "workflow"},
 		Statuses: []string{"trying", "voting", "confirming", "confirmed", "cancelling", "cancelled", "running", "compensating", "compensated", "succeeded"}}
 	if page.Next != "" {
 		next := url.Values{}

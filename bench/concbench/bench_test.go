@@ -255,6 +255,8 @@ var recipes = []recipe{
 	{"saga", nil, sagaRecipe},
 	{"tcc-grpc", nil, tccGRPCRecipe}, // tcc and saga with gRPC participants (grpc_test.go)
 	{"saga-grpc", nil, sagaGRPCRecipe},
+	// a workflow against the saga of the same steps (workflow_test.go)
+	{"workflow", nil, workflowRecipe},
 	{"2pc", nil, twopcRecipe}, // 2 prepared transactions per transfer: 128 of the server's 256 at 64 clients
 	{"relay", nil, relayRecipe},
 	{"consumer", nil, consumerRecipe},

@@ -1,12 +1,13 @@
 // Command txkit is the operator's tool for txkit's tables: the outbox's backlog and dead letters,
-// the global transactions of the tcc, saga, twopc and threepc coordinators, and the failed notifications.
+// the global transactions of the tcc, saga, twopc, threepc and workflow coordinators, and the failed notifications.
 //
 //	txkit outbox backlog [-pg URL] [-schema S] [-table T]
 //	txkit outbox dead    [-pg URL] [-schema S] [-table T] [-limit N]
 //	txkit outbox requeue [-pg URL] [-schema S] [-table T] (-all | ID...)
 //	txkit tx list        [-pg URL] [-schema S] [-prefix P] [-kind K] [-status S] [-unfinished] [-older-than D] [-limit N]
-//	txkit tx show GID    [-pg URL] [-schema S] [-prefix P]
-//	                     (tx list and show also [-log-shard-file F ...]: the log's other shards)
+//	txkit tx show GID    [-pg URL] [-schema S] [-prefix P] [-reveal]
+//	txkit tx resume GID  [-pg URL] [-schema S] [-prefix P]
+//	                     (tx list, show and resume also [-log-shard-file F ...]: the log's other shards)
 //	txkit notify failed  [-pg URL] [-schema S] [-table T] [-limit N]
 //	txkit notify show ID [-pg URL] [-schema S] [-table T] [-reveal]
 //	txkit notify redeliver ID... [-pg URL] [-schema S] [-table T]
@@ -25,8 +26,8 @@
 // them. `txkit COMMAND -h` and `txkit help COMMAND` print that command's flags only.
 //
 // The tx, outbox and notify commands and serve's JSON API and console share one implementation
-// of every query: package admin. Requeue and redeliver are recorded in admin's audit table (actor
-// "cli:$USER", or "cli:$TXKIT_ACTOR").
+// of every query: package admin. Requeue, redeliver, resume and reveals are recorded in admin's
+// audit table (actor "cli:$USER", or "cli:$TXKIT_ACTOR").
 //
 // The PostgreSQL URL comes from -pg, or from the file named by -pg-file, or from $TXKIT_PG_URL. A
 // URL with a password given with -pg shows in the process list to every user of the machine: use
@@ -96,7 +97,9 @@ func commands() []command {
 		{"outbox requeue", "ID... | -all", "make dead messages pending again", outboxFlags, requeueFlags, outboxRequeue},
 
 		{"tx list", "[-kind K] [-status S] [-unfinished] ...", "global transactions, in gid order", txFlags, txListFlags, txList},
-		{"tx show", "GID", "one global transaction and its branches", txFlags, nil, txShow},
+		{"tx show", "GID [-reveal]", "one global transaction and its branches (a workflow's steps); payloads\n" +
+			"redacted unless -reveal", txFlags, revealFlag, txShow},
+		{"tx resume", "GID", "run a stopped workflow again (its leader replays it with the code deployed now)", txFlags, nil, txResume},
 
 		{"notify failed", "[-limit N]", "notifications that ran out of attempts", notifyFlags, limitFlag("notifications"), notifyFailed},
 		{"notify show", "ID [-reveal]", "one notification and its attempts; its payload redacted unless -reveal",

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -8,10 +9,13 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
+	"github.com/txkit/txkit/workflow"
 )
 
 func TestTxUsage(t *testing.T) {
@@ -23,6 +27,7 @@ func TestTxUsage(t *testing.T) {
 		{"no verb", []string{"tx"}, "no verb"},
 		{"unknown verb", []string{"tx", "purge"}, `unknown verb "purge"`},
 		{"show needs a gid", []string{"tx", "show"}, "give one gid"},
+		{"resume needs a gid", []string{"tx", "resume"}, "give one gid"},
 		{"show takes one gid, flags anywhere", []string{"tx", "show", "a", "-prefix", "txkit_", "b"}, "give one gid"},
 		{"flags after the gid are parsed", []string{"tx", "show", "a", "-kind", "tcc"}, "flag provided but not defined: -kind"},
 		{"after -- a flag is an argument", []string{"tx", "show", "a", "--", "-schema"}, "give one gid"},
@@ -121,5 +126,76 @@ func TestIntegrationTxListThreePC(t *testing.T) {
 	code, out, stderr = txkit(t, env, "tx", "show", "-schema", s.Name, "-prefix", "txkit_3pc_", gid)
 	if code != exitOK || !strings.Contains(out, "inproc pg:east") {
 		t.Fatalf("tx show: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+}
+
+// A workflow's log: tx list names it, tx show lists its steps with their results redacted (shown
+// with -reveal) and says when it is stopped; tx resume runs a stopped one again, once.
+func TestIntegrationTxWorkflow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration")
+	}
+	s := testenv.PG(t)
+	wf, err := workflow.New(s.Pool, coordinator.WithSchema(s.Name), coordinator.WithLogger(testenv.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wf.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := workflow.Register(wf, "order", func(ctx workflow.Context, _ int) (string, error) {
+		card, err := workflow.Step(ctx, "reserve", func(context.Context) (string, error) { return "card 4111111111111111", nil })
+		if err != nil {
+			return "", err
+		}
+		return workflow.Step(ctx, "charge", func(context.Context) (string, error) { return "charged " + card[:6], nil })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := wf.Start(t.Context(), "order", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"TXKIT_PG_URL": s.URL, "TXKIT_ACTOR": "tester"}
+	code, list, stderr := txkit(t, env, "tx", "list", "-schema", s.Name, "-kind", "workflow")
+	if code != exitOK || !strings.Contains(list, out.GID) || !strings.Contains(list, "workflow order") || !strings.Contains(list, "succeeded") {
+		t.Fatalf("tx list -kind workflow: exit %d, stdout %q, stderr %q", code, list, stderr)
+	}
+	code, show, stderr := txkit(t, env, "tx", "show", "-schema", s.Name, out.GID)
+	if code != exitOK || !strings.Contains(show, "reserve") || !strings.Contains(show, "local step") ||
+		!strings.Contains(show, "(23 bytes)") || strings.Contains(show, "4111") {
+		t.Fatalf("tx show: exit %d, stdout %q, stderr %q", code, show, stderr)
+	}
+	code, show, stderr = txkit(t, env, "tx", "show", "-schema", s.Name, out.GID, "-reveal")
+	if code != exitOK || !strings.Contains(show, `"card 4111111111111111"`) || !strings.Contains(show, `"charged card 4"`) {
+		t.Fatalf("tx show -reveal: exit %d, stdout %q, stderr %q", code, show, stderr)
+	}
+
+	// A stopped workflow, parked as the engine parks one whose replay diverged.
+	log, err := core.New(s.Pool, core.WithSchema(s.Name), core.WithTablePrefix("txkit_workflow_"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gid := uuid.NewString()
+	if err := log.Create(t.Context(), gid, core.KindWorkflow, time.Hour, []byte(`{"name":"order","input":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := log.Park(t.Context(), lock.Token{}, gid, core.StatusRunning, core.StatusStopped, -1, "the replay asks for step x"); err != nil {
+		t.Fatal(err)
+	}
+	code, show, stderr = txkit(t, env, "tx", "show", "-schema", s.Name, gid)
+	if code != exitOK || !strings.Contains(show, "stopped (for an operator: txkit tx resume)") || strings.Contains(show, "next retry") {
+		t.Fatalf("tx show of a stopped workflow: exit %d, stdout %q, stderr %q", code, show, stderr)
+	}
+	code, res, stderr := txkit(t, env, "tx", "resume", "-schema", s.Name, gid)
+	if code != exitOK || !strings.Contains(res, "running again") {
+		t.Fatalf("tx resume: exit %d, stdout %q, stderr %q", code, res, stderr)
+	}
+	if st := coretest.Get(t, log, gid).Status; st != core.StatusRunning {
+		t.Fatalf("after tx resume: %s, want running", st)
+	}
+	code, _, stderr = txkit(t, env, "tx", "resume", "-schema", s.Name, gid)
+	if code != exitFail || !strings.Contains(stderr, "not a stopped workflow") {
+		t.Fatalf("tx resume again: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -243,12 +243,34 @@ func (h *harness) check(ctx context.Context, rep *Report) error {
 	return nil
 }
 
-// checkOrderRows checks the order rows against the coordinator's statuses. In TCC the order
+// checkOrderRows checks the order rows against the coordinator's statuses (a workflow's: below).
+// In TCC the order
 // branch gives each row its transaction's outcome. A saga's order row is recorded before the
 // saga, and its outcome is the saga's: every saga must have its row, and a row without a saga is
 // an order whose starter was killed before it submitted the saga (nothing ran).
 func (h *harness) checkOrderRows(statuses map[string]string, orders map[string]orderRow, rep *Report, ok, fail func(string, ...any)) {
 	p := h.proto
+	if p.mode == app.ModeWorkflow {
+		// The row is the workflow's first step: every succeeded workflow has it, and every row
+		// its workflow; a compensated one may lack it (its deadline passed before the first step).
+		missing, orphans := 0, 0
+		for g, st := range statuses {
+			if _, found := orders[g]; !found && st == p.done {
+				missing++
+			}
+		}
+		for g := range orders {
+			if _, found := statuses[g]; !found {
+				orphans++
+			}
+		}
+		if missing+orphans != 0 {
+			fail("%d succeeded workflows without their order row, %d order rows without a workflow", missing, orphans)
+		} else {
+			ok("every succeeded workflow (%d) has its order row (its first step), every order row (%d) its workflow", rep.Globals[p.done], len(orders))
+		}
+		return
+	}
 	if p.mode == app.ModeSaga {
 		missing := 0
 		for g := range statuses {

@@ -44,6 +44,17 @@ func TestIntegrationTCCOrderDrill(t *testing.T) { drill(t, app.ModeTCC) }
 // action or compensation applied twice, stock and money conserved.
 func TestIntegrationSagaOrderDrill(t *testing.T) { drill(t, app.ModeSaga) }
 
+// TestIntegrationWorkflowOrderDrill: the drill's short form with every order a workflow (record
+// the order row, deduct stock, debit money: package workflow), two kills of the workflow
+// coordinators' leader and one each of stock and account: every workflow succeeded or
+// compensated, no call or compensation applied twice, stock and money conserved, every succeeded
+// workflow has its order row. make drill-workflow runs 2000 orders.
+func TestIntegrationWorkflowOrderDrill(t *testing.T) {
+	cfg := drillConfig(t, app.ModeWorkflow, "zk", 120) // about 12 s of load at 10/s
+	cfg.Kills = 2
+	runDrill(t, cfg)
+}
+
 // TestIntegrationTCCOrderDrillOnOtherLocks: the TCC drill with the recovery elections on
 // PostgreSQL lease rows, then on Redis: the same invariants hold and every leader kill is
 // followed by the next leader's recovery, whatever the lock backend (the fence refuses a deposed
@@ -69,7 +80,8 @@ func drill(t *testing.T, m app.Mode) { drillOn(t, m, "zk") }
 // by the next leader's recovery, which calls the gRPC participants registered in its own process.
 func TestIntegrationOrderDrillGRPC(t *testing.T) {
 	bin := t.TempDir() // the services' binaries, built by the first run, and the runs' logs
-	for _, m := range app.Modes() {
+	// Not the workflow mode: its calls are the saga's.
+	for _, m := range []app.Mode{app.ModeTCC, app.ModeSaga} {
 		t.Run(m.String(), func(t *testing.T) {
 			cfg := drillConfig(t, m, "zk", 120) // about 12 s of load at 10/s
 			cfg.Transport, cfg.Kills, cfg.Dir = app.TransportGRPC, 2, bin

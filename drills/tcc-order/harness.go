@@ -148,7 +148,7 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "money:                  initial %d = balance %d + frozen %d + spent %d (%s orders' amount %d)\n",
 		r.InitialMoney, r.Balance, r.Frozen, r.Spent, p.done, r.DoneAmount)
 	order := "" // the order service is a participant in TCC only
-	if r.Mode != app.ModeSaga {
+	if r.Mode == app.ModeTCC {
 		order = fmt.Sprintf(", order %d", r.LedgerOrder)
 	}
 	fmt.Fprintf(&b, "ledger rows:            stock %d, account %d%s (each (gid, op) at most once)\n", r.LedgerStock, r.LedgerAccount, order)

@@ -5,8 +5,10 @@
 // default) each order is a TCC global transaction: every transaction confirmed or cancelled, no
 // branch op applied twice, no branch both confirmed and cancelled. With -mode saga each order is
 // a saga (deduct stock, then debit money): every saga succeeded or compensated, no op applied
-// twice, every action of a compensated saga compensated and of a succeeded one kept. Either way
-// stock and money are conserved. With -drill the stock and account services inject refusals,
+// twice, every action of a compensated saga compensated and of a succeeded one kept. With -mode
+// workflow each order is a workflow (package workflow: record the order row, deduct stock, debit
+// money, as a Go function the leader replays when its instance dies): the saga's checks, and every
+// succeeded workflow has its order row. Either way stock and money are conserved. With -drill the stock and account services inject refusals,
 // 500s, lost replies and slow calls, the mode's leading order instance is SIGKILLed (and
 // restarted) during the load, and so are stock and account; the report gives the time from each
 // leader's death to the next leader's first recovery. It exits 1 when an invariant breaks.
@@ -15,6 +17,7 @@
 //	go run ./drills/tcc-order -mode saga         # the same orders as sagas
 //	go run ./drills/tcc-order -drill             # 600 orders, faults, 3 leader kills
 //	go run ./drills/tcc-order -drill -mode saga  # the drill with sagas
+//	go run ./drills/tcc-order -drill -mode workflow  # the drill with workflows (make drill-workflow)
 //	go run ./drills/tcc-order -drill -lock pg    # the drill with the recovery elections on PostgreSQL (or redis, redlock)
 //	go run ./drills/tcc-order -drill -transport grpc  # the drill with stock, account and the orders over gRPC
 package main
@@ -33,7 +36,7 @@ import (
 
 func main() {
 	cfg := Config{Log: os.Stdout, Mode: app.ModeTCC, Transport: app.TransportHTTP}
-	flag.Var(&cfg.Mode, "mode", "how orders are placed: tcc (TCC global transactions) or saga")
+	flag.Var(&cfg.Mode, "mode", "how orders are placed: tcc (TCC global transactions), saga or workflow")
 	flag.Var(&cfg.Transport, "transport", "how the order service calls stock and account, and how orders are placed: http or grpc")
 	flag.IntVar(&cfg.Orders, "orders", 0, "orders to place (default 300, 600 with -drill)")
 	flag.IntVar(&cfg.Instances, "instances", 2, "order-service instances")

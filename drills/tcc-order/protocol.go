@@ -5,6 +5,7 @@ import (
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/saga"
 	"github.com/txkit/txkit/tcc"
+	"github.com/txkit/txkit/workflow"
 )
 
 // protocol is what the harness and the checks need to know of a mode: where its coordinator
@@ -22,6 +23,12 @@ type protocol struct {
 }
 
 func protocolOf(m app.Mode) protocol {
+	if m == app.ModeWorkflow { // a workflow's calls are a saga's ops
+		return protocol{mode: m, log: "txkit_workflow_global", unit: "workflow", units: "workflows",
+			done: workflow.StatusSucceeded.String(), undone: workflow.StatusCompensated.String(),
+			apply: participant.OpAction, undo: participant.OpCompensate,
+			ledgerRule: "no op applied twice, every call of a succeeded workflow kept, every call of a compensated one compensated, no compensation without its action"}
+	}
 	if m == app.ModeSaga {
 		return protocol{mode: m, log: "txkit_saga_global", unit: "saga", units: "sagas",
 			done: saga.StatusSucceeded.String(), undone: saga.StatusCompensated.String(),

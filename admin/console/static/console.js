@@ -93,7 +93,7 @@
     if (!t) { say('error', 'No token given: nothing was done.'); return; }
     var action = btn.dataset.action;
     var row = document.getElementById(btn.dataset.row);
-    var done = { requeue: 'requeued', redeliver: 'redelivered', reveal: 'revealed' }[action];
+    var done = { requeue: 'requeued', redeliver: 'redelivered', reveal: 'revealed', resume: 'resumed' }[action];
     busy = true;
     btn.disabled = true;
     say('busy', action + ' ' + btn.dataset.id + '…');

@@ -5,21 +5,22 @@ import (
 	"strconv"
 )
 
-// Mode is the protocol an order runs under: one TCC global transaction, or one saga.
+// Mode is the protocol an order runs under: one TCC global transaction, one saga, or one workflow.
 type Mode uint8
 
 // The modes.
 const (
-	ModeTCC  Mode = iota + 1 // try (reserve, freeze) everywhere, then confirm all or cancel all
-	ModeSaga                 // deduct stock, then debit money; a refusal compensates what was done
+	ModeTCC      Mode = iota + 1 // try (reserve, freeze) everywhere, then confirm all or cancel all
+	ModeSaga                     // deduct stock, then debit money; a refusal compensates what was done
+	ModeWorkflow                 // the saga's steps as a Go function (package workflow), replayed after a crash
 )
 
-var modeNames = map[Mode]string{ModeTCC: "tcc", ModeSaga: "saga"}
+var modeNames = map[Mode]string{ModeTCC: "tcc", ModeSaga: "saga", ModeWorkflow: "workflow"}
 
 // Modes returns every mode.
-func Modes() []Mode { return []Mode{ModeTCC, ModeSaga} }
+func Modes() []Mode { return []Mode{ModeTCC, ModeSaga, ModeWorkflow} }
 
-// String returns the mode's name ("tcc", "saga").
+// String returns the mode's name ("tcc", "saga", "workflow").
 func (m Mode) String() string {
 	if s, ok := modeNames[m]; ok {
 		return s
@@ -34,7 +35,7 @@ func ParseMode(s string) (Mode, error) {
 			return m, nil
 		}
 	}
-	return 0, fmt.Errorf("mode %q: want tcc or saga", s)
+	return 0, fmt.Errorf("mode %q: want tcc, saga or workflow", s)
 }
 
 // Set reads the mode of a flag (flag.Value).

@@ -1,6 +1,6 @@
 // Command order is the tcc-order example's order service, and the coordinator of its orders —
-// as TCC global transactions or as sagas. POST /orders {"sku", "qty", "account", "amount"} places
-// one order in the service's -mode, or in the request's "mode" ("tcc" or "saga"):
+// as TCC global transactions, sagas or workflows. POST /orders {"sku", "qty", "account", "amount"}
+// places one order in the service's -mode, or in the request's "mode" ("tcc", "saga" or "workflow"):
 //
 //   - tcc (tcc.go): one global transaction of three branches: the order service's own (an
 //     in-process participant behind its barrier: try inserts the order row pending, confirm
@@ -11,6 +11,10 @@
 //     service deducts the stock, then the account service debits the money. Both succeed → 200
 //     succeeded; a refusal (too little stock, insufficient funds) or the saga's timeout → the
 //     steps that ran are compensated in reverse (409 compensated).
+//   - workflow (workflow.go): the saga's steps written as a Go function (package workflow): a local
+//     step records the order row, then the stock and account calls; each step's outcome is
+//     recorded as it runs, and the leader replays the function of an instance that died (200
+//     succeeded, 409 compensated).
 //
 // Run several instances on one schema: each places orders, and for each protocol the instance
 // elected in ZooKeeper (one election per protocol) recovers what another instance left unfinished
@@ -44,6 +48,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/examples/exapp"
 	"github.com/txkit/txkit/examples/tcc-order/app"
 	"github.com/txkit/txkit/examples/tcc-order/shoppb"
@@ -71,7 +76,7 @@ func main() {
 	flag.StringVar(&c.lockKind, "lock", "zk", "lock backend of the recovery elections: zk (the -zk ensemble), pg (PostgreSQL lease rows in the database of TXKIT_PG_URL), redis (TXKIT_REDIS), redlock (TXKIT_REDLOCK) or redis-sentinel (TXKIT_REDIS_SENTINELS)")
 	flag.StringVar(&c.id, "id", "order-"+uuid.NewString()[:8], "instance id (its id in the recovery elections)")
 	flag.StringVar(&c.election, "election", "", "ZooKeeper path of the recovery elections, one per mode below it (default /txkit-demo/<schema>; with another -lock, the name txkit-demo/<schema>)")
-	flag.Var(&c.mode, "mode", "how orders are placed when the request does not say: tcc or saga")
+	flag.Var(&c.mode, "mode", "how orders are placed when the request does not say: tcc, saga or workflow")
 	flag.Var(&c.transport, "transport", "how stock and account are called: http (-stock and -account are base URLs) or grpc (they are gRPC targets, e.g. 127.0.0.1:9081 or dns:///stock.shop:9081; this service serves shop.v1.Orders on -grpc-listen too)")
 	flag.StringVar(&c.grpcListen, "grpc-listen", "127.0.0.1:0", "gRPC address of the Orders service (with -transport grpc)")
 	flag.StringVar(&c.stock, "stock", "http://127.0.0.1:8081", "the stock service: its base URL, or its gRPC target with -transport grpc")
@@ -220,6 +225,8 @@ func run(ctx context.Context, c config, secret string, log *slog.Logger) error {
 			f, err = s.tccFlow(ctx, el, bar)
 		case app.ModeSaga:
 			f, err = s.sagaFlow(ctx, el)
+		case app.ModeWorkflow:
+			f, err = s.workflowFlow(ctx, el)
 		}
 		if err != nil {
 			return err
@@ -265,6 +272,14 @@ type coordinatorOptions[O any] struct {
 	telemetry      func(prometheus.Registerer, trace.TracerProvider) O
 }
 
+// optionsOf returns package coordinator's option constructors, which tcc, saga and workflow share.
+func optionsOf() coordinatorOptions[coordinator.Option] {
+	return coordinatorOptions[coordinator.Option]{
+		schema: coordinator.WithSchema, elector: coordinator.WithElector, logger: coordinator.WithLogger, timeout: coordinator.WithDefaultTimeout,
+		lease: coordinator.WithLease, retry: coordinator.WithRetry, recovery: coordinator.WithRecovery,
+		client: coordinator.WithHTTPClient, telemetry: coordinator.WithTelemetry}
+}
+
 func (b coordinatorOptions[O]) build(s *service, el lock.Elector) []O {
 	c := s.c
 	return []O{b.schema(c.schema), b.elector(el), b.logger(s.log), b.timeout(c.timeout), b.lease(c.lease),
@@ -283,9 +298,13 @@ func newCoordinator[C interface{ Migrate(context.Context) error }, O any](ctx co
 }
 
 // endpoint returns the participant at base's endpoint of mode m (the stock and account services
-// serve /tcc and /saga).
+// serve /tcc and /saga; a workflow's calls are saga ops: action, and compensate on rollback).
 func (s *service) endpoint(base string, m app.Mode) participant.HTTP {
-	return participant.HTTP{URL: strings.TrimSuffix(base, "/") + "/" + m.String()} // called with the coordinator's client
+	path := m.String()
+	if m == app.ModeWorkflow {
+		path = app.ModeSaga.String()
+	}
+	return participant.HTTP{URL: strings.TrimSuffix(base, "/") + "/" + path} // called with the coordinator's client
 }
 
 // participants returns stock and account as participants of coord's branches in mode m: their
@@ -311,17 +330,26 @@ type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
+// insertOrder inserts an order row.
+const insertOrder = `insert into orders (gid, mode, sku, qty, account, amount, status) values ($1, $2, $3, $4, $5, $6, $7)`
+
 // record inserts the order row of gid.
 func record(ctx context.Context, db execer, gid string, o Order, m app.Mode, status string) error {
-	_, err := db.Exec(ctx, `insert into orders (gid, mode, sku, qty, account, amount, status) values ($1, $2, $3, $4, $5, $6, $7)`,
-		gid, m.String(), o.SKU, o.Qty, o.Account, o.Amount, status)
+	_, err := db.Exec(ctx, insertOrder, gid, m.String(), o.SKU, o.Qty, o.Account, o.Amount, status)
+	return err
+}
+
+// recordOnce is record that does nothing when gid's row is there already (a workflow's step run
+// again after a crash).
+func recordOnce(ctx context.Context, db execer, gid string, o Order, m app.Mode, status string) error {
+	_, err := db.Exec(ctx, insertOrder+` on conflict (gid) do nothing`, gid, m.String(), o.SKU, o.Qty, o.Account, o.Amount, status)
 	return err
 }
 
 // check validates o and gives it the service's mode when it has none.
 func (s *service) check(o *Order) error {
 	if o.SKU == "" || o.Account == "" || o.Qty <= 0 || o.Amount <= 0 {
-		return errors.New(`want {"sku", "qty" > 0, "account", "amount" > 0, "mode": "tcc" | "saga" (optional)}`)
+		return errors.New(`want {"sku", "qty" > 0, "account", "amount" > 0, "mode": "tcc" | "saga" | "workflow" (optional)}`)
 	}
 	if o.Mode == 0 {
 		o.Mode = s.c.mode
@@ -352,7 +380,7 @@ func (s *service) place(w http.ResponseWriter, r *http.Request) {
 		err = s.check(&o)
 	}
 	if err != nil {
-		exapp.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"sku", "qty" > 0, "account", "amount" > 0, "mode": "tcc" | "saga" (optional)}`})
+		exapp.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"sku", "qty" > 0, "account", "amount" > 0, "mode": "tcc" | "saga" | "workflow" (optional)}`})
 		return
 	}
 	a := s.placeWithin(r.Context(), o)

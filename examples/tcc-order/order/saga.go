@@ -15,10 +15,7 @@ import (
 
 // sagaFlow places orders as sagas, with a saga.Coordinator recovering under el.
 func (s *service) sagaFlow(ctx context.Context, el lock.Elector) (*flow, error) {
-	coord, err := newCoordinator(ctx, s, el, saga.New, coordinatorOptions[coordinator.Option]{
-		schema: coordinator.WithSchema, elector: coordinator.WithElector, logger: coordinator.WithLogger, timeout: coordinator.WithDefaultTimeout,
-		lease: coordinator.WithLease, retry: coordinator.WithRetry, recovery: coordinator.WithRecovery,
-		client: coordinator.WithHTTPClient, telemetry: coordinator.WithTelemetry})
+	coord, err := newCoordinator(ctx, s, el, saga.New, optionsOf())
 	if err != nil {
 		return nil, err
 	}

@@ -21,10 +21,7 @@ import (
 // tccFlow places orders as TCC global transactions, with a tcc.Coordinator recovering under el.
 // The order service's own branch runs in-process behind bar.
 func (s *service) tccFlow(ctx context.Context, el lock.Elector, bar *barrier.Barrier) (*flow, error) {
-	coord, err := newCoordinator(ctx, s, el, tcc.New, coordinatorOptions[coordinator.Option]{
-		schema: coordinator.WithSchema, elector: coordinator.WithElector, logger: coordinator.WithLogger, timeout: coordinator.WithDefaultTimeout,
-		lease: coordinator.WithLease, retry: coordinator.WithRetry, recovery: coordinator.WithRecovery,
-		client: coordinator.WithHTTPClient, telemetry: coordinator.WithTelemetry})
+	coord, err := newCoordinator(ctx, s, el, tcc.New, optionsOf())
 	if err != nil {
 		return nil, err
 	}
