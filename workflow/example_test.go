@@ -83,6 +83,7 @@ func Example() {
 	// order of 2: succeeded "paid R2" (refused: false)
 	//   reserve 3
 	//   pay action {"amount":120,"reservation":"R3"}
+	//   pay compensate {"amount":120,"reservation":"R3"}
 	//   release R3
 	// order of 3: compensated "" (refused: true)
 }

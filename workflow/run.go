@@ -248,11 +248,14 @@ func (r *run) call(ctx context.Context, name string, p participant.Participant, 
 			return err
 		}
 	}
+	// A refused call is compensated too, as a saga's refused step is: an earlier attempt whose
+	// answer was lost may have applied it before this one was refused (an empty compensation at
+	// worst: the barrier finds no action to undo).
+	r.comps = append(r.comps, &comp{rec: *rec, op: undo, done: rec.Status == core.BranchCompensated || rec.Status == core.BranchCancelled})
 	if rec.Refusal != "" {
 		return &coordinator.BranchError{GID: r.gid, Branch: rec.Name, Op: do,
 			Err: fmt.Errorf("%s: %w", rec.Refusal, participant.ErrRefused)}
 	}
-	r.comps = append(r.comps, &comp{rec: *rec, op: undo, done: rec.Status == core.BranchCompensated || rec.Status == core.BranchCancelled})
 	if tcc {
 		r.confirms = append(r.confirms, &comp{rec: *rec, op: participant.OpConfirm, done: rec.Status == core.BranchConfirmed})
 	}
