@@ -27,7 +27,7 @@ func TestIntegrationDeferredFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	c := e.coordinatorOn(pool, coordinator.WithDeferredFinish(), coordinator.WithLease(200*time.Millisecond))
+	c := e.coordinatorOn(pool, coordinator.WithDeferredFinish(true), coordinator.WithLease(200*time.Millisecond))
 
 	// The finish's write blocks on the saga's row, locked by the last action, until killed.
 	var lock pgx.Tx

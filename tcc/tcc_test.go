@@ -638,7 +638,7 @@ func TestIntegrationGroupCommit(t *testing.T) {
 func TestIntegrationDeferredFinish(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
-	c := e.coordinator(coordinator.WithDeferredFinish(), coordinator.WithGroupCommit(time.Millisecond))
+	c := e.coordinator(coordinator.WithDeferredFinish(true), coordinator.WithGroupCommit(time.Millisecond))
 	p := refusingParty()
 	const n = 16
 	done := concurrentTransactions(t, c, register(t, c, "p", p), n)

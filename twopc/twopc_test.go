@@ -615,7 +615,7 @@ func TestIntegrationEnlistWorkPanics(t *testing.T) {
 func TestIntegrationDeferredFinish(t *testing.T) {
 	ctx := t.Context()
 	b := newBank(t)
-	c := b.coordinator(coordinator.WithDeferredFinish())
+	c := b.coordinator(coordinator.WithDeferredFinish(true))
 	g, err := c.Begin(ctx, coordinator.WithGID("transfer-deferred"))
 	if err != nil {
 		t.Fatal(err)

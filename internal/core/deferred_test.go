@@ -58,7 +58,14 @@ func TestIntegrationDeferredFinish(t *testing.T) {
 				release()
 				t.Fatalf("Flush with the write blocked = %v, want context.DeadlineExceeded", err)
 			}
-			if st := statusOf(t, l, "g1"); st != core.StatusConfirming {
+			// Read the row itself: Get in this process waits for the pending finish.
+			var st string
+			if err := s.Pool.QueryRow(ctx, `select status from txkit_global where gid = 'g1'`).Scan(&st); err != nil {
+				release()
+				t.Fatal(err)
+			}
+			if st != core.StatusConfirming.String() {
+				release()
 				t.Fatalf("status before the write = %s, want confirming", st)
 			}
 			release()
@@ -124,5 +131,62 @@ func TestIntegrationDeferredFinishMovedOn(t *testing.T) {
 	}
 	if st := statusOf(t, l, "g1"); st != core.StatusConfirmed {
 		t.Fatalf("status = %s", st)
+	}
+}
+
+// A deferred finish rides on the log's next write — one round trip, one commit for both — or,
+// with nothing to ride on, sends itself after its hold; Get in this process waits for it.
+func TestIntegrationDeferredFinishRides(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []core.LogOption
+	}{{"alone", nil}, {"group commit", []core.LogOption{core.WithGroupCommit(10 * time.Millisecond)}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, s := deferredLog(t, tc.opts...)
+			ctx := t.Context()
+			dbStatus := func(gid string) string {
+				var st string
+				if err := s.Pool.QueryRow(ctx, `select status from txkit_global where gid = $1`, gid).Scan(&st); err != nil {
+					t.Fatal(err)
+				}
+				return st
+			}
+			finish := func(gid string) {
+				t.Helper()
+				if err := l.CreateIn(ctx, gid, core.KindTCC, core.StatusConfirming, time.Minute, nil, httpBranch("a")); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusConfirming, Done: []string{"a"}, Next: core.StatusConfirmed}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// g1's finish waits for a write to ride on: g2's record carries it.
+			finish("g1")
+			before := l.GroupCommitStats()
+			if st := dbStatus("g1"); st != core.StatusConfirming.String() {
+				t.Fatalf("g1 right after Record = %s, want confirming (the finish held)", st)
+			}
+			if err := l.CreateIn(ctx, "g2", core.KindTCC, core.StatusTrying, time.Minute, nil, httpBranch("a")); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, 5*time.Second, 5*time.Millisecond, func() bool { return dbStatus("g1") == core.StatusConfirmed.String() },
+				"g1's finish never landed")
+			after := l.GroupCommitStats()
+			if f, w := after.Flushes-before.Flushes, after.Writes-before.Writes; f != 1 || w != 2 {
+				t.Fatalf("g2's record and g1's finish: %d flushes of %d writes, want 1 of 2", f, w)
+			}
+			// Nothing to ride on: g3's finish sends itself after its hold.
+			finish("g3")
+			testenv.Eventually(t, 5*time.Second, 5*time.Millisecond, func() bool { return dbStatus("g3") == core.StatusConfirmed.String() },
+				"g3's finish never landed alone")
+			// Get in this process reads its own finish at once.
+			finish("g4")
+			if st := statusOf(t, l, "g4"); st != core.StatusConfirmed {
+				t.Fatalf("Get of g4 right after Record = %s, want confirmed", st)
+			}
+			if err := l.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

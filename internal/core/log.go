@@ -52,6 +52,7 @@ type Log struct {
 	gw     *groupWriter // WithGroupCommit (groupcommit.go), or nil
 	lg     *slog.Logger // the coordinator's (NewBase), or a discarding one
 	bg     background   // the finishes WithDeferredFinish is writing (deferred.go)
+	df     deferrals    // those finishes by gid (deferred.go)
 }
 
 // Transaction is a global transaction as the log holds it.
@@ -182,7 +183,8 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 			return nil, fmt.Errorf("core: render %s: %w", n, err)
 		}
 	}
-	if o.groupWindow > 0 {
+	if o.groupWindow > 0 || o.deferFinish {
+		// Deferred finishes ride on other writes through the group writer, grouping or not.
 		l.gw = &groupWriter{l: l, window: o.groupWindow}
 	}
 	return l, nil
@@ -325,6 +327,9 @@ func (l *Log) AddBranch(ctx context.Context, gid string, want Status, b Branch) 
 }
 
 func (l *Log) status(ctx context.Context, gid string) (Status, error) {
+	if err := l.settle(ctx, gid); err != nil {
+		return 0, fmt.Errorf("core: status of %s: %w", gid, err)
+	}
 	var s string
 	err := l.pool.QueryRow(ctx, l.q["status"], gid).Scan(&s)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -528,6 +533,9 @@ func (l *Log) resource() string { return "core:" + l.name }
 func (l *Log) Get(ctx context.Context, gid string) (*Transaction, error) {
 	if !pgutil.IsText(gid) { // PostgreSQL would refuse the query: no row can have it
 		return nil, fmt.Errorf("core: %q: %w", gid, ErrNotFound)
+	}
+	if err := l.settle(ctx, gid); err != nil { // this process's own deferred finish of gid first
+		return nil, fmt.Errorf("core: get %s: %w", gid, err)
 	}
 	rows, err := l.pool.Query(ctx, l.q["get"], gid)
 	if err != nil {

@@ -7,6 +7,7 @@ package coretest
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"slices"
 	"sync"
@@ -54,7 +55,8 @@ func CallTimeout(d time.Duration) coordinator.Option {
 }
 
 // New returns a migrated coordinator made by newFn (tcc.New, saga.New, twopc.New) on pool with
-// Options(t, schema, opts...), failing the test when either step fails.
+// Options(t, schema, opts...), failing the test when either step fails; the test's cleanup
+// flushes its deferred finishes.
 func New[C coordinator.Base](t testing.TB, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
 	pool *pgxpool.Pool, schema string, opts ...coordinator.Option) C {
 	t.Helper()
@@ -65,6 +67,11 @@ func New[C coordinator.Base](t testing.TB, newFn func(*pgxpool.Pool, ...coordina
 	if err := c.Migrate(t.Context()); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
+	t.Cleanup(func() { // the finishes still deferred land before the test's pool closes
+		ctx, cancel := context.WithTimeout(context.Background(), core.CleanupTimeout)
+		defer cancel()
+		_ = c.Flush(ctx)
+	})
 	return c
 }
 
