@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -150,12 +149,9 @@ func (l *Log) deferFinish(ctx context.Context, w *write, next Status) {
 		defer l.df.remove(w.gid, x)
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
 		defer cancel()
+		// A batch it rides in runs detached from its other writers' ctx: an error is the batch's
+		// own (refused: then it is sent again alone; lost: left to the leader, as alone).
 		moved, err := l.gw.park(wctx, w, x.kick)
-		if errors.Is(err, ErrInDoubt) && wctx.Err() == nil {
-			// The write it rode on was lost with its caller's connection or ctx: the finish is
-			// conditional on the status, so sending it again alone is safe.
-			moved, err = l.writeOne(wctx, w)
-		}
 		switch {
 		case err != nil:
 			l.lg.WarnContext(wctx, "core: deferred finish failed; the leader finishes the transaction once its lease has passed",

@@ -67,12 +67,18 @@ func New[C coordinator.Base](t testing.TB, newFn func(*pgxpool.Pool, ...coordina
 	if err := c.Migrate(t.Context()); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	t.Cleanup(func() { // the finishes still deferred land before the test's pool closes
+	FlushAtCleanup(t, c)
+	return c
+}
+
+// FlushAtCleanup makes the test's cleanup wait (up to core.CleanupTimeout) for c's deferred
+// finishes, before the pools and the logger the test made before it go.
+func FlushAtCleanup(t testing.TB, c coordinator.Base) {
+	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), core.CleanupTimeout)
 		defer cancel()
 		_ = c.Flush(ctx)
 	})
-	return c
 }
 
 // Register registers p as name with c and returns the participant to put in a branch, failing
