@@ -770,7 +770,7 @@ func TestIntegrationCommitsPerTransaction(t *testing.T) {
 		return g.Commit(ctx)
 	})
 	t.Logf("%.2f log commits per transaction", per)
-	if max := 4 + 1.0/n; per > max {
+	if max := 4 + 2.0/n; per > max { // 1/n: the last finish, alone; 1/n: slack for a loaded machine (a finish whose 100ms hold ran out)
 		t.Fatalf("%.2f log commits per transaction, want at most %.2f", per, max)
 	}
 }

@@ -25,8 +25,10 @@ import (
 // writes; other processes see the last running status until the write lands.
 
 // WithDeferredFinish makes the log write a starter's clean finish ([Log.Record] without a token,
-// to a final status) in the background: Record returns at once, and [Log.Flush] waits for the
-// writes it deferred.
+// to a final status, from a status that can end only there: confirming, cancelling,
+// compensating) in the background: Record returns at once, and [Log.Flush] waits for the writes
+// it deferred. A saga's success (running → succeeded) is its decision, written before Record
+// returns.
 func WithDeferredFinish() LogOption { return func(o *options) { o.deferFinish = true } }
 
 // finishHold bounds how long a deferred finish waits for another write to ride on.
@@ -144,14 +146,15 @@ func (b *background) wait(ctx context.Context) error {
 func (l *Log) deferFinish(ctx context.Context, w *write, next Status) {
 	l.bg.add()
 	x := l.df.add(w.gid)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	wait := l.gw.park(wctx, w, x.kick) // queued now: the starter's next write carries it
 	go func() {
 		defer l.bg.done()
 		defer l.df.remove(w.gid, x)
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
 		defer cancel()
 		// A batch it rides in runs detached from its other writers' ctx: an error is the batch's
 		// own (refused: then it is sent again alone; lost: left to the leader, as alone).
-		moved, err := l.gw.park(wctx, w, x.kick)
+		moved, err := wait()
 		switch {
 		case err != nil:
 			l.lg.WarnContext(wctx, "core: deferred finish failed; the leader finishes the transaction once its lease has passed",

@@ -91,8 +91,8 @@ func TestIntegrationDeferredFinish(t *testing.T) {
 	}
 }
 
-// Only finishes are deferred: a decision (and a record that is not final) is written before
-// Record returns, as the protocol needs.
+// Only finishes that carry out a decision are deferred: a decision (a saga's success among them)
+// and a record that is not final are written before Record returns, as the protocol needs.
 func TestIntegrationDeferredFinishOnlyFinal(t *testing.T) {
 	l, s := deferredLog(t)
 	ctx := t.Context()
@@ -109,6 +109,17 @@ func TestIntegrationDeferredFinishOnlyFinal(t *testing.T) {
 	}
 	if st != core.BranchSucceeded.String() {
 		t.Fatalf("branch a after a progress record = %s, want succeeded at once", st)
+	}
+	// Final but a decision: a saga's success (a leader finding it running past its timeout would
+	// compensate it).
+	if err := l.Record(ctx, lock.Token{}, core.Progress{GID: "g1", From: core.StatusRunning, Done: []string{"b"}, Next: core.StatusSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pool.QueryRow(ctx, `select status from txkit_global where gid = 'g1'`).Scan(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st != core.StatusSucceeded.String() {
+		t.Fatalf("a saga's success right after Record = %s, want succeeded at once", st)
 	}
 }
 

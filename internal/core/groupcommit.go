@@ -304,18 +304,21 @@ func (g *groupWriter) do(ctx context.Context, w *write) (bool, error) {
 	return r.ok, r.err
 }
 
-// park makes w, a deferred finish, as a lazy write: it rides on the next flush of the log, or is
-// sent after finishHold, or when kick fires.
-func (g *groupWriter) park(ctx context.Context, w *write, kick <-chan struct{}) (bool, error) {
+// park queues w, a deferred finish, as a lazy write, and returns its wait: the write rides on the
+// next flush of the log, or is sent after finishHold, or when kick fires. It queues before it
+// returns, so that the caller's next write carries it.
+func (g *groupWriter) park(ctx context.Context, w *write, kick <-chan struct{}) (wait func() (bool, error)) {
 	p := &pending{w: w, ctx: ctx, lazy: true, kick: kick, lead: make(chan []*pending, 1), done: make(chan result, 1)}
 	g.mu.Lock()
 	g.queue = append(g.queue, p)
 	g.mu.Unlock()
-	r := g.wait(ctx, p)
-	if r.solo {
-		return g.l.writeOne(ctx, w)
+	return func() (bool, error) {
+		r := g.wait(ctx, p)
+		if r.solo {
+			return g.l.writeOne(ctx, w)
+		}
+		return r.ok, r.err
 	}
-	return r.ok, r.err
 }
 
 // wait waits for p's outcome, or for its turn to flush: when a flush hands it the queue, or when
