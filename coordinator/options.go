@@ -113,9 +113,11 @@ func WithGroupCommit(window time.Duration) Option {
 	return func(c *core.Config) { c.GroupCommit = window }
 }
 
-// WithDeferredFinish sets whether a starter's clean finish is a background write (default true):
-// Commit, Submit or Rollback return once every last-phase call succeeded, and the finish rides on
-// the log's next write (at most 100ms later), so that it costs no commit of its own. The price:
+// WithDeferredFinish sets whether a starter's clean finish after a decision (confirmed, cancelled,
+// committed, aborted, compensated) is a background write (default true): Commit, Submit or
+// Rollback return once every last-phase call succeeded, and the finish rides on the log's next
+// write (at most 100ms later), so that it costs no commit of its own. A saga's success is its
+// decision and is written before Submit returns. The price:
 // other processes see the transaction in its last running status until the write lands (Status
 // in this process waits for it); if the process dies first, the leader finishes it after the
 // lease, calling the last phase again (participants' barriers make those calls no-ops). Call
