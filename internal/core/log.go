@@ -529,7 +529,8 @@ func (l *Log) fenceCheck(ctx context.Context, tx pgx.Tx, tok lock.Token, gid str
 
 func (l *Log) resource() string { return "core:" + l.name }
 
-// Get returns gid's transaction with its branches, or an error wrapping [ErrNotFound].
+// Get returns gid's transaction with its branches, or an error wrapping [ErrNotFound]. It first
+// waits for the log's deferred finish of gid, if one is pending ([WithDeferredFinish]).
 func (l *Log) Get(ctx context.Context, gid string) (*Transaction, error) {
 	if !pgutil.IsText(gid) { // PostgreSQL would refuse the query: no row can have it
 		return nil, fmt.Errorf("core: %q: %w", gid, ErrNotFound)
