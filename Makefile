@@ -174,9 +174,10 @@ CONCBENCH_BLOCK ?= 1s
 CONCBENCH_ROUNDS ?= 5
 CONCBENCH_PGBENCH ?= 1s
 CONCBENCH_RUN ?= ^BenchmarkConcurrency$$
-# CONCBENCH_GROUP=2ms and CONCBENCH_DEFER=1 give the tcc, saga and 2pc coordinators
-# coordinator.WithGroupCommit(2ms) and coordinator.WithDeferredFinish, CONCBENCH_VOTES=1 the 2pc
-# coordinator twopc.WithVoteMarkers; unset, their defaults.
+# CONCBENCH_GROUP (a window; 0: off) and CONCBENCH_DEFER (1 or 0) give the tcc, saga and 2pc
+# coordinators coordinator.WithGroupCommit(window) and coordinator.WithDeferredFinish(on or off),
+# CONCBENCH_VOTES=1 the 2pc coordinator twopc.WithVoteMarkers; unset, their defaults (group commit
+# 2ms, deferred finish on; CONCBENCH_GROUP=0 CONCBENCH_DEFER=0 measures both off).
 CONCBENCH_GROUP ?=
 CONCBENCH_DEFER ?=
 CONCBENCH_VOTES ?=

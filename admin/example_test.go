@@ -50,6 +50,10 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
+	if err := c.Flush(ctx); err != nil { // the finish is written in the background: land it before reading the log elsewhere
+		fmt.Println(err)
+		return
+	}
 
 	a, err := admin.New(pool, admin.WithSchema(schema), admin.WithTokens(map[string]string{"oncall": "a-long-random-token-0123"}, nil))
 	if err != nil {

@@ -57,6 +57,11 @@ func TestIntegrationAdminListsAcrossShards(t *testing.T) {
 		}
 		want[g.GID()] = fmt.Sprintf("tcc/%d", core.ShardOf(g.GID(), 3))
 	}
+	for _, c := range cs { // the finishes are written in the background: land them before admin reads
+		if err := c.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	a, err := admin.New(dbs[0].Pool, admin.WithTables(admin.Tables{Logs: logs}))
 	if err != nil {

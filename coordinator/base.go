@@ -21,7 +21,8 @@ type Base interface {
 	// An empty name, a nil participant or a name registered before returns an error wrapping
 	// [ErrInvalidOption].
 	Register(name string, p participant.Participant) (participant.Participant, error)
-	// Status returns gid's status, or an error wrapping [ErrNotFound]. It blocks for one read;
+	// Status returns gid's status, or an error wrapping [ErrNotFound]. It blocks for one read,
+	// after this coordinator's deferred finish of gid if one is pending ([WithDeferredFinish]);
 	// ctx scopes only this call.
 	Status(ctx context.Context, gid string) (Status, error)
 	// Attach waits until gid's transaction is finished and returns its final status (tcc's
@@ -34,8 +35,8 @@ type Base interface {
 	// and ctx's error.
 	Attach(ctx context.Context, gid string) (Status, error)
 	// Flush waits until the finishes this coordinator deferred so far ([WithDeferredFinish]) are
-	// written, or ctx ends (an error wrapping its error); without the option it returns nil at
-	// once. Call it before the process exits: a finish it does not wait for is not lost — the
+	// written, or ctx ends (an error wrapping its error); with WithDeferredFinish(false) it returns
+	// nil at once. Call it before the process exits: a finish it does not wait for is not lost — the
 	// leader finishes the transaction once the starter's lease has passed — but costs the
 	// participants a second confirm, action or commit, which their barrier turns into a no-op.
 	Flush(ctx context.Context) error

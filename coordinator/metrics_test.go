@@ -47,6 +47,14 @@ func TestIntegrationMetricsCount(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	withReg := coordinator.WithTelemetry(reg, nil)
 
+	flush := func(cs ...coordinator.Base) { // the finishes are deferred: they count once written
+		t.Helper()
+		for _, c := range cs {
+			if err := c.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	// tcc: one committed by c1, one refused and rolled back by c2.
 	c1 := coretest.New(t, tcc.New, pool, schema, withReg)
 	c2 := coretest.New(t, tcc.New, pool, schema, withReg)
@@ -73,6 +81,7 @@ func TestIntegrationMetricsCount(t *testing.T) {
 	if err := g.Rollback(ctx); err != nil {
 		t.Fatalf("Rollback: %v", err)
 	}
+	flush(c1, c2)
 	const (
 		begun, finished = "txkit_coordinator_transactions_begun_total", "txkit_coordinator_transactions_finished_total"
 		calls, phase    = "txkit_coordinator_branch_calls_total", "txkit_coordinator_phase_seconds"
@@ -117,6 +126,7 @@ func TestIntegrationMetricsCount(t *testing.T) {
 	if err := g4.Commit(ctx); err != nil {
 		t.Fatalf("threepc Commit: %v", err)
 	}
+	flush(c3, c4)
 	for _, p := range []struct {
 		protocol string
 		ops      []string
@@ -146,6 +156,7 @@ func TestIntegrationMetricsCount(t *testing.T) {
 			t.Fatalf("Submit with %s = %v", last, err)
 		}
 	}
+	flush(c5)
 	want(t, reg, 2, begun, "protocol", "saga")
 	want(t, reg, 1, finished, "protocol", "saga", "outcome", "committed")
 	want(t, reg, 1, finished, "protocol", "saga", "outcome", "aborted")

@@ -101,24 +101,30 @@ func WithTelemetry(reg prometheus.Registerer, tp trace.TracerProvider) Option {
 	}
 }
 
-// WithGroupCommit makes the coordinator's log send the writes of concurrent transactions
-// (recording a transaction, a tcc branch, a decision, a clean finish) in one PostgreSQL round
-// trip, waiting at most window for partners (default 0: off; at most 1s, else New returns an
-// error wrapping [ErrInvalidOption]), for throughput under many concurrent transactions. A lone
-// write is sent at once. A caller whose ctx ends while its batch is in flight gets an error
-// wrapping [ErrInDoubt]. docs/coordinators.md ("Group commit") has the mechanism and figures.
+// WithGroupCommit sets how long a write of the coordinator's log may wait for a flush in flight
+// to share a PostgreSQL round trip and commit with the writes of concurrent transactions
+// (recording a transaction, a tcc branch, a decision, a clean finish): default 2ms; 0 turns
+// grouping off; above 1s New returns an error wrapping [ErrInvalidOption]. A write that finds no
+// flush in flight is sent at once, so a lone transaction never waits. The price of grouping: a
+// write that meets a flush waits for it (up to window), and a caller whose ctx ends while its
+// batch is in flight gets an error wrapping [ErrInDoubt]. docs/coordinators.md ("Group commit")
+// has the mechanism and figures.
 func WithGroupCommit(window time.Duration) Option {
 	return func(c *core.Config) { c.GroupCommit = window }
 }
 
-// WithDeferredFinish makes a starter's clean finish a background write, to save the caller one
-// PostgreSQL commit (default off): Commit, Submit or Rollback return once every last-phase call
-// succeeded, and the transaction shows its last running status until the write lands; if the
-// process dies first, the leader finishes it after the lease (participants' barriers make the
-// repeated calls no-ops). Call [Base.Flush] before exiting. docs/coordinators.md ("Deferred
-// finish") has the details and figures.
-func WithDeferredFinish() Option {
-	return func(c *core.Config) { c.DeferredFinish = true }
+// WithDeferredFinish sets whether a starter's clean finish after a decision (confirmed, cancelled,
+// committed, aborted, compensated) is a background write (default true): Commit, Submit or
+// Rollback return once every last-phase call succeeded, and the finish rides on the log's next
+// write (at most 100ms later), so that it costs no commit of its own. A saga's success is its
+// decision and is written before Submit returns. The price:
+// other processes see the transaction in its last running status until the write lands (Status
+// in this process waits for it); if the process dies first, the leader finishes it after the
+// lease, calling the last phase again (participants' barriers make those calls no-ops). Call
+// [Base.Flush] before exiting. WithDeferredFinish(false) writes the finish before returning.
+// docs/coordinators.md ("Deferred finish") has the details and figures.
+func WithDeferredFinish(on bool) Option {
+	return func(c *core.Config) { c.DeferredFinish = on }
 }
 
 // BeginOption configures one transaction (saga) at its coordinator's Begin.

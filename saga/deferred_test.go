@@ -2,7 +2,10 @@ package saga_test
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,10 +18,11 @@ import (
 	"github.com/txkit/txkit/saga"
 )
 
-// With WithDeferredFinish, Submit returns once the actions succeeded and Flush waits for the
-// finish; a finish that is lost (its connection killed while it waited) leaves the saga running,
-// and the leader finishes it after the lease, sending the actions again (participants are
-// idempotent), so that it ends succeeded.
+// With WithDeferredFinish, Submit returns once the compensations succeeded and Flush waits for
+// the finish; a finish that is lost (its connection killed while it waited) leaves the saga
+// compensating, and the leader finishes it after the lease, sending the compensations again
+// (participants are idempotent), so that it ends compensated. A saga's success is its decision:
+// Submit returns only once it is written.
 func TestIntegrationDeferredFinish(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
@@ -27,12 +31,17 @@ func TestIntegrationDeferredFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	c := e.coordinatorOn(pool, coordinator.WithDeferredFinish(), coordinator.WithLease(200*time.Millisecond))
+	c := e.coordinatorOn(pool, coordinator.WithDeferredFinish(true), coordinator.WithLease(200*time.Millisecond))
 
-	// The finish's write blocks on the saga's row, locked by the last action, until killed.
+	// The finish's write blocks on the saga's row, locked by the last compensation (s1's), until
+	// killed. s3's action is refused.
 	var lock pgx.Tx
+	var locking atomic.Bool
 	h := register(t, c, "p", participant.ParticipantFunc(func(ctx context.Context, req participant.Request) error {
-		if req.Op == participant.OpAction && string(req.Payload) == `"lock"` && lock == nil {
+		switch {
+		case req.Op == participant.OpAction && req.Branch == "s3":
+			return participant.ErrRefused
+		case req.Op == participant.OpCompensate && req.Branch == "s1" && locking.Load() && lock == nil:
 			tx, err := e.Schema.Pool.Begin(ctx)
 			if err != nil {
 				return err
@@ -45,27 +54,38 @@ func TestIntegrationDeferredFinish(t *testing.T) {
 		return nil
 	}))
 
-	// A saga whose finish lands: Flush waits for it.
-	gid, err := submit(t, c, sequential(h, 3))
+	// A saga that succeeds: written before Submit returns.
+	gid, err := submit(t, c, sequential(h, 2))
 	if err != nil {
 		t.Fatal(err)
+	}
+	var st string
+	if err := e.Schema.Pool.QueryRow(ctx, `select status from txkit_saga_global where gid = $1`, gid).Scan(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st != saga.StatusSucceeded.String() {
+		t.Fatalf("a succeeded saga's row right after Submit: %s, want succeeded", st)
+	}
+	// A compensated saga whose finish lands: Flush waits for it.
+	gid, err = submit(t, c, sequential(h, 3))
+	if !errors.Is(err, participant.ErrRefused) {
+		t.Fatalf("Submit = %v, want ErrRefused", err)
 	}
 	if err := c.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st := status(t, c, gid); st != saga.StatusSucceeded {
-		t.Fatalf("after Flush: %s, want succeeded", st)
+	if st := status(t, c, gid); st != saga.StatusCompensated {
+		t.Fatalf("after Flush: %s, want compensated", st)
 	}
 
-	// A saga whose finish is lost.
-	steps := sequential(h, 3)
-	steps[2].Payload = []byte(`"lock"`)
-	lost, err := submit(t, c, steps)
-	if err != nil {
-		t.Fatal(err)
+	// A compensated saga whose finish is lost.
+	locking.Store(true)
+	lost, err := submit(t, c, sequential(h, 3))
+	if !errors.Is(err, participant.ErrRefused) {
+		t.Fatalf("Submit = %v, want ErrRefused", err)
 	}
 	if lock == nil {
-		t.Fatal("the last action did not lock the saga's row")
+		t.Fatal("the last compensation did not lock the saga's row")
 	}
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
 		var n int
@@ -79,17 +99,22 @@ func TestIntegrationDeferredFinish(t *testing.T) {
 	if err := lock.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st := status(t, c, lost); st != saga.StatusRunning {
-		t.Fatalf("after a lost finish: %s, want running", st)
+	if st := status(t, c, lost); st != saga.StatusCompensating {
+		t.Fatalf("after a lost finish: %s, want compensating", st)
 	}
 	leader := e.coordinator(coordinator.WithElector(e.Elector("leader")))
 	p := newParty(func(participant.Request) error { return nil })
 	register(t, leader, "p", p)
 	run(t, leader)
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
-		return status(t, leader, lost) == saga.StatusSucceeded
+		return status(t, leader, lost) == saga.StatusCompensated
 	}, "the leader finishes the saga")
-	if got := p.log(); !slices.Equal(got, []string{"action/s1", "action/s2", "action/s3"}) {
-		t.Fatalf("the leader's calls: %v, want the three actions again", got)
+	if got := p.log(); len(got) == 0 || !slices.ContainsFunc(got, func(s string) bool { return s == "compensate/s1" }) {
+		t.Fatalf("the leader's calls: %v, want the compensations again", got)
+	}
+	for _, call := range p.log() {
+		if strings.HasPrefix(call, "action/") {
+			t.Fatalf("the leader's calls: %v: an action of a compensating saga", p.log())
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/participant/barrier"
@@ -686,6 +687,9 @@ create trigger w after insert or update or delete on txkit_saga_branch for each 
 		return nil
 	}))
 	count := func() int {
+		if err := c.Flush(ctx); err != nil { // the deferred finish: with nothing to ride on, alone
+			t.Fatal(err)
+		}
 		var n int
 		if err := e.Schema.Pool.QueryRow(ctx, `select count(distinct xid) from writes`).Scan(&n); err != nil {
 			t.Fatal(err)
@@ -719,5 +723,52 @@ create trigger w after insert or update or delete on txkit_saga_branch for each 
 	// Create, compensating (with the successes of s1 and s2), compensated.
 	if w := count(); w != 3 {
 		t.Fatalf("compensated: %d writing transactions, want 3", w)
+	}
+}
+
+// One client's sagas of 3 steps commit twice each in the log, with the default options: the saga
+// with its steps, and its success — the saga's decision, written before Submit returns (a leader
+// finding the saga running past its timeout would compensate it). A compensated saga commits
+// twice too: the record, and the decision to compensate with the successes; its finish rides on
+// the next saga's record (deferred finish; 3 before it rode).
+func TestIntegrationCommitsPerSaga(t *testing.T) {
+	e := newEnv(t)
+	cc := coretest.NewCommitCounter(t)
+	c := coretest.New(t, saga.New, cc.Pool(e.Schema.URL), e.Schema.Name)
+	h := register(t, c, "p", newParty(func(req participant.Request) error {
+		if req.Op == participant.OpAction && string(req.Payload) == `"no"` {
+			return participant.ErrRefused
+		}
+		return nil
+	}))
+	const n = 20
+	for _, tc := range []struct {
+		name    string
+		refused bool
+	}{{"succeeded", false}, {"compensated", true}} {
+		per := cc.PerTransaction(c, n, func(ctx context.Context) error {
+			s, err := c.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			steps := sequential(h, 3)
+			if tc.refused {
+				steps[2].Payload = json.RawMessage(`"no"`)
+			}
+			for _, st := range steps {
+				if err := s.Add(st); err != nil {
+					return err
+				}
+			}
+			err = s.Submit(ctx)
+			if tc.refused && errors.Is(err, participant.ErrRefused) {
+				return nil
+			}
+			return err
+		})
+		t.Logf("%s: %.2f log commits per saga", tc.name, per)
+		if max := 2 + 2.0/n; per > max { // 1/n: the last finish, alone; 1/n: slack for a loaded machine
+			t.Fatalf("%s: %.2f log commits per saga, want at most %.2f", tc.name, per, max)
+		}
 	}
 }

@@ -21,7 +21,8 @@
 //
 // A refused try ([participant.ErrRefused]) records the rollback decision; any other failure is an
 // unknown outcome that Rollback (or the timeout) cancels too. What a refusal and a failure do, and
-// why a transaction of N branches costs N+2 writes: docs/coordinators.md.
+// why a transaction of N branches costs N+2 writes — N+1 commits, the finish riding on the next
+// write — each needed: docs/coordinators.md.
 //
 // The starter's own effect (an order row and its outbox message) is written by the confirm of an
 // in-process branch of its own, in the barrier's transaction — never after Commit returns, which

@@ -61,6 +61,7 @@ func (w *world) coordinatorOn(pool *pgxpool.Pool, opts ...coordinator.Option) *t
 		w.T.Fatalf("threepc.New: %v", err)
 	}
 	w.T.Cleanup(func() { _ = c.Close() })
+	coretest.FlushAtCleanup(w.T, c)
 	if err := c.Migrate(w.T.Context()); err != nil {
 		w.T.Fatalf("Migrate: %v", err)
 	}

@@ -40,6 +40,7 @@ func partitionTrials(t *testing.T, mode agent.Termination, trials int) int {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
+	coretest.FlushAtCleanup(t, c)
 	if err := c.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,7 @@ func (b *bank) coordinatorOn(pools map[string]*pgxpool.Pool, opts ...coordinator
 		b.T.Fatalf("twopc.New: %v", err)
 	}
 	b.T.Cleanup(func() { _ = c.Close() })
+	coretest.FlushAtCleanup(b.T, c)
 	if err := c.Migrate(b.T.Context()); err != nil {
 		b.T.Fatalf("Migrate: %v", err)
 	}

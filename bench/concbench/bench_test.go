@@ -55,9 +55,10 @@ const (
 	// envOnly, "txkit" or "bare", runs that side alone (the other's figures are empty): for
 	// profiling one side (go test -cpuprofile) or sampling its wait events.
 	envOnly = "TXKIT_CONCBENCH_ONLY"
-	// envGroup, a window ("2ms"), gives the tcc, saga and 2pc coordinators
-	// coordinator.WithGroupCommit(window); envDefer "1" gives them coordinator.WithDeferredFinish.
-	// Both unset: the coordinators' defaults.
+	// envGroup, a window ("2ms"; "0": off), gives the tcc, saga and 2pc coordinators
+	// coordinator.WithGroupCommit(window); envDefer "0" or "1" gives them
+	// coordinator.WithDeferredFinish(false or true). Both unset: the coordinators' defaults
+	// (group commit 2ms, deferred finish on).
 	envGroup = "TXKIT_CONCBENCH_GROUP"
 	envDefer = "TXKIT_CONCBENCH_DEFER"
 	// envVotes "1" gives the 2pc coordinator twopc.WithVoteMarkers.
@@ -328,8 +329,11 @@ func coordinatorOn[C coordinator.Base](b *testing.B, newFn func(*pgxpool.Pool, .
 		}
 		base = append(base, coordinator.WithGroupCommit(d))
 	}
-	if os.Getenv(envDefer) == "1" {
-		base = append(base, coordinator.WithDeferredFinish())
+	switch os.Getenv(envDefer) {
+	case "1":
+		base = append(base, coordinator.WithDeferredFinish(true))
+	case "0":
+		base = append(base, coordinator.WithDeferredFinish(false))
 	}
 	c, err := newFn(pool, append(base, opts...)...)
 	if err != nil {

@@ -81,6 +81,7 @@ func router(t *testing.T, dbs []*testenv.Schema, fresh bool, opts func(db *teste
 		if err != nil {
 			t.Fatal(err)
 		}
+		coretest.FlushAtCleanup(t, c)
 		cs = append(cs, c)
 	}
 	r, err := shard.New(cs...)

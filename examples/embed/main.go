@@ -304,7 +304,9 @@ func (s *service) runUntilDone(ctx context.Context) (res result, err error) {
 
 	werr := s.work(gctx, &res)
 	stopAll()
-	if err := g.Wait(); err != nil {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := errors.Join(g.Wait(), s.sagas.Flush(fctx)); err != nil { // Flush: the sagas' finishes written in the background land
 		return res, err
 	}
 	if werr != nil {

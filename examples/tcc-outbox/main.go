@@ -149,7 +149,10 @@ func run(ctx context.Context, url, schema string, log *slog.Logger) error {
 		return nil
 	}()
 	stopAll()
-	return errors.Join(werr, g.Wait())
+	werr = errors.Join(werr, g.Wait())
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return errors.Join(werr, s.tccs.Flush(fctx)) // the finishes written in the background land
 }
 
 // order is the business payload of one order.

@@ -48,10 +48,11 @@ type Config struct {
 	// TracerProvider is where the coordinator's tracer comes from (WithTelemetry); nil: the
 	// application's global provider.
 	TracerProvider trace.TracerProvider
-	// GroupCommit is the log's group commit window (WithGroupCommit, see [WithGroupCommit]); 0: off.
+	// GroupCommit is the log's group commit window (WithGroupCommit, see [WithGroupCommit]); 0: off;
+	// [DefaultGroupCommitWindow] by default.
 	GroupCommit time.Duration
 	// DeferredFinish makes a starter's clean finish a background write (WithDeferredFinish, see
-	// [WithDeferredFinish]).
+	// [WithDeferredFinish]); on by default.
 	DeferredFinish bool
 	// Partitions splits the recovery into partitions led separately (WithPartitions, see
 	// partition.go); the zero value is one partition, led under Elector.
@@ -88,12 +89,17 @@ func OwnOption[S any](name string, set func(*S)) Option {
 	}
 }
 
+// DefaultGroupCommitWindow is a coordinator's group commit window unless WithGroupCommit sets
+// another: a lone write never waits for it (groupcommit.go).
+const DefaultGroupCommitWindow = 2 * time.Millisecond
+
 // DefaultConfig returns the defaults shared by the coordinators; prefix names their tables.
 func DefaultConfig(prefix string) Config {
 	return Config{
 		Prefix: prefix, Lease: 30 * time.Second, BackoffMin: time.Second, BackoffMax: 5 * time.Minute,
 		Logger: slog.New(slog.DiscardHandler), Concurrency: 8, CallTimeout: 10 * time.Second, Timeout: time.Minute,
 		Schedule: "@every 1s", Batch: 100, RecoverConc: 16, Retention: 7 * 24 * time.Hour, RetentionSpec: "@every 1m",
+		GroupCommit: DefaultGroupCommitWindow, DeferredFinish: true,
 	}
 }
 

@@ -39,6 +39,12 @@ import (
 // An error that may come after the commit (the session ended: a FATAL error such as 57P01 in a
 // failover, a connection lost) is not a refusal: each writer gets an error wrapping [ErrInDoubt].
 // Fenced writes (a leader's) and partial records are never grouped: they run as before.
+//
+// Deferred finishes ([WithDeferredFinish], deferred.go) queue as lazy writes: a lazy write starts
+// no flush; every flush, a lone write's too, takes the lazy writes queued with it, and a lazy write
+// sends itself only after finishHold or when kicked (a read of its transaction, [Log.Flush]). With
+// a window of 0 (group commit off, deferred finish on) a write never waits for another: it is sent
+// at once, with the lazy writes queued.
 
 // maxGroup bounds the writes of one batch.
 const maxGroup = 128
@@ -50,18 +56,20 @@ const MaxGroupCommitWindow = time.Second
 // WithGroupCommit makes the log group the writes of concurrent transactions (see [Log]): a write
 // arriving while another is being flushed waits at most window for it to end, then it is flushed
 // with the other writes that queued meanwhile. A write that finds nothing in flight is flushed at
-// once. Zero (the default) disables it: every write is its own statement. A negative window is
-// refused with an error wrapping [ErrInvalidOption].
+// once. Zero (the default) disables it: every write is sent at once, with no other transaction's
+// write but a deferred finish's ([WithDeferredFinish]). A negative window is refused with an error
+// wrapping [ErrInvalidOption].
 func WithGroupCommit(window time.Duration) LogOption {
 	return func(o *options) { o.groupWindow = window }
 }
 
-// GroupCommitStats counts a log's group commit ([WithGroupCommit]); all zero without it.
+// GroupCommitStats counts a log's group commit ([WithGroupCommit]) and the deferred finishes that
+// rode on its flushes ([WithDeferredFinish]); all zero with neither.
 type GroupCommitStats struct {
 	Flushes   int64 // round trips made: batches and writes sent alone
 	Writes    int64 // writes they carried
 	Immediate int64 // flushes sent at once by a write that found no flush in flight
-	Windowed  int64 // flushes sent by a write whose window ran out
+	Windowed  int64 // flushes sent by a write whose window (or a deferred finish's hold) ran out
 	Fallbacks int64 // batches PostgreSQL refused, whose writes were then made one by one
 	Queued    int   // writes waiting now
 }
@@ -262,6 +270,8 @@ type pending struct {
 	w     *write
 	ctx   context.Context
 	state pendingState    // guarded by groupWriter.mu
+	lazy  bool            // a deferred finish: starts no flush, waits finishHold (see above)
+	kick  <-chan struct{} // a lazy write: send now; nil otherwise
 	lead  chan []*pending // the batch this writer is to flush (buffered)
 	done  chan result     // its outcome (buffered)
 }
@@ -277,12 +287,12 @@ func (g *groupWriter) do(ctx context.Context, w *write) (bool, error) {
 	p := &pending{w: w, ctx: ctx, lead: make(chan []*pending, 1), done: make(chan result, 1)}
 	var r result
 	g.mu.Lock()
-	if g.inflight == 0 {
+	if g.inflight == 0 || g.window == 0 {
 		g.inflight++
 		g.stats.Immediate++
-		p.state = leading
+		batch := g.takeLocked(p) // p, and the lazy writes queued: nothing else queues then
 		g.mu.Unlock()
-		r = g.lead(ctx, p, []*pending{p})
+		r = g.lead(ctx, p, batch)
 	} else {
 		g.queue = append(g.queue, p)
 		g.mu.Unlock()
@@ -294,30 +304,50 @@ func (g *groupWriter) do(ctx context.Context, w *write) (bool, error) {
 	return r.ok, r.err
 }
 
+// park queues w, a deferred finish, as a lazy write, and returns its wait: the write rides on the
+// next flush of the log, or is sent after finishHold, or when kick fires. It queues before it
+// returns, so that the caller's next write carries it.
+func (g *groupWriter) park(ctx context.Context, w *write, kick <-chan struct{}) (wait func() (bool, error)) {
+	p := &pending{w: w, ctx: ctx, lazy: true, kick: kick, lead: make(chan []*pending, 1), done: make(chan result, 1)}
+	g.mu.Lock()
+	g.queue = append(g.queue, p)
+	g.mu.Unlock()
+	return func() (bool, error) {
+		r := g.wait(ctx, p)
+		if r.solo {
+			return g.l.writeOne(ctx, w)
+		}
+		return r.ok, r.err
+	}
+}
+
 // wait waits for p's outcome, or for its turn to flush: when a flush hands it the queue, or when
 // its window runs out. When ctx ends first, p leaves the queue (nothing written) or, already
 // taken into a batch, returns an error wrapping [ErrInDoubt] and ctx's error.
 func (g *groupWriter) wait(ctx context.Context, p *pending) result {
-	timer := time.NewTimer(g.window)
+	window := g.window
+	if p.lazy {
+		window = finishHold
+	}
+	timer := time.NewTimer(window)
 	defer timer.Stop()
-	expired := timer.C
+	expired, kick := timer.C, p.kick
 	for {
 		select {
 		case r := <-p.done:
 			return r
 		case batch := <-p.lead:
 			return g.lead(ctx, p, batch)
-		case <-expired:
-			expired = nil
-			g.mu.Lock()
-			if p.state == queued {
-				batch := g.takeLocked(p)
-				g.inflight++
-				g.stats.Windowed++
-				g.mu.Unlock()
+		case <-kick:
+			kick, expired = nil, nil
+			if batch := g.takeOwn(p); batch != nil {
 				return g.lead(ctx, p, batch)
 			}
-			g.mu.Unlock()
+		case <-expired:
+			expired, kick = nil, nil
+			if batch := g.takeOwn(p); batch != nil {
+				return g.lead(ctx, p, batch)
+			}
 		case <-ctx.Done():
 			g.mu.Lock()
 			st := p.state
@@ -334,6 +364,20 @@ func (g *groupWriter) wait(ctx context.Context, p *pending) result {
 			return g.lead(ctx, p, <-p.lead) // handed the queue: flush it for the others
 		}
 	}
+}
+
+// takeOwn takes p, still queued, and the writes queued with it into a batch p flushes beside any
+// flush in flight; nil when p is no longer queued (taken into a batch, or handed one).
+func (g *groupWriter) takeOwn(p *pending) []*pending {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p.state != queued {
+		return nil
+	}
+	batch := g.takeLocked(p)
+	g.inflight++
+	g.stats.Windowed++
+	return batch
 }
 
 // takeLocked takes first and up to maxGroup-1 other queued writes, of distinct gids, out of the
@@ -388,10 +432,11 @@ func (g *groupWriter) lead(ctx context.Context, p *pending, batch []*pending) re
 // p's (p nil: every outcome is delivered).
 func (g *groupWriter) deliver(p *pending, batch []*pending, rs []result) result {
 	g.mu.Lock()
-	if len(g.queue) == 0 {
+	// The next writer to flush is the first queued that is not lazy: lazy writes wait for one.
+	if i := slices.IndexFunc(g.queue, func(q *pending) bool { return !q.lazy }); i < 0 {
 		g.inflight--
 	} else {
-		next := g.queue[0]
+		next := g.queue[i]
 		next.lead <- g.takeLocked(next)
 	}
 	g.mu.Unlock()

@@ -52,6 +52,7 @@ type Log struct {
 	gw     *groupWriter // WithGroupCommit (groupcommit.go), or nil
 	lg     *slog.Logger // the coordinator's (NewBase), or a discarding one
 	bg     background   // the finishes WithDeferredFinish is writing (deferred.go)
+	df     deferrals    // those finishes by gid (deferred.go)
 }
 
 // Transaction is a global transaction as the log holds it.
@@ -183,7 +184,8 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 			return nil, fmt.Errorf("core: render %s: %w", n, err)
 		}
 	}
-	if o.groupWindow > 0 {
+	if o.groupWindow > 0 || o.deferFinish {
+		// Deferred finishes ride on other writes through the group writer, grouping or not.
 		l.gw = &groupWriter{l: l, window: o.groupWindow}
 	}
 	return l, nil
@@ -326,6 +328,9 @@ func (l *Log) AddBranch(ctx context.Context, gid string, want Status, b Branch) 
 }
 
 func (l *Log) status(ctx context.Context, gid string) (Status, error) {
+	if err := l.settle(ctx, gid); err != nil {
+		return 0, fmt.Errorf("core: status of %s: %w", gid, err)
+	}
 	var s string
 	err := l.pool.QueryRow(ctx, l.q["status"], gid).Scan(&s)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -418,7 +423,7 @@ func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 		// A starter's clean finish is one statement: no fence to pass, nothing else to write, so
 		// it runs on its own (autocommit) instead of inside BEGIN ... COMMIT — one round trip.
 		w := &write{kind: writeFinish, gid: p.GID, from: p.From.String(), to: p.Next.String(), done: p.Done, doneStatus: done.String()}
-		if l.o.deferFinish && p.Next.Final() {
+		if l.o.deferFinish && p.Next.Final() && p.From.settled() {
 			l.deferFinish(ctx, w, p.Next)
 			return nil
 		}
@@ -525,10 +530,14 @@ func (l *Log) fenceCheck(ctx context.Context, tx pgx.Tx, tok lock.Token, gid str
 
 func (l *Log) resource() string { return "core:" + l.name }
 
-// Get returns gid's transaction with its branches, or an error wrapping [ErrNotFound].
+// Get returns gid's transaction with its branches, or an error wrapping [ErrNotFound]. It first
+// waits for the log's deferred finish of gid, if one is pending ([WithDeferredFinish]).
 func (l *Log) Get(ctx context.Context, gid string) (*Transaction, error) {
 	if !pgutil.IsText(gid) { // PostgreSQL would refuse the query: no row can have it
 		return nil, fmt.Errorf("core: %q: %w", gid, ErrNotFound)
+	}
+	if err := l.settle(ctx, gid); err != nil { // this process's own deferred finish of gid first
+		return nil, fmt.Errorf("core: get %s: %w", gid, err)
 	}
 	rows, err := l.pool.Query(ctx, l.q["get"], gid)
 	if err != nil {

@@ -156,6 +156,13 @@ func (s Status) BranchesImplied() (BranchStatus, bool) {
 	return 0, false
 }
 
+// settled reports whether a transaction in s can end in one status only, whoever drives it: a
+// decision carried out (confirming, cancelling, compensating). Only a finish from such a status
+// may be deferred ([WithDeferredFinish]): a lost one is finished the same way by the leader. A
+// saga's running → succeeded is itself the decision — a leader finding it running past its
+// timeout compensates — so its caller must not learn "succeeded" before it is written.
+func (s Status) settled() bool { return len(transitions[s]) == 1 }
+
 // timeoutStatus is the status a transaction moves to when its global timeout passes, if it is
 // still in s; false when the timeout does not apply to s (the decision is already made).
 func (s Status) timeoutStatus() (Status, bool) {

@@ -297,6 +297,20 @@ func newCoordinator[C interface{ Migrate(context.Context) error }, O any](ctx co
 	return c, err
 }
 
+// flushed returns c's Run followed, once it returns, by c's Flush: the finishes the coordinator
+// wrote in the background (deferred finish, the default) land before the process exits.
+func flushed(c interface {
+	Run(context.Context) error
+	Flush(context.Context) error
+}) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := c.Run(ctx)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return errors.Join(err, c.Flush(fctx))
+	}
+}
+
 // endpoint returns the participant at base's endpoint of mode m (the stock and account services
 // serve /tcc and /saga; a workflow's calls are saga ops: action, and compensate on rollback).
 func (s *service) endpoint(base string, m app.Mode) participant.HTTP {

@@ -24,7 +24,7 @@ func (s *service) sagaFlow(ctx context.Context, el lock.Elector) (*flow, error) 
 		return nil, err
 	}
 	o := &sagaOrders{s: s, coord: coord, stock: stock, account: account}
-	return &flow{el: el, run: coord.Run, place: o.place, stats: func() any { return coord.Stats() },
+	return &flow{el: el, run: flushed(coord), place: o.place, stats: func() any { return coord.Stats() },
 		status: func(ctx context.Context, gid string) (fmt.Stringer, error) { return coord.Status(ctx, gid) }}, nil
 }
 

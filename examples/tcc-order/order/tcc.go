@@ -36,7 +36,7 @@ func (s *service) tccFlow(ctx context.Context, el lock.Elector, bar *barrier.Bar
 		return nil, err
 	}
 	t := &tccOrders{s: s, coord: coord, self: self, stock: stock, account: account}
-	return &flow{el: el, run: coord.Run, place: t.place, stats: func() any { return coord.Stats() },
+	return &flow{el: el, run: flushed(coord), place: t.place, stats: func() any { return coord.Stats() },
 		status: func(ctx context.Context, gid string) (fmt.Stringer, error) { return coord.Status(ctx, gid) }}, nil
 }
 

@@ -117,6 +117,7 @@ type service struct {
 // coordinatorRun is what run needs of either coordinator.
 type coordinatorRun interface {
 	Run(ctx context.Context) error
+	Flush(ctx context.Context) error
 	Close() error
 	RegisterDB(name string, pool *pgxpool.Pool) error
 }
@@ -219,12 +220,16 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		exapp.WriteJSON(w, 200, map[string]string{"status": "ok"})
 	})
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return coord.Run(ctx) })
-	g.Go(func() error { return exapp.Serve(ctx, c.listen, mux) })
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return coord.Run(gctx) })
+	g.Go(func() error { return exapp.Serve(gctx, c.listen, mux) })
 	log.Info("bank service running", "protocol", c.protocol, "schema", c.schema, "election", election, "west", c.westAddr,
 		"pause_rate", c.pauseRate, "pause", c.pause, "pause_at", c.pauseAt)
-	return g.Wait()
+	err = g.Wait()
+	// The outcomes the coordinator wrote in the background (deferred finish) land before exit.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return errors.Join(err, coord.Flush(fctx))
 }
 
 // newTwoPC builds the 2pc coordinator on the log's pool and migrates its tables.

@@ -7,6 +7,7 @@ package coretest
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"slices"
 	"sync"
@@ -54,7 +55,8 @@ func CallTimeout(d time.Duration) coordinator.Option {
 }
 
 // New returns a migrated coordinator made by newFn (tcc.New, saga.New, twopc.New) on pool with
-// Options(t, schema, opts...), failing the test when either step fails.
+// Options(t, schema, opts...), failing the test when either step fails; the test's cleanup
+// flushes its deferred finishes.
 func New[C coordinator.Base](t testing.TB, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
 	pool *pgxpool.Pool, schema string, opts ...coordinator.Option) C {
 	t.Helper()
@@ -65,7 +67,18 @@ func New[C coordinator.Base](t testing.TB, newFn func(*pgxpool.Pool, ...coordina
 	if err := c.Migrate(t.Context()); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
+	FlushAtCleanup(t, c)
 	return c
+}
+
+// FlushAtCleanup makes the test's cleanup wait (up to core.CleanupTimeout) for c's deferred
+// finishes, before the pools and the logger the test made before it go.
+func FlushAtCleanup(t testing.TB, c coordinator.Base) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), core.CleanupTimeout)
+		defer cancel()
+		_ = c.Flush(ctx)
+	})
 }
 
 // Register registers p as name with c and returns the participant to put in a branch, failing

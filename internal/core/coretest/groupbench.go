@@ -18,12 +18,13 @@ import (
 const GroupWindow = time.Millisecond
 
 // GroupCommit runs the sub-benchmarks "group-commit/clients=N" of a coordinator benchmark
-// ([OnOff] with coordinator.WithGroupCommit(window)). clients=1 measures the lone transaction:
-// what group commit adds to it.
+// ([OnOff] with coordinator.WithGroupCommit(window) against WithGroupCommit(0): group commit is
+// on by default). clients=1 measures the lone transaction: what group commit adds to it.
 func GroupCommit[C coordinator.Base](b *testing.B, name string, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
 	pg *testenv.Schema, window time.Duration, run func(C) error, opts ...coordinator.Option) {
 	b.Helper()
-	OnOff(b, name, newFn, pg, []coordinator.Option{coordinator.WithGroupCommit(window)}, run, opts...)
+	OnOff(b, name, newFn, pg, []coordinator.Option{coordinator.WithGroupCommit(window)}, run,
+		append([]coordinator.Option{coordinator.WithGroupCommit(0)}, opts...)...)
 }
 
 // OnOff runs the sub-benchmarks "<name>/clients=N" of a coordinator benchmark, N in 1, 16 and 64:
