@@ -11,19 +11,22 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/txkit/txkit/examples/exapp"
 )
 
 // binCache returns the directory [Build] links example's services into for the module at root —
-// <user cache dir>/txkit-drills/<hash of root>/<example>, so that two checkouts never share one —
-// holding its lock file locked: test processes building the same example at once (the drills
-// of several packages) take turns. unlock releases it. Waiting for the lock ends with ctx.
+// $TXKIT_HOME/drill-bin/<hash of root>/<example> (TXKIT_HOME defaults to root/.txkit, as for the
+// servers), so that two checkouts never share one — holding its lock file locked: test processes
+// building the same example at once (the drills of several packages) take turns. unlock releases
+// it. Waiting for the lock ends with ctx.
 func binCache(ctx context.Context, root, example string) (dir string, unlock func(), err error) {
-	base, err := os.UserCacheDir()
+	home, err := filepath.Abs(exapp.Env("TXKIT_HOME", filepath.Join(root, ".txkit")))
 	if err != nil {
-		base = os.TempDir()
+		return "", nil, fmt.Errorf("drill binaries: %w", err)
 	}
 	sum := sha256.Sum256([]byte(root))
-	dir = filepath.Join(base, "txkit-drills", hex.EncodeToString(sum[:6]), example)
+	dir = filepath.Join(home, "drill-bin", hex.EncodeToString(sum[:6]), example)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", nil, fmt.Errorf("drill binaries: %w", err)
 	}

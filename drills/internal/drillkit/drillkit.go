@@ -50,8 +50,8 @@ func ModuleRoot(ctx context.Context) (string, error) {
 // ends the go commands. It stops at the first failure, with the compiler's output in the error.
 //
 // The binaries are linked once per tree, not once per call: go build writes them into a cache
-// directory of the module (see binCache), where it leaves a binary that is up to date alone, and
-// Build copies them into dir. Every drill test of a package, and every package, would otherwise
+// directory of the checkout under $TXKIT_HOME (see binCache), where it leaves a binary that is up
+// to date alone, and Build copies them into dir. Every drill test of a package, and every package, would otherwise
 // link the same services again (about 60 s for tcc-order's three on a loaded 2-core machine).
 func Build(ctx context.Context, dir, example string, services ...string) error {
 	root, err := ModuleRoot(ctx)
