@@ -2,10 +2,7 @@ package saga_test
 
 import (
 	"errors"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,27 +17,8 @@ import (
 // Header is sent with every call; a negative Timeout is refused by Add.
 func TestIntegrationStepTimeoutAndHeader(t *testing.T) {
 	e := newEnv(t)
-	var (
-		mu      sync.Mutex
-		tenants []string
-	)
-	stop := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body) // so that the server notices the client hanging up
-		mu.Lock()
-		tenants = append(tenants, r.Header.Get("X-Tenant"))
-		first := len(tenants) == 1
-		mu.Unlock()
-		if first {
-			select {
-			case <-r.Context().Done():
-			case <-stop:
-			}
-		}
-		w.WriteHeader(http.StatusOK)
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { close(stop) }) // runs first
+	// The first call hangs.
+	srv := coretest.NewReceiver(t, func(_ participant.Op, n int) bool { return n == 0 })
 	c := e.coordinator(coretest.CallTimeout(30*time.Second), saga.WithAttempts(2))
 	start := time.Now()
 	_, err := submit(t, c, []saga.Step{{Name: "pay", Timeout: 200 * time.Millisecond,
@@ -51,8 +29,10 @@ func TestIntegrationStepTimeoutAndHeader(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("Submit took %v: the hanging action was not bounded by the step's 200ms", d)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	var tenants []string
+	for _, call := range srv.Calls() {
+		tenants = append(tenants, call.Header.Get("X-Tenant"))
+	}
 	if len(tenants) != 2 || tenants[0] != "shop-1" || tenants[1] != "shop-1" {
 		t.Fatalf("X-Tenant of the calls %q, want shop-1 twice", tenants)
 	}

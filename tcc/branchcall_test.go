@@ -2,12 +2,9 @@ package tcc_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"sync"
+	"slices"
 	"testing"
 	"time"
 
@@ -24,43 +21,8 @@ import (
 func TestIntegrationBranchTimeoutAndHeader(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
-	type call struct {
-		op, tenant string
-		hung       time.Duration // how long a hanging call lasted until the caller gave up
-	}
-	var (
-		mu    sync.Mutex
-		calls []call
-	)
-	stop := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req participant.Request
-		_ = json.NewDecoder(r.Body).Decode(&req)
-		_, _ = io.Copy(io.Discard, r.Body) // so that the server notices the client hanging up
-		c := call{op: req.Op.String(), tenant: r.Header.Get("X-Tenant")}
-		mu.Lock()
-		confirms := 0
-		for _, c := range calls {
-			if c.op == "confirm" {
-				confirms++
-			}
-		}
-		mu.Unlock()
-		if req.Op == participant.OpConfirm && confirms < 2 { // the starter's confirm and the leader's first hang
-			start := time.Now()
-			select {
-			case <-r.Context().Done():
-			case <-stop:
-			}
-			c.hung = time.Since(start)
-		}
-		mu.Lock()
-		calls = append(calls, c)
-		mu.Unlock()
-		w.WriteHeader(http.StatusOK)
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { close(stop) }) // runs first
+	// The starter's confirm and the leader's first one hang.
+	srv := coretest.NewReceiver(t, func(op participant.Op, n int) bool { return op == participant.OpConfirm && n < 2 })
 	opts := []coordinator.Option{coretest.CallTimeout(30 * time.Second), coordinator.WithLease(100 * time.Millisecond)}
 	starter := e.coordinator(opts...)
 	branch := tcc.Branch{Name: "stock", Timeout: 300 * time.Millisecond,
@@ -86,17 +48,20 @@ func TestIntegrationBranchTimeoutAndHeader(t *testing.T) {
 		s, err := leader.Status(ctx, g.GID())
 		return err == nil && s == tcc.StatusConfirmed
 	}, "the leader did not confirm within 20s: its hanging call was not bounded by the branch's timeout")
-	mu.Lock()
-	defer mu.Unlock()
+	var calls []coretest.Call
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		calls = srv.Calls()
+		return !slices.ContainsFunc(calls, func(c coretest.Call) bool { return c.Hangs && c.Hung == 0 })
+	}, "the hanging calls to end")
 	if len(calls) != 4 {
 		t.Fatalf("calls %+v, want try, two hanging confirms, confirm", calls)
 	}
 	for _, c := range calls {
-		if c.tenant != "shop-1" {
-			t.Fatalf("%s sent X-Tenant %q, want shop-1 (calls %+v)", c.op, c.tenant, calls)
+		if tenant := c.Header.Get("X-Tenant"); tenant != "shop-1" {
+			t.Fatalf("%s sent X-Tenant %q, want shop-1 (calls %+v)", c.Op, tenant, calls)
 		}
-		if c.hung > 5*time.Second {
-			t.Fatalf("a %s hung %v, want about 300ms (calls %+v)", c.op, c.hung, calls)
+		if c.Hung > 5*time.Second {
+			t.Fatalf("a %s hung %v, want about 300ms (calls %+v)", c.Op, c.Hung, calls)
 		}
 	}
 }

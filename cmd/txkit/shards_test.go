@@ -5,9 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/testkit/testenv"
@@ -21,18 +18,7 @@ func TestIntegrationTxListAcrossShards(t *testing.T) {
 	var gids []string
 	var files []string
 	for i, s := range dbs {
-		log, err := core.New(s.Pool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := log.Migrate(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		gid := uuid.NewString()
-		if err := log.Create(t.Context(), gid, core.KindTCC, time.Minute, nil,
-			core.Branch{Name: "stock", Target: core.Target{Kind: core.TargetInProc, Ref: "stock"}}); err != nil {
-			t.Fatal(err)
-		}
+		_, gid := newTxLog(t, s.Pool, core.KindTCC, []core.Branch{{Name: "stock", Target: core.Target{Kind: core.TargetInProc, Ref: "stock"}}})
 		gids = append(gids, gid)
 		if i > 0 {
 			f := filepath.Join(t.TempDir(), "shard-url")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
@@ -47,19 +48,9 @@ func TestTxUsage(t *testing.T) {
 
 func TestIntegrationTxListShow(t *testing.T) {
 	s := testenv.PG(t)
-	log, err := core.New(s.Pool, core.WithSchema(s.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := log.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	gid := uuid.NewString()
-	if err := log.Create(t.Context(), gid, core.KindTCC, time.Minute, nil,
-		core.Branch{Name: "stock", Target: core.Target{Kind: core.TargetHTTP, Ref: "http://127.0.0.1:1/stock"}},
-		core.Branch{Name: "pay", Target: core.Target{Kind: core.TargetInProc, Ref: "pay"}}); err != nil {
-		t.Fatal(err)
-	}
+	log, gid := newTxLog(t, s.Pool, core.KindTCC, []core.Branch{
+		{Name: "stock", Target: core.Target{Kind: core.TargetHTTP, Ref: "http://127.0.0.1:1/stock"}},
+		{Name: "pay", Target: core.Target{Kind: core.TargetInProc, Ref: "pay"}}}, core.WithSchema(s.Name))
 	env := map[string]string{"TXKIT_PG_URL": s.URL}
 
 	code, out, stderr := txkit(t, env, "tx", "list", "-schema", s.Name, "-unfinished")
@@ -106,18 +97,8 @@ func TestIntegrationTxListShow(t *testing.T) {
 // A three-phase commit's log (prefix txkit_3pc_) lists and shows like the others.
 func TestIntegrationTxListThreePC(t *testing.T) {
 	s := testenv.PG(t)
-	log, err := core.New(s.Pool, core.WithSchema(s.Name), core.WithTablePrefix("txkit_3pc_"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := log.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	gid := uuid.NewString()
-	if err := log.Create(t.Context(), gid, core.Kind3PC, time.Minute, nil,
-		core.Branch{Name: "east", Target: core.Target{Kind: core.TargetInProc, Ref: "pg:east"}}); err != nil {
-		t.Fatal(err)
-	}
+	_, gid := newTxLog(t, s.Pool, core.Kind3PC, []core.Branch{{Name: "east", Target: core.Target{Kind: core.TargetInProc, Ref: "pg:east"}}},
+		core.WithSchema(s.Name), core.WithTablePrefix("txkit_3pc_"))
 	env := map[string]string{"TXKIT_PG_URL": s.URL}
 	code, out, stderr := txkit(t, env, "tx", "list", "-schema", s.Name, "-prefix", "txkit_3pc_", "-kind", "3pc")
 	if code != exitOK || !strings.Contains(out, gid) || !strings.Contains(out, "3pc") {
@@ -198,4 +179,22 @@ func TestIntegrationTxWorkflow(t *testing.T) {
 	if code != exitFail || !strings.Contains(stderr, "not a stopped workflow") {
 		t.Fatalf("tx resume again: exit %d, stderr %q", code, stderr)
 	}
+}
+
+// newTxLog returns a migrated coordinator log on pool with opts and the gid of the one
+// transaction of kind it creates there, with branches and a minute's timeout.
+func newTxLog(t *testing.T, pool *pgxpool.Pool, kind core.Kind, branches []core.Branch, opts ...core.LogOption) (*core.Log, string) {
+	t.Helper()
+	log, err := core.New(pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := log.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	gid := uuid.NewString()
+	if err := log.Create(t.Context(), gid, kind, time.Minute, nil, branches...); err != nil {
+		t.Fatal(err)
+	}
+	return log, gid
 }

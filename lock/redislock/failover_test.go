@@ -34,19 +34,11 @@ func TestIntegrationDisruptiveRedisFailoverTwoHolders(t *testing.T) {
 	primary, replica := testenv.RedisPair(t)
 	db := testenv.PG(t)
 	ctx := t.Context()
-	script, err := filepath.Abs(filepath.Join("..", "..", "deploy", "local", "redis"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { // last: the pair as it was
-		if out, err := exec.Command(script, "reset-pair").CombinedOutput(); err != nil {
-			t.Errorf("%s reset-pair: %v\n%s", script, err, out)
-		}
-	})
+	script := deployScript(t, "redis", "reset-pair") // its cleanup runs last: the pair as it was
 
 	// The replica replicates the primary through a proxy.
 	p := testenv.NewRawProxy(t, primary)
-	_, port, _ := net.SplitHostPort(p.Addr())
+	port := portOf(p.Addr())
 	rep := newRedis(t, replica)
 	if err := rep.ReplicaOf(ctx, "127.0.0.1", port).Err(); err != nil {
 		t.Fatal(err)
@@ -60,19 +52,7 @@ func TestIntegrationDisruptiveRedisFailoverTwoHolders(t *testing.T) {
 	name := lockName(t)
 
 	// An earlier hold, replicated: the replica's counter is not empty.
-	m0 := newMutex(t, ca, name)
-	l0, err := m0.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m0.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
-		n, err := rep.Get(ctx, key(name)+":fence").Int64()
-		gone, gerr := rep.Exists(ctx, key(name)).Result()
-		return err == nil && n == l0.Token().Seq && gerr == nil && gone == 0
-	}, "the replica to have the counter of the first hold, and its release")
+	holdReplicated(t, ca, rep, name)
 
 	// Replication stops; A takes the lock on the primary.
 	p.Down()
@@ -87,7 +67,7 @@ func TestIntegrationDisruptiveRedisFailoverTwoHolders(t *testing.T) {
 	}
 
 	// The primary stops; the replica is promoted; B takes the same lock on it.
-	pid := redisPID(t, script, "primary")
+	pid := scriptPID(t, script, "primary")
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -109,41 +89,7 @@ func TestIntegrationDisruptiveRedisFailoverTwoHolders(t *testing.T) {
 	}
 
 	// The store refuses A's late write.
-	f, err := fence.New(db.Pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Pool.Exec(ctx, "create table writes(holder text not null)"); err != nil {
-		t.Fatal(err)
-	}
-	write := func(holder string, tok lock.Token) error {
-		return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-			if err := f.Check(ctx, tx, "redis-failover", tok); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, "insert into writes(holder) values ($1)", holder)
-			return err
-		})
-	}
-	if err := write("B", lb.Token()); err != nil {
-		t.Fatalf("B's write: %v", err)
-	}
-	err = write("A", la.Token())
-	if !errors.Is(err, lock.ErrFenced) {
-		t.Fatalf("A's late write: %v, want an error wrapping lock.ErrFenced", err)
-	}
-	t.Logf("A's late write refused: %v", err)
-	var holders []string
-	rows, err := db.Pool.Query(ctx, "select holder from writes")
-	if err == nil {
-		holders, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	}
-	if err != nil || len(holders) != 1 || holders[0] != "B" {
-		t.Fatalf("writes = %v (%v), want [B]", holders, err)
-	}
+	checkFenced(t, db, "redis-failover", la.Token(), lb.Token())
 	if err := b.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -159,16 +105,102 @@ func waitLink(t *testing.T, rep *redis.Client, state, port string) {
 	}, "the replica's link to 127.0.0.1:%s to be %s", port, state)
 }
 
-// redisPID returns the pid of a deploy/local Redis instance.
-func redisPID(t *testing.T, script, name string) int {
+// deployScript returns the absolute path of deploy/local/name; when the test ends (after the
+// cleanups registered later), it runs the script with cleanupArgs, which put its servers back.
+func deployScript(t *testing.T, name string, cleanupArgs ...string) string {
 	t.Helper()
-	out, err := exec.Command(script, "pid", name).Output()
+	script, err := filepath.Abs(filepath.Join("..", "..", "deploy", "local", name))
 	if err != nil {
-		t.Fatalf("%s pid %s: %v", script, name, err)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command(script, cleanupArgs...).CombinedOutput(); err != nil {
+			t.Errorf("%s %s: %v\n%s", script, strings.Join(cleanupArgs, " "), err, out)
+		}
+	})
+	return script
+}
+
+// scriptPID returns the pid that `script pid arg` prints: a deploy/local server's process.
+func scriptPID(t *testing.T, script, arg string) int {
+	t.Helper()
+	out, err := exec.Command(script, "pid", arg).Output()
+	if err != nil {
+		t.Fatalf("%s pid %s: %v", script, arg, err)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
 	if err != nil {
-		t.Fatalf("%s pid %s: %q: %v", script, name, out, err)
+		t.Fatalf("%s pid %s: %q: %v", script, arg, out, err)
 	}
 	return pid
+}
+
+// holdReplicated takes and releases the lock name once through c and waits until the replica rep
+// has that hold's fencing counter and no lock key: an earlier hold, replicated, so that the
+// replica's counter is not empty when it is promoted.
+func holdReplicated(t *testing.T, c *redislock.Client, rep *redis.Client, name string) {
+	t.Helper()
+	ctx := t.Context()
+	m := newMutex(t, c, name)
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		n, err := rep.Get(ctx, key(name)+":fence").Int64()
+		gone, gerr := rep.Exists(ctx, key(name)).Result()
+		return err == nil && n == l.Token().Seq && gerr == nil && gone == 0
+	}, "the replica to have the counter of the first hold, and its release")
+}
+
+// checkFenced writes through a PostgreSQL fence on resource in db's schema as the two holders:
+// B's write (token b) first, then A's late one (token a). It fails the test unless B's is
+// accepted, A's refused with an error wrapping lock.ErrFenced, and only B's row stored.
+func checkFenced(t *testing.T, db *testenv.Schema, resource string, a, b lock.Token) {
+	t.Helper()
+	ctx := t.Context()
+	f, err := fence.New(db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "create table writes(holder text not null)"); err != nil {
+		t.Fatal(err)
+	}
+	write := func(holder string, tok lock.Token) error {
+		return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			if err := f.Check(ctx, tx, resource, tok); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "insert into writes(holder) values ($1)", holder)
+			return err
+		})
+	}
+	if err := write("B", b); err != nil {
+		t.Fatalf("B's write: %v", err)
+	}
+	err = write("A", a)
+	if !errors.Is(err, lock.ErrFenced) {
+		t.Fatalf("A's late write: %v, want an error wrapping lock.ErrFenced", err)
+	}
+	t.Logf("A's late write refused: %v", err)
+	var holders []string
+	rows, err := db.Pool.Query(ctx, "select holder from writes")
+	if err == nil {
+		holders, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil || len(holders) != 1 || holders[0] != "B" {
+		t.Fatalf("writes = %v (%v), want [B]", holders, err)
+	}
+}
+
+// portOf is the port of addr (host:port).
+func portOf(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
 }

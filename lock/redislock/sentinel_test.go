@@ -4,18 +4,12 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/redislock"
@@ -37,15 +31,7 @@ func TestIntegrationSentinelFailoverTwoHolders(t *testing.T) {
 	sentinels, master := testenv.RedisSentinel(t)
 	db := testenv.PG(t)
 	ctx := t.Context()
-	script, err := filepath.Abs(filepath.Join("..", "..", "deploy", "local", "redis-sentinel"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { // last: the set whole again
-		if out, err := exec.Command(script, "start").CombinedOutput(); err != nil {
-			t.Errorf("%s start: %v\n%s", script, err, out)
-		}
-	})
+	script := deployScript(t, "redis-sentinel", "start") // its cleanup runs last: the set whole again
 
 	sen := redis.NewSentinelClient(&redis.Options{Addr: sentinels[0], DialTimeout: time.Second, ReadTimeout: time.Second})
 	t.Cleanup(func() { _ = sen.Close() })
@@ -69,24 +55,12 @@ func TestIntegrationSentinelFailoverTwoHolders(t *testing.T) {
 	pri, rep := newRedis(t, primary), newRedis(t, replica)
 
 	// An earlier hold, replicated: the replica's counter is not empty.
-	m0 := newMutex(t, ca, name)
-	l0, err := m0.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m0.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
-		n, err := rep.Get(ctx, key(name)+":fence").Int64()
-		gone, gerr := rep.Exists(ctx, key(name)).Result()
-		return err == nil && n == l0.Token().Seq && gerr == nil && gone == 0
-	}, "the replica to have the counter of the first hold, and its release")
+	holdReplicated(t, ca, rep, name)
 
 	// The replica stops and loses its replication connection; A takes the lock on the primary,
 	// which has no replica to send the write to; the primary dies; the replica runs again and
 	// finds nothing to reconnect to.
-	repPID, priPID := sentinelPID(t, script, replica), sentinelPID(t, script, primary)
+	repPID, priPID := scriptPID(t, script, portOf(replica)), scriptPID(t, script, portOf(primary))
 	if err := syscall.Kill(repPID, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -140,41 +114,7 @@ func TestIntegrationSentinelFailoverTwoHolders(t *testing.T) {
 	}
 
 	// The store refuses A's late write.
-	f, err := fence.New(db.Pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Pool.Exec(ctx, "create table writes(holder text not null)"); err != nil {
-		t.Fatal(err)
-	}
-	write := func(holder string, tok lock.Token) error {
-		return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-			if err := f.Check(ctx, tx, "redis-sentinel-failover", tok); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, "insert into writes(holder) values ($1)", holder)
-			return err
-		})
-	}
-	if err := write("B", lb.Token()); err != nil {
-		t.Fatalf("B's write: %v", err)
-	}
-	err = write("A", la.Token())
-	if !errors.Is(err, lock.ErrFenced) {
-		t.Fatalf("A's late write: %v, want an error wrapping lock.ErrFenced", err)
-	}
-	t.Logf("A's late write refused: %v", err)
-	var holders []string
-	rows, err := db.Pool.Query(ctx, "select holder from writes")
-	if err == nil {
-		holders, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	}
-	if err != nil || len(holders) != 1 || holders[0] != "B" {
-		t.Fatalf("writes = %v (%v), want [B]", holders, err)
-	}
+	checkFenced(t, db, "redis-sentinel-failover", la.Token(), lb.Token())
 	// A's renewal now reaches the promoted replica through A's failover client, finds B's value
 	// and ends A's lease: the stale holder learns it, but only at its next renewal.
 	if err := b.Unlock(ctx); err != nil {
@@ -211,19 +151,4 @@ func sentinelLockName(t testing.TB, sentinels []string, master string) string {
 		_ = rdb.Del(ctx, key(name), key(name)+":fence").Err()
 	})
 	return name
-}
-
-// sentinelPID returns the pid of the deploy/local/redis-sentinel instance listening on addr.
-func sentinelPID(t *testing.T, script, addr string) int {
-	t.Helper()
-	_, port, _ := net.SplitHostPort(addr)
-	out, err := exec.Command(script, "pid", port).Output()
-	if err != nil {
-		t.Fatalf("%s pid %s: %v", script, port, err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	if err != nil {
-		t.Fatalf("%s pid %s: %q: %v", script, port, out, err)
-	}
-	return pid
 }
