@@ -15,7 +15,7 @@ import (
 	"github.com/txkit/txkit/lock/redislock"
 )
 
-// TestIntegrationSentinelFailoverTwoHolders is TestIntegrationDisruptiveRedisFailoverTwoHolders
+// TestIntegrationDisruptiveSentinelFailoverTwoHolders is TestIntegrationDisruptiveRedisFailoverTwoHolders
 // under a real Sentinel failover (deploy/local/redis-sentinel: a primary, its replica, three
 // Sentinels), with both holders on go-redis failover clients, as an application runs them: holder
 // A takes the lock on the primary at a moment its replica has not received the write (the replica
@@ -25,9 +25,10 @@ import (
 // holders at once, which Sentinel cannot prevent. The fencing token saves the store: B's token is
 // above A's, and a PostgreSQL fence accepts B's write and refuses A's late one.
 //
-// It kills only the Sentinel set's primary, which no other test uses; its cleanup restarts it
-// (deploy/local/redis-sentinel start: it comes back as the new primary's replica).
-func TestIntegrationSentinelFailoverTwoHolders(t *testing.T) {
+// It kills the Sentinel set's primary, which drills/stock and examples/exapp use too: it runs in
+// make test's serial Disruptive pass. Its cleanup restarts it (deploy/local/redis-sentinel start:
+// it comes back as the new primary's replica).
+func TestIntegrationDisruptiveSentinelFailoverTwoHolders(t *testing.T) {
 	sentinels, master := testenv.RedisSentinel(t)
 	db := testenv.PG(t)
 	ctx := t.Context()
