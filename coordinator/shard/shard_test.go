@@ -142,6 +142,11 @@ func TestIntegrationShardRoutingAcrossInstances(t *testing.T) {
 		}
 		gids = append(gids, g.GID())
 	}
+	// The finishes are deferred (the default): they reach the log with the next write or within
+	// 100 ms; Flush sends them now, as an instance does before another reads its outcomes.
+	if err := a.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	perShard := rows(t, dbs, "")
 	for i, n := range perShard {
 		if n < 5 {
