@@ -160,8 +160,11 @@ func (s Status) BranchesImplied() (BranchStatus, bool) {
 // decision carried out (confirming, cancelling, compensating). Only a finish from such a status
 // may be deferred ([WithDeferredFinish]): a lost one is finished the same way by the leader. A
 // saga's running → succeeded is itself the decision — a leader finding it running past its
-// timeout compensates — so its caller must not learn "succeeded" before it is written.
-func (s Status) settled() bool { return len(transitions[s]) == 1 }
+// timeout compensates — so its caller must not learn "succeeded" before it is written. (A
+// workflow's compensating may also become stopped, by a replay that diverged: not a finish.)
+func (s Status) settled() bool {
+	return s == StatusConfirming || s == StatusCancelling || s == StatusCompensating
+}
 
 // timeoutStatus is the status a transaction moves to when its global timeout passes, if it is
 // still in s; false when the timeout does not apply to s (the decision is already made).
