@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"errors"
+	"maps"
+	"slices"
 	"strconv"
 )
 
@@ -41,18 +43,43 @@ func (o *outage) over() []int64 {
 	return o.ids
 }
 
+// rescue returns the rows to make due when a batch's results errs (in the order the publishes
+// ended) are written: none unless one was acknowledged, else those of the outage that the first
+// acknowledgement ends, the batch's failures before it included (the recorder writes together
+// the results of publishes that ended together, so an outage's end may share its last failures'
+// batch). o is left as it is: recorded takes the batch in once it is written.
+func (o *outage) rescue(batch []row, errs []error) []int64 {
+	first := slices.IndexFunc(errs, func(e error) bool { return e == nil })
+	if first < 0 {
+		return nil
+	}
+	if first == 0 {
+		return o.over()
+	}
+	before := outage{ids: slices.Clone(o.ids), keys: maps.Clone(o.keys)}
+	before.failed(batch[:first], errs[:first])
+	return before.over()
+}
+
 func (o *outage) reset() { o.ids, o.keys = o.ids[:0], nil }
 
-// recorded takes in a batch's publish results errs once they are written: an acknowledged
-// publish ends the outage (the same transaction made its rows due), otherwise the rows that
-// failed join it, but those the broker can never carry (ErrInvalidMessage).
+// recorded takes in a batch's publish results errs (in the order the publishes ended) once they
+// are written: an acknowledged publish ends the outage (the same transaction made its rows due),
+// and the failures after the last one start the next.
 func (o *outage) recorded(batch []row, errs []error) {
-	for _, e := range errs {
-		if e == nil {
+	for i := len(errs) - 1; i >= 0; i-- {
+		if errs[i] == nil {
 			o.reset()
-			return
+			batch, errs = batch[i+1:], errs[i+1:]
+			break
 		}
 	}
+	o.failed(batch, errs)
+}
+
+// failed adds the rows of batch that failed to the outage, but those the broker can never carry
+// (ErrInvalidMessage).
+func (o *outage) failed(batch []row, errs []error) {
 	for i, x := range batch {
 		if e := errs[i]; e != nil && !errors.Is(e, ErrInvalidMessage) {
 			o.add(x.id, x.msg.Key)

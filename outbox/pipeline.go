@@ -485,10 +485,7 @@ func (r *Relay) record(ctx context.Context, resource string, tok lock.Token, bat
 	if len(res.sent) == 0 && len(res.failed) == 0 {
 		return 0, 0, 0, 0, nil
 	}
-	var rescue []int64
-	if len(res.sent) > 0 {
-		rescue = out.over()
-	}
+	rescue := out.rescue(batch, errs)
 	rescued, deadIDs, err := r.writeResults(ctx, resource, tok, res, rescue)
 	if err != nil {
 		return 0, 0, 0, 0, fmt.Errorf("outbox: record batch of %s: %w", r.ob.name, err)

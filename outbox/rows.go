@@ -144,14 +144,6 @@ func (r *Relay) writeResults(ctx context.Context, resource string, tok lock.Toke
 	if len(res.sent) > 0 {
 		b.Queue(r.ob.q.deleteSent, res.sent).Exec(func(pgconn.CommandTag) error { return nil })
 	}
-	if len(rescue) > 0 {
-		b.Queue(`update `+r.ob.table+` set next_attempt_at = now()
-where id = any($1::bigint[]) and status = '`+StatusPending.String()+`' and attempts > 0 and next_attempt_at > now()`, rescue).
-			Exec(func(tag pgconn.CommandTag) error {
-				rescued = int(tag.RowsAffected())
-				return nil
-			})
-	}
 	if len(res.failed) > 0 {
 		b.Queue(r.ob.q.fail, res.failed, res.errs, r.o.maxAttempts, r.o.backoffBase.Seconds(), r.o.backoffCap.Seconds(), res.permanent).
 			Query(func(rows pgx.Rows) error {
@@ -166,6 +158,15 @@ where id = any($1::bigint[]) and status = '`+StatusPending.String()+`' and attem
 					return nil
 				})
 				return err
+			})
+	}
+	// After the fail statement: the rescue may make due rows of this batch that it failed.
+	if len(rescue) > 0 {
+		b.Queue(`update `+r.ob.table+` set next_attempt_at = now()
+where id = any($1::bigint[]) and status = '`+StatusPending.String()+`' and attempts > 0 and next_attempt_at > now()`, rescue).
+			Exec(func(tag pgconn.CommandTag) error {
+				rescued = int(tag.RowsAffected())
+				return nil
 			})
 	}
 	if err := r.fencedTx(ctx, resource, tok, b); err != nil {
