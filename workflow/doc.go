@@ -23,24 +23,17 @@
 // # Replay and determinism
 //
 // When the process that started a workflow dies, the leader of [Coordinator.Run] runs its
-// function again from the start. Recorded steps return their recorded outcome without running;
-// the first step without a record runs. A participant call that may have reached the
-// participant is sent again with the same barrier identity (gid, step name, op), so a
-// participant behind participant/barrier applies it once; a local step that ran but whose result
-// was not recorded runs again (local steps are at-least-once: make them idempotent, or make them
-// participant calls). The function must therefore be deterministic between steps: the same
-// steps, with the same names, in the same order, given the same recorded results. Anything
-// that varies (time, randomness, reads of changing data) belongs inside a step. A replay asking
-// for another step than the log holds at a position stops the workflow (status stopped, error
+// function again from the start: recorded steps return their recorded outcome without running,
+// and the first step without a record runs. A call that may have reached the participant is sent
+// again with the same barrier identity (gid, step, op), so participant/barrier applies it once; a
+// local step that ran but whose result was not recorded runs again (at-least-once: make it
+// idempotent). The function must be deterministic between steps — the same steps, names and order
+// given the same recorded results; time, randomness and reads of changing data belong inside a
+// step. A replay asking for another step than the log holds stops the workflow (status stopped,
 // [ErrNondeterministic]) for an operator instead of diverging.
 //
-// [Try] makes a TCC participant's try a step: confirmed once the function succeeded, cancelled
-// on rollback.
-//
-// Register every workflow, and the in-process participants its calls name, in every process
-// that may lead. The function, its steps and compensations run in the goroutine that called
-// Start (or the leader's drive): steps must not be called concurrently. Writes per step, what
-// each status means and how workflows compare with sagas and TCC: docs/workflows.md.
-//
+// Register every workflow and the in-process participants it calls in every process that may
+// lead. Steps run in the goroutine that called Start (or the leader's drive), never concurrently.
+// [Try] makes a TCC try a step; writes per step and workflow vs saga vs TCC: docs/workflows.md.
 // Coordinator is safe for concurrent use by multiple goroutines.
 package workflow

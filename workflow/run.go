@@ -215,36 +215,7 @@ func (r *run) call(ctx context.Context, name string, p participant.Participant, 
 		rec = &b
 	}
 	if rec.Status == core.BranchPending {
-		if r.status != StatusRunning || r.expired(ctx) != nil {
-			// It may have reached the participant: compensate it (an empty compensation at worst).
-			r.comps = append(r.comps, &comp{rec: *rec, op: undo})
-			if r.halt == nil && r.status != StatusRunning {
-				r.halt = errReplayEnd
-			}
-			if r.halt != nil {
-				return r.halt
-			}
-			return fmt.Errorf("workflow %s: %w", r.gid, r.rollback)
-		}
-		err := r.send(ctx, *rec, do)
-		switch {
-		case err == nil:
-			rec.Status = core.BranchSucceeded
-		case errors.Is(err, participant.ErrRefused):
-			rec.Status, rec.Refusal = core.BranchSucceeded, errText(err)
-		default:
-			r.comps = append(r.comps, &comp{rec: *rec, op: undo})
-			if r.expired(ctx) != nil && r.halt == nil {
-				return fmt.Errorf("workflow %s: step %s: %w", r.gid, rec.Name, r.rollback)
-			}
-			r.failed = append(r.failed, core.BranchFailure{Branch: rec.Name, Err: err})
-			if r.halt == nil {
-				r.halt = fmt.Errorf("workflow %s: %w: %w", r.gid, coordinator.ErrIncomplete,
-					&coordinator.BranchError{GID: r.gid, Branch: rec.Name, Op: do, Err: err})
-			}
-			return r.halt
-		}
-		if err := r.put(ctx, *rec); err != nil {
+		if err := r.sendPending(ctx, rec, do, undo); err != nil {
 			return err
 		}
 	}
@@ -260,6 +231,42 @@ func (r *run) call(ctx context.Context, name string, p participant.Participant, 
 		r.confirms = append(r.confirms, &comp{rec: *rec, op: participant.OpConfirm, done: rec.Status == core.BranchConfirmed})
 	}
 	return nil
+}
+
+// sendPending sends do for the unanswered call rec and records its answer (a success or a
+// refusal) in rec and the log. A call the run must not send now (compensating, or past the
+// deadline) and one whose outcome stays unknown are compensated (an empty compensation at worst:
+// it may have reached the participant), and their error returned.
+func (r *run) sendPending(ctx context.Context, rec *core.Branch, do, undo participant.Op) error {
+	if r.status != StatusRunning || r.expired(ctx) != nil {
+		r.comps = append(r.comps, &comp{rec: *rec, op: undo})
+		if r.halt == nil && r.status != StatusRunning {
+			r.halt = errReplayEnd
+		}
+		if r.halt != nil {
+			return r.halt
+		}
+		return fmt.Errorf("workflow %s: %w", r.gid, r.rollback)
+	}
+	err := r.send(ctx, *rec, do)
+	switch {
+	case err == nil:
+		rec.Status = core.BranchSucceeded
+	case errors.Is(err, participant.ErrRefused):
+		rec.Status, rec.Refusal = core.BranchSucceeded, errText(err)
+	default:
+		r.comps = append(r.comps, &comp{rec: *rec, op: undo})
+		if r.expired(ctx) != nil && r.halt == nil {
+			return fmt.Errorf("workflow %s: step %s: %w", r.gid, rec.Name, r.rollback)
+		}
+		r.failed = append(r.failed, core.BranchFailure{Branch: rec.Name, Err: err})
+		if r.halt == nil {
+			r.halt = fmt.Errorf("workflow %s: %w: %w", r.gid, coordinator.ErrIncomplete,
+				&coordinator.BranchError{GID: r.gid, Branch: rec.Name, Op: do, Err: err})
+		}
+		return r.halt
+	}
+	return r.put(ctx, *rec)
 }
 
 // send calls op on the participant of step rec ([core.Base.CallAttempts]): the starter up to 3

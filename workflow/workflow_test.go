@@ -188,6 +188,11 @@ func TestIntegrationRefusedStepCompensatesInReverse(t *testing.T) {
 	if got := j.get(); !slices.Equal(got, want) {
 		t.Fatalf("ran %q, want %q", got, want)
 	}
+	// A compensated finish is deferred (the default): it reaches the log with the next write or
+	// within 100 ms; another log's reader sees it once flushed.
+	if err := c.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	tx := coretest.Get(t, e.logOf(t, c), out.GID)
 	if tx.Status != workflow.StatusCompensated {
 		t.Fatalf("status %s, want compensated", tx.Status)
