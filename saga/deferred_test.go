@@ -114,12 +114,12 @@ func TestIntegrationDeferredFinish(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
 		return status(t, leader, lost) == saga.StatusCompensated
 	}, "the leader finishes the saga")
-	if got := p.log(); len(got) == 0 || !slices.ContainsFunc(got, func(s string) bool { return s == "compensate/s1" }) {
+	if got := p.Log(); len(got) == 0 || !slices.ContainsFunc(got, func(s string) bool { return s == "compensate/s1" }) {
 		t.Fatalf("the leader's calls: %v, want the compensations again", got)
 	}
-	for _, call := range p.log() {
+	for _, call := range p.Log() {
 		if strings.HasPrefix(call, "action/") {
-			t.Fatalf("the leader's calls: %v: an action of a compensating saga", p.log())
+			t.Fatalf("the leader's calls: %v: an action of a compensating saga", p.Log())
 		}
 	}
 }

@@ -1,10 +1,7 @@
 package saga_test
 
 import (
-	"context"
 	"log/slog"
-	"slices"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,54 +37,10 @@ func (e *env) coordinatorOn(pool *pgxpool.Pool, opts ...coordinator.Option) *sag
 // run runs c.Run until the test ends, then waits for it and reports its error.
 func run(t *testing.T, c *saga.Coordinator) { testenv.Run(t, c.Run) }
 
-// party is an in-process participant that records, in order, the ops it is asked to do
-// ("action/step", "compensate/step"), and answers with what answer says (nil: success).
-type party struct {
-	mu     sync.Mutex
-	calls  []string
-	answer func(req participant.Request) error
-}
+// party is the in-process participant of the tests ([coretest.Party]).
+type party = coretest.Party
 
-func newParty(answer func(participant.Request) error) *party { return &party{answer: answer} }
-
-func (p *party) Do(_ context.Context, req participant.Request) error {
-	p.mu.Lock()
-	p.calls = append(p.calls, req.Op.String()+"/"+req.Branch)
-	answer := p.answer
-	p.mu.Unlock()
-	if answer != nil {
-		return answer(req)
-	}
-	return nil
-}
-
-// log returns the calls so far, in order.
-func (p *party) log() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.calls)
-}
-
-// only returns the calls of op, in order.
-func (p *party) only(op participant.Op) []string {
-	var out []string
-	for _, c := range p.log() {
-		if len(c) > len(op.String()) && c[:len(op.String())+1] == op.String()+"/" {
-			out = append(out, c[len(op.String())+1:])
-		}
-	}
-	return out
-}
-
-func (p *party) count(call string) int {
-	n := 0
-	for _, c := range p.log() {
-		if c == call {
-			n++
-		}
-	}
-	return n
-}
+func newParty(answer func(participant.Request) error) *party { return coretest.NewParty(answer) }
 
 func register(t *testing.T, c *saga.Coordinator, name string, p participant.Participant) participant.Participant {
 	return coretest.Register(t, c, name, p)

@@ -57,7 +57,7 @@ func TestIntegrationPanickingParticipant(t *testing.T) {
 		!strings.Contains(err.Error(), "panic: boom in action") || errors.Is(err, participant.ErrRefused) {
 		t.Fatalf("Submit = %v, want ErrIncomplete with a StepError of s2 naming the panic", err)
 	}
-	if n := p.count("action/s2"); n != 2 {
+	if n := p.Count("action/s2"); n != 2 {
 		t.Fatalf("the starter called the panicking action %d times, want 2 (WithAttempts)", n)
 	}
 
@@ -74,21 +74,21 @@ func TestIntegrationPanickingParticipant(t *testing.T) {
 	}
 	delays := coretest.WatchBackoff(t, l.Lease(), 4, get, func(tx *core.Transaction) bool {
 		b := step(tx, "s2")
-		return p.count("action/s2") >= 5 && b.Attempts >= 4 && b.LastError == "panic: boom in action"
+		return p.Count("action/s2") >= 5 && b.Attempts >= 4 && b.LastError == "panic: boom in action"
 	})
 	t.Logf("backoff delays by attempt: %v", delays)
 	coretest.Leads(t, el, "leader")
 	if tx := get(); tx.Status != saga.StatusRunning || !strings.Contains(tx.LastError, "panic: boom in action") {
 		t.Fatalf("saga %s, last error %q", tx.Status, tx.LastError)
 	}
-	if n := p.count("action/s3"); n != 0 {
+	if n := p.Count("action/s3"); n != 0 {
 		t.Fatalf("s3 ran %d times before s2 succeeded", n)
 	}
 	panics.Store(false)
 	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
 		return status(t, c, gid) == saga.StatusSucceeded
 	}, "the saga succeeds once the participant stops panicking")
-	if n := p.count("compensate/s1"); n != 0 {
+	if n := p.Count("compensate/s1"); n != 0 {
 		t.Fatalf("s1 was compensated %d times: a panic is not a refusal", n)
 	}
 }
@@ -117,7 +117,7 @@ func TestIntegrationUnknownDependencyDoesNotCrashLeader(t *testing.T) {
 		return tx.Attempts >= 3 && strings.Contains(tx.LastError, `step "s1" depends on "ghost", which is not a step of the saga`)
 	}, "the unreadable saga is rescheduled with its error stored")
 	coretest.Leads(t, el, "leader")
-	if n := p.count("action/s1"); n != 0 {
+	if n := p.Count("action/s1"); n != 0 {
 		t.Fatalf("the unreadable saga's step ran %d times", n)
 	}
 	if err := l.Create(ctx, "good", core.KindSaga, time.Hour, nil, step); err != nil {

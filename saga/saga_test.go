@@ -87,7 +87,7 @@ func TestIntegrationSucceeded(t *testing.T) {
 	if err := s.Submit(t.Context()); err != nil {
 		t.Fatalf("Submit: %v", err)
 	}
-	if got, want := p.log(), []string{"action/s1", "action/s2", "action/s3", "action/s4"}; !slices.Equal(got, want) {
+	if got, want := p.Log(), []string{"action/s1", "action/s2", "action/s3", "action/s4"}; !slices.Equal(got, want) {
 		t.Fatalf("calls %v, want %v", got, want)
 	}
 	if st := status(t, c, "order-1"); st != saga.StatusSucceeded {
@@ -104,8 +104,8 @@ func TestIntegrationSucceeded(t *testing.T) {
 	if err := s.Add(saga.Step{Name: "late", Participant: h}); !errors.Is(err, coordinator.ErrInvalidState) {
 		t.Fatalf("Add after Submit = %v, want ErrInvalidState", err)
 	}
-	if len(p.log()) != 4 {
-		t.Fatalf("calls after a second Submit: %v", p.log())
+	if len(p.Log()) != 4 {
+		t.Fatalf("calls after a second Submit: %v", p.Log())
 	}
 }
 
@@ -130,7 +130,7 @@ func TestIntegrationRefusedCompensatesInReverse(t *testing.T) {
 		t.Fatalf("Submit = %v: compensated, not incomplete", err)
 	}
 	want := []string{"action/s1", "action/s2", "action/s3", "compensate/s3", "compensate/s2", "compensate/s1"}
-	if got := p.log(); !slices.Equal(got, want) {
+	if got := p.Log(); !slices.Equal(got, want) {
 		t.Fatalf("calls %v, want %v", got, want)
 	}
 	if st := status(t, c, gid); st != saga.StatusCompensated {
@@ -167,12 +167,12 @@ func TestIntegrationDependenciesCompensation(t *testing.T) {
 	if !errors.Is(err, participant.ErrRefused) {
 		t.Fatalf("Submit = %v, want a refusal", err)
 	}
-	comp := p.only(participant.OpCompensate)
+	comp := p.Only(participant.OpCompensate)
 	if len(comp) != 3 || comp[2] != "a" || !slices.Contains(comp, "b") || !slices.Contains(comp, "c") {
 		t.Fatalf("compensations %v, want b and c, then a", comp)
 	}
-	if p.count("action/d") != 0 || status(t, c, gid) != saga.StatusCompensated {
-		t.Fatalf("calls %v", p.log())
+	if p.Count("action/d") != 0 || status(t, c, gid) != saga.StatusCompensated {
+		t.Fatalf("calls %v", p.Log())
 	}
 }
 
@@ -253,8 +253,8 @@ func TestIntegrationTransientFailureRetried(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Submit: %v", err)
 	}
-	if n := p.count("action/s2"); n != 3 || status(t, c, gid) != saga.StatusSucceeded || p.count("compensate/s1") != 0 {
-		t.Fatalf("calls %v", p.log())
+	if n := p.Count("action/s2"); n != 3 || status(t, c, gid) != saga.StatusSucceeded || p.Count("compensate/s1") != 0 {
+		t.Fatalf("calls %v", p.Log())
 	}
 	if st := c.Stats(); st.Failures != 2 {
 		t.Fatalf("stats %+v", st)
@@ -286,7 +286,7 @@ func TestIntegrationTransientFailureRetried(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
 		return status(t, leader, "stubborn") == saga.StatusSucceeded
 	}, "the leader finishes the saga")
-	log := p.log()
+	log := p.Log()
 	if n := countIn(log, "action/s2"); n != 3+6 || countIn(log, "action/s1") != 2 || countIn(log, "action/s3") != 2 {
 		t.Fatalf("calls %v", log)
 	}
@@ -367,7 +367,7 @@ func TestIntegrationStarterVanished(t *testing.T) {
 		return status(t, leader, forward) == saga.StatusSucceeded && status(t, leader, backward) == saga.StatusCompensated
 	}, "the leader finishes both sagas")
 	var fw, bw []string
-	for _, call := range p.log() {
+	for _, call := range p.Log() {
 		if strings.HasPrefix(call, "action/") {
 			fw = append(fw, call)
 		} else {
@@ -410,7 +410,7 @@ func TestIntegrationTimeout(t *testing.T) {
 	if !errors.Is(err, coordinator.ErrTimeout) || errors.Is(err, coordinator.ErrIncomplete) {
 		t.Fatalf("Submit = %v, want ErrTimeout", err)
 	}
-	if got, want := p.log(), []string{"action/s1", "action/s2", "compensate/s2", "compensate/s1"}; !slices.Equal(got, want) {
+	if got, want := p.Log(), []string{"action/s1", "action/s2", "compensate/s2", "compensate/s1"}; !slices.Equal(got, want) {
 		t.Fatalf("calls %v, want %v", got, want)
 	}
 	if st := status(t, c, gid); st != saga.StatusCompensated {
@@ -446,11 +446,11 @@ func TestIntegrationTimeout(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
 		return status(t, leader, gid) == saga.StatusCompensated
 	}, "the leader compensates the timed-out saga")
-	log := lp.log()
+	log := lp.Log()
 	// No action after the timeout; every step that may have run is compensated in reverse: s3
 	// too, since the leader cannot tell that the dead starter never reached it (an empty
 	// compensation).
-	if countIn(log, "action/s3") != 0 || !slices.Equal(lp.only(participant.OpCompensate), []string{"s3", "s2", "s1"}) {
+	if countIn(log, "action/s3") != 0 || !slices.Equal(lp.Only(participant.OpCompensate), []string{"s3", "s2", "s1"}) {
 		t.Fatalf("leader's calls %v", log)
 	}
 }

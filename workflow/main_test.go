@@ -1,7 +1,6 @@
 package workflow_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -12,7 +11,6 @@ import (
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
-	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/workflow"
 )
 
@@ -45,36 +43,8 @@ func (e *env) leader(opts ...coordinator.Option) *workflow.Coordinator {
 	return c
 }
 
-// party is an in-process participant that records, in order, the ops it is asked to do
-// ("action/step", "compensate/step"), and answers with what answer says (nil: success).
-type party struct {
-	mu     sync.Mutex
-	calls  []string
-	answer func(req participant.Request) error
-}
-
-func (p *party) Do(_ context.Context, req participant.Request) error {
-	p.mu.Lock()
-	p.calls = append(p.calls, req.Op.String()+"/"+req.Branch)
-	answer := p.answer
-	p.mu.Unlock()
-	if answer != nil {
-		return answer(req)
-	}
-	return nil
-}
-
-func (p *party) log() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.calls)
-}
-
-func (p *party) setAnswer(f func(participant.Request) error) {
-	p.mu.Lock()
-	p.answer = f
-	p.mu.Unlock()
-}
+// party is the in-process participant of the tests ([coretest.Party]).
+type party = coretest.Party
 
 // journal records, in order, what local steps and compensations ran.
 type journal struct {

@@ -39,7 +39,7 @@ func TestIntegrationTraceAcrossResume(t *testing.T) {
 		}
 	}
 	starter := e.coordinator(coordinator.WithTelemetry(nil, tp))
-	define(starter, &party{answer: func(participant.Request) error { return errors.New("unavailable") }})
+	define(starter, &party{Answer: func(participant.Request) error { return errors.New("unavailable") }})
 	out, err := starter.Start(t.Context(), "traced", 0)
 	if !errors.Is(err, coordinator.ErrIncomplete) {
 		t.Fatalf("Start = %v, want ErrIncomplete", err)

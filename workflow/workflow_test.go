@@ -46,7 +46,7 @@ func TestIntegrationFourSteps(t *testing.T) {
 	c := e.coordinator(coordinator.WithTelemetry(reg, nil))
 	var j journal
 	var paid []string
-	pay := &party{answer: func(r participant.Request) error {
+	pay := &party{Answer: func(r participant.Request) error {
 		if r.Op == participant.OpAction {
 			paid = append(paid, string(r.Payload))
 		}
@@ -93,8 +93,8 @@ func TestIntegrationFourSteps(t *testing.T) {
 	if want := []string{"price", "reserve"}; !slices.Equal(j.get(), want) {
 		t.Fatalf("local steps ran %q, want %q", j.get(), want)
 	}
-	if want := []string{"action/ship"}; !slices.Equal(ship.log(), want) {
-		t.Fatalf("ship got %q, want %q", ship.log(), want)
+	if want := []string{"action/ship"}; !slices.Equal(ship.Log(), want) {
+		t.Fatalf("ship got %q, want %q", ship.Log(), want)
 	}
 	w, err := c.Wait(t.Context(), out.GID)
 	if err != nil || string(w.Output) != string(out.Output) {
@@ -145,11 +145,11 @@ func TestIntegrationRefusedStepCompensatesInReverse(t *testing.T) {
 	e := newEnv(t)
 	c := e.coordinator()
 	var j journal
-	b := &party{answer: func(r participant.Request) error {
+	b := &party{Answer: func(r participant.Request) error {
 		j.add(r.Op.String() + "/" + r.Branch)
 		return nil
 	}}
-	d := &party{answer: func(r participant.Request) error {
+	d := &party{Answer: func(r participant.Request) error {
 		j.add(r.Op.String() + "/" + r.Branch)
 		if r.Op != participant.OpAction {
 			return nil
@@ -220,7 +220,7 @@ func TestIntegrationNondeterministicReplayStops(t *testing.T) {
 	}
 	e := newEnv(t)
 	starter := e.coordinator()
-	flaky := &party{answer: func(participant.Request) error { return errors.New("unavailable") }}
+	flaky := &party{Answer: func(participant.Request) error { return errors.New("unavailable") }}
 	fP := coretest.Register(t, starter, "flaky", flaky)
 	if err := workflow.Register(starter, "nd", func(ctx workflow.Context, _ int) (int, error) {
 		if _, err := workflow.Step(ctx, "first", func(context.Context) (int, error) { return 1, nil }); err != nil {
@@ -357,8 +357,8 @@ func TestIntegrationTCCSteps(t *testing.T) {
 	e := newEnv(t)
 	c := e.coordinator()
 	var j journal
-	hold := &party{answer: func(r participant.Request) error { j.add(r.Op.String() + "/" + r.Branch); return nil }}
-	pay := &party{answer: func(r participant.Request) error {
+	hold := &party{Answer: func(r participant.Request) error { j.add(r.Op.String() + "/" + r.Branch); return nil }}
+	pay := &party{Answer: func(r participant.Request) error {
 		j.add(r.Op.String() + "/" + r.Branch)
 		if string(r.Payload) == "500" && r.Op == participant.OpAction {
 			return participant.ErrRefused
