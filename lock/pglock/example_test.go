@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/pglock"
@@ -133,4 +135,48 @@ func ExampleClient_Inspector() {
 	// host-1 holder=true token is its lease's: true
 	// waiters known: false
 	// contenders after the resignation: 0
+}
+
+// Do runs the work under the lock in one transaction that takes the lock and releases it at its
+// commit: one commit in all, and the next waiter is handed the lock by that commit.
+func ExampleMutex_Do() {
+	ctx := context.Background()
+	pool, schemas, drop, ok := testenv.ExampleDB(ctx, "pglock_example_")
+	if !ok {
+		return
+	}
+	defer drop()
+	c, err := pglock.New(pool, pglock.WithSchema(schemas[0]))
+	if err == nil {
+		err = c.Migrate(ctx)
+	}
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	stock := pgx.Identifier{schemas[0], "stock"}.Sanitize()
+	if _, err := pool.Exec(ctx, `create table `+stock+` (sku text primary key, n int not null, writer bigint not null);
+		insert into `+stock+` values ('apple', 3, 0)`); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	m, _ := c.NewMutex("stock/apple")
+	for range 2 {
+		err := m.Do(ctx, func(ctx context.Context, tx pgx.Tx, tok lock.Token) error {
+			// The work's writes, fenced by the token in the same transaction (or by package fence).
+			_, err := tx.Exec(ctx, `update `+stock+` set n = n - 1, writer = $1 where sku = 'apple' and writer < $1`, tok.Seq)
+			return err
+		})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	var n int
+	_ = pool.QueryRow(ctx, `select n from `+stock+` where sku = 'apple'`).Scan(&n)
+	fmt.Println("apples left:", n)
+	// Output:
+	// apples left: 1
 }
