@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/bench/concbench"
 	"github.com/txkit/txkit/fence"
@@ -36,14 +36,10 @@ func TestIntegrationDoMixedExclusion(t *testing.T) {
 	}
 	cs := []*pglock.Client{client(t, pool(t, s.URL)), client(t, pool(t, s.URL))}
 	const users, each = 6, 30
-	var wg sync.WaitGroup
-	errs := make(chan error, users)
+	var g errgroup.Group
 	for i := range users {
-		c := cs[i%2]
-		m := mutex(t, c, "counter")
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		m := mutex(t, cs[i%2], "counter")
+		g.Go(func() error {
 			for range each {
 				var err error
 				if i%3 == 2 { // every third user locks; the others Do
@@ -54,15 +50,13 @@ func TestIntegrationDoMixedExclusion(t *testing.T) {
 					})
 				}
 				if err != nil {
-					errs <- err
-					return
+					return err
 				}
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	var n int64
@@ -306,24 +300,19 @@ func TestIntegrationCommitsPerDo(t *testing.T) {
 	}
 	const workers, each = 8, 25
 	n0 := commits.Load()
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
+	var g errgroup.Group
 	for range workers {
 		m := mutex(t, c, "commits")
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error {
 			for range each {
 				if err := m.Do(ctx, work); err != nil {
-					errs <- err
-					return
+					return err
 				}
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	per := float64(commits.Load()-n0) / (workers * each)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
@@ -16,9 +17,16 @@ import (
 // exampleClient returns a Client on a schema of its own, migrated; done closes it and drops the
 // schema. It prints why when it cannot (so that the example's output does not match).
 func exampleClient(ctx context.Context) (c *pglock.Client, done func(), ok bool) {
+	c, _, _, done, ok = exampleSchema(ctx)
+	return c, done, ok
+}
+
+// exampleSchema is exampleClient with the pool and the schema's name, for examples that make
+// tables of their own there.
+func exampleSchema(ctx context.Context) (c *pglock.Client, pool *pgxpool.Pool, schema string, done func(), ok bool) {
 	pool, schemas, drop, ok := testenv.ExampleDB(ctx, "pglock_example_")
 	if !ok {
-		return nil, nil, false
+		return nil, nil, "", nil, false
 	}
 	c, err := pglock.New(pool, pglock.WithSchema(schemas[0]), pglock.WithTTL(5*time.Second))
 	if err == nil {
@@ -27,9 +35,9 @@ func exampleClient(ctx context.Context) (c *pglock.Client, done func(), ok bool)
 	if err != nil {
 		fmt.Println(err)
 		drop()
-		return nil, nil, false
+		return nil, nil, "", nil, false
 	}
-	return c, func() { _ = c.Close(); drop() }, true
+	return c, pool, schemas[0], func() { _ = c.Close(); drop() }, true
 }
 
 func ExampleClient_NewMutex() {
@@ -141,21 +149,12 @@ func ExampleClient_Inspector() {
 // commit: one commit in all, and the next waiter is handed the lock by that commit.
 func ExampleMutex_Do() {
 	ctx := context.Background()
-	pool, schemas, drop, ok := testenv.ExampleDB(ctx, "pglock_example_")
+	c, pool, schema, done, ok := exampleSchema(ctx)
 	if !ok {
 		return
 	}
-	defer drop()
-	c, err := pglock.New(pool, pglock.WithSchema(schemas[0]))
-	if err == nil {
-		err = c.Migrate(ctx)
-	}
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer c.Close()
-	stock := pgx.Identifier{schemas[0], "stock"}.Sanitize()
+	defer done()
+	stock := pgx.Identifier{schema, "stock"}.Sanitize()
 	if _, err := pool.Exec(ctx, `create table `+stock+` (sku text primary key, n int not null, writer bigint not null);
 		insert into `+stock+` values ('apple', 3, 0)`); err != nil {
 		fmt.Println(err)
