@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -29,6 +28,7 @@ import (
 	"github.com/txkit/txkit/internal/testkit/mqtest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/internal/testkit/zkenv"
+	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/pglock"
 	"github.com/txkit/txkit/notify"
 	"github.com/txkit/txkit/outbox"
@@ -844,9 +844,10 @@ func claimRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool
 	return txkit, bare, "begin;\ninsert into cb_barrier values (gen_random_uuid(), 'claim', 'claimed') on conflict do nothing;\ncommit;\n", false
 }
 
-// lock: every client takes one PostgreSQL lease lock (pglock.Mutex, a Mutex value each), updates
-// a counter row and releases it, against the same update in a transaction serialised by
-// pg_advisory_xact_lock. With several clients the lock passes from one to the next.
+// lock: every client updates a counter row under one PostgreSQL lease lock with pglock.Mutex.Do
+// (a Mutex value each; the take, the update and the release in one transaction), against the same
+// update in a transaction serialised by pg_advisory_xact_lock. With several clients the lock
+// passes from one to the next at each commit.
 func lockRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool) {
 	s, pool := e.schema(b)
 	mustExec(b, pool, `create table lock_counter (id int primary key, n bigint not null); insert into lock_counter values (1, 0)`)
@@ -866,11 +867,10 @@ func lockRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool)
 	}
 	const update = `update lock_counter set n = n + 1 where id = 1`
 	txkit := func(ctx context.Context, c int) error {
-		if _, err := ms[c].Lock(ctx); err != nil {
+		return ms[c].Do(ctx, func(ctx context.Context, tx pgx.Tx, _ lock.Token) error {
+			_, err := tx.Exec(ctx, update)
 			return err
-		}
-		_, err := pool.Exec(ctx, update)
-		return errors.Join(err, ms[c].Unlock(ctx))
+		})
 	}
 	bare := func(ctx context.Context, _ int) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

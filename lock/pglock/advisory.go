@@ -146,43 +146,18 @@ func (m *AdvisoryMutex) take(ctx context.Context, wait bool) (held, error) {
 	return l, nil
 }
 
-// acquire runs pg_advisory_lock (wait) or pg_try_advisory_lock on conn. The statement itself runs
-// under a context that ctx does not cancel: when ctx ends, a cancel request stops the wait on the
-// server and the connection stays usable; only if the server does not answer it in time is the
-// statement's context cancelled, which closes the connection (and ends its session, and the lock).
+// acquire runs pg_advisory_lock (wait; stopped as [Client.waitOn] says, a connection closed that
+// way ends its session and the lock) or pg_try_advisory_lock on conn.
 func (m *AdvisoryMutex) acquire(ctx context.Context, conn *pgxpool.Conn, wait bool) (bool, error) {
 	if !wait {
 		var ok bool
 		err := conn.QueryRow(ctx, `select pg_try_advisory_lock($1)`, m.key).Scan(&ok)
 		return ok, err
 	}
-	// The wait ends with ctx or with Close.
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
-	stopClose := context.AfterFunc(m.c.ctx, wcancel)
-	defer stopClose()
-	qctx, qcancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer qcancel()
-	qdone := make(chan struct{})
-	canceled := make(chan struct{})
-	stop := context.AfterFunc(wctx, func() {
-		defer close(canceled)
-		cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		_ = conn.Conn().PgConn().CancelRequest(cctx)
-		t := time.NewTimer(cleanupTimeout)
-		defer t.Stop()
-		select {
-		case <-qdone:
-		case <-t.C:
-			qcancel()
-		}
+	err := m.c.waitOn(ctx, conn.Conn().PgConn(), func(qctx context.Context) error {
+		_, err := conn.Exec(qctx, `select pg_advisory_lock($1)`, m.key)
+		return err
 	})
-	_, err := conn.Exec(qctx, `select pg_advisory_lock($1)`, m.key)
-	close(qdone)
-	if !stop() { // the cancel has started: wait for it to be done with conn
-		<-canceled
-	}
 	return err == nil, err
 }
 

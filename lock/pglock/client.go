@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/pgutil"
@@ -34,9 +35,9 @@ type Client struct {
 	log   *slog.Logger
 	table string // plain, for messages
 
-	ddl, acquire, renew, release, holderOf string
-	seqLit                                 string // the token sequence as a regclass literal
-	keepIdle, userTimeout                  string // keepaliveSQL's settings
+	ddl, acquire, acquireWait, doTake, freeRow, renew, release, holderOf string
+	seqLit                                                               string // the token sequence as a regclass literal
+	keepIdle, userTimeout                                                string // keepaliveSQL's settings
 
 	ctx    context.Context // ended by Close
 	cancel context.CancelFunc
@@ -89,20 +90,33 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 		ctx: ctx, cancel: cancel, waiters: map[string][]*waiter{}, holds: map[string]int{},
 		// One statement: the token the attempt drew (null: not taken) and how long the row it
 		// found has left (null: no row, 0: free or expired; the outer select reads the
-		// statement's snapshot, the row as it was before the upsert). PostgreSQL's clock decides expiry. A row seen held is
-		// not touched, so a failed attempt locks and writes nothing. The token is drawn in the
-		// update's SET, which PostgreSQL evaluates after it has locked the row and rechecked its
-		// expiry: it is above every earlier holder's. The insert's value is drawn before the
-		// statement can wait on a concurrent insert of the name, but it is used only when no row
-		// has ever had the name, since releases free the row instead of deleting it: no earlier
-		// holder then.
-		acquire: `with cur as (select extract(epoch from greatest(expires_at, now()) - now())::float8 as left_s from ` + t + ` where name = $1),` +
-			` won as (insert into ` + t + ` as l (name, holder, data, token, expires_at)` +
-			` select $1, $2, $3, nextval(` + seqLit + `), now() + ` + ttl +
-			` where not exists (select from ` + t + ` where name = $1 and expires_at >= now())` +
-			` on conflict (name) do update set holder = excluded.holder, data = excluded.data, token = nextval(` + seqLit + `), expires_at = excluded.expires_at` +
-			` where l.expires_at < now() returning token)` +
-			` select (select token from won), (select left_s from cur)`,
+		// statement's snapshot, the row as it was before the attempt). PostgreSQL's clock decides
+		// expiry. A free row is locked (free) before it is taken; a row seen held is not touched,
+		// so a failed attempt locks and writes nothing. A free row locked by someone else — a
+		// [Mutex.Do] transaction, or another attempt about to take it — is skipped: the attempt
+		// fails without waiting (acquireWait waits for it instead). The token is drawn in the
+		// update's SET, after the row is locked and its expiry rechecked: it is above every
+		// earlier holder's. The insert's value is drawn before the statement can wait on a
+		// concurrent insert of the name, but it is used only when no row has ever had the name,
+		// since releases free the row instead of deleting it: no earlier holder then.
+		acquire:     acquireSQL(t, seqLit, ttl, "skip locked"),
+		acquireWait: acquireSQL(t, seqLit, ttl, ""),
+		// The free row a first Do of a name needs, committed on its own (once per name), so
+		// that no transaction holds an uncommitted row that attempts would wait for.
+		freeRow: `insert into ` + t + ` (name, holder, data, token, expires_at) values ($1, '` + uuid.Nil.String() + `', '', nextval(` + seqLit + `), '-infinity')` +
+			` on conflict (name) do nothing`,
+		// Do's take, in its own transaction: the same update, which waits for a row locked by
+		// another taker (another Do's transaction) and takes it at that transaction's end when
+		// it is free then. The row stays free (expires_at -infinity): the transaction's row lock
+		// is the hold, so the commit or abort that ends the transaction releases it, with no
+		// write of its own. The keepalive settings (keepaliveSQL's, for this transaction only)
+		// make the server drop a holder's connection that went silent.
+		doTake: `with cur as (select extract(epoch from greatest(expires_at, now()) - now())::float8 as left_s from ` + t + ` where name = $1),` +
+			` won as (update ` + t + ` set holder = '` + uuid.Nil.String() + `', data = '', token = nextval(` + seqLit + `), expires_at = '-infinity'` +
+			` where name = $1 and expires_at < now() returning token)` +
+			` select (select token from won), (select left_s from cur),` +
+			` (select count(*) from won, lateral (select set_config('tcp_keepalives_idle', $2, true), set_config('tcp_keepalives_interval', '1', true),` +
+			` set_config('tcp_keepalives_count', '2', true), set_config('tcp_user_timeout', $3, true)) k)`,
 		renew: `update ` + t + ` set expires_at = now() + ` + ttl + ` where name = $1 and holder = $2`,
 		// A released row stays, free: holder nil, expired (see acquire for why it stays).
 		release: `with r as (update ` + t + ` set holder = '` + uuid.Nil.String() + `', data = '', expires_at = '-infinity'` +
@@ -114,6 +128,19 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 	}
 	c.keepIdle, c.userTimeout = keepalive(o.renew)
 	return c, nil
+}
+
+// acquireSQL returns the attempt's statement (see New); skip is "skip locked" for an attempt
+// that fails at once on a row locked by another taker, "" for one that waits for it.
+func acquireSQL(t, seqLit, ttl, skip string) string {
+	return `with cur as (select extract(epoch from greatest(expires_at, now()) - now())::float8 as left_s from ` + t + ` where name = $1),` +
+		` free as (select name from ` + t + ` where name = $1 and expires_at < now() for update ` + skip + `),` +
+		` upd as (update ` + t + ` as l set holder = $2, data = $3, token = nextval(` + seqLit + `), expires_at = now() + ` + ttl +
+		` from free where l.name = free.name and l.expires_at < now() returning l.token),` +
+		` ins as (insert into ` + t + ` (name, holder, data, token, expires_at)` +
+		` select $1, $2, $3, nextval(` + seqLit + `), now() + ` + ttl + ` where not exists (select from ` + t + ` where name = $1)` +
+		` on conflict (name) do nothing returning token)` +
+		` select coalesce((select token from upd), (select token from ins)), (select left_s from cur)`
 }
 
 // Migrate creates the lock table and the token sequence (and the schema, if one was set) when
@@ -359,4 +386,39 @@ func (c *Client) listenOnce(listening func()) error {
 		}
 		c.wakeOne(n.Payload)
 	}
+}
+
+// waitOn runs a statement that may wait on the server (for a lock) on conn, until it answers, ctx
+// ends or the Client closes. run's context is one that ctx does not cancel: when ctx ends (or
+// Close), a cancel request stops the wait on the server and the connection stays usable; only if
+// the server does not answer within cleanupTimeout is run's context cancelled, which closes the
+// connection. It returns run's error (the cancelled statement's, when it was stopped).
+func (c *Client) waitOn(ctx context.Context, conn *pgconn.PgConn, run func(ctx context.Context) error) error {
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	stopClose := context.AfterFunc(c.ctx, wcancel)
+	defer stopClose()
+	qctx, qcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer qcancel()
+	qdone := make(chan struct{})
+	canceled := make(chan struct{})
+	stop := context.AfterFunc(wctx, func() {
+		defer close(canceled)
+		cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		_ = conn.CancelRequest(cctx)
+		t := time.NewTimer(cleanupTimeout)
+		defer t.Stop()
+		select {
+		case <-qdone:
+		case <-t.C:
+			qcancel()
+		}
+	})
+	err := run(qctx)
+	close(qdone)
+	if !stop() { // the cancel has started: wait for it to be done with conn
+		<-canceled
+	}
+	return err
 }

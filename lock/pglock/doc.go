@@ -11,6 +11,9 @@
 // from one holder to the next ([lock.Token]{Seq: n}, Epoch 0). Expiry is decided by PostgreSQL's
 // clock; the holder ends its lease by its own monotonic deadline before the row can expire. Waiters
 // are woken by LISTEN/NOTIFY (those of the releasing Client directly), in no fair order.
+// [Mutex.Do] runs work under the lock in one transaction that takes the lease row and releases it
+// at its end — one commit in all, and the next Do waiting on the row is handed the lock by that
+// commit — with tokens from the same sequence, excluding Lock holders and excluded by them.
 //
 //	c, err := pglock.New(pool, pglock.WithTTL(10*time.Second))
 //	if err != nil {

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/lock/pglock"
@@ -14,9 +17,16 @@ import (
 // exampleClient returns a Client on a schema of its own, migrated; done closes it and drops the
 // schema. It prints why when it cannot (so that the example's output does not match).
 func exampleClient(ctx context.Context) (c *pglock.Client, done func(), ok bool) {
+	c, _, _, done, ok = exampleSchema(ctx)
+	return c, done, ok
+}
+
+// exampleSchema is exampleClient with the pool and the schema's name, for examples that make
+// tables of their own there.
+func exampleSchema(ctx context.Context) (c *pglock.Client, pool *pgxpool.Pool, schema string, done func(), ok bool) {
 	pool, schemas, drop, ok := testenv.ExampleDB(ctx, "pglock_example_")
 	if !ok {
-		return nil, nil, false
+		return nil, nil, "", nil, false
 	}
 	c, err := pglock.New(pool, pglock.WithSchema(schemas[0]), pglock.WithTTL(5*time.Second))
 	if err == nil {
@@ -25,9 +35,9 @@ func exampleClient(ctx context.Context) (c *pglock.Client, done func(), ok bool)
 	if err != nil {
 		fmt.Println(err)
 		drop()
-		return nil, nil, false
+		return nil, nil, "", nil, false
 	}
-	return c, func() { _ = c.Close(); drop() }, true
+	return c, pool, schemas[0], func() { _ = c.Close(); drop() }, true
 }
 
 func ExampleClient_NewMutex() {
@@ -133,4 +143,39 @@ func ExampleClient_Inspector() {
 	// host-1 holder=true token is its lease's: true
 	// waiters known: false
 	// contenders after the resignation: 0
+}
+
+// Do runs the work under the lock in one transaction that takes the lock and releases it at its
+// commit: one commit in all, and the next waiter is handed the lock by that commit.
+func ExampleMutex_Do() {
+	ctx := context.Background()
+	c, pool, schema, done, ok := exampleSchema(ctx)
+	if !ok {
+		return
+	}
+	defer done()
+	stock := pgx.Identifier{schema, "stock"}.Sanitize()
+	if _, err := pool.Exec(ctx, `create table `+stock+` (sku text primary key, n int not null, writer bigint not null);
+		insert into `+stock+` values ('apple', 3, 0)`); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	m, _ := c.NewMutex("stock/apple")
+	for range 2 {
+		err := m.Do(ctx, func(ctx context.Context, tx pgx.Tx, tok lock.Token) error {
+			// The work's writes, fenced by the token in the same transaction (or by package fence).
+			_, err := tx.Exec(ctx, `update `+stock+` set n = n - 1, writer = $1 where sku = 'apple' and writer < $1`, tok.Seq)
+			return err
+		})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	var n int
+	_ = pool.QueryRow(ctx, `select n from `+stock+` where sku = 'apple'`).Scan(&n)
+	fmt.Println("apples left:", n)
+	// Output:
+	// apples left: 1
 }

@@ -10,3 +10,10 @@ func FallbackCheckForTest(d time.Duration) Option { return func(o *options) { o.
 func RenewEveryForTest(d time.Duration) Option {
 	return func(o *options) { o.renew, o.renewSet = d, true }
 }
+
+// WaitersForTest returns how many Lock (or Do) calls of c wait for name's release.
+func (c *Client) WaitersForTest(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters[name])
+}

@@ -14,7 +14,8 @@ import (
 // [Client.NewElector]), by lock name. Contenders reads the name's row in one statement: the holder
 // of a row that has not expired, with the row's data as ID (the candidate id of an election) and
 // its token; Since is the zero time (the table does not record when a row was taken). Waiters
-// queue inside their own processes, so waitersKnown is always false and only the holder is listed. [AdvisoryMutex] holds are not covered (they have no row). A bad name
+// queue inside their own processes, so waitersKnown is always false and only the holder is listed. [AdvisoryMutex] holds are not covered (they have no row), nor are
+// [Mutex.Do]'s (its row looks free while its transaction holds it). A bad name
 // returns an error wrapping [lock.ErrInvalidOption]; ctx bounds the statement. It works on a
 // closed Client too (it needs only the pool), and is safe for concurrent use.
 func (c *Client) Inspector() lock.Inspector { return inspector{c: c} }

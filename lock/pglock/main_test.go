@@ -1,6 +1,7 @@
 package pglock_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -9,6 +10,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if url := os.Getenv(envDoWorker); url != "" {
+		if err := doWorker(url); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+		os.Exit(1)
+	}
 	if locktest.IsWorker() {
 		os.Exit(locktest.RunWorker(conformanceBackend))
 	}

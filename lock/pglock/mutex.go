@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
@@ -59,9 +60,10 @@ func (m *Mutex) Name() string { return m.name }
 // Lock blocks until the lock is held or ctx ends, and returns the Lease of the hold. While it
 // waits, it tries again when the holder's release is notified (LISTEN/NOTIFY; a hold of this
 // Client wakes its waiters itself, and they do not try while it lasts), when the holder's row
-// expires, and at the fallback interval (1 s). If ctx ends first, ctx's error
-// is returned and nothing is left behind: an attempt already sent is waited for (one round trip)
-// and, if it took the row, the row is freed with a fresh, bounded context. A failed statement
+// expires, and at the fallback interval (1 s); behind a [Mutex.Do] it waits in PostgreSQL for the
+// end of Do's transaction. If ctx ends first, ctx's error is returned and nothing is left behind:
+// an attempt already sent is waited for (one round trip; one waiting behind a Do is stopped, its
+// transaction rolled back) and, if it took the row, the row is freed with a fresh, bounded context. A failed statement
 // gets the same clean-up (if the connection failed while the server may still commit the attempt,
 // such a row expires at its TTL), and Lock goes on trying while PostgreSQL cannot be reached — a
 // restart, a cut connection — pausing 50 ms, doubling up to 1 s, and logging the outage once; a
@@ -106,6 +108,12 @@ func (m *Mutex) take(ctx context.Context, wait bool) (held, error) {
 		if !skip {
 			sent := time.Now()
 			tok, l, ok, err := c.tryAcquire(ctx, m.name, holder, m.data)
+			if err == nil && !ok && wait && (l == nil || *l <= 0) {
+				// Free, but locked by another taker (a Do's transaction, an attempt about to
+				// take it): wait in PostgreSQL for its end, and take the row then if it is free.
+				sent = time.Now()
+				tok, l, ok, err = c.acquireWaiting(ctx, m.name, holder, m.data)
+			}
 			if err != nil {
 				if !errors.Is(err, errNotSent) {
 					c.abandon(ctx, m.name, holder) // the attempt may have taken the row
@@ -178,8 +186,8 @@ func (m *Mutex) won(ctx context.Context, holder uuid.UUID, tok int64, sent time.
 	return l, nil
 }
 
-// errNotSent: an attempt failed before anything was sent (no pool connection), so it left nothing
-// to clean up.
+// errNotSent: an attempt failed before anything was sent (no pool connection), or in a
+// transaction that was not committed, so it left nothing to clean up.
 var errNotSent = errors.New("no connection")
 
 // tryAcquire runs one attempt, in one statement (one round trip, one transaction): the upsert
@@ -203,6 +211,36 @@ func (c *Client) tryAcquire(ctx context.Context, name string, holder uuid.UUID, 
 	}
 	if won == nil {
 		return 0, left, false, nil
+	}
+	return *won, nil, true, nil
+}
+
+// acquireWaiting runs one attempt that waits for a row locked by another taker, in a transaction
+// of its own, so that it can be stopped while it waits: its statement runs as [Client.waitOn]
+// says, and nothing is committed unless it took the row. A commit whose answer is lost returns an
+// error without errNotSent (the row may be ours: the caller frees it).
+func (c *Client) acquireWaiting(ctx context.Context, name string, holder uuid.UUID, data string) (tok int64, left *float64, ok bool, err error) {
+	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("%w: %w", errNotSent, err)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	defer func() { _ = tx.Rollback(cctx) }() // after a commit, a no-op
+	var won *int64
+	err = c.waitOn(ctx, tx.Conn().PgConn(), func(qctx context.Context) error {
+		return tx.QueryRow(qctx, c.acquireWait, name, holder.String(), data).Scan(&won, &left)
+	})
+	switch {
+	case err == nil && ctx.Err() != nil:
+		return 0, nil, false, fmt.Errorf("%w: %w", errNotSent, ctx.Err()) // rolled back: not taken
+	case err != nil:
+		return 0, nil, false, fmt.Errorf("%w: %w", errNotSent, err)
+	case won == nil:
+		return 0, left, false, nil
+	}
+	if err := tx.Commit(cctx); err != nil {
+		return 0, nil, false, err
 	}
 	return *won, nil, true, nil
 }
