@@ -436,28 +436,8 @@ func TestIntegrationConcurrencyLimit(t *testing.T) {
 	e := newEnv(t)
 	const limit, branches = 2, 8
 	c := e.coordinator(coordinator.WithConcurrency(limit))
-	var (
-		mu             sync.Mutex
-		inflight, peak int
-	)
-	release := make(chan struct{})
-	h := register(t, c, "p", participant.ParticipantFunc(func(ctx context.Context, req participant.Request) error {
-		if req.Op != participant.OpConfirm {
-			return nil
-		}
-		mu.Lock()
-		inflight++
-		peak = max(peak, inflight)
-		mu.Unlock()
-		select { // hold the call until the test has seen the limit reached
-		case <-release:
-		case <-ctx.Done():
-		}
-		mu.Lock()
-		inflight--
-		mu.Unlock()
-		return nil
-	}))
+	hold := newHolder(participant.OpConfirm, newParty(nil))
+	h := register(t, c, "p", hold)
 	g, err := c.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -469,16 +449,7 @@ func TestIntegrationConcurrencyLimit(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- g.Commit(ctx) }()
-	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return inflight == limit
-	}, "%d confirms in flight", limit)
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatalf("Commit: %v", err)
-	}
-	if peak != limit {
+	if peak := hold.release(t, limit, done); peak != limit {
 		t.Fatalf("peak concurrency %d, want %d", peak, limit)
 	}
 	if s := status(t, c, g.GID()); s != tcc.StatusConfirmed {

@@ -33,6 +33,56 @@ func recordedBranches(t *testing.T, e *env, gid string) int {
 	return n
 }
 
+// holder is a participant that holds every call of op until release, counting those in flight;
+// it passes every call to next.
+type holder struct {
+	op             participant.Op
+	next           participant.Participant
+	mu             sync.Mutex
+	inflight, peak int
+	held           chan struct{}
+}
+
+func newHolder(op participant.Op, next participant.Participant) *holder {
+	return &holder{op: op, next: next, held: make(chan struct{})}
+}
+
+func (h *holder) Do(ctx context.Context, req participant.Request) error {
+	if err := h.next.Do(ctx, req); err != nil || req.Op != h.op {
+		return err
+	}
+	h.mu.Lock()
+	h.inflight++
+	h.peak = max(h.peak, h.inflight)
+	h.mu.Unlock()
+	select { // hold the call until the test has seen the limit reached
+	case <-h.held:
+	case <-ctx.Done():
+	}
+	h.mu.Lock()
+	h.inflight--
+	h.mu.Unlock()
+	return nil
+}
+
+// release waits until n calls are held, releases them (and every later one), waits for done's
+// error (fails t unless nil) and returns the most calls held at once.
+func (h *holder) release(t *testing.T, n int, done <-chan error) int {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.inflight == n
+	}, "%d calls of %s in flight", n, h.op)
+	close(h.held)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.peak
+}
+
 // Branches given to one Try are recorded in one write — with the transaction by a first Try,
 // alone by a later one — and tried at most WithConcurrency at once; the transaction commits
 // every one of them.
@@ -42,33 +92,8 @@ func TestIntegrationTryTogether(t *testing.T) {
 	const limit = 2
 	c := e.coordinator(coordinator.WithConcurrency(limit))
 	p := newParty(nil)
-	var (
-		mu             sync.Mutex
-		inflight, peak int
-		hold           = true
-	)
-	release := make(chan struct{})
-	h := register(t, c, "p", participant.ParticipantFunc(func(ctx context.Context, req participant.Request) error {
-		_ = p.Do(ctx, req)
-		mu.Lock()
-		held := hold && req.Op == participant.OpTry
-		if held {
-			inflight++
-			peak = max(peak, inflight)
-		}
-		mu.Unlock()
-		if !held {
-			return nil
-		}
-		select { // hold the call until the test has seen the limit reached
-		case <-release:
-		case <-ctx.Done():
-		}
-		mu.Lock()
-		inflight--
-		mu.Unlock()
-		return nil
-	}))
+	hold := newHolder(participant.OpTry, p)
+	h := register(t, c, "p", hold)
 	g, err := c.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -76,19 +101,7 @@ func TestIntegrationTryTogether(t *testing.T) {
 	bs := branches(h, 0, 5)
 	done := make(chan error, 1)
 	go func() { done <- g.Try(ctx, bs[0], bs[1:3]...) }() // the first Try: records the transaction
-	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return inflight == limit
-	}, "%d tries in flight", limit)
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatalf("Try of 3: %v", err)
-	}
-	mu.Lock()
-	hold = false
-	mu.Unlock()
-	if peak != limit {
+	if peak := hold.release(t, limit, done); peak != limit {
 		t.Fatalf("peak concurrency %d, want %d", peak, limit)
 	}
 	if err := g.Try(ctx, bs[3], bs[4]); err != nil { // a later Try: the branches alone
