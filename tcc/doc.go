@@ -19,10 +19,12 @@
 //	}
 //	return g.Commit(ctx) // nil, or coordinator.ErrIncomplete: decided, the leader finishes the confirms
 //
-// A refused try ([participant.ErrRefused]) records the rollback decision; any other failure is an
-// unknown outcome that Rollback (or the timeout) cancels too. What a refusal and a failure do, and
-// why a transaction of N branches costs N+2 writes — N+1 commits, the finish riding on the next
-// write — each needed: docs/coordinators.md.
+// Branches known together go to one Try (g.Try(ctx, stock, pay)): recorded in one write, tried
+// at once. A refused try ([participant.ErrRefused]) records the rollback decision; any other
+// failure is an unknown outcome that Rollback (or the timeout) cancels too. What a refusal and a
+// failure do, and why a transaction of N branches tried one by one costs N+2 writes — N+1 commits,
+// the finish riding on the next write — and 3 writes, 2 commits, given to one Try, each needed:
+// docs/coordinators.md.
 //
 // The starter's own effect (an order row and its outbox message) is written by the confirm of an
 // in-process branch of its own, in the barrier's transaction — never after Commit returns, which

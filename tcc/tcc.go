@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
@@ -100,51 +101,61 @@ type Global struct {
 // GID returns the transaction's id.
 func (g *Global) GID() string { return g.gid }
 
-// Try records branch b (with its participant, so its confirm or cancel can be called by whoever
-// finishes the transaction; the first Try of a transaction [Coordinator.Begin] did not record
-// records the transaction with it), then calls its try. It blocks for one write and the call,
-// bounded by ctx and the call timeout of [coordinator.WithRetry].
+// Try records branch b and the branches more, if any, in one write (with their participants, so
+// that whoever finishes the transaction can call their confirm or cancel; the first Try of a
+// transaction [Coordinator.Begin] did not record records the transaction with them), then calls
+// their tries: several at once, at most [coordinator.WithConcurrency], none launched after one
+// failed. It blocks for the write and the calls, bounded by ctx and the call timeout of
+// [coordinator.WithRetry]. Branches given together cost one write where one Try each costs one
+// each (docs/coordinators.md).
 //
-// A nil error means the try succeeded. A refused try returns a *[coordinator.BranchError] wrapping
-// [participant.ErrRefused], after recording the rollback decision: call [Global.Rollback], which
-// cancels every branch (including the refused one: an empty rollback is the barrier's concern);
-// if the caller does not, the leader does once the lease passes. Any other failure (transport,
-// timeout, HTTP 500, or a panic in an in-process participant — recovered, logged with its stack and
-// returned as an error whose text starts "panic: ") is an unknown outcome: the transaction stays trying and the caller should
+// A nil error means every try succeeded. A refused try returns a *[coordinator.BranchError]
+// wrapping [participant.ErrRefused] (several failures: their errors joined), after recording the
+// rollback decision: call [Global.Rollback], which cancels every branch (including the refused one
+// and any not tried: an empty rollback is the barrier's concern); if the caller does not, the
+// leader does once the lease passes. Any other failure (transport, timeout, HTTP 500, or a panic
+// in an in-process participant — recovered, logged with its stack and returned as an error whose
+// text starts "panic: ") is an unknown outcome: the transaction stays trying and the caller should
 // call Rollback; if it does not, the leader cancels the transaction at its timeout.
 //
 // An empty name, a payload that is not JSON or a participant that cannot be recorded returns an
-// error wrapping [coordinator.ErrInvalidBranch], as does a name already tried; a transaction already decided
-// (or cancelled by its timeout) returns [coordinator.ErrInvalidState] and calls nothing.
-func (g *Global) Try(ctx context.Context, b Branch) error {
-	cb, err := g.c.b.Branch(g.gid, b)
-	if err != nil {
-		return err
+// error wrapping [coordinator.ErrInvalidBranch], as does a name already tried or given twice; then
+// no branch of the call is recorded or tried. A transaction already decided (or cancelled by its
+// timeout) returns [coordinator.ErrInvalidState] and calls nothing.
+func (g *Global) Try(ctx context.Context, b Branch, more ...Branch) error {
+	bs := append([]Branch{b}, more...)
+	cbs := make([]core.Branch, len(bs))
+	for i, b := range bs {
+		cb, err := g.c.b.Branch(g.gid, b)
+		if err != nil {
+			return err
+		}
+		cbs[i] = cb
 	}
-	// The branch joins the in-memory list before it is recorded, so a Rollback racing with this
-	// Try cancels it: the record succeeds only before the decision (see core.Log.AddBranch).
+	// The branches join the in-memory list before they are recorded, so a Rollback racing with
+	// this Try cancels them: the record succeeds only before the decision (see core.Log.AddBranch).
 	g.mu.Lock()
-	cb.Seq = g.seq
-	g.seq++
-	g.branches = append(g.branches, cb)
+	for i := range cbs {
+		cbs[i].Seq = g.seq
+		g.seq++
+	}
+	g.branches = append(g.branches, cbs...)
 	g.mu.Unlock()
-	if err := g.record(ctx, cb); err != nil {
-		g.forget(cb)
+	if err := g.record(ctx, cbs); err != nil {
+		g.forget(cbs)
 		return fmt.Errorf("tcc: try: %w", err)
 	}
-	err = g.c.b.CallFor(ctx, b.Participant, cb.Target, participant.Request{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Payload: b.Payload})
-	if err == nil {
+	errs := g.tries(ctx, bs, cbs)
+	if len(errs) == 0 {
 		return nil
 	}
-	berr := fmt.Errorf("tcc: %w", &coordinator.BranchError{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Err: err})
-	if errors.Is(err, participant.ErrRefused) {
+	berr := errors.Join(errs...)
+	if errors.Is(berr, participant.ErrRefused) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
 		defer cancel()
 		// Why it rolls back, for the operator (admin, console, txkit tx show): lost only if this
 		// write fails, which changes nothing else.
-		if rerr := g.c.b.Log.Refuse(cctx, g.gid, b.Name, err); rerr != nil {
-			g.c.b.Cfg.Logger.WarnContext(ctx, "tcc: record a refusal", slog.String("gid", g.gid), slog.String("branch", b.Name), slog.Any("err", rerr))
-		}
+		g.c.b.RecordRefusals(cctx, g.gid, errs)
 		if _, derr := g.c.b.Log.Decide(cctx, g.gid, core.StatusTrying, core.StatusCancelling); derr != nil {
 			return errors.Join(berr, fmt.Errorf("tcc: record rollback of %s: %w", g.gid, derr))
 		}
@@ -152,9 +163,49 @@ func (g *Global) Try(ctx context.Context, b Branch) error {
 	return berr
 }
 
-// record records branch cb: with the transaction itself when nothing is recorded yet, otherwise
+// tries calls the try of each of bs, recorded as cbs: one in the caller's goroutine, several at most
+// Cfg.Concurrency at once, launching none after a failure. It returns the failures, each a
+// *coordinator.BranchError, in the order of bs.
+func (g *Global) tries(ctx context.Context, bs []Branch, cbs []core.Branch) []error {
+	try := func(i int) error {
+		b := bs[i]
+		err := g.c.b.CallFor(ctx, b.Participant, cbs[i].Target, participant.Request{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Payload: b.Payload})
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("tcc: %w", &coordinator.BranchError{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Err: err})
+	}
+	if len(bs) == 1 {
+		if err := try(0); err != nil {
+			return []error{err}
+		}
+		return nil
+	}
+	out := make([]error, len(bs))
+	var failed atomic.Bool
+	var eg errgroup.Group
+	eg.SetLimit(g.c.b.Cfg.Concurrency)
+	for i := range bs {
+		if failed.Load() {
+			break
+		}
+		eg.Go(func() error {
+			if failed.Load() {
+				return nil
+			}
+			if out[i] = try(i); out[i] != nil {
+				failed.Store(true)
+			}
+			return nil
+		})
+	}
+	_ = eg.Wait()
+	return slices.DeleteFunc(out, func(err error) bool { return err == nil })
+}
+
+// record records branches cbs: with the transaction itself when nothing is recorded yet, otherwise
 // alone. Trys racing to be first wait for the one recording the transaction.
-func (g *Global) record(ctx context.Context, cb core.Branch) error {
+func (g *Global) record(ctx context.Context, cbs []core.Branch) error {
 	if !g.recorded.Load() {
 		select {
 		case g.first <- struct{}{}:
@@ -163,18 +214,18 @@ func (g *Global) record(ctx context.Context, cb core.Branch) error {
 		}
 		defer func() { <-g.first }()
 		if !g.recorded.Load() {
-			err := g.c.b.Log.CreateIn(ctx, g.gid, core.KindTCC, core.StatusTrying, g.remaining(), nil, cb)
+			err := g.c.b.Log.CreateIn(ctx, g.gid, core.KindTCC, core.StatusTrying, g.remaining(), nil, cbs...)
 			if !errors.Is(err, core.ErrInvalidState) {
 				g.recorded.Store(err == nil)
 				return err
 			}
 			// Begin made the gid, so it is taken only by an earlier attempt of ours whose answer
-			// was lost: the transaction is recorded (and perhaps cb with it: then AddBranch
-			// refuses the name, as for a lost answer of AddBranch itself).
+			// was lost: the transaction is recorded (and perhaps cbs with it: then AddBranches
+			// refuses their names, as for a lost answer of AddBranches itself).
 			g.recorded.Store(true)
 		}
 	}
-	return g.c.b.Log.AddBranch(ctx, g.gid, core.StatusTrying, cb)
+	return g.c.b.Log.AddBranches(ctx, g.gid, core.StatusTrying, cbs)
 }
 
 // remaining returns what is left of the timeout (at least a millisecond: a transaction recorded
@@ -183,16 +234,13 @@ func (g *Global) remaining() time.Duration {
 	return max(g.timeout-time.Since(g.begun), time.Millisecond)
 }
 
-// forget removes a branch that was not recorded (its Seq is unique within g).
-func (g *Global) forget(cb core.Branch) {
+// forget removes branches that were not recorded (a Seq is unique within g).
+func (g *Global) forget(cbs []core.Branch) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for i, b := range g.branches {
-		if b.Seq == cb.Seq {
-			g.branches = append(g.branches[:i], g.branches[i+1:]...)
-			return
-		}
-	}
+	g.branches = slices.DeleteFunc(g.branches, func(b core.Branch) bool {
+		return slices.ContainsFunc(cbs, func(cb core.Branch) bool { return cb.Seq == b.Seq })
+	})
 }
 
 // Commit records the decision to confirm, then calls every branch's confirm (at most

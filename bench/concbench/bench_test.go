@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/bench/concbench"
 	"github.com/txkit/txkit/bench/cpustat"
@@ -352,7 +353,8 @@ var tccSQL = map[participant.Op]string{
 	participant.OpCancel:  `update bench_counter set reserved = reserved - 1 where id = $1`,
 }
 
-// tcc: Begin, 3 Try, Commit (confirms concurrent) against the six calls one after the other.
+// tcc: Begin, one Try of the 3 branches (tries concurrent), Commit (confirms concurrent) against
+// the six calls, the 3 tries at once, then the 3 confirms at once.
 func tccRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool) {
 	s, pool := e.schema(b)
 	parts, client := participants(b, s, pool, tccSQL)
@@ -366,29 +368,36 @@ func tccRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool) 
 }
 
 // tccSides are the tcc recipes' two sides: a transaction of c with a branch on each of branches,
-// and the same six calls made on parts (the participants the branches reach) one after the
-// other; payload is the payload of branch i of client cl.
+// given to one Try, and the same six calls made on parts (the participants the branches reach)
+// as the coordinator makes them: the tries at once, then the confirms at once; payload is the
+// payload of branch i of client cl.
 func tccSides(c *tcc.Coordinator, branches, parts []participant.Participant, payload func(i, cl int) json.RawMessage) (txkit, bare concbench.Op) {
 	txkit = func(ctx context.Context, cl int) error {
 		g, err := c.Begin(ctx)
 		if err != nil {
 			return err
 		}
+		bs := make([]tcc.Branch, len(branches))
 		for i, p := range branches {
-			if err := g.Try(ctx, tcc.Branch{Name: branch(i, cl), Participant: p, Payload: payload(i, cl)}); err != nil {
-				_ = g.Rollback(ctx)
-				return err
-			}
+			bs[i] = tcc.Branch{Name: branch(i, cl), Participant: p, Payload: payload(i, cl)}
+		}
+		if err := g.Try(ctx, bs[0], bs[1:]...); err != nil {
+			_ = g.Rollback(ctx)
+			return err
 		}
 		return g.Commit(ctx)
 	}
 	bare = func(ctx context.Context, cl int) error {
 		gid := uuid.Must(uuid.NewV7()).String()
 		for _, op := range []participant.Op{participant.OpTry, participant.OpConfirm} {
+			var eg errgroup.Group
 			for i, p := range parts {
-				if err := p.Do(ctx, participant.Request{GID: gid, Branch: branch(i, cl), Op: op, Payload: payload(i, cl)}); err != nil {
-					return err
-				}
+				eg.Go(func() error {
+					return p.Do(ctx, participant.Request{GID: gid, Branch: branch(i, cl), Op: op, Payload: payload(i, cl)})
+				})
+			}
+			if err := eg.Wait(); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -396,11 +405,13 @@ func tccSides(c *tcc.Coordinator, branches, parts []participant.Participant, pay
 	return txkit, bare
 }
 
-// tccScript is the pgbench script of a TCC transaction's writes over 3 participants.
+// tccScript is the pgbench script of a TCC transaction's writes over 3 participants: the record
+// with its 3 branches (one Try), the 3 tries, the decision, the 3 confirms, the finish.
 func tccScript() string {
-	script := "insert into cb_log (id, status) values (gen_random_uuid(), 'trying') returning id as gid \\gset\n"
+	script := "begin;\ninsert into cb_log (id, status) values (gen_random_uuid(), 'trying') returning id as gid \\gset\n" +
+		"insert into cb_item select :gid, 'b' || i, 'tried' from generate_series(0, 2) i;\ncommit;\n"
 	for i := range 3 {
-		script += fmt.Sprintf("insert into cb_item values (:gid, 'b%d', 'tried');\n", i) + participantScript(fmt.Sprint("b", i), "try", "n = n + 1")
+		script += participantScript(fmt.Sprint("b", i), "try", "n = n + 1")
 	}
 	script += "update cb_log set status = 'committing' where id = :gid;\n"
 	for i := range 3 {

@@ -94,6 +94,7 @@ const (
 	writeBranch                  // a branch while the transaction is in a status (AddBranch)
 	writeDecide                  // a starter's decision (DecideWrote)
 	writeFinish                  // a starter's clean finish (Record without a token)
+	writeAddAll                  // several branches while the transaction is in a status (AddBranches)
 )
 
 // write is one of the log's conditional writes of one gid: it takes effect (ok) or finds its
@@ -101,7 +102,7 @@ const (
 type write struct {
 	kind writeKind
 	gid  string
-	// writeCreate
+	// writeCreate (and writeAddAll: the branch arrays)
 	txKind, status string
 	timeout, due   float64 // seconds
 	payload        []byte
@@ -114,7 +115,7 @@ type write struct {
 	callOpts       []*string // call_options, nil: NULL
 	// writeBranch
 	branch Branch
-	// writeBranch (from: the status required), writeDecide, writeFinish
+	// writeBranch, writeAddAll (from: the status required), writeDecide, writeFinish
 	from, to string
 	// writeFinish
 	done       []string
@@ -187,6 +188,8 @@ func (l *Log) statement(w *write) (string, []any) {
 			encodeCallOptions(b.Target)}
 	case writeDecide:
 		return l.q["decide"], []any{w.gid, w.from, w.to, l.o.lease.Seconds()}
+	case writeAddAll:
+		return l.q["add_branches"], []any{w.gid, w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.from, w.callOpts}
 	}
 	// writeFinish. One that marks no branch (a final status implying them, Record) moves the
 	// status as a decision does: no transition leads to trying, the one status finish treats apart.

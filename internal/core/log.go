@@ -177,7 +177,7 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 	if l.ddl, err = render("schema.sql"); err != nil {
 		return nil, fmt.Errorf("core: render schema: %w", err)
 	}
-	for _, n := range []string{"create", "create_with_branches", "add_branch", "decide", "status", "branches_done", "branches_failed",
+	for _, n := range []string{"create", "create_with_branches", "add_branch", "add_branches", "decide", "status", "branches_done", "branches_failed",
 		"finish", "renew", "reschedule", "claim", "refuse", "timed_out", "backlog", "get", "list", "branches", "purge", "unfinished",
 		"put_step", "park"} {
 		if l.q[n], err = render(n); err != nil {
@@ -270,23 +270,8 @@ func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, ti
 	}
 	w := &write{kind: writeCreate, gid: gid, txKind: kind.String(), status: st.String(), timeout: timeout.Seconds(),
 		due: due.Seconds(), payload: payload, trace: obs.EncodeTrace(ctx)}
-	if n := len(branches); n > 0 {
-		w.names, w.targetKinds, w.refs = make([]string, n), make([]string, n), make([]string, n)
-		w.seqs, w.payloads, w.callOpts = make([]int32, n), make([][]byte, n), make([]*string, n)
-		seen := make(map[string]bool, n)
-		for i, b := range branches {
-			switch {
-			case b.Name == "":
-				return fmt.Errorf("core: create %s: branch %d: empty name: %w", gid, i, ErrInvalidBranch)
-			case b.Target.Ref == "" || !b.Target.Kind.valid():
-				return fmt.Errorf("core: create %s: branch %s: target %s %q: %w", gid, b.Name, b.Target.Kind, b.Target.Ref, ErrInvalidBranch)
-			case seen[b.Name]:
-				return fmt.Errorf("core: create %s: branch %s: name used twice: %w", gid, b.Name, ErrInvalidBranch)
-			}
-			seen[b.Name] = true
-			w.names[i], w.targetKinds[i], w.refs[i], w.seqs[i], w.payloads[i] = b.Name, b.Target.Kind.String(), b.Target.Ref, int32(b.Seq), b.Payload
-			w.callOpts[i] = encodeCallOptions(b.Target)
-		}
+	if err := w.setBranches(gid, branches); err != nil {
+		return fmt.Errorf("core: create %s: %w", gid, err)
 	}
 	created, err := l.write(ctx, w)
 	if err != nil {

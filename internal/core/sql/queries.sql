@@ -35,6 +35,19 @@ on conflict (gid, branch) do nothing
 returning 1
 {{end}}
 
+{{/* Several branches of a transaction in one statement (a TCC Try of several branches): all of
+them or none. As add_branch, FOR SHARE on the global row orders them before or after a decision;
+none is inserted when one of their names is recorded already. */}}
+{{define "add_branches"}}
+insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status, call_options)
+select g.gid, b.branch, b.seq, b.target_kind, b.target, b.payload, '{{.BranchPending}}', b.call_options::jsonb
+from (select gid from {{.Global}} where gid = $1 and status = $7 for share) g,
+    unnest($2::text[], $3::int[], $4::text[], $5::text[], $6::bytea[], $8::text[])
+        as b(branch, seq, target_kind, target, payload, call_options)
+where not exists (select 1 from {{.Branch}} x where x.gid = $1 and x.branch = any($2::text[]))
+on conflict (gid, branch) do nothing
+{{end}}
+
 {{define "decide"}}
 update {{.Global}} set status = $3, attempts = 0, last_error = null, updated_at = now(),
     next_retry_at = now() + make_interval(secs => $4::float8)

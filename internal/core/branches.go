@@ -1,0 +1,60 @@
+package core
+
+import (
+	"context"
+	"fmt"
+)
+
+// AddBranches records branches bs of gid, all of them or none, while gid is in status want, in
+// one write: a TCC Try of several branches. Its errors are [Log.AddBranch]'s; a name already
+// recorded, or two of bs with one name, record none. One branch is [Log.AddBranch].
+func (l *Log) AddBranches(ctx context.Context, gid string, want Status, bs []Branch) error {
+	if len(bs) == 1 {
+		return l.AddBranch(ctx, gid, want, bs[0])
+	}
+	w := &write{kind: writeAddAll, gid: gid, from: want.String()}
+	if err := w.setBranches(gid, bs); err != nil {
+		return fmt.Errorf("core: branches of %s: %w", gid, err)
+	}
+	added, err := l.write(ctx, w)
+	if err != nil {
+		return fmt.Errorf("core: branches of %s: %w", gid, err)
+	}
+	if added {
+		return nil
+	}
+	cur, err := l.status(ctx, gid)
+	if err != nil {
+		return fmt.Errorf("core: branches of %s: %w", gid, err)
+	}
+	if cur != want {
+		return fmt.Errorf("core: branches of %s: transaction is %s, not %s: %w", gid, cur, want, ErrInvalidState)
+	}
+	return fmt.Errorf("core: branches %v of %s: one is already recorded: %w", w.names, gid, ErrInvalidBranch)
+}
+
+// setBranches sets w's branch arrays (create_with_branches, add_branches) to bs, refusing an
+// empty name, a bad target or a name used twice with an error wrapping [ErrInvalidBranch].
+func (w *write) setBranches(gid string, bs []Branch) error {
+	n := len(bs)
+	if n == 0 {
+		return nil
+	}
+	w.names, w.targetKinds, w.refs = make([]string, n), make([]string, n), make([]string, n)
+	w.seqs, w.payloads, w.callOpts = make([]int32, n), make([][]byte, n), make([]*string, n)
+	seen := make(map[string]bool, n)
+	for i, b := range bs {
+		switch {
+		case b.Name == "":
+			return fmt.Errorf("branch %d: empty name: %w", i, ErrInvalidBranch)
+		case b.Target.Ref == "" || !b.Target.Kind.valid():
+			return fmt.Errorf("branch %s: target %s %q: %w", b.Name, b.Target.Kind, b.Target.Ref, ErrInvalidBranch)
+		case seen[b.Name]:
+			return fmt.Errorf("branch %s: name used twice: %w", b.Name, ErrInvalidBranch)
+		}
+		seen[b.Name] = true
+		w.names[i], w.targetKinds[i], w.refs[i], w.seqs[i], w.payloads[i] = b.Name, b.Target.Kind.String(), b.Target.Ref, int32(b.Seq), b.Payload
+		w.callOpts[i] = encodeCallOptions(b.Target)
+	}
+	return nil
+}
