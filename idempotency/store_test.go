@@ -803,51 +803,25 @@ func TestIntegrationRepeatableReadWaiterFails(t *testing.T) {
 	}
 }
 
-// roundTrips counts what a connection sends: single statements and batches (a batch is one round
-// trip).
-type roundTrips struct{ queries, batches atomic.Int64 }
-
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.queries.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.batches.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
 // ClaimTx begins the transaction and claims in one round trip, and behaves as Begin then Claim:
 // first once, a duplicate after the commit, nothing left by a rollback, a claim in progress
 // waited for; bad input and a transaction as db are refused without leaving one open.
 func TestIntegrationClaimTx(t *testing.T) {
 	s, st, ctx := begin(t)
-	cfg, err := pgxpool.ParseConfig(s.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := &roundTrips{}
-	cfg.ConnConfig.Tracer = rt
-	cfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := pool.Ping(ctx); err != nil {
-		t.Fatal(err)
-	}
+	pool, rt := testenv.CountingPool(t, s)
 
 	claim := func(key string) (pgx.Tx, bool) {
 		t.Helper()
-		q0, b0 := rt.queries.Load(), rt.batches.Load()
-		tx, first, err := st.ClaimTx(ctx, pool, "points", key)
+		var (
+			tx    pgx.Tx
+			first bool
+			err   error
+		)
+		q, b := rt.During(func() { tx, first, err = st.ClaimTx(ctx, pool, "points", key) })
 		if err != nil {
 			t.Fatalf("ClaimTx(%s): %v", key, err)
 		}
-		if q, b := rt.queries.Load()-q0, rt.batches.Load()-b0; q != 0 || b != 1 {
+		if q != 0 || b != 1 {
 			t.Fatalf("ClaimTx(%s) sent %d statements and %d batches; want one batch", key, q, b)
 		}
 		return tx, first

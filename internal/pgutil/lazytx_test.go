@@ -1,33 +1,15 @@
 package pgutil_test
 
 import (
-	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 )
-
-// sent counts what a pool's connections send: single statements and batches (one round trip each).
-type sent struct{ queries, batches atomic.Int64 }
-
-func (s *sent) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	s.queries.Add(1)
-	return ctx
-}
-func (s *sent) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (s *sent) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	s.batches.Add(1)
-	return ctx
-}
-func (s *sent) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (s *sent) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 // A LazyTx sends its begin with its first statement (one batch, no statement of its own) and is
 // otherwise a transaction: rows read through it, rollback, savepoints, a statement without
@@ -36,17 +18,7 @@ func (s *sent) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) 
 func TestIntegrationLazyTx(t *testing.T) {
 	ctx := t.Context()
 	s := testenv.PG(t)
-	cfg, err := pgxpool.ParseConfig(s.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := &sent{}
-	cfg.ConnConfig.Tracer = rt
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, rt := testenv.CountingPool(t, s)
 	if _, err := pool.Exec(ctx, `create table lazy (id int primary key, v text not null)`); err != nil {
 		t.Fatal(err)
 	}
@@ -58,12 +30,7 @@ func TestIntegrationLazyTx(t *testing.T) {
 		}
 		return n
 	}
-	// sends runs fn and returns the statements and batches it sent.
-	sends := func(fn func()) (queries, batches int64) {
-		q0, b0 := rt.queries.Load(), rt.batches.Load()
-		fn()
-		return rt.queries.Load() - q0, rt.batches.Load() - b0
-	}
+	sends := rt.During
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
