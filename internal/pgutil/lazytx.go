@@ -144,7 +144,8 @@ func (t *LazyTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []stri
 	return t.tx.CopyFrom(ctx, table, cols, src)
 }
 
-// LargeObjects and Conn open the transaction with a background context: they take none.
+// LargeObjects and Conn open the transaction with a background context: they take none. When
+// that begin fails, Conn returns nil and the LargeObjects' methods panic (pgx's own zero value).
 func (t *LazyTx) LargeObjects() pgx.LargeObjects {
 	if err := t.open(context.Background()); err != nil {
 		return pgx.LargeObjects{}
