@@ -16,8 +16,8 @@ type Beginner interface {
 // LazyTx is a pgx.Tx whose "begin" goes out with its first statement (pgx.Batch.BeginTx), so that
 // opening the transaction costs no round trip of its own. Exec, Query and QueryRow with arguments
 // ride; anything else sent first (a statement without arguments, which pgx sends by the simple
-// protocol and may hold several statements, an exec-mode argument, Begin, SendBatch, Prepare,
-// CopyFrom, LargeObjects, Conn) opens the transaction on its own first.
+// protocol and may hold several statements; an exec-mode or result-format option; Begin,
+// SendBatch, Prepare, CopyFrom, LargeObjects, Conn) opens the transaction on its own first.
 //
 // The owner ends it with Commit or Rollback (nothing to do when no statement was sent: Begun
 // reports it). Not safe for concurrent use, like any pgx.Tx.
@@ -47,13 +47,16 @@ func (t *LazyTx) open(ctx context.Context) error {
 
 // rides reports whether a statement with args can be sent in a batch after the begin: pgx sends a
 // statement without arguments by the simple protocol (it may hold several statements), and a
-// batch takes no exec-mode argument.
+// batch takes none of the query options but a rewriter.
 func rides(args []any) bool {
 	if len(args) == 0 {
 		return false
 	}
-	_, mode := args[0].(pgx.QueryExecMode)
-	return !mode
+	switch args[0].(type) {
+	case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+		return false
+	}
+	return true
 }
 
 // beginWith sends the begin and sql in one batch and returns the batch positioned at sql's result

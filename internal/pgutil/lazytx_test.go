@@ -101,6 +101,16 @@ func TestIntegrationLazyTx(t *testing.T) {
 		t.Fatalf("%d rows after rolling back the two inserts; want 2", n)
 	}
 
+	// An exec-mode option cannot go in a batch: the begin goes first, on its own.
+	tx = pgutil.NewLazyTx(pool)
+	if q, b := sends(func() {
+		_, err := tx.Exec(ctx, `insert into lazy values ($1, 'f')`, pgx.QueryExecModeSimpleProtocol, 6)
+		must(err)
+	}); q != 2 || b != 0 {
+		t.Fatalf("Exec with an exec mode sent %d statements and %d batches; want 2 statements (begin, insert)", q, b)
+	}
+	must(tx.Rollback(ctx))
+
 	// A failing first statement: the error comes back, and ending the transaction frees the
 	// connection.
 	tx = pgutil.NewLazyTx(pool)
