@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -205,6 +206,50 @@ func (s *Store) Claim(ctx context.Context, tx DBTX, scope, key string) (first bo
 	return first, nil
 }
 
+// ClaimTx begins a transaction on db (a pool or a connection) and claims (scope, key) in it as
+// [Store.Claim] does, sending the begin and the claim together: one round trip where Begin then
+// Claim take two. It returns the open transaction — make the change in it and commit, or roll it
+// back — with first as Claim returns it. On an error no transaction is left open (tx is nil). It
+// blocks as Claim does; ctx scopes only this call. Bad input returns an error wrapping
+// [ErrInvalidKey] or [ErrNilTx]; a db that is itself a transaction is refused by pgx. ClaimTx is
+// safe for concurrent use.
+func (s *Store) ClaimTx(ctx context.Context, db interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}, scope, key string) (tx pgx.Tx, first bool, err error) {
+	if pgutil.IsNil(db) {
+		return nil, false, ErrNilTx
+	}
+	if err := checkKey(scope, key); err != nil {
+		return nil, false, err
+	}
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	b.Queue(s.claim, scope, key)
+	br := db.SendBatch(ctx, b)
+	tx = br.Tx()
+	var tag pgconn.CommandTag
+	if _, err = br.Exec(); err == nil { // the begin
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if tx != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+			_ = tx.Rollback(rctx) // ErrTxClosed when the begin never ran; releases a pool's connection
+			cancel()
+		}
+		return nil, false, fmt.Errorf("idempotency: claim %s/%s: %w", scope, key, err)
+	}
+	first = tag.RowsAffected() == 1
+	s.count(first)
+	return tx, first, nil
+}
+
+// rollbackTimeout bounds ClaimTx's rollback after a failed claim, once ctx may have ended.
+const rollbackTimeout = 5 * time.Second
+
 // ClaimFirst is [Store.Claim] for callers that prefer an error: it returns nil when this call
 // claimed the key and an error wrapping [ErrDuplicate] when the key was already claimed. Inside
 // pgx.BeginFunc that error rolls the transaction back, so a handler can return it and the consumer
@@ -314,6 +359,10 @@ func check(tx DBTX, scope, key string) error {
 	if pgutil.IsNil(tx) {
 		return ErrNilTx
 	}
+	return checkKey(scope, key)
+}
+
+func checkKey(scope, key string) error {
 	if err := pgutil.CheckText(scope, MaxKeyLen); err != nil {
 		return fmt.Errorf("idempotency: scope %q: %w: %w", truncate(scope), err, ErrInvalidKey)
 	}

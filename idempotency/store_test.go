@@ -802,3 +802,96 @@ func TestIntegrationRepeatableReadWaiterFails(t *testing.T) {
 		t.Fatalf("blocked Claim under REPEATABLE READ: %v; want SQLSTATE 40001", err)
 	}
 }
+
+// ClaimTx begins the transaction and claims in one round trip, and behaves as Begin then Claim:
+// first once, a duplicate after the commit, nothing left by a rollback, a claim in progress
+// waited for; bad input and a transaction as db are refused without leaving one open.
+func TestIntegrationClaimTx(t *testing.T) {
+	s, st, ctx := begin(t)
+	pool, rt := testenv.CountingPool(t, s)
+
+	claim := func(key string) (pgx.Tx, bool) {
+		t.Helper()
+		var (
+			tx    pgx.Tx
+			first bool
+			err   error
+		)
+		q, b := rt.During(func() { tx, first, err = st.ClaimTx(ctx, pool, "points", key) })
+		if err != nil {
+			t.Fatalf("ClaimTx(%s): %v", key, err)
+		}
+		if q != 0 || b != 1 {
+			t.Fatalf("ClaimTx(%s) sent %d statements and %d batches; want one batch", key, q, b)
+		}
+		return tx, first
+	}
+	tx, first := claim("msg-1")
+	if !first {
+		t.Fatal("first ClaimTx: first = false")
+	}
+	// A second claimer of the key waits for the first transaction, then finds it claimed.
+	type result struct {
+		first bool
+		err   error
+	}
+	waiter := make(chan result, 1)
+	go func() {
+		tx2, first, err := st.ClaimTx(ctx, s.Pool, "points", "msg-1")
+		if err == nil {
+			err = tx2.Commit(ctx)
+		}
+		waiter <- result{first, err}
+	}()
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		var waiting int
+		_ = s.Pool.QueryRow(ctx, `select count(*) from pg_stat_activity where wait_event_type = 'Lock' and query like '%txkit_idempotency%'`).Scan(&waiting)
+		return waiting > 0
+	}, "the second claimer never waited for the first transaction")
+	if _, err := tx.Exec(ctx, `select 1`); err != nil { // the transaction is usable
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-waiter; r.err != nil || r.first {
+		t.Fatalf("second claimer: first = %v, err = %v; want a duplicate", r.first, r.err)
+	}
+
+	// A rollback leaves no key.
+	tx, first = claim("msg-2")
+	if !first {
+		t.Fatal("ClaimTx(msg-2): first = false")
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if tx, first = claim("msg-2"); !first {
+		t.Fatal("ClaimTx after a rolled-back claim: first = false")
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, _, err := st.ClaimTx(ctx, pool, "points", ""); !errors.Is(err, idempotency.ErrInvalidKey) {
+		t.Errorf("ClaimTx of an empty key: %v; want ErrInvalidKey", err)
+	}
+	var nilPool *pgxpool.Pool
+	if _, _, err := st.ClaimTx(ctx, nilPool, "points", "k"); !errors.Is(err, idempotency.ErrNilTx) {
+		t.Errorf("ClaimTx on a nil pool: %v; want ErrNilTx", err)
+	}
+	outer, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Rollback(ctx)
+	if tx, _, err := st.ClaimTx(ctx, outer, "points", "msg-3"); err == nil || tx != nil {
+		t.Errorf("ClaimTx in a transaction: tx %v, err %v; want refused", tx, err)
+	}
+	// Neither refusal nor any claim left a connection checked out.
+	if err := outer.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, 10*time.Millisecond, func() bool { return pool.Stat().AcquiredConns() == 0 },
+		"a connection is still checked out")
+}

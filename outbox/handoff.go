@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txkit/txkit/internal/leader"
+	"github.com/txkit/txkit/internal/pgutil"
 )
 
 // The hand-over (docs/outbox.md, "Publishing right after the commit"): [Outbox.Do] collects the
@@ -30,7 +32,7 @@ type handed struct {
 // collector gathers the rows Enqueue writes in Do's transaction.
 type collector struct {
 	ob   *Outbox
-	tx   pgx.Tx
+	tx   pgx.Tx // Do's transaction; nil once it has ended
 	rows []handed
 }
 
@@ -51,14 +53,15 @@ func (ob *Outbox) collecting(ctx context.Context, tx DBTX) *collector {
 // their partition publishes each whose key has nothing earlier pending at once; otherwise the
 // leader is woken. They need no NOTIFY in the transaction, so concurrent commits do not queue on
 // PostgreSQL's notification lock. A process that dies between the commit and the hand-over loses
-// nothing: the leader's next poll reads the rows. Do blocks for the transaction; ctx scopes it.
+// nothing: the leader's next poll reads the rows. The transaction's begin goes out with fn's first
+// statement that has arguments, costing no round trip of its own. Do blocks for the transaction;
+// ctx scopes it.
 func (ob *Outbox) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	c := &collector{ob: ob}
-	cctx := context.WithValue(ctx, collectorKey{}, c)
-	err := pgx.BeginFunc(ctx, ob.pool, func(tx pgx.Tx) error {
-		c.tx = tx
-		return fn(cctx, tx)
-	})
+	// The transaction's begin rides with fn's first statement (pgutil.LazyTx): no round trip of
+	// its own.
+	tx := pgutil.NewLazyTx(ob.pool)
+	c := &collector{ob: ob, tx: tx}
+	err := runTx(ctx, tx, func() error { return fn(context.WithValue(ctx, collectorKey{}, c), tx) })
 	c.tx = nil
 	if err != nil {
 		return fmt.Errorf("outbox: transaction on %s: %w", ob.name, err)
@@ -67,6 +70,21 @@ func (ob *Outbox) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 		ob.handOff(ctx, c.rows)
 	}
 	return nil
+}
+
+// runTx runs fn and commits tx when it returns nil, as pgx.BeginFunc does: rolled back (with ctx)
+// on an error or a panic.
+func runTx(ctx context.Context, tx pgx.Tx, fn func() error) (err error) {
+	defer func() {
+		if rerr := tx.Rollback(ctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) {
+			err = rerr
+		}
+	}()
+	if err := fn(); err != nil {
+		_ = tx.Rollback(ctx) // fn's error is the one to return
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // addRelay and removeRelay keep the relays running in this process, which Do hands rows to.

@@ -247,3 +247,42 @@ func produce(t *testing.T, workers, per int, key func(w, i int) string, enqueue 
 	}
 	return want
 }
+
+// TestIntegrationDoRoundTrips: a Do of one business insert and one Enqueue sends the begin with
+// the insert, then the Enqueue and the commit — three round trips, as a bare transaction's begin,
+// insert and commit — and, with no relay of this process leading, the NOTIFY after the commit.
+func TestIntegrationDoRoundTrips(t *testing.T) {
+	pg := testenv.PG(t)
+	pool, rt := testenv.CountingPool(t, pg)
+	ob, err := outbox.New(pool, outbox.WithTable(pg.Name, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := ob.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `create table orders (id int primary key)`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		q, b := rt.During(func() {
+			err = ob.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `insert into orders values ($1)`, i); err != nil {
+					return err
+				}
+				_, err := ob.Enqueue(ctx, tx, outbox.Message{Topic: "orders", Key: fmt.Sprint(i), Body: []byte("o")})
+				return err
+			})
+		})
+		if err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+		if q != 2 || b != 2 {
+			t.Fatalf("Do sent %d statements and %d batches; want 2 (Enqueue, commit) and 2 (begin with the insert; the NOTIFY after the commit)", q, b)
+		}
+	}
+	if n := count(t, pool, ob, ""); n != 3 {
+		t.Fatalf("%d messages in the outbox; want 3", n)
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/pgutil"
@@ -185,9 +184,9 @@ func (r *Relay) fenceResource(part int) string {
 }
 
 // fencedTx runs b in one transaction that first passes the fence (resource, tok), in two round trips:
-// "begin" with the fence check, then b's statements with "commit". It rolls back (with a context
-// of its own) when anything fails, and returns an error wrapping lock.ErrFenced when the fence
-// refuses tok.
+// "begin" with the fence check (pgutil.LazyTx), then b's statements with "commit". It rolls back
+// (with a context of its own) when anything fails, and returns an error wrapping lock.ErrFenced
+// when the fence refuses tok.
 func (r *Relay) fencedTx(ctx context.Context, resource string, tok lock.Token, b *pgx.Batch) (err error) {
 	c, err := r.pool.Acquire(ctx)
 	if err != nil {
@@ -201,86 +200,13 @@ func (r *Relay) fencedTx(ctx context.Context, resource string, tok lock.Token, b
 			_, _ = c.Exec(cctx, "rollback") // a warning only, when no transaction is open
 		}
 	}()
-	if err := r.fence.Check(ctx, &beginFirst{c: c}, resource, tok); err != nil {
+	tx := pgutil.NewLazyTx(c)
+	if err := r.fence.Check(ctx, tx, resource, tok); err != nil {
 		return err
 	}
-	b.Queue("commit")
-	return c.SendBatch(ctx, b).Close()
+	b.Queue("commit") // in the pipeline: the transaction ends with b, no round trip of its own
+	return tx.SendBatch(ctx, b).Close()
 }
-
-// beginFirst is a fence.DBTX on a connection that sends "begin" in one pipeline with the first
-// statement run through it, so that opening the transaction costs no round trip of its own.
-type beginFirst struct {
-	c     *pgxpool.Conn
-	begun bool
-}
-
-func (t *beginFirst) batch(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
-	t.begun = true
-	b := &pgx.Batch{}
-	b.Queue("begin")
-	b.Queue(sql, args...)
-	br := t.c.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return nil, err
-	}
-	return br, nil
-}
-
-func (t *beginFirst) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if t.begun {
-		return t.c.Exec(ctx, sql, args...)
-	}
-	br, err := t.batch(ctx, sql, args)
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	tag, err := br.Exec()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return tag, err
-}
-
-func (t *beginFirst) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if !t.begun { // not the fence's first statement today: open the transaction on its own
-		t.begun = true
-		if _, err := t.c.Exec(ctx, "begin"); err != nil {
-			return nil, err
-		}
-	}
-	return t.c.Query(ctx, sql, args...)
-}
-
-func (t *beginFirst) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.begun {
-		return t.c.QueryRow(ctx, sql, args...)
-	}
-	br, err := t.batch(ctx, sql, args)
-	if err != nil {
-		return errRow{err}
-	}
-	return batchRow{row: br.QueryRow(), br: br}
-}
-
-// batchRow is the row of a pipeline's last statement: scanning it ends the pipeline.
-type batchRow struct {
-	row pgx.Row
-	br  pgx.BatchResults
-}
-
-func (r batchRow) Scan(dest ...any) error {
-	err := r.row.Scan(dest...)
-	if cerr := r.br.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
 
 // cleanupTimeout bounds a rollback once ctx has ended.
 const cleanupTimeout = 5 * time.Second

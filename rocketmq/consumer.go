@@ -310,11 +310,12 @@ func messageSize(m *primitive.MessageExt) int {
 	return n
 }
 
-// apply claims msg.ID and runs the handler in one transaction.
+// apply claims msg.ID and runs the handler in one transaction; the begin rides with the claim
+// (idempotency.Store.ClaimTx), so the claim costs no round trip of its own.
 func (c *Consumer) apply(ctx context.Context, msg message.Message) (dup bool, err error) {
-	tx, err := c.pool.Begin(ctx)
+	tx, first, err := c.store.ClaimTx(ctx, c.pool, c.group, msg.ID.String())
 	if err != nil {
-		return false, fmt.Errorf("rocketmq: consumer %s: message %s: begin: %w", c.group, msg.ID, err)
+		return false, fmt.Errorf("rocketmq: consumer %s: message %s: %w", c.group, msg.ID, err)
 	}
 	defer func() {
 		if err != nil {
@@ -323,10 +324,6 @@ func (c *Consumer) apply(ctx context.Context, msg message.Message) (dup bool, er
 			_ = tx.Rollback(rctx) // a broken connection is closed by pgx; the server rolls back
 		}
 	}()
-	first, err := c.store.Claim(ctx, tx, c.group, msg.ID.String())
-	if err != nil {
-		return false, fmt.Errorf("rocketmq: consumer %s: message %s: %w", c.group, msg.ID, err)
-	}
 	if first {
 		if err := c.callHandler(ctx, tx, msg); err != nil {
 			return false, fmt.Errorf("rocketmq: consumer %s: message %s: handler: %w", c.group, msg.ID, err)
