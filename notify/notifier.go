@@ -151,6 +151,7 @@ type Notifier struct {
 	direct    map[string]*flight           // Deliver's circuit breaker of each receiver, in this process
 	claims    *grouped[uuid.UUID, claimed] // Deliver's claims, shared by concurrent calls
 	records   *grouped[result, struct{}]   // Deliver's records, shared by concurrent calls
+	later     later                        // Do's records, sent in the background (do.go)
 	metrics   *metrics
 	tracer    trace.Tracer
 	fails     *obs.LogLimiter // the lines of failures retried at the next tick: one per obs.LogInterval
@@ -361,11 +362,29 @@ func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.
 			return uuid.Nil, fmt.Errorf("notify: enqueue: %w", err)
 		}
 	}
-	err := tx.QueryRow(ctx, `with ins as (
+	trace := obs.EncodeTrace(ctx)
+	c := n.collecting(ctx, tx)
+	var (
+		err      error
+		created  time.Time
+		inserted bool
+	)
+	if c == nil {
+		err = tx.QueryRow(ctx, `with ins as (
 	insert into `+n.table+` (id, receiver, key, payload, trace_context) values ($1, $2, $3, $4, nullif($5, ''))
 	on conflict (receiver, key) do nothing returning id)
 select id from ins union all select id from `+n.table+` where receiver = $2 and key = $3 limit 1`,
-		id, nt.Receiver, nt.Key, []byte(nt.Payload), obs.EncodeTrace(ctx)).Scan(&id)
+			id, nt.Receiver, nt.Key, []byte(nt.Payload), trace).Scan(&id)
+	} else {
+		// In Do's transaction: written claimed by this process, its due time past the post and
+		// its record (the lease Deliver's claim sets), for Do to post after the commit.
+		err = tx.QueryRow(ctx, `with ins as (
+	insert into `+n.table+` (id, receiver, key, payload, trace_context, claimed, next_attempt_at)
+	values ($1, $2, $3, $4, nullif($5, ''), true, clock_timestamp() + make_interval(secs => $6))
+	on conflict (receiver, key) do nothing returning id, created_at)
+select id, created_at, true from ins union all select id, created_at, false from `+n.table+` where receiver = $2 and key = $3 limit 1`,
+			id, nt.Receiver, nt.Key, []byte(nt.Payload), trace, (n.o.callTimeout+directLease).Seconds()).Scan(&id, &created, &inserted)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another transaction inserted this receiver and key while the statement ran: the insert
 		// waited for it to commit and did nothing, and the statement's snapshot, taken before,
@@ -377,6 +396,10 @@ select id from ins union all select id from `+n.table+` where receiver = $2 and 
 	}
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("notify: enqueue %s/%s: %w", nt.Receiver, nt.Key, err)
+	}
+	if inserted { // not an existing notification of the key: that one is not Do's to post
+		c.rows = append(c.rows, collected{enqueued: time.Now(), d: due{Delivery: Delivery{ID: id, Receiver: nt.Receiver,
+			Key: nt.Key, Payload: nt.Payload, CreatedAt: created}, trace: trace, attempt: 1}})
 	}
 	return id, nil
 }

@@ -53,6 +53,7 @@ type options struct {
 	parts             int                  // WithPartitions
 	partElectors      func(p int) (lock.Elector, error)
 	members           leader.Membership
+	postAfterCommit   bool // Do posts what it enqueued (off only in tests: a process that died after its commit)
 }
 
 func defaultOptions() options {
@@ -61,7 +62,7 @@ func defaultOptions() options {
 		tick: "@every 1s", batch: 100, callTimeout: 10 * time.Second,
 		breakerFailures: 5, breakerCooldown: time.Minute, client: newHTTPClient(),
 		retention: 30 * 24 * time.Hour, retentionSpec: "@every 10m", concurrencyPerRcv: 4,
-		metricReceivers: 50, parts: 1,
+		metricReceivers: 50, parts: 1, postAfterCommit: true,
 	}
 }
 
