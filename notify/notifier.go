@@ -57,8 +57,8 @@ type Receiver struct {
 	// delivery, as payment platforms require ("success"); anything else counts as a failure.
 	Echo string
 	// Concurrency bounds the leader's deliveries to this receiver in flight at once (default
-	// 4), so that a slow receiver never holds up the others; [Notifier.Deliver] posts in its
-	// caller's goroutine.
+	// 4), so that a slow receiver never holds up the others, and the posts of one [Notifier.Do]
+	// call; [Notifier.Deliver] posts in its caller's goroutine.
 	Concurrency int
 }
 
@@ -319,11 +319,12 @@ func (n *Notifier) createSchema() string {
 }
 
 // Enqueue records nt in tx — the caller's own transaction, so the notification exists if and only
-// if the result it reports was committed — and returns its id. Once tx has committed, call
-// [Notifier.Deliver] with the id to post it at once from this process; what that attempt does
-// not finish (a failure, a process that died first, no Deliver call) the leader delivers: an
-// unclaimed one from its next tick ([WithTick]), or within 100 ms while the receiver has
-// pending notifications. Enqueuing a second notification with the receiver and
+// if the result it reports was committed — and returns its id. Given the ctx and tx of
+// [Notifier.Do]'s fn, it writes the notification claimed, and Do posts it after the commit;
+// otherwise, once tx has committed, call [Notifier.Deliver] with the id to post it at once from
+// this process. What that attempt does not finish (a failure, a process that died first, no
+// Deliver call) the leader delivers: an unclaimed one from its next tick ([WithTick]), or within
+// 100 ms while the receiver has pending notifications; a claimed one after the claim's lease. Enqueuing a second notification with the receiver and
 // key of an existing one records nothing and returns the existing id: enqueuing is idempotent per
 // business key. An unknown receiver, an empty key, or a payload that is not JSON returns an error
 // wrapping [ErrInvalidNotification]; a payload, key or receiver name over its limit

@@ -18,7 +18,7 @@ import (
 )
 
 // Run delivers, while this notifier leads the election of [WithElector], every pending
-// notification whose attempt is due — those [Notifier.Deliver] did not attempt, or whose attempt
+// notification whose attempt is due — those [Notifier.Do] or [Notifier.Deliver] did not attempt, or whose attempt
 // failed: woken by the cron tick ([WithTick]), by NOTIFY from [Notifier.Redeliver] and, while
 // notifications are pending, every 100 ms to look for ones nobody claimed, it takes
 // (and claims, when no Deliver call has) due notifications of each receiver — no more than the receiver's
