@@ -6,17 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/notify"
 )
 
@@ -116,36 +112,15 @@ func TestIntegrationDoPostsAfterCommit(t *testing.T) {
 // 1. With Do's rows written unclaimed, the leader posts them too ("posted 2 times").
 func TestIntegrationDoRacePostedOnce(t *testing.T) {
 	w := newWorld(t)
-	var mu sync.Mutex
-	posts := map[string]int{}
-	rcv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		posts[r.Header.Get(notify.HeaderID)]++
-		mu.Unlock()
-		_, _ = rw.Write([]byte("success"))
-	}))
-	t.Cleanup(rcv.Close)
-	rcvs := []notify.Receiver{{Name: "shop", URL: rcv.URL, Secrets: []string{secret}, Echo: "success", Concurrency: 8}}
-	leader := w.running("leader", rcvs, notify.WithTick("@every 10ms", 100))
-	a := w.notifier(rcvs)
-	other, err := pgxpool.New(t.Context(), os.Getenv(testenv.EnvPG)) // the second process's own pool
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(other.Close)
-	b, err := notify.New(other, rcvs, notify.WithTable(w.sender.Name, ""), notify.WithPlainHTTP(), notify.WithLogger(testenv.Logger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { flush(t, b) })
+	r := w.newRace()
 	const workers, each = 8, 25
 	ids := make(chan uuid.UUID, workers*each)
 	errs := make(chan error, workers*each)
 	var wg sync.WaitGroup
 	for i := range workers {
-		n, m := a, b // Do in one process, Deliver of the same id from the other
+		n, m := r.a, r.b // Do in one process, Deliver of the same id from the other
 		if i%2 == 1 {
-			n, m = b, a
+			n, m = r.b, r.a
 		}
 		wg.Go(func() {
 			for j := range each {
@@ -167,26 +142,16 @@ func TestIntegrationDoRacePostedOnce(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	total := 0
+	var all []uuid.UUID
 	for id := range ids {
-		total++
-		rec := w.waitStatus(leader, notify.Notification{ID: id}, notify.StatusDelivered, 15*time.Second)
-		if rec.Attempts != 1 {
-			t.Errorf("%s delivered at attempt %d, want 1", id, rec.Attempts)
-		}
+		all = append(all, id)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for id, got := range posts {
-		if got != 1 {
-			t.Errorf("%s posted %d times, want exactly 1", id, got)
-		}
+	if len(all) != workers*each {
+		t.Errorf("%d notifications enqueued, want %d", len(all), workers*each)
 	}
-	if len(posts) != total || total != workers*each {
-		t.Errorf("%d notifications posted, %d enqueued, want %d", len(posts), total, workers*each)
-	}
-	t.Logf("%d notifications: %d delivered by the leader, %d recorded by Do (a, b: %d, %d)", total, leader.Stats().Delivered,
-		a.Stats().Delivered+b.Stats().Delivered, a.Stats().Delivered, b.Stats().Delivered)
+	r.postedOnce(all)
+	t.Logf("%d notifications: %d delivered by the leader, %d recorded by Do (a, b: %d, %d)", len(all), r.leader.Stats().Delivered,
+		r.a.Stats().Delivered+r.b.Stats().Delivered, r.a.Stats().Delivered, r.b.Stats().Delivered)
 }
 
 // What Do does not finish, the leader does: a first attempt that failed (500) is recorded, not

@@ -128,8 +128,9 @@ type Attempt struct {
 const tracerName = "github.com/txkit/txkit/notify"
 
 // Notifier records notifications in the caller's transactions ([Notifier.Enqueue]) and delivers
-// them by signed HTTP POST on a schedule ([Notifier.Run], on the elected leader only), until the
-// receiver acknowledges or the schedule runs out. It also answers receivers' queries
+// them by signed HTTP POST — the first attempt from the enqueuing process after the commit
+// ([Notifier.Do], [Notifier.Deliver]), the others on a schedule ([Notifier.Run], on the elected
+// leader only) — until the receiver acknowledges or the schedule runs out. It also answers receivers' queries
 // ([Notifier.QueryHandler]) and gives operators the failed ones ([Notifier.ListFailed],
 // [Notifier.Redeliver]).
 //
