@@ -6,12 +6,12 @@
 // ([Notifier.Enqueue]), and once that commits makes the first attempt at once: a signed JSON
 // [Delivery] POSTed from its own process — by [Notifier.Do], which runs the transaction and posts
 // what it enqueued, or by [Notifier.Deliver] after a transaction of the caller's. The elected
-// leader ([Notifier.Run], under a
-// lock.Elector) makes the attempts that one did not (a failure, a process that died first) and
-// retries on a schedule ([DefaultSchedule]) until the receiver answers 2xx; then it is failed,
-// listed ([Notifier.ListFailed]) and redeliverable ([Notifier.Redeliver]). A notification's first
-// attempt is claimed before it is posted (in Do's transaction itself), so two processes never
-// both post it; a process's concurrent calls share their records' statements.
+// leader ([Notifier.Run], under a lock.Elector) makes the attempts that one did not (a failure, a
+// process that died first) and retries on a schedule ([DefaultSchedule]) until the receiver
+// answers 2xx; then it is failed, listed ([Notifier.ListFailed]) and redeliverable
+// ([Notifier.Redeliver]). A notification's first attempt is claimed before it is posted (in Do's
+// transaction itself), so two processes never both post it; a process's concurrent calls share
+// their records' statements.
 // Delivery is at least once: the receiving side, package notify/inbox, verifies the signature, refuses replays
 // and applies each notification once, and its Reconcile asks the sender's query API
 // ([Notifier.QueryHandler], [Client]) for what it never got.

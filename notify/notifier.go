@@ -130,9 +130,9 @@ const tracerName = "github.com/txkit/txkit/notify"
 // Notifier records notifications in the caller's transactions ([Notifier.Enqueue]) and delivers
 // them by signed HTTP POST — the first attempt from the enqueuing process after the commit
 // ([Notifier.Do], [Notifier.Deliver]), the others on a schedule ([Notifier.Run], on the elected
-// leader only) — until the receiver acknowledges or the schedule runs out. It also answers receivers' queries
-// ([Notifier.QueryHandler]) and gives operators the failed ones ([Notifier.ListFailed],
-// [Notifier.Redeliver]).
+// leader only) — until the receiver acknowledges or the schedule runs out. It also answers
+// receivers' queries ([Notifier.QueryHandler]) and gives operators the failed ones
+// ([Notifier.ListFailed], [Notifier.Redeliver]).
 //
 // Notifier is safe for concurrent use by multiple goroutines; Run must not run twice at once.
 type Notifier struct {
@@ -325,9 +325,9 @@ func (n *Notifier) createSchema() string {
 // otherwise, once tx has committed, call [Notifier.Deliver] with the id to post it at once from
 // this process. What that attempt does not finish (a failure, a process that died first, no
 // Deliver call) the leader delivers: an unclaimed one from its next tick ([WithTick]), or within
-// 100 ms while the receiver has pending notifications; a claimed one after the claim's lease. Enqueuing a second notification with the receiver and
-// key of an existing one records nothing and returns the existing id: enqueuing is idempotent per
-// business key. An unknown receiver, an empty key, or a payload that is not JSON returns an error
+// 100 ms while the receiver has pending notifications; a claimed one after the claim's lease.
+// Enqueuing a second notification with the receiver and key of an existing one records nothing
+// and returns the existing id: enqueuing is idempotent per business key. An unknown receiver, an empty key, or a payload that is not JSON returns an error
 // wrapping [ErrInvalidNotification]; a payload, key or receiver name over its limit
 // ([MaxPayloadLen], [MaxKeyLen], [MaxReceiverLen]) one wrapping [ErrTooLarge] as well, before
 // anything is written; a nil tx one wrapping [ErrNilTx]. It blocks for one statement. The trace
@@ -401,7 +401,7 @@ select id, created_at, true from ins union all select id, created_at, false from
 	}
 	if inserted { // not an existing notification of the key: that one is not Do's to post
 		c.rows = append(c.rows, collected{enqueued: time.Now(), d: due{Delivery: Delivery{ID: id, Receiver: nt.Receiver,
-			Key: nt.Key, Payload: nt.Payload, CreatedAt: created}, trace: trace, attempt: 1}})
+			Key: nt.Key, Payload: append(json.RawMessage(nil), nt.Payload...), CreatedAt: created}, trace: trace, attempt: 1}})
 	}
 	return id, nil
 }
