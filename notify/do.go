@@ -17,9 +17,51 @@ import (
 
 // collector gathers the notifications Enqueue writes in Do's transaction.
 type collector struct {
-	n    *Notifier
-	tx   pgx.Tx
-	rows []collected
+	n          *Notifier
+	tx         *doTx // the transaction fn was given; nil once it has ended
+	rows       []collected
+	savepoints int // open: what Enqueue writes meanwhile may be rolled back without Do seeing it
+}
+
+// doTx is the transaction Do gives fn, and its savepoints (tx.Begin): they are counted, so that a
+// notification written while one is open — which rolling the savepoint back undoes, even when
+// written with the outer tx — is not collected: Enqueue writes it unclaimed, for Deliver or the
+// leader, and Do never posts a notification that was not committed.
+type doTx struct {
+	pgx.Tx
+	c      *collector
+	sp     bool // a savepoint of Do's transaction
+	closed bool
+}
+
+// Begin starts a savepoint, counted until it ends.
+func (t *doTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	sp, err := t.Tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.c.savepoints++
+	return &doTx{Tx: sp, c: t.c, sp: true}, nil
+}
+
+// Commit releases a savepoint (Do commits its transaction itself).
+func (t *doTx) Commit(ctx context.Context) error {
+	defer t.end()
+	return t.Tx.Commit(ctx)
+}
+
+// Rollback rolls back to a savepoint.
+func (t *doTx) Rollback(ctx context.Context) error {
+	defer t.end()
+	return t.Tx.Rollback(ctx)
+}
+
+// end counts a savepoint's end, once (pgx allows Rollback after Commit).
+func (t *doTx) end() {
+	if t.sp && !t.closed {
+		t.closed = true
+		t.c.savepoints--
+	}
 }
 
 // collected is a notification Enqueue wrote, claimed, in Do's transaction.
@@ -33,8 +75,8 @@ type collectorKey struct{}
 // collecting returns the collector of Do's transaction when Enqueue runs in it.
 func (n *Notifier) collecting(ctx context.Context, tx DBTX) *collector {
 	c, _ := ctx.Value(collectorKey{}).(*collector)
-	if c == nil || c.n != n || c.tx == nil || DBTX(c.tx) != tx {
-		return nil // another transaction (a savepoint too): its commit is not Do's to see
+	if c == nil || c.n != n || c.tx == nil || DBTX(c.tx) != tx || c.savepoints > 0 {
+		return nil // another transaction, or a savepoint open: its commit is not Do's to see
 	}
 	return c
 }
@@ -53,14 +95,16 @@ const postBudget = directLease / 2
 // ([Notifier.Flush]). A failed attempt is not Do's error: it is recorded, logged, and retried by
 // the leader on the schedule. What Do does not post — its ctx ended at the commit, the
 // transaction ran on more than 2.5 s after the Enqueue, the process died — the leader delivers
-// once the claim's lease (the call timeout + 5 s) has passed. Do blocks for the transaction and
-// the posts (each at most the call timeout); ctx scopes both.
+// once the claim's lease (the call timeout + 5 s) has passed. A notification enqueued while a
+// savepoint of tx (tx.Begin) is open is not Do's to post: Deliver or the leader posts it. Do
+// blocks for the transaction and the posts (each at most the call timeout); ctx scopes both.
 func (n *Notifier) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	c := &collector{n: n}
 	cctx := context.WithValue(ctx, collectorKey{}, c)
 	err := pgx.BeginFunc(ctx, n.pool, func(tx pgx.Tx) error {
-		c.tx = tx
-		return fn(cctx, tx)
+		dt := &doTx{Tx: tx, c: c}
+		c.tx = dt
+		return fn(cctx, dt)
 	})
 	c.tx = nil
 	if err != nil {

@@ -106,6 +106,62 @@ func TestIntegrationDoPostsAfterCommit(t *testing.T) {
 	}
 }
 
+// Savepoints: a notification enqueued while a savepoint is open — with the outer tx, too — is not
+// Do's to post, since rolling the savepoint back undoes it: one rolled back is never posted, one
+// whose savepoint was released is left to the leader (pending, unclaimed); what is enqueued once
+// the savepoints are closed Do posts.
+func TestIntegrationDoSavepoint(t *testing.T) {
+	w := newWorld(t)
+	n := w.notifier(w.receivers()) // no elector: nothing else delivers
+	enqueue := func(ctx context.Context, tx pgx.Tx, key string) (uuid.UUID, error) {
+		return n.Enqueue(ctx, tx, notify.Notification{Receiver: "shop", Key: key, Payload: json.RawMessage(`{"amount":1}`)})
+	}
+	var kept, after uuid.UUID
+	err := n.Do(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := enqueue(ctx, tx, "rolled-back"); err != nil { // the outer tx, inside the savepoint
+			return err
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			return err
+		}
+		if err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) (err error) {
+			kept, err = enqueue(ctx, sp, "released")
+			return err
+		}); err != nil {
+			return err
+		}
+		after, err = enqueue(ctx, tx, "after")
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if got := w.posts.Load(); got != 1 {
+		t.Fatalf("%d posts, want 1 (the one enqueued after the savepoints): a notification enqueued in a savepoint was posted", got)
+	}
+	if _, err := n.ByKey(t.Context(), "shop", "rolled-back"); !errors.Is(err, notify.ErrNotFound) {
+		t.Fatalf("the rolled back one: %v, want ErrNotFound", err)
+	}
+	if rec, err := n.Get(t.Context(), kept); err != nil || rec.Status != notify.StatusPending || rec.Attempts != 0 {
+		t.Fatalf("the released one: %+v, %v; want pending, not attempted (the leader's)", rec, err)
+	}
+	if err := n.Deliver(t.Context(), kept); err != nil { // unclaimed: Deliver can claim it
+		t.Fatalf("Deliver of the released one: %v", err)
+	}
+	if err := n.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []uuid.UUID{kept, after} {
+		if rec, err := n.Get(t.Context(), id); err != nil || rec.Status != notify.StatusDelivered || rec.Attempts != 1 {
+			t.Errorf("%s: %+v, %v; want delivered at attempt 1", id, rec, err)
+		}
+	}
+}
+
 // Do in two processes (two notifiers, each with its pool) and the leader ticking every 10 ms, all
 // at once, and a Deliver of each id from the other process once its Do has returned: each
 // notification is posted exactly once (counted at the receiver) and recorded delivered at attempt
