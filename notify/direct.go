@@ -58,7 +58,7 @@ func (n *Notifier) newGroups() {
 		defer cancel()
 		return make([]struct{}, len(rs)), n.record(ctx, fenceKey{}, rs, n.o.log)
 	}}
-	n.later = later{max: n.o.batch, flush: func(rs []result) {
+	n.later = later{max: n.o.batch, linger: recordLinger, kick: make(chan struct{}, 1), flush: func(rs []result) {
 		ctx, cancel := context.WithTimeout(context.Background(), directLease)
 		defer cancel()
 		if err := n.record(ctx, fenceKey{}, rs, n.o.log); err != nil {

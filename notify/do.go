@@ -158,16 +158,20 @@ func (n *Notifier) Flush(ctx context.Context) error {
 	return nil
 }
 
-// later records the results of Do's attempts off the callers' path: a result that finds no record
-// statement of Do's in flight starts a goroutine that sends it at once, alone; results that arrive
-// while one is in flight are sent together (up to max) when it ends, by the same goroutine, which
-// ends when nothing is left.
+// later records the results of Do's attempts off the callers' path, in shared statements: a
+// result that finds no goroutine of later running starts one, which waits up to linger for more
+// results (as the leader's recorder does: nobody waits for the record, and one statement and one
+// commit then serve the results of consecutive Do calls, even one client's) or until max are
+// queued or Flush waits, then sends what is queued, max at a time, and what arrives meanwhile,
+// and ends when nothing is left.
 type later struct {
-	max   int
-	flush func(rs []result) // its own bounded context; logs what it could not write
-	mu    sync.Mutex
-	queue []result
-	idle  chan struct{} // closed when the running goroutine ends; nil while none runs
+	max    int
+	linger time.Duration
+	flush  func(rs []result) // its own bounded context; logs what it could not write
+	kick   chan struct{}     // buffered 1: send what is queued now
+	mu     sync.Mutex
+	queue  []result
+	idle   chan struct{} // closed when the running goroutine ends; nil while none runs
 }
 
 func (l *later) add(r result) {
@@ -178,11 +182,28 @@ func (l *later) add(r result) {
 		l.idle = make(chan struct{})
 		go l.send(l.idle)
 	}
+	if len(l.queue) >= l.max {
+		l.hurry()
+	}
+}
+
+// hurry ends the running goroutine's linger.
+func (l *later) hurry() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
 }
 
 // send records the queue, a batch at a time, until it is empty.
 func (l *later) send(idle chan struct{}) {
 	defer close(idle)
+	linger := time.NewTimer(l.linger)
+	select {
+	case <-linger.C:
+	case <-l.kick:
+		linger.Stop()
+	}
 	for {
 		l.mu.Lock()
 		k := min(len(l.queue), l.max)
@@ -206,6 +227,7 @@ func (l *later) wait(ctx context.Context) error {
 	if idle == nil {
 		return nil
 	}
+	l.hurry()
 	select {
 	case <-idle:
 		return nil
