@@ -8,19 +8,17 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// attempt delivers d unless the receiver's breaker holds it back: while the circuit is open
-// nothing is sent; once the cool-down has passed one delivery goes through as a probe, and the
-// others wait for its outcome.
+// attempt delivers d unless the receiver's breaker f (a term's, or this process's for Deliver and
+// Do) holds it back: while the circuit is open nothing is sent; once the cool-down has passed one
+// delivery goes through as a probe, and the others wait for its outcome.
 func (n *Notifier) attempt(ctx context.Context, rcv Receiver, f *flight, d due) result {
 	wait := n.admit(f)
 	if wait > 0 {
 		n.metrics.attempts.WithLabelValues(attemptCircuitOpen).Inc()
-		n.done(f)
 		return result{id: d.ID, receiver: rcv.Name, skipped: wait}
 	}
 	r := n.deliver(ctx, rcv, d)
 	n.trip(trace.ContextWithSpanContext(ctx, r.span), f, r)
-	n.done(f)
 	return r
 }
 

@@ -3,12 +3,12 @@ package notify
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Deliver makes the first attempt of notification id at once, from this process: call it after
@@ -28,26 +28,17 @@ func (n *Notifier) Deliver(ctx context.Context, id uuid.UUID) error {
 	if err != nil || !ok {
 		return err
 	}
-	f := n.direct[d.Receiver]
-	rcv := n.receivers[d.Receiver]
-	if wait := n.admit(f); wait > 0 {
-		// Claimed but not to be sent now: due again when the breaker may let it through (the
-		// leader's own breaker decides then), without counting an attempt.
-		n.metrics.attempts.WithLabelValues(attemptCircuitOpen).Inc()
-		if _, err := n.records.do(result{id: id, receiver: d.Receiver, skipped: wait}); err != nil {
-			return fmt.Errorf("notify: deliver %s: hold back: %w", id, err)
-		}
-		return nil
-	}
-	r := n.deliver(ctx, rcv, d)
-	n.trip(trace.ContextWithSpanContext(ctx, r.span), f, r)
+	r := n.attempt(ctx, n.receivers[d.Receiver], n.direct[d.Receiver], d)
 	// Recorded as the leader records, without its fence: the claim made this attempt ours. The
 	// record does not end with the caller's ctx (it is bounded by the claim's lease): a post made
 	// and not recorded is posted again by the leader.
 	if _, err := n.records.do(r); err != nil {
+		if r.skipped > 0 {
+			return fmt.Errorf("notify: deliver %s: hold back: %w", id, err)
+		}
 		return fmt.Errorf("notify: deliver %s: record the attempt (the leader posts it again): %w", id, err)
 	}
-	if !r.ok {
+	if r.skipped == 0 && !r.ok {
 		return fmt.Errorf("notify: deliver %s to %s: attempt %d failed (the leader retries it on schedule): %s", id, d.Receiver, d.attempt, r.err)
 	}
 	return nil
@@ -58,13 +49,22 @@ func (n *Notifier) Deliver(ctx context.Context, id uuid.UUID) error {
 // Deliver's grouped statements.
 const directLease = 5 * time.Second
 
-// newGroups sets up the statements the Deliver calls of this process share: claims, records.
+// newGroups sets up the statements the Deliver calls of this process share — claims, records —
+// and the background records of Do's attempts.
 func (n *Notifier) newGroups() {
 	n.claims = &grouped[uuid.UUID, claimed]{max: n.o.batch, flush: n.claimBatch}
 	n.records = &grouped[result, struct{}]{max: n.o.batch, flush: func(rs []result) ([]struct{}, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), directLease)
 		defer cancel()
 		return make([]struct{}, len(rs)), n.record(ctx, fenceKey{}, rs, n.o.log)
+	}}
+	n.later = later{max: n.o.batch, linger: recordLinger, kick: make(chan struct{}, 1), flush: func(rs []result) {
+		ctx, cancel := context.WithTimeout(context.Background(), directLease)
+		defer cancel()
+		if err := n.record(ctx, fenceKey{}, rs, n.o.log); err != nil {
+			n.fails.Log(ctx, n.o.log, "record", slog.LevelWarn, "notify: recording attempts failed; those notifications will be sent again",
+				slog.Int("results", len(rs)), slog.Any("err", err))
+		}
 	}}
 }
 

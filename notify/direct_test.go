@@ -137,35 +137,15 @@ func TestIntegrationUndeliveredTakenWhilePending(t *testing.T) {
 // receiver) and recorded delivered at attempt 1.
 func TestIntegrationDeliverRacePostedOnce(t *testing.T) {
 	w := newWorld(t)
-	var mu sync.Mutex
-	posts := map[string]int{}
-	rcv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		posts[r.Header.Get(notify.HeaderID)]++
-		mu.Unlock()
-		_, _ = rw.Write([]byte("success"))
-	}))
-	t.Cleanup(rcv.Close)
-	rcvs := []notify.Receiver{{Name: "shop", URL: rcv.URL, Secrets: []string{secret}, Echo: "success", Concurrency: 8}}
-	leader := w.running("leader", rcvs, notify.WithTick("@every 10ms", 100))
-	a := w.notifier(rcvs)
-	other, err := pgxpool.New(t.Context(), os.Getenv(testenv.EnvPG)) // the second process's own pool
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(other.Close)
-	b, err := notify.New(other, rcvs, notify.WithTable(w.sender.Name, ""), notify.WithPlainHTTP(), notify.WithLogger(testenv.Logger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := w.newRace()
 	const total = 200
 	ids := make([]uuid.UUID, total)
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*total)
 	for i := range total {
-		nt := w.enqueue(a, "shop", fmt.Sprintf("order-%03d", i), i)
+		nt := w.enqueue(r.a, "shop", fmt.Sprintf("order-%03d", i), i)
 		ids[i] = nt.ID
-		for _, n := range []*notify.Notifier{a, b} {
+		for _, n := range []*notify.Notifier{r.a, r.b} {
 			wg.Go(func() {
 				if err := n.Deliver(t.Context(), nt.ID); err != nil {
 					errs <- err
@@ -178,26 +158,68 @@ func TestIntegrationDeliverRacePostedOnce(t *testing.T) {
 	for err := range errs {
 		t.Errorf("Deliver: %v", err)
 	}
-	var byLeader int
+	r.postedOnce(ids)
+	byLeader := int(r.leader.Stats().Delivered)
+	t.Logf("%d notifications: %d delivered by the leader, %d by a Deliver call (a, b: %d, %d)", total, byLeader, total-byLeader,
+		r.a.Stats().Delivered, r.b.Stats().Delivered)
+}
+
+// race is the set-up of the race tests: receiver "shop" counting the posts of each notification
+// (it acknowledges them all), its leader ticking every 10 ms, a notifier of this process (a) and
+// one of another (b, with a pool of its own).
+type race struct {
+	w            *world
+	leader, a, b *notify.Notifier
+	mu           sync.Mutex
+	posts        map[string]int // by notification id
+}
+
+func (w *world) newRace() *race {
+	r := &race{w: w, posts: map[string]int{}}
+	rcv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		r.posts[req.Header.Get(notify.HeaderID)]++
+		r.mu.Unlock()
+		_, _ = rw.Write([]byte("success"))
+	}))
+	w.t.Cleanup(rcv.Close)
+	rcvs := []notify.Receiver{{Name: "shop", URL: rcv.URL, Secrets: []string{secret}, Echo: "success", Concurrency: 8}}
+	r.leader = w.running("leader", rcvs, notify.WithTick("@every 10ms", 100))
+	r.a = w.notifier(rcvs)
+	other, err := pgxpool.New(w.t.Context(), os.Getenv(testenv.EnvPG)) // the second process's own pool
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(other.Close)
+	r.b, err = notify.New(other, rcvs, notify.WithTable(w.sender.Name, ""), notify.WithPlainHTTP(), notify.WithLogger(testenv.Logger(w.t)))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { flush(w.t, r.b) }) // b's records, before its pool closes
+	return r
+}
+
+// postedOnce checks that each of ids was delivered at attempt 1 and posted exactly once, and that
+// nothing else was posted.
+func (r *race) postedOnce(ids []uuid.UUID) {
+	t := r.w.t
+	t.Helper()
 	for _, id := range ids {
-		rec := w.waitStatus(leader, notify.Notification{ID: id}, notify.StatusDelivered, 15*time.Second)
+		rec := r.w.waitStatus(r.leader, notify.Notification{ID: id}, notify.StatusDelivered, 15*time.Second)
 		if rec.Attempts != 1 {
 			t.Errorf("%s delivered at attempt %d, want 1", id, rec.Attempts)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, id := range ids {
-		if got := posts[id.String()]; got != 1 {
+		if got := r.posts[id.String()]; got != 1 {
 			t.Errorf("%s posted %d times, want exactly 1", id, got)
 		}
 	}
-	if len(posts) != total {
-		t.Errorf("%d notifications posted, want %d", len(posts), total)
+	if len(r.posts) != len(ids) {
+		t.Errorf("%d notifications posted, want %d", len(r.posts), len(ids))
 	}
-	byLeader = int(leader.Stats().Delivered)
-	t.Logf("%d notifications: %d delivered by the leader, %d by a Deliver call (a, b: %d, %d)", total, byLeader, total-byLeader,
-		a.Stats().Delivered, b.Stats().Delivered)
 }
 
 // Deliver's breaker: after the breaker's failures in a row to one receiver, a Deliver call posts

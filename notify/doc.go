@@ -3,13 +3,15 @@
 // call their merchants back.
 //
 // The sender records a notification in its own transaction, next to the result it reports
-// ([Notifier.Enqueue]), and once that commits makes the first attempt at once ([Notifier.Deliver]):
-// a signed JSON [Delivery] POSTed from its own process. The elected leader ([Notifier.Run], under a
-// lock.Elector) makes the attempts that one did not (a failure, a process that died first) and
-// retries on a schedule ([DefaultSchedule]) until the receiver answers 2xx; then it is failed,
-// listed ([Notifier.ListFailed]) and redeliverable ([Notifier.Redeliver]). A notification's first
-// attempt is claimed before it is posted, so two processes never both post it; a process's
-// concurrent Deliver calls share their claims' and records' statements.
+// ([Notifier.Enqueue]), and once that commits makes the first attempt at once: a signed JSON
+// [Delivery] POSTed from its own process — by [Notifier.Do], which runs the transaction and posts
+// what it enqueued, or by [Notifier.Deliver] after a transaction of the caller's. The elected
+// leader ([Notifier.Run], under a lock.Elector) makes the attempts that one did not (a failure, a
+// process that died first) and retries on a schedule ([DefaultSchedule]) until the receiver
+// answers 2xx; then it is failed, listed ([Notifier.ListFailed]) and redeliverable
+// ([Notifier.Redeliver]). A notification's first attempt is claimed before it is posted (in Do's
+// transaction itself), so two processes never both post it; a process's concurrent calls share
+// their records' statements.
 // Delivery is at least once: the receiving side, package notify/inbox, verifies the signature, refuses replays
 // and applies each notification once, and its Reconcile asks the sender's query API
 // ([Notifier.QueryHandler], [Client]) for what it never got.
@@ -19,15 +21,11 @@
 //	_ = n.Migrate(ctx)
 //	go n.Run(ctx) // delivers on the leader only
 //	mux.Handle("GET /notifications", n.QueryHandler())
-//	var id uuid.UUID
-//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+//	err := n.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
 //		// ... record the recharge ...
-//		id, err = n.Enqueue(ctx, tx, notify.Notification{Receiver: "shop", Key: orderID, Payload: result})
+//		_, err := n.Enqueue(ctx, tx, notify.Notification{Receiver: "shop", Key: orderID, Payload: result})
 //		return err
-//	})
-//	if err == nil {
-//		_ = n.Deliver(ctx, id) // now; on failure the leader retries on schedule
-//	}
+//	}) // committed, then posted; on failure the leader retries on schedule
 //
 //	// The receiver:
 //	in, _ := inbox.New(pool, store, "shop", []string{secret}, apply)

@@ -30,3 +30,7 @@ func (n *Notifier) WakeForTest(ctx context.Context) error {
 	_, err := n.pool.Exec(ctx, `select pg_notify($1, '')`, n.channel)
 	return err
 }
+
+// PostAfterCommitForTest turns Do's posts after the commit on or off (default on): off, Do's
+// process behaves as one that died between its commit and its posts.
+func PostAfterCommitForTest(on bool) Option { return func(o *options) { o.postAfterCommit = on } }

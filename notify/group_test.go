@@ -1,7 +1,9 @@
 package notify
 
 import (
+	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -73,5 +75,54 @@ func TestGroupedSharesFlushes(t *testing.T) {
 	}
 	if g.busy || len(g.queue) != 0 {
 		t.Errorf("after the calls: busy %v, %d queued", g.busy, len(g.queue))
+	}
+}
+
+// Do's background records: a result waits for the linger (an hour here) until max are queued or
+// Flush waits; the results queued while a statement is in flight share the next ones (at most max
+// each); wait returns once they are all sent and the goroutine has ended.
+func TestLaterSharesRecords(t *testing.T) {
+	var mu sync.Mutex
+	var sizes []int
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	l := &later{max: 3, linger: time.Hour, kick: make(chan struct{}, 1), flush: func(rs []result) {
+		mu.Lock()
+		sizes = append(sizes, len(rs))
+		first := len(sizes) == 1
+		mu.Unlock()
+		if first {
+			entered <- struct{}{}
+			<-release // the first statement stays in flight while more results queue
+		}
+	}}
+	for range 3 { // the third fills a statement: sent without waiting for the linger
+		l.add(result{})
+	}
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("3 results (max) queued: nothing sent")
+	}
+	for range 4 {
+		l.add(result{})
+	}
+	close(release)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := l.wait(ctx); err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	l.add(result{}) // lone: lingers until wait hurries it
+	if err := l.wait(ctx); err != nil {
+		t.Fatalf("wait for a lone result: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []int{3, 3, 1, 1}; !slices.Equal(sizes, want) {
+		t.Errorf("statement sizes %v, want %v", sizes, want)
+	}
+	if l.idle != nil || len(l.queue) != 0 {
+		t.Errorf("after wait: a goroutine running (%v), %d queued", l.idle != nil, len(l.queue))
 	}
 }

@@ -158,6 +158,7 @@ func (w *world) notifier(rcvs []notify.Receiver, opts ...notify.Option) *notify.
 	if err := n.Migrate(w.t.Context()); err != nil {
 		w.t.Fatalf("Migrate: %v", err)
 	}
+	w.t.Cleanup(func() { flush(w.t, n) }) // Do's records, before the pool closes
 	return n
 }
 

@@ -57,8 +57,8 @@ type Receiver struct {
 	// delivery, as payment platforms require ("success"); anything else counts as a failure.
 	Echo string
 	// Concurrency bounds the leader's deliveries to this receiver in flight at once (default
-	// 4), so that a slow receiver never holds up the others; [Notifier.Deliver] posts in its
-	// caller's goroutine.
+	// 4), so that a slow receiver never holds up the others, and the posts of one [Notifier.Do]
+	// call; [Notifier.Deliver] posts in its caller's goroutine.
 	Concurrency int
 }
 
@@ -128,10 +128,11 @@ type Attempt struct {
 const tracerName = "github.com/txkit/txkit/notify"
 
 // Notifier records notifications in the caller's transactions ([Notifier.Enqueue]) and delivers
-// them by signed HTTP POST on a schedule ([Notifier.Run], on the elected leader only), until the
-// receiver acknowledges or the schedule runs out. It also answers receivers' queries
-// ([Notifier.QueryHandler]) and gives operators the failed ones ([Notifier.ListFailed],
-// [Notifier.Redeliver]).
+// them by signed HTTP POST — the first attempt from the enqueuing process after the commit
+// ([Notifier.Do], [Notifier.Deliver]), the others on a schedule ([Notifier.Run], on the elected
+// leader only) — until the receiver acknowledges or the schedule runs out. It also answers
+// receivers' queries ([Notifier.QueryHandler]) and gives operators the failed ones
+// ([Notifier.ListFailed], [Notifier.Redeliver]).
 //
 // Notifier is safe for concurrent use by multiple goroutines; Run must not run twice at once.
 type Notifier struct {
@@ -151,6 +152,7 @@ type Notifier struct {
 	direct    map[string]*flight           // Deliver's circuit breaker of each receiver, in this process
 	claims    *grouped[uuid.UUID, claimed] // Deliver's claims, shared by concurrent calls
 	records   *grouped[result, struct{}]   // Deliver's records, shared by concurrent calls
+	later     later                        // Do's records, sent in the background (do.go)
 	metrics   *metrics
 	tracer    trace.Tracer
 	fails     *obs.LogLimiter // the lines of failures retried at the next tick: one per obs.LogInterval
@@ -318,13 +320,14 @@ func (n *Notifier) createSchema() string {
 }
 
 // Enqueue records nt in tx — the caller's own transaction, so the notification exists if and only
-// if the result it reports was committed — and returns its id. Once tx has committed, call
-// [Notifier.Deliver] with the id to post it at once from this process; what that attempt does
-// not finish (a failure, a process that died first, no Deliver call) the leader delivers: an
-// unclaimed one from its next tick ([WithTick]), or within 100 ms while the receiver has
-// pending notifications. Enqueuing a second notification with the receiver and
-// key of an existing one records nothing and returns the existing id: enqueuing is idempotent per
-// business key. An unknown receiver, an empty key, or a payload that is not JSON returns an error
+// if the result it reports was committed — and returns its id. Given the ctx and tx of
+// [Notifier.Do]'s fn, it writes the notification claimed, and Do posts it after the commit;
+// otherwise, once tx has committed, call [Notifier.Deliver] with the id to post it at once from
+// this process. What that attempt does not finish (a failure, a process that died first, no
+// Deliver call) the leader delivers: an unclaimed one from its next tick ([WithTick]), or within
+// 100 ms while the receiver has pending notifications; a claimed one after the claim's lease.
+// Enqueuing a second notification with the receiver and key of an existing one records nothing
+// and returns the existing id: enqueuing is idempotent per business key. An unknown receiver, an empty key, or a payload that is not JSON returns an error
 // wrapping [ErrInvalidNotification]; a payload, key or receiver name over its limit
 // ([MaxPayloadLen], [MaxKeyLen], [MaxReceiverLen]) one wrapping [ErrTooLarge] as well, before
 // anything is written; a nil tx one wrapping [ErrNilTx]. It blocks for one statement. The trace
@@ -361,11 +364,29 @@ func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.
 			return uuid.Nil, fmt.Errorf("notify: enqueue: %w", err)
 		}
 	}
-	err := tx.QueryRow(ctx, `with ins as (
+	trace := obs.EncodeTrace(ctx)
+	c := n.collecting(ctx, tx)
+	var (
+		err      error
+		created  time.Time
+		inserted bool
+	)
+	if c == nil {
+		err = tx.QueryRow(ctx, `with ins as (
 	insert into `+n.table+` (id, receiver, key, payload, trace_context) values ($1, $2, $3, $4, nullif($5, ''))
 	on conflict (receiver, key) do nothing returning id)
 select id from ins union all select id from `+n.table+` where receiver = $2 and key = $3 limit 1`,
-		id, nt.Receiver, nt.Key, []byte(nt.Payload), obs.EncodeTrace(ctx)).Scan(&id)
+			id, nt.Receiver, nt.Key, []byte(nt.Payload), trace).Scan(&id)
+	} else {
+		// In Do's transaction: written claimed by this process, its due time past the post and
+		// its record (the lease Deliver's claim sets), for Do to post after the commit.
+		err = tx.QueryRow(ctx, `with ins as (
+	insert into `+n.table+` (id, receiver, key, payload, trace_context, claimed, next_attempt_at)
+	values ($1, $2, $3, $4, nullif($5, ''), true, clock_timestamp() + make_interval(secs => $6))
+	on conflict (receiver, key) do nothing returning id, created_at)
+select id, created_at, true from ins union all select id, created_at, false from `+n.table+` where receiver = $2 and key = $3 limit 1`,
+			id, nt.Receiver, nt.Key, []byte(nt.Payload), trace, (n.o.callTimeout+directLease).Seconds()).Scan(&id, &created, &inserted)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another transaction inserted this receiver and key while the statement ran: the insert
 		// waited for it to commit and did nothing, and the statement's snapshot, taken before,
@@ -377,6 +398,10 @@ select id from ins union all select id from `+n.table+` where receiver = $2 and 
 	}
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("notify: enqueue %s/%s: %w", nt.Receiver, nt.Key, err)
+	}
+	if inserted { // not an existing notification of the key: that one is not Do's to post
+		c.rows = append(c.rows, collected{enqueued: time.Now(), d: due{Delivery: Delivery{ID: id, Receiver: nt.Receiver,
+			Key: nt.Key, Payload: append(json.RawMessage(nil), nt.Payload...), CreatedAt: created}, trace: trace, attempt: 1}})
 	}
 	return id, nil
 }

@@ -53,6 +53,7 @@ type options struct {
 	parts             int                  // WithPartitions
 	partElectors      func(p int) (lock.Elector, error)
 	members           leader.Membership
+	postAfterCommit   bool // Do posts what it enqueued (off only in tests: a process that died after its commit)
 }
 
 func defaultOptions() options {
@@ -61,7 +62,7 @@ func defaultOptions() options {
 		tick: "@every 1s", batch: 100, callTimeout: 10 * time.Second,
 		breakerFailures: 5, breakerCooldown: time.Minute, client: newHTTPClient(),
 		retention: 30 * 24 * time.Hour, retentionSpec: "@every 10m", concurrencyPerRcv: 4,
-		metricReceivers: 50, parts: 1,
+		metricReceivers: 50, parts: 1, postAfterCommit: true,
 	}
 }
 
@@ -96,7 +97,7 @@ func WithSchedule(delays []time.Duration, jitter float64) Option {
 // 1s"; a sub-second "@every 200ms" is kept as written) and how many due notifications of one
 // receiver it takes at once — and holds, queued or in flight, at most — which is also how many
 // results one statement records (default 100). A notification redelivered in this database also
-// wakes the leader at once (LISTEN/NOTIFY); an enqueued one is the enqueuer's to [Notifier.Deliver],
+// wakes the leader at once (LISTEN/NOTIFY); an enqueued one is the enqueuer's to post ([Notifier.Do], [Notifier.Deliver]),
 // and the leader's — if nobody claims it — from its next tick, or within 100 ms (the tick if
 // shorter) while the receiver has pending notifications.
 func WithTick(spec string, batch int) Option {
@@ -106,7 +107,8 @@ func WithTick(spec string, batch int) Option {
 // WithBreaker sets the circuit breaker: after failures consecutive failed deliveries to one
 // receiver (default 5), none is sent to it for cooldown (default 1m); then one at a time until one
 // succeeds. The attempts the breaker holds back are not counted against the schedule. Each
-// process's [Notifier.Deliver] calls have a breaker of their own per receiver, with these settings.
+// process's [Notifier.Do] and [Notifier.Deliver] calls share a breaker of their own per receiver,
+// with these settings.
 func WithBreaker(failures int, cooldown time.Duration) Option {
 	return func(o *options) { o.breakerFailures, o.breakerCooldown = failures, cooldown }
 }

@@ -176,10 +176,19 @@ func (n *Notifier) writeAttempts(ctx context.Context, fk fenceKey, batch []resul
 	for i, d := range n.o.schedule {
 		sched[i] = d.Seconds()
 	}
+	// Deliver's and Do's records (no fence: their claim made the attempts theirs) are commits that
+	// do not wait for their WAL flush (synchronous_commit off for the statement's own transaction,
+	// set in its first CTE), which the next synchronous commit makes: a record lost in a crash
+	// leaves its notification claimed and pending, and the leader posts it again after the lease,
+	// as when the process dies before its record.
+	async, gate := "", ""
+	if fk.resource == "" {
+		async, gate = `async as (select set_config('synchronous_commit', 'off', true)),`, ` where (select true from async)`
+	}
 	// The statement returns the delivered ones as a count and the others one by one (to log).
 	err = n.fenced(ctx, fk, func(tx DBTX) error {
-		rows, err := tx.Query(ctx, `with r as (
-	select * from unnest($1::uuid[], $2::bool[], $3::int[], $4::float8[], $5::text[]) as r(id, ok, code, lat, err)),
+		rows, err := tx.Query(ctx, `with `+async+` r as (
+	select * from unnest($1::uuid[], $2::bool[], $3::int[], $4::float8[], $5::text[]) as r(id, ok, code, lat, err)`+gate+`),
 u as (
 	update `+n.table+` t set attempts = t.attempts + 1, tries = t.tries + 1, last_status = nullif(r.code, 0), updated_at = now(),
 		last_error = case when r.ok then null else r.err end,

@@ -18,7 +18,7 @@ import (
 )
 
 // Run delivers, while this notifier leads the election of [WithElector], every pending
-// notification whose attempt is due — those [Notifier.Deliver] did not attempt, or whose attempt
+// notification whose attempt is due — those [Notifier.Do] or [Notifier.Deliver] did not attempt, or whose attempt
 // failed: woken by the cron tick ([WithTick]), by NOTIFY from [Notifier.Redeliver] and, while
 // notifications are pending, every 100 ms to look for ones nobody claimed, it takes
 // (and claims, when no Deliver call has) due notifications of each receiver — no more than the receiver's
@@ -31,7 +31,8 @@ import (
 // (internal/leader): it passes the fence on taking the lead, and pauses 1 s after being fenced out
 // before it campaigns again.
 //
-// Run blocks until ctx ends, then returns nil after every goroutine it started has exited. It
+// Run blocks until ctx ends, then returns nil after every goroutine it started has exited and the
+// attempts [Notifier.Do] made are recorded ([Notifier.Flush]). It
 // returns an error wrapping [ErrInvalidOption] without an elector, [ErrRunning] when another Run
 // is running, one wrapping lock.ErrClosed when the elector's session is closed, and one naming
 // Fence.Migrate when the fence table does not exist.
@@ -46,7 +47,9 @@ func (n *Notifier) Run(ctx context.Context) error {
 	if err := n.checkPartitions(ctx); err != nil {
 		return err
 	}
-	return n.job.Run(ctx)
+	err := n.job.Run(ctx)
+	_ = n.later.wait(context.WithoutCancel(ctx)) // Do's records in flight: each bounded by the lease
+	return err
 }
 
 // newJob returns the leader job that runs [Notifier.lead] — a leader.Shards with WithPartitions —
@@ -195,7 +198,9 @@ func (n *Notifier) work(ctx context.Context, t *leader.Term, rcv Receiver, f *fl
 			if t.Yielding() {
 				return // taken, not posted: still due for the next leader
 			}
-			results <- n.attempt(ctx, rcv, f, d)
+			r := n.attempt(ctx, rcv, f, d)
+			n.done(f)
+			results <- r
 		}
 	}
 }

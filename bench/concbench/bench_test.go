@@ -771,7 +771,8 @@ func notifyRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, boo
 	}
 	txkit := func(ctx context.Context, _ int) error {
 		var id uuid.UUID
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// Do posts the notification from this process right after the commit.
+		if err := n.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			key := uuid.Must(uuid.NewV7())
 			if err := order(ctx, tx, key); err != nil {
 				return err
@@ -781,9 +782,6 @@ func notifyRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, boo
 			w.Expect(id.String())
 			return err
 		}); err != nil {
-			return err
-		}
-		if err := n.Deliver(ctx, id); err != nil { // the first attempt, from this process, after the commit
 			return err
 		}
 		return w.Wait(ctx, id.String(), waitFor)
@@ -818,11 +816,10 @@ func notifyRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, boo
 		}
 		return nil
 	}
+	// The business row and the notification, claimed, in one transaction; then the record.
 	script := "begin;\ninsert into cb_log (id, status) values (gen_random_uuid(), 'order') returning id as gid \\gset\n" +
-		"insert into cb_item values (:gid, 'notification', 'pending');\ncommit;\n" +
-		"update cb_item set status = 'delivering' where id = :gid and name = 'notification';\n" +
-		"begin;\nupdate cb_item set status = 'delivered' where id = :gid and name = 'notification';\n" +
-		"insert into cb_barrier values (:gid, 'attempt', '1');\ncommit;\n"
+		"insert into cb_item values (:gid, 'notification', 'claimed');\ncommit;\n" +
+		"update cb_item set status = 'delivered' where id = :gid and name = 'notification';\n"
 	return txkit, bare, script, false
 }
 

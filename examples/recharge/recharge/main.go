@@ -32,7 +32,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -93,12 +92,11 @@ func main() {
 }
 
 type service struct {
-	pool       *pgxpool.Pool
-	n          *notify.Notifier
-	el         lock.Elector
-	id         string
-	log        *slog.Logger
-	delivering sync.WaitGroup // the first attempts (Deliver) under way
+	pool *pgxpool.Pool
+	n    *notify.Notifier
+	el   lock.Elector
+	id   string
+	log  *slog.Logger
 }
 
 func run(ctx context.Context, c config, log *slog.Logger) error {
@@ -178,7 +176,9 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	log.Info("recharge service running", "schema", c.schema, "election", election, "account", c.account,
 		"schedule", c.schedule, "drop", c.drop, "drop_rate", c.dropRate, "slow_first", c.slowFirst, "slow", c.slow)
 	err = g.Wait()
-	s.delivering.Wait()
+	fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = n.Flush(fctx) // the records of the last answers' first attempts, before the pool closes
 	return err
 }
 
@@ -199,9 +199,11 @@ func (s *service) recharge(w http.ResponseWriter, r *http.Request) {
 	}
 	var id uuid.UUID
 	errConflict := errors.New("recharged before with another account or amount")
-	// The recharge and its notification commit together, or neither does.
-	err = pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(r.Context(), `insert into recharges (order_id, account, amount) values ($1, $2, $3) on conflict do nothing`,
+	// The recharge and its notification commit together, or neither does; once they have, Do
+	// makes the first attempt at once, from this process, before it returns (at most the call
+	// timeout); what it does not finish (a failure, this process dying) the leader does.
+	err = s.n.Do(r.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `insert into recharges (order_id, account, amount) values ($1, $2, $3) on conflict do nothing`,
 			req.Order, req.Account, req.Amount)
 		if err != nil {
 			return err
@@ -209,14 +211,14 @@ func (s *service) recharge(w http.ResponseWriter, r *http.Request) {
 		if tag.RowsAffected() == 0 { // recharged before: the same request again, or a conflicting one
 			var account string
 			var amount int64
-			if err := tx.QueryRow(r.Context(), `select account, amount from recharges where order_id = $1`, req.Order).Scan(&account, &amount); err != nil {
+			if err := tx.QueryRow(ctx, `select account, amount from recharges where order_id = $1`, req.Order).Scan(&account, &amount); err != nil {
 				return err
 			}
 			if account != req.Account || amount != req.Amount {
 				return errConflict
 			}
 		}
-		id, err = s.n.Enqueue(r.Context(), tx, notify.Notification{Receiver: app.Receiver, Key: req.Order, Payload: payload})
+		id, err = s.n.Enqueue(ctx, tx, notify.Notification{Receiver: app.Receiver, Key: req.Order, Payload: payload})
 		return err
 	})
 	switch {
@@ -225,14 +227,6 @@ func (s *service) recharge(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		exapp.Fail(w, s.log, http.StatusInternalServerError, "recharge failed", err, "order", req.Order)
 	default:
-		// The first attempt at once, from this process, now that the transaction has committed,
-		// without holding the answer; what it does not finish (a failure, this process dying)
-		// the leader does.
-		s.delivering.Go(func() {
-			if err := s.n.Deliver(context.WithoutCancel(r.Context()), id); err != nil {
-				s.log.Info("first attempt failed; the leader retries it on schedule", "order", req.Order, "err", err)
-			}
-		})
 		exapp.WriteJSON(w, http.StatusOK, app.Answer{Order: req.Order, Status: "recharged", Notification: id.String()})
 	}
 }

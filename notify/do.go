@@ -1,0 +1,237 @@
+package notify
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Posting from Do (docs/notify.md, "Posting right after the commit"): Enqueue, given Do's ctx and
+// tx, writes the notification already claimed by this process — its due time past the lease, as
+// Deliver's claim sets it — and the collector keeps what the post needs, so that once the
+// transaction has committed Do posts each notification with no statement before the post. The
+// attempts are recorded off the caller's path (later): Flush and Run's exit wait for them.
+
+// collector gathers the notifications Enqueue writes in Do's transaction.
+type collector struct {
+	n          *Notifier
+	tx         *doTx // the transaction fn was given; nil once it has ended
+	rows       []collected
+	savepoints int // open: what Enqueue writes meanwhile may be rolled back without Do seeing it
+}
+
+// doTx is the transaction Do gives fn, and its savepoints (tx.Begin): they are counted, so that a
+// notification written while one is open — which rolling the savepoint back undoes, even when
+// written with the outer tx — is not collected: Enqueue writes it unclaimed, for Deliver or the
+// leader, and Do never posts a notification that was not committed.
+type doTx struct {
+	pgx.Tx
+	c      *collector
+	sp     bool // a savepoint of Do's transaction
+	closed bool
+}
+
+// Begin starts a savepoint, counted until it ends.
+func (t *doTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	sp, err := t.Tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.c.savepoints++
+	return &doTx{Tx: sp, c: t.c, sp: true}, nil
+}
+
+// Commit releases a savepoint (Do commits its transaction itself).
+func (t *doTx) Commit(ctx context.Context) error {
+	defer t.end()
+	return t.Tx.Commit(ctx)
+}
+
+// Rollback rolls back to a savepoint.
+func (t *doTx) Rollback(ctx context.Context) error {
+	defer t.end()
+	return t.Tx.Rollback(ctx)
+}
+
+// end counts a savepoint's end, once (pgx allows Rollback after Commit).
+func (t *doTx) end() {
+	if t.sp && !t.closed {
+		t.closed = true
+		t.c.savepoints--
+	}
+}
+
+// collected is a notification Enqueue wrote, claimed, in Do's transaction.
+type collected struct {
+	d        due
+	enqueued time.Time // when Enqueue wrote it: its lease runs from then
+}
+
+type collectorKey struct{}
+
+// collecting returns the collector of Do's transaction when Enqueue runs in it.
+func (n *Notifier) collecting(ctx context.Context, tx DBTX) *collector {
+	c, _ := ctx.Value(collectorKey{}).(*collector)
+	if c == nil || c.n != n || c.tx == nil || DBTX(c.tx) != tx || c.savepoints > 0 {
+		return nil // another transaction, or a savepoint open: its commit is not Do's to see
+	}
+	return c
+}
+
+// postBudget is how long after its Enqueue a notification Do collected may still be posted by Do:
+// the post (at most the call timeout) then ends at least directLease-postBudget before the claim's
+// lease does, which leaves its record the time to land. A notification whose transaction went on
+// longer is left to the leader, which takes it when the lease has passed.
+const postBudget = directLease / 2
+
+// Do runs fn in a transaction on the notifier's pool and commits it when fn returns nil (rolls it
+// back otherwise, and returns fn's error, wrapped). The notifications fn enqueues with
+// [Notifier.Enqueue], given fn's ctx and tx, are posted from this process right after the commit,
+// before Do returns (several at once, at most a receiver's Concurrency at a time), with no claim
+// statement: Enqueue writes them claimed. The attempts are recorded in the background
+// ([Notifier.Flush]). A failed attempt is not Do's error: it is recorded, logged, and retried by
+// the leader on the schedule. What Do does not post — its ctx ended at the commit, the
+// transaction ran on more than 2.5 s after the Enqueue, the process died — the leader delivers
+// once the claim's lease (the call timeout + 5 s) has passed. A notification enqueued while a
+// savepoint of tx (tx.Begin) is open is not Do's to post: Deliver or the leader posts it. Do
+// blocks for the transaction and the posts (each at most the call timeout); ctx scopes both.
+func (n *Notifier) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	c := &collector{n: n}
+	cctx := context.WithValue(ctx, collectorKey{}, c)
+	err := pgx.BeginFunc(ctx, n.pool, func(tx pgx.Tx) error {
+		dt := &doTx{Tx: tx, c: c}
+		c.tx = dt
+		return fn(cctx, dt)
+	})
+	c.tx = nil
+	if err != nil {
+		return fmt.Errorf("notify: transaction on %s: %w", n.name, err)
+	}
+	if len(c.rows) == 0 || !n.o.postAfterCommit || ctx.Err() != nil {
+		return nil
+	}
+	now := time.Now()
+	posts := c.rows[:0]
+	for _, r := range c.rows {
+		if now.Sub(r.enqueued) <= postBudget {
+			posts = append(posts, r)
+		}
+	}
+	if len(posts) == 1 {
+		n.first(ctx, posts[0].d)
+		return nil
+	}
+	var wg sync.WaitGroup
+	slots := map[string]chan struct{}{}
+	for _, p := range posts {
+		slot := slots[p.d.Receiver]
+		if slot == nil {
+			slot = make(chan struct{}, n.receivers[p.d.Receiver].Concurrency)
+			slots[p.d.Receiver] = slot
+		}
+		slot <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slot }()
+			n.first(ctx, p.d)
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// first makes the first attempt of d, a notification Do wrote claimed, and hands its result to the
+// background records.
+func (n *Notifier) first(ctx context.Context, d due) {
+	n.later.add(n.attempt(ctx, n.receivers[d.Receiver], n.direct[d.Receiver], d))
+}
+
+// Flush waits until the attempts [Notifier.Do] made so far are recorded, or ctx ends (then it
+// returns ctx's error). A record is bounded by the claim's lease; an attempt not recorded is
+// posted again by the leader. [Notifier.Run] waits for them too before it returns.
+func (n *Notifier) Flush(ctx context.Context) error {
+	if err := n.later.wait(ctx); err != nil {
+		return fmt.Errorf("notify: flush %s: %w", n.name, err)
+	}
+	return nil
+}
+
+// later records the results of Do's attempts off the callers' path, in shared statements: a
+// result that finds no goroutine of later running starts one, which waits up to linger for more
+// results (as the leader's recorder does: nobody waits for the record, and one statement and one
+// commit then serve the results of consecutive Do calls, even one client's) or until max are
+// queued or Flush waits, then sends what is queued, max at a time, and what arrives meanwhile,
+// and ends when nothing is left.
+type later struct {
+	max    int
+	linger time.Duration
+	flush  func(rs []result) // its own bounded context; logs what it could not write
+	kick   chan struct{}     // buffered 1: send what is queued now
+	mu     sync.Mutex
+	queue  []result
+	idle   chan struct{} // closed when the running goroutine ends; nil while none runs
+}
+
+func (l *later) add(r result) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.queue = append(l.queue, r)
+	if l.idle == nil {
+		l.idle = make(chan struct{})
+		go l.send(l.idle)
+	}
+	if len(l.queue) >= l.max {
+		l.hurry()
+	}
+}
+
+// hurry ends the running goroutine's linger.
+func (l *later) hurry() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// send records the queue, a batch at a time, until it is empty.
+func (l *later) send(idle chan struct{}) {
+	defer close(idle)
+	linger := time.NewTimer(l.linger)
+	select {
+	case <-linger.C:
+	case <-l.kick:
+		linger.Stop()
+	}
+	for {
+		l.mu.Lock()
+		k := min(len(l.queue), l.max)
+		if k == 0 {
+			l.idle = nil
+			l.mu.Unlock()
+			return
+		}
+		batch := l.queue[:k:k]
+		l.queue = append([]result(nil), l.queue[k:]...)
+		l.mu.Unlock()
+		l.flush(batch)
+	}
+}
+
+// wait returns once the results added so far are recorded (or could not be), or ctx's error.
+func (l *later) wait(ctx context.Context) error {
+	l.mu.Lock()
+	idle := l.idle
+	l.mu.Unlock()
+	if idle == nil {
+		return nil
+	}
+	l.hurry()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
