@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/txkit/txkit/internal/pgutil"
 )
 
 // Posting from Do (docs/notify.md, "Posting right after the commit"): Enqueue, given Do's ctx and
@@ -17,51 +19,9 @@ import (
 
 // collector gathers the notifications Enqueue writes in Do's transaction.
 type collector struct {
-	n          *Notifier
-	tx         *doTx // the transaction fn was given; nil once it has ended
-	rows       []collected
-	savepoints int // open: what Enqueue writes meanwhile may be rolled back without Do seeing it
-}
-
-// doTx is the transaction Do gives fn, and its savepoints (tx.Begin): they are counted, so that a
-// notification written while one is open — which rolling the savepoint back undoes, even when
-// written with the outer tx — is not collected: Enqueue writes it unclaimed, for Deliver or the
-// leader, and Do never posts a notification that was not committed.
-type doTx struct {
-	pgx.Tx
-	c      *collector
-	sp     bool // a savepoint of Do's transaction
-	closed bool
-}
-
-// Begin starts a savepoint, counted until it ends.
-func (t *doTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	sp, err := t.Tx.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	t.c.savepoints++
-	return &doTx{Tx: sp, c: t.c, sp: true}, nil
-}
-
-// Commit releases a savepoint (Do commits its transaction itself).
-func (t *doTx) Commit(ctx context.Context) error {
-	defer t.end()
-	return t.Tx.Commit(ctx)
-}
-
-// Rollback rolls back to a savepoint.
-func (t *doTx) Rollback(ctx context.Context) error {
-	defer t.end()
-	return t.Tx.Rollback(ctx)
-}
-
-// end counts a savepoint's end, once (pgx allows Rollback after Commit).
-func (t *doTx) end() {
-	if t.sp && !t.closed {
-		t.closed = true
-		t.c.savepoints--
-	}
+	n    *Notifier
+	tx   *pgutil.SavepointTx // the transaction fn was given; nil once it has ended
+	rows []collected
 }
 
 // collected is a notification Enqueue wrote, claimed, in Do's transaction.
@@ -75,7 +35,7 @@ type collectorKey struct{}
 // collecting returns the collector of Do's transaction when Enqueue runs in it.
 func (n *Notifier) collecting(ctx context.Context, tx DBTX) *collector {
 	c, _ := ctx.Value(collectorKey{}).(*collector)
-	if c == nil || c.n != n || c.tx == nil || DBTX(c.tx) != tx || c.savepoints > 0 {
+	if c == nil || c.n != n || c.tx == nil || DBTX(c.tx) != tx || c.tx.InSavepoint() {
 		return nil // another transaction, or a savepoint open: its commit is not Do's to see
 	}
 	return c
@@ -101,11 +61,12 @@ const postBudget = directLease / 2
 func (n *Notifier) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	c := &collector{n: n}
 	cctx := context.WithValue(ctx, collectorKey{}, c)
-	err := pgx.BeginFunc(ctx, n.pool, func(tx pgx.Tx) error {
-		dt := &doTx{Tx: tx, c: c}
-		c.tx = dt
-		return fn(cctx, dt)
-	})
+	// The transaction's begin rides with fn's first statement (pgutil.LazyTx). Its savepoints are
+	// counted: a notification written while one is open — which rolling the savepoint back undoes,
+	// even when written with the outer tx — is not collected; Enqueue writes it unclaimed, for
+	// Deliver or the leader, and Do never posts a notification that was not committed.
+	c.tx = pgutil.TrackSavepoints(pgutil.NewLazyTx(n.pool))
+	err := pgutil.RunTx(ctx, c.tx, func() error { return fn(cctx, c.tx) })
 	c.tx = nil
 	if err != nil {
 		return fmt.Errorf("notify: transaction on %s: %w", n.name, err)

@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -32,7 +31,7 @@ type handed struct {
 // collector gathers the rows Enqueue writes in Do's transaction.
 type collector struct {
 	ob   *Outbox
-	tx   pgx.Tx // Do's transaction; nil once it has ended
+	tx   *pgutil.SavepointTx // Do's transaction; nil once it has ended
 	rows []handed
 }
 
@@ -41,8 +40,8 @@ type collectorKey struct{}
 // collecting returns the collector of Do's transaction when Enqueue runs in it.
 func (ob *Outbox) collecting(ctx context.Context, tx DBTX) *collector {
 	c, _ := ctx.Value(collectorKey{}).(*collector)
-	if c == nil || c.ob != ob || c.tx == nil || DBTX(c.tx) != tx {
-		return nil // another transaction (a savepoint too): its commit is not Do's to see
+	if c == nil || c.ob != ob || c.tx == nil || DBTX(c.tx) != tx || c.tx.InSavepoint() {
+		return nil // another transaction, or a savepoint open: its commit is not Do's to see
 	}
 	return c
 }
@@ -54,14 +53,15 @@ func (ob *Outbox) collecting(ctx context.Context, tx DBTX) *collector {
 // leader is woken. They need no NOTIFY in the transaction, so concurrent commits do not queue on
 // PostgreSQL's notification lock. A process that dies between the commit and the hand-over loses
 // nothing: the leader's next poll reads the rows. The transaction's begin goes out with fn's first
-// statement that has arguments, costing no round trip of its own. Do blocks for the transaction;
-// ctx scopes it.
+// statement that has arguments, costing no round trip of its own. A message enqueued while a
+// savepoint of tx (tx.Begin) is open is not handed over: the leader's poll reads it if it
+// committed. Do blocks for the transaction; ctx scopes it.
 func (ob *Outbox) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	// The transaction's begin rides with fn's first statement (pgutil.LazyTx): no round trip of
 	// its own.
-	tx := pgutil.NewLazyTx(ob.pool)
+	tx := pgutil.TrackSavepoints(pgutil.NewLazyTx(ob.pool))
 	c := &collector{ob: ob, tx: tx}
-	err := runTx(ctx, tx, func() error { return fn(context.WithValue(ctx, collectorKey{}, c), tx) })
+	err := pgutil.RunTx(ctx, tx, func() error { return fn(context.WithValue(ctx, collectorKey{}, c), tx) })
 	c.tx = nil
 	if err != nil {
 		return fmt.Errorf("outbox: transaction on %s: %w", ob.name, err)
@@ -70,21 +70,6 @@ func (ob *Outbox) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 		ob.handOff(ctx, c.rows)
 	}
 	return nil
-}
-
-// runTx runs fn and commits tx when it returns nil, as pgx.BeginFunc does: rolled back (with ctx)
-// on an error or a panic.
-func runTx(ctx context.Context, tx pgx.Tx, fn func() error) (err error) {
-	defer func() {
-		if rerr := tx.Rollback(ctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) {
-			err = rerr
-		}
-	}()
-	if err := fn(); err != nil {
-		_ = tx.Rollback(ctx) // fn's error is the one to return
-		return err
-	}
-	return tx.Commit(ctx)
 }
 
 // addRelay and removeRelay keep the relays running in this process, which Do hands rows to.

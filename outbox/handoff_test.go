@@ -89,6 +89,42 @@ func TestIntegrationDoHandsOverWithoutReading(t *testing.T) {
 	}
 }
 
+// TestIntegrationDoSavepointNotHanded: a message enqueued with Do's tx while a savepoint of it is
+// open is not handed over: rolled back with the savepoint, it is never published; released, it
+// is published from the table like any other. Before Do counted savepoints, the rolled-back one
+// was handed over and published though its row never committed.
+func TestIntegrationDoSavepointNotHanded(t *testing.T) {
+	e := newRelayEnv(t)
+	rec, _ := e.leadingRelay(t, "@every 200ms")
+	enqueue := func(ctx context.Context, tx pgx.Tx, body string) error {
+		_, err := e.ob.Enqueue(ctx, tx, outbox.Message{Topic: e.topic, Body: []byte(body)})
+		return err
+	}
+	err := e.ob.Do(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if err := enqueue(ctx, tx, "rolled-back"); err != nil { // the outer tx, inside the savepoint
+			return err
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			return err
+		}
+		if err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { return enqueue(ctx, tx, "released") }); err != nil {
+			return err
+		}
+		return enqueue(ctx, tx, "after")
+	})
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	e.waitEmpty(t, 30*time.Second)
+	if got := rec.sent(); !sameSet(got, []string{"released", "after"}) {
+		t.Fatalf("published %q, want released and after (the rolled-back message never committed)", got)
+	}
+}
+
 // TestIntegrationDoWakesLeaderElsewhere: Do in a process whose relay does not lead (here: has
 // none) wakes the leader with a NOTIFY after its commit; the leader's poll is an hour away.
 func TestIntegrationDoWakesLeaderElsewhere(t *testing.T) {
