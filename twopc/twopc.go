@@ -157,6 +157,13 @@ func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Co
 		return fmt.Errorf("twopc: enlist %q in %s: prepared transaction id takes %d bytes, more than %d: %w",
 			db, g.gid, n, prepared.MaxID, coordinator.ErrInvalidBranch)
 	}
+	if g.c.o.votes {
+		// The vote table, made on first use: a role that may not create it learns so here,
+		// before any work (WithVoteMarkers).
+		if err := g.c.ensureVotes(ctx, d); err != nil {
+			return fmt.Errorf("twopc: enlist %q in %s: %w", db, g.gid, err)
+		}
+	}
 	br := &branch{rec: core.Branch{Name: db, Target: d.Target}}
 	if err := g.reserve(br); err != nil {
 		return err
