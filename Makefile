@@ -135,10 +135,11 @@ drill-workflow: up ## workflow failover drill: the drill-tcc load and kills (200
 transfer: up ## run the transfer example (two-phase commit between txkit_east and txkit_west) end to end
 	@$(WITH_ENV) $(GO) run ./drills/transfer
 
-# VOTES=1 runs the banks with twopc.WithVoteMarkers (make drill-2pc VOTES=1).
+# The banks commit with vote markers (twopc.WithVoteMarkers, the default); VOTES=0 runs them with the
+# decision written between the phases instead (make drill-2pc VOTES=0).
 VOTES ?=
 drill-2pc: up ## 2PC failover drill: 3 bank coordinators, 2000 transfers, leader SIGKILLs between the phases
-	@$(WITH_ENV) $(GO) run ./drills/transfer -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s $(if $(VOTES),-votes)
+	@$(WITH_ENV) $(GO) run ./drills/transfer -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s $(if $(VOTES),-votes=$(VOTES))
 
 drill-3pc: up ## 2PC vs 3PC on the transfer drill: blocking after leader SIGKILLs (p50/p99), partition anomalies (textbook vs consult-log)
 	@$(WITH_ENV) $(GO) run ./drills/transfer -compare -drill -instances 3 -transfers 2000 -rate 40 -concurrency 16 -kills 8 -pause-rate 0.2 -pause 1s -partitions 5 -timeout 15m
@@ -159,7 +160,7 @@ drill-pg-failover: up ## PostgreSQL failover drill: the HA primary SIGKILLed twi
 	$(GO) run ./drills/register-points -users 3000 -rate 25 -pg "$$TXKIT_PG_HA_URL" -pg-failovers 3 -pg-cut && \
 	for m in tcc saga; do echo "== tcc-order -mode $$m on the HA PostgreSQL, 2 primary kills and a cut"; \
 	  $(GO) run ./drills/tcc-order -mode $$m -orders 3000 $(PG_DRILL) || exit 1; done && \
-	for v in "" -votes; do echo "== transfer $$v on the HA PostgreSQL, 2 primary kills and a cut"; \
+	for v in -votes=false -votes; do echo "== transfer $$v on the HA PostgreSQL, 2 primary kills and a cut"; \
 	  $(GO) run ./drills/transfer $$v -transfers 3000 $(PG_DRILL) || exit 1; done && \
 	echo "== transfer -votes with ASYNCHRONOUS replication (-pg-async: Patroni synchronous_mode off), 2 primary kills and a cut" && \
 	{ $(GO) run ./drills/transfer -votes -transfers 3000 $(PG_DRILL) -pg-async || echo "asynchronous replication: the invariants above broke (see the report)"; }
@@ -189,8 +190,9 @@ CONCBENCH_PGBENCH ?= 1s
 CONCBENCH_RUN ?= ^BenchmarkConcurrency$$
 # CONCBENCH_GROUP (a window; 0: off) and CONCBENCH_DEFER (1 or 0) give the tcc, saga and 2pc
 # coordinators coordinator.WithGroupCommit(window) and coordinator.WithDeferredFinish(on or off),
-# CONCBENCH_VOTES=1 the 2pc coordinator twopc.WithVoteMarkers; unset, their defaults (group commit
-# 2ms, deferred finish on; CONCBENCH_GROUP=0 CONCBENCH_DEFER=0 measures both off).
+# CONCBENCH_VOTES=1 or 0 the 2pc coordinator twopc.WithVoteMarkers(on or off); unset, their
+# defaults (group commit 2ms, deferred finish on, vote markers on; CONCBENCH_GROUP=0
+# CONCBENCH_DEFER=0 measures both off).
 CONCBENCH_GROUP ?=
 CONCBENCH_DEFER ?=
 CONCBENCH_VOTES ?=

@@ -20,11 +20,7 @@ func TestIntegrationRetriedKeyDatabases(t *testing.T) {
 	ctx := t.Context()
 	for _, votes := range []bool{false, true} {
 		b := newBank(t)
-		var opts []coordinator.Option
-		if votes {
-			opts = append(opts, twopc.WithVoteMarkers())
-		}
-		c := b.coordinator(opts...)
+		c := b.coordinator(twopc.WithVoteMarkers(votes))
 		for i := range 2 {
 			g, err := c.Begin(ctx, coordinator.WithGID("transfer-1"))
 			if err != nil {

@@ -196,7 +196,7 @@ func BenchmarkTransfer(b *testing.B) {
 	}
 	coretest.GroupCommit(b, "group-commit", withDBs, log, coretest.GroupWindow, transfer)
 	// votes/clients=N: WithVoteMarkers on against off, the same way.
-	coretest.OnOff(b, "votes", withDBs, log, []coordinator.Option{twopc.WithVoteMarkers()}, transfer)
+	coretest.OnOff(b, "votes", withDBs, log, []coordinator.Option{twopc.WithVoteMarkers(true)}, transfer, twopc.WithVoteMarkers(false))
 
 	var prepared int
 	if err := log.Pool.QueryRow(ctx, `select count(*) from pg_prepared_xacts where database = current_database()`).Scan(&prepared); err != nil {

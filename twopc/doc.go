@@ -5,10 +5,12 @@
 // PostgreSQL databases take part with their own two-phase commit: a branch's work runs in a
 // transaction of its database that phase one ends with PREPARE TRANSACTION, and phase two with
 // COMMIT PREPARED or ROLLBACK PREPARED. Other resources take part as [participant.Participant]s.
-// The decision is in the coordinator's PostgreSQL log before phase two begins (presumed abort:
-// nothing is written before [Global.Commit]); the elected leader finishes what a dead starter
-// began and ends every prepared transaction the log knows or does not ([Coordinator.ResolveInDoubt]),
-// so none outlives a failover. [WithVoteMarkers] lets the votes be the decision.
+// Nothing is written before [Global.Commit]. By default ([WithVoteMarkers]) the votes are the
+// decision: the transaction is recorded while its branches prepare, each branch's vote row
+// committing with it, and phase two begins once every branch voted yes; with vote markers off the
+// decision is written to the coordinator's PostgreSQL log between the phases (presumed abort).
+// The elected leader finishes what a dead starter began and ends every prepared transaction the
+// log knows or does not ([Coordinator.ResolveInDoubt]), so none outlives a failover.
 //
 // A transfer between two databases:
 //
@@ -28,7 +30,7 @@
 //		return err
 //	}
 //	// ... the same on "west" ...
-//	return g.Commit(ctx) // PREPARE both, decide, COMMIT PREPARED both
+//	return g.Commit(ctx) // PREPARE both (their votes), COMMIT PREPARED both
 //
 // The writes per transaction, why phase two never waits for a connection, the names of prepared
 // transactions, vote markers, metrics and tracing: docs/coordinators.md, docs/metrics.md,

@@ -17,7 +17,7 @@ type options struct {
 }
 
 func defaultOptions() *options {
-	return &options{prepareTimeout: 10 * time.Second, resolveSpec: "@every 5s", resolveGrace: 15 * time.Second}
+	return &options{prepareTimeout: 10 * time.Second, resolveSpec: "@every 5s", resolveGrace: 15 * time.Second, votes: true}
 }
 
 // own returns twopc's own option called name, which set sets.
@@ -46,9 +46,9 @@ func WithInDoubtResolution(spec string, grace time.Duration) coordinator.Option 
 // work and operators' [Coordinator.ResolveInDoubt]: 2 is enough (TestIntegrationHotRowSmallPool).
 const phaseTwoConns = 2
 
-// WithVoteMarkers makes [Global.Commit] of a transaction whose branches are all databases take
-// two rounds of PostgreSQL flushes, as two-phase commit without a coordinator does, instead of
-// three (default off). The transaction is recorded, with its branches, while they prepare —
+// WithVoteMarkers(true), the default, makes [Global.Commit] of a transaction whose branches are
+// all databases take two rounds of PostgreSQL flushes, as two-phase commit without a coordinator
+// does, instead of three. The transaction is recorded, with its branches, while they prepare —
 // status [StatusVoting] — instead of after every vote; each branch's transaction inserts a row
 // for itself in the coordinator's vote table of its database (the vote marker, committed with
 // the branch) just before PREPARE TRANSACTION; and once every branch voted yes, Commit commits
@@ -58,14 +58,19 @@ const phaseTwoConns = 2
 // its PREPARE fail if it ever comes — and commits when every branch voted yes, else rolls back.
 // See docs/coordinators.md ("Vote markers") for the protocol and its costs.
 //
-// Each registered database gets a table "<schema>.<prefix>vote" (created on first use, through
-// the coordinator's phase-two pool); the in-doubt pass ([Coordinator.ResolveInDoubt]) deletes
-// the rows of finished transactions once they are older than the grace of
-// [WithInDoubtResolution]. Transactions with a participant branch are unchanged; one begun with
-// coordinator.WithGID is recorded voting before its branches prepare rather than beside them. Every
-// coordinator recovers voting transactions, whether or not it sets this option.
-func WithVoteMarkers() coordinator.Option {
-	return own("WithVoteMarkers", func(o *options) { o.votes = true })
+// Each registered database gets a table "<schema>.<prefix>vote" (and the schema), created by the
+// first [Global.Enlist] of that database through the coordinator's phase-two pool; a role that
+// may not create them there makes Enlist fail at once with an error wrapping
+// [coordinator.ErrInvalidOption] that says so. Create them once with a role that may (any
+// coordinator with vote markers creates them on first use), or pass false: Commit then writes its
+// decision between the phases (presumed abort), one round of flushes more, and nothing is created
+// in the registered databases. The in-doubt pass ([Coordinator.ResolveInDoubt]) deletes the rows
+// of finished transactions once they are older than the grace of [WithInDoubtResolution].
+// Transactions with a participant branch are unchanged; one begun with coordinator.WithGID is
+// recorded voting before its branches prepare rather than beside them. Every coordinator
+// recovers voting transactions, whatever this option.
+func WithVoteMarkers(on bool) coordinator.Option {
+	return own("WithVoteMarkers", func(o *options) { o.votes = on })
 }
 
 // Validate is called by New once every option is applied.

@@ -157,6 +157,13 @@ func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Co
 		return fmt.Errorf("twopc: enlist %q in %s: prepared transaction id takes %d bytes, more than %d: %w",
 			db, g.gid, n, prepared.MaxID, coordinator.ErrInvalidBranch)
 	}
+	if g.c.o.votes {
+		// The vote table, made on first use: a role that may not create it learns so here,
+		// before any work (WithVoteMarkers).
+		if err := g.c.ensureVotes(ctx, d); err != nil {
+			return fmt.Errorf("twopc: enlist %q in %s: %w", db, g.gid, err)
+		}
+	}
 	br := &branch{rec: core.Branch{Name: db, Target: d.Target}}
 	if err := g.reserve(br); err != nil {
 		return err
@@ -436,27 +443,24 @@ func (c *Coordinator) commitDBs(ctx context.Context, gid string, from coordinato
 		mu     sync.Mutex
 		failed []error
 	)
-	var eg errgroup.Group
-	eg.SetLimit(c.b.Cfg.Concurrency + 1)
-	eg.Go(func() error {
+	var rec errgroup.Group
+	rec.Go(func() error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
 		defer cancel()
 		return c.b.Log.Record(rctx, lock.Token{}, core.Progress{GID: gid, From: from, Done: names, Next: core.StatusConfirmed})
 	})
-	for _, r := range recs {
-		eg.Go(func() error {
-			if err := c.b.CallTarget(ctx, r.Target, participant.Request{GID: gid, Branch: r.Name, Op: participant.OpCommit}); err != nil {
-				c.b.Failures.Add(1)
-				c.b.Cfg.Logger.WarnContext(ctx, "twopc: commit prepared failed; the in-doubt resolver will", slog.String("gid", gid),
-					slog.String("branch", r.Name), slog.Any("err", err))
-				mu.Lock()
-				failed = append(failed, &coordinator.BranchError{GID: gid, Branch: r.Name, Op: participant.OpCommit, Err: err})
-				mu.Unlock()
-			}
-			return nil
-		})
-	}
-	if err := eg.Wait(); err != nil {
+	each(len(recs), c.b.Cfg.Concurrency, func(i int) {
+		r := recs[i]
+		if err := c.b.CallTarget(ctx, r.Target, participant.Request{GID: gid, Branch: r.Name, Op: participant.OpCommit}); err != nil {
+			c.b.Failures.Add(1)
+			c.b.Cfg.Logger.WarnContext(ctx, "twopc: commit prepared failed; the in-doubt resolver will", slog.String("gid", gid),
+				slog.String("branch", r.Name), slog.Any("err", err))
+			mu.Lock()
+			failed = append(failed, &coordinator.BranchError{GID: gid, Branch: r.Name, Op: participant.OpCommit, Err: err})
+			mu.Unlock()
+		}
+	})
+	if err := rec.Wait(); err != nil {
 		// The commits are done or left to the resolver; without the record the leader finishes
 		// the transaction when the lease passes.
 		failed = append(failed, fmt.Errorf("twopc: record the outcome of %s: %w", gid, err))
@@ -476,24 +480,41 @@ func (g *Global) prepare(ctx context.Context, branches []*branch) []error {
 		mu    sync.Mutex
 		votes []error
 	)
-	var eg errgroup.Group
-	eg.SetLimit(c.b.Cfg.Concurrency)
-	for _, br := range branches {
-		eg.Go(func() error {
-			err := g.prepareOne(pctx, br)
-			if err != nil {
-				if cause := context.Cause(pctx); cause != nil && pctx.Err() != nil && ctx.Err() == nil {
-					err = fmt.Errorf("%w: %w", err, cause)
-				}
-				mu.Lock()
-				votes = append(votes, &coordinator.BranchError{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Err: err})
-				mu.Unlock()
+	each(len(branches), c.b.Cfg.Concurrency, func(i int) {
+		br := branches[i]
+		err := g.prepareOne(pctx, br)
+		if err != nil {
+			if cause := context.Cause(pctx); cause != nil && pctx.Err() != nil && ctx.Err() == nil {
+				err = fmt.Errorf("%w: %w", err, cause)
 			}
-			return nil
-		})
-	}
-	_ = eg.Wait()
+			mu.Lock()
+			votes = append(votes, &coordinator.BranchError{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Err: err})
+			mu.Unlock()
+		}
+	})
 	return votes
+}
+
+// each calls fn for every index below n, at most limit at once, the last on the caller's
+// goroutine — a transaction of two branches starts one goroutine per phase, not two, and its
+// caller's stack, already grown, runs the other call — and returns once every call returned.
+func each(n, limit int, fn func(i int)) {
+	if n <= 0 {
+		return
+	}
+	if limit <= 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var eg errgroup.Group
+	eg.SetLimit(limit - 1) // the caller's goroutine is the limit's last one
+	for i := range n - 1 {
+		eg.Go(func() error { fn(i); return nil })
+	}
+	fn(n - 1)
+	_ = eg.Wait()
 }
 
 func (g *Global) prepareOne(ctx context.Context, br *branch) error {

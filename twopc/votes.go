@@ -8,6 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/prepared"
 	"github.com/txkit/txkit/lock"
@@ -16,6 +19,23 @@ import (
 // voteWait bounds how long the leader waits for a branch's own transaction to release its vote
 // row before it calls the vote undecided and tries again later.
 const voteWait = 2 * time.Second
+
+// ensureVotes creates d's vote table when it is not there yet (once per database and process:
+// later calls cost an atomic load). A role that may not create it gets an error that says what
+// to do, wrapping coordinator.ErrInvalidOption.
+func (c *Coordinator) ensureVotes(ctx context.Context, d *prepared.Registered) error {
+	err := c.votes.Ensure(ctx, d.DB)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
+		return fmt.Errorf("database %s: vote markers (on by default) need the table %s there, which this role may not create "+
+			"(create it once with a role that may, or turn vote markers off: twopc.WithVoteMarkers(false)): %w: %w",
+			d.Name, c.votes.Table(), err, coordinator.ErrInvalidOption)
+	}
+	if err != nil {
+		return fmt.Errorf("database %s: %w", d.Name, err)
+	}
+	return nil
+}
 
 // commitVoting is Commit with vote markers ([WithVoteMarkers]) of a transaction whose branches are
 // all databases: the record (voting, with the branches) is written while the branches insert
@@ -26,7 +46,7 @@ func (g *Global) commitVoting(ctx context.Context, branches []*branch, recs []co
 	for _, br := range branches {
 		d, err := c.dbs.Get(br.rec.Name)
 		if err == nil {
-			err = c.votes.Ensure(ctx, d.DB)
+			err = c.ensureVotes(ctx, d) // done by Enlist already, unless it failed since
 		}
 		if err != nil {
 			c.stats.aborted.Add(1) // Commit's deferred release rolls every branch back

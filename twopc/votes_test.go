@@ -1,6 +1,7 @@
 package twopc_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -105,7 +106,7 @@ func votesSwept(t *testing.T, b *bank, c *twopc.Coordinator) {
 func TestIntegrationVotesNoWithdraws(t *testing.T) {
 	ctx := t.Context()
 	b := newBank(t)
-	c := b.coordinator(twopc.WithVoteMarkers())
+	c := b.coordinator(twopc.WithVoteMarkers(true))
 	if err := c.RecordVoting(ctx, "setup", time.Hour, "east"); err != nil { // creates the vote table
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func TestIntegrationVotesLeaderWaitsForAVoteInFlight(t *testing.T) {
 func TestIntegrationVotesSweepPagesPastOpenRows(t *testing.T) {
 	ctx := t.Context()
 	b := newBank(t)
-	c := b.coordinator(twopc.WithVoteMarkers(), twopc.WithInDoubtResolution("@every 1h", 0))
+	c := b.coordinator(twopc.WithVoteMarkers(true), twopc.WithInDoubtResolution("@every 1h", 0))
 	const openGIDs, doneGIDs = 1001, 10 // two rows each (east, west): 2,002 open rows, 20 finished
 	var open, done []string
 	for i := range openGIDs {
@@ -296,4 +297,88 @@ func TestIntegrationVotesSweepPagesPastOpenRows(t *testing.T) {
 	if !indexed {
 		t.Fatalf("no index of %s leads with created_at", c.VoteTable())
 	}
+}
+
+// Vote markers are the default, and they create a table in every registered database. A role
+// that may not create it there learns so at its first Enlist, before any work runs: an error
+// wrapping coordinator.ErrInvalidOption that names the way out, WithVoteMarkers(false), with
+// which the same role's transfer commits (the decision written between the phases).
+func TestIntegrationVotesNeedCreate(t *testing.T) {
+	ctx := t.Context()
+	b := newBank(t)
+	role := "t_" + strings.ReplaceAll(testenv.Name(t), "-", "_")
+	ident := pgx.Identifier{role}.Sanitize()
+	admin := b.Log.Pool
+	if _, err := admin.Exec(ctx, "create role "+ident+" login"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // after the role's pools close (registered later, so run earlier)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = admin.Exec(ctx, "select pg_terminate_backend(pid) from pg_stat_activity where usename = $1", role)
+		if _, err := admin.Exec(ctx, "drop owned by "+ident+"; drop role "+ident); err != nil {
+			t.Logf("cleanup: drop role %s: %v", role, err)
+		}
+	})
+	// The role may use the accounts of east and west, and nothing else: no CREATE, and not the
+	// coordinator's schema (where the vote table would go).
+	for _, s := range []*testenv.Schema{b.East, b.West} {
+		q := pgx.Identifier{s.Name}.Sanitize()
+		if _, err := admin.Exec(ctx, "grant usage on schema "+q+" to "+ident+"; grant select, update on "+q+".accounts to "+ident); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(testenv.PGURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User, cfg.MaxConns = role, 4
+	limited, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(limited.Close)
+	pools := map[string]*pgxpool.Pool{"east": limited, "west": limited}
+	move := func(g *twopc.Global) error {
+		for _, side := range []struct {
+			db  string
+			sch *testenv.Schema
+			sql string
+		}{{"east", b.East, "balance - 10 where id = 'alice'"}, {"west", b.West, "balance + 10 where id = 'bob'"}} {
+			if err := g.Enlist(ctx, side.db, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, "update "+pgx.Identifier{side.sch.Name}.Sanitize()+".accounts set balance = "+side.sql)
+				return err
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+
+	c := b.coordinatorOn(pools)
+	g, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = move(g)
+	if !errors.Is(err, coordinator.ErrInvalidOption) || !strings.Contains(err.Error(), "WithVoteMarkers(false)") ||
+		!strings.Contains(err.Error(), c.VoteTable()) {
+		t.Fatalf("Enlist on a database where the role may not create the vote table = %v, want an error wrapping ErrInvalidOption naming %s and WithVoteMarkers(false)",
+			err, c.VoteTable())
+	}
+	_ = g.Abort(ctx)
+	b.WantBalances(startBalance, startBalance)
+
+	c = b.coordinatorOn(pools, twopc.WithVoteMarkers(false))
+	if g, err = c.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := move(g); err != nil {
+		t.Fatalf("Enlist without vote markers: %v", err)
+	}
+	if err := g.Commit(ctx); err != nil {
+		t.Fatalf("Commit without vote markers: %v", err)
+	}
+	b.WantBalances(startBalance-10, startBalance+10)
+	b.NoPrepared()
 }

@@ -62,7 +62,8 @@ const (
 	// (group commit 2ms, deferred finish on).
 	envGroup = "TXKIT_CONCBENCH_GROUP"
 	envDefer = "TXKIT_CONCBENCH_DEFER"
-	// envVotes "1" gives the 2pc coordinator twopc.WithVoteMarkers.
+	// envVotes "1" or "0" gives the 2pc coordinator twopc.WithVoteMarkers(true or false); unset,
+	// its default (on).
 	envVotes = "TXKIT_CONCBENCH_VOTES"
 )
 
@@ -269,7 +270,7 @@ var recipes = []recipe{
 
 // pgbenchDDL is the tables the pgbench scripts write: a log row per operation (cb_log), its items
 // (cb_item), barrier markers (cb_barrier), one counter row per client and side (c<i>, w<i>) and one
-// for the lock, and a lease table.
+// for the lock, a lease table and 2PC's vote rows (cb_vote, as twopc's vote table).
 const pgbenchDDL = `create table cb_log (id uuid primary key, status text not null, created_at timestamptz not null default now());
 create table cb_item (id uuid not null, name text not null, status text not null, primary key (id, name));
 create table cb_barrier (gid uuid not null, branch text not null, op text not null, primary key (gid, branch, op));
@@ -277,6 +278,8 @@ create table cb_counter (id text primary key, n bigint not null default 0, m big
 insert into cb_counter (id) select p || i from generate_series(0, 63) i, unnest(array['c', 'w']) p;
 insert into cb_counter (id) values ('lock');
 create table cb_lease (name text primary key, holder uuid not null, token bigint not null);
+create table cb_vote (id text collate "C" primary key, yes boolean not null, created_at timestamptz not null default now());
+create index on cb_vote (created_at, id);
 create sequence cb_token`
 
 // participantScript is one barrier-guarded participant call: the marker and the counter update in
@@ -489,8 +492,11 @@ func twopcRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool
 			insert into accounts select 'a' || c, 1000000000 from generate_series(0, 63) c`)
 	}
 	var opts []coordinator.Option
-	if os.Getenv(envVotes) == "1" {
-		opts = append(opts, twopc.WithVoteMarkers())
+	switch os.Getenv(envVotes) {
+	case "1":
+		opts = append(opts, twopc.WithVoteMarkers(true))
+	case "0":
+		opts = append(opts, twopc.WithVoteMarkers(false))
 	}
 	c := coordinatorOn(b, twopc.New, logPool, ls.Name, opts...)
 	b.Cleanup(func() { _ = c.Close() })
@@ -527,6 +533,23 @@ func twopcRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool
 			b.Errorf("%d prepared transactions left by the bare path", n)
 		}
 	})
+	if os.Getenv(envVotes) != "0" { // vote markers (the default): the record beside the votes, no decision
+		return txkit, bare, `\set r random(1, 2000000000)
+insert into cb_log (id, status) values (gen_random_uuid(), 'voting') returning id as gid \gset
+insert into cb_item select ':gid', s, 'enlisted' from unnest(array['east', 'west']) s;
+begin;
+update cb_counter set n = n - 1 where id = 'c:client_id';
+insert into cb_vote (id, yes) values ('cb-:client_id-:r-e', true);
+prepare transaction 'cb-:client_id-:r-e';
+begin;
+update cb_counter set n = n + 1 where id = 'w:client_id';
+insert into cb_vote (id, yes) values ('cb-:client_id-:r-w', true);
+prepare transaction 'cb-:client_id-:r-w';
+commit prepared 'cb-:client_id-:r-e';
+commit prepared 'cb-:client_id-:r-w';
+update cb_log set status = 'committed' where id = ':gid';
+`, true
+	}
 	script := `\set r random(1, 2000000000)
 insert into cb_log (id, status) values (gen_random_uuid(), 'preparing') returning id as gid \gset
 insert into cb_item select ':gid', s, 'enlisted' from unnest(array['east', 'west']) s;

@@ -59,8 +59,9 @@ type Config struct {
 	Protocol           string
 	Termination        string
 	ParticipantTimeout time.Duration
-	// Votes gives the 2pc banks -votes (twopc.WithVoteMarkers): a transfer is recorded while its
-	// branches prepare and commits once both voted yes.
+	// Votes gives the 2pc banks -votes (twopc.WithVoteMarkers; false: -votes=false, the decision
+	// written between the phases): a transfer is recorded while its branches prepare and commits
+	// once both voted yes.
 	Votes bool
 	// Partitions is the number of partition trials run one after the other once the load is over:
 	// each arms the west proxy (between the banks and txkit_west) to partition the link as soon
@@ -463,8 +464,8 @@ func (h *harness) startBank(ctx context.Context, slot int) error {
 	if h.cfg.Protocol == "3pc" {
 		args = append(args, "-participant-timeout", h.cfg.ParticipantTimeout.String())
 	}
-	if h.cfg.Votes {
-		args = append(args, "-votes")
+	if h.cfg.Protocol == "2pc" {
+		args = append(args, "-votes="+strconv.FormatBool(h.cfg.Votes)) // the banks' default is true
 	}
 	if h.cfg.Drill && h.cfg.PauseRate > 0 {
 		at := h.cfg.PauseAt

@@ -53,7 +53,7 @@ func main() {
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the run's schemas for inspection")
 	flag.DurationVar(&cfg.SettleTimeout, "settle-timeout", 3*time.Minute, "how long to wait for every transaction to finish after the load")
 	flag.StringVar(&cfg.Protocol, "protocol", "2pc", "the banks' protocol: 2pc or 3pc (then an agent runs beside each database)")
-	flag.BoolVar(&cfg.Votes, "votes", false, "2pc: the banks commit with vote markers (twopc.WithVoteMarkers): a transfer is recorded while its branches prepare")
+	flag.BoolVar(&cfg.Votes, "votes", true, "2pc: the banks commit with vote markers (twopc.WithVoteMarkers, the default): a transfer is recorded while its branches prepare; -votes=false writes the decision between the phases")
 	flag.StringVar(&cfg.Termination, "termination", "consult-log", "3pc: the agents' termination mode, consult-log or textbook")
 	flag.DurationVar(&cfg.ParticipantTimeout, "participant-timeout", 3*time.Second, "3pc: the agents' timeout (the banks' -participant-timeout)")
 	flag.IntVar(&cfg.Partitions, "partitions", 0, "partition trials after the load: the banks' link to "+app.West+" partitioned right after a PREPARE reached it, healed after the participant timeout + 1s")
@@ -63,6 +63,11 @@ func main() {
 	compare := flag.Bool("compare", false, "run three times — -protocol 2pc, 3pc consult-log, 3pc textbook (the script and the partition trials only) — and print their blocking and anomaly figures side by side")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long (each run, with -compare)")
 	flag.Parse()
+	votesSet := false
+	flag.Visit(func(f *flag.Flag) { votesSet = votesSet || f.Name == "votes" })
+	if !votesSet && cfg.Protocol != "2pc" {
+		cfg.Votes = false // the default is 2pc's; 3pc has no vote markers
+	}
 	if cfg.Transfers < 0 {
 		cfg.Transfers = 0
 		if cfg.Drill {
@@ -98,8 +103,9 @@ func main() {
 func runCompare(timeout time.Duration, cfg Config) bool {
 	textbook := cfg
 	textbook.Protocol, textbook.Termination, textbook.Transfers, textbook.Drill = "3pc", "textbook", 0, false
+	textbook.Votes = false
 	consult := cfg
-	consult.Protocol, consult.Termination = "3pc", "consult-log"
+	consult.Protocol, consult.Termination, consult.Votes = "3pc", "consult-log", false
 	two := cfg
 	two.Protocol = "2pc"
 	runs := []struct {

@@ -26,9 +26,9 @@ import (
 
 // WithDeferredFinish makes the log write a starter's clean finish ([Log.Record] without a token,
 // to a final status, from a status that can end only there: confirming, cancelling,
-// compensating) in the background: Record returns at once, and [Log.Flush] waits for the writes
-// it deferred. A saga's success (running → succeeded) is its decision, written before Record
-// returns.
+// compensating, and two-phase commit's voting once every vote is yes) in the background: Record
+// returns at once, and [Log.Flush] waits for the writes it deferred. A saga's success (running →
+// succeeded) is its decision, written before Record returns.
 func WithDeferredFinish() LogOption { return func(o *options) { o.deferFinish = true } }
 
 // finishHold bounds how long a deferred finish waits for another write to ride on.

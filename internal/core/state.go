@@ -162,8 +162,10 @@ func (s Status) BranchesImplied() (BranchStatus, bool) {
 // saga's running → succeeded is itself the decision — a leader finding it running past its
 // timeout compensates — so its caller must not learn "succeeded" before it is written. (A
 // workflow's compensating may also become stopped, by a replay that diverged: not a finish.)
+// Two-phase commit's voting counts too: its starter finishes it (voting → confirmed) only once
+// every branch voted yes, and a leader settling it from those votes commits as well.
 func (s Status) settled() bool {
-	return s == StatusConfirming || s == StatusCancelling || s == StatusCompensating
+	return s == StatusConfirming || s == StatusCancelling || s == StatusCompensating || s == StatusVoting
 }
 
 // timeoutStatus is the status a transaction moves to when its global timeout passes, if it is

@@ -93,7 +93,7 @@ func main() {
 	flag.DurationVar(&c.pause, "pause", time.Second, "the sleep of a paused commit")
 	flag.StringVar(&c.pauseAt, "pause-at", "both", "where a paused commit sleeps: prepared (2pc) or precommitted (3pc), before the decision; decided, after it; or both (either, at random)")
 	flag.IntVar(&c.maxConns, "max-conns", 16, "connections per database pool")
-	flag.BoolVar(&c.votes, "votes", false, "2pc: commit with vote markers (twopc.WithVoteMarkers): the transfer is recorded while its branches prepare, and commits once both voted yes")
+	flag.BoolVar(&c.votes, "votes", true, "2pc: commit with vote markers (twopc.WithVoteMarkers, the default): the transfer is recorded while its branches prepare, and commits once both voted yes; -votes=false writes the decision between the phases")
 	flag.Parse()
 	log := exapp.Logger("bank").With("id", c.id)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -125,9 +125,6 @@ type coordinatorRun interface {
 func run(ctx context.Context, c config, log *slog.Logger) error {
 	if c.protocol != "2pc" && c.protocol != "3pc" {
 		return fmt.Errorf("-protocol %q: want 2pc or 3pc", c.protocol)
-	}
-	if c.votes && c.protocol != "2pc" {
-		return fmt.Errorf("-votes with -protocol %s: vote markers are 2pc's", c.protocol)
 	}
 	hook, err := pauseHook(c.protocol, c.pauseRate, c.pause, c.pauseAt, log)
 	if err != nil {
@@ -235,9 +232,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 // newTwoPC builds the 2pc coordinator on the log's pool and migrates its tables.
 func newTwoPC(ctx context.Context, c config, logPool *pgxpool.Pool, hook phaseHook, opts []coordinator.Option) (*twopc.Coordinator, error) {
 	opts = append(opts, twopc.WithPrepareTimeout(c.prepareTimeout), twopc.WithInDoubtResolution(c.resolve, c.resolveGrace))
-	if c.votes {
-		opts = append(opts, twopc.WithVoteMarkers())
-	}
+	opts = append(opts, twopc.WithVoteMarkers(c.votes))
 	if hook != nil {
 		opts = append(opts, phaseOption(hook))
 	}
