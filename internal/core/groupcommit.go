@@ -16,9 +16,9 @@ import (
 )
 
 // Group commit: the starters' writes of concurrent transactions in one process — recording a
-// transaction (CreateIn), a branch (AddBranch), a decision (Decide) and a clean finish (Record
-// without a token) — share PostgreSQL round trips and commits, as a database's group commit
-// shares WAL flushes.
+// transaction (CreateIn), a branch (AddBranch), a decision (Decide), a clean finish (Record
+// without a token) and a workflow's step (PutStep, RecordStep, FinishStep: steps.go) — share
+// PostgreSQL round trips and commits, as a database's group commit shares WAL flushes.
 //
 // A write that finds no flush of its log in flight is sent at once, alone, by its own goroutine,
 // with the same statement as without group commit: a lone transaction waits for no partner. A
@@ -94,6 +94,7 @@ const (
 	writeBranch                  // a branch while the transaction is in a status (AddBranch)
 	writeDecide                  // a starter's decision (DecideWrote)
 	writeFinish                  // a starter's clean finish (Record without a token)
+	writeStep                    // a workflow's step record, its status change if any (steps.go)
 )
 
 // write is one of the log's conditional writes of one gid: it takes effect (ok) or finds its
@@ -119,6 +120,10 @@ type write struct {
 	// writeFinish
 	done       []string
 	doneStatus string
+	// writeStep: put_step's arguments; async: its commit need not wait for the WAL flush
+	// (RecordStep), which a batch of such writes only skips (asyncCommit, steps.go)
+	args  []any
+	async bool
 }
 
 // write makes w, through the group writer when the log has one.
@@ -132,6 +137,13 @@ func (l *Log) write(ctx context.Context, w *write) (bool, error) {
 // writeOne makes w with a statement of its own. An error that may come after PostgreSQL committed
 // it wraps [ErrInDoubt] (see [unknownOutcome]).
 func (l *Log) writeOne(ctx context.Context, w *write) (bool, error) {
+	if w.async {
+		ok, _, err := l.writeBatch(ctx, []*write{w})
+		if err != nil {
+			return false, unknownOutcome(err)
+		}
+		return ok[0], nil
+	}
 	sql, args := l.statement(w)
 	tag, err := l.pool.Exec(ctx, sql, args...)
 	if err != nil {
@@ -187,6 +199,8 @@ func (l *Log) statement(w *write) (string, []any) {
 			encodeCallOptions(b.Target)}
 	case writeDecide:
 		return l.q["decide"], []any{w.gid, w.from, w.to, l.o.lease.Seconds()}
+	case writeStep:
+		return l.q["put_step"], w.args
 	}
 	// writeFinish. One that marks no branch (a final status implying them, Record) moves the
 	// status as a decision does: no transition leads to trying, the one status finish treats apart.
@@ -201,7 +215,8 @@ func (l *Log) statement(w *write) (string, []any) {
 // together in one pipeline (one Sync: one implicit transaction). refused reports that err means
 // nothing was written: PostgreSQL refused a statement, or the commit, and the transaction rolled
 // back. Otherwise the outcome of an error is unknown: the connection failed, or the session ended
-// (a FATAL error) after the statements ran, when the commit may have been made.
+// (a FATAL error) after the statements ran, when the commit may have been made. A batch whose
+// writes are all async commits without waiting for the WAL flush (asyncCommit, steps.go).
 //
 // One statement per write rather than one per kind of write over arrays: a join of unnest arrays
 // with the log's tables is planned for ten rows of each array, and PostgreSQL's generic plan
@@ -214,6 +229,10 @@ func (l *Log) writeBatch(ctx context.Context, ws []*write) (ok []bool, refused b
 	}
 	slices.SortFunc(order, func(i, j int) int { return strings.Compare(ws[i].gid, ws[j].gid) })
 	var b pgx.Batch
+	async := !slices.ContainsFunc(ws, func(w *write) bool { return !w.async })
+	if async {
+		b.Queue(asyncCommit)
+	}
 	for _, i := range order {
 		sql, args := l.statement(ws[i])
 		b.Queue(sql, args...)
@@ -221,6 +240,12 @@ func (l *Log) writeBatch(ctx context.Context, ws []*write) (ok []bool, refused b
 	res := l.pool.SendBatch(ctx, &b)
 	ok = make([]bool, len(ws))
 	var pe *pgconn.PgError
+	if async {
+		if _, err := res.Exec(); err != nil {
+			_ = res.Close()
+			return nil, errors.As(err, &pe), err
+		}
+	}
 	for _, i := range order {
 		tag, err := res.Exec()
 		if err != nil {
