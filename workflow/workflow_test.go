@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -408,24 +407,8 @@ func TestIntegrationLostStepRecord(t *testing.T) {
 	}
 	e := newEnv(t)
 	ctx := t.Context()
-	// What each write of a step row ran with, by a trigger of the test's schema.
-	if _, err := e.Schema.Pool.Exec(ctx, `
-		create table seen (gid text, branch text, sync text);
-		create function seen() returns trigger language plpgsql as $$
-		begin
-			insert into seen values (new.gid, new.branch, current_setting('synchronous_commit'));
-			return new;
-		end $$`); err != nil {
-		t.Fatal(err)
-	}
 	starter := e.coordinator(coordinator.WithLease(time.Second))
-	if err := starter.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Schema.Pool.Exec(ctx, `create trigger seen after insert or update on txkit_workflow_branch
-		for each row execute function seen()`); err != nil {
-		t.Fatal(err)
-	}
+	syncs := coretest.SyncCommits(t, e.Schema.Pool, "txkit_workflow_branch")
 	var calls journal
 	p := &party{Answer: func(r participant.Request) error { calls.add(r.GID + " " + r.Op.String() + "/" + r.Branch); return nil }}
 	var lose atomic.Bool
@@ -455,13 +438,8 @@ func TestIntegrationLostStepRecord(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Start (uninterrupted): %v", err)
 	}
-	rows, _ := e.Schema.Pool.Query(ctx, `select branch || ' ' || sync from seen where gid = $1 order by branch`, whole.GID)
-	syncs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"$result on", "a off", "b off", "c off"}; !slices.Equal(syncs, want) {
-		t.Fatalf("rows written with synchronous_commit %q, want %q", syncs, want)
+	if got, want := syncs(whole.GID), []string{"$result on", "a off", "b off", "c off"}; !slices.Equal(got, want) {
+		t.Fatalf("rows written with synchronous_commit %q, want %q", got, want)
 	}
 
 	lose.Store(true)

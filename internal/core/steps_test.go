@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 )
@@ -28,26 +27,7 @@ func localStep(name string, seq int) core.Branch {
 func TestIntegrationRecordStepAsync(t *testing.T) {
 	ctx := t.Context()
 	l, pool, s := groupLog(t)
-	// What each write of a branch row ran with, by a trigger of the test's schema.
-	if _, err := s.Pool.Exec(ctx, `
-		create table seen (branch text, sync text);
-		create function seen() returns trigger language plpgsql as $$
-		begin
-			insert into seen values (new.branch, current_setting('synchronous_commit'));
-			return new;
-		end $$;
-		create trigger seen after insert or update on txkit_branch for each row execute function seen()`); err != nil {
-		t.Fatal(err)
-	}
-	seen := func(branch string) []string {
-		t.Helper()
-		rows, _ := s.Pool.Query(ctx, `select sync from seen where branch = $1`, branch)
-		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	syncs := coretest.SyncCommits(t, s.Pool, "txkit_branch")
 	for _, gid := range []string{"w", "blocker", "g1", "g2", "g3"} {
 		if err := l.Create(ctx, gid, core.KindWorkflow, time.Minute, nil); err != nil {
 			t.Fatal(err)
@@ -66,10 +46,8 @@ func TestIntegrationRecordStepAsync(t *testing.T) {
 	if err := l.FinishStep(ctx, lock.Token{}, "w", core.StatusRunning, core.StatusSucceeded, 2, localStep("$result", -1)); err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]string{"a": "off", "b": "off", "c": "on", "$result": "on"} {
-		if got := seen(name); !slices.Equal(got, []string{want}) {
-			t.Fatalf("%s written with synchronous_commit %q, want %q", name, got, want)
-		}
+	if got, want := syncs("w"), []string{"$result on", "a off", "b off", "c on"}; !slices.Equal(got, want) {
+		t.Fatalf("rows written with synchronous_commit %q, want %q", got, want)
 	}
 
 	// In batches: two records share one commit without the flush; a record sharing a batch with a
@@ -104,9 +82,9 @@ func TestIntegrationRecordStepAsync(t *testing.T) {
 		func() error { return l.RecordStep(ctx, "g2", localStep("g2-0", 0)) })
 	batch(func() error { return l.RecordStep(ctx, "g3", localStep("g3-0", 0)) },
 		func() error { return l.Create(ctx, "g4", core.KindWorkflow, time.Minute, nil) })
-	for name, want := range map[string]string{"g1-0": "off", "g2-0": "off", "g3-0": "on"} {
-		if got := seen(name); !slices.Equal(got, []string{want}) {
-			t.Fatalf("%s written in a batch with synchronous_commit %q, want %q", name, got, want)
+	for gid, want := range map[string]string{"g1": "off", "g2": "off", "g3": "on"} {
+		if got := syncs(gid); !slices.Equal(got, []string{gid + "-0 " + want}) {
+			t.Fatalf("%s written in a batch with synchronous_commit %q, want %q", gid, got, want)
 		}
 	}
 	// No session kept it: the setting was its transaction's.
