@@ -120,8 +120,8 @@ type write struct {
 	// writeFinish
 	done       []string
 	doneStatus string
-	// writeStep: put_step's arguments; async: its commit need not wait for the WAL flush
-	// (RecordStep), which a batch of such writes only skips (asyncCommit, steps.go)
+	// writeStep: put_step's arguments but the last; async: its commit need not wait for the WAL
+	// flush (RecordStep), which its statement then turns off for its transaction (put_step's $15)
 	args  []any
 	async bool
 }
@@ -137,13 +137,6 @@ func (l *Log) write(ctx context.Context, w *write) (bool, error) {
 // writeOne makes w with a statement of its own. An error that may come after PostgreSQL committed
 // it wraps [ErrInDoubt] (see [unknownOutcome]).
 func (l *Log) writeOne(ctx context.Context, w *write) (bool, error) {
-	if w.async {
-		ok, _, err := l.writeBatch(ctx, []*write{w})
-		if err != nil {
-			return false, unknownOutcome(err)
-		}
-		return ok[0], nil
-	}
 	sql, args := l.statement(w)
 	tag, err := l.pool.Exec(ctx, sql, args...)
 	if err != nil {
@@ -200,7 +193,7 @@ func (l *Log) statement(w *write) (string, []any) {
 	case writeDecide:
 		return l.q["decide"], []any{w.gid, w.from, w.to, l.o.lease.Seconds()}
 	case writeStep:
-		return l.q["put_step"], w.args
+		return l.q["put_step"], append(w.args[:len(w.args):len(w.args)], w.async)
 	}
 	// writeFinish. One that marks no branch (a final status implying them, Record) moves the
 	// status as a decision does: no transition leads to trying, the one status finish treats apart.
@@ -215,8 +208,8 @@ func (l *Log) statement(w *write) (string, []any) {
 // together in one pipeline (one Sync: one implicit transaction). refused reports that err means
 // nothing was written: PostgreSQL refused a statement, or the commit, and the transaction rolled
 // back. Otherwise the outcome of an error is unknown: the connection failed, or the session ended
-// (a FATAL error) after the statements ran, when the commit may have been made. A batch whose
-// writes are all async commits without waiting for the WAL flush (asyncCommit, steps.go).
+// (a FATAL error) after the statements ran, when the commit may have been made. Only a batch
+// whose writes are all async commits without waiting for the WAL flush.
 //
 // One statement per write rather than one per kind of write over arrays: a join of unnest arrays
 // with the log's tables is planned for ten rows of each array, and PostgreSQL's generic plan
@@ -230,22 +223,18 @@ func (l *Log) writeBatch(ctx context.Context, ws []*write) (ok []bool, refused b
 	slices.SortFunc(order, func(i, j int) int { return strings.Compare(ws[i].gid, ws[j].gid) })
 	var b pgx.Batch
 	async := !slices.ContainsFunc(ws, func(w *write) bool { return !w.async })
-	if async {
-		b.Queue(asyncCommit)
-	}
 	for _, i := range order {
-		sql, args := l.statement(ws[i])
+		w := ws[i]
+		if w.async && !async { // the batch's commit is the others' too: it waits for the flush
+			c := *w
+			c.async, w = false, &c
+		}
+		sql, args := l.statement(w)
 		b.Queue(sql, args...)
 	}
 	res := l.pool.SendBatch(ctx, &b)
 	ok = make([]bool, len(ws))
 	var pe *pgconn.PgError
-	if async {
-		if _, err := res.Exec(); err != nil {
-			_ = res.Close()
-			return nil, errors.As(err, &pe), err
-		}
-	}
 	for _, i := range order {
 		tag, err := res.Exec()
 		if err != nil {

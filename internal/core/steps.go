@@ -74,7 +74,7 @@ func (l *Log) putStep(ctx context.Context, tok lock.Token, gid string, want, nex
 	if tok.IsZero() {
 		ok, err = l.write(ctx, &write{kind: writeStep, gid: gid, args: args, async: async})
 	} else {
-		ok, err = l.fencedExec(ctx, tok, gid, l.q["put_step"], args)
+		ok, err = l.fencedExec(ctx, tok, gid, l.q["put_step"], append(args, false))
 	}
 	if err != nil {
 		return fmt.Errorf("core: step %s of %s: %w", b.Name, gid, err)
@@ -88,10 +88,6 @@ func (l *Log) putStep(ctx context.Context, tok lock.Token, gid string, want, nex
 	}
 	return l.notIn(ctx, gid, want)
 }
-
-// asyncCommit, the first statement of a batch, makes its transaction commit without waiting for
-// the WAL flush (synchronous_commit off for that transaction only: set_config's is_local).
-const asyncCommit = "select set_config('synchronous_commit', 'off', true)"
 
 // Park moves gid from status from to status to (the same, or [StatusStopped]) and makes it due
 // for the leader after `after` — never (a century later) when after is negative (stopped for an operator) — with
