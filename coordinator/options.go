@@ -103,7 +103,7 @@ func WithTelemetry(reg prometheus.Registerer, tp trace.TracerProvider) Option {
 
 // WithGroupCommit sets how long a write of the coordinator's log may wait for a flush in flight
 // to share a PostgreSQL round trip and commit with the writes of concurrent transactions
-// (recording a transaction, a tcc branch, a decision, a clean finish): default 2ms; 0 turns
+// (recording a transaction, a tcc branch, a decision, a clean finish, a workflow's step): default 2ms; 0 turns
 // grouping off; above 1s New returns an error wrapping [ErrInvalidOption]. A write that finds no
 // flush in flight is sent at once, so a lone transaction never waits. The price of grouping: a
 // write that meets a flush waits for it (up to window), and a caller whose ctx ends while its

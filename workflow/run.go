@@ -156,7 +156,7 @@ func (r *run) local(ctx context.Context, name string, fn func(context.Context) (
 	if ferr != nil {
 		b.Payload, b.Refusal = nil, errText(ferr)
 	}
-	if err := r.put(ctx, b); err != nil {
+	if err := r.putOutcome(ctx, b); err != nil {
 		return nil, err
 	}
 	if ferr != nil {
@@ -266,7 +266,7 @@ func (r *run) sendPending(ctx context.Context, rec *core.Branch, do, undo partic
 		}
 		return r.halt
 	}
-	return r.put(ctx, *rec)
+	return r.putOutcome(ctx, *rec)
 }
 
 // send calls op on the participant of step rec ([core.Base.CallAttempts]): the starter up to 3
@@ -361,9 +361,24 @@ func (r *run) park(ctx context.Context, after time.Duration) error {
 
 // put records step b (the starter's write unbounded by ctx's end), or halts the run.
 func (r *run) put(ctx context.Context, b core.Branch) error {
+	return r.write(ctx, b, func(ctx context.Context) error { return r.c.b.Log.PutStep(ctx, r.tok, r.gid, r.status, b) })
+}
+
+// putOutcome records the outcome of step b before the function sees it, as put does; the
+// starter's write does not wait for PostgreSQL's flush (Log.RecordStep: "The log" in
+// docs/workflows.md says why that is safe).
+func (r *run) putOutcome(ctx context.Context, b core.Branch) error {
+	if !r.tok.IsZero() || r.status != StatusRunning {
+		return r.put(ctx, b)
+	}
+	return r.write(ctx, b, func(ctx context.Context) error { return r.c.b.Log.RecordStep(ctx, r.gid, b) })
+}
+
+// write makes put's write of step b, or halts the run.
+func (r *run) write(ctx context.Context, b core.Branch, put func(context.Context) error) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
 	defer cancel()
-	if err := r.c.b.Log.PutStep(wctx, r.tok, r.gid, r.status, b); err != nil {
+	if err := put(wctx); err != nil {
 		r.recordErr = err
 		r.halt = fmt.Errorf("workflow %s: record step %s: %w: %w", r.gid, b.Name, coordinator.ErrIncomplete, err)
 		return r.halt
@@ -375,7 +390,10 @@ func (r *run) put(ctx context.Context, b core.Branch) error {
 func (r *run) finish(ctx context.Context, next coordinator.Status, res core.Branch) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
 	defer cancel()
-	if err := r.c.b.Log.FinishStep(wctx, r.tok, r.gid, r.status, next, res); err != nil {
+	// Only once the function's last step has its row: its records are a prefix of the run's (a
+	// crash of PostgreSQL loses the suffix of the starter's unflushed records, putOutcome), so
+	// none is missing, and this commit makes them durable.
+	if err := r.c.b.Log.FinishStep(wctx, r.tok, r.gid, r.status, next, r.next-1, res); err != nil {
 		r.recordErr = err
 		return fmt.Errorf("workflow %s: %w: %w", r.gid, coordinator.ErrIncomplete, err)
 	}

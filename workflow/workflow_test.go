@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -392,5 +393,84 @@ func TestIntegrationTCCSteps(t *testing.T) {
 		if br.Name == "hold" && br.Status.String() != "cancelled" {
 			t.Fatalf("hold is %s, want cancelled", br.Status)
 		}
+	}
+}
+
+// TestIntegrationLostStepRecord: the starter's step records do not wait for PostgreSQL's flush
+// (synchronous_commit off for their transactions; the outcome waits), so a crash of PostgreSQL may
+// lose the last of them. A starter that goes on finds its next record refused and leaves the
+// workflow to the leader, whose replay sends the calls without a record again with the same
+// identity and ends with every step recorded and the output of an uninterrupted run.
+func TestIntegrationLostStepRecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration")
+	}
+	e := newEnv(t)
+	ctx := t.Context()
+	starter := e.coordinator(coordinator.WithLease(time.Second))
+	syncs := coretest.SyncCommits(t, e.Schema.Pool, "txkit_workflow_branch")
+	var calls journal
+	p := &party{Answer: func(r participant.Request) error { calls.add(r.GID + " " + r.Op.String() + "/" + r.Branch); return nil }}
+	var lose atomic.Bool
+	register := func(c *workflow.Coordinator) {
+		pP := coretest.Register(t, c, "p", p)
+		if err := workflow.Register(c, "three", func(ctx workflow.Context, in int) (int, error) {
+			if err := workflow.Call(ctx, "a", pP, in); err != nil {
+				return 0, err
+			}
+			if lose.CompareAndSwap(true, false) {
+				// What a crash of PostgreSQL does to records not yet flushed: a's row is gone.
+				if _, err := e.Schema.Pool.Exec(ctx, `delete from txkit_workflow_branch where gid = $1`, ctx.GID()); err != nil {
+					return 0, err
+				}
+			}
+			if err := workflow.Call(ctx, "b", pP, in+1); err != nil {
+				return 0, err
+			}
+			return in * 10, workflow.Call(ctx, "c", pP, in+2)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register(starter)
+
+	whole, err := starter.Start(ctx, "three", 4)
+	if err != nil {
+		t.Fatalf("Start (uninterrupted): %v", err)
+	}
+	if got, want := syncs(whole.GID), []string{"$result on", "a off", "b off", "c off"}; !slices.Equal(got, want) {
+		t.Fatalf("rows written with synchronous_commit %q, want %q", got, want)
+	}
+
+	lose.Store(true)
+	out, err := starter.Start(ctx, "three", 4)
+	if !errors.Is(err, coordinator.ErrIncomplete) || !strings.Contains(err.Error(), "step 0 is missing") {
+		t.Fatalf("Start with a's record lost = %v, want ErrIncomplete naming the missing record", err)
+	}
+	leader := e.leader(coordinator.WithLease(time.Second))
+	register(leader)
+	testenv.Run(t, leader.Run)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	w, err := leader.Wait(wctx, out.GID)
+	if err != nil || string(w.Output) != string(whole.Output) {
+		t.Fatalf("Wait = %+v, %v; want succeeded with %s, as uninterrupted", w, err, whole.Output)
+	}
+	var got []string
+	for _, c := range calls.get() {
+		if g, call, _ := strings.Cut(c, " "); g == out.GID {
+			got = append(got, call)
+		}
+	}
+	// a and b sent by the starter (b's record refused), again by the leader's replay; c once.
+	if want := []string{"action/a", "action/b", "action/a", "action/b", "action/c"}; !slices.Equal(got, want) {
+		t.Fatalf("calls %q, want %q", got, want)
+	}
+	status := map[string]string{}
+	for _, br := range coretest.Get(t, e.logOf(t, leader), out.GID).Branches {
+		status[br.Name] = br.Status.String()
+	}
+	if want := map[string]string{"a": "succeeded", "b": "succeeded", "c": "succeeded", "$result": "succeeded"}; fmt.Sprint(status) != fmt.Sprint(want) {
+		t.Fatalf("steps %v, want %v", status, want)
 	}
 }

@@ -16,9 +16,9 @@ import (
 )
 
 // Group commit: the starters' writes of concurrent transactions in one process — recording a
-// transaction (CreateIn), a branch (AddBranch), a decision (Decide) and a clean finish (Record
-// without a token) — share PostgreSQL round trips and commits, as a database's group commit
-// shares WAL flushes.
+// transaction (CreateIn), a branch (AddBranch), a decision (Decide), a clean finish (Record
+// without a token) and a workflow's step (PutStep, RecordStep, FinishStep: steps.go) — share
+// PostgreSQL round trips and commits, as a database's group commit shares WAL flushes.
 //
 // A write that finds no flush of its log in flight is sent at once, alone, by its own goroutine,
 // with the same statement as without group commit: a lone transaction waits for no partner. A
@@ -95,6 +95,7 @@ const (
 	writeDecide                  // a starter's decision (DecideWrote)
 	writeFinish                  // a starter's clean finish (Record without a token)
 	writeAddAll                  // several branches while the transaction is in a status (AddBranches)
+	writeStep                    // a workflow's step record, its status change if any (steps.go)
 )
 
 // write is one of the log's conditional writes of one gid: it takes effect (ok) or finds its
@@ -120,6 +121,10 @@ type write struct {
 	// writeFinish
 	done       []string
 	doneStatus string
+	// writeStep: put_step's arguments but the last; async: its commit need not wait for the WAL
+	// flush (RecordStep), which its statement then turns off for its transaction (put_step's $15)
+	args  []any
+	async bool
 }
 
 // write makes w, through the group writer when the log has one.
@@ -190,6 +195,8 @@ func (l *Log) statement(w *write) (string, []any) {
 		return l.q["decide"], []any{w.gid, w.from, w.to, l.o.lease.Seconds()}
 	case writeAddAll:
 		return l.q["add_branches"], []any{w.gid, w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.from, w.callOpts}
+	case writeStep:
+		return l.q["put_step"], append(w.args[:len(w.args):len(w.args)], w.async)
 	}
 	// writeFinish. One that marks no branch (a final status implying them, Record) moves the
 	// status as a decision does: no transition leads to trying, the one status finish treats apart.
@@ -204,7 +211,8 @@ func (l *Log) statement(w *write) (string, []any) {
 // together in one pipeline (one Sync: one implicit transaction). refused reports that err means
 // nothing was written: PostgreSQL refused a statement, or the commit, and the transaction rolled
 // back. Otherwise the outcome of an error is unknown: the connection failed, or the session ended
-// (a FATAL error) after the statements ran, when the commit may have been made.
+// (a FATAL error) after the statements ran, when the commit may have been made. Only a batch
+// whose writes are all async commits without waiting for the WAL flush.
 //
 // One statement per write rather than one per kind of write over arrays: a join of unnest arrays
 // with the log's tables is planned for ten rows of each array, and PostgreSQL's generic plan
@@ -217,8 +225,14 @@ func (l *Log) writeBatch(ctx context.Context, ws []*write) (ok []bool, refused b
 	}
 	slices.SortFunc(order, func(i, j int) int { return strings.Compare(ws[i].gid, ws[j].gid) })
 	var b pgx.Batch
+	async := !slices.ContainsFunc(ws, func(w *write) bool { return !w.async })
 	for _, i := range order {
-		sql, args := l.statement(ws[i])
+		w := ws[i]
+		if w.async && !async { // the batch's commit is the others' too: it waits for the flush
+			c := *w
+			c.async, w = false, &c
+		}
+		sql, args := l.statement(w)
 		b.Queue(sql, args...)
 	}
 	res := l.pool.SendBatch(ctx, &b)

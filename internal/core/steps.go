@@ -19,21 +19,33 @@ import (
 // PutStep records b — a workflow's step, with its status, payload (the step's result or
 // request), LastError and Refusal (the step's recorded error) — inserting or replacing its row,
 // while gid is in status want, and renews the driver's lease on gid. A non-zero tok (a leader's)
-// passes the fence first. gid no longer in want returns an error wrapping [ErrInvalidState] (a
+// passes the fence first; a starter's write (zero tok) shares commits with the log's other writes
+// ([WithGroupCommit]). gid no longer in want returns an error wrapping [ErrInvalidState] (a
 // leader took it over, or it was stopped); nothing is written then. One statement, in a
 // transaction with the fence check when fenced.
 func (l *Log) PutStep(ctx context.Context, tok lock.Token, gid string, want Status, b Branch) error {
-	return l.putStep(ctx, tok, gid, want, 0, b)
+	return l.putStep(ctx, tok, gid, want, 0, -1, false, b)
+}
+
+// RecordStep is a starter's [Log.PutStep] of the outcome of step b of its running workflow,
+// made only while the step before it (seq b.Seq-1) has its row, and committed without waiting
+// for PostgreSQL to flush it to disk: every reader sees it once RecordStep returns, but a crash
+// or failover of PostgreSQL may lose it, with every write committed after it (docs/workflows.md,
+// "The log", says why a workflow may lose it). A step before it without its row (lost so) returns
+// an error wrapping [ErrInvalidState], and nothing is written.
+func (l *Log) RecordStep(ctx context.Context, gid string, b Branch) error {
+	return l.putStep(ctx, lock.Token{}, gid, StatusRunning, 0, b.Seq-1, true, b)
 }
 
 // FinishStep is [Log.PutStep] that also moves gid from want to next (a workflow's outcome and
-// its status in one statement). A final next counts in
-// txkit_coordinator_transactions_finished_total, as [Log.Record] does.
-func (l *Log) FinishStep(ctx context.Context, tok lock.Token, gid string, want, next Status, b Branch) error {
+// its status in one statement), made only while the step at seq last has its row (none when
+// last < 0): its commit, waiting for the flush, makes the records of the steps before durable.
+// A final next counts in txkit_coordinator_transactions_finished_total, as [Log.Record] does.
+func (l *Log) FinishStep(ctx context.Context, tok lock.Token, gid string, want, next Status, last int, b Branch) error {
 	if !want.CanBecome(next) {
 		return fmt.Errorf("core: finish %s: %s → %s: %w", gid, want, next, ErrInvalidState)
 	}
-	if err := l.putStep(ctx, tok, gid, want, next, b); err != nil {
+	if err := l.putStep(ctx, tok, gid, want, next, last, false, b); err != nil {
 		return err
 	}
 	if next.Final() {
@@ -42,28 +54,39 @@ func (l *Log) FinishStep(ctx context.Context, tok lock.Token, gid string, want, 
 	return nil
 }
 
-func (l *Log) putStep(ctx context.Context, tok lock.Token, gid string, want, next Status, b Branch) error {
+// putStep writes b while gid is in want and, with prev >= 0, the step at seq prev has its row.
+func (l *Log) putStep(ctx context.Context, tok lock.Token, gid string, want, next Status, prev int, async bool, b Branch) error {
 	switch {
 	case b.Name == "":
 		return fmt.Errorf("core: step of %s: empty name: %w", gid, ErrInvalidBranch)
 	case b.Target.Ref == "" || !b.Target.Kind.valid():
 		return fmt.Errorf("core: step %s of %s: target %s %q: %w", b.Name, gid, b.Target.Kind, b.Target.Ref, ErrInvalidBranch)
 	}
-	args := []any{gid, want.String(), b.Name, int32(b.Seq), b.Target.Kind.String(), b.Target.Ref, b.Payload, b.Status.String(),
-		boundText(b.LastError), boundText(b.Refusal),
-		l.o.lease.Seconds(), encodeCallOptions(b.Target)}
 	var to string
 	if next != 0 {
 		to = next.String()
 	}
-	ok, err := l.fencedExec(ctx, tok, gid, l.q["put_step"], append(args, to))
+	args := []any{gid, want.String(), b.Name, int32(b.Seq), b.Target.Kind.String(), b.Target.Ref, b.Payload, b.Status.String(),
+		boundText(b.LastError), boundText(b.Refusal),
+		l.o.lease.Seconds(), encodeCallOptions(b.Target), to, int32(max(prev, -1))}
+	var ok bool
+	var err error
+	if tok.IsZero() {
+		ok, err = l.write(ctx, &write{kind: writeStep, gid: gid, args: args, async: async})
+	} else {
+		ok, err = l.fencedExec(ctx, tok, gid, l.q["put_step"], append(args, false))
+	}
 	if err != nil {
 		return fmt.Errorf("core: step %s of %s: %w", b.Name, gid, err)
 	}
-	if !ok {
-		return l.notIn(ctx, gid, want)
+	if ok {
+		return nil
 	}
-	return nil
+	if cur, err := l.status(ctx, gid); err == nil && cur == want && prev >= 0 {
+		return fmt.Errorf("core: step %s of %s: the row of step %d is missing (lost in a crash or failover of PostgreSQL): %w",
+			b.Name, gid, prev, ErrInvalidState)
+	}
+	return l.notIn(ctx, gid, want)
 }
 
 // Park moves gid from status from to status to (the same, or [StatusStopped]) and makes it due

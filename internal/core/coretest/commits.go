@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/bench/concbench"
@@ -53,4 +54,31 @@ func (cc *CommitCounter) PerTransaction(c coordinator.Base, n int, tx func(ctx c
 	}
 	flush()
 	return float64(cc.c.Load()-before) / float64(n)
+}
+
+// SyncCommits makes every write of a row of table (a log's branch table, in the schema of
+// pool's search_path) record the synchronous_commit its transaction ran with, and returns the
+// reader of those records: gid's as "branch setting", in branch order, one per write.
+func SyncCommits(t testing.TB, pool *pgxpool.Pool, table string) func(gid string) []string {
+	t.Helper()
+	if _, err := pool.Exec(t.Context(), `
+		create table sync_commits (gid text, branch text, sync text);
+		create function sync_commits() returns trigger language plpgsql as $$
+		begin
+			insert into sync_commits values (new.gid, new.branch, current_setting('synchronous_commit'));
+			return new;
+		end $$;
+		create trigger sync_commits after insert or update on `+pgx.Identifier{table}.Sanitize()+`
+			for each row execute function sync_commits()`); err != nil {
+		t.Fatal(err)
+	}
+	return func(gid string) []string {
+		t.Helper()
+		rows, _ := pool.Query(t.Context(), `select branch || ' ' || sync from sync_commits where gid = $1 order by branch, sync`, gid)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
 }

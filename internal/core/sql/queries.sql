@@ -198,7 +198,10 @@ select count(*) from g
 
 {{/* A workflow's step record (Log.PutStep): the branch row inserted or replaced while the
 workflow is in status $2, and the driver's lease renewed ($11 seconds), in one statement; with a
-new status $13 (Log.FinishStep; '' for none) the workflow moves to it in the same statement. */}}
+new status $13 (Log.FinishStep; '' for none) the workflow moves to it in the same statement. With
+$14 >= 0 it writes only while the step at seq $14 has its row (Log.RecordStep, FinishStep). With
+$15 its transaction commits without waiting for the WAL flush (RecordStep: synchronous_commit off
+until the transaction ends, set_config's is_local; a CASE, so that it is set only then). */}}
 {{define "put_step"}}
 with g as (
     update {{.Global}} set updated_at = now(), next_retry_at = now() + make_interval(secs => $11::float8),
@@ -206,6 +209,8 @@ with g as (
         attempts = case when $13 = '' then attempts else 0 end,
         last_error = case when $13 = '' then last_error end
     where gid = $1 and status = $2
+        and ($14::int < 0 or exists (select 1 from {{.Branch}} p where p.gid = $1 and p.seq = $14::int))
+        and case when $15::bool then set_config('synchronous_commit', 'off', true) is not null else true end
     returning gid
 )
 insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status, last_error, refusal, call_options, updated_at)
