@@ -100,7 +100,7 @@ func (m *Mutex) takeIn(ctx context.Context, tx pgx.Tx) (tok int64, left float64,
 		var l *float64
 		var set int
 		err := c.waitOn(ctx, tx.Conn().PgConn(), func(qctx context.Context) error {
-			return tx.QueryRow(qctx, c.doTake, m.name, c.keepIdle, c.userTimeout).Scan(&won, &l, &set)
+			return tx.QueryRow(qctx, c.doTake, m.name, c.keepIdle, c.userTimeout, m.doKey).Scan(&won, &l, &set)
 		})
 		switch {
 		case ctx.Err() != nil:

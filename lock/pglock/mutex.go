@@ -30,10 +30,11 @@ import (
 // error until the lost hold is released with Unlock. Mutex is safe for concurrent use by multiple
 // goroutines (they share its hold).
 type Mutex struct {
-	c    *Client
-	name string
-	data string
-	r    *lock.Reentrant
+	c     *Client
+	name  string
+	data  string
+	r     *lock.Reentrant
+	doKey int64 // the advisory lock Do's transactions queue on (see the Client's doTake)
 }
 
 // NewMutex returns a lease Mutex on name (at most [MaxNameLen] bytes of valid UTF-8, without
@@ -51,7 +52,8 @@ func (c *Client) NewMutex(name string, opts ...MutexOption) (*Mutex, error) {
 			return nil, fmt.Errorf("pglock: lock %s: data %q: %w: %w", name, o.data, err, lock.ErrInvalidOption)
 		}
 	}
-	return &Mutex{c: c, name: name, data: o.data, r: lock.NewReentrant(name)}, nil
+	return &Mutex{c: c, name: name, data: o.data, r: lock.NewReentrant(name),
+		doKey: pgutil.MigrateLockKey("txkit/lock/pglock/do:" + c.table + "\x00" + name)}, nil
 }
 
 // Name returns the lock's name.
