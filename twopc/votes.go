@@ -180,20 +180,20 @@ const voteBatch = 2000
 // sweepVotes deletes from d's vote table the rows older than the in-doubt grace whose
 // transaction is finished or gone from the log: no one reads them any more. (A tombstone must
 // outlive the starter's phase one, which the prepare timeout bounds, and the grace is above it.)
-// It reads them a page at a time in (created_at, id) order, on the table's index, and goes on
-// past the pages of open transactions' rows, which stay.
+// It reads them a page at a time in id order, on the table's primary key, and goes on past the
+// pages of open transactions' rows, which stay.
 func (c *Coordinator) sweepVotes(ctx context.Context, d *prepared.Registered) (int, error) {
 	if err := c.votes.Ensure(ctx, d.DB); err != nil {
 		return 0, err
 	}
 	total := 0
-	var after prepared.VoteCursor // pages past the rows of open transactions, which stay
+	after := "" // pages past the rows of open transactions, which stay
 	for {
-		ids, next, err := c.votes.Old(ctx, d.DB, max(c.o.resolveGrace, c.o.prepareTimeout), after, voteBatch)
+		ids, err := c.votes.Old(ctx, d.DB, max(c.o.resolveGrace, c.o.prepareTimeout), after, voteBatch)
 		if err != nil || len(ids) == 0 {
 			return total, err
 		}
-		after = next
+		after = ids[len(ids)-1]
 		gidOf := make(map[string]string, len(ids))
 		gids := make([]string, 0, len(ids))
 		for _, id := range ids {
