@@ -253,7 +253,14 @@ func TestIntegrationVotesLeaderWaitsForAVoteInFlight(t *testing.T) {
 func TestIntegrationVotesSweepPagesPastOpenRows(t *testing.T) {
 	ctx := t.Context()
 	b := newBank(t)
-	c := b.coordinator(twopc.WithVoteMarkers(true), twopc.WithInDoubtResolution("@every 1h", 0))
+	// Pages of 2,000 rows (the default reads 20,000 a query), so that the open rows fill one.
+	c := b.coordinator(twopc.WithVoteMarkers(true), twopc.WithInDoubtResolution("@every 1h", 0), twopc.WithVoteScanForTest(2000))
+	// The table as an earlier version left it, with its index on (created_at, id), which the
+	// current DDL drops.
+	if _, err := b.Log.Pool.Exec(ctx, "create table "+c.VoteTable()+` (id text collate "C" primary key, yes boolean not null,
+		created_at timestamptz not null default now()); create index txkit_2pc_vote_age on `+c.VoteTable()+" (created_at, id)"); err != nil {
+		t.Fatal(err)
+	}
 	const openGIDs, doneGIDs = 1001, 10 // two rows each (east, west): 2,002 open rows, 20 finished
 	var open, done []string
 	for i := range openGIDs {
