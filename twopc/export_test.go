@@ -14,6 +14,12 @@ func WithTablePrefixForTest(p string) coordinator.Option {
 	return func(c *core.Config) { c.Prefix = p }
 }
 
+// WithVoteScanForTest sets how many vote rows one query of the sweep reads (default voteScan), so
+// that a test pages with few rows.
+func WithVoteScanForTest(n int) coordinator.Option {
+	return own("WithVoteScanForTest", func(o *options) { o.voteScan = n })
+}
+
 // RecordVoting records gid as voting with the database branches dbs, as Commit with vote markers
 // does beside the PREPAREs: a test then prepares (or not) each branch by hand with VoteSQL and
 // lets the leader settle it.

@@ -14,10 +14,11 @@ type options struct {
 	resolveSpec    string
 	resolveGrace   time.Duration
 	votes          bool
+	voteScan       int // vote rows one query of the sweep reads (voteScan; tests lower it)
 }
 
 func defaultOptions() *options {
-	return &options{prepareTimeout: 10 * time.Second, resolveSpec: "@every 5s", resolveGrace: 15 * time.Second, votes: true}
+	return &options{prepareTimeout: 10 * time.Second, resolveSpec: "@every 5s", resolveGrace: 15 * time.Second, votes: true, voteScan: voteScan}
 }
 
 // own returns twopc's own option called name, which set sets.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -174,53 +175,68 @@ func (c *Coordinator) settle(ctx context.Context, tok lock.Token, t *core.Transa
 	return nil
 }
 
-// voteBatch is how many vote rows one query of the sweep reads.
-const voteBatch = 2000
+// voteScan is how many old vote rows one query of the sweep reads, and voteBatch how many of them
+// one look-up in the log and one delete take. The table's only index is its primary key, so a
+// query is a pass over the table (whose size is a few in-doubt graces of transfers): a large page
+// makes it one pass per sweep in the steady state.
+const (
+	voteScan  = 20000
+	voteBatch = 2000
+)
 
 // sweepVotes deletes from d's vote table the rows older than the in-doubt grace whose
 // transaction is finished or gone from the log: no one reads them any more. (A tombstone must
 // outlive the starter's phase one, which the prepare timeout bounds, and the grace is above it.)
-// It reads them a page at a time in (created_at, id) order, on the table's index, and goes on
-// past the pages of open transactions' rows, which stay.
+// It reads them a page at a time in id order, on the table's primary key, and goes on past the
+// pages of open transactions' rows, which stay.
 func (c *Coordinator) sweepVotes(ctx context.Context, d *prepared.Registered) (int, error) {
 	if err := c.votes.Ensure(ctx, d.DB); err != nil {
 		return 0, err
 	}
 	total := 0
-	var after prepared.VoteCursor // pages past the rows of open transactions, which stay
+	after := "" // pages past the rows of open transactions, which stay
 	for {
-		ids, next, err := c.votes.Old(ctx, d.DB, max(c.o.resolveGrace, c.o.prepareTimeout), after, voteBatch)
-		if err != nil || len(ids) == 0 {
+		page, err := c.votes.Old(ctx, d.DB, max(c.o.resolveGrace, c.o.prepareTimeout), after, c.o.voteScan)
+		if err != nil || len(page) == 0 {
 			return total, err
 		}
-		after = next
-		gidOf := make(map[string]string, len(ids))
-		gids := make([]string, 0, len(ids))
-		for _, id := range ids {
-			if gid, _, ok := c.ns.Parse(id); ok && c.b.Owns(gid) { // another log shard's are its to sweep
-				gidOf[id] = gid
-				gids = append(gids, gid)
-			}
-		}
-		open, err := c.b.Log.Unfinished(ctx, gids)
-		if err != nil {
-			return total, err
-		}
-		del := make([]string, 0, len(ids))
-		for id, gid := range gidOf {
-			if !open[gid] {
-				del = append(del, id)
-			}
-		}
-		if len(del) > 0 {
-			n, err := c.votes.Delete(ctx, d.DB, del)
-			total += int(n)
+		after = page[len(page)-1]
+		for ids := range slices.Chunk(page, voteBatch) {
+			n, err := c.sweepBatch(ctx, d, ids)
+			total += n
 			if err != nil {
 				return total, err
 			}
 		}
-		if len(ids) < voteBatch {
+		if len(page) < c.o.voteScan {
 			return total, nil
 		}
 	}
+}
+
+// sweepBatch deletes the rows of ids whose transaction is finished or gone from the log.
+func (c *Coordinator) sweepBatch(ctx context.Context, d *prepared.Registered, ids []string) (int, error) {
+	gidOf := make(map[string]string, len(ids))
+	gids := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if gid, _, ok := c.ns.Parse(id); ok && c.b.Owns(gid) { // another log shard's are its to sweep
+			gidOf[id] = gid
+			gids = append(gids, gid)
+		}
+	}
+	open, err := c.b.Log.Unfinished(ctx, gids)
+	if err != nil {
+		return 0, err
+	}
+	del := make([]string, 0, len(ids))
+	for id, gid := range gidOf {
+		if !open[gid] {
+			del = append(del, id)
+		}
+	}
+	if len(del) == 0 {
+		return 0, nil
+	}
+	n, err := c.votes.Delete(ctx, d.DB, del)
+	return int(n), err
 }

@@ -27,8 +27,8 @@ type Votes struct {
 	ddl    string // the table's versioned DDL (pgutil.MigrateOnce)
 }
 
-// voteAgeSuffix names the vote table's index on (created_at, id): "<prefix>vote_age" fits
-// PostgreSQL's 63 bytes for every prefix the coordinators accept.
+// voteAgeSuffix names the index on (created_at, id) the table had until issue 35: the DDL drops
+// it where an earlier version created it.
 const voteAgeSuffix = "vote_age"
 
 // NewVotes returns the vote table of a coordinator whose log is in schema (empty: the
@@ -36,26 +36,30 @@ const voteAgeSuffix = "vote_age"
 func NewVotes(schema, prefix string) Votes {
 	v := Votes{table: pgx.Identifier{prefix + "vote"}.Sanitize(), schema: schema}
 	ddl := ""
+	age := pgx.Identifier{prefix + voteAgeSuffix}.Sanitize()
 	if schema != "" {
 		v.table = pgx.Identifier{schema, prefix + "vote"}.Sanitize()
+		age = pgx.Identifier{schema, prefix + voteAgeSuffix}.Sanitize()
 		ddl = "create schema if not exists " + pgx.Identifier{schema}.Sanitize() + ";\n"
 	}
-	// Processes creating it at once are serialized by the advisory lock. The index serves the
-	// sweep ([Votes.Old]), which reads the rows in (created_at, id) order.
+	// Processes creating it at once are serialized by the advisory lock. The primary key is the
+	// table's only index: every transfer inserts a row per branch, and a second index (the
+	// (created_at, id) one of earlier versions, dropped here) cost each insert a third of its WAL;
+	// the sweep ([Votes.Old]) pages in id order on the primary key instead, a pass every few seconds.
 	v.ddl = "select pg_advisory_xact_lock(" + strconv.FormatInt(pgutil.MigrateLockKey("txkit/prepared/votes:"+v.table), 10) + ");\n" +
 		ddl + "create table if not exists " + v.table + ` (
     id         text        collate "C" primary key, -- the branch's prepared transaction id (byte order: cheaper to compare)
     yes        boolean     not null,          -- true: the branch's own row, committed with it; false: a leader's tombstone
     created_at timestamptz not null default now()
 );
-create index if not exists ` + pgx.Identifier{prefix + voteAgeSuffix}.Sanitize() + " on " + v.table + " (created_at, id)"
+drop index if exists ` + age
 	return v
 }
 
 // Table returns the quoted table name.
 func (v Votes) Table() string { return v.table }
 
-// Ensure creates the table in d's database, its index on (created_at, id) and its schema when
+// Ensure creates the table in d's database and its schema when
 // they do not exist, through d.P2, as a versioned DDL ([pgutil.MigrateOnce]: a version run
 // before costs one read). A success is remembered: later calls return nil at once.
 func (v Votes) Ensure(ctx context.Context, d *DB) error {
@@ -127,32 +131,21 @@ func isPrepared(ctx context.Context, d *DB, id string) (bool, error) {
 	return ok, nil
 }
 
-// VoteCursor is a place in the vote table's (created_at, id) order, the order [Votes.Old] pages
-// in. The zero VoteCursor is before the oldest row.
-type VoteCursor struct {
-	At time.Time
-	ID string
-}
-
-// Old returns the ids of at most limit rows of d's vote table older than age that come after
-// after in (created_at, id) order, in that order, and the cursor of the last one (after itself
-// when there is none): pass it back to read the next page. It reads the table's index.
-func (v Votes) Old(ctx context.Context, d *DB, age time.Duration, after VoteCursor, limit int) ([]string, VoteCursor, error) {
-	rows, err := d.P2.Query(ctx, "select id, created_at from "+v.table+
-		" where created_at < now() - make_interval(secs => $1) and (created_at, id) > ($2, $3) order by created_at, id limit $4",
-		age.Seconds(), after.At, after.ID, limit)
+// Old returns the ids of at most limit rows of d's vote table older than age whose ids come after
+// after (byte order; "" is before every id), in that order: pass the last one back as after to read
+// the next page. It reads the table's primary key, a page's worth of rows past after.
+func (v Votes) Old(ctx context.Context, d *DB, age time.Duration, after string, limit int) ([]string, error) {
+	rows, err := d.P2.Query(ctx, "select id from "+v.table+
+		" where id > $1 and created_at < now() - make_interval(secs => $2) order by id limit $3",
+		after, age.Seconds(), limit)
 	if err != nil {
-		return nil, after, fmt.Errorf("read old votes: %w", err)
+		return nil, fmt.Errorf("read old votes: %w", err)
 	}
-	var ids []string
-	last := after
-	if _, err := pgx.ForEachRow(rows, []any{&last.ID, &last.At}, func() error {
-		ids = append(ids, last.ID)
-		return nil
-	}); err != nil {
-		return nil, after, fmt.Errorf("read old votes: %w", err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read old votes: %w", err)
 	}
-	return ids, last, nil
+	return ids, nil
 }
 
 // Delete deletes the rows of ids from d's vote table and returns how many it deleted.
