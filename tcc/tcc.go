@@ -102,25 +102,22 @@ type Global struct {
 func (g *Global) GID() string { return g.gid }
 
 // Try records branch b and the branches more, if any, in one write (with their participants, so
-// that whoever finishes the transaction can call their confirm or cancel; the first Try of a
-// transaction [Coordinator.Begin] did not record records the transaction with them), then calls
-// their tries: several at once, at most [coordinator.WithConcurrency], none launched after one
-// failed. It blocks for the write and the calls, bounded by ctx and the call timeout of
-// [coordinator.WithRetry]. Branches given together cost one write where one Try each costs one
-// each (docs/coordinators.md).
+// that whoever finishes the transaction can call their confirm or cancel; a first Try records the
+// transaction with them), then calls their tries: at most [coordinator.WithConcurrency] at once,
+// none launched after one failed. It blocks for the write and the calls, bounded by ctx and the
+// call timeout of [coordinator.WithRetry]. Branches given together cost one write.
 //
 // A nil error means every try succeeded. A refused try returns a *[coordinator.BranchError]
-// wrapping [participant.ErrRefused] (several failures: their errors joined), after recording the
-// rollback decision: call [Global.Rollback], which cancels every branch (including the refused one
-// and any not tried: an empty rollback is the barrier's concern); if the caller does not, the
-// leader does once the lease passes. Any other failure (transport, timeout, HTTP 500, or a panic
-// in an in-process participant — recovered, logged with its stack and returned as an error whose
-// text starts "panic: ") is an unknown outcome: the transaction stays trying and the caller should
-// call Rollback; if it does not, the leader cancels the transaction at its timeout.
+// wrapping [participant.ErrRefused] (several: their errors joined), after recording the rollback
+// decision: call [Global.Rollback], which cancels every branch; if the caller does not, the leader
+// does once the lease passes. Any other failure (transport, timeout, HTTP 500, a recovered panic
+// of an in-process participant, whose error text starts "panic: ") is an unknown outcome: the
+// transaction stays trying and the caller should call Rollback, or the leader cancels it at its
+// timeout.
 //
-// An empty name, a payload that is not JSON or a participant that cannot be recorded returns an
-// error wrapping [coordinator.ErrInvalidBranch], as does a name already tried or given twice; then
-// no branch of the call is recorded or tried. A transaction already decided (or cancelled by its
+// An empty name, a payload that is not JSON, a participant that cannot be recorded, or a name
+// already tried or given twice returns an error wrapping [coordinator.ErrInvalidBranch], and no
+// branch of the call is recorded or tried. A transaction already decided (or cancelled by its
 // timeout) returns [coordinator.ErrInvalidState] and calls nothing.
 func (g *Global) Try(ctx context.Context, b Branch, more ...Branch) error {
 	bs := append([]Branch{b}, more...)

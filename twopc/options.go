@@ -48,28 +48,19 @@ func WithInDoubtResolution(spec string, grace time.Duration) coordinator.Option 
 const phaseTwoConns = 2
 
 // WithVoteMarkers(true), the default, makes [Global.Commit] of a transaction whose branches are
-// all databases take two rounds of PostgreSQL flushes, as two-phase commit without a coordinator
-// does, instead of three. The transaction is recorded, with its branches, while they prepare —
-// status [StatusVoting] — instead of after every vote; each branch's transaction inserts a row
-// for itself in the coordinator's vote table of its database (the vote marker, committed with
-// the branch) just before PREPARE TRANSACTION; and once every branch voted yes, Commit commits
-// them at once. The decision is the votes themselves: a leader that finds the transaction still
-// voting after the starter's lease settles it from each branch's database — a prepared or
-// committed branch voted yes; one that is neither gets a tombstone in its vote row, which makes
-// its PREPARE fail if it ever comes — and commits when every branch voted yes, else rolls back.
-// See docs/coordinators.md ("Vote markers") for the protocol and its costs.
+// all databases take two rounds of PostgreSQL flushes instead of three: the transaction is recorded
+// voting while its branches prepare, each branch's transaction inserts its vote row (committed with
+// it) just before PREPARE TRANSACTION, and once every branch voted yes Commit commits them. The
+// votes are the decision: a leader that finds the transaction still voting settles it from each
+// branch's database (docs/coordinators.md, "Vote markers", has the protocol and its costs).
 //
-// Each registered database gets a table "<schema>.<prefix>vote" (and the schema), created by the
-// first [Global.Enlist] of that database through the coordinator's phase-two pool; a role that
-// may not create them there makes Enlist fail at once with an error wrapping
-// [coordinator.ErrInvalidOption] that says so. Create them once with a role that may (any
-// coordinator with vote markers creates them on first use), or pass false: Commit then writes its
-// decision between the phases (presumed abort), one round of flushes more, and nothing is created
-// in the registered databases. The in-doubt pass ([Coordinator.ResolveInDoubt]) deletes the rows
-// of finished transactions once they are older than the grace of [WithInDoubtResolution].
-// Transactions with a participant branch are unchanged; one begun with coordinator.WithGID is
-// recorded voting before its branches prepare rather than beside them. Every coordinator
-// recovers voting transactions, whatever this option.
+// Each registered database gets a table "<schema>.<prefix>vote", created by the first
+// [Global.Enlist] of that database; a role that may not create it makes Enlist fail at once with
+// an error wrapping [coordinator.ErrInvalidOption]. Create it once with a role that may, or pass
+// false: Commit then writes its decision between the phases (presumed abort), one round of
+// flushes more, and nothing is created in the registered databases. Transactions with a
+// participant branch are unchanged. Every coordinator recovers voting transactions, whatever
+// this option.
 func WithVoteMarkers(on bool) coordinator.Option {
 	return own("WithVoteMarkers", func(o *options) { o.votes = on })
 }

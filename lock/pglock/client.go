@@ -110,13 +110,8 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 		// it is free then. The row stays free (expires_at -infinity): the transaction's row lock
 		// is the hold, so the commit or abort that ends the transaction releases it, with no
 		// write of its own. The keepalive settings (keepaliveSQL's, for this transaction only)
-		// make the server drop a holder's connection that went silent. Before the update waits on
-		// the row, the transaction queues on an advisory lock of its own for the name ($4,
-		// released with it): concurrent Dos are woken one at a time, in arrival order, instead of
-		// every waiter on the row waking at each hand-over to find it taken again (at 64 clients
-		// that herd cost PostgreSQL 3× the advisory-lock baseline's CPU per hand-over). The row
-		// lock is still the exclusion; the advisory lock only orders the queue. A row held by a
-		// Lock holder fails the update's condition first, so no advisory lock is taken for it.
+		// make the server drop a holder's connection that went silent. The advisory lock $4 only
+		// orders the queue of Dos (docs/lock.md): one waiter woken per hand-over.
 		doTake: `with cur as (select extract(epoch from greatest(expires_at, now()) - now())::float8 as left_s from ` + t + ` where name = $1),` +
 			` q as (select pg_advisory_xact_lock($4)),` +
 			` won as (update ` + t + ` set holder = '` + uuid.Nil.String() + `', data = '', token = nextval(` + seqLit + `), expires_at = '-infinity'` +
