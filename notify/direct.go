@@ -115,7 +115,7 @@ func (n *Notifier) claimBatch(ids []uuid.UUID) ([]claimed, error) {
 	// commit, which flushes the claim too. Lost in a crash before that, it leaves the
 	// notification to the leader, as a Deliver whose record failed does.
 	rows, err := n.pool.Query(ctx, `with async as (select set_config('synchronous_commit', 'off', true)),
-c as (select id from `+n.table+` where id = any($1::uuid[]) and status = 'pending' and not claimed and (select true from async)
+c as (select id from `+n.table+` where id = any($1::uuid[]) and `+stillPending+` and not claimed and (select true from async)
 	order by id for update)
 update `+n.table+` t set claimed = true, next_attempt_at = now() + make_interval(secs => $2), updated_at = now()
 from c where t.id = c.id

@@ -37,7 +37,7 @@ func (n *Notifier) claimFirst(ctx context.Context, batch []due) ([]due, error) {
 	}
 	// The rows are locked in the order of their ids, as Deliver's claims lock them: two claims
 	// of overlapping sets never deadlock.
-	rows, err := n.pool.Query(ctx, `with c as (select id from `+n.table+` where id = any($1::uuid[]) and status = 'pending' and not claimed
+	rows, err := n.pool.Query(ctx, `with c as (select id from `+n.table+` where id = any($1::uuid[]) and `+stillPending+` and not claimed
 	order by id for update)
 update `+n.table+` t set claimed = true from c where t.id = c.id returning t.id`, pgx.QueryExecModeExec, fresh)
 	if err != nil {

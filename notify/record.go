@@ -18,6 +18,13 @@ import (
 // not full: one transaction (and one WAL flush) for many results, also when deliveries are slow.
 const recordLinger = 10 * time.Millisecond
 
+// stillPending is the guard of the statements that find notifications by id: "pending", written
+// so that PostgreSQL finds each row by the primary key. Written "status = 'pending'", it matches
+// the due index's predicate, and the planner, whose statistics count only the few rows pending at
+// the last analyze, scans the whole due index — with the entries of every row delivered since —
+// for every batch. The check constraint allows only the three statuses: the same rows.
+const stillPending = `status not in ('delivered', 'failed')`
+
 // fenceKey is what a term's writes pass the fence with: its token and its partition's resource.
 type fenceKey struct {
 	tok      lock.Token
@@ -151,7 +158,7 @@ func (n *Notifier) holdBack(ctx context.Context, fk fenceKey, held []result) err
 	}
 	return n.fenced(ctx, fk, func(tx DBTX) error {
 		_, err := tx.Exec(ctx, `update `+n.table+` t set next_attempt_at = now() + make_interval(secs => w.secs), updated_at = now()
-from unnest($1::uuid[], $2::float8[]) as w(id, secs) where t.id = w.id and t.status = 'pending'`, ids, waits)
+from unnest($1::uuid[], $2::float8[]) as w(id, secs) where t.id = w.id and t.`+stillPending, ids, waits)
 		return err
 	})
 }
@@ -196,7 +203,7 @@ u as (
 		status = case when r.ok then 'delivered' when t.attempts + 1 > cardinality($6::float8[]) then 'failed' else 'pending' end,
 		next_attempt_at = case when r.ok or t.attempts + 1 > cardinality($6::float8[]) then t.next_attempt_at
 			else now() + make_interval(secs => ($6::float8[])[t.attempts + 1] * (1 - $7::float8 + 2 * $7::float8 * random())) end
-	from r where t.id = r.id and t.status = 'pending'
+	from r where t.id = r.id and t.`+stillPending+`
 	returning t.id, t.status, t.attempts, t.tries),
 a as (
 	insert into `+n.attempts+` (id, n, status_code, latency_ms, error)
