@@ -110,12 +110,18 @@ func tracedConsumer(t *testing.T, e *env, tp trace.TracerProvider) (c *rocketmq.
 
 func spanNamed(t *testing.T, exp *tracetest.InMemoryExporter, name string) tracetest.SpanStub {
 	t.Helper()
-	spans := exp.GetSpans()
-	i := slices.IndexFunc(spans, func(s tracetest.SpanStub) bool { return s.Name == name })
-	if i < 0 {
-		t.Fatalf("no span %q among %d", name, len(spans))
-	}
-	return spans[i]
+	// A span is exported when it ends, which may come after what the test waited for (the consume
+	// span ends after the handler's transaction commits): wait for it.
+	var found tracetest.SpanStub
+	testenv.Eventually(t, waitFor, 10*time.Millisecond, func() bool {
+		spans := exp.GetSpans()
+		i := slices.IndexFunc(spans, func(s tracetest.SpanStub) bool { return s.Name == name })
+		if i >= 0 {
+			found = spans[i]
+		}
+		return i >= 0
+	}, "no span %q ended", name)
+	return found
 }
 
 // requestSpan starts a "business request" span of tp; the test ends it.
