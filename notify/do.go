@@ -17,28 +17,10 @@ import (
 // transaction has committed Do posts each notification with no statement before the post. The
 // attempts are recorded off the caller's path (later): Flush and Run's exit wait for them.
 
-// collector gathers the notifications Enqueue writes in Do's transaction.
-type collector struct {
-	n    *Notifier
-	tx   *pgutil.SavepointTx // the transaction fn was given; nil once it has ended
-	rows []collected
-}
-
 // collected is a notification Enqueue wrote, claimed, in Do's transaction.
 type collected struct {
 	d        due
 	enqueued time.Time // when Enqueue wrote it: its lease runs from then
-}
-
-type collectorKey struct{}
-
-// collecting returns the collector of Do's transaction when Enqueue runs in it.
-func (n *Notifier) collecting(ctx context.Context, tx DBTX) *collector {
-	c, _ := ctx.Value(collectorKey{}).(*collector)
-	if c == nil || c.n != n || c.tx == nil || DBTX(c.tx) != tx || c.tx.InSavepoint() {
-		return nil // another transaction, or a savepoint open: its commit is not Do's to see
-	}
-	return c
 }
 
 // postBudget is how long after its Enqueue a notification Do collected may still be posted by Do:
@@ -59,24 +41,19 @@ const postBudget = directLease / 2
 // savepoint of tx (tx.Begin) is open is not Do's to post: Deliver or the leader posts it. Do
 // blocks for the transaction and the posts (each at most the call timeout); ctx scopes both.
 func (n *Notifier) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	c := &collector{n: n}
-	cctx := context.WithValue(ctx, collectorKey{}, c)
-	// The transaction's begin rides with fn's first statement (pgutil.LazyTx). Its savepoints are
-	// counted: a notification written while one is open — which rolling the savepoint back undoes,
-	// even when written with the outer tx — is not collected; Enqueue writes it unclaimed, for
-	// Deliver or the leader, and Do never posts a notification that was not committed.
-	c.tx = pgutil.TrackSavepoints(pgutil.NewLazyTx(n.pool))
-	err := pgutil.RunTx(ctx, c.tx, func() error { return fn(cctx, c.tx) })
-	c.tx = nil
+	// A notification written while a savepoint is open is not collected (pgutil.Collecting):
+	// Enqueue writes it unclaimed, for Deliver or the leader, and Do never posts a notification
+	// that was not committed.
+	rows, err := pgutil.Collect[collected](ctx, n.pool, n, fn)
 	if err != nil {
 		return fmt.Errorf("notify: transaction on %s: %w", n.name, err)
 	}
-	if len(c.rows) == 0 || !n.o.postAfterCommit || ctx.Err() != nil {
+	if len(rows) == 0 || !n.o.postAfterCommit || ctx.Err() != nil {
 		return nil
 	}
 	now := time.Now()
-	posts := c.rows[:0]
-	for _, r := range c.rows {
+	posts := rows[:0]
+	for _, r := range rows {
 		if now.Sub(r.enqueued) <= postBudget {
 			posts = append(posts, r)
 		}

@@ -365,7 +365,7 @@ func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.
 		}
 	}
 	trace := obs.EncodeTrace(ctx)
-	c := n.collecting(ctx, tx)
+	c := pgutil.Collecting[collected](ctx, n, tx)
 	var (
 		err      error
 		created  time.Time
@@ -400,7 +400,7 @@ select id, created_at, true from ins union all select id, created_at, false from
 		return uuid.Nil, fmt.Errorf("notify: enqueue %s/%s: %w", nt.Receiver, nt.Key, err)
 	}
 	if inserted { // not an existing notification of the key: that one is not Do's to post
-		c.rows = append(c.rows, collected{enqueued: time.Now(), d: due{Delivery: Delivery{ID: id, Receiver: nt.Receiver,
+		c.Rows = append(c.Rows, collected{enqueued: time.Now(), d: due{Delivery: Delivery{ID: id, Receiver: nt.Receiver,
 			Key: nt.Key, Payload: append(json.RawMessage(nil), nt.Payload...), CreatedAt: created}, trace: trace, attempt: 1}})
 	}
 	return id, nil

@@ -28,24 +28,6 @@ type handed struct {
 	committed time.Time // when Do saw the commit
 }
 
-// collector gathers the rows Enqueue writes in Do's transaction.
-type collector struct {
-	ob   *Outbox
-	tx   *pgutil.SavepointTx // Do's transaction; nil once it has ended
-	rows []handed
-}
-
-type collectorKey struct{}
-
-// collecting returns the collector of Do's transaction when Enqueue runs in it.
-func (ob *Outbox) collecting(ctx context.Context, tx DBTX) *collector {
-	c, _ := ctx.Value(collectorKey{}).(*collector)
-	if c == nil || c.ob != ob || c.tx == nil || DBTX(c.tx) != tx || c.tx.InSavepoint() {
-		return nil // another transaction, or a savepoint open: its commit is not Do's to see
-	}
-	return c
-}
-
 // Do runs fn in a transaction on the outbox's pool and commits it when fn returns nil (rolls back
 // otherwise, and returns fn's error). The messages fn enqueues with [Outbox.Enqueue] — given fn's
 // ctx and tx — go to the publisher right after the commit: a [Relay] of this process that leads
@@ -57,17 +39,12 @@ func (ob *Outbox) collecting(ctx context.Context, tx DBTX) *collector {
 // savepoint of tx (tx.Begin) is open is not handed over: the leader's poll reads it if it
 // committed. Do blocks for the transaction; ctx scopes it.
 func (ob *Outbox) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	// The transaction's begin rides with fn's first statement (pgutil.LazyTx): no round trip of
-	// its own.
-	tx := pgutil.TrackSavepoints(pgutil.NewLazyTx(ob.pool))
-	c := &collector{ob: ob, tx: tx}
-	err := pgutil.RunTx(ctx, tx, func() error { return fn(context.WithValue(ctx, collectorKey{}, c), tx) })
-	c.tx = nil
+	rows, err := pgutil.Collect[handed](ctx, ob.pool, ob, fn)
 	if err != nil {
 		return fmt.Errorf("outbox: transaction on %s: %w", ob.name, err)
 	}
-	if len(c.rows) > 0 && ob.o.handOff {
-		ob.handOff(ctx, c.rows)
+	if len(rows) > 0 && ob.o.handOff {
+		ob.handOff(ctx, rows)
 	}
 	return nil
 }

@@ -207,7 +207,7 @@ func (ob *Outbox) Enqueue(ctx context.Context, tx DBTX, msg Message) (uuid.UUID,
 	}
 	trace, part := obs.EncodeTrace(ctx), ob.partition(msg)
 	args := []any{msg.ID, msg.Topic, msg.Key, body, headers, msg.Tags, trace, part, ob.o.parts}
-	c := ob.collecting(ctx, tx)
+	c := pgutil.Collecting[handed](ctx, ob, tx)
 	msg.Body = body
 	var (
 		n   int
@@ -237,7 +237,7 @@ func (ob *Outbox) Enqueue(ctx context.Context, tx DBTX, msg Message) (uuid.UUID,
 		return uuid.Nil, fmt.Errorf("outbox: enqueue %s to %s: %w", msg.ID, msg.Topic, err)
 	}
 	if n > 0 && c != nil {
-		c.rows = append(c.rows, h)
+		c.Rows = append(c.Rows, h)
 	}
 	if n == 0 { // the table's partition count is not this outbox's
 		var stored int

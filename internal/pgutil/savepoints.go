@@ -67,3 +67,37 @@ func RunTx(ctx context.Context, tx pgx.Tx, fn func() error) (err error) {
 	}
 	return tx.Commit(ctx)
 }
+
+// Collector gathers what the enqueue calls of one Do transaction (outbox.Do, notify.Do) write, for
+// the Do to hand on after the commit: Collect makes it, and an enqueue finds it with Collecting.
+type Collector[T any] struct {
+	owner any
+	tx    *SavepointTx // nil once the transaction has ended
+	Rows  []T
+}
+
+type collectorKey[T any] struct{}
+
+// Collect runs fn in a transaction on db and commits it when fn returns nil (rolls it back and
+// returns fn's error otherwise). The transaction's begin rides with fn's first statement
+// (LazyTx); fn's ctx carries a Collector of owner, and Collect returns what was added to it.
+func Collect[T any](ctx context.Context, db Beginner, owner any, fn func(ctx context.Context, tx pgx.Tx) error) ([]T, error) {
+	c := &Collector[T]{owner: owner, tx: TrackSavepoints(NewLazyTx(db))}
+	err := RunTx(ctx, c.tx, func() error { return fn(context.WithValue(ctx, collectorKey[T]{}, c), c.tx) })
+	c.tx = nil
+	if err != nil {
+		return nil, err
+	}
+	return c.Rows, nil
+}
+
+// Collecting returns the Collector of owner's Collect when tx is its transaction and no savepoint
+// of it is open, nil otherwise: another transaction's commit, or what rolling a savepoint back
+// may undo, is not the Do's to see.
+func Collecting[T any](ctx context.Context, owner, tx any) *Collector[T] {
+	c, _ := ctx.Value(collectorKey[T]{}).(*Collector[T])
+	if c == nil || c.owner != owner || c.tx == nil || any(c.tx) != tx || c.tx.InSavepoint() {
+		return nil
+	}
+	return c
+}
