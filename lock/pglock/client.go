@@ -220,6 +220,28 @@ type waiter struct {
 	wake chan struct{} // buffered: a wake-up is never lost, never blocks the listener
 }
 
+// awaitRelease waits, after an attempt found the lock held with left seconds to run (nil: not
+// known), for the release's wake-up w, the row's expiry or the fallback check. It returns ctx's
+// error, or the closed Client's.
+func (c *Client) awaitRelease(ctx context.Context, w *waiter, name string, left *float64) error {
+	d := c.o.fallback
+	if left != nil {
+		d = min(d, max(time.Duration(*left*float64(time.Second)), 0)+time.Millisecond)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.wake:
+		return nil
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return c.errClosed(name)
+	}
+}
+
 // watch registers a waiter for name and starts the listener if it does not run yet. busy
 // reports that this Client holds name or has other Lock calls waiting for it: an attempt now
 // would fail, and the waiter waits for a wake-up first. Call stop when done waiting.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -64,20 +63,10 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, 
 			defer stop()
 			continue
 		}
-		// A Lock holder has the row: wait for its release (notified), its expiry, or the
-		// fallback check, as Lock does.
-		t := time.NewTimer(min(c.o.fallback, max(time.Duration(left*float64(time.Second)), 0)+time.Millisecond))
-		select {
-		case <-w.wake:
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-c.ctx.Done():
-			t.Stop()
-			return c.errClosed(m.name)
+		// A Lock holder has the row: wait for its release, as Lock does.
+		if err := c.awaitRelease(ctx, w, m.name, &left); err != nil {
+			return err
 		}
-		t.Stop()
 	}
 }
 

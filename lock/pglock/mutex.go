@@ -150,22 +150,9 @@ func (m *Mutex) take(ctx context.Context, wait bool) (held, error) {
 			}
 			left = l
 		}
-		d := c.o.fallback
-		if left != nil {
-			d = min(d, max(time.Duration(*left*float64(time.Second)), 0)+time.Millisecond)
+		if err := c.awaitRelease(ctx, w, m.name, left); err != nil {
+			return nil, err
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-w.wake:
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-c.ctx.Done():
-			t.Stop()
-			return nil, c.errClosed(m.name)
-		}
-		t.Stop()
 		skip = c.holding(m.name)
 	}
 }
