@@ -539,13 +539,25 @@ func walk(ctx context.Context, limit int, nodes []node, do func(context.Context,
 	running, stopped := 0, false
 	for {
 		if !stopped && ctx.Err() == nil && len(w.ready) > 0 && running < limit {
-			sort.SliceStable(w.ready, func(i, j int) bool { return w.ready[i].prio > w.ready[j].prio })
+			if len(w.ready) > 1 {
+				sort.SliceStable(w.ready, func(i, j int) bool { return w.ready[i].prio > w.ready[j].prio })
+			}
 			k := min(limit-running, len(w.ready))
 			if checkpoint != nil && w.needsCheckpoint(k) {
 				if err := w.save(checkpoint); err != nil {
 					w.res.stopErr, stopped = err, true
 					continue
 				}
+			}
+			if k == 1 && running == 0 {
+				// A lone call (every step of a sequential saga) runs on this goroutine: with
+				// nothing else in flight there is no other outcome to react to meanwhile, and a
+				// goroutine of its own would cost its start and the growth of a fresh stack to
+				// the depth of an HTTP or gRPC call.
+				n := w.ready[0]
+				w.ready = w.ready[1:]
+				w.outcome(n.name, do(ctx, n.name), stop, &stopped)
+				continue
 			}
 			for _, n := range w.ready[:k] {
 				running++
@@ -558,15 +570,21 @@ func walk(ctx context.Context, limit int, nodes []node, do func(context.Context,
 		}
 		o := <-results
 		running--
-		if o.err != nil {
-			w.res.failed = append(w.res.failed, core.BranchFailure{Branch: o.name, Err: o.err})
-			if stop != nil && stop(o.err) {
-				stopped = true
-			}
-			continue
-		}
-		w.succeeded(o.name)
+		w.outcome(o.name, o.err, stop, &stopped)
 	}
+}
+
+// outcome records the outcome of name's call: a failure (stopped set when stop approves it) or a
+// success.
+func (w *walker) outcome(name string, err error, stop func(error) bool, stopped *bool) {
+	if err != nil {
+		w.res.failed = append(w.res.failed, core.BranchFailure{Branch: name, Err: err})
+		if stop != nil && stop(err) {
+			*stopped = true
+		}
+		return
+	}
+	w.succeeded(name)
 }
 
 // walker is the graph state of one walk; it is used by walk's goroutine only.
