@@ -15,6 +15,7 @@ import (
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/internal/prepared"
 	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/participant"
@@ -35,7 +36,10 @@ type Coordinator struct {
 	ns    prepared.Namespace // names this coordinator's prepared transactions
 	dbs   *prepared.Registry // the registered databases
 	votes prepared.Votes     // their vote tables (WithVoteMarkers)
-	stats struct{ committed, aborted, resolved atomic.Int64 }
+	// prepareTimedOut is the cause of phase one's ctx when the prepare timeout ends it (made once,
+	// not per Commit).
+	prepareTimedOut error
+	stats           struct{ committed, aborted, resolved atomic.Int64 }
 }
 
 // New returns a Coordinator whose log lives in pool, configured by the options of package
@@ -61,7 +65,8 @@ func New(pool *pgxpool.Pool, opts ...coordinator.Option) (*Coordinator, error) {
 		return nil, fmt.Errorf("twopc: %w: %w", err, coordinator.ErrInvalidOption)
 	}
 	return &Coordinator{Base: b, b: b, o: o, ns: ns, votes: prepared.NewVotes(b.Cfg.Schema, b.Cfg.Prefix),
-		dbs: prepared.NewRegistry("twopc", ns, phaseTwoConns, participant.OpCommit, b.Parts, ErrClosed)}, nil
+		prepareTimedOut: fmt.Errorf("twopc: prepare timeout %v", o.prepareTimeout),
+		dbs:             prepared.NewRegistry("twopc", ns, phaseTwoConns, participant.OpCommit, b.Parts, ErrClosed)}, nil
 }
 
 // Stats returns the coordinator's counters ([coordinator.Stats]): Committed, Aborted, Failures
@@ -173,17 +178,17 @@ func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Co
 		g.forget(br)
 		return fmt.Errorf("twopc: enlist %q in %s: %w", db, g.gid, err)
 	}
-	var tx pgx.Tx
+	// The branch's "begin" goes out with work's first statement, in its round trip (LazyTx): a
+	// branch costs the round trips of its work, its PREPARE and its COMMIT PREPARED. A work that
+	// sends nothing leaves it to the PREPARE, which opens the transaction by itself first.
+	tx := pgutil.NewLazyTx(conn)
 	ran := false
 	defer func() {
 		if !ran { // work panicked: undo before the panic goes on to the caller (as pgx.BeginFunc does)
 			g.undoEnlist(ctx, br, conn, tx)
 		}
 	}()
-	tx, err = conn.Begin(ctx)
-	if err == nil {
-		err = work(ctx, tx)
-	}
+	err = work(ctx, tx)
 	ran = true
 	if err != nil {
 		g.undoEnlist(ctx, br, conn, tx)
@@ -443,12 +448,22 @@ func (c *Coordinator) commitDBs(ctx context.Context, gid string, from coordinato
 		mu     sync.Mutex
 		failed []error
 	)
-	var rec errgroup.Group
-	rec.Go(func() error {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
-		defer cancel()
-		return c.b.Log.Record(rctx, lock.Token{}, core.Progress{GID: gid, From: from, Done: names, Next: core.StatusConfirmed})
-	})
+	outcome := core.Progress{GID: gid, From: from, Done: names, Next: core.StatusConfirmed}
+	var (
+		recErr error
+		rec    sync.WaitGroup
+	)
+	if c.b.Log.Defers(from, outcome.Next) {
+		// Deferred (the default): Record queues the write, detached from ctx, and returns at once;
+		// no goroutine needed to overlap it with the commits.
+		recErr = c.b.Log.Record(ctx, lock.Token{}, outcome)
+	} else {
+		rec.Go(func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
+			defer cancel()
+			recErr = c.b.Log.Record(rctx, lock.Token{}, outcome)
+		})
+	}
 	each(len(recs), c.b.Cfg.Concurrency, func(i int) {
 		r := recs[i]
 		if err := c.b.CallTarget(ctx, r.Target, participant.Request{GID: gid, Branch: r.Name, Op: participant.OpCommit}); err != nil {
@@ -460,10 +475,10 @@ func (c *Coordinator) commitDBs(ctx context.Context, gid string, from coordinato
 			mu.Unlock()
 		}
 	})
-	if err := rec.Wait(); err != nil {
+	if rec.Wait(); recErr != nil {
 		// The commits are done or left to the resolver; without the record the leader finishes
 		// the transaction when the lease passes.
-		failed = append(failed, fmt.Errorf("twopc: record the outcome of %s: %w", gid, err))
+		failed = append(failed, fmt.Errorf("twopc: record the outcome of %s: %w", gid, recErr))
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("twopc: commit %s: %w: %w", gid, coordinator.ErrIncomplete, errors.Join(failed...))
@@ -474,7 +489,7 @@ func (c *Coordinator) commitDBs(ctx context.Context, gid string, from coordinato
 // prepare runs phase one and returns the errors of the branches that did not vote yes.
 func (g *Global) prepare(ctx context.Context, branches []*branch) []error {
 	c := g.c
-	pctx, cancel := context.WithTimeoutCause(ctx, c.o.prepareTimeout, fmt.Errorf("twopc: prepare timeout %v", c.o.prepareTimeout))
+	pctx, cancel := context.WithTimeoutCause(ctx, c.o.prepareTimeout, c.prepareTimedOut)
 	defer cancel()
 	var (
 		mu    sync.Mutex

@@ -16,6 +16,7 @@ import (
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/core/coretest"
+	"github.com/txkit/txkit/internal/prepared/preparedtest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/participant"
 	"github.com/txkit/txkit/twopc"
@@ -687,4 +688,51 @@ func TestIntegrationCommitsPerTransfer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestIntegrationRoundTripsPerTransfer: a transfer sends three round trips to each database, as
+// the hand-written PREPARE TRANSACTION / COMMIT PREPARED sends four: the branch's begin goes out
+// with its work's first statement, the vote with the PREPARE; then the COMMIT PREPARED. A work
+// that sends nothing still prepares and commits (its PREPARE opens the transaction first).
+func TestIntegrationRoundTripsPerTransfer(t *testing.T) {
+	b := newBank(t)
+	east, eastRT := testenv.CountingPool(t, b.East)
+	west, westRT := testenv.CountingPool(t, b.West)
+	c := b.coordinatorOn(map[string]*pgxpool.Pool{"east": east, "west": west})
+	ctx := t.Context()
+	transfer := func(work func(ctx context.Context, tx pgx.Tx) error) error {
+		g, err := c.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if err := g.Enlist(ctx, "east", work); err != nil {
+			return err
+		}
+		if err := g.Enlist(ctx, "west", update("bob", 1)); err != nil {
+			return err
+		}
+		return g.Commit(ctx)
+	}
+	if err := transfer(update("alice", -1)); err != nil { // the vote table's creation, on the phase-two pools
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		var err error
+		eq, eb := eastRT.During(func() {
+			wq, wb := westRT.During(func() { err = transfer(update("alice", -1)) })
+			if err == nil && (wq != 2 || wb != 1) {
+				t.Errorf("transfer %d sent west %d statements and %d batches; want 2 (the vote with the PREPARE, the COMMIT PREPARED) and 1 (the begin with the work's update)", i, wq, wb)
+			}
+		})
+		if err != nil {
+			t.Fatalf("transfer %d: %v", i, err)
+		}
+		if eq != 2 || eb != 1 {
+			t.Errorf("transfer %d sent east %d statements and %d batches; want 2 and 1", i, eq, eb)
+		}
+	}
+	if err := transfer(func(context.Context, pgx.Tx) error { return nil }); err != nil {
+		t.Fatalf("a transfer whose east work sends nothing: %v", err)
+	}
+	b.WantBalances(preparedtest.StartBalance-4, preparedtest.StartBalance+5)
 }

@@ -26,16 +26,16 @@ const voteWait = 2 * time.Second
 // to do, wrapping coordinator.ErrInvalidOption.
 func (c *Coordinator) ensureVotes(ctx context.Context, d *prepared.Registered) error {
 	err := c.votes.Ensure(ctx, d.DB)
+	if err == nil {
+		return nil // after the first success, an atomic load and no allocation: it runs per branch
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
 		return fmt.Errorf("database %s: vote markers (on by default) need the table %s there, which this role may not create "+
 			"(create it once with a role that may, or turn vote markers off: twopc.WithVoteMarkers(false)): %w: %w",
 			d.Name, c.votes.Table(), err, coordinator.ErrInvalidOption)
 	}
-	if err != nil {
-		return fmt.Errorf("database %s: %w", d.Name, err)
-	}
-	return nil
+	return fmt.Errorf("database %s: %w", d.Name, err)
 }
 
 // commitVoting is Commit with vote markers ([WithVoteMarkers]) of a transaction whose branches are

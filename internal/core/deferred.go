@@ -31,6 +31,13 @@ import (
 // succeeded) is its decision, written before Record returns.
 func WithDeferredFinish() LogOption { return func(o *options) { o.deferFinish = true } }
 
+// Defers reports whether a starter's clean finish from → next ([Log.Record] without a token,
+// nothing failed) is deferred: Record then returns at once, so a caller need not overlap it with
+// other work on a goroutine of its own.
+func (l *Log) Defers(from, next Status) bool {
+	return l.o.deferFinish && next.Final() && from.settled()
+}
+
 // finishHold bounds how long a deferred finish waits for another write to ride on.
 const finishHold = 100 * time.Millisecond
 

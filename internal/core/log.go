@@ -408,7 +408,7 @@ func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 		// A starter's clean finish is one statement: no fence to pass, nothing else to write, so
 		// it runs on its own (autocommit) instead of inside BEGIN ... COMMIT — one round trip.
 		w := &write{kind: writeFinish, gid: p.GID, from: p.From.String(), to: p.Next.String(), done: p.Done, doneStatus: done.String()}
-		if l.o.deferFinish && p.Next.Final() && p.From.settled() {
+		if l.Defers(p.From, p.Next) {
 			l.deferFinish(ctx, w, p.Next)
 			return nil
 		}
