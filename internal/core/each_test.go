@@ -1,4 +1,4 @@
-package twopc
+package core
 
 import (
 	"sync"
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// each calls fn once per index and never more than limit at once (the caller's goroutine
+// Each calls fn once per index and never more than limit at once (the caller's goroutine
 // included).
 func TestEach(t *testing.T) {
 	for _, tc := range []struct{ n, limit int }{{0, 4}, {1, 4}, {2, 4}, {2, 1}, {7, 3}, {5, 0}, {3, 3}} {
@@ -17,7 +17,7 @@ func TestEach(t *testing.T) {
 			running atomic.Int32
 			most    atomic.Int32
 		)
-		each(tc.n, tc.limit, func(i int) {
+		Each(tc.n, tc.limit, func(i int) {
 			n := running.Add(1)
 			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 			}
@@ -28,18 +28,18 @@ func TestEach(t *testing.T) {
 			mu.Unlock()
 		})
 		if len(calls) != tc.n {
-			t.Errorf("each(%d, %d) called %d indexes, want %d", tc.n, tc.limit, len(calls), tc.n)
+			t.Errorf("Each(%d, %d) called %d indexes, want %d", tc.n, tc.limit, len(calls), tc.n)
 		}
 		for i, c := range calls {
 			if c != 1 || i < 0 || i >= tc.n {
-				t.Errorf("each(%d, %d): index %d called %d times", tc.n, tc.limit, i, c)
+				t.Errorf("Each(%d, %d): index %d called %d times", tc.n, tc.limit, i, c)
 			}
 		}
 		if limit := max(tc.limit, 1); int(most.Load()) > limit {
-			t.Errorf("each(%d, %d): %d calls at once, want at most %d", tc.n, tc.limit, most.Load(), limit)
+			t.Errorf("Each(%d, %d): %d calls at once, want at most %d", tc.n, tc.limit, most.Load(), limit)
 		}
 		if tc.n >= 3 && tc.limit >= 3 && most.Load() < 2 {
-			t.Errorf("each(%d, %d): the calls never overlapped", tc.n, tc.limit)
+			t.Errorf("Each(%d, %d): the calls never overlapped", tc.n, tc.limit)
 		}
 	}
 }
