@@ -1,25 +1,27 @@
 package core
 
-import "golang.org/x/sync/errgroup"
+import (
+	"sync"
+	"sync/atomic"
+)
 
-// Each calls fn for every index below n, at most limit at once, the last on the caller's
-// goroutine — a phase of n branches starts n-1 goroutines, not n, and its caller's stack, already
-// grown, runs the last call — and returns once every call returned.
+// Each calls fn for every index below n, in order, at most limit at once, and returns once every
+// call returned. The caller's goroutine takes calls too: a phase of n branches starts
+// min(n, limit)-1 goroutines, not n, and the caller's stack, already grown, runs its share.
 func Each(n, limit int, fn func(i int)) {
 	if n <= 0 {
 		return
 	}
-	if limit <= 1 {
-		for i := range n {
+	var next atomic.Int64
+	work := func() {
+		for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
 			fn(i)
 		}
-		return
 	}
-	var eg errgroup.Group
-	eg.SetLimit(limit - 1) // the caller's goroutine is the limit's last one
-	for i := range n - 1 {
-		eg.Go(func() error { fn(i); return nil })
+	var wg sync.WaitGroup
+	for range min(n, max(limit, 1)) - 1 {
+		wg.Go(work)
 	}
-	fn(n - 1)
-	_ = eg.Wait()
+	work()
+	wg.Wait()
 }

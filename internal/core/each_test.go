@@ -43,3 +43,31 @@ func TestEach(t *testing.T) {
 		}
 	}
 }
+
+// With more calls than limit, limit calls run at once from the start: the first limit calls,
+// each waiting for all of them to have begun, all begin.
+func TestEachFullFromTheStart(t *testing.T) {
+	const n, limit = 8, 3
+	arrived, all := make(chan struct{}, limit), make(chan struct{})
+	go func() {
+		for range limit {
+			<-arrived
+		}
+		close(all)
+	}()
+	var alone atomic.Int32
+	Each(n, limit, func(i int) {
+		if i >= limit {
+			return
+		}
+		arrived <- struct{}{}
+		select {
+		case <-all:
+		case <-time.After(5 * time.Second):
+			alone.Add(1)
+		}
+	})
+	if a := alone.Load(); a > 0 {
+		t.Fatalf("Each(%d, %d): %d of the first %d calls waited 5 s for the others to begin", n, limit, a, limit)
+	}
+}
