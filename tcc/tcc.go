@@ -159,9 +159,9 @@ func (g *Global) Try(ctx context.Context, b Branch, more ...Branch) error {
 	return berr
 }
 
-// tries calls the try of each of bs, recorded as cbs: at most Cfg.Concurrency at once, the last on
-// the caller's goroutine (core.Each), calling none after a failure. It returns the failures, each a
-// *coordinator.BranchError, in the order of bs.
+// tries calls the try of each of bs, recorded as cbs: at most Cfg.Concurrency at once, the caller's
+// goroutine making its share (core.Each), calling none after a failure. It returns the failures,
+// each a *coordinator.BranchError, in the order of bs.
 func (g *Global) tries(ctx context.Context, bs []Branch, cbs []core.Branch) []error {
 	out := make([]error, len(bs))
 	var failed atomic.Bool
