@@ -425,9 +425,10 @@ func (g *groupWriter) takeLocked(first *pending) []*pending {
 }
 
 // lead flushes batch (p's write among them), hands the queue to its next writer, delivers the
-// others' outcomes and returns p's. A lone write is made by p's goroutine with p's ctx; a batch
-// by a goroutine of the log's own, which p leaves when ctx ends (its outcome then unknown, unless
-// ctx had ended before: a write whose ctx has ended is left out of the batch).
+// others' outcomes and returns p's. A lone write is made by p's goroutine with p's ctx, and so is
+// a batch whose other writes are all lazy; any other batch by a goroutine of the log's own, which
+// p leaves when ctx ends (its outcome then unknown, unless ctx had ended before: a write whose ctx
+// has ended is left out of the batch).
 func (g *groupWriter) lead(ctx context.Context, p *pending, batch []*pending) result {
 	gone := ctx.Err()
 	if len(batch) == 1 {
