@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
@@ -160,43 +159,23 @@ func (g *Global) Try(ctx context.Context, b Branch, more ...Branch) error {
 	return berr
 }
 
-// tries calls the try of each of bs, recorded as cbs: one in the caller's goroutine, several at most
-// Cfg.Concurrency at once, launching none after a failure. It returns the failures, each a
-// *coordinator.BranchError, in the order of bs.
+// tries calls the try of each of bs, recorded as cbs: at most Cfg.Concurrency at once, the caller's
+// goroutine making its share (core.Each), calling none after a failure. It returns the failures,
+// each a *coordinator.BranchError, in the order of bs.
 func (g *Global) tries(ctx context.Context, bs []Branch, cbs []core.Branch) []error {
-	try := func(i int) error {
-		b := bs[i]
-		err := g.c.b.CallFor(ctx, b.Participant, cbs[i].Target, participant.Request{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Payload: b.Payload})
-		if err == nil {
-			return nil
-		}
-		return fmt.Errorf("tcc: %w", &coordinator.BranchError{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Err: err})
-	}
-	if len(bs) == 1 {
-		if err := try(0); err != nil {
-			return []error{err}
-		}
-		return nil
-	}
 	out := make([]error, len(bs))
 	var failed atomic.Bool
-	var eg errgroup.Group
-	eg.SetLimit(g.c.b.Cfg.Concurrency)
-	for i := range bs {
+	core.Each(len(bs), g.c.b.Cfg.Concurrency, func(i int) {
 		if failed.Load() {
-			break
+			return
 		}
-		eg.Go(func() error {
-			if failed.Load() {
-				return nil
-			}
-			if out[i] = try(i); out[i] != nil {
-				failed.Store(true)
-			}
-			return nil
-		})
-	}
-	_ = eg.Wait()
+		b := bs[i]
+		err := g.c.b.CallFor(ctx, b.Participant, cbs[i].Target, participant.Request{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Payload: b.Payload})
+		if err != nil {
+			out[i] = fmt.Errorf("tcc: %w", &coordinator.BranchError{GID: g.gid, Branch: b.Name, Op: participant.OpTry, Err: err})
+			failed.Store(true)
+		}
+	})
 	return slices.DeleteFunc(out, func(err error) bool { return err == nil })
 }
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/coordinator"
 	"github.com/txkit/txkit/internal/core"
@@ -464,7 +463,7 @@ func (c *Coordinator) commitDBs(ctx context.Context, gid string, from coordinato
 			recErr = c.b.Log.Record(rctx, lock.Token{}, outcome)
 		})
 	}
-	each(len(recs), c.b.Cfg.Concurrency, func(i int) {
+	core.Each(len(recs), c.b.Cfg.Concurrency, func(i int) {
 		r := recs[i]
 		if err := c.b.CallTarget(ctx, r.Target, participant.Request{GID: gid, Branch: r.Name, Op: participant.OpCommit}); err != nil {
 			c.b.Failures.Add(1)
@@ -495,7 +494,7 @@ func (g *Global) prepare(ctx context.Context, branches []*branch) []error {
 		mu    sync.Mutex
 		votes []error
 	)
-	each(len(branches), c.b.Cfg.Concurrency, func(i int) {
+	core.Each(len(branches), c.b.Cfg.Concurrency, func(i int) {
 		br := branches[i]
 		err := g.prepareOne(pctx, br)
 		if err != nil {
@@ -508,28 +507,6 @@ func (g *Global) prepare(ctx context.Context, branches []*branch) []error {
 		}
 	})
 	return votes
-}
-
-// each calls fn for every index below n, at most limit at once, the last on the caller's
-// goroutine — a transaction of two branches starts one goroutine per phase, not two, and its
-// caller's stack, already grown, runs the other call — and returns once every call returned.
-func each(n, limit int, fn func(i int)) {
-	if n <= 0 {
-		return
-	}
-	if limit <= 1 {
-		for i := range n {
-			fn(i)
-		}
-		return
-	}
-	var eg errgroup.Group
-	eg.SetLimit(limit - 1) // the caller's goroutine is the limit's last one
-	for i := range n - 1 {
-		eg.Go(func() error { fn(i); return nil })
-	}
-	fn(n - 1)
-	_ = eg.Wait()
 }
 
 func (g *Global) prepareOne(ctx context.Context, br *branch) error {

@@ -16,7 +16,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -526,29 +525,28 @@ func (b *Base) phaseTwo(ctx context.Context, tok lock.Token, gid string, st Stat
 		done   []string
 		failed []BranchFailure
 	)
-	var eg errgroup.Group
-	eg.SetLimit(b.Cfg.Concurrency)
+	todo := make([]Branch, 0, len(branches))
 	for _, br := range branches {
 		if br.Status == doneStatus {
 			done = append(done, br.Name)
-			continue
+		} else {
+			todo = append(todo, br)
 		}
-		eg.Go(func() error {
-			err := b.CallTarget(ctx, br.Target, participant.Request{GID: gid, Branch: br.Name, Op: op, Payload: br.Payload})
-			if err != nil {
-				err = b.onFail(ctx, gid, br.Name, op, err)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if err == nil {
-				done = append(done, br.Name)
-			} else {
-				failed = append(failed, BranchFailure{Branch: br.Name, Err: err})
-			}
-			return nil
-		})
 	}
-	_ = eg.Wait()
+	Each(len(todo), b.Cfg.Concurrency, func(i int) {
+		br := todo[i]
+		err := b.CallTarget(ctx, br.Target, participant.Request{GID: gid, Branch: br.Name, Op: op, Payload: br.Payload})
+		if err != nil {
+			err = b.onFail(ctx, gid, br.Name, op, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			done = append(done, br.Name)
+		} else {
+			failed = append(failed, BranchFailure{Branch: br.Name, Err: err})
+		}
+	})
 	p := Progress{GID: gid, From: st, Done: done, Failed: failed}
 	if len(failed) == 0 {
 		p.Next = next

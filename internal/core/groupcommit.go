@@ -30,7 +30,11 @@ import (
 // its caller's goroutine; a batch by a goroutine of the log's own (counted like a deferred finish's,
 // [Log.Flush] waits for it), so that the writer leading it returns when its own ctx ends — its
 // outcome unknown, [ErrInDoubt] — while the batch goes on for the others. A batch is bounded by
-// the latest of its writers' deadlines, and by the log's lease when one of them has none.
+// the latest of its writers' deadlines, and by the log's lease when one of them has none. A batch
+// whose other writes are all deferred finishes (a lone transaction's write carrying the previous
+// one's finish) has nobody else waiting: its caller's goroutine sends it, under its ctx, as a lone
+// write — no hand-off; if that ctx ends first, the finishes are in doubt like the write, and left
+// to the leader (deferred.go).
 //
 // Each write keeps its condition (the gid not taken, the status expected): each caller learns its
 // own outcome from its own statement's count of rows.
@@ -421,18 +425,23 @@ func (g *groupWriter) takeLocked(first *pending) []*pending {
 }
 
 // lead flushes batch (p's write among them), hands the queue to its next writer, delivers the
-// others' outcomes and returns p's. A lone write is made by p's goroutine with p's ctx; a batch
-// by a goroutine of the log's own, which p leaves when ctx ends (its outcome then unknown, unless
-// ctx had ended before: a write whose ctx has ended is left out of the batch).
+// others' outcomes and returns p's. A lone write is made by p's goroutine with p's ctx, and so is
+// a batch whose other writes are all lazy; any other batch by a goroutine of the log's own, which
+// p leaves when ctx ends (its outcome then unknown, unless ctx had ended before: a write whose ctx
+// has ended is left out of the batch).
 func (g *groupWriter) lead(ctx context.Context, p *pending, batch []*pending) result {
-	if len(batch) == 1 {
-		return g.deliver(p, batch, g.flush(ctx, batch))
-	}
 	gone := ctx.Err()
+	if len(batch) == 1 {
+		return g.deliver(p, batch, g.flush(ctx, batch, true))
+	}
+	if gone == nil && !slices.ContainsFunc(batch, func(q *pending) bool { return q != p && !q.lazy }) {
+		// The others are deferred finishes: no caller waits for them (see the top of this file).
+		return g.deliver(p, batch, g.flush(ctx, batch, true))
+	}
 	g.l.bg.add()
 	go func() {
 		defer g.l.bg.done()
-		g.deliver(nil, batch, g.flush(ctx, batch))
+		g.deliver(nil, batch, g.flush(ctx, batch, false))
 	}()
 	if gone != nil {
 		return result{err: gone}
@@ -473,8 +482,9 @@ func inDoubt(err error) error { return fmt.Errorf("group commit: %w: %w", ErrInD
 
 // flush makes the writes of batch whose callers still wait: one alone with its caller's ctx,
 // several in one batch with ctx's values, bounded by the latest of their deadlines — by the lease
-// from now when one of them has none, so that a batch lost in a network partition ends.
-func (g *groupWriter) flush(ctx context.Context, batch []*pending) []result {
+// from now when one of them has none, so that a batch lost in a network partition ends — and, when
+// attached, by ctx's end too.
+func (g *groupWriter) flush(ctx context.Context, batch []*pending, attached bool) []result {
 	rs := make([]result, len(batch))
 	var live []int
 	var deadline time.Time
@@ -507,7 +517,11 @@ func (g *groupWriter) flush(ctx context.Context, batch []*pending) []result {
 	if bound := time.Now().Add(g.l.o.lease); unbounded && bound.After(deadline) {
 		deadline = bound
 	}
-	fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	parent := ctx
+	if !attached {
+		parent = context.WithoutCancel(ctx)
+	}
+	fctx, cancel := context.WithDeadline(parent, deadline)
 	defer cancel()
 	ws := make([]*write, len(live))
 	for j, i := range live {
