@@ -386,6 +386,55 @@ func TestIntegrationRelayRefusedForGoodDeadAtOnce(t *testing.T) {
 	}
 }
 
+// TestIntegrationRecordCommitsAsync: the relay's record — the delete of a sent row, the update of
+// a failed one — commits without waiting for its WAL flush (synchronous_commit off in its
+// transaction only; a record lost to a crash means a publish again, which at-least-once allows),
+// while Enqueue's transaction keeps the server's setting. Triggers on the outbox table note the
+// setting each write ran with.
+func TestIntegrationRecordCommitsAsync(t *testing.T) {
+	e := newRelayEnv(t)
+	table := pgx.Identifier(strings.Split(e.ob.Table(), ".")).Sanitize()
+	schema := strings.Split(e.ob.Table(), ".")[0]
+	seen, note := pgx.Identifier{schema, "sync_seen"}.Sanitize(), pgx.Identifier{schema, "sync_note"}.Sanitize()
+	for _, q := range []string{
+		`create table ` + seen + ` (op text not null, setting text not null)`,
+		`create function ` + note + `() returns trigger language plpgsql as $$
+begin
+    insert into ` + seen + ` values (tg_op, current_setting('synchronous_commit'));
+    return null;
+end $$`,
+		`create trigger sync_seen after insert or update or delete on ` + table + ` for each row execute function ` + note + `()`,
+	} {
+		if _, err := e.pool.Exec(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	rec := &recorder{next: mqtest.Publisher(t)}
+	rec.setFail(func(_ context.Context, m outbox.Message) error {
+		if string(m.Body) == "refused" {
+			return fmt.Errorf("refused for good: %w", outbox.ErrInvalidMessage)
+		}
+		return nil
+	})
+	e.enqueue(t, "k", "refused")
+	if err := e.do(t, e.ob, "k", "sent"); err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	run(t, e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 1s", 8)))
+	e.waitOneDead(t, "the refused message to be dead and the other one sent")
+	rows, err := e.pool.Query(t.Context(), `select op || ' ' || setting from `+seen+` order by 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"DELETE off", "INSERT on", "INSERT on", "UPDATE off"}; !slices.Equal(got, want) {
+		t.Fatalf("writes ran with synchronous_commit %q, want %q", got, want)
+	}
+}
+
 // TestIntegrationRelayLeadershipHandoff: two relays, one election. The leader's Run is cancelled
 // while messages keep arriving; the other takes over, and every message is published (some
 // perhaps twice: those whose delete the first leader did not get to).
