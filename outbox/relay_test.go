@@ -435,6 +435,75 @@ end $$`,
 	}
 }
 
+// TestIntegrationRecordTakesPublishesUnderWay: a record waits (up to the relay's record linger,
+// a minute here) for the publishes under way, so that a busy relay writes fewer, larger records;
+// a lone publish is recorded at once. A statement trigger counts the deletes: the two messages of
+// one Do, one of them held in its publish until the other's is done, go in one delete. (Without
+// the wait the first was recorded on its own: 2 deletes.)
+func TestIntegrationRecordTakesPublishesUnderWay(t *testing.T) {
+	e := newRelayEnv(t)
+	table := pgx.Identifier(strings.Split(e.ob.Table(), ".")).Sanitize()
+	schema := strings.Split(e.ob.Table(), ".")[0]
+	deletes, note := pgx.Identifier{schema, "deletes"}.Sanitize(), pgx.Identifier{schema, "note_delete"}.Sanitize()
+	for _, q := range []string{
+		`create table ` + deletes + ` (at timestamptz not null default clock_timestamp())`,
+		`create function ` + note + `() returns trigger language plpgsql as $$
+begin
+    insert into ` + deletes + ` default values;
+    return null;
+end $$`,
+		`create trigger note_delete after delete on ` + table + ` for each statement execute function ` + note + `()`,
+	} {
+		if _, err := e.pool.Exec(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	countDeletes := func() int {
+		var n int
+		if err := e.pool.QueryRow(t.Context(), `select count(*) from `+deletes).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	gate := make(chan struct{})
+	rec, _ := e.leadingRelay(t, "@every 1h", outbox.RecordLingerForTest(time.Minute))
+	rec.setFail(func(ctx context.Context, m outbox.Message) error {
+		if string(m.Body) == "b" {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	// Alone: recorded at once, not after the minute.
+	if err := e.do(t, e.ob, "k0", "lone"); err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	e.waitEmpty(t, 30*time.Second)
+	before := countDeletes()
+
+	err := e.ob.Do(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		for _, k := range []string{"a", "b"} {
+			if _, err := e.ob.Enqueue(ctx, tx, outbox.Message{Topic: e.topic, Key: k, Body: []byte(k)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool { return slices.Contains(rec.sent(), "a") },
+		"a to be published")
+	close(gate)
+	e.waitEmpty(t, 30*time.Second)
+	if n := countDeletes() - before; n != 1 {
+		t.Fatalf("a and b recorded in %d deletes; want 1 (a's record waits for b's publish)", n)
+	}
+}
+
 // TestIntegrationRelayLeadershipHandoff: two relays, one election. The leader's Run is cancelled
 // while messages keep arriving; the other takes over, and every message is published (some
 // perhaps twice: those whose delete the first leader did not get to).
