@@ -386,6 +386,30 @@ func TestIntegrationRelayRefusedForGoodDeadAtOnce(t *testing.T) {
 	}
 }
 
+// noteWrites creates the table name (columns cols) in the outbox's schema and a trigger that, after
+// each event on the outbox table, for each row or statement (level), inserts values into it; it
+// returns the table's quoted name.
+func (e *relayEnv) noteWrites(t *testing.T, name, cols, event, level, values string) string {
+	t.Helper()
+	schema := strings.Split(e.ob.Table(), ".")[0]
+	table, fn := pgx.Identifier{schema, name}.Sanitize(), pgx.Identifier{schema, name + "_note"}.Sanitize()
+	for _, q := range []string{
+		`create table ` + table + ` (` + cols + `)`,
+		`create function ` + fn + `() returns trigger language plpgsql as $$
+begin
+    insert into ` + table + ` values (` + values + `);
+    return null;
+end $$`,
+		`create trigger ` + name + ` after ` + event + ` on ` + pgx.Identifier(strings.Split(e.ob.Table(), ".")).Sanitize() +
+			` for each ` + level + ` execute function ` + fn + `()`,
+	} {
+		if _, err := e.pool.Exec(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return table
+}
+
 // TestIntegrationRecordCommitsAsync: the relay's record — the delete of a sent row, the update of
 // a failed one — commits without waiting for its WAL flush (synchronous_commit off in its
 // transaction only; a record lost to a crash means a publish again, which at-least-once allows),
@@ -393,22 +417,8 @@ func TestIntegrationRelayRefusedForGoodDeadAtOnce(t *testing.T) {
 // setting each write ran with.
 func TestIntegrationRecordCommitsAsync(t *testing.T) {
 	e := newRelayEnv(t)
-	table := pgx.Identifier(strings.Split(e.ob.Table(), ".")).Sanitize()
-	schema := strings.Split(e.ob.Table(), ".")[0]
-	seen, note := pgx.Identifier{schema, "sync_seen"}.Sanitize(), pgx.Identifier{schema, "sync_note"}.Sanitize()
-	for _, q := range []string{
-		`create table ` + seen + ` (op text not null, setting text not null)`,
-		`create function ` + note + `() returns trigger language plpgsql as $$
-begin
-    insert into ` + seen + ` values (tg_op, current_setting('synchronous_commit'));
-    return null;
-end $$`,
-		`create trigger sync_seen after insert or update or delete on ` + table + ` for each row execute function ` + note + `()`,
-	} {
-		if _, err := e.pool.Exec(t.Context(), q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	seen := e.noteWrites(t, "sync_seen", "op text not null, setting text not null",
+		"insert or update or delete", "row", "tg_op, current_setting('synchronous_commit')")
 	rec := &recorder{next: mqtest.Publisher(t)}
 	rec.setFail(func(_ context.Context, m outbox.Message) error {
 		if string(m.Body) == "refused" {
@@ -442,22 +452,7 @@ end $$`,
 // the wait the first was recorded on its own: 2 deletes.)
 func TestIntegrationRecordTakesPublishesUnderWay(t *testing.T) {
 	e := newRelayEnv(t)
-	table := pgx.Identifier(strings.Split(e.ob.Table(), ".")).Sanitize()
-	schema := strings.Split(e.ob.Table(), ".")[0]
-	deletes, note := pgx.Identifier{schema, "deletes"}.Sanitize(), pgx.Identifier{schema, "note_delete"}.Sanitize()
-	for _, q := range []string{
-		`create table ` + deletes + ` (at timestamptz not null default clock_timestamp())`,
-		`create function ` + note + `() returns trigger language plpgsql as $$
-begin
-    insert into ` + deletes + ` default values;
-    return null;
-end $$`,
-		`create trigger note_delete after delete on ` + table + ` for each statement execute function ` + note + `()`,
-	} {
-		if _, err := e.pool.Exec(t.Context(), q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	deletes := e.noteWrites(t, "deletes", "at timestamptz not null", "delete", "statement", "clock_timestamp()")
 	countDeletes := func() int {
 		var n int
 		if err := e.pool.QueryRow(t.Context(), `select count(*) from `+deletes).Scan(&n); err != nil {
