@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"text/template"
 	"time"
 
@@ -82,6 +83,7 @@ type Store struct {
 	table   string // quoted, schema-qualified
 	ddl     string
 	claim   string
+	claimTx string // ClaimTx's claim: a plain insert, which a duplicate aborts
 	begin   string
 	lookup  string
 	done    string
@@ -128,6 +130,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	expires := "now() + interval '" + strconv.FormatInt(o.retain.Microseconds(), 10) + " microseconds'"
 	s.claim = `insert into ` + t + ` (scope, key, status, expires_at) values ($1, $2, '` +
 		StatusCompleted.String() + `', ` + expires + `) on conflict (scope, key) do nothing`
+	// ClaimTx owns its transaction, so a duplicate may abort it: a plain insert writes one WAL
+	// record and probes the key index once less than ON CONFLICT's speculative insertion.
+	s.claimTx = strings.TrimSuffix(s.claim, ` on conflict (scope, key) do nothing`)
 	s.begin = `insert into ` + t + ` (scope, key, fingerprint, status, expires_at) values ($1, $2, $3, '` +
 		StatusClaimed.String() + `', ` + expires + `) on conflict (scope, key) do nothing`
 	s.lookup = `select fingerprint, status, result from ` + t + ` where scope = $1 and key = $2`
@@ -209,8 +214,9 @@ func (s *Store) Claim(ctx context.Context, tx DBTX, scope, key string) (first bo
 // ClaimTx begins a transaction on db (a pool or a connection) and claims (scope, key) in it as
 // [Store.Claim] does, sending the begin and the claim together: one round trip where Begin then
 // Claim take two. It returns the open transaction — make the change in it and commit, or roll it
-// back — with first as Claim returns it. On an error no transaction is left open (tx is nil). It
-// blocks as Claim does; ctx scopes only this call. Bad input returns an error wrapping
+// back — with first as Claim returns it (a duplicate costs two more round trips: its claim aborts
+// the first transaction, and ClaimTx begins another). On an error no transaction is left open (tx
+// is nil). It blocks as Claim does; ctx scopes only this call. Bad input returns an error wrapping
 // [ErrInvalidKey] or [ErrNilTx]; a db that is itself a transaction is refused by pgx. ClaimTx is
 // safe for concurrent use.
 func (s *Store) ClaimTx(ctx context.Context, db interface {
@@ -222,14 +228,40 @@ func (s *Store) ClaimTx(ctx context.Context, db interface {
 	if err := checkKey(scope, key); err != nil {
 		return nil, false, err
 	}
+	tx, err = s.sendClaim(ctx, db, scope, key)
+	first = err == nil
+	if isUniqueViolation(err) {
+		// Claimed before: the claim aborted tx, which sendClaim rolled back. The caller gets an
+		// open transaction as promised, at two round trips that only a duplicate pays.
+		b := &pgx.Batch{}
+		b.BeginTx(pgx.TxOptions{})
+		tx, err = s.send(ctx, db, b)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("idempotency: claim %s/%s: %w", scope, key, err)
+	}
+	s.count(first)
+	return tx, first, nil
+}
+
+// sendClaim sends the begin and ClaimTx's claim in one batch and returns the open transaction;
+// on an error (a duplicate's unique violation among them) it has rolled the transaction back.
+func (s *Store) sendClaim(ctx context.Context, db batchSender, scope, key string) (pgx.Tx, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
-	b.Queue(s.claim, scope, key)
+	b.Queue(s.claimTx, scope, key)
+	return s.send(ctx, db, b)
+}
+
+// send sends b, which begins a transaction, and returns the open transaction; when a statement
+// fails it rolls the transaction back and returns the error.
+func (s *Store) send(ctx context.Context, db batchSender, b *pgx.Batch) (tx pgx.Tx, err error) {
 	br := db.SendBatch(ctx, b)
 	tx = br.Tx()
-	var tag pgconn.CommandTag
-	if _, err = br.Exec(); err == nil { // the begin
-		tag, err = br.Exec()
+	for range b.Len() {
+		if _, err = br.Exec(); err != nil {
+			break
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -240,11 +272,19 @@ func (s *Store) ClaimTx(ctx context.Context, db interface {
 			_ = tx.Rollback(rctx) // ErrTxClosed when the begin never ran; releases a pool's connection
 			cancel()
 		}
-		return nil, false, fmt.Errorf("idempotency: claim %s/%s: %w", scope, key, err)
+		return nil, err
 	}
-	first = tag.RowsAffected() == 1
-	s.count(first)
-	return tx, first, nil
+	return tx, nil
+}
+
+// batchSender is what ClaimTx needs of its db: a pool or a connection.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
 }
 
 // rollbackTimeout bounds ClaimTx's rollback after a failed claim, once ctx may have ended.

@@ -809,6 +809,7 @@ func TestIntegrationRepeatableReadWaiterFails(t *testing.T) {
 func TestIntegrationClaimTx(t *testing.T) {
 	s, st, ctx := begin(t)
 	pool, rt := testenv.CountingPool(t, s)
+	var err error
 
 	claim := func(key string) (pgx.Tx, bool) {
 		t.Helper()
@@ -868,6 +869,22 @@ func TestIntegrationClaimTx(t *testing.T) {
 	}
 	if tx, first = claim("msg-2"); !first {
 		t.Fatal("ClaimTx after a rolled-back claim: first = false")
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A duplicate of a committed claim: the plain insert aborts the first transaction, and
+	// ClaimTx hands back a second, open one (the rollback and the begin: two round trips more).
+	q, b := rt.During(func() { tx, first, err = st.ClaimTx(ctx, pool, "points", "msg-2") })
+	if err != nil || first {
+		t.Fatalf("ClaimTx of a claimed key: first = %v, err = %v; want a duplicate", first, err)
+	}
+	if q != 1 || b != 2 {
+		t.Fatalf("duplicate ClaimTx sent %d statements and %d batches; want 1 (the rollback) and 2 (begin with the claim; begin)", q, b)
+	}
+	if _, err := tx.Exec(ctx, `select 1`); err != nil { // the transaction is usable
+		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)

@@ -39,3 +39,8 @@ func FenceForTest(f *fence.Fence) RelayOption { return func(o *relayOptions) { o
 
 // ConcurrencyForTest sets how many keys of one batch are published at once (default 16).
 func ConcurrencyForTest(n int) RelayOption { return func(o *relayOptions) { o.concurrency = n } }
+
+// RecordLingerForTest sets how long a record waits for the publishes under way (default 2 ms).
+func RecordLingerForTest(d time.Duration) RelayOption {
+	return func(o *relayOptions) { o.recordLinger = d }
+}

@@ -101,7 +101,7 @@ func (ob *Outbox) wakeLeader(ctx context.Context) {
 	defer cancel()
 	b := &pgx.Batch{}
 	b.Queue("begin")
-	b.Queue("set local synchronous_commit = off")
+	b.Queue(asyncCommit)
 	b.Queue(ob.q.notify, ob.o.channel)
 	b.Queue("commit")
 	_ = ob.pool.SendBatch(nctx, b).Close()

@@ -136,6 +136,7 @@ type relayOptions struct {
 	tp             trace.TracerProvider // nil: the global provider
 	retryPause     time.Duration        // after being fenced, and before retrying the fence check or the listener
 	inFlight       int                  // messages held at once; 0: twice the batch size plus twice the concurrency
+	recordLinger   time.Duration        // how long a record waits for the publishes under way (see pipeline.linger)
 	electors       func(p int) (lock.Elector, error)
 	count          func(ctx context.Context) (int, error) // WithElectors: nil, no balancing
 }
@@ -152,6 +153,7 @@ func defaultRelayOptions() relayOptions {
 		backoffCap:     10 * time.Minute,
 		publishTimeout: 30 * time.Second,
 		retryPause:     time.Second,
+		recordLinger:   recordLinger,
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -48,6 +49,8 @@ type pipeline struct {
 	results  chan struct{} // wakes the recorder (buffered 1)
 	freed    chan struct{} // wakes the fetcher when held rows were recorded (buffered 1)
 	sem      chan struct{} // concurrency: senders publishing at once
+	// publishing counts the publishes under way (started, result not yet handed to the recorder).
+	publishing atomic.Int64
 
 	sent, failed, dead, batches int
 }
@@ -361,12 +364,15 @@ func (p *pipeline) send(ctx context.Context, key string, x row) {
 // on. A failure stops the key: its queued rows are dropped until the failure is recorded. When ctx
 // ends nothing is handed over: the row stays pending.
 func (p *pipeline) publish(ctx context.Context, key string, x row) bool {
+	p.publishing.Add(1)
 	err := p.r.publishOne(ctx, x, p.log)
 	if ctx.Err() != nil {
+		p.publishing.Add(-1)
 		return false
 	}
 	p.mu.Lock()
 	p.done = append(p.done, result{x: x, err: err})
+	p.publishing.Add(-1) // with the result handed over, before the signal: linger sees both
 	if err != nil && key != "" {
 		q := p.keys[key]
 		q.stopped, q.active = true, false
@@ -391,6 +397,7 @@ func (p *pipeline) recordLoop(ctx context.Context, t *leader.Term, stop <-chan s
 			return nil
 		case <-p.results:
 		}
+		p.linger(ctx, stop)
 		p.mu.Lock()
 		res := p.done
 		p.done = nil
@@ -434,6 +441,34 @@ func (p *pipeline) recordLoop(ctx context.Context, t *leader.Term, stop <-chan s
 		signal(p.freed)
 	}
 }
+
+// linger lets the next record take in the publishes under way: it returns once none is (at once
+// when none was: a lone publish is recorded without delay), after the relay's record linger, or
+// when the drain ends. The record's commit does not wait for its flush (see writeResults), so
+// without it a busy relay would write as many small records as its commits are short: more
+// transactions, each with its fence check, for the same rows.
+func (p *pipeline) linger(ctx context.Context, stop <-chan struct{}) {
+	if p.publishing.Load() == 0 || p.r.o.recordLinger <= 0 {
+		return
+	}
+	t := time.NewTimer(p.r.o.recordLinger)
+	defer t.Stop()
+	for p.publishing.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-stop:
+			return
+		case <-t.C:
+			return
+		case <-p.results: // one more finished; the recorder takes every result after this
+		}
+	}
+}
+
+// recordLinger bounds how long a record waits for the publishes under way (see linger): about
+// what a record's commit took while it waited for its flush.
+const recordLinger = 2 * time.Millisecond
 
 // gaugeInterval is how often a drain that goes on counts the backlog for the gauges.
 const gaugeInterval = 5 * time.Second

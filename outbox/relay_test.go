@@ -386,6 +386,119 @@ func TestIntegrationRelayRefusedForGoodDeadAtOnce(t *testing.T) {
 	}
 }
 
+// noteWrites creates the table name (columns cols) in the outbox's schema and a trigger that, after
+// each event on the outbox table, for each row or statement (level), inserts values into it; it
+// returns the table's quoted name.
+func (e *relayEnv) noteWrites(t *testing.T, name, cols, event, level, values string) string {
+	t.Helper()
+	schema := strings.Split(e.ob.Table(), ".")[0]
+	table, fn := pgx.Identifier{schema, name}.Sanitize(), pgx.Identifier{schema, name + "_note"}.Sanitize()
+	for _, q := range []string{
+		`create table ` + table + ` (` + cols + `)`,
+		`create function ` + fn + `() returns trigger language plpgsql as $$
+begin
+    insert into ` + table + ` values (` + values + `);
+    return null;
+end $$`,
+		`create trigger ` + name + ` after ` + event + ` on ` + pgx.Identifier(strings.Split(e.ob.Table(), ".")).Sanitize() +
+			` for each ` + level + ` execute function ` + fn + `()`,
+	} {
+		if _, err := e.pool.Exec(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return table
+}
+
+// TestIntegrationRecordCommitsAsync: the relay's record — the delete of a sent row, the update of
+// a failed one — commits without waiting for its WAL flush (synchronous_commit off in its
+// transaction only; a record lost to a crash means a publish again, which at-least-once allows),
+// while Enqueue's transaction keeps the server's setting. Triggers on the outbox table note the
+// setting each write ran with.
+func TestIntegrationRecordCommitsAsync(t *testing.T) {
+	e := newRelayEnv(t)
+	seen := e.noteWrites(t, "sync_seen", "op text not null, setting text not null",
+		"insert or update or delete", "row", "tg_op, current_setting('synchronous_commit')")
+	rec := &recorder{next: mqtest.Publisher(t)}
+	rec.setFail(func(_ context.Context, m outbox.Message) error {
+		if string(m.Body) == "refused" {
+			return fmt.Errorf("refused for good: %w", outbox.ErrInvalidMessage)
+		}
+		return nil
+	})
+	e.enqueue(t, "k", "refused")
+	if err := e.do(t, e.ob, "k", "sent"); err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	run(t, e.relay(t, "relay-1", rec, outbox.WithSchedule("@every 1s", 8)))
+	e.waitOneDead(t, "the refused message to be dead and the other one sent")
+	rows, err := e.pool.Query(t.Context(), `select op || ' ' || setting from `+seen+` order by 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"DELETE off", "INSERT on", "INSERT on", "UPDATE off"}; !slices.Equal(got, want) {
+		t.Fatalf("writes ran with synchronous_commit %q, want %q", got, want)
+	}
+}
+
+// TestIntegrationRecordTakesPublishesUnderWay: a record waits (up to the relay's record linger,
+// a minute here) for the publishes under way, so that a busy relay writes fewer, larger records;
+// a lone publish is recorded at once. A statement trigger counts the deletes: the two messages of
+// one Do, one of them held in its publish until the other's is done, go in one delete. (Without
+// the wait the first was recorded on its own: 2 deletes.)
+func TestIntegrationRecordTakesPublishesUnderWay(t *testing.T) {
+	e := newRelayEnv(t)
+	deletes := e.noteWrites(t, "deletes", "at timestamptz not null", "delete", "statement", "clock_timestamp()")
+	countDeletes := func() int {
+		var n int
+		if err := e.pool.QueryRow(t.Context(), `select count(*) from `+deletes).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	gate := make(chan struct{})
+	rec, _ := e.leadingRelay(t, "@every 1h", outbox.RecordLingerForTest(time.Minute))
+	rec.setFail(func(ctx context.Context, m outbox.Message) error {
+		if string(m.Body) == "b" {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	// Alone: recorded at once, not after the minute.
+	if err := e.do(t, e.ob, "k0", "lone"); err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	e.waitEmpty(t, 30*time.Second)
+	before := countDeletes()
+
+	err := e.ob.Do(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+		for _, k := range []string{"a", "b"} {
+			if _, err := e.ob.Enqueue(ctx, tx, outbox.Message{Topic: e.topic, Key: k, Body: []byte(k)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool { return slices.Contains(rec.sent(), "a") },
+		"a to be published")
+	close(gate)
+	e.waitEmpty(t, 30*time.Second)
+	if n := countDeletes() - before; n != 1 {
+		t.Fatalf("a and b recorded in %d deletes; want 1 (a's record waits for b's publish)", n)
+	}
+}
+
 // TestIntegrationRelayLeadershipHandoff: two relays, one election. The leader's Run is cancelled
 // while messages keep arriving; the other takes over, and every message is published (some
 // perhaps twice: those whose delete the first leader did not get to).

@@ -139,7 +139,15 @@ func sortResults(batch []row, errs []error) results {
 func (r *Relay) writeResults(ctx context.Context, resource string, tok lock.Token, res results, rescue []int64) (rescued int, deadIDs []uuid.UUID, err error) {
 	// The writes and the commit go out as one pipeline once the fence has passed: three round
 	// trips (begin, fence, writes + commit), as many as an unfenced transaction.
+	//
+	// The commit does not wait for its WAL flush (synchronous_commit off for this transaction
+	// only). A record lost to a crash or a failover leaves its rows as they were before it: sent
+	// rows pending, to be published again with the same IDs (at least once, as promised; the
+	// consumers' claim suppresses the copy), failed rows with one attempt less. Per-key order
+	// holds: the WAL is flushed (and streamed to a standby) in order, so the commit of a later
+	// Enqueue makes every record before it durable too.
 	b := &pgx.Batch{}
+	b.Queue(asyncCommit).Exec(func(pgconn.CommandTag) error { return nil })
 	if len(res.sent) > 0 {
 		b.Queue(r.ob.q.deleteSent, res.sent).Exec(func(pgconn.CommandTag) error { return nil })
 	}
@@ -207,6 +215,9 @@ func (r *Relay) fencedTx(ctx context.Context, resource string, tok lock.Token, b
 	b.Queue("commit") // in the pipeline: the transaction ends with b, no round trip of its own
 	return tx.SendBatch(ctx, b).Close()
 }
+
+// asyncCommit makes the commit of the transaction it runs in return before its WAL is flushed.
+const asyncCommit = "set local synchronous_commit = off"
 
 // cleanupTimeout bounds a rollback once ctx has ended.
 const cleanupTimeout = 5 * time.Second
