@@ -142,6 +142,7 @@ type Notifier struct {
 	fence     *fence.Fence
 	table     string // quoted
 	attempts  string // quoted
+	marks     string // quoted: the leader's watermarks (dueFrom)
 	name      string // unquoted, schema-qualified: the fence resource
 	channel   string // LISTEN/NOTIFY: the schema-qualified name, shortened to 63 bytes if need be
 	lockKey   int64
@@ -219,7 +220,8 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	}
 	table, name := pgutil.Table(o.schema, o.table)
 	attempts, _ := pgutil.Table(o.schema, o.table+"_attempt")
-	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, name: name,
+	marks, _ := pgutil.Table(o.schema, o.table+"_mark")
+	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, marks: marks, name: name,
 		channel: pgutil.Channel(o.schema, o.table), lockKey: pgutil.MigrateLockKey("txkit-notify:" + name),
 		metrics: m, tracer: obs.TracerProvider(o.tp).Tracer(tracerName), fails: obs.NewLogLimiter(obs.LogInterval, nil)}
 	n.direct = make(map[string]*flight, len(rs))
@@ -276,7 +278,7 @@ create table if not exists %s (
     status          text        not null default 'pending' check (status in ('pending', 'delivered', 'failed')),
     attempts        integer     not null default 0, -- attempts of the current schedule (Redeliver resets it)
     tries           integer     not null default 0, -- attempts ever made: numbers the attempts
-    next_attempt_at timestamptz not null default now(),
+    next_attempt_at timestamptz not null default `+dueNow+`,
     last_status     integer,
     last_error      text,
     created_at      timestamptz not null default now(),
@@ -286,11 +288,27 @@ create table if not exists %s (
     trace_context   text,             -- obs.EncodeTrace of the enqueuing ctx: deliveries join its trace
     claimed         boolean     not null default false, -- its first attempt is taken (Deliver or the leader)
     unique (receiver, key)
+) with (fillfactor = 80);
+do $$ begin -- the columns of later versions; a role that does not own the table needs them there
+    alter table %s add column if not exists latency_ms double precision;
+    alter table %s add column if not exists trace_context text;
+    alter table %s add column if not exists claimed boolean not null default false;
+exception when insufficient_privilege then null; end $$;
+-- The leader's due index: no predicate and no column a delivery changes, so that the record of a
+-- success is a HOT update (docs/notify.md, "The due index"). Tables of earlier versions lose their
+-- partial index (status = 'pending'), get the due time's new default and room for HOT updates;
+-- a role that does not own the table keeps them as they were (it needs the owner).
+do $$ begin
+    create index if not exists %s on %s (receiver, next_attempt_at);
+    drop index if exists %s;
+    alter table %s alter column next_attempt_at set default `+dueNow+`, set (fillfactor = 80);
+exception when insufficient_privilege then null; end $$;
+-- The leader's watermark of each receiver (dueFrom): none of its notifications due before due_from
+-- is pending, so its scans start there instead of at the delivered history.
+create table if not exists %s (
+    receiver text        primary key,
+    due_from timestamptz not null
 );
-alter table %s add column if not exists latency_ms double precision;
-alter table %s add column if not exists trace_context text;
-alter table %s add column if not exists claimed boolean not null default false;
-create index if not exists %s on %s (receiver, next_attempt_at) where status = 'pending';
 -- The failed attempts; the successful one is the delivered notification's own row (tries,
 -- delivered_at, last_status, latency_ms), which saves a row per delivery.
 create table if not exists %s (
@@ -302,7 +320,8 @@ create table if not exists %s (
     latency_ms  double precision not null,
     error       text,
     primary key (id, n)
-);`, n.lockKey, n.createSchema(), n.table, n.table, n.table, n.table, pgx.Identifier{n.o.table + "_due"}.Sanitize(), n.table, n.attempts)
+);`, n.lockKey, n.createSchema(), n.table, n.table, n.table, n.table,
+		pgx.Identifier{n.o.table + "_due_at"}.Sanitize(), n.table, n.oldDueIndex(), n.table, n.marks, n.attempts)
 	if err := pgutil.MigrateOnce(ctx, n.pool, n.o.schema, ddl, nil); err != nil {
 		return fmt.Errorf("notify: migrate %s: %w", n.name, err)
 	}
@@ -310,6 +329,14 @@ create table if not exists %s (
 		return fmt.Errorf("notify: migrate %s: %w", n.name, err)
 	}
 	return nil
+}
+
+// oldDueIndex is the quoted, schema-qualified name of the partial due index of earlier versions.
+func (n *Notifier) oldDueIndex() string {
+	if n.o.schema == "" {
+		return pgx.Identifier{n.o.table + "_due"}.Sanitize()
+	}
+	return pgx.Identifier{n.o.schema, n.o.table + "_due"}.Sanitize()
 }
 
 func (n *Notifier) createSchema() string {
@@ -498,7 +525,7 @@ func (n *Notifier) ListFailed(ctx context.Context, limit int) ([]*Record, error)
 func (n *Notifier) Redeliver(ctx context.Context, id uuid.UUID) error {
 	var status string
 	err := n.pool.QueryRow(ctx, `with u as (
-	update `+n.table+` set status = 'pending', attempts = 0, next_attempt_at = now(), updated_at = now()
+	update `+n.table+` set status = 'pending', attempts = 0, next_attempt_at = `+dueNow+`, updated_at = now()
 	where id = $1 and status = 'failed' returning 1)
 select coalesce((select 'redelivered' from u), (select status from `+n.table+` where id = $1), '')`, id).Scan(&status)
 	switch {
