@@ -278,9 +278,17 @@ func (n *Notifier) pendingPoll() time.Duration {
 }
 
 // pollPending reports whether any of receivers has notifications due in its window (due.go:
-// from its watermark to now; delivered or not: traffic) or pending ones due later, and which have
-// due ones nobody has claimed (enqueued and not Delivered, or not yet). It moves the watermarks as
-// a take does. One statement on the due index; it writes nothing.
+// from its watermark to now; delivered or not: traffic) or a pending one due last, and which have
+// due ones nobody has claimed (enqueued and not Delivered, or not yet; among the first pollLimit
+// pending ones). It moves the watermarks as a take does. One statement on the due index, one pass
+// over each window; it writes nothing.
+//
+// "Pending later" looks at the notification due last only: a walk down to the first pending one
+// would read every delivered notification of the claims' leases (Do's rows are due a lease after
+// their insert) each time traffic pauses.
+// pollLimit bounds the pending notifications pollPending reads of a receiver's window.
+const pollLimit = 1000
+
 func (n *Notifier) pollPending(ctx context.Context, receivers []string, flights map[string]*flight) (pending bool, unclaimed []string, err error) {
 	froms := make([]time.Time, len(receivers))
 	oldest := make([]time.Time, len(receivers)) // of each, the earliest due time taken and unrecorded
@@ -297,14 +305,15 @@ func (n *Notifier) pollPending(ctx context.Context, receivers []string, flights 
 	rows, err := n.pool.Query(ctx, `with s as (select `+snapColumns(n.table)+`)
 select s.at, s.writers, r.name,
 	case when exists (select from `+n.table+` where receiver = r.name and next_attempt_at >= r.since and next_attempt_at <= s.at)
-		then true -- else a pending one due later (a retry, a claim's lease), looked for from the latest down
-		else exists (select from `+n.table+` where receiver = r.name and next_attempt_at > s.at and status = 'pending'
-			order by next_attempt_at desc limit 1) end,
-	(select next_attempt_at from `+n.table+` where status = 'pending' and receiver = r.name and next_attempt_at >= r.since
-		and next_attempt_at <= s.at order by next_attempt_at limit 1),
-	exists (select from `+n.table+` where status = 'pending' and receiver = r.name and next_attempt_at >= r.since
-		and next_attempt_at <= s.at and not claimed)
-from s, unnest($1::text[], $2::timestamptz[]) with ordinality as r(name, since, i) order by r.i`, receivers, froms)
+		then true -- else whether the notification due last is pending (a retry, a post in flight)
+		else coalesce((select status = 'pending' from `+n.table+` where receiver = r.name and next_attempt_at > s.at
+			order by next_attempt_at desc limit 1), false) end,
+	p.first, coalesce(p.free, false)
+from s, unnest($1::text[], $2::timestamptz[]) with ordinality as r(name, since, i)
+left join lateral (select min(at) as first, bool_or(not claimed) as free from (select next_attempt_at as at, claimed from `+n.table+`
+	where status = 'pending' and receiver = r.name and next_attempt_at >= r.since and next_attempt_at <= s.at
+	order by next_attempt_at limit $3) q) p on true
+order by r.i`, receivers, froms, pollLimit)
 	if err != nil {
 		return false, nil, err
 	}
