@@ -3,6 +3,7 @@ package notify_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -84,14 +85,19 @@ from generate_series(1, 5000) g`); err != nil {
 		err := w.sender.Pool.QueryRow(ctx, `select due_from > now() - interval '1 minute' from `+marks+` where receiver = 'shop'`).Scan(&past)
 		return err == nil && past
 	}, "the leader's watermark was not stored past the delivered history")
-	w.sender.Pool.Reset()
-	_, _, scans0, read0 := tableStats(t, w, 0)
-	var scans, read int64
-	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool {
+	// Twice 20 scans, each pass closing the pool's connections so that their backends report
+	// their counts: the first lets the scans made before the watermark passed the history report
+	// theirs; the second is measured.
+	var scans0, read0, scans, read int64
+	for range 2 {
 		w.sender.Pool.Reset()
-		_, _, scans, read = tableStats(t, w, 0)
-		return scans-scans0 >= 20
-	}, "the leader made no scans of the due index")
+		_, _, scans0, read0 = tableStats(t, w, 0)
+		testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool {
+			w.sender.Pool.Reset()
+			_, _, scans, read = tableStats(t, w, 0)
+			return scans-scans0 >= 20
+		}, "the leader made no scans of the due index")
+	}
 	if per := float64(read-read0) / float64(scans-scans0); per > 100 {
 		t.Fatalf("%d scans of the due index read %d entries (%.0f each) with 5,000 delivered notifications in it; want a few each",
 			scans-scans0, read-read0, per)
@@ -131,8 +137,8 @@ func TestIntegrationLateCommitDelivered(t *testing.T) {
 }
 
 // oldLayout creates the notifications table of schema as the versions before the due index lost
-// its predicate did, owned by the test's role, with one pending notification, and returns the
-// latter's id.
+// its predicate did, owned by the test's role, with one pending notification and one failed
+// ("gave-up"), and returns the pending one's id.
 func oldLayout(t *testing.T, s *testenv.Schema) uuid.UUID {
 	t.Helper()
 	table := pgx.Identifier{s.Name, "txkit_notify"}.Sanitize()
@@ -146,7 +152,8 @@ func oldLayout(t *testing.T, s *testenv.Schema) uuid.UUID {
     delivered_at timestamptz, latency_ms double precision, trace_context text,
     claimed boolean not null default false, unique (receiver, key));
 create index txkit_notify_due on `+table+` (receiver, next_attempt_at) where status = 'pending';
-insert into `+table+` (id, receiver, key, payload) values ('`+id.String()+`', 'shop', 'before', '{"amount":1}')`); err != nil {
+insert into `+table+` (id, receiver, key, payload) values ('`+id.String()+`', 'shop', 'before', '{"amount":1}');
+insert into `+table+` (id, receiver, key, payload, status, attempts, tries) values (gen_random_uuid(), 'shop', 'gave-up', '{}', 'failed', 4, 4)`); err != nil {
 		t.Fatalf("the old layout: %v", err)
 	}
 	return id
@@ -166,21 +173,29 @@ func layout(t *testing.T, s *testenv.Schema) (indexes []string, opts []string, d
 }
 
 // Migrate upgrades a table of the earlier layout: the partial due index goes, the index without
-// a predicate comes, with the fillfactor and the due time's default; the notification pending in
-// it is delivered by the leader. A role that does not own such a table (it may write it, and
-// create in its database) migrates without an error and leaves the layout as it was.
+// a predicate and the failed notifications' come, with the fillfactor and the due time's default;
+// the notification pending in it is delivered by the leader, the failed one is listed. A role that does not own such a table (it may write it, and
+// create in its database) migrates without an error and leaves the layout as it was; its failed
+// notification is listed too.
 func TestIntegrationMigrateDueIndex(t *testing.T) {
 	w := newWorld(t)
 	ctx := t.Context()
 	before := oldLayout(t, w.sender)
 	n := w.running("leader", w.receivers(), notify.WithTick("@every 50ms", 100))
 	indexes, opts, def := layout(t, w.sender)
-	if !slices.Equal(indexes, []string{"txkit_notify_due_at", "txkit_notify_pkey", "txkit_notify_receiver_key_key"}) ||
+	if !slices.Equal(indexes, []string{"txkit_notify_due_at", "txkit_notify_failed", "txkit_notify_pkey", "txkit_notify_receiver_key_key"}) ||
 		!slices.Contains(opts, "fillfactor=80") || def != "clock_timestamp()" {
 		t.Fatalf("after Migrate: indexes %q, options %q, due default %q; want the due index without a predicate, fillfactor=80, clock_timestamp()",
 			indexes, opts, def)
 	}
 	w.waitStatus(n, notify.Notification{ID: before, Key: "before"}, notify.StatusDelivered, 10*time.Second)
+	wantFailed := func(n *notify.Notifier) {
+		t.Helper()
+		if failed, err := n.ListFailed(ctx, 10); err != nil || len(failed) != 1 || failed[0].Key != "gave-up" {
+			t.Fatalf("ListFailed after Migrate = %+v, %v; want the failed notification of the old layout", failed, err)
+		}
+	}
+	wantFailed(n)
 
 	// The role that does not own the table.
 	other := testenv.PG(t)
@@ -224,5 +239,50 @@ func TestIntegrationMigrateDueIndex(t *testing.T) {
 	}
 	if indexes, _, _ := layout(t, other); !slices.Contains(indexes, "txkit_notify_due") {
 		t.Fatalf("after Migrate by a role that does not own the table: indexes %q; want the partial due index kept", indexes)
+	}
+	wantFailed(ln)
+}
+
+// A notification that runs out of attempts is due at infinity, where the failed ones' index finds
+// it: ListFailed reads that index, not the table, however many delivered notifications it holds.
+func TestIntegrationListFailedUsesIndex(t *testing.T) {
+	w := newWorld(t)
+	ctx := t.Context()
+	w.setAnswer(func(rw http.ResponseWriter, r *http.Request) bool {
+		http.Error(rw, "down", http.StatusInternalServerError)
+		return true
+	})
+	n := w.running("leader", w.receivers(), notify.WithSchedule([]time.Duration{10 * time.Millisecond}, 0), notify.WithTick("@every 50ms", 100))
+	nt := w.enqueue(n, "shop", "doomed", 1)
+	w.waitStatus(n, nt, notify.StatusFailed, 15*time.Second)
+	table := pgx.Identifier{w.sender.Name, "txkit_notify"}.Sanitize()
+	if _, err := w.sender.Pool.Exec(ctx, `insert into `+table+` (id, receiver, key, payload, status, delivered_at)
+select gen_random_uuid(), 'shop', 'old-' || g, '{}', 'delivered', now() from generate_series(1, 5000) g`); err != nil {
+		t.Fatalf("delivered rows: %v", err)
+	}
+	if _, err := w.sender.Pool.Exec(ctx, `analyze `+table, pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	counts := func() (seq, failedScans int64) {
+		w.sender.Pool.Reset() // a backend reports its counts as it ends
+		if err := w.sender.Pool.QueryRow(ctx, `select t.seq_scan, coalesce(i.idx_scan, 0) from pg_stat_user_tables t
+left join pg_stat_user_indexes i on i.relid = t.relid and i.indexrelname = 'txkit_notify_failed'
+where t.schemaname = $1 and t.relname = 'txkit_notify'`, w.sender.Name).Scan(&seq, &failedScans); err != nil {
+			t.Fatalf("statistics: %v", err)
+		}
+		return seq, failedScans
+	}
+	seq0, scans0 := counts()
+	failed, err := n.ListFailed(ctx, 10)
+	if err != nil || len(failed) != 1 || failed[0].ID != nt.ID || failed[0].NextAttemptAt.IsZero() {
+		t.Fatalf("ListFailed = %+v, %v; want the failed notification alone", failed, err)
+	}
+	var seq, scans int64
+	testenv.Eventually(t, 15*time.Second, 100*time.Millisecond, func() bool {
+		seq, scans = counts()
+		return scans > scans0
+	}, "ListFailed did not use the failed notifications' index")
+	if seq != seq0 {
+		t.Fatalf("ListFailed scanned the table (%d sequential scans), want only its index", seq-seq0)
 	}
 }

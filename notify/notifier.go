@@ -302,7 +302,11 @@ do $$ begin
     create index if not exists %s on %s (receiver, next_attempt_at);
     drop index if exists %s;
     alter table %s alter column next_attempt_at set default `+dueNow+`, set (fillfactor = 80);
+    -- The failed notifications, for operators: due at infinity (the success record changes no
+    -- column of this index either).
+    create index if not exists %s on %s (created_at) where next_attempt_at = 'infinity';
 exception when insufficient_privilege then null; end $$;
+update %s set next_attempt_at = 'infinity' where status = 'failed' and next_attempt_at <> 'infinity'; -- once per version
 -- The leader's watermark of each receiver (dueFrom): none of its notifications due before due_from
 -- is pending, so its scans start there instead of at the delivered history.
 create table if not exists %s (
@@ -321,7 +325,8 @@ create table if not exists %s (
     error       text,
     primary key (id, n)
 );`, n.lockKey, n.createSchema(), n.table, n.table, n.table, n.table,
-		pgx.Identifier{n.o.table + "_due_at"}.Sanitize(), n.table, n.oldDueIndex(), n.table, n.marks, n.attempts)
+		pgx.Identifier{n.o.table + "_due_at"}.Sanitize(), n.table, n.oldDueIndex(), n.table,
+		pgx.Identifier{n.o.table + "_failed"}.Sanitize(), n.table, n.table, n.marks, n.attempts)
 	if err := pgutil.MigrateOnce(ctx, n.pool, n.o.schema, ddl, nil); err != nil {
 		return fmt.Errorf("notify: migrate %s: %w", n.name, err)
 	}
@@ -433,7 +438,10 @@ func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.
 	return id, nil
 }
 
-const recordColumns = `id, receiver, key, payload, status, attempts, next_attempt_at, coalesce(last_status, 0),
+// A failed notification is due at infinity (its index, for ListFailed); its NextAttemptAt is
+// when it failed.
+const recordColumns = `id, receiver, key, payload, status, attempts,
+	case when next_attempt_at = 'infinity' then updated_at else next_attempt_at end, coalesce(last_status, 0),
 	coalesce(last_error, ''), created_at, delivered_at`
 
 func scanRecord(row pgx.CollectableRow) (*Record, error) {
@@ -507,7 +515,7 @@ func (n *Notifier) ListFailed(ctx context.Context, limit int) ([]*Record, error)
 		limit = 100
 	}
 	rows, err := n.pool.Query(ctx, `select `+recordColumns+` from `+n.table+
-		` where status = 'failed' order by created_at limit $1`, limit)
+		` where next_attempt_at = 'infinity' and status = 'failed' order by created_at limit $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("notify: list failed: %w", err)
 	}

@@ -202,7 +202,7 @@ u as (
 		last_error = case when r.ok then null else r.err end,
 		delivered_at = case when r.ok then now() end, latency_ms = case when r.ok then r.lat end,
 		status = case when r.ok then 'delivered' when t.attempts + 1 > cardinality($6::float8[]) then 'failed' else 'pending' end,
-		next_attempt_at = case when r.ok or t.attempts + 1 > cardinality($6::float8[]) then t.next_attempt_at
+		next_attempt_at = case when r.ok then t.next_attempt_at when t.attempts + 1 > cardinality($6::float8[]) then 'infinity'
 			else `+dueNow+` + make_interval(secs => ($6::float8[])[t.attempts + 1] * (1 - $7::float8 + 2 * $7::float8 * random())) end
 	from r where t.id = r.id and t.`+stillPending+`
 	returning t.id, t.status, t.attempts, t.tries),

@@ -307,7 +307,7 @@ select s.at, s.writers, r.name,
 	case when exists (select from `+n.table+` where receiver = r.name and next_attempt_at >= r.since and next_attempt_at <= s.at)
 		then true -- else whether the notification due last is pending (a retry, a post in flight)
 		else coalesce((select status = 'pending' from `+n.table+` where receiver = r.name and next_attempt_at > s.at
-			order by next_attempt_at desc limit 1), false) end,
+			and next_attempt_at < 'infinity' order by next_attempt_at desc limit 1), false) end,
 	p.first, coalesce(p.free, false)
 from s, unnest($1::text[], $2::timestamptz[]) with ordinality as r(name, since, i)
 left join lateral (select min(at) as first, bool_or(not claimed) as free from (select next_attempt_at as at, claimed from `+n.table+`
