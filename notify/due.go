@@ -33,8 +33,9 @@ import (
 const dueNow = `clock_timestamp()`
 
 // dueSlack is how far below a certified scan's start the watermark stays: room for the server's
-// clock stepping back.
-const dueSlack = 10 * time.Millisecond
+// clock stepping back (NTP, a failover to a server whose clock is a little behind). A step back
+// by more hides the notifications written meanwhile below the watermark (docs/notify.md).
+const dueSlack = 100 * time.Millisecond
 
 // saveEvery is how far the watermark moves before the leader stores it again.
 const saveEvery = time.Second
