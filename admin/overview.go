@@ -81,7 +81,7 @@ func (a *Admin) Overview(ctx context.Context) (Overview, error) {
 		}
 	}
 	err = a.pool.QueryRow(ctx, `select count(*), count(*) filter (where updated_at > now() - interval '1 hour') from `+a.ntT+`
-where status = 'failed'`).Scan(&ov.FailedNotifications, &ov.LastHour.FailedNotifications)
+where next_attempt_at = 'infinity' and status = 'failed'`).Scan(&ov.FailedNotifications, &ov.LastHour.FailedNotifications)
 	if err != nil && !missing(err) {
 		return Overview{}, fmt.Errorf("admin: overview: notifications: %w", err)
 	}

@@ -117,7 +117,7 @@ func (n *Notifier) claimBatch(ids []uuid.UUID) ([]claimed, error) {
 	rows, err := n.pool.Query(ctx, `with async as (select set_config('synchronous_commit', 'off', true)),
 c as (select id from `+n.table+` where id = any($1::uuid[]) and `+stillPending+` and not claimed and (select true from async)
 	order by id for update)
-update `+n.table+` t set claimed = true, next_attempt_at = now() + make_interval(secs => $2), updated_at = now()
+update `+n.table+` t set claimed = true, next_attempt_at = `+dueNow+` + make_interval(secs => $2), updated_at = now()
 from c where t.id = c.id
 returning t.id, t.receiver, t.key, t.payload, t.created_at, coalesce(t.trace_context, ''), t.tries + 1`,
 		arg, (n.o.callTimeout + directLease).Seconds())

@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"sync/atomic"
@@ -15,9 +16,10 @@ import (
 // due is a notification taken for delivery: the delivery, and what its attempt's span needs.
 type due struct {
 	Delivery
-	trace   string // the trace context Enqueue stored (obs.EncodeTrace); "" none
-	attempt int    // this attempt's number: 1 + the attempts ever made (redeliveries go on counting)
-	claimed bool   // its first attempt was claimed (by Deliver or a leader) before this take
+	trace   string    // the trace context Enqueue stored (obs.EncodeTrace); "" none
+	attempt int       // this attempt's number: 1 + the attempts ever made (redeliveries go on counting)
+	claimed bool      // its first attempt was claimed (by Deliver or a leader) before this take
+	at      time.Time // its due time when the leader took it
 }
 
 // claimFirst claims, for the leader, the notifications of batch whose first attempt nobody has
@@ -67,16 +69,17 @@ update `+n.table+` t set claimed = true from c where t.id = c.id returning t.id`
 // taken and not yet recorded, and the circuit breaker.
 type flight struct {
 	queue     chan due
-	held      int                // taken and not yet attempted (queued or in flight)
-	taken     map[uuid.UUID]bool // taken and not yet recorded: not to be taken again
-	failures  int                // consecutive failed deliveries
-	openUntil time.Time          // the breaker holds deliveries back until then (zero: closed)
-	probing   bool               // half open: the one delivery allowed through is in flight
-	poke      func()             // wakes the dispatcher
-	low       int                // held at which the queue is refilled
-	dry       uint64             // 1 + the wake generation at which a take found no more due: 0 none
-	shownOpen bool               // the circuit gauge counts this receiver's circuit as open
-	direct    bool               // Deliver's breaker of this process (no queue), not a term's
+	held      int                     // taken and not yet attempted (queued or in flight)
+	taken     map[uuid.UUID]time.Time // taken and not yet recorded (not to be taken again): its due time
+	due       dueFrom                 // the watermark of the scans (due.go); the dispatcher's own
+	failures  int                     // consecutive failed deliveries
+	openUntil time.Time               // the breaker holds deliveries back until then (zero: closed)
+	probing   bool                    // half open: the one delivery allowed through is in flight
+	poke      func()                  // wakes the dispatcher
+	low       int                     // held at which the queue is refilled
+	dry       uint64                  // 1 + the wake generation at which a take found no more due: 0 none
+	shownOpen bool                    // the circuit gauge counts this receiver's circuit as open
+	direct    bool                    // Deliver's breaker of this process (no queue), not a term's
 }
 
 // waker wakes the dispatcher. A take that finds fewer due notifications than it asked for marks
@@ -127,8 +130,12 @@ func (n *Notifier) dispatch(ctx context.Context, w *waker, flights map[string]*f
 		}
 		n.mu.Lock()
 		skip := make([]pgtype.UUID, 0, len(f.taken)) // binary; a uuid.UUID is sent as text
-		for id := range f.taken {
+		var oldest time.Time                         // the earliest due time taken and unrecorded
+		for id, at := range f.taken {
 			skip = append(skip, pgtype.UUID{Bytes: id, Valid: true})
+			if oldest.IsZero() || at.Before(oldest) {
+				oldest = at
+			}
 		}
 		n.mu.Unlock()
 		// Taking writes nothing: only the leader delivers, and it remembers what it has taken
@@ -138,22 +145,45 @@ func (n *Notifier) dispatch(ctx context.Context, w *waker, flights map[string]*f
 		// QueryExecModeExec: planned with this call's values, so PostgreSQL hashes the skip list
 		// instead of comparing every row with each of its ids (a prepared statement's generic
 		// plan does that).
-		rows, err := n.pool.Query(ctx, `select id, receiver, key, payload, created_at, coalesce(trace_context, ''), tries + 1, claimed from `+n.table+`
-where status = 'pending' and receiver = $1 and next_attempt_at <= now() and id <> all($3::uuid[])
-order by next_attempt_at limit $2`, pgx.QueryExecModeExec, name, free, skip)
+		// The scan starts at the receiver's watermark (due.go), not at the delivered history the
+		// due index keeps, and reports its start and the table's writers (one row of nulls when nothing
+		// is due).
+		rows, err := n.pool.Query(ctx, `with s as (select `+snapColumns(n.table)+`)
+select s.at, s.writers, d.id, d.receiver, d.key, d.payload, d.created_at, d.trace_context, d.attempt, d.claimed, d.next_attempt_at
+from s left join lateral (select id, receiver, key, payload, created_at, coalesce(trace_context, '') as trace_context,
+	tries + 1 as attempt, claimed, next_attempt_at from `+n.table+`
+	where status = 'pending' and receiver = $1 and next_attempt_at >= $4 and next_attempt_at <= s.at and id <> all($3::uuid[])
+	order by next_attempt_at limit $2) d on true`, pgx.QueryExecModeExec, name, free, skip, f.due.at)
 		if err != nil {
 			return fmt.Errorf("take due notifications of %s: %w", name, err)
 		}
-		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
-			var d due
-			var p []byte
-			err := r.Scan((*[16]byte)(&d.ID), &d.Receiver, &d.Key, &p, &d.CreatedAt, &d.trace, &d.attempt, &d.claimed)
-			d.Payload = p
-			return d, err
+		var (
+			sn           snap
+			batch        []due
+			id           pgtype.UUID
+			rcv, key, tc pgtype.Text
+			p            []byte
+			created, at  pgtype.Timestamptz
+			attempt      pgtype.Int4
+			claimed      pgtype.Bool
+		)
+		_, err = pgx.ForEachRow(rows, []any{&sn.at, &sn.writers, &id, &rcv, &key, &p, &created, &tc, &attempt,
+			&claimed, &at}, func() error {
+			if id.Valid {
+				batch = append(batch, due{Delivery: Delivery{ID: id.Bytes, Receiver: rcv.String, Key: key.String,
+					Payload: append(json.RawMessage(nil), p...), CreatedAt: created.Time}, trace: tc.String,
+					attempt: int(attempt.Int32), claimed: claimed.Bool, at: at.Time})
+			}
+			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("take due notifications of %s: %w", name, err)
 		}
+		var first time.Time
+		if len(batch) > 0 {
+			first = batch[0].at
+		}
+		f.due.advance(sn, first, oldest)
 		found := len(batch) // what was due, before Deliver calls may claim some first
 		if batch, err = n.claimFirst(ctx, batch); err != nil {
 			return fmt.Errorf("take due notifications of %s: %w", name, err)
@@ -164,7 +194,7 @@ order by next_attempt_at limit $2`, pgx.QueryExecModeExec, name, free, skip)
 			f.dry = gen + 1
 		}
 		for _, d := range batch {
-			f.taken[d.ID] = true
+			f.taken[d.ID] = d.at
 		}
 		n.mu.Unlock()
 		for _, d := range batch {

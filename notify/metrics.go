@@ -117,11 +117,17 @@ func (m *metrics) term(leading bool) {
 }
 
 // countDue is the leader's cron job that sets the due gauge ([WithTelemetry]): it counts the
-// pending notifications whose attempt is due.
+// pending notifications of its receivers whose attempt is due, each receiver's from its stored
+// watermark (due.go).
 func (n *Notifier) countDue(ctx context.Context, _ lock.Token) error {
+	names := make([]string, 0, len(n.receivers))
+	for name := range n.receivers {
+		names = append(names, name)
+	}
 	var due int64
-	if err := n.pool.QueryRow(ctx, `select count(*) from `+n.table+` where status = 'pending' and next_attempt_at <= now()`).
-		Scan(&due); err != nil {
+	if err := n.pool.QueryRow(ctx, `select coalesce(sum((select count(*) from `+n.table+` t where t.receiver = r.name
+	and t.next_attempt_at >= coalesce(m.due_from, '-infinity') and t.next_attempt_at <= now() and t.status = 'pending')), 0)::int8
+from unnest($1::text[]) r(name) left join `+n.marks+` m on m.receiver = r.name`, names).Scan(&due); err != nil {
 		return fmt.Errorf("count due notifications: %w", err)
 	}
 	n.metrics.setDue(float64(due)) // unless the term ended meanwhile

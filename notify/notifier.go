@@ -142,6 +142,7 @@ type Notifier struct {
 	fence     *fence.Fence
 	table     string // quoted
 	attempts  string // quoted
+	marks     string // quoted: the leader's watermarks (dueFrom)
 	name      string // unquoted, schema-qualified: the fence resource
 	channel   string // LISTEN/NOTIFY: the schema-qualified name, shortened to 63 bytes if need be
 	lockKey   int64
@@ -219,7 +220,8 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	}
 	table, name := pgutil.Table(o.schema, o.table)
 	attempts, _ := pgutil.Table(o.schema, o.table+"_attempt")
-	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, name: name,
+	marks, _ := pgutil.Table(o.schema, o.table+"_mark")
+	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, marks: marks, name: name,
 		channel: pgutil.Channel(o.schema, o.table), lockKey: pgutil.MigrateLockKey("txkit-notify:" + name),
 		metrics: m, tracer: obs.TracerProvider(o.tp).Tracer(tracerName), fails: obs.NewLogLimiter(obs.LogInterval, nil)}
 	n.direct = make(map[string]*flight, len(rs))
@@ -276,7 +278,7 @@ create table if not exists %s (
     status          text        not null default 'pending' check (status in ('pending', 'delivered', 'failed')),
     attempts        integer     not null default 0, -- attempts of the current schedule (Redeliver resets it)
     tries           integer     not null default 0, -- attempts ever made: numbers the attempts
-    next_attempt_at timestamptz not null default now(),
+    next_attempt_at timestamptz not null default `+dueNow+`,
     last_status     integer,
     last_error      text,
     created_at      timestamptz not null default now(),
@@ -286,11 +288,31 @@ create table if not exists %s (
     trace_context   text,             -- obs.EncodeTrace of the enqueuing ctx: deliveries join its trace
     claimed         boolean     not null default false, -- its first attempt is taken (Deliver or the leader)
     unique (receiver, key)
+) with (fillfactor = 80);
+do $$ begin -- the columns of later versions; a role that does not own the table needs them there
+    alter table %s add column if not exists latency_ms double precision;
+    alter table %s add column if not exists trace_context text;
+    alter table %s add column if not exists claimed boolean not null default false;
+exception when insufficient_privilege then null; end $$;
+-- The leader's due index: no predicate and no column a delivery changes, so that the record of a
+-- success is a HOT update (docs/notify.md, "The due index"). Tables of earlier versions lose their
+-- partial index (status = 'pending'), get the due time's new default and room for HOT updates;
+-- a role that does not own the table keeps them as they were (it needs the owner).
+do $$ begin
+    create index if not exists %s on %s (receiver, next_attempt_at);
+    drop index if exists %s;
+    alter table %s alter column next_attempt_at set default `+dueNow+`, set (fillfactor = 80);
+    -- The failed notifications, for operators: due at infinity (the success record changes no
+    -- column of this index either).
+    create index if not exists %s on %s (created_at) where next_attempt_at = 'infinity';
+exception when insufficient_privilege then null; end $$;
+update %s set next_attempt_at = 'infinity' where status = 'failed' and next_attempt_at <> 'infinity'; -- once per version
+-- The leader's watermark of each receiver (dueFrom): none of its notifications due before due_from
+-- is pending, so its scans start there instead of at the delivered history.
+create table if not exists %s (
+    receiver text        primary key,
+    due_from timestamptz not null
 );
-alter table %s add column if not exists latency_ms double precision;
-alter table %s add column if not exists trace_context text;
-alter table %s add column if not exists claimed boolean not null default false;
-create index if not exists %s on %s (receiver, next_attempt_at) where status = 'pending';
 -- The failed attempts; the successful one is the delivered notification's own row (tries,
 -- delivered_at, last_status, latency_ms), which saves a row per delivery.
 create table if not exists %s (
@@ -302,7 +324,9 @@ create table if not exists %s (
     latency_ms  double precision not null,
     error       text,
     primary key (id, n)
-);`, n.lockKey, n.createSchema(), n.table, n.table, n.table, n.table, pgx.Identifier{n.o.table + "_due"}.Sanitize(), n.table, n.attempts)
+);`, n.lockKey, n.createSchema(), n.table, n.table, n.table, n.table,
+		pgx.Identifier{n.o.table + "_due_at"}.Sanitize(), n.table, n.oldDueIndex(), n.table,
+		pgx.Identifier{n.o.table + "_failed"}.Sanitize(), n.table, n.table, n.marks, n.attempts)
 	if err := pgutil.MigrateOnce(ctx, n.pool, n.o.schema, ddl, nil); err != nil {
 		return fmt.Errorf("notify: migrate %s: %w", n.name, err)
 	}
@@ -310,6 +334,14 @@ create table if not exists %s (
 		return fmt.Errorf("notify: migrate %s: %w", n.name, err)
 	}
 	return nil
+}
+
+// oldDueIndex is the quoted, schema-qualified name of the partial due index of earlier versions.
+func (n *Notifier) oldDueIndex() string {
+	if n.o.schema == "" {
+		return pgx.Identifier{n.o.table + "_due"}.Sanitize()
+	}
+	return pgx.Identifier{n.o.schema, n.o.table + "_due"}.Sanitize()
 }
 
 func (n *Notifier) createSchema() string {
@@ -330,7 +362,7 @@ func (n *Notifier) createSchema() string {
 // and returns the existing id: enqueuing is idempotent per business key. An unknown receiver, an empty key, or a payload that is not JSON returns an error
 // wrapping [ErrInvalidNotification]; a payload, key or receiver name over its limit
 // ([MaxPayloadLen], [MaxKeyLen], [MaxReceiverLen]) one wrapping [ErrTooLarge] as well, before
-// anything is written; a nil tx one wrapping [ErrNilTx]. It blocks for one statement. The trace
+// anything is written; a nil tx one wrapping [ErrNilTx]. It blocks for one statement (two when the key has one). The trace
 // context of ctx (its span, if any) is stored with the notification: every delivery attempt is a
 // span in that trace ([WithTelemetry]).
 func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.UUID, error) {
@@ -371,26 +403,26 @@ func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.
 		created  time.Time
 		inserted bool
 	)
+	// The insert returns no row when the receiver and key have a notification already (the rare
+	// case): a second statement reads its id. (One statement with a fallback select in it cost
+	// every insert about a tenth more of PostgreSQL's time.)
 	if c == nil {
-		err = tx.QueryRow(ctx, `with ins as (
-	insert into `+n.table+` (id, receiver, key, payload, trace_context) values ($1, $2, $3, $4, nullif($5, ''))
-	on conflict (receiver, key) do nothing returning id)
-select id from ins union all select id from `+n.table+` where receiver = $2 and key = $3 limit 1`,
+		err = tx.QueryRow(ctx, `insert into `+n.table+` (id, receiver, key, payload, trace_context) values ($1, $2, $3, $4, nullif($5, ''))
+	on conflict (receiver, key) do nothing returning id`,
 			id, nt.Receiver, nt.Key, []byte(nt.Payload), trace).Scan(&id)
 	} else {
 		// In Do's transaction: written claimed by this process, its due time past the post and
 		// its record (the lease Deliver's claim sets), for Do to post after the commit.
-		err = tx.QueryRow(ctx, `with ins as (
-	insert into `+n.table+` (id, receiver, key, payload, trace_context, claimed, next_attempt_at)
+		err = tx.QueryRow(ctx, `insert into `+n.table+` (id, receiver, key, payload, trace_context, claimed, next_attempt_at)
 	values ($1, $2, $3, $4, nullif($5, ''), true, clock_timestamp() + make_interval(secs => $6))
-	on conflict (receiver, key) do nothing returning id, created_at)
-select id, created_at, true from ins union all select id, created_at, false from `+n.table+` where receiver = $2 and key = $3 limit 1`,
-			id, nt.Receiver, nt.Key, []byte(nt.Payload), trace, (n.o.callTimeout+directLease).Seconds()).Scan(&id, &created, &inserted)
+	on conflict (receiver, key) do nothing returning id, created_at`,
+			id, nt.Receiver, nt.Key, []byte(nt.Payload), trace, (n.o.callTimeout+directLease).Seconds()).Scan(&id, &created)
+		inserted = err == nil
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		// Another transaction inserted this receiver and key while the statement ran: the insert
-		// waited for it to commit and did nothing, and the statement's snapshot, taken before,
-		// cannot see its row. A new statement (read committed) sees it.
+		// Not inserted: the receiver and key have a notification, committed before (or by this
+		// transaction), or by another transaction while the statement ran (the insert waited for
+		// it to commit and did nothing). A new statement (read committed) sees it.
 		err = tx.QueryRow(ctx, `select id from `+n.table+` where receiver = $1 and key = $2`, nt.Receiver, nt.Key).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = fmt.Errorf("another transaction enqueued it and this one cannot see it (isolation above read committed?): %w", err)
@@ -406,7 +438,10 @@ select id, created_at, true from ins union all select id, created_at, false from
 	return id, nil
 }
 
-const recordColumns = `id, receiver, key, payload, status, attempts, next_attempt_at, coalesce(last_status, 0),
+// A failed notification is due at infinity (its index, for ListFailed); its NextAttemptAt is
+// when it failed.
+const recordColumns = `id, receiver, key, payload, status, attempts,
+	case when next_attempt_at = 'infinity' then updated_at else next_attempt_at end, coalesce(last_status, 0),
 	coalesce(last_error, ''), created_at, delivered_at`
 
 func scanRecord(row pgx.CollectableRow) (*Record, error) {
@@ -480,7 +515,7 @@ func (n *Notifier) ListFailed(ctx context.Context, limit int) ([]*Record, error)
 		limit = 100
 	}
 	rows, err := n.pool.Query(ctx, `select `+recordColumns+` from `+n.table+
-		` where status = 'failed' order by created_at limit $1`, limit)
+		` where next_attempt_at = 'infinity' and status = 'failed' order by created_at limit $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("notify: list failed: %w", err)
 	}
@@ -498,7 +533,7 @@ func (n *Notifier) ListFailed(ctx context.Context, limit int) ([]*Record, error)
 func (n *Notifier) Redeliver(ctx context.Context, id uuid.UUID) error {
 	var status string
 	err := n.pool.QueryRow(ctx, `with u as (
-	update `+n.table+` set status = 'pending', attempts = 0, next_attempt_at = now(), updated_at = now()
+	update `+n.table+` set status = 'pending', attempts = 0, next_attempt_at = `+dueNow+`, updated_at = now()
 	where id = $1 and status = 'failed' returning 1)
 select coalesce((select 'redelivered' from u), (select status from `+n.table+` where id = $1), '')`, id).Scan(&status)
 	switch {

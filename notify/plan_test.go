@@ -28,7 +28,7 @@ func TestIntegrationByIDStatementsSkipDueIndex(t *testing.T) {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			err := w.sender.Pool.QueryRow(ctx, `select t.n_tup_upd, i.idx_scan from pg_stat_user_tables t
-join pg_stat_user_indexes i on i.relid = t.relid and i.indexrelname = 'txkit_notify_due'
+join pg_stat_user_indexes i on i.relid = t.relid and i.indexrelname = 'txkit_notify_due_at'
 where t.schemaname = $1 and t.relname = 'txkit_notify'`, w.sender.Name).Scan(&upd, &dueScans)
 			if err != nil {
 				t.Fatalf("statistics: %v", err)

@@ -20,7 +20,8 @@ const recordLinger = 10 * time.Millisecond
 
 // stillPending is the guard of the statements that find notifications by id: "pending", written
 // so that PostgreSQL finds each row by the primary key. Written "status = 'pending'", it matches
-// the due index's predicate, and the planner, whose statistics count only the few rows pending at
+// the predicate of the partial due index that tables of earlier versions keep when their owner
+// did not migrate them (docs/notify.md, "The due index"), and the planner, whose statistics count only the few rows pending at
 // the last analyze, scans the whole due index — with the entries of every row delivered since —
 // for every batch. The check constraint allows only the three statuses: the same rows.
 const stillPending = `status not in ('delivered', 'failed')`
@@ -157,7 +158,7 @@ func (n *Notifier) holdBack(ctx context.Context, fk fenceKey, held []result) err
 		ids[i], waits[i] = r.id, r.skipped.Seconds()
 	}
 	return n.fenced(ctx, fk, func(tx DBTX) error {
-		_, err := tx.Exec(ctx, `update `+n.table+` t set next_attempt_at = now() + make_interval(secs => w.secs), updated_at = now()
+		_, err := tx.Exec(ctx, `update `+n.table+` t set next_attempt_at = `+dueNow+` + make_interval(secs => w.secs), updated_at = now()
 from unnest($1::uuid[], $2::float8[]) as w(id, secs) where t.id = w.id and t.`+stillPending, ids, waits)
 		return err
 	})
@@ -201,8 +202,8 @@ u as (
 		last_error = case when r.ok then null else r.err end,
 		delivered_at = case when r.ok then now() end, latency_ms = case when r.ok then r.lat end,
 		status = case when r.ok then 'delivered' when t.attempts + 1 > cardinality($6::float8[]) then 'failed' else 'pending' end,
-		next_attempt_at = case when r.ok or t.attempts + 1 > cardinality($6::float8[]) then t.next_attempt_at
-			else now() + make_interval(secs => ($6::float8[])[t.attempts + 1] * (1 - $7::float8 + 2 * $7::float8 * random())) end
+		next_attempt_at = case when r.ok then t.next_attempt_at when t.attempts + 1 > cardinality($6::float8[]) then 'infinity'
+			else `+dueNow+` + make_interval(secs => ($6::float8[])[t.attempts + 1] * (1 - $7::float8 + 2 * $7::float8 * random())) end
 	from r where t.id = r.id and t.`+stillPending+`
 	returning t.id, t.status, t.attempts, t.tries),
 a as (

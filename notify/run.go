@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/txkit/txkit/internal/leader"
@@ -117,6 +119,9 @@ func (n *Notifier) lead(ctx context.Context, t *leader.Term) error {
 	fk, log := fenceKey{tok: t.Token(), resource: n.resource(t.Partition())}, t.Log()
 	flights := n.openTerm(t.Partition())
 	defer n.closeTerm(t.Partition(), flights)
+	if err := n.loadMarks(ctx, flights); err != nil && ctx.Err() == nil {
+		log.WarnContext(ctx, "notify: the due marks were not read; this term's first scans start at the oldest notification", slog.Any("err", err))
+	}
 
 	w := &waker{ch: make(chan struct{}, 1)}
 	for _, f := range flights {
@@ -160,7 +165,7 @@ func (n *Notifier) openTerm(part int) map[string]*flight {
 	n.mu.Lock()
 	for name := range n.receivers {
 		if placement.Partition(name, n.o.parts) == part {
-			flights[name] = &flight{queue: make(chan due, n.o.batch), low: n.o.batch / 2, taken: map[uuid.UUID]bool{}}
+			flights[name] = &flight{queue: make(chan due, n.o.batch), low: n.o.batch / 2, taken: map[uuid.UUID]time.Time{}}
 		}
 	}
 	n.mu.Unlock()
@@ -230,7 +235,7 @@ func (n *Notifier) dispatchLoop(ctx context.Context, t *leader.Term, w *waker, f
 			w.gen.Add(1)
 			poll.Reset(n.pendingPoll())
 		case <-poll.C:
-			pending, unclaimed, err := n.pollPending(ctx, names)
+			pending, unclaimed, err := n.pollPending(ctx, names, flights)
 			if err != nil || !pending {
 				continue // the next tick looks again
 			}
@@ -253,6 +258,9 @@ func (n *Notifier) dispatchLoop(ctx context.Context, t *leader.Term, w *waker, f
 				n.fails.Log(ctx, log, "take", slog.LevelWarn, "notify: taking due notifications failed; retrying at the next tick", slog.Any("err", err))
 			}
 		}
+		if err := n.saveMarks(ctx, flights); err != nil && ctx.Err() == nil {
+			n.fails.Log(ctx, log, "marks", slog.LevelWarn, "notify: storing the due marks failed; retrying at the next tick", slog.Any("err", err))
+		}
 		n.fails.Flush()
 	}
 }
@@ -269,12 +277,61 @@ func (n *Notifier) pendingPoll() time.Duration {
 	return poll
 }
 
-// pollPending reports whether any of receivers has a pending notification, and which have due
-// ones nobody has claimed (enqueued and not Delivered, or not yet). One statement on the pending
-// index; it writes nothing.
-func (n *Notifier) pollPending(ctx context.Context, receivers []string) (pending bool, unclaimed []string, err error) {
-	err = n.pool.QueryRow(ctx, `select exists (select from `+n.table+` where status = 'pending' and receiver = any($1)),
-	array(select distinct receiver from `+n.table+` where status = 'pending' and receiver = any($1) and next_attempt_at <= now() and not claimed)`,
-		receivers).Scan(&pending, &unclaimed)
+// pollPending reports whether any of receivers has notifications due in its window (due.go:
+// from its watermark to now; delivered or not: traffic) or a pending one due last, and which have
+// due ones nobody has claimed (enqueued and not Delivered, or not yet; among the first pollLimit
+// pending ones). It moves the watermarks as a take does. One statement on the due index, one pass
+// over each window; it writes nothing.
+//
+// "Pending later" looks at the notification due last only: a walk down to the first pending one
+// would read every delivered notification of the claims' leases (Do's rows are due a lease after
+// their insert) each time traffic pauses.
+// pollLimit bounds the pending notifications pollPending reads of a receiver's window.
+const pollLimit = 1000
+
+func (n *Notifier) pollPending(ctx context.Context, receivers []string, flights map[string]*flight) (pending bool, unclaimed []string, err error) {
+	froms := make([]time.Time, len(receivers))
+	oldest := make([]time.Time, len(receivers)) // of each, the earliest due time taken and unrecorded
+	n.mu.Lock()
+	for i, name := range receivers {
+		froms[i] = flights[name].due.at
+		for _, at := range flights[name].taken {
+			if oldest[i].IsZero() || at.Before(oldest[i]) {
+				oldest[i] = at
+			}
+		}
+	}
+	n.mu.Unlock()
+	rows, err := n.pool.Query(ctx, `with s as (select `+snapColumns(n.table)+`)
+select s.at, s.writers, r.name,
+	case when exists (select from `+n.table+` where receiver = r.name and next_attempt_at >= r.since and next_attempt_at <= s.at)
+		then true -- else whether the notification due last is pending (a retry, a post in flight)
+		else coalesce((select status = 'pending' from `+n.table+` where receiver = r.name and next_attempt_at > s.at
+			and next_attempt_at < 'infinity' order by next_attempt_at desc limit 1), false) end,
+	p.first, coalesce(p.free, false)
+from s, unnest($1::text[], $2::timestamptz[]) with ordinality as r(name, since, i)
+left join lateral (select min(at) as first, bool_or(not claimed) as free from (select next_attempt_at as at, claimed from `+n.table+`
+	where status = 'pending' and receiver = r.name and next_attempt_at >= r.since and next_attempt_at <= s.at
+	order by next_attempt_at limit $3) q) p on true
+order by r.i`, receivers, froms, pollLimit)
+	if err != nil {
+		return false, nil, err
+	}
+	var (
+		sn         snap
+		name       string
+		seen, free bool
+		first      pgtype.Timestamptz
+		i          int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&sn.at, &sn.writers, &name, &seen, &first, &free}, func() error {
+		pending = pending || seen
+		if free {
+			unclaimed = append(unclaimed, name)
+		}
+		flights[name].due.advance(sn, timeOf(first), oldest[i])
+		i++
+		return nil
+	})
 	return pending, unclaimed, err
 }

@@ -105,7 +105,7 @@ func TestIntegrationConsoleEscapes(t *testing.T) {
 		Payload: json.RawMessage(`{"note":"` + strings.ReplaceAll(hostileScript, `"`, `\"`) + `"}`)})
 	must(t, err, "notify Enqueue")
 	_, err = s.Pool.Exec(ctx, `update `+pgx.Identifier{s.Name, "txkit_notify"}.Sanitize()+
-		` set status = 'failed', attempts = 1, tries = 1, last_status = 502, last_error = $2 where id = $1`, nid, "answered "+hostileScript)
+		` set status = 'failed', next_attempt_at = 'infinity', attempts = 1, tries = 1, last_status = 502, last_error = $2 where id = $1`, nid, "answered "+hostileScript)
 	must(t, err, "make the notification fail")
 	_, err = s.Pool.Exec(ctx, `insert into `+pgx.Identifier{s.Name, "txkit_notify_attempt"}.Sanitize()+
 		` (id, n, status_code, latency_ms, error) values ($1, 1, 502, 12.5, $2)`, nid, "answered "+hostileScript)

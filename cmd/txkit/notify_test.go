@@ -32,7 +32,7 @@ func TestIntegrationNotifyCommands(t *testing.T) {
 	if code, out, stderr := txkit(t, env, "notify", "failed", "-schema", s.Name); code != exitOK || !strings.Contains(out, "no failed") {
 		t.Fatalf("notify failed: exit %d, %q, %q", code, out, stderr)
 	}
-	if _, err := s.Pool.Exec(t.Context(), `update txkit_notify set status = 'failed', attempts = 16, last_error = 'HTTP 503'`); err != nil {
+	if _, err := s.Pool.Exec(t.Context(), `update txkit_notify set status = 'failed', next_attempt_at = 'infinity', attempts = 16, last_error = 'HTTP 503'`); err != nil {
 		t.Fatal(err)
 	}
 	if code, out, stderr := txkit(t, env, "notify", "failed", "-schema", s.Name); code != exitOK || !strings.Contains(out, nt.ID.String()) || !strings.Contains(out, "HTTP 503") {
