@@ -142,9 +142,11 @@ type Base struct {
 	kind                 Kind
 	running              atomic.Bool
 	metrics              *metrics
-	m                    *kindMetrics         // the series of kind, also the Log's
-	tr                   trace.Tracer         // "github.com/txkit/txkit/<name>", also the Log's
-	syncStandbys         *prometheus.GaugeVec // replication.go
+	m                    *kindMetrics            // the series of kind, also the Log's
+	tr                   trace.Tracer            // "github.com/txkit/txkit/<name>", also the Log's
+	callSpan             []trace.SpanStartOption // a branch call's span: a client's
+	spanNames            [opCount]string         // a branch call's span, by op (spanName)
+	syncStandbys         *prometheus.GaugeVec    // replication.go
 }
 
 // Stats counts what a coordinator of this process saw since it was built; every coordinator
@@ -225,8 +227,12 @@ func NewBase(pool *pgxpool.Pool, p Protocol, opts []Option) (*Base, error) {
 	km := m.forKind(p.Kind)
 	tr := tracer(cfg.TracerProvider, p.Name)
 	l.m, l.tr, l.lg = km, tr, cfg.Logger
-	return &Base{Log: l, Parts: NewParticipants(cfg.Client), Cfg: cfg, name: p.Name, kind: p.Kind, metrics: m, m: km, tr: tr,
-		syncStandbys: syncGauge(cfg.Registerer)}, nil
+	b := &Base{Log: l, Parts: NewParticipants(cfg.Client), Cfg: cfg, name: p.Name, kind: p.Kind, metrics: m, m: km, tr: tr,
+		syncStandbys: syncGauge(cfg.Registerer), callSpan: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}}
+	for op := range b.spanNames {
+		b.spanNames[op] = p.Kind.String() + " " + participant.Op(op).String()
+	}
+	return b, nil
 }
 
 // Errorf returns the error of format and args with the coordinator's name in front.
@@ -412,16 +418,23 @@ func (b *Base) Call(ctx context.Context, p participant.Participant, req particip
 // a failure recorded as its error), a child of ctx's span, whose context p receives (an HTTP
 // participant sends it with the request).
 func (b *Base) CallFor(ctx context.Context, p participant.Participant, t Target, req participant.Request) (err error) {
-	ctx, span := b.tr.Start(ctx, b.kind.String()+" "+req.Op.String(), trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String(AttrGID, req.GID), attribute.String(AttrBranch, req.Branch),
-			attribute.String(AttrOp, req.Op.String())))
+	ctx, span := b.tr.Start(ctx, b.spanName(req.Op), b.callSpan...)
+	if span.IsRecording() { // built only for a span that keeps them
+		span.SetAttributes(attribute.String(AttrGID, req.GID), attribute.String(AttrBranch, req.Branch),
+			attribute.String(AttrOp, req.Op.String()))
+	}
 	timeout := b.Cfg.CallTimeout
 	if t.Timeout > 0 {
 		timeout = t.Timeout
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	start := time.Now()
+	cctx := ctx
+	if d, ok := ctx.Deadline(); !ok || d.After(start.Add(timeout)) {
+		// ctx's own deadline, when it comes first, bounds the call as the timeout would: no timer.
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			err = recovered(ctx, b.Cfg.Logger, "core: participant panicked", v, slog.String("gid", req.GID),
@@ -431,6 +444,14 @@ func (b *Base) CallFor(ctx context.Context, p participant.Participant, t Target,
 		obs.EndSpan(span, err)
 	}()
 	return b.Parts.bind(p).Do(cctx, req)
+}
+
+// spanName returns the name of op's call span, "<protocol> <op>", built once per op.
+func (b *Base) spanName(op participant.Op) string {
+	if int(op) < len(b.spanNames) && b.spanNames[op] != "" {
+		return b.spanNames[op]
+	}
+	return b.kind.String() + " " + op.String()
 }
 
 // recovered logs a recovered panic's value v with the stack of the goroutine that panicked (call

@@ -9,9 +9,10 @@ import (
 )
 
 // Deferred finish: with [WithDeferredFinish], a starter's clean finish — the write that marks a
-// transaction done once its last phase succeeded — is made by a goroutine of its own while the
-// starter returns. Nothing waits for that write: the participants' work is done, and until the
-// write lands the transaction only looks unfinished. If it is lost (the process dies, PostgreSQL
+// transaction done once its last phase succeeded — is made in the background while the starter
+// returns: it waits in the group writer's queue, with no goroutine of its own (groupcommit.go).
+// Nothing waits for that write: the participants' work is done, and until the write lands the
+// transaction only looks unfinished. If it is lost (the process dies, PostgreSQL
 // refuses), the leader finds the transaction in its last phase once the starter's lease has passed
 // and drives that phase again, which the participants' barrier makes a no-op. With
 // [WithGroupCommit] the background finishes of concurrent transactions share batches.
@@ -19,10 +20,10 @@ import (
 // A deferred finish does not send itself at once: it waits, up to finishHold, for the log's next
 // write (any starter's, of any transaction) and rides in that write's round trip and commit — one
 // pipeline, one implicit transaction — so that under a steady stream of transactions, even one at a
-// time, the finish costs no commit of its own. With nothing to ride on it sends itself after
-// finishHold. Reads of the transaction in this process ([Log.Get], and the status a refused write
-// looks up) first wait for its pending finish, sending it at once: a starter reads its own
-// writes; other processes see the last running status until the write lands.
+// time, the finish costs no commit of its own. With nothing to ride on the group writer's timer
+// sends it after finishHold. Reads of the transaction in this process ([Log.Get], and the status
+// a refused write looks up) first wait for its pending finish, sending it at once: a starter reads
+// its own writes; other processes see the last running status until the write lands.
 
 // WithDeferredFinish makes the log write a starter's clean finish ([Log.Record] without a token,
 // to a final status, from a status that can end only there: confirming, cancelling,
@@ -41,10 +42,10 @@ func (l *Log) Defers(from, next Status) bool {
 // finishHold bounds how long a deferred finish waits for another write to ride on.
 const finishHold = 100 * time.Millisecond
 
-// deferral is a deferred finish in flight: kick (buffered) makes it send itself at once, done is
-// closed once it is written (or failed).
+// deferral is a deferred finish in flight: p is its lazy write in the group writer's queue, done
+// is closed once it is written (or failed).
 type deferral struct {
-	kick chan struct{}
+	p    *pending
 	done chan struct{}
 }
 
@@ -54,15 +55,13 @@ type deferrals struct {
 	m  map[string]*deferral
 }
 
-func (d *deferrals) add(gid string) *deferral {
-	x := &deferral{kick: make(chan struct{}, 1), done: make(chan struct{})}
+func (d *deferrals) add(gid string, x *deferral) {
 	d.mu.Lock()
 	if d.m == nil {
 		d.m = map[string]*deferral{}
 	}
 	d.m[gid] = x
 	d.mu.Unlock()
-	return x
 }
 
 func (d *deferrals) remove(gid string, x *deferral) {
@@ -74,18 +73,6 @@ func (d *deferrals) remove(gid string, x *deferral) {
 	close(x.done)
 }
 
-// kickAll makes every deferred finish in flight send itself at once.
-func (d *deferrals) kickAll() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, x := range d.m {
-		select {
-		case x.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
 // settle waits until gid's deferred finish, if one is in flight, is written (sending it at once),
 // or ctx ends.
 func (l *Log) settle(ctx context.Context, gid string) error {
@@ -95,10 +82,7 @@ func (l *Log) settle(ctx context.Context, gid string) error {
 	if x == nil {
 		return nil
 	}
-	select {
-	case x.kick <- struct{}{}:
-	default:
-	}
+	l.gw.kick(func(q *pending) bool { return q == x.p })
 	select {
 	case <-x.done:
 		return nil
@@ -148,20 +132,15 @@ func (b *background) wait(ctx context.Context) error {
 	}
 }
 
-// deferFinish makes w, a starter's clean finish to next, in a goroutine of its own, bounded by
-// CleanupTimeout and detached from ctx's cancellation (ctx's values, its span among them, stay).
+// deferFinish parks w, a starter's clean finish to next, in the group writer's queue: it rides
+// on the log's next write or is sent by the writer's timer after finishHold (no goroutine of its
+// own), bounded by CleanupTimeout and detached from ctx's cancellation (ctx's values, its span
+// among them, stay). Its outcome is handled by whichever goroutine delivers it.
 func (l *Log) deferFinish(ctx context.Context, w *write, next Status) {
 	l.bg.add()
-	x := l.df.add(w.gid)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
-	wait := l.gw.park(wctx, w, x.kick) // queued now: the starter's next write carries it
-	go func() {
-		defer l.bg.done()
-		defer l.df.remove(w.gid, x)
-		defer cancel()
-		// A batch it rides in runs detached from its other writers' ctx: an error is the batch's
-		// own (refused: then it is sent again alone; lost: left to the leader, as alone).
-		moved, err := wait()
+	x := &deferral{done: make(chan struct{})}
+	end := func(moved bool, err error) {
 		switch {
 		case err != nil:
 			l.lg.WarnContext(wctx, "core: deferred finish failed; the leader finishes the transaction once its lease has passed",
@@ -172,13 +151,31 @@ func (l *Log) deferFinish(ctx context.Context, w *write, next Status) {
 			// Someone else (the leader, after the lease) moved it first: it is theirs to finish.
 			l.lg.DebugContext(wctx, "core: deferred finish found the transaction moved on", slog.String("gid", w.gid))
 		}
-	}()
+		cancel()
+		l.df.remove(w.gid, x)
+		l.bg.done()
+	}
+	// A batch it rides in runs detached from its other writers' ctx: an error is the batch's own
+	// (refused: then it is sent again alone, on a goroutine of its own — the rare path; lost: left
+	// to the leader, as alone).
+	x.p = &pending{w: w, ctx: wctx, lazy: true, settled: func(r result) {
+		if r.solo {
+			go func() { end(l.writeOne(wctx, w)) }()
+			return
+		}
+		end(r.ok, r.err)
+	}}
+	l.df.add(w.gid, x)
+	l.gw.park(x.p) // queued now: the starter's next write carries it
 }
 
 // Flush waits until the finishes deferred so far ([WithDeferredFinish]) are written, or returns
 // an error wrapping ctx's error. Without the option it returns nil at once.
 func (l *Log) Flush(ctx context.Context) error {
-	l.df.kickAll()
+	if l.gw != nil {
+		cut := time.Now().Add(finishHold) // the finishes parked so far
+		l.gw.kick(func(q *pending) bool { return !q.due.After(cut) })
+	}
 	if err := l.bg.wait(ctx); err != nil {
 		return fmt.Errorf("core: flush %s: %w", l.name, err)
 	}

@@ -3,6 +3,8 @@ package core_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -197,6 +199,42 @@ func TestIntegrationDeferredFinishRides(t *testing.T) {
 		if st := statusOf(t, l, "g4"); st != core.StatusConfirmed {
 			t.Fatalf("Get of g4 right after Record = %s, want confirmed", st)
 		}
+		if err := l.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Parked deferred finishes start no goroutine each: they wait in the log's queue, and one timer
+// sends those whose hold ran out. 40 finishes parked at once (nothing to ride on) add a few
+// goroutines at most, and all of them land.
+func TestIntegrationDeferredFinishGoroutines(t *testing.T) {
+	withDeferredLogs(t, func(t *testing.T, l *core.Log, s *testenv.Schema) {
+		ctx := t.Context()
+		const n = 40
+		gids := make([]string, n)
+		for i := range gids {
+			gids[i] = fmt.Sprintf("g%d", i)
+			if err := l.CreateIn(ctx, gids[i], core.KindTCC, core.StatusConfirming, time.Minute, nil, httpBranch("a")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := runtime.NumGoroutine()
+		for _, gid := range gids {
+			if err := l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusConfirming, Done: []string{"a"}, Next: core.StatusConfirmed}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d := runtime.NumGoroutine() - before; d > 4 {
+			t.Errorf("%d deferred finishes parked started %d goroutines, want at most 4", n, d)
+		}
+		testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+			var left int
+			if err := s.Pool.QueryRow(ctx, `select count(*) from txkit_global where status <> 'confirmed'`).Scan(&left); err != nil {
+				t.Fatal(err)
+			}
+			return left == 0
+		}, "the parked finishes never landed after their hold")
 		if err := l.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -45,8 +45,9 @@ import (
 // Fenced writes (a leader's) and partial records are never grouped: they run as before.
 //
 // Deferred finishes ([WithDeferredFinish], deferred.go) queue as lazy writes: a lazy write starts
-// no flush; every flush, a lone write's too, takes the lazy writes queued with it, and a lazy write
-// sends itself only after finishHold or when kicked (a read of its transaction, [Log.Flush]). With
+// no flush and has no goroutine waiting for it; every flush, a lone write's too, takes the lazy
+// writes queued with it, and one timer per log sends a lazy write whose finishHold ran out (a kick
+// — a read of its transaction, [Log.Flush] — sends it at once, from a goroutine per kick). With
 // a window of 0 (group commit off, deferred finish on) a write never waits for another: it is sent
 // at once, with the lazy writes queued.
 
@@ -276,6 +277,9 @@ type groupWriter struct {
 	queue    []*pending
 	inflight int // flushes being made
 	stats    GroupCommitStats
+	// timer sends the lazy writes whose hold ran out (expire); armed for timerAt, zero: unarmed.
+	timer   *time.Timer
+	timerAt time.Time
 }
 
 type pendingState uint8
@@ -291,10 +295,14 @@ type pending struct {
 	w     *write
 	ctx   context.Context
 	state pendingState    // guarded by groupWriter.mu
-	lazy  bool            // a deferred finish: starts no flush, waits finishHold (see above)
-	kick  <-chan struct{} // a lazy write: send now; nil otherwise
-	lead  chan []*pending // the batch this writer is to flush (buffered)
-	done  chan result     // its outcome (buffered)
+	lead  chan []*pending // the batch this writer is to flush (buffered); nil for a lazy write
+	done  chan result     // its outcome (buffered); nil for a lazy write
+	// A lazy write (a deferred finish) starts no flush and has no goroutine waiting: it is sent by
+	// the next flush, or by the timer once due (finishHold after it was parked), or when kicked;
+	// settled is handed its outcome by the goroutine that delivers it.
+	lazy    bool
+	due     time.Time
+	settled func(result)
 }
 
 type result struct {
@@ -325,20 +333,72 @@ func (g *groupWriter) do(ctx context.Context, w *write) (bool, error) {
 	return r.ok, r.err
 }
 
-// park queues w, a deferred finish, as a lazy write, and returns its wait: the write rides on the
-// next flush of the log, or is sent after finishHold, or when kick fires. It queues before it
-// returns, so that the caller's next write carries it.
-func (g *groupWriter) park(ctx context.Context, w *write, kick <-chan struct{}) (wait func() (bool, error)) {
-	p := &pending{w: w, ctx: ctx, lazy: true, kick: kick, lead: make(chan []*pending, 1), done: make(chan result, 1)}
+// park queues p, a lazy write, to ride on the next flush of the log, or to be sent by the timer
+// after finishHold. It queues before it returns, so that the caller's next write carries it.
+func (g *groupWriter) park(p *pending) {
 	g.mu.Lock()
+	p.due = time.Now().Add(finishHold) // under mu: the queue's lazy writes are in order of due
 	g.queue = append(g.queue, p)
+	g.armLocked()
 	g.mu.Unlock()
-	return func() (bool, error) {
-		r := g.wait(ctx, p)
-		if r.solo {
-			return g.l.writeOne(ctx, w)
+}
+
+// armLocked arms the timer for the first lazy write queued (the earliest due), unless it is armed.
+func (g *groupWriter) armLocked() {
+	if !g.timerAt.IsZero() {
+		return
+	}
+	i := slices.IndexFunc(g.queue, func(q *pending) bool { return q.lazy })
+	if i < 0 {
+		return
+	}
+	g.timerAt = g.queue[i].due
+	if g.timer == nil {
+		g.timer = time.AfterFunc(time.Until(g.timerAt), g.expire)
+	} else {
+		g.timer.Reset(time.Until(g.timerAt))
+	}
+}
+
+// expire, the timer's function, sends the lazy writes whose hold ran out.
+func (g *groupWriter) expire() {
+	g.mu.Lock()
+	g.timerAt = time.Time{}
+	g.mu.Unlock()
+	now := time.Now()
+	g.release(func(q *pending) bool { return !q.due.After(now) })
+}
+
+// kick sends the queued lazy writes pick selects at once, from a goroutine of its own (one per
+// kick, none when pick selects nothing).
+func (g *groupWriter) kick(pick func(*pending) bool) {
+	g.mu.Lock()
+	found := slices.ContainsFunc(g.queue, func(q *pending) bool { return q.lazy && pick(q) })
+	g.mu.Unlock()
+	if found {
+		go g.release(pick)
+	}
+}
+
+// release sends the queued lazy writes pick selects, each with the writes queued with it (as a
+// write whose window ran out does), beside any flush in flight, on the calling goroutine; then it
+// arms the timer for the lazy writes left.
+func (g *groupWriter) release(pick func(*pending) bool) {
+	for {
+		g.mu.Lock()
+		i := slices.IndexFunc(g.queue, func(q *pending) bool { return q.lazy && pick(q) })
+		if i < 0 {
+			g.armLocked()
+			g.mu.Unlock()
+			return
 		}
-		return r.ok, r.err
+		p := g.queue[i]
+		batch := g.takeLocked(p)
+		g.inflight++
+		g.stats.Windowed++
+		g.mu.Unlock()
+		// Detached: the batch goes on, bounded by the latest of its writers' deadlines.
+		g.deliver(nil, batch, g.flush(p.ctx, batch, false))
 	}
 }
 
@@ -346,26 +406,17 @@ func (g *groupWriter) park(ctx context.Context, w *write, kick <-chan struct{}) 
 // its window runs out. When ctx ends first, p leaves the queue (nothing written) or, already
 // taken into a batch, returns an error wrapping [ErrInDoubt] and ctx's error.
 func (g *groupWriter) wait(ctx context.Context, p *pending) result {
-	window := g.window
-	if p.lazy {
-		window = finishHold
-	}
-	timer := time.NewTimer(window)
+	timer := time.NewTimer(g.window)
 	defer timer.Stop()
-	expired, kick := timer.C, p.kick
+	expired := timer.C
 	for {
 		select {
 		case r := <-p.done:
 			return r
 		case batch := <-p.lead:
 			return g.lead(ctx, p, batch)
-		case <-kick:
-			kick, expired = nil, nil
-			if batch := g.takeOwn(p); batch != nil {
-				return g.lead(ctx, p, batch)
-			}
 		case <-expired:
-			expired, kick = nil, nil
+			expired = nil
 			if batch := g.takeOwn(p); batch != nil {
 				return g.lead(ctx, p, batch)
 			}
@@ -468,9 +519,12 @@ func (g *groupWriter) deliver(p *pending, batch []*pending, rs []result) result 
 	g.mu.Unlock()
 	var own result
 	for i, q := range batch {
-		if q == p {
+		switch {
+		case q == p:
 			own = rs[i]
-		} else {
+		case q.lazy:
+			q.settled(rs[i])
+		default:
 			q.done <- rs[i]
 		}
 	}
