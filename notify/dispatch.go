@@ -138,46 +138,9 @@ func (n *Notifier) dispatch(ctx context.Context, w *waker, flights map[string]*f
 			}
 		}
 		n.mu.Unlock()
-		// Taking writes nothing: only the leader delivers, and it remembers what it has taken
-		// until the result is recorded. When it dies, whatever it had taken is still due and the
-		// next leader sends it again (same id; receivers apply once). A deposed leader that has
-		// not noticed yet may send a duplicate the same way; its records are refused by the fence.
-		// QueryExecModeExec: planned with this call's values, so PostgreSQL hashes the skip list
-		// instead of comparing every row with each of its ids (a prepared statement's generic
-		// plan does that).
-		// The scan starts at the receiver's watermark (due.go), not at the delivered history the
-		// due index keeps, and reports its start and the table's writers (one row of nulls when nothing
-		// is due).
-		rows, err := n.pool.Query(ctx, `with s as (select `+snapColumns(n.table)+`)
-select s.at, s.writers, d.id, d.receiver, d.key, d.payload, d.created_at, d.trace_context, d.attempt, d.claimed, d.next_attempt_at
-from s left join lateral (select id, receiver, key, payload, created_at, coalesce(trace_context, '') as trace_context,
-	tries + 1 as attempt, claimed, next_attempt_at from `+n.table+`
-	where status = 'pending' and receiver = $1 and next_attempt_at >= $4 and next_attempt_at <= s.at and id <> all($3::uuid[])
-	order by next_attempt_at limit $2) d on true`, pgx.QueryExecModeExec, name, free, skip, f.due.at)
+		sn, batch, err := n.takeDue(ctx, name, free, skip, f.due.at)
 		if err != nil {
-			return fmt.Errorf("take due notifications of %s: %w", name, err)
-		}
-		var (
-			sn           snap
-			batch        []due
-			id           pgtype.UUID
-			rcv, key, tc pgtype.Text
-			p            []byte
-			created, at  pgtype.Timestamptz
-			attempt      pgtype.Int4
-			claimed      pgtype.Bool
-		)
-		_, err = pgx.ForEachRow(rows, []any{&sn.at, &sn.writers, &id, &rcv, &key, &p, &created, &tc, &attempt,
-			&claimed, &at}, func() error {
-			if id.Valid {
-				batch = append(batch, due{Delivery: Delivery{ID: id.Bytes, Receiver: rcv.String, Key: key.String,
-					Payload: append(json.RawMessage(nil), p...), CreatedAt: created.Time}, trace: tc.String,
-					attempt: int(attempt.Int32), claimed: claimed.Bool, at: at.Time})
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("take due notifications of %s: %w", name, err)
+			return err
 		}
 		var first time.Time
 		if len(batch) > 0 {
@@ -202,6 +165,51 @@ from s left join lateral (select id, receiver, key, payload, created_at, coalesc
 		}
 	}
 	return nil
+}
+
+// takeDue reads up to free notifications of receiver name that are due, from the watermark from
+// on, except those in skip; it returns them in due order with the scan's snap (due.go).
+func (n *Notifier) takeDue(ctx context.Context, name string, free int, skip []pgtype.UUID, from time.Time) (sn snap, batch []due, err error) {
+	// Taking writes nothing: only the leader delivers, and it remembers what it has taken
+	// until the result is recorded. When it dies, whatever it had taken is still due and the
+	// next leader sends it again (same id; receivers apply once). A deposed leader that has
+	// not noticed yet may send a duplicate the same way; its records are refused by the fence.
+	// QueryExecModeExec: planned with this call's values, so PostgreSQL hashes the skip list
+	// instead of comparing every row with each of its ids (a prepared statement's generic
+	// plan does that).
+	// The scan starts at the receiver's watermark (due.go), not at the delivered history the
+	// due index keeps, and reports its start and the table's writers (one row of nulls when nothing
+	// is due).
+	rows, err := n.pool.Query(ctx, `with s as (select `+snapColumns(n.table)+`)
+select s.at, s.writers, d.id, d.receiver, d.key, d.payload, d.created_at, d.trace_context, d.attempt, d.claimed, d.next_attempt_at
+from s left join lateral (select id, receiver, key, payload, created_at, coalesce(trace_context, '') as trace_context,
+	tries + 1 as attempt, claimed, next_attempt_at from `+n.table+`
+	where status = 'pending' and receiver = $1 and next_attempt_at >= $4 and next_attempt_at <= s.at and id <> all($3::uuid[])
+	order by next_attempt_at limit $2) d on true`, pgx.QueryExecModeExec, name, free, skip, from)
+	if err != nil {
+		return snap{}, nil, fmt.Errorf("take due notifications of %s: %w", name, err)
+	}
+	var (
+		id           pgtype.UUID
+		rcv, key, tc pgtype.Text
+		p            []byte
+		created, at  pgtype.Timestamptz
+		attempt      pgtype.Int4
+		claimed      pgtype.Bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&sn.at, &sn.writers, &id, &rcv, &key, &p, &created, &tc, &attempt,
+		&claimed, &at}, func() error {
+		if id.Valid {
+			batch = append(batch, due{Delivery: Delivery{ID: id.Bytes, Receiver: rcv.String, Key: key.String,
+				Payload: append(json.RawMessage(nil), p...), CreatedAt: created.Time}, trace: tc.String,
+				attempt: int(attempt.Int32), claimed: claimed.Bool, at: at.Time})
+		}
+		return nil
+	})
+	if err != nil {
+		return snap{}, nil, fmt.Errorf("take due notifications of %s: %w", name, err)
+	}
+	return sn, batch, nil
 }
 
 // delivering reports whether any notification a term took (its flights) is still queued or being
