@@ -101,9 +101,9 @@ func (g *guard) intercept(ctx context.Context, msg any, info *grpc.UnaryServerIn
 	if !g.guarded(info.FullMethod) {
 		return handler(ctx, msg)
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
+	// One key at a time: FromIncomingContext would copy every header of the call.
 	get := func(k string) string {
-		if v := md.Get(k); len(v) == 1 {
+		if v := metadata.ValueFromIncomingContext(ctx, k); len(v) == 1 {
 			return v[0]
 		}
 		return "" // missing, or sent twice: neither is a coordinator's call
@@ -120,7 +120,7 @@ func (g *guard) intercept(ctx context.Context, msg any, info *grpc.UnaryServerIn
 		resp any
 		herr error // the method's own error
 	)
-	sctx, err := g.b.Serve(obs.Propagator().Extract(ctx, grpcwire.Carrier(md)), req, nonce,
+	sctx, err := g.b.Serve(obs.Propagator().Extract(ctx, incoming{ctx}), req, nonce,
 		func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
 			resp, herr = handler(context.WithValue(ctx, ctxKey{}, &call{tx: tx, req: req}), msg)
 			return herr
@@ -196,4 +196,21 @@ func (g *guard) unauthorized(ctx context.Context, method string, err error) erro
 	}
 	g.b.Log.Log(ctx, level, "participant: call refused", slog.String("method", method), slog.Any("err", err))
 	return status.Error(codes.Unauthenticated, "participant: unauthorized: call signature missing, invalid, expired or replayed")
+}
+
+// incoming is the TextMapCarrier of a call's incoming metadata, read one key at a time.
+type incoming struct{ ctx context.Context }
+
+func (c incoming) Get(key string) string {
+	if v := metadata.ValueFromIncomingContext(c.ctx, key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (incoming) Set(string, string) {} // the incoming metadata is read only
+
+func (c incoming) Keys() []string {
+	md, _ := metadata.FromIncomingContext(c.ctx)
+	return grpcwire.Carrier(md).Keys()
 }
