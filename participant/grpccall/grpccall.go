@@ -60,6 +60,7 @@ type Participant struct {
 	cc      grpc.ClientConnInterface
 	methods Methods
 	o       options
+	codec   grpc.CallOption // the raw-bytes codec, made once
 }
 
 // New returns a participant calling methods on cc. Either [WithSecret] or [WithUnsigned] is
@@ -93,7 +94,7 @@ func New(cc grpc.ClientConnInterface, methods Methods, opts ...Option) (*Partici
 		}
 		m[op] = name
 	}
-	return &Participant{cc: cc, methods: m, o: o}, nil
+	return &Participant{cc: cc, methods: m, o: o, codec: grpc.ForceCodec(grpcwire.Codec{})}, nil
 }
 
 // Transport returns "grpc", the transport label of the coordinator's branch-call metrics.
@@ -137,7 +138,7 @@ func (p *Participant) Do(ctx context.Context, req participant.Request) error {
 		md = old
 	}
 	var reply []byte
-	err = p.cc.Invoke(metadata.NewOutgoingContext(ctx, md), method, body, &reply, grpc.ForceCodec(grpcwire.Codec{}))
+	err = p.cc.Invoke(metadata.NewOutgoingContext(ctx, md), method, body, &reply, p.codec)
 	if err == nil {
 		return nil
 	}
