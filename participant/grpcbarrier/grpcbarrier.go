@@ -109,11 +109,12 @@ func (g *guard) intercept(ctx context.Context, msg any, info *grpc.UnaryServerIn
 		return "" // missing, or sent twice: neither is a coordinator's call
 	}
 	req := participant.Request{GID: get(grpcwire.MDGID), Branch: get(grpcwire.MDBranch)}
-	nonce, err := g.authenticate(info.FullMethod, get, msg)
+	op := get(grpcwire.MDOp)
+	nonce, err := g.authenticate(info.FullMethod, req, op, get, msg)
 	if err != nil {
 		return nil, g.unauthorized(ctx, info.FullMethod, err)
 	}
-	if req.Op, err = participant.ParseOp(get(grpcwire.MDOp)); err != nil {
+	if req.Op, err = participant.ParseOp(op); err != nil {
 		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("participant: txkit metadata: %v", err))
 	}
 	var (
@@ -151,11 +152,11 @@ func (g *guard) intercept(ctx context.Context, msg any, info *grpc.UnaryServerIn
 	return nil, status.Error(codes.Internal, "participant: internal error (request id "+id+")")
 }
 
-// authenticate checks the call's signature over fullMethod, the txkit metadata and msg's bytes;
-// it returns the signature, to be claimed as a nonce, or an error wrapping
-// barrier.ErrUnauthorized. A barrier built with WithUnsignedRequests accepts every call (and
+// authenticate checks the call's signature over fullMethod, the txkit metadata (req's gid and
+// branch, op, and the nonce, timestamp and signature that get reads) and msg's bytes; it returns
+// the signature, to be claimed as a nonce, or an error wrapping barrier.ErrUnauthorized. A barrier built with WithUnsignedRequests accepts every call (and
 // returns no nonce); one given no secret refuses every call.
-func (g *guard) authenticate(fullMethod string, get func(string) string, msg any) (string, error) {
+func (g *guard) authenticate(fullMethod string, req participant.Request, op string, get func(string) string, msg any) (string, error) {
 	switch {
 	case g.b.Unsigned:
 		return "", nil
@@ -167,7 +168,7 @@ func (g *guard) authenticate(fullMethod string, get func(string) string, msg any
 		return "", fmt.Errorf("%w: %w", barrier.ErrUnauthorized, err)
 	}
 	sig := get(grpcwire.MDSignature)
-	target := grpcwire.Target(fullMethod, get(grpcwire.MDGID), get(grpcwire.MDBranch), get(grpcwire.MDOp), get(grpcwire.MDNonce))
+	target := grpcwire.Target(fullMethod, req.GID, req.Branch, op, get(grpcwire.MDNonce))
 	if err := signing.Verify(get(grpcwire.MDTimestamp), sig, g.b.Secrets, time.Now(), g.b.Window, grpcwire.SignMethod, target, body); err != nil {
 		return "", fmt.Errorf("%w: %w", barrier.ErrUnauthorized, err)
 	}
