@@ -154,8 +154,9 @@ func (g *guard) intercept(ctx context.Context, msg any, info *grpc.UnaryServerIn
 
 // authenticate checks the call's signature over fullMethod, the txkit metadata (req's gid and
 // branch, op, and the nonce, timestamp and signature that get reads) and msg's bytes; it returns
-// the signature, to be claimed as a nonce, or an error wrapping barrier.ErrUnauthorized. A barrier built with WithUnsignedRequests accepts every call (and
-// returns no nonce); one given no secret refuses every call.
+// the signature, to be claimed as a nonce, or an error wrapping barrier.ErrUnauthorized. A
+// barrier built with WithUnsignedRequests accepts every call (and returns no nonce); one given no
+// secret refuses every call.
 func (g *guard) authenticate(fullMethod string, req participant.Request, op string, get func(string) string, msg any) (string, error) {
 	switch {
 	case g.b.Unsigned:
