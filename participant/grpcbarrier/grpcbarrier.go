@@ -101,26 +101,27 @@ func (g *guard) intercept(ctx context.Context, msg any, info *grpc.UnaryServerIn
 	if !g.guarded(info.FullMethod) {
 		return handler(ctx, msg)
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
+	// One key at a time: FromIncomingContext would copy every header of the call.
 	get := func(k string) string {
-		if v := md.Get(k); len(v) == 1 {
+		if v := metadata.ValueFromIncomingContext(ctx, k); len(v) == 1 {
 			return v[0]
 		}
 		return "" // missing, or sent twice: neither is a coordinator's call
 	}
 	req := participant.Request{GID: get(grpcwire.MDGID), Branch: get(grpcwire.MDBranch)}
-	nonce, err := g.authenticate(info.FullMethod, get, msg)
+	op := get(grpcwire.MDOp)
+	nonce, err := g.authenticate(info.FullMethod, req, op, get, msg)
 	if err != nil {
 		return nil, g.unauthorized(ctx, info.FullMethod, err)
 	}
-	if req.Op, err = participant.ParseOp(get(grpcwire.MDOp)); err != nil {
+	if req.Op, err = participant.ParseOp(op); err != nil {
 		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("participant: txkit metadata: %v", err))
 	}
 	var (
 		resp any
 		herr error // the method's own error
 	)
-	sctx, err := g.b.Serve(obs.Propagator().Extract(ctx, grpcwire.Carrier(md)), req, nonce,
+	sctx, err := g.b.Serve(obs.Propagator().Extract(ctx, incoming{ctx}), req, nonce,
 		func(ctx context.Context, tx pgx.Tx, req participant.Request) error {
 			resp, herr = handler(context.WithValue(ctx, ctxKey{}, &call{tx: tx, req: req}), msg)
 			return herr
@@ -151,11 +152,12 @@ func (g *guard) intercept(ctx context.Context, msg any, info *grpc.UnaryServerIn
 	return nil, status.Error(codes.Internal, "participant: internal error (request id "+id+")")
 }
 
-// authenticate checks the call's signature over fullMethod, the txkit metadata and msg's bytes;
-// it returns the signature, to be claimed as a nonce, or an error wrapping
-// barrier.ErrUnauthorized. A barrier built with WithUnsignedRequests accepts every call (and
-// returns no nonce); one given no secret refuses every call.
-func (g *guard) authenticate(fullMethod string, get func(string) string, msg any) (string, error) {
+// authenticate checks the call's signature over fullMethod, the txkit metadata (req's gid and
+// branch, op, and the nonce, timestamp and signature that get reads) and msg's bytes; it returns
+// the signature, to be claimed as a nonce, or an error wrapping barrier.ErrUnauthorized. A
+// barrier built with WithUnsignedRequests accepts every call (and returns no nonce); one given no
+// secret refuses every call.
+func (g *guard) authenticate(fullMethod string, req participant.Request, op string, get func(string) string, msg any) (string, error) {
 	switch {
 	case g.b.Unsigned:
 		return "", nil
@@ -167,7 +169,7 @@ func (g *guard) authenticate(fullMethod string, get func(string) string, msg any
 		return "", fmt.Errorf("%w: %w", barrier.ErrUnauthorized, err)
 	}
 	sig := get(grpcwire.MDSignature)
-	target := grpcwire.Target(fullMethod, get(grpcwire.MDGID), get(grpcwire.MDBranch), get(grpcwire.MDOp), get(grpcwire.MDNonce))
+	target := grpcwire.Target(fullMethod, req.GID, req.Branch, op, get(grpcwire.MDNonce))
 	if err := signing.Verify(get(grpcwire.MDTimestamp), sig, g.b.Secrets, time.Now(), g.b.Window, grpcwire.SignMethod, target, body); err != nil {
 		return "", fmt.Errorf("%w: %w", barrier.ErrUnauthorized, err)
 	}
@@ -196,4 +198,21 @@ func (g *guard) unauthorized(ctx context.Context, method string, err error) erro
 	}
 	g.b.Log.Log(ctx, level, "participant: call refused", slog.String("method", method), slog.Any("err", err))
 	return status.Error(codes.Unauthenticated, "participant: unauthorized: call signature missing, invalid, expired or replayed")
+}
+
+// incoming is the TextMapCarrier of a call's incoming metadata, read one key at a time.
+type incoming struct{ ctx context.Context }
+
+func (c incoming) Get(key string) string {
+	if v := metadata.ValueFromIncomingContext(c.ctx, key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (incoming) Set(string, string) {} // the incoming metadata is read only
+
+func (c incoming) Keys() []string {
+	md, _ := metadata.FromIncomingContext(c.ctx)
+	return grpcwire.Carrier(md).Keys()
 }

@@ -20,7 +20,10 @@
 // calls the participant registered under it. The connection is the user's
 // [grpc.ClientConnInterface], with their dial options, credentials, balancer and resolver:
 // service discovery is gRPC's own ("dns:///host:port", or a resolver registered with
-// google.golang.org/grpc/resolver; docs/participants.md).
+// google.golang.org/grpc/resolver; docs/participants.md). Branch messages are small: a fixed
+// window size (grpc.WithInitialWindowSize and WithInitialConnWindowSize, and the server's
+// grpc.InitialWindowSize and InitialConnWindowSize) turns off gRPC's bandwidth-estimation pings,
+// about one write and one read per call on each end (docs/benchmarks.md, "The table").
 //
 // Each call carries the gid, branch and op, a random nonce and the HMAC-SHA256 signature of
 // the method, that metadata and the message in its metadata (txkit-*), the W3C trace context of

@@ -1,8 +1,10 @@
 package grpccall
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,6 +60,7 @@ type Participant struct {
 	cc      grpc.ClientConnInterface
 	methods Methods
 	o       options
+	codec   grpc.CallOption // the raw-bytes codec, made once
 }
 
 // New returns a participant calling methods on cc. Either [WithSecret] or [WithUnsigned] is
@@ -91,7 +94,7 @@ func New(cc grpc.ClientConnInterface, methods Methods, opts ...Option) (*Partici
 		}
 		m[op] = name
 	}
-	return &Participant{cc: cc, methods: m, o: o}, nil
+	return &Participant{cc: cc, methods: m, o: o, codec: grpc.ForceCodec(grpcwire.Codec{})}, nil
 }
 
 // Transport returns "grpc", the transport label of the coordinator's branch-call metrics.
@@ -114,29 +117,28 @@ func (p *Participant) Do(ctx context.Context, req participant.Request) error {
 		return fmt.Errorf("participant: %s %s/%s: %w", req.Op, req.GID, req.Branch, err)
 	}
 	op, nonce := req.Op.String(), rand.Text()
-	md := metadata.MD{}
-	md.Set(grpcwire.MDGID, req.GID)
-	md.Set(grpcwire.MDBranch, req.Branch)
-	md.Set(grpcwire.MDOp, op)
-	md.Set(grpcwire.MDNonce, nonce)
+	// The keys are lower case already: set them directly (MD.Set lowers each key), one backing
+	// array for the values.
+	vals := [6]string{req.GID, req.Branch, op, nonce}
+	md := make(metadata.MD, 8)
+	md[grpcwire.MDGID], md[grpcwire.MDBranch], md[grpcwire.MDOp], md[grpcwire.MDNonce] = vals[0:1:1], vals[1:2:2], vals[2:3:3], vals[3:4:4]
 	if !p.o.unsigned {
 		ts := time.Now().Unix()
-		md.Set(grpcwire.MDTimestamp, strconv.FormatInt(ts, 10))
-		md.Set(grpcwire.MDSignature, signing.Sign(p.o.secret, ts, grpcwire.SignMethod,
-			grpcwire.Target(method, req.GID, req.Branch, op, nonce), body))
+		vals[4] = strconv.FormatInt(ts, 10)
+		vals[5] = signing.Sign(p.o.secret, ts, grpcwire.SignMethod, grpcwire.Target(method, req.GID, req.Branch, op, nonce), body)
+		md[grpcwire.MDTimestamp], md[grpcwire.MDSignature] = vals[4:5:5], vals[5:6:6]
 	}
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		obs.Propagator().Inject(ctx, grpcwire.Carrier(md))
 	}
 	if old, ok := metadata.FromOutgoingContext(ctx); ok { // the caller's metadata, ours winning
-		merged := old.Copy()
 		for k, v := range md {
-			merged[k] = v
+			old[k] = v // old is FromOutgoingContext's copy
 		}
-		md = merged
+		md = old
 	}
 	var reply []byte
-	err = p.cc.Invoke(metadata.NewOutgoingContext(ctx, md), method, body, &reply, grpc.ForceCodec(grpcwire.Codec{}))
+	err = p.cc.Invoke(metadata.NewOutgoingContext(ctx, md), method, body, &reply, p.codec)
 	if err == nil {
 		return nil
 	}
@@ -181,6 +183,13 @@ func encodePayload(b []byte) json.RawMessage {
 func decodePayload(p json.RawMessage) ([]byte, error) {
 	if len(p) == 0 || string(p) == "null" {
 		return nil, nil
+	}
+	// Payload's encoding, a JSON string of standard base64 (no escape in it), decodes directly;
+	// anything else goes through encoding/json, which says what is wrong.
+	if n := len(p); n >= 2 && p[0] == '"' && p[n-1] == '"' && bytes.IndexByte(p[1:n-1], '\\') < 0 {
+		if b, err := base64.StdEncoding.AppendDecode(nil, p[1:n-1]); err == nil {
+			return b, nil
+		}
 	}
 	var b []byte
 	if err := json.Unmarshal(p, &b); err != nil {

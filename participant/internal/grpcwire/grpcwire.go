@@ -30,7 +30,10 @@ const SignMethod = "GRPC"
 // query-encoded (no line break can hide in it), so that none of them can be changed without the
 // secret. The message bytes are the signature's body.
 func Target(fullMethod, gid, branch, op, nonce string) string {
-	return fullMethod + "?" + url.Values{"gid": {gid}, "branch": {branch}, "op": {op}, "nonce": {nonce}}.Encode()
+	// url.Values{"gid": {gid}, "branch": {branch}, "op": {op}, "nonce": {nonce}}.Encode(), written
+	// out (keys in its sorted order) without the map and the sort.
+	return fullMethod + "?branch=" + url.QueryEscape(branch) + "&gid=" + url.QueryEscape(gid) +
+		"&nonce=" + url.QueryEscape(nonce) + "&op=" + url.QueryEscape(op)
 }
 
 // Codec sends and receives a message's bytes as they are: the caller holds the message
