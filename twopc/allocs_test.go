@@ -1,0 +1,40 @@
+package twopc_test
+
+import (
+	"testing"
+)
+
+// A transfer's cost in Go allocations, counted with testing.AllocsPerRun (every goroutine of the
+// process: the group writer's and pgx's included) around Begin, two Enlists of an update with
+// arguments, and Commit, against the real PostgreSQL, vote markers on (the default).
+func TestIntegrationTransferAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	b := newBank(t)
+	c := b.coordinator()
+	ctx := t.Context()
+	debit, credit := update("alice", 0), update("bob", 0) // balances stay: any number of runs
+	transfer := func() {
+		g, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Enlist(ctx, "east", debit); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Enlist(ctx, "west", credit); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	transfer() // the vote tables, the pools' connections and prepared statements
+	const max = 400
+	allocs := testing.AllocsPerRun(2000, transfer)
+	t.Logf("%.0f allocations per transfer", allocs)
+	if allocs > max {
+		t.Errorf("%.0f allocations per transfer, want at most %d", allocs, max)
+	}
+}
