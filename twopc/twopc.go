@@ -131,6 +131,7 @@ type branch struct {
 	conn *pgxpool.Conn           // a database branch's connection, until Commit or Abort returns
 	tx   pgx.Tx                  // its open transaction
 	p    participant.Participant // a participant branch
+	id   string                  // a database branch's prepared transaction id (made once, in Enlist)
 }
 
 // GID returns the transaction's id.
@@ -157,7 +158,8 @@ func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Co
 	if work == nil {
 		return fmt.Errorf("twopc: enlist %q in %s: nil work: %w", db, g.gid, coordinator.ErrInvalidBranch)
 	}
-	if n := len(g.c.ns.ID(g.gid, db)); n > prepared.MaxID {
+	id := g.c.ns.ID(g.gid, db)
+	if n := len(id); n > prepared.MaxID {
 		return fmt.Errorf("twopc: enlist %q in %s: prepared transaction id takes %d bytes, more than %d: %w",
 			db, g.gid, n, prepared.MaxID, coordinator.ErrInvalidBranch)
 	}
@@ -168,7 +170,7 @@ func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Co
 			return fmt.Errorf("twopc: enlist %q in %s: %w", db, g.gid, err)
 		}
 	}
-	br := &branch{rec: core.Branch{Name: db, Target: d.Target}}
+	br := &branch{rec: core.Branch{Name: db, Target: d.Target}, id: id}
 	if err := g.reserve(br); err != nil {
 		return err
 	}
@@ -325,7 +327,7 @@ func (g *Global) Commit(ctx context.Context) error {
 	g.state = stateCommitting
 	// An Enlist still running its work is not part of the commit: it finds the transaction
 	// committing when its work returns, rolls its work back and returns coordinator.ErrInvalidState.
-	var branches []*branch
+	branches := make([]*branch, 0, len(g.branches))
 	for _, br := range g.branches {
 		if br.p != nil || br.tx != nil {
 			branches = append(branches, br)
@@ -513,10 +515,11 @@ func (g *Global) prepareOne(ctx context.Context, br *branch) error {
 	if br.p != nil {
 		return g.c.b.CallFor(ctx, br.p, br.rec.Target, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Payload: br.rec.Payload})
 	}
-	id := g.c.ns.ID(g.gid, br.rec.Name)
-	q := "PREPARE TRANSACTION " + prepared.Quote(id)
+	var q string
 	if g.voting {
-		q = g.c.votes.PrepareSQL(id)
+		q = g.c.votes.PrepareSQL(br.id)
+	} else {
+		q = "PREPARE TRANSACTION " + prepared.Quote(br.id)
 	}
 	_, err := br.tx.Exec(ctx, q)
 	if err != nil {

@@ -130,6 +130,7 @@ type write struct {
 	// flush (RecordStep), which its statement then turns off for its transaction (put_step's $15)
 	args  []any
 	async bool
+	argv  [13]any // statement's arguments, in the write's own array: no slice made per statement
 }
 
 // write makes w, through the group writer when the log has one.
@@ -185,30 +186,33 @@ func connectionLost(err error) bool {
 // holds (the gid not taken, the status expected), and finds its rows by the primary key's gid, so
 // its plan does not depend on the tables' statistics.
 func (l *Log) statement(w *write) (string, []any) {
+	a := &w.argv
 	switch w.kind {
 	case writeCreate:
 		if len(w.names) == 0 {
-			return l.q["create"], []any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace}
+			*a = [13]any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace}
+			return l.q["create"], a[:7]
 		}
-		return l.q["create_with_branches"], []any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload,
+		*a = [13]any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload,
 			w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.trace, w.callOpts}
+		return l.q["create_with_branches"], a[:13]
 	case writeBranch:
 		b := w.branch
 		return l.q["add_branch"], []any{w.gid, b.Name, b.Seq, b.Target.Kind.String(), b.Target.Ref, b.Payload, w.from,
 			encodeCallOptions(b.Target)}
-	case writeDecide:
-		return l.q["decide"], []any{w.gid, w.from, w.to, l.o.lease.Seconds()}
 	case writeAddAll:
 		return l.q["add_branches"], []any{w.gid, w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.from, w.callOpts}
 	case writeStep:
 		return l.q["put_step"], append(w.args[:len(w.args):len(w.args)], w.async)
 	}
-	// writeFinish. One that marks no branch (a final status implying them, Record) moves the
-	// status as a decision does: no transition leads to trying, the one status finish treats apart.
-	if len(w.done) == 0 {
-		return l.q["decide"], []any{w.gid, w.from, w.to, l.o.lease.Seconds()}
+	// writeDecide, writeFinish. A finish that marks no branch (a final status implying them,
+	// Record) moves the status as a decision does: no transition leads to trying, the one status
+	// finish treats apart.
+	*a = [13]any{w.gid, w.from, w.to, l.leaseArg, w.done, w.doneStatus}
+	if w.kind == writeDecide || len(w.done) == 0 {
+		return l.q["decide"], a[:4]
 	}
-	return l.q["finish"], []any{w.gid, w.from, w.to, l.o.lease.Seconds(), w.done, w.doneStatus}
+	return l.q["finish"], a[:6]
 }
 
 // writeBatch makes ws (distinct gids) in one round trip and one PostgreSQL transaction: each
@@ -229,16 +233,18 @@ func (l *Log) writeBatch(ctx context.Context, ws []*write) (ok []bool, refused b
 		order[i] = i
 	}
 	slices.SortFunc(order, func(i, j int) int { return strings.Compare(ws[i].gid, ws[j].gid) })
-	var b pgx.Batch
+	// The batch's entries in one allocation, its list in another.
+	qs := make([]pgx.QueuedQuery, len(ws))
+	b := pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, len(ws))}
 	async := !slices.ContainsFunc(ws, func(w *write) bool { return !w.async })
-	for _, i := range order {
+	for n, i := range order {
 		w := ws[i]
 		if w.async && !async { // the batch's commit is the others' too: it waits for the flush
 			c := *w
 			c.async, w = false, &c
 		}
-		sql, args := l.statement(w)
-		b.Queue(sql, args...)
+		qs[n].SQL, qs[n].Arguments = l.statement(w)
+		b.QueuedQueries[n] = &qs[n]
 	}
 	res := l.pool.SendBatch(ctx, &b)
 	ok = make([]bool, len(ws))

@@ -53,6 +53,8 @@ type Log struct {
 	lg     *slog.Logger // the coordinator's (NewBase), or a discarding one
 	bg     background   // the finishes WithDeferredFinish is writing (deferred.go)
 	df     deferrals    // those finishes by gid (deferred.go)
+	// leaseArg is the lease in seconds as a statement's argument, boxed once (statement).
+	leaseArg any
 }
 
 // Transaction is a global transaction as the log holds it.
@@ -173,7 +175,7 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 		return strings.TrimSpace(b.String()), err
 	}
 	l := &Log{pool: pool, o: o, fence: fence, name: strings.Trim(global, `"`), branch: ident(o.prefix + "branch"),
-		q: map[string]string{}, tr: tracer(nil), lg: slog.New(slog.DiscardHandler)}
+		q: map[string]string{}, tr: tracer(nil), lg: slog.New(slog.DiscardHandler), leaseArg: o.lease.Seconds()}
 	if l.ddl, err = render("schema.sql"); err != nil {
 		return nil, fmt.Errorf("core: render schema: %w", err)
 	}

@@ -79,7 +79,8 @@ func (v Votes) Ensure(ctx context.Context, d *DB) error {
 // yes row, then PREPARE TRANSACTION id, in one round trip (simple protocol). If the row is taken
 // — a leader's tombstone — the insert fails and PREPARE does not run.
 func (v Votes) PrepareSQL(id string) string {
-	return "insert into " + v.table + " (id, yes) values (" + Quote(id) + ", true); PREPARE TRANSACTION " + Quote(id)
+	q := Quote(id)
+	return "insert into " + v.table + " (id, yes) values (" + q + ", true); PREPARE TRANSACTION " + q
 }
 
 // ErrUndecided: a branch's own transaction holds its vote row (it is between its insert and
