@@ -37,7 +37,8 @@ import (
 // to the leader (deferred.go).
 //
 // Each write keeps its condition (the gid not taken, the status expected): each caller learns its
-// own outcome from its own statement's count of rows.
+// own outcome from its own statement's count of rows. (A create sent by its own caller is a plain
+// insert, whose unique violation tells the gid taken: see [Log.statement].)
 // When PostgreSQL refuses a batch (one bad row fails the whole transaction, which rolls back),
 // each of its writes is made again alone by its own caller, so that the others are unaffected.
 // An error that may come after the commit (the session ended: a FATAL error such as 57P01 in a
@@ -142,14 +143,24 @@ func (l *Log) write(ctx context.Context, w *write) (bool, error) {
 }
 
 // writeOne makes w with a statement of its own. An error that may come after PostgreSQL committed
-// it wraps [ErrInDoubt] (see [unknownOutcome]).
+// it wraps [ErrInDoubt] (see [unknownOutcome]). A create whose gid is taken is not made (false).
 func (l *Log) writeOne(ctx context.Context, w *write) (bool, error) {
-	sql, args := l.statement(w)
+	sql, args := l.statement(w, false)
 	tag, err := l.pool.Exec(ctx, sql, args...)
 	if err != nil {
+		if w.kind == writeCreate && l.gidTaken(err) {
+			return false, nil
+		}
 		return false, unknownOutcome(err)
 	}
 	return tag.RowsAffected() > 0, nil
+}
+
+// gidTaken reports whether err is a create's plain insert failing on a gid already in the log
+// (unique_violation on the global table).
+func (l *Log) gidTaken(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && pe.TableName == l.o.prefix+"global"
 }
 
 // unknownOutcome returns err, the error of a statement or transaction sent on its own, wrapped in
@@ -184,17 +195,25 @@ func connectionLost(err error) bool {
 
 // statement returns w's statement and its arguments. Each changes rows only when w's condition
 // holds (the gid not taken, the status expected), and finds its rows by the primary key's gid, so
-// its plan does not depend on the tables' statistics.
-func (l *Log) statement(w *write) (string, []any) {
+// its plan does not depend on the tables' statistics. A create on a gid taken fails (a plain
+// insert: unique_violation) unless grouped, with other callers' writes in one batch, where it
+// changes no row instead, so that the batch goes through for the others.
+func (l *Log) statement(w *write, grouped bool) (string, []any) {
 	a := &w.argv
 	switch w.kind {
 	case writeCreate:
 		if len(w.names) == 0 {
 			*a = [13]any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace}
+			if grouped {
+				return l.q["create_grouped"], a[:7]
+			}
 			return l.q["create"], a[:7]
 		}
 		*a = [13]any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload,
 			w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.trace, w.callOpts}
+		if grouped {
+			return l.q["create_with_branches_grouped"], a[:13]
+		}
 		return l.q["create_with_branches"], a[:13]
 	case writeBranch:
 		b := w.branch
@@ -221,13 +240,14 @@ func (l *Log) statement(w *write) (string, []any) {
 // nothing was written: PostgreSQL refused a statement, or the commit, and the transaction rolled
 // back. Otherwise the outcome of an error is unknown: the connection failed, or the session ended
 // (a FATAL error) after the statements ran, when the commit may have been made. Only a batch
-// whose writes are all async commits without waiting for the WAL flush.
+// whose writes are all async commits without waiting for the WAL flush. grouped: the writes are
+// several callers' (see [Log.statement]); otherwise one caller's with deferred finishes riding.
 //
 // One statement per write rather than one per kind of write over arrays: a join of unnest arrays
 // with the log's tables is planned for ten rows of each array, and PostgreSQL's generic plan
 // hashes them against a sequential scan of the whole table while its statistics are those of a
 // small table — a new deployment's for minutes, read in full by every batch.
-func (l *Log) writeBatch(ctx context.Context, ws []*write) (ok []bool, refused bool, err error) {
+func (l *Log) writeBatch(ctx context.Context, ws []*write, grouped bool) (ok []bool, refused bool, err error) {
 	order := make([]int, len(ws))
 	for i := range order {
 		order[i] = i
@@ -243,7 +263,7 @@ func (l *Log) writeBatch(ctx context.Context, ws []*write) (ok []bool, refused b
 			c := *w
 			c.async, w = false, &c
 		}
-		qs[n].SQL, qs[n].Arguments = l.statement(w)
+		qs[n].SQL, qs[n].Arguments = l.statement(w, grouped)
 		b.QueuedQueries[n] = &qs[n]
 	}
 	res := l.pool.SendBatch(ctx, &b)
@@ -584,10 +604,14 @@ func (g *groupWriter) flush(ctx context.Context, batch []*pending, attached bool
 	fctx, cancel := context.WithDeadline(parent, deadline)
 	defer cancel()
 	ws := make([]*write, len(live))
+	callers := 0 // writes whose caller waits: the others are deferred finishes riding
 	for j, i := range live {
 		ws[j] = batch[i].w
+		if !batch[i].lazy {
+			callers++
+		}
 	}
-	oks, refused, err := g.l.writeBatch(fctx, ws)
+	oks, refused, err := g.l.writeBatch(fctx, ws, callers > 1)
 	if refused {
 		g.mu.Lock()
 		g.stats.Fallbacks++

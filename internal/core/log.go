@@ -179,7 +179,7 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 	if l.ddl, err = render("schema.sql"); err != nil {
 		return nil, fmt.Errorf("core: render schema: %w", err)
 	}
-	for _, n := range []string{"create", "create_with_branches", "add_branch", "add_branches", "decide", "status", "branches_done", "branches_failed",
+	for _, n := range []string{"create", "create_grouped", "create_with_branches", "create_with_branches_grouped", "add_branch", "add_branches", "decide", "status", "branches_done", "branches_failed",
 		"finish", "renew", "reschedule", "claim", "refuse", "timed_out", "backlog", "get", "list", "branches", "purge", "unfinished",
 		"put_step", "park"} {
 		if l.q[n], err = render(n); err != nil {
