@@ -519,7 +519,7 @@ func (g *Global) prepareOne(ctx context.Context, br *branch) error {
 	if g.voting {
 		q = g.c.votes.PrepareSQL(br.id)
 	} else {
-		q = "PREPARE TRANSACTION " + prepared.Quote(br.id)
+		q = prepared.QuoteAfter("PREPARE TRANSACTION ", br.id)
 	}
 	_, err := br.tx.Exec(ctx, q)
 	if err != nil {
