@@ -321,8 +321,8 @@ type pending struct {
 	w     *write
 	ctx   context.Context
 	state pendingState    // guarded by groupWriter.mu
-	lead  chan []*pending // the batch this writer is to flush (buffered); nil for a lazy write
-	done  chan result     // its outcome (buffered); nil for a lazy write
+	lead  chan []*pending // the batch this writer is to flush (buffered); nil unless it queued
+	done  chan result     // its outcome (buffered); nil for a lazy write, and until it queued or handed off its batch
 	// A lazy write (a deferred finish) starts no flush and has no goroutine waiting: it is sent by
 	// the next flush, or by the timer once due (finishHold after it was parked), or when kicked;
 	// settled is handed its outcome by the goroutine that delivers it.
@@ -339,7 +339,7 @@ type result struct {
 
 // do makes w with the writes of other goroutines, and returns its own outcome.
 func (g *groupWriter) do(ctx context.Context, w *write) (bool, error) {
-	p := &pending{w: w, ctx: ctx, lead: make(chan []*pending, 1), done: make(chan result, 1)}
+	p := &pending{w: w, ctx: ctx} // its channels made when it queues (or, leading, hands off)
 	var r result
 	g.mu.Lock()
 	if g.inflight == 0 || g.window == 0 {
@@ -349,6 +349,7 @@ func (g *groupWriter) do(ctx context.Context, w *write) (bool, error) {
 		g.mu.Unlock()
 		r = g.lead(ctx, p, batch)
 	} else {
+		p.lead, p.done = make(chan []*pending, 1), make(chan result, 1)
 		g.queue = append(g.queue, p)
 		g.mu.Unlock()
 		r = g.wait(ctx, p)
@@ -481,7 +482,8 @@ func (g *groupWriter) takeOwn(p *pending) []*pending {
 // takeLocked takes first and up to maxGroup-1 other queued writes, of distinct gids, out of the
 // queue; first is to flush them.
 func (g *groupWriter) takeLocked(first *pending) []*pending {
-	batch := []*pending{first}
+	batch := make([]*pending, 1, min(len(g.queue)+1, maxGroup))
+	batch[0] = first
 	first.state = leading
 	seen := map[string]bool{first.w.gid: true}
 	rest := g.queue[:0]
@@ -514,6 +516,9 @@ func (g *groupWriter) lead(ctx context.Context, p *pending, batch []*pending) re
 	if gone == nil && !slices.ContainsFunc(batch, func(q *pending) bool { return q != p && !q.lazy }) {
 		// The others are deferred finishes: no caller waits for them (see the top of this file).
 		return g.deliver(p, batch, g.flush(ctx, batch, true))
+	}
+	if p.done == nil { // p led at once, never queued
+		p.done = make(chan result, 1)
 	}
 	g.l.bg.add()
 	go func() {
