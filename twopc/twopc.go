@@ -445,38 +445,38 @@ func (c *Coordinator) commitDBs(ctx context.Context, gid string, from coordinato
 	for i, r := range recs {
 		names[i] = r.Name
 	}
-	var (
-		mu     sync.Mutex
-		failed []error
-	)
 	outcome := core.Progress{GID: gid, From: from, Done: names, Next: core.StatusConfirmed}
 	var (
-		recErr error
-		rec    sync.WaitGroup
+		recErr  error
+		written chan error // the record's outcome when it is written beside the commits
 	)
 	if c.b.Log.Defers(from, outcome.Next) {
 		// Deferred (the default): Record queues the write, detached from ctx, and returns at once;
 		// no goroutine needed to overlap it with the commits.
 		recErr = c.b.Log.Record(ctx, lock.Token{}, outcome)
 	} else {
-		rec.Go(func() {
+		written = make(chan error, 1)
+		go func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
 			defer cancel()
-			recErr = c.b.Log.Record(rctx, lock.Token{}, outcome)
-		})
+			written <- c.b.Log.Record(rctx, lock.Token{}, outcome)
+		}()
 	}
+	fails := &branchErrors{}
 	core.Each(len(recs), c.b.Cfg.Concurrency, func(i int) {
 		r := recs[i]
 		if err := c.b.CallTarget(ctx, r.Target, participant.Request{GID: gid, Branch: r.Name, Op: participant.OpCommit}); err != nil {
 			c.b.Failures.Add(1)
 			c.b.Cfg.Logger.WarnContext(ctx, "twopc: commit prepared failed; the in-doubt resolver will", slog.String("gid", gid),
 				slog.String("branch", r.Name), slog.Any("err", err))
-			mu.Lock()
-			failed = append(failed, &coordinator.BranchError{GID: gid, Branch: r.Name, Op: participant.OpCommit, Err: err})
-			mu.Unlock()
+			fails.add(&coordinator.BranchError{GID: gid, Branch: r.Name, Op: participant.OpCommit, Err: err})
 		}
 	})
-	if rec.Wait(); recErr != nil {
+	failed := fails.errs
+	if written != nil {
+		recErr = <-written
+	}
+	if recErr != nil {
 		// The commits are done or left to the resolver; without the record the leader finishes
 		// the transaction when the lease passes.
 		failed = append(failed, fmt.Errorf("twopc: record the outcome of %s: %w", gid, recErr))
@@ -492,10 +492,7 @@ func (g *Global) prepare(ctx context.Context, branches []*branch) []error {
 	c := g.c
 	pctx, cancel := context.WithTimeoutCause(ctx, c.o.prepareTimeout, c.prepareTimedOut)
 	defer cancel()
-	var (
-		mu    sync.Mutex
-		votes []error
-	)
+	votes := &branchErrors{}
 	core.Each(len(branches), c.b.Cfg.Concurrency, func(i int) {
 		br := branches[i]
 		err := g.prepareOne(pctx, br)
@@ -503,12 +500,23 @@ func (g *Global) prepare(ctx context.Context, branches []*branch) []error {
 			if cause := context.Cause(pctx); cause != nil && pctx.Err() != nil && ctx.Err() == nil {
 				err = fmt.Errorf("%w: %w", err, cause)
 			}
-			mu.Lock()
-			votes = append(votes, &coordinator.BranchError{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Err: err})
-			mu.Unlock()
+			votes.add(&coordinator.BranchError{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Err: err})
 		}
 	})
-	return votes
+	return votes.errs
+}
+
+// branchErrors collects the errors of a phase's concurrent branch calls (one allocation for the
+// list and its lock).
+type branchErrors struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (b *branchErrors) add(err error) {
+	b.mu.Lock()
+	b.errs = append(b.errs, err)
+	b.mu.Unlock()
 }
 
 func (g *Global) prepareOne(ctx context.Context, br *branch) error {
