@@ -258,7 +258,10 @@ func (l *Log) Create(ctx context.Context, gid string, kind Kind, timeout time.Du
 // It records the write in a span "<kind> begin" (attribute txkit.gid) and stores the trace context
 // of that span, a child of ctx's, with the transaction ([Transaction.TraceContext]).
 func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, timeout time.Duration, payload []byte, branches ...Branch) (err error) {
-	ctx, span := l.tr.Start(ctx, kind.String()+" begin", trace.WithAttributes(attribute.String(AttrGID, gid)))
+	ctx, span := l.tr.Start(ctx, kind.beginSpan())
+	if span.IsRecording() { // built only for a span that keeps them
+		span.SetAttributes(attribute.String(AttrGID, gid))
+	}
 	defer func() { obs.EndSpan(span, err) }()
 	if gid == "" || timeout <= 0 {
 		return fmt.Errorf("core: create %q with timeout %v: %w", gid, timeout, ErrInvalidOption)
