@@ -131,6 +131,7 @@ type branch struct {
 	conn *pgxpool.Conn           // a database branch's connection, until Commit or Abort returns
 	tx   pgx.Tx                  // its open transaction
 	p    participant.Participant // a participant branch
+	id   string                  // a database branch's prepared transaction id (made once, in Enlist)
 }
 
 // GID returns the transaction's id.
@@ -157,7 +158,8 @@ func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Co
 	if work == nil {
 		return fmt.Errorf("twopc: enlist %q in %s: nil work: %w", db, g.gid, coordinator.ErrInvalidBranch)
 	}
-	if n := len(g.c.ns.ID(g.gid, db)); n > prepared.MaxID {
+	id := g.c.ns.ID(g.gid, db)
+	if n := len(id); n > prepared.MaxID {
 		return fmt.Errorf("twopc: enlist %q in %s: prepared transaction id takes %d bytes, more than %d: %w",
 			db, g.gid, n, prepared.MaxID, coordinator.ErrInvalidBranch)
 	}
@@ -168,7 +170,7 @@ func (g *Global) Enlist(ctx context.Context, db string, work func(ctx context.Co
 			return fmt.Errorf("twopc: enlist %q in %s: %w", db, g.gid, err)
 		}
 	}
-	br := &branch{rec: core.Branch{Name: db, Target: d.Target}}
+	br := &branch{rec: core.Branch{Name: db, Target: d.Target}, id: id}
 	if err := g.reserve(br); err != nil {
 		return err
 	}
@@ -325,7 +327,7 @@ func (g *Global) Commit(ctx context.Context) error {
 	g.state = stateCommitting
 	// An Enlist still running its work is not part of the commit: it finds the transaction
 	// committing when its work returns, rolls its work back and returns coordinator.ErrInvalidState.
-	var branches []*branch
+	branches := make([]*branch, 0, len(g.branches))
 	for _, br := range g.branches {
 		if br.p != nil || br.tx != nil {
 			branches = append(branches, br)
@@ -443,38 +445,38 @@ func (c *Coordinator) commitDBs(ctx context.Context, gid string, from coordinato
 	for i, r := range recs {
 		names[i] = r.Name
 	}
-	var (
-		mu     sync.Mutex
-		failed []error
-	)
 	outcome := core.Progress{GID: gid, From: from, Done: names, Next: core.StatusConfirmed}
 	var (
-		recErr error
-		rec    sync.WaitGroup
+		recErr  error
+		written chan error // the record's outcome when it is written beside the commits
 	)
 	if c.b.Log.Defers(from, outcome.Next) {
 		// Deferred (the default): Record queues the write, detached from ctx, and returns at once;
 		// no goroutine needed to overlap it with the commits.
 		recErr = c.b.Log.Record(ctx, lock.Token{}, outcome)
 	} else {
-		rec.Go(func() {
+		written = make(chan error, 1)
+		go func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
 			defer cancel()
-			recErr = c.b.Log.Record(rctx, lock.Token{}, outcome)
-		})
+			written <- c.b.Log.Record(rctx, lock.Token{}, outcome)
+		}()
 	}
+	fails := &branchErrors{}
 	core.Each(len(recs), c.b.Cfg.Concurrency, func(i int) {
 		r := recs[i]
 		if err := c.b.CallTarget(ctx, r.Target, participant.Request{GID: gid, Branch: r.Name, Op: participant.OpCommit}); err != nil {
 			c.b.Failures.Add(1)
 			c.b.Cfg.Logger.WarnContext(ctx, "twopc: commit prepared failed; the in-doubt resolver will", slog.String("gid", gid),
 				slog.String("branch", r.Name), slog.Any("err", err))
-			mu.Lock()
-			failed = append(failed, &coordinator.BranchError{GID: gid, Branch: r.Name, Op: participant.OpCommit, Err: err})
-			mu.Unlock()
+			fails.add(&coordinator.BranchError{GID: gid, Branch: r.Name, Op: participant.OpCommit, Err: err})
 		}
 	})
-	if rec.Wait(); recErr != nil {
+	failed := fails.errs
+	if written != nil {
+		recErr = <-written
+	}
+	if recErr != nil {
 		// The commits are done or left to the resolver; without the record the leader finishes
 		// the transaction when the lease passes.
 		failed = append(failed, fmt.Errorf("twopc: record the outcome of %s: %w", gid, recErr))
@@ -490,10 +492,7 @@ func (g *Global) prepare(ctx context.Context, branches []*branch) []error {
 	c := g.c
 	pctx, cancel := context.WithTimeoutCause(ctx, c.o.prepareTimeout, c.prepareTimedOut)
 	defer cancel()
-	var (
-		mu    sync.Mutex
-		votes []error
-	)
+	votes := &branchErrors{}
 	core.Each(len(branches), c.b.Cfg.Concurrency, func(i int) {
 		br := branches[i]
 		err := g.prepareOne(pctx, br)
@@ -501,22 +500,34 @@ func (g *Global) prepare(ctx context.Context, branches []*branch) []error {
 			if cause := context.Cause(pctx); cause != nil && pctx.Err() != nil && ctx.Err() == nil {
 				err = fmt.Errorf("%w: %w", err, cause)
 			}
-			mu.Lock()
-			votes = append(votes, &coordinator.BranchError{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Err: err})
-			mu.Unlock()
+			votes.add(&coordinator.BranchError{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Err: err})
 		}
 	})
-	return votes
+	return votes.errs
+}
+
+// branchErrors collects the errors of a phase's concurrent branch calls (one allocation for the
+// list and its lock).
+type branchErrors struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (b *branchErrors) add(err error) {
+	b.mu.Lock()
+	b.errs = append(b.errs, err)
+	b.mu.Unlock()
 }
 
 func (g *Global) prepareOne(ctx context.Context, br *branch) error {
 	if br.p != nil {
 		return g.c.b.CallFor(ctx, br.p, br.rec.Target, participant.Request{GID: g.gid, Branch: br.rec.Name, Op: participant.OpPrepare, Payload: br.rec.Payload})
 	}
-	id := g.c.ns.ID(g.gid, br.rec.Name)
-	q := "PREPARE TRANSACTION " + prepared.Quote(id)
+	var q string
 	if g.voting {
-		q = g.c.votes.PrepareSQL(id)
+		q = g.c.votes.PrepareSQL(br.id)
+	} else {
+		q = prepared.QuoteAfter("PREPARE TRANSACTION ", br.id)
 	}
 	_, err := br.tx.Exec(ctx, q)
 	if err != nil {

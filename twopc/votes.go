@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -56,24 +55,27 @@ func (g *Global) commitVoting(ctx context.Context, branches []*branch, recs []co
 	}
 	g.voting = true
 	var (
-		recErr error
-		wg     sync.WaitGroup
+		recErr   error
+		recorded chan error // the record's outcome when it is written beside the prepares
 	)
-	record := func() {
-		recErr = c.b.Log.CreateIn(ctx, g.gid, core.Kind2PC, core.StatusVoting, g.timeout, nil, recs...)
-	}
 	if g.named {
 		// A gid of the caller's is claimed before anything is prepared: a second start of it
 		// prepares nothing (its prepared transactions would bear the first's names).
-		if record(); errors.Is(recErr, core.ErrExists) {
+		recErr = c.b.Log.CreateIn(ctx, g.gid, core.Kind2PC, core.StatusVoting, g.timeout, nil, recs...)
+		if errors.Is(recErr, core.ErrExists) {
 			c.stats.aborted.Add(1) // Commit's deferred release rolls every branch back
 			return fmt.Errorf("twopc: commit %s: record: %w: %w", g.gid, ErrAborted, recErr)
 		}
 	} else {
-		wg.Go(record)
+		recorded = make(chan error, 1)
+		go func() {
+			recorded <- c.b.Log.CreateIn(ctx, g.gid, core.Kind2PC, core.StatusVoting, g.timeout, nil, recs...)
+		}()
 	}
 	votes := g.prepare(ctx, branches)
-	wg.Wait()
+	if recorded != nil {
+		recErr = <-recorded
+	}
 	ctx = g.held(ctx, branches)
 	if errors.Is(recErr, core.ErrInvalidState) {
 		// The gid is taken — by the in-doubt resolver's abort of a branch it found prepared and

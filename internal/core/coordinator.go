@@ -330,8 +330,8 @@ func (b *Base) Begin(ctx context.Context, opts []BeginOption) (BeginConfig, erro
 	if err := ctx.Err(); err != nil {
 		return c, b.Errorf("begin: %w", err)
 	}
-	for _, opt := range opts {
-		opt(&c)
+	if len(opts) > 0 {
+		c = applyBegin(c, opts)
 	}
 	given := c.GID != ""
 	c.Named = given
@@ -353,6 +353,15 @@ func (b *Base) Begin(ctx context.Context, opts []BeginOption) (BeginConfig, erro
 		return c, b.Errorf("begin %s: timeout %v: %w", c.GID, c.Timeout, ErrInvalidOption)
 	}
 	return c, nil
+}
+
+// applyBegin returns c with opts applied: c's copy goes to the heap (an option is called with its
+// address) only when there are options.
+func applyBegin(c BeginConfig, opts []BeginOption) BeginConfig {
+	for _, opt := range opts {
+		opt(&c)
+	}
+	return c
 }
 
 // Run runs a [Recoverer] of the coordinator's transactions with driver d under the configured

@@ -95,14 +95,11 @@ func (l *Log) settle(ctx context.Context, gid string) error {
 type background struct {
 	mu   sync.Mutex
 	n    int
-	idle chan struct{} // closed when n falls to 0; nil while nothing ran yet
+	idle chan struct{} // closed when n falls to 0; made by the first wait while n > 0, else nil
 }
 
 func (b *background) add() {
 	b.mu.Lock()
-	if b.n == 0 {
-		b.idle = make(chan struct{})
-	}
 	b.n++
 	b.mu.Unlock()
 }
@@ -110,8 +107,9 @@ func (b *background) add() {
 func (b *background) done() {
 	b.mu.Lock()
 	b.n--
-	if b.n == 0 {
+	if b.n == 0 && b.idle != nil {
 		close(b.idle)
+		b.idle = nil
 	}
 	b.mu.Unlock()
 }
@@ -119,11 +117,15 @@ func (b *background) done() {
 // wait returns once no write is in flight, or ctx's error.
 func (b *background) wait(ctx context.Context) error {
 	b.mu.Lock()
-	n, idle := b.n, b.idle
-	b.mu.Unlock()
-	if n == 0 {
+	if b.n == 0 {
+		b.mu.Unlock()
 		return nil
 	}
+	if b.idle == nil {
+		b.idle = make(chan struct{})
+	}
+	idle := b.idle
+	b.mu.Unlock()
 	select {
 	case <-idle:
 		return nil

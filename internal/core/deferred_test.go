@@ -240,3 +240,42 @@ func TestIntegrationDeferredFinishGoroutines(t *testing.T) {
 		}
 	})
 }
+
+// A create alone is a plain insert: a gid taken fails it with unique_violation, which the log
+// reads as the gid taken (ErrExists, ErrInvalidState), as ON CONFLICT DO NOTHING's empty insert
+// before. When a deferred finish rides with it, the failure refuses that batch (a fallback: before,
+// with ON CONFLICT, none), and the finish is then made alone.
+func TestIntegrationCreateTakenPlainInsert(t *testing.T) {
+	withDeferredLogs(t, func(t *testing.T, l *core.Log, s *testenv.Schema) {
+		ctx := t.Context()
+		if err := l.Create(ctx, "taken", core.KindTCC, time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Create(ctx, "taken", core.KindTCC, time.Minute, nil); !errors.Is(err, core.ErrExists) || !errors.Is(err, core.ErrInvalidState) {
+			t.Fatalf("create of a gid taken, alone = %v, want ErrExists and ErrInvalidState", err)
+		}
+		// f1's finish waits for a write to ride on: the taken create's.
+		if err := l.CreateIn(ctx, "f1", core.KindTCC, core.StatusConfirming, time.Minute, nil, httpBranch("a")); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Record(ctx, lock.Token{}, core.Progress{GID: "f1", From: core.StatusConfirming, Done: []string{"a"}, Next: core.StatusConfirmed}); err != nil {
+			t.Fatal(err)
+		}
+		before := l.GroupCommitStats()
+		if err := l.CreateIn(ctx, "taken", core.KindTCC, core.StatusConfirming, time.Minute, nil, httpBranch("a")); !errors.Is(err, core.ErrExists) {
+			t.Fatalf("create of a gid taken, a finish riding = %v, want ErrExists", err)
+		}
+		if f := l.GroupCommitStats().Fallbacks - before.Fallbacks; f != 1 {
+			t.Fatalf("%d fallbacks, want 1: the taken create's plain insert refuses the batch it leads", f)
+		}
+		if err := l.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if st := statusOf(t, l, "f1"); st != core.StatusConfirmed {
+			t.Fatalf("f1 = %s, want confirmed (its finish made alone)", st)
+		}
+		if st := statusOf(t, l, "taken"); st != core.StatusTrying {
+			t.Fatalf("taken = %s, want trying (the first create's)", st)
+		}
+	})
+}

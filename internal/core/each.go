@@ -12,16 +12,31 @@ func Each(n, limit int, fn func(i int)) {
 	if n <= 0 {
 		return
 	}
-	var next atomic.Int64
-	work := func() {
-		for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+	if n == 1 || limit <= 1 {
+		for i := range n {
 			fn(i)
 		}
+		return
 	}
-	var wg sync.WaitGroup
-	for range min(n, max(limit, 1)) - 1 {
-		wg.Go(work)
+	// One allocation for the shared state; the goroutines run its method.
+	e := &eachRun{n: n, fn: fn}
+	for range min(n, limit) - 1 {
+		e.wg.Go(e.work)
 	}
-	work()
-	wg.Wait()
+	e.work()
+	e.wg.Wait()
+}
+
+// eachRun is one Each: its calls take the indexes in turn.
+type eachRun struct {
+	next atomic.Int64
+	n    int
+	fn   func(i int)
+	wg   sync.WaitGroup
+}
+
+func (e *eachRun) work() {
+	for i := int(e.next.Add(1) - 1); i < e.n; i = int(e.next.Add(1) - 1) {
+		e.fn(i)
+	}
 }

@@ -37,7 +37,8 @@ import (
 // to the leader (deferred.go).
 //
 // Each write keeps its condition (the gid not taken, the status expected): each caller learns its
-// own outcome from its own statement's count of rows.
+// own outcome from its own statement's count of rows. (A create sent by its own caller is a plain
+// insert, whose unique violation tells the gid taken: see [Log.statement].)
 // When PostgreSQL refuses a batch (one bad row fails the whole transaction, which rolls back),
 // each of its writes is made again alone by its own caller, so that the others are unaffected.
 // An error that may come after the commit (the session ended: a FATAL error such as 57P01 in a
@@ -130,6 +131,7 @@ type write struct {
 	// flush (RecordStep), which its statement then turns off for its transaction (put_step's $15)
 	args  []any
 	async bool
+	argv  [13]any // statement's arguments, in the write's own array: no slice made per statement
 }
 
 // write makes w, through the group writer when the log has one.
@@ -141,14 +143,24 @@ func (l *Log) write(ctx context.Context, w *write) (bool, error) {
 }
 
 // writeOne makes w with a statement of its own. An error that may come after PostgreSQL committed
-// it wraps [ErrInDoubt] (see [unknownOutcome]).
+// it wraps [ErrInDoubt] (see [unknownOutcome]). A create whose gid is taken is not made (false).
 func (l *Log) writeOne(ctx context.Context, w *write) (bool, error) {
-	sql, args := l.statement(w)
+	sql, args := l.statement(w, false)
 	tag, err := l.pool.Exec(ctx, sql, args...)
 	if err != nil {
+		if w.kind == writeCreate && l.gidTaken(err) {
+			return false, nil
+		}
 		return false, unknownOutcome(err)
 	}
 	return tag.RowsAffected() > 0, nil
+}
+
+// gidTaken reports whether err is a create's plain insert failing on a gid already in the log
+// (unique_violation on the global table).
+func (l *Log) gidTaken(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && pe.TableName == l.o.prefix+"global"
 }
 
 // unknownOutcome returns err, the error of a statement or transaction sent on its own, wrapped in
@@ -183,32 +195,43 @@ func connectionLost(err error) bool {
 
 // statement returns w's statement and its arguments. Each changes rows only when w's condition
 // holds (the gid not taken, the status expected), and finds its rows by the primary key's gid, so
-// its plan does not depend on the tables' statistics.
-func (l *Log) statement(w *write) (string, []any) {
+// its plan does not depend on the tables' statistics. A create on a gid taken fails (a plain
+// insert: unique_violation) unless grouped, with other callers' writes in one batch, where it
+// changes no row instead, so that the batch goes through for the others.
+func (l *Log) statement(w *write, grouped bool) (string, []any) {
+	a := &w.argv
 	switch w.kind {
 	case writeCreate:
 		if len(w.names) == 0 {
-			return l.q["create"], []any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace}
+			*a = [13]any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace}
+			if grouped {
+				return l.q["create_grouped"], a[:7]
+			}
+			return l.q["create"], a[:7]
 		}
-		return l.q["create_with_branches"], []any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload,
+		*a = [13]any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload,
 			w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.trace, w.callOpts}
+		if grouped {
+			return l.q["create_with_branches_grouped"], a[:13]
+		}
+		return l.q["create_with_branches"], a[:13]
 	case writeBranch:
 		b := w.branch
 		return l.q["add_branch"], []any{w.gid, b.Name, b.Seq, b.Target.Kind.String(), b.Target.Ref, b.Payload, w.from,
 			encodeCallOptions(b.Target)}
-	case writeDecide:
-		return l.q["decide"], []any{w.gid, w.from, w.to, l.o.lease.Seconds()}
 	case writeAddAll:
 		return l.q["add_branches"], []any{w.gid, w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.from, w.callOpts}
 	case writeStep:
 		return l.q["put_step"], append(w.args[:len(w.args):len(w.args)], w.async)
 	}
-	// writeFinish. One that marks no branch (a final status implying them, Record) moves the
-	// status as a decision does: no transition leads to trying, the one status finish treats apart.
-	if len(w.done) == 0 {
-		return l.q["decide"], []any{w.gid, w.from, w.to, l.o.lease.Seconds()}
+	// writeDecide, writeFinish. A finish that marks no branch (a final status implying them,
+	// Record) moves the status as a decision does: no transition leads to trying, the one status
+	// finish treats apart.
+	*a = [13]any{w.gid, w.from, w.to, l.leaseArg, w.done, w.doneStatus}
+	if w.kind == writeDecide || len(w.done) == 0 {
+		return l.q["decide"], a[:4]
 	}
-	return l.q["finish"], []any{w.gid, w.from, w.to, l.o.lease.Seconds(), w.done, w.doneStatus}
+	return l.q["finish"], a[:6]
 }
 
 // writeBatch makes ws (distinct gids) in one round trip and one PostgreSQL transaction: each
@@ -217,28 +240,31 @@ func (l *Log) statement(w *write) (string, []any) {
 // nothing was written: PostgreSQL refused a statement, or the commit, and the transaction rolled
 // back. Otherwise the outcome of an error is unknown: the connection failed, or the session ended
 // (a FATAL error) after the statements ran, when the commit may have been made. Only a batch
-// whose writes are all async commits without waiting for the WAL flush.
+// whose writes are all async commits without waiting for the WAL flush. grouped: the writes are
+// several callers' (see [Log.statement]); otherwise one caller's with deferred finishes riding.
 //
 // One statement per write rather than one per kind of write over arrays: a join of unnest arrays
 // with the log's tables is planned for ten rows of each array, and PostgreSQL's generic plan
 // hashes them against a sequential scan of the whole table while its statistics are those of a
 // small table — a new deployment's for minutes, read in full by every batch.
-func (l *Log) writeBatch(ctx context.Context, ws []*write) (ok []bool, refused bool, err error) {
+func (l *Log) writeBatch(ctx context.Context, ws []*write, grouped bool) (ok []bool, refused bool, err error) {
 	order := make([]int, len(ws))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(i, j int) int { return strings.Compare(ws[i].gid, ws[j].gid) })
-	var b pgx.Batch
+	// The batch's entries in one allocation, its list in another.
+	qs := make([]pgx.QueuedQuery, len(ws))
+	b := pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, len(ws))}
 	async := !slices.ContainsFunc(ws, func(w *write) bool { return !w.async })
-	for _, i := range order {
+	for n, i := range order {
 		w := ws[i]
 		if w.async && !async { // the batch's commit is the others' too: it waits for the flush
 			c := *w
 			c.async, w = false, &c
 		}
-		sql, args := l.statement(w)
-		b.Queue(sql, args...)
+		qs[n].SQL, qs[n].Arguments = l.statement(w, grouped)
+		b.QueuedQueries[n] = &qs[n]
 	}
 	res := l.pool.SendBatch(ctx, &b)
 	ok = make([]bool, len(ws))
@@ -295,8 +321,8 @@ type pending struct {
 	w     *write
 	ctx   context.Context
 	state pendingState    // guarded by groupWriter.mu
-	lead  chan []*pending // the batch this writer is to flush (buffered); nil for a lazy write
-	done  chan result     // its outcome (buffered); nil for a lazy write
+	lead  chan []*pending // the batch this writer is to flush (buffered); nil unless it queued
+	done  chan result     // its outcome (buffered); nil for a lazy write, and until it queued or handed off its batch
 	// A lazy write (a deferred finish) starts no flush and has no goroutine waiting: it is sent by
 	// the next flush, or by the timer once due (finishHold after it was parked), or when kicked;
 	// settled is handed its outcome by the goroutine that delivers it.
@@ -313,7 +339,7 @@ type result struct {
 
 // do makes w with the writes of other goroutines, and returns its own outcome.
 func (g *groupWriter) do(ctx context.Context, w *write) (bool, error) {
-	p := &pending{w: w, ctx: ctx, lead: make(chan []*pending, 1), done: make(chan result, 1)}
+	p := &pending{w: w, ctx: ctx} // its channels made when it queues (or, leading, hands off)
 	var r result
 	g.mu.Lock()
 	if g.inflight == 0 || g.window == 0 {
@@ -323,6 +349,7 @@ func (g *groupWriter) do(ctx context.Context, w *write) (bool, error) {
 		g.mu.Unlock()
 		r = g.lead(ctx, p, batch)
 	} else {
+		p.lead, p.done = make(chan []*pending, 1), make(chan result, 1)
 		g.queue = append(g.queue, p)
 		g.mu.Unlock()
 		r = g.wait(ctx, p)
@@ -455,7 +482,8 @@ func (g *groupWriter) takeOwn(p *pending) []*pending {
 // takeLocked takes first and up to maxGroup-1 other queued writes, of distinct gids, out of the
 // queue; first is to flush them.
 func (g *groupWriter) takeLocked(first *pending) []*pending {
-	batch := []*pending{first}
+	batch := make([]*pending, 1, min(len(g.queue)+1, maxGroup))
+	batch[0] = first
 	first.state = leading
 	seen := map[string]bool{first.w.gid: true}
 	rest := g.queue[:0]
@@ -488,6 +516,9 @@ func (g *groupWriter) lead(ctx context.Context, p *pending, batch []*pending) re
 	if gone == nil && !slices.ContainsFunc(batch, func(q *pending) bool { return q != p && !q.lazy }) {
 		// The others are deferred finishes: no caller waits for them (see the top of this file).
 		return g.deliver(p, batch, g.flush(ctx, batch, true))
+	}
+	if p.done == nil { // p led at once, never queued
+		p.done = make(chan result, 1)
 	}
 	g.l.bg.add()
 	go func() {
@@ -578,10 +609,14 @@ func (g *groupWriter) flush(ctx context.Context, batch []*pending, attached bool
 	fctx, cancel := context.WithDeadline(parent, deadline)
 	defer cancel()
 	ws := make([]*write, len(live))
+	callers := 0 // writes whose caller waits: the others are deferred finishes riding
 	for j, i := range live {
 		ws[j] = batch[i].w
+		if !batch[i].lazy {
+			callers++
+		}
 	}
-	oks, refused, err := g.l.writeBatch(fctx, ws)
+	oks, refused, err := g.l.writeBatch(fctx, ws, callers > 1)
 	if refused {
 		g.mu.Lock()
 		g.stats.Fallbacks++

@@ -53,6 +53,8 @@ type Log struct {
 	lg     *slog.Logger // the coordinator's (NewBase), or a discarding one
 	bg     background   // the finishes WithDeferredFinish is writing (deferred.go)
 	df     deferrals    // those finishes by gid (deferred.go)
+	// leaseArg is the lease in seconds as a statement's argument, boxed once (statement).
+	leaseArg any
 }
 
 // Transaction is a global transaction as the log holds it.
@@ -173,11 +175,11 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 		return strings.TrimSpace(b.String()), err
 	}
 	l := &Log{pool: pool, o: o, fence: fence, name: strings.Trim(global, `"`), branch: ident(o.prefix + "branch"),
-		q: map[string]string{}, tr: tracer(nil), lg: slog.New(slog.DiscardHandler)}
+		q: map[string]string{}, tr: tracer(nil), lg: slog.New(slog.DiscardHandler), leaseArg: o.lease.Seconds()}
 	if l.ddl, err = render("schema.sql"); err != nil {
 		return nil, fmt.Errorf("core: render schema: %w", err)
 	}
-	for _, n := range []string{"create", "create_with_branches", "add_branch", "add_branches", "decide", "status", "branches_done", "branches_failed",
+	for _, n := range []string{"create", "create_grouped", "create_with_branches", "create_with_branches_grouped", "add_branch", "add_branches", "decide", "status", "branches_done", "branches_failed",
 		"finish", "renew", "reschedule", "claim", "refuse", "timed_out", "backlog", "get", "list", "branches", "purge", "unfinished",
 		"put_step", "park"} {
 		if l.q[n], err = render(n); err != nil {
@@ -256,7 +258,10 @@ func (l *Log) Create(ctx context.Context, gid string, kind Kind, timeout time.Du
 // It records the write in a span "<kind> begin" (attribute txkit.gid) and stores the trace context
 // of that span, a child of ctx's, with the transaction ([Transaction.TraceContext]).
 func (l *Log) CreateIn(ctx context.Context, gid string, kind Kind, st Status, timeout time.Duration, payload []byte, branches ...Branch) (err error) {
-	ctx, span := l.tr.Start(ctx, kind.String()+" begin", trace.WithAttributes(attribute.String(AttrGID, gid)))
+	ctx, span := l.tr.Start(ctx, kind.beginSpan())
+	if span.IsRecording() { // built only for a span that keeps them
+		span.SetAttributes(attribute.String(AttrGID, gid))
+	}
 	defer func() { obs.EndSpan(span, err) }()
 	if gid == "" || timeout <= 0 {
 		return fmt.Errorf("core: create %q with timeout %v: %w", gid, timeout, ErrInvalidOption)

@@ -18,6 +18,17 @@ const (
 
 var kindNames = map[Kind]string{KindTCC: "tcc", KindSaga: "saga", Kind2PC: "2pc", Kind3PC: "3pc", KindWorkflow: "workflow"}
 
+// beginSpans names the span of recording a transaction of each kind ([Log.CreateIn]), made once.
+var beginSpans = map[Kind]string{KindTCC: "tcc begin", KindSaga: "saga begin", Kind2PC: "2pc begin", Kind3PC: "3pc begin",
+	KindWorkflow: "workflow begin"}
+
+func (k Kind) beginSpan() string {
+	if s, ok := beginSpans[k]; ok {
+		return s
+	}
+	return k.String() + " begin"
+}
+
 // String returns the name stored in the kind column.
 func (k Kind) String() string {
 	if s, ok := kindNames[k]; ok {

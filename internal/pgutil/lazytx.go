@@ -24,6 +24,11 @@ type Beginner interface {
 type LazyTx struct {
 	db Beginner
 	tx pgx.Tx // nil until the transaction is open
+	// The batch of the begin and the first statement, in the LazyTx's own memory (it is sent
+	// once): no allocation of its own, its list or its statement's entry.
+	batch pgx.Batch
+	queue [2]*pgx.QueuedQuery
+	first pgx.QueuedQuery
 }
 
 // NewLazyTx returns a transaction on db that is opened by its first statement.
@@ -62,9 +67,11 @@ func rides(args []any) bool {
 // beginWith sends the begin and sql in one batch and returns the batch positioned at sql's result
 // (the caller closes it), the transaction recorded.
 func (t *LazyTx) beginWith(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
-	b := &pgx.Batch{}
+	b := &t.batch
+	b.QueuedQueries = t.queue[:0]
 	b.BeginTx(pgx.TxOptions{})
-	b.Queue(sql, args...)
+	t.first = pgx.QueuedQuery{SQL: sql, Arguments: args}
+	b.QueuedQueries = append(b.QueuedQueries, &t.first)
 	br := t.db.SendBatch(ctx, b)
 	t.tx = br.Tx() // closed already when the batch could not be sent: Commit and Rollback say so
 	if _, err := br.Exec(); err != nil {

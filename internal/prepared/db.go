@@ -100,7 +100,10 @@ type Execer interface {
 // it. Other failures return an error naming the statement, which callers prefix with the
 // database's name.
 func Finish(ctx context.Context, db Execer, v Verb, id string) error {
-	_, err := db.Exec(ctx, string(v)+Quote(id))
+	_, err := db.Exec(ctx, QuoteAfter(string(v), id))
+	if err == nil {
+		return nil
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42704" { // undefined_object: no prepared transaction of that id
 		return nil
@@ -108,10 +111,7 @@ func Finish(ctx context.Context, db Execer, v Verb, id string) error {
 	if errors.As(err, &pe) && pe.Code == "55000" && strings.Contains(pe.Message, "is busy") {
 		return fmt.Errorf("%s%s: %w: %w", v, id, ErrBusy, err)
 	}
-	if err != nil {
-		return fmt.Errorf("%s%s: %w", v, id, err)
-	}
-	return nil
+	return fmt.Errorf("%s%s: %w", v, id, err)
 }
 
 // Prepared is one of a namespace's prepared transactions found by [Scan].

@@ -43,9 +43,20 @@ func CheckName(what, s string) error {
 //
 // It runs on every PREPARE TRANSACTION and COMMIT PREPARED, so it doubles the two bytes in one pass
 // rather than building a strings.Replacer per call (4 % of a 2PC benchmark's processor time).
-func Quote(s string) string {
+func Quote(s string) string { return QuoteAfter("", s) }
+
+// QuoteAfter returns sql followed by Quote(s), made in one allocation: a statement ending in a
+// prepared transaction's id ("COMMIT PREPARED " + Quote(id)).
+func QuoteAfter(sql, s string) string {
 	var b strings.Builder
-	b.Grow(len(s) + 4)
+	b.Grow(len(sql) + len(s) + 4)
+	b.WriteString(sql)
+	writeQuoted(&b, s)
+	return b.String()
+}
+
+// writeQuoted writes Quote(s) to b.
+func writeQuoted(b *strings.Builder, s string) {
 	b.WriteString("E'")
 	for i := range len(s) {
 		if c := s[i]; c == '\\' || c == '\'' {
@@ -54,7 +65,6 @@ func Quote(s string) string {
 		b.WriteByte(s[i])
 	}
 	b.WriteByte('\'')
-	return b.String()
 }
 
 // Namespace names one coordinator's prepared transactions:

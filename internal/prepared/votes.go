@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -79,7 +80,15 @@ func (v Votes) Ensure(ctx context.Context, d *DB) error {
 // yes row, then PREPARE TRANSACTION id, in one round trip (simple protocol). If the row is taken
 // — a leader's tombstone — the insert fails and PREPARE does not run.
 func (v Votes) PrepareSQL(id string) string {
-	return "insert into " + v.table + " (id, yes) values (" + Quote(id) + ", true); PREPARE TRANSACTION " + Quote(id)
+	var b strings.Builder // one allocation: it runs on every branch's prepare
+	b.Grow(len(v.table) + 2*len(id) + 80)
+	b.WriteString("insert into ")
+	b.WriteString(v.table)
+	b.WriteString(" (id, yes) values (")
+	writeQuoted(&b, id)
+	b.WriteString(", true); PREPARE TRANSACTION ")
+	writeQuoted(&b, id)
+	return b.String()
 }
 
 // ErrUndecided: a branch's own transaction holds its vote row (it is between its insert and

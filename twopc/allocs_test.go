@@ -1,0 +1,47 @@
+package twopc_test
+
+import (
+	"testing"
+
+	"github.com/txkit/txkit/bench/cpustat"
+)
+
+// A transfer's cost in Go allocations, counted with testing.AllocsPerRun (every goroutine of the
+// process: the group writer's and pgx's included) around Begin, two Enlists of an update with
+// arguments, and Commit, against the real PostgreSQL, vote markers on (the default). It logs the
+// process's processor time per transfer too (one client, so mostly latency-bound: a guide, not a
+// bound). Issue 33: 294 allocations before the cuts, 249 after (the bound leaves a little for the
+// pools' and the runtime's own goroutines, counted too).
+func TestIntegrationTransferAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	b := newBank(t)
+	c := b.coordinator()
+	ctx := t.Context()
+	debit, credit := update("alice", 0), update("bob", 0) // balances stay: any number of runs
+	transfer := func() {
+		g, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Enlist(ctx, "east", debit); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Enlist(ctx, "west", credit); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	transfer() // the vote tables, the pools' connections and prepared statements
+	const runs, max = 500, 260
+	before := cpustat.Read()
+	allocs := testing.AllocsPerRun(runs, transfer)
+	used := cpustat.Read().Sub(before)
+	t.Logf("%.0f allocations, %v of this process's processor time per transfer", allocs, used.Self/(runs+1))
+	if allocs > max {
+		t.Errorf("%.0f allocations per transfer, want at most %d", allocs, max)
+	}
+}
