@@ -66,7 +66,7 @@ const (
 	metaSuffix     = "_parts"
 	partIndex      = "_part_idx"
 	partRetryIndex = "_retry_p_idx"
-	keysIndex      = "_keys_idx"
+	keysIndex      = "_kbucket_idx"
 )
 
 const (

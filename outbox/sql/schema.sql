@@ -41,17 +41,20 @@ drop index if exists {{.PendingIndex}};
 create index if not exists {{.PartRetryIndex}} on {{.Table}} (partition, next_attempt_at) where status = '{{.Pending}}' and attempts > 0;
 drop index if exists {{.RetryIndex}};
 -- Outbox.Do's Enqueue asks whether the row's key has a pending row (the hand-over publishes the
--- first of a key at once); only pending rows with a key are indexed. The predicate says "not
--- dead" rather than "pending" (the same rows) so that no other index can answer that lookup:
--- with "pending" the planner could walk the relay's index of every pending row instead, and did
--- once the relay's churn had left this index many pages per live entry (docs/outbox.md, "The
--- table under churn"). The index of earlier versions, on status = 'pending', is dropped. A role
--- that does not own the table leaves the indexes and settings as they were (they need the owner).
+-- first of a key at once). The index holds the pending rows with a key by bucket: the first 3
+-- hex digits of the key's md5 (4096 buckets), and the lookup reads the key's bucket. Many rows
+-- share a bucket, so deduplication keeps the index small under a queue's churn, while an index on
+-- the key itself kept the entry of every row sent until vacuum, and its pages after: priced by
+-- pages per live entry, the planner then walked every pending row through the relay's index, or
+-- read the table, instead (docs/outbox.md, "The table under churn"). Its predicate says "not
+-- dead" (the same rows as "pending") so that no other index can answer the lookup. The key index
+-- of earlier versions is dropped. A role that does not own the table leaves the indexes and
+-- settings as they were (they need the owner).
 -- Queue table: every row is inserted, then deleted soon after. Autovacuum clears the dead rows
 -- after a fixed count of them rather than a fraction of a table that is mostly empty, without
 -- pausing (its default cost delay throttles it while the dead entries pile up).
 do $$ begin
-    create index if not exists {{.KeysIndex}} on {{.Table}} (key) where status <> '{{.Dead}}' and key is not null;
+    create index if not exists {{.KeysIndex}} on {{.Table}} ((left(md5(key), 3))) where status <> '{{.Dead}}' and key is not null;
     drop index if exists {{.KeyIndex}};
     alter table {{.Table}} set (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
         autovacuum_vacuum_cost_delay = 0);
