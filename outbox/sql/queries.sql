@@ -45,7 +45,7 @@ with m as (
 )
 select m.id, $3::text = '' or not exists (
     select 1 from {{.Table}} t
-    where left(md5(t.key), 3) = left(md5($3::text), 3) and t.key = $3::text and t.status <> '{{.Dead}}'),
+    where hashtext(t.key) & 4095 = hashtext($3::text) & 4095 and t.key = $3::text and t.status <> '{{.Dead}}'),
     greatest(extract(epoch from clock_timestamp() - now())::float8, 0)
 from m
 {{end}}
