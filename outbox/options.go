@@ -66,13 +66,14 @@ const (
 	metaSuffix     = "_parts"
 	partIndex      = "_part_idx"
 	partRetryIndex = "_retry_p_idx"
-	keyIndex       = "_key_idx"
+	keysIndex      = "_kbucket_idx"
 )
 
 const (
 	maxIdentLen  = 63 // PostgreSQL's NAMEDATALEN - 1
 	pendingIndex = "_pending_idx"
 	retryIndex   = "_retry_idx"
+	keyIndex     = "_key_idx"                      // dropped by Migrate: keysIndex replaces it
 	maxTableLen  = maxIdentLen - len(pendingIndex) // 51 bytes
 )
 

@@ -31,7 +31,9 @@ select count(*) from (select pg_notify($10, '') from m) n
 
 {{/* Enqueue inside Outbox.Do: no NOTIFY (Do hands the row over after the commit). It returns the
 row's id, whether its key had no pending row (not the new one: the statement's snapshot does
-not see it), read through the key index — a row without a key is always first — and the age in
+not see it), read through the key's bucket in the keys index (sql/schema.sql says why a bucket),
+whose predicate ("not dead") it matches and no other index's does — a row without a key is
+always first — and the age in
 seconds of the transaction's start (the row's created_at), for the relay's enqueue → publish metric. No row when the
 partition count is not the outbox's. */}}
 {{define "enqueue_direct"}}
@@ -42,7 +44,8 @@ with m as (
     returning id
 )
 select m.id, $3::text = '' or not exists (
-    select 1 from {{.Table}} t where t.key = $3::text and t.status = '{{.Pending}}'),
+    select 1 from {{.Table}} t
+    where hashtext(t.key) & 4095 = hashtext($3::text) & 4095 and t.key = $3::text and t.status <> '{{.Dead}}'),
     greatest(extract(epoch from clock_timestamp() - now())::float8, 0)
 from m
 {{end}}

@@ -41,5 +41,22 @@ drop index if exists {{.PendingIndex}};
 create index if not exists {{.PartRetryIndex}} on {{.Table}} (partition, next_attempt_at) where status = '{{.Pending}}' and attempts > 0;
 drop index if exists {{.RetryIndex}};
 -- Outbox.Do's Enqueue asks whether the row's key has a pending row (the hand-over publishes the
--- first of a key at once); only pending rows with a key are indexed.
-create index if not exists {{.KeyIndex}} on {{.Table}} (key) where status = '{{.Pending}}' and key is not null;
+-- first of a key at once). The index holds the pending rows with a key by bucket: the low 12
+-- bits of the key's hashtext (4096 buckets; not md5, which a FIPS build refuses), and the lookup
+-- reads the key's bucket. Many rows
+-- share a bucket, so deduplication keeps the index small under a queue's churn, while an index on
+-- the key itself kept the entry of every row sent until vacuum, and its pages after: priced by
+-- pages per live entry, the planner then walked every pending row through the relay's index, or
+-- read the table, instead (docs/outbox.md, "The table under churn"). Its predicate says "not
+-- dead" (the same rows as "pending") so that no other index can answer the lookup. The key index
+-- of earlier versions is dropped. A role that does not own the table leaves the indexes and
+-- settings as they were (they need the owner).
+-- Queue table: every row is inserted, then deleted soon after. Autovacuum clears the dead rows
+-- after a fixed count of them rather than a fraction of a table that is mostly empty, without
+-- pausing (its default cost delay throttles it while the dead entries pile up).
+do $$ begin
+    create index if not exists {{.KeysIndex}} on {{.Table}} ((hashtext(key) & 4095)) where status <> '{{.Dead}}' and key is not null;
+    drop index if exists {{.KeyIndex}};
+    alter table {{.Table}} set (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
+        autovacuum_vacuum_cost_delay = 0);
+exception when insufficient_privilege then null; end $$;
