@@ -73,7 +73,7 @@ test: up ## the whole suite against the real servers
 #  - tests of LISTEN/NOTIFY wake-ups (a pooler delivers no notification: behind one the relay and
 #    the notifier drop their LISTEN and poll) and a hand-over under load that counts on them;
 #  - tests that find their backend in pg_locks by the connection's process id (the pooler's);
-#  - a test of the statements' plans that reads PostgreSQL's per-index counters, which a backend
+#  - tests of the statements' plans that read PostgreSQL's per-index counters, which a backend
 #    the pooler keeps open reports only at its idle report (~10 s of waiting, nothing pooled to test);
 #  - the slow outage, failover and SIGKILL tests (10-25 s each), which run above on the direct
 #    server: through the pooler they repeat the same code paths.
@@ -83,7 +83,7 @@ test: up ## the whole suite against the real servers
 # so that the pass takes about as long as its longest package instead of half their sum (measured
 # back to back on the loaded 2-core machine: 47 s, against 73 s two at a time in the old order).
 BOUNCER_PKGS = ./notify/ ./twopc/ ./outbox/ ./tcc/ ./saga/ ./workflow/ ./idempotency/
-BOUNCER_SKIP = EnqueueNotifies|DoWakesLeaderElsewhere|RelayWakesOnNotify|RelayListenerReconnects|RelayHandOverRecordsFirst|InProgressBlocks|RepeatableReadWaiterFails|OutageLogsBounded|KeyOrderAcrossRelayFailover|PartitionedRelayFailover|PartitionedDeliveryAcrossKills|ByIDStatementsSkipDueIndex
+BOUNCER_SKIP = EnqueueNotifies|DoWakesLeaderElsewhere|RelayWakesOnNotify|RelayListenerReconnects|RelayHandOverRecordsFirst|InProgressBlocks|RepeatableReadWaiterFails|OutageLogsBounded|KeyOrderAcrossRelayFailover|PartitionedRelayFailover|PartitionedDeliveryAcrossKills|ByIDStatementsSkipDueIndex|LeaderSkipsDeliveredHistory|ListFailedUsesIndex
 
 unit: ## tests that need no server (the RocketMQ-client packages without -race, as in test)
 	@mq="$(ROCKETMQ_PKGS)"; rest=$$($(GO) list ./... | grep -v -x -F -f <(printf '%s\n' $$mq)); rc=0; \
