@@ -243,8 +243,21 @@ func TestIntegrationBreaker(t *testing.T) {
 	}
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return n.Stats().BreakerOpened == 1 },
 		"the breaker did not open")
+	// Posts the receiver's workers had begun before the breaker opened may still land: wait until
+	// the count holds still, then watch a window in which no post may happen.
 	posts := w.posts.Load()
-	time.Sleep(1500 * time.Millisecond) // a window in which no post may happen: the absence is the assertion
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		time.Sleep(200 * time.Millisecond)
+		p := w.posts.Load()
+		if p == posts {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("posts did not stop after the breaker opened: %d, then %d", posts, p)
+		}
+		posts = p
+	}
+	time.Sleep(1500 * time.Millisecond) // the absence is the assertion
 	if more := w.posts.Load() - posts; more != 0 {
 		t.Fatalf("%d more posts to a receiver whose circuit is open", more)
 	}
