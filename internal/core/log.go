@@ -652,8 +652,9 @@ func (l *Log) loadBranches(ctx context.Context, db fence.DBTX, txs []*Transactio
 			return err
 		}
 		t := byGID[gid]
-		if implied, ok := t.Status.BranchesImplied(); ok && b.Status != implied {
-			// Its finish left the row as it was (Record): it took the status then.
+		if implied, ok := t.Status.BranchesImplied(); ok && t.Kind != KindWorkflow && b.Status != implied {
+			// Its finish left the row as it was (Record): it took the status then. A workflow's
+			// rows are each written with its own status (PutStep): a TCC step stays confirmed.
 			b.Status, b.UpdatedAt = implied, t.UpdatedAt
 		}
 		t.Branches = append(t.Branches, b)

@@ -154,7 +154,8 @@ func (s Status) Outcome() (Status, bool) {
 // and false when s does not say (compensated: steps that never ran stay pending). A transaction
 // reaches such a status only once every branch has done its op (confirmed: each confirmed), so
 // its finish leaves the branch rows as they are and readers take their status from the
-// transaction's ([Log.Get]): one row changed at the end instead of one per branch.
+// transaction's ([Log.Get]): one row changed at the end instead of one per branch. Not a
+// workflow's: it writes each step's row with its own status ([Log.PutStep]).
 func (s Status) BranchesImplied() (BranchStatus, bool) {
 	switch s {
 	case StatusConfirmed:

@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -117,5 +118,35 @@ func TestIntegrationRecordStepAsync(t *testing.T) {
 	// A workflow no longer running is refused as before.
 	if err := l.RecordStep(ctx, "w", localStep("d", 3)); !errors.Is(err, core.ErrInvalidState) || !strings.Contains(err.Error(), "is succeeded") {
 		t.Fatalf("RecordStep on a finished workflow = %v, want ErrInvalidState naming its status", err)
+	}
+}
+
+// TestIntegrationSucceededWorkflowStepsKeepTheirStatus: a workflow records each step with its own
+// status (a TCC step confirmed, a plain one succeeded), so Get of a succeeded workflow reports
+// them as recorded — not all succeeded, as a saga's steps are implied by its finish
+// (Status.BranchesImplied).
+func TestIntegrationSucceededWorkflowStepsKeepTheirStatus(t *testing.T) {
+	ctx := t.Context()
+	l := newLog(t)
+	if err := l.Create(ctx, "w", core.KindWorkflow, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	hold := localStep("hold", 0)
+	hold.Status, hold.Target = core.BranchConfirmed, core.Target{Kind: core.TargetInProc, Ref: "hold"}
+	for _, b := range []core.Branch{hold, localStep("pay", 1)} {
+		if err := l.PutStep(ctx, lock.Token{}, "w", core.StatusRunning, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.FinishStep(ctx, lock.Token{}, "w", core.StatusRunning, core.StatusSucceeded, 1, localStep("$result", -1)); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]core.BranchStatus{}
+	for _, b := range get(t, l, "w").Branches {
+		got[b.Name] = b.Status
+	}
+	want := map[string]core.BranchStatus{"$result": core.BranchSucceeded, "hold": core.BranchConfirmed, "pay": core.BranchSucceeded}
+	if !maps.Equal(got, want) {
+		t.Fatalf("a succeeded workflow's steps reported %v, want %v (as recorded)", got, want)
 	}
 }

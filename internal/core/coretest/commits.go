@@ -9,6 +9,7 @@ import (
 
 	"github.com/txkit/txkit/bench/concbench"
 	"github.com/txkit/txkit/coordinator"
+	"github.com/txkit/txkit/internal/core"
 )
 
 // CommitCounter counts the PostgreSQL commits made on the pools it hands out
@@ -80,5 +81,23 @@ func SyncCommits(t testing.TB, pool *pgxpool.Pool, table string) func(gid string
 			t.Fatal(err)
 		}
 		return got
+	}
+}
+
+// FinishLeftBranches fails the test unless the finish of gid, finished in a status that implies
+// its branches' (core.Status.BranchesImplied), left every branch row as its insert wrote it —
+// writes, the reader SyncCommits returned for the log's branch table, holds one write per row —
+// and the log (l.Get: the admin API, the console and the CLI read it) reports each branch in
+// want.
+func FinishLeftBranches(t testing.TB, l *core.Log, writes func(gid string) []string, gid string, want core.BranchStatus) {
+	t.Helper()
+	tx := Get(t, l, gid)
+	if w := writes(gid); len(w) != len(tx.Branches) || len(w) == 0 {
+		t.Fatalf("%s (%s): %d branch rows written %d times (%q); want once each, by the insert", gid, tx.Status, len(tx.Branches), len(w), w)
+	}
+	for _, b := range tx.Branches {
+		if b.Status != want || !b.UpdatedAt.Equal(tx.UpdatedAt) {
+			t.Fatalf("%s (%s): branch %s reported %s as of %v; want %s as of the finish (%v)", gid, tx.Status, b.Name, b.Status, b.UpdatedAt, want, tx.UpdatedAt)
+		}
 	}
 }
