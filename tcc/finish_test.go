@@ -14,11 +14,7 @@ func TestIntegrationFinishWritesNoBranchRow(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
 	c := e.coordinator()
-	writes := coretest.SyncCommits(t, e.Schema.Pool, "txkit_branch")
-	l, err := core.New(e.Schema.Pool, core.WithSchema(e.Schema.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
+	check := coretest.FinishLeftBranches(t, e.Schema.Pool, e.Schema.Name, "txkit_")
 	h := register(t, c, "p", newParty(nil))
 	for _, commit := range []bool{true, false} {
 		g, err := c.Begin(ctx)
@@ -41,6 +37,6 @@ func TestIntegrationFinishWritesNoBranchRow(t *testing.T) {
 		if err := c.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
-		coretest.FinishLeftBranches(t, l, writes, g.GID(), want)
+		check(g.GID(), want)
 	}
 }

@@ -16,11 +16,7 @@ func TestIntegrationCommitWritesNoBranchRow(t *testing.T) {
 		ctx := t.Context()
 		b := newBank(t)
 		c := b.coordinator(twopc.WithVoteMarkers(votes))
-		writes := coretest.SyncCommits(t, b.Log.Pool, "txkit_2pc_branch")
-		l, err := core.New(b.Log.Pool, core.WithSchema(b.Log.Name), core.WithTablePrefix("txkit_2pc_"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		check := coretest.FinishLeftBranches(t, b.Log.Pool, b.Log.Name, "txkit_2pc_")
 		g, err := c.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -37,6 +33,6 @@ func TestIntegrationCommitWritesNoBranchRow(t *testing.T) {
 		if s := status(t, c, g.GID()); s != twopc.StatusCommitted {
 			t.Fatalf("votes %v: status %s, want committed", votes, s)
 		}
-		coretest.FinishLeftBranches(t, l, writes, g.GID(), core.BranchConfirmed)
+		check(g.GID(), core.BranchConfirmed)
 	}
 }

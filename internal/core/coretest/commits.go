@@ -84,20 +84,28 @@ func SyncCommits(t testing.TB, pool *pgxpool.Pool, table string) func(gid string
 	}
 }
 
-// FinishLeftBranches fails the test unless the finish of gid, finished in a status that implies
-// its branches' (core.Status.BranchesImplied), left every branch row as its insert wrote it —
-// writes, the reader SyncCommits returned for the log's branch table, holds one write per row —
-// and the log (l.Get: the admin API, the console and the CLI read it) reports each branch in
-// want.
-func FinishLeftBranches(t testing.TB, l *core.Log, writes func(gid string) []string, gid string, want core.BranchStatus) {
+// FinishLeftBranches makes the branch table of the log with table prefix prefix in schema record
+// its writes (SyncCommits) and returns a check of a transaction gid finished in a status that
+// implies its branches' (core.Status.BranchesImplied): it fails the test unless the finish left
+// every branch row as its insert wrote it and the log (Get: the admin API, the console and the
+// CLI read it) reports each branch in want.
+func FinishLeftBranches(t testing.TB, pool *pgxpool.Pool, schema, prefix string) func(gid string, want core.BranchStatus) {
 	t.Helper()
-	tx := Get(t, l, gid)
-	if w := writes(gid); len(w) != len(tx.Branches) || len(w) == 0 {
-		t.Fatalf("%s (%s): %d branch rows written %d times (%q); want once each, by the insert", gid, tx.Status, len(tx.Branches), len(w), w)
+	writes := SyncCommits(t, pool, prefix+"branch")
+	l, err := core.New(pool, core.WithSchema(schema), core.WithTablePrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, b := range tx.Branches {
-		if b.Status != want || !b.UpdatedAt.Equal(tx.UpdatedAt) {
-			t.Fatalf("%s (%s): branch %s reported %s as of %v; want %s as of the finish (%v)", gid, tx.Status, b.Name, b.Status, b.UpdatedAt, want, tx.UpdatedAt)
+	return func(gid string, want core.BranchStatus) {
+		t.Helper()
+		tx := Get(t, l, gid)
+		if w := writes(gid); len(w) != len(tx.Branches) || len(w) == 0 {
+			t.Fatalf("%s (%s): %d branch rows written %d times (%q); want once each, by the insert", gid, tx.Status, len(tx.Branches), len(w), w)
+		}
+		for _, b := range tx.Branches {
+			if b.Status != want || !b.UpdatedAt.Equal(tx.UpdatedAt) {
+				t.Fatalf("%s (%s): branch %s reported %s as of %v; want %s as of the finish (%v)", gid, tx.Status, b.Name, b.Status, b.UpdatedAt, want, tx.UpdatedAt)
+			}
 		}
 	}
 }
