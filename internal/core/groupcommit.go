@@ -209,6 +209,17 @@ func (l *Log) statement(w *write, grouped bool) (string, []any) {
 			}
 			return l.q["create"], a[:7]
 		}
+		if n := len(w.names); n <= maxValuesRows {
+			args := make([]any, 7, 7+6*n)
+			args[0], args[1], args[2], args[3], args[4], args[5], args[6] = w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace
+			for i := range n {
+				args = append(args, w.names[i], w.seqs[i], w.targetKinds[i], w.refs[i], w.payloads[i], w.callOpts[i])
+			}
+			if grouped {
+				return l.createN[n][1], args
+			}
+			return l.createN[n][0], args
+		}
 		*a = [13]any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload,
 			w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.trace, w.callOpts}
 		if grouped {
