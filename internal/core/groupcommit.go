@@ -210,11 +210,7 @@ func (l *Log) statement(w *write, grouped bool) (string, []any) {
 			return l.q["create"], a[:7]
 		}
 		if n := len(w.names); n <= maxValuesRows {
-			args := make([]any, 7, 7+6*n)
-			args[0], args[1], args[2], args[3], args[4], args[5], args[6] = w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace
-			for i := range n {
-				args = append(args, w.names[i], w.seqs[i], w.targetKinds[i], w.refs[i], w.payloads[i], w.callOpts[i])
-			}
+			args := w.branchRows(w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace)
 			if grouped {
 				return l.createN[n][1], args
 			}
@@ -231,6 +227,9 @@ func (l *Log) statement(w *write, grouped bool) (string, []any) {
 		return l.q["add_branch"], []any{w.gid, b.Name, b.Seq, b.Target.Kind.String(), b.Target.Ref, b.Payload, w.from,
 			encodeCallOptions(b.Target)}
 	case writeAddAll:
+		if n := len(w.names); n <= maxValuesRows {
+			return l.addN[n], w.branchRows(w.gid, w.from)
+		}
 		return l.q["add_branches"], []any{w.gid, w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.from, w.callOpts}
 	case writeStep:
 		return l.q["put_step"], append(w.args[:len(w.args):len(w.args)], w.async)
@@ -243,6 +242,17 @@ func (l *Log) statement(w *write, grouped bool) (string, []any) {
 		return l.q["decide"], a[:4]
 	}
 	return l.q["finish"], a[:6]
+}
+
+// branchRows returns head followed by w's branches' parameters, six per branch: the arguments of
+// a statement that lists them as VALUES rows (sql/queries.sql "branch_values").
+func (w *write) branchRows(head ...any) []any {
+	args := make([]any, len(head), len(head)+6*len(w.names))
+	copy(args, head)
+	for i := range w.names {
+		args = append(args, w.names[i], w.seqs[i], w.targetKinds[i], w.refs[i], w.payloads[i], w.callOpts[i])
+	}
+	return args
 }
 
 // writeBatch makes ws (distinct gids) in one round trip and one PostgreSQL transaction: each

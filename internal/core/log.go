@@ -56,8 +56,10 @@ type Log struct {
 	// leaseArg is the lease in seconds as a statement's argument, boxed once (statement).
 	leaseArg any
 	// createN[n] is the record of a transaction with n branches as a VALUES list (sql/queries.sql
-	// "create_values"): [0] sent alone, [1] grouped; n up to maxValuesRows.
+	// "create_values"): [0] sent alone, [1] grouped; addN[n] adds n branches ("add_values"); n up
+	// to maxValuesRows.
 	createN [maxValuesRows + 1][2]string
+	addN    [maxValuesRows + 1]string
 }
 
 // maxValuesRows is the most branches a record lists as VALUES rows, rendered once per count;
@@ -201,18 +203,25 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 	for k, v := range data {
 		rows[k] = v
 	}
-	for n := 1; n <= maxValuesRows; n++ {
-		var rs []valuesRow
-		for i := range n {
-			p := 8 + 6*i // after the transaction's $1..$7
-			rs = append(rs, valuesRow{Name: p, Seq: p + 1, Kind: p + 2, Target: p + 3, Payload: p + 4, Opts: p + 5})
+	valuesRows := func(first, n int) []valuesRow {
+		rs := make([]valuesRow, n)
+		for i := range rs {
+			p := first + 6*i
+			rs[i] = valuesRow{Name: p, Seq: p + 1, Kind: p + 2, Target: p + 3, Payload: p + 4, Opts: p + 5}
 		}
-		rows["Rows"] = rs
+		return rs
+	}
+	for n := 1; n <= maxValuesRows; n++ {
+		rows["Rows"] = valuesRows(8, n) // after the transaction's $1..$7
 		for g, grouped := range []bool{false, true} {
 			rows["Grouped"] = grouped
 			if l.createN[n][g], err = renderWith("create_values", rows); err != nil {
 				return nil, fmt.Errorf("core: render create_values: %w", err)
 			}
+		}
+		rows["Rows"] = valuesRows(3, n) // after the gid and the status
+		if l.addN[n], err = renderWith("add_values", rows); err != nil {
+			return nil, fmt.Errorf("core: render add_values: %w", err)
 		}
 	}
 	if o.groupWindow > 0 || o.deferFinish {

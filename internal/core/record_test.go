@@ -81,3 +81,54 @@ func TestIntegrationCreateAllocs(t *testing.T) {
 		t.Errorf("%.0f allocations per record of 3 branches, want at most %d", allocs, max)
 	}
 }
+
+// AddBranches records all of its branches or none, whatever their count (as VALUES rows up to
+// 16, unnested from arrays above), alone or grouped: none when one name is recorded already, none
+// once the transaction is decided.
+func TestIntegrationAddBranchesCounts(t *testing.T) {
+	ctx := t.Context()
+	for _, opts := range [][]core.LogOption{nil, {core.WithGroupCommit(time.Millisecond)}} {
+		l := newLog(t, opts...)
+		for _, n := range []int{2, 16, 17, 40} {
+			gid := fmt.Sprint("t", n)
+			if err := l.Create(ctx, gid, core.KindTCC, time.Minute, nil, httpBranch("first")); err != nil {
+				t.Fatal(err)
+			}
+			bs := make([]core.Branch, n)
+			for i := range bs {
+				bs[i] = httpBranch(fmt.Sprint("s", i))
+				bs[i].Seq = i + 1
+				bs[i].Payload = []byte(fmt.Sprint(i))
+			}
+			bs[0].Target.Header = http.Header{"X-Tenant": {"t"}}
+			clash := append(bs[1:len(bs):len(bs)], httpBranch("first"))
+			if err := l.AddBranches(ctx, gid, core.StatusTrying, clash); !errors.Is(err, core.ErrInvalidBranch) {
+				t.Fatalf("AddBranches with a name recorded = %v, want ErrInvalidBranch", err)
+			}
+			if got := get(t, l, gid).Branches; len(got) != 1 {
+				t.Fatalf("%s: a refused AddBranches left %d branches", gid, len(got))
+			}
+			if err := l.AddBranches(ctx, gid, core.StatusTrying, bs); err != nil {
+				t.Fatalf("AddBranches of %d: %v", n, err)
+			}
+			got := get(t, l, gid).Branches
+			if len(got) != n+1 {
+				t.Fatalf("%s: %d branches, want %d", gid, len(got), n+1)
+			}
+			for i, b := range got[1:] {
+				want := bs[i]
+				if b.Name != want.Name || b.Seq != want.Seq || b.Status != core.BranchPending || string(b.Payload) != string(want.Payload) ||
+					!reflect.DeepEqual(b.Target, want.Target) {
+					t.Fatalf("%s: branch %d is %+v, want %+v", gid, i, b, want)
+				}
+			}
+			if _, err := l.Decide(ctx, gid, core.StatusTrying, core.StatusCancelling); err != nil {
+				t.Fatal(err)
+			}
+			late := []core.Branch{httpBranch("late1"), httpBranch("late2")}
+			if err := l.AddBranches(ctx, gid, core.StatusTrying, late); !errors.Is(err, core.ErrInvalidState) {
+				t.Fatalf("AddBranches after the decision = %v, want ErrInvalidState", err)
+			}
+		}
+	}
+}

@@ -81,6 +81,17 @@ where not exists (select 1 from {{.Branch}} x where x.gid = $1 and x.branch = an
 on conflict (gid, branch) do nothing
 {{end}}
 
+{{/* The same for a few branches, as VALUES rows from $3 on (see create_values). */}}
+{{define "add_values"}}
+insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status, call_options)
+select g.gid, b.branch, b.seq, b.target_kind, b.target, b.payload, '{{.BranchPending}}', b.call_options
+from (select gid from {{.Global}} where gid = $1 and status = $2 for share) g,
+    {{template "branch_values" .}}
+where not exists (select 1 from {{.Branch}} x where x.gid = $1
+    and x.branch in ({{range $i, $r := .Rows}}{{if $i}}, {{end}}${{$r.Name}}::text{{end}}))
+on conflict (gid, branch) do nothing
+{{end}}
+
 {{define "decide"}}
 update {{.Global}} set status = $3, attempts = 0, last_error = null, updated_at = now(),
     next_retry_at = now() + make_interval(secs => $4::float8)
