@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,12 +33,8 @@ import (
 //
 //	go test -run '^$' -bench RecordShape -benchtime 3000x ./internal/core/
 func BenchmarkRecordShape(b *testing.B) {
-	ctx := b.Context()
 	admin := testenv.PG(b).Pool
-	var ns string
-	if err := admin.QueryRow(ctx, `select extnamespace::regnamespace::text from pg_extension where extname = 'pg_stat_statements'`).Scan(&ns); err != nil {
-		b.Skipf("pg_stat_statements is not installed: %v", err)
-	}
+	ns := statStatements(b, admin)
 	for _, nb := range []int{3, 2} {
 		b.Run(fmt.Sprintf("%d-branches", nb), func(b *testing.B) {
 			var vs []*shapeVariant
@@ -87,6 +82,15 @@ func BenchmarkRecordShape(b *testing.B) {
 			}
 		})
 	}
+}
+
+// statStatements returns the schema of the pg_stat_statements extension, or skips b.
+func statStatements(b *testing.B, admin *pgxpool.Pool) string {
+	var ns string
+	if err := admin.QueryRow(b.Context(), `select extnamespace::regnamespace::text from pg_extension where extname = 'pg_stat_statements'`).Scan(&ns); err != nil {
+		b.Skipf("pg_stat_statements is not installed: %v", err)
+	}
+	return ns
 }
 
 type shapeVariant struct {
@@ -246,13 +250,4 @@ from g, (values ` + strings.Join(rows, ", ") + `) as b(branch, seq, target_kind,
 		record()
 	}
 	return &shapeVariant{name: name, s: s, record: record, pid: pid}
-}
-
-// cpuTime is the process's user and system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
