@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/testkit/testenv"
@@ -250,4 +252,53 @@ from g, (values ` + strings.Join(rows, ", ") + `) as b(branch, seq, target_kind,
 		record()
 	}
 	return &shapeVariant{name: name, s: s, record: record, pid: pid}
+}
+
+// BenchmarkRecordEncode measures the Go side of those shapes alone, without a server: pgx's
+// encoding of a record's arguments (pgx.ExtendedQueryBuilder, as each Exec of a prepared
+// statement does), 3 and 2 branches, as six arrays to unnest or as VALUES rows of scalars.
+//
+//	go test -run '^$' -bench RecordEncode ./internal/core/
+func BenchmarkRecordEncode(b *testing.B) {
+	const (
+		text, int4, float8, bytea  = pgtype.TextOID, pgtype.Int4OID, pgtype.Float8OID, pgtype.ByteaOID
+		textArr, int4Arr, byteaArr = pgtype.TextArrayOID, pgtype.Int4ArrayOID, pgtype.ByteaArrayOID
+	)
+	for _, nb := range []int{3, 2} {
+		names, seqs, kinds, refs, payloads, opts := make([]string, nb), make([]int32, nb), make([]string, nb), make([]string, nb), make([][]byte, nb), make([]*string, nb)
+		for i := range nb {
+			names[i], seqs[i], kinds[i], refs[i] = fmt.Sprintf("b%d-c%d", i, 7), int32(i), "http", fmt.Sprintf("http://127.0.0.1:4%04d/", i)
+		}
+		head := []uint32{text, text, text, float8, float8, bytea, text}
+		gid := uuid.Must(uuid.NewV7()).String()
+		for _, v := range []struct {
+			name string
+			oids []uint32
+			args func() []any
+		}{
+			{"unnest6", append(head[:6:6], textArr, int4Arr, textArr, textArr, byteaArr, text, textArr), func() []any {
+				return []any{gid, "saga", "running", 60.0, 30.0, []byte(`{}`), names, seqs, kinds, refs, payloads, "", opts}
+			}},
+			{"values6", append(head, slices.Repeat([]uint32{text, int4, text, text, bytea, text}, nb)...), func() []any {
+				a := make([]any, 7, 7+6*nb)
+				a[0], a[1], a[2], a[3], a[4], a[5], a[6] = gid, "saga", "running", 60.0, 30.0, []byte(`{}`), ""
+				for i := range nb {
+					a = append(a, names[i], seqs[i], kinds[i], refs[i], payloads[i], opts[i])
+				}
+				return a
+			}},
+		} {
+			b.Run(fmt.Sprintf("%d-branches/%s", nb, v.name), func(b *testing.B) {
+				m := pgtype.NewMap()
+				sd := &pgconn.StatementDescription{ParamOIDs: v.oids}
+				var eqb pgx.ExtendedQueryBuilder
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := eqb.Build(m, sd, v.args()); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }
