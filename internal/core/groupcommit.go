@@ -209,6 +209,13 @@ func (l *Log) statement(w *write, grouped bool) (string, []any) {
 			}
 			return l.q["create"], a[:7]
 		}
+		if n := len(w.names); n <= maxValuesRows {
+			args := w.branchRows(w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace)
+			if grouped {
+				return l.createN[n][1], args
+			}
+			return l.createN[n][0], args
+		}
 		*a = [13]any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload,
 			w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.trace, w.callOpts}
 		if grouped {
@@ -220,6 +227,9 @@ func (l *Log) statement(w *write, grouped bool) (string, []any) {
 		return l.q["add_branch"], []any{w.gid, b.Name, b.Seq, b.Target.Kind.String(), b.Target.Ref, b.Payload, w.from,
 			encodeCallOptions(b.Target)}
 	case writeAddAll:
+		if n := len(w.names); n <= maxValuesRows {
+			return l.addN[n], w.branchRows(w.gid, w.from)
+		}
 		return l.q["add_branches"], []any{w.gid, w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.from, w.callOpts}
 	case writeStep:
 		return l.q["put_step"], append(w.args[:len(w.args):len(w.args)], w.async)
@@ -232,6 +242,17 @@ func (l *Log) statement(w *write, grouped bool) (string, []any) {
 		return l.q["decide"], a[:4]
 	}
 	return l.q["finish"], a[:6]
+}
+
+// branchRows returns head followed by w's branches' parameters, six per branch: the arguments of
+// a statement that lists them as VALUES rows (sql/queries.sql "branch_values").
+func (w *write) branchRows(head ...any) []any {
+	args := make([]any, len(head), len(head)+6*len(w.names))
+	copy(args, head)
+	for i := range w.names {
+		args = append(args, w.names[i], w.seqs[i], w.targetKinds[i], w.refs[i], w.payloads[i], w.callOpts[i])
+	}
+	return args
 }
 
 // writeBatch makes ws (distinct gids) in one round trip and one PostgreSQL transaction: each

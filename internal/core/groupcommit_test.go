@@ -163,8 +163,9 @@ func TestIntegrationGroupCommitShares(t *testing.T) {
 				return l.Create(ctx, fmt.Sprint("c", i), core.KindSaga, time.Minute, nil, httpBranch("x"), httpBranch("y"))
 			}))
 	}
-	// Their own failures: a gid taken, a decision on a transaction no longer trying.
-	taken := goWrite(func() error { return l.Create(ctx, "d0", core.KindTCC, time.Minute, nil) })
+	// Their own failures: a gid taken (its branch recorded neither), a decision on a transaction
+	// no longer trying.
+	taken := goWrite(func() error { return l.Create(ctx, "d0", core.KindTCC, time.Minute, nil, httpBranch("q")) })
 	late := goWrite(func() error {
 		_, err := l.Decide(ctx, "moved", core.StatusTrying, core.StatusCancelling)
 		return err

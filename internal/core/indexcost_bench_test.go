@@ -30,12 +30,8 @@ import (
 //
 //	go test -run '^$' -bench IndexCost -benchtime 300x ./internal/core/
 func BenchmarkIndexCost(b *testing.B) {
-	ctx := b.Context()
 	admin := testenv.PG(b).Pool
-	var ns string // the extension's schema
-	if err := admin.QueryRow(ctx, `select extnamespace::regnamespace::text from pg_extension where extname = 'pg_stat_statements'`).Scan(&ns); err != nil {
-		b.Skipf("pg_stat_statements is not installed: %v", err)
-	}
+	ns := statStatements(b, admin) // the extension's schema
 	for _, v := range []struct{ name, drop string }{
 		{"every index", ""},
 		{"without txkit_global_due", "txkit_global_due"},

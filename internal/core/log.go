@@ -55,7 +55,19 @@ type Log struct {
 	df     deferrals    // those finishes by gid (deferred.go)
 	// leaseArg is the lease in seconds as a statement's argument, boxed once (statement).
 	leaseArg any
+	// createN[n] is the record of a transaction with n branches as a VALUES list (sql/queries.sql
+	// "create_values"): [0] sent alone, [1] grouped; addN[n] adds n branches ("add_values"); n up
+	// to maxValuesRows.
+	createN [maxValuesRows + 1][2]string
+	addN    [maxValuesRows + 1]string
 }
+
+// maxValuesRows is the most branches a record lists as VALUES rows, rendered once per count;
+// a record with more unnests arrays (create_with_branches).
+const maxValuesRows = 16
+
+// valuesRow is a branch's parameter numbers in a VALUES row (sql/queries.sql "branch_values").
+type valuesRow struct{ Name, Seq, Kind, Target, Payload, Opts int }
 
 // Transaction is a global transaction as the log holds it.
 type Transaction struct {
@@ -169,11 +181,12 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("core: parse embedded sql: %w", err)
 	}
-	render := func(name string) (string, error) {
+	renderWith := func(name string, data map[string]any) (string, error) {
 		var b bytes.Buffer
 		err := tpl.ExecuteTemplate(&b, name, data)
 		return strings.TrimSpace(b.String()), err
 	}
+	render := func(name string) (string, error) { return renderWith(name, data) }
 	l := &Log{pool: pool, o: o, fence: fence, name: strings.Trim(global, `"`), branch: ident(o.prefix + "branch"),
 		q: map[string]string{}, tr: tracer(nil), lg: slog.New(slog.DiscardHandler), leaseArg: o.lease.Seconds()}
 	if l.ddl, err = render("schema.sql"); err != nil {
@@ -184,6 +197,31 @@ func New(pool *pgxpool.Pool, opts ...LogOption) (*Log, error) {
 		"put_step", "park"} {
 		if l.q[n], err = render(n); err != nil {
 			return nil, fmt.Errorf("core: render %s: %w", n, err)
+		}
+	}
+	rows := map[string]any{}
+	for k, v := range data {
+		rows[k] = v
+	}
+	valuesRows := func(first, n int) []valuesRow {
+		rs := make([]valuesRow, n)
+		for i := range rs {
+			p := first + 6*i
+			rs[i] = valuesRow{Name: p, Seq: p + 1, Kind: p + 2, Target: p + 3, Payload: p + 4, Opts: p + 5}
+		}
+		return rs
+	}
+	for n := 1; n <= maxValuesRows; n++ {
+		rows["Rows"] = valuesRows(8, n) // after the transaction's $1..$7
+		for g, grouped := range []bool{false, true} {
+			rows["Grouped"] = grouped
+			if l.createN[n][g], err = renderWith("create_values", rows); err != nil {
+				return nil, fmt.Errorf("core: render create_values: %w", err)
+			}
+		}
+		rows["Rows"] = valuesRows(3, n) // after the gid and the status
+		if l.addN[n], err = renderWith("add_values", rows); err != nil {
+			return nil, fmt.Errorf("core: render add_values: %w", err)
 		}
 	}
 	if o.groupWindow > 0 || o.deferFinish {

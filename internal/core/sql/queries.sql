@@ -37,6 +37,26 @@ from g, unnest($7::text[], $8::int[], $9::text[], $10::text[], $11::bytea[], $13
 {{define "create_with_branches_grouped"}}{{template "create_branches_row" .}}
     on conflict (gid) do nothing{{template "create_branches_rest" .}}{{end}}
 
+{{/* The same for a few branches (up to maxValuesRows: Log.statement), rendered once per count:
+the branches as rows of a VALUES list, one scalar parameter per column ($8 on, six per branch), in
+place of six arrays to unnest. The same rows, with less for PostgreSQL to do (no array to read per
+column, no function scan, no per-row cast of a text[] element) and for pgx to encode: BenchmarkRecordShape
+(internal/core). .Rows holds each branch's parameter numbers. */}}
+{{define "branch_values"}}(values{{range $i, $r := .Rows}}{{if $i}},{{end}}
+    (${{$r.Name}}::text, ${{$r.Seq}}::int, ${{$r.Kind}}::text, ${{$r.Target}}::text, ${{$r.Payload}}::bytea, ${{$r.Opts}}::text::jsonb){{end}})
+    as b(branch, seq, target_kind, target, payload, call_options){{end}}
+{{define "create_values"}}
+with g as (
+    {{- template "create_row" .}}
+{{- if .Grouped}}
+    on conflict (gid) do nothing{{end}}
+    returning gid
+)
+insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status, call_options)
+select g.gid, b.branch, b.seq, b.target_kind, b.target, b.payload, '{{.BranchPending}}', b.call_options
+from g, {{template "branch_values" .}}
+{{end}}
+
 {{/* FOR SHARE on the global row conflicts with the update that records a decision, so a branch
 is either recorded before the decision (and the decision's driver sees it) or not at all. */}}
 {{define "add_branch"}}
@@ -58,6 +78,17 @@ from (select gid from {{.Global}} where gid = $1 and status = $7 for share) g,
     unnest($2::text[], $3::int[], $4::text[], $5::text[], $6::bytea[], $8::text[])
         as b(branch, seq, target_kind, target, payload, call_options)
 where not exists (select 1 from {{.Branch}} x where x.gid = $1 and x.branch = any($2::text[]))
+on conflict (gid, branch) do nothing
+{{end}}
+
+{{/* The same for a few branches, as VALUES rows from $3 on (see create_values). */}}
+{{define "add_values"}}
+insert into {{.Branch}} (gid, branch, seq, target_kind, target, payload, status, call_options)
+select g.gid, b.branch, b.seq, b.target_kind, b.target, b.payload, '{{.BranchPending}}', b.call_options
+from (select gid from {{.Global}} where gid = $1 and status = $2 for share) g,
+    {{template "branch_values" .}}
+where not exists (select 1 from {{.Branch}} x where x.gid = $1
+    and x.branch in ({{range $i, $r := .Rows}}{{if $i}}, {{end}}${{$r.Name}}::text{{end}}))
 on conflict (gid, branch) do nothing
 {{end}}
 
