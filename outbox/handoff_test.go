@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/internal/testkit/mqtest"
 	"github.com/txkit/txkit/internal/testkit/testenv"
@@ -364,13 +365,19 @@ func TestIntegrationDoDuplicate(t *testing.T) {
 	if !errors.Is(stmtErr, outbox.ErrDuplicate) || !errors.Is(err, outbox.ErrDuplicate) {
 		t.Fatalf("a statement after the Enqueue of a duplicate id: %v, Do %v; want ErrDuplicate from both", stmtErr, err)
 	}
-	var orders int
-	if err := pool.QueryRow(ctx, `select count(*) from orders`).Scan(&orders); err != nil {
-		t.Fatal(err)
-	}
-	if n := count(t, pool, ob, ""); n != 1 || orders != 0 {
+	if n, orders := count(t, pool, ob, ""), countOrders(t, pool); n != 1 || orders != 0 {
 		t.Fatalf("%d messages and %d orders after the failed Do's; want 1 and 0", n, orders)
 	}
+}
+
+// countOrders counts the rows of the tests' business table "orders".
+func countOrders(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(t.Context(), `select count(*) from orders`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // TestIntegrationDoEnqueueOrder: Do's Enqueue calls store their rows in call order — sent with the
@@ -453,11 +460,7 @@ func TestIntegrationEnqueuePartitionMismatch(t *testing.T) {
 	if !errors.Is(err, outbox.ErrInvalidOption) || !strings.Contains(err.Error(), "split into 12 partitions") {
 		t.Fatalf("Do with 16 partitions into a table of 12: %v; want ErrInvalidOption naming the 12", err)
 	}
-	var orders int
-	if err := pool.QueryRow(ctx, `select count(*) from orders`).Scan(&orders); err != nil {
-		t.Fatal(err)
-	}
-	if n := count(t, pool, ob, ""); n != 0 || orders != 0 {
+	if n, orders := count(t, pool, ob, ""), countOrders(t, pool); n != 0 || orders != 0 {
 		t.Fatalf("%d messages and %d orders after the refused Do; want none", n, orders)
 	}
 }
