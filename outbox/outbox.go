@@ -177,18 +177,15 @@ func (ob *Outbox) Migrate(ctx context.Context) error {
 // UUIDv7 when msg.ID is zero. The [Relay] publishes it once tx commits; a rollback leaves nothing.
 // Messages of one non-empty Key are published in the order their transactions committed their
 // Enqueue (two concurrent transactions of one key have no defined order). ctx's span, if any, is
-// stored with the row and parents the relay's publish span. In [Outbox.Do]'s transaction it sends
-// nothing: the insert goes out with tx's next statement or Do's commit, in their round trip, and
-// Do hands the message over after the commit; in any other it wakes the relay with a NOTIFY at the
-// commit.
+// stored with the row and parents the relay's publish span. Outside [Outbox.Do] it wakes the relay
+// with a NOTIFY at the commit and blocks for one round trip, ctx scoping only this statement
+// (cancelling it leaves tx only to roll back); in Do's transaction it sends nothing (see Do).
 //
 // Before touching tx it refuses, with an error wrapping [ErrInvalidMessage], an empty topic, a
 // field over its limit (also [ErrTooLarge]; docs/outbox.md "Message limits"), text PostgreSQL
 // cannot store and tags RocketMQ cannot match; a nil tx wraps [ErrNilTx]. An ID already in the
-// outbox wraps [ErrDuplicate] and leaves tx aborted: in Do's transaction that error is returned by
-// the statement the insert went out with, or by Do, which then commits nothing. Outside Do,
-// Enqueue blocks for one round trip; ctx scopes only this statement (cancelling it leaves tx only
-// to roll back). Safe for concurrent use.
+// outbox wraps [ErrDuplicate] and leaves tx aborted (in Do's transaction Do returns it, or the
+// statement the insert went out with). Safe for concurrent use.
 func (ob *Outbox) Enqueue(ctx context.Context, tx DBTX, msg Message) (uuid.UUID, error) {
 	if pgutil.IsNil(tx) {
 		return uuid.Nil, fmt.Errorf("outbox: enqueue to %s: %w", msg.Topic, ErrNilTx)
