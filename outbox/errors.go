@@ -22,7 +22,8 @@ var (
 	// the limit, and wraps [ErrInvalidMessage] as well.
 	ErrTooLarge = errors.New("outbox: message too large")
 	// ErrDuplicate: [Outbox.Enqueue] was given a message whose ID is already in the outbox. The
-	// caller's transaction is aborted then (PostgreSQL rolls back on a unique violation).
+	// caller's transaction is aborted then (PostgreSQL rolls back on a unique violation). In
+	// [Outbox.Do]'s transaction Do returns it (or the statement the insert went out with).
 	ErrDuplicate = errors.New("outbox: duplicate message id")
 	// ErrNilTx: a nil DBTX was passed where a transaction (or pool) is needed.
 	ErrNilTx = errors.New("outbox: nil transaction")

@@ -35,9 +35,11 @@ type handed struct {
 // leader is woken. They need no NOTIFY in the transaction, so concurrent commits do not queue on
 // PostgreSQL's notification lock. A process that dies between the commit and the hand-over loses
 // nothing: the leader's next poll reads the rows. The transaction's begin goes out with fn's first
-// statement that has arguments, costing no round trip of its own. A message enqueued while a
-// savepoint of tx (tx.Begin) is open is not handed over: the leader's poll reads it if it
-// committed. Do blocks for the transaction; ctx scopes it.
+// statement that has arguments, and an Enqueue's insert with tx's next statement or the commit,
+// costing no round trip of their own: an insert that fails (a duplicate ID: [ErrDuplicate]) makes
+// Do return its error and commit nothing. A message enqueued while a savepoint of tx (tx.Begin) is
+// open is sent at once and not handed over: the leader's poll reads it if it committed. Do blocks
+// for the transaction; ctx scopes it.
 func (ob *Outbox) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	rows, err := pgutil.Collect[handed](ctx, ob.pool, ob, fn)
 	if err != nil {

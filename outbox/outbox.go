@@ -6,6 +6,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"text/template"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txkit/txkit/fence"
@@ -175,15 +177,15 @@ func (ob *Outbox) Migrate(ctx context.Context) error {
 // UUIDv7 when msg.ID is zero. The [Relay] publishes it once tx commits; a rollback leaves nothing.
 // Messages of one non-empty Key are published in the order their transactions committed their
 // Enqueue (two concurrent transactions of one key have no defined order). ctx's span, if any, is
-// stored with the row and parents the relay's publish span. In [Outbox.Do]'s transaction it sends
-// no NOTIFY: Do hands the message over after the commit; in any other it wakes the relay with a
-// NOTIFY at the commit.
+// stored with the row and parents the relay's publish span. Outside [Outbox.Do] it wakes the relay
+// with a NOTIFY at the commit and blocks for one round trip, ctx scoping only this statement
+// (cancelling it leaves tx only to roll back); in Do's transaction it sends nothing (see Do).
 //
 // Before touching tx it refuses, with an error wrapping [ErrInvalidMessage], an empty topic, a
 // field over its limit (also [ErrTooLarge]; docs/outbox.md "Message limits"), text PostgreSQL
 // cannot store and tags RocketMQ cannot match; a nil tx wraps [ErrNilTx]. An ID already in the
-// outbox wraps [ErrDuplicate] and leaves tx aborted. Enqueue blocks for one round trip; ctx scopes
-// only this statement (cancelling it leaves tx only to roll back). Safe for concurrent use.
+// outbox wraps [ErrDuplicate] and leaves tx aborted (in Do's transaction Do returns it, or the
+// statement the insert went out with). Safe for concurrent use.
 func (ob *Outbox) Enqueue(ctx context.Context, tx DBTX, msg Message) (uuid.UUID, error) {
 	if pgutil.IsNil(tx) {
 		return uuid.Nil, fmt.Errorf("outbox: enqueue to %s: %w", msg.Topic, ErrNilTx)
@@ -207,48 +209,87 @@ func (ob *Outbox) Enqueue(ctx context.Context, tx DBTX, msg Message) (uuid.UUID,
 		body = []byte{}
 	}
 	trace, part := obs.EncodeTrace(ctx), ob.partition(msg)
-	args := []any{msg.ID, msg.Topic, msg.Key, body, headers, msg.Tags, trace, part, ob.o.parts}
-	c := pgutil.Collecting[handed](ctx, ob, tx)
-	msg.Body = body
+	if c := pgutil.Collecting[handed](ctx, ob, tx); c != nil && ob.deferEnqueue(c, msg, body, trace, part) {
+		return msg.ID, nil
+	}
+	args := []any{pgUUID(msg.ID), msg.Topic, msg.Key, body, headers, msg.Tags, trace, part, ob.o.parts}
 	var (
 		n   int
 		err error
-		h   = handed{x: row{msg: msg, trace: trace}, part: part}
 	)
-	switch {
-	case c != nil:
-		var age float64 // seconds since the transaction's start, by the database's clock
-		sent := time.Now()
-		err = tx.QueryRow(ctx, ob.q.enqueueDirect, args...).Scan(&h.x.id, &h.first, &age)
-		h.x.created = sent.Add(-time.Duration(age * float64(time.Second)))
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = nil // n stays 0
-		} else if err == nil {
-			n = 1
-		}
-	case ob.o.notify:
+	if ob.o.notify {
 		err = tx.QueryRow(ctx, ob.q.enqueue, append(args, ob.o.channel)...).Scan(&n)
-	default:
+	} else {
 		err = tx.QueryRow(ctx, ob.q.enqueue, args...).Scan(&n)
 	}
 	if err != nil {
-		if isUniqueViolation(err) {
-			return uuid.Nil, fmt.Errorf("outbox: enqueue %s to %s: %w: %w", msg.ID, msg.Topic, ErrDuplicate, err)
-		}
-		return uuid.Nil, fmt.Errorf("outbox: enqueue %s to %s: %w", msg.ID, msg.Topic, err)
-	}
-	if n > 0 && c != nil {
-		c.Rows = append(c.Rows, h)
+		return uuid.Nil, ob.enqueueError(msg, err)
 	}
 	if n == 0 { // the table's partition count is not this outbox's
-		var stored int
-		if err := tx.QueryRow(ctx, ob.q.partitions).Scan(&stored); err != nil {
-			return uuid.Nil, fmt.Errorf("outbox: enqueue %s to %s: no partition count stored (was Migrate run?): %w: %w",
-				msg.ID, msg.Topic, err, ErrInvalidOption)
-		}
-		return uuid.Nil, fmt.Errorf("outbox: enqueue %s to %s: %w", msg.ID, msg.Topic, ob.partsMismatch(stored))
+		return uuid.Nil, ob.partsError(ctx, tx, msg)
 	}
 	return msg.ID, nil
+}
+
+// deferEnqueue queues msg's insert in Do's transaction, to go out with the transaction's next
+// statement or its commit (pgutil.LazyTx.Defer), and the row to be handed over once it is
+// committed. The insert and the hand-over read the message after Enqueue returned: they get
+// copies of its body and headers. False when the transaction has ended.
+func (ob *Outbox) deferEnqueue(c *pgutil.Collector[handed], msg Message, body []byte, trace string, part int) bool {
+	msg.Body = bytes.Clone(body)
+	var headers any // SQL null rather than JSON null when there are none
+	if len(msg.Headers) > 0 {
+		msg.Headers = maps.Clone(msg.Headers)
+		headers = msg.Headers
+	}
+	e := &deferred{ob: ob, c: c, h: handed{x: row{msg: msg, trace: trace}, part: part}}
+	e.args = [...]any{pgUUID(msg.ID), msg.Topic, msg.Key, msg.Body, headers, msg.Tags, trace, part, ob.o.parts}
+	e.dest = [...]any{&e.h.x.id, &e.h.first, &e.age}
+	return c.Defer(pgutil.Deferred{SQL: ob.q.enqueueDirect, Args: e.args[:], Dest: e.dest[:], Done: e.done})
+}
+
+// deferred is an insert of Do's transaction waiting to be sent.
+type deferred struct {
+	ob   *Outbox
+	c    *pgutil.Collector[handed]
+	h    handed
+	age  float64 // seconds since the transaction's start, by the database's clock
+	args [9]any  // the statement's arguments and destinations, in the one allocation
+	dest [3]any
+}
+
+// done collects the inserted row for the hand-over, or returns the insert's error as Enqueue
+// would have.
+func (e *deferred) done(ctx context.Context, err error) error {
+	var pe *pgconn.PgError
+	switch {
+	case err == nil:
+		e.h.x.created = time.Now().Add(-time.Duration(e.age * float64(time.Second)))
+		e.c.Rows = append(e.c.Rows, e.h)
+		return nil
+	case errors.As(err, &pe) && pe.Code == "22012": // the guard of enqueue_direct
+		// The transaction is aborted: the stored count is read outside it.
+		return e.ob.partsError(ctx, e.ob.pool, e.h.x.msg)
+	}
+	return e.ob.enqueueError(e.h.x.msg, err)
+}
+
+func (ob *Outbox) enqueueError(msg Message, err error) error {
+	if isUniqueViolation(err) {
+		return fmt.Errorf("outbox: enqueue %s to %s: %w: %w", msg.ID, msg.Topic, ErrDuplicate, err)
+	}
+	return fmt.Errorf("outbox: enqueue %s to %s: %w", msg.ID, msg.Topic, err)
+}
+
+// partsError is the error of an insert refused because the table's stored partition count is not
+// the outbox's, reading that count through db.
+func (ob *Outbox) partsError(ctx context.Context, db DBTX, msg Message) error {
+	var stored int
+	if err := db.QueryRow(ctx, ob.q.partitions).Scan(&stored); err != nil {
+		return fmt.Errorf("outbox: enqueue %s to %s: no partition count stored (was Migrate run?): %w: %w",
+			msg.ID, msg.Topic, err, ErrInvalidOption)
+	}
+	return fmt.Errorf("outbox: enqueue %s to %s: %w", msg.ID, msg.Topic, ob.partsMismatch(stored))
 }
 
 // Partitions returns the number of partitions the outbox is split into ([WithPartitions]).
@@ -422,6 +463,10 @@ func (ob *Outbox) Backlog(ctx context.Context, db DBTX) (pending, dead int64, er
 	}
 	return pending, dead, nil
 }
+
+// pgUUID is id as pgx encodes it directly: a uuid.UUID goes through its driver.Valuer, a string
+// that pgx fails to encode as a uuid and then parses back (about 18 allocations per argument).
+func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: true} }
 
 func isUniqueViolation(err error) bool {
 	var pe *pgconn.PgError

@@ -1,7 +1,9 @@
 package pgutil_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -129,5 +131,134 @@ func TestIntegrationLazyTx(t *testing.T) {
 		"a connection is still checked out")
 	if n := count(); n != 2 {
 		t.Fatalf("%d rows at the end; want 2", n)
+	}
+}
+
+// A LazyTx on a connection sends a deferred statement with the next statement or the commit, in
+// their round trip and before them: the commit carries it (also when nothing was sent before, with
+// the begin), a later statement sees its row, a statement that cannot ride is preceded by a batch
+// of it, a savepoint opened after it does not undo it, and its failure is the error of the call
+// that sent it, the commit then committing nothing. A pool's LazyTx refuses it.
+func TestIntegrationLazyTxDefer(t *testing.T) {
+	ctx := t.Context()
+	s := testenv.PG(t)
+	pool, rt := testenv.CountingPool(t, s)
+	if _, err := pool.Exec(ctx, `create table lazy (id int primary key, v text not null)`); err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func() int {
+		t.Helper()
+		var n int
+		must(pool.QueryRow(ctx, `select count(*) from lazy`).Scan(&n))
+		return n
+	}
+	conn, err := pool.Acquire(ctx)
+	must(err)
+	defer conn.Release()
+	errDone := errors.New("done's error")
+	var got []int
+	insert := func(tx *pgutil.LazyTx, id int) {
+		t.Helper()
+		var back int
+		if !tx.Defer(pgutil.Deferred{
+			SQL: `insert into lazy values ($1, 'x') returning id`, Args: []any{id}, Dest: []any{&back},
+			Done: func(_ context.Context, err error) error {
+				if err != nil {
+					return fmt.Errorf("%w: %w", errDone, err)
+				}
+				got = append(got, back)
+				return nil
+			},
+		}) {
+			t.Fatal("Defer on a connection's LazyTx refused")
+		}
+	}
+
+	// After a first statement: the commit carries it, one batch.
+	tx := pgutil.NewLazyTx(conn)
+	_, err = tx.Exec(ctx, `insert into lazy values ($1, 'a')`, 1)
+	must(err)
+	insert(tx, 2)
+	if q, b := rt.During(func() { must(tx.Commit(ctx)) }); q != 0 || b != 1 {
+		t.Fatalf("Commit with a deferred insert sent %d statements and %d batches; want 1 batch", q, b)
+	}
+	if n := count(); n != 2 || len(got) != 1 || got[0] != 2 {
+		t.Fatalf("%d rows after the commit, Done saw %v; want 2 rows and [2]", n, got)
+	}
+	if err := tx.Rollback(ctx); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Fatalf("Rollback after the commit: %v; want pgx.ErrTxClosed", err)
+	}
+	if st := conn.Conn().PgConn().TxStatus(); st != 'I' {
+		t.Fatalf("connection in transaction status %c after the commit; want I", st)
+	}
+
+	// Nothing sent before: begin, insert and commit in one batch.
+	tx = pgutil.NewLazyTx(conn)
+	insert(tx, 3)
+	if q, b := rt.During(func() { must(tx.Commit(ctx)) }); q != 0 || b != 1 || count() != 3 {
+		t.Fatalf("a lone deferred insert sent %d statements and %d batches, %d rows; want 1 batch, 3 rows", q, b, count())
+	}
+
+	// A later statement with arguments rides after it and sees its row; one without arguments
+	// is preceded by a batch of it.
+	tx = pgutil.NewLazyTx(conn)
+	insert(tx, 4)
+	var n int
+	if q, b := rt.During(func() { must(tx.QueryRow(ctx, `select count(*) from lazy where id >= $1`, 4).Scan(&n)) }); q != 0 || b != 1 || n != 1 {
+		t.Fatalf("a statement after a deferred insert sent %d statements and %d batches and saw %d rows; want 1 batch, 1 row", q, b, n)
+	}
+	insert(tx, 5)
+	if q, b := rt.During(func() {
+		_, err := tx.Exec(ctx, `delete from lazy where id = 4`)
+		must(err)
+	}); q != 1 || b != 1 {
+		t.Fatalf("a statement without arguments after a deferred insert sent %d statements and %d batches; want 1 of each", q, b)
+	}
+	// A savepoint opened after it, rolled back, does not undo it.
+	insert(tx, 6)
+	sp, err := tx.Begin(ctx)
+	must(err)
+	must(sp.Rollback(ctx))
+	must(tx.Commit(ctx))
+	if n := count(); n != 5 {
+		t.Fatalf("%d rows; want 5 (1, 2, 3, 5, 6)", n)
+	}
+
+	// A failing deferred insert: Commit returns Done's error and commits nothing.
+	got = nil
+	tx = pgutil.NewLazyTx(conn)
+	_, err = tx.Exec(ctx, `insert into lazy values ($1, 'b')`, 7)
+	must(err)
+	insert(tx, 1) // taken
+	if err := tx.Commit(ctx); !errors.Is(err, errDone) {
+		t.Fatalf("Commit with a failing deferred insert: %v; want Done's error", err)
+	}
+	if st := conn.Conn().PgConn().TxStatus(); st != 'I' || count() != 5 {
+		t.Fatalf("after a failed commit: transaction status %c, %d rows; want I and 5 (7 not committed)", st, count())
+	}
+	// Failing with a later statement: that statement returns it.
+	tx = pgutil.NewLazyTx(conn)
+	insert(tx, 1)
+	if _, err := tx.Exec(ctx, `insert into lazy values ($1, 'c')`, 8); !errors.Is(err, errDone) {
+		t.Fatalf("a statement after a failing deferred insert: %v; want Done's error", err)
+	}
+	must(tx.Rollback(ctx))
+	// Rollback drops it unsent.
+	tx = pgutil.NewLazyTx(conn)
+	insert(tx, 9)
+	if q, b := rt.During(func() { must(tx.Rollback(ctx)) }); q != 0 || b != 0 {
+		t.Fatalf("Rollback of a deferred insert sent %d statements and %d batches; want none", q, b)
+	}
+	if n := count(); n != 5 || len(got) != 0 {
+		t.Fatalf("%d rows, Done saw %v; want 5 and none", n, got)
+	}
+	if pgutil.NewLazyTx(pool).Defer(pgutil.Deferred{SQL: `select 1`}) {
+		t.Fatal("Defer on a pool's LazyTx accepted")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // SavepointTx is the transaction a Do gives its fn (outbox.Do, notify.Do): it counts the savepoints
@@ -73,22 +74,72 @@ func RunTx(ctx context.Context, tx pgx.Tx, fn func() error) (err error) {
 type Collector[T any] struct {
 	owner any
 	tx    *SavepointTx // nil once the transaction has ended
+	lazy  *LazyTx      // tx's transaction
 	Rows  []T
 }
 
 type collectorKey[T any] struct{}
 
-// Collect runs fn in a transaction on db and commits it when fn returns nil (rolls it back and
-// returns fn's error otherwise). The transaction's begin rides with fn's first statement
-// (LazyTx); fn's ctx carries a Collector of owner, and Collect returns what was added to it.
-func Collect[T any](ctx context.Context, db Beginner, owner any, fn func(ctx context.Context, tx pgx.Tx) error) ([]T, error) {
-	c := &Collector[T]{owner: owner, tx: TrackSavepoints(NewLazyTx(db))}
+// Collect runs fn in a transaction on a connection of pool and commits it when fn returns nil
+// (rolls it back and returns fn's error otherwise). The transaction's begin rides with fn's first
+// statement (LazyTx); fn's ctx carries a Collector of owner, and Collect returns what was added to
+// it. The connection is acquired by the first statement and released once the transaction ended.
+func Collect[T any](ctx context.Context, pool *pgxpool.Pool, owner any, fn func(ctx context.Context, tx pgx.Tx) error) ([]T, error) {
+	conn := &poolConn{pool: pool}
+	defer conn.release()
+	lazy := NewLazyTx(conn)
+	c := &Collector[T]{owner: owner, tx: TrackSavepoints(lazy), lazy: lazy}
 	err := RunTx(ctx, c.tx, func() error { return fn(context.WithValue(ctx, collectorKey[T]{}, c), c.tx) })
 	c.tx = nil
 	if err != nil {
 		return nil, err
 	}
 	return c.Rows, nil
+}
+
+// Defer sends d with the transaction's next statement or its commit (LazyTx.Defer); false when
+// the transaction has ended.
+func (c *Collector[T]) Defer(d Deferred) bool { return c.lazy.Defer(d) }
+
+// poolConn is a Beginner on one connection of pool, acquired at its first use: a LazyTx on it can
+// end its transaction with a batch of its own (LazyTx.Defer), which a pool's transaction cannot.
+type poolConn struct {
+	pool *pgxpool.Pool
+	conn *pgxpool.Conn
+}
+
+func (p *poolConn) acquire(ctx context.Context) error {
+	if p.conn != nil {
+		return nil
+	}
+	c, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	p.conn = c
+	return nil
+}
+
+func (p *poolConn) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	if err := p.acquire(ctx); err != nil {
+		return nil, err
+	}
+	return p.conn.BeginTx(ctx, opts)
+}
+
+func (p *poolConn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := p.acquire(ctx); err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return p.conn.SendBatch(ctx, b)
+}
+
+// release gives the connection back (the pool closes one left in a transaction).
+func (p *poolConn) release() {
+	if p.conn != nil {
+		p.conn.Release()
+		p.conn = nil
+	}
 }
 
 // Collecting returns the Collector of owner's Collect when tx is its transaction and no savepoint

@@ -29,13 +29,15 @@ with m as (
 select count(*) from (select pg_notify($10, '') from m) n
 {{end}}
 
-{{/* Enqueue inside Outbox.Do: no NOTIFY (Do hands the row over after the commit). It returns the
-row's id, whether its key had no pending row (not the new one: the statement's snapshot does
-not see it), read through the key's bucket in the keys index (sql/schema.sql says why a bucket),
-whose predicate ("not dead") it matches and no other index's does — a row without a key is
-always first — and the age in
-seconds of the transaction's start (the row's created_at), for the relay's enqueue → publish metric. No row when the
-partition count is not the outbox's. */}}
+{{/* Enqueue inside Outbox.Do, sent with the transaction's next statement or its commit, in one
+batch: no NOTIFY (Do hands the row over after the commit). It returns the row's id, whether its
+key had no pending row (not the new one: the statement's snapshot does not see it), read through
+the key's bucket in the keys index (sql/schema.sql says why a bucket), whose predicate ("not
+dead") it matches and no other index's does — a row without a key is always first — and the age
+in seconds of the transaction's start (the row's created_at), for the relay's enqueue → publish
+metric. When the partition count is not the outbox's it inserts nothing and fails (division by
+zero, which Enqueue reports as the mismatch): the commit sent after it in the batch must not
+commit the transaction without its message. */}}
 {{define "enqueue_direct"}}
 with m as (
     insert into {{.Table}} (msg_id, topic, key, body, headers, tags, trace_context, partition)
@@ -47,7 +49,8 @@ select m.id, $3::text = '' or not exists (
     select 1 from {{.Table}} t
     where hashtext(t.key) & 4095 = hashtext($3::text) & 4095 and t.key = $3::text and t.status <> '{{.Dead}}'),
     greatest(extract(epoch from clock_timestamp() - now())::float8, 0)
-from m
+from (select count(*)::int as n from m) c left join m on true
+where 1 / c.n = 1
 {{end}}
 
 {{define "partitions"}}select partitions from {{.Meta}}{{end}}
