@@ -111,14 +111,17 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 		// is the hold, so the commit or abort that ends the transaction releases it, with no
 		// write of its own. The keepalive settings (keepaliveSQL's, for this transaction only)
 		// make the server drop a holder's connection that went silent. The advisory lock $4 only
-		// orders the queue of Dos (docs/lock.md): one waiter woken per hand-over.
+		// orders the queue of Dos (docs/lock.md): one waiter woken per hand-over. q reads the
+		// row's time left and makes the settings before it waits for that lock, so that the
+		// hand-over — from the holder's commit to this statement's answer — runs only the update.
 		doTake: `with cur as (select extract(epoch from greatest(expires_at, now()) - now())::float8 as left_s from ` + t + ` where name = $1),` +
-			` q as (select pg_advisory_xact_lock($4)),` +
+			` q as materialized (select (select left_s from cur) as left_s,` +
+			` set_config('tcp_keepalives_idle', $2, true) as ki, set_config('tcp_keepalives_interval', '1', true) as kn,` +
+			` set_config('tcp_keepalives_count', '2', true) as kc, set_config('tcp_user_timeout', $3, true) as ku,` +
+			` pg_advisory_xact_lock($4) as queued),` +
 			` won as (update ` + t + ` set holder = '` + uuid.Nil.String() + `', data = '', token = nextval(` + seqLit + `), expires_at = '-infinity'` +
 			` where name = $1 and expires_at < now() and (select true from q) returning token)` +
-			` select (select token from won), (select left_s from cur),` +
-			` (select count(*) from won, lateral (select set_config('tcp_keepalives_idle', $2, true), set_config('tcp_keepalives_interval', '1', true),` +
-			` set_config('tcp_keepalives_count', '2', true), set_config('tcp_user_timeout', $3, true)) k)`,
+			` select (select token from won), (select left_s from q)`,
 		renew: `update ` + t + ` set expires_at = now() + ` + ttl + ` where name = $1 and holder = $2`,
 		// A released row stays, free: holder nil, expired (see acquire for why it stays).
 		release: `with r as (update ` + t + ` set holder = '` + uuid.Nil.String() + `', data = '', expires_at = '-infinity'` +

@@ -430,3 +430,34 @@ func TestIntegrationDoHolderKilled(t *testing.T) {
 		t.Errorf("the next Do's token %s is not above the killed holder's %s", tok, killedTok)
 	}
 }
+
+// TestIntegrationRoundTripsPerDo counts what an uncontended Do sends (testenv.CountingPool): the
+// transaction's begin rides with the take in one batch, then fn's statement and the commit — three
+// round trips, as many as the same work under pg_advisory_xact_lock with pgx.BeginFunc takes
+// minus its begin's own.
+func TestIntegrationRoundTripsPerDo(t *testing.T) {
+	s, ctx := testenv.Parallel(t, time.Minute)
+	if _, err := s.Pool.Exec(ctx, `create table counter (n bigint not null); insert into counter values (0)`); err != nil {
+		t.Fatal(err)
+	}
+	p, rt := testenv.CountingPool(t, s)
+	c := client(t, p)
+	m := mutex(t, c, "trips")
+	work := func(ctx context.Context, tx pgx.Tx, _ lock.Token) error {
+		_, err := tx.Exec(ctx, `update counter set n = n + 1`)
+		return err
+	}
+	if err := m.Do(ctx, work); err != nil { // the name's first Do also makes its free row
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		var err error
+		q, b := rt.During(func() { err = m.Do(ctx, work) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q != 2 || b != 1 {
+			t.Errorf("Do %d sent %d statements and %d batches; want 2 (fn's update, the commit) and 1 (the begin with the take)", i, q, b)
+		}
+	}
+}
