@@ -461,3 +461,56 @@ func TestIntegrationRoundTripsPerDo(t *testing.T) {
 		}
 	}
 }
+
+// TestIntegrationDoKeepsRowVersion: Do holds the name's row by locking it, not by rewriting it, so
+// a hand-over leaves no dead row version behind and the next Do locks the same version (the row's
+// ctid stays). An expired Lock holder's row is freed by the Do that takes it over (its holder then
+// finds it gone), with a token above the row's.
+func TestIntegrationDoKeepsRowVersion(t *testing.T) {
+	s, ctx := testenv.Parallel(t, time.Minute)
+	c := client(t, s.Pool)
+	m := mutex(t, c, "version")
+	var last lock.Token
+	work := func(_ context.Context, _ pgx.Tx, tok lock.Token) error {
+		if !last.Less(tok) {
+			return fmt.Errorf("token %s after %s", tok, last)
+		}
+		last = tok
+		return nil
+	}
+	if err := m.Do(ctx, work); err != nil { // the name's first Do makes its free row
+		t.Fatal(err)
+	}
+	ctid := func() string {
+		var id string
+		if err := s.Pool.QueryRow(ctx, `select ctid::text from txkit_locks where name = 'version'`).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	before := ctid()
+	for range 10 {
+		if err := m.Do(ctx, work); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := ctid(); after != before {
+		t.Errorf("10 Dos rewrote the lock row (ctid %s → %s); want it locked, not rewritten", before, after)
+	}
+
+	var ghost int64
+	if err := s.Pool.QueryRow(ctx, `update txkit_locks set holder = gen_random_uuid(), data = 'ghost',
+		token = nextval('txkit_lock_tokens'), expires_at = now() - interval '1 second' where name = 'version'
+		returning token`).Scan(&ghost); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Do(ctx, work); err != nil {
+		t.Fatal(err)
+	}
+	if last.Seq <= ghost {
+		t.Errorf("Do over an expired row with token %d got token %s", ghost, last)
+	}
+	if got := rows(t, s, "version"); len(got) != 0 {
+		t.Errorf("rows after a Do took over an expired holder's row: %v, want it freed", got)
+	}
+}
