@@ -481,13 +481,7 @@ func TestIntegrationDoKeepsRowVersion(t *testing.T) {
 	if err := m.Do(ctx, work); err != nil { // the name's first Do makes its free row
 		t.Fatal(err)
 	}
-	ctid := func() string {
-		var id string
-		if err := s.Pool.QueryRow(ctx, `select ctid::text from txkit_locks where name = 'version'`).Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
+	ctid := func() string { return rowText(t, s, "version", "ctid") }
 	before := ctid()
 	for range 10 {
 		if err := m.Do(ctx, work); err != nil {
