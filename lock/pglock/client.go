@@ -115,19 +115,18 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 		// holder's renewal or release finds it gone. The keepalive settings (keepaliveSQL's, for
 		// this transaction only) make the server drop a holder's connection that went silent.
 		// The advisory lock $4 only orders the queue of Dos (docs/lock.md): one waiter woken per
-		// hand-over. q reads the row's time left and makes the settings before it waits for that
-		// lock, so that the hand-over — from the holder's commit to this statement's answer —
-		// runs only the row lock and the token.
+		// hand-over. q makes the settings before it waits for that lock, so that the hand-over —
+		// from the holder's commit to this statement's answer — runs only the row lock and the
+		// token; the row's time left is read only when the take failed.
 		doTake: `with cur as (select extract(epoch from greatest(expires_at, now()) - now())::float8 as left_s from ` + t + ` where name = $1),` +
-			` q as materialized (select (select left_s from cur) as left_s,` +
-			` set_config('tcp_keepalives_idle', $2, true) as ki, set_config('tcp_keepalives_interval', '1', true) as kn,` +
+			` q as materialized (select set_config('tcp_keepalives_idle', $2, true) as ki, set_config('tcp_keepalives_interval', '1', true) as kn,` +
 			` set_config('tcp_keepalives_count', '2', true) as kc, set_config('tcp_user_timeout', $3, true) as ku,` +
 			` pg_advisory_xact_lock($4) as queued),` +
 			` got as materialized (select holder from ` + t + ` where name = $1 and expires_at < now() and (select true from q) for update),` +
 			` clr as (update ` + t + ` set holder = '` + uuid.Nil.String() + `', data = '', expires_at = '-infinity'` +
 			` where name = $1 and (select holder from got) <> '` + uuid.Nil.String() + `'),` +
 			` won as materialized (select nextval(` + seqLit + `) as token from got)` +
-			` select (select token from won), (select left_s from q)`,
+			` select w.token, case when w.token is null then (select left_s from cur) end from (select (select token from won) as token) w`,
 		renew: `update ` + t + ` set expires_at = now() + ` + ttl + ` where name = $1 and holder = $2`,
 		// A released row stays, free: holder nil, expired (see acquire for why it stays).
 		release: `with r as (update ` + t + ` set holder = '` + uuid.Nil.String() + `', data = '', expires_at = '-infinity'` +
