@@ -24,8 +24,9 @@ type Beginner interface {
 // The owner ends it with Commit or Rollback (nothing to do when no statement was sent: Begun
 // reports it). Not safe for concurrent use, like any pgx.Tx.
 type LazyTx struct {
-	db Beginner
-	tx pgx.Tx // nil until the transaction is open
+	db   Beginner
+	opts pgx.TxOptions
+	tx   pgx.Tx // nil until the transaction is open
 	// The batch of the begin and the first statement, in the LazyTx's own memory: no allocation
 	// of its own, its list or its statement's entry. Reused by the batches carrying deferred
 	// statements (each closed before the next goes out).
@@ -53,6 +54,10 @@ type Deferred struct {
 
 // NewLazyTx returns a transaction on db that is opened by its first statement.
 func NewLazyTx(db Beginner) *LazyTx { return &LazyTx{db: db} }
+
+// NewLazyTxWith returns a transaction on db with opts (its isolation level, …), opened by its
+// first statement.
+func NewLazyTxWith(db Beginner, opts pgx.TxOptions) *LazyTx { return &LazyTx{db: db, opts: opts} }
 
 // Begun reports whether the transaction was opened (Commit and Rollback then end it).
 func (t *LazyTx) Begun() bool { return t.tx != nil }
@@ -87,7 +92,7 @@ func (t *LazyTx) open(ctx context.Context) error {
 	if t.tx != nil {
 		return nil
 	}
-	tx, err := t.db.BeginTx(ctx, pgx.TxOptions{})
+	tx, err := t.db.BeginTx(ctx, t.opts)
 	if err != nil {
 		return err
 	}
@@ -120,7 +125,7 @@ func (t *LazyTx) batchWith(ctx context.Context, sql string, args []any) (pgx.Bat
 	b := &t.batch
 	b.QueuedQueries = t.queue[:0]
 	if begin {
-		b.BeginTx(pgx.TxOptions{})
+		b.BeginTx(t.opts)
 	}
 	deferred := t.deferred
 	t.deferred = nil

@@ -96,13 +96,7 @@ func TestIntegrationCommitsPerAcquisition(t *testing.T) {
 	// upsert's conflict update whose condition fails still locks it: xmax becomes the attempt's
 	// transaction), so its commit needs no WAL flush.
 	held(t, ctx, m)
-	xmax := func() string {
-		var x string
-		if err := s.Pool.QueryRow(ctx, `select xmax::text from txkit_locks where name = 'commits'`).Scan(&x); err != nil {
-			t.Fatal(err)
-		}
-		return x
-	}
+	xmax := func() string { return rowText(t, s, "commits", "xmax") }
 	before := xmax()
 	if _, err := ms[0].TryLock(ctx); !errors.Is(err, lock.ErrLocked) {
 		t.Fatalf("TryLock while held: %v, want ErrLocked", err)

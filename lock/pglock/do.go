@@ -6,7 +6,9 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -42,19 +44,8 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, 
 		if c.ctx.Err() != nil {
 			return c.errClosed(m.name)
 		}
-		tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("pglock: do %s: %w", m.name, err)
-		}
-		tok, left, err := m.takeIn(ctx, tx)
-		if err == nil && tok != 0 {
-			return m.run(ctx, lock.Token{Seq: tok}, tx, fn)
-		}
-		rollback(ctx, tx)
-		if err != nil {
+		done, left, err := m.attempt(ctx, fn)
+		if done || err != nil {
 			return err
 		}
 		if w == nil {
@@ -70,6 +61,28 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, 
 	}
 }
 
+// attempt runs Do's take in a transaction on a pool connection of its own and, when it takes the
+// row, fn (done: Do's result is err). Otherwise it has rolled back and returns the seconds the
+// Lock holder's row has left, or the error that ends Do. The transaction's begin rides with the
+// take's statement (pgutil.LazyTx): one round trip.
+func (m *Mutex) attempt(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, tok lock.Token) error) (done bool, left float64, err error) {
+	pc, err := m.c.pool.Acquire(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, 0, ctx.Err()
+		}
+		return false, 0, fmt.Errorf("pglock: do %s: %w", m.name, err)
+	}
+	defer pc.Release() // after the commit or rollback; a connection left in a transaction is closed
+	tx := pgutil.NewLazyTxWith(pc.Conn(), pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	tok, left, err := m.takeIn(ctx, pc.Conn().PgConn(), tx)
+	if err == nil && tok != 0 {
+		return true, 0, m.run(ctx, lock.Token{Seq: tok}, tx, fn)
+	}
+	rollback(ctx, tx)
+	return false, left, err
+}
+
 // errNotHeld: Do's probe of the Mutex value's own hold found none (see notHeld).
 var errNotHeld = errors.New("not held by this Mutex")
 
@@ -77,19 +90,18 @@ var errNotHeld = errors.New("not held by this Mutex")
 // and never takes one.
 func notHeld(context.Context) (lock.Lease, error) { return nil, errNotHeld }
 
-// takeIn runs Do's take in tx until it takes the row (tok > 0) or finds it held by a Lock holder
+// takeIn runs Do's take in tx (on conn) until it takes the row (tok > 0) or finds it held by a Lock holder
 // (tok 0, left: the seconds its row has left). Its statement waits for a row another Do's
 // transaction holds, as [Client.waitOn] says; an attempt that saw no live holder and took nothing
 // (the row was changed meanwhile, or there was none: the first Do of a name makes it) is made
 // again at once.
-func (m *Mutex) takeIn(ctx context.Context, tx pgx.Tx) (tok int64, left float64, err error) {
+func (m *Mutex) takeIn(ctx context.Context, conn *pgconn.PgConn, tx pgx.Tx) (tok int64, left float64, err error) {
 	c := m.c
 	for {
 		var won *int64
 		var l *float64
-		var set int
-		err := c.waitOn(ctx, tx.Conn().PgConn(), func(qctx context.Context) error {
-			return tx.QueryRow(qctx, c.doTake, m.name, c.keepIdle, c.userTimeout, m.doKey).Scan(&won, &l, &set)
+		err := c.waitOn(ctx, conn, func(qctx context.Context) error {
+			return tx.QueryRow(qctx, c.doTake, m.name, c.keepIdle, c.userTimeout, m.doKey).Scan(&won, &l)
 		})
 		switch {
 		case ctx.Err() != nil:

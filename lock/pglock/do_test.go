@@ -430,3 +430,81 @@ func TestIntegrationDoHolderKilled(t *testing.T) {
 		t.Errorf("the next Do's token %s is not above the killed holder's %s", tok, killedTok)
 	}
 }
+
+// TestIntegrationRoundTripsPerDo counts what an uncontended Do sends (testenv.CountingPool): the
+// transaction's begin rides with the take in one batch, then fn's statement and the commit — three
+// round trips, as many as the same work under pg_advisory_xact_lock with pgx.BeginFunc takes
+// minus its begin's own.
+func TestIntegrationRoundTripsPerDo(t *testing.T) {
+	s, ctx := testenv.Parallel(t, time.Minute)
+	if _, err := s.Pool.Exec(ctx, `create table counter (n bigint not null); insert into counter values (0)`); err != nil {
+		t.Fatal(err)
+	}
+	p, rt := testenv.CountingPool(t, s)
+	c := client(t, p)
+	m := mutex(t, c, "trips")
+	work := func(ctx context.Context, tx pgx.Tx, _ lock.Token) error {
+		_, err := tx.Exec(ctx, `update counter set n = n + 1`)
+		return err
+	}
+	if err := m.Do(ctx, work); err != nil { // the name's first Do also makes its free row
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		var err error
+		q, b := rt.During(func() { err = m.Do(ctx, work) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q != 2 || b != 1 {
+			t.Errorf("Do %d sent %d statements and %d batches; want 2 (fn's update, the commit) and 1 (the begin with the take)", i, q, b)
+		}
+	}
+}
+
+// TestIntegrationDoKeepsRowVersion: Do holds the name's row by locking it, not by rewriting it, so
+// a hand-over leaves no dead row version behind and the next Do locks the same version (the row's
+// ctid stays). An expired Lock holder's row is freed by the Do that takes it over (its holder then
+// finds it gone), with a token above the row's.
+func TestIntegrationDoKeepsRowVersion(t *testing.T) {
+	s, ctx := testenv.Parallel(t, time.Minute)
+	c := client(t, s.Pool)
+	m := mutex(t, c, "version")
+	var last lock.Token
+	work := func(_ context.Context, _ pgx.Tx, tok lock.Token) error {
+		if !last.Less(tok) {
+			return fmt.Errorf("token %s after %s", tok, last)
+		}
+		last = tok
+		return nil
+	}
+	if err := m.Do(ctx, work); err != nil { // the name's first Do makes its free row
+		t.Fatal(err)
+	}
+	ctid := func() string { return rowText(t, s, "version", "ctid") }
+	before := ctid()
+	for range 10 {
+		if err := m.Do(ctx, work); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := ctid(); after != before {
+		t.Errorf("10 Dos rewrote the lock row (ctid %s → %s); want it locked, not rewritten", before, after)
+	}
+
+	var ghost int64
+	if err := s.Pool.QueryRow(ctx, `update txkit_locks set holder = gen_random_uuid(), data = 'ghost',
+		token = nextval('txkit_lock_tokens'), expires_at = now() - interval '1 second' where name = 'version'
+		returning token`).Scan(&ghost); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Do(ctx, work); err != nil {
+		t.Fatal(err)
+	}
+	if last.Seq <= ghost {
+		t.Errorf("Do over an expired row with token %d got token %s", ghost, last)
+	}
+	if got := rows(t, s, "version"); len(got) != 0 {
+		t.Errorf("rows after a Do took over an expired holder's row: %v, want it freed", got)
+	}
+}

@@ -106,6 +106,16 @@ func rows(t *testing.T, s *testenv.Schema, name string) []string {
 	return out
 }
 
+// rowText returns expr (a system column such as ctid or xmax) of name's row, as text.
+func rowText(t *testing.T, s *testenv.Schema, name, expr string) string {
+	t.Helper()
+	var v string
+	if err := s.Pool.QueryRow(context.Background(), `select `+expr+`::text from txkit_locks where name = $1`, name).Scan(&v); err != nil {
+		t.Fatalf("read %s of %s: %v", expr, name, err)
+	}
+	return v
+}
+
 // lockResult is what a Lock run in the background returned, and when.
 type lockResult struct {
 	at    time.Time
