@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -212,7 +213,7 @@ func (s *Saga) Submit(ctx context.Context) error {
 	}
 	s.submitted = true
 	d := &driver{c: s.c, gid: s.gid, steps: s.steps, byName: s.byName, attempts: s.c.o.attempts,
-		log: s.c.b.Cfg.Logger.With(slog.String("gid", s.gid)), exact: true, recorded: time.Now()}
+		exact: true, recorded: time.Now()}
 	deadline, cancel := context.WithTimeoutCause(ctx, s.timeout, coordinator.ErrTimeout)
 	defer cancel()
 	return d.run(ctx, deadline, core.StatusRunning)
@@ -239,8 +240,7 @@ func (c *Coordinator) recoverOne(ctx context.Context, tok lock.Token, t *core.Tr
 			return fmt.Errorf("saga: %s: unreadable dependencies: %w", t.GID, err)
 		}
 	}
-	d := &driver{c: c, tok: tok, gid: t.GID, byName: map[string]*step{}, attempts: 1,
-		log: c.b.Cfg.Logger.With(slog.String("gid", t.GID), slog.String("token", tok.String())), recorded: time.Now()}
+	d := &driver{c: c, tok: tok, gid: t.GID, byName: map[string]*step{}, attempts: 1, recorded: time.Now()}
 	for _, b := range t.Branches {
 		st := &step{name: b.Name, seq: b.Seq, target: b.Target, payload: b.Payload, deps: m.Deps[b.Name], status: b.Status}
 		d.steps = append(d.steps, st)
@@ -293,7 +293,10 @@ type driver struct {
 	steps    []*step // in seq order
 	byName   map[string]*step
 	attempts int // calls per op before the failure is recorded
-	log      *slog.Logger
+	// log is the saga's logger (its gid, and the leader's token), made by logger on first use:
+	// With formats the attributes, a cost a saga that logs nothing need not pay (issue 33).
+	log     *slog.Logger
+	logOnce sync.Once
 	// completed ranks the steps whose action succeeded in this drive, by completion.
 	completed map[string]int
 	recordErr error // the last recording that failed, for the recovery to report
@@ -390,10 +393,12 @@ func (d *driver) forward(ctx, deadline context.Context) (moved bool, cause, err 
 	}
 	switch p.Next {
 	case core.StatusSucceeded:
-		d.log.DebugContext(ctx, "saga: succeeded")
+		if d.c.b.Cfg.Logger.Enabled(ctx, slog.LevelDebug) {
+			d.logger().DebugContext(ctx, "saga: succeeded")
+		}
 		return false, nil, nil
 	case core.StatusCompensating:
-		d.log.InfoContext(ctx, "saga: compensating", slog.Any("err", cause))
+		d.logger().InfoContext(ctx, "saga: compensating", slog.Any("err", cause))
 		return true, cause, nil
 	}
 	errs := []error{coordinator.ErrIncomplete}
@@ -478,7 +483,7 @@ func (d *driver) compensate(ctx context.Context) error {
 		return fmt.Errorf("saga: %s: %w", d.gid, err)
 	}
 	if p.Next != 0 {
-		d.log.InfoContext(ctx, "saga: compensated")
+		d.logger().InfoContext(ctx, "saga: compensated")
 		return nil
 	}
 	errs := []error{coordinator.ErrIncomplete}
@@ -489,6 +494,18 @@ func (d *driver) compensate(ctx context.Context) error {
 		errs = append(errs, p.Err)
 	}
 	return fmt.Errorf("saga: compensate %s: %w", d.gid, errors.Join(errs...))
+}
+
+// logger returns the saga's logger, made on the first call (calls run on several goroutines).
+func (d *driver) logger() *slog.Logger {
+	d.logOnce.Do(func() {
+		if d.tok.IsZero() {
+			d.log = d.c.b.Cfg.Logger.With(slog.String("gid", d.gid))
+		} else {
+			d.log = d.c.b.Cfg.Logger.With(slog.String("gid", d.gid), slog.String("token", d.tok.String()))
+		}
+	})
+	return d.log
 }
 
 // record writes p (fenced with the driver's token), not bounded by a cancelled ctx.
@@ -507,7 +524,7 @@ func (d *driver) record(ctx context.Context, p core.Progress) error {
 // with backoff in between ([core.Base.CallAttempts]). A refused action returns at once; a refused
 // compensation breaks the protocol: it is counted and retried like any failure.
 func (d *driver) call(ctx context.Context, st *step, op participant.Op) error {
-	return d.c.b.CallAttempts(ctx, d.log, st.target, participant.Request{GID: d.gid, Branch: st.name, Op: op, Payload: st.payload}, d.attempts)
+	return d.c.b.CallAttempts(ctx, d.logger, st.target, participant.Request{GID: d.gid, Branch: st.name, Op: op, Payload: st.payload}, d.attempts)
 }
 
 // node is one call of a walk.
