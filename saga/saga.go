@@ -1,11 +1,13 @@
 package saga
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -548,16 +550,17 @@ type walkResult struct {
 func walk(ctx context.Context, limit int, nodes []node, do func(context.Context, string) error,
 	stop func(error) bool, checkpoint func([]string) error) walkResult {
 	type outcome struct {
-		name string
-		err  error
+		i   int
+		err error
 	}
-	w := newWalker(nodes)
-	results := make(chan outcome, len(nodes))
+	var w walker
+	w.init(nodes)
+	var results chan outcome // made for the first call on a goroutine of its own
 	running, stopped := 0, false
 	for {
 		if !stopped && ctx.Err() == nil && len(w.ready) > 0 && running < limit {
 			if len(w.ready) > 1 {
-				sort.SliceStable(w.ready, func(i, j int) bool { return w.ready[i].prio > w.ready[j].prio })
+				slices.SortStableFunc(w.ready, func(i, j int) int { return cmp.Compare(nodes[j].prio, nodes[i].prio) })
 			}
 			k := min(limit-running, len(w.ready))
 			if checkpoint != nil && w.needsCheckpoint(k) {
@@ -571,74 +574,129 @@ func walk(ctx context.Context, limit int, nodes []node, do func(context.Context,
 				// nothing else in flight there is no other outcome to react to meanwhile, and a
 				// goroutine of its own would cost its start and the growth of a fresh stack to
 				// the depth of an HTTP or gRPC call.
-				n := w.ready[0]
+				i := w.ready[0]
 				w.ready = w.ready[1:]
-				w.outcome(n.name, do(ctx, n.name), stop, &stopped)
+				w.outcome(i, do(ctx, nodes[i].name), stop, &stopped)
 				continue
 			}
-			for _, n := range w.ready[:k] {
+			if results == nil {
+				results = make(chan outcome, len(nodes))
+			}
+			for _, i := range w.ready[:k] {
 				running++
-				go func() { results <- outcome{n.name, do(ctx, n.name)} }()
+				go func() { results <- outcome{i, do(ctx, nodes[i].name)} }()
 			}
 			w.ready = w.ready[k:]
 		}
 		if running == 0 {
+			if len(w.res.done) == 0 {
+				w.res.done = nil // none: as the log's statements take it (NULL, not an empty array)
+			}
 			return w.res
 		}
 		o := <-results
 		running--
-		w.outcome(o.name, o.err, stop, &stopped)
+		w.outcome(o.i, o.err, stop, &stopped)
 	}
 }
 
-// outcome records the outcome of name's call: a failure (stopped set when stop approves it) or a
-// success.
-func (w *walker) outcome(name string, err error, stop func(error) bool, stopped *bool) {
+// outcome records the outcome of node i's call: a failure (stopped set when stop approves it) or
+// a success.
+func (w *walker) outcome(i int, err error, stop func(error) bool, stopped *bool) {
 	if err != nil {
-		w.res.failed = append(w.res.failed, core.BranchFailure{Branch: name, Err: err})
+		w.res.failed = append(w.res.failed, core.BranchFailure{Branch: w.nodes[i].name, Err: err})
 		if stop != nil && stop(err) {
 			*stopped = true
 		}
 		return
 	}
-	w.succeeded(name)
+	w.succeeded(i)
 }
 
-// walker is the graph state of one walk; it is used by walk's goroutine only.
+// walker is the graph state of one walk; it is used by walk's goroutine only. Nodes are named by
+// their index in nodes; a walk allocates a few slices, not a map per kind of state (issue 33).
 type walker struct {
-	byName     map[string]node
-	waiting    map[string]int      // blockers of each node not yet succeeded
-	dependents map[string][]string // the nodes each node blocks
-	ready      []node              // nodes whose blockers all succeeded, not started yet
-	unsaved    map[string]bool     // succeeded, not yet checkpointed
-	res        walkResult
+	nodes []node
+	state []nodeState
+	deps  []int // the nodes each node blocks: node i's are deps[state[i].from:state[i].to]
+	ready []int // nodes whose blockers all succeeded, not started yet
+	saved int   // res.done[:saved] are checkpointed
+	res   walkResult
 }
 
-func newWalker(nodes []node) *walker {
-	w := &walker{byName: make(map[string]node, len(nodes)), waiting: make(map[string]int, len(nodes)),
-		dependents: map[string][]string{}, unsaved: map[string]bool{}}
-	for _, n := range nodes {
-		w.byName[n.name] = n
-		w.waiting[n.name] = len(n.blockers)
-		for _, b := range n.blockers {
-			w.dependents[b] = append(w.dependents[b], n.name)
+type nodeState struct {
+	waiting  int // blockers not yet succeeded
+	from, to int
+}
+
+func (w *walker) init(nodes []node) {
+	w.nodes = nodes
+	w.state = make([]nodeState, len(nodes))
+	w.ready = make([]int, 0, len(nodes))
+	w.res.done = make([]string, 0, len(nodes))
+	// A blocker that names no node of the walk never succeeds: its node never starts.
+	index := func(name string) int { return slices.IndexFunc(nodes, func(n node) bool { return n.name == name }) }
+	if len(nodes) > 8 {
+		m := make(map[string]int, len(nodes))
+		for i, n := range nodes {
+			m[n.name] = i
 		}
-		if len(n.blockers) == 0 {
-			w.ready = append(w.ready, n)
+		index = func(name string) int {
+			if i, ok := m[name]; ok {
+				return i
+			}
+			return -1
 		}
 	}
-	return w
+	edges := 0
+	for i, n := range nodes {
+		w.state[i].waiting = len(n.blockers)
+		edges += len(n.blockers)
+		if len(n.blockers) == 0 {
+			w.ready = append(w.ready, i)
+		}
+	}
+	if edges == 0 {
+		return
+	}
+	// Count each node's dependents, lay their lists out in deps, then fill them in node order.
+	blockers := make([]int, 0, edges) // the index of every blocker, -1: none of the walk
+	for _, n := range nodes {
+		for _, b := range n.blockers {
+			j := index(b)
+			blockers = append(blockers, j)
+			if j >= 0 {
+				w.state[j].to++
+			}
+		}
+	}
+	at := 0
+	for j := range w.state {
+		w.state[j].from, at = at, at+w.state[j].to
+		w.state[j].to = w.state[j].from
+	}
+	w.deps = make([]int, at)
+	e := 0
+	for i, n := range nodes {
+		for range n.blockers {
+			if j := blockers[e]; j >= 0 {
+				w.deps[w.state[j].to] = i
+				w.state[j].to++
+			}
+			e++
+		}
+	}
 }
 
 // needsCheckpoint reports whether one of the next k ready nodes depends on a success not yet
 // checkpointed.
 func (w *walker) needsCheckpoint(k int) bool {
-	if len(w.unsaved) == 0 {
+	if w.saved == len(w.res.done) {
 		return false
 	}
-	for _, n := range w.ready[:k] {
-		for _, b := range n.blockers {
-			if w.unsaved[b] {
+	for _, i := range w.ready[:k] {
+		for _, b := range w.nodes[i].blockers {
+			if slices.Contains(w.res.done[w.saved:], b) {
 				return true
 			}
 		}
@@ -649,26 +707,20 @@ func (w *walker) needsCheckpoint(k int) bool {
 // save gives checkpoint the successes not yet checkpointed, in completion order; once it
 // succeeds they are checkpointed.
 func (w *walker) save(checkpoint func([]string) error) error {
-	var names []string
-	for _, name := range w.res.done {
-		if w.unsaved[name] {
-			names = append(names, name)
-		}
-	}
-	if err := checkpoint(names); err != nil {
+	n := len(w.res.done)
+	if err := checkpoint(w.res.done[w.saved:n:n]); err != nil {
 		return err
 	}
-	clear(w.unsaved)
+	w.saved = n
 	return nil
 }
 
-// succeeded records name's success and readies the nodes it was the last blocker of.
-func (w *walker) succeeded(name string) {
-	w.res.done = append(w.res.done, name)
-	w.unsaved[name] = true
-	for _, dn := range w.dependents[name] {
-		if w.waiting[dn]--; w.waiting[dn] == 0 {
-			w.ready = append(w.ready, w.byName[dn])
+// succeeded records node i's success and readies the nodes it was the last blocker of.
+func (w *walker) succeeded(i int) {
+	w.res.done = append(w.res.done, w.nodes[i].name)
+	for _, dn := range w.deps[w.state[i].from:w.state[i].to] {
+		if w.state[dn].waiting--; w.state[dn].waiting == 0 {
+			w.ready = append(w.ready, dn)
 		}
 	}
 }
