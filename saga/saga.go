@@ -145,19 +145,26 @@ func (s *Saga) add(st Step) error {
 	if err != nil {
 		return fmt.Errorf("saga: step %q of %s: %w", st.Name, s.gid, err)
 	}
-	deps := st.DependsOn
-	if deps == nil && len(s.steps) > 0 {
-		deps = []string{s.steps[len(s.steps)-1].name}
-	}
-	seen := map[string]bool{}
-	var uniq []string
-	for _, d := range deps {
-		if s.byName[d] == nil {
-			return fmt.Errorf("saga: step %q of %s: depends on %q, which is not a step added before it: %w", st.Name, s.gid, d, coordinator.ErrInvalidBranch)
+	var uniq []string // st's dependencies, each once (never the caller's slice)
+	if st.DependsOn == nil {
+		if len(s.steps) > 0 {
+			uniq = []string{s.steps[len(s.steps)-1].name}
 		}
-		if !seen[d] {
-			seen[d] = true
-			uniq = append(uniq, d)
+	} else {
+		var seen map[string]bool // past a few dependencies; below, uniq is searched
+		if len(st.DependsOn) > 8 {
+			seen = make(map[string]bool, len(st.DependsOn))
+		}
+		for _, d := range st.DependsOn {
+			if s.byName[d] == nil {
+				return fmt.Errorf("saga: step %q of %s: depends on %q, which is not a step added before it: %w", st.Name, s.gid, d, coordinator.ErrInvalidBranch)
+			}
+			if seen != nil && !seen[d] || seen == nil && !slices.Contains(uniq, d) {
+				if seen != nil {
+					seen[d] = true
+				}
+				uniq = append(uniq, d)
+			}
 		}
 	}
 	stp := &step{name: st.Name, seq: len(s.steps), target: target, payload: st.Payload, deps: uniq, status: core.BranchPending}
@@ -334,15 +341,18 @@ func (d *driver) run(ctx, deadline context.Context, st coordinator.Status) error
 // forward runs the pending actions. It returns moved=true when the saga must now be compensated
 // (cause says why: the refusal or the timeout), or moved=false with Submit's result otherwise.
 func (d *driver) forward(ctx, deadline context.Context) (moved bool, cause, err error) {
-	var nodes []node
+	nodes := make([]node, 0, len(d.steps))
 	for _, st := range d.steps {
 		if st.status != core.BranchPending {
 			continue
 		}
-		n := node{name: st.name, prio: -st.seq}
-		for _, dep := range st.deps {
-			if d.byName[dep].status != core.BranchSucceeded {
-				n.blockers = append(n.blockers, dep)
+		n := node{name: st.name, prio: -st.seq, blockers: st.deps} // the walk does not change them
+		if slices.ContainsFunc(st.deps, func(dep string) bool { return d.byName[dep].status == core.BranchSucceeded }) {
+			n.blockers = nil
+			for _, dep := range st.deps {
+				if d.byName[dep].status != core.BranchSucceeded {
+					n.blockers = append(n.blockers, dep)
+				}
 			}
 		}
 		nodes = append(nodes, n)
