@@ -179,6 +179,63 @@ type meta struct {
 	Deps map[string][]string `json:"deps,omitempty"`
 }
 
+// encodeMeta returns the JSON of the steps' meta (the steps with dependencies, in step order),
+// written by hand where every name is plain ASCII: json.Marshal of the map allocates for its
+// reflection and its sorted keys, on every saga (issue 33).
+func encodeMeta(steps []*step) ([]byte, error) {
+	plain := func(n string) bool {
+		for i := range len(n) {
+			if c := n[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return false
+			}
+		}
+		return true
+	}
+	size := len(`{"deps":{}}`)
+	for _, st := range steps {
+		if len(st.deps) == 0 {
+			continue
+		}
+		if !plain(st.name) || slices.ContainsFunc(st.deps, func(d string) bool { return !plain(d) }) {
+			m := meta{Deps: map[string][]string{}}
+			for _, st := range steps {
+				if len(st.deps) > 0 {
+					m.Deps[st.name] = st.deps
+				}
+			}
+			return json.Marshal(m)
+		}
+		size += len(st.name) + 6
+		for _, d := range st.deps {
+			size += len(d) + 3
+		}
+	}
+	b := make([]byte, 0, size)
+	b = append(b, `{"deps":{`...)
+	first := true
+	for _, st := range steps {
+		if len(st.deps) == 0 {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = append(append(append(b, '"'), st.name...), `":[`...)
+		for i, d := range st.deps {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(append(append(b, '"'), d...), '"')
+		}
+		b = append(b, ']')
+	}
+	if first {
+		return []byte(`{}`), nil // as json.Marshal writes a meta without dependencies (omitempty)
+	}
+	return append(b, "}}"...), nil
+}
+
 // Submit records the saga and all its steps in one write, runs the actions in dependency order
 // (at most [coordinator.WithConcurrency] at once) and records the outcome. It blocks until the saga
 // ends or stalls; ctx bounds the calls, not the recording of their outcomes.
@@ -205,15 +262,11 @@ func (s *Saga) Submit(ctx context.Context) error {
 	case len(s.steps) == 0:
 		return fmt.Errorf("saga: submit %s: no step: %w", s.gid, coordinator.ErrInvalidBranch)
 	}
-	m := meta{Deps: map[string][]string{}}
 	branches := make([]core.Branch, len(s.steps))
 	for i, st := range s.steps {
-		if len(st.deps) > 0 {
-			m.Deps[st.name] = st.deps
-		}
 		branches[i] = core.Branch{Name: st.name, Seq: st.seq, Target: st.target, Payload: st.payload}
 	}
-	payload, err := json.Marshal(m)
+	payload, err := encodeMeta(s.steps)
 	if err != nil {
 		return fmt.Errorf("saga: submit %s: %w", s.gid, err)
 	}
