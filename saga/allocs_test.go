@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/txkit/txkit/bench/cpustat"
+	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/participant"
 )
 
@@ -37,13 +37,5 @@ func TestIntegrationSagaAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run() // the pool's connections and prepared statements
-	const runs, max = 300, 130
-	before := cpustat.Read()
-	allocs := testing.AllocsPerRun(runs, run)
-	used := cpustat.Read().Sub(before)
-	t.Logf("%.0f allocations, %v of this process's processor time per saga", allocs, used.Self/(runs+1))
-	if allocs > max {
-		t.Errorf("%.0f allocations per saga, want at most %d", allocs, max)
-	}
+	coretest.AllocsAtMost(t, "saga", 300, 130, run)
 }
