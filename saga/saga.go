@@ -1,12 +1,15 @@
 package saga
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -142,19 +145,26 @@ func (s *Saga) add(st Step) error {
 	if err != nil {
 		return fmt.Errorf("saga: step %q of %s: %w", st.Name, s.gid, err)
 	}
-	deps := st.DependsOn
-	if deps == nil && len(s.steps) > 0 {
-		deps = []string{s.steps[len(s.steps)-1].name}
-	}
-	seen := map[string]bool{}
-	var uniq []string
-	for _, d := range deps {
-		if s.byName[d] == nil {
-			return fmt.Errorf("saga: step %q of %s: depends on %q, which is not a step added before it: %w", st.Name, s.gid, d, coordinator.ErrInvalidBranch)
+	var uniq []string // st's dependencies, each once (never the caller's slice)
+	if st.DependsOn == nil {
+		if len(s.steps) > 0 {
+			uniq = []string{s.steps[len(s.steps)-1].name}
 		}
-		if !seen[d] {
-			seen[d] = true
-			uniq = append(uniq, d)
+	} else {
+		var seen map[string]bool // past a few dependencies; below, uniq is searched
+		if len(st.DependsOn) > 8 {
+			seen = make(map[string]bool, len(st.DependsOn))
+		}
+		for _, d := range st.DependsOn {
+			if s.byName[d] == nil {
+				return fmt.Errorf("saga: step %q of %s: depends on %q, which is not a step added before it: %w", st.Name, s.gid, d, coordinator.ErrInvalidBranch)
+			}
+			if seen != nil && !seen[d] || seen == nil && !slices.Contains(uniq, d) {
+				if seen != nil {
+					seen[d] = true
+				}
+				uniq = append(uniq, d)
+			}
 		}
 	}
 	stp := &step{name: st.Name, seq: len(s.steps), target: target, payload: st.Payload, deps: uniq, status: core.BranchPending}
@@ -167,6 +177,63 @@ func (s *Saga) add(st Step) error {
 // runs (and compensates) the steps in the same order.
 type meta struct {
 	Deps map[string][]string `json:"deps,omitempty"`
+}
+
+// encodeMeta returns the JSON of the steps' meta (the steps with dependencies, in step order),
+// written by hand where every name is plain ASCII: json.Marshal of the map allocates for its
+// reflection and its sorted keys, on every saga (issue 33).
+func encodeMeta(steps []*step) ([]byte, error) {
+	plain := func(n string) bool {
+		for i := range len(n) {
+			if c := n[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return false
+			}
+		}
+		return true
+	}
+	size := len(`{"deps":{}}`)
+	for _, st := range steps {
+		if len(st.deps) == 0 {
+			continue
+		}
+		if !plain(st.name) || slices.ContainsFunc(st.deps, func(d string) bool { return !plain(d) }) {
+			m := meta{Deps: map[string][]string{}}
+			for _, st := range steps {
+				if len(st.deps) > 0 {
+					m.Deps[st.name] = st.deps
+				}
+			}
+			return json.Marshal(m)
+		}
+		size += len(st.name) + 6
+		for _, d := range st.deps {
+			size += len(d) + 3
+		}
+	}
+	b := make([]byte, 0, size)
+	b = append(b, `{"deps":{`...)
+	first := true
+	for _, st := range steps {
+		if len(st.deps) == 0 {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = append(append(append(b, '"'), st.name...), `":[`...)
+		for i, d := range st.deps {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(append(append(b, '"'), d...), '"')
+		}
+		b = append(b, ']')
+	}
+	if first {
+		return []byte(`{}`), nil // as json.Marshal writes a meta without dependencies (omitempty)
+	}
+	return append(b, "}}"...), nil
 }
 
 // Submit records the saga and all its steps in one write, runs the actions in dependency order
@@ -195,15 +262,11 @@ func (s *Saga) Submit(ctx context.Context) error {
 	case len(s.steps) == 0:
 		return fmt.Errorf("saga: submit %s: no step: %w", s.gid, coordinator.ErrInvalidBranch)
 	}
-	m := meta{Deps: map[string][]string{}}
 	branches := make([]core.Branch, len(s.steps))
 	for i, st := range s.steps {
-		if len(st.deps) > 0 {
-			m.Deps[st.name] = st.deps
-		}
 		branches[i] = core.Branch{Name: st.name, Seq: st.seq, Target: st.target, Payload: st.payload}
 	}
-	payload, err := json.Marshal(m)
+	payload, err := encodeMeta(s.steps)
 	if err != nil {
 		return fmt.Errorf("saga: submit %s: %w", s.gid, err)
 	}
@@ -212,7 +275,7 @@ func (s *Saga) Submit(ctx context.Context) error {
 	}
 	s.submitted = true
 	d := &driver{c: s.c, gid: s.gid, steps: s.steps, byName: s.byName, attempts: s.c.o.attempts,
-		log: s.c.b.Cfg.Logger.With(slog.String("gid", s.gid)), exact: true, recorded: time.Now()}
+		exact: true, recorded: time.Now()}
 	deadline, cancel := context.WithTimeoutCause(ctx, s.timeout, coordinator.ErrTimeout)
 	defer cancel()
 	return d.run(ctx, deadline, core.StatusRunning)
@@ -239,8 +302,7 @@ func (c *Coordinator) recoverOne(ctx context.Context, tok lock.Token, t *core.Tr
 			return fmt.Errorf("saga: %s: unreadable dependencies: %w", t.GID, err)
 		}
 	}
-	d := &driver{c: c, tok: tok, gid: t.GID, byName: map[string]*step{}, attempts: 1,
-		log: c.b.Cfg.Logger.With(slog.String("gid", t.GID), slog.String("token", tok.String())), recorded: time.Now()}
+	d := &driver{c: c, tok: tok, gid: t.GID, byName: map[string]*step{}, attempts: 1, recorded: time.Now()}
 	for _, b := range t.Branches {
 		st := &step{name: b.Name, seq: b.Seq, target: b.Target, payload: b.Payload, deps: m.Deps[b.Name], status: b.Status}
 		d.steps = append(d.steps, st)
@@ -293,7 +355,10 @@ type driver struct {
 	steps    []*step // in seq order
 	byName   map[string]*step
 	attempts int // calls per op before the failure is recorded
-	log      *slog.Logger
+	// log is the saga's logger (its gid, and the leader's token), made by logger on first use:
+	// With formats the attributes, a cost a saga that logs nothing need not pay (issue 33).
+	log     *slog.Logger
+	logOnce sync.Once
 	// completed ranks the steps whose action succeeded in this drive, by completion.
 	completed map[string]int
 	recordErr error // the last recording that failed, for the recovery to report
@@ -329,15 +394,18 @@ func (d *driver) run(ctx, deadline context.Context, st coordinator.Status) error
 // forward runs the pending actions. It returns moved=true when the saga must now be compensated
 // (cause says why: the refusal or the timeout), or moved=false with Submit's result otherwise.
 func (d *driver) forward(ctx, deadline context.Context) (moved bool, cause, err error) {
-	var nodes []node
+	nodes := make([]node, 0, len(d.steps))
 	for _, st := range d.steps {
 		if st.status != core.BranchPending {
 			continue
 		}
-		n := node{name: st.name, prio: -st.seq}
-		for _, dep := range st.deps {
-			if d.byName[dep].status != core.BranchSucceeded {
-				n.blockers = append(n.blockers, dep)
+		n := node{name: st.name, prio: -st.seq, blockers: st.deps} // the walk does not change them
+		if slices.ContainsFunc(st.deps, func(dep string) bool { return d.byName[dep].status == core.BranchSucceeded }) {
+			n.blockers = nil
+			for _, dep := range st.deps {
+				if d.byName[dep].status != core.BranchSucceeded {
+					n.blockers = append(n.blockers, dep)
+				}
 			}
 		}
 		nodes = append(nodes, n)
@@ -390,10 +458,12 @@ func (d *driver) forward(ctx, deadline context.Context) (moved bool, cause, err 
 	}
 	switch p.Next {
 	case core.StatusSucceeded:
-		d.log.DebugContext(ctx, "saga: succeeded")
+		if d.c.b.Cfg.Logger.Enabled(ctx, slog.LevelDebug) {
+			d.logger().DebugContext(ctx, "saga: succeeded")
+		}
 		return false, nil, nil
 	case core.StatusCompensating:
-		d.log.InfoContext(ctx, "saga: compensating", slog.Any("err", cause))
+		d.logger().InfoContext(ctx, "saga: compensating", slog.Any("err", cause))
 		return true, cause, nil
 	}
 	errs := []error{coordinator.ErrIncomplete}
@@ -478,7 +548,7 @@ func (d *driver) compensate(ctx context.Context) error {
 		return fmt.Errorf("saga: %s: %w", d.gid, err)
 	}
 	if p.Next != 0 {
-		d.log.InfoContext(ctx, "saga: compensated")
+		d.logger().InfoContext(ctx, "saga: compensated")
 		return nil
 	}
 	errs := []error{coordinator.ErrIncomplete}
@@ -489,6 +559,18 @@ func (d *driver) compensate(ctx context.Context) error {
 		errs = append(errs, p.Err)
 	}
 	return fmt.Errorf("saga: compensate %s: %w", d.gid, errors.Join(errs...))
+}
+
+// logger returns the saga's logger, made on the first call (calls run on several goroutines).
+func (d *driver) logger() *slog.Logger {
+	d.logOnce.Do(func() {
+		if d.tok.IsZero() {
+			d.log = d.c.b.Cfg.Logger.With(slog.String("gid", d.gid))
+		} else {
+			d.log = d.c.b.Cfg.Logger.With(slog.String("gid", d.gid), slog.String("token", d.tok.String()))
+		}
+	})
+	return d.log
 }
 
 // record writes p (fenced with the driver's token), not bounded by a cancelled ctx.
@@ -507,7 +589,7 @@ func (d *driver) record(ctx context.Context, p core.Progress) error {
 // with backoff in between ([core.Base.CallAttempts]). A refused action returns at once; a refused
 // compensation breaks the protocol: it is counted and retried like any failure.
 func (d *driver) call(ctx context.Context, st *step, op participant.Op) error {
-	return d.c.b.CallAttempts(ctx, d.log, st.target, participant.Request{GID: d.gid, Branch: st.name, Op: op, Payload: st.payload}, d.attempts)
+	return d.c.b.CallAttempts(ctx, d.logger, st.target, participant.Request{GID: d.gid, Branch: st.name, Op: op, Payload: st.payload}, d.attempts)
 }
 
 // node is one call of a walk.
@@ -531,16 +613,17 @@ type walkResult struct {
 func walk(ctx context.Context, limit int, nodes []node, do func(context.Context, string) error,
 	stop func(error) bool, checkpoint func([]string) error) walkResult {
 	type outcome struct {
-		name string
-		err  error
+		i   int
+		err error
 	}
-	w := newWalker(nodes)
-	results := make(chan outcome, len(nodes))
+	var w walker
+	w.init(nodes)
+	var results chan outcome // made for the first call on a goroutine of its own
 	running, stopped := 0, false
 	for {
 		if !stopped && ctx.Err() == nil && len(w.ready) > 0 && running < limit {
 			if len(w.ready) > 1 {
-				sort.SliceStable(w.ready, func(i, j int) bool { return w.ready[i].prio > w.ready[j].prio })
+				slices.SortStableFunc(w.ready, func(i, j int) int { return cmp.Compare(nodes[j].prio, nodes[i].prio) })
 			}
 			k := min(limit-running, len(w.ready))
 			if checkpoint != nil && w.needsCheckpoint(k) {
@@ -554,74 +637,129 @@ func walk(ctx context.Context, limit int, nodes []node, do func(context.Context,
 				// nothing else in flight there is no other outcome to react to meanwhile, and a
 				// goroutine of its own would cost its start and the growth of a fresh stack to
 				// the depth of an HTTP or gRPC call.
-				n := w.ready[0]
+				i := w.ready[0]
 				w.ready = w.ready[1:]
-				w.outcome(n.name, do(ctx, n.name), stop, &stopped)
+				w.outcome(i, do(ctx, nodes[i].name), stop, &stopped)
 				continue
 			}
-			for _, n := range w.ready[:k] {
+			if results == nil {
+				results = make(chan outcome, len(nodes))
+			}
+			for _, i := range w.ready[:k] {
 				running++
-				go func() { results <- outcome{n.name, do(ctx, n.name)} }()
+				go func() { results <- outcome{i, do(ctx, nodes[i].name)} }()
 			}
 			w.ready = w.ready[k:]
 		}
 		if running == 0 {
+			if len(w.res.done) == 0 {
+				w.res.done = nil // none: as the log's statements take it (NULL, not an empty array)
+			}
 			return w.res
 		}
 		o := <-results
 		running--
-		w.outcome(o.name, o.err, stop, &stopped)
+		w.outcome(o.i, o.err, stop, &stopped)
 	}
 }
 
-// outcome records the outcome of name's call: a failure (stopped set when stop approves it) or a
-// success.
-func (w *walker) outcome(name string, err error, stop func(error) bool, stopped *bool) {
+// outcome records the outcome of node i's call: a failure (stopped set when stop approves it) or
+// a success.
+func (w *walker) outcome(i int, err error, stop func(error) bool, stopped *bool) {
 	if err != nil {
-		w.res.failed = append(w.res.failed, core.BranchFailure{Branch: name, Err: err})
+		w.res.failed = append(w.res.failed, core.BranchFailure{Branch: w.nodes[i].name, Err: err})
 		if stop != nil && stop(err) {
 			*stopped = true
 		}
 		return
 	}
-	w.succeeded(name)
+	w.succeeded(i)
 }
 
-// walker is the graph state of one walk; it is used by walk's goroutine only.
+// walker is the graph state of one walk; it is used by walk's goroutine only. Nodes are named by
+// their index in nodes; a walk allocates a few slices, not a map per kind of state (issue 33).
 type walker struct {
-	byName     map[string]node
-	waiting    map[string]int      // blockers of each node not yet succeeded
-	dependents map[string][]string // the nodes each node blocks
-	ready      []node              // nodes whose blockers all succeeded, not started yet
-	unsaved    map[string]bool     // succeeded, not yet checkpointed
-	res        walkResult
+	nodes []node
+	state []nodeState
+	deps  []int // the nodes each node blocks: node i's are deps[state[i].from:state[i].to]
+	ready []int // nodes whose blockers all succeeded, not started yet
+	saved int   // res.done[:saved] are checkpointed
+	res   walkResult
 }
 
-func newWalker(nodes []node) *walker {
-	w := &walker{byName: make(map[string]node, len(nodes)), waiting: make(map[string]int, len(nodes)),
-		dependents: map[string][]string{}, unsaved: map[string]bool{}}
-	for _, n := range nodes {
-		w.byName[n.name] = n
-		w.waiting[n.name] = len(n.blockers)
-		for _, b := range n.blockers {
-			w.dependents[b] = append(w.dependents[b], n.name)
+type nodeState struct {
+	waiting  int // blockers not yet succeeded
+	from, to int
+}
+
+func (w *walker) init(nodes []node) {
+	w.nodes = nodes
+	w.state = make([]nodeState, len(nodes))
+	w.ready = make([]int, 0, len(nodes))
+	w.res.done = make([]string, 0, len(nodes))
+	// A blocker that names no node of the walk never succeeds: its node never starts.
+	index := func(name string) int { return slices.IndexFunc(nodes, func(n node) bool { return n.name == name }) }
+	if len(nodes) > 8 {
+		m := make(map[string]int, len(nodes))
+		for i, n := range nodes {
+			m[n.name] = i
 		}
-		if len(n.blockers) == 0 {
-			w.ready = append(w.ready, n)
+		index = func(name string) int {
+			if i, ok := m[name]; ok {
+				return i
+			}
+			return -1
 		}
 	}
-	return w
+	edges := 0
+	for i, n := range nodes {
+		w.state[i].waiting = len(n.blockers)
+		edges += len(n.blockers)
+		if len(n.blockers) == 0 {
+			w.ready = append(w.ready, i)
+		}
+	}
+	if edges == 0 {
+		return
+	}
+	// Count each node's dependents, lay their lists out in deps, then fill them in node order.
+	blockers := make([]int, 0, edges) // the index of every blocker, -1: none of the walk
+	for _, n := range nodes {
+		for _, b := range n.blockers {
+			j := index(b)
+			blockers = append(blockers, j)
+			if j >= 0 {
+				w.state[j].to++
+			}
+		}
+	}
+	at := 0
+	for j := range w.state {
+		w.state[j].from, at = at, at+w.state[j].to
+		w.state[j].to = w.state[j].from
+	}
+	w.deps = make([]int, at)
+	e := 0
+	for i, n := range nodes {
+		for range n.blockers {
+			if j := blockers[e]; j >= 0 {
+				w.deps[w.state[j].to] = i
+				w.state[j].to++
+			}
+			e++
+		}
+	}
 }
 
 // needsCheckpoint reports whether one of the next k ready nodes depends on a success not yet
 // checkpointed.
 func (w *walker) needsCheckpoint(k int) bool {
-	if len(w.unsaved) == 0 {
+	if w.saved == len(w.res.done) {
 		return false
 	}
-	for _, n := range w.ready[:k] {
-		for _, b := range n.blockers {
-			if w.unsaved[b] {
+	for _, i := range w.ready[:k] {
+		for _, b := range w.nodes[i].blockers {
+			if slices.Contains(w.res.done[w.saved:], b) {
 				return true
 			}
 		}
@@ -632,26 +770,20 @@ func (w *walker) needsCheckpoint(k int) bool {
 // save gives checkpoint the successes not yet checkpointed, in completion order; once it
 // succeeds they are checkpointed.
 func (w *walker) save(checkpoint func([]string) error) error {
-	var names []string
-	for _, name := range w.res.done {
-		if w.unsaved[name] {
-			names = append(names, name)
-		}
-	}
-	if err := checkpoint(names); err != nil {
+	n := len(w.res.done)
+	if err := checkpoint(w.res.done[w.saved:n:n]); err != nil {
 		return err
 	}
-	clear(w.unsaved)
+	w.saved = n
 	return nil
 }
 
-// succeeded records name's success and readies the nodes it was the last blocker of.
-func (w *walker) succeeded(name string) {
-	w.res.done = append(w.res.done, name)
-	w.unsaved[name] = true
-	for _, dn := range w.dependents[name] {
-		if w.waiting[dn]--; w.waiting[dn] == 0 {
-			w.ready = append(w.ready, w.byName[dn])
+// succeeded records node i's success and readies the nodes it was the last blocker of.
+func (w *walker) succeeded(i int) {
+	w.res.done = append(w.res.done, w.nodes[i].name)
+	for _, dn := range w.deps[w.state[i].from:w.state[i].to] {
+		if w.state[dn].waiting--; w.state[dn].waiting == 0 {
+			w.ready = append(w.ready, dn)
 		}
 	}
 }

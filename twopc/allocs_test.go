@@ -3,7 +3,7 @@ package twopc_test
 import (
 	"testing"
 
-	"github.com/txkit/txkit/bench/cpustat"
+	"github.com/txkit/txkit/internal/core/coretest"
 )
 
 // A transfer's cost in Go allocations, counted with testing.AllocsPerRun (every goroutine of the
@@ -36,13 +36,5 @@ func TestIntegrationTransferAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	transfer() // the vote tables, the pools' connections and prepared statements
-	const runs, max = 500, 250
-	before := cpustat.Read()
-	allocs := testing.AllocsPerRun(runs, transfer)
-	used := cpustat.Read().Sub(before)
-	t.Logf("%.0f allocations, %v of this process's processor time per transfer", allocs, used.Self/(runs+1))
-	if allocs > max {
-		t.Errorf("%.0f allocations per transfer, want at most %d", allocs, max)
-	}
+	coretest.AllocsAtMost(t, "transfer", 500, 250, transfer) // first run: the vote tables, the pools' connections and statements
 }

@@ -278,7 +278,7 @@ func (r *run) send(ctx context.Context, rec core.Branch, op participant.Op) erro
 	if !r.tok.IsZero() {
 		attempts = 1
 	}
-	return r.c.b.CallAttempts(ctx, r.log, rec.Target, participant.Request{GID: r.gid, Branch: rec.Name, Op: op, Payload: rec.Payload}, attempts)
+	return r.c.b.CallAttempts(ctx, func() *slog.Logger { return r.log }, rec.Target, participant.Request{GID: r.gid, Branch: rec.Name, Op: op, Payload: rec.Payload}, attempts)
 }
 
 type sleepRecord struct {

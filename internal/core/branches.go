@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // AddBranches records branches bs of gid, all of them or none, while gid is in status want, in
@@ -40,19 +41,27 @@ func (w *write) setBranches(gid string, bs []Branch) error {
 	if n == 0 {
 		return nil
 	}
-	w.names, w.targetKinds, w.refs = make([]string, n), make([]string, n), make([]string, n)
+	// The three string arrays share one allocation (capped: an append copies); names are checked
+	// for repeats by search below 9 branches, by a set above.
+	strs := make([]string, 3*n)
+	w.names, w.targetKinds, w.refs = strs[:n:n], strs[n:2*n:2*n], strs[2*n:]
 	w.seqs, w.payloads, w.callOpts = make([]int32, n), make([][]byte, n), make([]*string, n)
-	seen := make(map[string]bool, n)
+	var seen map[string]bool
+	if n > 8 {
+		seen = make(map[string]bool, n)
+	}
 	for i, b := range bs {
 		switch {
 		case b.Name == "":
 			return fmt.Errorf("branch %d: empty name: %w", i, ErrInvalidBranch)
 		case b.Target.Ref == "" || !b.Target.Kind.valid():
 			return fmt.Errorf("branch %s: target %s %q: %w", b.Name, b.Target.Kind, b.Target.Ref, ErrInvalidBranch)
-		case seen[b.Name]:
+		case seen != nil && seen[b.Name] || seen == nil && slices.Contains(w.names[:i], b.Name):
 			return fmt.Errorf("branch %s: name used twice: %w", b.Name, ErrInvalidBranch)
 		}
-		seen[b.Name] = true
+		if seen != nil {
+			seen[b.Name] = true
+		}
 		w.names[i], w.targetKinds[i], w.refs[i], w.seqs[i], w.payloads[i] = b.Name, b.Target.Kind.String(), b.Target.Ref, int32(b.Seq), b.Payload
 		w.callOpts[i] = encodeCallOptions(b.Target)
 	}
