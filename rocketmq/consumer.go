@@ -270,12 +270,18 @@ func (c *Consumer) handle(runCtx context.Context, m *primitive.MessageExt) (err 
 		failSpan(span, perr)
 		return nil
 	}
-	span.SetAttributes(attribute.String("messaging.message.id", msg.ID.String()))
+	id := msg.ID.String()
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(attribute.String("messaging.message.id", id))
+	}
 
 	start := time.Now()
-	dup, err := c.apply(ctx, msg)
+	dup, err := c.apply(ctx, msg, id)
 	c.m.handler.Observe(time.Since(start).Seconds())
-	span.SetAttributes(attribute.Bool("txkit.duplicate", dup))
+	if recording {
+		span.SetAttributes(attribute.Bool("txkit.duplicate", dup))
+	}
 	switch {
 	case errors.Is(err, ErrPoison):
 		c.poison.Add(1)
@@ -312,8 +318,8 @@ func messageSize(m *primitive.MessageExt) int {
 
 // apply claims msg.ID and runs the handler in one transaction; the begin rides with the claim
 // (idempotency.Store.ClaimTx), so the claim costs no round trip of its own.
-func (c *Consumer) apply(ctx context.Context, msg message.Message) (dup bool, err error) {
-	tx, first, err := c.store.ClaimTx(ctx, c.pool, c.group, msg.ID.String())
+func (c *Consumer) apply(ctx context.Context, msg message.Message, id string) (dup bool, err error) {
+	tx, first, err := c.store.ClaimTx(ctx, c.pool, c.group, id)
 	if err != nil {
 		return false, fmt.Errorf("rocketmq: consumer %s: message %s: %w", c.group, msg.ID, err)
 	}

@@ -81,3 +81,8 @@ func TableForTest(name string) TxProducerOption {
 func QueuesForTest(n int) TopicOption {
 	return topicOption(func(o *topicOptions) { o.queues = n })
 }
+
+// HandleForTest applies m as the push consumer's callback would, without a running push consumer.
+func (c *Consumer) HandleForTest(ctx context.Context, m *primitive.MessageExt) error {
+	return c.handle(ctx, m)
+}

@@ -62,17 +62,24 @@ func messagingAttrs(topic string) []attribute.KeyValue {
 }
 
 // startConsume starts the "rocketmq consume" span of m, the child of the trace context m
-// carries; the returned ctx carries the span. The txkit id is added once m is decoded.
+// carries; the returned ctx carries the span. The txkit id is added once m is decoded. The
+// attributes are set once the span has started, and only when it records: a message that is not
+// traced builds none.
 func (c *Consumer) startConsume(ctx context.Context, m *primitive.MessageExt) (context.Context, trace.Span) {
-	ctx = obs.Propagator().Extract(ctx, propertyCarrier{&m.Message})
-	return c.tracer.Start(ctx, "rocketmq consume", trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(messagingAttrs(c.topic)...),
-		trace.WithAttributes(
+	if m.GetProperty(PropertyTraceParent) != "" {
+		ctx = obs.Propagator().Extract(ctx, propertyCarrier{&m.Message})
+	}
+	ctx, span := c.tracer.Start(ctx, "rocketmq consume", trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(messagingAttrs(c.topic)...)
+		span.SetAttributes(
 			attribute.String("messaging.operation.type", "process"),
 			attribute.String("messaging.consumer.group.name", c.group),
 			attribute.String("txkit.mq_msg_id", m.MsgId),
 			attribute.Int("messaging.rocketmq.message.reconsume_times", int(m.ReconsumeTimes)),
-		))
+		)
+	}
+	return ctx, span
 }
 
 // startSend starts the "rocketmq send" span of a [TxProducer.Send] of msg, the child of ctx's
