@@ -141,12 +141,13 @@ type Notifier struct {
 	o         options
 	receivers map[string]Receiver
 	fence     *fence.Fence
-	table     string // quoted
-	attempts  string // quoted
-	marks     string // quoted: the leader's watermarks (dueFrom)
-	insert    string // Do's deferred insert (insertClaimed)
-	name      string // unquoted, schema-qualified: the fence resource
-	channel   string // LISTEN/NOTIFY: the schema-qualified name, shortened to 63 bytes if need be
+	table     string       // quoted
+	attempts  string       // quoted
+	marks     string       // quoted: the leader's watermarks (dueFrom)
+	insert    string       // Do's deferred insert (insertClaimed)
+	recordSQL [2][2]string // writeAttempts' statements: [async][single] (recordStatement)
+	name      string       // unquoted, schema-qualified: the fence resource
+	channel   string       // LISTEN/NOTIFY: the schema-qualified name, shortened to 63 bytes if need be
 	lockKey   int64
 	running   atomic.Bool
 	stats     stats
@@ -226,6 +227,11 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, marks: marks, insert: insertClaimed(table), name: name,
 		channel: pgutil.Channel(o.schema, o.table), lockKey: pgutil.MigrateLockKey("txkit-notify:" + name),
 		metrics: m, tracer: obs.TracerProvider(o.tp).Tracer(tracerName), fails: obs.NewLogLimiter(obs.LogInterval, nil)}
+	for a := range 2 {
+		for one := range 2 {
+			n.recordSQL[a][one] = n.recordStatement(a == 1, one == 1)
+		}
+	}
 	n.direct = make(map[string]*flight, len(rs))
 	for name := range rs {
 		n.direct[name] = &flight{direct: true}
