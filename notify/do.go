@@ -47,8 +47,8 @@ func insertClaimed(table string) string {
 func (n *Notifier) deferEnqueue(c *pgutil.Collector[collected], nt Notification, id uuid.UUID, trace string) bool {
 	e := &deferred{c: c, row: collected{enqueued: time.Now(), d: due{Delivery: Delivery{ID: id, Receiver: nt.Receiver,
 		Key: nt.Key, Payload: append(json.RawMessage(nil), nt.Payload...)}, trace: trace, attempt: 1}}}
-	e.args = [...]any{pgtype.UUID{Bytes: id, Valid: true}, nt.Receiver, nt.Key, []byte(e.row.d.Payload), trace,
-		(n.o.callTimeout + directLease).Seconds()}
+	e.id = pgtype.UUID{Bytes: id, Valid: true}
+	e.args = [...]any{&e.id, nt.Receiver, nt.Key, []byte(e.row.d.Payload), trace, n.lease}
 	e.dest = [...]any{&e.row.d.CreatedAt}
 	return c.Defer(pgutil.Deferred{SQL: n.insert, Args: e.args[:], Dest: e.dest[:], Done: e.done})
 }
@@ -57,7 +57,8 @@ func (n *Notifier) deferEnqueue(c *pgutil.Collector[collected], nt Notification,
 type deferred struct {
 	c    *pgutil.Collector[collected]
 	row  collected
-	args [6]any // the statement's arguments and destination, in the one allocation
+	id   pgtype.UUID // the argument, pointed to: an interface holding a pointer costs no allocation
+	args [6]any      // the statement's arguments and destination, in the one allocation
 	dest [1]any
 }
 

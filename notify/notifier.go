@@ -146,6 +146,7 @@ type Notifier struct {
 	marks     string       // quoted: the leader's watermarks (dueFrom)
 	insert    string       // Do's deferred insert (insertClaimed)
 	recordSQL [2][2]string // writeAttempts' statements: [async][single] (recordStatement)
+	lease     any          // float64: the seconds of Do's claim (call timeout + directLease), boxed once
 	name      string       // unquoted, schema-qualified: the fence resource
 	channel   string       // LISTEN/NOTIFY: the schema-qualified name, shortened to 63 bytes if need be
 	lockKey   int64
@@ -227,6 +228,7 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, marks: marks, insert: insertClaimed(table), name: name,
 		channel: pgutil.Channel(o.schema, o.table), lockKey: pgutil.MigrateLockKey("txkit-notify:" + name),
 		metrics: m, tracer: obs.TracerProvider(o.tp).Tracer(tracerName), fails: obs.NewLogLimiter(obs.LogInterval, nil)}
+	n.lease = (o.callTimeout + directLease).Seconds()
 	for a := range 2 {
 		for one := range 2 {
 			n.recordSQL[a][one] = n.recordStatement(a == 1, one == 1)

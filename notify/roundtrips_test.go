@@ -110,7 +110,8 @@ func TestIntegrationDoTakenKey(t *testing.T) {
 // TestIntegrationDoAllocs bounds the allocations of a Do of a business insert and one Enqueue,
 // its post to a receiver that acknowledges, and the attempt's record (Flush), counted in the whole
 // process (the receiver's handler included) against the real server: 296 before this test (the
-// id a uuid.UUID, the span's attributes built untraced, the record's arrays for one result), 239.
+// id a uuid.UUID, the span's attributes built untraced, the record's arrays for one result, five allocations
+// of Collect), 232.
 func TestIntegrationDoAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
@@ -155,7 +156,7 @@ func TestIntegrationDoAllocs(t *testing.T) {
 	}
 	a := testing.AllocsPerRun(200, do)
 	t.Logf("%.0f allocations per Do, post and record", a)
-	if a > 250 {
-		t.Fatalf("%.0f allocations per Do, post and record; want at most 250", a)
+	if a > 245 {
+		t.Fatalf("%.0f allocations per Do, post and record; want at most 245", a)
 	}
 }

@@ -33,7 +33,8 @@ type LazyTx struct {
 	queue [2]*pgx.QueuedQuery
 	first pgx.QueuedQuery
 
-	deferred []Deferred // not sent yet (Defer)
+	deferred []Deferred  // not sent yet (Defer)
+	one      [1]Deferred // the first deferred statement's room: no allocation of its own
 	ended    bool       // committed by a batch carrying deferred statements (tx is then left unused)
 }
 
@@ -68,6 +69,9 @@ func (t *LazyTx) Begun() bool { return t.tx != nil }
 func (t *LazyTx) Defer(d Deferred) bool {
 	if _, pooled := t.db.(*pgxpool.Pool); pooled || t.ended {
 		return false
+	}
+	if t.deferred == nil {
+		t.deferred = t.one[:0]
 	}
 	t.deferred = append(t.deferred, d)
 	return true

@@ -87,13 +87,25 @@ type collectorKey[T any] struct{}
 // it — with an error too, then added by a transaction that did not commit. The connection is
 // acquired by the first statement and released once the transaction ended.
 func Collect[T any](ctx context.Context, pool *pgxpool.Pool, owner any, fn func(ctx context.Context, tx pgx.Tx) error) ([]T, error) {
-	conn := &poolConn{pool: pool}
-	defer conn.release()
-	lazy := NewLazyTx(conn)
-	c := &Collector[T]{owner: owner, tx: TrackSavepoints(lazy), lazy: lazy}
+	// The connection, the transaction and the collector in one allocation.
+	x := &collecting[T]{conn: poolConn{pool: pool}}
+	defer x.conn.release()
+	x.lazy.db = &x.conn
+	x.sp = SavepointTx{Tx: &x.lazy, open: &x.open}
+	x.c = Collector[T]{owner: owner, tx: &x.sp, lazy: &x.lazy}
+	c := &x.c
 	err := RunTx(ctx, c.tx, func() error { return fn(context.WithValue(ctx, collectorKey[T]{}, c), c.tx) })
 	c.tx = nil
 	return c.Rows, err
+}
+
+// collecting is what one Collect holds.
+type collecting[T any] struct {
+	conn poolConn
+	lazy LazyTx
+	sp   SavepointTx
+	open int
+	c    Collector[T]
 }
 
 // Defer sends d with the transaction's next statement or its commit (LazyTx.Defer); false when
