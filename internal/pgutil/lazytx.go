@@ -35,7 +35,7 @@ type LazyTx struct {
 
 	deferred []Deferred  // not sent yet (Defer)
 	one      [1]Deferred // the first deferred statement's room: no allocation of its own
-	ended    bool       // committed by a batch carrying deferred statements (tx is then left unused)
+	ended    bool        // committed by a batch carrying deferred statements (tx is then left unused)
 }
 
 // Deferred is a statement a LazyTx sends with the transaction's next statement or its commit
