@@ -3,7 +3,6 @@ package notify
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -62,10 +61,6 @@ type deferred struct {
 	dest [1]any
 }
 
-// errTaken is the error of a deferred insert whose receiver and key (or id) were taken: Do runs
-// fn again with the inserts sent at once, and that Enqueue answers as it always did.
-var errTaken = errors.New("notify: the notification's receiver and key are taken: Do runs its function again")
-
 // done collects the inserted notification for Do to post, or marks the transaction to be run
 // again when the insert found its key taken.
 func (e *deferred) done(_ context.Context, err error) error {
@@ -94,8 +89,8 @@ const postBudget = directLease / 2
 // commit. When the receiver and key have a notification already, that statement fails, and Do
 // rolls back and runs fn once more with the inserts sent at once (Enqueue then returns the
 // existing id): fn runs twice for a key enqueued before. The attempts are recorded in the
-// background ([Notifier.Flush]). A failed attempt is not Do's error: it is recorded, logged, and retried by
-// the leader on the schedule. What Do does not post — its ctx ended at the commit, the
+// background ([Notifier.Flush]). A failed attempt is not Do's error: it is recorded, logged, and
+// retried by the leader on the schedule. What Do does not post — its ctx ended at the commit, the
 // transaction ran on more than 2.5 s after the Enqueue, the process died — the leader delivers
 // once the claim's lease (the call timeout + 5 s) has passed. A notification enqueued while a
 // savepoint of tx (tx.Begin) is open is not Do's to post: Deliver or the leader posts it. Do
