@@ -76,7 +76,7 @@ func (n *Notifier) deliver(ctx context.Context, rcv Receiver, d due) result {
 	default:
 		outcome = attemptError
 	}
-	n.metrics.attempts.WithLabelValues(outcome).Inc()
+	n.metrics.attempt[outcome].Inc()
 	if recording {
 		span.SetAttributes(attribute.String("txkit.result", outcome))
 		if res.code != 0 {
