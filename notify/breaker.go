@@ -14,7 +14,7 @@ import (
 func (n *Notifier) attempt(ctx context.Context, rcv Receiver, f *flight, d due) result {
 	wait := n.admit(f)
 	if wait > 0 {
-		n.metrics.attempts.WithLabelValues(attemptCircuitOpen).Inc()
+		n.metrics.attempt[attemptCircuitOpen].Inc()
 		return result{id: d.ID, receiver: rcv.Name, skipped: wait}
 	}
 	r := n.deliver(ctx, rcv, d)

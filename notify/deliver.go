@@ -51,14 +51,21 @@ type result struct {
 // enqueuing request (a child of the stored context, linked to the span ctx carries, if any), and
 // returns the outcome, counted in the metrics and set on the span.
 func (n *Notifier) deliver(ctx context.Context, rcv Receiver, d due) result {
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String("txkit.notification", d.ID.String()), attribute.String("txkit.receiver", rcv.Name),
-		attribute.Int("txkit.attempt", d.attempt))}
+	kind := trace.WithSpanKind(trace.SpanKindClient)
+	var span trace.Span
 	if d.trace != "" && trace.SpanContextFromContext(ctx).IsValid() {
-		opts = append(opts, trace.WithLinks(trace.LinkFromContext(ctx)))
+		ctx, span = n.tracer.Start(obs.DecodeTrace(ctx, d.trace), "notify deliver", kind, trace.WithLinks(trace.LinkFromContext(ctx)))
+	} else {
+		ctx, span = n.tracer.Start(obs.DecodeTrace(ctx, d.trace), "notify deliver", kind)
 	}
-	ctx, span := n.tracer.Start(obs.DecodeTrace(ctx, d.trace), "notify deliver", opts...)
 	defer span.End()
+	// The attributes are built only for a span that keeps them (docs/tracing.md): an attempt
+	// that is not traced builds none.
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(attribute.String("txkit.notification", d.ID.String()), attribute.String("txkit.receiver", rcv.Name),
+			attribute.Int("txkit.attempt", d.attempt))
+	}
 	res := n.post(ctx, rcv, d.Delivery)
 	res.span = span.SpanContext()
 	outcome := attemptOK
@@ -69,10 +76,12 @@ func (n *Notifier) deliver(ctx context.Context, rcv Receiver, d due) result {
 	default:
 		outcome = attemptError
 	}
-	n.metrics.attempts.WithLabelValues(outcome).Inc()
-	span.SetAttributes(attribute.String("txkit.result", outcome))
-	if res.code != 0 {
-		span.SetAttributes(attribute.Int("http.response.status_code", res.code))
+	n.metrics.attempt[outcome].Inc()
+	if recording {
+		span.SetAttributes(attribute.String("txkit.result", outcome))
+		if res.code != 0 {
+			span.SetAttributes(attribute.Int("http.response.status_code", res.code))
+		}
 	}
 	if !res.ok {
 		span.RecordError(errors.New(res.err))

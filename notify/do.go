@@ -2,11 +2,15 @@ package notify
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txkit/txkit/internal/pgutil"
 )
@@ -21,6 +25,54 @@ import (
 type collected struct {
 	d        due
 	enqueued time.Time // when Enqueue wrote it: its lease runs from then
+	taken    bool      // not a notification: a deferred insert found its receiver and key (or id) taken
+}
+
+// sendAtOnce, in a ctx of Do's fn, makes Enqueue send its insert at once (Do's second run of fn).
+type sendAtOnce struct{}
+
+// insertClaimed is the insert of a notification Enqueue defers in Do's transaction
+// (deferEnqueue), on table: a plain insert, so that a receiver and key already taken fails in
+// PostgreSQL — the transaction cannot commit after Enqueue returned a new id for a key whose
+// notification has another one.
+func insertClaimed(table string) string {
+	return `insert into ` + table + ` (id, receiver, key, payload, trace_context, claimed, next_attempt_at)
+	values ($1, $2, $3, $4, nullif($5, ''), true, clock_timestamp() + make_interval(secs => $6)) returning created_at`
+}
+
+// deferEnqueue queues nt's insert, claimed, in Do's transaction, to go out with the transaction's
+// next statement or its commit (pgutil.LazyTx.Defer), and the notification to be posted once it
+// is committed. False when the transaction has ended.
+func (n *Notifier) deferEnqueue(c *pgutil.Collector[collected], nt Notification, id uuid.UUID, trace string) bool {
+	e := &deferred{c: c, row: collected{enqueued: time.Now(), d: due{Delivery: Delivery{ID: id, Receiver: nt.Receiver,
+		Key: nt.Key, Payload: append(json.RawMessage(nil), nt.Payload...)}, trace: trace, attempt: 1}}}
+	e.id = pgtype.UUID{Bytes: id, Valid: true}
+	e.args = [...]any{&e.id, nt.Receiver, nt.Key, []byte(e.row.d.Payload), trace, n.lease}
+	e.dest = [...]any{&e.row.d.CreatedAt}
+	return c.Defer(pgutil.Deferred{SQL: n.insert, Args: e.args[:], Dest: e.dest[:], Done: e.done})
+}
+
+// deferred is a notification's insert of Do's transaction waiting to be sent.
+type deferred struct {
+	c    *pgutil.Collector[collected]
+	row  collected
+	id   pgtype.UUID // the argument, pointed to: an interface holding a pointer costs no allocation
+	args [6]any      // the statement's arguments and destination, in the one allocation
+	dest [1]any
+}
+
+// done collects the inserted notification for Do to post, or marks the transaction to be run
+// again when the insert found its key taken.
+func (e *deferred) done(_ context.Context, err error) error {
+	switch {
+	case err == nil:
+		e.c.Rows = append(e.c.Rows, e.row)
+		return nil
+	case pgutil.IsUniqueViolation(err):
+		e.c.Rows = append(e.c.Rows, collected{taken: true})
+		return fmt.Errorf("%w: %w", errTaken, err)
+	}
+	return fmt.Errorf("notify: enqueue %s/%s: %w", e.row.d.Receiver, e.row.d.Key, err)
 }
 
 // postBudget is how long after its Enqueue a notification Do collected may still be posted by Do:
@@ -33,9 +85,12 @@ const postBudget = directLease / 2
 // back otherwise, and returns fn's error, wrapped). The notifications fn enqueues with
 // [Notifier.Enqueue], given fn's ctx and tx, are posted from this process right after the commit,
 // before Do returns (several at once, at most a receiver's Concurrency at a time), with no claim
-// statement: Enqueue writes them claimed. The attempts are recorded in the background
-// ([Notifier.Flush]). A failed attempt is not Do's error: it is recorded, logged, and retried by
-// the leader on the schedule. What Do does not post — its ctx ended at the commit, the
+// statement: Enqueue writes them claimed, its insert going out with tx's next statement or the
+// commit. When the receiver and key have a notification already, that statement fails, and Do
+// rolls back and runs fn once more with the inserts sent at once (Enqueue then returns the
+// existing id): fn runs twice for a key enqueued before. The attempts are recorded in the
+// background ([Notifier.Flush]). A failed attempt is not Do's error: it is recorded, logged, and
+// retried by the leader on the schedule. What Do does not post — its ctx ended at the commit, the
 // transaction ran on more than 2.5 s after the Enqueue, the process died — the leader delivers
 // once the claim's lease (the call timeout + 5 s) has passed. A notification enqueued while a
 // savepoint of tx (tx.Begin) is open is not Do's to post: Deliver or the leader posts it. Do
@@ -45,6 +100,12 @@ func (n *Notifier) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.T
 	// Enqueue writes it unclaimed, for Deliver or the leader, and Do never posts a notification
 	// that was not committed.
 	rows, err := pgutil.Collect[collected](ctx, n.pool, n, fn)
+	if err != nil && slices.ContainsFunc(rows, func(r collected) bool { return r.taken }) {
+		// An Enqueue returned a new id for a key that has a notification already (a retry of the
+		// business operation, usually): the transaction did not commit, and fn runs again with
+		// the inserts sent at once, so that Enqueue returns the existing id.
+		rows, err = pgutil.Collect[collected](context.WithValue(ctx, sendAtOnce{}, true), n.pool, n, fn)
+	}
 	if err != nil {
 		return fmt.Errorf("notify: transaction on %s: %w", n.name, err)
 	}

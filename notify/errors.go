@@ -25,3 +25,7 @@ var (
 	// ErrRunning: Run was called while another Run of the same Notifier is running.
 	ErrRunning = errors.New("notify: already running")
 )
+
+// errTaken is the error of an insert Do deferred whose receiver and key (or id) were taken: Do
+// runs fn again with the inserts sent at once, and that Enqueue answers as it always did.
+var errTaken = errors.New("notify: the notification's receiver and key are taken: Do runs its function again")

@@ -30,6 +30,7 @@ type metrics struct {
 	delivered prometheus.Counter
 	givenUp   prometheus.Counter
 	attempts  *prometheus.CounterVec
+	attempt   map[string]prometheus.Counter // attempts' series by result, looked up once
 	latency   prometheus.Histogram
 	circuit   *prometheus.GaugeVec
 	labels    map[string]string // receiver name → its circuit label: its name, or "other"
@@ -80,8 +81,9 @@ func newMetrics(reg prometheus.Registerer, rcvs []Receiver, maxReceivers int) (*
 		m.labels[r.Name] = label
 		m.circuit.WithLabelValues(label).Add(0) // the series exists, at 0, before any circuit opens
 	}
+	m.attempt = map[string]prometheus.Counter{}
 	for _, r := range []string{attemptOK, attemptError, attemptRefused, attemptCircuitOpen} {
-		m.attempts.WithLabelValues(r)
+		m.attempt[r] = m.attempts.WithLabelValues(r)
 	}
 	return m, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
@@ -140,11 +141,14 @@ type Notifier struct {
 	o         options
 	receivers map[string]Receiver
 	fence     *fence.Fence
-	table     string // quoted
-	attempts  string // quoted
-	marks     string // quoted: the leader's watermarks (dueFrom)
-	name      string // unquoted, schema-qualified: the fence resource
-	channel   string // LISTEN/NOTIFY: the schema-qualified name, shortened to 63 bytes if need be
+	table     string       // quoted
+	attempts  string       // quoted
+	marks     string       // quoted: the leader's watermarks (dueFrom)
+	insert    string       // Do's deferred insert (insertClaimed)
+	recordSQL [2][2]string // writeAttempts' statements: [async][single] (recordStatement)
+	lease     any          // float64: the seconds of Do's claim (call timeout + directLease), boxed once
+	name      string       // unquoted, schema-qualified: the fence resource
+	channel   string       // LISTEN/NOTIFY: the schema-qualified name, shortened to 63 bytes if need be
 	lockKey   int64
 	running   atomic.Bool
 	stats     stats
@@ -221,9 +225,15 @@ func New(pool *pgxpool.Pool, receivers []Receiver, opts ...Option) (*Notifier, e
 	table, name := pgutil.Table(o.schema, o.table)
 	attempts, _ := pgutil.Table(o.schema, o.table+"_attempt")
 	marks, _ := pgutil.Table(o.schema, o.table+"_mark")
-	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, marks: marks, name: name,
+	n := &Notifier{pool: pool, o: o, receivers: rs, fence: fc, table: table, attempts: attempts, marks: marks, insert: insertClaimed(table), name: name,
 		channel: pgutil.Channel(o.schema, o.table), lockKey: pgutil.MigrateLockKey("txkit-notify:" + name),
 		metrics: m, tracer: obs.TracerProvider(o.tp).Tracer(tracerName), fails: obs.NewLogLimiter(obs.LogInterval, nil)}
+	n.lease = (o.callTimeout + directLease).Seconds()
+	for a := range 2 {
+		for one := range 2 {
+			n.recordSQL[a][one] = n.recordStatement(a == 1, one == 1)
+		}
+	}
 	n.direct = make(map[string]*flight, len(rs))
 	for name := range rs {
 		n.direct[name] = &flight{direct: true}
@@ -362,7 +372,7 @@ func (n *Notifier) createSchema() string {
 // and returns the existing id: enqueuing is idempotent per business key. An unknown receiver, an empty key, or a payload that is not JSON returns an error
 // wrapping [ErrInvalidNotification]; a payload, key or receiver name over its limit
 // ([MaxPayloadLen], [MaxKeyLen], [MaxReceiverLen]) one wrapping [ErrTooLarge] as well, before
-// anything is written; a nil tx one wrapping [ErrNilTx]. It blocks for one statement (two when the key has one). The trace
+// anything is written; a nil tx one wrapping [ErrNilTx]. It blocks for one statement (two when the key has one; none in Do's transaction). The trace
 // context of ctx (its span, if any) is stored with the notification: every delivery attempt is a
 // span in that trace ([WithTelemetry]).
 func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.UUID, error) {
@@ -398,6 +408,9 @@ func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.
 	}
 	trace := obs.EncodeTrace(ctx)
 	c := pgutil.Collecting[collected](ctx, n, tx)
+	if c != nil && ctx.Value(sendAtOnce{}) == nil && n.deferEnqueue(c, nt, id, trace) {
+		return id, nil
+	}
 	var (
 		err      error
 		created  time.Time
@@ -409,14 +422,14 @@ func (n *Notifier) Enqueue(ctx context.Context, tx DBTX, nt Notification) (uuid.
 	if c == nil {
 		err = tx.QueryRow(ctx, `insert into `+n.table+` (id, receiver, key, payload, trace_context) values ($1, $2, $3, $4, nullif($5, ''))
 	on conflict (receiver, key) do nothing returning id`,
-			id, nt.Receiver, nt.Key, []byte(nt.Payload), trace).Scan(&id)
+			pgtype.UUID{Bytes: id, Valid: true}, nt.Receiver, nt.Key, []byte(nt.Payload), trace).Scan(&id)
 	} else {
 		// In Do's transaction: written claimed by this process, its due time past the post and
 		// its record (the lease Deliver's claim sets), for Do to post after the commit.
 		err = tx.QueryRow(ctx, `insert into `+n.table+` (id, receiver, key, payload, trace_context, claimed, next_attempt_at)
 	values ($1, $2, $3, $4, nullif($5, ''), true, clock_timestamp() + make_interval(secs => $6))
 	on conflict (receiver, key) do nothing returning id, created_at`,
-			id, nt.Receiver, nt.Key, []byte(nt.Payload), trace, (n.o.callTimeout+directLease).Seconds()).Scan(&id, &created)
+			pgtype.UUID{Bytes: id, Valid: true}, nt.Receiver, nt.Key, []byte(nt.Payload), trace, (n.o.callTimeout+directLease).Seconds()).Scan(&id, &created)
 		inserted = err == nil
 	}
 	if errors.Is(err, pgx.ErrNoRows) {

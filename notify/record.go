@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -176,43 +178,24 @@ type undelivered struct {
 // statement. It returns the notifications left undelivered and how many were delivered.
 func (n *Notifier) writeAttempts(ctx context.Context, fk fenceKey, batch []result) (outs []undelivered, delivered int64, err error) {
 	k := len(batch)
-	ids, oks, codes, lat, errs := make([][16]byte, k), make([]bool, k), make([]int32, k), make([]float64, k), make([]string, k)
-	for i, r := range batch {
-		ids[i], oks[i], codes[i], lat[i], errs[i] = r.id, r.ok, int32(r.code), float64(r.latency)/float64(time.Millisecond), r.err
-	}
-	sched := make([]float64, len(n.o.schedule))
-	for i, d := range n.o.schedule {
-		sched[i] = d.Seconds()
-	}
 	// Deliver's and Do's records (no fence: their claim made the attempts theirs) are commits that
-	// do not wait for their WAL flush (synchronous_commit off for the statement's own transaction,
-	// set in its first CTE), which the next synchronous commit makes: a record lost in a crash
-	// leaves its notification claimed and pending, and the leader posts it again after the lease,
-	// as when the process dies before its record.
-	async, gate := "", ""
-	if fk.resource == "" {
-		async, gate = `async as (select set_config('synchronous_commit', 'off', true)),`, ` where (select true from async)`
+	// do not wait for their WAL flush (recordStatement).
+	async := fk.resource == ""
+	var args []any
+	if k == 1 { // a lone result as parameters: pgx encodes no array (a third of the allocations)
+		r := batch[0]
+		args = []any{pgtype.UUID{Bytes: r.id, Valid: true}, r.ok, int32(r.code), float64(r.latency) / float64(time.Millisecond), r.err}
+	} else {
+		ids, oks, codes, lat, errs := make([][16]byte, k), make([]bool, k), make([]int32, k), make([]float64, k), make([]string, k)
+		for i, r := range batch {
+			ids[i], oks[i], codes[i], lat[i], errs[i] = r.id, r.ok, int32(r.code), float64(r.latency)/float64(time.Millisecond), r.err
+		}
+		args = []any{ids, oks, codes, lat, errs}
 	}
+	sql := n.recordSQL[b2i(async)][b2i(k == 1)]
 	// The statement returns the delivered ones as a count and the others one by one (to log).
 	err = n.fenced(ctx, fk, func(tx DBTX) error {
-		rows, err := tx.Query(ctx, `with `+async+` r as (
-	select * from unnest($1::uuid[], $2::bool[], $3::int[], $4::float8[], $5::text[]) as r(id, ok, code, lat, err)`+gate+`),
-u as (
-	update `+n.table+` t set attempts = t.attempts + 1, tries = t.tries + 1, last_status = nullif(r.code, 0), updated_at = now(),
-		last_error = case when r.ok then null else r.err end,
-		delivered_at = case when r.ok then now() end, latency_ms = case when r.ok then r.lat end,
-		status = case when r.ok then 'delivered' when t.attempts + 1 > cardinality($6::float8[]) then 'failed' else 'pending' end,
-		next_attempt_at = case when r.ok then t.next_attempt_at when t.attempts + 1 > cardinality($6::float8[]) then 'infinity'
-			else `+dueNow+` + make_interval(secs => ($6::float8[])[t.attempts + 1] * (1 - $7::float8 + 2 * $7::float8 * random())) end
-	from r where t.id = r.id and t.`+stillPending+`
-	returning t.id, t.status, t.attempts, t.tries),
-a as (
-	insert into `+n.attempts+` (id, n, status_code, latency_ms, error)
-	select u.id, u.tries, r.code, r.lat, nullif(r.err, '') from u join r using (id) where not r.ok
-	on conflict do nothing)
-select null::uuid, 'delivered', count(*)::int from u where status = 'delivered'
-union all
-select id, status, attempts from u where status <> 'delivered'`, ids, oks, codes, lat, errs, sched, n.o.jitter)
+		rows, err := tx.Query(ctx, sql, args...)
 		if err != nil {
 			return err
 		}
@@ -237,6 +220,54 @@ select id, status, attempts from u where status <> 'delivered'`, ids, oks, codes
 		return nil, 0, err
 	}
 	return outs, delivered, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// recordStatement returns writeAttempts' statement: for Deliver's and Do's records (async) a
+// commit that does not wait for its WAL flush (synchronous_commit off for the statement's own
+// transaction, set in its first CTE), which the next synchronous commit makes: a record lost in a
+// crash leaves its notification claimed and pending, and the leader posts it again after the
+// lease, as when the process dies before its record; the results as parameters of one (single) or
+// as arrays. The schedule and the jitter, fixed for the notifier, are literals of the statement.
+func (n *Notifier) recordStatement(async, single bool) string {
+	sched := make([]string, len(n.o.schedule))
+	for i, d := range n.o.schedule {
+		sched[i] = strconv.FormatFloat(d.Seconds(), 'g', -1, 64)
+	}
+	schedule := `'{` + strings.Join(sched, ",") + `}'::float8[]`
+	jitter := strconv.FormatFloat(n.o.jitter, 'g', -1, 64) + `::float8`
+	cte, gate := "", ""
+	if async {
+		cte, gate = `async as (select set_config('synchronous_commit', 'off', true)),`, ` where (select true from async)`
+	}
+	results := `select * from unnest($1::uuid[], $2::bool[], $3::int[], $4::float8[], $5::text[]) as r(id, ok, code, lat, err)`
+	if single {
+		results = `select $1::uuid as id, $2::bool as ok, $3::int as code, $4::float8 as lat, $5::text as err`
+	}
+	return `with ` + cte + ` r as (
+	` + results + gate + `),
+u as (
+	update ` + n.table + ` t set attempts = t.attempts + 1, tries = t.tries + 1, last_status = nullif(r.code, 0), updated_at = now(),
+		last_error = case when r.ok then null else r.err end,
+		delivered_at = case when r.ok then now() end, latency_ms = case when r.ok then r.lat end,
+		status = case when r.ok then 'delivered' when t.attempts + 1 > cardinality(` + schedule + `) then 'failed' else 'pending' end,
+		next_attempt_at = case when r.ok then t.next_attempt_at when t.attempts + 1 > cardinality(` + schedule + `) then 'infinity'
+			else ` + dueNow + ` + make_interval(secs => (` + schedule + `)[t.attempts + 1] * (1 - ` + jitter + ` + 2 * ` + jitter + ` * random())) end
+	from r where t.id = r.id and t.` + stillPending + `
+	returning t.id, t.status, t.attempts, t.tries),
+a as (
+	insert into ` + n.attempts + ` (id, n, status_code, latency_ms, error)
+	select u.id, u.tries, r.code, r.lat, nullif(r.err, '') from u join r using (id) where not r.ok
+	on conflict do nothing)
+select null::uuid, 'delivered', count(*)::int from u where status = 'delivered'
+union all
+select id, status, attempts from u where status <> 'delivered'`
 }
 
 // logUndelivered counts and logs the attempts of batch that writeAttempts recorded as failed

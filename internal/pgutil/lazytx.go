@@ -34,8 +34,9 @@ type LazyTx struct {
 	queue [2]*pgx.QueuedQuery
 	first pgx.QueuedQuery
 
-	deferred []Deferred // not sent yet (Defer)
-	ended    bool       // committed by a batch carrying deferred statements (tx is then left unused)
+	deferred []Deferred  // not sent yet (Defer)
+	one      [1]Deferred // the first deferred statement's room: no allocation of its own
+	ended    bool        // committed by a batch carrying deferred statements (tx is then left unused)
 }
 
 // Deferred is a statement a LazyTx sends with the transaction's next statement or its commit
@@ -73,6 +74,9 @@ func (t *LazyTx) Begun() bool { return t.tx != nil }
 func (t *LazyTx) Defer(d Deferred) bool {
 	if _, pooled := t.db.(*pgxpool.Pool); pooled || t.ended {
 		return false
+	}
+	if t.deferred == nil {
+		t.deferred = t.one[:0]
 	}
 	t.deferred = append(t.deferred, d)
 	return true

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -83,23 +84,39 @@ type collectorKey[T any] struct{}
 // Collect runs fn in a transaction on a connection of pool and commits it when fn returns nil
 // (rolls it back and returns fn's error otherwise). The transaction's begin rides with fn's first
 // statement (LazyTx); fn's ctx carries a Collector of owner, and Collect returns what was added to
-// it. The connection is acquired by the first statement and released once the transaction ended.
+// it — with an error too, then added by a transaction that did not commit. The connection is
+// acquired by the first statement and released once the transaction ended.
 func Collect[T any](ctx context.Context, pool *pgxpool.Pool, owner any, fn func(ctx context.Context, tx pgx.Tx) error) ([]T, error) {
-	conn := &poolConn{pool: pool}
-	defer conn.release()
-	lazy := NewLazyTx(conn)
-	c := &Collector[T]{owner: owner, tx: TrackSavepoints(lazy), lazy: lazy}
+	// The connection, the transaction and the collector in one allocation.
+	x := &collecting[T]{conn: poolConn{pool: pool}}
+	defer x.conn.release()
+	x.lazy.db = &x.conn
+	x.sp = SavepointTx{Tx: &x.lazy, open: &x.open}
+	x.c = Collector[T]{owner: owner, tx: &x.sp, lazy: &x.lazy}
+	c := &x.c
 	err := RunTx(ctx, c.tx, func() error { return fn(context.WithValue(ctx, collectorKey[T]{}, c), c.tx) })
 	c.tx = nil
-	if err != nil {
-		return nil, err
-	}
-	return c.Rows, nil
+	return c.Rows, err
+}
+
+// collecting is what one Collect holds.
+type collecting[T any] struct {
+	conn poolConn
+	lazy LazyTx
+	sp   SavepointTx
+	open int
+	c    Collector[T]
 }
 
 // Defer sends d with the transaction's next statement or its commit (LazyTx.Defer); false when
 // the transaction has ended.
 func (c *Collector[T]) Defer(d Deferred) bool { return c.lazy.Defer(d) }
+
+// IsUniqueViolation reports whether err is PostgreSQL's unique_violation (23505).
+func IsUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
 
 // poolConn is a Beginner on one connection of pool, acquired at its first use: a LazyTx on it can
 // end its transaction with a batch of its own (LazyTx.Defer), which a pool's transaction cannot.
