@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -230,7 +229,7 @@ func (s *Store) ClaimTx(ctx context.Context, db interface {
 	}
 	tx, err = s.sendClaim(ctx, db, scope, key)
 	first = err == nil
-	if isUniqueViolation(err) {
+	if pgutil.IsUniqueViolation(err) {
 		// Claimed before: the claim aborted tx, which sendClaim rolled back. The caller gets an
 		// open transaction as promised, at two round trips that only a duplicate pays.
 		b := &pgx.Batch{}
@@ -280,11 +279,6 @@ func (s *Store) send(ctx context.Context, db batchSender, b *pgx.Batch) (tx pgx.
 // batchSender is what ClaimTx needs of its db: a pool or a connection.
 type batchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-func isUniqueViolation(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "23505"
 }
 
 // rollbackTimeout bounds ClaimTx's rollback after a failed claim, once ctx may have ended.

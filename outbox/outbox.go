@@ -275,7 +275,7 @@ func (e *deferred) done(ctx context.Context, err error) error {
 }
 
 func (ob *Outbox) enqueueError(msg Message, err error) error {
-	if isUniqueViolation(err) {
+	if pgutil.IsUniqueViolation(err) {
 		return fmt.Errorf("outbox: enqueue %s to %s: %w: %w", msg.ID, msg.Topic, ErrDuplicate, err)
 	}
 	return fmt.Errorf("outbox: enqueue %s to %s: %w", msg.ID, msg.Topic, err)
@@ -467,11 +467,6 @@ func (ob *Outbox) Backlog(ctx context.Context, db DBTX) (pending, dead int64, er
 // pgUUID is id as pgx encodes it directly: a uuid.UUID goes through its driver.Valuer, a string
 // that pgx fails to encode as a uuid and then parses back (about 18 allocations per argument).
 func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: true} }
-
-func isUniqueViolation(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "23505"
-}
 
 // relayFence is the fence a [Relay] of ob passes by default: the table "txkit_fence" in ob's
 // schema, created by [Outbox.Migrate].
