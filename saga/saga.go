@@ -394,22 +394,7 @@ func (d *driver) run(ctx, deadline context.Context, st coordinator.Status) error
 // forward runs the pending actions. It returns moved=true when the saga must now be compensated
 // (cause says why: the refusal or the timeout), or moved=false with Submit's result otherwise.
 func (d *driver) forward(ctx, deadline context.Context) (moved bool, cause, err error) {
-	nodes := make([]node, 0, len(d.steps))
-	for _, st := range d.steps {
-		if st.status != core.BranchPending {
-			continue
-		}
-		n := node{name: st.name, prio: -st.seq, blockers: st.deps} // the walk does not change them
-		if slices.ContainsFunc(st.deps, func(dep string) bool { return d.byName[dep].status == core.BranchSucceeded }) {
-			n.blockers = nil
-			for _, dep := range st.deps {
-				if d.byName[dep].status != core.BranchSucceeded {
-					n.blockers = append(n.blockers, dep)
-				}
-			}
-		}
-		nodes = append(nodes, n)
-	}
+	nodes := d.pendingNodes()
 	var refused *core.BranchFailure
 	res := walk(deadline, d.c.b.Cfg.Concurrency, nodes,
 		func(ctx context.Context, name string) error {
@@ -474,6 +459,28 @@ func (d *driver) forward(ctx, deadline context.Context) (moved bool, cause, err 
 		errs = append(errs, p.Err)
 	}
 	return false, nil, fmt.Errorf("saga: %s: %w", d.gid, errors.Join(errs...))
+}
+
+// pendingNodes is the walk's graph of the steps still pending, each blocked by its dependencies
+// that have not succeeded.
+func (d *driver) pendingNodes() []node {
+	nodes := make([]node, 0, len(d.steps))
+	for _, st := range d.steps {
+		if st.status != core.BranchPending {
+			continue
+		}
+		n := node{name: st.name, prio: -st.seq, blockers: st.deps} // the walk does not change them
+		if slices.ContainsFunc(st.deps, func(dep string) bool { return d.byName[dep].status == core.BranchSucceeded }) {
+			n.blockers = nil
+			for _, dep := range st.deps {
+				if d.byName[dep].status != core.BranchSucceeded {
+					n.blockers = append(n.blockers, dep)
+				}
+			}
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes
 }
 
 // compensate calls the compensations of the steps to undo, reverse order, and records the outcome.

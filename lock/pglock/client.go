@@ -105,29 +105,8 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 		// that no transaction holds an uncommitted row that attempts would wait for.
 		freeRow: `insert into ` + t + ` (name, holder, data, token, expires_at) values ($1, '` + uuid.Nil.String() + `', '', nextval(` + seqLit + `), '-infinity')` +
 			` on conflict (name) do nothing`,
-		// Do's take, in its own transaction: the row locked (for update), which waits for a row
-		// locked by another taker (another Do's transaction) and locks it at that transaction's
-		// end when it is free then; the token is drawn once it is locked. The row stays free
-		// (expires_at -infinity) and is not rewritten: the transaction's row lock is the hold,
-		// so the commit or abort that ends the transaction releases it, with no write of its
-		// own, and the next Do locks the same row version (no new version per hand-over, no
-		// recheck of a newer one). Only an expired Lock holder's row is freed (clr), so that the
-		// holder's renewal or release finds it gone. The keepalive settings (keepaliveSQL's, for
-		// this transaction only) make the server drop a holder's connection that went silent.
-		// The advisory lock $4 only orders the queue of Dos (docs/lock.md): one waiter woken per
-		// hand-over. q makes the settings before it waits for that lock, so that the hand-over —
-		// from the holder's commit to this statement's answer — runs only the row lock and the
-		// token; the row's time left is read only when the take failed.
-		doTake: `with cur as (select extract(epoch from greatest(expires_at, now()) - now())::float8 as left_s from ` + t + ` where name = $1),` +
-			` q as materialized (select set_config('tcp_keepalives_idle', $2, true) as ki, set_config('tcp_keepalives_interval', '1', true) as kn,` +
-			` set_config('tcp_keepalives_count', '2', true) as kc, set_config('tcp_user_timeout', $3, true) as ku,` +
-			` pg_advisory_xact_lock($4) as queued),` +
-			` got as materialized (select holder from ` + t + ` where name = $1 and expires_at < now() and (select true from q) for update),` +
-			` clr as (update ` + t + ` set holder = '` + uuid.Nil.String() + `', data = '', expires_at = '-infinity'` +
-			` where name = $1 and (select holder from got) <> '` + uuid.Nil.String() + `'),` +
-			` won as materialized (select nextval(` + seqLit + `) as token from got)` +
-			` select w.token, case when w.token is null then (select left_s from cur) end from (select (select token from won) as token) w`,
-		renew: `update ` + t + ` set expires_at = now() + ` + ttl + ` where name = $1 and holder = $2`,
+		doTake: doTakeSQL(t, seqLit),
+		renew:  `update ` + t + ` set expires_at = now() + ` + ttl + ` where name = $1 and holder = $2`,
 		// A released row stays, free: holder nil, expired (see acquire for why it stays).
 		release: `with r as (update ` + t + ` set holder = '` + uuid.Nil.String() + `', data = '', expires_at = '-infinity'` +
 			` where name = $1 and holder = $2 returning name) select pg_notify($3, name) from r`,
@@ -138,6 +117,32 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Client, error) {
 	}
 	c.keepIdle, c.userTimeout = keepalive(o.renew)
 	return c, nil
+}
+
+// doTakeSQL returns [Mutex.Do]'s take, in its own transaction.
+func doTakeSQL(t, seqLit string) string {
+	// The row is locked (for update), which waits for a row
+	// locked by another taker (another Do's transaction) and locks it at that transaction's
+	// end when it is free then; the token is drawn once it is locked. The row stays free
+	// (expires_at -infinity) and is not rewritten: the transaction's row lock is the hold,
+	// so the commit or abort that ends the transaction releases it, with no write of its
+	// own, and the next Do locks the same row version (no new version per hand-over, no
+	// recheck of a newer one). Only an expired Lock holder's row is freed (clr), so that the
+	// holder's renewal or release finds it gone. The keepalive settings (keepaliveSQL's, for
+	// this transaction only) make the server drop a holder's connection that went silent.
+	// The advisory lock $4 only orders the queue of Dos (docs/lock.md): one waiter woken per
+	// hand-over. q makes the settings before it waits for that lock, so that the hand-over —
+	// from the holder's commit to this statement's answer — runs only the row lock and the
+	// token; the row's time left is read only when the take failed.
+	return `with cur as (select extract(epoch from greatest(expires_at, now()) - now())::float8 as left_s from ` + t + ` where name = $1),` +
+		` q as materialized (select set_config('tcp_keepalives_idle', $2, true) as ki, set_config('tcp_keepalives_interval', '1', true) as kn,` +
+		` set_config('tcp_keepalives_count', '2', true) as kc, set_config('tcp_user_timeout', $3, true) as ku,` +
+		` pg_advisory_xact_lock($4) as queued),` +
+		` got as materialized (select holder from ` + t + ` where name = $1 and expires_at < now() and (select true from q) for update),` +
+		` clr as (update ` + t + ` set holder = '` + uuid.Nil.String() + `', data = '', expires_at = '-infinity'` +
+		` where name = $1 and (select holder from got) <> '` + uuid.Nil.String() + `'),` +
+		` won as materialized (select nextval(` + seqLit + `) as token from got)` +
+		` select w.token, case when w.token is null then (select left_s from cur) end from (select (select token from won) as token) w`
 }
 
 // acquireSQL returns the attempt's statement (see New); skip is "skip locked" for an attempt
