@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The servers' addresses (deploy/local/env) exported for the command that follows.
 WITH_ENV = set -a && eval "$$(deploy/local/env)" && ROCKETMQ_GO_LOG_LEVEL=error && set +a &&
 
-.PHONY: bench-locks bench-concurrency up down status test unit demo tcc-order drill-tcc drill-tcc-grpc drill-tcc-locks drill-ha lockwatch saga-order drill-saga workflow-order drill-workflow transfer drill-2pc drill-3pc bench lint env recharge stock console console-screenshot proto
+.PHONY: bench-locks bench-concurrency bench-floor up down status test unit demo tcc-order drill-tcc drill-tcc-grpc drill-tcc-locks drill-ha lockwatch saga-order drill-saga workflow-order drill-workflow transfer drill-2pc drill-3pc bench lint env recharge stock console console-screenshot proto
 
 # MQ names the RocketMQ clusters up starts besides the single broker: all (a DLedger group and two
 # masters, which the cluster tests need), dledger, two-masters or none.
@@ -198,11 +198,20 @@ CONCBENCH_RUN ?= ^BenchmarkConcurrency$$
 CONCBENCH_GROUP ?=
 CONCBENCH_DEFER ?=
 CONCBENCH_VOTES ?=
+# CONCBENCH_FLOOR=1 adds the floor side to the recipes that have one (bench-floor).
+CONCBENCH_FLOOR ?=
 bench-concurrency: up ## the recipes at 1/16/64 clients against their bare baselines, with PostgreSQL's ceiling: one table
 	@set -o pipefail; $(WITH_ENV) TXKIT_CONCBENCH_BLOCK=$(CONCBENCH_BLOCK) TXKIT_CONCBENCH_PGBENCH=$(CONCBENCH_PGBENCH) \
 	  TXKIT_CONCBENCH_GROUP=$(CONCBENCH_GROUP) TXKIT_CONCBENCH_DEFER=$(CONCBENCH_DEFER) TXKIT_CONCBENCH_VOTES=$(CONCBENCH_VOTES) \
-	  $(GO) test -run '^$$' -bench '$(CONCBENCH_RUN)' -benchtime=$(CONCBENCH_ROUNDS)x -count=1 -timeout 30m ./bench/concbench/ 2>&1 | \
+	  TXKIT_CONCBENCH_FLOOR=$(CONCBENCH_FLOOR) $(GO) test -run '^$$' -bench '$(CONCBENCH_RUN)' -benchtime=$(CONCBENCH_ROUNDS)x -count=1 -timeout 30m ./bench/concbench/ 2>&1 | \
 	  $(GO) run ./bench/benchtable
+
+# The recipes whose rows depend on writes of their own (TCC, saga and their gRPC forms, 2PC, relay,
+# notify) with a third side in the rotation: the floor, bare plus the writes txkit's guarantees
+# need, by hand (bench/concbench/floor_test.go). A second table prints txkit/floor (what txkit
+# costs beyond those writes) and floor/bare (the most they leave for txkit/bare). About 9 minutes.
+bench-floor: up ## the recipes with writes of their own against bare and against the same writes by hand (the floor): two tables
+	@$(MAKE) --no-print-directory -o up bench-concurrency CONCBENCH_FLOOR=1 CONCBENCH_RUN='Concurrency/^(tcc|saga|tcc-grpc|saga-grpc|2pc|relay|notify)$$/'
 
 # The coordinator log over 1, 2 and 3 PostgreSQL servers (coordinator/shard; TXKIT_PG_URL's and
 # deploy/local/pg-shards' two), TCC and sagas in one run: tx/s, commits and each shard server's

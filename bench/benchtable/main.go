@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -53,11 +54,13 @@ var line = regexp.MustCompile(`^Benchmark(\S+?)(-\d+)?\s+\d+\s+(.*)$`)
 // concurrency matches a BenchmarkConcurrency row's name: the recipe and the client count.
 var concurrency = regexp.MustCompile(`^Concurrency/([^/]+)/clients=(\d+)$`)
 
+// concColumn is a figure of a concurrency table: its title, the metric's unit, and the unit of the
+// metric printed after it ("txkit / bare"), if any.
+type concColumn struct{ title, unit, pair, format string }
+
 // concColumns are the concurrency table's figures after the recipe and clients columns; a pair
 // of units is printed "txkit / bare".
-var concColumns = []struct {
-	title, unit, pair, format string
-}{
+var concColumns = []concColumn{
 	{"txkit/s", "txkit/s", "", "%.0f"},
 	{"bare/s", "bare/s", "", "%.0f"},
 	{"ratio", "ratio", "", "%.2f"},
@@ -69,6 +72,20 @@ var concColumns = []struct {
 	{"CPU ms/op: PostgreSQL", "pg-cpu-ms/op", "bare-pg-cpu-ms/op", "%.2f"},
 	{"CPU ms/op: JVMs", "jvm-cpu-ms/op", "bare-jvm-cpu-ms/op", "%.2f"},
 	{"machine busy", "busy", "bare-busy", "%.2f"},
+}
+
+// floorColumns are the floor table's figures (TXKIT_CONCBENCH_FLOOR=1: bench/concbench's floor
+// side, bare plus the writes txkit's guarantees need, by hand), for the rows that have them.
+var floorColumns = []concColumn{
+	{"txkit/s", "txkit/s", "", "%.0f"},
+	{"bare/s", "bare/s", "", "%.0f"},
+	{"floor/s", "floor/s", "", "%.0f"},
+	{"txkit/bare", "ratio", "", "%.2f"},
+	{"floor/bare", "floor-ratio", "", "%.2f"},
+	{"txkit/floor", "txkit/floor", "", "%.2f"},
+	{"PG commits/op (txkit / floor)", "pg-commits/op", "floor-pg-commits/op", "%.1f"},
+	{"CPU ms/op: Go (txkit / floor)", "go-cpu-ms/op", "floor-go-cpu-ms/op", "%.2f"},
+	{"CPU ms/op: PostgreSQL (txkit / floor)", "pg-cpu-ms/op", "floor-pg-cpu-ms/op", "%.2f"},
 }
 
 func main() {
@@ -123,18 +140,22 @@ func run(in io.Reader, out io.Writer) error {
 	}
 	table(out, "backend", order, columns, figures)
 	table(out, "server restarted", order, restartColumns, figures)
-	concTable(out, concRows, figures)
+	concTable(out, concRows, figures, concColumns, "")
+	concTable(out, concRows, figures, floorColumns, "floor/s")
 	return nil
 }
 
-// concTable prints the concurrency table: one row per recipe and client count, "—" for a figure
-// the row lacks.
-func concTable(out io.Writer, rows []string, figures map[string]map[string]float64) {
+// concTable prints a concurrency table of cols: one row per recipe and client count that has the
+// figure need ("": every row), "—" for a figure the row lacks; nothing when no row has need.
+func concTable(out io.Writer, rows []string, figures map[string]map[string]float64, cols []concColumn, need string) {
+	if need != "" {
+		rows = slices.DeleteFunc(slices.Clone(rows), func(name string) bool { _, ok := figures[name][need]; return !ok })
+	}
 	if len(rows) == 0 {
 		return
 	}
 	titles := []string{"recipe", "clients"}
-	for _, c := range concColumns {
+	for _, c := range cols {
 		titles = append(titles, c.title)
 	}
 	fmt.Fprintln(out)
@@ -144,7 +165,7 @@ func concTable(out io.Writer, rows []string, figures map[string]map[string]float
 		m := concurrency.FindStringSubmatch(name)
 		vals := figures[name]
 		row := []string{m[1], m[2]}
-		for _, c := range concColumns {
+		for _, c := range cols {
 			cell := "—"
 			if v, ok := vals[c.unit]; ok {
 				cell = fmt.Sprintf(c.format, v)

@@ -9,6 +9,7 @@ func TestRun(t *testing.T) {
 	tests := []struct {
 		name, in string
 		want     []string // lines the output must contain
+		suffix   string   // what the output must end with, if set
 		wantErr  bool
 	}{
 		{
@@ -36,6 +37,17 @@ ok`,
 				"| saga | 16 | 920 | 989 | 0.93 | 12.1 | 88.1 | 5.0 / 3.0 | 1610 | 0.66 / 0.50 | 1.14 / 0.74 | — / — | 0.92 / 0.91 |\n| saga | 64 | 989 | 1832 | 0.54 | — | — | — / — | — | — / — | — / — | — / — | — / — |\n| 2pc | 1 | 130 | 425 | 0.31 | — | — | 6.0 / — | — | — / — | — / — | — / — | — / — |",
 			},
 		},
+		{
+			name: "the floor table has the rows with a floor side, and only those",
+			in: `BenchmarkConcurrency/saga/clients=16-2   1  1 ns/op  1000 bare/s  800 txkit/s  0.8 ratio  880 floor/s  0.88 floor-ratio  0.909 txkit/floor  3.7 pg-commits/op  5.0 floor-pg-commits/op  0.84 go-cpu-ms/op  0.75 floor-go-cpu-ms/op  1.18 pg-cpu-ms/op  1.10 floor-pg-cpu-ms/op
+BenchmarkConcurrency/claim/clients=16-2   1  1 ns/op  1000 bare/s  990 txkit/s  0.99 ratio
+ok`,
+			want: []string{
+				"| recipe | clients | txkit/s | bare/s | floor/s | txkit/bare | floor/bare | txkit/floor | PG commits/op (txkit / floor) | CPU ms/op: Go (txkit / floor) | CPU ms/op: PostgreSQL (txkit / floor) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n| saga | 16 | 800 | 1000 | 880 | 0.80 | 0.88 | 0.91 | 3.7 / 5.0 | 0.84 / 0.75 | 1.18 / 1.10 |\n",
+				"| claim | 16 | 990 | 1000 | 0.99 |",
+			},
+			suffix: "| saga | 16 | 800 | 1000 | 880 | 0.80 | 0.88 | 0.91 | 3.7 / 5.0 | 0.84 / 0.75 | 1.18 / 1.10 |\n", // no claim row after it
+		},
 		{name: "a failed benchmark gives no table", in: "--- FAIL: BenchmarkLocks\nFAIL", wantErr: true},
 	}
 	for _, tc := range tests {
@@ -49,6 +61,9 @@ ok`,
 				if !strings.Contains(out.String(), w) {
 					t.Errorf("output lacks %q:\n%s", w, out.String())
 				}
+			}
+			if !strings.HasSuffix(out.String(), tc.suffix) {
+				t.Errorf("output does not end with %q:\n%s", tc.suffix, out.String())
 			}
 			if strings.Contains(out.String(), "| clients=") || strings.Contains(out.String(), "| zk | — | — | — |") {
 				t.Errorf("a backend without restart figures has a restart row:\n%s", out.String())

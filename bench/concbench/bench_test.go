@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -65,6 +66,10 @@ const (
 	// envVotes "1" or "0" gives the 2pc coordinator twopc.WithVoteMarkers(true or false); unset,
 	// its default (on).
 	envVotes = "TXKIT_CONCBENCH_VOTES"
+	// envFloor "1" adds a third side to the recipes that have one: bare plus the writes txkit's
+	// guarantees need, by hand (floor_test.go); reported as floor/s, floor-ratio (floor/bare),
+	// txkit/floor and the floor's commits and CPU columns.
+	envFloor = "TXKIT_CONCBENCH_FLOOR"
 )
 
 // recipe is one row group of the table: setup builds its components on pools that count commits
@@ -80,6 +85,10 @@ type recipe struct {
 type env struct {
 	commits *concbench.Commits
 	schemas []*testenv.Schema // every schema the recipe made (schema)
+	// withFloor: the floor side is asked for (envFloor); floor is the recipe's, nil when it has
+	// none (floor_test.go).
+	withFloor bool
+	floor     concbench.Op
 }
 
 // schema returns a schema of b's own and a pool on it, of poolConns connections, whose commits e
@@ -185,22 +194,26 @@ func BenchmarkConcurrency(b *testing.B) {
 	}
 	for _, r := range recipes {
 		b.Run(r.name, func(b *testing.B) {
-			e := &env{commits: &concbench.Commits{}}
+			e := &env{commits: &concbench.Commits{}, withFloor: os.Getenv(envFloor) == "1"}
 			txkit, bare, script, simple := r.setup(b, e)
-			// Warm both paths (connections, statement caches, routes) outside the blocks.
-			for _, op := range []concbench.Op{txkit, bare} {
+			paths := []concbench.Op{txkit, bare}
+			if e.floor != nil {
+				paths = append(paths, e.floor)
+			}
+			// Warm the paths (connections, statement caches, routes) outside the blocks.
+			for _, op := range paths {
 				if err := op(ctx, 0); err != nil {
 					b.Fatal(err)
 				}
 			}
-			e.prime(b, txkit, bare)
+			e.prime(b, paths...)
 			clients := r.clients
 			if clients == nil {
 				clients = []int{1, 16, maxClients}
 			}
 			for _, n := range clients {
 				b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
-					sides := []concbench.Op{txkit, bare}
+					sides := slices.Clone(paths)
 					switch os.Getenv(envOnly) {
 					case "txkit":
 						sides[1] = nil
@@ -241,7 +254,15 @@ func BenchmarkConcurrency(b *testing.B) {
 					b.ReportMetric(f[0].CommitsPerOp(), "pg-commits/op")
 					b.ReportMetric(f[1].CommitsPerOp(), "bare-pg-commits/op")
 					b.ReportMetric(ceiling, "pg-ceiling/s")
-					for i, side := range []string{"", "bare-"} {
+					prefixes := []string{"", "bare-"}
+					if len(f) > 2 {
+						prefixes = append(prefixes, "floor-")
+						b.ReportMetric(f[2].PerSecond(), "floor/s")
+						b.ReportMetric(f[2].PerSecond()/f[1].PerSecond(), "floor-ratio")
+						b.ReportMetric(f[0].PerSecond()/f[2].PerSecond(), "txkit/floor")
+						b.ReportMetric(f[2].CommitsPerOp(), "floor-pg-commits/op")
+					}
+					for i, side := range prefixes {
 						b.ReportMetric(cpustat.PerOp(f[i].CPU.Self, f[i].Ops), side+"go-cpu-ms/op")
 						b.ReportMetric(cpustat.PerOp(f[i].CPU.Postgres, f[i].Ops), side+"pg-cpu-ms/op")
 						b.ReportMetric(cpustat.PerOp(f[i].CPU.JVM, f[i].Ops), side+"jvm-cpu-ms/op")
@@ -366,7 +387,9 @@ func tccRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool) 
 	for i, p := range parts {
 		ps[i] = p
 	}
-	txkit, bare := tccSides(c, ps, ps, func(int, int) json.RawMessage { return nil })
+	noPayload := func(int, int) json.RawMessage { return nil }
+	txkit, bare := tccSides(c, ps, ps, noPayload)
+	e.floor = tccFloor(e.floorLog(b, s), ps, noPayload)
 	return txkit, bare, tccScript(), false
 }
 
@@ -392,20 +415,23 @@ func tccSides(c *tcc.Coordinator, branches, parts []participant.Participant, pay
 	}
 	bare = func(ctx context.Context, cl int) error {
 		gid := uuid.Must(uuid.NewV7()).String()
-		for _, op := range []participant.Op{participant.OpTry, participant.OpConfirm} {
-			var eg errgroup.Group
-			for i, p := range parts {
-				eg.Go(func() error {
-					return p.Do(ctx, participant.Request{GID: gid, Branch: branch(i, cl), Op: op, Payload: payload(i, cl)})
-				})
-			}
-			if err := eg.Wait(); err != nil {
-				return err
-			}
+		if err := tccPhase(ctx, parts, gid, cl, participant.OpTry, payload); err != nil {
+			return err
 		}
-		return nil
+		return tccPhase(ctx, parts, gid, cl, participant.OpConfirm, payload)
 	}
 	return txkit, bare
+}
+
+// tccPhase makes op's call on each of parts at once, for client cl's branches of gid.
+func tccPhase(ctx context.Context, parts []participant.Participant, gid string, cl int, op participant.Op, payload func(i, cl int) json.RawMessage) error {
+	var eg errgroup.Group
+	for i, p := range parts {
+		eg.Go(func() error {
+			return p.Do(ctx, participant.Request{GID: gid, Branch: branch(i, cl), Op: op, Payload: payload(i, cl)})
+		})
+	}
+	return eg.Wait()
 }
 
 // tccScript is the pgbench script of a TCC transaction's writes over 3 participants: the record
@@ -438,7 +464,9 @@ func sagaRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool)
 	for i, p := range parts {
 		ps[i] = p
 	}
-	txkit, bare := sagaSides(c, ps, ps, func(int, int) json.RawMessage { return nil })
+	noPayload := func(int, int) json.RawMessage { return nil }
+	txkit, bare := sagaSides(c, ps, ps, noPayload)
+	e.floor = sagaFloor(e.floorLog(b, s), ps, noPayload)
 	return txkit, bare, sagaScript(), false
 }
 
@@ -459,15 +487,19 @@ func sagaSides(c *saga.Coordinator, steps, parts []participant.Participant, payl
 		return sg.Submit(ctx)
 	}
 	bare = func(ctx context.Context, cl int) error {
-		gid := uuid.Must(uuid.NewV7()).String()
-		for i, p := range parts {
-			if err := p.Do(ctx, participant.Request{GID: gid, Branch: branch(i, cl), Op: participant.OpAction, Payload: payload(i, cl)}); err != nil {
-				return err
-			}
-		}
-		return nil
+		return sagaActions(ctx, parts, uuid.Must(uuid.NewV7()).String(), cl, payload)
 	}
 	return txkit, bare
+}
+
+// sagaActions calls the action of each of parts, one after the other, for client cl's steps of gid.
+func sagaActions(ctx context.Context, parts []participant.Participant, gid string, cl int, payload func(i, cl int) json.RawMessage) error {
+	for i, p := range parts {
+		if err := p.Do(ctx, participant.Request{GID: gid, Branch: branch(i, cl), Op: participant.OpAction, Payload: payload(i, cl)}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sagaScript is the pgbench script of a 3-step saga's writes.
@@ -526,6 +558,27 @@ func twopcRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool
 		arg := "a" + strconv.Itoa(cl)
 		return concbench.HandPrepared(ctx, "concbench:"+uuid.NewString(),
 			concbench.Prepared{Pool: east, SQL: debit, Args: []any{arg}}, concbench.Prepared{Pool: west, SQL: credit, Args: []any{arg}})
+	}
+	if fl := e.floorLog(b, ls); fl != nil {
+		// The floor: the record with its two branches, then bare's transfer with a vote row in
+		// each prepared transaction; the outcome deferred.
+		const vote = `with v as (insert into fl_vote values ($2)) `
+		for _, p := range []*pgxpool.Pool{east, west} {
+			mustExec(b, p, `create table fl_vote (id text primary key)`)
+		}
+		e.floor = func(ctx context.Context, cl int) error {
+			gid := uuid.Must(uuid.NewV7())
+			if err := fl.record(ctx, cl, gid, "voting", []string{"east", "west"}, "enlisted"); err != nil {
+				return err
+			}
+			id, arg := "concbench:"+gid.String(), "a"+strconv.Itoa(cl)
+			if err := concbench.HandPrepared(ctx, id, concbench.Prepared{Pool: east, SQL: vote + debit, Args: []any{arg, id + ":0"}},
+				concbench.Prepared{Pool: west, SQL: vote + credit, Args: []any{arg, id + ":1"}}); err != nil {
+				return err
+			}
+			fl.finish[cl] = gid
+			return nil
+		}
 	}
 	b.Cleanup(func() {
 		var n int
@@ -669,6 +722,26 @@ func relayRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool
 		}
 		return w.Wait(ctx, id.String(), waitFor)
 	}
+	if fl := e.floorLog(b, s); fl != nil {
+		// The floor: the message's row in the business transaction, deleted once published.
+		e.floor = func(ctx context.Context, _ int) error {
+			id := uuid.Must(uuid.NewV7())
+			w.Expect(id.String())
+			var bt pgx.Batch
+			bt.Queue(`insert into orders values ($1, 4200)`, id)
+			msgRow(&bt, id, body, "pending")
+			if err := fl.inTx(ctx, &bt); err != nil {
+				return err
+			}
+			if err := pub.Publish(ctx, outbox.Message{ID: id, Topic: topic, Key: id.String(), Body: body}); err != nil {
+				return err
+			}
+			if _, err := fl.pool.Exec(ctx, `delete from fl_msg where id = $1`, id); err != nil {
+				return err
+			}
+			return w.Wait(ctx, id.String(), waitFor)
+		}
+	}
 	script := "begin;\ninsert into cb_log (id, status) values (gen_random_uuid(), 'order') returning id as gid \\gset\n" +
 		"insert into cb_item values (:gid, 'outbox', 'pending');\ncommit;\n" +
 		"delete from cb_item where id = :gid and name = 'outbox';\n" +
@@ -809,11 +882,8 @@ func notifyRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, boo
 		}
 		return w.Wait(ctx, id.String(), waitFor)
 	}
-	bare := func(ctx context.Context, _ int) error {
-		id := uuid.Must(uuid.NewV7())
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return order(ctx, tx, id) }); err != nil {
-			return err
-		}
+	// post is the bare side's signed POST of notification id, as Deliver makes it.
+	post := func(ctx context.Context, id uuid.UUID) error {
 		body, err := json.Marshal(notify.Delivery{ID: id, Receiver: "r", Key: id.String(), Payload: payload, CreatedAt: time.Now()})
 		if err != nil {
 			return err
@@ -838,6 +908,31 @@ func notifyRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, boo
 			return fmt.Errorf("bare post: HTTP %d %q", resp.StatusCode, answer)
 		}
 		return nil
+	}
+	bare := func(ctx context.Context, _ int) error {
+		id := uuid.Must(uuid.NewV7())
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return order(ctx, tx, id) }); err != nil {
+			return err
+		}
+		return post(ctx, id)
+	}
+	if fl := e.floorLog(b, s); fl != nil {
+		// The floor: the notification's row, claimed, in the business transaction; the signed
+		// POST; the delivery recorded.
+		e.floor = func(ctx context.Context, _ int) error {
+			id := uuid.Must(uuid.NewV7())
+			var bt pgx.Batch
+			bt.Queue(`insert into orders values ($1, 100)`, id)
+			msgRow(&bt, id, payload, "claimed")
+			if err := fl.inTx(ctx, &bt); err != nil {
+				return err
+			}
+			if err := post(ctx, id); err != nil {
+				return err
+			}
+			_, err := fl.pool.Exec(ctx, `update fl_msg set status = 'delivered' where id = $1`, id)
+			return err
+		}
 	}
 	// The business row and the notification, claimed, in one transaction; then the record.
 	script := "begin;\ninsert into cb_log (id, status) values (gen_random_uuid(), 'order') returning id as gid \\gset\n" +

@@ -119,21 +119,22 @@ func (s benchStock) Compensate(ctx context.Context, _ *shoppb.StockRequest) (*sh
 // tcc-grpc: the tcc recipe with its 3 participants served over gRPC (grpcbarrier) and called
 // through grpccall, against the same six calls made through grpccall one after the other.
 func tccGRPCRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool) {
-	return grpcRecipe(b, e, tcc.New, tccSQL, tccSides, tccScript())
+	return grpcRecipe(b, e, tcc.New, tccSQL, tccSides, tccFloor, tccScript())
 }
 
 // saga-grpc: the saga recipe over gRPC participants, against the same three action calls made
 // through grpccall.
 func sagaGRPCRecipe(b *testing.B, e *env) (concbench.Op, concbench.Op, string, bool) {
-	return grpcRecipe(b, e, saga.New, sagaSQL, sagaSides, sagaScript())
+	return grpcRecipe(b, e, saga.New, sagaSQL, sagaSides, sagaFloor, sagaScript())
 }
 
 // grpcRecipe builds a coordinator recipe over gRPC participants: the participants of
 // grpcParticipants running sql, a coordinator of newFn with each registered (names p0, p1, ...),
 // and the recipe's sides, which take the registered handles for the coordinator's branches and
-// the grpccall participants themselves for the bare calls.
+// the grpccall participants themselves for the bare calls (and the floor's).
 func grpcRecipe[C coordinator.Base](b *testing.B, e *env, newFn func(*pgxpool.Pool, ...coordinator.Option) (C, error),
 	sql map[participant.Op]string, sides func(C, []participant.Participant, []participant.Participant, func(i, cl int) json.RawMessage) (concbench.Op, concbench.Op),
+	floor func(*floorLog, []participant.Participant, func(i, cl int) json.RawMessage) concbench.Op,
 	script string) (concbench.Op, concbench.Op, string, bool) {
 	s, pool := e.schema(b)
 	parts, payload := grpcParticipants(b, s, pool, sql)
@@ -147,5 +148,6 @@ func grpcRecipe[C coordinator.Base](b *testing.B, e *env, newFn func(*pgxpool.Po
 		ps, handles = append(ps, p), append(handles, h)
 	}
 	txkit, bare := sides(c, handles, ps, payload)
+	e.floor = floor(e.floorLog(b, s), ps, payload)
 	return txkit, bare, script, false
 }
