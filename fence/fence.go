@@ -15,6 +15,9 @@
 //		// ... the leader's writes ...
 //		return nil
 //	})
+//
+// [Fence.Queue] puts the same check into a pgx.Batch instead, so that it rides in the round trip
+// of the writes it guards.
 package fence
 
 import (
