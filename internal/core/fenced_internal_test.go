@@ -20,8 +20,8 @@ func (noDriver) Drive(context.Context, lock.Token, *Transaction) error { return 
 
 // TestIntegrationFencedWritesRoundTrips: a leader's fenced writes go out with their fence check
 // in one round trip each — a partial Record, a Park, a finishing Record (begin, check, statements
-// and commit in one batch) — and the recovery claim in three (begin, check and claim; the
-// branches; the commit). Refused by the fence, a Record and a claim commit nothing and return the
+// and commit in one batch) — and the recovery claim in two (begin, check and claim; the branches
+// and the commit). Refused by the fence, a Record and a claim commit nothing and return the
 // fence's refusal with the recorded token.
 func TestIntegrationFencedWritesRoundTrips(t *testing.T) {
 	s := testenv.PG(t)
@@ -69,7 +69,7 @@ func TestIntegrationFencedWritesRoundTrips(t *testing.T) {
 	}
 	cancelling("g1")
 	var claimed []*Transaction
-	sent("claim", 3, func() (err error) { claimed, err = r.claim(ctx, tok, 0); return err })
+	sent("claim", 2, func() (err error) { claimed, err = r.claim(ctx, tok, 0); return err })
 	if len(claimed) != 1 || claimed[0].GID != "g1" || len(claimed[0].Branches) != 1 {
 		t.Fatalf("claimed %+v; want g1 with its branch", claimed)
 	}

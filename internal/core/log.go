@@ -663,21 +663,35 @@ func (l *Log) loadBranches(ctx context.Context, db fence.DBTX, txs []*Transactio
 	if len(txs) == 0 {
 		return nil
 	}
-	byGID := make(map[string]*Transaction, len(txs))
-	gids := make([]string, len(txs))
-	for i, t := range txs {
-		byGID[t.GID], gids[i] = t, t.GID
-	}
-	rows, err := db.Query(ctx, l.q["branches"], gids)
+	rows, err := db.Query(ctx, l.q["branches"], gidsOf(txs))
 	if err != nil {
 		return fmt.Errorf("core: branches: %w", err)
+	}
+	return scanBranches(rows, txs)
+}
+
+// gidsOf returns the gids of txs.
+func gidsOf(txs []*Transaction) []string {
+	gids := make([]string, len(txs))
+	for i, t := range txs {
+		gids[i] = t.GID
+	}
+	return gids
+}
+
+// scanBranches adds the branches rows (the branches statement's, for txs) holds to their
+// transactions in txs.
+func scanBranches(rows pgx.Rows, txs []*Transaction) error {
+	byGID := make(map[string]*Transaction, len(txs))
+	for _, t := range txs {
+		byGID[t.GID] = t
 	}
 	var (
 		gid, tk, st string
 		b           Branch
 		opts        *string
 	)
-	_, err = pgx.ForEachRow(rows, []any{&gid, &b.Name, &b.Seq, &tk, &b.Target.Ref, &b.Payload, &st, &b.Attempts, &b.LastError, &b.UpdatedAt, &b.Refusal, &opts}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&gid, &b.Name, &b.Seq, &tk, &b.Target.Ref, &b.Payload, &st, &b.Attempts, &b.LastError, &b.UpdatedAt, &b.Refusal, &opts}, func() error {
 		var err error
 		if b.Target.Kind, err = ParseTargetKind(tk); err != nil {
 			return err

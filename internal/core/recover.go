@@ -306,7 +306,7 @@ func (r *Recoverer) reschedule(ctx context.Context, tok lock.Token, t *Transacti
 
 // claim takes a batch of due transactions of partition part with their branches, in one
 // transaction fenced with the partition's resource: the begin, the fence check and the claim in
-// one round trip, then the branches' read and the commit.
+// one round trip, the branches' read and the commit in a second.
 func (r *Recoverer) claim(ctx context.Context, tok lock.Token, part int) ([]*Transaction, error) {
 	l := r.log
 	var batch []*Transaction
@@ -326,20 +326,27 @@ func (r *Recoverer) claim(ctx context.Context, tok lock.Token, part int) ([]*Tra
 		batch, err = pgx.CollectRows(rows, r.claimed)
 		return err
 	})
-	br := l.pool.SendBatch(ctx, b)
-	tx := br.Tx()
-	err = br.Close()
-	if err == nil {
-		err = l.loadBranches(ctx, tx, batch)
+	c, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("core: claim: %w", err)
 	}
-	if err == nil {
-		err = tx.Commit(ctx)
+	defer c.Release() // the pool closes a connection released in a transaction
+	br := c.SendBatch(ctx, b)
+	tx := br.Tx()
+	if err = br.Close(); err == nil {
+		// The branches of what was claimed, with the commit.
+		b = &pgx.Batch{}
+		if len(batch) > 0 {
+			b.Queue(l.q["branches"], gidsOf(batch)).Query(func(rows pgx.Rows) error { return scanBranches(rows, batch) })
+		}
+		b.Queue("commit")
+		err = c.SendBatch(ctx, b).Close()
 	}
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
 		defer cancel()
-		_ = tx.Rollback(rctx) // releases the pool's connection; ErrTxClosed when the begin never ran
-		err = q.Err(rctx, l.pool, err)
+		_ = tx.Rollback(rctx) // a warning only when the commit ended the transaction
+		err = q.Err(rctx, c, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("core: claim: %w", err)
