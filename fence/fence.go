@@ -15,6 +15,9 @@
 //		// ... the leader's writes ...
 //		return nil
 //	})
+//
+// [Fence.Queue] puts the same check into a pgx.Batch instead, so that it rides in the round trip
+// of the writes it guards.
 package fence
 
 import (
@@ -26,6 +29,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -109,6 +113,7 @@ type Fence struct {
 	table  string        // quoted, schema-qualified
 	ddl    string
 	upsert string
+	guard  string // the upsert failing its transaction when it records nothing (Queue)
 	read   string
 	list   string
 	reset  string
@@ -153,16 +158,18 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Fence, error) {
     seq        bigint      not null,
     updated_at timestamptz not null default now()
 )`
+	upsert := `insert into ` + t + ` as f (resource, epoch, seq) values ($1, $2, $3)` +
+		` on conflict (resource) do update set epoch = excluded.epoch, seq = excluded.seq, updated_at = now()` +
+		` where (f.epoch, f.seq) <= (excluded.epoch, excluded.seq) returning 1`
 	return &Fence{
-		pool:  pool,
-		table: t,
-		ddl:   ddl,
-		list:  `select resource, epoch, seq, updated_at from ` + t + ` where $1 = '' or resource = $1 order by resource`,
-		reset: `delete from ` + t + ` where resource = $1 and epoch > $2 returning epoch, seq, updated_at`,
-		upsert: `insert into ` + t + ` as f (resource, epoch, seq) values ($1, $2, $3)` +
-			` on conflict (resource) do update set epoch = excluded.epoch, seq = excluded.seq, updated_at = now()` +
-			` where (f.epoch, f.seq) <= (excluded.epoch, excluded.seq) returning 1`,
+		pool:    pool,
+		table:   t,
+		ddl:     ddl,
+		list:    `select resource, epoch, seq, updated_at from ` + t + ` where $1 = '' or resource = $1 order by resource`,
+		reset:   `delete from ` + t + ` where resource = $1 and epoch > $2 returning epoch, seq, updated_at`,
+		upsert:  upsert,
 		read:    `select epoch, seq from ` + t + ` where resource = $1`,
+		guard:   `with u as (` + upsert + `) select 1 / count(*)::int from u`,
 		refused: refused,
 	}, nil
 }
@@ -200,11 +207,8 @@ func (f *Fence) Check(ctx context.Context, tx DBTX, resource string, tok lock.To
 	if pgutil.IsNil(tx) {
 		return fmt.Errorf("fence: %q: nil DBTX: %w", resource, ErrInvalidOption)
 	}
-	if err := pgutil.CheckText(resource, MaxResourceLen); err != nil {
-		return fmt.Errorf("fence: resource %q: %w: %w", resource, err, ErrInvalidOption)
-	}
-	if tok.IsZero() || tok.Epoch < 0 || tok.Seq < 0 {
-		return fmt.Errorf("fence: %q: token %s was not handed out by a lock: %w", resource, tok, ErrInvalidOption)
+	if err := f.checkArgs(resource, tok); err != nil {
+		return err
 	}
 	var one int
 	err := tx.QueryRow(ctx, f.upsert, resource, tok.Epoch, tok.Seq).Scan(&one)
@@ -214,9 +218,25 @@ func (f *Fence) Check(ctx context.Context, tx DBTX, resource string, tok lock.To
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("fence: %q with token %s: %w", resource, tok, err)
 	}
-	// Refused. Read the higher token only to explain the refusal.
+	return f.refusal(ctx, tx, resource, tok)
+}
+
+// checkArgs checks Check's and Queue's resource and token.
+func (f *Fence) checkArgs(resource string, tok lock.Token) error {
+	if err := pgutil.CheckText(resource, MaxResourceLen); err != nil {
+		return fmt.Errorf("fence: resource %q: %w: %w", resource, err, ErrInvalidOption)
+	}
+	if tok.IsZero() || tok.Epoch < 0 || tok.Seq < 0 {
+		return fmt.Errorf("fence: %q: token %s was not handed out by a lock: %w", resource, tok, ErrInvalidOption)
+	}
+	return nil
+}
+
+// refusal returns the *FencedError of tok refused for resource, with the higher token read on db
+// only to explain it, and counts it.
+func (f *Fence) refusal(ctx context.Context, db DBTX, resource string, tok lock.Token) error {
 	fe := &FencedError{Resource: resource, Token: tok}
-	if err := tx.QueryRow(ctx, f.read, resource).Scan(&fe.Current.Epoch, &fe.Current.Seq); err != nil {
+	if err := db.QueryRow(ctx, f.read, resource).Scan(&fe.Current.Epoch, &fe.Current.Seq); err != nil {
 		f.refused.WithLabelValues(causeUnknown).Inc()
 		return fmt.Errorf("%w (reading the current token: %w)", fe, err)
 	}
@@ -226,6 +246,53 @@ func (f *Fence) Check(ctx context.Context, tx DBTX, resource string, tok lock.To
 		f.refused.WithLabelValues(causeSeq).Inc()
 	}
 	return fe
+}
+
+// Queue queues into b the check [Fence.Check] makes, as a statement that fails its transaction
+// when the fence refuses tok, so that the check rides in the round trip of the writes it guards
+// and nothing queued after it commits. Queue it after the transaction's begin
+// ([pgx.Batch.BeginTx]) and before the writes, and read b's results with
+// [pgx.BatchResults.Close]; when that returns an error, roll the transaction back and pass the
+// error to [Queued.Err]. Arguments are checked as Check checks them: an error wrapping
+// [ErrInvalidOption] queues nothing.
+func (f *Fence) Queue(b *pgx.Batch, resource string, tok lock.Token) (*Queued, error) {
+	if b == nil {
+		return nil, fmt.Errorf("fence: %q: nil batch: %w", resource, ErrInvalidOption)
+	}
+	if err := f.checkArgs(resource, tok); err != nil {
+		return nil, err
+	}
+	q := &Queued{f: f, resource: resource, tok: tok}
+	// With the upsert's row counted, 1 / 0 raises SQLSTATE 22012 when it recorded nothing (the
+	// refusal), which aborts the transaction in PostgreSQL. Only this statement's own result is
+	// taken for the refusal: a 22012 of another statement of b stays what it is.
+	b.Queue(f.guard, resource, tok.Epoch, tok.Seq).QueryRow(func(row pgx.Row) error {
+		var one int
+		err := row.Scan(&one)
+		var pe *pgconn.PgError
+		q.refused = errors.As(err, &pe) && pe.Code == "22012" // division_by_zero
+		return err
+	})
+	return q, nil
+}
+
+// Queued is a check [Fence.Queue] put in a batch. Not safe for concurrent use.
+type Queued struct {
+	f        *Fence
+	resource string
+	tok      lock.Token
+	refused  bool // the check's own statement failed as refused
+}
+
+// Err returns what err, the error of the batch carrying q, means: a *[FencedError] (counted as
+// [Fence.Check] counts it) when the check refused the token, its Current read on db — a pool or a
+// connection no longer in the failed transaction —, else err unchanged (nil when nil). ctx scopes
+// the read.
+func (q *Queued) Err(ctx context.Context, db DBTX, err error) error {
+	if err == nil || !q.refused {
+		return err
+	}
+	return q.f.refusal(ctx, db, q.resource, q.tok)
 }
 
 // Entry is what a [Fence] records for one resource: the highest token that has written to it.

@@ -418,3 +418,89 @@ func TestIntegrationFenceRepeatableRead(t *testing.T) {
 		t.Fatalf("deposed writer under REPEATABLE READ: %v; want SQLSTATE 40001", err)
 	}
 }
+
+// queuedTx sends, on one connection of pool and in one round trip, a transaction of the queued
+// check of (resource, tok) followed by the statements of writes and the commit; when it fails it
+// rolls back and returns the check's Err.
+func queuedTx(ctx context.Context, f *fence.Fence, pool *pgxpool.Pool, resource string, tok lock.Token, writes ...string) error {
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	q, err := f.Queue(b, resource, tok)
+	if err != nil {
+		return err
+	}
+	for _, w := range writes {
+		b.Queue(w, tok.String())
+	}
+	b.Queue("commit")
+	br := c.SendBatch(ctx, b)
+	tx := br.Tx()
+	if err = br.Close(); err != nil {
+		_ = tx.Rollback(ctx)
+		return q.Err(ctx, c, err)
+	}
+	return nil
+}
+
+// TestIntegrationFenceQueue: a check queued into a batch passes the holders Check passes and
+// refuses the ones it refuses; a refused batch commits nothing of its writes, and its error is
+// the FencedError Check returns (Current filled, counted by cause). A division by zero in a write
+// of the batch is that write's error, not a refusal.
+func TestIntegrationFenceQueue(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, f, ctx := begin(t, fence.WithRegisterer(reg))
+	if _, err := s.Pool.Exec(ctx, `create table orders (id serial primary key, by_token text not null)`); err != nil {
+		t.Fatal(err)
+	}
+	const write = `insert into orders (by_token) values ($1)`
+	rows := func() int {
+		var n int
+		if err := s.Pool.QueryRow(ctx, `select count(*) from orders`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	first, next := lock.Token{Epoch: 1, Seq: 5}, lock.Token{Epoch: 1, Seq: 6}
+	for _, tok := range []lock.Token{first, first, next} {
+		if err := queuedTx(ctx, f, s.Pool, "orders", tok, write); err != nil {
+			t.Fatalf("queued check with %s: %v", tok, err)
+		}
+	}
+	if n := rows(); n != 3 {
+		t.Fatalf("%d orders after three passing batches; want 3", n)
+	}
+	for _, tok := range []lock.Token{first, {Epoch: 0, Seq: 99}} {
+		err := queuedTx(ctx, f, s.Pool, "orders", tok, write, write)
+		var fe *fence.FencedError
+		if !errors.Is(err, lock.ErrFenced) || !errors.As(err, &fe) || fe.Resource != "orders" || fe.Token != tok || fe.Current != next {
+			t.Fatalf("refused batch with %s: %#v; want a FencedError for orders with %s below %s", tok, err, tok, next)
+		}
+	}
+	if n := rows(); n != 3 {
+		t.Fatalf("%d orders after two refused batches; want 3 (nothing of theirs committed)", n)
+	}
+	for cause, want := range map[string]float64{"seq": 1, "epoch": 1, "unknown": 0} {
+		if got := obstest.Value(t, reg, "txkit_fence_refused_total", "cause", cause); got != want {
+			t.Errorf("txkit_fence_refused_total{cause=%q} = %v; want %v", cause, got, want)
+		}
+	}
+	err := queuedTx(ctx, f, s.Pool, "orders", next, write, `select 1 / (length($1) - length($1))`)
+	var pe *pgconn.PgError
+	if errors.Is(err, lock.ErrFenced) || !errors.As(err, &pe) || pe.Code != "22012" {
+		t.Fatalf("a write dividing by zero: %v; want its own division_by_zero, not a refusal", err)
+	}
+	if n := rows(); n != 3 {
+		t.Fatalf("%d orders after a failed batch; want 3", n)
+	}
+	if _, err := f.Queue(&pgx.Batch{}, "orders", lock.Token{}); !errors.Is(err, fence.ErrInvalidOption) {
+		t.Fatalf("Queue with a zero token: %v; want ErrInvalidOption", err)
+	}
+	if _, err := f.Queue(nil, "orders", next); !errors.Is(err, fence.ErrInvalidOption) {
+		t.Fatalf("Queue with a nil batch: %v; want ErrInvalidOption", err)
+	}
+}

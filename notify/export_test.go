@@ -3,6 +3,10 @@ package notify
 import (
 	"context"
 	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/txkit/txkit/lock"
 )
 
 // Post makes one post of d to the receiver called name, as a delivery attempt does, and returns
@@ -34,3 +38,16 @@ func (n *Notifier) WakeForTest(ctx context.Context) error {
 // PostAfterCommitForTest turns Do's posts after the commit on or off (default on): off, Do's
 // process behaves as one that died between its commit and its posts.
 func PostAfterCommitForTest(on bool) Option { return func(o *options) { o.postAfterCommit = on } }
+
+// RecordForTest records an acknowledged attempt of each of ids as the leader of partition part
+// with tok records its results (fenced), and returns the record's error.
+func (n *Notifier) RecordForTest(ctx context.Context, tok lock.Token, part int, ids []uuid.UUID) error {
+	batch := make([]result, len(ids))
+	for i, id := range ids {
+		batch[i] = result{id: id, ok: true, code: 200}
+	}
+	return n.record(ctx, fenceKey{tok: tok, resource: n.resource(part)}, batch, n.o.log)
+}
+
+// FenceResourceForTest returns the fence resource of partition part's writes.
+func (n *Notifier) FenceResourceForTest(part int) string { return n.resource(part) }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -34,20 +35,30 @@ type fenceKey struct {
 	resource string
 }
 
-// fenced runs fn in a transaction that first passes the fence with fk. With a zero fk (Deliver's
-// records, which its claim makes its own) it passes no fence, and fn runs on the pool: its one
-// statement is its own transaction, one round trip.
-func (n *Notifier) fenced(ctx context.Context, fk fenceKey, fn func(DBTX) error) error {
-	if fk.resource == "" {
-		return fn(n.pool)
+// fenced runs sql with args and hands its rows to read. With fk, in a transaction that passes the
+// fence with fk first, the check, the statement and the commit in one round trip
+// (leader.CommitFenced). With a zero fk (Deliver's records, which its claim makes its own) it
+// passes no fence, and the statement runs on the pool: its own transaction, one round trip.
+func (n *Notifier) fenced(ctx context.Context, fk fenceKey, sql string, args []any, read func(pgx.Rows) error) error {
+	if fk.resource != "" {
+		return leader.CommitFenced(ctx, n.pool, n.fence, fk.resource, fk.tok, func(b *pgx.Batch) {
+			b.Queue(sql, args...).Query(read)
+		})
 	}
-	return pgx.BeginFunc(ctx, n.pool, func(tx pgx.Tx) error {
-		if err := n.fence.Check(ctx, tx, fk.resource, fk.tok); err != nil {
-			return err
-		}
-		return fn(tx)
-	})
+	rows, err := n.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if err := read(rows); err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
 }
+
+// noRows is the read of a statement that returns no rows.
+func noRows(pgx.Rows) error { return nil }
 
 // recorder writes results in batches — the results that arrive within recordLinger of the first
 // (while more are coming), up to the batch size, in one fenced statement — until results is closed (after ctx ended and
@@ -159,11 +170,8 @@ func (n *Notifier) holdBack(ctx context.Context, fk fenceKey, held []result) err
 	for i, r := range held {
 		ids[i], waits[i] = r.id, r.skipped.Seconds()
 	}
-	return n.fenced(ctx, fk, func(tx DBTX) error {
-		_, err := tx.Exec(ctx, `update `+n.table+` t set next_attempt_at = `+dueNow+` + make_interval(secs => w.secs), updated_at = now()
-from unnest($1::uuid[], $2::float8[]) as w(id, secs) where t.id = w.id and t.`+stillPending, ids, waits)
-		return err
-	})
+	return n.fenced(ctx, fk, `update `+n.table+` t set next_attempt_at = `+dueNow+` + make_interval(secs => w.secs), updated_at = now()
+from unnest($1::uuid[], $2::float8[]) as w(id, secs) where t.id = w.id and t.`+stillPending, []any{ids, waits}, noRows)
 }
 
 // undelivered is a notification whose attempt writeAttempts recorded as failed: pending again, or
@@ -194,17 +202,12 @@ func (n *Notifier) writeAttempts(ctx context.Context, fk fenceKey, batch []resul
 	}
 	sql := n.recordSQL[b2i(async)][b2i(k == 1)]
 	// The statement returns the delivered ones as a count and the others one by one (to log).
-	err = n.fenced(ctx, fk, func(tx DBTX) error {
-		rows, err := tx.Query(ctx, sql, args...)
-		if err != nil {
-			return err
-		}
+	err = n.fenced(ctx, fk, sql, args, func(rows pgx.Rows) error {
 		outs, delivered = outs[:0], 0
 		for rows.Next() {
 			var o undelivered
 			var id pgtype.UUID
 			if err := rows.Scan(&id, &o.status, &o.attempts); err != nil {
-				rows.Close()
 				return err
 			}
 			if !id.Valid {
@@ -305,14 +308,10 @@ func (n *Notifier) purge(ctx context.Context, tok lock.Token) error {
 	fk := fenceKey{tok: tok, resource: n.resource(0)}
 	for ctx.Err() == nil {
 		var deleted int64
-		err := n.fenced(ctx, fk, func(tx DBTX) error {
-			rows, err := tx.Query(ctx, `with d as (delete from `+n.table+` where id in (select id from `+n.table+`
+		err := n.fenced(ctx, fk, `with d as (delete from `+n.table+` where id in (select id from `+n.table+`
 				where status = 'delivered' and delivered_at < now() - make_interval(secs => $1) limit 1000) returning id),
 			a as (delete from `+n.attempts+` where id in (select id from d))
-			select count(*) from d`, n.o.retention.Seconds())
-			if err != nil {
-				return err
-			}
+			select count(*) from d`, []any{n.o.retention.Seconds()}, func(rows pgx.Rows) (err error) {
 			deleted, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
 			return err
 		})

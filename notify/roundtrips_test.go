@@ -3,6 +3,7 @@ package notify_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,7 +15,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/lock"
 	"github.com/txkit/txkit/notify"
 )
 
@@ -158,5 +161,68 @@ func TestIntegrationDoAllocs(t *testing.T) {
 	t.Logf("%.0f allocations per Do, post and record", a)
 	if a > 245 {
 		t.Fatalf("%.0f allocations per Do, post and record; want at most 245", a)
+	}
+}
+
+// TestIntegrationLeaderRecordRoundTrips: the leader's record of its results — the fence check,
+// the attempts' statement and the commit — goes out in one round trip (four before: begin, check,
+// statement, commit). Refused by the fence (a newer leader has written), it commits nothing: the
+// notifications stay pending with no attempt counted, and the error is the fence's refusal with
+// the recorded token.
+func TestIntegrationLeaderRecordRoundTrips(t *testing.T) {
+	w := newWorld(t)
+	pool, rt := testenv.CountingPool(t, w.sender)
+	n, err := notify.New(pool, w.receivers(), notify.WithTable(w.sender.Name, ""), notify.WithLogger(testenv.Logger(t)),
+		notify.WithPlainHTTP())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := n.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resource := n.FenceResourceForTest(0)
+	tok, newer := lock.Token{Epoch: 1, Seq: 1}, lock.Token{Epoch: 1, Seq: 2}
+	// states returns the status and attempts of each of ids.
+	states := func(ids []uuid.UUID) []string {
+		var out []string
+		for _, id := range ids {
+			var status string
+			var attempts int
+			if err := pool.QueryRow(ctx, `select status, attempts from `+w.sender.Name+`.txkit_notify where id = $1`, id).Scan(&status, &attempts); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprint(status, "/", attempts))
+		}
+		return out
+	}
+	for i := range 3 {
+		ids := []uuid.UUID{w.enqueue(n, "shop", fmt.Sprint("a", i), 1).ID, w.enqueue(n, "shop", fmt.Sprint("b", i), 1).ID}
+		q, b := rt.During(func() { err = n.RecordForTest(ctx, tok, 0, ids) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q != 0 || b != 1 {
+			t.Fatalf("record %d sent %d statements and %d batches; want 0 and 1 (begin, fence, record and commit in one)", i, q, b)
+		}
+		if got := states(ids); got[0] != "delivered/1" || got[1] != "delivered/1" {
+			t.Fatalf("record %d: notifications %v; want delivered/1 each", i, got)
+		}
+	}
+	f, err := fence.New(pool, fence.WithTable(w.sender.Name, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return f.Check(ctx, tx, resource, newer) }); err != nil {
+		t.Fatal(err)
+	}
+	ids := []uuid.UUID{w.enqueue(n, "shop", "c", 1).ID, w.enqueue(n, "shop", "d", 1).ID}
+	err = n.RecordForTest(ctx, tok, 0, ids)
+	var fe *fence.FencedError
+	if !errors.Is(err, lock.ErrFenced) || !errors.As(err, &fe) || fe.Current != newer || fe.Token != tok || fe.Resource != resource {
+		t.Fatalf("refused record: %v; want a FencedError of %s with %s below %s", err, resource, tok, newer)
+	}
+	if got := states(ids); got[0] != "pending/0" || got[1] != "pending/0" {
+		t.Fatalf("a refused record left the notifications %v; want pending/0 each", got)
 	}
 }

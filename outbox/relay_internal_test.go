@@ -1,6 +1,8 @@
 package outbox
 
 import (
+	"errors"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -9,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txkit/txkit/fence"
 	"github.com/txkit/txkit/internal/testkit/testenv"
+	"github.com/txkit/txkit/lock"
 )
 
 // TestIntegrationFailStatement runs the fail statement in PostgreSQL and checks it against
@@ -310,5 +314,86 @@ func TestIntegrationDueStatementByteBound(t *testing.T) {
 				t.Fatalf("%d full rows (cut %v), want %d (cut %v)", n, cut, tc.wantRows, tc.wantCut)
 			}
 		})
+	}
+}
+
+// TestIntegrationRecordRoundTrips: the relay's record of a batch — the fence check, the delete of
+// the sent rows, the failed rows' attempt and the commit — goes out in one round trip. Refused by
+// the fence, it commits nothing (the sent row stays pending, the failed row keeps its attempts)
+// and returns the fence's refusal with the recorded token.
+func TestIntegrationRecordRoundTrips(t *testing.T) {
+	pg := testenv.PG(t)
+	pool, rt := testenv.CountingPool(t, pg)
+	ctx := t.Context()
+	ob, err := New(pool, WithTable(pg.Name, ""), NotifyForTest(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ob.relayFence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Relay{pool: pool, ob: ob, o: defaultRelayOptions(), fence: f}
+	const resource = "outbox:test"
+	tok, newer := lock.Token{Epoch: 1, Seq: 1}, lock.Token{Epoch: 1, Seq: 2}
+	// pending returns the ids of the pending rows and their attempts.
+	pending := func() map[int64]int {
+		rows, err := pool.Query(ctx, `select id, attempts from `+ob.table+` where status = 'pending'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[int64]int{}
+		var id int64
+		var n int
+		if _, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error { m[id] = n; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for i := range 3 {
+		for range 2 {
+			if _, err := ob.Enqueue(ctx, pool, Message{Topic: "t", Body: []byte("m")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids := slices.Sorted(maps.Keys(pending()))
+		res := results{sent: ids[:1], failed: ids[1:], errs: []string{"boom"}, permanent: []bool{false}}
+		var rerr error
+		q, b := rt.During(func() { _, _, rerr = r.writeResults(ctx, resource, tok, res, nil) })
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		if q != 0 || b != 1 {
+			t.Fatalf("record %d sent %d statements and %d batches; want 0 and 1 (begin, fence, writes and commit in one)", i, q, b)
+		}
+		if p := pending(); len(p) != 1 || p[ids[1]] != 1 {
+			t.Fatalf("record %d left %v pending; want only %d, with 1 attempt", i, p, ids[1])
+		}
+		if _, err := pool.Exec(ctx, `delete from `+ob.table); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A newer leader passes the fence; the old one's record is refused and commits nothing.
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return f.Check(ctx, tx, resource, newer) }); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := ob.Enqueue(ctx, pool, Message{Topic: "t", Body: []byte("m")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := pending()
+	ids := slices.Sorted(maps.Keys(before))
+	res := results{sent: ids[:1], failed: ids[1:], errs: []string{"boom"}, permanent: []bool{false}}
+	_, _, err = r.writeResults(ctx, resource, tok, res, ids)
+	var fe *fence.FencedError
+	if !errors.Is(err, lock.ErrFenced) || !errors.As(err, &fe) || fe.Current != newer || fe.Token != tok || fe.Resource != resource {
+		t.Fatalf("refused record: %v; want a FencedError of %s with %s below %s", err, resource, tok, newer)
+	}
+	if after := pending(); !maps.Equal(after, before) {
+		t.Fatalf("a refused record changed the pending rows: %v, before %v", after, before)
 	}
 }

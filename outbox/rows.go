@@ -134,11 +134,11 @@ func sortResults(batch []row, errs []error) results {
 }
 
 // writeResults deletes the sent rows, makes the rows of rescue due at once and records the failed
-// ones, in one transaction that passes the fence (resource, tok) first (see fencedTx). It returns
-// how many rows it made due again and the messages it made dead.
+// ones, in one transaction that passes the fence (resource, tok) first, in one round trip
+// (leader.CommitFenced). It returns how many rows it made due again and the messages it made dead.
 func (r *Relay) writeResults(ctx context.Context, resource string, tok lock.Token, res results, rescue []int64) (rescued int, deadIDs []uuid.UUID, err error) {
-	// The writes and the commit go out as one pipeline once the fence has passed: three round
-	// trips (begin, fence, writes + commit), as many as an unfenced transaction.
+	// The fence check, the writes and the commit go out as one pipeline: a refused check fails
+	// the transaction in PostgreSQL, so nothing after it commits.
 	//
 	// The commit does not wait for its WAL flush (synchronous_commit off for this transaction
 	// only). A record lost to a crash or a failover leaves its rows as they were before it: sent
@@ -146,37 +146,38 @@ func (r *Relay) writeResults(ctx context.Context, resource string, tok lock.Toke
 	// consumers' claim suppresses the copy), failed rows with one attempt less. Per-key order
 	// holds: the WAL is flushed (and streamed to a standby) in order, so the commit of a later
 	// Enqueue makes every record before it durable too.
-	b := &pgx.Batch{}
-	b.Queue(asyncCommit).Exec(func(pgconn.CommandTag) error { return nil })
-	if len(res.sent) > 0 {
-		b.Queue(r.ob.q.deleteSent, res.sent).Exec(func(pgconn.CommandTag) error { return nil })
-	}
-	if len(res.failed) > 0 {
-		b.Queue(r.ob.q.fail, res.failed, res.errs, r.o.maxAttempts, r.o.backoffBase.Seconds(), r.o.backoffCap.Seconds(), res.permanent).
-			Query(func(rows pgx.Rows) error {
-				var (
-					id     uuid.UUID
-					isDead bool
-				)
-				_, err := pgx.ForEachRow(rows, []any{&id, &isDead}, func() error {
-					if isDead {
-						deadIDs = append(deadIDs, id)
-					}
+	err = leader.CommitFenced(ctx, r.pool, r.fence, resource, tok, func(b *pgx.Batch) {
+		b.Queue(asyncCommit)
+		if len(res.sent) > 0 {
+			b.Queue(r.ob.q.deleteSent, res.sent)
+		}
+		if len(res.failed) > 0 {
+			b.Queue(r.ob.q.fail, res.failed, res.errs, r.o.maxAttempts, r.o.backoffBase.Seconds(), r.o.backoffCap.Seconds(), res.permanent).
+				Query(func(rows pgx.Rows) error {
+					var (
+						id     uuid.UUID
+						isDead bool
+					)
+					_, err := pgx.ForEachRow(rows, []any{&id, &isDead}, func() error {
+						if isDead {
+							deadIDs = append(deadIDs, id)
+						}
+						return nil
+					})
+					return err
+				})
+		}
+		// After the fail statement: the rescue may make due rows of this batch that it failed.
+		if len(rescue) > 0 {
+			b.Queue(`update `+r.ob.table+` set next_attempt_at = now()
+where id = any($1::bigint[]) and status = '`+StatusPending.String()+`' and attempts > 0 and next_attempt_at > now()`, rescue).
+				Exec(func(tag pgconn.CommandTag) error {
+					rescued = int(tag.RowsAffected())
 					return nil
 				})
-				return err
-			})
-	}
-	// After the fail statement: the rescue may make due rows of this batch that it failed.
-	if len(rescue) > 0 {
-		b.Queue(`update `+r.ob.table+` set next_attempt_at = now()
-where id = any($1::bigint[]) and status = '`+StatusPending.String()+`' and attempts > 0 and next_attempt_at > now()`, rescue).
-			Exec(func(tag pgconn.CommandTag) error {
-				rescued = int(tag.RowsAffected())
-				return nil
-			})
-	}
-	if err := r.fencedTx(ctx, resource, tok, b); err != nil {
+		}
+	})
+	if err != nil {
 		return 0, nil, err
 	}
 	return rescued, deadIDs, nil
@@ -189,31 +190,6 @@ func (r *Relay) fenceResource(part int) string {
 		return r.resource
 	}
 	return leader.PartitionName(r.resource, part)
-}
-
-// fencedTx runs b in one transaction that first passes the fence (resource, tok), in two round trips:
-// "begin" with the fence check (pgutil.LazyTx), then b's statements with "commit". It rolls back
-// (with a context of its own) when anything fails, and returns an error wrapping lock.ErrFenced
-// when the fence refuses tok.
-func (r *Relay) fencedTx(ctx context.Context, resource string, tok lock.Token, b *pgx.Batch) (err error) {
-	c, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Release() // the pool closes a connection released in a transaction
-	defer func() {
-		if err != nil {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			defer cancel()
-			_, _ = c.Exec(cctx, "rollback") // a warning only, when no transaction is open
-		}
-	}()
-	tx := pgutil.NewLazyTx(c)
-	if err := r.fence.Check(ctx, tx, resource, tok); err != nil {
-		return err
-	}
-	b.Queue("commit") // in the pipeline: the transaction ends with b, no round trip of its own
-	return tx.SendBatch(ctx, b).Close()
 }
 
 // asyncCommit makes the commit of the transaction it runs in return before its WAL is flushed.

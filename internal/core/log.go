@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txkit/txkit/fence"
+	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/obs"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
@@ -479,62 +480,69 @@ func (l *Log) Record(ctx context.Context, tok lock.Token, p Progress) error {
 }
 
 // recordTx writes p in one transaction, fenced with tok when it is a leader's; moved reports
-// whether the transaction was in p.From.
+// whether the transaction was in p.From. Its statements go out in one batch: with tok, together
+// with the begin, the fence check and the commit, one round trip (leader.CommitFenced).
 func (l *Log) recordTx(ctx context.Context, tok lock.Token, p Progress, done BranchStatus, moved *bool) error {
-	return unknownOutcome(pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		if err := l.fenceCheck(ctx, tx, tok, p.GID); err != nil {
-			return err
+	queue := func(b *pgx.Batch) { l.queueRecord(b, p, done, moved) }
+	if tok.IsZero() {
+		return unknownOutcome(pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			queue(b)
+			return tx.SendBatch(ctx, b).Close()
+		}))
+	}
+	return unknownOutcome(leader.CommitFenced(ctx, l.pool, l.fence, l.resourceOf(p.GID), tok, queue))
+}
+
+// queueRecord queues into b the statements of recordTx.
+func (l *Log) queueRecord(b *pgx.Batch, p Progress, done BranchStatus, moved *bool) {
+	exec := func(what string, sql string, args ...any) {
+		b.Queue(sql, args...).Fn = func(br pgx.BatchResults) error {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			return nil
 		}
-		if len(p.Done) > 0 && p.Next == 0 {
-			if _, err := tx.Exec(ctx, l.q["branches_done"], p.GID, p.Done, done.String()); err != nil {
-				return fmt.Errorf("mark branches %s: %w", done, err)
+	}
+	if len(p.Done) > 0 && p.Next == 0 {
+		exec("mark branches "+done.String(), l.q["branches_done"], p.GID, p.Done, done.String())
+	}
+	if len(p.Failed) > 0 {
+		names := make([]string, len(p.Failed))
+		errs := make([]string, len(p.Failed))
+		refusals := make([]*string, len(p.Failed))
+		for i, f := range p.Failed {
+			names[i], errs[i] = f.Branch, pgutil.ErrorText(f.Err, maxErrorLen)
+			if errors.Is(f.Err, participant.ErrRefused) {
+				refusals[i] = &errs[i]
 			}
 		}
-		if len(p.Failed) > 0 {
-			names := make([]string, len(p.Failed))
-			errs := make([]string, len(p.Failed))
-			refusals := make([]*string, len(p.Failed))
-			for i, f := range p.Failed {
-				names[i], errs[i] = f.Branch, pgutil.ErrorText(f.Err, maxErrorLen)
-				if errors.Is(f.Err, participant.ErrRefused) {
-					refusals[i] = &errs[i]
-				}
-			}
-			if _, err := tx.Exec(ctx, l.q["branches_failed"], p.GID, names, errs, refusals); err != nil {
-				return fmt.Errorf("count failed branches: %w", err)
-			}
+		exec("count failed branches", l.q["branches_failed"], p.GID, names, errs, refusals)
+	}
+	if p.Next != 0 && errors.Is(p.Err, ErrTimeout) {
+		exec("record the timeout", l.q["timed_out"], p.GID)
+	}
+	var q *pgx.QueuedQuery
+	switch {
+	case p.Next != 0:
+		q = b.Queue(l.q["finish"], p.GID, p.From.String(), p.Next.String(), l.o.lease.Seconds(), p.Done, done.String())
+	case p.Renew:
+		q = b.Queue(l.q["renew"], p.GID, p.From.String(), l.o.lease.Seconds())
+	default:
+		why := p.Err
+		if why == nil && len(p.Failed) > 0 {
+			why = fmt.Errorf("branch %s: %w", p.Failed[0].Branch, p.Failed[0].Err)
 		}
-		if p.Next != 0 && errors.Is(p.Err, ErrTimeout) {
-			if _, err := tx.Exec(ctx, l.q["timed_out"], p.GID); err != nil {
-				return fmt.Errorf("record the timeout: %w", err)
-			}
+		if why == nil {
+			why = errors.New("unfinished")
 		}
-		var rows pgx.Rows
-		var err error
-		switch {
-		case p.Next != 0:
-			rows, err = tx.Query(ctx, l.q["finish"], p.GID, p.From.String(), p.Next.String(), l.o.lease.Seconds(),
-				p.Done, done.String())
-		case p.Renew:
-			rows, err = tx.Query(ctx, l.q["renew"], p.GID, p.From.String(), l.o.lease.Seconds())
-		default:
-			why := p.Err
-			if why == nil && len(p.Failed) > 0 {
-				why = fmt.Errorf("branch %s: %w", p.Failed[0].Branch, p.Failed[0].Err)
-			}
-			if why == nil {
-				why = errors.New("unfinished")
-			}
-			rows, err = tx.Query(ctx, l.q["reschedule"], p.GID, p.From.String(), pgutil.ErrorText(why, maxErrorLen),
-				l.o.backoffMin.Seconds(), l.o.backoffMax.Seconds())
-		}
-		if err != nil {
-			return err
-		}
+		q = b.Queue(l.q["reschedule"], p.GID, p.From.String(), pgutil.ErrorText(why, maxErrorLen),
+			l.o.backoffMin.Seconds(), l.o.backoffMax.Seconds())
+	}
+	q.Query(func(rows pgx.Rows) error {
 		*moved = rows.Next()
-		rows.Close()
-		return rows.Err()
-	}))
+		return nil
+	})
 }
 
 // Refuse records that the participant of branch refused it with err (its text, bounded, is the
@@ -546,14 +554,6 @@ func (l *Log) Refuse(ctx context.Context, gid, branch string, err error) error {
 		return fmt.Errorf("core: record the refusal of %s/%s: %w", gid, branch, xerr)
 	}
 	return nil
-}
-
-// fenceCheck passes the fence of gid's recovery partition (partition.go) with a leader's tok.
-func (l *Log) fenceCheck(ctx context.Context, tx pgx.Tx, tok lock.Token, gid string) error {
-	if tok.IsZero() {
-		return nil
-	}
-	return l.fence.Check(ctx, tx, l.resourceOf(gid), tok)
 }
 
 func (l *Log) resource() string { return "core:" + l.name }
@@ -663,21 +663,35 @@ func (l *Log) loadBranches(ctx context.Context, db fence.DBTX, txs []*Transactio
 	if len(txs) == 0 {
 		return nil
 	}
-	byGID := make(map[string]*Transaction, len(txs))
-	gids := make([]string, len(txs))
-	for i, t := range txs {
-		byGID[t.GID], gids[i] = t, t.GID
-	}
-	rows, err := db.Query(ctx, l.q["branches"], gids)
+	rows, err := db.Query(ctx, l.q["branches"], gidsOf(txs))
 	if err != nil {
 		return fmt.Errorf("core: branches: %w", err)
+	}
+	return scanBranches(rows, txs)
+}
+
+// gidsOf returns the gids of txs.
+func gidsOf(txs []*Transaction) []string {
+	gids := make([]string, len(txs))
+	for i, t := range txs {
+		gids[i] = t.GID
+	}
+	return gids
+}
+
+// scanBranches adds the branches rows (the branches statement's, for txs) holds to their
+// transactions in txs.
+func scanBranches(rows pgx.Rows, txs []*Transaction) error {
+	byGID := make(map[string]*Transaction, len(txs))
+	for _, t := range txs {
+		byGID[t.GID] = t
 	}
 	var (
 		gid, tk, st string
 		b           Branch
 		opts        *string
 	)
-	_, err = pgx.ForEachRow(rows, []any{&gid, &b.Name, &b.Seq, &tk, &b.Target.Ref, &b.Payload, &st, &b.Attempts, &b.LastError, &b.UpdatedAt, &b.Refusal, &opts}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&gid, &b.Name, &b.Seq, &tk, &b.Target.Ref, &b.Payload, &st, &b.Attempts, &b.LastError, &b.UpdatedAt, &b.Refusal, &opts}, func() error {
 		var err error
 		if b.Target.Kind, err = ParseTargetKind(tk); err != nil {
 			return err

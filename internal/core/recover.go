@@ -305,7 +305,8 @@ func (r *Recoverer) reschedule(ctx context.Context, tok lock.Token, t *Transacti
 }
 
 // claim takes a batch of due transactions of partition part with their branches, in one
-// transaction fenced with the partition's resource.
+// transaction fenced with the partition's resource: the begin, the fence check and the claim in
+// one round trip, the branches' read and the commit in a second.
 func (r *Recoverer) claim(ctx context.Context, tok lock.Token, part int) ([]*Transaction, error) {
 	l := r.log
 	var batch []*Transaction
@@ -315,38 +316,60 @@ func (r *Recoverer) claim(ctx context.Context, tok lock.Token, part int) ([]*Tra
 		args = append(args, part)
 		resource = leader.PartitionName(resource, part)
 	}
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		if err := l.fence.Check(ctx, tx, resource, tok); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, r.claimQ, args...)
-		if err != nil {
-			return err
-		}
-		if batch, err = pgx.CollectRows(rows, func(cr pgx.CollectableRow) (*Transaction, error) {
-			var t Transaction
-			var kind, status string
-			var timedOut bool
-			if err := cr.Scan(&t.GID, &kind, &status, &t.TimeoutAt, &t.NextRetryAt, &t.Attempts, &t.LastError,
-				&t.Payload, &t.CreatedAt, &t.UpdatedAt, &t.TraceContext, &timedOut); err != nil {
-				return nil, err
-			}
-			tx, err := parsed(&t, kind, status)
-			if err == nil && timedOut {
-				r.stats.timedOut.Add(1)
-				r.m[tx.Kind].timedOut.Inc()
-			}
-			return tx, err
-		}); err != nil {
-			return err
-		}
-		return l.loadBranches(ctx, tx, batch)
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	q, err := l.fence.Queue(b, resource, tok)
+	if err != nil {
+		return nil, fmt.Errorf("core: claim: %w", err)
+	}
+	b.Queue(r.claimQ, args...).Query(func(rows pgx.Rows) (err error) {
+		batch, err = pgx.CollectRows(rows, r.claimed)
+		return err
 	})
+	c, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("core: claim: %w", err)
+	}
+	defer c.Release() // the pool closes a connection released in a transaction
+	br := c.SendBatch(ctx, b)
+	tx := br.Tx()
+	if err = br.Close(); err == nil {
+		// The branches of what was claimed, with the commit.
+		b = &pgx.Batch{}
+		if len(batch) > 0 {
+			b.Queue(l.q["branches"], gidsOf(batch)).Query(func(rows pgx.Rows) error { return scanBranches(rows, batch) })
+		}
+		b.Queue("commit")
+		err = c.SendBatch(ctx, b).Close()
+	}
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+		defer cancel()
+		_ = tx.Rollback(rctx) // a warning only when the commit ended the transaction
+		err = q.Err(rctx, c, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("core: claim: %w", err)
 	}
 	r.stats.claimed.Add(int64(len(batch)))
 	return batch, nil
+}
+
+// claimed scans a transaction the claim statement returned, counting it when it timed out.
+func (r *Recoverer) claimed(cr pgx.CollectableRow) (*Transaction, error) {
+	var t Transaction
+	var kind, status string
+	var timedOut bool
+	if err := cr.Scan(&t.GID, &kind, &status, &t.TimeoutAt, &t.NextRetryAt, &t.Attempts, &t.LastError,
+		&t.Payload, &t.CreatedAt, &t.UpdatedAt, &t.TraceContext, &timedOut); err != nil {
+		return nil, err
+	}
+	tx, err := parsed(&t, kind, status)
+	if err == nil && timedOut {
+		r.stats.timedOut.Add(1)
+		r.m[tx.Kind].timedOut.Inc()
+	}
+	return tx, err
 }
 
 // purge deletes finished transactions older than the retention, batch after batch.

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txkit/txkit/internal/leader"
 	"github.com/txkit/txkit/internal/pgutil"
 	"github.com/txkit/txkit/lock"
 )
@@ -132,11 +133,12 @@ func (l *Log) fencedExec(ctx context.Context, tok lock.Token, gid, q string, arg
 	if tok.IsZero() {
 		return ok, unknownOutcome(run(l.pool))
 	}
-	return ok, unknownOutcome(pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		if err := l.fenceCheck(ctx, tx, tok, gid); err != nil {
-			return err
-		}
-		return run(tx)
+	// The check, q and the commit in one round trip (leader.CommitFenced).
+	return ok, unknownOutcome(leader.CommitFenced(ctx, l.pool, l.fence, l.resourceOf(gid), tok, func(b *pgx.Batch) {
+		b.Queue(q, args...).Query(func(rows pgx.Rows) error {
+			ok = rows.Next()
+			return nil
+		})
 	}))
 }
 

@@ -332,9 +332,7 @@ func (j *Job) leadYielding(ctx context.Context, l lock.Leadership, yield <-chan 
 // (see steppedDown); then the error is nil, or the missing table's. Other failures are retried.
 func (j *Job) passFence(ctx context.Context, tok lock.Token, log *slog.Logger) (bool, error) {
 	for {
-		err := pgx.BeginFunc(ctx, j.pool, func(tx pgx.Tx) error {
-			return j.fence.Check(ctx, tx, j.resource, tok)
-		})
+		err := CommitFenced(ctx, j.pool, j.fence, j.resource, tok, nil) // one round trip
 		switch {
 		case err == nil:
 			return true, nil
