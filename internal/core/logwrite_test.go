@@ -9,6 +9,7 @@ import (
 
 	"github.com/txkit/txkit/bench/cpustat"
 	"github.com/txkit/txkit/internal/core"
+	"github.com/txkit/txkit/internal/core/coretest"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -91,4 +92,40 @@ func logWritesAt(clients, n int, run *atomic.Int64, tx func(gid string) error) e
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// The log's writes at 16 clients, through the group writer with the coordinators' defaults (group
+// commit, deferred finish), cost a bounded number of allocations per saga (the record with its 3
+// steps, the success: BenchmarkLogWrites), counted with testing.AllocsPerRun around rounds of 16
+// sagas on 16 goroutines (every goroutine of the process). Issue 33: 75 before the arguments
+// pointed into the write (args.go), a queued write took one channel (two before) and the window
+// timers were reused; 45 after. The bound leaves room for the pools' and the runtime's goroutines.
+func TestIntegrationLogWritesAllocs(t *testing.T) {
+	const clients, max = 16, 55
+	l := newLog(t, core.WithGroupCommit(core.DefaultGroupCommitWindow), core.WithDeferredFinish())
+	bs := []core.Branch{httpBranch("a"), httpBranch("b"), httpBranch("c")}
+	for i := range bs {
+		bs[i].Seq = i
+	}
+	ctx := t.Context()
+	saga := func(gid string) error {
+		if err := l.CreateIn(ctx, gid, core.KindSaga, core.StatusRunning, time.Minute, []byte(`{}`), bs...); err != nil {
+			return err
+		}
+		return l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusRunning, Next: core.StatusSucceeded})
+	}
+	var run atomic.Int64
+	var err error
+	round := func() {
+		if e := logWritesAt(clients, clients, &run, saga); e != nil && err == nil {
+			err = e
+		}
+	}
+	coretest.AllocsAtMost(t, fmt.Sprint(clients, " sagas"), 40, clients*max, round)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
