@@ -18,7 +18,8 @@ import (
 // commit core.DefaultGroupCommitWindow, deferred finish), b.N transactions in all. saga: the
 // record with its 3 steps (running), then the success (running → succeeded, written before it
 // returns); tcc: the record with its 2 branches (trying), the decision (→ confirming) and the
-// deferred finish (→ confirmed). go-cpu-us/op is the process's processor time per transaction. Its allocs/op and B/op count every goroutine of the process (the
+// deferred finish (→ confirmed). go-cpu-us/op is the process's processor time per transaction, flushes/op the round trips its writes
+// took (group commit's). Its allocs/op and B/op count every goroutine of the process (the
 // group writer's and pgx's included): unlike its ns/op they do not depend on the machine's load.
 //
 //	go test -run '^$' -bench LogWrites -benchmem -benchtime 2000x ./internal/core/
@@ -60,12 +61,14 @@ func BenchmarkLogWrites(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			before := cpustat.Read()
+			before, stats := cpustat.Read(), l.GroupCommitStats()
 			if err := logWritesAt(clients, b.N, &run, side.tx); err != nil {
 				b.Fatal(err)
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(cpustat.Read().Sub(before).Self.Microseconds())/float64(b.N), "go-cpu-us/op")
+			after := l.GroupCommitStats()
+			b.ReportMetric(float64(after.Flushes-stats.Flushes)/float64(b.N), "flushes/op")
 			if err := l.Flush(b.Context()); err != nil {
 				b.Fatal(err)
 			}
