@@ -360,10 +360,10 @@ type pending struct {
 	ch chan turn
 	// A lazy write (a deferred finish) starts no flush and has no goroutine waiting: it is sent by
 	// the next flush, or by the timer once due (finishHold after it was parked), or when kicked;
-	// settled is handed its outcome by the goroutine that delivers it.
-	lazy    bool
-	due     time.Time
-	settled func(result)
+	// its deferral (deferred.go) is handed its outcome by the goroutine that delivers it.
+	lazy bool
+	due  time.Time
+	df   *deferral
 }
 
 // turn is what a waiting writer is handed: a batch to flush (its turn), or else its outcome.
@@ -604,7 +604,7 @@ func (g *groupWriter) deliver(p *pending, batch []*pending, rs []result) result 
 		case q == p:
 			own = rs[i]
 		case q.lazy:
-			q.settled(rs[i])
+			q.df.settle(rs[i])
 		default:
 			q.ch <- turn{r: rs[i]}
 		}
