@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,36 +14,36 @@ import (
 	"github.com/txkit/txkit/lock"
 )
 
-// BenchmarkLogWrites is the Go cost of the coordinators' log writes alone, at 16 clients: 16
-// goroutines each record transactions through one Log with the coordinators' defaults (group
-// commit core.DefaultGroupCommitWindow, deferred finish), b.N transactions in all. saga: the
+// logWriteClients is how many goroutines write at once in BenchmarkLogWrites and
+// TestIntegrationLogWritesAllocs.
+const logWriteClients = 16
+
+// logWriteSide is one coordinator's log writes per transaction.
+type logWriteSide struct {
+	name string
+	tx   func(gid string) error
+	max  float64 // TestIntegrationLogWritesAllocs's bound per transaction
+}
+
+// logWriteSides returns the log with the coordinators' defaults (group commit
+// core.DefaultGroupCommitWindow, deferred finish) and each coordinator's writes on it. saga: the
 // record with its 3 steps (running), then the success (running → succeeded, written before it
 // returns); tcc: the record with its 2 branches (trying), the decision (→ confirming) and the
-// deferred finish (→ confirmed). go-cpu-us/op is the process's processor time per transaction, flushes/op the round trips its writes
-// took (group commit's). Its allocs/op and B/op count every goroutine of the process (the
-// group writer's and pgx's included): unlike its ns/op they do not depend on the machine's load.
-//
-//	go test -run '^$' -bench LogWrites -benchmem -benchtime 2000x ./internal/core/
-func BenchmarkLogWrites(b *testing.B) {
-	const clients = 16
-	l := newLog(b, core.WithGroupCommit(core.DefaultGroupCommitWindow), core.WithDeferredFinish())
+// deferred finish (→ confirmed).
+func logWriteSides(tb testing.TB, ctx context.Context) (*core.Log, []logWriteSide) {
+	l := newLog(tb, core.WithGroupCommit(core.DefaultGroupCommitWindow), core.WithDeferredFinish())
 	bs := []core.Branch{httpBranch("a"), httpBranch("b"), httpBranch("c")}
 	for i := range bs {
 		bs[i].Seq = i
 	}
-	sides := []struct {
-		name string
-		tx   func(gid string) error
-	}{
+	return l, []logWriteSide{
 		{"saga", func(gid string) error {
-			ctx := b.Context()
 			if err := l.CreateIn(ctx, gid, core.KindSaga, core.StatusRunning, time.Minute, []byte(`{}`), bs...); err != nil {
 				return err
 			}
 			return l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusRunning, Next: core.StatusSucceeded})
-		}},
+		}, 55},
 		{"tcc", func(gid string) error {
-			ctx := b.Context()
 			if err := l.CreateIn(ctx, gid, core.KindTCC, core.StatusTrying, time.Minute, nil, bs[:2]...); err != nil {
 				return err
 			}
@@ -50,19 +51,31 @@ func BenchmarkLogWrites(b *testing.B) {
 				return err
 			}
 			return l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusConfirming, Next: core.StatusConfirmed})
-		}},
+		}, 75},
 	}
+}
+
+// BenchmarkLogWrites is the Go cost of the coordinators' log writes alone, at 16 clients: 16
+// goroutines each record transactions (logWriteSides) through one Log with the coordinators'
+// defaults, b.N transactions in all. go-cpu-us/op is the process's processor time per
+// transaction, flushes/op the round trips its writes took (group commit's). Its allocs/op and
+// B/op count every goroutine of the process (the group writer's and pgx's included): unlike its
+// ns/op they do not depend on the machine's load.
+//
+//	go test -run '^$' -bench LogWrites -benchmem -benchtime 2000x ./internal/core/
+func BenchmarkLogWrites(b *testing.B) {
+	l, sides := logWriteSides(b, b.Context())
 	var run atomic.Int64
 	for _, side := range sides {
 		b.Run(side.name, func(b *testing.B) {
 			// Warm up: the pool's connections and their prepared statements.
-			if err := logWritesAt(clients, 4*clients, &run, side.tx); err != nil {
+			if err := logWritesAt(logWriteClients, 4*logWriteClients, &run, side.tx); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			before, stats := cpustat.Read(), l.GroupCommitStats()
-			if err := logWritesAt(clients, b.N, &run, side.tx); err != nil {
+			if err := logWritesAt(logWriteClients, b.N, &run, side.tx); err != nil {
 				b.Fatal(err)
 			}
 			b.StopTimer()
@@ -98,35 +111,30 @@ func logWritesAt(clients, n int, run *atomic.Int64, tx func(gid string) error) e
 }
 
 // The log's writes at 16 clients, through the group writer with the coordinators' defaults (group
-// commit, deferred finish), cost a bounded number of allocations per saga (the record with its 3
-// steps, the success: BenchmarkLogWrites), counted with testing.AllocsPerRun around rounds of 16
-// sagas on 16 goroutines (every goroutine of the process). Issue 33: 75 before the arguments
-// pointed into the write (args.go), a queued write took one channel (two before) and the window
-// timers were reused; 45 after. The bound leaves room for the pools' and the runtime's goroutines.
+// commit, deferred finish), cost a bounded number of allocations per transaction (logWriteSides,
+// BenchmarkLogWrites), counted with testing.AllocsPerRun around rounds of 16 transactions on 16
+// goroutines (every goroutine of the process). Issue 33: per saga 71 before the arguments pointed
+// into the write (args.go), a queued write took one channel (two before) and the window timers
+// were reused, 42 after; per TCC transaction 91 before, 61 after (a deferred finish in one
+// allocation too). The bounds leave room for the pools' and the runtime's goroutines.
 func TestIntegrationLogWritesAllocs(t *testing.T) {
-	const clients, max = 16, 55
-	l := newLog(t, core.WithGroupCommit(core.DefaultGroupCommitWindow), core.WithDeferredFinish())
-	bs := []core.Branch{httpBranch("a"), httpBranch("b"), httpBranch("c")}
-	for i := range bs {
-		bs[i].Seq = i
-	}
 	ctx := t.Context()
-	saga := func(gid string) error {
-		if err := l.CreateIn(ctx, gid, core.KindSaga, core.StatusRunning, time.Minute, []byte(`{}`), bs...); err != nil {
-			return err
-		}
-		return l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusRunning, Next: core.StatusSucceeded})
-	}
+	l, sides := logWriteSides(t, ctx)
 	var run atomic.Int64
-	var err error
-	round := func() {
-		if e := logWritesAt(clients, clients, &run, saga); e != nil && err == nil {
-			err = e
-		}
-	}
-	coretest.AllocsAtMost(t, fmt.Sprint(clients, " sagas"), 40, clients*max, round)
-	if err != nil {
-		t.Fatal(err)
+	for _, side := range sides {
+		t.Run(side.name, func(t *testing.T) {
+			var err error
+			round := func() {
+				if e := logWritesAt(logWriteClients, logWriteClients, &run, side.tx); e != nil && err == nil {
+					err = e
+				}
+			}
+			unit := fmt.Sprint(logWriteClients, " ", side.name, " transactions")
+			coretest.AllocsAtMost(t, unit, 40, logWriteClients*side.max, round)
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 	if err := l.Flush(ctx); err != nil {
 		t.Fatal(err)
