@@ -3,14 +3,20 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/txkit/txkit/bench/cpustat"
 	"github.com/txkit/txkit/internal/core"
 	"github.com/txkit/txkit/internal/core/coretest"
+	"github.com/txkit/txkit/internal/testkit/testenv"
 	"github.com/txkit/txkit/lock"
 )
 
@@ -138,5 +144,90 @@ func TestIntegrationLogWritesAllocs(t *testing.T) {
 	}
 	if err := l.Flush(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The log's writes, whose arguments pgx encodes through pgtype's valuer interfaces (args.go), work
+// in every query exec mode a user's pool may have — those that describe a statement first (its
+// parameters' types known: binary) and "exec" and "simple_protocol" (types unknown: text) — alone
+// and grouped, and store what was given. Before the valuers had text forms, "exec" and
+// "simple_protocol" failed: "unable to encode core.floatArg{…} into text format for unknown type
+// (OID 0)".
+func TestIntegrationLogExecModes(t *testing.T) {
+	s := testenv.PG(t)
+	ctx := t.Context()
+	bs := []core.Branch{httpBranch("a"), httpBranch("b"), httpBranch("c")}
+	for i := range bs {
+		bs[i].Seq = i + 200 // above the int32 values Go's interfaces hold without allocating
+	}
+	bs[1].Payload = []byte{0, 1, 0xfe, '\\', '\''}
+	bs[2].Target.Header, bs[2].Target.Timeout = http.Header{"X-Tenant": {"t"}}, 1500*time.Millisecond
+	sep := "?"
+	if strings.Contains(s.URL, "?") {
+		sep = "&"
+	}
+	for i, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			pool, err := pgxpool.New(ctx, s.URL+sep+"default_query_exec_mode="+mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			l, err := core.New(pool, core.WithSchema(s.Name), core.WithGroupCommit(core.DefaultGroupCommitWindow), core.WithDeferredFinish())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			payload := []byte(`{"mode":"` + mode + `"}`)
+			saga := func(gid string) error {
+				if err := l.CreateIn(ctx, gid, core.KindSaga, core.StatusRunning, time.Minute, payload, bs...); err != nil {
+					return err
+				}
+				return l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusRunning, Next: core.StatusSucceeded})
+			}
+			tcc := func(gid string) error {
+				if err := l.CreateIn(ctx, gid, core.KindTCC, core.StatusTrying, time.Minute, nil, bs[:2]...); err != nil {
+					return err
+				}
+				if _, err := l.Decide(ctx, gid, core.StatusTrying, core.StatusConfirming); err != nil {
+					return err
+				}
+				return l.Record(ctx, lock.Token{}, core.Progress{GID: gid, From: core.StatusConfirming, Next: core.StatusConfirmed})
+			}
+			var run atomic.Int64
+			run.Store(int64(10 * i))
+			for _, tx := range []func(string) error{saga, tcc} {
+				// 8 transactions on 4 goroutines: alone and grouped.
+				if err := logWritesAt(4, 8, &run, tx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for gid, want := range map[string]core.Status{
+				fmt.Sprintf("lw-%d-1", 10*i+1): core.StatusSucceeded, fmt.Sprintf("lw-%d-8", 10*i+1): core.StatusSucceeded,
+				fmt.Sprintf("lw-%d-1", 10*i+2): core.StatusConfirmed, fmt.Sprintf("lw-%d-8", 10*i+2): core.StatusConfirmed,
+			} {
+				got := get(t, l, gid)
+				n := 3
+				if got.Kind == core.KindTCC {
+					n = 2
+				} else if string(got.Payload) != string(payload) {
+					t.Errorf("%s: payload %q, want %q", gid, got.Payload, payload)
+				}
+				if got.Status != want || len(got.Branches) != n {
+					t.Fatalf("%s: %s with %d branches, want %s with %d", gid, got.Status, len(got.Branches), want, n)
+				}
+				for j, b := range got.Branches {
+					if b.Name != bs[j].Name || b.Seq != bs[j].Seq || string(b.Payload) != string(bs[j].Payload) ||
+						(b.Payload == nil) != (bs[j].Payload == nil) || !reflect.DeepEqual(b.Target, bs[j].Target) {
+						t.Fatalf("%s: branch %d is %+v, want %+v", gid, j, b, bs[j])
+					}
+				}
+			}
+		})
 	}
 }
