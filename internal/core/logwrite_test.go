@@ -147,10 +147,10 @@ func TestIntegrationLogWritesAllocs(t *testing.T) {
 	}
 }
 
-// The log's writes, whose arguments pgx encodes through pgtype's valuer interfaces (args.go), work
-// in every query exec mode a user's pool may have — those that describe a statement first (its
-// parameters' types known: binary) and "exec" and "simple_protocol" (types unknown: text) — alone
-// and grouped, and store what was given. Before the valuers had text forms, "exec" and
+// The log's writes (a record with branches, AddBranches, a decision, a finish), whose arguments
+// pgx encodes through pgtype's valuer interfaces (args.go), work in every query exec mode a user's
+// pool may have — those that describe a statement first (its parameters' types known: binary) and
+// "exec" and "simple_protocol" (types unknown: text) — alone and grouped, and store what was given. Before the valuers had text forms, "exec" and
 // "simple_protocol" failed: "unable to encode core.floatArg{…} into text format for unknown type
 // (OID 0)".
 func TestIntegrationLogExecModes(t *testing.T) {
@@ -191,6 +191,9 @@ func TestIntegrationLogExecModes(t *testing.T) {
 				if err := l.CreateIn(ctx, gid, core.KindTCC, core.StatusTrying, time.Minute, nil, bs[:2]...); err != nil {
 					return err
 				}
+				if err := l.AddBranches(ctx, gid, core.StatusTrying, bs[2:]); err != nil {
+					return err
+				}
 				if _, err := l.Decide(ctx, gid, core.StatusTrying, core.StatusConfirming); err != nil {
 					return err
 				}
@@ -212,14 +215,11 @@ func TestIntegrationLogExecModes(t *testing.T) {
 				fmt.Sprintf("lw-%d-1", 10*i+2): core.StatusConfirmed, fmt.Sprintf("lw-%d-8", 10*i+2): core.StatusConfirmed,
 			} {
 				got := get(t, l, gid)
-				n := 3
-				if got.Kind == core.KindTCC {
-					n = 2
-				} else if string(got.Payload) != string(payload) {
+				if got.Kind == core.KindSaga && string(got.Payload) != string(payload) {
 					t.Errorf("%s: payload %q, want %q", gid, got.Payload, payload)
 				}
-				if got.Status != want || len(got.Branches) != n {
-					t.Fatalf("%s: %s with %d branches, want %s with %d", gid, got.Status, len(got.Branches), want, n)
+				if got.Status != want || len(got.Branches) != len(bs) {
+					t.Fatalf("%s: %s with %d branches, want %s with %d", gid, got.Status, len(got.Branches), want, len(bs))
 				}
 				for j, b := range got.Branches {
 					if b.Name != bs[j].Name || b.Seq != bs[j].Seq || string(b.Payload) != string(bs[j].Payload) ||
