@@ -43,10 +43,14 @@ func (l *Log) Defers(from, next Status) bool {
 const finishHold = 100 * time.Millisecond
 
 // deferral is a deferred finish in flight: p is its lazy write in the group writer's queue, done
-// is closed once it is written (or failed).
+// is closed once it is written (or failed). One allocation holds the write's wait and its outcome's
+// handling (settle), so that a deferred finish costs no closures.
 type deferral struct {
-	p    *pending
-	done chan struct{}
+	p      pending
+	done   chan struct{}
+	l      *Log
+	next   Status
+	cancel context.CancelFunc // p.ctx's
 }
 
 // deferrals are a log's deferred finishes in flight, by gid.
@@ -82,7 +86,7 @@ func (l *Log) settle(ctx context.Context, gid string) error {
 	if x == nil {
 		return nil
 	}
-	l.gw.kick(func(q *pending) bool { return q == x.p })
+	l.gw.kick(func(q *pending) bool { return q == &x.p })
 	select {
 	case <-x.done:
 		return nil
@@ -141,34 +145,40 @@ func (b *background) wait(ctx context.Context) error {
 func (l *Log) deferFinish(ctx context.Context, w *write, next Status) {
 	l.bg.add()
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
-	x := &deferral{done: make(chan struct{})}
-	end := func(moved bool, err error) {
-		switch {
-		case err != nil:
-			l.lg.WarnContext(wctx, "core: deferred finish failed; the leader finishes the transaction once its lease has passed",
-				slog.String("gid", w.gid), slog.String("status", next.String()), slog.Any("err", err))
-		case moved:
-			l.m.finished(next)
-		default:
-			// Someone else (the leader, after the lease) moved it first: it is theirs to finish.
-			l.lg.DebugContext(wctx, "core: deferred finish found the transaction moved on", slog.String("gid", w.gid))
-		}
-		cancel()
-		l.df.remove(w.gid, x)
-		l.bg.done()
-	}
-	// A batch it rides in runs detached from its other writers' ctx: an error is the batch's own
-	// (refused: then it is sent again alone, on a goroutine of its own — the rare path; lost: left
-	// to the leader, as alone).
-	x.p = &pending{w: w, ctx: wctx, lazy: true, settled: func(r result) {
-		if r.solo {
-			go func() { end(l.writeOne(wctx, w)) }()
-			return
-		}
-		end(r.ok, r.err)
-	}}
+	x := &deferral{done: make(chan struct{}), l: l, next: next, cancel: cancel}
+	x.p = pending{w: w, ctx: wctx, lazy: true, df: x}
 	l.df.add(w.gid, x)
-	l.gw.park(x.p) // queued now: the starter's next write carries it
+	l.gw.park(&x.p) // queued now: the starter's next write carries it
+}
+
+// settle handles the outcome r of x's write, delivered by whichever goroutine sent it. A batch it
+// rides in runs detached from its other writers' ctx: an error is the batch's own (refused: then
+// it is sent again alone, on a goroutine of its own — the rare path; lost: left to the leader, as
+// alone).
+func (x *deferral) settle(r result) {
+	if r.solo {
+		go func() { x.end(x.l.writeOne(x.p.ctx, x.p.w)) }()
+		return
+	}
+	x.end(r.ok, r.err)
+}
+
+// end records the outcome of x's write and retires x.
+func (x *deferral) end(moved bool, err error) {
+	l, w, ctx := x.l, x.p.w, x.p.ctx
+	switch {
+	case err != nil:
+		l.lg.WarnContext(ctx, "core: deferred finish failed; the leader finishes the transaction once its lease has passed",
+			slog.String("gid", w.gid), slog.String("status", x.next.String()), slog.Any("err", err))
+	case moved:
+		l.m.finished(x.next)
+	default:
+		// Someone else (the leader, after the lease) moved it first: it is theirs to finish.
+		l.lg.DebugContext(ctx, "core: deferred finish found the transaction moved on", slog.String("gid", w.gid))
+	}
+	x.cancel()
+	l.df.remove(w.gid, x)
+	l.bg.done()
 }
 
 // Flush waits until the finishes deferred so far ([WithDeferredFinish]) are written, or returns

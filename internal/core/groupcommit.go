@@ -203,14 +203,15 @@ func (l *Log) statement(w *write, grouped bool) (string, []any) {
 	switch w.kind {
 	case writeCreate:
 		if len(w.names) == 0 {
-			*a = [13]any{w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace}
+			w.createHead(a[:7])
 			if grouped {
 				return l.q["create_grouped"], a[:7]
 			}
 			return l.q["create"], a[:7]
 		}
 		if n := len(w.names); n <= maxValuesRows {
-			args := w.branchRows(w.gid, w.txKind, w.status, w.timeout, w.due, w.payload, w.trace)
+			args := w.branchRows(7)
+			w.createHead(args)
 			if grouped {
 				return l.createN[n][1], args
 			}
@@ -228,7 +229,9 @@ func (l *Log) statement(w *write, grouped bool) (string, []any) {
 			encodeCallOptions(b.Target)}
 	case writeAddAll:
 		if n := len(w.names); n <= maxValuesRows {
-			return l.addN[n], w.branchRows(w.gid, w.from)
+			args := w.branchRows(2)
+			args[0], args[1] = textArg{&w.gid}, textArg{&w.from}
+			return l.addN[n], args
 		}
 		return l.q["add_branches"], []any{w.gid, w.names, w.seqs, w.targetKinds, w.refs, w.payloads, w.from, w.callOpts}
 	case writeStep:
@@ -237,20 +240,28 @@ func (l *Log) statement(w *write, grouped bool) (string, []any) {
 	// writeDecide, writeFinish. A finish that marks no branch (a final status implying them,
 	// Record) moves the status as a decision does: no transition leads to trying, the one status
 	// finish treats apart.
-	*a = [13]any{w.gid, w.from, w.to, l.leaseArg, w.done, w.doneStatus}
+	*a = [13]any{textArg{&w.gid}, textArg{&w.from}, textArg{&w.to}, l.leaseArg, w.done, textArg{&w.doneStatus}}
 	if w.kind == writeDecide || len(w.done) == 0 {
 		return l.q["decide"], a[:4]
 	}
 	return l.q["finish"], a[:6]
 }
 
-// branchRows returns head followed by w's branches' parameters, six per branch: the arguments of
-// a statement that lists them as VALUES rows (sql/queries.sql "branch_values").
-func (w *write) branchRows(head ...any) []any {
-	args := make([]any, len(head), len(head)+6*len(w.names))
-	copy(args, head)
+// createHead sets args[:7] to a create's parameters $1..$7 (sql/queries.sql "create_row"),
+// pointing into w (args.go: no boxing).
+func (w *write) createHead(args []any) {
+	args[0], args[1], args[2] = textArg{&w.gid}, textArg{&w.txKind}, textArg{&w.status}
+	args[3], args[4], args[5], args[6] = floatArg{&w.timeout}, floatArg{&w.due}, bytesArg{&w.payload}, textArg{&w.trace}
+}
+
+// branchRows returns head empty arguments (the caller's to set) followed by w's branches'
+// parameters, six per branch: the arguments of a statement that lists them as VALUES rows
+// (sql/queries.sql "branch_values"), pointing into w's arrays (args.go: no boxing).
+func (w *write) branchRows(head int) []any {
+	args := make([]any, head, head+6*len(w.names))
 	for i := range w.names {
-		args = append(args, w.names[i], w.seqs[i], w.targetKinds[i], w.refs[i], w.payloads[i], w.callOpts[i])
+		args = append(args, textArg{&w.names[i]}, int4Arg{&w.seqs[i]}, textArg{&w.targetKinds[i]}, textArg{&w.refs[i]},
+			bytesArg{&w.payloads[i]}, w.callOpts[i])
 	}
 	return args
 }
@@ -324,6 +335,8 @@ type groupWriter struct {
 	queue    []*pending
 	inflight int // flushes being made
 	stats    GroupCommitStats
+	// timers are the window timers of writes no longer waiting (wait), kept stopped for the next.
+	timers sync.Pool
 	// timer sends the lazy writes whose hold ran out (expire); armed for timerAt, zero: unarmed.
 	timer   *time.Timer
 	timerAt time.Time
@@ -341,15 +354,22 @@ const (
 type pending struct {
 	w     *write
 	ctx   context.Context
-	state pendingState    // guarded by groupWriter.mu
-	lead  chan []*pending // the batch this writer is to flush (buffered); nil unless it queued
-	done  chan result     // its outcome (buffered); nil for a lazy write, and until it queued or handed off its batch
+	state pendingState // guarded by groupWriter.mu
+	// ch hands it the batch it is to flush, then (or instead) its outcome: one at a time, buffered;
+	// nil for a lazy write, and until it queued or handed off its batch.
+	ch chan turn
 	// A lazy write (a deferred finish) starts no flush and has no goroutine waiting: it is sent by
 	// the next flush, or by the timer once due (finishHold after it was parked), or when kicked;
-	// settled is handed its outcome by the goroutine that delivers it.
-	lazy    bool
-	due     time.Time
-	settled func(result)
+	// its deferral (deferred.go) is handed its outcome by the goroutine that delivers it.
+	lazy bool
+	due  time.Time
+	df   *deferral
+}
+
+// turn is what a waiting writer is handed: a batch to flush (its turn), or else its outcome.
+type turn struct {
+	batch []*pending
+	r     result
 }
 
 type result struct {
@@ -360,7 +380,7 @@ type result struct {
 
 // do makes w with the writes of other goroutines, and returns its own outcome.
 func (g *groupWriter) do(ctx context.Context, w *write) (bool, error) {
-	p := &pending{w: w, ctx: ctx} // its channels made when it queues (or, leading, hands off)
+	p := &pending{w: w, ctx: ctx} // its channel made when it queues (or, leading, hands off)
 	var r result
 	g.mu.Lock()
 	if g.inflight == 0 || g.window == 0 {
@@ -370,7 +390,7 @@ func (g *groupWriter) do(ctx context.Context, w *write) (bool, error) {
 		g.mu.Unlock()
 		r = g.lead(ctx, p, batch)
 	} else {
-		p.lead, p.done = make(chan []*pending, 1), make(chan result, 1)
+		p.ch = make(chan turn, 1)
 		g.queue = append(g.queue, p)
 		g.mu.Unlock()
 		r = g.wait(ctx, p)
@@ -454,15 +474,24 @@ func (g *groupWriter) release(pick func(*pending) bool) {
 // its window runs out. When ctx ends first, p leaves the queue (nothing written) or, already
 // taken into a batch, returns an error wrapping [ErrInDoubt] and ctx's error.
 func (g *groupWriter) wait(ctx context.Context, p *pending) result {
-	timer := time.NewTimer(g.window)
-	defer timer.Stop()
+	timer, _ := g.timers.Get().(*time.Timer)
+	if timer == nil {
+		timer = time.NewTimer(g.window)
+	} else {
+		timer.Reset(g.window)
+	}
+	defer func() {
+		timer.Stop() // no value is received from it after Stop (Go 1.23 timers): the next may Reset it
+		g.timers.Put(timer)
+	}()
 	expired := timer.C
 	for {
 		select {
-		case r := <-p.done:
-			return r
-		case batch := <-p.lead:
-			return g.lead(ctx, p, batch)
+		case t := <-p.ch:
+			if t.batch == nil {
+				return t.r
+			}
+			return g.lead(ctx, p, t.batch)
 		case <-expired:
 			expired = nil
 			if batch := g.takeOwn(p); batch != nil {
@@ -481,7 +510,7 @@ func (g *groupWriter) wait(ctx context.Context, p *pending) result {
 			case batched:
 				return result{err: inDoubt(ctx.Err())}
 			}
-			return g.lead(ctx, p, <-p.lead) // handed the queue: flush it for the others
+			return g.lead(ctx, p, (<-p.ch).batch) // handed the queue: flush it for the others
 		}
 	}
 }
@@ -538,8 +567,8 @@ func (g *groupWriter) lead(ctx context.Context, p *pending, batch []*pending) re
 		// The others are deferred finishes: no caller waits for them (see the top of this file).
 		return g.deliver(p, batch, g.flush(ctx, batch, true))
 	}
-	if p.done == nil { // p led at once, never queued
-		p.done = make(chan result, 1)
+	if p.ch == nil { // p led at once, never queued
+		p.ch = make(chan turn, 1)
 	}
 	g.l.bg.add()
 	go func() {
@@ -550,8 +579,8 @@ func (g *groupWriter) lead(ctx context.Context, p *pending, batch []*pending) re
 		return result{err: gone}
 	}
 	select {
-	case r := <-p.done:
-		return r
+	case t := <-p.ch:
+		return t.r
 	case <-ctx.Done():
 		return result{err: inDoubt(ctx.Err())}
 	}
@@ -566,7 +595,7 @@ func (g *groupWriter) deliver(p *pending, batch []*pending, rs []result) result 
 		g.inflight--
 	} else {
 		next := g.queue[i]
-		next.lead <- g.takeLocked(next)
+		next.ch <- turn{batch: g.takeLocked(next)}
 	}
 	g.mu.Unlock()
 	var own result
@@ -575,9 +604,9 @@ func (g *groupWriter) deliver(p *pending, batch []*pending, rs []result) result 
 		case q == p:
 			own = rs[i]
 		case q.lazy:
-			q.settled(rs[i])
+			q.df.settle(rs[i])
 		default:
-			q.done <- rs[i]
+			q.ch <- turn{r: rs[i]}
 		}
 	}
 	return own
