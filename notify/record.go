@@ -45,6 +45,12 @@ func (n *Notifier) fenced(ctx context.Context, fk fenceKey, sql string, args []a
 			b.Queue(sql, args...).Query(read)
 		})
 	}
+	return n.query(ctx, sql, args, read)
+}
+
+// query runs sql with args on the pool and hands its rows to read, which does not outlive the
+// call (so that a caller's read can stay on its stack: fenced's batch keeps its read).
+func (n *Notifier) query(ctx context.Context, sql string, args []any, read func(pgx.Rows) error) error {
 	rows, err := n.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return err
@@ -202,27 +208,37 @@ func (n *Notifier) writeAttempts(ctx context.Context, fk fenceKey, batch []resul
 	}
 	sql := n.recordSQL[b2i(async)][b2i(k == 1)]
 	// The statement returns the delivered ones as a count and the others one by one (to log).
-	err = n.fenced(ctx, fk, sql, args, func(rows pgx.Rows) error {
-		outs, delivered = outs[:0], 0
-		for rows.Next() {
-			var o undelivered
-			var id pgtype.UUID
-			if err := rows.Scan(&id, &o.status, &o.attempts); err != nil {
-				return err
-			}
-			if !id.Valid {
-				delivered = int64(o.attempts)
-				continue
-			}
-			o.id = id.Bytes
-			outs = append(outs, o)
-		}
-		return rows.Err()
-	})
+	if async { // no fence: the read stays on this stack (query), as do outs and delivered
+		err = n.query(ctx, sql, args, func(rows pgx.Rows) error { return readAttempts(rows, &outs, &delivered) })
+	} else {
+		var fo []undelivered
+		var fd int64
+		err = n.fenced(ctx, fk, sql, args, func(rows pgx.Rows) error { return readAttempts(rows, &fo, &fd) })
+		outs, delivered = fo, fd
+	}
 	if err != nil {
 		return nil, 0, err
 	}
 	return outs, delivered, nil
+}
+
+// readAttempts reads writeAttempts' rows: the delivered ones as a count, the others one by one.
+func readAttempts(rows pgx.Rows, outs *[]undelivered, delivered *int64) error {
+	*outs, *delivered = (*outs)[:0], 0
+	for rows.Next() {
+		var o undelivered
+		var id pgtype.UUID
+		if err := rows.Scan(&id, &o.status, &o.attempts); err != nil {
+			return err
+		}
+		if !id.Valid {
+			*delivered = int64(o.attempts)
+			continue
+		}
+		o.id = id.Bytes
+		*outs = append(*outs, o)
+	}
+	return rows.Err()
 }
 
 func b2i(b bool) int {
