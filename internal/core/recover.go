@@ -316,38 +316,16 @@ func (r *Recoverer) claim(ctx context.Context, tok lock.Token, part int) ([]*Tra
 		args = append(args, part)
 		resource = leader.PartitionName(resource, part)
 	}
-	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{})
-	q, err := l.fence.Queue(b, resource, tok)
-	if err != nil {
-		return nil, fmt.Errorf("core: claim: %w", err)
-	}
-	b.Queue(r.claimQ, args...).Query(func(rows pgx.Rows) (err error) {
-		batch, err = pgx.CollectRows(rows, r.claimed)
-		return err
-	})
-	c, err := l.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("core: claim: %w", err)
-	}
-	defer c.Release() // the pool closes a connection released in a transaction
-	br := c.SendBatch(ctx, b)
-	tx := br.Tx()
-	if err = br.Close(); err == nil {
-		// The branches of what was claimed, with the commit.
-		b = &pgx.Batch{}
+	err := leader.CommitFenced(ctx, l.pool, l.fence, resource, tok, func(b *pgx.Batch) {
+		b.Queue(r.claimQ, args...).Query(func(rows pgx.Rows) (err error) {
+			batch, err = pgx.CollectRows(rows, r.claimed)
+			return err
+		})
+	}, func(b *pgx.Batch) { // the branches of what was claimed, with the commit
 		if len(batch) > 0 {
 			b.Queue(l.q["branches"], gidsOf(batch)).Query(func(rows pgx.Rows) error { return scanBranches(rows, batch) })
 		}
-		b.Queue("commit")
-		err = c.SendBatch(ctx, b).Close()
-	}
-	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
-		defer cancel()
-		_ = tx.Rollback(rctx) // a warning only when the commit ended the transaction
-		err = q.Err(rctx, c, err)
-	}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("core: claim: %w", err)
 	}
